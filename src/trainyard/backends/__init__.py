@@ -1,0 +1,1 @@
+"""backends layer: see ../shared/DESIGN.md."""

@@ -1,0 +1,94 @@
+"""The one small interface every backend implements, and the facts backends report.
+
+A backend starts the task runners of a placed group, reports *facts* about them (started,
+running, exited with a code, lost), and stops them. It never decides a status: the engine's
+state machine does (../shared/DESIGN.md, "Rules of the house").
+
+Every backend runs the same task runner (``python -m trainyard.runner RUN_JSON``) for every
+task; the runner writes its events to ``<run_dir>/events.jsonl`` and its log to
+``<run_dir>/task.log``, so facts can be read the same way everywhere a filesystem is shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["FactKind", "TaskKey", "TaskFact", "TaskLaunch", "Backend"]
+
+
+class FactKind(StrEnum):
+    """What a backend can observe about one task attempt."""
+
+    INITIALIZING = "INITIALIZING"  # runner started: downloading inputs, writing files
+    RUNNING = "RUNNING"  # barrier passed, user command started
+    EXITED = "EXITED"  # runner finished; exit_code is the task's (0-255 user, >=2000 service)
+    LOST = "LOST"  # the process vanished without reporting an exit (node lost, killed)
+    START_ERROR = "START_ERROR"  # the backend could not start it at all
+
+
+@dataclass(frozen=True, order=True)
+class TaskKey:
+    """Identifies one attempt of one task: (workflow id, task name, retry id)."""
+
+    workflow_id: str
+    task: str
+    retry_id: int
+
+
+@dataclass(frozen=True)
+class TaskFact:
+    """One observation about a task attempt; ``time_s`` is a Unix timestamp."""
+
+    key: TaskKey
+    kind: FactKind
+    time_s: float
+    exit_code: int | None = None
+    message: str = ""
+
+
+@dataclass
+class TaskLaunch:
+    """Everything a backend needs to start one task attempt on one node.
+
+    Attributes:
+        key: the attempt.
+        group: the task's group name.
+        node: the pool node the scheduler placed it on.
+        run_dir: folder of this attempt (runner events, log, sandbox state).
+        run: the runner's input (``trainyard.runner.spec.TaskRun`` as a dict).
+        gpu_slots: indices of the GPU slots assigned on ``node`` (empty for none).
+        restart_in_place: re-run the command in the existing sandbox (exit action RESTART).
+    """
+
+    key: TaskKey
+    group: str
+    node: str
+    run_dir: Path
+    run: dict[str, Any]
+    gpu_slots: list[int] = field(default_factory=list)
+    restart_in_place: bool = False
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the engine needs from a backend. Methods must not block for long."""
+
+    name: str
+
+    def start_group(self, launches: list[TaskLaunch]) -> None:
+        """Start every task of one gang. Raises BackendError if the group cannot start."""
+
+    def poll(self) -> list[TaskFact]:
+        """Facts observed since the last call (each fact reported once)."""
+
+    def stop(self, keys: list[TaskKey]) -> None:
+        """Stop these attempts with their whole process trees. Idempotent, non-blocking."""
+
+    def host_of(self, key: TaskKey, node: str) -> str:
+        """The address other tasks of the group use to reach ``key`` (``{{host:TASK}}``)."""
+
+    def recover(self, keys: list[TaskKey]) -> list[TaskKey]:
+        """After an engine restart: which of these attempts are still alive."""

@@ -1,0 +1,1 @@
+"""data layer: see ../shared/DESIGN.md."""

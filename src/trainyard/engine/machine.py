@@ -1,0 +1,227 @@
+"""The pure state machine of a workflow: ``transition(state, event) -> (state, actions)``.
+
+No I/O, no clock, no randomness: the reconciler feeds it events (with their time) and carries
+out the actions it returns. Every status rule of trainyard lives here.
+
+Sources: OSMO docs, "Workflow lifecycle", "Group lifecycle", "Lead task",
+"ignoreNonleadStatus", "Exit actions", "Timeouts", "Exit codes".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trainyard.engine.status import Status, WorkflowStatus
+from trainyard.spec.models import ExitAction
+
+__all__ = [
+    "TaskState",
+    "GroupState",
+    "WorkflowState",
+    "Event",
+    "Submitted",
+    "GroupPlaced",
+    "GroupStartFailed",
+    "TaskInitializing",
+    "TaskRunning",
+    "TaskExited",
+    "TaskLost",
+    "Tick",
+    "CancelRequested",
+    "Action",
+    "RequestPlacement",
+    "StartTasks",
+    "StopTasks",
+    "ReleaseGroup",
+    "WorkflowFinished",
+    "transition",
+]
+
+
+# --------------------------------------------------------------------------- state
+
+
+@dataclass
+class TaskState:
+    """The current attempt of one task. Earlier attempts live in ``history``."""
+
+    name: str
+    group: str
+    lead: bool
+    exit_actions: dict[ExitAction, frozenset[int]] = field(default_factory=dict)
+    status: Status = Status.PENDING
+    retry_id: int = 0
+    retries_used: int = 0
+    exit_code: int | None = None
+    node: str | None = None
+    start_time_s: float | None = None
+    end_time_s: float | None = None
+    history: list[TaskAttempt] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TaskAttempt:
+    """A finished earlier attempt of a task (for ``query --verbose`` and logs)."""
+
+    retry_id: int
+    status: Status
+    exit_code: int | None
+    node: str | None
+    start_time_s: float | None
+    end_time_s: float | None
+
+
+@dataclass
+class GroupState:
+    """One gang. ``upstream`` are the groups whose tasks feed this group's inputs."""
+
+    name: str
+    tasks: list[str]
+    upstream: frozenset[str] = frozenset()
+    barrier: bool = True
+    ignore_nonlead_status: bool = True
+    status: Status = Status.PENDING
+    scheduling_since_s: float | None = None
+    running_since_s: float | None = None
+    end_time_s: float | None = None
+
+
+@dataclass
+class WorkflowState:
+    """Everything the state machine knows about one workflow."""
+
+    id: str
+    groups: dict[str, GroupState]
+    tasks: dict[str, TaskState]
+    status: WorkflowStatus = WorkflowStatus.PENDING
+    exec_timeout_s: float | None = None
+    queue_timeout_s: float | None = None
+    max_retries: int = 3
+    submit_time_s: float | None = None
+    end_time_s: float | None = None
+    cancel_requested: bool = False
+
+
+# --------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened, at ``time_s`` (Unix seconds)."""
+
+    time_s: float
+
+
+@dataclass(frozen=True)
+class Submitted(Event):
+    """The workflow was accepted and stored."""
+
+
+@dataclass(frozen=True)
+class GroupPlaced(Event):
+    """The scheduler fit the whole gang: ``nodes`` maps each task to its node."""
+
+    group: str
+    nodes: dict[str, str]
+
+
+@dataclass(frozen=True)
+class GroupStartFailed(Event):
+    """The backend refused to start the group (FAILED_START_ERROR / FAILED_BACKEND_ERROR)."""
+
+    group: str
+    message: str = ""
+    backend_error: bool = False
+
+
+@dataclass(frozen=True)
+class TaskInitializing(Event):
+    task: str
+    retry_id: int
+
+
+@dataclass(frozen=True)
+class TaskRunning(Event):
+    task: str
+    retry_id: int
+
+
+@dataclass(frozen=True)
+class TaskExited(Event):
+    task: str
+    retry_id: int
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class TaskLost(Event):
+    """The attempt vanished without an exit code (treated as backend error 3001)."""
+
+    task: str
+    retry_id: int
+
+
+@dataclass(frozen=True)
+class Tick(Event):
+    """Time passed: check queue and exec timeouts."""
+
+
+@dataclass(frozen=True)
+class CancelRequested(Event):
+    """The user cancelled the workflow."""
+
+
+# --------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class Action:
+    """Something the reconciler must do."""
+
+
+@dataclass(frozen=True)
+class RequestPlacement(Action):
+    """Ask the scheduler to place the whole gang (then feed GroupPlaced back)."""
+
+    group: str
+
+
+@dataclass(frozen=True)
+class StartTasks(Action):
+    """Start these (task, retry_id) attempts of ``group`` on the nodes in the state."""
+
+    group: str
+    tasks: tuple[tuple[str, int], ...]
+    restart_in_place: bool = False
+
+
+@dataclass(frozen=True)
+class StopTasks(Action):
+    """Stop these (task, retry_id) attempts with their process trees."""
+
+    tasks: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class ReleaseGroup(Action):
+    """The group ended: give its nodes back to the pool."""
+
+    group: str
+
+
+@dataclass(frozen=True)
+class WorkflowFinished(Action):
+    """The workflow reached a terminal status."""
+
+    status: WorkflowStatus
+
+
+def transition(state: WorkflowState, event: Event) -> tuple[WorkflowState, list[Action]]:
+    """Apply ``event`` to ``state``.
+
+    Returns:
+        The new state (``state`` itself is not mutated) and the actions to carry out, in
+        order. Events about an attempt that is not current (old retry id) or a finished
+        object are ignored (no actions).
+    """
+    raise NotImplementedError  # implemented in engine/rules.py

@@ -1,0 +1,100 @@
+"""trainyard's error hierarchy. Every error the CLI prints is one of these.
+
+    TrainyardError                  exit code 1 unless a subclass says otherwise
+    ├── SpecError                   a spec is refused: a list of SpecProblem (exit 2)
+    ├── NotFoundError               unknown workflow, task, pool, app, dataset (exit 3)
+    ├── ConfigError                 bad pool or server configuration (exit 4)
+    ├── BackendError                a backend could not do what was asked (exit 5)
+    ├── StoreError                  the store refused or failed a transaction (exit 6)
+    ├── ServerError                 the server is unreachable or answered an error (exit 7)
+    │   └── AuthError               missing or wrong token, or not your workflow (exit 8)
+    └── DataError                   a transfer to or from storage failed (exit 9)
+
+Backends and clients translate library errors at their edge with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "TrainyardError",
+    "SpecProblem",
+    "SpecError",
+    "NotFoundError",
+    "ConfigError",
+    "BackendError",
+    "StoreError",
+    "ServerError",
+    "AuthError",
+    "DataError",
+]
+
+
+class TrainyardError(Exception):
+    """Base of every error trainyard raises on purpose."""
+
+    exit_code: int = 1
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    """One problem in a spec.
+
+    Attributes:
+        path: field path such as ``workflow.groups[0].tasks[1].exitActions.COMPLETE``
+            (empty for problems of the whole text, e.g. a YAML syntax error).
+        message: what is wrong and what to do, one line.
+        line: 1-based line in the rendered spec, where known.
+        file: the spec file, where known.
+    """
+
+    path: str
+    message: str
+    line: int | None = None
+    file: str | None = None
+
+    def __str__(self) -> str:
+        where = self.file or "spec"
+        if self.line is not None:
+            where = f"{where}:{self.line}"
+        field = f" {self.path}:" if self.path else ""
+        return f"{where}:{field} {self.message}"
+
+
+class SpecError(TrainyardError):
+    """A spec was refused. ``problems`` lists every problem found, in spec order."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[SpecProblem]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class NotFoundError(TrainyardError):
+    exit_code = 3
+
+
+class ConfigError(TrainyardError):
+    exit_code = 4
+
+
+class BackendError(TrainyardError):
+    exit_code = 5
+
+
+class StoreError(TrainyardError):
+    exit_code = 6
+
+
+class ServerError(TrainyardError):
+    exit_code = 7
+
+
+class AuthError(ServerError):
+    exit_code = 8
+
+
+class DataError(TrainyardError):
+    exit_code = 9

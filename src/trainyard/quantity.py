@@ -1,0 +1,86 @@
+"""Kubernetes resource quantities (``500m``, ``1Gi``, ``2T``, ``1e3``) and OSMO durations.
+
+Sources: Kubernetes API reference, "Quantity" (suffixes: decimal ``n u m k M G T P E``,
+binary ``Ki Mi Gi Ti Pi Ei``, and decimal exponents); OSMO docs, "Timeouts" (``30s``, ``5m``,
+``8h``, ``2d`` or bare seconds, one unit only).
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+__all__ = ["parse_quantity", "parse_duration_s"]
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+_QUANTITY = re.compile(r"^([+]?[0-9]+(?:\.[0-9]*)?|[+]?\.[0-9]+)([eE][+-]?[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$")
+_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([smhd]?)$")
+_DURATION_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_quantity(value: object) -> Decimal:
+    """Parse a Kubernetes quantity into a plain number (bytes for memory, cores for cpu).
+
+    Args:
+        value: an int, a float, or a string such as ``"1Gi"``, ``"500m"``, ``"1.5"``.
+
+    Returns:
+        The value as a Decimal (``"1Gi"`` -> 1073741824, ``"500m"`` -> 0.5).
+
+    Raises:
+        ValueError: not a quantity, or negative; the message names the accepted forms.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"expected a quantity such as 1Gi, 500m or 4, got {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"a quantity cannot be negative, got {value!r}")
+        return Decimal(str(value))
+    text = str(value).strip()
+    match = _QUANTITY.match(text)
+    if not match:
+        raise ValueError(
+            f"expected a quantity such as 1Gi, 512Mi, 500m or 4 (Kubernetes syntax), got {text!r}"
+        )
+    number, exponent, suffix = match.groups()
+    try:
+        base = Decimal(number + (exponent or ""))
+    except InvalidOperation as exc:  # pragma: no cover - regex admits only valid numbers
+        raise ValueError(f"not a number: {text!r}") from exc
+    if suffix in _BINARY:
+        return base * _BINARY[suffix]
+    return base * _DECIMAL[suffix or ""]
+
+
+def parse_duration_s(value: object) -> float:
+    """Parse an OSMO duration (``30s``, ``5m``, ``8h``, ``2d``, or bare seconds) to seconds.
+
+    Raises:
+        ValueError: mixed units (``1h30m``), an unknown unit, or a negative value.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration such as 30s, 5m, 8h, 2d or seconds, got {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"a duration cannot be negative, got {value!r}")
+        return float(value)
+    text = str(value).strip()
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(
+            f"expected a duration with one unit such as 30s, 5m, 8h, 2d or bare seconds, got {text!r}"
+        )
+    number, unit = match.groups()
+    return float(number) * _DURATION_UNIT_S[unit]

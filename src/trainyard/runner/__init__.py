@@ -1,0 +1,1 @@
+"""runner layer: see ../shared/DESIGN.md."""

@@ -1,0 +1,1 @@
+"""spec layer: see ../shared/DESIGN.md."""

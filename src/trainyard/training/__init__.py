@@ -1,0 +1,1 @@
+"""Training kit that runs inside tasks. Imports nothing else of trainyard."""
