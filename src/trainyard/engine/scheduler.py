@@ -1,0 +1,182 @@
+"""Gang scheduler: places a whole group on a pool's nodes at once, or not at all.
+
+Rules (OSMO docs, "Groups": a group's tasks are scheduled together):
+- A group is placed only when ALL its tasks fit at once, each task on one node, counting per
+  node cpu, gpu, memory and storage, the task's ``platform`` and ``nodesExcluded``.
+- Groups wait in one queue per pool in submission order; the head of the queue blocks the
+  ones behind it (no backfill), so a large gang is never starved by small ones.
+- GPU slots are numbered per node and handed out exclusively (lowest free first).
+- Tasks of one gang spread over distinct nodes where they can (like pods of a multi-node job).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from trainyard.pools import NodeSpec, Pool
+from trainyard.spec.models import ResourceSpec
+
+__all__ = ["Request", "Placement", "GroupKey", "NodeUsage", "Scheduler", "request_of"]
+
+GroupKey = tuple[str, str]  # (workflow id, group name)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one task asks of its node (cores, slots, bytes)."""
+
+    cpu: float = 0.0
+    gpu: int = 0
+    memory_bytes: int = 0
+    storage_bytes: int = 0
+    platform: str | None = None
+    nodes_excluded: frozenset[str] = frozenset()
+
+
+def request_of(resource: ResourceSpec) -> Request:
+    """The scheduler's view of a spec's resource entry (absent values ask for nothing)."""
+    return Request(
+        cpu=resource.cpu or 0.0,
+        gpu=resource.gpu or 0,
+        memory_bytes=resource.memory_bytes or 0,
+        storage_bytes=resource.storage_bytes or 0,
+        platform=resource.platform,
+        nodes_excluded=frozenset(resource.nodes_excluded),
+    )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one task runs: its node and the GPU slot indices it owns there."""
+
+    node: str
+    gpu_slots: tuple[int, ...] = ()
+
+
+@dataclass
+class NodeUsage:
+    """A node's capacity and what placed tasks use of it."""
+
+    node: NodeSpec
+    cpu: float = 0.0
+    memory_bytes: int = 0
+    storage_bytes: int = 0
+    gpu_slots: set[int] = field(default_factory=set)
+
+    def fits(self, req: Request) -> bool:
+        n = self.node
+        return (
+            (req.platform is None or req.platform == n.platform)
+            and n.name not in req.nodes_excluded
+            and self.cpu + req.cpu <= n.cpu + 1e-9
+            and len(self.gpu_slots) + req.gpu <= n.gpu
+            and self.memory_bytes + req.memory_bytes <= n.memory_bytes
+            and self.storage_bytes + req.storage_bytes <= n.storage_bytes
+        )
+
+    def take(self, req: Request) -> tuple[int, ...]:
+        free = tuple([i for i in range(self.node.gpu) if i not in self.gpu_slots][: req.gpu])
+        self.add(req, free)
+        return free
+
+    def add(self, req: Request, slots: tuple[int, ...]) -> None:
+        self.cpu += req.cpu
+        self.memory_bytes += req.memory_bytes
+        self.storage_bytes += req.storage_bytes
+        self.gpu_slots.update(slots)
+
+    def give(self, req: Request, slots: tuple[int, ...]) -> None:
+        self.cpu -= req.cpu
+        self.memory_bytes -= req.memory_bytes
+        self.storage_bytes -= req.storage_bytes
+        self.gpu_slots.difference_update(slots)
+
+    def copy(self) -> NodeUsage:
+        return NodeUsage(self.node, self.cpu, self.memory_bytes, self.storage_bytes,
+                         set(self.gpu_slots))
+
+
+def _size(req: Request) -> tuple[int, float, int, int]:
+    return (req.gpu, req.cpu, req.memory_bytes, req.storage_bytes)
+
+
+class Scheduler:
+    """Placement state of one pool. Not thread-safe: the reconciler owns it."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.usage = {n.name: NodeUsage(n) for n in pool.nodes}
+        self._queue: OrderedDict[GroupKey, dict[str, Request]] = OrderedDict()
+        self._placed: dict[GroupKey, dict[str, tuple[Request, Placement]]] = {}
+
+    def enqueue(self, key: GroupKey, requests: dict[str, Request]) -> None:
+        """Queue a gang (task name -> request) behind the ones already waiting."""
+        self._queue[key] = requests
+
+    def dequeue(self, key: GroupKey) -> None:
+        """Drop a gang from the queue (cancelled, timed out). Idempotent."""
+        self._queue.pop(key, None)
+
+    def queued(self) -> list[GroupKey]:
+        """Gangs waiting, in order."""
+        return list(self._queue)
+
+    def place_ready(self) -> list[tuple[GroupKey, dict[str, Placement]]]:
+        """Place gangs from the head of the queue while they fit; stop at the first that
+        does not. Returns each placed gang with its task placements."""
+        placed = []
+        while self._queue:
+            key, requests = next(iter(self._queue.items()))
+            placements = self._fit(requests)
+            if placements is None:
+                break
+            del self._queue[key]
+            self._commit(key, requests, placements)
+            placed.append((key, placements))
+        return placed
+
+    def restore(self, key: GroupKey, requests: dict[str, Request],
+                placements: dict[str, Placement]) -> None:
+        """Re-apply a placement found in the store after an engine restart."""
+        self._commit(key, requests, placements)
+
+    def release(self, key: GroupKey) -> None:
+        """Give a gang's nodes back. Idempotent."""
+        for req, placement in self._placed.pop(key, {}).values():
+            self.usage[placement.node].give(req, placement.gpu_slots)
+        self.dequeue(key)
+
+    def placement_of(self, key: GroupKey) -> dict[str, Placement]:
+        """The placements of a placed gang (empty if not placed)."""
+        return {t: p for t, (_r, p) in self._placed.get(key, {}).items()}
+
+    def _commit(self, key: GroupKey, requests: dict[str, Request],
+                placements: dict[str, Placement]) -> None:
+        entry = {}
+        for task, placement in placements.items():
+            if placement.node in self.usage:
+                self.usage[placement.node].add(requests[task], placement.gpu_slots)
+                entry[task] = (requests[task], placement)
+        self._placed[key] = entry
+
+    def _fit(self, requests: dict[str, Request]) -> dict[str, Placement] | None:
+        trial = {name: u.copy() for name, u in self.usage.items()}
+        used_by_gang: set[str] = set()
+        placements: dict[str, Placement] = {}
+        for task, req in sorted(requests.items(), key=lambda kv: _size(kv[1]), reverse=True):
+            node = self._pick(trial, req, used_by_gang)
+            if node is None:
+                return None
+            slots = trial[node].take(req)
+            used_by_gang.add(node)
+            placements[task] = Placement(node, slots)
+        return placements
+
+    @staticmethod
+    def _pick(trial: dict[str, NodeUsage], req: Request, used: set[str]) -> str | None:
+        candidates = [u for u in trial.values() if u.fits(req)]
+        if not candidates:
+            return None
+        best = min(candidates, key=lambda u: (u.node.name in used, len(u.gpu_slots), u.cpu))
+        return best.node.name

@@ -1,0 +1,304 @@
+"""Persistence: SQLite under ``$TRAINYARD_HOME`` by default, PostgreSQL (or any SQLAlchemy
+URL) by ``TRAINYARD_DATABASE_URL``.
+
+The store is the one truth. A workflow row carries its searchable columns (name, status,
+pool, submitter, labels, times) and the engine's whole ``WorkflowState`` as JSON; every state
+change is one transaction (``save_state``), so a killed engine leaves either the old or the
+new state, never half of one. Apps (named, versioned templates) live beside workflows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Float,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    func,
+    select,
+)
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from trainyard.errors import NotFoundError, StoreError
+
+__all__ = ["Store", "WorkflowRecord", "AppRecord", "default_url"]
+
+
+class _Base(DeclarativeBase):
+    pass
+
+
+class _Workflow(_Base):
+    __tablename__ = "workflows"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, index=True)
+    name: Mapped[str] = mapped_column(String(200), index=True)
+    status: Mapped[str] = mapped_column(String(40), index=True)
+    pool: Mapped[str] = mapped_column(String(200))
+    submitted_by: Mapped[str] = mapped_column(String(200), index=True)
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    submit_time_s: Mapped[float] = mapped_column(Float)
+    end_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    spec_text: Mapped[str] = mapped_column(Text)
+    source: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class _Counter(_Base):
+    __tablename__ = "workflow_counters"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    next_number: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class _App(_Base):
+    __tablename__ = "apps"
+    __table_args__ = (UniqueConstraint("name", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    owner: Mapped[str] = mapped_column(String(200))
+    spec_text: Mapped[str] = mapped_column(Text)
+    files: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    create_time_s: Mapped[float] = mapped_column(Float)
+    deleted: Mapped[int] = mapped_column(Integer, default=0)
+
+
+@dataclass(frozen=True)
+class WorkflowRecord:
+    """A stored workflow as the rest of trainyard sees it (times in Unix seconds)."""
+
+    id: str
+    name: str
+    status: str
+    pool: str
+    submitted_by: str
+    labels: dict[str, str]
+    submit_time_s: float
+    end_time_s: float | None
+    spec_text: str
+    source: dict[str, Any]
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AppRecord:
+    """One version of a named workflow template."""
+
+    name: str
+    version: int
+    owner: str
+    spec_text: str
+    files: dict[str, str]
+    create_time_s: float
+
+
+def default_url(home: Path) -> str:
+    """The SQLite URL under ``home``."""
+    return f"sqlite:///{home / 'trainyard.db'}"
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+
+
+def _to_record(row: _Workflow) -> WorkflowRecord:
+    return WorkflowRecord(
+        id=row.id,
+        name=row.name,
+        status=row.status,
+        pool=row.pool,
+        submitted_by=row.submitted_by,
+        labels=dict(row.labels or {}),
+        submit_time_s=row.submit_time_s,
+        end_time_s=row.end_time_s,
+        spec_text=row.spec_text,
+        source=dict(row.source or {}),
+        state=row.state,
+    )
+
+
+def _to_app(row: _App) -> AppRecord:
+    return AppRecord(row.name, row.version, row.owner, row.spec_text, dict(row.files or {}),
+                     row.create_time_s)
+
+
+class Store:
+    """Transactions over the workflow and app tables.
+
+    Args:
+        url: an SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://...``).
+
+    Raises:
+        StoreError: from any method, when the database refuses or fails (the cause chained).
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._engine = create_engine(url, future=True)
+        if url.startswith("sqlite"):
+            event.listen(self._engine, "connect", _sqlite_pragmas)
+        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+        try:
+            _Base.metadata.create_all(self._engine)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot open the store at {url}: {exc}") from exc
+
+    @contextmanager
+    def _tx(self) -> Iterator[Session]:
+        try:
+            with self._sessions.begin() as session:
+                yield session
+        except SQLAlchemyError as exc:
+            raise StoreError(f"store transaction failed: {exc}") from exc
+
+    # ------------------------------------------------------------------ workflows
+
+    def next_workflow_id(self, session: Session, name: str) -> tuple[str, int]:
+        counter = session.get(_Counter, name)
+        if counter is None:
+            counter = _Counter(name=name, next_number=1)
+            session.add(counter)
+        number = counter.next_number
+        counter.next_number = number + 1
+        seq = (session.scalar(select(func.max(_Workflow.seq))) or 0) + 1
+        return f"{name}-{number}", seq
+
+    def create_workflow(
+        self,
+        *,
+        name: str,
+        pool: str,
+        submitted_by: str,
+        labels: dict[str, str],
+        spec_text: str,
+        source: dict[str, Any],
+        make_state: Any,
+    ) -> WorkflowRecord:
+        """Store a new workflow in one transaction and return it.
+
+        ``make_state(workflow_id) -> (status, state_dict)`` builds the initial state once the id
+        (OSMO's ``NAME-N``) is known; if it raises, nothing is stored.
+        """
+        with self._tx() as session:
+            workflow_id, seq = self.next_workflow_id(session, name)
+            status, state = make_state(workflow_id)
+            row = _Workflow(
+                id=workflow_id, seq=seq, name=name, status=status, pool=pool,
+                submitted_by=submitted_by, labels=labels, submit_time_s=time.time(),
+                end_time_s=None, spec_text=spec_text, source=source, state=state,
+            )
+            session.add(row)
+            session.flush()
+            return _to_record(row)
+
+    def get_workflow(self, workflow_id: str) -> WorkflowRecord:
+        """The workflow ``workflow_id``. Raises NotFoundError if there is none."""
+        with self._tx() as session:
+            row = session.get(_Workflow, workflow_id)
+            if row is None:
+                raise NotFoundError(
+                    f"no workflow {workflow_id!r}; `trainyard workflow list` shows the ids"
+                )
+            return _to_record(row)
+
+    def save_states(self, updates: dict[str, tuple[str, float | None, dict[str, Any]]]) -> None:
+        """Write several workflows' (status, end time, state) in ONE transaction."""
+        if not updates:
+            return
+        with self._tx() as session:
+            for workflow_id, (status, end_time_s, state) in updates.items():
+                row = session.get(_Workflow, workflow_id)
+                if row is None:
+                    raise StoreError(f"workflow {workflow_id!r} vanished from the store")
+                row.status, row.end_time_s, row.state = status, end_time_s, state
+
+    def list_workflows(
+        self,
+        *,
+        statuses: list[str] | None = None,
+        name: str | None = None,
+        labels: dict[str, str] | None = None,
+        submitted_by: str | None = None,
+        count: int | None = None,
+        active_only: bool = False,
+    ) -> list[WorkflowRecord]:
+        """Workflows, newest first, filtered; ``labels`` must all match exactly."""
+        query = select(_Workflow).order_by(_Workflow.seq.desc())
+        if statuses:
+            query = query.where(_Workflow.status.in_(statuses))
+        if name:
+            query = query.where(_Workflow.name.contains(name))
+        if submitted_by:
+            query = query.where(_Workflow.submitted_by == submitted_by)
+        if active_only:
+            query = query.where(_Workflow.end_time_s.is_(None))
+        with self._tx() as session:
+            rows = [_to_record(r) for r in session.scalars(query)]
+        rows = [r for r in rows if _labels_match(r.labels, labels or {})]
+        return rows[:count] if count else rows
+
+    # ------------------------------------------------------------------ apps
+
+    def create_app(self, name: str, owner: str, spec_text: str, files: dict[str, str]) -> AppRecord:
+        """Add a new version of app ``name`` (version 1 for a new name)."""
+        with self._tx() as session:
+            latest = session.scalar(select(func.max(_App.version)).where(_App.name == name))
+            row = _App(name=name, version=(latest or 0) + 1, owner=owner, spec_text=spec_text,
+                       files=files, create_time_s=time.time(), deleted=0)
+            session.add(row)
+            session.flush()
+            return _to_app(row)
+
+    def get_app(self, name: str, version: int | None = None) -> AppRecord:
+        """The app's latest (or given) version. Raises NotFoundError."""
+        query = select(_App).where(_App.name == name, _App.deleted == 0)
+        query = query.where(_App.version == version) if version else query
+        with self._tx() as session:
+            row = session.scalars(query.order_by(_App.version.desc())).first()
+            if row is None:
+                raise NotFoundError(f"no app {name!r}; `trainyard app list` shows the apps")
+            return _to_app(row)
+
+    def list_apps(self) -> list[AppRecord]:
+        """The latest version of every app, by name."""
+        with self._tx() as session:
+            rows = session.scalars(
+                select(_App).where(_App.deleted == 0).order_by(_App.name, _App.version.desc())
+            ).all()
+        latest: dict[str, AppRecord] = {}
+        for row in rows:
+            latest.setdefault(row.name, _to_app(row))
+        return list(latest.values())
+
+    def delete_app(self, name: str) -> int:
+        """Delete every version of app ``name``; returns how many. Raises NotFoundError."""
+        with self._tx() as session:
+            rows = session.scalars(select(_App).where(_App.name == name, _App.deleted == 0)).all()
+            if not rows:
+                raise NotFoundError(f"no app {name!r}; `trainyard app list` shows the apps")
+            for row in rows:
+                row.deleted = 1
+            return len(rows)
+
+
+def _labels_match(have: dict[str, str], want: dict[str, str]) -> bool:
+    return all(have.get(k) == v for k, v in want.items())

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from trainyard.engine.scheduler import Placement, Request, Scheduler
+from trainyard.pools import NodeSpec, Pool
+
+
+def _pool(n: int = 2, gpu: int = 8, cpu: float = 16, platform: str | None = None) -> Pool:
+    nodes = [NodeSpec(name=f"n{i}", gpu=gpu, cpu=cpu, platform=platform) for i in range(n)]
+    return Pool(name="p", nodes=nodes)
+
+
+def test_gang_is_placed_whole_on_distinct_nodes() -> None:
+    sched = Scheduler(_pool())
+    sched.enqueue(("w", "g"), {"master": Request(gpu=8), "worker": Request(gpu=8)})
+    [(key, placements)] = sched.place_ready()
+    assert key == ("w", "g")
+    assert {p.node for p in placements.values()} == {"n0", "n1"}
+    assert all(p.gpu_slots == tuple(range(8)) for p in placements.values())
+
+
+def test_gang_that_does_not_fit_whole_waits_and_blocks_later_gangs() -> None:
+    sched = Scheduler(_pool())
+    sched.enqueue(("w1", "g"), {"a": Request(gpu=8)})
+    assert len(sched.place_ready()) == 1
+    sched.enqueue(("w2", "big"), {"a": Request(gpu=8), "b": Request(gpu=8)})
+    sched.enqueue(("w3", "small"), {"a": Request(gpu=1)})
+    assert sched.place_ready() == []
+    assert sched.queued() == [("w2", "big"), ("w3", "small")]
+    sched.release(("w1", "g"))
+    placed = [key for key, _ in sched.place_ready()]
+    assert placed == [("w2", "big")]
+    assert sched.queued() == [("w3", "small")]
+
+
+def test_gpu_slots_are_exclusive_and_reused_after_release() -> None:
+    sched = Scheduler(_pool(n=1, gpu=4))
+    sched.enqueue(("w1", "g"), {"a": Request(gpu=2)})
+    sched.enqueue(("w2", "g"), {"a": Request(gpu=2)})
+    (_, p1), (_, p2) = sched.place_ready()
+    assert set(p1["a"].gpu_slots).isdisjoint(p2["a"].gpu_slots)
+    sched.release(("w1", "g"))
+    sched.enqueue(("w3", "g"), {"a": Request(gpu=2)})
+    [(_, p3)] = sched.place_ready()
+    assert p3["a"].gpu_slots == p1["a"].gpu_slots
+
+
+def test_platform_and_nodes_excluded_are_respected() -> None:
+    pool = Pool(name="p", nodes=[NodeSpec(name="a", platform="x"), NodeSpec(name="b", platform="y")])
+    sched = Scheduler(pool)
+    sched.enqueue(("w", "g"), {"t": Request(platform="y")})
+    [(_, placements)] = sched.place_ready()
+    assert placements["t"].node == "b"
+    sched.enqueue(("w2", "g"), {"t": Request(nodes_excluded=frozenset({"a", "b"}))})
+    assert sched.place_ready() == []
+
+
+def test_cpu_memory_storage_counted_per_node() -> None:
+    sched = Scheduler(_pool(n=1, cpu=4))
+    sched.enqueue(("w", "g"), {"a": Request(cpu=3), "b": Request(cpu=2)})
+    assert sched.place_ready() == []
+
+
+def test_restore_counts_usage_again() -> None:
+    sched = Scheduler(_pool(n=1, gpu=2))
+    sched.restore(("w", "g"), {"a": Request(gpu=2)}, {"a": Placement("n0", (0, 1))})
+    sched.enqueue(("w2", "g"), {"a": Request(gpu=1)})
+    assert sched.place_ready() == []
+    assert sched.placement_of(("w", "g")) == {"a": Placement("n0", (0, 1))}
