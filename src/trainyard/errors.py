@@ -7,7 +7,8 @@
     ├── BackendError                a backend could not do what was asked (exit 5)
     ├── StoreError                  the store refused or failed a transaction (exit 6)
     ├── ServerError                 the server is unreachable or answered an error (exit 7)
-    │   └── AuthError               missing or wrong token, or not your workflow (exit 8)
+    │   └── AuthError               missing or wrong token (HTTP 401, exit 8)
+    │       └── ForbiddenError      not your workflow, not an admin (HTTP 403, exit 8)
     └── DataError                   a transfer to or from storage failed (exit 9)
 
 Backends and clients translate library errors at their edge with ``raise ... from exc``.
@@ -27,6 +28,7 @@ __all__ = [
     "StoreError",
     "ServerError",
     "AuthError",
+    "ForbiddenError",
     "DataError",
 ]
 
@@ -94,6 +96,11 @@ class ServerError(TrainyardError):
 
 class AuthError(ServerError):
     exit_code = 8
+    http_status = 401
+
+
+class ForbiddenError(AuthError):
+    http_status = 403
 
 
 class DataError(TrainyardError):

@@ -1,0 +1,89 @@
+"""The CLI's HTTP client for the trainyard server (httpx).
+
+It finds the server (``$TRAINYARD_SERVER_URL``, else the local one, started in the background
+on first use), sends the token (``$TRAINYARD_TOKEN`` or ``$TRAINYARD_HOME/token``), and turns
+error answers back into trainyard errors so the CLI prints each problem once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from trainyard.errors import (
+    AuthError,
+    ForbiddenError,
+    NotFoundError,
+    ServerError,
+    SpecError,
+    SpecProblem,
+    TrainyardError,
+)
+from trainyard.pools import trainyard_home
+from trainyard.server.auth import read_client_token
+from trainyard.server.process import ensure_running
+
+__all__ = ["Client"]
+
+_BY_STATUS: dict[int, type[TrainyardError]] = {
+    401: AuthError, 403: ForbiddenError, 404: NotFoundError,
+}
+
+
+def _raise_for(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        body = response.json()
+        rows = body.get("detail", [])
+    except ValueError:
+        raise ServerError(f"server answered {response.status_code}: {response.text[:200]}") from None
+    if body.get("kind") == "SpecError" or response.status_code == 422 and isinstance(rows, list) \
+            and rows and "path" in rows[0]:
+        raise SpecError([SpecProblem(**row) for row in rows])
+    if not isinstance(rows, list):
+        rows = [{"message": str(rows)}]
+    message = "; ".join(str(r.get("message", r)) if isinstance(r, dict) else str(r) for r in rows)
+    raise _BY_STATUS.get(response.status_code, ServerError)(message)
+
+
+class Client:
+    """Calls the server's REST API. Every method raises a TrainyardError on failure."""
+
+    def __init__(self, home: Path | None = None, *, url: str | None = None,
+                 token: str | None = None, timeout_s: float = 60.0) -> None:
+        self.home = home or trainyard_home()
+        self.url = url or ensure_running(self.home).url
+        self.token = token if token is not None else read_client_token(self.home)
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request; connection failures become ServerError with what to do."""
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ServerError(
+                f"cannot reach the trainyard server at {self.url} ({exc}); "
+                "start it with `trainyard server start`"
+            ) from exc
+        _raise_for(response)
+        return response
+
+    def json(self, method: str, path: str, **kwargs: Any) -> Any:
+        """A request whose answer is JSON."""
+        return self.request(method, path, **kwargs).json()
+
+    def stream_lines(self, path: str, **params: Any) -> Iterator[str]:
+        """Lines of a streamed text answer, as they arrive."""
+        try:
+            with self._http.stream("GET", path, params=params, timeout=None) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    _raise_for(response)
+                yield from response.iter_lines()
+        except httpx.HTTPError as exc:
+            raise ServerError(f"log stream from {self.url} broke: {exc}") from exc

@@ -1,0 +1,371 @@
+"""The reconciler: the loop that turns backend facts into events, events into new states
+(through the pure state machine), and actions into scheduler and backend calls.
+
+Order of work in one ``step`` (write-ahead, so a killed engine never runs a task twice):
+1. poll every backend for facts and feed them to the state machine, with a ``Tick``;
+2. place queued gangs that fit now (``GroupPlaced`` events);
+3. save every changed workflow in ONE transaction;
+4. only then carry out the actions (start, stop, release), which may yield more events
+   (a start that fails), handled in the same step.
+
+After a restart, ``Engine`` loads every unfinished workflow from the store, re-applies the
+placements of its running groups, and asks the backend which attempts still live; the
+others are reported LOST by the backend's next poll unless their exit was already written.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainyard.backends import get_backend
+from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey
+from trainyard.engine import machine as m
+from trainyard.engine.launch import LaunchContext, build_launches
+from trainyard.engine.plan import build_state
+from trainyard.engine.scheduler import Placement, Request, Scheduler, request_of
+from trainyard.engine.serialize import state_from_dict, state_to_dict
+from trainyard.engine.status import ExitCode, Status
+from trainyard.errors import BackendError, NotFoundError
+from trainyard.pools import Pool, load_pools
+from trainyard.spec.models import WorkflowSpec
+from trainyard.store import Store, WorkflowRecord
+
+__all__ = ["Engine", "Submission"]
+
+log = logging.getLogger("trainyard.engine")
+
+
+@dataclass
+class Submission:
+    """A validated workflow ready to be stored and run."""
+
+    spec: WorkflowSpec
+    spec_text: str
+    user: str
+    pool: Pool
+    labels: dict[str, str] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Live:
+    """An unfinished workflow the engine is driving."""
+
+    state: m.WorkflowState
+    spec: WorkflowSpec
+    pool: str
+
+
+def _fact_to_event(fact: TaskFact) -> m.Event:
+    key, t = fact.key, fact.time_s
+    if fact.kind is FactKind.INITIALIZING:
+        return m.TaskInitializing(t, key.task, key.retry_id)
+    if fact.kind is FactKind.RUNNING:
+        return m.TaskRunning(t, key.task, key.retry_id)
+    if fact.kind is FactKind.LOST:
+        return m.TaskLost(t, key.task, key.retry_id)
+    code = fact.exit_code if fact.kind is FactKind.EXITED else int(ExitCode.START_ERROR)
+    return m.TaskExited(t, key.task, key.retry_id, int(code if code is not None else ExitCode.UNKNOWN))
+
+
+class Engine:
+    """Drives every unfinished workflow of one store.
+
+    Args:
+        store: the store (the one truth).
+        home: ``$TRAINYARD_HOME``; runs live under ``home/runs/<workflow>/<task>/<retry>``.
+        pools: pools by name (default: ``load_pools()``).
+        spec_loader: rebuilds a ``WorkflowSpec`` from a stored record's ``source`` after a
+            restart.
+
+    Thread safety: public methods take one lock; ``run_forever`` calls ``step`` in a loop.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        home: Path,
+        *,
+        pools: dict[str, Pool] | None = None,
+        spec_loader: Callable[[WorkflowRecord], WorkflowSpec] | None = None,
+        poll_interval_s: float = 0.05,
+    ) -> None:
+        self.store = store
+        self.home = home
+        self.pools = pools if pools is not None else load_pools()
+        self.poll_interval_s = poll_interval_s
+        self._spec_loader = spec_loader or _spec_from_source
+        self._lock = threading.RLock()
+        self._live: dict[str, _Live] = {}
+        self._pool_name: dict[str, str] = {}
+        self._schedulers: dict[str, Scheduler] = {}
+        self._backends: dict[str, Backend] = {}
+        self._dirty: set[str] = set()
+        self._changed = threading.Condition(self._lock)
+        self._resume()
+
+    # ------------------------------------------------------------------ public API
+
+    def submit(self, sub: Submission) -> WorkflowRecord:
+        """Store a workflow and start it. Nothing is stored if building its state fails."""
+        self.pools.setdefault(sub.pool.name, sub.pool)
+
+        def make_state(workflow_id: str) -> tuple[str, dict[str, Any]]:
+            state = build_state(workflow_id, sub.spec, max_retries=sub.pool.max_retries,
+                                now_s=time.time())
+            return state.status.value, state_to_dict(state)
+
+        source = {**sub.source, "spec": sub.spec.model_dump(mode="json", by_alias=True)}
+        with self._lock:
+            record = self.store.create_workflow(
+                name=sub.spec.name, pool=sub.pool.name, submitted_by=sub.user,
+                labels=sub.labels, spec_text=sub.spec_text, source=source, make_state=make_state,
+            )
+            self._track(record.id, _Live(state_from_dict(record.state), sub.spec, sub.pool.name))
+            self._process({record.id: [m.Submitted(time.time())]})
+        return self.store.get_workflow(record.id)
+
+    def cancel(self, workflow_id: str) -> None:
+        """Cancel a workflow: every process stopped, status FAILED_CANCELED. Idempotent;
+        a finished workflow is left as it is. Raises NotFoundError for an unknown id."""
+        with self._lock:
+            if workflow_id not in self._live:
+                self.store.get_workflow(workflow_id)  # raises NotFoundError
+                return
+            self._process({workflow_id: [m.CancelRequested(time.time())]})
+
+    def state(self, workflow_id: str) -> m.WorkflowState:
+        """The current state (live or stored). Raises NotFoundError."""
+        with self._lock:
+            if workflow_id in self._live:
+                return self._live[workflow_id].state
+        return state_from_dict(self.store.get_workflow(workflow_id).state)
+
+    def run_dir(self, workflow_id: str, task: str, retry_id: int) -> Path:
+        """Folder of one task attempt (its log, events and sandbox state)."""
+        return self.home / "runs" / workflow_id / task / str(retry_id)
+
+    def step(self) -> None:
+        """One pass of the loop (see the module docstring)."""
+        with self._lock:
+            events: dict[str, list[m.Event]] = {wid: [] for wid in self._live}
+            for fact in self._poll():
+                if fact.key.workflow_id in events:
+                    events[fact.key.workflow_id].append(_fact_to_event(fact))
+            now = time.time()
+            for wid in events:
+                events[wid].append(m.Tick(now))
+            self._process(events)
+
+    def wait(self, workflow_id: str, timeout_s: float | None = None) -> WorkflowRecord:
+        """Block until the workflow is finished (driven by ``run_forever`` in another thread,
+        or by this call when none runs). Returns the stored record."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                if workflow_id not in self._live:
+                    return self.store.get_workflow(workflow_id)
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"workflow {workflow_id} still running after {timeout_s} s")
+            if not self._running_loop:
+                self.step()
+            time.sleep(self.poll_interval_s)
+
+    _running_loop = False
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """Call ``step`` every ``poll_interval_s`` until ``stop`` is set."""
+        self._running_loop = True
+        try:
+            while not stop.is_set():
+                try:
+                    self.step()
+                except Exception:  # noqa: BLE001 - the loop must survive one bad step
+                    log.exception("engine step failed; retrying")
+                stop.wait(self.poll_interval_s)
+        finally:
+            self._running_loop = False
+
+    def close(self) -> None:
+        """Forget backends (their tasks keep running; a new Engine recovers them)."""
+        self._backends.clear()
+
+    # ------------------------------------------------------------------ the loop
+
+    def _process(self, events: dict[str, list[m.Event]]) -> None:
+        while events:
+            actions = self._apply_all(events)
+            actions += self._place_ready()
+            self._flush()
+            events = self._carry_out(actions)
+
+    def _apply_all(self, events: dict[str, list[m.Event]]) -> list[tuple[str, m.Action]]:
+        actions: list[tuple[str, m.Action]] = []
+        for wid, evs in events.items():
+            for ev in evs:
+                actions += self._apply(wid, ev)
+        return actions
+
+    def _apply(self, wid: str, event: m.Event) -> list[tuple[str, m.Action]]:
+        live = self._live.get(wid)
+        if live is None:
+            return []
+        new_state, actions = m.transition(live.state, event)
+        if new_state is not live.state:
+            live.state = new_state
+            self._dirty.add(wid)
+        return [(wid, a) for a in actions]
+
+    def _place_ready(self) -> list[tuple[str, m.Action]]:
+        actions: list[tuple[str, m.Action]] = []
+        for scheduler in self._schedulers.values():
+            for (wid, group), placements in scheduler.place_ready():
+                nodes = {task: p.node for task, p in placements.items()}
+                actions += self._apply(wid, m.GroupPlaced(time.time(), group, nodes))
+        return actions
+
+    def _flush(self) -> None:
+        if not self._dirty:
+            return
+        updates = {}
+        for wid in self._dirty:
+            st = self._live[wid].state
+            updates[wid] = (st.status.value, st.end_time_s, state_to_dict(st))
+        self.store.save_states(updates)
+        self._dirty.clear()
+        for wid, (status, end, _s) in updates.items():
+            if end is not None and self._live[wid].state.status.is_terminal():
+                del self._live[wid]
+        self._changed.notify_all()
+
+    def _carry_out(self, actions: list[tuple[str, m.Action]]) -> dict[str, list[m.Event]]:
+        follow_up: dict[str, list[m.Event]] = {}
+        for wid, action in actions:
+            event = self._do(wid, action)
+            if event is not None:
+                follow_up.setdefault(wid, []).append(event)
+        return follow_up
+
+    def _do(self, wid: str, action: m.Action) -> m.Event | None:
+        if isinstance(action, m.RequestPlacement):
+            self._enqueue(wid, action.group)
+        elif isinstance(action, m.StartTasks):
+            return self._start(wid, action)
+        elif isinstance(action, m.StopTasks):
+            self._stop(wid, action.tasks)
+        elif isinstance(action, m.ReleaseGroup):
+            self._scheduler_of(wid).release((wid, action.group))
+        return None
+
+    # ------------------------------------------------------------------ actions
+
+    def _requests(self, live: _Live, group: str) -> dict[str, Request]:
+        spec_group = next(g for g in live.spec.groups if g.name == group)
+        return {t.name: request_of(live.spec.resource_of(t)) for t in spec_group.tasks}
+
+    def _enqueue(self, wid: str, group: str) -> None:
+        live = self._live.get(wid)
+        if live is not None:
+            self._scheduler_of(wid).enqueue((wid, group), self._requests(live, group))
+
+    def _start(self, wid: str, action: m.StartTasks) -> m.Event | None:
+        live = self._live.get(wid)
+        if live is None:
+            return None
+        backend = self._backend_of(wid)
+        placements = self._scheduler_of(wid).placement_of((wid, action.group))
+        ctx = LaunchContext(
+            home=self.home, workflow_id=wid, spec=live.spec, state=live.state,
+            placements=placements, backend=backend, pool=self._pool_of(wid),
+            upstream_output=self._upstream_output,
+        )
+        try:
+            backend.start_group(build_launches(ctx, action))
+        except BackendError as exc:
+            log.warning("workflow %s group %s did not start: %s", wid, action.group, exc)
+            return m.GroupStartFailed(time.time(), action.group, str(exc), backend_error=True)
+        return None
+
+    def _stop(self, wid: str, tasks: tuple[tuple[str, int], ...]) -> None:
+        keys = [TaskKey(wid, task, retry) for task, retry in tasks]
+        self._backend_of(wid).stop(keys)
+
+    def _upstream_output(self, ref: str, current_wid: str) -> Path:
+        """Output folder of the completed attempt of a task (``TASK`` or ``WORKFLOW:TASK``)."""
+        wid, _, task = ref.rpartition(":")
+        wid = wid or current_wid
+        state = self.state(wid)
+        if task not in state.tasks:
+            raise NotFoundError(f"workflow {wid} has no task {task!r}")
+        return self.run_dir(wid, task, state.tasks[task].retry_id) / "output"
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _track(self, wid: str, live: _Live) -> None:
+        self._live[wid] = live
+        self._pool_name[wid] = live.pool
+
+    def _pool_of(self, wid: str) -> Pool:
+        return self.pools[self._pool_name[wid]]
+
+    def _scheduler_of(self, wid: str) -> Scheduler:
+        pool = self._pool_of(wid)
+        if pool.name not in self._schedulers:
+            self._schedulers[pool.name] = Scheduler(pool)
+        return self._schedulers[pool.name]
+
+    def _backend_of(self, wid: str) -> Backend:
+        pool = self._pool_of(wid)
+        if pool.name not in self._backends:
+            self._backends[pool.name] = get_backend(pool, self.home)
+        return self._backends[pool.name]
+
+    def _poll(self) -> list[TaskFact]:
+        facts: list[TaskFact] = []
+        for backend in list(self._backends.values()):
+            facts += backend.poll()
+        return facts
+
+    def _resume(self) -> None:
+        for record in self.store.list_workflows(active_only=True):
+            if record.pool not in self.pools:
+                log.error("workflow %s names unknown pool %s; left as is", record.id, record.pool)
+                continue
+            state = state_from_dict(record.state)
+            self._track(record.id, _Live(state, self._spec_loader(record), record.pool))
+            self._restore(record.id, state)
+
+    def _restore(self, wid: str, state: m.WorkflowState) -> None:
+        live = self._live[wid]
+        scheduler = self._scheduler_of(wid)
+        keys = []
+        for group in state.groups.values():
+            if group.status is Status.SCHEDULING:
+                scheduler.enqueue((wid, group.name), self._requests(live, group.name))
+            elif group.status in (Status.INITIALIZING, Status.RUNNING):
+                placements = _placements_of(state, group, self.pools[live.pool])
+                scheduler.restore((wid, group.name), self._requests(live, group.name), placements)
+                keys += [TaskKey(wid, t, state.tasks[t].retry_id) for t in group.tasks
+                         if not state.tasks[t].status.is_terminal()]
+        if keys:
+            self._backend_of(wid).recover(keys)
+
+
+def _placements_of(state: m.WorkflowState, group: m.GroupState, pool: Pool) -> dict[str, Placement]:
+    """Placements of a running group rebuilt from the stored task nodes and GPU slots."""
+    out = {}
+    for name in group.tasks:
+        task = state.tasks[name]
+        if task.node is not None:
+            out[name] = Placement(task.node, tuple(getattr(task, "gpu_slots", ()) or ()))
+    return out
+
+
+def _spec_from_source(record: WorkflowRecord) -> WorkflowSpec:
+    return WorkflowSpec.model_validate(record.source["spec"])

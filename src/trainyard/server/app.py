@@ -1,0 +1,190 @@
+"""The REST API (FastAPI) over the service facade; the engine's loop runs inside it.
+
+Every route but ``/api/health`` needs ``Authorization: Bearer TOKEN`` (401 otherwise).
+Errors answer ``{"detail": [{"message": ..., "path", "line", "file"}], "kind": ...}`` with a
+status code per error class, so the CLI prints each problem once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from pydantic import BaseModel
+
+import trainyard
+from trainyard.errors import AuthError, NotFoundError, SpecError, TrainyardError
+from trainyard.server.auth import TokenRegistry, User
+from trainyard.server.service import Service, SpecRequest, spec_error_json
+
+__all__ = ["create_app"]
+
+_STATUS = {SpecError: 422, NotFoundError: 404}
+
+
+class AppRequest(BaseModel):
+    """An app version: a workflow template with its ``localpath`` files inlined."""
+
+    spec_text: str
+    files: dict[str, str] = {}
+
+
+def _error_response(exc: TrainyardError) -> JSONResponse:
+    if isinstance(exc, SpecError):
+        detail = spec_error_json(exc)
+    else:
+        detail = [{"message": str(exc), "path": "", "line": None, "file": None}]
+    status = getattr(exc, "http_status", None) or next(
+        (code for cls, code in _STATUS.items() if isinstance(exc, cls)), 400
+    )
+    return JSONResponse({"kind": type(exc).__name__, "detail": detail}, status_code=status)
+
+
+def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = True) -> FastAPI:
+    """The API app. With ``run_engine``, the engine loop runs in a thread for the app's life."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        stop = threading.Event()
+        thread = threading.Thread(target=service.engine.run_forever, args=(stop,),
+                                  name="trainyard-engine", daemon=True)
+        if run_engine:
+            thread.start()
+        yield
+        stop.set()
+        if run_engine:
+            thread.join(timeout=10)
+
+    app = FastAPI(title="trainyard", version=trainyard.__version__, lifespan=lifespan)
+
+    @app.exception_handler(TrainyardError)
+    async def _on_error(_request: Request, exc: TrainyardError) -> JSONResponse:
+        return _error_response(exc)
+
+    def user(authorization: Annotated[str | None, Header()] = None) -> User:
+        token = None
+        if authorization and authorization.lower().startswith("bearer "):
+            token = authorization[7:].strip()
+        return tokens.authenticate(token)
+
+    Caller = Annotated[User, Depends(user)]
+    _routes(app, service, Caller)
+    return app
+
+
+def _routes(app: FastAPI, service: Service, Caller: Any) -> None:  # noqa: N803 - a type
+    @app.get("/api/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok", "version": trainyard.__version__}
+
+    @app.get("/api/version")
+    def version(_u: Caller) -> dict[str, str]:
+        return {"version": trainyard.__version__}
+
+    @app.post("/api/workflow/validate")
+    def validate(req: SpecRequest, _u: Caller) -> dict[str, Any]:
+        loaded = service.load(req)
+        return {"valid": True, "name": loaded.workflow.name, "pool": loaded.pool.name}
+
+    @app.post("/api/workflow/spec", response_class=PlainTextResponse)
+    def render(req: SpecRequest, _u: Caller) -> str:
+        return service.load(req).rendered_text
+
+    @app.post("/api/workflow")
+    def submit(req: SpecRequest, u: Caller, dry_run: bool = False) -> dict[str, Any]:
+        if dry_run:
+            loaded = service.load(req)
+            return {"dry_run": True, "name": loaded.workflow.name, "pool": loaded.pool.name,
+                    "spec": loaded.rendered_text}
+        return service.submit(req, u)
+
+    @app.post("/api/workflow/{workflow_id}/resubmit")
+    def resubmit(workflow_id: str, u: Caller, req: SpecRequest | None = None) -> dict[str, Any]:
+        return service.resubmit(workflow_id, u, req)
+
+    @app.get("/api/workflow")
+    def list_workflows(
+        u: Caller,
+        status: Annotated[list[str] | None, Query()] = None,
+        name: str | None = None,
+        label: Annotated[list[str] | None, Query()] = None,
+        count: int | None = None,
+    ) -> list[dict[str, Any]]:
+        labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
+        return service.list(u, statuses=status, name=name, labels=labels, count=count)
+
+    @app.get("/api/workflow/{workflow_id}")
+    def query(workflow_id: str, u: Caller, verbose: bool = False) -> dict[str, Any]:
+        return service.query(workflow_id, u, verbose=verbose)
+
+    @app.get("/api/workflow/{workflow_id}/logs")
+    def logs(workflow_id: str, u: Caller, task: str | None = None,
+             retry_id: int | None = None, follow: bool = False,
+             lines: int | None = None) -> Any:
+        if follow:
+            stream = service.follow_logs(workflow_id, u, task=task, retry_id=retry_id)
+            return StreamingResponse(_with_newlines(stream), media_type="text/plain")
+        text = "".join(line + "\n" for line in
+                       service.logs(workflow_id, u, task=task, retry_id=retry_id, last_lines=lines))
+        return PlainTextResponse(text)
+
+    @app.post("/api/workflow/{workflow_id}/cancel")
+    def cancel(workflow_id: str, u: Caller) -> dict[str, Any]:
+        return service.cancel(workflow_id, u)
+
+    @app.post("/api/workflow/{workflow_id}/restart")
+    def restart(workflow_id: str, u: Caller) -> dict[str, Any]:
+        return service.restart(workflow_id, u)
+
+    _app_routes(app, service, Caller)
+
+    @app.get("/api/pool")
+    def pools(_u: Caller) -> list[dict[str, Any]]:
+        return service.pools()
+
+    @app.get("/api/resource")
+    def resources(_u: Caller, pool: str | None = None) -> list[dict[str, Any]]:
+        return service.resources(pool)
+
+
+def _app_routes(app: FastAPI, service: Service, Caller: Any) -> None:  # noqa: N803
+    store = service.engine.store
+
+    @app.post("/api/app/{name}")
+    def create(name: str, req: AppRequest, u: Caller) -> dict[str, Any]:
+        service.load(SpecRequest(spec_text=req.spec_text, files=req.files, spec_name=name))
+        rec = store.create_app(name, u.name, req.spec_text, req.files)
+        return {"name": rec.name, "version": rec.version}
+
+    @app.get("/api/app")
+    def list_apps(_u: Caller) -> list[dict[str, Any]]:
+        return [{"name": a.name, "version": a.version, "owner": a.owner} for a in store.list_apps()]
+
+    @app.get("/api/app/{name}")
+    def show(name: str, _u: Caller, version: int | None = None) -> dict[str, Any]:
+        a = store.get_app(name, version)
+        return {"name": a.name, "version": a.version, "owner": a.owner, "spec": a.spec_text}
+
+    @app.post("/api/app/{name}/submit")
+    def submit_app(name: str, req: SpecRequest, u: Caller,
+                   version: int | None = None) -> dict[str, Any]:
+        a = store.get_app(name, version)
+        full = req.model_copy(update={"spec_text": a.spec_text, "files": a.files,
+                                      "spec_name": f"{a.name}:{a.version}"})
+        return service.submit(full, u)
+
+    @app.delete("/api/app/{name}")
+    def delete(name: str, u: Caller) -> dict[str, Any]:
+        a = store.get_app(name)
+        if not u.admin and a.owner != u.name:
+            raise AuthError(f"app {name} belongs to {a.owner}")
+        return {"name": name, "deleted_versions": store.delete_app(name)}
+
+
+def _with_newlines(lines: Iterator[str]) -> Iterator[str]:
+    for line in lines:
+        yield line + "\n"

@@ -1,0 +1,264 @@
+"""The service facade: what the REST API (and tests) call. No HTTP here.
+
+It loads and validates specs (``trainyard.spec``), hands workflows to the engine, shapes
+records into the JSON the CLI prints, reads logs, and enforces who may see what: a user
+reads and cancels only their own workflows unless an admin.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from trainyard import spec as specapi
+from trainyard.engine import machine as m
+from trainyard.engine.reconciler import Engine, Submission
+from trainyard.errors import ForbiddenError, NotFoundError, SpecError, SpecProblem
+from trainyard.pools import DEFAULT_POOL, Pool
+from trainyard.server.auth import User
+from trainyard.store import WorkflowRecord
+
+__all__ = ["SpecRequest", "Service", "iso"]
+
+
+class SpecRequest(BaseModel):
+    """A spec as the CLI sends it: text, its ``localpath`` files inlined, and parameters."""
+
+    spec_text: str
+    spec_name: str = "spec.yaml"
+    files: dict[str, str] = Field(default_factory=dict)
+    set: list[str] = Field(default_factory=list)
+    set_string: list[str] = Field(default_factory=list)
+    set_env: list[str] = Field(default_factory=list)
+    pool: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+def iso(time_s: float | None) -> str | None:
+    """Unix seconds as ISO 8601 UTC (``2026-11-22T10:00:00.123456+00:00``), None as None."""
+    if time_s is None:
+        return None
+    return datetime.fromtimestamp(time_s, tz=timezone.utc).isoformat()
+
+
+def _log_time(line: str) -> str:
+    return line[:19]
+
+
+class Service:
+    """Operations of the API, for one engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # ------------------------------------------------------------------ specs
+
+    def pool(self, name: str | None) -> Pool:
+        """The pool called ``name`` (default ``local``). Raises NotFoundError."""
+        name = name or DEFAULT_POOL
+        if name not in self.engine.pools:
+            pools = ", ".join(sorted(self.engine.pools))
+            raise NotFoundError(f"unknown pool {name!r}; pools: {pools}")
+        return self.engine.pools[name]
+
+    def load(self, req: SpecRequest) -> specapi.LoadedSpec:
+        """Render, parse and validate a spec against its pool. Raises SpecError."""
+        loaded = specapi.load_request(
+            req.spec_text, files=req.files, spec_name=req.spec_name, set_values=req.set,
+            set_strings=req.set_string, set_env=req.set_env, labels=req.labels,
+            pool_lookup=self.pool, pool_name=req.pool,
+        )
+        return loaded
+
+    def submit(self, req: SpecRequest, user: User) -> dict[str, Any]:
+        """Validate and start a workflow. Returns ``{"id", "name", "status"}``."""
+        loaded = self.load(req)
+        source = {"request": req.model_dump()}
+        record = self.engine.submit(Submission(
+            spec=loaded.workflow, spec_text=loaded.rendered_text, user=user.name,
+            pool=loaded.pool, labels=dict(loaded.workflow.labels), source=source,
+        ))
+        return {"id": record.id, "name": record.name, "status": record.status}
+
+    def resubmit(self, workflow_id: str, user: User, overrides: SpecRequest | None) -> dict[str, Any]:
+        """Submit again the stored request of ``workflow_id`` (its ``--set`` values kept,
+        those in ``overrides`` appended, so they win)."""
+        record = self._readable(workflow_id, user)
+        stored = SpecRequest.model_validate(record.source["request"])
+        if overrides is not None:
+            stored.set += overrides.set
+            stored.set_string += overrides.set_string
+            stored.set_env += overrides.set_env
+            stored.labels.update(overrides.labels)
+            stored.pool = overrides.pool or stored.pool
+        return self.submit(stored, user)
+
+    # ------------------------------------------------------------------ reads
+
+    def _readable(self, workflow_id: str, user: User) -> WorkflowRecord:
+        record = self.engine.store.get_workflow(workflow_id)
+        if not user.admin and record.submitted_by != user.name:
+            raise ForbiddenError(
+                f"workflow {workflow_id} belongs to {record.submitted_by}; only they or an "
+                "admin may read or change it"
+            )
+        return record
+
+    def query(self, workflow_id: str, user: User, *, verbose: bool = False) -> dict[str, Any]:
+        """The workflow in the CLI's JSON shape (``groups[].tasks[]``; ``retries`` when verbose)."""
+        record = self._readable(workflow_id, user)
+        state = self.engine.state(workflow_id)
+        return _workflow_json(record, state, verbose)
+
+    def list(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
+             labels: dict[str, str] | None = None, count: int | None = None) -> list[dict[str, Any]]:
+        """Workflows visible to ``user``, newest first."""
+        records = self.engine.store.list_workflows(
+            statuses=statuses, name=name, labels=labels, count=count,
+            submitted_by=None if user.admin else user.name,
+        )
+        return [_summary_json(r) for r in records]
+
+    # ------------------------------------------------------------------ changes
+
+    def cancel(self, workflow_id: str, user: User) -> dict[str, Any]:
+        """Cancel; returns the workflow summary."""
+        self._readable(workflow_id, user)
+        self.engine.cancel(workflow_id)
+        return _summary_json(self.engine.store.get_workflow(workflow_id))
+
+    def restart(self, workflow_id: str, user: User) -> dict[str, Any]:
+        """Run the failed groups of a failed workflow again, keeping completed ones."""
+        self._readable(workflow_id, user)
+        self.engine.restart(workflow_id)
+        return _summary_json(self.engine.store.get_workflow(workflow_id))
+
+    # ------------------------------------------------------------------ logs
+
+    def _log_files(self, workflow_id: str, task: str | None, retry_id: int | None) -> list[Path]:
+        state = self.engine.state(workflow_id)
+        if task is not None and task not in state.tasks:
+            names = ", ".join(state.tasks)
+            raise NotFoundError(f"workflow {workflow_id} has no task {task!r}; tasks: {names}")
+        files = []
+        for name, ts in state.tasks.items():
+            if task is not None and name != task:
+                continue
+            retries = [retry_id] if retry_id is not None else range(ts.retry_id + 1)
+            files += [self.engine.run_dir(workflow_id, name, r) / "task.log" for r in retries]
+        return files
+
+    def logs(self, workflow_id: str, user: User, *, task: str | None = None,
+             retry_id: int | None = None, last_lines: int | None = None) -> list[str]:
+        """Log lines of the workflow (all tasks merged by time), or of one task/attempt."""
+        self._readable(workflow_id, user)
+        streams = [_read_lines(p) for p in self._log_files(workflow_id, task, retry_id)]
+        lines = list(heapq.merge(*streams, key=_log_time))
+        return lines[-last_lines:] if last_lines else lines
+
+    def follow_logs(self, workflow_id: str, user: User, *, task: str | None = None,
+                    retry_id: int | None = None, poll_s: float = 0.2) -> Iterator[str]:
+        """Log lines as they are written, until the workflow ends and its logs are drained."""
+        self._readable(workflow_id, user)
+        offsets: dict[Path, int] = {}
+        while True:
+            finished = self.engine.state(workflow_id).status.is_terminal()
+            for path in self._log_files(workflow_id, task, retry_id):
+                yield from _read_new(path, offsets)
+            if finished:
+                return
+            time.sleep(poll_s)
+
+    # ------------------------------------------------------------------ pools
+
+    def pools(self) -> list[dict[str, Any]]:
+        """Every pool with its backend and node count."""
+        return [
+            {"name": p.name, "backend": p.backend, "nodes": len(p.nodes),
+             "platforms": sorted(p.platforms), "max_retries": p.max_retries}
+            for p in self.engine.pools.values()
+        ]
+
+    def resources(self, pool: str | None = None) -> list[dict[str, Any]]:
+        """Every node with capacity, used and free (cpu, gpu, memory_bytes, storage_bytes)."""
+        rows = []
+        for p in self.engine.pools.values():
+            if pool and p.name != pool:
+                continue
+            usage = self.engine.usage(p.name)
+            rows += [_node_json(p, node, usage.get(node.name)) for node in p.nodes]
+        return rows
+
+
+def _read_lines(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    return path.read_text(errors="replace").splitlines()
+
+
+def _read_new(path: Path, offsets: dict[Path, int]) -> list[str]:
+    if not path.exists():
+        return []
+    with path.open("rb") as handle:
+        handle.seek(offsets.get(path, 0))
+        data = handle.read()
+    end = data.rfind(b"\n") + 1
+    offsets[path] = offsets.get(path, 0) + end
+    return data[:end].decode(errors="replace").splitlines()
+
+
+def _node_json(pool: Pool, node: Any, used: dict[str, Any] | None) -> dict[str, Any]:
+    used = used or {"cpu": 0.0, "gpu": 0, "memory_bytes": 0, "storage_bytes": 0}
+    capacity = {"cpu": node.cpu, "gpu": node.gpu, "memory_bytes": node.memory_bytes,
+                "storage_bytes": node.storage_bytes}
+    free = {k: capacity[k] - used[k] for k in capacity}
+    return {"pool": pool.name, "node": node.name, "platform": node.platform,
+            "capacity": capacity, "used": used, "free": free}
+
+
+def _summary_json(record: WorkflowRecord) -> dict[str, Any]:
+    return {
+        "id": record.id, "name": record.name, "status": record.status, "pool": record.pool,
+        "submitted_by": record.submitted_by, "labels": record.labels,
+        "submit_time": iso(record.submit_time_s), "end_time": iso(record.end_time_s),
+    }
+
+
+def _attempt_json(a: m.TaskAttempt) -> dict[str, Any]:
+    return {"retry_id": a.retry_id, "status": a.status.value, "exit_code": a.exit_code,
+            "node": a.node, "start_time": iso(a.start_time_s), "end_time": iso(a.end_time_s)}
+
+
+def _task_json(t: m.TaskState, verbose: bool) -> dict[str, Any]:
+    out = {"name": t.name, "status": t.status.value, "lead": t.lead, "retry_id": t.retry_id,
+           "exit_code": t.exit_code, "node": t.node, "start_time": iso(t.start_time_s),
+           "end_time": iso(t.end_time_s)}
+    if verbose:
+        out["retries"] = [_attempt_json(a) for a in t.history]
+    return out
+
+
+def _workflow_json(record: WorkflowRecord, state: m.WorkflowState, verbose: bool) -> dict[str, Any]:
+    groups = [
+        {"name": g.name, "status": g.status.value,
+         "tasks": [_task_json(state.tasks[t], verbose) for t in g.tasks]}
+        for g in state.groups.values()
+    ]
+    return {**_summary_json(record), "status": state.status.value, "groups": groups}
+
+
+def spec_error_json(exc: SpecError) -> list[dict[str, Any]]:
+    """SpecError as JSON rows (for the API's 422 answer)."""
+    return [{"path": p.path, "message": p.message, "line": p.line, "file": p.file}
+            for p in exc.problems]
+
+
+def spec_error_from_json(rows: list[dict[str, Any]]) -> SpecError:
+    """The inverse of ``spec_error_json`` (the CLI rebuilds the error it prints)."""
+    return SpecError([SpecProblem(**row) for row in rows])
