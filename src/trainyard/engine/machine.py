@@ -16,6 +16,7 @@ from trainyard.spec.models import ExitAction
 
 __all__ = [
     "TaskState",
+    "TaskAttempt",
     "GroupState",
     "WorkflowState",
     "Event",
@@ -224,4 +225,6 @@ def transition(state: WorkflowState, event: Event) -> tuple[WorkflowState, list[
         order. Events about an attempt that is not current (old retry id) or a finished
         object are ignored (no actions).
     """
-    raise NotImplementedError  # implemented in engine/rules.py
+    from trainyard.engine import rules  # the rules import these types: import at call time
+
+    return rules.transition(state, event)

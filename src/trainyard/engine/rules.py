@@ -1,0 +1,534 @@
+"""The status rules of trainyard: the body of ``machine.transition``.
+
+``transition(state, event)`` deep-copies ``state``, applies one event to the copy and returns
+it with the actions the reconciler must carry out. No clock (time comes with the event), no
+I/O, no randomness. Every status move is checked against the allowed-transitions tables below
+(STYLE.md #4); an illegal move is a bug and raises ``IllegalTransition``.
+
+Sources (OSMO docs): "Workflow lifecycle", "Group lifecycle" (``ignoreNonleadStatus``),
+"Lead task", "Exit actions", "Exit codes", "Timeouts".
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainyard.engine.machine import (
+    Action,
+    CancelRequested,
+    Event,
+    GroupPlaced,
+    GroupStartFailed,
+    GroupState,
+    ReleaseGroup,
+    RequestPlacement,
+    StartTasks,
+    StopTasks,
+    Submitted,
+    TaskAttempt,
+    TaskExited,
+    TaskInitializing,
+    TaskLost,
+    TaskRunning,
+    TaskState,
+    Tick,
+    WorkflowFinished,
+    WorkflowState,
+)
+from trainyard.engine.status import ExitCode, Status, WorkflowStatus
+from trainyard.errors import NotFoundError
+from trainyard.spec.models import ExitAction
+
+__all__ = [
+    "TASK_TRANSITIONS",
+    "GROUP_TRANSITIONS",
+    "WORKFLOW_TRANSITIONS",
+    "IllegalTransition",
+    "check_move",
+    "action_for",
+    "failure_status",
+    "workflow_status",
+    "transition",
+]
+
+S = Status
+W = WorkflowStatus
+
+# --------------------------------------------------------------------------- tables
+
+#: Statuses a task or group may fail with once its command has started (exit codes 1-255 give
+#: FAILED; OSMO's service exit codes >= 3001 name their own status, see ``failure_status``).
+EXIT_FAILURES = frozenset(
+    {
+        S.FAILED,
+        S.FAILED_BACKEND_ERROR,
+        S.FAILED_SERVER_ERROR,
+        S.FAILED_START_ERROR,
+        S.FAILED_EVICTED,
+        S.FAILED_START_TIMEOUT,
+        S.FAILED_PREEMPTED,
+    }
+)
+_ENDED_WHILE_STARTED = EXIT_FAILURES | {S.COMPLETED, S.FAILED_EXEC_TIMEOUT, S.FAILED_CANCELED}
+_NOT_YET_SCHEDULED = frozenset({S.WAITING, S.SCHEDULING, S.FAILED_CANCELED, S.FAILED_UPSTREAM})
+_SCHEDULING_NEXT = frozenset(
+    {S.INITIALIZING, S.FAILED_QUEUE_TIMEOUT, S.FAILED_START_ERROR, S.FAILED_BACKEND_ERROR,
+     S.FAILED_CANCELED}
+)
+
+#: Task attempt: status -> statuses it may move to. A retried attempt ends RESCHEDULED (in
+#: ``history``) and the task's next attempt starts at INITIALIZING on the same node.
+TASK_TRANSITIONS: dict[Status, frozenset[Status]] = {
+    S.PENDING: _NOT_YET_SCHEDULED,
+    S.WAITING: _NOT_YET_SCHEDULED - {S.WAITING},
+    S.SCHEDULING: _SCHEDULING_NEXT,
+    S.INITIALIZING: _ENDED_WHILE_STARTED | {S.RUNNING, S.RESCHEDULED},
+    S.RUNNING: _ENDED_WHILE_STARTED | {S.RESCHEDULED},
+}
+
+#: Group (gang): status -> statuses it may move to. A group is never RESCHEDULED: its tasks
+#: are, and the group stays where it was (OSMO: "the group status stays at RUNNING").
+GROUP_TRANSITIONS: dict[Status, frozenset[Status]] = {
+    S.PENDING: _NOT_YET_SCHEDULED,
+    S.WAITING: _NOT_YET_SCHEDULED - {S.WAITING},
+    S.SCHEDULING: _SCHEDULING_NEXT,
+    S.INITIALIZING: _ENDED_WHILE_STARTED | {S.RUNNING},
+    S.RUNNING: _ENDED_WHILE_STARTED,
+}
+
+_WORKFLOW_ENDS = frozenset(s for s in W if s.is_terminal()) - {W.FAILED_SUBMISSION}
+
+#: Workflow: status -> statuses it may move to (OSMO "Workflow lifecycle": PENDING until a
+#: group runs, RUNNING while one runs, WAITING between groups, then COMPLETED or FAILED*).
+WORKFLOW_TRANSITIONS: dict[WorkflowStatus, frozenset[WorkflowStatus]] = {
+    W.PENDING: _WORKFLOW_ENDS | {W.RUNNING},
+    W.RUNNING: _WORKFLOW_ENDS | {W.WAITING},
+    W.WAITING: _WORKFLOW_ENDS | {W.RUNNING},
+}
+
+_STARTED = frozenset({S.INITIALIZING, S.RUNNING})  # an attempt the backend was asked to start
+_GROUP_ACTIVE = _STARTED  # a group holding nodes; the workflow is RUNNING while one is
+_PLACEMENT_ASKED = frozenset({S.SCHEDULING}) | _STARTED  # ReleaseGroup when such a group ends
+
+
+class IllegalTransition(RuntimeError):
+    """A status move that the transition tables forbid: a bug in the rules, never user error."""
+
+
+def check_move(kind: str, name: str, old: Any, new: Any, table: dict[Any, frozenset[Any]]) -> None:
+    """Raise IllegalTransition unless ``old -> new`` is in ``table`` (staying put is allowed).
+
+    Args:
+        kind: ``task``, ``group`` or ``workflow`` (for the message).
+        name: the object's name (for the message).
+    """
+    if new != old and new not in table.get(old, frozenset()):
+        allowed = sorted(str(s) for s in table.get(old, frozenset())) or "nothing (terminal)"
+        raise IllegalTransition(
+            f"{kind} {name!r}: {old} -> {new} is not allowed; {old} -> {allowed}"
+        )
+
+
+# --------------------------------------------------------------------------- exit codes
+
+
+def action_for(task: TaskState, exit_code: int) -> ExitAction:
+    """The exit action for ``exit_code`` (OSMO "Exit actions").
+
+    Codes 0-255 are the command's: the task's ``exitActions``, else 0 -> COMPLETE and anything
+    else -> FAIL. Codes >= 256 are OSMO service codes (2010 download, 2024 barrier, 3001
+    backend error, ...): exit actions only cover 0-255, so they always FAIL.
+    """
+    if exit_code < 0 or exit_code > 255:
+        return ExitAction.FAIL
+    for action, codes in task.exit_actions.items():
+        if exit_code in codes:
+            return action
+    return ExitAction.COMPLETE if exit_code == 0 else ExitAction.FAIL
+
+
+_SERVICE_FAILURES: dict[int, Status] = {
+    ExitCode.BACKEND_ERROR: S.FAILED_BACKEND_ERROR,
+    ExitCode.SERVER_ERROR: S.FAILED_SERVER_ERROR,
+    ExitCode.START_ERROR: S.FAILED_START_ERROR,
+    ExitCode.EVICTED: S.FAILED_EVICTED,
+    ExitCode.START_TIMEOUT: S.FAILED_START_TIMEOUT,
+    ExitCode.PREEMPTED: S.FAILED_PREEMPTED,
+}
+
+
+def failure_status(exit_code: int) -> Status:
+    """The status of an attempt that FAILs with ``exit_code`` (OSMO "Exit codes"): the
+    service codes 3001-3006 name their status, every other code gives FAILED."""
+    return _SERVICE_FAILURES.get(exit_code, S.FAILED)
+
+
+# --------------------------------------------------------------------------- one step
+
+
+@dataclass
+class _Step:
+    """The copy being changed by one event, the event's time and the actions so far."""
+
+    state: WorkflowState
+    now_s: float
+    actions: list[Action] = field(default_factory=list)
+
+    def emit(self, action: Action) -> None:
+        self.actions.append(action)
+
+    def task(self, name: str) -> TaskState:
+        if name not in self.state.tasks:
+            raise NotFoundError(f"workflow {self.state.id!r} has no task {name!r}")
+        return self.state.tasks[name]
+
+    def group(self, name: str) -> GroupState:
+        if name not in self.state.groups:
+            raise NotFoundError(f"workflow {self.state.id!r} has no group {name!r}")
+        return self.state.groups[name]
+
+    def tasks_of(self, group: GroupState) -> list[TaskState]:
+        return [self.state.tasks[name] for name in group.tasks]
+
+
+def _set_task(step: _Step, task: TaskState, status: Status) -> None:
+    """Move ``task`` to ``status`` (checked); an ending attempt gets ``end_time_s``."""
+    check_move("task", task.name, task.status, status, TASK_TRANSITIONS)
+    task.status = status
+    if status.is_terminal():
+        task.end_time_s = step.now_s
+
+
+def _set_group(step: _Step, group: GroupState, status: Status) -> None:
+    """Move ``group`` to ``status`` (checked); an ending group gets ``end_time_s``."""
+    check_move("group", group.name, group.status, status, GROUP_TRANSITIONS)
+    group.status = status
+    if status.is_terminal():
+        group.end_time_s = step.now_s
+
+
+# --------------------------------------------------------------------------- groups
+
+
+def _schedule(step: _Step, group: GroupState) -> None:
+    """Group and its tasks -> SCHEDULING; ask the scheduler to place the whole gang."""
+    for task in step.tasks_of(group):
+        _set_task(step, task, S.SCHEDULING)
+    _set_group(step, group, S.SCHEDULING)
+    group.scheduling_since_s = step.now_s
+    step.emit(RequestPlacement(group.name))
+
+
+def _wait(step: _Step, group: GroupState) -> None:
+    """Group and its tasks -> WAITING for their upstream groups (OSMO "Group lifecycle")."""
+    for task in step.tasks_of(group):
+        _set_task(step, task, S.WAITING)
+    _set_group(step, group, S.WAITING)
+
+
+def _schedule_ready(step: _Step) -> None:
+    """Every WAITING group whose upstream groups all COMPLETED starts SCHEDULING (spec order)."""
+    groups = step.state.groups
+    for group in groups.values():
+        ready = all(groups[u].status is S.COMPLETED for u in group.upstream)
+        if group.status is S.WAITING and ready:
+            _schedule(step, group)
+
+
+def _fail_downstream(step: _Step, failed: GroupState) -> None:
+    """Groups fed by ``failed`` -> FAILED_UPSTREAM with exit code 3000, transitively."""
+    for group in step.state.groups.values():
+        if failed.name in group.upstream and not group.status.is_terminal():
+            _end_group(step, group, S.FAILED_UPSTREAM, exit_code=ExitCode.UPSTREAM_FAILED)
+
+
+def _end_tasks(step: _Step, group: GroupState, status: Status, exit_code: int | None) -> None:
+    """The group's unfinished tasks take ``status``; started attempts are stopped.
+
+    A stopped task gets no exit code of its own (``exit_code`` is only set for service codes
+    that OSMO assigns: 3000 upstream, 3001 backend, 3003 start error).
+    """
+    live = [t for t in step.tasks_of(group) if not t.status.is_terminal()]
+    started = tuple((t.name, t.retry_id) for t in live if t.status in _STARTED)
+    for task in live:
+        if exit_code is not None:
+            task.exit_code = exit_code
+        _set_task(step, task, status)
+    if started:
+        step.emit(StopTasks(started))
+
+
+def _end_group(
+    step: _Step, group: GroupState, status: Status, *, exit_code: int | None = None,
+    cascade: bool = True,
+) -> None:
+    """End ``group`` with ``status``: its unfinished tasks too (stopped if started),
+    ReleaseGroup if a placement was asked for, then downstream groups follow (``cascade``):
+    scheduled when it COMPLETED, FAILED_UPSTREAM when it failed (OSMO "Group lifecycle")."""
+    asked = group.status in _PLACEMENT_ASKED
+    _end_tasks(step, group, status, exit_code)
+    _set_group(step, group, status)
+    if asked:
+        step.emit(ReleaseGroup(group.name))
+    if cascade and status is S.COMPLETED:
+        _schedule_ready(step)
+    elif cascade:
+        _fail_downstream(step, group)
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+def _current(step: _Step, task_name: str, retry_id: int) -> TaskState | None:
+    """The task if ``retry_id`` is its current, started attempt; None for a stale report."""
+    task = step.task(task_name)
+    if task.retry_id != retry_id or task.status not in _STARTED:
+        return None
+    return task
+
+
+def _new_attempt(step: _Step, task: TaskState, exit_code: int | None) -> None:
+    """Record the current attempt as RESCHEDULED in ``history`` and start the next one:
+    retry id + 1, INITIALIZING on the same node, no times or exit code yet."""
+    check_move("task", task.name, task.status, S.RESCHEDULED, TASK_TRANSITIONS)
+    task.history.append(
+        TaskAttempt(task.retry_id, S.RESCHEDULED, exit_code, task.node, task.start_time_s,
+                    step.now_s)
+    )
+    task.retry_id += 1
+    task.status = S.INITIALIZING
+    task.exit_code = task.start_time_s = task.end_time_s = None
+
+
+def _retry(step: _Step, task: TaskState, exit_code: int, in_place: bool) -> None:
+    """RESCHEDULE (``in_place`` False) or RESTART: a new attempt of ``task``.
+
+    With ``ignoreNonleadStatus: false`` the group's other started tasks are stopped and
+    restarted with it (OSMO "Group lifecycle"); they get new retry ids but do not use up
+    their own retries. One StartTasks holds every new attempt, in group order.
+    """
+    group = step.state.groups[task.group]
+    task.retries_used += 1
+    peers = [] if group.ignore_nonlead_status else [
+        t for t in step.tasks_of(group) if t is not task and t.status in _STARTED
+    ]
+    if peers:
+        step.emit(StopTasks(tuple((t.name, t.retry_id) for t in peers)))
+    _new_attempt(step, task, exit_code)
+    for peer in peers:
+        _new_attempt(step, peer, None)
+    names = {task.name} | {t.name for t in peers}
+    restarted = tuple((t.name, t.retry_id) for t in step.tasks_of(group) if t.name in names)
+    step.emit(StartTasks(group.name, restarted, restart_in_place=in_place))
+
+
+def _settle_group(step: _Step, task: TaskState) -> None:
+    """After ``task`` ended: the lead's end decides the group (OSMO "Lead task"); a failed
+    non-lead fails the group only with ``ignoreNonleadStatus: false``."""
+    group = step.state.groups[task.group]
+    if task.lead or (task.status.is_failed() and not group.ignore_nonlead_status):
+        _end_group(step, group, task.status)
+
+
+def _task_ended(step: _Step, task: TaskState, exit_code: int) -> None:
+    """Apply the exit action of ``exit_code``; RESCHEDULE/RESTART past ``max_retries``
+    (counted together) is a FAIL."""
+    action = action_for(task, exit_code)
+    retry = action in (ExitAction.RESCHEDULE, ExitAction.RESTART)
+    if retry and task.retries_used < step.state.max_retries:
+        _retry(step, task, exit_code, in_place=action is ExitAction.RESTART)
+        return
+    task.exit_code = exit_code
+    completed = action is ExitAction.COMPLETE
+    _set_task(step, task, S.COMPLETED if completed else failure_status(exit_code))
+    _settle_group(step, task)
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def _on_submitted(step: _Step, event: Submitted) -> None:
+    """Groups without upstream -> SCHEDULING (RequestPlacement, spec order); others WAITING.
+    A second Submitted is ignored."""
+    if any(g.status is not S.PENDING for g in step.state.groups.values()):
+        return
+    for group in step.state.groups.values():
+        (_wait if group.upstream else _schedule)(step, group)
+
+
+def _on_group_placed(step: _Step, event: GroupPlaced) -> None:
+    """A SCHEDULING gang got its nodes: tasks INITIALIZING on them, StartTasks for all.
+
+    A placement that arrives for a group that already ended (cancelled or timed out while
+    queued) is handed back at once with ReleaseGroup; any other one is ignored.
+    """
+    group = step.group(event.group)
+    if group.status.is_terminal():
+        step.emit(ReleaseGroup(group.name))
+    if group.status is not S.SCHEDULING:
+        return
+    missing = sorted(set(group.tasks) - set(event.nodes))
+    if missing:
+        raise ValueError(f"GroupPlaced for {group.name!r} has no node for tasks {missing}")
+    for task in step.tasks_of(group):
+        task.node = event.nodes[task.name]
+        _set_task(step, task, S.INITIALIZING)
+    _set_group(step, group, S.INITIALIZING)
+    step.emit(StartTasks(group.name, tuple((t.name, t.retry_id) for t in step.tasks_of(group))))
+
+
+def _on_group_start_failed(step: _Step, event: GroupStartFailed) -> None:
+    """The backend could not start the gang: group and unfinished tasks FAILED_START_ERROR
+    (exit code 3003), or FAILED_BACKEND_ERROR (3001) for a backend error."""
+    group = step.group(event.group)
+    if group.status not in (S.SCHEDULING, S.INITIALIZING):
+        return
+    if event.backend_error:
+        _end_group(step, group, S.FAILED_BACKEND_ERROR, exit_code=ExitCode.BACKEND_ERROR)
+    else:
+        _end_group(step, group, S.FAILED_START_ERROR, exit_code=ExitCode.START_ERROR)
+
+
+def _on_task_initializing(step: _Step, event: TaskInitializing) -> None:
+    """The attempt's runner started: ``start_time_s`` is set (status stays INITIALIZING)."""
+    task = _current(step, event.task, event.retry_id)
+    if task is not None and task.start_time_s is None:
+        task.start_time_s = step.now_s
+
+
+def _on_task_running(step: _Step, event: TaskRunning) -> None:
+    """Task -> RUNNING; its group -> RUNNING on its first running task (the exec timeout
+    counts from ``running_since_s``). Duplicates are ignored."""
+    task = _current(step, event.task, event.retry_id)
+    if task is None or task.status is S.RUNNING:
+        return
+    _set_task(step, task, S.RUNNING)
+    task.start_time_s = step.now_s if task.start_time_s is None else task.start_time_s
+    group = step.state.groups[task.group]
+    if group.status is S.INITIALIZING:
+        _set_group(step, group, S.RUNNING)
+        group.running_since_s = step.now_s
+
+
+def _on_task_exited(step: _Step, event: TaskExited) -> None:
+    """The current attempt exited with ``exit_code``: apply its exit action."""
+    task = _current(step, event.task, event.retry_id)
+    if task is not None:
+        _task_ended(step, task, event.exit_code)
+
+
+def _on_task_lost(step: _Step, event: TaskLost) -> None:
+    """The attempt vanished: an exit with 3001, so FAILED_BACKEND_ERROR and a FAIL."""
+    task = _current(step, event.task, event.retry_id)
+    if task is not None:
+        _task_ended(step, task, ExitCode.BACKEND_ERROR)
+
+
+def _timed_out(since_s: float | None, limit_s: float | None, now_s: float) -> bool:
+    return since_s is not None and limit_s is not None and now_s - since_s > limit_s
+
+
+def _on_tick(step: _Step, event: Tick) -> None:
+    """OSMO "Timeouts", per group: SCHEDULING longer than ``queue_timeout_s`` ->
+    FAILED_QUEUE_TIMEOUT; RUNNING longer than ``exec_timeout_s`` -> FAILED_EXEC_TIMEOUT
+    (its running tasks stopped). Downstream groups -> FAILED_UPSTREAM."""
+    state = step.state
+    for group in state.groups.values():
+        if group.status is S.SCHEDULING and _timed_out(
+            group.scheduling_since_s, state.queue_timeout_s, step.now_s
+        ):
+            _end_group(step, group, S.FAILED_QUEUE_TIMEOUT)
+        elif group.status is S.RUNNING and _timed_out(
+            group.running_since_s, state.exec_timeout_s, step.now_s
+        ):
+            _end_group(step, group, S.FAILED_EXEC_TIMEOUT)
+
+
+def _on_cancel(step: _Step, event: CancelRequested) -> None:
+    """Every unfinished group and task -> FAILED_CANCELED; started attempts stopped,
+    placements released. Idempotent."""
+    step.state.cancel_requested = True
+    for group in step.state.groups.values():
+        if not group.status.is_terminal():
+            _end_group(step, group, S.FAILED_CANCELED, cascade=False)
+
+
+_HANDLERS: dict[type[Event], Callable[[_Step, Any], None]] = {
+    Submitted: _on_submitted,
+    GroupPlaced: _on_group_placed,
+    GroupStartFailed: _on_group_start_failed,
+    TaskInitializing: _on_task_initializing,
+    TaskRunning: _on_task_running,
+    TaskExited: _on_task_exited,
+    TaskLost: _on_task_lost,
+    Tick: _on_tick,
+    CancelRequested: _on_cancel,
+}
+
+
+# --------------------------------------------------------------------------- workflow
+
+
+def _final_status(state: WorkflowState) -> WorkflowStatus:
+    """Every group ended: COMPLETED if all did, else FAILED_CANCELED after a cancel, else
+    FAILED_EXEC_TIMEOUT / FAILED_QUEUE_TIMEOUT if a group got one, else FAILED."""
+    statuses = {g.status for g in state.groups.values()}
+    if statuses <= {S.COMPLETED}:
+        return W.COMPLETED
+    if state.cancel_requested:
+        return W.FAILED_CANCELED
+    for timeout in (S.FAILED_EXEC_TIMEOUT, S.FAILED_QUEUE_TIMEOUT):
+        if timeout in statuses:
+            return W(timeout.value)
+    return W.FAILED
+
+
+def workflow_status(state: WorkflowState) -> WorkflowStatus:
+    """OSMO "Workflow lifecycle": RUNNING while a group is INITIALIZING or RUNNING; terminal
+    once every group is; otherwise PENDING until a group has run, WAITING after."""
+    groups = state.groups.values()
+    if any(g.status in _GROUP_ACTIVE for g in groups):
+        return W.RUNNING
+    if all(g.status.is_terminal() for g in groups):
+        return _final_status(state)
+    return W.PENDING if state.status is W.PENDING else W.WAITING
+
+
+def _refresh_workflow(step: _Step) -> None:
+    """Move the workflow to ``workflow_status``; on reaching a terminal status set
+    ``end_time_s`` and emit WorkflowFinished (once: a finished workflow never moves)."""
+    state = step.state
+    new = workflow_status(state)
+    check_move("workflow", state.id, state.status, new, WORKFLOW_TRANSITIONS)
+    if new is not state.status and new.is_terminal():
+        state.end_time_s = step.now_s
+        step.emit(WorkflowFinished(new))
+    state.status = new
+
+
+def transition(state: WorkflowState, event: Event) -> tuple[WorkflowState, list[Action]]:
+    """Apply ``event`` to a copy of ``state``.
+
+    Returns:
+        The new state (``state`` is never mutated) and the actions to carry out, in order.
+        Stale or duplicate events (an old retry id, an attempt not started, a finished task
+        or group, a second Submitted or cancel) change nothing and give no actions. Once the
+        workflow finished only a late GroupPlaced does something: ReleaseGroup.
+
+    Raises:
+        NotFoundError: the event names a task or group that the workflow lacks.
+        TypeError: an event type this machine does not know.
+        IllegalTransition: a bug in these rules (a move the tables forbid).
+    """
+    handler = _HANDLERS.get(type(event))
+    if handler is None:
+        raise TypeError(f"unknown event type {type(event).__name__}")
+    step = _Step(copy.deepcopy(state), event.time_s)
+    if state.status.is_terminal() and not isinstance(event, GroupPlaced):
+        return step.state, []
+    handler(step, event)
+    _refresh_workflow(step)
+    return step.state, step.actions
