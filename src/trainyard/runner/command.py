@@ -1,0 +1,96 @@
+"""The user's command as a process: started in its own process group, its stdout and stderr
+forwarded line by line to the task log, stopped with its whole tree.
+
+When the command's main process exits, whatever it left running (background jobs, daemons)
+is killed, as a container's processes die with its main process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from typing import IO
+
+import psutil
+
+from trainyard.runner import proctree
+
+__all__ = ["CommandProcess"]
+
+
+class CommandProcess:
+    """One run of the user's command.
+
+    Args:
+        argv: the command and its arguments, tokens resolved.
+        env: its whole environment.
+        cwd: its working directory.
+        on_line: called with each line of its combined stdout/stderr (no newline).
+    """
+
+    def __init__(
+        self, argv: list[str], env: dict[str, str], cwd: str, on_line: Callable[[str], None]
+    ) -> None:
+        self.argv = argv
+        self.env = env
+        self.cwd = cwd
+        self.on_line = on_line
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._pump: threading.Thread | None = None
+        self._kill_timer: threading.Timer | None = None
+
+    def start(self) -> None:
+        """Start the command. Raises ``OSError`` (e.g. ``FileNotFoundError``) if it cannot."""
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0,
+        )
+        assert self.proc.stdout is not None
+        self._pump = threading.Thread(target=self._forward, args=(self.proc.stdout,),
+                                      name="log-pump", daemon=True)
+        self._pump.start()
+
+    def _forward(self, stream: IO[bytes]) -> None:
+        for raw in iter(stream.readline, b""):
+            self.on_line(raw.decode("utf-8", errors="replace"))
+        stream.close()
+
+    def wait(self) -> int:
+        """Wait for the main process, kill what it left behind, drain its output.
+
+        Returns:
+            Its exit status, ``128 + N`` when signal N killed it.
+        """
+        assert self.proc is not None
+        code = proctree.exit_status(self.proc.wait())
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
+        self.kill_leftovers()
+        if self._pump is not None:
+            self._pump.join(timeout=5.0)
+        return code
+
+    def terminate(self, grace_s: float) -> None:
+        """SIGTERM the command's process group now and SIGKILL it after ``grace_s``.
+        Returns at once; safe to call from a signal handler and more than once."""
+        self._signal_group(signal.SIGTERM)
+        if self._kill_timer is None:
+            self._kill_timer = threading.Timer(grace_s, self._signal_group, (signal.SIGKILL,))
+            self._kill_timer.daemon = True
+            self._kill_timer.start()
+
+    def kill_leftovers(self) -> None:
+        """SIGKILL the command's process group and every descendant of this runner."""
+        self._signal_group(signal.SIGKILL)
+        proctree.send(proctree.descendants(psutil.Process()), signal.SIGKILL)
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass

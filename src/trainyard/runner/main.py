@@ -1,0 +1,278 @@
+"""The task runner: one attempt of one task, the same program on every backend.
+
+Steps (OSMO's sidecar plays this part): report INITIALIZING -> download inputs (failure:
+exit 2010) -> write files (failure: 256) -> barrier (timeout: 2024) -> report RUNNING ->
+run the command with periodic checkpoints -> upload outputs after success only (failure:
+2012) -> report EXITED with the exit code.
+
+Text handling, in this order, for command, args, environment values and file contents:
+``/tmp`` rewriting when the backend gave no private ``/`` (``sandbox.root``), special tokens
+(``trainyard.spec.tokens``), then, for command and args only, Kubernetes' ``$(VAR)``.
+
+SIGTERM (or SIGINT) stops the attempt: the command's process group gets SIGTERM, then SIGKILL
+after ``stop_grace_s``; outputs are not uploaded and the exit code reported is never 0
+(143 when the command itself exited 0).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+from trainyard.engine.status import ExitCode
+from trainyard.errors import DataError
+from trainyard.runner import proctree
+from trainyard.runner.barrier import BarrierTimeout, wait_for_group
+from trainyard.runner.checkpoint import Checkpointer
+from trainyard.runner.command import CommandProcess
+from trainyard.runner.data import DataHook, load_data_hook
+from trainyard.runner.report import EventWriter, TaskLog
+from trainyard.runner.spec import TaskRun
+from trainyard.runner.text import PathRewriter, expand_vars
+from trainyard.spec.tokens import substitute_tokens, token_values
+
+__all__ = ["Runner", "StepFailed", "task_environment", "STOPPED_EXIT_CODE"]
+
+STOPPED_EXIT_CODE = 128 + signal.SIGTERM
+
+
+class StepFailed(Exception):
+    """A runner step failed; ``exit_code`` is what the attempt reports."""
+
+    def __init__(self, exit_code: int, message: str) -> None:
+        self.exit_code = exit_code
+        super().__init__(message)
+
+
+class _Stopped(Exception):
+    """SIGTERM arrived before the command started."""
+
+
+def venv_bin() -> str:
+    """The folder of the interpreter running trainyard (``torchrun``, ``trainyard``, ``python``)."""
+    return str(Path(sys.executable).parent)
+
+
+def task_environment(run: TaskRun, base: dict[str, str]) -> dict[str, str]:
+    """The trainyard variables a task gets (its distributed identity), without the spec's.
+
+    Args:
+        run: the attempt.
+        base: the environment to extend (for PATH).
+    """
+    lead = run.lead_name
+    path = [venv_bin(), *run.sandbox.path_prepend, base.get("PATH", os.defpath)]
+    env = {
+        "TRAINYARD_WORKFLOW_ID": run.workflow_id,
+        "OSMO_WORKFLOW_ID": run.workflow_id,
+        "TRAINYARD_TASK_NAME": run.task,
+        "TRAINYARD_GROUP": run.group,
+        "TRAINYARD_RETRY_ID": str(run.retry_id),
+        "TRAINYARD_LEAD_TASK": lead,
+        "TRAINYARD_LEAD_HOST": run.hosts.get(lead, "127.0.0.1"),
+        "TRAINYARD_GROUP_TASKS": ",".join(run.group_tasks),
+        "TRAINYARD_TASK_INDEX": str(run.task_index),
+        "TRAINYARD_OUTPUT": str(run.output_dir),
+        "PATH": os.pathsep.join(p for p in path if p),
+    }
+    if run.sandbox.root:
+        env["TMPDIR"] = f"{run.sandbox.root.rstrip('/')}/tmp"
+    return env
+
+
+class Runner:
+    """Runs one ``TaskRun``. ``execute()`` does every step and returns the exit code."""
+
+    def __init__(self, run: TaskRun, hook: DataHook | None = None,
+                 echo: IO[str] | None = None) -> None:
+        self.run = run
+        self.hook = hook or load_data_hook()
+        self.run_dir = Path(run.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.events = EventWriter(self.run_dir)
+        self.log = TaskLog(self.run_dir, run.task, echo=echo)
+        self.stop = threading.Event()
+        self.command: CommandProcess | None = None
+        self.rewriter = self._rewriter()
+        self.tokens = token_values(
+            [i.name if i.kind == "task" else None for i in run.inputs],
+            input_dirs=[str(run.input_path(n)) for n in range(len(run.inputs))],
+            output_dir=str(run.output_dir), workflow_id=run.workflow_id, hosts=run.hosts)
+
+    def _rewriter(self) -> PathRewriter | None:
+        root = self.run.sandbox.root
+        if not root:
+            return None
+        tops = {"/tmp"} | {"/" + Path("/", f.path).parts[1] for f in self.run.files
+                           if f.path.startswith("/") and len(Path(f.path).parts) > 1}
+        tops = {t for t in tops if t == "/tmp" or not Path(t).exists()}
+        return PathRewriter(root, tops)
+
+    # ------------------------------------------------------------------ text
+
+    def prepare(self, text: str) -> str:
+        """Rewrite private paths (no private ``/``) and resolve special tokens in ``text``."""
+        if self.rewriter is not None:
+            text = self.rewriter.rewrite(text)
+        return substitute_tokens(text, self.tokens)
+
+    def environment(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(the command's whole environment, the part ``$(VAR)`` may reference)."""
+        own = {k: self.prepare(v) for k, v in self.run.environment.items()}
+        own.update(task_environment(self.run, {**os.environ, **own}))
+        own.update(self.run.sandbox.env)
+        return {**os.environ, **own}, own
+
+    def argv(self, visible: dict[str, str]) -> list[str]:
+        """Command and args with paths, tokens and ``$(VAR)`` resolved."""
+        raw = [*self.run.command, *self.run.args]
+        return [expand_vars(self.prepare(part), visible) for part in raw]
+
+    def cwd(self) -> str:
+        """The command's working directory: ``/``, or the private root without one."""
+        return self.run.sandbox.root or "/"
+
+    def local_path(self, path: str) -> Path:
+        """Where a spec path (absolute, or relative to ``/``) is for this process."""
+        if self.rewriter is not None:
+            return Path(self.rewriter.place(path))
+        return Path("/", path)
+
+    # ------------------------------------------------------------------ steps
+
+    def download_inputs(self) -> None:
+        """Fetch every input into its folder. Raises StepFailed(2010)."""
+        for index, item in enumerate(self.run.inputs):
+            dest = self.run.input_path(index)
+            try:
+                count = self.hook.download(item, dest)
+            except DataError as exc:
+                raise StepFailed(ExitCode.DOWNLOAD_FAILED, f"input {index}: {exc}") from exc
+            self.log.runner(f"input {index} ({item.kind} {item.name}): {count} file(s) in {dest}")
+
+    def write_files(self) -> None:
+        """Write the spec's files (tokens resolved, mode 0755). Raises StepFailed(256)."""
+        for item in self.run.files:
+            target = self.local_path(item.path)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(self.prepare(item.contents))
+                target.chmod(0o755)
+            except OSError as exc:
+                raise StepFailed(ExitCode.INIT_FAILURE, f"cannot write {item.path}: {exc}") from exc
+
+    def pass_barrier(self) -> None:
+        """Wait for the group. Raises StepFailed(2024) on timeout, _Stopped on SIGTERM."""
+        barrier = self.run.barrier
+        if not barrier.enabled:
+            return
+        self.log.runner(f"barrier: waiting for {', '.join(barrier.tasks)}")
+        try:
+            if not wait_for_group(barrier, self.run.task, self.run.retry_id, self.stop):
+                raise _Stopped()
+        except BarrierTimeout as exc:
+            raise StepFailed(ExitCode.BARRIER_FAILED, str(exc)) from exc
+        self.log.runner("barrier: every task of the group is ready")
+
+    def run_command(self) -> int:
+        """Run the command with its checkpoints; returns its exit status."""
+        env, visible = self.environment()
+        argv = self.argv(visible)
+        self.command = CommandProcess(argv, env, self.cwd(), self.log.command)
+        checkpoints = [Checkpointer(c, self.local_path(c.path), self.hook, self.log.runner)
+                       for c in self.run.checkpoints]
+        try:
+            self.command.start()
+        except OSError as exc:
+            self.log.runner(f"cannot start {argv[0]!r}: {exc}")
+            return 127 if isinstance(exc, FileNotFoundError) else 126
+        if self.stop.is_set():
+            self.command.terminate(self.run.stop_grace_s)
+        for checkpoint in checkpoints:
+            checkpoint.start()
+        code = self.command.wait()
+        for checkpoint in checkpoints:
+            checkpoint.finish()
+        return code
+
+    def upload_outputs(self) -> None:
+        """Upload the output folder to every output. Raises StepFailed(2012)."""
+        for target in self.run.outputs:
+            where = target.url or (target.dataset.name if target.dataset else "?")
+            try:
+                count = self.hook.upload(self.run.output_path, target)
+            except DataError as exc:
+                raise StepFailed(ExitCode.UPLOAD_FAILED, f"output to {where}: {exc}") from exc
+            self.log.runner(f"output: {count} file(s) uploaded to {where}")
+
+    # ------------------------------------------------------------------ whole attempt
+
+    def on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        """SIGTERM/SIGINT handler: stop the attempt (see module docstring)."""
+        self.stop.set()
+        if self.command is not None:
+            self.command.terminate(self.run.stop_grace_s)
+
+    def _header(self) -> None:
+        run = self.run
+        self.log.runner(
+            f"workflow {run.workflow_id} task {run.task} retry {run.retry_id} "
+            f"(group {run.group}, task {run.task_index + 1} of {len(run.group_tasks)}"
+            f"{', lead' if run.lead else ''}) image {run.image or '-'}")
+        if run.sandbox.description:
+            self.log.runner(run.sandbox.description)
+
+    def _steps(self) -> tuple[int, str]:
+        self._header()
+        self.run.output_path.mkdir(parents=True, exist_ok=True)
+        self.download_inputs()
+        self.write_files()
+        self.pass_barrier()
+        if self.stop.is_set():
+            raise _Stopped()
+        self.events.emit("RUNNING")
+        code = self.run_command()
+        if self.stop.is_set():
+            return code or STOPPED_EXIT_CODE, "stopped by SIGTERM"
+        if code == 0:
+            self.upload_outputs()
+        return code, ""
+
+    def execute(self) -> int:
+        """Run every step; always reports EXITED (unless killed with SIGKILL)."""
+        self.events.emit("INITIALIZING")
+        try:
+            code, message = self._steps()
+        except StepFailed as exc:
+            code, message = int(exc.exit_code), str(exc)
+        except _Stopped:
+            code, message = STOPPED_EXIT_CODE, "stopped by SIGTERM before the command ran"
+        except Exception as exc:  # the attempt must still report an exit
+            code, message = int(ExitCode.UNKNOWN_RUNTIME), f"runner error: {exc!r}"
+        if message:
+            self.log.runner(message)
+        self.log.runner(f"exit code {code}")
+        self.events.emit("EXITED", exit_code=code, message=message)
+        self.log.close()
+        return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trainyard.runner RUN_JSON``: run the attempt, exit with its code (max 255)."""
+    from trainyard.runner.spec import load_run
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m trainyard.runner RUN_JSON", file=sys.stderr)
+        return 2
+    runner = Runner(load_run(Path(args[0])))
+    proctree.set_child_subreaper()
+    signal.signal(signal.SIGTERM, runner.on_signal)
+    signal.signal(signal.SIGINT, runner.on_signal)
+    code = runner.execute()
+    return min(code, 255)

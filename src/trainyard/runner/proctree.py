@@ -1,0 +1,115 @@
+"""Process trees: find, check and signal a task's processes (runner and backends share this).
+
+A task's processes are found three ways, because each alone misses some:
+- the tree below a known process (``psutil`` children, recursively);
+- its session: a process started with ``start_new_session`` leads a session that every
+  descendant stays in unless it calls ``setsid`` itself (Linux ``/proc/PID/stat``);
+- the runner makes itself a child subreaper, so orphans re-parent to it, not to init.
+A pid alone is never trusted: a pid is reused, so a process is "the same" only if its
+create time matches the one recorded when it started.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Iterable
+
+import psutil
+
+__all__ = [
+    "same_process",
+    "create_time",
+    "descendants",
+    "session_members",
+    "send",
+    "set_child_subreaper",
+    "exit_status",
+]
+
+_PR_SET_CHILD_SUBREAPER = 36
+_CREATE_TIME_TOLERANCE_S = 0.05
+
+
+def create_time(pid: int) -> float | None:
+    """The create time of ``pid`` (psutil's clock), or None if there is no such process."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+
+
+def same_process(pid: int, created: float) -> psutil.Process | None:
+    """The process ``pid`` if it still runs and was created at ``created`` (not a zombie)."""
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - created) > _CREATE_TIME_TOLERANCE_S:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+
+
+def descendants(proc: psutil.Process) -> list[psutil.Process]:
+    """Every live descendant of ``proc`` (not ``proc`` itself)."""
+    try:
+        return proc.children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return []
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[3]) if len(fields) > 3 else None
+
+
+def session_members(sid: int, not_before: float = 0.0) -> list[psutil.Process]:
+    """Live processes of session ``sid`` created at or after ``not_before`` (Linux only;
+    elsewhere an empty list). ``not_before`` guards against a reused session id."""
+    if not sys.platform.startswith("linux"):
+        return []
+    found = []
+    for pid in psutil.pids():
+        if pid == os.getpid() or _session_of(pid) != sid:
+            continue
+        try:
+            proc = psutil.Process(pid)
+            if proc.create_time() + _CREATE_TIME_TOLERANCE_S >= not_before:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def send(procs: Iterable[psutil.Process], sig: signal.Signals) -> int:
+    """Send ``sig`` to each process that still exists; returns how many got it."""
+    sent = 0
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+            sent += 1
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+    return sent
+
+
+def set_child_subreaper() -> bool:
+    """Make this process adopt its orphaned descendants (Linux ``prctl``). True if done."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def exit_status(returncode: int) -> int:
+    """A ``Popen.returncode`` as a shell reports it: a death by signal N is ``128 + N``."""
+    return 128 - returncode if returncode < 0 else returncode

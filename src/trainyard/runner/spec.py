@@ -1,0 +1,204 @@
+"""The task runner's input: ``TaskRun``, the JSON a backend hands to ``python -m trainyard.runner``.
+
+The engine builds one ``TaskRun`` per task attempt from the spec (``TaskSpec``) and the plan;
+the backend may then fill the ``sandbox`` part (how it isolates the task) and write the JSON
+to ``<run_dir>/run.json``. Nothing here names a backend: the same JSON runs everywhere.
+
+Paths are absolute paths as the runner sees them. On the local backend with bubblewrap they
+are host paths bound at the same place inside the sandbox; without bubblewrap they are plain
+host paths (``sandbox.root`` is then set, see ``SandboxSettings``).
+
+Engine fills: workflow_id, group, task, retry_id, lead, lead_task, image, command, args,
+environment, files (contents already read from ``localpath``), inputs (``source``: the
+upstream output folder for ``task:`` inputs), outputs, checkpoints, hosts (``Backend.host_of`` of every task of the group),
+group_tasks, task_index, barrier, run_dir (output_dir and input dirs default under it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "RunFile",
+    "RunDataset",
+    "RunInput",
+    "RunOutput",
+    "RunCheckpoint",
+    "Barrier",
+    "SandboxSettings",
+    "TaskRun",
+    "load_run",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunFile(_Model):
+    """A file the runner writes before the command runs (tokens resolved in ``contents``).
+
+    ``path`` is absolute, or relative to the task's working directory ``/``.
+    """
+
+    path: str
+    contents: str = ""
+
+
+class RunDataset(_Model):
+    """A named dataset (``name`` or ``name:version``), optionally a ``path`` inside it."""
+
+    name: str
+    path: str | None = None
+    regex: str | None = None
+
+
+class RunInput(_Model):
+    """One entry of the task's ``inputs``.
+
+    Attributes:
+        kind: ``task`` (copy an upstream task's output folder), ``url`` (``file://`` built
+            in; other schemes through fsspec or the data hook) or ``dataset`` (data hook).
+        name: the upstream task (``{{input:TASK}}``), the URL, or the dataset name.
+        source: what to fetch: the upstream output folder, the URL, the dataset name.
+        path: for a dataset, the path inside it.
+        regex: only files whose path relative to the source matches (``re.search``).
+        dir: where the input lands (``{{input:N}}``); default ``<run_dir>/input/<N>``.
+    """
+
+    kind: Literal["task", "url", "dataset"]
+    name: str
+    source: str
+    path: str | None = None
+    regex: str | None = None
+    dir: str | None = None
+
+
+class RunOutput(_Model):
+    """One entry of ``outputs``: the output folder is uploaded after success only."""
+
+    url: str | None = None
+    dataset: RunDataset | None = None
+    regex: str | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RunOutput:
+        if (self.url is None) == (self.dataset is None):
+            raise ValueError("an output needs exactly one of url, dataset")
+        return self
+
+
+class RunCheckpoint(_Model):
+    """Upload ``path`` to ``url`` every ``frequency_s`` seconds (pause between the end of
+    one upload and the start of the next) and once more when the command ends."""
+
+    path: str
+    url: str
+    frequency_s: float = Field(gt=0)
+    regex: str | None = None
+
+
+class Barrier(_Model):
+    """Gang barrier before the command: every task of ``tasks`` marks itself ready in
+    ``folder`` (the rendezvous folder, which every task of the group can see) and waits for
+    all of them.
+
+    The engine should give each start of the gang its own ``folder``: ready marks of
+    an earlier gang attempt in the same folder would let the barrier pass early.
+    """
+
+    enabled: bool = False
+    tasks: list[str] = Field(default_factory=list)
+    folder: str | None = Field(
+        default=None, validation_alias=AliasChoices("folder", "rendezvous_dir")
+    )
+    timeout_s: float = 600.0
+    poll_interval_s: float = 0.1
+
+    @model_validator(mode="after")
+    def _dir_when_enabled(self) -> Barrier:
+        if self.enabled and not self.folder:
+            raise ValueError("an enabled barrier needs a rendezvous folder")
+        return self
+
+
+class SandboxSettings(_Model):
+    """What the backend filled in about the task's isolation.
+
+    Attributes:
+        root: set when the backend could NOT give the task its own ``/``: the task's private
+            root folder. The runner then writes files under it (``/tmp/x`` -> ``root/tmp/x``),
+            rewrites ``/tmp`` and those files' paths in command, args, environment and file
+            contents, and runs the command with ``root`` as working directory.
+        path_prepend: folders put on PATH right after the trainyard venv's bin folder (e.g. a
+            folder of busybox applets for ``image: busybox``).
+        env: variables the backend sets (``CUDA_VISIBLE_DEVICES``, ...); they win over the
+            spec's.
+        description: one line for the task log (how the task is isolated).
+    """
+
+    root: str | None = None
+    path_prepend: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    description: str = ""
+
+
+class TaskRun(_Model):
+    """Everything the task runner needs to run one attempt of one task."""
+
+    version: int = 1
+    workflow_id: str
+    group: str
+    task: str
+    retry_id: int = 0
+    lead: bool = False
+    lead_task: str | None = None
+    image: str | None = None
+    command: list[str] = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
+    environment: dict[str, str] = Field(default_factory=dict)
+    files: list[RunFile] = Field(default_factory=list)
+    inputs: list[RunInput] = Field(default_factory=list)
+    outputs: list[RunOutput] = Field(default_factory=list)
+    checkpoints: list[RunCheckpoint] = Field(default_factory=list)
+    hosts: dict[str, str] = Field(default_factory=dict)
+    group_tasks: list[str] = Field(default_factory=list)
+    task_index: int = 0
+    barrier: Barrier = Field(default_factory=Barrier)
+    run_dir: str
+    output_dir: str | None = None
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    stop_grace_s: float = 5.0
+
+    @model_validator(mode="after")
+    def _defaults(self) -> TaskRun:
+        if self.output_dir is None:
+            self.output_dir = str(Path(self.run_dir) / "output")
+        for index, item in enumerate(self.inputs):
+            if item.dir is None:
+                item.dir = str(Path(self.run_dir) / "input" / str(index))
+        if not self.group_tasks:
+            self.group_tasks = [self.task]
+        return self
+
+    @property
+    def output_path(self) -> Path:
+        """The ``{{output}}`` folder."""
+        return Path(str(self.output_dir))
+
+    def input_path(self, index: int) -> Path:
+        """The ``{{input:index}}`` folder."""
+        return Path(str(self.inputs[index].dir))
+
+    @property
+    def lead_name(self) -> str:
+        """The group's lead task (this task when the engine gave none)."""
+        return self.lead_task or self.task
+
+
+def load_run(path: Path) -> TaskRun:
+    """Read ``run.json``. Raises ``pydantic.ValidationError`` or ``OSError``."""
+    return TaskRun.model_validate_json(Path(path).read_text())
