@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainyard.backends import get_backend
+from trainyard import backends
 from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey
 from trainyard.engine import machine as m
 from trainyard.engine.launch import LaunchContext, build_launches
@@ -94,6 +94,7 @@ class Engine:
         *,
         pools: dict[str, Pool] | None = None,
         spec_loader: Callable[[WorkflowRecord], WorkflowSpec] | None = None,
+        backend_factory: Callable[[Pool, Path], Backend] | None = None,
         poll_interval_s: float = 0.05,
     ) -> None:
         self.store = store
@@ -101,6 +102,7 @@ class Engine:
         self.pools = pools if pools is not None else load_pools()
         self.poll_interval_s = poll_interval_s
         self._spec_loader = spec_loader or _spec_from_source
+        self._backend_factory = backend_factory or _default_backend
         self._lock = threading.RLock()
         self._live: dict[str, _Live] = {}
         self._pool_name: dict[str, str] = {}
@@ -146,6 +148,18 @@ class Engine:
             if workflow_id in self._live:
                 return self._live[workflow_id].state
         return state_from_dict(self.store.get_workflow(workflow_id).state)
+
+    def usage(self, pool_name: str) -> dict[str, dict[str, Any]]:
+        """What placed tasks use of each node of a pool: cpu, gpu, memory_bytes, storage_bytes."""
+        with self._lock:
+            scheduler = self._schedulers.get(pool_name)
+            if scheduler is None:
+                return {}
+            return {
+                name: {"cpu": u.cpu, "gpu": len(u.gpu_slots), "memory_bytes": u.memory_bytes,
+                       "storage_bytes": u.storage_bytes}
+                for name, u in scheduler.usage.items()
+            }
 
     def run_dir(self, workflow_id: str, task: str, retry_id: int) -> Path:
         """Folder of one task attempt (its log, events and sandbox state)."""
@@ -323,7 +337,7 @@ class Engine:
     def _backend_of(self, wid: str) -> Backend:
         pool = self._pool_of(wid)
         if pool.name not in self._backends:
-            self._backends[pool.name] = get_backend(pool, self.home)
+            self._backends[pool.name] = self._backend_factory(pool, self.home)
         return self._backends[pool.name]
 
     def _poll(self) -> list[TaskFact]:
@@ -365,6 +379,10 @@ def _placements_of(state: m.WorkflowState, group: m.GroupState, pool: Pool) -> d
         if task.node is not None:
             out[name] = Placement(task.node, tuple(getattr(task, "gpu_slots", ()) or ()))
     return out
+
+
+def _default_backend(pool: Pool, home: Path) -> Backend:
+    return backends.get_backend(pool, home)  # type: ignore[attr-defined]
 
 
 def _spec_from_source(record: WorkflowRecord) -> WorkflowSpec:

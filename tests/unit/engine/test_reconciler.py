@@ -1,0 +1,117 @@
+"""The reconciler over the fake backend and a real SQLite store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainyard.backends.base import TaskLaunch
+from trainyard.backends.fake import FakeBackend, Outcome
+from trainyard.engine.reconciler import Engine, Submission
+from trainyard.engine.status import Status, WorkflowStatus
+from trainyard.pools import NodeSpec, Pool
+from trainyard.spec.models import WorkflowSpec
+from trainyard.store import Store
+
+
+def _spec(body: dict) -> WorkflowSpec:
+    return WorkflowSpec.model_validate(body)
+
+
+def _task(name: str, **extra: object) -> dict:
+    return {"name": name, "command": ["true"], **extra}
+
+
+POOL = Pool(name="local", nodes=[NodeSpec(name=f"n{i}", gpu=8) for i in range(2)])
+
+
+def _engine(tmp_path: Path, backend: FakeBackend) -> Engine:
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    return Engine(store, tmp_path, pools={"local": POOL}, backend_factory=lambda p, h: backend)
+
+
+def _submit(engine: Engine, spec: WorkflowSpec) -> str:
+    return engine.submit(Submission(spec=spec, spec_text="", user="alice", pool=POOL)).id
+
+
+def test_serial_tasks_complete_in_dependency_order(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    engine = _engine(tmp_path, backend)
+    spec = _spec({"name": "serial", "groups": [
+        {"name": "a", "tasks": [_task("a", lead=True)]},
+        {"name": "b", "tasks": [_task("b", lead=True, inputs=[{"task": "a"}])]},
+    ]})
+    wid = _submit(engine, spec)
+    assert wid == "serial-1"
+    record = engine.wait(wid, timeout_s=10)
+    assert record.status == WorkflowStatus.COMPLETED
+    assert [launch.key.task for launch in backend.launches] == ["a", "b"]
+    b_input = backend.launches[1].run["inputs"][0]
+    assert b_input["source"].endswith("serial-1/a/0/output")
+
+
+def test_gang_waits_for_room_then_runs(tmp_path: Path) -> None:
+    backend = FakeBackend(lambda launch: Outcome(0, polls=3))
+    engine = _engine(tmp_path, backend)
+    big = {"name": "big", "resources": {"default": {"gpu": 8}},
+           "groups": [{"name": "g", "tasks": [_task("m", lead=True), _task("w")]}]}
+    first, second = _submit(engine, _spec(big)), _submit(engine, _spec(big))
+    engine.step()
+    assert engine.state(second).groups["g"].status is Status.SCHEDULING
+    assert engine.wait(first, 10).status == "COMPLETED"
+    assert engine.wait(second, 10).status == "COMPLETED"
+    nodes = {launch.node for launch in backend.launches[:2]}
+    assert nodes == {"n0", "n1"}
+
+
+def test_reschedule_runs_a_new_attempt_with_next_retry_id(tmp_path: Path) -> None:
+    def script(launch: TaskLaunch) -> Outcome:
+        return Outcome(3 if launch.key.retry_id == 0 else 0)
+
+    backend = FakeBackend(script)
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "r", "tasks": [
+        _task("t", exitActions={"RESCHEDULE": "3"})]}))
+    assert engine.wait(wid, 10).status == "COMPLETED"
+    assert [launch.key.retry_id for launch in backend.launches] == [0, 1]
+    assert backend.launches[1].run_dir.name == "1"
+
+
+def test_cancel_stops_running_tasks(tmp_path: Path) -> None:
+    backend = FakeBackend(lambda launch: Outcome(None))
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "c", "tasks": [_task("t")]}))
+    engine.step()
+    engine.cancel(wid)
+    record = engine.wait(wid, 10)
+    assert record.status == WorkflowStatus.FAILED_CANCELED
+    assert [k.task for k in backend.stopped] == ["t"]
+
+
+def test_start_failure_fails_the_group(tmp_path: Path) -> None:
+    backend = FakeBackend(refuse_start=lambda launches: True)
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "s", "tasks": [_task("t")]}))
+    record = engine.wait(wid, 10)
+    assert record.status == WorkflowStatus.FAILED
+    assert engine.state(wid).tasks["t"].status is Status.FAILED_BACKEND_ERROR
+
+
+def test_engine_restart_resumes_from_the_store(tmp_path: Path) -> None:
+    backend = FakeBackend(lambda launch: Outcome(0, polls=2))
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "k", "tasks": [_task("a"), _task("b", inputs=[{"task": "a"}])]}))
+    engine.step()
+    engine.close()
+    again = _engine(tmp_path, backend)  # same backend: its tasks "kept running"
+    assert again.wait(wid, 10).status == "COMPLETED"
+    assert [launch.key.task for launch in backend.launches] == ["a", "b"]
+
+
+def test_refused_state_stores_nothing(tmp_path: Path) -> None:
+    engine = _engine(tmp_path, FakeBackend())
+    bad = _spec({"name": "bad", "tasks": [_task("t", inputs=[{"task": "nope"}])]})
+    with pytest.raises(Exception):
+        _submit(engine, bad)
+    assert engine.store.list_workflows() == []
