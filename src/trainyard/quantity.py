@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-__all__ = ["parse_quantity", "parse_duration_s"]
+__all__ = ["parse_quantity", "parse_duration_s", "format_bytes", "format_duration_s"]
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -84,3 +84,25 @@ def parse_duration_s(value: object) -> float:
         )
     number, unit = match.groups()
     return float(number) * _DURATION_UNIT_S[unit]
+
+
+def format_bytes(count: int) -> str:
+    """A byte count in the largest binary unit it reaches, rounded to 0.1 unless exact.
+
+    ``parse_quantity(format_bytes(n)) == n`` whenever the result has no decimal point
+    (``1073741824`` -> ``"1Gi"``, ``1536`` -> ``"1.5Ki"``, ``1000`` -> ``"1000"``).
+    """
+    for suffix, size in sorted(_BINARY.items(), key=lambda kv: -kv[1]):
+        if count >= size:
+            exact = count % size == 0
+            return f"{count // size}{suffix}" if exact else f"{count / size:.1f}{suffix}"
+    return str(count)
+
+
+def format_duration_s(seconds: float) -> str:
+    """A duration in the largest OSMO unit that holds it exactly (``90`` -> ``"90s"``,
+    ``7200`` -> ``"2h"``). ``parse_duration_s(format_duration_s(s)) == s`` for s >= 0."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s" if seconds == int(seconds) else f"{seconds!r}"

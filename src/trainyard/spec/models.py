@@ -13,16 +13,46 @@ Normalised forms (so that the engine never parses text again):
 - ``ResourceSpec`` holds ``cpu`` in cores (float), ``gpu`` as a count, and
   ``memory_bytes`` / ``storage_bytes`` as integers.
 
+The models check every rule that concerns one field or one object (syntax of names,
+quantities, durations, exit codes, labels, mounts, file paths; one lead per group; one kind
+per input). Rules that relate several parts of a spec (unique names, input order, tokens,
+resource references, pool fit) live in ``trainyard.spec.checks`` and ``trainyard.spec.poolfit``.
+A dumped model (``model_dump(by_alias=True)``) validates again to an equal model.
+
 Source: OSMO docs, "Workflow specification" (workflow, groups, tasks, resources, timeouts,
 exit actions, inputs/outputs, files, checkpoint).
 """
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from trainyard.quantity import parse_duration_s, parse_quantity
+from trainyard.spec.fields import (
+    check_env_name,
+    check_file_path,
+    check_label_key,
+    check_label_value,
+    check_labels,
+    check_name,
+    check_regex,
+    check_url,
+    format_exit_codes,
+    parse_exit_codes,
+    split_mount,
+)
 
 __all__ = [
     "ExitAction",
@@ -38,13 +68,17 @@ __all__ = [
     "WorkflowSpec",
     "SpecDocument",
     "DEFAULT_RESOURCE",
+    "SPEC_VERSION",
 ]
 
 DEFAULT_RESOURCE = "default"
+SPEC_VERSION = 2
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=False)
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, frozen=False, coerce_numbers_to_str=True
+    )
 
 
 class ExitAction(StrEnum):
@@ -60,92 +94,217 @@ class ExitAction(StrEnum):
     RESTART = "RESTART"
 
 
-class ResourceSpec(_Model):
-    """Per-task resource request; one named entry of ``workflow.resources``."""
+def _cores(value: Any) -> float:
+    return float(parse_quantity(value))
 
-    cpu: float | None = None
-    gpu: int | None = None
-    memory_bytes: int | None = Field(default=None, alias="memory")
-    storage_bytes: int | None = Field(default=None, alias="storage")
+
+def _byte_count(value: Any) -> int:
+    return math.ceil(parse_quantity(value))
+
+
+def _gpu_count(value: Any) -> int:
+    amount = parse_quantity(value)
+    if amount != int(amount):
+        raise ValueError(f"a GPU count must be a whole number, got {value!r}; ask for 1, 2, ...")
+    return int(amount)
+
+
+def _seconds(value: Any) -> float:
+    seconds = parse_duration_s(value)
+    if seconds <= 0:
+        raise ValueError(f"a duration must be positive, got {value!r}; leave it out for no limit")
+    return seconds
+
+
+def _mount(value: str) -> str:
+    split_mount(value)
+    return value
+
+
+def _not_empty(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty; give a value")
+    return value
+
+
+def _none_as_empty(value: Any) -> Any:
+    return {} if value is None else value
+
+
+_Q = int | float | str
+Name = Annotated[str, AfterValidator(check_name)]
+Url = Annotated[str, AfterValidator(check_url)]
+Regex = Annotated[str, AfterValidator(check_regex)]
+Cores = Annotated[float, BeforeValidator(_cores, json_schema_input_type=_Q)]
+ByteCount = Annotated[int, BeforeValidator(_byte_count, json_schema_input_type=_Q)]
+GpuCount = Annotated[int, BeforeValidator(_gpu_count, json_schema_input_type=_Q)]
+Seconds = Annotated[float, BeforeValidator(_seconds, json_schema_input_type=int | float | str)]
+ExitCodes = Annotated[
+    frozenset[int], BeforeValidator(parse_exit_codes, json_schema_input_type=int | str)
+]
+LabelKey = Annotated[str, AfterValidator(check_label_key)]
+LabelValue = Annotated[str, BeforeValidator(check_label_value, json_schema_input_type=str)]
+EnvName = Annotated[str, AfterValidator(check_env_name)]
+FilePath = Annotated[str, AfterValidator(check_file_path)]
+Mount = Annotated[str, AfterValidator(_mount)]
+NonEmpty = Annotated[str, AfterValidator(_not_empty)]
+
+
+class ResourceSpec(_Model):
+    """Per-task resource request; one named entry of ``workflow.resources``.
+
+    ``cpu``, ``memory`` and ``storage`` take Kubernetes quantities (``500m``, ``4``, ``1Gi``)
+    or plain numbers (cores, bytes); byte counts are rounded up. Source: OSMO docs, "Resources".
+    """
+
+    cpu: Cores | None = None
+    gpu: GpuCount | None = None
+    memory_bytes: ByteCount | None = Field(default=None, alias="memory")
+    storage_bytes: ByteCount | None = Field(default=None, alias="storage")
     platform: str | None = None
     nodes_excluded: list[str] = Field(default_factory=list, alias="nodesExcluded")
     topology: list[dict[str, Any]] | None = None
 
+    @field_validator("platform", mode="before")
+    @classmethod
+    def _blank_platform(cls, value: Any) -> Any:
+        return None if value == "" else value
+
 
 class Timeout(_Model):
-    """Workflow timeouts in seconds. ``None`` means no limit (the pool's default applies)."""
+    """Workflow timeouts in seconds. ``None`` means no limit (the pool's default applies).
 
-    exec_timeout_s: float | None = Field(default=None, alias="exec_timeout")
-    queue_timeout_s: float | None = Field(default=None, alias="queue_timeout")
+    YAML takes ``30s``, ``5m``, ``8h``, ``2d`` or bare seconds. Source: OSMO docs, "Timeouts".
+    """
+
+    exec_timeout_s: Seconds | None = Field(default=None, alias="exec_timeout")
+    queue_timeout_s: Seconds | None = Field(default=None, alias="queue_timeout")
 
 
 class DatasetRef(_Model):
     """A named dataset, optionally pinned to a version or tag (``name:version``)."""
 
-    name: str
+    name: NonEmpty
     path: str | None = None
-    regex: str | None = None
+    regex: Regex | None = None
 
 
 class TaskInput(_Model):
     """One entry of ``inputs``: exactly one of ``task``, ``url`` or ``dataset``."""
 
     task: str | None = None
-    url: str | None = None
+    url: Url | None = None
     dataset: DatasetRef | None = None
-    regex: str | None = None
+    regex: Regex | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TaskInput:
+        _exactly_one(self, ("task", "url", "dataset"))
+        return self
 
 
 class TaskOutput(_Model):
     """One entry of ``outputs``: exactly one of ``url`` or ``dataset``."""
 
-    url: str | None = None
+    url: Url | None = None
     dataset: DatasetRef | None = None
-    regex: str | None = None
+    regex: Regex | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TaskOutput:
+        _exactly_one(self, ("url", "dataset"))
+        return self
+
+
+def _exactly_one(model: BaseModel, kinds: tuple[str, ...]) -> None:
+    given = [k for k in kinds if getattr(model, k) is not None]
+    if len(given) != 1:
+        what = " and ".join(given) if given else "none"
+        raise ValueError(f"give exactly one of {', '.join(kinds)} (got {what})")
 
 
 class FileSpec(_Model):
     """A file written into the task's sandbox before its command runs.
 
     Exactly one of ``contents`` / ``localpath``; after loading, ``localpath`` files have been
-    read into ``contents`` (``localpath`` is kept for display).
+    read into ``contents`` (``localpath`` is kept for display). ``path`` is absolute and not
+    under ``/trainyard`` (reserved for the task runner). Source: OSMO docs, "File injection".
     """
 
-    path: str
+    path: FilePath
     contents: str | None = None
     localpath: str | None = None
+
+    @model_validator(mode="after")
+    def _has_source(self) -> FileSpec:
+        if self.contents is None and self.localpath is None:
+            raise ValueError("give the file's contents or a localpath")
+        return self
 
 
 class CheckpointSpec(_Model):
     """Periodic upload of ``path`` to ``url`` every ``frequency_s`` seconds."""
 
-    path: str
-    url: str
-    frequency_s: float = Field(alias="frequency")
-    regex: str | None = None
+    path: NonEmpty
+    url: Url
+    frequency_s: Seconds = Field(alias="frequency")
+    regex: Regex | None = None
+
+
+def _check_command(value: list[str]) -> list[str]:
+    if not value:
+        raise ValueError("command is empty; give the program to run as a list, such as [sh, -c]")
+    if not value[0].strip():
+        raise ValueError("the program (first element of command) is empty; name a program")
+    return value
+
+
+def _check_exit_actions(value: dict[ExitAction, frozenset[int]]) -> dict[ExitAction, frozenset[int]]:
+    seen: dict[int, ExitAction] = {}
+    for action, codes in value.items():
+        for other in {seen[c] for c in codes if c in seen}:
+            shared = format_exit_codes(c for c in codes if seen.get(c) == other)
+            raise ValueError(
+                f"exit codes {shared} are mapped by both {other} and {action}; "
+                "give each code one action"
+            )
+        seen.update(dict.fromkeys(codes, action))
+    return value
+
+
+Command = Annotated[list[str], AfterValidator(_check_command)]
+ExitActions = Annotated[dict[ExitAction, ExitCodes], AfterValidator(_check_exit_actions)]
 
 
 class TaskSpec(_Model):
     """One task: a process that runs on one node of the pool."""
 
-    name: str
+    name: Name
     image: str | None = None
-    command: list[str]
+    command: Command
     args: list[str] = Field(default_factory=list)
     lead: bool = False
-    environment: dict[str, str] = Field(default_factory=dict)
+    environment: dict[EnvName, str] = Field(default_factory=dict)
     credentials: dict[str, Any] = Field(default_factory=dict)
     inputs: list[TaskInput] = Field(default_factory=list)
     outputs: list[TaskOutput] = Field(default_factory=list)
     files: list[FileSpec] = Field(default_factory=list)
     resource: str = DEFAULT_RESOURCE
-    volume_mounts: list[str] = Field(default_factory=list, alias="volumeMounts")
-    exit_actions: dict[ExitAction, frozenset[int]] = Field(
-        default_factory=dict, alias="exitActions"
-    )
+    volume_mounts: list[Mount] = Field(default_factory=list, alias="volumeMounts")
+    exit_actions: ExitActions = Field(default_factory=dict, alias="exitActions")
     checkpoint: list[CheckpointSpec] = Field(default_factory=list)
     privileged: bool = False
     host_network: bool = Field(default=False, alias="hostNetwork")
+
+    @field_validator(
+        "args", "environment", "credentials", "inputs", "outputs", "files",
+        "volume_mounts", "exit_actions", "checkpoint", mode="before",
+    )
+    @classmethod
+    def _null_is_empty(cls, value: Any, info: Any) -> Any:
+        if value is None:
+            return {} if info.field_name in ("environment", "credentials", "exit_actions") else []
+        return value
 
     def action_for(self, exit_code: int) -> ExitAction:
         """The exit action for ``exit_code``: the spec's mapping, else OSMO's default
@@ -157,12 +316,29 @@ class TaskSpec(_Model):
 
 
 class GroupSpec(_Model):
-    """A gang: tasks scheduled and started together, exactly one of them the lead."""
+    """A gang: tasks scheduled and started together, exactly one of them the lead.
 
-    name: str
+    A group of one task makes that task its lead. Source: OSMO docs, "Group".
+    """
+
+    name: Name
     barrier: bool = True
     ignore_nonlead_status: bool = Field(default=True, alias="ignoreNonleadStatus")
     tasks: list[TaskSpec]
+
+    @model_validator(mode="after")
+    def _one_lead(self) -> GroupSpec:
+        if len(self.tasks) == 1:
+            self.tasks[0].lead = True
+        leads = [t.name for t in self.tasks if t.lead]
+        if not self.tasks:
+            raise ValueError(f"group {self.name!r} has no tasks; give it at least one task")
+        if len(leads) != 1:
+            found = f"{len(leads)} lead tasks ({', '.join(leads)})" if leads else "no lead task"
+            raise ValueError(
+                f"group {self.name!r} has {found}; mark exactly one task with lead: true"
+            )
+        return self
 
     @property
     def lead(self) -> TaskSpec:
@@ -170,15 +346,52 @@ class GroupSpec(_Model):
         return next(t for t in self.tasks if t.lead)
 
 
-class WorkflowSpec(_Model):
-    """The ``workflow:`` section, normalised so that ``groups`` is always set."""
+def _tasks_to_groups(data: Any) -> Any:
+    """Normalise ``tasks:`` into one group per task (OSMO: each task is its own group)."""
+    if not isinstance(data, dict) or "tasks" not in data:
+        return data
+    if "groups" in data:
+        raise ValueError("give tasks or groups, not both; move the tasks into groups")
+    rest = {k: v for k, v in data.items() if k != "tasks"}
+    tasks = data["tasks"]
+    if not isinstance(tasks, list):
+        return {**rest, "groups": tasks}
+    return {**rest, "groups": [_own_group(t) for t in tasks]}
 
-    name: str
+
+def _own_group(task: Any) -> Any:
+    name = task.get("name") if isinstance(task, dict) else getattr(task, "name", None)
+    return {"name": name if isinstance(name, str) else "task", "tasks": [task]}
+
+
+class WorkflowSpec(_Model):
+    """The ``workflow:`` section, normalised so that ``groups`` is always set.
+
+    YAML may give ``tasks`` (each its own group) or ``groups``, never both. ``labels`` follow
+    Kubernetes label syntax, at most 16, string values.
+    """
+
+    name: Name
     pool: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    timeout: Timeout = Field(default_factory=Timeout)
-    resources: dict[str, ResourceSpec] = Field(default_factory=dict)
+    labels: Annotated[
+        dict[LabelKey, LabelValue], BeforeValidator(check_labels)
+    ] = Field(default_factory=dict)
+    timeout: Annotated[Timeout, BeforeValidator(_none_as_empty)] = Field(default_factory=Timeout)
+    resources: Annotated[
+        dict[str, Annotated[ResourceSpec, BeforeValidator(_none_as_empty)]],
+        BeforeValidator(_none_as_empty),
+    ] = Field(default_factory=dict)
     groups: list[GroupSpec] = Field(default_factory=list)
+
+    model_config = ConfigDict(json_schema_extra=lambda schema: _tasks_schema(schema))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        data = _tasks_to_groups(data)
+        if isinstance(data, dict) and not data.get("groups"):
+            raise ValueError("the workflow has no tasks; add tasks: or groups:")
+        return data
 
     def all_tasks(self) -> list[TaskSpec]:
         """Every task of every group, in spec order."""
@@ -196,9 +409,26 @@ class WorkflowSpec(_Model):
         return self.resources.get(task.resource, ResourceSpec())
 
 
+def _tasks_schema(schema: dict[str, Any]) -> None:
+    props = schema.setdefault("properties", {})
+    props["tasks"] = {
+        "type": "array",
+        "items": {"$ref": "#/$defs/TaskSpec"},
+        "description": "Tasks, each its own group (give tasks or groups, not both).",
+    }
+
+
+def _check_version(value: int) -> int:
+    if value != SPEC_VERSION:
+        raise ValueError(f"version {value} is not supported; use version: {SPEC_VERSION}")
+    return value
+
+
 class SpecDocument(_Model):
     """A whole rendered spec file: ``version``, ``workflow`` and ``default-values``."""
 
-    version: int = 2
+    version: Annotated[int, AfterValidator(_check_version)] = SPEC_VERSION
     workflow: WorkflowSpec
-    default_values: dict[str, Any] = Field(default_factory=dict, alias="default-values")
+    default_values: Annotated[dict[str, Any], BeforeValidator(_none_as_empty)] = Field(
+        default_factory=dict, alias="default-values"
+    )

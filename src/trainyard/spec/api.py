@@ -1,0 +1,214 @@
+"""From spec text to a validated ``SpecDocument``: render, parse, check, report.
+
+    text ──render──> YAML text ──parse──> dict ──models──> SpecDocument
+         (sandbox,                  (libyaml)      (field rules)    │
+          limits)                                                   ├─ cross checks (checks.py)
+                                                                    ├─ localpath files
+                                                                    └─ pool fit, mounts (poolfit.py)
+
+Template problems stop at the first (nothing else can be known). After that, every problem
+is collected and raised together in one ``SpecError``, each with its field path, the line in
+the rendered text and the file. Field problems come first: the cross checks run once every
+field is well formed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from trainyard.errors import SpecError, SpecProblem
+from trainyard.pools import Pool, default_local_pool
+from trainyard.spec.checks import check_workflow
+from trainyard.spec.fields import check_env_name
+from trainyard.spec.localfiles import LocalFiles, read_local_files
+from trainyard.spec.models import SpecDocument, WorkflowSpec
+from trainyard.spec import poolfit
+from trainyard.spec.problems import Issue, Layout, issues_from_validation, to_problems
+from trainyard.spec.template import DEFAULT_LIMITS, RenderLimits, render
+from trainyard.spec.yamlsource import LineIndex, parse_yaml
+
+__all__ = ["PoolChoice", "load", "parse", "validate", "check_pool", "json_schema"]
+
+PoolChoice = Pool | Callable[[str | None], Pool] | None
+"""A pool, or a function from the spec's ``workflow.pool`` to a pool; ``None`` is the
+default rehearsal pool ``local`` (``trainyard.pools.default_local_pool()``)."""
+
+
+def load(
+    source: str | os.PathLike[str],
+    *,
+    set_values: Mapping[str, Any] | None = None,
+    set_strings: Mapping[str, str] | None = None,
+    set_env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    pool: PoolChoice = None,
+    spec_path: str | os.PathLike[str] | None = None,
+    files: Mapping[str, str] | None = None,
+    limits: RenderLimits = DEFAULT_LIMITS,
+) -> SpecDocument:
+    """Render, parse and validate a spec.
+
+    Args:
+        source: a ``Path`` (or other path-like) to read, or the spec text itself (a ``str``
+            is always text, never a file name).
+        set_values: ``--set`` values, typed (see ``parse_set_values``).
+        set_strings: ``--set-string`` values; win over ``set_values``.
+        set_env: environment added to every task (wins over the spec's).
+        labels: workflow labels that override the spec's.
+        pool: the pool to check resources and mounts against (see ``PoolChoice``).
+        spec_path: where the spec lives, for ``localpath`` and messages, when ``source``
+            is text.
+        files: ``localpath`` (relative) to contents; when given, the disk is not read.
+        limits: bounds of the template rendering.
+
+    Returns:
+        The validated document; ``localpath`` files are read into ``contents``.
+
+    Raises:
+        SpecError: every problem found (see module doc); a spec file that cannot be read.
+        NotFoundError: ``pool`` is a lookup function and the pool does not exist.
+    """
+    text, path = _read_source(source, spec_path)
+    rendered = render(text, values=set_values, set_strings=set_strings, limits=limits,
+                      file=_display(path))
+    return parse(rendered, spec_path=path, files=files, set_env=set_env, labels=labels, pool=pool)
+
+
+def validate(source: str | os.PathLike[str], **options: Any) -> list[SpecProblem]:
+    """Every problem of a spec, or ``[]`` when it is valid. Takes ``load``'s arguments.
+
+    Raises:
+        NotFoundError: as ``load``. Spec problems are returned, not raised.
+    """
+    try:
+        load(source, **options)
+    except SpecError as exc:
+        return exc.problems
+    return []
+
+
+def parse(
+    rendered: str,
+    *,
+    spec_path: str | os.PathLike[str] | None = None,
+    files: Mapping[str, str] | None = None,
+    set_env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    pool: PoolChoice = None,
+) -> SpecDocument:
+    """Parse and validate rendered spec text (no template syntax left, tokens kept).
+
+    Args: as ``load``.
+
+    Returns:
+        The validated document.
+
+    Raises:
+        SpecError: every problem found.
+    """
+    path = Path(spec_path) if spec_path is not None else None
+    file = _display(path)
+    data = _with_labels(parse_yaml(rendered, file=file), labels)
+    layout = _layout_of(data)
+    doc, issues = _validate_model(data, layout)
+    if doc is not None:
+        issues += _check_document(doc, layout, set_env, LocalFiles(path.parent if path else None, files), pool)
+    if issues:
+        raise SpecError(to_problems(issues, LineIndex(rendered), file))
+    assert doc is not None
+    return doc
+
+
+def check_pool(workflow: WorkflowSpec, pool: Pool) -> list[SpecProblem]:
+    """Resource-fit and mount problems of an already validated workflow on ``pool``.
+
+    For re-checking a stored workflow against another pool; paths are in groups form and
+    carry no line. ``[]`` when it fits.
+    """
+    return to_problems(poolfit.check_pool(workflow, pool), None, None)
+
+
+def json_schema() -> dict[str, Any]:
+    """A JSON Schema of the spec language with the YAML keys, for editors.
+
+    Quantities, durations and exit codes accept their text forms; ``workflow`` takes
+    ``tasks`` or ``groups``.
+    """
+    schema = SpecDocument.model_json_schema(by_alias=True, mode="validation")
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "trainyard / OSMO workflow spec (version 2)", **schema}
+
+
+def _read_source(source: str | os.PathLike[str], spec_path: str | os.PathLike[str] | None) -> tuple[str, Path | None]:
+    if isinstance(source, str):
+        return source, Path(spec_path) if spec_path is not None else None
+    path = Path(source)
+    try:
+        return path.read_text(encoding="utf-8"), path
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise SpecError([SpecProblem("", f"cannot read the spec: {reason}; check the path", None, str(path))]) from None
+
+
+def _display(path: Path | None) -> str | None:
+    return str(path) if path is not None else None
+
+
+def _with_labels(data: Any, labels: Mapping[str, str] | None) -> Any:
+    if not labels or not isinstance(data, dict) or not isinstance(data.get("workflow"), dict):
+        return data
+    workflow = data["workflow"]
+    current = workflow.get("labels")
+    merged = {**(current if isinstance(current, dict) else {}), **labels}
+    return {**data, "workflow": {**workflow, "labels": merged}}
+
+
+def _layout_of(data: Any) -> Layout:
+    workflow = data.get("workflow") if isinstance(data, dict) else None
+    return Layout(tasks_form=isinstance(workflow, dict) and "tasks" in workflow and "groups" not in workflow)
+
+
+def _validate_model(data: Any, layout: Layout) -> tuple[SpecDocument | None, list[Issue]]:
+    if not isinstance(data, dict):
+        return None, [Issue((), "the spec is not a YAML mapping; it needs a workflow: section")]
+    try:
+        return SpecDocument.model_validate(data, by_alias=True, by_name=False), []
+    except ValidationError as exc:
+        return None, issues_from_validation(exc, layout)
+
+
+def _check_document(
+    doc: SpecDocument, layout: Layout, set_env: Mapping[str, str] | None,
+    local: LocalFiles, pool: PoolChoice,
+) -> list[Issue]:
+    issues = _apply_env(doc, set_env)
+    issues += check_workflow(doc.workflow, layout)
+    issues += read_local_files(doc.workflow, layout, local)
+    issues += poolfit.check_pool(doc.workflow, _resolve_pool(pool, doc), layout)
+    return issues
+
+
+def _apply_env(doc: SpecDocument, set_env: Mapping[str, str] | None) -> list[Issue]:
+    issues = []
+    for name in set_env or {}:
+        try:
+            check_env_name(name)
+        except ValueError as exc:
+            issues.append(Issue(("--set-env",), str(exc)))
+    if not issues:
+        for task in doc.workflow.all_tasks():
+            task.environment = {**task.environment, **(set_env or {})}
+    return issues
+
+
+def _resolve_pool(pool: PoolChoice, doc: SpecDocument) -> Pool:
+    if pool is None:
+        return default_local_pool()
+    if isinstance(pool, Pool):
+        return pool
+    return pool(doc.workflow.pool)

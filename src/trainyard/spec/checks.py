@@ -1,0 +1,230 @@
+"""Rules that relate several parts of a workflow: names, inputs, tokens, references, files.
+
+Each check takes a validated ``WorkflowSpec`` and the spec's :class:`Layout` and returns
+every :class:`Issue` it finds (never stops at the first).
+
+Sources: OSMO docs, "Workflow specification" (names unique within the workflow; one lead per
+group), "Inputs and outputs" (task inputs order the DAG), "Templates and special tokens"
+(``{{input:N}}``, ``{{host:TASK}}``), "Resources" (``resource`` names a ``resources`` entry),
+"File injection".
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from trainyard.spec.fields import name_key
+from trainyard.spec.models import DEFAULT_RESOURCE, GroupSpec, TaskSpec, WorkflowSpec
+from trainyard.spec.problems import Issue, Layout
+from trainyard.spec.tokens import Token, find_tokens
+from trainyard.spec.yamlsource import Loc
+
+__all__ = ["LocatedTask", "located_tasks", "check_workflow"]
+
+_SAME_NAME = "names match case-insensitively and '-' equals '_'"
+
+
+@dataclass(frozen=True)
+class LocatedTask:
+    """A task with its group, the group's index and its path in the spec."""
+
+    group_index: int
+    group: GroupSpec
+    task: TaskSpec
+    loc: Loc
+
+
+def located_tasks(workflow: WorkflowSpec, layout: Layout) -> Iterator[LocatedTask]:
+    """Every task of the workflow in spec order, with its path."""
+    for gi, group in enumerate(workflow.groups):
+        for ti, task in enumerate(group.tasks):
+            yield LocatedTask(gi, group, task, layout.task_loc(gi, ti))
+
+
+def check_workflow(workflow: WorkflowSpec, layout: Layout) -> list[Issue]:
+    """Every cross-part problem of ``workflow``."""
+    tasks = list(located_tasks(workflow, layout))
+    return [
+        *check_task_names(tasks),
+        *check_group_names(workflow, layout),
+        *check_inputs(workflow, tasks),
+        *check_tokens(tasks),
+        *check_resource_refs(workflow, tasks),
+        *check_file_paths(tasks),
+    ]
+
+
+def _duplicates(named: list[tuple[Loc, str]], kind: str) -> list[Issue]:
+    first: dict[str, str] = {}
+    issues = []
+    for loc, name in named:
+        key = name_key(name)
+        if key in first:
+            issues.append(Issue(loc, f"{kind} name {name!r} is already used by {kind} "
+                                     f"{first[key]!r} ({_SAME_NAME}); rename one"))
+        first.setdefault(key, name)
+    return issues
+
+
+def check_task_names(tasks: list[LocatedTask]) -> list[Issue]:
+    """Task names are unique in the workflow."""
+    return _duplicates([(t.loc + ("name",), t.task.name) for t in tasks], "task")
+
+
+def check_group_names(workflow: WorkflowSpec, layout: Layout) -> list[Issue]:
+    """Group names are unique in the workflow (tasks form: groups are the tasks)."""
+    if layout.tasks_form:
+        return []
+    named = [(layout.group_loc(i) + ("name",), g.name) for i, g in enumerate(workflow.groups)]
+    return _duplicates(named, "group")
+
+
+def _upstream_graph(workflow: WorkflowSpec, group_of: dict[str, int]) -> dict[int, set[int]]:
+    graph: dict[int, set[int]] = {i: set() for i in range(len(workflow.groups))}
+    for gi, group in enumerate(workflow.groups):
+        for task in group.tasks:
+            for inp in task.inputs:
+                target = group_of.get(name_key(inp.task)) if inp.task else None
+                if target is not None and target != gi:
+                    graph[gi].add(target)
+    return graph
+
+
+def _reaches(graph: dict[int, set[int]], start: int, goal: int) -> list[int] | None:
+    """A path start -> ... -> goal along upstream edges, if any."""
+    stack, seen = [(start, [start])], {start}
+    while stack:
+        node, path = stack.pop()
+        if node == goal:
+            return path
+        for nxt in graph[node] - seen:
+            seen.add(nxt)
+            stack.append((nxt, path + [nxt]))
+    return None
+
+
+@dataclass(frozen=True)
+class _TaskGraph:
+    group_of: dict[str, int]  # task name key -> group index
+    upstream: dict[int, set[int]]  # group index -> groups it takes inputs from
+    group_names: list[str]
+    task_names: list[str]
+
+
+def check_inputs(workflow: WorkflowSpec, tasks: list[LocatedTask]) -> list[Issue]:
+    """``task:`` inputs name an existing task of an earlier group; no cycles."""
+    group_of = {name_key(t.task.name): t.group_index for t in tasks}
+    graph = _TaskGraph(group_of, _upstream_graph(workflow, group_of),
+                       [g.name for g in workflow.groups], [t.task.name for t in tasks])
+    issues = []
+    for located in tasks:
+        for j, inp in enumerate(located.task.inputs):
+            message = _input_problem(located.group_index, inp.task, graph) if inp.task else None
+            if message:
+                issues.append(Issue(located.loc + ("inputs", j, "task"), message))
+    return issues
+
+
+def _input_problem(here: int, target_name: str, graph: _TaskGraph) -> str | None:
+    target = graph.group_of.get(name_key(target_name))
+    names = graph.group_names
+    if target is None:
+        return (f"input task {target_name!r} does not exist; name one of the tasks: "
+                f"{', '.join(graph.task_names)}")
+    if target == here:
+        return (f"input task {target_name!r} is in this task's own group {names[here]!r}, "
+                "whose tasks start together; take inputs only from tasks of earlier groups")
+    if target < here:
+        return None
+    cycle = _reaches(graph.upstream, target, here)
+    if cycle:
+        loop = " -> ".join(names[i] for i in [here, *cycle])
+        return (f"input task {target_name!r} makes a cycle of groups ({loop}); "
+                "remove one of these inputs")
+    return (f"input task {target_name!r} is in group {names[target]!r}, defined after "
+            f"{names[here]!r}; move that group before this one")
+
+
+def _token_fields(task: TaskSpec) -> Iterator[tuple[Loc, str]]:
+    for i, part in enumerate(task.command):
+        yield ("command", i), part
+    for i, arg in enumerate(task.args):
+        yield ("args", i), arg
+    for key, value in task.environment.items():
+        yield ("environment", key), value
+    for i, spec in enumerate(task.files):
+        if spec.localpath is None and spec.contents is not None:
+            yield ("files", i, "contents"), spec.contents
+
+
+def check_tokens(tasks: list[LocatedTask]) -> list[Issue]:
+    """``{{host:X}}``, ``{{input:N}}`` and ``{{input:TASK}}`` refer to things that exist."""
+    issues = []
+    for located in tasks:
+        for field_loc, text in _token_fields(located.task):
+            for token in find_tokens(text):
+                message = _token_problem(token, located)
+                if message:
+                    issues.append(Issue(located.loc + field_loc, message, token.start))
+    return issues
+
+
+def _token_problem(token: Token, located: LocatedTask) -> str | None:
+    if token.kind == "host":
+        return _host_problem(token, located.group)
+    if token.kind == "input":
+        return _input_token_problem(token, located.task)
+    return None
+
+
+def _host_problem(token: Token, group: GroupSpec) -> str | None:
+    members = [t.name for t in group.tasks]
+    if name_key(token.arg) in {name_key(m) for m in members}:
+        return None
+    return (f"{token.text} names no task of group {group.name!r} (tasks: {', '.join(members)}); "
+            "host tokens reach tasks of the same group only, so put both tasks in one group")
+
+
+def _input_token_problem(token: Token, task: TaskSpec) -> str | None:
+    count = len(task.inputs)
+    if token.arg.isdigit():
+        if int(token.arg) < count:
+            return None
+        have = f"{count} inputs (0-{count - 1})" if count else "no inputs"
+        return f"{token.text} refers to input {token.arg} but the task has {have}; fix the index"
+    upstream = {name_key(i.task) for i in task.inputs if i.task}
+    if name_key(token.arg) in upstream:
+        return None
+    return (f"{token.text} names no task input of this task; add '- task: {token.arg}' "
+            "to its inputs")
+
+
+def check_resource_refs(workflow: WorkflowSpec, tasks: list[LocatedTask]) -> list[Issue]:
+    """A task's ``resource`` names an entry of ``resources`` (``default`` may be absent)."""
+    issues = []
+    defined = ", ".join(workflow.resources) or "none"
+    for located in tasks:
+        name = located.task.resource
+        if name in workflow.resources or name == DEFAULT_RESOURCE:
+            continue
+        issues.append(Issue(located.loc + ("resource",),
+                            f"resource {name!r} is not defined (defined: {defined}); "
+                            "add it under workflow.resources or name a defined one"))
+    return issues
+
+
+def check_file_paths(tasks: list[LocatedTask]) -> list[Issue]:
+    """A task writes each file path once."""
+    issues = []
+    for located in tasks:
+        first: dict[str, int] = {}
+        for i, spec in enumerate(located.task.files):
+            key = posixpath.normpath(spec.path)
+            if key in first:
+                issues.append(Issue(located.loc + ("files", i, "path"),
+                                    f"path {spec.path!r} is already written by files[{first[key]}] "
+                                    "of this task; keep one"))
+            first.setdefault(key, i)
+    return issues

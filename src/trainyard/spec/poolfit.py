@@ -1,0 +1,126 @@
+"""Rules that depend on the pool a workflow runs on: resource fit and host mounts.
+
+A resource request must fit on one node of the pool (after ``nodesExcluded`` and on the
+requested ``platform``), and a platform must be one some node declares. A volume mount's
+host source must be allowed by the pool's ``options.allowed_mounts`` (a list of host paths;
+a source equal to one of them or under it is allowed). The default is an empty list, so
+every mount is refused until an administrator allows it.
+
+Sources: OSMO docs, "Resources" (platforms, nodesExcluded), "Host mounts" (the allowed host
+directories are a pool setting).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable
+from typing import Any
+
+from trainyard.pools import NodeSpec, Pool
+from trainyard.quantity import format_bytes
+from trainyard.spec.checks import LocatedTask, located_tasks
+from trainyard.spec.fields import split_mount
+from trainyard.spec.models import ResourceSpec, WorkflowSpec
+from trainyard.spec.problems import Issue, Layout
+
+__all__ = ["ALLOWED_MOUNTS_OPTION", "allowed_mounts", "check_pool", "check_mounts", "check_fit"]
+
+ALLOWED_MOUNTS_OPTION = "allowed_mounts"
+# (YAML key, attribute of both ResourceSpec and NodeSpec, how to print an amount)
+_DIMENSIONS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("cpu", "cpu", lambda v: f"{v:g} cores"),
+    ("gpu", "gpu", lambda v: f"{v} GPUs"),
+    ("memory", "memory_bytes", lambda v: f"{format_bytes(int(v))} memory"),
+    ("storage", "storage_bytes", lambda v: f"{format_bytes(int(v))} storage"),
+)
+
+
+def check_pool(workflow: WorkflowSpec, pool: Pool, layout: Layout | None = None) -> list[Issue]:
+    """Every pool-dependent problem of ``workflow`` on ``pool``."""
+    layout = layout or Layout()
+    tasks = list(located_tasks(workflow, layout))
+    return [*check_mounts(tasks, pool), *check_fit(workflow, pool)]
+
+
+def allowed_mounts(pool: Pool) -> list[str]:
+    """The host paths the pool allows as volume mount sources (normalised)."""
+    value = pool.options.get(ALLOWED_MOUNTS_OPTION) or []
+    paths = [value] if isinstance(value, str) else list(value)
+    return [posixpath.normpath(str(p)) for p in paths]
+
+
+def _is_allowed(source: str, allowed: list[str]) -> bool:
+    return any(source == p or source.startswith(p.rstrip("/") + "/") for p in allowed)
+
+
+def check_mounts(tasks: list[LocatedTask], pool: Pool) -> list[Issue]:
+    """Each volume mount's host source is allowed by the pool."""
+    allowed = allowed_mounts(pool)
+    issues = []
+    for located in tasks:
+        for i, mount in enumerate(located.task.volume_mounts):
+            source, _ = split_mount(mount)
+            if not _is_allowed(source, allowed):
+                issues.append(Issue(located.loc + ("volumeMounts", i), _mount_message(source, pool, allowed)))
+    return issues
+
+
+def _mount_message(source: str, pool: Pool, allowed: list[str]) -> str:
+    return (f"volume mount source {source!r} is not allowed on pool {pool.name!r} "
+            f"(allowed: {', '.join(allowed) or 'none'}); an administrator can allow it by "
+            f"adding it to options.{ALLOWED_MOUNTS_OPTION} of the pool in pools.yaml")
+
+
+def check_fit(workflow: WorkflowSpec, pool: Pool) -> list[Issue]:
+    """Each resource spec that a task uses fits on some node of the pool."""
+    used = dict.fromkeys(t.resource for t in workflow.all_tasks())
+    issues = []
+    for name in used:
+        if name in workflow.resources:
+            issues += _fit_issues(("workflow", "resources", name), workflow.resources[name], pool)
+    return issues
+
+
+def _fit_issues(loc: tuple[str, ...], spec: ResourceSpec, pool: Pool) -> list[Issue]:
+    nodes = [n for n in pool.nodes if n.name not in spec.nodes_excluded]
+    if spec.platform:
+        if spec.platform not in pool.platforms:
+            return [Issue(loc + ("platform",), _platform_message(spec.platform, pool))]
+        nodes = [n for n in nodes if n.platform == spec.platform]
+    if not nodes:
+        return [Issue(loc + ("nodesExcluded",), f"excludes every node of pool {pool.name!r}"
+                      f"{_on(spec)}; exclude fewer nodes")]
+    issues = [i for key, attr, fmt in _DIMENSIONS if (i := _dimension_issue(loc, spec, nodes, key, attr, fmt, pool))]
+    if not issues and not any(_holds(n, spec) for n in nodes):
+        issues.append(Issue(loc, f"no single node of pool {pool.name!r}{_on(spec)} holds all of "
+                                 "this request at once; ask for less of one resource"))
+    return issues
+
+
+def _platform_message(platform: str, pool: Pool) -> str:
+    if not pool.platforms:
+        return (f"platform {platform!r} is not offered by pool {pool.name!r}, which declares no "
+                "platforms; remove platform or use a pool that has it")
+    return (f"platform {platform!r} is not offered by pool {pool.name!r}; valid platforms: "
+            f"{', '.join(sorted(pool.platforms))}")
+
+
+def _on(spec: ResourceSpec) -> str:
+    return f" (platform {spec.platform})" if spec.platform else ""
+
+
+def _dimension_issue(
+    loc: tuple[str, ...], spec: ResourceSpec, nodes: list[NodeSpec],
+    key: str, attr: str, fmt: Callable[[Any], str], pool: Pool,
+) -> Issue | None:
+    asked = getattr(spec, attr)
+    largest = max(getattr(n, attr) for n in nodes)
+    if asked is None or asked <= largest:
+        return None
+    return Issue(loc + (key,), f"asks for {fmt(asked)} but the largest node of pool "
+                               f"{pool.name!r}{_on(spec)} has {fmt(largest)}; ask for at most "
+                               f"{fmt(largest)} or use a pool with bigger nodes")
+
+
+def _holds(node: NodeSpec, spec: ResourceSpec) -> bool:
+    return all((getattr(spec, attr) or 0) <= getattr(node, attr) for _, attr, _ in _DIMENSIONS)

@@ -1,0 +1,291 @@
+"""Render a spec's Jinja template, bounded in time and memory.
+
+Templates are user code. They are rendered in Jinja's ``SandboxedEnvironment`` with
+``StrictUndefined`` (an unset variable is an error naming it), in a forked child process
+whose address space is capped (``RLIMIT_AS``) and which the parent kills at a wall-clock
+deadline, so a hostile template cannot hang or exhaust the caller. Special tokens are
+swapped for inert placeholders before rendering and put back after, so they pass through
+untouched whatever the template does around them.
+
+Sources: OSMO docs, "Templates and special tokens" (default-values, ``--set``, tokens);
+OSMO service defaults for template rendering (0.5 s, 100 MiB).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import selectors
+import signal
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+import yaml
+from jinja2.sandbox import SandboxedEnvironment
+
+from trainyard.errors import SpecError, SpecProblem
+from trainyard.spec.tokens import TOKEN_PATTERN
+
+__all__ = ["RenderLimits", "DEFAULT_LIMITS", "render", "extract_default_values"]
+
+MiB = 2**20
+_TEMPLATE_NAME = "<template>"
+_PLACEHOLDER = re.compile("\x00(\\d+)\x00")
+_DEFAULT_VALUES = re.compile(r"^default-values[ \t]*:", re.MULTILINE)
+_TOP_LEVEL_LINE = re.compile(r"^[^\s#]", re.MULTILINE)
+_UNDEFINED = re.compile(r"^'([^']+)' is undefined$")
+_ENV = SandboxedEnvironment(
+    undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+)
+
+
+@dataclass(frozen=True)
+class RenderLimits:
+    """Bounds on one template rendering.
+
+    Attributes:
+        time_s: wall-clock seconds the rendering may take (fork and transfer included).
+        memory_bytes: address space the rendering may add to the process.
+    """
+
+    time_s: float = 0.5
+    memory_bytes: int = 100 * MiB
+
+
+DEFAULT_LIMITS = RenderLimits()
+
+
+class _RenderFailure(Exception):
+    def __init__(self, kind: str, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.line = kind, message, line
+
+
+def extract_default_values(text: str, *, file: str | None = None) -> dict[str, Any]:
+    """Read the ``default-values`` section of an unrendered spec.
+
+    The section must be plain YAML: it is cut from the text (from the top-level
+    ``default-values:`` line to the next top-level line) and parsed before rendering.
+
+    Raises:
+        SpecError: the section is not YAML or not a mapping.
+    """
+    match = _DEFAULT_VALUES.search(text)
+    if not match:
+        return {}
+    end = _TOP_LEVEL_LINE.search(text, match.end())
+    section = text[match.start() : end.start() if end else len(text)]
+    line = text.count("\n", 0, match.start()) + 1
+    try:
+        data = yaml.load(section, Loader=_LOADER)
+    except yaml.YAMLError as exc:
+        raise _spec_error(f"not valid YAML: {_yaml_reason(exc)}; default-values must be "
+                          "plain YAML (no template syntax)", line, file, "default-values") from exc
+    values = data.get("default-values") if isinstance(data, dict) else None
+    if values is not None and not isinstance(values, dict):
+        raise _spec_error("must be a mapping of name: value; write one value per line",
+                          line, file, "default-values")
+    return values or {}
+
+
+def render(
+    text: str,
+    *,
+    values: Mapping[str, Any] | None = None,
+    set_strings: Mapping[str, str] | None = None,
+    limits: RenderLimits = DEFAULT_LIMITS,
+    file: str | None = None,
+) -> str:
+    """Render a spec template to YAML text, special tokens kept.
+
+    Args:
+        text: the spec as written (YAML with Jinja).
+        values: ``--set`` values, already typed (int, float, bool, str); override
+            ``default-values``.
+        set_strings: ``--set-string`` values; override both.
+        limits: time and memory bounds of the rendering.
+        file: the spec's file name, for error messages.
+
+    Returns:
+        The rendered text. Special tokens are exactly as written; a value given for a
+        token's name is ignored.
+
+    Raises:
+        SpecError: an unset variable (named), a syntax error, a sandbox violation, or a
+            rendering past its time or memory limit; one problem with the template line.
+    """
+    context = {**extract_default_values(text, file=file), **(values or {}), **(set_strings or {})}
+    protected, tokens = _protect_tokens(text)
+    try:
+        output = _render_in_child(protected, context, limits)
+    except _RenderFailure as exc:
+        raise _spec_error(_describe(exc, limits), exc.line, file, "") from None
+    return _restore_tokens(output, tokens)
+
+
+def _protect_tokens(text: str) -> tuple[str, list[str]]:
+    tokens: list[str] = []
+    index: dict[str, int] = {}
+
+    def swap(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token not in index:
+            index[token] = len(tokens)
+            tokens.append(token)
+        return f"\x00{index[token]}\x00"
+
+    return TOKEN_PATTERN.sub(swap, text), tokens
+
+
+def _restore_tokens(text: str, tokens: list[str]) -> str:
+    if not tokens:
+        return text
+    return _PLACEHOLDER.sub(lambda m: tokens[int(m.group(1))], text)
+
+
+def _render_in_child(text: str, context: dict[str, Any], limits: RenderLimits) -> str:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
+        os.close(read_fd)
+        _child_main(text, context, limits, write_fd)
+    os.close(write_fd)
+    try:
+        payload = _read_until(read_fd, time.monotonic() + limits.time_s)
+    except _RenderFailure:
+        os.kill(pid, signal.SIGKILL)
+        raise
+    finally:
+        os.close(read_fd)
+        _reap(pid)
+    return _decode(payload)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:  # pragma: no cover - already reaped
+        pass
+
+
+def _read_until(fd: int, deadline: float) -> bytes:
+    chunks: list[bytes] = []
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not selector.select(remaining):
+                raise _RenderFailure("time", "time limit")
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+
+def _decode(payload: bytes) -> str:
+    if payload[:1] == b"O":
+        return payload[1:].decode("utf-8")
+    if payload[:1] == b"E":
+        kind, message, line = json.loads(payload[1:])
+        raise _RenderFailure(kind, message, line)
+    raise _RenderFailure("memory", "the renderer died without an answer")
+
+
+def _child_main(text: str, context: dict[str, Any], limits: RenderLimits, fd: int) -> None:  # pragma: no cover
+    code = 0
+    try:
+        _cap_resources(limits)
+        payload = _render_payload(text, context)
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:  # noqa: BLE001 - the child must never return into the caller
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _cap_resources(limits: RenderLimits) -> None:  # pragma: no cover - child only
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    cpu_s = int(limits.time_s) + 2
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            used = int(statm.read().split()[0]) * resource.getpagesize()
+    except OSError:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = used + limits.memory_bytes
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+
+def _render_payload(text: str, context: dict[str, Any]) -> bytes:
+    failure: tuple[str, str, int | None] | None = None
+    try:
+        return b"O" + _ENV.from_string(text).render(context).encode("utf-8")
+    except MemoryError:
+        failure = ("memory", "memory limit", None)
+    except jinja2.TemplateSyntaxError as exc:
+        failure = ("syntax", str(exc.message), exc.lineno)
+    except jinja2.exceptions.SecurityError as exc:
+        failure = ("security", str(exc).rstrip("."), _template_line(exc))
+    except jinja2.UndefinedError as exc:
+        failure = ("undefined", str(exc.message), _template_line(exc))
+    except (RecursionError, SyntaxError) as exc:
+        failure = ("nesting", str(exc), _template_line(exc))
+    except Exception as exc:  # noqa: BLE001 - any template failure becomes a spec problem
+        failure = ("error", f"{type(exc).__name__}: {exc}", _template_line(exc))
+    return b"E" + json.dumps(failure).encode("utf-8")
+
+
+def _template_line(exc: BaseException) -> int | None:
+    frames = traceback.extract_tb(exc.__traceback__)
+    lines = [f.lineno for f in frames if f.filename == _TEMPLATE_NAME]
+    return lines[-1] if lines else None
+
+
+def _describe(exc: _RenderFailure, limits: RenderLimits) -> str:
+    if exc.kind == "time":
+        return (f"template rendering ran past its time limit of {limits.time_s:g} s; "
+                "make the template do less work (smaller loops)")
+    if exc.kind == "memory":
+        return (f"template rendering ran past its memory limit of "
+                f"{limits.memory_bytes / MiB:g} MiB; make the template build less text")
+    if exc.kind == "undefined":
+        return _describe_undefined(exc.message)
+    if exc.kind == "security":
+        return (f"template breaks the sandbox: {exc.message}; templates may not reach "
+                "Python internals, use plain values and filters")
+    if exc.kind == "syntax":
+        return f"template syntax error: {exc.message}; fix the Jinja syntax"
+    if exc.kind == "nesting":
+        return "template is nested too deeply to render; flatten loops, blocks or macros"
+    return f"template error: {exc.message}; fix the template"
+
+
+def _describe_undefined(message: str) -> str:
+    match = _UNDEFINED.match(message)
+    if not match:
+        return f"template uses an undefined value: {message}; check the variable's fields"
+    name = match.group(1)
+    return (f"template variable {name!r} is not set; set it with --set {name}=VALUE "
+            "or add it under default-values")
+
+
+def _yaml_reason(exc: yaml.YAMLError) -> str:
+    return str(getattr(exc, "problem", None) or exc).strip()
+
+
+def _spec_error(message: str, line: int | None, file: str | None, path: str) -> SpecError:
+    return SpecError([SpecProblem(path=path, message=message, line=line, file=file)])
+
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
