@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.runner.conftest import MakeRun, execute, log_text
+from runner_support import MakeRun, execute, log_text
 from trainyard.runner.checkpoint import Checkpointer
 from trainyard.runner.data import FsspecData
 from trainyard.runner.spec import RunCheckpoint

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.unit.runner.conftest import MakeRun, event_kinds, execute, log_text, write_run_json
+from runner_support import MakeRun, event_kinds, execute, log_text, write_run_json
 from trainyard.runner.barrier import mark_ready
 
 
