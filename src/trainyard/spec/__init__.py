@@ -16,7 +16,15 @@ rendered line, file). See ../shared/DESIGN.md ("spec/").
 
 from __future__ import annotations
 
-from trainyard.spec.api import PoolChoice, check_pool, json_schema, load, parse, validate
+from trainyard.spec.api import (
+    PoolChoice,
+    check_pool,
+    json_schema,
+    load,
+    parse,
+    render_source,
+    validate,
+)
 from trainyard.spec.fields import format_exit_codes, name_key, parse_exit_codes, split_mount
 from trainyard.spec.models import (
     DEFAULT_RESOURCE,
@@ -41,6 +49,7 @@ from trainyard.spec.values import parse_env, parse_labels, parse_set_strings, pa
 __all__ = [
     # pipeline
     "load",
+    "render_source",
     "parse",
     "validate",
     "render",

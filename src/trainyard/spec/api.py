@@ -32,7 +32,7 @@ from trainyard.spec.problems import Issue, Layout, issues_from_validation, to_pr
 from trainyard.spec.template import DEFAULT_LIMITS, RenderLimits, render
 from trainyard.spec.yamlsource import LineIndex, parse_yaml
 
-__all__ = ["PoolChoice", "load", "parse", "validate", "check_pool", "json_schema"]
+__all__ = ["PoolChoice", "load", "render_source", "parse", "validate", "check_pool", "json_schema"]
 
 PoolChoice = Pool | Callable[[str | None], Pool] | None
 """A pool, or a function from the spec's ``workflow.pool`` to a pool; ``None`` is the
@@ -73,10 +73,31 @@ def load(
         SpecError: every problem found (see module doc); a spec file that cannot be read.
         NotFoundError: ``pool`` is a lookup function and the pool does not exist.
     """
-    text, path = _read_source(source, spec_path)
-    rendered = render(text, values=set_values, set_strings=set_strings, limits=limits,
-                      file=_display(path))
+    path = _path_of(source, spec_path)
+    rendered = render_source(source, set_values=set_values, set_strings=set_strings,
+                             spec_path=spec_path, limits=limits)
     return parse(rendered, spec_path=path, files=files, set_env=set_env, labels=labels, pool=pool)
+
+
+def render_source(
+    source: str | os.PathLike[str],
+    *,
+    set_values: Mapping[str, Any] | None = None,
+    set_strings: Mapping[str, str] | None = None,
+    spec_path: str | os.PathLike[str] | None = None,
+    limits: RenderLimits = DEFAULT_LIMITS,
+) -> str:
+    """Read (for a path) and render a spec; the rendered YAML text, tokens kept.
+
+    Args: as ``load``.
+
+    Raises:
+        SpecError: the file cannot be read, or the template fails (see ``render``).
+    """
+    path = _path_of(source, spec_path)
+    text = source if isinstance(source, str) else _read_file(path)
+    return render(text, values=set_values, set_strings=set_strings, limits=limits,
+                  file=_display(path))
 
 
 def validate(source: str | os.PathLike[str], **options: Any) -> list[SpecProblem]:
@@ -140,19 +161,30 @@ def json_schema() -> dict[str, Any]:
     ``tasks`` or ``groups``.
     """
     schema = SpecDocument.model_json_schema(by_alias=True, mode="validation")
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            "title": "trainyard / OSMO workflow spec (version 2)", **schema}
+    workflow = schema["$defs"]["WorkflowSpec"]
+    workflow["properties"]["tasks"] = {
+        "type": "array", "items": {"$ref": "#/$defs/TaskSpec"}, "title": "Tasks",
+        "description": "Tasks, each its own group; give tasks or groups, not both.",
+    }
+    workflow["required"] = [r for r in workflow.get("required", []) if r != "groups"]
+    return {**schema, "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "trainyard / OSMO workflow spec (version 2)"}
 
 
-def _read_source(source: str | os.PathLike[str], spec_path: str | os.PathLike[str] | None) -> tuple[str, Path | None]:
-    if isinstance(source, str):
-        return source, Path(spec_path) if spec_path is not None else None
-    path = Path(source)
+def _path_of(source: str | os.PathLike[str], spec_path: str | os.PathLike[str] | None) -> Path | None:
+    if not isinstance(source, str):
+        return Path(source)
+    return Path(spec_path) if spec_path is not None else None
+
+
+def _read_file(path: Path | None) -> str:
+    assert path is not None
     try:
-        return path.read_text(encoding="utf-8"), path
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise SpecError([SpecProblem("", f"cannot read the spec: {reason}; check the path", None, str(path))]) from None
+        message = f"cannot read the spec: {reason}; check the path"
+        raise SpecError([SpecProblem("", message, None, str(path))]) from None
 
 
 def _display(path: Path | None) -> str | None:

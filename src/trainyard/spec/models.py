@@ -383,8 +383,6 @@ class WorkflowSpec(_Model):
     ] = Field(default_factory=dict)
     groups: list[GroupSpec] = Field(default_factory=list)
 
-    model_config = ConfigDict(json_schema_extra=lambda schema: _tasks_schema(schema))
-
     @model_validator(mode="before")
     @classmethod
     def _normalise(cls, data: Any) -> Any:
@@ -407,15 +405,6 @@ class WorkflowSpec(_Model):
     def resource_of(self, task: TaskSpec) -> ResourceSpec:
         """The resource spec a task asks for (an empty request if ``default`` is absent)."""
         return self.resources.get(task.resource, ResourceSpec())
-
-
-def _tasks_schema(schema: dict[str, Any]) -> None:
-    props = schema.setdefault("properties", {})
-    props["tasks"] = {
-        "type": "array",
-        "items": {"$ref": "#/$defs/TaskSpec"},
-        "description": "Tasks, each its own group (give tasks or groups, not both).",
-    }
 
 
 def _check_version(value: int) -> int:

@@ -1,0 +1,50 @@
+"""How the CLI prints: tables for people (rich), ``--format json`` for scripts."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["Format", "FormatOption", "console", "err_console", "emit", "table", "human_bytes"]
+
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class Format(StrEnum):
+    table = "table"
+    json = "json"
+
+
+FormatOption = typer.Option(Format.table, "--format", "-f", help="table for people, json for scripts")
+
+
+def emit(data: Any, fmt: Format, render_table: Any) -> None:
+    """Print ``data`` as JSON, or call ``render_table(data)`` for people."""
+    if fmt is Format.json:
+        typer.echo(json.dumps(data, indent=2, default=str))
+    else:
+        render_table(data)
+
+
+def table(columns: list[str], rows: list[list[Any]], title: str | None = None) -> None:
+    """Print a simple table."""
+    out = Table(title=title, show_lines=False, header_style="bold")
+    for column in columns:
+        out.add_column(column)
+    for row in rows:
+        out.add_row(*["" if v is None else str(v) for v in row])
+    console.print(out)
+
+
+def human_bytes(value: float) -> str:
+    """``1073741824`` -> ``1Gi``."""
+    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.0f}"

@@ -1,0 +1,71 @@
+"""Building the server request for a spec file: the text, its ``localpath`` files inlined.
+
+The CLI renders the spec locally only to find which ``localpath`` files it names; it reads
+them under the spec's folder with the spec layer's rules (no escape by ``..`` or symlink),
+and the server renders and validates the spec again, as OSMO does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainyard import spec as specapi
+from trainyard.errors import SpecError, SpecProblem
+from trainyard.server.service import SpecRequest
+from trainyard.spec.localfiles import LocalFiles
+
+__all__ = ["spec_request", "localpaths"]
+
+
+def _tasks(workflow: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for task in workflow.get("tasks") or []:
+        yield task
+    for group in workflow.get("groups") or []:
+        yield from (group or {}).get("tasks") or []
+
+
+def localpaths(rendered: str) -> list[str]:
+    """Every ``files[].localpath`` of a rendered spec, in order, without repeats."""
+    try:
+        data = yaml.safe_load(rendered) or {}
+    except yaml.YAMLError:
+        return []  # the server reports the syntax error with its line
+    workflow = data.get("workflow") if isinstance(data, dict) else None
+    found: list[str] = []
+    for task in _tasks(workflow if isinstance(workflow, dict) else {}):
+        for item in (task or {}).get("files") or []:
+            path = item.get("localpath") if isinstance(item, dict) else None
+            if isinstance(path, str) and path not in found:
+                found.append(path)
+    return found
+
+
+def spec_request(path: Path, *, set_values: list[str], set_strings: list[str],
+                 set_env: list[str], pool: str | None = None,
+                 labels: dict[str, str] | None = None) -> SpecRequest:
+    """The request for the spec at ``path`` with its ``localpath`` files.
+
+    Raises:
+        SpecError: the spec cannot be read or rendered, or a ``localpath`` breaks a rule.
+    """
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([SpecProblem("", f"cannot read the spec: {exc}", file=str(path))]) from exc
+    rendered = specapi.render(text, values=specapi.parse_set_values(set_values),
+                              set_strings=specapi.parse_set_strings(set_strings), file=str(path))
+    local = LocalFiles(path.resolve().parent)
+    files, problems = {}, []
+    for rel in localpaths(rendered):
+        try:
+            files[rel] = local.read(rel)
+        except ValueError as exc:
+            problems.append(SpecProblem("files.localpath", str(exc), file=str(path)))
+    if problems:
+        raise SpecError(problems)
+    return SpecRequest(spec_text=text, spec_name=str(path), files=files, set=set_values,
+                       set_string=set_strings, set_env=set_env, pool=pool, labels=labels or {})
