@@ -14,6 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from dataclasses import dataclass
+
 from pydantic import BaseModel, Field
 
 from trainyard import spec as specapi
@@ -22,9 +24,10 @@ from trainyard.engine.reconciler import Engine, Submission
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, SpecProblem
 from trainyard.pools import DEFAULT_POOL, Pool
 from trainyard.server.auth import User
+from trainyard.spec.models import WorkflowSpec
 from trainyard.store import WorkflowRecord
 
-__all__ = ["SpecRequest", "Service", "iso"]
+__all__ = ["SpecRequest", "LoadedSpec", "Service", "iso"]
 
 
 class SpecRequest(BaseModel):
@@ -38,6 +41,15 @@ class SpecRequest(BaseModel):
     set_env: list[str] = Field(default_factory=list)
     pool: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec: its workflow, its rendered text (tokens kept) and its pool."""
+
+    workflow: WorkflowSpec
+    rendered_text: str
+    pool: Pool
 
 
 def iso(time_s: float | None) -> str | None:
@@ -67,14 +79,30 @@ class Service:
             raise NotFoundError(f"unknown pool {name!r}; pools: {pools}")
         return self.engine.pools[name]
 
-    def load(self, req: SpecRequest) -> specapi.LoadedSpec:
-        """Render, parse and validate a spec against its pool. Raises SpecError."""
-        loaded = specapi.load_request(
-            req.spec_text, files=req.files, spec_name=req.spec_name, set_values=req.set,
-            set_strings=req.set_string, set_env=req.set_env, labels=req.labels,
-            pool_lookup=self.pool, pool_name=req.pool,
+    def load(self, req: SpecRequest) -> LoadedSpec:
+        """Render (Jinja sandbox, bounded), parse and validate a spec against its pool:
+        ``--pool`` first, else the spec's ``workflow.pool``, else ``local``.
+
+        Raises:
+            SpecError: every problem of the spec or of the ``--set`` values.
+            NotFoundError: the pool does not exist.
+        """
+        rendered = specapi.render(
+            req.spec_text, values=specapi.parse_set_values(req.set),
+            set_strings=specapi.parse_set_strings(req.set_string), file=req.spec_name,
         )
-        return loaded
+        chosen: list[Pool] = []
+
+        def lookup(spec_pool: str | None) -> Pool:
+            chosen.append(self.pool(req.pool or spec_pool))
+            return chosen[-1]
+
+        doc = specapi.parse(
+            rendered, spec_path=req.spec_name, files=req.files,
+            set_env=specapi.parse_env(req.set_env), labels=req.labels or None, pool=lookup,
+        )
+        pool = chosen[-1] if chosen else self.pool(req.pool or doc.workflow.pool)
+        return LoadedSpec(doc.workflow, rendered, pool)
 
     def submit(self, req: SpecRequest, user: User) -> dict[str, Any]:
         """Validate and start a workflow. Returns ``{"id", "name", "status"}``."""

@@ -1,4 +1,4 @@
-"""``trainyard pool list`` and ``trainyard resource list``: pools and node capacity."""
+"""``trainyard resource list``: every node of a pool with capacity, used and free."""
 
 from __future__ import annotations
 
@@ -9,18 +9,7 @@ import typer
 from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, emit, human_bytes, table
 
-pool_app = typer.Typer(no_args_is_help=True, help="Pools workflows run on.")
-resource_app = typer.Typer(no_args_is_help=True, help="Nodes: capacity, used and free.")
-
-
-@pool_app.command("list")
-def list_pools(fmt: Format = FormatOption) -> None:
-    """List pools."""
-    data = Client().json("GET", "/api/pool")
-    emit(data, fmt, lambda rows: table(
-        ["pool", "backend", "nodes", "platforms", "max retries"],
-        [[p["name"], p["backend"], p["nodes"], ",".join(p["platforms"]) or "-", p["max_retries"]]
-         for p in rows]))
+app = typer.Typer(no_args_is_help=True, help="Nodes: capacity, used and free.")
 
 
 def _cell(row: dict, key: str) -> str:
@@ -28,7 +17,7 @@ def _cell(row: dict, key: str) -> str:
     return f"{fmt(row['used'][key])}/{fmt(row['capacity'][key])}"
 
 
-@resource_app.command("list")
+@app.command("list")
 def list_resources(pool: Optional[str] = typer.Option(None, "--pool"),
                    fmt: Format = FormatOption) -> None:
     """List every node with used/capacity of cpu, gpu, memory and storage."""
