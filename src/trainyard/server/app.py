@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel
 
 import trainyard
-from trainyard.errors import AuthError, NotFoundError, SpecError, TrainyardError
+from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
 from trainyard.server.auth import TokenRegistry, User
 from trainyard.server.service import Service, SpecRequest, spec_error_json
 
@@ -44,6 +44,18 @@ def _error_response(exc: TrainyardError) -> JSONResponse:
     return JSONResponse({"kind": type(exc).__name__, "detail": detail}, status_code=status)
 
 
+def current_user(request: Request,
+                 authorization: Annotated[str | None, Header()] = None) -> User:
+    """The caller, from ``Authorization: Bearer TOKEN``. Raises AuthError (401)."""
+    token = None
+    if authorization and authorization.lower().startswith("bearer "):
+        token = authorization[7:].strip()
+    return request.app.state.tokens.authenticate(token)
+
+
+Caller = Annotated[User, Depends(current_user)]
+
+
 def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = True) -> FastAPI:
     """The API app. With ``run_engine``, the engine loop runs in a thread for the app's life."""
 
@@ -60,23 +72,18 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
             thread.join(timeout=10)
 
     app = FastAPI(title="trainyard", version=trainyard.__version__, lifespan=lifespan)
+    app.state.tokens = tokens
 
     @app.exception_handler(TrainyardError)
     async def _on_error(_request: Request, exc: TrainyardError) -> JSONResponse:
         return _error_response(exc)
 
-    def user(authorization: Annotated[str | None, Header()] = None) -> User:
-        token = None
-        if authorization and authorization.lower().startswith("bearer "):
-            token = authorization[7:].strip()
-        return tokens.authenticate(token)
-
-    Caller = Annotated[User, Depends(user)]
-    _routes(app, service, Caller)
+    _routes(app, service)
+    _app_routes(app, service)
     return app
 
 
-def _routes(app: FastAPI, service: Service, Caller: Any) -> None:  # noqa: N803 - a type
+def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/api/health")
     def health() -> dict[str, str]:
         return {"status": "ok", "version": trainyard.__version__}
@@ -140,8 +147,6 @@ def _routes(app: FastAPI, service: Service, Caller: Any) -> None:  # noqa: N803 
     def restart(workflow_id: str, u: Caller) -> dict[str, Any]:
         return service.restart(workflow_id, u)
 
-    _app_routes(app, service, Caller)
-
     @app.get("/api/pool")
     def pools(_u: Caller) -> list[dict[str, Any]]:
         return service.pools()
@@ -151,7 +156,7 @@ def _routes(app: FastAPI, service: Service, Caller: Any) -> None:  # noqa: N803 
         return service.resources(pool)
 
 
-def _app_routes(app: FastAPI, service: Service, Caller: Any) -> None:  # noqa: N803
+def _app_routes(app: FastAPI, service: Service) -> None:
     store = service.engine.store
 
     @app.post("/api/app/{name}")
@@ -181,7 +186,7 @@ def _app_routes(app: FastAPI, service: Service, Caller: Any) -> None:  # noqa: N
     def delete(name: str, u: Caller) -> dict[str, Any]:
         a = store.get_app(name)
         if not u.admin and a.owner != u.name:
-            raise AuthError(f"app {name} belongs to {a.owner}")
+            raise ForbiddenError(f"app {name} belongs to {a.owner}; only they or an admin may delete it")
         return {"name": name, "deleted_versions": store.delete_app(name)}
 
 

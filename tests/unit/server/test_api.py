@@ -1,0 +1,117 @@
+"""The REST API in-process (FastAPI TestClient) over the fake backend: auth, shapes, errors."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from trainyard.backends.fake import FakeBackend, Outcome
+from trainyard.engine.reconciler import Engine
+from trainyard.pools import default_local_pool
+from trainyard.server.app import create_app
+from trainyard.server.auth import TokenRegistry
+from trainyard.server.service import Service
+from trainyard.store import Store
+
+HELLO = """
+workflow:
+  name: {{ name }}
+  tasks:
+  - name: hello
+    image: ubuntu:24.04
+    command: ["echo"]
+    args: ["Hello from OSMO!"]
+default-values:
+  name: hello-osmo
+"""
+
+
+@pytest.fixture()
+def api(tmp_path: Path) -> Iterator[tuple[TestClient, TokenRegistry]]:
+    backend = FakeBackend(lambda launch: Outcome(0, polls=2))
+    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
+                    pools={"local": default_local_pool()}, backend_factory=lambda p, h: backend)
+    tokens = TokenRegistry(tmp_path)
+    with TestClient(create_app(Service(engine), tokens)) as client:
+        yield client, tokens
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _admin(tmp_path: Path) -> str:
+    return (tmp_path / "token").read_text().strip()
+
+
+def _wait_done(client: TestClient, wid: str, token: str) -> dict:
+    for _ in range(200):
+        data = client.get(f"/api/workflow/{wid}", headers=_auth(token)).json()
+        if data["status"] in ("COMPLETED",) or data["status"].startswith("FAILED"):
+            return data
+        time.sleep(0.05)
+    raise AssertionError(f"{wid} did not finish: {data}")
+
+
+def test_requests_without_or_with_a_wrong_token_are_refused(api, tmp_path: Path) -> None:
+    client, _tokens = api
+    assert client.get("/api/workflow").status_code == 401
+    assert client.get("/api/workflow", headers=_auth("nope")).status_code == 401
+    assert client.get("/api/workflow", headers=_auth(_admin(tmp_path))).status_code == 200
+    assert client.get("/api/health").status_code == 200
+
+
+def test_token_file_is_private(api, tmp_path: Path) -> None:
+    assert (tmp_path / "token").stat().st_mode & 0o077 == 0
+    assert (tmp_path / "tokens.json").stat().st_mode & 0o077 == 0
+
+
+def test_submit_query_list_shapes(api, tmp_path: Path) -> None:
+    client, _ = api
+    token = _admin(tmp_path)
+    answer = client.post("/api/workflow", json={"spec_text": HELLO, "set": ["name=greetings"]},
+                         headers=_auth(token))
+    assert answer.status_code == 200, answer.text
+    wid = answer.json()["id"]
+    assert wid == "greetings-1"
+    data = _wait_done(client, wid, token)
+    assert data["status"] == "COMPLETED"
+    task = data["groups"][0]["tasks"][0]
+    assert set(task) >= {"name", "status", "lead", "retry_id", "exit_code", "node",
+                         "start_time", "end_time"}
+    assert task["lead"] is True and task["exit_code"] == 0
+    rows = client.get("/api/workflow", headers=_auth(token)).json()
+    assert [r["id"] for r in rows] == [wid]
+    assert rows[0]["submit_time"].endswith("+00:00")
+
+
+def test_refused_spec_answers_every_problem_and_creates_nothing(api, tmp_path: Path) -> None:
+    client, _ = api
+    token = _admin(tmp_path)
+    bad = HELLO.replace('command: ["echo"]', "command: []")
+    answer = client.post("/api/workflow", json={"spec_text": bad}, headers=_auth(token))
+    assert answer.status_code == 422
+    assert any("command" in row["path"] for row in answer.json()["detail"])
+    assert client.get("/api/workflow", headers=_auth(token)).json() == []
+
+
+def test_a_user_cannot_read_or_cancel_another_users_workflow(api, tmp_path: Path) -> None:
+    client, tokens = api
+    alice, bob = tokens.add("alice"), tokens.add("bob")
+    wid = client.post("/api/workflow", json={"spec_text": HELLO}, headers=_auth(alice)).json()["id"]
+    assert client.get(f"/api/workflow/{wid}", headers=_auth(bob)).status_code == 403
+    assert client.post(f"/api/workflow/{wid}/cancel", headers=_auth(bob)).status_code == 403
+    assert client.get("/api/workflow", headers=_auth(bob)).json() == []
+    assert client.get(f"/api/workflow/{wid}", headers=_auth(_admin(tmp_path))).status_code == 200
+    assert client.get(f"/api/workflow/{wid}", headers=_auth(alice)).json()["submitted_by"] == "alice"
+
+
+def test_unknown_workflow_is_404_with_what_to_do(api, tmp_path: Path) -> None:
+    client, _ = api
+    answer = client.get("/api/workflow/nope-1", headers=_auth(_admin(tmp_path)))
+    assert answer.status_code == 404
+    assert "workflow list" in answer.json()["detail"][0]["message"]
