@@ -1,0 +1,120 @@
+"""Container images on the local backend: which local *runtime* stands in for a task's image.
+
+The local backend runs no container engine. A task's ``image`` is recorded, and mapped to a
+runtime, a list of folders put first on the task's PATH:
+
+- ``host``: the host's own tools (the default for every image, e.g. ``ubuntu:22.04``);
+- ``busybox``: a folder of busybox applet symlinks, so ``sh``, ``nc -l -p PORT``, ``wget`` are
+  busybox's, as in a ``busybox`` or ``alpine`` image. Its ``nslookup`` answers from
+  ``/etc/hosts`` and for IP addresses first (a task's network has no DNS server);
+- an absolute folder path: that folder.
+
+The pool's ``images`` map (``{pattern: runtime}``, fnmatch patterns matched against the whole
+image and against its bare name, ``alpine`` for ``docker.io/library/alpine:3.18``) is asked
+first; then, when busybox is installed, ``busybox*`` and ``alpine*`` map to ``busybox``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["image_name", "runtime_for", "runtime_path", "busybox_applets", "DEFAULT_RUNTIMES"]
+
+log = logging.getLogger("trainyard.backends.local")
+
+DEFAULT_RUNTIMES = {"busybox*": "busybox", "alpine*": "busybox"}
+
+_NSLOOKUP = """#!/bin/sh
+# trainyard: nslookup for a task without DNS: IP addresses and /etc/hosts names first.
+name=""
+for arg in "$@"; do case "$arg" in -*) ;; *) [ -z "$name" ] && name="$arg" ;; esac; done
+answer() {
+  printf 'Server:\\t\\t127.0.0.1\\nAddress:\\t127.0.0.1:53\\n\\nName:\\t%s\\nAddress: %s\\n\\n' "$1" "$2"
+  exit 0
+}
+case "$name" in
+  ""|*[!0-9.]*) ;;
+  *) answer "$name" "$name" ;;
+esac
+addr=$(BUSYBOX awk -v n="$name" '$1 !~ /^#/ { for (i = 2; i <= NF; i++) if ($i == n) { print $1; exit } }' /etc/hosts)
+[ -n "$addr" ] && answer "$name" "$addr"
+exec BUSYBOX nslookup "$@"
+"""
+
+
+def image_name(image: str) -> str:
+    """The bare name of an image: no registry, no path, no tag or digest."""
+    last = image.rsplit("/", 1)[-1]
+    return last.split("@", 1)[0].split(":", 1)[0]
+
+
+def _match(image: str, table: dict[str, str]) -> str | None:
+    for pattern, runtime in table.items():
+        if fnmatch.fnmatch(image, pattern) or fnmatch.fnmatch(image_name(image), pattern):
+            return runtime
+    return None
+
+
+def runtime_for(image: str | None, images: dict[str, str]) -> str:
+    """The runtime for ``image``: the pool's map, then the busybox defaults, else ``host``."""
+    if not image:
+        return "host"
+    chosen = _match(image, images)
+    if chosen is None and shutil.which("busybox"):
+        chosen = _match(image, DEFAULT_RUNTIMES)
+    return chosen or "host"
+
+
+def busybox_applets(state_dir: Path) -> Path | None:
+    """A folder of busybox applet symlinks (made once under ``state_dir``), or None if
+    busybox is not installed."""
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        return None
+    folder = state_dir / "runtimes" / "busybox"
+    if (folder / "sh").exists():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".busybox-", dir=folder.parent))
+    _fill_applets(staging, os.path.realpath(busybox))
+    try:
+        staging.rename(folder)
+    except OSError:  # another backend made it meanwhile
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def _fill_applets(folder: Path, busybox: str) -> None:
+    listing = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True)
+    for applet in listing.stdout.split():
+        if "/" not in applet:
+            (folder / applet).symlink_to(busybox)
+    shim = folder / "nslookup"
+    shim.unlink(missing_ok=True)
+    shim.write_text(_NSLOOKUP.replace("BUSYBOX", busybox))
+    shim.chmod(0o755)
+    folder.chmod(0o755)
+
+
+def runtime_path(runtime: str, state_dir: Path) -> list[str]:
+    """The folders to put first on PATH for ``runtime`` (see module docstring)."""
+    if runtime == "host":
+        return []
+    if runtime == "busybox":
+        folder = busybox_applets(state_dir)
+        if folder is None:
+            log.warning("image runtime busybox asked for but busybox is not installed; "
+                        "the host's tools run instead")
+            return []
+        return [str(folder)]
+    if os.path.isabs(runtime) and os.path.isdir(runtime):
+        return [runtime]
+    log.warning("unknown image runtime %r (expected host, busybox or a folder); "
+                "the host's tools run instead", runtime)
+    return []

@@ -1,0 +1,615 @@
+"""The local backend: every task is a task runner process on this machine, in its own sandbox.
+
+Start: one detached runner process per ``TaskLaunch`` (``start_new_session``), so tasks
+survive an engine restart. Its pid and create time go to ``<run_dir>/launch.json`` and an
+index entry under ``<state_dir>/attempts/`` maps the attempt's key to its run_dir, so a new
+backend object finds it again (``recover``). A pid alone is never trusted (pids are reused):
+a process is the task's only while its create time matches.
+
+Facts: ``poll`` tails each ``<run_dir>/events.jsonl`` (written by the runner) and reports each
+event once per backend object; a runner gone without EXITED is LOST (START_ERROR if it never
+reported anything: bubblewrap or the interpreter failed). ``stop`` sends SIGTERM to the
+runner (it stops its command's process group and reports a non-zero exit) and SIGKILLs the
+whole tree and session after ``stop_grace_s``, from a background thread: ``stop`` returns at
+once and is idempotent.
+
+Isolation, chosen once per process by probing what works here (see ``probe_isolation``):
+
+- sandbox ``bwrap`` (``backends.sandbox``): own ``/`` and ``/tmp`` under
+  ``<run_dir>/sandbox/root``, cwd ``/``, private PID/IPC/UTS namespaces, host name = task name.
+  Fallback ``none`` (bwrap missing or refused, e.g. a container without user namespaces):
+  one warning, and the runner rewrites ``/tmp`` and file paths onto that same folder
+  (``TaskRun.sandbox.root``) and runs the command there.
+- network ``netns`` (``backends.netns``): one network namespace per group (per workflow), so
+  two workflows can both listen on 29400; ``{{host:TASK}}`` is a 127/8 address derived from
+  (workflow id, task name) and ``/etc/hosts`` names it. The server's loopback port
+  (``$TRAINYARD_SERVER_URL`` or ``<home>/server.json``) and ``forward_ports`` are forwarded
+  into the namespace, so the ``trainyard`` CLI works inside a task. Fallback ``loopback``
+  (no namespaces): same addresses on the host's loopback, with a warning that ports bound on
+  0.0.0.0 by two tasks collide.
+
+GPUs: when ``nvidia-smi -L`` lists GPUs, a task gets ``CUDA_VISIBLE_DEVICES`` = its GPU slots
+(slots beyond the real GPUs give nothing, with a log line); without GPUs it gets
+``CUDA_VISIBLE_DEVICES=""``. Images: see ``backends.images``.
+
+Pool ``options`` read here: ``sandbox`` (auto|bwrap|none), ``network`` (auto|netns|loopback),
+``forward_ports`` (list of host loopback ports), ``stop_grace_s``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlparse
+
+import psutil
+
+import trainyard
+from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
+from trainyard.backends.images import runtime_for, runtime_path
+from trainyard.backends.netns import GroupNetwork, ensure_group_network, probe_netns
+from trainyard.backends.sandbox import SandboxPlan, bwrap_argv, hosts_file_text, needs_bind, probe_bwrap
+from trainyard.errors import BackendError, ConfigError
+from trainyard.pools import Pool, trainyard_home
+from trainyard.runner import proctree
+from trainyard.runner.report import EVENTS, read_events
+from trainyard.runner.spec import SandboxSettings, TaskRun
+
+__all__ = ["LocalBackend", "Isolation", "LaunchRequest", "probe_isolation", "loopback_address",
+           "gpu_count", "create"]
+
+log = logging.getLogger("trainyard.backends.local")
+
+SANDBOXES = ("auto", "bwrap", "none")
+NETWORKS = ("auto", "netns", "loopback")
+RUNNER_OUT = "runner.out"
+LAUNCH = "launch.json"
+_KNOWN_FACTS = {k.value for k in FactKind}
+
+
+# ---------------------------------------------------------------------- isolation probe
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How tasks are isolated on this machine: bubblewrap or not, group namespaces or not."""
+
+    bwrap: bool
+    netns: bool
+
+
+_probed: dict[tuple[str, str, str], Isolation] = {}
+_warned: set[str] = set()
+_probe_lock = threading.Lock()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning(message)
+
+
+def _want(choice: str, name: str, why_not: str | None) -> bool:
+    if why_not is None:
+        return choice != "none" and choice != "loopback"
+    if choice in ("bwrap", "netns"):
+        raise BackendError(f"local backend: {name} {choice!r} was asked for but fails here: {why_not}")
+    return False
+
+
+def probe_isolation(sandbox: str = "auto", network: str = "auto",
+                    python: str = sys.executable) -> Isolation:
+    """What isolation works here (probed once per process and settings; warns once).
+
+    Raises:
+        BackendError: ``bwrap`` or ``netns`` was asked for explicitly and does not work.
+    """
+    with _probe_lock:
+        cached = _probed.get((sandbox, network, python))
+        if cached is None:
+            cached = _probed[(sandbox, network, python)] = _probe(sandbox, network, python)
+        return cached
+
+
+def _probe(sandbox: str, network: str, python: str) -> Isolation:
+    why_net = probe_netns(python) if network != "loopback" else "not asked for"
+    use_net = _want(network, "network", why_net)
+    why_bwrap = probe_bwrap() if sandbox != "none" else "not asked for"
+    use_bwrap = _want(sandbox, "sandbox", why_bwrap)
+    if use_net and use_bwrap and _combined_fails(python):
+        use_bwrap = _want(sandbox, "sandbox", "bubblewrap fails inside a network namespace")
+    if not use_bwrap and sandbox == "auto":
+        _warn_once(f"local backend: no bubblewrap sandbox ({why_bwrap or 'fails'}); tasks share "
+                   "the host's /, their /tmp and file paths are rewritten to a private folder")
+    if not use_net and network == "auto":
+        _warn_once(f"local backend: no network namespaces ({why_net}); tasks use 127/8 "
+                   "addresses on the host's loopback and ports bound on 0.0.0.0 can collide")
+    return Isolation(bwrap=use_bwrap, netns=use_net)
+
+
+def _combined_fails(python: str) -> bool:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="trainyard-probe-") as tmp:
+        net = ensure_group_network(Path(tmp), python=python, idle_s=0.5)
+        try:
+            return probe_bwrap(net.join_argv()[:-1]) is not None
+        finally:
+            proctree.send([p for p in (_proc(net.keeper_pid), _proc(net.ns_pid)) if p],
+                          signal.SIGKILL)
+
+
+def _proc(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_count() -> int:
+    """How many GPUs ``nvidia-smi -L`` lists (0 without nvidia-smi)."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(line.startswith("GPU ") for line in done.stdout.splitlines())
+
+
+def loopback_address(workflow_id: str, task: str) -> str:
+    """A stable 127/8 address for a task (never 127.0.0.x, never a .0 or .255 host part)."""
+    digest = hashlib.sha256(f"{workflow_id}\0{task}".encode()).digest()
+    return f"127.{1 + digest[0] % 254}.{digest[1]}.{1 + digest[2] % 254}"
+
+
+# ---------------------------------------------------------------------- requests
+
+
+@dataclass
+class LaunchRequest:
+    """One task start, built apart from sending it (so it can be printed and tested).
+
+    Attributes:
+        argv: the whole command line (nsenter prefix, bwrap prefix, runner).
+        run: the runner's input, ``sandbox`` filled.
+        writable_dirs: folders to create before the start (bind sources, outputs).
+        hosts_text: ``/etc/hosts`` for the sandbox (bwrap only).
+    """
+
+    key: TaskKey
+    run_dir: Path
+    argv: list[str]
+    run: TaskRun
+    root_dir: Path
+    writable_dirs: list[Path] = field(default_factory=list)
+    hosts_text: str | None = None
+
+
+def _local_path(url: str) -> str | None:
+    parsed = urlparse(url)
+    if parsed.scheme in ("", "file"):
+        return parsed.path or None
+    return None
+
+
+def _runner_paths() -> list[str]:
+    """Folders the runner's interpreter and imports live in (not the engine's script folder)."""
+    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+             str(Path(trainyard.__file__).resolve().parent.parent)}
+    paths.update(sysconfig.get_paths().values())
+    return sorted(p for p in paths if os.path.exists(p))
+
+
+# ---------------------------------------------------------------------- attempts
+
+
+@dataclass
+class _Attempt:
+    key: TaskKey
+    run_dir: Path | None
+    pid: int | None = None
+    created: float = 0.0
+    popen: subprocess.Popen[bytes] | None = None
+    offset: int = 0
+    reported: bool = False
+    done: bool = False
+    stopping: bool = False
+    stop_deadline: float = 0.0
+    termed: bool = False
+    stopped: bool = False
+
+
+def _tail(path: Path, limit: int = 400) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:].strip()
+    except OSError:
+        return ""
+
+
+class LocalBackend:
+    """Runs tasks as sandboxed processes on this machine (see module docstring).
+
+    Args:
+        pool: the pool (its ``images`` and ``options``); default: the ``local`` pool's settings.
+        home: ``$TRAINYARD_HOME`` (default ``trainyard_home()``).
+        state_dir: the backend's own folder (default ``<home>/local``).
+        sandbox, network, forward_ports, stop_grace_s: override the pool's options.
+        python: the interpreter that runs the runner (default: this one).
+    """
+
+    name = "local"
+
+    def __init__(self, pool: Pool | None = None, home: Path | None = None, *,
+                 state_dir: Path | None = None, sandbox: str | None = None,
+                 network: str | None = None, forward_ports: list[int] | None = None,
+                 stop_grace_s: float | None = None, python: str | None = None) -> None:
+        options: dict[str, Any] = dict(pool.options) if pool else {}
+        self.sandbox = _choice("sandbox", sandbox or options.get("sandbox", "auto"), SANDBOXES)
+        self.network = _choice("network", network or options.get("network", "auto"), NETWORKS)
+        self.forward_ports = [int(p) for p in (forward_ports or options.get("forward_ports", []))]
+        grace = stop_grace_s if stop_grace_s is not None else options.get("stop_grace_s", 10.0)
+        self.stop_grace_s = float(grace)
+        self.images: dict[str, str] = dict(pool.images) if pool else {}
+        self.home = Path(home) if home else trainyard_home()
+        self.state_dir = Path(state_dir) if state_dir else self.home / "local"
+        self.python = python or sys.executable
+        self._attempts: dict[TaskKey, _Attempt] = {}
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stopper: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ Backend API
+
+    def start_group(self, launches: list[TaskLaunch]) -> None:
+        """Start every task of one gang (all or none).
+
+        Raises:
+            BackendError: a task could not start; those already started are stopped.
+        """
+        if not launches:
+            return
+        iso = probe_isolation(self.sandbox, self.network, self.python)
+        started: list[TaskKey] = []
+        try:
+            net = self._group_network(launches[0]) if iso.netns else None
+            for launch in launches:
+                self._start(self.build_request(launch, iso, net), launch)
+                started.append(launch.key)
+        except (OSError, BackendError, ValueError) as exc:
+            self.stop(started)
+            raise BackendError(f"local backend could not start group {launches[0].group!r}: "
+                               f"{exc}") from exc
+
+    def poll(self) -> list[TaskFact]:
+        """Facts since the last call: runner events, each once, and LOST/START_ERROR for a
+        runner gone without reporting its exit."""
+        with self._lock:
+            attempts = [a for a in self._attempts.values() if not a.done]
+        facts: list[TaskFact] = []
+        for attempt in attempts:
+            facts += self._poll_one(attempt)
+        return facts
+
+    def stop(self, keys: list[TaskKey]) -> None:
+        """SIGTERM the runners now, SIGKILL their whole trees after ``stop_grace_s`` (in the
+        background). Idempotent; returns at once; unknown keys are looked up in the index."""
+        with self._lock:
+            for key in keys:
+                attempt = self._attempts.get(key) or self._load(key)
+                if attempt is None or attempt.stopping:
+                    continue
+                attempt.stopping = True
+                attempt.stop_deadline = time.monotonic() + self.stop_grace_s
+                self._attempts[key] = attempt
+            self._ensure_stopper()
+        self._wake.set()
+
+    def host_of(self, key: TaskKey, node: str) -> str:
+        """``{{host:TASK}}``: a stable 127/8 address of the task (``loopback_address``)."""
+        return loopback_address(key.workflow_id, key.task)
+
+    def recover(self, keys: list[TaskKey]) -> list[TaskKey]:
+        """Adopt these attempts after an engine restart; returns those still running.
+
+        Every adopted attempt's events are reported again from the start by ``poll`` (the
+        engine must treat repeated facts as no-ops); one that is gone without an EXITED event
+        is reported LOST, as is one this machine has no record of.
+        """
+        alive = []
+        with self._lock:
+            for key in keys:
+                attempt = self._attempts.get(key) or self._load(key) or _Attempt(key, None)
+                self._attempts[key] = attempt
+                if self._alive(attempt):
+                    alive.append(key)
+        return alive
+
+    # ------------------------------------------------------------------ building requests
+
+    def build_request(self, launch: TaskLaunch, iso: Isolation,
+                      net: GroupNetwork | None = None) -> LaunchRequest:
+        """Turn a launch into the command line and runner input (no side effects)."""
+        run = TaskRun.model_validate(launch.run)
+        run_dir = Path(launch.run_dir)
+        root = run_dir / "sandbox" / "root"
+        run.sandbox = SandboxSettings(
+            root=None if iso.bwrap else str(root),
+            path_prepend=runtime_path(runtime_for(run.image, self.images), self.state_dir),
+            env=self._task_env(launch, run, iso),
+            description=self._describe(launch, iso))
+        request = LaunchRequest(launch.key, run_dir, [], run, root)
+        request.writable_dirs = self._writable_dirs(run)
+        prefix = net.join_argv() if net is not None else []
+        if iso.bwrap:
+            request.writable_dirs += [Path(p) for p in self._url_dirs(run) if needs_bind(p, True)]
+            request.hosts_text = hosts_file_text(run.hosts)
+            prefix = prefix + bwrap_argv(self._plan(request))
+        request.argv = [*prefix, self.python, "-m", "trainyard.runner", str(run_dir / "run.json")]
+        return request
+
+    def _task_env(self, launch: TaskLaunch, run: TaskRun, iso: Isolation) -> dict[str, str]:
+        env = {"CUDA_VISIBLE_DEVICES": self._cuda_devices(launch)}
+        server = self._server_url()
+        if server:
+            env["TRAINYARD_SERVER_URL"] = server
+        if iso.netns:
+            for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+                if name not in run.environment:
+                    env[name] = "lo"
+        return env
+
+    def _cuda_devices(self, launch: TaskLaunch) -> str:
+        real = gpu_count()
+        if real == 0:
+            return ""
+        missing = [s for s in launch.gpu_slots if s >= real]
+        if missing:
+            log.warning("task %s: GPU slots %s have no real GPU (this machine has %d)",
+                        launch.key.task, missing, real)
+        return ",".join(str(s) for s in launch.gpu_slots if s < real)
+
+    def _describe(self, launch: TaskLaunch, iso: Isolation) -> str:
+        fs = ("bubblewrap sandbox (own /, /tmp, pid/ipc/uts namespaces)" if iso.bwrap
+              else "no sandbox (/tmp and file paths rewritten to a private folder)")
+        netw = ("network namespace of the group" if iso.netns
+                else "host network (loopback addresses)")
+        host = loopback_address(launch.key.workflow_id, launch.key.task)
+        return f"local backend on {launch.node}: {fs}; {netw}; address {host}"
+
+    def _writable_dirs(self, run: TaskRun) -> list[Path]:
+        dirs = [Path(run.run_dir), run.output_path]
+        dirs += [run.input_path(i) for i in range(len(run.inputs))]
+        if run.barrier.enabled and run.barrier.folder:
+            dirs.append(Path(run.barrier.folder))
+        return dirs
+
+    @staticmethod
+    def _url_dirs(run: TaskRun) -> list[str]:
+        """Local folders the runner uploads to (``file://`` outputs and checkpoints)."""
+        urls = [o.url for o in run.outputs if o.url] + [c.url for c in run.checkpoints]
+        return [p for p in map(_local_path, urls) if p]
+
+    def _plan(self, request: LaunchRequest) -> SandboxPlan:
+        run = request.run
+        writable = [str(d) for d in [self.home, *request.writable_dirs]]
+        readonly = [*_runner_paths(), *run.sandbox.path_prepend]
+        readonly += [i.source for i in run.inputs if i.kind == "task"]
+        readonly += [p for i in run.inputs if i.kind == "url" and (p := _local_path(i.source))]
+        return SandboxPlan(
+            root_dir=request.root_dir, hostname=run.task,
+            hosts_file=request.run_dir / "sandbox" / "hosts",
+            writable=tuple(p for p in writable if needs_bind(p, True)),
+            readonly=tuple(p for p in readonly if os.path.exists(p) and needs_bind(p, False)))
+
+    def _server_url(self) -> str | None:
+        url = os.environ.get("TRAINYARD_SERVER_URL")
+        if url:
+            return url
+        try:
+            return str(json.loads((self.home / "server.json").read_text())["url"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _forwarded_ports(self) -> list[int]:
+        ports = list(self.forward_ports)
+        server = self._server_url()
+        if server:
+            parsed = urlparse(server)
+            if parsed.hostname in ("127.0.0.1", "localhost") and parsed.port:
+                ports.append(parsed.port)
+        return sorted(set(ports))
+
+    def _group_network(self, launch: TaskLaunch) -> GroupNetwork:
+        folder = self.state_dir / "groups" / _safe(launch.key.workflow_id) / _safe(launch.group)
+        return ensure_group_network(folder, self._forwarded_ports(), python=self.python)
+
+    # ------------------------------------------------------------------ starting
+
+    def _start(self, request: LaunchRequest, launch: TaskLaunch) -> None:
+        self._prepare(request, launch)
+        with open(request.run_dir / RUNNER_OUT, "ab") as out:
+            popen = subprocess.Popen(
+                request.argv, cwd=request.run_dir, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        created = proctree.create_time(popen.pid) or time.time()
+        _write_json(request.run_dir / LAUNCH, {"pid": popen.pid, "created": created,
+                                               "argv": request.argv, "group": launch.group})
+        _write_json(self._index_path(request.key), {"run_dir": str(request.run_dir)})
+        with self._lock:
+            self._attempts[request.key] = _Attempt(request.key, request.run_dir, popen.pid,
+                                                   created, popen)
+
+    def _prepare(self, request: LaunchRequest, launch: TaskLaunch) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        request.run_dir.mkdir(parents=True, exist_ok=True)
+        events = request.run_dir / EVENTS
+        if events.exists():  # a run_dir used again: old events must not be reported
+            events.rename(request.run_dir / f"events.{time.time_ns()}.jsonl")
+        if launch.restart_in_place:
+            self._adopt_sandbox(request)
+        tmp = request.root_dir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        tmp.chmod(0o1777)
+        for folder in request.writable_dirs:
+            folder.mkdir(parents=True, exist_ok=True)
+        if request.hosts_text is not None:
+            (request.run_dir / "sandbox" / "hosts").write_text(request.hosts_text)
+        _write_json(request.run_dir / "run.json", request.run.model_dump(mode="json"))
+
+    def _adopt_sandbox(self, request: LaunchRequest) -> None:
+        """RESTART in place: move the latest earlier attempt's sandbox into this run_dir."""
+        key = request.key
+        for retry in range(key.retry_id - 1, -1, -1):
+            earlier = self._load(TaskKey(key.workflow_id, key.task, retry))
+            if earlier is not None and earlier.run_dir and (earlier.run_dir / "sandbox").is_dir():
+                if not (request.run_dir / "sandbox").exists():
+                    (earlier.run_dir / "sandbox").rename(request.run_dir / "sandbox")
+                return
+
+    def _index_path(self, key: TaskKey) -> Path:
+        return (self.state_dir / "attempts" / _safe(key.workflow_id) / _safe(key.task)
+                / f"{key.retry_id}.json")
+
+    def _load(self, key: TaskKey) -> _Attempt | None:
+        """An attempt known from the index (started by an earlier backend object)."""
+        try:
+            run_dir = Path(json.loads(self._index_path(key).read_text())["run_dir"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        try:
+            launch = json.loads((run_dir / LAUNCH).read_text())
+            return _Attempt(key, run_dir, int(launch["pid"]), float(launch["created"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return _Attempt(key, run_dir)
+
+    # ------------------------------------------------------------------ observing
+
+    def _alive(self, attempt: _Attempt) -> bool:
+        if attempt.popen is not None:
+            return attempt.popen.poll() is None
+        if attempt.pid is None:
+            return False
+        return proctree.same_process(attempt.pid, attempt.created) is not None
+
+    def _read(self, attempt: _Attempt) -> list[TaskFact]:
+        if attempt.run_dir is None:
+            return []
+        events, attempt.offset = read_events(attempt.run_dir / EVENTS, attempt.offset)
+        facts = [TaskFact(attempt.key, FactKind(e.kind), e.time_s, e.exit_code, e.message)
+                 for e in events if e.kind in _KNOWN_FACTS]
+        attempt.reported = attempt.reported or bool(facts)
+        return facts
+
+    def _poll_one(self, attempt: _Attempt) -> list[TaskFact]:
+        alive = self._alive(attempt)
+        facts = self._read(attempt)
+        if not any(f.kind is FactKind.EXITED for f in facts) and not alive:
+            facts.append(self._vanished(attempt))
+        if facts and facts[-1].kind in (FactKind.EXITED, FactKind.LOST, FactKind.START_ERROR):
+            attempt.done = True
+            self._kill_leftovers(attempt)
+        return facts
+
+    def _vanished(self, attempt: _Attempt) -> TaskFact:
+        if attempt.run_dir is None:
+            return TaskFact(attempt.key, FactKind.LOST, time.time(), None,
+                            "no record of this attempt on this machine")
+        tail = _tail(attempt.run_dir / RUNNER_OUT)
+        kind = FactKind.LOST if attempt.reported else FactKind.START_ERROR
+        message = "the task runner ended without reporting an exit"
+        return TaskFact(attempt.key, kind, time.time(), None,
+                        f"{message}: {tail}" if tail else message)
+
+    # ------------------------------------------------------------------ stopping
+
+    def _members(self, attempt: _Attempt) -> list[psutil.Process]:
+        if attempt.pid is None:
+            return []
+        found: dict[int, psutil.Process] = {}
+        top = proctree.same_process(attempt.pid, attempt.created)
+        if top is not None:
+            found[top.pid] = top
+            found.update((p.pid, p) for p in proctree.descendants(top))
+        found.update((p.pid, p) for p in proctree.session_members(attempt.pid, attempt.created))
+        return list(found.values())
+
+    def _kill_leftovers(self, attempt: _Attempt) -> None:
+        proctree.send(self._members(attempt), signal.SIGKILL)
+        if attempt.popen is not None:
+            attempt.popen.poll()
+
+    def _ensure_stopper(self) -> None:
+        if self._stopper is None or not self._stopper.is_alive():
+            self._stopper = threading.Thread(target=self._stop_loop, name="local-stopper",
+                                             daemon=True)
+            self._stopper.start()
+
+    def _stop_loop(self) -> None:
+        while True:
+            with self._lock:
+                pending = [a for a in self._attempts.values()
+                           if a.stopping and not a.stopped and a.pid]
+            busy = [a for a in pending if self._advance_stop(a)]
+            self._wake.wait(0.1 if busy else 1.0)
+            self._wake.clear()
+
+    def _advance_stop(self, attempt: _Attempt) -> bool:
+        """One step of stopping; returns False once nothing of the attempt is left."""
+        members = self._members(attempt)
+        if not members:
+            attempt.stopped = True
+            return False
+        if not attempt.termed:
+            runners = [p for p in members if _is_runner(p)]
+            attempt.termed = proctree.send(runners, signal.SIGTERM) > 0
+        if time.monotonic() >= attempt.stop_deadline:
+            proctree.send(members, signal.SIGKILL)
+        if attempt.popen is not None:
+            attempt.popen.poll()
+        return True
+
+
+def _is_runner(proc: psutil.Process) -> bool:
+    try:
+        cmdline = proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    return "trainyard.runner" in cmdline and "-m" in cmdline
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(f"local backend option {name}: expected one of "
+                          f"{', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _safe(name: str) -> str:
+    return quote(name, safe="") or "_"
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(data))
+    partial.replace(path)
+
+
+def create(pool: Pool, home: Path) -> LocalBackend:
+    """Registry entry: the local backend for ``pool`` with state under ``home``."""
+    return LocalBackend(pool, home)

@@ -1,0 +1,355 @@
+"""Per-group network namespaces for the local backend.
+
+Why: tasks of one gang must reach each other (``{{host:TASK}}``), and two workflows running at
+once must be able to bind the same port (torchrun's 29400) without colliding. So every group
+gets its own network namespace with only a loopback interface: its tasks reach each other on
+127/8 addresses (Linux routes all of 127/8 to ``lo``), and nothing binds in another group's
+namespace.
+
+How: a small *keeper* process (``python -m trainyard.backends.netns GROUP_DIR``) forks a child
+that unshares a network namespace (``CLONE_NEWNET`` as root; ``CLONE_NEWUSER|CLONE_NEWNET``
+otherwise, mapping the user to root inside, as ``unshare -Urn`` does), brings ``lo`` up and
+holds it. Tasks join it with ``nsenter --target PID --net [--user --preserve-credentials]``.
+The keeper writes ``GROUP_DIR/netns.json`` ({"keeper_pid", "ns_pid", "ns_created", "user_ns"})
+once the namespace is ready.
+
+Host services: the trainyard CLI inside a task must reach the server on the host's loopback,
+which a fresh namespace cannot see. For each ``--forward PORT`` the child listens on
+127.0.0.1:PORT inside the namespace and hands every accepted connection (``SCM_RIGHTS`` over a
+socketpair, which crosses namespaces) to the keeper, which still lives in the host's
+namespace, connects to 127.0.0.1:PORT there and copies bytes both ways.
+
+Lifetime: the keeper exits (and the namespace goes) once no process has been in the namespace
+for ``--idle-s`` seconds and ``GROUP_DIR/lease`` (touched by the backend before it starts tasks)
+is at least that old. It needs no engine: tasks and their namespace survive an engine restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainyard.errors import BackendError
+from trainyard.runner import proctree
+
+__all__ = ["GroupNetwork", "ensure_group_network", "probe_netns", "main"]
+
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_IFREQ = "16sH22x"
+INFO = "netns.json"
+LEASE = "lease"
+
+
+@dataclass(frozen=True)
+class GroupNetwork:
+    """A live group namespace: ``ns_pid`` holds it (created at ``ns_created``)."""
+
+    keeper_pid: int
+    ns_pid: int
+    ns_created: float
+    user_ns: bool
+
+    def join_argv(self) -> list[str]:
+        """The command prefix that runs a program inside the namespace."""
+        argv = ["nsenter", f"--target={self.ns_pid}", "--net"]
+        if self.user_ns:
+            argv += ["--user", "--preserve-credentials"]
+        return [*argv, "--"]
+
+    def alive(self) -> bool:
+        """Whether the process holding the namespace is still the recorded one."""
+        return proctree.same_process(self.ns_pid, self.ns_created) is not None
+
+
+# ---------------------------------------------------------------------- backend side
+
+
+def _read_info(group_dir: Path) -> GroupNetwork | None:
+    try:
+        data = json.loads((group_dir / INFO).read_text())
+        return GroupNetwork(int(data["keeper_pid"]), int(data["ns_pid"]),
+                            float(data["ns_created"]), bool(data["user_ns"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _start_keeper(group_dir: Path, forward_ports: Sequence[int], python: str,
+                  idle_s: float) -> subprocess.Popen[bytes]:
+    argv = [python, "-m", "trainyard.backends.netns", str(group_dir), "--idle-s", str(idle_s)]
+    for port in forward_ports:
+        argv += ["--forward", str(port)]
+    with open(group_dir / "keeper.log", "ab") as log:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True, close_fds=True)
+
+
+def ensure_group_network(
+    group_dir: Path,
+    forward_ports: Sequence[int] = (),
+    *,
+    python: str = sys.executable,
+    idle_s: float = 20.0,
+    timeout_s: float = 15.0,
+) -> GroupNetwork:
+    """The group's namespace, started first if none is alive. Touches the lease.
+
+    Raises:
+        BackendError: the keeper could not make a namespace (its log is quoted).
+    """
+    group_dir.mkdir(parents=True, exist_ok=True)
+    (group_dir / LEASE).touch()
+    current = _read_info(group_dir)
+    if current is not None and current.alive():
+        return current
+    (group_dir / INFO).unlink(missing_ok=True)
+    keeper = _start_keeper(group_dir, forward_ports, python, idle_s)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        info = _read_info(group_dir)
+        if info is not None and info.keeper_pid == keeper.pid:
+            return info
+        if keeper.poll() is not None:
+            break
+        time.sleep(0.02)
+    keeper.kill()
+    keeper.wait()
+    tail = (group_dir / "keeper.log").read_text(errors="replace")[-500:]
+    raise BackendError(f"could not create a network namespace in {group_dir}: {tail.strip()}")
+
+
+def probe_netns(python: str = sys.executable) -> str | None:
+    """Try a namespace and ``nsenter`` into it. Returns None if it works, else why not."""
+    with tempfile.TemporaryDirectory(prefix="trainyard-netns-probe-") as tmp:
+        try:
+            net = ensure_group_network(Path(tmp), python=python, idle_s=0.5, timeout_s=10)
+        except (BackendError, OSError) as exc:
+            return str(exc)
+        try:
+            done = subprocess.run([*net.join_argv(), "true"], capture_output=True, timeout=10)
+            return None if done.returncode == 0 else done.stderr.decode(errors="replace").strip()
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return str(exc)
+        finally:
+            _kill_quietly(net.keeper_pid, net.ns_pid)
+
+
+def _kill_quietly(*pids: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# ---------------------------------------------------------------------- namespace child
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def _unshare_network() -> bool:
+    """Move this (single-threaded) process into a new network namespace.
+    Returns True when a user namespace had to be made too."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if os.geteuid() == 0 and libc.unshare(_CLONE_NEWNET) == 0:
+        return False
+    uid, gid = os.getuid(), os.getgid()
+    _check(libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET), "unshare(CLONE_NEWUSER|CLONE_NEWNET)")
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+    return True
+
+
+def _loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        flags = struct.unpack(_IFREQ, fcntl.ioctl(sock, _SIOCGIFFLAGS, struct.pack(_IFREQ, b"lo", 0)))[1]
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
+
+
+def _listen(port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(64)
+    return sock
+
+
+def _child(channel: socket.socket, ready_fd: int, ports: Sequence[int]) -> None:
+    """Runs in the forked child: make and hold the namespace, pass connections up."""
+    try:
+        user_ns = _unshare_network()
+        _loopback_up()
+        listeners = {_listen(port): port for port in ports}
+        os.write(ready_fd, b"U" if user_ns else b"R")
+    except Exception as exc:  # tell the keeper, which reports it
+        sys.stderr.write(f"netns child: {exc}\n")
+        os._exit(1)
+    os.close(ready_fd)
+    while True:
+        readable, _, _ = select.select([channel, *listeners], [], [])
+        if channel in readable:  # the keeper is gone
+            os._exit(0)
+        for sock in readable:
+            conn, _addr = sock.accept()
+            socket.send_fds(channel, [struct.pack("!H", listeners[sock])], [conn.fileno()])
+            conn.close()
+
+
+# ---------------------------------------------------------------------- keeper (host side)
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
+            try:
+                sock.shutdown(how)
+            except OSError:
+                pass
+
+
+def _bridge(fd: int, port: int) -> None:
+    inner = socket.socket(fileno=fd)
+    try:
+        outer = socket.create_connection(("127.0.0.1", port), timeout=10)
+    except OSError:
+        inner.close()
+        return
+    outer.settimeout(None)
+    threads = [threading.Thread(target=_pump, args=pair, daemon=True)
+               for pair in ((inner, outer), (outer, inner))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    inner.close()
+    outer.close()
+
+
+def _members(ns_pid: int) -> int:
+    """How many processes other than ``ns_pid`` are in ``ns_pid``'s network namespace."""
+    try:
+        target = os.readlink(f"/proc/{ns_pid}/ns/net")
+    except OSError:
+        return 0
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != ns_pid:
+            try:
+                count += os.readlink(f"/proc/{name}/ns/net") == target
+            except OSError:
+                continue
+    return count
+
+
+def _idle_for(group_dir: Path, last_busy: float) -> float:
+    try:
+        lease = (group_dir / LEASE).stat().st_mtime
+    except OSError:
+        lease = 0.0
+    return time.time() - max(last_busy, lease)
+
+
+def _serve(channel: socket.socket, ns_pid: int, group_dir: Path, idle_s: float) -> None:
+    last_busy = time.time()
+    while True:
+        readable, _, _ = select.select([channel], [], [], min(2.0, idle_s))
+        if readable:
+            msg, fds, _flags, _addr = socket.recv_fds(channel, 16, 1)
+            if not msg:
+                return
+            threading.Thread(target=_bridge, args=(fds[0], struct.unpack("!H", msg)[0]),
+                             daemon=True).start()
+        if _members(ns_pid):
+            last_busy = time.time()
+        elif _idle_for(group_dir, last_busy) > idle_s:
+            return
+
+
+def _write_info(group_dir: Path, ns_pid: int, user_ns: bool) -> None:
+    data = {"keeper_pid": os.getpid(), "ns_pid": ns_pid,
+            "ns_created": proctree.create_time(ns_pid), "user_ns": user_ns}
+    partial = group_dir / f".{INFO}.{os.getpid()}"
+    partial.write_text(json.dumps(data))
+    partial.replace(group_dir / INFO)
+
+
+def run_keeper(group_dir: Path, ports: Sequence[int], idle_s: float) -> int:
+    """The keeper's main: fork the namespace child, publish it, serve until idle."""
+    keeper_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ready_r, ready_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        keeper_end.close()
+        os.close(ready_r)
+        _child(child_end, ready_w, ports)
+    child_end.close()
+    os.close(ready_w)
+    ready = os.read(ready_r, 1)
+    if not ready:
+        os.waitpid(child, 0)
+        return 1
+    _write_info(group_dir, child, ready == b"U")
+    try:
+        _serve(keeper_end, child, group_dir, idle_s)
+    finally:
+        _release(group_dir, child)
+    return 0
+
+
+def _release(group_dir: Path, child: int) -> None:
+    info = _read_info(group_dir)
+    if info is not None and info.keeper_pid == os.getpid():
+        (group_dir / INFO).unlink(missing_ok=True)
+    _kill_quietly(child)
+    try:
+        os.waitpid(child, 0)
+    except ChildProcessError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trainyard.backends.netns GROUP_DIR [--forward PORT]... [--idle-s S]``."""
+    parser = argparse.ArgumentParser(prog="python -m trainyard.backends.netns")
+    parser.add_argument("group_dir", type=Path)
+    parser.add_argument("--forward", type=int, action="append", default=[])
+    parser.add_argument("--idle-s", type=float, default=20.0)
+    args = parser.parse_args(argv)
+    try:
+        return run_keeper(args.group_dir, args.forward, args.idle_s)
+    except OSError as exc:
+        if exc.errno != errno.EINTR:
+            sys.stderr.write(f"netns keeper: {exc}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
