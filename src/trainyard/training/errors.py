@@ -1,0 +1,67 @@
+"""Errors of the training kit, one class per failure.
+
+::
+
+    TrainingKitError
+    ├── DatasetError            a dataset is missing, unreadable or malformed
+    ├── SnapshotError           a snapshot cannot be written or read
+    │   └── SnapshotCorruptError    a snapshot file exists but is not a complete snapshot
+    ├── DistributedSetupError   torchrun's environment is inconsistent
+    ├── InjectedFailure         ``--fail-at-epoch`` fired (tests and reschedule demos)
+    └── BarrierError            the barrier tool could not release its ranks
+        ├── BarrierFailed           a duplicate or out-of-range rank, or a peer reported failure
+        └── BarrierTimeout          not every rank arrived within the timeout
+
+The kit imports nothing else of trainyard, so it keeps its own hierarchy rather than
+``trainyard.errors``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TrainingKitError",
+    "DatasetError",
+    "SnapshotError",
+    "SnapshotCorruptError",
+    "DistributedSetupError",
+    "InjectedFailure",
+    "BarrierError",
+    "BarrierFailed",
+    "BarrierTimeout",
+]
+
+
+class TrainingKitError(Exception):
+    """Base class of every error the training kit raises on purpose."""
+
+
+class DatasetError(TrainingKitError):
+    """A dataset is missing, unreadable or malformed; the message names the file."""
+
+
+class SnapshotError(TrainingKitError):
+    """A snapshot could not be written or read."""
+
+
+class SnapshotCorruptError(SnapshotError):
+    """A snapshot file exists but is not a complete, valid snapshot (never loaded)."""
+
+
+class DistributedSetupError(TrainingKitError):
+    """The distributed environment (RANK, WORLD_SIZE, ...) is missing or inconsistent."""
+
+
+class InjectedFailure(TrainingKitError):
+    """The failure asked for with ``--fail-at-epoch`` (a test hook, fired once)."""
+
+
+class BarrierError(TrainingKitError):
+    """The barrier tool did not release its ranks."""
+
+
+class BarrierFailed(BarrierError):
+    """A duplicate or out-of-range rank connected, or rank 0 reported a failure."""
+
+
+class BarrierTimeout(BarrierError):
+    """Not every rank arrived before the timeout."""
