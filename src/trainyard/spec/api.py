@@ -30,7 +30,7 @@ from trainyard.spec.models import SpecDocument, WorkflowSpec
 from trainyard.spec import poolfit
 from trainyard.spec.problems import Issue, Layout, issues_from_validation, to_problems
 from trainyard.spec.template import DEFAULT_LIMITS, RenderLimits, render
-from trainyard.spec.yamlsource import LineIndex, parse_yaml
+from trainyard.spec.yamlsource import LineIndex, gc_paused, parse_yaml
 
 __all__ = ["PoolChoice", "load", "render_source", "parse", "validate", "check_pool", "json_schema"]
 
@@ -134,13 +134,16 @@ def parse(
     """
     path = Path(spec_path) if spec_path is not None else None
     file = _display(path)
-    data = _with_labels(parse_yaml(rendered, file=file), labels)
-    layout = _layout_of(data)
-    doc, issues = _validate_model(data, layout)
-    if doc is not None:
-        issues += _check_document(doc, layout, set_env, LocalFiles(path.parent if path else None, files), pool)
+    with gc_paused():
+        parsed = parse_yaml(rendered, file=file)
+        data = _with_labels(parsed.data, labels)
+        layout = _layout_of(data)
+        doc, issues = _validate_model(data, layout)
+        if doc is not None:
+            local = LocalFiles(path.parent if path else None, files)
+            issues += _check_document(doc, layout, set_env, local, pool)
     if issues:
-        raise SpecError(to_problems(issues, LineIndex(rendered), file))
+        raise SpecError(to_problems(issues, LineIndex(parsed.root), file))
     assert doc is not None
     return doc
 

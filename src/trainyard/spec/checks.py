@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from trainyard.spec.fields import name_key
 from trainyard.spec.models import DEFAULT_RESOURCE, GroupSpec, TaskSpec, WorkflowSpec
 from trainyard.spec.problems import Issue, Layout
-from trainyard.spec.tokens import Token, find_tokens
+from trainyard.spec.tokens import REFERENCE_TOKEN_PATTERN as _REFERENCE_TOKEN
+from trainyard.spec.tokens import Token
 from trainyard.spec.yamlsource import Loc
 
 __all__ = ["LocatedTask", "located_tasks", "check_workflow"]
@@ -161,30 +162,39 @@ def _token_fields(task: TaskSpec) -> Iterator[tuple[Loc, str]]:
 
 def check_tokens(tasks: list[LocatedTask]) -> list[Issue]:
     """``{{host:X}}``, ``{{input:N}}`` and ``{{input:TASK}}`` refer to things that exist."""
+    members: dict[int, set[str]] = {}
+    for located in tasks:
+        members.setdefault(located.group_index, set()).add(name_key(located.task.name))
     issues = []
     for located in tasks:
         for field_loc, text in _token_fields(located.task):
-            for token in find_tokens(text):
-                message = _token_problem(token, located)
+            if "{{" not in text:
+                continue
+            for token in _checked_tokens(text):
+                message = _token_problem(token, located, members[located.group_index])
                 if message:
                     issues.append(Issue(located.loc + field_loc, message, token.start))
     return issues
 
 
-def _token_problem(token: Token, located: LocatedTask) -> str | None:
-    if token.kind == "host":
-        return _host_problem(token, located.group)
+def _checked_tokens(text: str) -> Iterator[Token]:
+    """The first occurrence of each distinct ``host:`` or ``input:`` token of ``text``."""
+    seen: set[str] = set()
+    for match in _REFERENCE_TOKEN.finditer(text):
+        if match.group(0) not in seen:
+            seen.add(match.group(0))
+            kind, _, arg = match.group(1).partition(":")
+            yield Token(match.group(1), kind, arg, match.start(), match.group(0))
+
+
+def _token_problem(token: Token, located: LocatedTask, members: set[str]) -> str | None:
+    if token.kind == "host" and name_key(token.arg) not in members:
+        names = ", ".join(t.name for t in located.group.tasks)
+        return (f"{token.text} names no task of group {located.group.name!r} (tasks: {names}); "
+                "host tokens reach tasks of the same group only, so put both tasks in one group")
     if token.kind == "input":
         return _input_token_problem(token, located.task)
     return None
-
-
-def _host_problem(token: Token, group: GroupSpec) -> str | None:
-    members = [t.name for t in group.tasks]
-    if name_key(token.arg) in {name_key(m) for m in members}:
-        return None
-    return (f"{token.text} names no task of group {group.name!r} (tasks: {', '.join(members)}); "
-            "host tokens reach tasks of the same group only, so put both tasks in one group")
 
 
 def _input_token_problem(token: Token, task: TaskSpec) -> str | None:

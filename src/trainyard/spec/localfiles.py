@@ -41,10 +41,10 @@ class LocalFiles:
         Raises:
             ValueError: the path breaks a rule or cannot be read; the message says which.
         """
-        key = _relative_key(localpath)
-        if key not in self._cache:
-            self._cache[key] = self._read_mapping(key) if self._files is not None else self._read_disk(key)
-        return self._cache[key]
+        if localpath not in self._cache:
+            key = _relative_key(localpath)
+            self._cache[localpath] = self._read_mapping(key) if self._files is not None else self._read_disk(key)
+        return self._cache[localpath]
 
     def _read_mapping(self, key: str) -> str:
         assert self._files is not None

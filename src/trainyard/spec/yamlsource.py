@@ -1,82 +1,187 @@
 """Parse rendered spec YAML, and map field paths back to lines of that text.
 
-Parsing uses libyaml (``CSafeLoader``) where PyYAML has it. Lines are looked up only when
-there is a problem to report: the text is composed again into PyYAML nodes, whose marks
-give the line of each key and value.
+The text is composed once into PyYAML nodes with libyaml (``CSafeLoader``) where PyYAML
+has it; plain Python values are built from the nodes by a small constructor (strings, lists
+and mappings directly, other scalars through PyYAML's safe constructors), and the nodes are
+kept so that a problem's field path finds its line without parsing again.
+
+Guards: nesting deeper than ``MAX_DEPTH`` is refused before libyaml sees it (its recursive
+composer can overflow the C stack), a key repeated in one mapping is refused (PyYAML would
+keep the last silently), and aliases may not expand the document past one value per
+character of text (no "billion laughs").
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from functools import cached_property
+import gc
+import operator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from itertools import accumulate
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from trainyard.errors import SpecError, SpecProblem
 
-__all__ = ["Loc", "DuplicateKey", "parse_yaml", "LineIndex"]
+__all__ = ["Loc", "MAX_DEPTH", "ParsedYaml", "parse_yaml", "LineIndex", "gc_paused"]
 
 Loc = tuple[str | int, ...]
+MAX_DEPTH = 1000
 _BASE_LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_STR = "tag:yaml.org,2002:str"
+_FLOW_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_NOT_FLOW = bytes(b for b in range(256) if b not in _FLOW_STEP)
+_SAFE = yaml.constructor.SafeConstructor()  # stateless use only: its scalar constructors
 
 
-class DuplicateKey(Exception):
-    """A key given twice in one YAML mapping (PyYAML would silently keep the last)."""
+class _Loader(_BASE_LOADER):  # type: ignore[misc, valid-type]
+    """The safe loader, resolving tags faster: plain-scalar tags are cached per document
+    (specs repeat the same keys and values thousands of times), collections get their
+    default tag at once, and the unused path resolvers are skipped."""
 
-    def __init__(self, key: object, line: int) -> None:
-        super().__init__(key)
-        self.key, self.line = key, line
-
-
-class _SpecLoader(_BASE_LOADER):  # type: ignore[misc, valid-type]
-    """Safe loader that refuses duplicate keys instead of keeping the last one."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Hashable] = set()
-        for key_node, _ in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-            if key is None or key == "<<":
-                continue
-            if key in seen:
-                raise DuplicateKey(key, key_node.start_mark.line + 1)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.resolve = _fast_resolver(super().resolve)
+        self.descend_resolver = self.ascend_resolver = _ignore
 
 
-def parse_yaml(text: str, *, file: str | None = None) -> Any:
-    """Parse rendered spec text.
+def _ignore(*args: Any) -> None:
+    return None
+
+
+def _fast_resolver(base: Any) -> Any:
+    tags: dict[str, str] = {}
+    scalar = yaml.ScalarNode
+    collection = {yaml.SequenceNode: "tag:yaml.org,2002:seq", yaml.MappingNode: "tag:yaml.org,2002:map"}
+
+    def resolve(kind: type, value: Any, implicit: Any) -> str:
+        if kind is not scalar:
+            return collection[kind]
+        if not implicit[0]:
+            return _STR
+        tag = tags.get(value)
+        if tag is None:
+            tag = tags[value] = base(kind, value, implicit)
+        return tag
+
+    return resolve
+
+
+class _Refused(Exception):
+    def __init__(self, message: str, node: yaml.Node | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = node.start_mark.line + 1 if node is not None else None
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: building many small objects at once otherwise
+    triggers full collections over them again and again (quadratic time on Python 3.11)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@dataclass(frozen=True)
+class ParsedYaml:
+    """Parsed text: plain ``data`` and the composed ``root`` node (for lines)."""
+
+    data: Any
+    root: yaml.Node | None
+
+
+def parse_yaml(text: str, *, file: str | None = None) -> ParsedYaml:
+    """Parse rendered spec text into plain Python values, keeping the nodes.
 
     Raises:
-        SpecError: not YAML, or a key repeated in one mapping; with the line.
+        SpecError: not YAML, nested too deeply, a repeated key, or aliases that expand
+            too much; one problem with its line.
     """
     try:
-        return yaml.load(text, Loader=_SpecLoader)
-    except DuplicateKey as exc:
-        message = f"key {exc.key!r} is given twice in one mapping; keep one"
-        raise SpecError([SpecProblem("", message, exc.line, file)]) from None
+        _check_depth(text)
+        root = yaml.compose(text, Loader=_Loader)
+        data = _Builder(budget=len(text) + 16).build(root) if root is not None else None
+    except _Refused as exc:
+        raise SpecError([SpecProblem("", exc.message, exc.line, file)]) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        reason = str(getattr(exc, "problem", None) or exc).strip()
-        context = getattr(exc, "context", None)
-        detail = f"{reason} ({context})" if context else reason
-        message = f"not valid YAML: {detail}; check indentation and quoting"
-        raise SpecError([SpecProblem("", message, line, file)]) from None
+        raise SpecError([SpecProblem("", _yaml_message(exc), _yaml_line(exc), file)]) from None
+    return ParsedYaml(data, root)
+
+
+def _check_depth(text: str) -> None:
+    if text.startswith(" " * MAX_DEPTH) or ("\n" + " " * MAX_DEPTH) in text:
+        raise _Refused(f"the YAML is indented more than {MAX_DEPTH} levels deep; flatten it")
+    if text.count("[") + text.count("{") < MAX_DEPTH:
+        return
+    # depth with closers clipped at 0 = max over i of (prefix[i] - min(prefix[..i], 0))
+    brackets = text.encode("utf-8", "surrogatepass").translate(None, _NOT_FLOW)
+    prefix = list(accumulate(map(_FLOW_STEP.__getitem__, brackets)))
+    lowest = accumulate(prefix, min, initial=0)
+    if max(map(operator.sub, prefix, lowest), default=0) > MAX_DEPTH:
+        raise _Refused(f"the YAML nests brackets more than {MAX_DEPTH} levels deep; flatten it")
+
+
+def _yaml_line(exc: yaml.YAMLError) -> int | None:
+    mark = getattr(exc, "problem_mark", None)
+    return mark.line + 1 if mark is not None else None
+
+
+def _yaml_message(exc: yaml.YAMLError) -> str:
+    reason = str(getattr(exc, "problem", None) or exc).strip()
+    context = getattr(exc, "context", None)
+    detail = f"{reason} ({context})" if context else reason
+    return f"not valid YAML: {detail}; check indentation and quoting"
+
+
+class _Builder:
+    """Plain values from composed nodes, counting every value built against a budget."""
+
+    def __init__(self, budget: int) -> None:
+        self._budget = budget
+
+    def build(self, node: yaml.Node) -> Any:
+        self._budget -= 1
+        if self._budget < 0:
+            raise _Refused("aliases expand the spec too much; repeat less through anchors", node)
+        if isinstance(node, yaml.ScalarNode):
+            return node.value if node.tag == _STR else _scalar(node)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item) for item in node.value]
+        return self._mapping(node)
+
+    def _mapping(self, node: yaml.MappingNode) -> Any:
+        if any(k.tag == "tag:yaml.org,2002:merge" for k, _ in node.value) or node.tag != "tag:yaml.org,2002:map":
+            return yaml.constructor.SafeConstructor().construct_document(node)
+        result: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = self.build(key_node)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise _Refused("a mapping key must be a plain value; quote it", key_node)
+            if key in result:
+                raise _Refused(f"key {key!r} is given twice in one mapping; keep one", key_node)
+            result[key] = self.build(value_node)
+        return result
+
+
+def _scalar(node: yaml.ScalarNode) -> Any:
+    construct = _SAFE.yaml_constructors.get(node.tag)
+    if construct is None:
+        return yaml.constructor.SafeConstructor().construct_document(node)
+    return construct(_SAFE, node)
 
 
 class LineIndex:
-    """Finds the line of a field path in rendered YAML text (composed lazily, once)."""
+    """Finds the line of a field path in the composed nodes of the rendered text."""
 
-    def __init__(self, text: str) -> None:
-        self._text = text
-
-    @cached_property
-    def _root(self) -> yaml.Node | None:
-        try:
-            return yaml.compose(self._text, Loader=_BASE_LOADER)
-        except yaml.YAMLError:
-            return None
+    def __init__(self, root: yaml.Node | None) -> None:
+        self._root = root
 
     def line_of(self, loc: Sequence[str | int], offset: int | None = None) -> int | None:
         """The 1-based line of the deepest node along ``loc`` that exists.
@@ -91,7 +196,7 @@ class LineIndex:
             found = _child(node, segment)
             if found is None:
                 return line
-            node, line = found[1], found[0]
+            line, node = found
             if index == len(loc) - 1 and offset is not None:
                 return _offset_line(node, offset) or line
         return line

@@ -1,0 +1,79 @@
+"""Benchmark: render + validate OSMO's N-node torchrun template, N = 10 .. 10,000.
+
+Run: ``.venv/bin/python bench/spec_render.py [--repeat R] [--sizes 10 100 1000 10000]``.
+
+For each N it times ``trainyard.spec.load`` (render in the sandboxed child, parse, every
+check, localpath files read) and, on the same rendered text, a bare ``yaml.safe_load``
+(pure-Python PyYAML, the usual baseline) and ``yaml.load(..., CSafeLoader)`` (libyaml).
+It prints a Markdown table; the best of R runs is reported for each. The goal: cost
+linear in N, N=1,000 under 0.3 s. Not a test: numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from trainyard import spec
+
+TEMPLATE = (Path(__file__).resolve().parents[1] / ".." / "shared" / "osmo-specs" / "dnn_training"
+            / "torchrun_multinode" / "train_template.yaml").resolve()
+SIZES = (10, 100, 1_000, 10_000)
+
+
+def best_of(repeat: int, func: Callable[[], object]) -> float:
+    """The shortest wall time of ``repeat`` calls, in seconds."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        func()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def measure(n: int, repeat: int) -> dict[str, float]:
+    """Seconds for load, render alone, and the two YAML baselines at ``n`` nodes."""
+    values = {"n_nodes": n, "storage_url": "file:///tmp/x"}
+    text = TEMPLATE.read_text()
+    rendered = spec.render(text, values=values)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    doc = spec.load(TEMPLATE, set_values=values)
+    assert len(doc.workflow.all_tasks()) == n
+    return {
+        "load": best_of(repeat, lambda: spec.load(TEMPLATE, set_values=values)),
+        "render": best_of(repeat, lambda: spec.render(text, values=values)),
+        "safe_load": best_of(max(1, repeat // 2), lambda: yaml.safe_load(rendered)),
+        "c_load": best_of(repeat, lambda: yaml.load(rendered, Loader=loader)),
+        "bytes": len(rendered.encode()),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    args = parser.parse_args()
+    if not TEMPLATE.exists():
+        print(f"missing {TEMPLATE}: the OSMO specs (shared/) must sit beside the repo", file=sys.stderr)
+        return 1
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"libyaml: {yaml.__with_libyaml__}")
+    print("| N | rendered | load (render+validate) | per task | render alone | yaml.safe_load | ratio load/safe_load | CSafeLoader load | ratio load/CSafeLoader |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in args.sizes:
+        r = measure(n, args.repeat)
+        print(f"| {n:,} | {r['bytes'] / 2**20:.2f} MiB | {r['load'] * 1e3:.1f} ms | {r['load'] / n * 1e6:.0f} µs "
+              f"| {r['render'] * 1e3:.1f} ms | {r['safe_load'] * 1e3:.1f} ms | {r['load'] / r['safe_load']:.2f} "
+              f"| {r['c_load'] * 1e3:.1f} ms | {r['load'] / r['c_load']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
