@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["FactKind", "TaskKey", "TaskFact", "TaskLaunch", "Backend"]
+__all__ = ["FactKind", "TaskKey", "TaskFact", "TaskResources", "TaskLaunch", "Backend"]
 
 
 class FactKind(StrEnum):
@@ -49,6 +49,19 @@ class TaskFact:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class TaskResources:
+    """What one task asks of its node (the spec's resource entry; 0 asks for nothing).
+
+    Backends that allocate nodes themselves (Slurm, Kubernetes) turn it into their request.
+    """
+
+    cpu: float = 0.0
+    gpu: int = 0
+    memory_bytes: int = 0
+    storage_bytes: int = 0
+
+
 @dataclass
 class TaskLaunch:
     """Everything a backend needs to start one task attempt on one node.
@@ -61,6 +74,9 @@ class TaskLaunch:
         run: the runner's input (``trainyard.runner.spec.TaskRun`` as a dict).
         gpu_slots: indices of the GPU slots assigned on ``node`` (empty for none).
         restart_in_place: re-run the command in the existing sandbox (exit action RESTART).
+        resources: what the task asks of its node.
+        exec_timeout_s: the workflow's exec timeout (None: none). The engine enforces it;
+            a backend may give its own allocation a later limit as a backstop.
     """
 
     key: TaskKey
@@ -70,6 +86,8 @@ class TaskLaunch:
     run: dict[str, Any]
     gpu_slots: list[int] = field(default_factory=list)
     restart_in_place: bool = False
+    resources: TaskResources = field(default_factory=TaskResources)
+    exec_timeout_s: float | None = None
 
 
 @runtime_checkable

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainyard.backends.base import Backend, TaskKey, TaskLaunch
+from trainyard.backends.base import Backend, TaskKey, TaskLaunch, TaskResources
 from trainyard.engine.machine import StartTasks, WorkflowState
 from trainyard.engine.scheduler import Placement
 from trainyard.pools import Pool
@@ -88,6 +88,12 @@ def _task_run(ctx: LaunchContext, spec: TaskSpec, retry_id: int, shared: dict[st
     )
 
 
+def _resources(ctx: LaunchContext, spec: TaskSpec) -> TaskResources:
+    res = ctx.spec.resource_of(spec)
+    return TaskResources(cpu=res.cpu or 0.0, gpu=res.gpu or 0,
+                         memory_bytes=res.memory_bytes or 0, storage_bytes=res.storage_bytes or 0)
+
+
 def build_launches(ctx: LaunchContext, action: StartTasks) -> list[TaskLaunch]:
     """One ``TaskLaunch`` per (task, retry id) of ``action``, in action order."""
     spec_group = next(g for g in ctx.spec.groups if g.name == action.group)
@@ -103,5 +109,6 @@ def build_launches(ctx: LaunchContext, action: StartTasks) -> list[TaskLaunch]:
             key=TaskKey(ctx.workflow_id, name, retry_id), group=action.group,
             node=placement.node, run_dir=Path(run.run_dir), run=run.model_dump(mode="json"),
             gpu_slots=list(placement.gpu_slots), restart_in_place=action.restart_in_place,
+            resources=_resources(ctx, by_name[name]), exec_timeout_s=ctx.state.exec_timeout_s,
         ))
     return launches

@@ -96,6 +96,7 @@ class Runner:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.events = EventWriter(self.run_dir)
         self.log = TaskLog(self.run_dir, run.task, echo=echo)
+        run.hosts = run.runtime_hosts(os.environ)
         self.stop = threading.Event()
         self.command: CommandProcess | None = None
         self.rewriter = self._rewriter()
@@ -131,7 +132,8 @@ class Runner:
     def argv(self, visible: dict[str, str]) -> list[str]:
         """Command and args with paths, tokens and ``$(VAR)`` resolved."""
         raw = [*self.run.command, *self.run.args]
-        return [expand_vars(self.prepare(part), visible) for part in raw]
+        resolved = [expand_vars(self.prepare(part), visible) for part in raw]
+        return [*self.run.sandbox.command_prefix, *resolved]
 
     def cwd(self) -> str:
         """The command's working directory: ``/``, or the private root without one."""

@@ -10,12 +10,15 @@ host paths (``sandbox.root`` is then set, see ``SandboxSettings``).
 
 Engine fills: workflow_id, group, task, retry_id, lead, lead_task, image, command, args,
 environment, files (contents already read from ``localpath``), inputs (``source``: the
-upstream output folder for ``task:`` inputs), outputs, checkpoints, hosts (``Backend.host_of`` of every task of the group),
+upstream output folder for ``task:`` inputs), outputs, checkpoints, hosts (``Backend.host_of`` of every task of the group;
+a backend that learns hosts only at run time also sets ``hosts_env``, see ``runtime_hosts``),
 group_tasks, task_index, barrier, run_dir (output_dir and input dirs default under it).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -138,12 +141,15 @@ class SandboxSettings(_Model):
         env: variables the backend sets (``CUDA_VISIBLE_DEVICES``, ...); they win over the
             spec's.
         description: one line for the task log (how the task is isolated).
+        command_prefix: argv put before the task's command, which then runs inside it
+            (e.g. ``apptainer exec IMAGE`` for a pool that runs images with apptainer).
     """
 
     root: str | None = None
     path_prepend: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     description: str = ""
+    command_prefix: list[str] = Field(default_factory=list)
 
 
 class TaskRun(_Model):
@@ -165,6 +171,7 @@ class TaskRun(_Model):
     outputs: list[RunOutput] = Field(default_factory=list)
     checkpoints: list[RunCheckpoint] = Field(default_factory=list)
     hosts: dict[str, str] = Field(default_factory=dict)
+    hosts_env: str | None = None
     group_tasks: list[str] = Field(default_factory=list)
     task_index: int = 0
     barrier: Barrier = Field(default_factory=Barrier)
@@ -183,6 +190,23 @@ class TaskRun(_Model):
         if not self.group_tasks:
             self.group_tasks = [self.task]
         return self
+
+    def runtime_hosts(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """``hosts`` with the entries of the ``hosts_env`` variable merged over them.
+
+        A backend that learns the tasks' hosts only when the gang runs (Slurm picks the
+        nodes) names in ``hosts_env`` a variable holding a JSON object ``{task: host}``.
+        Without ``hosts_env``, or when the variable is absent or not such an object,
+        ``hosts`` is returned unchanged.
+        """
+        raw = environ.get(self.hosts_env) if self.hosts_env else None
+        try:
+            found = json.loads(raw) if raw else {}
+        except ValueError:
+            return dict(self.hosts)
+        if not isinstance(found, dict):
+            return dict(self.hosts)
+        return {**self.hosts, **{str(k): str(v) for k, v in found.items()}}
 
     @property
     def output_path(self) -> Path:
