@@ -288,6 +288,8 @@ class LocalBackend:
         try:
             net = self._group_network(launches[0]) if iso.netns else None
             for launch in launches:
+                if launch.restart_in_place:
+                    self._adopt_sandbox(launch.key, Path(launch.run_dir))
                 self._start(self.build_request(launch, iso, net), launch)
                 started.append(launch.key)
         except (OSError, BackendError, ValueError) as exc:
@@ -335,7 +337,7 @@ class LocalBackend:
             for key in keys:
                 attempt = self._attempts.get(key) or self._load(key) or _Attempt(key, None)
                 self._attempts[key] = attempt
-                if self._alive(attempt):
+                if self._alive(attempt) and not _has_exit(attempt):
                     alive.append(key)
         return alive
 
@@ -441,7 +443,7 @@ class LocalBackend:
     # ------------------------------------------------------------------ starting
 
     def _start(self, request: LaunchRequest, launch: TaskLaunch) -> None:
-        self._prepare(request, launch)
+        self._prepare(request)
         with open(request.run_dir / RUNNER_OUT, "ab") as out:
             popen = subprocess.Popen(
                 request.argv, cwd=request.run_dir, stdin=subprocess.DEVNULL, stdout=out,
@@ -454,14 +456,12 @@ class LocalBackend:
             self._attempts[request.key] = _Attempt(request.key, request.run_dir, popen.pid,
                                                    created, popen)
 
-    def _prepare(self, request: LaunchRequest, launch: TaskLaunch) -> None:
+    def _prepare(self, request: LaunchRequest) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         request.run_dir.mkdir(parents=True, exist_ok=True)
         events = request.run_dir / EVENTS
         if events.exists():  # a run_dir used again: old events must not be reported
             events.rename(request.run_dir / f"events.{time.time_ns()}.jsonl")
-        if launch.restart_in_place:
-            self._adopt_sandbox(request)
         tmp = request.root_dir / "tmp"
         tmp.mkdir(parents=True, exist_ok=True)
         tmp.chmod(0o1777)
@@ -471,14 +471,14 @@ class LocalBackend:
             (request.run_dir / "sandbox" / "hosts").write_text(request.hosts_text)
         _write_json(request.run_dir / "run.json", request.run.model_dump(mode="json"))
 
-    def _adopt_sandbox(self, request: LaunchRequest) -> None:
-        """RESTART in place: move the latest earlier attempt's sandbox into this run_dir."""
-        key = request.key
+    def _adopt_sandbox(self, key: TaskKey, run_dir: Path) -> None:
+        """RESTART in place: move the latest earlier attempt's sandbox into ``run_dir``."""
         for retry in range(key.retry_id - 1, -1, -1):
             earlier = self._load(TaskKey(key.workflow_id, key.task, retry))
             if earlier is not None and earlier.run_dir and (earlier.run_dir / "sandbox").is_dir():
-                if not (request.run_dir / "sandbox").exists():
-                    (earlier.run_dir / "sandbox").rename(request.run_dir / "sandbox")
+                if not (run_dir / "sandbox").exists():
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                    (earlier.run_dir / "sandbox").rename(run_dir / "sandbox")
                 return
 
     def _index_path(self, key: TaskKey) -> Path:
@@ -582,6 +582,14 @@ class LocalBackend:
         if attempt.popen is not None:
             attempt.popen.poll()
         return True
+
+
+def _has_exit(attempt: _Attempt) -> bool:
+    """Whether the attempt's runner already reported EXITED (it may still be exiting)."""
+    if attempt.run_dir is None:
+        return False
+    events, _ = read_events(attempt.run_dir / EVENTS)
+    return any(e.kind == FactKind.EXITED.value for e in events)
 
 
 def _is_runner(proc: psutil.Process) -> bool:

@@ -1,0 +1,55 @@
+"""Fixtures for local backend tests: a backend per isolation mode, under tmp_path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from trainyard.backends.local import LocalBackend, probe_isolation
+
+MODES = {
+    "sandboxed": ("bwrap", "netns"),
+    "fallback": ("none", "loopback"),
+}
+
+
+def isolation_available(sandbox: str, network: str) -> str | None:
+    """None when this machine supports the mode, else why not."""
+    try:
+        probe_isolation(sandbox, network)
+    except Exception as exc:  # BackendError: asked-for isolation fails here
+        return str(exc)
+    return None
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+def _backend(home: Path, mode: str) -> LocalBackend:
+    sandbox, network = MODES[mode]
+    why_not = isolation_available(sandbox, network)
+    if why_not:
+        pytest.skip(f"{mode} isolation not available here: {why_not}")
+    return LocalBackend(home=home, sandbox=sandbox, network=network, stop_grace_s=2.0)
+
+
+@pytest.fixture(params=list(MODES))
+def backend(request: pytest.FixtureRequest, home: Path) -> Iterator[LocalBackend]:
+    """A local backend in each isolation mode (sandboxed: bwrap + netns; fallback: none)."""
+    made = _backend(home, request.param)
+    yield made
+    made.stop(list(made._attempts))
+
+
+@pytest.fixture
+def sandboxed(home: Path) -> Iterator[LocalBackend]:
+    """A local backend with bubblewrap and group network namespaces (skips without)."""
+    made = _backend(home, "sandboxed")
+    yield made
+    made.stop(list(made._attempts))

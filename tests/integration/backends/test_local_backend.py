@@ -1,0 +1,243 @@
+"""The local backend with real processes: networking, sandbox, stop, recover, LOST."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from local_support import (
+    final, group_launches, processes_with, task_log, wait_final, wait_for, wait_gone,
+)
+
+from trainyard.backends.base import FactKind, TaskKey
+from trainyard.backends.local import LocalBackend, gpu_count
+
+SERVER = """echo "hello from $1" > /tmp/hello.txt
+nc -w 20 -l -p {port} < /tmp/hello.txt
+"""
+CLIENT = """i=0
+until nc -w 5 {{{{host:server}}}} {port} > /tmp/got.txt && [ -s /tmp/got.txt ]; do
+  i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.1
+done
+echo "received: $(cat /tmp/got.txt)"
+"""
+
+
+def nc_group(backend: LocalBackend, home: Path, workflow_id: str, port: int) -> list:
+    script = lambda text: [{"path": "/tmp/run.sh", "contents": text}]  # noqa: E731
+    return group_launches(backend, home, workflow_id, {
+        "server": {"image": "busybox", "command": ["sh", "/tmp/run.sh", workflow_id],
+                   "files": script(SERVER.format(port=port))},
+        "client": {"image": "busybox", "command": ["sh", "/tmp/run.sh"],
+                   "files": script(CLIENT.format(port=port))},
+    }, barrier=True)
+
+
+def test_group_tasks_talk_over_host_token(backend: LocalBackend, home: Path) -> None:
+    launches = nc_group(backend, home, "wf-nc", 24831)
+    backend.start_group(launches)
+    facts = wait_final(backend, [l.key for l in launches])
+    assert [final(facts[l.key]).exit_code for l in launches] == [0, 0]
+    assert "[client] received: hello from wf-nc" in task_log(launches[1])
+    kinds = [f.kind for f in facts[launches[1].key]]
+    assert kinds == [FactKind.INITIALIZING, FactKind.RUNNING, FactKind.EXITED]
+
+
+def test_two_workflows_on_the_same_port_do_not_collide(sandboxed: LocalBackend, home: Path) -> None:
+    groups = [nc_group(sandboxed, home, wid, 29400) for wid in ("wf-a", "wf-b")]
+    for launches in groups:
+        sandboxed.start_group(launches)
+    keys = [l.key for launches in groups for l in launches]
+    facts = wait_final(sandboxed, keys)
+    assert [final(facts[k]).exit_code for k in keys] == [0, 0, 0, 0]
+    for wid, launches in zip(("wf-a", "wf-b"), groups):
+        assert f"[client] received: hello from {wid}" in task_log(launches[1])
+
+
+def test_each_task_has_a_private_tmp(backend: LocalBackend, home: Path) -> None:
+    launches = []
+    for name in ("one", "two"):
+        text = f"echo {name} > /tmp/mine.txt\nsleep 0.5\necho saw $(cat /tmp/mine.txt)\n"
+        launches += group_launches(backend, home, "wf-tmp", {name: {
+            "command": ["sh", "/tmp/run.sh"],
+            "files": [{"path": "/tmp/run.sh", "contents": text}]}}, group=name)
+    for launch in launches:
+        backend.start_group([launch])
+    wait_final(backend, [l.key for l in launches])
+    assert "[one] saw one" in task_log(launches[0])
+    assert "[two] saw two" in task_log(launches[1])
+    assert not Path("/tmp/mine.txt").exists() or "one" not in Path("/tmp/mine.txt").read_text()
+
+
+def test_working_directory_is_root_and_files_land_at_absolute_paths(
+    sandboxed: LocalBackend, home: Path
+) -> None:
+    launches = group_launches(sandboxed, home, "wf-cwd", {"t": {
+        "command": ["sh", "-c", "pwd; cat /app/conf.txt; hostname; echo x > tmp/rel.txt; cat /tmp/rel.txt"],
+        "files": [{"path": "/app/conf.txt", "contents": "conf for {{workflow_id}}\n"}]}})
+    sandboxed.start_group(launches)
+    facts = wait_final(sandboxed, [launches[0].key])
+    assert final(facts[launches[0].key]).exit_code == 0
+    lines = [l.split("] ", 1)[1] for l in task_log(launches[0]).splitlines() if "[t] " in l]
+    assert lines == ["/", "conf for wf-cwd", "t", "x"]
+    assert not Path("/app/conf.txt").exists()
+
+
+def test_fallback_runs_in_the_private_root_folder(home: Path) -> None:
+    backend = LocalBackend(home=home, sandbox="none", network="loopback")
+    launches = group_launches(backend, home, "wf-fb", {"t": {
+        "command": ["sh", "-c", "pwd; cat /app/conf.txt"],
+        "files": [{"path": "/app/conf.txt", "contents": "conf"}]}})
+    backend.start_group(launches)
+    wait_final(backend, [launches[0].key])
+    root = launches[0].run_dir / "sandbox" / "root"
+    assert f"[t] {root}\n" in task_log(launches[0])
+    assert (root / "app" / "conf.txt").read_text() == "conf"
+
+
+def test_stop_kills_the_whole_tree_without_blocking(backend: LocalBackend, home: Path) -> None:
+    marker = f"sleep 7{os.getpid() % 1000:03d}"
+    script = (f"{marker} &\nsh -c '{marker} & {marker}' &\nsetsid {marker} &\n"
+              "trap '' TERM\nwhile true; do sleep 0.2; done\n")
+    launches = group_launches(backend, home, "wf-stop", {"t": {
+        "command": ["sh", "/tmp/run.sh"], "files": [{"path": "/tmp/run.sh", "contents": script}]}})
+    backend.start_group(launches)
+    key = launches[0].key
+    wait_for(backend, key, FactKind.RUNNING)
+    deadline = time.monotonic() + 10
+    while len(processes_with(marker)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(processes_with(marker)) >= 4  # four sleeps (and the sh -c holding two)
+    started = time.monotonic()
+    backend.stop([key])
+    backend.stop([key])  # idempotent
+    assert time.monotonic() - started < 0.5
+    fact = final(wait_final(backend, [key], timeout_s=30)[key])
+    assert fact.kind in (FactKind.EXITED, FactKind.LOST)
+    assert fact.exit_code != 0
+    assert wait_gone(marker) == []
+
+
+def test_recover_after_dropping_the_backend(backend: LocalBackend, home: Path) -> None:
+    launches = group_launches(backend, home, "wf-rec", {
+        "long": {"command": ["sh", "-c", "echo started; sleep 60"]},
+        "short": {"command": ["sh", "-c", "exit 3"]},
+    })
+    backend.start_group(launches)
+    long_key, short_key = (l.key for l in launches)
+    wait_for(backend, short_key, FactKind.EXITED)
+    wait_for(backend, long_key, FactKind.RUNNING, earlier=True)
+    again = LocalBackend(home=home, sandbox=backend.sandbox, network=backend.network,
+                         stop_grace_s=2.0)
+    del backend
+    ghost = TaskKey("wf-rec", "never-started", 0)
+    assert again.recover([long_key, short_key, ghost]) == [long_key]
+    facts = again.poll()
+    by_key = {k: [f.kind for f in facts if f.key == k] for k in (long_key, short_key, ghost)}
+    assert by_key[long_key] == [FactKind.INITIALIZING, FactKind.RUNNING]
+    assert by_key[short_key][-1] is FactKind.EXITED
+    assert [f.exit_code for f in facts if f.key == short_key][-1] == 3
+    assert by_key[ghost] == [FactKind.LOST]
+    again.stop([long_key])
+    assert final(wait_final(again, [long_key])[long_key]).exit_code not in (0, None)
+
+
+def test_killed_runner_is_lost_and_its_command_cleaned_up(backend: LocalBackend, home: Path) -> None:
+    marker = f"sleep 8{os.getpid() % 1000:03d}"
+    launches = group_launches(backend, home, "wf-lost", {"t": {
+        "command": ["sh", "-c", f"{marker} & {marker}"]}})
+    backend.start_group(launches)
+    key = launches[0].key
+    wait_for(backend, key, FactKind.RUNNING)
+    runner = next(p for p in processes_with(str(launches[0].run_dir / "run.json"))
+                  if "trainyard.runner" in p.cmdline())
+    runner.send_signal(signal.SIGKILL)
+    fact = final(wait_final(backend, [key])[key])
+    assert fact.kind is FactKind.LOST
+    assert wait_gone(marker) == []
+
+
+def test_runner_that_cannot_start_is_a_start_error(home: Path) -> None:
+    from conftest import isolation_available
+
+    if isolation_available("bwrap", "loopback"):
+        pytest.skip("bubblewrap not available")
+    backend = LocalBackend(home=home, sandbox="bwrap", network="loopback",
+                           python="/nonexistent/python3")
+    launches = group_launches(backend, home, "wf-se", {"t": {"command": ["true"]}})
+    backend.start_group(launches)
+    fact = final(wait_final(backend, [launches[0].key])[launches[0].key])
+    assert fact.kind is FactKind.START_ERROR and "nonexistent" in fact.message
+
+
+def test_cli_reaches_the_host_server_from_a_task(
+    backend: LocalBackend, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        conn.sendall(b"server-says-hi\n")
+        conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    monkeypatch.setenv("TRAINYARD_SERVER_URL", f"http://127.0.0.1:{port}")
+    launches = group_launches(backend, home, "wf-cli", {"t": {
+        "image": "busybox",
+        "command": ["sh", "-c", 'echo "url=$TRAINYARD_SERVER_URL"; '
+                                 'nc -w 5 127.0.0.1 ${TRAINYARD_SERVER_URL##*:} </dev/null']}})
+    backend.start_group(launches)
+    facts = wait_final(backend, [launches[0].key])
+    server.close()
+    assert final(facts[launches[0].key]).exit_code == 0
+    text = task_log(launches[0])
+    assert f"url=http://127.0.0.1:{port}" in text and "[t] server-says-hi" in text
+
+
+def test_gpu_slots_become_cuda_visible_devices(backend: LocalBackend, home: Path) -> None:
+    launches = group_launches(backend, home, "wf-gpu", {"t": {
+        "command": ["sh", "-c", 'echo "cvd=[$CUDA_VISIBLE_DEVICES]"']}}, gpu_slots=[0])
+    backend.start_group(launches)
+    wait_final(backend, [launches[0].key])
+    expected = "0" if gpu_count() > 0 else ""
+    assert f"[t] cvd=[{expected}]" in task_log(launches[0])
+
+
+def test_data_flows_through_task_inputs_and_file_urls(backend: LocalBackend, home: Path,
+                                                     tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    first = group_launches(backend, home, "wf-data", {"a": {
+        "command": ["sh", "-c", "echo payload > {{output}}/data.txt; echo no > {{output}}/x.bin"],
+        "outputs": [{"url": f"file://{bucket}/out/", "regex": r"\.txt$"}]}}, group="a")
+    backend.start_group(first)
+    assert final(wait_final(backend, [first[0].key])[first[0].key]).exit_code == 0
+    assert sorted(p.name for p in (bucket / "out").iterdir()) == ["data.txt"]
+    second = group_launches(backend, home, "wf-data", {"b": {
+        "command": ["sh", "-c", "cat {{input:0}}/data.txt {{input:1}}/data.txt"],
+        "inputs": [{"kind": "task", "name": "a", "source": str(first[0].run_dir / "output")},
+                   {"kind": "url", "name": "u", "source": f"file://{bucket}/out/"}]}}, group="b")
+    backend.start_group(second)
+    assert final(wait_final(backend, [second[0].key])[second[0].key]).exit_code == 0
+    assert task_log(second[0]).count("[b] payload") == 2
+
+
+def test_restart_in_place_keeps_the_sandbox(backend: LocalBackend, home: Path) -> None:
+    script = [{"path": "/tmp/run.sh", "contents":
+               "[ -f /tmp/state ] && echo found $(cat /tmp/state)\necho kept > /tmp/state\n"}]
+    first = group_launches(backend, home, "wf-rs", {"t": {"command": ["sh", "/tmp/run.sh"],
+                                                          "files": script}})
+    backend.start_group(first)
+    wait_final(backend, [first[0].key])
+    second = group_launches(backend, home, "wf-rs", {"t": {"command": ["sh", "/tmp/run.sh"],
+                                                           "files": script}},
+                            retry_id=1, restart_in_place=True)
+    backend.start_group(second)
+    assert final(wait_final(backend, [second[0].key])[second[0].key]).exit_code == 0
+    assert "found kept" not in task_log(first[0])
+    assert "[t] found kept" in task_log(second[0])

@@ -1,0 +1,145 @@
+"""Building a local launch (no processes): argv, sandbox plan, environment, registry."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+
+import pytest
+
+from trainyard.backends import get_backend
+from trainyard.backends import local as local_mod
+from trainyard.backends.base import TaskKey, TaskLaunch
+from trainyard.backends.local import Isolation, LocalBackend, loopback_address
+from trainyard.backends.netns import GroupNetwork
+from trainyard.backends.sandbox import SandboxPlan, bwrap_argv, needs_bind
+from trainyard.errors import ConfigError
+from trainyard.pools import Pool, default_local_pool
+
+
+def launch(tmp_path: Path, **run: object) -> TaskLaunch:
+    run_dir = tmp_path / "runs" / "wf" / "t" / "0"
+    body = {"workflow_id": "wf", "group": "g", "task": "t", "command": ["sh", "-c", "true"],
+            "run_dir": str(run_dir), "hosts": {"t": "127.1.2.3", "u": "127.1.2.4"}, **run}
+    return TaskLaunch(TaskKey("wf", "t", 0), "g", "local-0", run_dir, body, gpu_slots=[1, 3])
+
+
+def pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
+    return [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == flag]
+
+
+def test_sandboxed_request_joins_the_group_namespace_then_bwrap(tmp_path: Path) -> None:
+    backend = LocalBackend(home=tmp_path / "home")
+    net = GroupNetwork(keeper_pid=1, ns_pid=42, ns_created=0.0, user_ns=True)
+    req = backend.build_request(launch(tmp_path), Isolation(bwrap=True, netns=True), net)
+    argv = req.argv
+    assert argv[:6] == ["nsenter", "--target=42", "--net", "--user", "--preserve-credentials", "--"]
+    assert argv[6] == "bwrap" and argv[7:10] == ["--bind", str(req.root_dir), "/"]
+    tail = argv[argv.index("--chdir"):]
+    assert tail[:3] == ["--chdir", "/", "--"]
+    assert tail[3:] == [backend.python, "-m", "trainyard.runner", str(req.run_dir / "run.json")]
+    assert ["--hostname", "t"] == argv[argv.index("--hostname"):argv.index("--hostname") + 2]
+    assert {"--unshare-pid", "--unshare-ipc", "--unshare-uts"} <= set(argv)
+    assert ("/tmp", "/tmp") not in pairs(argv, "--bind") + pairs(argv, "--ro-bind")
+    assert (os.path.realpath(req.run_dir), os.path.realpath(req.run_dir)) in pairs(argv, "--bind")
+    assert req.run.sandbox.root is None
+    assert req.hosts_text is not None and "127.1.2.4\tu" in req.hosts_text
+
+
+def test_fallback_request_is_the_bare_runner_with_a_private_root(tmp_path: Path) -> None:
+    backend = LocalBackend(home=tmp_path / "home")
+    req = backend.build_request(launch(tmp_path), Isolation(bwrap=False, netns=False))
+    assert req.argv == [backend.python, "-m", "trainyard.runner", str(req.run_dir / "run.json")]
+    assert req.run.sandbox.root == str(req.run_dir / "sandbox" / "root")
+    assert "GLOO_SOCKET_IFNAME" not in req.run.sandbox.env
+
+
+def test_environment_gpus_and_interfaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = LocalBackend(home=tmp_path / "home")
+    monkeypatch.setattr(local_mod, "gpu_count", lambda: 2)
+    monkeypatch.delenv("TRAINYARD_SERVER_URL", raising=False)
+    req = backend.build_request(launch(tmp_path, environment={"NCCL_SOCKET_IFNAME": "eth9"}),
+                                Isolation(bwrap=False, netns=True))
+    env = req.run.sandbox.env
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"  # slot 3 has no real GPU on a 2-GPU machine
+    assert env["GLOO_SOCKET_IFNAME"] == "lo" and "NCCL_SOCKET_IFNAME" not in env
+    monkeypatch.setattr(local_mod, "gpu_count", lambda: 0)
+    req = backend.build_request(launch(tmp_path), Isolation(bwrap=False, netns=False))
+    assert req.run.sandbox.env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_server_url_comes_from_server_json_and_its_port_is_forwarded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRAINYARD_SERVER_URL", raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "server.json").write_text('{"pid": 1, "url": "http://127.0.0.1:8123", "create_time_s": 0}')
+    backend = LocalBackend(home=home, forward_ports=[9000])
+    req = backend.build_request(launch(tmp_path), Isolation(bwrap=False, netns=False))
+    assert req.run.sandbox.env["TRAINYARD_SERVER_URL"] == "http://127.0.0.1:8123"
+    assert backend._forwarded_ports() == [8123, 9000]
+
+
+def test_busybox_image_puts_applets_first(tmp_path: Path) -> None:
+    if not local_mod.shutil.which("busybox"):
+        pytest.skip("busybox not installed")
+    backend = LocalBackend(home=tmp_path / "home")
+    req = backend.build_request(launch(tmp_path, image="alpine:3.18"), Isolation(False, False))
+    (folder,) = req.run.sandbox.path_prepend
+    assert os.path.realpath(Path(folder) / "nc") == os.path.realpath(local_mod.shutil.which("busybox"))
+    ubuntu = backend.build_request(launch(tmp_path, image="ubuntu:22.04"), Isolation(False, False))
+    assert ubuntu.run.sandbox.path_prepend == []
+
+
+def test_loopback_addresses_are_stable_distinct_and_not_127_0_0() -> None:
+    addresses = {loopback_address(w, t) for w in ("wf-a", "wf-b") for t in ("master", "worker_1")}
+    assert len(addresses) == 4
+    assert loopback_address("wf-a", "master") == loopback_address("wf-a", "master")
+    for address in addresses:
+        ip = ipaddress.ip_address(address)
+        assert ip.is_loopback and not address.startswith("127.0.0.")
+        assert address.split(".")[3] not in ("0", "255")
+
+
+def test_needs_bind_for_hidden_or_read_only_paths() -> None:
+    assert needs_bind("/tmp/x/run", writable=True)
+    assert needs_bind("/usr/lib/python3", writable=True)
+    assert not needs_bind("/usr/lib/python3", writable=False)
+    assert not needs_bind("/", writable=False)
+
+
+def test_bwrap_binds_parents_first_and_never_tmp_itself(tmp_path: Path) -> None:
+    plan = SandboxPlan(root_dir=tmp_path / "root", hostname="h",
+                       writable=("/tmp/a/b", "/tmp"), readonly=("/tmp/a",))
+    argv = bwrap_argv(plan)
+    binds = [argv[i + 1] for i, a in enumerate(argv) if a in ("--bind", "--ro-bind")]
+    extra = [b for b in binds[1:] if b.startswith("/tmp")]  # binds[0]: the root
+    assert extra == [os.path.realpath("/tmp/a"), os.path.realpath("/tmp/a/b")]
+
+
+def test_bwrap_keeps_symlinks_already_in_the_root(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    (host / "usr" / "bin").mkdir(parents=True)
+    (host / "bin").symlink_to("usr/bin")
+    root = tmp_path / "root"
+    root.mkdir()
+    fresh = bwrap_argv(SandboxPlan(root_dir=root, hostname="h", host_root=host))
+    assert ("usr/bin", "/bin") in pairs(fresh, "--symlink")
+    (root / "bin").symlink_to("usr/bin")
+    again = bwrap_argv(SandboxPlan(root_dir=root, hostname="h", host_root=host))
+    assert pairs(again, "--symlink") == []
+
+
+def test_options_are_checked_with_the_choices_listed(tmp_path: Path) -> None:
+    pool = Pool(name="p", nodes=default_local_pool().nodes, options={"sandbox": "docker"})
+    with pytest.raises(ConfigError, match="auto, bwrap, none"):
+        LocalBackend(pool, tmp_path)
+
+
+def test_registry(tmp_path: Path) -> None:
+    assert isinstance(get_backend(default_local_pool(), tmp_path), LocalBackend)
+    pool = Pool(name="p", backend="mainframe", nodes=default_local_pool().nodes)
+    with pytest.raises(ConfigError, match="kubernetes, local, slurm"):
+        get_backend(pool, tmp_path)
