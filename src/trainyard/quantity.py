@@ -87,15 +87,19 @@ def parse_duration_s(value: object) -> float:
 
 
 def format_bytes(count: int) -> str:
-    """A byte count in the largest binary unit it reaches, rounded to 0.1 unless exact.
+    """A byte count for people: in the largest binary unit that holds it exactly (as long
+    as the number stays under ten million), else in the largest unit it reaches, to 0.1.
 
-    ``parse_quantity(format_bytes(n)) == n`` whenever the result has no decimal point
-    (``1073741824`` -> ``"1Gi"``, ``1536`` -> ``"1.5Ki"``, ``1000`` -> ``"1000"``).
+    ``1073741824`` -> ``"1Gi"``, ``1000000 * 2**30`` -> ``"1000000Gi"``, ``1536`` ->
+    ``"1.5Ki"``, ``1000`` -> ``"1000"``. Exact forms parse back: ``parse_quantity``.
     """
-    for suffix, size in sorted(_BINARY.items(), key=lambda kv: -kv[1]):
+    units = sorted(_BINARY.items(), key=lambda kv: -kv[1])
+    for suffix, size in units:
+        if count >= size and count % size == 0 and count // size < 10**7:
+            return f"{count // size}{suffix}"
+    for suffix, size in units:
         if count >= size:
-            exact = count % size == 0
-            return f"{count // size}{suffix}" if exact else f"{count / size:.1f}{suffix}"
+            return f"{count / size:.1f}{suffix}"
     return str(count)
 
 

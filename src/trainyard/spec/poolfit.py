@@ -28,7 +28,7 @@ __all__ = ["ALLOWED_MOUNTS_OPTION", "allowed_mounts", "check_pool", "check_mount
 ALLOWED_MOUNTS_OPTION = "allowed_mounts"
 # (YAML key, attribute of both ResourceSpec and NodeSpec, how to print an amount)
 _DIMENSIONS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
-    ("cpu", "cpu", lambda v: f"{v:g} cores"),
+    ("cpu", "cpu", lambda v: f"{v:.15g} cores"),
     ("gpu", "gpu", lambda v: f"{v} GPUs"),
     ("memory", "memory_bytes", lambda v: f"{format_bytes(int(v))} memory"),
     ("storage", "storage_bytes", lambda v: f"{format_bytes(int(v))} storage"),
