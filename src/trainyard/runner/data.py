@@ -165,12 +165,16 @@ class FsspecData:
         return posixpath.basename(path) if rel in (".", "") else rel
 
 
-def load_data_hook() -> DataHook:
-    """The data layer's hook (``trainyard.data.runner_hook()``) if it has one, else ours."""
+def load_data_hook(log: Callable[[str], None] | None = None) -> DataHook:
+    """The data layer's hook (``trainyard.data.runner_hook(log)``) if it has one, else ours.
+
+    Args:
+        log: where the hook writes its own lines (retries, throughput): the task log.
+    """
     try:
         module = importlib.import_module("trainyard.data")
     except ImportError:
         return FsspecData()
     factory = getattr(module, "runner_hook", None)
-    return factory() if callable(factory) else FsspecData()
+    return factory(log) if callable(factory) else FsspecData()
 

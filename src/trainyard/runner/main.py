@@ -24,6 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from trainyard.data.scrub import scrub
 from trainyard.engine.status import ExitCode
 from trainyard.errors import DataError
 from trainyard.runner import proctree
@@ -91,11 +92,11 @@ class Runner:
     def __init__(self, run: TaskRun, hook: DataHook | None = None,
                  echo: IO[str] | None = None) -> None:
         self.run = run
-        self.hook = hook or load_data_hook()
         self.run_dir = Path(run.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.events = EventWriter(self.run_dir)
         self.log = TaskLog(self.run_dir, run.task, echo=echo)
+        self.hook = hook or load_data_hook(self.log.runner)
         run.hosts = run.runtime_hosts(os.environ)
         self.stop = threading.Event()
         self.command: CommandProcess | None = None
@@ -155,7 +156,7 @@ class Runner:
                 count = self.hook.download(item, dest)
             except DataError as exc:
                 raise StepFailed(ExitCode.DOWNLOAD_FAILED, f"input {index}: {exc}") from exc
-            self.log.runner(f"input {index} ({item.kind} {item.name}): {count} file(s) in {dest}")
+            self.log.runner(scrub(f"input {index} ({item.kind} {item.name}): {count} file(s) in {dest}"))
 
     def write_files(self) -> None:
         """Write the spec's files (tokens resolved, mode 0755). Raises StepFailed(256)."""
@@ -205,7 +206,7 @@ class Runner:
     def upload_outputs(self) -> None:
         """Upload the output folder to every output. Raises StepFailed(2012)."""
         for target in self.run.outputs:
-            where = target.url or (target.dataset.name if target.dataset else "?")
+            where = scrub(target.url or (target.dataset.name if target.dataset else "?"))
             try:
                 count = self.hook.upload(self.run.output_path, target)
             except DataError as exc:

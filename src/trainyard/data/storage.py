@@ -1,0 +1,297 @@
+"""The fsspec edge: a URL becomes a ``Location`` (filesystem + root path), and the few
+operations the data layer needs, each with one atomicity rule.
+
+Protocols: ``file://`` (and plain paths) always; ``s3://`` through s3fs (endpoint from
+``DataConfig.s3_endpoint_url``, credentials from the standard AWS variables); any other
+protocol fsspec knows, when its package is installed (``gs://`` gcsfs, ``az://`` adlfs, ...).
+
+Atomicity (what a reader can rely on):
+    * ``put_file``/``write_bytes``: on object stores (s3, gs, az, memory) a PUT is atomic per
+      object, so the object is written in place; elsewhere (``file://``, sftp, ...) the bytes go
+      to ``<name>.trainyard-partial-<random>`` beside the target and are renamed onto it.
+    * ``get_file``: the local file is written under a partial name and renamed, so a local
+      reader never sees half a file either.
+    * ``create_exclusive``: whole content, only if the path does not exist: a hard link of a
+      finished temp file on ``file://``; ``If-None-Match: *`` (a conditional PUT) on S3. Where
+      neither exists the fallback (check, write, read back) can lose a race; see the function.
+    * Listings skip partial files and the reserved ``.trainyard/`` folder under the root.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fsspec import AbstractFileSystem
+from fsspec.callbacks import Callback
+from fsspec.core import url_to_fs
+
+from trainyard.data.config import DataConfig
+from trainyard.data.scrub import scrub
+from trainyard.errors import DataError
+
+__all__ = [
+    "Location", "RemoteFile", "open_location", "list_files", "put_file", "get_file",
+    "read_bytes", "write_bytes", "create_exclusive", "remove", "is_reserved",
+    "PARTIAL_MARK", "META_DIR", "OBJECT_STORES",
+]
+
+PARTIAL_MARK = ".trainyard-partial-"
+META_DIR = ".trainyard"
+OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"})
+"""Protocols whose PUT is atomic per object: no temp name needed."""
+
+_S3_CLIENT_CONFIG = {"retries": {"mode": "standard", "total_max_attempts": 1},
+                     "connect_timeout": 10, "read_timeout": 120}
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """A file under a location: ``path`` in the filesystem, ``rel`` below the root."""
+
+    path: str
+    rel: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Location:
+    """A URL resolved to a filesystem and a root path (no trailing slash)."""
+
+    fs: AbstractFileSystem
+    root: str
+    url: str
+
+    @property
+    def protocol(self) -> str:
+        proto = self.fs.protocol
+        return proto if isinstance(proto, str) else proto[0]
+
+    @property
+    def is_local(self) -> bool:
+        return self.protocol in ("file", "local")
+
+    @property
+    def atomic_put(self) -> bool:
+        """Whether a PUT is atomic per object here (no temp name needed)."""
+        return self.protocol in OBJECT_STORES
+
+    def join(self, *parts: str) -> str:
+        """The filesystem path of ``parts`` below the root."""
+        return posixpath.join(self.root, *[p.strip("/") for p in parts if p])
+
+    def child(self, rel: str) -> Location:
+        """The location ``rel`` below this one."""
+        return Location(self.fs, self.join(rel), f"{self.url.rstrip('/')}/{rel.strip('/')}")
+
+    def show(self, rel: str = "") -> str:
+        """The URL (with ``rel``) for messages, credentials masked."""
+        return scrub(f"{self.url.rstrip('/')}/{rel}" if rel else self.url)
+
+
+def _options(protocol: str, config: DataConfig) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if protocol in ("s3", "s3a"):
+        options["config_kwargs"] = dict(_S3_CLIENT_CONFIG)
+        if config.s3_endpoint_url:
+            options["endpoint_url"] = config.s3_endpoint_url
+    options.update(config.storage_options.get(protocol, {}))
+    return options
+
+
+def _protocol_of(url: str) -> str:
+    return url.split("://", 1)[0].lower() if "://" in url else "file"
+
+
+def open_location(url: str, config: DataConfig) -> Location:
+    """Resolve ``url`` (a URL or a local path) through fsspec.
+
+    Raises:
+        DataError: no filesystem for the protocol (its package is missing; the message names
+            the package to install where fsspec knows it) or the URL is malformed.
+    """
+    protocol = _protocol_of(url)
+    options = _options(protocol, config)
+    try:
+        fs, root = url_to_fs(url, **options)
+    except (ImportError, ValueError, TypeError) as exc:
+        raise DataError(scrub(f"{url}: cannot open {protocol}:// storage: {exc}")) from exc
+    if hasattr(fs, "retries"):
+        fs.retries = 1  # the data layer retries (and logs it) itself
+    root = root.rstrip("/") or ("/" if protocol == "file" else root)
+    return Location(fs, root, url)
+
+
+def is_reserved(rel: str) -> bool:
+    """Whether a relative path is trainyard's own (metadata folder or a partial file)."""
+    return rel == META_DIR or rel.startswith(META_DIR + "/") or PARTIAL_MARK in rel
+
+
+def list_files(loc: Location) -> list[RemoteFile]:
+    """Every file below ``loc`` (or ``loc`` itself when it is a file), sorted by ``rel``.
+
+    Reserved paths (``is_reserved``) are left out.
+
+    Raises:
+        FileNotFoundError: nothing exists at ``loc``.
+        OSError: the storage failed (transient or not: see ``retry.is_transient``).
+    """
+    fs = loc.fs
+    fs.invalidate_cache()
+    if not fs.exists(loc.root):
+        raise FileNotFoundError(f"{loc.show()} does not exist")
+    if fs.isfile(loc.root):
+        return [RemoteFile(loc.root, posixpath.basename(loc.root), int(fs.size(loc.root)))]
+    found = fs.find(loc.root, detail=True)
+    prefix = loc.root.rstrip("/") + "/"
+    files = []
+    for path, info in found.items():
+        rel = path[len(prefix):] if path.startswith(prefix) else posixpath.basename(path)
+        if rel and not rel.endswith("/") and not is_reserved(rel) and info.get("type") != "directory":
+            files.append(RemoteFile(path, rel, int(info.get("size") or 0)))
+    return sorted(files, key=lambda f: f.rel)
+
+
+def _partial(path: str) -> str:
+    return f"{path}{PARTIAL_MARK}{uuid.uuid4().hex[:12]}"
+
+
+def put_file(loc: Location, local: Path, path: str, callback: Callback | None = None) -> None:
+    """Copy the local file to ``path`` in ``loc``'s filesystem, atomically (module rules).
+
+    Raises:
+        OSError: reading the local file or writing the storage failed.
+    """
+    fs = loc.fs
+    if loc.is_local:
+        _local_copy(local, Path(path))
+        return
+    if loc.atomic_put:
+        fs.put_file(str(local), path, callback=callback)
+        return
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    temp = _partial(path)
+    fs.put_file(str(local), temp, callback=callback)
+    fs.mv(temp, path)
+
+
+def _local_copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(_partial(str(target)))
+    try:
+        shutil.copyfile(source, temp)
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def get_file(loc: Location, path: str, local: Path, callback: Callback | None = None) -> None:
+    """Copy ``path`` of ``loc``'s filesystem to the local file, atomically (module rules).
+
+    Raises:
+        OSError: the storage or the local disk failed.
+    """
+    if loc.is_local:
+        _local_copy(Path(path), local)
+        return
+    local.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(_partial(str(local)))
+    try:
+        loc.fs.get_file(path, str(temp), callback=callback)
+        os.replace(temp, local)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def read_bytes(loc: Location, path: str) -> bytes:
+    """The whole object at ``path``. Raises FileNotFoundError or OSError."""
+    return bytes(loc.fs.cat_file(path))
+
+
+def write_bytes(loc: Location, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, replacing what is there. Raises OSError."""
+    if loc.is_local:
+        _local_write(Path(path), data, replace=True)
+    elif loc.atomic_put:
+        loc.fs.pipe_file(path, data)
+    else:
+        temp = _partial(path)
+        loc.fs.pipe_file(temp, data)
+        loc.fs.mv(temp, path)
+
+
+def _local_write(target: Path, data: bytes, replace: bool) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(_partial(str(target)))
+    try:
+        with open(temp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if replace:
+            os.replace(temp, target)
+        else:
+            os.link(temp, target)  # FileExistsError if taken: an exclusive create
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def create_exclusive(loc: Location, path: str, data: bytes) -> bool:
+    """Write ``data`` to ``path`` only if nothing is there; whole content or nothing.
+
+    ``file://``: hard link of a finished, fsynced temp file. S3: a PUT with
+    ``If-None-Match: *`` (AWS, MinIO, Ceph, R2 and moto honour it). A store that answers
+    *not implemented* gets the fallback: exists? -> write -> read back and compare; two writers
+    racing within that window can both believe they won (the last write stays). Other
+    protocols use the fallback.
+
+    Returns:
+        True if this call created it, False if the path already existed.
+
+    Raises:
+        OSError: the storage failed.
+    """
+    if loc.is_local:
+        try:
+            _local_write(Path(path), data, replace=False)
+        except FileExistsError:
+            return False
+        return True
+    if loc.protocol in ("s3", "s3a"):
+        try:
+            loc.fs.pipe_file(path, data, mode="create")
+            return True
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if "NotImplemented" not in str(exc) and "501" not in str(exc):
+                raise
+    return _create_checked(loc, path, data)
+
+
+def _create_checked(loc: Location, path: str, data: bytes) -> bool:
+    loc.fs.invalidate_cache()
+    if loc.fs.exists(path):
+        return False
+    write_bytes(loc, path, data)
+    return read_bytes(loc, path) == data
+
+
+def remove(loc: Location, path: str, recursive: bool = False) -> None:
+    """Delete ``path`` (a folder with ``recursive``); a missing path is no error. Raises OSError."""
+    try:
+        if loc.is_local and recursive:
+            shutil.rmtree(path)
+        else:
+            loc.fs.rm(path, recursive=recursive)
+    except FileNotFoundError:
+        pass
+    finally:
+        loc.fs.invalidate_cache()
