@@ -66,7 +66,6 @@ def task_environment(run: TaskRun, base: dict[str, str]) -> dict[str, str]:
         run: the attempt.
         base: the environment to extend (for PATH).
     """
-    lead = run.lead_name
     path = [venv_bin(), *run.sandbox.path_prepend, base.get("PATH", os.defpath)]
     env = {
         "TRAINYARD_WORKFLOW_ID": run.workflow_id,
@@ -74,13 +73,17 @@ def task_environment(run: TaskRun, base: dict[str, str]) -> dict[str, str]:
         "TRAINYARD_TASK_NAME": run.task,
         "TRAINYARD_GROUP": run.group,
         "TRAINYARD_RETRY_ID": str(run.retry_id),
-        "TRAINYARD_LEAD_TASK": lead,
-        "TRAINYARD_LEAD_HOST": run.hosts.get(lead, "127.0.0.1"),
         "TRAINYARD_GROUP_TASKS": ",".join(run.group_tasks),
         "TRAINYARD_TASK_INDEX": str(run.task_index),
         "TRAINYARD_OUTPUT": str(run.output_dir),
         "PATH": os.pathsep.join(p for p in path if p),
     }
+    lead = run.lead_name
+    if lead is not None:
+        env["TRAINYARD_LEAD_TASK"] = lead
+        own = "127.0.0.1" if lead == run.task else None
+        if (host := run.hosts.get(lead, own)) is not None:
+            env["TRAINYARD_LEAD_HOST"] = host
     if run.sandbox.root:
         env["TMPDIR"] = f"{run.sandbox.root.rstrip('/')}/tmp"
     return env
@@ -107,13 +110,15 @@ class Runner:
             output_dir=str(run.output_dir), workflow_id=run.workflow_id, hosts=run.hosts)
 
     def _rewriter(self) -> PathRewriter | None:
+        """Without a private ``/``: what moves under ``sandbox.root``: ``/tmp``, every file's
+        own path, and top-level folders of files and checkpoints that the host lacks."""
         root = self.run.sandbox.root
         if not root:
             return None
-        tops = {"/tmp"} | {"/" + Path("/", f.path).parts[1] for f in self.run.files
-                           if f.path.startswith("/") and len(Path(f.path).parts) > 1}
-        tops = {t for t in tops if t == "/tmp" or not Path(t).exists()}
-        return PathRewriter(root, tops)
+        files = [f.path for f in self.run.files if f.path.startswith("/")]
+        paths = files + [c.path for c in self.run.checkpoints if c.path.startswith("/")]
+        tops = {"/" + Path(p).parts[1] for p in paths if len(Path(p).parts) > 1}
+        return PathRewriter(root, {"/tmp", *files, *(t for t in tops if not Path(t).exists())})
 
     # ------------------------------------------------------------------ text
 
@@ -141,10 +146,13 @@ class Runner:
         return self.run.sandbox.root or "/"
 
     def local_path(self, path: str) -> Path:
-        """Where a spec path (absolute, or relative to ``/``) is for this process."""
-        if self.rewriter is not None:
-            return Path(self.rewriter.place(path))
-        return Path("/", path)
+        """Where a spec path (absolute, or relative to the working directory ``/``) is for
+        this process: the same path, or its place under the private root."""
+        if self.rewriter is None:
+            return Path("/", path)
+        if path.startswith("/"):
+            return Path(self.rewriter.rewrite(path))
+        return Path(self.rewriter.place(path))
 
     # ------------------------------------------------------------------ steps
 
@@ -156,7 +164,8 @@ class Runner:
                 count = self.hook.download(item, dest)
             except DataError as exc:
                 raise StepFailed(ExitCode.DOWNLOAD_FAILED, f"input {index}: {exc}") from exc
-            self.log.runner(scrub(f"input {index} ({item.kind} {item.name}): {count} file(s) in {dest}"))
+            line = f"input {index} ({item.kind} {item.name}): {count} file(s) in {dest}"
+            self.log.runner(scrub(line))
 
     def write_files(self) -> None:
         """Write the spec's files (tokens resolved, mode 0755). Raises StepFailed(256)."""

@@ -218,9 +218,9 @@ class TaskRun(_Model):
         return Path(str(self.inputs[index].dir))
 
     @property
-    def lead_name(self) -> str:
-        """The group's lead task (this task when the engine gave none)."""
-        return self.lead_task or self.task
+    def lead_name(self) -> str | None:
+        """The group's lead task (``lead_task``; this task if it is the lead; else unknown)."""
+        return self.lead_task or (self.task if self.lead else None)
 
 
 def load_run(path: Path) -> TaskRun:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from trainyard.runner.data import FsspecData
 from trainyard.runner.main import Runner
 from trainyard.runner.report import read_events
 from trainyard.runner.spec import TaskRun
@@ -35,8 +36,8 @@ def make_run(tmp_path: Path) -> MakeRun:
 
 
 def execute(run: TaskRun) -> int:
-    """Run an attempt in-process and return its exit code."""
-    return Runner(run).execute()
+    """Run an attempt in-process with the runner's own data hook; return its exit code."""
+    return Runner(run, hook=FsspecData()).execute()
 
 
 def event_kinds(run: TaskRun) -> list[tuple[str, int | None]]:

@@ -84,6 +84,19 @@ def test_private_root_rewrites_tmp_and_cwd(make_run: MakeRun) -> None:
     assert (root / "tmp" / "run.sh").exists()
 
 
+def test_private_root_places_files_under_existing_host_folders_too(make_run: MakeRun) -> None:
+    run = make_run(command=["sh", "/usr/trainyard-x/run.sh"],
+                   files=[{"path": "/usr/trainyard-x/run.sh",
+                           "contents": "mkdir -p /ckpt-x && echo 1 > /ckpt-x/a.pth && echo ok\n"}],
+                   checkpoints=[{"path": "/ckpt-x", "url": "file:///dev/null/never",
+                                 "frequency_s": 60}])
+    assert execute(run) == 0
+    root = Path(str(run.sandbox.root))
+    assert (root / "usr" / "trainyard-x" / "run.sh").exists()
+    assert (root / "ckpt-x" / "a.pth").exists() and not Path("/ckpt-x").exists()
+    assert "[t1] ok" in log_text(run)
+
+
 def test_barrier_passes_when_all_tasks_are_ready(make_run: MakeRun, tmp_path: Path) -> None:
     folder = tmp_path / "rdv"
     run = make_run(script="echo go\n", group_tasks=["t1", "t2"],
@@ -198,3 +211,18 @@ def test_module_entry_point_exit_code(make_run: MakeRun) -> None:
     done = subprocess.run([sys.executable, "-m", "trainyard.runner", str(write_run_json(run))],
                           env={**os.environ}, timeout=30)
     assert done.returncode == 7
+
+
+def test_data_layer_hook_is_used_when_offered(monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainyard.data
+    from trainyard.runner.data import FsspecData, load_data_hook
+
+    class Marked(FsspecData):
+        def __init__(self, log: object) -> None:
+            self.log = log
+
+    monkeypatch.setattr(trainyard.data, "runner_hook", Marked, raising=False)
+    hook = load_data_hook(print)
+    assert isinstance(hook, Marked) and hook.log is print
+    monkeypatch.delattr(trainyard.data, "runner_hook")
+    assert type(load_data_hook()) is FsspecData
