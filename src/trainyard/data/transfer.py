@@ -312,7 +312,7 @@ class Mover:
         """
         jobs = [FileJob(f.rel, str(f.path), loc.join(f.rel), f.size,
                         where=f"{f.path} -> {loc.show(f.rel)}") for f in files]
-        stats = self.run(jobs, self.upload_action(loc, digest), f"upload to {loc.show()}")
+        stats = self.run(jobs, self.upload_action(loc, digest), "upload")
         self.log(stats.summary(verb, f"to {loc.show()}"))
         return stats
 
@@ -327,7 +327,7 @@ class Mover:
         digests = digests or {}
         jobs = [FileJob(f.rel, f.path, str(dest / f.rel), f.size, digests.get(f.rel),
                         where=f"{loc.fs.unstrip_protocol(f.path)} -> {dest / f.rel}") for f in files]
-        stats = self.run(jobs, self.download_action(loc), f"download from {loc.show()}")
+        stats = self.run(jobs, self.download_action(loc), "download")
         self.log(stats.summary("downloaded", f"from {loc.show()}"))
         return stats
 

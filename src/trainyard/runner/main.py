@@ -145,6 +145,11 @@ class Runner:
         """The command's working directory: ``/``, or the private root without one."""
         return self.run.sandbox.root or "/"
 
+    def storage_url(self, url: str) -> str:
+        """A storage URL with its special tokens resolved (``{{workflow_id}}``); never
+        path-rewritten: it names storage outside the task."""
+        return substitute_tokens(url, self.tokens)
+
     def local_path(self, path: str) -> Path:
         """Where a spec path (absolute, or relative to the working directory ``/``) is for
         this process: the same path, or its place under the private root."""
@@ -160,6 +165,8 @@ class Runner:
         """Fetch every input into its folder. Raises StepFailed(2010)."""
         for index, item in enumerate(self.run.inputs):
             dest = self.run.input_path(index)
+            if item.kind == "url":
+                item = item.model_copy(update={"source": self.storage_url(item.source)})
             try:
                 count = self.hook.download(item, dest)
             except DataError as exc:
@@ -196,7 +203,8 @@ class Runner:
         env, visible = self.environment()
         argv = self.argv(visible)
         self.command = CommandProcess(argv, env, self.cwd(), self.log.command)
-        checkpoints = [Checkpointer(c, self.local_path(c.path), self.hook, self.log.runner)
+        checkpoints = [Checkpointer(c.model_copy(update={"url": self.storage_url(c.url)}),
+                                    self.local_path(c.path), self.hook, self.log.runner)
                        for c in self.run.checkpoints]
         try:
             self.command.start()
@@ -215,6 +223,8 @@ class Runner:
     def upload_outputs(self) -> None:
         """Upload the output folder to every output. Raises StepFailed(2012)."""
         for target in self.run.outputs:
+            if target.url is not None:
+                target = target.model_copy(update={"url": self.storage_url(target.url)})
             where = scrub(target.url or (target.dataset.name if target.dataset else "?"))
             try:
                 count = self.hook.upload(self.run.output_path, target)

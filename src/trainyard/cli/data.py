@@ -1,0 +1,79 @@
+"""``trainyard data``: upload, download and list files at a storage URL (``osmo data``).
+
+Works directly against the storage (no server needed). Thin: each command calls
+``trainyard.data.urls`` with a ``Mover`` that draws a progress bar on stderr; errors are
+raised, never printed here (``cli.main`` prints them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trainyard.cli.output import Format, FormatOption, emit, err_console, human_bytes, table
+from trainyard.data import urls
+from trainyard.data.progress import RichProgress
+from trainyard.data.transfer import Mover
+
+__all__ = ["app", "mover_with_progress", "RegexOpt", "QuietOpt"]
+
+STORAGE_HELP = (
+    "Works directly against the storage, no server needed. URLs: file:// (or a local path), "
+    "s3:// (endpoint from TRAINYARD_S3_ENDPOINT_URL, credentials from the AWS_* variables), "
+    "and any other fsspec protocol whose package is installed.")
+
+app = typer.Typer(no_args_is_help=True, help=f"Files at storage URLs. {STORAGE_HELP}")
+
+UrlArg = Annotated[str, typer.Argument(help="Storage URL (s3://bucket/prefix, file:///dir).")]
+RegexOpt = Annotated[str | None, typer.Option(
+    "--regex", help="Only files whose path relative to the folder or URL matches (re.search).")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or log lines.")]
+
+
+@contextmanager
+def mover_with_progress(quiet: bool) -> Iterator[Mover]:
+    """A ``Mover`` that draws a rich progress bar and prints its log lines on stderr."""
+    with RichProgress(err_console, enabled=not quiet) as bar:
+        log = None if quiet else (lambda line: err_console.print(line, markup=False))
+        yield Mover(log=log, progress=bar)
+
+
+@app.command("upload")
+def upload(
+    url: UrlArg,
+    paths: Annotated[list[str], typer.Argument(
+        help="Files and folders. A folder keeps its name (DIR/a.txt) unless given as DIR/, "
+             "which uploads its contents.", metavar="PATH...")],
+    regex: RegexOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Upload local files and folders below URL (each file atomically)."""
+    with mover_with_progress(quiet) as mover:
+        stats = urls.upload(url, paths, regex, mover)
+    typer.echo(f"uploaded {stats.files} file(s), {human_bytes(stats.bytes)}B to {url}")
+
+
+@app.command("download")
+def download(
+    url: UrlArg,
+    dest: Annotated[Path, typer.Argument(help="Local folder (created).", metavar="DIR")],
+    regex: RegexOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Download the files at URL into DIR (a checkpoint URL gives its last complete round)."""
+    with mover_with_progress(quiet) as mover:
+        count = urls.download(url, dest, regex, mover)
+    typer.echo(f"downloaded {count} file(s) to {dest}")
+
+
+@app.command("list")
+def list_files(url: UrlArg, regex: RegexOpt = None, fmt: Format = FormatOption) -> None:
+    """List the files at URL with their sizes."""
+    files = urls.list_url(url, regex)
+    rows = [{"path": f.rel, "size_bytes": f.size} for f in files]
+    emit(rows, fmt, lambda data: table(["path", "size"], [[r["path"], human_bytes(r["size_bytes"])]
+                                                           for r in data]))

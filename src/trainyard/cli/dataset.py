@@ -1,0 +1,140 @@
+"""``trainyard dataset``: named, versioned datasets (``osmo dataset``).
+
+Works directly against the dataset store (``TRAINYARD_DATASET_URL``, default
+``$TRAINYARD_HOME/datasets``; ``--store`` overrides), no server needed. Thin: each command
+calls ``trainyard.data.DatasetStore``; errors are raised, never printed here.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from trainyard.cli.data import STORAGE_HELP, QuietOpt, RegexOpt, mover_with_progress
+from trainyard.cli.output import Format, FormatOption, emit, human_bytes, table
+from trainyard.data.datasets import DatasetInfo, DatasetStore, DatasetVersion, parse_ref
+from trainyard.data.transfer import Mover, plan_uploads
+from trainyard.errors import DataError
+
+__all__ = ["app"]
+
+app = typer.Typer(no_args_is_help=True, help=(
+    "Named datasets with numbered versions and tags; 'latest' is the newest complete version. "
+    f"The store is TRAINYARD_DATASET_URL (default $TRAINYARD_HOME/datasets). {STORAGE_HELP}"))
+
+StoreOpt = Annotated[str | None, typer.Option(
+    "--store", help="Dataset store URL (default: TRAINYARD_DATASET_URL).")]
+RefArg = Annotated[str, typer.Argument(help="NAME, NAME:VERSION or NAME:TAG (default latest).",
+                                       metavar="NAME[:VERSION]")]
+
+
+def _store(url: str | None, mover: Mover | None = None) -> DatasetStore:
+    return DatasetStore(url, mover)
+
+
+def _when(created_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created_s))
+
+
+def _version_row(version: DatasetVersion, info: DatasetInfo) -> dict[str, Any]:
+    return {"version": version.version, "tags": info.tags_of(version.version),
+            "files": len(version.files), "size_bytes": version.size_bytes,
+            "created_s": version.created_s}
+
+
+@app.command("list")
+def list_datasets(store: StoreOpt = None, fmt: Format = FormatOption) -> None:
+    """List datasets with their latest version."""
+    datastore = _store(store)
+    rows = []
+    for name in datastore.names():
+        info = datastore.info(name)
+        latest = info.versions[-1]
+        rows.append({"name": name, "versions": len(info.versions), "latest": latest.version,
+                     "size_bytes": latest.size_bytes, "created_s": latest.created_s})
+    emit(rows, fmt, lambda data: table(
+        ["dataset", "versions", "latest", "size", "created"],
+        [[r["name"], r["versions"], r["latest"], human_bytes(r["size_bytes"]), _when(r["created_s"])]
+         for r in data]))
+
+
+@app.command("info")
+def info(name: Annotated[str, typer.Argument(help="Dataset name.")], store: StoreOpt = None,
+         fmt: Format = FormatOption) -> None:
+    """Show a dataset's versions and tags."""
+    details = _store(store).info(name)
+    data = {"name": name, "tags": details.tags,
+            "versions": [_version_row(v, details) for v in details.versions]}
+    emit(data, fmt, lambda d: table(
+        ["version", "tags", "files", "size", "created"],
+        [[r["version"], ",".join(r["tags"]), r["files"], human_bytes(r["size_bytes"]),
+          _when(r["created_s"])] for r in d["versions"]], title=f"dataset {name}"))
+
+
+@app.command("upload")
+def upload(
+    name: Annotated[str, typer.Argument(help="Dataset name; NAME:TAG also tags the new version.")],
+    paths: Annotated[list[str], typer.Argument(
+        help="Files and folders. A folder keeps its name (DIR/a.txt) unless given as DIR/, "
+             "which uploads its contents.", metavar="PATH...")],
+    regex: RegexOpt = None,
+    store: StoreOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Upload files as a new version (it appears only once every file is stored)."""
+    dataset, selector = parse_ref(name)
+    tag = selector if ":" in name else None
+    files = plan_uploads(paths, regex)
+    if not files:
+        raise DataError(f"nothing to upload: no file under {', '.join(paths)} matches")
+    with mover_with_progress(quiet) as mover:
+        version = _store(store, mover).upload(dataset, files, tag)
+    typer.echo(f"dataset {dataset} version {version.version}: {len(version.files)} file(s), "
+               f"{human_bytes(version.size_bytes)}B")
+
+
+@app.command("download")
+def download(
+    ref: RefArg,
+    dest: Annotated[Path, typer.Argument(help="Local folder (created).", metavar="DIR")],
+    path: Annotated[str | None, typer.Option("--path", help="A file or folder inside the dataset.")] = None,
+    regex: RegexOpt = None,
+    store: StoreOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Download a version into DIR, checking every file's sha256."""
+    with mover_with_progress(quiet) as mover:
+        version, stats = _store(store, mover).download(ref, dest, path, regex)
+    typer.echo(f"dataset {version.name} version {version.version}: "
+               f"downloaded {stats.files} file(s) to {dest}")
+
+
+@app.command("delete")
+def delete(
+    ref: Annotated[str, typer.Argument(help="NAME (every version) or NAME:VERSION / NAME:TAG.",
+                                       metavar="NAME[:VERSION]")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Delete one version, or the whole dataset. A deleted version number is never reused."""
+    name, selector = parse_ref(ref)
+    what = f"version {selector} of dataset {name}" if ":" in ref else f"dataset {name} (every version)"
+    if not yes:
+        typer.confirm(f"Delete {what}?", abort=True)
+    deleted = _store(store).delete(name, selector if ":" in ref else None)
+    typer.echo(f"deleted {name} version(s) {', '.join(map(str, deleted))}")
+
+
+@app.command("tag")
+def tag(
+    ref: Annotated[str, typer.Argument(help="NAME:VERSION (or NAME:TAG) to tag.", metavar="NAME:VERSION")],
+    new_tag: Annotated[str, typer.Argument(help="The tag (not a number, not 'latest').", metavar="TAG")],
+    store: StoreOpt = None,
+) -> None:
+    """Point TAG at a version (moving it if it named another)."""
+    name, selector = parse_ref(ref)
+    version = _store(store).tag(name, selector, new_tag)
+    typer.echo(f"{name}:{new_tag} -> version {version.version}")
