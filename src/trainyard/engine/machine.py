@@ -223,7 +223,8 @@ def transition(state: WorkflowState, event: Event) -> tuple[WorkflowState, list[
     Returns:
         The new state (``state`` itself is not mutated) and the actions to carry out, in
         order. Events about an attempt that is not current (old retry id) or a finished
-        object are ignored (no actions).
+        object are ignored (no actions). When an event changes nothing, ``state`` itself is
+        returned, so ``new is state`` means "nothing to store". Rules: engine/rules.py.
     """
     from trainyard.engine import rules  # the rules import these types: import at call time
 

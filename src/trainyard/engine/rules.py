@@ -213,20 +213,23 @@ def _set_group(step: _Step, group: GroupState, status: Status) -> None:
 # --------------------------------------------------------------------------- groups
 
 
+def _set_gang(step: _Step, group: GroupState, status: Status) -> None:
+    """Move a group and every one of its tasks to ``status`` (checked)."""
+    for task in step.tasks_of(group):
+        _set_task(step, task, status)
+    _set_group(step, group, status)
+
+
 def _schedule(step: _Step, group: GroupState) -> None:
     """Group and its tasks -> SCHEDULING; ask the scheduler to place the whole gang."""
-    for task in step.tasks_of(group):
-        _set_task(step, task, S.SCHEDULING)
-    _set_group(step, group, S.SCHEDULING)
+    _set_gang(step, group, S.SCHEDULING)
     group.scheduling_since_s = step.now_s
     step.emit(RequestPlacement(group.name))
 
 
 def _wait(step: _Step, group: GroupState) -> None:
     """Group and its tasks -> WAITING for their upstream groups (OSMO "Group lifecycle")."""
-    for task in step.tasks_of(group):
-        _set_task(step, task, S.WAITING)
-    _set_group(step, group, S.WAITING)
+    _set_gang(step, group, S.WAITING)
 
 
 def _schedule_ready(step: _Step) -> None:
@@ -255,7 +258,7 @@ def _end_tasks(step: _Step, group: GroupState, status: Status, exit_code: int | 
     started = tuple((t.name, t.retry_id) for t in live if t.status in _STARTED)
     for task in live:
         if exit_code is not None:
-            task.exit_code = exit_code
+            task.exit_code = int(exit_code)
         _set_task(step, task, status)
     if started:
         step.emit(StopTasks(started))
@@ -341,7 +344,7 @@ def _task_ended(step: _Step, task: TaskState, exit_code: int) -> None:
     if retry and task.retries_used < step.state.max_retries:
         _retry(step, task, exit_code, in_place=action is ExitAction.RESTART)
         return
-    task.exit_code = exit_code
+    task.exit_code = int(exit_code)
     completed = action is ExitAction.COMPLETE
     _set_task(step, task, S.COMPLETED if completed else failure_status(exit_code))
     _settle_group(step, task)
@@ -375,16 +378,16 @@ def _on_group_placed(step: _Step, event: GroupPlaced) -> None:
         raise ValueError(f"GroupPlaced for {group.name!r} has no node for tasks {missing}")
     for task in step.tasks_of(group):
         task.node = event.nodes[task.name]
-        _set_task(step, task, S.INITIALIZING)
-    _set_group(step, group, S.INITIALIZING)
+    _set_gang(step, group, S.INITIALIZING)
     step.emit(StartTasks(group.name, tuple((t.name, t.retry_id) for t in step.tasks_of(group))))
 
 
 def _on_group_start_failed(step: _Step, event: GroupStartFailed) -> None:
-    """The backend could not start the gang: group and unfinished tasks FAILED_START_ERROR
-    (exit code 3003), or FAILED_BACKEND_ERROR (3001) for a backend error."""
+    """The backend could not start the gang (or the new attempts of a retry in a RUNNING
+    group): group and unfinished tasks FAILED_START_ERROR (exit code 3003), or
+    FAILED_BACKEND_ERROR (3001) for a backend error; started attempts are stopped."""
     group = step.group(event.group)
-    if group.status not in (S.SCHEDULING, S.INITIALIZING):
+    if group.status not in _PLACEMENT_ASKED:
         return
     if event.backend_error:
         _end_group(step, group, S.FAILED_BACKEND_ERROR, exit_code=ExitCode.BACKEND_ERROR)
@@ -424,27 +427,36 @@ def _on_task_lost(step: _Step, event: TaskLost) -> None:
     """The attempt vanished: an exit with 3001, so FAILED_BACKEND_ERROR and a FAIL."""
     task = _current(step, event.task, event.retry_id)
     if task is not None:
-        _task_ended(step, task, ExitCode.BACKEND_ERROR)
+        _task_ended(step, task, int(ExitCode.BACKEND_ERROR))
 
 
 def _timed_out(since_s: float | None, limit_s: float | None, now_s: float) -> bool:
     return since_s is not None and limit_s is not None and now_s - since_s > limit_s
 
 
+def _timeout_of(state: WorkflowState, group: GroupState, now_s: float) -> Status | None:
+    """OSMO "Timeouts", per group: SCHEDULING longer than ``queue_timeout_s`` gives
+    FAILED_QUEUE_TIMEOUT, RUNNING longer than ``exec_timeout_s`` FAILED_EXEC_TIMEOUT."""
+    if group.status is S.SCHEDULING:
+        late = _timed_out(group.scheduling_since_s, state.queue_timeout_s, now_s)
+        return S.FAILED_QUEUE_TIMEOUT if late else None
+    if group.status is S.RUNNING:
+        late = _timed_out(group.running_since_s, state.exec_timeout_s, now_s)
+        return S.FAILED_EXEC_TIMEOUT if late else None
+    return None
+
+
+def _any_timeout(state: WorkflowState, now_s: float) -> bool:
+    return any(_timeout_of(state, g, now_s) for g in state.groups.values())
+
+
 def _on_tick(step: _Step, event: Tick) -> None:
-    """OSMO "Timeouts", per group: SCHEDULING longer than ``queue_timeout_s`` ->
-    FAILED_QUEUE_TIMEOUT; RUNNING longer than ``exec_timeout_s`` -> FAILED_EXEC_TIMEOUT
-    (its running tasks stopped). Downstream groups -> FAILED_UPSTREAM."""
-    state = step.state
-    for group in state.groups.values():
-        if group.status is S.SCHEDULING and _timed_out(
-            group.scheduling_since_s, state.queue_timeout_s, step.now_s
-        ):
-            _end_group(step, group, S.FAILED_QUEUE_TIMEOUT)
-        elif group.status is S.RUNNING and _timed_out(
-            group.running_since_s, state.exec_timeout_s, step.now_s
-        ):
-            _end_group(step, group, S.FAILED_EXEC_TIMEOUT)
+    """Groups past their queue or exec timeout end with it (their started tasks stopped);
+    their downstream groups -> FAILED_UPSTREAM."""
+    for group in step.state.groups.values():
+        status = _timeout_of(step.state, group, step.now_s)
+        if status is not None:
+            _end_group(step, group, status)
 
 
 def _on_cancel(step: _Step, event: CancelRequested) -> None:
@@ -513,10 +525,12 @@ def transition(state: WorkflowState, event: Event) -> tuple[WorkflowState, list[
     """Apply ``event`` to a copy of ``state``.
 
     Returns:
-        The new state (``state`` is never mutated) and the actions to carry out, in order.
-        Stale or duplicate events (an old retry id, an attempt not started, a finished task
-        or group, a second Submitted or cancel) change nothing and give no actions. Once the
-        workflow finished only a late GroupPlaced does something: ReleaseGroup.
+        The new state and the actions to carry out, in order. ``state`` is never mutated;
+        when the event changes nothing, ``state`` itself is returned (``new is state`` means
+        "nothing to store"), so treat states as values. Stale or duplicate events (an old
+        retry id, an attempt not started, a finished task or group, a second Submitted or
+        cancel) change nothing and give no actions. Once the workflow finished only a late
+        GroupPlaced does something: ReleaseGroup.
 
     Raises:
         NotFoundError: the event names a task or group that the workflow lacks.
@@ -526,9 +540,11 @@ def transition(state: WorkflowState, event: Event) -> tuple[WorkflowState, list[
     handler = _HANDLERS.get(type(event))
     if handler is None:
         raise TypeError(f"unknown event type {type(event).__name__}")
-    step = _Step(copy.deepcopy(state), event.time_s)
     if state.status.is_terminal() and not isinstance(event, GroupPlaced):
-        return step.state, []
+        return state, []
+    if isinstance(event, Tick) and not _any_timeout(state, event.time_s):
+        return state, []  # the common tick: nothing due, nothing copied
+    step = _Step(copy.deepcopy(state), event.time_s)
     handler(step, event)
     _refresh_workflow(step)
-    return step.state, step.actions
+    return (state if step.state == state else step.state), step.actions

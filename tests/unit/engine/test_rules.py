@@ -136,10 +136,25 @@ def test_group_start_failed_fails_the_gang_and_its_downstream(
         WorkflowFinished(W.FAILED),
     ]
     assert state.groups["train"].status is status
+    assert all(type(t.exit_code) is int for t in state.tasks.values())  # not ExitCode
     assert [(t.status, t.exit_code) for t in state.tasks.values()] == [(status, code)] * 3 + [
         (S.FAILED_UPSTREAM, 3000)
     ]
     assert state.groups["eval"].status is S.FAILED_UPSTREAM
+
+
+def test_a_retry_that_cannot_start_fails_the_running_group() -> None:
+    state = _running(submitted(_gang(RESCHEDULE=[42])), "train")
+    state = fold(state, TaskExited(time_s=5.0, task="w1", retry_id=0, exit_code=42))[0]
+    state, actions = transition(
+        state, GroupStartFailed(time_s=6.0, group="train", backend_error=True)
+    )
+    assert actions[:2] == [
+        StopTasks((("master", 0), ("w1", 1), ("w2", 0))),
+        ReleaseGroup("train"),
+    ]
+    assert state.groups["train"].status is S.FAILED_BACKEND_ERROR
+    assert state.tasks["w1"].history[0].status is S.RESCHEDULED
 
 
 # --------------------------------------------------------------------------- running
@@ -279,8 +294,9 @@ def test_exit_actions_map_user_codes() -> None:
      (3006, S.FAILED_PREEMPTED)],
 )
 def test_service_exit_codes_always_fail(code: int, status: Status) -> None:
-    spec = workflow(solo("a", actions={RESCHEDULE: [code], COMPLETE: [code + 1]}))
-    state = _running(submitted(spec), "a")
+    """The spec refuses exit actions for codes above 255; the machine ignores them too."""
+    state = _running(submitted(workflow(solo("a"))), "a")
+    state.tasks["a"].exit_actions = {RESCHEDULE: frozenset({code}), COMPLETE: frozenset({256})}
     state, actions = transition(state, TaskExited(time_s=5.0, task="a", retry_id=0,
                                                   exit_code=code))
     assert (state.tasks["a"].status, state.tasks["a"].exit_code) == (status, code)
@@ -453,7 +469,6 @@ def test_exec_timeout_outranks_other_failures_in_the_workflow_status() -> None:
         TaskInitializing(time_s=9.0, task="w1", retry_id=0),  # late, already running
         TaskExited(time_s=9.0, task="w1", retry_id=1, exit_code=0),  # future retry id
         TaskLost(time_s=9.0, task="eval", retry_id=0),  # never started
-        GroupStartFailed(time_s=9.0, group="train"),  # group already running
         Submitted(time_s=9.0),
     ],
 )
@@ -484,6 +499,16 @@ def test_events_after_the_workflow_finished_are_ignored() -> None:
 
 
 # --------------------------------------------------------------------------- contract
+
+
+def test_an_event_that_changes_nothing_returns_the_same_state_object() -> None:
+    state = _running(submitted(_gang()), "train")
+    assert transition(state, Tick(time_s=9.0))[0] is state
+    assert transition(state, TaskRunning(time_s=9.0, task="w1", retry_id=0))[0] is state
+    assert transition(state, TaskRunning(time_s=9.0, task="w1", retry_id=0))[0] is state
+    ended = fold(submitted(workflow(solo("a"))), CancelRequested(time_s=2.0))[0]
+    new, actions = transition(ended, _placed(ended, "a", t=3.0))
+    assert (new, actions) == (ended, [ReleaseGroup("a")]) and new is ended
 
 
 def test_the_input_state_is_never_mutated() -> None:
