@@ -1,0 +1,110 @@
+"""The example specs validate with their defaults and with the documented --set values, and
+their commands run trainyard's trainer the way each example says."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from trainyard.quantity import parse_quantity
+from trainyard.spec.api import load
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+SPECS = sorted(EXAMPLES.rglob("*.yaml"))
+GiB = 1024**3
+
+
+def _scripts(doc) -> dict[str, str]:
+    return {t.name: t.files[0].contents for t in doc.workflow.all_tasks()}
+
+
+def test_every_example_has_a_spec_and_a_readme() -> None:
+    folders = {p.parent.name for p in SPECS}
+    assert folders == {"torchrun_multinode", "torchrun_elastic", "torchrun_reschedule", "pytorch_dist", "heterogeneous"}
+    for folder in folders:
+        assert len((EXAMPLES / folder / "README.md").read_text().split()) > 60
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_defaults_validate_and_fit_a_64_cpu_512_gib_node(spec: Path) -> None:
+    doc = load(spec)
+    tasks = doc.workflow.all_tasks()
+    assert sum(t.lead for t in tasks) == 1
+    for task in tasks:
+        resource = doc.workflow.resource_of(task)
+        assert resource.cpu <= 64 and resource.memory_bytes <= 512 * GiB and resource.gpu >= 1
+        assert "-m trainyard.training.train" in task.files[0].contents
+        assert "{{output}}/models/snapshot.pth" in task.files[0].contents
+    assert doc.default_values.get("n_epochs") == 10
+
+
+@pytest.mark.parametrize("n_nodes, n_gpus", [(2, 2), (4, 2), (3, 8)])
+def test_template_scales_to_n_nodes(n_nodes: int, n_gpus: int) -> None:
+    doc = load(EXAMPLES / "torchrun_multinode" / "train_template.yaml",
+               set_values={"n_nodes": n_nodes, "n_gpus_per_node": n_gpus})
+    scripts = _scripts(doc)
+    assert list(scripts) == ["master"] + [f"worker_{i}" for i in range(1, n_nodes)]
+    for rank, script in enumerate(scripts.values()):
+        assert f"--nnodes {n_nodes} --nproc_per_node {n_gpus} --node_rank {rank}" in script
+        assert "--master_addr {{host:master}} --master_port 29400" in script
+        assert "barrier" not in script
+    assert {doc.workflow.resource_of(t).gpu for t in doc.workflow.all_tasks()} == {n_gpus}
+
+
+def test_template_barrier_is_optional_and_ranked_like_torchrun() -> None:
+    doc = load(EXAMPLES / "torchrun_multinode" / "train_template.yaml", set_values={"use_barrier": True, "n_nodes": 3})
+    for rank, script in enumerate(_scripts(doc).values()):
+        barrier = script.index("python -m trainyard.training.barrier --num_nodes 3 --connect {{host:master}} "
+                               f"--rank {rank}")
+        assert barrier < script.index("torchrun")
+
+
+def test_two_node_spec_is_osmos_master_and_worker() -> None:
+    doc = load(EXAMPLES / "torchrun_multinode" / "train.yaml")
+    scripts = _scripts(doc)
+    assert list(scripts) == ["master", "worker"]
+    assert "--node_rank 0" in scripts["master"] and "--node_rank 1" in scripts["worker"]
+    assert doc.workflow.groups[0].lead.outputs[0].dataset.path == "models"
+
+
+def test_elastic_uses_a_c10d_rendezvous_on_the_master() -> None:
+    script = _scripts(load(EXAMPLES / "torchrun_elastic" / "train.yaml"))["worker_1"]
+    for part in ("--nnodes 1:2", "--max_restarts 3", "--rdzv_id {{workflow_id}}", "--rdzv_backend c10d",
+                 "--rdzv_endpoint {{host:master}}:29400"):
+        assert part in script
+
+
+def test_reschedule_maps_the_code_and_injects_one_failure() -> None:
+    doc = load(EXAMPLES / "torchrun_reschedule" / "train.yaml")
+    group = doc.workflow.groups[0]
+    assert group.ignore_nonlead_status is False
+    assert all(t.action_for(3).value == "RESCHEDULE" for t in group.tasks)
+    checkpoint = group.lead.checkpoint[0]
+    assert checkpoint.path == "models" and checkpoint.url.endswith("/{{workflow_id}}/models")
+    assert all(t.inputs[0].url == checkpoint.url for t in group.tasks)
+    script = _scripts(doc)["master"]
+    assert "--error_log /tmp/training_errors.log --fail-at-epoch 5" in script
+    assert not re.search(r"^set -\w*e", script, re.M) and "exit 3" in script
+    off = _scripts(load(EXAMPLES / "torchrun_reschedule" / "train.yaml", set_values={"fail_at_epoch": 0}))
+    assert "--fail-at-epoch" not in off["master"]
+
+
+def test_pytorch_dist_gives_each_node_its_ranks() -> None:
+    doc = load(EXAMPLES / "pytorch_dist" / "train.yaml", set_values={"n_nodes": 3, "n_gpus_per_node": 4})
+    offsets = [int(re.search(r"--offset (\d+) --size 4", s).group(1)) for s in _scripts(doc).values()]
+    assert offsets == [0, 4, 8]
+    assert all("--world_size 12" in s and "--master_addr {{host:master}}" in s for s in _scripts(doc).values())
+
+
+def test_heterogeneous_nodes_have_2_and_1_processes() -> None:
+    doc = load(EXAMPLES / "heterogeneous" / "train.yaml")
+    scripts = _scripts(doc)
+    assert "--nnodes 2 --nproc_per_node 2 --node_rank 0" in scripts["master"]
+    assert "--nnodes 2 --nproc_per_node 1 --node_rank 1" in scripts["worker"]
+    assert [doc.workflow.resource_of(t).gpu for t in doc.workflow.all_tasks()] == [2, 1]
+
+
+def test_quantities_parse() -> None:  # guards the fit check above against unit mistakes
+    assert parse_quantity("8Gi") == 8 * GiB
