@@ -1,0 +1,329 @@
+"""``SlurmBackend``: starts a gang as one Slurm job, reports facts, stops attempts.
+
+Start: ``build_request`` (pure, ``script.py``) -> write each ``run.json`` and the batch script
+under the run folders (on the shared filesystem) -> ``sbatch`` (``commands.py``). The job id
+goes to an index ``<home>/slurm/attempts/<workflow>/<task>/<retry>.json`` so that a new
+backend object (engine restart) finds the attempt again.
+
+Facts: ``poll`` tails each attempt's ``<run_dir>/events.jsonl`` (the runner's) on every call
+and asks squeue at most every ``status_interval_s`` about the jobs of attempts that have not
+reported their exit. An attempt is over without an EXITED event when its job left the alive
+states, or its job runs but its srun step is gone after the attempt started; after
+``lost_grace_s`` (and one more read of its events) it gets the fact of ``states.SLURM_STATES``
+for the job's state (LOST for anything unknown).
+
+Stop: all live attempts of a job -> ``scancel JOB``; some of them -> ``scancel JOB.STEP`` for
+each one's step (found by name in ``squeue --steps``); a step not started yet is cancelled as
+soon as it shows. scancel sends SIGTERM (the runner stops its command and reports its exit),
+then SIGKILL after the cluster's KillWait.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
+from trainyard.backends.images import runtime_for, runtime_path
+from trainyard.backends.slurm.commands import SlurmCommands
+from trainyard.backends.slurm.options import SlurmOptions, parse_options
+from trainyard.backends.slurm.script import RUNNER_OUT, SlurmBatchRequest, build_request
+from trainyard.backends.slurm.states import UNKNOWN, fact_for_state, is_alive
+from trainyard.errors import BackendError
+from trainyard.pools import Pool, trainyard_home
+from trainyard.runner.report import EVENTS, read_events
+
+__all__ = ["SlurmBackend", "create"]
+
+log = logging.getLogger("trainyard.backends.slurm")
+
+_KNOWN_FACTS = {k.value for k in FactKind}
+_ENDING = (FactKind.EXITED, FactKind.LOST, FactKind.START_ERROR)
+
+
+@dataclass
+class _Attempt:
+    key: TaskKey
+    run_dir: Path | None
+    job_id: str | None
+    offset: int = 0
+    reported: bool = False
+    done: bool = False
+    gone_since: float | None = None
+    stop_pending: bool = False
+
+
+class SlurmBackend:
+    """Runs each gang as one Slurm job (see module docstring).
+
+    Args:
+        pool: the pool: its ``options`` (``SlurmOptions``), ``images`` and nodes.
+        home: ``$TRAINYARD_HOME`` on the shared filesystem (default ``trainyard_home()``).
+        commands: the Slurm command runner (tests pass a fake).
+        python: the runner's interpreter on the nodes (default: the pool's ``python``
+            option, else this interpreter).
+
+    Raises:
+        ConfigError: the pool's options are not valid.
+    """
+
+    name = "slurm"
+
+    def __init__(self, pool: Pool, home: Path | None = None, *,
+                 commands: SlurmCommands | None = None, python: str | None = None) -> None:
+        self.pool = pool
+        self.options: SlurmOptions = parse_options(pool.name, dict(pool.options))
+        self.home = Path(home) if home else trainyard_home()
+        self.state_dir = self.home / "slurm"
+        self.python = python or self.options.python or sys.executable
+        self.commands = commands or SlurmCommands(self.options.slurm_conf)
+        self._attempts: dict[TaskKey, _Attempt] = {}
+        self._last_status = float("-inf")
+
+    # ------------------------------------------------------------------ requests
+
+    def build_request(self, launches: list[TaskLaunch]) -> SlurmBatchRequest:
+        """The batch request for one gang start (no side effects)."""
+        return build_request(launches, self.options, self.home, self.python)
+
+    def dry_run(self, launches: list[TaskLaunch]) -> str:
+        """The sbatch command and script that ``start_group(launches)`` would submit."""
+        return self.build_request(launches).render()
+
+    # ------------------------------------------------------------------ Backend API
+
+    def start_group(self, launches: list[TaskLaunch]) -> None:
+        """Submit one job for the gang. Slurm starts all its tasks or none.
+
+        Raises:
+            BackendError: the files could not be written or sbatch refused the job.
+        """
+        if not launches:
+            return
+        prepend = {launch.key: self._path_prepend(launch) for launch in launches}
+        request = build_request(launches, self.options, self.home, self.python, prepend)
+        try:
+            self._write(request)
+        except OSError as exc:
+            raise BackendError(f"slurm backend could not write the job of group "
+                               f"{launches[0].group!r}: {exc}") from exc
+        job_id = self.commands.submit(request.sbatch_argv)
+        log.info("group %s of %s: Slurm job %s", launches[0].group,
+                 launches[0].key.workflow_id, job_id)
+        for launch in launches:
+            self._remember(_Attempt(launch.key, Path(launch.run_dir), job_id))
+
+    def poll(self) -> list[TaskFact]:
+        """Facts since the last call: runner events, each once, and the job-state fact of an
+        attempt whose job or step ended without its EXITED event."""
+        live = [a for a in self._attempts.values() if not a.done]
+        facts = [fact for attempt in live for fact in self._read(attempt)]
+        if live and time.monotonic() - self._last_status >= self.options.status_interval_s:
+            self._last_status = time.monotonic()
+            facts += self._check_jobs([a for a in live if not a.done])
+        return facts
+
+    def stop(self, keys: list[TaskKey]) -> None:
+        """Cancel these attempts (scancel: SIGTERM, SIGKILL after KillWait). Idempotent;
+        returns after the scancel calls; a step not started yet is cancelled when it shows."""
+        wanted = [a for k in keys if (a := self._find(k)) is not None and not a.done]
+        for job_id in sorted({a.job_id for a in wanted if a.job_id}):
+            of_job = [a for a in wanted if a.job_id == job_id]
+            if self._whole_job(job_id, of_job):
+                self._cancel(job_id)
+            else:
+                for attempt in of_job:
+                    attempt.stop_pending = True
+                self._cancel_steps(job_id)
+
+    def host_of(self, key: TaskKey, node: str) -> str:
+        """A stand-in for ``{{host:TASK}}`` (the placed node's host name): Slurm picks the
+        real node when the job starts, and the batch script hands the runner each task's
+        node address through ``TaskRun.hosts_env``, which wins."""
+        spec = next((n for n in self.pool.nodes if n.name == node), None)
+        return (spec.hostname if spec and spec.hostname else node) or key.task
+
+    def recover(self, keys: list[TaskKey]) -> list[TaskKey]:
+        """Adopt these attempts after an engine restart; returns those whose job is alive.
+
+        Adopted attempts' events are reported again from the start (the engine treats
+        repeats as no-ops); an attempt with no record here is reported LOST by ``poll``.
+        """
+        attempts = [self._find(k) or self._remember(_Attempt(k, None, None)) for k in keys]
+        jobs = {a.job_id for a in attempts if a.job_id}
+        try:
+            states = self.commands.job_states(jobs) if jobs else {}
+        except BackendError as exc:
+            log.warning("slurm backend: cannot ask squeue while recovering: %s", exc)
+            return [a.key for a in attempts if a.job_id]
+        return [a.key for a in attempts
+                if a.job_id and is_alive(states.get(a.job_id, (UNKNOWN, ""))[0])]
+
+    # ------------------------------------------------------------------ starting
+
+    def _path_prepend(self, launch: TaskLaunch) -> list[str]:
+        if self.options.container is not None:
+            return []
+        return runtime_path(runtime_for(launch.run.get("image"), self.pool.images), self.state_dir)
+
+    def _write(self, request: SlurmBatchRequest) -> None:
+        request.job_dir.mkdir(parents=True, exist_ok=True)
+        for launch in request.launches:
+            run_dir = Path(launch.run_dir)
+            _fresh_run_dir(run_dir, launch.key.retry_id, launch.restart_in_place)
+            run = request.runs[launch.key]
+            _write_text(run_dir / "run.json", run.model_dump_json())
+        _write_text(request.script_path, request.script)
+
+    def _remember(self, attempt: _Attempt) -> _Attempt:
+        self._attempts[attempt.key] = attempt
+        if attempt.job_id and attempt.run_dir:
+            _write_text(self._index_path(attempt.key),
+                        json.dumps({"run_dir": str(attempt.run_dir), "job_id": attempt.job_id}))
+        return attempt
+
+    def _index_path(self, key: TaskKey) -> Path:
+        return (self.state_dir / "attempts" / quote(key.workflow_id, safe="")
+                / quote(key.task, safe="") / f"{key.retry_id}.json")
+
+    def _find(self, key: TaskKey) -> _Attempt | None:
+        """The attempt, from memory or from the index (started by an earlier object)."""
+        if key in self._attempts:
+            return self._attempts[key]
+        try:
+            record = json.loads(self._index_path(key).read_text())
+        except (OSError, ValueError):
+            return None
+        attempt = _Attempt(key, Path(record["run_dir"]), str(record["job_id"]))
+        self._attempts[key] = attempt
+        return attempt
+
+    # ------------------------------------------------------------------ observing
+
+    def _read(self, attempt: _Attempt) -> list[TaskFact]:
+        if attempt.run_dir is None:
+            return []
+        events, attempt.offset = read_events(attempt.run_dir / EVENTS, attempt.offset)
+        facts = [TaskFact(attempt.key, FactKind(e.kind), e.time_s, e.exit_code, e.message)
+                 for e in events if e.kind in _KNOWN_FACTS]
+        attempt.reported = attempt.reported or bool(facts)
+        if any(f.kind in _ENDING for f in facts):
+            attempt.done = True
+        return facts
+
+    def _check_jobs(self, live: list[_Attempt]) -> list[TaskFact]:
+        jobs = {a.job_id for a in live if a.job_id}
+        try:
+            states = self.commands.job_states(jobs) if jobs else {}
+            running = [j for j in jobs if states.get(j, ("",))[0] == "RUNNING"]
+            steps = self.commands.steps(running) if running else {}
+        except BackendError as exc:
+            log.warning("slurm backend: cannot ask squeue: %s", exc)
+            return []
+        facts = []
+        for attempt in live:
+            facts += self._judge(attempt, states, steps)
+        return facts
+
+    def _judge(self, attempt: _Attempt, states: dict[str, tuple[str, str]],
+               steps: dict[str, dict[str, str]]) -> list[TaskFact]:
+        """The attempt's ending fact, once its job or step is gone for ``lost_grace_s``."""
+        if attempt.job_id is None:
+            return [self._gone(attempt, UNKNOWN, "no record of this attempt's Slurm job")]
+        state, reason = states.get(attempt.job_id, (UNKNOWN, ""))
+        job_steps = steps.get(attempt.job_id, {})
+        if attempt.stop_pending and attempt.key.task in job_steps:
+            self._cancel(job_steps[attempt.key.task])
+            attempt.stop_pending = False
+        step_gone = state == "RUNNING" and attempt.reported and attempt.key.task not in job_steps
+        if step_gone:
+            return self._after_grace(attempt, "FAILED",
+                                     f"Slurm job {attempt.job_id} runs but the task's step ended")
+        if is_alive(state):
+            attempt.gone_since = None
+            return []
+        why = f"Slurm job {attempt.job_id} {state}{f' ({reason})' if reason else ''}"
+        return self._after_grace(attempt, state, why)
+
+    def _after_grace(self, attempt: _Attempt, state: str, why: str) -> list[TaskFact]:
+        """``state`` (a key of ``SLURM_STATES``) decides the fact; ``why`` explains it."""
+        now = time.monotonic()
+        if attempt.gone_since is None:
+            attempt.gone_since = now
+        if now - attempt.gone_since < self.options.lost_grace_s:
+            return []
+        late = self._read(attempt)
+        if attempt.done:
+            return late
+        return late + [self._gone(attempt, state, f"the task runner never reported its exit: {why}")]
+
+    def _gone(self, attempt: _Attempt, state: str, message: str) -> TaskFact:
+        attempt.done = True
+        tail = _tail(attempt.run_dir / RUNNER_OUT) if attempt.run_dir else ""
+        text = f"{message}: {tail}" if tail else message
+        return TaskFact(attempt.key, fact_for_state(state), time.time(), None, text)
+
+    # ------------------------------------------------------------------ stopping
+
+    def _whole_job(self, job_id: str, stopping: list[_Attempt]) -> bool:
+        live = {a.key for a in self._attempts.values() if a.job_id == job_id and not a.done}
+        return live <= {a.key for a in stopping}
+
+    def _cancel(self, target: str) -> None:
+        try:
+            self.commands.cancel(target)
+        except BackendError as exc:
+            log.warning("slurm backend: %s", exc)
+
+    def _cancel_steps(self, job_id: str) -> None:
+        try:
+            steps = self.commands.steps([job_id]).get(job_id, {})
+        except BackendError as exc:
+            log.warning("slurm backend: cannot list the steps of job %s: %s", job_id, exc)
+            return
+        for attempt in self._attempts.values():
+            if attempt.job_id == job_id and attempt.stop_pending and attempt.key.task in steps:
+                self._cancel(steps[attempt.key.task])
+                attempt.stop_pending = False
+
+
+def _fresh_run_dir(run_dir: Path, retry_id: int, restart_in_place: bool) -> None:
+    """Make the run folder; set aside events of an earlier use; for RESTART in place, move
+    the latest earlier attempt's sandbox here (the task keeps its files)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    events = run_dir / EVENTS
+    if events.exists():
+        events.rename(run_dir / f"events.{time.time_ns()}.jsonl")
+    if restart_in_place and not (run_dir / "sandbox").exists():
+        earlier = [run_dir.parent / str(r) / "sandbox" for r in range(retry_id - 1, -1, -1)]
+        found = next((s for s in earlier if s.is_dir()), None)
+        if found is not None:
+            found.rename(run_dir / "sandbox")
+    tmp = run_dir / "sandbox" / "root" / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    tmp.chmod(0o1777)
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(text)
+    partial.replace(path)
+
+
+def _tail(path: Path, limit: int = 400) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:].strip()
+    except OSError:
+        return ""
+
+
+def create(pool: Pool, home: Path) -> SlurmBackend:
+    """Registry entry: the Slurm backend for ``pool`` with state under ``home``."""
+    return SlurmBackend(pool, home)

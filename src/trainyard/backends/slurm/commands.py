@@ -1,0 +1,138 @@
+"""The thin sending side: Slurm's commands run as subprocesses, their output parsed.
+
+Every call translates subprocess failures into ``BackendError`` at this edge (STYLE.md #7).
+The parsers are plain functions over the commands' text so that unit tests feed them
+recorded output. Formats: sbatch(1) ``--parsable`` (``JOBID[;CLUSTER]``), squeue(1)
+``--format`` (``%i`` job id, ``HETID+OFFSET`` for a heterogeneous job's components; ``%T``
+state; ``%r`` reason; with ``--steps``: ``%i`` ``JOBID.STEPID``, ``%j`` step name), sacct(1)
+``--parsable2 --noheader --allocations``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterable
+
+from trainyard.errors import BackendError
+
+__all__ = ["SlurmCommands", "parse_sbatch", "parse_squeue", "parse_steps", "parse_sacct",
+           "base_job_id"]
+
+
+def base_job_id(job_id: str) -> str:
+    """``1234+1`` (a heterogeneous component) or ``1234.0`` (a step) -> ``1234``."""
+    return job_id.split("+", 1)[0].split(".", 1)[0].split("_", 1)[0]
+
+
+def parse_sbatch(stdout: str) -> str:
+    """The job id from ``sbatch --parsable`` output. Raises BackendError if there is none."""
+    first = stdout.strip().split(";", 1)[0]
+    if not first.isdigit():
+        raise BackendError(f"sbatch printed no job id: {stdout.strip()!r}")
+    return first
+
+
+def parse_squeue(stdout: str) -> dict[str, tuple[str, str]]:
+    """``%i|%T|%r`` lines -> {base job id: (state, reason)}. For a heterogeneous job the
+    first component that is not RUNNING speaks for the job."""
+    jobs: dict[str, tuple[str, str]] = {}
+    for line in stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 2 or not parts[0]:
+            continue
+        job, state, reason = base_job_id(parts[0]), parts[1], (parts[2] if len(parts) > 2 else "")
+        if job not in jobs or jobs[job][0] == "RUNNING":
+            jobs[job] = (state, reason)
+    return jobs
+
+
+def parse_steps(stdout: str) -> dict[str, dict[str, str]]:
+    """``%i|%j`` step lines -> {base job id: {step name: step id}} (``batch``/``extern`` kept)."""
+    steps: dict[str, dict[str, str]] = {}
+    for line in stdout.splitlines():
+        step_id, _, name = line.strip().partition("|")
+        if step_id and "." in step_id:
+            steps.setdefault(base_job_id(step_id), {})[name] = step_id
+    return steps
+
+
+def parse_sacct(stdout: str) -> dict[str, str]:
+    """``JobID|State`` lines -> {base job id: state} (``CANCELLED by 0`` kept as written)."""
+    states: dict[str, str] = {}
+    for line in stdout.splitlines():
+        job_id, _, state = line.strip().partition("|")
+        if job_id and state:
+            states.setdefault(base_job_id(job_id), state)
+    return states
+
+
+class SlurmCommands:
+    """Runs sbatch, squeue, sacct and scancel with this pool's ``SLURM_CONF``.
+
+    Args:
+        slurm_conf: ``SLURM_CONF`` for every command (None: the environment's).
+        timeout_s: how long one command may take.
+    """
+
+    def __init__(self, slurm_conf: str | None = None, timeout_s: float = 30.0) -> None:
+        self.env = {**os.environ, **({"SLURM_CONF": slurm_conf} if slurm_conf else {})}
+        self.timeout_s = timeout_s
+
+    def _run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, env=self.env,
+                                  timeout=self.timeout_s, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BackendError(f"{argv[0]} failed: {exc}") from exc
+        if check and done.returncode != 0:
+            raise BackendError(f"{argv[0]} exited {done.returncode}: "
+                               f"{(done.stderr or done.stdout).strip()}")
+        return done
+
+    def submit(self, argv: list[str]) -> str:
+        """Run an sbatch command line; returns the job id. Raises BackendError."""
+        return parse_sbatch(self._run(argv).stdout)
+
+    def _squeue(self, job_ids: Iterable[str], extra: list[str], fmt: str) -> str:
+        ids = sorted(set(job_ids))
+        if not ids:
+            return ""
+        done = self._run(["squeue", "--noheader", *extra, f"--jobs={','.join(ids)}",
+                          f"--format={fmt}"], check=False)
+        if done.returncode != 0 and "Invalid job id" not in done.stderr:
+            raise BackendError(f"squeue exited {done.returncode}: {done.stderr.strip()}")
+        return done.stdout
+
+    def job_states(self, job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """{job id: (state, reason)} from squeue, then sacct for jobs squeue has forgotten;
+        a job neither knows is absent. Raises BackendError when squeue fails."""
+        ids = set(job_ids)
+        states = parse_squeue(self._squeue(ids, ["--states=all"], "%i|%T|%r"))
+        missing = ids - set(states)
+        if missing:
+            states.update({j: (s, "") for j, s in self.sacct_states(missing).items()})
+        return states
+
+    def sacct_states(self, job_ids: Iterable[str]) -> dict[str, str]:
+        """{job id: state} from sacct; empty when accounting is off or sacct fails."""
+        argv = ["sacct", "--noheader", "--parsable2", "--allocations",
+                f"--jobs={','.join(sorted(job_ids))}", "--format=JobID,State"]
+        try:
+            done = self._run(argv, check=False)
+        except BackendError:
+            return {}
+        return parse_sacct(done.stdout) if done.returncode == 0 else {}
+
+    def steps(self, job_ids: Iterable[str]) -> dict[str, dict[str, str]]:
+        """{job id: {step name: step id}} of the running steps. Raises BackendError."""
+        return parse_steps(self._squeue(job_ids, ["--steps"], "%i|%j"))
+
+    def cancel(self, target: str) -> None:
+        """``scancel TARGET`` (a job, or ``JOB.STEP``): SIGTERM now, SIGKILL after the
+        cluster's KillWait (scancel(1)). A target that already ended is not an error."""
+        done = self._run(["scancel", target], check=False)
+        if done.returncode != 0 and "already completing or completed" not in done.stderr \
+                and "Invalid job id" not in done.stderr:
+            raise BackendError(f"scancel {target} exited {done.returncode}: "
+                               f"{done.stderr.strip()}")

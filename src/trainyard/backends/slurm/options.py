@@ -1,0 +1,96 @@
+"""The Slurm backend's pool options (``pools.yaml``: ``options:`` of a ``backend: slurm`` pool).
+
+Example::
+
+    slurm-pool:
+      backend: slurm
+      nodes: [{name: gpu-a01, cpu: 64, gpu: 8, memory: 512Gi}, ...]
+      options:
+        partition: batch          # sbatch --partition
+        account: ml               # sbatch --account
+        qos: normal               # sbatch --qos
+        container: apptainer      # run each task's image with `apptainer exec IMAGE`
+        container_args: [--nv]    # put after `apptainer exec`
+        sbatch_args: [--exclusive, --constraint=h100]   # extra sbatch flags, as given
+        srun_args: [--mpi=none]   # extra flags of every srun step
+        requests: [cpu, memory, gpu]                    # resources Slurm is asked for
+        python: /shared/trainyard/.venv/bin/python      # trainyard's python on the nodes
+        slurm_conf: /etc/slurm/slurm.conf               # SLURM_CONF for every Slurm command
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from trainyard.errors import ConfigError
+
+__all__ = ["SlurmOptions", "parse_options"]
+
+Word = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:+@=-]+$")]
+"""A value that goes on an ``#SBATCH`` line as it is: no spaces, quotes or backslashes."""
+
+
+class SlurmOptions(BaseModel):
+    """A Slurm pool's options; every field is optional.
+
+    Attributes:
+        partition, account, qos: sbatch(1) ``--partition``, ``--account``, ``--qos``.
+        container: ``apptainer`` (or ``singularity``): the task's command runs through
+            ``<container> exec [container_args] IMAGE``; None: on the node's own tools.
+        container_args: flags after ``<container> exec`` (``--nv`` for GPUs ...).
+        image_prefix: put before an image that has no ``scheme://`` and is not a path.
+        sbatch_args: extra sbatch flags, passed on sbatch's command line as given.
+        srun_args: extra flags for every ``srun`` step.
+        python: the interpreter that runs ``trainyard.runner`` on the nodes (default: the
+            engine's own, which must then be on the shared filesystem).
+        slurm_conf: ``SLURM_CONF`` for every Slurm command trainyard runs (default: the
+            environment's, else Slurm's built-in path).
+        requests: which of a task's resources become Slurm requests (default all three);
+            a CPU-only rehearsal cluster standing in for GPU nodes drops ``gpu`` (and
+            ``cpu`` where tasks ask for more cores than its nodes have).
+        mixed_resources: a gang whose tasks ask for different resources becomes a
+            heterogeneous job (``hetjob``, one component per task) or one job that gives each
+            node the largest request (``max``).
+        time_margin_s: ``--time`` is the workflow's exec timeout plus this margin (the
+            engine's exec timeout rule ends the group first; Slurm's limit is a backstop).
+        status_interval_s: squeue is asked at most this often.
+        lost_grace_s: an attempt whose job or step ended without an EXITED event is LOST
+            only after this long (the runner's last event may still be on its way).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    partition: Word | None = None
+    account: Word | None = None
+    qos: Word | None = None
+    container: Literal["apptainer", "singularity"] | None = None
+    container_args: list[str] = Field(default_factory=list)
+    image_prefix: str = "docker://"
+    sbatch_args: list[str] = Field(default_factory=list)
+    srun_args: list[str] = Field(default_factory=list)
+    python: str | None = None
+    slurm_conf: str | None = None
+    requests: list[Literal["cpu", "memory", "gpu"]] = Field(
+        default_factory=lambda: ["cpu", "memory", "gpu"])
+    mixed_resources: Literal["hetjob", "max"] = "hetjob"
+    time_margin_s: float = Field(default=600.0, ge=0)
+    status_interval_s: float = Field(default=1.0, gt=0)
+    lost_grace_s: float = Field(default=3.0, ge=0)
+
+
+def parse_options(pool_name: str, options: dict[str, Any]) -> SlurmOptions:
+    """Validate a pool's ``options``.
+
+    Raises:
+        ConfigError: an unknown option or a bad value; the message names the pool and
+            lists the valid options.
+    """
+    try:
+        return SlurmOptions.model_validate(options)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors())
+        valid = ", ".join(SlurmOptions.model_fields)
+        raise ConfigError(f"pool {pool_name!r} (slurm): {problems} (options: {valid})") from exc

@@ -1,0 +1,66 @@
+"""The one table from Slurm job states to backend facts (STYLE.md #4).
+
+Source: squeue(1) and sacct(1), "JOB STATE CODES". A job state never becomes a status: the
+runner's ``events.jsonl`` reports INITIALIZING, RUNNING and EXITED; the job state only says
+what happened to an attempt that did not report its exit.
+
+``None`` in the table means the job is alive (queued, starting, running, finishing): its
+attempts report through their events. A state that ended the job maps to the fact an
+attempt without an EXITED event gets. A state missing from the table (a newer Slurm, or
+``UNKNOWN`` when neither squeue nor sacct knows the job) is a backend error: LOST.
+"""
+
+from __future__ import annotations
+
+from trainyard.backends.base import FactKind
+
+__all__ = ["SLURM_STATES", "UNKNOWN", "fact_for_state", "is_alive"]
+
+UNKNOWN = "UNKNOWN"
+"""What trainyard calls a job that neither squeue nor sacct knows (any more)."""
+
+SLURM_STATES: dict[str, FactKind | None] = {
+    # alive: the runner's events tell
+    "PENDING": None,
+    "CONFIGURING": None,
+    "RUNNING": None,
+    "COMPLETING": None,
+    "SUSPENDED": None,
+    "STOPPED": None,
+    "SIGNALING": None,
+    "STAGE_OUT": None,
+    "RESIZING": None,
+    "RESV_DEL_HOLD": None,
+    "REQUEUE_HOLD": None,
+    "REQUEUE_FED": None,
+    "REQUEUED": None,
+    # ended: an attempt without an EXITED event
+    "BOOT_FAIL": FactKind.START_ERROR,  # the nodes never booted: nothing ran
+    "CANCELLED": FactKind.LOST,
+    "COMPLETED": FactKind.LOST,  # the batch script ended but this runner never reported
+    "DEADLINE": FactKind.LOST,
+    "FAILED": FactKind.LOST,
+    "NODE_FAIL": FactKind.LOST,
+    "OUT_OF_MEMORY": FactKind.LOST,
+    "PREEMPTED": FactKind.LOST,
+    "REVOKED": FactKind.LOST,
+    "SPECIAL_EXIT": FactKind.LOST,
+    "TIMEOUT": FactKind.LOST,
+}
+
+
+def _base(state: str) -> str:
+    """``CANCELLED by 0`` (sacct) -> ``CANCELLED``; ``COMPLETED+`` -> ``COMPLETED``."""
+    return state.strip().split(" ")[0].rstrip("+").upper()
+
+
+def is_alive(state: str) -> bool:
+    """True while the job holds (or waits for) its nodes: its attempts may still report."""
+    base = _base(state)
+    return base in SLURM_STATES and SLURM_STATES[base] is None
+
+
+def fact_for_state(state: str) -> FactKind:
+    """The fact for an attempt whose job ended in ``state`` without the attempt's EXITED
+    event (only meaningful when ``is_alive(state)`` is False). Unknown states give LOST."""
+    return SLURM_STATES.get(_base(state)) or FactKind.LOST
