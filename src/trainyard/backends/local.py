@@ -326,7 +326,8 @@ class LocalBackend:
         return loopback_address(key.workflow_id, key.task)
 
     def recover(self, keys: list[TaskKey]) -> list[TaskKey]:
-        """Adopt these attempts after an engine restart; returns those still running.
+        """Adopt these attempts after an engine restart; returns those still running (a
+        runner that already reported EXITED counts as finished even while it exits).
 
         Every adopted attempt's events are reported again from the start by ``poll`` (the
         engine must treat repeated facts as no-ops); one that is gone without an EXITED event

@@ -18,6 +18,10 @@ Layout inside the sandbox:
 
 The network namespace is not bwrap's: the backend joins the group's (see ``netns``) before
 bwrap starts.
+
+No ``--die-with-parent``: bwrap's parent is the engine, and tasks must survive an engine
+restart. The PID namespace does that job instead: when the runner (the namespace's main
+process) dies, bwrap's init exits and the kernel kills everything left in the namespace.
 """
 
 from __future__ import annotations

@@ -241,3 +241,37 @@ def test_restart_in_place_keeps_the_sandbox(backend: LocalBackend, home: Path) -
     assert final(wait_final(backend, [second[0].key])[second[0].key]).exit_code == 0
     assert "found kept" not in task_log(first[0])
     assert "[t] found kept" in task_log(second[0])
+
+
+def test_trainyard_venv_and_cli_work_inside_a_task(backend: LocalBackend, home: Path) -> None:
+    launches = group_launches(backend, home, "wf-venv", {"t": {
+        "command": ["sh", "-c", "trainyard version && python -c 'import trainyard.runner; print(\"ok\")'"]}})
+    backend.start_group(launches)
+    facts = wait_final(backend, [launches[0].key])
+    assert final(facts[launches[0].key]).exit_code == 0, task_log(launches[0])
+    assert "[t] ok" in task_log(launches[0])
+
+
+TORCH_SCRIPT = """
+import os, torch, torch.distributed as dist
+rank = int(os.environ["TRAINYARD_TASK_INDEX"])
+dist.init_process_group("gloo", init_method="tcp://{{host:master}}:29400", rank=rank, world_size=2)
+value = torch.tensor([rank + 1.0])
+dist.all_reduce(value)
+print("sum", value.item(), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_gloo_rendezvous_over_host_token(backend: LocalBackend, home: Path) -> None:
+    pytest.importorskip("torch")
+    files = [{"path": "/tmp/train.py", "contents": TORCH_SCRIPT}]
+    launches = group_launches(backend, home, "wf-ddp", {
+        name: {"command": ["python", "/tmp/train.py"], "files": files}
+        for name in ("master", "worker")})
+    backend.start_group(launches)
+    facts = wait_final(backend, [l.key for l in launches], timeout_s=120)
+    logs = "\n".join(task_log(l)[-1500:] for l in launches)
+    assert [final(facts[l.key]).exit_code for l in launches] == [0, 0], logs
+    assert all("sum 3.0" in task_log(l) for l in launches), logs
