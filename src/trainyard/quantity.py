@@ -43,16 +43,16 @@ def parse_quantity(value: object) -> Decimal:
         ValueError: not a quantity, or negative; the message names the accepted forms.
     """
     if isinstance(value, bool):
-        raise ValueError(f"expected a quantity such as 1Gi, 500m or 4, got {value!r}")
+        raise ValueError(f"invalid quantity {value!r}; write one such as 1Gi, 500m or 4")
     if isinstance(value, (int, float)):
         if value < 0:
-            raise ValueError(f"a quantity cannot be negative, got {value!r}")
+            raise ValueError(f"a quantity cannot be negative, got {value!r}; give zero or more")
         return Decimal(str(value))
     text = str(value).strip()
     match = _QUANTITY.match(text)
     if not match:
         raise ValueError(
-            f"expected a quantity such as 1Gi, 512Mi, 500m or 4 (Kubernetes syntax), got {text!r}"
+            f"invalid quantity {text!r}; write one such as 1Gi, 512Mi, 500m or 4 (Kubernetes syntax)"
         )
     number, exponent, suffix = match.groups()
     try:
@@ -71,16 +71,16 @@ def parse_duration_s(value: object) -> float:
         ValueError: mixed units (``1h30m``), an unknown unit, or a negative value.
     """
     if isinstance(value, bool):
-        raise ValueError(f"expected a duration such as 30s, 5m, 8h, 2d or seconds, got {value!r}")
+        raise ValueError(f"invalid duration {value!r}; write one such as 30s, 5m, 8h, 2d or seconds")
     if isinstance(value, (int, float)):
         if value < 0:
-            raise ValueError(f"a duration cannot be negative, got {value!r}")
+            raise ValueError(f"a duration cannot be negative, got {value!r}; give zero or more")
         return float(value)
     text = str(value).strip()
     match = _DURATION.match(text)
     if not match:
         raise ValueError(
-            f"expected a duration with one unit such as 30s, 5m, 8h, 2d or bare seconds, got {text!r}"
+            f"invalid duration {text!r}; write it with one unit such as 30s, 5m, 8h, 2d or bare seconds"
         )
     number, unit = match.groups()
     return float(number) * _DURATION_UNIT_S[unit]
