@@ -1,0 +1,179 @@
+"""The ``trainyard`` command line: entry point, error printing, ``workflow`` commands."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from trainyard import __version__
+from trainyard.cli.main import app, expand_multi_value_flags, main
+
+HELLO = "workflow:\n  name: {{ name }}\n  tasks:\n  - name: t\n    command: [echo, '{{ msg }}', '{{output}}']\ndefault-values:\n  name: hello\n  msg: hi\n"
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty TRAINYARD_HOME for every test (no pools.yaml: only the 'local' pool)."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("TRAINYARD_HOME", str(home))
+    return home
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "version") == (0, f"trainyard {__version__}\n", "")
+
+
+def test_validate_succeeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file = write(tmp_path / "hello.yaml", HELLO)
+    assert run(capsys, "workflow", "validate", str(spec_file)) == (0, "Workflow validation succeeded.\n", "")
+
+
+def test_validate_prints_every_problem_once_to_stderr_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file = write(tmp_path / "bad spec.yaml", """
+        workflow:
+          name: w
+          tasks:
+          - name: t
+            command: []
+            volumeMounts: [/data]
+          - name: T
+            command: [x]
+    """)
+    code, out, err = run(capsys, "workflow", "validate", str(spec_file))
+    assert (code, out) == (2, "")
+    lines = err.splitlines()
+    assert lines == [
+        f"{spec_file}:5: workflow.tasks[0].command: command is empty; give the program to run as a list, such as [sh, -c]",
+    ]
+    spec_file.write_text(spec_file.read_text().replace("command: []", "command: [x]"))
+    code, out, err = run(capsys, "workflow", "validate", str(spec_file))
+    assert code == 2
+    assert err.splitlines() == [
+        f"{spec_file}:6: workflow.tasks[0].volumeMounts[0]: volume mount source '/data' is not allowed on pool "
+        "'local' (allowed: none); an administrator can allow it by adding it to options.allowed_mounts of the "
+        "pool in pools.yaml",
+        f"{spec_file}:7: workflow.tasks[1].name: task name 'T' is already used by task 't' (names match "
+        "case-insensitively and '-' equals '_'); rename one",
+    ]
+
+
+def test_several_pairs_may_follow_one_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file = write(tmp_path / "hello.yaml", HELLO)
+    code, out, err = run(capsys, "workflow", "spec", str(spec_file), "--set", "name=greetings", "msg=Custom message!",
+                         "--set-string", "n=1")
+    assert code == 0, err
+    assert "name: greetings" in out and "[echo, 'Custom message!', '{{output}}']" in out
+
+
+def test_set_string_wins_over_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file = write(tmp_path / "hello.yaml", HELLO)
+    code, out, _ = run(capsys, "workflow", "spec", str(spec_file), "--set", "msg=typed", "--set-string", "msg=0010")
+    assert code == 0 and "'0010'" in out
+
+
+def test_spec_prints_the_rendered_text_with_tokens(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file = write(tmp_path / "hello.yaml", HELLO)
+    code, out, err = run(capsys, "workflow", "spec", str(spec_file))
+    assert (code, err) == (0, "")
+    assert out == HELLO.replace("{{ name }}", "hello").replace("{{ msg }}", "hi")
+
+
+def test_spec_refuses_an_invalid_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file = write(tmp_path / "hello.yaml", HELLO)
+    code, out, err = run(capsys, "workflow", "spec", str(spec_file), "--set-env", "1BAD=x")
+    assert (code, out) == (2, "")
+    assert err.startswith("command line: --set-env: invalid environment variable name '1BAD'")
+
+
+def test_an_unset_variable_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file = write(tmp_path / "s.yaml", "workflow:\n  name: {{ missing }}\n")
+    code, _, err = run(capsys, "workflow", "validate", str(spec_file))
+    assert code == 2
+    assert err == (f"{spec_file}:2: template variable 'missing' is not set; set it with --set missing=VALUE "
+                   "or add it under default-values\n")
+
+
+def test_labels_from_the_command_line_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file = write(tmp_path / "hello.yaml", HELLO)
+    code, _, err = run(capsys, "workflow", "validate", str(spec_file), "--label", "team=", "tier=gold")
+    assert code == 2 and "workflow.labels.team: a label value must be non-empty" in err
+    assert run(capsys, "workflow", "validate", str(spec_file), "--label", "team=ml")[0] == 0
+
+
+def test_pools_come_from_the_pools_file(tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home.mkdir()
+    write(home / "pools.yaml", """
+        pools:
+          gpu:
+            node_count: 2
+            node: {platform: dgx-h100, gpu: 8}
+            options: {allowed_mounts: [/dev/shm]}
+    """)
+    spec_file = write(tmp_path / "s.yaml", """
+        workflow:
+          name: w
+          resources: {default: {gpu: 8, platform: dgx-h100}}
+          tasks: [{name: t, command: [x], volumeMounts: [/dev/shm]}]
+    """)
+    assert run(capsys, "workflow", "validate", str(spec_file), "--pool", "gpu")[0] == 0
+    code, _, err = run(capsys, "workflow", "validate", str(spec_file))
+    assert code == 2 and "not offered by pool 'local'" in err and "not allowed on pool 'local'" in err
+    spec_file.write_text(spec_file.read_text().replace("name: w", "name: w\n  pool: gpu"))
+    assert run(capsys, "workflow", "validate", str(spec_file))[0] == 0
+
+
+def test_an_unknown_pool_is_not_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file = write(tmp_path / "hello.yaml", HELLO)
+    code, out, err = run(capsys, "workflow", "validate", str(spec_file), "--pool", "nope")
+    assert (code, out) == (3, "")
+    assert err.startswith("error: unknown pool 'nope'; pools: local")
+
+
+def test_a_missing_file_is_a_spec_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "workflow", "validate", str(tmp_path / "nope.yaml"))
+    assert code == 2 and "cannot read the spec: No such file or directory" in err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "workflow", "validate")[0] == 2
+    assert run(capsys, "workflow", "nonsense")[0] == 2
+    assert run(capsys, "--help")[0] == 0
+
+
+def test_schema_is_json_with_yaml_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "workflow", "schema")
+    schema = json.loads(out)
+    assert code == 0 and "exitActions" in schema["$defs"]["TaskSpec"]["properties"]
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--set", "a=1", "b=2"], ["--set", "a=1", "--set", "b=2"]),
+    (["s.yaml", "--set", "a=1", "b=2", "--set-string", "c=3", "d=4", "--pool", "p"],
+     ["s.yaml", "--set", "a=1", "--set", "b=2", "--set-string", "c=3", "--set-string", "d=4", "--pool", "p"]),
+    (["--set", "a=1", "spec.yaml"], ["--set", "a=1", "spec.yaml"]),
+    (["--set", "a=1", "spec.yaml", "b=2"], ["--set", "a=1", "spec.yaml", "b=2"]),
+    (["--pool", "x=y"], ["--pool", "x=y"]),
+    (["--label", "t=", "--set-env", "A=1", "B=2"], ["--label", "t=", "--set-env", "A=1", "--set-env", "B=2"]),
+])
+def test_multi_value_flags_are_expanded(argv: list[str], expected: list[str]) -> None:
+    assert expand_multi_value_flags(argv) == expected
+
+
+def test_the_app_has_the_workflow_group_and_version() -> None:
+    names = {c.name or c.callback.__name__ for c in app.registered_commands if c.callback}
+    names |= {g.name for g in app.registered_groups if g.name}
+    assert {"version", "workflow"} <= names

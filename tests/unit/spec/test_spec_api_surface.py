@@ -1,0 +1,58 @@
+"""The public surface of ``trainyard.spec``: a checked ``__all__``, documented contracts,
+and the JSON Schema for editors."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import trainyard.spec as spec_pkg
+from trainyard import spec
+
+
+def test_all_names_exist_and_nothing_public_is_left_out() -> None:
+    assert len(spec.__all__) == len(set(spec.__all__))
+    for name in spec.__all__:
+        assert hasattr(spec_pkg, name), name
+    public = {n for n, v in vars(spec_pkg).items()
+              if not n.startswith("_") and not inspect.ismodule(v) and n != "annotations"}
+    assert public == set(spec.__all__)
+
+
+def test_public_functions_document_their_contract() -> None:
+    for name in spec.__all__:
+        value = getattr(spec, name)
+        if inspect.isfunction(value) or inspect.isclass(value):
+            assert inspect.getdoc(value), f"{name} has no docstring"
+    for name in ("load", "parse", "render", "render_source", "validate", "parse_set_values", "parse_exit_codes"):
+        doc = inspect.getdoc(getattr(spec, name)) or ""
+        assert "Raises:" in doc or "Returns:" in doc, name
+
+
+def test_schema_has_the_yaml_keys_and_text_forms() -> None:
+    schema = spec.json_schema()
+    json.dumps(schema)
+    defs = schema["$defs"]
+    assert set(schema["properties"]) == {"version", "workflow", "default-values"}
+    assert {"tasks", "groups", "resources", "labels", "timeout"} <= set(defs["WorkflowSpec"]["properties"])
+    assert "groups" not in defs["WorkflowSpec"].get("required", [])
+    task = defs["TaskSpec"]["properties"]
+    assert {"exitActions", "volumeMounts", "hostNetwork"} <= set(task)
+    assert "exit_actions" not in task
+    assert {"memory", "storage", "nodesExcluded"} <= set(defs["ResourceSpec"]["properties"])
+    memory_types = {t.get("type") for t in defs["ResourceSpec"]["properties"]["memory"]["anyOf"]}
+    assert "string" in memory_types
+    assert defs["TaskSpec"]["additionalProperties"] is False
+
+
+def test_schema_accepts_a_real_spec_shape() -> None:
+    jsonschema = __import__("importlib").util.find_spec("jsonschema")
+    if jsonschema is None:
+        import pytest
+        pytest.skip("jsonschema is not installed")
+    import jsonschema as js  # type: ignore[import-untyped]
+
+    doc = {"workflow": {"name": "w", "timeout": {"exec_timeout": "5m"},
+                        "resources": {"default": {"cpu": 1, "memory": "1Gi"}},
+                        "tasks": [{"name": "t", "command": ["echo"], "exitActions": {"COMPLETE": "0,1-3"}}]}}
+    js.validate(doc, spec.json_schema())
