@@ -59,6 +59,7 @@ import psutil
 
 import trainyard
 from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
+from trainyard.backends.facts import ENDING, read_facts
 from trainyard.backends.images import runtime_for, runtime_path
 from trainyard.backends.netns import GroupNetwork, ensure_group_network, probe_netns
 from trainyard.backends.sandbox import SandboxPlan, bwrap_argv, hosts_file_text, needs_bind, probe_bwrap
@@ -77,7 +78,6 @@ SANDBOXES = ("auto", "bwrap", "none")
 NETWORKS = ("auto", "netns", "loopback")
 RUNNER_OUT = "runner.out"
 LAUNCH = "launch.json"
-_KNOWN_FACTS = {k.value for k in FactKind}
 
 
 # ---------------------------------------------------------------------- isolation probe
@@ -510,9 +510,7 @@ class LocalBackend:
     def _read(self, attempt: _Attempt) -> list[TaskFact]:
         if attempt.run_dir is None:
             return []
-        events, attempt.offset = read_events(attempt.run_dir / EVENTS, attempt.offset)
-        facts = [TaskFact(attempt.key, FactKind(e.kind), e.time_s, e.exit_code, e.message)
-                 for e in events if e.kind in _KNOWN_FACTS]
+        facts, attempt.offset = read_facts(attempt.key, attempt.run_dir, attempt.offset)
         attempt.reported = attempt.reported or bool(facts)
         return facts
 
@@ -521,7 +519,7 @@ class LocalBackend:
         facts = self._read(attempt)
         if not any(f.kind is FactKind.EXITED for f in facts) and not alive:
             facts.append(self._vanished(attempt))
-        if facts and facts[-1].kind in (FactKind.EXITED, FactKind.LOST, FactKind.START_ERROR):
+        if facts and facts[-1].kind in ENDING:
             attempt.done = True
             self._kill_leftovers(attempt)
         return facts
