@@ -347,10 +347,11 @@ class DatasetStore:
                                         lambda p=path: storage.remove(self.loc, p))
 
     def _discard(self, loc: Location) -> None:
+        """Best effort: remove an unreferenced upload folder (leftovers are harmless)."""
         try:
             storage.remove(loc, loc.root, recursive=True)
-        except OSError as exc:
-            self.mover.log(f"could not remove {loc.show()}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - the store may be the thing that failed
+            self.mover.log(f"could not remove {loc.show()}: {type(exc).__name__}: {exc}")
 
 
 def _select(version: DatasetVersion, path: str | None,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
@@ -106,8 +107,9 @@ class MotoS3:
 
 class TcpProxy:
     """A loopback TCP proxy to ``127.0.0.1:target_port``: ``cut()`` closes every open
-    connection (requests in flight fail), ``stop()`` also stops accepting new ones (the
-    server looks gone: connection refused)."""
+    connection (requests in flight fail), ``refuse_next(n)`` drops the next ``n`` new
+    connections at once, ``refuse_for(s)`` drops every new one for ``s`` seconds, ``stop()`` also stops accepting (the server looks gone: connection
+    refused)."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
@@ -115,6 +117,9 @@ class TcpProxy:
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
+        self._refuse = 0
+        self._refuse_until = 0.0
+        self.refused = 0
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
 
@@ -128,6 +133,9 @@ class TcpProxy:
                 client, _addr = self._listener.accept()
             except OSError:
                 return
+            if self._take_refusal():
+                _close(client)
+                continue
             try:
                 upstream = socket.create_connection((_LOOPBACK, self.target_port))
             except OSError:
@@ -137,6 +145,27 @@ class TcpProxy:
                 self._sockets += [client, upstream]
             for src, dst in ((client, upstream), (upstream, client)):
                 threading.Thread(target=_pipe, args=(src, dst), daemon=True).start()
+
+    def refuse_next(self, count: int) -> None:
+        """Drop the next ``count`` new connections as soon as they are accepted."""
+        with self._lock:
+            self._refuse = count
+
+    def refuse_for(self, seconds: float) -> None:
+        """Drop every new connection for ``seconds`` (the server is briefly unreachable)."""
+        with self._lock:
+            self._refuse_until = time.monotonic() + seconds
+
+    def _take_refusal(self) -> bool:
+        with self._lock:
+            if time.monotonic() < self._refuse_until:
+                self.refused += 1
+                return True
+            if self._refuse <= 0:
+                return False
+            self._refuse -= 1
+            self.refused += 1
+            return True
 
     def cut(self) -> None:
         """Close every connection now."""
