@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import threading
@@ -16,6 +17,9 @@ from local_support import (
 
 from trainyard.backends.base import FactKind, TaskKey
 from trainyard.backends.local import LocalBackend, gpu_count
+
+needs_busybox = pytest.mark.skipif(shutil.which("busybox") is None,
+                                   reason="busybox (nc -l -p) not installed")
 
 SERVER = """echo "hello from $1" > /tmp/hello.txt
 nc -w 20 -l -p {port} < /tmp/hello.txt
@@ -38,6 +42,7 @@ def nc_group(backend: LocalBackend, home: Path, workflow_id: str, port: int) -> 
     }, barrier=True)
 
 
+@needs_busybox
 def test_group_tasks_talk_over_host_token(backend: LocalBackend, home: Path) -> None:
     launches = nc_group(backend, home, "wf-nc", 24831)
     backend.start_group(launches)
@@ -48,6 +53,7 @@ def test_group_tasks_talk_over_host_token(backend: LocalBackend, home: Path) -> 
     assert kinds == [FactKind.INITIALIZING, FactKind.RUNNING, FactKind.EXITED]
 
 
+@needs_busybox
 def test_two_workflows_on_the_same_port_do_not_collide(sandboxed: LocalBackend, home: Path) -> None:
     groups = [nc_group(sandboxed, home, wid, 29400) for wid in ("wf-a", "wf-b")]
     for launches in groups:
@@ -175,6 +181,7 @@ def test_runner_that_cannot_start_is_a_start_error(home: Path) -> None:
     assert fact.kind is FactKind.START_ERROR and "nonexistent" in fact.message
 
 
+@needs_busybox
 def test_cli_reaches_the_host_server_from_a_task(
     backend: LocalBackend, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,7 +14,7 @@ from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.local import Isolation, LocalBackend, loopback_address
 from trainyard.backends.netns import GroupNetwork
 from trainyard.backends.sandbox import SandboxPlan, bwrap_argv, needs_bind
-from trainyard.errors import ConfigError
+from trainyard.errors import BackendError, ConfigError
 from trainyard.pools import Pool, default_local_pool
 
 
@@ -143,3 +143,22 @@ def test_registry(tmp_path: Path) -> None:
     pool = Pool(name="p", backend="mainframe", nodes=default_local_pool().nodes)
     with pytest.raises(ConfigError, match="kubernetes, local, slurm"):
         get_backend(pool, tmp_path)
+
+
+def test_probe_falls_back_with_one_warning_and_refuses_explicit_modes(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(local_mod, "probe_netns", lambda python: "user namespaces disabled")
+    monkeypatch.setattr(local_mod, "probe_bwrap", lambda prefix=None: "bwrap: permission denied")
+    monkeypatch.setattr(local_mod, "_probed", {})
+    monkeypatch.setattr(local_mod, "_warned", set())
+    with caplog.at_level("WARNING", logger="trainyard.backends.local"):
+        assert local_mod.probe_isolation("auto", "auto", "py") == Isolation(False, False)
+        local_mod.probe_isolation("auto", "auto", "py")
+        local_mod._probe("auto", "auto", "py")
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2
+    assert any("permission denied" in w for w in warnings)
+    assert any("user namespaces disabled" in w for w in warnings)
+    with pytest.raises(BackendError, match="permission denied"):
+        local_mod.probe_isolation("bwrap", "loopback", "py")
