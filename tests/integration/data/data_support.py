@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from trainyard.data import storage
 from trainyard.runner.main import Runner
 from trainyard.runner.report import read_events
 from trainyard.runner.spec import TaskRun
@@ -65,3 +68,19 @@ def exit_event(run: TaskRun) -> tuple[int | None, str]:
     events, _ = read_events(Path(run.run_dir) / "events.jsonl")
     last = [e for e in events if e.kind == "EXITED"][-1]
     return last.exit_code, last.message
+
+
+def run_after_puts(monkeypatch: pytest.MonkeyPatch, files: int, action: Callable[[], Any]) -> None:
+    """Run ``action`` once ``files`` files were put (a real failure, at a known point)."""
+    real = storage.put_file
+    done: list[str] = []
+    lock = threading.Lock()
+
+    def counting(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        with lock:
+            done.append(str(args[2]))
+            if len(done) == files:
+                action()
+
+    monkeypatch.setattr(storage, "put_file", counting)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from data_support import make_tree, tree
+from data_support import make_tree, run_after_puts, tree
 from trainyard.data import DatasetStore, Mover, download, list_url, load_config, upload
 from trainyard.data import storage
 from trainyard.data.testing import MotoS3, TcpProxy
@@ -45,22 +44,6 @@ def _environ() -> dict[str, str]:
     import os
 
     return dict(os.environ)
-
-
-def _stop_after(monkeypatch: pytest.MonkeyPatch, files: int, action: Callable[[], Any]) -> None:
-    """Run ``action`` once ``files`` files were put (a real failure, at a known point)."""
-    real = storage.put_file
-    done: list[str] = []
-    lock = threading.Lock()
-
-    def counting(*args: Any, **kwargs: Any) -> None:
-        real(*args, **kwargs)
-        with lock:
-            done.append(str(args[2]))
-            if len(done) == files:
-                action()
-
-    monkeypatch.setattr(storage, "put_file", counting)
 
 
 def test_url_upload_list_and_download_with_regex(tmp_path: Path, prefix: str, moto_s3: MotoS3) -> None:
@@ -134,7 +117,7 @@ def test_upload_that_fails_midway_raises_and_leaves_no_version(
     store_url = f"s3://my-bucket/{prefix}/datasets"
     store = DatasetStore(store_url, _mover_via(proxy, lines))
     src = make_tree(tmp_path / "src", {f"f{i:02}.bin": "x" * 1000 for i in range(20)})
-    _stop_after(monkeypatch, 3, proxy.stop)  # the server goes away after 3 files
+    run_after_puts(monkeypatch, 3, proxy.stop)  # the server goes away after 3 files
     with pytest.raises(DataError) as caught:
         store.upload("big", plan_uploads([f"{src}/"], None))
     message = str(caught.value)
@@ -153,7 +136,7 @@ def test_a_file_that_vanishes_mid_upload_fails_it_naming_the_file(
     monkeypatch.setenv("TRAINYARD_DATASET_URL", f"s3://my-bucket/{prefix}/datasets")
     store = DatasetStore()
     files = plan_uploads([f"{src}/"], None)
-    _stop_after(monkeypatch, 2, lambda: (src / "f3.txt").unlink())
+    run_after_puts(monkeypatch, 2, lambda: (src / "f3.txt").unlink())
     with pytest.raises(DataError, match=r"f3\.txt.*FileNotFoundError"):
         store.upload("vanish", files)
     assert store.versions("vanish") == []
@@ -171,7 +154,7 @@ def test_transient_errors_are_retried_and_logged(
         proxy.refuse_for(0.4)
         proxy.cut()
 
-    _stop_after(monkeypatch, 1, drop_connections)
+    run_after_puts(monkeypatch, 1, drop_connections)
     stats = upload(f"s3://my-bucket/{prefix}/retry", [f"{src}/"], None, mover)
     assert stats.files == 6
     assert proxy.refused >= 1
