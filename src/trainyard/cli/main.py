@@ -21,7 +21,7 @@ from trainyard.errors import SpecError, TrainyardError
 
 __all__ = ["app", "main", "SUBAPPS", "MULTI_VALUE_FLAGS", "expand_multi_value_flags"]
 
-SUBAPPS: tuple[str, ...] = ("workflow", "dataset", "data")
+SUBAPPS: tuple[str, ...] = ("workflow", "app", "pool", "resource", "server", "dataset", "data")
 """Command groups, each a module ``trainyard.cli.<name>`` exposing ``app``."""
 
 MULTI_VALUE_FLAGS = frozenset({"--set", "--set-string", "--set-env", "--label"})

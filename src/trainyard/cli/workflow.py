@@ -92,3 +92,12 @@ def spec_command(path: SpecArg, set_: SetOpt = None, set_string: SetStringOpt = 
 def schema_command() -> None:
     """Print a JSON Schema of the workflow language (YAML keys), for editors."""
     typer.echo(json.dumps(spec.json_schema(), indent=2))
+
+
+def _register_server_commands() -> None:
+    from trainyard.cli import workflow_ops
+
+    workflow_ops.register(app)
+
+
+_register_server_commands()

@@ -30,11 +30,8 @@ def _is_terminal(status: str) -> bool:
 
 
 def _flat(values: Optional[list[str]]) -> list[str]:
-    """``--set a=1 b=2 --set c=3`` arrives as ['a=1 b=2'?]; split on whitespace-free pairs."""
-    out: list[str] = []
-    for value in values or []:
-        out.append(value)
-    return out
+    """A repeated option's values (``cli.main`` already split ``--set a=1 b=2``)."""
+    return list(values or [])
 
 
 def _request(spec: str, *, set_values: list[str], set_strings: list[str], set_env: list[str],
@@ -50,7 +47,7 @@ def _print_progress(seen: dict[str, str], data: dict[str, Any], started: float) 
     elapsed = time.monotonic() - started
     for group in data["groups"]:
         for task in group["tasks"]:
-            key = f"{group['name']}/{task['name']}"
+            key = task["name"] if group["name"] == task["name"] else f"{group['name']}/{task['name']}"
             status = task["status"]
             if seen.get(key) != status:
                 seen[key] = status
