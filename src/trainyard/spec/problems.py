@@ -24,7 +24,7 @@ from trainyard.errors import SpecProblem
 from trainyard.spec.models import SpecDocument
 from trainyard.spec.yamlsource import LineIndex, Loc
 
-__all__ = ["Issue", "Layout", "format_path", "issues_from_validation", "to_problems"]
+__all__ = ["Issue", "Layout", "one_line", "format_path", "issues_from_validation", "to_problems"]
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
@@ -72,6 +72,11 @@ class Layout:
         return ("workflow", "tasks", loc[2], *rest)
 
 
+def one_line(text: str) -> str:
+    """``text`` with every run of white space (new lines included) made one space."""
+    return " ".join(text.split())
+
+
 def format_path(loc: Iterable[str | int]) -> str:
     """``("workflow", "groups", 0, "name")`` -> ``workflow.groups[0].name``."""
     text = ""
@@ -105,38 +110,26 @@ def _message(error: ErrorDetails, loc: Loc) -> str:
         return f"unknown field {loc[-1]!r}; valid fields here: {valid}"
     if kind == "enum":
         return f"got {given!r}; expected one of {error.get('ctx', {}).get('expected', '')}"
-    if kind in _TYPE_WORDS:
-        return f"expected {_TYPE_WORDS[kind]}, got {_describe(given)}; {_TYPE_FIX[kind]}"
+    if kind in _TYPE_ERRORS:
+        expected, fix = _TYPE_ERRORS[kind]
+        return f"expected {expected}, got {_describe(given)}; {fix}"
     return f"{error['msg']}, got {_describe(given)}; fix the value"
 
 
-_TYPE_WORDS = {
-    "string_type": "a string",
-    "list_type": "a list",
-    "dict_type": "a mapping",
-    "model_type": "a mapping",
-    "model_attributes_type": "a mapping",
-    "bool_type": "true or false",
-    "bool_parsing": "true or false",
-    "int_type": "a whole number",
-    "int_parsing": "a whole number",
-    "int_from_float": "a whole number",
-    "float_type": "a number",
-    "float_parsing": "a number",
-}
-_TYPE_FIX = {
-    "string_type": "quote the value",
-    "list_type": "write it as a YAML list ([a, b] or one '- item' per line)",
-    "dict_type": "write it as key: value lines",
-    "model_type": "write it as key: value lines",
-    "model_attributes_type": "write it as key: value lines",
-    "bool_type": "write true or false",
-    "bool_parsing": "write true or false",
-    "int_type": "write a whole number",
-    "int_parsing": "write a whole number",
-    "int_from_float": "write a whole number",
-    "float_type": "write a number",
-    "float_parsing": "write a number",
+# pydantic error type -> (what was expected, what to do)
+_TYPE_ERRORS = {
+    "string_type": ("a string", "quote the value"),
+    "list_type": ("a list", "write it as a YAML list ([a, b] or one '- item' per line)"),
+    "dict_type": ("a mapping", "write it as key: value lines"),
+    "model_type": ("a mapping", "write it as key: value lines"),
+    "model_attributes_type": ("a mapping", "write it as key: value lines"),
+    "bool_type": ("true or false", "write true or false"),
+    "bool_parsing": ("true or false", "write true or false"),
+    "int_type": ("a whole number", "write a whole number"),
+    "int_parsing": ("a whole number", "write a whole number"),
+    "int_from_float": ("a whole number", "write a whole number"),
+    "float_type": ("a number", "write a number"),
+    "float_parsing": ("a number", "write a number"),
 }
 
 
@@ -208,5 +201,5 @@ def to_problems(issues: Iterable[Issue], lines: LineIndex | None, file: str | No
             continue
         seen.add((issue.loc, issue.message))
         line = lines.line_of(issue.loc, issue.offset) if lines else None
-        problems.append(SpecProblem(format_path(issue.loc), issue.message, line, file))
+        problems.append(SpecProblem(format_path(issue.loc), one_line(issue.message), line, file))
     return sorted(problems, key=lambda p: (p.line is None, p.line or 0))

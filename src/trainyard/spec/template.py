@@ -290,7 +290,7 @@ def _describe(exc: _RenderFailure, limits: RenderLimits) -> str:
         return (f"template breaks the sandbox: {exc.message}; templates may not reach "
                 "Python internals, use plain values and filters")
     if exc.kind == "syntax":
-        return f"template syntax error: {exc.message}; fix the Jinja syntax"
+        return f"template syntax error: {exc.message.rstrip('.')}; fix the Jinja syntax"
     if exc.kind == "nesting":
         return "template is nested too deeply to render; flatten loops, blocks or macros"
     return f"template error: {exc.message.rstrip('.')}; fix the template"
@@ -310,7 +310,7 @@ def _yaml_reason(exc: yaml.YAMLError) -> str:
 
 
 def _spec_error(message: str, line: int | None, file: str | None, path: str) -> SpecError:
-    return SpecError([SpecProblem(path=path, message=message, line=line, file=file)])
+    return SpecError([SpecProblem(path=path, message=" ".join(message.split()), line=line, file=file)])
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

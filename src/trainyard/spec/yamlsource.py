@@ -137,7 +137,7 @@ def _yaml_message(exc: yaml.YAMLError) -> str:
     reason = str(getattr(exc, "problem", None) or exc).strip()
     context = getattr(exc, "context", None)
     detail = f"{reason} ({context})" if context else reason
-    return f"not valid YAML: {detail}; check indentation and quoting"
+    return " ".join(f"not valid YAML: {detail}; check indentation and quoting".split())
 
 
 class _Builder:

@@ -4,6 +4,9 @@ bounds, template errors with their line."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -204,9 +207,29 @@ def test_a_long_template_gets_time_and_memory_for_its_length() -> None:
     grown = limits.for_template(8 * 2**20, 1000)
     assert (grown.time_s, grown.memory_bytes) == (5.0, 100 * 2**20 + 16 * 8 * 2**20 + 1000 * 16 * 1024)
     assert grown.for_template(2**20, 10) == grown
-    lines = "".join(f"- name: t{i}\n  image: {{{{ image }}}}\n" for i in range(3000))
-    small = RenderLimits(time_s=5, memory_bytes=20 * 2**20)
-    with pytest.raises(SpecError, match="memory limit"):
-        render(lines, values={"image": "ubuntu"}, limits=RenderLimits(
-            time_s=5, memory_bytes=20 * 2**20, memory_per_byte=0, memory_per_tag=0))
-    assert render(lines, values={"image": "ubuntu"}, limits=small).count("image: ubuntu\n") == 3000
+    # ~11 KiB per tag to compile: 8000 tags need ~85 MiB, far above a 10 MiB base bound.
+    lines = "".join(f"- name: t{i}\n  image: {{{{ image }}}}\n" for i in range(8000))
+    small = RenderLimits(time_s=30, memory_bytes=10 * 2**20)
+    assert render(lines, values={"image": "ubuntu"}, limits=small).count("image: ubuntu\n") == 8000
+
+
+def test_without_the_allowance_a_long_template_hits_the_memory_bound() -> None:
+    # In a fresh process: free heap the caller already holds counts as room for the child.
+    code = textwrap.dedent("""
+        from trainyard.errors import SpecError
+        from trainyard.spec import RenderLimits, render
+        lines = "".join(f"- name: t{i}\\n  image: {{{{ image }}}}\\n" for i in range(8000))
+        try:
+            render(lines, values={"image": "u"}, limits=RenderLimits(
+                time_s=30, memory_bytes=10 * 2**20, memory_per_byte=0, memory_per_tag=0))
+        except SpecError as exc:
+            print(exc)
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "ran past its memory limit of 10 MiB" in result.stdout, result.stderr
+
+
+def test_multi_line_jinja_messages_become_one_line() -> None:
+    message = render_error("{% for x in y %}\nabc\n")
+    assert "\n" not in message and "Jinja was looking for the following tags: 'endfor' or 'else'" in message
+    assert ".;" not in message
