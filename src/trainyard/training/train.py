@@ -348,6 +348,28 @@ class Trainer:
         save_snapshot(self.cfg.snapshot_path, self.state())
         return True
 
+    def settle_buckets(self) -> None:
+        """One forward/backward without an optimizer step, so that DDP rebuilds its gradient
+        buckets before the first real step of every run.
+
+        DDP's first step uses buckets in parameter order, later steps buckets rebuilt in the
+        order gradients became ready. gloo's ring all-reduce adds the ranks' values in an
+        order that depends on an element's offset in its bucket, so a resumed run whose first
+        step (epoch k) used the initial layout would differ in the last bits from an
+        uninterrupted run that used the rebuilt one. Gradients are zeroed and buffers
+        (e.g. batch-norm statistics) restored afterwards; epoch seeds make the dropout draw
+        here irrelevant.
+        """
+        assert self.ddp is not None
+        buffers = {name: b.clone() for name, b in self.model.named_buffers()}
+        self.ddp.train()
+        index = self._batches(self.epochs_completed)[0].to(self.runtime.device)
+        self.ddp(self.train_x[index]).sum().mul(0.0).backward()
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for name, buffer in self.model.named_buffers():
+                buffer.copy_(buffers[name])
+
     # ------------------------------------------------------------------ one epoch
 
     def _batches(self, epoch: int) -> list[torch.Tensor]:
@@ -504,6 +526,7 @@ class Trainer:
                       f"{self.cfg.total_epochs} epochs completed"
                       + (" and stopped early" if self.early_stopped else ""))
             return EXIT_OK
+        self.settle_buckets()
         inject_at = None if resumed else self.cfg.fail_at_epoch
         results: list[EpochResult] = []
         started = time.perf_counter()
