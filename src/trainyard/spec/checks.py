@@ -82,6 +82,12 @@ def check_group_names(workflow: WorkflowSpec, layout: Layout) -> list[Issue]:
     return _duplicates(named, "group")
 
 
+def _some(names: list[str], limit: int = 8) -> str:
+    """``a, b, c`` or, for a long list, its first ``limit`` and how many more."""
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
+
+
 def _upstream_graph(workflow: WorkflowSpec, group_of: dict[str, int]) -> dict[int, set[int]]:
     graph: dict[int, set[int]] = {i: set() for i in range(len(workflow.groups))}
     for gi, group in enumerate(workflow.groups):
@@ -133,7 +139,7 @@ def _input_problem(here: int, target_name: str, graph: _TaskGraph) -> str | None
     names = graph.group_names
     if target is None:
         return (f"input task {target_name!r} does not exist; name one of the tasks: "
-                f"{', '.join(graph.task_names)}")
+                f"{_some(graph.task_names)}")
     if target == here:
         return (f"input task {target_name!r} is in this task's own group {names[here]!r}, "
                 "whose tasks start together; take inputs only from tasks of earlier groups")
@@ -189,7 +195,7 @@ def _checked_tokens(text: str) -> Iterator[Token]:
 
 def _token_problem(token: Token, located: LocatedTask, members: set[str]) -> str | None:
     if token.kind == "host" and name_key(token.arg) not in members:
-        names = ", ".join(t.name for t in located.group.tasks)
+        names = _some([t.name for t in located.group.tasks])
         return (f"{token.text} names no task of group {located.group.name!r} (tasks: {names}); "
                 "host tokens reach tasks of the same group only, so put both tasks in one group")
     if token.kind == "input":

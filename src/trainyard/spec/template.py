@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import jinja2
-import yaml
 from jinja2.sandbox import SandboxedEnvironment
 
 from trainyard.errors import SpecError, SpecProblem
 from trainyard.spec.tokens import TOKEN_PATTERN
+from trainyard.spec.yamlsource import parse_yaml
 
 __all__ = ["RenderLimits", "DEFAULT_LIMITS", "render", "extract_default_values"]
 
@@ -105,10 +105,11 @@ def extract_default_values(text: str, *, file: str | None = None) -> dict[str, A
     section = text[match.start() : end.start() if end else len(text)]
     line = text.count("\n", 0, match.start()) + 1
     try:
-        data = yaml.load(section, Loader=_LOADER)
-    except yaml.YAMLError as exc:
-        raise _spec_error(f"not valid YAML: {_yaml_reason(exc)}; default-values must be "
-                          "plain YAML (no template syntax)", line, file, "default-values") from exc
+        data = parse_yaml(section).data
+    except SpecError as exc:
+        reason = exc.problems[0].message.split("; ")[0]
+        raise _spec_error(f"{reason}; default-values must be plain YAML (no template syntax)",
+                          line + (exc.problems[0].line or 1) - 1, file, "default-values") from None
     values = data.get("default-values") if isinstance(data, dict) else None
     if values is not None and not isinstance(values, dict):
         raise _spec_error("must be a mapping of name: value; write one value per line",
@@ -305,12 +306,6 @@ def _describe_undefined(message: str) -> str:
             "or add it under default-values")
 
 
-def _yaml_reason(exc: yaml.YAMLError) -> str:
-    return str(getattr(exc, "problem", None) or exc).strip()
-
-
 def _spec_error(message: str, line: int | None, file: str | None, path: str) -> SpecError:
     return SpecError([SpecProblem(path=path, message=" ".join(message.split()), line=line, file=file)])
 
-
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

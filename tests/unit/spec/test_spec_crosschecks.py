@@ -303,3 +303,10 @@ def test_a_missing_field_points_at_its_parent() -> None:
     text = "workflow:\n  name: w\n  tasks:\n  - name: t\n    image: x\n"
     problem = only_problem(text)
     assert (problem.path, problem.line) == ("workflow.tasks[0].command", 4)
+
+
+def test_long_name_lists_in_messages_are_cut() -> None:
+    tasks = ", ".join(f"{{name: t{i}, command: [x]}}" for i in range(20))
+    text = workflow(f"tasks: [{tasks}, {{name: last, command: [x], inputs: [{{task: nope}}]}}]\n")
+    message = only_problem(text).message
+    assert message.endswith("name one of the tasks: t0, t1, t2, t3, t4, t5, t6, t7 and 13 more")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from trainyard import spec
-from trainyard.errors import SpecError
 from spec_support import dedent, only_problem, problems, workflow
 
 
