@@ -108,13 +108,14 @@ def _protocol_of(url: str) -> str:
     return url.split("://", 1)[0].lower() if "://" in url else "file"
 
 
-def open_location(url: str, config: DataConfig) -> Location:
+def open_location(url: str | os.PathLike[str], config: DataConfig) -> Location:
     """Resolve ``url`` (a URL or a local path) through fsspec.
 
     Raises:
         DataError: no filesystem for the protocol (its package is missing; the message names
             the package to install where fsspec knows it) or the URL is malformed.
     """
+    url = os.fspath(url)
     protocol = _protocol_of(url)
     options = _options(protocol, config)
     try:

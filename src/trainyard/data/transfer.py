@@ -199,7 +199,7 @@ class Mover:
         """Log one line, credentials masked."""
         self._log(scrub(line))
 
-    def location(self, url: str) -> Location:
+    def location(self, url: str | os.PathLike[str]) -> Location:
         """``url`` resolved with this mover's settings. Raises DataError."""
         return storage.open_location(url, self.config)
 

@@ -11,6 +11,7 @@ are read file by file as they are.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from os import PathLike
 from pathlib import Path
 
 from trainyard.data.checkpoints import has_checkpoint, read_checkpoint
@@ -20,7 +21,7 @@ from trainyard.data.transfer import Mover, TransferStats, file_filter, plan_uplo
 __all__ = ["upload", "download", "list_url"]
 
 
-def upload(url: str, paths: Sequence[str | Path], regex: str | None = None,
+def upload(url: str | PathLike[str], paths: Sequence[str | Path], regex: str | None = None,
            mover: Mover | None = None) -> TransferStats:
     """Upload local files and folders below ``url`` (naming: ``transfer.plan_uploads``).
 
@@ -33,7 +34,7 @@ def upload(url: str, paths: Sequence[str | Path], regex: str | None = None,
     return mover.upload_files(files, mover.location(url))
 
 
-def list_url(url: str, regex: str | None = None, mover: Mover | None = None) -> list[RemoteFile]:
+def list_url(url: str | PathLike[str], regex: str | None = None, mover: Mover | None = None) -> list[RemoteFile]:
     """The files at ``url`` whose path relative to it matches ``regex``.
 
     Raises:
@@ -44,7 +45,7 @@ def list_url(url: str, regex: str | None = None, mover: Mover | None = None) -> 
     return [f for f in mover.list(mover.location(url)) if keep(f.rel)]
 
 
-def download(url: str, dest: Path, regex: str | None = None, mover: Mover | None = None) -> int:
+def download(url: str | PathLike[str], dest: Path, regex: str | None = None, mover: Mover | None = None) -> int:
     """Download the files at ``url`` (a folder-like prefix, or one file) into ``dest``.
 
     Returns:

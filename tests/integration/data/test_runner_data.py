@@ -107,3 +107,24 @@ def test_a_missing_url_fails_the_download_with_2010_naming_it(tmp_path: Path) ->
         {"kind": "url", "name": "u", "source": f"file://{tmp_path}/absent/"}])
     assert execute(run) == 2010
     assert f"{tmp_path}/absent" in log_text(run)
+
+
+def test_checkpoints_upload_committed_rounds_while_the_command_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    remote = tmp_path / "remote"
+    monkeypatch.setenv("REMOTE", str(remote))
+    run = make_run(
+        tmp_path,
+        "mkdir -p ck\necho 1 > ck/a.pth\necho skip > ck/b.log\n"
+        "i=0; while [ ! -f $REMOTE/a.pth ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n"
+        "[ -f $REMOTE/a.pth ] && echo uploaded-while-running\n"
+        "echo 2 > ck/c.pth\n",
+        checkpoints=[{"path": "ck", "url": f"file://{remote}", "frequency_s": 0.1,
+                      "regex": r"\.pth$"}])
+    assert execute(run) == 0
+    assert "[t1] uploaded-while-running" in log_text(run)
+    assert "checkpoint round" in log_text(run)
+    reader = make_run(tmp_path, "true\n", task="t2",
+                      inputs=[{"kind": "url", "name": "ck", "source": f"file://{remote}"}])
+    assert execute(reader) == 0
+    assert tree(reader.input_path(0)) == {"a.pth": "1\n", "c.pth": "2\n"}  # the final round
