@@ -28,6 +28,7 @@ __all__ = [
     "TaskExited",
     "TaskLost",
     "Tick",
+    "Restarted",
     "CancelRequested",
     "Action",
     "RequestPlacement",
@@ -55,6 +56,7 @@ class TaskState:
     retries_used: int = 0
     exit_code: int | None = None
     node: str | None = None
+    gpu_slots: tuple[int, ...] = ()
     start_time_s: float | None = None
     end_time_s: float | None = None
     history: list[TaskAttempt] = field(default_factory=list)
@@ -124,6 +126,7 @@ class GroupPlaced(Event):
 
     group: str
     nodes: dict[str, str]
+    gpu_slots: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,12 @@ class TaskLost(Event):
 
     task: str
     retry_id: int
+
+
+@dataclass(frozen=True)
+class Restarted(Event):
+    """The user restarted a failed workflow: its groups that did not complete run again
+    with new attempts; completed groups and their outputs are kept."""
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from trainyard.engine.launch import LaunchContext, build_launches
 from trainyard.engine.plan import build_state
 from trainyard.engine.scheduler import Placement, Request, Scheduler, request_of
 from trainyard.engine.serialize import state_from_dict, state_to_dict
-from trainyard.engine.status import ExitCode, Status
-from trainyard.errors import BackendError, NotFoundError
+from trainyard.engine.status import ExitCode, Status, WorkflowStatus
+from trainyard.errors import BackendError, ConfigError, NotFoundError
 from trainyard.pools import Pool, load_pools
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import Store, WorkflowRecord
@@ -142,6 +142,26 @@ class Engine:
                 return
             self._process({workflow_id: [m.CancelRequested(time.time())]})
 
+    def restart(self, workflow_id: str) -> None:
+        """Run a failed workflow's groups that did not complete again (new retry ids), keeping
+        the completed ones and their outputs (OSMO ``workflow restart``).
+
+        Raises:
+            NotFoundError: unknown workflow.
+            ConfigError: it is still running, or it COMPLETED (nothing to restart).
+        """
+        with self._lock:
+            record = self.store.get_workflow(workflow_id)
+            state = state_from_dict(record.state)
+            if workflow_id in self._live or not state.status.is_terminal():
+                raise ConfigError(f"workflow {workflow_id} is {state.status}; only a finished, "
+                                  "failed workflow can be restarted")
+            if state.status is WorkflowStatus.COMPLETED:
+                raise ConfigError(f"workflow {workflow_id} COMPLETED; submit it again instead "
+                                  f"(`trainyard workflow submit {workflow_id}`)")
+            self._track(workflow_id, _Live(state, self._spec_loader(record), record.pool))
+            self._process({workflow_id: [m.Restarted(time.time())]})
+
     def state(self, workflow_id: str) -> m.WorkflowState:
         """The current state (live or stored). Raises NotFoundError."""
         with self._lock:
@@ -241,7 +261,8 @@ class Engine:
         for scheduler in self._schedulers.values():
             for (wid, group), placements in scheduler.place_ready():
                 nodes = {task: p.node for task, p in placements.items()}
-                actions += self._apply(wid, m.GroupPlaced(time.time(), group, nodes))
+                slots = {task: p.gpu_slots for task, p in placements.items()}
+                actions += self._apply(wid, m.GroupPlaced(time.time(), group, nodes, slots))
         return actions
 
     def _flush(self) -> None:
@@ -377,7 +398,7 @@ def _placements_of(state: m.WorkflowState, group: m.GroupState, pool: Pool) -> d
     for name in group.tasks:
         task = state.tasks[name]
         if task.node is not None:
-            out[name] = Placement(task.node, tuple(getattr(task, "gpu_slots", ()) or ()))
+            out[name] = Placement(task.node, task.gpu_slots)
     return out
 
 

@@ -25,6 +25,7 @@ from trainyard.engine.machine import (
     GroupState,
     ReleaseGroup,
     RequestPlacement,
+    Restarted,
     StartTasks,
     StopTasks,
     Submitted,
@@ -378,6 +379,7 @@ def _on_group_placed(step: _Step, event: GroupPlaced) -> None:
         raise ValueError(f"GroupPlaced for {group.name!r} has no node for tasks {missing}")
     for task in step.tasks_of(group):
         task.node = event.nodes[task.name]
+        task.gpu_slots = tuple(event.gpu_slots.get(task.name, ()))
     _set_gang(step, group, S.INITIALIZING)
     step.emit(StartTasks(group.name, tuple((t.name, t.retry_id) for t in step.tasks_of(group))))
 
@@ -468,7 +470,38 @@ def _on_cancel(step: _Step, event: CancelRequested) -> None:
             _end_group(step, group, S.FAILED_CANCELED, cascade=False)
 
 
+def _renew_task(step: _Step, task: TaskState) -> None:
+    """Close the task's last attempt into ``history`` and give it a fresh one (retry id + 1,
+    retries counted anew), WAITING. A restart is a new life: it bypasses the tables."""
+    task.history.append(TaskAttempt(task.retry_id, task.status, task.exit_code, task.node,
+                                    task.start_time_s, task.end_time_s))
+    task.retry_id += 1
+    task.retries_used = 0
+    task.status = S.WAITING
+    task.exit_code = task.node = task.start_time_s = task.end_time_s = None
+    task.gpu_slots = ()
+
+
+def _on_restarted(step: _Step, event: Restarted) -> None:
+    """OSMO ``workflow restart``: a failed workflow runs its groups that did not complete
+    again (new attempts, WAITING, then SCHEDULING as their upstreams allow); COMPLETED groups
+    and their outputs are kept. Ignored unless the workflow ended without completing."""
+    state = step.state
+    if not state.status.is_terminal() or state.status is W.COMPLETED:
+        return
+    for group in state.groups.values():
+        if group.status is S.COMPLETED:
+            continue
+        for task in step.tasks_of(group):
+            _renew_task(step, task)
+        group.status = S.WAITING
+        group.scheduling_since_s = group.running_since_s = group.end_time_s = None
+    state.status, state.end_time_s, state.cancel_requested = W.PENDING, None, False
+    _schedule_ready(step)
+
+
 _HANDLERS: dict[type[Event], Callable[[_Step, Any], None]] = {
+    Restarted: _on_restarted,
     Submitted: _on_submitted,
     GroupPlaced: _on_group_placed,
     GroupStartFailed: _on_group_start_failed,
@@ -530,7 +563,7 @@ def transition(state: WorkflowState, event: Event) -> tuple[WorkflowState, list[
         "nothing to store"), so treat states as values. Stale or duplicate events (an old
         retry id, an attempt not started, a finished task or group, a second Submitted or
         cancel) change nothing and give no actions. Once the workflow finished only a late
-        GroupPlaced does something: ReleaseGroup.
+        GroupPlaced (ReleaseGroup) and Restarted (of a failed workflow) do something.
 
     Raises:
         NotFoundError: the event names a task or group that the workflow lacks.
@@ -540,7 +573,7 @@ def transition(state: WorkflowState, event: Event) -> tuple[WorkflowState, list[
     handler = _HANDLERS.get(type(event))
     if handler is None:
         raise TypeError(f"unknown event type {type(event).__name__}")
-    if state.status.is_terminal() and not isinstance(event, GroupPlaced):
+    if state.status.is_terminal() and not isinstance(event, (GroupPlaced, Restarted)):
         return state, []
     if isinstance(event, Tick) and not _any_timeout(state, event.time_s):
         return state, []  # the common tick: nothing due, nothing copied

@@ -27,6 +27,7 @@ def _task_from_dict(data: dict[str, Any]) -> TaskState:
     fields = {f.name for f in dataclasses.fields(TaskState)}
     values = {k: v for k, v in data.items() if k in fields}
     values["status"] = Status(data["status"])
+    values["gpu_slots"] = tuple(data.get("gpu_slots", ()))
     values["exit_actions"] = {
         ExitAction(a): frozenset(codes) for a, codes in data.get("exit_actions", {}).items()
     }

@@ -10,6 +10,7 @@ from trainyard.backends.base import TaskLaunch
 from trainyard.backends.fake import FakeBackend, Outcome
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.engine.status import Status, WorkflowStatus
+from trainyard.errors import ConfigError
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import Store
@@ -115,3 +116,41 @@ def test_refused_state_stores_nothing(tmp_path: Path) -> None:
     with pytest.raises(Exception):
         _submit(engine, bad)
     assert engine.store.list_workflows() == []
+
+
+def test_restart_reruns_only_groups_that_did_not_complete(tmp_path: Path) -> None:
+    backend = FakeBackend(
+        lambda launch: Outcome(1 if (launch.key.task, launch.key.retry_id) == ("b", 0) else 0))
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "re", "tasks": [
+        _task("a"), _task("b", inputs=[{"task": "a"}]), _task("c", inputs=[{"task": "b"}])]}))
+    assert engine.wait(wid, 10).status == "FAILED"
+    assert engine.state(wid).tasks["c"].status is Status.FAILED_UPSTREAM
+    engine.restart(wid)
+    record = engine.wait(wid, 10)
+    assert record.status == "COMPLETED" and record.end_time_s is not None
+    runs = [(launch.key.task, launch.key.retry_id) for launch in backend.launches]
+    assert runs == [("a", 0), ("b", 0), ("b", 1), ("c", 1)]
+    c_input = [launch for launch in backend.launches if launch.key.task == "c"][0].run["inputs"][0]
+    assert c_input["source"].endswith("re-1/b/1/output")
+    assert [h.status for h in engine.state(wid).tasks["b"].history] == [Status.FAILED]
+
+
+def test_restart_refuses_a_completed_workflow(tmp_path: Path) -> None:
+    engine = _engine(tmp_path, FakeBackend())
+    wid = _submit(engine, _spec({"name": "ok", "tasks": [_task("a")]}))
+    engine.wait(wid, 10)
+    with pytest.raises(ConfigError, match="submit it again"):
+        engine.restart(wid)
+
+
+def test_gpu_slots_survive_an_engine_restart(tmp_path: Path) -> None:
+    backend = FakeBackend(lambda launch: Outcome(None))
+    engine = _engine(tmp_path, backend)
+    spec = _spec({"name": "g", "resources": {"default": {"gpu": 6}}, "tasks": [_task("a")]})
+    wid = _submit(engine, spec)
+    engine.step()
+    slots = engine.state(wid).tasks["a"].gpu_slots
+    assert len(slots) == 6
+    again = _engine(tmp_path, backend)
+    assert again.usage("local")[backend.launches[0].node]["gpu"] == 6
