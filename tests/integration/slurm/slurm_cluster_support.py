@@ -1,0 +1,84 @@
+"""Helpers for Slurm integration tests: finding the test cluster, an engine in a thread."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+from trainyard import spec
+from trainyard.engine.machine import WorkflowState
+from trainyard.engine.reconciler import Engine, Submission
+from trainyard.pools import Pool, load_pools
+from trainyard.store import Store, WorkflowRecord
+
+SLURM_DIR = Path(os.environ.get("TRAINYARD_SLURM_DIR", "/tmp/trainyard-slurm"))
+POOL_NAME = "slurm-local"
+SPECS = (Path(__file__).resolve().parents[3] / ".." / "shared" / "osmo-specs").resolve()
+REPO = Path(__file__).resolve().parents[3]
+
+
+def cluster_pool() -> Pool:
+    """The test cluster's pool, as ``scripts/slurm-cluster.sh start`` wrote it."""
+    return load_pools(SLURM_DIR / "pools.yaml")[POOL_NAME]
+
+
+def why_no_cluster() -> str | None:
+    """None when the test cluster answers, else why these tests are skipped."""
+    if shutil.which("sbatch") is None:
+        return "sbatch is not on PATH (scripts/slurm-cluster.sh start installs Slurm and starts a cluster)"
+    if not (SLURM_DIR / "pools.yaml").exists():
+        return f"no Slurm test cluster ({SLURM_DIR}/pools.yaml missing): run scripts/slurm-cluster.sh start"
+    conf = cluster_pool().options.get("slurm_conf")
+    env = {**os.environ, **({"SLURM_CONF": conf} if conf else {})}
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=env, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"scontrol ping failed: {exc}"
+    if "UP" not in ping.stdout:
+        return f"the Slurm test cluster does not answer: {(ping.stdout + ping.stderr).strip()}"
+    return None
+
+
+class EngineRunner:
+    """An ``Engine`` on one pool with its state under ``home``, stepped by a background thread."""
+
+    def __init__(self, home: Path, pool: Pool) -> None:
+        self.home = home
+        self.pool = pool
+        self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home,
+                             pools={pool.name: pool}, poll_interval_s=0.05)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self.engine.run_forever, args=(self._stop,),
+                                        daemon=True)
+        self._thread.start()
+        self.submitted: list[str] = []
+
+    def submit_spec(self, path: Path, sets: tuple[str, ...] = (), *, pool: Pool | None = None) -> str:
+        """Load a spec (``--set`` style args) and submit it; returns the workflow id."""
+        use = pool or self.pool
+        self.engine.pools.setdefault(use.name, use)
+        doc = spec.load(path, set_values=spec.parse_set_values(list(sets)), pool=use)
+        record = self.engine.submit(Submission(spec=doc.workflow, spec_text=path.read_text(),
+                                               user="tester", pool=use))
+        self.submitted.append(record.id)
+        return record.id
+
+    def wait(self, workflow_id: str, timeout_s: float = 600) -> WorkflowRecord:
+        return self.engine.wait(workflow_id, timeout_s)
+
+    def state(self, workflow_id: str) -> WorkflowState:
+        return self.engine.state(workflow_id)
+
+    def log(self, workflow_id: str, task: str) -> str:
+        retry = self.state(workflow_id).tasks[task].retry_id
+        path = self.engine.run_dir(workflow_id, task, retry) / "task.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def close(self) -> None:
+        for wid in self.submitted:
+            self.engine.cancel(wid)
+        self._stop.set()
+        self._thread.join(timeout=10)
