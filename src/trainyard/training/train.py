@@ -286,11 +286,14 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": capture_rng_state(),
-            "config": {
-                "dataset": self.cfg.dataset, "model": self.cfg.model, "seed": self.cfg.seed,
-                "batch_size": self.cfg.batch_size, "lr": self.cfg.lr,
-                "world_size": self.env.world_size,
-            },
+            "config": self.state_config(),
+        }
+
+    def state_config(self) -> dict[str, Any]:
+        """The settings an exact resume depends on (kept in the snapshot, checked on resume)."""
+        return {
+            "dataset": self.cfg.dataset, "model": self.cfg.model, "seed": self.cfg.seed,
+            "batch_size": self.cfg.batch_size, "lr": self.cfg.lr, "world_size": self.env.world_size,
         }
 
     def _load_state(self, state: dict[str, Any], source: str) -> None:
@@ -303,9 +306,17 @@ class Trainer:
                 f"{source} does not fit --model {self.cfg.model} on --dataset {self.cfg.dataset}: {exc}"
             ) from exc
         restore_rng_state(state["rng"])
+        self._warn_if_config_differs(state.get("config", {}), source)
         self.epochs_completed = state["epochs_completed"]
         self.epochs_at_target = int(state.get("early_stop", {}).get("epochs_at_target", 0))
         self.early_stopped = bool(state.get("early_stopped", False))
+
+    def _warn_if_config_differs(self, saved: dict[str, Any], source: str) -> None:
+        current = self.state_config()
+        changed = [f"{k} {saved[k]!r} -> {current[k]!r}" for k in current if k in saved and saved[k] != current[k]]
+        if changed and self.env.is_main:
+            print(f"warning: resuming {source} with changed settings ({', '.join(changed)}); "
+                  "the result will differ from an uninterrupted run", file=sys.stderr, flush=True)
 
     def _local_snapshot(self) -> tuple[int, bytes | None, str]:
         """(epochs completed or -1 if none or -2 if corrupt, raw bytes, error message)."""

@@ -148,3 +148,10 @@ def test_the_snapshot_holds_the_whole_training_state(tmp_path: Path) -> None:
     assert state["scheduler"]["last_epoch"] == 2 and state["sampler_epoch"] == 2
     assert set(state["rng"]) >= {"python", "numpy", "torch"}
     assert encode_snapshot({k: v for k, v in state.items() if k not in ("format", "sha256")})
+
+
+def test_resuming_with_other_settings_warns(tmp_path: Path, uninterrupted: Path, capsys) -> None:
+    (tmp_path / "snapshot.pth").write_bytes((uninterrupted / "snapshot.pth").read_bytes())
+    code, _ = run_trainer("--total_epochs", "6", "--seed", "7", "--snapshot_path", str(tmp_path / "snapshot.pth"))
+    assert code == 0
+    assert "changed settings (seed 0 -> 7)" in capsys.readouterr().err
