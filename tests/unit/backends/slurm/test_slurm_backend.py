@@ -16,7 +16,7 @@ from trainyard.runner.report import EventWriter
 
 POOL = Pool(name="slurm-pool", backend="slurm",
             nodes=[NodeSpec(name="ty-node1"), NodeSpec(name="ty-node2", hostname="gpu-b02")],
-            options={"partition": "batch", "lost_grace_s": 0, "status_interval_s": 0.0001})
+            options={"partition": "batch", "lost_grace_s": 0, "status_interval_s": 1e-9})
 TWO = {"master": TaskResources(cpu=1), "worker": TaskResources(cpu=1)}
 
 
@@ -36,6 +36,15 @@ def _emit(backend: SlurmBackend, key: TaskKey, kind: str, code: int | None = Non
 
 def _kinds(facts: list) -> list[tuple[str, FactKind]]:
     return [(f.key.task, f.kind) for f in facts]
+
+
+def _running(backend: SlurmBackend, fake: FakeSlurm, *steps: str) -> list:
+    """Start the two-task gang (job 100) and make the job run with these steps."""
+    group = launches(backend.home, TWO)
+    backend.start_group(group)
+    fake.states["100"] = ("RUNNING", "None")
+    fake.step_names["100"] = {name: f"100.{i}" for i, name in enumerate(TWO) if name in steps}
+    return group
 
 
 def test_start_writes_run_json_and_script_then_submits_once(backend: SlurmBackend,
@@ -64,10 +73,7 @@ def test_refused_submission_is_a_backend_error(backend: SlurmBackend, fake: Fake
 
 
 def test_events_become_facts_once_each(backend: SlurmBackend, fake: FakeSlurm) -> None:
-    group = launches(backend.home, TWO)
-    backend.start_group(group)
-    fake.states["100"] = ("RUNNING", "None")
-    fake.step_names["100"] = {"master": "100.0", "worker": "100.1"}
+    group = _running(backend, fake, "master", "worker")
     _emit(backend, group[0].key, "INITIALIZING")
     _emit(backend, group[0].key, "RUNNING")
     assert _kinds(backend.poll()) == [("master", FactKind.INITIALIZING), ("master", FactKind.RUNNING)]
@@ -102,10 +108,7 @@ def test_job_forgotten_by_slurm_is_lost(backend: SlurmBackend, fake: FakeSlurm) 
 
 def test_step_gone_while_job_runs_is_lost_but_not_before_it_started(backend: SlurmBackend,
                                                                     fake: FakeSlurm) -> None:
-    group = launches(backend.home, TWO)
-    backend.start_group(group)
-    fake.states["100"] = ("RUNNING", "None")
-    fake.step_names["100"] = {"master": "100.0"}
+    group = _running(backend, fake, "master")
     _emit(backend, group[0].key, "INITIALIZING")
     assert _kinds(backend.poll()) == [("master", FactKind.INITIALIZING)]
     fake.step_names["100"] = {"worker": "100.1"}
@@ -149,20 +152,14 @@ def test_stopping_every_live_attempt_cancels_the_job(backend: SlurmBackend, fake
 
 def test_stopping_part_of_a_job_cancels_those_steps_only(backend: SlurmBackend,
                                                          fake: FakeSlurm) -> None:
-    group = launches(backend.home, TWO)
-    backend.start_group(group)
-    fake.states["100"] = ("RUNNING", "None")
-    fake.step_names["100"] = {"master": "100.0", "worker": "100.1"}
+    group = _running(backend, fake, "master", "worker")
     backend.stop([group[1].key])
     assert fake.cancelled() == ["100.1"]
 
 
 def test_stopping_a_step_that_has_not_started_cancels_it_when_it_shows(backend: SlurmBackend,
                                                                        fake: FakeSlurm) -> None:
-    group = launches(backend.home, TWO)
-    backend.start_group(group)
-    fake.states["100"] = ("RUNNING", "None")
-    fake.step_names["100"] = {"master": "100.0"}
+    group = _running(backend, fake, "master")
     backend.stop([group[1].key])
     assert fake.cancelled() == []
     fake.step_names["100"] = {"master": "100.0", "worker": "100.1"}
