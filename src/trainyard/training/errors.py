@@ -5,7 +5,8 @@
     TrainingKitError
     ├── DatasetError            a dataset is missing, unreadable or malformed
     ├── SnapshotError           a snapshot cannot be written or read
-    │   └── SnapshotCorruptError    a snapshot file exists but is not a complete snapshot
+    │   ├── SnapshotCorruptError    a snapshot file exists but is not a complete snapshot
+    │   └── SnapshotMismatchError   a sound snapshot of another model or optimizer
     ├── DistributedSetupError   torchrun's environment is inconsistent
     ├── InjectedFailure         ``--fail-at-epoch`` fired (tests and reschedule demos)
     └── BarrierError            the barrier tool could not release its ranks
@@ -23,6 +24,7 @@ __all__ = [
     "DatasetError",
     "SnapshotError",
     "SnapshotCorruptError",
+    "SnapshotMismatchError",
     "DistributedSetupError",
     "InjectedFailure",
     "BarrierError",
@@ -45,6 +47,10 @@ class SnapshotError(TrainingKitError):
 
 class SnapshotCorruptError(SnapshotError):
     """A snapshot file exists but is not a complete, valid snapshot (never loaded)."""
+
+
+class SnapshotMismatchError(SnapshotError):
+    """A sound snapshot that does not fit the model, optimizer or scheduler of this run."""
 
 
 class DistributedSetupError(TrainingKitError):

@@ -72,6 +72,7 @@ from trainyard.training.errors import (
     InjectedFailure,
     SnapshotCorruptError,
     SnapshotError,
+    SnapshotMismatchError,
 )
 from trainyard.training.models import MODELS, build_model
 from trainyard.training.report import MetricsLog, epoch_lines, summary_lines
@@ -302,7 +303,7 @@ class Trainer:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
         except (RuntimeError, KeyError, ValueError) as exc:
-            raise SnapshotCorruptError(
+            raise SnapshotMismatchError(
                 f"{source} does not fit --model {self.cfg.model} on --dataset {self.cfg.dataset}: {exc}"
             ) from exc
         restore_rng_state(state["rng"])
@@ -334,6 +335,7 @@ class Trainer:
 
         Raises:
             SnapshotCorruptError: some rank's snapshot file is damaged (raised on every rank).
+            SnapshotMismatchError: the snapshot is of another model or optimizer (every rank).
         """
         epochs, raw, error = self._local_snapshot()
         views: list[Any] = [None] * self.env.world_size
@@ -611,7 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = load_dataset(cfg.dataset, cfg.data_dir)
         trainer = Trainer(cfg, env, runtime, data)
         return trainer.run()
-    except (DatasetError, SnapshotCorruptError, DistributedSetupError) as exc:
+    except (DatasetError, SnapshotCorruptError, SnapshotMismatchError, DistributedSetupError) as exc:
         print(f"[rank {env.rank}] error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - any training error is reported the same way
