@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -33,6 +32,7 @@ from trainyard.data.retry import ChecksumMismatch, RetryPolicy, with_retry
 from trainyard.data.scrub import scrub
 from trainyard.data.storage import Location, RemoteFile
 from trainyard.errors import DataError
+from trainyard.runner.data import file_filter
 
 __all__ = [
     "FileJob", "LocalFile", "TransferStats", "Mover", "file_filter", "local_files",
@@ -41,21 +41,6 @@ __all__ = [
 
 _CHUNK = 4 * 1024 * 1024
 Log = Callable[[str], None]
-
-
-def file_filter(regex: str | None) -> Callable[[str], bool]:
-    """A predicate on relative paths: ``re.search(regex, rel)``; everything when no regex.
-
-    Raises:
-        DataError: the regex does not compile (names it).
-    """
-    if not regex:
-        return lambda _rel: True
-    try:
-        pattern = re.compile(regex)
-    except re.error as exc:
-        raise DataError(f"bad regex {regex!r}: {exc}") from exc
-    return lambda rel: pattern.search(rel) is not None
 
 
 def human_size(nbytes: float) -> str:

@@ -3,8 +3,6 @@ dataset version, a failed download exits 2010, credentials stay out of the task 
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,18 +12,6 @@ from trainyard.data import DatasetStore
 from trainyard.data.testing import MotoS3, TcpProxy
 
 SECRET = "Sup3r-Secret-Access-Key"
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"r-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def proxy(moto_s3: MotoS3) -> Iterator[TcpProxy]:
-    proxy = TcpProxy(moto_s3.port)
-    yield proxy
-    proxy.stop()
 
 
 def test_dataset_output_to_s3_and_input_back(tmp_path: Path, s3_env: MotoS3, prefix: str,

@@ -4,8 +4,6 @@ concurrent writers, exclusive creates, failures midway, retries, credentials kep
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,19 +18,6 @@ from trainyard.errors import DataError
 pytestmark = pytest.mark.usefixtures("s3_env")
 
 SECRET = "s3cr3t-Value-For-Scrubbing"
-
-
-@pytest.fixture
-def prefix() -> str:
-    """A fresh key prefix in ``my-bucket`` (the server lives for the whole session)."""
-    return f"t-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def proxy(moto_s3: MotoS3) -> Iterator[TcpProxy]:
-    proxy = TcpProxy(moto_s3.port)
-    yield proxy
-    proxy.stop()
 
 
 def _mover_via(proxy: TcpProxy, lines: list[str]) -> Mover:

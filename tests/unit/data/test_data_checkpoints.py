@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_tree, write_tree
+from data_unit_support import read_tree, write_tree
 from trainyard.data import Mover, download
 from trainyard.data import checkpoints
 from trainyard.data.checkpoints import CheckpointWriter

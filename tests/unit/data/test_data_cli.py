@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_tree, write_tree
+from data_unit_support import read_tree, write_tree
 from trainyard.cli.main import main
 
 

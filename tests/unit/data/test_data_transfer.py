@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_tree, write_tree
+from data_unit_support import read_tree, write_tree
 from trainyard.data import Mover, download, list_url, upload
 from trainyard.data import storage
 from trainyard.data.transfer import plan_uploads

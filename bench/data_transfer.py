@@ -1,0 +1,137 @@
+"""Benchmark: the data layer's file:// transfers against a plain ``cp -r`` of the same data.
+
+Run: ``.venv/bin/python bench/data_transfer.py [--size-mb 1024] [--files 1000] [--repeat 3]``
+(``--size-mb 64`` for a quick run).
+
+Two layouts of ``--size-mb`` MiB of random bytes: ``--files`` files, and one file. For each,
+in one temp dir on one disk (``--dir``, default the system temp dir), it times:
+
+* ``cp -r``                      the baseline (GNU cp, kernel copy)
+* ``data upload`` / ``download``  ``trainyard.data.upload`` / ``download`` (url transfers:
+                                  per-file temp name + rename, parallel workers, retries armed)
+* ``dataset upload`` / ``download``  ``DatasetStore`` (adds sha256 of every file both ways and
+                                  the manifest), for information
+
+Every run starts from a synced disk (``os.sync()``, untimed) with a warm page cache for the
+source, the same for cp and for trainyard; the methods run interleaved, ``--repeat`` rounds,
+and the best time of each is kept (robust to other load on a shared machine). It prints a
+Markdown table with MiB/s and the ratio to cp (goal: at least 0.8 for url transfers). Not a
+test: numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from trainyard.data import DatasetStore, Mover, download, upload
+from trainyard.data.transfer import plan_uploads
+
+MiB = 1024 * 1024
+
+
+def make_data(root: Path, total_bytes: int, files: int) -> Path:
+    """``files`` files of random bytes summing to ``total_bytes`` under ``root``."""
+    root.mkdir(parents=True)
+    size = total_bytes // files
+    block = os.urandom(min(size, 8 * MiB))
+    for index in range(files):
+        path = root / f"d{index // 100:03}" / f"part-{index:05}.bin"
+        path.parent.mkdir(exist_ok=True)
+        with open(path, "wb") as handle:
+            left = size
+            while left > 0:
+                handle.write(block[:left])
+                left -= len(block)
+    return root
+
+
+Step = tuple[Callable[[], None], Callable[[], object]]
+"""(prepare, action): ``prepare`` (untimed) clears the destination."""
+
+
+def best_times(steps: dict[str, Step], repeat: int) -> dict[str, float]:
+    """Best wall time of each step's action over ``repeat`` rounds. The steps run
+    interleaved (one of each per round, in order) so that load from other processes hits
+    them alike; the disk is synced (untimed) before each."""
+    best = {name: float("inf") for name in steps}
+    for _ in range(repeat):
+        for name, (prepare, action) in steps.items():
+            prepare()
+            os.sync()
+            start = time.perf_counter()
+            action()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def clear(*paths: Path) -> Callable[[], None]:
+    def remove() -> None:
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
+
+    return remove
+
+
+def measure(work: Path, src: Path, repeat: int) -> dict[str, float]:
+    """Seconds for each way of moving ``src``."""
+    cp_dst, remote, back = work / "cp", work / "remote", work / "back"
+    store, ds_back = work / "store", work / "ds-back"
+    mover = Mover()
+    url = remote.as_uri()
+    files = plan_uploads([f"{src}/"], None)
+    datasets = DatasetStore(store.as_uri(), mover)
+    steps: dict[str, Step] = {
+        "cp -r": (clear(cp_dst), lambda: subprocess.run(["cp", "-r", str(src), str(cp_dst)], check=True)),
+        "data upload": (clear(remote), lambda: upload(url, [f"{src}/"], None, mover)),
+        "data download": (clear(back), lambda: download(url, back, None, mover)),
+        "dataset upload": (clear(store), lambda: datasets.upload("bench", files)),
+        "dataset download": (clear(ds_back), lambda: datasets.download("bench", ds_back)),
+    }
+    results = best_times(steps, repeat)
+    clear(cp_dst, remote, back, store, ds_back)()
+    return results
+
+
+def report(label: str, total_bytes: int, results: dict[str, float]) -> list[str]:
+    base = results["cp -r"]
+    rows = []
+    for name, seconds in results.items():
+        rate = total_bytes / MiB / seconds
+        rows.append(f"| {label} | {name} | {seconds:.2f} | {rate:,.0f} | {base / seconds:.2f} |")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=int, default=1024, help="MiB per layout (default 1024)")
+    parser.add_argument("--files", type=int, default=1000, help="files in the many-files layout")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measure; the best is kept")
+    parser.add_argument("--dir", type=Path, default=None, help="where the temp dir goes")
+    args = parser.parse_args(argv)
+    total = args.size_mb * MiB
+    print(f"# data transfer bench: {args.size_mb} MiB, python {platform.python_version()}, "
+          f"{os.cpu_count()} cpus, {platform.platform()}")
+    print(f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}")
+    print("| layout | method | seconds | MiB/s | ratio to cp |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="trainyard-bench-") as tmp:
+        work = Path(tmp)
+        for label, files in ((f"{args.files} files", args.files), ("1 file", 1)):
+            src = make_data(work / f"src-{files}", total, files)
+            for row in report(label, total, measure(work, src, args.repeat)):
+                print(row, flush=True)
+            shutil.rmtree(src)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
