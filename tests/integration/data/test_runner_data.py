@@ -128,3 +128,14 @@ def test_checkpoints_upload_committed_rounds_while_the_command_runs(
                       inputs=[{"kind": "url", "name": "ck", "source": f"file://{remote}"}])
     assert execute(reader) == 0
     assert tree(reader.input_path(0)) == {"a.pth": "1\n", "c.pth": "2\n"}  # the final round
+
+
+def test_task_inputs_still_copy_the_upstream_output_folder(tmp_path: Path) -> None:
+    upstream = make_run(tmp_path, "echo a > {{output}}/a.txt\necho b > {{output}}/b.bin\n",
+                        task="up")
+    assert execute(upstream) == 0
+    run = make_run(tmp_path, "cat {{input:up}}/a.txt\n", task="down", inputs=[
+        {"kind": "task", "name": "up", "source": str(upstream.output_path), "regex": r"\.txt$"}])
+    assert execute(run) == 0
+    assert tree(run.input_path(0)) == {"a.txt": "a\n"}
+    assert tree(upstream.output_path) == {"a.txt": "a\n", "b.bin": "b\n"}  # kept for others
