@@ -1,7 +1,8 @@
 """The status rules of trainyard: the body of ``machine.transition``.
 
-``transition(state, event)`` deep-copies ``state``, applies one event to the copy and returns
-it with the actions the reconciler must carry out. No clock (time comes with the event), no
+``transition(state, event)`` applies one event to a copy of ``state`` (copy-on-read: only
+the tasks and groups the event touches are copied) and returns it with the actions the
+reconciler must carry out. No clock (time comes with the event), no
 I/O, no randomness. Every status move is checked against the allowed-transitions tables below
 (STYLE.md #4); an illegal move is a bug and raises ``IllegalTransition``.
 
@@ -170,6 +171,55 @@ def failure_status(exit_code: int) -> Status:
 # --------------------------------------------------------------------------- one step
 
 
+class _CopyOnRead(dict):  # type: ignore[type-arg]
+    """A shallow copy of ``{name: TaskState | GroupState}`` whose values are copied the first
+    time they are read with ``[]``, ``values()`` or ``items()``, so one event costs what it
+    touches, not the size of the workflow. ``dict(x)`` gives the plain dict back (copies where
+    made, the originals elsewhere); ``dict.values(x)`` reads without copying."""
+
+    def __init__(self, original: dict[str, Any]) -> None:
+        super().__init__(original)
+        self._copied: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._copied:
+            dict.__setitem__(self, key, _copy_object(dict.__getitem__(self, key)))
+            self._copied.add(key)
+        return dict.__getitem__(self, key)
+
+    def values(self) -> Any:  # type: ignore[override]
+        return [self[key] for key in self]
+
+    def items(self) -> Any:  # type: ignore[override]
+        return [(key, self[key]) for key in self]
+
+
+def _copy_object(value: Any) -> Any:
+    """A copy of a task or group that the rules may change (a task's history list too)."""
+    new = copy.copy(value)
+    if isinstance(new, TaskState):
+        new.history = list(new.history)
+    return new
+
+
+def _cow_state(state: WorkflowState) -> WorkflowState:
+    new = copy.copy(state)
+    new.groups = _CopyOnRead(state.groups)
+    new.tasks = _CopyOnRead(state.tasks)
+    return new
+
+
+def _plain_state(state: WorkflowState) -> WorkflowState:
+    state.groups = dict(state.groups)
+    state.tasks = dict(state.tasks)
+    return state
+
+
+def _peek(objects: dict[str, Any]) -> Any:
+    """The values of a state's dict, read-only and without copying."""
+    return dict.values(objects)
+
+
 @dataclass
 class _Step:
     """The copy being changed by one event, the event's time and the actions so far."""
@@ -236,16 +286,22 @@ def _wait(step: _Step, group: GroupState) -> None:
 def _schedule_ready(step: _Step) -> None:
     """Every WAITING group whose upstream groups all COMPLETED starts SCHEDULING (spec order)."""
     groups = step.state.groups
-    for group in groups.values():
-        ready = all(groups[u].status is S.COMPLETED for u in group.upstream)
-        if group.status is S.WAITING and ready:
-            _schedule(step, group)
+    ready = [
+        g.name for g in _peek(groups)
+        if g.status is S.WAITING
+        and all(dict.__getitem__(groups, u).status is S.COMPLETED for u in g.upstream)
+    ]
+    for name in ready:
+        _schedule(step, groups[name])
 
 
 def _fail_downstream(step: _Step, failed: GroupState) -> None:
     """Groups fed by ``failed`` -> FAILED_UPSTREAM with exit code 3000, transitively."""
-    for group in step.state.groups.values():
-        if failed.name in group.upstream and not group.status.is_terminal():
+    fed = [g.name for g in _peek(step.state.groups)
+           if failed.name in g.upstream and not g.status.is_terminal()]
+    for name in fed:
+        group = step.state.groups[name]
+        if not group.status.is_terminal():  # a cascade above may have ended it already
             _end_group(step, group, S.FAILED_UPSTREAM, exit_code=ExitCode.UPSTREAM_FAILED)
 
 
@@ -357,7 +413,7 @@ def _task_ended(step: _Step, task: TaskState, exit_code: int) -> None:
 def _on_submitted(step: _Step, event: Submitted) -> None:
     """Groups without upstream -> SCHEDULING (RequestPlacement, spec order); others WAITING.
     A second Submitted is ignored."""
-    if any(g.status is not S.PENDING for g in step.state.groups.values()):
+    if any(g.status is not S.PENDING for g in _peek(step.state.groups)):
         return
     for group in step.state.groups.values():
         (_wait if group.upstream else _schedule)(step, group)
@@ -448,14 +504,15 @@ def _timeout_of(state: WorkflowState, group: GroupState, now_s: float) -> Status
     return None
 
 
-def _any_timeout(state: WorkflowState, now_s: float) -> bool:
-    return any(_timeout_of(state, g, now_s) for g in state.groups.values())
+def _late_groups(state: WorkflowState, now_s: float) -> list[str]:
+    return [g.name for g in _peek(state.groups) if _timeout_of(state, g, now_s)]
 
 
 def _on_tick(step: _Step, event: Tick) -> None:
     """Groups past their queue or exec timeout end with it (their started tasks stopped);
     their downstream groups -> FAILED_UPSTREAM."""
-    for group in step.state.groups.values():
+    for name in _late_groups(step.state, step.now_s):
+        group = step.state.groups[name]
         status = _timeout_of(step.state, group, step.now_s)
         if status is not None:
             _end_group(step, group, status)
@@ -520,7 +577,7 @@ _HANDLERS: dict[type[Event], Callable[[_Step, Any], None]] = {
 def _final_status(state: WorkflowState) -> WorkflowStatus:
     """Every group ended: COMPLETED if all did, else FAILED_CANCELED after a cancel, else
     FAILED_EXEC_TIMEOUT / FAILED_QUEUE_TIMEOUT if a group got one, else FAILED."""
-    statuses = {g.status for g in state.groups.values()}
+    statuses = {g.status for g in _peek(state.groups)}
     if statuses <= {S.COMPLETED}:
         return W.COMPLETED
     if state.cancel_requested:
@@ -534,7 +591,7 @@ def _final_status(state: WorkflowState) -> WorkflowStatus:
 def workflow_status(state: WorkflowState) -> WorkflowStatus:
     """OSMO "Workflow lifecycle": RUNNING while a group is INITIALIZING or RUNNING; terminal
     once every group is; otherwise PENDING until a group has run, WAITING after."""
-    groups = state.groups.values()
+    groups = _peek(state.groups)
     if any(g.status in _GROUP_ACTIVE for g in groups):
         return W.RUNNING
     if all(g.status.is_terminal() for g in groups):
@@ -575,9 +632,10 @@ def transition(state: WorkflowState, event: Event) -> tuple[WorkflowState, list[
         raise TypeError(f"unknown event type {type(event).__name__}")
     if state.status.is_terminal() and not isinstance(event, (GroupPlaced, Restarted)):
         return state, []
-    if isinstance(event, Tick) and not _any_timeout(state, event.time_s):
+    if isinstance(event, Tick) and not _late_groups(state, event.time_s):
         return state, []  # the common tick: nothing due, nothing copied
-    step = _Step(copy.deepcopy(state), event.time_s)
+    step = _Step(_cow_state(state), event.time_s)
     handler(step, event)
     _refresh_workflow(step)
-    return (state if step.state == state else step.state), step.actions
+    new = _plain_state(step.state)
+    return (state if new == state else new), step.actions

@@ -1,0 +1,115 @@
+"""Engine benchmarks (issue 3), not timed tests.
+
+1. Overhead: submit -> both tasks of a 2-task group RUNNING, on the local backend, next to
+   starting the same two processes by hand (subprocess.Popen of the same command).
+2. Throughput: a workflow of N independent tasks running `true` (default 1,000): tasks/s
+   from submit to COMPLETED; and a 10,000-task workflow completing, with peak memory (RSS) of
+   the engine process. ``--backend fake`` measures the engine alone (scripted backend).
+
+Usage:
+    .venv/bin/python bench/engine_throughput.py overhead [--repeat 5]
+    .venv/bin/python bench/engine_throughput.py throughput --tasks 1000 [--backend local|fake]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from trainyard.backends.fake import FakeBackend
+from trainyard.engine.reconciler import Engine, Submission
+from trainyard.engine.status import Status
+from trainyard.pools import NodeSpec, Pool, default_local_pool
+from trainyard.spec.models import WorkflowSpec
+from trainyard.store import Store
+
+
+def _engine(home: Path, backend: str, pool: Pool) -> Engine:
+    factory = (lambda p, h: FakeBackend()) if backend == "fake" else None
+    return Engine(Store(f"sqlite:///{home / 'db'}"), home, pools={pool.name: pool},
+                  backend_factory=factory, poll_interval_s=0.02)
+
+
+def _gang_spec(command: list[str]) -> WorkflowSpec:
+    tasks = [{"name": n, "command": command, "lead": n == "a"} for n in ("a", "b")]
+    return WorkflowSpec.model_validate({"name": "gang", "groups": [{"name": "g", "tasks": tasks}]})
+
+
+def _time_to_running(engine: Engine, pool: Pool, command: list[str]) -> float:
+    start = time.perf_counter()
+    wid = engine.submit(Submission(_gang_spec(command), "", "bench", pool)).id
+    while True:
+        tasks = engine.state(wid).tasks.values()
+        if all(t.status is Status.RUNNING for t in tasks):
+            elapsed = time.perf_counter() - start
+            engine.cancel(wid)
+            return elapsed
+        time.sleep(0.002)
+
+
+def _by_hand(command: list[str]) -> float:
+    start = time.perf_counter()
+    procs = [subprocess.Popen(command) for _ in range(2)]
+    elapsed = time.perf_counter() - start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+    return elapsed
+
+
+def overhead(repeat: int) -> None:
+    command = ["sleep", "30"]
+    pool = default_local_pool()
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = _engine(Path(tmp), "local", pool)
+        stop = threading.Event()
+        threading.Thread(target=engine.run_forever, args=(stop,), daemon=True).start()
+        ours = [_time_to_running(engine, pool, command) for _ in range(repeat)]
+        stop.set()
+    hand = [_by_hand(command) for _ in range(repeat)]
+    med_ours, med_hand = statistics.median(ours), statistics.median(hand)
+    print(f"submit -> 2 tasks RUNNING: median {med_ours:.3f} s (min {min(ours):.3f}, "
+          f"max {max(ours):.3f}) over {repeat}")
+    print(f"by hand (2 x Popen):       median {med_hand:.4f} s")
+    print(f"overhead: {med_ours - med_hand:.3f} s")
+
+
+def throughput(n_tasks: int, backend: str) -> None:
+    nodes = [NodeSpec(name=f"local-{i}", cpu=100_000) for i in range(4)]
+    pool = Pool(name="bench", backend="local", nodes=nodes)
+    tasks = [{"name": f"t{i}", "command": ["true"]} for i in range(n_tasks)]
+    spec = WorkflowSpec.model_validate({"name": "many", "tasks": tasks})
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = _engine(Path(tmp), backend, pool)
+        start = time.perf_counter()
+        wid = engine.submit(Submission(spec, "", "bench", pool)).id
+        record = engine.wait(wid, timeout_s=3600)
+        elapsed = time.perf_counter() - start
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{n_tasks} tasks ({backend}): {record.status} in {elapsed:.1f} s = "
+          f"{n_tasks / elapsed:.1f} tasks/s; peak RSS {rss_mib:.0f} MiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="what", required=True)
+    o = sub.add_parser("overhead")
+    o.add_argument("--repeat", type=int, default=5)
+    t = sub.add_parser("throughput")
+    t.add_argument("--tasks", type=int, default=1000)
+    t.add_argument("--backend", choices=("local", "fake"), default="local")
+    args = parser.parse_args()
+    if args.what == "overhead":
+        overhead(args.repeat)
+    else:
+        throughput(args.tasks, args.backend)
+
+
+if __name__ == "__main__":
+    main()
