@@ -7,6 +7,7 @@ error answers back into trainyard errors so the CLI prints each problem once.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,9 @@ from trainyard.errors import (
 )
 from trainyard.pools import trainyard_home
 from trainyard.server.auth import read_client_token
-from trainyard.server.process import ensure_running
+from trainyard.server.process import ensure_running, is_alive, read_info
 
-__all__ = ["Client"]
+__all__ = ["Client", "server_version"]
 
 _BY_STATUS: dict[int, type[TrainyardError]] = {
     401: AuthError, 403: ForbiddenError, 404: NotFoundError,
@@ -48,6 +49,25 @@ def _raise_for(response: httpx.Response) -> None:
         rows = [{"message": str(rows)}]
     message = "; ".join(str(r.get("message", r)) if isinstance(r, dict) else str(r) for r in rows)
     raise _BY_STATUS.get(response.status_code, ServerError)(message)
+
+
+def server_version(home: Path | None = None) -> tuple[str, str] | None:
+    """``(url, version)`` of the server the CLI would talk to, if one answers now.
+
+    Looks at ``$TRAINYARD_SERVER_URL``, else the local server's ``server.json``; never starts
+    a server and never raises (None when there is none or it does not answer).
+    """
+    url = os.environ.get("TRAINYARD_SERVER_URL", "").rstrip("/")
+    if not url:
+        info = read_info(home or trainyard_home())
+        if info is None or not is_alive(info):
+            return None
+        url = info.url
+    try:
+        answer = httpx.get(f"{url}/api/health", timeout=2.0)
+        return url, str(answer.json()["version"])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
 
 
 class Client:

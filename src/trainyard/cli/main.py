@@ -31,15 +31,20 @@ app = typer.Typer(
     name="trainyard",
     help="Run NVIDIA OSMO workflow specs on this machine, Slurm or Kubernetes.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
 
 @app.command()
 def version() -> None:
-    """Print trainyard's version."""
+    """Print trainyard's version, and the server's when one answers (never starts one)."""
+    from trainyard.cli.client import server_version
+
     typer.echo(f"trainyard {__version__}")
+    server = server_version()
+    if server is not None:
+        typer.echo(f"server {server[1]} at {server[0]}")
 
 
 def _register_subapps() -> None:
