@@ -108,6 +108,9 @@ SchedulerType=sched/backfill
 # start jobs at once: no batching of submits (batch_sched_delay), backfill (the only
 # scheduler of heterogeneous jobs) every second
 SchedulerParameters=bf_interval=1,batch_sched_delay=0,sched_min_interval=0
+# refuse at sbatch a job no node set of its partition can ever hold (a gang larger than the
+# cluster) instead of leaving it pending for ever
+EnforcePartLimits=ALL
 MinJobAge=600
 KillWait=10
 InactiveLimit=0
