@@ -233,10 +233,13 @@ class Engine:
     # ------------------------------------------------------------------ the loop
 
     def _process(self, events: dict[str, list[m.Event]]) -> None:
-        while events:
-            actions = self._apply_all(events)
-            actions += self._place_ready()
+        """Apply events and place gangs, store, act; again until nothing more happens (a
+        RequestPlacement carried out is placed in the next round, not the next step)."""
+        while True:
+            actions = self._apply_all(events) + self._place_ready()
             self._flush()
+            if not actions:
+                return
             events = self._carry_out(actions)
 
     def _apply_all(self, events: dict[str, list[m.Event]]) -> list[tuple[str, m.Action]]:
