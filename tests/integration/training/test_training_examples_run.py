@@ -24,19 +24,21 @@ def test_template_with_barrier_trains_on_two_nodes(tmp_path: Path) -> None:
 
 
 def test_reschedule_example_fails_once_then_resumes_from_the_uploaded_snapshot(tmp_path: Path) -> None:
+    """Two attempts of the group, the engine's part played by hand: exit code 3 -> reschedule,
+    the lead's checkpoint folder -> the next attempt's input."""
     values = {"n_gpus_per_node": 1, "n_epochs": 4, "fail_at_epoch": 3}
+    inputs = {"master": tmp_path / "upload", "worker_1": tmp_path / "upload"}
     first = run_task_scripts(task_scripts(EXAMPLES / "torchrun_reschedule" / "train.yaml",
-                                          {**values, "master_port": free_port()}),
-                             tmp_path / "attempt1", inputs={"master": tmp_path / "upload", "worker_1": tmp_path / "upload"})
+                                          {**values, "master_port": free_port()}), tmp_path / "attempt1", inputs)
     assert {n: t.returncode for n, t in first.items()} == {"master": 3, "worker_1": 3}, first["master"].output[-3000:]
+    assert (tmp_path / "attempt1" / "worker_1" / "tmp" / "training_errors.log.1").is_file()
     assert "rescheduling the task" in first["master"].output
     assert "training from scratch" in first["master"].output
 
     # the checkpoint upload: the lead's {{output}}/models goes to upload_location
     shutil.copytree(tmp_path / "attempt1" / "master" / "output" / "models", tmp_path / "upload" / "models")
     second = run_task_scripts(task_scripts(EXAMPLES / "torchrun_reschedule" / "train.yaml",
-                                           {**values, "master_port": free_port()}),
-                              tmp_path / "attempt2", inputs={"master": tmp_path / "upload", "worker_1": tmp_path / "upload"})
+                                           {**values, "master_port": free_port()}), tmp_path / "attempt2", inputs)
     assert {n: t.returncode for n, t in second.items()} == {"master": 0, "worker_1": 0}, second["master"].output[-3000:]
     assert "Found snapshot" in second["worker_1"].output
     assert "continuing at epoch 3" in second["master"].output
