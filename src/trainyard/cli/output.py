@@ -33,13 +33,19 @@ def emit(data: Any, fmt: Format, render_table: Any) -> None:
 
 
 def table(columns: list[str], rows: list[list[Any]], title: str | None = None) -> None:
-    """Print a simple table."""
+    """Print a simple table. No cell is cut short: on a terminal long cells wrap; into a pipe
+    or file the table takes the width it needs, one line per row (ids stay whole for grep)."""
     out = Table(title=title, show_lines=False, header_style="bold")
     for column in columns:
-        out.add_column(column)
+        out.add_column(column, overflow="fold")
     for row in rows:
         out.add_row(*["" if v is None else str(v) for v in row])
-    console.print(out)
+    if console.is_terminal:
+        console.print(out)
+        return
+    natural = console.measure(out, options=console.options.update_width(10_000)).maximum
+    width = max(console.width, natural)
+    Console(file=console.file, width=width, highlight=False, soft_wrap=True).print(out)
 
 
 def human_bytes(value: float) -> str:
