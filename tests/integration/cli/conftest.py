@@ -1,0 +1,73 @@
+"""End-to-end fixtures: the real ``trainyard`` CLI against a real server process.
+
+One server per test session: the first CLI command starts it in the background (the CLI's
+own auto-start) with ``TRAINYARD_HOME`` in a temporary folder; at teardown every workflow
+still running is cancelled, ``trainyard server stop`` stops it, and no process of that home
+may survive (a task's network keeper idles out within ~20 s).
+
+The OSMO rows that take ~2 minutes are submitted once, at the start of the session
+(``osmo_runs``, autouse), so they run while the other files' tests run; test_osmo_outcomes.py
+waits for them at the end.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from cli_e2e_support import (
+    BACKGROUND_ROWS,
+    SPECS,
+    TERMINAL,
+    Server,
+    osmo_pools_yaml,
+    processes_of,
+    run_cli,
+    submit_row,
+    wait_gone,
+)
+
+
+def _cancel_everything(server: Server) -> None:
+    running = [w["id"] for w in server.main("workflow", "list", "-f", "json").json()
+               if not w["status"].startswith(TERMINAL)]
+    for workflow_id in running:
+        server.main("workflow", "cancel", workflow_id)
+    for workflow_id in running:
+        server.wait(workflow_id, timeout_s=60)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A real server, started by the CLI itself on its first command; stopped at the end."""
+    home = tmp_path_factory.mktemp("trainyard-home")
+    (home / "pools.yaml").write_text(osmo_pools_yaml())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRAINYARD_HOME", str(home))
+        patch.delenv("TRAINYARD_SERVER_URL", raising=False)
+        patch.delenv("TRAINYARD_TOKEN", raising=False)
+        first = run_cli(home, "workflow", "list", "-f", "json")
+        assert first.code == 0, first.err + (home / "server.log").read_text()
+        assert json.loads(first.out) == []
+        made = Server(home)
+        yield made
+        _cancel_everything(made)
+        stopped = run_cli(home, "server", "stop")
+    assert (stopped.code, stopped.out.strip()) == (0, "trainyard server stopped"), stopped.err
+    left = wait_gone(processes_of(home), timeout_s=45)
+    for proc in left:
+        proc.kill()
+    assert not left, f"processes outlived the session: {[p.cmdline() for p in left]}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def osmo_runs(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Every background row submitted at once (workflow id by row id); none when the OSMO
+    specs are not beside the repository, or when no collected test needs them."""
+    wanted = any(item.path.name == "test_osmo_outcomes.py" for item in request.session.items)
+    if not SPECS.is_dir() or not wanted:
+        return {}
+    server: Server = request.getfixturevalue("server")
+    return {row.id: submit_row(server, row) for row in BACKGROUND_ROWS}
