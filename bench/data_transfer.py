@@ -13,8 +13,9 @@ in one temp dir on one disk (``--dir``, default the system temp dir), it times:
                                   the manifest), for information
 
 Every run starts from a synced disk (``os.sync()``, untimed) with a warm page cache for the
-source, the same for cp and for trainyard; the methods run interleaved, ``--repeat`` rounds,
-and the best time of each is kept (robust to other load on a shared machine). It prints a
+source, the same for cp and for trainyard; the methods run interleaved, ``--repeat`` rounds.
+It reports each method's best time and two ratios to cp: best to best, and the median of the
+per-round ratios (both guard against other load on a shared machine). It prints a
 Markdown table with MiB/s and the ratio to cp (goal: at least 0.8 for url transfers). Not a
 test: numbers depend on the machine.
 """
@@ -25,6 +26,7 @@ import argparse
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,19 +60,19 @@ Step = tuple[Callable[[], None], Callable[[], object]]
 """(prepare, action): ``prepare`` (untimed) clears the destination."""
 
 
-def best_times(steps: dict[str, Step], repeat: int) -> dict[str, float]:
-    """Best wall time of each step's action over ``repeat`` rounds. The steps run
-    interleaved (one of each per round, in order) so that load from other processes hits
-    them alike; the disk is synced (untimed) before each."""
-    best = {name: float("inf") for name in steps}
+def run_rounds(steps: dict[str, Step], repeat: int) -> dict[str, list[float]]:
+    """Wall times of each step's action over ``repeat`` rounds. The steps run interleaved
+    (one of each per round, in order) so that load from other processes hits them alike; the
+    disk is synced (untimed) before each."""
+    times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(repeat):
         for name, (prepare, action) in steps.items():
             prepare()
             os.sync()
             start = time.perf_counter()
             action()
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
+            times[name].append(time.perf_counter() - start)
+    return times
 
 
 def clear(*paths: Path) -> Callable[[], None]:
@@ -81,8 +83,8 @@ def clear(*paths: Path) -> Callable[[], None]:
     return remove
 
 
-def measure(work: Path, src: Path, repeat: int) -> dict[str, float]:
-    """Seconds for each way of moving ``src``."""
+def measure(work: Path, src: Path, repeat: int) -> dict[str, list[float]]:
+    """Seconds, per round, for each way of moving ``src``."""
     cp_dst, remote, back = work / "cp", work / "remote", work / "back"
     store, ds_back = work / "store", work / "ds-back"
     mover = Mover()
@@ -96,17 +98,22 @@ def measure(work: Path, src: Path, repeat: int) -> dict[str, float]:
         "dataset upload": (clear(store), lambda: datasets.upload("bench", files)),
         "dataset download": (clear(ds_back), lambda: datasets.download("bench", ds_back)),
     }
-    results = best_times(steps, repeat)
+    results = run_rounds(steps, repeat)
     clear(cp_dst, remote, back, store, ds_back)()
     return results
 
 
-def report(label: str, total_bytes: int, results: dict[str, float]) -> list[str]:
+def report(label: str, total_bytes: int, results: dict[str, list[float]]) -> list[str]:
+    """Table rows: best time, its MiB/s, best-to-best ratio to cp, median of the per-round
+    ratios (cp's time over this method's time in the same round)."""
     base = results["cp -r"]
     rows = []
-    for name, seconds in results.items():
-        rate = total_bytes / MiB / seconds
-        rows.append(f"| {label} | {name} | {seconds:.2f} | {rate:,.0f} | {base / seconds:.2f} |")
+    for name, times in results.items():
+        best = min(times)
+        rate = total_bytes / MiB / best
+        median = statistics.median(b / t for b, t in zip(base, times, strict=True))
+        rows.append(f"| {label} | {name} | {best:.2f} | {rate:,.0f} | {min(base) / best:.2f} "
+                    f"| {median:.2f} |")
     return rows
 
 
@@ -121,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# data transfer bench: {args.size_mb} MiB, python {platform.python_version()}, "
           f"{os.cpu_count()} cpus, {platform.platform()}")
     print(f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}")
-    print("| layout | method | seconds | MiB/s | ratio to cp |")
-    print("|---|---|---|---|---|")
+    print("| layout | method | best s | MiB/s | ratio to cp (best) | ratio to cp (median of rounds) |")
+    print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="trainyard-bench-") as tmp:
         work = Path(tmp)
         for label, files in ((f"{args.files} files", args.files), ("1 file", 1)):

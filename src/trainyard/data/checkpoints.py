@@ -143,7 +143,7 @@ def read_checkpoint(mover: Mover, loc: Location, dest: Path, regex: str | None) 
 
 def _fetch_round(mover: Mover, loc: Location, entries: list[CheckpointEntry], dest: Path) -> bool:
     jobs = [FileJob(e.path, loc.join(e.path), str(dest / e.path), e.size, e.sha256,
-                    where=f"{loc.show(e.path)} -> {dest / e.path}") for e in entries]
+                    where=f"{loc.url.rstrip('/')}/{e.path} -> {dest / e.path}") for e in entries]
     stats = mover.run(jobs, _read_action(mover, loc, {e.path: e for e in entries}),
                       "download")
     if stats.files != len(entries) or len(stats.digests) != len(entries):
@@ -229,7 +229,7 @@ class CheckpointWriter:
         stamps = {f.rel: _stamp_or_none(f.path) for f in changed}
         stats = self.mover.run(
             [FileJob(f.rel, str(f.path), stage.join(f.rel), f.size,
-                     where=f"{f.path} -> {stage.show(f.rel)}") for f in changed],
+                     where=f"{f.path} -> {stage.url}/{f.rel}") for f in changed],
             self.mover.upload_action(stage, digest=True), "checkpoint")
         uploaded = [CheckpointEntry(path=f.rel, size=f.size, sha256=stats.digests[f.rel],
                                     round=number) for f in changed]

@@ -84,13 +84,14 @@ def is_transient(exc: BaseException) -> bool:
     return any(_one_is_transient(e) for e in _chain(exc))
 
 
-def with_retry(action: Callable[[], T], what: str, policy: RetryPolicy,
+def with_retry(action: Callable[[], T], what: object, policy: RetryPolicy,
                log: Callable[[str], None]) -> T:
     """Run ``action``; on a transient error log it, wait, and run it again.
 
     Args:
         action: the operation (must be safe to repeat: a whole-file transfer is).
-        what: the file or object, for the log (scrubbed before it is written).
+        what: the file or object, for the log (its ``str``, taken only when logging;
+            scrubbed before it is written).
         policy: attempts and backoff.
         log: one-line messages ("retrying ... in 0.5 s: cause").
 

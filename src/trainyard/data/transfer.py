@@ -124,8 +124,18 @@ class FileJob:
     where: str = ""
 
     def describe(self) -> str:
-        """``rel (from -> to)`` for messages (``where`` when the creator gave one)."""
-        return f"{self.rel} ({self.where or f'{self.source} -> {self.target}'})"
+        """``rel (from -> to)`` for messages (``where`` when the creator gave one), scrubbed."""
+        return scrub(f"{self.rel} ({self.where or f'{self.source} -> {self.target}'})")
+
+
+class _Described:
+    """A job's description, built only when a message needs it (per-file cost matters)."""
+
+    def __init__(self, job: FileJob) -> None:
+        self.job = job
+
+    def __str__(self) -> str:
+        return self.job.describe()
 
 
 @dataclass
@@ -241,7 +251,7 @@ class Mover:
         if stop is not None and stop.is_set():
             return None
         callback = _BytesCallback(self.progress)
-        what = scrub(job.describe())
+        what = _Described(job)
         try:
             digest = with_retry(lambda: action(job, callback), what, self.policy, self.log)
         except Exception as exc:  # noqa: BLE001 - translated at the edge
@@ -260,10 +270,13 @@ class Mover:
 
         def action(job: FileJob, callback: Callback) -> str | None:
             local = Path(job.source)
+            if not digest:
+                storage.put_file(loc, local, job.target, callback)
+                return None
             before = _stamp(local)
-            sha = sha256_file(local) if digest else None
+            sha = sha256_file(local)
             storage.put_file(loc, local, job.target, callback)
-            if digest and _stamp(local) != before:
+            if _stamp(local) != before:
                 raise _ChangedWhileSending(f"{local} changed while it was uploaded")
             return sha
 
@@ -296,7 +309,7 @@ class Mover:
             DataError: a file failed for good.
         """
         jobs = [FileJob(f.rel, str(f.path), loc.join(f.rel), f.size,
-                        where=f"{f.path} -> {loc.show(f.rel)}") for f in files]
+                        where=f"{f.path} -> {loc.url.rstrip('/')}/{f.rel}") for f in files]
         stats = self.run(jobs, self.upload_action(loc, digest), "upload")
         self.log(stats.summary(verb, f"to {loc.show()}"))
         return stats
