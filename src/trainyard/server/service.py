@@ -214,11 +214,11 @@ class Service:
         ]
 
     def resources(self, pool: str | None = None) -> list[dict[str, Any]]:
-        """Every node with capacity, used and free (cpu, gpu, memory_bytes, storage_bytes)."""
+        """Every node (of ``pool`` when given) with capacity, used and free (cpu, gpu,
+        memory_bytes, storage_bytes). Raises NotFoundError for an unknown pool."""
+        pools = [self.pool(pool)] if pool else list(self.engine.pools.values())
         rows = []
-        for p in self.engine.pools.values():
-            if pool and p.name != pool:
-                continue
+        for p in pools:
             usage = self.engine.usage(p.name)
             rows += [_node_json(p, node, usage.get(node.name)) for node in p.nodes]
         return rows
