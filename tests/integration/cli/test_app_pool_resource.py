@@ -1,0 +1,96 @@
+"""``trainyard app|pool|resource`` against the real server."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from cli_e2e_support import OSMO_PLATFORMS, Server
+
+# An elastic-like template: max_nodes tasks of one gang, the master hosting the rendezvous.
+ELASTIC = """
+workflow:
+  name: elastic-{{ max_nodes }}
+  groups:
+  - name: training
+    tasks:
+    {% for item in range(max_nodes) %}
+    - name: {{ 'master' if item == 0 else 'worker_' ~ item }}
+      lead: {{ 'true' if item == 0 else 'false' }}
+      command: [sh, -c]
+      args: ["echo rank {{ item }} of {{ max_nodes }} meets at {{host:master}}:{{ port }}"]
+    {% endfor %}
+default-values:
+  max_nodes: 2
+  port: 29400
+"""
+KEYS = {"cpu", "gpu", "memory_bytes", "storage_bytes"}
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(textwrap.dedent(text).lstrip())
+    return str(path)
+
+
+def test_app_create_list_show_submit_delete(server: Server, tmp_path: Path) -> None:
+    first = write(tmp_path / "elastic.yaml", ELASTIC)
+    made = server.cli("app", "create", "elastic", first)
+    assert (made.code, made.out.strip()) == (0, "App elastic version 1 created"), made.err
+    second = write(tmp_path / "elastic2.yaml", ELASTIC.replace("port: 29400", "port: 29500"))
+    assert server.main("app", "create", "elastic", second, "-f", "json").json() == {
+        "name": "elastic", "version": 2}
+
+    listed = server.main("app", "list", "-f", "json").json()
+    assert [(a["name"], a["version"]) for a in listed if a["name"] == "elastic"] == [("elastic", 2)]
+    assert "elastic" in server.main("app", "list").out
+    assert "port: 29400" in server.main("app", "show", "elastic", "--version", "1").out
+    assert "port: 29500" in server.main("app", "show", "elastic").out
+
+    run = server.cli("app", "submit", "elastic", "--set", "max_nodes=3", "--wait")
+    assert run.code == 0, run.out + run.err
+    workflow_id = run.out.split("Workflow submitted: ")[1].split()[0]
+    assert workflow_id.startswith("elastic-3-")
+    data = server.query(workflow_id)
+    assert [t["name"] for g in data["groups"] for t in g["tasks"]] == [
+        "master", "worker_1", "worker_2"]
+    logs = server.logs(workflow_id)
+    assert "[worker_2] rank 2 of 3 meets at 127." in logs and ":29500" in logs
+
+    gone = server.cli("app", "delete", "elastic")
+    assert (gone.code, gone.out.strip()) == (0, "App elastic deleted (2 versions)"), gone.err
+    assert all(a["name"] != "elastic" for a in server.main("app", "list", "-f", "json").json())
+    missing = server.main("app", "show", "elastic")
+    assert missing.code == 3 and "elastic" in missing.err
+
+
+def test_app_create_refuses_a_bad_spec_and_stores_nothing(server: Server, tmp_path: Path) -> None:
+    bad = write(tmp_path / "bad.yaml", ELASTIC.replace("command: [sh, -c]", "command: []"))
+    got = server.main("app", "create", "broken", bad)
+    assert got.code == 2 and "command is empty" in got.err
+    assert all(a["name"] != "broken" for a in server.main("app", "list", "-f", "json").json())
+
+
+def test_pool_list(server: Server) -> None:
+    pools = {p["name"]: p for p in server.main("pool", "list", "-f", "json").json()}
+    assert set(pools) == {"local", "osmo"}
+    assert (pools["local"]["backend"], pools["local"]["nodes"]) == ("local", 4)
+    assert pools["osmo"]["platforms"] == sorted(OSMO_PLATFORMS)
+    table = server.cli("pool", "list")
+    assert table.code == 0 and "local" in table.out and "dgx-h100" in table.out
+
+
+def test_resource_list_shapes(server: Server) -> None:
+    rows = server.main("resource", "list", "-f", "json").json()
+    assert {r["pool"] for r in rows} == {"local", "osmo"}
+    for row in rows:
+        assert set(row) == {"pool", "node", "platform", "capacity", "used", "free"}
+        assert set(row["capacity"]) == set(row["used"]) == set(row["free"]) == KEYS
+        assert all(row["free"][k] == row["capacity"][k] - row["used"][k] for k in KEYS)
+    osmo = server.main("resource", "list", "--pool", "osmo", "-f", "json").json()
+    assert sorted(r["platform"] for r in osmo) == sorted(OSMO_PLATFORMS)
+    assert osmo[0]["capacity"] == {"cpu": 64, "gpu": 8, "memory_bytes": 512 * 2**30,
+                                   "storage_bytes": 2 * 2**40}
+    table = server.main("resource", "list", "--pool", "osmo")
+    assert table.code == 0 and "/512Gi" in table.out and "/2Ti" in table.out
+    unknown = server.main("resource", "list", "--pool", "nope")
+    assert unknown.code == 3 and "local, osmo" in unknown.err
