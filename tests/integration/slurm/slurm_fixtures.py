@@ -1,4 +1,6 @@
-"""Fixtures for tests against the throwaway Slurm cluster of ``scripts/slurm-cluster.sh``.
+"""Fixtures for tests against the throwaway Slurm cluster of ``scripts/slurm-cluster.sh``,
+loaded by each test module with ``pytest_plugins = ["slurm_fixtures"]`` (a plugin, not a
+``conftest.py``: tests elsewhere import ``conftest`` by name, and a second one would shadow it).
 
 Every test here is skipped, with the reason, when ``sbatch`` is not on PATH or the cluster is
 not up (``scripts/slurm-cluster.sh start`` writes ``$TRAINYARD_SLURM_DIR/pools.yaml``,
@@ -17,8 +19,8 @@ from slurm_cluster_support import EngineRunner, cluster_pool, why_no_cluster
 from trainyard.pools import Pool
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _trainyard_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+@pytest.fixture(scope="session")
+def runner_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """``TRAINYARD_HOME`` of the task runners (datasets land there), not the user's."""
     home = tmp_path_factory.mktemp("trainyard-home")
     before = os.environ.get("TRAINYARD_HOME")
@@ -40,7 +42,8 @@ def slurm_pool() -> Pool:
 
 
 @pytest.fixture(scope="session")
-def slurm_engine(slurm_pool: Pool, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRunner]:
+def slurm_engine(slurm_pool: Pool, runner_home: Path,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRunner]:
     """An engine driving the Slurm pool from a background thread, home under a temp folder."""
     runner = EngineRunner(tmp_path_factory.mktemp("slurm-home"), slurm_pool)
     yield runner
@@ -48,7 +51,8 @@ def slurm_engine(slurm_pool: Pool, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 @pytest.fixture(scope="session")
-def local_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRunner]:
+def local_engine(runner_home: Path,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRunner]:
     """The same on the local backend, for side-by-side outcomes."""
     from trainyard.pools import default_local_pool
 

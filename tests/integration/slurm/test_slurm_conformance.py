@@ -15,6 +15,8 @@ from slurm_cluster_support import SPECS, EngineRunner
 
 from trainyard.engine.status import WorkflowStatus
 
+pytest_plugins = ["slurm_fixtures"]
+
 if not SPECS.is_dir():
     pytest.skip(f"OSMO conformance specs not found at {SPECS}", allow_module_level=True)
 

@@ -16,6 +16,8 @@ from slurm_cluster_support import SPECS, EngineRunner
 from trainyard.engine.status import Status
 from trainyard.pools import Pool
 
+pytest_plugins = ["slurm_fixtures"]
+
 pytestmark = pytest.mark.slow
 
 SERVER = """import os, socket

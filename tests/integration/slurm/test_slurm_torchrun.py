@@ -11,6 +11,8 @@ from slurm_cluster_support import REPO, EngineRunner
 
 from trainyard.pools import NodeSpec, Pool
 
+pytest_plugins = ["slurm_fixtures"]
+
 EXAMPLE = REPO / "examples" / "torchrun_multinode" / "train.yaml"
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not EXAMPLE.exists(), reason=f"{EXAMPLE} is not there yet")]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -106,11 +107,11 @@ class SlurmBackend:
         """
         if not launches:
             return
-        prepend = {launch.key: self._path_prepend(launch) for launch in launches}
-        request = build_request(launches, self.options, self.home, self.python, prepend)
         try:
+            prepend = {launch.key: self._path_prepend(launch) for launch in launches}
+            request = build_request(launches, self.options, self.home, self.python, prepend)
             self._write(request)
-        except OSError as exc:
+        except (OSError, subprocess.SubprocessError) as exc:
             raise BackendError(f"slurm backend could not write the job of group "
                                f"{launches[0].group!r}: {exc}") from exc
         job_id = self.commands.submit(request.sbatch_argv)
