@@ -2,8 +2,9 @@
 
 Templates are user code. They are rendered in Jinja's ``SandboxedEnvironment`` with
 ``StrictUndefined`` (an unset variable is an error naming it), in a forked child process
-whose address space is capped (``RLIMIT_AS``) and which the parent kills at a wall-clock
-deadline, so a hostile template cannot hang or exhaust the caller. Special tokens are
+whose address space is capped (``RLIMIT_AS``) and whose CPU time is capped (an
+``ITIMER_PROF`` timer ends it; the parent also kills it at a wall-clock backstop), so a
+hostile template cannot hang or exhaust the caller. Special tokens are
 swapped for inert placeholders before rendering and put back after, so they pass through
 untouched whatever the template does around them.
 
@@ -56,8 +57,12 @@ class RenderLimits:
     ``time_s + time_per_mib_s * MiB + time_per_tag_s * tags`` and
     ``memory_bytes + memory_per_byte * bytes + memory_per_tag * tags``.
 
+    Time is CPU time of the rendering child (user and system, compiling included), so a
+    busy machine does not refuse a template that a quiet one accepts; a wall-clock
+    backstop of ``max(10 * time_s, time_s + 10)`` seconds ends a child that never answers.
+
     Attributes:
-        time_s: wall-clock seconds the rendering may take (fork and transfer included).
+        time_s: CPU seconds the rendering may use.
         memory_bytes: address space the rendering may add to the process.
         time_per_mib_s, time_per_tag_s: extra seconds per MiB of text and per tag.
         memory_per_byte, memory_per_tag: extra bytes per byte of text and per tag.
@@ -183,21 +188,27 @@ def _render_in_child(text: str, context: dict[str, Any], limits: RenderLimits) -
         _child_main(text, context, limits, write_fd)
     os.close(write_fd)
     try:
-        payload = _read_until(read_fd, time.monotonic() + limits.time_s)
-    except _RenderFailure:
+        payload = _read_until(read_fd, time.monotonic() + _backstop_s(limits))
+    except BaseException:
         os.kill(pid, signal.SIGKILL)
+        _reap(pid)
         raise
     finally:
         os.close(read_fd)
-        _reap(pid)
-    return _decode(payload)
+    return _decode(payload, _reap(pid))
 
 
-def _reap(pid: int) -> None:
+def _backstop_s(limits: RenderLimits) -> float:
+    """Wall-clock seconds after which a child that made no answer is killed (the CPU
+    limit normally ends it first; a busy machine may give it little CPU)."""
+    return max(10 * limits.time_s, limits.time_s + 10)
+
+
+def _reap(pid: int) -> int:
     try:
-        os.waitpid(pid, 0)
+        return os.waitpid(pid, 0)[1]
     except ChildProcessError:  # pragma: no cover - already reaped
-        pass
+        return 0
 
 
 def _read_until(fd: int, deadline: float) -> bytes:
@@ -207,20 +218,22 @@ def _read_until(fd: int, deadline: float) -> bytes:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not selector.select(remaining):
-                raise _RenderFailure("time", "time limit")
+                raise _RenderFailure("wall", "no answer")
             chunk = os.read(fd, 1 << 20)
             if not chunk:
                 return b"".join(chunks)
             chunks.append(chunk)
 
 
-def _decode(payload: bytes) -> str:
+def _decode(payload: bytes, status: int) -> str:
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGPROF, signal.SIGXCPU):
+        raise _RenderFailure("time", "CPU time limit")
+    if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+        raise _RenderFailure("memory", "the renderer died without a whole answer")
     if payload[:1] == b"O":
         return payload[1:].decode("utf-8")
-    if payload[:1] == b"E":
-        kind, message, line = json.loads(payload[1:])
-        raise _RenderFailure(kind, message, line)
-    raise _RenderFailure("memory", "the renderer died without an answer")
+    kind, message, line = json.loads(payload[1:])
+    raise _RenderFailure(kind, message, line)
 
 
 def _child_main(text: str, context: dict[str, Any], limits: RenderLimits, fd: int) -> None:  # pragma: no cover
@@ -238,7 +251,9 @@ def _child_main(text: str, context: dict[str, Any], limits: RenderLimits, fd: in
 
 
 def _cap_resources(limits: RenderLimits) -> None:  # pragma: no cover - child only
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    for signum in (signal.SIGINT, signal.SIGPROF, signal.SIGXCPU):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_PROF, limits.time_s)  # SIGPROF ends the child
     cpu_s = int(limits.time_s) + 2
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
     try:
@@ -280,8 +295,11 @@ def _template_line(exc: BaseException) -> int | None:
 
 def _describe(exc: _RenderFailure, limits: RenderLimits) -> str:
     if exc.kind == "time":
-        return (f"template rendering ran past its time limit of {limits.time_s:.2g} s; "
+        return (f"template rendering ran past its time limit of {limits.time_s:.2g} s of CPU; "
                 "make the template do less work (smaller loops)")
+    if exc.kind == "wall":
+        return (f"template rendering gave no answer within {_backstop_s(limits):.2g} s; "
+                "make the template do less work, or try again when the machine is less busy")
     if exc.kind == "memory":
         return (f"template rendering ran past its memory limit of "
                 f"{limits.memory_bytes / MiB:.0f} MiB; make the template build less text")
