@@ -145,7 +145,7 @@ def _fetch_round(mover: Mover, loc: Location, entries: list[CheckpointEntry], de
     jobs = [FileJob(e.path, loc.join(e.path), str(dest / e.path), e.size, e.sha256,
                     where=f"{loc.url.rstrip('/')}/{e.path} -> {dest / e.path}") for e in entries]
     stats = mover.run(jobs, _read_action(mover, loc, {e.path: e for e in entries}),
-                      "download")
+                      "download", loc)
     if stats.files != len(entries) or len(stats.digests) != len(entries):
         return False
     mover.log(stats.summary("downloaded", f"from {loc.show()}"))
@@ -230,7 +230,7 @@ class CheckpointWriter:
         stats = self.mover.run(
             [FileJob(f.rel, str(f.path), stage.join(f.rel), f.size,
                      where=f"{f.path} -> {stage.url}/{f.rel}") for f in changed],
-            self.mover.upload_action(stage, digest=True), "checkpoint")
+            self.mover.upload_action(stage, digest=True), "checkpoint", stage)
         uploaded = [CheckpointEntry(path=f.rel, size=f.size, sha256=stats.digests[f.rel],
                                     round=number) for f in changed]
         kept = [self.entries[f.rel] for f in files if f.rel not in stamps and f.rel in self.entries]

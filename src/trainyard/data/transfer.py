@@ -213,8 +213,12 @@ class Mover:
 
     # ------------------------------------------------------------------ running jobs
 
-    def run(self, jobs: Sequence[FileJob], action: JobAction, label: str) -> TransferStats:
+    def run(self, jobs: Sequence[FileJob], action: JobAction, label: str,
+            loc: Location | None = None) -> TransferStats:
         """Run ``action`` on every job; each returns an optional digest.
+
+        ``DataConfig.workers`` jobs run at once; with ``loc`` on ``file://`` at most one per
+        CPU (local copies are bound by the CPU and the disk, not by latency).
 
         Raises:
             DataError: a job failed for good: names its file, both ends and the cause.
@@ -223,7 +227,7 @@ class Mover:
         started = time.perf_counter()
         self.progress.start(label, len(jobs), sum(j.size for j in jobs))
         try:
-            for job, digest in self._execute(jobs, action):
+            for job, digest in self._execute(jobs, action, self._workers(loc)):
                 stats.files += 1
                 stats.bytes += job.size
                 if digest:
@@ -233,11 +237,17 @@ class Mover:
         stats.seconds = time.perf_counter() - started
         return stats
 
-    def _execute(self, jobs: Sequence[FileJob], action: JobAction) -> Iterable[tuple[FileJob, str | None]]:
-        if len(jobs) <= 1 or self.config.workers <= 1:
+    def _workers(self, loc: Location | None) -> int:
+        if loc is not None and loc.is_local:
+            return max(1, min(self.config.workers, os.cpu_count() or 1))
+        return self.config.workers
+
+    def _execute(self, jobs: Sequence[FileJob], action: JobAction,
+                 workers: int) -> Iterable[tuple[FileJob, str | None]]:
+        if len(jobs) <= 1 or workers <= 1:
             return [(job, self._one(job, action, None)) for job in jobs]
         stop = threading.Event()
-        with ThreadPoolExecutor(min(self.config.workers, len(jobs)), "trainyard-data") as pool:
+        with ThreadPoolExecutor(min(workers, len(jobs)), "trainyard-data") as pool:
             futures = {pool.submit(self._one, job, action, stop): job for job in jobs}
             done, _pending = wait(futures, return_when=FIRST_EXCEPTION)
             failed = [f for f in done if f.exception() is not None]
@@ -310,7 +320,7 @@ class Mover:
         """
         jobs = [FileJob(f.rel, str(f.path), loc.join(f.rel), f.size,
                         where=f"{f.path} -> {loc.url.rstrip('/')}/{f.rel}") for f in files]
-        stats = self.run(jobs, self.upload_action(loc, digest), "upload")
+        stats = self.run(jobs, self.upload_action(loc, digest), "upload", loc)
         self.log(stats.summary(verb, f"to {loc.show()}"))
         return stats
 
@@ -325,7 +335,7 @@ class Mover:
         digests = digests or {}
         jobs = [FileJob(f.rel, f.path, str(dest / f.rel), f.size, digests.get(f.rel),
                         where=f"{loc.fs.unstrip_protocol(f.path)} -> {dest / f.rel}") for f in files]
-        stats = self.run(jobs, self.download_action(loc), "download")
+        stats = self.run(jobs, self.download_action(loc), "download", loc)
         self.log(stats.summary("downloaded", f"from {loc.show()}"))
         return stats
 
