@@ -76,6 +76,7 @@ class Client:
     def __init__(self, home: Path | None = None, *, url: str | None = None,
                  token: str | None = None, timeout_s: float = 60.0) -> None:
         self.home = home or trainyard_home()
+        self._from_env = url is None and bool(os.environ.get("TRAINYARD_SERVER_URL"))
         self.url = url or ensure_running(self.home).url
         self.token = token if token is not None else read_client_token(self.home)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
@@ -86,12 +87,16 @@ class Client:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise ServerError(
-                f"cannot reach the trainyard server at {self.url} ({exc}); "
-                "start it with `trainyard server start`"
-            ) from exc
+            raise ServerError(f"cannot reach the trainyard server at {self.url} ({exc}); "
+                              f"{self._what_to_do()}") from exc
         _raise_for(response)
         return response
+
+    def _what_to_do(self) -> str:
+        if self._from_env:
+            return ("check that a server runs there, or unset TRAINYARD_SERVER_URL to use "
+                    "this machine's own server")
+        return "start it with `trainyard server start` (its log: $TRAINYARD_HOME/server.log)"
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
         """A request whose answer is JSON."""
