@@ -57,7 +57,9 @@ install_packages() {
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# a process that exists and is not a zombie (a container's init may reap late)
+running() { kill -0 "$1" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+pid_alive() { [ -f "$1" ] && running "$(cat "$1")"; }
 
 start_munge() {
   mkdir -p "$STATE/munge" && chmod 755 "$STATE/munge"
@@ -210,7 +212,7 @@ stop_pidfile() {
   [ -f "$file" ] || return 0
   pid="$(cat "$file")"
   kill "$pid" 2>/dev/null || return 0
-  for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  for i in $(seq 50); do running "$pid" || return 0; sleep 0.1; done
   kill -9 "$pid" 2>/dev/null || true
 }
 
