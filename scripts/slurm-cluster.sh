@@ -216,14 +216,22 @@ stop_pidfile() {
   kill -9 "$pid" 2>/dev/null || true
 }
 
+kill_tree() {
+  local child
+  for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill -9 "$1" 2>/dev/null || true
+}
+
 kill_leftover_stepds() {
-  # slurmstepd processes of this cluster carry TRAINYARD_SLURM_DIR=$STATE from their slurmd.
-  local dir pid
+  # slurmstepd processes of this cluster work in its log folder (their cwd is under $STATE);
+  # they and the job processes under them go (normally scancel has ended them already)
+  local dir stepd
+  stepd="$(readlink -f "$(command -v slurmstepd || echo /usr/sbin/slurmstepd)")"
   for dir in /proc/[0-9]*; do
-    pid="${dir#/proc/}"
-    [ "$(readlink "$dir/exe" 2>/dev/null)" = "$(command -v slurmstepd || echo /usr/sbin/slurmstepd)" ] || continue
-    tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qx "TRAINYARD_SLURM_DIR=$STATE" || continue
-    kill -9 "$pid" 2>/dev/null || true
+    [ "$(readlink "$dir/exe" 2>/dev/null)" = "$stepd" ] || continue
+    case "$(readlink "$dir/cwd" 2>/dev/null)" in
+      "$STATE"|"$STATE"/*) kill_tree "${dir#/proc/}" ;;
+    esac
   done
 }
 
