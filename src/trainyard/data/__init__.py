@@ -9,28 +9,42 @@ Modules:
     datasets     ``DatasetStore``: named datasets, numbered versions, tags, manifests
     checkpoints  checkpoint rounds that readers see whole or not at all
     hook         the task runner's data hook (``runner_hook``)
-    scrub        credentials out of every message
+    scrub        credentials out of every message (``trainyard.data.scrub.scrub``)
     testing      a loopback S3 server (moto) for tests
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-from trainyard.data.config import DataConfig, load_config
-from trainyard.data.datasets import DatasetInfo, DatasetStore, DatasetVersion, parse_ref
-from trainyard.data.scrub import scrub
-from trainyard.data.transfer import Mover, TransferStats
-from trainyard.data.urls import download, list_url, upload
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trainyard.data.config import DataConfig, load_config
+    from trainyard.data.datasets import DatasetInfo, DatasetStore, DatasetVersion, parse_ref
     from trainyard.data.hook import DataLayerHook
+    from trainyard.data.transfer import Mover, TransferStats
+    from trainyard.data.urls import download, list_url, upload
 
 __all__ = [
     "DataConfig", "load_config", "DatasetInfo", "DatasetStore", "DatasetVersion", "parse_ref",
-    "Mover", "TransferStats", "download", "list_url", "upload", "scrub", "runner_hook",
+    "Mover", "TransferStats", "download", "list_url", "upload", "runner_hook",
 ]
+
+_HOMES = {
+    "DataConfig": "config", "load_config": "config", "DatasetInfo": "datasets",
+    "DatasetStore": "datasets", "DatasetVersion": "datasets", "parse_ref": "datasets",
+    "Mover": "transfer", "TransferStats": "transfer", "download": "urls", "list_url": "urls",
+    "upload": "urls",
+}
+"""Public name -> its module. Imported on first use, so that ``trainyard.data.scrub`` (which
+the task runner imports at start) does not pull in fsspec, pydantic models and rich."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'trainyard.data' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"trainyard.data.{_HOMES[name]}"), name)
 
 
 def runner_hook(log: Callable[[str], None] | None = None) -> DataLayerHook:

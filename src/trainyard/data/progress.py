@@ -1,22 +1,16 @@
 """Transfer progress: a small protocol the movers call, a silent default, and rich bars for
-the CLI. Calls may come from several worker threads at once."""
+the CLI (rich is imported only when bars are made). Calls may come from several worker
+threads at once."""
 
 from __future__ import annotations
 
 import threading
 from types import TracebackType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import TaskID
 
 __all__ = ["TransferProgress", "NullProgress", "RichProgress"]
 
@@ -61,6 +55,16 @@ class RichProgress:
     """
 
     def __init__(self, console: Console | None = None, enabled: bool = True) -> None:
+        from rich.console import Console  # imported here: the task runner never draws bars
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
         self._bar = Progress(
             TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
             TransferSpeedColumn(), TextColumn("{task.fields[files]}"), TimeRemainingColumn(),
