@@ -12,39 +12,74 @@ Typical use::
 
 Every refusal is a ``trainyard.errors.SpecError`` listing each ``SpecProblem`` (field path,
 rendered line, file). See ../shared/DESIGN.md ("spec/").
+
+Names are imported on first use, so that ``trainyard.spec.tokens`` (which the task runner
+imports) does not pull in Jinja and pydantic.
 """
 
 from __future__ import annotations
 
-from trainyard.spec.api import (
-    PoolChoice,
-    check_pool,
-    json_schema,
-    load,
-    parse,
-    render_source,
-    validate,
-)
-from trainyard.spec.fields import format_exit_codes, name_key, parse_exit_codes, split_mount
-from trainyard.spec.models import (
-    DEFAULT_RESOURCE,
-    CheckpointSpec,
-    DatasetRef,
-    ExitAction,
-    FileSpec,
-    GroupSpec,
-    ResourceSpec,
-    SpecDocument,
-    TaskInput,
-    TaskOutput,
-    TaskSpec,
-    Timeout,
-    WorkflowSpec,
-)
-from trainyard.spec.poolfit import allowed_mounts
-from trainyard.spec.template import DEFAULT_LIMITS, RenderLimits, extract_default_values, render
-from trainyard.spec.tokens import Token, find_tokens, substitute_tokens, token_values
-from trainyard.spec.values import parse_env, parse_labels, parse_set_strings, parse_set_values
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainyard.spec.api import (
+        PoolChoice,
+        check_pool,
+        json_schema,
+        load,
+        parse,
+        render_source,
+        validate,
+    )
+    from trainyard.spec.fields import format_exit_codes, name_key, parse_exit_codes, split_mount
+    from trainyard.spec.models import (
+        DEFAULT_RESOURCE,
+        CheckpointSpec,
+        DatasetRef,
+        ExitAction,
+        FileSpec,
+        GroupSpec,
+        ResourceSpec,
+        SpecDocument,
+        TaskInput,
+        TaskOutput,
+        TaskSpec,
+        Timeout,
+        WorkflowSpec,
+    )
+    from trainyard.spec.poolfit import allowed_mounts
+    from trainyard.spec.template import DEFAULT_LIMITS, RenderLimits, extract_default_values, render
+    from trainyard.spec.tokens import Token, find_tokens, substitute_tokens, token_values
+    from trainyard.spec.values import parse_env, parse_labels, parse_set_strings, parse_set_values
+
+_HOMES = {
+    "trainyard.spec.api": ("PoolChoice", "check_pool", "json_schema", "load", "parse", "render_source", "validate"),
+    "trainyard.spec.fields": ("format_exit_codes", "name_key", "parse_exit_codes", "split_mount"),
+    "trainyard.spec.models": (
+        "DEFAULT_RESOURCE", "CheckpointSpec", "DatasetRef", "ExitAction", "FileSpec", "GroupSpec",
+        "ResourceSpec", "SpecDocument", "TaskInput", "TaskOutput", "TaskSpec", "Timeout", "WorkflowSpec",
+    ),
+    "trainyard.spec.poolfit": ("allowed_mounts",),
+    "trainyard.spec.template": ("DEFAULT_LIMITS", "RenderLimits", "extract_default_values", "render"),
+    "trainyard.spec.tokens": ("Token", "find_tokens", "substitute_tokens", "token_values"),
+    "trainyard.spec.values": ("parse_env", "parse_labels", "parse_set_strings", "parse_set_values"),
+}
+_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainyard.spec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     # pipeline

@@ -3,8 +3,13 @@ and the JSON Schema for editors."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
+import subprocess
+import sys
+
+import pytest
 
 import trainyard.spec as spec_pkg
 from trainyard import spec
@@ -12,11 +17,19 @@ from trainyard import spec
 
 def test_all_names_exist_and_nothing_public_is_left_out() -> None:
     assert len(spec.__all__) == len(set(spec.__all__))
+    assert set(spec_pkg._MODULE_OF) == set(spec.__all__)
     for name in spec.__all__:
-        assert hasattr(spec_pkg, name), name
-    public = {n for n, v in vars(spec_pkg).items()
-              if not n.startswith("_") and not inspect.ismodule(v) and n != "annotations"}
-    assert public == set(spec.__all__)
+        assert getattr(spec_pkg, name) is getattr(importlib.import_module(spec_pkg._MODULE_OF[name]), name)
+    assert set(spec.__all__) <= set(dir(spec_pkg))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        spec_pkg.nope  # noqa: B018
+
+
+def test_the_runner_can_import_tokens_without_jinja_or_pydantic() -> None:
+    code = ("import sys, trainyard.spec.tokens; "
+            "print(sorted(m for m in ('jinja2', 'pydantic', 'yaml') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
 
 
 def test_public_functions_document_their_contract() -> None:
@@ -48,7 +61,6 @@ def test_schema_has_the_yaml_keys_and_text_forms() -> None:
 def test_schema_accepts_a_real_spec_shape() -> None:
     jsonschema = __import__("importlib").util.find_spec("jsonschema")
     if jsonschema is None:
-        import pytest
         pytest.skip("jsonschema is not installed")
     import jsonschema as js  # type: ignore[import-untyped]
 
