@@ -23,11 +23,11 @@ from pydantic import ValidationError
 
 from trainyard.errors import SpecError, SpecProblem
 from trainyard.pools import Pool, default_local_pool
+from trainyard.spec import poolfit
 from trainyard.spec.checks import check_workflow
 from trainyard.spec.fields import check_env_name
 from trainyard.spec.localfiles import LocalFiles, read_local_files
 from trainyard.spec.models import SpecDocument, WorkflowSpec
-from trainyard.spec import poolfit
 from trainyard.spec.problems import Issue, Layout, issues_from_validation, to_problems
 from trainyard.spec.template import DEFAULT_LIMITS, RenderLimits, render
 from trainyard.spec.yamlsource import LineIndex, gc_paused, parse_yaml

@@ -68,3 +68,12 @@ def test_schema_accepts_a_real_spec_shape() -> None:
                         "resources": {"default": {"cpu": 1, "memory": "1Gi"}},
                         "tasks": [{"name": "t", "command": ["echo"], "exitActions": {"COMPLETE": "0,1-3"}}]}}
     js.validate(doc, spec.json_schema())
+
+
+def test_type_checkers_see_every_public_name() -> None:
+    import ast
+
+    tree = ast.parse(inspect.getsource(spec_pkg))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    imported = {(node.module, a.name) for node in block.body if isinstance(node, ast.ImportFrom) for a in node.names}
+    assert imported == {(spec_pkg._MODULE_OF[name], name) for name in spec.__all__}

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -233,3 +234,23 @@ def test_multi_line_jinja_messages_become_one_line() -> None:
     message = render_error("{% for x in y %}\nabc\n")
     assert "\n" not in message and "Jinja was looking for the following tags: 'endfor' or 'else'" in message
     assert ".;" not in message
+
+
+def test_rendering_works_from_several_threads_at_once() -> None:
+    results: list[str] = []
+
+    def work(i: int) -> None:
+        results.append(render("a: {{ v }}\n", values={"v": i}))
+        try:
+            render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+                   limits=RenderLimits(time_s=0.2))
+        except SpecError as exc:
+            results.append(str(exc))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(r for r in results if r.startswith("a:")) == [f"a: {i}\n" for i in range(4)]
+    assert sum("time limit" in r for r in results) == 4
