@@ -11,7 +11,7 @@ from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, console, emit, table
 from trainyard.cli.request import spec_request
 from trainyard.cli.workflow_ops import wait_for
-from trainyard.server.service import SpecRequest
+from trainyard.server.schema import SpecRequest
 from trainyard.spec.values import parse_labels
 
 app = typer.Typer(no_args_is_help=True, help="Named, versioned workflow templates.")

@@ -15,7 +15,7 @@ import yaml
 
 from trainyard import spec as specapi
 from trainyard.errors import SpecError, SpecProblem
-from trainyard.server.service import SpecRequest
+from trainyard.server.schema import SpecRequest
 from trainyard.spec.localfiles import LocalFiles
 
 __all__ = ["spec_request", "localpaths"]

@@ -17,7 +17,7 @@ import typer
 from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, console, emit, table
 from trainyard.cli.request import spec_request
-from trainyard.server.service import SpecRequest
+from trainyard.server.schema import SpecRequest
 from trainyard.spec.values import parse_labels
 
 __all__ = ["register"]

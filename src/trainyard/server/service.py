@@ -16,31 +16,17 @@ from typing import Any
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel, Field
-
 from trainyard import spec as specapi
 from trainyard.engine import machine as m
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, SpecProblem
 from trainyard.pools import DEFAULT_POOL, Pool
 from trainyard.server.auth import User
+from trainyard.server.schema import SpecRequest
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import WorkflowRecord
 
 __all__ = ["SpecRequest", "LoadedSpec", "Service", "iso"]
-
-
-class SpecRequest(BaseModel):
-    """A spec as the CLI sends it: text, its ``localpath`` files inlined, and parameters."""
-
-    spec_text: str
-    spec_name: str = "spec.yaml"
-    files: dict[str, str] = Field(default_factory=dict)
-    set: list[str] = Field(default_factory=list)
-    set_string: list[str] = Field(default_factory=list)
-    set_env: list[str] = Field(default_factory=list)
-    pool: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
