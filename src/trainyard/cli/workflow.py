@@ -18,7 +18,8 @@ from trainyard.pools import Pool, get_pool
 
 __all__ = ["app", "SpecOptions"]
 
-app = typer.Typer(help="Validate and inspect workflow specs.", no_args_is_help=True)
+app = typer.Typer(help="Submit, watch and manage workflows; validate and render specs.",
+                 no_args_is_help=True)
 
 SpecArg = Annotated[Path, typer.Argument(help="The workflow spec (YAML with Jinja).", metavar="SPEC")]
 SetOpt = Annotated[list[str] | None, typer.Option(
