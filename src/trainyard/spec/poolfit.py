@@ -87,6 +87,8 @@ def _fit_issues(loc: tuple[str, ...], spec: ResourceSpec, pool: Pool) -> list[Is
         if spec.platform not in pool.platforms:
             return [Issue(loc + ("platform",), _platform_message(spec.platform, pool))]
         nodes = [n for n in nodes if n.platform == spec.platform]
+    if not pool.nodes:
+        return [Issue(loc, f"pool {pool.name!r} has no nodes; give it nodes or use another pool")]
     if not nodes:
         return [Issue(loc + ("nodesExcluded",), f"excludes every node of pool {pool.name!r}"
                       f"{_on(spec)}; exclude fewer nodes")]

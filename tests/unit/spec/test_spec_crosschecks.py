@@ -310,3 +310,9 @@ def test_long_name_lists_in_messages_are_cut() -> None:
     text = workflow(f"tasks: [{tasks}, {{name: last, command: [x], inputs: [{{task: nope}}]}}]\n")
     message = only_problem(text).message
     assert message.endswith("name one of the tasks: t0, t1, t2, t3, t4, t5, t6, t7 and 13 more")
+
+
+def test_a_pool_without_nodes_holds_nothing() -> None:
+    problem = only_problem(_resources_spec("{cpu: 1}"), pool=Pool(name="empty", nodes=[]))
+    assert (problem.path, problem.message) == (
+        "workflow.resources.default", "pool 'empty' has no nodes; give it nodes or use another pool")
