@@ -6,8 +6,8 @@ still running is cancelled, ``trainyard server stop`` stops it, and no process o
 may survive (a task's network keeper idles out within ~20 s).
 
 The OSMO rows that take ~2 minutes are submitted once, at the start of the session
-(``osmo_runs``, autouse), so they run while the other files' tests run; test_osmo_outcomes.py
-waits for them at the end.
+(``osmo_runs``, autouse), so they run while the other files' tests run; the tests of
+test_osmo_outcomes.py, which wait for them, are moved to the end of the run.
 """
 
 from __future__ import annotations
@@ -28,6 +28,14 @@ from cli_e2e_support import (
     submit_row,
     wait_gone,
 )
+
+
+OUTCOMES = "test_osmo_outcomes.py"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the tests that wait for the long OSMO rows last, after everything else."""
+    items.sort(key=lambda item: item.path.name == OUTCOMES)  # stable: order kept otherwise
 
 
 def _cancel_everything(server: Server) -> None:
@@ -66,7 +74,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def osmo_runs(request: pytest.FixtureRequest) -> dict[str, str]:
     """Every background row submitted at once (workflow id by row id); none when the OSMO
     specs are not beside the repository, or when no collected test needs them."""
-    wanted = any(item.path.name == "test_osmo_outcomes.py" for item in request.session.items)
+    wanted = any(item.path.name == OUTCOMES for item in request.session.items)
     if not SPECS.is_dir() or not wanted:
         return {}
     server: Server = request.getfixturevalue("server")
