@@ -8,13 +8,14 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from trainyard.backends.base import Backend
 from trainyard.errors import ConfigError
-from trainyard.pools import Pool
+
+if TYPE_CHECKING:  # kept out of the import path of helper processes (netns keeper, runner)
+    from trainyard.backends.base import Backend
+    from trainyard.pools import Pool
 
 __all__ = ["BACKENDS", "get_backend", "register_backend"]
 
@@ -49,7 +50,7 @@ def get_backend(pool: Pool, home: Path) -> Backend:
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"pool {pool.name!r}: backend {pool.backend!r} is not available: "
                           f"{exc}") from exc
-    return cast(Backend, cast(Callable[[Pool, Path], Backend], factory)(pool, home))
+    return cast("Backend", factory(pool, home))
 
 
 def _fake(pool: Pool, home: Path) -> Backend:

@@ -109,13 +109,16 @@ class Engine:
         self._schedulers: dict[str, Scheduler] = {}
         self._backends: dict[str, Backend] = {}
         self._dirty: set[str] = set()
+        self._pending: dict[str, list[m.Event]] = {}  # accepted, handled by the next step
         self._changed = threading.Condition(self._lock)
         self._resume()
 
     # ------------------------------------------------------------------ public API
 
     def submit(self, sub: Submission) -> WorkflowRecord:
-        """Store a workflow and start it. Nothing is stored if building its state fails."""
+        """Store a workflow; the loop's next ``step`` starts it (so a submit answers at once,
+        without waiting for processes to start). Nothing is stored if building its state
+        fails. Returns the stored record (status PENDING)."""
         self.pools.setdefault(sub.pool.name, sub.pool)
 
         def make_state(workflow_id: str) -> tuple[str, dict[str, Any]]:
@@ -130,8 +133,8 @@ class Engine:
                 labels=sub.labels, spec_text=sub.spec_text, source=source, make_state=make_state,
             )
             self._track(record.id, _Live(state_from_dict(record.state), sub.spec, sub.pool.name))
-            self._process({record.id: [m.Submitted(time.time())]})
-        return self.store.get_workflow(record.id)
+            self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
+        return record
 
     def cancel(self, workflow_id: str) -> None:
         """Cancel a workflow: every process stopped, status FAILED_CANCELED. Idempotent;
@@ -189,6 +192,9 @@ class Engine:
         """One pass of the loop (see the module docstring)."""
         with self._lock:
             events: dict[str, list[m.Event]] = {wid: [] for wid in self._live}
+            for wid, pending in self._pending.items():
+                events.setdefault(wid, []).extend(pending)
+            self._pending.clear()
             for fact in self._poll():
                 if fact.key.workflow_id in events:
                     events[fact.key.workflow_id].append(_fact_to_event(fact))
