@@ -21,8 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-import fsspec
-from fsspec.core import url_to_fs
 
 from trainyard.errors import DataError
 from trainyard.runner.spec import RunInput, RunOutput
@@ -114,13 +112,15 @@ class FsspecData:
     @staticmethod
     def _fs(url: str) -> tuple[Any, str]:
         try:
+            from fsspec.core import url_to_fs  # imported on use: most tasks move no URLs
+
             fs, root = url_to_fs(url)
         except (ValueError, ImportError) as exc:
             raise DataError(f"{url}: no way to reach it: {exc}") from exc
         return fs, root.rstrip("/") or "/"
 
     @staticmethod
-    def _put_atomic(fs: fsspec.AbstractFileSystem, path: Path, target: str) -> None:
+    def _put_atomic(fs: Any, path: Path, target: str) -> None:
         partial = f"{target}.trainyard-partial-{uuid.uuid4().hex[:8]}"
         try:
             fs.makedirs(posixpath.dirname(target), exist_ok=True)
