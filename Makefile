@@ -14,8 +14,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/trainyard workflow validate examples/torchrun_multinode/train.yaml
-	$(VENV)/bin/trainyard workflow spec examples/torchrun_multinode/train_template.yaml --set n_nodes=2 n_gpus_per_node=2
+	bash scripts/demo.sh
 
 test: $(STAMP)
 	$(PY) -m pytest -q

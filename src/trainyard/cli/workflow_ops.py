@@ -84,7 +84,23 @@ def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.
         follower.join(timeout=5)
     stop.set()
     console.print(f"Workflow {workflow_id} {data['status']} after {time.monotonic() - started:.1f}s")
+    _print_outputs(data)
     return data
+
+
+def _print_outputs(data: dict[str, Any]) -> None:
+    """Where each lead task's output went: its folder and its uploads (datasets, URLs)."""
+    for group in data["groups"]:
+        for task in group["tasks"]:
+            if not task["lead"] or task["status"] != "COMPLETED":
+                continue
+            console.print(f"Output of {task['name']}: {task.get('output_dir')}", markup=False)
+            for target in task.get("outputs", []):
+                hint = ""
+                if target.startswith("dataset "):
+                    name = target.split(" ", 1)[1]
+                    hint = f" (`trainyard dataset info {name}`, `trainyard dataset download {name} DIR`)"
+                console.print(f"  uploaded to {target}{hint}", markup=False)
 
 
 def submit(

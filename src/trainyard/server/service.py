@@ -128,7 +128,9 @@ class Service:
         """The workflow in the CLI's JSON shape (``groups[].tasks[]``; ``retries`` when verbose)."""
         record = self._readable(workflow_id, user)
         state = self.engine.state(workflow_id)
-        return _workflow_json(record, state, verbose)
+        data = _workflow_json(record, state, verbose)
+        _add_outputs(data, record, lambda task, retry: self.engine.run_dir(workflow_id, task, retry))
+        return data
 
     def list(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
              labels: dict[str, str] | None = None, count: int | None = None) -> list[dict[str, Any]]:
@@ -256,6 +258,28 @@ def _task_json(t: m.TaskState, verbose: bool) -> dict[str, Any]:
     if verbose:
         out["retries"] = [_attempt_json(a) for a in t.history]
     return out
+
+
+def _output_targets(record: WorkflowRecord) -> dict[str, list[str]]:
+    """Task name -> where its ``outputs`` go (``url`` or ``dataset NAME``), from the spec."""
+    spec = record.source.get("spec") or {}
+    tasks = [t for g in spec.get("groups", []) for t in g.get("tasks", [])]
+    targets: dict[str, list[str]] = {}
+    for task in tasks:
+        for out in task.get("outputs") or []:
+            target = out.get("url") or f"dataset {(out.get('dataset') or {}).get('name')}"
+            targets.setdefault(task["name"], []).append(target)
+    return targets
+
+
+def _add_outputs(data: dict[str, Any], record: WorkflowRecord, run_dir: Any) -> None:
+    """Give every task its ``output_dir`` (the ``{{output}}`` folder of its current attempt)
+    and ``outputs`` (where the spec uploads it after success)."""
+    targets = _output_targets(record)
+    for group in data["groups"]:
+        for task in group["tasks"]:
+            task["output_dir"] = str(run_dir(task["name"], task["retry_id"]) / "output")
+            task["outputs"] = targets.get(task["name"], [])
 
 
 def _workflow_json(record: WorkflowRecord, state: m.WorkflowState, verbose: bool) -> dict[str, Any]:
