@@ -7,21 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.backends.local import LocalBackend, probe_isolation
+from local_support import isolation_available
+
+from trainyard.backends.local import LocalBackend
 
 MODES = {
     "sandboxed": ("bwrap", "netns"),
     "fallback": ("none", "loopback"),
 }
-
-
-def isolation_available(sandbox: str, network: str) -> str | None:
-    """None when this machine supports the mode, else why not."""
-    try:
-        probe_isolation(sandbox, network)
-    except Exception as exc:  # BackendError: asked-for isolation fails here
-        return str(exc)
-    return None
 
 
 @pytest.fixture

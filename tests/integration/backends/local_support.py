@@ -9,7 +9,7 @@ from typing import Any
 import psutil
 
 from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
-from trainyard.backends.local import LocalBackend
+from trainyard.backends.local import LocalBackend, probe_isolation
 
 FINAL = (FactKind.EXITED, FactKind.LOST, FactKind.START_ERROR)
 
@@ -90,3 +90,12 @@ def wait_gone(marker: str, timeout_s: float = 15) -> list[psutil.Process]:
     while (left := processes_with(marker)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
+
+
+def isolation_available(sandbox: str, network: str) -> str | None:
+    """None when this machine supports the mode, else why not."""
+    try:
+        probe_isolation(sandbox, network)
+    except Exception as exc:  # BackendError: asked-for isolation fails here
+        return str(exc)
+    return None

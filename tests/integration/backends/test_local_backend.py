@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from local_support import (
+    isolation_available,
     final, group_launches, processes_with, task_log, wait_final, wait_for, wait_gone,
 )
 
@@ -169,8 +170,6 @@ def test_killed_runner_is_lost_and_its_command_cleaned_up(backend: LocalBackend,
 
 
 def test_runner_that_cannot_start_is_a_start_error(home: Path) -> None:
-    from conftest import isolation_available
-
     if isolation_available("bwrap", "loopback"):
         pytest.skip("bubblewrap not available")
     backend = LocalBackend(home=home, sandbox="bwrap", network="loopback",
