@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from trainyard.cli.main import main
 
@@ -115,8 +116,12 @@ class Server:
         return run_cli(self.home, *args, timeout_s=timeout_s, **env)
 
     def main(self, *args: str) -> Result:
-        """The CLI in-process (the session has TRAINYARD_HOME set)."""
-        return run_main(*args)
+        """The CLI in-process, with this server's TRAINYARD_HOME (other session fixtures,
+        such as the Slurm tests' runner home, may have pointed the variable elsewhere)."""
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("TRAINYARD_HOME", str(self.home))
+            patch.delenv("TRAINYARD_SERVER_URL", raising=False)
+            return run_main(*args)
 
     def submit(self, spec: Path | str, *args: str) -> str:
         """Submit without waiting; the workflow id."""
