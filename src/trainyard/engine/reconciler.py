@@ -110,7 +110,7 @@ class Engine:
         self._backends: dict[str, Backend] = {}
         self._dirty: set[str] = set()
         self._pending: dict[str, list[m.Event]] = {}  # accepted, handled by the next step
-        self._changed = threading.Condition(self._lock)
+        self._running_loop = False  # True while run_forever drives the steps
         self._resume()
 
     # ------------------------------------------------------------------ public API
@@ -217,8 +217,6 @@ class Engine:
                 self.step()
             time.sleep(self.poll_interval_s)
 
-    _running_loop = False
-
     def run_forever(self, stop: threading.Event) -> None:
         """Call ``step`` every ``poll_interval_s`` until ``stop`` is set."""
         self._running_loop = True
@@ -283,10 +281,9 @@ class Engine:
             updates[wid] = (st.status.value, st.end_time_s, state_to_dict(st))
         self.store.save_states(updates)
         self._dirty.clear()
-        for wid, (status, end, _s) in updates.items():
-            if end is not None and self._live[wid].state.status.is_terminal():
+        for wid, (_status, end_time_s, _state) in updates.items():
+            if end_time_s is not None:  # finished: no longer driven
                 del self._live[wid]
-        self._changed.notify_all()
 
     def _carry_out(self, actions: list[tuple[str, m.Action]]) -> dict[str, list[m.Event]]:
         follow_up: dict[str, list[m.Event]] = {}
