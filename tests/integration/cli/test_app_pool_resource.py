@@ -53,8 +53,10 @@ def test_app_create_list_show_submit_delete(server: Server, tmp_path: Path) -> N
     data = server.query(workflow_id)
     assert [t["name"] for g in data["groups"] for t in g["tasks"]] == [
         "master", "worker_1", "worker_2"]
+    # The lead's line only: when the lead ends, the group's other tasks are stopped, so a
+    # worker may be stopped before its echo ran (OSMO's lead semantics, not a failure).
     logs = server.logs(workflow_id)
-    assert "[worker_2] rank 2 of 3 meets at 127." in logs and ":29500" in logs
+    assert "[master] rank 0 of 3 meets at 127." in logs and ":29500" in logs
 
     gone = server.cli("app", "delete", "elastic")
     assert (gone.code, gone.out.strip()) == (0, "App elastic deleted (2 versions)"), gone.err
