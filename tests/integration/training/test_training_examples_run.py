@@ -35,8 +35,8 @@ def test_reschedule_example_fails_once_then_resumes_from_the_uploaded_snapshot(t
     assert "rescheduling the task" in first["master"].output
     assert "training from scratch" in first["master"].output
 
-    # the checkpoint upload: the lead's {{output}}/models goes to upload_location
-    shutil.copytree(tmp_path / "attempt1" / "master" / "output" / "models", tmp_path / "upload" / "models")
+    # the checkpoint upload: the lead's /tmp/models goes to upload_location
+    shutil.copytree(tmp_path / "attempt1" / "master" / "tmp" / "models", tmp_path / "upload" / "models")
     second = run_task_scripts(task_scripts(EXAMPLES / "torchrun_reschedule" / "train.yaml",
                                            {**values, "master_port": free_port()}), tmp_path / "attempt2", inputs)
     assert {n: t.returncode for n, t in second.items()} == {"master": 0, "worker_1": 0}, second["master"].output[-3000:]

@@ -72,8 +72,9 @@ def test_two_node_spec_is_osmos_master_and_worker() -> None:
 def test_elastic_uses_a_c10d_rendezvous_on_the_master() -> None:
     script = _scripts(load(EXAMPLES / "torchrun_elastic" / "train.yaml"))["worker_1"]
     for part in ("--nnodes 1:2", "--max_restarts 3", "--rdzv_id {{workflow_id}}", "--rdzv_backend c10d",
-                 "--rdzv_endpoint {{host:master}}:29400"):
+                 "--rdzv_endpoint {{host:master}}:29400", "--rdzv_conf is_host=0,"):
         assert part in script
+    assert "--rdzv_conf is_host=1," in _scripts(load(EXAMPLES / "torchrun_elastic" / "train.yaml"))["master"]
 
 
 def test_reschedule_maps_the_code_and_injects_one_failure() -> None:
@@ -82,10 +83,11 @@ def test_reschedule_maps_the_code_and_injects_one_failure() -> None:
     assert group.ignore_nonlead_status is False
     assert all(t.action_for(3).value == "RESCHEDULE" for t in group.tasks)
     checkpoint = group.lead.checkpoint[0]
-    assert checkpoint.path == "models" and checkpoint.url.endswith("/{{workflow_id}}/models")
+    assert checkpoint.path == "/tmp/models" and checkpoint.url.endswith("/{{workflow_id}}/models")
     assert all(t.inputs[0].url == checkpoint.url for t in group.tasks)
     script = _scripts(doc)["master"]
     assert "--error_log /tmp/training_errors.log --fail-at-epoch 5" in script
+    assert "--snapshot_path /tmp/models/snapshot.pth --metrics-dir {{output}}/models" in script
     assert not re.search(r"^set -\w*e", script, re.M) and "exit 3" in script
     off = _scripts(load(EXAMPLES / "torchrun_reschedule" / "train.yaml", set_values={"fail_at_epoch": 0}))
     assert "--fail-at-epoch" not in off["master"]
