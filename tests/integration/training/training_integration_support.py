@@ -1,5 +1,6 @@
 """Helpers for the training kit's integration tests: real torchrun processes standing in for
-nodes on this machine, and example specs run the way a task runner would run them."""
+nodes on this machine, example specs run the way a task runner would run them, and example
+specs submitted to the real engine on the local pool (``EngineRun``)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,21 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+import psutil
 
 BIN = Path(sys.executable).parent
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 TIMEOUT_S = 180
 
 __all__ = ["BIN", "EXAMPLES", "free_port", "Node", "run_nodes", "torchrun_cmd", "metrics",
-           "task_scripts", "run_task_scripts"]
+           "task_scripts", "run_task_scripts", "EngineRun", "task_processes", "kill", "wait_until"]
 
 
 def free_port() -> int:
@@ -97,3 +103,106 @@ def run_task_scripts(scripts: Mapping[str, str], sandbox: Path, inputs: Mapping[
         (root / "run.sh").write_text(text)
         commands.append(["bash", str(root / "run.sh")])
     return dict(zip(scripts, run_nodes(commands, cwd=sandbox)))
+
+
+class EngineRun:
+    """The real ``Engine`` with the local backend on the ``local`` pool, its store and runs
+    under ``home``, stepped by a background thread once ``start()`` is called (``submit``
+    only stores, so a test may act between a submit and the first start of a task).
+
+    Tasks find their dataset store through ``TRAINYARD_HOME``: point it at ``home`` first.
+    """
+
+    def __init__(self, home: Path) -> None:
+        from trainyard.engine.reconciler import Engine
+        from trainyard.pools import default_local_pool
+        from trainyard.store import Store
+
+        self.home = home
+        self.pool = default_local_pool()
+        self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={self.pool.name: self.pool})
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.submitted: list[str] = []
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self.engine.run_forever, args=(self._stop,), daemon=True)
+            self._thread.start()
+
+    def submit(self, path: Path, values: Mapping[str, Any]) -> str:
+        """Render, validate and submit a spec with these ``--set`` values; returns its id."""
+        from trainyard import spec
+        from trainyard.engine.reconciler import Submission
+
+        doc = spec.load(path, set_values=dict(values), pool=self.pool)
+        record = self.engine.submit(Submission(spec=doc.workflow, spec_text=path.read_text(),
+                                               user="tester", pool=self.pool))
+        self.submitted.append(record.id)
+        return record.id
+
+    def wait(self, workflow_id: str, timeout_s: float = TIMEOUT_S) -> str:
+        """The workflow's final status."""
+        self.start()
+        return self.engine.wait(workflow_id, timeout_s).status
+
+    def state(self, workflow_id: str) -> Any:
+        return self.engine.state(workflow_id)
+
+    def run_dir(self, workflow_id: str, task: str, retry_id: int = 0) -> Path:
+        return self.engine.run_dir(workflow_id, task, retry_id)
+
+    def log(self, workflow_id: str, task: str, retry_id: int = 0) -> str:
+        path = self.run_dir(workflow_id, task, retry_id) / "task.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def logs(self, workflow_id: str) -> str:
+        """Every attempt's task log, for assertion messages (the tail matters most)."""
+        paths = sorted((self.home / "runs" / workflow_id).glob("*/*/task.log"))
+        return "\n".join(f"== {p.parent.parent.name} retry {p.parent.name}\n{p.read_text(errors='replace')[-4000:]}"
+                         for p in paths)
+
+    def close(self) -> None:
+        for workflow_id in self.submitted:
+            self.engine.cancel(workflow_id)
+        deadline = time.monotonic() + 30
+        while self.submitted and time.monotonic() < deadline and any(
+                not self.state(w).status.is_terminal() for w in self.submitted):
+            time.sleep(0.2)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+def task_processes(workflow_id: str, task: str) -> list[psutil.Process]:
+    """The processes of a task's command (its shell, torchrun, the trainers): those whose
+    environment names the task, as the task runner sets it for the command. The runner itself
+    is not among them."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+        if env.get("TRAINYARD_WORKFLOW_ID") == workflow_id and env.get("TRAINYARD_TASK_NAME") == task:
+            found.append(proc)
+    return found
+
+
+def kill(procs: Iterable[psutil.Process]) -> None:
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def wait_until(check: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> Any:
+    """Poll ``check`` until it returns something true; that value. AssertionError on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
