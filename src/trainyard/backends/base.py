@@ -110,3 +110,7 @@ class Backend(Protocol):
 
     def recover(self, keys: list[TaskKey]) -> list[TaskKey]:
         """After an engine restart: which of these attempts are still alive."""
+
+    def close(self) -> None:
+        """The engine is done with this backend object: release helpers it holds for this
+        process. Running tasks keep running (a new engine recovers them)."""

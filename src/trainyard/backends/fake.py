@@ -90,3 +90,6 @@ class FakeBackend:
 
     def recover(self, keys: list[TaskKey]) -> list[TaskKey]:
         return [k for k in keys if k in self._attempts and not self._attempts[k].done]
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,28 +1,35 @@
-"""The local backend: every task is a task runner process on this machine, in its own sandbox.
+"""The local backend: every task is a task runner process on this machine, its command in
+its own sandbox.
 
-Start: one detached runner process per ``TaskLaunch`` (``start_new_session``), so tasks
-survive an engine restart. Its pid and create time go to ``<run_dir>/launch.json`` and an
-index entry under ``<state_dir>/attempts/`` maps the attempt's key to its run_dir, so a new
-backend object finds it again (``recover``). A pid alone is never trusted (pids are reused):
-a process is the task's only while its create time matches.
+Start: the backend's launcher (``backends.launcher``, one long-lived process per backend
+folder, started on first use) forks one runner per ``TaskLaunch``; each leads its own
+session, so tasks survive an engine restart (and a launcher restart). Its pid and create time
+go to ``<run_dir>/launch.json`` and an index entry under ``<state_dir>/attempts/`` maps the
+attempt's key to its run_dir, so a new backend object finds it again (``recover``). A pid
+alone is never trusted (pids are reused): a process is the task's only while its create time
+matches.
 
 Facts: ``poll`` tails each ``<run_dir>/events.jsonl`` (written by the runner) and reports each
 event once per backend object; a runner gone without EXITED is LOST (START_ERROR if it never
-reported anything: bubblewrap or the interpreter failed). ``stop`` sends SIGTERM to the
-runner (it stops its command's process group and reports a non-zero exit) and SIGKILLs the
-whole tree and session after ``stop_grace_s``, from a background thread: ``stop`` returns at
-once and is idempotent.
+reported anything: it could not even read its input). Whatever an ended attempt left running
+is killed (one scan of the process table per poll for all attempts that ended). ``stop``
+sends SIGTERM to the runner (it stops its command's process group and reports a non-zero
+exit) and SIGKILLs the whole tree and session after ``stop_grace_s``, from a background
+thread: ``stop`` returns at once and is idempotent.
 
-Isolation, chosen once per process by probing what works here (see ``probe_isolation``):
+Isolation, chosen once per process by probing what works here (see ``probe_isolation``). The
+runner itself stays on the host (it moves data with the host's network and credentials) and
+puts only the command behind the sandbox prefix (``SandboxSettings.command_prefix``):
 
 - sandbox ``bwrap`` (``backends.sandbox``): own ``/`` and ``/tmp`` under
-  ``<run_dir>/sandbox/root``, cwd ``/``, private PID/IPC/UTS namespaces, host name = task name.
+  ``<run_dir>/sandbox/root``, cwd ``/``, private PID/IPC/UTS namespaces, host name = task name;
+  the runner writes files where the sandbox shows them (``SandboxSettings.mounts``).
   Fallback ``none`` (bwrap missing or refused, e.g. a container without user namespaces):
   one warning, and the runner rewrites ``/tmp`` and file paths onto that same folder
-  (``TaskRun.sandbox.root``) and runs the command there.
-- network ``netns`` (``backends.netns``): one network namespace per group (per workflow), so
-  two workflows can both listen on 29400; ``{{host:TASK}}`` is a 127/8 address derived from
-  (workflow id, task name) and ``/etc/hosts`` names it. The server's loopback port
+  (``SandboxSettings.root``) and runs the command there.
+- network ``netns``: one network namespace per group, held by the launcher, so two workflows
+  can both listen on 29400; ``{{host:TASK}}`` is a 127/8 address derived from (workflow id,
+  task name) and ``/etc/hosts`` names it. The server's loopback port
   (``$TRAINYARD_SERVER_URL`` or ``<home>/server.json``) and ``forward_ports`` are forwarded
   into the namespace, so the ``trainyard`` CLI works inside a task. Fallback ``loopback``
   (no namespaces): same addresses on the host's loopback, with a warning that ports bound on
@@ -33,7 +40,8 @@ GPUs: when ``nvidia-smi -L`` lists GPUs, a task gets ``CUDA_VISIBLE_DEVICES`` = 
 ``CUDA_VISIBLE_DEVICES=""``. Images: see ``backends.images``.
 
 Pool ``options`` read here: ``sandbox`` (auto|bwrap|none), ``network`` (auto|netns|loopback),
-``forward_ports`` (list of host loopback ports), ``stop_grace_s``.
+``forward_ports`` (list of host loopback ports), ``stop_grace_s``, ``launcher_idle_s`` (how
+long an idle launcher stays, default 60).
 """
 
 from __future__ import annotations
@@ -62,7 +70,9 @@ from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
 from trainyard.backends.facts import ENDING, read_facts
 from trainyard.backends.images import runtime_for, runtime_path
 from trainyard.backends.netns import GroupNetwork, ensure_group_network, probe_netns
-from trainyard.backends.sandbox import SandboxPlan, bwrap_argv, hosts_file_text, needs_bind, probe_bwrap
+from trainyard.backends.launcher import LauncherClient
+from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, hosts_file_text, needs_bind,
+                                       probe_bwrap, sandbox_mounts)
 from trainyard.errors import BackendError, ConfigError
 from trainyard.pools import Pool, trainyard_home
 from trainyard.runner import proctree
@@ -78,6 +88,8 @@ SANDBOXES = ("auto", "bwrap", "none")
 NETWORKS = ("auto", "netns", "loopback")
 RUNNER_OUT = "runner.out"
 LAUNCH = "launch.json"
+ALIVE_CHECK_S = 0.5
+"""How often ``poll`` asks whether a runner still lives (a LOST fact comes that much later)."""
 
 
 # ---------------------------------------------------------------------- isolation probe
@@ -185,7 +197,8 @@ class LaunchRequest:
     """One task start, built apart from sending it (so it can be printed and tested).
 
     Attributes:
-        argv: the whole command line (nsenter prefix, bwrap prefix, runner).
+        argv: how to run the runner by hand (the launcher forks it instead); the sandbox
+            prefix of the command is ``run.sandbox.command_prefix``.
         run: the runner's input, ``sandbox`` filled.
         writable_dirs: folders to create before the start (bind sources, outputs).
         hosts_text: ``/etc/hosts`` for the sandbox (bwrap only).
@@ -207,12 +220,20 @@ def _local_path(url: str) -> str | None:
     return None
 
 
-def _runner_paths() -> list[str]:
-    """Folders the runner's interpreter and imports live in (not the engine's script folder)."""
+@functools.lru_cache(maxsize=1)
+def _runner_paths() -> tuple[str, ...]:
+    """Folders the interpreter and its imports live in (not the engine's script folder): the
+    command sees them read-only (``python``, ``torchrun`` of the venv)."""
     paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
              str(Path(trainyard.__file__).resolve().parent.parent)}
     paths.update(sysconfig.get_paths().values())
-    return sorted(p for p in paths if os.path.exists(p))
+    return tuple(sorted(p for p in paths if os.path.exists(p)))
+
+
+@functools.lru_cache(maxsize=1)
+def _runner_binds() -> tuple[str, ...]:
+    """The ``_runner_paths`` the sandbox must bind again to show them (asked once)."""
+    return tuple(p for p in _runner_paths() if needs_bind(p, False))
 
 
 # ---------------------------------------------------------------------- attempts
@@ -224,7 +245,6 @@ class _Attempt:
     run_dir: Path | None
     pid: int | None = None
     created: float = 0.0
-    popen: subprocess.Popen[bytes] | None = None
     offset: int = 0
     reported: bool = False
     done: bool = False
@@ -232,6 +252,7 @@ class _Attempt:
     stop_deadline: float = 0.0
     termed: bool = False
     stopped: bool = False
+    next_alive_check: float = 0.0
 
 
 def _tail(path: Path, limit: int = 400) -> str:
@@ -272,6 +293,8 @@ class LocalBackend:
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._stopper: threading.Thread | None = None
+        idle = float(options.get("launcher_idle_s", 60.0))
+        self._launcher = LauncherClient(self.state_dir, self.python, idle_s=idle)
 
     # ------------------------------------------------------------------ Backend API
 
@@ -284,6 +307,7 @@ class LocalBackend:
         if not launches:
             return
         iso = probe_isolation(self.sandbox, self.network, self.python)
+        self.home.mkdir(parents=True, exist_ok=True)  # the sandbox binds it
         started: list[TaskKey] = []
         try:
             net = self._group_network(launches[0]) if iso.netns else None
@@ -303,8 +327,13 @@ class LocalBackend:
         with self._lock:
             attempts = [a for a in self._attempts.values() if not a.done]
         facts: list[TaskFact] = []
+        ended: list[_Attempt] = []
         for attempt in attempts:
             facts += self._poll_one(attempt)
+            if attempt.done:
+                ended.append(attempt)
+        if ended:
+            self._kill_leftovers(ended)
         return facts
 
     def stop(self, keys: list[TaskKey]) -> None:
@@ -320,6 +349,10 @@ class LocalBackend:
                 self._attempts[key] = attempt
             self._ensure_stopper()
         self._wake.set()
+
+    def close(self) -> None:
+        """Tell the launcher (if one runs) to exit once its runners have ended."""
+        self._launcher.release()
 
     def host_of(self, key: TaskKey, node: str) -> str:
         """``{{host:TASK}}``: a stable 127/8 address of the task (``loopback_address``)."""
@@ -361,8 +394,11 @@ class LocalBackend:
         if iso.bwrap:
             request.writable_dirs += [Path(p) for p in self._url_dirs(run) if needs_bind(p, True)]
             request.hosts_text = hosts_file_text(run.hosts)
-            prefix = prefix + bwrap_argv(self._plan(request))
-        request.argv = [*prefix, self.python, "-m", "trainyard.runner", str(run_dir / "run.json")]
+            plan = self._plan(request)
+            prefix = prefix + bwrap_argv(plan)
+            run.sandbox.mounts, run.sandbox.readonly = sandbox_mounts(plan)
+        run.sandbox.command_prefix = prefix
+        request.argv = [self.python, "-m", "trainyard.runner", str(run_dir / "run.json")]
         return request
 
     def _task_env(self, launch: TaskLaunch, run: TaskRun, iso: Isolation) -> dict[str, str]:
@@ -410,14 +446,14 @@ class LocalBackend:
     def _plan(self, request: LaunchRequest) -> SandboxPlan:
         run = request.run
         writable = [str(d) for d in [self.home, *request.writable_dirs]]
-        readonly = [*_runner_paths(), *run.sandbox.path_prepend]
-        readonly += [i.source for i in run.inputs if i.kind == "task"]
+        readonly = [*run.sandbox.path_prepend, *(i.source for i in run.inputs if i.kind == "task")]
         readonly += [p for i in run.inputs if i.kind == "url" and (p := _local_path(i.source))]
         return SandboxPlan(
             root_dir=request.root_dir, hostname=run.task,
             hosts_file=request.run_dir / "sandbox" / "hosts",
             writable=tuple(p for p in writable if needs_bind(p, True)),
-            readonly=tuple(p for p in readonly if os.path.exists(p) and needs_bind(p, False)))
+            readonly=_runner_binds() + tuple(
+                p for p in readonly if os.path.exists(p) and needs_bind(p, False)))
 
     def _server_url(self) -> str | None:
         url = os.environ.get("TRAINYARD_SERVER_URL")
@@ -438,27 +474,22 @@ class LocalBackend:
         return sorted(set(ports))
 
     def _group_network(self, launch: TaskLaunch) -> GroupNetwork:
-        folder = self.state_dir / "groups" / _safe(launch.key.workflow_id) / _safe(launch.group)
-        return ensure_group_network(folder, self._forwarded_ports(), python=self.python)
+        return self._launcher.network(_group_key(launch), self._forwarded_ports())
 
     # ------------------------------------------------------------------ starting
 
     def _start(self, request: LaunchRequest, launch: TaskLaunch) -> None:
         self._prepare(request)
-        with open(request.run_dir / RUNNER_OUT, "ab") as out:
-            popen = subprocess.Popen(
-                request.argv, cwd=request.run_dir, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-        created = proctree.create_time(popen.pid) or time.time()
-        _write_json(request.run_dir / LAUNCH, {"pid": popen.pid, "created": created,
+        pid, created = self._launcher.run(
+            request.run_dir / "run.json", request.run_dir / RUNNER_OUT, request.run_dir,
+            dict(os.environ), _group_key(launch))
+        _write_json(request.run_dir / LAUNCH, {"pid": pid, "created": created,
                                                "argv": request.argv, "group": launch.group})
         _write_json(self._index_path(request.key), {"run_dir": str(request.run_dir)})
         with self._lock:
-            self._attempts[request.key] = _Attempt(request.key, request.run_dir, popen.pid,
-                                                   created, popen)
+            self._attempts[request.key] = _Attempt(request.key, request.run_dir, pid, created)
 
     def _prepare(self, request: LaunchRequest) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
         request.run_dir.mkdir(parents=True, exist_ok=True)
         events = request.run_dir / EVENTS
         if events.exists():  # a run_dir used again: old events must not be reported
@@ -501,8 +532,6 @@ class LocalBackend:
     # ------------------------------------------------------------------ observing
 
     def _alive(self, attempt: _Attempt) -> bool:
-        if attempt.popen is not None:
-            return attempt.popen.poll() is None
         if attempt.pid is None:
             return False
         return proctree.same_process(attempt.pid, attempt.created) is not None
@@ -515,13 +544,19 @@ class LocalBackend:
         return facts
 
     def _poll_one(self, attempt: _Attempt) -> list[TaskFact]:
-        alive = self._alive(attempt)
+        # Whether the runner lives is asked before its events are read (an exit between the
+        # two must not look like a loss), and at most every ALIVE_CHECK_S: a poll of many
+        # running tasks then mostly reads files.
+        now = time.monotonic()
+        alive = True
+        if now >= attempt.next_alive_check:
+            attempt.next_alive_check = now + ALIVE_CHECK_S
+            alive = self._alive(attempt)
         facts = self._read(attempt)
         if not any(f.kind is FactKind.EXITED for f in facts) and not alive:
             facts.append(self._vanished(attempt))
         if facts and facts[-1].kind in ENDING:
             attempt.done = True
-            self._kill_leftovers(attempt)
         return facts
 
     def _vanished(self, attempt: _Attempt) -> TaskFact:
@@ -547,10 +582,11 @@ class LocalBackend:
         found.update((p.pid, p) for p in proctree.session_members(attempt.pid, attempt.created))
         return list(found.values())
 
-    def _kill_leftovers(self, attempt: _Attempt) -> None:
-        proctree.send(self._members(attempt), signal.SIGKILL)
-        if attempt.popen is not None:
-            attempt.popen.poll()
+    def _kill_leftovers(self, attempts: list[_Attempt]) -> None:
+        """SIGKILL what ended attempts left: their runners' trees and sessions (one scan of
+        the process table for all of them)."""
+        leaders = {a.pid: a.created for a in attempts if a.pid is not None}
+        proctree.send(proctree.leftovers(leaders), signal.SIGKILL)
 
     def _ensure_stopper(self) -> None:
         if self._stopper is None or not self._stopper.is_alive():
@@ -574,12 +610,10 @@ class LocalBackend:
             attempt.stopped = True
             return False
         if not attempt.termed:
-            runners = [p for p in members if _is_runner(p)]
-            attempt.termed = proctree.send(runners, signal.SIGTERM) > 0
+            runner = [p for p in members if p.pid == attempt.pid]
+            attempt.termed = proctree.send(runner, signal.SIGTERM) > 0
         if time.monotonic() >= attempt.stop_deadline:
             proctree.send(members, signal.SIGKILL)
-        if attempt.popen is not None:
-            attempt.popen.poll()
         return True
 
 
@@ -591,12 +625,9 @@ def _has_exit(attempt: _Attempt) -> bool:
     return any(e.kind == FactKind.EXITED.value for e in events)
 
 
-def _is_runner(proc: psutil.Process) -> bool:
-    try:
-        cmdline = proc.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return False
-    return "trainyard.runner" in cmdline and "-m" in cmdline
+def _group_key(launch: TaskLaunch) -> str:
+    """The launcher's name for a task's group (its namespace and lifetime)."""
+    return f"{launch.key.workflow_id}/{launch.group}"
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:

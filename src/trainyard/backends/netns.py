@@ -48,7 +48,8 @@ from pathlib import Path
 from trainyard.errors import BackendError
 from trainyard.runner import proctree
 
-__all__ = ["GroupNetwork", "ensure_group_network", "probe_netns", "main"]
+__all__ = ["GroupNetwork", "ensure_group_network", "probe_netns", "namespace_fd", "hold_namespace",
+           "bridge", "main"]
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
@@ -62,15 +63,19 @@ LEASE = "lease"
 
 @dataclass(frozen=True)
 class GroupNetwork:
-    """A live group namespace: ``ns_pid`` holds it (created at ``ns_created``)."""
+    """A live group namespace: ``ns_pid`` holds it (created at ``ns_created``), either as a
+    process inside it or, with ``ns_path``, as an open descriptor of it (``/proc/PID/fd/N``)."""
 
     keeper_pid: int
     ns_pid: int
     ns_created: float
     user_ns: bool
+    ns_path: str | None = None
 
     def join_argv(self) -> list[str]:
         """The command prefix that runs a program inside the namespace."""
+        if self.ns_path is not None and not self.user_ns:
+            return ["nsenter", f"--net={self.ns_path}", "--"]
         argv = ["nsenter", f"--target={self.ns_pid}", "--net"]
         if self.user_ns:
             argv += ["--user", "--preserve-credentials"]
@@ -198,8 +203,45 @@ def _listen(port: int) -> socket.socket:
     return sock
 
 
-def _child(channel: socket.socket, ready_fd: int, ports: Sequence[int]) -> None:
-    """Runs in the forked child: make and hold the namespace, pass connections up."""
+def namespace_fd(ports: Sequence[int]) -> tuple[int, list[socket.socket]]:
+    """As root: a new network namespace with ``lo`` up, held by an open descriptor (no process
+    in it), and a listening socket inside it on 127.0.0.1:PORT for each of ``ports``.
+
+    The namespace is made by a short-lived thread (a network namespace is per thread in
+    Linux, ``unshare(2)``), so the calling process stays where it is. The descriptor keeps the
+    namespace alive until it is closed and no process is in it; ``nsenter --net=/proc/PID/fd/N``
+    joins it.
+
+    Returns:
+        (descriptor, listeners).
+
+    Raises:
+        OSError: not permitted (not root) or the kernel refused.
+    """
+    made: dict[str, object] = {}
+
+    def work() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            _check(libc.unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+            _loopback_up()
+            fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            made["done"] = (fd, [_listen(port) for port in ports])
+        except OSError as exc:
+            made["error"] = exc
+
+    thread = threading.Thread(target=work, name="netns-maker")
+    thread.start()
+    thread.join()
+    if "error" in made:
+        raise made["error"]  # type: ignore[misc]
+    return made["done"]  # type: ignore[return-value]
+
+
+def hold_namespace(channel: socket.socket, ready_fd: int, ports: Sequence[int]) -> None:
+    """Runs in a forked, single-threaded child: make the namespace, write ``U`` (a user
+    namespace was needed) or ``R`` to ``ready_fd``, then hold it and pass each connection
+    accepted on a forwarded port up ``channel``; exits when ``channel`` closes. Never returns."""
     try:
         user_ns = _unshare_network()
         _loopback_up()
@@ -236,7 +278,8 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
                 pass
 
 
-def _bridge(fd: int, port: int) -> None:
+def bridge(fd: int, port: int) -> None:
+    """Copy bytes both ways between the accepted socket ``fd`` and 127.0.0.1:``port`` here."""
     inner = socket.socket(fileno=fd)
     try:
         outer = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -286,7 +329,7 @@ def _serve(channel: socket.socket, ns_pid: int, group_dir: Path, idle_s: float) 
             msg, fds, _flags, _addr = socket.recv_fds(channel, 16, 1)
             if not msg:
                 return
-            threading.Thread(target=_bridge, args=(fds[0], struct.unpack("!H", msg)[0]),
+            threading.Thread(target=bridge, args=(fds[0], struct.unpack("!H", msg)[0]),
                              daemon=True).start()
         if _members(ns_pid):
             last_busy = time.time()
@@ -310,7 +353,7 @@ def run_keeper(group_dir: Path, ports: Sequence[int], idle_s: float) -> int:
     if child == 0:
         keeper_end.close()
         os.close(ready_r)
-        _child(child_end, ready_w, ports)
+        hold_namespace(child_end, ready_w, ports)
     child_end.close()
     os.close(ready_w)
     ready = os.read(ready_r, 1)

@@ -19,9 +19,10 @@ Layout inside the sandbox:
 The network namespace is not bwrap's: the backend joins the group's (see ``netns``) before
 bwrap starts.
 
-No ``--die-with-parent``: bwrap's parent is the engine, and tasks must survive an engine
-restart. The PID namespace does that job instead: when the runner (the namespace's main
-process) dies, bwrap's init exits and the kernel kills everything left in the namespace.
+The task runner stays outside: it writes the task's files where the sandbox shows them
+(``sandbox_mounts``) and runs only the command through the ``bwrap`` prefix, with
+``--die-with-parent``: when the runner dies, bwrap's init dies and the kernel kills everything
+left in the task's PID namespace.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["SandboxPlan", "bwrap_argv", "needs_bind", "probe_bwrap", "READ_ONLY_TOP", "hosts_file_text"]
+__all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_bwrap",
+           "READ_ONLY_TOP", "hosts_file_text"]
 
 READ_ONLY_TOP = frozenset({
     "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "boot", "opt", "var",
@@ -134,7 +136,30 @@ def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap") -> list[str]:
     if plan.hosts_file is not None:
         args += ["--ro-bind", str(plan.hosts_file), "/etc/hosts"]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", plan.hostname]
-    return [*args, "--chdir", "/", "--"]
+    return [*args, "--die-with-parent", "--chdir", "/", "--"]
+
+
+def sandbox_mounts(plan: SandboxPlan) -> tuple[dict[str, str], list[str]]:
+    """What the sandbox of ``plan`` shows where, for a process outside it.
+
+    Returns:
+        ``{path inside: host path}`` (``/`` is the root folder; the host's top-level entries
+        and the same-path binds are themselves) and the entries bound read-only. Feeds
+        ``SandboxSettings.mounts`` and ``readonly``.
+    """
+    mounts = {"/": str(plan.root_dir)}
+    readonly: set[str] = set()
+    for entry in os.scandir(plan.host_root):
+        if entry.name not in _HANDLED_APART:
+            mounts[f"/{entry.name}"] = entry.path
+            if entry.name in READ_ONLY_TOP or not entry.is_dir(follow_symlinks=False):
+                readonly.add(f"/{entry.name}")
+    for path, flag in [(p, True) for p in plan.readonly] + [(p, False) for p in plan.writable]:
+        real = os.path.realpath(path)
+        if real != "/":
+            mounts[real] = real
+            (readonly.add if flag else readonly.discard)(real)
+    return mounts, sorted(readonly)
 
 
 def hosts_file_text(hosts: dict[str, str]) -> str:

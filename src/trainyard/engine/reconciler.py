@@ -231,7 +231,12 @@ class Engine:
             self._running_loop = False
 
     def close(self) -> None:
-        """Forget backends (their tasks keep running; a new Engine recovers them)."""
+        """Close and forget backends (their tasks keep running; a new Engine recovers them)."""
+        for backend in self._backends.values():
+            try:
+                backend.close()
+            except Exception:  # noqa: BLE001 - closing one must not keep the others open
+                log.exception("closing backend %s", backend.name)
         self._backends.clear()
 
     # ------------------------------------------------------------------ the loop

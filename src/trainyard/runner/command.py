@@ -29,11 +29,16 @@ class CommandProcess:
         env: its whole environment.
         cwd: its working directory.
         on_line: called with each line of its combined stdout/stderr (no newline).
+        pid_namespace: the command runs in a PID namespace of its own that dies with its main
+            process (bubblewrap): nothing of it can outlive it, so no search for leftovers
+            among this process's descendants (a scan of the whole process table).
     """
 
     def __init__(
-        self, argv: list[str], env: dict[str, str], cwd: str, on_line: Callable[[str], None]
+        self, argv: list[str], env: dict[str, str], cwd: str, on_line: Callable[[str], None],
+        pid_namespace: bool = False,
     ) -> None:
+        self.pid_namespace = pid_namespace
         self.argv = argv
         self.env = env
         self.cwd = cwd
@@ -85,7 +90,8 @@ class CommandProcess:
     def kill_leftovers(self) -> None:
         """SIGKILL the command's process group and every descendant of this runner."""
         self._signal_group(signal.SIGKILL)
-        proctree.send(proctree.descendants(psutil.Process()), signal.SIGKILL)
+        if not self.pid_namespace:
+            proctree.send(proctree.descendants(psutil.Process()), signal.SIGKILL)
 
     def _signal_group(self, sig: signal.Signals) -> None:
         if self.proc is None:

@@ -99,7 +99,7 @@ class Runner:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.events = EventWriter(self.run_dir)
         self.log = TaskLog(self.run_dir, run.task, echo=echo)
-        self.hook = hook or load_data_hook(self.log.runner)
+        self._hook = hook
         run.hosts = run.runtime_hosts(os.environ)
         self.stop = threading.Event()
         self.command: CommandProcess | None = None
@@ -108,6 +108,13 @@ class Runner:
             [i.name if i.kind == "task" else None for i in run.inputs],
             input_dirs=[str(run.input_path(n)) for n in range(len(run.inputs))],
             output_dir=str(run.output_dir), workflow_id=run.workflow_id, hosts=run.hosts)
+
+    @property
+    def hook(self) -> DataHook:
+        """The data layer, loaded on first use: a task that moves no data never imports it."""
+        if self._hook is None:
+            self._hook = load_data_hook(self.log.runner)
+        return self._hook
 
     def _rewriter(self) -> PathRewriter | None:
         """Without a private ``/``: what moves under ``sandbox.root``: ``/tmp``, every file's
@@ -142,7 +149,10 @@ class Runner:
         return [*self.run.sandbox.command_prefix, *resolved]
 
     def cwd(self) -> str:
-        """The command's working directory: ``/``, or the private root without one."""
+        """The command's working directory: ``/``, or the private root without one (with
+        ``mounts`` the sandbox prefix sets ``/`` inside; the prefix starts in the run folder)."""
+        if self.run.sandbox.mounts:
+            return self.run.run_dir
         return self.run.sandbox.root or "/"
 
     def storage_url(self, url: str) -> str:
@@ -152,7 +162,11 @@ class Runner:
 
     def local_path(self, path: str) -> Path:
         """Where a spec path (absolute, or relative to the working directory ``/``) is for
-        this process: the same path, or its place under the private root."""
+        this process: the same path, its place under the private root, or (``mounts``) the
+        host path the sandbox shows there."""
+        mounts = self.run.sandbox
+        if mounts.mounts:
+            return Path(mounts.host_path(path if path.startswith("/") else f"/{path}"))
         if self.rewriter is None:
             return Path("/", path)
         if path.startswith("/"):
@@ -178,6 +192,10 @@ class Runner:
         """Write the spec's files (tokens resolved, mode 0755). Raises StepFailed(256)."""
         for item in self.run.files:
             target = self.local_path(item.path)
+            inside = item.path if item.path.startswith("/") else f"/{item.path}"
+            if self.run.sandbox.mounts and not self.run.sandbox.writable(inside):
+                raise StepFailed(ExitCode.INIT_FAILURE,
+                                 f"cannot write {item.path}: read-only in the task's sandbox")
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(self.prepare(item.contents))
@@ -202,7 +220,12 @@ class Runner:
         """Run the command with its checkpoints; returns its exit status."""
         env, visible = self.environment()
         argv = self.argv(visible)
-        self.command = CommandProcess(argv, env, self.cwd(), self.log.command)
+        missing = self.unstartable(argv[len(self.run.sandbox.command_prefix):], env)
+        if missing is not None:
+            self.log.runner(missing[1])
+            return missing[0]
+        self.command = CommandProcess(argv, env, self.cwd(), self.log.command,
+                                      pid_namespace=bool(self.run.sandbox.mounts))
         checkpoints = [Checkpointer(c.model_copy(update={"url": self.storage_url(c.url)}),
                                     self.local_path(c.path), self.hook, self.log.runner)
                        for c in self.run.checkpoints]
@@ -219,6 +242,25 @@ class Runner:
         for checkpoint in checkpoints:
             checkpoint.finish()
         return code
+
+    def unstartable(self, command: list[str], env: dict[str, str]) -> tuple[int, str] | None:
+        """With ``mounts`` (the command starts behind a sandbox prefix, which would report a
+        missing program as its own failure): (127 or 126, why) when the command cannot start,
+        as a shell reports it; None when it can, or without ``mounts``."""
+        if not self.run.sandbox.mounts or not command:
+            return None
+        program = command[0]
+        if "/" in program:
+            candidates = [program if program.startswith("/") else f"/{program}"]
+        else:
+            folders = env.get("PATH", os.defpath).split(os.pathsep)
+            candidates = [f"{folder.rstrip('/')}/{program}" for folder in folders if folder]
+        found = [c for c in candidates if os.path.isfile(self.local_path(c))]
+        if not found:
+            return 127, f"cannot start {program!r}: no such file"
+        if not any(os.access(self.local_path(c), os.X_OK) for c in found):
+            return 126, f"cannot start {program!r}: not executable"
+        return None
 
     def upload_outputs(self) -> None:
         """Upload the output folder to every output. Raises StepFailed(2012)."""

@@ -24,6 +24,7 @@ __all__ = [
     "create_time",
     "descendants",
     "session_members",
+    "leftovers",
     "send",
     "set_child_subreaper",
     "exit_status",
@@ -75,15 +76,46 @@ def _session_of(pid: int) -> int | None:
 def session_members(sid: int, not_before: float = 0.0) -> list[psutil.Process]:
     """Live processes of session ``sid`` created at or after ``not_before`` (Linux only;
     elsewhere an empty list). ``not_before`` guards against a reused session id."""
-    if not sys.platform.startswith("linux"):
+    return leftovers({sid: not_before}, trees=False)
+
+
+def _parent_and_session(pid: int) -> tuple[int, int] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return (int(fields[1]), int(fields[3])) if len(fields) > 3 else None
+
+
+def leftovers(leaders: dict[int, float], trees: bool = True) -> list[psutil.Process]:
+    """Every live process of the sessions led by ``leaders`` (``{pid: create time}``; members
+    created before it are another session that reused the id) and, with ``trees``, every
+    descendant of a leader that is still the recorded process: one scan of ``/proc`` for
+    all of them (Linux only; elsewhere an empty list)."""
+    if not sys.platform.startswith("linux") or not leaders:
         return []
+    table = {pid: found for pid in psutil.pids()
+             if pid != os.getpid() and (found := _parent_and_session(pid)) is not None}
+    chosen = {pid for pid, (_ppid, sid) in table.items() if sid in leaders}
+    if trees:
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _sid) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        stack = [pid for pid, created in leaders.items() if same_process(pid, created)]
+        while stack:
+            pid = stack.pop()
+            for child in children.get(pid, []):
+                if child not in chosen:
+                    chosen.add(child)
+                    stack.append(child)
     found = []
-    for pid in psutil.pids():
-        if pid == os.getpid() or _session_of(pid) != sid:
-            continue
+    for pid in chosen:
         try:
             proc = psutil.Process(pid)
-            if proc.create_time() + _CREATE_TIME_TOLERANCE_S >= not_before:
+            sid = table[pid][1]
+            if sid not in leaders or proc.create_time() + _CREATE_TIME_TOLERANCE_S >= leaders[sid]:
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue

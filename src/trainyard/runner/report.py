@@ -40,7 +40,8 @@ class Event:
 
 
 class EventWriter:
-    """Appends events to ``<run_dir>/events.jsonl``; each line is flushed and fsynced."""
+    """Appends events to ``<run_dir>/events.jsonl``; each line is flushed (readers see it at
+    once), and EXITED is fsynced too (the one a machine crash must not take back)."""
 
     def __init__(self, run_dir: Path) -> None:
         self.path = Path(run_dir) / EVENTS
@@ -53,7 +54,8 @@ class EventWriter:
         with self._lock, open(self.path, "a", encoding="utf-8") as handle:
             handle.write(line)
             handle.flush()
-            os.fsync(handle.fileno())
+            if kind == "EXITED":
+                os.fsync(handle.fileno())
         return event
 
 

@@ -142,7 +142,15 @@ class SandboxSettings(_Model):
             spec's.
         description: one line for the task log (how the task is isolated).
         command_prefix: argv put before the task's command, which then runs inside it
-            (e.g. ``apptainer exec IMAGE`` for a pool that runs images with apptainer).
+            (e.g. ``apptainer exec IMAGE`` for a pool that runs images with apptainer, or
+            ``nsenter ... bwrap ... --`` for the local backend's sandbox).
+        mounts: set when the command runs in a filesystem view of its own (``command_prefix``
+            makes it) while the runner stays outside: ``{path inside: path here}``. The
+            runner writes ``files`` and reads checkpoint folders at the host path of the
+            longest matching entry (``/`` maps to the sandbox's root folder); text is never
+            rewritten.
+        readonly: the ``mounts`` entries the command sees read-only; the runner refuses to
+            write a file there too.
     """
 
     root: str | None = None
@@ -150,6 +158,29 @@ class SandboxSettings(_Model):
     env: dict[str, str] = Field(default_factory=dict)
     description: str = ""
     command_prefix: list[str] = Field(default_factory=list)
+    mounts: dict[str, str] = Field(default_factory=dict)
+    readonly: list[str] = Field(default_factory=list)
+
+    def _mount_of(self, path: str) -> str:
+        best = ""
+        for inside in self.mounts:
+            prefix = inside.rstrip("/")
+            if (path == inside or path.startswith(prefix + "/")) and len(inside) > len(best):
+                best = inside
+        return best
+
+    def writable(self, path: str) -> bool:
+        """Whether the command sees the absolute ``path`` writable (not under ``readonly``)."""
+        return self._mount_of(path) not in self.readonly
+
+    def host_path(self, path: str) -> str:
+        """Where the absolute ``path`` of the command's view is for the runner (``mounts``)."""
+        best = self._mount_of(path)
+        if not best:
+            return path
+        rest = path[len(best.rstrip("/")):].lstrip("/")
+        host = self.mounts[best]
+        return f"{host.rstrip('/')}/{rest}" if rest else host
 
 
 class TaskRun(_Model):

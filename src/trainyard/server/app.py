@@ -70,6 +70,7 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
         stop.set()
         if run_engine:
             thread.join(timeout=10)
+        service.engine.close()
 
     app = FastAPI(title="trainyard", version=trainyard.__version__, lifespan=lifespan)
     app.state.tokens = tokens

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -10,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from local_support import (
     isolation_available,
@@ -17,7 +19,8 @@ from local_support import (
 )
 
 from trainyard.backends.base import FactKind, TaskKey
-from trainyard.backends.local import LocalBackend, gpu_count
+from trainyard.backends.local import LaunchRequest, LocalBackend, gpu_count
+from trainyard.errors import BackendError
 
 needs_busybox = pytest.mark.skipif(shutil.which("busybox") is None,
                                    reason="busybox (nc -l -p) not installed")
@@ -161,23 +164,40 @@ def test_killed_runner_is_lost_and_its_command_cleaned_up(backend: LocalBackend,
     backend.start_group(launches)
     key = launches[0].key
     wait_for(backend, key, FactKind.RUNNING)
-    runner = next(p for p in processes_with(str(launches[0].run_dir / "run.json"))
-                  if "trainyard.runner" in p.cmdline())
+    pid = json.loads((Path(launches[0].run_dir) / "launch.json").read_text())["pid"]
+    runner = psutil.Process(pid)
+    assert any("sleep" in " ".join(p.cmdline()) for p in runner.children(recursive=True))
     runner.send_signal(signal.SIGKILL)
     fact = final(wait_final(backend, [key])[key])
     assert fact.kind is FactKind.LOST
     assert wait_gone(marker) == []
 
 
-def test_runner_that_cannot_start_is_a_start_error(home: Path) -> None:
+def test_no_launcher_is_a_backend_error(home: Path) -> None:
     if isolation_available("bwrap", "loopback"):
         pytest.skip("bubblewrap not available")
     backend = LocalBackend(home=home, sandbox="bwrap", network="loopback",
                            python="/nonexistent/python3")
     launches = group_launches(backend, home, "wf-se", {"t": {"command": ["true"]}})
+    with pytest.raises(BackendError, match="launcher"):
+        backend.start_group(launches)
+
+
+def test_runner_that_dies_before_reporting_is_a_start_error(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = LocalBackend(home=home, sandbox="none", network="loopback")
+    prepare = LocalBackend._prepare
+
+    def spoil(self: LocalBackend, request: LaunchRequest) -> None:
+        prepare(self, request)
+        (request.run_dir / "run.json").write_text("{not json")
+
+    monkeypatch.setattr(LocalBackend, "_prepare", spoil)
+    launches = group_launches(backend, home, "wf-se", {"t": {"command": ["true"]}})
     backend.start_group(launches)
     fact = final(wait_final(backend, [launches[0].key])[launches[0].key])
-    assert fact.kind is FactKind.START_ERROR and "nonexistent" in fact.message
+    assert fact.kind is FactKind.START_ERROR and "ValidationError" in fact.message
 
 
 @needs_busybox

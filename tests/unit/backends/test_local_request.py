@@ -29,28 +29,36 @@ def pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
     return [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == flag]
 
 
-def test_sandboxed_request_joins_the_group_namespace_then_bwrap(tmp_path: Path) -> None:
+def test_sandboxed_command_joins_the_group_namespace_then_bwrap(tmp_path: Path) -> None:
     backend = LocalBackend(home=tmp_path / "home")
     net = GroupNetwork(keeper_pid=1, ns_pid=42, ns_created=0.0, user_ns=True)
     req = backend.build_request(launch(tmp_path), Isolation(bwrap=True, netns=True), net)
-    argv = req.argv
+    assert req.argv == [backend.python, "-m", "trainyard.runner", str(req.run_dir / "run.json")]
+    argv = req.run.sandbox.command_prefix  # the runner stays outside; the command goes in
     assert argv[:6] == ["nsenter", "--target=42", "--net", "--user", "--preserve-credentials", "--"]
     assert argv[6] == "bwrap" and argv[7:10] == ["--bind", str(req.root_dir), "/"]
     tail = argv[argv.index("--chdir"):]
-    assert tail[:3] == ["--chdir", "/", "--"]
-    assert tail[3:] == [backend.python, "-m", "trainyard.runner", str(req.run_dir / "run.json")]
+    assert tail == ["--chdir", "/", "--"] and "--die-with-parent" in argv
     assert ["--hostname", "t"] == argv[argv.index("--hostname"):argv.index("--hostname") + 2]
     assert {"--unshare-pid", "--unshare-ipc", "--unshare-uts"} <= set(argv)
     assert ("/tmp", "/tmp") not in pairs(argv, "--bind") + pairs(argv, "--ro-bind")
     assert (os.path.realpath(req.run_dir), os.path.realpath(req.run_dir)) in pairs(argv, "--bind")
     assert req.run.sandbox.root is None
     assert req.hosts_text is not None and "127.1.2.4\tu" in req.hosts_text
+    sandbox = req.run.sandbox
+    assert sandbox.host_path("/tmp/run.sh") == f"{req.root_dir}/tmp/run.sh"
+    assert sandbox.host_path("/app/x") == f"{req.root_dir}/app/x"
+    assert sandbox.host_path("/usr/bin/env") == "/usr/bin/env"
+    assert sandbox.host_path(str(req.run.output_path / "m")) == str(req.run.output_path / "m")
+    assert not sandbox.writable("/usr/lib/x") and not sandbox.writable("/etc/passwd")
+    assert sandbox.writable("/tmp/x") and sandbox.writable(str(req.run.output_path / "m"))
 
 
 def test_fallback_request_is_the_bare_runner_with_a_private_root(tmp_path: Path) -> None:
     backend = LocalBackend(home=tmp_path / "home")
     req = backend.build_request(launch(tmp_path), Isolation(bwrap=False, netns=False))
     assert req.argv == [backend.python, "-m", "trainyard.runner", str(req.run_dir / "run.json")]
+    assert req.run.sandbox.command_prefix == [] and req.run.sandbox.mounts == {}
     assert req.run.sandbox.root == str(req.run_dir / "sandbox" / "root")
     assert "GLOO_SOCKET_IFNAME" not in req.run.sandbox.env
 

@@ -150,6 +150,9 @@ class SlurmBackend:
         spec = next((n for n in self.pool.nodes if n.name == node), None)
         return (spec.hostname if spec and spec.hostname else node) or key.task
 
+    def close(self) -> None:
+        """Nothing to release: Slurm holds the jobs."""
+
     def recover(self, keys: list[TaskKey]) -> list[TaskKey]:
         """Adopt these attempts after an engine restart; returns those whose job is alive.
 

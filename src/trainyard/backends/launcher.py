@@ -1,0 +1,615 @@
+"""The local backend's launcher: one long-lived process per backend folder that forks task
+runners and holds the groups' network namespaces (a small node agent, as a kubelet is).
+
+Why: a task runner started as a fresh interpreter spends ~230 ms (on a 2-core VM) importing
+pydantic and trainyard before it does anything, and a network namespace kept by its own
+interpreter costs as much again per group. The launcher imports the runner and the data layer
+once; every task is then a ``fork()`` of it, made ahead of need (``spare_count`` spares wait on
+a pipe for their job, so a start request is answered in about a millisecond), and, as root,
+every group namespace is a file descriptor the launcher holds (no process at all). Issue 3's
+throughput goal (100 tasks/s on 2 cores) is out of reach any other way.
+
+Protocol: a Unix stream socket in Linux's abstract namespace (no path length limit, nothing
+left on disk), named after the backend folder and a fingerprint of the code; the launcher
+answers only processes of its own user (``SO_PEERCRED``), and a task in its group's network
+namespace cannot see it (abstract sockets belong to a network namespace). One JSON request
+line per connection, one JSON reply line (``{"error": "..."}`` on failure):
+
+- ``{"op": "ping"}`` -> ``{"pid": int}``
+- ``{"op": "release"}`` -> ``{"pid": int}``: exit as soon as no runner is left (the engine
+  that used it closed); a request after it still gets an answer
+- ``{"op": "network", "group": KEY, "forward": [port, ...]}`` -> the group's namespace,
+  made if none is alive: ``{"launcher_pid", "ns_pid", "ns_created", "user_ns", "ns_path"}``
+  (``ns_path``: ``/proc/PID/fd/N`` when the launcher holds it as a descriptor)
+- ``{"op": "run", "run_json": PATH, "out": PATH, "cwd": PATH, "env": {...},
+  "group": KEY | null}`` -> a forked runner (its own session, stdout and stderr appended to
+  ``out``, the environment replaced by ``env``): ``{"pid": int, "created": float}``
+
+The fingerprint hashes the interpreter and trainyard's source files, so code that changed
+(an upgrade, a developer's edit) gets a new launcher and never runs in an old one.
+
+Lifetimes: runners are the launcher's children until they exit (it reaps them) but lead their
+own sessions, so nothing of a task dies with the launcher. A group's namespace is held while a
+runner of that group lives, and ``group_grace_s`` after the last one ends (a rescheduled task
+joins the same namespace); a namespace outlives the launcher only while tasks are in it. The
+launcher exits after ``idle_s`` with no request and no runner; its log is
+``<state_dir>/launcher.log``.
+
+Namespaces: as root, a short-lived thread unshares a network namespace and the launcher keeps
+its descriptor (``netns.namespace_fd``); tasks join it with ``nsenter --net=/proc/PID/fd/N``.
+Otherwise a user namespace is needed too, which only a single-threaded process may make, so
+a forked child makes and holds it (``netns.hold_namespace``) and tasks join it by pid.
+
+Ports: for each forwarded port a listener on 127.0.0.1:PORT inside the namespace (the
+launcher's own socket as root; the holder child's otherwise, which hands each connection up
+with ``SCM_RIGHTS``); the launcher connects to the same port on the host's loopback and copies
+bytes both ways (``netns.bridge``).
+
+Fork safety: the launcher forks from its main thread while byte-copying threads may run;
+those threads hold no Python-level lock that the child needs (CPython re-initialises its own
+locks after ``fork``), and the child replaces its environment, descriptors and signal
+handlers before running the runner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import gc
+import hashlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trainyard
+from trainyard.backends import netns
+from trainyard.errors import BackendError
+from trainyard.runner import proctree
+
+__all__ = ["LauncherClient", "address_name", "fingerprint", "serve", "main"]
+
+LOG = "launcher.log"
+_READ_LIMIT = 1 << 20
+
+
+# ---------------------------------------------------------------------- fingerprint
+
+
+def fingerprint(python: str = sys.executable) -> str:
+    """12 hex digits naming this interpreter and this trainyard code (paths, sizes, mtimes)."""
+    digest = hashlib.sha256(os.path.realpath(python).encode())
+    root = Path(trainyard.__file__).resolve().parent
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                stat = os.stat(os.path.join(folder, name))
+                digest.update(f"{folder}/{name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------- client (backend side)
+
+
+class LauncherClient:
+    """Talks to the launcher of ``state_dir``, starting one if none answers.
+
+    Args:
+        state_dir: the local backend's folder (the socket and the launcher's log live there).
+        python: the interpreter that runs the launcher (and so every runner).
+        idle_s: how long a launcher with no request and no child lives on.
+    """
+
+    def __init__(self, state_dir: Path, python: str = sys.executable, idle_s: float = 300.0,
+                 start_timeout_s: float = 20.0) -> None:
+        self.state_dir = Path(state_dir)
+        self.python = python
+        self.idle_s = idle_s
+        self.start_timeout_s = start_timeout_s
+        self.name = address_name(self.state_dir, python)
+        self._lock = threading.Lock()
+
+    def run(self, run_json: Path, out: Path, cwd: Path, env: dict[str, str],
+            group: str | None) -> tuple[int, float]:
+        """Fork a runner for ``run_json``. Returns (pid, create time).
+
+        Raises:
+            BackendError: no launcher answers, or it could not fork.
+        """
+        reply = self.request({"op": "run", "run_json": str(run_json), "out": str(out),
+                              "cwd": str(cwd), "env": env, "group": group})
+        return int(reply["pid"]), float(reply["created"])
+
+    def network(self, group: str, forward: list[int]) -> netns.GroupNetwork:
+        """The namespace of ``group`` (made if none is alive).
+
+        Raises:
+            BackendError: no launcher answers, or the namespace could not be made.
+        """
+        reply = self.request({"op": "network", "group": group, "forward": forward})
+        return netns.GroupNetwork(int(reply["launcher_pid"]), int(reply["ns_pid"]),
+                                  float(reply["ns_created"]), bool(reply["user_ns"]),
+                                  reply.get("ns_path"))
+
+    def release(self) -> None:
+        """Ask a running launcher to exit as soon as no runner of it is left (starts none)."""
+        try:
+            self._send({"op": "release"})
+        except (OSError, BackendError, ValueError):
+            pass
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send one request, starting a launcher first when none answers."""
+        try:
+            return self._send(message)
+        except (ConnectionRefusedError, FileNotFoundError, ConnectionResetError, _NoReply):
+            # none, or one that was exiting (released or idle) and dropped the request
+            self._start()
+            return self._send(message)
+
+    def _send(self, message: dict[str, Any]) -> dict[str, Any]:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(30.0)
+            sock.connect(_abstract(self.name))
+            sock.sendall(json.dumps(message).encode() + b"\n")
+            reply = _read_line(sock)
+        if not reply:
+            raise _NoReply(f"the launcher {self.name} closed without a reply "
+                           f"(see {self.state_dir / LOG})")
+        data = json.loads(reply)
+        if "error" in data:
+            raise BackendError(f"launcher: {data['error']}")
+        return dict(data)
+
+    def _start(self) -> None:
+        """Start a launcher unless another process just did (an exclusive lock file)."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with self._lock, open(self.state_dir / "launcher.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self._answers():
+                return
+            argv = [self.python, "-m", "trainyard.backends.launcher", self.name,
+                    "--idle-s", str(self.idle_s)]
+            try:
+                with open(self.state_dir / LOG, "ab") as log:
+                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                            stderr=log, start_new_session=True, close_fds=True)
+            except OSError as exc:
+                raise BackendError(f"could not start the launcher ({self.python}): {exc}") from exc
+            deadline = time.monotonic() + self.start_timeout_s
+            while time.monotonic() < deadline:
+                if self._answers():
+                    return
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.01)
+            with contextlib.suppress(OSError):
+                proc.kill()
+            tail = (self.state_dir / LOG).read_text(errors="replace")[-500:].strip()
+            raise BackendError(f"the launcher did not start (log {self.state_dir / LOG}): {tail}")
+
+    def _answers(self) -> bool:
+        try:
+            self._send({"op": "ping"})
+            return True
+        except (OSError, BackendError, ValueError):
+            return False
+
+
+class _NoReply(BackendError):
+    """The launcher closed the connection without answering (it was exiting)."""
+
+
+def address_name(state_dir: Path, python: str = sys.executable) -> str:
+    """The launcher's abstract socket name for a backend folder and this code."""
+    folder = hashlib.sha256(os.path.realpath(state_dir).encode()).hexdigest()[:16]
+    return f"trainyard-launcher-{folder}-{fingerprint(python)}"
+
+
+def _abstract(name: str) -> str:
+    return "\0" + name
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < _READ_LIMIT:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if chunk.endswith(b"\n"):
+            break
+    return b"".join(chunks)
+
+
+# ---------------------------------------------------------------------- launcher (server side)
+
+
+@dataclass
+class _Group:
+    """A group's namespace and the runners of that group alive now.
+
+    As root the namespace is an open descriptor of the launcher's (``ns_fd``) and its port
+    listeners are the launcher's sockets; otherwise a forked child holds it (``ns_pid``,
+    it needs a user namespace, which only a single-threaded process may make) and passes
+    connections up ``channel``.
+    """
+
+    ns_pid: int
+    ns_created: float
+    user_ns: bool
+    ns_fd: int | None = None
+    channel: socket.socket | None = None
+    listeners: list[socket.socket] = field(default_factory=list)
+    runners: set[int] = field(default_factory=set)
+    idle_since: float = field(default_factory=time.monotonic)
+
+    def reply(self) -> dict[str, Any]:
+        path = f"/proc/{os.getpid()}/fd/{self.ns_fd}" if self.ns_fd is not None else None
+        return {"launcher_pid": os.getpid(), "ns_pid": self.ns_pid,
+                "ns_created": self.ns_created, "user_ns": self.user_ns, "ns_path": path}
+
+
+class _Launcher:
+    def __init__(self, name: str, idle_s: float, group_grace_s: float,
+                 spare_count: int = 2) -> None:
+        self.name = name
+        self.idle_s = idle_s
+        self.group_grace_s = group_grace_s
+        self.groups: dict[str, _Group] = {}
+        self.runners: dict[int, str | None] = {}
+        self.selector = selectors.DefaultSelector()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.last_request = time.monotonic()
+        self.created = proctree.create_time(os.getpid()) or time.time()
+        self.spares: list[_Spare] = []
+        self.released = False
+        self.spare_count = spare_count
+
+    # -------------------------------------------------------------- main loop
+
+    def bind(self) -> bool:
+        """Listen on the socket; False when another launcher already holds the name."""
+        try:
+            self.listener.bind(_abstract(self.name))
+        except OSError:
+            return False
+        self.listener.listen(128)
+        self.selector.register(self.listener, selectors.EVENT_READ, None)
+        return True
+
+    def loop(self) -> None:
+        while not self._done():
+            ready = self.selector.select(timeout=0.0 if self._short_of_spares() else 0.05)
+            for key, _mask in ready:
+                if key.fileobj is self.listener:
+                    self._accept()
+                else:
+                    self._relay(key.data, key.fileobj)  # type: ignore[arg-type]
+            if not ready and self._short_of_spares():
+                self._add_spare()  # only when no request waits: spares are made off the path
+            self._reap()
+            self._expire_groups()
+
+    def _short_of_spares(self) -> bool:
+        return len(self.spares) < self.spare_count
+
+    def _done(self) -> bool:
+        if self.released and not self.runners:
+            return True
+        idle = time.monotonic() - self.last_request > self.idle_s
+        return idle and not self.runners and not self.groups
+
+    def close(self) -> None:
+        for spare in self.spares:  # EOF: each spare exits unused
+            os.close(spare.job_fd)
+        self.spares.clear()
+        self.selector.close()
+        self.listener.close()
+        for group in list(self.groups):
+            self._drop_group(group)
+
+    # -------------------------------------------------------------- requests
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            conn.settimeout(10.0)
+            self.last_request = time.monotonic()
+            try:
+                if _peer_uid(conn) != os.getuid():
+                    raise PermissionError("only this user's processes may use the launcher")
+                request = json.loads(_read_line(conn))
+                reply = self._handle(request)
+            except Exception as exc:  # every request gets an answer
+                reply = {"error": f"{type(exc).__name__}: {exc}"}
+            with contextlib.suppress(OSError):
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+
+    def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "ping":
+            return {"pid": os.getpid()}
+        if op == "release":
+            self.released = True
+            return {"pid": os.getpid()}
+        self.released = False  # an engine uses it again
+        if op == "network":
+            return self._network(str(request["group"]), [int(p) for p in request["forward"]])
+        if op == "run":
+            return self._run(request)
+        raise ValueError(f"unknown op {op!r}")
+
+    def _network(self, key: str, ports: list[int]) -> dict[str, Any]:
+        group = self.groups.get(key)
+        if (group is not None and group.ns_fd is None
+                and proctree.same_process(group.ns_pid, group.ns_created) is None):
+            self._drop_group(key)
+            group = None
+        if group is None:
+            group = self.groups[key] = self._make_namespace(ports)
+        group.idle_since = time.monotonic()
+        return group.reply()
+
+    def _make_namespace(self, ports: list[int]) -> _Group:
+        if os.geteuid() == 0:
+            fd, listeners = netns.namespace_fd(ports)
+            group = _Group(os.getpid(), self.created, False, ns_fd=fd, listeners=listeners)
+            for sock, port in zip(listeners, ports):
+                sock.setblocking(False)
+                self.selector.register(sock, selectors.EVENT_READ, ("listen", port))
+            return group
+        return self._fork_namespace(ports)
+
+    def _fork_namespace(self, ports: list[int]) -> _Group:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the namespace child (never returns)
+            try:
+                self._forget_in_child(keep={theirs.fileno(), ready_w})
+                netns.hold_namespace(theirs, ready_w, ports)
+            finally:
+                os._exit(1)
+        theirs.close()
+        os.close(ready_w)
+        ready = os.read(ready_r, 1)
+        os.close(ready_r)
+        if not ready:
+            mine.close()
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            raise BackendError("could not make a network namespace (see the launcher log)")
+        created = proctree.create_time(pid) or time.time()
+        group = _Group(pid, created, ready == b"U", channel=mine)
+        self.selector.register(mine, selectors.EVENT_READ, ("channel", None))
+        return group
+
+    def _run(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Hand the job to a spare (forked earlier, waiting on a pipe) or fork one now."""
+        group = request.get("group")
+        job = json.dumps(request).encode()
+        while True:
+            if not self.spares:
+                self._add_spare()
+            spare = self.spares.pop(0)
+            try:
+                _write_all(spare.job_fd, job)
+                break
+            except BrokenPipeError:  # that spare died; take the next
+                continue
+            finally:
+                os.close(spare.job_fd)
+        self.runners[spare.pid] = group
+        if group is not None and group in self.groups:
+            self.groups[group].runners.add(spare.pid)
+        return {"pid": spare.pid, "created": spare.created}
+
+    def _add_spare(self) -> None:
+        job_r, job_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # a spare, then the runner (never returns)
+            code = 1
+            try:
+                self._forget_in_child(keep={job_r})
+                job = _read_all(job_r)
+                if not job:  # the launcher closed without a job for it
+                    os._exit(0)
+                code = self._become_runner(json.loads(job))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:  # noqa: BLE001 - whatever happens, the child must exit here
+                traceback.print_exc()
+            finally:
+                with contextlib.suppress(Exception):
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                os._exit(code)
+        os.close(job_r)
+        self.spares.append(_Spare(pid, proctree.create_time(pid) or time.time(), job_w))
+
+    def _become_runner(self, request: dict[str, Any]) -> int:
+        os.setsid()
+        out = os.open(request["out"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        self._forget_in_child(keep=set())
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = ["python -m trainyard.runner", request["run_json"]]
+        from trainyard.runner.main import main as runner_main
+
+        return runner_main([request["run_json"]])
+
+    def _forget_in_child(self, keep: set[int]) -> None:
+        """In a forked child: default signal handlers, and no descriptor of the launcher's
+        (listener, channels, client sockets) left open except ``keep`` and 0-2."""
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        for fd in _open_fds():
+            if fd > 2 and fd not in keep:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    # -------------------------------------------------------------- ports
+
+    def _relay(self, what: tuple[str, int | None], sock: socket.socket) -> None:
+        """A connection to a forwarded port inside a namespace: bridge it to the host's."""
+        if what[0] == "listen":
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            conn.setblocking(True)
+            fd, port = conn.detach(), int(what[1] or 0)
+        else:
+            try:
+                msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 1)
+            except OSError:
+                msg, fds = b"", []
+            if not msg:  # the namespace child is gone
+                self.selector.unregister(sock)
+                return
+            fd, port = fds[0], struct.unpack("!H", msg)[0]
+        threading.Thread(target=netns.bridge, args=(fd, port), daemon=True).start()
+
+    # -------------------------------------------------------------- children
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            for spare in [spare for spare in self.spares if spare.pid == pid]:
+                os.close(spare.job_fd)
+                self.spares.remove(spare)
+            group = self.runners.pop(pid, None)
+            if group is not None and group in self.groups:
+                entry = self.groups[group]
+                entry.runners.discard(pid)
+                if not entry.runners:
+                    entry.idle_since = time.monotonic()
+
+    def _expire_groups(self) -> None:
+        now = time.monotonic()
+        for key, group in list(self.groups.items()):
+            if not group.runners and now - group.idle_since > self.group_grace_s:
+                self._drop_group(key)
+
+    def _drop_group(self, key: str) -> None:
+        group = self.groups.pop(key)
+        for sock in [*group.listeners, *([group.channel] if group.channel else [])]:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(sock)
+            sock.close()  # a namespace child exits when its channel closes
+        if group.ns_fd is not None:
+            os.close(group.ns_fd)
+        elif group.ns_pid != os.getpid():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(group.ns_pid, signal.SIGKILL)
+
+
+@dataclass
+class _Spare:
+    """A forked child waiting for its job on ``job_fd``'s pipe (EOF: exit unused)."""
+
+    pid: int
+    created: float
+    job_fd: int
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _open_fds() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return list(range(3, 256))
+
+
+def serve(name: str, idle_s: float = 300.0, group_grace_s: float = 5.0) -> int:
+    """The launcher's main loop (see module docstring). Returns 0 when it idled out, 3 when
+    another launcher already holds ``name``."""
+    import trainyard.runner.main  # noqa: F401 - imported once here, inherited by every fork
+    from trainyard.runner.data import load_data_hook
+
+    load_data_hook()  # the data layer (fsspec) too, for tasks with inputs, outputs, checkpoints
+    gc.freeze()  # what is imported now is never collected: a child's GC pass leaves it unshared
+
+    launcher = _Launcher(name, idle_s, group_grace_s)
+    if not launcher.bind():
+        _say(f"launcher {name}: another launcher holds the name; exiting")
+        return 3
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    _say(f"launcher {name}: serving (pid {os.getpid()})")
+    why = ""
+    try:
+        launcher.loop()
+    except BaseException as exc:
+        why = str(exc) if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        launcher.close()
+        why = why or ("released" if launcher.released else "idle")
+        _say(f"launcher {name}: exiting ({why})")
+    return 0
+
+
+def _on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit("SIGTERM")
+
+
+def _say(line: str) -> None:
+    stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime())
+    sys.stderr.write(f"{stamp} {line}\n")
+    sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trainyard.backends.launcher NAME [--idle-s S] [--group-grace-s S]``."""
+    parser = argparse.ArgumentParser(prog="python -m trainyard.backends.launcher")
+    parser.add_argument("name", help="abstract socket name (address_name)")
+    parser.add_argument("--idle-s", type=float, default=300.0)
+    parser.add_argument("--group-grace-s", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    return serve(args.name, args.idle_s, args.group_grace_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The local backend's launcher as a real process: forks runners, holds group namespaces,
+answers only its own user, idles out."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from trainyard.backends.launcher import LauncherClient, address_name
+from trainyard.errors import BackendError
+from trainyard.runner.report import read_events
+
+
+def launcher_process(state_dir: Path) -> psutil.Process:
+    name = address_name(state_dir)
+    return next(p for p in psutil.process_iter(["cmdline"]) if name in (p.info["cmdline"] or []))
+
+
+def run_json(tmp_path: Path, name: str, command: list[str]) -> Path:
+    run_dir = tmp_path / "runs" / name
+    (run_dir / "root").mkdir(parents=True)
+    path = run_dir / "run.json"
+    path.write_text(json.dumps({
+        "workflow_id": "wf", "group": "g", "task": name, "command": command,
+        "run_dir": str(run_dir), "sandbox": {"root": str(run_dir / "root")}}))
+    return path
+
+
+def wait_exit(run_dir: Path, timeout_s: float = 30.0) -> int | None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        events, _ = read_events(run_dir / "events.jsonl")
+        if events and events[-1].kind == "EXITED":
+            return events[-1].exit_code
+        time.sleep(0.05)
+    return None
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> LauncherClient:
+    made = LauncherClient(tmp_path / "state", idle_s=30)
+    yield made
+    with_pid = [p for p in psutil.process_iter(["cmdline"])
+                if made.name in (p.info["cmdline"] or [])]
+    for proc in with_pid:
+        proc.kill()
+
+
+def test_runs_a_task_in_its_own_session_with_the_given_environment(
+    client: LauncherClient, tmp_path: Path
+) -> None:
+    path = run_json(tmp_path, "a", ["sh", "-c", "echo from=$FROM_TEST"])
+    env = {**os.environ, "FROM_TEST": "the-request"}
+    pid, created = client.run(path, path.parent / "runner.out", path.parent, env, None)
+    assert wait_exit(path.parent) == 0
+    assert "[a] from=the-request" in (path.parent / "task.log").read_text()
+    launcher = launcher_process(client.state_dir)
+    assert pid != launcher.pid and abs(created - time.time()) < 120
+    again = LauncherClient(client.state_dir)  # a second client finds the same launcher
+    assert again.request({"op": "ping"})["pid"] == launcher.pid
+
+
+def test_a_dead_spare_is_passed_over(client: LauncherClient, tmp_path: Path) -> None:
+    client.request({"op": "ping"})
+    launcher = launcher_process(client.state_dir)
+    deadline = time.monotonic() + 10
+    while len(launcher.children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    killed = {spare.pid for spare in launcher.children()}
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    while killed & {c.pid for c in launcher.children()} and time.monotonic() < deadline + 10:
+        time.sleep(0.05)  # reaped: (a spare that dies after taking its job is a START_ERROR)
+    path = run_json(tmp_path, "b", ["true"])
+    client.run(path, path.parent / "runner.out", path.parent, dict(os.environ), None)
+    assert wait_exit(path.parent) == 0
+
+
+def test_a_group_keeps_one_namespace_and_groups_differ(client: LauncherClient) -> None:
+    def inode(argv: list[str]) -> str:
+        done = subprocess.run([*argv, "readlink", "/proc/self/ns/net"], capture_output=True,
+                              text=True, timeout=20)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    first = client.network("wf/a", [])
+    assert inode(first.join_argv()) == inode(client.network("wf/a", []).join_argv())
+    other = inode(client.network("wf/b", []).join_argv())
+    assert len({inode(first.join_argv()), other, os.readlink("/proc/self/ns/net")}) == 3
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+def test_another_user_is_refused(client: LauncherClient) -> None:
+    client.request({"op": "ping"})
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a process of user nobody asks the launcher
+        os.close(read_end)
+        try:
+            os.setuid(65534)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect("\0" + client.name)
+            sock.sendall(b'{"op": "ping"}\n')
+            os.write(write_end, sock.recv(4096))
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    reply = os.read(read_end, 4096)
+    os.waitpid(pid, 0)
+    assert b"only this user's processes" in reply and b'"pid"' not in reply
+
+
+def test_an_idle_launcher_exits_and_a_new_one_starts(tmp_path: Path) -> None:
+    client = LauncherClient(tmp_path / "state", idle_s=0.3)
+    first = client.request({"op": "ping"})["pid"]
+    psutil.Process(first).wait(timeout=20)
+    assert "exiting (idle)" in (tmp_path / "state" / "launcher.log").read_text()
+    second = client.request({"op": "ping"})["pid"]
+    assert second != first
+    os.kill(second, signal.SIGTERM)
+    psutil.Process(second).wait(timeout=20)
+    assert "exiting (SIGTERM)" in (tmp_path / "state" / "launcher.log").read_text()
+
+
+def test_a_released_launcher_exits_once_its_runners_end(client: LauncherClient,
+                                                        tmp_path: Path) -> None:
+    path = run_json(tmp_path, "c", ["sleep", "1"])
+    client.run(path, path.parent / "runner.out", path.parent, dict(os.environ), None)
+    launcher = launcher_process(client.state_dir)
+    client.release()
+    time.sleep(0.3)
+    assert launcher.is_running()  # its runner still runs
+    assert wait_exit(path.parent) == 0
+    launcher.wait(timeout=20)
+    assert "exiting (released)" in (client.state_dir / "launcher.log").read_text()
+    LauncherClient(tmp_path / "elsewhere").release()  # none there: nothing starts
+    assert not (tmp_path / "elsewhere" / "launcher.log").exists()
+
+
+def test_an_interpreter_that_does_not_exist_is_a_backend_error(tmp_path: Path) -> None:
+    client = LauncherClient(tmp_path / "state", python=str(tmp_path / "no-python"))
+    with pytest.raises(BackendError, match="could not start the launcher"):
+        client.request({"op": "ping"})
