@@ -213,13 +213,6 @@ class LaunchRequest:
     hosts_text: str | None = None
 
 
-def _local_path(url: str) -> str | None:
-    parsed = urlparse(url)
-    if parsed.scheme in ("", "file"):
-        return parsed.path or None
-    return None
-
-
 @functools.lru_cache(maxsize=1)
 def _runner_paths() -> tuple[str, ...]:
     """Folders the interpreter and its imports live in (not the engine's script folder): the
@@ -392,7 +385,6 @@ class LocalBackend:
         request.writable_dirs = self._writable_dirs(run)
         prefix = net.join_argv() if net is not None else []
         if iso.bwrap:
-            request.writable_dirs += [Path(p) for p in self._url_dirs(run) if needs_bind(p, True)]
             request.hosts_text = hosts_file_text(run.hosts)
             plan = self._plan(request)
             prefix = prefix + bwrap_argv(plan)
@@ -437,17 +429,10 @@ class LocalBackend:
             dirs.append(Path(run.barrier.folder))
         return dirs
 
-    @staticmethod
-    def _url_dirs(run: TaskRun) -> list[str]:
-        """Local folders the runner uploads to (``file://`` outputs and checkpoints)."""
-        urls = [o.url for o in run.outputs if o.url] + [c.url for c in run.checkpoints]
-        return [p for p in map(_local_path, urls) if p]
-
     def _plan(self, request: LaunchRequest) -> SandboxPlan:
         run = request.run
         writable = [str(d) for d in [self.home, *request.writable_dirs]]
-        readonly = [*run.sandbox.path_prepend, *(i.source for i in run.inputs if i.kind == "task")]
-        readonly += [p for i in run.inputs if i.kind == "url" and (p := _local_path(i.source))]
+        readonly = run.sandbox.path_prepend  # inputs need none: the runner copies them in
         return SandboxPlan(
             root_dir=request.root_dir, hostname=run.task,
             hosts_file=request.run_dir / "sandbox" / "hosts",

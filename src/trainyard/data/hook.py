@@ -56,7 +56,7 @@ class DataLayerHook(FsspecData):
             return super().download(item, dest)
         dest.mkdir(parents=True, exist_ok=True)
         if item.kind == "url":
-            return urls.download(item.source, dest, item.regex, self.mover)
+            return urls.download(item.source, dest, item.regex, self.mover, missing_ok=True)
         with _as_data_error(f"dataset {item.source}"):
             version, stats = self.store.download(item.source, dest, item.path, item.regex)
         self.mover.log(f"dataset {version.name} version {version.version}: {stats.files} file(s)")

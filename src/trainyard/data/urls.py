@@ -15,8 +15,9 @@ from os import PathLike
 from pathlib import Path
 
 from trainyard.data.checkpoints import has_checkpoint, read_checkpoint
-from trainyard.data.storage import RemoteFile
+from trainyard.data.storage import Location, RemoteFile
 from trainyard.data.transfer import Mover, TransferStats, file_filter, plan_uploads
+from trainyard.errors import DataError
 
 __all__ = ["upload", "download", "list_url"]
 
@@ -45,14 +46,22 @@ def list_url(url: str | PathLike[str], regex: str | None = None, mover: Mover | 
     return [f for f in mover.list(mover.location(url)) if keep(f.rel)]
 
 
-def download(url: str | PathLike[str], dest: Path, regex: str | None = None, mover: Mover | None = None) -> int:
+def download(url: str | PathLike[str], dest: Path, regex: str | None = None,
+             mover: Mover | None = None, missing_ok: bool = False) -> int:
     """Download the files at ``url`` (a folder-like prefix, or one file) into ``dest``.
+
+    Args:
+        missing_ok: nothing at ``url`` gives an empty ``dest`` (and a log line) instead of an
+            error. A task's ``url:`` input works so: an object store cannot tell an empty
+            prefix from a missing one, and OSMO's reschedule sample reads its checkpoint
+            location as an input before the first run has written anything there.
 
     Returns:
         The number of files written.
 
     Raises:
-        DataError: ``url`` does not exist, the regex is bad, or a file failed for good.
+        DataError: ``url`` does not exist (unless ``missing_ok``), the regex is bad, or a
+            file failed for good.
     """
     mover = mover or Mover()
     loc = mover.location(url)
@@ -60,5 +69,31 @@ def download(url: str | PathLike[str], dest: Path, regex: str | None = None, mov
     dest.mkdir(parents=True, exist_ok=True)
     if has_checkpoint(mover, loc):
         return read_checkpoint(mover, loc, dest, regex)
-    files = [f for f in mover.list(loc) if keep(f.rel)]
+    try:
+        listed = mover.list(loc)
+    except DataError as exc:
+        if not (missing_ok and isinstance(exc.__cause__, FileNotFoundError)
+                and _container_exists(loc)):
+            raise
+        mover.log(f"{loc.show()}: nothing there yet, the input is an empty folder")
+        return 0
+    files = [f for f in listed if keep(f.rel)]
     return mover.download_files(files, loc, dest).files
+
+
+_FOLDER_LIKE = frozenset({"file", "local", "s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
+
+
+def _container_exists(loc: Location) -> bool:
+    """Whether an empty ``loc`` is plausible: a folder-like store (not HTTP, where nothing
+    there is an error) whose bucket exists (a local path needs no existing parent)."""
+    if loc.protocol not in _FOLDER_LIKE:
+        return False
+    if loc.is_local:
+        return True
+    bucket = loc.root.split("/", 1)[0]
+    try:
+        return bool(loc.fs.exists(bucket))
+    except OSError:
+        return False
+

@@ -102,11 +102,13 @@ def test_a_missing_dataset_fails_the_download_with_2010(tmp_path: Path) -> None:
     assert "[t1] ran" not in log_text(run)
 
 
-def test_a_missing_url_fails_the_download_with_2010_naming_it(tmp_path: Path) -> None:
-    run = make_run(tmp_path, "echo ran\n", inputs=[
+def test_nothing_at_an_input_url_is_an_empty_input_named_in_the_log(tmp_path: Path) -> None:
+    """OSMO's reschedule sample reads its checkpoint location before anything is there."""
+    run = make_run(tmp_path, "ls {{input:0}} | wc -l\n", inputs=[
         {"kind": "url", "name": "u", "source": f"file://{tmp_path}/absent/"}])
-    assert execute(run) == 2010
-    assert f"{tmp_path}/absent" in log_text(run)
+    assert execute(run) == 0
+    assert f"{tmp_path}/absent/: nothing there yet, the input is an empty folder" in log_text(run)
+    assert "[t1] 0" in log_text(run)
 
 
 def test_checkpoints_upload_committed_rounds_while_the_command_runs(

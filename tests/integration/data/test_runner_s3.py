@@ -44,11 +44,19 @@ def test_upload_failing_midway_exits_2012_and_creates_no_version(
     assert DatasetStore(store_url).versions("results") == []
 
 
-def test_missing_s3_input_exits_2010_naming_it(tmp_path: Path, s3_env: MotoS3, prefix: str) -> None:
+def test_an_empty_s3_prefix_is_an_empty_input(tmp_path: Path, s3_env: MotoS3, prefix: str) -> None:
     run = make_run(tmp_path, "echo ran\n", inputs=[
         {"kind": "url", "name": "u", "source": f"s3://my-bucket/{prefix}/nothing/"}])
+    assert execute(run) == 0
+    assert f"s3://my-bucket/{prefix}/nothing/: nothing there yet" in log_text(run)
+    assert "[t1] ran" in log_text(run)
+
+
+def test_a_missing_s3_bucket_exits_2010_naming_it(tmp_path: Path, s3_env: MotoS3) -> None:
+    run = make_run(tmp_path, "echo ran\n", inputs=[
+        {"kind": "url", "name": "u", "source": "s3://no-such-bucket-trainyard/x/"}])
     assert execute(run) == 2010
-    assert f"s3://my-bucket/{prefix}/nothing" in log_text(run)
+    assert "s3://no-such-bucket-trainyard/x" in log_text(run)
     assert "[t1] ran" not in log_text(run)
 
 

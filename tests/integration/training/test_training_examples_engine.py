@@ -107,11 +107,9 @@ def test_reschedule_resumes_from_the_uploaded_snapshot(runner: EngineRun, tmp_pa
     wid = runner.submit(RESCHEDULE, {"n_gpus_per_node": 1, "n_nodes": 2, "n_epochs": epochs,
                                      "fail_at_epoch": fail_at, "master_port": free_port(),
                                      "upload_location": upload.as_uri()})
-    # The first attempt's url input must exist: a url input with nothing there fails the
-    # download (2010) by the data layer's rule, where OSMO's sample expects an empty folder
-    # (see test_reschedule_first_run_needs_no_upload_folder). Made before the loop starts
-    # any task.
-    (upload / wid / "models").mkdir(parents=True)
+    # Nothing is at the upload location before the first run: its url input is an empty
+    # folder, as OSMO's sample expects.
+    assert not upload.exists()
 
     assert runner.wait(wid) == "COMPLETED", runner.logs(wid)
     statuses = _statuses(runner, wid)
@@ -147,15 +145,3 @@ def test_reschedule_resumes_from_the_uploaded_snapshot(runner: EngineRun, tmp_pa
     assert torch.load(output / "snapshot.pth", weights_only=True)["epochs_completed"] == epochs
     uploaded = upload / wid / "models" / "snapshot.pth"
     assert torch.load(uploaded, weights_only=True)["epochs_completed"] == epochs
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a url input with nothing at its URL fails the download (exit 2010, FAILED) by the data "
-    "layer's rule (tests/integration/data/test_runner_data.py), so the reschedule example's "
-    "first run fails before training unless its upload folder exists; OSMO's sample expects "
-    "an empty {{input:0}} there. Remove this marker when the two agree."))
-def test_reschedule_first_run_needs_no_upload_folder(runner: EngineRun, tmp_path: Path) -> None:
-    wid = runner.submit(RESCHEDULE, {"n_gpus_per_node": 1, "n_nodes": 2, "n_epochs": 2, "fail_at_epoch": 0,
-                                     "master_port": free_port(),
-                                     "upload_location": (tmp_path / "upload").as_uri()})
-    assert runner.wait(wid) == "COMPLETED", runner.logs(wid)
