@@ -9,7 +9,7 @@ Reports: p50/p99/max latency of the submit calls, the time until all are accepte
 time from the first submit until every workflow is terminal.
 
 ``--network loopback`` runs the local pool without per-group network namespaces, to show
-what starting a group's namespace keeper costs.
+what the per-group network namespaces cost.
 
 Usage:
     .venv/bin/python bench/api_load.py [--submissions 100] [--network auto|loopback]

@@ -14,6 +14,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import subprocess
@@ -22,7 +23,10 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
 from trainyard.backends.fake import FakeBackend
+from trainyard.backends.launcher import address_name
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.engine.status import Status
 from trainyard.pools import NodeSpec, Pool, default_local_pool
@@ -80,20 +84,44 @@ def overhead(repeat: int) -> None:
     print(f"overhead: {med_ours - med_hand:.3f} s")
 
 
-def throughput(n_tasks: int, backend: str) -> None:
+def throughput(n_tasks: int, backend: str, options: dict[str, str]) -> None:
     nodes = [NodeSpec(name=f"local-{i}", cpu=100_000) for i in range(4)]
-    pool = Pool(name="bench", backend="local", nodes=nodes)
+    pool = Pool(name="bench", backend="local", nodes=nodes, options=options)
     tasks = [{"name": f"t{i}", "command": ["true"]} for i in range(n_tasks)]
     spec = WorkflowSpec.model_validate({"name": "many", "tasks": tasks})
     with tempfile.TemporaryDirectory() as tmp:
         engine = _engine(Path(tmp), backend, pool)
+        own_before = _own_cpu_s()
         start = time.perf_counter()
         wid = engine.submit(Submission(spec, "", "bench", pool)).id
         record = engine.wait(wid, timeout_s=3600)
         elapsed = time.perf_counter() - start
+        own = _own_cpu_s() - own_before
+        tasks_cpu = _launcher_cpu_s(Path(tmp) / "local")
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{n_tasks} tasks ({backend}): {record.status} in {elapsed:.1f} s = "
-          f"{n_tasks / elapsed:.1f} tasks/s; peak RSS {rss_mib:.0f} MiB")
+          f"{n_tasks / elapsed:.1f} tasks/s; peak RSS {rss_mib:.0f} MiB; load average "
+          f"{os.getloadavg()[0]:.1f}")
+    print(f"CPU per task: engine {1000 * own / n_tasks:.1f} ms, launcher + runners + commands "
+          f"{1000 * tasks_cpu / n_tasks:.1f} ms")
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _launcher_cpu_s(state_dir: Path) -> float:
+    """CPU seconds of the local backend's launcher and its reaped children (runners, and
+    through them the sandboxed commands); 0 for the fake backend."""
+    name = address_name(state_dir)
+    for proc in psutil.process_iter(["cmdline"]):
+        parent = proc.parent()
+        if name in (proc.info["cmdline"] or []) and (
+                parent is None or name not in parent.cmdline()):  # not one of its spares
+            times = proc.cpu_times()
+            return times.user + times.system + times.children_user + times.children_system
+    return 0.0
 
 
 def main() -> None:
@@ -104,11 +132,13 @@ def main() -> None:
     t = sub.add_parser("throughput")
     t.add_argument("--tasks", type=int, default=1000)
     t.add_argument("--backend", choices=("local", "fake"), default="local")
+    t.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto")
+    t.add_argument("--network", choices=("auto", "netns", "loopback"), default="auto")
     args = parser.parse_args()
     if args.what == "overhead":
         overhead(args.repeat)
     else:
-        throughput(args.tasks, args.backend)
+        throughput(args.tasks, args.backend, {"sandbox": args.sandbox, "network": args.network})
 
 
 if __name__ == "__main__":

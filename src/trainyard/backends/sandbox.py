@@ -5,9 +5,12 @@ Layout inside the sandbox:
 - ``/`` is the task's own folder ``<run_dir>/sandbox/root`` (on disk, so it survives a RESTART
   in place); new top-level folders (``/app``, ``/experiments``) and ``/tmp`` live there, so
   two tasks' ``/tmp/run.sh`` never meet.
-- every top-level entry of the host's ``/`` is bound at its place: system folders read-only
+- every top-level folder of the host's ``/`` is bound at its place: system folders read-only
   (``READ_ONLY_TOP``), the others (``/home``, ``/root``, ``/work``, ``/mnt`` ...) read-write so
-  that caches and ``file://`` URLs behave as for a plain process; symlinks are re-created.
+  that caches and ``file://`` URLs behave as for a plain process; symlinks are re-created;
+  a folder empty on the host (``/srv``) is an empty folder of the task's own and top-level
+  files (``/.dockerenv``) are left out: each mount makes bwrap slower (it reads
+  ``/proc/self/mountinfo`` once per mount, so the cost grows with the square of their number).
 - ``/dev`` is the host's (GPUs) with a private ``/dev/shm``; ``/proc`` is the task's own PID
   namespace; ``/sys`` is read-only.
 - paths the runner needs that the above hides or makes read-only (a run folder under
@@ -101,11 +104,19 @@ def _top_level_args(host_root: Path, root_dir: Path) -> list[str]:
             link = os.readlink(entry.path)
             if not _has_symlink(root_dir / entry.name, link):
                 args += ["--symlink", link, target]
+        elif entry.is_dir() and _is_empty(entry.path):
+            args += ["--dir", target]  # nothing to show: a folder of the sandbox's own
         elif entry.is_dir():
             args += ["--ro-bind" if entry.name in READ_ONLY_TOP else "--bind", entry.path, target]
-        elif entry.is_file():
-            args += ["--ro-bind", entry.path, target]
-    return args
+    return args  # top-level files (/.dockerenv) belong to the host's image, not the task's
+
+
+def _is_empty(path: str) -> bool:
+    try:
+        with os.scandir(path) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
 
 
 def _system_args(host_root: Path) -> list[str]:
@@ -121,10 +132,19 @@ def _extra_binds(plan: SandboxPlan) -> list[str]:
     binds = [(os.path.realpath(p), "--ro-bind") for p in plan.readonly]
     binds += [(os.path.realpath(p), "--bind") for p in plan.writable]
     args: list[str] = []
+    done: list[tuple[str, str]] = []
     for real, flag in sorted(set(binds), key=lambda b: (len(Path(b[0]).parts), b[0])):
+        if any(flag == f and _under(real, d) for d, f in done):
+            continue  # a folder already bound the same way shows it (bwrap's cost grows
+            # with every mount: it reads /proc/self/mountinfo for each)
         if len(Path(real).parts) > 2 or _top(real) not in _PRIVATE_TOP | _HANDLED_APART:
             args += [flag, real, real]
+            done.append((real, flag))
     return args
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap") -> list[str]:
@@ -150,10 +170,12 @@ def sandbox_mounts(plan: SandboxPlan) -> tuple[dict[str, str], list[str]]:
     mounts = {"/": str(plan.root_dir)}
     readonly: set[str] = set()
     for entry in os.scandir(plan.host_root):
-        if entry.name not in _HANDLED_APART:
-            mounts[f"/{entry.name}"] = entry.path
-            if entry.name in READ_ONLY_TOP or not entry.is_dir(follow_symlinks=False):
-                readonly.add(f"/{entry.name}")
+        if entry.name in _HANDLED_APART or not entry.is_dir() or (
+                not entry.is_symlink() and _is_empty(entry.path)):
+            continue  # top-level files are not shown; empty folders are the sandbox's own
+        mounts[f"/{entry.name}"] = entry.path
+        if entry.name in READ_ONLY_TOP or entry.is_symlink():
+            readonly.add(f"/{entry.name}")
     for path, flag in [(p, True) for p in plan.readonly] + [(p, False) for p in plan.writable]:
         real = os.path.realpath(path)
         if real != "/":
