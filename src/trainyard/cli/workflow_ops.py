@@ -128,12 +128,21 @@ def submit(
         result = client.json("POST", "/api/workflow", params={"dry_run": dry_run},
                              json=req.model_dump())
     if dry_run:
-        emit(result, fmt, lambda d: typer.echo(d["spec"]))
+        emit(result, fmt, _print_dry_run)
         return
     emit(result, fmt, lambda d: console.print(f"Workflow submitted: {d['id']}"))
     if wait:
         final = wait_for(client, result["id"], logs=logs)
         raise typer.Exit(0 if final["status"] == "COMPLETED" else 1)
+
+
+def _print_dry_run(data: dict[str, Any]) -> None:
+    """The rendered spec, then what the backend would be handed (Slurm: each group's sbatch
+    command and script)."""
+    typer.echo(data["spec"])
+    for shown in data.get("backend", []):
+        typer.echo(f"# ==== group {shown['group']} on pool {data['pool']}")
+        typer.echo(shown["text"])
 
 
 def _query_table(data: dict[str, Any]) -> None:

@@ -136,6 +136,39 @@ class Engine:
             self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
         return record
 
+    def preview(self, sub: Submission) -> list[tuple[str, str]]:
+        """What submitting ``sub`` now would hand its pool's backend, for ``--dry-run``: per
+        group, in plan order, the backend's own rendering of the group's first start
+        (``dry_run(launches)``: the sbatch command and script on Slurm). Every task is on the
+        first node it could get; ids and paths are those the next submission would get.
+        Stores nothing, starts nothing. Empty when the backend has no such rendering (the
+        local backend's starts are processes, shown by ``workflow query`` once running)."""
+        backend = self._backends.get(sub.pool.name) or self._backend_factory(sub.pool, self.home)
+        render = getattr(backend, "dry_run", None)
+        if render is None:
+            return []
+        wid = self.store.peek_workflow_id(sub.spec.name)
+        state = build_state(wid, sub.spec, max_retries=sub.pool.max_retries, now_s=time.time())
+        previews = []
+        for group in sub.spec.groups:
+            names = [t.name for t in group.tasks]
+            ctx = LaunchContext(
+                home=self.home, workflow_id=wid, spec=sub.spec, state=state,
+                placements={n: Placement(sub.pool.nodes[0].name if sub.pool.nodes else "")
+                            for n in names},
+                backend=backend, pool=sub.pool, upstream_output=self._preview_output(wid))
+            action = m.StartTasks(group.name, tuple((n, 0) for n in names))
+            previews.append((group.name, str(render(build_launches(ctx, action)))))
+        return previews
+
+    def _preview_output(self, wid: str) -> Callable[[str, str], Path]:
+        def output(ref: str, current: str) -> Path:
+            upstream, _, task = ref.rpartition(":")
+            if upstream and upstream != wid:
+                return self._upstream_output(ref, current)
+            return self.home / "runs" / wid / task / "0" / "output"
+        return output
+
     def cancel(self, workflow_id: str) -> None:
         """Cancel a workflow: every process stopped, status FAILED_CANCELED. Idempotent;
         a finished workflow is left as it is. Raises NotFoundError for an unknown id."""

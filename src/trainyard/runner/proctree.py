@@ -63,16 +63,6 @@ def descendants(proc: psutil.Process) -> list[psutil.Process]:
         return []
 
 
-def _session_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return int(fields[3]) if len(fields) > 3 else None
-
-
 def session_members(sid: int, not_before: float = 0.0) -> list[psutil.Process]:
     """Live processes of session ``sid`` created at or after ``not_before`` (Linux only;
     elsewhere an empty list). ``not_before`` guards against a reused session id."""
@@ -80,6 +70,7 @@ def session_members(sid: int, not_before: float = 0.0) -> list[psutil.Process]:
 
 
 def _parent_and_session(pid: int) -> tuple[int, int] | None:
+    """(parent pid, session id) from ``/proc/PID/stat``, or None when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read()

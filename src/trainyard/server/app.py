@@ -105,9 +105,7 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.post("/api/workflow")
     def submit(req: SpecRequest, u: Caller, dry_run: bool = False) -> dict[str, Any]:
         if dry_run:
-            loaded = service.load(req)
-            return {"dry_run": True, "name": loaded.workflow.name, "pool": loaded.pool.name,
-                    "spec": loaded.rendered_text}
+            return service.dry_run(req, u)
         return service.submit(req, u)
 
     @app.post("/api/workflow/{workflow_id}/resubmit")

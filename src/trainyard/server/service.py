@@ -100,6 +100,21 @@ class Service:
         ))
         return {"id": record.id, "name": record.name, "status": record.status}
 
+    def dry_run(self, req: SpecRequest, user: User) -> dict[str, Any]:
+        """Validate without storing; with what the pool's backend would be handed.
+
+        Returns:
+            ``{"dry_run": true, "name", "pool", "spec": rendered text, "backend": [{"group",
+            "text"}]}``; ``backend`` holds, on Slurm, each group's sbatch command and script
+            (empty for backends without such a rendering).
+        """
+        loaded = self.load(req)
+        sub = Submission(spec=loaded.workflow, spec_text=loaded.rendered_text, user=user.name,
+                         pool=loaded.pool, labels=dict(loaded.workflow.labels))
+        shown = [{"group": g, "text": text} for g, text in self.engine.preview(sub)]
+        return {"dry_run": True, "name": loaded.workflow.name, "pool": loaded.pool.name,
+                "spec": loaded.rendered_text, "backend": shown}
+
     def resubmit(self, workflow_id: str, user: User, overrides: SpecRequest | None) -> dict[str, Any]:
         """Submit again the stored request of ``workflow_id`` (its ``--set`` values kept,
         those in ``overrides`` appended, so they win)."""

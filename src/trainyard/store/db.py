@@ -182,6 +182,12 @@ class Store:
         seq = (session.scalar(select(func.max(_Workflow.seq))) or 0) + 1
         return f"{name}-{number}", seq
 
+    def peek_workflow_id(self, name: str) -> str:
+        """The id the next workflow named ``name`` would get now (nothing is reserved)."""
+        with self._tx() as session:
+            counter = session.get(_Counter, name)
+            return f"{name}-{counter.next_number if counter is not None else 1}"
+
     def create_workflow(
         self,
         *,

@@ -154,3 +154,29 @@ def test_gpu_slots_survive_an_engine_restart(tmp_path: Path) -> None:
     assert len(slots) == 6
     again = _engine(tmp_path, backend)
     assert again.usage("local")[backend.launches[0].node]["gpu"] == 6
+
+
+def test_preview_renders_each_group_for_a_slurm_pool_and_stores_nothing(tmp_path: Path) -> None:
+    from trainyard.backends.slurm import SlurmBackend
+
+    pool = Pool(name="slurm-pool", backend="slurm", options={"partition": "batch"},
+                nodes=[NodeSpec(name="n1"), NodeSpec(name="n2")])
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    engine = Engine(store, tmp_path, pools={pool.name: pool},
+                    backend_factory=lambda p, h: SlurmBackend(p, h, python="/usr/bin/python3"))
+    spec = _spec({"name": "train", "groups": [
+        {"name": "prep", "tasks": [_task("fetch")]},
+        {"name": "fit", "tasks": [_task("master", lead=True), _task("worker")]}]})
+    shown = engine.preview(Submission(spec, "", "alice", pool))
+    assert [group for group, _text in shown] == ["prep", "fit"]
+    fit = shown[1][1]
+    assert fit.startswith("$ sbatch ") and "#SBATCH --nodes=2" in fit and "--partition=batch" in fit
+    assert "train-1" in fit and "/usr/bin/python3 -m trainyard.runner" in fit
+    assert store.list_workflows() == [] and store.peek_workflow_id("train") == "train-1"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_preview_is_empty_for_a_backend_without_a_rendering(tmp_path: Path) -> None:
+    engine = _engine(tmp_path, FakeBackend())
+    spec = _spec({"name": "one", "tasks": [_task("a")]})
+    assert engine.preview(Submission(spec, "", "alice", POOL)) == []

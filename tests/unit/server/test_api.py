@@ -115,3 +115,27 @@ def test_unknown_workflow_is_404_with_what_to_do(api, tmp_path: Path) -> None:
     answer = client.get("/api/workflow/nope-1", headers=_auth(_admin(tmp_path)))
     assert answer.status_code == 404
     assert "workflow list" in answer.json()["detail"][0]["message"]
+
+
+def test_dry_run_on_a_slurm_pool_shows_the_sbatch_script_and_stores_nothing(tmp_path: Path) -> None:
+    from trainyard.backends.slurm import SlurmBackend
+    from trainyard.pools import NodeSpec, Pool
+
+    slurm = Pool(name="slurm-pool", backend="slurm", options={"partition": "batch"},
+                 nodes=[NodeSpec(name="n1"), NodeSpec(name="n2")])
+    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
+                    pools={"local": default_local_pool(), slurm.name: slurm},
+                    backend_factory=lambda p, h: SlurmBackend(p, h, python="/usr/bin/python3")
+                    if p.backend == "slurm" else FakeBackend())
+    tokens = TokenRegistry(tmp_path)
+    with TestClient(create_app(Service(engine), tokens, run_engine=False)) as client:
+        got = client.post("/api/workflow", params={"dry_run": True}, headers=_auth(_admin(tmp_path)),
+                          json={"spec_text": HELLO, "pool": "slurm-pool"}).json()
+        local = client.post("/api/workflow", params={"dry_run": True},
+                            headers=_auth(_admin(tmp_path)), json={"spec_text": HELLO}).json()
+    assert got["dry_run"] is True and got["pool"] == "slurm-pool"
+    (shown,) = got["backend"]
+    assert shown["group"] == "hello" and shown["text"].startswith("$ sbatch ")
+    assert "--partition=batch" in shown["text"] and "hello-osmo-1" in shown["text"]
+    assert local["backend"] == [] and "Hello from OSMO!" in local["spec"]
+    assert engine.store.list_workflows() == []
