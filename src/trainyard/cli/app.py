@@ -1,4 +1,8 @@
-"""``trainyard app create|list|show|submit|delete``: named, versioned workflow templates."""
+"""``trainyard app create|list|show|submit|delete``: named, versioned workflow templates.
+
+An app belongs to the user who created it: only they or an admin may add versions to it or
+delete it (403 otherwise, exit 8); anyone may list, show and submit it.
+"""
 
 from __future__ import annotations
 
@@ -10,19 +14,38 @@ import typer
 from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, console, emit, table
 from trainyard.cli.request import spec_request
-from trainyard.cli.workflow_ops import wait_for
+from trainyard.cli.workflow_ops import after_submit
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.values import parse_labels
 
+__all__ = ["app"]
+
 app = typer.Typer(no_args_is_help=True, help="Named, versioned workflow templates.")
+
+NameArg = typer.Argument(..., metavar="NAME", help="The app's name.")
+VersionOpt = typer.Option(None, "--version", min=1, help="This version (default: the latest).")
 
 
 @app.command()
-def create(name: str, spec: Path, fmt: Format = FormatOption) -> None:
-    """Store SPEC as a new version of app NAME (validated with its default values)."""
-    req = spec_request(spec, set_values=[], set_strings=[], set_env=[])
-    data = Client().json("POST", f"/api/app/{name}",
-                         json={"spec_text": req.spec_text, "files": req.files})
+def create(
+    name: str = NameArg,
+    spec: Path = typer.Argument(..., metavar="SPEC", help="The workflow spec (YAML with "
+                                "Jinja); its localpath files are stored with it."),
+    set_values: Optional[list[str]] = typer.Option(
+        None, "--set", metavar="NAME=VALUE", help="Value to check the template with, for a "
+        "variable without a default (such as a storage URL); not stored: give it again at "
+        "submit."),
+    set_strings: Optional[list[str]] = typer.Option(
+        None, "--set-string", metavar="NAME=VALUE", help="As --set, kept as a string."),
+    fmt: Format = FormatOption,
+) -> None:
+    """Store SPEC as a new version of app NAME, validated with its default values (and the
+    --set values). Adding a version to someone else's app needs an admin."""
+    req = spec_request(spec, set_values=set_values or [], set_strings=set_strings or [],
+                       set_env=[])
+    data = Client().json("POST", f"/api/app/{name}", json={
+        "spec_text": req.spec_text, "files": req.files, "set": req.set,
+        "set_string": req.set_string})
     emit(data, fmt, lambda d: console.print(f"App {d['name']} version {d['version']} created"))
 
 
@@ -35,7 +58,7 @@ def list_apps(fmt: Format = FormatOption) -> None:
 
 
 @app.command()
-def show(name: str, version: Optional[int] = typer.Option(None, "--version"),
+def show(name: str = NameArg, version: Optional[int] = VersionOpt,
          fmt: Format = FormatOption) -> None:
     """Print an app's spec."""
     params = {"version": version} if version else {}
@@ -45,30 +68,39 @@ def show(name: str, version: Optional[int] = typer.Option(None, "--version"),
 
 @app.command()
 def submit(
-    name: str,
-    set_values: Optional[list[str]] = typer.Option(None, "--set"),
-    set_strings: Optional[list[str]] = typer.Option(None, "--set-string"),
-    set_env: Optional[list[str]] = typer.Option(None, "--set-env"),
-    pool: Optional[str] = typer.Option(None, "--pool"),
-    label: Optional[list[str]] = typer.Option(None, "--label"),
-    version: Optional[int] = typer.Option(None, "--version"),
-    wait: bool = typer.Option(False, "--wait"),
+    name: str = NameArg,
+    set_values: Optional[list[str]] = typer.Option(
+        None, "--set", metavar="NAME=VALUE",
+        help="Template value, YAML-typed; several pairs may follow one flag."),
+    set_strings: Optional[list[str]] = typer.Option(
+        None, "--set-string", metavar="NAME=VALUE", help="Template value kept as a string."),
+    set_env: Optional[list[str]] = typer.Option(
+        None, "--set-env", metavar="NAME=VALUE", help="Environment variable of every task."),
+    pool: Optional[str] = typer.Option(None, "--pool", help="Pool to run on (default: the "
+                                       "spec's pool, else 'local')."),
+    label: Optional[list[str]] = typer.Option(None, "--label", metavar="KEY=VALUE",
+                                              help="Workflow label; overrides the spec's."),
+    version: Optional[int] = VersionOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the rendered "
+                                 "spec and what the backend would be handed; create nothing."),
+    wait: bool = typer.Option(False, "--wait", help="Show progress until it ends; exit 0 "
+                              "only if it COMPLETED."),
     fmt: Format = FormatOption,
 ) -> None:
-    """Submit app NAME as a workflow."""
+    """Submit app NAME as a workflow; print its id. JSON as `workflow submit`'s."""
     client = Client()
     req = SpecRequest(spec_text="", set=set_values or [], set_string=set_strings or [],
                       set_env=set_env or [], pool=pool, labels=parse_labels(label or []))
-    params = {"version": version} if version else {}
+    params: dict[str, object] = {"dry_run": dry_run}
+    if version:
+        params["version"] = version
     data = client.json("POST", f"/api/app/{name}/submit", params=params, json=req.model_dump())
-    emit(data, fmt, lambda d: console.print(f"Workflow submitted: {d['id']}"))
-    if wait:
-        final = wait_for(client, data["id"], logs=False)
-        raise typer.Exit(0 if final["status"] == "COMPLETED" else 1)
+    after_submit(client, data, fmt, dry_run=dry_run, wait=wait)
 
 
 @app.command()
-def delete(name: str) -> None:
-    """Delete every version of app NAME."""
+def delete(name: str = NameArg, fmt: Format = FormatOption) -> None:
+    """Delete every version of app NAME (its owner or an admin only)."""
     data = Client().json("DELETE", f"/api/app/{name}")
-    console.print(f"App {data['name']} deleted ({data['deleted_versions']} versions)")
+    emit(data, fmt, lambda d: console.print(
+        f"App {d['name']} deleted ({d['deleted_versions']} versions)"))

@@ -2,7 +2,9 @@
 
 It finds the server (``$TRAINYARD_SERVER_URL``, else the local one, started in the background
 on first use), sends the token (``$TRAINYARD_TOKEN`` or ``$TRAINYARD_HOME/token``), and turns
-error answers back into trainyard errors so the CLI prints each problem once.
+error answers back into trainyard errors so the CLI prints each problem once. The server
+names the error's class (``kind``); the client raises that same class, so an error exits
+with the same code whether it was raised here or on the server.
 """
 
 from __future__ import annotations
@@ -16,22 +18,57 @@ import httpx
 
 from trainyard.errors import (
     AuthError,
+    BackendError,
+    ConfigError,
+    DataError,
     ForbiddenError,
     NotFoundError,
     ServerError,
     SpecError,
     SpecProblem,
+    StoreError,
     TrainyardError,
 )
 from trainyard.pools import trainyard_home
 from trainyard.server.auth import read_client_token
 from trainyard.server.process import ensure_running, is_alive, read_info
 
-__all__ = ["Client", "server_version"]
+__all__ = ["Client", "server_version", "running_server_client"]
+
+_BY_KIND: dict[str, type[TrainyardError]] = {cls.__name__: cls for cls in (
+    NotFoundError, ConfigError, BackendError, StoreError, ServerError, AuthError,
+    ForbiddenError, DataError)}
+"""Error classes the server may name in ``kind``; SpecError is rebuilt with its problems."""
 
 _BY_STATUS: dict[int, type[TrainyardError]] = {
-    401: AuthError, 403: ForbiddenError, 404: NotFoundError,
+    400: ConfigError, 401: AuthError, 403: ForbiddenError, 404: NotFoundError, 422: ConfigError,
 }
+"""Without a known ``kind``: a 4xx is a refused request, anything else a server failure."""
+
+
+def _error_class(status: int, kind: object) -> type[TrainyardError]:
+    if isinstance(kind, str) and kind in _BY_KIND:
+        return _BY_KIND[kind]
+    return _BY_STATUS.get(status, ServerError)
+
+
+def _row_message(row: object) -> str:
+    """One error row as text: ours (``message``) or FastAPI's (``loc`` and ``msg``)."""
+    if not isinstance(row, dict):
+        return str(row)
+    if "message" in row:
+        return str(row["message"])
+    if "msg" in row:
+        where = ".".join(str(part) for part in row.get("loc", [])[1:])
+        return f"{where}: {row['msg']}" if where else str(row["msg"])
+    return str(row)
+
+
+def _is_spec_error(status: int, body: dict[str, Any], rows: object) -> bool:
+    if body.get("kind") == "SpecError":
+        return True
+    return status == 422 and isinstance(rows, list) and bool(rows) \
+        and isinstance(rows[0], dict) and "path" in rows[0]
 
 
 def _raise_for(response: httpx.Response) -> None:
@@ -39,16 +76,16 @@ def _raise_for(response: httpx.Response) -> None:
         return
     try:
         body = response.json()
-        rows = body.get("detail", [])
     except ValueError:
-        raise ServerError(f"server answered {response.status_code}: {response.text[:200]}") from None
-    if body.get("kind") == "SpecError" or response.status_code == 422 and isinstance(rows, list) \
-            and rows and "path" in rows[0]:
+        body = None
+    if not isinstance(body, dict):
+        raise ServerError(f"server answered {response.status_code}: {response.text[:200]}")
+    rows = body.get("detail", [])
+    if _is_spec_error(response.status_code, body, rows):
         raise SpecError([SpecProblem(**row) for row in rows])
-    if not isinstance(rows, list):
-        rows = [{"message": str(rows)}]
-    message = "; ".join(str(r.get("message", r)) if isinstance(r, dict) else str(r) for r in rows)
-    raise _BY_STATUS.get(response.status_code, ServerError)(message)
+    rows = rows if isinstance(rows, list) else [rows]
+    message = "; ".join(_row_message(row) for row in rows)
+    raise _error_class(response.status_code, body.get("kind"))(message)
 
 
 def server_version(home: Path | None = None) -> tuple[str, str] | None:
@@ -68,6 +105,19 @@ def server_version(home: Path | None = None) -> tuple[str, str] | None:
         return url, str(answer.json()["version"])
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return None
+
+
+def running_server_client(home: Path | None = None) -> Client | None:
+    """A client of the server the CLI would use, only if one is configured or already runs:
+    ``$TRAINYARD_SERVER_URL`` (even if it does not answer: the request then says so), else
+    the local server when it answers. Never starts a server; None when there is none."""
+    home = home or trainyard_home()
+    if os.environ.get("TRAINYARD_SERVER_URL"):
+        return Client(home)
+    info = read_info(home)
+    if info is None or not is_alive(info):
+        return None
+    return Client(home, url=info.url)
 
 
 class Client:

@@ -2,7 +2,9 @@
 
 ``main()`` is the entry point (console script ``trainyard``). It is the one place that prints
 errors: every ``TrainyardError`` a command raises is printed once to stderr and turned into
-its ``exit_code``; usage errors are printed by click with its code (2).
+its ``exit_code``; usage errors are printed by click with its code (2). ``EXIT_CODES`` is the
+table of those codes, shown by ``trainyard --help``; errors the server raises come back as
+the same classes (``cli.client``), so they exit with the same codes.
 
 Adding a command group: write ``cli/<group>.py`` with a ``typer.Typer`` named ``app`` and
 add ``"<group>"`` to ``SUBAPPS``.
@@ -19,7 +21,7 @@ import typer
 from trainyard import __version__
 from trainyard.errors import SpecError, TrainyardError
 
-__all__ = ["app", "main", "SUBAPPS", "MULTI_VALUE_FLAGS", "expand_multi_value_flags"]
+__all__ = ["app", "main", "SUBAPPS", "MULTI_VALUE_FLAGS", "EXIT_CODES", "expand_multi_value_flags"]
 
 SUBAPPS: tuple[str, ...] = ("workflow", "app", "pool", "resource", "server", "dataset", "data")
 """Command groups, each a module ``trainyard.cli.<name>`` exposing ``app``."""
@@ -27,9 +29,26 @@ SUBAPPS: tuple[str, ...] = ("workflow", "app", "pool", "resource", "server", "da
 MULTI_VALUE_FLAGS = frozenset({"--set", "--set-string", "--set-env", "--label"})
 """Flags that take several ``NAME=VALUE`` pairs after one flag (``--set a=1 b=2``)."""
 
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "success"),
+    (1, "--wait: the workflow ended other than COMPLETED; an unexpected error"),
+    (2, "usage error, or a spec refused (one line per problem)"),
+    (3, "not found: workflow, task, pool, app, dataset"),
+    (4, "request refused: e.g. restart of a running or COMPLETED workflow"),
+    (5, "a backend (local, Slurm, Kubernetes) failed"),
+    (6, "the store failed"),
+    (7, "server unreachable or failed"),
+    (8, "authentication: no or a wrong token (401), or not yours (403)"),
+    (9, "a data transfer to or from storage failed"),
+)
+"""Stable exit codes: one per error class of ``trainyard.errors`` (the class's ``exit_code``)."""
+
+_EXIT_TABLE = "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES)
+
 app = typer.Typer(
     name="trainyard",
     help="Run NVIDIA OSMO workflow specs on this machine, Slurm or Kubernetes.",
+    epilog=f"\b\nExit codes:\n{_EXIT_TABLE}",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,

@@ -55,7 +55,9 @@ def spec_request(path: Path, *, set_values: list[str], set_strings: list[str],
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([SpecProblem("", f"cannot read the spec: {exc}", file=str(path))]) from exc
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        message = f"cannot read the spec: {reason}; check the path"
+        raise SpecError([SpecProblem("", message, file=str(path))]) from exc
     rendered = specapi.render(text, values=specapi.parse_set_values(set_values),
                               set_strings=specapi.parse_set_strings(set_strings), file=str(path))
     local = LocalFiles(path.resolve().parent)

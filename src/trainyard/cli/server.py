@@ -1,10 +1,14 @@
-"""``trainyard server start|stop|status|token``: the local server, explicitly."""
+"""``trainyard server start|stop|status|add-user``: the local server, explicitly.
+
+The admin token of the server's owner is written at first start to ``$TRAINYARD_HOME/token``
+(readable only by its owner); ``add-user`` creates tokens for other users.
+"""
 
 from __future__ import annotations
 
 import typer
 
-from trainyard.cli.output import console
+from trainyard.cli.output import Format, FormatOption, console, emit
 from trainyard.errors import ServerError
 from trainyard.pools import trainyard_home
 from trainyard.server import process
@@ -38,16 +42,27 @@ def stop() -> None:
 
 
 @app.command()
-def status() -> None:
-    """Say whether the server runs and where."""
+def status(fmt: Format = FormatOption) -> None:
+    """Say whether this machine's server runs and where; exit 7 when it does not.
+
+    JSON: {"running": bool, "url": str or null, "pid": int or null}, printed in both cases.
+    """
     info = process.read_info(trainyard_home())
-    if info is None or not process.is_alive(info):
+    if info is not None and not process.is_alive(info):
+        info = None
+    if fmt is Format.json:
+        emit({"running": info is not None, "url": info.url if info else None,
+              "pid": info.pid if info else None}, fmt, lambda _d: None)
+    if info is None:
         raise ServerError("no trainyard server is running; start one with `trainyard server start`")
-    console.print(f"trainyard server running at {info.url} (pid {info.pid})")
+    if fmt is Format.table:
+        console.print(f"trainyard server running at {info.url} (pid {info.pid})")
 
 
 @app.command("add-user")
-def add_user(user: str, admin: bool = typer.Option(False, "--admin")) -> None:
+def add_user(user: str = typer.Argument(..., metavar="USER", help="The user's name."),
+             admin: bool = typer.Option(False, "--admin", help="May read and change every "
+                                        "user's workflows and apps.")) -> None:
     """Create a token for USER (run on the server's machine, as its owner); prints it."""
     token = TokenRegistry(trainyard_home()).add(user, admin=admin)
     typer.echo(token)

@@ -1,7 +1,11 @@
 """``trainyard workflow``: validate a spec, show it rendered, print the language's schema.
 
-Thin: each command turns its options into arguments of ``trainyard.spec`` and prints.
-Errors are raised, never printed here (``cli.main`` prints them).
+``validate`` and ``spec`` ask the server when one is configured (``$TRAINYARD_SERVER_URL``)
+or the local one already runs, since the server knows the pools its team uses; otherwise
+(or with ``--local``) they check on this machine against ``$TRAINYARD_HOME/pools.yaml``,
+and never start a server. Thin: each command turns its options into arguments of
+``trainyard.spec`` or a server request and prints. Errors are raised, never printed here
+(``cli.main`` prints them).
 """
 
 from __future__ import annotations
@@ -14,7 +18,12 @@ from typing import Annotated, Any
 import typer
 
 from trainyard import spec
+from trainyard.cli.client import Client, running_server_client
+from trainyard.cli.output import Format, FormatOption, emit
+from trainyard.cli.request import spec_request
+from trainyard.errors import SpecError
 from trainyard.pools import Pool, get_pool
+from trainyard.server.schema import SpecRequest
 
 __all__ = ["app", "SpecOptions"]
 
@@ -33,6 +42,14 @@ LabelOpt = Annotated[list[str] | None, typer.Option(
     "--label", metavar="KEY=VALUE", help="Workflow label; overrides the spec's.")]
 PoolOpt = Annotated[str | None, typer.Option(
     "--pool", help="Pool to check against (default: the spec's pool, else 'local').")]
+LocalOpt = Annotated[bool, typer.Option(
+    "--local", help="Check on this machine against $TRAINYARD_HOME/pools.yaml even when a "
+                    "server is configured or running.")]
+
+WHERE_CHECKED = (
+    "Checked by the server when one is configured (TRAINYARD_SERVER_URL) or the local one "
+    "already runs, against the pools it serves; otherwise (or with --local) on this machine "
+    "against $TRAINYARD_HOME/pools.yaml. Never starts a server.")
 
 
 @dataclass(frozen=True)
@@ -66,26 +83,73 @@ def _parse(rendered: str, path: Path, options: SpecOptions) -> spec.SpecDocument
                       pool=options.choose_pool)
 
 
-@app.command("validate")
+def _server_request(path: Path, set_: list[str] | None, set_string: list[str] | None,
+                    set_env: list[str] | None, label: list[str] | None,
+                    pool: str | None) -> SpecRequest:
+    """The request for the server, after the same checks of the options as locally."""
+    SpecOptions.parse(set_, set_string, set_env, label, pool)
+    return spec_request(path, set_values=set_ or [], set_strings=set_string or [],
+                        set_env=set_env or [], pool=pool, labels=spec.parse_labels(label or []))
+
+
+def _spec_server(local: bool) -> Client | None:
+    return None if local else running_server_client()
+
+
+def _validate_locally(path: Path, options: SpecOptions) -> dict[str, Any]:
+    doc = _parse(_render(path, options), path, options)
+    return {"valid": True, "name": doc.workflow.name,
+            "pool": options.choose_pool(doc.workflow.pool).name, "server": None}
+
+
+def _emit_problems(exc: SpecError, fmt: Format) -> None:
+    if fmt is Format.json:
+        problems = [{"path": p.path, "message": p.message, "line": p.line, "file": p.file}
+                    for p in exc.problems]
+        emit({"valid": False, "problems": problems}, fmt, lambda _d: None)
+
+
+@app.command("validate", help=f"""Render and check a spec; print every problem to stderr
+(exit 2) or success (exit 0). {WHERE_CHECKED} With --format json, stdout is one object:
+{{"valid": true, "name", "pool", "server": URL or null}}, or {{"valid": false, "problems":
+[{{"path", "message", "line", "file"}}]}} (the problems also go to stderr, exit 2).""")
 def validate_command(path: SpecArg, set_: SetOpt = None, set_string: SetStringOpt = None,
-                     set_env: SetEnvOpt = None, label: LabelOpt = None, pool: PoolOpt = None) -> None:
-    """Render and check a spec; print every problem (exit 2) or success (exit 0)."""
-    options = SpecOptions.parse(set_, set_string, set_env, label, pool)
-    _parse(_render(path, options), path, options)
-    typer.echo("Workflow validation succeeded.")
+                     set_env: SetEnvOpt = None, label: LabelOpt = None, pool: PoolOpt = None,
+                     local: LocalOpt = False, fmt: Format = FormatOption) -> None:
+    try:
+        result = _validate(path, set_, set_string, set_env, label, pool, local)
+    except SpecError as exc:
+        _emit_problems(exc, fmt)
+        raise
+    emit(result, fmt, lambda _d: typer.echo("Workflow validation succeeded."))
 
 
-@app.command("spec")
+def _validate(path: Path, set_: list[str] | None, set_string: list[str] | None,
+              set_env: list[str] | None, label: list[str] | None, pool: str | None,
+              local: bool) -> dict[str, Any]:
+    client = _spec_server(local)
+    if client is None:
+        options = SpecOptions.parse(set_, set_string, set_env, label, pool)
+        return _validate_locally(path, options)
+    req = _server_request(path, set_, set_string, set_env, label, pool)
+    answer = client.json("POST", "/api/workflow/validate", json=req.model_dump())
+    return {**answer, "server": client.url}
+
+
+@app.command("spec", help=f"""Print the rendered spec (special tokens kept) once it validates.
+{WHERE_CHECKED} --set-env and --label are checked but, like the tokens, applied when the
+workflow runs: the text shows the spec as rendered.""")
 def spec_command(path: SpecArg, set_: SetOpt = None, set_string: SetStringOpt = None,
-                 set_env: SetEnvOpt = None, label: LabelOpt = None, pool: PoolOpt = None) -> None:
-    """Print the rendered spec (special tokens kept) once it validates.
-
-    --set-env and --label are checked but, like the tokens, applied when the workflow runs:
-    the text shows the spec as rendered.
-    """
-    options = SpecOptions.parse(set_, set_string, set_env, label, pool)
-    rendered = _render(path, options)
-    _parse(rendered, path, options)
+                 set_env: SetEnvOpt = None, label: LabelOpt = None, pool: PoolOpt = None,
+                 local: LocalOpt = False) -> None:
+    client = _spec_server(local)
+    if client is None:
+        options = SpecOptions.parse(set_, set_string, set_env, label, pool)
+        rendered = _render(path, options)
+        _parse(rendered, path, options)
+    else:
+        req = _server_request(path, set_, set_string, set_env, label, pool)
+        rendered = client.request("POST", "/api/workflow/spec", json=req.model_dump()).text
     typer.echo(rendered, nl=not rendered.endswith("\n"))
 
 

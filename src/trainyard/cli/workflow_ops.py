@@ -1,28 +1,38 @@
 """``trainyard workflow submit|query|list|logs|cancel|restart``: talk to the server.
 
 Exit codes: 0 success; for ``submit --wait``, 0 only when the workflow COMPLETED, 1 when it
-ended otherwise (FAILED*, timeouts, cancelled); trainyard errors use their own codes
-(``trainyard.errors``).
+ended otherwise (FAILED*, timeouts, cancelled); trainyard errors use their own codes (the
+table in ``cli.main``'s help). With ``--format json`` stdout holds one JSON document (for
+``logs``, JSON Lines); progress lines then go to stderr.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import typer
+from rich.console import Console
 
 from trainyard.cli.client import Client
-from trainyard.cli.output import Format, FormatOption, console, emit, table
+from trainyard.cli.output import Format, FormatOption, console, emit, err_console, table
 from trainyard.cli.request import spec_request
+from trainyard.engine.status import WorkflowStatus
+from trainyard.errors import SpecError, SpecProblem
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.values import parse_labels
 
-__all__ = ["register"]
+__all__ = ["register", "wait_for", "finish_wait", "after_submit", "print_dry_run",
+           "looks_like_workflow_id"]
 
 TERMINAL_PREFIXES = ("COMPLETED", "FAILED")
+WORKFLOW_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?-\d+$")
+"""A workflow id: the workflow's name (letters, digits, '-', '_'), '-', its number."""
+STATUSES = tuple(s.value for s in WorkflowStatus)
+WorkflowIdArg = typer.Argument(..., metavar="WORKFLOW_ID", help="The workflow's id (NAME-N).")
 
 
 def _is_terminal(status: str) -> bool:
@@ -34,16 +44,27 @@ def _flat(values: Optional[list[str]]) -> list[str]:
     return list(values or [])
 
 
+def looks_like_workflow_id(text: str) -> bool:
+    """True for ``NAME-N`` (``hello-osmo-3``); a file name with a '.' or '/' never is."""
+    return bool(WORKFLOW_ID.match(text))
+
+
 def _request(spec: str, *, set_values: list[str], set_strings: list[str], set_env: list[str],
              pool: str | None, labels: list[str]) -> SpecRequest | None:
+    """The request for a spec file; None when ``spec`` is no file but looks like a workflow
+    id. Raises SpecError when it is neither (the file does not exist)."""
     path = Path(spec)
     if not path.exists():
-        return None
+        if looks_like_workflow_id(spec):
+            return None
+        raise SpecError([SpecProblem("", "no such spec file; check the path (to submit a "
+                                         "workflow again, give its id: NAME-N)", file=spec)])
     return spec_request(path, set_values=set_values, set_strings=set_strings, set_env=set_env,
                         pool=pool, labels=parse_labels(labels))
 
 
-def _print_progress(seen: dict[str, str], data: dict[str, Any], started: float) -> None:
+def _print_progress(view: Console, seen: dict[str, str], data: dict[str, Any],
+                    started: float) -> None:
     elapsed = time.monotonic() - started
     for group in data["groups"]:
         for task in group["tasks"]:
@@ -54,89 +75,126 @@ def _print_progress(seen: dict[str, str], data: dict[str, Any], started: float) 
                 node = f" on {task['node']}" if task.get("node") else ""
                 code = f" (exit {task['exit_code']})" if task.get("exit_code") is not None else ""
                 retry = f" retry {task['retry_id']}" if task.get("retry_id") else ""
-                console.print(f"[dim]{elapsed:7.1f}s[/dim] {key}{retry} {status}{node}{code}")
+                view.print(f"[dim]{elapsed:7.1f}s[/dim] {key}{retry} {status}{node}{code}")
 
 
-def _follow_logs(client: Client, workflow_id: str, stop: threading.Event) -> None:
+def _follow_logs(view: Console, client: Client, workflow_id: str, stop: threading.Event) -> None:
     try:
         for line in client.stream_lines(f"/api/workflow/{workflow_id}/logs", follow=True):
             if stop.is_set():
                 return
-            console.print(line, markup=False)
+            view.print(line, markup=False)
     except Exception as exc:  # noqa: BLE001 - the log view must not kill --wait
-        console.print(f"[dim](log stream ended: {exc})[/dim]")
+        view.print(f"[dim](log stream ended: {exc})[/dim]")
 
 
-def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.5) -> dict[str, Any]:
-    """Print progress (and logs) until the workflow ends; return its final query."""
+def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.5,
+             view: Console = console) -> dict[str, Any]:
+    """Print progress (and logs) on ``view`` until the workflow ends; return its final query."""
     started, seen = time.monotonic(), {}
     stop = threading.Event()
-    follower = threading.Thread(target=_follow_logs, args=(client, workflow_id, stop), daemon=True)
+    follower = threading.Thread(target=_follow_logs, args=(view, client, workflow_id, stop),
+                                daemon=True)
     if logs:
         follower.start()
     while True:
         data = client.json("GET", f"/api/workflow/{workflow_id}")
-        _print_progress(seen, data, started)
+        _print_progress(view, seen, data, started)
         if _is_terminal(data["status"]):
             break
         time.sleep(poll_s)
     if logs:
         follower.join(timeout=5)
     stop.set()
-    console.print(f"Workflow {workflow_id} {data['status']} after {time.monotonic() - started:.1f}s")
-    _print_outputs(data)
+    view.print(f"Workflow {workflow_id} {data['status']} after {time.monotonic() - started:.1f}s")
+    _print_outputs(view, data)
     return data
 
 
-def _print_outputs(data: dict[str, Any]) -> None:
+def finish_wait(client: Client, workflow_id: str, fmt: Format, *, logs: bool = False) -> NoReturn:
+    """``--wait``: progress until the workflow ends, then exit 0 only if it COMPLETED.
+
+    With ``--format json`` the progress goes to stderr and stdout gets one JSON document,
+    the final ``workflow query`` object.
+    """
+    view = err_console if fmt is Format.json else console
+    final = wait_for(client, workflow_id, logs=logs, view=view)
+    if fmt is Format.json:
+        emit(final, fmt, lambda _d: None)
+    raise typer.Exit(0 if final["status"] == "COMPLETED" else 1)
+
+
+def _print_outputs(view: Console, data: dict[str, Any]) -> None:
     """Where each lead task's output went: its folder and its uploads (datasets, URLs)."""
     for group in data["groups"]:
         for task in group["tasks"]:
             if not task["lead"] or task["status"] != "COMPLETED":
                 continue
-            console.print(f"Output of {task['name']}: {task.get('output_dir')}", markup=False)
+            view.print(f"Output of {task['name']}: {task.get('output_dir')}", markup=False)
             for target in task.get("outputs", []):
                 hint = ""
                 if target.startswith("dataset "):
                     name = target.split(" ", 1)[1]
                     hint = f" (`trainyard dataset info {name}`, `trainyard dataset download {name} DIR`)"
-                console.print(f"  uploaded to {target}{hint}", markup=False)
+                view.print(f"  uploaded to {target}{hint}", markup=False)
 
 
 def submit(
-    spec: str = typer.Argument(..., help="a spec file, or the id of a workflow to submit again"),
-    set_values: Optional[list[str]] = typer.Option(None, "--set", help="k=v (YAML-typed)"),
-    set_strings: Optional[list[str]] = typer.Option(None, "--set-string", help="k=v (string)"),
-    set_env: Optional[list[str]] = typer.Option(None, "--set-env", help="K=V for every task"),
-    pool: Optional[str] = typer.Option(None, "--pool", help="pool to run on"),
-    label: Optional[list[str]] = typer.Option(None, "--label", help="k=v workflow label"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="validate and print, run nothing"),
-    wait: bool = typer.Option(False, "--wait", help="show progress until it ends"),
-    logs: bool = typer.Option(False, "--logs", help="with --wait, stream the task logs too"),
+    spec: str = typer.Argument(
+        ..., metavar="SPEC|WORKFLOW_ID",
+        help="A spec file, or the id of a workflow (NAME-N) to submit its stored spec again."),
+    set_values: Optional[list[str]] = typer.Option(
+        None, "--set", metavar="NAME=VALUE", help="Template value, YAML-typed; several pairs "
+        "may follow one flag. With a workflow id: added to its stored values, and wins."),
+    set_strings: Optional[list[str]] = typer.Option(
+        None, "--set-string", metavar="NAME=VALUE", help="Template value kept as a string."),
+    set_env: Optional[list[str]] = typer.Option(
+        None, "--set-env", metavar="NAME=VALUE", help="Environment variable of every task."),
+    pool: Optional[str] = typer.Option(None, "--pool", help="Pool to run on (default: the "
+                                       "spec's pool, else 'local')."),
+    label: Optional[list[str]] = typer.Option(None, "--label", metavar="KEY=VALUE",
+                                              help="Workflow label; overrides the spec's."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the rendered "
+                                 "spec and what the backend would be handed; create nothing."),
+    wait: bool = typer.Option(False, "--wait", help="Show progress until it ends; exit 0 "
+                              "only if it COMPLETED."),
+    logs: bool = typer.Option(False, "--logs", help="With --wait, stream the task logs too."),
     fmt: Format = FormatOption,
 ) -> None:
-    """Submit a workflow; print its id (and with --wait, its progress)."""
-    client = Client()
+    """Submit a workflow; print its id (and with --wait, its progress).
+
+    With --format json, stdout is one JSON document: {"id", "name", "status"}; with --wait,
+    the final `workflow query` object (progress then goes to stderr); with --dry-run,
+    {"dry_run", "name", "pool", "spec", "backend"}.
+    """
     req = _request(spec, set_values=_flat(set_values), set_strings=_flat(set_strings),
                    set_env=_flat(set_env), pool=pool, labels=label or [])
+    client = Client()
     if req is None:
         overrides = SpecRequest(spec_text="", set=_flat(set_values), set_string=_flat(set_strings),
                                 set_env=_flat(set_env), pool=pool, labels=parse_labels(label or []))
         result = client.json("POST", f"/api/workflow/{spec}/resubmit",
-                             json=overrides.model_dump())
+                             params={"dry_run": dry_run}, json=overrides.model_dump())
     else:
         result = client.json("POST", "/api/workflow", params={"dry_run": dry_run},
                              json=req.model_dump())
+    after_submit(client, result, fmt, dry_run=dry_run, wait=wait, logs=logs)
+
+
+def after_submit(client: Client, result: dict[str, Any], fmt: Format, *, dry_run: bool,
+                 wait: bool, logs: bool = False) -> None:
+    """Print what a submit answered; with ``wait``, follow it to its end (and exit)."""
     if dry_run:
-        emit(result, fmt, _print_dry_run)
-        return
-    emit(result, fmt, lambda d: console.print(f"Workflow submitted: {d['id']}"))
-    if wait:
-        final = wait_for(client, result["id"], logs=logs)
-        raise typer.Exit(0 if final["status"] == "COMPLETED" else 1)
+        emit(result, fmt, print_dry_run)
+    elif not wait:
+        emit(result, fmt, lambda d: console.print(f"Workflow submitted: {d['id']}"))
+    else:
+        if fmt is Format.table:
+            console.print(f"Workflow submitted: {result['id']}")
+        finish_wait(client, result["id"], fmt, logs=logs)
 
 
-def _print_dry_run(data: dict[str, Any]) -> None:
+def print_dry_run(data: dict[str, Any]) -> None:
     """The rendered spec, then what the backend would be handed (Slurm: each group's sbatch
     command and script)."""
     typer.echo(data["spec"])
@@ -159,25 +217,40 @@ def _query_table(data: dict[str, Any]) -> None:
     table(["group", "task", "status", "retry", "exit", "node", "start", "end"], rows)
 
 
-def query(workflow_id: str, verbose: bool = typer.Option(False, "--verbose", "-v",
+def query(workflow_id: str = WorkflowIdArg, verbose: bool = typer.Option(False, "--verbose", "-v",
           help="list every retry"), fmt: Format = FormatOption) -> None:
     """Show a workflow's groups and tasks."""
     data = Client().json("GET", f"/api/workflow/{workflow_id}", params={"verbose": verbose})
     emit(data, fmt, _query_table)
 
 
+def _statuses(values: Optional[list[str]]) -> list[str]:
+    """``--status`` values, upper-cased; a usage error (exit 2) names the valid ones."""
+    wanted = [v.upper() for v in values or []]
+    unknown = [v for v, w in zip(values or [], wanted) if w not in STATUSES]
+    if unknown:
+        raise typer.BadParameter(f"unknown workflow status {', '.join(map(repr, unknown))}; "
+                                 f"statuses: {', '.join(STATUSES)}")
+    return wanted
+
+
 def list_workflows(
-    status: Optional[list[str]] = typer.Option(None, "--status", help="only these statuses"),
-    name: Optional[str] = typer.Option(None, "--name", help="name contains"),
-    label: Optional[list[str]] = typer.Option(None, "--label", help="k=v, all must match"),
-    count: Optional[int] = typer.Option(None, "--count", "-c", help="at most this many"),
+    status: Optional[list[str]] = typer.Option(
+        None, "--status", callback=_statuses, metavar="STATUS",
+        help=f"Only workflows with this status (repeat for several): {', '.join(STATUSES)}."),
+    name: Optional[str] = typer.Option(None, "--name", help="Only names containing this."),
+    label: Optional[list[str]] = typer.Option(None, "--label", metavar="KEY=VALUE",
+                                              help="Only workflows with this label (all must match)."),
+    count: Optional[int] = typer.Option(None, "--count", "-c", min=1,
+                                        help="At most this many (1 or more)."),
     fmt: Format = FormatOption,
 ) -> None:
-    """List workflows, newest first."""
+    """List workflows, newest first. JSON: a list of {"id", "name", "status", "pool",
+    "submitted_by", "labels", "submit_time", "end_time"} (times ISO 8601 UTC)."""
     params: dict[str, Any] = {"status": status or [], "label": label or []}
     if name:
         params["name"] = name
-    if count:
+    if count is not None:
         params["count"] = count
     data = Client().json("GET", "/api/workflow", params=params)
     emit(data, fmt, lambda rows: table(
@@ -187,41 +260,53 @@ def list_workflows(
 
 
 def logs(
-    workflow_id: str,
-    task: Optional[str] = typer.Option(None, "--task", "-t", help="only this task"),
-    retry_id: Optional[int] = typer.Option(None, "--retry-id", help="only this attempt"),
-    follow: bool = typer.Option(False, "--follow", help="keep printing until it ends"),
-    lines: Optional[int] = typer.Option(None, "-n", help="only the last N lines"),
+    workflow_id: str = WorkflowIdArg,
+    task: Optional[str] = typer.Option(None, "--task", "-t", help="Only this task."),
+    retry_id: Optional[int] = typer.Option(None, "--retry-id", help="Only this attempt."),
+    follow: bool = typer.Option(False, "--follow", help="Keep printing new lines until the "
+                                "workflow ends."),
+    lines: Optional[int] = typer.Option(None, "-n", min=1, help="Only the last N lines "
+                                        "(with --follow: of those already written, then new ones)."),
+    fmt: Format = FormatOption,
 ) -> None:
-    """Print a workflow's task logs (OSMO's line format)."""
-    client = Client()
-    params: dict[str, Any] = {k: v for k, v in {"task": task, "retry_id": retry_id}.items()
-                              if v is not None}
+    r"""Print a workflow's task logs in OSMO's line format (YYYY/MM/DD HH:MM:SS \[task] text,
+    UTC), whatever its status.
+
+    With --format json: JSON Lines, one object per log line, {"time": ISO 8601 UTC,
+    "task", "retry_id", "line": the text after the time and the \[task] tag}.
+    """
+    params: dict[str, Any] = {k: v for k, v in {"task": task, "retry_id": retry_id,
+                                                "lines": lines}.items() if v is not None}
+    if fmt is Format.json:
+        params["format"] = "json"
+    client, path = Client(), f"/api/workflow/{workflow_id}/logs"
     if follow:
-        for line in client.stream_lines(f"/api/workflow/{workflow_id}/logs", follow=True, **params):
+        for line in client.stream_lines(path, follow=True, **params):
             typer.echo(line)
         return
-    if lines:
-        params["lines"] = lines
-    typer.echo(client.request("GET", f"/api/workflow/{workflow_id}/logs", params=params).text,
-               nl=False)
+    typer.echo(client.request("GET", path, params=params).text, nl=False)
 
 
-def cancel(workflow_id: str, fmt: Format = FormatOption) -> None:
+def cancel(workflow_id: str = WorkflowIdArg, fmt: Format = FormatOption) -> None:
     """Cancel a workflow: stop every task; it ends FAILED_CANCELED."""
     data = Client().json("POST", f"/api/workflow/{workflow_id}/cancel")
     emit(data, fmt, lambda d: console.print(f"Workflow {d['id']} cancel requested: {d['status']}"))
 
 
-def restart(workflow_id: str, wait: bool = typer.Option(False, "--wait"),
+def restart(workflow_id: str = WorkflowIdArg,
+            wait: bool = typer.Option(False, "--wait", help="Show progress until it ends; "
+                                      "exit 0 only if it COMPLETED."),
             fmt: Format = FormatOption) -> None:
-    """Run a failed workflow's failed groups again, keeping its completed ones."""
+    """Run a failed workflow's failed groups again, keeping its completed ones. A running
+    or COMPLETED workflow is refused (exit 4)."""
     client = Client()
     data = client.json("POST", f"/api/workflow/{workflow_id}/restart")
-    emit(data, fmt, lambda d: console.print(f"Workflow {d['id']} restarted: {d['status']}"))
-    if wait:
-        final = wait_for(client, workflow_id, logs=False)
-        raise typer.Exit(0 if final["status"] == "COMPLETED" else 1)
+    if not wait:
+        emit(data, fmt, lambda d: console.print(f"Workflow {d['id']} restarted: {d['status']}"))
+        return
+    if fmt is Format.table:
+        console.print(f"Workflow {data['id']} restarted: {data['status']}")
+    finish_wait(client, workflow_id, fmt)
 
 
 def register(app: typer.Typer) -> None:

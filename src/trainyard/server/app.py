@@ -2,15 +2,24 @@
 
 Every route but ``/api/health`` needs ``Authorization: Bearer TOKEN`` (401 otherwise).
 Errors answer ``{"detail": [{"message": ..., "path", "line", "file"}], "kind": ...}`` with a
-status code per error class, so the CLI prints each problem once.
+status code per error class (SpecError 422, NotFoundError 404, AuthError 401,
+ForbiddenError 403, any other refusal 400); ``kind`` is the error's class name in
+``trainyard.errors``, from which the CLI rebuilds the same error, so an error has the same
+exit code whether it was raised on this machine or by the server.
+
+``GET /api/workflow/{id}/logs`` answers ``text/plain`` in OSMO's line format, or with
+``format=json`` JSON Lines (``application/x-ndjson``): one ``{"time", "task", "retry_id",
+"line"}`` object per log line. ``lines=N`` keeps the last N lines; with ``follow`` it keeps
+the last N already written, then streams new ones until the workflow ends.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
@@ -19,7 +28,8 @@ from pydantic import BaseModel
 import trainyard
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
 from trainyard.server.auth import TokenRegistry, User
-from trainyard.server.service import Service, SpecRequest, spec_error_json
+from trainyard.server.service import LogLine, Service, SpecRequest, spec_error_json
+from trainyard.store import Store
 
 __all__ = ["create_app"]
 
@@ -31,6 +41,9 @@ class AppRequest(BaseModel):
 
     spec_text: str
     files: dict[str, str] = {}
+    set: list[str] = []
+    """Values to check the template with (``--set``); not stored."""
+    set_string: list[str] = []
 
 
 def _error_response(exc: TrainyardError) -> JSONResponse:
@@ -109,8 +122,9 @@ def _routes(app: FastAPI, service: Service) -> None:
         return service.submit(req, u)
 
     @app.post("/api/workflow/{workflow_id}/resubmit")
-    def resubmit(workflow_id: str, u: Caller, req: SpecRequest | None = None) -> dict[str, Any]:
-        return service.resubmit(workflow_id, u, req)
+    def resubmit(workflow_id: str, u: Caller, req: SpecRequest | None = None,
+                 dry_run: bool = False) -> dict[str, Any]:
+        return service.resubmit(workflow_id, u, req, dry_run=dry_run)
 
     @app.get("/api/workflow")
     def list_workflows(
@@ -130,13 +144,15 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/api/workflow/{workflow_id}/logs")
     def logs(workflow_id: str, u: Caller, task: str | None = None,
              retry_id: int | None = None, follow: bool = False,
-             lines: int | None = None) -> Any:
+             lines: Annotated[int | None, Query(ge=1)] = None,
+             fmt: Annotated[Literal["text", "json"], Query(alias="format")] = "text") -> Any:
+        media = "application/x-ndjson" if fmt == "json" else "text/plain"
         if follow:
-            stream = service.follow_logs(workflow_id, u, task=task, retry_id=retry_id)
-            return StreamingResponse(_with_newlines(stream), media_type="text/plain")
-        text = "".join(line + "\n" for line in
-                       service.logs(workflow_id, u, task=task, retry_id=retry_id, last_lines=lines))
-        return PlainTextResponse(text)
+            stream = service.follow_logs(workflow_id, u, task=task, retry_id=retry_id,
+                                         last_lines=lines)
+            return StreamingResponse(_log_chunks(stream, fmt), media_type=media)
+        found = service.logs(workflow_id, u, task=task, retry_id=retry_id, last_lines=lines)
+        return PlainTextResponse("".join(_log_chunks(iter(found), fmt)), media_type=media)
 
     @app.post("/api/workflow/{workflow_id}/cancel")
     def cancel(workflow_id: str, u: Caller) -> dict[str, Any]:
@@ -160,8 +176,10 @@ def _app_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/app/{name}")
     def create(name: str, req: AppRequest, u: Caller) -> dict[str, Any]:
-        service.load(SpecRequest(spec_text=req.spec_text, files=req.files, spec_name=name))
-        rec = store.create_app(name, u.name, req.spec_text, req.files)
+        owner = _app_owner(store, name, u, "add a version to")
+        service.load(SpecRequest(spec_text=req.spec_text, files=req.files, spec_name=name,
+                                 set=req.set, set_string=req.set_string))
+        rec = store.create_app(name, owner, req.spec_text, req.files)
         return {"name": rec.name, "version": rec.version}
 
     @app.get("/api/app")
@@ -174,21 +192,37 @@ def _app_routes(app: FastAPI, service: Service) -> None:
         return {"name": a.name, "version": a.version, "owner": a.owner, "spec": a.spec_text}
 
     @app.post("/api/app/{name}/submit")
-    def submit_app(name: str, req: SpecRequest, u: Caller,
-                   version: int | None = None) -> dict[str, Any]:
+    def submit_app(name: str, req: SpecRequest, u: Caller, version: int | None = None,
+                   dry_run: bool = False) -> dict[str, Any]:
         a = store.get_app(name, version)
         full = req.model_copy(update={"spec_text": a.spec_text, "files": a.files,
                                       "spec_name": f"{a.name}:{a.version}"})
-        return service.submit(full, u)
+        return service.dry_run(full, u) if dry_run else service.submit(full, u)
 
     @app.delete("/api/app/{name}")
     def delete(name: str, u: Caller) -> dict[str, Any]:
-        a = store.get_app(name)
-        if not u.admin and a.owner != u.name:
-            raise ForbiddenError(f"app {name} belongs to {a.owner}; only they or an admin may delete it")
+        _app_owner(store, name, u, "delete")
         return {"name": name, "deleted_versions": store.delete_app(name)}
 
 
-def _with_newlines(lines: Iterator[str]) -> Iterator[str]:
+def _app_owner(store: Store, name: str, user: User, action: str) -> str:
+    """Who owns app ``name`` once ``user`` acts on it: its owner (an existing app keeps
+    its owner, whoever adds a version), or ``user`` for a new name.
+
+    Raises:
+        ForbiddenError: the app exists, belongs to someone else, and ``user`` is no admin.
+    """
+    try:
+        owner = store.get_app(name).owner
+    except NotFoundError:
+        return user.name
+    if not user.admin and owner != user.name:
+        raise ForbiddenError(f"app {name} belongs to {owner}; only they or an admin may "
+                             f"{action} it")
+    return owner
+
+
+def _log_chunks(lines: Iterator[LogLine], fmt: str) -> Iterator[str]:
+    """Each log line with its newline: OSMO's text, or one JSON object (JSON Lines)."""
     for line in lines:
-        yield line + "\n"
+        yield (json.dumps(line.to_json()) if fmt == "json" else line.text) + "\n"

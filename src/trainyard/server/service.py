@@ -19,14 +19,15 @@ from dataclasses import dataclass
 from trainyard import spec as specapi
 from trainyard.engine import machine as m
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.errors import ForbiddenError, NotFoundError, SpecError, SpecProblem
+from trainyard.engine.status import WorkflowStatus
+from trainyard.errors import ConfigError, ForbiddenError, NotFoundError, SpecError, SpecProblem
 from trainyard.pools import DEFAULT_POOL, Pool
 from trainyard.server.auth import User
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import WorkflowRecord
 
-__all__ = ["SpecRequest", "LoadedSpec", "Service", "iso"]
+__all__ = ["SpecRequest", "LoadedSpec", "LogLine", "Service", "iso"]
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,36 @@ def iso(time_s: float | None) -> str | None:
     return datetime.fromtimestamp(time_s, tz=timezone.utc).isoformat()
 
 
-def _log_time(line: str) -> str:
-    return line[:19]
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a task's log: its task, attempt and OSMO-format text
+    (``YYYY/MM/DD HH:MM:SS [task] text``, UTC)."""
+
+    task: str
+    retry_id: int
+    text: str
+
+    @property
+    def stamp(self) -> str:
+        """The line's ``YYYY/MM/DD HH:MM:SS`` prefix (sorts by time)."""
+        return self.text[:19]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"time": ISO 8601 UTC or None, "task", "retry_id", "line"}``; ``line`` is the
+        text after the time and the ``[task]`` tag (runner lines keep ``[trainyard]``)."""
+        try:
+            when = datetime.strptime(self.stamp, "%Y/%m/%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        except ValueError:
+            return {"time": None, "task": self.task, "retry_id": self.retry_id, "line": self.text}
+        rest = self.text[20:]
+        tag = f"[{self.task}]"
+        rest = rest[len(tag):].removeprefix(" ") if rest.startswith(tag) else rest
+        return {"time": when.isoformat(), "task": self.task, "retry_id": self.retry_id,
+                "line": rest}
+
+
+def _log_time(line: LogLine) -> str:
+    return line.stamp
 
 
 class Service:
@@ -115,9 +144,11 @@ class Service:
         return {"dry_run": True, "name": loaded.workflow.name, "pool": loaded.pool.name,
                 "spec": loaded.rendered_text, "backend": shown}
 
-    def resubmit(self, workflow_id: str, user: User, overrides: SpecRequest | None) -> dict[str, Any]:
+    def resubmit(self, workflow_id: str, user: User, overrides: SpecRequest | None, *,
+                 dry_run: bool = False) -> dict[str, Any]:
         """Submit again the stored request of ``workflow_id`` (its ``--set`` values kept,
-        those in ``overrides`` appended, so they win)."""
+        those in ``overrides`` appended, so they win). With ``dry_run``, nothing is stored:
+        the answer is ``dry_run``'s."""
         record = self._readable(workflow_id, user)
         stored = SpecRequest.model_validate(record.source["request"])
         if overrides is not None:
@@ -126,7 +157,7 @@ class Service:
             stored.set_env += overrides.set_env
             stored.labels.update(overrides.labels)
             stored.pool = overrides.pool or stored.pool
-        return self.submit(stored, user)
+        return self.dry_run(stored, user) if dry_run else self.submit(stored, user)
 
     # ------------------------------------------------------------------ reads
 
@@ -149,7 +180,12 @@ class Service:
 
     def list(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
              labels: dict[str, str] | None = None, count: int | None = None) -> list[dict[str, Any]]:
-        """Workflows visible to ``user``, newest first."""
+        """Workflows visible to ``user``, newest first.
+
+        Raises:
+            ConfigError: an unknown status (the valid ones are named) or ``count`` below 1.
+        """
+        _check_list_filters(statuses, count)
         records = self.engine.store.list_workflows(
             statuses=statuses, name=name, labels=labels, count=count,
             submitted_by=None if user.admin else user.name,
@@ -172,7 +208,9 @@ class Service:
 
     # ------------------------------------------------------------------ logs
 
-    def _log_files(self, workflow_id: str, task: str | None, retry_id: int | None) -> list[Path]:
+    def _log_files(self, workflow_id: str, task: str | None,
+                   retry_id: int | None) -> list[tuple[str, int, Path]]:
+        """``(task, retry_id, task.log path)`` of every attempt asked for."""
         state = self.engine.state(workflow_id)
         if task is not None and task not in state.tasks:
             names = ", ".join(state.tasks)
@@ -182,29 +220,45 @@ class Service:
             if task is not None and name != task:
                 continue
             retries = [retry_id] if retry_id is not None else range(ts.retry_id + 1)
-            files += [self.engine.run_dir(workflow_id, name, r) / "task.log" for r in retries]
+            files += [(name, r, self.engine.run_dir(workflow_id, name, r) / "task.log")
+                      for r in retries]
         return files
 
     def logs(self, workflow_id: str, user: User, *, task: str | None = None,
-             retry_id: int | None = None, last_lines: int | None = None) -> list[str]:
-        """Log lines of the workflow (all tasks merged by time), or of one task/attempt."""
+             retry_id: int | None = None, last_lines: int | None = None) -> list[LogLine]:
+        """Log lines of the workflow (all tasks merged by time), or of one task/attempt;
+        with ``last_lines``, only the last that many."""
         self._readable(workflow_id, user)
-        streams = [_read_lines(p) for p in self._log_files(workflow_id, task, retry_id)]
-        lines = list(heapq.merge(*streams, key=_log_time))
-        return lines[-last_lines:] if last_lines else lines
+        streams = [[LogLine(name, r, text) for text in _read_lines(path)]
+                   for name, r, path in self._log_files(workflow_id, task, retry_id)]
+        return _last(list(heapq.merge(*streams, key=_log_time)), last_lines)
 
     def follow_logs(self, workflow_id: str, user: User, *, task: str | None = None,
-                    retry_id: int | None = None, poll_s: float = 0.2) -> Iterator[str]:
-        """Log lines as they are written, until the workflow ends and its logs are drained."""
+                    retry_id: int | None = None, last_lines: int | None = None,
+                    poll_s: float = 0.2) -> Iterator[LogLine]:
+        """Log lines as they are written, until the workflow ends and its logs are drained.
+
+        The lines already written come first (only the last ``last_lines`` of them when
+        given, merged by time), then every new line as it appears.
+        """
         self._readable(workflow_id, user)
         offsets: dict[Path, int] = {}
+        first = True
         while True:
             finished = self.engine.state(workflow_id).status.is_terminal()
-            for path in self._log_files(workflow_id, task, retry_id):
-                yield from _read_new(path, offsets)
+            fresh = self._new_lines(workflow_id, task, retry_id, offsets)
+            yield from _last(fresh, last_lines) if first else fresh
             if finished:
                 return
+            first = False
             time.sleep(poll_s)
+
+    def _new_lines(self, workflow_id: str, task: str | None, retry_id: int | None,
+                   offsets: dict[Path, int]) -> list[LogLine]:
+        """Complete lines written since ``offsets`` (advanced), merged by time."""
+        streams = [[LogLine(name, r, text) for text in _read_new(path, offsets)]
+                   for name, r, path in self._log_files(workflow_id, task, retry_id)]
+        return list(heapq.merge(*streams, key=_log_time))
 
     # ------------------------------------------------------------------ pools
 
@@ -225,6 +279,21 @@ class Service:
             usage = self.engine.usage(p.name)
             rows += [_node_json(p, node, usage.get(node.name)) for node in p.nodes]
         return rows
+
+
+def _last(lines: list[LogLine], count: int | None) -> list[LogLine]:
+    return lines[-count:] if count else lines
+
+
+def _check_list_filters(statuses: list[str] | None, count: int | None) -> None:
+    """Refuse an unknown workflow status or a count below 1 (ConfigError, HTTP 400)."""
+    valid = [s.value for s in WorkflowStatus]
+    unknown = [s for s in statuses or [] if s not in valid]
+    if unknown:
+        raise ConfigError(f"unknown workflow status {', '.join(map(repr, unknown))}; "
+                          f"statuses: {', '.join(valid)}")
+    if count is not None and count < 1:
+        raise ConfigError(f"count must be at least 1, not {count}")
 
 
 def _read_lines(path: Path) -> list[str]:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from cli_e2e_support import OSMO_PLATFORMS, Server
+import pytest
+import yaml
+
+from cli_e2e_support import OSMO_PLATFORMS, SPECS, Server
 
 # An elastic-like template: max_nodes tasks of one gang, the master hosting the rendezvous.
 ELASTIC = """
@@ -63,6 +66,37 @@ def test_app_create_list_show_submit_delete(server: Server, tmp_path: Path) -> N
     assert all(a["name"] != "elastic" for a in server.main("app", "list", "-f", "json").json())
     missing = server.main("app", "show", "elastic")
     assert missing.code == 3 and "elastic" in missing.err
+
+
+ELASTIC_SEED = SPECS / "dnn_training" / "torchrun_elastic" / "train.yaml"
+
+
+@pytest.mark.skipif(not ELASTIC_SEED.is_file(), reason=f"OSMO spec not found at {ELASTIC_SEED}")
+def test_the_seed_app_sample_elastic_torchrun_renders_max_nodes_tasks(server: Server,
+                                                                      tmp_path: Path) -> None:
+    """The issue's seed: ``app submit sample-elastic-torchrun --set max_nodes=8``, dry-run."""
+    storage = f"storage_url={(tmp_path / 'bucket').as_uri()}"
+    unset = server.main("app", "create", "sample-elastic-torchrun", str(ELASTIC_SEED))
+    assert unset.code == 2 and "'storage_url' is not set; set it with --set" in unset.err
+    made = server.main("app", "create", "sample-elastic-torchrun", str(ELASTIC_SEED),
+                       "--set", storage, "-f", "json")
+    assert made.json()["name"] == "sample-elastic-torchrun"
+    before = server.ids()
+
+    shown = server.main("app", "submit", "sample-elastic-torchrun", "--set", "max_nodes=8",
+                        storage, "--dry-run", "-f", "json").json()
+    assert shown["dry_run"] is True and shown["name"] == "elastic-sample"
+    tasks = yaml.safe_load(shown["spec"])["workflow"]["groups"][0]["tasks"]
+    assert [t["name"] for t in tasks] == ["master", *(f"worker_{i}" for i in range(1, 8))]
+    assert [t.get("lead", False) for t in tasks] == [True] + [False] * 7
+    run_sh = tasks[0]["files"][0]["contents"]
+    assert "--nnodes 2:8" in run_sh and "--rdzv_endpoint {{host:master}}:29400" in run_sh
+    assert all(t["files"][1]["localpath"] == "train.py" for t in tasks)
+    table = server.cli("app", "submit", "sample-elastic-torchrun", "--set", "max_nodes=8",
+                       storage, "--dry-run")
+    assert table.code == 0 and "- name: worker_7" in table.out, table.err
+    assert server.ids() == before  # nothing was submitted
+    assert server.main("app", "delete", "sample-elastic-torchrun").code == 0
 
 
 def test_app_create_refuses_a_bad_spec_and_stores_nothing(server: Server, tmp_path: Path) -> None:

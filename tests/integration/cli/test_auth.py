@@ -4,6 +4,8 @@ works on the running server at once."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -97,3 +99,22 @@ def test_users_list_only_their_own_and_an_admin_sees_all(server: Server,
     assert cancel.status_code == 200
     server.wait(bobs)
     server.wait(carols)
+
+
+def test_only_an_apps_owner_or_an_admin_may_change_or_delete_it(server: Server,
+                                                                 users: dict[str, str],
+                                                                 tmp_path: Path) -> None:
+    path = tmp_path / "app.yaml"
+    path.write_text(SPEC)
+    bob, carol = {"TRAINYARD_TOKEN": users["bob"]}, {"TRAINYARD_TOKEN": users["carol"]}
+    made = server.cli("app", "create", "bobs-app", str(path), **bob)
+    assert made.code == 0, made.err
+    for args in (("app", "delete", "bobs-app"), ("app", "create", "bobs-app", str(path))):
+        refused = server.cli(*args, **carol)
+        assert refused.code == 8 and "app bobs-app belongs to bob" in refused.err, refused.err
+    assert server.cli("app", "create", "bobs-app", str(path), **bob).code == 0  # version 2
+    assert server.cli("app", "create", "bobs-app", str(path)).code == 0  # the admin: 3
+    listed = {a["name"]: a for a in server.main("app", "list", "-f", "json").json()}
+    assert (listed["bobs-app"]["version"], listed["bobs-app"]["owner"]) == (3, "bob")
+    gone = server.cli("app", "delete", "bobs-app")  # the admin
+    assert (gone.code, gone.out.strip()) == (0, "App bobs-app deleted (3 versions)"), gone.err

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -41,6 +42,9 @@ def free_port() -> int:
 def test_server_start_status_stop(own_home: Path) -> None:
     down = run_cli(own_home, "server", "status")
     assert down.code == 7 and "no trainyard server is running" in down.err
+    down_json = run_cli(own_home, "server", "status", "-f", "json")
+    assert down_json.code == 7 and "no trainyard server is running" in down_json.err
+    assert json.loads(down_json.out) == {"running": False, "url": None, "pid": None}
 
     started = run_cli(own_home, "server", "start")
     assert started.code == 0, started.err
@@ -49,6 +53,8 @@ def test_server_start_status_stop(own_home: Path) -> None:
     assert f"token in {own_home / 'token'}" in started.out
     status = run_cli(own_home, "server", "status")
     assert (status.code, RUNNING.search(status.out).groups()) == (0, (url, pid))
+    assert run_cli(own_home, "server", "status", "-f", "json").json() == {
+        "running": True, "url": url, "pid": int(pid)}
     again = run_cli(own_home, "server", "start")
     assert again.code == 0 and f"already running at {url}" in again.out
     version = run_cli(own_home, "version")

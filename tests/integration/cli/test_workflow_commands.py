@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cli_e2e_support import Server, wait_gone
+from cli_e2e_support import Server, run_cli, wait_gone
 
 LOGS = """
 workflow:
@@ -117,6 +117,14 @@ def test_logs_during_and_after_a_run_by_task_and_last_lines(server: Server, tmp_
     assert "other says hi" in only_other and "[talker]" not in only_other
     last_two = server.logs(workflow_id, "-n", "2")
     assert last_two.splitlines() == after.splitlines()[-2:]
+    assert server.logs(workflow_id, "--follow", "-n", "2") == last_two  # -n, then follow
+    rows = [json.loads(line) for line in server.logs(workflow_id, "-f", "json").splitlines()]
+    assert len(rows) == len(after.splitlines())
+    assert {"time", "task", "retry_id", "line"} == set(rows[0])
+    assert {"time": rows[-1]["time"], "task": "talker", "retry_id": 0,
+            "line": "[trainyard] exit code 0"} in rows
+    assert any(r["task"] == "other" and r["line"] == "other says hi" for r in rows)
+    assert all(r["time"].endswith("+00:00") for r in rows)
     assert server.logs(workflow_id, "--task", "talker", "-n", "1").rstrip().endswith(
         "[talker][trainyard] exit code 0")
 
@@ -168,6 +176,8 @@ def test_cancel_stops_every_process_and_ends_failed_canceled(server: Server, tmp
     assert sum(r["used"]["cpu"] for r in rows) >= 2  # other tests' tasks may run too
     assert sum(r["used"]["memory_bytes"] for r in rows) >= 2 * 2**30
 
+    running = server.main("workflow", "restart", workflow_id)
+    assert running.code == 4 and "RUNNING" in running.err, running.err  # refused, not exit 7
     got = server.cli("workflow", "cancel", workflow_id)
     assert got.code == 0, got.err
     assert f"Workflow {workflow_id} cancel requested" in got.out
@@ -184,9 +194,18 @@ def test_submit_a_workflow_id_resubmits_its_stored_spec(server: Server, tmp_path
     spec_file = spec(tmp_path, TEMPLATE)
     first = server.submit(spec_file, "--set", "name=resub", "msg=kept")
     Path(spec_file).unlink()  # the stored spec is used, not the file
-    second = server.main("workflow", "submit", first, "--wait", "-f", "json")
-    assert second.code == 0, second.err
-    second_id = json.loads(second.out.split("\n}")[0] + "\n}")["id"]
+    before = server.ids()
+    dry = server.cli("workflow", "submit", first, "--set", "msg=dry", "--dry-run")
+    assert dry.code == 0, dry.err
+    assert 'args: ["message=dry"]' in dry.out and 'name: "resub"' in dry.out
+    dry_json = server.main("workflow", "submit", first, "--dry-run", "-f", "json").json()
+    assert dry_json["dry_run"] is True and 'args: ["message=kept"]' in dry_json["spec"]
+    assert server.ids() == before  # a dry run of a stored workflow creates nothing
+    second = server.cli("workflow", "submit", first, "--wait", "-f", "json")
+    final = second.json()  # stdout is one JSON document: the final query object
+    second_id = final["id"]
+    assert final["status"] == "COMPLETED" and final["groups"][0]["tasks"][0]["name"] == "say"
+    assert f"Workflow {second_id} COMPLETED after" in second.err  # progress on stderr
     assert second_id != first and second_id.startswith("resub-")
     assert "message=kept" in server.logs(second_id)
     third = server.main("workflow", "submit", first, "--set", "msg=override", "--wait")
@@ -218,7 +237,7 @@ def test_restart_runs_the_failed_part_again(server: Server, tmp_path: Path) -> N
     assert (tasks["second"]["status"], tasks["second"]["retry_id"]) == ("COMPLETED", 1)
     assert "first done" in server.logs(workflow_id, "--task", "second", "--retry-id", "1")
     again = server.main("workflow", "restart", workflow_id)
-    assert again.code != 0 and "COMPLETED" in again.err
+    assert again.code == 4 and "COMPLETED" in again.err  # a refused request, not exit 7
 
 
 @pytest.mark.parametrize("command", [("query",), ("logs",), ("cancel",), ("restart",),
@@ -228,3 +247,59 @@ def test_unknown_workflow_id_exits_3_and_says_what_to_do(server: Server, command
     assert got.code == 3, got.out + got.err
     assert got.err.startswith("error: ") and "nope-404" in got.err
     assert "trainyard workflow list" in got.err
+
+
+NEEDS_OSMO = """
+workflow:
+  name: needs-osmo
+  resources: {default: {gpu: 8, platform: dgx-h100}}
+  tasks:
+  - name: t
+    command: [echo, "{{ msg }}"]
+default-values:
+  msg: hi
+"""
+
+
+def test_validate_and_spec_ask_the_configured_server(server: Server, tmp_path: Path) -> None:
+    """A home without pools.yaml, pointed at the session's server (whose pools.yaml has the
+    pool 'osmo'): the server's pools decide; --local checks against this machine's."""
+    home = tmp_path / "client home"
+    home.mkdir()
+    env = {"TRAINYARD_SERVER_URL": server.url, "TRAINYARD_TOKEN": server.token}
+    path = spec(tmp_path, NEEDS_OSMO)
+    got = run_cli(home, "workflow", "validate", path, "--pool", "osmo", "-f", "json", **env)
+    assert got.json() == {"valid": True, "name": "needs-osmo", "pool": "osmo",
+                          "server": server.url}
+    rendered = run_cli(home, "workflow", "spec", path, "--pool", "osmo", "--set", "msg=yo", **env)
+    assert rendered.code == 0 and 'command: [echo, "yo"]' in rendered.out, rendered.err
+    local = run_cli(home, "workflow", "validate", path, "--pool", "osmo", "--local", **env)
+    assert local.code == 3 and "unknown pool 'osmo'; pools: local" in local.err
+    assert not (home / "server.json").exists()  # nothing was started here
+
+
+def test_a_running_local_server_checks_with_the_same_messages(server: Server,
+                                                              tmp_path: Path) -> None:
+    path = spec(tmp_path, NEEDS_OSMO.replace("platform: dgx-h100", "platform: nope"))
+    remote = server.main("workflow", "validate", path, "--pool", "osmo")
+    local = server.main("workflow", "validate", path, "--pool", "osmo", "--local")
+    assert remote.code == local.code == 2
+    assert remote.err == local.err
+    assert remote.err.startswith(f"{path}:3: workflow.resources.default.platform: ")
+    ok = server.main("workflow", "validate", spec(tmp_path, NEEDS_OSMO, "ok.yaml"), "--pool",
+                     "osmo", "-f", "json").json()
+    assert ok["server"] == server.url
+
+
+def test_submit_of_a_missing_file_says_the_file_does_not_exist(server: Server) -> None:
+    got = server.main("workflow", "submit", "typo.yaml")
+    assert (got.code, got.out) == (2, "")
+    assert got.err.startswith("typo.yaml: no such spec file; check the path")
+
+
+def test_list_refuses_a_bogus_status_and_a_count_below_1(server: Server) -> None:
+    bogus = server.cli("workflow", "list", "--status", "BOGUS")
+    assert bogus.code == 2 and "FAILED_CANCELED" in bogus.err
+    assert server.cli("workflow", "list", "--count", "0").code == 2
+    assert server.cli("workflow", "list", "--count", "-1").code == 2
+    assert server.main("workflow", "list", "--status", "completed", "-c", "1").code == 0

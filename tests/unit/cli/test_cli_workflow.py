@@ -6,10 +6,21 @@ import json
 import textwrap
 from pathlib import Path
 
+import httpx
 import pytest
 
 from trainyard import __version__
-from trainyard.cli.main import app, expand_multi_value_flags, main
+from trainyard.cli.client import _raise_for
+from trainyard.cli.main import EXIT_CODES, app, expand_multi_value_flags, main
+from trainyard.cli.workflow_ops import looks_like_workflow_id
+from trainyard.errors import (
+    ConfigError,
+    ForbiddenError,
+    NotFoundError,
+    ServerError,
+    SpecError,
+    TrainyardError,
+)
 
 HELLO = "workflow:\n  name: {{ name }}\n  tasks:\n  - name: t\n    command: [echo, '{{ msg }}', '{{output}}']\ndefault-values:\n  name: hello\n  msg: hi\n"
 
@@ -19,6 +30,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty TRAINYARD_HOME for every test (no pools.yaml: only the 'local' pool)."""
     home = tmp_path / "home"
     monkeypatch.setenv("TRAINYARD_HOME", str(home))
+    monkeypatch.delenv("TRAINYARD_SERVER_URL", raising=False)
+    monkeypatch.delenv("TRAINYARD_TOKEN", raising=False)
     return home
 
 
@@ -177,3 +190,115 @@ def test_the_app_has_the_workflow_group_and_version() -> None:
     names = {c.name or c.callback.__name__ for c in app.registered_commands if c.callback}
     names |= {g.name for g in app.registered_groups if g.name}
     assert {"version", "workflow"} <= names
+
+
+def flat(text: str) -> str:
+    """Text with rich's box drawing and line wrapping undone (usage errors come boxed)."""
+    for char in "│╭╮╰╯─":
+        text = text.replace(char, " ")
+    return " ".join(text.split())
+
+
+def test_validate_with_no_server_checks_here_and_starts_none(tmp_path: Path, home: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file = write(tmp_path / "hello.yaml", HELLO)
+    code, out, err = run(capsys, "workflow", "validate", str(spec_file), "-f", "json")
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {"valid": True, "name": "hello", "pool": "local", "server": None}
+    assert run(capsys, "workflow", "spec", str(spec_file))[0] == 0
+    assert not (home / "server.json").exists()
+
+
+def test_validate_json_lists_the_problems_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file = write(tmp_path / "s.yaml", "workflow:\n  name: w\n  tasks:\n  - name: t\n    command: []\n")
+    code, out, err = run(capsys, "workflow", "validate", str(spec_file), "-f", "json")
+    assert code == 2
+    data = json.loads(out)
+    assert data["valid"] is False
+    assert [(p["path"], p["line"], p["file"]) for p in data["problems"]] == [
+        ("workflow.tasks[0].command", 5, str(spec_file))]
+    assert "command is empty" in err  # people still read the problem on stderr
+
+
+def test_submit_of_a_missing_file_says_so_without_a_server(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "workflow", "submit", "typo.yaml")
+    assert (code, out) == (2, "")
+    assert err == ("typo.yaml: no such spec file; check the path (to submit a workflow again, "
+                   "give its id: NAME-N)\n")
+    assert not (home / "server.json").exists()
+
+
+@pytest.mark.parametrize(("text", "is_id"), [
+    ("hello-osmo-3", True), ("a-1", True), ("nope-404", True), ("typo.yaml", False),
+    ("dir/spec-1", False), ("hello", False), ("hello-", False), ("-1", False),
+])
+def test_what_looks_like_a_workflow_id(text: str, is_id: bool) -> None:
+    assert looks_like_workflow_id(text) is is_id
+
+
+def test_list_refuses_an_unknown_status_naming_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "workflow", "list", "--status", "BOGUS")
+    assert (code, out) == (2, "")
+    assert "unknown workflow status 'BOGUS'; statuses: PENDING, WAITING, RUNNING, COMPLETED, " \
+           "FAILED," in flat(err)
+
+
+@pytest.mark.parametrize("count", ["0", "-2"])
+def test_list_refuses_a_count_below_1(capsys: pytest.CaptureFixture[str], count: str) -> None:
+    code, out, err = run(capsys, "workflow", "list", "--count", count)
+    assert (code, out) == (2, "")
+    assert "--count" in flat(err)
+
+
+def test_logs_refuses_zero_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "workflow", "logs", "w-1", "-n", "0")[0] == 2
+
+
+def test_the_main_help_has_the_exit_code_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "Exit codes:" in out
+    for number, meaning in EXIT_CODES:
+        assert f"{number} {meaning}" in flat(out)
+
+
+def test_the_exit_code_table_matches_the_error_classes() -> None:
+    table = dict(EXIT_CODES)
+    for cls, word in ((SpecError, "spec"), (NotFoundError, "not found"), (ConfigError, "refused"),
+                      (ServerError, "server"), (ForbiddenError, "403")):
+        assert word in table[cls.exit_code]
+
+
+def _answer(status: int, body: object) -> httpx.Response:
+    return httpx.Response(status, json=body, request=httpx.Request("GET", "http://x/api"))
+
+
+@pytest.mark.parametrize(("status", "body", "cls", "message"), [
+    (400, {"kind": "ConfigError", "detail": [{"message": "workflow w-1 is RUNNING"}]},
+     ConfigError, "workflow w-1 is RUNNING"),
+    (400, {"detail": [{"message": "refused"}]}, ConfigError, "refused"),
+    (404, {"kind": "NotFoundError", "detail": [{"message": "no w-1"}]}, NotFoundError, "no w-1"),
+    (403, {"kind": "ForbiddenError", "detail": [{"message": "not yours"}]}, ForbiddenError,
+     "not yours"),
+    (422, {"detail": [{"type": "greater_than_equal", "loc": ["query", "lines"],
+                       "msg": "Input should be greater than or equal to 1"}]},
+     ConfigError, "lines: Input should be greater than or equal to 1"),
+    (500, {"detail": "boom"}, ServerError, "boom"),
+])
+def test_server_errors_come_back_as_their_class(status: int, body: object, cls: type,
+                                                message: str) -> None:
+    with pytest.raises(TrainyardError) as caught:
+        _raise_for(_answer(status, body))
+    assert type(caught.value) is cls and str(caught.value) == message
+
+
+def test_a_refused_request_exits_4_not_7() -> None:
+    with pytest.raises(ConfigError) as caught:
+        _raise_for(_answer(400, {"kind": "ConfigError", "detail": [{"message": "m"}]}))
+    assert caught.value.exit_code == 4
+
+
+def test_a_server_spec_error_keeps_every_problem() -> None:
+    rows = [{"path": "workflow.name", "message": "bad", "line": 2, "file": "s.yaml"}]
+    with pytest.raises(SpecError) as caught:
+        _raise_for(_answer(422, {"kind": "SpecError", "detail": rows}))
+    assert [str(p) for p in caught.value.problems] == ["s.yaml:2: workflow.name: bad"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,3 +140,121 @@ def test_dry_run_on_a_slurm_pool_shows_the_sbatch_script_and_stores_nothing(tmp_
     assert "--partition=batch" in shown["text"] and "hello-osmo-1" in shown["text"]
     assert local["backend"] == [] and "Hello from OSMO!" in local["spec"]
     assert engine.store.list_workflows() == []
+
+
+def _submit_done(client: TestClient, token: str, spec_text: str = HELLO) -> str:
+    answer = client.post("/api/workflow", json={"spec_text": spec_text}, headers=_auth(token))
+    assert answer.status_code == 200, answer.text
+    wid = answer.json()["id"]
+    _wait_done(client, wid, token)
+    return wid
+
+
+def test_resubmit_dry_run_shows_the_stored_spec_and_stores_nothing(api, tmp_path: Path) -> None:
+    client, _ = api
+    token = _admin(tmp_path)
+    wid = _submit_done(client, token)
+    got = client.post(f"/api/workflow/{wid}/resubmit", params={"dry_run": True},
+                      json={"spec_text": "", "set": ["name=again"]}, headers=_auth(token))
+    assert got.status_code == 200, got.text
+    assert got.json()["dry_run"] is True and got.json()["name"] == "again"
+    assert "Hello from OSMO!" in got.json()["spec"]
+    assert [w["id"] for w in client.get("/api/workflow", headers=_auth(token)).json()] == [wid]
+
+
+def test_restarting_a_completed_workflow_is_refused_with_its_error_class(api, tmp_path: Path) -> None:
+    client, _ = api
+    token = _admin(tmp_path)
+    wid = _submit_done(client, token)
+    answer = client.post(f"/api/workflow/{wid}/restart", headers=_auth(token))
+    assert answer.status_code == 400
+    assert answer.json()["kind"] == "ConfigError"
+    assert "COMPLETED" in answer.json()["detail"][0]["message"]
+
+
+@pytest.mark.parametrize(("params", "expected"), [
+    ({"status": "BOGUS"}, "unknown workflow status 'BOGUS'; statuses: PENDING, WAITING, RUNNING"),
+    ({"count": 0}, "count must be at least 1, not 0"),
+    ({"count": -3}, "count must be at least 1, not -3"),
+])
+def test_list_refuses_bad_filters(api, tmp_path: Path, params: dict, expected: str) -> None:
+    client, _ = api
+    answer = client.get("/api/workflow", params=params, headers=_auth(_admin(tmp_path)))
+    assert answer.status_code == 400 and answer.json()["kind"] == "ConfigError"
+    assert answer.json()["detail"][0]["message"].startswith(expected)
+
+
+def _write_log(tmp_path: Path, wid: str, task: str, lines: list[str]) -> None:
+    run_dir = tmp_path / "runs" / wid / task / "0"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "task.log").write_text("".join(f"2026/01/02 03:04:{i:02d} [{task}] {text}\n"
+                                              for i, text in enumerate(lines)))
+
+
+def test_logs_as_json_lines(api, tmp_path: Path) -> None:
+    client, _ = api
+    token = _admin(tmp_path)
+    wid = _submit_done(client, token)
+    _write_log(tmp_path, wid, "hello", ["first", "second"])
+    answer = client.get(f"/api/workflow/{wid}/logs", params={"format": "json"},
+                        headers=_auth(token))
+    assert answer.headers["content-type"].startswith("application/x-ndjson")
+    rows = [json.loads(line) for line in answer.text.splitlines()]
+    assert rows == [
+        {"time": "2026-01-02T03:04:00+00:00", "task": "hello", "retry_id": 0, "line": "first"},
+        {"time": "2026-01-02T03:04:01+00:00", "task": "hello", "retry_id": 0, "line": "second"},
+    ]
+
+
+def test_follow_keeps_only_the_last_lines_of_the_backlog(api, tmp_path: Path) -> None:
+    client, _ = api
+    token = _admin(tmp_path)
+    wid = _submit_done(client, token)
+    _write_log(tmp_path, wid, "hello", ["one", "two", "three"])
+    answer = client.get(f"/api/workflow/{wid}/logs", params={"follow": True, "lines": 2},
+                        headers=_auth(token))
+    assert answer.text.splitlines() == ["2026/01/02 03:04:01 [hello] two",
+                                        "2026/01/02 03:04:02 [hello] three"]
+    everything = client.get(f"/api/workflow/{wid}/logs", params={"follow": True},
+                            headers=_auth(token))
+    assert len(everything.text.splitlines()) == 3
+
+
+def _create_app(client: TestClient, token: str, name: str = "greeter") -> object:
+    return client.post(f"/api/app/{name}", json={"spec_text": HELLO}, headers=_auth(token))
+
+
+def test_only_the_owner_or_an_admin_may_change_or_delete_an_app(api, tmp_path: Path) -> None:
+    client, tokens = api
+    alice, bob, admin = tokens.add("alice"), tokens.add("bob"), _admin(tmp_path)
+    assert _create_app(client, alice).json() == {"name": "greeter", "version": 1}
+    for answer in (_create_app(client, bob),
+                   client.delete("/api/app/greeter", headers=_auth(bob))):
+        assert answer.status_code == 403, answer.text
+        assert "belongs to alice" in answer.json()["detail"][0]["message"]
+    assert client.get("/api/app/greeter", headers=_auth(bob)).json()["version"] == 1
+    assert _create_app(client, alice).json()["version"] == 2  # the owner adds versions
+    assert _create_app(client, admin).json()["version"] == 3  # so may an admin
+    shown = client.get("/api/app/greeter", headers=_auth(bob)).json()
+    assert (shown["version"], shown["owner"]) == (3, "alice")  # the app keeps its owner
+    gone = client.delete("/api/app/greeter", headers=_auth(admin))
+    assert gone.status_code == 200 and gone.json()["deleted_versions"] == 3
+    assert client.get("/api/app/greeter", headers=_auth(alice)).status_code == 404
+
+
+def test_app_submit_dry_run_and_create_with_check_values(api, tmp_path: Path) -> None:
+    client, _ = api
+    token = _admin(tmp_path)
+    template = HELLO.replace("name: hello-osmo", "other: x").replace(
+        '["Hello from OSMO!"]', '["{{ url }}"]')
+    refused = client.post("/api/app/tpl", json={"spec_text": template}, headers=_auth(token))
+    assert refused.status_code == 422 and "'name' is not set" in refused.text
+    made = client.post("/api/app/tpl", json={"spec_text": template, "set": ["name=n", "url=u"]},
+                       headers=_auth(token))
+    assert made.status_code == 200, made.text
+    dry = client.post("/api/app/tpl/submit", params={"dry_run": True},
+                      json={"spec_text": "", "set": ["name=dry", "url=file:///x"]},
+                      headers=_auth(token))
+    assert dry.status_code == 200, dry.text
+    assert dry.json()["name"] == "dry" and "file:///x" in dry.json()["spec"]
+    assert client.get("/api/workflow", headers=_auth(token)).json() == []
