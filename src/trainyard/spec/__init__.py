@@ -32,7 +32,13 @@ if TYPE_CHECKING:
         render_source,
         validate,
     )
-    from trainyard.spec.fields import format_exit_codes, name_key, parse_exit_codes, split_mount
+    from trainyard.spec.fields import (
+        format_exit_codes,
+        name_key,
+        parse_exit_codes,
+        split_mount,
+        split_task_ref,
+    )
     from trainyard.spec.models import (
         DEFAULT_RESOURCE,
         CheckpointSpec,
@@ -46,6 +52,8 @@ if TYPE_CHECKING:
         TaskOutput,
         TaskSpec,
         Timeout,
+        TopologyRequirement,
+        TopologySpec,
         WorkflowSpec,
     )
     from trainyard.spec.poolfit import allowed_mounts
@@ -55,10 +63,13 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "trainyard.spec.api": ("PoolChoice", "check_pool", "json_schema", "load", "parse", "render_source", "validate"),
-    "trainyard.spec.fields": ("format_exit_codes", "name_key", "parse_exit_codes", "split_mount"),
+    "trainyard.spec.fields": (
+        "format_exit_codes", "name_key", "parse_exit_codes", "split_mount", "split_task_ref",
+    ),
     "trainyard.spec.models": (
         "DEFAULT_RESOURCE", "CheckpointSpec", "DatasetRef", "ExitAction", "FileSpec", "GroupSpec",
         "ResourceSpec", "SpecDocument", "TaskInput", "TaskOutput", "TaskSpec", "Timeout", "WorkflowSpec",
+        "TopologySpec", "TopologyRequirement",
     ),
     "trainyard.spec.poolfit": ("allowed_mounts",),
     "trainyard.spec.template": ("DEFAULT_LIMITS", "RenderLimits", "extract_default_values", "render"),
@@ -109,6 +120,7 @@ __all__ = [
     "parse_exit_codes",
     "format_exit_codes",
     "split_mount",
+    "split_task_ref",
     "name_key",
     # models
     "SpecDocument",
@@ -116,6 +128,8 @@ __all__ = [
     "GroupSpec",
     "TaskSpec",
     "ResourceSpec",
+    "TopologySpec",
+    "TopologyRequirement",
     "Timeout",
     "TaskInput",
     "TaskOutput",

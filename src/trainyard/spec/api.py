@@ -8,8 +8,9 @@
 
 Template problems stop at the first (nothing else can be known). After that, every problem
 is collected and raised together in one ``SpecError``, each with its field path, the line in
-the rendered text and the file. Field problems come first: the cross checks run once every
-field is well formed.
+the rendered text and the file. When some fields are not well formed, the cross checks still
+run on a lenient view of the rest (``partial.py``: the broken parts repaired with neutral
+stand-ins whose own problems are dropped), so that one bad field hides no other problem.
 """
 
 from __future__ import annotations
@@ -20,14 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
-from trainyard.errors import SpecError, SpecProblem
+from trainyard.errors import NotFoundError, SpecError, SpecProblem
 from trainyard.pools import Pool, default_local_pool
 from trainyard.spec import poolfit
-from trainyard.spec.checks import check_workflow
+from trainyard.spec.checks import NO_GAPS, Gaps, check_workflow
 from trainyard.spec.fields import check_env_name
 from trainyard.spec.localfiles import LocalFiles, read_local_files
 from trainyard.spec.models import SpecDocument, WorkflowSpec
+from trainyard.spec.partial import lenient_view
 from trainyard.spec.problems import Issue, Layout, issues_from_validation, to_problems
 from trainyard.spec.template import DEFAULT_LIMITS, RenderLimits, render
 from trainyard.spec.yamlsource import LineIndex, gc_paused, parse_yaml
@@ -138,10 +141,12 @@ def parse(
         parsed = parse_yaml(rendered, file=file)
         data = _with_labels(parsed.data, labels)
         layout = _layout_of(data)
-        doc, issues = _validate_model(data, layout)
+        local = LocalFiles(path.parent if path else None, files)
+        doc, issues, errors = _validate_model(data, layout)
         if doc is not None:
-            local = LocalFiles(path.parent if path else None, files)
-            issues += _check_document(doc, layout, set_env, local, pool)
+            issues += _check_document(doc, layout, set_env, local, _resolve_pool(pool, doc))
+        elif errors:
+            issues += _check_lenient(data, errors, layout, set_env, local, pool)
     if issues:
         raise SpecError(to_problems(issues, LineIndex(parsed.root), file))
     assert doc is not None
@@ -208,23 +213,45 @@ def _layout_of(data: Any) -> Layout:
     return Layout(tasks_form=isinstance(workflow, dict) and "tasks" in workflow and "groups" not in workflow)
 
 
-def _validate_model(data: Any, layout: Layout) -> tuple[SpecDocument | None, list[Issue]]:
+def _validate_model(
+    data: Any, layout: Layout,
+) -> tuple[SpecDocument | None, list[Issue], list[ErrorDetails]]:
+    """The document, or its field problems and the pydantic errors they came from."""
     if not isinstance(data, dict):
-        return None, [Issue((), "the spec is not a YAML mapping; it needs a workflow: section")]
+        return None, [Issue((), "the spec is not a YAML mapping; it needs a workflow: section")], []
     try:
-        return SpecDocument.model_validate(data, by_alias=True, by_name=False), []
+        return SpecDocument.model_validate(data, by_alias=True, by_name=False), [], []
     except ValidationError as exc:
-        return None, issues_from_validation(exc, layout)
+        return None, issues_from_validation(exc, layout), exc.errors(include_url=False)
+
+
+def _check_lenient(
+    data: Any, errors: list[ErrorDetails], layout: Layout, set_env: Mapping[str, str] | None,
+    local: LocalFiles, pool: PoolChoice,
+) -> list[Issue]:
+    """The cross-check problems of the well-formed parts of a spec with field problems
+    (``partial.py``); none when the spec cannot be repaired. An unknown pool skips the pool
+    checks: the field problems are reported, not ``NotFoundError``."""
+    view = lenient_view(data, errors, layout)
+    if view is None:
+        return []
+    try:
+        resolved: Pool | None = _resolve_pool(pool, view.doc)
+    except NotFoundError:
+        resolved = None
+    return view.keep(_check_document(view.doc, layout, set_env, local, resolved, view.gaps))
 
 
 def _check_document(
     doc: SpecDocument, layout: Layout, set_env: Mapping[str, str] | None,
-    local: LocalFiles, pool: PoolChoice,
+    local: LocalFiles, pool: Pool | None, gaps: Gaps = NO_GAPS,
 ) -> list[Issue]:
+    """Every cross-part problem of ``doc`` (``pool`` None: no pool checks)."""
     issues = _apply_env(doc, set_env)
-    issues += check_workflow(doc.workflow, layout)
+    issues += check_workflow(doc.workflow, layout, gaps)
     issues += read_local_files(doc.workflow, layout, local)
-    issues += poolfit.check_pool(doc.workflow, _resolve_pool(pool, doc), layout)
+    if pool is not None:
+        issues += poolfit.check_pool(doc.workflow, pool, layout)
     return issues
 
 

@@ -6,7 +6,7 @@ every :class:`Issue` it finds (never stops at the first).
 Sources: OSMO docs, "Workflow specification" (names unique within the workflow; one lead per
 group), "Inputs and outputs" (task inputs order the DAG), "Templates and special tokens"
 (``{{input:N}}``, ``{{host:TASK}}``), "Resources" (``resource`` names a ``resources`` entry),
-"File injection".
+"Topology-Aware Scheduling" (one set of topology keys per workflow), "File injection".
 """
 
 from __future__ import annotations
@@ -22,9 +22,33 @@ from trainyard.spec.tokens import REFERENCE_TOKEN_PATTERN as _REFERENCE_TOKEN
 from trainyard.spec.tokens import Token
 from trainyard.spec.yamlsource import Loc
 
-__all__ = ["LocatedTask", "located_tasks", "check_workflow"]
+__all__ = ["Gaps", "NO_GAPS", "LocatedTask", "located_tasks", "check_workflow"]
 
 _SAME_NAME = "names match case-insensitively and '-' equals '_'"
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """What a lenient view of a spec with field errors had to leave out
+    (``trainyard.spec.partial``); the checks say nothing that depends on it.
+
+    Attributes:
+        inputs_of: paths (the spec's own form) of tasks whose ``inputs`` are not all known:
+            their ``{{input:...}}`` tokens are not checked.
+        resources: ``workflow.resources`` is not known: ``resource`` references are not
+            checked.
+        unnamed_in: indices of the groups that hold a task whose name is not known: an
+            input that names no task is not reported if there is any, nor a ``{{host:X}}``
+            that names no task of its group if that group is one (it may name that task).
+    """
+
+    inputs_of: frozenset[Loc] = frozenset()
+    resources: bool = False
+    unnamed_in: frozenset[int] = frozenset()
+
+
+NO_GAPS = Gaps()
+"""A well-formed spec: every part known."""
 
 
 @dataclass(frozen=True)
@@ -44,15 +68,16 @@ def located_tasks(workflow: WorkflowSpec, layout: Layout) -> Iterator[LocatedTas
             yield LocatedTask(gi, group, task, layout.task_loc(gi, ti))
 
 
-def check_workflow(workflow: WorkflowSpec, layout: Layout) -> list[Issue]:
-    """Every cross-part problem of ``workflow``."""
+def check_workflow(workflow: WorkflowSpec, layout: Layout, gaps: Gaps = NO_GAPS) -> list[Issue]:
+    """Every cross-part problem of ``workflow``, except those that depend on ``gaps``."""
     tasks = list(located_tasks(workflow, layout))
     return [
         *check_task_names(tasks),
         *check_group_names(workflow, layout),
-        *check_inputs(workflow, tasks),
-        *check_tokens(tasks),
-        *check_resource_refs(workflow, tasks),
+        *check_inputs(workflow, tasks, gaps),
+        *check_tokens(tasks, gaps),
+        *([] if gaps.resources else check_resource_refs(workflow, tasks)),
+        *check_topology_keys(workflow, tasks),
         *check_file_paths(tasks),
     ]
 
@@ -93,7 +118,7 @@ def _upstream_graph(workflow: WorkflowSpec, group_of: dict[str, int]) -> dict[in
     for gi, group in enumerate(workflow.groups):
         for task in group.tasks:
             for inp in task.inputs:
-                target = group_of.get(name_key(inp.task)) if inp.task else None
+                target = group_of.get(name_key(inp.task)) if _local_ref(inp.task) else None
                 if target is not None and target != gi:
                     graph[gi].add(target)
     return graph
@@ -120,15 +145,27 @@ class _TaskGraph:
     task_names: list[str]
 
 
-def check_inputs(workflow: WorkflowSpec, tasks: list[LocatedTask]) -> list[Issue]:
-    """``task:`` inputs name an existing task of an earlier group; no cycles."""
+def _local_ref(ref: str | None) -> bool:
+    """``ref`` names a task of this workflow (not ``WORKFLOW_ID:TASK``, which adds no edge and
+    is resolved when the task runs; its shape is checked by the model)."""
+    return ref is not None and ref != "" and ":" not in ref
+
+
+def check_inputs(workflow: WorkflowSpec, tasks: list[LocatedTask], gaps: Gaps = NO_GAPS) -> list[Issue]:
+    """``task:`` inputs name an existing task of an earlier group; no cycles. An input of
+    another workflow's task (``WORKFLOW_ID:TASK``) is not checked here: that workflow is not
+    known to the spec layer; the engine resolves it when the task starts."""
     group_of = {name_key(t.task.name): t.group_index for t in tasks}
     graph = _TaskGraph(group_of, _upstream_graph(workflow, group_of),
                        [g.name for g in workflow.groups], [t.task.name for t in tasks])
     issues = []
     for located in tasks:
         for j, inp in enumerate(located.task.inputs):
-            message = _input_problem(located.group_index, inp.task, graph) if inp.task else None
+            if inp.task is None or not _local_ref(inp.task):
+                continue
+            if gaps.unnamed_in and name_key(inp.task) not in group_of:
+                continue  # it may name the task whose name is not known
+            message = _input_problem(located.group_index, inp.task, graph)
             if message:
                 issues.append(Issue(located.loc + ("inputs", j, "task"), message))
     return issues
@@ -166,8 +203,9 @@ def _token_fields(task: TaskSpec) -> Iterator[tuple[Loc, str]]:
             yield ("files", i, "contents"), spec.contents
 
 
-def check_tokens(tasks: list[LocatedTask]) -> list[Issue]:
-    """``{{host:X}}``, ``{{input:N}}`` and ``{{input:TASK}}`` refer to things that exist."""
+def check_tokens(tasks: list[LocatedTask], gaps: Gaps = NO_GAPS) -> list[Issue]:
+    """``{{host:X}}``, ``{{input:N}}`` and ``{{input:TASK}}`` refer to things that exist
+    (input tokens of the tasks in ``gaps.inputs_of`` are not checked)."""
     members: dict[int, set[str]] = {}
     for located in tasks:
         members.setdefault(located.group_index, set()).add(name_key(located.task.name))
@@ -177,10 +215,19 @@ def check_tokens(tasks: list[LocatedTask]) -> list[Issue]:
             if "{{" not in text:
                 continue
             for token in _checked_tokens(text):
+                if _unknowable(token, located, gaps, members[located.group_index]):
+                    continue
                 message = _token_problem(token, located, members[located.group_index])
                 if message:
                     issues.append(Issue(located.loc + field_loc, message, token.start))
     return issues
+
+
+def _unknowable(token: Token, located: LocatedTask, gaps: Gaps, members: set[str]) -> bool:
+    """Whether what ``token`` refers to may be among the ``gaps``."""
+    if token.kind == "input":
+        return located.loc in gaps.inputs_of
+    return located.group_index in gaps.unnamed_in and name_key(token.arg) not in members
 
 
 def _checked_tokens(text: str) -> Iterator[Token]:
@@ -229,6 +276,32 @@ def check_resource_refs(workflow: WorkflowSpec, tasks: list[LocatedTask]) -> lis
                             f"resource {name!r} is not defined (defined: {defined}); "
                             "add it under workflow.resources or name a defined one"))
     return issues
+
+
+def check_topology_keys(workflow: WorkflowSpec, tasks: list[LocatedTask]) -> list[Issue]:
+    """Every task with topology requirements uses the same set of keys (OSMO docs,
+    "Topology-Aware Scheduling": mixed key sets are rejected at submission). One issue per
+    resource spec whose keys differ from those of the first task that has any."""
+    first: tuple[str, frozenset[str]] | None = None
+    issues = []
+    for name in dict.fromkeys(t.task.resource for t in tasks):
+        spec = workflow.resources.get(name)
+        keys = frozenset(req.key for req in (spec.topology or [])) if spec else frozenset()
+        if not keys:
+            continue
+        if first is None:
+            first = (name, keys)
+        elif keys != first[1]:
+            issues.append(Issue(("workflow", "resources", name, "topology"),
+                                f"topology keys {_keys(keys)} differ from {_keys(first[1])} of "
+                                f"resource {first[0]!r}; every task with topology requirements "
+                                "must use the same keys (give each the same key list, with its "
+                                "own groups)"))
+    return issues
+
+
+def _keys(keys: frozenset[str]) -> str:
+    return "{" + ", ".join(sorted(keys)) + "}"
 
 
 def check_file_paths(tasks: list[LocatedTask]) -> list[Issue]:

@@ -31,6 +31,10 @@ __all__ = [
     "check_url",
     "check_regex",
     "check_file_path",
+    "split_task_ref",
+    "check_task_ref",
+    "check_credential_name",
+    "check_credential",
 ]
 
 RESERVED_DIR = "/trainyard"
@@ -43,6 +47,7 @@ _LABEL_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://\S*$")
+_WORKFLOW_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?$")
 _CODE_PART = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
 
@@ -276,3 +281,114 @@ def check_file_path(value: str) -> str:
             "write the file elsewhere, such as /tmp"
         )
     return value
+
+
+def split_task_ref(value: str) -> tuple[str | None, str]:
+    """Split a ``task:`` input into (workflow id, task name).
+
+    ``TASK`` names a task of this workflow (workflow id ``None``); ``WORKFLOW_ID:TASK`` names
+    a task of another workflow, such as ``producer-1:make``. Only the second form is checked
+    here (a plain name is matched against the workflow's tasks by the cross checks).
+
+    Raises:
+        ValueError: more than one ``:``, or an empty or malformed workflow id or task name.
+
+    Source: OSMO docs, "Inputs and outputs" (``task:``); issue 6 (``WORKFLOW_ID:TASK``).
+    """
+    if ":" not in value:
+        return None, value
+    workflow_id, _, task = value.partition(":")
+    form = "use WORKFLOW_ID:TASK such as producer-1:make"
+    if ":" in task:
+        raise ValueError(f"input task {value!r} has more than one ':'; {form}")
+    if not _WORKFLOW_ID.match(workflow_id):
+        raise ValueError(f"input task {value!r} has an empty or invalid workflow id "
+                         f"{workflow_id!r}; {form}")
+    try:
+        check_name(task)
+    except ValueError:
+        raise ValueError(f"input task {value!r} has an empty or invalid task name {task!r}; "
+                         f"{form}") from None
+    return workflow_id, task
+
+
+def check_task_ref(value: str) -> str:
+    """Check a ``task:`` input with :func:`split_task_ref`; returns it unchanged.
+
+    Raises:
+        ValueError: as :func:`split_task_ref`.
+    """
+    split_task_ref(value)
+    return value
+
+
+def check_credential_name(name: str) -> str:
+    """Check the name of a credential a task uses (the name it was stored under).
+
+    Raises:
+        ValueError: not 1-63 ASCII letters, digits, ``-`` or ``_``, starting and ending with
+            a letter or digit.
+    """
+    if not _NAME.match(name):
+        raise ValueError(
+            f"invalid credential name {name!r}; use the name the credential was stored under: "
+            "1-63 ASCII letters, digits, '-' or '_'"
+        )
+    return name
+
+
+def check_credential(value: object) -> str | dict[str, str]:
+    """Check how a task uses one credential: a folder path, or environment variables.
+
+    Args:
+        value: an absolute path where the credential's files are mounted (``/root/.osmo``),
+            or a mapping from environment variable to a key of the credential
+            (``{OMNI_USER: omni_user}``).
+
+    Returns:
+        The path unchanged, or the mapping as a ``dict``.
+
+    Raises:
+        ValueError: any other type, a relative path or one under ``/trainyard``, an empty
+            mapping, an invalid variable name, or a key that is not a non-empty string.
+
+    Source: OSMO docs, "Secrets" (``credentials``).
+    """
+    if isinstance(value, str):
+        return _credential_path(value)
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"a credential is used as a path such as /root/.creds or as a mapping "
+            f"VARIABLE: key, got {_kind(value)}"
+        )
+    if not value:
+        raise ValueError("the credential maps no environment variable; give VARIABLE: key lines")
+    return {str(var): _credential_key(var, key) for var, key in value.items()}
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else f"a {type(value).__name__}"
+
+
+def _credential_path(value: str) -> str:
+    normal = posixpath.normpath(value) if value else ""
+    if not value.startswith("/") or normal == "/":
+        raise ValueError(
+            f"credential path {value!r} must be an absolute folder such as /root/.creds, "
+            "where the credential's files are mounted"
+        )
+    if normal == RESERVED_DIR or normal.startswith(RESERVED_DIR + "/"):
+        raise ValueError(f"credential path {value!r} is inside {RESERVED_DIR}, which the task "
+                         "runner reserves; mount it elsewhere")
+    return value
+
+
+def _credential_key(var: object, key: object) -> str:
+    if not isinstance(var, str):
+        raise ValueError(f"environment variable {var!r} must be a name; quote it if needed")
+    check_env_name(var)
+    if not isinstance(key, str) or not key:
+        raise ValueError(
+            f"{var} must name a key of the credential as a non-empty string, got {key!r}"
+        )
+    return key

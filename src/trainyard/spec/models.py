@@ -41,6 +41,8 @@ from pydantic import (
 
 from trainyard.quantity import parse_duration_s, parse_quantity
 from trainyard.spec.fields import (
+    check_credential,
+    check_credential_name,
     check_env_name,
     check_file_path,
     check_label_key,
@@ -48,6 +50,7 @@ from trainyard.spec.fields import (
     check_labels,
     check_name,
     check_regex,
+    check_task_ref,
     check_url,
     format_exit_codes,
     parse_exit_codes,
@@ -56,6 +59,8 @@ from trainyard.spec.fields import (
 
 __all__ = [
     "ExitAction",
+    "TopologyRequirement",
+    "TopologySpec",
     "ResourceSpec",
     "Timeout",
     "TaskInput",
@@ -67,6 +72,7 @@ __all__ = [
     "GroupSpec",
     "WorkflowSpec",
     "SpecDocument",
+    "tasks_to_groups",
     "DEFAULT_RESOURCE",
     "SPEC_VERSION",
 ]
@@ -148,6 +154,52 @@ EnvName = Annotated[str, AfterValidator(check_env_name)]
 FilePath = Annotated[str, AfterValidator(check_file_path)]
 Mount = Annotated[str, AfterValidator(_mount)]
 NonEmpty = Annotated[str, AfterValidator(_not_empty)]
+TaskRef = Annotated[str, AfterValidator(check_task_ref)]
+CredentialName = Annotated[str, AfterValidator(check_credential_name)]
+CredentialUse = Annotated[
+    str | dict[str, str],
+    BeforeValidator(check_credential, json_schema_input_type=str | dict[str, str]),
+]
+
+
+class TopologyRequirement(StrEnum):
+    """How hard a topology requirement is. Source: OSMO docs, "Topology-Aware Scheduling"."""
+
+    REQUIRED = "required"
+    PREFERRED = "preferred"
+
+
+class TopologySpec(_Model):
+    """One co-location requirement of a resource spec: tasks with the same ``key`` and
+    ``group`` land on the same physical unit at that level (rack, zone, gpu-clique).
+
+    Source: OSMO docs, "Resources" (Topology Requirements) and "Topology-Aware Scheduling".
+    """
+
+    key: NonEmpty
+    group: NonEmpty = "default"
+    requirement_type: TopologyRequirement = Field(
+        default=TopologyRequirement.REQUIRED, alias="requirementType"
+    )
+
+
+def _check_topology(value: list[TopologySpec] | None) -> list[TopologySpec] | None:
+    keys = [t.key for t in value or []]
+    for key in dict.fromkeys(k for k in keys if keys.count(k) > 1):
+        raise ValueError(f"topology key {key!r} is given {keys.count(key)} times; give each "
+                         "key once per resource spec (its group says which tasks share it)")
+    return value
+
+
+def _check_credentials(value: dict[str, str | dict[str, str]]) -> dict[str, str | dict[str, str]]:
+    owner: dict[str, str] = {}
+    for name, use in value.items():
+        for var in use if isinstance(use, dict) else {}:
+            if var in owner:
+                raise ValueError(f"environment variable {var} is set by both credentials "
+                                 f"{owner[var]!r} and {name!r}; give it one source")
+            owner[var] = name
+    return value
 
 
 class ResourceSpec(_Model):
@@ -163,7 +215,7 @@ class ResourceSpec(_Model):
     storage_bytes: ByteCount | None = Field(default=None, alias="storage")
     platform: str | None = None
     nodes_excluded: list[str] = Field(default_factory=list, alias="nodesExcluded")
-    topology: list[dict[str, Any]] | None = None
+    topology: Annotated[list[TopologySpec] | None, AfterValidator(_check_topology)] = None
 
     @field_validator("platform", mode="before")
     @classmethod
@@ -190,9 +242,13 @@ class DatasetRef(_Model):
 
 
 class TaskInput(_Model):
-    """One entry of ``inputs``: exactly one of ``task``, ``url`` or ``dataset``."""
+    """One entry of ``inputs``: exactly one of ``task``, ``url`` or ``dataset``.
 
-    task: str | None = None
+    ``task`` is ``TASK`` (a task of this workflow: an edge of the DAG) or ``WORKFLOW_ID:TASK``
+    (the output of a task of another workflow: no edge; read only when that task COMPLETED).
+    """
+
+    task: TaskRef | None = None
     url: Url | None = None
     dataset: DatasetRef | None = None
     regex: Regex | None = None
@@ -285,7 +341,9 @@ class TaskSpec(_Model):
     args: list[str] = Field(default_factory=list)
     lead: bool = False
     environment: dict[EnvName, str] = Field(default_factory=dict)
-    credentials: dict[str, Any] = Field(default_factory=dict)
+    credentials: Annotated[
+        dict[CredentialName, CredentialUse], AfterValidator(_check_credentials)
+    ] = Field(default_factory=dict)
     inputs: list[TaskInput] = Field(default_factory=list)
     outputs: list[TaskOutput] = Field(default_factory=list)
     files: list[FileSpec] = Field(default_factory=list)
@@ -346,8 +404,14 @@ class GroupSpec(_Model):
         return next(t for t in self.tasks if t.lead)
 
 
-def _tasks_to_groups(data: Any) -> Any:
-    """Normalise ``tasks:`` into one group per task (OSMO: each task is its own group)."""
+def tasks_to_groups(data: Any) -> Any:
+    """Normalise ``tasks:`` into one group per task (OSMO: each task is its own group).
+
+    Takes the raw ``workflow`` mapping; returns it with ``groups`` (anything else unchanged).
+
+    Raises:
+        ValueError: both ``tasks`` and ``groups`` are given.
+    """
     if not isinstance(data, dict) or "tasks" not in data:
         return data
     if "groups" in data:
@@ -386,7 +450,7 @@ class WorkflowSpec(_Model):
     @model_validator(mode="before")
     @classmethod
     def _normalise(cls, data: Any) -> Any:
-        data = _tasks_to_groups(data)
+        data = tasks_to_groups(data)
         if isinstance(data, dict) and not data.get("groups"):
             raise ValueError("the workflow has no tasks; add tasks: or groups:")
         return data

@@ -24,7 +24,10 @@ from trainyard.errors import SpecProblem
 from trainyard.spec.models import SpecDocument
 from trainyard.spec.yamlsource import LineIndex, Loc
 
-__all__ = ["Issue", "Layout", "one_line", "format_path", "issues_from_validation", "to_problems"]
+__all__ = [
+    "Issue", "Layout", "one_line", "format_path", "issues_from_validation", "to_problems",
+    "model_at",
+]
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
@@ -62,8 +65,10 @@ class Layout:
 
     def source_loc(self, loc: Loc) -> Loc:
         """Translate a model path (groups) to the spec's own path (tasks form)."""
-        if not self.tasks_form or loc[:2] != ("workflow", "groups") or len(loc) < 3:
+        if not self.tasks_form or loc[:2] != ("workflow", "groups"):
             return loc
+        if len(loc) == 2:
+            return ("workflow", "tasks")
         rest = loc[3:]
         if rest[:2] == ("tasks", 0):
             rest = rest[2:]
@@ -147,6 +152,12 @@ def _fields_at(loc: Loc) -> list[str]:
         return []
     keys = [f.alias or name for name, f in model.model_fields.items()]
     return keys + (["tasks"] if model.__name__ == "WorkflowSpec" else [])
+
+
+def model_at(loc: Loc) -> type[BaseModel] | None:
+    """The model class of the object at ``loc`` (groups form) in a ``SpecDocument``, or
+    ``None`` where ``loc`` is a plain list, mapping or value (``environment``, ``resources``)."""
+    return _model_at(SpecDocument, loc)
 
 
 def _model_at(model: type[BaseModel], loc: Loc) -> type[BaseModel] | None:
