@@ -87,7 +87,7 @@ TASK_TRANSITIONS: dict[Status, frozenset[Status]] = {
     S.PENDING: _NOT_YET_SCHEDULED,
     S.WAITING: _NOT_YET_SCHEDULED - {S.WAITING},
     S.SCHEDULING: _SCHEDULING_NEXT,
-    S.INITIALIZING: _ENDED_WHILE_STARTED | {S.RUNNING, S.RESCHEDULED},
+    S.INITIALIZING: _ENDED_WHILE_STARTED | {S.RUNNING, S.RESCHEDULED, S.FAILED_QUEUE_TIMEOUT},
     S.RUNNING: _ENDED_WHILE_STARTED | {S.RESCHEDULED},
 }
 
@@ -97,7 +97,7 @@ GROUP_TRANSITIONS: dict[Status, frozenset[Status]] = {
     S.PENDING: _NOT_YET_SCHEDULED,
     S.WAITING: _NOT_YET_SCHEDULED - {S.WAITING},
     S.SCHEDULING: _SCHEDULING_NEXT,
-    S.INITIALIZING: _ENDED_WHILE_STARTED | {S.RUNNING},
+    S.INITIALIZING: _ENDED_WHILE_STARTED | {S.RUNNING, S.FAILED_QUEUE_TIMEOUT},
     S.RUNNING: _ENDED_WHILE_STARTED,
 }
 
@@ -492,10 +492,21 @@ def _timed_out(since_s: float | None, limit_s: float | None, now_s: float) -> bo
     return since_s is not None and limit_s is not None and now_s - since_s > limit_s
 
 
-def _timeout_of(state: WorkflowState, group: GroupState, now_s: float) -> Status | None:
-    """OSMO "Timeouts", per group: SCHEDULING longer than ``queue_timeout_s`` gives
-    FAILED_QUEUE_TIMEOUT, RUNNING longer than ``exec_timeout_s`` FAILED_EXEC_TIMEOUT."""
+def _queued(state: WorkflowState, group: GroupState) -> bool:
+    """True while the gang waits for nodes: SCHEDULING (trainyard's own queue), or
+    INITIALIZING with no runner of the gang started yet (placed, but still in the backend's
+    queue: a Slurm job PENDING for its nodes is what OSMO shows as SCHEDULING)."""
     if group.status is S.SCHEDULING:
+        return True
+    return group.status is S.INITIALIZING and all(
+        dict.__getitem__(state.tasks, name).start_time_s is None for name in group.tasks)
+
+
+def _timeout_of(state: WorkflowState, group: GroupState, now_s: float) -> Status | None:
+    """OSMO "Timeouts", per group: queued (see ``_queued``) longer than ``queue_timeout_s``
+    since it entered SCHEDULING gives FAILED_QUEUE_TIMEOUT, RUNNING longer than
+    ``exec_timeout_s`` FAILED_EXEC_TIMEOUT."""
+    if _queued(state, group):
         late = _timed_out(group.scheduling_since_s, state.queue_timeout_s, now_s)
         return S.FAILED_QUEUE_TIMEOUT if late else None
     if group.status is S.RUNNING:

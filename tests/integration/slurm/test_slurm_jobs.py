@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from slurm_cluster_support import SPECS, EngineRunner
+from slurm_cluster_support import EngineRunner
 
 from trainyard.engine.status import Status
 from trainyard.pools import Pool
@@ -84,7 +84,10 @@ def test_host_token_reaches_the_task_on_the_other_node(
 def test_awkward_home_paths_survive_sbatch_and_srun(slurm_pool: Pool, weird_home: Path) -> None:
     runner = EngineRunner(weird_home, slurm_pool)
     try:
-        wid = runner.submit_spec(SPECS / "tutorials/hello_world.yaml")
+        hello = weird_home / "hello world.yaml"  # the repo's own, so it runs without ../shared
+        hello.write_text("workflow:\n  name: hello-osmo\n  tasks:\n  - name: hello\n"
+                         "    image: ubuntu:24.04\n    command: [echo]\n    args: [Hello from OSMO!]\n")
+        wid = runner.submit_spec(hello)
         assert runner.wait(wid, 120).status == "COMPLETED"
         assert "Hello from OSMO!" in runner.log(wid, "hello")
         job_dir = weird_home / "runs" / wid / "_slurm" / "hello" / "hello.0"
@@ -161,3 +164,30 @@ def test_a_killed_lead_runner_is_a_backend_error_and_ends_the_gang(
     time.sleep(2)
     for proc in _processes_with(marker):
         proc.kill()
+
+
+def test_a_gang_held_in_slurms_queue_reaches_its_queue_timeout(
+        slurm_engine: EngineRunner, slurm_pool: Pool, tmp_path: Path) -> None:
+    env = {**os.environ, "SLURM_CONF": str(slurm_pool.options["slurm_conf"])}
+    hold = subprocess.run(
+        # all of both nodes' memory (--mem=0): the partition oversubscribes cores, not memory
+        ["sbatch", "--parsable", "--mem=0", "--nodes=2", f"--partition={slurm_pool.options['partition']}",
+         "--job-name=trainyard-test-hold", "--output=/dev/null", "--wrap=sleep 300"],
+        capture_output=True, text=True, env=env, timeout=30, check=True).stdout.strip()
+    try:
+        deadline = time.monotonic() + 30  # both nodes taken before trainyard asks
+        while "RUNNING" not in _squeue(slurm_pool, f"--jobs={hold}", "--format=%T"):
+            assert time.monotonic() < deadline, "the holding job never started"
+            time.sleep(0.2)
+        path = _sleeper_spec(tmp_path, "queued", f"never-{time.time_ns()}")
+        path.write_text(path.read_text().replace("workflow:\n", "workflow:\n  timeout:\n    queue_timeout: 4s\n", 1))
+        wid = slurm_engine.submit_spec(path)
+        record = slurm_engine.wait(wid, 60)
+        assert record.status == "FAILED_QUEUE_TIMEOUT", slurm_engine.state(wid)
+        assert {t.status for t in slurm_engine.state(wid).tasks.values()} == {Status.FAILED_QUEUE_TIMEOUT}
+        deadline = time.monotonic() + 30  # its pending job is cancelled, not left in the queue
+        while "trainyard:queued" in _squeue(slurm_pool, "--format=%j"):
+            assert time.monotonic() < deadline, _squeue(slurm_pool, "--format=%j %T")
+            time.sleep(0.2)
+    finally:
+        subprocess.run(["scancel", hold], env=env, timeout=30, check=False)

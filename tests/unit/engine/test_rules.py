@@ -385,6 +385,24 @@ def test_queue_timeout_fails_a_group_scheduling_too_long() -> None:
     assert state.end_time_s == 61.5
 
 
+def test_queue_timeout_counts_while_a_placed_gang_waits_in_the_backends_queue() -> None:
+    spec = workflow(group("g", task("m", lead=True), task("w")), queue_s=60.0)
+    state = fold(submitted(spec), _placed(submitted(spec), "g"))[0]  # a Slurm job PENDING
+    assert state.groups["g"].status is S.INITIALIZING
+    state, actions = transition(state, Tick(time_s=61.5))
+    assert actions == [StopTasks((("m", 0), ("w", 0))), ReleaseGroup("g"),
+                       WorkflowFinished(W.FAILED_QUEUE_TIMEOUT)]
+    assert {t.status for t in state.tasks.values()} == {S.FAILED_QUEUE_TIMEOUT}
+
+
+def test_queue_timeout_stops_counting_once_a_runner_of_the_gang_started() -> None:
+    spec = workflow(group("g", task("m", lead=True), task("w")), queue_s=60.0)
+    state = fold(submitted(spec), _placed(submitted(spec), "g"),
+                 TaskInitializing(time_s=30.0, task="w", retry_id=0))[0]
+    assert transition(state, Tick(time_s=500.0))[1] == []
+    assert state.groups["g"].status is S.INITIALIZING
+
+
 def test_exec_timeout_counts_from_the_first_running_task_and_fails_that_group_only() -> None:
     spec = workflow(solo("a"), solo("b", inputs=["a"]), solo("c"), exec_s=100.0)
     state = _running(submitted(spec), "a", t=50.0)
