@@ -4,6 +4,8 @@
     ├── SpecError                   a spec is refused: a list of SpecProblem (exit 2)
     ├── NotFoundError               unknown workflow, task, pool, app, dataset (exit 3)
     ├── ConfigError                 bad pool or server configuration (exit 4)
+    ├── RefusedError                a request that the object's state forbids, e.g. restart
+    │                               of a RUNNING or COMPLETED workflow (HTTP 409, exit 4)
     ├── BackendError                a backend could not do what was asked (exit 5)
     ├── StoreError                  the store refused or failed a transaction (exit 6)
     ├── ServerError                 the server is unreachable or answered an error (exit 7)
@@ -24,6 +26,7 @@ __all__ = [
     "SpecError",
     "NotFoundError",
     "ConfigError",
+    "RefusedError",
     "BackendError",
     "StoreError",
     "ServerError",
@@ -80,6 +83,13 @@ class NotFoundError(TrainyardError):
 
 class ConfigError(TrainyardError):
     exit_code = 4
+
+
+class RefusedError(TrainyardError):
+    """The request is well formed but the object's state forbids it (HTTP 409 Conflict)."""
+
+    exit_code = 4
+    http_status = 409
 
 
 class BackendError(TrainyardError):

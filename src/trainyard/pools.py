@@ -4,7 +4,12 @@ A pool names its backend (``local``, ``slurm``, ``kubernetes``), its nodes with 
 capacity, and settings (retry cap, backend options). The default pool ``local`` is a
 *rehearsal* pool: virtual nodes sharing this machine that declare enough to hold OSMO's
 training examples unchanged (per node 8 GPU slots, 64 CPUs, 512 GiB memory, 2 TiB storage).
-A pool with ``strict: true`` declares the machine's real capacity instead.
+A pool with ``strict: true`` declares real capacity instead. A strict local pool is one node
+(``node_count`` defaults to 1; more are refused) whose cpu, gpu, memory and storage are
+measured here (``machine_capacity``), replacing any written in the file, so a spec asking
+more than this machine has is refused at submission by the pool-fit check
+(``spec.poolfit``). A strict cluster pool (Slurm, Kubernetes) keeps the capacity its file
+declares for each node (``scripts/slurm-cluster.sh`` writes what ``slurmd -C`` reports).
 
 File format (YAML)::
 
@@ -13,7 +18,7 @@ File format (YAML)::
         backend: local            # local | slurm | kubernetes
         strict: false
         max_retries: 3            # per task, RESCHEDULE and RESTART together
-        nodes:                    # or node_count + node (one template for all)
+        nodes:                    # or node_count + node (one template for all; default 4)
           - {name: n0, cpu: 64, gpu: 8, memory: 512Gi, storage: 2Ti, platform: dgx-h100}
         options: {partition: batch, account: ml}   # backend-specific
         images: {busybox: busybox}                 # image -> local runtime (local backend)
@@ -21,12 +26,16 @@ File format (YAML)::
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trainyard.errors import ConfigError, NotFoundError
 from trainyard.quantity import parse_quantity
@@ -38,6 +47,8 @@ __all__ = [
     "default_local_pool",
     "load_pools",
     "get_pool",
+    "machine_capacity",
+    "real_gpu_count",
     "DEFAULT_POOL",
 ]
 
@@ -83,6 +94,17 @@ class Pool(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
     images: dict[str, str] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _measure_if_strict(self) -> Pool:
+        """A strict pool is this machine as it is: one local node with its real capacity."""
+        if not self.strict or self.backend != "local":
+            return self  # a cluster pool's nodes are its real ones, as declared
+        if len(self.nodes) != 1:
+            raise ValueError(f"a strict pool is this one machine: give it exactly one node "
+                             f"(got {len(self.nodes)})")
+        self.nodes = [self.nodes[0].model_copy(update=machine_capacity())]
+        return self
+
     @property
     def platforms(self) -> set[str]:
         """Platforms some node of the pool declares."""
@@ -102,6 +124,38 @@ def trainyard_home() -> Path:
     return home
 
 
+@functools.lru_cache(maxsize=1)
+def real_gpu_count() -> int:
+    """How many GPUs ``nvidia-smi -L`` lists on this machine (0 without nvidia-smi or when it
+    fails). Asked once per process."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(line.startswith("GPU ") for line in done.stdout.splitlines())
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def machine_capacity() -> dict[str, Any]:
+    """This machine's real capacity, as ``NodeSpec`` fields: ``cpu`` (usable CPUs), ``gpu``
+    (``real_gpu_count``), ``memory_bytes`` (total RAM) and ``storage_bytes`` (size of the
+    file system holding ``$TRAINYARD_HOME``, where task folders live)."""
+    return {
+        "cpu": float(_usable_cpus()),
+        "gpu": real_gpu_count(),
+        "memory_bytes": int(psutil.virtual_memory().total),
+        "storage_bytes": int(shutil.disk_usage(trainyard_home()).total),
+    }
+
+
 def default_local_pool(node_count: int = 4) -> Pool:
     """The rehearsal pool ``local``: ``node_count`` virtual nodes on this machine."""
     nodes = [NodeSpec(name=f"local-{i}") for i in range(node_count)]
@@ -111,7 +165,7 @@ def default_local_pool(node_count: int = 4) -> Pool:
 def _expand_nodes(name: str, body: dict[str, Any]) -> dict[str, Any]:
     body = dict(body)
     if "nodes" not in body:
-        count = int(body.pop("node_count", 4))
+        count = int(body.pop("node_count", 1 if body.get("strict") else 4))
         template = dict(body.pop("node", {}))
         body["nodes"] = [{**template, "name": f"{name}-{i}"} for i in range(count)]
     return body

@@ -7,6 +7,13 @@ state machine does (../shared/DESIGN.md, "Rules of the house").
 Every backend runs the same task runner (``python -m trainyard.runner RUN_JSON``) for every
 task; the runner writes its events to ``<run_dir>/events.jsonl`` and its log to
 ``<run_dir>/task.log``, so facts can be read the same way everywhere a filesystem is shared.
+
+Optional hooks (the engine looks them up with ``getattr``; a backend may leave them out):
+- ``dry_run(launches) -> object``: what ``start_group`` would send, for ``--dry-run``.
+- ``unstarted(keys) -> list[TaskKey]``: after an engine restart, those of ``keys`` that this
+  backend surely never started (no trace of a start, so starting them now cannot run one
+  twice). The engine starts them instead of adopting them with ``recover``; without the hook
+  every attempt counts as started, and one never started is reported LOST.
 """
 
 from __future__ import annotations

@@ -91,5 +91,9 @@ class FakeBackend:
     def recover(self, keys: list[TaskKey]) -> list[TaskKey]:
         return [k for k in keys if k in self._attempts and not self._attempts[k].done]
 
+    def unstarted(self, keys: list[TaskKey]) -> list[TaskKey]:
+        """Those of ``keys`` this fake was never asked to start."""
+        return [k for k in keys if k not in self._attempts]
+
     def close(self) -> None:
         """Nothing to release."""

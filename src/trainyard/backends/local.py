@@ -3,11 +3,12 @@ its own sandbox.
 
 Start: the backend's launcher (``backends.launcher``, one long-lived process per backend
 folder, started on first use) forks one runner per ``TaskLaunch``; each leads its own
-session, so tasks survive an engine restart (and a launcher restart). Its pid and create time
-go to ``<run_dir>/launch.json`` and an index entry under ``<state_dir>/attempts/`` maps the
-attempt's key to its run_dir, so a new backend object finds it again (``recover``). A pid
-alone is never trusted (pids are reused): a process is the task's only while its create time
-matches.
+session, so tasks survive an engine restart (and a launcher restart). An index entry under
+``<state_dir>/attempts/`` maps the attempt's key to its run_dir, written BEFORE the start
+(write-ahead: an attempt without one was surely never started, see ``unstarted``); the
+runner's pid, create time and GPUs go to ``<run_dir>/launch.json`` after it, so a new
+backend object finds the attempt again (``recover``). A pid alone is never trusted (pids are
+reused): a process is the task's only while its create time matches.
 
 Facts: ``poll`` tails each ``<run_dir>/events.jsonl`` (written by the runner) and reports each
 event once per backend object; a runner gone without EXITED is LOST (START_ERROR if it never
@@ -35,9 +36,16 @@ puts only the command behind the sandbox prefix (``SandboxSettings.command_prefi
   (no namespaces): same addresses on the host's loopback, with a warning that ports bound on
   0.0.0.0 by two tasks collide.
 
-GPUs: when ``nvidia-smi -L`` lists GPUs, a task gets ``CUDA_VISIBLE_DEVICES`` = its GPU slots
-(slots beyond the real GPUs give nothing, with a log line); without GPUs it gets
-``CUDA_VISIBLE_DEVICES=""``. Images: see ``backends.images``.
+GPUs: the scheduler numbers GPU slots per virtual node, but the virtual nodes share this
+machine, so slots are not devices. At start each task borrows as many of the machine's real
+GPUs (``nvidia-smi -L``) as it has slots from one process-wide ``GpuLeases``, lowest free
+index first, and gets them as ``CUDA_VISIBLE_DEVICES``; no two live attempts of any local
+pool share a device. Slots with no free real GPU left run as CPU processes (a log line says
+so); without GPUs every task gets ``CUDA_VISIBLE_DEVICES=""``. A lease ends when the
+attempt ends (and is taken up again by ``recover``). Images: see ``backends.images``.
+
+RESTART (``restart_in_place``): the new attempt takes over the task's files from the latest
+earlier attempt: its sandbox (``/``, ``/tmp``, its files) and its ``{{output}}`` folder.
 
 Pool ``options`` read here: ``sandbox`` (auto|bwrap|none), ``network`` (auto|netns|loopback),
 ``forward_ports`` (list of host loopback ports), ``stop_grace_s``, ``launcher_idle_s`` (how
@@ -51,9 +59,7 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import signal
-import subprocess
 import sys
 import sysconfig
 import threading
@@ -74,13 +80,13 @@ from trainyard.backends.launcher import LauncherClient
 from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, hosts_file_text, needs_bind,
                                        probe_bwrap, sandbox_mounts)
 from trainyard.errors import BackendError, ConfigError
-from trainyard.pools import Pool, trainyard_home
+from trainyard.pools import Pool, real_gpu_count, trainyard_home
 from trainyard.runner import proctree
 from trainyard.runner.report import EVENTS, read_events
 from trainyard.runner.spec import SandboxSettings, TaskRun
 
-__all__ = ["LocalBackend", "Isolation", "LaunchRequest", "probe_isolation", "loopback_address",
-           "gpu_count", "create"]
+__all__ = ["LocalBackend", "Isolation", "LaunchRequest", "GpuLeases", "probe_isolation",
+           "loopback_address", "gpu_count", "create"]
 
 log = logging.getLogger("trainyard.backends.local")
 
@@ -88,6 +94,8 @@ SANDBOXES = ("auto", "bwrap", "none")
 NETWORKS = ("auto", "netns", "loopback")
 RUNNER_OUT = "runner.out"
 LAUNCH = "launch.json"
+ADOPTED = ("sandbox", "output")
+"""Folders of a run_dir that a RESTART in place takes over from the attempt before."""
 ALIVE_CHECK_S = 0.5
 """How often ``poll`` asks whether a runner still lives (a LOST fact comes that much later)."""
 
@@ -171,16 +179,9 @@ def _proc(pid: int) -> psutil.Process | None:
         return None
 
 
-@functools.lru_cache(maxsize=1)
 def gpu_count() -> int:
-    """How many GPUs ``nvidia-smi -L`` lists (0 without nvidia-smi)."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(line.startswith("GPU ") for line in done.stdout.splitlines())
+    """How many real GPUs this machine has (``pools.real_gpu_count``: ``nvidia-smi -L``)."""
+    return real_gpu_count()
 
 
 def loopback_address(workflow_id: str, task: str) -> str:
@@ -246,6 +247,57 @@ class _Attempt:
     termed: bool = False
     stopped: bool = False
     next_alive_check: float = 0.0
+    gpus: tuple[int, ...] = ()  # machine-wide indices of the real GPUs it borrowed
+
+
+class GpuLeases:
+    """This machine's real GPUs (``gpu_count``), each lent to at most one live task attempt.
+
+    One per process (``_GPUS``), shared by every local backend object: the virtual nodes of
+    a pool, and the local pools, all share this machine. A lease ends with ``give_back``, or
+    by itself once its attempt is done or its runner is gone (an attempt that nobody polls
+    any more). Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._holders: dict[int, _Attempt] = {}
+        self._lock = threading.Lock()
+
+    def lend(self, attempt: _Attempt, count: int) -> tuple[int, ...]:
+        """Lend ``attempt`` up to ``count`` free GPUs, lowest index first; fewer (down to
+        none) when fewer are free. Returns their machine-wide indices."""
+        with self._lock:
+            self._prune()
+            free = [d for d in range(gpu_count()) if d not in self._holders]
+            lent = tuple(free[:max(count, 0)])
+            self._holders.update(dict.fromkeys(lent, attempt))
+            return lent
+
+    def hold(self, attempt: _Attempt, gpus: tuple[int, ...]) -> None:
+        """Record that ``attempt`` (adopted by ``recover``) uses ``gpus``."""
+        with self._lock:
+            self._holders.update(dict.fromkeys(gpus, attempt))
+
+    def give_back(self, attempt: _Attempt) -> None:
+        """End every lease of ``attempt``'s key. Idempotent."""
+        with self._lock:
+            for gpu in [g for g, a in self._holders.items() if a.key == attempt.key]:
+                del self._holders[gpu]
+
+    def lent(self) -> dict[int, TaskKey]:
+        """Each GPU lent now, with the attempt holding it."""
+        with self._lock:
+            self._prune()
+            return {gpu: a.key for gpu, a in sorted(self._holders.items())}
+
+    def _prune(self) -> None:
+        gone = [g for g, a in self._holders.items() if a.done or (
+            a.pid is not None and proctree.same_process(a.pid, a.created) is None)]
+        for gpu in gone:
+            del self._holders[gpu]
+
+
+_GPUS = GpuLeases()
 
 
 def _tail(path: Path, limit: int = 400) -> str:
@@ -305,9 +357,7 @@ class LocalBackend:
         try:
             net = self._group_network(launches[0]) if iso.netns else None
             for launch in launches:
-                if launch.restart_in_place:
-                    self._adopt_sandbox(launch.key, Path(launch.run_dir))
-                self._start(self.build_request(launch, iso, net), launch)
+                self._start_one(launch, iso, net)
                 started.append(launch.key)
         except (OSError, BackendError, ValueError) as exc:
             self.stop(started)
@@ -324,6 +374,7 @@ class LocalBackend:
         for attempt in attempts:
             facts += self._poll_one(attempt)
             if attempt.done:
+                _GPUS.give_back(attempt)
                 ended.append(attempt)
         if ended:
             self._kill_leftovers(ended)
@@ -365,21 +416,33 @@ class LocalBackend:
                 attempt = self._attempts.get(key) or self._load(key) or _Attempt(key, None)
                 self._attempts[key] = attempt
                 if self._alive(attempt) and not _has_exit(attempt):
+                    _GPUS.hold(attempt, attempt.gpus)
                     alive.append(key)
         return alive
+
+    def unstarted(self, keys: list[TaskKey]) -> list[TaskKey]:
+        """Those of ``keys`` this machine surely never started: no index entry (it is written
+        before the runner is started), so starting them now cannot run one twice."""
+        with self._lock:
+            return [k for k in keys if k not in self._attempts and not self._index_path(k).exists()]
 
     # ------------------------------------------------------------------ building requests
 
     def build_request(self, launch: TaskLaunch, iso: Isolation,
-                      net: GroupNetwork | None = None) -> LaunchRequest:
-        """Turn a launch into the command line and runner input (no side effects)."""
+                      net: GroupNetwork | None = None, gpus: tuple[int, ...] = ()) -> LaunchRequest:
+        """Turn a launch into the command line and runner input (no side effects).
+
+        Args:
+            gpus: machine-wide indices of the real GPUs lent to the task (``GpuLeases``);
+                they become its ``CUDA_VISIBLE_DEVICES`` (empty: none visible).
+        """
         run = TaskRun.model_validate(launch.run)
         run_dir = Path(launch.run_dir)
         root = run_dir / "sandbox" / "root"
         run.sandbox = SandboxSettings(
             root=None if iso.bwrap else str(root),
             path_prepend=runtime_path(runtime_for(run.image, self.images), self.state_dir),
-            env=self._task_env(launch, run, iso),
+            env=self._task_env(run, iso, gpus),
             description=self._describe(launch, iso))
         request = LaunchRequest(launch.key, run_dir, [], run, root)
         request.writable_dirs = self._writable_dirs(run)
@@ -393,8 +456,8 @@ class LocalBackend:
         request.argv = [self.python, "-m", "trainyard.runner", str(run_dir / "run.json")]
         return request
 
-    def _task_env(self, launch: TaskLaunch, run: TaskRun, iso: Isolation) -> dict[str, str]:
-        env = {"CUDA_VISIBLE_DEVICES": self._cuda_devices(launch)}
+    def _task_env(self, run: TaskRun, iso: Isolation, gpus: tuple[int, ...]) -> dict[str, str]:
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
         server = self._server_url()
         if server:
             env["TRAINYARD_SERVER_URL"] = server
@@ -403,16 +466,6 @@ class LocalBackend:
                 if name not in run.environment:
                     env[name] = "lo"
         return env
-
-    def _cuda_devices(self, launch: TaskLaunch) -> str:
-        real = gpu_count()
-        if real == 0:
-            return ""
-        missing = [s for s in launch.gpu_slots if s >= real]
-        if missing:
-            log.warning("task %s: GPU slots %s have no real GPU (this machine has %d)",
-                        launch.key.task, missing, real)
-        return ",".join(str(s) for s in launch.gpu_slots if s < real)
 
     def _describe(self, launch: TaskLaunch, iso: Isolation) -> str:
         fs = ("bubblewrap sandbox (own /, /tmp, pid/ipc/uts namespaces)" if iso.bwrap
@@ -463,16 +516,38 @@ class LocalBackend:
 
     # ------------------------------------------------------------------ starting
 
-    def _start(self, request: LaunchRequest, launch: TaskLaunch) -> None:
+    def _start_one(self, launch: TaskLaunch, iso: Isolation, net: GroupNetwork | None) -> None:
+        """Start one task: its files taken over (RESTART), real GPUs lent, runner started.
+        The GPUs are given back if it does not start."""
+        if launch.restart_in_place:
+            self._adopt_files(launch.key, Path(launch.run_dir))
+        attempt = _Attempt(launch.key, Path(launch.run_dir))
+        attempt.gpus = self._lend_gpus(attempt, launch)
+        try:
+            self._start(self.build_request(launch, iso, net, attempt.gpus), launch, attempt)
+        except BaseException:
+            _GPUS.give_back(attempt)
+            raise
+
+    def _lend_gpus(self, attempt: _Attempt, launch: TaskLaunch) -> tuple[int, ...]:
+        gpus = _GPUS.lend(attempt, len(launch.gpu_slots))
+        real = gpu_count()
+        if real and len(gpus) < len(launch.gpu_slots):
+            log.warning("task %s: %d GPU slots but %d of this machine's %d GPUs free; the rest "
+                        "run as CPU", launch.key.task, len(launch.gpu_slots), len(gpus), real)
+        return gpus
+
+    def _start(self, request: LaunchRequest, launch: TaskLaunch, attempt: _Attempt) -> None:
+        _write_json(self._index_path(request.key), {"run_dir": str(request.run_dir)})  # first
         self._prepare(request)
-        pid, created = self._launcher.run(
+        attempt.pid, attempt.created = self._launcher.run(
             request.run_dir / "run.json", request.run_dir / RUNNER_OUT, request.run_dir,
             dict(os.environ), _group_key(launch))
-        _write_json(request.run_dir / LAUNCH, {"pid": pid, "created": created,
-                                               "argv": request.argv, "group": launch.group})
-        _write_json(self._index_path(request.key), {"run_dir": str(request.run_dir)})
+        _write_json(request.run_dir / LAUNCH, {
+            "pid": attempt.pid, "created": attempt.created, "argv": request.argv,
+            "group": launch.group, "gpus": list(attempt.gpus)})
         with self._lock:
-            self._attempts[request.key] = _Attempt(request.key, request.run_dir, pid, created)
+            self._attempts[request.key] = attempt
 
     def _prepare(self, request: LaunchRequest) -> None:
         request.run_dir.mkdir(parents=True, exist_ok=True)
@@ -488,15 +563,23 @@ class LocalBackend:
             (request.run_dir / "sandbox" / "hosts").write_text(request.hosts_text)
         _write_json(request.run_dir / "run.json", request.run.model_dump(mode="json"))
 
-    def _adopt_sandbox(self, key: TaskKey, run_dir: Path) -> None:
-        """RESTART in place: move the latest earlier attempt's sandbox into ``run_dir``."""
+    def _adopt_files(self, key: TaskKey, run_dir: Path) -> None:
+        """RESTART in place: move the task's files into ``run_dir``, each folder from the
+        latest earlier attempt that has it: ``sandbox`` (its ``/``, ``/tmp`` and files) and
+        ``output`` (its ``{{output}}``). A folder ``run_dir`` already has is left alone."""
+        for name in ADOPTED:
+            earlier = self._earlier_folder(key, name)
+            if earlier is not None and not (run_dir / name).exists():
+                run_dir.mkdir(parents=True, exist_ok=True)
+                earlier.rename(run_dir / name)
+
+    def _earlier_folder(self, key: TaskKey, name: str) -> Path | None:
+        """``<run_dir>/<name>`` of the latest earlier attempt of the task that has it."""
         for retry in range(key.retry_id - 1, -1, -1):
             earlier = self._load(TaskKey(key.workflow_id, key.task, retry))
-            if earlier is not None and earlier.run_dir and (earlier.run_dir / "sandbox").is_dir():
-                if not (run_dir / "sandbox").exists():
-                    run_dir.mkdir(parents=True, exist_ok=True)
-                    (earlier.run_dir / "sandbox").rename(run_dir / "sandbox")
-                return
+            if earlier is not None and earlier.run_dir and (earlier.run_dir / name).is_dir():
+                return earlier.run_dir / name
+        return None
 
     def _index_path(self, key: TaskKey) -> Path:
         return (self.state_dir / "attempts" / _safe(key.workflow_id) / _safe(key.task)
@@ -510,7 +593,8 @@ class LocalBackend:
             return None
         try:
             launch = json.loads((run_dir / LAUNCH).read_text())
-            return _Attempt(key, run_dir, int(launch["pid"]), float(launch["created"]))
+            return _Attempt(key, run_dir, int(launch["pid"]), float(launch["created"]),
+                            gpus=tuple(int(g) for g in launch.get("gpus", ())))
         except (OSError, ValueError, KeyError, TypeError):
             return _Attempt(key, run_dir)
 

@@ -23,6 +23,7 @@ from trainyard.errors import (
     DataError,
     ForbiddenError,
     NotFoundError,
+    RefusedError,
     ServerError,
     SpecError,
     SpecProblem,
@@ -36,12 +37,13 @@ from trainyard.server.process import ensure_running, is_alive, read_info
 __all__ = ["Client", "server_version", "running_server_client"]
 
 _BY_KIND: dict[str, type[TrainyardError]] = {cls.__name__: cls for cls in (
-    NotFoundError, ConfigError, BackendError, StoreError, ServerError, AuthError,
+    NotFoundError, ConfigError, RefusedError, BackendError, StoreError, ServerError, AuthError,
     ForbiddenError, DataError)}
 """Error classes the server may name in ``kind``; SpecError is rebuilt with its problems."""
 
 _BY_STATUS: dict[int, type[TrainyardError]] = {
-    400: ConfigError, 401: AuthError, 403: ForbiddenError, 404: NotFoundError, 422: ConfigError,
+    400: ConfigError, 401: AuthError, 403: ForbiddenError, 404: NotFoundError,
+    409: RefusedError, 422: ConfigError,
 }
 """Without a known ``kind``: a 4xx is a refused request, anything else a server failure."""
 

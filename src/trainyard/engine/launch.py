@@ -21,7 +21,12 @@ from trainyard.pools import Pool
 from trainyard.runner.spec import TaskRun
 from trainyard.spec.models import TaskInput, TaskSpec, WorkflowSpec
 
-__all__ = ["LaunchContext", "build_launches"]
+__all__ = ["LaunchContext", "InputUnavailable", "build_launches"]
+
+
+class InputUnavailable(Exception):
+    """``LaunchContext.upstream_output`` cannot give a ``task:`` input a folder; the message
+    says why. The input is handed to the runner with that reason, which fails it (2010)."""
 
 
 @dataclass
@@ -43,7 +48,11 @@ class LaunchContext:
 
 def _input(ctx: LaunchContext, item: TaskInput) -> dict[str, Any]:
     if item.task is not None:
-        path = ctx.upstream_output(item.task, ctx.workflow_id)
+        try:
+            path = ctx.upstream_output(item.task, ctx.workflow_id)
+        except InputUnavailable as exc:
+            return {"kind": "task", "name": item.task, "source": "", "regex": item.regex,
+                    "unavailable": str(exc)}
         return {"kind": "task", "name": item.task, "source": str(path), "regex": item.regex}
     if item.url is not None:
         return {"kind": "url", "name": item.url, "source": item.url, "regex": item.regex}

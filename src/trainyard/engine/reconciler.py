@@ -8,9 +8,16 @@ Order of work in one ``step`` (write-ahead, so a killed engine never runs a task
 4. only then carry out the actions (start, stop, release), which may yield more events
    (a start that fails), handled in the same step.
 
-After a restart, ``Engine`` loads every unfinished workflow from the store, re-applies the
-placements of its running groups, and asks the backend which attempts still live; the
-others are reported LOST by the backend's next poll unless their exit was already written.
+After a restart, ``Engine`` loads every unfinished workflow from the store (oldest first) and
+redoes what the killed engine had stored but maybe not yet done:
+- a workflow still PENDING gets its ``Submitted`` again (a no-op if its groups moved on);
+- SCHEDULING gangs queue again in the order they entered the queue (the time they went
+  SCHEDULING, then submission order, then spec order);
+- running groups get their placements back; the backend says which of their attempts it
+  never started (optional hook ``unstarted``): those are started by the next ``step``, with
+  the gang they were started with (same barrier); the rest are adopted with ``recover``, and
+  those no longer alive are reported LOST by the backend's next poll unless their exit was
+  already written.
 """
 
 from __future__ import annotations
@@ -26,14 +33,16 @@ from typing import Any
 from trainyard import backends
 from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey
 from trainyard.engine import machine as m
-from trainyard.engine.launch import LaunchContext, build_launches
+from trainyard.engine.launch import InputUnavailable, LaunchContext, build_launches
 from trainyard.engine.plan import build_state
+from trainyard.engine.rules import action_for
 from trainyard.engine.scheduler import Placement, Request, Scheduler, request_of
 from trainyard.engine.serialize import state_from_dict, state_to_dict
 from trainyard.engine.status import ExitCode, Status, WorkflowStatus
-from trainyard.errors import BackendError, ConfigError, NotFoundError
+from trainyard.errors import BackendError, ConfigError, NotFoundError, RefusedError
 from trainyard.pools import Pool, load_pools
-from trainyard.spec.models import WorkflowSpec
+from trainyard.spec.fields import name_key
+from trainyard.spec.models import ExitAction, WorkflowSpec
 from trainyard.store import Store, WorkflowRecord
 
 __all__ = ["Engine", "Submission"]
@@ -60,6 +69,16 @@ class _Live:
     state: m.WorkflowState
     spec: WorkflowSpec
     pool: str
+
+
+@dataclass(frozen=True)
+class _Unstarted:
+    """A start the killed engine stored but never made: ``action`` is the gang's start as it
+    was asked (for its barrier), ``keys`` the attempts of it that must still be started."""
+
+    workflow_id: str
+    action: m.StartTasks
+    keys: frozenset[TaskKey]
 
 
 def _fact_to_event(fact: TaskFact) -> m.Event:
@@ -110,6 +129,7 @@ class Engine:
         self._backends: dict[str, Backend] = {}
         self._dirty: set[str] = set()
         self._pending: dict[str, list[m.Event]] = {}  # accepted, handled by the next step
+        self._unstarted: list[_Unstarted] = []  # found by _resume, started by the next step
         self._running_loop = False  # True while run_forever drives the steps
         self._resume()
 
@@ -184,16 +204,16 @@ class Engine:
 
         Raises:
             NotFoundError: unknown workflow.
-            ConfigError: it is still running, or it COMPLETED (nothing to restart).
+            RefusedError: it is still running, or it COMPLETED (nothing to restart).
         """
         with self._lock:
             record = self.store.get_workflow(workflow_id)
             state = state_from_dict(record.state)
             if workflow_id in self._live or not state.status.is_terminal():
-                raise ConfigError(f"workflow {workflow_id} is {state.status}; only a finished, "
+                raise RefusedError(f"workflow {workflow_id} is {state.status}; only a finished, "
                                   "failed workflow can be restarted")
             if state.status is WorkflowStatus.COMPLETED:
-                raise ConfigError(f"workflow {workflow_id} COMPLETED; submit it again instead "
+                raise RefusedError(f"workflow {workflow_id} COMPLETED; submit it again instead "
                                   f"(`trainyard workflow submit {workflow_id}`)")
             self._track(workflow_id, _Live(state, self._spec_loader(record), record.pool))
             self._process({workflow_id: [m.Restarted(time.time())]})
@@ -228,6 +248,8 @@ class Engine:
             for wid, pending in self._pending.items():
                 events.setdefault(wid, []).extend(pending)
             self._pending.clear()
+            for wid, event in self._start_unstarted():
+                events.setdefault(wid, []).append(event)
             for fact in self._poll():
                 if fact.key.workflow_id in events:
                     events[fact.key.workflow_id].append(_fact_to_event(fact))
@@ -353,7 +375,11 @@ class Engine:
         if live is not None:
             self._scheduler_of(wid).enqueue((wid, group), self._requests(live, group))
 
-    def _start(self, wid: str, action: m.StartTasks) -> m.Event | None:
+    def _start(self, wid: str, action: m.StartTasks,
+               only: frozenset[TaskKey] | None = None) -> m.Event | None:
+        """Start ``action``'s attempts (``only`` those keys, when given; the launches are
+        built for the whole action all the same, so a gang's barrier is the same). Returns
+        GroupStartFailed when the backend refuses, else None."""
         live = self._live.get(wid)
         if live is None:
             return None
@@ -364,8 +390,11 @@ class Engine:
             placements=placements, backend=backend, pool=self._pool_of(wid),
             upstream_output=self._upstream_output,
         )
+        launches = build_launches(ctx, action)
+        if only is not None:
+            launches = [launch for launch in launches if launch.key in only]
         try:
-            backend.start_group(build_launches(ctx, action))
+            backend.start_group(launches)
         except BackendError as exc:
             log.warning("workflow %s group %s did not start: %s", wid, action.group, exc)
             return m.GroupStartFailed(time.time(), action.group, str(exc), backend_error=True)
@@ -376,13 +405,34 @@ class Engine:
         self._backend_of(wid).stop(keys)
 
     def _upstream_output(self, ref: str, current_wid: str) -> Path:
-        """Output folder of the completed attempt of a task (``TASK`` or ``WORKFLOW:TASK``)."""
+        """Output folder of the completed attempt of a task (``TASK`` or ``WORKFLOW_ID:TASK``).
+
+        A task of this workflow has COMPLETED when its downstream starts (the DAG says so).
+        A task of another workflow is read only if its last attempt COMPLETED (issue 6); the
+        server already refused, at submit, an unknown workflow or another user's.
+
+        Raises:
+            NotFoundError: this workflow has no such task (a bug: the spec checks refuse it).
+            InputUnavailable: the other workflow or task is gone, or it did not COMPLETE; the
+                task's input then fails with exit code 2010 and the reason in its log.
+        """
         wid, _, task = ref.rpartition(":")
-        wid = wid or current_wid
-        state = self.state(wid)
-        if task not in state.tasks:
-            raise NotFoundError(f"workflow {wid} has no task {task!r}")
-        return self.run_dir(wid, task, state.tasks[task].retry_id) / "output"
+        if not wid or wid == current_wid:
+            state = self.state(current_wid)
+            if task not in state.tasks:
+                raise NotFoundError(f"workflow {current_wid} has no task {task!r}")
+            return self.run_dir(current_wid, task, state.tasks[task].retry_id) / "output"
+        try:
+            state = self.state(wid)
+        except NotFoundError:
+            raise InputUnavailable(f"no workflow {wid}") from None
+        found = next((t for t in state.tasks.values() if name_key(t.name) == name_key(task)), None)
+        if found is None:
+            raise InputUnavailable(f"workflow {wid} has no task {task}")
+        if found.status is not Status.COMPLETED:
+            raise InputUnavailable(f"task {found.name} of workflow {wid} is "
+                                   f"{found.status.value}, not COMPLETED")
+        return self.run_dir(wid, found.name, found.retry_id) / "output"
 
     # ------------------------------------------------------------------ plumbing
 
@@ -412,28 +462,103 @@ class Engine:
         return facts
 
     def _resume(self) -> None:
-        for record in self.store.list_workflows(active_only=True):
+        """Drive the store's unfinished workflows again (module docstring), oldest first."""
+        queued: list[tuple[float, int, int, str, str]] = []
+        records = list(reversed(self.store.list_workflows(active_only=True)))  # seq ascending
+        for order, record in enumerate(records):
             if record.pool not in self.pools:
                 log.error("workflow %s names unknown pool %s; left as is", record.id, record.pool)
                 continue
             state = state_from_dict(record.state)
             self._track(record.id, _Live(state, self._spec_loader(record), record.pool))
+            if state.status is WorkflowStatus.PENDING:  # Submitted may never have been applied
+                self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
+            queued += [(g.scheduling_since_s or 0.0, order, index, record.id, g.name)
+                       for index, g in enumerate(state.groups.values())
+                       if g.status is Status.SCHEDULING]
             self._restore(record.id, state)
+        for *_order, wid, group in sorted(queued):
+            self._enqueue(wid, group)
 
     def _restore(self, wid: str, state: m.WorkflowState) -> None:
+        """Give a resumed workflow's running groups their placements back and sort their
+        current attempts into started (``recover``) and never started (``_unstarted``)."""
         live = self._live[wid]
         scheduler = self._scheduler_of(wid)
         keys = []
         for group in state.groups.values():
-            if group.status is Status.SCHEDULING:
-                scheduler.enqueue((wid, group.name), self._requests(live, group.name))
-            elif group.status in (Status.INITIALIZING, Status.RUNNING):
+            if group.status in (Status.INITIALIZING, Status.RUNNING):
                 placements = _placements_of(state, group, self.pools[live.pool])
                 scheduler.restore((wid, group.name), self._requests(live, group.name), placements)
                 keys += [TaskKey(wid, t, state.tasks[t].retry_id) for t in group.tasks
                          if not state.tasks[t].status.is_terminal()]
-        if keys:
-            self._backend_of(wid).recover(keys)
+        if not keys:
+            return
+        backend = self._backend_of(wid)
+        fresh = _unstarted_keys(backend, keys)
+        if len(fresh) < len(keys):
+            backend.recover([k for k in keys if k not in fresh])
+        self._unstarted += _unstarted_starts(state, fresh)
+
+    def _start_unstarted(self) -> list[tuple[str, m.Event]]:
+        """Make the starts ``_resume`` found stored but never made; returns the events of
+        those the backend refused."""
+        events = []
+        todo, self._unstarted = self._unstarted, []
+        for item in todo:
+            live = self._live.get(item.workflow_id)
+            keys = frozenset(k for k in item.keys if live and _still_to_start(live.state, k))
+            event = self._start(item.workflow_id, item.action, only=keys) if keys else None
+            if event is not None:
+                events.append((item.workflow_id, event))
+        return events
+
+
+def _unstarted_keys(backend: Backend, keys: list[TaskKey]) -> frozenset[TaskKey]:
+    """The attempts ``backend`` surely never started (its optional ``unstarted`` hook; a
+    backend without it is taken to have started every one)."""
+    hook = getattr(backend, "unstarted", None)
+    return frozenset(hook(keys)) if hook is not None else frozenset()
+
+
+def _unstarted_starts(state: m.WorkflowState, fresh: frozenset[TaskKey]) -> list[_Unstarted]:
+    """One start per group that has never-started attempts (``fresh``), rebuilt from the
+    stored state: the gang started with them is every current attempt of the group that
+    has not reported yet (INITIALIZING, no start time), in group order; it re-runs in place
+    if one of them is a RESTART of the attempt before."""
+    by_group: dict[str, set[str]] = {}
+    for key in fresh:
+        by_group.setdefault(state.tasks[key.task].group, set()).add(key.task)
+    starts = []
+    for group, names in by_group.items():
+        together = [state.tasks[t] for t in state.groups[group].tasks
+                    if t in names or _not_reported(state.tasks[t])]
+        action = m.StartTasks(group, tuple((t.name, t.retry_id) for t in together),
+                              restart_in_place=any(_restarted_in_place(t) for t in together))
+        starts.append(_Unstarted(state.id, action, frozenset(
+            k for k in fresh if k.task in names)))
+    return starts
+
+
+def _still_to_start(state: m.WorkflowState, key: TaskKey) -> bool:
+    """Whether ``key`` is still its task's current attempt, waiting to start (not cancelled
+    or ended since the restart)."""
+    task = state.tasks[key.task]
+    return task.retry_id == key.retry_id and task.status is Status.INITIALIZING
+
+
+def _not_reported(task: m.TaskState) -> bool:
+    """Started (or to be started) but nothing heard from its runner yet."""
+    return task.status is Status.INITIALIZING and task.start_time_s is None
+
+
+def _restarted_in_place(task: m.TaskState) -> bool:
+    """Whether the task's current attempt follows the attempt before it by exit action
+    RESTART (re-run in place), as opposed to RESCHEDULE or a first start."""
+    if not task.history or task.history[-1].status is not Status.RESCHEDULED:
+        return False
+    code = task.history[-1].exit_code
+    return code is not None and action_for(task, code) is ExitAction.RESTART
 
 
 def _placements_of(state: m.WorkflowState, group: m.GroupState, pool: Pool) -> dict[str, Placement]:

@@ -179,6 +179,9 @@ class Runner:
         """Fetch every input into its folder. Raises StepFailed(2010)."""
         for index, item in enumerate(self.run.inputs):
             dest = self.run.input_path(index)
+            if item.unavailable is not None:
+                raise StepFailed(ExitCode.DOWNLOAD_FAILED,
+                                 f"input {index} ({item.kind} {item.name}): {item.unavailable}")
             if item.kind == "url":
                 item = item.model_copy(update={"source": self.storage_url(item.source)})
             try:

@@ -70,6 +70,9 @@ class RunInput(_Model):
         path: for a dataset, the path inside it.
         regex: only files whose path relative to the source matches (``re.search``).
         dir: where the input lands (``{{input:N}}``); default ``<run_dir>/input/<N>``.
+        unavailable: why the engine could not give this input a source (another workflow's
+            task that did not complete, or is unknown): the input fails with exit code 2010
+            (DOWNLOAD_FAILED) and this reason in the task log.
     """
 
     kind: Literal["task", "url", "dataset"]
@@ -78,6 +81,7 @@ class RunInput(_Model):
     path: str | None = None
     regex: str | None = None
     dir: str | None = None
+    unavailable: str | None = None
 
 
 class RunOutput(_Model):

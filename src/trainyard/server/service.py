@@ -119,9 +119,39 @@ class Service:
         pool = chosen[-1] if chosen else self.pool(req.pool or doc.workflow.pool)
         return LoadedSpec(doc.workflow, rendered, pool)
 
+    def _check_other_workflows(self, workflow: WorkflowSpec, user: User) -> None:
+        """Each ``task: WORKFLOW_ID:TASK`` input names a workflow that exists and that
+        ``user`` may read (theirs, or any for an admin), so a typo or another user's data is
+        refused at submit. Whether that task COMPLETED is checked when the input is
+        downloaded (exit code 2010 otherwise), since it may still run now.
+
+        Raises:
+            NotFoundError: no such workflow.
+            ForbiddenError: another user's workflow and ``user`` is no admin.
+        """
+        for task in workflow.all_tasks():
+            for index, item in enumerate(task.inputs):
+                other, _name = specapi.split_task_ref(item.task) if item.task else (None, "")
+                if other is None:
+                    continue
+                where = f"task {task.name!r} input {index} ({item.task})"
+                try:
+                    self._readable(other, user)
+                except NotFoundError:
+                    raise NotFoundError(f"{where}: no workflow {other}; check the id with "
+                                        "`trainyard workflow list`") from None
+                except ForbiddenError as exc:
+                    raise ForbiddenError(f"{where}: {exc}") from None
+
     def submit(self, req: SpecRequest, user: User) -> dict[str, Any]:
-        """Validate and start a workflow. Returns ``{"id", "name", "status"}``."""
+        """Validate and start a workflow. Returns ``{"id", "name", "status"}``.
+
+        Raises:
+            SpecError, NotFoundError: as ``load``; NotFoundError and ForbiddenError also as
+                ``_check_other_workflows``.
+        """
         loaded = self.load(req)
+        self._check_other_workflows(loaded.workflow, user)
         source = {"request": req.model_dump()}
         record = self.engine.submit(Submission(
             spec=loaded.workflow, spec_text=loaded.rendered_text, user=user.name,
@@ -138,6 +168,7 @@ class Service:
             (empty for backends without such a rendering).
         """
         loaded = self.load(req)
+        self._check_other_workflows(loaded.workflow, user)
         sub = Submission(spec=loaded.workflow, spec_text=loaded.rendered_text, user=user.name,
                          pool=loaded.pool, labels=dict(loaded.workflow.labels))
         shown = [{"group": g, "text": text} for g, text in self.engine.preview(sub)]

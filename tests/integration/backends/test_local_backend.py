@@ -18,6 +18,7 @@ from local_support import (
     final, group_launches, processes_with, task_log, wait_final, wait_for, wait_gone,
 )
 
+from trainyard.backends import local as local_mod
 from trainyard.backends.base import FactKind, TaskKey
 from trainyard.backends.local import LaunchRequest, LocalBackend, gpu_count
 from trainyard.errors import BackendError
@@ -267,6 +268,53 @@ def test_restart_in_place_keeps_the_sandbox(backend: LocalBackend, home: Path) -
     assert final(wait_final(backend, [second[0].key])[second[0].key]).exit_code == 0
     assert "found kept" not in task_log(first[0])
     assert "[t] found kept" in task_log(second[0])
+
+
+def test_restart_in_place_keeps_the_output_folder(backend: LocalBackend, home: Path) -> None:
+    task = {"t": {"command": ["sh", "-c", "cat {{output}}/model.txt 2>/dev/null; "
+                                          "echo step >> {{output}}/model.txt"]}}
+    first = group_launches(backend, home, "wf-ro", task)
+    backend.start_group(first)
+    wait_final(backend, [first[0].key])
+    second = group_launches(backend, home, "wf-ro", task, retry_id=1, restart_in_place=True)
+    backend.start_group(second)
+    assert final(wait_final(backend, [second[0].key])[second[0].key]).exit_code == 0
+    assert "[t] step" in task_log(second[0])  # it read what the first attempt wrote
+    assert (second[0].run_dir / "output" / "model.txt").read_text() == "step\nstep\n"
+
+
+def test_real_gpus_are_not_shared_across_virtual_nodes(
+        backend: LocalBackend, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_mod, "gpu_count", lambda: 2)  # no GPU here: pretend two
+    show = {"command": ["sh", "-c", 'echo "cvd=[$CUDA_VISIBLE_DEVICES]"; sleep 1']}
+    groups = [group_launches(backend, home, f"wf-gpus-{i}", {"t": show}, gpu_slots=[0])
+              for i in range(3)]
+    for i, launches in enumerate(groups):
+        launches[0].node = f"local-{i}"  # slot 0 of three virtual nodes
+        backend.start_group(launches)
+    wait_final(backend, [launches[0].key for launches in groups])
+    shown = [task_log(launches[0]) for launches in groups]
+    assert ["[t] cvd=[0]" in shown[0], "[t] cvd=[1]" in shown[1], "[t] cvd=[]" in shown[2]] == [
+        True, True, True]  # two real GPUs, each lent once; the third task runs as CPU
+    assert local_mod._GPUS.lent() == {}  # every lease ended with its attempt
+
+
+def test_after_dropping_the_backend_unstarted_and_gpus_are_known(
+        backend: LocalBackend, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_mod, "gpu_count", lambda: 1)
+    launches = group_launches(backend, home, "wf-un", {"t": {"command": ["sleep", "60"]}},
+                              gpu_slots=[0])
+    backend.start_group(launches)
+    key, ghost = launches[0].key, TaskKey("wf-un", "t", 1)
+    again = LocalBackend(home=home, sandbox=backend.sandbox, network=backend.network,
+                         stop_grace_s=2.0)
+    assert again.unstarted([key, ghost]) == [ghost]
+    local_mod._GPUS.give_back(local_mod._Attempt(key, None))  # as if this process restarted
+    assert again.recover([key]) == [key]
+    assert local_mod._GPUS.lent() == {0: key}  # the recovered attempt holds its GPU again
+    again.stop([key])
+    wait_final(again, [key])
+    assert local_mod._GPUS.lent() == {}
 
 
 def test_trainyard_venv_and_cli_work_inside_a_task(backend: LocalBackend, home: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -65,16 +66,46 @@ def test_fallback_request_is_the_bare_runner_with_a_private_root(tmp_path: Path)
 
 def test_environment_gpus_and_interfaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = LocalBackend(home=tmp_path / "home")
-    monkeypatch.setattr(local_mod, "gpu_count", lambda: 2)
     monkeypatch.delenv("TRAINYARD_SERVER_URL", raising=False)
     req = backend.build_request(launch(tmp_path, environment={"NCCL_SOCKET_IFNAME": "eth9"}),
-                                Isolation(bwrap=False, netns=True))
+                                Isolation(bwrap=False, netns=True), gpus=(1,))
     env = req.run.sandbox.env
-    assert env["CUDA_VISIBLE_DEVICES"] == "1"  # slot 3 has no real GPU on a 2-GPU machine
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"  # the real GPUs lent, not the slot numbers
     assert env["GLOO_SOCKET_IFNAME"] == "lo" and "NCCL_SOCKET_IFNAME" not in env
-    monkeypatch.setattr(local_mod, "gpu_count", lambda: 0)
     req = backend.build_request(launch(tmp_path), Isolation(bwrap=False, netns=False))
     assert req.run.sandbox.env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def _attempt(task: str) -> local_mod._Attempt:
+    return local_mod._Attempt(TaskKey("wf", task, 0), None)
+
+
+def test_real_gpus_are_lent_exclusively_across_virtual_nodes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_mod, "gpu_count", lambda: 3)
+    leases = local_mod.GpuLeases()
+    # slot 0 of local-0 and slot 0 of local-1: two tasks, two different devices
+    on_node0, on_node1, third = _attempt("a"), _attempt("b"), _attempt("c")
+    assert leases.lend(on_node0, 1) == (0,)
+    assert leases.lend(on_node1, 1) == (1,)
+    assert leases.lend(third, 2) == (2,)  # one real GPU left: its other slot runs as CPU
+    assert leases.lend(_attempt("d"), 1) == ()
+    leases.give_back(on_node1)
+    assert leases.lend(_attempt("e"), 8) == (1,)
+    on_node0.done = True  # ended without a give_back: the lease lapses by itself
+    assert leases.lent() == {1: TaskKey("wf", "e", 0), 2: TaskKey("wf", "c", 0)}
+
+
+def test_no_real_gpus_lends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_mod, "gpu_count", lambda: 0)
+    assert local_mod.GpuLeases().lend(_attempt("a"), 8) == ()
+
+
+def test_unstarted_means_no_index_entry(tmp_path: Path) -> None:
+    backend = LocalBackend(home=tmp_path / "home")
+    known, unknown = TaskKey("wf", "t", 0), TaskKey("wf", "t", 1)
+    local_mod._write_json(backend._index_path(known), {"run_dir": str(tmp_path / "r")})
+    assert backend.unstarted([known, unknown]) == [unknown]
 
 
 def test_server_url_comes_from_server_json_and_its_port_is_forwarded(
@@ -91,12 +122,12 @@ def test_server_url_comes_from_server_json_and_its_port_is_forwarded(
 
 
 def test_busybox_image_puts_applets_first(tmp_path: Path) -> None:
-    if not local_mod.shutil.which("busybox"):
+    if not shutil.which("busybox"):
         pytest.skip("busybox not installed")
     backend = LocalBackend(home=tmp_path / "home")
     req = backend.build_request(launch(tmp_path, image="alpine:3.18"), Isolation(False, False))
     (folder,) = req.run.sandbox.path_prepend
-    assert os.path.realpath(Path(folder) / "nc") == os.path.realpath(local_mod.shutil.which("busybox"))
+    assert os.path.realpath(Path(folder) / "nc") == os.path.realpath(shutil.which("busybox"))
     ubuntu = backend.build_request(launch(tmp_path, image="ubuntu:22.04"), Isolation(False, False))
     assert ubuntu.run.sandbox.path_prepend == []
 

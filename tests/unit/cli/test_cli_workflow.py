@@ -17,6 +17,7 @@ from trainyard.errors import (
     ConfigError,
     ForbiddenError,
     NotFoundError,
+    RefusedError,
     ServerError,
     SpecError,
     TrainyardError,
@@ -263,7 +264,7 @@ def test_the_main_help_has_the_exit_code_table(capsys: pytest.CaptureFixture[str
 
 def test_the_exit_code_table_matches_the_error_classes() -> None:
     table = dict(EXIT_CODES)
-    for cls, word in ((SpecError, "spec"), (NotFoundError, "not found"), (ConfigError, "refused"),
+    for cls, word in ((SpecError, "spec"), (NotFoundError, "not found"), (RefusedError, "refused"),
                       (ServerError, "server"), (ForbiddenError, "403")):
         assert word in table[cls.exit_code]
 
@@ -273,8 +274,11 @@ def _answer(status: int, body: object) -> httpx.Response:
 
 
 @pytest.mark.parametrize(("status", "body", "cls", "message"), [
-    (400, {"kind": "ConfigError", "detail": [{"message": "workflow w-1 is RUNNING"}]},
-     ConfigError, "workflow w-1 is RUNNING"),
+    (409, {"kind": "RefusedError", "detail": [{"message": "workflow w-1 is RUNNING"}]},
+     RefusedError, "workflow w-1 is RUNNING"),
+    (409, {"detail": [{"message": "busy"}]}, RefusedError, "busy"),
+    (400, {"kind": "ConfigError", "detail": [{"message": "pool p: bad"}]}, ConfigError,
+     "pool p: bad"),
     (400, {"detail": [{"message": "refused"}]}, ConfigError, "refused"),
     (404, {"kind": "NotFoundError", "detail": [{"message": "no w-1"}]}, NotFoundError, "no w-1"),
     (403, {"kind": "ForbiddenError", "detail": [{"message": "not yours"}]}, ForbiddenError,
@@ -292,8 +296,8 @@ def test_server_errors_come_back_as_their_class(status: int, body: object, cls: 
 
 
 def test_a_refused_request_exits_4_not_7() -> None:
-    with pytest.raises(ConfigError) as caught:
-        _raise_for(_answer(400, {"kind": "ConfigError", "detail": [{"message": "m"}]}))
+    with pytest.raises(RefusedError) as caught:
+        _raise_for(_answer(409, {"kind": "RefusedError", "detail": [{"message": "m"}]}))
     assert caught.value.exit_code == 4
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -9,8 +10,9 @@ import pytest
 from trainyard.backends.base import TaskLaunch
 from trainyard.backends.fake import FakeBackend, Outcome
 from trainyard.engine.reconciler import Engine, Submission
+from trainyard.engine.serialize import state_from_dict
 from trainyard.engine.status import Status, WorkflowStatus
-from trainyard.errors import ConfigError
+from trainyard.errors import RefusedError
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import Store
@@ -140,7 +142,7 @@ def test_restart_refuses_a_completed_workflow(tmp_path: Path) -> None:
     engine = _engine(tmp_path, FakeBackend())
     wid = _submit(engine, _spec({"name": "ok", "tasks": [_task("a")]}))
     engine.wait(wid, 10)
-    with pytest.raises(ConfigError, match="submit it again"):
+    with pytest.raises(RefusedError, match="submit it again"):
         engine.restart(wid)
 
 
@@ -180,3 +182,101 @@ def test_preview_is_empty_for_a_backend_without_a_rendering(tmp_path: Path) -> N
     engine = _engine(tmp_path, FakeBackend())
     spec = _spec({"name": "one", "tasks": [_task("a")]})
     assert engine.preview(Submission(spec, "", "alice", POOL)) == []
+
+
+class _EngineDied(Exception):
+    """Stands for the engine process being killed in the middle of a step."""
+
+
+class _Dying(FakeBackend):
+    """A fake whose engine 'dies' in a start that ``dies_on`` picks, after making the first
+    ``made`` launches of it; ``revive()`` ends that (the restarted engine's starts happen)."""
+
+    def __init__(self, script: Callable[[TaskLaunch], Outcome] | None = None, *,
+                 dies_on: Callable[[list[TaskLaunch]], bool] = lambda launches: True,
+                 made: int = 0) -> None:
+        super().__init__(script)
+        self.dies_on, self.made, self.alive = dies_on, made, False
+
+    def start_group(self, launches: list[TaskLaunch]) -> None:
+        if self.alive or not self.dies_on(launches):
+            return super().start_group(launches)
+        super().start_group(launches[:self.made])
+        raise _EngineDied
+
+    def revive(self) -> _Dying:
+        self.alive = True
+        return self
+
+
+def test_a_workflow_submitted_just_before_a_restart_still_runs(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "p", "tasks": [_task("a")]}))
+    engine.close()  # dies before its next step: Submitted was only in memory
+    again = _engine(tmp_path, backend)
+    assert again.wait(wid, 5).status == "COMPLETED"
+    assert [launch.key.task for launch in backend.launches] == ["a"]
+
+
+def test_restart_keeps_the_scheduling_queue_in_submission_order(tmp_path: Path) -> None:
+    backend = FakeBackend(lambda launch: Outcome(None))
+    engine = _engine(tmp_path, backend)
+    big = {"resources": {"default": {"gpu": 8}},
+           "groups": [{"name": "group", "tasks": [_task("m", lead=True), _task("w")]}]}
+    blocker = _submit(engine, _spec({"name": "blocker", **big}))
+    first = _submit(engine, _spec({"name": "first", **big}))
+    second = _submit(engine, _spec({"name": "second", **big}))
+    engine.step()
+    assert engine.state(second).groups["group"].status is Status.SCHEDULING
+    engine.close()
+    again = _engine(tmp_path, backend)
+    again.cancel(blocker)  # its nodes go to the head of the queue at once
+    assert again.state(first).groups["group"].status is Status.INITIALIZING
+    assert again.state(second).groups["group"].status is Status.SCHEDULING
+
+
+def test_a_start_stored_but_never_made_is_made_after_a_restart(tmp_path: Path) -> None:
+    backend = _Dying()
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "s", "groups": [
+        {"name": "g", "tasks": [_task("m", lead=True), _task("w")]}]}))
+    with pytest.raises(_EngineDied):
+        engine.step()
+    stored = state_from_dict(engine.store.get_workflow(wid).state)
+    assert stored.tasks["m"].status is Status.INITIALIZING  # stored, never started
+    again = _engine(tmp_path, backend.revive())
+    assert again.wait(wid, 5).status == "COMPLETED"
+    assert again.state(wid).tasks["m"].exit_code == 0
+    assert [(launch.key.task, launch.key.retry_id) for launch in backend.launches] == [
+        ("m", 0), ("w", 0)]
+    assert backend.launches[0].run["barrier"]["enabled"] is True
+
+
+def test_only_the_never_started_part_of_a_gang_is_started_after_a_restart(
+        tmp_path: Path) -> None:
+    backend = _Dying(lambda launch: Outcome(0, polls=2), made=1)
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "h", "groups": [
+        {"name": "g", "tasks": [_task("m", lead=True), _task("w")]}]}))
+    with pytest.raises(_EngineDied):
+        engine.step()
+    again = _engine(tmp_path, backend.revive())  # the same machine: "m" kept running
+    assert again.wait(wid, 5).status == "COMPLETED"
+    started = [(launch.key.task, launch.run["barrier"]["folder"]) for launch in backend.launches]
+    assert [task for task, _folder in started] == ["m", "w"]
+    assert started[0][1] == started[1][1]  # one barrier for the whole gang
+
+
+def test_a_restart_in_place_stored_but_never_made_is_made_in_place(tmp_path: Path) -> None:
+    backend = _Dying(lambda launch: Outcome(7 if launch.key.retry_id == 0 else 0),
+                     dies_on=lambda launches: launches[0].key.retry_id > 0)
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "ip", "tasks": [
+        _task("t", exitActions={"RESTART": "7"})]}))
+    with pytest.raises(_EngineDied):
+        engine.wait(wid, 5)
+    again = _engine(tmp_path, backend.revive())
+    assert again.wait(wid, 5).status == "COMPLETED"
+    retry = backend.launches[-1]
+    assert (retry.key.retry_id, retry.restart_in_place) == (1, True)

@@ -167,8 +167,8 @@ def test_restarting_a_completed_workflow_is_refused_with_its_error_class(api, tm
     token = _admin(tmp_path)
     wid = _submit_done(client, token)
     answer = client.post(f"/api/workflow/{wid}/restart", headers=_auth(token))
-    assert answer.status_code == 400
-    assert answer.json()["kind"] == "ConfigError"
+    assert answer.status_code == 409
+    assert answer.json()["kind"] == "RefusedError"
     assert "COMPLETED" in answer.json()["detail"][0]["message"]
 
 
@@ -258,3 +258,38 @@ def test_app_submit_dry_run_and_create_with_check_values(api, tmp_path: Path) ->
     assert dry.status_code == 200, dry.text
     assert dry.json()["name"] == "dry" and "file:///x" in dry.json()["spec"]
     assert client.get("/api/workflow", headers=_auth(token)).json() == []
+
+
+READER = """
+workflow:
+  name: reader
+  tasks:
+  - name: read
+    command: ["cat", "{{input:0}}/x"]
+    inputs:
+    - task: {ref}
+"""
+
+
+def test_an_input_from_another_workflow_must_exist_and_be_readable(api) -> None:
+    client, tokens = api
+    alice, bob = tokens.add("alice"), tokens.add("bob")
+    made = client.post("/api/workflow", json={"spec_text": HELLO}, headers=_auth(alice)).json()
+    _wait_done(client, made["id"], alice)
+
+    def submit(ref: str, token: str):
+        return client.post("/api/workflow", json={"spec_text": READER.replace("{ref}", ref)},
+                           headers=_auth(token))
+
+    missing = submit("nobody-7:hello", alice)
+    assert missing.status_code == 404 and missing.json()["kind"] == "NotFoundError"
+    assert "task 'read' input 0 (nobody-7:hello): no workflow nobody-7" in missing.text
+    theirs = submit(f"{made['id']}:hello", bob)  # bob may not read alice's output
+    assert theirs.status_code == 403 and "belongs to alice" in theirs.text
+    dry = client.post("/api/workflow", params={"dry_run": True}, headers=_auth(bob),
+                      json={"spec_text": READER.replace("{ref}", f"{made['id']}:hello")})
+    assert dry.status_code == 403
+    ok = submit(f"{made['id']}:hello", alice)
+    assert ok.status_code == 200, ok.text
+    listed = client.get("/api/workflow", headers=_auth(bob)).json()
+    assert listed == []  # the refused submissions stored nothing
