@@ -17,7 +17,11 @@ redoes what the killed engine had stored but maybe not yet done:
   never started (optional hook ``unstarted``): those are started by the next ``step``, with
   the gang they were started with (same barrier); the rest are adopted with ``recover``, and
   those no longer alive are reported LOST by the backend's next poll unless their exit was
-  already written.
+  already written;
+- attempts the store already holds as ended (cancelled, timed out, stopped with their lead,
+  retried), of unfinished workflows and of those that ended in the last
+  ``LEFTOVER_WINDOW_S``, are stopped where the backend still finds them alive: the killed
+  engine may have stored their end but not yet stopped them.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ from trainyard.store import Store, WorkflowRecord
 __all__ = ["Engine", "Submission"]
 
 log = logging.getLogger("trainyard.engine")
+
+LEFTOVER_WINDOW_S = 7 * 24 * 3600.0
+"""How far back a restarted engine looks for ended workflows whose attempts may still run."""
 
 
 @dataclass
@@ -450,10 +457,12 @@ class Engine:
         return self._schedulers[pool.name]
 
     def _backend_of(self, wid: str) -> Backend:
-        pool = self._pool_of(wid)
-        if pool.name not in self._backends:
-            self._backends[pool.name] = self._backend_factory(pool, self.home)
-        return self._backends[pool.name]
+        return self._pool_backend(self._pool_name[wid])
+
+    def _pool_backend(self, pool: str) -> Backend:
+        if pool not in self._backends:
+            self._backends[pool] = self._backend_factory(self.pools[pool], self.home)
+        return self._backends[pool]
 
     def _poll(self) -> list[TaskFact]:
         facts: list[TaskFact] = []
@@ -479,6 +488,24 @@ class Engine:
             self._restore(record.id, state)
         for *_order, wid, group in sorted(queued):
             self._enqueue(wid, group)
+        self._stop_leftovers(records)
+
+    def _stop_leftovers(self, active: list[WorkflowRecord]) -> None:
+        """Stop every attempt that the store holds as ended but the backend finds alive (the
+        killed engine stored the end, then died before its stop reached the backend)."""
+        ended = self.store.list_workflows(ended_since_s=time.time() - LEFTOVER_WINDOW_S)
+        by_pool: dict[str, list[TaskKey]] = {}
+        for record in [*active, *ended]:
+            keys = _ended_attempts(record.id, state_from_dict(record.state))
+            if keys and record.pool in self.pools:
+                by_pool.setdefault(record.pool, []).extend(keys)
+        for pool, keys in by_pool.items():
+            backend = self._pool_backend(pool)
+            alive = backend.recover(keys)
+            if alive:
+                log.warning("stopping %d attempt(s) that had ended but still ran: %s", len(alive),
+                            ", ".join(f"{k.workflow_id}/{k.task}/{k.retry_id}" for k in alive))
+                backend.stop(alive)
 
     def _restore(self, wid: str, state: m.WorkflowState) -> None:
         """Give a resumed workflow's running groups their placements back and sort their
@@ -512,6 +539,17 @@ class Engine:
             if event is not None:
                 events.append((item.workflow_id, event))
         return events
+
+
+def _ended_attempts(wid: str, state: m.WorkflowState) -> list[TaskKey]:
+    """Every attempt of ``state`` that has ended: earlier attempts of each task, and the
+    current one once terminal (never one that never started: it has no node)."""
+    keys = []
+    for task in state.tasks.values():
+        keys += [TaskKey(wid, task.name, a.retry_id) for a in task.history if a.node is not None]
+        if task.status.is_terminal() and task.node is not None:
+            keys.append(TaskKey(wid, task.name, task.retry_id))
+    return keys
 
 
 def _unstarted_keys(backend: Backend, keys: list[TaskKey]) -> frozenset[TaskKey]:

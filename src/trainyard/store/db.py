@@ -246,8 +246,10 @@ class Store:
         submitted_by: str | None = None,
         count: int | None = None,
         active_only: bool = False,
+        ended_since_s: float | None = None,
     ) -> list[WorkflowRecord]:
-        """Workflows, newest first, filtered; ``labels`` must all match exactly."""
+        """Workflows, newest first, filtered; ``labels`` must all match exactly;
+        ``ended_since_s`` (Unix seconds) keeps those that ended at or after it."""
         query = select(_Workflow).order_by(_Workflow.seq.desc())
         if statuses:
             query = query.where(_Workflow.status.in_(statuses))
@@ -257,6 +259,8 @@ class Store:
             query = query.where(_Workflow.submitted_by == submitted_by)
         if active_only:
             query = query.where(_Workflow.end_time_s.is_(None))
+        if ended_since_s is not None:
+            query = query.where(_Workflow.end_time_s >= ended_since_s)
         with self._tx() as session:
             rows = [_to_record(r) for r in session.scalars(query)]
         rows = [r for r in rows if _labels_match(r.labels, labels or {})]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.backends.base import TaskLaunch
+from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.fake import FakeBackend, Outcome
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.engine.serialize import state_from_dict
@@ -110,6 +110,36 @@ def test_engine_restart_resumes_from_the_store(tmp_path: Path) -> None:
     again = _engine(tmp_path, backend)  # same backend: its tasks "kept running"
     assert again.wait(wid, 10).status == "COMPLETED"
     assert [launch.key.task for launch in backend.launches] == ["a", "b"]
+
+
+class _DeafBackend(FakeBackend):
+    """Ignores stops while ``deaf``: an engine that stored a stop and died before sending it."""
+
+    deaf = True
+
+    def stop(self, keys: list[TaskKey]) -> None:
+        if not self.deaf:
+            super().stop(keys)
+
+
+def test_a_restarted_engine_stops_what_had_ended_in_the_store_but_still_runs(
+        tmp_path: Path) -> None:
+    backend = _DeafBackend(lambda launch: Outcome(None if launch.key.task == "w" else 0, polls=3))
+    engine = _engine(tmp_path, backend)
+    gang = _submit(engine, _spec({"name": "gang", "groups": [
+        {"name": "g", "tasks": [_task("lead", lead=True), _task("w")]}]}))
+    forever = _submit(engine, _spec({"name": "forever", "tasks": [_task("w")]}))
+    assert engine.wait(gang, 10).status == "COMPLETED"  # its worker "w" was to be stopped
+    for _ in range(5):
+        engine.step()
+    engine.cancel(forever)
+    assert engine.wait(forever, 10).status == "FAILED_CANCELED"
+    engine.close()
+    assert backend.stopped == [] and len(backend.recover(
+        [TaskKey(gang, "w", 0), TaskKey(forever, "w", 0)])) == 2  # both still "run"
+    backend.deaf = False
+    _engine(tmp_path, backend)
+    assert sorted(backend.stopped) == sorted([TaskKey(gang, "w", 0), TaskKey(forever, "w", 0)])
 
 
 def test_refused_state_stores_nothing(tmp_path: Path) -> None:
