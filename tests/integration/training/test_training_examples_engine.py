@@ -15,13 +15,13 @@ epochs of the MLP on digits) keep each test well under two minutes on a 2-core m
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from training_integration_support import (EXAMPLES, EngineRun, free_port, kill, metrics, task_processes,
                                           wait_until)
+from training_integration_support import runner  # noqa: F401 (a fixture)
 
 from trainyard.data.datasets import DatasetStore
 
@@ -29,18 +29,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 ELASTIC = EXAMPLES / "torchrun_elastic" / "train.yaml"
 RESCHEDULE = EXAMPLES / "torchrun_reschedule" / "train.yaml"
-
-
-@pytest.fixture
-def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineRun]:
-    home = tmp_path / "home"
-    home.mkdir()
-    # the task runners find the dataset store through the home they inherit
-    monkeypatch.setenv("TRAINYARD_HOME", str(home))
-    monkeypatch.delenv("TRAINYARD_DATASET_URL", raising=False)
-    made = EngineRun(home)
-    yield made
-    made.close()
 
 
 def _statuses(runner: EngineRun, workflow_id: str) -> dict[str, tuple[str, int | None, int]]:

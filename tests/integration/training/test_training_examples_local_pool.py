@@ -15,7 +15,6 @@ import hashlib
 import re
 import shlex
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import pytest
 import torch
 import yaml
 from training_integration_support import BIN, EXAMPLES, EngineRun, free_port, metrics
+from training_integration_support import runner  # noqa: F401 (a fixture)
 
 from trainyard.data.datasets import DatasetStore
 from trainyard.data.transfer import plan_uploads
@@ -39,18 +39,6 @@ EPOCH_LINES = re.compile(r"Epoch (\d+)/(\d+) completed in [\d.]+ seconds\n"
                          r"Validation Loss: ([\d.]+), Validation Accuracy: ([\d.]+)\n"
                          r"Epoch Throughput: [\d.]+ images/second\n")
 LOG_PREFIX = re.compile(r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \[[^\]]+\] ?", re.M)
-
-
-@pytest.fixture
-def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineRun]:
-    home = tmp_path / "home"
-    home.mkdir()
-    # the task runners find the dataset store through the home they inherit
-    monkeypatch.setenv("TRAINYARD_HOME", str(home))
-    monkeypatch.delenv("TRAINYARD_DATASET_URL", raising=False)
-    made = EngineRun(home)
-    yield made
-    made.close()
 
 
 def _store(runner: EngineRun) -> DatasetStore:

@@ -12,19 +12,21 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import psutil
+import pytest
 
 BIN = Path(sys.executable).parent
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 TIMEOUT_S = 180
 
 __all__ = ["BIN", "EXAMPLES", "free_port", "Node", "run_nodes", "torchrun_cmd", "metrics",
-           "task_scripts", "run_task_scripts", "EngineRun", "task_processes", "kill", "wait_until"]
+           "task_scripts", "run_task_scripts", "EngineRun", "runner", "task_processes", "kill",
+           "wait_until"]
 
 
 def free_port() -> int:
@@ -206,3 +208,16 @@ def wait_until(check: Callable[[], Any], timeout_s: float, what: str, every_s: f
             return value
         time.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@pytest.fixture
+def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineRun]:
+    """An ``EngineRun`` under a fresh home that the task runners inherit as
+    ``TRAINYARD_HOME`` (their dataset store); import it into a test module to use it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("TRAINYARD_HOME", str(home))
+    monkeypatch.delenv("TRAINYARD_DATASET_URL", raising=False)
+    made = EngineRun(home)
+    yield made
+    made.close()
