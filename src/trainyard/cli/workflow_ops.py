@@ -88,9 +88,11 @@ def _follow_logs(view: Console, client: Client, workflow_id: str, stop: threadin
         view.print(f"[dim](log stream ended: {exc})[/dim]")
 
 
-def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.5,
-             view: Console = console) -> dict[str, Any]:
-    """Print progress (and logs) on ``view`` until the workflow ends; return its final query."""
+def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.25,
+             max_poll_s: float = 1.0, view: Console = console) -> dict[str, Any]:
+    """Print progress (and logs) on ``view`` until the workflow ends; return its final query.
+    The status is asked every ``poll_s`` seconds at first, then less often, down to every
+    ``max_poll_s`` (a long run waited on by many clients does not load the server)."""
     started, seen = time.monotonic(), {}
     stop = threading.Event()
     follower = threading.Thread(target=_follow_logs, args=(view, client, workflow_id, stop),
@@ -103,6 +105,7 @@ def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.
         if _is_terminal(data["status"]):
             break
         time.sleep(poll_s)
+        poll_s = min(poll_s * 1.5, max_poll_s)
     if logs:
         follower.join(timeout=5)
     stop.set()

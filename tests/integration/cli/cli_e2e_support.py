@@ -166,7 +166,7 @@ class Server:
 
 @dataclass(frozen=True)
 class Row:
-    """One "Must reach the outcome" row, submitted without --wait. ``{storage}`` in an
+    """One "Must reach the outcome" row, run by ``submit --wait``. ``{storage}`` in an
     argument stands for the session's data_filter folder; ``{id}`` in a log line for the id."""
 
     spec: str
@@ -219,8 +219,35 @@ BACKGROUND_ROWS = [
 """Rows waited on together; the quick ``--wait`` rows are tests of test_osmo_outcomes.py."""
 
 
-def submit_row(server: Server, row: Row) -> str:
-    """``trainyard workflow submit SPEC [--set ...]`` without --wait; the workflow id."""
-    storage = data_filter_dir(server.home).as_uri()
-    args = [a.format(storage=storage) for a in row.args]
-    return server.submit(SPECS / row.spec, *(["--set", *args] if args else []))
+class WaitingSubmit:
+    """``trainyard workflow submit SPEC [--set ...] --wait -f json`` running as a real
+    process: it exits 0 only when the workflow COMPLETED, and its stdout is one JSON document,
+    the final ``workflow query`` object (progress goes to stderr)."""
+
+    def __init__(self, server: Server, row: Row) -> None:
+        storage = data_filter_dir(server.home).as_uri()
+        args = [a.format(storage=storage) for a in row.args]
+        argv = [str(TRAINYARD), "workflow", "submit", str(SPECS / row.spec),
+                *(["--set", *args] if args else []), "--wait", "-f", "json"]
+        self.proc = subprocess.Popen(argv, env=cli_env(server.home), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self._done: tuple[int, dict[str, Any], str] | None = None
+
+    def result(self, timeout_s: float = 300) -> tuple[int, dict[str, Any], str]:
+        """(exit code, final workflow object, stderr), once the process has ended."""
+        if self._done is None:
+            out, err = self.proc.communicate(timeout=timeout_s)
+            try:
+                final = json.loads(out)
+            except json.JSONDecodeError as exc:
+                raise AssertionError(f"stdout is not one JSON document ({exc}): {out!r} {err}")
+            self._done = (self.proc.returncode, final, err)
+        return self._done
+
+    def workflow_id(self) -> str:
+        return self.result()[1]["id"]
+
+
+def submit_row(server: Server, row: Row) -> WaitingSubmit:
+    """Start ``row`` as ``trainyard workflow submit ... --wait -f json`` (not waited on)."""
+    return WaitingSubmit(server, row)

@@ -25,6 +25,7 @@ from cli_e2e_support import (
     osmo_pools_yaml,
     processes_of,
     run_cli,
+    WaitingSubmit,
     submit_row,
     wait_gone,
 )
@@ -71,11 +72,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def osmo_runs(request: pytest.FixtureRequest) -> dict[str, str]:
-    """Every background row submitted at once (workflow id by row id); none when the OSMO
-    specs are not beside the repository, or when no collected test needs them."""
+def osmo_runs(request: pytest.FixtureRequest) -> Iterator[dict[str, WaitingSubmit]]:
+    """Every background row started at once as ``submit --wait`` (by row id); none when the
+    OSMO specs are not beside the repository, or when no collected test needs them. A
+    process still waiting at the end (a test failed first) is stopped."""
     wanted = any(item.path.name == OUTCOMES for item in request.session.items)
     if not SPECS.is_dir() or not wanted:
-        return {}
+        yield {}
+        return
     server: Server = request.getfixturevalue("server")
-    return {row.id: submit_row(server, row) for row in BACKGROUND_ROWS}
+    runs = {row.id: submit_row(server, row) for row in BACKGROUND_ROWS}
+    yield runs
+    for run in runs.values():
+        if run.proc.poll() is None:
+            run.proc.kill()
+        run.proc.communicate()

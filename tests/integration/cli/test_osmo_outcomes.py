@@ -1,9 +1,11 @@
 """OSMO's "Must reach the outcome" rows (shared/osmo-specs/EXPECTATIONS.md, those that need no
 object store), through ``trainyard workflow submit`` against the real server.
 
-The quick rows run here with ``--wait`` as real processes (exit 0 only when COMPLETED); the
-others were submitted together at the start of the session (conftest ``osmo_runs``) and are
-waited on here, so this file takes little more than its longest row (~2 minutes).
+Every row runs as ``trainyard workflow submit ... --wait``, a real process that exits 0 only
+when the workflow COMPLETED: the quick rows here, the others all started together at the
+start of the session (conftest ``osmo_runs``, with ``-f json`` so that stdout is the final
+workflow object) and waited on here, so this file takes little more than its longest row
+(~2 minutes).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from cli_e2e_support import BACKGROUND_ROWS as ROWS
-from cli_e2e_support import SPECS, Row, Server
+from cli_e2e_support import SPECS, Row, Server, WaitingSubmit
 
 pytestmark = pytest.mark.skipif(not SPECS.is_dir(), reason=f"OSMO specs not found at {SPECS}")
 
@@ -53,34 +55,39 @@ def test_the_cli_works_inside_a_task_as_osmo(server: Server) -> None:
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
-def test_row_reaches_its_outcome(row: Row, server: Server, osmo_runs: dict[str, str]) -> None:
-    workflow_id = osmo_runs[row.id]
-    final = server.wait(workflow_id, timeout_s=300)
-    assert final["status"] == row.outcome, final
+def test_row_reaches_its_outcome(row: Row, server: Server,
+                                osmo_runs: dict[str, WaitingSubmit]) -> None:
+    code, final, err = osmo_runs[row.id].result(timeout_s=300)
+    assert final["status"] == row.outcome, (final, err)
+    assert (code == 0) == (row.outcome == "COMPLETED"), (code, err)
+    assert server.query(final["id"])["status"] == row.outcome  # what the server stored
+    workflow_id = final["id"]
     logs = server.logs(workflow_id)
     for expected in row.logs:
         assert expected.format(id=workflow_id) in logs, logs
 
 
-def test_lead_ending_stops_the_other_tasks(server: Server, osmo_runs: dict[str, str]) -> None:
+def test_lead_ending_stops_the_other_tasks(server: Server,
+                                           osmo_runs: dict[str, WaitingSubmit]) -> None:
     for rel in ("tests/parallel_workflow_v2.yaml", "tests/parallel_workflow_leader_exits.yaml"):
-        final = server.wait(osmo_runs[rel])
+        final = osmo_runs[rel].result()[1]
         tasks = [t for g in final["groups"] for t in g["tasks"]]
         assert all(t["status"].startswith(("COMPLETED", "FAILED")) for t in tasks), tasks
         assert all(t["end_time"] for t in tasks)
 
 
 def test_data_filter_takes_only_the_matching_inputs(server: Server,
-                                                    osmo_runs: dict[str, str]) -> None:
+                                                    osmo_runs: dict[str, WaitingSubmit]) -> None:
     row = next(r for r in ROWS if r.spec == "tutorials/data_filter.yaml")
-    logs = server.logs(osmo_runs[row.id])
+    logs = server.logs(osmo_runs[row.id].workflow_id())
     assert "keep.txt" in logs
     assert "skip.json" not in logs and "skip.bin" not in logs
 
 
-def test_labels_are_stored_and_filterable(server: Server, osmo_runs: dict[str, str]) -> None:
+def test_labels_are_stored_and_filterable(server: Server,
+                                          osmo_runs: dict[str, WaitingSubmit]) -> None:
     ok, failed = (r for r in ROWS if r.spec == "scenarios/workflow_labels.yaml")
-    ok_id, failed_id = osmo_runs[ok.id], osmo_runs[failed.id]
+    ok_id, failed_id = osmo_runs[ok.id].workflow_id(), osmo_runs[failed.id].workflow_id()
     shown = server.query(ok_id)
     assert shown["labels"] == {"policy-yaml": "from-yaml", "team": "research"}
     both = server.main("workflow", "list", "--label", "policy-yaml=from-yaml", "-f", "json").json()
