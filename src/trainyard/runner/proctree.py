@@ -71,25 +71,42 @@ def session_members(sid: int, not_before: float = 0.0) -> list[psutil.Process]:
 
 def _parent_and_session(pid: int) -> tuple[int, int] | None:
     """(parent pid, session id) from ``/proc/PID/stat``, or None when the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
+    try:  # os.open/os.read, not open(): a scan reads every process's stat (issue 3)
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        stat = os.read(fd, 4096)  # ppid and session come early; the line fits anyway
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    fields = stat[stat.rfind(b")") + 2 :].split(None, 4)
     return (int(fields[1]), int(fields[3])) if len(fields) > 3 else None
+
+
+def _reused(pid: int, created: float) -> bool:
+    """True when ``pid`` is now another process than the one created at ``created``."""
+    try:
+        return abs(psutil.Process(pid).create_time() - created) > _CREATE_TIME_TOLERANCE_S
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return False
 
 
 def leftovers(leaders: dict[int, float], trees: bool = True) -> list[psutil.Process]:
     """Every live process of the sessions led by ``leaders`` (``{pid: create time}``; members
-    created before it are another session that reused the id) and, with ``trees``, every
-    descendant of a leader that is still the recorded process: one scan of ``/proc`` for
-    all of them (Linux only; elsewhere an empty list)."""
+    created before it are another session that reused the id, and so is the whole session
+    when its id is now the pid of another live process, a new session leader such as the
+    next task's runner) and, with ``trees``, every descendant of a leader that is still the
+    recorded process: one scan of ``/proc`` for all of them (Linux only; elsewhere an empty
+    list)."""
     if not sys.platform.startswith("linux") or not leaders:
         return []
     table = {pid: found for pid in psutil.pids()
              if pid != os.getpid() and (found := _parent_and_session(pid)) is not None}
-    chosen = {pid for pid, (_ppid, sid) in table.items() if sid in leaders}
+    sessions = {sid for sid, created in leaders.items()
+                if not (sid in table and _reused(sid, created))}
+    chosen = {pid for pid, (_ppid, sid) in table.items() if sid in sessions}
     if trees:
         children: dict[int, list[int]] = {}
         for pid, (ppid, _sid) in table.items():
