@@ -62,7 +62,8 @@ class EngineRunner:
         self.engine.pools.setdefault(use.name, use)
         doc = spec.load(path, set_values=spec.parse_set_values(list(sets)), pool=use)
         record = self.engine.submit(Submission(spec=doc.workflow, spec_text=path.read_text(),
-                                               user="tester", pool=use))
+                                               user="tester", pool=use,
+                                               labels=dict(doc.workflow.labels)))
         self.submitted.append(record.id)
         return record.id
 

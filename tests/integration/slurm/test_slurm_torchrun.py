@@ -1,19 +1,23 @@
 """The two-node torchrun example on the Slurm test cluster reaches the accuracy it reaches on
-the local backend (2 nodes x 2 CPU processes, gloo, the same seeds)."""
+the local backend (2 nodes x 2 CPU processes, gloo, the same seeds), and the master's final
+snapshot lands in the output dataset store as a new version, not only in its run folder."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 from slurm_cluster_support import REPO, EngineRunner
 
+from trainyard.data.datasets import DatasetStore
 from trainyard.pools import NodeSpec, Pool
 
 pytest_plugins = ["slurm_fixtures"]
 
 EXAMPLE = REPO / "examples" / "torchrun_multinode" / "train.yaml"
+DATASET = "torchrun-multinode-model"  # the example's output_dataset
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not EXAMPLE.exists(), reason=f"{EXAMPLE} is not there yet")]
 
@@ -35,9 +39,16 @@ def final_accuracy(runner: EngineRunner, workflow_id: str) -> float:
     return float(summary["final_val_accuracy"])
 
 
+def _versions(store: DatasetStore) -> dict[int, dict[str, str]]:
+    """Version number -> {file path: sha256} of the example's dataset (empty if none)."""
+    return {v.version: {f.path: f.sha256 for f in v.files} for v in store.versions(DATASET)}
+
+
 def test_torchrun_example_reaches_the_local_accuracy(slurm_engine: EngineRunner,
                                                      local_engine: EngineRunner,
-                                                     slurm_pool: Pool) -> None:
+                                                     slurm_pool: Pool, runner_home: Path) -> None:
+    store = DatasetStore(f"file://{runner_home / 'datasets'}")  # the task runners' store
+    before = _versions(store)
     on_slurm = slurm_engine.submit_spec(EXAMPLE, ("master_port=29461",),
                                         pool=rehearsal_pool(slurm_pool))
     on_local = local_engine.submit_spec(EXAMPLE, ("master_port=29462",))
@@ -47,3 +58,8 @@ def test_torchrun_example_reaches_the_local_accuracy(slurm_engine: EngineRunner,
     assert slurm_accuracy >= 0.95
     assert slurm_accuracy == pytest.approx(final_accuracy(local_engine, on_local), abs=0.01)
     assert "Training completed successfully." in slurm_engine.log(on_slurm, "master")
+    snapshot = slurm_engine.engine.run_dir(on_slurm, "master", 0) / "output" / "models" / "snapshot.pth"
+    digest = hashlib.sha256(snapshot.read_bytes()).hexdigest()
+    new = {n: files for n, files in _versions(store).items() if n not in before}
+    assert len(new) == 2, new  # one upload per run, Slurm's and the local one
+    assert any(files.get("snapshot.pth") == digest for files in new.values()), (digest, new)

@@ -1,9 +1,20 @@
 """``SlurmBackend``: starts a gang as one Slurm job, reports facts, stops attempts.
 
-Start: ``build_request`` (pure, ``script.py``) -> write each ``run.json`` and the batch script
-under the run folders (on the shared filesystem) -> ``sbatch`` (``commands.py``). The job id
-goes to an index ``<home>/slurm/attempts/<workflow>/<task>/<retry>.json`` so that a new
-backend object (engine restart) finds the attempt again.
+Start: ``build_request`` (pure, ``script.py``) -> an index record per attempt,
+``<home>/slurm/attempts/<workflow>/<task>/<retry>.json`` (run folder, job name, job folder,
+no job id yet), written BEFORE anything is submitted -> each ``run.json`` and the batch script
+under the run folders (on the shared filesystem) -> ``sbatch`` (``commands.py``) -> the job id
+into the record, so that a new backend object (engine restart) finds the attempt again.
+
+Never started (``unstarted``, after an engine restart): an attempt with no record was surely
+never submitted. One whose record has no job id (the engine died around sbatch) is looked up:
+a job of its name whose working directory is its job folder (squeue ``%Z``; sbatch runs with
+``--chdir=<job folder>``), else Slurm's output file ``<job folder>/slurm-<id>.out`` (written
+once the job starts); found, its id is recorded. Not found, no runner trace in its run folder
+and sbatch's time is up: Slurm never had it, or dropped it before it ran anything.
+
+RESTART (``restart_in_place``): the new attempt takes over the task's files from the latest
+earlier attempt: its sandbox (``/tmp`` and file paths) and its ``{{output}}`` folder.
 
 Facts: ``poll`` tails each attempt's ``<run_dir>/events.jsonl`` (the runner's) on every call
 and asks squeue at most every ``status_interval_s`` about the jobs of attempts that have not
@@ -46,6 +57,11 @@ log = logging.getLogger("trainyard.backends.slurm")
 
 _KNOWN_FACTS = {k.value for k in FactKind}
 _ENDING = (FactKind.EXITED, FactKind.LOST, FactKind.START_ERROR)
+ADOPTED = ("sandbox", "output")
+"""Folders of a run folder that a RESTART in place takes over from the attempt before."""
+SUBMIT_MARGIN_S = 30.0
+"""Beyond sbatch's own time limit, how long after its record an attempt may still be submitted
+(the batch files are written in between)."""
 
 
 @dataclass
@@ -53,6 +69,9 @@ class _Attempt:
     key: TaskKey
     run_dir: Path | None
     job_id: str | None
+    job_name: str | None = None
+    job_dir: Path | None = None
+    submit_by: float = 0.0  # Unix time by which sbatch has surely answered
     offset: int = 0
     reported: bool = False
     done: bool = False
@@ -110,6 +129,7 @@ class SlurmBackend:
         try:
             prepend = {launch.key: self._path_prepend(launch) for launch in launches}
             request = build_request(launches, self.options, self.home, self.python, prepend)
+            attempts = self._announce(request)
             self._write(request)
         except (OSError, subprocess.SubprocessError) as exc:
             raise BackendError(f"slurm backend could not write the job of group "
@@ -117,8 +137,9 @@ class SlurmBackend:
         job_id = self.commands.submit(request.sbatch_argv)
         log.info("group %s of %s: Slurm job %s", launches[0].group,
                  launches[0].key.workflow_id, job_id)
-        for launch in launches:
-            self._remember(_Attempt(launch.key, Path(launch.run_dir), job_id))
+        for attempt in attempts:
+            attempt.job_id = job_id
+            self._remember(attempt)
 
     def poll(self) -> list[TaskFact]:
         """Facts since the last call: runner events, each once, and the job-state fact of an
@@ -157,17 +178,61 @@ class SlurmBackend:
         """Adopt these attempts after an engine restart; returns those whose job is alive.
 
         Adopted attempts' events are reported again from the start (the engine treats
-        repeats as no-ops); an attempt with no record here is reported LOST by ``poll``.
+        repeats as no-ops); an attempt with no record here is reported LOST by ``poll``, and
+        one whose record has no job id is looked up first (see ``unstarted``).
         """
         attempts = [self._find(k) or self._remember(_Attempt(k, None, None)) for k in keys]
-        jobs = {a.job_id for a in attempts if a.job_id}
         try:
+            for attempt in attempts:
+                self._resolve(attempt)
+            jobs = {a.job_id for a in attempts if a.job_id}
             states = self.commands.job_states(jobs) if jobs else {}
         except BackendError as exc:
             log.warning("slurm backend: cannot ask squeue while recovering: %s", exc)
             return [a.key for a in attempts if a.job_id]
         return [a.key for a in attempts
                 if a.job_id and is_alive(states.get(a.job_id, (UNKNOWN, ""))[0])]
+
+    def unstarted(self, keys: list[TaskKey]) -> list[TaskKey]:
+        """Those of ``keys`` surely never submitted (see the module docstring), so starting
+        them now cannot run one twice. When Slurm cannot be asked, an attempt whose record
+        has no job id counts as started."""
+        return [key for key in keys if self._never_started(key)]
+
+    def _never_started(self, key: TaskKey) -> bool:
+        if key in self._attempts:
+            return False
+        attempt = self._load(key)
+        if attempt is None:
+            return True
+        try:
+            if self._resolve(attempt):
+                return False
+        except BackendError as exc:
+            log.warning("slurm backend: cannot tell whether %s was submitted: %s", key, exc)
+            return False
+        return time.time() > attempt.submit_by and not _ran(attempt.run_dir)
+
+    def _resolve(self, attempt: _Attempt) -> bool:
+        """Find the job of an attempt whose record has no job id (the engine died around
+        sbatch): by name and job folder in squeue, else by Slurm's output file in its job
+        folder. Records the id found. Raises BackendError when squeue fails."""
+        if attempt.job_id is not None:
+            return True
+        if attempt.job_name is None or attempt.job_dir is None:
+            return False
+        named = self.commands.jobs_named(attempt.job_name)
+        ours = sorted((j for j, d in named.items() if Path(d) == attempt.job_dir), key=int)
+        found = ours[-1] if ours else _job_of_output(attempt.job_dir)
+        if found is None:
+            return False
+        log.info("slurm backend: %s is Slurm job %s (found after a restart)", attempt.key, found)
+        attempt.job_id = found
+        if attempt.key in self._attempts:
+            self._remember(attempt)
+        else:
+            self._save(attempt)
+        return True
 
     # ------------------------------------------------------------------ starting
 
@@ -176,21 +241,53 @@ class SlurmBackend:
             return []
         return runtime_path(runtime_for(launch.run.get("image"), self.pool.images), self.state_dir)
 
+    def _announce(self, request: SlurmBatchRequest) -> list[_Attempt]:
+        """Write each attempt's index record, without a job id, before anything is submitted
+        (``unstarted``: no record means never submitted). Returns the attempts."""
+        submit_by = time.time() + self.commands.timeout_s + SUBMIT_MARGIN_S
+        attempts = [_Attempt(launch.key, Path(launch.run_dir), None, request.job_name,
+                             request.job_dir, submit_by) for launch in request.launches]
+        for attempt in attempts:
+            self._save(attempt)
+        return attempts
+
     def _write(self, request: SlurmBatchRequest) -> None:
         request.job_dir.mkdir(parents=True, exist_ok=True)
         for launch in request.launches:
             run_dir = Path(launch.run_dir)
-            _fresh_run_dir(run_dir, launch.key.retry_id, launch.restart_in_place)
+            _fresh_run_dir(run_dir)
+            if launch.restart_in_place:
+                _adopt_files(run_dir, self._earlier_run_dirs(launch.key, run_dir))
+            _private_tmp(run_dir)
             run = request.runs[launch.key]
             _write_text(run_dir / "run.json", run.model_dump_json())
         _write_text(request.script_path, request.script)
 
+    def _earlier_run_dirs(self, key: TaskKey, run_dir: Path) -> list[Path]:
+        """Run folders of the task's earlier attempts, latest first (from their records,
+        else beside ``run_dir``)."""
+        found: list[Path] = []
+        for retry in range(key.retry_id - 1, -1, -1):
+            earlier = self._load(TaskKey(key.workflow_id, key.task, retry))
+            found.append(earlier.run_dir if earlier and earlier.run_dir
+                         else run_dir.parent / str(retry))
+        return found
+
     def _remember(self, attempt: _Attempt) -> _Attempt:
         self._attempts[attempt.key] = attempt
-        if attempt.job_id and attempt.run_dir:
-            _write_text(self._index_path(attempt.key),
-                        json.dumps({"run_dir": str(attempt.run_dir), "job_id": attempt.job_id}))
+        if attempt.job_id:
+            self._save(attempt)
         return attempt
+
+    def _save(self, attempt: _Attempt) -> None:
+        """Write the attempt's index record (nothing for one without a run folder)."""
+        if attempt.run_dir is None:
+            return
+        _write_text(self._index_path(attempt.key), json.dumps({
+            "run_dir": str(attempt.run_dir), "job_id": attempt.job_id,
+            "job_name": attempt.job_name,
+            "job_dir": str(attempt.job_dir) if attempt.job_dir else None,
+            "submit_by": attempt.submit_by}))
 
     def _index_path(self, key: TaskKey) -> Path:
         return (self.state_dir / "attempts" / quote(key.workflow_id, safe="")
@@ -200,13 +297,21 @@ class SlurmBackend:
         """The attempt, from memory or from the index (started by an earlier object)."""
         if key in self._attempts:
             return self._attempts[key]
+        attempt = self._load(key)
+        if attempt is not None:
+            self._attempts[key] = attempt
+        return attempt
+
+    def _load(self, key: TaskKey) -> _Attempt | None:
+        """The attempt as its index record has it (None without one)."""
         try:
             record = json.loads(self._index_path(key).read_text())
-        except (OSError, ValueError):
+            job_id, job_dir = record.get("job_id"), record.get("job_dir")
+            return _Attempt(key, Path(record["run_dir"]), str(job_id) if job_id else None,
+                            record.get("job_name"), Path(job_dir) if job_dir else None,
+                            float(record.get("submit_by") or 0.0))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
-        attempt = _Attempt(key, Path(record["run_dir"]), str(record["job_id"]))
-        self._attempts[key] = attempt
-        return attempt
 
     # ------------------------------------------------------------------ observing
 
@@ -222,8 +327,10 @@ class SlurmBackend:
         return facts
 
     def _check_jobs(self, live: list[_Attempt]) -> list[TaskFact]:
-        jobs = {a.job_id for a in live if a.job_id}
         try:
+            for attempt in live:
+                self._resolve(attempt)
+            jobs = {a.job_id for a in live if a.job_id}
             states = self.commands.job_states(jobs) if jobs else {}
             running = [j for j in jobs if states.get(j, ("",))[0] == "RUNNING"]
             steps = self.commands.steps(running) if running else {}
@@ -239,6 +346,8 @@ class SlurmBackend:
                steps: dict[str, dict[str, str]]) -> list[TaskFact]:
         """The attempt's ending fact, once its job or step is gone for ``lost_grace_s``."""
         if attempt.job_id is None:
+            if time.time() < attempt.submit_by:  # a dead engine's sbatch may still answer
+                return []
             return [self._gone(attempt, UNKNOWN, "no record of this attempt's Slurm job")]
         state, reason = states.get(attempt.job_id, (UNKNOWN, ""))
         job_steps = steps.get(attempt.job_id, {})
@@ -297,21 +406,40 @@ class SlurmBackend:
                 attempt.stop_pending = False
 
 
-def _fresh_run_dir(run_dir: Path, retry_id: int, restart_in_place: bool) -> None:
-    """Make the run folder; set aside events of an earlier use; for RESTART in place, move
-    the latest earlier attempt's sandbox here (the task keeps its files)."""
+def _fresh_run_dir(run_dir: Path) -> None:
+    """Make the run folder; set aside events of an earlier use."""
     run_dir.mkdir(parents=True, exist_ok=True)
     events = run_dir / EVENTS
     if events.exists():
         events.rename(run_dir / f"events.{time.time_ns()}.jsonl")
-    if restart_in_place and not (run_dir / "sandbox").exists():
-        earlier = [run_dir.parent / str(r) / "sandbox" for r in range(retry_id - 1, -1, -1)]
-        found = next((s for s in earlier if s.is_dir()), None)
-        if found is not None:
-            found.rename(run_dir / "sandbox")
+
+
+def _adopt_files(run_dir: Path, earlier: list[Path]) -> None:
+    """RESTART in place: move each of ``ADOPTED`` (sandbox, ``{{output}}``) into ``run_dir``
+    from the first of ``earlier`` (run folders, latest first) that has it; a folder
+    ``run_dir`` already has is left alone (a start made again after an engine restart)."""
+    for name in ADOPTED:
+        found = next((d / name for d in earlier if (d / name).is_dir()), None)
+        if found is not None and not (run_dir / name).exists():
+            found.rename(run_dir / name)
+
+
+def _private_tmp(run_dir: Path) -> None:
+    """The task's private ``/tmp`` (``sandbox/root/tmp``, sticky and world-writable)."""
     tmp = run_dir / "sandbox" / "root" / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     tmp.chmod(0o1777)
+
+
+def _ran(run_dir: Path | None) -> bool:
+    """Whether a runner has left a trace in ``run_dir`` (its srun output or its events)."""
+    return run_dir is not None and ((run_dir / RUNNER_OUT).exists() or (run_dir / EVENTS).exists())
+
+
+def _job_of_output(job_dir: Path) -> str | None:
+    """The job id in ``<job_dir>/slurm-<id>.out`` (written by Slurm once the job starts)."""
+    ids = [p.name[len("slurm-"):-len(".out")] for p in job_dir.glob("slurm-*.out")]
+    return max((j for j in ids if j.isdigit()), key=int, default=None)
 
 
 def _write_text(path: Path, text: str) -> None:

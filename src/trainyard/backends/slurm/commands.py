@@ -5,7 +5,8 @@ The parsers are plain functions over the commands' text so that unit tests feed 
 recorded output. Formats: sbatch(1) ``--parsable`` (``JOBID[;CLUSTER]``), squeue(1)
 ``--format`` (``%i`` job id, ``HETID+OFFSET`` for a heterogeneous job's components; ``%T``
 state; ``%r`` reason; with ``--steps``: ``%i`` ``JOBID.STEPID``, ``%j`` step name), sacct(1)
-``--parsable2 --noheader --allocations``.
+``--parsable2 --noheader --allocations``; ``--name`` lookups use squeue's ``%Z`` (the job's
+working directory, sbatch's ``--chdir``) to tell jobs of the same name apart.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterable
 from trainyard.errors import BackendError
 
 __all__ = ["SlurmCommands", "parse_sbatch", "parse_squeue", "parse_steps", "parse_sacct",
-           "base_job_id"]
+           "parse_workdirs", "base_job_id"]
 
 
 def base_job_id(job_id: str) -> str:
@@ -65,6 +66,16 @@ def parse_sacct(stdout: str) -> dict[str, str]:
         if job_id and state:
             states.setdefault(base_job_id(job_id), state)
     return states
+
+
+def parse_workdirs(stdout: str) -> dict[str, str]:
+    """``%i|%Z`` lines -> {base job id: working directory} (a path may hold ``|``)."""
+    dirs: dict[str, str] = {}
+    for line in stdout.splitlines():
+        job_id, sep, workdir = line.rstrip("\n").partition("|")
+        if sep and job_id.strip():
+            dirs.setdefault(base_job_id(job_id.strip()), workdir)
+    return dirs
 
 
 class SlurmCommands:
@@ -123,6 +134,13 @@ class SlurmCommands:
         except BackendError:
             return {}
         return parse_sacct(done.stdout) if done.returncode == 0 else {}
+
+    def jobs_named(self, name: str) -> dict[str, str]:
+        """{job id: working directory} of the jobs squeue knows (any state) named ``name``.
+        Raises BackendError when squeue fails."""
+        done = self._run(["squeue", "--noheader", "--states=all", f"--name={name}",
+                          "--format=%i|%Z"])
+        return parse_workdirs(done.stdout)
 
     def steps(self, job_ids: Iterable[str]) -> dict[str, dict[str, str]]:
         """{job id: {step name: step id}} of the running steps. Raises BackendError."""

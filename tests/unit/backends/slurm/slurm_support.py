@@ -45,29 +45,47 @@ def check_golden(name: str, text: str) -> None:
     assert text == path.read_text(), f"{name} differs from its golden file (UPDATE_GOLDEN=1)"
 
 
+class Crash(BaseException):
+    """The engine's process dies here (nothing after it runs)."""
+
+
 @dataclass
 class FakeSlurm(SlurmCommands):
     """Slurm's commands, scripted: jobs get ids 100, 101, ...; states and steps are set by
-    the test; every call is recorded in ``calls``."""
+    the test; every call is recorded in ``calls``. ``crash`` makes ``submit`` die before
+    sbatch runs (``"before"``) or after the job is queued (``"after"``)."""
 
     states: dict[str, tuple[str, str]] = field(default_factory=dict)
     step_names: dict[str, dict[str, str]] = field(default_factory=dict)
     calls: list[tuple[str, ...]] = field(default_factory=list)
     refuse: str | None = None
     squeue_down: bool = False
+    crash: str | None = None
     next_id: int = 100
+    named: dict[str, tuple[str, str]] = field(default_factory=dict)  # job -> (name, workdir)
 
     def __post_init__(self) -> None:
         super().__init__(None)
 
     def submit(self, argv: list[str]) -> str:
         self.calls.append(("sbatch", *argv))
+        if self.crash == "before":
+            raise Crash
         if self.refuse:
             raise BackendError(self.refuse)
         job = str(self.next_id)
         self.next_id += 1
         self.states[job] = ("PENDING", "None")
+        self.named[job] = (_job_name(Path(argv[-1])), _chdir(argv))
+        if self.crash == "after":
+            raise Crash
         return job
+
+    def jobs_named(self, name: str) -> dict[str, str]:
+        self.calls.append(("squeue-name", name))
+        if self.squeue_down:
+            raise BackendError("squeue exited 1: Unable to contact slurm controller")
+        return {j: d for j, (n, d) in self.named.items() if n == name and j in self.states}
 
     def job_states(self, job_ids: Any) -> dict[str, tuple[str, str]]:
         self.calls.append(("squeue", *sorted(job_ids)))
@@ -84,3 +102,14 @@ class FakeSlurm(SlurmCommands):
 
     def cancelled(self) -> list[str]:
         return [c[1] for c in self.calls if c[0] == "scancel"]
+
+
+def _job_name(script: Path) -> str:
+    """``--job-name`` of a batch script's ``#SBATCH`` lines."""
+    prefix = "#SBATCH --job-name="
+    return next(line[len(prefix):] for line in script.read_text().splitlines()
+                if line.startswith(prefix))
+
+
+def _chdir(argv: list[str]) -> str:
+    return next(a.split("=", 1)[1] for a in argv if a.startswith("--chdir="))

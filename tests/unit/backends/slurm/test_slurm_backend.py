@@ -182,14 +182,50 @@ def test_a_new_backend_recovers_attempts_from_the_index(backend: SlurmBackend, f
     assert fake.cancelled() == ["100.1"]
 
 
-def test_restart_in_place_moves_the_earlier_sandbox(backend: SlurmBackend, tmp_path: Path) -> None:
+def test_restart_in_place_moves_the_earlier_sandbox_and_output(backend: SlurmBackend,
+                                                               tmp_path: Path) -> None:
     first = launches(tmp_path, {"a": TaskResources()})
     backend.start_group(first)
     (first[0].run_dir / "sandbox" / "root" / "kept.txt").write_text("state")
+    (first[0].run_dir / "output" / "models").mkdir(parents=True)
+    (first[0].run_dir / "output" / "models" / "snapshot.pth").write_text("epoch 3")
     again = launches(tmp_path, {"a": TaskResources()}, retry_id=1)
     again[0].restart_in_place = True
     backend.start_group(again)
     assert (again[0].run_dir / "sandbox" / "root" / "kept.txt").read_text() == "state"
+    assert (again[0].run_dir / "output" / "models" / "snapshot.pth").read_text() == "epoch 3"
+    assert (again[0].run_dir / "sandbox" / "root" / "tmp").is_dir()
+
+
+def test_restart_in_place_takes_each_folder_from_the_latest_attempt_that_has_it(
+        backend: SlurmBackend, tmp_path: Path) -> None:
+    first = launches(tmp_path, {"a": TaskResources()})
+    backend.start_group(first)
+    (first[0].run_dir / "output").mkdir()
+    (first[0].run_dir / "output" / "from-0.txt").write_text("0")
+    second = launches(tmp_path, {"a": TaskResources()}, retry_id=1)  # a fresh start: no move
+    backend.start_group(second)
+    assert not (second[0].run_dir / "output").exists()
+    (second[0].run_dir / "sandbox" / "root" / "from-1.txt").write_text("1")
+    third = launches(tmp_path, {"a": TaskResources()}, retry_id=2)
+    third[0].restart_in_place = True
+    backend.start_group(third)
+    assert (third[0].run_dir / "output" / "from-0.txt").read_text() == "0"
+    assert (third[0].run_dir / "sandbox" / "root" / "from-1.txt").read_text() == "1"
+
+
+def test_a_start_made_again_keeps_the_files_it_already_took_over(backend: SlurmBackend,
+                                                                 tmp_path: Path) -> None:
+    first = launches(tmp_path, {"a": TaskResources()})
+    backend.start_group(first)
+    (first[0].run_dir / "output").mkdir()
+    (first[0].run_dir / "output" / "old.txt").write_text("old")
+    again = launches(tmp_path, {"a": TaskResources()}, retry_id=1)
+    again[0].restart_in_place = True
+    backend.start_group(again)
+    (again[0].run_dir / "output" / "new.txt").write_text("new")
+    backend.start_group(again)  # after an engine restart: the same attempt once more
+    assert sorted(p.name for p in (again[0].run_dir / "output").iterdir()) == ["new.txt", "old.txt"]
 
 
 def test_host_of_is_the_placed_nodes_host_name_until_slurm_says(backend: SlurmBackend) -> None:

@@ -11,6 +11,7 @@ from trainyard.backends.slurm.commands import (
     parse_sbatch,
     parse_squeue,
     parse_steps,
+    parse_workdirs,
 )
 from trainyard.backends.slurm.options import parse_options
 from trainyard.backends.slurm.states import SLURM_STATES, UNKNOWN, fact_for_state, is_alive
@@ -66,6 +67,12 @@ def test_squeue_steps_output() -> None:
 def test_sacct_output() -> None:
     assert parse_sacct("7|CANCELLED by 0\n8|COMPLETED\n8.batch|COMPLETED\n") == {
         "7": "CANCELLED by 0", "8": "COMPLETED"}
+
+
+def test_squeue_workdir_output_keeps_awkward_paths_whole() -> None:
+    recorded = "21|/shared/it's a \"weird\" home $HOME %j/x|y\n22+0|/a b\n22+1|/a b\n"
+    assert parse_workdirs(recorded) == {"21": "/shared/it's a \"weird\" home $HOME %j/x|y",
+                                        "22": "/a b"}
 
 
 def test_base_job_id() -> None:
