@@ -106,6 +106,12 @@ class Pool(BaseModel):
         return self
 
     @property
+    def node_per_task(self) -> bool:
+        """Whether each task of a group needs a node of its own: on Slurm a group is one job
+        that allocates one node per task (issue 7), so a gang never shares a node there."""
+        return self.backend == "slurm"
+
+    @property
     def platforms(self) -> set[str]:
         """Platforms some node of the pool declares."""
         return {n.platform for n in self.nodes if n.platform}

@@ -6,7 +6,9 @@ Rules (OSMO docs, "Groups": a group's tasks are scheduled together):
 - Groups wait in one queue per pool in submission order; the head of the queue blocks the
   ones behind it (no backfill), so a large gang is never starved by small ones.
 - GPU slots are numbered per node and handed out exclusively (lowest free first).
-- Tasks of one gang spread over distinct nodes where they can (like pods of a multi-node job).
+- Tasks of one gang spread over distinct nodes where they can (like pods of a multi-node job);
+  on a pool whose backend gives each task a node of its own (``Pool.node_per_task``: Slurm)
+  they must, or the gang waits.
 """
 
 from __future__ import annotations
@@ -165,7 +167,7 @@ class Scheduler:
         used_by_gang: set[str] = set()
         placements: dict[str, Placement] = {}
         for task, req in sorted(requests.items(), key=lambda kv: _size(kv[1]), reverse=True):
-            node = self._pick(trial, req, used_by_gang)
+            node = self._pick(trial, req, used_by_gang, distinct=self.pool.node_per_task)
             if node is None:
                 return None
             slots = trial[node].take(req)
@@ -174,8 +176,10 @@ class Scheduler:
         return placements
 
     @staticmethod
-    def _pick(trial: dict[str, NodeUsage], req: Request, used: set[str]) -> str | None:
-        candidates = [u for u in trial.values() if u.fits(req)]
+    def _pick(trial: dict[str, NodeUsage], req: Request, used: set[str], *,
+              distinct: bool = False) -> str | None:
+        candidates = [u for u in trial.values()
+                      if u.fits(req) and not (distinct and u.node.name in used)]
         if not candidates:
             return None
         best = min(candidates, key=lambda u: (u.node.name in used, len(u.gpu_slots), u.cpu))

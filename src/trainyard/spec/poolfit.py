@@ -23,7 +23,8 @@ from trainyard.spec.fields import split_mount
 from trainyard.spec.models import ResourceSpec, WorkflowSpec
 from trainyard.spec.problems import Issue, Layout
 
-__all__ = ["ALLOWED_MOUNTS_OPTION", "allowed_mounts", "check_pool", "check_mounts", "check_fit"]
+__all__ = ["ALLOWED_MOUNTS_OPTION", "allowed_mounts", "check_pool", "check_mounts", "check_fit",
+           "check_gang_size"]
 
 ALLOWED_MOUNTS_OPTION = "allowed_mounts"
 # (YAML key, attribute of both ResourceSpec and NodeSpec, how to print an amount)
@@ -39,7 +40,21 @@ def check_pool(workflow: WorkflowSpec, pool: Pool, layout: Layout | None = None)
     """Every pool-dependent problem of ``workflow`` on ``pool``."""
     layout = layout or Layout()
     tasks = list(located_tasks(workflow, layout))
-    return [*check_mounts(tasks, pool), *check_fit(workflow, pool)]
+    return [*check_mounts(tasks, pool), *check_fit(workflow, pool),
+            *check_gang_size(workflow, pool, layout)]
+
+
+def check_gang_size(workflow: WorkflowSpec, pool: Pool, layout: Layout) -> list[Issue]:
+    """On a pool that gives each task of a group a node of its own (``Pool.node_per_task``:
+    Slurm), a group has at most as many tasks as the pool has nodes."""
+    if not pool.node_per_task:
+        return []
+    count = len(pool.nodes)
+    return [Issue(layout.group_loc(index),
+                  f"group {group.name!r} has {len(group.tasks)} tasks but pool {pool.name!r} has "
+                  f"{count} node{'s' if count != 1 else ''}, and on a {pool.backend} pool each "
+                  "task of a group runs on a node of its own; use fewer tasks or a bigger pool")
+            for index, group in enumerate(workflow.groups) if len(group.tasks) > count]
 
 
 def allowed_mounts(pool: Pool) -> list[str]:

@@ -11,7 +11,8 @@ On the local backend each group has its own network namespace.
 
 Left out on Slurm, with the reason:
 - tutorials/group_tasks.yaml: a group is one Slurm job with one node per task, and its three
-  tasks need three nodes; the test cluster has two (sbatch: "Node count specification invalid").
+  tasks need three nodes; the test cluster has two, so the spec is refused at submit, with
+  that reason (``test_a_group_with_more_tasks_than_nodes_is_refused``).
 - tests/osmo_client_test.yaml runs, but without a server: these engine-level tests start none,
   so the task's ``osmo version`` shows the CLI's own version only; the server line is checked
   on the local backend by tests/integration/cli/test_osmo_outcomes.py.
@@ -28,6 +29,7 @@ import pytest
 from slurm_cluster_support import SPECS, EngineRunner
 
 from trainyard.engine.status import WorkflowStatus
+from trainyard.errors import SpecError
 
 pytest_plugins = ["slurm_fixtures"]
 
@@ -194,3 +196,9 @@ def test_the_lead_ending_stops_the_sleeping_client(submitted: Submitted,
     start = min(t.start_time_s for t in tasks if t.start_time_s)
     end = max(t.end_time_s or 0 for t in tasks)
     assert end - start < 90, [(t.name, t.start_time_s, t.end_time_s) for t in tasks]  # sleep 1000
+
+
+def test_a_group_with_more_tasks_than_nodes_is_refused(slurm_engine: EngineRunner) -> None:
+    with pytest.raises(SpecError) as refused:
+        slurm_engine.submit_spec(SPECS / "tutorials/group_tasks.yaml")
+    assert "has 3 tasks but pool 'slurm-local' has 2 nodes" in str(refused.value)

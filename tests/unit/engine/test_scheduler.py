@@ -66,3 +66,19 @@ def test_restore_counts_usage_again() -> None:
     sched.enqueue(("w2", "g"), {"a": Request(gpu=1)})
     assert sched.place_ready() == []
     assert sched.placement_of(("w", "g")) == {"a": Placement("n0", (0, 1))}
+
+
+def test_on_a_node_per_task_pool_a_gang_never_shares_a_node() -> None:
+    small = [NodeSpec(name=f"n{i}", cpu=16) for i in range(2)]
+    shared = Scheduler(Pool(name="p", nodes=small))
+    slurm = Scheduler(Pool(name="s", backend="slurm", nodes=small))
+    three = {t: Request(cpu=1) for t in ("a", "b", "c")}
+    shared.enqueue(("w", "g"), three)
+    [(_, placements)] = shared.place_ready()  # the local pool packs the third task
+    assert sorted(p.node for p in placements.values()) == ["n0", "n0", "n1"]
+    slurm.enqueue(("w", "g"), three)
+    assert slurm.place_ready() == []  # three nodes are needed: it waits
+    slurm.dequeue(("w", "g"))
+    slurm.enqueue(("w", "two"), {"a": Request(cpu=1), "b": Request(cpu=1)})
+    [(_, placements)] = slurm.place_ready()
+    assert {p.node for p in placements.values()} == {"n0", "n1"}

@@ -316,3 +316,14 @@ def test_a_pool_without_nodes_holds_nothing() -> None:
     problem = only_problem(_resources_spec("{cpu: 1}"), pool=Pool(name="empty", nodes=[]))
     assert (problem.path, problem.message) == (
         "workflow.resources.default", "pool 'empty' has no nodes; give it nodes or use another pool")
+
+
+def test_a_group_larger_than_a_node_per_task_pool_is_refused() -> None:
+    nodes = [NodeSpec(name=f"n{i}") for i in range(2)]
+    text = workflow("groups:\n- name: trio\n  tasks:\n  - {name: a, command: [x], lead: true}\n"
+                    "  - {name: b, command: [x]}\n  - {name: c, command: [x]}\n")
+    assert spec.load(text, pool=Pool(name="many", nodes=nodes))  # tasks may share a node here
+    problem = only_problem(text, pool=Pool(name="hpc", backend="slurm", nodes=nodes))
+    assert problem.path == "workflow.groups[0]" and problem.line is not None
+    assert problem.message.startswith("group 'trio' has 3 tasks but pool 'hpc' has 2 nodes, "
+                                      "and on a slurm pool each task of a group runs on a node")
