@@ -14,6 +14,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import statistics
@@ -91,19 +92,21 @@ def throughput(n_tasks: int, backend: str, options: dict[str, str]) -> None:
     spec = WorkflowSpec.model_validate({"name": "many", "tasks": tasks})
     with tempfile.TemporaryDirectory() as tmp:
         engine = _engine(Path(tmp), backend, pool)
-        own_before = _own_cpu_s()
+        sampler = _LauncherCpu(Path(tmp) / "local")
+        own_before, busy_before = _own_cpu_s(), _busy_cpu_s()
         start = time.perf_counter()
         wid = engine.submit(Submission(spec, "", "bench", pool)).id
         record = engine.wait(wid, timeout_s=3600)
         elapsed = time.perf_counter() - start
-        own = _own_cpu_s() - own_before
-        tasks_cpu = _launcher_cpu_s(Path(tmp) / "local")
+        own, busy = _own_cpu_s() - own_before, _busy_cpu_s() - busy_before
+        tasks_cpu, launcher_cpu = sampler.stop()
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{n_tasks} tasks ({backend}): {record.status} in {elapsed:.1f} s = "
           f"{n_tasks / elapsed:.1f} tasks/s; peak RSS {rss_mib:.0f} MiB; load average "
           f"{os.getloadavg()[0]:.1f}")
     print(f"CPU per task: engine {1000 * own / n_tasks:.1f} ms, launcher + runners + commands "
-          f"{1000 * tasks_cpu / n_tasks:.1f} ms")
+          f"{1000 * tasks_cpu / n_tasks:.1f} ms (launcher itself {1000 * launcher_cpu / n_tasks:.1f}); "
+          f"machine busy {busy:.1f} CPU-s (any process's)")
 
 
 def _own_cpu_s() -> float:
@@ -111,17 +114,52 @@ def _own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _launcher_cpu_s(state_dir: Path) -> float:
+def _busy_cpu_s() -> float:
+    """The whole machine's non-idle CPU seconds so far (``/proc/stat``; other users' too)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class _LauncherCpu:
     """CPU seconds of the local backend's launcher and its reaped children (runners, and
-    through them the sandboxed commands); 0 for the fake backend."""
-    name = address_name(state_dir)
-    for proc in psutil.process_iter(["cmdline"]):
-        parent = proc.parent()
-        if name in (proc.info["cmdline"] or []) and (
-                parent is None or name not in parent.cmdline()):  # not one of its spares
-            times = proc.cpu_times()
-            return times.user + times.system + times.children_user + times.children_system
-    return 0.0
+    through them the sandboxed commands); 0 for the fake backend. Sampled every 0.2 s, as the
+    launcher exits once the engine releases it (its last sample counts)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.name = address_name(state_dir)
+        self.last = self.own = 0.0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> tuple[float, float]:
+        """(the launcher's tree, the launcher alone) in CPU seconds."""
+        self.done.set()
+        self.thread.join()
+        return self.last, self.own
+
+    def _sample(self) -> None:
+        proc: psutil.Process | None = None
+        while True:
+            try:
+                proc = proc or self._find()
+                if proc is not None:
+                    times = proc.cpu_times()
+                    self.own = times.user + times.system
+                    self.last = self.own + times.children_user + times.children_system
+            except psutil.Error:
+                proc = None
+            if self.done.wait(0.2):
+                return
+
+    def _find(self) -> psutil.Process | None:
+        for proc in psutil.process_iter(["cmdline", "ppid"]):
+            with contextlib.suppress(psutil.Error):
+                if self.name in (proc.info["cmdline"] or []) and (
+                        self.name not in psutil.Process(proc.info["ppid"]).cmdline()):
+                    return proc  # the launcher, not one of its forked children
+        return None
 
 
 def main() -> None:

@@ -82,6 +82,7 @@ __all__ = ["LauncherClient", "address_name", "fingerprint", "serve", "main"]
 
 LOG = "launcher.log"
 _READ_LIMIT = 1 << 20
+_EXPIRY_PERIOD_S = 0.1
 
 
 # ---------------------------------------------------------------------- fingerprint
@@ -284,6 +285,7 @@ class _Launcher:
         self.spares: list[_Spare] = []
         self.released = False
         self.spare_count = spare_count
+        self._next_expiry = 0.0
 
     # -------------------------------------------------------------- main loop
 
@@ -517,6 +519,9 @@ class _Launcher:
 
     def _expire_groups(self) -> None:
         now = time.monotonic()
+        if now < self._next_expiry:  # a pass looks at every group: not on every request
+            return
+        self._next_expiry = now + _EXPIRY_PERIOD_S
         for key, group in list(self.groups.items()):
             if not group.runners and now - group.idle_since > self.group_grace_s:
                 self._drop_group(key)

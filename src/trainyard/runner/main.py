@@ -258,12 +258,16 @@ class Runner:
         else:
             folders = env.get("PATH", os.defpath).split(os.pathsep)
             candidates = [f"{folder.rstrip('/')}/{program}" for folder in folders if folder]
-        found = [c for c in candidates if os.path.isfile(self.local_path(c))]
+        found = False
+        for candidate in candidates:  # in PATH order; the first executable one is enough
+            place = self.local_path(candidate)
+            if os.path.isfile(place):
+                if os.access(place, os.X_OK):
+                    return None
+                found = True
         if not found:
             return 127, f"cannot start {program!r}: no such file"
-        if not any(os.access(self.local_path(c), os.X_OK) for c in found):
-            return 126, f"cannot start {program!r}: not executable"
-        return None
+        return 126, f"cannot start {program!r}: not executable"
 
     def upload_outputs(self) -> None:
         """Upload the output folder to every output. Raises StepFailed(2012)."""
