@@ -175,7 +175,7 @@ def test_a_gang_held_in_slurms_queue_reaches_its_queue_timeout(
          "--job-name=trainyard-test-hold", "--output=/dev/null", "--wrap=sleep 300"],
         capture_output=True, text=True, env=env, timeout=30, check=True).stdout.strip()
     try:
-        deadline = time.monotonic() + 30  # both nodes taken before trainyard asks
+        deadline = time.monotonic() + 120  # both nodes taken (once other jobs left) before trainyard asks
         while "RUNNING" not in _squeue(slurm_pool, f"--jobs={hold}", "--format=%T"):
             assert time.monotonic() < deadline, "the holding job never started"
             time.sleep(0.2)
