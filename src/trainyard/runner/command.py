@@ -2,7 +2,10 @@
 forwarded line by line to the task log, stopped with its whole tree.
 
 When the command's main process exits, whatever it left running (background jobs, daemons)
-is killed, as a container's processes die with its main process.
+is killed, as a container's processes die with its main process: the command's process group,
+and every child of this process (a child subreaper: orphans re-parent to it) that was not
+already its child when the command started, with all their descendants. Children this process
+had before (when the runner runs inside a larger program, such as a test) are left alone.
 """
 
 from __future__ import annotations
@@ -46,9 +49,12 @@ class CommandProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._pump: threading.Thread | None = None
         self._kill_timer: threading.Timer | None = None
+        self._children_before: set[tuple[int, float]] = set()
 
     def start(self) -> None:
         """Start the command. Raises ``OSError`` (e.g. ``FileNotFoundError``) if it cannot."""
+        if not self.pid_namespace:
+            self._children_before = {_key(c) for c in _children()}
         self.proc = subprocess.Popen(
             self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0,
@@ -88,10 +94,13 @@ class CommandProcess:
             self._kill_timer.start()
 
     def kill_leftovers(self) -> None:
-        """SIGKILL the command's process group and every descendant of this runner."""
+        """SIGKILL the command's process group and every descendant of this runner's children
+        that came after the command started (the command and its orphans), with them."""
         self._signal_group(signal.SIGKILL)
         if not self.pid_namespace:
-            proctree.send(proctree.descendants(psutil.Process()), signal.SIGKILL)
+            new = [c for c in _children() if _key(c) not in self._children_before]
+            proctree.send([p for c in new for p in (c, *proctree.descendants(c))],
+                          signal.SIGKILL)
 
     def _signal_group(self, sig: signal.Signals) -> None:
         if self.proc is None:
@@ -100,3 +109,18 @@ class CommandProcess:
             os.killpg(self.proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _children() -> list[psutil.Process]:
+    try:
+        return psutil.Process().children()
+    except psutil.Error:
+        return []
+
+
+def _key(proc: psutil.Process) -> tuple[int, float]:
+    """A process by pid and create time (a pid alone may be reused)."""
+    try:
+        return proc.pid, proc.create_time()
+    except psutil.Error:
+        return proc.pid, 0.0

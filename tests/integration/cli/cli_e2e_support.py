@@ -240,7 +240,8 @@ class WaitingSubmit:
             try:
                 final = json.loads(out)
             except json.JSONDecodeError as exc:
-                raise AssertionError(f"stdout is not one JSON document ({exc}): {out!r} {err}")
+                raise AssertionError(f"exit {self.proc.returncode}; stdout is not one JSON "
+                                     f"document ({exc}): {out!r} {err}") from None
             self._done = (self.proc.returncode, final, err)
         return self._done
 

@@ -181,6 +181,19 @@ def test_leftover_background_processes_die_with_the_command(make_run: MakeRun) -
     assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "397"]]
 
 
+def test_children_the_host_process_had_before_the_command_are_left_alone(
+        make_run: MakeRun) -> None:
+    """The runner in-process (as here, in a test) kills what its command left, never the
+    host's own children, such as a CLI a test started in the background."""
+    bystander = subprocess.Popen(["sleep", "396"])
+    try:
+        assert execute(make_run(script="sleep 397 &\necho started\n")) == 0
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
 def _sleepers(marker: str) -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["cmdline", "status"])
             if p.info["cmdline"] == ["sleep", marker] and p.info["status"] != psutil.STATUS_ZOMBIE]
