@@ -18,12 +18,15 @@ Optional hooks (the engine looks them up with ``getattr``; a backend may leave t
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["FactKind", "TaskKey", "TaskFact", "TaskResources", "TaskLaunch", "Backend"]
+__all__ = ["FactKind", "TaskKey", "TaskFact", "TaskResources", "TaskLaunch", "Backend",
+           "server_url_for_tasks"]
 
 
 class FactKind(StrEnum):
@@ -121,3 +124,17 @@ class Backend(Protocol):
     def close(self) -> None:
         """The engine is done with this backend object: release helpers it holds for this
         process. Running tasks keep running (a new engine recovers them)."""
+
+
+def server_url_for_tasks(home: Path) -> str | None:
+    """The URL of the trainyard server that tasks should talk to (``osmo``/``trainyard``
+    inside a task): ``$TRAINYARD_SERVER_URL``, else the one the server of ``home`` wrote in
+    ``<home>/server.json``; None when neither is there. Every backend hands it to its tasks
+    as ``TRAINYARD_SERVER_URL``."""
+    url = os.environ.get("TRAINYARD_SERVER_URL")
+    if url:
+        return url
+    try:
+        return str(json.loads((home / "server.json").read_text())["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -72,7 +72,7 @@ from urllib.parse import quote, urlparse
 import psutil
 
 import trainyard
-from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
+from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch, server_url_for_tasks
 from trainyard.backends.facts import ENDING, read_facts
 from trainyard.backends.images import runtime_for, runtime_path
 from trainyard.backends.netns import GroupNetwork, ensure_group_network, probe_netns
@@ -494,13 +494,7 @@ class LocalBackend:
                 p for p in readonly if os.path.exists(p) and needs_bind(p, False)))
 
     def _server_url(self) -> str | None:
-        url = os.environ.get("TRAINYARD_SERVER_URL")
-        if url:
-            return url
-        try:
-            return str(json.loads((self.home / "server.json").read_text())["url"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        return server_url_for_tasks(self.home)
 
     def _forwarded_ports(self) -> list[int]:
         ports = list(self.forward_ports)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
+from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch, server_url_for_tasks
 from trainyard.backends.images import runtime_for, runtime_path
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.slurm.options import SlurmOptions, parse_options
@@ -128,7 +128,8 @@ class SlurmBackend:
             return
         try:
             prepend = {launch.key: self._path_prepend(launch) for launch in launches}
-            request = build_request(launches, self.options, self.home, self.python, prepend)
+            request = build_request(launches, self.options, self.home, self.python, prepend,
+                                    server_url=server_url_for_tasks(self.home))
             attempts = self._announce(request)
             self._write(request)
         except (OSError, subprocess.SubprocessError) as exc:

@@ -258,7 +258,7 @@ def _container_prefix(run: TaskRun, options: SlurmOptions, home: Path) -> list[s
 
 
 def _task_run(launch: TaskLaunch, options: SlurmOptions, home: Path,
-              path_prepend: list[str]) -> TaskRun:
+              path_prepend: list[str], server_url: str | None) -> TaskRun:
     run = TaskRun.model_validate(launch.run)
     run.hosts_env = HOSTS_ENV
     prefix = _container_prefix(run, options, home)
@@ -267,13 +267,15 @@ def _task_run(launch: TaskLaunch, options: SlurmOptions, home: Path,
         root=str(Path(launch.run_dir) / "sandbox" / "root"),
         path_prepend=[] if prefix else path_prepend,
         command_prefix=prefix,
+        env={"TRAINYARD_SERVER_URL": server_url} if server_url else {},
         description=(f"slurm backend: one srun step of the group's job on a node Slurm picked; "
                      f"/tmp and file paths rewritten to a private folder; {where}"))
     return run
 
 
 def build_request(launches: list[TaskLaunch], options: SlurmOptions, home: Path, python: str,
-                  path_prepend: dict[TaskKey, list[str]] | None = None) -> SlurmBatchRequest:
+                  path_prepend: dict[TaskKey, list[str]] | None = None, *,
+                  server_url: str | None = None) -> SlurmBatchRequest:
     """The batch request for one gang start (no side effects).
 
     Args:
@@ -282,6 +284,8 @@ def build_request(launches: list[TaskLaunch], options: SlurmOptions, home: Path,
         home: ``$TRAINYARD_HOME`` (job folders under ``home/runs``).
         python: the interpreter that runs the runner on the nodes.
         path_prepend: per task, folders for the task's PATH (the image's local runtime).
+        server_url: the trainyard server the tasks' own CLI talks to
+            (``TRAINYARD_SERVER_URL`` in their environment; ``base.server_url_for_tasks``).
 
     Raises:
         ValueError: ``launches`` is empty.
@@ -297,6 +301,7 @@ def build_request(launches: list[TaskLaunch], options: SlurmOptions, home: Path,
         header=_header(launches, options, job_name),
         steps=[SrunStep(launch.key, _srun_argv(launch, i, hetjob, options, python))
                for i, launch in enumerate(launches)],
-        runs={launch.key: _task_run(launch, options, home, prepend.get(launch.key, []))
+        runs={launch.key: _task_run(launch, options, home, prepend.get(launch.key, []),
+                                    server_url)
               for launch in launches},
         launches=list(launches), heterogeneous=hetjob)

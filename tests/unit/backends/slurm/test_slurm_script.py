@@ -89,6 +89,16 @@ def test_runner_input_reads_hosts_from_the_environment_and_has_a_private_root() 
     assert run.sandbox.command_prefix == []
 
 
+def test_tasks_get_the_server_url_when_there_is_one() -> None:
+    launched = launches(WEIRD_HOME, {"a": TaskResources()})
+    plain = build_request(launched, SlurmOptions(), WEIRD_HOME, WEIRD_PYTHON)
+    assert next(iter(plain.runs.values())).sandbox.env == {}
+    served = build_request(launched, SlurmOptions(), WEIRD_HOME, WEIRD_PYTHON,
+                           server_url="http://head:8765")
+    env = next(iter(served.runs.values())).sandbox.env
+    assert env == {"TRAINYARD_SERVER_URL": "http://head:8765"}
+
+
 def test_container_runtime_prefixes_the_command_with_apptainer_exec() -> None:
     options = SlurmOptions(container="apptainer", container_args=["--nv"])
     run = next(iter(_request({"a": TaskResources()}, options, image="ubuntu:22.04").runs.values()))
