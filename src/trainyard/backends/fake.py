@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
 from trainyard.errors import BackendError
 
-__all__ = ["FakeBackend", "Outcome"]
+__all__ = ["FakeBackend", "Outcome", "STOPPED_EXIT_CODE"]
+
+STOPPED_EXIT_CODE = 143
+"""What a stopped attempt reports (128 + SIGTERM), as the task runner does."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class _Attempt:
     age: int = 0
     reported: list[FactKind] = field(default_factory=list)
     done: bool = False
+    stopping: bool = False
 
 
 class FakeBackend:
@@ -68,6 +72,9 @@ class FakeBackend:
         if attempt.done:
             return []
         now = time.time()
+        if attempt.stopping:
+            attempt.done = True
+            return [TaskFact(key, FactKind.EXITED, now, exit_code=STOPPED_EXIT_CODE)]
         if not attempt.reported:
             attempt.reported = [FactKind.INITIALIZING, FactKind.RUNNING]
             return [TaskFact(key, FactKind.INITIALIZING, now), TaskFact(key, FactKind.RUNNING, now)]
@@ -81,15 +88,16 @@ class FakeBackend:
     def stop(self, keys: list[TaskKey]) -> None:
         for key in keys:
             attempt = self._attempts.get(key)
-            if attempt is not None and not attempt.done:
-                attempt.done = True
+            if attempt is not None and not attempt.done and not attempt.stopping:
+                attempt.stopping = True  # EXITED 143 on the next poll, as a runner reports
                 self.stopped.append(key)
 
     def host_of(self, key: TaskKey, node: str) -> str:
         return f"{key.task}.{key.workflow_id}.fake"
 
     def recover(self, keys: list[TaskKey]) -> list[TaskKey]:
-        return [k for k in keys if k in self._attempts and not self._attempts[k].done]
+        return [k for k in keys if k in self._attempts and not self._attempts[k].done
+                and not self._attempts[k].stopping]
 
     def unstarted(self, keys: list[TaskKey]) -> list[TaskKey]:
         """Those of ``keys`` this fake was never asked to start."""

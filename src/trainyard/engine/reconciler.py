@@ -8,6 +8,12 @@ Order of work in one ``step`` (write-ahead, so a killed engine never runs a task
 4. only then carry out the actions (start, stop, release), which may yield more events
    (a start that fails), handled in the same step.
 
+A retry's start waits for the earlier attempts of its tasks that were just stopped (the
+group's peers, restarted with it under ``ignoreNonleadStatus: false``) to end: their final
+checkpoint upload and their files are then complete, so the new attempts download the last
+snapshot and a RESTART in place takes over a quiet sandbox. It starts anyway, with a warning,
+after ``RETRY_START_WAIT_S``.
+
 After a restart, ``Engine`` loads every unfinished workflow from the store (oldest first) and
 redoes what the killed engine had stored but maybe not yet done:
 - a workflow still PENDING gets its ``Submitted`` again (a no-op if its groups moved on);
@@ -36,6 +42,7 @@ from typing import Any
 
 from trainyard import backends
 from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey
+from trainyard.backends.facts import ENDING as _ENDING
 from trainyard.engine import machine as m
 from trainyard.engine.launch import InputUnavailable, LaunchContext, build_launches
 from trainyard.engine.plan import build_state
@@ -52,6 +59,9 @@ from trainyard.store import Store, WorkflowRecord
 __all__ = ["Engine", "Submission"]
 
 log = logging.getLogger("trainyard.engine")
+
+RETRY_START_WAIT_S = 120.0
+"""The longest a retry's start waits for its stopped earlier attempts to end."""
 
 LEFTOVER_WINDOW_S = 7 * 24 * 3600.0
 """How far back a restarted engine looks for ended workflows whose attempts may still run."""
@@ -86,6 +96,16 @@ class _Unstarted:
     workflow_id: str
     action: m.StartTasks
     keys: frozenset[TaskKey]
+
+
+@dataclass
+class _Deferred:
+    """A retry's start held until ``waiting`` (stopped earlier attempts) have ended."""
+
+    workflow_id: str
+    action: m.StartTasks
+    waiting: set[TaskKey]
+    deadline: float  # time.monotonic()
 
 
 def _fact_to_event(fact: TaskFact) -> m.Event:
@@ -137,6 +157,9 @@ class Engine:
         self._dirty: set[str] = set()
         self._pending: dict[str, list[m.Event]] = {}  # accepted, handled by the next step
         self._unstarted: list[_Unstarted] = []  # found by _resume, started by the next step
+        self._stopping: set[TaskKey] = set()  # stops sent, no ending fact seen yet
+        self._ended_now: set[TaskKey] = set()  # ending facts of the step under way
+        self._deferred: list[_Deferred] = []
         self._running_loop = False  # True while run_forever drives the steps
         self._resume()
 
@@ -257,9 +280,14 @@ class Engine:
             self._pending.clear()
             for wid, event in self._start_unstarted():
                 events.setdefault(wid, []).append(event)
-            for fact in self._poll():
+            facts = self._poll()
+            self._ended_now = {f.key for f in facts if f.kind in _ENDING}
+            self._stopping -= self._ended_now
+            for fact in facts:
                 if fact.key.workflow_id in events:
                     events[fact.key.workflow_id].append(_fact_to_event(fact))
+            for wid, event in self._start_deferred():
+                events.setdefault(wid, []).append(event)
             now = time.time()
             for wid in events:
                 events[wid].append(m.Tick(now))
@@ -364,6 +392,11 @@ class Engine:
         if isinstance(action, m.RequestPlacement):
             self._enqueue(wid, action.group)
         elif isinstance(action, m.StartTasks):
+            waiting = self._earlier_stopping(wid, action)
+            if waiting:
+                self._deferred.append(_Deferred(wid, action, waiting,
+                                                time.monotonic() + RETRY_START_WAIT_S))
+                return None
             return self._start(wid, action)
         elif isinstance(action, m.StopTasks):
             self._stop(wid, action.tasks)
@@ -409,7 +442,36 @@ class Engine:
 
     def _stop(self, wid: str, tasks: tuple[tuple[str, int], ...]) -> None:
         keys = [TaskKey(wid, task, retry) for task, retry in tasks]
+        self._stopping.update(k for k in keys if k not in self._ended_now)
         self._backend_of(wid).stop(keys)
+
+    def _earlier_stopping(self, wid: str, action: m.StartTasks) -> set[TaskKey]:
+        """Earlier attempts of ``action``'s tasks that were stopped and have not ended."""
+        newest = dict(action.tasks)
+        return {k for k in self._stopping
+                if k.workflow_id == wid and k.task in newest and k.retry_id < newest[k.task]}
+
+    def _start_deferred(self) -> list[tuple[str, m.Event]]:
+        """Make the held retry starts whose stopped attempts have ended (or waited too long);
+        returns the events of those the backend refused."""
+        now, events, held = time.monotonic(), [], []
+        for item in self._deferred:
+            item.waiting &= self._stopping
+            if item.waiting and now < item.deadline:
+                held.append(item)
+                continue
+            if item.waiting:
+                log.warning("workflow %s group %s: starting the retry although %d stopped "
+                            "attempt(s) did not end within %.0f s", item.workflow_id,
+                            item.action.group, len(item.waiting), RETRY_START_WAIT_S)
+            live = self._live.get(item.workflow_id)
+            keys = [TaskKey(item.workflow_id, t, r) for t, r in item.action.tasks]
+            keys = frozenset(k for k in keys if live and _still_to_start(live.state, k))
+            event = self._start(item.workflow_id, item.action, only=keys) if keys else None
+            if event is not None:
+                events.append((item.workflow_id, event))
+        self._deferred = held
+        return events
 
     def _upstream_output(self, ref: str, current_wid: str) -> Path:
         """Output folder of the completed attempt of a task (``TASK`` or ``WORKFLOW_ID:TASK``).

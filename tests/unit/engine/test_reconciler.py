@@ -142,6 +142,39 @@ def test_a_restarted_engine_stops_what_had_ended_in_the_store_but_still_runs(
     assert sorted(backend.stopped) == sorted([TaskKey(gang, "w", 0), TaskKey(forever, "w", 0)])
 
 
+class _SlowStopBackend(FakeBackend):
+    """Stopped attempts keep running until ``let_go`` (a runner uploading its last checkpoint)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.asked: list[TaskKey] = []
+
+    def stop(self, keys: list[TaskKey]) -> None:
+        self.asked += keys
+
+    def let_go(self) -> None:
+        super().stop(self.asked)
+
+
+def test_a_retry_starts_once_its_stopped_peers_have_ended(tmp_path: Path) -> None:
+    backend = _SlowStopBackend(lambda launch: Outcome(
+        3 if launch.key == TaskKey(launch.key.workflow_id, "w", 0) else
+        None if launch.key.task == "lead" and launch.key.retry_id == 0 else 0, polls=2))
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "g", "groups": [{
+        "name": "g", "ignoreNonleadStatus": False,
+        "tasks": [_task("lead", lead=True), _task("w", exitActions={"RESCHEDULE": "3"})]}]}))
+    for _ in range(8):
+        engine.step()
+    assert backend.asked == [TaskKey(wid, "lead", 0)]  # w exited 3: its peer is stopped
+    started = [(la.key.task, la.key.retry_id) for la in backend.launches]
+    assert started == [("lead", 0), ("w", 0)]  # retry 1 waits for lead/0 to end
+    backend.let_go()
+    assert engine.wait(wid, 10).status == "COMPLETED"
+    started = [(la.key.task, la.key.retry_id) for la in backend.launches]
+    assert started == [("lead", 0), ("w", 0), ("lead", 1), ("w", 1)]
+
+
 def test_refused_state_stores_nothing(tmp_path: Path) -> None:
     engine = _engine(tmp_path, FakeBackend())
     bad = _spec({"name": "bad", "tasks": [_task("t", inputs=[{"task": "nope"}])]})
