@@ -14,7 +14,8 @@ import typer
 from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, console, emit, table
 from trainyard.cli.request import spec_request
-from trainyard.cli.workflow_ops import after_submit
+from trainyard.cli.workflow_ops import (DryRunOpt, LabelOpt, PoolOpt, SetEnvOpt, SetStringOpt,
+                                        WaitOpt, after_submit)
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.values import parse_labels
 
@@ -72,19 +73,13 @@ def submit(
     set_values: Optional[list[str]] = typer.Option(
         None, "--set", metavar="NAME=VALUE",
         help="Template value, YAML-typed; several pairs may follow one flag."),
-    set_strings: Optional[list[str]] = typer.Option(
-        None, "--set-string", metavar="NAME=VALUE", help="Template value kept as a string."),
-    set_env: Optional[list[str]] = typer.Option(
-        None, "--set-env", metavar="NAME=VALUE", help="Environment variable of every task."),
-    pool: Optional[str] = typer.Option(None, "--pool", help="Pool to run on (default: the "
-                                       "spec's pool, else 'local')."),
-    label: Optional[list[str]] = typer.Option(None, "--label", metavar="KEY=VALUE",
-                                              help="Workflow label; overrides the spec's."),
+    set_strings: Optional[list[str]] = SetStringOpt,
+    set_env: Optional[list[str]] = SetEnvOpt,
+    pool: Optional[str] = PoolOpt,
+    label: Optional[list[str]] = LabelOpt,
     version: Optional[int] = VersionOpt,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the rendered "
-                                 "spec and what the backend would be handed; create nothing."),
-    wait: bool = typer.Option(False, "--wait", help="Show progress until it ends; exit 0 "
-                              "only if it COMPLETED."),
+    dry_run: bool = DryRunOpt,
+    wait: bool = WaitOpt,
     fmt: Format = FormatOption,
 ) -> None:
     """Submit app NAME as a workflow; print its id. JSON as `workflow submit`'s."""

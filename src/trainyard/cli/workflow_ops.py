@@ -142,6 +142,21 @@ def _print_outputs(view: Console, data: dict[str, Any]) -> None:
                 view.print(f"  uploaded to {target}{hint}", markup=False)
 
 
+# Options that `workflow submit` and `app submit` share.
+SetStringOpt = typer.Option(None, "--set-string", metavar="NAME=VALUE",
+                            help="Template value kept as a string.")
+SetEnvOpt = typer.Option(None, "--set-env", metavar="NAME=VALUE",
+                         help="Environment variable of every task.")
+PoolOpt = typer.Option(None, "--pool", help="Pool to run on (default: the spec's pool, else "
+                       "'local').")
+LabelOpt = typer.Option(None, "--label", metavar="KEY=VALUE",
+                        help="Workflow label; overrides the spec's.")
+DryRunOpt = typer.Option(False, "--dry-run", help="Validate and print the rendered spec and "
+                         "what the backend would be handed; create nothing.")
+WaitOpt = typer.Option(False, "--wait", help="Show progress until it ends; exit 0 only if it "
+                       "COMPLETED.")
+
+
 def submit(
     spec: str = typer.Argument(
         ..., metavar="SPEC|WORKFLOW_ID",
@@ -149,18 +164,12 @@ def submit(
     set_values: Optional[list[str]] = typer.Option(
         None, "--set", metavar="NAME=VALUE", help="Template value, YAML-typed; several pairs "
         "may follow one flag. With a workflow id: added to its stored values, and wins."),
-    set_strings: Optional[list[str]] = typer.Option(
-        None, "--set-string", metavar="NAME=VALUE", help="Template value kept as a string."),
-    set_env: Optional[list[str]] = typer.Option(
-        None, "--set-env", metavar="NAME=VALUE", help="Environment variable of every task."),
-    pool: Optional[str] = typer.Option(None, "--pool", help="Pool to run on (default: the "
-                                       "spec's pool, else 'local')."),
-    label: Optional[list[str]] = typer.Option(None, "--label", metavar="KEY=VALUE",
-                                              help="Workflow label; overrides the spec's."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the rendered "
-                                 "spec and what the backend would be handed; create nothing."),
-    wait: bool = typer.Option(False, "--wait", help="Show progress until it ends; exit 0 "
-                              "only if it COMPLETED."),
+    set_strings: Optional[list[str]] = SetStringOpt,
+    set_env: Optional[list[str]] = SetEnvOpt,
+    pool: Optional[str] = PoolOpt,
+    label: Optional[list[str]] = LabelOpt,
+    dry_run: bool = DryRunOpt,
+    wait: bool = WaitOpt,
     logs: bool = typer.Option(False, "--logs", help="With --wait, stream the task logs too."),
     fmt: Format = FormatOption,
 ) -> None:
