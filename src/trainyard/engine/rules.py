@@ -506,7 +506,7 @@ def _timeout_of(state: WorkflowState, group: GroupState, now_s: float) -> Status
     """OSMO "Timeouts", per group: queued (see ``_queued``) longer than ``queue_timeout_s``
     since it entered SCHEDULING gives FAILED_QUEUE_TIMEOUT, RUNNING longer than
     ``exec_timeout_s`` FAILED_EXEC_TIMEOUT."""
-    if _queued(state, group):
+    if state.queue_timeout_s is not None and _queued(state, group):  # (every Tick: cheap first)
         late = _timed_out(group.scheduling_since_s, state.queue_timeout_s, now_s)
         return S.FAILED_QUEUE_TIMEOUT if late else None
     if group.status is S.RUNNING:
