@@ -22,14 +22,21 @@ line per connection, one JSON reply line (``{"error": "..."}`` on failure):
   made if none is alive: ``{"launcher_pid", "ns_pid", "ns_created", "user_ns", "ns_path"}``
   (``ns_path``: ``/proc/PID/fd/N`` when the launcher holds it as a descriptor)
 - ``{"op": "run", "run_json": PATH, "out": PATH, "cwd": PATH, "env": {...},
-  "group": KEY | null}`` -> a forked runner (its own session, stdout and stderr appended to
-  ``out``, the environment replaced by ``env``): ``{"pid": int, "created": float}``
+  "group": KEY | null, "mode": "process" | "thread"}`` -> ``{"pid": int, "created": float}``:
+  ``process`` (the default): a forked runner (its own session, stdout and stderr appended to
+  ``out``, the environment replaced by ``env``); ``thread``: a runner hosted by a thread of
+  the launcher (``trainyard.runner.hosted``; ``pid`` and ``created`` are the launcher's)
+- ``{"op": "stop", "run_dir": PATH}`` -> ``{"running": bool}``: stop the hosted runner of
+  that run folder (as SIGTERM stops a runner process); ``running``: its thread still runs
 
 The fingerprint hashes the interpreter and trainyard's source files, so code that changed
 (an upgrade, a developer's edit) gets a new launcher and never runs in an old one.
 
-Lifetimes: runners are the launcher's children until they exit (it reaps them) but lead their
-own sessions, so nothing of a task dies with the launcher. A group's namespace is held while a
+Lifetimes: runner processes are the launcher's children until they exit (it reaps them, and
+only the children it forked: a hosted runner's thread waits for its own command) but lead
+their own sessions, so nothing of such a task dies with the launcher. A hosted runner is part
+of the launcher: if the launcher dies, its sandboxes die with it (their backend reports the
+tasks LOST), which is why only sandboxed tasks are hosted. A group's namespace is held while a
 runner of that group lives, and ``group_grace_s`` after the last one ends (a rescheduled task
 joins the same namespace); a namespace outlives the launcher only while tasks are in it. The
 launcher exits after ``idle_s`` with no request and no runner; its log is
@@ -60,6 +67,7 @@ import gc
 import hashlib
 import json
 import os
+import resource
 import selectors
 import signal
 import socket
@@ -77,6 +85,7 @@ import trainyard
 from trainyard.backends import netns
 from trainyard.errors import BackendError
 from trainyard.runner import proctree
+from trainyard.runner.hosted import HostedRunner
 
 __all__ = ["LauncherClient", "address_name", "fingerprint", "serve", "main"]
 
@@ -123,15 +132,34 @@ class LauncherClient:
         self._lock = threading.Lock()
 
     def run(self, run_json: Path, out: Path, cwd: Path, env: dict[str, str],
-            group: str | None) -> tuple[int, float]:
-        """Fork a runner for ``run_json``. Returns (pid, create time).
+            group: str | None, mode: str = "process") -> tuple[int, float]:
+        """Start a runner for ``run_json``: a forked process, or (``mode="thread"``) a thread
+        of the launcher. Returns (pid, create time) of the process that runs it.
 
         Raises:
-            BackendError: no launcher answers, or it could not fork.
+            BackendError: no launcher answers, or it could not start the runner.
         """
         reply = self.request({"op": "run", "run_json": str(run_json), "out": str(out),
-                              "cwd": str(cwd), "env": env, "group": group})
+                              "cwd": str(cwd), "env": env, "group": group, "mode": mode})
         return int(reply["pid"]), float(reply["created"])
+
+    def stop_hosted(self, run_dir: Path, name: str | None = None) -> bool:
+        """Stop the hosted runner of ``run_dir`` (starts no launcher).
+
+        Args:
+            run_dir: the attempt's run folder.
+            name: the launcher that hosts it (default this client's; an older launcher,
+                of code since changed, keeps hosting what it started).
+
+        Returns:
+            Whether its thread still runs; False also when no launcher answers (none:
+            nothing it hosted is left).
+        """
+        try:
+            reply = self._send({"op": "stop", "run_dir": str(run_dir)}, name)
+            return bool(reply.get("running"))
+        except (OSError, BackendError, ValueError):
+            return False
 
     def network(self, group: str, forward: list[int]) -> netns.GroupNetwork:
         """The namespace of ``group`` (made if none is alive).
@@ -160,10 +188,10 @@ class LauncherClient:
             self._start()
             return self._send(message)
 
-    def _send(self, message: dict[str, Any]) -> dict[str, Any]:
+    def _send(self, message: dict[str, Any], name: str | None = None) -> dict[str, Any]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(30.0)
-            sock.connect(_abstract(self.name))
+            sock.connect(_abstract(name or self.name))
             sock.sendall(json.dumps(message).encode() + b"\n")
             reply = _read_line(sock)
         if not reply:
@@ -261,7 +289,7 @@ class _Group:
     ns_fd: int | None = None
     channel: socket.socket | None = None
     listeners: list[socket.socket] = field(default_factory=list)
-    runners: set[int] = field(default_factory=set)
+    runners: set[int | str] = field(default_factory=set)
     idle_since: float = field(default_factory=time.monotonic)
 
     def reply(self) -> dict[str, Any]:
@@ -277,7 +305,9 @@ class _Launcher:
         self.idle_s = idle_s
         self.group_grace_s = group_grace_s
         self.groups: dict[str, _Group] = {}
-        self.runners: dict[int, str | None] = {}
+        self.runners: dict[int | str, str | None] = {}  # pid or hosted run folder -> group
+        self.hosted: dict[str, HostedRunner] = {}
+        self.children: set[int] = set()  # every process forked and not yet reaped
         self.selector = selectors.DefaultSelector()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.last_request = time.monotonic()
@@ -310,6 +340,7 @@ class _Launcher:
             if not ready and self._short_of_spares():
                 self._add_spare()  # only when no request waits: spares are made off the path
             self._reap()
+            self._reap_hosted()
             self._expire_groups()
 
     def _short_of_spares(self) -> bool:
@@ -354,6 +385,11 @@ class _Launcher:
         if op == "release":
             self.released = True
             return {"pid": os.getpid()}
+        if op == "stop":
+            hosted = self.hosted.get(str(request["run_dir"]))
+            if hosted is not None:
+                hosted.stop()
+            return {"running": hosted is not None and hosted.is_alive()}
         self.released = False  # an engine uses it again
         if op == "network":
             return self._network(str(request["group"]), [int(p) for p in request["forward"]])
@@ -392,12 +428,14 @@ class _Launcher:
                 netns.hold_namespace(theirs, ready_w, ports)
             finally:
                 os._exit(1)
+        self.children.add(pid)
         theirs.close()
         os.close(ready_w)
         ready = os.read(ready_r, 1)
         os.close(ready_r)
         if not ready:
             mine.close()
+            self.children.discard(pid)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
             raise BackendError("could not make a network namespace (see the launcher log)")
@@ -407,8 +445,11 @@ class _Launcher:
         return group
 
     def _run(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Hand the job to a spare (forked earlier, waiting on a pipe) or fork one now."""
+        """Hand the job to a spare (forked earlier, waiting on a pipe) or fork one now; or,
+        for ``mode: thread``, to a thread of this process."""
         group = request.get("group")
+        if request.get("mode", "process") == "thread":
+            return self._host(request, group)
         job = json.dumps(request).encode()
         while True:
             if not self.spares:
@@ -421,10 +462,31 @@ class _Launcher:
                 continue
             finally:
                 os.close(spare.job_fd)
-        self.runners[spare.pid] = group
-        if group is not None and group in self.groups:
-            self.groups[group].runners.add(spare.pid)
+        self._joined(spare.pid, group)
         return {"pid": spare.pid, "created": spare.created}
+
+    def _host(self, request: dict[str, Any], group: str | None) -> dict[str, Any]:
+        hosted = HostedRunner(Path(request["run_json"]), Path(request["out"]), request["env"])
+        key = str(hosted.run_dir)
+        if key in self.hosted:
+            raise ValueError(f"a runner for {key} already runs")
+        hosted.start()
+        self.hosted[key] = hosted
+        self._joined(key, group)
+        return {"pid": os.getpid(), "created": self.created}
+
+    def _joined(self, runner: int | str, group: str | None) -> None:
+        self.runners[runner] = group
+        if group is not None and group in self.groups:
+            self.groups[group].runners.add(runner)
+
+    def _left(self, runner: int | str) -> None:
+        group = self.runners.pop(runner, None)
+        if group is not None and group in self.groups:
+            entry = self.groups[group]
+            entry.runners.discard(runner)
+            if not entry.runners:
+                entry.idle_since = time.monotonic()
 
     def _add_spare(self) -> None:
         job_r, job_w = os.pipe()
@@ -447,6 +509,7 @@ class _Launcher:
                     sys.stderr.flush()
                 os._exit(code)
         os.close(job_r)
+        self.children.add(pid)
         self.spares.append(_Spare(pid, proctree.create_time(pid) or time.time(), job_w))
 
     def _become_runner(self, request: dict[str, Any]) -> int:
@@ -500,22 +563,25 @@ class _Launcher:
     # -------------------------------------------------------------- children
 
     def _reap(self) -> None:
-        while True:
+        """Reap the processes this launcher forked, and only those: ``waitpid(-1)`` would
+        take the commands of hosted runners from under their threads' own ``wait``."""
+        for pid in list(self.children):
             try:
-                pid, _status = os.waitpid(-1, os.WNOHANG)
+                done, _status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                return
-            if pid == 0:
-                return
+                done = pid
+            if done == 0:
+                continue
+            self.children.discard(pid)
             for spare in [spare for spare in self.spares if spare.pid == pid]:
                 os.close(spare.job_fd)
                 self.spares.remove(spare)
-            group = self.runners.pop(pid, None)
-            if group is not None and group in self.groups:
-                entry = self.groups[group]
-                entry.runners.discard(pid)
-                if not entry.runners:
-                    entry.idle_since = time.monotonic()
+            self._left(pid)
+
+    def _reap_hosted(self) -> None:
+        for key in [k for k, hosted in self.hosted.items() if not hosted.is_alive()]:
+            del self.hosted[key]
+            self._left(key)
 
     def _expire_groups(self) -> None:
         now = time.monotonic()
@@ -575,6 +641,7 @@ def serve(name: str, idle_s: float = 300.0, group_grace_s: float = 5.0) -> int:
     from trainyard.runner.data import load_data_hook
 
     load_data_hook()  # the data layer (fsspec) too, for tasks with inputs, outputs, checkpoints
+    _raise_open_files_limit()  # hosted runners keep their logs and pipes open in this process
     gc.freeze()  # what is imported now is never collected: a child's GC pass leaves it unshared
 
     launcher = _Launcher(name, idle_s, group_grace_s)
@@ -594,6 +661,16 @@ def serve(name: str, idle_s: float = 300.0, group_grace_s: float = 5.0) -> int:
         why = why or ("released" if launcher.released else "idle")
         _say(f"launcher {name}: exiting ({why})")
     return 0
+
+
+def _raise_open_files_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit (at most 1 << 16): each hosted runner holds a
+    few descriptors (its log, its command's output pipe) of this one process."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1 << 16 if hard == resource.RLIM_INFINITY else min(hard, 1 << 16)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def _on_sigterm(signum: int, _frame: object) -> None:

@@ -1,22 +1,30 @@
-"""The local backend: every task is a task runner process on this machine, its command in
-its own sandbox.
+"""The local backend: every task is a task runner on this machine, its command in its own
+sandbox.
 
 Start: the backend's launcher (``backends.launcher``, one long-lived process per backend
-folder, started on first use) forks one runner per ``TaskLaunch``; each leads its own
-session, so tasks survive an engine restart (and a launcher restart). An index entry under
+folder, started on first use) starts one runner per ``TaskLaunch``: a forked runner process
+that leads its own session, so the task survives an engine restart (and a launcher restart);
+or, for a task that is ``hostable`` (bubblewrap sandbox, no inputs, outputs or checkpoints),
+a thread of the launcher (``runner.hosted``), which costs a quarter of the CPU of a forked
+runner: such a task survives an engine restart, but not the launcher's death (its sandbox
+dies with it; the task is reported LOST). An index entry under
 ``<state_dir>/attempts/`` maps the attempt's key to its run_dir, written BEFORE the start
 (write-ahead: an attempt without one was surely never started, see ``unstarted``); the
-runner's pid, create time and GPUs go to ``<run_dir>/launch.json`` after it, so a new
+runner's pid, create time and GPUs (and ``hosted_by``, the launcher's name, for a hosted
+runner, whose pid is the launcher's) go to ``<run_dir>/launch.json`` after it, so a new
 backend object finds the attempt again (``recover``). A pid alone is never trusted (pids are
-reused): a process is the task's only while its create time matches.
+reused): a process is the task's only while its create time matches; a hosted runner lives
+while its launcher does and its thread has not written ``runner.ended``.
 
 Facts: ``poll`` tails each ``<run_dir>/events.jsonl`` (written by the runner) and reports each
 event once per backend object; a runner gone without EXITED is LOST (START_ERROR if it never
 reported anything: it could not even read its input). Whatever an ended attempt left running
-is killed (one scan of the process table per poll for all attempts that ended). ``stop``
-sends SIGTERM to the runner (it stops its command's process group and reports a non-zero
-exit) and SIGKILLs the whole tree and session after ``stop_grace_s``, from a background
-thread: ``stop`` returns at once and is idempotent.
+is killed (one scan of the process table per poll for all attempts that ended; a hosted
+runner's sandbox leaves nothing). ``stop`` sends SIGTERM to the runner (it stops its
+command's process group and reports a non-zero exit) and SIGKILLs the whole tree and session
+after ``stop_grace_s``, from a background thread: ``stop`` returns at once and is idempotent.
+A hosted runner is asked through the launcher (``LauncherClient.stop_hosted``) and does the
+same to its command itself.
 
 Isolation, chosen once per process by probing what works here (see ``probe_isolation``). The
 runner itself stays on the host (it moves data with the host's network and credentials) and
@@ -82,6 +90,7 @@ from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, hosts_file_text
 from trainyard.errors import BackendError, ConfigError
 from trainyard.pools import Pool, real_gpu_count, trainyard_home
 from trainyard.runner import proctree
+from trainyard.runner.hosted import ENDED, hostable
 from trainyard.runner.report import EVENTS, read_events
 from trainyard.runner.spec import SandboxSettings, TaskRun
 
@@ -248,6 +257,7 @@ class _Attempt:
     stopped: bool = False
     next_alive_check: float = 0.0
     gpus: tuple[int, ...] = ()  # machine-wide indices of the real GPUs it borrowed
+    hosted: str | None = None  # the launcher's name when a thread of it runs the runner
 
 
 class GpuLeases:
@@ -291,13 +301,23 @@ class GpuLeases:
             return {gpu: a.key for gpu, a in sorted(self._holders.items())}
 
     def _prune(self) -> None:
-        gone = [g for g, a in self._holders.items() if a.done or (
-            a.pid is not None and proctree.same_process(a.pid, a.created) is None)]
+        gone = [g for g, a in self._holders.items()
+                if a.done or (a.pid is not None and not _runner_lives(a))]
         for gpu in gone:
             del self._holders[gpu]
 
 
 _GPUS = GpuLeases()
+
+
+def _runner_lives(attempt: _Attempt) -> bool:
+    """Whether the attempt's runner lives: its process; or, hosted, the launcher and the
+    thread (which leaves ``ENDED`` in the run folder as it ends)."""
+    if attempt.pid is None:
+        return False
+    if attempt.hosted and attempt.run_dir is not None and (attempt.run_dir / ENDED).exists():
+        return False
+    return proctree.same_process(attempt.pid, attempt.created) is not None
 
 
 def _tail(path: Path, limit: int = 400) -> str:
@@ -532,14 +552,18 @@ class LocalBackend:
         return gpus
 
     def _start(self, request: LaunchRequest, launch: TaskLaunch, attempt: _Attempt) -> None:
+        """Start the runner: a thread of the launcher when the task is ``hostable`` (in a
+        sandbox, no data to move; ``trainyard.runner.hosted``), else a forked process."""
         _write_json(self._index_path(request.key), {"run_dir": str(request.run_dir)})  # first
         self._prepare(request)
+        mode = "thread" if hostable(request.run) else "process"
         attempt.pid, attempt.created = self._launcher.run(
             request.run_dir / "run.json", request.run_dir / RUNNER_OUT, request.run_dir,
-            dict(os.environ), _group_key(launch))
+            dict(os.environ), _group_key(launch), mode=mode)
+        attempt.hosted = self._launcher.name if mode == "thread" else None
         _write_json(request.run_dir / LAUNCH, {
             "pid": attempt.pid, "created": attempt.created, "argv": request.argv,
-            "group": launch.group, "gpus": list(attempt.gpus)})
+            "group": launch.group, "gpus": list(attempt.gpus), "hosted_by": attempt.hosted})
         with self._lock:
             self._attempts[request.key] = attempt
 
@@ -548,6 +572,7 @@ class LocalBackend:
         events = request.run_dir / EVENTS
         if events.exists():  # a run_dir used again: old events must not be reported
             events.rename(request.run_dir / f"events.{time.time_ns()}.jsonl")
+        (request.run_dir / ENDED).unlink(missing_ok=True)
         tmp = request.root_dir / "tmp"
         tmp.mkdir(parents=True, exist_ok=True)
         tmp.chmod(0o1777)
@@ -588,16 +613,15 @@ class LocalBackend:
         try:
             launch = json.loads((run_dir / LAUNCH).read_text())
             return _Attempt(key, run_dir, int(launch["pid"]), float(launch["created"]),
-                            gpus=tuple(int(g) for g in launch.get("gpus", ())))
+                            gpus=tuple(int(g) for g in launch.get("gpus", ())),
+                            hosted=launch.get("hosted_by"))
         except (OSError, ValueError, KeyError, TypeError):
             return _Attempt(key, run_dir)
 
     # ------------------------------------------------------------------ observing
 
     def _alive(self, attempt: _Attempt) -> bool:
-        if attempt.pid is None:
-            return False
-        return proctree.same_process(attempt.pid, attempt.created) is not None
+        return _runner_lives(attempt)
 
     def _read(self, attempt: _Attempt) -> list[TaskFact]:
         if attempt.run_dir is None:
@@ -648,7 +672,7 @@ class LocalBackend:
     def _kill_leftovers(self, attempts: list[_Attempt]) -> None:
         """SIGKILL what ended attempts left: their runners' trees and sessions (one scan of
         the process table for all of them)."""
-        leaders = {a.pid: a.created for a in attempts if a.pid is not None}
+        leaders = {a.pid: a.created for a in attempts if a.pid is not None and not a.hosted}
         proctree.send(proctree.leftovers(leaders), signal.SIGKILL)
 
     def _ensure_stopper(self) -> None:
@@ -668,6 +692,8 @@ class LocalBackend:
 
     def _advance_stop(self, attempt: _Attempt) -> bool:
         """One step of stopping; returns False once nothing of the attempt is left."""
+        if attempt.hosted:
+            return self._advance_hosted_stop(attempt)
         members = self._members(attempt)
         if not members:
             attempt.stopped = True
@@ -678,6 +704,19 @@ class LocalBackend:
         if time.monotonic() >= attempt.stop_deadline:
             proctree.send(members, signal.SIGKILL)
         return True
+
+
+    def _advance_hosted_stop(self, attempt: _Attempt) -> bool:
+        """A hosted runner stops itself (``Runner.request_stop``: SIGTERM, then SIGKILL of
+        its command after the grace); the sandbox takes the rest of the task with it."""
+        if not attempt.termed:
+            attempt.termed = True
+            assert attempt.run_dir is not None and attempt.hosted is not None
+            self._launcher.stop_hosted(attempt.run_dir, attempt.hosted)
+        if self._alive(attempt):
+            return True
+        attempt.stopped = True
+        return False
 
 
 def _has_exit(attempt: _Attempt) -> bool:

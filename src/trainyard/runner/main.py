@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 from typing import IO
@@ -90,17 +91,26 @@ def task_environment(run: TaskRun, base: dict[str, str]) -> dict[str, str]:
 
 
 class Runner:
-    """Runs one ``TaskRun``. ``execute()`` does every step and returns the exit code."""
+    """Runs one ``TaskRun``. ``execute()`` does every step and returns the exit code.
+
+    Args:
+        run: the attempt.
+        hook: the data layer (default: loaded on first use).
+        echo: a stream that gets a copy of every task log line.
+        base_env: the environment the task's own is laid over (default ``os.environ``; a
+            runner hosted as a thread gets its backend's, see ``trainyard.runner.hosted``).
+    """
 
     def __init__(self, run: TaskRun, hook: DataHook | None = None,
-                 echo: IO[str] | None = None) -> None:
+                 echo: IO[str] | None = None, base_env: Mapping[str, str] | None = None) -> None:
+        self.base_env: Mapping[str, str] = os.environ if base_env is None else base_env
         self.run = run
         self.run_dir = Path(run.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.events = EventWriter(self.run_dir)
         self.log = TaskLog(self.run_dir, run.task, echo=echo)
         self._hook = hook
-        run.hosts = run.runtime_hosts(os.environ)
+        run.hosts = run.runtime_hosts(self.base_env)
         self.stop = threading.Event()
         self.command: CommandProcess | None = None
         self.rewriter = self._rewriter()
@@ -138,9 +148,9 @@ class Runner:
     def environment(self) -> tuple[dict[str, str], dict[str, str]]:
         """(the command's whole environment, the part ``$(VAR)`` may reference)."""
         own = {k: self.prepare(v) for k, v in self.run.environment.items()}
-        own.update(task_environment(self.run, {**os.environ, **own}))
+        own.update(task_environment(self.run, {**self.base_env, **own}))
         own.update(self.run.sandbox.env)
-        return {**os.environ, **own}, own
+        return {**self.base_env, **own}, own
 
     def argv(self, visible: dict[str, str]) -> list[str]:
         """Command and args with paths, tokens and ``$(VAR)`` resolved."""
@@ -285,6 +295,12 @@ class Runner:
 
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
         """SIGTERM/SIGINT handler: stop the attempt (see module docstring)."""
+        self.request_stop()
+
+    def request_stop(self) -> None:
+        """Stop the attempt: before the command, no command runs; during it, its process
+        group gets SIGTERM, then SIGKILL after ``stop_grace_s``. Returns at once; safe to call
+        from a signal handler, from another thread and more than once."""
         self.stop.set()
         if self.command is not None:
             self.command.terminate(self.run.stop_grace_s)

@@ -160,3 +160,56 @@ def test_an_interpreter_that_does_not_exist_is_a_backend_error(tmp_path: Path) -
     client = LauncherClient(tmp_path / "state", python=str(tmp_path / "no-python"))
     with pytest.raises(BackendError, match="could not start the launcher"):
         client.request({"op": "ping"})
+
+
+def test_a_hosted_runner_is_a_thread_with_the_requests_environment(
+    client: LauncherClient, tmp_path: Path
+) -> None:
+    path = run_json(tmp_path, "h", ["sh", "-c", "echo from=$FROM_TEST; echo pid=$$"])
+    env = {**os.environ, "FROM_TEST": "hosted"}
+    pid, created = client.run(path, path.parent / "runner.out", path.parent, env, "wf/g",
+                              mode="thread")
+    assert wait_exit(path.parent) == 0
+    launcher = launcher_process(client.state_dir)
+    assert pid == launcher.pid  # no process of its own
+    assert abs(created - launcher.create_time()) < 1
+    assert "[h] from=hosted" in (path.parent / "task.log").read_text()
+    deadline = time.monotonic() + 10
+    while not (path.parent / "runner.ended").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert (path.parent / "runner.ended").exists()
+    assert client.stop_hosted(path.parent) is False  # ended: nothing to stop
+
+
+def test_a_hosted_runner_stops_on_request_and_its_exit_code_is_reported(
+    client: LauncherClient, tmp_path: Path
+) -> None:
+    path = run_json(tmp_path, "s", ["sh", "-c", "echo up; sleep 60"])
+    client.run(path, path.parent / "runner.out", path.parent, dict(os.environ), None,
+               mode="thread")
+    deadline = time.monotonic() + 20
+    while "[s] up" not in _text(path.parent / "task.log") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert client.stop_hosted(path.parent) is True
+    assert wait_exit(path.parent) == 143  # SIGTERM, as a runner process reports it
+    assert not [p for p in launcher_process(client.state_dir).children(recursive=True)
+                if "sleep" in " ".join(p.cmdline())]
+
+
+def test_a_hosted_runner_that_cannot_start_leaves_its_traceback_and_ends(
+    client: LauncherClient, tmp_path: Path
+) -> None:
+    path = run_json(tmp_path, "bad", ["true"])
+    path.write_text("{not json")
+    client.run(path, path.parent / "runner.out", path.parent, dict(os.environ), None,
+               mode="thread")
+    deadline = time.monotonic() + 10
+    while not (path.parent / "runner.ended").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert "ValidationError" in (path.parent / "runner.out").read_text()
+    assert read_events(path.parent / "events.jsonl")[0] == []
+    assert client.request({"op": "ping"})["pid"] == launcher_process(client.state_dir).pid
+
+
+def _text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""

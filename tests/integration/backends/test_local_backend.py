@@ -158,15 +158,26 @@ def test_recover_after_dropping_the_backend(backend: LocalBackend, home: Path) -
     assert final(wait_final(again, [long_key])[long_key]).exit_code not in (0, None)
 
 
-def test_killed_runner_is_lost_and_its_command_cleaned_up(backend: LocalBackend, home: Path) -> None:
+@pytest.mark.parametrize("outputs", [False, True], ids=["command-only", "with-output"])
+def test_killed_runner_is_lost_and_its_command_cleaned_up(backend: LocalBackend, home: Path,
+                                                          tmp_path: Path, outputs: bool) -> None:
+    """The process that runs the runner, SIGKILLed: a runner process of its own, or, for a
+    sandboxed task that moves no data, the launcher whose thread hosts it (its sandboxes
+    die with it)."""
     marker = f"sleep 8{os.getpid() % 1000:03d}"
-    launches = group_launches(backend, home, "wf-lost", {"t": {
-        "command": ["sh", "-c", f"{marker} & {marker}"]}})
+    task: dict = {"command": ["sh", "-c", f"{marker} & {marker}"]}
+    if outputs:
+        task["outputs"] = [{"url": f"file://{tmp_path}/bucket/"}]
+    launches = group_launches(backend, home, "wf-lost", {"t": task})
     backend.start_group(launches)
     key = launches[0].key
     wait_for(backend, key, FactKind.RUNNING)
-    pid = json.loads((Path(launches[0].run_dir) / "launch.json").read_text())["pid"]
-    runner = psutil.Process(pid)
+    launch = json.loads((Path(launches[0].run_dir) / "launch.json").read_text())
+    hosted = backend.sandbox == "bwrap" and not outputs
+    assert (launch["hosted_by"] is not None) == hosted
+    runner = psutil.Process(launch["pid"])
+    forked = "trainyard.backends.launcher" in " ".join(runner.parent().cmdline())
+    assert forked != hosted  # a forked runner's parent is the launcher; a hosted one's is it
     assert any("sleep" in " ".join(p.cmdline()) for p in runner.children(recursive=True))
     runner.send_signal(signal.SIGKILL)
     fact = final(wait_final(backend, [key])[key])

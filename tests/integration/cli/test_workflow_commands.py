@@ -3,6 +3,7 @@ specs of our own (seconds each)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import textwrap
 import time
@@ -161,9 +162,17 @@ def test_query_verbose_lists_retries_and_logs_pick_one(server: Server, tmp_path:
 
 
 def _task_processes(server: Server, workflow_id: str, task: str) -> list[psutil.Process]:
+    """The task's runner process (none when a thread of the launcher hosts it) and every
+    process with the task's identity in its environment (its command and what it started)."""
     launch = json.loads((server.home / "runs" / workflow_id / task / "0" / "launch.json").read_text())
-    runner = psutil.Process(launch["pid"])
-    return [runner, *runner.children(recursive=True)]
+    found = [] if launch.get("hosted_by") else [psutil.Process(launch["pid"])]
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            env = proc.environ()
+            if (env.get("TRAINYARD_WORKFLOW_ID"), env.get("TRAINYARD_TASK_NAME")) == (
+                    workflow_id, task):
+                found.append(proc)
+    return found
 
 
 def test_cancel_stops_every_process_and_ends_failed_canceled(server: Server, tmp_path: Path) -> None:
