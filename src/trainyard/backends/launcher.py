@@ -25,7 +25,9 @@ line per connection, one JSON reply line (``{"error": "..."}`` on failure):
   "group": KEY | null, "mode": "process" | "thread"}`` -> ``{"pid": int, "created": float}``:
   ``process`` (the default): a forked runner (its own session, stdout and stderr appended to
   ``out``, the environment replaced by ``env``); ``thread``: a runner hosted by a thread of
-  the launcher (``trainyard.runner.hosted``; ``pid`` and ``created`` are the launcher's)
+  the launcher (``trainyard.runner.hosted``; ``pid`` and ``created`` are the launcher's);
+  with ``"network": {"group": KEY, "forward": [...]}`` (as root) the thread first joins that
+  group's namespace, made as for ``network``
 - ``{"op": "stop", "run_dir": PATH}`` -> ``{"running": bool}``: stop the hosted runner of
   that run folder (as SIGTERM stops a runner process); ``running``: its thread still runs
 
@@ -132,15 +134,22 @@ class LauncherClient:
         self._lock = threading.Lock()
 
     def run(self, run_json: Path, out: Path, cwd: Path, env: dict[str, str],
-            group: str | None, mode: str = "process") -> tuple[int, float]:
+            group: str | None, mode: str = "process",
+            network: dict[str, Any] | None = None) -> tuple[int, float]:
         """Start a runner for ``run_json``: a forked process, or (``mode="thread"``) a thread
         of the launcher. Returns (pid, create time) of the process that runs it.
+
+        Args:
+            network: ``{"group": KEY, "forward": [port, ...]}``: (thread only, as root) the
+                thread joins that group's namespace, made as by ``network`` if need be, so
+                the command starts in it with no ``nsenter`` and no request of its own.
 
         Raises:
             BackendError: no launcher answers, or it could not start the runner.
         """
         reply = self.request({"op": "run", "run_json": str(run_json), "out": str(out),
-                              "cwd": str(cwd), "env": env, "group": group, "mode": mode})
+                              "cwd": str(cwd), "env": env, "group": group, "mode": mode,
+                              "network": network})
         return int(reply["pid"]), float(reply["created"])
 
     def stop_hosted(self, run_dir: Path, name: str | None = None) -> bool:
@@ -466,7 +475,16 @@ class _Launcher:
         return {"pid": spare.pid, "created": spare.created}
 
     def _host(self, request: dict[str, Any], group: str | None) -> dict[str, Any]:
-        hosted = HostedRunner(Path(request["run_json"]), Path(request["out"]), request["env"])
+        ns_path = None
+        if request.get("network"):
+            network = request["network"]
+            ns_path = self._network(str(network["group"]),
+                                    [int(p) for p in network["forward"]])["ns_path"]
+            if ns_path is None:
+                raise ValueError("only a namespace held as a descriptor (as root) is joined "
+                                 "by a hosted runner")
+        hosted = HostedRunner(Path(request["run_json"]), Path(request["out"]), request["env"],
+                              network_namespace=ns_path)
         key = str(hosted.run_dir)
         if key in self.hosted:
             raise ValueError(f"a runner for {key} already runs")

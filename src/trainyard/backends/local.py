@@ -212,6 +212,9 @@ class LaunchRequest:
         run: the runner's input, ``sandbox`` filled.
         writable_dirs: folders to create before the start (bind sources, outputs).
         hosts_text: ``/etc/hosts`` for the sandbox (bwrap only).
+        hosted: the runner runs as a thread of the launcher (``runner.hosted.hostable``).
+        joins_group_network: the launcher moves that thread into the group's network
+            namespace (made if need be, as root) instead of an ``nsenter`` prefix.
     """
 
     key: TaskKey
@@ -221,6 +224,8 @@ class LaunchRequest:
     root_dir: Path
     writable_dirs: list[Path] = field(default_factory=list)
     hosts_text: str | None = None
+    hosted: bool = False
+    joins_group_network: bool = False
 
 
 @functools.lru_cache(maxsize=1)
@@ -375,7 +380,8 @@ class LocalBackend:
         self.home.mkdir(parents=True, exist_ok=True)  # the sandbox binds it
         started: list[TaskKey] = []
         try:
-            net = self._group_network(launches[0]) if iso.netns else None
+            joined = iso.netns and all(_joins_in_launcher(launch, iso) for launch in launches)
+            net = self._group_network(launches[0]) if iso.netns and not joined else None
             for launch in launches:
                 self._start_one(launch, iso, net)
                 started.append(launch.key)
@@ -466,12 +472,17 @@ class LocalBackend:
             description=self._describe(launch, iso))
         request = LaunchRequest(launch.key, run_dir, [], run, root)
         request.writable_dirs = self._writable_dirs(run)
-        prefix = net.join_argv() if net is not None else []
+        prefix: list[str] = []
         if iso.bwrap:
             request.hosts_text = hosts_file_text(run.hosts)
             plan = self._plan(request)
-            prefix = prefix + bwrap_argv(plan)
+            prefix = bwrap_argv(plan)
             run.sandbox.mounts, run.sandbox.readonly = sandbox_mounts(plan)
+        request.hosted = hostable(run)
+        if iso.netns and net is None and request.hosted and _holds_namespaces():
+            request.joins_group_network = True
+        elif iso.netns and net is not None:
+            prefix = net.join_argv() + prefix
         run.sandbox.command_prefix = prefix
         request.argv = [self.python, "-m", "trainyard.runner", str(run_dir / "run.json")]
         return request
@@ -556,10 +567,12 @@ class LocalBackend:
         sandbox, no data to move; ``trainyard.runner.hosted``), else a forked process."""
         _write_json(self._index_path(request.key), {"run_dir": str(request.run_dir)})  # first
         self._prepare(request)
-        mode = "thread" if hostable(request.run) else "process"
+        mode = "thread" if request.hosted else "process"
+        network = ({"group": _group_key(launch), "forward": self._forwarded_ports()}
+                   if request.joins_group_network else None)
         attempt.pid, attempt.created = self._launcher.run(
             request.run_dir / "run.json", request.run_dir / RUNNER_OUT, request.run_dir,
-            dict(os.environ), _group_key(launch), mode=mode)
+            dict(os.environ), _group_key(launch), mode=mode, network=network)
         attempt.hosted = self._launcher.name if mode == "thread" else None
         _write_json(request.run_dir / LAUNCH, {
             "pid": attempt.pid, "created": attempt.created, "argv": request.argv,
@@ -671,8 +684,11 @@ class LocalBackend:
 
     def _kill_leftovers(self, attempts: list[_Attempt]) -> None:
         """SIGKILL what ended attempts left: their runners' trees and sessions (one scan of
-        the process table for all of them)."""
-        leaders = {a.pid: a.created for a in attempts if a.pid is not None and not a.hosted}
+        the process table for all of them). A hosted runner's sandbox ends with its thread;
+        but when the launcher died, what is left of its session goes too (a sandbox it was
+        starting as it died may not have asked for ``--die-with-parent`` yet)."""
+        leaders = {a.pid: a.created for a in attempts if a.pid is not None and (
+            not a.hosted or proctree.same_process(a.pid, a.created) is None)}
         proctree.send(proctree.leftovers(leaders), signal.SIGKILL)
 
     def _ensure_stopper(self) -> None:
@@ -715,8 +731,23 @@ class LocalBackend:
             self._launcher.stop_hosted(attempt.run_dir, attempt.hosted)
         if self._alive(attempt):
             return True
+        self._kill_leftovers([attempt])
         attempt.stopped = True
         return False
+
+
+def _holds_namespaces() -> bool:
+    """Whether the launcher holds group namespaces as descriptors (as root, see
+    ``backends.launcher``), which a hosted runner's thread can join."""
+    return os.geteuid() == 0
+
+
+def _joins_in_launcher(launch: TaskLaunch, iso: Isolation) -> bool:
+    """Whether ``build_request`` will have the launcher join the task's runner thread to the
+    group's namespace (``LaunchRequest.joins_group_network``): ``runner.hosted.hostable``
+    (sandboxed, no data to move), read from the launch, as root."""
+    moves_data = any(launch.run.get(k) for k in ("inputs", "outputs", "checkpoints"))
+    return iso.bwrap and not moves_data and _holds_namespaces()
 
 
 def _has_exit(attempt: _Attempt) -> bool:

@@ -20,6 +20,8 @@ the backend's sign that the runner is gone, as a process's exit is for a runner 
 
 from __future__ import annotations
 
+import ctypes
+import os
 import threading
 import traceback
 from collections.abc import Mapping
@@ -28,10 +30,12 @@ from pathlib import Path
 from trainyard.runner.main import Runner
 from trainyard.runner.spec import TaskRun, load_run
 
-__all__ = ["HostedRunner", "hostable", "ENDED"]
+__all__ = ["HostedRunner", "hostable", "join_network_namespace", "ENDED"]
 
 ENDED = "runner.ended"
 """Written in the run folder when a hosted runner's thread ends (whatever happened)."""
+
+_CLONE_NEWNET = 0x40000000
 
 
 def hostable(run: TaskRun) -> bool:
@@ -48,9 +52,14 @@ class HostedRunner:
         run_json: the attempt's ``run.json`` (its folder is the run folder).
         out: the file that gets what the runner could not report itself (appended).
         env: the environment the task's own is laid over (the backend's).
+        network_namespace: a network namespace file (``/proc/PID/fd/N`` of this process)
+            that the thread joins before anything else, so that the command starts in it
+            (instead of behind an ``nsenter`` prefix, ~1.4 ms of CPU per task).
     """
 
-    def __init__(self, run_json: Path, out: Path, env: Mapping[str, str]) -> None:
+    def __init__(self, run_json: Path, out: Path, env: Mapping[str, str],
+                 network_namespace: str | None = None) -> None:
+        self.network_namespace = network_namespace
         self.run_json = Path(run_json)
         self.out = Path(out)
         self.env = dict(env)
@@ -89,6 +98,8 @@ class HostedRunner:
 
     def _main(self) -> None:
         try:
+            if self.network_namespace:
+                join_network_namespace(self.network_namespace)
             runner = Runner(load_run(self.run_json), base_env=self.env)
             with self._lock:
                 self._runner = runner
@@ -100,3 +111,21 @@ class HostedRunner:
                 handle.write(traceback.format_exc())
         finally:
             (self.run_dir / ENDED).touch()
+
+
+def join_network_namespace(path: str) -> None:
+    """Move the calling thread (only it: network namespaces are per thread in Linux,
+    ``setns(2)``) into the network namespace of ``path``; the command it starts inherits it.
+    A hosted runner's thread never moves data, so it never needs the host's network again.
+
+    Raises:
+        OSError: the file cannot be opened or the kernel refuses (needs CAP_SYS_ADMIN).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"setns({path}, CLONE_NEWNET): {os.strerror(code)}")
+    finally:
+        os.close(fd)

@@ -213,3 +213,21 @@ def test_a_hosted_runner_that_cannot_start_leaves_its_traceback_and_ends(
 
 def _text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a namespace held as a descriptor needs root")
+def test_a_hosted_runner_starts_its_command_in_the_groups_namespace(
+    client: LauncherClient, tmp_path: Path
+) -> None:
+    path = run_json(tmp_path, "n", ["readlink", "/proc/self/ns/net"])
+    client.run(path, path.parent / "runner.out", path.parent, dict(os.environ), "wf/n",
+               mode="thread", network={"group": "wf/n", "forward": []})
+    assert wait_exit(path.parent) == 0
+    net = client.network("wf/n", [])  # the namespace the run request made
+    assert net.ns_path is not None
+    group_ns = f"net:[{os.stat(net.ns_path).st_ino}]"
+    assert group_ns != os.readlink("/proc/self/ns/net")
+    assert f"[n] {group_ns}" in (path.parent / "task.log").read_text()
+    # the launcher's own thread stayed in the host's namespace
+    launcher = launcher_process(client.state_dir)
+    assert os.readlink(f"/proc/{launcher.pid}/ns/net") == os.readlink("/proc/self/ns/net")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -178,10 +180,43 @@ def test_killed_runner_is_lost_and_its_command_cleaned_up(backend: LocalBackend,
     runner = psutil.Process(launch["pid"])
     forked = "trainyard.backends.launcher" in " ".join(runner.parent().cmdline())
     assert forked != hosted  # a forked runner's parent is the launcher; a hosted one's is it
+    deadline = time.monotonic() + 10  # RUNNING is reported just before the command starts
+    while "sleep" not in _names(runner.children(recursive=True)):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     assert any("sleep" in " ".join(p.cmdline()) for p in runner.children(recursive=True))
     runner.send_signal(signal.SIGKILL)
     fact = final(wait_final(backend, [key])[key])
     assert fact.kind is FactKind.LOST
+    assert wait_gone(marker) == []
+
+
+def _names(procs: list[psutil.Process]) -> list[str]:
+    names = []
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            names.append(proc.name())
+    return names
+
+
+def test_what_a_dead_launcher_left_in_its_session_is_killed(home: Path) -> None:
+    """A sandbox that a launcher was starting as it died may have missed asking for
+    ``--die-with-parent``: an ended hosted attempt whose launcher is gone takes what is left
+    in the launcher's session with it (and a live launcher's session is left alone)."""
+    marker = f"sleep 9{os.getpid() % 1000:03d}"
+    host = subprocess.Popen(["sh", "-c", f"{marker} & {marker} & wait"], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while len(processes_with(marker)) < 3:  # sh and its two sleeps
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    attempt = local_mod._Attempt(TaskKey("wf", "t", 0), home, host.pid,
+                                 psutil.Process(host.pid).create_time(), hosted="launcher")
+    backend = LocalBackend(home=home, sandbox="none", network="loopback")
+    backend._kill_leftovers([attempt])
+    assert len(processes_with(marker)) == 3 and host.poll() is None  # its host lives
+    host.kill()
+    host.wait()
+    backend._kill_leftovers([attempt])
     assert wait_gone(marker) == []
 
 

@@ -30,6 +30,30 @@ def pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
     return [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == flag]
 
 
+@pytest.mark.parametrize("as_root", [True, False])
+def test_a_hosted_runner_joins_the_group_namespace_in_the_launcher_instead_of_nsenter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_root: bool
+) -> None:
+    monkeypatch.setattr(local_mod, "_holds_namespaces", lambda: as_root)
+    backend = LocalBackend(home=tmp_path / "home")
+    iso = Isolation(bwrap=True, netns=True)
+    net = GroupNetwork(keeper_pid=7, ns_pid=7, ns_created=0.0, user_ns=False,
+                       ns_path="/proc/7/fd/9")
+    plain, with_data = launch(tmp_path), launch(tmp_path, outputs=[{"url": "file:///o/"}])
+    assert local_mod._joins_in_launcher(plain, iso) is as_root
+    assert not local_mod._joins_in_launcher(with_data, iso)
+    assert not local_mod._joins_in_launcher(plain, Isolation(bwrap=False, netns=True))
+    if as_root:  # no namespace asked for: the launcher makes or finds it for the thread
+        req = backend.build_request(plain, iso)
+        assert req.hosted and req.joins_group_network
+        assert req.run.sandbox.command_prefix[0] == "bwrap"
+    else:  # a namespace held by a child process: nsenter joins it, user namespace too
+        assert not backend.build_request(plain, iso).joins_group_network
+    req = backend.build_request(with_data, iso, net)
+    assert not req.hosted and not req.joins_group_network
+    assert req.run.sandbox.command_prefix[:3] == ["nsenter", "--net=/proc/7/fd/9", "--"]
+
+
 def test_sandboxed_command_joins_the_group_namespace_then_bwrap(tmp_path: Path) -> None:
     backend = LocalBackend(home=tmp_path / "home")
     net = GroupNetwork(keeper_pid=1, ns_pid=42, ns_created=0.0, user_ns=True)
