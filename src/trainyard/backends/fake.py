@@ -13,11 +13,9 @@ from dataclasses import dataclass, field
 
 from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
 from trainyard.errors import BackendError
+from trainyard.runner.main import STOPPED_EXIT_CODE  # what a stopped attempt reports
 
 __all__ = ["FakeBackend", "Outcome", "STOPPED_EXIT_CODE"]
-
-STOPPED_EXIT_CODE = 143
-"""What a stopped attempt reports (128 + SIGTERM), as the task runner does."""
 
 
 @dataclass(frozen=True)

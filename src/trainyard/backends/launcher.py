@@ -65,6 +65,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import gc
 import hashlib
 import json
@@ -483,8 +484,9 @@ class _Launcher:
             if ns_path is None:
                 raise ValueError("only a namespace held as a descriptor (as root) is joined "
                                  "by a hosted runner")
+        join = functools.partial(netns.join_namespace, ns_path) if ns_path is not None else None
         hosted = HostedRunner(Path(request["run_json"]), Path(request["out"]), request["env"],
-                              network_namespace=ns_path)
+                              first=join)
         key = str(hosted.run_dir)
         if key in self.hosted:
             raise ValueError(f"a runner for {key} already runs")

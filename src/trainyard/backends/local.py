@@ -90,7 +90,7 @@ from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, hosts_file_text
 from trainyard.errors import BackendError, ConfigError
 from trainyard.pools import Pool, real_gpu_count, trainyard_home
 from trainyard.runner import proctree
-from trainyard.runner.hosted import ENDED, hostable
+from trainyard.runner.hosted import DATA_FIELDS, ENDED, hostable
 from trainyard.runner.report import EVENTS, read_events
 from trainyard.runner.spec import SandboxSettings, TaskRun
 
@@ -746,7 +746,7 @@ def _joins_in_launcher(launch: TaskLaunch, iso: Isolation) -> bool:
     """Whether ``build_request`` will have the launcher join the task's runner thread to the
     group's namespace (``LaunchRequest.joins_group_network``): ``runner.hosted.hostable``
     (sandboxed, no data to move), read from the launch, as root."""
-    moves_data = any(launch.run.get(k) for k in ("inputs", "outputs", "checkpoints"))
+    moves_data = any(launch.run.get(field) for field in DATA_FIELDS)
     return iso.bwrap and not moves_data and _holds_namespaces()
 
 

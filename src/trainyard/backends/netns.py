@@ -48,8 +48,8 @@ from pathlib import Path
 from trainyard.errors import BackendError
 from trainyard.runner import proctree
 
-__all__ = ["GroupNetwork", "ensure_group_network", "probe_netns", "namespace_fd", "hold_namespace",
-           "bridge", "main"]
+__all__ = ["GroupNetwork", "ensure_group_network", "probe_netns", "namespace_fd",
+           "join_namespace", "hold_namespace", "bridge", "main"]
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
@@ -236,6 +236,22 @@ def namespace_fd(ports: Sequence[int]) -> tuple[int, list[socket.socket]]:
     if "error" in made:
         raise made["error"]  # type: ignore[misc]
     return made["done"]  # type: ignore[return-value]
+
+
+def join_namespace(path: str) -> None:
+    """Move the calling thread (only it: network namespaces are per thread in Linux,
+    ``setns(2)``) into the network namespace of ``path``; what it starts inherits it. For a
+    thread that never needs the host's network again (a hosted runner's, which moves no data).
+
+    Raises:
+        OSError: the file cannot be opened or the kernel refuses (needs CAP_SYS_ADMIN).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        _check(libc.setns(fd, _CLONE_NEWNET), f"setns({path}, CLONE_NEWNET)")
+    finally:
+        os.close(fd)
 
 
 def hold_namespace(channel: socket.socket, ready_fd: int, ports: Sequence[int]) -> None:

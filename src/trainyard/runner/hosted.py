@@ -20,29 +20,28 @@ the backend's sign that the runner is gone, as a process's exit is for a runner 
 
 from __future__ import annotations
 
-import ctypes
-import os
 import threading
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from trainyard.runner.main import Runner
 from trainyard.runner.spec import TaskRun, load_run
 
-__all__ = ["HostedRunner", "hostable", "join_network_namespace", "ENDED"]
+__all__ = ["HostedRunner", "hostable", "DATA_FIELDS", "ENDED"]
 
 ENDED = "runner.ended"
 """Written in the run folder when a hosted runner's thread ends (whatever happened)."""
 
-_CLONE_NEWNET = 0x40000000
+DATA_FIELDS = ("inputs", "outputs", "checkpoints")
+"""The ``TaskRun`` fields that make a task move data (and so never hosted)."""
 
 
 def hostable(run: TaskRun) -> bool:
     """Whether ``run`` may be run by a thread (see module docstring): its command starts
     behind a sandbox with a PID namespace (``sandbox.mounts``: bubblewrap) and it has no
     inputs, outputs or checkpoints."""
-    return bool(run.sandbox.mounts) and not (run.inputs or run.outputs or run.checkpoints)
+    return bool(run.sandbox.mounts) and not any(getattr(run, f) for f in DATA_FIELDS)
 
 
 class HostedRunner:
@@ -52,14 +51,14 @@ class HostedRunner:
         run_json: the attempt's ``run.json`` (its folder is the run folder).
         out: the file that gets what the runner could not report itself (appended).
         env: the environment the task's own is laid over (the backend's).
-        network_namespace: a network namespace file (``/proc/PID/fd/N`` of this process)
-            that the thread joins before anything else, so that the command starts in it
-            (instead of behind an ``nsenter`` prefix, ~1.4 ms of CPU per task).
+        first: called on the thread before anything else (the launcher moves the thread into
+            the group's network namespace there, so the command starts in it); what it raises
+            ends the attempt as a malformed ``run.json`` does.
     """
 
     def __init__(self, run_json: Path, out: Path, env: Mapping[str, str],
-                 network_namespace: str | None = None) -> None:
-        self.network_namespace = network_namespace
+                 first: Callable[[], None] | None = None) -> None:
+        self.first = first
         self.run_json = Path(run_json)
         self.out = Path(out)
         self.env = dict(env)
@@ -98,8 +97,8 @@ class HostedRunner:
 
     def _main(self) -> None:
         try:
-            if self.network_namespace:
-                join_network_namespace(self.network_namespace)
+            if self.first is not None:
+                self.first()
             runner = Runner(load_run(self.run_json), base_env=self.env)
             with self._lock:
                 self._runner = runner
@@ -112,20 +111,3 @@ class HostedRunner:
         finally:
             (self.run_dir / ENDED).touch()
 
-
-def join_network_namespace(path: str) -> None:
-    """Move the calling thread (only it: network namespaces are per thread in Linux,
-    ``setns(2)``) into the network namespace of ``path``; the command it starts inherits it.
-    A hosted runner's thread never moves data, so it never needs the host's network again.
-
-    Raises:
-        OSError: the file cannot be opened or the kernel refuses (needs CAP_SYS_ADMIN).
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.setns(fd, _CLONE_NEWNET) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, f"setns({path}, CLONE_NEWNET): {os.strerror(code)}")
-    finally:
-        os.close(fd)
