@@ -32,11 +32,17 @@ __all__ = ["SpecRequest", "LoadedSpec", "LogLine", "Service", "iso"]
 
 @dataclass(frozen=True)
 class LoadedSpec:
-    """A validated spec: its workflow, its rendered text (tokens kept) and its pool."""
+    """A validated spec: its workflow, its rendered text (tokens kept), its pool and what
+    it was accepted with but warned about (``spec.SpecDocument.warnings``)."""
 
     workflow: WorkflowSpec
     rendered_text: str
     pool: Pool
+    warnings: tuple[SpecProblem, ...] = ()
+
+    def warnings_json(self) -> list[dict[str, Any]]:
+        """The warnings as ``[{"path", "message", "line", "file"}]``."""
+        return [w.to_json() for w in self.warnings]
 
 
 def iso(time_s: float | None) -> str | None:
@@ -117,7 +123,7 @@ class Service:
             set_env=specapi.parse_env(req.set_env), labels=req.labels or None, pool=lookup,
         )
         pool = chosen[-1] if chosen else self.pool(req.pool or doc.workflow.pool)
-        return LoadedSpec(doc.workflow, rendered, pool)
+        return LoadedSpec(doc.workflow, rendered, pool, tuple(doc.warnings))
 
     def _check_other_workflows(self, workflow: WorkflowSpec, user: User) -> None:
         """Each ``task: WORKFLOW_ID:TASK`` input names a workflow that exists and that
@@ -144,7 +150,8 @@ class Service:
                     raise ForbiddenError(f"{where}: {exc}") from None
 
     def submit(self, req: SpecRequest, user: User) -> dict[str, Any]:
-        """Validate and start a workflow. Returns ``{"id", "name", "status"}``.
+        """Validate and start a workflow. Returns ``{"id", "name", "status", "warnings"}``
+        (the spec's warnings, ``LoadedSpec.warnings_json``).
 
         Raises:
             SpecError, NotFoundError: as ``load``; NotFoundError and ForbiddenError also as
@@ -157,14 +164,15 @@ class Service:
             spec=loaded.workflow, spec_text=loaded.rendered_text, user=user.name,
             pool=loaded.pool, labels=dict(loaded.workflow.labels), source=source,
         ))
-        return {"id": record.id, "name": record.name, "status": record.status}
+        return {"id": record.id, "name": record.name, "status": record.status,
+                "warnings": loaded.warnings_json()}
 
     def dry_run(self, req: SpecRequest, user: User) -> dict[str, Any]:
         """Validate without storing; with what the pool's backend would be handed.
 
         Returns:
             ``{"dry_run": true, "name", "pool", "spec": rendered text, "backend": [{"group",
-            "text"}]}``; ``backend`` holds, on Slurm, each group's sbatch command and script
+            "text"}], "warnings"}``; ``backend`` holds, on Slurm, each group's sbatch command and script
             (empty for backends without such a rendering).
         """
         loaded = self.load(req)
@@ -173,7 +181,7 @@ class Service:
                          pool=loaded.pool, labels=dict(loaded.workflow.labels))
         shown = [{"group": g, "text": text} for g, text in self.engine.preview(sub)]
         return {"dry_run": True, "name": loaded.workflow.name, "pool": loaded.pool.name,
-                "spec": loaded.rendered_text, "backend": shown}
+                "spec": loaded.rendered_text, "backend": shown, "warnings": loaded.warnings_json()}
 
     def resubmit(self, workflow_id: str, user: User, overrides: SpecRequest | None, *,
                  dry_run: bool = False) -> dict[str, Any]:

@@ -31,9 +31,9 @@ from trainyard.spec.fields import check_env_name
 from trainyard.spec.localfiles import LocalFiles, read_local_files
 from trainyard.spec.models import SpecDocument, WorkflowSpec
 from trainyard.spec.partial import lenient_view
-from trainyard.spec.problems import Issue, Layout, issues_from_validation, to_problems
+from trainyard.spec.problems import Issue, Layout, format_path, issues_from_validation, to_problems
 from trainyard.spec.template import DEFAULT_LIMITS, RenderLimits, render
-from trainyard.spec.yamlsource import LineIndex, gc_paused, parse_yaml
+from trainyard.spec.yamlsource import LineIndex, RepeatedKey, gc_paused, parse_yaml
 
 __all__ = ["PoolChoice", "load", "render_source", "parse", "validate", "check_pool", "json_schema"]
 
@@ -130,10 +130,11 @@ def parse(
     Args: as ``load``.
 
     Returns:
-        The validated document.
+        The validated document; ``doc.warnings`` lists what is accepted but suspect: a key
+        given twice in one mapping (the last value is used, as OSMO's PyYAML loader does).
 
     Raises:
-        SpecError: every problem found.
+        SpecError: every problem found (its ``warnings`` as above).
     """
     path = Path(spec_path) if spec_path is not None else None
     file = _display(path)
@@ -147,10 +148,31 @@ def parse(
             issues += _check_document(doc, layout, set_env, local, _resolve_pool(pool, doc))
         elif errors:
             issues += _check_lenient(data, errors, layout, set_env, local, pool)
+    warnings = [repeated_key_warning(r, file) for r in parsed.repeated]
     if issues:
-        raise SpecError(to_problems(issues, LineIndex(parsed.root), file))
+        raise SpecError(to_problems(issues, LineIndex(parsed.root), file), warnings)
     assert doc is not None
+    doc.warnings.extend(warnings)
     return doc
+
+
+def repeated_key_warning(repeat: RepeatedKey, file: str | None) -> SpecProblem:
+    """The warning for a key given twice in one mapping, at its last line (both lines
+    named). OSMO loads specs with PyYAML, which keeps the last value silently."""
+    lines = f"lines {repeat.first_line} and {repeat.last_line}"
+    if repeat.same_value:
+        message = (f"key {repeat.key!r} is given twice in one mapping ({lines}) with the same "
+                   "value; it is used once, as OSMO does; remove one")
+    else:
+        message = (f"key {repeat.key!r} is given twice in one mapping ({lines}) with different "
+                   f"values; the value of line {repeat.last_line} ({_shown(repeat.used)}) is used, "
+                   "as OSMO keeps the last; remove the one you do not mean")
+    return SpecProblem(format_path(repeat.loc), message, repeat.last_line, file)
+
+
+def _shown(value: Any) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_pool(workflow: WorkflowSpec, pool: Pool) -> list[SpecProblem]:
