@@ -4,7 +4,8 @@ Every route but ``/api/health`` needs ``Authorization: Bearer TOKEN`` (401 other
 Errors answer ``{"detail": [{"message": ..., "path", "line", "file"}], "kind": ...}`` (a
 SpecError also ``"warnings"``, rows of the same shape) with a
 status code per error class (SpecError 422, NotFoundError 404, AuthError 401,
-ForbiddenError 403, any other refusal 400); ``kind`` is the error's class name in
+ForbiddenError 403, any other refusal 400; a request body over ``bodylimit.MAX_BODY_BYTES``
+413 with ``kind`` SpecError); ``kind`` is the error's class name in
 ``trainyard.errors``, from which the CLI rebuilds the same error, so an error has the same
 exit code whether it was raised on this machine or by the server.
 
@@ -34,6 +35,7 @@ from pydantic import BaseModel
 import trainyard
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
 from trainyard.server.auth import TokenRegistry, User
+from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
 from trainyard.server.service import LogLine, Service, SpecRequest, spec_error_json
 from trainyard.store import Store
 
@@ -99,6 +101,9 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
     @app.exception_handler(TrainyardError)
     async def _on_error(_request: Request, exc: TrainyardError) -> JSONResponse:
         return _error_response(exc)
+
+    app.add_middleware(BodyLimit)
+    app.add_exception_handler(BodyTooLarge, on_body_too_large)
 
     _routes(app, service)
     _app_routes(app, service)

@@ -105,9 +105,11 @@ class Service:
         ``--pool`` first, else the spec's ``workflow.pool``, else ``local``.
 
         Raises:
-            SpecError: every problem of the spec or of the ``--set`` values.
+            SpecError: every problem of the spec or of the ``--set`` values; a spec (with
+                its files, or rendered) over ``spec.MAX_SPEC_BYTES``.
             NotFoundError: the pool does not exist.
         """
+        specapi.check_source_size(req.spec_text, req.files, file=req.spec_name)
         rendered = specapi.render(
             req.spec_text, values=specapi.parse_set_values(req.set),
             set_strings=specapi.parse_set_strings(req.set_string), file=req.spec_name,

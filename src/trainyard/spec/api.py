@@ -32,6 +32,7 @@ from trainyard.spec.localfiles import LocalFiles, read_local_files
 from trainyard.spec.models import SpecDocument, WorkflowSpec
 from trainyard.spec.partial import lenient_view
 from trainyard.spec.problems import Issue, Layout, format_path, issues_from_validation, to_problems
+from trainyard.spec.size import check_spec_size, text_bytes
 from trainyard.spec.template import DEFAULT_LIMITS, RenderLimits, render
 from trainyard.spec.yamlsource import LineIndex, RepeatedKey, gc_paused, parse_yaml
 
@@ -134,10 +135,12 @@ def parse(
         given twice in one mapping (the last value is used, as OSMO's PyYAML loader does).
 
     Raises:
-        SpecError: every problem found (its ``warnings`` as above).
+        SpecError: every problem found (its ``warnings`` as above); a text over
+            ``MAX_SPEC_BYTES`` (one problem, nothing else checked).
     """
     path = Path(spec_path) if spec_path is not None else None
     file = _display(path)
+    check_spec_size(text_bytes(rendered), what="the rendered spec", file=file)
     with gc_paused():
         parsed = parse_yaml(rendered, file=file)
         data = _with_labels(parsed.data, labels)
@@ -208,8 +211,10 @@ def _path_of(source: str | os.PathLike[str], spec_path: str | os.PathLike[str] |
 
 
 def _read_file(path: Path | None) -> str:
+    """The spec file's text; one over ``MAX_SPEC_BYTES`` is refused before it is read."""
     assert path is not None
     try:
+        check_spec_size(path.stat().st_size, file=str(path))
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
