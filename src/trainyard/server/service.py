@@ -161,10 +161,10 @@ class Service:
         """
         loaded = self.load(req)
         self._check_other_workflows(loaded.workflow, user)
-        source = {"request": req.model_dump()}
         record = self.engine.submit(Submission(
             spec=loaded.workflow, spec_text=loaded.rendered_text, user=user.name,
-            pool=loaded.pool, labels=dict(loaded.workflow.labels), source=source,
+            pool=loaded.pool, labels=dict(loaded.workflow.labels),
+            source=_stored_source(req, loaded), reparse=_reparse_args(req),
         ))
         return {"id": record.id, "name": record.name, "status": record.status,
                 "warnings": loaded.warnings_json()}
@@ -191,7 +191,7 @@ class Service:
         those in ``overrides`` appended, so they win). With ``dry_run``, nothing is stored:
         the answer is ``dry_run``'s."""
         record = self._readable(workflow_id, user)
-        stored = SpecRequest.model_validate(record.source["request"])
+        stored = _stored_request(record)
         if overrides is not None:
             stored.set += overrides.set
             stored.set_string += overrides.set_string
@@ -385,8 +385,50 @@ def _task_json(t: m.TaskState, verbose: bool) -> dict[str, Any]:
     return out
 
 
+def _stored_source(req: SpecRequest, loaded: LoadedSpec) -> dict[str, Any]:
+    """What a workflow's record keeps beside its rendered text (``spec_text``), each thing
+    once: the request (to submit it again) without its ``localpath`` files (kept in the
+    ``reparse`` arguments) and without its text when that is the rendered text (a spec
+    without template syntax), and where each task's outputs go (``outputs``, for query)."""
+    request = req.model_dump()
+    request["files"] = None
+    if request["spec_text"] == loaded.rendered_text:
+        request["spec_text"] = None
+    return {"request": request, "outputs": _targets_of(loaded.workflow)}
+
+
+def _reparse_args(req: SpecRequest) -> dict[str, Any]:
+    """The ``spec.reparse`` arguments that turn the stored rendered text back into the
+    workflow (as ``load`` parsed it)."""
+    return {"spec_path": req.spec_name, "files": req.files,
+            "set_env": specapi.parse_env(req.set_env), "labels": req.labels or None}
+
+
+def _stored_request(record: WorkflowRecord) -> SpecRequest:
+    """The request ``record`` was submitted with (see ``_stored_source``)."""
+    request = dict(record.source["request"])
+    if request.get("spec_text") is None:
+        request["spec_text"] = record.spec_text
+    if request.get("files") is None:
+        request["files"] = record.source.get("reparse", {}).get("files") or {}
+    return SpecRequest.model_validate(request)
+
+
+def _targets_of(workflow: WorkflowSpec) -> dict[str, list[str]]:
+    """Task name -> where its ``outputs`` go (``url`` or ``dataset NAME``)."""
+    targets: dict[str, list[str]] = {}
+    for task in workflow.all_tasks():
+        for out in task.outputs:
+            target = out.url or f"dataset {out.dataset.name if out.dataset else None}"
+            targets.setdefault(task.name, []).append(target)
+    return targets
+
+
 def _output_targets(record: WorkflowRecord) -> dict[str, list[str]]:
-    """Task name -> where its ``outputs`` go (``url`` or ``dataset NAME``), from the spec."""
+    """Task name -> where its ``outputs`` go (``url`` or ``dataset NAME``), as stored at
+    submit (a record stored before ``outputs`` was: from its spec JSON)."""
+    if "outputs" in record.source:
+        return record.source["outputs"]
     spec = record.source.get("spec") or {}
     tasks = [t for g in spec.get("groups", []) for t in g.get("tasks", [])]
     targets: dict[str, list[str]] = {}

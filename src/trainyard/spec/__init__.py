@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         load,
         parse,
         render_source,
+        reparse,
         validate,
     )
     from trainyard.spec.fields import (
@@ -63,7 +64,8 @@ if TYPE_CHECKING:
     from trainyard.spec.values import parse_env, parse_labels, parse_set_strings, parse_set_values
 
 _HOMES = {
-    "trainyard.spec.api": ("PoolChoice", "check_pool", "json_schema", "load", "parse", "render_source", "validate"),
+    "trainyard.spec.api": ("PoolChoice", "check_pool", "json_schema", "load", "parse", "render_source",
+                           "reparse", "validate"),
     "trainyard.spec.fields": (
         "format_exit_codes", "name_key", "parse_exit_codes", "split_mount", "split_task_ref",
     ),
@@ -99,6 +101,7 @@ __all__ = [
     "load",
     "render_source",
     "parse",
+    "reparse",
     "validate",
     "render",
     "json_schema",

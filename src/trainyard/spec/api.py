@@ -36,7 +36,8 @@ from trainyard.spec.size import check_spec_size, text_bytes
 from trainyard.spec.template import DEFAULT_LIMITS, RenderLimits, render
 from trainyard.spec.yamlsource import LineIndex, RepeatedKey, gc_paused, parse_yaml
 
-__all__ = ["PoolChoice", "load", "render_source", "parse", "validate", "check_pool", "json_schema"]
+__all__ = ["PoolChoice", "load", "render_source", "parse", "reparse", "validate", "check_pool",
+           "json_schema"]
 
 PoolChoice = Pool | Callable[[str | None], Pool] | None
 """A pool, or a function from the spec's ``workflow.pool`` to a pool; ``None`` is the
@@ -138,6 +139,34 @@ def parse(
         SpecError: every problem found (its ``warnings`` as above); a text over
             ``MAX_SPEC_BYTES`` (one problem, nothing else checked).
     """
+    return _parse(rendered, spec_path=spec_path, files=files, set_env=set_env, labels=labels,
+                  pool=pool, pool_checks=True)
+
+
+def reparse(
+    rendered: str,
+    *,
+    spec_path: str | os.PathLike[str] | None = None,
+    files: Mapping[str, str] | None = None,
+    set_env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> SpecDocument:
+    """The document of a spec that was validated before (a stored workflow's rendered text,
+    with the arguments it was parsed with): ``parse`` without the pool checks, since the
+    pool's nodes may have changed since the workflow was accepted.
+
+    Raises:
+        SpecError: the text no longer validates (every problem).
+    """
+    return _parse(rendered, spec_path=spec_path, files=files, set_env=set_env, labels=labels,
+                  pool=None, pool_checks=False)
+
+
+def _parse(
+    rendered: str, *, spec_path: str | os.PathLike[str] | None, files: Mapping[str, str] | None,
+    set_env: Mapping[str, str] | None, labels: Mapping[str, str] | None, pool: PoolChoice,
+    pool_checks: bool,
+) -> SpecDocument:
     path = Path(spec_path) if spec_path is not None else None
     file = _display(path)
     check_spec_size(text_bytes(rendered), what="the rendered spec", file=file)
@@ -148,7 +177,8 @@ def parse(
         local = LocalFiles(path.parent if path else None, files)
         doc, issues, errors = _validate_model(data, layout)
         if doc is not None:
-            issues += _check_document(doc, layout, set_env, local, _resolve_pool(pool, doc))
+            chosen = _resolve_pool(pool, doc) if pool_checks else None
+            issues += _check_document(doc, layout, set_env, local, chosen)
         elif errors:
             issues += _check_lenient(data, errors, layout, set_env, local, pool)
     warnings = [repeated_key_warning(r, file) for r in parsed.repeated]
