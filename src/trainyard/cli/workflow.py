@@ -159,12 +159,47 @@ def _validate(path: Path, set_: list[str] | None, set_string: list[str] | None,
     return {**answer, "server": client.url, "warnings": answer.get("warnings", [])}
 
 
+SpecOrIdArg = Annotated[str, typer.Argument(
+    help="The workflow spec (YAML with Jinja), or the id of a submitted workflow (NAME-N).",
+    metavar="SPEC|WORKFLOW_ID")]
+TemplateOpt = Annotated[bool, typer.Option(
+    "--template", help="With a workflow id: the spec as written, before rendering.")]
+
+
 @app.command("spec", help=f"""Print the rendered spec (special tokens kept) once it validates.
 {WHERE_CHECKED} --set-env and --label are checked but, like the tokens, applied when the
-workflow runs: the text shows the spec as rendered. Warnings go to stderr.""")
-def spec_command(path: SpecArg, set_: SetOpt = None, set_string: SetStringOpt = None,
+workflow runs: the text shows the spec as rendered. Warnings go to stderr. Given the id of a
+submitted workflow (NAME-N) instead of a file, print the spec it was submitted with, as the
+server stored it (rendered; with --template, as written).""")
+def spec_command(source: SpecOrIdArg, set_: SetOpt = None, set_string: SetStringOpt = None,
                  set_env: SetEnvOpt = None, label: LabelOpt = None, pool: PoolOpt = None,
-                 local: LocalOpt = False) -> None:
+                 local: LocalOpt = False, template: TemplateOpt = False) -> None:
+    from trainyard.cli.workflow_ops import looks_like_workflow_id
+
+    path = Path(source)
+    if not path.exists() and looks_like_workflow_id(source):
+        _print_text(_stored_spec(source, template))
+        return
+    if template:
+        raise typer.BadParameter("--template goes with a workflow id (NAME-N), not a spec file",
+                                 param_hint="--template")
+    _print_text(_checked_spec(path, set_, set_string, set_env, label, pool, local))
+
+
+def _stored_spec(workflow_id: str, template: bool) -> str:
+    answer = Client().request("GET", f"/api/workflow/{workflow_id}/spec",
+                              params={"template": template})
+    return answer.text
+
+
+def _print_text(text: str) -> None:
+    typer.echo(text, nl=not text.endswith("\n"))
+
+
+def _checked_spec(path: Path, set_: list[str] | None, set_string: list[str] | None,
+                  set_env: list[str] | None, label: list[str] | None, pool: str | None,
+                  local: bool) -> str:
+    """The rendered text of the spec file once it validates (its warnings printed)."""
     client = _spec_server(local)
     if client is None:
         options = SpecOptions.parse(set_, set_string, set_env, label, pool)
@@ -176,7 +211,7 @@ def spec_command(path: SpecArg, set_: SetOpt = None, set_string: SetStringOpt = 
                              json=req.model_dump())
         rendered, warnings = answer["spec"], spec_warnings(answer)
     print_spec_warnings(warnings)
-    typer.echo(rendered, nl=not rendered.endswith("\n"))
+    return rendered
 
 
 @app.command("schema")

@@ -12,7 +12,9 @@ exit code whether it was raised on this machine or by the server.
 Spec warnings (accepted, e.g. a key given twice in one mapping: the last value is used, as
 in OSMO) come as ``"warnings": [{"path", "message", "line", "file"}]`` in the answers of
 validate, submit (and ``dry_run``), resubmit and app create; ``POST /api/workflow/spec``
-answers the rendered text, or with ``format=json`` ``{"spec", "warnings"}``.
+answers the rendered text, or with ``format=json`` ``{"spec", "warnings"}``; ``GET
+/api/workflow/{id}/spec`` the stored rendered text of a workflow (``template=true``: the
+spec as written).
 
 ``GET /api/workflow/{id}/logs`` answers ``text/plain`` in OSMO's line format, or with
 ``format=json`` JSON Lines (``application/x-ndjson``): one ``{"time", "task", "retry_id",
@@ -159,6 +161,10 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/api/workflow/{workflow_id}")
     def query(workflow_id: str, u: Caller, verbose: bool = False) -> dict[str, Any]:
         return service.query(workflow_id, u, verbose=verbose)
+
+    @app.get("/api/workflow/{workflow_id}/spec", response_class=PlainTextResponse)
+    def stored_spec(workflow_id: str, u: Caller, template: bool = False) -> str:
+        return service.stored_spec(workflow_id, u, template=template)
 
     @app.get("/api/workflow/{workflow_id}/logs")
     def logs(workflow_id: str, u: Caller, task: str | None = None,

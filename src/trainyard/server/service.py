@@ -202,6 +202,19 @@ class Service:
 
     # ------------------------------------------------------------------ reads
 
+    def stored_spec(self, workflow_id: str, user: User, *, template: bool = False) -> str:
+        """The spec a workflow was submitted with (OSMO ``workflow spec ID``): its rendered
+        text (special tokens kept), or with ``template`` the spec as written (the same text
+        when it had no template syntax).
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``query``.
+        """
+        record = self._readable(workflow_id, user)
+        if not template or "request" not in record.source:
+            return record.spec_text
+        return _stored_request(record).spec_text
+
     def _readable(self, workflow_id: str, user: User) -> WorkflowRecord:
         record = self.engine.store.get_workflow(workflow_id)
         if not user.admin and record.submitted_by != user.name:

@@ -110,3 +110,17 @@ def test_a_spec_is_stored_once_and_a_stopped_server_resumes_from_it(home: Path, 
     again = run_cli(home, "workflow", "submit", workflow_id, "--set", "n=5", "-f", "json")
     assert again.code == 0, again.err
     assert _wait(home, json.loads(again.out)["id"]) == "COMPLETED"
+
+
+def test_workflow_spec_of_an_id_prints_what_was_stored(home: Path, tmp_path: Path) -> None:
+    spec = tmp_path / "grows.yaml"
+    spec.write_text(TEMPLATE)
+    sent = run_cli(home, "workflow", "submit", str(spec), "--set", "n=4", "-f", "json")
+    workflow_id = json.loads(sent.out)["id"]
+    rendered = run_cli(home, "workflow", "spec", workflow_id)
+    assert rendered.code == 0, rendered.err
+    assert 'args: ["sleep 0; echo done xxxx"]' in rendered.out
+    assert run_cli(home, "workflow", "spec", workflow_id, "--template").out == TEMPLATE
+    missing = run_cli(home, "workflow", "spec", "nope-9")
+    assert missing.code == 3 and "no workflow 'nope-9'" in missing.err
+    assert run_cli(home, "workflow", "spec", str(spec), "--template").code == 2

@@ -101,3 +101,12 @@ def test_a_record_stored_with_its_spec_json_still_loads(tmp_path: Path) -> None:
         source={"spec": loaded.workflow.model_dump(mode="json", by_alias=True)},
         make_state=lambda wid: ("COMPLETED", {}))
     assert _spec_from_source(record) == loaded.workflow
+
+
+def test_the_stored_spec_of_a_workflow_rendered_or_as_written(tmp_path: Path) -> None:
+    service = _service(tmp_path, FakeBackend())
+    plain = service.submit(SpecRequest(spec_text=PLAIN, files={"run.sh": "x"}), ADMIN)["id"]
+    assert service.stored_spec(plain, ADMIN) == service.stored_spec(plain, ADMIN, template=True) == PLAIN
+    tpl = service.submit(SpecRequest(spec_text=TEMPLATE, set=["msg=yo"]), ADMIN)["id"]
+    assert "command: [echo, 'yo']" in service.stored_spec(tpl, ADMIN)
+    assert service.stored_spec(tpl, ADMIN, template=True) == TEMPLATE
