@@ -191,19 +191,26 @@ class _Builder:
         if any(k.tag == "tag:yaml.org,2002:merge" for k, _ in node.value) or node.tag != "tag:yaml.org,2002:map":
             return yaml.constructor.SafeConstructor().construct_document(node)
         result: dict[Any, Any] = {}
-        first: dict[Any, yaml.Node] = {}
         for key_node, value_node in node.value:
             key = self.build(key_node)
             if not isinstance(key, (str, int, float, bool)) and key is not None:
                 raise _Refused("a mapping key must be a plain value; quote it", key_node)
             value = self.build(value_node)
             if key in result:
-                same = _same(result[key], value)
-                self.repeats.append((first[key], key_node, same, value))
-            else:
-                first[key] = key_node
+                first = _first_key_node(node, key)
+                self.repeats.append((first, key_node, _same(result[key], value), value))
             result[key] = value
         return result
+
+
+def _first_key_node(node: yaml.MappingNode, key: Any) -> yaml.Node:
+    """The first key node of ``node`` that means ``key`` (looked up only for a repeat)."""
+    for key_node, _value in node.value:
+        if isinstance(key_node, yaml.ScalarNode):
+            plain = key_node.value if key_node.tag == _STR else _scalar(key_node)
+            if plain == key:
+                return key_node
+    raise AssertionError("a repeated key has a first occurrence")
 
 
 def _same(a: Any, b: Any) -> bool:

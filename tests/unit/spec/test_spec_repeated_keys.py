@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from hypothesis import given, strategies as st
 
 from trainyard import spec
 from trainyard.errors import SpecError
@@ -88,3 +89,24 @@ def test_a_value_problem_under_a_repeated_key_points_at_the_used_line() -> None:
 
 def test_validate_returns_no_problem_for_a_repeated_key() -> None:
     assert spec.validate(COOKBOOK) == []
+
+
+def test_keys_equal_across_types_collide_as_in_pyyaml() -> None:
+    text = "a: {1: x, true: y, 1.0: z}\n"
+    parsed = parse_yaml(text)
+    assert parsed.data == yaml.safe_load(text) == {"a": {1: "z"}}
+    assert [(r.key, r.same_value, r.used) for r in parsed.repeated] == [("true", False, "y"), ("1.0", False, "z")]
+
+
+_KEYS = st.sampled_from(["a", "b", "path", "1", "true"])
+_VALUES = st.one_of(st.integers(-3, 3), st.sampled_from(["x", "'y'", "[1, 2]", "{k: 1, k: 2}"]))
+
+
+@given(st.lists(st.tuples(_KEYS, _VALUES), min_size=1, max_size=8))
+def test_any_repeats_build_what_pyyaml_builds_and_each_is_reported(pairs: list[tuple[str, object]]) -> None:
+    text = "".join(f"{key}: {value}\n" for key, value in pairs)
+    parsed = parse_yaml(text)
+    assert parsed.data == yaml.safe_load(text)
+    top = [r for r in parsed.repeated if len(r.loc) == 1]
+    assert len(top) == len(pairs) - len(yaml.safe_load(text))
+    assert all(r.first_line < r.last_line for r in top)
