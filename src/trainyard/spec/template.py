@@ -164,7 +164,10 @@ def render(
         output = _render_in_child(protected, context, effective)
     except _RenderFailure as exc:
         raise _spec_error(_describe(exc, effective), exc.line, file, "") from None
-    return _restore_tokens(output, tokens)
+    rendered = _restore_tokens(output, tokens)
+    if len(rendered) != len(output):  # tokens are longer than their placeholders
+        check_spec_size(text_bytes(rendered), what="the rendered spec", file=file)
+    return rendered
 
 
 def _protect_tokens(text: str) -> tuple[str, list[str]]:

@@ -70,3 +70,12 @@ def test_the_spec_with_its_localpath_files_is_checked_together() -> None:
     spec.check_source_size("a" * 1000, {"f": "b" * (MAX_SPEC_BYTES - 1000)})
     message = refusal(spec.check_source_size, "a" * 1000, {"f": "b" * MAX_SPEC_BYTES}, file="s.yaml")
     assert message.startswith("s.yaml: the spec with its localpath files is 4.0 MiB (4,195,304 bytes)")
+
+
+def test_special_tokens_put_back_after_rendering_count_too() -> None:
+    template = ("workflow:\n  name: big\n  tasks:\n  - name: t\n    command: [echo]\n"
+                "    args: ['{% for i in range(n) %}{% for j in range(n) %}{{output}}{% endfor %}"
+                "{% endfor %}']\n")
+    assert spec.render(template, values={"n": 3}).count("{{output}}") == 9
+    message = refusal(spec.render, template, values={"n": 1024})  # 3 MiB before, 10 MiB after
+    assert "the rendered spec is 10.0 MiB" in message and "over the limit of 4.0 MiB" in message
