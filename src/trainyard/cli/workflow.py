@@ -170,7 +170,8 @@ TemplateOpt = Annotated[bool, typer.Option(
 {WHERE_CHECKED} --set-env and --label are checked but, like the tokens, applied when the
 workflow runs: the text shows the spec as rendered. Warnings go to stderr. Given the id of a
 submitted workflow (NAME-N) instead of a file, print the spec it was submitted with, as the
-server stored it (rendered; with --template, as written).""")
+server stored it (rendered; with --template, as written); that asks the server like
+`workflow query` does, starting the local one if none runs.""")
 def spec_command(source: SpecOrIdArg, set_: SetOpt = None, set_string: SetStringOpt = None,
                  set_env: SetEnvOpt = None, label: LabelOpt = None, pool: PoolOpt = None,
                  local: LocalOpt = False, template: TemplateOpt = False) -> None:
