@@ -54,6 +54,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -392,6 +393,18 @@ def _exit_time(run_dir: Path) -> float | None:
     return None
 
 
+def _ping(name: str) -> int | None:
+    """The pid of the launcher that answers on abstract socket ``name`` (its protocol:
+    ``{"op": "ping"}`` -> ``{"pid": int}``), None when none answers."""
+    with contextlib.suppress(OSError, ValueError, KeyError), \
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5.0)
+        sock.connect("\0" + name)
+        sock.sendall(b'{"op": "ping"}\n')
+        return int(json.loads(sock.recv(4096))["pid"])
+    return None
+
+
 def _attempt_of(run_dir: Path) -> tuple[str, str, int]:
     return run_dir.parent.parent.name, run_dir.parent.name, int(run_dir.name)
 
@@ -410,6 +423,8 @@ class Chaos:
         self.kills: dict[str, int] = {k: 0 for k in (*KILL_KINDS, "no_target")}
         self.notes: list[str] = []
         self.lock = threading.Lock()
+        self.log: list[str] = []
+        self.started_s = time.time()
         folder = hashlib.sha256(os.path.realpath(home / "local").encode()).hexdigest()[:16]
         self.launcher_prefix = f"trainyard-launcher-{folder}-"
 
@@ -452,9 +467,14 @@ class Chaos:
         return None
 
     def _hosted(self, run_dir: Path) -> bool:
-        with contextlib.suppress(OSError, ValueError):
+        """Whether a live launcher hosts the attempt's runner now (its pid and create time
+        in ``launch.json`` still match, and the thread has not ended)."""
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, psutil.Error):
             launch = json.loads((run_dir / "launch.json").read_text())
-            return bool(launch.get("hosted_by")) and not (run_dir / "runner.ended").exists()
+            if not launch.get("hosted_by") or (run_dir / "runner.ended").exists():
+                return False
+            proc = psutil.Process(int(launch["pid"]))
+            return abs(proc.create_time() - float(launch["created"])) < 0.05
         return False
 
     def _sandboxes(self) -> list[tuple[psutil.Process, Path]]:
@@ -472,11 +492,19 @@ class Chaos:
         return found
 
     def launchers(self) -> list[psutil.Process]:
-        found = []
+        """The live launchers of this home's backend folder: the processes that answer a
+        ``ping`` on the abstract socket named in their command line (a forked runner or a
+        spare has the same command line, but does not answer)."""
+        names = set()
         for proc in psutil.process_iter(["cmdline"]):
-            cmd = proc.info["cmdline"] or []
-            if any(part.startswith(self.launcher_prefix) for part in cmd):
-                found.append(proc)
+            names |= {part for part in proc.info["cmdline"] or []
+                      if part.startswith(self.launcher_prefix)}
+        found = []
+        for name in sorted(names):
+            pid = _ping(name)
+            with contextlib.suppress(psutil.Error):
+                if pid is not None:
+                    found.append(psutil.Process(pid))
         return found
 
     # -------------------------------------------------------------- kills
@@ -486,17 +514,21 @@ class Chaos:
         first = self.rng.choices(kinds, KILL_WEIGHTS)[0]
         order = [first] + self.rng.sample([k for k in kinds if k != first], len(kinds) - 1)
         for kind in order:
-            if getattr(self, f"_kill_{kind}")():
+            what = getattr(self, f"_kill_{kind}")()
+            if what:
                 self.kills[kind] += 1
+                self.log.append(f"{time.time() - self.started_s:.1f} s: {kind} {what}")
                 return
         self.kills["no_target"] += 1
 
-    def _kill_server(self) -> bool:
+    def _kill_server(self) -> str | None:
         try:
             info = json.loads((self.home / "server.json").read_text())
             proc = psutil.Process(int(info["pid"]))
+            if abs(proc.create_time() - float(info["create_time_s"])) > 0.05:
+                return None  # server.json of a dead server (its pid reused)
         except (OSError, ValueError, KeyError, psutil.Error):
-            return False
+            return None
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGKILL)
             time.sleep(self.rng.uniform(0.5, 3.0))
@@ -504,58 +536,58 @@ class Chaos:
             if done.returncode != 0:
                 self.notes.append(f"server start after a kill: exit {done.returncode}: "
                                   f"{(done.stderr or done.stdout).strip()[-200:]}")
-            return True
-        return False
+            return f"pid {proc.pid}, restarted: exit {done.returncode}"
+        return None
 
-    def _kill_launcher(self) -> bool:
-        launchers = self.launchers()
-        mains = [p for p in launchers if p.ppid() not in {q.pid for q in launchers}]
+    def _kill_launcher(self) -> str | None:
+        mains = self.launchers()
         if not mains:
-            return False
+            return None
         hosted = [d for d in self.run_dirs() if self._hosted(d)]
         before = {d: _exit_time(d) for d in hosted}
         now = time.time()
         for proc in mains:
             with contextlib.suppress(psutil.Error):
                 proc.send_signal(signal.SIGKILL)
-        for run_dir in hosted:
-            if before[run_dir] is None:
-                self._hit(run_dir, "launcher", now)
-        return True
+        hit = [d for d in hosted if before[d] is None]
+        for run_dir in hit:
+            self._hit(run_dir, "launcher", now)
+        return f"pid {' '.join(str(p.pid) for p in mains)}, hit {len(hit)} hosted runner(s)"
 
-    def _kill_runner(self) -> bool:
+    def _kill_runner(self) -> str | None:
         live = [(d, p) for d in self.run_dirs() if (p := self._live_runner(d)) is not None]
         if not live:
-            return False
+            return None
         run_dir, proc = self.rng.choice(live)
         now = time.time()
         try:
             proc.send_signal(signal.SIGKILL)
         except psutil.Error:
-            return False
+            return None
         time.sleep(0.2)
-        if _exit_time(run_dir) is None:  # it had not reported its exit: a hit
+        hit = _exit_time(run_dir) is None  # it had not reported its exit: a hit
+        if hit:
             self._hit(run_dir, "runner", now)
-        return True
+        return f"pid {proc.pid} of {'/'.join(map(str, _attempt_of(run_dir)))}, hit {hit}"
 
-    def _kill_command(self) -> bool:
+    def _kill_command(self) -> str | None:
         with self.lock:
             ids = set(self.plans)
         live = [(p, d) for p, d in self._sandboxes() if d.parent.parent.name in ids]
         if not live:
-            return False
+            return None
         proc, run_dir = self.rng.choice(live)
         reported = _exit_time(run_dir) is not None
         now = time.time()
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:
-                return False
+                return None
             proc.send_signal(signal.SIGKILL)
         except psutil.Error:
-            return False
+            return None
         if not reported:
             self._hit(run_dir, "command", now)
-        return True
+        return f"bwrap pid {proc.pid} of {'/'.join(map(str, _attempt_of(run_dir)))}, hit {not reported}"
 
     def _hit(self, run_dir: Path, kind: str, now: float) -> None:
         wf_id, task, retry_id = _attempt_of(run_dir)
@@ -720,8 +752,7 @@ def run(workflows: int, kills: int, seed: int, timeout_s: float, home: Path) -> 
                           chaos.missing_outputs(final), leaks, chaos.kills,
                           time.monotonic() - started)
     report.home = str(home)
-    report.notes = chaos.notes + [f"hit: {h.workflow_id} {h.task} retry {h.retry_id} by "
-                                  f"{h.kind}" for h in chaos.hits]
+    report.notes = chaos.notes + [f"kill at {line}" for line in chaos.log]
     return report
 
 
