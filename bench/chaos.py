@@ -41,6 +41,7 @@ Exit status 1 when any count is non-zero, 2 on a usage error.
 
 Usage:
     .venv/bin/python bench/chaos.py [--workflows 20] [--kills 5] [--seed 1] [--json PATH]
+                                    [--kinds server,launcher,runner,command]
                                     [--timeout-s 600] [--keep-home]
 """
 
@@ -412,11 +413,11 @@ def _attempt_of(run_dir: Path) -> tuple[str, str, int]:
 class Chaos:
     """One run: a fresh home, the submissions, the killer thread, the checks."""
 
-    def __init__(self, home: Path, rng: random.Random, kills: int) -> None:
+    def __init__(self, home: Path, rng: random.Random, kinds: Sequence[str] = KILL_KINDS) -> None:
         self.home = home
+        self.kinds = tuple(kinds)
         self.cli = Cli(home)
         self.rng = rng
-        self.kill_target = kills
         self.storage_url = (home / "chaos-storage").as_uri()
         self.plans: dict[str, WorkflowPlan] = {}
         self.hits: list[Hit] = []
@@ -510,8 +511,9 @@ class Chaos:
     # -------------------------------------------------------------- kills
 
     def kill_one(self) -> None:
-        kinds = list(KILL_KINDS)
-        first = self.rng.choices(kinds, KILL_WEIGHTS)[0]
+        kinds = [k for k in KILL_KINDS if k in self.kinds]
+        weights = [w for k, w in zip(KILL_KINDS, KILL_WEIGHTS) if k in self.kinds]
+        first = self.rng.choices(kinds, weights)[0]
         order = [first] + self.rng.sample([k for k in kinds if k != first], len(kinds) - 1)
         for kind in order:
             what = getattr(self, f"_kill_{kind}")()
@@ -725,11 +727,13 @@ def wait_no_leaks(home: Path, prefix: str, netns_before: set[str],
 # ---------------------------------------------------------------------- main
 
 
-def run(workflows: int, kills: int, seed: int, timeout_s: float, home: Path) -> Report:
-    """Submit ``workflows``, do ``kills`` kills meanwhile, wait, stop the server, check."""
+def run(workflows: int, kills: int, seed: int, timeout_s: float, home: Path,
+        kinds: Sequence[str] = KILL_KINDS) -> Report:
+    """Submit ``workflows``, do ``kills`` kills of ``kinds`` meanwhile, wait, stop the
+    server, check."""
     rng = random.Random(seed)
     plans = make_plans(workflows, rng)
-    chaos = Chaos(home, random.Random(seed + 1), kills)
+    chaos = Chaos(home, random.Random(seed + 1), kinds)
     netns_before = _run_netns()
     spec_dir = home / "chaos-specs"
     spec_dir.mkdir(parents=True)
@@ -748,6 +752,9 @@ def run(workflows: int, kills: int, seed: int, timeout_s: float, home: Path) -> 
     if stop.returncode != 0:
         chaos.notes.append(f"server stop: exit {stop.returncode}: {stop.stderr.strip()[-200:]}")
     leaks = wait_no_leaks(home, chaos.launcher_prefix, netns_before, timeout_s=20)
+    for proc in home_processes(home, chaos.launcher_prefix):  # counted: now clean up
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
     report = build_report(chaos.plans, final, chaos.hits, chaos.starts(),
                           chaos.missing_outputs(final), leaks, chaos.kills,
                           time.monotonic() - started)
@@ -772,14 +779,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="seeds the mix and the kills")
     parser.add_argument("--timeout-s", type=float, default=600.0,
                         help="give up waiting for workflows to end after this long")
+    parser.add_argument("--kinds", default=",".join(KILL_KINDS),
+                        help=f"comma-separated kinds of kill to use (of {','.join(KILL_KINDS)})")
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON here")
     parser.add_argument("--keep-home", action="store_true",
                         help="keep the temporary TRAINYARD_HOME (kept anyway when a count is not 0)")
     args = parser.parse_args(argv)
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     if args.workflows < 1 or args.kills < 0:
         parser.error("--workflows must be 1 or more and --kills 0 or more")
+    if not kinds or set(kinds) - set(KILL_KINDS):
+        parser.error(f"--kinds: choose from {', '.join(KILL_KINDS)} (given {args.kinds!r})")
     home = Path(tempfile.mkdtemp(prefix="trainyard-chaos-"))
-    report = run(args.workflows, args.kills, args.seed, args.timeout_s, home)
+    report = run(args.workflows, args.kills, args.seed, args.timeout_s, home, kinds)
     print(format_table(report))
     if args.json:
         Path(args.json).write_text(json.dumps(asdict(report), indent=1) + "\n")
