@@ -74,6 +74,7 @@ __all__ = ["TaskPlan", "GroupPlan", "WorkflowPlan", "Hit", "Report", "make_plans
 
 RESCHEDULE_CODE = 42
 RESUME_FAILED_CODE = 3
+SUBMIT_ESTIMATE_S = 1.0  # one CLI submit on the loaded 2-core VM: kills spread over them
 AMBIGUOUS_S = 3.0  # a hit this close to the lead's exit may go either way (engine poll order)
 KILL_KINDS = ("server", "launcher", "runner", "command")
 KILL_WEIGHTS = (2, 2, 3, 3)
@@ -611,16 +612,23 @@ class Chaos:
     # -------------------------------------------------------------- the end
 
     def wait_all(self, deadline: float) -> dict[str, str | None]:
-        statuses: dict[str, str | None] = {}
+        """Each submitted workflow's status once all ended (or at ``deadline``); a workflow
+        of this run the server lists but whose submission printed no id is noted (a
+        submission cut by a server kill that was stored anyway)."""
+        statuses: dict[str, str | None] = {wf_id: None for wf_id in self.plans}
         while time.monotonic() < deadline:
             done = self.cli.run("workflow", "list", "-f", "json", "--count", "100000")
             if done.returncode == 0:
                 rows = {r["id"]: r["status"] for r in json.loads(done.stdout)}
                 statuses = {wf_id: rows.get(wf_id) for wf_id in self.plans}
-                if all(s not in (None, "PENDING", "WAITING", "RUNNING") for s in statuses.values()):
+                ghosts = sorted(set(rows) - set(self.plans))
+                if all(s not in (None, "PENDING", "WAITING", "RUNNING")
+                       for s in statuses.values()):
+                    self.notes += [f"listed but its submit printed no id: {g} ({rows[g]})"
+                                   for g in ghosts]
                     return statuses
             time.sleep(3)
-        return statuses or {wf_id: None for wf_id in self.plans}
+        return statuses
 
     def starts(self) -> dict[str, dict[tuple[str, int], int]]:
         found: dict[str, dict[tuple[str, int], int]] = {wf_id: {} for wf_id in self.plans}
@@ -653,11 +661,14 @@ def _net_ns(pid: int | str) -> str | None:
     return None
 
 
-def home_processes(home: Path, launcher_prefix: str) -> list[psutil.Process]:
+def home_processes(home: Path, launcher_prefix: str,
+                   workflow_ids: Iterable[str] = ()) -> list[psutil.Process]:
     """Every process whose command line names ``home`` or its launcher, or whose
-    environment has ``TRAINYARD_HOME=home`` (the server and what it started)."""
+    environment has ``TRAINYARD_HOME=home`` (the server and what it started) or
+    ``TRAINYARD_WORKFLOW_ID`` of one of ``workflow_ids`` (what a task left running)."""
     found = []
     me = os.getpid()
+    ids = set(workflow_ids)
     for proc in psutil.process_iter(["cmdline", "pid"]):
         if proc.info["pid"] == me:
             continue
@@ -665,15 +676,18 @@ def home_processes(home: Path, launcher_prefix: str) -> list[psutil.Process]:
         hit = str(home) in cmd or launcher_prefix in cmd
         if not hit:
             with contextlib.suppress(psutil.Error):
-                hit = proc.environ().get("TRAINYARD_HOME") == str(home)
+                env = proc.environ()
+                hit = (env.get("TRAINYARD_HOME") == str(home)
+                       or env.get("TRAINYARD_WORKFLOW_ID", "") in ids)
         if hit:
             found.append(proc)
     return found
 
 
-def find_leaks(home: Path, launcher_prefix: str, netns_before: set[str]) -> dict[str, list[str]]:
+def find_leaks(home: Path, launcher_prefix: str, netns_before: set[str],
+               workflow_ids: Iterable[str] = ()) -> dict[str, list[str]]:
     """Processes, network namespaces and mounts of ``home`` left after the server stopped."""
-    procs = home_processes(home, launcher_prefix)
+    procs = home_processes(home, launcher_prefix, workflow_ids)
     host_ns = _net_ns("self")
     processes, namespaces = [], set()
     for proc in procs:
@@ -712,13 +726,13 @@ def _mounts() -> list[str]:
     return []
 
 
-def wait_no_leaks(home: Path, prefix: str, netns_before: set[str],
-                  timeout_s: float) -> dict[str, list[str]]:
+def wait_no_leaks(home: Path, prefix: str, netns_before: set[str], timeout_s: float,
+                  workflow_ids: Iterable[str] = ()) -> dict[str, list[str]]:
     """``find_leaks`` until it finds none or ``timeout_s`` passed (things take a moment to
     exit after ``server stop``)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        leaks = find_leaks(home, prefix, netns_before)
+        leaks = find_leaks(home, prefix, netns_before, workflow_ids)
         if not any(leaks.values()) or time.monotonic() > deadline:
             return leaks
         time.sleep(1)
@@ -738,21 +752,21 @@ def run(workflows: int, kills: int, seed: int, timeout_s: float, home: Path,
     spec_dir = home / "chaos-specs"
     spec_dir.mkdir(parents=True)
     started = time.monotonic()
-    submit_span_s = max(10.0, workflows * 0.5)
-    moments = sorted(rng.uniform(2.0, submit_span_s + 15.0) for _ in range(kills))
+    active_s = max(20.0, workflows * SUBMIT_ESTIMATE_S) + 10.0  # submissions and after
+    moments = sorted(rng.uniform(2.0, active_s) for _ in range(kills))
     killer = threading.Thread(target=_killer, args=(chaos, moments, started), daemon=True)
     killer.start()
     for plan in plans:
         chaos.submit(plan, spec_dir)
-        time.sleep(rng.uniform(0.0, 2 * submit_span_s / max(workflows, 1)) / 4)
+        time.sleep(rng.uniform(0.0, 0.5))
     killer.join()
     final = chaos.wait_all(started + timeout_s)
     chaos.finish_hits()
     stop = chaos.cli.run("server", "stop", timeout_s=60)
     if stop.returncode != 0:
         chaos.notes.append(f"server stop: exit {stop.returncode}: {stop.stderr.strip()[-200:]}")
-    leaks = wait_no_leaks(home, chaos.launcher_prefix, netns_before, timeout_s=20)
-    for proc in home_processes(home, chaos.launcher_prefix):  # counted: now clean up
+    leaks = wait_no_leaks(home, chaos.launcher_prefix, netns_before, 20.0, list(chaos.plans))
+    for proc in home_processes(home, chaos.launcher_prefix, list(chaos.plans)):  # counted: now clean up
         with contextlib.suppress(psutil.Error):
             proc.kill()
     report = build_report(chaos.plans, final, chaos.hits, chaos.starts(),
