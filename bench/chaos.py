@@ -16,9 +16,10 @@ Every task command first writes one file ``start.<ns>`` under ``{{output}}/chaos
 start marker the harness reads from the attempt's run folder afterwards (``{{output}}`` is
 writable whether or not the sandbox shows host folders such as the home).
 
-Kills (``--kills K``, at seeded moments over the run, kind chosen at random; a kind with no
-target at that moment falls back to another): ``server`` (SIGKILL the pid of
-``server.json``, then ``trainyard server start`` after 0.5-3 s, as a user would),
+Kills (``--kills K`` moments, seeded, over the submissions and a little after; kind chosen
+at random; a kind with no target at that moment falls back to another): ``server`` (SIGKILL
+the pid of ``server.json``, then ``trainyard server start`` 0.5-3 s later, as a user would;
+half the time a command or runner is killed while it is down, counted as a kill of its own),
 ``launcher`` (the process ``python -m trainyard.backends.launcher trainyard-launcher-<hash
 of <home>/local>-...``; its hosted runners die with it), ``runner`` (a forked runner: the
 pid of a run folder's ``launch.json`` without ``hosted_by``, its create time checked),
@@ -534,13 +535,28 @@ class Chaos:
             return None
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGKILL)
-            time.sleep(self.rng.uniform(0.5, 3.0))
+            time.sleep(self.rng.uniform(0.3, 1.5))
+            also = self._kill_while_down()
+            time.sleep(self.rng.uniform(0.2, 1.5))
             done = self.cli.run("server", "start", timeout_s=60)
             if done.returncode != 0:
                 self.notes.append(f"server start after a kill: exit {done.returncode}: "
                                   f"{(done.stderr or done.stdout).strip()[-200:]}")
-            return f"pid {proc.pid}, restarted: exit {done.returncode}"
+            return f"pid {proc.pid}{also}, restarted: exit {done.returncode}"
         return None
+
+    def _kill_while_down(self) -> str:
+        """Half the time, a command or runner killed while no server runs (what the engine
+        must read from the run folder after its restart: issue 12's H2)."""
+        kinds = [k for k in ("command", "runner") if k in self.kinds]
+        if not kinds or self.rng.random() < 0.5:
+            return ""
+        kind = self.rng.choice(kinds)
+        what = getattr(self, f"_kill_{kind}")()
+        if not what:
+            return ""
+        self.kills[kind] += 1
+        return f" + while down: {kind} {what}"
 
     def _kill_launcher(self) -> str | None:
         mains = self.launchers()
