@@ -518,10 +518,11 @@ class Chaos:
         first = self.rng.choices(kinds, weights)[0]
         order = [first] + self.rng.sample([k for k in kinds if k != first], len(kinds) - 1)
         for kind in order:
+            at_s = time.time() - self.started_s
             what = getattr(self, f"_kill_{kind}")()
             if what:
                 self.kills[kind] += 1
-                self.log.append(f"{time.time() - self.started_s:.1f} s: {kind} {what}")
+                self.log.append(f"{at_s:.1f} s: {kind} {what}")
                 return
         self.kills["no_target"] += 1
 
