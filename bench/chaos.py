@@ -290,6 +290,8 @@ class Report:
     statuses: dict[str, int]
     wall_s: float
     home: str = ""
+    seed: int | None = None
+    kinds: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -789,7 +791,7 @@ def run(workflows: int, kills: int, seed: int, timeout_s: float, home: Path,
     report = build_report(chaos.plans, final, chaos.hits, chaos.starts(),
                           chaos.missing_outputs(final), leaks, chaos.kills,
                           time.monotonic() - started)
-    report.home = str(home)
+    report.home, report.seed, report.kinds = str(home), seed, list(kinds)
     report.notes = chaos.notes + [f"kill at {line}" for line in chaos.log]
     return report
 
