@@ -1,12 +1,15 @@
 """The pure parts of bench/chaos.py (issue 12's fault-injection harness): the mix of
 workflows, the specs it submits, which kills must change a workflow's status, the run-twice
-rule and the report. The harness itself (real server, kills) runs as a benchmark, not here.
+rule, the report, and the leak finder against real processes. The harness itself (real
+server, kills) runs as a benchmark, not here.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -109,3 +112,22 @@ def test_a_clean_run_reports_nothing() -> None:
     report = chaos.build_report({"a-1": GANG_LOOSE}, {"a-1": "COMPLETED"}, [],
                                 {"a-1": {("lead", 0): 1}}, [], {}, {"server": 2}, 5.0)
     assert not report.failed and set(report.counts.values()) == {0}
+
+
+def test_find_leaks_sees_processes_naming_the_home_or_a_workflow(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    named = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(home)])
+    task = subprocess.Popen(["sleep", "60"], env={"PATH": os.environ["PATH"],
+                                                  "TRAINYARD_WORKFLOW_ID": "chaos-x-1"})
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        leaks = chaos.find_leaks(home, "trainyard-launcher-0000-", set(), ["chaos-x-1"])
+        pids = {int(line.split(":")[0].split()[1]) for line in leaks["processes"]}
+        assert {named.pid, task.pid} <= pids and other.pid not in pids
+        assert leaks["mounts"] == []
+    finally:
+        for proc in (named, task, other):
+            proc.kill()
+            proc.wait()
+    after = chaos.find_leaks(home, "trainyard-launcher-0000-", set(), ["chaos-x-1"])
+    assert after == {"processes": [], "namespaces": [], "mounts": []}
