@@ -451,12 +451,9 @@ class Chaos:
     # -------------------------------------------------------------- targets
 
     def run_dirs(self) -> list[Path]:
-        with self.lock:
-            ids = list(self.plans)
-        found = []
-        for wf_id in ids:
-            found += [p for p in (self.home / "runs" / wf_id).glob("*/*") if p.name.isdigit()]
-        return found
+        """Every attempt's run folder in the home (``runs/WF/TASK/RETRY``), also of a
+        workflow whose ``submit`` has not printed its id yet: it may run already."""
+        return [p for p in (self.home / "runs").glob("*/*/*") if p.name.isdigit()]
 
     def _live_runner(self, run_dir: Path) -> psutil.Process | None:
         try:
@@ -593,9 +590,7 @@ class Chaos:
         return f"pid {proc.pid} of {'/'.join(map(str, _attempt_of(run_dir)))}, hit {hit}"
 
     def _kill_command(self) -> str | None:
-        with self.lock:
-            ids = set(self.plans)
-        live = [(p, d) for p, d in self._sandboxes() if d.parent.parent.name in ids]
+        live = self._sandboxes()
         if not live:
             return None
         proc, run_dir = self.rng.choice(live)
@@ -619,7 +614,9 @@ class Chaos:
     def finish_hits(self) -> None:
         """Fill in each hit's ``lead_exit_s`` from the lead's attempt current at the kill."""
         for i, hit in enumerate(self.hits):
-            plan = self.plans[hit.workflow_id]
+            plan = self.plans.get(hit.workflow_id)
+            if plan is None:  # its submission printed no id: not judged
+                continue
             group, task = plan.task(hit.task)
             if task.lead:
                 continue
@@ -653,6 +650,8 @@ class Chaos:
         found: dict[str, dict[tuple[str, int], int]] = {wf_id: {} for wf_id in self.plans}
         for run_dir in self.run_dirs():
             wf_id, task, retry_id = _attempt_of(run_dir)
+            if wf_id not in found:
+                continue
             count = len(list((run_dir / "output" / "chaos").glob("start.*")))
             if count:
                 found[wf_id][(task, retry_id)] = count
