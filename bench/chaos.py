@@ -14,7 +14,9 @@ What it submits (``--workflows N``, a seeded mix, commands of 1-10 s):
 
 Every task command first writes one file ``start.<ns>`` under ``{{output}}/chaos/``: a
 start marker the harness reads from the attempt's run folder afterwards (``{{output}}`` is
-writable whether or not the sandbox shows host folders such as the home).
+writable whether or not the sandbox shows host folders such as the home); the runner's
+RUNNING events in the run folder count as starts too (a second runner of one attempt may
+die before its command writes a marker).
 
 Kills (``--kills K`` moments, seeded, over the submissions and a little after; kind chosen
 at random; a kind with no target at that moment falls back to another): ``server`` (SIGKILL
@@ -33,8 +35,8 @@ it hits the lead, or any task of a group with ``ignoreNonleadStatus: false``, be
 lead exited; within ``AMBIGUOUS_S`` of the lead's exit either outcome is accepted. A server
 kill changes no outcome.
 
-Report: lost workflows (submitted, never ended or gone), tasks run twice (two start markers
-for one attempt, or a retry that no exit action asked for), wrong final statuses, missing
+Report: lost workflows (submitted, never ended or gone), tasks run twice (two starts of one
+attempt, or a retry that no exit action asked for), wrong final statuses, missing
 outputs of COMPLETED workflows, and after ``trainyard server stop``: leaked processes (any
 process whose command line names the home or its launcher), network namespaces (held by
 those, new in ``/run/netns``, or nsfs mounts under the home) and mounts under the home.
@@ -380,8 +382,13 @@ class Cli:
 
 
 def _events(run_dir: Path) -> list[dict[str, Any]]:
+    return _rows(run_dir / "events.jsonl")
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of ``path`` (a runner's events), [] when it cannot be read."""
     try:
-        text = (run_dir / "events.jsonl").read_text()
+        text = path.read_text()
     except OSError:
         return []
     rows = []
@@ -647,14 +654,20 @@ class Chaos:
         return statuses
 
     def starts(self) -> dict[str, dict[tuple[str, int], int]]:
+        """workflow id -> (task, retry id) -> how many times the attempt started: the
+        larger of its command's start markers and its runner's RUNNING events (over every
+        ``events*.jsonl``: the backend renames the old one when a run folder is used again;
+        a second runner may fail or be stopped before its command writes a marker)."""
         found: dict[str, dict[tuple[str, int], int]] = {wf_id: {} for wf_id in self.plans}
         for run_dir in self.run_dirs():
             wf_id, task, retry_id = _attempt_of(run_dir)
             if wf_id not in found:
                 continue
-            count = len(list((run_dir / "output" / "chaos").glob("start.*")))
-            if count:
-                found[wf_id][(task, retry_id)] = count
+            markers = len(list((run_dir / "output" / "chaos").glob("start.*")))
+            running = sum(1 for events in run_dir.glob("events*.jsonl")
+                          for row in _rows(events) if row.get("kind") == "RUNNING")
+            if max(markers, running):
+                found[wf_id][(task, retry_id)] = max(markers, running)
         return found
 
     def missing_outputs(self, final: Mapping[str, str | None]) -> list[str]:
