@@ -22,8 +22,9 @@ Kills (``--kills K`` moments, seeded, over the submissions and a little after; k
 at random; a kind with no target at that moment falls back to another): ``server`` (SIGKILL
 the pid of ``server.json``, then ``trainyard server start`` 0.5-3 s later, as a user would;
 half the time a command or runner is killed while it is down, counted as a kill of its own),
-``launcher`` (the process ``python -m trainyard.backends.launcher trainyard-launcher-<hash
-of <home>/local>-...``; its hosted runners die with it), ``runner`` (a forked runner: the
+``launcher`` (the process that answers the launcher protocol's ``ping`` on the abstract
+socket ``trainyard-launcher-<hash of <home>/local>-...`` named in its command line; the
+runners it hosts as threads die with it), ``runner`` (a forked runner: the
 pid of a run folder's ``launch.json`` without ``hosted_by``, its create time checked),
 ``command`` (the outermost ``bwrap`` of an attempt's sandbox).
 
@@ -38,7 +39,8 @@ kill changes no outcome.
 Report: lost workflows (submitted, never ended or gone), tasks run twice (two starts of one
 attempt, or a retry that no exit action asked for), wrong final statuses, missing
 outputs of COMPLETED workflows, and after ``trainyard server stop``: leaked processes (any
-process whose command line names the home or its launcher), network namespaces (held by
+process whose command line names the home or its launcher, or whose environment has the
+home or a workflow id of the run; killed once counted), network namespaces (held by
 those, new in ``/run/netns``, or nsfs mounts under the home) and mounts under the home.
 Exit status 1 when any count is non-zero, 2 on a usage error.
 
@@ -73,7 +75,7 @@ import psutil
 
 __all__ = ["TaskPlan", "GroupPlan", "WorkflowPlan", "Hit", "Report", "make_plans",
            "render_spec", "classify_hit", "expected_statuses", "extra_starts", "build_report",
-           "format_table", "main"]
+           "format_table", "find_leaks", "main"]
 
 RESCHEDULE_CODE = 42
 RESUME_FAILED_CODE = 3
