@@ -280,7 +280,7 @@ class Engine:
             self._pending.clear()
             for wid, event in self._start_unstarted():
                 events.setdefault(wid, []).append(event)
-            facts = self._poll()
+            facts = _in_time_order(self._poll())
             self._ended_now = {f.key for f in facts if f.kind in _ENDING}
             self._stopping -= self._ended_now
             for fact in facts:
@@ -601,6 +601,23 @@ class Engine:
             if event is not None:
                 events.append((item.workflow_id, event))
         return events
+
+
+def _in_time_order(facts: list[TaskFact]) -> list[TaskFact]:
+    """``facts`` in the order they happened (by ``time_s``; each attempt's own facts keep
+    the order its backend reported them in, even if its clock stepped back).
+
+    A backend reports one attempt after the other; after an engine restart one poll reads
+    everything its runners left while it was down, so a lead's exit at 14 s could come
+    before a worker's exit at 6 s and decide the group first (issue 12, H2): sorted, the
+    rules see the exits in the order they would have seen them live.
+    """
+    latest: dict[TaskKey, float] = {}
+    keyed = []
+    for index, fact in enumerate(facts):
+        latest[fact.key] = max(fact.time_s, latest.get(fact.key, fact.time_s))
+        keyed.append((latest[fact.key], index, fact))
+    return [fact for *_order, fact in sorted(keyed, key=lambda item: item[:2])]
 
 
 def _ended_attempts(wid: str, state: m.WorkflowState) -> list[TaskKey]:

@@ -343,3 +343,29 @@ def test_a_restart_in_place_stored_but_never_made_is_made_in_place(tmp_path: Pat
     assert again.wait(wid, 5).status == "COMPLETED"
     retry = backend.launches[-1]
     assert (retry.key.retry_id, retry.restart_in_place) == (1, True)
+
+
+def test_facts_read_together_are_applied_in_the_order_they_happened(tmp_path: Path) -> None:
+    """Issue 12, H2: after a restart one poll reads a lead's exit (later) before a worker's
+    exit (earlier); the worker's failure must still decide the gang."""
+    import time as _time
+
+    from trainyard.backends.base import FactKind, TaskFact
+
+    backend = FakeBackend(lambda launch: Outcome(None))
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "h2", "groups": [{
+        "name": "g", "ignoreNonleadStatus": False,
+        "tasks": [_task("lead", lead=True), _task("worker")]}]}))
+    engine.step()
+    engine.step()
+    assert engine.state(wid).tasks["worker"].status is Status.RUNNING
+    now = _time.time()
+    backend.poll = lambda: [  # type: ignore[method-assign]
+        TaskFact(TaskKey(wid, "lead", 0), FactKind.EXITED, now + 14, exit_code=0),
+        TaskFact(TaskKey(wid, "worker", 0), FactKind.EXITED, now + 6, exit_code=3)]
+    engine.step()
+    state = engine.state(wid)
+    assert state.status is WorkflowStatus.FAILED
+    assert (state.tasks["worker"].status, state.tasks["worker"].exit_code) == (Status.FAILED, 3)
+    assert state.tasks["lead"].status is Status.FAILED
