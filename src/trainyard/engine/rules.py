@@ -385,11 +385,28 @@ def _retry(step: _Step, task: TaskState, exit_code: int, in_place: bool) -> None
     step.emit(StartTasks(group.name, restarted, restart_in_place=in_place))
 
 
-def _settle_group(step: _Step, task: TaskState) -> None:
-    """After ``task`` ended: the lead's end decides the group (OSMO "Lead task"); a failed
-    non-lead fails the group only with ``ignoreNonleadStatus: false``."""
+def _unreleased(step: _Step, task: TaskState) -> bool:
+    """Whether ``task``'s attempt ends before its gang's barrier released: the group has a
+    barrier and more than one task, the task never reported RUNNING, and no task of the group
+    runs (RUNNING is reported only past the barrier, and a start of part of a gang has none).
+    Its peers would wait at the barrier for a task that never comes (issue 12, M1), so the
+    gang ends with it whatever ``ignoreNonleadStatus`` says. (Such an end is always a FAIL:
+    exit actions cover only the command's codes 0-255, which come after the barrier.)"""
     group = step.state.groups[task.group]
-    if task.lead or (task.status.is_failed() and not group.ignore_nonlead_status):
+    if not group.barrier or len(group.tasks) < 2 or task.status is not S.INITIALIZING:
+        return False
+    return all(dict.__getitem__(step.state.tasks, t).status is not S.RUNNING
+               for t in group.tasks)
+
+
+def _settle_group(step: _Step, task: TaskState, unreleased: bool = False) -> None:
+    """After ``task`` ended: the lead's end decides the group (OSMO "Lead task"); a failed
+    non-lead fails the group with ``ignoreNonleadStatus: false``, or when it failed before
+    the gang's barrier released (``unreleased``: the gang never ran; OSMO fails the group at
+    once)."""
+    group = step.state.groups[task.group]
+    nonlead_decides = not group.ignore_nonlead_status or unreleased
+    if task.lead or (task.status.is_failed() and nonlead_decides):
         _end_group(step, group, task.status)
 
 
@@ -401,10 +418,11 @@ def _task_ended(step: _Step, task: TaskState, exit_code: int) -> None:
     if retry and task.retries_used < step.state.max_retries:
         _retry(step, task, exit_code, in_place=action is ExitAction.RESTART)
         return
+    unreleased = _unreleased(step, task)
     task.exit_code = int(exit_code)
     completed = action is ExitAction.COMPLETE
     _set_task(step, task, S.COMPLETED if completed else failure_status(exit_code))
-    _settle_group(step, task)
+    _settle_group(step, task, unreleased)
 
 
 # --------------------------------------------------------------------------- handlers
