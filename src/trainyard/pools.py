@@ -90,6 +90,10 @@ class Pool(BaseModel):
     backend: str = "local"
     strict: bool = False
     max_retries: int = 3
+    backfill_age_s: float = Field(default=300.0, ge=0)
+    """How long the head of the pool's queue lets smaller gangs behind it start first
+    (backfill); after that it holds every gang behind it until it fits (``engine.scheduler``).
+    0: no backfill, strict queue order."""
     nodes: list[NodeSpec]
     options: dict[str, Any] = Field(default_factory=dict)
     images: dict[str, str] = Field(default_factory=dict)

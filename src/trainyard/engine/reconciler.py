@@ -168,8 +168,14 @@ class Engine:
     def submit(self, sub: Submission) -> WorkflowRecord:
         """Store a workflow; the loop's next ``step`` starts it (so a submit answers at once,
         without waiting for processes to start). Nothing is stored if building its state
-        fails. Returns the stored record (status PENDING)."""
+        fails. Returns the stored record (status PENDING).
+
+        Raises:
+            RefusedError: a group can never be placed on the pool, even empty (its tasks
+                cannot be packed onto the nodes together): it would wait forever.
+        """
         self.pools.setdefault(sub.pool.name, sub.pool)
+        self._refuse_unplaceable(sub)
 
         def make_state(workflow_id: str) -> tuple[str, dict[str, Any]]:
             state = build_state(workflow_id, sub.spec, max_retries=sub.pool.max_retries,
@@ -185,6 +191,20 @@ class Engine:
             self._track(record.id, _Live(state_from_dict(record.state), sub.spec, sub.pool.name))
             self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
         return record
+
+    def _refuse_unplaceable(self, sub: Submission) -> None:
+        """RefusedError for a gang that the scheduler could not place on the empty pool
+        (``spec.poolfit`` already refused one that asks more than a node, or than the pool in
+        total; this is the rest: tasks that fit one by one but cannot be packed together)."""
+        scheduler = Scheduler(sub.pool)
+        for group in sub.spec.groups:
+            requests = {t.name: request_of(sub.spec.resource_of(t)) for t in group.tasks}
+            if not scheduler.fits_empty(requests):
+                raise RefusedError(
+                    f"group {group.name!r}: its {len(group.tasks)} tasks start together but "
+                    f"cannot be placed together on pool {sub.pool.name!r} even when it is "
+                    f"empty ({len(sub.pool.nodes)} nodes); ask for less per task or use fewer "
+                    "tasks")
 
     def preview(self, sub: Submission) -> list[tuple[str, str]]:
         """What submitting ``sub`` now would hand its pool's backend, for ``--dry-run``: per

@@ -369,3 +369,36 @@ def test_facts_read_together_are_applied_in_the_order_they_happened(tmp_path: Pa
     assert state.status is WorkflowStatus.FAILED
     assert (state.tasks["worker"].status, state.tasks["worker"].exit_code) == (Status.FAILED, 3)
     assert state.tasks["lead"].status is Status.FAILED
+
+
+def test_a_gang_that_can_never_be_placed_is_refused_at_submit(tmp_path: Path) -> None:
+    """Issue 12, H4: three tasks of 10 cores on two nodes of 16 fit one by one and in total
+    (30 of 32), but never together: refused, nothing stored."""
+    pool = Pool(name="local", nodes=[NodeSpec(name=f"n{i}", cpu=16) for i in range(2)])
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    engine = Engine(store, tmp_path, pools={"local": pool},
+                    backend_factory=lambda p, h: FakeBackend())
+    spec = _spec({"name": "packed", "resources": {"default": {"cpu": 10}}, "groups": [
+        {"name": "g", "tasks": [_task("a", lead=True), _task("b"), _task("c")]}]})
+    with pytest.raises(RefusedError, match="group 'g': its 3 tasks .* cannot be placed together"):
+        engine.submit(Submission(spec=spec, spec_text="", user="alice", pool=pool))
+    assert store.list_workflows() == []
+
+
+def test_a_small_workflow_is_not_held_behind_a_gang_that_does_not_fit_now(tmp_path: Path) -> None:
+    """Issue 12, H4: backfill (within Pool.backfill_age_s) through the engine."""
+    backend = FakeBackend(lambda launch: Outcome(None))  # run until stopped
+    engine = _engine(tmp_path, backend)
+    hog = _submit(engine, _spec({"name": "hog", "resources": {"default": {"gpu": 8}},
+                                 "tasks": [_task("h")]}))
+    engine.step()
+    big = _submit(engine, _spec({"name": "big", "resources": {"default": {"gpu": 8}},
+                                 "groups": [{"name": "g", "tasks": [_task("m", lead=True),
+                                                                    _task("w")]}]}))
+    small = _submit(engine, _spec({"name": "small", "resources": {"default": {"gpu": 1}},
+                                   "tasks": [_task("s")]}))
+    engine.step()
+    engine.step()
+    assert engine.state(hog).status is WorkflowStatus.RUNNING
+    assert engine.state(big).groups["g"].status is Status.SCHEDULING
+    assert engine.state(small).status is WorkflowStatus.RUNNING
