@@ -52,6 +52,7 @@ from trainyard.engine.serialize import state_from_dict, state_to_dict
 from trainyard.engine.status import ExitCode, Status, WorkflowStatus
 from trainyard.errors import BackendError, ConfigError, NotFoundError, RefusedError
 from trainyard.pools import Pool, load_pools
+from trainyard.runner.report import TaskLog
 from trainyard.spec.fields import name_key
 from trainyard.spec.models import ExitAction, WorkflowSpec
 from trainyard.store import Store, WorkflowRecord
@@ -115,9 +116,10 @@ def _fact_to_event(fact: TaskFact) -> m.Event:
     if fact.kind is FactKind.RUNNING:
         return m.TaskRunning(t, key.task, key.retry_id)
     if fact.kind is FactKind.LOST:
-        return m.TaskLost(t, key.task, key.retry_id)
+        return m.TaskLost(t, key.task, key.retry_id, fact.message)
     code = fact.exit_code if fact.kind is FactKind.EXITED else int(ExitCode.START_ERROR)
-    return m.TaskExited(t, key.task, key.retry_id, int(code if code is not None else ExitCode.UNKNOWN))
+    return m.TaskExited(t, key.task, key.retry_id,
+                        int(code if code is not None else ExitCode.UNKNOWN), fact.message)
 
 
 class Engine:
@@ -305,6 +307,7 @@ class Engine:
             self._stopping -= self._ended_now
             for fact in facts:
                 if fact.key.workflow_id in events:
+                    self._log_backend_reason(fact)
                     events[fact.key.workflow_id].append(_fact_to_event(fact))
             for wid, event in self._start_deferred():
                 events.setdefault(wid, []).append(event)
@@ -457,8 +460,40 @@ class Engine:
             backend.start_group(launches)
         except BackendError as exc:
             log.warning("workflow %s group %s did not start: %s", wid, action.group, exc)
+            for launch in launches:
+                self._task_log(launch.key, f"the {backend.name} backend could not start the "
+                                           f"task: {exc}")
             return m.GroupStartFailed(time.time(), action.group, str(exc), backend_error=True)
         return None
+
+    def _log_backend_reason(self, fact: TaskFact) -> None:
+        """Write why an attempt ended to its task log when the backend, not the runner, saw
+        it end (LOST, START_ERROR: the runner could not write it), and only if the fact will
+        end the current attempt (a stopped or stale one is not reported as failed)."""
+        if fact.kind not in (FactKind.LOST, FactKind.START_ERROR) or not fact.message:
+            return
+        live = self._live.get(fact.key.workflow_id)
+        task = live.state.tasks.get(fact.key.task) if live else None
+        if task is None or task.retry_id != fact.key.retry_id or task.status.is_terminal():
+            return
+        self._task_log(fact.key, f"the {self._backend_of(fact.key.workflow_id).name} backend "
+                                 f"reports the task {fact.kind.value}: {fact.message}")
+
+    def _task_log(self, key: TaskKey, text: str) -> None:
+        """Append one trainyard line to the attempt's task log (best effort: a log that
+        cannot be written is reported in server.log, the reason stays in the store)."""
+        try:
+            run_dir = self.run_dir(key.workflow_id, key.task, key.retry_id)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            task_log = TaskLog(run_dir, key.task)
+            try:
+                for line in text.splitlines() or [""]:  # sbatch's stderr may have several
+                    task_log.runner(line)
+            finally:
+                task_log.close()
+        except OSError as exc:
+            log.warning("cannot write the task log of %s/%s/%s: %s", key.workflow_id, key.task,
+                        key.retry_id, exc)
 
     def _stop(self, wid: str, tasks: tuple[tuple[str, int], ...]) -> None:
         keys = [TaskKey(wid, task, retry) for task, retry in tasks]

@@ -402,3 +402,38 @@ def test_a_small_workflow_is_not_held_behind_a_gang_that_does_not_fit_now(tmp_pa
     assert engine.state(hog).status is WorkflowStatus.RUNNING
     assert engine.state(big).groups["g"].status is Status.SCHEDULING
     assert engine.state(small).status is WorkflowStatus.RUNNING
+
+
+def test_a_backend_error_is_the_tasks_failure_reason_and_in_its_log(tmp_path: Path) -> None:
+    """Issue 12: why a backend failed is stored per task and written to the task's log."""
+    backend = FakeBackend(refuse_start=lambda launches: True)
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "be", "tasks": [_task("t")]}))
+    assert engine.wait(wid, timeout_s=10).status == WorkflowStatus.FAILED
+    task = engine.state(wid).tasks["t"]
+    assert (task.status, task.exit_code) == (Status.FAILED_BACKEND_ERROR, 3001)
+    assert task.failure_reason == "fake backend refused the group"
+    log = (engine.run_dir(wid, "t", 0) / "task.log").read_text()
+    assert "[t][trainyard] the fake backend could not start the task: fake backend refused" in log
+    again = _engine(tmp_path, backend)  # stored: a new engine reads it back
+    assert again.state(wid).tasks["t"].failure_reason == "fake backend refused the group"
+
+
+def test_a_lost_task_keeps_what_the_backend_saw(tmp_path: Path) -> None:
+    import time as _time
+
+    from trainyard.backends.base import FactKind, TaskFact
+
+    backend = FakeBackend(lambda launch: Outcome(None))
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "lost", "tasks": [_task("t")]}))
+    engine.step()
+    engine.step()
+    backend.poll = lambda: [TaskFact(  # type: ignore[method-assign]
+        TaskKey(wid, "t", 0), FactKind.LOST, _time.time(), None, "Slurm job 7 NODE_FAIL")]
+    engine.step()
+    task = engine.state(wid).tasks["t"]
+    assert (task.status, task.failure_reason) == (Status.FAILED_BACKEND_ERROR,
+                                                  "Slurm job 7 NODE_FAIL")
+    log = (engine.run_dir(wid, "t", 0) / "task.log").read_text()
+    assert "the fake backend reports the task LOST: Slurm job 7 NODE_FAIL" in log
