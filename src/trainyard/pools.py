@@ -18,6 +18,7 @@ File format (YAML)::
         backend: local            # local | slurm | kubernetes
         strict: false
         max_retries: 3            # per task, RESCHEDULE and RESTART together
+        backfill_age_s: 300       # how long a waiting gang lets smaller ones pass (0: never)
         nodes:                    # or node_count + node (one template for all; default 4)
           - {name: n0, cpu: 64, gpu: 8, memory: 512Gi, storage: 2Ti, platform: dgx-h100}
         options: {partition: batch, account: ml}   # backend-specific

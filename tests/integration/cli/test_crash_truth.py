@@ -90,3 +90,4 @@ def test_a_worker_that_failed_while_the_server_was_dead_fails_the_gang(home: Pat
     assert final["status"] == "FAILED", final
     assert (tasks["worker"]["status"], tasks["worker"]["exit_code"]) == ("FAILED", 3), tasks
     assert tasks["lead"]["status"] != "COMPLETED", tasks
+    assert tasks["lead"]["failure_reason"] is None  # stopped with its gang, not failed itself
