@@ -21,7 +21,8 @@ redoes what the killed engine had stored but maybe not yet done:
   SCHEDULING, then submission order, then spec order);
 - running groups get their placements back; the backend says which of their attempts it
   never started (optional hook ``unstarted``): those are started by the next ``step``, with
-  the gang they were started with (same barrier); the rest are adopted with ``recover``, and
+  the gang they were started with (same barrier), once that step has applied the facts the
+  backend read (so none is started whose gang ended while no engine ran); the rest are adopted with ``recover``, and
   those no longer alive are reported LOST by the backend's next poll unless their exit was
   already written;
 - attempts the store already holds as ended (cancelled, timed out, stopped with their lead,
@@ -300,8 +301,6 @@ class Engine:
             for wid, pending in self._pending.items():
                 events.setdefault(wid, []).extend(pending)
             self._pending.clear()
-            for wid, event in self._start_unstarted():
-                events.setdefault(wid, []).append(event)
             facts = _in_time_order(self._poll())
             self._ended_now = {f.key for f in facts if f.kind in _ENDING}
             self._stopping -= self._ended_now
@@ -315,6 +314,13 @@ class Engine:
             for wid in events:
                 events[wid].append(m.Tick(now))
             self._process(events)
+            # After the facts: an attempt whose gang ended while no engine ran (a peer's exit
+            # read just now) is not started at all.
+            refused: dict[str, list[m.Event]] = {}
+            for wid, event in self._start_unstarted():
+                refused.setdefault(wid, []).append(event)
+            if refused:
+                self._process(refused)
 
     def wait(self, workflow_id: str, timeout_s: float | None = None) -> WorkflowRecord:
         """Block until the workflow is finished (driven by ``run_forever`` in another thread,

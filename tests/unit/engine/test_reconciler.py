@@ -437,3 +437,28 @@ def test_a_lost_task_keeps_what_the_backend_saw(tmp_path: Path) -> None:
                                                   "Slurm job 7 NODE_FAIL")
     log = (engine.run_dir(wid, "t", 0) / "task.log").read_text()
     assert "the fake backend reports the task LOST: Slurm job 7 NODE_FAIL" in log
+
+
+def test_a_never_started_task_whose_gang_ended_meanwhile_is_not_started(tmp_path: Path) -> None:
+    """The engine died after starting "m" of the gang, not "w"; "m" failed (1) while no
+    engine ran. The restarted engine reads that exit first: the gang failed, "w" never runs."""
+    import time as _time
+
+    from trainyard.backends.base import FactKind, TaskFact
+
+    backend = _Dying(lambda launch: Outcome(None), made=1)
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "gone", "groups": [
+        {"name": "g", "tasks": [_task("m", lead=True), _task("w")]}]}))
+    with pytest.raises(_EngineDied):
+        engine.step()
+    key, now = TaskKey(wid, "m", 0), _time.time()
+    left = [TaskFact(key, FactKind.INITIALIZING, now), TaskFact(key, FactKind.RUNNING, now),
+            TaskFact(key, FactKind.EXITED, now + 1, exit_code=1)]  # what "m" left meanwhile
+    backend._attempts[key].done = True
+    poll = backend.poll
+    backend.poll = lambda: [left.pop(0) for _ in list(left)] + poll()  # type: ignore[method-assign]
+    again = _engine(tmp_path, backend.revive())
+    assert again.wait(wid, 5).status == "FAILED"
+    assert again.state(wid).tasks["m"].exit_code == 1
+    assert [launch.key.task for launch in backend.launches] == ["m"]
