@@ -244,8 +244,12 @@ class Engine:
 
     def cancel(self, workflow_id: str) -> None:
         """Cancel a workflow: every process stopped, status FAILED_CANCELED. Idempotent;
-        a finished workflow is left as it is. Raises NotFoundError for an unknown id."""
+        a finished workflow is left as it is. What the backend already saw happen is applied
+        first (one ``step``): a workflow whose last task had already exited is recorded as it
+        ended, not as cancelled. Raises NotFoundError for an unknown id."""
         with self._lock:
+            if workflow_id in self._live:
+                self.step()
             if workflow_id not in self._live:
                 self.store.get_workflow(workflow_id)  # raises NotFoundError
                 return

@@ -462,3 +462,17 @@ def test_a_never_started_task_whose_gang_ended_meanwhile_is_not_started(tmp_path
     assert again.wait(wid, 5).status == "FAILED"
     assert again.state(wid).tasks["m"].exit_code == 1
     assert [launch.key.task for launch in backend.launches] == ["m"]
+
+
+def test_a_cancel_after_the_last_task_exited_keeps_what_happened(tmp_path: Path) -> None:
+    """The task exited 0 and the backend has that fact, not yet read, when the cancel comes:
+    the workflow COMPLETED, it is not recorded FAILED_CANCELED."""
+    backend = FakeBackend(lambda launch: Outcome(0, polls=1))
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "done", "tasks": [_task("t")]}))
+    engine.step()  # started
+    engine.step()  # RUNNING
+    assert engine.state(wid).tasks["t"].status is Status.RUNNING
+    engine.cancel(wid)  # the backend's next poll says: EXITED 0
+    assert engine.state(wid).status is WorkflowStatus.COMPLETED
+    assert engine.state(wid).tasks["t"].exit_code == 0
