@@ -444,9 +444,14 @@ class Engine:
         return {t.name: request_of(live.spec.resource_of(t)) for t in spec_group.tasks}
 
     def _enqueue(self, wid: str, group: str) -> None:
+        """Queue the gang; its age (for backfill) counts from when it went SCHEDULING, also
+        across an engine restart."""
         live = self._live.get(wid)
         if live is not None:
-            self._scheduler_of(wid).enqueue((wid, group), self._requests(live, group))
+            since_s = live.state.groups[group].scheduling_since_s
+            waited_s = max(0.0, time.time() - since_s) if since_s is not None else 0.0
+            self._scheduler_of(wid).enqueue((wid, group), self._requests(live, group),
+                                            now_s=time.monotonic() - waited_s)
 
     def _start(self, wid: str, action: m.StartTasks,
                only: frozenset[TaskKey] | None = None) -> m.Event | None:

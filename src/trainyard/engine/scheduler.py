@@ -10,7 +10,8 @@ Rules (OSMO docs, "Groups": a group's tasks are scheduled together):
   ones, and a small one is never held by a large one for longer than that bound plus what
   runs now. (A gang that can never fit the empty pool is refused at submit,
   ``spec.poolfit.check_gang_total``; ``queue_timeout`` still ends any gang that waits too long.)
-  The age counts from when this engine queued the gang (a restarted engine counts anew).
+  The age counts from when the gang went SCHEDULING (the reconciler passes it on, also after
+  an engine restart).
 - GPU slots are numbered per node and handed out exclusively (lowest free first).
 - Tasks of one gang spread over distinct nodes where they can (like pods of a multi-node job);
   on a pool whose backend gives each task a node of its own (``Pool.node_per_task``: Slurm)

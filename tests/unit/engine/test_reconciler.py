@@ -476,3 +476,36 @@ def test_a_cancel_after_the_last_task_exited_keeps_what_happened(tmp_path: Path)
     engine.cancel(wid)  # the backend's next poll says: EXITED 0
     assert engine.state(wid).status is WorkflowStatus.COMPLETED
     assert engine.state(wid).tasks["t"].exit_code == 0
+
+
+def test_a_gang_keeps_its_queue_age_across_a_restart(tmp_path: Path) -> None:
+    """Backfill's age bound counts from when the gang went SCHEDULING, not from the restart:
+    a gang that waited longer than backfill_age_s still holds the queue afterwards."""
+    import time as _time
+
+    pool = Pool(name="local", nodes=[NodeSpec(name=f"n{i}", gpu=8) for i in range(2)],
+                backfill_age_s=30)
+    backend = FakeBackend(lambda launch: Outcome(None))
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    engine = Engine(store, tmp_path, pools={"local": pool}, backend_factory=lambda p, h: backend)
+    engine.submit(Submission(spec=_spec({"name": "hog", "resources": {"default": {"gpu": 8}},
+                                         "tasks": [_task("h")]}), spec_text="", user="a",
+                             pool=pool))
+    engine.step()
+    big = engine.submit(Submission(spec=_spec({
+        "name": "big", "resources": {"default": {"gpu": 8}},
+        "groups": [{"name": "g", "tasks": [_task("m", lead=True), _task("w")]}]}),
+        spec_text="", user="a", pool=pool)).id
+    engine.step()
+    state = engine.state(big)
+    state.groups["g"].scheduling_since_s = _time.time() - 60  # it has waited a minute
+    from trainyard.engine.serialize import state_to_dict
+    store.save_states({big: (state.status.value, None, state_to_dict(state))})
+    engine.close()
+    again = Engine(store, tmp_path, pools={"local": pool}, backend_factory=lambda p, h: backend)
+    small = again.submit(Submission(spec=_spec({
+        "name": "small", "resources": {"default": {"gpu": 1}}, "tasks": [_task("s")]}),
+        spec_text="", user="a", pool=pool)).id
+    again.step()
+    again.step()
+    assert again.state(small).status is WorkflowStatus.PENDING  # held behind "big"
