@@ -102,12 +102,14 @@ class _Unstarted:
 
 @dataclass
 class _Deferred:
-    """A retry's start held until ``waiting`` (stopped earlier attempts) have ended."""
+    """A retry's start held until ``waiting`` (stopped earlier attempts) have ended; only
+    the attempts ``only`` of it when given (a start that a killed engine had made in part)."""
 
     workflow_id: str
     action: m.StartTasks
     waiting: set[TaskKey]
     deadline: float  # time.monotonic()
+    only: frozenset[TaskKey] | None = None
 
 
 def _fact_to_event(fact: TaskFact) -> m.Event:
@@ -535,7 +537,8 @@ class Engine:
                             "attempt(s) did not end within %.0f s", item.workflow_id,
                             item.action.group, len(item.waiting), RETRY_START_WAIT_S)
             live = self._live.get(item.workflow_id)
-            keys = [TaskKey(item.workflow_id, t, r) for t, r in item.action.tasks]
+            keys = item.only if item.only is not None else [
+                TaskKey(item.workflow_id, t, r) for t, r in item.action.tasks]
             keys = frozenset(k for k in keys if live and _still_to_start(live.state, k))
             event = self._start(item.workflow_id, item.action, only=keys) if keys else None
             if event is not None:
@@ -638,6 +641,7 @@ class Engine:
                 log.warning("stopping %d attempt(s) that had ended but still ran: %s", len(alive),
                             ", ".join(f"{k.workflow_id}/{k.task}/{k.retry_id}" for k in alive))
                 backend.stop(alive)
+                self._stopping.update(alive)  # a retry of theirs waits until they ended
 
     def _restore(self, wid: str, state: m.WorkflowState) -> None:
         """Give a resumed workflow's running groups their placements back and sort their
@@ -661,12 +665,18 @@ class Engine:
 
     def _start_unstarted(self) -> list[tuple[str, m.Event]]:
         """Make the starts ``_resume`` found stored but never made; returns the events of
-        those the backend refused."""
+        those the backend refused. A retry whose earlier attempts are still being stopped
+        (``_stop_leftovers``) is held until they ended, as ``_do`` holds one."""
         events = []
         todo, self._unstarted = self._unstarted, []
         for item in todo:
             live = self._live.get(item.workflow_id)
             keys = frozenset(k for k in item.keys if live and _still_to_start(live.state, k))
+            waiting = self._earlier_stopping(item.workflow_id, item.action) if keys else set()
+            if waiting:
+                self._deferred.append(_Deferred(item.workflow_id, item.action, waiting,
+                                                time.monotonic() + RETRY_START_WAIT_S, keys))
+                continue
             event = self._start(item.workflow_id, item.action, only=keys) if keys else None
             if event is not None:
                 events.append((item.workflow_id, event))

@@ -12,6 +12,7 @@ attempt's command logs a ``ran`` line, so the task logs tell how many times each
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -24,7 +25,7 @@ import pytest
 
 from trainyard.engine.reconciler import Engine
 from trainyard.engine.status import Status, WorkflowStatus
-from trainyard.pools import default_local_pool
+from trainyard.pools import Pool, default_local_pool
 from trainyard.store import Store
 
 TIMEOUT_S = 120
@@ -35,7 +36,7 @@ from pathlib import Path
 from trainyard import spec
 from trainyard.backends import local
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.pools import default_local_pool
+from trainyard.pools import Pool, default_local_pool
 from trainyard.store import Store
 
 home, fault, text = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]).read_text()
@@ -83,10 +84,18 @@ elif fault == "retry-started-not-stored":
             die()
 
     local.LocalBackend.start_group = start
+elif fault == "retry-peers-stopping":
+    stop_tasks = local.LocalBackend.stop
+
+    def stopping(self, keys):
+        return die() if keys else stop_tasks(self, keys)
+
+    local.LocalBackend.stop = stopping
 else:
     raise SystemExit(f"unknown fault {fault}")
 
 pool = default_local_pool()
+pool = pool.model_copy(update={"options": {**pool.options, "sandbox": sys.argv[5]}})
 engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={pool.name: pool})
 doc = spec.load(text, pool=pool)
 record = engine.submit(Submission(spec=doc.workflow, spec_text=text, user="tester", pool=pool))
@@ -129,6 +138,23 @@ workflow:
 """
 
 
+STUBBORN = """
+workflow:
+  name: stubborn
+  groups:
+  - name: g
+    ignoreNonleadStatus: false
+    tasks:
+    - name: lead
+      lead: true
+      command: [sh, -c, "trap 'echo term' TERM; echo ran $TRAINYARD_RETRY_ID; i=0; while [ $TRAINYARD_RETRY_ID -eq 0 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; sleep 1"]
+    - name: worker
+      command: [sh, -c, "echo ran $TRAINYARD_RETRY_ID; [ $TRAINYARD_RETRY_ID -ge 1 ] || exit 7"]
+      exitActions:
+        RESTART: "7"
+"""
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     made = tmp_path / "crash home"
@@ -136,12 +162,17 @@ def home(tmp_path: Path) -> Path:
     return made
 
 
-def _crash(home: Path, fault: str, text: str) -> str:
+def _pool(sandbox: str) -> Pool:
+    pool = default_local_pool()
+    return pool.model_copy(update={"options": {**pool.options, "sandbox": sandbox}})
+
+
+def _crash(home: Path, fault: str, text: str, sandbox: str = "auto") -> str:
     """Phase 1: submit ``text`` in an engine process that SIGKILLs itself at ``fault``."""
     spec_file = home.parent / "spec.yaml"
     spec_file.write_text(text)
     done = subprocess.run([sys.executable, "-c", DRIVER, str(home), fault, str(spec_file),
-                           str(TIMEOUT_S)], capture_output=True, text=True,
+                           str(TIMEOUT_S), sandbox], capture_output=True, text=True,
                           timeout=TIMEOUT_S + 30, env=os.environ.copy())
     assert done.returncode == -9, f"exit {done.returncode}: {done.stderr[-2000:]}"
     return done.stdout.split()[0]
@@ -150,8 +181,8 @@ def _crash(home: Path, fault: str, text: str) -> str:
 class _Engine:
     """Phase 2: a new engine on the same store, stepped by a background thread."""
 
-    def __init__(self, home: Path) -> None:
-        pool = default_local_pool()
+    def __init__(self, home: Path, sandbox: str = "auto") -> None:
+        pool = _pool(sandbox)
         self.home = home
         self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home,
                              pools={pool.name: pool})
@@ -182,8 +213,8 @@ def after(home: Path) -> Iterator[list[_Engine]]:
         engine.close()
 
 
-def _resume(home: Path, after: list[_Engine]) -> _Engine:
-    engine = _Engine(home)
+def _resume(home: Path, after: list[_Engine], sandbox: str = "auto") -> _Engine:
+    engine = _Engine(home, sandbox)
     after.append(engine)
     return engine
 
@@ -215,3 +246,29 @@ def test_a_retry_cut_short_runs_once(home: Path, after: list[_Engine], fault: st
     assert (task.status, task.exit_code, task.retry_id) == (Status.COMPLETED, 0, 1)
     assert [a.exit_code for a in task.history] == [3]
     assert engine.runs(wid, "t") == [0, 1]
+
+
+def _event_time(run_dir: Path, kind: str) -> float:
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["kind"] == kind:
+            return float(event["time_s"])
+    raise AssertionError(f"no {kind} in {run_dir}")
+
+
+def test_a_retry_whose_peers_were_being_stopped_waits_for_them_after_a_restart(
+        home: Path, after: list[_Engine]) -> None:
+    """The worker exits 7 (RESTART): its gang is stopped and restarted in place. The engine
+    stores the new attempts, then dies as it is about to stop the lead. The new engine stops
+    the lead's old attempt and must not start its next one (in the same sandbox) while the
+    old one still runs."""
+    # no bubblewrap: its sandbox would end the lead's shell on SIGTERM at once, and the lead
+    # must take its time (the runner SIGKILLs it after its stop grace, 5 s)
+    wid = _crash(home, "retry-peers-stopping", STUBBORN, sandbox="none")
+    engine = _resume(home, after, sandbox="none")
+    assert engine.engine.wait(wid, TIMEOUT_S).status == WorkflowStatus.COMPLETED
+    assert engine.runs(wid, "worker") == [0, 1]
+    # the lead's first command may have been stopped before it started: never twice
+    assert engine.runs(wid, "lead") in ([0, 1], [1])
+    runs = home / "runs" / wid / "lead"
+    assert _event_time(runs / "0", "EXITED") <= _event_time(runs / "1", "INITIALIZING")
