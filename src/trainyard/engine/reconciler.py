@@ -22,13 +22,16 @@ redoes what the killed engine had stored but maybe not yet done:
 - running groups get their placements back; the backend says which of their attempts it
   never started (optional hook ``unstarted``): those are started by the next ``step``, with
   the gang they were started with (same barrier), once that step has applied the facts the
-  backend read (so none is started whose gang ended while no engine ran); the rest are adopted with ``recover``, and
-  those no longer alive are reported LOST by the backend's next poll unless their exit was
-  already written;
+  backend read (so none is started whose gang ended while no engine ran); the rest are
+  adopted with ``recover``, and those no longer alive are reported LOST by the backend's
+  next poll unless their exit was already written;
 - attempts the store already holds as ended (cancelled, timed out, stopped with their lead,
   retried), of unfinished workflows and of those that ended in the last
   ``LEFTOVER_WINDOW_S``, are stopped where the backend still finds them alive: the killed
-  engine may have stored their end but not yet stopped them.
+  engine may have stored their end but not yet stopped them. A retry of theirs that was
+  never started waits for them to end, as above;
+- the first ``step`` applies every fact the backend read (in the order they happened, see
+  ``_in_time_order``) before any stored start is made or any timeout is checked.
 """
 
 from __future__ import annotations
