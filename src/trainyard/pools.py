@@ -18,6 +18,7 @@ File format (YAML)::
         backend: local            # local | slurm | kubernetes
         strict: false
         max_retries: 3            # per task, RESCHEDULE and RESTART together
+        backfill_age_s: 300       # how long a waiting gang lets smaller ones pass (0: never)
         nodes:                    # or node_count + node (one template for all; default 4)
           - {name: n0, cpu: 64, gpu: 8, memory: 512Gi, storage: 2Ti, platform: dgx-h100}
         options: {partition: batch, account: ml}   # backend-specific
@@ -90,6 +91,10 @@ class Pool(BaseModel):
     backend: str = "local"
     strict: bool = False
     max_retries: int = 3
+    backfill_age_s: float = Field(default=300.0, ge=0)
+    """How long the head of the pool's queue lets smaller gangs behind it start first
+    (backfill); after that it holds every gang behind it until it fits (``engine.scheduler``).
+    0: no backfill, strict queue order."""
     nodes: list[NodeSpec]
     options: dict[str, Any] = Field(default_factory=dict)
     images: dict[str, str] = Field(default_factory=dict)

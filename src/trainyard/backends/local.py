@@ -666,6 +666,9 @@ class LocalBackend:
         tail = _tail(attempt.run_dir / RUNNER_OUT)
         kind = FactKind.LOST if attempt.reported else FactKind.START_ERROR
         message = "the task runner ended without reporting an exit"
+        if attempt.hosted and proctree.same_process(attempt.pid or 0, attempt.created) is None:
+            message = (f"the launcher (pid {attempt.pid}) that ran the task runner as a thread "
+                       "died, and the task's sandbox with it")
         return TaskFact(attempt.key, kind, time.time(), None,
                         f"{message}: {tail}" if tail else message)
 

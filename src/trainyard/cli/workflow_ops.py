@@ -239,6 +239,13 @@ def _query_table(data: dict[str, Any]) -> None:
                 rows.append(["", f"  retry {r['retry_id']}", r["status"], r["retry_id"],
                              r["exit_code"], r["node"], r["start_time"], r["end_time"]])
     table(["group", "task", "status", "retry", "exit", "node", "start", "end"], rows)
+    for group in data["groups"]:
+        for t in group["tasks"]:
+            for attempt in [*t.get("retries", []), t]:
+                if attempt.get("failure_reason"):
+                    console.print(f"{t['name']} retry {attempt['retry_id']} failed: "
+                                  f"{attempt['failure_reason']}", markup=False,
+                                  highlight=False, soft_wrap=True)
 
 
 def query(workflow_id: str = WorkflowIdArg, verbose: bool = typer.Option(False, "--verbose", "-v",

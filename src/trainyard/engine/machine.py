@@ -60,6 +60,7 @@ class TaskState:
     start_time_s: float | None = None
     end_time_s: float | None = None
     history: list[TaskAttempt] = field(default_factory=list)
+    failure_reason: str | None = None  # why the attempt failed, as its runner or backend said
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class TaskAttempt:
     node: str | None
     start_time_s: float | None
     end_time_s: float | None
+    failure_reason: str | None = None
 
 
 @dataclass
@@ -155,6 +157,7 @@ class TaskExited(Event):
     task: str
     retry_id: int
     exit_code: int
+    message: str = ""  # why, when it failed (the runner's or the backend's words)
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,7 @@ class TaskLost(Event):
 
     task: str
     retry_id: int
+    message: str = ""  # what the backend saw
 
 
 @dataclass(frozen=True)

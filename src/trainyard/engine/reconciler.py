@@ -21,13 +21,17 @@ redoes what the killed engine had stored but maybe not yet done:
   SCHEDULING, then submission order, then spec order);
 - running groups get their placements back; the backend says which of their attempts it
   never started (optional hook ``unstarted``): those are started by the next ``step``, with
-  the gang they were started with (same barrier); the rest are adopted with ``recover``, and
-  those no longer alive are reported LOST by the backend's next poll unless their exit was
-  already written;
+  the gang they were started with (same barrier), once that step has applied the facts the
+  backend read (so none is started whose gang ended while no engine ran); the rest are
+  adopted with ``recover``, and those no longer alive are reported LOST by the backend's
+  next poll unless their exit was already written;
 - attempts the store already holds as ended (cancelled, timed out, stopped with their lead,
   retried), of unfinished workflows and of those that ended in the last
   ``LEFTOVER_WINDOW_S``, are stopped where the backend still finds them alive: the killed
-  engine may have stored their end but not yet stopped them.
+  engine may have stored their end but not yet stopped them. A retry of theirs that was
+  never started waits for them to end, as above;
+- the first ``step`` applies every fact the backend read (in the order they happened, see
+  ``_in_time_order``) before any stored start is made or any timeout is checked.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from trainyard.engine.serialize import state_from_dict, state_to_dict
 from trainyard.engine.status import ExitCode, Status, WorkflowStatus
 from trainyard.errors import BackendError, ConfigError, NotFoundError, RefusedError
 from trainyard.pools import Pool, load_pools
+from trainyard.runner.report import TaskLog
 from trainyard.spec.api import reparse
 from trainyard.spec.fields import name_key
 from trainyard.spec.models import ExitAction, WorkflowSpec
@@ -109,12 +114,14 @@ class _Unstarted:
 
 @dataclass
 class _Deferred:
-    """A retry's start held until ``waiting`` (stopped earlier attempts) have ended."""
+    """A retry's start held until ``waiting`` (stopped earlier attempts) have ended; only
+    the attempts ``only`` of it when given (a start that a killed engine had made in part)."""
 
     workflow_id: str
     action: m.StartTasks
     waiting: set[TaskKey]
     deadline: float  # time.monotonic()
+    only: frozenset[TaskKey] | None = None
 
 
 def _fact_to_event(fact: TaskFact) -> m.Event:
@@ -124,9 +131,10 @@ def _fact_to_event(fact: TaskFact) -> m.Event:
     if fact.kind is FactKind.RUNNING:
         return m.TaskRunning(t, key.task, key.retry_id)
     if fact.kind is FactKind.LOST:
-        return m.TaskLost(t, key.task, key.retry_id)
+        return m.TaskLost(t, key.task, key.retry_id, fact.message)
     code = fact.exit_code if fact.kind is FactKind.EXITED else int(ExitCode.START_ERROR)
-    return m.TaskExited(t, key.task, key.retry_id, int(code if code is not None else ExitCode.UNKNOWN))
+    return m.TaskExited(t, key.task, key.retry_id,
+                        int(code if code is not None else ExitCode.UNKNOWN), fact.message)
 
 
 class Engine:
@@ -177,8 +185,14 @@ class Engine:
     def submit(self, sub: Submission) -> WorkflowRecord:
         """Store a workflow; the loop's next ``step`` starts it (so a submit answers at once,
         without waiting for processes to start). Nothing is stored if building its state
-        fails. Returns the stored record (status PENDING)."""
+        fails. Returns the stored record (status PENDING).
+
+        Raises:
+            RefusedError: a group can never be placed on the pool, even empty (its tasks
+                cannot be packed onto the nodes together): it would wait forever.
+        """
         self.pools.setdefault(sub.pool.name, sub.pool)
+        self._refuse_unplaceable(sub)
 
         def make_state(workflow_id: str) -> tuple[str, dict[str, Any]]:
             state = build_state(workflow_id, sub.spec, max_retries=sub.pool.max_retries,
@@ -194,6 +208,20 @@ class Engine:
             self._track(record.id, _Live(state_from_dict(record.state), sub.spec, sub.pool.name))
             self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
         return record
+
+    def _refuse_unplaceable(self, sub: Submission) -> None:
+        """RefusedError for a gang that the scheduler could not place on the empty pool
+        (``spec.poolfit`` already refused one that asks more than a node, or than the pool in
+        total; this is the rest: tasks that fit one by one but cannot be packed together)."""
+        scheduler = Scheduler(sub.pool)
+        for group in sub.spec.groups:
+            requests = {t.name: request_of(sub.spec.resource_of(t)) for t in group.tasks}
+            if not scheduler.fits_empty(requests):
+                raise RefusedError(
+                    f"group {group.name!r}: its {len(group.tasks)} tasks start together but "
+                    f"cannot be placed together on pool {sub.pool.name!r} even when it is "
+                    f"empty ({len(sub.pool.nodes)} nodes); ask for less per task or use fewer "
+                    "tasks")
 
     def preview(self, sub: Submission) -> list[tuple[str, str]]:
         """What submitting ``sub`` now would hand its pool's backend, for ``--dry-run``: per
@@ -230,8 +258,12 @@ class Engine:
 
     def cancel(self, workflow_id: str) -> None:
         """Cancel a workflow: every process stopped, status FAILED_CANCELED. Idempotent;
-        a finished workflow is left as it is. Raises NotFoundError for an unknown id."""
+        a finished workflow is left as it is. What the backend already saw happen is applied
+        first (one ``step``): a workflow whose last task had already exited is recorded as it
+        ended, not as cancelled. Raises NotFoundError for an unknown id."""
         with self._lock:
+            if workflow_id in self._live:
+                self.step()
             if workflow_id not in self._live:
                 self.store.get_workflow(workflow_id)  # raises NotFoundError
                 return
@@ -287,13 +319,12 @@ class Engine:
             for wid, pending in self._pending.items():
                 events.setdefault(wid, []).extend(pending)
             self._pending.clear()
-            for wid, event in self._start_unstarted():
-                events.setdefault(wid, []).append(event)
-            facts = self._poll()
+            facts = _in_time_order(self._poll())
             self._ended_now = {f.key for f in facts if f.kind in _ENDING}
             self._stopping -= self._ended_now
             for fact in facts:
                 if fact.key.workflow_id in events:
+                    self._log_backend_reason(fact)
                     events[fact.key.workflow_id].append(_fact_to_event(fact))
             for wid, event in self._start_deferred():
                 events.setdefault(wid, []).append(event)
@@ -301,6 +332,13 @@ class Engine:
             for wid in events:
                 events[wid].append(m.Tick(now))
             self._process(events)
+            # After the facts: an attempt whose gang ended while no engine ran (a peer's exit
+            # read just now) is not started at all.
+            refused: dict[str, list[m.Event]] = {}
+            for wid, event in self._start_unstarted():
+                refused.setdefault(wid, []).append(event)
+            if refused:
+                self._process(refused)
 
     def wait(self, workflow_id: str, timeout_s: float | None = None) -> WorkflowRecord:
         """Block until the workflow is finished (driven by ``run_forever`` in another thread,
@@ -420,9 +458,14 @@ class Engine:
         return {t.name: request_of(live.spec.resource_of(t)) for t in spec_group.tasks}
 
     def _enqueue(self, wid: str, group: str) -> None:
+        """Queue the gang; its age (for backfill) counts from when it went SCHEDULING, also
+        across an engine restart."""
         live = self._live.get(wid)
         if live is not None:
-            self._scheduler_of(wid).enqueue((wid, group), self._requests(live, group))
+            since_s = live.state.groups[group].scheduling_since_s
+            waited_s = max(0.0, time.time() - since_s) if since_s is not None else 0.0
+            self._scheduler_of(wid).enqueue((wid, group), self._requests(live, group),
+                                            now_s=time.monotonic() - waited_s)
 
     def _start(self, wid: str, action: m.StartTasks,
                only: frozenset[TaskKey] | None = None) -> m.Event | None:
@@ -446,8 +489,40 @@ class Engine:
             backend.start_group(launches)
         except BackendError as exc:
             log.warning("workflow %s group %s did not start: %s", wid, action.group, exc)
+            for launch in launches:
+                self._task_log(launch.key, f"the {backend.name} backend could not start the "
+                                           f"task: {exc}")
             return m.GroupStartFailed(time.time(), action.group, str(exc), backend_error=True)
         return None
+
+    def _log_backend_reason(self, fact: TaskFact) -> None:
+        """Write why an attempt ended to its task log when the backend, not the runner, saw
+        it end (LOST, START_ERROR: the runner could not write it), and only if the fact will
+        end the current attempt (a stopped or stale one is not reported as failed)."""
+        if fact.kind not in (FactKind.LOST, FactKind.START_ERROR) or not fact.message:
+            return
+        live = self._live.get(fact.key.workflow_id)
+        task = live.state.tasks.get(fact.key.task) if live else None
+        if task is None or task.retry_id != fact.key.retry_id or task.status.is_terminal():
+            return
+        self._task_log(fact.key, f"the {self._backend_of(fact.key.workflow_id).name} backend "
+                                 f"reports the task {fact.kind.value}: {fact.message}")
+
+    def _task_log(self, key: TaskKey, text: str) -> None:
+        """Append one trainyard line to the attempt's task log (best effort: a log that
+        cannot be written is reported in server.log, the reason stays in the store)."""
+        try:
+            run_dir = self.run_dir(key.workflow_id, key.task, key.retry_id)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            task_log = TaskLog(run_dir, key.task)
+            try:
+                for line in text.splitlines() or [""]:  # sbatch's stderr may have several
+                    task_log.runner(line)
+            finally:
+                task_log.close()
+        except OSError as exc:
+            log.warning("cannot write the task log of %s/%s/%s: %s", key.workflow_id, key.task,
+                        key.retry_id, exc)
 
     def _stop(self, wid: str, tasks: tuple[tuple[str, int], ...]) -> None:
         keys = [TaskKey(wid, task, retry) for task, retry in tasks]
@@ -474,7 +549,8 @@ class Engine:
                             "attempt(s) did not end within %.0f s", item.workflow_id,
                             item.action.group, len(item.waiting), RETRY_START_WAIT_S)
             live = self._live.get(item.workflow_id)
-            keys = [TaskKey(item.workflow_id, t, r) for t, r in item.action.tasks]
+            keys = item.only if item.only is not None else [
+                TaskKey(item.workflow_id, t, r) for t, r in item.action.tasks]
             keys = frozenset(k for k in keys if live and _still_to_start(live.state, k))
             event = self._start(item.workflow_id, item.action, only=keys) if keys else None
             if event is not None:
@@ -577,6 +653,7 @@ class Engine:
                 log.warning("stopping %d attempt(s) that had ended but still ran: %s", len(alive),
                             ", ".join(f"{k.workflow_id}/{k.task}/{k.retry_id}" for k in alive))
                 backend.stop(alive)
+                self._stopping.update(alive)  # a retry of theirs waits until they ended
 
     def _restore(self, wid: str, state: m.WorkflowState) -> None:
         """Give a resumed workflow's running groups their placements back and sort their
@@ -600,16 +677,39 @@ class Engine:
 
     def _start_unstarted(self) -> list[tuple[str, m.Event]]:
         """Make the starts ``_resume`` found stored but never made; returns the events of
-        those the backend refused."""
+        those the backend refused. A retry whose earlier attempts are still being stopped
+        (``_stop_leftovers``) is held until they ended, as ``_do`` holds one."""
         events = []
         todo, self._unstarted = self._unstarted, []
         for item in todo:
             live = self._live.get(item.workflow_id)
             keys = frozenset(k for k in item.keys if live and _still_to_start(live.state, k))
+            waiting = self._earlier_stopping(item.workflow_id, item.action) if keys else set()
+            if waiting:
+                self._deferred.append(_Deferred(item.workflow_id, item.action, waiting,
+                                                time.monotonic() + RETRY_START_WAIT_S, keys))
+                continue
             event = self._start(item.workflow_id, item.action, only=keys) if keys else None
             if event is not None:
                 events.append((item.workflow_id, event))
         return events
+
+
+def _in_time_order(facts: list[TaskFact]) -> list[TaskFact]:
+    """``facts`` in the order they happened (by ``time_s``; each attempt's own facts keep
+    the order its backend reported them in, even if its clock stepped back).
+
+    A backend reports one attempt after the other; after an engine restart one poll reads
+    everything its runners left while it was down, so a lead's exit at 14 s could come
+    before a worker's exit at 6 s and decide the group first (issue 12, H2): sorted, the
+    rules see the exits in the order they would have seen them live.
+    """
+    latest: dict[TaskKey, float] = {}
+    keyed = []
+    for index, fact in enumerate(facts):
+        latest[fact.key] = max(fact.time_s, latest.get(fact.key, fact.time_s))
+        keyed.append((latest[fact.key], index, fact))
+    return [fact for *_order, fact in sorted(keyed, key=lambda item: item[:2])]
 
 
 def _ended_attempts(wid: str, state: m.WorkflowState) -> list[TaskKey]:

@@ -305,8 +305,10 @@ def _fail_downstream(step: _Step, failed: GroupState) -> None:
             _end_group(step, group, S.FAILED_UPSTREAM, exit_code=ExitCode.UPSTREAM_FAILED)
 
 
-def _end_tasks(step: _Step, group: GroupState, status: Status, exit_code: int | None) -> None:
-    """The group's unfinished tasks take ``status``; started attempts are stopped.
+def _end_tasks(step: _Step, group: GroupState, status: Status, exit_code: int | None,
+               reason: str | None = None) -> None:
+    """The group's unfinished tasks take ``status`` (and ``reason``, when given, as their
+    ``failure_reason``); started attempts are stopped.
 
     A stopped task gets no exit code of its own (``exit_code`` is only set for service codes
     that OSMO assigns: 3000 upstream, 3001 backend, 3003 start error).
@@ -316,6 +318,8 @@ def _end_tasks(step: _Step, group: GroupState, status: Status, exit_code: int | 
     for task in live:
         if exit_code is not None:
             task.exit_code = int(exit_code)
+        if reason:
+            task.failure_reason = reason
         _set_task(step, task, status)
     if started:
         step.emit(StopTasks(started))
@@ -323,13 +327,13 @@ def _end_tasks(step: _Step, group: GroupState, status: Status, exit_code: int | 
 
 def _end_group(
     step: _Step, group: GroupState, status: Status, *, exit_code: int | None = None,
-    cascade: bool = True,
+    cascade: bool = True, reason: str | None = None,
 ) -> None:
     """End ``group`` with ``status``: its unfinished tasks too (stopped if started),
     ReleaseGroup if a placement was asked for, then downstream groups follow (``cascade``):
     scheduled when it COMPLETED, FAILED_UPSTREAM when it failed (OSMO "Group lifecycle")."""
     asked = group.status in _PLACEMENT_ASKED
-    _end_tasks(step, group, status, exit_code)
+    _end_tasks(step, group, status, exit_code, reason)
     _set_group(step, group, status)
     if asked:
         step.emit(ReleaseGroup(group.name))
@@ -356,11 +360,11 @@ def _new_attempt(step: _Step, task: TaskState, exit_code: int | None) -> None:
     check_move("task", task.name, task.status, S.RESCHEDULED, TASK_TRANSITIONS)
     task.history.append(
         TaskAttempt(task.retry_id, S.RESCHEDULED, exit_code, task.node, task.start_time_s,
-                    step.now_s)
+                    step.now_s, task.failure_reason)
     )
     task.retry_id += 1
     task.status = S.INITIALIZING
-    task.exit_code = task.start_time_s = task.end_time_s = None
+    task.exit_code = task.start_time_s = task.end_time_s = task.failure_reason = None
 
 
 def _retry(step: _Step, task: TaskState, exit_code: int, in_place: bool) -> None:
@@ -385,26 +389,47 @@ def _retry(step: _Step, task: TaskState, exit_code: int, in_place: bool) -> None
     step.emit(StartTasks(group.name, restarted, restart_in_place=in_place))
 
 
-def _settle_group(step: _Step, task: TaskState) -> None:
-    """After ``task`` ended: the lead's end decides the group (OSMO "Lead task"); a failed
-    non-lead fails the group only with ``ignoreNonleadStatus: false``."""
+def _unreleased(step: _Step, task: TaskState) -> bool:
+    """Whether ``task``'s attempt ends before its gang's barrier released: the group has a
+    barrier and more than one task, the task never reported RUNNING, and no task of the group
+    runs (RUNNING is reported only past the barrier, and a start of part of a gang has none).
+    Its peers would wait at the barrier for a task that never comes (issue 12, M1), so the
+    gang ends with it whatever ``ignoreNonleadStatus`` says. (Such an end is always a FAIL:
+    exit actions cover only the command's codes 0-255, which come after the barrier.)"""
     group = step.state.groups[task.group]
-    if task.lead or (task.status.is_failed() and not group.ignore_nonlead_status):
+    if not group.barrier or len(group.tasks) < 2 or task.status is not S.INITIALIZING:
+        return False
+    return all(dict.__getitem__(step.state.tasks, t).status is not S.RUNNING
+               for t in group.tasks)
+
+
+def _settle_group(step: _Step, task: TaskState, unreleased: bool = False) -> None:
+    """After ``task`` ended: the lead's end decides the group (OSMO "Lead task"); a failed
+    non-lead fails the group with ``ignoreNonleadStatus: false``, or when it failed before
+    the gang's barrier released (``unreleased``: the gang never ran; OSMO fails the group at
+    once)."""
+    group = step.state.groups[task.group]
+    nonlead_decides = not group.ignore_nonlead_status or unreleased
+    if task.lead or (task.status.is_failed() and nonlead_decides):
         _end_group(step, group, task.status)
 
 
-def _task_ended(step: _Step, task: TaskState, exit_code: int) -> None:
+def _task_ended(step: _Step, task: TaskState, exit_code: int, reason: str = "") -> None:
     """Apply the exit action of ``exit_code``; RESCHEDULE/RESTART past ``max_retries``
-    (counted together) is a FAIL."""
+    (counted together) is a FAIL. A failed attempt keeps ``reason`` (why, as its runner or
+    backend said) as its ``failure_reason``."""
     action = action_for(task, exit_code)
+    if action is not ExitAction.COMPLETE and reason:
+        task.failure_reason = reason
     retry = action in (ExitAction.RESCHEDULE, ExitAction.RESTART)
     if retry and task.retries_used < step.state.max_retries:
         _retry(step, task, exit_code, in_place=action is ExitAction.RESTART)
         return
+    unreleased = _unreleased(step, task)
     task.exit_code = int(exit_code)
     completed = action is ExitAction.COMPLETE
     _set_task(step, task, S.COMPLETED if completed else failure_status(exit_code))
-    _settle_group(step, task)
+    _settle_group(step, task, unreleased)
 
 
 # --------------------------------------------------------------------------- handlers
@@ -447,10 +472,13 @@ def _on_group_start_failed(step: _Step, event: GroupStartFailed) -> None:
     group = step.group(event.group)
     if group.status not in _PLACEMENT_ASKED:
         return
+    reason = event.message or None
     if event.backend_error:
-        _end_group(step, group, S.FAILED_BACKEND_ERROR, exit_code=ExitCode.BACKEND_ERROR)
+        _end_group(step, group, S.FAILED_BACKEND_ERROR, exit_code=ExitCode.BACKEND_ERROR,
+                   reason=reason)
     else:
-        _end_group(step, group, S.FAILED_START_ERROR, exit_code=ExitCode.START_ERROR)
+        _end_group(step, group, S.FAILED_START_ERROR, exit_code=ExitCode.START_ERROR,
+                   reason=reason)
 
 
 def _on_task_initializing(step: _Step, event: TaskInitializing) -> None:
@@ -478,14 +506,15 @@ def _on_task_exited(step: _Step, event: TaskExited) -> None:
     """The current attempt exited with ``exit_code``: apply its exit action."""
     task = _current(step, event.task, event.retry_id)
     if task is not None:
-        _task_ended(step, task, event.exit_code)
+        _task_ended(step, task, event.exit_code, event.message)
 
 
 def _on_task_lost(step: _Step, event: TaskLost) -> None:
     """The attempt vanished: an exit with 3001, so FAILED_BACKEND_ERROR and a FAIL."""
     task = _current(step, event.task, event.retry_id)
     if task is not None:
-        _task_ended(step, task, int(ExitCode.BACKEND_ERROR))
+        _task_ended(step, task, int(ExitCode.BACKEND_ERROR),
+                    event.message or "the task vanished without reporting an exit")
 
 
 def _timed_out(since_s: float | None, limit_s: float | None, now_s: float) -> bool:
@@ -542,11 +571,12 @@ def _renew_task(step: _Step, task: TaskState) -> None:
     """Close the task's last attempt into ``history`` and give it a fresh one (retry id + 1,
     retries counted anew), WAITING. A restart is a new life: it bypasses the tables."""
     task.history.append(TaskAttempt(task.retry_id, task.status, task.exit_code, task.node,
-                                    task.start_time_s, task.end_time_s))
+                                    task.start_time_s, task.end_time_s, task.failure_reason))
     task.retry_id += 1
     task.retries_used = 0
     task.status = S.WAITING
     task.exit_code = task.node = task.start_time_s = task.end_time_s = None
+    task.failure_reason = None
     task.gpu_slots = ()
 
 

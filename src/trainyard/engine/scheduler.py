@@ -3,8 +3,15 @@
 Rules (OSMO docs, "Groups": a group's tasks are scheduled together):
 - A group is placed only when ALL its tasks fit at once, each task on one node, counting per
   node cpu, gpu, memory and storage, the task's ``platform`` and ``nodesExcluded``.
-- Groups wait in one queue per pool in submission order; the head of the queue blocks the
-  ones behind it (no backfill), so a large gang is never starved by small ones.
+- Groups wait in one queue per pool in submission order. Backfill with an age bound (issue
+  12, H4): a gang that does not fit now lets the gangs behind it that do fit start first, for
+  at most ``Pool.backfill_age_s`` (default 300 s) after it was queued; a gang that has waited
+  longer holds every gang behind it until it fits, so a large gang is never starved by small
+  ones, and a small one is never held by a large one for longer than that bound plus what
+  runs now. (A gang that can never fit the empty pool is refused at submit,
+  ``spec.poolfit.check_gang_total``; ``queue_timeout`` still ends any gang that waits too long.)
+  The age counts from when the gang went SCHEDULING (the reconciler passes it on, also after
+  an engine restart).
 - GPU slots are numbered per node and handed out exclusively (lowest free first).
 - Tasks of one gang spread over distinct nodes where they can (like pods of a multi-node job);
   on a pool whose backend gives each task a node of its own (``Pool.node_per_task``: Slurm)
@@ -13,6 +20,7 @@ Rules (OSMO docs, "Groups": a group's tasks are scheduled together):
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -110,33 +118,60 @@ class Scheduler:
         self.pool = pool
         self.usage = {n.name: NodeUsage(n) for n in pool.nodes}
         self._queue: OrderedDict[GroupKey, dict[str, Request]] = OrderedDict()
+        self._queued_at: dict[GroupKey, float] = {}  # time.monotonic() when queued
         self._placed: dict[GroupKey, dict[str, tuple[Request, Placement]]] = {}
+        self._version = 0  # bumped whenever usage changes
+        self._no_fit: dict[GroupKey, int] = {}  # gang -> _version when it last did not fit
 
-    def enqueue(self, key: GroupKey, requests: dict[str, Request]) -> None:
-        """Queue a gang (task name -> request) behind the ones already waiting."""
+    def enqueue(self, key: GroupKey, requests: dict[str, Request],
+                now_s: float | None = None) -> None:
+        """Queue a gang (task name -> request) behind the ones already waiting.
+
+        Args:
+            now_s: the ``time.monotonic()`` its age counts from (default: now).
+        """
         self._queue[key] = requests
+        self._queued_at[key] = time.monotonic() if now_s is None else now_s
 
     def dequeue(self, key: GroupKey) -> None:
         """Drop a gang from the queue (cancelled, timed out). Idempotent."""
         self._queue.pop(key, None)
+        self._queued_at.pop(key, None)
+        self._no_fit.pop(key, None)
 
     def queued(self) -> list[GroupKey]:
         """Gangs waiting, in order."""
         return list(self._queue)
 
-    def place_ready(self) -> list[tuple[GroupKey, dict[str, Placement]]]:
-        """Place gangs from the head of the queue while they fit; stop at the first that
-        does not. Returns each placed gang with its task placements."""
+    def place_ready(self, now_s: float | None = None) -> list[tuple[GroupKey, dict[str, Placement]]]:
+        """Place the queued gangs that fit now, in queue order; a gang that does not fit is
+        passed over (backfill) until it has waited ``Pool.backfill_age_s``, and from then on
+        nothing behind it is placed (module docstring).
+
+        Args:
+            now_s: ``time.monotonic()`` of now (default: now).
+
+        Returns:
+            Each placed gang with its task placements, in queue order.
+        """
+        now_s = time.monotonic() if now_s is None else now_s
         placed = []
-        while self._queue:
-            key, requests = next(iter(self._queue.items()))
-            placements = self._fit(requests)
+        for key, requests in list(self._queue.items()):
+            unchanged = self._no_fit.get(key) == self._version  # same usage: same answer
+            placements = None if unchanged else self._fit(requests)
             if placements is None:
-                break
-            del self._queue[key]
+                self._no_fit[key] = self._version
+                if now_s - self._queued_at.get(key, now_s) >= self.pool.backfill_age_s:
+                    break  # it has waited long enough: it holds the queue until it fits
+                continue
+            self.dequeue(key)
             self._commit(key, requests, placements)
             placed.append((key, placements))
         return placed
+
+    def fits_empty(self, requests: dict[str, Request]) -> bool:
+        """Whether the gang fits the pool with nothing else placed (else it never will)."""
+        return Scheduler(self.pool)._fit(requests) is not None
 
     def restore(self, key: GroupKey, requests: dict[str, Request],
                 placements: dict[str, Placement]) -> None:
@@ -147,6 +182,7 @@ class Scheduler:
         """Give a gang's nodes back. Idempotent."""
         for req, placement in self._placed.pop(key, {}).values():
             self.usage[placement.node].give(req, placement.gpu_slots)
+            self._version += 1
         self.dequeue(key)
 
     def placement_of(self, key: GroupKey) -> dict[str, Placement]:
@@ -160,6 +196,7 @@ class Scheduler:
             if placement.node in self.usage:
                 self.usage[placement.node].add(requests[task], placement.gpu_slots)
                 entry[task] = (requests[task], placement)
+                self._version += 1
         self._placed[key] = entry
 
     def _fit(self, requests: dict[str, Request]) -> dict[str, Placement] | None:

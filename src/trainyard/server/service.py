@@ -386,13 +386,14 @@ def _summary_json(record: WorkflowRecord) -> dict[str, Any]:
 
 def _attempt_json(a: m.TaskAttempt) -> dict[str, Any]:
     return {"retry_id": a.retry_id, "status": a.status.value, "exit_code": a.exit_code,
-            "node": a.node, "start_time": iso(a.start_time_s), "end_time": iso(a.end_time_s)}
+            "node": a.node, "start_time": iso(a.start_time_s), "end_time": iso(a.end_time_s),
+            "failure_reason": a.failure_reason}
 
 
 def _task_json(t: m.TaskState, verbose: bool) -> dict[str, Any]:
     out = {"name": t.name, "status": t.status.value, "lead": t.lead, "retry_id": t.retry_id,
            "exit_code": t.exit_code, "node": t.node, "start_time": iso(t.start_time_s),
-           "end_time": iso(t.end_time_s)}
+           "end_time": iso(t.end_time_s), "failure_reason": t.failure_reason}
     if verbose:
         out["retries"] = [_attempt_json(a) for a in t.history]
     return out

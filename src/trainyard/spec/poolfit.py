@@ -24,7 +24,7 @@ from trainyard.spec.models import ResourceSpec, WorkflowSpec
 from trainyard.spec.problems import Issue, Layout
 
 __all__ = ["ALLOWED_MOUNTS_OPTION", "allowed_mounts", "check_pool", "check_mounts", "check_fit",
-           "check_gang_size"]
+           "check_gang_size", "check_gang_total"]
 
 ALLOWED_MOUNTS_OPTION = "allowed_mounts"
 # (YAML key, attribute of both ResourceSpec and NodeSpec, how to print an amount)
@@ -40,8 +40,35 @@ def check_pool(workflow: WorkflowSpec, pool: Pool, layout: Layout | None = None)
     """Every pool-dependent problem of ``workflow`` on ``pool``."""
     layout = layout or Layout()
     tasks = list(located_tasks(workflow, layout))
-    return [*check_mounts(tasks, pool), *check_fit(workflow, pool),
-            *check_gang_size(workflow, pool, layout)]
+    fit = check_fit(workflow, pool)
+    return [*check_mounts(tasks, pool), *fit, *check_gang_size(workflow, pool, layout),
+            *([] if fit else check_gang_total(workflow, pool, layout))]
+
+
+def check_gang_total(workflow: WorkflowSpec, pool: Pool, layout: Layout) -> list[Issue]:
+    """A group's tasks start together (a gang), so together they must fit the pool: per
+    resource, what the group's tasks ask in total is at most what the nodes they may run on
+    have in total (issue 12, H4: a gang that can never fit is refused, not queued forever)."""
+    issues = []
+    for index, group in enumerate(workflow.groups):
+        specs = [workflow.resource_of(t) for t in group.tasks]
+        nodes = {n.name: n for spec in specs for n in _eligible(spec, pool)}.values()
+        for key, attr, fmt in _DIMENSIONS:
+            asked = sum(getattr(spec, attr) or 0 for spec in specs)
+            total = sum(getattr(n, attr) for n in nodes)
+            if asked > total + 1e-9:
+                issues.append(Issue(layout.group_loc(index), (
+                    f"group {group.name!r} starts its {len(group.tasks)} tasks together and "
+                    f"they ask for {fmt(asked)} in total ({key}), but pool {pool.name!r} has "
+                    f"{fmt(total)} in total on the nodes they may use; ask for less per task, "
+                    "use fewer tasks, or use a bigger pool")))
+    return issues
+
+
+def _eligible(spec: ResourceSpec, pool: Pool) -> list[NodeSpec]:
+    """The pool's nodes a task with ``spec`` may run on (platform, ``nodesExcluded``)."""
+    return [n for n in pool.nodes if n.name not in spec.nodes_excluded
+            and (not spec.platform or n.platform == spec.platform)]
 
 
 def check_gang_size(workflow: WorkflowSpec, pool: Pool, layout: Layout) -> list[Issue]:

@@ -65,3 +65,22 @@ def test_the_default_of_a_rejected_spec_still_validates_on_the_osmo_pool(server:
     got = server.main("workflow", "submit", str(SPECS / "tests/bad_resource_workflow_v2.yaml"),
                       "--pool", "osmo", "--dry-run", "-f", "json")
     assert got.json()["pool"] == "osmo"
+
+
+def test_a_gang_larger_than_the_pool_is_refused_with_the_numbers(server: Server,
+                                                                 tmp_path) -> None:
+    """Issue 12, H4: accepted, it would wait forever and hold the queue; refused, it says
+    what it asks and what the pool has."""
+    tasks = "".join(f"    - {{name: t{i}, command: [true]{', lead: true' if i == 0 else ''}}}\n"
+                    for i in range(500))
+    spec = tmp_path / "gang.yaml"
+    spec.write_text("workflow:\n  name: huge\n  resources:\n    default: {cpu: 1}\n"
+                    "  groups:\n  - name: g\n    tasks:\n" + tasks.replace("[true]", "['true']"))
+    before = server.ids()
+    got = server.main("workflow", "submit", str(spec), *OSMO)
+    assert got.code == 2, (got.out, got.err)
+    assert got.err.splitlines() == [
+        f"{spec}:6: workflow.groups[0]: group 'g' starts its 500 tasks together and they ask "
+        "for 500 cores in total (cpu), but pool 'osmo' has 256 cores in total on the nodes "
+        "they may use; ask for less per task, use fewer tasks, or use a bigger pool"]
+    assert server.ids() == before

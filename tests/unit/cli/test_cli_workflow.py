@@ -312,3 +312,19 @@ def test_a_server_spec_error_keeps_every_problem() -> None:
     with pytest.raises(SpecError) as caught:
         _raise_for(_answer(422, {"kind": "SpecError", "detail": rows}))
     assert [str(p) for p in caught.value.problems] == ["s.yaml:2: workflow.name: bad"]
+
+
+def test_query_shows_each_failure_reason_under_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    from trainyard.cli.workflow_ops import _query_table
+
+    task = {"name": "t", "lead": False, "status": "FAILED_BACKEND_ERROR", "retry_id": 1,
+            "exit_code": 3001, "node": "n", "start_time": None, "end_time": None,
+            "failure_reason": "sbatch exited 1: sbatch: error: invalid partition [x]",
+            "retries": [{"retry_id": 0, "status": "RESCHEDULED", "exit_code": 3,
+                         "node": "n", "start_time": None, "end_time": None,
+                         "failure_reason": None}]}
+    _query_table({"id": "w-1", "name": "w", "status": "FAILED", "submitted_by": "me",
+                  "submit_time": "now", "groups": [{"name": "g", "tasks": [task]}]})
+    out = capsys.readouterr().out
+    assert "t retry 1 failed: sbatch exited 1: sbatch: error: invalid partition [x]" in out
+    assert "retry 0 failed" not in out

@@ -343,3 +343,169 @@ def test_a_restart_in_place_stored_but_never_made_is_made_in_place(tmp_path: Pat
     assert again.wait(wid, 5).status == "COMPLETED"
     retry = backend.launches[-1]
     assert (retry.key.retry_id, retry.restart_in_place) == (1, True)
+
+
+def test_facts_read_together_are_applied_in_the_order_they_happened(tmp_path: Path) -> None:
+    """Issue 12, H2: after a restart one poll reads a lead's exit (later) before a worker's
+    exit (earlier); the worker's failure must still decide the gang."""
+    import time as _time
+
+    from trainyard.backends.base import FactKind, TaskFact
+
+    backend = FakeBackend(lambda launch: Outcome(None))
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "h2", "groups": [{
+        "name": "g", "ignoreNonleadStatus": False,
+        "tasks": [_task("lead", lead=True), _task("worker")]}]}))
+    engine.step()
+    engine.step()
+    assert engine.state(wid).tasks["worker"].status is Status.RUNNING
+    now = _time.time()
+    backend.poll = lambda: [  # type: ignore[method-assign]
+        TaskFact(TaskKey(wid, "lead", 0), FactKind.EXITED, now + 14, exit_code=0),
+        TaskFact(TaskKey(wid, "worker", 0), FactKind.EXITED, now + 6, exit_code=3)]
+    engine.step()
+    state = engine.state(wid)
+    assert state.status is WorkflowStatus.FAILED
+    assert (state.tasks["worker"].status, state.tasks["worker"].exit_code) == (Status.FAILED, 3)
+    assert state.tasks["lead"].status is Status.FAILED
+
+
+def test_a_gang_that_can_never_be_placed_is_refused_at_submit(tmp_path: Path) -> None:
+    """Issue 12, H4: three tasks of 10 cores on two nodes of 16 fit one by one and in total
+    (30 of 32), but never together: refused, nothing stored."""
+    pool = Pool(name="local", nodes=[NodeSpec(name=f"n{i}", cpu=16) for i in range(2)])
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    engine = Engine(store, tmp_path, pools={"local": pool},
+                    backend_factory=lambda p, h: FakeBackend())
+    spec = _spec({"name": "packed", "resources": {"default": {"cpu": 10}}, "groups": [
+        {"name": "g", "tasks": [_task("a", lead=True), _task("b"), _task("c")]}]})
+    with pytest.raises(RefusedError, match="group 'g': its 3 tasks .* cannot be placed together"):
+        engine.submit(Submission(spec=spec, spec_text="", user="alice", pool=pool))
+    assert store.list_workflows() == []
+
+
+def test_a_small_workflow_is_not_held_behind_a_gang_that_does_not_fit_now(tmp_path: Path) -> None:
+    """Issue 12, H4: backfill (within Pool.backfill_age_s) through the engine."""
+    backend = FakeBackend(lambda launch: Outcome(None))  # run until stopped
+    engine = _engine(tmp_path, backend)
+    hog = _submit(engine, _spec({"name": "hog", "resources": {"default": {"gpu": 8}},
+                                 "tasks": [_task("h")]}))
+    engine.step()
+    big = _submit(engine, _spec({"name": "big", "resources": {"default": {"gpu": 8}},
+                                 "groups": [{"name": "g", "tasks": [_task("m", lead=True),
+                                                                    _task("w")]}]}))
+    small = _submit(engine, _spec({"name": "small", "resources": {"default": {"gpu": 1}},
+                                   "tasks": [_task("s")]}))
+    engine.step()
+    engine.step()
+    assert engine.state(hog).status is WorkflowStatus.RUNNING
+    assert engine.state(big).groups["g"].status is Status.SCHEDULING
+    assert engine.state(small).status is WorkflowStatus.RUNNING
+
+
+def test_a_backend_error_is_the_tasks_failure_reason_and_in_its_log(tmp_path: Path) -> None:
+    """Issue 12: why a backend failed is stored per task and written to the task's log."""
+    backend = FakeBackend(refuse_start=lambda launches: True)
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "be", "tasks": [_task("t")]}))
+    assert engine.wait(wid, timeout_s=10).status == WorkflowStatus.FAILED
+    task = engine.state(wid).tasks["t"]
+    assert (task.status, task.exit_code) == (Status.FAILED_BACKEND_ERROR, 3001)
+    assert task.failure_reason == "fake backend refused the group"
+    log = (engine.run_dir(wid, "t", 0) / "task.log").read_text()
+    assert "[t][trainyard] the fake backend could not start the task: fake backend refused" in log
+    again = _engine(tmp_path, backend)  # stored: a new engine reads it back
+    assert again.state(wid).tasks["t"].failure_reason == "fake backend refused the group"
+
+
+def test_a_lost_task_keeps_what_the_backend_saw(tmp_path: Path) -> None:
+    import time as _time
+
+    from trainyard.backends.base import FactKind, TaskFact
+
+    backend = FakeBackend(lambda launch: Outcome(None))
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "lost", "tasks": [_task("t")]}))
+    engine.step()
+    engine.step()
+    backend.poll = lambda: [TaskFact(  # type: ignore[method-assign]
+        TaskKey(wid, "t", 0), FactKind.LOST, _time.time(), None, "Slurm job 7 NODE_FAIL")]
+    engine.step()
+    task = engine.state(wid).tasks["t"]
+    assert (task.status, task.failure_reason) == (Status.FAILED_BACKEND_ERROR,
+                                                  "Slurm job 7 NODE_FAIL")
+    log = (engine.run_dir(wid, "t", 0) / "task.log").read_text()
+    assert "the fake backend reports the task LOST: Slurm job 7 NODE_FAIL" in log
+
+
+def test_a_never_started_task_whose_gang_ended_meanwhile_is_not_started(tmp_path: Path) -> None:
+    """The engine died after starting "m" of the gang, not "w"; "m" failed (1) while no
+    engine ran. The restarted engine reads that exit first: the gang failed, "w" never runs."""
+    import time as _time
+
+    from trainyard.backends.base import FactKind, TaskFact
+
+    backend = _Dying(lambda launch: Outcome(None), made=1)
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "gone", "groups": [
+        {"name": "g", "tasks": [_task("m", lead=True), _task("w")]}]}))
+    with pytest.raises(_EngineDied):
+        engine.step()
+    key, now = TaskKey(wid, "m", 0), _time.time()
+    left = [TaskFact(key, FactKind.INITIALIZING, now), TaskFact(key, FactKind.RUNNING, now),
+            TaskFact(key, FactKind.EXITED, now + 1, exit_code=1)]  # what "m" left meanwhile
+    backend._attempts[key].done = True
+    poll = backend.poll
+    backend.poll = lambda: [left.pop(0) for _ in list(left)] + poll()  # type: ignore[method-assign]
+    again = _engine(tmp_path, backend.revive())
+    assert again.wait(wid, 5).status == "FAILED"
+    assert again.state(wid).tasks["m"].exit_code == 1
+    assert [launch.key.task for launch in backend.launches] == ["m"]
+
+
+def test_a_cancel_after_the_last_task_exited_keeps_what_happened(tmp_path: Path) -> None:
+    """The task exited 0 and the backend has that fact, not yet read, when the cancel comes:
+    the workflow COMPLETED, it is not recorded FAILED_CANCELED."""
+    backend = FakeBackend(lambda launch: Outcome(0, polls=1))
+    engine = _engine(tmp_path, backend)
+    wid = _submit(engine, _spec({"name": "done", "tasks": [_task("t")]}))
+    engine.step()  # started
+    engine.step()  # RUNNING
+    assert engine.state(wid).tasks["t"].status is Status.RUNNING
+    engine.cancel(wid)  # the backend's next poll says: EXITED 0
+    assert engine.state(wid).status is WorkflowStatus.COMPLETED
+    assert engine.state(wid).tasks["t"].exit_code == 0
+
+
+def test_a_gang_keeps_its_queue_age_across_a_restart(tmp_path: Path) -> None:
+    """Backfill's age bound counts from when the gang went SCHEDULING, not from the restart:
+    a gang that waited longer than backfill_age_s still holds the queue afterwards."""
+    import time as _time
+
+    pool = Pool(name="local", nodes=[NodeSpec(name=f"n{i}", gpu=8) for i in range(2)],
+                backfill_age_s=30)
+    backend = FakeBackend(lambda launch: Outcome(None))
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    engine = Engine(store, tmp_path, pools={"local": pool}, backend_factory=lambda p, h: backend)
+    engine.submit(Submission(spec=_spec({"name": "hog", "resources": {"default": {"gpu": 8}},
+                                         "tasks": [_task("h")]}), spec_text="", user="a",
+                             pool=pool))
+    engine.step()
+    big = engine.submit(Submission(spec=_spec({
+        "name": "big", "resources": {"default": {"gpu": 8}},
+        "groups": [{"name": "g", "tasks": [_task("m", lead=True), _task("w")]}]}),
+        spec_text="", user="a", pool=pool)).id
+    engine.step()
+    state = engine.state(big)
+    state.groups["g"].scheduling_since_s = _time.time() - 60  # it has waited a minute
+    from trainyard.engine.serialize import state_to_dict
+    store.save_states({big: (state.status.value, None, state_to_dict(state))})
+    engine.close()
+    again = Engine(store, tmp_path, pools={"local": pool}, backend_factory=lambda p, h: backend)
+    small = again.submit(Submission(spec=_spec({
+        "name": "small", "resources": {"default": {"gpu": 1}}, "tasks": [_task("s")]}),
+        spec_text="", user="a", pool=pool)).id
+    again.step()
+    again.step()
+    assert again.state(small).status is WorkflowStatus.PENDING  # held behind "big"

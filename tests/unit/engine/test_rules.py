@@ -568,3 +568,29 @@ def test_machine_transition_delegates_to_the_rules() -> None:
     assert machine.transition(state, Submitted(time_s=1.0)) == transition(
         state, Submitted(time_s=1.0)
     )
+
+
+# --------------------------------------------------------------------------- before the barrier
+
+
+def test_a_nonlead_failing_before_the_barrier_released_ends_the_gang_at_once() -> None:
+    """Issue 12, M1: ``ignoreNonleadStatus: true`` lets a worker fail once the gang runs, but
+    one that fails before the barrier (input download, 2010) leaves its peers waiting for a
+    task that never comes: the group fails with it, the others are stopped."""
+    state = submitted(_gang())
+    state = fold(state, _placed(state, "train"))[0]
+    state, actions = transition(state, TaskExited(time_s=3.0, task="w1", retry_id=0,
+                                                  exit_code=2010))
+    assert state.groups["train"].status is S.FAILED
+    assert (state.tasks["w1"].status, state.tasks["w1"].exit_code) == (S.FAILED, 2010)
+    assert state.tasks["master"].status is S.FAILED and state.tasks["master"].exit_code is None
+    assert StopTasks((("master", 0), ("w2", 0))) in actions
+    assert state.groups["eval"].status is S.FAILED_UPSTREAM
+
+
+def test_a_nonlead_failing_after_the_barrier_released_leaves_the_gang_running() -> None:
+    state = _running(submitted(_gang()), "train")
+    state, _actions = transition(state, TaskExited(time_s=4.0, task="w1", retry_id=0,
+                                                   exit_code=1))
+    assert state.groups["train"].status is S.RUNNING
+    assert state.tasks["w1"].status is S.FAILED

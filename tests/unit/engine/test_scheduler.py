@@ -19,7 +19,7 @@ def test_gang_is_placed_whole_on_distinct_nodes() -> None:
 
 
 def test_gang_that_does_not_fit_whole_waits_and_blocks_later_gangs() -> None:
-    sched = Scheduler(_pool())
+    sched = Scheduler(_pool().model_copy(update={"backfill_age_s": 0.0}))  # no backfill
     sched.enqueue(("w1", "g"), {"a": Request(gpu=8)})
     assert len(sched.place_ready()) == 1
     sched.enqueue(("w2", "big"), {"a": Request(gpu=8), "b": Request(gpu=8)})
@@ -82,3 +82,42 @@ def test_on_a_node_per_task_pool_a_gang_never_shares_a_node() -> None:
     slurm.enqueue(("w", "two"), {"a": Request(cpu=1), "b": Request(cpu=1)})
     [(_, placements)] = slurm.place_ready()
     assert {p.node for p in placements.values()} == {"n0", "n1"}
+
+
+def test_a_gang_that_does_not_fit_now_lets_smaller_ones_behind_it_start_first() -> None:
+    """Issue 12, H4: backfill while the head of the queue is younger than backfill_age_s."""
+    sched = Scheduler(_pool())  # backfill_age_s: 300 (the default)
+    sched.enqueue(("w1", "g"), {"a": Request(gpu=8)}, now_s=0.0)
+    assert len(sched.place_ready(now_s=0.0)) == 1
+    sched.enqueue(("w2", "big"), {"a": Request(gpu=8), "b": Request(gpu=8)}, now_s=1.0)
+    sched.enqueue(("w3", "small"), {"a": Request(gpu=1)}, now_s=2.0)
+    assert [key for key, _ in sched.place_ready(now_s=2.0)] == [("w3", "small")]
+    assert sched.queued() == [("w2", "big")]
+
+
+def test_a_gang_waiting_longer_than_the_age_bound_holds_the_gangs_behind_it() -> None:
+    sched = Scheduler(_pool())
+    sched.enqueue(("w1", "g"), {"a": Request(gpu=8)}, now_s=0.0)
+    sched.place_ready(now_s=0.0)
+    sched.enqueue(("w2", "big"), {"a": Request(gpu=8), "b": Request(gpu=8)}, now_s=1.0)
+    sched.enqueue(("w3", "small"), {"a": Request(gpu=1)}, now_s=400.0)
+    assert sched.place_ready(now_s=400.0) == []  # big has waited 399 s > 300 s: it reserves
+    sched.release(("w1", "g"))
+    assert [key for key, _ in sched.place_ready(now_s=401.0)] == [("w2", "big")]
+    assert sched.queued() == [("w3", "small")]
+
+
+def test_a_gang_that_did_not_fit_is_tried_again_once_nodes_are_freed() -> None:
+    sched = Scheduler(_pool(n=1))
+    sched.enqueue(("w1", "g"), {"a": Request(gpu=8)}, now_s=0.0)
+    sched.place_ready(now_s=0.0)
+    sched.enqueue(("w2", "g"), {"a": Request(gpu=4)}, now_s=0.0)
+    assert sched.place_ready(now_s=1.0) == [] and sched.place_ready(now_s=2.0) == []
+    sched.release(("w1", "g"))
+    assert [key for key, _ in sched.place_ready(now_s=3.0)] == [("w2", "g")]
+
+
+def test_fits_empty_tells_a_gang_that_can_never_fit() -> None:
+    sched = Scheduler(_pool(n=2, cpu=16))
+    assert sched.fits_empty({f"t{i}": Request(cpu=8) for i in range(4)})
+    assert not sched.fits_empty({f"t{i}": Request(cpu=10) for i in range(3)})

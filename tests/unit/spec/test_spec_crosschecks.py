@@ -327,3 +327,20 @@ def test_a_group_larger_than_a_node_per_task_pool_is_refused() -> None:
     assert problem.path == "workflow.groups[0]" and problem.line is not None
     assert problem.message.startswith("group 'trio' has 3 tasks but pool 'hpc' has 2 nodes, "
                                       "and on a slurm pool each task of a group runs on a node")
+
+
+def test_a_gang_asking_more_than_the_pool_holds_in_total_is_refused_with_the_numbers() -> None:
+    """Issue 12, H4: 500 tasks of 1 core, started together, on 4 nodes of 64 cores."""
+    nodes = [NodeSpec(name=f"n{i}", cpu=64) for i in range(4)]
+    tasks = "".join(f"  - {{name: t{i}, command: [x]{', lead: true' if i == 0 else ''}}}\n"
+                    for i in range(500))
+    text = workflow("resources:\n  default: {cpu: 1}\ngroups:\n- name: huge\n  tasks:\n" + tasks)
+    problem = only_problem(text, pool=Pool(name="p", nodes=nodes))
+    assert problem.path == "workflow.groups[0]"
+    assert problem.message.startswith(
+        "group 'huge' starts its 500 tasks together and they ask for 500 cores in total (cpu), "
+        "but pool 'p' has 256 cores in total")
+    fits = "".join(f"  - {{name: t{i}, command: [x]{', lead: true' if i == 0 else ''}}}\n"
+                   for i in range(256))
+    assert spec.load(workflow("resources:\n  default: {cpu: 1}\ngroups:\n- name: full\n"
+                              "  tasks:\n" + fits), pool=Pool(name="p", nodes=nodes))
