@@ -65,6 +65,7 @@ def write_inside(base: str, relative: str, text: str, mode: int = 0o755) -> None
     parts = [p for p in relative.split("/") if p not in ("", ".")]
     if not parts or ".." in parts:
         raise OSError(errno.EINVAL, f"not a file path below the task's folder: {relative!r}")
+    os.makedirs(base, exist_ok=True)  # the backend's folder (a root made on first use)
     fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name in parts[:-1]:
