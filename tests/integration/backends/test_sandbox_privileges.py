@@ -2,7 +2,8 @@
 capabilities: ``mount -o remount,bind,rw /opt && touch /opt/x`` writes to the host"): root in
 a user namespace of its own, no capability, no further user namespace; ``mount``,
 ``unshare``, ``setns``/``nsenter`` and raw sockets fail, the host's read-only folders stay
-unwritten, and the GPUs' device nodes are still there.
+unwritten, the GPUs' device nodes are still there, and no host process is visible (a PID
+namespace of its own).
 
 Through the real local backend (launcher, hosted runner) and its bubblewrap sandbox.
 """
@@ -10,6 +11,7 @@ Through the real local backend (launcher, hosted runner) and its bubblewrap sand
 from __future__ import annotations
 
 import glob
+import os
 import uuid
 from pathlib import Path
 
@@ -32,6 +34,8 @@ try raw-socket python3 -c "import socket; socket.socket(socket.AF_INET, socket.S
 try chown-other sh -c "touch /tmp/c && chown 1000 /tmp/c"
 grep -q '^CapEff:[[:space:]]*0000000000000000$' /proc/self/status || echo "ALLOWED capabilities" >> "$r"
 for dev in $3; do test -r "$dev" || echo "MISSING $dev" >> "$r"; done
+kill -0 "$4" 2>/dev/null && echo "SEES host process $4" >> "$r"
+test "$(ls /proc | grep -c '^[0-9]')" -le 5 || echo "SEES $(ls /proc | grep -c '^[0-9]') processes" >> "$r"
 echo done >> "$r"
 """
 
@@ -40,7 +44,7 @@ def test_a_task_has_no_privileges_over_the_host(sandboxed: LocalBackend, home: P
     mark = f"trainyard-priv-{uuid.uuid4().hex}"
     gpus = " ".join(sorted(glob.glob("/dev/nvidia*")))
     launches = group_launches(sandboxed, home, "wf-priv", {"t": {
-        "command": ["sh", "/tmp/probe.sh", "{{output}}", mark, gpus],
+        "command": ["sh", "/tmp/probe.sh", "{{output}}", mark, gpus, str(os.getpid())],
         "files": [{"path": "/tmp/probe.sh", "contents": PROBE}]}})
     host_places = [Path("/opt") / mark, Path("/usr/lib") / mark]
     try:
