@@ -31,8 +31,12 @@ runner itself stays on the host (it moves data with the host's network and crede
 puts only the command behind the sandbox prefix (``SandboxSettings.command_prefix``):
 
 - sandbox ``bwrap`` (``backends.sandbox``): own ``/`` and ``/tmp`` under
-  ``<run_dir>/sandbox/root``, cwd ``/``, private PID/IPC/UTS namespaces, host name = task name;
-  the runner writes files where the sandbox shows them (``SandboxSettings.mounts``).
+  ``<run_dir>/sandbox/root``, the host's system folders with a private writable layer under
+  ``<run_dir>/sandbox/overlay`` (as root; read-only otherwise), cwd ``/``, private
+  PID/IPC/UTS/user namespaces without capabilities, host name = task name; no trainyard
+  home, no run folder but the task's own output and input folders, the pool-allowed
+  ``volumeMounts`` (``options.allowed_mounts``, checked again here); the runner writes files
+  where the sandbox shows them (``SandboxSettings.mounts``), following no link of the task's.
   Fallback ``none`` (bwrap missing or refused, e.g. a container without user namespaces):
   one warning, and the runner rewrites ``/tmp`` and file paths onto that same folder
   (``SandboxSettings.root``) and runs the command there.
@@ -53,7 +57,8 @@ so); without GPUs every task gets ``CUDA_VISIBLE_DEVICES=""``. A lease ends when
 attempt ends (and is taken up again by ``recover``). Images: see ``backends.images``.
 
 RESTART (``restart_in_place``): the new attempt takes over the task's files from the latest
-earlier attempt: its sandbox (``/``, ``/tmp``, its files) and its ``{{output}}`` folder.
+earlier attempt: its sandbox (``/``, ``/tmp``, its files, the private layers of the system
+folders) and its ``{{output}}`` folder. RESCHEDULE starts in a new run folder: a fresh root.
 
 Pool ``options`` read here: ``sandbox`` (auto|bwrap|none), ``network`` (auto|netns|loopback),
 ``forward_ports`` (list of host loopback ports), ``stop_grace_s``, ``launcher_idle_s`` (how

@@ -16,7 +16,10 @@ import pytest
 
 from isolation_support import EngineRun, require_bwrap
 
+import trainyard
 from trainyard.engine.status import WorkflowStatus
+
+PACKAGE = Path(trainyard.__file__).parent
 
 OTHER = """
 workflow:
@@ -84,9 +87,7 @@ def test_a_task_sees_no_tokens_store_other_runs_or_host_homes(run: EngineRun) ->
         report = run.output(wid, "look", "report").splitlines()
         assert report == ["finished"], report
         assert [p for p in written if p.exists()] == []
-        import trainyard
-
-        assert not (Path(trainyard.__file__).parent / mark).exists()
+        assert not (PACKAGE / mark).exists()
     finally:
-        for path in written + planted:
+        for path in [*written, *planted, PACKAGE / mark]:
             path.unlink(missing_ok=True)
