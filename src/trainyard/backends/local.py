@@ -244,7 +244,8 @@ def _runner_paths() -> tuple[str, ...]:
     paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
              str(Path(trainyard.__file__).resolve().parent.parent)}
     paths.update(sysconfig.get_paths().values())
-    paths.update(p for p in sys.path if os.path.isabs(p))  # PYTHONPATH: a worktree's src
+    paths.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                 if os.path.isabs(p))  # a worktree's src (not sys.path: it holds the cwd)
     return tuple(sorted(p for p in paths if os.path.exists(p)))
 
 
