@@ -3,8 +3,8 @@ container gives it in OSMO, and nothing of the host or of trainyard beyond that.
 
 Layout inside the sandbox:
 - ``/`` is the task's own folder ``<run_dir>/sandbox/root`` (on disk, so it survives a RESTART
-  in place); new top-level folders (``/app``, ``/experiments``), ``/tmp``, ``/root`` and
-  ``/home`` live there, empty at first, so two tasks' ``/tmp/run.sh`` never meet.
+  in place); new top-level folders (``/app``, ``/experiments``), ``/tmp``, ``/root``,
+  ``/home`` and ``/run`` live there, empty at first, so two tasks' ``/tmp/run.sh`` never meet.
 - the host's system folders (``SYSTEM_TOP``: ``/usr``, ``/etc``, ``/var``, ``/opt`` ...) are
   seen with a private writable layer on top (``overlay_dir``: overlayfs, ``lower`` the host
   folder, ``upper`` under ``<run_dir>/sandbox/overlay/<name>``, mounted by the runner in a
@@ -17,8 +17,10 @@ Layout inside the sandbox:
   same path: read-only the folders of trainyard's interpreter and import path (``readonly``:
   the ``trainyard``/``osmo`` CLI runs in tasks); read-write only its own ``{{output}}`` and
   ``{{input:N}}`` folders (``writable``) and the pool-allowed ``volumeMounts`` (``volumes``).
-- ``/dev`` is the host's (GPUs) with a private ``/dev/shm``; ``/proc`` is the task's own PID
-  namespace; ``/sys`` is read-only.
+- ``/dev`` is a minimal one of its own (``null``, ``zero``, ``random``, ``tty``, ``pts``,
+  ``shm``) with the host's GPU device nodes bound in (``GPU_DEVICES``); ``/proc`` is the task's
+  own PID namespace's, ``/proc/sys`` and ``/sys`` read-only; ``/run`` is an empty folder of
+  its own (no host sockets).
 - privileges: a user namespace (``--unshare-user``, uid and gid 0 inside, mapped to the
   runner's user outside) with every capability dropped (``--cap-drop ALL``) and no further
   user namespaces (``--disable-userns``): no ``mount``, ``setns``, ``unshare``, raw sockets,
@@ -53,7 +55,7 @@ __all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_b
 
 SYSTEM_TOP = frozenset({
     "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "boot", "opt", "var",
-    "run", "snap", "nix",
+    "snap", "nix",
 })
 """Top-level host folders a task sees (with a private writable layer, or read-only); it sees
 no other host folder."""
@@ -63,8 +65,13 @@ PRIVILEGE_ARGS = ("--unshare-user", "--uid", "0", "--gid", "0", "--disable-usern
                   "--cap-drop", "ALL")
 """Root inside a user namespace of its own, no capabilities, no nested user namespaces."""
 
-PRIVATE_DIRS = ("/root", "/home")
-"""Folders every task has as empty folders of its own (a container's ``$HOME``)."""
+PRIVATE_DIRS = ("/root", "/home", "/run")
+"""Folders every task has as empty folders of its own: a container's ``$HOME``, and ``/run``,
+whose host sockets (a container engine's, D-Bus) a task must not reach: it is uid 0 of the
+host for file permissions."""
+
+GPU_DEVICES = ("nvidia*", "nvidia-caps", "dri")
+"""``/dev`` entries (glob patterns) bound into a task's minimal ``/dev``: the GPUs."""
 
 _HANDLED_APART = frozenset({"tmp", "proc", "dev", "sys", "lost+found"})
 _PRIVATE_TOP = frozenset({"tmp"})
@@ -177,10 +184,24 @@ def _is_empty(path: str) -> bool:
 
 
 def _system_args(host_root: Path) -> list[str]:
-    args = ["--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
+    """A minimal ``/dev`` (null, zero, random, tty, pts, shm) with the host's GPU device
+    nodes; the task's own ``/proc`` with ``/proc/sys`` read-only (the task is uid 0 of the
+    host for permission checks: sysctls would be writable); ``/sys`` read-only."""
+    args = ["--dev", "/dev"]
+    for node in gpu_device_nodes():
+        args += ["--dev-bind", node, node]
+    args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
     if (host_root / "sys").is_dir():
         args += ["--ro-bind", "/sys", "/sys"]
     return args
+
+
+def gpu_device_nodes(dev: Path = Path("/dev")) -> list[str]:
+    """The host's GPU device nodes and folders (``GPU_DEVICES``), sorted."""
+    found: set[str] = set()
+    for pattern in GPU_DEVICES:
+        found.update(str(p) for p in dev.glob(pattern))
+    return sorted(found)
 
 
 def _same_path_binds(plan: SandboxPlan) -> list[tuple[str, str, str]]:

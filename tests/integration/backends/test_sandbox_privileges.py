@@ -2,7 +2,8 @@
 capabilities: ``mount -o remount,bind,rw /opt && touch /opt/x`` writes to the host"): root in
 a user namespace of its own, no capability, no further user namespace; ``mount``,
 ``unshare``, ``setns``/``nsenter`` and raw sockets fail, the host's read-only folders stay
-unwritten, the GPUs' device nodes are still there, and no host process is visible (a PID
+unwritten, sysctls and ``/sys`` are read-only, ``/dev`` holds no disk and ``/run`` no host
+socket, the GPUs' device nodes are still there, and no host process is visible (a PID
 namespace of its own).
 
 Through the real local backend (launcher, hosted runner) and its bubblewrap sandbox.
@@ -22,6 +23,7 @@ from trainyard.backends.local import LocalBackend
 PROBE = r"""
 r="$1/report"; mark="$2"
 : > "$r"
+ls -A /run | sed 's/^/SEES \/run\//' >> "$r"  # before mount(8) leaves its utab there
 try() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "ALLOWED $name" >> "$r"; fi; }
 try remount-opt sh -c "mount -o remount,bind,rw /opt && touch /opt/$mark"
 try remount-usr sh -c "mount -o remount,rw /usr/lib && touch /usr/lib/$mark"
@@ -32,6 +34,10 @@ try unshare-net unshare -n true
 try nsenter-init nsenter -t 1 -m -n true
 try raw-socket python3 -c "import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)"
 try chown-other sh -c "touch /tmp/c && chown 1000 /tmp/c"
+# a sysctl written with its own value: harmless if the test fails
+try sysctl sh -c 'v=$(cat /proc/sys/kernel/core_pattern) && printf "%s\n" "$v" > /proc/sys/kernel/core_pattern'
+try sysfs sh -c 'v=$(cat /sys/kernel/mm/transparent_hugepage/defrag | sed "s/.*\[\(.*\)\].*/\1/") && echo "$v" > /sys/kernel/mm/transparent_hugepage/defrag'
+ls /dev | grep -E '^(sd|vd|xvd|hd|nvme|loop|dm-|md|mem$|kmem$|port$|kmsg$)' | sed 's/^/SEES device /' >> "$r"
 grep -q '^CapEff:[[:space:]]*0000000000000000$' /proc/self/status || echo "ALLOWED capabilities" >> "$r"
 for dev in $3; do test -r "$dev" || echo "MISSING $dev" >> "$r"; done
 kill -0 "$4" 2>/dev/null && echo "SEES host process $4" >> "$r"
