@@ -41,6 +41,7 @@ make mount points (``clear_links``): bwrap would follow them on the host.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -196,12 +197,14 @@ def _system_args(host_root: Path) -> list[str]:
     return args
 
 
-def gpu_device_nodes(dev: Path = Path("/dev")) -> list[str]:
-    """The host's GPU device nodes and folders (``GPU_DEVICES``), sorted."""
+@functools.lru_cache(maxsize=4)
+def gpu_device_nodes(dev: Path = Path("/dev")) -> tuple[str, ...]:
+    """The host's GPU device nodes and folders (``GPU_DEVICES``), sorted; asked once per
+    process (a driver loaded later needs a new backend process)."""
     found: set[str] = set()
     for pattern in GPU_DEVICES:
         found.update(str(p) for p in dev.glob(pattern))
-    return sorted(found)
+    return tuple(sorted(found))
 
 
 def _same_path_binds(plan: SandboxPlan) -> list[tuple[str, str, str]]:
@@ -328,9 +331,10 @@ def _add_link(mounts: dict[str, str], readonly: set[str], link: str, target: str
             readonly.add(link)
 
 
+@functools.lru_cache(maxsize=1)
 def overlay_supported() -> bool:
     """Whether the runner can mount the private writable layers here: as root (it mounts in
-    the init user namespace) with overlayfs in ``/proc/filesystems``."""
+    the init user namespace) with overlayfs in ``/proc/filesystems``. Asked once."""
     if os.geteuid() != 0:
         return False
     try:
