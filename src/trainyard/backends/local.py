@@ -554,7 +554,7 @@ class LocalBackend:
             readonly=_shown_runner_binds(self.home) + tuple(
                 p for p in readonly if os.path.exists(p) and needs_bind(p, False)),
             overlay_dir=request.run_dir / "sandbox" / "overlay" if overlay_supported() else None,
-            volumes=self._volumes(run))
+            volumes=self._volumes(run), hidden=(str(self.home),))
 
     def _volumes(self, run: TaskRun) -> tuple[tuple[str, str], ...]:
         """``(host folder, path inside)`` of each ``volumeMounts`` entry, checked again

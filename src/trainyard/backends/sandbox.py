@@ -92,6 +92,8 @@ class SandboxPlan:
         overlay_dir: where the private writable layers of the system folders live
             (``<name>/upper``, ``/work``, ``/mnt``); None: system folders read-only.
         volumes: ``(host folder, path inside)`` bound read-write (``volumeMounts``).
+        hidden: host folders never shown (trainyard's home): covered with an empty tmpfs
+            when a shown system folder holds them (a home under ``/var``).
     """
 
     root_dir: Path
@@ -102,6 +104,7 @@ class SandboxPlan:
     host_root: Path = field(default=Path("/"))
     overlay_dir: Path | None = None
     volumes: tuple[tuple[str, str], ...] = ()
+    hidden: tuple[str, ...] = ()
 
 
 def _top(path: str) -> str:
@@ -126,31 +129,79 @@ def _has_symlink(path: Path, target: str) -> bool:
     return path.is_symlink() and os.readlink(path) == target
 
 
-def _system_tops(host_root: Path) -> list[os.DirEntry[str]]:
-    """The host's top-level system entries (``SYSTEM_TOP``): folders and symlinks."""
-    return [e for e in sorted(os.scandir(host_root), key=lambda e: e.name)
-            if e.name in SYSTEM_TOP and (e.is_symlink() or e.is_dir())]
+@dataclass(frozen=True)
+class _Top:
+    """One top-level system entry of the host: a folder (``empty`` or not) or a symlink."""
+
+    name: str
+    path: str
+    link: str | None
+    empty: bool
+
+
+def _system_tops(host_root: Path) -> tuple[_Top, ...]:
+    """The host's top-level system entries (``SYSTEM_TOP``), looked at once per process."""
+    return _scan_tops(str(host_root))
+
+
+@functools.lru_cache(maxsize=64)
+def _scan_tops(host_root: str) -> tuple[_Top, ...]:
+    found = []
+    for e in sorted(os.scandir(host_root), key=lambda e: e.name):
+        if e.name in SYSTEM_TOP and (e.is_symlink() or e.is_dir()):
+            link = os.readlink(e.path) if e.is_symlink() else None
+            found.append(_Top(e.name, e.path, link, link is None and _is_empty(e.path)))
+    return tuple(found)
 
 
 def _overlaid(plan: SandboxPlan) -> set[str]:
     """The system folders that get a private writable layer: every non-empty one, except a
-    folder holding the sandbox itself (overlayfs refuses an upper layer inside the lower)."""
+    folder holding the sandbox itself (it would show the task its own layers; it is bound
+    read-only, with ``hidden`` covered)."""
     if plan.overlay_dir is None:
         return set()
     own = {_top(os.path.realpath(plan.root_dir)), _top(os.path.realpath(plan.overlay_dir))}
     return {e.name for e in _system_tops(plan.host_root)
-            if not e.is_symlink() and e.name not in own and not _is_empty(e.path)}
+            if e.link is None and e.name not in own and not e.empty}
+
+
+ROOT_LAYER = "rootfs"
+"""The layer (folder under ``overlay_dir``) of the system folders that live on the host's root
+file system: one overlay of the host's ``/`` serves them all (one mount per task, not one per
+folder); only the folders bwrap binds from it are shown."""
+
+
+def _layer(plan: SandboxPlan, name: str) -> str:
+    """The layer of a system folder: ``ROOT_LAYER`` when it is on the host's root file system
+    (overlayfs does not cross into other mounts), else its own (``/var`` on a partition)."""
+    return name if _own_mount(str(plan.host_root), name) else ROOT_LAYER
+
+
+@functools.lru_cache(maxsize=64)
+def _own_mount(host_root: str, name: str) -> bool:
+    path = os.path.join(host_root, name)
+    return os.path.ismount(path) or os.stat(path).st_dev != os.stat(host_root).st_dev
+
+
+def _layer_dir(plan: SandboxPlan, name: str, part: str) -> Path:
+    """``upper``, ``work`` or ``mnt`` of the layer of system folder ``name``; for ``upper``
+    and ``mnt``, the folder ``name`` itself within the layer."""
+    assert plan.overlay_dir is not None
+    layer = _layer(plan, name)
+    base = plan.overlay_dir / layer / part
+    return base / name if layer == ROOT_LAYER and part != "work" else base
 
 
 def overlays(plan: SandboxPlan) -> list[OverlayMount]:
     """The overlay mounts the runner makes before the task starts (``SandboxSettings``)."""
     if plan.overlay_dir is None:
         return []
-    return [OverlayMount(lower=str(plan.host_root / name),
-                         upper=str(plan.overlay_dir / name / "upper"),
-                         work=str(plan.overlay_dir / name / "work"),
-                         target=str(plan.overlay_dir / name / "mnt"))
-            for name in sorted(_overlaid(plan))]
+    layers = sorted({_layer(plan, name) for name in _overlaid(plan)})
+    return [OverlayMount(lower=str(plan.host_root if layer == ROOT_LAYER else plan.host_root / layer),
+                         upper=str(plan.overlay_dir / layer / "upper"),
+                         work=str(plan.overlay_dir / layer / "work"),
+                         target=str(plan.overlay_dir / layer / "mnt"))
+            for layer in layers]
 
 
 def _top_level_args(plan: SandboxPlan) -> list[str]:
@@ -160,14 +211,14 @@ def _top_level_args(plan: SandboxPlan) -> list[str]:
     overlaid = _overlaid(plan)
     for entry in _system_tops(plan.host_root):
         target = f"/{entry.name}"
-        if entry.is_symlink():
-            link = os.readlink(entry.path)
+        if entry.link is not None:
+            link = entry.link
             if not _has_symlink(plan.root_dir / entry.name, link):
                 args += ["--symlink", link, target]
         elif entry.name in overlaid:
             assert plan.overlay_dir is not None
-            args += ["--bind", str(plan.overlay_dir / entry.name / "mnt"), target]
-        elif _is_empty(entry.path):
+            args += ["--bind", str(_layer_dir(plan, entry.name, "mnt")), target]
+        elif entry.empty:
             args += ["--dir", target]  # nothing to show: a folder of the sandbox's own
         else:
             args += ["--ro-bind", entry.path, target]
@@ -240,6 +291,8 @@ def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap") -> list[str]:
     args = [bwrap, "--bind", str(plan.root_dir), "/"]
     args += _top_level_args(plan)
     args += _system_args(plan.host_root)
+    for path in _covered(plan):  # before the binds: a task's output may be under it
+        args += ["--tmpfs", path]
     for flag, host, inside in _binds(plan):
         args += [flag, host, inside]
     if plan.hosts_file is not None:
@@ -247,6 +300,13 @@ def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap") -> list[str]:
     args += [*PRIVILEGE_ARGS, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
              "--hostname", plan.hostname]
     return [*args, "--die-with-parent", "--chdir", "/", "--"]
+
+
+def _covered(plan: SandboxPlan) -> list[str]:
+    """The ``hidden`` folders that a shown system folder holds (those to cover)."""
+    shown = {e.name for e in _system_tops(plan.host_root) if e.link is None and not e.empty}
+    return [real for real in (os.path.realpath(p) for p in plan.hidden)
+            if _top(real) in shown and len(Path(real).parts) > 2]
 
 
 def clear_links(plan: SandboxPlan) -> list[str]:
@@ -260,13 +320,13 @@ def clear_links(plan: SandboxPlan) -> list[str]:
     """
     removed: list[str] = []
     overlaid = _overlaid(plan)
-    inside = [f"/{e.name}" for e in _system_tops(plan.host_root) if not e.is_symlink()]
+    inside = [f"/{e.name}" for e in _system_tops(plan.host_root) if e.link is None]
     inside += [*PRIVATE_DIRS, "/tmp", "/etc/hosts", *(b[2] for b in _binds(plan))]
     for path in inside:
         parts = Path(path).parts[1:]
         base = plan.root_dir
         if parts and parts[0] in overlaid and plan.overlay_dir is not None:
-            base, parts = plan.overlay_dir / parts[0] / "upper", parts[1:]
+            base, parts = _layer_dir(plan, parts[0], "upper"), parts[1:]
         gone = _clear_on_the_way(base, parts, last_may_be_file=path == "/etc/hosts")
         if gone is not None:
             removed.append(path)
@@ -303,17 +363,17 @@ def sandbox_mounts(plan: SandboxPlan) -> tuple[dict[str, str], list[str]]:
     overlaid = _overlaid(plan)
     for entry in _system_tops(plan.host_root):
         name = entry.name
-        if entry.is_symlink() or _is_empty(entry.path) and name not in overlaid:
+        if entry.link is not None or entry.empty and name not in overlaid:
             continue  # links are followed below; empty folders are the sandbox's own
         if name in overlaid:
             assert plan.overlay_dir is not None
-            mounts[f"/{name}"] = str(plan.overlay_dir / name / "mnt")
+            mounts[f"/{name}"] = str(_layer_dir(plan, name, "mnt"))
         else:
             mounts[f"/{name}"] = entry.path
             readonly.add(f"/{name}")
     for entry in _system_tops(plan.host_root):
-        if entry.is_symlink():
-            _add_link(mounts, readonly, f"/{entry.name}", os.readlink(entry.path))
+        if entry.link is not None:
+            _add_link(mounts, readonly, f"/{entry.name}", entry.link)
     for flag, host, inside in _binds(plan):
         mounts[inside] = host
         (readonly.add if flag == "--ro-bind" else readonly.discard)(inside)

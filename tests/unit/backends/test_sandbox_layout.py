@@ -28,7 +28,7 @@ def plan(tmp_path: Path, **fields: object) -> SandboxPlan:
 
 def test_system_folders_get_a_private_layer_and_nothing_else_is_shown(tmp_path: Path) -> None:
     made = plan(tmp_path)
-    assert [o.lower for o in overlays(made)] == [str(made.host_root / n) for n in ("etc", "opt", "usr", "var")]
+    assert [o.lower for o in overlays(made)] == [str(made.host_root)]  # one layer: one mount
     argv = bwrap_argv(made)
     shown = {argv[i + 2] for i, a in enumerate(argv) if a in ("--bind", "--ro-bind")}
     assert {"/usr", "/etc", "/var", "/opt"} <= shown
@@ -36,7 +36,8 @@ def test_system_folders_get_a_private_layer_and_nothing_else_is_shown(tmp_path: 
     assert ("--dir", "/root") in zip(argv, argv[1:]) and ("--dir", "/boot") in zip(argv, argv[1:])
     assert " ".join(PRIVILEGE_ARGS) in " ".join(argv)
     mounts, readonly = sandbox_mounts(made)
-    assert mounts["/bin"] == f"{made.overlay_dir}/usr/mnt/bin" and "/bin" not in readonly
+    assert mounts["/bin"] == f"{made.overlay_dir}/rootfs/mnt/usr/bin" and "/bin" not in readonly
+    assert mounts["/etc"] == f"{made.overlay_dir}/rootfs/mnt/etc"
     assert "/work" not in mounts and readonly == []
 
 
@@ -47,18 +48,35 @@ def test_without_a_layer_system_folders_are_read_only(tmp_path: Path) -> None:
     assert mounts["/usr"] == str(made.host_root / "usr") and {"/usr", "/bin"} <= set(readonly)
 
 
-def test_a_system_folder_holding_the_sandbox_is_not_layered(tmp_path: Path) -> None:
+def test_a_system_folder_holding_the_home_is_read_only_with_the_home_covered(
+    tmp_path: Path,
+) -> None:
     base = host(tmp_path)
-    made = SandboxPlan(root_dir=Path("/var/lib/ty/root"), hostname="t", host_root=base,
-                       overlay_dir=Path("/var/lib/ty/overlay"))
-    assert "var" not in {Path(o.lower).name for o in overlays(made)}
+    made = SandboxPlan(root_dir=Path("/var/lib/ty/runs/w/t/0/sandbox/root"), hostname="t",
+                       host_root=base, overlay_dir=Path("/var/lib/ty/runs/w/t/0/sandbox/overlay"),
+                       hidden=("/var/lib/ty", "/srv/elsewhere"),
+                       writable=("/var/lib/ty/runs/w/t/0/output",))
+    argv = bwrap_argv(made)
+    assert ("--ro-bind", str(base / "var"), "/var") in zip(argv, argv[1:], argv[2:])
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"] == ["/var/lib/ty"]
+    assert argv.index("/var/lib/ty") < argv.index("/var/lib/ty/runs/w/t/0/output")
+    assert sandbox_mounts(made)[0]["/var"] == str(base / "var")  # not a layer: read-only
+
+
+def test_system_folders_on_the_root_file_system_share_one_layer(tmp_path: Path) -> None:
+    made = SandboxPlan(root_dir=tmp_path / "root", hostname="t", overlay_dir=tmp_path / "o")
+    layers = overlays(made)
+    assert layers[0].lower == "/" and layers[0].target == str(tmp_path / "o" / "rootfs" / "mnt")
+    mounts, _ = sandbox_mounts(made)
+    if not os.path.ismount("/usr"):
+        assert mounts["/usr"] == str(tmp_path / "o" / "rootfs" / "mnt" / "usr")
 
 
 def test_links_the_task_left_where_bwrap_mounts_are_removed(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     made = plan(tmp_path, readonly=("/work/venv",), volumes=(("/data", "/opt/shared"),))
-    root, upper = made.root_dir, made.overlay_dir / "opt" / "upper"  # type: ignore[operator]
+    root, upper = made.root_dir, made.overlay_dir / "rootfs" / "upper" / "opt"  # type: ignore[operator]
     root.mkdir(parents=True)
     upper.mkdir(parents=True)
     os.symlink(outside, root / "work")        # a bind at /work/venv would follow it
