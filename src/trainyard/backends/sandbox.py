@@ -6,12 +6,14 @@ Layout inside the sandbox:
   in place); new top-level folders (``/app``, ``/experiments``), ``/tmp``, ``/root``,
   ``/home`` and ``/run`` live there, empty at first, so two tasks' ``/tmp/run.sh`` never meet.
 - the host's system folders (``SYSTEM_TOP``: ``/usr``, ``/etc``, ``/var``, ``/opt`` ...) are
-  seen with a private writable layer on top (``overlay_dir``: overlayfs, ``lower`` the host
-  folder, ``upper`` under ``<run_dir>/sandbox/overlay/<name>``, mounted by the runner in a
-  mount namespace of its own, see ``runner.safefs``): ``touch /var/tmp/m`` or ``pip install``
-  work and land in the attempt's folder, the host's folder never changes. Without
-  ``overlay_dir`` (not root, or a system folder that holds the run folder) they are bound
-  read-only. Top-level symlinks (``/bin -> usr/bin``) are re-created.
+  seen with a private writable layer on top (``overlay_dir``: overlayfs mounted by the runner
+  in a mount namespace of its own, see ``runner.safefs``; one layer ``ROOT_LAYER`` with the
+  host's ``/`` as lower for every system folder on the root file system, of which bwrap binds
+  only those folders; one layer per system folder that is a mount of its own): ``touch
+  /var/tmp/m`` or ``pip install`` work and land in ``<run_dir>/sandbox/overlay/*/upper``, the
+  host's folders never change. Without ``overlay_dir`` (not root), and for a system folder
+  that holds the run folder, they are bound read-only, with trainyard's home (``hidden``)
+  covered by an empty tmpfs. Top-level symlinks (``/bin -> usr/bin``) are re-created.
 - every other host folder (``/home``, ``/root``, ``/work``, ``/mnt``, ``$TRAINYARD_HOME`` with
   its tokens, store and other runs) is NOT there. What the task needs of them is bound at the
   same path: read-only the folders of trainyard's interpreter and import path (``readonly``:
