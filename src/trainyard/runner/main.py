@@ -1,7 +1,9 @@
 """The task runner: one attempt of one task, the same program on every backend.
 
-Steps (OSMO's sidecar plays this part): report INITIALIZING -> download inputs (failure:
-exit 2010) -> write files (failure: 256) -> barrier (timeout: 2024) -> report RUNNING ->
+Steps (OSMO's sidecar plays this part): report INITIALIZING -> prepare the sandbox the backend
+asked for: volume mounts' host folders exist, private writable layers mounted (failure: exit
+3003, START_ERROR) -> download inputs (failure: exit 2010) -> write files, following no
+symlink inside a sandbox (failure: 256) -> barrier (timeout: 2024) -> report RUNNING ->
 run the command with periodic checkpoints -> upload outputs after success only (failure:
 2012) -> report EXITED with the exit code.
 
