@@ -31,8 +31,12 @@ runner itself stays on the host (it moves data with the host's network and crede
 puts only the command behind the sandbox prefix (``SandboxSettings.command_prefix``):
 
 - sandbox ``bwrap`` (``backends.sandbox``): own ``/`` and ``/tmp`` under
-  ``<run_dir>/sandbox/root``, cwd ``/``, private PID/IPC/UTS namespaces, host name = task name;
-  the runner writes files where the sandbox shows them (``SandboxSettings.mounts``).
+  ``<run_dir>/sandbox/root``, the host's system folders with a private writable layer under
+  ``<run_dir>/sandbox/overlay`` (as root; read-only otherwise), cwd ``/``, private
+  PID/IPC/UTS/user namespaces without capabilities, host name = task name; no trainyard
+  home, no run folder but the task's own output and input folders, the pool-allowed
+  ``volumeMounts`` (``options.allowed_mounts``, checked again here); the runner writes files
+  where the sandbox shows them (``SandboxSettings.mounts``), following no link of the task's.
   Fallback ``none`` (bwrap missing or refused, e.g. a container without user namespaces):
   one warning, and the runner rewrites ``/tmp`` and file paths onto that same folder
   (``SandboxSettings.root``) and runs the command there.
@@ -53,7 +57,8 @@ so); without GPUs every task gets ``CUDA_VISIBLE_DEVICES=""``. A lease ends when
 attempt ends (and is taken up again by ``recover``). Images: see ``backends.images``.
 
 RESTART (``restart_in_place``): the new attempt takes over the task's files from the latest
-earlier attempt: its sandbox (``/``, ``/tmp``, its files) and its ``{{output}}`` folder.
+earlier attempt: its sandbox (``/``, ``/tmp``, its files, the private layers of the system
+folders) and its ``{{output}}`` folder. RESCHEDULE starts in a new run folder: a fresh root.
 
 Pool ``options`` read here: ``sandbox`` (auto|bwrap|none), ``network`` (auto|netns|loopback),
 ``forward_ports`` (list of host loopback ports), ``stop_grace_s``, ``launcher_idle_s`` (how
@@ -85,14 +90,17 @@ from trainyard.backends.facts import ENDING, read_facts
 from trainyard.backends.images import runtime_for, runtime_path
 from trainyard.backends.netns import GroupNetwork, ensure_group_network, probe_netns
 from trainyard.backends.launcher import LauncherClient
-from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, hosts_file_text, needs_bind,
-                                       probe_bwrap, sandbox_mounts)
+from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
+                                       needs_bind, overlay_supported, overlays, probe_bwrap,
+                                       sandbox_mounts)
 from trainyard.errors import BackendError, ConfigError
 from trainyard.pools import Pool, real_gpu_count, trainyard_home
 from trainyard.runner import proctree
 from trainyard.runner.hosted import DATA_FIELDS, ENDED, hostable
 from trainyard.runner.report import EVENTS, read_events
 from trainyard.runner.spec import SandboxSettings, TaskRun
+from trainyard.spec.fields import split_mount
+from trainyard.spec.poolfit import ALLOWED_MOUNTS_OPTION, allowed_mounts
 
 __all__ = ["LocalBackend", "Isolation", "LaunchRequest", "GpuLeases", "probe_isolation",
            "loopback_address", "gpu_count", "create"]
@@ -226,6 +234,7 @@ class LaunchRequest:
     hosts_text: str | None = None
     hosted: bool = False
     joins_group_network: bool = False
+    plan: SandboxPlan | None = None
 
 
 @functools.lru_cache(maxsize=1)
@@ -235,6 +244,8 @@ def _runner_paths() -> tuple[str, ...]:
     paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
              str(Path(trainyard.__file__).resolve().parent.parent)}
     paths.update(sysconfig.get_paths().values())
+    paths.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                 if os.path.isabs(p))  # a worktree's src (not sys.path: it holds the cwd)
     return tuple(sorted(p for p in paths if os.path.exists(p)))
 
 
@@ -242,6 +253,18 @@ def _runner_paths() -> tuple[str, ...]:
 def _runner_binds() -> tuple[str, ...]:
     """The ``_runner_paths`` the sandbox must bind again to show them (asked once)."""
     return tuple(p for p in _runner_paths() if needs_bind(p, False))
+
+
+def _shown_runner_binds(home: Path) -> tuple[str, ...]:
+    """``_runner_binds`` without any folder that holds trainyard's home (its tokens, store
+    and runs are never shown to a task, whatever the import path says)."""
+    real_home = os.path.realpath(home)
+    return tuple(p for p in _runner_binds()
+                 if not _inside(real_home, os.path.realpath(p)) and os.path.realpath(p) != "/")
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 # ---------------------------------------------------------------------- attempts
@@ -356,6 +379,7 @@ class LocalBackend:
         grace = stop_grace_s if stop_grace_s is not None else options.get("stop_grace_s", 10.0)
         self.stop_grace_s = float(grace)
         self.images: dict[str, str] = dict(pool.images) if pool else {}
+        self.allowed_mounts: list[str] | None = allowed_mounts(pool) if pool else None
         self.home = Path(home) if home else trainyard_home()
         self.state_dir = Path(state_dir) if state_dir else self.home / "local"
         self.python = python or sys.executable
@@ -377,7 +401,7 @@ class LocalBackend:
         if not launches:
             return
         iso = probe_isolation(self.sandbox, self.network, self.python)
-        self.home.mkdir(parents=True, exist_ok=True)  # the sandbox binds it
+        self.home.mkdir(parents=True, exist_ok=True)
         started: list[TaskKey] = []
         try:
             joined = iso.netns and all(_joins_in_launcher(launch, iso) for launch in launches)
@@ -476,8 +500,11 @@ class LocalBackend:
         if iso.bwrap:
             request.hosts_text = hosts_file_text(run.hosts)
             plan = self._plan(request)
+            request.plan = plan
             prefix = bwrap_argv(plan)
             run.sandbox.mounts, run.sandbox.readonly = sandbox_mounts(plan)
+            run.sandbox.overlays = overlays(plan)
+            run.sandbox.volumes = {inside: host for host, inside in plan.volumes}
         request.hosted = hostable(run)
         if iso.netns and net is None and request.hosted and _holds_namespaces():
             request.joins_group_network = True
@@ -499,8 +526,8 @@ class LocalBackend:
         return env
 
     def _describe(self, launch: TaskLaunch, iso: Isolation) -> str:
-        fs = ("bubblewrap sandbox (own /, /tmp, pid/ipc/uts namespaces)" if iso.bwrap
-              else "no sandbox (/tmp and file paths rewritten to a private folder)")
+        fs = ("bubblewrap sandbox (own writable /, pid/ipc/uts/user namespaces, no capabilities)"
+              if iso.bwrap else "no sandbox (/tmp and file paths rewritten to a private folder)")
         netw = ("network namespace of the group" if iso.netns
                 else "host network (loopback addresses)")
         host = loopback_address(launch.key.workflow_id, launch.key.task)
@@ -514,15 +541,42 @@ class LocalBackend:
         return dirs
 
     def _plan(self, request: LaunchRequest) -> SandboxPlan:
+        """The task's sandbox: its own output and input folders writable (never its run
+        folder, the home or the barrier folder: the runner uses those from outside), the
+        interpreter and import path read-only, the pool-allowed volume mounts writable."""
         run = request.run
-        writable = [str(d) for d in [self.home, *request.writable_dirs]]
+        writable = [str(run.output_path), *(str(run.input_path(i)) for i in range(len(run.inputs)))]
         readonly = run.sandbox.path_prepend  # inputs need none: the runner copies them in
         return SandboxPlan(
             root_dir=request.root_dir, hostname=run.task,
             hosts_file=request.run_dir / "sandbox" / "hosts",
             writable=tuple(p for p in writable if needs_bind(p, True)),
-            readonly=_runner_binds() + tuple(
-                p for p in readonly if os.path.exists(p) and needs_bind(p, False)))
+            readonly=_shown_runner_binds(self.home) + tuple(
+                p for p in readonly if os.path.exists(p) and needs_bind(p, False)),
+            overlay_dir=request.run_dir / "sandbox" / "overlay" if overlay_supported() else None,
+            volumes=self._volumes(run), hidden=(str(self.home),))
+
+    def _volumes(self, run: TaskRun) -> tuple[tuple[str, str], ...]:
+        """``(host folder, path inside)`` of each ``volumeMounts`` entry, checked again
+        against the pool's ``allowed_mounts`` (a backend made without a pool trusts the spec
+        layer's check).
+
+        Raises:
+            BackendError: a mount the pool does not allow, or one onto ``/``, ``/proc``,
+                ``/dev`` or ``/sys``.
+        """
+        found = []
+        for value in run.volume_mounts:
+            host, inside = split_mount(value)
+            allowed = self.allowed_mounts
+            if allowed is not None and not any(_inside(host, a) for a in allowed):
+                raise BackendError(f"volume mount {value!r}: {host} is not in the pool's "
+                                   f"options.{ALLOWED_MOUNTS_OPTION} ({', '.join(allowed) or 'none'})")
+            if inside == "/" or any(_inside(inside, f"/{t}") for t in ("proc", "dev", "sys")):
+                raise BackendError(f"volume mount {value!r}: cannot mount onto {inside}; "
+                                   "choose a path such as /mnt/NAME")
+            found.append((host, inside))
+        return tuple(found)
 
     def _server_url(self) -> str | None:
         return server_url_for_tasks(self.home)
@@ -586,6 +640,10 @@ class LocalBackend:
         if events.exists():  # a run_dir used again: old events must not be reported
             events.rename(request.run_dir / f"events.{time.time_ns()}.jsonl")
         (request.run_dir / ENDED).unlink(missing_ok=True)
+        if request.plan is not None:
+            for path in clear_links(request.plan):
+                log.warning("task %s: removed %s, a link or file the task left where its "
+                            "sandbox mounts a folder", request.key.task, path)
         tmp = request.root_dir / "tmp"
         tmp.mkdir(parents=True, exist_ok=True)
         tmp.chmod(0o1777)

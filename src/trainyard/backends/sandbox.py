@@ -1,21 +1,32 @@
 """The local backend's task sandbox: bubblewrap (``bwrap``) arguments that give a task what a
-container gives it in OSMO.
+container gives it in OSMO, and nothing of the host or of trainyard beyond that.
 
 Layout inside the sandbox:
 - ``/`` is the task's own folder ``<run_dir>/sandbox/root`` (on disk, so it survives a RESTART
-  in place); new top-level folders (``/app``, ``/experiments``) and ``/tmp`` live there, so
-  two tasks' ``/tmp/run.sh`` never meet.
-- every top-level folder of the host's ``/`` is bound at its place: system folders read-only
-  (``READ_ONLY_TOP``), the others (``/home``, ``/root``, ``/work``, ``/mnt`` ...) read-write so
-  that caches and ``file://`` URLs behave as for a plain process; symlinks are re-created;
-  a folder empty on the host (``/srv``) is an empty folder of the task's own and top-level
-  files (``/.dockerenv``) are left out: each mount makes bwrap slower (it reads
-  ``/proc/self/mountinfo`` once per mount, so the cost grows with the square of their number).
-- ``/dev`` is the host's (GPUs) with a private ``/dev/shm``; ``/proc`` is the task's own PID
-  namespace; ``/sys`` is read-only.
-- paths the runner needs that the above hides or makes read-only (a run folder under
-  ``/tmp``, the venv, the barrier folder) are bound again at the same path (``extra_binds``),
-  so every path in ``run.json`` means the same inside and outside.
+  in place); new top-level folders (``/app``, ``/experiments``), ``/tmp``, ``/root``,
+  ``/home`` and ``/run`` live there, empty at first, so two tasks' ``/tmp/run.sh`` never meet.
+- the host's system folders (``SYSTEM_TOP``: ``/usr``, ``/etc``, ``/var``, ``/opt`` ...) are
+  seen with a private writable layer on top (``overlay_dir``: overlayfs mounted by the runner
+  in a mount namespace of its own, see ``runner.safefs``; one layer ``ROOT_LAYER`` with the
+  host's ``/`` as lower for every system folder on the root file system, of which bwrap binds
+  only those folders; one layer per system folder that is a mount of its own): ``touch
+  /var/tmp/m`` or ``pip install`` work and land in ``<run_dir>/sandbox/overlay/*/upper``, the
+  host's folders never change. Without ``overlay_dir`` (not root), and for a system folder
+  that holds the run folder, they are bound read-only, with trainyard's home (``hidden``)
+  covered by an empty tmpfs. Top-level symlinks (``/bin -> usr/bin``) are re-created.
+- every other host folder (``/home``, ``/root``, ``/work``, ``/mnt``, ``$TRAINYARD_HOME`` with
+  its tokens, store and other runs) is NOT there. What the task needs of them is bound at the
+  same path: read-only the folders of trainyard's interpreter and import path (``readonly``:
+  the ``trainyard``/``osmo`` CLI runs in tasks); read-write only its own ``{{output}}`` and
+  ``{{input:N}}`` folders (``writable``) and the pool-allowed ``volumeMounts`` (``volumes``).
+- ``/dev`` is a minimal one of its own (``null``, ``zero``, ``random``, ``tty``, ``pts``,
+  ``shm``) with the host's GPU device nodes bound in (``GPU_DEVICES``); ``/proc`` is the task's
+  own PID namespace's, ``/proc/sys`` and ``/sys`` read-only; ``/run`` is an empty folder of
+  its own (no host sockets).
+- privileges: a user namespace (``--unshare-user``, uid and gid 0 inside, mapped to the
+  runner's user outside) with every capability dropped (``--cap-drop ALL``) and no further
+  user namespaces (``--disable-userns``): no ``mount``, ``setns``, ``unshare``, raw sockets,
+  ``chown`` to other users; files it writes are plainly owned by the runner's user.
 - PID, IPC and UTS namespaces are private: ``hostname`` is the task's name and ``/etc/hosts``
   maps the group's task names to their addresses. The working directory is ``/``.
 
@@ -23,27 +34,47 @@ The network namespace is not bwrap's: the backend joins the group's (see ``netns
 bwrap starts.
 
 The task runner stays outside: it writes the task's files where the sandbox shows them
-(``sandbox_mounts``) and runs only the command through the ``bwrap`` prefix, with
-``--die-with-parent``: when the runner dies, bwrap's init dies and the kernel kills everything
-left in the task's PID namespace.
+(``sandbox_mounts``) following no symlink the task made (``runner.safefs.write_inside``), and
+runs only the command through the ``bwrap`` prefix, with ``--die-with-parent``: when the
+runner dies, bwrap's init dies and the kernel kills everything left in the task's PID
+namespace. Before each start the backend removes symlinks the task left where bwrap will
+make mount points (``clear_links``): bwrap would follow them on the host.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_bwrap",
-           "READ_ONLY_TOP", "hosts_file_text"]
+from trainyard.runner.spec import OverlayMount
 
-READ_ONLY_TOP = frozenset({
+__all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_bwrap",
+           "READ_ONLY_TOP", "SYSTEM_TOP", "PRIVILEGE_ARGS", "hosts_file_text", "overlays",
+           "clear_links", "overlay_supported"]
+
+SYSTEM_TOP = frozenset({
     "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "boot", "opt", "var",
-    "run", "snap", "nix",
+    "snap", "nix",
 })
-"""Top-level host folders a task sees read-only; any other folder it sees read-write."""
+"""Top-level host folders a task sees (with a private writable layer, or read-only); it sees
+no other host folder."""
+READ_ONLY_TOP = SYSTEM_TOP  # the name before the private writable layers came
+
+PRIVILEGE_ARGS = ("--unshare-user", "--uid", "0", "--gid", "0", "--disable-userns",
+                  "--cap-drop", "ALL")
+"""Root inside a user namespace of its own, no capabilities, no nested user namespaces."""
+
+PRIVATE_DIRS = ("/root", "/home", "/run")
+"""Folders every task has as empty folders of its own: a container's ``$HOME``, and ``/run``,
+whose host sockets (a container engine's, D-Bus) a task must not reach: it is uid 0 of the
+host for file permissions."""
+
+GPU_DEVICES = ("nvidia*", "nvidia-caps", "dri")
+"""``/dev`` entries (glob patterns) bound into a task's minimal ``/dev``: the GPUs."""
 
 _HANDLED_APART = frozenset({"tmp", "proc", "dev", "sys", "lost+found"})
 _PRIVATE_TOP = frozenset({"tmp"})
@@ -59,6 +90,12 @@ class SandboxPlan:
         hosts_file: host file bound read-only at ``/etc/hosts`` (None: the host's).
         writable: host paths bound read-write at the same path.
         readonly: host paths bound read-only at the same path.
+        host_root: the host's ``/`` (tests give a folder of their own).
+        overlay_dir: where the private writable layers of the system folders live
+            (``<name>/upper``, ``/work``, ``/mnt``); None: system folders read-only.
+        volumes: ``(host folder, path inside)`` bound read-write (``volumeMounts``).
+        hidden: host folders never shown (trainyard's home): covered with an empty tmpfs
+            when a shown system folder holds them (a home under ``/var``).
     """
 
     root_dir: Path
@@ -67,6 +104,9 @@ class SandboxPlan:
     writable: tuple[str, ...] = ()
     readonly: tuple[str, ...] = ()
     host_root: Path = field(default=Path("/"))
+    overlay_dir: Path | None = None
+    volumes: tuple[tuple[str, str], ...] = ()
+    hidden: tuple[str, ...] = ()
 
 
 def _top(path: str) -> str:
@@ -75,39 +115,117 @@ def _top(path: str) -> str:
 
 
 def needs_bind(path: str, writable: bool, host_root: Path = Path("/")) -> bool:
-    """Whether ``path`` must be bound again to be seen (and written, if ``writable``)
-    inside the sandbox, given the top-level binds. Symlinks are resolved first."""
+    """Whether ``path`` must be bound again to be seen (and, if ``writable``, written
+    through to the host) inside the sandbox. Symlinks are resolved first. A writable path
+    always does: a system folder's writes go to the task's private layer."""
     real = os.path.realpath(path)
     if real == "/":
         return False
     top = _top(real)
-    if top in _PRIVATE_TOP or top in _HANDLED_APART:
+    if writable or top in _PRIVATE_TOP or top in _HANDLED_APART:
         return True
-    if not (host_root / top).exists():
-        return True
-    return writable and top in READ_ONLY_TOP
+    return top not in SYSTEM_TOP or not (host_root / top).exists()
 
 
 def _has_symlink(path: Path, target: str) -> bool:
     return path.is_symlink() and os.readlink(path) == target
 
 
-def _top_level_args(host_root: Path, root_dir: Path) -> list[str]:
-    """Mirror the host's top-level entries; a symlink already in ``root_dir`` (an earlier
-    start of the same sandbox) is kept, as bwrap refuses to make it again."""
+@dataclass(frozen=True)
+class _Top:
+    """One top-level system entry of the host: a folder (``empty`` or not) or a symlink."""
+
+    name: str
+    path: str
+    link: str | None
+    empty: bool
+
+
+def _system_tops(host_root: Path) -> tuple[_Top, ...]:
+    """The host's top-level system entries (``SYSTEM_TOP``), looked at once per process."""
+    return _scan_tops(str(host_root))
+
+
+@functools.lru_cache(maxsize=64)
+def _scan_tops(host_root: str) -> tuple[_Top, ...]:
+    found = []
+    for e in sorted(os.scandir(host_root), key=lambda e: e.name):
+        if e.name in SYSTEM_TOP and (e.is_symlink() or e.is_dir()):
+            link = os.readlink(e.path) if e.is_symlink() else None
+            found.append(_Top(e.name, e.path, link, link is None and _is_empty(e.path)))
+    return tuple(found)
+
+
+def _overlaid(plan: SandboxPlan) -> set[str]:
+    """The system folders that get a private writable layer: every non-empty one, except a
+    folder holding the sandbox itself (it would show the task its own layers; it is bound
+    read-only, with ``hidden`` covered)."""
+    if plan.overlay_dir is None:
+        return set()
+    own = {_top(os.path.realpath(plan.root_dir)), _top(os.path.realpath(plan.overlay_dir))}
+    return {e.name for e in _system_tops(plan.host_root)
+            if e.link is None and e.name not in own and not e.empty}
+
+
+ROOT_LAYER = "rootfs"
+"""The layer (folder under ``overlay_dir``) of the system folders that live on the host's root
+file system: one overlay of the host's ``/`` serves them all (one mount per task, not one per
+folder); only the folders bwrap binds from it are shown."""
+
+
+def _layer(plan: SandboxPlan, name: str) -> str:
+    """The layer of a system folder: ``ROOT_LAYER`` when it is on the host's root file system
+    (overlayfs does not cross into other mounts), else its own (``/var`` on a partition)."""
+    return name if _own_mount(str(plan.host_root), name) else ROOT_LAYER
+
+
+@functools.lru_cache(maxsize=64)
+def _own_mount(host_root: str, name: str) -> bool:
+    path = os.path.join(host_root, name)
+    return os.path.ismount(path) or os.stat(path).st_dev != os.stat(host_root).st_dev
+
+
+def _layer_dir(plan: SandboxPlan, name: str, part: str) -> Path:
+    """``upper``, ``work`` or ``mnt`` of the layer of system folder ``name``; for ``upper``
+    and ``mnt``, the folder ``name`` itself within the layer."""
+    assert plan.overlay_dir is not None
+    layer = _layer(plan, name)
+    base = plan.overlay_dir / layer / part
+    return base / name if layer == ROOT_LAYER and part != "work" else base
+
+
+def overlays(plan: SandboxPlan) -> list[OverlayMount]:
+    """The overlay mounts the runner makes before the task starts (``SandboxSettings``)."""
+    if plan.overlay_dir is None:
+        return []
+    layers = sorted({_layer(plan, name) for name in _overlaid(plan)})
+    return [OverlayMount(lower=str(plan.host_root if layer == ROOT_LAYER else plan.host_root / layer),
+                         upper=str(plan.overlay_dir / layer / "upper"),
+                         work=str(plan.overlay_dir / layer / "work"),
+                         target=str(plan.overlay_dir / layer / "mnt"))
+            for layer in layers]
+
+
+def _top_level_args(plan: SandboxPlan) -> list[str]:
+    """The host's system folders; a symlink already in ``root_dir`` (an earlier start of the
+    same sandbox) is kept, as bwrap refuses to make it again."""
     args: list[str] = []
-    for entry in sorted(os.scandir(host_root), key=lambda e: e.name):
-        if entry.name in _HANDLED_APART:
-            continue
+    overlaid = _overlaid(plan)
+    for entry in _system_tops(plan.host_root):
         target = f"/{entry.name}"
-        if entry.is_symlink():
-            link = os.readlink(entry.path)
-            if not _has_symlink(root_dir / entry.name, link):
+        if entry.link is not None:
+            link = entry.link
+            if not _has_symlink(plan.root_dir / entry.name, link):
                 args += ["--symlink", link, target]
-        elif entry.is_dir() and _is_empty(entry.path):
+        elif entry.name in overlaid:
+            assert plan.overlay_dir is not None
+            args += ["--bind", str(_layer_dir(plan, entry.name, "mnt")), target]
+        elif entry.empty:
             args += ["--dir", target]  # nothing to show: a folder of the sandbox's own
-        elif entry.is_dir():
-            args += ["--ro-bind" if entry.name in READ_ONLY_TOP else "--bind", entry.path, target]
+        else:
+            args += ["--ro-bind", entry.path, target]
+    for private in PRIVATE_DIRS:
+        args += ["--dir", private]
     return args  # top-level files (/.dockerenv) belong to the host's image, not the task's
 
 
@@ -120,27 +238,50 @@ def _is_empty(path: str) -> bool:
 
 
 def _system_args(host_root: Path) -> list[str]:
-    args = ["--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
+    """A minimal ``/dev`` (null, zero, random, tty, pts, shm) with the host's GPU device
+    nodes; the task's own ``/proc`` with ``/proc/sys`` read-only (the task is uid 0 of the
+    host for permission checks: sysctls would be writable); ``/sys`` read-only."""
+    args = ["--dev", "/dev"]
+    for node in gpu_device_nodes():
+        args += ["--dev-bind", node, node]
+    args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
     if (host_root / "sys").is_dir():
         args += ["--ro-bind", "/sys", "/sys"]
     return args
 
 
-def _extra_binds(plan: SandboxPlan) -> list[str]:
-    """Same-path binds, parents before children. A private top-level folder itself
-    (``/tmp``) is never bound: that would hand the task the host's."""
+@functools.lru_cache(maxsize=4)
+def gpu_device_nodes(dev: Path = Path("/dev")) -> tuple[str, ...]:
+    """The host's GPU device nodes and folders (``GPU_DEVICES``), sorted; asked once per
+    process (a driver loaded later needs a new backend process)."""
+    found: set[str] = set()
+    for pattern in GPU_DEVICES:
+        found.update(str(p) for p in dev.glob(pattern))
+    return tuple(sorted(found))
+
+
+def _same_path_binds(plan: SandboxPlan) -> list[tuple[str, str, str]]:
+    """(flag, host path, path inside) of the same-path binds, parents before children. A
+    private top-level folder itself (``/tmp``) is never bound: that would hand the task the
+    host's."""
     binds = [(os.path.realpath(p), "--ro-bind") for p in plan.readonly]
     binds += [(os.path.realpath(p), "--bind") for p in plan.writable]
-    args: list[str] = []
+    out: list[tuple[str, str, str]] = []
     done: list[tuple[str, str]] = []
     for real, flag in sorted(set(binds), key=lambda b: (len(Path(b[0]).parts), b[0])):
         if any(flag == f and _under(real, d) for d, f in done):
             continue  # a folder already bound the same way shows it (bwrap's cost grows
             # with every mount: it reads /proc/self/mountinfo for each)
         if len(Path(real).parts) > 2 or _top(real) not in _PRIVATE_TOP | _HANDLED_APART:
-            args += [flag, real, real]
+            out.append((flag, real, real))
             done.append((real, flag))
-    return args
+    return out
+
+
+def _binds(plan: SandboxPlan) -> list[tuple[str, str, str]]:
+    """Every bind after the top-level ones: same-path binds, then the volumes."""
+    volumes = [("--bind", host, inside) for host, inside in plan.volumes]
+    return _same_path_binds(plan) + sorted(volumes, key=lambda b: len(Path(b[2]).parts))
 
 
 def _under(path: str, folder: str) -> bool:
@@ -150,38 +291,119 @@ def _under(path: str, folder: str) -> bool:
 def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap") -> list[str]:
     """The ``bwrap ... --`` prefix that runs a program in the sandbox of ``plan``."""
     args = [bwrap, "--bind", str(plan.root_dir), "/"]
-    args += _top_level_args(plan.host_root, plan.root_dir)
+    args += _top_level_args(plan)
     args += _system_args(plan.host_root)
-    args += _extra_binds(plan)
+    for path in _covered(plan):  # before the binds: a task's output may be under it
+        args += ["--tmpfs", path]
+    for flag, host, inside in _binds(plan):
+        args += [flag, host, inside]
     if plan.hosts_file is not None:
         args += ["--ro-bind", str(plan.hosts_file), "/etc/hosts"]
-    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", plan.hostname]
+    args += [*PRIVILEGE_ARGS, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+             "--hostname", plan.hostname]
     return [*args, "--die-with-parent", "--chdir", "/", "--"]
 
 
-def sandbox_mounts(plan: SandboxPlan) -> tuple[dict[str, str], list[str]]:
-    """What the sandbox of ``plan`` shows where, for a process outside it.
+def _covered(plan: SandboxPlan) -> list[str]:
+    """The ``hidden`` folders that a shown system folder holds (those to cover)."""
+    shown = {e.name for e in _system_tops(plan.host_root) if e.link is None and not e.empty}
+    return [real for real in (os.path.realpath(p) for p in plan.hidden)
+            if _top(real) in shown and len(Path(real).parts) > 2]
+
+
+def clear_links(plan: SandboxPlan) -> list[str]:
+    """Remove the symlinks (and files) a task left where bwrap will make a mount point or
+    folder: in ``root_dir``, or in a system folder's private layer (``upper``). bwrap makes
+    them as root before the task's view exists and would follow a link there to the host
+    (``ln -s /etc /root`` then a bind at ``/root/.pyenv``). Call before each start.
 
     Returns:
-        ``{path inside: host path}`` (``/`` is the root folder; the host's top-level entries
-        and the same-path binds are themselves) and the entries bound read-only. Feeds
+        the paths inside the sandbox that were removed.
+    """
+    removed: list[str] = []
+    overlaid = _overlaid(plan)
+    inside = [f"/{e.name}" for e in _system_tops(plan.host_root) if e.link is None]
+    inside += [*PRIVATE_DIRS, "/tmp", "/etc/hosts", *(b[2] for b in _binds(plan))]
+    for path in inside:
+        parts = Path(path).parts[1:]
+        base = plan.root_dir
+        if parts and parts[0] in overlaid and plan.overlay_dir is not None:
+            base, parts = _layer_dir(plan, parts[0], "upper"), parts[1:]
+        gone = _clear_on_the_way(base, parts, last_may_be_file=path == "/etc/hosts")
+        if gone is not None:
+            removed.append(path)
+    return removed
+
+
+def _clear_on_the_way(base: Path, parts: tuple[str, ...], last_may_be_file: bool) -> Path | None:
+    """Unlink the first symlink (or misplaced file) on ``base/parts``; returns it if any."""
+    place = base
+    for index, part in enumerate(parts):
+        place = place / part
+        is_last = index == len(parts) - 1
+        if place.is_symlink() or (place.exists() and not place.is_dir()
+                                  and not (is_last and last_may_be_file)):
+            place.unlink()
+            return place
+        if not place.exists():
+            return None
+    return None
+
+
+def sandbox_mounts(plan: SandboxPlan) -> tuple[dict[str, str], list[str]]:
+    """What the sandbox of ``plan`` shows where, for a process outside it (the runner, once
+    the ``overlays`` are mounted).
+
+    Returns:
+        ``{path inside: host path}`` (``/`` is the root folder; a system folder is its
+        overlay's merged view or the host's; a top-level symlink is what it points to; the
+        binds are themselves) and the entries bound read-only. Feeds
         ``SandboxSettings.mounts`` and ``readonly``.
     """
     mounts = {"/": str(plan.root_dir)}
     readonly: set[str] = set()
-    for entry in os.scandir(plan.host_root):
-        if entry.name in _HANDLED_APART or not entry.is_dir() or (
-                not entry.is_symlink() and _is_empty(entry.path)):
-            continue  # top-level files are not shown; empty folders are the sandbox's own
-        mounts[f"/{entry.name}"] = entry.path
-        if entry.name in READ_ONLY_TOP or entry.is_symlink():
-            readonly.add(f"/{entry.name}")
-    for path, flag in [(p, True) for p in plan.readonly] + [(p, False) for p in plan.writable]:
-        real = os.path.realpath(path)
-        if real != "/":
-            mounts[real] = real
-            (readonly.add if flag else readonly.discard)(real)
+    overlaid = _overlaid(plan)
+    for entry in _system_tops(plan.host_root):
+        name = entry.name
+        if entry.link is not None or entry.empty and name not in overlaid:
+            continue  # links are followed below; empty folders are the sandbox's own
+        if name in overlaid:
+            assert plan.overlay_dir is not None
+            mounts[f"/{name}"] = str(_layer_dir(plan, name, "mnt"))
+        else:
+            mounts[f"/{name}"] = entry.path
+            readonly.add(f"/{name}")
+    for entry in _system_tops(plan.host_root):
+        if entry.link is not None:
+            _add_link(mounts, readonly, f"/{entry.name}", entry.link)
+    for flag, host, inside in _binds(plan):
+        mounts[inside] = host
+        (readonly.add if flag == "--ro-bind" else readonly.discard)(inside)
     return mounts, sorted(readonly)
+
+
+def _add_link(mounts: dict[str, str], readonly: set[str], link: str, target: str) -> None:
+    """``/bin -> usr/bin``: ``/bin`` maps where ``/usr/bin`` does."""
+    resolved = os.path.normpath(os.path.join("/", target))
+    top = f"/{_top(resolved)}"
+    if top in mounts:
+        rest = resolved[len(top):].lstrip("/")
+        mounts[link] = f"{mounts[top].rstrip('/')}/{rest}" if rest else mounts[top]
+        if top in readonly:
+            readonly.add(link)
+
+
+@functools.lru_cache(maxsize=1)
+def overlay_supported() -> bool:
+    """Whether the runner can mount the private writable layers here: as root (it mounts in
+    the init user namespace) with overlayfs in ``/proc/filesystems``. Asked once."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        with open("/proc/filesystems", encoding="utf-8") as handle:
+            return any(line.split()[-1:] == ["overlay"] for line in handle)
+    except OSError:
+        return False
 
 
 def hosts_file_text(hosts: dict[str, str]) -> str:
@@ -197,7 +419,8 @@ def probe_bwrap(prefix: list[str] | None = None, bwrap: str = "bwrap") -> str | 
     if shutil.which(bwrap) is None:
         return f"{bwrap} is not installed"
     argv = [*(prefix or []), bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev",
-            "--proc", "/proc", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--", "true"]
+            "--proc", "/proc", *PRIVILEGE_ARGS, "--unshare-pid", "--unshare-ipc",
+            "--unshare-uts", "--", "true"]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=15)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -92,6 +92,7 @@ def _task_run(ctx: LaunchContext, spec: TaskSpec, retry_id: int, shared: dict[st
         inputs=[_input(ctx, i) for i in spec.inputs],
         outputs=[o.model_dump(mode="json") for o in spec.outputs],
         checkpoints=[c.model_dump(mode="json") for c in spec.checkpoint],
+        volume_mounts=list(spec.volume_mounts),
         hosts=shared["hosts"], group_tasks=group_tasks, task_index=group_tasks.index(spec.name),
         barrier=shared["barrier"], run_dir=str(run_dir), output_dir=str(run_dir / "output"),
     )

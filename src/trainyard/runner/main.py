@@ -1,7 +1,9 @@
 """The task runner: one attempt of one task, the same program on every backend.
 
-Steps (OSMO's sidecar plays this part): report INITIALIZING -> download inputs (failure:
-exit 2010) -> write files (failure: 256) -> barrier (timeout: 2024) -> report RUNNING ->
+Steps (OSMO's sidecar plays this part): report INITIALIZING -> prepare the sandbox the backend
+asked for: volume mounts' host folders exist, private writable layers mounted (failure: exit
+3003, START_ERROR) -> download inputs (failure: exit 2010) -> write files, following no
+symlink inside a sandbox (failure: 256) -> barrier (timeout: 2024) -> report RUNNING ->
 run the command with periodic checkpoints -> upload outputs after success only (failure:
 2012) -> report EXITED with the exit code.
 
@@ -34,6 +36,7 @@ from trainyard.runner.checkpoint import Checkpointer
 from trainyard.runner.command import CommandProcess
 from trainyard.runner.data import DataHook, load_data_hook
 from trainyard.runner.report import EventWriter, TaskLog
+from trainyard.runner.safefs import mount_overlays, write_inside
 from trainyard.runner.spec import TaskRun
 from trainyard.runner.text import PathRewriter, expand_vars
 from trainyard.spec.tokens import substitute_tokens, token_values
@@ -185,6 +188,22 @@ class Runner:
 
     # ------------------------------------------------------------------ steps
 
+    def prepare_sandbox(self) -> None:
+        """What the backend asked for before anything else: every ``volumes`` host path
+        exists, and the private writable layers (``overlays``) are mounted for this thread.
+        Raises StepFailed(3003, START_ERROR): the task cannot start as its spec says."""
+        sandbox = self.run.sandbox
+        for inside, host in sorted(sandbox.volumes.items()):
+            if not os.path.isdir(host):
+                raise StepFailed(ExitCode.START_ERROR,
+                                 f"volume mount {host}:{inside}: host folder {host} does not "
+                                 "exist (or is not a folder); create it or fix volumeMounts")
+        try:
+            mount_overlays(sandbox.overlays)
+        except OSError as exc:
+            raise StepFailed(ExitCode.START_ERROR,
+                             f"cannot make the task's private writable root: {exc}") from exc
+
     def download_inputs(self) -> None:
         """Fetch every input into its folder. Raises StepFailed(2010)."""
         for index, item in enumerate(self.run.inputs):
@@ -210,11 +229,23 @@ class Runner:
                 raise StepFailed(ExitCode.INIT_FAILURE,
                                  f"cannot write {item.path}: read-only in the task's sandbox")
             try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(self.prepare(item.contents))
-                target.chmod(0o755)
+                self._write_file(item.path, target, self.prepare(item.contents))
             except OSError as exc:
                 raise StepFailed(ExitCode.INIT_FAILURE, f"cannot write {item.path}: {exc}") from exc
+
+    def _write_file(self, path: str, target: Path, text: str) -> None:
+        """Write one file: into a sandbox's folders following no symlink the task made
+        (``safefs.write_inside``), else (no sandbox: the host's own paths) plainly."""
+        sandbox = self.run.sandbox
+        if sandbox.mounts:
+            base, rest = sandbox.host_split(path if path.startswith("/") else f"/{path}")
+            write_inside(base, rest, text)
+        elif sandbox.root and _under(str(target), sandbox.root):
+            write_inside(sandbox.root, os.path.relpath(target, sandbox.root), text)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            target.chmod(0o755)
 
     def pass_barrier(self) -> None:
         """Wait for the group. Raises StepFailed(2024) on timeout, _Stopped on SIGTERM."""
@@ -316,6 +347,7 @@ class Runner:
 
     def _steps(self) -> tuple[int, str]:
         self._header()
+        self.prepare_sandbox()
         self.run.output_path.mkdir(parents=True, exist_ok=True)
         self.download_inputs()
         self.write_files()
@@ -347,6 +379,10 @@ class Runner:
         self.events.emit("EXITED", exit_code=code, message=message)
         self.log.close()
         return code
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,8 @@ are host paths bound at the same place inside the sandbox; without bubblewrap th
 host paths (``sandbox.root`` is then set, see ``SandboxSettings``).
 
 Engine fills: workflow_id, group, task, retry_id, lead, lead_task, image, command, args,
-environment, files (contents already read from ``localpath``), inputs (``source``: the
+environment, volume_mounts (the spec's ``volumeMounts``, ``/src`` or ``/src:/dst``), files
+(contents already read from ``localpath``), inputs (``source``: the
 upstream output folder for ``task:`` inputs), outputs, checkpoints, hosts (``Backend.host_of`` of every task of the group;
 a backend that learns hosts only at run time also sets ``hosts_env``, see ``runtime_hosts``),
 group_tasks, task_index, barrier, run_dir (output_dir and input dirs default under it).
@@ -32,6 +33,7 @@ __all__ = [
     "RunCheckpoint",
     "Barrier",
     "SandboxSettings",
+    "OverlayMount",
     "TaskRun",
     "load_run",
 ]
@@ -132,6 +134,21 @@ class Barrier(_Model):
         return self
 
 
+class OverlayMount(_Model):
+    """A writable layer over a read-only host folder, private to the task (overlayfs).
+
+    The runner mounts it, in a mount namespace of its own (its thread's), before anything
+    else: ``lower`` (the host folder, never written) under ``upper`` (where the task's
+    writes land) at ``target``; the sandbox prefix binds ``target`` into the task's view.
+    ``work`` is overlayfs' scratch folder (same file system as ``upper``).
+    """
+
+    lower: str
+    upper: str
+    work: str
+    target: str
+
+
 class SandboxSettings(_Model):
     """What the backend filled in about the task's isolation.
 
@@ -155,6 +172,10 @@ class SandboxSettings(_Model):
             rewritten.
         readonly: the ``mounts`` entries the command sees read-only; the runner refuses to
             write a file there too.
+        overlays: private writable layers the runner mounts before anything else (see
+            ``OverlayMount``); a failure ends the attempt with START_ERROR (3003).
+        volumes: the task's ``volumeMounts`` as ``{path inside: host path}``; a host path that
+            does not exist ends the attempt with START_ERROR (3003) before anything runs.
     """
 
     root: str | None = None
@@ -164,6 +185,8 @@ class SandboxSettings(_Model):
     command_prefix: list[str] = Field(default_factory=list)
     mounts: dict[str, str] = Field(default_factory=dict)
     readonly: list[str] = Field(default_factory=list)
+    overlays: list[OverlayMount] = Field(default_factory=list)
+    volumes: dict[str, str] = Field(default_factory=dict)
 
     def _mount_of(self, path: str) -> str:
         best = ""
@@ -179,12 +202,17 @@ class SandboxSettings(_Model):
 
     def host_path(self, path: str) -> str:
         """Where the absolute ``path`` of the command's view is for the runner (``mounts``)."""
+        host, rest = self.host_split(path)
+        return f"{host.rstrip('/')}/{rest}" if rest else host
+
+    def host_split(self, path: str) -> tuple[str, str]:
+        """``host_path`` as (the host folder of the longest matching ``mounts`` entry, the
+        rest of ``path`` below it, relative); ``("/", path)`` without a match. The task may
+        have made symlinks below the host folder, never above it (see ``runner.safefs``)."""
         best = self._mount_of(path)
         if not best:
-            return path
-        rest = path[len(best.rstrip("/")):].lstrip("/")
-        host = self.mounts[best]
-        return f"{host.rstrip('/')}/{rest}" if rest else host
+            return "/", path.lstrip("/")
+        return self.mounts[best], path[len(best.rstrip("/")):].lstrip("/")
 
 
 class TaskRun(_Model):
@@ -205,6 +233,7 @@ class TaskRun(_Model):
     inputs: list[RunInput] = Field(default_factory=list)
     outputs: list[RunOutput] = Field(default_factory=list)
     checkpoints: list[RunCheckpoint] = Field(default_factory=list)
+    volume_mounts: list[str] = Field(default_factory=list)
     hosts: dict[str, str] = Field(default_factory=dict)
     hosts_env: str | None = None
     group_tasks: list[str] = Field(default_factory=list)

@@ -67,15 +67,27 @@ def test_sandboxed_command_joins_the_group_namespace_then_bwrap(tmp_path: Path) 
     assert ["--hostname", "t"] == argv[argv.index("--hostname"):argv.index("--hostname") + 2]
     assert {"--unshare-pid", "--unshare-ipc", "--unshare-uts"} <= set(argv)
     assert ("/tmp", "/tmp") not in pairs(argv, "--bind") + pairs(argv, "--ro-bind")
-    assert (os.path.realpath(req.run_dir), os.path.realpath(req.run_dir)) in pairs(argv, "--bind")
+    binds = pairs(argv, "--bind") + pairs(argv, "--ro-bind")
+    output = os.path.realpath(req.run.output_path)
+    assert (output, output) in pairs(argv, "--bind")  # its own output, never its run folder
+    assert not [b for b in binds if b[1] in (os.path.realpath(req.run_dir), str(tmp_path))]
+    assert argv[argv.index("--unshare-user"):argv.index("--unshare-user") + 8] == [
+        "--unshare-user", "--uid", "0", "--gid", "0", "--disable-userns", "--cap-drop", "ALL"]
     assert req.run.sandbox.root is None
     assert req.hosts_text is not None and "127.1.2.4\tu" in req.hosts_text
     sandbox = req.run.sandbox
     assert sandbox.host_path("/tmp/run.sh") == f"{req.root_dir}/tmp/run.sh"
     assert sandbox.host_path("/app/x") == f"{req.root_dir}/app/x"
-    assert sandbox.host_path("/usr/bin/env") == "/usr/bin/env"
     assert sandbox.host_path(str(req.run.output_path / "m")) == str(req.run.output_path / "m")
-    assert not sandbox.writable("/usr/lib/x") and not sandbox.writable("/etc/passwd")
+    if sandbox.overlays:  # as root: system folders get a private writable layer
+        layer = next(o for o in sandbox.overlays if o.lower in ("/", "/usr"))
+        assert sandbox.host_path("/usr/bin/env").startswith(layer.target)
+        assert sandbox.host_path("/usr/bin/env").endswith("/bin/env")
+        assert layer.upper.startswith(str(req.run_dir / "sandbox" / "overlay"))
+        assert sandbox.writable("/usr/lib/x") and sandbox.writable("/etc/passwd")
+    else:
+        assert sandbox.host_path("/usr/bin/env") == "/usr/bin/env"
+        assert not sandbox.writable("/usr/lib/x") and not sandbox.writable("/etc/passwd")
     assert sandbox.writable("/tmp/x") and sandbox.writable(str(req.run.output_path / "m"))
 
 
