@@ -18,15 +18,16 @@ line per connection, one JSON reply line (``{"error": "..."}`` on failure):
 - ``{"op": "ping"}`` -> ``{"pid": int}``
 - ``{"op": "release"}`` -> ``{"pid": int}``: exit as soon as no runner is left (the engine
   that used it closed); a request after it still gets an answer
-- ``{"op": "network", "group": KEY, "forward": [port, ...]}`` -> the group's namespace,
-  made if none is alive: ``{"launcher_pid", "ns_pid", "ns_created", "user_ns", "ns_path"}``
+- ``{"op": "network", "group": KEY, "forward": [port, ...], "egress": bool}`` -> the group's
+  namespace, made if none is alive (with ``egress``, the default, pasta attached to it:
+  ``netns.start_egress``): ``{"launcher_pid", "ns_pid", "ns_created", "user_ns", "ns_path"}``
   (``ns_path``: ``/proc/PID/fd/N`` when the launcher holds it as a descriptor)
 - ``{"op": "run", "run_json": PATH, "out": PATH, "cwd": PATH, "env": {...},
   "group": KEY | null, "mode": "process" | "thread"}`` -> ``{"pid": int, "created": float}``:
   ``process`` (the default): a forked runner (its own session, stdout and stderr appended to
   ``out``, the environment replaced by ``env``); ``thread``: a runner hosted by a thread of
   the launcher (``trainyard.runner.hosted``; ``pid`` and ``created`` are the launcher's);
-  with ``"network": {"group": KEY, "forward": [...]}`` (as root) the thread first joins that
+  with ``"network": {"group": KEY, "forward": [...], "egress": bool}`` (as root) the thread first joins that
   group's namespace, made as for ``network``
 - ``{"op": "stop", "run_dir": PATH}`` -> ``{"running": bool}``: stop the hosted runner of
   that run folder (as SIGTERM stops a runner process); ``running``: its thread still runs
@@ -48,6 +49,9 @@ Namespaces: as root, a short-lived thread unshares a network namespace and the l
 its descriptor (``netns.namespace_fd``); tasks join it with ``nsenter --net=/proc/PID/fd/N``.
 Otherwise a user namespace is needed too, which only a single-threaded process may make, so
 a forked child makes and holds it (``netns.hold_namespace``) and tasks join it by pid.
+Egress: unless the request says ``"egress": false``, pasta is attached to a new namespace
+(``netns.start_egress``, a child of the launcher that dies with it) and killed when the group
+is dropped, so no pasta outlives its group's namespace.
 
 Ports: for each forwarded port a listener on 127.0.0.1:PORT inside the namespace (the
 launcher's own socket as root; the holder child's otherwise, which hands each connection up
@@ -171,13 +175,15 @@ class LauncherClient:
         except (OSError, BackendError, ValueError):
             return False
 
-    def network(self, group: str, forward: list[int]) -> netns.GroupNetwork:
-        """The namespace of ``group`` (made if none is alive).
+    def network(self, group: str, forward: list[int], egress: bool = True) -> netns.GroupNetwork:
+        """The namespace of ``group`` (made if none is alive; with ``egress``, pasta is
+        attached to it and ends with it).
 
         Raises:
             BackendError: no launcher answers, or the namespace could not be made.
         """
-        reply = self.request({"op": "network", "group": group, "forward": forward})
+        reply = self.request({"op": "network", "group": group, "forward": forward,
+                              "egress": egress})
         return netns.GroupNetwork(int(reply["launcher_pid"]), int(reply["ns_pid"]),
                                   float(reply["ns_created"]), bool(reply["user_ns"]),
                                   reply.get("ns_path"))
@@ -301,6 +307,7 @@ class _Group:
     listeners: list[socket.socket] = field(default_factory=list)
     runners: set[int | str] = field(default_factory=set)
     idle_since: float = field(default_factory=time.monotonic)
+    egress: subprocess.Popen[bytes] | None = None  # pasta, ended with the group
 
     def reply(self) -> dict[str, Any]:
         path = f"/proc/{os.getpid()}/fd/{self.ns_fd}" if self.ns_fd is not None else None
@@ -402,19 +409,29 @@ class _Launcher:
             return {"running": hosted is not None and hosted.is_alive()}
         self.released = False  # an engine uses it again
         if op == "network":
-            return self._network(str(request["group"]), [int(p) for p in request["forward"]])
+            return self._network(str(request["group"]), [int(p) for p in request["forward"]],
+                                 bool(request.get("egress", True)))
         if op == "run":
             return self._run(request)
         raise ValueError(f"unknown op {op!r}")
 
-    def _network(self, key: str, ports: list[int]) -> dict[str, Any]:
+    def _network(self, key: str, ports: list[int], egress: bool = True) -> dict[str, Any]:
         group = self.groups.get(key)
         if (group is not None and group.ns_fd is None
                 and proctree.same_process(group.ns_pid, group.ns_created) is None):
             self._drop_group(key)
             group = None
         if group is None:
-            group = self.groups[key] = self._make_namespace(ports)
+            group = self._make_namespace(ports)
+            if egress:
+                try:
+                    group.egress = netns.start_egress(ns_fd=group.ns_fd, ns_pid=(
+                        None if group.ns_fd is not None else group.ns_pid))
+                except BackendError:
+                    self.groups[key] = group
+                    self._drop_group(key)
+                    raise
+            self.groups[key] = group
         group.idle_since = time.monotonic()
         return group.reply()
 
@@ -479,8 +496,8 @@ class _Launcher:
         ns_path = None
         if request.get("network"):
             network = request["network"]
-            ns_path = self._network(str(network["group"]),
-                                    [int(p) for p in network["forward"]])["ns_path"]
+            ns_path = self._network(str(network["group"]), [int(p) for p in network["forward"]],
+                                    bool(network.get("egress", True)))["ns_path"]
             if ns_path is None:
                 raise ValueError("only a namespace held as a descriptor (as root) is joined "
                                  "by a hosted runner")
@@ -618,6 +635,8 @@ class _Launcher:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(sock)
             sock.close()  # a namespace child exits when its channel closes
+        if group.egress is not None:
+            netns.stop_egress(group.egress)
         if group.ns_fd is not None:
             os.close(group.ns_fd)
         elif group.ns_pid != os.getpid():
