@@ -37,6 +37,7 @@ import resource
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,7 @@ RUNTIME = "podman"
 _NPROC_CEILING = 32768
 """podman 4.3 lowers its own RLIMIT_NPROC to this, and its container may not exceed it."""
 _QUERY_TIMEOUT_S = 30.0
+_REMOVE_TRIES = 5
 
 
 @dataclass(frozen=True)
@@ -172,11 +174,17 @@ def remove_containers(names: Iterable[str], podman: str = "podman",
         return
 
     def work() -> None:
-        try:
-            subprocess.run([podman, "rm", "--force", "--ignore", "--time", "0", *wanted],
-                           capture_output=True, timeout=120)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            log.warning("could not remove containers %s: %s", ", ".join(wanted), exc)
+        for _ in range(_REMOVE_TRIES):
+            try:
+                done = subprocess.run([podman, "rm", "--force", "--ignore", "--time", "0",
+                                       *wanted], capture_output=True, text=True, timeout=120)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                log.warning("could not remove containers %s: %s", ", ".join(wanted), exc)
+                return
+            if done.returncode == 0:
+                return
+            log.warning("podman rm %s: %s", " ".join(wanted), done.stderr.strip()[-300:])
+            time.sleep(1.0)
 
     if background:
         threading.Thread(target=work, name="podman-rm", daemon=True).start()
