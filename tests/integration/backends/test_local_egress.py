@@ -296,3 +296,15 @@ def test_group_members_reach_each_other_with_egress(home: Path) -> None:
     assert [final(facts[l.key]).exit_code for l in launches] == [0, 0]
     assert "ACCEPTED" in task_log(launches[0])
     assert "CONNECTED" in task_log(launches[1])
+
+
+def test_the_launcher_is_out_of_reach_from_a_task(home: Path) -> None:
+    """The launcher's socket is an abstract Unix socket of the host's network namespace:
+    a task in its group's namespace cannot connect to it, egress or not."""
+    backend = _backend(home)
+    name = backend._launcher.name
+    code = ("import socket; s = socket.socket(socket.AF_UNIX)\n"
+            f"try: s.connect('\\0' + {name!r}); print('LAUNCHER REACHED')\n"
+            "except OSError as exc: print('NO LAUNCHER', type(exc).__name__)\n")
+    text = run_one(backend, home, "wf-launcher", {"command": ["python3", "-c", code]})
+    assert "NO LAUNCHER" in text and "LAUNCHER REACHED" not in text
