@@ -29,7 +29,8 @@ server and the launcher stay out of reach, except the ports forwarded above on p
 ``--no-map-gw`` (the gateway address is not the host's loopback either), an address of its
 own (``EGRESS_ADDRESS``, not the host's, so the host's own addresses stay reachable like any
 other host), ``-f`` (it stays a child of the process that holds the namespace, which kills it
-when the group ends) under ``setpriv --pdeathsig KILL`` (it dies with that process too).
+when the group ends) under ``setpriv --pdeathsig KILL`` (it dies with that process too),
+``-4`` (IPv4 only: IPv6 set-up was a third of pasta's start-up CPU, see docs/benchmarks.md).
 DNS: the task's ``/etc/resolv.conf`` is the host's and its servers are reached through pasta
 like any other host, so names resolve as on the host, unless the host's resolver listens on
 its own loopback (systemd-resolved's 127.0.0.53), which a namespace cannot reach.
@@ -67,7 +68,7 @@ from trainyard.runner import proctree
 
 __all__ = ["GroupNetwork", "ensure_group_network", "probe_netns", "namespace_fd",
            "join_namespace", "hold_namespace", "bridge", "main", "pasta_argv", "start_egress",
-           "stop_egress", "probe_egress", "EGRESS_ADDRESS", "EGRESS_GATEWAY"]
+           "wait_egress", "stop_egress", "probe_egress", "EGRESS_ADDRESS", "EGRESS_GATEWAY"]
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
@@ -329,17 +330,20 @@ def pasta_argv(target: str, *, as_root: bool, pasta: str = "pasta") -> list[str]
     argv = ["setpriv", "--pdeathsig", "KILL", "--", pasta, "-f", "-q"]
     if as_root:
         argv += ["--runas", "0"]
-    argv += ["--config-net", "-t", "none", "-u", "none", "-T", "none", "-U", "none",
+    argv += ["-4", "--config-net", "-t", "none", "-u", "none", "-T", "none", "-U", "none",
              "--no-map-gw", "-a", EGRESS_ADDRESS, "-n", str(EGRESS_PREFIX_LEN),
              "-g", EGRESS_GATEWAY, "-P", "/dev/stdout"]
     return [*argv, "--netns", target] if target.startswith("/") else [*argv, target]
 
 
 def start_egress(*, ns_fd: int | None = None, ns_pid: int | None = None,
-                 timeout_s: float = EGRESS_READY_TIMEOUT_S) -> subprocess.Popen[bytes]:
+                 timeout_s: float = EGRESS_READY_TIMEOUT_S,
+                 wait: bool = True) -> subprocess.Popen[bytes]:
     """Attach pasta to the namespace held by descriptor ``ns_fd`` (as root) or by process
-    ``ns_pid``, and wait until it has configured it. The caller ends it (``stop_egress``)
-    when the namespace ends; it also dies with the calling thread's process.
+    ``ns_pid``; with ``wait``, return once it has configured it (else the caller calls
+    ``wait_egress``, or reads pasta's stdout: one line once ready, EOF if it failed). The
+    caller ends it (``stop_egress``) when the namespace ends; it also dies with the calling
+    thread's process.
 
     Raises:
         BackendError: pasta is missing, exited, or did not get ready in ``timeout_s``
@@ -356,13 +360,27 @@ def start_egress(*, ns_fd: int | None = None, ns_pid: int | None = None,
                                 pass_fds=(ns_fd,) if ns_fd is not None else ())
     except OSError as exc:
         raise BackendError(f"could not start pasta: {exc}") from exc
+    if wait:
+        wait_egress(proc, timeout_s)
+    return proc
+
+
+def wait_egress(proc: subprocess.Popen[bytes], timeout_s: float = EGRESS_READY_TIMEOUT_S) -> None:
+    """Wait until the pasta of ``start_egress`` has configured its namespace.
+
+    Raises:
+        BackendError: it exited or was not ready in ``timeout_s`` (it is then ended).
+    """
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
     if ready and proc.stdout.readline().strip():
         proc.stdout.close()
-        return proc
-    stop_egress(proc)
+        return
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
     why = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+    stop_egress(proc)
     raise BackendError(f"pasta could not give the group's namespace egress: "
                        f"{why or f'not ready in {timeout_s:.0f} s'}")
 
@@ -373,8 +391,9 @@ def stop_egress(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
     proc.wait()
-    if proc.stderr is not None:
-        proc.stderr.close()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
 
 
 # ---------------------------------------------------------------------- keeper (host side)
