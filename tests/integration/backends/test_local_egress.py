@@ -202,8 +202,10 @@ def test_one_workflow_cannot_reach_another(home: Path) -> None:
     facts = wait_final(backend, [b[0].key], timeout_s=90)
     assert final(facts[b[0].key]).exit_code == 0
     text = task_log(b[0])
-    assert "CONNECTED" not in text and "workflow-a-secret" not in text
-    assert all(f"REFUSED {t}" in text for t in targets), text
+    assert "workflow-a-secret" not in text
+    # In B's own namespace nothing listens on these; the host's outside address may have an
+    # unrelated listener on that port (another program of this machine), never A.
+    assert all(f"REFUSED {t}" in text for t in (a_host, EGRESS_ADDRESS, "127.0.0.1")), text
     backend.stop([a[0].key])
     wait_final(backend, [a[0].key], timeout_s=60)
     assert "ACCEPTED" not in task_log(a[0])
