@@ -30,7 +30,7 @@ IMAGE = "localhost/trainyard-test-busybox:1"
 APPLETS = ("sh", "ls", "cat", "echo", "nc", "sleep", "test", "hostname", "env", "true")
 BUSYBOX = "/bin/busybox"
 
-pytestmark = pytest.mark.skipif(probe_podman() is not None, reason=f"{probe_podman()}")
+needs_podman = pytest.mark.skipif(probe_podman() is not None, reason=f"{probe_podman()}")
 
 
 def _static_busybox() -> str | None:
@@ -80,6 +80,7 @@ def containers_named(name: str) -> list[str]:
     return [line for line in done.stdout.split() if line == name]
 
 
+@needs_podman
 def test_a_task_runs_in_its_image(podman_backend: LocalBackend, home: Path, image: str) -> None:
     script = ("test -x /bin/busybox && echo has-busybox; "
               "test -e /usr/bin/python3 && echo has-python || echo no-python; "
@@ -115,6 +116,7 @@ echo "received: $(cat /tmp/got)"
 """
 
 
+@needs_podman
 def test_the_group_tasks_reach_each_other_in_containers(
     podman_backend: LocalBackend, home: Path, image: str
 ) -> None:
@@ -130,6 +132,7 @@ def test_the_group_tasks_reach_each_other_in_containers(
     assert "[client] received: hello-from-server" in task_log(launches[1])
 
 
+@needs_podman
 def test_a_missing_image_is_a_start_error_without_pulling(
     podman_backend: LocalBackend, home: Path
 ) -> None:
@@ -147,6 +150,7 @@ def test_a_missing_image_is_a_start_error_without_pulling(
     assert f"image {missing!r} is not present in podman's local storage" in text
 
 
+@needs_podman
 def test_cancel_stops_the_container(podman_backend: LocalBackend, home: Path, image: str) -> None:
     launches = group_launches(podman_backend, home, "wf-img-stop", {"t": {
         "image": image, "command": ["sh", "-c", "trap '' TERM; echo up; sleep 300"]}})
