@@ -90,7 +90,8 @@ from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch, ser
 from trainyard.backends.facts import ENDING, read_facts
 from trainyard.backends import container
 from trainyard.backends.images import image_note, runtime_for, runtime_path
-from trainyard.backends.netns import GroupNetwork, ensure_group_network, probe_egress, probe_netns
+from trainyard.backends.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
+                                     probe_netns)
 from trainyard.backends.launcher import LauncherClient
 from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, hosts_file_text, needs_bind,
                                        probe_bwrap, sandbox_mounts)
@@ -537,19 +538,14 @@ class LocalBackend:
     # ------------------------------------------------------------------ egress, hostNetwork, images
 
     def _egress_on(self) -> bool:
-        """Whether group namespaces get egress: the pool allows it and pasta is installed."""
-        if not self.egress:
-            return False
-        why_not = probe_egress()
-        if why_not is not None:
-            _warn_once(f"local backend: no egress for tasks ({why_not}); they reach only "
-                       "their group and the forwarded ports")
-        return why_not is None
+        """Whether group namespaces get egress: the pool allows it and pasta works here
+        (probed once per process, ``_why_no_egress``)."""
+        return self.egress and _why_no_egress() is None
 
     def _egress_text(self) -> str:
         if not self.egress:
             return "no egress (pool egress: false)"
-        why_not = probe_egress()
+        why_not = _why_no_egress()
         return "egress through pasta" if why_not is None else f"no egress ({why_not})"
 
     def _check_host_network(self, launches: list[TaskLaunch]) -> None:
@@ -834,6 +830,17 @@ class LocalBackend:
         self._kill_leftovers([attempt])
         attempt.stopped = True
         return False
+
+
+@functools.lru_cache(maxsize=1)
+def _why_no_egress() -> str | None:
+    """Why group namespaces get no egress here (``netns.probe_egress_attach``, once per
+    process; warns once), or None."""
+    why_not = probe_egress_attach()
+    if why_not is not None:
+        _warn_once(f"local backend: no egress for tasks ({why_not}); they reach only their "
+                   "group and the forwarded ports")
+    return why_not
 
 
 def _holds_namespaces() -> bool:

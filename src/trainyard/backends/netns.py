@@ -68,7 +68,8 @@ from trainyard.runner import proctree
 
 __all__ = ["GroupNetwork", "ensure_group_network", "probe_netns", "namespace_fd",
            "join_namespace", "hold_namespace", "bridge", "main", "pasta_argv", "start_egress",
-           "wait_egress", "stop_egress", "probe_egress", "EGRESS_ADDRESS", "EGRESS_GATEWAY"]
+           "wait_egress", "stop_egress", "probe_egress", "probe_egress_attach",
+           "EGRESS_ADDRESS", "EGRESS_GATEWAY"]
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
@@ -313,16 +314,19 @@ def probe_egress(pasta: str = "pasta") -> str | None:
     return None
 
 
-def pasta_argv(target: str, *, as_root: bool, pasta: str = "pasta") -> list[str]:
+def pasta_argv(target: str, *, as_root: bool, userns: str | None = None,
+               pasta: str = "pasta") -> list[str]:
     """The command that attaches pasta to a namespace (see module docstring, "Egress").
 
     Args:
-        target: ``--netns PATH`` form when it starts with ``/`` (a namespace file, e.g.
-            ``/proc/self/fd/N`` of a descriptor pasta inherits), else a PID whose user and
-            network namespaces pasta joins.
+        target: the network namespace file (``/proc/self/fd/N`` of a descriptor pasta
+            inherits: after its self-isolation pasta may no longer open another process's
+            ``/proc`` entries).
         as_root: pasta keeps root (``--runas 0``): as root it would switch to ``nobody``,
             which may not join a namespace that root holds. It drops its capabilities and
             isolates itself (seccomp, an empty mount namespace) all the same.
+        userns: the user namespace that owns the network namespace (not as root), as
+            ``target``.
 
     Returns:
         argv; pasta writes its pid on its stdout once the namespace is configured.
@@ -333,17 +337,19 @@ def pasta_argv(target: str, *, as_root: bool, pasta: str = "pasta") -> list[str]
     argv += ["-4", "--config-net", "-t", "none", "-u", "none", "-T", "none", "-U", "none",
              "--no-map-gw", "-a", EGRESS_ADDRESS, "-n", str(EGRESS_PREFIX_LEN),
              "-g", EGRESS_GATEWAY, "-P", "/dev/stdout"]
-    return [*argv, "--netns", target] if target.startswith("/") else [*argv, target]
+    if userns is not None:
+        argv += ["--userns", userns]
+    return [*argv, "--netns", target]
 
 
 def start_egress(*, ns_fd: int | None = None, ns_pid: int | None = None,
                  timeout_s: float = EGRESS_READY_TIMEOUT_S,
                  wait: bool = True) -> subprocess.Popen[bytes]:
     """Attach pasta to the namespace held by descriptor ``ns_fd`` (as root) or by process
-    ``ns_pid``; with ``wait``, return once it has configured it (else the caller calls
-    ``wait_egress``, or reads pasta's stdout: one line once ready, EOF if it failed). The
-    caller ends it (``stop_egress``) when the namespace ends; it also dies with the calling
-    thread's process.
+    ``ns_pid`` (its user and network namespaces); with ``wait``, return once it has
+    configured it (else the caller calls ``wait_egress``, or reads pasta's stdout: one line
+    once ready, EOF if it failed). The caller ends it (``stop_egress``) when the namespace
+    ends; it also dies with the calling thread's process.
 
     Raises:
         BackendError: pasta is missing, exited, or did not get ready in ``timeout_s``
@@ -352,17 +358,46 @@ def start_egress(*, ns_fd: int | None = None, ns_pid: int | None = None,
     why_not = probe_egress()
     if why_not is not None:
         raise BackendError(f"no egress for the group's network namespace: {why_not}")
-    target = f"/proc/self/fd/{ns_fd}" if ns_fd is not None else str(ns_pid)
+    opened: list[int] = []
     try:
-        proc = subprocess.Popen(pasta_argv(target, as_root=os.geteuid() == 0),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, close_fds=True,
-                                pass_fds=(ns_fd,) if ns_fd is not None else ())
+        if ns_fd is None:
+            opened = [os.open(f"/proc/{ns_pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+                      for kind in ("net", "user")]
+        fds = (ns_fd,) if ns_fd is not None else tuple(opened)
+        argv = pasta_argv(f"/proc/self/fd/{fds[0]}", as_root=os.geteuid() == 0,
+                          userns=f"/proc/self/fd/{fds[1]}" if len(fds) > 1 else None)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, close_fds=True, pass_fds=fds)
     except OSError as exc:
         raise BackendError(f"could not start pasta: {exc}") from exc
+    finally:
+        for fd in opened:
+            os.close(fd)
     if wait:
         wait_egress(proc, timeout_s)
     return proc
+
+
+def probe_egress_attach() -> str | None:
+    """Attach pasta to a throw-away namespace of this process's making, as the launcher
+    does (as root: a descriptor-held namespace). Returns None if that works, else why not
+    (pasta missing, ``/dev/net/tun`` not usable, ...)."""
+    why_not = probe_egress()
+    if why_not is not None:
+        return why_not
+    if os.geteuid() != 0:
+        return None  # a user namespace needs a single-threaded maker: the launcher's child
+    try:
+        fd, _ = namespace_fd(())
+    except OSError as exc:
+        return str(exc)
+    try:
+        stop_egress(start_egress(ns_fd=fd))
+        return None
+    except BackendError as exc:
+        return str(exc)
+    finally:
+        os.close(fd)
 
 
 def wait_egress(proc: subprocess.Popen[bytes], timeout_s: float = EGRESS_READY_TIMEOUT_S) -> None:

@@ -38,7 +38,8 @@ def test_pasta_forwards_no_port_either_way_and_maps_no_gateway(as_root: bool) ->
     assert argv[argv.index("-a") + 1] == EGRESS_ADDRESS
     assert argv[-2:] == ["--netns", "/proc/self/fd/5"]
     assert ("--runas" in argv) is as_root
-    assert pasta_argv("4242", as_root=False)[-1] == "4242"
+    assert pasta_argv("/proc/self/fd/5", as_root=False, userns="/proc/self/fd/6")[-4:] == [
+        "--userns", "/proc/self/fd/6", "--netns", "/proc/self/fd/5"]
 
 
 # ---------------------------------------------------------------- pools and the spec check
