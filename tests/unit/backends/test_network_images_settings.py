@@ -198,3 +198,17 @@ def test_a_pool_without_podman_says_the_hosts_tools_run(tmp_path: Path) -> None:
     assert req.run.sandbox.command_prefix[0] == "nsenter"
     assert "image ubuntu:22.04 is NOT run" in req.run.sandbox.description
     assert local_mod.loopback_address("wf", "t") in req.run.sandbox.description
+
+
+def test_where_pasta_cannot_attach_the_log_says_no_egress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local_mod, "_why_no_egress", lambda: "pasta is not installed")
+    backend = LocalBackend(default_local_pool(), home=tmp_path / "home")
+    req = backend.build_request(launch(tmp_path), Isolation(bwrap=True, netns=True), NET)
+    assert "no egress (pasta is not installed)" in req.run.sandbox.description
+    assert not backend._egress_on()
+    off = LocalBackend(default_local_pool().model_copy(update={"egress": False}),
+                       home=tmp_path / "home")
+    assert "no egress (pool egress: false)" in off.build_request(
+        launch(tmp_path), Isolation(bwrap=True, netns=True), NET).run.sandbox.description
