@@ -21,7 +21,7 @@ import pytest
 from local_support import final, group_launches, isolation_available, task_log, wait_final, wait_for
 
 from trainyard.backends.base import FactKind
-from trainyard.backends.container import container_name, probe_podman
+from trainyard.backends.container import container_name, image_present, probe_podman
 from trainyard.backends.local import LocalBackend
 from trainyard.engine.status import ExitCode
 from trainyard.pools import default_local_pool
@@ -46,6 +46,8 @@ def _static_busybox() -> str | None:
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The busybox image, imported once (``podman import`` of a tarball)."""
+    if image_present(IMAGE):  # made by an earlier run: same content, no dangling copies
+        return IMAGE
     busybox = _static_busybox()
     if busybox is None:
         pytest.skip("a static busybox (Debian busybox-static) is not installed")
