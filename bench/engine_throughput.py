@@ -9,6 +9,7 @@
 Usage:
     .venv/bin/python bench/engine_throughput.py overhead [--repeat 5]
     .venv/bin/python bench/engine_throughput.py throughput --tasks 1000 [--backend local|fake]
+        [--egress on|off]   (each group's namespace with or without pasta, issue 11)
 """
 
 from __future__ import annotations
@@ -85,9 +86,9 @@ def overhead(repeat: int) -> None:
     print(f"overhead: {med_ours - med_hand:.3f} s")
 
 
-def throughput(n_tasks: int, backend: str, options: dict[str, str]) -> None:
+def throughput(n_tasks: int, backend: str, options: dict[str, str], egress: bool = True) -> None:
     nodes = [NodeSpec(name=f"local-{i}", cpu=100_000) for i in range(4)]
-    pool = Pool(name="bench", backend="local", nodes=nodes, options=options)
+    pool = Pool(name="bench", backend="local", nodes=nodes, options=options, egress=egress)
     tasks = [{"name": f"t{i}", "command": ["true"]} for i in range(n_tasks)]
     spec = WorkflowSpec.model_validate({"name": "many", "tasks": tasks})
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,7 +104,7 @@ def throughput(n_tasks: int, backend: str, options: dict[str, str]) -> None:
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{n_tasks} tasks ({backend}): {record.status} in {elapsed:.1f} s = "
           f"{n_tasks / elapsed:.1f} tasks/s; peak RSS {rss_mib:.0f} MiB; load average "
-          f"{os.getloadavg()[0]:.1f}")
+          f"{os.getloadavg()[0]:.1f}; egress {'on' if egress else 'off'}")
     print(f"CPU per task: engine {1000 * own / n_tasks:.1f} ms, launcher + runners + commands "
           f"{1000 * tasks_cpu / n_tasks:.1f} ms (launcher itself {1000 * launcher_cpu / n_tasks:.1f}); "
           f"machine busy {busy:.1f} CPU-s (any process's)")
@@ -172,11 +173,13 @@ def main() -> None:
     t.add_argument("--backend", choices=("local", "fake"), default="local")
     t.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto")
     t.add_argument("--network", choices=("auto", "netns", "loopback"), default="auto")
+    t.add_argument("--egress", choices=("on", "off"), default="on")
     args = parser.parse_args()
     if args.what == "overhead":
         overhead(args.repeat)
     else:
-        throughput(args.tasks, args.backend, {"sandbox": args.sandbox, "network": args.network})
+        throughput(args.tasks, args.backend, {"sandbox": args.sandbox, "network": args.network},
+                   egress=args.egress == "on")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,14 @@ File format (YAML)::
           - {name: n0, cpu: 64, gpu: 8, memory: 512Gi, storage: 2Ti, platform: dgx-h100}
         options: {partition: batch, account: ml}   # backend-specific
         images: {busybox: busybox}                 # image -> local runtime (local backend)
+        egress: true              # tasks reach hosts outside (local backend: pasta)
+        allow_host_network: false # may a task ask hostNetwork: true (local backend)
+
+``images`` may also be one runtime for every image (``images: podman``: each task with an
+``image`` runs in it as a podman container, see ``backends.images``). ``egress: false``
+leaves a group's network namespace with loopback only (its tasks still reach each other).
+``allow_host_network: true`` lets a task's ``hostNetwork: true`` run it in the host's network
+namespace; without it such a spec is refused at submission (``spec.poolfit``).
 """
 
 from __future__ import annotations
@@ -98,6 +106,14 @@ class Pool(BaseModel):
     nodes: list[NodeSpec]
     options: dict[str, Any] = Field(default_factory=dict)
     images: dict[str, str] = Field(default_factory=dict)
+    egress: bool = True
+    allow_host_network: bool = False
+
+    @field_validator("images", mode="before")
+    @classmethod
+    def _one_runtime_for_all(cls, value: Any) -> Any:
+        """``images: podman`` is ``images: {"*": podman}``."""
+        return {"*": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _measure_if_strict(self) -> Pool:

@@ -1,13 +1,20 @@
 """Container images on the local backend: which local *runtime* stands in for a task's image.
 
-The local backend runs no container engine. A task's ``image`` is recorded, and mapped to a
-runtime, a list of folders put first on the task's PATH:
+A task's ``image`` is recorded, and mapped to a runtime:
+
+- ``podman``: the image itself, as an OCI container (``backends.container``) where podman is
+  installed; where it is not, the host's tools run instead and the task log says so
+  (``image_note``);
 
 - ``host``: the host's own tools (the default for every image, e.g. ``ubuntu:22.04``);
 - ``busybox``: a folder of busybox applet symlinks, so ``sh``, ``nc -l -p PORT``, ``wget`` are
   busybox's, as in a ``busybox`` or ``alpine`` image. Its ``nslookup`` answers from
-  ``/etc/hosts`` and for IP addresses first (a task's network has no DNS server);
+  ``/etc/hosts`` and for IP addresses first, then asks the DNS servers of ``/etc/resolv.conf``
+  (reached through the group's egress, see ``backends.netns``);
 - an absolute folder path: that folder.
+
+All but ``podman`` are folders put first on the task's PATH, and the task log says that the
+host's tools run instead of the image (``image_note``).
 
 The pool's ``images`` map (``{pattern: runtime}``, fnmatch patterns matched against the whole
 image and against its bare name, ``alpine`` for ``docker.io/library/alpine:3.18``) is asked
@@ -24,7 +31,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["image_name", "runtime_for", "runtime_path", "busybox_applets", "DEFAULT_RUNTIMES"]
+__all__ = ["image_name", "runtime_for", "runtime_path", "busybox_applets", "DEFAULT_RUNTIMES",
+           "image_note"]
 
 log = logging.getLogger("trainyard.backends.local")
 
@@ -104,7 +112,7 @@ def _fill_applets(folder: Path, busybox: str) -> None:
 
 def runtime_path(runtime: str, state_dir: Path) -> list[str]:
     """The folders to put first on PATH for ``runtime`` (see module docstring)."""
-    if runtime == "host":
+    if runtime in ("host", "podman"):
         return []
     if runtime == "busybox":
         folder = busybox_applets(state_dir)
@@ -115,6 +123,19 @@ def runtime_path(runtime: str, state_dir: Path) -> list[str]:
         return [str(folder)]
     if os.path.isabs(runtime) and os.path.isdir(runtime):
         return [runtime]
-    log.warning("unknown image runtime %r (expected host, busybox or a folder); "
+    log.warning("unknown image runtime %r (expected host, podman, busybox or a folder); "
                 "the host's tools run instead", runtime)
     return []
+
+
+def image_note(image: str | None, runtime: str, why_no_podman: str | None = None) -> str:
+    """One line for the task log: what runs in place of ``image`` ("" without an image or
+    when podman runs it)."""
+    if not image or (runtime == "podman" and why_no_podman is None):
+        return ""
+    if runtime == "podman":
+        return (f"image {image} is NOT run: {why_no_podman}; the host's tools run instead")
+    if runtime == "host":
+        return (f"image {image} is NOT run: this pool runs no images (images: podman in "
+                "pools.yaml runs them); the host's tools run instead")
+    return f"image {image} is NOT run: the host's tools run instead, {runtime} first on PATH"

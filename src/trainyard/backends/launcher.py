@@ -18,15 +18,16 @@ line per connection, one JSON reply line (``{"error": "..."}`` on failure):
 - ``{"op": "ping"}`` -> ``{"pid": int}``
 - ``{"op": "release"}`` -> ``{"pid": int}``: exit as soon as no runner is left (the engine
   that used it closed); a request after it still gets an answer
-- ``{"op": "network", "group": KEY, "forward": [port, ...]}`` -> the group's namespace,
-  made if none is alive: ``{"launcher_pid", "ns_pid", "ns_created", "user_ns", "ns_path"}``
+- ``{"op": "network", "group": KEY, "forward": [port, ...], "egress": bool}`` -> the group's
+  namespace, made if none is alive (with ``egress``, the default, pasta attached to it:
+  ``netns.start_egress``): ``{"launcher_pid", "ns_pid", "ns_created", "user_ns", "ns_path"}``
   (``ns_path``: ``/proc/PID/fd/N`` when the launcher holds it as a descriptor)
 - ``{"op": "run", "run_json": PATH, "out": PATH, "cwd": PATH, "env": {...},
   "group": KEY | null, "mode": "process" | "thread"}`` -> ``{"pid": int, "created": float}``:
   ``process`` (the default): a forked runner (its own session, stdout and stderr appended to
   ``out``, the environment replaced by ``env``); ``thread``: a runner hosted by a thread of
   the launcher (``trainyard.runner.hosted``; ``pid`` and ``created`` are the launcher's);
-  with ``"network": {"group": KEY, "forward": [...]}`` (as root) the thread first joins that
+  with ``"network": {"group": KEY, "forward": [...], "egress": bool}`` (as root) the thread first joins that
   group's namespace, made as for ``network``
 - ``{"op": "stop", "run_dir": PATH}`` -> ``{"running": bool}``: stop the hosted runner of
   that run folder (as SIGTERM stops a runner process); ``running``: its thread still runs
@@ -48,6 +49,9 @@ Namespaces: as root, a short-lived thread unshares a network namespace and the l
 its descriptor (``netns.namespace_fd``); tasks join it with ``nsenter --net=/proc/PID/fd/N``.
 Otherwise a user namespace is needed too, which only a single-threaded process may make, so
 a forked child makes and holds it (``netns.hold_namespace``) and tasks join it by pid.
+Egress: unless the request says ``"egress": false``, pasta is attached to a new namespace
+(``netns.start_egress``, a child of the launcher that dies with it) and killed when the group
+is dropped, so no pasta outlives its group's namespace.
 
 Ports: for each forwarded port a listener on 127.0.0.1:PORT inside the namespace (the
 launcher's own socket as root; the holder child's otherwise, which hands each connection up
@@ -171,13 +175,15 @@ class LauncherClient:
         except (OSError, BackendError, ValueError):
             return False
 
-    def network(self, group: str, forward: list[int]) -> netns.GroupNetwork:
-        """The namespace of ``group`` (made if none is alive).
+    def network(self, group: str, forward: list[int], egress: bool = True) -> netns.GroupNetwork:
+        """The namespace of ``group`` (made if none is alive; with ``egress``, pasta is
+        attached to it and ends with it).
 
         Raises:
             BackendError: no launcher answers, or the namespace could not be made.
         """
-        reply = self.request({"op": "network", "group": group, "forward": forward})
+        reply = self.request({"op": "network", "group": group, "forward": forward,
+                              "egress": egress})
         return netns.GroupNetwork(int(reply["launcher_pid"]), int(reply["ns_pid"]),
                                   float(reply["ns_created"]), bool(reply["user_ns"]),
                                   reply.get("ns_path"))
@@ -301,6 +307,9 @@ class _Group:
     listeners: list[socket.socket] = field(default_factory=list)
     runners: set[int | str] = field(default_factory=set)
     idle_since: float = field(default_factory=time.monotonic)
+    egress: subprocess.Popen[bytes] | None = None  # pasta, ended with the group
+    egress_ready: threading.Event = field(default_factory=threading.Event)
+    egress_error: str | None = None
 
     def reply(self) -> dict[str, Any]:
         path = f"/proc/{os.getpid()}/fd/{self.ns_fd}" if self.ns_fd is not None else None
@@ -345,6 +354,8 @@ class _Launcher:
             for key, _mask in ready:
                 if key.fileobj is self.listener:
                     self._accept()
+                elif key.data[0] == "egress":
+                    self._finish_egress(self.groups.get(key.data[1]))
                 else:
                     self._relay(key.data, key.fileobj)  # type: ignore[arg-type]
             if not ready and self._short_of_spares():
@@ -402,12 +413,18 @@ class _Launcher:
             return {"running": hosted is not None and hosted.is_alive()}
         self.released = False  # an engine uses it again
         if op == "network":
-            return self._network(str(request["group"]), [int(p) for p in request["forward"]])
+            return self._network(str(request["group"]), [int(p) for p in request["forward"]],
+                                 bool(request.get("egress", True)))
         if op == "run":
             return self._run(request)
         raise ValueError(f"unknown op {op!r}")
 
-    def _network(self, key: str, ports: list[int]) -> dict[str, Any]:
+    def _network(self, key: str, ports: list[int], egress: bool = True,
+                 wait: bool = True) -> dict[str, Any]:
+        """The group's namespace, made if none is alive; with ``egress``, pasta attached. With
+        ``wait`` the reply comes once egress works; otherwise the group's ``egress_ready`` is
+        set when it does (the main loop reads pasta's ready line), so a hosted runner's
+        thread waits, not this loop (pasta takes ~70 ms of wall time to start)."""
         group = self.groups.get(key)
         if (group is not None and group.ns_fd is None
                 and proctree.same_process(group.ns_pid, group.ns_created) is None):
@@ -415,8 +432,42 @@ class _Launcher:
             group = None
         if group is None:
             group = self.groups[key] = self._make_namespace(ports)
+            self._start_egress(key, group, egress)
+        if wait and not group.egress_ready.is_set():
+            self._finish_egress(group, block=True)
+        if wait and group.egress_error:
+            error = group.egress_error
+            self._drop_group(key)
+            raise BackendError(error)
         group.idle_since = time.monotonic()
         return group.reply()
+
+    def _start_egress(self, key: str, group: _Group, egress: bool) -> None:
+        if not egress:
+            group.egress_ready.set()
+            return
+        try:
+            group.egress = netns.start_egress(
+                ns_fd=group.ns_fd, ns_pid=None if group.ns_fd is not None else group.ns_pid,
+                wait=False)
+        except BackendError:
+            self._drop_group(key)
+            raise
+        assert group.egress.stdout is not None
+        self.selector.register(group.egress.stdout, selectors.EVENT_READ, ("egress", key))
+
+    def _finish_egress(self, group: _Group | None, block: bool = False) -> None:
+        """pasta's ready line (or its end) arrived: record it and wake the group's waiters."""
+        if group is None or group.egress is None or group.egress_ready.is_set():
+            return
+        stdout = group.egress.stdout
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(stdout)
+        try:
+            netns.wait_egress(group.egress, netns.EGRESS_READY_TIMEOUT_S if block else 0.0)
+        except BackendError as exc:
+            group.egress_error = str(exc)
+        group.egress_ready.set()
 
     def _make_namespace(self, ports: list[int]) -> _Group:
         if os.geteuid() == 0:
@@ -476,15 +527,17 @@ class _Launcher:
         return {"pid": spare.pid, "created": spare.created}
 
     def _host(self, request: dict[str, Any], group: str | None) -> dict[str, Any]:
-        ns_path = None
+        ns_path, entry = None, None
         if request.get("network"):
             network = request["network"]
-            ns_path = self._network(str(network["group"]),
-                                    [int(p) for p in network["forward"]])["ns_path"]
+            ns_path = self._network(str(network["group"]), [int(p) for p in network["forward"]],
+                                    bool(network.get("egress", True)), wait=False)["ns_path"]
             if ns_path is None:
                 raise ValueError("only a namespace held as a descriptor (as root) is joined "
                                  "by a hosted runner")
-        join = functools.partial(netns.join_namespace, ns_path) if ns_path is not None else None
+            entry = self.groups[str(network["group"])]
+        join = (functools.partial(_join_when_ready, ns_path, entry)
+                if ns_path is not None and entry is not None else None)
         hosted = HostedRunner(Path(request["run_json"]), Path(request["out"]), request["env"],
                               first=join)
         key = str(hosted.run_dir)
@@ -618,11 +671,27 @@ class _Launcher:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(sock)
             sock.close()  # a namespace child exits when its channel closes
+        if group.egress is not None:
+            if group.egress.stdout is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.selector.unregister(group.egress.stdout)
+            netns.stop_egress(group.egress)
+        group.egress_ready.set()  # a runner still waiting gives up
         if group.ns_fd is not None:
             os.close(group.ns_fd)
         elif group.ns_pid != os.getpid():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(group.ns_pid, signal.SIGKILL)
+
+
+def _join_when_ready(ns_path: str, group: _Group) -> None:
+    """A hosted runner's first step: join the group's namespace, then wait until its egress
+    works (or is known to have failed, which ends the attempt)."""
+    netns.join_namespace(ns_path)
+    if not group.egress_ready.wait(netns.EGRESS_READY_TIMEOUT_S + 5.0):
+        raise BackendError("the group's egress (pasta) did not get ready")
+    if group.egress_error:
+        raise BackendError(group.egress_error)
 
 
 @dataclass

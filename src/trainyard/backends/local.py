@@ -60,6 +60,12 @@ RESTART (``restart_in_place``): the new attempt takes over the task's files from
 earlier attempt: its sandbox (``/``, ``/tmp``, its files, the private layers of the system
 folders) and its ``{{output}}`` folder. RESCHEDULE starts in a new run folder: a fresh root.
 
+Egress and images (issue 11): each group namespace gets outbound access through pasta
+(``netns.start_egress``) unless the pool says ``egress: false``; a task with ``hostNetwork:
+true`` runs in the host's network namespace where the pool says ``allow_host_network: true``
+(refused otherwise); an image the pool maps to ``podman`` runs as a container
+(``backends.container``), whose leftovers the backend removes when the attempt ends.
+
 Pool ``options`` read here: ``sandbox`` (auto|bwrap|none), ``network`` (auto|netns|loopback),
 ``forward_ports`` (list of host loopback ports), ``stop_grace_s``, ``launcher_idle_s`` (how
 long an idle launcher stays, default 60).
@@ -87,8 +93,10 @@ import psutil
 import trainyard
 from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch, server_url_for_tasks
 from trainyard.backends.facts import ENDING, read_facts
-from trainyard.backends.images import runtime_for, runtime_path
-from trainyard.backends.netns import GroupNetwork, ensure_group_network, probe_netns
+from trainyard.backends import container
+from trainyard.backends.images import image_note, runtime_for, runtime_path
+from trainyard.backends.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
+                                     probe_netns)
 from trainyard.backends.launcher import LauncherClient
 from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
                                        needs_bind, overlay_supported, overlays, probe_bwrap,
@@ -286,6 +294,7 @@ class _Attempt:
     next_alive_check: float = 0.0
     gpus: tuple[int, ...] = ()  # machine-wide indices of the real GPUs it borrowed
     hosted: str | None = None  # the launcher's name when a thread of it runs the runner
+    container: str | None = None  # the podman container's name, removed when it ends
 
 
 class GpuLeases:
@@ -380,6 +389,8 @@ class LocalBackend:
         self.stop_grace_s = float(grace)
         self.images: dict[str, str] = dict(pool.images) if pool else {}
         self.allowed_mounts: list[str] | None = allowed_mounts(pool) if pool else None
+        self.egress = pool.egress if pool else True
+        self.allow_host_network = pool.allow_host_network if pool else False
         self.home = Path(home) if home else trainyard_home()
         self.state_dir = Path(state_dir) if state_dir else self.home / "local"
         self.python = python or sys.executable
@@ -403,9 +414,10 @@ class LocalBackend:
         iso = probe_isolation(self.sandbox, self.network, self.python)
         self.home.mkdir(parents=True, exist_ok=True)
         started: list[TaskKey] = []
+        self._check_host_network(launches)
         try:
-            joined = iso.netns and all(_joins_in_launcher(launch, iso) for launch in launches)
-            net = self._group_network(launches[0]) if iso.netns and not joined else None
+            net = (self._group_network(launches[0])
+                   if self._needs_group_network(launches, iso) else None)
             for launch in launches:
                 self._start_one(launch, iso, net)
                 started.append(launch.key)
@@ -428,6 +440,7 @@ class LocalBackend:
                 ended.append(attempt)
         if ended:
             self._kill_leftovers(ended)
+            container.remove_containers(a.container for a in ended if a.container)
         return facts
 
     def stop(self, keys: list[TaskKey]) -> None:
@@ -489,13 +502,18 @@ class LocalBackend:
         run = TaskRun.model_validate(launch.run)
         run_dir = Path(launch.run_dir)
         root = run_dir / "sandbox" / "root"
+        runtime = runtime_for(run.image, self.images)
+        podman = self._podman_for(runtime)
         run.sandbox = SandboxSettings(
-            root=None if iso.bwrap else str(root),
-            path_prepend=runtime_path(runtime_for(run.image, self.images), self.state_dir),
+            root=None if iso.bwrap or podman else str(root),
+            path_prepend=runtime_path(runtime, self.state_dir),
             env=self._task_env(run, iso, gpus),
-            description=self._describe(launch, iso))
+            description=self._describe(launch, iso, image_note(
+                run.image, runtime, None if podman else self._why_no_podman())))
         request = LaunchRequest(launch.key, run_dir, [], run, root)
         request.writable_dirs = self._writable_dirs(run)
+        if podman:
+            return self._container_request(request, iso, net)
         prefix: list[str] = []
         if iso.bwrap:
             request.hosts_text = hosts_file_text(run.hosts)
@@ -506,7 +524,9 @@ class LocalBackend:
             run.sandbox.overlays = overlays(plan)
             run.sandbox.volumes = {inside: host for host, inside in plan.volumes}
         request.hosted = hostable(run)
-        if iso.netns and net is None and request.hosted and _holds_namespaces():
+        if run.host_network:
+            pass  # the host's network namespace: nothing to join
+        elif iso.netns and net is None and request.hosted and _holds_namespaces():
             request.joins_group_network = True
         elif iso.netns and net is not None:
             prefix = net.join_argv() + prefix
@@ -525,13 +545,86 @@ class LocalBackend:
                     env[name] = "lo"
         return env
 
-    def _describe(self, launch: TaskLaunch, iso: Isolation) -> str:
-        fs = ("bubblewrap sandbox (own writable /, pid/ipc/uts/user namespaces, no capabilities)"
-              if iso.bwrap else "no sandbox (/tmp and file paths rewritten to a private folder)")
-        netw = ("network namespace of the group" if iso.netns
-                else "host network (loopback addresses)")
+    def _describe(self, launch: TaskLaunch, iso: Isolation, image: str = "") -> str:
+        runtime = runtime_for(launch.run.get("image"), self.images)
+        if self._podman_for(runtime):
+            fs = f"podman container of image {launch.run.get('image')}"
+        else:
+            fs = ("bubblewrap sandbox (own writable /, pid/ipc/uts/user namespaces, no "
+                   "capabilities)" if iso.bwrap
+                  else "no sandbox (/tmp and file paths rewritten to a private folder)")
+        if launch.run.get("host_network"):
+            netw = "the host's network (hostNetwork: true)"
+        elif iso.netns:
+            netw = f"network namespace of the group, {self._egress_text()}"
+        else:
+            netw = "host network (loopback addresses)"
         host = loopback_address(launch.key.workflow_id, launch.key.task)
-        return f"local backend on {launch.node}: {fs}; {netw}; address {host}"
+        line = f"local backend on {launch.node}: {fs}; {netw}; address {host}"
+        return f"{line}\n{image}" if image else line
+
+    # ------------------------------------------------------------------ egress, hostNetwork, images
+
+    def _egress_on(self) -> bool:
+        """Whether group namespaces get egress: the pool allows it and pasta works here
+        (probed once per process, ``_why_no_egress``)."""
+        return self.egress and _why_no_egress() is None
+
+    def _egress_text(self) -> str:
+        if not self.egress:
+            return "no egress (pool egress: false)"
+        why_not = _why_no_egress()
+        return "egress through pasta" if why_not is None else f"no egress ({why_not})"
+
+    def _check_host_network(self, launches: list[TaskLaunch]) -> None:
+        """A task asking ``hostNetwork: true`` on a pool that does not allow it is refused
+        (the submission check refuses it first; this guards specs stored before)."""
+        asked = [l.key.task for l in launches if l.run.get("host_network")]
+        if asked and not self.allow_host_network:
+            raise BackendError(f"task(s) {', '.join(asked)} ask hostNetwork: true, which this "
+                               "pool does not allow (allow_host_network: true in pools.yaml)")
+
+    def _needs_group_network(self, launches: list[TaskLaunch], iso: Isolation) -> bool:
+        """Whether some task joins the group's namespace by its path (``nsenter``, podman's
+        ``--network ns:``) rather than in the launcher or not at all (``hostNetwork``)."""
+        if not iso.netns:
+            return False
+        return any(not l.run.get("host_network") and (
+            self._podman_for(runtime_for(l.run.get("image"), self.images))
+            or not _joins_in_launcher(l, iso)) for l in launches)
+
+    def _why_no_podman(self) -> str | None:
+        return container.probe_podman()
+
+    def _podman_for(self, runtime: str) -> bool:
+        """Whether a task of this image runtime runs as a podman container here."""
+        return runtime == container.RUNTIME and self._why_no_podman() is None
+
+    def _container_request(self, request: LaunchRequest, iso: Isolation,
+                           net: GroupNetwork | None) -> LaunchRequest:
+        """The task's command as ``podman run ... IMAGE`` (``backends.container``): a runner
+        process (never hosted: the container does not die with a thread), the group's
+        namespace by path, the task's files and folders bound in."""
+        run = request.run
+        assert run.image is not None
+        request.hosts_text = hosts_file_text(run.hosts)
+        network = "host"
+        if iso.netns and not run.host_network and net is not None:
+            network = f"ns:{net.ns_path or f'/proc/{net.ns_pid}/ns/net'}"
+        files = tuple(f.path if f.path.startswith("/") else f"/{f.path}" for f in run.files)
+        plan = container.ContainerPlan(
+            image=run.image, name=container.container_name(request.run_dir),
+            hostname=run.task, network=network, root_dir=request.root_dir,
+            hosts_file=request.run_dir / "sandbox" / "hosts", files=files,
+            writable=tuple(str(d) for d in request.writable_dirs
+                           if Path(d) != request.run_dir))
+        run.sandbox.command_prefix = container.podman_argv(plan)
+        run.sandbox.mounts = container.container_mounts(plan)
+        run.sandbox.env_flag = "--env"
+        if not container.image_present(run.image):
+            run.sandbox.start_error = container.missing_image_message(run.image)
+        request.argv = [self.python, "-m", "trainyard.runner", str(request.run_dir / "run.json")]
+        return request
 
     def _writable_dirs(self, run: TaskRun) -> list[Path]:
         dirs = [Path(run.run_dir), run.output_path]
@@ -591,7 +684,8 @@ class LocalBackend:
         return sorted(set(ports))
 
     def _group_network(self, launch: TaskLaunch) -> GroupNetwork:
-        return self._launcher.network(_group_key(launch), self._forwarded_ports())
+        return self._launcher.network(_group_key(launch), self._forwarded_ports(),
+                                      self._egress_on())
 
     # ------------------------------------------------------------------ starting
 
@@ -622,15 +716,18 @@ class LocalBackend:
         _write_json(self._index_path(request.key), {"run_dir": str(request.run_dir)})  # first
         self._prepare(request)
         mode = "thread" if request.hosted else "process"
-        network = ({"group": _group_key(launch), "forward": self._forwarded_ports()}
-                   if request.joins_group_network else None)
+        network = ({"group": _group_key(launch), "forward": self._forwarded_ports(),
+                    "egress": self._egress_on()} if request.joins_group_network else None)
         attempt.pid, attempt.created = self._launcher.run(
             request.run_dir / "run.json", request.run_dir / RUNNER_OUT, request.run_dir,
             dict(os.environ), _group_key(launch), mode=mode, network=network)
         attempt.hosted = self._launcher.name if mode == "thread" else None
+        attempt.container = (container.container_name(request.run_dir)
+                             if request.run.sandbox.env_flag else None)
         _write_json(request.run_dir / LAUNCH, {
             "pid": attempt.pid, "created": attempt.created, "argv": request.argv,
-            "group": launch.group, "gpus": list(attempt.gpus), "hosted_by": attempt.hosted})
+            "group": launch.group, "gpus": list(attempt.gpus), "hosted_by": attempt.hosted,
+            "container": attempt.container})
         with self._lock:
             self._attempts[request.key] = attempt
 
@@ -685,7 +782,7 @@ class LocalBackend:
             launch = json.loads((run_dir / LAUNCH).read_text())
             return _Attempt(key, run_dir, int(launch["pid"]), float(launch["created"]),
                             gpus=tuple(int(g) for g in launch.get("gpus", ())),
-                            hosted=launch.get("hosted_by"))
+                            hosted=launch.get("hosted_by"), container=launch.get("container"))
         except (OSError, ValueError, KeyError, TypeError):
             return _Attempt(key, run_dir)
 
@@ -795,6 +892,17 @@ class LocalBackend:
         self._kill_leftovers([attempt])
         attempt.stopped = True
         return False
+
+
+@functools.lru_cache(maxsize=1)
+def _why_no_egress() -> str | None:
+    """Why group namespaces get no egress here (``netns.probe_egress_attach``, once per
+    process; warns once), or None."""
+    why_not = probe_egress_attach()
+    if why_not is not None:
+        _warn_once(f"local backend: no egress for tasks ({why_not}); they reach only their "
+                   "group and the forwarded ports")
+    return why_not
 
 
 def _holds_namespaces() -> bool:

@@ -19,6 +19,22 @@ which a fresh namespace cannot see. For each ``--forward PORT`` the child listen
 socketpair, which crosses namespaces) to the keeper, which still lives in the host's
 namespace, connects to 127.0.0.1:PORT there and copies bytes both ways.
 
+Egress (``start_egress``): a group's namespace reaches hosts outside through ``pasta`` (Debian
+``passt``), a user-mode network stack attached to the namespace: it adds an ``eth0`` with
+``EGRESS_ADDRESS`` and a default route, and turns the namespace's TCP, UDP and ICMP echo
+flows into sockets of its own in the host's namespace. What it is told, and why:
+``-t none -u none`` (no host port is forwarded into the namespace: nothing outside reaches a
+task), ``-T none -U none`` (no namespace port reaches the host's loopback: the trainyard
+server and the launcher stay out of reach, except the ports forwarded above on purpose),
+``--no-map-gw`` (the gateway address is not the host's loopback either), an address of its
+own (``EGRESS_ADDRESS``, not the host's, so the host's own addresses stay reachable like any
+other host), ``-f`` (it stays a child of the process that holds the namespace, which kills it
+when the group ends) under ``setpriv --pdeathsig KILL`` (it dies with that process too),
+``-4`` (IPv4 only: IPv6 set-up was a third of pasta's start-up CPU, see docs/benchmarks.md).
+DNS: the task's ``/etc/resolv.conf`` is the host's and its servers are reached through pasta
+like any other host, so names resolve as on the host, unless the host's resolver listens on
+its own loopback (systemd-resolved's 127.0.0.53), which a namespace cannot reach.
+
 Lifetime: the keeper exits (and the namespace goes) once no process has been in the namespace
 for ``--idle-s`` seconds and ``GROUP_DIR/lease`` (touched by the backend before it starts tasks)
 is at least that old. It needs no engine: tasks and their namespace survive an engine restart.
@@ -27,12 +43,14 @@ is at least that old. It needs no engine: tasks and their namespace survive an e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import errno
 import fcntl
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -49,7 +67,9 @@ from trainyard.errors import BackendError
 from trainyard.runner import proctree
 
 __all__ = ["GroupNetwork", "ensure_group_network", "probe_netns", "namespace_fd",
-           "join_namespace", "hold_namespace", "bridge", "main"]
+           "join_namespace", "hold_namespace", "bridge", "main", "pasta_argv", "start_egress",
+           "wait_egress", "stop_egress", "probe_egress", "probe_egress_attach",
+           "EGRESS_ADDRESS", "EGRESS_GATEWAY"]
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
@@ -58,6 +78,11 @@ _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
 _IFREQ = "16sH22x"
 INFO = "netns.json"
+EGRESS_ADDRESS = "10.0.2.100"
+"""The address of a group namespace's ``eth0`` when it has egress (slirp4netns' default)."""
+EGRESS_GATEWAY = "10.0.2.2"
+EGRESS_PREFIX_LEN = 24
+EGRESS_READY_TIMEOUT_S = 10.0
 LEASE = "lease"
 
 
@@ -275,6 +300,135 @@ def hold_namespace(channel: socket.socket, ready_fd: int, ports: Sequence[int]) 
             conn, _addr = sock.accept()
             socket.send_fds(channel, [struct.pack("!H", listeners[sock])], [conn.fileno()])
             conn.close()
+
+
+# ---------------------------------------------------------------------- egress (pasta)
+
+
+def probe_egress(pasta: str = "pasta") -> str | None:
+    """None when ``pasta`` (and ``setpriv``, which ties its life to its parent's) is
+    installed, else why egress cannot be given."""
+    for tool, package in ((pasta, "passt"), ("setpriv", "util-linux")):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (Debian package {package})"
+    return None
+
+
+def pasta_argv(target: str, *, as_root: bool, userns: str | None = None,
+               pasta: str = "pasta") -> list[str]:
+    """The command that attaches pasta to a namespace (see module docstring, "Egress").
+
+    Args:
+        target: the network namespace file (``/proc/self/fd/N`` of a descriptor pasta
+            inherits: after its self-isolation pasta may no longer open another process's
+            ``/proc`` entries).
+        as_root: pasta keeps root (``--runas 0``): as root it would switch to ``nobody``,
+            which may not join a namespace that root holds. It drops its capabilities and
+            isolates itself (seccomp, an empty mount namespace) all the same.
+        userns: the user namespace that owns the network namespace (not as root), as
+            ``target``.
+
+    Returns:
+        argv; pasta writes its pid on its stdout once the namespace is configured.
+    """
+    argv = ["setpriv", "--pdeathsig", "KILL", "--", pasta, "-f", "-q"]
+    if as_root:
+        argv += ["--runas", "0"]
+    argv += ["-4", "--config-net", "-t", "none", "-u", "none", "-T", "none", "-U", "none",
+             "--no-map-gw", "-a", EGRESS_ADDRESS, "-n", str(EGRESS_PREFIX_LEN),
+             "-g", EGRESS_GATEWAY, "-P", "/dev/stdout"]
+    if userns is not None:
+        argv += ["--userns", userns]
+    return [*argv, "--netns", target]
+
+
+def start_egress(*, ns_fd: int | None = None, ns_pid: int | None = None,
+                 timeout_s: float = EGRESS_READY_TIMEOUT_S,
+                 wait: bool = True) -> subprocess.Popen[bytes]:
+    """Attach pasta to the namespace held by descriptor ``ns_fd`` (as root) or by process
+    ``ns_pid`` (its user and network namespaces); with ``wait``, return once it has
+    configured it (else the caller calls ``wait_egress``, or reads pasta's stdout: one line
+    once ready, EOF if it failed). The caller ends it (``stop_egress``) when the namespace
+    ends; it also dies with the calling thread's process.
+
+    Raises:
+        BackendError: pasta is missing, exited, or did not get ready in ``timeout_s``
+            (its stderr is quoted).
+    """
+    why_not = probe_egress()
+    if why_not is not None:
+        raise BackendError(f"no egress for the group's network namespace: {why_not}")
+    opened: list[int] = []
+    try:
+        if ns_fd is None:
+            opened = [os.open(f"/proc/{ns_pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+                      for kind in ("net", "user")]
+        fds = (ns_fd,) if ns_fd is not None else tuple(opened)
+        argv = pasta_argv(f"/proc/self/fd/{fds[0]}", as_root=os.geteuid() == 0,
+                          userns=f"/proc/self/fd/{fds[1]}" if len(fds) > 1 else None)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, close_fds=True, pass_fds=fds)
+    except OSError as exc:
+        raise BackendError(f"could not start pasta: {exc}") from exc
+    finally:
+        for fd in opened:
+            os.close(fd)
+    if wait:
+        wait_egress(proc, timeout_s)
+    return proc
+
+
+def probe_egress_attach() -> str | None:
+    """Attach pasta to a throw-away namespace of this process's making, as the launcher
+    does (as root: a descriptor-held namespace). Returns None if that works, else why not
+    (pasta missing, ``/dev/net/tun`` not usable, ...)."""
+    why_not = probe_egress()
+    if why_not is not None:
+        return why_not
+    if os.geteuid() != 0:
+        return None  # a user namespace needs a single-threaded maker: the launcher's child
+    try:
+        fd, _ = namespace_fd(())
+    except OSError as exc:
+        return str(exc)
+    try:
+        stop_egress(start_egress(ns_fd=fd))
+        return None
+    except BackendError as exc:
+        return str(exc)
+    finally:
+        os.close(fd)
+
+
+def wait_egress(proc: subprocess.Popen[bytes], timeout_s: float = EGRESS_READY_TIMEOUT_S) -> None:
+    """Wait until the pasta of ``start_egress`` has configured its namespace.
+
+    Raises:
+        BackendError: it exited or was not ready in ``timeout_s`` (it is then ended).
+    """
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    if ready and proc.stdout.readline().strip():
+        proc.stdout.close()
+        return
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    why = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+    stop_egress(proc)
+    raise BackendError(f"pasta could not give the group's namespace egress: "
+                       f"{why or f'not ready in {timeout_s:.0f} s'}")
+
+
+def stop_egress(proc: subprocess.Popen[bytes]) -> None:
+    """End a pasta started by ``start_egress`` and reap it. Idempotent."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
 
 
 # ---------------------------------------------------------------------- keeper (host side)

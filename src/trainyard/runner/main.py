@@ -159,7 +159,16 @@ class Runner:
         """Command and args with paths, tokens and ``$(VAR)`` resolved."""
         raw = [*self.run.command, *self.run.args]
         resolved = [expand_vars(self.prepare(part), visible) for part in raw]
-        return [*self.run.sandbox.command_prefix, *resolved]
+        return [*self._prefix(visible), *resolved]
+
+    def _prefix(self, visible: dict[str, str]) -> list[str]:
+        """``sandbox.command_prefix``; with ``env_flag``, ``FLAG NAME`` for each of the
+        task's variables (``visible``) but PATH before its last element."""
+        prefix, flag = self.run.sandbox.command_prefix, self.run.sandbox.env_flag
+        if not flag or not prefix:
+            return list(prefix)
+        names = [arg for name in sorted(visible) if name != "PATH" for arg in (flag, name)]
+        return [*prefix[:-1], *names, prefix[-1]]
 
     def cwd(self) -> str:
         """The command's working directory: ``/``, or the private root without one (with
@@ -264,7 +273,7 @@ class Runner:
         """Run the command with its checkpoints; returns its exit status."""
         env, visible = self.environment()
         argv = self.argv(visible)
-        missing = self.unstartable(argv[len(self.run.sandbox.command_prefix):], env)
+        missing = self.unstartable(argv[len(self._prefix(visible)):], env)
         if missing is not None:
             self.log.runner(missing[1])
             return missing[0]
@@ -291,7 +300,7 @@ class Runner:
         """With ``mounts`` (the command starts behind a sandbox prefix, which would report a
         missing program as its own failure): (127 or 126, why) when the command cannot start,
         as a shell reports it; None when it can, or without ``mounts``."""
-        if not self.run.sandbox.mounts or not command:
+        if not self.run.sandbox.mounts or not command or self.run.sandbox.env_flag:
             return None
         program = command[0]
         if "/" in program:
@@ -342,11 +351,13 @@ class Runner:
             f"workflow {run.workflow_id} task {run.task} retry {run.retry_id} "
             f"(group {run.group}, task {run.task_index + 1} of {len(run.group_tasks)}"
             f"{', lead' if run.lead else ''}) image {run.image or '-'}")
-        if run.sandbox.description:
-            self.log.runner(run.sandbox.description)
+        for line in run.sandbox.description.splitlines():
+            self.log.runner(line)
 
     def _steps(self) -> tuple[int, str]:
         self._header()
+        if self.run.sandbox.start_error:
+            raise StepFailed(ExitCode.START_ERROR, self.run.sandbox.start_error)
         self.prepare_sandbox()
         self.run.output_path.mkdir(parents=True, exist_ok=True)
         self.download_inputs()

@@ -8,7 +8,8 @@ Paths are absolute paths as the runner sees them. On the local backend with bubb
 are host paths bound at the same place inside the sandbox; without bubblewrap they are plain
 host paths (``sandbox.root`` is then set, see ``SandboxSettings``).
 
-Engine fills: workflow_id, group, task, retry_id, lead, lead_task, image, command, args,
+Engine fills: workflow_id, group, task, retry_id, lead, lead_task, image, host_network (the
+spec's ``hostNetwork``), command, args,
 environment, volume_mounts (the spec's ``volumeMounts``, ``/src`` or ``/src:/dst``), files
 (contents already read from ``localpath``), inputs (``source``: the
 upstream output folder for ``task:`` inputs), outputs, checkpoints, hosts (``Backend.host_of`` of every task of the group;
@@ -176,6 +177,15 @@ class SandboxSettings(_Model):
             ``OverlayMount``); a failure ends the attempt with START_ERROR (3003).
         volumes: the task's ``volumeMounts`` as ``{path inside: host path}``; a host path that
             does not exist ends the attempt with START_ERROR (3003) before anything runs.
+        env_flag: set when the prefix does not hand its own environment to the command (a
+            container runtime, e.g. ``--env`` for ``podman run``): the runner inserts
+            ``ENV_FLAG NAME`` for each variable the task sets (its ``environment``, trainyard's
+            task variables but ``PATH``, ``env``) before the prefix's last element (the
+            image); the runtime reads each value from its own environment, so none is on a
+            command line. The runtime also finds the command itself (no check beforehand).
+        start_error: the backend found that the task cannot start (e.g. its image is not
+            present): the runner logs this and reports exit code 3003 (START_ERROR) without
+            waiting at the barrier or running anything.
     """
 
     root: str | None = None
@@ -187,6 +197,8 @@ class SandboxSettings(_Model):
     readonly: list[str] = Field(default_factory=list)
     overlays: list[OverlayMount] = Field(default_factory=list)
     volumes: dict[str, str] = Field(default_factory=dict)
+    env_flag: str | None = None
+    start_error: str | None = None
 
     def _mount_of(self, path: str) -> str:
         best = ""
@@ -226,6 +238,7 @@ class TaskRun(_Model):
     lead: bool = False
     lead_task: str | None = None
     image: str | None = None
+    host_network: bool = False
     command: list[str] = Field(min_length=1)
     args: list[str] = Field(default_factory=list)
     environment: dict[str, str] = Field(default_factory=dict)

@@ -4,7 +4,9 @@ A resource request must fit on one node of the pool (after ``nodesExcluded`` and
 requested ``platform``), and a platform must be one some node declares. A volume mount's
 host source must be allowed by the pool's ``options.allowed_mounts`` (a list of host paths;
 a source equal to one of them or under it is allowed). The default is an empty list, so
-every mount is refused until an administrator allows it.
+every mount is refused until an administrator allows it. A task's ``hostNetwork: true`` needs
+a pool with ``allow_host_network: true`` (a local pool otherwise gives each group a network
+namespace of its own; the host's is an administrator's choice).
 
 Sources: OSMO docs, "Resources" (platforms, nodesExcluded), "Host mounts" (the allowed host
 directories are a pool setting).
@@ -24,7 +26,7 @@ from trainyard.spec.models import ResourceSpec, WorkflowSpec
 from trainyard.spec.problems import Issue, Layout
 
 __all__ = ["ALLOWED_MOUNTS_OPTION", "allowed_mounts", "check_pool", "check_mounts", "check_fit",
-           "check_gang_size", "check_gang_total"]
+           "check_gang_size", "check_gang_total", "check_host_network"]
 
 ALLOWED_MOUNTS_OPTION = "allowed_mounts"
 # (YAML key, attribute of both ResourceSpec and NodeSpec, how to print an amount)
@@ -42,7 +44,8 @@ def check_pool(workflow: WorkflowSpec, pool: Pool, layout: Layout | None = None)
     tasks = list(located_tasks(workflow, layout))
     fit = check_fit(workflow, pool)
     return [*check_mounts(tasks, pool), *fit, *check_gang_size(workflow, pool, layout),
-            *([] if fit else check_gang_total(workflow, pool, layout))]
+            *([] if fit else check_gang_total(workflow, pool, layout)),
+            *check_host_network(tasks, pool)]
 
 
 def check_gang_total(workflow: WorkflowSpec, pool: Pool, layout: Layout) -> list[Issue]:
@@ -69,6 +72,18 @@ def _eligible(spec: ResourceSpec, pool: Pool) -> list[NodeSpec]:
     """The pool's nodes a task with ``spec`` may run on (platform, ``nodesExcluded``)."""
     return [n for n in pool.nodes if n.name not in spec.nodes_excluded
             and (not spec.platform or n.platform == spec.platform)]
+
+
+def check_host_network(tasks: list[LocatedTask], pool: Pool) -> list[Issue]:
+    """A task with ``hostNetwork: true`` runs only on a local pool that allows it
+    (``allow_host_network``); on a cluster pool tasks use their node's network anyway."""
+    if pool.backend != "local" or pool.allow_host_network:
+        return []
+    return [Issue(located.loc + ("hostNetwork",),
+                  f"hostNetwork: true is not allowed on pool {pool.name!r}: its tasks get a "
+                  "network namespace of their group; remove hostNetwork, or an administrator "
+                  "can set allow_host_network: true for the pool in pools.yaml")
+            for located in tasks if located.task.host_network]
 
 
 def check_gang_size(workflow: WorkflowSpec, pool: Pool, layout: Layout) -> list[Issue]:

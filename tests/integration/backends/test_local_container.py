@@ -1,0 +1,188 @@
+"""Issue 11, images: where the pool says ``images: podman``, a task runs in its image as a
+podman container (the runner outside, the group's namespace, exit codes, cancel), and an
+image that is not present fails the task at start without pulling.
+
+No registry is reachable here, so the tests make a tiny image themselves: Debian's static
+busybox as ``/bin/busybox`` (with applet links) in an otherwise empty file system, imported
+with ``podman import``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from local_support import final, group_launches, isolation_available, task_log, wait_final, wait_for
+
+from trainyard.backends.base import FactKind
+from trainyard.backends.container import container_name, image_present, probe_podman
+from trainyard.backends.local import LocalBackend
+from trainyard.engine.status import ExitCode
+from trainyard.pools import default_local_pool
+
+IMAGE = "localhost/trainyard-test-busybox:1"
+APPLETS = ("sh", "ls", "cat", "echo", "nc", "sleep", "test", "hostname", "env", "true")
+BUSYBOX = "/bin/busybox"
+
+needs_podman = pytest.mark.skipif(probe_podman() is not None, reason=f"{probe_podman()}")
+
+
+def _static_busybox() -> str | None:
+    """A statically linked busybox (no ELF interpreter named in its first page)."""
+    for path in (BUSYBOX, shutil.which("busybox") or ""):
+        if path and os.path.isfile(path):
+            with open(path, "rb") as handle:
+                if b"ld-linux" not in handle.read(4096):
+                    return path
+    return None
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The busybox image, imported once (``podman import`` of a tarball)."""
+    if image_present(IMAGE):  # made by an earlier run: same content, no dangling copies
+        return IMAGE
+    busybox = _static_busybox()
+    if busybox is None:
+        pytest.skip("a static busybox (Debian busybox-static) is not installed")
+    folder = tmp_path_factory.mktemp("image")
+    tarball = folder / "rootfs.tar"
+    with tarfile.open(tarball, "w") as tar:
+        tar.add(busybox, arcname="bin/busybox")
+        for applet in APPLETS:
+            link = tarfile.TarInfo(f"bin/{applet}")
+            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+            tar.addfile(link)
+    done = subprocess.run(["podman", "import", "--change", 'CMD ["/bin/sh"]', str(tarball),
+                           IMAGE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return IMAGE
+
+
+@pytest.fixture
+def podman_backend(home: Path) -> Iterator[LocalBackend]:
+    why_not = isolation_available("bwrap", "netns")
+    if why_not:
+        pytest.skip(f"sandboxed isolation not available here: {why_not}")
+    pool = default_local_pool().model_copy(update={"images": {"*": "podman"}})
+    backend = LocalBackend(pool, home=home, sandbox="bwrap", network="netns", stop_grace_s=2.0)
+    yield backend
+    backend.stop(list(backend._attempts))
+
+
+def containers_named(name: str) -> list[str]:
+    done = subprocess.run(["podman", "ps", "-a", "--filter", f"name={name}", "--format",
+                           "{{.Names}}"], capture_output=True, text=True, timeout=60)
+    return [line for line in done.stdout.split() if line == name]
+
+
+@needs_podman
+def test_a_task_runs_in_its_image(podman_backend: LocalBackend, home: Path, image: str) -> None:
+    script = ("test -x /bin/busybox && echo has-busybox; "
+              "test -e /usr/bin/python3 && echo has-python || echo no-python; "
+              "echo host=$(hostname) wf=$TRAINYARD_WORKFLOW_ID conf=$(cat /app/conf.txt); "
+              "echo x > /tmp/mine; echo out > $TRAINYARD_OUTPUT/o.txt; exit 7")
+    launches = group_launches(podman_backend, home, "wf-img", {"t": {
+        "image": image, "command": ["sh", "-c", script], "environment": {"MINE": "m"},
+        "files": [{"path": "/app/conf.txt", "contents": "conf of {{workflow_id}}"}]}})
+    podman_backend.start_group(launches)
+    fact = final(wait_final(podman_backend, [launches[0].key], timeout_s=120)[launches[0].key])
+    text = task_log(launches[0])
+    assert fact.kind is FactKind.EXITED and fact.exit_code == 7, text
+    assert "[t] has-busybox" in text and "[t] no-python" in text
+    assert "[t] host=t wf=wf-img conf=conf of wf-img" in text
+    assert f"podman container of image {image}" in text
+    assert (launches[0].run_dir / "sandbox" / "root" / "tmp" / "mine").read_text() == "x\n"
+    assert (launches[0].run_dir / "output" / "o.txt").read_text() == "out\n"
+    assert "MINE" not in " ".join(_argv(launches[0].run_dir))  # values never on a command line
+
+
+def _argv(run_dir: Path) -> list[str]:
+    import json
+
+    return json.loads((run_dir / "run.json").read_text())["sandbox"]["command_prefix"]
+
+
+SERVER = "echo hello-from-$TRAINYARD_TASK_NAME | nc -l -p {port}"
+CLIENT = """i=0
+until nc {{{{host:server}}}} {port} > /tmp/got && [ -s /tmp/got ]; do
+  i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.2
+done
+echo "received: $(cat /tmp/got)"
+"""
+
+
+@needs_podman
+def test_the_group_tasks_reach_each_other_in_containers(
+    podman_backend: LocalBackend, home: Path, image: str
+) -> None:
+    port = 22000 + os.getpid() % 20000
+    launches = group_launches(podman_backend, home, "wf-img-nc", {
+        "server": {"image": image, "command": ["sh", "-c", SERVER.format(port=port)]},
+        "client": {"image": image, "command": ["sh", "/tmp/run.sh"],
+                   "files": [{"path": "/tmp/run.sh", "contents": CLIENT.format(port=port)}]},
+    }, barrier=True)
+    podman_backend.start_group(launches)
+    facts = wait_final(podman_backend, [l.key for l in launches], timeout_s=120)
+    assert [final(facts[l.key]).exit_code for l in launches] == [0, 0], task_log(launches[1])
+    assert "[client] received: hello-from-server" in task_log(launches[1])
+
+
+@needs_podman
+def test_a_missing_image_is_a_start_error_without_pulling(
+    podman_backend: LocalBackend, home: Path
+) -> None:
+    missing = "localhost/trainyard-no-such-image:never"
+    launches = group_launches(podman_backend, home, "wf-img-missing", {"t": {
+        "image": missing, "command": ["true"]}})
+    started = time.monotonic()
+    podman_backend.start_group(launches)
+    facts = wait_final(podman_backend, [launches[0].key], timeout_s=60)[launches[0].key]
+    assert time.monotonic() - started < 60
+    fact = final(facts)
+    assert fact.kind is FactKind.EXITED and fact.exit_code == ExitCode.START_ERROR
+    assert FactKind.RUNNING not in [f.kind for f in facts]
+    text = task_log(launches[0])
+    assert f"image {missing!r} is not present in podman's local storage" in text
+
+
+@needs_podman
+def test_cancel_stops_the_container(podman_backend: LocalBackend, home: Path, image: str) -> None:
+    launches = group_launches(podman_backend, home, "wf-img-stop", {"t": {
+        "image": image, "command": ["sh", "-c", "trap '' TERM; echo up; sleep 300"]}})
+    podman_backend.start_group(launches)
+    key = launches[0].key
+    wait_for(podman_backend, key, FactKind.RUNNING, timeout_s=60)
+    name = container_name(launches[0].run_dir)
+    deadline = time.monotonic() + 60
+    while not containers_named(name) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert containers_named(name) == [name]
+    podman_backend.stop([key])
+    fact = final(wait_final(podman_backend, [key], timeout_s=60)[key])
+    assert fact.exit_code != 0
+    deadline = time.monotonic() + 60
+    while containers_named(name) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert containers_named(name) == []
+
+
+def test_without_podman_the_log_says_the_hosts_tools_run(home: Path) -> None:
+    """A pool that maps no image to podman: the image is recorded, the host's tools run,
+    and the task log says so plainly."""
+    why_not = isolation_available("bwrap", "netns")
+    if why_not:
+        pytest.skip(f"sandboxed isolation not available here: {why_not}")
+    backend = LocalBackend(default_local_pool(), home=home, sandbox="bwrap", network="netns")
+    launches = group_launches(backend, home, "wf-img-host", {"t": {
+        "image": "nvcr.io/nvidia/pytorch:24.03-py3", "command": ["true"]}})
+    backend.start_group(launches)
+    wait_final(backend, [launches[0].key], timeout_s=60)
+    assert ("image nvcr.io/nvidia/pytorch:24.03-py3 is NOT run: this pool runs no images"
+            in task_log(launches[0]))

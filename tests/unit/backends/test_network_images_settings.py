@@ -1,0 +1,214 @@
+"""Issue 11, network and images, without processes: the pasta and podman command lines (what
+they must never allow), the pool settings, the submission check for hostNetwork, the
+runner's container hooks (environment by name, start error) and the launch requests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainyard import spec
+from trainyard.backends import local as local_mod
+from trainyard.backends.base import TaskKey, TaskLaunch
+from trainyard.backends.container import (ContainerPlan, container_mounts, container_name,
+                                          podman_argv, probe_podman)
+from trainyard.backends.images import image_note, runtime_for
+from trainyard.backends.local import Isolation, LocalBackend
+from trainyard.backends.netns import EGRESS_ADDRESS, GroupNetwork, pasta_argv
+from trainyard.engine.status import ExitCode
+from trainyard.errors import ConfigError
+from trainyard.pools import Pool, default_local_pool, load_pools
+from trainyard.runner.main import Runner
+from trainyard.runner.report import read_events
+from trainyard.runner.spec import TaskRun
+
+
+# ---------------------------------------------------------------- pasta
+
+
+@pytest.mark.parametrize("as_root", [True, False])
+def test_pasta_forwards_no_port_either_way_and_maps_no_gateway(as_root: bool) -> None:
+    argv = pasta_argv("/proc/self/fd/5", as_root=as_root)
+    assert argv[:4] == ["setpriv", "--pdeathsig", "KILL", "--"]
+    for flag in ("-t", "-u", "-T", "-U"):  # no host port in, no namespace port to the host
+        assert argv[argv.index(flag) + 1] == "none"
+    assert "--no-map-gw" in argv and "-f" in argv
+    assert argv[argv.index("-a") + 1] == EGRESS_ADDRESS
+    assert argv[-2:] == ["--netns", "/proc/self/fd/5"]
+    assert ("--runas" in argv) is as_root
+    assert pasta_argv("/proc/self/fd/5", as_root=False, userns="/proc/self/fd/6")[-4:] == [
+        "--userns", "/proc/self/fd/6", "--netns", "/proc/self/fd/5"]
+
+
+# ---------------------------------------------------------------- pools and the spec check
+
+
+def test_pool_settings_and_the_images_shorthand(tmp_path: Path) -> None:
+    pool = default_local_pool()
+    assert pool.egress is True and pool.allow_host_network is False
+    path = tmp_path / "pools.yaml"
+    path.write_text("pools:\n  iso:\n    images: podman\n    egress: false\n"
+                    "    allow_host_network: true\n")
+    iso = load_pools(path)["iso"]
+    assert iso.images == {"*": "podman"} and not iso.egress and iso.allow_host_network
+    assert runtime_for("nvcr.io/nvidia/pytorch:24.03-py3", iso.images) == "podman"
+    path.write_text("pools:\n  typo:\n    egres: false\n")
+    with pytest.raises(ConfigError, match="egres"):
+        load_pools(path)
+
+
+HOSTNET = """workflow:
+  name: w
+  tasks:
+  - name: t
+    command: [x]
+    hostNetwork: true
+"""
+
+
+def test_host_network_is_refused_at_submission_where_the_pool_does_not_allow_it() -> None:
+    [problem] = spec.validate(HOSTNET, pool=default_local_pool())
+    assert problem.path == "workflow.tasks[0].hostNetwork"
+    assert "hostNetwork: true is not allowed on pool 'local'" in problem.message
+    assert "allow_host_network: true" in problem.message
+    allowed = default_local_pool().model_copy(update={"allow_host_network": True})
+    assert spec.validate(HOSTNET, pool=allowed) == []
+    slurm = Pool(name="s", backend="slurm", nodes=default_local_pool().nodes)
+    assert spec.validate(HOSTNET, pool=slurm) == []
+
+
+# ---------------------------------------------------------------- podman
+
+
+def plan(tmp_path: Path, **fields: object) -> ContainerPlan:
+    body: dict = {"image": "localhost/bb:1", "name": "trainyard-x", "hostname": "t",
+                  "network": "ns:/proc/7/fd/9", "root_dir": tmp_path / "root",
+                  "hosts_file": tmp_path / "hosts", "files": ("/app/conf.txt", "/tmp/run.sh"),
+                  "writable": (str(tmp_path / "out"),)}
+    return ContainerPlan(**{**body, **fields})
+
+
+def volumes(argv: list[str]) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == "--volume"]
+
+
+def test_podman_never_pulls_and_joins_the_group_namespace(tmp_path: Path) -> None:
+    argv = podman_argv(plan(tmp_path))
+    assert argv[-1] == "localhost/bb:1"
+    run = argv.index("run")
+    assert {"--rm", "--pull"} <= set(argv[run:]) and argv[argv.index("--pull") + 1] == "never"
+    assert argv[argv.index("--network") + 1] == "ns:/proc/7/fd/9"
+    assert argv[argv.index("--name") + 1] == "trainyard-x"
+    assert volumes(argv) == [  # /tmp/run.sh is under the bound /tmp: not bound again
+        f"{tmp_path}/root/tmp:/tmp:rw", f"{tmp_path}/root/app/conf.txt:/app/conf.txt:rw",
+        f"{tmp_path}/out:{tmp_path}/out:rw", f"{tmp_path}/hosts:/etc/hosts:ro"]
+    assert container_mounts(plan(tmp_path)) == {"/": f"{tmp_path}/root",
+                                                f"{tmp_path}/out": f"{tmp_path}/out"}
+    assert container_name(tmp_path) == container_name(tmp_path / ".") != container_name(tmp_path / "x")
+
+
+def test_image_note_says_plainly_what_runs_instead() -> None:
+    assert image_note(None, "host") == ""
+    assert image_note("ubuntu:22.04", "podman") == ""
+    assert "is NOT run: this pool runs no images" in image_note("ubuntu:22.04", "host")
+    assert "podman is not installed" in image_note("ubuntu:22.04", "podman",
+                                                   "podman is not installed")
+
+
+# ---------------------------------------------------------------- runner hooks
+
+
+def test_the_runner_names_the_environment_before_the_image(tmp_path: Path) -> None:
+    run = TaskRun.model_validate({
+        "workflow_id": "wf", "group": "g", "task": "t", "command": ["sh", "-c", "true"],
+        "run_dir": str(tmp_path / "run"), "environment": {"SECRET": "s3cr3t"},
+        "sandbox": {"command_prefix": ["podman", "run", "IMG"], "env_flag": "--env",
+                    "mounts": {"/": str(tmp_path / "root")}, "env": {"TOKEN": "t0k"}}})
+    runner = Runner(run)
+    env, visible = runner.environment()
+    argv = runner.argv(visible)
+    assert argv[:2] == ["podman", "run"] and argv[-4:] == ["IMG", "sh", "-c", "true"]
+    names = argv[2:-4]
+    assert names[::2] == ["--env"] * (len(names) // 2)
+    assert {"SECRET", "TOKEN", "TRAINYARD_WORKFLOW_ID"} <= set(names[1::2])
+    assert "PATH" not in names and "s3cr3t" not in " ".join(argv) and env["SECRET"] == "s3cr3t"
+    assert runner.unstartable(["no-such-program"], env) is None  # the runtime looks it up
+
+
+def test_a_start_error_runs_nothing_and_reports_3003(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    run = TaskRun.model_validate({
+        "workflow_id": "wf", "group": "g", "task": "t", "command": ["touch", str(marker)],
+        "run_dir": str(tmp_path / "run"),
+        "barrier": {"enabled": True, "folder": str(tmp_path / "b"), "tasks": ["t", "u"]},
+        "sandbox": {"root": str(tmp_path / "root"), "start_error": "image 'x' is not present"}})
+    assert Runner(run).execute() == ExitCode.START_ERROR
+    assert not marker.exists()
+    events, _ = read_events(tmp_path / "run" / "events.jsonl")
+    assert [e.kind for e in events] == ["INITIALIZING", "EXITED"]
+    assert "image 'x' is not present" in (tmp_path / "run" / "task.log").read_text()
+
+
+# ---------------------------------------------------------------- launch requests
+
+
+def launch(tmp_path: Path, **run: object) -> TaskLaunch:
+    run_dir = tmp_path / "runs" / "wf" / "t" / "0"
+    body = {"workflow_id": "wf", "group": "g", "task": "t", "command": ["sh", "-c", "true"],
+            "run_dir": str(run_dir), "hosts": {"t": "127.1.2.3"}, **run}
+    return TaskLaunch(TaskKey("wf", "t", 0), "g", "local-0", run_dir, body)
+
+
+NET = GroupNetwork(keeper_pid=7, ns_pid=7, ns_created=0.0, user_ns=False, ns_path="/proc/7/fd/9")
+
+
+def test_a_host_network_task_joins_no_namespace(tmp_path: Path) -> None:
+    pool = default_local_pool().model_copy(update={"allow_host_network": True})
+    backend = LocalBackend(pool, home=tmp_path / "home")
+    iso = Isolation(bwrap=True, netns=True)
+    req = backend.build_request(launch(tmp_path, host_network=True), iso, NET)
+    assert req.run.sandbox.command_prefix[0] == "bwrap" and not req.joins_group_network
+    assert "the host's network (hostNetwork: true)" in req.run.sandbox.description
+    assert not backend._needs_group_network([launch(tmp_path, host_network=True)], iso)
+
+
+@pytest.mark.skipif(probe_podman() is not None, reason=f"{probe_podman()}")
+def test_an_image_of_a_podman_pool_is_a_container_request(tmp_path: Path) -> None:
+    pool = default_local_pool().model_copy(update={"images": {"*": "podman"}})
+    backend = LocalBackend(pool, home=tmp_path / "home")
+    iso = Isolation(bwrap=True, netns=True)
+    task = launch(tmp_path, image="localhost/trainyard-surely-absent:0")
+    assert backend._needs_group_network([task], iso)  # podman joins it by path
+    req = backend.build_request(task, iso, NET)
+    sandbox = req.run.sandbox
+    assert "podman" in sandbox.command_prefix[0] and not req.hosted
+    assert sandbox.command_prefix[-1] == "localhost/trainyard-surely-absent:0"
+    assert "--network" in sandbox.command_prefix and "ns:/proc/7/fd/9" in sandbox.command_prefix
+    assert sandbox.env_flag == "--env" and "is not present" in (sandbox.start_error or "")
+    assert "podman container of image" in sandbox.description
+    json.dumps(req.run.model_dump(mode="json"))  # what run.json gets
+
+
+def test_a_pool_without_podman_says_the_hosts_tools_run(tmp_path: Path) -> None:
+    backend = LocalBackend(default_local_pool(), home=tmp_path / "home")
+    req = backend.build_request(launch(tmp_path, image="ubuntu:22.04"),
+                                Isolation(bwrap=True, netns=True), NET)
+    assert req.run.sandbox.command_prefix[0] == "nsenter"
+    assert "image ubuntu:22.04 is NOT run" in req.run.sandbox.description
+    assert local_mod.loopback_address("wf", "t") in req.run.sandbox.description
+
+
+def test_where_pasta_cannot_attach_the_log_says_no_egress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local_mod, "_why_no_egress", lambda: "pasta is not installed")
+    backend = LocalBackend(default_local_pool(), home=tmp_path / "home")
+    req = backend.build_request(launch(tmp_path), Isolation(bwrap=True, netns=True), NET)
+    assert "no egress (pasta is not installed)" in req.run.sandbox.description
+    assert not backend._egress_on()
+    off = LocalBackend(default_local_pool().model_copy(update={"egress": False}),
+                       home=tmp_path / "home")
+    assert "no egress (pool egress: false)" in off.build_request(
+        launch(tmp_path), Isolation(bwrap=True, netns=True), NET).run.sandbox.description
