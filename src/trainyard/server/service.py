@@ -81,14 +81,23 @@ def _log_time(line: LogLine) -> str:
 class Service:
     """Operations of the API, for one engine."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, refused_pools: dict[str, str] | None = None) -> None:
         self.engine = engine
+        self.refused_pools = dict(refused_pools or {})
+        """Pools of pools.yaml not served (backend not available), with the reason."""
 
     # ------------------------------------------------------------------ specs
 
     def pool(self, name: str | None) -> Pool:
-        """The pool called ``name`` (default ``local``). Raises NotFoundError."""
+        """The pool called ``name`` (default ``local``).
+
+        Raises:
+            NotFoundError: no such pool (the pools are named).
+            ConfigError: the pool's backend is not available (``pools.refused_pools``).
+        """
         name = name or DEFAULT_POOL
+        if name not in self.engine.pools and name in self.refused_pools:
+            raise ConfigError(self.refused_pools[name])
         if name not in self.engine.pools:
             pools = ", ".join(sorted(self.engine.pools))
             raise NotFoundError(f"unknown pool {name!r}; pools: {pools}")
