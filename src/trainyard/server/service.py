@@ -20,7 +20,14 @@ from trainyard import spec as specapi
 from trainyard.engine import machine as m
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.engine.status import WorkflowStatus
-from trainyard.errors import ConfigError, ForbiddenError, NotFoundError, SpecError, SpecProblem
+from trainyard.errors import (
+    ConfigError,
+    ForbiddenError,
+    NotFoundError,
+    RefusedError,
+    SpecError,
+    SpecProblem,
+)
 from trainyard.pools import DEFAULT_POOL, Pool
 from trainyard.server.auth import User
 from trainyard.server.schema import SpecRequest
@@ -245,6 +252,46 @@ class Service:
         self._readable(workflow_id, user)
         self.engine.restart(workflow_id)
         return _summary_json(self.engine.store.get_workflow(workflow_id))
+
+    def delete(self, workflow_ids: list[str], user: User) -> dict[str, Any]:
+        """Delete ended workflows (rows and run folders; never their uploads), all or none.
+        The same rule as ``cancel``: each must be ``user``'s, unless an admin.
+
+        Returns:
+            ``{"deleted": [ids]}``.
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``cancel``, for any id (nothing deleted).
+            RefusedError: one has not ended (``Engine.delete``).
+        """
+        for workflow_id in workflow_ids:
+            self._readable(workflow_id, user)
+        self.engine.delete(workflow_ids)
+        return {"deleted": list(dict.fromkeys(workflow_ids))}
+
+    def prune(self, older_than_s: float, user: User, *, dry_run: bool = False) -> dict[str, Any]:
+        """Delete every ended workflow of ``user`` (every user's, for an admin) that ended
+        more than ``older_than_s`` seconds ago; one that cannot be deleted now (an attempt
+        still stopping) is left and named in ``kept``.
+
+        Returns:
+            ``{"deleted": [ids], "kept": [{"id", "reason"}]}`` (with ``dry_run``, the ids
+            that would be deleted, nothing removed).
+        """
+        records = self.engine.store.list_workflows(
+            ended_before_s=time.time() - older_than_s,
+            submitted_by=None if user.admin else user.name)
+        ids = [r.id for r in records]
+        if dry_run:
+            return {"deleted": ids, "kept": [], "dry_run": True}
+        deleted, kept = [], []
+        for workflow_id in ids:
+            try:
+                self.engine.delete([workflow_id])
+                deleted.append(workflow_id)
+            except (RefusedError, NotFoundError) as exc:
+                kept.append({"id": workflow_id, "reason": str(exc)})
+        return {"deleted": deleted, "kept": kept}
 
     # ------------------------------------------------------------------ logs
 

@@ -138,7 +138,7 @@ def _damaged_message(url: str, detail: str) -> str:
     """What to say about a damaged store: which file, what SQLite said, what to do."""
     path = make_url(url).database or url
     return (f"the store {path} is damaged ({detail.strip()}); trainyard will not write to it. "
-            f"Stop the server, move the file aside (`mv {path} {path}.damaged`, with its -wal "
+            f"With no server running, move the file aside (`mv {path} {path}.damaged`, with its -wal "
             f"and -shm files) so that the next start makes an empty store, or restore a "
             f"backup; `sqlite3 {path}.damaged .recover` may save its rows")
 
