@@ -34,7 +34,8 @@ def database_url() -> str:
 
 def build_app(url: str | None = None):  # noqa: ANN201 - FastAPI app
     """The app for ``$TRAINYARD_HOME`` with its store and engine (the caller holds the
-    store's lock). Raises StoreError when the store is damaged."""
+    store's lock). Raises StoreError when the store is damaged, ConfigError for a bad
+    ``$TRAINYARD_RUN_RETENTION`` or pools file."""
     from trainyard.engine.reconciler import Engine
     from trainyard.pools import refused_pools
     from trainyard.server.app import create_app
@@ -42,6 +43,9 @@ def build_app(url: str | None = None):  # noqa: ANN201 - FastAPI app
     from trainyard.store import Store
 
     home = trainyard_home()
+    from trainyard.engine.retention import run_retention_s
+
+    run_retention_s()  # a bad $TRAINYARD_RUN_RETENTION refuses the start (ConfigError)
     store = Store(url or database_url())
     store.verify()
     engine = Engine(store, home, pools=load_pools())

@@ -9,6 +9,7 @@ new state, never half of one. Apps (named, versioned templates) live beside work
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -134,13 +135,23 @@ def _is_damage(exc: SQLAlchemyError) -> bool:
     return name in _DAMAGED or "malformed" in text or "file is not a database" in text
 
 
+def _one_line(detail: str) -> str:
+    """SQLite's (possibly many-line) report as one line: its first problem and a count."""
+    lines = [ln.strip() for ln in detail.splitlines() if ln.strip() and not ln.startswith("***")]
+    if len(lines) <= 1:
+        return lines[0] if lines else "unknown damage"
+    return f"{lines[0]}, and {len(lines) - 1} more problem(s)"
+
+
 def _damaged_message(url: str, detail: str) -> str:
-    """What to say about a damaged store: which file, what SQLite said, what to do."""
+    """What to say about a damaged store, in one line: which file, what SQLite said, what
+    to do."""
     path = make_url(url).database or url
-    return (f"the store {path} is damaged ({detail.strip()}); trainyard will not write to it. "
-            f"With no server running, move the file aside (`mv {path} {path}.damaged`, with its -wal "
-            f"and -shm files) so that the next start makes an empty store, or restore a "
-            f"backup; `sqlite3 {path}.damaged .recover` may save its rows")
+    moved = shlex.quote(f"{path}.damaged")
+    return (f"the store {path} is damaged (SQLite: {_one_line(detail)}); trainyard will not "
+            f"write to it. With no server running, move it aside (`mv {shlex.quote(path)} "
+            f"{moved}`, and its -wal and -shm files) so that the next start makes an empty "
+            f"store, or restore a backup; `sqlite3 {moved} .recover` may save its rows")
 
 
 def _to_record(row: _Workflow) -> WorkflowRecord:
@@ -206,7 +217,7 @@ class Store:
         except SQLAlchemyError as exc:
             raise StoreError(_damaged_message(self.url, str(getattr(exc, "orig", exc)))) from exc
         if rows != ["ok"]:
-            raise StoreError(_damaged_message(self.url, "; ".join(rows)))
+            raise StoreError(_damaged_message(self.url, "\n".join(rows)))
 
     @contextmanager
     def _tx(self) -> Iterator[Session]:
