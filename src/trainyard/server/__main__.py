@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     write_info(home, f"http://{shown}:{port}", lock=locks[0])  # type: ignore[arg-type]
+    (home / "server.failed").unlink(missing_ok=True)  # an earlier start's reason is old news
     try:
         server.run(sockets=[sock])
     finally:

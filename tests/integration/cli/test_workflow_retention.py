@@ -124,3 +124,11 @@ def test_retention_is_off_when_asked(home: Path, tmp_path: Path) -> None:
     time.sleep(15)
     assert (home / "runs" / wid).is_dir()
     assert json.loads((home / "server.lock").read_text())["pid"] > 0
+
+
+def test_the_default_retention_is_the_leftover_window() -> None:
+    from trainyard.engine.reconciler import LEFTOVER_WINDOW_S
+    from trainyard.engine.retention import DEFAULT_RUN_RETENTION_S, run_retention_s
+
+    assert DEFAULT_RUN_RETENTION_S == LEFTOVER_WINDOW_S == run_retention_s("")
+    assert run_retention_s("12h") == 12 * 3600 and run_retention_s("off") is None
