@@ -75,6 +75,32 @@ def test_submit_on_a_damaged_store_is_refused_with_what_to_do(home: Path, tmp_pa
     assert again.code == 6 and "damaged" in again.err
 
 
+def test_a_store_damaged_under_a_running_server_refuses_submits_quietly(
+        home: Path, tmp_path: Path) -> None:
+    spec = tmp_path / "fine.yaml"
+    spec.write_text(ECHO)
+    for _ in range(6):
+        done = run_cli(home, "workflow", "submit", str(spec), "--wait")
+        assert done.code == 0, done.err
+    nap = tmp_path / "nap.yaml"
+    nap.write_text(ECHO.replace("name: fine", "name: nap").replace("[echo]", "[sleep]")
+                   .replace("[hi]", '["3"]'))
+    napping = run_cli(home, "workflow", "submit", str(nap))  # its end must be saved later
+    assert napping.code == 0, napping.err
+    damage(home / "trainyard.db")  # the server keeps running
+    got = run_cli(home, "workflow", "submit", str(spec))
+    assert got.code == 6, (got.out, got.err)
+    assert "Workflow submitted" not in got.out
+    assert "is damaged (SQLite: database disk image is malformed)" in got.err
+    assert "trainyard server stop" in got.err
+    time.sleep(6)  # the nap has ended: every step of the engine now fails to save that
+    size = (home / "server.log").stat().st_size
+    time.sleep(5)
+    grown = (home / "server.log").stat().st_size - size
+    assert grown < 2000, (home / "server.log").read_text()[-3000:]  # was 44 KB/s
+    assert run_cli(home, "workflow", "query", "fine-1").code == 6
+
+
 def test_a_store_found_damaged_refuses_every_later_transaction(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
     store = Store(f"sqlite:///{db}")
