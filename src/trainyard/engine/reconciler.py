@@ -277,8 +277,18 @@ class Engine:
                                    f"({', '.join(mounted)}); unmount them first")
             if not keep_records:
                 self.store.delete_workflows([r.id for r in records])
+                self._forget(records)
         for folder in folders:
             retention.remove_run_folder(folder)
+
+    def _forget(self, records: list[WorkflowRecord]) -> None:
+        """Let each pool's backend drop what it keeps of deleted workflows (optional hook
+        ``forget(workflow_id)``)."""
+        for record in records:
+            if record.pool in self.pools:
+                hook = getattr(self._pool_backend(record.pool), "forget", None)
+                if hook is not None:
+                    hook(record.id)
 
     def _refuse_if_still_running(self, records: list[WorkflowRecord]) -> None:
         """Stop the attempts of these ended workflows that the backend still finds alive

@@ -73,6 +73,8 @@ def test_delete_and_prune_remove_rows_and_run_folders_never_uploads(home: Path,
     deleted = run_cli(home, "workflow", "delete", done[0], "-f", "json")
     assert deleted.json() == {"deleted": [done[0]]}
     assert not (runs / done[0]).exists()
+    assert not (home / "local" / "attempts" / done[0]).exists()  # the backend's index too
+    assert (home / "local" / "attempts" / done[1]).is_dir()
     assert run_cli(home, "workflow", "query", done[0]).code == 3
     download = tmp_path / "download"
     got = run_cli(home, "dataset", "download", "tidy-model", str(download))
