@@ -142,10 +142,19 @@ def is_alive(info: ServerInfo, timeout_s: float = 2.0) -> bool:
 
 
 def _info_of(note: dict[str, Any]) -> ServerInfo | None:
+    """The address in a held lock's note; None while the holder has not written it yet
+    (the note may for an instant still be its dead predecessor's: same pid and start time
+    are required)."""
     try:
-        return ServerInfo(int(note["pid"]), str(note["url"]), float(note["create_time_s"]))
+        info = ServerInfo(int(note["pid"]), str(note["url"]), float(note["create_time_s"]))
     except (KeyError, ValueError, TypeError):
         return None
+    try:
+        if abs(psutil.Process(info.pid).create_time() - info.create_time_s) > 1.0:
+            return None
+    except psutil.Error:
+        return None
+    return info
 
 
 def find_running(home: Path, *, wait_s: float = START_TIMEOUT_S) -> ServerInfo | None:
