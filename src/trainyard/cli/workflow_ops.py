@@ -353,7 +353,17 @@ def prune(
     as `workflow delete` does; running ones are never touched. JSON: {"deleted": [ids],
     "kept": [{"id", "reason"}]} ("dry_run": true with --dry-run)."""
     body = {"older_than_s": _duration_s(older_than), "dry_run": dry_run}
-    data = Client().json("POST", "/api/workflow/prune", json=body)
+    client = Client()
+    data: dict[str, Any] = {"deleted": [], "kept": []}
+    while True:  # the server deletes a bounded batch per request
+        answer = client.json("POST", "/api/workflow/prune", json=body)
+        data["deleted"] += answer["deleted"]
+        data["kept"] += answer["kept"]
+        if not answer.get("more") or not answer["deleted"]:
+            break
+    data["kept"] = list({k["id"]: k for k in data["kept"]}.values())  # asked again: once
+    if dry_run:
+        data["dry_run"] = True
 
     def show(d: dict[str, Any]) -> None:
         verb = "would be deleted" if d.get("dry_run") else "deleted"

@@ -13,7 +13,8 @@ exit code whether it was raised on this machine or by the server.
 the last N already written, then streams new ones until the workflow ends.
 
 ``POST /api/workflow/delete`` (``{"ids"}``) and ``POST /api/workflow/prune``
-(``{"older_than_s", "dry_run"}``) remove ended workflows: rows and run folders
+(``{"older_than_s", "dry_run", "limit"}``, answering ``more`` while others are left) remove
+ended workflows: rows and run folders
 (``engine.retention``). With the engine, the app also runs the run-folder retention sweep.
 """
 
@@ -63,6 +64,8 @@ class PruneRequest(BaseModel):
 
     older_than_s: float = Field(ge=0)
     dry_run: bool = False
+    limit: int = Field(default=100, ge=1, le=10_000)
+    """At most this many per request (the answer's ``more`` says whether to ask again)."""
 
 
 def _error_response(exc: TrainyardError) -> JSONResponse:
@@ -184,7 +187,7 @@ def _routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/workflow/prune")
     def prune(req: PruneRequest, u: Caller) -> dict[str, Any]:
-        return service.prune(req.older_than_s, u, dry_run=req.dry_run)
+        return service.prune(req.older_than_s, u, dry_run=req.dry_run, limit=req.limit)
 
     @app.post("/api/workflow/{workflow_id}/restart")
     def restart(workflow_id: str, u: Caller) -> dict[str, Any]:

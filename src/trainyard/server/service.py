@@ -269,21 +269,25 @@ class Service:
         self.engine.delete(workflow_ids)
         return {"deleted": list(dict.fromkeys(workflow_ids))}
 
-    def prune(self, older_than_s: float, user: User, *, dry_run: bool = False) -> dict[str, Any]:
-        """Delete every ended workflow of ``user`` (every user's, for an admin) that ended
-        more than ``older_than_s`` seconds ago; one that cannot be deleted now (an attempt
-        still stopping) is left and named in ``kept``.
+    def prune(self, older_than_s: float, user: User, *, dry_run: bool = False,
+              limit: int | None = None) -> dict[str, Any]:
+        """Delete the ended workflows of ``user`` (every user's, for an admin) that ended
+        more than ``older_than_s`` seconds ago, oldest first, at most ``limit`` of them per
+        call (each takes tens of ms: a caller asks again while ``more``); one that cannot be
+        deleted now (an attempt still stopping) is left and named in ``kept``.
 
         Returns:
-            ``{"deleted": [ids], "kept": [{"id", "reason"}]}`` (with ``dry_run``, the ids
-            that would be deleted, nothing removed).
+            ``{"deleted": [ids], "kept": [{"id", "reason"}], "more": bool}`` (with
+            ``dry_run``, every id that would be deleted, nothing removed).
         """
         records = self.engine.store.list_workflows(
             ended_before_s=time.time() - older_than_s,
             submitted_by=None if user.admin else user.name)
-        ids = [r.id for r in records]
+        ids = [r.id for r in reversed(records)]
         if dry_run:
-            return {"deleted": ids, "kept": [], "dry_run": True}
+            return {"deleted": ids, "kept": [], "more": False, "dry_run": True}
+        more = limit is not None and len(ids) > limit
+        ids = ids[:limit] if limit is not None else ids
         deleted, kept = [], []
         for workflow_id in ids:
             try:
@@ -291,7 +295,7 @@ class Service:
                 deleted.append(workflow_id)
             except (RefusedError, NotFoundError) as exc:
                 kept.append({"id": workflow_id, "reason": str(exc)})
-        return {"deleted": deleted, "kept": kept}
+        return {"deleted": deleted, "kept": kept, "more": more}
 
     # ------------------------------------------------------------------ logs
 

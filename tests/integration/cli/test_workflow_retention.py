@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from cli_e2e_support import processes_of, run_cli, wait_gone
@@ -89,9 +90,13 @@ def test_delete_and_prune_remove_rows_and_run_folders_never_uploads(home: Path,
     bob_pruned = run_cli(home, "workflow", "prune", "--older-than", "0", "-f", "json",
                          TRAINYARD_TOKEN=bob)
     assert bob_pruned.json() == {"deleted": [bobs], "kept": []}  # only his own
+    url = json.loads((home / "server.lock").read_text())["url"]
+    batch = httpx.post(f"{url}/api/workflow/prune", json={"older_than_s": 0, "limit": 1},
+                       headers={"Authorization": f"Bearer {(home / 'token').read_text().strip()}"})
+    assert batch.json() == {"deleted": [done[1]], "kept": [], "more": True}  # oldest first
     pruned = run_cli(home, "workflow", "prune", "--older-than", "0s")
     assert pruned.code == 0, pruned.err
-    assert "2 workflow(s) deleted" in pruned.out
+    assert "1 workflow(s) deleted" in pruned.out
     left = run_cli(home, "workflow", "list", "-f", "json").json()
     assert [w["id"] for w in left] == [running]
     assert {p.name for p in runs.iterdir()} == {running}
