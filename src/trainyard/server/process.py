@@ -261,7 +261,11 @@ def start(home: Path, host: str = "127.0.0.1", port: int = 0) -> tuple[ServerInf
 
 def stop(home: Path, timeout_s: float = 15.0) -> bool:
     """Stop the server holding ``home``'s lock (SIGTERM, then SIGKILL after ``timeout_s``),
-    whatever ``server.json`` says. Returns False if none ran."""
+    whatever ``server.json`` says. Returns False if none ran.
+
+    Raises:
+        ServerError: the holder runs on another host (a home shared over the network).
+    """
     note = holder(lock_path(home))
     deadline = time.monotonic() + 5.0
     while note is not None and "pid" not in note and time.monotonic() < deadline:
@@ -270,6 +274,9 @@ def stop(home: Path, timeout_s: float = 15.0) -> bool:
     if note is None or "pid" not in note:
         info_path(home).unlink(missing_ok=True)
         return False
+    if note.get("host", os.uname().nodename) != os.uname().nodename:
+        raise ServerError(f"the trainyard server of {home} runs on {note['host']} (pid "
+                          f"{note['pid']}); stop it there")
     pid = int(note["pid"])
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
