@@ -21,7 +21,13 @@ import uvicorn
 from trainyard.errors import TrainyardError
 from trainyard.pools import load_pools, trainyard_home
 from trainyard.server.auth import TokenRegistry
-from trainyard.server.process import info_path, read_info, record_failure, take_home_lock, write_info
+from trainyard.server.process import (
+    info_path,
+    read_info,
+    record_failure,
+    take_home_lock,
+    write_info,
+)
 from trainyard.store.lock import HeldLock, acquire_store_lock
 
 

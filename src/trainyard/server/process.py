@@ -39,8 +39,8 @@ from trainyard import errors
 from trainyard.errors import ServerError, TrainyardError
 from trainyard.store.lock import FileLock, holder
 
-__all__ = ["ServerInfo", "read_info", "is_alive", "start_background", "stop", "ensure_running",
-           "find_running", "lock_path", "take_home_lock", "record_failure"]
+__all__ = ["ServerInfo", "read_info", "is_alive", "start_background", "start", "stop",
+           "ensure_running", "find_running", "lock_path", "take_home_lock", "record_failure"]
 
 START_TIMEOUT_S = 30.0
 """How long the CLI waits for a server it started (or that is starting) to listen."""

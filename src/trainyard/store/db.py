@@ -149,9 +149,10 @@ def _damaged_message(url: str, detail: str) -> str:
     path = make_url(url).database or url
     moved = shlex.quote(f"{path}.damaged")
     return (f"the store {path} is damaged (SQLite: {_one_line(detail)}); trainyard will not "
-            f"write to it. Stop the server if one runs (`trainyard server stop`), then move it aside (`mv {shlex.quote(path)} "
-            f"{moved}`, and its -wal and -shm files) so that the next start makes an empty "
-            f"store, or restore a backup; `sqlite3 {moved} .recover` may save its rows")
+            f"write to it. Stop the server if one runs (`trainyard server stop`), then move "
+            f"it aside (`mv {shlex.quote(path)} {moved}`, and its -wal and -shm files) so "
+            f"that the next start makes an empty store, or restore a backup; "
+            f"`sqlite3 {moved} .recover` may save its rows")
 
 
 def _to_record(row: _Workflow) -> WorkflowRecord:
