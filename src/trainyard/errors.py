@@ -6,6 +6,8 @@
     ├── ConfigError                 bad pool or server configuration (exit 4)
     ├── RefusedError                a request that the object's state forbids, e.g. restart
     │                               of a RUNNING or COMPLETED workflow (HTTP 409, exit 4)
+    │   └── EngineLockedError       a second server on a store (or home) another server
+    │                               holds the lock of (exit 4)
     ├── BackendError                a backend could not do what was asked (exit 5)
     ├── StoreError                  the store refused or failed a transaction (exit 6)
     ├── ServerError                 the server is unreachable or answered an error (exit 7)
@@ -27,6 +29,7 @@ __all__ = [
     "NotFoundError",
     "ConfigError",
     "RefusedError",
+    "EngineLockedError",
     "BackendError",
     "StoreError",
     "ServerError",
@@ -103,6 +106,11 @@ class RefusedError(TrainyardError):
 
     exit_code = 4
     http_status = 409
+
+
+class EngineLockedError(RefusedError):
+    """Another server holds the one-engine lock of this store or home; the message names
+    its pid (``store.lock``)."""
 
 
 class BackendError(TrainyardError):

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -17,7 +18,8 @@ if TYPE_CHECKING:  # kept out of the import path of helper processes (netns keep
     from trainyard.backends.base import Backend
     from trainyard.pools import Pool
 
-__all__ = ["BACKENDS", "get_backend", "register_backend"]
+__all__ = ["BACKENDS", "get_backend", "register_backend", "unavailable_reason",
+           "available_backends"]
 
 BACKENDS: dict[str, str] = {
     "local": "trainyard.backends.local:create",
@@ -31,6 +33,25 @@ BACKENDS: dict[str, str] = {
 def register_backend(name: str, target: str) -> None:
     """Add or replace a backend (``target``: ``"package.module:factory"``)."""
     BACKENDS[name] = target
+
+
+def unavailable_reason(name: str) -> str | None:
+    """Why backend ``name`` cannot be used here (unknown, or its module is not installed),
+    or None when its module is found. Imports nothing (``importlib.util.find_spec``)."""
+    target = BACKENDS.get(name)
+    if target is None:
+        return f"unknown backend {name!r}"
+    module_name = target.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError) as exc:
+        return f"its module {module_name} cannot be loaded: {exc}"
+    return None if found is not None else f"its module {module_name} is not installed"
+
+
+def available_backends() -> list[str]:
+    """Names of the registered backends whose module is installed, sorted."""
+    return sorted(name for name in BACKENDS if unavailable_reason(name) is None)
 
 
 def get_backend(pool: Pool, home: Path) -> Backend:

@@ -129,12 +129,15 @@ class Backend(Protocol):
 def server_url_for_tasks(home: Path) -> str | None:
     """The URL of the trainyard server that tasks should talk to (``osmo``/``trainyard``
     inside a task): ``$TRAINYARD_SERVER_URL``, else the one the server of ``home`` wrote in
-    ``<home>/server.json``; None when neither is there. Every backend hands it to its tasks
-    as ``TRAINYARD_SERVER_URL``."""
+    ``<home>/server.json`` (or in its lock's note, ``server.lock``, should that file be
+    gone); None when neither is there. Every backend hands it to its tasks as
+    ``TRAINYARD_SERVER_URL``."""
     url = os.environ.get("TRAINYARD_SERVER_URL")
     if url:
         return url
-    try:
-        return str(json.loads((home / "server.json").read_text())["url"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    for name in ("server.json", "server.lock"):  # the lock's note holds it too (issue 12)
+        try:
+            return str(json.loads((home / name).read_text())["url"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None

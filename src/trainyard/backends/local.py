@@ -78,6 +78,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import sysconfig
@@ -488,6 +489,15 @@ class LocalBackend:
         before the runner is started), so starting them now cannot run one twice."""
         with self._lock:
             return [k for k in keys if k not in self._attempts and not self._index_path(k).exists()]
+
+    def forget(self, workflow_id: str) -> None:
+        """Drop what this backend keeps of an ended workflow that is being deleted (its
+        attempts' index entries; optional hook, issue 12 retention). Its attempts must no
+        longer run (the engine checks with ``recover`` first)."""
+        with self._lock:
+            for key in [k for k in self._attempts if k.workflow_id == workflow_id]:
+                del self._attempts[key]
+            shutil.rmtree(self.state_dir / "attempts" / _safe(workflow_id), ignore_errors=True)
 
     # ------------------------------------------------------------------ building requests
 

@@ -32,7 +32,7 @@ from trainyard.errors import (
 )
 from trainyard.pools import trainyard_home
 from trainyard.server.auth import read_client_token
-from trainyard.server.process import ensure_running, is_alive, read_info
+from trainyard.server.process import ensure_running, find_running
 
 __all__ = ["Client", "server_version", "running_server_client"]
 
@@ -94,13 +94,16 @@ def _raise_for(response: httpx.Response) -> None:
 def server_version(home: Path | None = None) -> tuple[str, str] | None:
     """``(url, version)`` of the server the CLI would talk to, if one answers now.
 
-    Looks at ``$TRAINYARD_SERVER_URL``, else the local server's ``server.json``; never starts
+    Looks at ``$TRAINYARD_SERVER_URL``, else the server holding the local lock; never starts
     a server and never raises (None when there is none or it does not answer).
     """
     url = os.environ.get("TRAINYARD_SERVER_URL", "").rstrip("/")
     if not url:
-        info = read_info(home or trainyard_home())
-        if info is None or not is_alive(info):
+        try:
+            info = find_running(home or trainyard_home(), wait_s=2.0)
+        except ServerError:
+            return None
+        if info is None:
             return None
         url = info.url
     try:
@@ -113,12 +116,13 @@ def server_version(home: Path | None = None) -> tuple[str, str] | None:
 def running_server_client(home: Path | None = None) -> Client | None:
     """A client of the server the CLI would use, only if one is configured or already runs:
     ``$TRAINYARD_SERVER_URL`` (even if it does not answer: the request then says so), else
-    the local server when it answers. Never starts a server; None when there is none."""
+    the local server holding the lock (however slowly it answers). Never starts a server;
+    None when there is none."""
     home = home or trainyard_home()
     if os.environ.get("TRAINYARD_SERVER_URL"):
         return Client(home)
-    info = read_info(home)
-    if info is None or not is_alive(info):
+    info = find_running(home)
+    if info is None:
         return None
     return Client(home, url=info.url)
 

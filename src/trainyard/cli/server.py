@@ -24,17 +24,17 @@ def start(
 ) -> None:
     """Start the server in the background (state in $TRAINYARD_HOME)."""
     home = trainyard_home()
-    info = process.read_info(home)
-    if info is not None and process.is_alive(info):
+    info, started = process.start(home, host=host, port=port)
+    if not started:
         console.print(f"trainyard server already running at {info.url} (pid {info.pid})")
         return
-    info = process.start_background(home, host=host, port=port)
     console.print(f"trainyard server running at {info.url} (pid {info.pid}); token in {home / 'token'}")
 
 
 @app.command()
 def stop() -> None:
-    """Stop the background server. Running tasks keep running; a new server resumes them."""
+    """Stop the server holding this home's lock (even if server.json was removed). Running
+    tasks keep running; a new server resumes them."""
     if process.stop(trainyard_home()):
         console.print("trainyard server stopped")
     else:
@@ -47,9 +47,7 @@ def status(fmt: Format = FormatOption) -> None:
 
     JSON: {"running": bool, "url": str or null, "pid": int or null}, printed in both cases.
     """
-    info = process.read_info(trainyard_home())
-    if info is not None and not process.is_alive(info):
-        info = None
+    info = process.find_running(trainyard_home())
     if fmt is Format.json:
         emit({"running": info is not None, "url": info.url if info else None,
               "pid": info.pid if info else None}, fmt, lambda _d: None)

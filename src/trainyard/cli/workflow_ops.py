@@ -1,4 +1,5 @@
-"""``trainyard workflow submit|query|list|logs|cancel|restart``: talk to the server.
+"""``trainyard workflow submit|query|list|logs|cancel|restart|delete|prune``: talk to the
+server.
 
 Exit codes: 0 success; for ``submit --wait``, 0 only when the workflow COMPLETED, 1 when it
 ended otherwise (FAILED*, timeouts, cancelled); trainyard errors use their own codes (the
@@ -340,6 +341,60 @@ def restart(workflow_id: str = WorkflowIdArg,
     finish_wait(client, workflow_id, fmt)
 
 
+def delete(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...",
+                                                  help="Ended workflows to delete."),
+           fmt: Format = FormatOption) -> None:
+    """Delete ended workflows: their records and run folders (logs, task folders,
+    {{output}} folders); never what they uploaded (datasets, output URLs). All or none: a
+    running workflow is refused (exit 4: cancel it first), another user's too (exit 8)
+    unless you are an admin. JSON: {"deleted": [ids]}."""
+    data = Client().json("POST", "/api/workflow/delete", json={"ids": workflow_ids})
+    emit(data, fmt, lambda d: [console.print(f"Workflow {w} deleted") for w in d["deleted"]])
+
+
+def _duration_s(value: str) -> float:
+    from trainyard.quantity import parse_duration_s
+
+    try:
+        return parse_duration_s(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
+def prune(
+    older_than: str = typer.Option(
+        "7d", "--older-than", metavar="DURATION",
+        help="Delete the workflows that ended more than this long ago (30s, 12h, 7d, seconds)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be deleted."),
+    fmt: Format = FormatOption,
+) -> None:
+    """Delete your ended workflows (an admin: everyone's) that ended more than DURATION ago,
+    as `workflow delete` does; running ones are never touched. JSON: {"deleted": [ids],
+    "kept": [{"id", "reason"}]} ("dry_run": true with --dry-run)."""
+    body = {"older_than_s": _duration_s(older_than), "dry_run": dry_run}
+    client = Client()
+    data: dict[str, Any] = {"deleted": [], "kept": []}
+    while True:  # the server deletes a bounded batch per request
+        answer = client.json("POST", "/api/workflow/prune", json=body)
+        data["deleted"] += answer["deleted"]
+        data["kept"] += answer["kept"]
+        if not answer.get("more") or not answer["deleted"]:
+            break
+    data["kept"] = list({k["id"]: k for k in data["kept"]}.values())  # asked again: once
+    if dry_run:
+        data["dry_run"] = True
+
+    def show(d: dict[str, Any]) -> None:
+        verb = "would be deleted" if d.get("dry_run") else "deleted"
+        for workflow_id in d["deleted"]:
+            console.print(f"Workflow {workflow_id} {verb}")
+        for kept in d["kept"]:
+            console.print(f"Workflow {kept['id']} kept: {kept['reason']}", markup=False)
+        console.print(f"{len(d['deleted'])} workflow(s) {verb}")
+
+    emit(data, fmt, show)
+
+
 def register(app: typer.Typer) -> None:
     """Add these commands to the ``workflow`` sub-app."""
     app.command()(submit)
@@ -348,3 +403,5 @@ def register(app: typer.Typer) -> None:
     app.command()(logs)
     app.command()(cancel)
     app.command()(restart)
+    app.command()(delete)
+    app.command()(prune)

@@ -48,6 +48,7 @@ from trainyard import backends
 from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey
 from trainyard.backends.facts import ENDING as _ENDING
 from trainyard.engine import machine as m
+from trainyard.engine import retention
 from trainyard.engine.launch import InputUnavailable, LaunchContext, build_launches
 from trainyard.engine.plan import build_state
 from trainyard.engine.rules import action_for
@@ -289,6 +290,68 @@ class Engine:
             self._track(workflow_id, _Live(state, self._spec_loader(record), record.pool))
             self._process({workflow_id: [m.Restarted(time.time())]})
 
+    def delete(self, workflow_ids: list[str], *, keep_records: bool = False) -> None:
+        """Delete ended workflows: their store rows (unless ``keep_records``) and their run
+        folders (``home/runs/ID``: logs, task folders, ``{{output}}`` folders); never what
+        they uploaded (datasets, output URLs). All of them or none: every id is checked
+        before anything is removed. Who may delete is the caller's check.
+
+        Raises:
+            NotFoundError: an unknown id.
+            RefusedError: one has not ended (cancel it first), an attempt of it still runs
+                (it is stopped now; delete again once it is gone), or a file system is
+                mounted in its run folder.
+        """
+        with self._lock:
+            records = [self.store.get_workflow(wid) for wid in dict.fromkeys(workflow_ids)]
+            running = [r for r in records if r.id in self._live or r.end_time_s is None]
+            if running:
+                r = running[0]
+                raise RefusedError(
+                    f"workflow {r.id} is {self.state(r.id).status.value}; only an ended workflow "
+                    f"can be deleted: cancel it first (`trainyard workflow cancel {r.id}`)")
+            self._refuse_if_still_running(records)
+            folders = [self.home / "runs" / r.id for r in records]
+            mounted = [point for folder in folders for point in retention.mounts_under(folder)]
+            if mounted:
+                raise RefusedError(f"file systems are mounted in run folders to delete "
+                                   f"({', '.join(mounted)}); unmount them first")
+            if not keep_records:
+                self.store.delete_workflows([r.id for r in records])
+                self._forget(records)
+        for folder in folders:
+            retention.remove_run_folder(folder)
+
+    def _forget(self, records: list[WorkflowRecord]) -> None:
+        """Let each pool's backend drop what it keeps of deleted workflows (optional hook
+        ``forget(workflow_id)``)."""
+        for record in records:
+            if record.pool in self.pools:
+                hook = getattr(self._pool_backend(record.pool), "forget", None)
+                if hook is not None:
+                    hook(record.id)
+
+    def _refuse_if_still_running(self, records: list[WorkflowRecord]) -> None:
+        """Stop the attempts of these ended workflows that the backend still finds alive
+        (as ``_stop_leftovers`` does), and refuse while there are any."""
+        by_pool: dict[str, list[TaskKey]] = {}
+        for record in records:
+            keys = _ended_attempts(record.id, state_from_dict(record.state))
+            if keys and record.pool in self.pools:
+                by_pool.setdefault(record.pool, []).extend(keys)
+        alive: list[TaskKey] = []
+        for pool, keys in by_pool.items():
+            backend = self._pool_backend(pool)
+            found = backend.recover(keys)
+            if found:
+                backend.stop(found)
+                alive += found
+        if alive:
+            raise RefusedError(
+                "attempts of ended workflows still run and are being stopped now: "
+                + ", ".join(f"{k.workflow_id}/{k.task}/{k.retry_id}" for k in alive)
+                + "; delete again in a few seconds")
+
     def state(self, workflow_id: str) -> m.WorkflowState:
         """The current state (live or stored). Raises NotFoundError."""
         with self._lock:
@@ -357,13 +420,16 @@ class Engine:
     def run_forever(self, stop: threading.Event) -> None:
         """Call ``step`` every ``poll_interval_s`` until ``stop`` is set."""
         self._running_loop = True
+        failures = 0
         try:
             while not stop.is_set():
                 try:
                     self.step()
-                except Exception:  # noqa: BLE001 - the loop must survive one bad step
-                    log.exception("engine step failed; retrying")
-                stop.wait(self.poll_interval_s)
+                    failures = 0
+                except Exception as exc:  # noqa: BLE001 - the loop must survive one bad step
+                    failures += 1
+                    _log_failed_step(failures, exc)
+                stop.wait(_step_delay_s(self.poll_interval_s, failures))
         finally:
             self._running_loop = False
 
@@ -710,6 +776,27 @@ def _in_time_order(facts: list[TaskFact]) -> list[TaskFact]:
         latest[fact.key] = max(fact.time_s, latest.get(fact.key, fact.time_s))
         keyed.append((latest[fact.key], index, fact))
     return [fact for *_order, fact in sorted(keyed, key=lambda item: item[:2])]
+
+
+FAILED_STEP_MAX_DELAY_S = 30.0
+"""The longest wait between two steps while every step fails (a damaged store, say)."""
+
+
+def _step_delay_s(poll_interval_s: float, failures: int) -> float:
+    """The wait before the next step: the poll interval, doubled per step failed in a row
+    (up to ``FAILED_STEP_MAX_DELAY_S``), so a lasting failure cannot spin or flood the log."""
+    if failures == 0:
+        return poll_interval_s
+    return min(poll_interval_s * 2 ** min(failures, 30), FAILED_STEP_MAX_DELAY_S)
+
+
+def _log_failed_step(failures: int, exc: Exception) -> None:
+    """The first failure with its traceback; then one line on the 2nd, 4th, 8th... in a row."""
+    if failures == 1:
+        log.exception("engine step failed; retrying")
+    elif failures & (failures - 1) == 0:
+        log.error("engine step failed %d times in a row (retrying every %.1f s at most): %s",
+                  failures, FAILED_STEP_MAX_DELAY_S, exc)
 
 
 def _ended_attempts(wid: str, state: m.WorkflowState) -> list[TaskKey]:

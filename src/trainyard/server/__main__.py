@@ -1,6 +1,11 @@
 """``python -m trainyard.server [--host H] [--port P]``: run the API server in the foreground.
 
-Port 0 picks a free port; the address is written to ``$TRAINYARD_HOME/server.json``.
+Port 0 picks a free port; the address is written to ``$TRAINYARD_HOME/server.json`` and to
+the home's lock note (``server.process``). Before anything else the server takes the
+home's lock and its store's one-engine lock (``store.lock``), and checks that the store can
+be trusted (``Store.verify``); if any of these fails it says why on stderr and in
+``server.failed`` and exits with the error's code (4: another server holds the lock,
+naming its pid; 6: the store is damaged).
 """
 
 from __future__ import annotations
@@ -9,25 +14,57 @@ import argparse
 import logging
 import os
 import socket
+import sys
 
 import uvicorn
 
+from trainyard.errors import TrainyardError
 from trainyard.pools import load_pools, trainyard_home
 from trainyard.server.auth import TokenRegistry
-from trainyard.server.process import info_path, write_info
+from trainyard.server.process import (
+    info_path,
+    read_info,
+    record_failure,
+    take_home_lock,
+    write_info,
+)
+from trainyard.store.lock import HeldLock, acquire_store_lock
 
 
-def build_app():  # noqa: ANN201 - FastAPI app
-    """The app for ``$TRAINYARD_HOME`` with its store and engine."""
+def database_url() -> str:
+    """The store's URL: ``$TRAINYARD_DATABASE_URL``, else SQLite under the home."""
+    from trainyard.store import default_url
+
+    return os.environ.get("TRAINYARD_DATABASE_URL") or default_url(trainyard_home())
+
+
+def build_app(url: str | None = None):  # noqa: ANN201 - FastAPI app
+    """The app for ``$TRAINYARD_HOME`` with its store and engine (the caller holds the
+    store's lock). Raises StoreError when the store is damaged, ConfigError for a bad
+    ``$TRAINYARD_RUN_RETENTION`` or pools file."""
     from trainyard.engine.reconciler import Engine
+    from trainyard.pools import refused_pools
     from trainyard.server.app import create_app
     from trainyard.server.service import Service
-    from trainyard.store import Store, default_url
+    from trainyard.store import Store
 
     home = trainyard_home()
-    url = os.environ.get("TRAINYARD_DATABASE_URL") or default_url(home)
-    engine = Engine(Store(url), home, pools=load_pools())
-    return create_app(Service(engine), TokenRegistry(home))
+    from trainyard.engine.retention import run_retention_s
+
+    run_retention_s()  # a bad $TRAINYARD_RUN_RETENTION refuses the start (ConfigError)
+    store = Store(url or database_url())
+    store.verify()
+    engine = Engine(store, home, pools=load_pools())
+    return create_app(Service(engine, refused_pools=refused_pools()), TokenRegistry(home))
+
+
+def _take_locks() -> list[HeldLock]:
+    """The home's lock, then the store's (each waits a moment for a CLI that peeks)."""
+    locks: list[HeldLock] = [take_home_lock(trainyard_home())]
+    store_lock = acquire_store_lock(database_url(), wait_s=2.0)
+    if store_lock is not None:
+        locks.append(store_lock)
+    return locks
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,22 +74,33 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     home = trainyard_home()
+    try:
+        locks = _take_locks()
+        app = build_app()
+    except TrainyardError as exc:
+        record_failure(home, exc)
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
+    sock.listen(2048)  # requests made from now on wait for uvicorn instead of failing
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     if host in ("0.0.0.0", "::"):
         shown = "127.0.0.1"
-    app = build_app()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
-    write_info(home, f"http://{shown}:{port}")
+    write_info(home, f"http://{shown}:{port}", lock=locks[0])  # type: ignore[arg-type]
+    (home / "server.failed").unlink(missing_ok=True)  # an earlier start's reason is old news
     try:
         server.run(sockets=[sock])
     finally:
-        if info_path(home).exists():
+        mine = read_info(home)
+        if mine is not None and mine.pid == os.getpid():
             info_path(home).unlink(missing_ok=True)
+        for lock in reversed(locks):
+            lock.release()
 
 
 if __name__ == "__main__":

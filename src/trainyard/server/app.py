@@ -20,6 +20,11 @@ spec as written).
 ``format=json`` JSON Lines (``application/x-ndjson``): one ``{"time", "task", "retry_id",
 "line"}`` object per log line. ``lines=N`` keeps the last N lines; with ``follow`` it keeps
 the last N already written, then streams new ones until the workflow ends.
+
+``POST /api/workflow/delete`` (``{"ids"}``) and ``POST /api/workflow/prune``
+(``{"older_than_s", "dry_run", "limit"}``, answering ``more`` while others are left) remove
+ended workflows: rows and run folders
+(``engine.retention``). With the engine, the app also runs the run-folder retention sweep.
 """
 
 from __future__ import annotations
@@ -32,9 +37,10 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 import trainyard
+from trainyard.engine import retention
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
 from trainyard.server.auth import TokenRegistry, User
 from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
@@ -54,6 +60,22 @@ class AppRequest(BaseModel):
     set: list[str] = []
     """Values to check the template with (``--set``); not stored."""
     set_string: list[str] = []
+
+
+class DeleteRequest(BaseModel):
+    """``workflow delete``: ended workflows to delete, all or none."""
+
+    ids: list[str] = Field(min_length=1)
+
+
+class PruneRequest(BaseModel):
+    """``workflow prune``: delete the caller's workflows (an admin: everyone's) that ended
+    more than ``older_than_s`` seconds ago."""
+
+    older_than_s: float = Field(ge=0)
+    dry_run: bool = False
+    limit: int = Field(default=100, ge=1, le=10_000)
+    """At most this many per request (the answer's ``more`` says whether to ask again)."""
 
 
 def _error_response(exc: TrainyardError) -> JSONResponse:
@@ -91,6 +113,7 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
                                   name="trainyard-engine", daemon=True)
         if run_engine:
             thread.start()
+            retention.start_sweeper(service.engine, stop, retention.run_retention_s())
         yield
         stop.set()
         if run_engine:
@@ -182,6 +205,14 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.post("/api/workflow/{workflow_id}/cancel")
     def cancel(workflow_id: str, u: Caller) -> dict[str, Any]:
         return service.cancel(workflow_id, u)
+
+    @app.post("/api/workflow/delete")
+    def delete(req: DeleteRequest, u: Caller) -> dict[str, Any]:
+        return service.delete(req.ids, u)
+
+    @app.post("/api/workflow/prune")
+    def prune(req: PruneRequest, u: Caller) -> dict[str, Any]:
+        return service.prune(req.older_than_s, u, dry_run=req.dry_run, limit=req.limit)
 
     @app.post("/api/workflow/{workflow_id}/restart")
     def restart(workflow_id: str, u: Caller) -> dict[str, Any]:

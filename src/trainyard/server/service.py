@@ -20,7 +20,14 @@ from trainyard import spec as specapi
 from trainyard.engine import machine as m
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.engine.status import WorkflowStatus
-from trainyard.errors import ConfigError, ForbiddenError, NotFoundError, SpecError, SpecProblem
+from trainyard.errors import (
+    ConfigError,
+    ForbiddenError,
+    NotFoundError,
+    RefusedError,
+    SpecError,
+    SpecProblem,
+)
 from trainyard.pools import DEFAULT_POOL, Pool
 from trainyard.server.auth import User
 from trainyard.server.schema import SpecRequest
@@ -87,14 +94,23 @@ def _log_time(line: LogLine) -> str:
 class Service:
     """Operations of the API, for one engine."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, refused_pools: dict[str, str] | None = None) -> None:
         self.engine = engine
+        self.refused_pools = dict(refused_pools or {})
+        """Pools of pools.yaml not served (backend not available), with the reason."""
 
     # ------------------------------------------------------------------ specs
 
     def pool(self, name: str | None) -> Pool:
-        """The pool called ``name`` (default ``local``). Raises NotFoundError."""
+        """The pool called ``name`` (default ``local``).
+
+        Raises:
+            NotFoundError: no such pool (the pools are named).
+            ConfigError: the pool's backend is not available (``pools.refused_pools``).
+        """
         name = name or DEFAULT_POOL
+        if name not in self.engine.pools and name in self.refused_pools:
+            raise ConfigError(self.refused_pools[name])
         if name not in self.engine.pools:
             pools = ", ".join(sorted(self.engine.pools))
             raise NotFoundError(f"unknown pool {name!r}; pools: {pools}")
@@ -259,6 +275,50 @@ class Service:
         self._readable(workflow_id, user)
         self.engine.restart(workflow_id)
         return _summary_json(self.engine.store.get_workflow(workflow_id))
+
+    def delete(self, workflow_ids: list[str], user: User) -> dict[str, Any]:
+        """Delete ended workflows (rows and run folders; never their uploads), all or none.
+        The same rule as ``cancel``: each must be ``user``'s, unless an admin.
+
+        Returns:
+            ``{"deleted": [ids]}``.
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``cancel``, for any id (nothing deleted).
+            RefusedError: one has not ended (``Engine.delete``).
+        """
+        for workflow_id in workflow_ids:
+            self._readable(workflow_id, user)
+        self.engine.delete(workflow_ids)
+        return {"deleted": list(dict.fromkeys(workflow_ids))}
+
+    def prune(self, older_than_s: float, user: User, *, dry_run: bool = False,
+              limit: int | None = None) -> dict[str, Any]:
+        """Delete the ended workflows of ``user`` (every user's, for an admin) that ended
+        more than ``older_than_s`` seconds ago, oldest first, at most ``limit`` of them per
+        call (each takes tens of ms: a caller asks again while ``more``); one that cannot be
+        deleted now (an attempt still stopping) is left and named in ``kept``.
+
+        Returns:
+            ``{"deleted": [ids], "kept": [{"id", "reason"}], "more": bool}`` (with
+            ``dry_run``, every id that would be deleted, nothing removed).
+        """
+        records = self.engine.store.list_workflows(
+            ended_before_s=time.time() - older_than_s,
+            submitted_by=None if user.admin else user.name)
+        ids = [r.id for r in reversed(records)]
+        if dry_run:
+            return {"deleted": ids, "kept": [], "more": False, "dry_run": True}
+        more = limit is not None and len(ids) > limit
+        ids = ids[:limit] if limit is not None else ids
+        deleted, kept = [], []
+        for workflow_id in ids:
+            try:
+                self.engine.delete([workflow_id])
+                deleted.append(workflow_id)
+            except (RefusedError, NotFoundError) as exc:
+                kept.append({"id": workflow_id, "reason": str(exc)})
+        return {"deleted": deleted, "kept": kept, "more": more}
 
     # ------------------------------------------------------------------ logs
 

@@ -9,6 +9,7 @@ new state, never half of one. Apps (named, versioned templates) live beside work
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    delete,
     Float,
     Integer,
     String,
@@ -28,7 +30,8 @@ from sqlalchemy import (
     func,
     select,
 )
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from trainyard.errors import NotFoundError, StoreError
@@ -120,6 +123,38 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor.close()
 
 
+_DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+"""SQLite's error names for a database file it cannot trust (sqlite.org/rescode.html)."""
+
+
+def _is_damage(exc: SQLAlchemyError) -> bool:
+    """Whether ``exc`` says the database file is damaged (not a busy or full database)."""
+    orig = getattr(exc, "orig", None) if isinstance(exc, DBAPIError) else None
+    name = str(getattr(orig, "sqlite_errorname", ""))
+    text = str(orig or exc).lower()
+    return name in _DAMAGED or "malformed" in text or "file is not a database" in text
+
+
+def _one_line(detail: str) -> str:
+    """SQLite's (possibly many-line) report as one line: its first problem and a count."""
+    lines = [ln.strip() for ln in detail.splitlines() if ln.strip() and not ln.startswith("***")]
+    if len(lines) <= 1:
+        return lines[0] if lines else "unknown damage"
+    return f"{lines[0]}, and {len(lines) - 1} more problem(s)"
+
+
+def _damaged_message(url: str, detail: str) -> str:
+    """What to say about a damaged store, in one line: which file, what SQLite said, what
+    to do."""
+    path = make_url(url).database or url
+    moved = shlex.quote(f"{path}.damaged")
+    return (f"the store {path} is damaged (SQLite: {_one_line(detail)}); trainyard will not "
+            f"write to it. Stop the server if one runs (`trainyard server stop`), then move "
+            f"it aside (`mv {shlex.quote(path)} {moved}`, and its -wal and -shm files) so "
+            f"that the next start makes an empty store, or restore a backup; "
+            f"`sqlite3 {moved} .recover` may save its rows")
+
+
 def _to_record(row: _Workflow) -> WorkflowRecord:
     return WorkflowRecord(
         id=row.id,
@@ -153,6 +188,9 @@ class Store:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.damaged: str | None = None
+        """Why the store cannot be trusted, once a transaction found it damaged; from then
+        on every transaction is refused (StoreError) without touching the file."""
         self._engine = create_engine(url, future=True)
         if url.startswith("sqlite"):
             event.listen(self._engine, "connect", _sqlite_pragmas)
@@ -160,14 +198,39 @@ class Store:
         try:
             _Base.metadata.create_all(self._engine)
         except SQLAlchemyError as exc:
+            if _is_damage(exc):
+                raise StoreError(_damaged_message(url, str(getattr(exc, "orig", exc)))) from exc
             raise StoreError(f"cannot open the store at {url}: {exc}") from exc
+
+    def verify(self) -> None:
+        """Check that the store can be trusted before an engine writes to it (SQLite's
+        ``PRAGMA quick_check``: every page and index readable; about a second per few
+        hundred MB). Other databases check themselves.
+
+        Raises:
+            StoreError: the store is damaged; the message names the file and what to do.
+        """
+        if not self.url.startswith("sqlite"):
+            return
+        try:
+            with self._engine.connect() as conn:
+                rows = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA quick_check(5)")]
+        except SQLAlchemyError as exc:
+            raise StoreError(_damaged_message(self.url, str(getattr(exc, "orig", exc)))) from exc
+        if rows != ["ok"]:
+            raise StoreError(_damaged_message(self.url, "\n".join(rows)))
 
     @contextmanager
     def _tx(self) -> Iterator[Session]:
+        if self.damaged is not None:
+            raise StoreError(self.damaged)
         try:
             with self._sessions.begin() as session:
                 yield session
         except SQLAlchemyError as exc:
+            if _is_damage(exc):
+                self.damaged = _damaged_message(self.url, str(getattr(exc, "orig", exc)))
+                raise StoreError(self.damaged) from exc
             raise StoreError(f"store transaction failed: {exc}") from exc
 
     # ------------------------------------------------------------------ workflows
@@ -247,9 +310,11 @@ class Store:
         count: int | None = None,
         active_only: bool = False,
         ended_since_s: float | None = None,
+        ended_before_s: float | None = None,
     ) -> list[WorkflowRecord]:
         """Workflows, newest first, filtered; ``labels`` must all match exactly;
-        ``ended_since_s`` (Unix seconds) keeps those that ended at or after it."""
+        ``ended_since_s`` (Unix seconds) keeps those that ended at or after it,
+        ``ended_before_s`` those that ended before it."""
         query = select(_Workflow).order_by(_Workflow.seq.desc())
         if statuses:
             query = query.where(_Workflow.status.in_(statuses))
@@ -261,10 +326,29 @@ class Store:
             query = query.where(_Workflow.end_time_s.is_(None))
         if ended_since_s is not None:
             query = query.where(_Workflow.end_time_s >= ended_since_s)
+        if ended_before_s is not None:
+            query = query.where(_Workflow.end_time_s < ended_before_s)
         with self._tx() as session:
             rows = [_to_record(r) for r in session.scalars(query)]
         rows = [r for r in rows if _labels_match(r.labels, labels or {})]
         return rows[:count] if count else rows
+
+    def delete_workflows(self, workflow_ids: list[str]) -> int:
+        """Delete these workflows' rows in one transaction (their run folders are the
+        caller's); returns how many existed. Only for workflows that have ended."""
+        if not workflow_ids:
+            return 0
+        with self._tx() as session:
+            done = session.execute(delete(_Workflow).where(_Workflow.id.in_(workflow_ids)))
+            return int(done.rowcount or 0)
+
+    def workflow_end_times(self, workflow_ids: list[str]) -> dict[str, tuple[str, float | None]]:
+        """``{id: (submitted_by, end_time_s)}`` of those of ``workflow_ids`` that exist (no
+        state loaded: cheap for the retention sweep)."""
+        query = select(_Workflow.id, _Workflow.submitted_by, _Workflow.end_time_s)
+        with self._tx() as session:
+            rows = session.execute(query.where(_Workflow.id.in_(workflow_ids))).all()
+        return {r[0]: (r[1], r[2]) for r in rows}
 
     # ------------------------------------------------------------------ apps
 

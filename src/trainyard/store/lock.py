@@ -1,0 +1,203 @@
+"""Exactly one engine per store: an exclusive lock held for the engine's whole life.
+
+- A store in a file (SQLite): ``fcntl.flock`` on ``<database file>.lock`` beside it.
+- A PostgreSQL store: a session advisory lock (``pg_try_advisory_lock``) on a connection kept
+  open for the engine's life; its ``application_name`` names the holder's pid and host.
+
+The operating system (or the database) drops the lock when its process dies, ``kill -9``
+included, so a stale lock never needs cleaning by hand. The holder writes a small JSON note
+into a lock file (``{"pid", ...}``) so that whoever finds it held can say who holds it;
+the note is only trusted while the lock is held (``holder``).
+
+``FileLock`` is also what the server takes on ``$TRAINYARD_HOME/server.lock`` (one server
+per home: ``server.process``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from sqlalchemy.engine import make_url
+
+from trainyard.errors import EngineLockedError, StoreError
+
+__all__ = ["FileLock", "HeldLock", "holder", "store_lock_path", "acquire_store_lock",
+           "PG_LOCK_KEY"]
+
+PG_LOCK_KEY = 0x7472_6179  # "tray": the advisory lock key of a trainyard engine
+"""The key of the PostgreSQL session advisory lock one engine holds on its store."""
+
+
+class HeldLock(Protocol):
+    """A lock held until ``release`` (or the process's end)."""
+
+    def release(self) -> None: ...
+
+
+def _read_note(fd: int) -> dict[str, Any]:
+    os.lseek(fd, 0, os.SEEK_SET)
+    raw = os.read(fd, 65536)
+    try:
+        note = json.loads(raw.decode() or "{}")
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return note if isinstance(note, dict) else {}
+
+
+class FileLock:
+    """An exclusive ``flock`` on a file, held while this object (its descriptor) lives.
+
+    The descriptor is close-on-exec (never inherited by the processes the holder starts),
+    so only the holder's own death or ``release`` frees the lock.
+    """
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    @classmethod
+    def acquire(cls, path: Path, *, what: str, wait_s: float = 0.0) -> FileLock:
+        """Take the lock on ``path`` (created if absent) and write ``{"pid"}`` in it.
+
+        Args:
+            what: what the lock guards, for the error (``"the store /x/trainyard.db"``).
+            wait_s: how long to keep trying while it is held (others only peek at it for
+                microseconds; a real holder holds it for its whole life).
+
+        Raises:
+            EngineLockedError: another process holds it; the message names its pid.
+        """
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    note = _read_note(fd)
+                    os.close(fd)
+                    raise EngineLockedError(_held_message(what, path, note)) from None
+                time.sleep(0.05)
+        lock = cls(path, fd)
+        lock.note({"pid": os.getpid(), "host": socket.gethostname()})
+        return lock
+
+    def note(self, data: dict[str, Any]) -> None:
+        """Replace the holder's note (JSON object) in the lock file."""
+        if self._fd is None:
+            raise RuntimeError("the lock was released")
+        raw = json.dumps(data).encode()
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, raw, 0)
+
+    def release(self) -> None:
+        """Drop the lock (idempotent)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _held_message(what: str, path: Path, note: dict[str, Any]) -> str:
+    pid = note.get("pid")
+    who = f"pid {pid}" if pid else "another process"
+    if note.get("host") and note.get("host") != socket.gethostname():
+        who += f" on {note['host']}"
+    return (f"{what} is in use by another trainyard server ({who}; lock {path}); only one "
+            "engine may drive a store. Use that server (`trainyard server status`) or stop it "
+            "first (`trainyard server stop`)")
+
+
+def holder(path: Path) -> dict[str, Any] | None:
+    """Who holds the lock on ``path`` now: their note (``{}`` until they wrote it), or None
+    when nobody holds it (no file, or the lock is free). Never blocks; peeks by taking and
+    dropping the lock at once when it is free."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_note(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def store_lock_path(url: str) -> Path | None:
+    """``<database file>.lock`` for a file-backed SQLite URL; None for other URLs (and for
+    an in-memory SQLite database, private to its process anyway)."""
+    parsed = make_url(url)
+    if not parsed.drivername.startswith("sqlite"):
+        return None
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database).with_name(Path(database).name + ".lock")
+
+
+class _PgLock:
+    """A PostgreSQL session advisory lock on a connection kept open."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
+
+    def release(self) -> None:
+        with contextlib.suppress(Exception):
+            self._connection.close()
+
+
+def _pg_lock(url: str) -> _PgLock:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.pool import NullPool
+
+    name = f"trainyard-engine pid {os.getpid()} on {socket.gethostname()}"
+    try:
+        engine = create_engine(url, poolclass=NullPool,
+                               connect_args={"application_name": name[:63]})
+        conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": PG_LOCK_KEY}).scalar()
+        if got:
+            return _PgLock(conn)
+        who = conn.execute(text(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objid = :k"),
+            {"k": PG_LOCK_KEY}).scalar()
+        conn.close()
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot take the engine lock of the store at {url}: {exc}") from exc
+    raise EngineLockedError(
+        f"the store at {make_url(url).render_as_string(hide_password=True)} is in use by "
+        f"another trainyard server ({who or 'unknown holder'}, PostgreSQL advisory lock "
+        f"{PG_LOCK_KEY}); only one engine may drive a store. Stop that server first")
+
+
+def acquire_store_lock(url: str, *, wait_s: float = 0.0) -> HeldLock | None:
+    """Take the one-engine lock of the store at ``url`` (before the engine touches it).
+
+    Returns:
+        The held lock (keep it for the engine's life), or None for a store that needs none
+        (in-memory SQLite).
+
+    Raises:
+        EngineLockedError: another engine holds it (the message names its pid).
+        StoreError: the lock could not be asked for (PostgreSQL unreachable).
+    """
+    path = store_lock_path(url)
+    if path is not None:
+        db = path.with_name(path.name.removesuffix(".lock"))
+        return FileLock.acquire(path, what=f"the store {db}", wait_s=wait_s)
+    if make_url(url).drivername.startswith("sqlite"):
+        return None
+    return _pg_lock(url)
