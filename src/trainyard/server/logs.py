@@ -20,6 +20,7 @@ a batch is read, so a workflow of thousands of attempts needs no more than one d
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 from collections.abc import Iterable, Iterator
@@ -73,7 +74,10 @@ class LogLine:
                 "source": parts.source, "cut": parts.cut}
 
 
+@functools.lru_cache(maxsize=4096)
 def _iso(stamp: str | None) -> str | None:
+    """``YYYY/MM/DD HH:MM:SS`` as ISO 8601 UTC; None when it is no time. Cached: the lines
+    of a log share few stamps, and ``strptime`` was most of the cost of ``-f json``."""
     if stamp is None:
         return None
     try:
