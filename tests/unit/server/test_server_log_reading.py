@@ -240,3 +240,15 @@ def test_follow_of_an_ended_workflow_gives_what_is_there_and_ends(served,
     threading.Thread(target=follow, daemon=True).start()
     assert ended.wait(10), "follow of an ended workflow did not end"
     assert seen == ["[a] old", "[a] last"]
+
+
+def test_answers_go_out_in_chunks_and_at_once_before_a_follow_waits() -> None:
+    from trainyard.server.app import LOG_CHUNK_BYTES, _log_chunks
+    from trainyard.server.logs import FLUSH, LogLine
+
+    line = LogLine("a", 0, "2026/01/02 03:00:00 [a] " + "z" * 999)  # 1,024 bytes with newline
+    chunks = list(_log_chunks(iter([line] * 200), "text"))
+    assert [len(c) for c in chunks] == [LOG_CHUNK_BYTES] * 3 + [200 * 1024 - 3 * LOG_CHUNK_BYTES]
+    waits = list(_log_chunks(iter([line, FLUSH, FLUSH, line, line]), "json"))
+    assert [c.count("\n") for c in waits] == [1, 2]
+    assert json.loads(waits[0])["line"] == "z" * 999
