@@ -36,6 +36,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
                             ["--epochs", "5", "--repeat", "1"]),
     "slurm_submit": (["--repeat", "10"], ["--repeat", "2"]),
     "chaos": (["--workflows", "200", "--kills", "50"], ["--workflows", "6", "--kills", "2"]),
+    "logs_memory": (["--log-mb", "200", "--line-mb", "100"], ["--log-mb", "20", "--line-mb", "10"]),
 }
 SCRIPT = {"engine_overhead": "engine_throughput", "engine_throughput": "engine_throughput"}
 

@@ -169,3 +169,17 @@ class Client:
                 yield from response.iter_lines()
         except httpx.HTTPError as exc:
             raise ServerError(f"log stream from {self.url} broke: {exc}") from exc
+
+    def stream_text(self, path: str, **params: Any) -> Iterator[str]:
+        """The text of an answer in pieces as they arrive (nothing held but a piece; an
+        error answer raises before the first piece). With ``follow``, no read timeout: a
+        followed log may be quiet for long."""
+        timeout = None if params.get("follow") else httpx.USE_CLIENT_DEFAULT
+        try:
+            with self._http.stream("GET", path, params=params, timeout=timeout) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    _raise_for(response)
+                yield from response.iter_text()
+        except httpx.HTTPError as exc:
+            raise ServerError(f"the answer from {self.url} broke off: {exc}") from exc

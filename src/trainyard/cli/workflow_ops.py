@@ -305,7 +305,11 @@ def logs(
     UTC), whatever its status.
 
     With --format json: JSON Lines, one object per log line, {"time": ISO 8601 UTC,
-    "task", "retry_id", "line": the text after the time and the \[task] tag}.
+    "task", "retry_id", "line": the text after the time and the \[task] tag, "source":
+    "runner" for trainyard's own lines (tagged \[task]\[trainyard]) or "task", "cut": true
+    for a piece of a line longer than 64 KiB (tagged \[task]\[cut]) that the next line of
+    the task continues}. Control characters in task output are shown escaped (a carriage
+    return as \r, an escape as \x1b).
     """
     params: dict[str, Any] = {k: v for k, v in {"task": task, "retry_id": retry_id,
                                                 "lines": lines}.items() if v is not None}
@@ -313,10 +317,9 @@ def logs(
         params["format"] = "json"
     client, path = Client(), f"/api/workflow/{workflow_id}/logs"
     if follow:
-        for line in client.stream_lines(path, follow=True, **params):
-            typer.echo(line)
-        return
-    typer.echo(client.request("GET", path, params=params).text, nl=False)
+        params["follow"] = True
+    for text in client.stream_text(path, **params):  # printed as it arrives
+        typer.echo(text, nl=False)
 
 
 def cancel(workflow_id: str = WorkflowIdArg, fmt: Format = FormatOption) -> None:

@@ -76,6 +76,9 @@ class ExitCode(IntEnum):
     DOWNLOAD_FAILED = 2010
     MOUNT_FAILED = 2011
     UPLOAD_FAILED = 2012
+    SERVICE_MESSAGES_FAILED = 2022
+    """OSMO: its sidecar could not send messages (the task's logs) to the service; trainyard:
+    the runner could not write the task's log (disk full)."""
     BARRIER_FAILED = 2024
     UPSTREAM_FAILED = 3000
     BACKEND_ERROR = 3001

@@ -1,6 +1,11 @@
 """The user's command as a process: started in its own process group, its stdout and stderr
 forwarded line by line to the task log, stopped with its whole tree.
 
+The output pump holds at most ``MAX_LINE_BYTES`` (64 KiB) of output: a longer line is handed
+on in pieces of that size, each marked ``cut`` but the last (see ``trainyard.runner.report``),
+cut on a UTF-8 character boundary. The pump reads until the command's output closes,
+whatever the log does with the lines, so a command never blocks on a full pipe.
+
 When the command's main process exits, whatever it left running (background jobs, daemons)
 is killed, as a container's processes die with its main process: the command's process group,
 and every child of this process (a child subreaper: orphans re-parent to it) that was not
@@ -10,18 +15,20 @@ had before (when the runner runs inside a larger program, such as a test) are le
 
 from __future__ import annotations
 
+import codecs
 import os
 import signal
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO
 
 import psutil
 
 from trainyard.runner import proctree
+from trainyard.runner.report import MAX_LINE_BYTES
 
-__all__ = ["CommandProcess"]
+__all__ = ["CommandProcess", "read_pieces"]
 
 
 class CommandProcess:
@@ -31,14 +38,17 @@ class CommandProcess:
         argv: the command and its arguments, tokens resolved.
         env: its whole environment.
         cwd: its working directory.
-        on_line: called with each line of its combined stdout/stderr (no newline).
+        on_line: called with each line of its combined stdout/stderr and ``False`` (the line
+            keeps its newline, if any), or with a piece of a line longer than
+            ``MAX_LINE_BYTES`` and ``True``. What it raises is ignored.
         pid_namespace: the command runs in a PID namespace of its own that dies with its main
             process (bubblewrap): nothing of it can outlive it, so no search for leftovers
             among this process's descendants (a scan of the whole process table).
     """
 
     def __init__(
-        self, argv: list[str], env: dict[str, str], cwd: str, on_line: Callable[[str], None],
+        self, argv: list[str], env: dict[str, str], cwd: str,
+        on_line: Callable[[str, bool], None],
         pid_namespace: bool = False,
     ) -> None:
         self.pid_namespace = pid_namespace
@@ -65,9 +75,14 @@ class CommandProcess:
         self._pump.start()
 
     def _forward(self, stream: IO[bytes]) -> None:
-        for raw in iter(stream.readline, b""):
-            self.on_line(raw.decode("utf-8", errors="replace"))
-        stream.close()
+        try:
+            for text, cut in read_pieces(stream, MAX_LINE_BYTES):
+                try:
+                    self.on_line(text, cut)
+                except Exception:  # noqa: BLE001 - the pump must drain the pipe to the end
+                    pass
+        finally:
+            stream.close()
 
     def wait(self) -> int:
         """Wait for the main process, kill what it left behind, drain its output.
@@ -109,6 +124,20 @@ class CommandProcess:
             os.killpg(self.proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def read_pieces(stream: IO[bytes], limit_bytes: int) -> Iterator[tuple[str, bool]]:
+    """``(text, cut)`` for each line of ``stream`` (newline kept) until it ends; a line
+    longer than ``limit_bytes`` comes as pieces of at most ``limit_bytes`` bytes with ``cut``
+    True, then its last piece with ``cut`` False. Bytes are decoded as UTF-8 (``replace``); a
+    character split by a cut is decoded whole in the next piece. Holds one piece at most."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while raw := stream.readline(limit_bytes):
+        cut = len(raw) == limit_bytes and not raw.endswith(b"\n")
+        yield decoder.decode(raw, final=not cut), cut
+    rest = decoder.decode(b"", final=True)
+    if rest:
+        yield rest, False
 
 
 def _children() -> list[psutil.Process]:

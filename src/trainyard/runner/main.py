@@ -11,6 +11,11 @@ Text handling, in this order, for command, args, environment values and file con
 ``/tmp`` rewriting when the backend gave no private ``/`` (``sandbox.root``), special tokens
 (``trainyard.spec.tokens``), then, for command and args only, Kubernetes' ``$(VAR)``.
 
+Disk full: when a line of the task log cannot be written, the command is stopped as by SIGTERM
+and the attempt ends with 2022 (``LOG_FAILED_EXIT_CODE``) and a message saying why; the runner
+writes its last lines and EXITED into the space it set aside at the start
+(``report.reserve_space``).
+
 SIGTERM (or SIGINT) stops the attempt: the command's process group gets SIGTERM, then SIGKILL
 after ``stop_grace_s``; outputs are not uploaded and the exit code reported is never 0
 (143 when the command itself exited 0).
@@ -35,7 +40,7 @@ from trainyard.runner.barrier import BarrierTimeout, wait_for_group
 from trainyard.runner.checkpoint import Checkpointer
 from trainyard.runner.command import CommandProcess
 from trainyard.runner.data import DataHook, load_data_hook
-from trainyard.runner.report import EventWriter, TaskLog
+from trainyard.runner.report import LOG_FAILED_EXIT_CODE, EventWriter, TaskLog, reserve_space
 from trainyard.runner.safefs import mount_overlays, write_inside
 from trainyard.runner.spec import TaskRun
 from trainyard.runner.text import PathRewriter, expand_vars
@@ -111,7 +116,8 @@ class Runner:
         self.run_dir = Path(run.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.events = EventWriter(self.run_dir)
-        self.log = TaskLog(self.run_dir, run.task, echo=echo)
+        self.reserve = reserve_space(self.run_dir)
+        self.log = TaskLog(self.run_dir, run.task, echo=echo, on_failure=self._on_log_failure)
         self._hook = hook
         run.hosts = run.runtime_hosts(self.base_env)
         self.stop = threading.Event()
@@ -345,6 +351,23 @@ class Runner:
         if self.command is not None:
             self.command.terminate(self.run.stop_grace_s)
 
+    def _on_log_failure(self, _exc: OSError) -> None:
+        """The task log cannot be written: stop the command (``_check_log`` then fails the
+        attempt). Called once, from whichever thread wrote the line."""
+        if self.command is not None:
+            self.command.terminate(self.run.stop_grace_s)
+
+    def _check_log(self) -> None:
+        """Raises StepFailed(2022) once a line of the task log could not be written."""
+        failure = self.log.failure
+        if failure is None:
+            return
+        dropped = f"; {self.log.dropped_lines} line(s) of its output dropped" \
+            if self.log.dropped_lines else ""
+        raise StepFailed(LOG_FAILED_EXIT_CODE,
+                         f"cannot write the task log {self.log.path}: "
+                         f"{failure.strerror or failure}; the command was stopped{dropped}")
+
     def _header(self) -> None:
         run = self.run
         self.log.runner(
@@ -365,8 +388,10 @@ class Runner:
         self.pass_barrier()
         if self.stop.is_set():
             raise _Stopped()
+        self._check_log()
         self.events.emit("RUNNING")
         code = self.run_command()
+        self._check_log()
         if self.stop.is_set():
             return code or STOPPED_EXIT_CODE, "stopped by SIGTERM"
         if code == 0:
@@ -384,6 +409,8 @@ class Runner:
             code, message = STOPPED_EXIT_CODE, "stopped by SIGTERM before the command ran"
         except Exception as exc:  # the attempt must still report an exit
             code, message = int(ExitCode.UNKNOWN_RUNTIME), f"runner error: {exc!r}"
+        if self.reserve is not None:  # its space is for what follows (disk full)
+            self.reserve.unlink(missing_ok=True)
         if message:
             self.log.runner(message)
         self.log.runner(f"exit code {code}")

@@ -1,4 +1,4 @@
-"""What the runner writes for the world to read: ``events.jsonl`` and ``task.log``.
+r"""What the runner writes for the world to read: ``events.jsonl`` and ``task.log``.
 
 ``<run_dir>/events.jsonl``: one JSON object per line, appended and flushed as it happens::
 
@@ -6,27 +6,63 @@
      "exit_code": null | int, "message": ""}
 
 ``<run_dir>/task.log``: the command's stdout and stderr, line by line, in OSMO's log format
-``YYYY/MM/DD HH:MM:SS [task] text`` (UTC); the runner's own lines are tagged
-``[task][trainyard]``. The file belongs to one attempt (run_dir is per retry id) and its first
-runner line names the retry id.
+``YYYY/MM/DD HH:MM:SS [task] text`` (UTC). The file belongs to one attempt (run_dir is per
+retry id) and its first runner line names the retry id. What the tag says, and what task
+output can never produce (it always follows ``[task]`` and a space):
 
-Backends read events with ``read_events`` so that every backend parses them the same way.
+- ``[task] text``: a line the command printed;
+- ``[task][cut] text``: the first 64 KiB (``MAX_LINE_BYTES``) of a longer line the command
+  printed; the next ``[task]`` line of this attempt continues it (a line of 200 KiB is three
+  ``[cut]`` pieces and a last plain one). Nothing is dropped, and the runner never holds more
+  than one piece;
+- ``[task][trainyard] text``: a line of the runner's own (``exit code N``, errors).
+
+Control characters in a line are escaped (``escape_control``): a carriage return is written
+as the two characters ``\r``, a newline inside a runner message as ``\n``, an escape
+(ANSI colour) as ``\x1b``; tabs are kept. So no output can start a line of its own, move the
+cursor back over the time and tag, or colour a terminal. A backslash is kept as it is.
+
+Disk full: a log line that cannot be written (``OSError``, e.g. ENOSPC) is reported once to
+``on_failure`` and the log then drops the command's output; the runner stops the command and
+ends the attempt with ``LOG_FAILED_EXIT_CODE``. The runner keeps ``RESERVE_BYTES`` of disk
+(``reserve_space``) that it gives back just before its last lines and EXITED event, so that
+they still fit on a full disk.
+
+Backends read events with ``read_events`` so that every backend parses them the same way;
+the server reads task logs with ``parse_line``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-__all__ = ["Event", "EventWriter", "TaskLog", "read_events", "format_line", "EVENTS", "LOG"]
+from trainyard.engine.status import ExitCode
+
+__all__ = ["Event", "EventWriter", "TaskLog", "read_events", "format_line", "escape_control",
+           "parse_line", "LogParts", "reserve_space", "EVENTS", "LOG", "RESERVE",
+           "MAX_LINE_BYTES", "RESERVE_BYTES", "LOG_FAILED_EXIT_CODE", "RUNNER_TAG", "CUT_TAG"]
 
 EVENTS = "events.jsonl"
 LOG = "task.log"
+RESERVE = "log.reserve"
+"""Disk space the runner keeps for its last lines and EXITED event (see ``reserve_space``)."""
+
+MAX_LINE_BYTES = 64 * 1024
+"""The longest piece of a command's output line the runner writes as one log line (bytes of
+output, before escaping); a longer line becomes several ``[cut]`` pieces."""
+RESERVE_BYTES = 16 * 1024
+LOG_FAILED_EXIT_CODE = int(ExitCode.SERVICE_MESSAGES_FAILED)
+"""The exit code of an attempt whose task log could not be written (disk full)."""
+RUNNER_TAG = "trainyard"
+CUT_TAG = "cut"
 
 
 @dataclass(frozen=True)
@@ -92,34 +128,156 @@ def format_line(tag: str, text: str, when: float | None = None) -> str:
     return f"{stamp} [{tag}] {text}"
 
 
-class TaskLog:
-    """Thread-safe writer of ``<run_dir>/task.log``; each line is flushed as written."""
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""What ``escape_control`` escapes: C0 and C1 control characters but tab (so CR, LF, ESC,
+backspace, NUL), DEL, the Unicode line and paragraph separators, and the bidirectional
+embedding, override and isolate controls (which reorder how a terminal shows the text)."""
+_NAMED = {"\r": "\\r", "\n": "\\n"}
 
-    def __init__(self, run_dir: Path, task: str, echo: IO[str] | None = None) -> None:
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group(0)
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def escape_control(text: str) -> str:
+    """``text`` with every control character written as an escape: ``\\r``, ``\\n``,
+    ``\\xNN`` (ESC is ``\\x1b``) or ``\\uNNNN`` (see ``_CONTROL``). Tabs and backslashes
+    are kept, so escaping twice changes nothing."""
+    if _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(_escaped, text)
+
+
+@dataclass(frozen=True)
+class LogParts:
+    """One ``task.log`` line taken apart (``parse_line``)."""
+
+    stamp: str | None
+    """``YYYY/MM/DD HH:MM:SS`` (UTC), or None when the line is not in OSMO's format."""
+    source: str
+    """``runner`` for the runner's own lines, ``task`` for the command's output."""
+    cut: bool
+    """A piece of a longer line; the next line of the attempt continues it."""
+    text: str
+    """The text after the time and tag; runner lines keep ``[trainyard] `` before it."""
+
+
+_STAMP = re.compile(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \[")
+
+
+def parse_line(line: str, task: str) -> LogParts:
+    """Take apart a line of ``task``'s log (no newline): its time, who wrote it, whether it
+    was cut, its text. A line in no known shape is task output with no time."""
+    if _STAMP.match(line) is None:
+        return LogParts(None, "task", False, line)
+    stamp, rest = line[:19], line[20:]
+    tag = f"[{task}]"
+    if not rest.startswith(tag):
+        return LogParts(stamp, "task", False, rest)
+    rest = rest[len(tag):]
+    if rest.startswith(f"[{RUNNER_TAG}] "):
+        return LogParts(stamp, "runner", False, rest)
+    if rest.startswith(f"[{CUT_TAG}] "):
+        return LogParts(stamp, "task", True, rest[len(CUT_TAG) + 3:])
+    return LogParts(stamp, "task", False, rest.removeprefix(" "))
+
+
+def reserve_space(run_dir: Path) -> Path | None:
+    """Set ``RESERVE_BYTES`` of disk aside in ``run_dir/log.reserve`` (allocated, not
+    sparse); deleting the file gives the space back for the runner's last words. None when
+    the space cannot be had (the disk is already full): the runner runs without a reserve."""
+    path = Path(run_dir) / RESERVE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError:
+        return None
+    try:
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+    except OSError:
+        path.unlink(missing_ok=True)
+        return None
+    finally:
+        os.close(fd)
+    return path
+
+
+class TaskLog:
+    """Thread-safe writer of ``<run_dir>/task.log``: one ``write`` per line, nothing held.
+
+    Args:
+        run_dir: the attempt's folder.
+        task: the task's name (the tag).
+        echo: a stream that gets a copy of every line written.
+        on_failure: called once, with the error, when a line cannot be written; the command's
+            later lines are then dropped (``dropped_lines`` counts them), the runner's own
+            are still tried.
+    """
+
+    def __init__(self, run_dir: Path, task: str, echo: IO[str] | None = None,
+                 on_failure: Callable[[OSError], None] | None = None) -> None:
         self.path = Path(run_dir) / LOG
         self.task = task
+        self.on_failure = on_failure
+        self.failure: OSError | None = None
+        self.dropped_lines = 0
         self._echo = echo
         self._lock = threading.Lock()
-        self._handle = open(self.path, "a", encoding="utf-8", errors="replace")
+        self._torn = False  # the file ends in a partly written line
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
 
-    def command(self, text: str) -> None:
-        """Log one line the user's command printed."""
-        self._write(self.task, text)
+    def command(self, text: str, cut: bool = False) -> None:
+        """Log one line the user's command printed (its newline, or CR LF, removed), or with
+        ``cut`` one piece of a longer line (kept as it is, tagged ``[task][cut]``)."""
+        if self.failure is not None:
+            self.dropped_lines += 1
+            return
+        if cut:
+            self._write(f"{self.task}][{CUT_TAG}", text)
+        else:
+            self._write(self.task, text.rstrip("\r\n"))
 
     def runner(self, text: str) -> None:
         """Log one line of the runner's own (tag ``[task][trainyard]``)."""
-        self._write(f"{self.task}][trainyard", text)
+        self._write(f"{self.task}][{RUNNER_TAG}", text.rstrip("\r\n"))
 
     def _write(self, tag: str, text: str) -> None:
-        line = format_line(tag, text.rstrip("\r\n")) + "\n"
+        line = format_line(tag, escape_control(text)) + "\n"
         with self._lock:
-            self._handle.write(line)
-            self._handle.flush()
-            if self._echo is not None:
-                self._echo.write(line)
-                self._echo.flush()
+            if self._fd is None:
+                raise ValueError(f"task log {self.path} is closed")
+            try:
+                self._write_all(line.encode("utf-8", errors="replace"))
+            except OSError as exc:
+                first = self.failure is None
+                self.failure = self.failure or exc
+            else:
+                first = False
+                if self._echo is not None:
+                    self._echo.write(line)
+                    self._echo.flush()
+        if first and self.on_failure is not None and self.failure is not None:
+            self.on_failure(self.failure)
+
+    def _write_all(self, data: bytes) -> None:
+        assert self._fd is not None
+        if self._torn:
+            data = b"\n" + data
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self._fd, view):]
+            except OSError:
+                self._torn = self._torn or len(view) < len(data)
+                raise
+        self._torn = False
 
     def close(self) -> None:
         """Close the file; later writes are errors."""
         with self._lock:
-            self._handle.close()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None

@@ -18,8 +18,11 @@ spec as written).
 
 ``GET /api/workflow/{id}/logs`` answers ``text/plain`` in OSMO's line format, or with
 ``format=json`` JSON Lines (``application/x-ndjson``): one ``{"time", "task", "retry_id",
-"line"}`` object per log line. ``lines=N`` keeps the last N lines; with ``follow`` it keeps
-the last N already written, then streams new ones until the workflow ends.
+"line", "source", "cut"}`` object per log line. ``lines=N`` keeps the last N lines; with
+``follow`` it keeps the last N already written, then streams new ones until the workflow
+ends. Always streamed from the files (``trainyard.server.logs``: bounded memory), in chunks
+of about ``LOG_CHUNK_BYTES``; who may read it and whether the workflow and task exist are
+checked before the answer starts (403, 404), never in the middle of a stream.
 
 ``POST /api/workflow/delete`` (``{"ids"}``) and ``POST /api/workflow/prune``
 (``{"older_than_s", "dry_run", "limit"}``, answering ``more`` while others are left) remove
@@ -195,12 +198,9 @@ def _routes(app: FastAPI, service: Service) -> None:
              lines: Annotated[int | None, Query(ge=1)] = None,
              fmt: Annotated[Literal["text", "json"], Query(alias="format")] = "text") -> Any:
         media = "application/x-ndjson" if fmt == "json" else "text/plain"
-        if follow:
-            stream = service.follow_logs(workflow_id, u, task=task, retry_id=retry_id,
-                                         last_lines=lines)
-            return StreamingResponse(_log_chunks(stream, fmt), media_type=media)
-        found = service.logs(workflow_id, u, task=task, retry_id=retry_id, last_lines=lines)
-        return PlainTextResponse("".join(_log_chunks(iter(found), fmt)), media_type=media)
+        read = service.follow_logs if follow else service.logs
+        stream = read(workflow_id, u, task=task, retry_id=retry_id, last_lines=lines)
+        return StreamingResponse(_log_chunks(stream, fmt), media_type=media)
 
     @app.post("/api/workflow/{workflow_id}/cancel")
     def cancel(workflow_id: str, u: Caller) -> dict[str, Any]:
@@ -278,7 +278,25 @@ def _app_owner(store: Store, name: str, user: User, action: str) -> str:
     return owner
 
 
-def _log_chunks(lines: Iterator[LogLine], fmt: str) -> Iterator[str]:
-    """Each log line with its newline: OSMO's text, or one JSON object (JSON Lines)."""
+LOG_CHUNK_BYTES = 64 * 1024
+"""About how much log text goes out per chunk of a streamed answer (one thread hop each)."""
+
+
+def _log_chunks(lines: Iterator[LogLine | None], fmt: str) -> Iterator[str]:
+    """Log lines with their newlines, OSMO's text or one JSON object each (JSON Lines),
+    joined into chunks of about ``LOG_CHUNK_BYTES``; a None in ``lines`` (the follow
+    stream's ``FLUSH``) sends what is batched at once."""
+    batch: list[str] = []
+    size = 0
     for line in lines:
-        yield (json.dumps(line.to_json()) if fmt == "json" else line.text) + "\n"
+        if line is not None:
+            text = (json.dumps(line.to_json()) if fmt == "json" else line.text) + "\n"
+            batch.append(text)
+            size += len(text)
+            if size < LOG_CHUNK_BYTES:
+                continue
+        if batch:
+            yield "".join(batch)
+            batch, size = [], 0
+    if batch:
+        yield "".join(batch)

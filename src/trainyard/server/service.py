@@ -7,7 +7,6 @@ reads and cancels only their own workflows unless an admin.
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -30,6 +29,7 @@ from trainyard.errors import (
 )
 from trainyard.pools import DEFAULT_POOL, Pool
 from trainyard.server.auth import User
+from trainyard.server.logs import FLUSH, LogFile, LogLine, file_size, read_merged, tail_offset
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import WorkflowRecord
@@ -57,34 +57,6 @@ def iso(time_s: float | None) -> str | None:
     if time_s is None:
         return None
     return datetime.fromtimestamp(time_s, tz=timezone.utc).isoformat()
-
-
-@dataclass(frozen=True)
-class LogLine:
-    """One line of a task's log: its task, attempt and OSMO-format text
-    (``YYYY/MM/DD HH:MM:SS [task] text``, UTC)."""
-
-    task: str
-    retry_id: int
-    text: str
-
-    @property
-    def stamp(self) -> str:
-        """The line's ``YYYY/MM/DD HH:MM:SS`` prefix (sorts by time)."""
-        return self.text[:19]
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"time": ISO 8601 UTC or None, "task", "retry_id", "line"}``; ``line`` is the
-        text after the time and the ``[task]`` tag (runner lines keep ``[trainyard]``)."""
-        try:
-            when = datetime.strptime(self.stamp, "%Y/%m/%d %H:%M:%S").replace(tzinfo=timezone.utc)
-        except ValueError:
-            return {"time": None, "task": self.task, "retry_id": self.retry_id, "line": self.text}
-        rest = self.text[20:]
-        tag = f"[{self.task}]"
-        rest = rest[len(tag):].removeprefix(" ") if rest.startswith(tag) else rest
-        return {"time": when.isoformat(), "task": self.task, "retry_id": self.retry_id,
-                "line": rest}
 
 
 def _log_time(line: LogLine) -> str:
@@ -323,8 +295,12 @@ class Service:
     # ------------------------------------------------------------------ logs
 
     def _log_files(self, workflow_id: str, task: str | None,
-                   retry_id: int | None) -> list[tuple[str, int, Path]]:
-        """``(task, retry_id, task.log path)`` of every attempt asked for."""
+                   retry_id: int | None) -> list[LogFile]:
+        """The ``task.log`` of every attempt asked for, to be read from its start.
+
+        Raises:
+            NotFoundError: the workflow has no task ``task``.
+        """
         state = self.engine.state(workflow_id)
         if task is not None and task not in state.tasks:
             names = ", ".join(state.tasks)
@@ -334,45 +310,63 @@ class Service:
             if task is not None and name != task:
                 continue
             retries = [retry_id] if retry_id is not None else range(ts.retry_id + 1)
-            files += [(name, r, self.engine.run_dir(workflow_id, name, r) / "task.log")
+            files += [LogFile(name, r, self.engine.run_dir(workflow_id, name, r) / "task.log")
                       for r in retries]
         return files
 
     def logs(self, workflow_id: str, user: User, *, task: str | None = None,
-             retry_id: int | None = None, last_lines: int | None = None) -> list[LogLine]:
+             retry_id: int | None = None, last_lines: int | None = None) -> Iterator[LogLine]:
         """Log lines of the workflow (all tasks merged by time), or of one task/attempt;
-        with ``last_lines``, only the last that many."""
+        with ``last_lines``, only the last that many (found from the files' ends).
+
+        Who may read and what exists is checked now; the lines are read as the iterator is
+        consumed, with bounded memory (``trainyard.server.logs``), up to where the files
+        ended at this call.
+
+        Raises:
+            NotFoundError: no such workflow or task.
+            ForbiddenError: another user's workflow and ``user`` is no admin.
+        """
         self._readable(workflow_id, user)
-        streams = [[LogLine(name, r, text) for text in _read_lines(path)]
-                   for name, r, path in self._log_files(workflow_id, task, retry_id)]
-        return _last(list(heapq.merge(*streams, key=_log_time)), last_lines)
+        files = self._log_files(workflow_id, task, retry_id)
+        ends = {f.path: file_size(f.path) for f in files}
+        skip = _start_at_last(files, ends, last_lines, complete_only=False)
+        return read_merged(files, ends, follow=False, skip=skip)
 
     def follow_logs(self, workflow_id: str, user: User, *, task: str | None = None,
                     retry_id: int | None = None, last_lines: int | None = None,
-                    poll_s: float = 0.2) -> Iterator[LogLine]:
+                    poll_s: float = 0.2) -> Iterator[LogLine | None]:
         """Log lines as they are written, until the workflow ends and its logs are drained.
 
         The lines already written come first (only the last ``last_lines`` of them when
-        given, merged by time), then every new line as it appears.
+        given, merged by time), then every new line as it appears; ``FLUSH`` (None) comes
+        before each wait, so that a caller batching lines sends what it has. Who may read and
+        what exists is checked now, before any line (an HTTP error, not a broken stream).
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``logs``.
         """
         self._readable(workflow_id, user)
-        offsets: dict[Path, int] = {}
+        self._log_files(workflow_id, task, retry_id)
+        return self._follow(workflow_id, task, retry_id, last_lines, poll_s)
+
+    def _follow(self, workflow_id: str, task: str | None, retry_id: int | None,
+                last_lines: int | None, poll_s: float) -> Iterator[LogLine | None]:
+        known: dict[Path, LogFile] = {}
         first = True
         while True:
             finished = self.engine.state(workflow_id).status.is_terminal()
-            fresh = self._new_lines(workflow_id, task, retry_id, offsets)
-            yield from _last(fresh, last_lines) if first else fresh
+            files = [known.setdefault(f.path, f)
+                     for f in self._log_files(workflow_id, task, retry_id)]
+            ends = {f.path: file_size(f.path) for f in files}
+            skip = _start_at_last(files, ends, last_lines, complete_only=not finished) \
+                if first else 0
+            yield from read_merged(files, ends, follow=not finished, skip=skip)
             if finished:
                 return
             first = False
+            yield FLUSH
             time.sleep(poll_s)
-
-    def _new_lines(self, workflow_id: str, task: str | None, retry_id: int | None,
-                   offsets: dict[Path, int]) -> list[LogLine]:
-        """Complete lines written since ``offsets`` (advanced), merged by time."""
-        streams = [[LogLine(name, r, text) for text in _read_new(path, offsets)]
-                   for name, r, path in self._log_files(workflow_id, task, retry_id)]
-        return list(heapq.merge(*streams, key=_log_time))
 
     # ------------------------------------------------------------------ pools
 
@@ -395,8 +389,19 @@ class Service:
         return rows
 
 
-def _last(lines: list[LogLine], count: int | None) -> list[LogLine]:
-    return lines[-count:] if count else lines
+def _start_at_last(files: list[LogFile], ends: dict[Path, int], count: int | None, *,
+                   complete_only: bool) -> int:
+    """With ``count``: move each file's offset to where its last ``count`` lines start (read
+    from its end) and return how many lines of the merge to skip so that ``count`` are left;
+    0 (and offsets kept) without it."""
+    if not count:
+        return 0
+    total = 0
+    for log in files:
+        log.offset, lines = tail_offset(log.path, ends[log.path], count,
+                                        complete_only=complete_only)
+        total += lines
+    return max(0, total - count)
 
 
 def _check_list_filters(statuses: list[str] | None, count: int | None) -> None:
@@ -408,23 +413,6 @@ def _check_list_filters(statuses: list[str] | None, count: int | None) -> None:
                           f"statuses: {', '.join(valid)}")
     if count is not None and count < 1:
         raise ConfigError(f"count must be at least 1, not {count}")
-
-
-def _read_lines(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    return path.read_text(errors="replace").splitlines()
-
-
-def _read_new(path: Path, offsets: dict[Path, int]) -> list[str]:
-    if not path.exists():
-        return []
-    with path.open("rb") as handle:
-        handle.seek(offsets.get(path, 0))
-        data = handle.read()
-    end = data.rfind(b"\n") + 1
-    offsets[path] = offsets.get(path, 0) + end
-    return data[:end].decode(errors="replace").splitlines()
 
 
 def _node_json(pool: Pool, node: Any, used: dict[str, Any] | None) -> dict[str, Any]:

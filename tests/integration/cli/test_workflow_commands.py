@@ -121,9 +121,9 @@ def test_logs_during_and_after_a_run_by_task_and_last_lines(server: Server, tmp_
     assert server.logs(workflow_id, "--follow", "-n", "2") == last_two  # -n, then follow
     rows = [json.loads(line) for line in server.logs(workflow_id, "-f", "json").splitlines()]
     assert len(rows) == len(after.splitlines())
-    assert {"time", "task", "retry_id", "line"} == set(rows[0])
+    assert {"time", "task", "retry_id", "line", "source", "cut"} == set(rows[0])
     assert {"time": rows[-1]["time"], "task": "talker", "retry_id": 0,
-            "line": "[trainyard] exit code 0"} in rows
+            "line": "[trainyard] exit code 0", "source": "runner", "cut": False} in rows
     assert any(r["task"] == "other" and r["line"] == "other says hi" for r in rows)
     assert all(r["time"].endswith("+00:00") for r in rows)
     assert server.logs(workflow_id, "--task", "talker", "-n", "1").rstrip().endswith(

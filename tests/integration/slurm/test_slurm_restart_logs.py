@@ -66,7 +66,7 @@ def test_restart_keeps_the_output_and_sandbox_of_the_failed_attempt(
 def test_workflow_logs_return_every_attempt_in_osmo_format(slurm_engine: EngineRunner,
                                                            restarted: str) -> None:
     service = Service(slurm_engine.engine)
-    lines = service.logs(restarted, User("admin", admin=True))
+    lines = list(service.logs(restarted, User("admin", admin=True)))
     assert lines, "no log lines"
     matches = [OSMO_LINE.match(line.text) for line in lines]
     assert all(matches), [line.text for line, m in zip(lines, matches) if not m]
@@ -74,8 +74,8 @@ def test_workflow_logs_return_every_attempt_in_osmo_format(slurm_engine: EngineR
     by_attempt = {r: [line.text for line in lines if line.retry_id == r] for r in (0, 1)}
     assert any(t.endswith("[again] first attempt asks for a restart") for t in by_attempt[0])
     assert any(t.endswith("[again] found output: from attempt one") for t in by_attempt[1])
-    last = service.logs(restarted, User("admin", admin=True), task="again", retry_id=1,
-                        last_lines=2)
+    last = list(service.logs(restarted, User("admin", admin=True), task="again", retry_id=1,
+                             last_lines=2))
     assert len(last) == 2 and all(line.retry_id == 1 for line in last)
 
 

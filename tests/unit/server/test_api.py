@@ -201,8 +201,10 @@ def test_logs_as_json_lines(api, tmp_path: Path) -> None:
     assert answer.headers["content-type"].startswith("application/x-ndjson")
     rows = [json.loads(line) for line in answer.text.splitlines()]
     assert rows == [
-        {"time": "2026-01-02T03:04:00+00:00", "task": "hello", "retry_id": 0, "line": "first"},
-        {"time": "2026-01-02T03:04:01+00:00", "task": "hello", "retry_id": 0, "line": "second"},
+        {"time": "2026-01-02T03:04:00+00:00", "task": "hello", "retry_id": 0, "line": "first",
+         "source": "task", "cut": False},
+        {"time": "2026-01-02T03:04:01+00:00", "task": "hello", "retry_id": 0, "line": "second",
+         "source": "task", "cut": False},
     ]
 
 

@@ -1,0 +1,224 @@
+"""Reading task logs for the API with bounded memory: from file offsets, lazily, merged by time.
+
+What it holds at once, whatever the size of the logs: for each attempt's ``task.log`` a batch
+of lines of at most ``BATCH_BYTES`` divided among the files (at least ``MIN_BATCH_BYTES``
+each) plus one line, and a line is at most ``MAX_READ_LINE_BYTES``. A file is open only while
+a batch is read, so a workflow of thousands of attempts needs no more than one descriptor.
+
+- ``-n N`` (``last_lines``) finds where each file's last N lines start by reading it backwards
+  from its end in blocks (``tail_offset``), never from the start.
+- A line longer than ``MAX_READ_LINE_BYTES`` (the runner never writes one: it cuts at 64 KiB
+  of output, at most 4 times that once escaped; a file written by something else may have
+  one) is shown up to there, followed by ``[... N more bytes of this line not shown]``; the
+  reader skips the rest without holding it.
+- Control characters are escaped again as lines are read (``escape_control``, which leaves
+  the runner's own escapes as they are), so a log written by an older runner cannot forge
+  lines either.
+- Follow mode reads only complete lines (a line still being written waits for its newline),
+  and remembers each file's offset between polls.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from trainyard.runner.report import MAX_LINE_BYTES, escape_control, parse_line
+
+__all__ = ["LogLine", "LogFile", "FLUSH", "read_merged", "tail_offset", "file_size",
+           "MAX_READ_LINE_BYTES", "BATCH_BYTES", "MIN_BATCH_BYTES"]
+
+MAX_READ_LINE_BYTES = 4 * MAX_LINE_BYTES + 1024
+"""The longest line served as it is; the time, tag and a 64 KiB piece the runner escaped."""
+BATCH_BYTES = 1 << 20
+"""Bytes of lines read ahead for all files of one request together."""
+MIN_BATCH_BYTES = 8 * 1024
+TAIL_BLOCK_BYTES = 64 * 1024
+FLUSH = None
+"""Yielded by a follow stream before it waits: whatever is batched should go out now."""
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a task's log: its task, attempt and OSMO-format text
+    (``YYYY/MM/DD HH:MM:SS [task] text``, UTC), control characters escaped."""
+
+    task: str
+    retry_id: int
+    text: str
+
+    @property
+    def stamp(self) -> str:
+        """The line's ``YYYY/MM/DD HH:MM:SS`` prefix (sorts by time)."""
+        return self.text[:19]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"time": ISO 8601 UTC or None, "task", "retry_id", "line", "source", "cut"}``:
+        ``line`` is the text after the time and the ``[task]`` tag (runner lines keep
+        ``[trainyard]``, a cut piece loses its ``[cut]``); ``source`` is ``runner`` for the
+        runner's own lines and ``task`` for the command's output, which cannot set it;
+        ``cut``: a piece of a longer line that the next line of the attempt continues. A
+        line in no known shape is ``task`` output with ``time`` None and all its text."""
+        parts = parse_line(self.text, self.task)
+        when = _iso(parts.stamp)
+        if when is None:
+            return {"time": None, "task": self.task, "retry_id": self.retry_id,
+                    "line": self.text, "source": "task", "cut": False}
+        return {"time": when, "task": self.task, "retry_id": self.retry_id, "line": parts.text,
+                "source": parts.source, "cut": parts.cut}
+
+
+@functools.lru_cache(maxsize=4096)
+def _iso(stamp: str | None) -> str | None:
+    """``YYYY/MM/DD HH:MM:SS`` as ISO 8601 UTC; None when it is no time. Cached: the lines
+    of a log share few stamps, and ``strptime`` was most of the cost of ``-f json``."""
+    if stamp is None:
+        return None
+    try:
+        return datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S").replace(
+            tzinfo=timezone.utc).isoformat()
+    except ValueError:
+        return None
+
+
+@dataclass
+class LogFile:
+    """One attempt's ``task.log`` and how far it has been read (``offset``)."""
+
+    task: str
+    retry_id: int
+    path: Path
+    offset: int = 0
+    skipping: bool = False
+    """In the middle of a line too long to show: the rest up to its newline is skipped."""
+    _skipped: int = field(default=0, repr=False)
+    _head: bytes = field(default=b"", repr=False)
+
+    def batch(self, end: int, budget_bytes: int, follow: bool) -> list[LogLine]:
+        """The lines from ``offset`` up to byte ``end``: at least one when there is one,
+        then more until ``budget_bytes``; ``offset`` advances past them. A last line without
+        newline before ``end`` is a line; with ``follow`` it waits for its newline.
+
+        Raises:
+            FileNotFoundError: the file is gone.
+        """
+        lines: list[LogLine] = []
+        if self.offset >= end:
+            return lines
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            used = 0
+            while self.offset < end and (not lines or used < budget_bytes):
+                raw = handle.readline(min(MAX_READ_LINE_BYTES, end - self.offset))
+                if not raw or (follow and not self.skipping and not raw.endswith(b"\n")
+                               and len(raw) < MAX_READ_LINE_BYTES):
+                    break  # the file is shorter than end, or a line is still being written
+                self.offset += len(raw)
+                used += len(raw)
+                line = self._take(raw)
+                if line is not None:
+                    lines.append(line)
+        if self.skipping and not follow and self.offset >= end:
+            lines.append(self._shortened())
+        return lines
+
+    def _take(self, raw: bytes) -> LogLine | None:
+        """The line that ``raw`` (just read) ends, if any."""
+        complete = raw.endswith(b"\n")
+        if self.skipping:
+            self._skipped += len(raw) - complete
+            return self._shortened() if complete else None
+        if complete or len(raw) < MAX_READ_LINE_BYTES:
+            text = raw.removesuffix(b"\n").decode("utf-8", errors="replace")
+            return LogLine(self.task, self.retry_id, escape_control(text))
+        self.skipping, self._skipped, self._head = True, 0, raw
+        return None
+
+    def _shortened(self) -> LogLine:
+        """The start of a line too long to show, with how much of it was left out."""
+        text = escape_control(self._head.decode("utf-8", errors="replace"))
+        self.skipping, self._head = False, b""
+        return LogLine(self.task, self.retry_id,
+                       f"{text} [... {self._skipped} more bytes of this line not shown]")
+
+
+def tail_offset(path: Path, end: int, count: int, *, complete_only: bool = False) -> tuple[int, int]:
+    """Where the last ``count`` lines before byte ``end`` of ``path`` start, found by
+    reading backwards from ``end`` in blocks.
+
+    Args:
+        path: the file (missing: no lines).
+        end: where the lines end (the file's size when they were counted).
+        count: how many lines.
+        complete_only: bytes after the last newline are no line (follow mode), instead of
+            a last line without newline.
+
+    Returns:
+        ``(offset, lines)``: the byte offset where they start and how many lines (at most
+        ``count``) lie between it and ``end``.
+    """
+    if end <= 0 or count <= 0:
+        return end, 0
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return end, 0
+    with handle:
+        pos, seen, wanted, unfinished = end, 0, None, False
+        while pos > 0:
+            start = max(0, pos - TAIL_BLOCK_BYTES)
+            handle.seek(start)
+            block = handle.read(pos - start)
+            if wanted is None:
+                ends_line = block.endswith(b"\n")
+                wanted = count + 1 if ends_line or complete_only else count
+                unfinished = not ends_line and not complete_only
+            index = len(block)
+            while (index := block.rfind(b"\n", 0, index)) >= 0:
+                seen += 1
+                if seen == wanted:
+                    return start + index + 1, count
+            pos = start
+    return 0, seen + 1 if unfinished else seen
+
+
+def read_merged(files: Iterable[LogFile], ends: dict[Path, int], *, follow: bool,
+                skip: int = 0) -> Iterator[LogLine]:
+    """The lines of ``files`` from their offsets up to ``ends[path]``, merged by time (a
+    file's own order is kept; equal times keep the files' order), the first ``skip`` left
+    out. Reads lazily, one batch per file at a time (see the module docstring)."""
+    chosen = list(files)
+    budget = max(MIN_BATCH_BYTES, BATCH_BYTES // max(1, len(chosen)))
+    streams = [_stream(f, ends.get(f.path, 0), budget, follow) for f in chosen]
+    for index, line in enumerate(heapq.merge(*streams, key=_stamp)):
+        if index >= skip:
+            yield line
+
+
+def _stamp(line: LogLine) -> str:
+    return line.stamp
+
+
+def _stream(log: LogFile, end: int, budget_bytes: int, follow: bool) -> Iterator[LogLine]:
+    while True:
+        try:
+            lines = log.batch(end, budget_bytes, follow)
+        except FileNotFoundError:
+            return
+        if not lines:
+            return
+        yield from lines
+
+
+def file_size(path: Path) -> int:
+    """``path``'s size now, 0 when it does not exist."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
