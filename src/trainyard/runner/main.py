@@ -150,7 +150,8 @@ class Runner:
         own = {k: self.prepare(v) for k, v in self.run.environment.items()}
         own.update(task_environment(self.run, {**self.base_env, **own}))
         own.update(self.run.sandbox.env)
-        return {**self.base_env, **own}, own
+        base = {k: v for k, v in self.base_env.items() if k != "TRAINYARD_TOKEN"}  # never inherited
+        return {**base, **own}, own
 
     def argv(self, visible: dict[str, str]) -> list[str]:
         """Command and args with paths, tokens and ``$(VAR)`` resolved."""
@@ -357,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m trainyard.runner RUN_JSON", file=sys.stderr)
         return 2
+    os.umask(0o077)  # task.log, events.jsonl: the owner's only (the command gets 022 back)
     runner = Runner(load_run(Path(args[0])))
     proctree.set_child_subreaper()
     signal.signal(signal.SIGTERM, runner.on_signal)

@@ -17,6 +17,21 @@ from trainyard.server.auth import TokenRegistry
 from trainyard.server.process import info_path, write_info
 
 
+def private_process() -> None:
+    """Make what this process (and the launcher and runners it starts) creates readable
+    by its owner only: umask 077 (store, server.json, run.json, task.log, events.jsonl).
+    Also forget a ``TRAINYARD_TOKEN`` it was started with, so that no task inherits it."""
+    os.umask(0o077)
+    os.environ.pop("TRAINYARD_TOKEN", None)
+
+
+def _tighten(home: "os.PathLike[str]") -> None:
+    """``home`` becomes 0700 when it is ours and others could enter it."""
+    st = os.stat(home)
+    if st.st_uid == os.getuid() and st.st_mode & 0o077:
+        os.chmod(home, 0o700)
+
+
 def build_app():  # noqa: ANN201 - FastAPI app
     """The app for ``$TRAINYARD_HOME`` with its store and engine."""
     from trainyard.engine.reconciler import Engine
@@ -27,7 +42,8 @@ def build_app():  # noqa: ANN201 - FastAPI app
     home = trainyard_home()
     url = os.environ.get("TRAINYARD_DATABASE_URL") or default_url(home)
     engine = Engine(Store(url), home, pools=load_pools())
-    return create_app(Service(engine), TokenRegistry(home))
+    service = Service(engine)
+    return create_app(service, TokenRegistry(home, service.task_token_owner))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -36,7 +52,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    private_process()
     home = trainyard_home()
+    _tighten(home)
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))

@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 import trainyard
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
-from trainyard.server.auth import TokenRegistry, User
+from trainyard.server.auth import TokenRegistry, User, refuse_task_token
 from trainyard.server.service import LogLine, Service, SpecRequest, spec_error_json
 from trainyard.store import Store
 
@@ -176,6 +176,7 @@ def _app_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/app/{name}")
     def create(name: str, req: AppRequest, u: Caller) -> dict[str, Any]:
+        refuse_task_token(u, "create an app")
         owner = _app_owner(store, name, u, "add a version to")
         service.load(SpecRequest(spec_text=req.spec_text, files=req.files, spec_name=name,
                                  set=req.set, set_string=req.set_string))
@@ -194,6 +195,7 @@ def _app_routes(app: FastAPI, service: Service) -> None:
     @app.post("/api/app/{name}/submit")
     def submit_app(name: str, req: SpecRequest, u: Caller, version: int | None = None,
                    dry_run: bool = False) -> dict[str, Any]:
+        refuse_task_token(u, "submit a workflow")
         a = store.get_app(name, version)
         full = req.model_copy(update={"spec_text": a.spec_text, "files": a.files,
                                       "spec_name": f"{a.name}:{a.version}"})
@@ -201,6 +203,7 @@ def _app_routes(app: FastAPI, service: Service) -> None:
 
     @app.delete("/api/app/{name}")
     def delete(name: str, u: Caller) -> dict[str, Any]:
+        refuse_task_token(u, "delete an app")
         _app_owner(store, name, u, "delete")
         return {"name": name, "deleted_versions": store.delete_app(name)}
 

@@ -20,9 +20,10 @@ from trainyard import spec as specapi
 from trainyard.engine import machine as m
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.engine.status import WorkflowStatus
-from trainyard.errors import ConfigError, ForbiddenError, NotFoundError, SpecError, SpecProblem
+from trainyard.errors import (AuthError, ConfigError, ForbiddenError, NotFoundError, SpecError,
+                              SpecProblem)
 from trainyard.pools import DEFAULT_POOL, Pool
-from trainyard.server.auth import User
+from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import WorkflowRecord
@@ -83,6 +84,22 @@ class Service:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+
+    def task_token_owner(self, workflow_id: str) -> str:
+        """The submitter a task token of ``workflow_id`` acts as (``TokenRegistry``'s
+        ``workflow_owner``).
+
+        Raises:
+            AuthError: the workflow is unknown or has ended (its tasks' tokens expire with it).
+        """
+        try:
+            record = self.engine.store.get_workflow(workflow_id)
+        except NotFoundError:
+            raise AuthError("unknown token") from None
+        if WorkflowStatus(record.status).is_terminal():
+            raise AuthError(f"task token of workflow {workflow_id}: the workflow ended "
+                            f"({record.status}); task tokens expire with their workflow")
+        return record.submitted_by
 
     # ------------------------------------------------------------------ specs
 
@@ -150,6 +167,7 @@ class Service:
             SpecError, NotFoundError: as ``load``; NotFoundError and ForbiddenError also as
                 ``_check_other_workflows``.
         """
+        refuse_task_token(user, "submit a workflow")
         loaded = self.load(req)
         self._check_other_workflows(loaded.workflow, user)
         source = {"request": req.model_dump()}
@@ -180,6 +198,7 @@ class Service:
         """Submit again the stored request of ``workflow_id`` (its ``--set`` values kept,
         those in ``overrides`` appended, so they win). With ``dry_run``, nothing is stored:
         the answer is ``dry_run``'s."""
+        refuse_task_token(user, "submit a workflow")
         record = self._readable(workflow_id, user)
         stored = SpecRequest.model_validate(record.source["request"])
         if overrides is not None:
@@ -193,6 +212,9 @@ class Service:
     # ------------------------------------------------------------------ reads
 
     def _readable(self, workflow_id: str, user: User) -> WorkflowRecord:
+        if user.workflow is not None and workflow_id != user.workflow:
+            raise ForbiddenError(f"a task token of workflow {user.workflow} may not read or "
+                                 f"change workflow {workflow_id}")
         record = self.engine.store.get_workflow(workflow_id)
         if not user.admin and record.submitted_by != user.name:
             raise ForbiddenError(
@@ -217,6 +239,8 @@ class Service:
             ConfigError: an unknown status (the valid ones are named) or ``count`` below 1.
         """
         _check_list_filters(statuses, count)
+        if user.workflow is not None:  # a task token sees its own workflow only
+            return [_summary_json(self._readable(user.workflow, user))]
         records = self.engine.store.list_workflows(
             statuses=statuses, name=name, labels=labels, count=count,
             submitted_by=None if user.admin else user.name,
@@ -228,12 +252,14 @@ class Service:
     def cancel(self, workflow_id: str, user: User) -> dict[str, Any]:
         """Cancel; returns the workflow summary."""
         self._readable(workflow_id, user)
+        refuse_task_token(user, "cancel a workflow")
         self.engine.cancel(workflow_id)
         return _summary_json(self.engine.store.get_workflow(workflow_id))
 
     def restart(self, workflow_id: str, user: User) -> dict[str, Any]:
         """Run the failed groups of a failed workflow again, keeping completed ones."""
         self._readable(workflow_id, user)
+        refuse_task_token(user, "restart a workflow")
         self.engine.restart(workflow_id)
         return _summary_json(self.engine.store.get_workflow(workflow_id))
 
