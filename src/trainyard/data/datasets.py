@@ -84,6 +84,24 @@ class DatasetInfo:
         return sorted(t for t, v in self.tags.items() if v == version)
 
 
+def check_inside(version: DatasetVersion) -> DatasetVersion:
+    """``version`` if every file path of its manifest is relative and stays inside the
+    dataset: not absolute, no ``..`` part, no NUL (a manifest crafted in the store must not
+    make a download write outside its folder, nor read outside the dataset).
+
+    Raises:
+        DataError: names the version and the path.
+    """
+    for item in version.files:
+        rel = item.path
+        parts = rel.replace("\\", "/").split("/")
+        if not rel or rel.startswith(("/", "\\")) or ".." in parts or "\0" in rel:
+            raise DataError(f"dataset {version.name} version {version.version}: file path "
+                            f"{rel!r} is absolute or leaves the dataset ('..'); this manifest "
+                            "was not written by trainyard: refused")
+    return version
+
+
 def check_name(name: str, what: str = "dataset name") -> str:
     """``name`` if valid: letters, digits, ``.``, ``_``, ``-``, at most 128, not starting
     with punctuation. Raises DataError naming the rule."""
@@ -221,7 +239,7 @@ class DatasetStore:
             NotFoundError: no such dataset, version, tag or path.
             DataError: a transfer failed for good (names the file and the cause).
         """
-        version = self.resolve(ref)
+        version = check_inside(self.resolve(ref))
         chosen = _select(version, path, file_filter(regex))
         data = self.loc.join(version.name, "data", version.upload_id)
         remote = [RemoteFile(posixpath.join(data, f.path), rel, f.size) for rel, f in chosen]

@@ -333,11 +333,22 @@ class Mover:
             DataError: a file failed for good.
         """
         digests = digests or {}
+        for f in files:
+            _check_target(dest, f.rel)
         jobs = [FileJob(f.rel, f.path, str(dest / f.rel), f.size, digests.get(f.rel),
                         where=f"{loc.fs.unstrip_protocol(f.path)} -> {dest / f.rel}") for f in files]
         stats = self.run(jobs, self.download_action(loc), "download", loc)
         self.log(stats.summary("downloaded", f"from {loc.show()}"))
         return stats
+
+
+def _check_target(dest: Path, rel: str) -> None:
+    """Refuse a download whose ``rel`` would land outside ``dest`` (absolute, ``..``):
+    a crafted listing or manifest must not write elsewhere. Raises DataError."""
+    parts = rel.replace("\\", "/").split("/")
+    if not rel or os.path.isabs(rel) or rel.startswith("\\") or ".." in parts:
+        raise DataError(f"refused to download {rel!r}: the path is absolute or leaves "
+                        f"{dest} ('..')")
 
 
 class _ChangedWhileSending(OSError):
