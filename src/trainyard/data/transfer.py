@@ -284,8 +284,11 @@ class Mover:
                 storage.put_file(loc, local, job.target, callback)
                 return None
             before = _stamp(local)
-            sha = sha256_file(local)
-            storage.put_file(loc, local, job.target, callback)
+            if loc.is_local:  # one read: hashed while copied
+                sha = storage.copy_hashing(local, Path(job.target), callback)
+            else:
+                sha = sha256_file(local)
+                storage.put_file(loc, local, job.target, callback)
             if _stamp(local) != before:
                 raise _ChangedWhileSending(f"{local} changed while it was uploaded")
             return sha
@@ -298,10 +301,14 @@ class Mover:
 
         def action(job: FileJob, callback: Callback) -> str | None:
             target = Path(job.target)
-            storage.get_file(loc, job.source, target, callback)
             if job.sha256 is None:
+                storage.get_file(loc, job.source, target, callback)
                 return None
-            got = sha256_file(target)
+            if loc.is_local:  # one read: hashed while copied
+                got = storage.copy_hashing(Path(job.source), target, callback)
+            else:
+                storage.get_file(loc, job.source, target, callback)
+                got = sha256_file(target)
             if got != job.sha256:
                 target.unlink(missing_ok=True)
                 raise ChecksumMismatch(f"sha256 {got[:12]}... is not the expected {job.sha256[:12]}...")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainyard import dataroots
 from trainyard.backends.base import Backend, TaskKey, TaskLaunch, TaskResources
 from trainyard.engine.machine import StartTasks, WorkflowState
 from trainyard.engine.scheduler import Placement
@@ -94,6 +95,7 @@ def _task_run(ctx: LaunchContext, spec: TaskSpec, retry_id: int, shared: dict[st
         checkpoints=[c.model_dump(mode="json") for c in spec.checkpoint],
         hosts=shared["hosts"], group_tasks=group_tasks, task_index=group_tasks.index(spec.name),
         barrier=shared["barrier"], run_dir=str(run_dir), output_dir=str(run_dir / "output"),
+        data_roots=dataroots.data_roots(ctx.pool.options, ctx.home), data_home=str(ctx.home),
     )
 
 

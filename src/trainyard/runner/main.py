@@ -30,6 +30,7 @@ from trainyard.engine.status import ExitCode
 from trainyard.errors import DataError
 from trainyard.runner import proctree
 from trainyard.runner.barrier import BarrierTimeout, wait_for_group
+from trainyard import dataroots
 from trainyard.runner.checkpoint import Checkpointer
 from trainyard.runner.command import CommandProcess
 from trainyard.runner.data import DataHook, load_data_hook
@@ -184,6 +185,29 @@ class Runner:
             return Path(self.rewriter.rewrite(path))
         return Path(self.rewriter.place(path))
 
+    # ------------------------------------------------------------------ data roots
+
+    def data_url_problem(self, url: str) -> str | None:
+        """Why ``url`` may not be used (``trainyard.dataroots``), None when it may; symlinks
+        are resolved now, just before the transfer."""
+        if self.run.data_roots is None:
+            return None
+        home = Path(self.run.data_home or "/nonexistent-trainyard-home")
+        return dataroots.url_problem(url, self.run.data_roots, home)
+
+    def check_data_url(self, url: str, code: int, what: str) -> None:
+        """Raise StepFailed(``code``) when ``url`` is outside the pool's data roots."""
+        problem = self.data_url_problem(url)
+        if problem:
+            raise StepFailed(code, f"{what}: refused: {problem}")
+
+    def data_url_allowed(self, url: str) -> bool:
+        """For a checkpoint (which never fails the task): logs and skips a refused URL."""
+        problem = self.data_url_problem(self.storage_url(url))
+        if problem:
+            self.log.runner(f"checkpoint to {scrub(url)} refused: {problem}")
+        return problem is None
+
     # ------------------------------------------------------------------ steps
 
     def download_inputs(self) -> None:
@@ -195,6 +219,7 @@ class Runner:
                                  f"input {index} ({item.kind} {item.name}): {item.unavailable}")
             if item.kind == "url":
                 item = item.model_copy(update={"source": self.storage_url(item.source)})
+                self.check_data_url(item.source, ExitCode.DOWNLOAD_FAILED, f"input {index}")
             try:
                 count = self.hook.download(item, dest)
             except DataError as exc:
@@ -242,7 +267,7 @@ class Runner:
                                       pid_namespace=bool(self.run.sandbox.mounts))
         checkpoints = [Checkpointer(c.model_copy(update={"url": self.storage_url(c.url)}),
                                     self.local_path(c.path), self.hook, self.log.runner)
-                       for c in self.run.checkpoints]
+                       for c in self.run.checkpoints if self.data_url_allowed(c.url)]
         try:
             self.command.start()
         except OSError as exc:
@@ -285,6 +310,7 @@ class Runner:
         for target in self.run.outputs:
             if target.url is not None:
                 target = target.model_copy(update={"url": self.storage_url(target.url)})
+                self.check_data_url(target.url, ExitCode.UPLOAD_FAILED, "output")
             where = scrub(target.url or (target.dataset.name if target.dataset else "?"))
             try:
                 count = self.hook.upload(self.run.output_path, target)

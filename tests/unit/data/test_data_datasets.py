@@ -97,16 +97,16 @@ def test_failed_upload_leaves_no_version_and_no_files(
     monkeypatch.setenv("TRAINYARD_DATA_WORKERS", "1")
     root = write_tree(tmp_path / "a", {f"f{i}.txt": str(i) for i in range(5)})
     files = plan_uploads([f"{root}/"], None)
-    real = storage.put_file
+    real = storage.copy_hashing  # a file:// upload copies and hashes in one pass
     count: list[int] = []
 
-    def failing(*args: object, **kwargs: object) -> None:
+    def failing(*args: object, **kwargs: object) -> str:
         count.append(1)
         if len(count) == 3:
             raise PermissionError("disk says no")
-        real(*args, **kwargs)  # type: ignore[arg-type]
+        return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(storage, "put_file", failing)
+    monkeypatch.setattr(storage, "copy_hashing", failing)
     store = DatasetStore()
     with pytest.raises(DataError, match=r"f2\.txt.*PermissionError: disk says no"):
         store.upload("ds", files)
