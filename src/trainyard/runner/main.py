@@ -125,6 +125,10 @@ class Runner:
         """The data layer, loaded on first use: a task that moves no data never imports it."""
         if self._hook is None:
             self._hook = load_data_hook(self.log.runner)
+            if self.run.user is not None and hasattr(self._hook, "actor"):
+                from trainyard.data.datasets import Actor  # the data layer, when present
+
+                self._hook.actor = Actor(self.run.user)
         return self._hook
 
     def _rewriter(self) -> PathRewriter | None:

@@ -218,6 +218,8 @@ class TaskRun(_Model):
     """Host folders ``file://`` URLs may use (``trainyard.dataroots``), with ``data_home``
     (``$TRAINYARD_HOME``); None: not checked here (the engine always sets them)."""
     data_home: str | None = None
+    user: str | None = None
+    """The workflow's submitter: datasets are read and written as them (None: unchecked)."""
 
     @model_validator(mode="after")
     def _defaults(self) -> TaskRun:

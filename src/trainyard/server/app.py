@@ -106,6 +106,11 @@ def _routes(app: FastAPI, service: Service) -> None:
     def version(_u: Caller) -> dict[str, str]:
         return {"version": trainyard.__version__}
 
+    @app.get("/api/whoami")
+    def whoami(u: Caller) -> dict[str, Any]:
+        """Who the token is: ``{"user", "admin", "workflow"}`` (``workflow``: a task token's)."""
+        return {"user": u.name, "admin": u.admin, "workflow": u.workflow}
+
     @app.post("/api/workflow/validate")
     def validate(req: SpecRequest, _u: Caller) -> dict[str, Any]:
         loaded = service.load(req)
