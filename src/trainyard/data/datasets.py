@@ -245,6 +245,11 @@ class DatasetStore:
         raise ForbiddenError(f"dataset {name} belongs to {acl['owner']}; only they or an "
                              f"admin may {action} it")
 
+    def check_may_write(self, name: str) -> None:
+        """Raise ForbiddenError unless the actor may add versions to ``name`` (its owner, an
+        admin, or nobody owns it yet)."""
+        self._check_write(check_name(name), "add a version to")
+
     def _claim(self, name: str) -> None:
         """Make the actor the owner of a new dataset (exclusive create: the first creator
         wins; a second one is then checked like anyone else)."""

@@ -160,16 +160,45 @@ class Service:
                 except ForbiddenError as exc:
                     raise ForbiddenError(f"{where}: {exc}") from None
 
+    def _check_datasets(self, workflow: WorkflowSpec, user: User) -> None:
+        """Each dataset the workflow reads exists for ``user`` only if shared with them, and
+        each it writes is theirs (``data.datasets`` ownership), so that a task does not fail
+        later with 2010/2012 for it. A dataset that does not exist yet passes (an upstream
+        task may make it). Only on the default dataset store, which the runners use.
+
+        Raises:
+            ForbiddenError: names the task, the input or output, and the owner.
+        """
+        from trainyard.data.datasets import Actor, DatasetStore, parse_ref  # on use
+
+        refs = [(task.name, f"input {i}", item.dataset.name, False)
+                for task in workflow.all_tasks() for i, item in enumerate(task.inputs) if item.dataset]
+        refs += [(task.name, f"output {i}", item.dataset.name, True)
+                 for task in workflow.all_tasks() for i, item in enumerate(task.outputs) if item.dataset]
+        if not refs or user.admin:
+            return
+        store = DatasetStore(actor=Actor(user.name, user.admin))
+        for task, what, ref, write in refs:
+            name, _selector = parse_ref(ref)
+            try:
+                if write:
+                    store.check_may_write(name)
+                elif store.versions(name):
+                    store.info(name)
+            except ForbiddenError as exc:
+                raise ForbiddenError(f"task {task!r} {what} (dataset {ref}): {exc}") from None
+
     def submit(self, req: SpecRequest, user: User) -> dict[str, Any]:
         """Validate and start a workflow. Returns ``{"id", "name", "status"}``.
 
         Raises:
             SpecError, NotFoundError: as ``load``; NotFoundError and ForbiddenError also as
-                ``_check_other_workflows``.
+                ``_check_other_workflows``; ForbiddenError as ``_check_datasets``.
         """
         refuse_task_token(user, "submit a workflow")
         loaded = self.load(req)
         self._check_other_workflows(loaded.workflow, user)
+        self._check_datasets(loaded.workflow, user)
         source = {"request": req.model_dump()}
         record = self.engine.submit(Submission(
             spec=loaded.workflow, spec_text=loaded.rendered_text, user=user.name,

@@ -24,6 +24,31 @@ default-values:
   dataset: none
 """
 
+WRITER = """
+workflow:
+  name: writer
+  tasks:
+  - name: t
+    command: [sh, -c, "echo x > {{output}}/x.txt"]
+    outputs:
+    - dataset: {name: {{ dataset }}}
+default-values:
+  dataset: none
+"""
+
+LATE_READER = """
+workflow:
+  name: late-reader
+  tasks:
+  - name: first
+    command: [sleep, "8"]
+  - name: read
+    command: [sh, -c, "cat {{input:1}}/x.txt"]
+    inputs:
+    - task: first
+    - dataset: {name: bobs-late}
+"""
+
 
 @pytest.fixture(scope="module")
 def people(server: Server) -> dict[str, dict[str, str]]:
@@ -73,23 +98,42 @@ def test_another_user_reads_only_what_is_shared_and_never_writes(
     assert gone.code == 0, gone.err
 
 
-def test_a_task_reads_datasets_as_its_submitter(server: Server, people: dict[str, dict[str, str]],
-                                                tmp_path: Path) -> None:
+def test_a_dataset_not_shared_is_refused_at_submit(server: Server,
+                                                   people: dict[str, dict[str, str]],
+                                                   tmp_path: Path) -> None:
     bob, carol = people["ds-bob"], people["ds-carol"]
     assert upload(server, tmp_path, "bobs-private", bob) == 0
     spec = tmp_path / "reader.yaml"
     spec.write_text(READER)
-    ids = {}
-    for who, env in (("bob", bob), ("carol", carol)):
-        done = server.cli("workflow", "submit", str(spec), "--set", "dataset=bobs-private",
-                          "-f", "json", **env)
-        assert done.code == 0, done.err
-        ids[who] = json.loads(done.out)["id"]
-    assert server.wait(ids["bob"])["status"] == "COMPLETED", server.logs(ids["bob"])
-    assert "data of bobs-private" in server.logs(ids["bob"])
-    final = server.wait(ids["carol"])
-    assert final["status"] == "FAILED", final
-    assert final["groups"][0]["tasks"][0]["exit_code"] == 2010
-    logs = server.logs(ids["carol"])
+    before = server.ids()
+    refused = server.cli("workflow", "submit", str(spec), "--set", "dataset=bobs-private", **carol)
+    assert refused.code == 8, refused.err
+    assert "task 't' input 0 (dataset bobs-private): dataset bobs-private belongs to ds-bob" \
+        in refused.err
+    writer = tmp_path / "writer.yaml"
+    writer.write_text(WRITER)
+    refused = server.cli("workflow", "submit", str(writer), "--set", "dataset=bobs-private",
+                         **carol)
+    assert refused.code == 8 and "only they or an admin may add a version" in refused.err
+    assert server.ids() == before
+    done = server.cli("workflow", "submit", str(spec), "--set", "dataset=bobs-private", "--wait",
+                      **bob)
+    assert done.code == 0, done.out + done.err
+
+
+def test_a_task_reads_datasets_as_its_submitter(server: Server, people: dict[str, dict[str, str]],
+                                                tmp_path: Path) -> None:
+    """The runner checks again: a dataset made (not shared) after submit fails the input."""
+    bob, carol = people["ds-bob"], people["ds-carol"]
+    spec = tmp_path / "late.yaml"
+    spec.write_text(LATE_READER)
+    done = server.cli("workflow", "submit", str(spec), "-f", "json", **carol)
+    assert done.code == 0, done.err
+    workflow_id = json.loads(done.out)["id"]
+    assert upload(server, tmp_path, "bobs-late", bob) == 0  # while the first task sleeps
+    final = server.wait(workflow_id)
+    tasks = {t["name"]: t for g in final["groups"] for t in g["tasks"]}
+    assert tasks["read"]["exit_code"] == 2010, final
+    logs = server.logs(workflow_id)
     assert "belongs to ds-bob and is not shared with ds-carol" in logs, logs
-    assert "data of bobs-private" not in logs
+    assert "data of bobs-late" not in logs
