@@ -35,6 +35,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
     "training_throughput": (["--launch-compare", "--repeat", "6", "--epochs", "40"],
                             ["--epochs", "5", "--repeat", "1"]),
     "slurm_submit": (["--repeat", "10"], ["--repeat", "2"]),
+    "chaos": (["--workflows", "200", "--kills", "50"], ["--workflows", "6", "--kills", "2"]),
 }
 SCRIPT = {"engine_overhead": "engine_throughput", "engine_throughput": "engine_throughput"}
 

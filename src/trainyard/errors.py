@@ -60,20 +60,33 @@ class SpecProblem:
     file: str | None = None
 
     def __str__(self) -> str:
+        return self._text("")
+
+    def warning_text(self) -> str:
+        """The one line printed for a warning: ``file:line: warning: path: message``."""
+        return self._text(" warning:")
+
+    def to_json(self) -> dict[str, object]:
+        """``{"path", "message", "line", "file"}``; ``SpecProblem(**row)`` reads it back."""
+        return {"path": self.path, "message": self.message, "line": self.line, "file": self.file}
+
+    def _text(self, kind: str) -> str:
         where = self.file or "spec"
         if self.line is not None:
             where = f"{where}:{self.line}"
         field = f" {self.path}:" if self.path else ""
-        return f"{where}:{field} {self.message}"
+        return f"{where}:{kind}{field} {self.message}"
 
 
 class SpecError(TrainyardError):
-    """A spec was refused. ``problems`` lists every problem found, in spec order."""
+    """A spec was refused. ``problems`` lists every problem found, in spec order;
+    ``warnings`` what was found besides that would not have refused it."""
 
     exit_code = 2
 
-    def __init__(self, problems: list[SpecProblem]) -> None:
+    def __init__(self, problems: list[SpecProblem], warnings: list[SpecProblem] | None = None) -> None:
         self.problems = list(problems)
+        self.warnings = list(warnings or [])
         super().__init__("\n".join(str(p) for p in self.problems))
 
 

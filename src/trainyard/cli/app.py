@@ -12,7 +12,8 @@ from typing import Optional
 import typer
 
 from trainyard.cli.client import Client
-from trainyard.cli.output import Format, FormatOption, console, emit, table
+from trainyard.cli.output import (Format, FormatOption, console, emit, print_spec_warnings,
+                                  spec_warnings, table)
 from trainyard.cli.request import spec_request
 from trainyard.cli.workflow_ops import (DryRunOpt, LabelOpt, PoolOpt, SetEnvOpt, SetStringOpt,
                                         WaitOpt, after_submit)
@@ -47,6 +48,7 @@ def create(
     data = Client().json("POST", f"/api/app/{name}", json={
         "spec_text": req.spec_text, "files": req.files, "set": req.set,
         "set_string": req.set_string})
+    print_spec_warnings(spec_warnings(data))
     emit(data, fmt, lambda d: console.print(f"App {d['name']} version {d['version']} created"))
 
 

@@ -84,7 +84,8 @@ def _raise_for(response: httpx.Response) -> None:
         raise ServerError(f"server answered {response.status_code}: {response.text[:200]}")
     rows = body.get("detail", [])
     if _is_spec_error(response.status_code, body, rows):
-        raise SpecError([SpecProblem(**row) for row in rows])
+        warnings = body.get("warnings") or []
+        raise SpecError([SpecProblem(**row) for row in rows], [SpecProblem(**w) for w in warnings])
     rows = rows if isinstance(rows, list) else [rows]
     message = "; ".join(_row_message(row) for row in rows)
     raise _error_class(response.status_code, body.get("kind"))(message)

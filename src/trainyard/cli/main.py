@@ -92,10 +92,13 @@ def expand_multi_value_flags(argv: Sequence[str]) -> list[str]:
 
 
 def print_error(exc: TrainyardError) -> None:
-    """Write an error to stderr: one line per spec problem, else ``error: message``."""
+    """Write an error to stderr: one line per spec problem (then one per warning), else
+    ``error: message``."""
     if isinstance(exc, SpecError):
         for problem in exc.problems:
             typer.echo(str(problem), err=True)
+        for warning in exc.warnings:
+            typer.echo(warning.warning_text(), err=True)
     else:
         typer.echo(f"error: {exc}", err=True)
 

@@ -10,7 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["Format", "FormatOption", "console", "err_console", "emit", "table", "human_bytes"]
+from trainyard.errors import SpecProblem
+
+__all__ = ["Format", "FormatOption", "console", "err_console", "emit", "table", "human_bytes",
+           "spec_warnings", "print_spec_warnings"]
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -54,3 +57,16 @@ def human_bytes(value: float) -> str:
         if abs(value) >= size:
             return f"{value / size:.3g}{unit}"
     return f"{value:.0f}"
+
+
+def spec_warnings(data: Any) -> list[SpecProblem]:
+    """The spec warnings of a server answer (its ``"warnings"`` rows; none when absent)."""
+    rows = data.get("warnings") if isinstance(data, dict) else None
+    return [SpecProblem(**row) for row in rows or [] if isinstance(row, dict)]
+
+
+def print_spec_warnings(warnings: list[SpecProblem]) -> None:
+    """One line per spec warning on stderr (``file:line: warning: path: message``), whatever
+    the format: stdout stays the command's output."""
+    for warning in warnings:
+        typer.echo(warning.warning_text(), err=True)

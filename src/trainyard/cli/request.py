@@ -50,9 +50,12 @@ def spec_request(path: Path, *, set_values: list[str], set_strings: list[str],
     """The request for the spec at ``path`` with its ``localpath`` files.
 
     Raises:
-        SpecError: the spec cannot be read or rendered, or a ``localpath`` breaks a rule.
+        SpecError: the spec cannot be read or rendered, a ``localpath`` breaks a rule, or
+            the spec (as written, rendered, or with its files) is over ``MAX_SPEC_BYTES``:
+            refused here, before anything is sent.
     """
     try:
+        specapi.check_spec_size(path.stat().st_size, file=str(path))
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
@@ -69,5 +72,6 @@ def spec_request(path: Path, *, set_values: list[str], set_strings: list[str],
             problems.append(SpecProblem("files.localpath", str(exc), file=str(path)))
     if problems:
         raise SpecError(problems)
+    specapi.check_source_size(text, files, file=str(path))
     return SpecRequest(spec_text=text, spec_name=str(path), files=files, set=set_values,
                        set_string=set_strings, set_env=set_env, pool=pool, labels=labels or {})

@@ -19,9 +19,9 @@ import typer
 
 from trainyard import spec
 from trainyard.cli.client import Client, running_server_client
-from trainyard.cli.output import Format, FormatOption, emit
+from trainyard.cli.output import Format, FormatOption, emit, print_spec_warnings, spec_warnings
 from trainyard.cli.request import spec_request
-from trainyard.errors import SpecError
+from trainyard.errors import SpecError, SpecProblem
 from trainyard.pools import Pool, get_pool
 from trainyard.server.schema import SpecRequest
 
@@ -45,6 +45,9 @@ PoolOpt = Annotated[str | None, typer.Option(
 LocalOpt = Annotated[bool, typer.Option(
     "--local", help="Check on this machine against $TRAINYARD_HOME/pools.yaml even when a "
                     "server is configured or running.")]
+StrictOpt = Annotated[bool, typer.Option(
+    "--strict", help="Treat warnings (e.g. a key given twice in one mapping) as problems: "
+                     "the spec is refused (exit 2).")]
 
 WHERE_CHECKED = (
     "Checked by the server when one is configured (TRAINYARD_SERVER_URL) or the local one "
@@ -99,28 +102,48 @@ def _spec_server(local: bool) -> Client | None:
 def _validate_locally(path: Path, options: SpecOptions) -> dict[str, Any]:
     doc = _parse(_render(path, options), path, options)
     return {"valid": True, "name": doc.workflow.name,
-            "pool": options.choose_pool(doc.workflow.pool).name, "server": None}
+            "pool": options.choose_pool(doc.workflow.pool).name, "server": None,
+            "warnings": [w.to_json() for w in doc.warnings]}
 
 
 def _emit_problems(exc: SpecError, fmt: Format) -> None:
     if fmt is Format.json:
-        problems = [{"path": p.path, "message": p.message, "line": p.line, "file": p.file}
-                    for p in exc.problems]
-        emit({"valid": False, "problems": problems}, fmt, lambda _d: None)
+        emit({"valid": False, "problems": [p.to_json() for p in exc.problems],
+              "warnings": [w.to_json() for w in exc.warnings]}, fmt, lambda _d: None)
+
+
+def _line_order(problem: SpecProblem) -> tuple[bool, int]:
+    return problem.line is None, problem.line or 0
+
+
+def _strict(warnings: list[SpecProblem]) -> None:
+    """``--strict``: the warnings refuse the spec (SpecError, exit 2)."""
+    if warnings:
+        raise SpecError(warnings)
 
 
 @app.command("validate", help=f"""Render and check a spec; print every problem to stderr
-(exit 2) or success (exit 0). {WHERE_CHECKED} With --format json, stdout is one object:
-{{"valid": true, "name", "pool", "server": URL or null}}, or {{"valid": false, "problems":
-[{{"path", "message", "line", "file"}}]}} (the problems also go to stderr, exit 2).""")
+(exit 2) or success (exit 0). Warnings (e.g. a key given twice in one mapping: the last
+value is used, as in OSMO) go to stderr and do not change the exit status, unless --strict
+makes them problems. {WHERE_CHECKED} With --format json, stdout is one object:
+{{"valid": true, "name", "pool", "server": URL or null, "warnings": [...]}}, or
+{{"valid": false, "problems": [{{"path", "message", "line", "file"}}], "warnings": [...]}}
+(warnings have the problems' shape; the problems also go to stderr, exit 2).""")
 def validate_command(path: SpecArg, set_: SetOpt = None, set_string: SetStringOpt = None,
                      set_env: SetEnvOpt = None, label: LabelOpt = None, pool: PoolOpt = None,
-                     local: LocalOpt = False, fmt: Format = FormatOption) -> None:
+                     local: LocalOpt = False, strict: StrictOpt = False,
+                     fmt: Format = FormatOption) -> None:
     try:
         result = _validate(path, set_, set_string, set_env, label, pool, local)
+        warnings = spec_warnings(result)
+        if strict:
+            _strict(warnings)
     except SpecError as exc:
+        if strict and exc.warnings:
+            exc = SpecError(sorted(exc.problems + exc.warnings, key=_line_order))
         _emit_problems(exc, fmt)
-        raise
+        raise exc from None
+    print_spec_warnings(warnings)
     emit(result, fmt, lambda _d: typer.echo("Workflow validation succeeded."))
 
 
@@ -133,24 +156,63 @@ def _validate(path: Path, set_: list[str] | None, set_string: list[str] | None,
         return _validate_locally(path, options)
     req = _server_request(path, set_, set_string, set_env, label, pool)
     answer = client.json("POST", "/api/workflow/validate", json=req.model_dump())
-    return {**answer, "server": client.url}
+    return {**answer, "server": client.url, "warnings": answer.get("warnings", [])}
+
+
+SpecOrIdArg = Annotated[str, typer.Argument(
+    help="The workflow spec (YAML with Jinja), or the id of a submitted workflow (NAME-N).",
+    metavar="SPEC|WORKFLOW_ID")]
+TemplateOpt = Annotated[bool, typer.Option(
+    "--template", help="With a workflow id: the spec as written, before rendering.")]
 
 
 @app.command("spec", help=f"""Print the rendered spec (special tokens kept) once it validates.
 {WHERE_CHECKED} --set-env and --label are checked but, like the tokens, applied when the
-workflow runs: the text shows the spec as rendered.""")
-def spec_command(path: SpecArg, set_: SetOpt = None, set_string: SetStringOpt = None,
+workflow runs: the text shows the spec as rendered. Warnings go to stderr. Given the id of a
+submitted workflow (NAME-N) instead of a file, print the spec it was submitted with, as the
+server stored it (rendered; with --template, as written); that asks the server like
+`workflow query` does, starting the local one if none runs.""")
+def spec_command(source: SpecOrIdArg, set_: SetOpt = None, set_string: SetStringOpt = None,
                  set_env: SetEnvOpt = None, label: LabelOpt = None, pool: PoolOpt = None,
-                 local: LocalOpt = False) -> None:
+                 local: LocalOpt = False, template: TemplateOpt = False) -> None:
+    from trainyard.cli.workflow_ops import looks_like_workflow_id
+
+    path = Path(source)
+    if not path.exists() and looks_like_workflow_id(source):
+        _print_text(_stored_spec(source, template))
+        return
+    if template:
+        raise typer.BadParameter("--template goes with a workflow id (NAME-N), not a spec file",
+                                 param_hint="--template")
+    _print_text(_checked_spec(path, set_, set_string, set_env, label, pool, local))
+
+
+def _stored_spec(workflow_id: str, template: bool) -> str:
+    answer = Client().request("GET", f"/api/workflow/{workflow_id}/spec",
+                              params={"template": template})
+    return answer.text
+
+
+def _print_text(text: str) -> None:
+    typer.echo(text, nl=not text.endswith("\n"))
+
+
+def _checked_spec(path: Path, set_: list[str] | None, set_string: list[str] | None,
+                  set_env: list[str] | None, label: list[str] | None, pool: str | None,
+                  local: bool) -> str:
+    """The rendered text of the spec file once it validates (its warnings printed)."""
     client = _spec_server(local)
     if client is None:
         options = SpecOptions.parse(set_, set_string, set_env, label, pool)
         rendered = _render(path, options)
-        _parse(rendered, path, options)
+        warnings = _parse(rendered, path, options).warnings
     else:
         req = _server_request(path, set_, set_string, set_env, label, pool)
-        rendered = client.request("POST", "/api/workflow/spec", json=req.model_dump()).text
-    typer.echo(rendered, nl=not rendered.endswith("\n"))
+        answer = client.json("POST", "/api/workflow/spec", params={"format": "json"},
+                             json=req.model_dump())
+        rendered, warnings = answer["spec"], spec_warnings(answer)
+    print_spec_warnings(warnings)
+    return rendered
 
 
 @app.command("schema")

@@ -18,7 +18,16 @@ import typer
 from rich.console import Console
 
 from trainyard.cli.client import Client
-from trainyard.cli.output import Format, FormatOption, console, emit, err_console, table
+from trainyard.cli.output import (
+    Format,
+    FormatOption,
+    console,
+    emit,
+    err_console,
+    print_spec_warnings,
+    spec_warnings,
+    table,
+)
 from trainyard.cli.request import spec_request
 from trainyard.engine.status import WorkflowStatus
 from trainyard.errors import SpecError, SpecProblem
@@ -175,7 +184,8 @@ def submit(
 ) -> None:
     """Submit a workflow; print its id (and with --wait, its progress).
 
-    With --format json, stdout is one JSON document: {"id", "name", "status"}; with --wait,
+    Spec warnings (e.g. a key given twice in one mapping) go to stderr. With --format json,
+    stdout is one JSON document: {"id", "name", "status", "warnings"}; with --wait,
     the final `workflow query` object (progress then goes to stderr); with --dry-run,
     {"dry_run", "name", "pool", "spec", "backend"}.
     """
@@ -195,7 +205,9 @@ def submit(
 
 def after_submit(client: Client, result: dict[str, Any], fmt: Format, *, dry_run: bool,
                  wait: bool, logs: bool = False) -> None:
-    """Print what a submit answered; with ``wait``, follow it to its end (and exit)."""
+    """Print what a submit answered (its spec warnings on stderr); with ``wait``, follow it
+    to its end (and exit)."""
+    print_spec_warnings(spec_warnings(result))
     if dry_run:
         emit(result, fmt, print_dry_run)
     elif not wait:

@@ -52,6 +52,7 @@ from trainyard.engine.serialize import state_from_dict, state_to_dict
 from trainyard.engine.status import ExitCode, Status, WorkflowStatus
 from trainyard.errors import BackendError, ConfigError, NotFoundError, RefusedError
 from trainyard.pools import Pool, load_pools
+from trainyard.spec.api import reparse
 from trainyard.spec.fields import name_key
 from trainyard.spec.models import ExitAction, WorkflowSpec
 from trainyard.store import Store, WorkflowRecord
@@ -69,7 +70,14 @@ LEFTOVER_WINDOW_S = 7 * 24 * 3600.0
 
 @dataclass
 class Submission:
-    """A validated workflow ready to be stored and run."""
+    """A validated workflow ready to be stored and run.
+
+    ``reparse``: the keyword arguments of ``spec.reparse`` (``spec_path``, ``files``,
+    ``set_env``, ``labels``; JSON values) that turn ``spec_text``, the rendered text, back
+    into ``spec``. When given, the text is the one copy of the spec that is stored, and
+    ``spec`` is rebuilt from it after a restart; without it (``spec_text`` may then be
+    anything), ``spec`` is stored as JSON beside the text.
+    """
 
     spec: WorkflowSpec
     spec_text: str
@@ -77,6 +85,7 @@ class Submission:
     pool: Pool
     labels: dict[str, str] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
+    reparse: dict[str, Any] | None = None
 
 
 @dataclass
@@ -177,7 +186,7 @@ class Engine:
                                 now_s=time.time())
             return state.status.value, state_to_dict(state)
 
-        source = {**sub.source, "spec": sub.spec.model_dump(mode="json", by_alias=True)}
+        source = {**sub.source, **_spec_source(sub)}
         with self._lock:
             record = self.store.create_workflow(
                 name=sub.spec.name, pool=sub.pool.name, submitted_by=sub.user,
@@ -679,5 +688,15 @@ def _default_backend(pool: Pool, home: Path) -> Backend:
     return backends.get_backend(pool, home)  # type: ignore[attr-defined]
 
 
+def _spec_source(sub: Submission) -> dict[str, Any]:
+    """What a stored workflow keeps to rebuild its spec: the arguments that parse its
+    rendered text again (stored once, in the record's ``spec_text``), or the spec as JSON."""
+    if sub.reparse is not None:
+        return {"reparse": sub.reparse}
+    return {"spec": sub.spec.model_dump(mode="json", by_alias=True)}
+
+
 def _spec_from_source(record: WorkflowRecord) -> WorkflowSpec:
-    return WorkflowSpec.model_validate(record.source["spec"])
+    if "spec" in record.source:
+        return WorkflowSpec.model_validate(record.source["spec"])
+    return reparse(record.spec_text, **record.source["reparse"]).workflow

@@ -1,11 +1,20 @@
 """The REST API (FastAPI) over the service facade; the engine's loop runs inside it.
 
 Every route but ``/api/health`` needs ``Authorization: Bearer TOKEN`` (401 otherwise).
-Errors answer ``{"detail": [{"message": ..., "path", "line", "file"}], "kind": ...}`` with a
+Errors answer ``{"detail": [{"message": ..., "path", "line", "file"}], "kind": ...}`` (a
+SpecError also ``"warnings"``, rows of the same shape) with a
 status code per error class (SpecError 422, NotFoundError 404, AuthError 401,
-ForbiddenError 403, any other refusal 400); ``kind`` is the error's class name in
+ForbiddenError 403, any other refusal 400; a request body over ``bodylimit.MAX_BODY_BYTES``
+413 with ``kind`` SpecError); ``kind`` is the error's class name in
 ``trainyard.errors``, from which the CLI rebuilds the same error, so an error has the same
 exit code whether it was raised on this machine or by the server.
+
+Spec warnings (accepted, e.g. a key given twice in one mapping: the last value is used, as
+in OSMO) come as ``"warnings": [{"path", "message", "line", "file"}]`` in the answers of
+validate, submit (and ``dry_run``), resubmit and app create; ``POST /api/workflow/spec``
+answers the rendered text, or with ``format=json`` ``{"spec", "warnings"}``; ``GET
+/api/workflow/{id}/spec`` the stored rendered text of a workflow (``template=true``: the
+spec as written).
 
 ``GET /api/workflow/{id}/logs`` answers ``text/plain`` in OSMO's line format, or with
 ``format=json`` JSON Lines (``application/x-ndjson``): one ``{"time", "task", "retry_id",
@@ -28,6 +37,7 @@ from pydantic import BaseModel
 import trainyard
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
+from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
 from trainyard.server.service import LogLine, Service, SpecRequest, spec_error_json
 from trainyard.store import Store
 
@@ -47,14 +57,16 @@ class AppRequest(BaseModel):
 
 
 def _error_response(exc: TrainyardError) -> JSONResponse:
+    body: dict[str, Any] = {"kind": type(exc).__name__}
     if isinstance(exc, SpecError):
-        detail = spec_error_json(exc)
+        body["detail"] = spec_error_json(exc)
+        body["warnings"] = [w.to_json() for w in exc.warnings]
     else:
-        detail = [{"message": str(exc), "path": "", "line": None, "file": None}]
+        body["detail"] = [{"message": str(exc), "path": "", "line": None, "file": None}]
     status = getattr(exc, "http_status", None) or next(
         (code for cls, code in _STATUS.items() if isinstance(exc, cls)), 400
     )
-    return JSONResponse({"kind": type(exc).__name__, "detail": detail}, status_code=status)
+    return JSONResponse(body, status_code=status)
 
 
 def current_user(request: Request,
@@ -92,6 +104,9 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
     async def _on_error(_request: Request, exc: TrainyardError) -> JSONResponse:
         return _error_response(exc)
 
+    app.add_middleware(BodyLimit)
+    app.add_exception_handler(BodyTooLarge, on_body_too_large)
+
     _routes(app, service)
     _app_routes(app, service)
     return app
@@ -114,11 +129,17 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.post("/api/workflow/validate")
     def validate(req: SpecRequest, _u: Caller) -> dict[str, Any]:
         loaded = service.load(req)
-        return {"valid": True, "name": loaded.workflow.name, "pool": loaded.pool.name}
+        return {"valid": True, "name": loaded.workflow.name, "pool": loaded.pool.name,
+                "warnings": loaded.warnings_json()}
 
-    @app.post("/api/workflow/spec", response_class=PlainTextResponse)
-    def render(req: SpecRequest, _u: Caller) -> str:
-        return service.load(req).rendered_text
+    @app.post("/api/workflow/spec", response_model=None)
+    def render(req: SpecRequest, _u: Caller,
+               fmt: Annotated[Literal["text", "json"], Query(alias="format")] = "text",
+               ) -> PlainTextResponse | dict[str, Any]:
+        loaded = service.load(req)
+        if fmt == "json":
+            return {"spec": loaded.rendered_text, "warnings": loaded.warnings_json()}
+        return PlainTextResponse(loaded.rendered_text)
 
     @app.post("/api/workflow")
     def submit(req: SpecRequest, u: Caller, dry_run: bool = False) -> dict[str, Any]:
@@ -145,6 +166,10 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/api/workflow/{workflow_id}")
     def query(workflow_id: str, u: Caller, verbose: bool = False) -> dict[str, Any]:
         return service.query(workflow_id, u, verbose=verbose)
+
+    @app.get("/api/workflow/{workflow_id}/spec", response_class=PlainTextResponse)
+    def stored_spec(workflow_id: str, u: Caller, template: bool = False) -> str:
+        return service.stored_spec(workflow_id, u, template=template)
 
     @app.get("/api/workflow/{workflow_id}/logs")
     def logs(workflow_id: str, u: Caller, task: str | None = None,
@@ -183,10 +208,10 @@ def _app_routes(app: FastAPI, service: Service) -> None:
     def create(name: str, req: AppRequest, u: Caller) -> dict[str, Any]:
         refuse_task_token(u, "create an app")
         owner = _app_owner(store, name, u, "add a version to")
-        service.load(SpecRequest(spec_text=req.spec_text, files=req.files, spec_name=name,
-                                 set=req.set, set_string=req.set_string))
+        loaded = service.load(SpecRequest(spec_text=req.spec_text, files=req.files,
+                                          spec_name=name, set=req.set, set_string=req.set_string))
         rec = store.create_app(name, owner, req.spec_text, req.files)
-        return {"name": rec.name, "version": rec.version}
+        return {"name": rec.name, "version": rec.version, "warnings": loaded.warnings_json()}
 
     @app.get("/api/app")
     def list_apps(_u: Caller) -> list[dict[str, Any]]:

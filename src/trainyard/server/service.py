@@ -33,11 +33,17 @@ __all__ = ["SpecRequest", "LoadedSpec", "LogLine", "Service", "iso"]
 
 @dataclass(frozen=True)
 class LoadedSpec:
-    """A validated spec: its workflow, its rendered text (tokens kept) and its pool."""
+    """A validated spec: its workflow, its rendered text (tokens kept), its pool and what
+    it was accepted with but warned about (``spec.SpecDocument.warnings``)."""
 
     workflow: WorkflowSpec
     rendered_text: str
     pool: Pool
+    warnings: tuple[SpecProblem, ...] = ()
+
+    def warnings_json(self) -> list[dict[str, Any]]:
+        """The warnings as ``[{"path", "message", "line", "file"}]``."""
+        return [w.to_json() for w in self.warnings]
 
 
 def iso(time_s: float | None) -> str | None:
@@ -116,9 +122,11 @@ class Service:
         ``--pool`` first, else the spec's ``workflow.pool``, else ``local``.
 
         Raises:
-            SpecError: every problem of the spec or of the ``--set`` values.
+            SpecError: every problem of the spec or of the ``--set`` values; a spec (with
+                its files, or rendered) over ``spec.MAX_SPEC_BYTES``.
             NotFoundError: the pool does not exist.
         """
+        specapi.check_source_size(req.spec_text, req.files, file=req.spec_name)
         rendered = specapi.render(
             req.spec_text, values=specapi.parse_set_values(req.set),
             set_strings=specapi.parse_set_strings(req.set_string), file=req.spec_name,
@@ -134,7 +142,7 @@ class Service:
             set_env=specapi.parse_env(req.set_env), labels=req.labels or None, pool=lookup,
         )
         pool = chosen[-1] if chosen else self.pool(req.pool or doc.workflow.pool)
-        return LoadedSpec(doc.workflow, rendered, pool)
+        return LoadedSpec(doc.workflow, rendered, pool, tuple(doc.warnings))
 
     def _check_other_workflows(self, workflow: WorkflowSpec, user: User) -> None:
         """Each ``task: WORKFLOW_ID:TASK`` input names a workflow that exists and that
@@ -189,7 +197,8 @@ class Service:
                 raise ForbiddenError(f"task {task!r} {what} (dataset {ref}): {exc}") from None
 
     def submit(self, req: SpecRequest, user: User) -> dict[str, Any]:
-        """Validate and start a workflow. Returns ``{"id", "name", "status"}``.
+        """Validate and start a workflow. Returns ``{"id", "name", "status", "warnings"}``
+        (the spec's warnings, ``LoadedSpec.warnings_json``).
 
         Raises:
             SpecError, NotFoundError: as ``load``; NotFoundError and ForbiddenError also as
@@ -199,19 +208,20 @@ class Service:
         loaded = self.load(req)
         self._check_other_workflows(loaded.workflow, user)
         self._check_datasets(loaded.workflow, user)
-        source = {"request": req.model_dump()}
         record = self.engine.submit(Submission(
             spec=loaded.workflow, spec_text=loaded.rendered_text, user=user.name,
-            pool=loaded.pool, labels=dict(loaded.workflow.labels), source=source,
+            pool=loaded.pool, labels=dict(loaded.workflow.labels),
+            source=_stored_source(req, loaded), reparse=_reparse_args(req),
         ))
-        return {"id": record.id, "name": record.name, "status": record.status}
+        return {"id": record.id, "name": record.name, "status": record.status,
+                "warnings": loaded.warnings_json()}
 
     def dry_run(self, req: SpecRequest, user: User) -> dict[str, Any]:
         """Validate without storing; with what the pool's backend would be handed.
 
         Returns:
             ``{"dry_run": true, "name", "pool", "spec": rendered text, "backend": [{"group",
-            "text"}]}``; ``backend`` holds, on Slurm, each group's sbatch command and script
+            "text"}], "warnings"}``; ``backend`` holds, on Slurm, each group's sbatch command and script
             (empty for backends without such a rendering).
         """
         loaded = self.load(req)
@@ -220,7 +230,7 @@ class Service:
                          pool=loaded.pool, labels=dict(loaded.workflow.labels))
         shown = [{"group": g, "text": text} for g, text in self.engine.preview(sub)]
         return {"dry_run": True, "name": loaded.workflow.name, "pool": loaded.pool.name,
-                "spec": loaded.rendered_text, "backend": shown}
+                "spec": loaded.rendered_text, "backend": shown, "warnings": loaded.warnings_json()}
 
     def resubmit(self, workflow_id: str, user: User, overrides: SpecRequest | None, *,
                  dry_run: bool = False) -> dict[str, Any]:
@@ -229,7 +239,7 @@ class Service:
         the answer is ``dry_run``'s."""
         refuse_task_token(user, "submit a workflow")
         record = self._readable(workflow_id, user)
-        stored = SpecRequest.model_validate(record.source["request"])
+        stored = _stored_request(record)
         if overrides is not None:
             stored.set += overrides.set
             stored.set_string += overrides.set_string
@@ -239,6 +249,19 @@ class Service:
         return self.dry_run(stored, user) if dry_run else self.submit(stored, user)
 
     # ------------------------------------------------------------------ reads
+
+    def stored_spec(self, workflow_id: str, user: User, *, template: bool = False) -> str:
+        """The spec a workflow was submitted with (OSMO ``workflow spec ID``): its rendered
+        text (special tokens kept), or with ``template`` the spec as written (the same text
+        when it had no template syntax).
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``query``.
+        """
+        record = self._readable(workflow_id, user)
+        if not template or "request" not in record.source:
+            return record.spec_text
+        return _stored_request(record).spec_text
 
     def _readable(self, workflow_id: str, user: User) -> WorkflowRecord:
         if user.workflow is not None and workflow_id != user.workflow:
@@ -430,8 +453,50 @@ def _task_json(t: m.TaskState, verbose: bool) -> dict[str, Any]:
     return out
 
 
+def _stored_source(req: SpecRequest, loaded: LoadedSpec) -> dict[str, Any]:
+    """What a workflow's record keeps beside its rendered text (``spec_text``), each thing
+    once: the request (to submit it again) without its ``localpath`` files (kept in the
+    ``reparse`` arguments) and without its text when that is the rendered text (a spec
+    without template syntax), and where each task's outputs go (``outputs``, for query)."""
+    request = req.model_dump()
+    request["files"] = None
+    if request["spec_text"] == loaded.rendered_text:
+        request["spec_text"] = None
+    return {"request": request, "outputs": _targets_of(loaded.workflow)}
+
+
+def _reparse_args(req: SpecRequest) -> dict[str, Any]:
+    """The ``spec.reparse`` arguments that turn the stored rendered text back into the
+    workflow (as ``load`` parsed it)."""
+    return {"spec_path": req.spec_name, "files": req.files,
+            "set_env": specapi.parse_env(req.set_env), "labels": req.labels or None}
+
+
+def _stored_request(record: WorkflowRecord) -> SpecRequest:
+    """The request ``record`` was submitted with (see ``_stored_source``)."""
+    request = dict(record.source["request"])
+    if request.get("spec_text") is None:
+        request["spec_text"] = record.spec_text
+    if request.get("files") is None:
+        request["files"] = record.source.get("reparse", {}).get("files") or {}
+    return SpecRequest.model_validate(request)
+
+
+def _targets_of(workflow: WorkflowSpec) -> dict[str, list[str]]:
+    """Task name -> where its ``outputs`` go (``url`` or ``dataset NAME``)."""
+    targets: dict[str, list[str]] = {}
+    for task in workflow.all_tasks():
+        for out in task.outputs:
+            target = out.url or f"dataset {out.dataset.name if out.dataset else None}"
+            targets.setdefault(task.name, []).append(target)
+    return targets
+
+
 def _output_targets(record: WorkflowRecord) -> dict[str, list[str]]:
-    """Task name -> where its ``outputs`` go (``url`` or ``dataset NAME``), from the spec."""
+    """Task name -> where its ``outputs`` go (``url`` or ``dataset NAME``), as stored at
+    submit (a record stored before ``outputs`` was: from its spec JSON)."""
+    if "outputs" in record.source:
+        return record.source["outputs"]
     spec = record.source.get("spec") or {}
     tasks = [t for g in spec.get("groups", []) for t in g.get("tasks", [])]
     targets: dict[str, list[str]] = {}

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         load,
         parse,
         render_source,
+        reparse,
         validate,
     )
     from trainyard.spec.fields import (
@@ -57,12 +58,14 @@ if TYPE_CHECKING:
         WorkflowSpec,
     )
     from trainyard.spec.poolfit import allowed_mounts
+    from trainyard.spec.size import MAX_SPEC_BYTES, check_source_size, check_spec_size, text_bytes
     from trainyard.spec.template import DEFAULT_LIMITS, RenderLimits, extract_default_values, render
     from trainyard.spec.tokens import Token, find_tokens, substitute_tokens, token_values
     from trainyard.spec.values import parse_env, parse_labels, parse_set_strings, parse_set_values
 
 _HOMES = {
-    "trainyard.spec.api": ("PoolChoice", "check_pool", "json_schema", "load", "parse", "render_source", "validate"),
+    "trainyard.spec.api": ("PoolChoice", "check_pool", "json_schema", "load", "parse", "render_source",
+                           "reparse", "validate"),
     "trainyard.spec.fields": (
         "format_exit_codes", "name_key", "parse_exit_codes", "split_mount", "split_task_ref",
     ),
@@ -72,6 +75,7 @@ _HOMES = {
         "TopologySpec", "TopologyRequirement",
     ),
     "trainyard.spec.poolfit": ("allowed_mounts",),
+    "trainyard.spec.size": ("MAX_SPEC_BYTES", "check_source_size", "check_spec_size", "text_bytes"),
     "trainyard.spec.template": ("DEFAULT_LIMITS", "RenderLimits", "extract_default_values", "render"),
     "trainyard.spec.tokens": ("Token", "find_tokens", "substitute_tokens", "token_values"),
     "trainyard.spec.values": ("parse_env", "parse_labels", "parse_set_strings", "parse_set_values"),
@@ -97,6 +101,7 @@ __all__ = [
     "load",
     "render_source",
     "parse",
+    "reparse",
     "validate",
     "render",
     "json_schema",
@@ -106,6 +111,10 @@ __all__ = [
     "extract_default_values",
     "check_pool",
     "allowed_mounts",
+    "MAX_SPEC_BYTES",
+    "check_spec_size",
+    "check_source_size",
+    "text_bytes",
     # command-line values
     "parse_set_values",
     "parse_set_strings",

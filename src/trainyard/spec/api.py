@@ -31,11 +31,13 @@ from trainyard.spec.fields import check_env_name
 from trainyard.spec.localfiles import LocalFiles, read_local_files
 from trainyard.spec.models import SpecDocument, WorkflowSpec
 from trainyard.spec.partial import lenient_view
-from trainyard.spec.problems import Issue, Layout, issues_from_validation, to_problems
+from trainyard.spec.problems import Issue, Layout, format_path, issues_from_validation, to_problems
+from trainyard.spec.size import check_spec_size, text_bytes
 from trainyard.spec.template import DEFAULT_LIMITS, RenderLimits, render
-from trainyard.spec.yamlsource import LineIndex, gc_paused, parse_yaml
+from trainyard.spec.yamlsource import LineIndex, RepeatedKey, gc_paused, parse_yaml
 
-__all__ = ["PoolChoice", "load", "render_source", "parse", "validate", "check_pool", "json_schema"]
+__all__ = ["PoolChoice", "load", "render_source", "parse", "reparse", "validate", "check_pool",
+           "json_schema"]
 
 PoolChoice = Pool | Callable[[str | None], Pool] | None
 """A pool, or a function from the spec's ``workflow.pool`` to a pool; ``None`` is the
@@ -130,13 +132,44 @@ def parse(
     Args: as ``load``.
 
     Returns:
-        The validated document.
+        The validated document; ``doc.warnings`` lists what is accepted but suspect: a key
+        given twice in one mapping (the last value is used, as OSMO's PyYAML loader does).
 
     Raises:
-        SpecError: every problem found.
+        SpecError: every problem found (its ``warnings`` as above); a text over
+            ``MAX_SPEC_BYTES`` (one problem, nothing else checked).
     """
+    return _parse(rendered, spec_path=spec_path, files=files, set_env=set_env, labels=labels,
+                  pool=pool, pool_checks=True)
+
+
+def reparse(
+    rendered: str,
+    *,
+    spec_path: str | os.PathLike[str] | None = None,
+    files: Mapping[str, str] | None = None,
+    set_env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> SpecDocument:
+    """The document of a spec that was validated before (a stored workflow's rendered text,
+    with the arguments it was parsed with): ``parse`` without the pool checks, since the
+    pool's nodes may have changed since the workflow was accepted.
+
+    Raises:
+        SpecError: the text no longer validates (every problem).
+    """
+    return _parse(rendered, spec_path=spec_path, files=files, set_env=set_env, labels=labels,
+                  pool=None, pool_checks=False)
+
+
+def _parse(
+    rendered: str, *, spec_path: str | os.PathLike[str] | None, files: Mapping[str, str] | None,
+    set_env: Mapping[str, str] | None, labels: Mapping[str, str] | None, pool: PoolChoice,
+    pool_checks: bool,
+) -> SpecDocument:
     path = Path(spec_path) if spec_path is not None else None
     file = _display(path)
+    check_spec_size(text_bytes(rendered), what="the rendered spec", file=file)
     with gc_paused():
         parsed = parse_yaml(rendered, file=file)
         data = _with_labels(parsed.data, labels)
@@ -144,13 +177,35 @@ def parse(
         local = LocalFiles(path.parent if path else None, files)
         doc, issues, errors = _validate_model(data, layout)
         if doc is not None:
-            issues += _check_document(doc, layout, set_env, local, _resolve_pool(pool, doc))
+            chosen = _resolve_pool(pool, doc) if pool_checks else None
+            issues += _check_document(doc, layout, set_env, local, chosen)
         elif errors:
             issues += _check_lenient(data, errors, layout, set_env, local, pool)
+    warnings = [repeated_key_warning(r, file) for r in parsed.repeated]
     if issues:
-        raise SpecError(to_problems(issues, LineIndex(parsed.root), file))
+        raise SpecError(to_problems(issues, LineIndex(parsed.root), file), warnings)
     assert doc is not None
+    doc.warnings.extend(warnings)
     return doc
+
+
+def repeated_key_warning(repeat: RepeatedKey, file: str | None) -> SpecProblem:
+    """The warning for a key given twice in one mapping, at its last line (both lines
+    named). OSMO loads specs with PyYAML, which keeps the last value silently."""
+    lines = f"lines {repeat.first_line} and {repeat.last_line}"
+    if repeat.same_value:
+        message = (f"key {repeat.key!r} is given twice in one mapping ({lines}) with the same "
+                   "value; it is used once, as OSMO does; remove one")
+    else:
+        message = (f"key {repeat.key!r} is given twice in one mapping ({lines}) with different "
+                   f"values; the value of line {repeat.last_line} ({_shown(repeat.used)}) is used, "
+                   "as OSMO keeps the last; remove the one you do not mean")
+    return SpecProblem(format_path(repeat.loc), message, repeat.last_line, file)
+
+
+def _shown(value: Any) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_pool(workflow: WorkflowSpec, pool: Pool) -> list[SpecProblem]:
@@ -186,8 +241,10 @@ def _path_of(source: str | os.PathLike[str], spec_path: str | os.PathLike[str] |
 
 
 def _read_file(path: Path | None) -> str:
+    """The spec file's text; one over ``MAX_SPEC_BYTES`` is refused before it is read."""
     assert path is not None
     try:
+        check_spec_size(path.stat().st_size, file=str(path))
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"

@@ -35,10 +35,12 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     field_validator,
     model_validator,
 )
 
+from trainyard.errors import SpecProblem
 from trainyard.quantity import parse_duration_s, parse_quantity
 from trainyard.spec.fields import (
     check_credential,
@@ -485,3 +487,11 @@ class SpecDocument(_Model):
     default_values: Annotated[dict[str, Any], BeforeValidator(_none_as_empty)] = Field(
         default_factory=dict, alias="default-values"
     )
+    _warnings: list[SpecProblem] = PrivateAttr(default_factory=list)
+
+    @property
+    def warnings(self) -> list[SpecProblem]:
+        """What ``spec.parse`` accepted but warns about (e.g. a key given twice in one
+        mapping: the last value is used, as in OSMO), in spec order; not part of the
+        model's fields or its dump."""
+        return self._warnings

@@ -4,7 +4,8 @@ Templates are user code. They are rendered in Jinja's ``SandboxedEnvironment`` w
 ``StrictUndefined`` (an unset variable is an error naming it), in a forked child process
 whose address space is capped (``RLIMIT_AS``) and whose CPU time is capped (an
 ``ITIMER_PROF`` timer ends it; the parent also kills it at a wall-clock backstop), so a
-hostile template cannot hang or exhaust the caller. Special tokens are
+hostile template cannot hang or exhaust the caller; its output is bounded like any spec text
+(``size.MAX_SPEC_BYTES``, checked in the child and again while reading it). Special tokens are
 swapped for inert placeholders before rendering and put back after, so they pass through
 untouched whatever the template does around them.
 
@@ -30,6 +31,7 @@ import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
 from trainyard.errors import SpecError, SpecProblem
+from trainyard.spec.size import MAX_SPEC_BYTES, check_spec_size, describe_bytes, text_bytes
 from trainyard.spec.tokens import TOKEN_PATTERN
 from trainyard.spec.yamlsource import parse_yaml
 
@@ -66,6 +68,7 @@ class RenderLimits:
         memory_bytes: address space the rendering may add to the process.
         time_per_mib_s, time_per_tag_s: extra seconds per MiB of text and per tag.
         memory_per_byte, memory_per_tag: extra bytes per byte of text and per tag.
+        output_bytes: the most bytes (UTF-8) of rendered text (``MAX_SPEC_BYTES``).
     """
 
     time_s: float = 0.5
@@ -74,6 +77,7 @@ class RenderLimits:
     time_per_tag_s: float = 0.0005
     memory_per_byte: int = 16
     memory_per_tag: int = 16 * 1024
+    output_bytes: int = MAX_SPEC_BYTES
 
     def for_template(self, size: int, tags: int) -> RenderLimits:
         """The bounds for a template of ``size`` bytes and ``tags`` tags (allowances added,
@@ -82,6 +86,7 @@ class RenderLimits:
             time_s=self.time_s + self.time_per_mib_s * size / MiB + self.time_per_tag_s * tags,
             memory_bytes=self.memory_bytes + self.memory_per_byte * size + self.memory_per_tag * tags,
             time_per_mib_s=0, time_per_tag_s=0, memory_per_byte=0, memory_per_tag=0,
+            output_bytes=self.output_bytes,
         )
 
 
@@ -145,9 +150,11 @@ def render(
         token's name is ignored. Text without template syntax is returned as it is.
 
     Raises:
-        SpecError: an unset variable (named), a syntax error, a sandbox violation, or a
-            rendering past its time or memory limit; one problem with the template line.
+        SpecError: a text over ``MAX_SPEC_BYTES``, an unset variable (named), a syntax error,
+            a sandbox violation, or a rendering past its time, memory or output limit; one
+            problem with the template line.
     """
+    check_spec_size(text_bytes(text), file=file)
     context = {**extract_default_values(text, file=file), **(values or {}), **(set_strings or {})}
     protected, tokens = _protect_tokens(text)
     if not _JINJA_SYNTAX.search(protected):
@@ -157,7 +164,10 @@ def render(
         output = _render_in_child(protected, context, effective)
     except _RenderFailure as exc:
         raise _spec_error(_describe(exc, effective), exc.line, file, "") from None
-    return _restore_tokens(output, tokens)
+    rendered = _restore_tokens(output, tokens)
+    if len(rendered) != len(output):  # tokens are longer than their placeholders
+        check_spec_size(text_bytes(rendered), what="the rendered spec", file=file)
+    return rendered
 
 
 def _protect_tokens(text: str) -> tuple[str, list[str]]:
@@ -188,7 +198,8 @@ def _render_in_child(text: str, context: dict[str, Any], limits: RenderLimits) -
         _child_main(text, context, limits, write_fd)
     os.close(write_fd)
     try:
-        payload = _read_until(read_fd, time.monotonic() + _backstop_s(limits))
+        payload = _read_until(read_fd, time.monotonic() + _backstop_s(limits),
+                              _payload_cap(limits))
     except BaseException:
         os.kill(pid, signal.SIGKILL)
         _reap(pid)
@@ -211,8 +222,15 @@ def _reap(pid: int) -> int:
         return 0
 
 
-def _read_until(fd: int, deadline: float) -> bytes:
+def _payload_cap(limits: RenderLimits) -> int:
+    """The most bytes a child's answer may take: the output limit, its tag byte, and room
+    for an error's JSON."""
+    return limits.output_bytes + 1 + 64 * 1024
+
+
+def _read_until(fd: int, deadline: float, cap_bytes: int) -> bytes:
     chunks: list[bytes] = []
+    size = 0
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
         while True:
@@ -222,6 +240,9 @@ def _read_until(fd: int, deadline: float) -> bytes:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
                 return b"".join(chunks)
+            size += len(chunk)
+            if size > cap_bytes:
+                raise _RenderFailure("output", "too much text")
             chunks.append(chunk)
 
 
@@ -240,7 +261,7 @@ def _child_main(text: str, context: dict[str, Any], limits: RenderLimits, fd: in
     code = 0
     try:
         _cap_resources(limits)
-        payload = _render_payload(text, context)
+        payload = _render_payload(text, context, limits.output_bytes)
         view = memoryview(payload)
         while view:
             view = view[os.write(fd, view) :]
@@ -268,10 +289,13 @@ def _cap_resources(limits: RenderLimits) -> None:  # pragma: no cover - child on
     resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
 
 
-def _render_payload(text: str, context: dict[str, Any]) -> bytes:
+def _render_payload(text: str, context: dict[str, Any], output_bytes: int) -> bytes:
     failure: tuple[str, str, int | None] | None = None
     try:
-        return b"O" + _ENV.from_string(text).render(context).encode("utf-8")
+        output = _ENV.from_string(text).render(context).encode("utf-8")
+        if len(output) <= output_bytes:
+            return b"O" + output
+        failure = ("output", str(len(output)), None)
     except MemoryError:
         failure = ("memory", "memory limit", None)
     except jinja2.TemplateSyntaxError as exc:
@@ -303,6 +327,11 @@ def _describe(exc: _RenderFailure, limits: RenderLimits) -> str:
     if exc.kind == "memory":
         return (f"template rendering ran past its memory limit of "
                 f"{limits.memory_bytes / MiB:.0f} MiB; make the template build less text")
+    if exc.kind == "output":
+        size = f"is {describe_bytes(int(exc.message))}" if exc.message.isdigit() else "is larger"
+        return (f"the rendered spec {size}, over the limit of "
+                f"{describe_bytes(limits.output_bytes)} of spec text; make the template "
+                "build less text")
     if exc.kind == "undefined":
         return _describe_undefined(exc.message)
     if exc.kind == "security":

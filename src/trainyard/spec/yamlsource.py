@@ -6,9 +6,12 @@ and mappings directly, other scalars through PyYAML's safe constructors), and th
 kept so that a problem's field path finds its line without parsing again.
 
 Guards: nesting deeper than ``MAX_DEPTH`` is refused before libyaml sees it (its recursive
-composer can overflow the C stack), a key repeated in one mapping is refused (PyYAML would
-keep the last silently), and aliases may not expand the document past one value per
+composer can overflow the C stack), and aliases may not expand the document past one value per
 character of text (no "billion laughs").
+
+A key repeated in one mapping is accepted as OSMO accepts it: OSMO loads specs with PyYAML,
+which keeps the last value silently, so the last value wins here too; each repeat is kept
+as a ``RepeatedKey`` (both lines, whether the values differ) for the caller to warn about.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import yaml
 
 from trainyard.errors import SpecError, SpecProblem
 
-__all__ = ["Loc", "MAX_DEPTH", "ParsedYaml", "parse_yaml", "LineIndex", "gc_paused"]
+__all__ = ["Loc", "MAX_DEPTH", "ParsedYaml", "RepeatedKey", "parse_yaml", "LineIndex", "gc_paused"]
 
 Loc = tuple[str | int, ...]
 MAX_DEPTH = 1000
@@ -90,29 +93,55 @@ def gc_paused() -> Iterator[None]:
 
 
 @dataclass(frozen=True)
+class RepeatedKey:
+    """A key given more than once in one mapping; the value of its last occurrence is used.
+
+    Attributes:
+        loc: field path of the key (``("workflow", "tasks", 0, "files", 0, "path")``).
+        key: the key as written.
+        first_line, last_line: 1-based lines of the first and the last occurrence.
+        same_value: whether every occurrence has the same value.
+        used: the value used (the last one).
+    """
+
+    loc: Loc
+    key: Any
+    first_line: int
+    last_line: int
+    same_value: bool
+    used: Any
+
+
+@dataclass(frozen=True)
 class ParsedYaml:
-    """Parsed text: plain ``data`` and the composed ``root`` node (for lines)."""
+    """Parsed text: plain ``data``, the composed ``root`` node (for lines) and the keys
+    given twice in one mapping (``repeated``, in text order)."""
 
     data: Any
     root: yaml.Node | None
+    repeated: tuple[RepeatedKey, ...] = ()
 
 
 def parse_yaml(text: str, *, file: str | None = None) -> ParsedYaml:
     """Parse rendered spec text into plain Python values, keeping the nodes.
 
+    A key given twice in one mapping is not refused: the last value wins (as in PyYAML,
+    which OSMO uses) and the repeat is listed in ``ParsedYaml.repeated``.
+
     Raises:
-        SpecError: not YAML, nested too deeply, a repeated key, or aliases that expand
-            too much; one problem with its line.
+        SpecError: not YAML, nested too deeply, or aliases that expand too much; one
+            problem with its line.
     """
+    builder = _Builder(budget=len(text) + 16)
     try:
         _check_depth(text)
         root = yaml.compose(text, Loader=_Loader)
-        data = _Builder(budget=len(text) + 16).build(root) if root is not None else None
+        data = builder.build(root) if root is not None else None
     except _Refused as exc:
         raise SpecError([SpecProblem("", exc.message, exc.line, file)]) from None
     except yaml.YAMLError as exc:
         raise SpecError([SpecProblem("", _yaml_message(exc), _yaml_line(exc), file)]) from None
-    return ParsedYaml(data, root)
+    return ParsedYaml(data, root, _repeated_keys(root, builder.repeats))
 
 
 def _check_depth(text: str) -> None:
@@ -145,6 +174,8 @@ class _Builder:
 
     def __init__(self, budget: int) -> None:
         self._budget = budget
+        self.repeats: list[tuple[yaml.Node, yaml.Node, bool, Any]] = []
+        """(first key node, last key node, same value, value used) per repeat."""
 
     def build(self, node: yaml.Node) -> Any:
         self._budget -= 1
@@ -164,10 +195,76 @@ class _Builder:
             key = self.build(key_node)
             if not isinstance(key, (str, int, float, bool)) and key is not None:
                 raise _Refused("a mapping key must be a plain value; quote it", key_node)
+            value = self.build(value_node)
             if key in result:
-                raise _Refused(f"key {key!r} is given twice in one mapping; keep one", key_node)
-            result[key] = self.build(value_node)
+                first = _first_key_node(node, key)
+                self.repeats.append((first, key_node, _same(result[key], value), value))
+            result[key] = value
         return result
+
+
+def _first_key_node(node: yaml.MappingNode, key: Any) -> yaml.Node:
+    """The first key node of ``node`` that means ``key`` (looked up only for a repeat)."""
+    for key_node, _value in node.value:
+        if isinstance(key_node, yaml.ScalarNode):
+            plain = key_node.value if key_node.tag == _STR else _scalar(key_node)
+            if plain == key:
+                return key_node
+    raise AssertionError("a repeated key has a first occurrence")
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of the same types (``1`` and ``true`` differ, as they do in YAML)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
+
+
+def _repeated_keys(root: yaml.Node | None, repeats: list[tuple[yaml.Node, yaml.Node, bool, Any]],
+                   ) -> tuple[RepeatedKey, ...]:
+    """The repeats with their field paths, once each (an aliased mapping is built again
+    at every alias), in text order. Paths are looked up only when there are repeats."""
+    if not repeats or root is None:
+        return ()
+    paths = _key_paths(root, {id(last) for _first, last, _same, _used in repeats})
+    found: dict[tuple[int, int], tuple[int, RepeatedKey]] = {}
+    for first, last, same, used in repeats:
+        lines = (first.start_mark.line + 1, last.start_mark.line + 1)
+        repeat = RepeatedKey(paths.get(id(last), ()), last.value, *lines, same, used)
+        found.setdefault((id(first), id(last)), (last.start_mark.index, repeat))
+    return tuple(repeat for _index, repeat in sorted(found.values(), key=lambda f: f[0]))
+
+
+def _key_paths(root: yaml.Node, wanted: set[int]) -> dict[int, Loc]:
+    """Field path of each key node whose ``id`` is in ``wanted`` (the first in text order,
+    for a node reached again through an alias)."""
+    paths: dict[int, Loc] = {}
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, Loc]] = [(root, ())]
+    while stack:
+        node, loc = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((item, (*loc, index)) for index, item in reversed(list(enumerate(node.value))))
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in reversed(node.value):
+                segment = (*loc, _segment(key))
+                if id(key) in wanted:
+                    paths[id(key)] = segment
+                stack.append((value, segment))
+    return paths
+
+
+def _segment(key: yaml.Node) -> str | int:
+    if isinstance(key, yaml.ScalarNode):
+        return key.value
+    return "?"
 
 
 def _scalar(node: yaml.ScalarNode) -> Any:
@@ -204,9 +301,11 @@ class LineIndex:
 
 def _child(node: yaml.Node | None, segment: str | int) -> tuple[int, yaml.Node] | None:
     if isinstance(node, yaml.MappingNode):
+        found = None  # the last occurrence: a repeated key's last value is the one used
         for key, value in node.value:
             if isinstance(key, yaml.ScalarNode) and key.value == str(segment):
-                return key.start_mark.line + 1, value
+                found = key.start_mark.line + 1, value
+        return found
     if isinstance(node, yaml.SequenceNode) and isinstance(segment, int):
         if 0 <= segment < len(node.value):
             item = node.value[segment]

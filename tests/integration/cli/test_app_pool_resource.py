@@ -41,7 +41,7 @@ def test_app_create_list_show_submit_delete(server: Server, tmp_path: Path) -> N
     assert (made.code, made.out.strip()) == (0, "App elastic version 1 created"), made.err
     second = write(tmp_path / "elastic2.yaml", ELASTIC.replace("port: 29400", "port: 29500"))
     assert server.main("app", "create", "elastic", second, "-f", "json").json() == {
-        "name": "elastic", "version": 2}
+        "name": "elastic", "version": 2, "warnings": []}
 
     listed = server.main("app", "list", "-f", "json").json()
     assert [(a["name"], a["version"]) for a in listed if a["name"] == "elastic"] == [("elastic", 2)]

@@ -279,7 +279,7 @@ def test_validate_and_spec_ask_the_configured_server(server: Server, tmp_path: P
     path = spec(tmp_path, NEEDS_OSMO)
     got = run_cli(home, "workflow", "validate", path, "--pool", "osmo", "-f", "json", **env)
     assert got.json() == {"valid": True, "name": "needs-osmo", "pool": "osmo",
-                          "server": server.url}
+                          "server": server.url, "warnings": []}
     rendered = run_cli(home, "workflow", "spec", path, "--pool", "osmo", "--set", "msg=yo", **env)
     assert rendered.code == 0 and 'command: [echo, "yo"]' in rendered.out, rendered.err
     local = run_cli(home, "workflow", "validate", path, "--pool", "osmo", "--local", **env)

@@ -210,7 +210,8 @@ def test_validate_with_no_server_checks_here_and_starts_none(tmp_path: Path, hom
     spec_file = write(tmp_path / "hello.yaml", HELLO)
     code, out, err = run(capsys, "workflow", "validate", str(spec_file), "-f", "json")
     assert (code, err) == (0, "")
-    assert json.loads(out) == {"valid": True, "name": "hello", "pool": "local", "server": None}
+    assert json.loads(out) == {"valid": True, "name": "hello", "pool": "local", "server": None,
+                               "warnings": []}
     assert run(capsys, "workflow", "spec", str(spec_file))[0] == 0
     assert not (home / "server.json").exists()
 

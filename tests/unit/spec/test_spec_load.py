@@ -116,10 +116,12 @@ def test_yaml_syntax_errors_have_their_line() -> None:
     assert problem.line is not None and problem.path == ""
 
 
-def test_a_key_given_twice_is_refused() -> None:
+def test_a_key_given_twice_is_accepted_with_the_last_value_as_in_osmo() -> None:
     text = "workflow:\n  name: a\n  name: b\n  tasks: [{name: t, command: [x]}]\n"
-    problem = only_problem(text)
-    assert (problem.line, problem.message) == (3, "key 'name' is given twice in one mapping; keep one")
+    doc = spec.load(text)
+    assert doc.workflow.name == "b"
+    assert [(w.path, w.line) for w in doc.warnings] == [("workflow.name", 3)]
+    assert "lines 2 and 3" in doc.warnings[0].message
 
 
 def test_anchors_and_merge_keys_work() -> None:
