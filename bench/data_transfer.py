@@ -1,7 +1,8 @@
 """Benchmark: the data layer's file:// transfers against a plain ``cp -r`` of the same data.
 
 Run: ``.venv/bin/python bench/data_transfer.py [--size-mb 1024] [--files 1000] [--repeat 3]``
-(``--size-mb 64`` for a quick run).
+(``--size-mb 64`` for a quick run; ``--methods 'dataset upload,dataset download'
+--many-files-only`` times only those beside ``cp -r``).
 
 Two layouts of ``--size-mb`` MiB of random bytes: ``--files`` files, and one file. For each,
 in one temp dir on one disk (``--dir``, default the system temp dir), it times:
@@ -83,7 +84,8 @@ def clear(*paths: Path) -> Callable[[], None]:
     return remove
 
 
-def measure(work: Path, src: Path, repeat: int) -> dict[str, list[float]]:
+def measure(work: Path, src: Path, repeat: int,
+            methods: list[str] | None = None) -> dict[str, list[float]]:
     """Seconds, per round, for each way of moving ``src``."""
     cp_dst, remote, back = work / "cp", work / "remote", work / "back"
     store, ds_back = work / "store", work / "ds-back"
@@ -98,6 +100,8 @@ def measure(work: Path, src: Path, repeat: int) -> dict[str, list[float]]:
         "dataset upload": (clear(store), lambda: datasets.upload("bench", files)),
         "dataset download": (clear(ds_back), lambda: datasets.download("bench", ds_back)),
     }
+    if methods:
+        steps = {name: step for name, step in steps.items() if name == "cp -r" or name in methods}
     results = run_rounds(steps, repeat)
     clear(cp_dst, remote, back, store, ds_back)()
     return results
@@ -123,7 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=1000, help="files in the many-files layout")
     parser.add_argument("--repeat", type=int, default=3, help="runs per measure; the best is kept")
     parser.add_argument("--dir", type=Path, default=None, help="where the temp dir goes")
+    parser.add_argument("--methods", default="", help="comma-separated methods to time beside "
+                        "cp -r (default all), e.g. 'dataset upload,dataset download'")
+    parser.add_argument("--many-files-only", action="store_true",
+                        help="skip the one-file layout")
     args = parser.parse_args(argv)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     total = args.size_mb * MiB
     print(f"# data transfer bench: {args.size_mb} MiB, python {platform.python_version()}, "
           f"{os.cpu_count()} cpus, {platform.platform()}")
@@ -132,9 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="trainyard-bench-") as tmp:
         work = Path(tmp)
-        for label, files in ((f"{args.files} files", args.files), ("1 file", 1)):
+        layouts = [(f"{args.files} files", args.files)]
+        layouts += [] if args.many_files_only else [("1 file", 1)]
+        for label, files in layouts:
             src = make_data(work / f"src-{files}", total, files)
-            for row in report(label, total, measure(work, src, args.repeat)):
+            for row in report(label, total, measure(work, src, args.repeat, methods)):
                 print(row, flush=True)
             shutil.rmtree(src)
     return 0

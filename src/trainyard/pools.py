@@ -152,7 +152,7 @@ def trainyard_home() -> Path:
     else:
         base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
         home = Path(base) / "trainyard"
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)  # tokens, store, logs: the owner's only
     return home
 
 

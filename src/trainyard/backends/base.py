@@ -25,8 +25,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from trainyard.tasktokens import task_token
+
 __all__ = ["FactKind", "TaskKey", "TaskFact", "TaskResources", "TaskLaunch", "Backend",
-           "server_url_for_tasks"]
+           "server_url_for_tasks", "task_api_env"]
 
 
 class FactKind(StrEnum):
@@ -141,3 +143,16 @@ def server_url_for_tasks(home: Path) -> str | None:
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return None
+
+
+def task_api_env(home: Path, workflow_id: str) -> dict[str, str]:
+    """What a task of ``workflow_id`` needs to use the API (``osmo``/``trainyard`` inside a
+    task): ``TRAINYARD_SERVER_URL`` (``server_url_for_tasks``) and ``TRAINYARD_TOKEN``, a task
+    token scoped to that workflow and its submitter that expires when the workflow ends
+    (``trainyard.tasktokens``); never the admin's or the submitter's own token. Empty when
+    no server is known. Every backend puts it in the task's environment.
+    """
+    url = server_url_for_tasks(home)
+    if not url:
+        return {}
+    return {"TRAINYARD_SERVER_URL": url, "TRAINYARD_TOKEN": task_token(home, workflow_id)}

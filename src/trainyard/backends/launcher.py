@@ -587,7 +587,7 @@ class _Launcher:
 
     def _become_runner(self, request: dict[str, Any]) -> int:
         os.setsid()
-        out = os.open(request["out"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        out = os.open(request["out"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out, 1)

@@ -93,6 +93,7 @@ import psutil
 
 import trainyard
 from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch, server_url_for_tasks
+from trainyard.backends.base import task_api_env
 from trainyard.backends.facts import ENDING, read_facts
 from trainyard.backends import container
 from trainyard.backends.images import image_note, runtime_for, runtime_path
@@ -546,9 +547,7 @@ class LocalBackend:
 
     def _task_env(self, run: TaskRun, iso: Isolation, gpus: tuple[int, ...]) -> dict[str, str]:
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
-        server = self._server_url()
-        if server:
-            env["TRAINYARD_SERVER_URL"] = server
+        env.update(task_api_env(self.home, run.workflow_id))  # URL and a task token
         if iso.netns:
             for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
                 if name not in run.environment:
@@ -956,7 +955,9 @@ def _safe(name: str) -> str:
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(json.dumps(data))
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # run.json: a token
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps(data))
     partial.replace(path)
 
 

@@ -3,6 +3,11 @@
 Works directly against the dataset store (``TRAINYARD_DATASET_URL``, default
 ``$TRAINYARD_HOME/datasets``; ``--store`` overrides), no server needed. Thin: each command
 calls ``trainyard.data.DatasetStore``; errors are raised, never printed here.
+
+Ownership: when a server is configured or runs (``cli.client.running_server_client``), the
+store acts as the user of the CLI's token (``GET /api/whoami``): only a dataset's owner or an
+admin may add versions, tag, delete or share it; others read only what is shared with them
+(``dataset share``). Without a server nothing is checked (the files are the caller's own).
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import typer
 
 from trainyard.cli.data import STORAGE_HELP, QuietOpt, RegexOpt, mover_with_progress
 from trainyard.cli.output import Format, FormatOption, emit, human_bytes, table
-from trainyard.data.datasets import DatasetInfo, DatasetStore, DatasetVersion, parse_ref
+from trainyard.data.datasets import (EVERYONE, Actor, DatasetInfo, DatasetStore, DatasetVersion,
+                                     parse_ref)
 from trainyard.data.transfer import Mover, plan_uploads
 from trainyard.errors import DataError
 
@@ -31,8 +37,19 @@ RefArg = Annotated[str, typer.Argument(help="NAME, NAME:VERSION or NAME:TAG (def
                                        metavar="NAME[:VERSION]")]
 
 
+def _actor() -> Actor | None:
+    """The user of the CLI's token on the server it uses; None when no server is there."""
+    from trainyard.cli.client import running_server_client  # only dataset commands need it
+
+    client = running_server_client()
+    if client is None:
+        return None
+    who = client.json("GET", "/api/whoami")
+    return Actor(str(who["user"]), bool(who["admin"]))
+
+
 def _store(url: str | None, mover: Mover | None = None) -> DatasetStore:
-    return DatasetStore(url, mover)
+    return DatasetStore(url, mover, actor=_actor())
 
 
 def _when(created_s: float) -> str:
@@ -138,3 +155,23 @@ def tag(
     name, selector = parse_ref(ref)
     version = _store(store).tag(name, selector, new_tag)
     typer.echo(f"{name}:{new_tag} -> version {version.version}")
+
+
+@app.command("share")
+def share(
+    name: Annotated[str, typer.Argument(help="Dataset name.")],
+    user: Annotated[str | None, typer.Option("--user", help="The user who may read it.")] = None,
+    everyone: Annotated[bool, typer.Option("--everyone", help="Every user may read it.")] = False,
+    remove: Annotated[bool, typer.Option("--remove", help="Stop sharing with them.")] = False,
+    store: StoreOpt = None,
+    fmt: Format = FormatOption,
+) -> None:
+    """Let another user (or everyone) read a dataset; only its owner or an admin may."""
+    if (user is None) == (not everyone):
+        raise typer.BadParameter("give exactly one of --user USER or --everyone")
+    who = EVERYONE if everyone else str(user).strip()
+    if not who or who == EVERYONE:
+        raise typer.BadParameter(f"--user needs a user name (use --everyone for {EVERYONE!r})")
+    acl = _store(store).share(name, who, remove=remove)
+    emit(acl, fmt, lambda d: typer.echo(
+        f"dataset {name}: owner {d['owner']}; readers: {', '.join(d['readers']) or 'none'}"))

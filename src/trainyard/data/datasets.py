@@ -8,6 +8,18 @@ Layout below the store URL::
     <name>/versions/<n>.json           version n's manifest: files with size and sha256
     <name>/versions/<n>.deleted        tombstone: version n was deleted; n is never reused
     <name>/tags/<tag>.json             {"version": n}
+    <name>/owner.json                  {"owner": user, "readers": [user, ...]}
+
+Ownership (issue 11): a dataset belongs to the user who created it (``owner.json``, created
+with the first version by an exclusive create). When the store acts for a user
+(``DatasetStore(actor=...)``: the CLI as the server's user of its token, the task runner as
+the workflow's submitter), only the owner or an admin may add versions, tag, delete or
+share; others may read (list, info, download, use as a task input) only when the owner
+shared it with them (``share``: a user name, or ``*`` for every user). Refusals are
+``ForbiddenError`` (HTTP 403, exit 8). A dataset made before ownership existed has no
+``owner.json`` and stays open to all until an admin or anyone shares it (which claims it).
+A store without an actor (``actor=None``: the library used directly on files one can
+write anyway) checks nothing.
 
 Rules:
     * A version exists exactly when its manifest does. An upload writes every file under a
@@ -19,7 +31,9 @@ Rules:
       leaves no version (its files are removed where possible; leftovers are unreferenced).
     * ``latest`` is not stored: it is the highest complete version. Other tags are files that
       name a version; a tag is moved by writing it again (last writer wins).
-    * Downloads check every file's size and sha256 against the manifest.
+    * Downloads check every file's size and digest against the manifest: BLAKE3 for versions
+      written with the ``blake3`` package installed (a dependency; several times faster than
+      sha256, as strong), sha256 for older ones. Hashing happens while copying.
     * Deleting a version removes its manifest first (the version is gone at once), then its
       files and the tags naming it; its number stays taken.
 """
@@ -34,28 +48,59 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, model_validator
 
 from trainyard.data import storage
 from trainyard.data.storage import Location, RemoteFile
-from trainyard.data.transfer import LocalFile, Mover, TransferStats, file_filter
-from trainyard.errors import DataError, NotFoundError
+from trainyard.data.transfer import (LocalFile, Mover, TransferStats, fast_digest_algo, file_filter,
+                                     split_digest)
+from trainyard.errors import DataError, ForbiddenError, NotFoundError
 
-__all__ = ["DatasetFile", "DatasetVersion", "DatasetInfo", "DatasetStore", "parse_ref",
-           "LATEST"]
+__all__ = ["Actor", "DatasetFile", "DatasetVersion", "DatasetInfo", "DatasetStore", "parse_ref",
+           "LATEST", "EVERYONE"]
 
 LATEST = "latest"
+EVERYONE = "*"
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who the store acts for: a user name, and whether an admin (may do anything)."""
+
+    name: str
+    admin: bool = False
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _MAX_COMMIT_TRIES = 100
 
 
 class DatasetFile(BaseModel):
-    """One file of a version: its path inside the dataset, size in bytes, sha256 (hex)."""
+    """One file of a version: its path inside the dataset, size in bytes, and its digest:
+    ``blake3`` (hex; versions written since BLAKE3 is used, when the package is installed)
+    or ``sha256`` (hex; older versions, or without the package). At least one is set."""
 
     path: str
     size: int
-    sha256: str
+    sha256: str | None = None
+    blake3: str | None = None
+
+    @model_validator(mode="after")
+    def _one_digest(self) -> DatasetFile:
+        if self.sha256 is None and self.blake3 is None:
+            raise ValueError(f"file {self.path!r} has no digest (sha256 or blake3)")
+        return self
+
+    @property
+    def digest(self) -> str:
+        """The digest a download checks, in ``transfer.tag_digest`` form."""
+        return f"blake3:{self.blake3}" if self.blake3 else str(self.sha256)
+
+    @classmethod
+    def of(cls, path: str, size: int, digest: str) -> DatasetFile:
+        """From a ``tag_digest``-form digest (what an upload returns)."""
+        algo, value = split_digest(digest)
+        return cls(path=path, size=size, **{algo: value})
 
 
 class DatasetVersion(BaseModel):
@@ -82,6 +127,24 @@ class DatasetInfo:
 
     def tags_of(self, version: int) -> list[str]:
         return sorted(t for t, v in self.tags.items() if v == version)
+
+
+def check_inside(version: DatasetVersion) -> DatasetVersion:
+    """``version`` if every file path of its manifest is relative and stays inside the
+    dataset: not absolute, no ``..`` part, no NUL (a manifest crafted in the store must not
+    make a download write outside its folder, nor read outside the dataset).
+
+    Raises:
+        DataError: names the version and the path.
+    """
+    for item in version.files:
+        rel = item.path
+        parts = rel.replace("\\", "/").split("/")
+        if not rel or rel.startswith(("/", "\\")) or ".." in parts or "\0" in rel:
+            raise DataError(f"dataset {version.name} version {version.version}: file path "
+                            f"{rel!r} is absolute or leaves the dataset ('..'); this manifest "
+                            "was not written by trainyard: refused")
+    return version
 
 
 def check_name(name: str, what: str = "dataset name") -> str:
@@ -132,16 +195,108 @@ class DatasetStore:
         mover: moves the bytes (default: a ``Mover`` with the current settings).
     """
 
-    def __init__(self, url: str | None = None, mover: Mover | None = None) -> None:
+    def __init__(self, url: str | None = None, mover: Mover | None = None,
+                 actor: Actor | None = None) -> None:
         self.mover = mover or Mover()
         self.url = url or self.mover.config.dataset_url
         self.loc: Location = self.mover.location(self.url)
+        self.actor = actor
+
+    # ------------------------------------------------------------------ ownership
+
+    def owner(self, name: str) -> dict[str, Any] | None:
+        """``{"owner", "readers"}`` of ``name``, None when it has no owner (made before
+        ownership existed, or not created yet). Raises DataError."""
+        path = self.loc.join(check_name(name), "owner.json")
+        try:
+            raw = self.mover.storage_call(f"reading the owner of {name}",
+                                          lambda: storage.read_bytes(self.loc, path))
+        except DataError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                return None
+            raise
+        try:
+            data = json.loads(raw)
+            return {"owner": str(data["owner"]), "readers": [str(r) for r in data.get("readers", [])]}
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DataError(f"{self.loc.show(f'{name}/owner.json')}: malformed: {exc}") from exc
+
+    def _free_for(self, acl: dict[str, Any] | None) -> bool:
+        actor = self.actor
+        return actor is None or actor.admin or acl is None or acl["owner"] == actor.name
+
+    def _check_read(self, name: str) -> None:
+        acl = self.owner(name)
+        if self._free_for(acl):
+            return
+        assert acl is not None and self.actor is not None  # not free: both are set
+        if EVERYONE in acl["readers"] or self.actor.name in acl["readers"]:
+            return
+        raise ForbiddenError(
+            f"dataset {name} belongs to {acl['owner']} and is not shared with "
+            f"{self.actor.name}; its owner can run `trainyard dataset share {name} "
+            f"--user {self.actor.name}`")
+
+    def _check_write(self, name: str, action: str) -> None:
+        acl = self.owner(name)
+        if self._free_for(acl):
+            return
+        assert acl is not None
+        raise ForbiddenError(f"dataset {name} belongs to {acl['owner']}; only they or an "
+                             f"admin may {action} it")
+
+    def check_may_write(self, name: str) -> None:
+        """Raise ForbiddenError unless the actor may add versions to ``name`` (its owner, an
+        admin, or nobody owns it yet)."""
+        self._check_write(check_name(name), "add a version to")
+
+    def _claim(self, name: str) -> None:
+        """Make the actor the owner of a new dataset (exclusive create: the first creator
+        wins; a second one is then checked like anyone else)."""
+        if self.actor is None or self.owner(name) is not None:
+            return
+        self._write_owner(name, {"owner": self.actor.name, "readers": []}, exclusive=True)
+
+    def _write_owner(self, name: str, acl: dict[str, Any], *, exclusive: bool = False) -> None:
+        path = self.loc.join(name, "owner.json")
+        data = json.dumps(acl).encode()
+        if exclusive:
+            self.mover.storage_call(f"claiming {name}",
+                                    lambda: storage.create_exclusive(self.loc, path, data))
+        else:
+            self.mover.storage_call(f"sharing {name}",
+                                    lambda: storage.write_bytes(self.loc, path, data))
+
+    def share(self, name: str, user: str, *, remove: bool = False) -> dict[str, Any]:
+        """Let ``user`` (or ``EVERYONE``) read ``name``, or stop that with ``remove``.
+        A dataset without an owner becomes the actor's. Returns the new ``owner.json``.
+
+        Raises:
+            NotFoundError: no such dataset. ForbiddenError: not the owner nor an admin.
+        """
+        if not self.versions(name):
+            raise NotFoundError(f"no dataset {name!r} in {self.loc.show()}")
+        self._check_write(name, "share")
+        acl = self.owner(name) or {"owner": self.actor.name if self.actor else user,
+                                   "readers": []}
+        readers = [r for r in acl["readers"] if r != user]
+        acl["readers"] = readers if remove else [*readers, user]
+        self._write_owner(name, acl)
+        return acl
 
     # ------------------------------------------------------------------ reading
 
     def names(self) -> list[str]:
         """Datasets with at least one complete version, sorted. Raises DataError."""
-        return [n for n in self._children("") if _NAME.match(n) and self._numbers(n, ".json")]
+        found = [n for n in self._children("") if _NAME.match(n) and self._numbers(n, ".json")]
+        return [n for n in found if self._readable(n)]
+
+    def _readable(self, name: str) -> bool:
+        try:
+            self._check_read(name)
+        except ForbiddenError:
+            return False
+        return True
 
     def versions(self, name: str) -> list[DatasetVersion]:
         """Complete versions of ``name``, oldest first (empty if none). Raises DataError."""
@@ -158,6 +313,7 @@ class DatasetStore:
         versions = self.versions(name)
         if not versions:
             raise NotFoundError(f"no dataset {name!r} in {self.loc.show()}")
+        self._check_read(name)
         known = {v.version for v in versions}
         tags = {t: v for t, v in self._tags(name).items() if v in known}
         tags[LATEST] = versions[-1].version
@@ -193,10 +349,14 @@ class DatasetStore:
         check_name(name)
         if tag is not None:
             check_tag(tag)
+        self._check_write(name, "add a version to")
+        self._claim(name)
+        self._check_write(name, "add a version to")  # another creator may have won
         upload_id = f"{int(time.time())}-{uuid.uuid4().hex[:12]}"
         stage = self.loc.child(f"{name}/data/{upload_id}")
         try:
-            stats = self.mover.upload_files(files, stage, verb=f"dataset {name}: uploaded", digest=True)
+            stats = self.mover.upload_files(files, stage, verb=f"dataset {name}: uploaded",
+                                            digest=True, algo=fast_digest_algo())
         except DataError:
             self._discard(stage)
             raise
@@ -221,12 +381,12 @@ class DatasetStore:
             NotFoundError: no such dataset, version, tag or path.
             DataError: a transfer failed for good (names the file and the cause).
         """
-        version = self.resolve(ref)
+        version = check_inside(self.resolve(ref))
         chosen = _select(version, path, file_filter(regex))
         data = self.loc.join(version.name, "data", version.upload_id)
         remote = [RemoteFile(posixpath.join(data, f.path), rel, f.size) for rel, f in chosen]
         dest.mkdir(parents=True, exist_ok=True)
-        stats = self.mover.download_files(remote, self.loc, dest, {rel: f.sha256 for rel, f in chosen})
+        stats = self.mover.download_files(remote, self.loc, dest, {rel: f.digest for rel, f in chosen})
         return version, stats
 
     def tag(self, name: str, selector: str, tag: str) -> DatasetVersion:
@@ -237,6 +397,7 @@ class DatasetStore:
         """
         check_tag(tag)
         version = self.resolve(f"{name}:{selector}")
+        self._check_write(name, "tag")
         path = self.loc.join(name, "tags", f"{tag}.json")
         data = json.dumps({"version": version.version}).encode()
         self.mover.storage_call(f"writing tag {name}:{tag}",
@@ -253,6 +414,7 @@ class DatasetStore:
             NotFoundError: no such dataset or version. DataError: the store failed.
         """
         info = self.info(name)
+        self._check_write(name, "delete")
         doomed = [self.resolve(f"{name}:{selector}")] if selector else info.versions
         for version in doomed:
             self._delete_version(version, info)
@@ -265,7 +427,7 @@ class DatasetStore:
 
     def _commit(self, name: str, upload_id: str, files: list[LocalFile],
                 stats: TransferStats) -> DatasetVersion:
-        entries = [DatasetFile(path=f.rel, size=f.size, sha256=stats.digests[f.rel]) for f in files]
+        entries = [DatasetFile.of(f.rel, f.size, stats.digests[f.rel]) for f in files]
         for _try in range(_MAX_COMMIT_TRIES):
             number = max([0, *self._numbers(name, ".json"), *self._numbers(name, ".deleted")]) + 1
             version = DatasetVersion(name=name, version=number, upload_id=upload_id,
@@ -277,7 +439,7 @@ class DatasetStore:
 
     def _create_manifest(self, version: DatasetVersion) -> bool:
         path = self._manifest_path(version.name, version.version)
-        data = json.dumps(version.model_dump(), indent=1).encode()
+        data = json.dumps(version.model_dump(exclude_none=True), indent=1).encode()
         created = self.mover.storage_call(
             f"creating {self.loc.show(f'{version.name}/versions/{version.version}.json')}",
             lambda: storage.create_exclusive(self.loc, path, data))

@@ -20,7 +20,7 @@ from pathlib import Path
 from trainyard.data import urls
 from trainyard.data.checkpoints import CheckpointWriter, UploadState
 from trainyard.data.config import DataConfig
-from trainyard.data.datasets import DatasetStore, parse_ref
+from trainyard.data.datasets import Actor, DatasetStore, parse_ref
 from trainyard.data.transfer import Mover, file_filter, local_files
 from trainyard.errors import DataError, TrainyardError
 from trainyard.runner.data import FsspecData
@@ -40,6 +40,8 @@ class DataLayerHook(FsspecData):
     def __init__(self, log: Callable[[str], None] | None = None,
                  config: DataConfig | None = None) -> None:
         self.mover = Mover(config, log)
+        self.actor: Actor | None = None
+        """Who datasets are read and written as (the runner sets the workflow's submitter)."""
         self._store: DatasetStore | None = None
         self._writers: dict[tuple[str, str], CheckpointWriter] = {}
 
@@ -47,7 +49,7 @@ class DataLayerHook(FsspecData):
     def store(self) -> DatasetStore:
         """The dataset store, opened on first use."""
         if self._store is None:
-            self._store = DatasetStore(mover=self.mover)
+            self._store = DatasetStore(mover=self.mover, actor=self.actor)
         return self._store
 
     def download(self, item: RunInput, dest: Path) -> int:

@@ -36,7 +36,8 @@ from trainyard.runner.data import file_filter
 
 __all__ = [
     "FileJob", "LocalFile", "TransferStats", "Mover", "file_filter", "local_files",
-    "plan_uploads", "sha256_file", "human_size",
+    "plan_uploads", "sha256_file", "human_size", "file_digest", "split_digest", "tag_digest",
+    "fast_digest_algo",
 ]
 
 _CHUNK = 4 * 1024 * 1024
@@ -58,6 +59,37 @@ def sha256_file(path: Path) -> str:
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def split_digest(digest: str) -> tuple[str, str]:
+    """``blake3:HEX`` -> (``blake3``, HEX); a bare HEX is a sha256 (every manifest written
+    before BLAKE3 was used)."""
+    algo, sep, value = digest.partition(":")
+    return (algo, value) if sep else ("sha256", digest)
+
+
+def tag_digest(algo: str, value: str) -> str:
+    """The inverse of ``split_digest``: sha256 stays bare, others get ``ALGO:``."""
+    return value if algo == "sha256" else f"{algo}:{value}"
+
+
+def file_digest(path: Path, algo: str = "sha256") -> str:
+    """The hex digest (``storage.new_hasher``) of a local file. Raises OSError, DataError."""
+    digest = storage.new_hasher(algo)
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fast_digest_algo() -> str:
+    """``blake3`` when its package is installed (about 3x faster than sha256 here, which is
+    what bounds a dataset copy: docs/benchmarks.md), else ``sha256``."""
+    try:
+        import blake3  # noqa: F401 - availability only
+    except ImportError:
+        return "sha256"
+    return "blake3"
 
 
 @dataclass(frozen=True)
@@ -273,10 +305,11 @@ class Mover:
 
     # ------------------------------------------------------------------ actions
 
-    def upload_action(self, loc: Location, digest: bool) -> JobAction:
+    def upload_action(self, loc: Location, digest: bool, algo: str = "sha256") -> JobAction:
         """A job action that uploads ``job.source`` (local) to ``job.target`` in ``loc``,
-        optionally returning the sha256 of the bytes sent (the file must not change while
-        it is sent: checked by size and mtime; a change fails the file)."""
+        optionally returning the digest (``algo``; ``tag_digest`` form) of the bytes sent
+        (the file must not change while it is sent: checked by size and mtime; a change
+        fails the file)."""
 
         def action(job: FileJob, callback: Callback) -> str | None:
             local = Path(job.source)
@@ -284,35 +317,44 @@ class Mover:
                 storage.put_file(loc, local, job.target, callback)
                 return None
             before = _stamp(local)
-            sha = sha256_file(local)
-            storage.put_file(loc, local, job.target, callback)
+            if loc.is_local:  # one read: hashed while copied
+                value = storage.copy_hashing(local, Path(job.target), callback, algo)
+            else:
+                value = file_digest(local, algo)
+                storage.put_file(loc, local, job.target, callback)
             if _stamp(local) != before:
                 raise _ChangedWhileSending(f"{local} changed while it was uploaded")
-            return sha
+            return tag_digest(algo, value)
 
         return action
 
     def download_action(self, loc: Location) -> JobAction:
         """A job action that downloads ``job.source`` from ``loc`` to ``job.target`` (local),
-        checking ``job.sha256`` when set (a mismatch removes the file and is retried)."""
+        checking ``job.sha256`` when set (a digest in ``tag_digest`` form: sha256 or
+        ``blake3:HEX``; a mismatch removes the file and is retried)."""
 
         def action(job: FileJob, callback: Callback) -> str | None:
             target = Path(job.target)
-            storage.get_file(loc, job.source, target, callback)
             if job.sha256 is None:
+                storage.get_file(loc, job.source, target, callback)
                 return None
-            got = sha256_file(target)
-            if got != job.sha256:
+            algo, want = split_digest(job.sha256)
+            if loc.is_local:  # one read: hashed while copied
+                got = storage.copy_hashing(Path(job.source), target, callback, algo)
+            else:
+                storage.get_file(loc, job.source, target, callback)
+                got = file_digest(target, algo)
+            if got != want:
                 target.unlink(missing_ok=True)
-                raise ChecksumMismatch(f"sha256 {got[:12]}... is not the expected {job.sha256[:12]}...")
-            return got
+                raise ChecksumMismatch(f"{algo} {got[:12]}... is not the expected {want[:12]}...")
+            return job.sha256
 
         return action
 
     # ------------------------------------------------------------------ plain transfers
 
     def upload_files(self, files: Sequence[LocalFile], loc: Location, verb: str = "uploaded",
-                     digest: bool = False) -> TransferStats:
+                     digest: bool = False, algo: str = "sha256") -> TransferStats:
         """Upload ``files`` below ``loc`` (each at ``loc/rel``) and log the throughput.
 
         Raises:
@@ -320,7 +362,7 @@ class Mover:
         """
         jobs = [FileJob(f.rel, str(f.path), loc.join(f.rel), f.size,
                         where=f"{f.path} -> {loc.url.rstrip('/')}/{f.rel}") for f in files]
-        stats = self.run(jobs, self.upload_action(loc, digest), "upload", loc)
+        stats = self.run(jobs, self.upload_action(loc, digest, algo), "upload", loc)
         self.log(stats.summary(verb, f"to {loc.show()}"))
         return stats
 
@@ -333,11 +375,22 @@ class Mover:
             DataError: a file failed for good.
         """
         digests = digests or {}
+        for f in files:
+            _check_target(dest, f.rel)
         jobs = [FileJob(f.rel, f.path, str(dest / f.rel), f.size, digests.get(f.rel),
                         where=f"{loc.fs.unstrip_protocol(f.path)} -> {dest / f.rel}") for f in files]
         stats = self.run(jobs, self.download_action(loc), "download", loc)
         self.log(stats.summary("downloaded", f"from {loc.show()}"))
         return stats
+
+
+def _check_target(dest: Path, rel: str) -> None:
+    """Refuse a download whose ``rel`` would land outside ``dest`` (absolute, ``..``):
+    a crafted listing or manifest must not write elsewhere. Raises DataError."""
+    parts = rel.replace("\\", "/").split("/")
+    if not rel or os.path.isabs(rel) or rel.startswith("\\") or ".." in parts:
+        raise DataError(f"refused to download {rel!r}: the path is absolute or leaves "
+                        f"{dest} ('..')")
 
 
 class _ChangedWhileSending(OSError):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainyard import dataroots
 from trainyard.backends.base import Backend, TaskKey, TaskLaunch, TaskResources
 from trainyard.engine.machine import StartTasks, WorkflowState
 from trainyard.engine.scheduler import Placement
@@ -41,6 +42,8 @@ class LaunchContext:
     backend: Backend
     pool: Pool
     upstream_output: Callable[[str, str], Path]
+    user: str | None = None
+    """The submitter (datasets are read and written as them)."""
 
     def run_dir(self, task: str, retry_id: int) -> Path:
         return self.home / "runs" / self.workflow_id / task / str(retry_id)
@@ -96,6 +99,8 @@ def _task_run(ctx: LaunchContext, spec: TaskSpec, retry_id: int, shared: dict[st
         volume_mounts=list(spec.volume_mounts),
         hosts=shared["hosts"], group_tasks=group_tasks, task_index=group_tasks.index(spec.name),
         barrier=shared["barrier"], run_dir=str(run_dir), output_dir=str(run_dir / "output"),
+        data_roots=dataroots.data_roots(ctx.pool.options, ctx.home), data_home=str(ctx.home),
+        user=ctx.user,
     )
 
 

@@ -101,6 +101,7 @@ class _Live:
     state: m.WorkflowState
     spec: WorkflowSpec
     pool: str
+    user: str | None = None
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,8 @@ class Engine:
                 name=sub.spec.name, pool=sub.pool.name, submitted_by=sub.user,
                 labels=sub.labels, spec_text=sub.spec_text, source=source, make_state=make_state,
             )
-            self._track(record.id, _Live(state_from_dict(record.state), sub.spec, sub.pool.name))
+            self._track(record.id, _Live(state_from_dict(record.state), sub.spec, sub.pool.name,
+                                         sub.user))
             self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
         return record
 
@@ -287,7 +289,8 @@ class Engine:
             if state.status is WorkflowStatus.COMPLETED:
                 raise RefusedError(f"workflow {workflow_id} COMPLETED; submit it again instead "
                                   f"(`trainyard workflow submit {workflow_id}`)")
-            self._track(workflow_id, _Live(state, self._spec_loader(record), record.pool))
+            self._track(workflow_id, _Live(state, self._spec_loader(record), record.pool,
+                                           record.submitted_by))
             self._process({workflow_id: [m.Restarted(time.time())]})
 
     def delete(self, workflow_ids: list[str], *, keep_records: bool = False) -> None:
@@ -546,7 +549,7 @@ class Engine:
         ctx = LaunchContext(
             home=self.home, workflow_id=wid, spec=live.spec, state=live.state,
             placements=placements, backend=backend, pool=self._pool_of(wid),
-            upstream_output=self._upstream_output,
+            upstream_output=self._upstream_output, user=live.user,
         )
         launches = build_launches(ctx, action)
         if only is not None:
@@ -692,7 +695,8 @@ class Engine:
                 log.error("workflow %s names unknown pool %s; left as is", record.id, record.pool)
                 continue
             state = state_from_dict(record.state)
-            self._track(record.id, _Live(state, self._spec_loader(record), record.pool))
+            self._track(record.id, _Live(state, self._spec_loader(record), record.pool,
+                                         record.submitted_by))
             if state.status is WorkflowStatus.PENDING:  # Submitted may never have been applied
                 self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
             queued += [(g.scheduling_since_s or 0.0, order, index, record.id, g.name)

@@ -28,7 +28,11 @@ import psutil
 from trainyard.runner import proctree
 from trainyard.runner.report import MAX_LINE_BYTES
 
-__all__ = ["CommandProcess", "read_pieces"]
+__all__ = ["CommandProcess", "TASK_UMASK", "read_pieces"]
+
+TASK_UMASK = 0o022
+"""The user command's umask (a container's usual one): the runner itself runs with 077 so
+that its logs are its owner's only, and the task must not inherit that."""
 
 
 class CommandProcess:
@@ -68,6 +72,7 @@ class CommandProcess:
         self.proc = subprocess.Popen(
             self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0,
+            umask=TASK_UMASK,
         )
         assert self.proc.stdout is not None
         self._pump = threading.Thread(target=self._forward, args=(self.proc.stdout,),

@@ -37,6 +37,7 @@ from trainyard.engine.status import ExitCode
 from trainyard.errors import DataError
 from trainyard.runner import proctree
 from trainyard.runner.barrier import BarrierTimeout, wait_for_group
+from trainyard import dataroots
 from trainyard.runner.checkpoint import Checkpointer
 from trainyard.runner.command import CommandProcess
 from trainyard.runner.data import DataHook, load_data_hook
@@ -133,6 +134,10 @@ class Runner:
         """The data layer, loaded on first use: a task that moves no data never imports it."""
         if self._hook is None:
             self._hook = load_data_hook(self.log.runner)
+            if self.run.user is not None and hasattr(self._hook, "actor"):
+                from trainyard.data.datasets import Actor  # the data layer, when present
+
+                self._hook.actor = Actor(self.run.user)
         return self._hook
 
     def _rewriter(self) -> PathRewriter | None:
@@ -159,7 +164,8 @@ class Runner:
         own = {k: self.prepare(v) for k, v in self.run.environment.items()}
         own.update(task_environment(self.run, {**self.base_env, **own}))
         own.update(self.run.sandbox.env)
-        return {**self.base_env, **own}, own
+        base = {k: v for k, v in self.base_env.items() if k != "TRAINYARD_TOKEN"}  # never inherited
+        return {**base, **own}, own
 
     def argv(self, visible: dict[str, str]) -> list[str]:
         """Command and args with paths, tokens and ``$(VAR)`` resolved."""
@@ -201,6 +207,29 @@ class Runner:
             return Path(self.rewriter.rewrite(path))
         return Path(self.rewriter.place(path))
 
+    # ------------------------------------------------------------------ data roots
+
+    def data_url_problem(self, url: str) -> str | None:
+        """Why ``url`` may not be used (``trainyard.dataroots``), None when it may; symlinks
+        are resolved now, just before the transfer."""
+        if self.run.data_roots is None:
+            return None
+        home = Path(self.run.data_home or "/nonexistent-trainyard-home")
+        return dataroots.url_problem(url, self.run.data_roots, home)
+
+    def check_data_url(self, url: str, code: int, what: str) -> None:
+        """Raise StepFailed(``code``) when ``url`` is outside the pool's data roots."""
+        problem = self.data_url_problem(url)
+        if problem:
+            raise StepFailed(code, f"{what}: refused: {problem}")
+
+    def data_url_allowed(self, url: str) -> bool:
+        """For a checkpoint (which never fails the task): logs and skips a refused URL."""
+        problem = self.data_url_problem(self.storage_url(url))
+        if problem:
+            self.log.runner(f"checkpoint to {scrub(url)} refused: {problem}")
+        return problem is None
+
     # ------------------------------------------------------------------ steps
 
     def prepare_sandbox(self) -> None:
@@ -228,6 +257,7 @@ class Runner:
                                  f"input {index} ({item.kind} {item.name}): {item.unavailable}")
             if item.kind == "url":
                 item = item.model_copy(update={"source": self.storage_url(item.source)})
+                self.check_data_url(item.source, ExitCode.DOWNLOAD_FAILED, f"input {index}")
             try:
                 count = self.hook.download(item, dest)
             except DataError as exc:
@@ -287,7 +317,7 @@ class Runner:
                                       pid_namespace=bool(self.run.sandbox.mounts))
         checkpoints = [Checkpointer(c.model_copy(update={"url": self.storage_url(c.url)}),
                                     self.local_path(c.path), self.hook, self.log.runner)
-                       for c in self.run.checkpoints]
+                       for c in self.run.checkpoints if self.data_url_allowed(c.url)]
         try:
             self.command.start()
         except OSError as exc:
@@ -330,6 +360,7 @@ class Runner:
         for target in self.run.outputs:
             if target.url is not None:
                 target = target.model_copy(update={"url": self.storage_url(target.url)})
+                self.check_data_url(target.url, ExitCode.UPLOAD_FAILED, "output")
             where = scrub(target.url or (target.dataset.name if target.dataset else "?"))
             try:
                 count = self.hook.upload(self.run.output_path, target)
@@ -431,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m trainyard.runner RUN_JSON", file=sys.stderr)
         return 2
+    os.umask(0o077)  # task.log, events.jsonl: the owner's only (the command gets 022 back)
     runner = Runner(load_run(Path(args[0])))
     proctree.set_child_subreaper()
     signal.signal(signal.SIGTERM, runner.on_signal)

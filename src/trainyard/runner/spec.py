@@ -256,6 +256,12 @@ class TaskRun(_Model):
     output_dir: str | None = None
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     stop_grace_s: float = 5.0
+    data_roots: list[str] | None = None
+    """Host folders ``file://`` URLs may use (``trainyard.dataroots``), with ``data_home``
+    (``$TRAINYARD_HOME``); None: not checked here (the engine always sets them)."""
+    data_home: str | None = None
+    user: str | None = None
+    """The workflow's submitter: datasets are read and written as them (None: unchecked)."""
 
     @model_validator(mode="after")
     def _defaults(self) -> TaskRun:

@@ -31,6 +31,21 @@ from trainyard.server.process import (
 from trainyard.store.lock import HeldLock, acquire_store_lock
 
 
+def private_process() -> None:
+    """Make what this process (and the launcher and runners it starts) creates readable
+    by its owner only: umask 077 (store, server.json, run.json, task.log, events.jsonl).
+    Also forget a ``TRAINYARD_TOKEN`` it was started with, so that no task inherits it."""
+    os.umask(0o077)
+    os.environ.pop("TRAINYARD_TOKEN", None)
+
+
+def _tighten(home: "os.PathLike[str]") -> None:
+    """``home`` becomes 0700 when it is ours and others could enter it."""
+    st = os.stat(home)
+    if st.st_uid == os.getuid() and st.st_mode & 0o077:
+        os.chmod(home, 0o700)
+
+
 def database_url() -> str:
     """The store's URL: ``$TRAINYARD_DATABASE_URL``, else SQLite under the home."""
     from trainyard.store import default_url
@@ -55,7 +70,8 @@ def build_app(url: str | None = None):  # noqa: ANN201 - FastAPI app
     store = Store(url or database_url())
     store.verify()
     engine = Engine(store, home, pools=load_pools())
-    return create_app(Service(engine, refused_pools=refused_pools()), TokenRegistry(home))
+    service = Service(engine, refused_pools=refused_pools())
+    return create_app(service, TokenRegistry(home, service.task_token_owner))
 
 
 def _take_locks() -> list[HeldLock]:
@@ -73,9 +89,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    private_process()
     home = trainyard_home()
     try:
         locks = _take_locks()
+        _tighten(home)
         app = build_app()
     except TrainyardError as exc:
         record_failure(home, exc)

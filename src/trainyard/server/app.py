@@ -45,7 +45,7 @@ from pydantic import BaseModel, Field
 import trainyard
 from trainyard.engine import retention
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
-from trainyard.server.auth import TokenRegistry, User
+from trainyard.server.auth import TokenRegistry, User, refuse_task_token
 from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
 from trainyard.server.service import LogLine, Service, SpecRequest, spec_error_json
 from trainyard.store import Store
@@ -147,6 +147,11 @@ def _routes(app: FastAPI, service: Service) -> None:
     def version(_u: Caller) -> dict[str, str]:
         return {"version": trainyard.__version__}
 
+    @app.get("/api/whoami")
+    def whoami(u: Caller) -> dict[str, Any]:
+        """Who the token is: ``{"user", "admin", "workflow"}`` (``workflow``: a task token's)."""
+        return {"user": u.name, "admin": u.admin, "workflow": u.workflow}
+
     @app.post("/api/workflow/validate")
     def validate(req: SpecRequest, _u: Caller) -> dict[str, Any]:
         loaded = service.load(req)
@@ -232,6 +237,7 @@ def _app_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/app/{name}")
     def create(name: str, req: AppRequest, u: Caller) -> dict[str, Any]:
+        refuse_task_token(u, "create an app")
         owner = _app_owner(store, name, u, "add a version to")
         loaded = service.load(SpecRequest(spec_text=req.spec_text, files=req.files,
                                           spec_name=name, set=req.set, set_string=req.set_string))
@@ -250,6 +256,7 @@ def _app_routes(app: FastAPI, service: Service) -> None:
     @app.post("/api/app/{name}/submit")
     def submit_app(name: str, req: SpecRequest, u: Caller, version: int | None = None,
                    dry_run: bool = False) -> dict[str, Any]:
+        refuse_task_token(u, "submit a workflow")
         a = store.get_app(name, version)
         full = req.model_copy(update={"spec_text": a.spec_text, "files": a.files,
                                       "spec_name": f"{a.name}:{a.version}"})
@@ -257,6 +264,7 @@ def _app_routes(app: FastAPI, service: Service) -> None:
 
     @app.delete("/api/app/{name}")
     def delete(name: str, u: Caller) -> dict[str, Any]:
+        refuse_task_token(u, "delete an app")
         _app_owner(store, name, u, "delete")
         return {"name": name, "deleted_versions": store.delete_app(name)}
 

@@ -6,29 +6,59 @@ also written alone to ``$TRAINYARD_HOME/token`` (mode 0600) where the CLI finds 
 adds users with ``trainyard server add-user USER``, which writes the file; a running server
 reads it again when it changed, so new tokens work at once. Tokens are compared in constant
 time.
+
+Writes are serialized across processes (an exclusive ``flock`` on ``tokens.lock``) and each
+reads the file again under the lock before it adds its token, then replaces the file
+atomically (written to a temporary file, then renamed): six ``server add-user`` at once all
+keep their tokens (issue 12, M5).
+
+A task token (``trainyard.tasktokens``) is accepted too: it acts as the submitter of its
+one workflow (``User.workflow``), never as an admin, and only while that workflow has not
+ended (401 after).
 """
 
 from __future__ import annotations
 
+import fcntl
 import getpass
 import hmac
 import json
 import os
 import secrets
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainyard.errors import AuthError
+from trainyard import tasktokens
+from trainyard.errors import AuthError, ForbiddenError
 
-__all__ = ["User", "TokenRegistry", "read_client_token"]
+__all__ = ["User", "TokenRegistry", "read_client_token", "refuse_task_token"]
 
 
 @dataclass(frozen=True)
 class User:
-    """Who is calling: a name and whether they may act on every workflow."""
+    """Who is calling: a name and whether they may act on every workflow.
+
+    ``workflow`` is set for a task token: the caller is a task of that workflow, acting as
+    its submitter on that workflow only (read it, its logs); nothing else.
+    """
 
     name: str
     admin: bool = False
+    workflow: str | None = None
+
+
+def refuse_task_token(user: User, action: str) -> None:
+    """Raise ForbiddenError (403) when ``user`` holds a task token: ``action`` (``submit a
+    workflow``, ``cancel a workflow``, ...) needs the user's own token."""
+    if user.workflow is not None:
+        raise ForbiddenError(f"a task token (of workflow {user.workflow}) may not {action}; "
+                             "it only reads its own workflow")
+
+
+WorkflowOwner = Callable[[str], str]
+"""Given a workflow id, its submitter; raises AuthError if the workflow ended or is unknown."""
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -43,12 +73,25 @@ def _write_private(path: Path, text: str) -> None:
 class TokenRegistry:
     """The server's tokens, stored in ``home/tokens.json``."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, workflow_owner: WorkflowOwner | None = None) -> None:
         self.home = home
         self.path = home / "tokens.json"
+        self.workflow_owner = workflow_owner
         self._tokens: dict[str, User] = {}
         self._stamp: tuple[int, int, int] | None = None
-        self._load_or_create()
+        with self._locked():
+            self._load_or_create()
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the exclusive lock that serializes writers of ``tokens.json``."""
+        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.home / "tokens.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def _file_stamp(self) -> tuple[int, int, int] | None:
         try:
@@ -61,7 +104,7 @@ class TokenRegistry:
         if self.path.exists():
             self._load()
             return
-        token = self.add(getpass.getuser(), admin=True)
+        token = self._add_locked(getpass.getuser(), admin=True)
         _write_private(self.home / "token", token + "\n")
 
     def _load(self) -> None:
@@ -81,8 +124,13 @@ class TokenRegistry:
         self._stamp = self._file_stamp()
 
     def add(self, user: str, *, admin: bool = False) -> str:
-        """Create a token for ``user`` and return it."""
-        self._reload_if_changed()
+        """Create a token for ``user`` and return it. Safe against concurrent writers."""
+        with self._locked():
+            return self._add_locked(user, admin=admin)
+
+    def _add_locked(self, user: str, *, admin: bool) -> str:
+        if self.path.exists():
+            self._load()  # always: a stamp can miss a replace within one clock tick
         token = secrets.token_urlsafe(32)
         self._tokens[token] = User(user, admin)
         self._save()
@@ -92,11 +140,19 @@ class TokenRegistry:
         """The user of ``token``. Raises AuthError (401) when it is missing or unknown."""
         if not token:
             raise AuthError("no token given: send `Authorization: Bearer TOKEN`")
+        if token.startswith(tasktokens.PREFIX):
+            return self._task_user(token)
         self._reload_if_changed()
         for known, user in self._tokens.items():
             if hmac.compare_digest(known.encode(), token.encode()):
                 return user
         raise AuthError("unknown token")
+
+    def _task_user(self, token: str) -> User:
+        workflow_id = tasktokens.token_workflow(self.home, token)
+        if workflow_id is None or self.workflow_owner is None:
+            raise AuthError("unknown token")
+        return User(self.workflow_owner(workflow_id), admin=False, workflow=workflow_id)
 
 
 def read_client_token(home: Path) -> str | None:

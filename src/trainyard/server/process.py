@@ -234,6 +234,7 @@ def start_background(home: Path, host: str = "127.0.0.1", port: int = 0) -> Serv
     """
     log_path = home / "server.log"
     with log_path.open("ab") as log:
+        os.chmod(log_path, 0o600)  # the owner's only, like the rest of the home
         proc = subprocess.Popen(
             [sys.executable, "-m", "trainyard.server", "--host", host, "--port", str(port)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

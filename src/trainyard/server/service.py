@@ -20,6 +20,7 @@ from trainyard.engine import machine as m
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.engine.status import WorkflowStatus
 from trainyard.errors import (
+    AuthError,
     ConfigError,
     ForbiddenError,
     NotFoundError,
@@ -28,7 +29,7 @@ from trainyard.errors import (
     SpecProblem,
 )
 from trainyard.pools import DEFAULT_POOL, Pool
-from trainyard.server.auth import User
+from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.logs import FLUSH, LogFile, LogLine, file_size, read_merged, tail_offset
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.models import WorkflowSpec
@@ -70,6 +71,22 @@ class Service:
         self.engine = engine
         self.refused_pools = dict(refused_pools or {})
         """Pools of pools.yaml not served (backend not available), with the reason."""
+
+    def task_token_owner(self, workflow_id: str) -> str:
+        """The submitter a task token of ``workflow_id`` acts as (``TokenRegistry``'s
+        ``workflow_owner``).
+
+        Raises:
+            AuthError: the workflow is unknown or has ended (its tasks' tokens expire with it).
+        """
+        try:
+            record = self.engine.store.get_workflow(workflow_id)
+        except NotFoundError:
+            raise AuthError("unknown token") from None
+        if WorkflowStatus(record.status).is_terminal():
+            raise AuthError(f"task token of workflow {workflow_id}: the workflow ended "
+                            f"({record.status}); task tokens expire with their workflow")
+        return record.submitted_by
 
     # ------------------------------------------------------------------ specs
 
@@ -139,16 +156,46 @@ class Service:
                 except ForbiddenError as exc:
                     raise ForbiddenError(f"{where}: {exc}") from None
 
+    def _check_datasets(self, workflow: WorkflowSpec, user: User) -> None:
+        """Each dataset the workflow reads exists for ``user`` only if shared with them, and
+        each it writes is theirs (``data.datasets`` ownership), so that a task does not fail
+        later with 2010/2012 for it. A dataset that does not exist yet passes (an upstream
+        task may make it). Only on the default dataset store, which the runners use.
+
+        Raises:
+            ForbiddenError: names the task, the input or output, and the owner.
+        """
+        from trainyard.data.datasets import Actor, DatasetStore, parse_ref  # on use
+
+        refs = [(task.name, f"input {i}", item.dataset.name, False)
+                for task in workflow.all_tasks() for i, item in enumerate(task.inputs) if item.dataset]
+        refs += [(task.name, f"output {i}", item.dataset.name, True)
+                 for task in workflow.all_tasks() for i, item in enumerate(task.outputs) if item.dataset]
+        if not refs or user.admin:
+            return
+        store = DatasetStore(actor=Actor(user.name, user.admin))
+        for task, what, ref, write in refs:
+            name, _selector = parse_ref(ref)
+            try:
+                if write:
+                    store.check_may_write(name)
+                elif store.versions(name):
+                    store.info(name)
+            except ForbiddenError as exc:
+                raise ForbiddenError(f"task {task!r} {what} (dataset {ref}): {exc}") from None
+
     def submit(self, req: SpecRequest, user: User) -> dict[str, Any]:
         """Validate and start a workflow. Returns ``{"id", "name", "status", "warnings"}``
         (the spec's warnings, ``LoadedSpec.warnings_json``).
 
         Raises:
             SpecError, NotFoundError: as ``load``; NotFoundError and ForbiddenError also as
-                ``_check_other_workflows``.
+                ``_check_other_workflows``; ForbiddenError as ``_check_datasets``.
         """
+        refuse_task_token(user, "submit a workflow")
         loaded = self.load(req)
         self._check_other_workflows(loaded.workflow, user)
+        self._check_datasets(loaded.workflow, user)
         record = self.engine.submit(Submission(
             spec=loaded.workflow, spec_text=loaded.rendered_text, user=user.name,
             pool=loaded.pool, labels=dict(loaded.workflow.labels),
@@ -178,6 +225,7 @@ class Service:
         """Submit again the stored request of ``workflow_id`` (its ``--set`` values kept,
         those in ``overrides`` appended, so they win). With ``dry_run``, nothing is stored:
         the answer is ``dry_run``'s."""
+        refuse_task_token(user, "submit a workflow")
         record = self._readable(workflow_id, user)
         stored = _stored_request(record)
         if overrides is not None:
@@ -204,6 +252,9 @@ class Service:
         return _stored_request(record).spec_text
 
     def _readable(self, workflow_id: str, user: User) -> WorkflowRecord:
+        if user.workflow is not None and workflow_id != user.workflow:
+            raise ForbiddenError(f"a task token of workflow {user.workflow} may not read or "
+                                 f"change workflow {workflow_id}")
         record = self.engine.store.get_workflow(workflow_id)
         if not user.admin and record.submitted_by != user.name:
             raise ForbiddenError(
@@ -228,6 +279,8 @@ class Service:
             ConfigError: an unknown status (the valid ones are named) or ``count`` below 1.
         """
         _check_list_filters(statuses, count)
+        if user.workflow is not None:  # a task token sees its own workflow only
+            return [_summary_json(self._readable(user.workflow, user))]
         records = self.engine.store.list_workflows(
             statuses=statuses, name=name, labels=labels, count=count,
             submitted_by=None if user.admin else user.name,
@@ -239,12 +292,14 @@ class Service:
     def cancel(self, workflow_id: str, user: User) -> dict[str, Any]:
         """Cancel; returns the workflow summary."""
         self._readable(workflow_id, user)
+        refuse_task_token(user, "cancel a workflow")
         self.engine.cancel(workflow_id)
         return _summary_json(self.engine.store.get_workflow(workflow_id))
 
     def restart(self, workflow_id: str, user: User) -> dict[str, Any]:
         """Run the failed groups of a failed workflow again, keeping completed ones."""
         self._readable(workflow_id, user)
+        refuse_task_token(user, "restart a workflow")
         self.engine.restart(workflow_id)
         return _summary_json(self.engine.store.get_workflow(workflow_id))
 

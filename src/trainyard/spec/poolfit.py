@@ -18,7 +18,8 @@ import posixpath
 from collections.abc import Callable
 from typing import Any
 
-from trainyard.pools import NodeSpec, Pool
+from trainyard import dataroots
+from trainyard.pools import NodeSpec, Pool, trainyard_home
 from trainyard.quantity import format_bytes
 from trainyard.spec.checks import LocatedTask, located_tasks
 from trainyard.spec.fields import split_mount
@@ -26,7 +27,7 @@ from trainyard.spec.models import ResourceSpec, WorkflowSpec
 from trainyard.spec.problems import Issue, Layout
 
 __all__ = ["ALLOWED_MOUNTS_OPTION", "allowed_mounts", "check_pool", "check_mounts", "check_fit",
-           "check_gang_size", "check_gang_total", "check_host_network"]
+           "check_gang_size", "check_gang_total", "check_host_network", "check_data_urls"]
 
 ALLOWED_MOUNTS_OPTION = "allowed_mounts"
 # (YAML key, attribute of both ResourceSpec and NodeSpec, how to print an amount)
@@ -43,7 +44,7 @@ def check_pool(workflow: WorkflowSpec, pool: Pool, layout: Layout | None = None)
     layout = layout or Layout()
     tasks = list(located_tasks(workflow, layout))
     fit = check_fit(workflow, pool)
-    return [*check_mounts(tasks, pool), *fit, *check_gang_size(workflow, pool, layout),
+    return [*check_mounts(tasks, pool), *check_data_urls(tasks, pool), *fit, *check_gang_size(workflow, pool, layout),
             *([] if fit else check_gang_total(workflow, pool, layout)),
             *check_host_network(tasks, pool)]
 
@@ -119,6 +120,25 @@ def check_mounts(tasks: list[LocatedTask], pool: Pool) -> list[Issue]:
             source, _ = split_mount(mount)
             if not _is_allowed(source, allowed):
                 issues.append(Issue(located.loc + ("volumeMounts", i), _mount_message(source, pool, allowed)))
+    return issues
+
+
+def check_data_urls(tasks: list[LocatedTask], pool: Pool) -> list[Issue]:
+    """Each ``file://`` URL (inputs, outputs, checkpoints) lies below one of the pool's data
+    roots (``trainyard.dataroots``: ``options.allowed_data_roots``)."""
+    home = trainyard_home()
+    roots = dataroots.data_roots(pool.options, home)
+    issues = []
+    for located in tasks:
+        task = located.task
+        fields = [("inputs", i, item.url) for i, item in enumerate(task.inputs)]
+        fields += [("outputs", i, item.url) for i, item in enumerate(task.outputs)]
+        fields += [("checkpoint", i, item.url) for i, item in enumerate(task.checkpoint)]
+        for name, index, url in fields:
+            problem = dataroots.url_problem(url, roots, home) if url else None
+            if problem:
+                issues.append(Issue(located.loc + (name, index, "url"),
+                                    f"{problem} (pool {pool.name!r})"))
     return issues
 
 

@@ -10,7 +10,7 @@ import pytest
 from data_unit_support import read_tree, write_tree
 from trainyard.data import DatasetStore, parse_ref
 from trainyard.data import storage
-from trainyard.data.transfer import plan_uploads
+from trainyard.data.transfer import fast_digest_algo, plan_uploads
 from trainyard.errors import DataError, NotFoundError
 
 
@@ -35,7 +35,27 @@ def test_manifest_lists_size_and_sha256(tmp_path: Path) -> None:
     _upload(store, "ds", write_tree(tmp_path / "a", {"x.txt": "abc"}))
     (entry,) = store.resolve("ds").files
     assert (entry.path, entry.size) == ("x.txt", 3)
-    assert entry.sha256 == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    if fast_digest_algo() == "blake3":  # the blake3 package installed (a dependency)
+        assert entry.blake3 == "6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85"
+    else:
+        assert entry.sha256 == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_a_version_written_with_sha256_still_downloads_and_is_checked(
+        tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainyard.data.datasets as datasets_module
+
+    monkeypatch.setattr(datasets_module, "fast_digest_algo", lambda: "sha256")  # as before blake3
+    store = DatasetStore()
+    _upload(store, "old", write_tree(tmp_path / "a", {"x.txt": "abc"}))
+    (entry,) = store.resolve("old").files
+    assert (entry.sha256, entry.blake3) == (
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", None)
+    store.download("old", tmp_path / "out")
+    assert (tmp_path / "out" / "x.txt").read_text() == "abc"
+    next((home / "datasets" / "old" / "data").rglob("x.txt")).write_text("abd")
+    with pytest.raises(DataError, match=r"x\.txt.*sha256"):
+        store.download("old", tmp_path / "out2")
 
 
 def test_tags_point_at_versions_and_move(tmp_path: Path) -> None:
@@ -97,16 +117,16 @@ def test_failed_upload_leaves_no_version_and_no_files(
     monkeypatch.setenv("TRAINYARD_DATA_WORKERS", "1")
     root = write_tree(tmp_path / "a", {f"f{i}.txt": str(i) for i in range(5)})
     files = plan_uploads([f"{root}/"], None)
-    real = storage.put_file
+    real = storage.copy_hashing  # a file:// upload copies and hashes in one pass
     count: list[int] = []
 
-    def failing(*args: object, **kwargs: object) -> None:
+    def failing(*args: object, **kwargs: object) -> str:
         count.append(1)
         if len(count) == 3:
             raise PermissionError("disk says no")
-        real(*args, **kwargs)  # type: ignore[arg-type]
+        return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(storage, "put_file", failing)
+    monkeypatch.setattr(storage, "copy_hashing", failing)
     store = DatasetStore()
     with pytest.raises(DataError, match=r"f2\.txt.*PermissionError: disk says no"):
         store.upload("ds", files)
@@ -119,7 +139,7 @@ def test_a_damaged_stored_file_is_caught_on_download(tmp_path: Path, home: Path)
     _upload(store, "ds", write_tree(tmp_path / "a", {"x.txt": "good", "y.txt": "y"}))
     stored = next((home / "datasets" / "ds" / "data").rglob("x.txt"))
     stored.write_text("evil")  # same size, other bytes
-    with pytest.raises(DataError, match=r"x\.txt.*sha256"):
+    with pytest.raises(DataError, match=r"x\.txt.*(sha256|blake3)"):
         store.download("ds", tmp_path / "out")
     assert not (tmp_path / "out" / "x.txt").exists()
 

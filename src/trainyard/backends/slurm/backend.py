@@ -42,6 +42,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch, server_url_for_tasks
+from trainyard.backends.base import task_api_env
 from trainyard.backends.images import runtime_for, runtime_path
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.slurm.options import SlurmOptions, parse_options
@@ -130,6 +131,8 @@ class SlurmBackend:
             prepend = {launch.key: self._path_prepend(launch) for launch in launches}
             request = build_request(launches, self.options, self.home, self.python, prepend,
                                     server_url=server_url_for_tasks(self.home))
+            for run in request.runs.values():  # not in build_request: --dry-run prints it
+                run.sandbox.env.update(task_api_env(self.home, run.workflow_id))
             attempts = self._announce(request)
             self._write(request)
         except (OSError, subprocess.SubprocessError) as exc:
@@ -446,7 +449,9 @@ def _job_of_output(job_dir: Path) -> str | None:
 def _write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(text)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # run.json: a token
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
     partial.replace(path)
 
 

@@ -1,0 +1,73 @@
+"""Which host folders ``file://`` URLs of a workflow may read and write (issue 11).
+
+A task's ``url:`` inputs, outputs and checkpoints move data as the server's user, so a
+``file://`` URL (or a plain path) is limited to the pool's data roots: the pool option
+``allowed_data_roots`` (a list of host folders; ``[]`` turns ``file://`` off), by default
+``$TRAINYARD_HOME/storage`` and the system temp folder (``tempfile.gettempdir()``, where
+the examples keep their data). A path is allowed when it is one of the roots or below one,
+after symlinks are resolved (``os.path.realpath``, on the path and on the roots), and never
+inside ``$TRAINYARD_HOME`` (tokens, store, other runs) unless a root that is itself inside
+the home contains it (``$TRAINYARD_HOME/storage`` is). Other schemes (``s3://``, ...) are
+not host paths and pass.
+
+The rule is checked twice: at submit (``spec.poolfit.check_data_urls``, a clear error naming
+the field) and by the runner before it moves a byte (``TaskRun.data_roots``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+__all__ = ["OPTION", "data_roots", "host_path", "url_problem"]
+
+OPTION = "allowed_data_roots"
+
+
+def data_roots(options: Mapping[str, Any], home: Path) -> list[str]:
+    """The pool's data roots (``options[OPTION]``, a path or a list), else the default:
+    ``home/storage`` and the system temp folder."""
+    if OPTION in options:
+        value = options.get(OPTION) or []
+        return [str(p) for p in ([value] if isinstance(value, str) else value)]
+    return [str(home / "storage"), tempfile.gettempdir()]
+
+
+def host_path(url: str) -> str | None:
+    """The host path a ``file://`` URL or a plain path names; None for other schemes."""
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return unquote(parts.path)
+    if parts.scheme and len(parts.scheme) > 1:  # s3, gs, az, http...; "c:" is no scheme here
+        return None
+    return url
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def url_problem(url: str, roots: list[str], home: Path) -> str | None:
+    """Why ``url`` may not be used (a one-line message), or None when it may.
+
+    Args:
+        url: the URL as the task will use it.
+        roots: the pool's data roots (``data_roots``).
+        home: ``$TRAINYARD_HOME``.
+    """
+    raw = host_path(url)
+    if raw is None:
+        return None
+    path = os.path.realpath(raw)
+    real_home = os.path.realpath(home)
+    for root in (os.path.realpath(r) for r in roots):
+        if _under(path, root) and (not _under(path, real_home) or _under(root, real_home)):
+            return None
+    shown = ", ".join(roots) or "none: file:// is off"
+    return (f"{url!r} is a host path ({path}) outside the pool's data roots ({shown}); use a "
+            f"folder below one of them, or ask an administrator to add one to options.{OPTION} "
+            "of the pool in pools.yaml")

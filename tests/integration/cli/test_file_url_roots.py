@@ -1,0 +1,64 @@
+"""``file://`` URLs are limited to the pool's data roots (issue 11: they read and wrote any
+host path as the server's user): refused at submit through the real CLI and server, with
+the field named; a symlink inside a root that points out of it is refused too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cli_e2e_support import Server
+
+SPEC = """
+workflow:
+  name: file-urls
+  tasks:
+  - name: t
+    command: [sh, -c, "echo hi > {{output}}/a.txt"]
+    inputs:
+    - url: {{ input_url }}
+    outputs:
+    - url: {{ output_url }}
+default-values:
+  input_url: s3://bucket/in
+  output_url: s3://bucket/out
+"""
+
+
+def submit(server: Server, tmp_path: Path, *sets: str) -> tuple[int, str]:
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC)
+    done = server.cli("workflow", "submit", str(path), "--set", *sets)
+    return done.code, done.out + done.err
+
+
+def test_a_host_path_outside_the_data_roots_is_refused_at_submit(server: Server,
+                                                                 tmp_path: Path) -> None:
+    before = server.ids()
+    code, text = submit(server, tmp_path, "input_url=file:///etc/", "output_url=file:///root/x/")
+    assert code == 2, text
+    assert "tasks[0].inputs[0].url" in text and "'file:///etc/' is a host path" in text, text
+    assert "tasks[0].outputs[0].url" in text and "allowed_data_roots" in text, text
+    home_code, home_text = submit(server, tmp_path, f"input_url=file://{server.home}/")
+    assert home_code == 2 and "outside the pool's data roots" in home_text, home_text
+    assert server.ids() == before  # nothing stored
+
+
+def test_a_symlink_out_of_a_root_is_refused(server: Server, tmp_path: Path) -> None:
+    root = server.home / "storage"
+    root.mkdir(exist_ok=True)
+    link = root / f"escape-{tmp_path.name}"
+    link.symlink_to("/etc")
+    code, text = submit(server, tmp_path, f"input_url=file://{link}/")
+    assert code == 2 and "(/etc)" in text, text
+
+
+def test_a_url_below_the_home_storage_runs(server: Server, tmp_path: Path) -> None:
+    root = server.home / "storage" / tmp_path.name
+    (root / "in").mkdir(parents=True)
+    (root / "in" / "x.txt").write_text("x\n")
+    code, text = submit(server, tmp_path, f"input_url=file://{root}/in/",
+                        f"output_url=file://{root}/out/")
+    assert code == 0, text
+    workflow_id = text.split("Workflow submitted: ")[1].split()[0]
+    assert server.wait(workflow_id)["status"] == "COMPLETED", server.logs(workflow_id)
+    assert (root / "out" / "a.txt").read_text() == "hi\n"
