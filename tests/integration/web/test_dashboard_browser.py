@@ -1,0 +1,225 @@
+"""The dashboard in a real headless Chromium (Debian ``chromium`` + ``chromium-driver``,
+driven by selenium with the system driver, never a downloaded one) against a real server
+process in a temporary home: log in, watch a real workflow (local backend, sandboxed) run
+and finish, follow its log live, search it, see its training curve and its utilisation.
+
+Screenshots of each page go to ``$TRAINYARD_SCREENSHOT_DIR`` when set (docs/screenshots was
+made this way), else to the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+DRIVER = "/usr/bin/chromedriver"
+
+pytestmark = [
+    pytest.mark.skipif(not (Path(CHROMIUM).exists() and Path(DRIVER).exists()),
+                       reason="needs Debian's chromium and chromium-driver "
+                              "(apt-get install chromium chromium-driver; .ci/run does)"),
+    pytest.mark.timeout(420),
+]
+
+selenium = pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[dev]')")
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service as DriverService  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+# Prints a line per epoch and appends the documented metrics format (docs/dashboard.md)
+# to {{output}}/metrics.jsonl, slowly enough that the log is followed while it runs.
+SPEC = """
+workflow:
+  name: curves
+  tasks:
+  - name: fit
+    image: ubuntu:24.04
+    command: [python3]
+    args: [/tmp/fit.py, "{{output}}"]
+    files:
+    - path: /tmp/fit.py
+      contents: |
+        import json, sys, time
+        out = sys.argv[1]
+        print("starting <b>not bold</b>", flush=True)
+        for epoch in range(1, 6):
+            time.sleep(1.5)
+            loss = 2.0 / epoch
+            with open(out + "/metrics.jsonl", "a") as f:
+                f.write(json.dumps({"epoch": epoch, "loss": loss, "accuracy": 1 - loss / 4,
+                                    "images_per_s": 1000 + 10 * epoch}) + "\\n")
+            print(f"epoch {epoch} loss {loss:.3f}", flush=True)
+        print("done", flush=True)
+"""
+
+
+class LiveServer:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
+        env.update(TRAINYARD_HOME=str(home), TRAINYARD_USAGE_INTERVAL_S="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "trainyard.server", "--port", "0"],
+                                     env=env, start_new_session=True)
+        deadline = time.time() + 60
+        while not (home / "server.json").exists():
+            assert self.proc.poll() is None, "the server exited at start"
+            assert time.time() < deadline, "the server did not start within 60 s"
+            time.sleep(0.1)
+        self.url = json.loads((home / "server.json").read_text())["url"]
+        self.token = (home / "token").read_text().strip()
+
+    def api(self, method: str, path: str, **kwargs: object) -> httpx.Response:
+        return httpx.request(method, self.url + path, timeout=30,
+                             headers={"Authorization": f"Bearer {self.token}"}, **kwargs)
+
+    def stop(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture()
+def server(tmp_path: Path) -> Iterator[LiveServer]:
+    home = tmp_path / "home"
+    home.mkdir()
+    live = LiveServer(home)
+    try:
+        yield live
+    finally:
+        for row in live.api("GET", "/api/workflow").json():
+            if not (row["status"] == "COMPLETED" or row["status"].startswith("FAILED")):
+                live.api("POST", f"/api/workflow/{row['id']}/cancel")
+        live.stop()
+
+
+@pytest.fixture()
+def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--window-size=1280,1000",
+                 f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=DriverService(DRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _shots(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("TRAINYARD_SCREENSHOT_DIR") or tmp_path / "shots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _text(driver: webdriver.Chrome, css: str) -> str:
+    found = driver.find_elements(By.CSS_SELECTOR, css)
+    return found[0].text if found else ""
+
+
+def _no_browser_errors(driver: webdriver.Chrome) -> None:
+    """No JavaScript error and no CSP violation was logged by the page."""
+    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"
+              and "/login - Failed to load resource" not in e["message"]]  # the wrong token
+    assert not severe, severe
+
+
+def test_login_watch_a_run_follow_its_log_and_see_its_curves(
+        server: LiveServer, browser: webdriver.Chrome, tmp_path: Path) -> None:
+    shots = _shots(tmp_path)
+    wait = WebDriverWait(browser, 120, poll_frequency=0.2)
+
+    browser.get(server.url + "/")
+    assert "/login" in browser.current_url
+    browser.find_element(By.ID, "token").send_keys("wrong")
+    browser.find_element(By.ID, "login").click()
+    wait.until(lambda d: "unknown token" in _text(d, "#login-error"))
+    browser.save_screenshot(str(shots / "login.png"))
+    browser.find_element(By.ID, "token").send_keys(server.token)
+    browser.find_element(By.ID, "login").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "table.list"))
+
+    answer = server.api("POST", "/api/workflow", json={"spec_text": SPEC,
+                                                         "labels": {"demo": "browser"}})
+    assert answer.status_code == 200, answer.text
+    wid = answer.json()["id"]
+
+    # The log, followed while the task runs: lines arrive before the workflow ends.
+    browser.get(f"{server.url}/workflows/{wid}/logs?task=fit")
+    wait.until(lambda d: "epoch 1 loss" in _text(d, "#log"))
+    assert _text(browser, "#log-state") == "following"
+    assert server.api("GET", f"/api/workflow/{wid}").json()["status"] in (
+        "RUNNING", "INITIALIZING")
+    assert browser.find_elements(By.CSS_SELECTOR, "#log b") == []  # task text stays text
+    assert "starting <b>not bold</b>" in _text(browser, "#log")
+    wait.until(lambda d: _text(d, "#log-state") == "ended")
+    assert "done" in _text(browser, "#log")
+    browser.find_element(By.ID, "log-search").send_keys("epoch 3")
+    wait.until(lambda d: _text(d, "#log-count").startswith("1 of "))
+    visible = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#log .line")
+               if e.is_displayed()]
+    assert len(visible) == 1 and "epoch 3 loss 0.667" in visible[0]
+    browser.save_screenshot(str(shots / "logs.png"))
+
+    # The list shows it; its page shows the end state, curves and utilisation.
+    browser.get(server.url + "/?label=demo%3Dbrowser")
+    link = wait.until(lambda d: d.find_element(By.LINK_TEXT, wid))
+    browser.save_screenshot(str(shots / "workflows.png"))
+    link.click()
+    wait.until(lambda d: _text(d, "#wf-status") == "COMPLETED")
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "figure.chart canvas")) >= 3)
+    captions = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "figure.chart figcaption")]
+    assert {"loss", "accuracy", "images_per_s"} <= set(captions), captions
+    assert any(c.startswith("CPU %") for c in captions), captions
+    assert "fit · COMPLETED" in _text(browser, "svg.dag")
+    assert browser.find_elements(By.CSS_SELECTOR, "svg.gantt rect.ph.RUNNING")
+    browser.save_screenshot(str(shots / "workflow.png"))
+    browser.execute_script("document.getElementById('charts').scrollIntoView()")
+    browser.save_screenshot(str(shots / "charts.png"))
+
+    browser.get(f"{server.url}/compare?id={wid}&id={wid}")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "figure.chart canvas"))
+    browser.save_screenshot(str(shots / "compare.png"))
+    browser.get(server.url + "/pools")
+    assert "local" in _text(browser, "#resources")
+    browser.save_screenshot(str(shots / "pools.png"))
+    browser.get(server.url + "/datasets")
+    browser.save_screenshot(str(shots / "datasets.png"))
+    _no_browser_errors(browser)
+
+
+def test_cancel_from_the_workflow_page(server: LiveServer, browser: webdriver.Chrome) -> None:
+    spec = SPEC.replace("range(1, 6)", "range(1, 600)")
+    wid = server.api("POST", "/api/workflow", json={"spec_text": spec}).json()["id"]
+    browser.get(server.url + "/")
+    browser.find_element(By.ID, "token").send_keys(server.token)
+    browser.find_element(By.ID, "login").click()
+    WebDriverWait(browser, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, "table.list"))
+    browser.get(f"{server.url}/workflows/{wid}")
+    browser.find_element(By.ID, "cancel").click()
+    WebDriverWait(browser, 60).until(lambda d: _text(d, "#msg") == "cancel requested")
+    WebDriverWait(browser, 120).until(lambda d: _text(d, "#wf-status") == "FAILED_CANCELED")
+
+
+def test_dashboard_is_unreachable_without_login(server: LiveServer) -> None:
+    answer = httpx.get(server.url + "/pools", follow_redirects=False, timeout=30)
+    assert answer.status_code == 303 and answer.headers["location"] == "/login?next=%2Fpools"
