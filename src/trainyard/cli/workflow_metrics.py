@@ -54,7 +54,10 @@ def _epochs(run: dict[str, Any]) -> str:
 
 def _last(run: dict[str, Any], name: str) -> str:
     points = run["series"].get(name)
-    return f"{points[-1][1]:.4g}" if points else "-"
+    if not points:
+        return "-"
+    value = points[-1][1]
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def register(app: typer.Typer) -> None:

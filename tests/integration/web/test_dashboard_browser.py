@@ -150,3 +150,36 @@ def test_cancel_from_the_workflow_page(server: LiveServer, browser: webdriver.Ch
 def test_dashboard_is_unreachable_without_login(server: LiveServer) -> None:
     answer = httpx.get(server.url + "/pools", follow_redirects=False, timeout=30)
     assert answer.status_code == 303 and answer.headers["location"] == "/login?next=%2Fpools"
+
+
+DEMO = Path(__file__).resolve().parents[3] / "examples" / "torchrun_multinode" / "train.yaml"
+
+
+@pytest.mark.slow
+def test_the_demo_trainer_run_shows_its_curves_and_logs(
+        server: LiveServer, browser: webdriver.Chrome, tmp_path: Path) -> None:
+    """OSMO's two-node torchrun demo (one process per node, 2 epochs): the trainer's own
+    metrics.jsonl gives the loss, accuracy and images/s curves."""
+    pytest.importorskip("torch", reason="the demo trains with torch (pip install -e '.[train]')")
+    answer = server.api("POST", "/api/workflow", json={
+        "spec_text": DEMO.read_text(), "spec_name": str(DEMO),
+        "set": ["n_gpus_per_node=1", "n_epochs=2"]})
+    assert answer.status_code == 200, answer.text
+    wid = answer.json()["id"]
+    wait = WebDriverWait(browser, 300, poll_frequency=0.5)
+    browser.get(server.url + "/")
+    browser.find_element(By.ID, "token").send_keys(server.token)
+    browser.find_element(By.ID, "login").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "table.list"))
+    browser.get(f"{server.url}/workflows/{wid}")
+    wait.until(lambda d: _text(d, "#wf-status") in ("COMPLETED", "FAILED"))
+    assert _text(browser, "#wf-status") == "COMPLETED"
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "figure.chart canvas")) >= 3)
+    captions = {e.text for e in browser.find_elements(By.CSS_SELECTOR, "figure.chart figcaption")}
+    assert {"val_loss", "val_accuracy", "throughput_images_per_s"} <= captions, captions
+    assert "master · COMPLETED" in _text(browser, "svg.dag")
+    browser.save_screenshot(str(_shots(tmp_path) / "demo-workflow.png"))
+    browser.get(f"{server.url}/workflows/{wid}/logs?task=master")
+    wait.until(lambda d: _text(d, "#log-state") == "ended")
+    assert "Training completed successfully." in _text(browser, "#log")
+    _no_browser_errors(browser)

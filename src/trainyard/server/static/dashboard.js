@@ -33,7 +33,7 @@ function chart(parent, title, xLabel, runs, timeAxis) {
   const width = Math.min(560, Math.max(320, parent.clientWidth / 2 - 24));
   const opts = {
     width, height: 220, scales: { x: { time: !!timeAxis } },
-    axes: [{ label: xLabel }, {}],
+    axes: [{ label: xLabel }, { size: 64 }],
     series: [{ label: xLabel }, ...runs.map((r, i) => ({
       label: r.label, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true,
       points: { show: true, size: 4 } }))],
