@@ -181,6 +181,18 @@ def add_dashboard(app: FastAPI, service: Service) -> None:
         html = env.get_template(name).render(viewer=viewer, **context)
         return HTMLResponse(html, status_code=status, headers=_SECURITY_HEADERS)
 
+    api_error = app.exception_handlers.get(TrainyardError)
+
+    @app.exception_handler(TrainyardError)
+    async def _page_error(request: Request, exc: TrainyardError) -> Response:
+        """A browser asking for a page gets the error as a page (same status code); the
+        API and scripts keep the API's JSON error."""
+        answer = await api_error(request, exc) if api_error else Response(str(exc), 400)
+        if request.url.path.startswith("/api/") or \
+                "text/html" not in request.headers.get("accept", ""):
+            return answer
+        return page("error.html", None, status=answer.status_code, error=str(exc))
+
     _auth_routes(app, page)
     _workflow_routes(app, service, page)
     _log_routes(app, service, page)

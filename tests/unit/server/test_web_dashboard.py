@@ -295,3 +295,12 @@ def test_static_vendor_files_and_licences_are_served(env: Env) -> None:
                  "/static/vendor/uplot-1.6.31/uPlot.iife.min.js",
                  "/static/vendor/uplot-1.6.31/LICENSE", "/static/dashboard.js"):
         assert env.client.get(path).status_code == 200, path
+
+
+def test_an_unknown_workflow_is_an_html_page_for_browsers_and_json_for_scripts(env: Env) -> None:
+    page = env.client.get("/workflows/nope-1", headers={**env.bearer(), "Accept": "text/html"})
+    assert page.status_code == 404 and 'id="error"' in page.text
+    api = env.client.get("/api/workflow/nope-1", headers={**env.bearer(), "Accept": "text/html"})
+    assert api.status_code == 404 and api.json()["kind"] == "NotFoundError"
+    script = env.client.get("/workflows/nope-1", headers=env.bearer())
+    assert script.status_code == 404 and script.json()["kind"] == "NotFoundError"
