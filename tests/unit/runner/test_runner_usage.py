@@ -4,6 +4,7 @@ counted, memory summed, one JSON line per interval, the interval setting."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -56,3 +57,40 @@ def test_interval_from_env() -> None:
 def test_read_usage_skips_torn_and_foreign_lines(tmp_path: Path) -> None:
     (tmp_path / "usage.jsonl").write_text('{"time_s": 1, "cpu_percent": 1}\n[1]\n{"time_s"')
     assert read_usage(tmp_path) == [{"time_s": 1, "cpu_percent": 1}]
+
+
+class _FakeNvml:
+    """A stand-in for ``pynvml`` with two devices (the unit test machine has no GPU)."""
+
+    def __init__(self) -> None:
+        self.inits = 0
+
+    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+        self.inits += 1
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+        return index
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> object:  # noqa: N802
+        return type("U", (), {"gpu": 40 + handle})()
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> object:  # noqa: N802
+        return type("M", (), {"used": 1000 * (handle + 1), "total": 8000})()
+
+
+def test_gpu_rows_follow_cuda_visible_devices(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    sampler = UsageSampler(os.getpid(), tmp_path, interval_s=60)
+    row = sampler.write_sample()
+    assert row["gpus"] == [{"index": 1, "util_percent": 41, "memory_used_bytes": 2000,
+                            "memory_total_bytes": 8000}]
+
+
+def test_no_pynvml_means_no_gpu_rows(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails as when not installed
+    row = UsageSampler(os.getpid(), tmp_path, interval_s=60).write_sample()
+    assert "gpus" not in row and row["processes"] >= 1
