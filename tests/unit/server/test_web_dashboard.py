@@ -304,3 +304,45 @@ def test_an_unknown_workflow_is_an_html_page_for_browsers_and_json_for_scripts(e
     assert api.status_code == 404 and api.json()["kind"] == "NotFoundError"
     script = env.client.get("/workflows/nope-1", headers=env.bearer())
     assert script.status_code == 404 and script.json()["kind"] == "NotFoundError"
+
+
+def test_log_stream_of_another_users_workflow_is_refused_before_streaming(env: Env) -> None:
+    wid = env.submit()
+    bob = env.tokens.add("bob")
+    answer = env.client.get(f"/workflows/{wid}/logs/stream", headers=env.bearer(bob))
+    assert answer.status_code == 403
+
+
+def test_sse_ends_when_the_page_closes_and_stops_its_thread() -> None:
+    import asyncio
+    import threading
+
+    from trainyard.server.service import LogLine
+    from trainyard.server.web import _sse
+
+    released = threading.Event()
+
+    def lines() -> Iterator[LogLine]:
+        yield LogLine("t", 0, "2026/01/01 00:00:00 [t] one")
+        released.wait(30)  # a quiet task, then one that never stops talking
+        while True:
+            yield LogLine("t", 0, "2026/01/01 00:00:01 [t] more")
+            time.sleep(0.01)
+
+    class Closing:
+        calls = 0
+
+        async def is_disconnected(self) -> bool:
+            Closing.calls += 1
+            return Closing.calls > 3
+
+    async def read() -> list[str]:
+        return [chunk async for chunk in _sse(Closing(), lines())]  # type: ignore[arg-type]
+
+    chunks = asyncio.run(asyncio.wait_for(read(), timeout=10))
+    assert chunks[0].startswith("retry:") and '"line": "one"' in chunks[1]
+    assert not any("event: end" in c for c in chunks)  # closed, not ended
+    pump = next(t for t in threading.enumerate() if t.name == "trainyard-sse")
+    released.set()
+    pump.join(timeout=5)
+    assert not pump.is_alive()  # it stopped at its next line instead of reading on
