@@ -102,6 +102,8 @@ def _viewer(request: Request) -> Viewer:
     if header.lower().startswith("bearer "):
         return Viewer(tokens.authenticate(header[7:].strip()), "")
     session = request.app.state.web_sessions.get(request.cookies.get(SESSION_COOKIE))
+    if session is None and request.url.path.startswith("/api/"):
+        raise AuthError("no token given: send `Authorization: Bearer TOKEN`")
     if session is None:
         raise _LoginNeeded()
     try:

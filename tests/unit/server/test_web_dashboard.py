@@ -346,3 +346,44 @@ def test_sse_ends_when_the_page_closes_and_stops_its_thread() -> None:
     released.set()
     pump.join(timeout=5)
     assert not pump.is_alive()  # it stopped at its next line instead of reading on
+
+
+def test_metrics_api_without_token_or_session_is_401(env: Env) -> None:
+    answer = env.client.get("/api/workflow/x-1/metrics", follow_redirects=False)
+    assert answer.status_code == 401 and answer.json()["kind"] == "AuthError"
+
+
+def test_restart_from_the_page_runs_a_failed_workflow_again(tmp_path: Path) -> None:
+    launches: list[object] = []
+
+    def first_fails(launch: object) -> Outcome:
+        launches.append(launch)
+        return Outcome(1 if len(launches) == 1 else 0, polls=1)
+
+    backend = FakeBackend(first_fails)
+    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
+                    pools={"local": default_local_pool()}, backend_factory=lambda p, h: backend)
+    with TestClient(create_app(Service(engine), TokenRegistry(tmp_path))) as client:
+        env = Env(client, TokenRegistry(tmp_path), tmp_path, engine)
+        wid = env.submit()
+        assert env.wait_done(wid).startswith("FAILED")
+        env.login()
+        html = client.get(f"/workflows/{wid}").text
+        assert 'id="restart">' in html  # enabled for a failed workflow
+        answer = client.post(f"/workflows/{wid}/restart", data={"csrf": _csrf(html)})
+        assert "restarted" in answer.text
+        assert env.wait_done(wid) == "COMPLETED"
+
+
+def test_datasets_page_lists_versions_and_tags(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainyard.data.datasets import DatasetStore
+    from trainyard.data.transfer import LocalFile
+
+    monkeypatch.setenv("TRAINYARD_DATASET_URL", str(env.home / "datasets"))
+    data = env.home / "weights.bin"
+    data.write_bytes(b"x" * 2048)
+    store = DatasetStore()
+    store.upload("model", [LocalFile(data, "weights.bin", 2048)])
+    store.upload("model", [LocalFile(data, "weights.bin", 2048)], tag="best")
+    html = env.client.get("/datasets", headers=env.bearer()).text
+    assert "<h2>model</h2>" in html and "best, latest" in html and "2.0 KiB" in html
