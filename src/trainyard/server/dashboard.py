@@ -21,7 +21,8 @@ from trainyard.runner.report import EVENTS, read_events
 from trainyard.runner.usage import read_usage
 
 __all__ = ["DagBox", "dag_layout", "Phase", "AttemptBar", "timeline", "metrics_files",
-           "read_metrics", "curves", "usage", "METRICS_FILE", "MAX_METRIC_ROWS"]
+           "read_metrics", "curves", "usage", "usage_summary", "RunDir", "METRICS_FILE",
+           "MAX_METRIC_ROWS"]
 
 METRICS_FILE = "metrics.jsonl"
 MAX_METRIC_ROWS = 10_000

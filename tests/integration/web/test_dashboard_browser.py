@@ -10,6 +10,7 @@ made this way), else to the test's temporary folder.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,6 +112,11 @@ def test_login_watch_a_run_follow_its_log_and_see_its_curves(
     browser.get(server.url + "/?label=demo%3Dbrowser")
     link = wait.until(lambda d: d.find_element(By.LINK_TEXT, wid))
     browser.save_screenshot(str(shots / "workflows.png"))
+    # A ticked row survives the list's own refresh (every 5 s).
+    browser.find_element(By.CSS_SELECTOR, f'input[value="{wid}"]').click()
+    time.sleep(6)
+    assert browser.find_element(By.CSS_SELECTOR, f'input[value="{wid}"]').is_selected()
+    link = browser.find_element(By.LINK_TEXT, wid)
     link.click()
     wait.until(lambda d: _text(d, "#wf-status") == "COMPLETED")
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "figure.chart canvas")) >= 3)

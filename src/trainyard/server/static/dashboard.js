@@ -136,6 +136,12 @@ function followLogs(pre) {
   source.onerror = () => { if (state.className !== "ended") state.textContent = "reconnecting…"; };
 }
 
+// The list refreshes itself every 5 s (htmx); not while a row is ticked for comparison.
+document.addEventListener("htmx:beforeRequest", (event) => {
+  const target = event.detail.elt;
+  if (target.id === "wf-table" && target.querySelector("input:checked")) event.preventDefault();
+});
+
 document.addEventListener("DOMContentLoaded", () => {
   const charts = document.getElementById("charts");
   if (charts && charts.dataset.metricsUrl) followCharts(charts);
