@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -37,7 +37,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from trainyard.engine.status import WorkflowStatus
-from trainyard.errors import AuthError, TrainyardError
+from trainyard.errors import AuthError, ForbiddenError, TrainyardError
 from trainyard.server import dashboard
 from trainyard.server.auth import User
 from trainyard.server.service import Service
@@ -117,7 +117,15 @@ Look = Annotated[Viewer, Depends(_viewer)]
 
 
 async def _form(request: Request) -> dict[str, str]:
-    """An urlencoded form body (first value of each field), at most 64 KiB."""
+    """An urlencoded form body (first value of each field), at most 64 KiB.
+
+    Raises:
+        ForbiddenError: the browser says the form came from another site (``Origin`` not
+            this server), e.g. a page elsewhere logging a visitor into its own account.
+    """
+    origin = request.headers.get("origin")
+    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
+        raise ForbiddenError(f"a form from {origin} may not post to this dashboard")
     body = (await request.body())[:65536].decode("utf-8", errors="replace")
     return {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
 

@@ -387,3 +387,12 @@ def test_datasets_page_lists_versions_and_tags(env: Env, monkeypatch: pytest.Mon
     store.upload("model", [LocalFile(data, "weights.bin", 2048)], tag="best")
     html = env.client.get("/datasets", headers=env.bearer()).text
     assert "<h2>model</h2>" in html and "best, latest" in html and "2.0 KiB" in html
+
+
+def test_a_form_posted_from_another_site_is_refused(env: Env) -> None:
+    answer = env.client.post("/login", data={"token": env.admin}, follow_redirects=False,
+                             headers={"Origin": "https://evil.example"})
+    assert answer.status_code == 403 and SESSION_COOKIE not in answer.cookies
+    same = env.client.post("/login", data={"token": env.admin}, follow_redirects=False,
+                           headers={"Origin": "http://testserver"})
+    assert same.status_code == 303
