@@ -34,6 +34,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from trainyard.engine.status import WorkflowStatus
@@ -299,15 +300,13 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
     @app.post("/workflows/{workflow_id}/{action}")
     async def act(workflow_id: str, action: str, request: Request, viewer: Look) -> Response:
         _check_csrf(viewer, await _form(request))
-        try:
-            if action == "cancel":
-                service.cancel(workflow_id, viewer.user)
-                msg = "cancel requested"
-            elif action == "restart":
-                service.restart(workflow_id, viewer.user)
-                msg = "restarted"
-            else:
-                return Response("unknown action", status_code=404)
+        calls = {"cancel": (service.cancel, "cancel requested"),
+                 "restart": (service.restart, "restarted")}
+        if action not in calls:
+            return Response("unknown action", status_code=404)
+        call, msg = calls[action]
+        try:  # in a worker thread: the engine's lock must not stall the event loop
+            await run_in_threadpool(call, workflow_id, viewer.user)
         except TrainyardError as exc:
             msg = f"{action} refused: {exc}"
         return RedirectResponse(f"/workflows/{workflow_id}?" + urlencode({"msg": msg}),
