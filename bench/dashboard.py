@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -78,6 +79,7 @@ def bench_list(count: int, repeat: int) -> dict[str, dict[str, float]]:
         client.get("/api/workflow?count=50", headers=bearer)  # loads every row, then cuts
         results["for comparison: GET /api/workflow?count=50"] = {
             "median_ms": round((time.perf_counter() - t0) * 1000, 1), "max_ms": 0.0}
+    shutil.rmtree(home, ignore_errors=True)
     return results
 
 
@@ -122,6 +124,7 @@ def bench_follow() -> dict[str, float]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        shutil.rmtree(home, ignore_errors=True)
     followed = delays[1:]  # the first may predate the stream
     return {"lines": len(followed), "median_s": round(statistics.median(followed), 3),
             "max_s": round(max(followed), 3)}
@@ -145,9 +148,13 @@ def bench_sampling(samples: int = 200) -> dict[str, dict[str, float]]:
         for _ in range(samples):
             row = sampler.write_sample()
         per_sample_s = (time.process_time() - t0) / samples
+        import psutil
+
+        for child in psutil.Process(root.pid).children(recursive=True):
+            child.kill()
         root.kill()
         root.wait()
-        subprocess.run(["pkill", "-KILL", "-P", str(root.pid)], check=False)
+        shutil.rmtree(folder, ignore_errors=True)
         results[f"{row['processes']} processes"] = {
             "cpu_ms_per_sample": round(per_sample_s * 1000, 3),
             "core_percent_at_2s": round(per_sample_s / DEFAULT_INTERVAL_S * 100, 3)}
