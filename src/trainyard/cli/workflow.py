@@ -222,9 +222,10 @@ def schema_command() -> None:
 
 
 def _register_server_commands() -> None:
-    from trainyard.cli import workflow_ops
+    from trainyard.cli import workflow_metrics, workflow_ops
 
     workflow_ops.register(app)
+    workflow_metrics.register(app)
 
 
 _register_server_commands()

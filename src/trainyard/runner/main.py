@@ -32,6 +32,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+import psutil
+
 from trainyard.data.scrub import scrub
 from trainyard.engine.status import ExitCode
 from trainyard.errors import DataError
@@ -44,6 +46,7 @@ from trainyard.runner.data import DataHook, load_data_hook
 from trainyard.runner.report import LOG_FAILED_EXIT_CODE, EventWriter, TaskLog, reserve_space
 from trainyard.runner.safefs import mount_overlays, write_inside
 from trainyard.runner.spec import TaskRun
+from trainyard.runner.usage import UsageSampler, interval_from_env
 from trainyard.runner.text import PathRewriter, expand_vars
 from trainyard.spec.tokens import substitute_tokens, token_values
 
@@ -327,10 +330,26 @@ class Runner:
             self.command.terminate(self.run.stop_grace_s)
         for checkpoint in checkpoints:
             checkpoint.start()
+        sampler = self._start_usage()
         code = self.command.wait()
+        if sampler is not None:
+            sampler.stop()
         for checkpoint in checkpoints:
             checkpoint.finish()
         return code
+
+    def _start_usage(self) -> UsageSampler | None:
+        """Sample the command's CPU/memory (and GPUs) into ``usage.jsonl`` (runner.usage);
+        None when turned off or the process is already gone."""
+        interval_s = interval_from_env()
+        if interval_s <= 0 or self.command is None or self.command.proc is None:
+            return None
+        try:
+            sampler = UsageSampler(self.command.proc.pid, self.run_dir, interval_s)
+            sampler.start()
+        except (psutil.Error, OSError):
+            return None
+        return sampler
 
     def unstartable(self, command: list[str], env: dict[str, str]) -> tuple[int, str] | None:
         """With ``mounts`` (the command starts behind a sandbox prefix, which would report a

@@ -48,6 +48,7 @@ from trainyard.errors import ForbiddenError, NotFoundError, SpecError, Trainyard
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
 from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
 from trainyard.server.service import LogLine, Service, SpecRequest, spec_error_json
+from trainyard.server.web import add_dashboard
 from trainyard.store import Store
 
 __all__ = ["create_app"]
@@ -135,6 +136,7 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
 
     _routes(app, service)
     _app_routes(app, service)
+    add_dashboard(app, service)  # the web pages at /, trainyard.server.web
     return app
 
 

@@ -350,6 +350,48 @@ class Store:
             rows = session.execute(query.where(_Workflow.id.in_(workflow_ids))).all()
         return {r[0]: (r[1], r[2]) for r in rows}
 
+    def page_workflows(
+        self,
+        *,
+        statuses: list[str] | None = None,
+        name: str | None = None,
+        labels: dict[str, str] | None = None,
+        submitted_by: str | None = None,
+        pool: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """One page of workflow summaries, newest first, and how many match in all (for
+        the dashboard: only the summary columns are read, never a spec or a state, and
+        the ``seq`` index gives the order, so a page costs the same with 10 or 10,000 rows).
+
+        Returns:
+            ``([{"id", "name", "status", "pool", "submitted_by", "labels",
+            "submit_time_s", "end_time_s"}], total)``.
+        """
+        columns = (_Workflow.id, _Workflow.name, _Workflow.status, _Workflow.pool,
+                   _Workflow.submitted_by, _Workflow.labels, _Workflow.submit_time_s,
+                   _Workflow.end_time_s)
+        conditions = []
+        if statuses:
+            conditions.append(_Workflow.status.in_(statuses))
+        if name:
+            conditions.append(_Workflow.name.contains(name))
+        if submitted_by:
+            conditions.append(_Workflow.submitted_by == submitted_by)
+        if pool:
+            conditions.append(_Workflow.pool == pool)
+        for key, value in (labels or {}).items():
+            conditions.append(_Workflow.labels[key].as_string() == value)
+        rows_q = select(*columns).where(*conditions).order_by(_Workflow.seq.desc())
+        count_q = select(func.count()).select_from(_Workflow).where(*conditions)
+        with self._tx() as session:
+            total = session.scalar(count_q) or 0
+            rows = session.execute(rows_q.offset(max(offset, 0)).limit(max(limit, 1))).all()
+        keys = ("id", "name", "status", "pool", "submitted_by", "labels", "submit_time_s",
+                "end_time_s")
+        return [dict(zip(keys, row)) for row in rows], total
+
     # ------------------------------------------------------------------ apps
 
     def create_app(self, name: str, owner: str, spec_text: str, files: dict[str, str]) -> AppRecord:

@@ -1,0 +1,469 @@
+"""The web dashboard: server-rendered pages (Jinja2) over the service, at ``/``.
+
+Auth is the API's: a page accepts ``Authorization: Bearer TOKEN``, or a cookie session
+made by the login page (``POST /login`` with the token). The session cookie is HttpOnly and
+SameSite=Strict and holds only a random session id; the server keeps the token behind it in
+memory (a server restart asks to log in again) and authenticates it on every request, so a
+token removed from ``tokens.json`` ends its sessions. A page without a valid session
+redirects to ``/login``. Every POST made with a session carries the session's CSRF token
+(a hidden form field), compared in constant time; SameSite=Strict is the second fence.
+
+Pages: ``/`` workflows (filters and paging), ``/workflows/ID`` (DAG, timeline, curves,
+utilisation, spec, cancel/restart), ``/workflows/ID/logs`` (live, SSE from
+``/workflows/ID/logs/stream``), ``/compare?id=A&id=B`` (curves overlaid), ``/pools``,
+``/datasets``. JSON for scripts and the CLI: ``GET /api/workflow/ID/metrics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import math
+import queue
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from trainyard.engine.status import WorkflowStatus
+from trainyard.errors import AuthError, ForbiddenError, TrainyardError
+from trainyard.server import dashboard
+from trainyard.server.auth import User
+from trainyard.server.service import Service
+
+__all__ = ["add_dashboard", "SESSION_COOKIE", "WebSessions", "PAGE_SIZES"]
+
+SESSION_COOKIE = "trainyard_session"
+SESSION_TTL_S = 12 * 3600
+PAGE_SIZES = (25, 50, 100, 200)
+_STATIC = Path(__file__).parent / "static"
+
+
+@dataclass
+class _Session:
+    token: str
+    csrf: str
+    expires_s: float
+
+
+class WebSessions:
+    """Browser sessions: random id -> (token, CSRF token, expiry). In memory only."""
+
+    def __init__(self, ttl_s: float = SESSION_TTL_S) -> None:
+        self.ttl_s = ttl_s
+        self._sessions: dict[str, _Session] = {}
+
+    def create(self, token: str) -> str:
+        """A new session id for ``token`` (already authenticated by the caller)."""
+        now = time.time()
+        self._sessions = {k: s for k, s in self._sessions.items() if s.expires_s > now}
+        sid = secrets.token_urlsafe(32)
+        self._sessions[sid] = _Session(token, secrets.token_urlsafe(24), now + self.ttl_s)
+        return sid
+
+    def get(self, sid: str | None) -> _Session | None:
+        """The live session of ``sid``, or None."""
+        session = self._sessions.get(sid or "")
+        if session is None or session.expires_s <= time.time():
+            return None
+        return session
+
+    def drop(self, sid: str | None) -> None:
+        """End a session (logout); unknown ids are ignored."""
+        self._sessions.pop(sid or "", None)
+
+
+class _LoginNeeded(Exception):
+    """A page was asked for without a valid session: redirect to the login page."""
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Who looks at a page, and the CSRF token their forms carry ('' with a bearer token)."""
+
+    user: User
+    csrf: str
+
+
+def _viewer(request: Request) -> Viewer:
+    tokens = request.app.state.tokens
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        return Viewer(tokens.authenticate(header[7:].strip()), "")
+    session = request.app.state.web_sessions.get(request.cookies.get(SESSION_COOKIE))
+    if session is None and request.url.path.startswith("/api/"):
+        raise AuthError("no token given: send `Authorization: Bearer TOKEN`")
+    if session is None:
+        raise _LoginNeeded()
+    try:
+        return Viewer(tokens.authenticate(session.token), session.csrf)
+    except AuthError:
+        request.app.state.web_sessions.drop(request.cookies.get(SESSION_COOKIE))
+        raise _LoginNeeded() from None
+
+
+Look = Annotated[Viewer, Depends(_viewer)]
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """An urlencoded form body (first value of each field), at most 64 KiB.
+
+    Raises:
+        ForbiddenError: the browser says the form came from another site (``Origin`` not
+            this server), e.g. a page elsewhere logging a visitor into its own account.
+    """
+    origin = request.headers.get("origin")
+    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
+        raise ForbiddenError(f"a form from {origin} may not post to this dashboard")
+    body = (await request.body())[:65536].decode("utf-8", errors="replace")
+    return {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
+
+
+def _check_csrf(viewer: Viewer, form: dict[str, str]) -> None:
+    """A session POST must carry its CSRF token. Raises AuthError (401)."""
+    if viewer.csrf and not hmac.compare_digest(viewer.csrf.encode(),
+                                               form.get("csrf", "").encode()):
+        raise AuthError("the form's CSRF token is missing or stale: reload the page")
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a local path (no scheme, no ``//host``) may follow the login."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+def _templates() -> Environment:
+    env = Environment(loader=PackageLoader("trainyard.server", "templates"),
+                      autoescape=select_autoescape(["html", "svg"], default=True),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["when"] = _when
+    env.filters["duration"] = _duration
+    env.filters["size"] = _size
+    env.globals["statuses"] = [s.value for s in WorkflowStatus]
+    return env
+
+
+def _when(time_s: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time_s)) if time_s else "-"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _size(count: float | None) -> str:
+    if count is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(count) < 1024 or unit == "TiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return str(count)
+
+
+def add_dashboard(app: FastAPI, service: Service) -> None:
+    """Mount the dashboard's pages, its SSE log stream and its static files on ``app``."""
+    app.state.web_sessions = WebSessions()
+    env = _templates()
+    app.mount("/static", StaticFiles(directory=_STATIC), name="static")
+
+    @app.exception_handler(_LoginNeeded)
+    async def _to_login(request: Request, _exc: _LoginNeeded) -> Response:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse("/login?" + urlencode({"next": target}), status_code=303)
+
+    def page(name: str, viewer: Viewer | None, status: int = 200, **context: Any) -> HTMLResponse:
+        html = env.get_template(name).render(viewer=viewer, **context)
+        return HTMLResponse(html, status_code=status, headers=_SECURITY_HEADERS)
+
+    api_error = app.exception_handlers.get(TrainyardError)
+
+    @app.exception_handler(TrainyardError)
+    async def _page_error(request: Request, exc: TrainyardError) -> Response:
+        """A browser asking for a page gets the error as a page (same status code); the
+        API and scripts keep the API's JSON error."""
+        answer = await api_error(request, exc) if api_error else Response(str(exc), 400)
+        if request.url.path.startswith("/api/") or \
+                "text/html" not in request.headers.get("accept", ""):
+            return answer
+        return page("error.html", None, status=answer.status_code, error=str(exc))
+
+    _auth_routes(app, page)
+    _workflow_routes(app, service, page)
+    _log_routes(app, service, page)
+    _other_routes(app, service, page)
+
+
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' "
+                               "'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; "
+                               "form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def _auth_routes(app: FastAPI, page: Any) -> None:
+    @app.get("/login", response_class=HTMLResponse)
+    def login_page(next: str = "/") -> HTMLResponse:  # noqa: A002 - the query's name
+        return page("login.html", None, next=_safe_next(next), error="")
+
+    @app.post("/login", response_class=HTMLResponse)
+    async def login(request: Request) -> Response:
+        form = await _form(request)
+        target = _safe_next(form.get("next"))
+        token = form.get("token", "").strip()
+        try:
+            request.app.state.tokens.authenticate(token)
+        except AuthError as exc:
+            return page("login.html", None, status=401, next=target, error=str(exc))
+        sid = request.app.state.web_sessions.create(token)
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(SESSION_COOKIE, sid, max_age=SESSION_TTL_S, httponly=True,
+                            samesite="strict", secure=request.url.scheme == "https", path="/")
+        return response
+
+    @app.post("/logout")
+    async def logout(request: Request, viewer: Look) -> Response:
+        _check_csrf(viewer, await _form(request))
+        request.app.state.web_sessions.drop(request.cookies.get(SESSION_COOKIE))
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+
+
+def _list_filters(status: list[str] | None, label: list[str] | None) -> tuple[list[str], dict[str, str]]:
+    valid = {s.value for s in WorkflowStatus}
+    statuses = [s for s in status or [] if s in valid]
+    labels = dict(item.split("=", 1) for item in label or [] if "=" in item)
+    return statuses, labels
+
+
+def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
+    store = service.engine.store
+
+    @app.get("/", response_class=HTMLResponse)
+    def workflows(
+        viewer: Look,
+        status: Annotated[list[str] | None, Query()] = None,
+        user: str = "", pool: str = "", name: str = "",
+        label: Annotated[list[str] | None, Query()] = None,
+        page_no: Annotated[int, Query(alias="page", ge=1)] = 1,
+        per_page: Annotated[int, Query(ge=1, le=max(PAGE_SIZES))] = 50,
+    ) -> HTMLResponse:
+        statuses, labels = _list_filters(status, label)
+        owner = user if viewer.user.admin else viewer.user.name
+        rows, total = store.page_workflows(
+            statuses=statuses, name=name or None, labels=labels, submitted_by=owner or None,
+            pool=pool or None, offset=(page_no - 1) * per_page, limit=per_page)
+        pages = max(1, math.ceil(total / per_page))
+        query = {"status": statuses, "user": user, "pool": pool, "name": name,
+                 "label": label or [], "per_page": per_page}
+        return page("workflows.html", viewer, rows=rows, total=total, page_no=page_no,
+                    pages=pages, filters=query, pools=sorted(service.engine.pools),
+                    link=lambda n: "/?" + urlencode({**query, "page": n}, doseq=True))
+
+    @app.get("/workflows/{workflow_id}", response_class=HTMLResponse)
+    def workflow(workflow_id: str, viewer: Look, msg: str = "") -> HTMLResponse:
+        data = service.query(workflow_id, viewer.user, verbose=True)
+        state = service.engine.state(workflow_id)
+        run_dir = _run_dir(service, workflow_id)
+        bars = dashboard.timeline(state, run_dir, time.time())
+        boxes = dashboard.dag_layout(state)
+        return page("workflow.html", viewer, wf=data, boxes=boxes, dag=_dag_geometry(boxes),
+                    bars=bars, gantt=_gantt(bars), msg=msg,
+                    spec=service.stored_spec(workflow_id, viewer.user),
+                    usage=dashboard.usage_summary(dashboard.usage(state, run_dir)),
+                    ended=state.status.is_terminal())
+
+    @app.post("/workflows/{workflow_id}/{action}")
+    async def act(workflow_id: str, action: str, request: Request, viewer: Look) -> Response:
+        _check_csrf(viewer, await _form(request))
+        calls = {"cancel": (service.cancel, "cancel requested"),
+                 "restart": (service.restart, "restarted")}
+        if action not in calls:
+            return Response("unknown action", status_code=404)
+        call, msg = calls[action]
+        try:  # in a worker thread: the engine's lock must not stall the event loop
+            await run_in_threadpool(call, workflow_id, viewer.user)
+        except TrainyardError as exc:
+            msg = f"{action} refused: {exc}"
+        return RedirectResponse(f"/workflows/{workflow_id}?" + urlencode({"msg": msg}),
+                                status_code=303)
+
+    @app.get("/api/workflow/{workflow_id}/metrics")
+    def metrics(workflow_id: str, viewer: Look) -> dict[str, Any]:
+        return _metrics_json(service, workflow_id, viewer.user)
+
+    @app.get("/compare", response_class=HTMLResponse)
+    def compare(viewer: Look, id: Annotated[list[str] | None, Query()] = None  # noqa: A002
+                ) -> HTMLResponse:
+        ids = [i for i in id or [] if i][:8]
+        runs = []
+        for wid in ids:
+            service.query(wid, viewer.user)  # read permission
+            runs += dashboard.curves(service.engine.state(wid), _run_dir(service, wid), wid)
+        return page("compare.html", viewer, ids=ids, runs=runs)
+
+
+def _run_dir(service: Service, workflow_id: str) -> dashboard.RunDir:
+    return lambda task, retry: service.engine.run_dir(workflow_id, task, retry)
+
+
+def _metrics_json(service: Service, workflow_id: str, user: User) -> dict[str, Any]:
+    """``{"id", "status", "curves": [...], "usage": [...], "summary": [...]}`` (see
+    ``dashboard.curves``, ``dashboard.usage``, ``dashboard.usage_summary``)."""
+    data = service.query(workflow_id, user)  # read permission
+    state = service.engine.state(workflow_id)
+    run_dir = _run_dir(service, workflow_id)
+    samples = dashboard.usage(state, run_dir)
+    return {"id": workflow_id, "status": data["status"],
+            "curves": dashboard.curves(state, run_dir),
+            "usage": samples, "summary": dashboard.usage_summary(samples)}
+
+
+def _gantt(bars: list[dashboard.AttemptBar]) -> dict[str, Any]:
+    """Scale of the Gantt chart: start, span (seconds) and the pixel width of the bar area."""
+    starts = [p.start_s for b in bars for p in b.phases]
+    ends = [p.end_s for b in bars for p in b.phases]
+    start = min(starts, default=0.0)
+    span = max(max(ends, default=0.0) - start, 1.0)
+    return {"start": start, "span": span, "width": 760, "left": 200}
+
+
+def _dag_geometry(boxes: list[dashboard.DagBox]) -> dict[str, Any]:
+    """Pixel places of the DAG's boxes: ``{"boxes": {name: (x, y, height)}, "width",
+    "height", "box_width"}``; every box of a column is as tall as the tallest group."""
+    box_w, gap_x, gap_y = 220, 60, 20
+    tallest = max((len(b.tasks) for b in boxes), default=1)
+    box_h = 34 + 18 * tallest
+    places = {b.name: (10 + b.column * (box_w + gap_x), 10 + b.row * (box_h + gap_y), box_h)
+              for b in boxes}
+    width = max((x for x, _, _ in places.values()), default=0) + box_w + 20
+    height = max((y for _, y, _ in places.values()), default=0) + box_h + 20
+    return {"boxes": places, "width": width, "height": height, "box_width": box_w}
+
+
+def _log_routes(app: FastAPI, service: Service, page: Any) -> None:
+    @app.get("/workflows/{workflow_id}/logs", response_class=HTMLResponse)
+    def logs_page(workflow_id: str, viewer: Look, task: str = "",
+                  retry_id: int | None = None) -> HTMLResponse:
+        data = service.query(workflow_id, viewer.user)
+        tasks = [t for g in data["groups"] for t in g["tasks"]]
+        return page("logs.html", viewer, wf=data, tasks=tasks, task=task, retry_id=retry_id,
+                    stream="/workflows/{}/logs/stream?{}".format(workflow_id, urlencode(
+                        {k: v for k, v in {"task": task, "retry_id": retry_id}.items()
+                         if v not in ("", None)})))
+
+    @app.get("/workflows/{workflow_id}/logs/stream")
+    def logs_stream(workflow_id: str, request: Request, viewer: Look, task: str | None = None,
+                    retry_id: int | None = None,
+                    lines: Annotated[int, Query(ge=1, le=100_000)] = 5000) -> StreamingResponse:
+        service.query(workflow_id, viewer.user)  # 404/403 now, not inside the stream
+        stream = service.follow_logs(workflow_id, viewer.user, task=task or None,
+                                     retry_id=retry_id, last_lines=lines)
+        return StreamingResponse(_sse(request, stream), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+_END = object()
+SSE_KEEPALIVE_S = 15.0
+_SSE_POLL_S = 0.05
+
+
+def _pump(lines: Iterator[Any], out: queue.Queue[Any], stop: threading.Event) -> None:
+    """Move log lines into ``out`` (bounded) until they end or ``stop`` is set; then _END."""
+    try:
+        for line in lines:
+            while not stop.is_set():
+                try:
+                    out.put(line, timeout=1.0)
+                    break
+                except queue.Full:
+                    continue
+            if stop.is_set():
+                return
+    finally:
+        with contextlib.suppress(queue.Full):
+            out.put(_END, timeout=1.0)
+
+
+async def _sse(request: Request, lines: Iterator[Any]) -> AsyncIterator[str]:
+    """Server-Sent Events: one ``data:`` JSON object per log line (``LogLine.to_json``),
+    a comment every ``SSE_KEEPALIVE_S`` while quiet, then ``event: end`` once the workflow
+    ended and its logs are drained.
+
+    The service's blocking follow runs in a thread of its own, not in the server's worker
+    pool, so a page left open on a quiet task holds no worker; a closed page stops the
+    thread at its next line.
+    """
+    out: queue.Queue[Any] = queue.Queue(maxsize=2000)
+    stop = threading.Event()
+    threading.Thread(target=_pump, args=(lines, out, stop), daemon=True,
+                     name="trainyard-sse").start()
+    yield "retry: 2000\n\n"
+    quiet_since = time.monotonic()
+    try:
+        while True:
+            try:
+                item = out.get_nowait()
+            except queue.Empty:
+                if await request.is_disconnected():
+                    return
+                if time.monotonic() - quiet_since > SSE_KEEPALIVE_S:
+                    quiet_since = time.monotonic()
+                    yield ": keepalive\n\n"
+                await asyncio.sleep(_SSE_POLL_S)
+                continue
+            if item is _END:
+                yield "event: end\ndata: {}\n\n"
+                return
+            quiet_since = time.monotonic()
+            yield f"data: {json.dumps(item.to_json())}\n\n"
+    finally:
+        stop.set()
+
+
+def _other_routes(app: FastAPI, service: Service, page: Any) -> None:
+    @app.get("/pools", response_class=HTMLResponse)
+    def pools(viewer: Look) -> HTMLResponse:
+        return page("pools.html", viewer, pools=service.pools(), nodes=service.resources())
+
+    @app.get("/datasets", response_class=HTMLResponse)
+    def datasets(viewer: Look) -> HTMLResponse:
+        from trainyard.data.datasets import DatasetStore  # the data layer, only for this page
+
+        rows, error = [], ""
+        try:
+            store = DatasetStore()
+            for name in store.names()[:500]:
+                info = store.info(name)
+                rows.append({"name": name, "versions": [
+                    {"version": v.version, "tags": info.tags_of(v.version), "files": len(v.files),
+                     "size_bytes": v.size_bytes, "created_s": v.created_s}
+                    for v in reversed(info.versions)]})
+        except TrainyardError as exc:
+            error = str(exc)
+        return page("datasets.html", viewer, datasets=rows, error=error)
+

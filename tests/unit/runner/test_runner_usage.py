@@ -1,0 +1,96 @@
+"""The runner's utilisation sampler on a real process tree (psutil): CPU of descendants
+counted, memory summed, one JSON line per interval, the interval setting."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from trainyard.runner.usage import UsageSampler, interval_from_env, read_usage
+
+BUSY_CHILD = ("import subprocess, sys; "
+              "subprocess.run([sys.executable, '-c', 'import time\\nend = time.time() + 30\\n"
+              "while time.time() < end: pass'])")
+
+
+def test_sampler_counts_the_busy_grandchild(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", BUSY_CHILD])
+    try:
+        time.sleep(0.5)  # the child is started
+        sampler = UsageSampler(proc.pid, tmp_path, interval_s=0.5)
+        sampler.start()
+        deadline = time.time() + 20
+        while len(read_usage(tmp_path)) < 3 and time.time() < deadline:
+            time.sleep(0.2)
+        sampler.stop()
+    finally:
+        proc.kill()
+        proc.wait()
+    rows = read_usage(tmp_path)
+    assert len(rows) >= 3
+    assert rows[-1]["processes"] >= 2 and rows[-1]["rss_bytes"] > 1_000_000
+    assert max(r["cpu_percent"] for r in rows) > 20  # a loaded machine still gives it some
+
+
+def test_a_gone_process_gives_empty_samples_not_an_error(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
+    sampler = UsageSampler(proc.pid, tmp_path, interval_s=60)
+    proc.kill()
+    proc.wait()
+    row = sampler.write_sample()
+    assert row["processes"] == 0 and row["cpu_percent"] == 0.0
+    assert json.loads((tmp_path / "usage.jsonl").read_text())["processes"] == 0
+
+
+def test_interval_from_env() -> None:
+    assert interval_from_env({}) == 2.0
+    assert interval_from_env({"TRAINYARD_USAGE_INTERVAL_S": "0"}) == 0.0
+    assert interval_from_env({"TRAINYARD_USAGE_INTERVAL_S": "5"}) == 5.0
+    assert interval_from_env({"TRAINYARD_USAGE_INTERVAL_S": "x"}) == 2.0
+    assert interval_from_env({"TRAINYARD_USAGE_INTERVAL_S": "-1"}) == 2.0
+
+
+def test_read_usage_skips_torn_and_foreign_lines(tmp_path: Path) -> None:
+    (tmp_path / "usage.jsonl").write_text('{"time_s": 1, "cpu_percent": 1}\n[1]\n{"time_s"')
+    assert read_usage(tmp_path) == [{"time_s": 1, "cpu_percent": 1}]
+
+
+class _FakeNvml:
+    """A stand-in for ``pynvml`` with two devices (the unit test machine has no GPU)."""
+
+    def __init__(self) -> None:
+        self.inits = 0
+
+    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+        self.inits += 1
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+        return index
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> object:  # noqa: N802
+        return type("U", (), {"gpu": 40 + handle})()
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> object:  # noqa: N802
+        return type("M", (), {"used": 1000 * (handle + 1), "total": 8000})()
+
+
+def test_gpu_rows_follow_cuda_visible_devices(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    sampler = UsageSampler(os.getpid(), tmp_path, interval_s=60)
+    row = sampler.write_sample()
+    assert row["gpus"] == [{"index": 1, "util_percent": 41, "memory_used_bytes": 2000,
+                            "memory_total_bytes": 8000}]
+
+
+def test_no_pynvml_means_no_gpu_rows(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails as when not installed
+    row = UsageSampler(os.getpid(), tmp_path, interval_s=60).write_sample()
+    assert "gpus" not in row and row["processes"] >= 1

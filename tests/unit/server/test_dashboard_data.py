@@ -1,0 +1,88 @@
+"""The dashboard's data functions: DAG columns, the Gantt phases of each attempt, metrics
+files (the trainer's and the documented generic format), and Store.page_workflows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trainyard.engine import machine as m
+from trainyard.engine.status import Status
+from trainyard.server import dashboard
+from trainyard.store import Store
+
+
+def _state() -> m.WorkflowState:
+    groups = {"prep": m.GroupState("prep", ["a"]),
+              "train": m.GroupState("train", ["b", "c"], upstream=frozenset({"prep"})),
+              "eval": m.GroupState("eval", ["d"], upstream=frozenset({"train", "prep"}))}
+    tasks = {n: m.TaskState(n, g, lead=i == 0) for g, grp in groups.items()
+             for i, n in enumerate(grp.tasks)}
+    return m.WorkflowState("w-1", groups, tasks, submit_time_s=100.0)
+
+
+def test_dag_columns_follow_the_deepest_upstream() -> None:
+    boxes = {b.name: b for b in dashboard.dag_layout(_state())}
+    assert (boxes["prep"].column, boxes["train"].column, boxes["eval"].column) == (0, 1, 2)
+    assert boxes["train"].tasks == [("b", "PENDING", True), ("c", "PENDING", False)]
+
+
+def _events(folder: Path, *rows: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "events.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_timeline_has_queued_initializing_running_per_attempt(tmp_path: Path) -> None:
+    state = _state()
+    a = state.tasks["a"]
+    a.history.append(m.TaskAttempt(0, Status.FAILED, 1, "n0", 101.0, 110.0))
+    a.retry_id, a.status, a.exit_code, a.end_time_s = 1, Status.COMPLETED, 0, 130.0
+    _events(tmp_path / "a" / "0", {"kind": "INITIALIZING", "time_s": 101.0},
+            {"kind": "RUNNING", "time_s": 103.0},
+            {"kind": "EXITED", "time_s": 110.0, "exit_code": 1, "message": "boom"})
+    _events(tmp_path / "a" / "1", {"kind": "INITIALIZING", "time_s": 115.0},
+            {"kind": "RUNNING", "time_s": 116.0})
+    bars = dashboard.timeline(state, lambda t, r: tmp_path / t / str(r), now_s=200.0)
+    first, second = [b for b in bars if b.task == "a"]
+    assert [(p.kind, p.start_s, p.end_s) for p in first.phases] == [
+        ("QUEUED", 100.0, 101.0), ("INITIALIZING", 101.0, 103.0), ("RUNNING", 103.0, 110.0)]
+    assert first.reason == "boom" and first.exit_code == 1 and first.status == "FAILED"
+    assert [(p.kind, p.start_s, p.end_s) for p in second.phases] == [
+        ("QUEUED", 110.0, 115.0), ("INITIALIZING", 115.0, 116.0), ("RUNNING", 116.0, 130.0)]
+    never = next(b for b in bars if b.task == "d")
+    assert [(p.kind, p.end_s) for p in never.phases] == [("QUEUED", 200.0)]
+
+
+def test_read_metrics_generic_and_trainer_lines(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    rows = [{"step": 10, "loss": 0.5, "note": "text", "ok": True},
+            {"event": "epoch", "epoch": 1, "total_epochs": 2, "val_loss": 1.5},
+            {"event": "summary", "epoch": 2, "val_loss": 9.0},
+            {"epoch": "2", "loss": 1.0}, [1, 2]]
+    path.write_text("\n".join(map(json.dumps, rows)) + "\nnot json\n")
+    assert dashboard.read_metrics(path) == {"loss": [(10.0, 0.5)], "val_loss": [(1.0, 1.5)]}
+
+
+def test_metrics_files_are_found_three_folders_deep_at_most(tmp_path: Path) -> None:
+    for rel in ("metrics.jsonl", "models/metrics.jsonl", "a/b/c/metrics.jsonl",
+                "a/b/c/d/metrics.jsonl"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    found = [str(p.relative_to(tmp_path)) for p in dashboard.metrics_files(tmp_path)]
+    assert found == ["a/b/c/metrics.jsonl", "metrics.jsonl", "models/metrics.jsonl"]
+
+
+def test_page_workflows_counts_all_and_returns_one_page(tmp_path: Path) -> None:
+    from trainyard.engine.serialize import state_to_dict  # noqa: PLC0415
+
+    store = Store(f"sqlite:///{tmp_path / 'db'}")
+    for i in range(12):
+        store.create_workflow(
+            name="w", spec_text="x", pool="p" if i % 2 else "q", submitted_by="u",
+            labels={"i": str(i)}, source={},
+            make_state=lambda wid: ("PENDING", state_to_dict(_state())))
+    rows, total = store.page_workflows(offset=5, limit=4)
+    assert total == 12 and [r["labels"]["i"] for r in rows] == ["6", "5", "4", "3"]
+    assert "state" not in rows[0] and "spec_text" not in rows[0]
+    rows, total = store.page_workflows(pool="p", labels={"i": "3"})
+    assert total == 1 and rows[0]["pool"] == "p"
