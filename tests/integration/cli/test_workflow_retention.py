@@ -55,11 +55,13 @@ def test_delete_and_prune_remove_rows_and_run_folders_never_uploads(home: Path,
                                                                      tmp_path: Path) -> None:
     echo, nap = tmp_path / "echo.yaml", tmp_path / "nap.yaml"
     echo.write_text(ECHO)
+    bobs_echo = tmp_path / "bobs-echo.yaml"  # a dataset belongs to its creator: bob's own
+    bobs_echo.write_text(ECHO.replace("tidy-model", "tidy-bob-model"))
     nap.write_text(NAP)
     done = [submit(home, echo, "--wait") for _ in range(3)]
     running = submit(home, nap)
     bob = run_cli(home, "server", "add-user", "bob").out.strip()
-    bobs = submit(home, echo, "--wait", TRAINYARD_TOKEN=bob)
+    bobs = submit(home, bobs_echo, "--wait", TRAINYARD_TOKEN=bob)
     runs = home / "runs"
     assert {p.name for p in runs.iterdir()} >= {*done, running, bobs}
 
