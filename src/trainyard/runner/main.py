@@ -16,10 +16,12 @@ after ``stop_grace_s``; outputs are not uploaded and the exit code reported is n
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
@@ -324,10 +326,12 @@ class Runner:
             raise _Stopped()
         self.events.emit("RUNNING")
         code = self.run_command()
+        mark_stage(self.run_dir, "command_exit")
         if self.stop.is_set():
             return code or STOPPED_EXIT_CODE, "stopped by SIGTERM"
         if code == 0:
             self.upload_outputs()
+            mark_stage(self.run_dir, "upload_end")
         return code, ""
 
     def execute(self) -> int:
@@ -347,6 +351,17 @@ class Runner:
         self.events.emit("EXITED", exit_code=code, message=message)
         self.log.close()
         return code
+
+
+def mark_stage(run_dir: Path, stage: str) -> None:
+    """Append ``{"stage", "time_s"}`` to ``run_dir/timings.jsonl``: when a runner step ended
+    (``command_exit``, ``upload_end``), for ``bench/launch_overhead.py``'s breakdown. Best
+    effort: a failed write never fails the attempt."""
+    try:
+        with open(run_dir / "timings.jsonl", "a", encoding="utf-8") as out:
+            out.write(json.dumps({"stage": stage, "time_s": time.time()}) + "\n")
+    except OSError:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,10 @@ spec as written).
 ``format=json`` JSON Lines (``application/x-ndjson``): one ``{"time", "task", "retry_id",
 "line"}`` object per log line. ``lines=N`` keeps the last N lines; with ``follow`` it keeps
 the last N already written, then streams new ones until the workflow ends.
+
+``GET /api/workflow/{id}`` answers the header ``X-Trainyard-Progress`` (a key of the
+statuses shown); with ``known=KEY&wait_s=S`` it is a long poll: it answers as soon as the
+workflow's progress differs from ``KEY`` or it ended, else after ``S`` seconds (at most 10).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel
 
@@ -44,6 +48,9 @@ from trainyard.store import Store
 __all__ = ["create_app"]
 
 _STATUS = {SpecError: 422, NotFoundError: 404}
+
+PROGRESS_HEADER = "X-Trainyard-Progress"
+"""Header of ``GET /api/workflow/{id}``: the progress key to send back as ``known``."""
 
 
 class AppRequest(BaseModel):
@@ -159,8 +166,12 @@ def _routes(app: FastAPI, service: Service) -> None:
         return service.list(u, statuses=status, name=name, labels=labels, count=count)
 
     @app.get("/api/workflow/{workflow_id}")
-    def query(workflow_id: str, u: Caller, verbose: bool = False) -> dict[str, Any]:
-        return service.query(workflow_id, u, verbose=verbose)
+    def query(workflow_id: str, u: Caller, response: Response, verbose: bool = False,
+              wait_s: float = 0.0, known: str | None = None) -> dict[str, Any]:
+        data, key = service.query_when_changed(workflow_id, u, known=known, wait_s=wait_s,
+                                               verbose=verbose)
+        response.headers[PROGRESS_HEADER] = key
+        return data
 
     @app.get("/api/workflow/{workflow_id}/spec", response_class=PlainTextResponse)
     def stored_spec(workflow_id: str, u: Caller, template: bool = False) -> str:

@@ -84,6 +84,18 @@ def _log_time(line: LogLine) -> str:
     return line.stamp
 
 
+MAX_QUERY_WAIT_S = 10.0
+"""The longest a ``GET /api/workflow/{id}?wait_s=`` long poll is held, seconds."""
+
+
+def progress_key(state: m.WorkflowState) -> str:
+    """What ``--wait`` prints progress from, as a short key: the workflow's status and each
+    task's status, retry id, node and exit code. Two states with equal keys print alike."""
+    tasks = ",".join(f"{t.name}:{t.status.value}:{t.retry_id}:{t.node}:{t.exit_code}"
+                     for t in state.tasks.values())
+    return f"{state.status.value}|{tasks}"
+
+
 class Service:
     """Operations of the API, for one engine."""
 
@@ -231,6 +243,34 @@ class Service:
         data = _workflow_json(record, state, verbose)
         _add_outputs(data, record, lambda task, retry: self.engine.run_dir(workflow_id, task, retry))
         return data
+
+    def query_when_changed(self, workflow_id: str, user: User, *, known: str | None,
+                           wait_s: float, verbose: bool = False,
+                           interval_s: float = 0.02) -> tuple[dict[str, Any], str]:
+        """``query``, answered as soon as the workflow's progress differs from ``known`` (a
+        key this method returned before), or it ended, or ``wait_s`` passed (a long poll:
+        ``--wait`` sees the end within ``interval_s`` instead of its own poll interval).
+
+        Args:
+            known: the progress key of the client's last answer; None answers at once.
+            wait_s: the longest wait, seconds (capped at ``MAX_QUERY_WAIT_S``).
+            interval_s: how often the engine's in-memory state is looked at.
+
+        Returns:
+            (the ``query`` answer, its progress key).
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``query``.
+        """
+        self._readable(workflow_id, user)
+        deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_QUERY_WAIT_S)
+        while known is not None and time.monotonic() < deadline:
+            state = self.engine.state(workflow_id)
+            if progress_key(state) != known or state.status.is_terminal():
+                break
+            time.sleep(interval_s)
+        data = self.query(workflow_id, user, verbose=verbose)
+        return data, progress_key(self.engine.state(workflow_id))
 
     def list(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
              labels: dict[str, str] | None = None, count: int | None = None) -> list[dict[str, Any]]:
