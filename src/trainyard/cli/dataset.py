@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from trainyard.cli.data import STORAGE_HELP, QuietOpt, RegexOpt, mover_with_progress
 from trainyard.cli.output import Format, FormatOption, emit, human_bytes, table
-from trainyard.data.datasets import DatasetInfo, DatasetStore, DatasetVersion, parse_ref
-from trainyard.data.transfer import Mover, plan_uploads
 from trainyard.errors import DataError
+
+if TYPE_CHECKING:
+    from trainyard.data.datasets import DatasetInfo, DatasetStore, DatasetVersion
+    from trainyard.data.transfer import Mover
+
+# The data layer is imported when a dataset command runs, not when the command line starts
+# (``trainyard workflow submit`` never needs fsspec; issue 15).
 
 __all__ = ["app"]
 
@@ -32,7 +37,23 @@ RefArg = Annotated[str, typer.Argument(help="NAME, NAME:VERSION or NAME:TAG (def
 
 
 def _store(url: str | None, mover: Mover | None = None) -> DatasetStore:
+    from trainyard.data.datasets import DatasetStore
+
     return DatasetStore(url, mover)
+
+
+def parse_ref(ref: str) -> tuple[str, str]:
+    """``trainyard.data.datasets.parse_ref``, imported when first used."""
+    from trainyard.data.datasets import parse_ref as parse
+
+    return parse(ref)
+
+
+def plan_uploads(paths: list[str], regex: str | None) -> Any:
+    """``trainyard.data.transfer.plan_uploads``, imported when first used."""
+    from trainyard.data.transfer import plan_uploads as plan
+
+    return plan(paths, regex)
 
 
 def _when(created_s: float) -> str:
