@@ -24,10 +24,11 @@ the store every 5 ms to see when the workflow's status becomes COMPLETED):
 - *CLI start, import, spec, submit request*: CLI process start -> the store's submit time;
 - *engine placement and runner start*: submit -> the first task's INITIALIZING;
 - *gang start skew + barrier*: the first INITIALIZING -> the last RUNNING;
-- *command (torchrun, training)*: the last RUNNING -> the last task's command exit;
+- *command (torchrun, training)*: the last RUNNING -> the lead's command exit;
 - *output upload after training*: the lead's command exit -> its upload end;
-- *runner end report*: the last task's upload end (or command exit) -> its EXITED;
-- *engine notices the end*: the last EXITED -> COMPLETED seen in the store;
+- *runner end report*: the lead's upload end -> the workflow's end time in the store (the
+  EXITED event that ended it);
+- *engine notices the end*: that end time -> COMPLETED seen in the store;
 - *--wait notices the end, CLI exit*: COMPLETED in the store -> the CLI process exits.
 
 Not a test: figures depend on the machine and on what else runs on it (on a shared 2-core
@@ -126,29 +127,28 @@ def _timings(path: Path) -> dict[str, float]:
 
 
 def breakdown(home: Path, wid: str, cli_start: float, cli_end: float, watch: StoreWatch) -> dict[str, float]:
-    """Where one trainyard run's wall time went (see the module docstring); seconds."""
+    """Where one trainyard run's wall time went (see the module docstring); seconds. The
+    command's end is the lead's (the group ends with its lead, ``ignoreNonleadStatus``)."""
     conn = sqlite3.connect(f"file:{home / 'trainyard.db'}?mode=ro", uri=True, timeout=10)
-    (submit_s,) = conn.execute("SELECT submit_time_s FROM workflows WHERE id = ?", (wid,)).fetchone()
+    submit_s, end_s = conn.execute("SELECT submit_time_s, end_time_s FROM workflows WHERE id = ?",
+                                   (wid,)).fetchone()
     conn.close()
     runs = home / "runs" / wid
-    tasks = {t: (_events(runs / t / "0" / "events.jsonl"), _timings(runs / t / "0" / "timings.jsonl"))
-             for t in ("master", "worker")}
-    init = min(e["INITIALIZING"] for e, _ in tasks.values())
-    running = max(e["RUNNING"] for e, _ in tasks.values())
-    exited = max(e["EXITED"] for e, _ in tasks.values())
-    command_end = max(t.get("command_exit", e["EXITED"]) for e, t in tasks.values())
-    lead_events, lead = tasks["master"]
-    upload_s = lead.get("upload_end", lead.get("command_exit", 0.0)) - lead.get("command_exit", 0.0)
-    last_runner_done = max(t.get("upload_end", t.get("command_exit", e["EXITED"])) for e, t in tasks.values())
+    events = {t: _events(runs / t / "0" / "events.jsonl") for t in ("master", "worker")}
+    lead = _timings(runs / "master" / "0" / "timings.jsonl")
+    init = min(e["INITIALIZING"] for e in events.values())
+    running = max(e["RUNNING"] for e in events.values())
+    command_exit = lead.get("command_exit", events["master"]["EXITED"])
+    upload_end = lead.get("upload_end", command_exit)
     completed = watch.ended.get(wid, ("?", cli_end))[1]
     return dict(zip(STAGES, (
         submit_s - cli_start,
         init - submit_s,
         running - init,
-        command_end - running,
-        upload_s,
-        exited - last_runner_done,
-        completed - exited,
+        command_exit - running,
+        upload_end - command_exit,
+        end_s - upload_end,
+        completed - end_s,
         cli_end - completed,
     )))
 

@@ -69,7 +69,9 @@ def is_alive(info: ServerInfo) -> bool:
     except psutil.Error:
         return False
     try:
-        return httpx.get(f"{info.url}/api/health", timeout=2.0).status_code == 200
+        # plain http to our own server: no TLS, so no CA bundle to load (issue 15)
+        verify = not info.url.lower().startswith("http://")
+        return httpx.get(f"{info.url}/api/health", timeout=2.0, verify=verify).status_code == 200
     except httpx.HTTPError:
         return False
 
