@@ -117,8 +117,9 @@ def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.
     """Print progress (and logs) on ``view`` until the workflow ends; return its final query.
     Each status query is a long poll (``LONG_POLL_S``): the server answers when the progress
     changed or the workflow ended, so the end is seen within the server's ~20 ms look. A
-    server without long polls is asked every ``poll_s`` seconds at first, then less often,
-    down to every ``max_poll_s`` (a long run waited on by many clients does not load it)."""
+    server without long polls (or one that answers unchanged at once: it holds too many) is
+    asked every ``poll_s`` seconds at first, then less often, down to every ``max_poll_s``
+    (a long run waited on by many clients does not load it)."""
     started, seen = time.monotonic(), {}
     stop = threading.Event()
     follower = threading.Thread(target=_follow_logs, args=(view, client, workflow_id, stop),
@@ -127,11 +128,13 @@ def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.
         follower.start()
     known: str | None = None
     while True:
+        asked, before = time.monotonic(), known
         data, known = _query_long_poll(client, workflow_id, known, LONG_POLL_S)
         _print_progress(view, seen, data, started)
         if _is_terminal(data["status"]):
             break
-        if known is None:  # a server without long polls answers at once: poll
+        if known is None or (known == before and time.monotonic() - asked < poll_s):
+            # a server without long polls, or one holding too many: ask again later
             time.sleep(poll_s)
             poll_s = min(poll_s * 1.5, max_poll_s)
     if logs:

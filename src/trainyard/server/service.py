@@ -8,6 +8,7 @@ reads and cancels only their own workflows unless an admin.
 from __future__ import annotations
 
 import heapq
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -86,6 +87,12 @@ def _log_time(line: LogLine) -> str:
 
 MAX_QUERY_WAIT_S = 10.0
 """The longest a ``GET /api/workflow/{id}?wait_s=`` long poll is held, seconds."""
+
+MAX_HELD_QUERIES = 8
+"""Long polls held at once. Each holds a worker thread of the server (40 in all, shared by
+every synchronous route), so many waiting clients never starve the other requests."""
+
+_HELD_QUERIES = threading.BoundedSemaphore(MAX_HELD_QUERIES)
 
 
 def progress_key(state: m.WorkflowState) -> str:
@@ -251,6 +258,9 @@ class Service:
         key this method returned before), or it ended, or ``wait_s`` passed (a long poll:
         ``--wait`` sees the end within ``interval_s`` instead of its own poll interval).
 
+        At most ``MAX_HELD_QUERIES`` are held at once (each holds one of the server's worker
+        threads); a query beyond them is answered at once, as without ``known``.
+
         Args:
             known: the progress key of the client's last answer; None answers at once.
             wait_s: the longest wait, seconds (capped at ``MAX_QUERY_WAIT_S``).
@@ -263,14 +273,23 @@ class Service:
             NotFoundError, ForbiddenError: as ``query``.
         """
         self._readable(workflow_id, user)
-        deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_QUERY_WAIT_S)
-        while known is not None and time.monotonic() < deadline:
-            state = self.engine.state(workflow_id)
-            if progress_key(state) != known or state.status.is_terminal():
-                break
-            time.sleep(interval_s)
+        if known is not None and wait_s > 0 and _HELD_QUERIES.acquire(blocking=False):
+            try:
+                self._hold_while_unchanged(workflow_id, known, min(wait_s, MAX_QUERY_WAIT_S),
+                                           interval_s)
+            finally:
+                _HELD_QUERIES.release()
         data = self.query(workflow_id, user, verbose=verbose)
         return data, progress_key(self.engine.state(workflow_id))
+
+    def _hold_while_unchanged(self, workflow_id: str, known: str, wait_s: float,
+                              interval_s: float) -> None:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            state = self.engine.state(workflow_id)
+            if progress_key(state) != known or state.status.is_terminal():
+                return
+            time.sleep(interval_s)
 
     def list(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
              labels: dict[str, str] | None = None, count: int | None = None) -> list[dict[str, Any]]:

@@ -60,3 +60,19 @@ def test_server_without_long_polls_is_polled_with_growing_intervals(sleeps: list
     assert data["status"] == "COMPLETED"
     assert client.params == [{}, {}, {}, {}]
     assert sleeps == [0.25, 0.375, 0.5]
+
+
+class _BusyServer(_Client):
+    """Has long polls but holds none (all in use): answers the same key at once."""
+
+    def request(self, method: str, path: str, params: dict[str, Any] | None = None) -> _Answer:
+        self.params.append(dict(params or {}))
+        status = self.statuses[min(len(self.params) - 1, len(self.statuses) - 1)]
+        return _Answer(status, "same-key" if status != "COMPLETED" else "end-key")
+
+
+def test_a_server_answering_unchanged_at_once_is_not_asked_in_a_busy_loop(sleeps: list[float]) -> None:
+    client = _BusyServer(["RUNNING", "RUNNING", "RUNNING", "COMPLETED"], long_polls=True)
+    workflow_ops.wait_for(client, "wf-1", logs=False, poll_s=0.25, max_poll_s=0.5,  # type: ignore[arg-type]
+                          view=_view())
+    assert sleeps == [0.25, 0.375]

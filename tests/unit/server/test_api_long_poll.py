@@ -6,6 +6,7 @@ backend, whose scripted task ends after a number of engine polls (or never).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from trainyard.engine.reconciler import Engine
 from trainyard.pools import default_local_pool
 from trainyard.server.app import PROGRESS_HEADER, create_app
 from trainyard.server.auth import TokenRegistry
+from trainyard.server import service as service_module
 from trainyard.server.service import Service
 from trainyard.store import Store
 
@@ -97,4 +99,17 @@ def test_plain_query_is_not_held_and_unknown_workflow_is_404(api: TestClient) ->
     assert api.get(f"/api/workflow/{wid}", params={"wait_s": 10}).status_code == 200
     assert time.monotonic() - started < 5, "without known= nothing is held"
     assert api.get("/api/workflow/nope-1", params={"known": "x", "wait_s": 10}).status_code == 404
+    api.post(f"/api/workflow/{wid}/cancel")
+
+
+def test_long_polls_beyond_the_limit_are_answered_at_once(api: TestClient,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    full = threading.BoundedSemaphore(1)
+    full.acquire()  # every hold in use
+    monkeypatch.setattr(service_module, "_HELD_QUERIES", full)
+    wid = _submit(api, "endless")
+    key = api.get(f"/api/workflow/{wid}").headers[PROGRESS_HEADER]
+    started = time.monotonic()
+    answer = api.get(f"/api/workflow/{wid}", params={"known": key, "wait_s": 10})
+    assert answer.status_code == 200 and time.monotonic() - started < 5
     api.post(f"/api/workflow/{wid}/cancel")
