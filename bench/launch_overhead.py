@@ -169,11 +169,9 @@ def submit(spec: Path, home: Path, args: argparse.Namespace, env: dict[str, str]
     return result["id"], start, end
 
 
-def check_upload(home: Path, wid: str) -> None:
-    """The output dataset has a version with the lead's snapshot (the upload really happened)."""
-    files = list((home / "datasets" / "torchrun-multinode-model").rglob("snapshot.pth"))
-    if not files:
-        raise SystemExit(f"{wid}: no snapshot.pth uploaded to the output dataset")
+def uploaded_snapshots(home: Path) -> int:
+    """How many ``snapshot.pth`` the output dataset's versions hold (one more per run)."""
+    return len(list((home / "datasets" / "torchrun-multinode-model").rglob("snapshot.pth")))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,9 +207,11 @@ def main(argv: list[str] | None = None) -> int:
                         wall_s = run_config(2, 1, args, Path(tmp) / f"hand-{pair}").wall_s
                     else:
                         spec = EXAMPLE if mode == "trainyard" else plain
+                        before = uploaded_snapshots(home)
                         wid, start, end = submit(spec, home, args, env)
-                        if mode == "trainyard":
-                            check_upload(home, wid)
+                        if uploaded_snapshots(home) != before + (mode == "trainyard"):
+                            raise SystemExit(f"{wid}: expected {int(mode == 'trainyard')} new "
+                                             "snapshot.pth in the output dataset")
                         time.sleep(0.1)  # the watch thread's last look
                         wall_s = end - start
                         runs.append(TrainyardRun(mode, wall_s, breakdown(home, wid, start, end, watch)))
