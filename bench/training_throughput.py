@@ -33,6 +33,8 @@ Each run's figure is the median over epochs 2..E of the trainer's ``Epoch Throug
 (``metrics.jsonl``); the runs are interleaved (the order rotates each repeat) and each mode
 reports the median over repeats, with the paired ratios trainyard/by hand (goal >= 0.97)
 and 2x1/1x1. ``OMP_NUM_THREADS=1`` for every mode (the task runners inherit it).
+The wall time the launch adds (CLI, engine, barrier, upload, ``--wait``) is measured by
+``bench/launch_overhead.py``, which reuses ``run_config`` for its by-hand side.
 """
 
 from __future__ import annotations

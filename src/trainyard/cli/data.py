@@ -10,14 +10,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from trainyard.cli.output import Format, FormatOption, emit, err_console, human_bytes, table
-from trainyard.data import urls
-from trainyard.data.progress import RichProgress
-from trainyard.data.transfer import Mover
+
+if TYPE_CHECKING:
+    from trainyard.data.transfer import Mover
+
+# The data layer (fsspec and its protocols) is imported by the commands that use it, not when
+# the command line starts: ``trainyard workflow submit`` never needs it (issue 15).
 
 __all__ = ["app", "mover_with_progress", "RegexOpt", "QuietOpt"]
 
@@ -37,6 +40,9 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar o
 @contextmanager
 def mover_with_progress(quiet: bool) -> Iterator[Mover]:
     """A ``Mover`` that draws a rich progress bar and prints its log lines on stderr."""
+    from trainyard.data.progress import RichProgress
+    from trainyard.data.transfer import Mover
+
     with RichProgress(err_console, enabled=not quiet) as bar:
         log = None if quiet else (lambda line: err_console.print(line, markup=False))
         yield Mover(log=log, progress=bar)
@@ -52,6 +58,8 @@ def upload(
     quiet: QuietOpt = False,
 ) -> None:
     """Upload local files and folders below URL (each file atomically)."""
+    from trainyard.data import urls
+
     with mover_with_progress(quiet) as mover:
         stats = urls.upload(url, paths, regex, mover)
     typer.echo(f"uploaded {stats.files} file(s), {human_bytes(stats.bytes)}B to {url}")
@@ -65,6 +73,8 @@ def download(
     quiet: QuietOpt = False,
 ) -> None:
     """Download the files at URL into DIR (a checkpoint URL gives its last complete round)."""
+    from trainyard.data import urls
+
     with mover_with_progress(quiet) as mover:
         count = urls.download(url, dest, regex, mover)
     typer.echo(f"downloaded {count} file(s) to {dest}")
@@ -73,6 +83,8 @@ def download(
 @app.command("list")
 def list_files(url: UrlArg, regex: RegexOpt = None, fmt: Format = FormatOption) -> None:
     """List the files at URL with their sizes."""
+    from trainyard.data import urls
+
     files = urls.list_url(url, regex)
     rows = [{"path": f.rel, "size_bytes": f.size} for f in files]
     emit(rows, fmt, lambda data: table(["path", "size"], [[r["path"], human_bytes(r["size_bytes"])]

@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from trainyard.cli.data import STORAGE_HELP, QuietOpt, RegexOpt, mover_with_progress
 from trainyard.cli.output import Format, FormatOption, emit, human_bytes, table
-from trainyard.data.datasets import (EVERYONE, Actor, DatasetInfo, DatasetStore, DatasetVersion,
-                                     parse_ref)
-from trainyard.data.transfer import Mover, plan_uploads
 from trainyard.errors import DataError
+
+if TYPE_CHECKING:
+    from trainyard.data.datasets import Actor, DatasetInfo, DatasetStore, DatasetVersion
+    from trainyard.data.transfer import Mover
+
+# The data layer is imported when a dataset command runs, not when the command line starts
+# (``trainyard workflow submit`` never needs fsspec; issue 15).
 
 __all__ = ["app"]
 
@@ -40,6 +44,7 @@ RefArg = Annotated[str, typer.Argument(help="NAME, NAME:VERSION or NAME:TAG (def
 def _actor() -> Actor | None:
     """The user of the CLI's token on the server it uses; None when no server is there."""
     from trainyard.cli.client import running_server_client  # only dataset commands need it
+    from trainyard.data.datasets import Actor
 
     client = running_server_client()
     if client is None:
@@ -49,7 +54,23 @@ def _actor() -> Actor | None:
 
 
 def _store(url: str | None, mover: Mover | None = None) -> DatasetStore:
+    from trainyard.data.datasets import DatasetStore
+
     return DatasetStore(url, mover, actor=_actor())
+
+
+def parse_ref(ref: str) -> tuple[str, str]:
+    """``trainyard.data.datasets.parse_ref``, imported when first used."""
+    from trainyard.data.datasets import parse_ref as parse
+
+    return parse(ref)
+
+
+def plan_uploads(paths: list[str], regex: str | None) -> Any:
+    """``trainyard.data.transfer.plan_uploads``, imported when first used."""
+    from trainyard.data.transfer import plan_uploads as plan
+
+    return plan(paths, regex)
 
 
 def _when(created_s: float) -> str:
@@ -169,6 +190,8 @@ def share(
     """Let another user (or everyone) read a dataset; only its owner or an admin may."""
     if (user is None) == (not everyone):
         raise typer.BadParameter("give exactly one of --user USER or --everyone")
+    from trainyard.data.datasets import EVERYONE
+
     who = EVERYONE if everyone else str(user).strip()
     if not who or who == EVERYONE:
         raise typer.BadParameter(f"--user needs a user name (use --everyone for {EVERYONE!r})")

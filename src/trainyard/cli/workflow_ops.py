@@ -98,24 +98,46 @@ def _follow_logs(view: Console, client: Client, workflow_id: str, stop: threadin
         view.print(f"[dim](log stream ended: {exc})[/dim]")
 
 
+LONG_POLL_S = 5.0
+"""How long ``--wait`` asks the server to hold each status query (long poll) when nothing
+changes; the server answers at once on any change of status (and when the workflow ends)."""
+
+
+def _query_long_poll(client: Client, workflow_id: str, known: str | None,
+                     wait_s: float) -> tuple[dict[str, Any], str | None]:
+    """The workflow's query, held by the server until its progress differs from ``known``
+    (or ``wait_s`` passed); (the answer, its progress key, None from a server without long
+    polls, which answers at once)."""
+    params: dict[str, Any] = {} if known is None else {"known": known, "wait_s": wait_s}
+    response = client.request("GET", f"/api/workflow/{workflow_id}", params=params)
+    return response.json(), response.headers.get("x-trainyard-progress")
+
+
 def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.25,
              max_poll_s: float = 1.0, view: Console = console) -> dict[str, Any]:
     """Print progress (and logs) on ``view`` until the workflow ends; return its final query.
-    The status is asked every ``poll_s`` seconds at first, then less often, down to every
-    ``max_poll_s`` (a long run waited on by many clients does not load the server)."""
+    Each status query is a long poll (``LONG_POLL_S``): the server answers when the progress
+    changed or the workflow ended, so the end is seen within the server's ~20 ms look. A
+    server without long polls (or one that answers unchanged at once: it holds too many) is
+    asked every ``poll_s`` seconds at first, then less often, down to every ``max_poll_s``
+    (a long run waited on by many clients does not load it)."""
     started, seen = time.monotonic(), {}
     stop = threading.Event()
     follower = threading.Thread(target=_follow_logs, args=(view, client, workflow_id, stop),
                                 daemon=True)
     if logs:
         follower.start()
+    known: str | None = None
     while True:
-        data = client.json("GET", f"/api/workflow/{workflow_id}")
+        asked, before = time.monotonic(), known
+        data, known = _query_long_poll(client, workflow_id, known, LONG_POLL_S)
         _print_progress(view, seen, data, started)
         if _is_terminal(data["status"]):
             break
-        time.sleep(poll_s)
-        poll_s = min(poll_s * 1.5, max_poll_s)
+        if known is None or (known == before and time.monotonic() - asked < poll_s):
+            # a server without long polls, or one holding too many: ask again later
+            time.sleep(poll_s)
+            poll_s = min(poll_s * 1.5, max_poll_s)
     if logs:
         follower.join(timeout=5)
     stop.set()

@@ -1,7 +1,8 @@
 """The gang barrier: every task of a group waits for all the others before its command runs.
 
 Each task writes ``<folder>/<task>.ready`` (atomically: a temporary name, then a rename) and
-polls the folder until every task of the group has a ready mark. The folder is on a
+polls the folder until every task of the group has a ready mark (soon at first, then less
+often: ``FIRST_POLL_S``). The folder is on a
 filesystem every task of the group sees (the local machine, or the cluster's shared
 filesystem on Slurm). OSMO: "Groups" (tasks of a group start their commands together).
 """
@@ -16,7 +17,13 @@ from pathlib import Path
 
 from trainyard.runner.spec import Barrier
 
-__all__ = ["BarrierTimeout", "mark_ready", "wait_for_group"]
+__all__ = ["BarrierTimeout", "mark_ready", "wait_for_group", "FIRST_POLL_S"]
+
+FIRST_POLL_S = 0.005
+"""The first look at the folder comes this soon, then each wait is 1.5 times longer, up to
+the barrier's ``poll_interval_s``: a gang started together passes within a few ms of its last
+task's mark (instead of up to a whole ``poll_interval_s``), and a long wait still costs only a
+look per ``poll_interval_s``."""
 
 
 class BarrierTimeout(Exception):
@@ -56,9 +63,11 @@ def wait_for_group(
     mark_ready(folder, task, retry_id)
     deadline = time.monotonic() + barrier.timeout_s
     stop = stop or threading.Event()
+    interval_s = min(FIRST_POLL_S, barrier.poll_interval_s)
     while missing := _missing(folder, barrier.tasks):
         if time.monotonic() >= deadline:
             raise BarrierTimeout(missing, barrier.timeout_s)
-        if stop.wait(barrier.poll_interval_s):
+        if stop.wait(interval_s):
             return False
+        interval_s = min(interval_s * 1.5, barrier.poll_interval_s)
     return True

@@ -23,10 +23,12 @@ after ``stop_grace_s``; outputs are not uploaded and the exit code reported is n
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
@@ -442,10 +444,12 @@ class Runner:
         self.events.emit("RUNNING")
         code = self.run_command()
         self._check_log()
+        mark_stage(self.run_dir, "command_exit")
         if self.stop.is_set():
             return code or STOPPED_EXIT_CODE, "stopped by SIGTERM"
         if code == 0:
             self.upload_outputs()
+            mark_stage(self.run_dir, "upload_end")
         return code, ""
 
     def execute(self) -> int:
@@ -471,6 +475,17 @@ class Runner:
 
 def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def mark_stage(run_dir: Path, stage: str) -> None:
+    """Append ``{"stage", "time_s"}`` to ``run_dir/timings.jsonl``: when a runner step ended
+    (``command_exit``, ``upload_end``), for ``bench/launch_overhead.py``'s breakdown. Best
+    effort: a failed write never fails the attempt."""
+    try:
+        with open(run_dir / "timings.jsonl", "a", encoding="utf-8") as out:
+            out.write(json.dumps({"stage": stage, "time_s": time.time()}) + "\n")
+    except OSError:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:

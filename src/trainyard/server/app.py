@@ -24,6 +24,10 @@ ends. Always streamed from the files (``trainyard.server.logs``: bounded memory)
 of about ``LOG_CHUNK_BYTES``; who may read it and whether the workflow and task exist are
 checked before the answer starts (403, 404), never in the middle of a stream.
 
+``GET /api/workflow/{id}`` answers the header ``X-Trainyard-Progress`` (a key of the
+statuses shown); with ``known=KEY&wait_s=S`` it is a long poll: it answers as soon as the
+workflow's progress differs from ``KEY`` or it ended, else after ``S`` seconds (at most 10).
+
 ``POST /api/workflow/delete`` (``{"ids"}``) and ``POST /api/workflow/prune``
 (``{"older_than_s", "dry_run", "limit"}``, answering ``more`` while others are left) remove
 ended workflows: rows and run folders
@@ -38,7 +42,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
@@ -54,6 +58,9 @@ from trainyard.store import Store
 __all__ = ["create_app"]
 
 _STATUS = {SpecError: 422, NotFoundError: 404}
+
+PROGRESS_HEADER = "X-Trainyard-Progress"
+"""Header of ``GET /api/workflow/{id}``: the progress key to send back as ``known``."""
 
 
 class AppRequest(BaseModel):
@@ -192,8 +199,12 @@ def _routes(app: FastAPI, service: Service) -> None:
         return service.list(u, statuses=status, name=name, labels=labels, count=count)
 
     @app.get("/api/workflow/{workflow_id}")
-    def query(workflow_id: str, u: Caller, verbose: bool = False) -> dict[str, Any]:
-        return service.query(workflow_id, u, verbose=verbose)
+    def query(workflow_id: str, u: Caller, response: Response, verbose: bool = False,
+              wait_s: float = 0.0, known: str | None = None) -> dict[str, Any]:
+        data, key = service.query_when_changed(workflow_id, u, known=known, wait_s=wait_s,
+                                               verbose=verbose)
+        response.headers[PROGRESS_HEADER] = key
+        return data
 
     @app.get("/api/workflow/{workflow_id}/spec", response_class=PlainTextResponse)
     def stored_spec(workflow_id: str, u: Caller, template: bool = False) -> str:

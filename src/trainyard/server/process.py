@@ -136,7 +136,9 @@ def is_alive(info: ServerInfo, timeout_s: float = 2.0) -> bool:
     except psutil.Error:
         return False
     try:
-        return httpx.get(f"{info.url}/api/health", timeout=timeout_s).status_code == 200
+        # plain http to our own server: no TLS, so no CA bundle to load (issue 15)
+        verify = not info.url.lower().startswith("http://")
+        return httpx.get(f"{info.url}/api/health", timeout=timeout_s, verify=verify).status_code == 200
     except httpx.HTTPError:
         return False
 

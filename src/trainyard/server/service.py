@@ -7,6 +7,7 @@ reads and cancels only their own workflows unless an admin.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -62,6 +63,24 @@ def iso(time_s: float | None) -> str | None:
 
 def _log_time(line: LogLine) -> str:
     return line.stamp
+
+
+MAX_QUERY_WAIT_S = 10.0
+"""The longest a ``GET /api/workflow/{id}?wait_s=`` long poll is held, seconds."""
+
+MAX_HELD_QUERIES = 8
+"""Long polls held at once. Each holds a worker thread of the server (40 in all, shared by
+every synchronous route), so many waiting clients never starve the other requests."""
+
+_HELD_QUERIES = threading.BoundedSemaphore(MAX_HELD_QUERIES)
+
+
+def progress_key(state: m.WorkflowState) -> str:
+    """What ``--wait`` prints progress from, as a short key: the workflow's status and each
+    task's status, retry id, node and exit code. Two states with equal keys print alike."""
+    tasks = ",".join(f"{t.name}:{t.status.value}:{t.retry_id}:{t.node}:{t.exit_code}"
+                     for t in state.tasks.values())
+    return f"{state.status.value}|{tasks}"
 
 
 class Service:
@@ -270,6 +289,46 @@ class Service:
         data = _workflow_json(record, state, verbose)
         _add_outputs(data, record, lambda task, retry: self.engine.run_dir(workflow_id, task, retry))
         return data
+
+    def query_when_changed(self, workflow_id: str, user: User, *, known: str | None,
+                           wait_s: float, verbose: bool = False,
+                           interval_s: float = 0.02) -> tuple[dict[str, Any], str]:
+        """``query``, answered as soon as the workflow's progress differs from ``known`` (a
+        key this method returned before), or it ended, or ``wait_s`` passed (a long poll:
+        ``--wait`` sees the end within ``interval_s`` instead of its own poll interval).
+
+        At most ``MAX_HELD_QUERIES`` are held at once (each holds one of the server's worker
+        threads); a query beyond them is answered at once, as without ``known``.
+
+        Args:
+            known: the progress key of the client's last answer; None answers at once.
+            wait_s: the longest wait, seconds (capped at ``MAX_QUERY_WAIT_S``).
+            interval_s: how often the engine's in-memory state is looked at.
+
+        Returns:
+            (the ``query`` answer, its progress key).
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``query``.
+        """
+        self._readable(workflow_id, user)
+        if known is not None and wait_s > 0 and _HELD_QUERIES.acquire(blocking=False):
+            try:
+                self._hold_while_unchanged(workflow_id, known, min(wait_s, MAX_QUERY_WAIT_S),
+                                           interval_s)
+            finally:
+                _HELD_QUERIES.release()
+        data = self.query(workflow_id, user, verbose=verbose)
+        return data, progress_key(self.engine.state(workflow_id))
+
+    def _hold_while_unchanged(self, workflow_id: str, known: str, wait_s: float,
+                              interval_s: float) -> None:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            state = self.engine.state(workflow_id)
+            if progress_key(state) != known or state.status.is_terminal():
+                return
+            time.sleep(interval_s)
 
     def list(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
              labels: dict[str, str] | None = None, count: int | None = None) -> list[dict[str, Any]]:

@@ -15,9 +15,11 @@ import posixpath
 from collections.abc import Mapping
 from pathlib import Path
 
-from trainyard.spec.checks import located_tasks
-from trainyard.spec.models import WorkflowSpec
-from trainyard.spec.problems import Issue, Layout
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the CLI reads local files without the models (issue 15: a lighter start)
+    from trainyard.spec.models import WorkflowSpec
+    from trainyard.spec.problems import Issue, Layout
 
 __all__ = ["LocalFiles", "read_local_files"]
 
@@ -92,6 +94,9 @@ def read_local_files(workflow: WorkflowSpec, layout: Layout, source: LocalFiles)
         An issue for each file that gives both ``contents`` and ``localpath``, or whose
         ``localpath`` cannot be used.
     """
+    from trainyard.spec.checks import located_tasks
+    from trainyard.spec.problems import Issue
+
     issues = []
     for located in located_tasks(workflow, layout):
         for i, spec in enumerate(located.task.files):

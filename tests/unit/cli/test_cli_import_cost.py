@@ -1,0 +1,37 @@
+"""The command line starts without the layers ``workflow submit`` never needs (issue 15):
+no data layer (fsspec and its protocols), no spec models, no engine, no server app."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "torchrun_multinode" / "train.yaml"
+HEAVY = ("fsspec", "trainyard.data.urls", "trainyard.data.transfer", "trainyard.spec.models",
+         "trainyard.engine.reconciler", "trainyard.store", "fastapi", "sqlalchemy", "torch")
+
+
+def _loaded_after(code: str) -> set[str]:
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_starting_the_cli_and_building_a_submit_request_loads_no_heavy_layer() -> None:
+    loaded = _loaded_after(
+        "import trainyard.cli.main\n"
+        "from pathlib import Path\n"
+        "from trainyard.cli.request import spec_request\n"
+        f"spec_request(Path({str(EXAMPLE)!r}),"
+        " set_values=['n_gpus_per_node=1'], set_strings=[], set_env=[])")
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_the_data_commands_still_load_the_data_layer_when_run(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a")
+    loaded = _loaded_after(
+        "from trainyard.cli.main import main\n"
+        f"assert main(['data', 'list', {str(tmp_path)!r}]) == 0")
+    assert "trainyard.data.urls" in loaded and "fsspec" in loaded
