@@ -24,9 +24,15 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy.engine import make_url
-
 from trainyard.errors import EngineLockedError, StoreError
+
+
+def make_url(url: str) -> Any:  # noqa: ANN401 - sqlalchemy's URL
+    """``sqlalchemy.engine.make_url``, imported when first used: the CLI looks for the
+    server's lock on every start and must not pay for SQLAlchemy there (issue 15)."""
+    from sqlalchemy.engine import make_url as parse
+
+    return parse(url)
 
 __all__ = ["FileLock", "HeldLock", "holder", "store_lock_path", "acquire_store_lock",
            "PG_LOCK_KEY"]

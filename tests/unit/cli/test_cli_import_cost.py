@@ -10,7 +10,7 @@ from pathlib import Path
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "torchrun_multinode" / "train.yaml"
 HEAVY = ("fsspec", "trainyard.data.urls", "trainyard.data.transfer", "trainyard.spec.models",
-         "trainyard.engine.reconciler", "trainyard.store", "fastapi", "sqlalchemy", "torch")
+         "trainyard.engine.reconciler", "trainyard.store.db", "fastapi", "sqlalchemy", "torch")
 
 
 def _loaded_after(code: str) -> set[str]:
