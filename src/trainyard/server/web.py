@@ -41,6 +41,7 @@ from trainyard.engine.status import WorkflowStatus
 from trainyard.errors import AuthError, ForbiddenError, TrainyardError
 from trainyard.server import dashboard
 from trainyard.server.auth import User
+from trainyard.server.logs import FLUSH
 from trainyard.server.service import Service
 
 __all__ = ["add_dashboard", "SESSION_COOKIE", "WebSessions", "PAGE_SIZES"]
@@ -439,6 +440,8 @@ async def _sse(request: Request, lines: Iterator[Any]) -> AsyncIterator[str]:
             if item is _END:
                 yield "event: end\ndata: {}\n\n"
                 return
+            if item is FLUSH:  # the follow's "nothing new now" mark: each event goes at once
+                continue
             quiet_since = time.monotonic()
             yield f"data: {json.dumps(item.to_json())}\n\n"
     finally:

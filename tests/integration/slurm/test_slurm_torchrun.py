@@ -4,7 +4,6 @@ snapshot lands in the output dataset store as a new version, not only in its run
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from slurm_cluster_support import REPO, EngineRunner
 
 from trainyard.data.datasets import DatasetStore
+from trainyard.data.transfer import file_digest, split_digest
 from trainyard.pools import NodeSpec, Pool
 
 pytest_plugins = ["slurm_fixtures"]
@@ -40,8 +40,17 @@ def final_accuracy(runner: EngineRunner, workflow_id: str) -> float:
 
 
 def _versions(store: DatasetStore) -> dict[int, dict[str, str]]:
-    """Version number -> {file path: sha256} of the example's dataset (empty if none)."""
-    return {v.version: {f.path: f.sha256 for f in v.files} for v in store.versions(DATASET)}
+    """Version number -> {file path: digest as the manifest records it (``blake3:HEX`` or a
+    sha256's HEX)} of the example's dataset (empty if none)."""
+    return {v.version: {f.path: f.digest for f in v.files} for v in store.versions(DATASET)}
+
+
+def _same_file(digest: str | None, path: Path) -> bool:
+    """Whether ``digest`` (a manifest's, blake3 or sha256) is the digest of ``path``."""
+    if digest is None:
+        return False
+    algo, value = split_digest(digest)
+    return value == file_digest(path, algo)
 
 
 def test_torchrun_example_reaches_the_local_accuracy(slurm_engine: EngineRunner,
@@ -59,7 +68,6 @@ def test_torchrun_example_reaches_the_local_accuracy(slurm_engine: EngineRunner,
     assert slurm_accuracy == pytest.approx(final_accuracy(local_engine, on_local), abs=0.01)
     assert "Training completed successfully." in slurm_engine.log(on_slurm, "master")
     snapshot = slurm_engine.engine.run_dir(on_slurm, "master", 0) / "output" / "models" / "snapshot.pth"
-    digest = hashlib.sha256(snapshot.read_bytes()).hexdigest()
     new = {n: files for n, files in _versions(store).items() if n not in before}
     assert len(new) == 2, new  # one upload per run, Slurm's and the local one
-    assert any(files.get("snapshot.pth") == digest for files in new.values()), (digest, new)
+    assert any(_same_file(files.get("snapshot.pth"), snapshot) for files in new.values()), new

@@ -11,7 +11,6 @@ mostly interpreter and torchrun start-up (about 10-15 s on a 2-core machine).
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shlex
 import subprocess
@@ -25,7 +24,7 @@ from training_integration_support import BIN, EXAMPLES, EngineRun, free_port, me
 from training_integration_support import runner  # noqa: F401 (a fixture)
 
 from trainyard.data.datasets import DatasetStore
-from trainyard.data.transfer import plan_uploads
+from trainyard.data.transfer import file_digest, plan_uploads, split_digest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -64,10 +63,6 @@ def _summary_block(log: str) -> str:
     found = re.search(r"\n\nTraining Summary:\n(.*?Training completed successfully\.)", _command_output(log), re.S)
     assert found, log[-3000:]
     return found.group(1)
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # ---------------------------------------------------------------- torchrun_multinode
@@ -149,7 +144,8 @@ def test_multinode_example_as_the_demo_submits_it_reaches_095_and_stores_the_sna
     assert [v.version for v in info.versions] == [1, 2] and info.tags["latest"] == 2
     files = {f.path: f for f in info.versions[1].files}
     assert set(files) == {"snapshot.pth", "metrics.jsonl"}, files
-    assert files["snapshot.pth"].sha256 == _sha256(snapshot)
+    algo, value = split_digest(files["snapshot.pth"].digest)  # blake3 or sha256
+    assert value == file_digest(snapshot, algo)
     assert files["snapshot.pth"].size == snapshot.stat().st_size
     fetched = tmp_path / "fetched"
     _store(runner).download(f"{dataset}:latest", fetched)
