@@ -12,18 +12,30 @@
   thread (``unshare(2)`` with ``CLONE_NEWNS`` implies ``CLONE_FS``, allowed in a threaded
   process); the processes it starts, and threads it starts after, inherit it; the host's
   mount table never sees the overlays, and they go away with the last process using them.
+- ``files_inside`` and ``open_no_links``: read a folder the task controls (its
+  ``{{output}}``, a checkpoint folder) for an upload without following a symlink out of it.
+  A link whose target, resolved from where it lies, is a regular file inside the folder is
+  listed under its own name (``latest.pt -> model-100.pt`` uploads ``latest.pt`` with that
+  content); a link that leads outside the folder, to a folder, or nowhere is skipped, with a
+  line for the log. Files are listed by their real path and opened component by component
+  with ``O_NOFOLLOW`` from ``/``, so a component swapped for a link after the listing (the
+  task still runs during checkpoints) is refused, never followed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
-from collections.abc import Sequence
+import stat
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from trainyard.runner.spec import OverlayMount
 
-__all__ = ["write_inside", "mount_overlays", "SymlinkRefused"]
+__all__ = ["write_inside", "mount_overlays", "SymlinkRefused", "files_inside", "open_no_links",
+           "no_links_path"]
 
 _CLONE_NEWNS = 0x00020000
 _MS_REC = 0x4000
@@ -126,3 +138,94 @@ def _check(result: int, what: str) -> None:
     if result != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def files_inside(root: Path, log: Callable[[str], None] | None = None) -> list[tuple[Path, str]]:
+    """The regular files below folder ``root`` (or ``root`` itself when it is a file) as
+    (real path, path relative to ``root`` with ``/``), sorted by the relative path, following
+    no symlink out of ``root`` (module docstring). Folders that are links are not entered;
+    other links are kept only when they name a regular file inside ``root``; the others are
+    skipped with ``REL: a symlink to TARGET, outside FOLDER (not uploaded)`` given to ``log``.
+    FIFOs, sockets and devices are skipped silently.
+
+    Raises:
+        OSError: ``root`` cannot be read.
+    """
+    say = log or (lambda _line: None)
+    if not root.is_dir():
+        return [(Path(os.path.realpath(root)), root.name)] if root.is_file() else []
+    base = os.path.realpath(root)
+    found: list[tuple[Path, str]] = []
+    for folder, dirs, names in os.walk(base):
+        for name in [*names, *(d for d in dirs if os.path.islink(os.path.join(folder, d)))]:
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, base).replace(os.sep, "/")
+            if not os.path.islink(path):
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    found.append((Path(path), rel))
+                continue
+            real = os.path.realpath(path)
+            if not (real.startswith(base.rstrip("/") + "/") and os.path.isfile(real)):
+                say(f"{rel}: a symlink to {os.readlink(path)}, outside {root} or not a file "
+                    "there (not uploaded: uploads follow no link out of their folder)")
+                continue
+            found.append((Path(real), rel))
+    return sorted(found, key=lambda item: item[1])
+
+
+def open_no_links(path: str | os.PathLike[str]) -> int:
+    """Open the absolute ``path`` for reading, following no symlink on the way: each
+    component is opened with ``O_NOFOLLOW`` relative to the one before, from ``/`` (give a
+    real path, ``files_inside`` lists them). Only a regular file is accepted (a FIFO would
+    block the reader).
+
+    Returns:
+        a file descriptor (``O_CLOEXEC``), the caller closes it.
+
+    Raises:
+        SymlinkRefused: a component is a symlink, or the file is not a regular file.
+        OSError: anything else (missing, no permission).
+    """
+    parts = [p for p in os.fspath(path).split("/") if p not in ("", ".")]
+    if not os.fspath(path).startswith("/") or not parts or ".." in parts:
+        raise OSError(errno.EINVAL, f"not an absolute real path: {os.fspath(path)!r}")
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts[:-1]:
+            try:
+                next_fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                  dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise SymlinkRefused(exc.errno, f"{os.fspath(path)}: {name!r} is a symlink "
+                                         "or not a folder; uploads follow no link") from exc
+                raise
+            os.close(fd)
+            fd = next_fd
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            file_fd = os.open(parts[-1], flags, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise SymlinkRefused(exc.errno, f"{os.fspath(path)} is a symlink; uploads "
+                                     "follow no link") from exc
+            raise
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+        os.close(file_fd)
+        raise SymlinkRefused(errno.EINVAL, f"{os.fspath(path)} is not a regular file")
+    os.set_blocking(file_fd, True)
+    return file_fd
+
+
+@contextlib.contextmanager
+def no_links_path(path: str | os.PathLike[str]) -> Iterator[str]:
+    """A path naming the file ``open_no_links`` opened (``/proc/self/fd/N``), for code that
+    opens by name (``shutil``, fsspec): opening it reaches that very file, whatever happens
+    to ``path`` meanwhile. Closed on exit."""
+    fd = open_no_links(path)
+    try:
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
