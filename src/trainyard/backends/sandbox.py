@@ -46,6 +46,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,7 @@ from trainyard.runner.spec import OverlayMount
 
 __all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_bwrap",
            "READ_ONLY_TOP", "SYSTEM_TOP", "PRIVILEGE_ARGS", "hosts_file_text", "overlays",
-           "clear_links", "overlay_supported"]
+           "clear_links", "overlay_supported", "secret_covers"]
 
 SYSTEM_TOP = frozenset({
     "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "boot", "opt", "var",
@@ -72,6 +73,10 @@ PRIVATE_DIRS = ("/root", "/home", "/run")
 """Folders every task has as empty folders of its own: a container's ``$HOME``, and ``/run``,
 whose host sockets (a container engine's, D-Bus) a task must not reach: it is uid 0 of the
 host for file permissions."""
+
+SECRET_SCAN = (("etc", None), ("var/lib", 1))
+"""Host folders (relative to its ``/``) searched for secrets to cover (``secret_covers``), with
+how deep (None: all the way)."""
 
 GPU_DEVICES = ("nvidia*", "nvidia-caps", "dri")
 """``/dev`` entries (glob patterns) bound into a task's minimal ``/dev``: the GPUs."""
@@ -237,6 +242,62 @@ def _is_empty(path: str) -> bool:
         return False
 
 
+def secret_covers(host_root: Path = Path("/")) -> tuple[tuple[str, bool], ...]:
+    """The host's files and folders under ``SECRET_SCAN`` that others may not read (mode
+    without ``o+r``: ``/etc/shadow``, ``/etc/gshadow``, ``/etc/ssh/ssh_host_*_key``,
+    ``/etc/munge``, ``/etc/ssl/private``, ``/var/lib/containers``...), as (path inside, is a
+    folder), a folder's contents not listed again. The sandbox covers each (an empty
+    read-only folder, or ``/dev/null``): a task's uid 0 is the host's uid 0 for file
+    permissions (``PRIVILEGE_ARGS``), so the owner's read bit would let it read them. A deny
+    list by file mode, looked at once per process: a secret readable by others, or one made
+    after the backend started, is not covered.
+    """
+    return _scan_secrets(str(host_root))
+
+
+@functools.lru_cache(maxsize=8)
+def _scan_secrets(host_root: str) -> tuple[tuple[str, bool], ...]:
+    found: list[tuple[str, bool]] = []
+    for folder, depth in SECRET_SCAN:
+        top = os.path.join(host_root, folder)
+        if not os.path.isdir(top) or os.path.islink(top):
+            continue
+        for current, dirs, names in os.walk(top):
+            level = os.path.relpath(current, top).count(os.sep) + (current != top)
+            keep_dirs = []
+            for name in sorted(dirs):
+                path = os.path.join(current, name)
+                if _hidden_from_others(path):
+                    found.append(("/" + os.path.relpath(path, host_root), True))
+                elif depth is None or level + 1 < depth:
+                    keep_dirs.append(name)
+            dirs[:] = keep_dirs
+            found += [("/" + os.path.relpath(os.path.join(current, n), host_root), False)
+                      for n in sorted(names) if _hidden_from_others(os.path.join(current, n))]
+    return tuple(found)
+
+
+def _hidden_from_others(path: str) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    if stat.S_ISLNK(info.st_mode) or not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+        return False
+    return not info.st_mode & stat.S_IROTH
+
+
+def _secret_args(host_root: Path) -> list[str]:
+    """bwrap arguments covering ``secret_covers``."""
+    args: list[str] = []
+    for inside, is_dir in secret_covers(host_root):
+        if is_dir:
+            args += ["--tmpfs", inside, "--remount-ro", inside]
+        else:
+            args += ["--ro-bind", "/dev/null", inside]
+    return args
+
+
 def _system_args(host_root: Path) -> list[str]:
     """A minimal ``/dev`` (null, zero, random, tty, pts, shm) with the host's GPU device
     nodes; the task's own ``/proc`` with ``/proc/sys`` read-only (the task is uid 0 of the
@@ -293,6 +354,7 @@ def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap") -> list[str]:
     args = [bwrap, "--bind", str(plan.root_dir), "/"]
     args += _top_level_args(plan)
     args += _system_args(plan.host_root)
+    args += _secret_args(plan.host_root)
     for path in _covered(plan):  # before the binds: a task's output may be under it
         args += ["--tmpfs", path]
     for flag, host, inside in _binds(plan):
@@ -323,13 +385,16 @@ def clear_links(plan: SandboxPlan) -> list[str]:
     removed: list[str] = []
     overlaid = _overlaid(plan)
     inside = [f"/{e.name}" for e in _system_tops(plan.host_root) if e.link is None]
+    secrets = secret_covers(plan.host_root)
+    files = {"/etc/hosts", *(p for p, is_dir in secrets if not is_dir)}
     inside += [*PRIVATE_DIRS, "/tmp", "/etc/hosts", *(b[2] for b in _binds(plan))]
+    inside += [p for p, _is_dir in secrets]
     for path in inside:
         parts = Path(path).parts[1:]
         base = plan.root_dir
         if parts and parts[0] in overlaid and plan.overlay_dir is not None:
             base, parts = _layer_dir(plan, parts[0], "upper"), parts[1:]
-        gone = _clear_on_the_way(base, parts, last_may_be_file=path == "/etc/hosts")
+        gone = _clear_on_the_way(base, parts, last_may_be_file=path in files)
         if gone is not None:
             removed.append(path)
     return removed
