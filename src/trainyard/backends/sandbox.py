@@ -55,7 +55,8 @@ from trainyard.runner.spec import OverlayMount
 
 __all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_bwrap",
            "READ_ONLY_TOP", "SYSTEM_TOP", "PRIVILEGE_ARGS", "hosts_file_text", "overlays",
-           "clear_links", "overlay_supported", "secret_covers"]
+           "clear_links", "overlay_supported", "secret_covers", "REMAP_ARGS", "TASK_HOST_UID",
+           "bwrap_end", "task_owned", "probe_remap"]
 
 SYSTEM_TOP = frozenset({
     "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "boot", "opt", "var",
@@ -68,6 +69,15 @@ READ_ONLY_TOP = SYSTEM_TOP  # the name before the private writable layers came
 PRIVILEGE_ARGS = ("--unshare-user", "--uid", "0", "--gid", "0", "--disable-userns",
                   "--cap-drop", "ALL")
 """Root inside a user namespace of its own, no capabilities, no nested user namespaces."""
+
+REMAP_ARGS = ("--unshare-user", "--uid", "0", "--gid", "0", "--cap-add", "ALL")
+"""With ``SandboxPlan.host_uid``: a user namespace whose uid map the runner writes
+(``runner.userns``); the capabilities bwrap keeps there are dropped by ``setpriv`` after its
+``--``, which also makes the command uid 0 of the namespace (``host_uid`` of the host)."""
+
+TASK_HOST_UID = 65534
+"""The host uid (and gid) a task's uid 0 is, where the runner maps it (``nobody``): a file
+of the host's that only root may read is not readable by a task."""
 
 PRIVATE_DIRS = ("/root", "/home", "/run")
 """Folders every task has as empty folders of its own: a container's ``$HOME``, and ``/run``,
@@ -101,6 +111,10 @@ class SandboxPlan:
         volumes: ``(host folder, path inside)`` bound read-write (``volumeMounts``).
         hidden: host folders never shown (trainyard's home): covered with an empty tmpfs
             when a shown system folder holds them (a home under ``/var``).
+        host_uid: the host uid (and gid) the task's uid 0 is, the runner writing the map
+            (``REMAP_ARGS``, ``runner.userns``); None: bwrap maps it to its caller's uid
+            (``PRIVILEGE_ARGS``) and the host's secrets are covered (``secret_covers``).
+        setpriv: util-linux ``setpriv`` (used with ``host_uid``).
     """
 
     root_dir: Path
@@ -112,6 +126,8 @@ class SandboxPlan:
     overlay_dir: Path | None = None
     volumes: tuple[tuple[str, str], ...] = ()
     hidden: tuple[str, ...] = ()
+    host_uid: int | None = None
+    setpriv: str = "setpriv"
 
 
 def _top(path: str) -> str:
@@ -354,16 +370,66 @@ def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap") -> list[str]:
     args = [bwrap, "--bind", str(plan.root_dir), "/"]
     args += _top_level_args(plan)
     args += _system_args(plan.host_root)
-    args += _secret_args(plan.host_root)
+    if plan.host_uid is None:
+        args += _secret_args(plan.host_root)
     for path in _covered(plan):  # before the binds: a task's output may be under it
         args += ["--tmpfs", path]
+    if plan.host_uid is not None:
+        args += _reachable_parents(plan)
     for flag, host, inside in _binds(plan):
         args += [flag, host, inside]
     if plan.hosts_file is not None:
         args += ["--ro-bind", str(plan.hosts_file), "/etc/hosts"]
-    args += [*PRIVILEGE_ARGS, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+    privileges = PRIVILEGE_ARGS if plan.host_uid is None else REMAP_ARGS
+    args += [*privileges, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
              "--hostname", plan.hostname]
-    return [*args, "--die-with-parent", "--chdir", "/", "--"]
+    args += ["--die-with-parent", "--chdir", "/", "--"]
+    if plan.host_uid is None:
+        return args
+    return [*args, plan.setpriv, "--reuid", "0", "--regid", "0", "--clear-groups",
+            "--inh-caps", "-all", "--bounding-set", "-all", "--"]
+
+
+def _reachable_parents(plan: SandboxPlan) -> list[str]:
+    """``--perms 0755 --dir P`` for every folder above a bind's destination: bwrap makes
+    missing ones with mode 0700 as the host's root, which a task whose uid 0 is not the
+    host's could not pass (``/root/.pyenv`` above the interpreter, ``/tmp/...`` above its
+    output folder, ``/mnt`` above a volume). Existing folders keep their mode."""
+    tops = {f"/{e.name}" for e in _system_tops(plan.host_root)}
+    parents: set[str] = set()
+    for _flag, _host, inside in _binds(plan):
+        parent = os.path.dirname(inside.rstrip("/"))
+        while parent not in ("/", "") and parent not in tops:
+            parents.add(parent)
+            parent = os.path.dirname(parent)
+    args: list[str] = []
+    for parent in sorted(parents, key=lambda p: (len(Path(p).parts), p)):
+        args += ["--perms", "0755", "--dir", parent]
+    return args
+
+
+def bwrap_end(prefix: list[str]) -> int:
+    """The index of bwrap's ``--`` in a prefix made with ``bwrap_argv`` (after an optional
+    ``nsenter ... --``): where ``--info-fd`` and ``--userns-block-fd`` go."""
+    ends = [i for i, arg in enumerate(prefix) if arg == "--"]
+    start = next((i for i, arg in enumerate(prefix) if os.path.basename(arg) == "bwrap"), 0)
+    return next(i for i in ends if i > start)
+
+
+def task_owned(plan: SandboxPlan) -> tuple[list[str], list[str]]:
+    """With ``host_uid``: the host folders the runner gives to the task before it starts
+    (its root, ``/tmp``, its private folders, the top of each system folder's private
+    layer) and those whose every folder below it also gives (``/usr/local``)."""
+    own = [str(plan.root_dir), str(plan.root_dir / "tmp"),
+           *(str(plan.root_dir / d.lstrip("/")) for d in PRIVATE_DIRS)]
+    below: list[str] = []
+    for name in sorted(_overlaid(plan)):
+        view = str(_layer_dir(plan, name, "mnt"))
+        own.append(view)
+        if name == "usr":
+            own.append(os.path.join(view, "local"))
+            below.append(os.path.join(view, "local"))
+    return own, below
 
 
 def _covered(plan: SandboxPlan) -> list[str]:
@@ -476,6 +542,46 @@ def hosts_file_text(hosts: dict[str, str]) -> str:
     lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
     lines += [f"{address}\t{name}" for name, address in sorted(hosts.items())]
     return "\n".join(lines) + "\n"
+
+
+@functools.lru_cache(maxsize=1)
+def probe_remap(bwrap: str = "bwrap") -> str | None:
+    """Whether the task's uid 0 can be mapped to ``TASK_HOST_UID`` here (``REMAP_ARGS``):
+    as root, with util-linux ``setpriv``; runs ``id -u`` through a real handshake
+    (``runner.userns``) once per process. Returns None if it works, else why not."""
+    if os.geteuid() != 0:
+        return "the server does not run as root (bwrap maps uid 0 to its own user)"
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return "setpriv (util-linux) is not installed"
+    from trainyard.runner.spec import UserNamespace
+    from trainyard.runner.userns import Handshake
+
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *REMAP_ARGS,
+            "--unshare-pid", "--", setpriv, "--reuid", "0", "--regid", "0", "--clear-groups",
+            "--inh-caps", "-all", "--bounding-set", "-all", "--", "sh", "-c",
+            "id -u; cat /proc/self/uid_map"]
+    shake = Handshake(UserNamespace(host_uid=TASK_HOST_UID, host_gid=TASK_HOST_UID,
+                                    args_at=argv.index("--")))
+    try:
+        proc = subprocess.Popen(shake.argv(argv), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, pass_fds=shake.pass_fds)
+    except OSError as exc:
+        shake.started()
+        shake.close()
+        return str(exc)
+    shake.started()
+    try:
+        shake.finish(timeout_s=15)
+        out, _ = proc.communicate(timeout=15)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        proc.kill()
+        proc.wait()
+        return f"the user namespace handshake failed: {exc}"
+    lines = out.decode(errors="replace").split()
+    if proc.returncode != 0 or lines[:3] != ["0", "0", str(TASK_HOST_UID)]:
+        return f"the remapped sandbox said {out.decode(errors='replace').strip()!r}"
+    return None
 
 
 def probe_bwrap(prefix: list[str] | None = None, bwrap: str = "bwrap") -> str | None:

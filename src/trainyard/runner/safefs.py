@@ -46,7 +46,8 @@ class SymlinkRefused(OSError):
     """A path component inside the task's folder is a symlink (or not a folder)."""
 
 
-def _open_dir(parent_fd: int, name: str, create: bool) -> int:
+def _open_dir(parent_fd: int, name: str, create: bool,
+              owner: tuple[int, int] | None = None) -> int:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         return os.open(name, flags, dir_fd=parent_fd)
@@ -57,7 +58,10 @@ def _open_dir(parent_fd: int, name: str, create: bool) -> int:
             os.mkdir(name, 0o755, dir_fd=parent_fd)
         except FileExistsError:
             pass  # made meanwhile; opened below with the same checks
-        return os.open(name, flags, dir_fd=parent_fd)
+        fd = os.open(name, flags, dir_fd=parent_fd)
+        if owner is not None:
+            os.fchown(fd, *owner)
+        return fd
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise SymlinkRefused(exc.errno, f"{name!r} is a symlink or not a folder; "
@@ -65,9 +69,12 @@ def _open_dir(parent_fd: int, name: str, create: bool) -> int:
         raise
 
 
-def write_inside(base: str, relative: str, text: str, mode: int = 0o755) -> None:
+def write_inside(base: str, relative: str, text: str, mode: int = 0o755,
+                 owner: tuple[int, int] | None = None) -> None:
     """Write ``text`` to ``base/relative``, making missing folders, following no symlink
-    below ``base`` (``base`` itself is the backend's, trusted).
+    below ``base`` (``base`` itself is the backend's, trusted). With ``owner`` (uid, gid),
+    the file and the folders made for it are given to it (a task whose uid 0 is not the
+    host's may then change them, as a pod's root may change its files).
 
     Raises:
         SymlinkRefused: a component of ``relative`` is a symlink (or a file where a folder
@@ -81,15 +88,16 @@ def write_inside(base: str, relative: str, text: str, mode: int = 0o755) -> None
     fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name in parts[:-1]:
-            next_fd = _open_dir(fd, name, create=True)
+            next_fd = _open_dir(fd, name, create=True, owner=owner)
             os.close(fd)
             fd = next_fd
-        _write_file(fd, parts[-1], text, mode)
+        _write_file(fd, parts[-1], text, mode, owner)
     finally:
         os.close(fd)
 
 
-def _write_file(dir_fd: int, name: str, text: str, mode: int) -> None:
+def _write_file(dir_fd: int, name: str, text: str, mode: int,
+                owner: tuple[int, int] | None = None) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(name, flags, mode, dir_fd=dir_fd)
@@ -100,6 +108,8 @@ def _write_file(dir_fd: int, name: str, text: str, mode: int) -> None:
         raise
     try:
         os.fchmod(fd, mode)
+        if owner is not None:
+            os.fchown(fd, *owner)
         with os.fdopen(os.dup(fd), "w", encoding="utf-8") as handle:
             handle.write(text)
     finally:
@@ -229,3 +239,90 @@ def no_links_path(path: str | os.PathLike[str]) -> Iterator[str]:
         yield f"/proc/self/fd/{fd}"
     finally:
         os.close(fd)
+
+
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442  # the same on every arch
+_OPEN_TREE_CLONE = 1
+_AT_EMPTY_PATH = 0x1000
+_MOUNT_ATTR_IDMAP = 0x00100000
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def private_mount_namespace() -> None:
+    """Move the calling thread into a mount namespace of its own (as ``mount_overlays``
+    does), for a caller that mounts nothing else. Raises OSError."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None),
+           "making / private in the task's mount namespace")
+
+
+def idmap_in_place(paths: Sequence[str], host_uid: int, host_gid: int) -> None:
+    """Mount each host folder of ``paths`` over itself, idmapped so that what the host's
+    root owns there is seen as owned by ``host_uid``/``host_gid`` and what they create is
+    owned by the host's root on disk: a task whose uid 0 is ``host_uid`` writes a volume as
+    the host's root would (as before the remap). Only in the calling thread's mount
+    namespace (call ``mount_overlays`` or ``private_mount_namespace`` first). Needs the file
+    system to support idmapped mounts (ext4, xfs, btrfs, tmpfs...).
+
+    Raises:
+        OSError: the kernel refused (naming the folder and the step).
+    """
+    if not paths:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    userns_fd = _mapped_userns(host_uid, host_gid)
+    try:
+        for path in paths:
+            tree = libc.syscall(_SYS_OPEN_TREE, -100, path.encode(),
+                                _OPEN_TREE_CLONE | os.O_CLOEXEC)
+            _check(0 if tree >= 0 else -1, f"open_tree({path})")
+            try:
+                attr = _MountAttr(_MOUNT_ATTR_IDMAP, 0, 0, userns_fd)
+                _check(libc.syscall(_SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH,
+                                    ctypes.byref(attr), ctypes.sizeof(attr)),
+                       f"idmapping {path}")
+                _check(libc.syscall(_SYS_MOVE_MOUNT, tree, b"", -100, path.encode(),
+                                    _MOVE_MOUNT_F_EMPTY_PATH), f"mounting {path} idmapped")
+            finally:
+                os.close(tree)
+    finally:
+        os.close(userns_fd)
+
+
+def _mapped_userns(host_uid: int, host_gid: int) -> int:
+    """A descriptor of a new user namespace mapping 0 to ``host_uid``/``host_gid``: a forked
+    child makes it and waits until its maps are written and the namespace is opened."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked child
+        code = 1
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.unshare(0x10000000) == 0:
+                os.write(ready_w, b"1")
+                os.read(go_r, 1)
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(ready_w)
+    os.close(go_r)
+    try:
+        if os.read(ready_r, 1) != b"1":
+            raise OSError(errno.EPERM, "cannot make a user namespace for an idmapped mount")
+        for name, text in (("uid_map", f"0 {host_uid} 1\n"), ("gid_map", f"0 {host_gid} 1\n")):
+            with open(f"/proc/{child}/{name}", "w", encoding="ascii") as handle:
+                handle.write(text)
+        return os.open(f"/proc/{child}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.write(go_w, b"1")
+        os.close(go_w)
+        os.close(ready_r)
+        os.waitpid(child, 0)
