@@ -529,7 +529,8 @@ class LocalBackend:
         prefix: list[str] = []
         if iso.bwrap:
             request.hosts_text = hosts_file_text(run.hosts)
-            plan = self._plan(request)
+            plan = self._plan(request, remap=not (net is not None and net.user_ns
+                                                  and not run.host_network))
             request.plan = plan
             prefix = bwrap_argv(plan)
             run.sandbox.mounts, run.sandbox.readonly = sandbox_mounts(plan)
@@ -653,10 +654,12 @@ class LocalBackend:
             dirs.append(Path(run.barrier.folder))
         return dirs
 
-    def _plan(self, request: LaunchRequest) -> SandboxPlan:
+    def _plan(self, request: LaunchRequest, remap: bool = True) -> SandboxPlan:
         """The task's sandbox: its own output and input folders writable (never its run
         folder, the home or the barrier folder: the runner uses those from outside), the
-        interpreter and import path read-only, the pool-allowed volume mounts writable."""
+        interpreter and import path read-only, the pool-allowed volume mounts writable.
+        With ``remap`` (not when bwrap starts inside the group's user namespace) and where
+        ``probe_remap`` works, the task's uid 0 is ``TASK_HOST_UID`` of the host."""
         run = request.run
         writable = [str(run.output_path), *(str(run.input_path(i)) for i in range(len(run.inputs)))]
         readonly = run.sandbox.path_prepend  # inputs need none: the runner copies them in
@@ -668,7 +671,7 @@ class LocalBackend:
                 p for p in readonly if os.path.exists(p) and needs_bind(p, False)),
             overlay_dir=request.run_dir / "sandbox" / "overlay" if overlay_supported() else None,
             volumes=self._volumes(run), hidden=(str(self.home),),
-            host_uid=TASK_HOST_UID if probe_remap() is None else None,
+            host_uid=TASK_HOST_UID if remap and probe_remap() is None else None,
             setpriv=shutil.which("setpriv") or "setpriv")
 
     def _volumes(self, run: TaskRun) -> tuple[tuple[str, str], ...]:

@@ -2,9 +2,11 @@
 task's uid 0 is the host's uid 0 for file permissions, so a file of root's with mode
 0600/0640 in a system folder, ``/etc/shadow``, ``/etc/munge/munge.key``, was readable), while
 it still is root inside (``id -u`` is 0), writes under ``/`` stay private and its outputs are
-uploaded. The files are covered (``sandbox.secret_covers``: every file and folder of ``/etc``
-and the top of ``/var/lib`` that others may not read); the test plants one of its own so that
-it cannot pass vacuously.
+uploaded. The task's uid 0 is the host's ``nobody`` (``runner.userns``); where that cannot be
+(``sandbox.probe_remap``), the files are covered (``sandbox.secret_covers``: every file and
+folder of ``/etc`` and the top of ``/var/lib`` that others may not read). The test plants
+files of its own, in ``/etc`` and in ``/var/tmp`` (which the deny list does not cover), so
+that it cannot pass vacuously.
 
 Through the real engine, the local backend and its bubblewrap sandbox, as root.
 """
@@ -35,7 +37,8 @@ workflow:
     - |
       o="{{output}}"
       id -u > "$o/uid"
-      for f in /etc/shadow /etc/gshadow /etc/munge/munge.key /etc/$MARK-secret; do
+      for f in /etc/shadow /etc/gshadow /etc/munge/munge.key /etc/$MARK-secret \
+          /var/tmp/$MARK-secret; do
         cat "$f" >> "$o/read" 2>/dev/null
       done
       echo private > /etc/$MARK && echo local > /usr/local/$MARK && echo ok > "$o/wrote"
@@ -63,11 +66,18 @@ def test_a_task_reads_no_host_secret_but_is_root_writes_and_uploads(
     planted = Path(f"/etc/{mark}-secret")
     planted.write_text(f"{mark}-content\n")
     planted.chmod(0o600)
+    elsewhere = Path(f"/var/tmp/{mark}-secret")
+    elsewhere.write_text(f"{mark}-elsewhere\n")
+    elsewhere.chmod(0o600)
     from trainyard.backends import sandbox
     scan = getattr(sandbox, "_scan_secrets", None)
     if scan is not None:
         scan.cache_clear()  # the engine's backend runs in this process: see the planted file
-    secrets = {Path("/etc/shadow"): b"", Path("/etc/munge/munge.key"): b"", planted: b""}
+    secrets = {Path("/etc/shadow"): b"", Path("/etc/munge/munge.key"): b"", planted: b"",
+               elsewhere: b""}
+    from trainyard.backends.sandbox import probe_remap
+    if probe_remap() is not None:  # the deny list only: /var/tmp is not covered
+        del secrets[elsewhere]
     for path in list(secrets):
         if path.exists():  # readable to root on the host: the check below is not vacuous
             secrets[path] = path.read_bytes()
@@ -88,6 +98,7 @@ def test_a_task_reads_no_host_secret_but_is_root_writes_and_uploads(
         assert not os.path.lexists(f"/etc/{mark}") and not os.path.lexists(f"/usr/local/{mark}")
     finally:
         planted.unlink()
+        elsewhere.unlink()
         for leftover in (f"/etc/{mark}", f"/usr/local/{mark}"):
             if os.path.lexists(leftover):
                 os.remove(leftover)
