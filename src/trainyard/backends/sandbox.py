@@ -23,10 +23,14 @@ Layout inside the sandbox:
   ``shm``) with the host's GPU device nodes bound in (``GPU_DEVICES``); ``/proc`` is the task's
   own PID namespace's, ``/proc/sys`` and ``/sys`` read-only; ``/run`` is an empty folder of
   its own (no host sockets).
-- privileges: a user namespace (``--unshare-user``, uid and gid 0 inside, mapped to the
-  runner's user outside) with every capability dropped (``--cap-drop ALL``) and no further
-  user namespaces (``--disable-userns``): no ``mount``, ``setns``, ``unshare``, raw sockets,
-  ``chown`` to other users; files it writes are plainly owned by the runner's user.
+- privileges: a user namespace, uid and gid 0 inside, with no capability and no further user
+  namespaces: no ``mount``, ``setns``, ``unshare``, raw sockets, ``chown`` to other users.
+  As root (``probe_remap``), uid 0 inside is the host's ``nobody`` (``SandboxPlan.host_uid``,
+  ``REMAP_ARGS``): the runner writes the map (``runner.userns``) and ``setpriv`` after bwrap's
+  ``--`` drops the command to it, so host files only root may read stay unreadable; the
+  folders the task writes are given to that uid by the runner (``task_owned``). Otherwise
+  (``PRIVILEGE_ARGS``) uid 0 inside is the runner's user, and the host's files that others
+  may not read are covered (``secret_covers``, a deny list).
 - PID, IPC and UTS namespaces are private: ``hostname`` is the task's name and ``/etc/hosts``
   maps the group's task names to their addresses. The working directory is ``/``.
 
