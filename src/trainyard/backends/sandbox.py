@@ -581,6 +581,7 @@ def probe_remap(bwrap: str = "bwrap") -> str | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         proc.kill()
         proc.wait()
+        shake.close()
         return f"the user namespace handshake failed: {exc}"
     lines = out.decode(errors="replace").split()
     if proc.returncode != 0 or lines[:3] != ["0", "0", str(TASK_HOST_UID)]:

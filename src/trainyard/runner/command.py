@@ -93,8 +93,9 @@ class CommandProcess:
             try:
                 handshake.finish()
             except OSError:
-                self._signal_group(signal.SIGKILL)
+                self._signal_group(signal.SIGKILL)  # before the child could go on unmapped
                 self.proc.wait()
+                handshake.close()
                 self.proc.stdout.close()
                 raise
         self._pump = threading.Thread(target=self._forward, args=(self.proc.stdout,),

@@ -76,19 +76,18 @@ class Handshake:
         """Map the ids of bwrap's child, forbid nested user namespaces, let it go on.
 
         Raises:
-            OSError: bwrap ended first, or a step was refused (names it).
+            OSError: bwrap ended first, or a step was refused (names it). The pipes are
+                then still open, so bwrap's child stays blocked: kill it, then ``close``.
         """
-        try:
-            pid = self._child_pid(timeout_s)
-            maps = {"uid_map": f"0 {self.userns.host_uid} 1\n{self.userns.host_root_as} 0 1\n",
-                    "gid_map": f"0 {self.userns.host_gid} 1\n{self.userns.host_root_as} 0 1\n"}
-            for name, text in maps.items():
-                with open(f"/proc/{pid}/{name}", "w", encoding="ascii") as handle:
-                    handle.write(text)
-            _no_nested_userns(pid)
-            os.write(self.block_w, b"1")
-        finally:
-            self.close()
+        pid = self._child_pid(timeout_s)
+        maps = {"uid_map": f"0 {self.userns.host_uid} 1\n{self.userns.host_root_as} 0 1\n",
+                "gid_map": f"0 {self.userns.host_gid} 1\n{self.userns.host_root_as} 0 1\n"}
+        for name, text in maps.items():
+            with open(f"/proc/{pid}/{name}", "w", encoding="ascii") as handle:
+                handle.write(text)
+        _no_nested_userns(pid)
+        os.write(self.block_w, b"1")
+        self.close()
 
     def _child_pid(self, timeout_s: float) -> int:
         data = b""

@@ -35,3 +35,16 @@ def test_folders_are_given_following_no_link(tmp_path: Path) -> None:
     assert (root / "tmp" / "a").stat().st_uid == 65534
     assert (root / "tmp" / "a" / "f").stat().st_uid == 0  # folders only
     assert victim.stat().st_uid == 0  # the link itself is not followed
+
+
+def test_a_bwrap_that_ends_before_the_handshake_is_a_start_error(tmp_path: Path) -> None:
+    from trainyard.runner.command import CommandProcess
+    from trainyard.runner.spec import UserNamespace
+
+    lines: list[str] = []
+    argv = ["sh", "-c", "exit 1", "--"]  # not bwrap: reports no child and ends
+    proc = CommandProcess(argv, {"PATH": os.defpath}, str(tmp_path),
+                          lambda text, _cut: lines.append(text),
+                          userns=UserNamespace(host_uid=65534, host_gid=65534, args_at=3))
+    with pytest.raises(OSError, match="before its user namespace"):
+        proc.start()
