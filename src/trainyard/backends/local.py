@@ -100,6 +100,7 @@ from trainyard.backends.images import image_note, runtime_for, runtime_path
 from trainyard.backends.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
                                      probe_netns)
 from trainyard.backends.launcher import LauncherClient
+from trainyard.backends.sandbox import TASK_HOST_UID, bwrap_end, probe_remap, task_owned
 from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
                                        needs_bind, overlay_supported, overlays, probe_bwrap,
                                        sandbox_mounts)
@@ -108,7 +109,7 @@ from trainyard.pools import Pool, real_gpu_count, trainyard_home
 from trainyard.runner import proctree
 from trainyard.runner.hosted import DATA_FIELDS, ENDED, hostable
 from trainyard.runner.report import EVENTS, read_events
-from trainyard.runner.spec import SandboxSettings, TaskRun
+from trainyard.runner.spec import SandboxSettings, TaskRun, UserNamespace
 from trainyard.spec.fields import split_mount
 from trainyard.spec.poolfit import ALLOWED_MOUNTS_OPTION, allowed_mounts
 
@@ -528,12 +529,18 @@ class LocalBackend:
         prefix: list[str] = []
         if iso.bwrap:
             request.hosts_text = hosts_file_text(run.hosts)
-            plan = self._plan(request)
+            plan = self._plan(request, remap=not (net is not None and net.user_ns
+                                                  and not run.host_network))
             request.plan = plan
             prefix = bwrap_argv(plan)
             run.sandbox.mounts, run.sandbox.readonly = sandbox_mounts(plan)
             run.sandbox.overlays = overlays(plan)
             run.sandbox.volumes = {inside: host for host, inside in plan.volumes}
+            if plan.host_uid is not None:
+                own, below = task_owned(plan)
+                run.sandbox.userns = UserNamespace(
+                    host_uid=plan.host_uid, host_gid=plan.host_uid, own=own,
+                    own_dirs_below=below, args_at=bwrap_end(prefix))
         request.hosted = hostable(run)
         if run.host_network:
             pass  # the host's network namespace: nothing to join
@@ -541,6 +548,8 @@ class LocalBackend:
             request.joins_group_network = True
         elif iso.netns and net is not None:
             prefix = net.join_argv() + prefix
+            if run.sandbox.userns is not None:
+                run.sandbox.userns.args_at = bwrap_end(prefix)
         run.sandbox.command_prefix = prefix
         request.argv = [self.python, "-m", "trainyard.runner", str(run_dir / "run.json")]
         return request
@@ -559,8 +568,11 @@ class LocalBackend:
         if self._podman_for(runtime):
             fs = f"podman container of image {launch.run.get('image')}"
         else:
+            why_not = probe_remap() if iso.bwrap else None
+            uid = ("root inside is the host's nobody" if why_not is None
+                   else f"root inside is the host's root, secrets covered; no uid remap: {why_not}")
             fs = ("bubblewrap sandbox (own writable /, pid/ipc/uts/user namespaces, no "
-                   "capabilities)" if iso.bwrap
+                  f"capabilities, {uid})" if iso.bwrap
                   else "no sandbox (/tmp and file paths rewritten to a private folder)")
         if launch.run.get("host_network"):
             netw = "the host's network (hostNetwork: true)"
@@ -642,10 +654,12 @@ class LocalBackend:
             dirs.append(Path(run.barrier.folder))
         return dirs
 
-    def _plan(self, request: LaunchRequest) -> SandboxPlan:
+    def _plan(self, request: LaunchRequest, remap: bool = True) -> SandboxPlan:
         """The task's sandbox: its own output and input folders writable (never its run
         folder, the home or the barrier folder: the runner uses those from outside), the
-        interpreter and import path read-only, the pool-allowed volume mounts writable."""
+        interpreter and import path read-only, the pool-allowed volume mounts writable.
+        With ``remap`` (not when bwrap starts inside the group's user namespace) and where
+        ``probe_remap`` works, the task's uid 0 is ``TASK_HOST_UID`` of the host."""
         run = request.run
         writable = [str(run.output_path), *(str(run.input_path(i)) for i in range(len(run.inputs)))]
         readonly = run.sandbox.path_prepend  # inputs need none: the runner copies them in
@@ -656,7 +670,9 @@ class LocalBackend:
             readonly=_shown_runner_binds(self.home) + tuple(
                 p for p in readonly if os.path.exists(p) and needs_bind(p, False)),
             overlay_dir=request.run_dir / "sandbox" / "overlay" if overlay_supported() else None,
-            volumes=self._volumes(run), hidden=(str(self.home),))
+            volumes=self._volumes(run), hidden=(str(self.home),),
+            host_uid=TASK_HOST_UID if remap and probe_remap() is None else None,
+            setpriv=shutil.which("setpriv") or "setpriv")
 
     def _volumes(self, run: TaskRun) -> tuple[tuple[str, str], ...]:
         """``(host folder, path inside)`` of each ``volumeMounts`` entry, checked again

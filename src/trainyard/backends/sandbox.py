@@ -23,10 +23,14 @@ Layout inside the sandbox:
   ``shm``) with the host's GPU device nodes bound in (``GPU_DEVICES``); ``/proc`` is the task's
   own PID namespace's, ``/proc/sys`` and ``/sys`` read-only; ``/run`` is an empty folder of
   its own (no host sockets).
-- privileges: a user namespace (``--unshare-user``, uid and gid 0 inside, mapped to the
-  runner's user outside) with every capability dropped (``--cap-drop ALL``) and no further
-  user namespaces (``--disable-userns``): no ``mount``, ``setns``, ``unshare``, raw sockets,
-  ``chown`` to other users; files it writes are plainly owned by the runner's user.
+- privileges: a user namespace, uid and gid 0 inside, with no capability and no further user
+  namespaces: no ``mount``, ``setns``, ``unshare``, raw sockets, ``chown`` to other users.
+  As root (``probe_remap``), uid 0 inside is the host's ``nobody`` (``SandboxPlan.host_uid``,
+  ``REMAP_ARGS``): the runner writes the map (``runner.userns``) and ``setpriv`` after bwrap's
+  ``--`` drops the command to it, so host files only root may read stay unreadable; the
+  folders the task writes are given to that uid by the runner (``task_owned``). Otherwise
+  (``PRIVILEGE_ARGS``) uid 0 inside is the runner's user, and the host's files that others
+  may not read are covered (``secret_covers``, a deny list).
 - PID, IPC and UTS namespaces are private: ``hostname`` is the task's name and ``/etc/hosts``
   maps the group's task names to their addresses. The working directory is ``/``.
 
@@ -46,6 +50,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +59,8 @@ from trainyard.runner.spec import OverlayMount
 
 __all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_bwrap",
            "READ_ONLY_TOP", "SYSTEM_TOP", "PRIVILEGE_ARGS", "hosts_file_text", "overlays",
-           "clear_links", "overlay_supported"]
+           "clear_links", "overlay_supported", "secret_covers", "REMAP_ARGS", "TASK_HOST_UID",
+           "bwrap_end", "task_owned", "probe_remap"]
 
 SYSTEM_TOP = frozenset({
     "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "boot", "opt", "var",
@@ -68,10 +74,23 @@ PRIVILEGE_ARGS = ("--unshare-user", "--uid", "0", "--gid", "0", "--disable-usern
                   "--cap-drop", "ALL")
 """Root inside a user namespace of its own, no capabilities, no nested user namespaces."""
 
+REMAP_ARGS = ("--unshare-user", "--uid", "0", "--gid", "0", "--cap-add", "ALL")
+"""With ``SandboxPlan.host_uid``: a user namespace whose uid map the runner writes
+(``runner.userns``); the capabilities bwrap keeps there are dropped by ``setpriv`` after its
+``--``, which also makes the command uid 0 of the namespace (``host_uid`` of the host)."""
+
+TASK_HOST_UID = 65534
+"""The host uid (and gid) a task's uid 0 is, where the runner maps it (``nobody``): a file
+of the host's that only root may read is not readable by a task."""
+
 PRIVATE_DIRS = ("/root", "/home", "/run")
 """Folders every task has as empty folders of its own: a container's ``$HOME``, and ``/run``,
 whose host sockets (a container engine's, D-Bus) a task must not reach: it is uid 0 of the
 host for file permissions."""
+
+SECRET_SCAN = (("etc", None), ("var/lib", 1))
+"""Host folders (relative to its ``/``) searched for secrets to cover (``secret_covers``), with
+how deep (None: all the way)."""
 
 GPU_DEVICES = ("nvidia*", "nvidia-caps", "dri")
 """``/dev`` entries (glob patterns) bound into a task's minimal ``/dev``: the GPUs."""
@@ -96,6 +115,10 @@ class SandboxPlan:
         volumes: ``(host folder, path inside)`` bound read-write (``volumeMounts``).
         hidden: host folders never shown (trainyard's home): covered with an empty tmpfs
             when a shown system folder holds them (a home under ``/var``).
+        host_uid: the host uid (and gid) the task's uid 0 is, the runner writing the map
+            (``REMAP_ARGS``, ``runner.userns``); None: bwrap maps it to its caller's uid
+            (``PRIVILEGE_ARGS``) and the host's secrets are covered (``secret_covers``).
+        setpriv: util-linux ``setpriv`` (used with ``host_uid``).
     """
 
     root_dir: Path
@@ -107,6 +130,8 @@ class SandboxPlan:
     overlay_dir: Path | None = None
     volumes: tuple[tuple[str, str], ...] = ()
     hidden: tuple[str, ...] = ()
+    host_uid: int | None = None
+    setpriv: str = "setpriv"
 
 
 def _top(path: str) -> str:
@@ -237,6 +262,62 @@ def _is_empty(path: str) -> bool:
         return False
 
 
+def secret_covers(host_root: Path = Path("/")) -> tuple[tuple[str, bool], ...]:
+    """The host's files and folders under ``SECRET_SCAN`` that others may not read (mode
+    without ``o+r``: ``/etc/shadow``, ``/etc/gshadow``, ``/etc/ssh/ssh_host_*_key``,
+    ``/etc/munge``, ``/etc/ssl/private``, ``/var/lib/containers``...), as (path inside, is a
+    folder), a folder's contents not listed again. The sandbox covers each (an empty
+    read-only folder, or ``/dev/null``): a task's uid 0 is the host's uid 0 for file
+    permissions (``PRIVILEGE_ARGS``), so the owner's read bit would let it read them. A deny
+    list by file mode, looked at once per process: a secret readable by others, or one made
+    after the backend started, is not covered.
+    """
+    return _scan_secrets(str(host_root))
+
+
+@functools.lru_cache(maxsize=8)
+def _scan_secrets(host_root: str) -> tuple[tuple[str, bool], ...]:
+    found: list[tuple[str, bool]] = []
+    for folder, depth in SECRET_SCAN:
+        top = os.path.join(host_root, folder)
+        if not os.path.isdir(top) or os.path.islink(top):
+            continue
+        for current, dirs, names in os.walk(top):
+            level = os.path.relpath(current, top).count(os.sep) + (current != top)
+            keep_dirs = []
+            for name in sorted(dirs):
+                path = os.path.join(current, name)
+                if _hidden_from_others(path):
+                    found.append(("/" + os.path.relpath(path, host_root), True))
+                elif depth is None or level + 1 < depth:
+                    keep_dirs.append(name)
+            dirs[:] = keep_dirs
+            found += [("/" + os.path.relpath(os.path.join(current, n), host_root), False)
+                      for n in sorted(names) if _hidden_from_others(os.path.join(current, n))]
+    return tuple(found)
+
+
+def _hidden_from_others(path: str) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    if stat.S_ISLNK(info.st_mode) or not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+        return False
+    return not info.st_mode & stat.S_IROTH
+
+
+def _secret_args(host_root: Path) -> list[str]:
+    """bwrap arguments covering ``secret_covers``."""
+    args: list[str] = []
+    for inside, is_dir in secret_covers(host_root):
+        if is_dir:
+            args += ["--tmpfs", inside, "--remount-ro", inside]
+        else:
+            args += ["--ro-bind", "/dev/null", inside]
+    return args
+
+
 def _system_args(host_root: Path) -> list[str]:
     """A minimal ``/dev`` (null, zero, random, tty, pts, shm) with the host's GPU device
     nodes; the task's own ``/proc`` with ``/proc/sys`` read-only (the task is uid 0 of the
@@ -293,15 +374,66 @@ def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap") -> list[str]:
     args = [bwrap, "--bind", str(plan.root_dir), "/"]
     args += _top_level_args(plan)
     args += _system_args(plan.host_root)
+    if plan.host_uid is None:
+        args += _secret_args(plan.host_root)
     for path in _covered(plan):  # before the binds: a task's output may be under it
         args += ["--tmpfs", path]
+    if plan.host_uid is not None:
+        args += _reachable_parents(plan)
     for flag, host, inside in _binds(plan):
         args += [flag, host, inside]
     if plan.hosts_file is not None:
         args += ["--ro-bind", str(plan.hosts_file), "/etc/hosts"]
-    args += [*PRIVILEGE_ARGS, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+    privileges = PRIVILEGE_ARGS if plan.host_uid is None else REMAP_ARGS
+    args += [*privileges, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
              "--hostname", plan.hostname]
-    return [*args, "--die-with-parent", "--chdir", "/", "--"]
+    args += ["--die-with-parent", "--chdir", "/", "--"]
+    if plan.host_uid is None:
+        return args
+    return [*args, plan.setpriv, "--reuid", "0", "--regid", "0", "--clear-groups",
+            "--inh-caps", "-all", "--bounding-set", "-all", "--"]
+
+
+def _reachable_parents(plan: SandboxPlan) -> list[str]:
+    """``--perms 0755 --dir P`` for every folder above a bind's destination: bwrap makes
+    missing ones with mode 0700 as the host's root, which a task whose uid 0 is not the
+    host's could not pass (``/root/.pyenv`` above the interpreter, ``/tmp/...`` above its
+    output folder, ``/mnt`` above a volume). Existing folders keep their mode."""
+    tops = {f"/{e.name}" for e in _system_tops(plan.host_root)}
+    parents: set[str] = set()
+    for _flag, _host, inside in _binds(plan):
+        parent = os.path.dirname(inside.rstrip("/"))
+        while parent not in ("/", "") and parent not in tops:
+            parents.add(parent)
+            parent = os.path.dirname(parent)
+    args: list[str] = []
+    for parent in sorted(parents, key=lambda p: (len(Path(p).parts), p)):
+        args += ["--perms", "0755", "--dir", parent]
+    return args
+
+
+def bwrap_end(prefix: list[str]) -> int:
+    """The index of bwrap's ``--`` in a prefix made with ``bwrap_argv`` (after an optional
+    ``nsenter ... --``): where ``--info-fd`` and ``--userns-block-fd`` go."""
+    ends = [i for i, arg in enumerate(prefix) if arg == "--"]
+    start = next((i for i, arg in enumerate(prefix) if os.path.basename(arg) == "bwrap"), 0)
+    return next(i for i in ends if i > start)
+
+
+def task_owned(plan: SandboxPlan) -> tuple[list[str], list[str]]:
+    """With ``host_uid``: the host folders the runner gives to the task before it starts
+    (its root, ``/tmp``, its private folders, the top of each system folder's private
+    layer) and those whose every folder below it also gives (``/usr/local``)."""
+    own = [str(plan.root_dir), str(plan.root_dir / "tmp"),
+           *(str(plan.root_dir / d.lstrip("/")) for d in PRIVATE_DIRS)]
+    below: list[str] = []
+    for name in sorted(_overlaid(plan)):
+        view = str(_layer_dir(plan, name, "mnt"))
+        own.append(view)
+        if name == "usr":
+            own.append(os.path.join(view, "local"))
+            below.append(os.path.join(view, "local"))
+    return own, below
 
 
 def _covered(plan: SandboxPlan) -> list[str]:
@@ -323,13 +455,16 @@ def clear_links(plan: SandboxPlan) -> list[str]:
     removed: list[str] = []
     overlaid = _overlaid(plan)
     inside = [f"/{e.name}" for e in _system_tops(plan.host_root) if e.link is None]
+    secrets = secret_covers(plan.host_root)
+    files = {"/etc/hosts", *(p for p, is_dir in secrets if not is_dir)}
     inside += [*PRIVATE_DIRS, "/tmp", "/etc/hosts", *(b[2] for b in _binds(plan))]
+    inside += [p for p, _is_dir in secrets]
     for path in inside:
         parts = Path(path).parts[1:]
         base = plan.root_dir
         if parts and parts[0] in overlaid and plan.overlay_dir is not None:
             base, parts = _layer_dir(plan, parts[0], "upper"), parts[1:]
-        gone = _clear_on_the_way(base, parts, last_may_be_file=path == "/etc/hosts")
+        gone = _clear_on_the_way(base, parts, last_may_be_file=path in files)
         if gone is not None:
             removed.append(path)
     return removed
@@ -411,6 +546,47 @@ def hosts_file_text(hosts: dict[str, str]) -> str:
     lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
     lines += [f"{address}\t{name}" for name, address in sorted(hosts.items())]
     return "\n".join(lines) + "\n"
+
+
+@functools.lru_cache(maxsize=1)
+def probe_remap(bwrap: str = "bwrap") -> str | None:
+    """Whether the task's uid 0 can be mapped to ``TASK_HOST_UID`` here (``REMAP_ARGS``):
+    as root, with util-linux ``setpriv``; runs ``id -u`` through a real handshake
+    (``runner.userns``) once per process. Returns None if it works, else why not."""
+    if os.geteuid() != 0:
+        return "the server does not run as root (bwrap maps uid 0 to its own user)"
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return "setpriv (util-linux) is not installed"
+    from trainyard.runner.spec import UserNamespace
+    from trainyard.runner.userns import Handshake
+
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *REMAP_ARGS,
+            "--unshare-pid", "--", setpriv, "--reuid", "0", "--regid", "0", "--clear-groups",
+            "--inh-caps", "-all", "--bounding-set", "-all", "--", "sh", "-c",
+            "id -u; cat /proc/self/uid_map"]
+    shake = Handshake(UserNamespace(host_uid=TASK_HOST_UID, host_gid=TASK_HOST_UID,
+                                    args_at=argv.index("--")))
+    try:
+        proc = subprocess.Popen(shake.argv(argv), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, pass_fds=shake.pass_fds)
+    except OSError as exc:
+        shake.started()
+        shake.close()
+        return str(exc)
+    shake.started()
+    try:
+        shake.finish(timeout_s=15)
+        out, _ = proc.communicate(timeout=15)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        proc.kill()
+        proc.wait()
+        shake.close()
+        return f"the user namespace handshake failed: {exc}"
+    lines = out.decode(errors="replace").split()
+    if proc.returncode != 0 or lines[:3] != ["0", "0", str(TASK_HOST_UID)]:
+        return f"the remapped sandbox said {out.decode(errors='replace').strip()!r}"
+    return None
 
 
 def probe_bwrap(prefix: list[str] | None = None, bwrap: str = "bwrap") -> str | None:

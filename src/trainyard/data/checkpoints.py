@@ -213,7 +213,7 @@ class CheckpointWriter:
         """
         if not src.exists():
             return 0
-        files = local_files(src, file_filter(regex))
+        files = local_files(src, file_filter(regex), confined=True, log=self.mover.log)
         changed = [f for f in files if state.get(f.rel) != _stamp_or_none(f.path)]
         gone = set(self.entries) - {f.rel for f in files}
         if not changed and not gone:
@@ -229,7 +229,8 @@ class CheckpointWriter:
         stamps = {f.rel: _stamp_or_none(f.path) for f in changed}
         stats = self.mover.run(
             [FileJob(f.rel, str(f.path), stage.join(f.rel), f.size,
-                     where=f"{f.path} -> {stage.url}/{f.rel}") for f in changed],
+                     where=f"{f.path} -> {stage.url}/{f.rel}", confined=f.confined)
+             for f in changed],
             self.mover.upload_action(stage, digest=True), "checkpoint", stage)
         uploaded = [CheckpointEntry(path=f.rel, size=f.size, sha256=stats.digests[f.rel],
                                     round=number) for f in changed]

@@ -67,12 +67,14 @@ class DataLayerHook(FsspecData):
     def upload(self, src: Path, target: RunOutput) -> int:
         """Upload the output folder ``src`` to ``target``; returns the number of files."""
         if target.url is not None:
-            files = local_files(src, file_filter(target.regex))
+            files = local_files(src, file_filter(target.regex), confined=True,
+                                log=self.mover.log)
             return self.mover.upload_files(files, self.mover.location(target.url)).files
         assert target.dataset is not None  # RunOutput guarantees one target
         name, selector = parse_ref(target.dataset.name)
         root = src / (target.dataset.path or "").strip("/")
-        files = local_files(root, file_filter(target.regex or target.dataset.regex))
+        files = local_files(root, file_filter(target.regex or target.dataset.regex),
+                            confined=True, log=self.mover.log)
         tag = None if selector == "latest" or target.dataset.name == name else selector
         with _as_data_error(f"dataset {name}"):
             return len(self.store.upload(name, files, tag).files)

@@ -33,6 +33,7 @@ from trainyard.data.scrub import scrub
 from trainyard.data.storage import Location, RemoteFile
 from trainyard.errors import DataError
 from trainyard.runner.data import file_filter
+from trainyard.runner.safefs import files_inside, no_links_path
 
 __all__ = [
     "FileJob", "LocalFile", "TransferStats", "Mover", "file_filter", "local_files",
@@ -94,20 +95,41 @@ def fast_digest_algo() -> str:
 
 @dataclass(frozen=True)
 class LocalFile:
-    """A local file to upload and its path ``rel`` at the destination."""
+    """A local file to upload and its path ``rel`` at the destination. ``confined``: it
+    lies in a folder a task controls (``local_files(confined=True)``): ``path`` is its real
+    path, opened following no symlink (``runner.safefs.open_no_links``)."""
 
     path: Path
     rel: str
     size: int
+    confined: bool = False
 
 
-def local_files(root: Path, keep: Callable[[str], bool], prefix: str = "") -> list[LocalFile]:
+def local_files(root: Path, keep: Callable[[str], bool], prefix: str = "",
+                confined: bool = False, log: Log | None = None) -> list[LocalFile]:
     """Files below ``root`` (or ``root`` itself when it is a file) whose path relative to
     ``root`` passes ``keep``; their ``rel`` is ``prefix`` + that path. Sorted by ``rel``.
+
+    Args:
+        confined: ``root`` is a folder a task wrote (its output, a checkpoint folder): follow
+            no symlink out of it (``runner.safefs.files_inside``: a link to a file inside is
+            kept under its own name, any other link is skipped with a line to ``log``), and
+            read each file following no link (``LocalFile.confined``). Without it (the
+            user's own ``dataset upload``), links are followed as ``cp -rL`` would.
 
     Raises:
         DataError: ``root`` does not exist.
     """
+    if confined:
+        if not root.exists():
+            raise DataError(f"{root}: no such file or folder")
+        try:
+            inside = files_inside(root, log)
+        except OSError as exc:
+            raise DataError(f"{root}: cannot be listed: {exc}") from exc
+        chosen_inside = [(p, rel) for p, rel in inside if keep(rel) and not storage.is_reserved(rel)]
+        return sorted((LocalFile(p, prefix + rel, p.stat().st_size, confined=True)
+                       for p, rel in chosen_inside), key=lambda f: f.rel)
     if root.is_file():
         found = [(root, root.name)]
     elif root.is_dir():
@@ -154,6 +176,7 @@ class FileJob:
     size: int
     sha256: str | None = None
     where: str = ""
+    confined: bool = False
 
     def describe(self) -> str:
         """``rel (from -> to)`` for messages (``where`` when the creator gave one), scrubbed."""
@@ -312,7 +335,12 @@ class Mover:
         fails the file)."""
 
         def action(job: FileJob, callback: Callback) -> str | None:
-            local = Path(job.source)
+            if not job.confined:
+                return send(Path(job.source), job, callback)
+            with no_links_path(job.source) as opened:  # the file listed, never a link
+                return send(Path(opened), job, callback)
+
+        def send(local: Path, job: FileJob, callback: Callback) -> str | None:
             if not digest:
                 storage.put_file(loc, local, job.target, callback)
                 return None
@@ -361,7 +389,8 @@ class Mover:
             DataError: a file failed for good.
         """
         jobs = [FileJob(f.rel, str(f.path), loc.join(f.rel), f.size,
-                        where=f"{f.path} -> {loc.url.rstrip('/')}/{f.rel}") for f in files]
+                        where=f"{f.path} -> {loc.url.rstrip('/')}/{f.rel}", confined=f.confined)
+                for f in files]
         stats = self.run(jobs, self.upload_action(loc, digest, algo), "upload", loc)
         self.log(stats.summary(verb, f"to {loc.show()}"))
         return stats

@@ -27,6 +27,8 @@ import psutil
 
 from trainyard.runner import proctree
 from trainyard.runner.report import MAX_LINE_BYTES
+from trainyard.runner.spec import UserNamespace
+from trainyard.runner.userns import Handshake
 
 __all__ = ["CommandProcess", "TASK_UMASK", "read_pieces"]
 
@@ -48,14 +50,17 @@ class CommandProcess:
         pid_namespace: the command runs in a PID namespace of its own that dies with its main
             process (bubblewrap): nothing of it can outlive it, so no search for leftovers
             among this process's descendants (a scan of the whole process table).
+        userns: the argv starts with a bwrap prefix whose uid map this runner writes
+            (``runner.userns``).
     """
 
     def __init__(
         self, argv: list[str], env: dict[str, str], cwd: str,
         on_line: Callable[[str, bool], None],
-        pid_namespace: bool = False,
+        pid_namespace: bool = False, userns: UserNamespace | None = None,
     ) -> None:
         self.pid_namespace = pid_namespace
+        self.userns = userns
         self.argv = argv
         self.env = env
         self.cwd = cwd
@@ -69,12 +74,30 @@ class CommandProcess:
         """Start the command. Raises ``OSError`` (e.g. ``FileNotFoundError``) if it cannot."""
         if not self.pid_namespace:
             self._children_before = {_key(c) for c in _children()}
-        self.proc = subprocess.Popen(
-            self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0,
-            umask=TASK_UMASK,
-        )
+        handshake = Handshake(self.userns) if self.userns is not None else None
+        try:
+            self.proc = subprocess.Popen(
+                handshake.argv(self.argv) if handshake else self.argv, env=self.env,
+                cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, process_group=0, umask=TASK_UMASK,
+                pass_fds=handshake.pass_fds if handshake else (),
+            )
+        except BaseException:
+            if handshake is not None:
+                handshake.started()
+                handshake.close()
+            raise
         assert self.proc.stdout is not None
+        if handshake is not None:
+            handshake.started()
+            try:
+                handshake.finish()
+            except OSError:
+                self._signal_group(signal.SIGKILL)  # before the child could go on unmapped
+                self.proc.wait()
+                handshake.close()
+                self.proc.stdout.close()
+                raise
         self._pump = threading.Thread(target=self._forward, args=(self.proc.stdout,),
                                       name="log-pump", daemon=True)
         self._pump.start()

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 
 from trainyard.errors import DataError
+from trainyard.runner.safefs import files_inside, no_links_path
 from trainyard.runner.spec import RunInput, RunOutput
 
 __all__ = ["DataHook", "FsspecData", "UploadState", "load_data_hook", "file_filter"]
@@ -60,10 +61,10 @@ def file_filter(regex: str | None) -> Callable[[str], bool]:
 
 
 def _local_files(src: Path) -> list[tuple[Path, str]]:
-    """(absolute, relative posix path) of every file below ``src`` (or ``src`` itself)."""
-    if src.is_file():
-        return [(src, src.name)]
-    return [(p, p.relative_to(src).as_posix()) for p in sorted(src.rglob("*")) if p.is_file()]
+    """(real path, relative posix path) of every file below ``src`` (or ``src`` itself), a
+    folder a task wrote: no symlink out of it is followed (``safefs.files_inside``; a link
+    skipped is logged by the runner's data hook of the data layer, silently here)."""
+    return files_inside(src)
 
 
 class FsspecData:
@@ -124,7 +125,8 @@ class FsspecData:
         partial = f"{target}.trainyard-partial-{uuid.uuid4().hex[:8]}"
         try:
             fs.makedirs(posixpath.dirname(target), exist_ok=True)
-            fs.put_file(str(path), partial)
+            with no_links_path(path) as opened:  # the file listed, never a link
+                fs.put_file(opened, partial)
             fs.mv(partial, target)
         except (OSError, ValueError) as exc:
             raise DataError(f"upload of {path} to {target} failed: {exc}") from exc
@@ -138,7 +140,8 @@ class FsspecData:
             for path, rel in _local_files(src):
                 if keep(rel):
                     (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(path, dest / rel)
+                    with no_links_path(path) as opened:  # never a link the task made
+                        shutil.copy2(opened, dest / rel)
                     count += 1
         except OSError as exc:
             raise DataError(f"copying {src} to {dest} failed: {exc}") from exc

@@ -46,7 +46,10 @@ from trainyard.runner.checkpoint import Checkpointer
 from trainyard.runner.command import CommandProcess
 from trainyard.runner.data import DataHook, load_data_hook
 from trainyard.runner.report import LOG_FAILED_EXIT_CODE, EventWriter, TaskLog, reserve_space
-from trainyard.runner.safefs import mount_overlays, write_inside
+from trainyard.runner.safefs import (idmap_in_place, mount_overlays, private_mount_namespace,
+                                      write_inside)
+from trainyard.runner.userns import give_to_task as give_folders
+from trainyard.runner.userns import give_tree
 from trainyard.runner.spec import TaskRun
 from trainyard.runner.usage import UsageSampler, interval_from_env
 from trainyard.runner.text import PathRewriter, expand_vars
@@ -252,6 +255,34 @@ class Runner:
         except OSError as exc:
             raise StepFailed(ExitCode.START_ERROR,
                              f"cannot make the task's private writable root: {exc}") from exc
+        if sandbox.userns is not None and sandbox.volumes:
+            try:
+                if not sandbox.overlays:
+                    private_mount_namespace()
+                idmap_in_place(sorted(set(sandbox.volumes.values())), sandbox.userns.host_uid,
+                               sandbox.userns.host_gid)
+            except OSError as exc:
+                raise StepFailed(ExitCode.START_ERROR,
+                                 f"volume mounts: cannot map them to the task's uid: {exc}") from exc
+
+    def give_to_task(self) -> None:
+        """With a user namespace (``sandbox.userns``): the folders the task writes become its
+        host uid's (``runner.userns``). Raises StepFailed(3003, START_ERROR)."""
+        userns = self.run.sandbox.userns
+        if userns is None:
+            return
+        uid, gid = userns.host_uid, userns.host_gid
+        try:
+            give_folders([*userns.own, str(self.run.output_path)], uid, gid)
+            give_tree(str(self.run.output_path), uid, gid, files=True)
+            for index in range(len(self.run.inputs)):
+                give_tree(str(self.run.input_path(index)), uid, gid, files=True)
+                give_folders([str(self.run.input_path(index))], uid, gid)
+            for top in userns.own_dirs_below:
+                give_tree(top, uid, gid, files=False)
+        except OSError as exc:
+            raise StepFailed(ExitCode.START_ERROR,
+                             f"cannot give the task its folders: {exc}") from exc
 
     def download_inputs(self) -> None:
         """Fetch every input into its folder. Raises StepFailed(2010)."""
@@ -289,7 +320,8 @@ class Runner:
         sandbox = self.run.sandbox
         if sandbox.mounts:
             base, rest = sandbox.host_split(path if path.startswith("/") else f"/{path}")
-            write_inside(base, rest, text)
+            owner = (sandbox.userns.host_uid, sandbox.userns.host_gid) if sandbox.userns else None
+            write_inside(base, rest, text, owner=owner)
         elif sandbox.root and _under(str(target), sandbox.root):
             write_inside(sandbox.root, os.path.relpath(target, sandbox.root), text)
         else:
@@ -319,7 +351,8 @@ class Runner:
             self.log.runner(missing[1])
             return missing[0]
         self.command = CommandProcess(argv, env, self.cwd(), self.log.command,
-                                      pid_namespace=bool(self.run.sandbox.mounts))
+                                      pid_namespace=bool(self.run.sandbox.mounts),
+                                      userns=self.run.sandbox.userns)
         checkpoints = [Checkpointer(c.model_copy(update={"url": self.storage_url(c.url)}),
                                     self.local_path(c.path), self.hook, self.log.runner)
                        for c in self.run.checkpoints if self.data_url_allowed(c.url)]
@@ -437,6 +470,7 @@ class Runner:
         self.run.output_path.mkdir(parents=True, exist_ok=True)
         self.download_inputs()
         self.write_files()
+        self.give_to_task()
         self.pass_barrier()
         if self.stop.is_set():
             raise _Stopped()

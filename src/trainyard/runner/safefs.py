@@ -12,18 +12,30 @@
   thread (``unshare(2)`` with ``CLONE_NEWNS`` implies ``CLONE_FS``, allowed in a threaded
   process); the processes it starts, and threads it starts after, inherit it; the host's
   mount table never sees the overlays, and they go away with the last process using them.
+- ``files_inside`` and ``open_no_links``: read a folder the task controls (its
+  ``{{output}}``, a checkpoint folder) for an upload without following a symlink out of it.
+  A link whose target, resolved from where it lies, is a regular file inside the folder is
+  listed under its own name (``latest.pt -> model-100.pt`` uploads ``latest.pt`` with that
+  content); a link that leads outside the folder, to a folder, or nowhere is skipped, with a
+  line for the log. Files are listed by their real path and opened component by component
+  with ``O_NOFOLLOW`` from ``/``, so a component swapped for a link after the listing (the
+  task still runs during checkpoints) is refused, never followed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
-from collections.abc import Sequence
+import stat
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from trainyard.runner.spec import OverlayMount
 
-__all__ = ["write_inside", "mount_overlays", "SymlinkRefused"]
+__all__ = ["write_inside", "mount_overlays", "SymlinkRefused", "files_inside", "open_no_links",
+           "no_links_path"]
 
 _CLONE_NEWNS = 0x00020000
 _MS_REC = 0x4000
@@ -34,7 +46,8 @@ class SymlinkRefused(OSError):
     """A path component inside the task's folder is a symlink (or not a folder)."""
 
 
-def _open_dir(parent_fd: int, name: str, create: bool) -> int:
+def _open_dir(parent_fd: int, name: str, create: bool,
+              owner: tuple[int, int] | None = None) -> int:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         return os.open(name, flags, dir_fd=parent_fd)
@@ -45,7 +58,10 @@ def _open_dir(parent_fd: int, name: str, create: bool) -> int:
             os.mkdir(name, 0o755, dir_fd=parent_fd)
         except FileExistsError:
             pass  # made meanwhile; opened below with the same checks
-        return os.open(name, flags, dir_fd=parent_fd)
+        fd = os.open(name, flags, dir_fd=parent_fd)
+        if owner is not None:
+            os.fchown(fd, *owner)
+        return fd
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise SymlinkRefused(exc.errno, f"{name!r} is a symlink or not a folder; "
@@ -53,9 +69,12 @@ def _open_dir(parent_fd: int, name: str, create: bool) -> int:
         raise
 
 
-def write_inside(base: str, relative: str, text: str, mode: int = 0o755) -> None:
+def write_inside(base: str, relative: str, text: str, mode: int = 0o755,
+                 owner: tuple[int, int] | None = None) -> None:
     """Write ``text`` to ``base/relative``, making missing folders, following no symlink
-    below ``base`` (``base`` itself is the backend's, trusted).
+    below ``base`` (``base`` itself is the backend's, trusted). With ``owner`` (uid, gid),
+    the file and the folders made for it are given to it (a task whose uid 0 is not the
+    host's may then change them, as a pod's root may change its files).
 
     Raises:
         SymlinkRefused: a component of ``relative`` is a symlink (or a file where a folder
@@ -69,15 +88,16 @@ def write_inside(base: str, relative: str, text: str, mode: int = 0o755) -> None
     fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name in parts[:-1]:
-            next_fd = _open_dir(fd, name, create=True)
+            next_fd = _open_dir(fd, name, create=True, owner=owner)
             os.close(fd)
             fd = next_fd
-        _write_file(fd, parts[-1], text, mode)
+        _write_file(fd, parts[-1], text, mode, owner)
     finally:
         os.close(fd)
 
 
-def _write_file(dir_fd: int, name: str, text: str, mode: int) -> None:
+def _write_file(dir_fd: int, name: str, text: str, mode: int,
+                owner: tuple[int, int] | None = None) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(name, flags, mode, dir_fd=dir_fd)
@@ -88,6 +108,8 @@ def _write_file(dir_fd: int, name: str, text: str, mode: int) -> None:
         raise
     try:
         os.fchmod(fd, mode)
+        if owner is not None:
+            os.fchown(fd, *owner)
         with os.fdopen(os.dup(fd), "w", encoding="utf-8") as handle:
             handle.write(text)
     finally:
@@ -126,3 +148,181 @@ def _check(result: int, what: str) -> None:
     if result != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def files_inside(root: Path, log: Callable[[str], None] | None = None) -> list[tuple[Path, str]]:
+    """The regular files below folder ``root`` (or ``root`` itself when it is a file) as
+    (real path, path relative to ``root`` with ``/``), sorted by the relative path, following
+    no symlink out of ``root`` (module docstring). Folders that are links are not entered;
+    other links are kept only when they name a regular file inside ``root``; the others are
+    skipped with ``REL: a symlink to TARGET, outside FOLDER (not uploaded)`` given to ``log``.
+    FIFOs, sockets and devices are skipped silently.
+
+    Raises:
+        OSError: ``root`` cannot be read.
+    """
+    say = log or (lambda _line: None)
+    if not root.is_dir():
+        return [(Path(os.path.realpath(root)), root.name)] if root.is_file() else []
+    base = os.path.realpath(root)
+    found: list[tuple[Path, str]] = []
+    for folder, dirs, names in os.walk(base):
+        for name in [*names, *(d for d in dirs if os.path.islink(os.path.join(folder, d)))]:
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, base).replace(os.sep, "/")
+            if not os.path.islink(path):
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    found.append((Path(path), rel))
+                continue
+            real = os.path.realpath(path)
+            if not (real.startswith(base.rstrip("/") + "/") and os.path.isfile(real)):
+                say(f"{rel}: a symlink to {os.readlink(path)}, outside {root} or not a file "
+                    "there (not uploaded: uploads follow no link out of their folder)")
+                continue
+            found.append((Path(real), rel))
+    return sorted(found, key=lambda item: item[1])
+
+
+def open_no_links(path: str | os.PathLike[str]) -> int:
+    """Open the absolute ``path`` for reading, following no symlink on the way: each
+    component is opened with ``O_NOFOLLOW`` relative to the one before, from ``/`` (give a
+    real path, ``files_inside`` lists them). Only a regular file is accepted (a FIFO would
+    block the reader).
+
+    Returns:
+        a file descriptor (``O_CLOEXEC``), the caller closes it.
+
+    Raises:
+        SymlinkRefused: a component is a symlink, or the file is not a regular file.
+        OSError: anything else (missing, no permission).
+    """
+    parts = [p for p in os.fspath(path).split("/") if p not in ("", ".")]
+    if not os.fspath(path).startswith("/") or not parts or ".." in parts:
+        raise OSError(errno.EINVAL, f"not an absolute real path: {os.fspath(path)!r}")
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts[:-1]:
+            try:
+                next_fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                  dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise SymlinkRefused(exc.errno, f"{os.fspath(path)}: {name!r} is a symlink "
+                                         "or not a folder; uploads follow no link") from exc
+                raise
+            os.close(fd)
+            fd = next_fd
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            file_fd = os.open(parts[-1], flags, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise SymlinkRefused(exc.errno, f"{os.fspath(path)} is a symlink; uploads "
+                                     "follow no link") from exc
+            raise
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+        os.close(file_fd)
+        raise SymlinkRefused(errno.EINVAL, f"{os.fspath(path)} is not a regular file")
+    os.set_blocking(file_fd, True)
+    return file_fd
+
+
+@contextlib.contextmanager
+def no_links_path(path: str | os.PathLike[str]) -> Iterator[str]:
+    """A path naming the file ``open_no_links`` opened (``/proc/self/fd/N``), for code that
+    opens by name (``shutil``, fsspec): opening it reaches that very file, whatever happens
+    to ``path`` meanwhile. Closed on exit."""
+    fd = open_no_links(path)
+    try:
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
+
+
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442  # the same on every arch
+_OPEN_TREE_CLONE = 1
+_AT_EMPTY_PATH = 0x1000
+_MOUNT_ATTR_IDMAP = 0x00100000
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def private_mount_namespace() -> None:
+    """Move the calling thread into a mount namespace of its own (as ``mount_overlays``
+    does), for a caller that mounts nothing else. Raises OSError."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None),
+           "making / private in the task's mount namespace")
+
+
+def idmap_in_place(paths: Sequence[str], host_uid: int, host_gid: int) -> None:
+    """Mount each host folder of ``paths`` over itself, idmapped so that what the host's
+    root owns there is seen as owned by ``host_uid``/``host_gid`` and what they create is
+    owned by the host's root on disk: a task whose uid 0 is ``host_uid`` writes a volume as
+    the host's root would (as before the remap). Only in the calling thread's mount
+    namespace (call ``mount_overlays`` or ``private_mount_namespace`` first). Needs the file
+    system to support idmapped mounts (ext4, xfs, btrfs, tmpfs...).
+
+    Raises:
+        OSError: the kernel refused (naming the folder and the step).
+    """
+    if not paths:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    userns_fd = _mapped_userns(host_uid, host_gid)
+    try:
+        for path in paths:
+            tree = libc.syscall(_SYS_OPEN_TREE, -100, path.encode(),
+                                _OPEN_TREE_CLONE | os.O_CLOEXEC)
+            _check(0 if tree >= 0 else -1, f"open_tree({path})")
+            try:
+                attr = _MountAttr(_MOUNT_ATTR_IDMAP, 0, 0, userns_fd)
+                _check(libc.syscall(_SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH,
+                                    ctypes.byref(attr), ctypes.sizeof(attr)),
+                       f"idmapping {path}")
+                _check(libc.syscall(_SYS_MOVE_MOUNT, tree, b"", -100, path.encode(),
+                                    _MOVE_MOUNT_F_EMPTY_PATH), f"mounting {path} idmapped")
+            finally:
+                os.close(tree)
+    finally:
+        os.close(userns_fd)
+
+
+def _mapped_userns(host_uid: int, host_gid: int) -> int:
+    """A descriptor of a new user namespace mapping 0 to ``host_uid``/``host_gid``: a forked
+    child makes it and waits until its maps are written and the namespace is opened."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked child
+        code = 1
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.unshare(0x10000000) == 0:
+                os.write(ready_w, b"1")
+                os.read(go_r, 1)
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(ready_w)
+    os.close(go_r)
+    try:
+        if os.read(ready_r, 1) != b"1":
+            raise OSError(errno.EPERM, "cannot make a user namespace for an idmapped mount")
+        for name, text in (("uid_map", f"0 {host_uid} 1\n"), ("gid_map", f"0 {host_gid} 1\n")):
+            with open(f"/proc/{child}/{name}", "w", encoding="ascii") as handle:
+                handle.write(text)
+        return os.open(f"/proc/{child}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.write(go_w, b"1")
+        os.close(go_w)
+        os.close(ready_r)
+        os.waitpid(child, 0)

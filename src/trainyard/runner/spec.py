@@ -27,6 +27,7 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "UserNamespace",
     "RunFile",
     "RunDataset",
     "RunInput",
@@ -150,6 +151,36 @@ class OverlayMount(_Model):
     target: str
 
 
+class UserNamespace(_Model):
+    """The task's user namespace, whose uid map the runner writes (bubblewrap's
+    ``--userns-block-fd``): uid and gid 0 inside are ``host_uid``/``host_gid`` outside (an
+    unprivileged id), and the host's uid 0 shows inside as ``host_root_as``, without any
+    privilege over it (the command drops to uid 0 inside with no capability). So host files
+    only root may read stay unreadable, as in a pod, whose root is not the host's.
+
+    Attributes:
+        host_uid: the host uid the task's uid 0 is.
+        host_gid: the host gid its gid 0 is.
+        host_root_as: the id inside that the host's root (the runner) has while bubblewrap
+            sets the sandbox up.
+        args_at: where in ``command_prefix`` the runner inserts ``--info-fd N
+            --userns-block-fd M`` (before bubblewrap's ``--``).
+        own: host folders the runner gives to ``host_uid`` before the command starts (made
+            if missing; a name ending ``/tmp`` gets mode 1777): the sandbox's root, its
+            private folders, the tops of the private writable layers' views.
+        own_dirs_below: host folders whose every folder below (not files) the runner gives
+            to ``host_uid`` too (``/usr/local`` of a layer's view: ``pip install`` works).
+            The output and input folders (everything in them) are given without being named.
+    """
+
+    host_uid: int
+    host_gid: int
+    host_root_as: int = 65534
+    args_at: int
+    own: list[str] = Field(default_factory=list)
+    own_dirs_below: list[str] = Field(default_factory=list)
+
+
 class SandboxSettings(_Model):
     """What the backend filled in about the task's isolation.
 
@@ -186,6 +217,7 @@ class SandboxSettings(_Model):
         start_error: the backend found that the task cannot start (e.g. its image is not
             present): the runner logs this and reports exit code 3003 (START_ERROR) without
             waiting at the barrier or running anything.
+        userns: set when the runner writes the task's uid map (``UserNamespace``).
     """
 
     root: str | None = None
@@ -199,6 +231,7 @@ class SandboxSettings(_Model):
     volumes: dict[str, str] = Field(default_factory=dict)
     env_flag: str | None = None
     start_error: str | None = None
+    userns: UserNamespace | None = None
 
     def _mount_of(self, path: str) -> str:
         best = ""

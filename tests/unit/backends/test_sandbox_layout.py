@@ -87,3 +87,57 @@ def test_links_the_task_left_where_bwrap_mounts_are_removed(tmp_path: Path) -> N
     assert sorted(removed) == ["/opt/shared", "/root", "/tmp", "/work/venv"]
     assert not any(p.is_symlink() for p in (root / "work", root / "root", upper / "shared"))
     assert list(outside.iterdir()) == []
+
+
+def test_with_a_host_uid_the_runner_maps_it_and_setpriv_drops_to_root_inside(tmp_path: Path) -> None:
+    from trainyard.backends.sandbox import REMAP_ARGS, bwrap_end, task_owned
+
+    root = tmp_path / "root"
+    plan = SandboxPlan(root_dir=root, hostname="t", host_uid=65534, setpriv="/usr/bin/setpriv",
+                       writable=(str(tmp_path / "deep" / "out"),),
+                       volumes=((str(tmp_path), "/mnt/shared/team"),))
+    argv = bwrap_argv(plan)
+    end = bwrap_end(argv)
+    assert argv[end] == "--" and "--disable-userns" not in argv
+    joined = " ".join(argv[:end])
+    assert " ".join(REMAP_ARGS) in joined and "--cap-drop" not in argv[:end]
+    assert argv[end + 1:] == ["/usr/bin/setpriv", "--reuid", "0", "--regid", "0",
+                              "--clear-groups", "--inh-caps", "-all", "--bounding-set", "-all",
+                              "--"]
+    dirs = [argv[i + 3] for i, a in enumerate(argv[:end]) if a == "--perms"
+            and argv[i + 1] == "0755" and argv[i + 2] == "--dir"]
+    assert "/mnt" in dirs and "/mnt/shared" in dirs  # bwrap would make them 0700
+    own, below = task_owned(plan)
+    assert str(root) in own and str(root / "tmp") in own and str(root / "root") in own
+    assert below == [] or all(p.endswith("/usr/local") for p in below)
+    assert bwrap_end(["nsenter", "--net=/x", "--", *argv]) == end + 3
+
+
+def test_without_a_host_uid_the_hosts_unreadable_files_are_covered(tmp_path: Path) -> None:
+    from trainyard.backends.sandbox import secret_covers
+
+    host = tmp_path / "host"
+    (host / "etc" / "ssh").mkdir(parents=True)
+    (host / "etc" / "munge").mkdir(mode=0o700)
+    (host / "etc" / "munge").chmod(0o700)
+    (host / "etc" / "munge" / "munge.key").write_text("k")
+    (host / "etc" / "shadow").write_text("s")
+    (host / "etc" / "shadow").chmod(0o640)
+    (host / "etc" / "ssh" / "ssh_host_ed25519_key").write_text("k")
+    (host / "etc" / "ssh" / "ssh_host_ed25519_key").chmod(0o600)
+    (host / "etc" / "passwd").write_text("p")
+    (host / "etc" / "passwd").chmod(0o644)
+    (host / "var" / "lib" / "deep").mkdir(parents=True)
+    (host / "var" / "lib" / "deep" / "k").write_text("k")
+    (host / "var" / "lib" / "deep" / "k").chmod(0o600)  # below the scanned depth
+    covers = dict(secret_covers(host))
+    assert covers == {"/etc/munge": True, "/etc/shadow": False,
+                      "/etc/ssh/ssh_host_ed25519_key": False}
+    argv = bwrap_argv(SandboxPlan(root_dir=tmp_path / "root", hostname="t", host_root=host))
+    assert ["--ro-bind", "/dev/null", "/etc/shadow"] == argv[argv.index("/etc/shadow") - 2:
+                                                            argv.index("/etc/shadow") + 1]
+    assert ["--tmpfs", "/etc/munge", "--remount-ro", "/etc/munge"] == argv[
+        argv.index("/etc/munge") - 1:argv.index("/etc/munge") + 3]
+    remapped = bwrap_argv(SandboxPlan(root_dir=tmp_path / "root", hostname="t",
+                                      host_root=host, host_uid=65534))
+    assert "/etc/shadow" not in remapped

@@ -36,3 +36,43 @@ def test_dot_dot_and_empty_paths_are_refused(tmp_path: Path) -> None:
         with pytest.raises(OSError):
             write_inside(str(tmp_path / "root"), bad, "x")
     assert not (tmp_path / "x").exists()
+
+
+def test_files_inside_keeps_inner_links_and_skips_links_out(tmp_path: Path) -> None:
+    from trainyard.runner.safefs import files_inside
+
+    out, host = tmp_path / "out", tmp_path / "host"
+    out.mkdir()
+    host.mkdir()
+    (host / "secret").write_text("s\n")
+    (out / "a.txt").write_text("a\n")
+    (out / "inner").symlink_to("a.txt")
+    (out / "leak").symlink_to(host / "secret")
+    (out / "dir-leak").symlink_to(host)
+    (out / "dangling").symlink_to("nowhere")
+    os.mkfifo(out / "fifo")
+    lines: list[str] = []
+    found = files_inside(out, lines.append)
+    assert [rel for _p, rel in found] == ["a.txt", "inner"]
+    assert all(p == out / "a.txt" for p, _rel in found)
+    assert sorted(line.split(":")[0] for line in lines) == ["dangling", "dir-leak", "leak"]
+
+
+def test_open_no_links_refuses_a_component_swapped_for_a_link(tmp_path: Path) -> None:
+    from trainyard.runner.safefs import open_no_links
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_text("ok\n")
+    (tmp_path / "host").mkdir()
+    (tmp_path / "host" / "f").write_text("secret\n")
+    fd = open_no_links(tmp_path / "d" / "f")
+    assert os.read(fd, 10) == b"ok\n"
+    os.close(fd)
+    (tmp_path / "d" / "f").rename(tmp_path / "g")
+    (tmp_path / "d").rmdir()
+    (tmp_path / "d").symlink_to(tmp_path / "host")  # the folder becomes a link after listing
+    with pytest.raises(SymlinkRefused):
+        open_no_links(tmp_path / "d" / "f")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(SymlinkRefused):
+        open_no_links(tmp_path / "fifo")

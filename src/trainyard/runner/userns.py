@@ -1,0 +1,167 @@
+"""The task's user namespace, set up by the runner (``UserNamespace``): uid 0 inside is an
+unprivileged host uid, so files of the host's root that others may not read (``/etc/shadow``,
+a Slurm cluster's ``munge.key``) stay unreadable to the task, as in a pod.
+
+bubblewrap maps the task's uid 0 to its caller's uid (root, here) and cannot itself map it to
+another uid while it needs root to reach its bind sources (``$TRAINYARD_HOME`` is 0700), so:
+- ``insert_fds``: the runner adds ``--info-fd N --userns-block-fd M`` to the bwrap prefix;
+- ``Handshake.finish``: once bwrap's child exists (its pid on the info pipe), the runner
+  writes its ``uid_map`` and ``gid_map`` (``0 HOST_UID 1`` and ``HOST_ROOT_AS 0 1``: the
+  host's root is only seen while bwrap sets up its mounts), sets the namespace's
+  ``user.max_user_namespaces`` to 0 (no nested user namespaces: bwrap's
+  ``--disable-userns`` does not combine with ``--userns-block-fd``) and lets the child go on;
+- after bwrap's ``--``, ``setpriv --reuid 0 --regid 0 --clear-groups`` with every capability
+  dropped (inheritable and bounding sets; bwrap sets ``no_new_privs``) turns the command into
+  uid 0 of the namespace, i.e. ``HOST_UID`` of the host, without any capability;
+- ``give_to_task``: before that, the folders the task writes (its root, private folders,
+  the tops of its private layers' views, its output and input folders) are given to
+  ``HOST_UID``, following no symlink.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import select
+import time
+from collections.abc import Iterable
+
+from trainyard.runner.spec import UserNamespace
+
+__all__ = ["Handshake", "insert_fds", "give_to_task", "give_tree", "setpriv_argv"]
+
+_CLONE_NEWUSER = 0x10000000
+HANDSHAKE_TIMEOUT_S = 30.0
+
+
+def insert_fds(argv: list[str], at: int, info_fd: int, block_fd: int) -> list[str]:
+    """``argv`` with ``--info-fd INFO --userns-block-fd BLOCK`` inserted at index ``at``."""
+    return [*argv[:at], "--info-fd", str(info_fd), "--userns-block-fd", str(block_fd), *argv[at:]]
+
+
+class Handshake:
+    """The two pipes between the runner and one bwrap start. ``pass_fds`` go to Popen; call
+    ``started`` right after Popen, then ``finish``."""
+
+    def __init__(self, userns: UserNamespace) -> None:
+        self.userns = userns
+        self.info_r, self.info_w = os.pipe()
+        self.block_r, self.block_w = os.pipe()
+        for fd in (self.info_r, self.block_w):
+            os.set_inheritable(fd, False)
+
+    @property
+    def pass_fds(self) -> tuple[int, int]:
+        return self.info_w, self.block_r
+
+    def argv(self, argv: list[str]) -> list[str]:
+        """``argv`` with the pipes' ends named where bwrap reads them."""
+        return insert_fds(argv, self.userns.args_at, self.info_w, self.block_r)
+
+    def started(self) -> None:
+        """Close the child's ends here (after Popen)."""
+        os.close(self.info_w)
+        os.close(self.block_r)
+
+    def close(self) -> None:
+        for fd in (self.info_r, self.block_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def finish(self, timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
+        """Map the ids of bwrap's child, forbid nested user namespaces, let it go on.
+
+        Raises:
+            OSError: bwrap ended first, or a step was refused (names it). The pipes are
+                then still open, so bwrap's child stays blocked: kill it, then ``close``.
+        """
+        pid = self._child_pid(timeout_s)
+        maps = {"uid_map": f"0 {self.userns.host_uid} 1\n{self.userns.host_root_as} 0 1\n",
+                "gid_map": f"0 {self.userns.host_gid} 1\n{self.userns.host_root_as} 0 1\n"}
+        for name, text in maps.items():
+            with open(f"/proc/{pid}/{name}", "w", encoding="ascii") as handle:
+                handle.write(text)
+        _no_nested_userns(pid)
+        os.write(self.block_w, b"1")
+        self.close()
+
+    def _child_pid(self, timeout_s: float) -> int:
+        data = b""
+        deadline = time.monotonic() + timeout_s
+        while not data.rstrip().endswith(b"}"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.info_r], [], [], left)[0]:
+                raise OSError(errno.ETIMEDOUT, "bwrap did not report its child in time")
+            chunk = os.read(self.info_r, 4096)
+            if not chunk:
+                raise OSError(errno.ECHILD, "bwrap ended before its user namespace was set up")
+            data += chunk
+        try:
+            return int(json.loads(data)["child-pid"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise OSError(errno.EPROTO, f"bwrap's info: {data[:200]!r}") from exc
+
+
+def _no_nested_userns(pid: int) -> None:
+    """Set ``user.max_user_namespaces`` to 0 in the user namespace of ``pid``: a forked
+    child joins it (``setns`` needs a single-threaded caller; as its creator's uid, root, it
+    has every capability there) and writes the sysctl, which belongs to that namespace."""
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the forked child
+            code = 1
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                if libc.setns(fd, _CLONE_NEWUSER) == 0:
+                    out = os.open("/proc/sys/user/max_user_namespaces", os.O_WRONLY)
+                    os.write(out, b"0\n")
+                    code = 0
+            finally:
+                os._exit(code)
+        _pid, status = os.waitpid(child, 0)
+    finally:
+        os.close(fd)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise OSError(errno.EPERM, "cannot forbid nested user namespaces in the task's")
+
+
+def give_to_task(paths: Iterable[str], uid: int, gid: int) -> None:
+    """Make each folder of ``paths`` (made if missing: mode 0755, 1777 for a ``tmp``) owned
+    by ``uid``:``gid``, following no symlink (a link there is refused). Raises OSError."""
+    for path in paths:
+        try:
+            os.mkdir(path, 0o755)
+            if os.path.basename(path) == "tmp":
+                os.chmod(path, 0o1777)
+        except FileExistsError:
+            pass
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchown(fd, uid, gid)
+        finally:
+            os.close(fd)
+
+
+def give_tree(top: str, uid: int, gid: int, files: bool) -> None:
+    """Make every folder below ``top`` (and, with ``files``, every file) owned by
+    ``uid``:``gid``; links are neither followed nor changed. Missing ``top``: nothing."""
+    if not os.path.isdir(top) or os.path.islink(top):
+        return
+    for _folder, dirs, names, dir_fd in os.fwalk(top, follow_symlinks=False):
+        for name in [*dirs, *(names if files else [])]:
+            try:
+                os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+
+
+def setpriv_argv(setpriv: str = "setpriv") -> list[str]:
+    """What follows bwrap's ``--``: the command becomes uid and gid 0 of its namespace, with
+    no supplementary group and no capability (util-linux ``setpriv``)."""
+    return [setpriv, "--reuid", "0", "--regid", "0", "--clear-groups", "--inh-caps", "-all",
+            "--bounding-set", "-all", "--"]
