@@ -31,7 +31,7 @@ from trainyard.cli.output import (
 )
 from trainyard.cli.request import spec_request
 from trainyard.engine.status import WorkflowStatus
-from trainyard.errors import SpecError, SpecProblem
+from trainyard.errors import RefusedError, SpecError, SpecProblem, TrainyardError
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.values import parse_labels
 
@@ -316,15 +316,20 @@ def list_workflows(
 def logs(
     workflow_id: str = WorkflowIdArg,
     task: Optional[str] = typer.Option(None, "--task", "-t", help="Only this task."),
-    retry_id: Optional[int] = typer.Option(None, "--retry-id", help="Only this attempt."),
-    follow: bool = typer.Option(False, "--follow", help="Keep printing new lines until the "
-                                "workflow ends."),
+    retry_id: Optional[int] = typer.Option(None, "--retry-id", "-r", min=0,
+                                           help="Only this attempt (0 is the first)."),
+    follow: bool = typer.Option(True, "--follow/--no-follow", help="Keep printing new lines "
+                                "until the workflow ends (the default, as OSMO's `workflow "
+                                "logs`); --no-follow prints what is written now and returns."),
+    error: bool = typer.Option(False, "--error", help="Only the logs of failed attempts "
+                               "(FAILED*): the runner keeps a task's stdout and stderr in "
+                               "one stream, so there is no stderr of its own to show."),
     lines: Optional[int] = typer.Option(None, "-n", min=1, help="Only the last N lines "
-                                        "(with --follow: of those already written, then new ones)."),
+                                        "(when following: of those already written, then new ones)."),
     fmt: Format = FormatOption,
 ) -> None:
     r"""Print a workflow's task logs in OSMO's line format (YYYY/MM/DD HH:MM:SS \[task] text,
-    UTC), whatever its status.
+    UTC), whatever its status; while it runs, follow it to its end (--no-follow: don't).
 
     With --format json: JSON Lines, one object per log line, {"time": ISO 8601 UTC,
     "task", "retry_id", "line": the text after the time and the \[task] tag, "source":
@@ -337,17 +342,58 @@ def logs(
                                                 "lines": lines}.items() if v is not None}
     if fmt is Format.json:
         params["format"] = "json"
+    if error:
+        params["error"] = True
     client, path = Client(), f"/api/workflow/{workflow_id}/logs"
     if follow:
         params["follow"] = True
-    for text in client.stream_text(path, **params):  # printed as it arrives
-        typer.echo(text, nl=False)
+    try:
+        for text in client.stream_text(path, **params):  # printed as it arrives
+            typer.echo(text, nl=False)
+    except KeyboardInterrupt:
+        err_console.print(f"Stopped following; workflow {workflow_id} goes on.", markup=False)
+        raise typer.Exit(130) from None
 
 
-def cancel(workflow_id: str = WorkflowIdArg, fmt: Format = FormatOption) -> None:
-    """Cancel a workflow: stop every task; it ends FAILED_CANCELED."""
-    data = Client().json("POST", f"/api/workflow/{workflow_id}/cancel")
-    emit(data, fmt, lambda d: console.print(f"Workflow {d['id']} cancel requested: {d['status']}"))
+def _cancel_one(client: Client, workflow_id: str) -> tuple[dict[str, Any], int]:
+    """Cancel one workflow: (its row, its exit status: 0 cancelled, 4 it had ended, an
+    error's code)."""
+    try:
+        data = client.json("POST", f"/api/workflow/{workflow_id}/cancel")
+    except TrainyardError as exc:
+        return {"id": workflow_id, "error": str(exc)}, exc.exit_code
+    return data, RefusedError.exit_code if data.get("had_ended") else 0
+
+
+def _print_cancel(data: dict[str, Any]) -> None:
+    if "error" in data:
+        err_console.print(f"error: workflow {data['id']}: {data['error']}", markup=False)
+    elif data.get("had_ended"):
+        err_console.print(f"Workflow {data['id']} had already ended: {data['status']}; "
+                          "nothing to cancel", markup=False)
+    else:
+        console.print(f"Workflow {data['id']} cancel requested: {data['status']}", markup=False)
+
+
+def cancel(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...",
+                                                  help="The workflows to cancel (NAME-N)."),
+           fmt: Format = FormatOption) -> None:
+    """Cancel workflows: stop every task; each ends FAILED_CANCELED. Each is cancelled on
+    its own and its result printed. Exit 0 when every one was cancelled; otherwise the
+    first problem's code: 4 when one had already ended (it is left as it ended), 3 an
+    unknown id, 8 not yours. JSON: for one id its summary {"id", "status", ...,
+    "had_ended"}; for several a list of them ({"id", "error"} for one that failed)."""
+    client = Client()
+    results = [_cancel_one(client, workflow_id) for workflow_id in workflow_ids]
+    rows = [row for row, _code in results]
+    if fmt is Format.json:
+        emit(rows[0] if len(rows) == 1 else rows, fmt, lambda _d: None)
+    else:
+        for row in rows:
+            _print_cancel(row)
+    status = next((code for _row, code in results if code), 0)
+    if status:
+        raise typer.Exit(status)
 
 
 def restart(workflow_id: str = WorkflowIdArg,

@@ -213,11 +213,12 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/api/workflow/{workflow_id}/logs")
     def logs(workflow_id: str, u: Caller, task: str | None = None,
              retry_id: int | None = None, follow: bool = False,
-             lines: Annotated[int | None, Query(ge=1)] = None,
+             lines: Annotated[int | None, Query(ge=1)] = None, error: bool = False,
              fmt: Annotated[Literal["text", "json"], Query(alias="format")] = "text") -> Any:
         media = "application/x-ndjson" if fmt == "json" else "text/plain"
         read = service.follow_logs if follow else service.logs
-        stream = read(workflow_id, u, task=task, retry_id=retry_id, last_lines=lines)
+        stream = read(workflow_id, u, task=task, retry_id=retry_id, last_lines=lines,
+                      failed_only=error)
         return StreamingResponse(_log_chunks(stream, fmt), media_type=media)
 
     @app.post("/api/workflow/{workflow_id}/cancel")

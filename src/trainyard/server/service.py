@@ -349,11 +349,14 @@ class Service:
     # ------------------------------------------------------------------ changes
 
     def cancel(self, workflow_id: str, user: User) -> dict[str, Any]:
-        """Cancel; returns the workflow summary."""
-        self._readable(workflow_id, user)
+        """Cancel (idempotent); returns the workflow summary with ``had_ended``: true when
+        the workflow had already ended before this call (nothing was cancelled)."""
+        record = self._readable(workflow_id, user)
         refuse_task_token(user, "cancel a workflow")
+        had_ended = WorkflowStatus(record.status).is_terminal()
         self.engine.cancel(workflow_id)
-        return _summary_json(self.engine.store.get_workflow(workflow_id))
+        return {**_summary_json(self.engine.store.get_workflow(workflow_id)),
+                "had_ended": had_ended}
 
     def restart(self, workflow_id: str, user: User) -> dict[str, Any]:
         """Run the failed groups of a failed workflow again, keeping completed ones."""
@@ -409,8 +412,10 @@ class Service:
     # ------------------------------------------------------------------ logs
 
     def _log_files(self, workflow_id: str, task: str | None,
-                   retry_id: int | None) -> list[LogFile]:
-        """The ``task.log`` of every attempt asked for, to be read from its start.
+                   retry_id: int | None, *, failed_only: bool = False) -> list[LogFile]:
+        """The ``task.log`` of every attempt asked for, to be read from its start; with
+        ``failed_only``, only of the attempts that ended FAILED* (the runner keeps a task's
+        stdout and stderr in one stream, so ``logs --error`` means the failed attempts).
 
         Raises:
             NotFoundError: the workflow has no task ``task``.
@@ -424,12 +429,15 @@ class Service:
             if task is not None and name != task:
                 continue
             retries = [retry_id] if retry_id is not None else range(ts.retry_id + 1)
+            if failed_only:
+                retries = [r for r in retries if r in _failed_attempts(ts)]
             files += [LogFile(name, r, self.engine.run_dir(workflow_id, name, r) / "task.log")
                       for r in retries]
         return files
 
     def logs(self, workflow_id: str, user: User, *, task: str | None = None,
-             retry_id: int | None = None, last_lines: int | None = None) -> Iterator[LogLine]:
+             retry_id: int | None = None, last_lines: int | None = None,
+             failed_only: bool = False) -> Iterator[LogLine]:
         """Log lines of the workflow (all tasks merged by time), or of one task/attempt;
         with ``last_lines``, only the last that many (found from the files' ends).
 
@@ -442,13 +450,14 @@ class Service:
             ForbiddenError: another user's workflow and ``user`` is no admin.
         """
         self._readable(workflow_id, user)
-        files = self._log_files(workflow_id, task, retry_id)
+        files = self._log_files(workflow_id, task, retry_id, failed_only=failed_only)
         ends = {f.path: file_size(f.path) for f in files}
         skip = _start_at_last(files, ends, last_lines, complete_only=False)
         return read_merged(files, ends, follow=False, skip=skip)
 
     def follow_logs(self, workflow_id: str, user: User, *, task: str | None = None,
                     retry_id: int | None = None, last_lines: int | None = None,
+                    failed_only: bool = False,
                     poll_s: float = 0.2) -> Iterator[LogLine | None]:
         """Log lines as they are written, until the workflow ends and its logs are drained.
 
@@ -462,16 +471,18 @@ class Service:
         """
         self._readable(workflow_id, user)
         self._log_files(workflow_id, task, retry_id)
-        return self._follow(workflow_id, task, retry_id, last_lines, poll_s)
+        return self._follow(workflow_id, task, retry_id, last_lines, poll_s, failed_only)
 
     def _follow(self, workflow_id: str, task: str | None, retry_id: int | None,
-                last_lines: int | None, poll_s: float) -> Iterator[LogLine | None]:
+                last_lines: int | None, poll_s: float,
+                failed_only: bool = False) -> Iterator[LogLine | None]:
         known: dict[Path, LogFile] = {}
         first = True
         while True:
             finished = self.engine.state(workflow_id).status.is_terminal()
             files = [known.setdefault(f.path, f)
-                     for f in self._log_files(workflow_id, task, retry_id)]
+                     for f in self._log_files(workflow_id, task, retry_id,
+                                              failed_only=failed_only)]
             ends = {f.path: file_size(f.path) for f in files}
             skip = _start_at_last(files, ends, last_lines, complete_only=not finished) \
                 if first else 0
@@ -516,6 +527,12 @@ def _start_at_last(files: list[LogFile], ends: dict[Path, int], count: int | Non
                                         complete_only=complete_only)
         total += lines
     return max(0, total - count)
+
+
+def _failed_attempts(ts: m.TaskState) -> set[int]:
+    """The retry ids of ``ts``'s attempts that ended FAILED* (earlier ones and the current)."""
+    failed = {a.retry_id for a in ts.history if a.status.is_failed()}
+    return failed | ({ts.retry_id} if ts.status.is_failed() else set())
 
 
 def _check_list_filters(statuses: list[str] | None, count: int | None) -> None:

@@ -1,0 +1,121 @@
+"""OSMO parity of the ``workflow`` commands (issue 13), against a fake server client: what
+each command asks the server and what it prints and exits with. The real server is in
+tests/integration/cli/test_cli_parity_e2e.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainyard.cli import workflow_ops
+from trainyard.cli.main import main
+from trainyard.errors import NotFoundError
+
+
+class FakeClient:
+    """Answers scripted per (method, path); records every call."""
+
+    def __init__(self, answers: dict[tuple[str, str], Any] | None = None,
+                 text: list[str] | None = None) -> None:
+        self.answers = answers or {}
+        self.text = text or []
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+
+    def json(self, method: str, path: str, **kwargs: Any) -> Any:
+        self.calls.append((method, path, kwargs))
+        answer = self.answers[(method, path)]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def stream_text(self, path: str, **params: Any) -> Iterator[str]:
+        self.calls.append(("GET", path, params))
+        yield from self.text
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TRAINYARD_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TRAINYARD_SERVER_URL", raising=False)
+    return tmp_path / "home"
+
+
+def use(monkeypatch: pytest.MonkeyPatch, client: FakeClient) -> FakeClient:
+    monkeypatch.setattr(workflow_ops, "Client", lambda: client)
+    return client
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------------------- logs
+
+
+def test_logs_follow_by_default_and_no_follow_does_not(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    client = use(monkeypatch, FakeClient(text=["2026/01/01 00:00:00 [t] hi\n"]))
+    assert run(capsys, "workflow", "logs", "w-1") == (0, "2026/01/01 00:00:00 [t] hi\n", "")
+    assert run(capsys, "workflow", "logs", "w-1", "--no-follow")[0] == 0
+    assert [c[2] for c in client.calls] == [{"follow": True}, {}]
+
+
+def test_logs_error_and_short_retry_id_reach_the_server(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    client = use(monkeypatch, FakeClient())
+    assert run(capsys, "workflow", "logs", "w-1", "--error", "-r", "2", "-t", "x")[0] == 0
+    assert client.calls == [("GET", "/api/workflow/w-1/logs",
+                             {"task": "x", "retry_id": 2, "error": True, "follow": True})]
+    assert run(capsys, "workflow", "logs", "w-1", "-r", "-1")[0] == 2  # usage error
+
+
+def test_logs_ctrl_c_says_the_workflow_goes_on(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    class Interrupted(FakeClient):
+        def stream_text(self, path: str, **params: Any) -> Iterator[str]:
+            yield "a line\n"
+            raise KeyboardInterrupt
+
+    use(monkeypatch, Interrupted())
+    code, out, err = run(capsys, "workflow", "logs", "w-1")
+    assert (code, out) == (130, "a line\n")
+    assert "w-1 goes on" in err
+
+
+# ---------------------------------------------------------------------------- cancel
+
+
+def _summary(workflow_id: str, status: str, had_ended: bool) -> dict[str, Any]:
+    return {"id": workflow_id, "status": status, "had_ended": had_ended}
+
+
+def test_cancel_several_prints_each_result(monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    client = use(monkeypatch, FakeClient({
+        ("POST", "/api/workflow/a-1/cancel"): _summary("a-1", "RUNNING", False),
+        ("POST", "/api/workflow/b-2/cancel"): _summary("b-2", "PENDING", False)}))
+    code, out, err = run(capsys, "workflow", "cancel", "a-1", "b-2")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == ["Workflow a-1 cancel requested: RUNNING",
+                                "Workflow b-2 cancel requested: PENDING"]
+    assert [c[1] for c in client.calls] == ["/api/workflow/a-1/cancel", "/api/workflow/b-2/cancel"]
+
+
+def test_cancel_of_an_ended_workflow_says_so_and_exits_4(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    use(monkeypatch, FakeClient({
+        ("POST", "/api/workflow/a-1/cancel"): _summary("a-1", "COMPLETED", True),
+        ("POST", "/api/workflow/b-2/cancel"): _summary("b-2", "RUNNING", False),
+        ("POST", "/api/workflow/c-3/cancel"): NotFoundError("no workflow c-3")}))
+    code, out, err = run(capsys, "workflow", "cancel", "a-1", "b-2", "c-3")
+    assert code == 4  # the first problem's code
+    assert out == "Workflow b-2 cancel requested: RUNNING\n"
+    assert err.splitlines() == ["Workflow a-1 had already ended: COMPLETED; nothing to cancel",
+                                "error: workflow c-3: no workflow c-3"]
+    code, out, _ = run(capsys, "workflow", "cancel", "c-3", "-f", "json")
+    assert code == 3 and '"error": "no workflow c-3"' in out
