@@ -12,7 +12,7 @@ from rich.table import Table
 
 from trainyard.errors import SpecProblem
 
-__all__ = ["Format", "FormatOption", "console", "err_console", "emit", "table", "human_bytes",
+__all__ = ["Format", "FormatOption", "console", "err_console", "emit", "table", "human_bytes", "short_time",
            "spec_warnings", "print_spec_warnings"]
 
 console = Console(highlight=False, soft_wrap=True)
@@ -57,6 +57,20 @@ def human_bytes(value: float) -> str:
         if abs(value) >= size:
             return f"{value / size:.3g}{unit}"
     return f"{value:.0f}"
+
+
+def short_time(iso_time: str | None) -> str:
+    """An ISO 8601 UTC time as ``MM-DD HH:MM:SS`` (UTC), for tables that fit 80 columns;
+    ``-`` for none. JSON output keeps the full ISO time."""
+    if not iso_time:
+        return "-"
+    from datetime import datetime, timezone
+
+    try:
+        when = datetime.fromisoformat(iso_time).astimezone(timezone.utc)
+    except ValueError:
+        return iso_time
+    return when.strftime("%m-%d %H:%M:%S")
 
 
 def spec_warnings(data: Any) -> list[SpecProblem]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+from enum import Enum
 import time
 from pathlib import Path
 from typing import Any, NoReturn, Optional
@@ -26,6 +27,7 @@ from trainyard.cli.output import (
     emit,
     err_console,
     print_spec_warnings,
+    short_time,
     spec_warnings,
     table,
 )
@@ -288,6 +290,27 @@ def _statuses(values: Optional[list[str]]) -> list[str]:
     return wanted
 
 
+def _iso_time_s(value: str | None, option: str) -> float | None:
+    """An ISO 8601 date or time (``2026-01-31``, ``2026-01-31T12:00``, with or without an
+    offset; without one: UTC) as Unix seconds; a usage error (exit 2) otherwise."""
+    if value is None:
+        return None
+    from datetime import datetime, timezone
+
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is no ISO 8601 date or time; give e.g. "
+                                 "2026-01-31 or 2026-01-31T12:00:00Z",
+                                 param_hint=option) from None
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+
+
+class Order(str, Enum):
+    asc = "asc"
+    desc = "desc"
+
+
 def list_workflows(
     status: Optional[list[str]] = typer.Option(
         None, "--status", callback=_statuses, metavar="STATUS",
@@ -295,21 +318,37 @@ def list_workflows(
     name: Optional[str] = typer.Option(None, "--name", help="Only names containing this."),
     label: Optional[list[str]] = typer.Option(None, "--label", metavar="KEY=VALUE",
                                               help="Only workflows with this label (all must match)."),
+    user: Optional[str] = typer.Option(None, "--user", "-u", help="Only this user's workflows "
+                                       "(another user's: admins only)."),
+    pool: Optional[str] = typer.Option(None, "--pool", "-p", help="Only workflows of this pool."),
     count: Optional[int] = typer.Option(None, "--count", "-c", min=1,
                                         help="At most this many (1 or more)."),
+    offset: int = typer.Option(0, "--offset", min=0, help="Skip this many first (paging)."),
+    order: Order = typer.Option(Order.desc, "--order", help="desc: newest first; asc: oldest "
+                                "first."),
+    submitted_after: Optional[str] = typer.Option(
+        None, "--submitted-after", metavar="ISO_DATE",
+        help="Only those submitted at or after this (2026-01-31, 2026-01-31T12:00Z; UTC "
+             "without an offset)."),
+    submitted_before: Optional[str] = typer.Option(
+        None, "--submitted-before", metavar="ISO_DATE", help="Only those submitted before this."),
     fmt: Format = FormatOption,
 ) -> None:
     """List workflows, newest first. JSON: a list of {"id", "name", "status", "pool",
     "submitted_by", "labels", "submit_time", "end_time"} (times ISO 8601 UTC)."""
     params: dict[str, Any] = {"status": status or [], "label": label or []}
-    if name:
-        params["name"] = name
-    if count is not None:
-        params["count"] = count
+    optional = {"name": name, "count": count, "user": user, "pool": pool,
+                "submitted_after_s": _iso_time_s(submitted_after, "--submitted-after"),
+                "submitted_before_s": _iso_time_s(submitted_before, "--submitted-before")}
+    params.update({k: v for k, v in optional.items() if v is not None})
+    if offset:
+        params["offset"] = offset
+    if order is Order.asc:
+        params["order"] = "asc"
     data = Client().json("GET", "/api/workflow", params=params)
     emit(data, fmt, lambda rows: table(
-        ["id", "name", "status", "pool", "submitted by", "submit time"],
-        [[w["id"], w["name"], w["status"], w["pool"], w["submitted_by"], w["submit_time"]]
+        ["id", "status", "pool", "user", "submitted"],
+        [[w["id"], w["status"], w["pool"], w["submitted_by"], short_time(w["submit_time"])]
          for w in rows]))
 
 

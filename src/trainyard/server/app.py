@@ -194,9 +194,18 @@ def _routes(app: FastAPI, service: Service) -> None:
         name: str | None = None,
         label: Annotated[list[str] | None, Query()] = None,
         count: int | None = None,
+        user: str | None = None,
+        pool: str | None = None,
+        offset: int = 0,
+        order: Literal["asc", "desc"] = "desc",
+        submitted_after_s: float | None = None,
+        submitted_before_s: float | None = None,
     ) -> list[dict[str, Any]]:
         labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
-        return service.list(u, statuses=status, name=name, labels=labels, count=count)
+        return service.list(u, statuses=status, name=name, labels=labels, count=count,
+                            submitted_by=user, pool=pool, offset=offset,
+                            oldest_first=order == "asc", submitted_after_s=submitted_after_s,
+                            submitted_before_s=submitted_before_s)
 
     @app.get("/api/workflow/{workflow_id}")
     def query(workflow_id: str, u: Caller, response: Response, verbose: bool = False,

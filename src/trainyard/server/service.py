@@ -331,20 +331,33 @@ class Service:
             time.sleep(interval_s)
 
     def list(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
-             labels: dict[str, str] | None = None, count: int | None = None) -> list[dict[str, Any]]:
-        """Workflows visible to ``user``, newest first.
+             labels: dict[str, str] | None = None, count: int | None = None,
+             submitted_by: str | None = None, pool: str | None = None, offset: int = 0,
+             oldest_first: bool = False, submitted_after_s: float | None = None,
+             submitted_before_s: float | None = None) -> list[dict[str, Any]]:
+        """Workflows visible to ``user``, newest first (``oldest_first``: oldest first),
+        skipping the first ``offset``; read through ``Store.page_workflows`` (the
+        dashboard's query). A non-admin sees only their own workflows.
 
         Raises:
-            ConfigError: an unknown status (the valid ones are named) or ``count`` below 1.
+            ConfigError: an unknown status (the valid ones are named), ``count`` below 1
+                or ``offset`` below 0.
+            ForbiddenError: a non-admin asked for another user's workflows.
         """
         _check_list_filters(statuses, count)
+        if offset < 0:
+            raise ConfigError(f"offset must be 0 or more, not {offset}")
         if user.workflow is not None:  # a task token sees its own workflow only
             return [_summary_json(self._readable(user.workflow, user))]
-        records = self.engine.store.list_workflows(
-            statuses=statuses, name=name, labels=labels, count=count,
-            submitted_by=None if user.admin else user.name,
-        )
-        return [_summary_json(r) for r in records]
+        if not user.admin and submitted_by not in (None, user.name):
+            raise ForbiddenError(f"only an admin may list the workflows of {submitted_by}; "
+                                 f"you are {user.name}")
+        rows, _total = self.engine.store.page_workflows(
+            statuses=statuses, name=name, labels=labels, pool=pool, offset=offset,
+            limit=count or 2**31 - 1, oldest_first=oldest_first,
+            submitted_by=submitted_by if user.admin else user.name,
+            submitted_after_s=submitted_after_s, submitted_before_s=submitted_before_s)
+        return [_row_summary_json(row) for row in rows]
 
     # ------------------------------------------------------------------ changes
 
@@ -561,6 +574,13 @@ def _summary_json(record: WorkflowRecord) -> dict[str, Any]:
         "submitted_by": record.submitted_by, "labels": record.labels,
         "submit_time": iso(record.submit_time_s), "end_time": iso(record.end_time_s),
     }
+
+
+def _row_summary_json(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``Store.page_workflows`` row in ``_summary_json``'s shape."""
+    return {"id": row["id"], "name": row["name"], "status": row["status"], "pool": row["pool"],
+            "submitted_by": row["submitted_by"], "labels": row["labels"] or {},
+            "submit_time": iso(row["submit_time_s"]), "end_time": iso(row["end_time_s"])}
 
 
 def _attempt_json(a: m.TaskAttempt) -> dict[str, Any]:

@@ -119,3 +119,33 @@ def test_cancel_of_an_ended_workflow_says_so_and_exits_4(monkeypatch: pytest.Mon
                                 "error: workflow c-3: no workflow c-3"]
     code, out, _ = run(capsys, "workflow", "cancel", "c-3", "-f", "json")
     assert code == 3 and '"error": "no workflow c-3"' in out
+
+
+# ---------------------------------------------------------------------------- list
+
+
+def test_list_filters_reach_the_server_with_dates_in_utc(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    row = {"id": "hello-osmo-12", "name": "hello-osmo", "status": "COMPLETED", "pool": "local",
+           "submitted_by": "alice", "labels": {}, "submit_time": "2026-01-31T12:00:05+00:00",
+           "end_time": None}
+    client = use(monkeypatch, FakeClient({("GET", "/api/workflow"): [row]}))
+    code, out, err = run(capsys, "workflow", "list", "--user", "alice", "--pool", "local",
+                         "--offset", "5", "--order", "asc", "--submitted-after", "2026-01-31",
+                         "--submitted-before", "2026-02-01T01:00:00+01:00")
+    assert (code, err) == (0, "")
+    assert client.calls[0][2]["params"] == {
+        "status": [], "label": [], "user": "alice", "pool": "local", "offset": 5,
+        "order": "asc", "submitted_after_s": 1769817600.0, "submitted_before_s": 1769904000.0}
+    assert "01-31 12:00:05" in out and "hello-osmo-12" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("argv", [("--order", "sideways"), ("--offset", "-1"),
+                                  ("--submitted-after", "last tuesday")])
+def test_list_refuses_bad_filters(monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> None:
+    use(monkeypatch, FakeClient({("GET", "/api/workflow"): []}))
+    code, out, err = run(capsys, "workflow", "list", *argv)
+    assert (code, out) == (2, "")
+    assert argv[0] in err
