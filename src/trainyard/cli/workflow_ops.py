@@ -255,15 +255,20 @@ def print_dry_run(data: dict[str, Any]) -> None:
 def _query_table(data: dict[str, Any]) -> None:
     console.print(f"Workflow {data['id']} ({data['name']}): {data['status']}, "
                   f"submitted by {data['submitted_by']} at {data['submit_time']}")
+    if data.get("labels"):
+        console.print("Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(data["labels"].items())),
+                      markup=False)
     rows = []
     for group in data["groups"]:
         for t in group["tasks"]:
             rows.append([group["name"], t["name"] + (" (lead)" if t["lead"] else ""), t["status"],
-                         t["retry_id"], t["exit_code"], t["node"], t["start_time"], t["end_time"]])
+                         t["retry_id"], t["exit_code"], t["node"], short_time(t["start_time"], date=False),
+                         short_time(t["end_time"], date=False)])
             for r in t.get("retries", []):
                 rows.append(["", f"  retry {r['retry_id']}", r["status"], r["retry_id"],
-                             r["exit_code"], r["node"], r["start_time"], r["end_time"]])
-    table(["group", "task", "status", "retry", "exit", "node", "start", "end"], rows)
+                             r["exit_code"], r["node"], short_time(r["start_time"], date=False),
+                             short_time(r["end_time"], date=False)])
+    table(["group", "task", "status", "retry", "exit", "node", "start UTC", "end UTC"], rows)
     for group in data["groups"]:
         for t in group["tasks"]:
             for attempt in [*t.get("retries", []), t]:
@@ -278,6 +283,18 @@ def query(workflow_id: str = WorkflowIdArg, verbose: bool = typer.Option(False, 
     """Show a workflow's groups and tasks."""
     data = Client().json("GET", f"/api/workflow/{workflow_id}", params={"verbose": verbose})
     emit(data, fmt, _query_table)
+
+
+def events(workflow_id: str = WorkflowIdArg, fmt: Format = FormatOption) -> None:
+    """Show every transition of each task attempt, oldest first: the runner's INITIALIZING,
+    RUNNING and EXITED (with its exit code) from the attempt's events.jsonl, then the
+    status it ended with (COMPLETED, RESCHEDULED, FAILED*, with the failure reason). JSON:
+    a list of {"time" (ISO 8601 UTC), "task", "retry_id", "event", "exit_code", "message"}."""
+    data = Client().json("GET", f"/api/workflow/{workflow_id}/events")
+    emit(data, fmt, lambda rows: table(
+        ["time", "task", "retry", "event", "exit", "message"],
+        [[short_time(e["time"]), e["task"], e["retry_id"], e["event"], e["exit_code"],
+          e["message"]] for e in rows]))
 
 
 def _statuses(values: Optional[list[str]]) -> list[str]:
@@ -512,6 +529,7 @@ def register(app: typer.Typer) -> None:
     app.command("list")(list_workflows)
     app.command()(logs)
     app.command()(cancel)
+    app.command()(events)
     app.command()(restart)
     app.command()(delete)
     app.command()(prune)

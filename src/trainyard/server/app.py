@@ -230,6 +230,15 @@ def _routes(app: FastAPI, service: Service) -> None:
                       failed_only=error)
         return StreamingResponse(_log_chunks(stream, fmt), media_type=media)
 
+    @app.get("/api/workflow/{workflow_id}/events")
+    def events(workflow_id: str, u: Caller) -> list[dict[str, Any]]:
+        return service.events(workflow_id, u)
+
+    @app.get("/api/task")
+    def tasks(u: Caller, workflow: str | None = None,
+              count: Annotated[int, Query(ge=1)] = 20) -> list[dict[str, Any]]:
+        return service.tasks(u, workflow_id=workflow, count=count)
+
     @app.post("/api/workflow/{workflow_id}/cancel")
     def cancel(workflow_id: str, u: Caller) -> dict[str, Any]:
         return service.cancel(workflow_id, u)

@@ -359,6 +359,58 @@ class Service:
             submitted_after_s=submitted_after_s, submitted_before_s=submitted_before_s)
         return [_row_summary_json(row) for row in rows]
 
+    def events(self, workflow_id: str, user: User) -> list[dict[str, Any]]:
+        """The transitions of every task attempt, oldest first: the runner's events from
+        each attempt's ``events.jsonl`` (INITIALIZING, RUNNING, EXITED with its exit code
+        and message) and the attempt's end status as the engine recorded it (COMPLETED,
+        RESCHEDULED, FAILED*), each with its time.
+
+        Returns:
+            ``[{"time": ISO 8601 UTC, "task", "retry_id", "event", "exit_code",
+            "message"}]``.
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``query``.
+        """
+        from trainyard.runner.report import EVENTS, read_events
+
+        self._readable(workflow_id, user)
+        state = self.engine.state(workflow_id)
+        rows: list[tuple[float, dict[str, Any]]] = []
+        for name, ts in state.tasks.items():
+            attempts = [*ts.history, ts]
+            for a in attempts:
+                run_dir = self.engine.run_dir(workflow_id, name, a.retry_id)
+                for e in read_events(run_dir / EVENTS)[0]:
+                    rows.append((e.time_s, _event_row(e.time_s, name, a.retry_id, e.kind,
+                                                      e.exit_code, e.message or None)))
+                if a.status.is_terminal() and a.end_time_s is not None:
+                    rows.append((a.end_time_s, _event_row(
+                        a.end_time_s, name, a.retry_id, a.status.value, a.exit_code,
+                        a.failure_reason)))
+        return [row for _t, row in sorted(rows, key=lambda r: r[0])]
+
+    def tasks(self, user: User, *, workflow_id: str | None = None,
+              count: int = 20) -> list[dict[str, Any]]:
+        """The tasks of one workflow, or of ``user``'s latest ``count`` workflows (an
+        admin's: everyone's), each ``{"workflow", "group", "name", "status", "retry_id",
+        "node", "exit_code", "start_time", "end_time", "failure_reason"}``.
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``query``; ConfigError: ``count`` below 1.
+        """
+        if workflow_id is None:
+            ids = [w["id"] for w in self.list(user, count=count)]
+        else:
+            ids = [self._readable(workflow_id, user).id]
+        rows = []
+        for wid in ids:
+            state = self.engine.state(wid)
+            for group in state.groups.values():
+                rows += [{"workflow": wid, "group": group.name,
+                          **_task_json(state.tasks[t], False)} for t in group.tasks]
+        return rows
+
     # ------------------------------------------------------------------ changes
 
     def cancel(self, workflow_id: str, user: User) -> dict[str, Any]:
@@ -574,6 +626,12 @@ def _summary_json(record: WorkflowRecord) -> dict[str, Any]:
         "submitted_by": record.submitted_by, "labels": record.labels,
         "submit_time": iso(record.submit_time_s), "end_time": iso(record.end_time_s),
     }
+
+
+def _event_row(time_s: float, task: str, retry_id: int, event: str, exit_code: int | None,
+               message: str | None) -> dict[str, Any]:
+    return {"time": iso(time_s), "task": task, "retry_id": retry_id, "event": event,
+            "exit_code": exit_code, "message": message}
 
 
 def _row_summary_json(row: dict[str, Any]) -> dict[str, Any]:

@@ -149,3 +149,50 @@ def test_list_refuses_bad_filters(monkeypatch: pytest.MonkeyPatch,
     code, out, err = run(capsys, "workflow", "list", *argv)
     assert (code, out) == (2, "")
     assert argv[0] in err
+
+
+# ---------------------------------------------------------------------------- query, events, task list
+
+
+def test_query_shows_labels_and_the_failure_reason(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    task = {"name": "t", "lead": True, "status": "FAILED", "retry_id": 0, "exit_code": 7,
+            "node": "n0", "start_time": "2026-01-31T12:00:00+00:00",
+            "end_time": "2026-01-31T12:00:09+00:00", "failure_reason": "exit code 7"}
+    use(monkeypatch, FakeClient({("GET", "/api/workflow/w-1"): {
+        "id": "w-1", "name": "w", "status": "FAILED", "submitted_by": "alice",
+        "submit_time": "2026-01-31T11:59:59+00:00", "labels": {"team": "vision", "run": "3"},
+        "groups": [{"name": "t", "tasks": [task]}]}}))
+    code, out, _ = run(capsys, "workflow", "query", "w-1")
+    assert code == 0
+    assert "Labels: run=3, team=vision" in out and "t retry 0 failed: exit code 7" in out
+    assert "12:00:09" in out and max(map(len, out.splitlines()[1:])) <= 80
+
+
+def test_events_table_and_json(monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [{"time": "2026-01-31T12:00:01+00:00", "task": "t", "retry_id": 0,
+             "event": "RUNNING", "exit_code": None, "message": None},
+            {"time": "2026-01-31T12:00:02+00:00", "task": "t", "retry_id": 0,
+             "event": "RESCHEDULED", "exit_code": 1, "message": "exit code 1: retried"}]
+    use(monkeypatch, FakeClient({("GET", "/api/workflow/w-1/events"): rows}))
+    code, out, _ = run(capsys, "workflow", "events", "w-1")
+    assert code == 0 and "RESCHEDULED" in out and "01-31 12:00:02" in out
+    code, out, _ = run(capsys, "workflow", "events", "w-1", "-f", "json")
+    assert code == 0 and __import__("json").loads(out) == rows
+
+
+def test_task_list_of_one_workflow_and_of_mine(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from trainyard.cli import task as task_cli
+
+    row = {"workflow": "w-1", "group": "g", "name": "t", "status": "RUNNING", "lead": True,
+           "retry_id": 1, "exit_code": None, "node": "local-0",
+           "start_time": "2026-01-31T12:00:00+00:00", "end_time": None, "failure_reason": None}
+    client = FakeClient({("GET", "/api/task"): [row]})
+    monkeypatch.setattr(task_cli, "Client", lambda: client)
+    code, out, _ = run(capsys, "task", "list", "w-1")
+    assert code == 0 and "local-0" in out and "RUNNING" in out
+    assert run(capsys, "task", "list", "-c", "5")[0] == 0
+    assert [c[2]["params"] for c in client.calls] == [{"count": 20, "workflow": "w-1"},
+                                                      {"count": 5}]
