@@ -75,19 +75,49 @@ def _request(spec: str, *, set_values: list[str], set_strings: list[str], set_en
                         pool=pool, labels=parse_labels(labels))
 
 
-def _print_progress(view: Console, seen: dict[str, str], data: dict[str, Any],
+def _task_key(group: dict[str, Any], task: dict[str, Any]) -> str:
+    return task["name"] if group["name"] == task["name"] else f"{group['name']}/{task['name']}"
+
+
+def _attempt_line(key: str, attempt: dict[str, Any]) -> str:
+    node = f" on {attempt['node']}" if attempt.get("node") else ""
+    code = f" (exit {attempt['exit_code']})" if attempt.get("exit_code") is not None else ""
+    retry = f" retry {attempt['retry_id']}" if attempt.get("retry_id") else ""
+    return f"{key}{retry} {attempt['status']}{node}{code}"
+
+
+def _print_progress(view: Console, seen: dict[Any, str], data: dict[str, Any],
                     started: float) -> None:
-    elapsed = time.monotonic() - started
+    """Print each change since the last answer: the workflow's status (a restart shows it
+    going back to PENDING or RUNNING) and every task attempt's, earlier attempts included
+    (``retries`` of a verbose query), so a RESCHEDULED attempt is shown even when its retry
+    started before this answer."""
+    elapsed = f"[dim]{time.monotonic() - started:7.1f}s[/dim]"
+    if seen.get("workflow") not in (None, data["status"]):
+        view.print(f"{elapsed} workflow {data['status']}")
+    seen["workflow"] = data["status"]
     for group in data["groups"]:
         for task in group["tasks"]:
-            key = task["name"] if group["name"] == task["name"] else f"{group['name']}/{task['name']}"
+            key = _task_key(group, task)
+            earlier = [a for a in task.get("retries", []) if a["retry_id"] != task["retry_id"]]
+            for attempt in [*earlier, task]:
+                if seen.get((key, attempt["retry_id"])) != attempt["status"]:
+                    seen[(key, attempt["retry_id"])] = attempt["status"]
+                    view.print(f"{elapsed} {_attempt_line(key, attempt)}")
+
+
+def _print_failures(view: Console, workflow_id: str, data: dict[str, Any]) -> None:
+    """For a workflow that did not complete: each task that failed of itself (not
+    FAILED_UPSTREAM, not cancelled), why, and the command that prints its log."""
+    for group in data["groups"]:
+        for task in group["tasks"]:
             status = task["status"]
-            if seen.get(key) != status:
-                seen[key] = status
-                node = f" on {task['node']}" if task.get("node") else ""
-                code = f" (exit {task['exit_code']})" if task.get("exit_code") is not None else ""
-                retry = f" retry {task['retry_id']}" if task.get("retry_id") else ""
-                view.print(f"[dim]{elapsed:7.1f}s[/dim] {key}{retry} {status}{node}{code}")
+            if not status.startswith("FAILED") or status in ("FAILED_UPSTREAM", "FAILED_CANCELED"):
+                continue
+            why = f": {task['failure_reason']}" if task.get("failure_reason") else ""
+            view.print(f"Task {task['name']} retry {task['retry_id']} {status}{why}", markup=False)
+            view.print(f"  its log: trainyard workflow logs {workflow_id} --task {task['name']} "
+                       f"--retry-id {task['retry_id']}", markup=False)
 
 
 def _follow_logs(view: Console, client: Client, workflow_id: str, stop: threading.Event) -> None:
@@ -110,7 +140,9 @@ def _query_long_poll(client: Client, workflow_id: str, known: str | None,
     """The workflow's query, held by the server until its progress differs from ``known``
     (or ``wait_s`` passed); (the answer, its progress key, None from a server without long
     polls, which answers at once)."""
-    params: dict[str, Any] = {} if known is None else {"known": known, "wait_s": wait_s}
+    params: dict[str, Any] = {"verbose": True}
+    if known is not None:
+        params.update(known=known, wait_s=wait_s)
     response = client.request("GET", f"/api/workflow/{workflow_id}", params=params)
     return response.json(), response.headers.get("x-trainyard-progress")
 
@@ -145,17 +177,28 @@ def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.
     stop.set()
     view.print(f"Workflow {workflow_id} {data['status']} after {time.monotonic() - started:.1f}s")
     _print_outputs(view, data)
+    if data["status"] != "COMPLETED":
+        _print_failures(view, workflow_id, data)
     return data
 
 
 def finish_wait(client: Client, workflow_id: str, fmt: Format, *, logs: bool = False) -> NoReturn:
-    """``--wait``: progress until the workflow ends, then exit 0 only if it COMPLETED.
+    """``--wait``: progress until the workflow ends, then exit 0 only if it COMPLETED (on
+    a failure, which task failed and the command that prints its log). Ctrl-C stops only
+    the waiting: it says the workflow goes on and how to follow it (exit 130).
 
     With ``--format json`` the progress goes to stderr and stdout gets one JSON document,
     the final ``workflow query`` object.
     """
     view = err_console if fmt is Format.json else console
-    final = wait_for(client, workflow_id, logs=logs, view=view)
+    try:
+        final = wait_for(client, workflow_id, logs=logs, view=view)
+    except KeyboardInterrupt:
+        err_console.print(f"\nStopped waiting; workflow {workflow_id} goes on. Follow it with "
+                          f"`trainyard workflow logs {workflow_id}`, see it with `trainyard "
+                          f"workflow query {workflow_id}`, stop it with `trainyard workflow "
+                          f"cancel {workflow_id}`.", markup=False)
+        raise typer.Exit(130) from None
     if fmt is Format.json:
         emit(final, fmt, lambda _d: None)
     raise typer.Exit(0 if final["status"] == "COMPLETED" else 1)

@@ -196,3 +196,69 @@ def test_task_list_of_one_workflow_and_of_mine(monkeypatch: pytest.MonkeyPatch,
     assert run(capsys, "task", "list", "-c", "5")[0] == 0
     assert [c[2]["params"] for c in client.calls] == [{"count": 20, "workflow": "w-1"},
                                                       {"count": 5}]
+
+
+# ---------------------------------------------------------------------------- --wait
+
+
+class _Answer:
+    def __init__(self, data: dict[str, Any], key: str) -> None:
+        self._data, self.headers = data, {"x-trainyard-progress": key}
+
+    def json(self) -> dict[str, Any]:
+        return self._data
+
+
+class WaitClient(FakeClient):
+    """Answers the status queries of ``--wait`` from a script (the last one repeats)."""
+
+    def __init__(self, script: list[dict[str, Any]]) -> None:
+        super().__init__({("POST", "/api/workflow/w-1/restart"): {"id": "w-1", "status": "PENDING"}})
+        self.script = script
+        self.asked = 0
+
+    def request(self, method: str, path: str, **kwargs: Any) -> _Answer:
+        data = self.script[min(self.asked, len(self.script) - 1)]
+        self.asked += 1
+        if isinstance(data, BaseException):
+            raise data
+        return _Answer(data, f"key-{self.asked}")
+
+
+def _state(status: str, task: dict[str, Any], retries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"id": "w-1", "name": "w", "status": status,
+            "groups": [{"name": "t", "tasks": [{**task, "name": "t", "lead": True,
+                                                "retries": retries}]}]}
+
+
+def _attempt(retry_id: int, status: str, exit_code: int | None = None,
+             reason: str | None = None) -> dict[str, Any]:
+    return {"retry_id": retry_id, "status": status, "exit_code": exit_code, "node": "n0",
+            "failure_reason": reason}
+
+
+def test_wait_shows_a_rescheduled_attempt_and_the_failed_tasks_log_command(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    first = _attempt(0, "RUNNING")
+    # the retry started before the next answer: RESCHEDULED is only in `retries`
+    rescheduled = _attempt(0, "RESCHEDULED", 1)
+    failed = _attempt(1, "FAILED", 3, "exit code 3")
+    use(monkeypatch, WaitClient([
+        _state("RUNNING", first, [first]),
+        _state("RUNNING", _attempt(1, "RUNNING"), [rescheduled, _attempt(1, "RUNNING")]),
+        _state("FAILED", failed, [rescheduled, failed])]))
+    code, out, _ = run(capsys, "workflow", "restart", "w-1", "--wait")
+    assert code == 1
+    assert "t RESCHEDULED on n0 (exit 1)" in out and "t retry 1 FAILED on n0 (exit 3)" in out
+    assert "workflow FAILED" in out
+    assert "Task t retry 1 FAILED: exit code 3" in out
+    assert "trainyard workflow logs w-1 --task t --retry-id 1" in out
+
+
+def test_ctrl_c_during_wait_says_the_workflow_goes_on(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    use(monkeypatch, WaitClient([_state("RUNNING", _attempt(0, "RUNNING"), []),
+                                 KeyboardInterrupt()]))
+    code, out, err = run(capsys, "workflow", "restart", "w-1", "--wait")
+    assert code == 130
+    assert "workflow w-1 goes on" in err and "trainyard workflow logs w-1" in err
