@@ -570,7 +570,9 @@ class Service:
 
     def resources(self, pool: str | None = None) -> list[dict[str, Any]]:
         """Every node (of ``pool`` when given) with capacity, used and free (cpu, gpu,
-        memory_bytes, storage_bytes). Raises NotFoundError for an unknown pool."""
+        memory_bytes, storage_bytes), and ``virtual``: true when the capacity is declared,
+        not measured (a pool without ``strict: true``, such as the rehearsal pool ``local``,
+        whose virtual nodes share this machine). Raises NotFoundError for an unknown pool."""
         pools = [self.pool(pool)] if pool else list(self.engine.pools.values())
         rows = []
         for p in pools:
@@ -617,7 +619,7 @@ def _node_json(pool: Pool, node: Any, used: dict[str, Any] | None) -> dict[str, 
                 "storage_bytes": node.storage_bytes}
     free = {k: capacity[k] - used[k] for k in capacity}
     return {"pool": pool.name, "node": node.name, "platform": node.platform,
-            "capacity": capacity, "used": used, "free": free}
+            "capacity": capacity, "used": used, "free": free, "virtual": not pool.strict}
 
 
 def _summary_json(record: WorkflowRecord) -> dict[str, Any]:

@@ -262,3 +262,39 @@ def test_ctrl_c_during_wait_says_the_workflow_goes_on(monkeypatch: pytest.Monkey
     code, out, err = run(capsys, "workflow", "restart", "w-1", "--wait")
     assert code == 130
     assert "workflow w-1 goes on" in err and "trainyard workflow logs w-1" in err
+
+
+# ---------------------------------------------------------------------------- 80 columns, sizes
+
+
+def test_resource_list_marks_virtual_capacity_and_fits_80_columns(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from trainyard.cli import resource
+
+    def node(pool: str, name: str, platform: str | None, virtual: bool) -> dict[str, Any]:
+        cap = {"cpu": 64, "gpu": 8, "memory_bytes": 512 * 2**30, "storage_bytes": 2 * 2**40}
+        used = {"cpu": 1.5, "gpu": 2, "memory_bytes": 3 * 2**29, "storage_bytes": 0}
+        return {"pool": pool, "node": name, "platform": platform, "capacity": cap,
+                "used": used, "free": {}, "virtual": virtual}
+
+    rows = [node("local", "local-0", None, True), node("osmo", "agx-orin-jp6-0", "agx-orin-jp6", True),
+            node("slurm-local", "trainyard-node1", None, False)]
+    monkeypatch.setattr(resource, "Client", lambda: FakeClient({("GET", "/api/resource"): rows}))
+    code, out, _ = run(capsys, "resource", "list")
+    assert code == 0
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 80, out
+    assert "1.5GiB/512GiB" in out and "0B/2TiB" in out
+    assert "pool local" in out and "pool slurm-local" in out
+    local = next(line for line in lines if "local-0" in line)
+    real = next(line for line in lines if "trainyard-node1" in line)
+    assert "virtual" in local and "real" in real and "virtual" not in real
+    assert any(line.startswith("virtual: capacity declared") for line in lines)
+
+
+@pytest.mark.parametrize(("size", "shown"), [(0, "0B"), (12, "12B"), (1536, "1.5KiB"),
+                                             (2**30, "1GiB"), (3 * 2**40, "3TiB")])
+def test_one_size_format(size: int, shown: str) -> None:
+    from trainyard.cli.output import human_bytes
+
+    assert human_bytes(size) == shown
