@@ -259,6 +259,10 @@ def _routes(app: FastAPI, service: Service) -> None:
     def pools(_u: Caller) -> list[dict[str, Any]]:
         return service.pools()
 
+    @app.post("/api/pool/reload")
+    def reload_pools(_u: Caller) -> dict[str, Any]:
+        return service.refresh_pools(force=True)
+
     @app.get("/api/resource")
     def resources(_u: Caller, pool: str | None = None) -> list[dict[str, Any]]:
         return service.resources(pool)

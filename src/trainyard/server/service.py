@@ -7,6 +7,7 @@ reads and cancels only their own workflows unless an admin.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -29,12 +30,14 @@ from trainyard.errors import (
     SpecError,
     SpecProblem,
 )
-from trainyard.pools import DEFAULT_POOL, Pool
+from trainyard.pools import DEFAULT_POOL, Pool, load_pool_file
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.logs import FLUSH, LogFile, LogLine, file_size, read_merged, tail_offset
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import WorkflowRecord
+
+log = logging.getLogger("trainyard.server.service")
 
 __all__ = ["SpecRequest", "LoadedSpec", "LogLine", "Service", "iso"]
 
@@ -86,10 +89,60 @@ def progress_key(state: m.WorkflowState) -> str:
 class Service:
     """Operations of the API, for one engine."""
 
-    def __init__(self, engine: Engine, *, refused_pools: dict[str, str] | None = None) -> None:
+    def __init__(self, engine: Engine, *, refused_pools: dict[str, str] | None = None,
+                 pools_file: Path | None = None) -> None:
+        """Args:
+            pools_file: the ``pools.yaml`` the engine's pools came from; given, it is read
+                again whenever its modification time changes (``refresh_pools``), so an
+                edit takes effect without a restart. None: the pools never change.
+        """
         self.engine = engine
         self.refused_pools = dict(refused_pools or {})
         """Pools of pools.yaml not served (backend not available), with the reason."""
+        self.pools_file = pools_file
+        self._pools_mtime = _mtime_ns(pools_file)
+        self._pools_lock = threading.Lock()
+        self._pools_pending: list[str] = []  # busy pools whose edit waits
+        self.pools_error: str | None = None
+        """Why the last read of ``pools_file`` was refused (the pools in use were kept)."""
+
+    def refresh_pools(self, *, force: bool = False) -> dict[str, Any]:
+        """Read ``pools_file`` again when its modification time changed (or ``force``), or
+        when an earlier edit waits for a busy pool; serve what it defines
+        (``Engine.replace_pools``). A file that does not load is refused whole: the pools
+        in use stay, the reason is kept in ``pools_error`` (and logged).
+
+        Returns:
+            ``{"pools": [names], "refused": {name: reason}, "kept": [busy pools whose edit
+            waits for their workflows], "error": reason or None, "file": path}``.
+
+        Raises:
+            ConfigError: with ``force``, the file does not load (says the pools are kept).
+        """
+        if self.pools_file is None:
+            return self._pools_status()
+        with self._pools_lock:
+            mtime = _mtime_ns(self.pools_file)
+            if not force and mtime == self._pools_mtime and not self._pools_pending:
+                return self._pools_status()
+            self._pools_mtime = mtime
+            try:
+                pools, refused = load_pool_file(self.pools_file)
+            except ConfigError as exc:
+                self.pools_error = f"{exc}; the server keeps serving its pools " \
+                                   f"({', '.join(sorted(self.engine.pools))})"
+                log.error("pools file refused: %s", self.pools_error)
+                if force:
+                    raise ConfigError(self.pools_error) from None
+                return self._pools_status()
+            self._pools_pending = self.engine.replace_pools(pools)
+            self.refused_pools, self.pools_error = refused, None
+            return self._pools_status()
+
+    def _pools_status(self) -> dict[str, Any]:
+        return {"pools": sorted(self.engine.pools), "refused": dict(self.refused_pools),
+                "kept": list(self._pools_pending), "error": self.pools_error,
+                "file": str(self.pools_file) if self.pools_file else None}
 
     def task_token_owner(self, workflow_id: str) -> str:
         """The submitter a task token of ``workflow_id`` acts as (``TokenRegistry``'s
@@ -116,6 +169,7 @@ class Service:
             NotFoundError: no such pool (the pools are named).
             ConfigError: the pool's backend is not available (``pools.refused_pools``).
         """
+        self.refresh_pools()
         name = name or DEFAULT_POOL
         if name not in self.engine.pools and name in self.refused_pools:
             raise ConfigError(self.refused_pools[name])
@@ -562,6 +616,7 @@ class Service:
 
     def pools(self) -> list[dict[str, Any]]:
         """Every pool with its backend and node count."""
+        self.refresh_pools()
         return [
             {"name": p.name, "backend": p.backend, "nodes": len(p.nodes),
              "platforms": sorted(p.platforms), "max_retries": p.max_retries}
@@ -573,6 +628,7 @@ class Service:
         memory_bytes, storage_bytes), and ``virtual``: true when the capacity is declared,
         not measured (a pool without ``strict: true``, such as the rehearsal pool ``local``,
         whose virtual nodes share this machine). Raises NotFoundError for an unknown pool."""
+        self.refresh_pools()
         pools = [self.pool(pool)] if pool else list(self.engine.pools.values())
         rows = []
         for p in pools:
@@ -594,6 +650,14 @@ def _start_at_last(files: list[LogFile], ends: dict[Path, int], count: int | Non
                                         complete_only=complete_only)
         total += lines
     return max(0, total - count)
+
+
+def _mtime_ns(path: Path | None) -> int | None:
+    """``path``'s modification time (ns), None when there is no such file."""
+    try:
+        return path.stat().st_mtime_ns if path is not None else None
+    except FileNotFoundError:
+        return None
 
 
 def _failed_attempts(ts: m.TaskState) -> set[int]:

@@ -3,6 +3,7 @@ backend and a real SQLite store: list filters, cancel of an ended workflow, even
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,3 +104,56 @@ def test_cancel_says_had_ended_events_and_tasks(api, tmp_path: Path) -> None:
     assert [t["workflow"] for t in client.get("/api/task", headers=_auth(admin)).json()] == [wid]
     assert client.get("/api/task", params={"workflow": "nope-1"},
                       headers=_auth(admin)).status_code == 404
+
+
+def _write_pools(path: Path, text: str) -> None:
+    """Write the pools file and move its modification time on (a coarse clock could
+    otherwise give two writes within one tick the same time)."""
+    before = path.stat().st_mtime_ns if path.exists() else 0
+    path.write_text(text)
+    os.utime(path, ns=(before + 10**9, before + 10**9))
+
+
+POOL = "pools:\n  {name}:\n    backend: local\n    node_count: {nodes}\n"
+
+
+def test_pools_yaml_edits_apply_without_a_restart_and_a_bad_file_keeps_the_pools(
+        tmp_path: Path) -> None:
+    from trainyard.pools import load_pool_file
+
+    pools_file = tmp_path / "pools.yaml"
+    _write_pools(pools_file, POOL.format(name="a", nodes=1))
+    backend = FakeBackend(lambda launch: Outcome(0, polls=10**9))  # runs until cancelled
+    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
+                    pools=load_pool_file(pools_file)[0], backend_factory=lambda p, h: backend)
+    tokens = TokenRegistry(tmp_path)
+    service = Service(engine, pools_file=pools_file)
+    with TestClient(create_app(service, tokens)) as client:
+        admin = _auth((tmp_path / "token").read_text().strip())
+
+        def names() -> list[str]:
+            return [p["name"] for p in client.get("/api/pool", headers=admin).json()]
+
+        assert names() == ["local", "a"]
+        _write_pools(pools_file, POOL.format(name="a", nodes=1) + "  b:\n    backend: local\n")
+        assert sorted(names()) == ["a", "b", "local"]  # no restart, no reload command
+
+        _write_pools(pools_file, "pools:\n  a: {backend: local, nodes: [{name: x, gpu: lots}]}\n")
+        assert sorted(names()) == ["a", "b", "local"]  # refused whole: the old pools stay
+        assert "pool 'a'" in service.pools_error and "keeps serving" in service.pools_error
+        refused = client.post("/api/pool/reload", headers=admin)
+        assert refused.status_code == 400 and "pool 'a'" in refused.text, refused.text
+
+        # a pool in use keeps its definition until its workflows end; an idle one changes
+        wid = client.post("/api/workflow", headers=admin, json={
+            "spec_text": HELLO, "pool": "a"}).json()["id"]
+        _write_pools(pools_file, POOL.format(name="a", nodes=3) + POOL.format(
+            name="b", nodes=2).replace("pools:\n", ""))
+        answer = client.post("/api/pool/reload", headers=admin).json()
+        assert answer["kept"] == ["a"] and answer["error"] is None
+        nodes = {p["name"]: p["nodes"] for p in client.get("/api/pool", headers=admin).json()}
+        assert nodes == {"local": 4, "a": 1, "b": 2}
+        client.post(f"/api/workflow/{wid}/cancel", headers=admin)
+        _wait_done(client, wid, (tmp_path / "token").read_text().strip())
+        nodes = {p["name"]: p["nodes"] for p in client.get("/api/pool", headers=admin).json()}
+        assert nodes == {"local": 4, "a": 3, "b": 2}  # applied once it ended
