@@ -37,6 +37,6 @@ def _table(rows: list[dict]) -> None:
                 "virtual" if r.get("virtual") else "real"] for r in rows if r["pool"] == pool],
               title=f"pool {pool}")
     if any(r.get("virtual") for r in rows):
-        console.print("virtual: capacity declared by the pool, not measured; its nodes share\n"
-                      "this machine (GPU slots are CPU processes). `strict: true` in pools.yaml\n"
-                      "declares real capacity (docs/pools.md).", markup=False)
+        console.print("virtual: capacity the pool declares (it has no `strict: true`), not\n"
+                      "measured; GPU slots run as CPU processes where there are no GPUs\n"
+                      "(docs/pools.md).", markup=False)

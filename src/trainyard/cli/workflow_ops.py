@@ -421,7 +421,7 @@ def logs(
                                 "until the workflow ends (the default, as OSMO's `workflow "
                                 "logs`); --no-follow prints what is written now and returns."),
     error: bool = typer.Option(False, "--error", help="Only the logs of failed attempts "
-                               "(FAILED*): the runner keeps a task's stdout and stderr in "
+                               "(FAILED*, or RESCHEDULED: retried after a failure): the runner keeps a task's stdout and stderr in "
                                "one stream, so there is no stderr of its own to show."),
     lines: Optional[int] = typer.Option(None, "-n", min=1, help="Only the last N lines "
                                         "(when following: of those already written, then new ones)."),

@@ -533,8 +533,9 @@ class Service:
     def _log_files(self, workflow_id: str, task: str | None,
                    retry_id: int | None, *, failed_only: bool = False) -> list[LogFile]:
         """The ``task.log`` of every attempt asked for, to be read from its start; with
-        ``failed_only``, only of the attempts that ended FAILED* (the runner keeps a task's
-        stdout and stderr in one stream, so ``logs --error`` means the failed attempts).
+        ``failed_only``, only of the attempts that failed (FAILED*, or RESCHEDULED: retried
+        after a failure); the runner keeps a task's stdout and stderr in one stream, so
+        ``logs --error`` means the failed attempts.
 
         Raises:
             NotFoundError: the workflow has no task ``task``.
@@ -660,10 +661,15 @@ def _mtime_ns(path: Path | None) -> int | None:
         return None
 
 
+def _attempt_failed(status: m.Status) -> bool:
+    """An attempt that failed: FAILED*, or RESCHEDULED (it failed and a new attempt runs)."""
+    return status.is_failed() or status is m.Status.RESCHEDULED
+
+
 def _failed_attempts(ts: m.TaskState) -> set[int]:
-    """The retry ids of ``ts``'s attempts that ended FAILED* (earlier ones and the current)."""
-    failed = {a.retry_id for a in ts.history if a.status.is_failed()}
-    return failed | ({ts.retry_id} if ts.status.is_failed() else set())
+    """The retry ids of ``ts``'s attempts that failed (earlier ones and the current)."""
+    failed = {a.retry_id for a in ts.history if _attempt_failed(a.status)}
+    return failed | ({ts.retry_id} if _attempt_failed(ts.status) else set())
 
 
 def _check_list_filters(statuses: list[str] | None, count: int | None) -> None:
