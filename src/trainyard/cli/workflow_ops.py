@@ -417,9 +417,10 @@ def logs(
     task: Optional[str] = typer.Option(None, "--task", "-t", help="Only this task."),
     retry_id: Optional[int] = typer.Option(None, "--retry-id", "-r", min=0,
                                            help="Only this attempt (0 is the first)."),
-    follow: bool = typer.Option(True, "--follow/--no-follow", help="Keep printing new lines "
-                                "until the workflow ends (the default, as OSMO's `workflow "
-                                "logs`); --no-follow prints what is written now and returns."),
+    follow: Optional[bool] = typer.Option(
+        None, "--follow/--no-follow", help="Keep printing new lines until the workflow ends "
+        "(the default, as OSMO's `workflow logs`, except inside a task of that same workflow, "
+        "which would wait for itself); --no-follow prints what is written now and returns."),
     error: bool = typer.Option(False, "--error", help="Only the logs of failed attempts "
                                "(FAILED*, or RESCHEDULED: retried after a failure): the runner keeps a task's stdout and stderr in "
                                "one stream, so there is no stderr of its own to show."),
@@ -444,7 +445,7 @@ def logs(
     if error:
         params["error"] = True
     client, path = Client(), f"/api/workflow/{workflow_id}/logs"
-    if follow:
+    if follow if follow is not None else not _inside(workflow_id, client.token):
         params["follow"] = True
     try:
         for text in client.stream_text(path, **params):  # printed as it arrives
@@ -452,6 +453,15 @@ def logs(
     except KeyboardInterrupt:
         err_console.print(f"Stopped following; workflow {workflow_id} goes on.", markup=False)
         raise typer.Exit(130) from None
+
+
+def _inside(workflow_id: str, token: str | None) -> bool:
+    """Whether the CLI runs inside a task of ``workflow_id``: its token is a task token of
+    that workflow (``tasktokens``: ``tyt1.<workflow id>.<mac>``; only read here, the server
+    checks it)."""
+    from trainyard.tasktokens import PREFIX
+
+    return bool(token) and token.startswith(f"{PREFIX}{workflow_id}.")
 
 
 def _cancel_one(client: Client, workflow_id: str) -> tuple[dict[str, Any], int]:

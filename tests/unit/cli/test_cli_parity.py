@@ -23,6 +23,7 @@ class FakeClient:
         self.answers = answers or {}
         self.text = text or []
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.token: str | None = None
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
         self.calls.append((method, path, kwargs))
@@ -289,7 +290,7 @@ def test_resource_list_marks_virtual_capacity_and_fits_80_columns(
     local = next(line for line in lines if "local-0" in line)
     real = next(line for line in lines if "trainyard-node1" in line)
     assert "virtual" in local and "real" in real and "virtual" not in real
-    assert any(line.startswith("virtual: capacity declared") for line in lines)
+    assert any(line.startswith("virtual: capacity the pool declares") for line in lines)
 
 
 @pytest.mark.parametrize(("size", "shown"), [(0, "0B"), (12, "12B"), (1536, "1.5KiB"),
@@ -298,3 +299,14 @@ def test_one_size_format(size: int, shown: str) -> None:
     from trainyard.cli.output import human_bytes
 
     assert human_bytes(size) == shown
+
+
+def test_logs_inside_a_task_of_that_workflow_do_not_follow_by_default(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A task reading its own workflow's logs would otherwise wait for itself forever."""
+    client = use(monkeypatch, FakeClient())
+    client.token = "tyt1.w-1.abcdef"
+    assert run(capsys, "workflow", "logs", "w-1")[0] == 0
+    assert run(capsys, "workflow", "logs", "w-10")[0] == 0  # another workflow: follows
+    assert run(capsys, "workflow", "logs", "w-1", "--follow")[0] == 0
+    assert [c[2] for c in client.calls] == [{}, {"follow": True}, {"follow": True}]
