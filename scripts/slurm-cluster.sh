@@ -15,7 +15,13 @@
 # not available: trainyard falls back to squeue and the runner's events). Runs as root.
 #
 # `start` registers the pool `slurm-local` (backend: slurm) in $TRAINYARD_HOME/pools.yaml
-# (default ~/.local/share/trainyard) and writes the same pool alone to $TRAINYARD_SLURM_DIR/pools.yaml.
+# (default ~/.local/share/trainyard) and writes the same pools alone to $TRAINYARD_SLURM_DIR/pools.yaml;
+# `slurm-local` declares the nodes' real capacity (strict). It also registers the rehearsal
+# pool `slurm-rehearsal`: the same two nodes declaring 8 GPU slots, 64 CPUs, 512Gi and 2Ti each
+# (virtual, as the local pool's), none of it asked of Slurm, so OSMO's GPU training specs run on
+# this CPU-only cluster as GPU slots run as CPU processes on the local pool:
+#   trainyard workflow submit examples/torchrun_multinode/train.yaml --pool slurm-rehearsal
+# On a cluster already up, `start` only registers the pools (in a new $TRAINYARD_HOME).
 # Slurm commands need SLURM_CONF=$TRAINYARD_SLURM_DIR/slurm.conf (the pool's options carry it).
 #
 # Environment: TRAINYARD_SLURM_DIR, TRAINYARD_SLURM_PORT (slurmctld's port; the slurmds use
@@ -27,6 +33,7 @@ PORT="${TRAINYARD_SLURM_PORT:-16817}"
 NODES=(ty-node1 ty-node2)
 ADDRS=(127.0.0.1 127.0.0.2)
 POOL=slurm-local
+REHEARSAL_POOL=slurm-rehearsal
 PARTITION=trainyard
 CONF="$STATE/slurm.conf"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -138,13 +145,14 @@ wait_idle() {
 }
 
 register_pool() {
+  # $1: "alone" also (re)writes $STATE/pools.yaml (a fresh cluster); "home" only the home's file
   local py home
   py="$(python_with_yaml)"
   home="${TRAINYARD_HOME:-${XDG_DATA_HOME:-$HOME/.local/share}/trainyard}"
   mkdir -p "$home"
-  "$py" - "$STATE/pools.yaml" "$home/pools.yaml" "$POOL" "$CONF" "$PARTITION" "${NODES[@]}" <<'EOF'
+  "$py" - "$1" "$STATE/pools.yaml" "$home/pools.yaml" "$POOL" "$REHEARSAL_POOL" "$CONF" "$PARTITION" "${NODES[@]}" <<'EOF'
 import os, re, subprocess, sys, yaml
-alone, shared, pool, conf, partition, *nodes = sys.argv[1:]
+which, alone, shared, pool, rehearsal, conf, partition, *nodes = sys.argv[1:]
 hardware = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True).stdout
 cpus = int(re.search(r"\bCPUs=(\d+)", hardware).group(1))
 memory_mib = int(re.search(r"\bRealMemory=(\d+)", hardware).group(1))
@@ -156,17 +164,33 @@ body = {
                "storage": f"{storage_gib}Gi"} for n in nodes],
     "options": {"partition": partition, "slurm_conf": conf},
 }
-with open(alone, "w") as out:
-    yaml.safe_dump({"pools": {pool: body}}, out, sort_keys=False)
+# The rehearsal pool: the same Slurm nodes declaring what OSMO's training specs ask (per node
+# 8 GPU slots, 64 CPUs, 512Gi, 2Ti, as the local pool's virtual nodes), none of it asked of
+# Slurm (requests: []): GPU slots run as CPU processes, as on the local pool.
+rehearsal_body = {
+    "backend": "slurm", "strict": False, "max_retries": 3,
+    "nodes": [{"name": n, "cpu": 64, "gpu": 8, "memory": "512Gi", "storage": "2Ti"}
+              for n in nodes],
+    "options": {"partition": partition, "slurm_conf": conf, "requests": []},
+}
+pools = {pool: body, rehearsal: rehearsal_body}
+
+
+def write(path, data):
+    with open(path + ".tmp", "w") as out:
+        yaml.safe_dump(data, out, sort_keys=False)
+    os.replace(path + ".tmp", path)
+
+
+if which == "alone":
+    write(alone, {"pools": pools})
 data = {}
 if os.path.exists(shared):
     data = yaml.safe_load(open(shared)) or {}
-data.setdefault("pools", {})[pool] = body
-with open(shared + ".tmp", "w") as out:
-    yaml.safe_dump(data, out, sort_keys=False)
-os.replace(shared + ".tmp", shared)
+data.setdefault("pools", {}).update(pools)
+write(shared, data)
 EOF
-  say "pool $POOL registered in $home/pools.yaml"
+  say "pools $POOL and $REHEARSAL_POOL registered in $home/pools.yaml"
 }
 
 unregister_pool() {
@@ -174,12 +198,14 @@ unregister_pool() {
   home="${TRAINYARD_HOME:-${XDG_DATA_HOME:-$HOME/.local/share}/trainyard}"
   [ -f "$home/pools.yaml" ] || return 0
   py="$(python_with_yaml)" || return 0
-  "$py" - "$home/pools.yaml" "$POOL" <<'EOF'
+  "$py" - "$home/pools.yaml" "$POOL" "$REHEARSAL_POOL" <<'EOF'
 import os, sys, yaml
-path, pool = sys.argv[1:]
+path, *names = sys.argv[1:]
 data = yaml.safe_load(open(path)) or {}
-if pool in (data.get("pools") or {}):
-    del data["pools"][pool]
+gone = [name for name in names if name in (data.get("pools") or {})]
+for name in gone:
+    del data["pools"][name]
+if gone:
     with open(path + ".tmp", "w") as out:
         yaml.safe_dump(data, out, sort_keys=False)
     os.replace(path + ".tmp", path)
@@ -190,6 +216,7 @@ start() {
   install_packages
   if pid_alive "$STATE/slurmctld.pid"; then
     say "already running (state in $STATE)"
+    register_pool home  # a new $TRAINYARD_HOME gets the pools too
     return 0
   fi
   local t0=$SECONDS node
@@ -203,7 +230,7 @@ start() {
     slurmd -f "$CONF" -N "$node"
   done
   wait_idle
-  register_pool
+  register_pool alone
   say "up in $((SECONDS - t0)) s: ${NODES[*]} (partition $PARTITION); export SLURM_CONF=$CONF"
 }
 

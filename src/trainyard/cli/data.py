@@ -62,7 +62,7 @@ def upload(
 
     with mover_with_progress(quiet) as mover:
         stats = urls.upload(url, paths, regex, mover)
-    typer.echo(f"uploaded {stats.files} file(s), {human_bytes(stats.bytes)}B to {url}")
+    typer.echo(f"uploaded {stats.files} file(s), {human_bytes(stats.bytes)} to {url}")
 
 
 @app.command("download")

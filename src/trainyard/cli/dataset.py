@@ -131,7 +131,7 @@ def upload(
     with mover_with_progress(quiet) as mover:
         version = _store(store, mover).upload(dataset, files, tag)
     typer.echo(f"dataset {dataset} version {version.version}: {len(version.files)} file(s), "
-               f"{human_bytes(version.size_bytes)}B")
+               f"{human_bytes(version.size_bytes)}")
 
 
 @app.command("download")

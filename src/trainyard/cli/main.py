@@ -25,7 +25,8 @@ from trainyard.errors import SpecError, TrainyardError
 __all__ = ["app", "main", "exit_now", "SUBAPPS", "MULTI_VALUE_FLAGS", "EXIT_CODES",
            "expand_multi_value_flags"]
 
-SUBAPPS: tuple[str, ...] = ("workflow", "app", "pool", "resource", "server", "dataset", "data")
+SUBAPPS: tuple[str, ...] = ("workflow", "task", "app", "pool", "resource", "server", "dataset",
+                            "data")
 """Command groups, each a module ``trainyard.cli.<name>`` exposing ``app``."""
 
 MULTI_VALUE_FLAGS = frozenset({"--set", "--set-string", "--set-env", "--label"})

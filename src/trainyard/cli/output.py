@@ -7,12 +7,13 @@ from enum import StrEnum
 from typing import Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from trainyard.errors import SpecProblem
 
-__all__ = ["Format", "FormatOption", "console", "err_console", "emit", "table", "human_bytes",
+__all__ = ["Format", "FormatOption", "console", "err_console", "emit", "table", "human_bytes", "short_time",
            "spec_warnings", "print_spec_warnings"]
 
 console = Console(highlight=False, soft_wrap=True)
@@ -36,9 +37,12 @@ def emit(data: Any, fmt: Format, render_table: Any) -> None:
 
 
 def table(columns: list[str], rows: list[list[Any]], title: str | None = None) -> None:
-    """Print a simple table. No cell is cut short: on a terminal long cells wrap; into a pipe
-    or file the table takes the width it needs, one line per row (ids stay whole for grep)."""
-    out = Table(title=title, show_lines=False, header_style="bold")
+    """Print a simple table: a rule under the header, columns two spaces apart, no frame
+    (so the usual tables fit 80 columns). No cell is cut short: on a terminal long cells
+    wrap; into a pipe or file the table takes the width it needs, one line per row (ids
+    stay whole for grep)."""
+    out = Table(title=title, show_lines=False, header_style="bold", box=box.SIMPLE_HEAD,
+                show_edge=False, padding=(0, 1, 0, 0), title_justify="left")
     for column in columns:
         out.add_column(column, overflow="fold")
     for row in rows:
@@ -52,11 +56,27 @@ def table(columns: list[str], rows: list[list[Any]], title: str | None = None) -
 
 
 def human_bytes(value: float) -> str:
-    """``1073741824`` -> ``1Gi``."""
-    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+    """A size in the one format every CLI table and message uses: binary units, three
+    significant digits, ``B`` always: ``1073741824`` -> ``1GiB``, ``1536`` -> ``1.5KiB``,
+    ``12`` -> ``12B``."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(value) >= size:
             return f"{value / size:.3g}{unit}"
-    return f"{value:.0f}"
+    return f"{value:.0f}B"
+
+
+def short_time(iso_time: str | None, *, date: bool = True) -> str:
+    """An ISO 8601 UTC time as ``MM-DD HH:MM:SS`` (UTC; without ``date``: ``HH:MM:SS``),
+    for tables that fit 80 columns; ``-`` for none. JSON output keeps the full ISO time."""
+    if not iso_time:
+        return "-"
+    from datetime import datetime, timezone
+
+    try:
+        when = datetime.fromisoformat(iso_time).astimezone(timezone.utc)
+    except ValueError:
+        return iso_time
+    return when.strftime("%m-%d %H:%M:%S" if date else "%H:%M:%S")
 
 
 def spec_warnings(data: Any) -> list[SpecProblem]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+from enum import Enum
 import time
 from pathlib import Path
 from typing import Any, NoReturn, Optional
@@ -26,12 +27,13 @@ from trainyard.cli.output import (
     emit,
     err_console,
     print_spec_warnings,
+    short_time,
     spec_warnings,
     table,
 )
 from trainyard.cli.request import spec_request
 from trainyard.engine.status import WorkflowStatus
-from trainyard.errors import SpecError, SpecProblem
+from trainyard.errors import RefusedError, SpecError, SpecProblem, TrainyardError
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.values import parse_labels
 
@@ -73,19 +75,49 @@ def _request(spec: str, *, set_values: list[str], set_strings: list[str], set_en
                         pool=pool, labels=parse_labels(labels))
 
 
-def _print_progress(view: Console, seen: dict[str, str], data: dict[str, Any],
+def _task_key(group: dict[str, Any], task: dict[str, Any]) -> str:
+    return task["name"] if group["name"] == task["name"] else f"{group['name']}/{task['name']}"
+
+
+def _attempt_line(key: str, attempt: dict[str, Any]) -> str:
+    node = f" on {attempt['node']}" if attempt.get("node") else ""
+    code = f" (exit {attempt['exit_code']})" if attempt.get("exit_code") is not None else ""
+    retry = f" retry {attempt['retry_id']}" if attempt.get("retry_id") else ""
+    return f"{key}{retry} {attempt['status']}{node}{code}"
+
+
+def _print_progress(view: Console, seen: dict[Any, str], data: dict[str, Any],
                     started: float) -> None:
-    elapsed = time.monotonic() - started
+    """Print each change since the last answer: the workflow's status (a restart shows it
+    going back to PENDING or RUNNING) and every task attempt's, earlier attempts included
+    (``retries`` of a verbose query), so a RESCHEDULED attempt is shown even when its retry
+    started before this answer."""
+    elapsed = f"[dim]{time.monotonic() - started:7.1f}s[/dim]"
+    if seen.get("workflow") not in (None, data["status"]):
+        view.print(f"{elapsed} workflow {data['status']}")
+    seen["workflow"] = data["status"]
     for group in data["groups"]:
         for task in group["tasks"]:
-            key = task["name"] if group["name"] == task["name"] else f"{group['name']}/{task['name']}"
+            key = _task_key(group, task)
+            earlier = [a for a in task.get("retries", []) if a["retry_id"] != task["retry_id"]]
+            for attempt in [*earlier, task]:
+                if seen.get((key, attempt["retry_id"])) != attempt["status"]:
+                    seen[(key, attempt["retry_id"])] = attempt["status"]
+                    view.print(f"{elapsed} {_attempt_line(key, attempt)}")
+
+
+def _print_failures(view: Console, workflow_id: str, data: dict[str, Any]) -> None:
+    """For a workflow that did not complete: each task that failed of itself (not
+    FAILED_UPSTREAM, not cancelled), why, and the command that prints its log."""
+    for group in data["groups"]:
+        for task in group["tasks"]:
             status = task["status"]
-            if seen.get(key) != status:
-                seen[key] = status
-                node = f" on {task['node']}" if task.get("node") else ""
-                code = f" (exit {task['exit_code']})" if task.get("exit_code") is not None else ""
-                retry = f" retry {task['retry_id']}" if task.get("retry_id") else ""
-                view.print(f"[dim]{elapsed:7.1f}s[/dim] {key}{retry} {status}{node}{code}")
+            if not status.startswith("FAILED") or status in ("FAILED_UPSTREAM", "FAILED_CANCELED"):
+                continue
+            why = f": {task['failure_reason']}" if task.get("failure_reason") else ""
+            view.print(f"Task {task['name']} retry {task['retry_id']} {status}{why}", markup=False)
+            view.print(f"  its log: trainyard workflow logs {workflow_id} --task {task['name']} "
+                       f"--retry-id {task['retry_id']}", markup=False)
 
 
 def _follow_logs(view: Console, client: Client, workflow_id: str, stop: threading.Event) -> None:
@@ -108,7 +140,9 @@ def _query_long_poll(client: Client, workflow_id: str, known: str | None,
     """The workflow's query, held by the server until its progress differs from ``known``
     (or ``wait_s`` passed); (the answer, its progress key, None from a server without long
     polls, which answers at once)."""
-    params: dict[str, Any] = {} if known is None else {"known": known, "wait_s": wait_s}
+    params: dict[str, Any] = {"verbose": True}
+    if known is not None:
+        params.update(known=known, wait_s=wait_s)
     response = client.request("GET", f"/api/workflow/{workflow_id}", params=params)
     return response.json(), response.headers.get("x-trainyard-progress")
 
@@ -143,17 +177,28 @@ def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.
     stop.set()
     view.print(f"Workflow {workflow_id} {data['status']} after {time.monotonic() - started:.1f}s")
     _print_outputs(view, data)
+    if data["status"] != "COMPLETED":
+        _print_failures(view, workflow_id, data)
     return data
 
 
 def finish_wait(client: Client, workflow_id: str, fmt: Format, *, logs: bool = False) -> NoReturn:
-    """``--wait``: progress until the workflow ends, then exit 0 only if it COMPLETED.
+    """``--wait``: progress until the workflow ends, then exit 0 only if it COMPLETED (on
+    a failure, which task failed and the command that prints its log). Ctrl-C stops only
+    the waiting: it says the workflow goes on and how to follow it (exit 130).
 
     With ``--format json`` the progress goes to stderr and stdout gets one JSON document,
     the final ``workflow query`` object.
     """
     view = err_console if fmt is Format.json else console
-    final = wait_for(client, workflow_id, logs=logs, view=view)
+    try:
+        final = wait_for(client, workflow_id, logs=logs, view=view)
+    except KeyboardInterrupt:
+        err_console.print(f"\nStopped waiting; workflow {workflow_id} goes on. Follow it with "
+                          f"`trainyard workflow logs {workflow_id}`, see it with `trainyard "
+                          f"workflow query {workflow_id}`, stop it with `trainyard workflow "
+                          f"cancel {workflow_id}`.", markup=False)
+        raise typer.Exit(130) from None
     if fmt is Format.json:
         emit(final, fmt, lambda _d: None)
     raise typer.Exit(0 if final["status"] == "COMPLETED" else 1)
@@ -253,15 +298,20 @@ def print_dry_run(data: dict[str, Any]) -> None:
 def _query_table(data: dict[str, Any]) -> None:
     console.print(f"Workflow {data['id']} ({data['name']}): {data['status']}, "
                   f"submitted by {data['submitted_by']} at {data['submit_time']}")
+    if data.get("labels"):
+        console.print("Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(data["labels"].items())),
+                      markup=False)
     rows = []
     for group in data["groups"]:
         for t in group["tasks"]:
             rows.append([group["name"], t["name"] + (" (lead)" if t["lead"] else ""), t["status"],
-                         t["retry_id"], t["exit_code"], t["node"], t["start_time"], t["end_time"]])
+                         t["retry_id"], t["exit_code"], t["node"], short_time(t["start_time"], date=False),
+                         short_time(t["end_time"], date=False)])
             for r in t.get("retries", []):
                 rows.append(["", f"  retry {r['retry_id']}", r["status"], r["retry_id"],
-                             r["exit_code"], r["node"], r["start_time"], r["end_time"]])
-    table(["group", "task", "status", "retry", "exit", "node", "start", "end"], rows)
+                             r["exit_code"], r["node"], short_time(r["start_time"], date=False),
+                             short_time(r["end_time"], date=False)])
+    table(["group", "task", "status", "retry", "exit", "node", "start UTC", "end UTC"], rows)
     for group in data["groups"]:
         for t in group["tasks"]:
             for attempt in [*t.get("retries", []), t]:
@@ -278,6 +328,18 @@ def query(workflow_id: str = WorkflowIdArg, verbose: bool = typer.Option(False, 
     emit(data, fmt, _query_table)
 
 
+def events(workflow_id: str = WorkflowIdArg, fmt: Format = FormatOption) -> None:
+    """Show every transition of each task attempt, oldest first: the runner's INITIALIZING,
+    RUNNING and EXITED (with its exit code) from the attempt's events.jsonl, then the
+    status it ended with (COMPLETED, RESCHEDULED, FAILED*, with the failure reason). JSON:
+    a list of {"time" (ISO 8601 UTC), "task", "retry_id", "event", "exit_code", "message"}."""
+    data = Client().json("GET", f"/api/workflow/{workflow_id}/events")
+    emit(data, fmt, lambda rows: table(
+        ["time", "task", "retry", "event", "exit", "message"],
+        [[short_time(e["time"]), e["task"], e["retry_id"], e["event"], e["exit_code"],
+          e["message"]] for e in rows]))
+
+
 def _statuses(values: Optional[list[str]]) -> list[str]:
     """``--status`` values, upper-cased; a usage error (exit 2) names the valid ones."""
     wanted = [v.upper() for v in values or []]
@@ -288,6 +350,27 @@ def _statuses(values: Optional[list[str]]) -> list[str]:
     return wanted
 
 
+def _iso_time_s(value: str | None, option: str) -> float | None:
+    """An ISO 8601 date or time (``2026-01-31``, ``2026-01-31T12:00``, with or without an
+    offset; without one: UTC) as Unix seconds; a usage error (exit 2) otherwise."""
+    if value is None:
+        return None
+    from datetime import datetime, timezone
+
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is no ISO 8601 date or time; give e.g. "
+                                 "2026-01-31 or 2026-01-31T12:00:00Z",
+                                 param_hint=option) from None
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+
+
+class Order(str, Enum):
+    asc = "asc"
+    desc = "desc"
+
+
 def list_workflows(
     status: Optional[list[str]] = typer.Option(
         None, "--status", callback=_statuses, metavar="STATUS",
@@ -295,36 +378,58 @@ def list_workflows(
     name: Optional[str] = typer.Option(None, "--name", help="Only names containing this."),
     label: Optional[list[str]] = typer.Option(None, "--label", metavar="KEY=VALUE",
                                               help="Only workflows with this label (all must match)."),
+    user: Optional[str] = typer.Option(None, "--user", "-u", help="Only this user's workflows "
+                                       "(another user's: admins only)."),
+    pool: Optional[str] = typer.Option(None, "--pool", "-p", help="Only workflows of this pool."),
     count: Optional[int] = typer.Option(None, "--count", "-c", min=1,
                                         help="At most this many (1 or more)."),
+    offset: int = typer.Option(0, "--offset", min=0, help="Skip this many first (paging)."),
+    order: Order = typer.Option(Order.desc, "--order", help="desc: newest first; asc: oldest "
+                                "first."),
+    submitted_after: Optional[str] = typer.Option(
+        None, "--submitted-after", metavar="ISO_DATE",
+        help="Only those submitted at or after this (2026-01-31, 2026-01-31T12:00Z; UTC "
+             "without an offset)."),
+    submitted_before: Optional[str] = typer.Option(
+        None, "--submitted-before", metavar="ISO_DATE", help="Only those submitted before this."),
     fmt: Format = FormatOption,
 ) -> None:
     """List workflows, newest first. JSON: a list of {"id", "name", "status", "pool",
     "submitted_by", "labels", "submit_time", "end_time"} (times ISO 8601 UTC)."""
     params: dict[str, Any] = {"status": status or [], "label": label or []}
-    if name:
-        params["name"] = name
-    if count is not None:
-        params["count"] = count
+    optional = {"name": name, "count": count, "user": user, "pool": pool,
+                "submitted_after_s": _iso_time_s(submitted_after, "--submitted-after"),
+                "submitted_before_s": _iso_time_s(submitted_before, "--submitted-before")}
+    params.update({k: v for k, v in optional.items() if v is not None})
+    if offset:
+        params["offset"] = offset
+    if order is Order.asc:
+        params["order"] = "asc"
     data = Client().json("GET", "/api/workflow", params=params)
     emit(data, fmt, lambda rows: table(
-        ["id", "name", "status", "pool", "submitted by", "submit time"],
-        [[w["id"], w["name"], w["status"], w["pool"], w["submitted_by"], w["submit_time"]]
+        ["id", "status", "pool", "user", "submitted"],
+        [[w["id"], w["status"], w["pool"], w["submitted_by"], short_time(w["submit_time"])]
          for w in rows]))
 
 
 def logs(
     workflow_id: str = WorkflowIdArg,
     task: Optional[str] = typer.Option(None, "--task", "-t", help="Only this task."),
-    retry_id: Optional[int] = typer.Option(None, "--retry-id", help="Only this attempt."),
-    follow: bool = typer.Option(False, "--follow", help="Keep printing new lines until the "
-                                "workflow ends."),
+    retry_id: Optional[int] = typer.Option(None, "--retry-id", "-r", min=0,
+                                           help="Only this attempt (0 is the first)."),
+    follow: Optional[bool] = typer.Option(
+        None, "--follow/--no-follow", help="Keep printing new lines until the workflow ends "
+        "(the default, as OSMO's `workflow logs`, except inside a task of that same workflow, "
+        "which would wait for itself); --no-follow prints what is written now and returns."),
+    error: bool = typer.Option(False, "--error", help="Only the logs of failed attempts "
+                               "(FAILED*, or RESCHEDULED: retried after a failure): the runner keeps a task's stdout and stderr in "
+                               "one stream, so there is no stderr of its own to show."),
     lines: Optional[int] = typer.Option(None, "-n", min=1, help="Only the last N lines "
-                                        "(with --follow: of those already written, then new ones)."),
+                                        "(when following: of those already written, then new ones)."),
     fmt: Format = FormatOption,
 ) -> None:
     r"""Print a workflow's task logs in OSMO's line format (YYYY/MM/DD HH:MM:SS \[task] text,
-    UTC), whatever its status.
+    UTC), whatever its status; while it runs, follow it to its end (--no-follow: don't).
 
     With --format json: JSON Lines, one object per log line, {"time": ISO 8601 UTC,
     "task", "retry_id", "line": the text after the time and the \[task] tag, "source":
@@ -337,17 +442,67 @@ def logs(
                                                 "lines": lines}.items() if v is not None}
     if fmt is Format.json:
         params["format"] = "json"
+    if error:
+        params["error"] = True
     client, path = Client(), f"/api/workflow/{workflow_id}/logs"
-    if follow:
+    if follow if follow is not None else not _inside(workflow_id, client.token):
         params["follow"] = True
-    for text in client.stream_text(path, **params):  # printed as it arrives
-        typer.echo(text, nl=False)
+    try:
+        for text in client.stream_text(path, **params):  # printed as it arrives
+            typer.echo(text, nl=False)
+    except KeyboardInterrupt:
+        err_console.print(f"Stopped following; workflow {workflow_id} goes on.", markup=False)
+        raise typer.Exit(130) from None
 
 
-def cancel(workflow_id: str = WorkflowIdArg, fmt: Format = FormatOption) -> None:
-    """Cancel a workflow: stop every task; it ends FAILED_CANCELED."""
-    data = Client().json("POST", f"/api/workflow/{workflow_id}/cancel")
-    emit(data, fmt, lambda d: console.print(f"Workflow {d['id']} cancel requested: {d['status']}"))
+def _inside(workflow_id: str, token: str | None) -> bool:
+    """Whether the CLI runs inside a task of ``workflow_id``: its token is a task token of
+    that workflow (``tasktokens``: ``tyt1.<workflow id>.<mac>``; only read here, the server
+    checks it)."""
+    from trainyard.tasktokens import PREFIX
+
+    return bool(token) and token.startswith(f"{PREFIX}{workflow_id}.")
+
+
+def _cancel_one(client: Client, workflow_id: str) -> tuple[dict[str, Any], int]:
+    """Cancel one workflow: (its row, its exit status: 0 cancelled, 4 it had ended, an
+    error's code)."""
+    try:
+        data = client.json("POST", f"/api/workflow/{workflow_id}/cancel")
+    except TrainyardError as exc:
+        return {"id": workflow_id, "error": str(exc)}, exc.exit_code
+    return data, RefusedError.exit_code if data.get("had_ended") else 0
+
+
+def _print_cancel(data: dict[str, Any]) -> None:
+    if "error" in data:
+        err_console.print(f"error: workflow {data['id']}: {data['error']}", markup=False)
+    elif data.get("had_ended"):
+        err_console.print(f"Workflow {data['id']} had already ended: {data['status']}; "
+                          "nothing to cancel", markup=False)
+    else:
+        console.print(f"Workflow {data['id']} cancel requested: {data['status']}", markup=False)
+
+
+def cancel(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...",
+                                                  help="The workflows to cancel (NAME-N)."),
+           fmt: Format = FormatOption) -> None:
+    """Cancel workflows: stop every task; each ends FAILED_CANCELED. Each is cancelled on
+    its own and its result printed. Exit 0 when every one was cancelled; otherwise the
+    first problem's code: 4 when one had already ended (it is left as it ended), 3 an
+    unknown id, 8 not yours. JSON: for one id its summary {"id", "status", ...,
+    "had_ended"}; for several a list of them ({"id", "error"} for one that failed)."""
+    client = Client()
+    results = [_cancel_one(client, workflow_id) for workflow_id in workflow_ids]
+    rows = [row for row, _code in results]
+    if fmt is Format.json:
+        emit(rows[0] if len(rows) == 1 else rows, fmt, lambda _d: None)
+    else:
+        for row in rows:
+            _print_cancel(row)
+    status = next((code for _row, code in results if code), 0)
+    if status:
+        raise typer.Exit(status)
 
 
 def restart(workflow_id: str = WorkflowIdArg,
@@ -427,6 +582,7 @@ def register(app: typer.Typer) -> None:
     app.command("list")(list_workflows)
     app.command()(logs)
     app.command()(cancel)
+    app.command()(events)
     app.command()(restart)
     app.command()(delete)
     app.command()(prune)

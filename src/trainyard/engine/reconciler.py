@@ -436,6 +436,35 @@ class Engine:
         finally:
             self._running_loop = False
 
+    def replace_pools(self, pools: dict[str, Pool]) -> list[str]:
+        """Serve ``pools`` from now on (``pools.yaml`` was edited), without a restart.
+
+        A pool that unfinished workflows use keeps its current definition while any of them
+        runs or waits (its scheduler holds their placements and its backend their
+        processes): its name is returned, and the caller offers the edit again later. A
+        pool that changed or went away and is idle loses its scheduler and its backend
+        (closed), so the next workflow on it gets ones built from the new definition.
+
+        Returns:
+            The names of the pools kept as they were because workflows use them.
+        """
+        with self._lock:
+            busy = {self._pool_name[wid] for wid in self._live}
+            result, kept = dict(pools), []
+            for name, old in self.pools.items():
+                if pools.get(name) == old:
+                    continue
+                if name in busy:
+                    result[name] = old
+                    kept.append(name)
+                    continue
+                self._schedulers.pop(name, None)
+                backend = self._backends.pop(name, None)
+                if backend is not None:
+                    backend.close()
+            self.pools = result
+            return sorted(kept)
+
     def close(self) -> None:
         """Close and forget backends (their tasks keep running; a new Engine recovers them)."""
         for backend in self._backends.values():

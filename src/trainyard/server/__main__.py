@@ -70,7 +70,8 @@ def build_app(url: str | None = None):  # noqa: ANN201 - FastAPI app
     store = Store(url or database_url())
     store.verify()
     engine = Engine(store, home, pools=load_pools())
-    service = Service(engine, refused_pools=refused_pools())
+    service = Service(engine, refused_pools=refused_pools(),
+                      pools_file=home / "pools.yaml")  # edits apply without a restart
     return create_app(service, TokenRegistry(home, service.task_token_owner))
 
 

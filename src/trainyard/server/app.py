@@ -194,9 +194,18 @@ def _routes(app: FastAPI, service: Service) -> None:
         name: str | None = None,
         label: Annotated[list[str] | None, Query()] = None,
         count: int | None = None,
+        user: str | None = None,
+        pool: str | None = None,
+        offset: int = 0,
+        order: Literal["asc", "desc"] = "desc",
+        submitted_after_s: float | None = None,
+        submitted_before_s: float | None = None,
     ) -> list[dict[str, Any]]:
         labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
-        return service.list(u, statuses=status, name=name, labels=labels, count=count)
+        return service.list(u, statuses=status, name=name, labels=labels, count=count,
+                            submitted_by=user, pool=pool, offset=offset,
+                            oldest_first=order == "asc", submitted_after_s=submitted_after_s,
+                            submitted_before_s=submitted_before_s)
 
     @app.get("/api/workflow/{workflow_id}")
     def query(workflow_id: str, u: Caller, response: Response, verbose: bool = False,
@@ -213,12 +222,22 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/api/workflow/{workflow_id}/logs")
     def logs(workflow_id: str, u: Caller, task: str | None = None,
              retry_id: int | None = None, follow: bool = False,
-             lines: Annotated[int | None, Query(ge=1)] = None,
+             lines: Annotated[int | None, Query(ge=1)] = None, error: bool = False,
              fmt: Annotated[Literal["text", "json"], Query(alias="format")] = "text") -> Any:
         media = "application/x-ndjson" if fmt == "json" else "text/plain"
         read = service.follow_logs if follow else service.logs
-        stream = read(workflow_id, u, task=task, retry_id=retry_id, last_lines=lines)
+        stream = read(workflow_id, u, task=task, retry_id=retry_id, last_lines=lines,
+                      failed_only=error)
         return StreamingResponse(_log_chunks(stream, fmt), media_type=media)
+
+    @app.get("/api/workflow/{workflow_id}/events")
+    def events(workflow_id: str, u: Caller) -> list[dict[str, Any]]:
+        return service.events(workflow_id, u)
+
+    @app.get("/api/task")
+    def tasks(u: Caller, workflow: str | None = None,
+              count: Annotated[int, Query(ge=1)] = 20) -> list[dict[str, Any]]:
+        return service.tasks(u, workflow_id=workflow, count=count)
 
     @app.post("/api/workflow/{workflow_id}/cancel")
     def cancel(workflow_id: str, u: Caller) -> dict[str, Any]:
@@ -239,6 +258,10 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/api/pool")
     def pools(_u: Caller) -> list[dict[str, Any]]:
         return service.pools()
+
+    @app.post("/api/pool/reload")
+    def reload_pools(_u: Caller) -> dict[str, Any]:
+        return service.refresh_pools(force=True)
 
     @app.get("/api/resource")
     def resources(_u: Caller, pool: str | None = None) -> list[dict[str, Any]]:

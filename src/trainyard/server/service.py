@@ -7,6 +7,7 @@ reads and cancels only their own workflows unless an admin.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -29,12 +30,14 @@ from trainyard.errors import (
     SpecError,
     SpecProblem,
 )
-from trainyard.pools import DEFAULT_POOL, Pool
+from trainyard.pools import DEFAULT_POOL, Pool, load_pool_file
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.logs import FLUSH, LogFile, LogLine, file_size, read_merged, tail_offset
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import WorkflowRecord
+
+log = logging.getLogger("trainyard.server.service")
 
 __all__ = ["SpecRequest", "LoadedSpec", "LogLine", "Service", "iso"]
 
@@ -86,10 +89,60 @@ def progress_key(state: m.WorkflowState) -> str:
 class Service:
     """Operations of the API, for one engine."""
 
-    def __init__(self, engine: Engine, *, refused_pools: dict[str, str] | None = None) -> None:
+    def __init__(self, engine: Engine, *, refused_pools: dict[str, str] | None = None,
+                 pools_file: Path | None = None) -> None:
+        """Args:
+            pools_file: the ``pools.yaml`` the engine's pools came from; given, it is read
+                again whenever its modification time changes (``refresh_pools``), so an
+                edit takes effect without a restart. None: the pools never change.
+        """
         self.engine = engine
         self.refused_pools = dict(refused_pools or {})
         """Pools of pools.yaml not served (backend not available), with the reason."""
+        self.pools_file = pools_file
+        self._pools_mtime = _mtime_ns(pools_file)
+        self._pools_lock = threading.Lock()
+        self._pools_pending: list[str] = []  # busy pools whose edit waits
+        self.pools_error: str | None = None
+        """Why the last read of ``pools_file`` was refused (the pools in use were kept)."""
+
+    def refresh_pools(self, *, force: bool = False) -> dict[str, Any]:
+        """Read ``pools_file`` again when its modification time changed (or ``force``), or
+        when an earlier edit waits for a busy pool; serve what it defines
+        (``Engine.replace_pools``). A file that does not load is refused whole: the pools
+        in use stay, the reason is kept in ``pools_error`` (and logged).
+
+        Returns:
+            ``{"pools": [names], "refused": {name: reason}, "kept": [busy pools whose edit
+            waits for their workflows], "error": reason or None, "file": path}``.
+
+        Raises:
+            ConfigError: with ``force``, the file does not load (says the pools are kept).
+        """
+        if self.pools_file is None:
+            return self._pools_status()
+        with self._pools_lock:
+            mtime = _mtime_ns(self.pools_file)
+            if not force and mtime == self._pools_mtime and not self._pools_pending:
+                return self._pools_status()
+            self._pools_mtime = mtime
+            try:
+                pools, refused = load_pool_file(self.pools_file)
+            except ConfigError as exc:
+                self.pools_error = f"{exc}; the server keeps serving its pools " \
+                                   f"({', '.join(sorted(self.engine.pools))})"
+                log.error("pools file refused: %s", self.pools_error)
+                if force:
+                    raise ConfigError(self.pools_error) from None
+                return self._pools_status()
+            self._pools_pending = self.engine.replace_pools(pools)
+            self.refused_pools, self.pools_error = refused, None
+            return self._pools_status()
+
+    def _pools_status(self) -> dict[str, Any]:
+        return {"pools": sorted(self.engine.pools), "refused": dict(self.refused_pools),
+                "kept": list(self._pools_pending), "error": self.pools_error,
+                "file": str(self.pools_file) if self.pools_file else None}
 
     def task_token_owner(self, workflow_id: str) -> str:
         """The submitter a task token of ``workflow_id`` acts as (``TokenRegistry``'s
@@ -116,6 +169,7 @@ class Service:
             NotFoundError: no such pool (the pools are named).
             ConfigError: the pool's backend is not available (``pools.refused_pools``).
         """
+        self.refresh_pools()
         name = name or DEFAULT_POOL
         if name not in self.engine.pools and name in self.refused_pools:
             raise ConfigError(self.refused_pools[name])
@@ -331,29 +385,97 @@ class Service:
             time.sleep(interval_s)
 
     def list(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
-             labels: dict[str, str] | None = None, count: int | None = None) -> list[dict[str, Any]]:
-        """Workflows visible to ``user``, newest first.
+             labels: dict[str, str] | None = None, count: int | None = None,
+             submitted_by: str | None = None, pool: str | None = None, offset: int = 0,
+             oldest_first: bool = False, submitted_after_s: float | None = None,
+             submitted_before_s: float | None = None) -> list[dict[str, Any]]:
+        """Workflows visible to ``user``, newest first (``oldest_first``: oldest first),
+        skipping the first ``offset``; read through ``Store.page_workflows`` (the
+        dashboard's query). A non-admin sees only their own workflows.
 
         Raises:
-            ConfigError: an unknown status (the valid ones are named) or ``count`` below 1.
+            ConfigError: an unknown status (the valid ones are named), ``count`` below 1
+                or ``offset`` below 0.
+            ForbiddenError: a non-admin asked for another user's workflows.
         """
         _check_list_filters(statuses, count)
+        if offset < 0:
+            raise ConfigError(f"offset must be 0 or more, not {offset}")
         if user.workflow is not None:  # a task token sees its own workflow only
             return [_summary_json(self._readable(user.workflow, user))]
-        records = self.engine.store.list_workflows(
-            statuses=statuses, name=name, labels=labels, count=count,
-            submitted_by=None if user.admin else user.name,
-        )
-        return [_summary_json(r) for r in records]
+        if not user.admin and submitted_by not in (None, user.name):
+            raise ForbiddenError(f"only an admin may list the workflows of {submitted_by}; "
+                                 f"you are {user.name}")
+        rows, _total = self.engine.store.page_workflows(
+            statuses=statuses, name=name, labels=labels, pool=pool, offset=offset,
+            limit=count or 2**31 - 1, oldest_first=oldest_first,
+            submitted_by=submitted_by if user.admin else user.name,
+            submitted_after_s=submitted_after_s, submitted_before_s=submitted_before_s)
+        return [_row_summary_json(row) for row in rows]
+
+    def events(self, workflow_id: str, user: User) -> list[dict[str, Any]]:
+        """The transitions of every task attempt, oldest first: the runner's events from
+        each attempt's ``events.jsonl`` (INITIALIZING, RUNNING, EXITED with its exit code
+        and message) and the attempt's end status as the engine recorded it (COMPLETED,
+        RESCHEDULED, FAILED*), each with its time.
+
+        Returns:
+            ``[{"time": ISO 8601 UTC, "task", "retry_id", "event", "exit_code",
+            "message"}]``.
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``query``.
+        """
+        from trainyard.runner.report import EVENTS, read_events
+
+        self._readable(workflow_id, user)
+        state = self.engine.state(workflow_id)
+        rows: list[tuple[float, dict[str, Any]]] = []
+        for name, ts in state.tasks.items():
+            attempts = [*ts.history, ts]
+            for a in attempts:
+                run_dir = self.engine.run_dir(workflow_id, name, a.retry_id)
+                for e in read_events(run_dir / EVENTS)[0]:
+                    rows.append((e.time_s, _event_row(e.time_s, name, a.retry_id, e.kind,
+                                                      e.exit_code, e.message or None)))
+                if a.status.is_terminal() and a.end_time_s is not None:
+                    rows.append((a.end_time_s, _event_row(
+                        a.end_time_s, name, a.retry_id, a.status.value, a.exit_code,
+                        a.failure_reason)))
+        return [row for _t, row in sorted(rows, key=lambda r: r[0])]
+
+    def tasks(self, user: User, *, workflow_id: str | None = None,
+              count: int = 20) -> list[dict[str, Any]]:
+        """The tasks of one workflow, or of ``user``'s latest ``count`` workflows (an
+        admin's: everyone's), each ``{"workflow", "group", "name", "status", "retry_id",
+        "node", "exit_code", "start_time", "end_time", "failure_reason"}``.
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``query``; ConfigError: ``count`` below 1.
+        """
+        if workflow_id is None:
+            ids = [w["id"] for w in self.list(user, count=count)]
+        else:
+            ids = [self._readable(workflow_id, user).id]
+        rows = []
+        for wid in ids:
+            state = self.engine.state(wid)
+            for group in state.groups.values():
+                rows += [{"workflow": wid, "group": group.name,
+                          **_task_json(state.tasks[t], False)} for t in group.tasks]
+        return rows
 
     # ------------------------------------------------------------------ changes
 
     def cancel(self, workflow_id: str, user: User) -> dict[str, Any]:
-        """Cancel; returns the workflow summary."""
-        self._readable(workflow_id, user)
+        """Cancel (idempotent); returns the workflow summary with ``had_ended``: true when
+        the workflow had already ended before this call (nothing was cancelled)."""
+        record = self._readable(workflow_id, user)
         refuse_task_token(user, "cancel a workflow")
+        had_ended = WorkflowStatus(record.status).is_terminal()
         self.engine.cancel(workflow_id)
-        return _summary_json(self.engine.store.get_workflow(workflow_id))
+        return {**_summary_json(self.engine.store.get_workflow(workflow_id)),
+                "had_ended": had_ended}
 
     def restart(self, workflow_id: str, user: User) -> dict[str, Any]:
         """Run the failed groups of a failed workflow again, keeping completed ones."""
@@ -409,8 +531,11 @@ class Service:
     # ------------------------------------------------------------------ logs
 
     def _log_files(self, workflow_id: str, task: str | None,
-                   retry_id: int | None) -> list[LogFile]:
-        """The ``task.log`` of every attempt asked for, to be read from its start.
+                   retry_id: int | None, *, failed_only: bool = False) -> list[LogFile]:
+        """The ``task.log`` of every attempt asked for, to be read from its start; with
+        ``failed_only``, only of the attempts that failed (FAILED*, or RESCHEDULED: retried
+        after a failure); the runner keeps a task's stdout and stderr in one stream, so
+        ``logs --error`` means the failed attempts.
 
         Raises:
             NotFoundError: the workflow has no task ``task``.
@@ -424,12 +549,15 @@ class Service:
             if task is not None and name != task:
                 continue
             retries = [retry_id] if retry_id is not None else range(ts.retry_id + 1)
+            if failed_only:
+                retries = [r for r in retries if r in _failed_attempts(ts)]
             files += [LogFile(name, r, self.engine.run_dir(workflow_id, name, r) / "task.log")
                       for r in retries]
         return files
 
     def logs(self, workflow_id: str, user: User, *, task: str | None = None,
-             retry_id: int | None = None, last_lines: int | None = None) -> Iterator[LogLine]:
+             retry_id: int | None = None, last_lines: int | None = None,
+             failed_only: bool = False) -> Iterator[LogLine]:
         """Log lines of the workflow (all tasks merged by time), or of one task/attempt;
         with ``last_lines``, only the last that many (found from the files' ends).
 
@@ -442,13 +570,14 @@ class Service:
             ForbiddenError: another user's workflow and ``user`` is no admin.
         """
         self._readable(workflow_id, user)
-        files = self._log_files(workflow_id, task, retry_id)
+        files = self._log_files(workflow_id, task, retry_id, failed_only=failed_only)
         ends = {f.path: file_size(f.path) for f in files}
         skip = _start_at_last(files, ends, last_lines, complete_only=False)
         return read_merged(files, ends, follow=False, skip=skip)
 
     def follow_logs(self, workflow_id: str, user: User, *, task: str | None = None,
                     retry_id: int | None = None, last_lines: int | None = None,
+                    failed_only: bool = False,
                     poll_s: float = 0.2) -> Iterator[LogLine | None]:
         """Log lines as they are written, until the workflow ends and its logs are drained.
 
@@ -462,16 +591,18 @@ class Service:
         """
         self._readable(workflow_id, user)
         self._log_files(workflow_id, task, retry_id)
-        return self._follow(workflow_id, task, retry_id, last_lines, poll_s)
+        return self._follow(workflow_id, task, retry_id, last_lines, poll_s, failed_only)
 
     def _follow(self, workflow_id: str, task: str | None, retry_id: int | None,
-                last_lines: int | None, poll_s: float) -> Iterator[LogLine | None]:
+                last_lines: int | None, poll_s: float,
+                failed_only: bool = False) -> Iterator[LogLine | None]:
         known: dict[Path, LogFile] = {}
         first = True
         while True:
             finished = self.engine.state(workflow_id).status.is_terminal()
             files = [known.setdefault(f.path, f)
-                     for f in self._log_files(workflow_id, task, retry_id)]
+                     for f in self._log_files(workflow_id, task, retry_id,
+                                              failed_only=failed_only)]
             ends = {f.path: file_size(f.path) for f in files}
             skip = _start_at_last(files, ends, last_lines, complete_only=not finished) \
                 if first else 0
@@ -486,6 +617,7 @@ class Service:
 
     def pools(self) -> list[dict[str, Any]]:
         """Every pool with its backend and node count."""
+        self.refresh_pools()
         return [
             {"name": p.name, "backend": p.backend, "nodes": len(p.nodes),
              "platforms": sorted(p.platforms), "max_retries": p.max_retries}
@@ -494,7 +626,10 @@ class Service:
 
     def resources(self, pool: str | None = None) -> list[dict[str, Any]]:
         """Every node (of ``pool`` when given) with capacity, used and free (cpu, gpu,
-        memory_bytes, storage_bytes). Raises NotFoundError for an unknown pool."""
+        memory_bytes, storage_bytes), and ``virtual``: true when the capacity is declared,
+        not measured (a pool without ``strict: true``, such as the rehearsal pool ``local``,
+        whose virtual nodes share this machine). Raises NotFoundError for an unknown pool."""
+        self.refresh_pools()
         pools = [self.pool(pool)] if pool else list(self.engine.pools.values())
         rows = []
         for p in pools:
@@ -518,6 +653,25 @@ def _start_at_last(files: list[LogFile], ends: dict[Path, int], count: int | Non
     return max(0, total - count)
 
 
+def _mtime_ns(path: Path | None) -> int | None:
+    """``path``'s modification time (ns), None when there is no such file."""
+    try:
+        return path.stat().st_mtime_ns if path is not None else None
+    except FileNotFoundError:
+        return None
+
+
+def _attempt_failed(status: m.Status) -> bool:
+    """An attempt that failed: FAILED*, or RESCHEDULED (it failed and a new attempt runs)."""
+    return status.is_failed() or status is m.Status.RESCHEDULED
+
+
+def _failed_attempts(ts: m.TaskState) -> set[int]:
+    """The retry ids of ``ts``'s attempts that failed (earlier ones and the current)."""
+    failed = {a.retry_id for a in ts.history if _attempt_failed(a.status)}
+    return failed | ({ts.retry_id} if _attempt_failed(ts.status) else set())
+
+
 def _check_list_filters(statuses: list[str] | None, count: int | None) -> None:
     """Refuse an unknown workflow status or a count below 1 (ConfigError, HTTP 400)."""
     valid = [s.value for s in WorkflowStatus]
@@ -535,7 +689,7 @@ def _node_json(pool: Pool, node: Any, used: dict[str, Any] | None) -> dict[str, 
                 "storage_bytes": node.storage_bytes}
     free = {k: capacity[k] - used[k] for k in capacity}
     return {"pool": pool.name, "node": node.name, "platform": node.platform,
-            "capacity": capacity, "used": used, "free": free}
+            "capacity": capacity, "used": used, "free": free, "virtual": not pool.strict}
 
 
 def _summary_json(record: WorkflowRecord) -> dict[str, Any]:
@@ -544,6 +698,19 @@ def _summary_json(record: WorkflowRecord) -> dict[str, Any]:
         "submitted_by": record.submitted_by, "labels": record.labels,
         "submit_time": iso(record.submit_time_s), "end_time": iso(record.end_time_s),
     }
+
+
+def _event_row(time_s: float, task: str, retry_id: int, event: str, exit_code: int | None,
+               message: str | None) -> dict[str, Any]:
+    return {"time": iso(time_s), "task": task, "retry_id": retry_id, "event": event,
+            "exit_code": exit_code, "message": message}
+
+
+def _row_summary_json(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``Store.page_workflows`` row in ``_summary_json``'s shape."""
+    return {"id": row["id"], "name": row["name"], "status": row["status"], "pool": row["pool"],
+            "submitted_by": row["submitted_by"], "labels": row["labels"] or {},
+            "submit_time": iso(row["submit_time_s"]), "end_time": iso(row["end_time_s"])}
 
 
 def _attempt_json(a: m.TaskAttempt) -> dict[str, Any]:

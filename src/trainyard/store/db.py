@@ -360,10 +360,15 @@ class Store:
         pool: str | None = None,
         offset: int = 0,
         limit: int = 50,
+        submitted_after_s: float | None = None,
+        submitted_before_s: float | None = None,
+        oldest_first: bool = False,
     ) -> tuple[list[dict[str, Any]], int]:
-        """One page of workflow summaries, newest first, and how many match in all (for
-        the dashboard: only the summary columns are read, never a spec or a state, and
-        the ``seq`` index gives the order, so a page costs the same with 10 or 10,000 rows).
+        """One page of workflow summaries, newest first (``oldest_first``: oldest first),
+        and how many match in all (for the dashboard and ``workflow list``: only the summary
+        columns are read, never a spec or a state, and the ``seq`` index gives the order, so
+        a page costs the same with 10 or 10,000 rows). ``submitted_after_s`` keeps those
+        submitted at or after it, ``submitted_before_s`` those before it (Unix seconds).
 
         Returns:
             ``([{"id", "name", "status", "pool", "submitted_by", "labels",
@@ -383,7 +388,12 @@ class Store:
             conditions.append(_Workflow.pool == pool)
         for key, value in (labels or {}).items():
             conditions.append(_Workflow.labels[key].as_string() == value)
-        rows_q = select(*columns).where(*conditions).order_by(_Workflow.seq.desc())
+        if submitted_after_s is not None:
+            conditions.append(_Workflow.submit_time_s >= submitted_after_s)
+        if submitted_before_s is not None:
+            conditions.append(_Workflow.submit_time_s < submitted_before_s)
+        order = _Workflow.seq.asc() if oldest_first else _Workflow.seq.desc()
+        rows_q = select(*columns).where(*conditions).order_by(order)
         count_q = select(func.count()).select_from(_Workflow).where(*conditions)
         with self._tx() as session:
             total = session.scalar(count_q) or 0

@@ -119,7 +119,8 @@ def test_resource_list_shapes(server: Server) -> None:
     rows = server.main("resource", "list", "-f", "json").json()
     assert {r["pool"] for r in rows} == {"local", "osmo"}
     for row in rows:
-        assert set(row) == {"pool", "node", "platform", "capacity", "used", "free"}
+        assert set(row) == {"pool", "node", "platform", "capacity", "used", "free", "virtual"}
+        assert row["virtual"] is True  # neither local nor osmo is strict
         assert set(row["capacity"]) == set(row["used"]) == set(row["free"]) == KEYS
         assert all(row["free"][k] == row["capacity"][k] - row["used"][k] for k in KEYS)
     osmo = server.main("resource", "list", "--pool", "osmo", "-f", "json").json()
@@ -127,6 +128,6 @@ def test_resource_list_shapes(server: Server) -> None:
     assert osmo[0]["capacity"] == {"cpu": 64, "gpu": 8, "memory_bytes": 512 * 2**30,
                                    "storage_bytes": 2 * 2**40}
     table = server.main("resource", "list", "--pool", "osmo")
-    assert table.code == 0 and "/512Gi" in table.out and "/2Ti" in table.out
+    assert table.code == 0 and "/512GiB" in table.out and "/2TiB" in table.out
     unknown = server.main("resource", "list", "--pool", "nope")
     assert unknown.code == 3 and "local, osmo" in unknown.err

@@ -101,13 +101,13 @@ def test_logs_during_and_after_a_run_by_task_and_last_lines(server: Server, tmp_
     workflow_id = server.submit(spec(tmp_path, LOGS))
     server.wait_task(workflow_id, "talker", "RUNNING")
     deadline = time.monotonic() + 30
-    while "[talker] line 1" not in (during := server.logs(workflow_id)):
+    while "[talker] line 1" not in (during := server.logs(workflow_id, "--no-follow")):
         assert time.monotonic() < deadline, during
         time.sleep(0.2)
     assert server.query(workflow_id)["status"] == "RUNNING"
     assert "[talker] line 6" not in during
 
-    followed = server.logs(workflow_id, "--follow", "--task", "talker")  # returns at the end
+    followed = server.logs(workflow_id, "--task", "talker")  # follows by default; returns at the end
     assert [f"line {i}" in followed for i in range(1, 7)] == [True] * 6
     assert followed.rstrip().endswith("[talker][trainyard] exit code 0")
     assert server.wait(workflow_id)["status"] == "COMPLETED"
@@ -196,7 +196,9 @@ def test_cancel_stops_every_process_and_ends_failed_canceled(server: Server, tmp
     left = wait_gone(procs, timeout_s=30)
     assert not left, [p.cmdline() for p in left]
     again = server.main("workflow", "cancel", workflow_id, "-f", "json")
-    assert again.json()["status"] == "FAILED_CANCELED"  # idempotent
+    assert again.code == 4, again.err  # it had ended: said so, nothing changed
+    assert json.loads(again.out)["status"] == "FAILED_CANCELED"
+    assert json.loads(again.out)["had_ended"] is True
 
 
 def test_submit_a_workflow_id_resubmits_its_stored_spec(server: Server, tmp_path: Path) -> None:

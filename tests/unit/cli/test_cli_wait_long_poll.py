@@ -48,8 +48,10 @@ def test_long_poll_server_is_asked_with_the_last_key_and_never_slept_on(sleeps: 
     client = _Client(["PENDING", "RUNNING", "COMPLETED"], long_polls=True)
     data = workflow_ops.wait_for(client, "wf-1", logs=False, view=_view())  # type: ignore[arg-type]
     assert data["status"] == "COMPLETED"
-    assert client.params == [{}, {"known": "key-1", "wait_s": workflow_ops.LONG_POLL_S},
-                             {"known": "key-2", "wait_s": workflow_ops.LONG_POLL_S}]
+    assert client.params == [
+        {"verbose": True},
+        {"verbose": True, "known": "key-1", "wait_s": workflow_ops.LONG_POLL_S},
+        {"verbose": True, "known": "key-2", "wait_s": workflow_ops.LONG_POLL_S}]
     assert sleeps == []
 
 
@@ -58,7 +60,7 @@ def test_server_without_long_polls_is_polled_with_growing_intervals(sleeps: list
     data = workflow_ops.wait_for(client, "wf-1", logs=False, poll_s=0.25, max_poll_s=0.5,  # type: ignore[arg-type]
                                  view=_view())
     assert data["status"] == "COMPLETED"
-    assert client.params == [{}, {}, {}, {}]
+    assert client.params == [{"verbose": True}] * 4
     assert sleeps == [0.25, 0.375, 0.5]
 
 
