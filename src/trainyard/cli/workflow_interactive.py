@@ -300,31 +300,49 @@ def _copy_in(entry: dict[str, Any], local: Path, inside: str) -> None:
 
 
 def _copy_out(entry: dict[str, Any], inside: str, local: Path) -> None:
-    probe = _in_task(entry, ["test", "-d", inside])
-    is_dir = probe.wait() == 0
+    """Unpack into a temporary folder beside ``local`` first: a refused archive leaves
+    nothing half-made at ``local``."""
+    is_dir = _in_task(entry, ["test", "-d", inside]).wait() == 0
     path = PurePosixPath(inside)
     argv = (["tar", "-c", "-f", "-", "-C", inside, "."] if is_dir
             else ["tar", "-c", "-f", "-", "-C", str(path.parent), path.name])
-    proc = _in_task(entry, argv, stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    target = local if is_dir else Path(tempfile.mkdtemp(prefix=".trainyard-rsync-",
-                                                        dir=local.parent or "."))
+    local.absolute().parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".trainyard-rsync-", dir=local.absolute().parent))
     try:
-        target.mkdir(parents=True, exist_ok=True)
+        _unpack(_in_task(entry, argv, stdout=subprocess.PIPE), inside, staging)
+        _place(staging if is_dir else staging / path.name, local)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _unpack(proc: subprocess.Popen[bytes], inside: str, staging: Path) -> None:
+    """Extract the task's tar stream into ``staging``, refusing members that would land
+    outside it (``tarfile``'s ``data`` filter: absolute paths, '..', links out, devices)."""
+    assert proc.stdout is not None
+    try:
         with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
-            archive.extractall(target, filter="data")
-        _check_copy(proc.wait(), f"packing {inside} in the task")
-        if not is_dir:
-            os.replace(target / path.name, local)
+            archive.extractall(staging, filter="data")
     except tarfile.FilterError as exc:
         proc.kill()
+        proc.wait()
         raise RefusedError(f"refused what the task sent from {inside}: {exc}") from None
     except tarfile.TarError as exc:
         _check_copy(proc.wait(), f"packing {inside} in the task")
         raise RefusedError(f"what the task sent from {inside} is no archive: {exc}") from None
-    finally:
-        if not is_dir:
-            shutil.rmtree(target, ignore_errors=True)
+    _check_copy(proc.wait(), f"packing {inside} in the task")
+
+
+def _place(copied: Path, local: Path) -> None:
+    """Move the unpacked copy to ``local``: a file or a new folder as a whole, into an
+    existing folder entry by entry."""
+    if copied.is_dir() and local.is_dir():
+        shutil.copytree(copied, local, symlinks=True, dirs_exist_ok=True)
+    else:
+        if copied.is_dir():  # the staging folder itself: mkdtemp made it 0700
+            umask = os.umask(0)
+            os.umask(umask)
+            copied.chmod(0o777 & ~umask)
+        os.replace(copied, local)
 
 
 def _check_copy(code: int, what: str) -> None:
