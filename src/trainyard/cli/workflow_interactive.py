@@ -101,7 +101,7 @@ def _run_with_pty(argv: list[str]) -> int:
     os.close(slave)
     saved = termios.tcgetattr(0)
     old = signal.signal(signal.SIGWINCH, lambda *_a: _copy_size(master))
-    ttymod.setraw(0)
+    ttymod.setraw(0, termios.TCSANOW)  # not TCSAFLUSH: keep what was typed ahead
     try:
         _relay_pty(master)
     finally:
