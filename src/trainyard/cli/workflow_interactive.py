@@ -67,6 +67,13 @@ def _command_argv(entry: dict[str, Any], command: list[str], tty: bool) -> list[
     return enter_argv(int(entry["pid"]), float(entry["created"]), command, tty=tty)
 
 
+def _command_env(entry: dict[str, Any]) -> dict[str, str] | None:
+    """The environment of the host command: the pool's ``SLURM_CONF`` for srun."""
+    if entry["backend"] == "slurm" and entry.get("slurm_conf"):
+        return {**os.environ, "SLURM_CONF": str(entry["slurm_conf"])}
+    return None
+
+
 # ---------------------------------------------------------------------- exec
 
 
@@ -85,7 +92,8 @@ def exec_command(workflow_id: WorkflowIdArg, task: TaskArg,
     entry = _entry(workflow_id, task, retry_id)
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     argv = _command_argv(entry, command, tty)
-    code = _run_with_pty(argv) if tty and entry["backend"] == "local" else subprocess.call(argv)
+    code = (_run_with_pty(argv) if tty and entry["backend"] == "local"
+            else subprocess.call(argv, env=_command_env(entry)))
     raise typer.Exit(code)
 
 
@@ -272,7 +280,7 @@ def rsync(workflow_id: WorkflowIdArg, task: TaskArg,
 
 
 def _in_task(entry: dict[str, Any], command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(_command_argv(entry, command, False), **kwargs)
+    return subprocess.Popen(_command_argv(entry, command, False), env=_command_env(entry), **kwargs)
 
 
 def _owner_reset(info: tarfile.TarInfo) -> tarfile.TarInfo:

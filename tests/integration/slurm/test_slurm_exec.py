@@ -1,0 +1,61 @@
+"""``workflow exec`` on Slurm (issue 13): the backend names the running task's job and the
+node of its step (``SlurmBackend.entry``), and the CLI's command (``srun --overlap --jobid
+JOB --nodelist NODE CMD``) runs beside the task in its allocation, its exit status kept. On
+the real test cluster; the server's part (auth, RUNNING check) is the same for every backend
+and is tested on the local backend (tests/integration/cli/test_interactive_verbs.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from slurm_cluster_support import EngineRunner
+
+from trainyard.backends.base import TaskKey
+from trainyard.cli.workflow_interactive import _command_argv, _command_env
+from trainyard.engine.status import Status
+from trainyard.errors import RefusedError
+
+pytest_plugins = ["slurm_fixtures"]
+
+SPEC = """
+workflow:
+  name: slurm-exec
+  tasks:
+  - name: t
+    command: [sh, -c]
+    args: ["echo ready; exec sleep 300"]
+"""
+
+
+def _entry(runner: EngineRunner, key: TaskKey, timeout_s: float = 120) -> dict:
+    """The task's entry once it runs and its step shows in squeue."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if runner.state(key.workflow_id).tasks[key.task].status == Status.RUNNING:
+            try:
+                return runner.engine.task_entry(runner.pool.name, key)
+            except RefusedError:
+                pass
+        assert time.monotonic() < deadline, runner.state(key.workflow_id).tasks[key.task]
+        time.sleep(1)
+
+
+def test_exec_runs_beside_the_task_in_its_job(slurm_engine: EngineRunner, tmp_path: Path) -> None:
+    spec = tmp_path / "exec.yaml"
+    spec.write_text(SPEC)
+    wid = slurm_engine.submit_spec(spec)
+    try:
+        entry = _entry(slurm_engine, TaskKey(wid, "t", 0))
+        assert entry["backend"] == "slurm" and entry["job_id"] and entry["node"]
+        argv = _command_argv(entry, ["sh", "-c", 'echo "$SLURM_JOB_ID $SLURMD_NODENAME"; exit 5'],
+                             False)
+        assert argv[:2] == ["srun", "--overlap"]
+        done = subprocess.run(argv, env=_command_env(entry), capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
+        assert done.returncode == 5, done.stderr
+        assert done.stdout.split() == [entry["job_id"], entry["node"]]
+    finally:
+        slurm_engine.engine.cancel(wid)
+        slurm_engine.wait(wid, timeout_s=120)
