@@ -86,7 +86,6 @@ def exec_command(workflow_id: WorkflowIdArg, task: TaskArg,
     in its job. With a terminal on stdin it gets a terminal of its own. The command's exit
     status is this command's; an ended task exits 4, an unknown one 3. Same rule as cancel:
     the workflow's submitter or an admin."""
-    command = command[1:] if command[:1] == ["--"] else command  # click keeps a late "--"
     if not command:
         raise typer.BadParameter("give the command after --", param_hint="CMD")
     entry = _entry(workflow_id, task, retry_id)
@@ -360,6 +359,6 @@ def _check_copy(code: int, what: str) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add ``exec``, ``port-forward`` and ``rsync`` to the ``workflow`` sub-app."""
-    app.command("exec", context_settings={"allow_interspersed_args": False})(exec_command)
+    app.command("exec")(exec_command)
     app.command("port-forward")(port_forward)
     app.command("rsync")(rsync)
