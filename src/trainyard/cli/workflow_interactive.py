@@ -23,16 +23,17 @@ import signal
 import socket
 import subprocess
 import sys
-import tarfile
-import tempfile
 import threading
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from trainyard.cli.client import Client
 from trainyard.errors import RefusedError
+
+if TYPE_CHECKING:
+    import tarfile
 
 __all__ = ["register", "exec_command", "port_forward", "rsync", "parse_port", "split_task_path"]
 
@@ -289,6 +290,8 @@ def _owner_reset(info: tarfile.TarInfo) -> tarfile.TarInfo:
 
 
 def _copy_in(entry: dict[str, Any], local: Path, inside: str) -> None:
+    import tarfile  # here, not at the CLI's start
+
     if not local.exists():
         raise typer.BadParameter(f"{local}: no such file or folder", param_hint="SRC")
     where = inside if local.is_dir() else str(PurePosixPath(inside).parent)
@@ -309,6 +312,7 @@ def _copy_in(entry: dict[str, Any], local: Path, inside: str) -> None:
 def _copy_out(entry: dict[str, Any], inside: str, local: Path) -> None:
     """Unpack into a temporary folder beside ``local`` first: a refused archive leaves
     nothing half-made at ``local``."""
+    import tempfile
     is_dir = _in_task(entry, ["test", "-d", inside]).wait() == 0
     path = PurePosixPath(inside)
     argv = (["tar", "-c", "-f", "-", "-C", inside, "."] if is_dir
@@ -325,6 +329,7 @@ def _copy_out(entry: dict[str, Any], inside: str, local: Path) -> None:
 def _unpack(proc: subprocess.Popen[bytes], inside: str, staging: Path) -> None:
     """Extract the task's tar stream into ``staging``, refusing members that would land
     outside it (``tarfile``'s ``data`` filter: absolute paths, '..', links out, devices)."""
+    import tarfile
     assert proc.stdout is not None
     try:
         with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
