@@ -41,6 +41,9 @@ workflow:
   - name: srv
     command: [sh, -c]
     args: ["mkdir -p /tmp/site && echo served-from-task > /tmp/site/index.txt && cd /tmp/site && exec python3 -m http.server {{port}}"]
+    outputs:  # a task with data to move runs in a forked runner (the sleeper: in the launcher)
+    - dataset:
+        name: verbs-web-out
 default-values:
   port: 8765
 """

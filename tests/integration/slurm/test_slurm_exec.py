@@ -1,6 +1,7 @@
 """``workflow exec`` on Slurm (issue 13): the backend names the running task's job and the
 node of its step (``SlurmBackend.entry``), and the CLI's command (``srun --overlap --jobid
-JOB --nodelist NODE CMD``) runs beside the task in its allocation, its exit status kept. On
+JOB --nodelist NODE CMD``) runs beside the task in its allocation, its exit status kept;
+``rsync`` goes through it both ways. On
 the real test cluster; the server's part (auth, RUNNING check) is the same for every backend
 and is tested on the local backend (tests/integration/cli/test_interactive_verbs.py)."""
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from slurm_cluster_support import EngineRunner
 
 from trainyard.backends.base import TaskKey
-from trainyard.cli.workflow_interactive import _command_argv, _command_env
+from trainyard.cli.workflow_interactive import _command_argv, _command_env, _copy_in, _copy_out
 from trainyard.engine.status import Status
 from trainyard.errors import RefusedError
 
@@ -42,6 +43,17 @@ def _entry(runner: EngineRunner, key: TaskKey, timeout_s: float = 120) -> dict:
         time.sleep(1)
 
 
+def _rsync_both_ways(entry: dict, tmp_path: Path) -> None:
+    """``rsync`` goes through the same srun (tar on the task's node, on this machine here)."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "f.txt").write_text("through srun\n")
+    inside = f"{tmp_path}/on-node"
+    _copy_in(entry, tmp_path / "in", inside)
+    assert (Path(inside) / "f.txt").read_text() == "through srun\n"
+    _copy_out(entry, f"{inside}/f.txt", tmp_path / "back.txt")
+    assert (tmp_path / "back.txt").read_text() == "through srun\n"
+
+
 def test_exec_runs_beside_the_task_in_its_job(slurm_engine: EngineRunner, tmp_path: Path) -> None:
     spec = tmp_path / "exec.yaml"
     spec.write_text(SPEC)
@@ -56,6 +68,7 @@ def test_exec_runs_beside_the_task_in_its_job(slurm_engine: EngineRunner, tmp_pa
                               timeout=120, stdin=subprocess.DEVNULL)
         assert done.returncode == 5, done.stderr
         assert done.stdout.split() == [entry["job_id"], entry["node"]]
+        _rsync_both_ways(entry, tmp_path)
     finally:
         slurm_engine.engine.cancel(wid)
         slurm_engine.wait(wid, timeout_s=120)
