@@ -92,9 +92,54 @@ def exec_command(workflow_id: WorkflowIdArg, task: TaskArg,
     entry = _entry(workflow_id, task, retry_id)
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     argv = _command_argv(entry, command, tty)
-    code = (_run_with_pty(argv) if tty and entry["backend"] == "local"
-            else subprocess.call(argv, env=_command_env(entry)))
+    if entry["backend"] == "slurm":
+        code = subprocess.call(argv, env=_command_env(entry))
+    else:
+        code = _run_with_pty(argv) if tty else _run_piped(argv)
     raise typer.Exit(code)
+
+
+def _run_piped(argv: list[str]) -> int:
+    """Run ``argv`` with pipes relayed to this process's stdin, stdout and stderr, never
+    with those themselves: one of them may be the caller's terminal, which a task could open
+    through ``/proc/PID/fd`` of the command (same user namespace) and push input into."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    outs = [threading.Thread(target=_copy_fd, args=(pipe.fileno(), fd), daemon=True)
+            for pipe, fd in ((proc.stdout, 1), (proc.stderr, 2))]
+    for thread in outs:
+        thread.start()
+    threading.Thread(target=_feed, args=(proc.stdin,), daemon=True).start()
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:
+            continue  # the command got the same Ctrl-C (same process group); its status tells
+    for thread in outs:
+        thread.join()
+    return code
+
+
+def _copy_fd(src: int, dst: int) -> None:
+    while data := os.read(src, 65536):
+        os.write(dst, data)
+
+
+def _feed(pipe: Any) -> None:
+    """Copy this process's stdin to ``pipe`` until EOF (or the command stops reading)."""
+    try:
+        while data := os.read(0, 65536):
+            pipe.write(data)
+            pipe.flush()
+    except OSError:
+        pass
+    finally:
+        try:
+            pipe.close()
+        except OSError:
+            pass
 
 
 def _run_with_pty(argv: list[str]) -> int:

@@ -202,3 +202,42 @@ def test_port_forward_reaches_a_server_in_the_task(server: Server, tmp_path: Pat
     server.wait(workflow_id, timeout_s=120)
     ended = server.cli("workflow", "exec", workflow_id, "srv", "--", "true")
     assert ended.code == 4 and "has ended" in ended.err
+
+
+def test_exec_never_hands_the_callers_terminal_to_the_task(server: Server, running: str) -> None:
+    """stdout a terminal, stdin not: the command writes to a pipe the CLI relays, not to the
+    caller's terminal (a task could open it through /proc/PID/fd and push input into it)."""
+    master, slave = os.openpty()
+    proc = subprocess.Popen([str(TRAINYARD), "workflow", "exec", running, "t", "--", "sh", "-c",
+                             "readlink /proc/self/fd/1 /proc/self/fd/2"],
+                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
+                            env=cli_env(server.home))
+    os.close(slave)
+    assert proc.wait(timeout=120) == 0
+    seen = b""
+    while select.select([master], [], [], 0.5)[0]:
+        try:
+            seen += os.read(master, 65536)
+        except OSError:
+            break
+    os.close(master)
+    lines = seen.decode().split()
+    assert len(lines) == 2 and all(line.startswith("pipe:") for line in lines), lines
+
+
+def test_exec_ctrl_c_reaches_the_command(server: Server, running: str) -> None:
+    proc = subprocess.Popen([str(TRAINYARD), "workflow", "exec", running, "t", "--", "sleep", "300"],
+                            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(server.home), start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not _sleeping_in_task(server, running):
+        assert time.monotonic() < deadline, "the exec'd sleep never started"
+        time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    assert proc.wait(timeout=30) == 130, proc.stderr.read()
+
+
+def _sleeping_in_task(server: Server, workflow_id: str) -> bool:
+    done = server.cli("workflow", "exec", workflow_id, "t", "--", "sh", "-c",
+                      "grep -l '^sleep.300' /proc/[0-9]*/cmdline 2>/dev/null | grep -v '^/proc/2/'")
+    return done.code == 0
