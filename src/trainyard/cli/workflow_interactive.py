@@ -227,7 +227,10 @@ def port_forward(workflow_id: WorkflowIdArg, task: TaskArg,
     entry = _entry(workflow_id, task, retry_id)
     if entry["backend"] != "local":
         raise RefusedError("port-forward works on the local backend only (not done for Slurm yet)")
-    listener = socket.create_server(("127.0.0.1", local))
+    try:
+        listener = socket.create_server(("127.0.0.1", local))
+    except OSError as exc:
+        raise RefusedError(f"cannot listen on 127.0.0.1:{local}: {exc.strerror or exc}") from None
     typer.echo(f"Forwarding 127.0.0.1:{local} -> {task} {entry['address']}:{remote} "
                "(Ctrl-C to stop)", err=True)
     ended = threading.Event()

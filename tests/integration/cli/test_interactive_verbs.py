@@ -238,6 +238,5 @@ def test_exec_ctrl_c_reaches_the_command(server: Server, running: str) -> None:
 
 
 def _sleeping_in_task(server: Server, workflow_id: str) -> bool:
-    done = server.cli("workflow", "exec", workflow_id, "t", "--", "sh", "-c",
-                      "grep -l '^sleep.300' /proc/[0-9]*/cmdline 2>/dev/null | grep -v '^/proc/2/'")
-    return done.code == 0
+    done = server.cli("workflow", "exec", workflow_id, "t", "--", "pgrep", "-x", "-f", "sleep 300")
+    return done.code == 0  # the task's own is "sleep 600"
