@@ -381,7 +381,9 @@ class Engine:
         Raises:
             RefusedError: the pool's backend has no such hook, or refuses (see the hook).
         """
-        backend = self._pool_backend(pool)
+        backend = self._backends.get(pool)  # a running task's pool has one; none is made here
+        if backend is None:
+            raise RefusedError(f"the engine runs nothing on pool {pool} now")
         hook = getattr(backend, "entry", None)
         if hook is None:
             raise RefusedError(f"the {backend.name} backend of pool {pool} cannot enter a "
