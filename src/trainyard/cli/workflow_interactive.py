@@ -25,12 +25,13 @@ import subprocess
 import sys
 import threading
 from pathlib import Path, PurePosixPath
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from trainyard.cli.client import Client
-from trainyard.errors import RefusedError
+from trainyard.errors import NotFoundError, RefusedError
 
 if TYPE_CHECKING:
     import tarfile
@@ -221,20 +222,22 @@ def port_forward(workflow_id: WorkflowIdArg, task: TaskArg,
                      help="Host loopback port, and the task's port (default: the same).")],
                  retry_id: RetryOpt = None) -> None:
     """Forward 127.0.0.1:LOCAL on this machine to the task's address:REMOTE (local backend:
-    inside the task's group network namespace) until Ctrl-C, or until the task ends (exit
-    4). Same rule as cancel."""
+    inside the task's group network namespace; Slurm: the node's 127.0.0.1:REMOTE, through a
+    relay that ``srun --overlap`` runs beside the task for each connection) until Ctrl-C, or
+    until the task ends (exit 4). Same rule as cancel."""
     local, remote = parse_port(port)
     entry = _entry(workflow_id, task, retry_id)
-    if entry["backend"] != "local":
-        raise RefusedError("port-forward works on the local backend only (not done for Slurm yet)")
     try:
         listener = socket.create_server(("127.0.0.1", local))
     except OSError as exc:
         raise RefusedError(f"cannot listen on 127.0.0.1:{local}: {exc.strerror or exc}") from None
-    typer.echo(f"Forwarding 127.0.0.1:{local} -> {task} {entry['address']}:{remote} "
-               "(Ctrl-C to stop)", err=True)
+    where = entry.get("address") or f"node {entry.get('node')} 127.0.0.1"
+    typer.echo(f"Forwarding 127.0.0.1:{local} -> {task} {where}:{remote} (Ctrl-C to stop)",
+               err=True)
     ended = threading.Event()
-    threading.Thread(target=_watch_task, args=(entry, listener, ended), daemon=True).start()
+    alive = (_local_alive(entry) if entry["backend"] == "local"
+             else _entry_alive(workflow_id, task, int(entry["retry_id"])))
+    threading.Thread(target=_watch_task, args=(alive, listener, ended), daemon=True).start()
     try:
         _serve_forward(listener, entry, remote)
     except KeyboardInterrupt:
@@ -256,6 +259,9 @@ def _serve_forward(listener: socket.socket, entry: dict[str, Any], remote: int) 
 
 
 def _forward_one(conn: socket.socket, entry: dict[str, Any], remote: int) -> None:
+    if entry["backend"] == "slurm":
+        _forward_through_srun(conn, entry, remote)
+        return
     from trainyard.backends.enter import connect_inside, relay
 
     try:
@@ -268,12 +274,77 @@ def _forward_one(conn: socket.socket, entry: dict[str, Any], remote: int) -> Non
     relay(conn, inner)
 
 
-def _watch_task(entry: dict[str, Any], listener: socket.socket, ended: threading.Event) -> None:
-    """Close ``listener`` once the task's sandbox is gone (checked every second)."""
+SRUN_RELAY = """
+import os, socket, sys, threading
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+def up():
+    while data := os.read(0, 65536):
+        s.sendall(data)
+    s.shutdown(socket.SHUT_WR)
+threading.Thread(target=up, daemon=True).start()
+while data := s.recv(65536):
+    os.write(1, data)
+"""
+"""Runs on a Slurm task's node (``srun --overlap``): one connection to the node's
+127.0.0.1:PORT, relayed to srun's stdin and stdout."""
+
+
+def _forward_through_srun(conn: socket.socket, entry: dict[str, Any], remote: int) -> None:
+    """One forwarded connection to a Slurm task: a relay beside the task on its node, its
+    stdin and stdout carried by ``srun --overlap``."""
+    argv = _command_argv(entry, ["python3", "-c", SRUN_RELAY, str(remote)], False)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env=_command_env(entry))
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def up() -> None:
+        try:
+            while data := conn.recv(65536):
+                proc.stdin.write(data)  # type: ignore[union-attr]
+                proc.stdin.flush()  # type: ignore[union-attr]
+        except OSError:
+            pass
+        finally:
+            try:
+                proc.stdin.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+
+    threading.Thread(target=up, daemon=True).start()
+    try:
+        while data := os.read(proc.stdout.fileno(), 65536):
+            conn.sendall(data)
+    except OSError:
+        pass
+    finally:
+        conn.close()
+        proc.wait()
+
+
+def _local_alive(entry: dict[str, Any]) -> Callable[[], bool]:
+    """Whether the local task's sandbox still lives (its init process, by create time)."""
     from trainyard.runner.proctree import same_process
 
-    while same_process(int(entry["pid"]), float(entry["created"])) is not None:
-        threading.Event().wait(1.0)
+    return lambda: same_process(int(entry["pid"]), float(entry["created"])) is not None
+
+
+def _entry_alive(workflow_id: str, task: str, retry_id: int) -> Callable[[], bool]:
+    """Whether the server still lets the attempt be entered (it runs)."""
+    def alive() -> bool:
+        try:
+            Client().json("POST", f"/api/workflow/{workflow_id}/task/{task}/entry",
+                          params={"retry_id": retry_id})
+            return True
+        except (RefusedError, NotFoundError):
+            return False
+    return alive
+
+
+def _watch_task(alive: Callable[[], bool], listener: socket.socket,
+                ended: threading.Event, interval_s: float = 1.0) -> None:
+    """Close ``listener`` once the task is gone (``alive`` asked every ``interval_s``)."""
+    while alive():
+        threading.Event().wait(interval_s)
     ended.set()
     try:
         listener.shutdown(socket.SHUT_RDWR)

@@ -1,20 +1,25 @@
 """``workflow exec`` on Slurm (issue 13): the backend names the running task's job and the
 node of its step (``SlurmBackend.entry``), and the CLI's command (``srun --overlap --jobid
 JOB --nodelist NODE CMD``) runs beside the task in its allocation, its exit status kept;
-``rsync`` goes through it both ways. On
+``rsync`` goes through it both ways, and ``port-forward`` reaches ``python3 -m http.server``
+in the task through a relay srun runs beside it. On
 the real test cluster; the server's part (auth, RUNNING check) is the same for every backend
 and is tested on the local backend (tests/integration/cli/test_interactive_verbs.py)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
+import httpx
 from slurm_cluster_support import EngineRunner
 
 from trainyard.backends.base import TaskKey
-from trainyard.cli.workflow_interactive import _command_argv, _command_env, _copy_in, _copy_out
+from trainyard.cli.workflow_interactive import (_command_argv, _command_env, _copy_in, _copy_out,
+                                               _serve_forward)
 from trainyard.engine.status import Status
 from trainyard.errors import RefusedError
 
@@ -70,5 +75,50 @@ def test_exec_runs_beside_the_task_in_its_job(slurm_engine: EngineRunner, tmp_pa
         assert done.stdout.split() == [entry["job_id"], entry["node"]]
         _rsync_both_ways(entry, tmp_path)
     finally:
+        slurm_engine.engine.cancel(wid)
+        slurm_engine.wait(wid, timeout_s=120)
+
+
+WEB = """
+workflow:
+  name: slurm-forward
+  tasks:
+  - name: srv
+    command: [sh, -c]
+    args: ["mkdir -p site && echo from-slurm-task > site/index.txt && cd site && exec python3 -m http.server {{port}} --bind 127.0.0.1"]
+default-values:
+  port: 8765
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_port_forward_reaches_a_server_in_the_task(slurm_engine: EngineRunner, tmp_path: Path) -> None:
+    spec = tmp_path / "web.yaml"
+    spec.write_text(WEB)
+    remote = _free_port()
+    wid = slurm_engine.submit_spec(spec, (f"port={remote}",))
+    listener = socket.create_server(("127.0.0.1", 0))
+    try:
+        entry = _entry(slurm_engine, TaskKey(wid, "srv", 0))
+        threading.Thread(target=_serve_forward, args=(listener, entry, remote), daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/index.txt"
+        deadline = time.monotonic() + 90
+        while True:  # the server in the task may not listen yet: a relay then finds nothing
+            try:
+                answer = httpx.get(url, timeout=30)
+                if answer.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the task's server never answered"
+            time.sleep(1)
+        assert answer.text == "from-slurm-task\n"
+    finally:
+        listener.close()
         slurm_engine.engine.cancel(wid)
         slurm_engine.wait(wid, timeout_s=120)
