@@ -285,14 +285,15 @@ threading.Thread(target=up, daemon=True).start()
 while data := s.recv(65536):
     os.write(1, data)
 """
-"""Runs on a Slurm task's node (``srun --overlap``): one connection to the node's
+"""Runs on a Slurm task's node (``srun --overlap``, with the runner's interpreter): one connection to the node's
 127.0.0.1:PORT, relayed to srun's stdin and stdout."""
 
 
 def _forward_through_srun(conn: socket.socket, entry: dict[str, Any], remote: int) -> None:
     """One forwarded connection to a Slurm task: a relay beside the task on its node, its
     stdin and stdout carried by ``srun --overlap``."""
-    argv = _command_argv(entry, ["python3", "-c", SRUN_RELAY, str(remote)], False)
+    python = str(entry.get("python") or "python3")  # the runner's interpreter on the nodes
+    argv = _command_argv(entry, [python, "-c", SRUN_RELAY, str(remote)], False)
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             env=_command_env(entry))
     assert proc.stdin is not None and proc.stdout is not None

@@ -15,6 +15,7 @@ import select
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,19 +41,20 @@ workflow:
   tasks:
   - name: srv
     command: [sh, -c]
-    args: ["mkdir -p /tmp/site && echo served-from-task > /tmp/site/index.txt && cd /tmp/site && exec python3 -m http.server {{port}}"]
+    args: ["mkdir -p /tmp/site && echo served-from-task > /tmp/site/index.txt && cd /tmp/site && exec {{python}} -m http.server {{port}}"]
     outputs:  # a task with data to move runs in a forked runner (the sleeper: in the launcher)
     - dataset:
         name: verbs-web-out
 default-values:
   port: 8765
+  python: python3  # the tests give theirs (bound read-only in every sandbox)
 """
 
 
-def _submit(server: Server, tmp_path: Path, text: str, name: str) -> str:
+def _submit(server: Server, tmp_path: Path, text: str, name: str, *args: str) -> str:
     spec = tmp_path / name
     spec.write_text(text)
-    return server.submit(spec)
+    return server.submit(spec, *args)
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +178,7 @@ def _get(url: str, timeout_s: float = 60) -> httpx.Response:
 
 
 def test_port_forward_reaches_a_server_in_the_task(server: Server, tmp_path: Path) -> None:
-    workflow_id = _submit(server, tmp_path, WEB, "web.yaml")
+    workflow_id = _submit(server, tmp_path, WEB, "web.yaml", "--set", f"python={sys.executable}")
     server.wait_task(workflow_id, "srv", "RUNNING", timeout_s=120)
     local = _free_port()
     forward = subprocess.Popen(
@@ -238,5 +240,6 @@ def test_exec_ctrl_c_reaches_the_command(server: Server, running: str) -> None:
 
 
 def _sleeping_in_task(server: Server, workflow_id: str) -> bool:
-    done = server.cli("workflow", "exec", workflow_id, "t", "--", "pgrep", "-x", "-f", "sleep 300")
+    script = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done | grep -qx 'sleep 300 '"
+    done = server.cli("workflow", "exec", workflow_id, "t", "--", "sh", "-c", script)
     return done.code == 0  # the task's own is "sleep 600"

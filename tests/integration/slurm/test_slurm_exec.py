@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -85,9 +86,10 @@ workflow:
   tasks:
   - name: srv
     command: [sh, -c]
-    args: ["mkdir -p site && echo from-slurm-task > site/index.txt && cd site && exec python3 -m http.server {{port}} --bind 127.0.0.1"]
+    args: ["mkdir -p site && echo from-slurm-task > site/index.txt && cd site && exec {{python}} -m http.server {{port}} --bind 127.0.0.1"]
 default-values:
   port: 8765
+  python: python3
 """
 
 
@@ -101,7 +103,7 @@ def test_port_forward_reaches_a_server_in_the_task(slurm_engine: EngineRunner, t
     spec = tmp_path / "web.yaml"
     spec.write_text(WEB)
     remote = _free_port()
-    wid = slurm_engine.submit_spec(spec, (f"port={remote}",))
+    wid = slurm_engine.submit_spec(spec, (f"port={remote}", f"python={sys.executable}"))
     listener = socket.create_server(("127.0.0.1", 0))
     try:
         entry = _entry(slurm_engine, TaskKey(wid, "srv", 0))

@@ -178,7 +178,7 @@ class SlurmBackend:
     def entry(self, key: TaskKey) -> dict[str, Any]:
         """How to run a command beside the running attempt ``key`` (``workflow exec``;
         optional hook): ``{"backend": "slurm", "job_id", "node": the node of the task's
-        step, "slurm_conf"}``, for ``srun --overlap --jobid JOB --nodelist NODE``.
+        step, "slurm_conf", "python": the runner's interpreter on the nodes}``, for ``srun --overlap --jobid JOB --nodelist NODE``.
 
         Raises:
             RefusedError: no job or no running step of the task is known.
@@ -190,7 +190,7 @@ class SlurmBackend:
         if not node:
             raise RefusedError(f"task {key.task}: job {attempt.job_id} runs no step of it now")
         return {"backend": "slurm", "job_id": attempt.job_id, "node": node,
-                "slurm_conf": self.commands.env.get("SLURM_CONF")}
+                "slurm_conf": self.commands.env.get("SLURM_CONF"), "python": self.python}
 
     def close(self) -> None:
         """Nothing to release: Slurm holds the jobs."""
