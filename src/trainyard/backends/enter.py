@@ -170,6 +170,8 @@ def _open_target(pid: int, created: float) -> tuple[dict[str, int], int]:
            for name in NAMESPACES}
     root = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     if abs(psutil.Process(pid).create_time() - created) > 0.01:
+        for fd in (*fds.values(), root):
+            os.close(fd)
         raise ProcessLookupError(f"process {pid} is not the task's sandbox any more")
     return fds, root
 
