@@ -84,7 +84,7 @@ def exec_command(workflow_id: WorkflowIdArg, task: TaskArg,
                      metavar="-- CMD...", help="The command and its arguments.")],
                  retry_id: RetryOpt = None) -> None:
     """Run CMD inside a RUNNING task: on the local backend in its sandbox (its /, its /tmp,
-    its network, its user namespace without capabilities), on Slurm with ``srun --overlap``
+    its network, its user namespace without capabilities), on Slurm with 'srun --overlap'
     in its job. With a terminal on stdin it gets a terminal of its own. The command's exit
     status is this command's; an ended task exits 4, an unknown one 3. Same rule as cancel:
     the workflow's submitter or an admin."""
@@ -223,7 +223,7 @@ def port_forward(workflow_id: WorkflowIdArg, task: TaskArg,
                  retry_id: RetryOpt = None) -> None:
     """Forward 127.0.0.1:LOCAL on this machine to the task's address:REMOTE (local backend:
     inside the task's group network namespace; Slurm: the node's 127.0.0.1:REMOTE, through a
-    relay that ``srun --overlap`` runs beside the task for each connection) until Ctrl-C, or
+    relay that 'srun --overlap' runs beside the task for each connection) until Ctrl-C, or
     until the task ends (exit 4). Same rule as cancel."""
     local, remote = parse_port(port)
     entry = _entry(workflow_id, task, retry_id)
@@ -285,8 +285,8 @@ threading.Thread(target=up, daemon=True).start()
 while data := s.recv(65536):
     os.write(1, data)
 """
-"""Runs on a Slurm task's node (``srun --overlap``, with the runner's interpreter): one connection to the node's
-127.0.0.1:PORT, relayed to srun's stdin and stdout."""
+"""Runs on a Slurm task's node (``srun --overlap``, with the runner's interpreter): one
+connection to the node's 127.0.0.1:PORT, relayed to srun's stdin and stdout."""
 
 
 def _forward_through_srun(conn: socket.socket, entry: dict[str, Any], remote: int) -> None:
@@ -386,9 +386,9 @@ def rsync(workflow_id: WorkflowIdArg, task: TaskArg,
           dst: Annotated[str, typer.Argument(metavar="DST")],
           retry_id: RetryOpt = None) -> None:
     """Copy a file or folder into or out of a RUNNING task's view: TASK:/path names the task's
-    side (e.g. ``rsync ID train ./data train:/tmp/data`` or ``rsync ID train train:/tmp/out
-    ./out``). DST becomes the copy (a folder's contents land in DST). Copies run through
-    ``tar`` inside the task (local backend); what comes out is unpacked refusing members that
+    side (e.g. 'rsync ID train ./data train:/tmp/data' or 'rsync ID train train:/tmp/out
+    ./out'). DST becomes the copy (a folder's contents land in DST). Copies run through
+    tar inside the task (on Slurm: on its node); what comes out is unpacked refusing members that
     would land outside DST (absolute paths, '..', links out). Same rule as cancel."""
     local, inside, into_task = split_task_path(task, src, dst)
     entry = _entry(workflow_id, task, retry_id)
