@@ -104,7 +104,7 @@ from trainyard.backends.sandbox import TASK_HOST_UID, bwrap_end, probe_remap, ta
 from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
                                        needs_bind, overlay_supported, overlays, probe_bwrap,
                                        sandbox_mounts)
-from trainyard.errors import BackendError, ConfigError
+from trainyard.errors import BackendError, ConfigError, RefusedError
 from trainyard.pools import Pool, real_gpu_count, trainyard_home
 from trainyard.runner import proctree
 from trainyard.runner.hosted import DATA_FIELDS, ENDED, hostable
@@ -485,6 +485,27 @@ class LocalBackend:
                     _GPUS.hold(attempt, attempt.gpus)
                     alive.append(key)
         return alive
+
+    def entry(self, key: TaskKey) -> dict[str, Any]:
+        """How to enter the running attempt ``key`` (``workflow exec``, ``port-forward``,
+        ``rsync``; optional hook): ``{"backend": "local", "machine": this machine's boot id,
+        "pid", "created": its bwrap init process (``backends.enter.find_sandbox_init``),
+        "address": the task's address in its group namespace, "run_dir"}``.
+
+        Raises:
+            RefusedError: the attempt is unknown here, has ended, or runs no bwrap sandbox.
+        """
+        from trainyard.backends.enter import find_sandbox_init, machine_id
+
+        with self._lock:
+            attempt = self._attempts.get(key) or self._load(key)
+        if attempt is None or attempt.run_dir is None or attempt.pid is None:
+            raise RefusedError(f"task {key.task} (retry {key.retry_id}) has no running "
+                               "process on this machine")
+        init = find_sandbox_init(attempt.pid, attempt.created, attempt.run_dir)
+        return {"backend": "local", "machine": machine_id(), "pid": init.pid,
+                "created": init.create_time(), "address": self.host_of(key, ""),
+                "run_dir": str(attempt.run_dir)}
 
     def unstarted(self, keys: list[TaskKey]) -> list[TaskKey]:
         """Those of ``keys`` this machine surely never started: no index entry (it is written

@@ -80,10 +80,13 @@ _register_subapps()
 
 def expand_multi_value_flags(argv: Sequence[str]) -> list[str]:
     """Repeat a multi-value flag before each of its pairs: ``--set a=1 b=2`` becomes
-    ``--set a=1 --set b=2``. A pair is a word with ``=`` that is not an option."""
+    ``--set a=1 --set b=2``. A pair is a word with ``=`` that is not an option. Nothing
+    after ``--`` is touched."""
     out: list[str] = []
     flag: str | None = None
-    for word in argv:
+    for index, word in enumerate(argv):
+        if word == "--":  # the rest is a command's own (``workflow exec ID TASK -- CMD``)
+            return out + list(argv[index:])
         if word in MULTI_VALUE_FLAGS:
             flag = word
         elif flag and "=" in word and not word.startswith("-") and out[-1] != flag:

@@ -222,10 +222,11 @@ def schema_command() -> None:
 
 
 def _register_server_commands() -> None:
-    from trainyard.cli import workflow_metrics, workflow_ops
+    from trainyard.cli import workflow_interactive, workflow_metrics, workflow_ops
 
     workflow_ops.register(app)
     workflow_metrics.register(app)
+    workflow_interactive.register(app)
 
 
 _register_server_commands()

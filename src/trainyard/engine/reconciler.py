@@ -374,6 +374,22 @@ class Engine:
                 for name, u in scheduler.usage.items()
             }
 
+    def task_entry(self, pool: str, key: TaskKey) -> dict[str, Any]:
+        """How to enter the running attempt ``key`` on ``pool``: the backend's optional
+        ``entry`` hook (``workflow exec``).
+
+        Raises:
+            RefusedError: the pool's backend has no such hook, or refuses (see the hook).
+        """
+        backend = self._backends.get(pool)  # a running task's pool has one; none is made here
+        if backend is None:
+            raise RefusedError(f"the engine runs nothing on pool {pool} now")
+        hook = getattr(backend, "entry", None)
+        if hook is None:
+            raise RefusedError(f"the {backend.name} backend of pool {pool} cannot enter a "
+                               "running task (exec, port-forward and rsync)")
+        return dict(hook(key))
+
     def run_dir(self, workflow_id: str, task: str, retry_id: int) -> Path:
         """Folder of one task attempt (its log, events and sandbox state)."""
         return self.home / "runs" / workflow_id / task / str(retry_id)

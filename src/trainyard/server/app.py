@@ -243,6 +243,12 @@ def _routes(app: FastAPI, service: Service) -> None:
     def cancel(workflow_id: str, u: Caller) -> dict[str, Any]:
         return service.cancel(workflow_id, u)
 
+    @app.post("/api/workflow/{workflow_id}/task/{task}/entry")
+    def task_entry(workflow_id: str, task: str, u: Caller,
+                   retry_id: int | None = None) -> dict[str, Any]:
+        """How the CLI enters a running task (``workflow exec|port-forward|rsync``)."""
+        return service.task_entry(workflow_id, task, u, retry_id=retry_id)
+
     @app.post("/api/workflow/delete")
     def delete(req: DeleteRequest, u: Caller) -> dict[str, Any]:
         return service.delete(req.ids, u)

@@ -477,6 +477,40 @@ class Service:
         return {**_summary_json(self.engine.store.get_workflow(workflow_id)),
                 "had_ended": had_ended}
 
+    def task_entry(self, workflow_id: str, task: str, user: User, *,
+                   retry_id: int | None = None) -> dict[str, Any]:
+        """How to enter a running task (``workflow exec``, ``port-forward``, ``rsync``): the
+        same rule as ``cancel`` (the workflow's submitter or an admin; never a task token).
+
+        Returns:
+            ``{"workflow_id", "task", "retry_id", "status"}`` plus the backend's ``entry``
+            (``LocalBackend.entry``: ``backend``, ``machine``, ``pid``, ``created``,
+            ``address``, ``run_dir``).
+
+        Raises:
+            NotFoundError: no such workflow, task or retry (exit 3).
+            ForbiddenError: as ``cancel``.
+            RefusedError: the attempt is not running (ended: exit 4), or cannot be entered.
+        """
+        record = self._readable(workflow_id, user)
+        refuse_task_token(user, "exec in a task")
+        state = self.engine.state(workflow_id)
+        current = state.tasks.get(task)
+        if current is None:
+            raise NotFoundError(f"workflow {workflow_id} has no task {task!r}; its tasks: "
+                                f"{', '.join(sorted(state.tasks))}")
+        retry = current.retry_id if retry_id is None else retry_id
+        status = m.Status(_attempt_status(current, retry, workflow_id))
+        if status is not m.Status.RUNNING:
+            when = "has ended" if status.is_terminal() or retry != current.retry_id else "is not running yet"
+            raise RefusedError(f"task {task} (retry {retry}) of workflow {workflow_id} {when} "
+                               f"({status.value}); only a RUNNING task can be entered")
+        from trainyard.backends.base import TaskKey
+
+        entry = self.engine.task_entry(record.pool, TaskKey(workflow_id, task, retry))
+        return {"workflow_id": workflow_id, "task": task, "retry_id": retry,
+                "status": status.value, **entry}
+
     def restart(self, workflow_id: str, user: User) -> dict[str, Any]:
         """Run the failed groups of a failed workflow again, keeping completed ones."""
         self._readable(workflow_id, user)
@@ -810,3 +844,14 @@ def spec_error_json(exc: SpecError) -> list[dict[str, Any]]:
 def spec_error_from_json(rows: list[dict[str, Any]]) -> SpecError:
     """The inverse of ``spec_error_json`` (the CLI rebuilds the error it prints)."""
     return SpecError([SpecProblem(**row) for row in rows])
+
+
+def _attempt_status(task: m.TaskState, retry_id: int, workflow_id: str) -> m.Status:
+    """The status of attempt ``retry_id`` of ``task`` (NotFoundError if it never was)."""
+    if retry_id == task.retry_id:
+        return task.status
+    for attempt in task.history:
+        if attempt.retry_id == retry_id:
+            return attempt.status
+    raise NotFoundError(f"task {task.name} of workflow {workflow_id} has no retry {retry_id} "
+                        f"(latest: {task.retry_id})")

@@ -48,7 +48,7 @@ from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.slurm.options import SlurmOptions, parse_options
 from trainyard.backends.slurm.script import RUNNER_OUT, SlurmBatchRequest, build_request
 from trainyard.backends.slurm.states import UNKNOWN, fact_for_state, is_alive
-from trainyard.errors import BackendError
+from trainyard.errors import BackendError, RefusedError
 from trainyard.pools import Pool, trainyard_home
 from trainyard.runner.report import EVENTS, read_events
 
@@ -174,6 +174,23 @@ class SlurmBackend:
         node address through ``TaskRun.hosts_env``, which wins."""
         spec = next((n for n in self.pool.nodes if n.name == node), None)
         return (spec.hostname if spec and spec.hostname else node) or key.task
+
+    def entry(self, key: TaskKey) -> dict[str, Any]:
+        """How to run a command beside the running attempt ``key`` (``workflow exec``;
+        optional hook): ``{"backend": "slurm", "job_id", "node": the node of the task's
+        step, "slurm_conf", "python": the runner's interpreter on the nodes}``, for ``srun --overlap --jobid JOB --nodelist NODE``.
+
+        Raises:
+            RefusedError: no job or no running step of the task is known.
+        """
+        attempt = self._find(key)
+        if attempt is None or attempt.job_id is None:
+            raise RefusedError(f"task {key.task} (retry {key.retry_id}) has no Slurm job")
+        node = self.commands.step_nodes(attempt.job_id).get(key.task)
+        if not node:
+            raise RefusedError(f"task {key.task}: job {attempt.job_id} runs no step of it now")
+        return {"backend": "slurm", "job_id": attempt.job_id, "node": node,
+                "slurm_conf": self.commands.env.get("SLURM_CONF"), "python": self.python}
 
     def close(self) -> None:
         """Nothing to release: Slurm holds the jobs."""

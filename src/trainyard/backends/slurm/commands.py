@@ -146,6 +146,16 @@ class SlurmCommands:
         """{job id: {step name: step id}} of the running steps. Raises BackendError."""
         return parse_steps(self._squeue(job_ids, ["--steps"], "%i|%j"))
 
+    def step_nodes(self, job_id: str) -> dict[str, str]:
+        """{step name: its node list} of the steps of ``job_id`` that squeue shows now
+        (``workflow exec`` runs beside a task's step on its node). Raises BackendError."""
+        found: dict[str, str] = {}
+        for line in self._squeue([job_id], ["--steps"], "%j|%N").splitlines():
+            name, _, nodes = line.strip().partition("|")
+            if name and nodes:
+                found[name] = nodes
+        return found
+
     def cancel(self, target: str) -> None:
         """``scancel TARGET`` (a job, or ``JOB.STEP``): SIGTERM now, SIGKILL after the
         cluster's KillWait (scancel(1)). A target that already ended is not an error."""

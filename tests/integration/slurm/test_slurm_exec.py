@@ -1,0 +1,126 @@
+"""``workflow exec`` on Slurm (issue 13): the backend names the running task's job and the
+node of its step (``SlurmBackend.entry``), and the CLI's command (``srun --overlap --jobid
+JOB --nodelist NODE CMD``) runs beside the task in its allocation, its exit status kept;
+``rsync`` goes through it both ways, and ``port-forward`` reaches ``python3 -m http.server``
+in the task through a relay srun runs beside it. On
+the real test cluster; the server's part (auth, RUNNING check) is the same for every backend
+and is tested on the local backend (tests/integration/cli/test_interactive_verbs.py)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from slurm_cluster_support import EngineRunner
+
+from trainyard.backends.base import TaskKey
+from trainyard.cli.workflow_interactive import (_command_argv, _command_env, _copy_in, _copy_out,
+                                               _serve_forward)
+from trainyard.engine.status import Status
+from trainyard.errors import RefusedError
+
+pytest_plugins = ["slurm_fixtures"]
+
+SPEC = """
+workflow:
+  name: slurm-exec
+  tasks:
+  - name: t
+    command: [sh, -c]
+    args: ["echo ready; exec sleep 300"]
+"""
+
+
+def _entry(runner: EngineRunner, key: TaskKey, timeout_s: float = 120) -> dict:
+    """The task's entry once it runs and its step shows in squeue."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if runner.state(key.workflow_id).tasks[key.task].status == Status.RUNNING:
+            try:
+                return runner.engine.task_entry(runner.pool.name, key)
+            except RefusedError:
+                pass
+        assert time.monotonic() < deadline, runner.state(key.workflow_id).tasks[key.task]
+        time.sleep(1)
+
+
+def _rsync_both_ways(entry: dict, tmp_path: Path) -> None:
+    """``rsync`` goes through the same srun (tar on the task's node, on this machine here)."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "f.txt").write_text("through srun\n")
+    inside = f"{tmp_path}/on-node"
+    _copy_in(entry, tmp_path / "in", inside)
+    assert (Path(inside) / "f.txt").read_text() == "through srun\n"
+    _copy_out(entry, f"{inside}/f.txt", tmp_path / "back.txt")
+    assert (tmp_path / "back.txt").read_text() == "through srun\n"
+
+
+def test_exec_runs_beside_the_task_in_its_job(slurm_engine: EngineRunner, tmp_path: Path) -> None:
+    spec = tmp_path / "exec.yaml"
+    spec.write_text(SPEC)
+    wid = slurm_engine.submit_spec(spec)
+    try:
+        entry = _entry(slurm_engine, TaskKey(wid, "t", 0))
+        assert entry["backend"] == "slurm" and entry["job_id"] and entry["node"]
+        argv = _command_argv(entry, ["sh", "-c", 'echo "$SLURM_JOB_ID $SLURMD_NODENAME"; exit 5'],
+                             False)
+        assert argv[:2] == ["srun", "--overlap"]
+        done = subprocess.run(argv, env=_command_env(entry), capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
+        assert done.returncode == 5, done.stderr
+        assert done.stdout.split() == [entry["job_id"], entry["node"]]
+        _rsync_both_ways(entry, tmp_path)
+    finally:
+        slurm_engine.engine.cancel(wid)
+        slurm_engine.wait(wid, timeout_s=120)
+
+
+WEB = """
+workflow:
+  name: slurm-forward
+  tasks:
+  - name: srv
+    command: [sh, -c]
+    args: ["mkdir -p site && echo from-slurm-task > site/index.txt && cd site && exec {{python}} -m http.server {{port}} --bind 127.0.0.1"]
+default-values:
+  port: 8765
+  python: python3
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_port_forward_reaches_a_server_in_the_task(slurm_engine: EngineRunner, tmp_path: Path) -> None:
+    spec = tmp_path / "web.yaml"
+    spec.write_text(WEB)
+    remote = _free_port()
+    wid = slurm_engine.submit_spec(spec, (f"port={remote}", f"python={sys.executable}"))
+    listener = socket.create_server(("127.0.0.1", 0))
+    try:
+        entry = _entry(slurm_engine, TaskKey(wid, "srv", 0))
+        threading.Thread(target=_serve_forward, args=(listener, entry, remote), daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/index.txt"
+        deadline = time.monotonic() + 90
+        while True:  # the server in the task may not listen yet: a relay then finds nothing
+            try:
+                answer = httpx.get(url, timeout=30)
+                if answer.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the task's server never answered"
+            time.sleep(1)
+        assert answer.text == "from-slurm-task\n"
+    finally:
+        listener.close()
+        slurm_engine.engine.cancel(wid)
+        slurm_engine.wait(wid, timeout_s=120)
