@@ -101,7 +101,7 @@ def server_version(home: Path | None = None) -> tuple[str, str] | None:
     if not url:
         try:
             info = find_running(home or trainyard_home(), wait_s=2.0)
-        except ServerError:
+        except (ServerError, OSError):  # e.g. a home this user may not create: no server
             return None
         if info is None:
             return None

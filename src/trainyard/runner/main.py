@@ -172,7 +172,7 @@ class Runner:
         own = {k: self.prepare(v) for k, v in self.run.environment.items()}
         own.update(task_environment(self.run, {**self.base_env, **own}))
         own.update(self.run.sandbox.env)
-        base = {k: v for k, v in self.base_env.items() if k != "TRAINYARD_TOKEN"}  # never inherited
+        base = {k: v for k, v in self.base_env.items() if not _servers_own(k)}
         return {**base, **own}, own
 
     def argv(self, visible: dict[str, str]) -> list[str]:
@@ -509,6 +509,13 @@ class Runner:
 
 def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _servers_own(name: str) -> bool:
+    """Whether a variable of the runner's environment is the server's own and never reaches
+    the task: every ``TRAINYARD_*`` (its home, store URL, token, retention: a task gets its own
+    ``TRAINYARD_*`` from ``task_environment`` and the backend, e.g. a task token)."""
+    return name.startswith("TRAINYARD_")
 
 
 def mark_stage(run_dir: Path, stage: str) -> None:
