@@ -431,7 +431,8 @@ class Chaos:
         self.kinds = tuple(kinds)
         self.cli = Cli(home)
         self.rng = rng
-        self.storage_url = (home / "chaos-storage").as_uri()
+        self.storage_dir = home / "storage" / "chaos"  # under the pool's data roots
+        self.storage_url = self.storage_dir.as_uri()
         self.plans: dict[str, WorkflowPlan] = {}
         self.hits: list[Hit] = []
         self.kills: dict[str, int] = {k: 0 for k in (*KILL_KINDS, "no_target")}
@@ -680,7 +681,7 @@ class Chaos:
             if plan.kind == "dag" and not (self.home / "datasets" / plan.name).is_dir():
                 missing.append(f"{wf_id}: dataset {plan.name}")
             if plan.kind == "reschedule" and not any(
-                    (self.home / "chaos-storage" / wf_id / "out").rglob("result")):
+                    (self.storage_dir / wf_id / "out").rglob("result")):
                 missing.append(f"{wf_id}: {self.storage_url}/{wf_id}/out/result")
         return missing
 
