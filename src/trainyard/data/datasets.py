@@ -207,14 +207,10 @@ class DatasetStore:
     def owner(self, name: str) -> dict[str, Any] | None:
         """``{"owner", "readers"}`` of ``name``, None when it has no owner (made before
         ownership existed, or not created yet). Raises DataError."""
-        path = self.loc.join(check_name(name), "owner.json")
-        try:
-            raw = self.mover.storage_call(f"reading the owner of {name}",
-                                          lambda: storage.read_bytes(self.loc, path))
-        except DataError as exc:
-            if isinstance(exc.__cause__, FileNotFoundError):
-                return None
-            raise
+        raw = self._read_if_there(f"reading the owner of {name}",
+                                  self.loc.join(check_name(name), "owner.json"))
+        if raw is None:
+            return None
         try:
             data = json.loads(raw)
             return {"owner": str(data["owner"]), "readers": [str(r) for r in data.get("readers", [])]}
@@ -448,18 +444,24 @@ class DatasetStore:
         theirs = self._manifest(version.name, version.version)  # ours, if a retry re-sent it
         return theirs is not None and theirs.upload_id == version.upload_id
 
+    def _read_if_there(self, what: str, path: str) -> bytes | None:
+        """The bytes of ``path`` in the store, None when it does not exist. Raises DataError
+        (``what`` names the read in its message) for any other failure."""
+        try:
+            return self.mover.storage_call(what, lambda: storage.read_bytes(self.loc, path))
+        except DataError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                return None
+            raise
+
     def _manifest_path(self, name: str, number: int) -> str:
         return self.loc.join(name, "versions", f"{number}.json")
 
     def _manifest(self, name: str, number: int) -> DatasetVersion | None:
         path = self._manifest_path(name, number)
-        try:
-            raw = self.mover.storage_call(f"reading {name} version {number}",
-                                          lambda: storage.read_bytes(self.loc, path))
-        except DataError as exc:
-            if isinstance(exc.__cause__, FileNotFoundError):
-                return None
-            raise
+        raw = self._read_if_there(f"reading {name} version {number}", path)
+        if raw is None:
+            return None
         try:
             return DatasetVersion.model_validate_json(raw)
         except ValidationError as exc:

@@ -20,7 +20,6 @@ A server that fails to start writes why in ``server.failed`` (``{"pid", "kind",
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -37,7 +36,7 @@ import psutil
 
 from trainyard import errors
 from trainyard.errors import ServerError, TrainyardError
-from trainyard.store.lock import FileLock, holder
+from trainyard.store.lock import FileLock, flock_within, holder
 
 __all__ = ["ServerInfo", "read_info", "is_alive", "start_background", "start", "stop",
            "ensure_running", "find_running", "lock_path", "take_home_lock", "record_failure"]
@@ -190,16 +189,9 @@ def _starting(home: Path, timeout_s: float = 3 * START_TIMEOUT_S) -> Iterator[No
     """One CLI at a time decides whether to start a server (``server.start.lock``)."""
     fd = os.open(home / "server.start.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise ServerError(f"another trainyard command has been starting the server "
-                                      f"for {timeout_s:.0f} s; see {home / 'server.log'}") from None
-                time.sleep(0.05)
+        if not flock_within(fd, timeout_s):
+            raise ServerError(f"another trainyard command has been starting the server "
+                              f"for {timeout_s:.0f} s; see {home / 'server.log'}")
         yield
     finally:
         os.close(fd)

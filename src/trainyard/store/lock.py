@@ -34,11 +34,25 @@ def make_url(url: str) -> Any:  # noqa: ANN401 - sqlalchemy's URL
 
     return parse(url)
 
-__all__ = ["FileLock", "HeldLock", "holder", "store_lock_path", "acquire_store_lock",
+__all__ = ["FileLock", "HeldLock", "flock_within", "holder", "store_lock_path", "acquire_store_lock",
            "PG_LOCK_KEY"]
 
 PG_LOCK_KEY = 0x7472_6179  # "tray": the advisory lock key of a trainyard engine
 """The key of the PostgreSQL session advisory lock one engine holds on its store."""
+
+
+def flock_within(fd: int, wait_s: float, poll_s: float = 0.05) -> bool:
+    """Take an exclusive ``flock(2)`` on ``fd``, trying every ``poll_s`` for at most
+    ``wait_s`` seconds (0: one try). Returns whether it was taken; the caller keeps ``fd``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_s)
 
 
 class HeldLock(Protocol):
@@ -81,17 +95,10 @@ class FileLock:
             EngineLockedError: another process holds it; the message names its pid.
         """
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    note = _read_note(fd)
-                    os.close(fd)
-                    raise EngineLockedError(_held_message(what, path, note)) from None
-                time.sleep(0.05)
+        if not flock_within(fd, wait_s):
+            note = _read_note(fd)
+            os.close(fd)
+            raise EngineLockedError(_held_message(what, path, note))
         lock = cls(path, fd)
         lock.note({"pid": os.getpid(), "host": socket.gethostname()})
         return lock
