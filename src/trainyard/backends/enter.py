@@ -115,24 +115,13 @@ def connect_inside(pid: int, address: str, port: int, timeout_s: float = 10.0) -
     Raises:
         OSError: the namespace cannot be joined (not permitted) or the connection is refused.
     """
-    from trainyard.backends.netns import join_namespace
+    from trainyard.backends.netns import join_namespace, on_own_thread
 
-    made: dict[str, object] = {}
+    def work() -> socket.socket:
+        join_namespace(f"/proc/{pid}/ns/net")
+        return socket.create_connection((address, port), timeout=timeout_s)
 
-    def work() -> None:
-        try:
-            join_namespace(f"/proc/{pid}/ns/net")
-            made["sock"] = socket.create_connection((address, port), timeout=timeout_s)
-        except OSError as exc:
-            made["error"] = exc
-
-    thread = threading.Thread(target=work, name="connect-inside")
-    thread.start()
-    thread.join()
-    if "error" in made:
-        raise made["error"]  # type: ignore[misc]
-    sock = made["sock"]
-    assert isinstance(sock, socket.socket)
+    sock = on_own_thread(work, "connect-inside")
     sock.settimeout(None)
     return sock
 

@@ -59,17 +59,20 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from trainyard.errors import BackendError
 from trainyard.runner import proctree
 
 __all__ = ["GroupNetwork", "ensure_group_network", "probe_netns", "namespace_fd",
-           "join_namespace", "hold_namespace", "bridge", "main", "pasta_argv", "start_egress",
+           "on_own_thread", "join_namespace", "hold_namespace", "bridge", "main", "pasta_argv", "start_egress",
            "wait_egress", "stop_egress", "probe_egress", "probe_egress_attach",
            "EGRESS_ADDRESS", "EGRESS_GATEWAY"]
+
+T = TypeVar("T")
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
@@ -243,19 +246,32 @@ def namespace_fd(ports: Sequence[int]) -> tuple[int, list[socket.socket]]:
     Raises:
         OSError: not permitted (not root) or the kernel refused.
     """
+    def work() -> tuple[int, list[socket.socket]]:
+        libc = ctypes.CDLL(None, use_errno=True)
+        _check(libc.unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+        _loopback_up()
+        fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        return fd, [_listen(port) for port in ports]
+
+    return on_own_thread(work, "netns-maker")
+
+
+def on_own_thread(work: Callable[[], T], name: str) -> T:
+    """``work()`` run on a new thread that ends with it, so that namespaces it joins or makes
+    (per thread in Linux: ``unshare(2)``, ``setns(2)``) never touch the calling thread.
+
+    Returns:
+        what ``work`` returned. Raises: the OSError it raised.
+    """
     made: dict[str, object] = {}
 
-    def work() -> None:
+    def run() -> None:
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            _check(libc.unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
-            _loopback_up()
-            fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-            made["done"] = (fd, [_listen(port) for port in ports])
+            made["done"] = work()
         except OSError as exc:
             made["error"] = exc
 
-    thread = threading.Thread(target=work, name="netns-maker")
+    thread = threading.Thread(target=run, name=name)
     thread.start()
     thread.join()
     if "error" in made:
