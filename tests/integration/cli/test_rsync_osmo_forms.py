@@ -154,3 +154,27 @@ def _eventually(server: Server, workflow_id: str, script: str, expected: str,
             return
         assert time.monotonic() < deadline, f"never saw {expected!r}: {done.out!r} {done.err!r}"
         time.sleep(0.5)
+
+
+def test_rsync_stop_ends_a_daemon(server: Server, pair: str, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    src = _tree(tmp_path / "stopped")
+    started = server.cli("workflow", "rsync", pair, "helper", f"{src}:/osmo/run/workspace",
+                         "--daemon", XDG_STATE_HOME=str(state))
+    assert started.code == 0, started.err
+    daemon = psutil.Process(int(started.out.split("PID ")[1].split()[0]))
+    pid_file = state / "trainyard" / "rsync" / f"rsync_daemon_{pair}_helper.pid"
+    deadline = time.monotonic() + 60
+    while not pid_file.exists():  # written once the daemon runs
+        assert time.monotonic() < deadline and daemon.is_running(), "the daemon never started"
+        time.sleep(0.2)
+    try:
+        stopped = server.cli("workflow", "rsync", "stop", pair, XDG_STATE_HOME=str(state))
+        assert stopped.code == 0 and f"stopped rsync daemon {daemon.pid}" in stopped.out
+        daemon.wait(timeout=60)
+    finally:
+        if daemon.is_running():
+            daemon.kill()
+    assert not pid_file.exists()
+    none = server.cli("workflow", "rsync", "status", XDG_STATE_HOME=str(state))
+    assert none.out.strip() == "no rsync daemons"
