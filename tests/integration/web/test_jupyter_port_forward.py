@@ -116,28 +116,35 @@ def _jupyter_token(live: LiveServer, wid: str, timeout_s: float = 240) -> str:
         time.sleep(1)
 
 
-def _get(url: str, timeout_s: float = 60, **kwargs: object) -> httpx.Response:
+def _get(url: str, timeout_s: float = 60) -> httpx.Response:
+    """GET ``url`` (redirects followed), tried again until the forward answers."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return httpx.request(kwargs.pop("method", "GET"), url, timeout=30,  # type: ignore[arg-type]
-                                 **kwargs)  # type: ignore[arg-type]
+            return httpx.get(url, timeout=30, follow_redirects=True)
         except httpx.HTTPError:
             assert time.monotonic() < deadline, f"{url} never answered"
             time.sleep(0.5)
 
 
+CELL = "import socket; print(6 * 7, socket.gethostname())"
+
+
 def _run_a_cell(browser: webdriver.Chrome, wait: WebDriverWait) -> None:
     """A new notebook from the launcher, one cell run: its kernel (ipykernel) runs in the
-    task's sandbox, and JupyterLab talks to it over the task's own loopback."""
+    task's sandbox, and JupyterLab talks to it over the task's own loopback. Each step waits
+    for what the page shows (the kernel idle, the text typed) before the next."""
     card = wait.until(lambda d: d.find_elements(
         By.CSS_SELECTOR, '.jp-LauncherCard[data-category="Notebook"]'))
     card[0].click()
+    wait.until(lambda d: d.find_elements(
+        By.CSS_SELECTOR, '.jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status="idle"]'))
     editor = wait.until(lambda d: d.find_elements(
-        By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell .cm-content"))
-    editor[0].click()
-    ActionChains(browser).send_keys("import socket; print(6 * 7, socket.gethostname())").key_down(
-        Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
+        By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell .cm-content"))[0]
+    editor.click()
+    ActionChains(browser).send_keys(CELL).perform()
+    wait.until(lambda d: "gethostname()" in editor.text)
+    ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
     outputs = wait.until(lambda d: [e.text for e in d.find_elements(
         By.CSS_SELECTOR, ".jp-OutputArea-output") if e.text.strip()])
     assert outputs[0].strip() == "42 notebook", outputs  # the task's host name: its kernel
@@ -159,7 +166,7 @@ def test_jupyter_cookbook_page_through_port_forward(
     base = f"http://127.0.0.1:{local}"
     try:
         # Without the token: JupyterLab's own login page, through the forward.
-        first = _get(base + "/", follow_redirects=True)
+        first = _get(base + "/")
         assert first.status_code == 200 and "/login" in str(first.url), first.url
         shots = _shots(tmp_path)
         browser.get(base + "/")
@@ -172,7 +179,11 @@ def test_jupyter_cookbook_page_through_port_forward(
             lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-Launcher"))
         assert browser.title.endswith("JupyterLab"), browser.title
         assert browser.find_elements(By.CSS_SELECTOR, "#jp-main-dock-panel")
-        _run_a_cell(browser, WebDriverWait(browser, 180, poll_frequency=0.5))
+        try:
+            _run_a_cell(browser, WebDriverWait(browser, 180, poll_frequency=0.5))
+        except Exception:
+            browser.save_screenshot(str(shots / "jupyter-failed.png"))  # what the page showed
+            raise
         browser.save_screenshot(str(shots / "jupyter.png"))
 
         server.api("POST", f"/api/workflow/{wid}/cancel")
