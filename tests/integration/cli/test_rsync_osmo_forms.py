@@ -53,7 +53,7 @@ def _submit(server: Server, folder: Path, text: str) -> str:
 
 @pytest.fixture(scope="module")
 def pair(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A workflow whose first group's tasks run (the second waits: no inputs, but a group)."""
+    """A workflow whose first group's two tasks run (its lead second), and a second group."""
     workflow_id = _submit(server, tmp_path_factory.mktemp("rsync-osmo"), PAIR)
     for task in ("helper", "boss"):
         server.wait_task(workflow_id, task, "RUNNING", timeout_s=120)
