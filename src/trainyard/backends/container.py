@@ -42,6 +42,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainyard.backends.sandbox import OSMO_WORKSPACE
+
 __all__ = ["ContainerPlan", "podman_argv", "container_mounts", "container_name",
            "probe_podman", "image_present", "missing_image_message", "remove_containers",
            "RUNTIME"]
@@ -109,7 +111,8 @@ def _bind(host: str, inside: str, readonly: bool = False) -> list[str]:
 
 def _bind_args(plan: ContainerPlan) -> list[str]:
     args = _bind(str(plan.root_dir / "tmp"), "/tmp")
-    shown = ["/tmp", *plan.writable]
+    args += _bind(str(plan.root_dir) + OSMO_WORKSPACE, OSMO_WORKSPACE)  # made by _prepare
+    shown = ["/tmp", OSMO_WORKSPACE, *plan.writable]
     for path in plan.files:
         if not any(_under(path, folder) for folder in shown):
             args += _bind(str(plan.root_dir) + path, path)

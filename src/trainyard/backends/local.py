@@ -100,7 +100,8 @@ from trainyard.backends.images import image_note, runtime_for, runtime_path
 from trainyard.backends.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
                                      probe_netns)
 from trainyard.backends.launcher import LauncherClient
-from trainyard.backends.sandbox import TASK_HOST_UID, bwrap_end, probe_remap, task_owned
+from trainyard.backends.sandbox import (OSMO_WORKSPACE, TASK_HOST_UID, bwrap_end, probe_remap,
+                                       task_owned)
 from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
                                        needs_bind, overlay_supported, overlays, probe_bwrap,
                                        sandbox_mounts)
@@ -790,6 +791,8 @@ class LocalBackend:
         tmp = request.root_dir / "tmp"
         tmp.mkdir(parents=True, exist_ok=True)
         tmp.chmod(0o1777)
+        # OSMO's workspace: bound into a podman task; a sandbox's is its own (PRIVATE_DIRS)
+        (request.root_dir / OSMO_WORKSPACE.lstrip("/")).mkdir(parents=True, exist_ok=True)
         for folder in request.writable_dirs:
             folder.mkdir(parents=True, exist_ok=True)
         if request.hosts_text is not None:

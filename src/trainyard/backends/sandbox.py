@@ -60,7 +60,7 @@ from trainyard.runner.spec import OverlayMount
 __all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_bwrap",
            "READ_ONLY_TOP", "SYSTEM_TOP", "PRIVILEGE_ARGS", "hosts_file_text", "overlays",
            "clear_links", "overlay_supported", "secret_covers", "REMAP_ARGS", "TASK_HOST_UID",
-           "bwrap_end", "task_owned", "probe_remap"]
+           "bwrap_end", "task_owned", "probe_remap", "OSMO_WORKSPACE"]
 
 SYSTEM_TOP = frozenset({
     "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "boot", "opt", "var",
@@ -83,10 +83,15 @@ TASK_HOST_UID = 65534
 """The host uid (and gid) a task's uid 0 is, where the runner maps it (``nobody``): a file
 of the host's that only root may read is not readable by a task."""
 
-PRIVATE_DIRS = ("/root", "/home", "/run")
-"""Folders every task has as empty folders of its own: a container's ``$HOME``, and ``/run``,
+OSMO_WORKSPACE = "/osmo/run/workspace"
+"""OSMO's workspace folder, in every task: "/osmo/run/workspace is always available as a
+remote path" of ``osmo workflow rsync`` (OSMO user guide, Interactive > Rsync)."""
+
+PRIVATE_DIRS = ("/root", "/home", "/run", "/osmo", "/osmo/run", OSMO_WORKSPACE)
+"""Folders every task has as empty folders of its own: a container's ``$HOME``, ``/run``,
 whose host sockets (a container engine's, D-Bus) a task must not reach: it is uid 0 of the
-host for file permissions."""
+host for file permissions, and OSMO's ``OSMO_WORKSPACE`` (parents first: the runner makes
+each with one ``mkdir``)."""
 
 SECRET_SCAN = (("etc", None), ("var/lib", 1))
 """Host folders (relative to its ``/``) searched for secrets to cover (``secret_covers``), with

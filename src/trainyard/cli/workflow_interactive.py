@@ -24,8 +24,9 @@ import socket
 import subprocess
 import sys
 import threading
-from pathlib import Path, PurePosixPath
 from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -36,7 +37,8 @@ from trainyard.errors import NotFoundError, RefusedError
 if TYPE_CHECKING:
     import tarfile
 
-__all__ = ["register", "exec_command", "port_forward", "rsync", "parse_port", "split_task_path"]
+__all__ = ["register", "exec_command", "port_forward", "rsync", "parse_port", "split_task_path",
+           "RsyncRequest", "parse_rsync_args", "copy_once"]
 
 WorkflowIdArg = Annotated[str, typer.Argument(metavar="WORKFLOW_ID", help="The workflow's id (NAME-N).")]
 TaskArg = Annotated[str, typer.Argument(metavar="TASK", help="The task's name.")]
@@ -357,6 +359,16 @@ def _watch_task(alive: Callable[[], bool], listener: socket.socket,
 # ---------------------------------------------------------------------- rsync
 
 
+def _task_path(inside: str, shown: str) -> str:
+    """A path in the task, checked: absolute, not ``/``, without ``..`` (``shown`` names it
+    in the error)."""
+    pure = PurePosixPath(inside)
+    if not pure.is_absolute() or ".." in pure.parts or str(pure) == "/":
+        raise typer.BadParameter(f"{shown}: the task's path must be absolute, not '/', "
+                                 "without '..'")
+    return str(pure)
+
+
 def split_task_path(task: str, src: str, dst: str) -> tuple[str, str, bool]:
     """Which of ``src``/``dst`` is the task's side (``TASK:/path``).
 
@@ -374,29 +386,149 @@ def split_task_path(task: str, src: str, dst: str) -> tuple[str, str, bool]:
                                  "side); the other is a path on this machine")
     into_task = sides[1]
     inside = (dst if into_task else src)[len(prefix):]
-    pure = PurePosixPath(inside)
-    if not pure.is_absolute() or ".." in pure.parts or str(pure) == "/":
-        raise typer.BadParameter(f"{prefix}{inside}: the task's path must be absolute, not '/', "
-                                 "without '..'")
-    return (src if into_task else dst), str(pure), into_task
+    return (src if into_task else dst), _task_path(inside, f"{prefix}{inside}"), into_task
 
 
-def rsync(workflow_id: WorkflowIdArg, task: TaskArg,
-          src: Annotated[str, typer.Argument(metavar="SRC")],
-          dst: Annotated[str, typer.Argument(metavar="DST")],
-          retry_id: RetryOpt = None) -> None:
-    """Copy a file or folder into or out of a RUNNING task's view: TASK:/path names the task's
-    side (e.g. 'rsync ID train ./data train:/tmp/data' or 'rsync ID train train:/tmp/out
-    ./out'). DST becomes the copy (a folder's contents land in DST). Copies run through
-    tar inside the task (on Slurm: on its node); what comes out is unpacked refusing members that
-    would land outside DST (absolute paths, '..', links out). Same rule as cancel."""
-    local, inside, into_task = split_task_path(task, src, dst)
-    entry = _entry(workflow_id, task, retry_id)
-    if into_task:
-        _copy_in(entry, Path(local), inside)
+@dataclass(frozen=True)
+class RsyncRequest:
+    """One ``workflow rsync``, whichever form it was given in.
+
+    Attributes:
+        workflow_id: the workflow.
+        task: the task's name; None: the lead task of the first group (OSMO's default).
+        local: the path on this machine (``~`` expanded).
+        inside: the path in the task (absolute, checked).
+        into_task: upload (True) or download.
+        copy_is_target: True: the copy *becomes* the destination (trainyard's ``SRC DST``);
+            False: rsync's rule (OSMO's ``LOCAL:REMOTE``): the source lands *inside* the
+            destination folder under its own name, or its contents do when it ends in ``/``.
+    """
+
+    workflow_id: str
+    task: str | None
+    local: str
+    inside: str
+    into_task: bool
+    copy_is_target: bool = False
+
+    def destination(self) -> str:
+        """Where the copy lands (the path ``_copy_in``/``_copy_out`` make)."""
+        if self.copy_is_target:
+            return self.inside if self.into_task else self.local
+        source = self.local if self.into_task else self.inside
+        folder = self.inside if self.into_task else self.local
+        if source.endswith("/"):
+            return folder
+        name = os.path.basename(source.rstrip("/"))
+        return str(PurePosixPath(folder) / name) if self.into_task else os.path.join(folder, name)
+
+
+RSYNC_VERBS = ("upload", "download")
+
+
+def parse_rsync_args(args: list[str]) -> RsyncRequest:
+    """The forms ``workflow rsync`` accepts (see ``rsync``'s help).
+
+    Raises:
+        typer.BadParameter: none of the forms, or a bad path.
+    """
+    verb = args[0] if args and args[0] in RSYNC_VERBS else None
+    rest = args[1:] if verb else args
+    if verb is None and len(rest) == 4:
+        workflow_id, task, src, dst = rest
+        local, inside, into_task = split_task_path(task, src, dst)
+        return RsyncRequest(workflow_id, task, local, inside, into_task, copy_is_target=True)
+    if len(rest) not in (2, 3):
+        raise typer.BadParameter(
+            "expected WORKFLOW_ID [TASK] LOCAL:REMOTE (upload), download WORKFLOW_ID [TASK] "
+            "REMOTE:LOCAL, or WORKFLOW_ID TASK SRC DST with TASK:/PATH on one side")
+    into_task = verb != "download"
+    local, inside = _split_pair(rest[-1], into_task)
+    return RsyncRequest(rest[0], rest[1] if len(rest) == 3 else None,
+                        os.path.expanduser(local), inside, into_task)
+
+
+def _split_pair(text: str, into_task: bool) -> tuple[str, str]:
+    """``LOCAL:REMOTE`` (upload) or ``REMOTE:LOCAL`` (download) to ``(local, remote)``; the
+    remote path is absolute, so an upload splits at the last ``:``, a download at the first."""
+    form = "LOCAL:REMOTE" if into_task else "REMOTE:LOCAL"
+    first, sep, second = text.rpartition(":") if into_task else text.partition(":")
+    if not sep or not first or not second:
+        raise typer.BadParameter(f"{text!r} is not {form} (e.g. ./src:/osmo/run/workspace)",
+                                 param_hint=form)
+    local, remote = (first, second) if into_task else (second, first)
+    checked = _task_path(remote, remote)
+    return local, checked + ("/" if remote.endswith("/") and checked != "/" else "")
+
+
+def _lead_of_first_group(workflow_id: str) -> str:
+    """OSMO's default task for rsync: the lead task of the workflow's first group."""
+    groups = Client().json("GET", f"/api/workflow/{workflow_id}").get("groups") or []
+    tasks = groups[0]["tasks"] if groups else []
+    lead = next((t["name"] for t in tasks if t.get("lead")), None)
+    if lead is None:
+        raise NotFoundError(f"workflow {workflow_id} has no task to copy to or from")
+    return str(lead)
+
+
+def rsync(args: Annotated[list[str], typer.Argument(
+              metavar="[upload|download] WORKFLOW_ID [TASK] PATHS",
+              help="See the forms above.")],
+          retry_id: RetryOpt = None,
+          daemon: Annotated[bool, typer.Option(
+              "--daemon", help="Upload again whenever LOCAL changes, in a background process, "
+                               "until the task ends or 'rsync stop' (upload forms only).")] = False,
+          poll_interval_s: Annotated[float, typer.Option(
+              "--poll-interval", min=0.2, help="Daemon: seconds between looks at LOCAL.")] = 2.0,
+          ) -> None:
+    """Copy files into or out of a RUNNING task. OSMO's forms: 'rsync ID [TASK]
+    LOCAL:REMOTE' and 'rsync upload ID [TASK] LOCAL:REMOTE' upload, 'rsync download ID
+    [TASK] REMOTE:LOCAL' downloads (TASK defaults to the lead task of the first group;
+    rsync's rule: LOCAL lands inside REMOTE under its own name, its contents do with a
+    trailing '/'; /osmo/run/workspace exists in every task). trainyard's form: 'rsync ID
+    TASK SRC DST' with TASK:/path on the task's side, either way; DST becomes the copy.
+    Copies run through tar in the task (on Slurm: on its node); what comes out is unpacked
+    refusing members that would land outside the destination. Nothing is deleted in the
+    destination. '--daemon' keeps uploading changes (log under
+    $XDG_STATE_HOME/trainyard/rsync); 'rsync status' lists daemons, 'rsync stop [ID]' stops
+    them. Same rule as cancel."""
+    if args and args[0] in ("status", "stop"):
+        from trainyard.cli import rsync_daemon
+
+        rsync_daemon.status() if args[0] == "status" else rsync_daemon.stop(args[1:2])
+        return
+    request = parse_rsync_args(args)
+    if request.task is None:
+        request = replace(request, task=_lead_of_first_group(request.workflow_id))
+    assert request.task is not None
+    if daemon:
+        if not request.into_task:
+            raise typer.BadParameter("--daemon uploads; it cannot download", param_hint="--daemon")
+        from trainyard.cli import rsync_daemon
+
+        rsync_daemon.start(request, poll_interval_s)
+        return
+    copy_once(request, _entry(request.workflow_id, request.task, retry_id))
+    typer.echo(f"copied {request.local if request.into_task else request.inside} -> "
+               f"{request.task + ':' if request.into_task else ''}{request.destination()}",
+               err=True)
+
+
+def copy_once(request: RsyncRequest, entry: dict[str, Any]) -> None:
+    """Make one copy of ``request`` through the task's ``entry``.
+
+    Raises:
+        typer.BadParameter: the local source is missing.
+        RefusedError: the copy failed or what the task sent was refused.
+    """
+    if request.into_task:
+        _copy_in(entry, Path(request.local), request.destination())
     else:
-        _copy_out(entry, inside, Path(local))
-    typer.echo(f"copied {src} -> {dst}", err=True)
+        if not request.copy_is_target and Path(request.local).exists() \
+                and not Path(request.local).is_dir():
+            raise typer.BadParameter(f"{request.local}: a download's LOCAL must be a folder "
+                                     "(REMOTE lands inside it)", param_hint="REMOTE:LOCAL")
+        _copy_out(entry, request.inside, Path(request.destination()))
 
 
 def _in_task(entry: dict[str, Any], command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:

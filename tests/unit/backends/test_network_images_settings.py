@@ -102,7 +102,9 @@ def test_podman_never_pulls_and_joins_the_group_namespace(tmp_path: Path) -> Non
     assert argv[argv.index("--network") + 1] == "ns:/proc/7/fd/9"
     assert argv[argv.index("--name") + 1] == "trainyard-x"
     assert volumes(argv) == [  # /tmp/run.sh is under the bound /tmp: not bound again
-        f"{tmp_path}/root/tmp:/tmp:rw", f"{tmp_path}/root/app/conf.txt:/app/conf.txt:rw",
+        f"{tmp_path}/root/tmp:/tmp:rw",
+        f"{tmp_path}/root/osmo/run/workspace:/osmo/run/workspace:rw",
+        f"{tmp_path}/root/app/conf.txt:/app/conf.txt:rw",
         f"{tmp_path}/out:{tmp_path}/out:rw", f"{tmp_path}/hosts:/etc/hosts:ro"]
     assert container_mounts(plan(tmp_path)) == {"/": f"{tmp_path}/root",
                                                 f"{tmp_path}/out": f"{tmp_path}/out"}

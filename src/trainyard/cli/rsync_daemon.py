@@ -1,0 +1,224 @@
+"""``trainyard workflow rsync ... --daemon``: keep uploading a local path into a running task.
+
+As OSMO's (user guide, Interactive > Rsync, "Daemon"): the command starts a detached
+process and prints its pid and its log,
+``$XDG_STATE_HOME/trainyard/rsync/rsync_daemon_<workflow>_<task>.log`` (default
+``~/.local/state``). The daemon uploads once at start, then looks at the local path every
+``poll_interval_s`` seconds (file sizes and modification times) and uploads again after a
+change (the whole path, through the same tar copy as a single ``rsync``; nothing is deleted
+in the task, as in OSMO). It ends by itself once the task no longer runs (the server refuses
+its entry), on SIGTERM (``rsync stop``), or after a failed upload that the task's end does
+not explain (logged). Its pid file sits beside the log: ``rsync status`` lists the daemons,
+``rsync stop [WORKFLOW_ID]`` stops them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+
+from trainyard.cli.workflow_interactive import RsyncRequest, _entry, copy_once
+from trainyard.errors import NotFoundError, RefusedError, TrainyardError
+
+__all__ = ["state_dir", "log_path", "start", "status", "stop", "snapshot", "main"]
+
+log = logging.getLogger("trainyard.rsync")
+
+ALIVE_CHECK_S = 5.0
+"""Between two uploads, how often the daemon asks the server whether the task still runs."""
+
+
+def state_dir() -> Path:
+    """The daemons' folder: ``$XDG_STATE_HOME/trainyard/rsync`` (``~/.local/state``)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                            ".local", "state")
+    return Path(base) / "trainyard" / "rsync"
+
+
+def log_path(workflow_id: str, task: str) -> Path:
+    """The log of the daemon of ``workflow_id``'s ``task`` (its pid file: ``.pid``)."""
+    return state_dir() / f"rsync_daemon_{workflow_id}_{task}.log"
+
+
+def start(request: RsyncRequest, poll_interval_s: float) -> None:
+    """Start the daemon detached (its own session, stdin closed, output to its log) and say
+    where it logs. One daemon per workflow and task: a running one is refused (exit 4).
+
+    Raises:
+        RefusedError: a daemon already uploads to that task.
+    """
+    assert request.task is not None
+    logfile = log_path(request.workflow_id, request.task)
+    logfile.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    running = _alive_pid(logfile.with_suffix(".pid"))
+    if running is not None:
+        raise RefusedError(f"an rsync daemon (pid {running}) already uploads to "
+                           f"{request.workflow_id} {request.task}; 'trainyard workflow rsync "
+                           f"stop {request.workflow_id}' stops it")
+    argv = [sys.executable, "-m", "trainyard.cli.rsync_daemon", json.dumps(asdict(request)),
+            str(poll_interval_s)]
+    with open(logfile, "ab") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                start_new_session=True, close_fds=True)
+    typer.echo(f"Rsync daemon started in detached process: PID {proc.pid}")
+    typer.echo(f"To view daemon logs: tail -f {logfile}")
+
+
+def status() -> None:
+    """Print one line per daemon: pid, RUNNING or STOPPED, workflow, task, paths, log."""
+    rows = []
+    for pid_file in sorted(state_dir().glob("rsync_daemon_*.pid")):
+        info = _read_pid_file(pid_file)
+        if info is None:
+            continue
+        state = "RUNNING" if _alive_pid(pid_file) is not None else "STOPPED"
+        rows.append(f"{info['pid']:>7}  {state:<8} {info['workflow_id']} {info['task']} "
+                    f"{info['local']} -> {info['destination']}  log {pid_file.with_suffix('.log')}")
+    typer.echo("\n".join(rows) if rows else "no rsync daemons")
+
+
+def stop(workflow_ids: list[str]) -> None:
+    """SIGTERM every running daemon (of ``workflow_ids[0]`` when given); say which."""
+    stopped = 0
+    for pid_file in sorted(state_dir().glob("rsync_daemon_*.pid")):
+        info = _read_pid_file(pid_file)
+        if info is None or (workflow_ids and info["workflow_id"] != workflow_ids[0]):
+            continue
+        pid = _alive_pid(pid_file)
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            stopped += 1
+            typer.echo(f"stopped rsync daemon {pid} ({info['workflow_id']} {info['task']})")
+    if not stopped:
+        typer.echo("no rsync daemon was running")
+
+
+def _read_pid_file(pid_file: Path) -> dict[str, object] | None:
+    try:
+        info = json.loads(pid_file.read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) and isinstance(info.get("pid"), int) else None
+
+
+def _alive_pid(pid_file: Path) -> int | None:
+    """The pid of the daemon that wrote ``pid_file`` while it still runs (same process: by
+    its start time, as a pid is reused), else None."""
+    info = _read_pid_file(pid_file)
+    if info is None:
+        return None
+    from trainyard.runner.proctree import same_process
+
+    pid, created = int(info["pid"]), float(info.get("created", 0.0))  # type: ignore[arg-type]
+    return pid if same_process(pid, created) is not None else None
+
+
+def snapshot(path: Path) -> dict[str, tuple[int, int]]:
+    """``{relative path: (mtime_ns, size)}`` of ``path`` (a file, or everything under a
+    folder, links not followed); what the daemon compares between looks."""
+    if not path.is_dir():
+        try:
+            found = path.stat()
+        except OSError:
+            return {}
+        return {"": (found.st_mtime_ns, found.st_size)}
+    seen: dict[str, tuple[int, int]] = {}
+    for folder, dirs, files in os.walk(path):
+        for name in [*dirs, *files]:
+            full = os.path.join(folder, name)
+            try:
+                found = os.lstat(full)
+            except OSError:
+                continue
+            seen[os.path.relpath(full, path)] = (found.st_mtime_ns, found.st_size)
+    return seen
+
+
+class _Stop(Exception):
+    """SIGTERM: stop between uploads."""
+
+
+def _upload(request: RsyncRequest) -> None:
+    assert request.task is not None
+    copy_once(request, _entry(request.workflow_id, request.task, None))
+
+
+def run(request: RsyncRequest, poll_interval_s: float) -> int:
+    """The daemon's loop (see module docstring). Returns its exit status: 0 when the task
+    ended or it was stopped, 1 after an upload failed while the task still ran."""
+    assert request.task is not None
+    stop_now = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_a: stop_now.set())
+    uploaded: dict[str, tuple[int, int]] | None = None
+    next_check = time.monotonic() + ALIVE_CHECK_S
+    log.info("Starting rsync daemon: %s -> %s %s:%s (every %.1f s)", request.local,
+             request.workflow_id, request.task, request.destination(), poll_interval_s)
+    while not stop_now.is_set():
+        seen = snapshot(Path(request.local))
+        if seen != uploaded:
+            try:
+                _upload(request)
+            except (RefusedError, NotFoundError) as exc:
+                if not _task_runs(request):
+                    log.info("Task %s is no longer running; rsync daemon stops", request.task)
+                    return 0
+                log.error("Upload failed: %s", exc)
+                return 1
+            except TrainyardError as exc:
+                log.error("Upload failed: %s", exc)
+                return 1
+            uploaded = seen
+            log.info("Uploaded %s (%d entries)", request.local, len(seen))
+        elif time.monotonic() >= next_check:
+            if not _task_runs(request):
+                log.info("Task %s is no longer running; rsync daemon stops", request.task)
+                return 0
+            next_check = time.monotonic() + ALIVE_CHECK_S
+        stop_now.wait(poll_interval_s)
+    log.info("Stopped")
+    return 0
+
+
+def _task_runs(request: RsyncRequest) -> bool:
+    """Whether the server still lets the task be entered (it runs)."""
+    assert request.task is not None
+    try:
+        _entry(request.workflow_id, request.task, None)
+        return True
+    except (RefusedError, NotFoundError):
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trainyard.cli.rsync_daemon REQUEST_JSON POLL_INTERVAL_S`` (what ``start``
+    runs): write the pid file, run, remove the pid file."""
+    args = sys.argv[1:] if argv is None else argv
+    request = RsyncRequest(**json.loads(args[0]))
+    assert request.task is not None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s - %(process)d - %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
+    pid_file = log_path(request.workflow_id, request.task).with_suffix(".pid")
+    from trainyard.runner.proctree import create_time
+
+    pid_file.write_text(json.dumps({
+        "pid": os.getpid(), "created": create_time(os.getpid()) or 0.0,
+        "workflow_id": request.workflow_id, "task": request.task, "local": request.local,
+        "destination": request.destination()}))
+    try:
+        return run(request, float(args[1]))
+    finally:
+        pid_file.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
