@@ -27,6 +27,8 @@ import psutil
 import pytest
 from local_support import final, group_launches, isolation_available, task_log, wait_final
 
+from trainyard.backends import launcher as launcher_mod
+from trainyard.backends import router as router_mod
 from trainyard.backends.base import FactKind
 from trainyard.backends.local import LocalBackend, loopback_address
 from trainyard.backends.netns import EGRESS_ADDRESS, probe_egress
@@ -435,3 +437,29 @@ def test_the_launcher_is_out_of_reach_from_a_task(home: Path) -> None:
             "except OSError as exc: print('NO LAUNCHER', type(exc).__name__)\n")
     text = run_one(backend, home, "wf-launcher", {"command": ["python3", "-c", code]})
     assert "NO LAUNCHER" in text and "LAUNCHER REACHED" not in text
+
+
+def test_without_nft_each_group_gets_a_pasta_and_the_log_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The launcher's own code in this process, ``nft`` missing: no router (never one without
+    rules), a pasta per group, and its log says why once."""
+    if os.geteuid() != 0:
+        pytest.skip("the launcher holds namespaces as descriptors only as root")
+    real_which = router_mod.shutil.which
+    monkeypatch.setattr(router_mod.shutil, "which",
+                        lambda name: None if name == "nft" else real_which(name))
+    launcher = launcher_mod._Launcher("test-no-nft", idle_s=60, group_grace_s=5)
+    try:
+        for key in ("wf/g1", "wf/g2"):
+            launcher._network(key, [], egress=True)
+        groups = [launcher.groups[k] for k in ("wf/g1", "wf/g2")]
+        assert launcher.router is None
+        assert all(g.egress is not None and g.egress.poll() is None and g.link is None
+                   for g in groups)
+        assert len({g.egress.pid for g in groups if g.egress is not None}) == 2
+    finally:
+        launcher.close()
+    log = capsys.readouterr().err
+    assert log.count("no egress router (nft is not installed (Debian package nftables))") == 1
+    assert all(g.egress is not None and g.egress.poll() is not None for g in groups)
