@@ -11,7 +11,7 @@ Layout::
     group namespace                 router namespace (held by the launcher)
     eth0 100.64.X.Y+1/31  <-veth->  tygN 100.64.X.Y/31
     default via 100.64.X.Y          tyup 10.0.2.100/24 (pasta's tap), default via 10.0.2.2
-                                    forwarding on, nftables (RULES), IPv6 off
+    (IPv6 off on eth0)              forwarding on, nftables (RULES), IPv6 off
 
 Rules (``RULES``, loaded once with ``nft -f -`` when the router is made; by interface name
 prefix, so no rule per group):
@@ -253,6 +253,8 @@ def _load_rules() -> None:
 def _configure_group(group_ns_fd: int, link: GroupLink) -> None:
     """On a thread of its own, inside the group's namespace: its address and default route."""
     netns.join_namespace(f"/proc/self/fd/{group_ns_fd}")
+    with contextlib.suppress(OSError):  # egress is IPv4 only: no link-local address, no DAD
+        Path(f"/proc/sys/net/ipv6/conf/{GROUP_IFNAME}/disable_ipv6").write_text("1")
     group = Netlink()
     try:
         group.set_up(GROUP_INDEX)
