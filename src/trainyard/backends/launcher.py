@@ -459,10 +459,9 @@ class _Launcher:
         """Give a new group egress through the launcher's router (made at the first call).
         Returns False where there is no router (``_egress_router``) or attaching failed (said
         in the log): the caller gives the group a pasta of its own."""
-        router = self._egress_router() if group.ns_fd is not None else None
-        if router is None:
+        router = self._egress_router()  # says once in the log why there is none
+        if router is None or group.ns_fd is None:
             return False
-        assert group.ns_fd is not None
         try:
             group.link, group.router = router.attach(group.ns_fd), router
         except OSError as exc:
