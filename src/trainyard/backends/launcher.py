@@ -19,8 +19,9 @@ line per connection, one JSON reply line (``{"error": "..."}`` on failure):
 - ``{"op": "release"}`` -> ``{"pid": int}``: exit as soon as no runner is left (the engine
   that used it closed); a request after it still gets an answer
 - ``{"op": "network", "group": KEY, "forward": [port, ...], "egress": bool}`` -> the group's
-  namespace, made if none is alive (with ``egress``, the default, pasta attached to it:
-  ``netns.start_egress``): ``{"launcher_pid", "ns_pid", "ns_created", "user_ns", "ns_path"}``
+  namespace, made if none is alive (with ``egress``, the default, a veth to the launcher's
+  egress router, or a pasta of its own where there is none; see "Egress" below):
+  ``{"launcher_pid", "ns_pid", "ns_created", "user_ns", "ns_path"}``
   (``ns_path``: ``/proc/PID/fd/N`` when the launcher holds it as a descriptor)
 - ``{"op": "run", "run_json": PATH, "out": PATH, "cwd": PATH, "env": {...},
   "group": KEY | null, "mode": "process" | "thread"}`` -> ``{"pid": int, "created": float}``:

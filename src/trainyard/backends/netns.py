@@ -20,7 +20,10 @@ socketpair, which crosses namespaces) to the keeper, which still lives in the ho
 namespace, connects to 127.0.0.1:PORT there and copies bytes both ways.
 
 Egress (``start_egress``): a group's namespace reaches hosts outside through ``pasta`` (Debian
-``passt``), a user-mode network stack attached to the namespace: it adds an ``eth0`` with
+``passt``). As root with ``nft``, the launcher attaches one pasta to its egress router's
+namespace and gives each group a veth to it (``backends.router``); otherwise, and as
+described here, each group gets a pasta of its own, a user-mode network stack attached to
+the namespace: it adds an ``eth0`` with
 ``EGRESS_ADDRESS`` and a default route, and turns the namespace's TCP, UDP and ICMP echo
 flows into sockets of its own in the host's namespace. What it is told, and why:
 ``-t none -u none`` (no host port is forwarded into the namespace: nothing outside reaches a

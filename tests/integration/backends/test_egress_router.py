@@ -187,7 +187,7 @@ def test_a_group_cannot_pose_as_another(groups: list[tuple[int, GroupLink]]) -> 
     echo, echo_port = _udp_echo(outside_address())
     port = 20000 + os.getpid() % 20000
     waiter = subprocess.Popen(["nsenter", f"--net=/proc/{os.getpid()}/fd/{fd_b}", "--",
-                               sys.executable, "-c", UDP_WAIT, str(port), "6"],
+                               sys.executable, "-c", UDP_WAIT, str(port), "15"],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert waiter.stdout is not None and waiter.stdout.readline().strip() == "READY"
@@ -196,7 +196,8 @@ def test_a_group_cannot_pose_as_another(groups: list[tuple[int, GroupLink]]) -> 
         inside(fd_a, "ip", "addr", "add", f"{b.group_address}/32", "dev", "eth0")
         inside(fd_a, sys.executable, "-c", UDP_SEND, b.group_address, str(port),
                outside_address(), str(echo_port))
-        out, _ = waiter.communicate(timeout=20)
+        assert waiter.poll() is None, "B stopped waiting before A's try: the test proves nothing"
+        out, _ = waiter.communicate(timeout=30)
         assert out.strip() == "NOTHING"
     finally:
         waiter.kill()
