@@ -63,7 +63,7 @@ from trainyard.backends import netns
 from trainyard.backends.rtnl import Netlink
 from trainyard.errors import BackendError
 
-__all__ = ["EgressRouter", "GroupLink", "probe_router", "RULES", "GROUP_NETWORK",
+__all__ = ["EgressRouter", "GroupLink", "probe_router", "slot_addresses", "RULES", "GROUP_NETWORK",
            "ROUTER_IFNAME", "GROUP_IFNAME", "GROUP_IFNAME_PREFIX"]
 
 ROUTER_IFNAME = "tyup"

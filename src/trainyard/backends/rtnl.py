@@ -30,6 +30,7 @@ _IFA_ADDRESS, _IFA_LOCAL = 1, 2
 _RTA_OIF, _RTA_GATEWAY = 4, 5
 _RT_TABLE_MAIN, _RTPROT_BOOT, _RT_SCOPE_UNIVERSE, _RTN_UNICAST = 254, 3, 0, 1
 IFF_UP = 0x1
+REPLY_TIMEOUT_S = 5.0
 _NLMSGHDR = struct.Struct("=IHHII")
 _IFINFOMSG = struct.Struct("=BxHiII")
 _IFADDRMSG = struct.Struct("=BBBBI")
@@ -53,16 +54,19 @@ def _ifinfo(index: int = 0, up: bool = False) -> bytes:
 
 class Netlink:
     """A ``NETLINK_ROUTE`` socket of the calling thread's network namespace (it stays there
-    whatever the thread does later). Not thread-safe: one request at a time.
+    whatever the thread does later). Not thread-safe: one request at a time. Each request
+    waits for the kernel's ACK (at most ``REPLY_TIMEOUT_S``).
 
     Raises:
-        OSError: the socket cannot be made.
+        OSError: the socket cannot be made; a request was refused (the kernel's errno) or got
+            no answer in time (``TimeoutError``).
     """
 
     def __init__(self) -> None:
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
                                   _NETLINK_ROUTE)
         self.sock.bind((0, 0))
+        self.sock.settimeout(REPLY_TIMEOUT_S)  # the kernel always answers; never hang on it
         self._seq = itertools.count(1)
 
     def close(self) -> None:
