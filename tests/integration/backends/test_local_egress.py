@@ -463,3 +463,20 @@ def test_without_nft_each_group_gets_a_pasta_and_the_log_says_so(
     log = capsys.readouterr().err
     assert log.count("no egress router (nft is not installed (Debian package nftables))") == 1
     assert all(g.egress is not None and g.egress.poll() is not None for g in groups)
+
+
+def test_a_new_launcher_makes_a_new_router(home: Path, outside: tuple[str, str]) -> None:
+    """The launcher killed: its router and pasta go with it; the next group's start brings a
+    new launcher with a router of its own, and egress works again."""
+    url, secret = outside
+    backend = _backend(home)
+    assert f"GOT {url} {secret}" in run_one(backend, home, "wf-first", fetch_task([url]))
+    first = _launcher_pid(backend)
+    pastas = _pastas_of(first)
+    assert len(pastas) == 1
+    os.kill(first, signal.SIGKILL)
+    _gone, alive = psutil.wait_procs(pastas, timeout=15)
+    assert alive == []
+    assert f"GOT {url} {secret}" in run_one(backend, home, "wf-second", fetch_task([url]))
+    second = _launcher_pid(backend)
+    assert second != first and len(_pastas_of(second)) == 1
