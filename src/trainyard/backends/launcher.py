@@ -19,8 +19,9 @@ line per connection, one JSON reply line (``{"error": "..."}`` on failure):
 - ``{"op": "release"}`` -> ``{"pid": int}``: exit as soon as no runner is left (the engine
   that used it closed); a request after it still gets an answer
 - ``{"op": "network", "group": KEY, "forward": [port, ...], "egress": bool}`` -> the group's
-  namespace, made if none is alive (with ``egress``, the default, pasta attached to it:
-  ``netns.start_egress``): ``{"launcher_pid", "ns_pid", "ns_created", "user_ns", "ns_path"}``
+  namespace, made if none is alive (with ``egress``, the default, a veth to the launcher's
+  egress router, or a pasta of its own where there is none; see "Egress" below):
+  ``{"launcher_pid", "ns_pid", "ns_created", "user_ns", "ns_path"}``
   (``ns_path``: ``/proc/PID/fd/N`` when the launcher holds it as a descriptor)
 - ``{"op": "run", "run_json": PATH, "out": PATH, "cwd": PATH, "env": {...},
   "group": KEY | null, "mode": "process" | "thread"}`` -> ``{"pid": int, "created": float}``:
@@ -49,9 +50,13 @@ Namespaces: as root, a short-lived thread unshares a network namespace and the l
 its descriptor (``netns.namespace_fd``); tasks join it with ``nsenter --net=/proc/PID/fd/N``.
 Otherwise a user namespace is needed too, which only a single-threaded process may make, so
 a forked child makes and holds it (``netns.hold_namespace``) and tasks join it by pid.
-Egress: unless the request says ``"egress": false``, pasta is attached to a new namespace
-(``netns.start_egress``, a child of the launcher that dies with it) and killed when the group
-is dropped, so no pasta outlives its group's namespace.
+Egress: unless the request says ``"egress": false``, a new namespace gets a veth pair to the
+launcher's egress router (``backends.router``: one router namespace, one pasta and one
+nftables rule set per launcher, made at the first group that asks for egress, a child of the
+launcher that dies with it); the veth goes with the group's namespace. Where the router
+cannot be made (not root, no ``nft``: ``router.probe_router``; its pasta or rules failed),
+the launcher says so in its log once and falls back to a pasta per group
+(``netns.start_egress``), killed when the group is dropped; never to a router without rules.
 
 Ports: for each forwarded port a listener on 127.0.0.1:PORT inside the namespace (the
 launcher's own socket as root; the holder child's otherwise, which hands each connection up
@@ -90,6 +95,7 @@ from typing import Any
 
 import trainyard
 from trainyard.backends import netns
+from trainyard.backends.router import EgressRouter, GroupLink, probe_router
 from trainyard.errors import BackendError
 from trainyard.runner import proctree
 from trainyard.runner.hosted import HostedRunner
@@ -308,6 +314,8 @@ class _Group:
     runners: set[int | str] = field(default_factory=set)
     idle_since: float = field(default_factory=time.monotonic)
     egress: subprocess.Popen[bytes] | None = None  # pasta, ended with the group
+    link: GroupLink | None = None  # its veth to the egress router, instead of a pasta
+    router: EgressRouter | None = None  # the router that ``link`` goes to
     egress_ready: threading.Event = field(default_factory=threading.Event)
     egress_error: str | None = None
 
@@ -335,6 +343,8 @@ class _Launcher:
         self.released = False
         self.spare_count = spare_count
         self._next_expiry = 0.0
+        self.router: EgressRouter | None = None
+        self.router_why_not: str | None = None  # set once the router could not be had
 
     # -------------------------------------------------------------- main loop
 
@@ -381,6 +391,9 @@ class _Launcher:
         self.listener.close()
         for group in list(self.groups):
             self._drop_group(group)
+        if self.router is not None:
+            self.router.close()
+            self.router = None
 
     # -------------------------------------------------------------- requests
 
@@ -432,7 +445,8 @@ class _Launcher:
             group = None
         if group is None:
             group = self.groups[key] = self._make_namespace(ports)
-            self._start_egress(key, group, egress)
+            if not (egress and self._route(key, group)):
+                self._start_egress(key, group, egress)
         if wait and not group.egress_ready.is_set():
             self._finish_egress(group, block=True)
         if wait and group.egress_error:
@@ -441,6 +455,44 @@ class _Launcher:
             raise BackendError(error)
         group.idle_since = time.monotonic()
         return group.reply()
+
+    def _route(self, key: str, group: _Group) -> bool:
+        """Give a new group egress through the launcher's router (made at the first call).
+        Returns False where there is no router (``_egress_router``) or attaching failed (said
+        in the log): the caller gives the group a pasta of its own."""
+        router = self._egress_router()  # says once in the log why there is none
+        if router is None or group.ns_fd is None:
+            return False
+        try:
+            group.link, group.router = router.attach(group.ns_fd), router
+        except OSError as exc:
+            _say(f"launcher: group {key}: no veth to the egress router ({exc}); "
+                 "a pasta of its own instead")
+            return False
+        group.egress_ready.set()
+        return True
+
+    def _egress_router(self) -> EgressRouter | None:
+        """The launcher's egress router, made (on this, the main, thread: its pasta dies with
+        it) when first needed and again if its pasta died; None, said once in the log, where
+        it cannot be had."""
+        if self.router is not None and not self.router.alive():
+            _say(f"launcher: the egress router's pasta exited ({self.router.pasta.returncode}); "
+                 "new groups get a new router")
+            self.router.close()
+            self.router = None
+        if self.router is None and self.router_why_not is None:
+            why_not = probe_router()
+            try:
+                if why_not is None:
+                    self.router = EgressRouter.make()
+                    _say(f"launcher: egress router ready (one pasta, pid {self.router.pasta.pid})")
+            except BackendError as exc:
+                why_not = str(exc)
+            if why_not is not None:
+                self.router_why_not = why_not
+                _say(f"launcher: no egress router ({why_not}); each group gets a pasta of its own")
+        return self.router
 
     def _start_egress(self, key: str, group: _Group, egress: bool) -> None:
         if not egress:
@@ -677,6 +729,8 @@ class _Launcher:
                     self.selector.unregister(group.egress.stdout)
             netns.stop_egress(group.egress)
         group.egress_ready.set()  # a runner still waiting gives up
+        if group.link is not None and group.router is not None:
+            group.router.detach(group.link)  # the veth goes with the namespace, closed next
         if group.ns_fd is not None:
             os.close(group.ns_fd)
         elif group.ns_pid != os.getpid():

@@ -99,6 +99,7 @@ from trainyard.backends import container
 from trainyard.backends.images import image_note, runtime_for, runtime_path
 from trainyard.backends.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
                                      probe_netns)
+from trainyard.backends.router import probe_router
 from trainyard.backends.launcher import LauncherClient
 from trainyard.backends.sandbox import (OSMO_WORKSPACE, TASK_HOST_UID, bwrap_end, probe_remap,
                                        task_owned)
@@ -617,7 +618,13 @@ class LocalBackend:
         if not self.egress:
             return "no egress (pool egress: false)"
         why_not = _why_no_egress()
-        return "egress through pasta" if why_not is None else f"no egress ({why_not})"
+        if why_not is not None:
+            return f"no egress ({why_not})"
+        no_router = probe_router()
+        if no_router is None:
+            return ("egress through pasta behind the launcher's egress router (a veth to it, "
+                    "no route to other groups)")
+        return f"egress through pasta of its own (no egress router: {no_router})"
 
     def _check_host_network(self, launches: list[TaskLaunch]) -> None:
         """A task asking ``hostNetwork: true`` on a pool that does not allow it is refused

@@ -20,7 +20,10 @@ socketpair, which crosses namespaces) to the keeper, which still lives in the ho
 namespace, connects to 127.0.0.1:PORT there and copies bytes both ways.
 
 Egress (``start_egress``): a group's namespace reaches hosts outside through ``pasta`` (Debian
-``passt``), a user-mode network stack attached to the namespace: it adds an ``eth0`` with
+``passt``). As root with ``nft``, the launcher attaches one pasta to its egress router's
+namespace and gives each group a veth to it (``backends.router``); otherwise, and as
+described here, each group gets a pasta of its own, a user-mode network stack attached to
+the namespace: it adds an ``eth0`` with
 ``EGRESS_ADDRESS`` and a default route, and turns the namespace's TCP, UDP and ICMP echo
 flows into sockets of its own in the host's namespace. What it is told, and why:
 ``-t none -u none`` (no host port is forwarded into the namespace: nothing outside reaches a
@@ -331,7 +334,7 @@ def probe_egress(pasta: str = "pasta") -> str | None:
 
 
 def pasta_argv(target: str, *, as_root: bool, userns: str | None = None,
-               pasta: str = "pasta") -> list[str]:
+               pasta: str = "pasta", ifname: str | None = None) -> list[str]:
     """The command that attaches pasta to a namespace (see module docstring, "Egress").
 
     Args:
@@ -343,6 +346,8 @@ def pasta_argv(target: str, *, as_root: bool, userns: str | None = None,
             isolates itself (seccomp, an empty mount namespace) all the same.
         userns: the user namespace that owns the network namespace (not as root), as
             ``target``.
+        ifname: the name of pasta's interface in the namespace (``-I``; default the host's
+            interface's name; the egress router names it, ``backends.router``).
 
     Returns:
         argv; pasta writes its pid on its stdout once the namespace is configured.
@@ -353,6 +358,8 @@ def pasta_argv(target: str, *, as_root: bool, userns: str | None = None,
     argv += ["-4", "--config-net", "-t", "none", "-u", "none", "-T", "none", "-U", "none",
              "--no-map-gw", "-a", EGRESS_ADDRESS, "-n", str(EGRESS_PREFIX_LEN),
              "-g", EGRESS_GATEWAY, "-P", "/dev/stdout"]
+    if ifname is not None:
+        argv += ["-I", ifname]
     if userns is not None:
         argv += ["--userns", userns]
     return [*argv, "--netns", target]
@@ -360,7 +367,7 @@ def pasta_argv(target: str, *, as_root: bool, userns: str | None = None,
 
 def start_egress(*, ns_fd: int | None = None, ns_pid: int | None = None,
                  timeout_s: float = EGRESS_READY_TIMEOUT_S,
-                 wait: bool = True) -> subprocess.Popen[bytes]:
+                 wait: bool = True, ifname: str | None = None) -> subprocess.Popen[bytes]:
     """Attach pasta to the namespace held by descriptor ``ns_fd`` (as root) or by process
     ``ns_pid`` (its user and network namespaces); with ``wait``, return once it has
     configured it (else the caller calls ``wait_egress``, or reads pasta's stdout: one line
@@ -381,7 +388,8 @@ def start_egress(*, ns_fd: int | None = None, ns_pid: int | None = None,
                       for kind in ("net", "user")]
         fds = (ns_fd,) if ns_fd is not None else tuple(opened)
         argv = pasta_argv(f"/proc/self/fd/{fds[0]}", as_root=os.geteuid() == 0,
-                          userns=f"/proc/self/fd/{fds[1]}" if len(fds) > 1 else None)
+                          userns=f"/proc/self/fd/{fds[1]}" if len(fds) > 1 else None,
+                          ifname=ifname)
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, close_fds=True, pass_fds=fds)
     except OSError as exc:

@@ -1,6 +1,7 @@
-"""Issue 11, network: a group's namespace reaches hosts outside through pasta, never the
-host's loopback nor another workflow; ``egress: false`` and ``hostNetwork`` (pool settings);
-no pasta outlives its group.
+"""Issue 11, network: a group's namespace reaches hosts outside through pasta (behind the
+launcher's egress router where it can be made), never the host's loopback nor another group;
+``egress: false`` and ``hostNetwork`` (pool settings); no pasta nor veth outlives its group,
+one pasta per launcher.
 
 There is no internet here: "outside" is an HTTP server on this machine's non-loopback
 address (the interface of the default route), which a task reaches only through egress.
@@ -9,10 +10,14 @@ address (the interface of the default route), which a task reaches only through 
 from __future__ import annotations
 
 import http.server
+import contextlib
+import ipaddress
 import os
+import re
 import secrets
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -22,9 +27,12 @@ import psutil
 import pytest
 from local_support import final, group_launches, isolation_available, task_log, wait_final
 
+from trainyard.backends import launcher as launcher_mod
+from trainyard.backends import router as router_mod
 from trainyard.backends.base import FactKind
 from trainyard.backends.local import LocalBackend, loopback_address
 from trainyard.backends.netns import EGRESS_ADDRESS, probe_egress
+from trainyard.backends.router import GROUP_IFNAME_PREFIX, GROUP_NETWORK, probe_router
 from trainyard.errors import BackendError
 from trainyard.pools import default_local_pool
 
@@ -223,17 +231,136 @@ def _launcher_pid(backend: LocalBackend) -> int:
     return int(backend._launcher.request({"op": "ping"})["pid"])
 
 
-def test_no_pasta_outlives_its_group(home: Path) -> None:
+def _net_namespaces_of(pid: int) -> set[str]:
+    """The network namespaces process ``pid`` holds as descriptors (``/proc/PID/fd/N``)."""
+    found = {}
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+            if target.startswith("net:["):
+                found[target] = f"/proc/{pid}/fd/{name}"
+    return set(found.values())
+
+
+def _router_veths(launcher: int) -> list[str]:
+    """The group veths (``tyg*``) in every namespace the launcher holds (the router's and
+    the groups' still alive)."""
+    names = []
+    for path in _net_namespaces_of(launcher):
+        done = subprocess.run(["nsenter", f"--net={path}", "ip", "-o", "link", "show"],
+                              capture_output=True, text=True, timeout=20)
+        names += [line.split(":")[1].strip().split("@")[0] for line in done.stdout.splitlines()]
+    return [name for name in names if name.startswith(GROUP_IFNAME_PREFIX)]
+
+
+def test_no_pasta_nor_veth_outlives_its_group(home: Path) -> None:
+    """With the egress router: the group's veth goes with it, the one pasta stays with the
+    launcher; without one (not root, no nft): the group's own pasta goes with it."""
     backend = _backend(home)
     launches = group_launches(backend, home, "wf-leak", {"t": {"command": ["sleep", "1"]}})
     backend.start_group(launches)
     launcher = _launcher_pid(backend)
     assert len(_pastas_of(launcher)) == 1
+    routed = probe_router() is None
+    if routed:
+        assert len(_router_veths(launcher)) == 1
     wait_final(backend, [launches[0].key], timeout_s=60)
     deadline = time.monotonic() + 30  # the launcher keeps a group 5 s after its last runner
-    while _pastas_of(launcher) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (_router_veths(launcher) if routed
+                                           else _pastas_of(launcher)):
         time.sleep(0.2)
-    assert _pastas_of(launcher) == []
+    if routed:
+        assert _router_veths(launcher) == []
+        assert len(_pastas_of(launcher)) == 1  # the router's, for the launcher's life
+    else:
+        assert _pastas_of(launcher) == []
+
+
+def test_one_pasta_per_launcher_not_per_group(home: Path) -> None:
+    """Three groups at once (two workflows): one pasta, the router's (was one per group)."""
+    if probe_router() is not None:
+        pytest.skip(f"no egress router here ({probe_router()}): a pasta per group is the fallback")
+    backend = _backend(home)
+    keys = []
+    for wid, group in (("wf-p1", "g1"), ("wf-p1", "g2"), ("wf-p2", "g1")):
+        launches = group_launches(backend, home, wid, {f"t-{group}": {"command": ["sleep", "4"]}},
+                                  group=group)
+        backend.start_group(launches)
+        keys.append(launches[0].key)
+    launcher = _launcher_pid(backend)
+    assert len(_router_veths(launcher)) == 3
+    assert len(_pastas_of(launcher)) == 1
+    facts = wait_final(backend, keys, timeout_s=90)
+    assert all(final(facts[k]).exit_code == 0 for k in keys)
+
+
+ADDRESS_THEN_LISTEN = """import socket, sys, time
+probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+probe.connect(("192.0.2.1", 9))
+print("ADDRESS", probe.getsockname()[0], flush=True)
+srv = socket.create_server(("0.0.0.0", int(sys.argv[1])))
+srv.settimeout(float(sys.argv[2]))
+try:
+    conn, _ = srv.accept()
+    conn.sendall(b"group-a-secret")
+    print("ACCEPTED")
+except socket.timeout:
+    print("NOBODY CAME")
+"""
+PROBE_PEERS = """import ipaddress, socket, sys
+probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+probe.connect(("192.0.2.1", 9))
+mine = probe.getsockname()[0]
+gateway = str(ipaddress.IPv4Address(mine) - 1)
+print("ADDRESS", mine)
+for host in [*sys.argv[2:], gateway]:
+    try:
+        with socket.create_connection((host, int(sys.argv[1])), timeout=3) as c:
+            print("CONNECTED", host, c.recv(100))
+    except OSError as exc:
+        print("REFUSED", host, type(exc).__name__)
+"""
+
+
+def _address_in_log(launch: object, timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            found = re.search(r"\bADDRESS (\S+)", task_log(launch))  # type: ignore[arg-type]
+            if found:
+                return found.group(1)
+        time.sleep(0.1)
+    raise AssertionError(f"no ADDRESS line in {timeout_s} s: {task_log(launch)}")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("same_workflow", [True, False], ids=["same-workflow", "other-workflow"])
+def test_a_group_cannot_reach_another_groups_socket(home: Path, same_workflow: bool) -> None:
+    """Group A listens on 0.0.0.0 and says its eth0 address; group B (of the same workflow or
+    another) connects to that address and to its own gateway (the router): each refused.
+    Each group has an address of its own in the router's space."""
+    if probe_router() is not None:
+        pytest.skip(f"no egress router here ({probe_router()})")
+    backend = _backend(home)
+    port = 22000 + os.getpid() % 20000
+    a = group_launches(backend, home, "wf-ra", {"listener": {
+        "command": ["python3", "/tmp/listen.py", str(port), "25"],
+        "files": [{"path": "/tmp/listen.py", "contents": ADDRESS_THEN_LISTEN}]}}, group="ga")
+    backend.start_group(a)
+    a_address = _address_in_log(a[0])
+    assert ipaddress.IPv4Address(a_address) in GROUP_NETWORK
+    b = group_launches(backend, home, "wf-ra" if same_workflow else "wf-rb", {"prober": {
+        "command": ["python3", "/tmp/probe.py", str(port), a_address],
+        "files": [{"path": "/tmp/probe.py", "contents": PROBE_PEERS}]}}, group="gb")
+    backend.start_group(b)
+    facts = wait_final(backend, [b[0].key], timeout_s=90)
+    assert final(facts[b[0].key]).exit_code == 0
+    text = task_log(b[0])
+    assert "group-a-secret" not in text and "CONNECTED" not in text, text
+    assert f"REFUSED {a_address}" in text
+    assert _address_in_log(b[0]) != a_address
+    backend.stop([a[0].key])
+    wait_final(backend, [a[0].key], timeout_s=60)
+    assert "ACCEPTED" not in task_log(a[0])
 
 
 def test_pasta_dies_with_a_killed_launcher(home: Path) -> None:
@@ -310,3 +437,46 @@ def test_the_launcher_is_out_of_reach_from_a_task(home: Path) -> None:
             "except OSError as exc: print('NO LAUNCHER', type(exc).__name__)\n")
     text = run_one(backend, home, "wf-launcher", {"command": ["python3", "-c", code]})
     assert "NO LAUNCHER" in text and "LAUNCHER REACHED" not in text
+
+
+def test_without_nft_each_group_gets_a_pasta_and_the_log_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The launcher's own code in this process, ``nft`` missing: no router (never one without
+    rules), a pasta per group, and its log says why once."""
+    if os.geteuid() != 0:
+        pytest.skip("the launcher holds namespaces as descriptors only as root")
+    real_which = router_mod.shutil.which
+    monkeypatch.setattr(router_mod.shutil, "which",
+                        lambda name: None if name == "nft" else real_which(name))
+    launcher = launcher_mod._Launcher("test-no-nft", idle_s=60, group_grace_s=5)
+    try:
+        for key in ("wf/g1", "wf/g2"):
+            launcher._network(key, [], egress=True)
+        groups = [launcher.groups[k] for k in ("wf/g1", "wf/g2")]
+        assert launcher.router is None
+        assert all(g.egress is not None and g.egress.poll() is None and g.link is None
+                   for g in groups)
+        assert len({g.egress.pid for g in groups if g.egress is not None}) == 2
+    finally:
+        launcher.close()
+    log = capsys.readouterr().err
+    assert log.count("no egress router (nft is not installed (Debian package nftables))") == 1
+    assert all(g.egress is not None and g.egress.poll() is not None for g in groups)
+
+
+def test_a_new_launcher_makes_a_new_router(home: Path, outside: tuple[str, str]) -> None:
+    """The launcher killed: its router and pasta go with it; the next group's start brings a
+    new launcher with a router of its own, and egress works again."""
+    url, secret = outside
+    backend = _backend(home)
+    assert f"GOT {url} {secret}" in run_one(backend, home, "wf-first", fetch_task([url]))
+    first = _launcher_pid(backend)
+    pastas = _pastas_of(first)
+    assert len(pastas) == 1
+    os.kill(first, signal.SIGKILL)
+    _gone, alive = psutil.wait_procs(pastas, timeout=15)
+    assert alive == []
+    assert f"GOT {url} {secret}" in run_one(backend, home, "wf-second", fetch_task([url]))
+    second = _launcher_pid(backend)
+    assert second != first and len(_pastas_of(second)) == 1

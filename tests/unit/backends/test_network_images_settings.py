@@ -214,3 +214,26 @@ def test_where_pasta_cannot_attach_the_log_says_no_egress(
                        home=tmp_path / "home")
     assert "no egress (pool egress: false)" in off.build_request(
         launch(tmp_path), Isolation(bwrap=True, netns=True), NET).run.sandbox.description
+
+
+def test_the_log_says_whether_egress_goes_through_the_router(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local_mod, "_why_no_egress", lambda: None)
+    backend = LocalBackend(default_local_pool(), home=tmp_path / "home")
+    monkeypatch.setattr(local_mod, "probe_router", lambda: None)
+    text = backend.build_request(launch(tmp_path), Isolation(bwrap=True, netns=True),
+                                 NET).run.sandbox.description
+    assert "egress through pasta behind the launcher's egress router" in text
+    monkeypatch.setattr(local_mod, "probe_router",
+                        lambda: "nft is not installed (Debian package nftables)")
+    text = backend.build_request(launch(tmp_path), Isolation(bwrap=True, netns=True),
+                                 NET).run.sandbox.description
+    assert ("egress through pasta of its own (no egress router: nft is not installed "
+            "(Debian package nftables))") in text
+
+
+def test_pasta_names_its_interface_for_the_router() -> None:
+    argv = pasta_argv("/proc/self/fd/5", as_root=True, ifname="tyup")
+    assert argv[argv.index("-I") + 1] == "tyup"
+    assert "-I" not in pasta_argv("/proc/self/fd/5", as_root=True)
