@@ -13,17 +13,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from trainyard import spec
 from trainyard.cli.client import Client, running_server_client
 from trainyard.cli.output import Format, FormatOption, emit, print_spec_warnings, spec_warnings
-from trainyard.cli.request import spec_request
+from trainyard.cli.request import SpecBody, spec_request
 from trainyard.errors import SpecError, SpecProblem
-from trainyard.pools import Pool, get_pool
-from trainyard.server.schema import SpecRequest
+
+if TYPE_CHECKING:  # pools (pydantic) only when a spec is checked here (issue 15)
+    from trainyard.pools import Pool
 
 __all__ = ["app", "SpecOptions"]
 
@@ -74,6 +75,8 @@ class SpecOptions:
 
     def choose_pool(self, spec_pool: str | None) -> Pool:
         """``--pool``, else the spec's ``workflow.pool``, else ``local`` (from pools.yaml)."""
+        from trainyard.pools import get_pool
+
         return get_pool(self.pool or spec_pool)
 
 
@@ -88,7 +91,7 @@ def _parse(rendered: str, path: Path, options: SpecOptions) -> spec.SpecDocument
 
 def _server_request(path: Path, set_: list[str] | None, set_string: list[str] | None,
                     set_env: list[str] | None, label: list[str] | None,
-                    pool: str | None) -> SpecRequest:
+                    pool: str | None) -> SpecBody:
     """The request for the server, after the same checks of the options as locally."""
     SpecOptions.parse(set_, set_string, set_env, label, pool)
     return spec_request(path, set_values=set_ or [], set_strings=set_string or [],
@@ -155,7 +158,7 @@ def _validate(path: Path, set_: list[str] | None, set_string: list[str] | None,
         options = SpecOptions.parse(set_, set_string, set_env, label, pool)
         return _validate_locally(path, options)
     req = _server_request(path, set_, set_string, set_env, label, pool)
-    answer = client.json("POST", "/api/workflow/validate", json=req.model_dump())
+    answer = client.json("POST", "/api/workflow/validate", json=req.to_json())
     return {**answer, "server": client.url, "warnings": answer.get("warnings", [])}
 
 
@@ -209,7 +212,7 @@ def _checked_spec(path: Path, set_: list[str] | None, set_string: list[str] | No
     else:
         req = _server_request(path, set_, set_string, set_env, label, pool)
         answer = client.json("POST", "/api/workflow/spec", params={"format": "json"},
-                             json=req.model_dump())
+                             json=req.to_json())
         rendered, warnings = answer["spec"], spec_warnings(answer)
     print_spec_warnings(warnings)
     return rendered
