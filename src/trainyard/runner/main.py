@@ -45,7 +45,13 @@ from trainyard import dataroots
 from trainyard.runner.checkpoint import Checkpointer
 from trainyard.runner.command import CommandProcess
 from trainyard.runner.data import DataHook, load_data_hook
-from trainyard.runner.report import LOG_FAILED_EXIT_CODE, EventWriter, TaskLog, reserve_space
+from trainyard.runner.report import (
+    FACTS_SOCKET_ENV,
+    LOG_FAILED_EXIT_CODE,
+    EventWriter,
+    TaskLog,
+    reserve_space,
+)
 from trainyard.runner.safefs import (idmap_in_place, mount_overlays, private_mount_namespace,
                                       write_inside)
 from trainyard.runner.userns import give_to_task as give_folders
@@ -124,7 +130,7 @@ class Runner:
         self.run = run
         self.run_dir = Path(run.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.events = EventWriter(self.run_dir)
+        self.events = EventWriter(self.run_dir, notify=self.base_env.get(FACTS_SOCKET_ENV))
         self.reserve = reserve_space(self.run_dir)
         self.log = TaskLog(self.run_dir, run.task, echo=echo, on_failure=self._on_log_failure)
         self._hook = hook
