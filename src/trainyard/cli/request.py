@@ -3,18 +3,11 @@
 The CLI renders the spec locally only to find which ``localpath`` files it names; it reads
 them under the spec's folder with the spec layer's rules (no escape by ``..`` or symlink),
 and the server renders and validates the spec again, as OSMO does.
-
-The body is a plain dataclass, ``SpecBody``, with the fields of the server's pydantic
-``server.schema.SpecRequest`` (the server validates it): importing pydantic and building a
-model class costs ``workflow submit`` about 0.1 s of its start on a loaded 2-core machine
-(issue 15). ``tests/unit/cli/test_cli_request_body.py`` keeps the two field lists equal.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,31 +15,10 @@ import yaml
 
 from trainyard import spec as specapi
 from trainyard.errors import SpecError, SpecProblem
+from trainyard.server.schema import SpecRequest
 from trainyard.spec.localfiles import LocalFiles
 
-__all__ = ["SpecBody", "spec_request", "localpaths"]
-
-
-@dataclass(frozen=True)
-class SpecBody:
-    """A spec as the CLI sends it: text, its ``localpath`` files inlined, and parameters.
-
-    The JSON body of ``POST /api/workflow`` (and validate, spec, dry run, resubmit, app
-    submit): the fields, defaults and meaning of the server's ``SpecRequest``.
-    """
-
-    spec_text: str
-    spec_name: str = "spec.yaml"
-    files: dict[str, str] = field(default_factory=dict)
-    set: list[str] = field(default_factory=list)
-    set_string: list[str] = field(default_factory=list)
-    set_env: list[str] = field(default_factory=list)
-    pool: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """The request body: every field, by name (JSON values only)."""
-        return dataclasses.asdict(self)
+__all__ = ["spec_request", "localpaths"]
 
 
 def _tasks(workflow: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -74,7 +46,7 @@ def localpaths(rendered: str) -> list[str]:
 
 def spec_request(path: Path, *, set_values: list[str], set_strings: list[str],
                  set_env: list[str], pool: str | None = None,
-                 labels: dict[str, str] | None = None) -> SpecBody:
+                 labels: dict[str, str] | None = None) -> SpecRequest:
     """The request for the spec at ``path`` with its ``localpath`` files.
 
     Raises:
@@ -101,5 +73,5 @@ def spec_request(path: Path, *, set_values: list[str], set_strings: list[str],
     if problems:
         raise SpecError(problems)
     specapi.check_source_size(text, files, file=str(path))
-    return SpecBody(spec_text=text, spec_name=str(path), files=files, set=set_values,
+    return SpecRequest(spec_text=text, spec_name=str(path), files=files, set=set_values,
                        set_string=set_strings, set_env=set_env, pool=pool, labels=labels or {})

@@ -31,9 +31,10 @@ from trainyard.cli.output import (
     spec_warnings,
     table,
 )
-from trainyard.cli.request import SpecBody, spec_request
+from trainyard.cli.request import spec_request
 from trainyard.engine.status import WorkflowStatus
 from trainyard.errors import RefusedError, SpecError, SpecProblem, TrainyardError
+from trainyard.server.schema import SpecRequest
 from trainyard.spec.values import parse_labels
 
 __all__ = ["register", "wait_for", "finish_wait", "after_submit", "print_dry_run",
@@ -61,7 +62,7 @@ def looks_like_workflow_id(text: str) -> bool:
 
 
 def _request(spec: str, *, set_values: list[str], set_strings: list[str], set_env: list[str],
-             pool: str | None, labels: list[str]) -> SpecBody | None:
+             pool: str | None, labels: list[str]) -> SpecRequest | None:
     """The request for a spec file; None when ``spec`` is no file but looks like a workflow
     id. Raises SpecError when it is neither (the file does not exist)."""
     path = Path(spec)
@@ -260,13 +261,13 @@ def submit(
                    set_env=_flat(set_env), pool=pool, labels=label or [])
     client = Client()
     if req is None:
-        overrides = SpecBody(spec_text="", set=_flat(set_values), set_string=_flat(set_strings),
-                             set_env=_flat(set_env), pool=pool, labels=parse_labels(label or []))
+        overrides = SpecRequest(spec_text="", set=_flat(set_values), set_string=_flat(set_strings),
+                                set_env=_flat(set_env), pool=pool, labels=parse_labels(label or []))
         result = client.json("POST", f"/api/workflow/{spec}/resubmit",
-                             params={"dry_run": dry_run}, json=overrides.to_json())
+                             params={"dry_run": dry_run}, json=overrides.model_dump())
     else:
         result = client.json("POST", "/api/workflow", params={"dry_run": dry_run},
-                             json=req.to_json())
+                             json=req.model_dump())
     after_submit(client, result, fmt, dry_run=dry_run, wait=wait, logs=logs)
 
 

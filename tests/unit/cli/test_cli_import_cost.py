@@ -1,7 +1,6 @@
 """The command line starts without the layers ``workflow submit`` never needs (issue 15):
-no data layer (fsspec and its protocols), no spec models, no engine, no server app, no
-pydantic (the pools and the server's request model), and no httpx command line or trio
-(``cli.lean_http``)."""
+no data layer (fsspec and its protocols), no spec models, no engine, no server app, no pools
+(``trainyard.home`` finds the home), and no httpx command line or trio (``cli.lean_http``)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from pathlib import Path
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "torchrun_multinode" / "train.yaml"
 HEAVY = ("fsspec", "trainyard.data.urls", "trainyard.data.transfer", "trainyard.spec.models",
          "trainyard.engine.reconciler", "trainyard.store.db", "fastapi", "sqlalchemy", "torch",
-         "pydantic", "trainyard.pools", "trainyard.server.schema", "httpx._main", "trio")
+         "trainyard.pools", "httpx._main", "trio")
 
 
 def _loaded_after(code: str) -> set[str]:
