@@ -477,6 +477,7 @@ class Runner:
         self.download_inputs()
         self.write_files()
         self.give_to_task()
+        mark_stage(self.run_dir, "barrier_start")
         self.pass_barrier()
         if self.stop.is_set():
             raise _Stopped()
@@ -526,7 +527,8 @@ def _servers_own(name: str) -> bool:
 
 def mark_stage(run_dir: Path, stage: str) -> None:
     """Append ``{"stage", "time_s"}`` to ``run_dir/timings.jsonl``: when a runner step ended
-    (``command_exit``, ``upload_end``), for ``bench/launch_overhead.py``'s breakdown. Best
+    (``barrier_start``: the preparation before the barrier, ``command_exit``, ``upload_end``),
+    for ``bench/launch_overhead.py``'s breakdown. Best
     effort: a failed write never fails the attempt."""
     try:
         with open(run_dir / "timings.jsonl", "a", encoding="utf-8") as out:
