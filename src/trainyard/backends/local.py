@@ -101,6 +101,7 @@ from trainyard.backends.images import image_note, runtime_for, runtime_path
 from trainyard.backends.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
                                      probe_netns)
 from trainyard.backends.launcher import LauncherClient
+from trainyard.backends.wakeup import FactsSocket
 from trainyard.backends.sandbox import TASK_HOST_UID, bwrap_end, probe_remap, task_owned
 from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
                                        needs_bind, overlay_supported, overlays, probe_bwrap,
@@ -109,7 +110,6 @@ from trainyard.errors import BackendError, ConfigError, RefusedError
 from trainyard.pools import Pool, real_gpu_count, trainyard_home
 from trainyard.runner import proctree
 from trainyard.runner.hosted import DATA_FIELDS, ENDED, hostable
-from trainyard.backends.wakeup import FactsSocket
 from trainyard.runner.report import EVENTS, FACTS_SOCKET_ENV, read_events
 from trainyard.runner.spec import SandboxSettings, TaskRun, UserNamespace
 from trainyard.spec.fields import split_mount
