@@ -23,7 +23,9 @@ the store every 5 ms to see when the workflow's status becomes COMPLETED):
 
 - *CLI start, import, spec, submit request*: CLI process start -> the store's submit time;
 - *engine placement and runner start*: submit -> the first task's INITIALIZING;
-- *gang start skew + barrier*: the first INITIALIZING -> the last RUNNING;
+- *gang start skew + runner preparation*: the first INITIALIZING -> the last task's
+  ``barrier_start`` mark (sandbox, inputs, files: the slowest task's);
+- *barrier passed*: the last ``barrier_start`` -> the last RUNNING;
 - *command (torchrun, training)*: the last RUNNING -> the lead's command exit;
 - *output upload after training*: the lead's command exit -> its upload end;
 - *runner end report*: the lead's upload end -> the workflow's end time in the store (the
@@ -57,7 +59,8 @@ from training_throughput import BIN, EXAMPLE, free_port, run_config  # noqa: E40
 STAGES = (
     "CLI start, import, spec, submit request",
     "engine placement and runner start",
-    "gang start skew + barrier",
+    "gang start skew + runner preparation",
+    "barrier passed",
     "command (torchrun, training)",
     "output upload after training",
     "runner end report",
@@ -134,17 +137,21 @@ def breakdown(home: Path, wid: str, cli_start: float, cli_end: float, watch: Sto
                                    (wid,)).fetchone()
     conn.close()
     runs = home / "runs" / wid
-    events = {t: _events(runs / t / "0" / "events.jsonl") for t in ("master", "worker")}
-    lead = _timings(runs / "master" / "0" / "timings.jsonl")
+    tasks = ("master", "worker")
+    events = {t: _events(runs / t / "0" / "events.jsonl") for t in tasks}
+    marks = {t: _timings(runs / t / "0" / "timings.jsonl") for t in tasks}
+    lead = marks["master"]
     init = min(e["INITIALIZING"] for e in events.values())
     running = max(e["RUNNING"] for e in events.values())
+    ready = max(marks[t].get("barrier_start", events[t]["RUNNING"]) for t in tasks)
     command_exit = lead.get("command_exit", events["master"]["EXITED"])
     upload_end = lead.get("upload_end", command_exit)
     completed = watch.ended.get(wid, ("?", cli_end))[1]
     return dict(zip(STAGES, (
         submit_s - cli_start,
         init - submit_s,
-        running - init,
+        ready - init,
+        running - ready,
         command_exit - running,
         upload_end - command_exit,
         end_s - upload_end,

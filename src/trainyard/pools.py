@@ -48,6 +48,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trainyard.errors import ConfigError, NotFoundError
+from trainyard.home import trainyard_home
 from trainyard.quantity import parse_quantity
 
 __all__ = [
@@ -141,19 +142,6 @@ class Pool(BaseModel):
     def platforms(self) -> set[str]:
         """Platforms some node of the pool declares."""
         return {n.platform for n in self.nodes if n.platform}
-
-
-def trainyard_home() -> Path:
-    """Where trainyard keeps its state: ``$TRAINYARD_HOME``, else the XDG data folder
-    (``$XDG_DATA_HOME/trainyard``, default ``~/.local/share/trainyard``). Created if absent."""
-    env = os.environ.get("TRAINYARD_HOME")
-    if env:
-        home = Path(env)
-    else:
-        base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-        home = Path(base) / "trainyard"
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)  # tokens, store, logs: the owner's only
-    return home
 
 
 @functools.lru_cache(maxsize=1)

@@ -53,14 +53,35 @@ def test_breakdown_splits_the_wall_time_into_the_recorded_stages(bench: ModuleTy
     _write_events(runs / "master" / "0", {"INITIALIZING": 100.6, "RUNNING": 100.7, "EXITED": 106.0})
     _write_events(runs / "worker" / "0", {"INITIALIZING": 100.62, "RUNNING": 100.75, "EXITED": 105.9})
     (runs / "master" / "0" / "timings.jsonl").write_text(
-        json.dumps({"stage": "command_exit", "time_s": 105.5}) + "\n"
+        json.dumps({"stage": "barrier_start", "time_s": 100.65}) + "\n"
+        + json.dumps({"stage": "command_exit", "time_s": 105.5}) + "\n"
         + json.dumps({"stage": "upload_end", "time_s": 105.9}) + "\n")
+    (runs / "worker" / "0" / "timings.jsonl").write_text(
+        json.dumps({"stage": "barrier_start", "time_s": 100.7}) + "\n")
 
     class Watch:
         ended = {wid: ("COMPLETED", 106.05)}
 
     stages = bench.breakdown(home, wid, 100.0, 106.25, Watch())
-    expected = [0.5, 0.1, 0.15, 4.75, 0.4, 0.1, 0.05, 0.2]
+    expected = [0.5, 0.1, 0.1, 0.05, 4.75, 0.4, 0.1, 0.05, 0.2]
     assert list(stages) == list(bench.STAGES)
     assert [round(v, 3) for v in stages.values()] == expected
     assert sum(stages.values()) == pytest.approx(106.25 - 100.0)
+
+
+def test_breakdown_of_a_runner_without_barrier_marks_counts_the_barrier_as_preparation(
+        bench: ModuleType, tmp_path: Path) -> None:
+    home, wid = tmp_path, "train-multi-gpu-1"
+    with sqlite3.connect(home / "trainyard.db") as db:
+        db.execute("CREATE TABLE workflows (id TEXT, status TEXT, submit_time_s REAL, end_time_s REAL)")
+        db.execute("INSERT INTO workflows VALUES (?, 'COMPLETED', 100.5, 106.0)", (wid,))
+    runs = home / "runs" / wid
+    _write_events(runs / "master" / "0", {"INITIALIZING": 100.6, "RUNNING": 100.7, "EXITED": 106.0})
+    _write_events(runs / "worker" / "0", {"INITIALIZING": 100.62, "RUNNING": 100.75, "EXITED": 105.9})
+
+    class Watch:
+        ended = {wid: ("COMPLETED", 106.05)}
+
+    stages = bench.breakdown(home, wid, 100.0, 106.25, Watch())
+    assert round(stages["gang start skew + runner preparation"], 3) == 0.15
+    assert stages["barrier passed"] == 0

@@ -14,6 +14,10 @@ Optional hooks (the engine looks them up with ``getattr``; a backend may leave t
   backend surely never started (no trace of a start, so starting them now cannot run one
   twice). The engine starts them instead of adopting them with ``recover``; without the hook
   every attempt counts as started, and one never started is reported LOST.
+- ``notify_facts(wake) -> bool``: call ``wake()`` (from any thread, without blocking) when
+  new facts may be there to ``poll``, so the engine reads a start or an exit as it happens
+  instead of at its next tick (issue 15; the local backend: ``backends.wakeup``). Returns
+  whether it will; without the hook facts are read at the engine's tick.
 """
 
 from __future__ import annotations

@@ -84,6 +84,7 @@ import sys
 import sysconfig
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,7 @@ from trainyard.backends.netns import (GroupNetwork, ensure_group_network, probe_
                                      probe_netns)
 from trainyard.backends.router import probe_router
 from trainyard.backends.launcher import LauncherClient
+from trainyard.backends.wakeup import FactsSocket
 from trainyard.backends.sandbox import (OSMO_WORKSPACE, TASK_HOST_UID, bwrap_end, probe_remap,
                                        task_owned)
 from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
@@ -110,7 +112,7 @@ from trainyard.errors import BackendError, ConfigError, RefusedError
 from trainyard.pools import Pool, real_gpu_count, trainyard_home
 from trainyard.runner import proctree
 from trainyard.runner.hosted import DATA_FIELDS, ENDED, hostable
-from trainyard.runner.report import EVENTS, read_events
+from trainyard.runner.report import EVENTS, FACTS_SOCKET_ENV, read_events
 from trainyard.runner.spec import SandboxSettings, TaskRun, UserNamespace
 from trainyard.spec.fields import split_mount
 from trainyard.spec.poolfit import ALLOWED_MOUNTS_OPTION, allowed_mounts
@@ -405,6 +407,8 @@ class LocalBackend:
         self._stopper: threading.Thread | None = None
         idle = float(options.get("launcher_idle_s", 60.0))
         self._launcher = LauncherClient(self.state_dir, self.python, idle_s=idle)
+        self._facts_socket: FactsSocket | None = None
+        self._facts_name = hashlib.sha256((pool.name if pool else "").encode()).hexdigest()[:12]
 
     # ------------------------------------------------------------------ Backend API
 
@@ -463,8 +467,39 @@ class LocalBackend:
         self._wake.set()
 
     def close(self) -> None:
-        """Tell the launcher (if one runs) to exit once its runners have ended."""
+        """Tell the launcher (if one runs) to exit once its runners have ended; stop
+        listening for runners' events (``notify_facts``)."""
+        if self._facts_socket is not None:
+            self._facts_socket.close()
+            self._facts_socket = None
         self._launcher.release()
+
+    def notify_facts(self, wake: Callable[[], None]) -> bool:
+        """Optional hook: call ``wake`` (from a thread of its own) whenever a runner started
+        from now on writes an event, so the engine polls at once instead of at its next tick
+        (``backends.wakeup``: a Unix datagram socket in the state folder, named to the
+        runners by ``FACTS_SOCKET_ENV``). Returns whether it listens; False when the socket
+        cannot be bound (e.g. a state folder whose path is too long): facts are then read at
+        the engine's tick, as without this hook. Calling it again replaces ``wake``."""
+        if self._facts_socket is not None:
+            self._facts_socket.close()
+            self._facts_socket = None
+        path = self.state_dir / f"facts-{self._facts_name}.sock"
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            self._facts_socket = FactsSocket(path, wake)
+        except OSError as exc:
+            log.info("runners' events are read at the engine's tick: no socket at %s (%s)",
+                     path, exc)
+            return False
+        return True
+
+    def _runner_env(self) -> dict[str, str]:
+        """The environment a runner starts with: the server's, and the facts socket."""
+        env = dict(os.environ)
+        if self._facts_socket is not None:
+            env[FACTS_SOCKET_ENV] = self._facts_socket.path
+        return env
 
     def host_of(self, key: TaskKey, node: str) -> str:
         """``{{host:TASK}}``: a stable 127/8 address of the task (``loopback_address``)."""
@@ -774,7 +809,7 @@ class LocalBackend:
                     "egress": self._egress_on()} if request.joins_group_network else None)
         attempt.pid, attempt.created = self._launcher.run(
             request.run_dir / "run.json", request.run_dir / RUNNER_OUT, request.run_dir,
-            dict(os.environ), _group_key(launch), mode=mode, network=network)
+            self._runner_env(), _group_key(launch), mode=mode, network=network)
         attempt.hosted = self._launcher.name if mode == "thread" else None
         attempt.container = (container.container_name(request.run_dir)
                              if request.run.sandbox.env_flag else None)

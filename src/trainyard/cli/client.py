@@ -14,9 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+from trainyard.cli.lean_http import preload_httpx
 
-from trainyard.errors import (
+preload_httpx()  # before any httpx import: without httpx's own CLI and trio (issue 15)
+
+import httpx  # noqa: E402
+
+from trainyard.errors import (  # noqa: E402
     AuthError,
     BackendError,
     ConfigError,
@@ -30,9 +34,9 @@ from trainyard.errors import (
     StoreError,
     TrainyardError,
 )
-from trainyard.pools import trainyard_home
-from trainyard.server.auth import read_client_token
-from trainyard.server.process import ensure_running, find_running
+from trainyard.home import trainyard_home  # noqa: E402
+from trainyard.server.auth import read_client_token  # noqa: E402
+from trainyard.server.process import ensure_running, find_running  # noqa: E402
 
 __all__ = ["Client", "server_version", "running_server_client"]
 

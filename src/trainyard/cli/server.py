@@ -10,7 +10,7 @@ import typer
 
 from trainyard.cli.output import Format, FormatOption, console, emit
 from trainyard.errors import ServerError
-from trainyard.pools import trainyard_home
+from trainyard.home import trainyard_home
 from trainyard.server import process
 from trainyard.server.auth import TokenRegistry
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,8 +22,10 @@ from trainyard.cli.client import Client, running_server_client
 from trainyard.cli.output import Format, FormatOption, emit, print_spec_warnings, spec_warnings
 from trainyard.cli.request import spec_request
 from trainyard.errors import SpecError, SpecProblem
-from trainyard.pools import Pool, get_pool
 from trainyard.server.schema import SpecRequest
+
+if TYPE_CHECKING:  # pools (its models, psutil: ~30 ms) only for a check here (issue 15)
+    from trainyard.pools import Pool
 
 __all__ = ["app", "SpecOptions"]
 
@@ -74,6 +76,8 @@ class SpecOptions:
 
     def choose_pool(self, spec_pool: str | None) -> Pool:
         """``--pool``, else the spec's ``workflow.pool``, else ``local`` (from pools.yaml)."""
+        from trainyard.pools import get_pool
+
         return get_pool(self.pool or spec_pool)
 
 

@@ -151,7 +151,7 @@ def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.
              max_poll_s: float = 1.0, view: Console = console) -> dict[str, Any]:
     """Print progress (and logs) on ``view`` until the workflow ends; return its final query.
     Each status query is a long poll (``LONG_POLL_S``): the server answers when the progress
-    changed or the workflow ended, so the end is seen within the server's ~20 ms look. A
+    changed or the workflow ended, as soon as the engine stores the change. A
     server without long polls (or one that answers unchanged at once: it holds too many) is
     asked every ``poll_s`` seconds at first, then less often, down to every ``max_poll_s``
     (a long run waited on by many clients does not load it)."""

@@ -8,6 +8,11 @@ Order of work in one ``step`` (write-ahead, so a killed engine never runs a task
 4. only then carry out the actions (start, stop, release), which may yield more events
    (a start that fails), handled in the same step.
 
+``run_forever`` steps at once when woken (``wake``: a submit, a backend's notification of
+new facts, the optional backend hook ``notify_facts``), else every ``poll_interval_s``, which
+stays the upper bound between two steps. Each store of changed states bumps ``changes()``
+and wakes ``wait_for_change`` (the server's long polls).
+
 A retry's start waits for the earlier attempts of its tasks that were just stopped (the
 group's peers, restarted with it under ``ignoreNonleadStatus: false``) to end: their final
 checkpoint upload and their files are then complete, so the new attempts download the last
@@ -180,6 +185,9 @@ class Engine:
         self._ended_now: set[TaskKey] = set()  # ending facts of the step under way
         self._deferred: list[_Deferred] = []
         self._running_loop = False  # True while run_forever drives the steps
+        self._wake = threading.Event()  # set by submit and by backends' fact notifications
+        self._changed = threading.Condition()
+        self._changes = 0  # how many times _flush stored changed states
         self._resume()
 
     # ------------------------------------------------------------------ public API
@@ -210,7 +218,26 @@ class Engine:
             self._track(record.id, _Live(state_from_dict(record.state), sub.spec, sub.pool.name,
                                          sub.user))
             self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
+        self.wake()
         return record
+
+    def wake(self) -> None:
+        """Ask ``run_forever`` for a step now rather than at its next tick (a submit, a
+        backend's new fact). Returns at once; wake-ups before the step are one step, and a
+        loop backing off after failed steps is not hurried."""
+        self._wake.set()
+
+    def changes(self) -> int:
+        """A counter that grows each time changed workflow states are stored; pass it to
+        ``wait_for_change``."""
+        with self._changed:
+            return self._changes
+
+    def wait_for_change(self, seen: int, timeout_s: float) -> bool:
+        """Block until states were stored after ``changes()`` returned ``seen``, or
+        ``timeout_s`` passed. Returns whether they were."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._changes != seen, timeout=timeout_s)
 
     def _refuse_unplaceable(self, sub: Submission) -> None:
         """RefusedError for a gang that the scheduler could not place on the empty pool
@@ -437,20 +464,40 @@ class Engine:
             time.sleep(self.poll_interval_s)
 
     def run_forever(self, stop: threading.Event) -> None:
-        """Call ``step`` every ``poll_interval_s`` until ``stop`` is set."""
+        """Call ``step`` until ``stop`` is set: at once when woken (``wake``: a submit, a
+        backend's fact notification), else every ``poll_interval_s`` (the tick, the upper
+        bound between two steps: facts of a backend without notifications, timeouts,
+        deferred starts). After failed steps, at doubling intervals (``_step_delay_s``), not
+        hurried by wake-ups. ``stop`` is seen within ``poll_interval_s``."""
         self._running_loop = True
         failures = 0
         try:
             while not stop.is_set():
+                self._wake.clear()  # a wake-up from now on makes the next step
                 try:
                     self.step()
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - the loop must survive one bad step
                     failures += 1
                     _log_failed_step(failures, exc)
-                stop.wait(_step_delay_s(self.poll_interval_s, failures))
+                self._pause(stop, _step_delay_s(self.poll_interval_s, failures),
+                            wakeable=failures == 0)
         finally:
             self._running_loop = False
+
+    def _pause(self, stop: threading.Event, delay_s: float, *, wakeable: bool) -> None:
+        """Wait ``delay_s``, or less: until ``wake`` (when ``wakeable``) or ``stop``."""
+        deadline = time.monotonic() + delay_s
+        while not stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            slice_s = min(remaining, self.poll_interval_s)
+            if wakeable:
+                if self._wake.wait(slice_s):
+                    return
+            else:
+                stop.wait(slice_s)
 
     def replace_pools(self, pools: dict[str, Pool]) -> list[str]:
         """Serve ``pools`` from now on (``pools.yaml`` was edited), without a restart.
@@ -540,6 +587,9 @@ class Engine:
         for wid, (_status, end_time_s, _state) in updates.items():
             if end_time_s is not None:  # finished: no longer driven
                 del self._live[wid]
+        with self._changed:
+            self._changes += 1
+            self._changed.notify_all()
 
     def _carry_out(self, actions: list[tuple[str, m.Action]]) -> dict[str, list[m.Event]]:
         follow_up: dict[str, list[m.Event]] = {}
@@ -722,7 +772,11 @@ class Engine:
 
     def _pool_backend(self, pool: str) -> Backend:
         if pool not in self._backends:
-            self._backends[pool] = self._backend_factory(self.pools[pool], self.home)
+            backend = self._backend_factory(self.pools[pool], self.home)
+            hook = getattr(backend, "notify_facts", None)  # optional: facts as they happen
+            if hook is not None:
+                hook(self.wake)
+            self._backends[pool] = backend
         return self._backends[pool]
 
     def _poll(self) -> list[TaskFact]:

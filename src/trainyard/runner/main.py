@@ -45,7 +45,13 @@ from trainyard import dataroots
 from trainyard.runner.checkpoint import Checkpointer
 from trainyard.runner.command import CommandProcess
 from trainyard.runner.data import DataHook, load_data_hook
-from trainyard.runner.report import LOG_FAILED_EXIT_CODE, EventWriter, TaskLog, reserve_space
+from trainyard.runner.report import (
+    FACTS_SOCKET_ENV,
+    LOG_FAILED_EXIT_CODE,
+    EventWriter,
+    TaskLog,
+    reserve_space,
+)
 from trainyard.runner.safefs import (idmap_in_place, mount_overlays, private_mount_namespace,
                                       write_inside)
 from trainyard.runner.userns import give_to_task as give_folders
@@ -124,7 +130,7 @@ class Runner:
         self.run = run
         self.run_dir = Path(run.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.events = EventWriter(self.run_dir)
+        self.events = EventWriter(self.run_dir, notify=self.base_env.get(FACTS_SOCKET_ENV))
         self.reserve = reserve_space(self.run_dir)
         self.log = TaskLog(self.run_dir, run.task, echo=echo, on_failure=self._on_log_failure)
         self._hook = hook
@@ -471,6 +477,7 @@ class Runner:
         self.download_inputs()
         self.write_files()
         self.give_to_task()
+        mark_stage(self.run_dir, "barrier_start")
         self.pass_barrier()
         if self.stop.is_set():
             raise _Stopped()
@@ -520,7 +527,8 @@ def _servers_own(name: str) -> bool:
 
 def mark_stage(run_dir: Path, stage: str) -> None:
     """Append ``{"stage", "time_s"}`` to ``run_dir/timings.jsonl``: when a runner step ended
-    (``command_exit``, ``upload_end``), for ``bench/launch_overhead.py``'s breakdown. Best
+    (``barrier_start``: the preparation before the barrier, ``command_exit``, ``upload_end``),
+    for ``bench/launch_overhead.py``'s breakdown. Best
     effort: a failed write never fails the attempt."""
     try:
         with open(run_dir / "timings.jsonl", "a", encoding="utf-8") as out:

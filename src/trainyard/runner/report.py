@@ -30,6 +30,11 @@ they still fit on a full disk.
 
 Backends read events with ``read_events`` so that every backend parses them the same way;
 the server reads task logs with ``parse_line``.
+
+Wake-up (issue 15): when the runner's environment names a Unix datagram socket in
+``FACTS_SOCKET_ENV`` (the local backend's, ``backends.local``), each event written is followed
+by one datagram to it, so the engine reads the new fact at once instead of at its next tick.
+Best effort: the file is the record; a socket that is gone or full changes nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -46,11 +52,14 @@ from typing import IO
 
 from trainyard.engine.status import ExitCode
 
-__all__ = ["Event", "EventWriter", "TaskLog", "read_events", "format_line", "escape_control",
+__all__ = ["Event", "EventWriter", "notify_socket", "FACTS_SOCKET_ENV", "TaskLog", "read_events", "format_line", "escape_control",
            "parse_line", "LogParts", "reserve_space", "EVENTS", "LOG", "RESERVE",
            "MAX_LINE_BYTES", "RESERVE_BYTES", "LOG_FAILED_EXIT_CODE", "RUNNER_TAG", "CUT_TAG"]
 
 EVENTS = "events.jsonl"
+FACTS_SOCKET_ENV = "TRAINYARD_FACTS_SOCKET"
+"""The runner's environment variable naming the socket that hears of new events (a task's
+environment never gets it: it holds no ``TRAINYARD_*`` of its runner's)."""
 LOG = "task.log"
 RESERVE = "log.reserve"
 """Disk space the runner keeps for its last lines and EXITED event (see ``reserve_space``)."""
@@ -77,10 +86,17 @@ class Event:
 
 class EventWriter:
     """Appends events to ``<run_dir>/events.jsonl``; each line is flushed (readers see it at
-    once), and EXITED is fsynced too (the one a machine crash must not take back)."""
+    once), and EXITED is fsynced too (the one a machine crash must not take back).
 
-    def __init__(self, run_dir: Path) -> None:
+    Args:
+        run_dir: the attempt's run folder.
+        notify: a Unix datagram socket's path that gets one datagram after each event
+            (``notify_socket``); None: none.
+    """
+
+    def __init__(self, run_dir: Path, notify: str | None = None) -> None:
         self.path = Path(run_dir) / EVENTS
+        self.notify = notify
         self._lock = threading.Lock()
 
     def emit(self, kind: str, exit_code: int | None = None, message: str = "") -> Event:
@@ -92,7 +108,25 @@ class EventWriter:
             handle.flush()
             if kind == "EXITED":
                 os.fsync(handle.fileno())
+        if self.notify:
+            notify_socket(self.notify)
         return event
+
+
+def notify_socket(path: str) -> bool:
+    """Send one datagram to the Unix datagram socket at ``path`` without blocking.
+
+    Returns:
+        Whether it was sent. Never raises: a socket that is gone, refuses, or whose queue is
+        full (its reader is woken already) is no error, since the datagram only says "look".
+    """
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.setblocking(False)
+            sock.sendto(b"!", path)
+        return True
+    except OSError:
+        return False
 
 
 def _parse_event(line: bytes) -> Event | None:

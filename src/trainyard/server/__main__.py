@@ -84,6 +84,24 @@ def _take_locks() -> list[HeldLock]:
     return locks
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's TCP socket, bound and listening (port 0: any free port); requests made
+    from then on wait for uvicorn instead of failing.
+
+    Its proto is ``IPPROTO_TCP``, not 0: asyncio (which uvicorn serves with) sets
+    ``TCP_NODELAY`` only on accepted sockets whose proto says TCP. Without it every answer
+    on a kept-alive connection after the first waited ~40 ms (Nagle's algorithm holding the
+    body until the client's delayed ACK of the headers): each ``--wait`` long poll, each
+    query (issue 15).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    return sock
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m trainyard.server")
     parser.add_argument("--host", default="127.0.0.1")
@@ -100,10 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         record_failure(home, exc)
         print(f"error: {exc}", file=sys.stderr, flush=True)
         sys.exit(exc.exit_code)
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
-    sock.listen(2048)  # requests made from now on wait for uvicorn instead of failing
+    sock = listening_socket(args.host, args.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     if host in ("0.0.0.0", "::"):

@@ -346,10 +346,11 @@ class Service:
 
     def query_when_changed(self, workflow_id: str, user: User, *, known: str | None,
                            wait_s: float, verbose: bool = False,
-                           interval_s: float = 0.02) -> tuple[dict[str, Any], str]:
+                           interval_s: float = 0.25) -> tuple[dict[str, Any], str]:
         """``query``, answered as soon as the workflow's progress differs from ``known`` (a
         key this method returned before), or it ended, or ``wait_s`` passed (a long poll:
-        ``--wait`` sees the end within ``interval_s`` instead of its own poll interval).
+        ``--wait`` sees the end as soon as the engine stores it, ``Engine.wait_for_change``,
+        instead of at its own poll interval).
 
         At most ``MAX_HELD_QUERIES`` are held at once (each holds one of the server's worker
         threads); a query beyond them is answered at once, as without ``known``.
@@ -357,7 +358,8 @@ class Service:
         Args:
             known: the progress key of the client's last answer; None answers at once.
             wait_s: the longest wait, seconds (capped at ``MAX_QUERY_WAIT_S``).
-            interval_s: how often the engine's in-memory state is looked at.
+            interval_s: the longest between two looks at the engine's state when no change
+                is stored (a safety net: every change is stored, and wakes the look).
 
         Returns:
             (the ``query`` answer, its progress key).
@@ -378,11 +380,12 @@ class Service:
     def _hold_while_unchanged(self, workflow_id: str, known: str, wait_s: float,
                               interval_s: float) -> None:
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
+        while (remaining := deadline - time.monotonic()) > 0:
+            seen = self.engine.changes()  # before the look: a change after it wakes the wait
             state = self.engine.state(workflow_id)
             if progress_key(state) != known or state.status.is_terminal():
                 return
-            time.sleep(interval_s)
+            self.engine.wait_for_change(seen, min(interval_s, remaining))
 
     def list(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
              labels: dict[str, str] | None = None, count: int | None = None,

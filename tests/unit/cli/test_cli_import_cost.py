@@ -1,5 +1,6 @@
 """The command line starts without the layers ``workflow submit`` never needs (issue 15):
-no data layer (fsspec and its protocols), no spec models, no engine, no server app."""
+no data layer (fsspec and its protocols), no spec models, no engine, no server app, no pools
+(``trainyard.home`` finds the home), and no httpx command line or trio (``cli.lean_http``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "torchrun_multinode" / "train.yaml"
 HEAVY = ("fsspec", "trainyard.data.urls", "trainyard.data.transfer", "trainyard.spec.models",
-         "trainyard.engine.reconciler", "trainyard.store.db", "fastapi", "sqlalchemy", "torch")
+         "trainyard.engine.reconciler", "trainyard.store.db", "fastapi", "sqlalchemy", "torch",
+         "trainyard.pools", "httpx._main", "trio")
 
 
 def _loaded_after(code: str) -> set[str]:
@@ -26,6 +28,24 @@ def test_starting_the_cli_and_building_a_submit_request_loads_no_heavy_layer() -
         "from trainyard.cli.request import spec_request\n"
         f"spec_request(Path({str(EXAMPLE)!r}),"
         " set_values=['n_gpus_per_node=1'], set_strings=[], set_env=[])")
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_a_client_and_its_first_request_load_no_heavy_layer(tmp_path: Path) -> None:
+    """Client() and a request (to a port where nothing listens: the import cost is the same)
+    load neither httpx's command line nor trio, though both are installed in the dev venv."""
+    loaded = _loaded_after(
+        "import os\n"
+        f"os.environ['TRAINYARD_HOME'] = {str(tmp_path)!r}\n"
+        "import trainyard.cli.main\n"
+        "from trainyard.cli.client import Client\n"
+        "from trainyard.errors import ServerError\n"
+        "client = Client(url='http://127.0.0.1:9', token='t')\n"
+        "try:\n"
+        "    client.json('GET', '/api/health')\n"
+        "except ServerError:\n"
+        "    pass")
+    assert "httpcore" in loaded  # the request was made through httpx
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
 

@@ -41,20 +41,20 @@ def _stages(run_dir: Path) -> list[str]:
     return [json.loads(line)["stage"] for line in path.read_text().splitlines()]
 
 
-def test_stage_marks_command_exit_then_upload_end_after_success(
+def test_stage_marks_barrier_start_command_exit_then_upload_end_after_success(
     make_run: MakeRun, tmp_path: Path,
 ) -> None:
     run = make_run(script="echo 1 > {{output}}/a.json\n",
                    outputs=[{"url": f"file://{tmp_path / 'bucket'}/"}])
     before = time.time()
     assert execute(run) == 0
-    assert _stages(Path(run.run_dir)) == ["command_exit", "upload_end"]
+    assert _stages(Path(run.run_dir)) == ["barrier_start", "command_exit", "upload_end"]
     times = [json.loads(line)["time_s"] for line in
              (Path(run.run_dir) / "timings.jsonl").read_text().splitlines()]
-    assert before <= times[0] <= times[1] <= time.time()
+    assert before <= times[0] <= times[1] <= times[2] <= time.time()
 
 
 def test_no_upload_mark_after_a_failed_command(make_run: MakeRun, tmp_path: Path) -> None:
     run = make_run(script="exit 3\n", outputs=[{"url": f"file://{tmp_path / 'bucket'}/"}])
     assert execute(run) == 3
-    assert _stages(Path(run.run_dir)) == ["command_exit"]
+    assert _stages(Path(run.run_dir)) == ["barrier_start", "command_exit"]
