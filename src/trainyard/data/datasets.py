@@ -352,7 +352,7 @@ class DatasetStore:
         stage = self.loc.child(f"{name}/data/{upload_id}")
         try:
             stats = self.mover.upload_files(files, stage, verb=f"dataset {name}: uploaded",
-                                            digest=True, algo=fast_digest_algo())
+                                            digest=True, algo=fast_digest_algo(), staged=True)
         except DataError:
             self._discard(stage)
             raise

@@ -299,22 +299,36 @@ class Mover:
 
     def _execute(self, jobs: Sequence[FileJob], action: JobAction,
                  workers: int) -> Iterable[tuple[FileJob, str | None]]:
+        """Each worker thread takes the next job until none is left (one task per worker,
+        not one future per file: with many small files the pool's per-job bookkeeping and
+        hand-offs cost more than the copies). After a failure no job starts; the first
+        error is raised."""
         if len(jobs) <= 1 or workers <= 1:
-            return [(job, self._one(job, action, None)) for job in jobs]
+            return [(job, self._one(job, action)) for job in jobs]
+        digests: list[str | None] = [None] * len(jobs)
+        queue = iter(range(len(jobs)))
         stop = threading.Event()
+
+        def work() -> None:
+            for index in queue:  # next() on a shared iterator: each index is taken once
+                if stop.is_set():
+                    return
+                try:
+                    digests[index] = self._one(jobs[index], action)
+                except BaseException:
+                    stop.set()
+                    raise
+
         with ThreadPoolExecutor(min(workers, len(jobs)), "trainyard-data") as pool:
-            futures = {pool.submit(self._one, job, action, stop): job for job in jobs}
+            futures = [pool.submit(work) for _ in range(min(workers, len(jobs)))]
             done, _pending = wait(futures, return_when=FIRST_EXCEPTION)
             failed = [f for f in done if f.exception() is not None]
             if failed:
                 stop.set()
-                _cancel(futures)
                 raise _first_error(failed)
-        return [(futures[f], f.result()) for f in futures]
+        return list(zip(jobs, digests, strict=True))
 
-    def _one(self, job: FileJob, action: JobAction, stop: threading.Event | None) -> str | None:
-        if stop is not None and stop.is_set():
-            return None
+    def _one(self, job: FileJob, action: JobAction) -> str | None:
         callback = _BytesCallback(self.progress)
         what = _Described(job)
         try:
@@ -328,11 +342,14 @@ class Mover:
 
     # ------------------------------------------------------------------ actions
 
-    def upload_action(self, loc: Location, digest: bool, algo: str = "sha256") -> JobAction:
+    def upload_action(self, loc: Location, digest: bool, algo: str = "sha256",
+                      staged: bool = False) -> JobAction:
         """A job action that uploads ``job.source`` (local) to ``job.target`` in ``loc``,
         optionally returning the digest (``algo``; ``tag_digest`` form) of the bytes sent
         (the file must not change while it is sent: checked by size and mtime; a change
-        fails the file)."""
+        fails the file). ``staged``: ``loc`` is a folder no reader looks at before a
+        manifest names its files, so a ``file://`` copy is written in place, without a
+        temporary name (``storage.copy_hashing(atomic=False)``)."""
 
         def action(job: FileJob, callback: Callback) -> str | None:
             if not job.confined:
@@ -344,12 +361,12 @@ class Mover:
             if not digest:
                 storage.put_file(loc, local, job.target, callback)
                 return None
+            if loc.is_local:  # one read: hashed while copied; a change is caught there
+                return tag_digest(algo, storage.copy_hashing(
+                    local, Path(job.target), callback, algo, atomic=not staged))
             before = _stamp(local)
-            if loc.is_local:  # one read: hashed while copied
-                value = storage.copy_hashing(local, Path(job.target), callback, algo)
-            else:
-                value = file_digest(local, algo)
-                storage.put_file(loc, local, job.target, callback)
+            value = file_digest(local, algo)
+            storage.put_file(loc, local, job.target, callback)
             if _stamp(local) != before:
                 raise _ChangedWhileSending(f"{local} changed while it was uploaded")
             return tag_digest(algo, value)
@@ -382,8 +399,10 @@ class Mover:
     # ------------------------------------------------------------------ plain transfers
 
     def upload_files(self, files: Sequence[LocalFile], loc: Location, verb: str = "uploaded",
-                     digest: bool = False, algo: str = "sha256") -> TransferStats:
+                     digest: bool = False, algo: str = "sha256",
+                     staged: bool = False) -> TransferStats:
         """Upload ``files`` below ``loc`` (each at ``loc/rel``) and log the throughput.
+        ``digest``, ``algo``, ``staged``: as ``upload_action``.
 
         Raises:
             DataError: a file failed for good.
@@ -391,7 +410,7 @@ class Mover:
         jobs = [FileJob(f.rel, str(f.path), loc.join(f.rel), f.size,
                         where=f"{f.path} -> {loc.url.rstrip('/')}/{f.rel}", confined=f.confined)
                 for f in files]
-        stats = self.run(jobs, self.upload_action(loc, digest, algo), "upload", loc)
+        stats = self.run(jobs, self.upload_action(loc, digest, algo, staged), "upload", loc)
         self.log(stats.summary(verb, f"to {loc.show()}"))
         return stats
 
@@ -434,11 +453,6 @@ def _stamp(path: Path) -> tuple[int, int]:
 def _cause(exc: BaseException) -> str:
     text = str(exc) or repr(exc)
     return f"{type(exc).__name__}: {text}"
-
-
-def _cancel(futures: dict[Future[Any], FileJob]) -> None:
-    for future in futures:
-        future.cancel()
 
 
 def _first_error(failed: list[Future[Any]]) -> BaseException:
