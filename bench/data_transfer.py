@@ -12,8 +12,9 @@ dir on one disk (``--dir``, default the system temp dir), it times:
 * ``cp -r``                      the baseline (GNU cp, kernel copy)
 * ``data upload`` / ``download``  ``trainyard.data.upload`` / ``download`` (url transfers:
                                   per-file temp name + rename, parallel workers, retries armed)
-* ``dataset upload`` / ``download``  ``DatasetStore`` (adds sha256 of every file both ways and
-                                  the manifest), for information
+* ``dataset upload`` / ``download``  ``DatasetStore`` (adds the digest of every file both
+                                  ways and the manifest; the upload's time includes listing the
+                                  source folder, as cp's does)
 
 Every run starts from a synced disk (``os.sync()``, untimed) with a warm page cache for the
 source, the same for cp and for trainyard; the methods run interleaved, ``--repeat`` rounds.
@@ -108,13 +109,13 @@ def measure(work: Path, src: Path, repeat: int, methods: list[str] | None = None
     store, ds_back = work / "store", work / "ds-back"
     mover = Mover()
     url = remote.as_uri()
-    files = plan_uploads([f"{src}/"], None)
     datasets = DatasetStore(store.as_uri(), mover)
     steps: dict[str, Step] = {
         "cp -r": (clear(cp_dst), lambda: subprocess.run(["cp", "-r", str(src), str(cp_dst)], check=True)),
         "data upload": (clear(remote), lambda: upload(url, [f"{src}/"], None, mover)),
         "data download": (clear(back), lambda: download(url, back, None, mover)),
-        "dataset upload": (clear(store), lambda: datasets.upload("bench", files)),
+        "dataset upload": (clear(store), lambda: datasets.upload(
+            "bench", plan_uploads([f"{src}/"], None))),  # listing included, as cp -r's is
         "dataset download": (clear(ds_back), lambda: datasets.download("bench", ds_back)),
     }
     if methods:

@@ -131,14 +131,35 @@ def local_files(root: Path, keep: Callable[[str], bool], prefix: str = "",
         return sorted((LocalFile(p, prefix + rel, p.stat().st_size, confined=True)
                        for p, rel in chosen_inside), key=lambda f: f.rel)
     if root.is_file():
-        found = [(root, root.name)]
+        found = [(root.absolute(), root.name, root.stat().st_size)]
     elif root.is_dir():
-        found = [(p, p.relative_to(root).as_posix()) for p in root.rglob("*") if p.is_file()]
+        found = _files_below(root.absolute())
     else:
         raise DataError(f"{root}: no such file or folder")
-    chosen = [(p.absolute(), rel) for p, rel in found if keep(rel) and not storage.is_reserved(rel)]
-    return sorted((LocalFile(p, prefix + rel, p.stat().st_size) for p, rel in chosen),
-                  key=lambda f: f.rel)
+    return sorted((LocalFile(p, prefix + rel, size) for p, rel, size in found
+                   if keep(rel) and not storage.is_reserved(rel)), key=lambda f: f.rel)
+
+
+def _files_below(root: Path) -> list[tuple[Path, str, int]]:
+    """(path, path relative to ``root``, size) of every file below ``root``, as
+    ``root.rglob("*")`` filtered by ``is_file()`` finds them (a link to a file counts with
+    its target's size, a linked folder is not entered, an unreadable folder is passed
+    over), with one ``stat`` per file and none per folder (``os.scandir``'s entry types):
+    listing costs as much per file as ``cp -r``'s, not three calls."""
+    found: list[tuple[Path, str, int]] = []
+    folders = [(str(root), "")]
+    while folders:
+        folder, rel = folders.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except PermissionError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                folders.append((entry.path, f"{rel}{entry.name}/"))
+            elif entry.is_file():
+                found.append((Path(entry.path), rel + entry.name, entry.stat().st_size))
+    return found
 
 
 def plan_uploads(paths: Sequence[str | Path], regex: str | None) -> list[LocalFile]:
