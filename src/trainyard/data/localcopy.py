@@ -67,7 +67,7 @@ _local = threading.local()
 def _buffer() -> tuple[bytearray, memoryview]:
     """This thread's reused copy buffer (allocated once per thread)."""
     found = getattr(_local, "buffer", None)
-    if found is None:
+    if found is None or len(found[0]) != BUFFER_BYTES:
         data = bytearray(BUFFER_BYTES)
         found = _local.buffer = (data, memoryview(data))
     return found
