@@ -23,7 +23,8 @@ write anyway) checks nothing.
 
 Rules:
     * A version exists exactly when its manifest does. An upload writes every file under a
-      fresh ``<upload-id>`` (time + random: no two uploads share one), then creates
+      fresh ``<upload-id>`` (time + random: no two uploads share one; on ``file://`` in place,
+      without temporary names, as no reader looks there before the manifest), then creates
       ``versions/<n>.json`` last, with an exclusive create (``storage.create_exclusive``:
       a hard link on ``file://``, ``If-None-Match: *`` on S3), n = 1 + the highest number seen.
       When another writer took n first, the next number is tried. So two concurrent uploads of

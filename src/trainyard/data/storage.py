@@ -211,8 +211,9 @@ def new_hasher(algo: str = "sha256") -> Any:
     raise DataError(f"unknown digest algorithm {algo!r} (known: sha256, blake3)")
 
 
-def copy_hashing(source: Path, target: Path, callback: Callback | None = None,
-                 algo: str = "sha256", *, atomic: bool = True) -> str:
+def copy_hashing(source: str | os.PathLike[str], target: str | os.PathLike[str],
+                 callback: Callback | None = None, algo: str = "sha256", *,
+                 atomic: bool = True) -> str:
     """Copy a local file to a local ``target`` and return the hex digest (``algo``, see
     ``new_hasher``) of the bytes written, computed while copying: each byte is read once
     (issue 11: hashing after the copy read everything twice). How (a reused buffer for small
@@ -231,8 +232,9 @@ def copy_hashing(source: Path, target: Path, callback: Callback | None = None,
     """
     digest = new_hasher(algo)
     progress = callback.relative_update if callback is not None else None
-    temp = _local_partial(str(target)) if atomic else None
-    localcopy.copy_file(os.fspath(source), os.fspath(target), digest, progress, temp)
+    target = os.fspath(target)
+    temp = _local_partial(target) if atomic else None
+    localcopy.copy_file(os.fspath(source), target, digest, progress, temp)
     return digest.hexdigest()
 
 

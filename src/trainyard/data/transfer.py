@@ -374,17 +374,18 @@ class Mover:
 
         def action(job: FileJob, callback: Callback) -> str | None:
             if not job.confined:
-                return send(Path(job.source), job, callback)
+                return send(job.source, job, callback)
             with no_links_path(job.source) as opened:  # the file listed, never a link
-                return send(Path(opened), job, callback)
+                return send(opened, job, callback)
 
-        def send(local: Path, job: FileJob, callback: Callback) -> str | None:
+        def send(source: str, job: FileJob, callback: Callback) -> str | None:
+            if digest and loc.is_local:  # one read: hashed while copied; a change is caught there
+                return tag_digest(algo, storage.copy_hashing(
+                    source, job.target, callback, algo, atomic=not staged))
+            local = Path(source)
             if not digest:
                 storage.put_file(loc, local, job.target, callback)
                 return None
-            if loc.is_local:  # one read: hashed while copied; a change is caught there
-                return tag_digest(algo, storage.copy_hashing(
-                    local, Path(job.target), callback, algo, atomic=not staged))
             before = _stamp(local)
             value = file_digest(local, algo)
             storage.put_file(loc, local, job.target, callback)
@@ -400,18 +401,17 @@ class Mover:
         ``blake3:HEX``; a mismatch removes the file and is retried)."""
 
         def action(job: FileJob, callback: Callback) -> str | None:
-            target = Path(job.target)
             if job.sha256 is None:
-                storage.get_file(loc, job.source, target, callback)
+                storage.get_file(loc, job.source, Path(job.target), callback)
                 return None
             algo, want = split_digest(job.sha256)
             if loc.is_local:  # one read: hashed while copied
-                got = storage.copy_hashing(Path(job.source), target, callback, algo)
+                got = storage.copy_hashing(job.source, job.target, callback, algo)
             else:
-                storage.get_file(loc, job.source, target, callback)
-                got = file_digest(target, algo)
+                storage.get_file(loc, job.source, Path(job.target), callback)
+                got = file_digest(Path(job.target), algo)
             if got != want:
-                target.unlink(missing_ok=True)
+                Path(job.target).unlink(missing_ok=True)
                 raise ChecksumMismatch(f"{algo} {got[:12]}... is not the expected {want[:12]}...")
             return job.sha256
 
