@@ -20,7 +20,7 @@ import pytest
 
 from data_unit_support import write_tree
 from trainyard.data import DatasetStore, Mover, localcopy, storage
-from trainyard.data.transfer import FileJob, plan_uploads
+from trainyard.data.transfer import SMALL_FILE_BYTES, FileJob, plan_uploads
 from trainyard.errors import DataError
 
 CHUNK = 4 * mmap.ALLOCATIONGRANULARITY
@@ -185,3 +185,17 @@ def test_listing_finds_what_rglob_found(tmp_path: Path) -> None:
     found = {f.rel: f.size for f in plan_uploads([f"{root}/"], None)}
     assert found == {"a.txt": 1, "sub/b.txt": 2, "sub/deep/c.txt": 3, "link-to-file": 4}
     assert all(f.path.is_absolute() for f in plan_uploads([f"{root}/"], None))
+
+
+def test_local_small_files_run_in_one_thread_larger_ones_one_per_cpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    mover = Mover()
+    local, remote = mover.location(tmp_path.as_uri()), mover.location("memory://bucket/x")
+
+    def jobs(size: int) -> list[FileJob]:
+        return [FileJob(f"f{i}", "s", "t", size) for i in range(10)]
+
+    assert mover._workers(local, jobs(16 * 1024)) == 1  # per-file work holds the GIL
+    assert mover._workers(local, jobs(SMALL_FILE_BYTES)) == 2  # copying and hashing do not
+    assert mover._workers(remote, jobs(16 * 1024)) == 8  # latency-bound: DataConfig.workers
