@@ -5,6 +5,7 @@ Modules:
     config       settings (``TRAINYARD_DATASET_URL``, ``TRAINYARD_S3_ENDPOINT_URL``, ...)
     storage      URL -> fsspec filesystem; atomic put/get, exclusive create, listings
     transfer     ``Mover``: parallel, retried, logged file transfers; regex selection
+    localcopy    one local file copied while the bytes written are hashed (file:// datasets)
     urls         upload / download / list a URL
     datasets     ``DatasetStore``: named datasets, numbered versions, tags, manifests
     checkpoints  checkpoint rounds that readers see whole or not at all

@@ -107,10 +107,17 @@ def _load_manifest(mover: Mover, loc: Location, number: int) -> CheckpointManife
 
 
 def _newest(mover: Mover, loc: Location) -> CheckpointManifest | None:
-    for number in reversed(_rounds(mover, loc)):
-        manifest = _load_manifest(mover, loc, number)
-        if manifest is not None:
-            return manifest
+    """The newest committed round's manifest, None when there is none. When every round
+    listed was replaced by a newer one between the listing and the read (a writer that
+    commits and prunes quickly), it lists again, a few times, rather than report none."""
+    for _attempt in range(_READ_ATTEMPTS):
+        numbers = _rounds(mover, loc)
+        for number in reversed(numbers):
+            manifest = _load_manifest(mover, loc, number)
+            if manifest is not None:
+                return manifest
+        if not numbers:
+            return None
     return None
 
 

@@ -23,7 +23,8 @@ write anyway) checks nothing.
 
 Rules:
     * A version exists exactly when its manifest does. An upload writes every file under a
-      fresh ``<upload-id>`` (time + random: no two uploads share one), then creates
+      fresh ``<upload-id>`` (time + random: no two uploads share one; on ``file://`` in place,
+      without temporary names, as no reader looks there before the manifest), then creates
       ``versions/<n>.json`` last, with an exclusive create (``storage.create_exclusive``:
       a hard link on ``file://``, ``If-None-Match: *`` on S3), n = 1 + the highest number seen.
       When another writer took n first, the next number is tried. So two concurrent uploads of
@@ -352,7 +353,7 @@ class DatasetStore:
         stage = self.loc.child(f"{name}/data/{upload_id}")
         try:
             stats = self.mover.upload_files(files, stage, verb=f"dataset {name}: uploaded",
-                                            digest=True, algo=fast_digest_algo())
+                                            digest=True, algo=fast_digest_algo(), staged=True)
         except DataError:
             self._discard(stage)
             raise
@@ -435,7 +436,7 @@ class DatasetStore:
 
     def _create_manifest(self, version: DatasetVersion) -> bool:
         path = self._manifest_path(version.name, version.version)
-        data = json.dumps(version.model_dump(exclude_none=True), indent=1).encode()
+        data = version.model_dump_json(exclude_none=True, indent=1).encode()  # 6x json.dumps
         created = self.mover.storage_call(
             f"creating {self.loc.show(f'{version.name}/versions/{version.version}.json')}",
             lambda: storage.create_exclusive(self.loc, path, data))

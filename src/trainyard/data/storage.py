@@ -20,6 +20,7 @@ Atomicity (what a reader can rely on):
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import posixpath
 import shutil
@@ -32,6 +33,7 @@ from fsspec import AbstractFileSystem
 from fsspec.callbacks import Callback
 from fsspec.core import url_to_fs
 
+from trainyard.data import localcopy
 from trainyard.data.config import DataConfig
 from trainyard.data.scrub import scrub
 from trainyard.errors import DataError
@@ -193,9 +195,6 @@ def _local_copy(source: Path, target: Path) -> None:
         raise
 
 
-_COPY_CHUNK = 1024 * 1024
-
-
 def new_hasher(algo: str = "sha256") -> Any:
     """A hashlib-style object for ``algo``: ``sha256`` (hashlib) or ``blake3`` (the
     ``blake3`` package: several times faster, as strong). Raises DataError for another
@@ -212,36 +211,42 @@ def new_hasher(algo: str = "sha256") -> Any:
     raise DataError(f"unknown digest algorithm {algo!r} (known: sha256, blake3)")
 
 
-def copy_hashing(source: Path, target: Path, callback: Callback | None = None,
-                 algo: str = "sha256") -> str:
-    """Copy a local file to a local ``target`` atomically (temporary name, then rename) and
-    return the hex digest (``algo``, see ``new_hasher``) of the bytes copied, computed while
-    copying: each byte is read once (issue 11: hashing after the copy read everything
-    twice). Hashing and file I/O release the GIL, so copies in several threads run in
-    parallel.
+def copy_hashing(source: str | os.PathLike[str], target: str | os.PathLike[str],
+                 callback: Callback | None = None, algo: str = "sha256", *,
+                 atomic: bool = True) -> str:
+    """Copy a local file to a local ``target`` and return the hex digest (``algo``, see
+    ``new_hasher``) of the bytes written, computed while copying: each byte is read once
+    (issue 11: hashing after the copy read everything twice). How (a reused buffer for small
+    files, a kernel copy overlapped with hashing for large ones): ``localcopy``. Copies in
+    several threads run in parallel (hashing and file I/O release the GIL).
+
+    Args:
+        atomic: write a temporary name and rename it onto ``target`` (module rules); False
+            writes ``target`` in place, for a folder no reader uses before a manifest names
+            its files (a dataset upload's ``data/<upload-id>/``): one rename less per file.
 
     Raises:
-        OSError: reading or writing failed (the temporary file is removed).
+        localcopy.SourceChanged: the source changed while it was read (an OSError).
+        OSError: reading or writing failed (the file written is removed).
         DataError: ``algo`` is not available.
     """
     digest = new_hasher(algo)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = Path(_partial(str(target)))
-    buffer = bytearray(_COPY_CHUNK)
-    view = memoryview(buffer)
-    try:
-        with open(source, "rb", buffering=0) as src, open(temp, "wb", buffering=0) as dst:
-            while count := src.readinto(buffer):
-                chunk = view[:count]
-                digest.update(chunk)
-                dst.write(chunk)
-                if callback is not None:
-                    callback.relative_update(count)
-        os.replace(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    progress = callback.relative_update if callback is not None else None
+    target = os.fspath(target)
+    temp = _local_partial(target) if atomic else None
+    localcopy.copy_file(os.fspath(source), target, digest, progress, temp)
     return digest.hexdigest()
+
+
+_TEMP_TOKEN = uuid.uuid4().hex[:8]
+_temp_count = itertools.count()
+
+
+def _local_partial(path: str) -> str:
+    """A partial name for a local file, without a random draw per file: a random token per
+    process, the pid (forked children share the token) and a counter. The file is created
+    exclusively, so a clash fails rather than overwrite."""
+    return f"{path}{PARTIAL_MARK}{_TEMP_TOKEN}{os.getpid():x}{next(_temp_count):x}"
 
 
 def get_file(loc: Location, path: str, local: Path, callback: Callback | None = None) -> None:

@@ -137,3 +137,22 @@ def _raise(exc: BaseException):  # type: ignore[no-untyped-def]
         raise exc
 
     return fail
+
+
+def test_a_reader_whose_listed_round_was_pruned_meanwhile_lists_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src, remote = tmp_path / "ckpt", tmp_path / "remote"
+    writer, state = CheckpointWriter(remote.as_uri(), Mover()), {}
+    write_tree(src, {"model.pt": "r1"})
+    writer.upload_round(src, None, state)
+    write_tree(src, {"model.pt": "r2"})
+    writer.upload_round(src, None, state)  # commits round 2, prunes round 1's manifest
+    real, calls = checkpoints._rounds, []
+
+    def stale_first(*args: object) -> list[int]:
+        calls.append(1)  # call 1 is download's has_checkpoint; call 2 is the reader's listing
+        return [1] if len(calls) == 2 else real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(checkpoints, "_rounds", stale_first)
+    download(remote.as_uri(), tmp_path / "out")
+    assert read_tree(tmp_path / "out") == {"model.pt": "r2"}
