@@ -62,3 +62,20 @@ def test_a_url_below_the_home_storage_runs(server: Server, tmp_path: Path) -> No
     workflow_id = text.split("Workflow submitted: ")[1].split()[0]
     assert server.wait(workflow_id)["status"] == "COMPLETED", server.logs(workflow_id)
     assert (root / "out" / "a.txt").read_text() == "hi\n"
+
+
+def test_the_system_temp_folder_is_not_a_data_root_by_default(server: Server,
+                                                              tmp_path: Path) -> None:
+    """Issue 11: the default roots were ``$TRAINYARD_HOME/storage`` AND ``/tmp``, so any task
+    could read and write the host's ``/tmp`` through a ``file://`` output. Now the default is
+    the home's storage folder only; the error is one line naming the field and the option."""
+    before = server.ids()
+    code, text = submit(server, tmp_path, "output_url=file:///tmp/x")
+    assert code == 2, text
+    lines = [line for line in text.splitlines() if "tasks[0].outputs[0].url" in line]
+    assert len(lines) == 1, text
+    line = lines[0]
+    assert "'file:///tmp/x' is a host path (/tmp/x) outside the pool's data roots" in line, text
+    assert f"({server.home}/storage)" in line, text  # the default roots, the temp folder not
+    assert "options.allowed_data_roots" in line and "pools.yaml" in line, text
+    assert server.ids() == before  # nothing stored
