@@ -587,7 +587,8 @@ class LocalBackend:
     def _describe(self, launch: TaskLaunch, iso: Isolation, image: str = "") -> str:
         runtime = runtime_for(launch.run.get("image"), self.images)
         if self._podman_for(runtime):
-            fs = f"podman container of image {launch.run.get('image')}"
+            fs = (f"podman container of image {launch.run.get('image')} (root inside is the "
+                  "host's nobody, no capabilities)")
         else:
             why_not = probe_remap() if iso.bwrap else None
             uid = ("root inside is the host's nobody" if why_not is None
@@ -659,9 +660,12 @@ class LocalBackend:
             hostname=run.task, network=network, root_dir=request.root_dir,
             hosts_file=request.run_dir / "sandbox" / "hosts", files=files,
             writable=tuple(str(d) for d in request.writable_dirs
-                           if Path(d) != request.run_dir))
+                           if Path(d) != request.run_dir),
+            conf=container.containers_conf(self.state_dir),
+            seccomp=container.seccomp_profile(self.state_dir))
         run.sandbox.command_prefix = container.podman_argv(plan)
         run.sandbox.mounts = container.container_mounts(plan)
+        run.sandbox.userns = container.container_userns(plan)
         run.sandbox.env_flag = "--env"
         if not container.image_present(run.image):
             run.sandbox.start_error = container.missing_image_message(run.image)

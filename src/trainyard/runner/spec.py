@@ -164,7 +164,9 @@ class UserNamespace(_Model):
         host_root_as: the id inside that the host's root (the runner) has while bubblewrap
             sets the sandbox up.
         args_at: where in ``command_prefix`` the runner inserts ``--info-fd N
-            --userns-block-fd M`` (before bubblewrap's ``--``).
+            --userns-block-fd M`` (before bubblewrap's ``--``); None when the prefix maps
+            the ids itself (podman's ``--uidmap``, ``backends.container``): the runner then
+            only gives the task its folders.
         own: host folders the runner gives to ``host_uid`` before the command starts (made
             if missing; a name ending ``/tmp`` gets mode 1777): the sandbox's root, its
             private folders, the tops of the private writable layers' views.
@@ -176,7 +178,7 @@ class UserNamespace(_Model):
     host_uid: int
     host_gid: int
     host_root_as: int = 65534
-    args_at: int
+    args_at: int | None = None
     own: list[str] = Field(default_factory=list)
     own_dirs_below: list[str] = Field(default_factory=list)
 
