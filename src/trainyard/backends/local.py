@@ -100,7 +100,8 @@ from trainyard.backends.images import image_note, runtime_for, runtime_path
 from trainyard.backends.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
                                      probe_netns)
 from trainyard.backends.launcher import LauncherClient
-from trainyard.backends.sandbox import TASK_HOST_UID, bwrap_end, probe_remap, task_owned
+from trainyard.backends.sandbox import (IDMAPPED, TASK_HOST_UID, bwrap_end, probe_remap,
+                                       task_owned)
 from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
                                        needs_bind, overlay_supported, overlays, probe_bwrap,
                                        sandbox_mounts)
@@ -697,7 +698,7 @@ class LocalBackend:
             overlay_dir=request.run_dir / "sandbox" / "overlay" if overlay_supported() else None,
             volumes=self._volumes(run), hidden=(str(self.home),),
             host_uid=TASK_HOST_UID if remap and probe_remap() is None else None,
-            setpriv=shutil.which("setpriv") or "setpriv")
+            setpriv=shutil.which("setpriv") or "setpriv", idmapped=IDMAPPED)
 
     def _volumes(self, run: TaskRun) -> tuple[tuple[str, str], ...]:
         """``(host folder, path inside)`` of each ``volumeMounts`` entry, checked again

@@ -143,12 +143,19 @@ class OverlayMount(_Model):
     else: ``lower`` (the host folder, never written) under ``upper`` (where the task's
     writes land) at ``target``; the sandbox prefix binds ``target`` into the task's view.
     ``work`` is overlayfs' scratch folder (same file system as ``upper``).
+
+    With ``idmap_uid``/``idmap_gid`` the lower folder is first attached, idmapped, at
+    ``<parent of work>/lower`` (host uid and gid 0 seen as these ids, ``safefs``), and that
+    is the overlay's lower layer: the task whose uid 0 they are owns the host's root files
+    there and may change them in place, in its upper layer only.
     """
 
     lower: str
     upper: str
     work: str
     target: str
+    idmap_uid: int | None = None
+    idmap_gid: int | None = None
 
 
 class UserNamespace(_Model):
