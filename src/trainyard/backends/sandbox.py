@@ -516,7 +516,7 @@ def bwrap_end(prefix: list[str]) -> int:
 def task_owned(plan: SandboxPlan) -> tuple[list[str], list[str]]:
     """With ``host_uid``: the host folders the runner gives to the task before it starts
     (its root, ``/tmp``, its private folders, the top of each system folder's private
-    layer) and those whose every folder below it also gives (``/usr/local``)."""
+    layer and of each idmapped layer) and those whose every folder below it also gives (``/usr/local``)."""
     own = [str(plan.root_dir), str(plan.root_dir / "tmp"),
            *(str(plan.root_dir / d.lstrip("/")) for d in PRIVATE_DIRS)]
     below: list[str] = []
@@ -526,6 +526,9 @@ def task_owned(plan: SandboxPlan) -> tuple[list[str], list[str]]:
         if name == "usr":
             own.append(os.path.join(view, "local"))
             below.append(os.path.join(view, "local"))
+    # an idmapped layer's top folder is its upper folder (made by the runner as root)
+    own += [layer.target for layer in map(functools.partial(_idmapped_layer, plan), _idmapped(plan))
+            if layer.target not in own]
     return own, below
 
 
