@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,3 +103,44 @@ def test_a_task_edits_usr_and_dpkg_state_in_place_but_reads_no_secret(run: Engin
         for path in planted:
             path.unlink(missing_ok=True)
         sandbox._scan_root_only.cache_clear()
+
+
+DPKG = """
+workflow:
+  name: dpkg-install
+  tasks:
+  - name: t
+    environment:
+      PKG: "{{pkg}}"
+    command:
+    - sh
+    - -c
+    - |
+      set -e
+      mkdir -p /tmp/p/DEBIAN /tmp/p/usr/share/$PKG
+      printf 'Package: %s\\nVersion: 1.0\\nArchitecture: all\\nMaintainer: t <t@t>\\nDescription: t\\n' "$PKG" > /tmp/p/DEBIAN/control
+      echo installed > /tmp/p/usr/share/$PKG/file
+      dpkg-deb --build /tmp/p /tmp/p.deb
+      dpkg -i /tmp/p.deb
+      dpkg -s "$PKG" | grep '^Status:' > "{{output}}/status"
+      cat /usr/share/$PKG/file > "{{output}}/file"
+"""
+
+
+def test_dpkg_installs_a_package_into_the_private_root_only(run: EngineRun) -> None:
+    """``dpkg -i`` inside (dpkg needs its database folder writable and changes its files
+    in place); the host knows nothing of the package afterwards."""
+    if shutil.which("dpkg") is None or shutil.which("dpkg-deb") is None:
+        pytest.skip("dpkg is not installed (not a Debian host)")
+    pkg = f"trainyard-test-{uuid.uuid4().hex[:10]}"
+    status = Path("/var/lib/dpkg/status")
+    before = _digest(status)
+    wid = run.run(DPKG, pkg=pkg)
+    log = run.log(wid, "t")
+    assert run.engine.state(wid).status is WorkflowStatus.COMPLETED, log
+    output = run.engine.run_dir(wid, "t", 0) / "output"
+    assert (output / "status").read_text() == "Status: install ok installed\n", log
+    assert (output / "file").read_text() == "installed\n", log
+    assert _digest(status) == before and not Path(f"/usr/share/{pkg}").exists()
+    host = subprocess.run(["dpkg", "-s", pkg], capture_output=True, text=True, check=False)
+    assert host.returncode != 0, host.stdout
