@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import errno
 import os
 import stat
@@ -131,18 +132,31 @@ def mount_overlays(overlays: Sequence[OverlayMount]) -> None:
     _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None),
            "making / private in the task's mount namespace")
     for layer in overlays:
-        for folder in (layer.upper, layer.work, layer.target):
-            os.makedirs(folder, exist_ok=True)
-        lower = layer.lower
-        if layer.idmap_uid is not None:
-            lower = os.path.join(os.path.dirname(layer.work), "lower")
-            os.makedirs(lower, exist_ok=True)
-            attach_idmapped(layer.lower, lower, layer.idmap_uid,
-                            layer.idmap_uid if layer.idmap_gid is None else layer.idmap_gid)
-        options = (f"lowerdir={_escaped(lower)},upperdir={_escaped(layer.upper)},"
-                   f"workdir={_escaped(layer.work)}")
-        _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", 0, options.encode()),
-               f"overlay over {layer.lower} at {layer.target}")
+        _mount_overlay(libc, layer)
+
+
+@functools.lru_cache(maxsize=4)
+def _layer_userns(host_uid: int, host_gid: int) -> int:
+    """The user namespace of an idmapped layer (``_id_map`` with ``keep_others``), made
+    once per process (a forked child each time otherwise: a hosted runner's launcher
+    starts many tasks); its descriptor stays open for the process's life."""
+    return _mapped_userns(host_uid, host_gid, keep_others=True)
+
+
+def _mount_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
+    """One layer of ``mount_overlays``: its idmapped lower attached first, if asked."""
+    for folder in (layer.upper, layer.work, layer.target):
+        os.makedirs(folder, exist_ok=True)
+    lower = layer.lower
+    if layer.idmap_uid is not None:
+        lower = os.path.join(os.path.dirname(layer.work), "lower")
+        os.makedirs(lower, exist_ok=True)
+        gid = layer.idmap_uid if layer.idmap_gid is None else layer.idmap_gid
+        _attach(layer.lower, lower, _layer_userns(layer.idmap_uid, gid))
+    options = (f"lowerdir={_escaped(lower)},upperdir={_escaped(layer.upper)},"
+               f"workdir={_escaped(layer.work)}")
+    _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", 0, options.encode()),
+           f"overlay over {layer.lower} at {layer.target}")
 
 
 def _escaped(path: str) -> str:
