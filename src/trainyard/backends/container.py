@@ -36,8 +36,12 @@ What the container gets (``podman_argv``):
   uid anyway) and ``no_new_privs`` set (``--security-opt no-new-privileges``). podman shows
   the image's files of its root as the container root's (idmapped layers), so the image's
   own ``/`` stays writable to it; files of the image's other users show as unmapped
-  (``nobody``, read-only to the task), and an image whose ``USER`` is not root cannot run;
-  podman runs with ``CONTAINERS_CONF`` naming trainyard's ``containers.conf``
+  (``nobody``, read-only to the task), and an image whose ``USER`` is not root cannot run.
+  The runner gives the container's root the folders it binds (its ``/tmp``, output and
+  input folders, its files) before the start (``container_userns``: a
+  ``runner.spec.UserNamespace`` without ``args_at``). ``/proc/sys`` and ``/sys`` are
+  read-only (podman's defaults for a container without ``--privileged``);
+- podman runs with ``CONTAINERS_CONF`` naming trainyard's ``containers.conf``
   (``containers_conf``: no ``default_sysctls``): the group's network namespace belongs to
   the host's user namespace, so the container's root may not write the
   ``net.ipv4.ping_group_range`` that podman sets by default, and the start would fail;
@@ -46,10 +50,7 @@ What the container gets (``podman_argv``):
   they ask ``CLONE_NEWUSER`` and ``clone3`` answered ENOSYS (its flags cannot be seen by
   seccomp; the C library falls back to ``clone``), as bubblewrap's tasks get no further user
   namespace (``user.max_user_namespaces`` 0 there). Where podman's profile is missing,
-  podman's built-in one is used and the log says so; the runner gives the container's root the
-  folders it binds (its ``/tmp``, output and input folders, its files) before the start
-  (``runner.spec.UserNamespace`` without ``args_at``). ``/proc/sys`` and ``/sys`` are
-  read-only (podman's defaults for a container without ``--privileged``).
+  podman's built-in one is used (which allows them) and the task log says so.
 """
 
 from __future__ import annotations
@@ -208,6 +209,8 @@ def no_nested_userns(profile: dict[str, Any]) -> dict[str, Any]:
     without ``CLONE_NEWUSER`` (EPERM with it) and ``clone3`` refused with ENOSYS."""
     syscalls = []
     for rule in profile.get("syscalls", []):
+        if rule.get("name") in _GUARDED:  # the older one-name form
+            continue
         names = [n for n in rule.get("names", []) if n not in _GUARDED]
         if names or not rule.get("names"):
             syscalls.append({**rule, "names": names} if "names" in rule else rule)

@@ -588,8 +588,11 @@ class LocalBackend:
     def _describe(self, launch: TaskLaunch, iso: Isolation, image: str = "") -> str:
         runtime = runtime_for(launch.run.get("image"), self.images)
         if self._podman_for(runtime):
+            nested = ("" if container.PODMAN_SECCOMP.is_file() else
+                      f"; nested user namespaces allowed: no {container.PODMAN_SECCOMP} to "
+                      "build a seccomp profile from")
             fs = (f"podman container of image {launch.run.get('image')} (root inside is the "
-                  "host's nobody, no capabilities)")
+                  f"host's nobody, no capabilities{nested})")
         else:
             why_not = probe_remap() if iso.bwrap else None
             uid = ("root inside is the host's nobody" if why_not is None
