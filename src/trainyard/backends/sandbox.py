@@ -309,7 +309,10 @@ def _root_only(path: str) -> bool:
         return False
     if stat.S_ISREG(info.st_mode) and info.st_size == 0:
         return False  # an empty file (dpkg's lock files) holds nothing to hide
-    return (info.st_uid == 0 or info.st_gid == 0) and _hidden_from_others(path)
+    if info.st_uid != 0 and info.st_gid != 0:
+        return False  # not mapped to the task's ids: its mode applies to the task as to others
+    closed_dir = stat.S_ISDIR(info.st_mode) and not info.st_mode & stat.S_IXOTH
+    return closed_dir or _hidden_from_others(path)  # others may not read (or pass) it
 
 
 def _cover_args(covers: tuple[tuple[str, bool], ...]) -> list[str]:

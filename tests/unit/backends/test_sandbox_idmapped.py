@@ -33,6 +33,9 @@ def host(tmp_path: Path) -> Path:
     (root / "var/lib/dpkg/lock").write_text("")
     (root / "var/lib/dpkg/lock").chmod(0o640)
     (root / "usr/share/private").mkdir(mode=0o700)
+    (root / "usr/share/listed").mkdir()
+    (root / "usr/share/listed").chmod(0o744)  # others may list it but not pass it
+    (root / "usr/share/listed/inner").write_text("unreachable for others\n")
     return root
 
 
@@ -53,7 +56,8 @@ def test_usr_and_dpkg_state_get_an_idmapped_layer_over_the_root_layer(tmp_path: 
         (f"{made.host_root}/usr", str(mnt / "usr"), 65534, 65534),
         (f"{made.host_root}/var/lib/dpkg", str(mnt / "var/lib/dpkg"), 65534, 65534)]
     assert all(Path(o.upper).parent.parent == made.overlay_dir / "idmapped" for o in idmapped)
-    assert idmapped_covers(made) == (("/usr/local/etc/token", False), ("/usr/share/private", True))
+    assert idmapped_covers(made) == (("/usr/local/etc/token", False), ("/usr/share/listed", True),
+                                     ("/usr/share/private", True))
     argv = bwrap_argv(made)
     assert ("--ro-bind", "/dev/null", "/usr/local/etc/token") in zip(argv, argv[1:], argv[2:])
     assert ("--tmpfs", "/usr/share/private") in zip(argv, argv[1:])
