@@ -30,3 +30,11 @@ def test_a_root_named_as_one_path_and_an_empty_list(tmp_path: Path) -> None:
     problem = dataroots.url_problem(f"file://{home}/storage/x", [], home)
     assert problem is not None and "none: file:// is off" in problem
     assert dataroots.url_problem("s3://bucket/x", [], home) is None
+
+
+def test_a_slurm_pool_may_list_data_roots() -> None:
+    """The option belongs to every pool (the engine reads it); the Slurm backend's strict
+    option check refused it, and an engine with such a pool never started its tasks."""
+    from trainyard.backends.slurm.options import parse_options
+
+    assert parse_options("p", {"allowed_data_roots": ["/srv/data"], "partition": "x"}).partition == "x"
