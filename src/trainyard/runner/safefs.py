@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import errno
 import os
 import stat
@@ -135,12 +134,28 @@ def mount_overlays(overlays: Sequence[OverlayMount]) -> None:
         _mount_overlay(libc, layer)
 
 
-@functools.lru_cache(maxsize=4)
+_LAYER_USERNS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+"""(uid, gid) -> (pid, fd, st_dev, st_ino) of the idmapped layers' user namespace."""
+
+
 def _layer_userns(host_uid: int, host_gid: int) -> int:
     """The user namespace of an idmapped layer (``_id_map`` with ``keep_others``), made
     once per process (a forked child each time otherwise: a hosted runner's launcher
-    starts many tasks); its descriptor stays open for the process's life."""
-    return _mapped_userns(host_uid, host_gid, keep_others=True)
+    starts many tasks); its descriptor stays open for the process's life. Made again in a
+    forked process, or when the descriptor no longer is that namespace (closed by a
+    process that closes every descriptor it does not know, its number reused)."""
+    known = _LAYER_USERNS.get((host_uid, host_gid))
+    if known is not None and known[0] == os.getpid():
+        try:
+            info = os.fstat(known[1])
+            if (info.st_dev, info.st_ino) == known[2:]:
+                return known[1]
+        except OSError:
+            pass
+    fd = _mapped_userns(host_uid, host_gid, keep_others=True)
+    info = os.fstat(fd)
+    _LAYER_USERNS[(host_uid, host_gid)] = (os.getpid(), fd, info.st_dev, info.st_ino)
+    return fd
 
 
 def _mount_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
