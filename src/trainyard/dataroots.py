@@ -3,8 +3,9 @@
 A task's ``url:`` inputs, outputs and checkpoints move data as the server's user, so a
 ``file://`` URL (or a plain path) is limited to the pool's data roots: the pool option
 ``allowed_data_roots`` (a list of host folders; ``[]`` turns ``file://`` off), by default
-``$TRAINYARD_HOME/storage`` and the system temp folder (``tempfile.gettempdir()``, where
-the examples keep their data). A path is allowed when it is one of the roots or below one,
+``$TRAINYARD_HOME/storage`` only. The system temp folder is not a default root: any task
+could otherwise read and write the host's ``/tmp`` (other users' files, sockets, other
+tools' state) through a ``file://`` input or output; a pool that wants it lists it. A path is allowed when it is one of the roots or below one,
 after symlinks are resolved (``os.path.realpath``, on the path and on the roots), and never
 inside ``$TRAINYARD_HOME`` (tokens, store, other runs) unless a root that is itself inside
 the home contains it (``$TRAINYARD_HOME/storage`` is). Other schemes (``s3://``, ...) are
@@ -17,7 +18,6 @@ the field) and by the runner before it moves a byte (``TaskRun.data_roots``).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,12 +29,19 @@ OPTION = "allowed_data_roots"
 
 
 def data_roots(options: Mapping[str, Any], home: Path) -> list[str]:
-    """The pool's data roots (``options[OPTION]``, a path or a list), else the default:
-    ``home/storage`` and the system temp folder."""
+    """The pool's data roots.
+
+    Args:
+        options: the pool's options; ``options[OPTION]`` is a path or a list of paths.
+        home: ``$TRAINYARD_HOME``.
+
+    Returns:
+        The listed roots, else the default ``[home/storage]`` (never the temp folder).
+    """
     if OPTION in options:
         value = options.get(OPTION) or []
         return [str(p) for p in ([value] if isinstance(value, str) else value)]
-    return [str(home / "storage"), tempfile.gettempdir()]
+    return [str(home / "storage")]
 
 
 def host_path(url: str) -> str | None:

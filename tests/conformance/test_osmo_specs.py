@@ -22,7 +22,10 @@ if not SPECS.is_dir():
     pytest.skip(f"OSMO conformance specs not found at {SPECS} (shared/ must sit beside the repo)",
                 allow_module_level=True)
 
-DATA_SETS = ("storage_url=file:///tmp/x", "upload_location=file:///tmp/x")
+# The specs' data live below a data root the test pools list (``options.allowed_data_roots``):
+# the default roots are the home's storage folder only, never /tmp (issue 11).
+DATA_ROOT = "/srv/osmo-data"
+DATA_SETS = (f"storage_url=file://{DATA_ROOT}/x", f"upload_location=file://{DATA_ROOT}/x")
 # Specs that name OSMO's platforms run against a pool like OSMO's test deployment.
 OSMO_POOL_SPECS = {
     "tutorials/resources_platforms.yaml",
@@ -40,7 +43,8 @@ def osmo_pool() -> Pool:
 
 
 def pool_for(rel: str) -> Pool:
-    return osmo_pool() if rel in OSMO_POOL_SPECS else default_local_pool()
+    pool = osmo_pool() if rel in OSMO_POOL_SPECS else default_local_pool()
+    return pool.model_copy(update={"options": {"allowed_data_roots": [DATA_ROOT]}})
 
 
 def load(rel: str, sets: tuple[str, ...] = (), labels: tuple[str, ...] = ()) -> spec.SpecDocument:
@@ -87,7 +91,7 @@ REJECTED: list[tuple[str, tuple[str, ...], tuple[str, ...], str | None, str]] = 
 # Rows of "Must reach the outcome" and "Must validate" with their arguments.
 VALID: list[tuple[str, tuple[str, ...]]] = [
     ("tutorials/template_hello_world.yaml", ("workflow_name=greetings", "message=Custom message!")),
-    ("tutorials/data_filter.yaml", ("storage_url=file:///tmp/some/dir",)),
+    ("tutorials/data_filter.yaml", (f"storage_url=file://{DATA_ROOT}/some/dir",)),
     ("tests/exit_actions.yaml", ("code=1",)),
     ("tests/group_actions.yaml", ("ignore_nonlead_status=true",)),
     ("tests/group_actions.yaml", ("ignore_nonlead_status=false",)),

@@ -25,12 +25,38 @@ What the container gets (``podman_argv``):
 - resource limits no higher than the runner's own (``_ulimit_args``): podman's defaults are
   higher, which a host without CAP_SYS_RESOURCE refuses;
 - the OCI runtime ``runc`` where installed: Debian 12's crun refuses hosts with cgroup v1 and
-  v2 controllers mounted together ("cgroups in hybrid mode not supported").
+  v2 controllers mounted together ("cgroups in hybrid mode not supported");
+- no privileges over the host, as in the bubblewrap sandbox (``_privilege_args``): a user
+  namespace whose only uid and gid, 0, are the host's ``nobody`` (``TASK_HOST_ID``, the
+  same id as a bubblewrap task's root), so the host's root is not mapped at all
+  (``--uidmap 0:65534:1``; ``--userns=auto`` needs ``/etc/subuid`` ranges for the
+  ``containers`` user, which a host need not have, and podman 4.3's idmapped overlay
+  refuses a map of more than one range: "creating overlay mount ... no such file or
+  directory"); every capability dropped (``--cap-drop all``: the command cannot change its
+  uid anyway) and ``no_new_privs`` set (``--security-opt no-new-privileges``). podman shows
+  the image's files of its root as the container root's (idmapped layers), so the image's
+  own ``/`` stays writable to it; files of the image's other users show as unmapped
+  (``nobody``, read-only to the task), and an image whose ``USER`` is not root cannot run.
+  The runner gives the container's root the folders it binds (its ``/tmp``, output and
+  input folders, its files) before the start (``container_userns``: a
+  ``runner.spec.UserNamespace`` without ``args_at``). ``/proc/sys`` and ``/sys`` are
+  read-only (podman's defaults for a container without ``--privileged``);
+- podman runs with ``CONTAINERS_CONF`` naming trainyard's ``containers.conf``
+  (``containers_conf``: no ``default_sysctls``): the group's network namespace belongs to
+  the host's user namespace, so the container's root may not write the
+  ``net.ipv4.ping_group_range`` that podman sets by default, and the start would fail;
+- no nested user namespace (``seccomp_profile``): podman's own seccomp profile
+  (``/usr/share/containers/seccomp.json``) with ``unshare``/``clone`` refused (EPERM) when
+  they ask ``CLONE_NEWUSER`` and ``clone3`` answered ENOSYS (its flags cannot be seen by
+  seccomp; the C library falls back to ``clone``), as bubblewrap's tasks get no further user
+  namespace (``user.max_user_namespaces`` 0 there). Where podman's profile is missing,
+  podman's built-in one is used (which allows them) and the task log says so.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import resource
@@ -41,12 +67,16 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from trainyard.runner.spec import UserNamespace
 
 from trainyard.backends.sandbox import OSMO_WORKSPACE
 
 __all__ = ["ContainerPlan", "podman_argv", "container_mounts", "container_name",
            "probe_podman", "image_present", "missing_image_message", "remove_containers",
-           "RUNTIME"]
+           "RUNTIME", "TASK_HOST_ID", "container_userns", "containers_conf", "seccomp_profile",
+           "no_nested_userns"]
 
 log = logging.getLogger("trainyard.backends.local")
 
@@ -55,6 +85,8 @@ RUNTIME = "podman"
 _NPROC_CEILING = 32768
 """podman 4.3 lowers its own RLIMIT_NPROC to this, and its container may not exceed it."""
 _QUERY_TIMEOUT_S = 30.0
+TASK_HOST_ID = 65534
+"""The host uid and gid of the container's root: ``nobody``, as ``sandbox.TASK_HOST_UID``."""
 _REMOVE_TRIES = 5
 
 
@@ -71,6 +103,8 @@ class ContainerPlan:
         hosts_file: bound read-only at ``/etc/hosts`` (None: podman's).
         files: absolute paths (inside) of the task's files, each bound from ``root_dir``.
         writable: host folders bound read-write at the same path.
+        conf: podman's ``containers.conf`` (``containers_conf``; None: the host's).
+        seccomp: the seccomp profile (``seccomp_profile``; None: podman's default).
     """
 
     image: str
@@ -81,6 +115,8 @@ class ContainerPlan:
     hosts_file: Path | None = None
     files: tuple[str, ...] = ()
     writable: tuple[str, ...] = field(default_factory=tuple)
+    conf: Path | None = None
+    seccomp: Path | None = None
 
 
 def container_name(run_dir: Path) -> str:
@@ -105,6 +141,18 @@ def _ulimit_args() -> list[str]:
     return args
 
 
+def _privilege_args() -> list[str]:
+    """The user namespace (root inside is the host's ``nobody``, no other id mapped), no
+    capability, ``no_new_privs`` (see module docstring)."""
+    ids = f"0:{TASK_HOST_ID}:1"
+    return ["--uidmap", ids, "--gidmap", ids, "--cap-drop", "all",
+            "--security-opt", "no-new-privileges"]
+
+
+def _seccomp_args(plan: ContainerPlan) -> list[str]:
+    return [] if plan.seccomp is None else ["--security-opt", f"seccomp={plan.seccomp}"]
+
+
 def _bind(host: str, inside: str, readonly: bool = False) -> list[str]:
     return ["--volume", f"{host}:{inside}:{'ro' if readonly else 'rw'}"]
 
@@ -127,13 +175,86 @@ def podman_argv(plan: ContainerPlan, podman: str = "podman") -> list[str]:
     """``podman run ... IMAGE``: the prefix the task's command follows. Ends with the image,
     before which the runner inserts ``--env NAME`` pairs (``SandboxSettings.env_flag``)."""
     argv = [podman]
+    if plan.conf is not None:
+        argv = ["env", f"CONTAINERS_CONF={plan.conf}", *argv]
     if shutil.which("runc"):
         argv += ["--runtime", "runc"]
     argv += ["run", "--rm", "--pull", "never", "--name", plan.name,
              "--label", "trainyard=task", "--network", plan.network,
              "--hostname", plan.hostname, "--log-driver", "none", "--workdir", "/",
-             *_ulimit_args(), *_bind_args(plan)]
+             *_privilege_args(), *_seccomp_args(plan), *_ulimit_args(), *_bind_args(plan)]
     return [*argv, plan.image]
+
+
+CONTAINERS_CONF_TEXT = """# trainyard: podman's settings for task containers (backends/container.py).
+# No default sysctls: a task's container joins its group's network namespace, which its
+# remapped root may not change (net.ipv4.ping_group_range would fail the start).
+[containers]
+default_sysctls = []
+"""
+
+
+def containers_conf(state_dir: Path) -> Path:
+    """trainyard's ``containers.conf`` for podman (``CONTAINERS_CONF_TEXT``), written once
+    under ``state_dir`` (atomically; rewritten when its text changed). Raises OSError."""
+    return _write_once(state_dir / "containers.conf", CONTAINERS_CONF_TEXT)
+
+
+PODMAN_SECCOMP = Path("/usr/share/containers/seccomp.json")
+"""podman's default seccomp profile (Debian package golang-github-containers-common)."""
+_CLONE_NEWUSER = 0x10000000
+_EPERM, _ENOSYS = 1, 38
+_GUARDED = ("unshare", "clone", "clone3")
+
+
+def no_nested_userns(profile: dict[str, Any]) -> dict[str, Any]:
+    """``profile`` (an OCI seccomp profile) with ``unshare`` and ``clone`` allowed only
+    without ``CLONE_NEWUSER`` (EPERM with it) and ``clone3`` refused with ENOSYS."""
+    syscalls = []
+    for rule in profile.get("syscalls", []):
+        if rule.get("name") in _GUARDED:  # the older one-name form
+            continue
+        names = [n for n in rule.get("names", []) if n not in _GUARDED]
+        if names or not rule.get("names"):
+            syscalls.append({**rule, "names": names} if "names" in rule else rule)
+
+    def masked(action: str, value: int, **extra: Any) -> dict[str, Any]:
+        arg = {"index": 0, "value": _CLONE_NEWUSER, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"}
+        return {"names": ["unshare", "clone"], "action": action, "args": [arg], **extra}
+
+    syscalls += [masked("SCMP_ACT_ALLOW", 0), masked("SCMP_ACT_ERRNO", _CLONE_NEWUSER, errnoRet=_EPERM),
+                 {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": _ENOSYS}]
+    return {**profile, "syscalls": syscalls}
+
+
+def seccomp_profile(state_dir: Path, source: Path = PODMAN_SECCOMP) -> Path | None:
+    """podman's profile with no nested user namespaces (``no_nested_userns``), written under
+    ``state_dir`` (atomically, when its text changed); None where ``source`` is missing."""
+    try:
+        profile = json.loads(source.read_text())
+    except (OSError, ValueError):
+        return None
+    return _write_once(state_dir / "seccomp.json", json.dumps(no_nested_userns(profile), indent=1))
+
+
+def _write_once(path: Path, text: str) -> Path:
+    """``path`` holding ``text``: left alone when it already does, else replaced atomically."""
+    if path.is_file() and path.read_text() == text:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    staging.write_text(text)
+    staging.chmod(0o644)
+    os.replace(staging, path)
+    return path
+
+
+def container_userns(plan: ContainerPlan) -> UserNamespace:
+    """What the runner gives the container's root before the start: its root folder (the
+    files' parents) and ``/tmp`` (1777); the output and input folders are given without
+    being named (``runner.spec.UserNamespace``). No ``args_at``: podman maps the ids."""
+    own = [str(plan.root_dir), str(plan.root_dir / "tmp")]
+    return UserNamespace(host_uid=TASK_HOST_ID, host_gid=TASK_HOST_ID, own=own)
 
 
 def container_mounts(plan: ContainerPlan) -> dict[str, str]:

@@ -103,7 +103,8 @@ from trainyard.backends.netns import (GroupNetwork, ensure_group_network, probe_
 from trainyard.backends.router import probe_router
 from trainyard.backends.launcher import LauncherClient
 from trainyard.backends.wakeup import FactsSocket
-from trainyard.backends.sandbox import (OSMO_WORKSPACE, TASK_HOST_UID, bwrap_end, probe_remap,
+from trainyard.backends.sandbox import (IDMAPPED, OSMO_WORKSPACE, TASK_HOST_UID, bwrap_end,
+                                       probe_remap,
                                        task_owned)
 from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
                                        needs_bind, overlay_supported, overlays, probe_bwrap,
@@ -624,7 +625,11 @@ class LocalBackend:
     def _describe(self, launch: TaskLaunch, iso: Isolation, image: str = "") -> str:
         runtime = runtime_for(launch.run.get("image"), self.images)
         if self._podman_for(runtime):
-            fs = f"podman container of image {launch.run.get('image')}"
+            nested = ("" if container.PODMAN_SECCOMP.is_file() else
+                      f"; nested user namespaces allowed: no {container.PODMAN_SECCOMP} to "
+                      "build a seccomp profile from")
+            fs = (f"podman container of image {launch.run.get('image')} (root inside is the "
+                  f"host's nobody, no capabilities{nested})")
         else:
             why_not = probe_remap() if iso.bwrap else None
             uid = ("root inside is the host's nobody" if why_not is None
@@ -702,9 +707,12 @@ class LocalBackend:
             hostname=run.task, network=network, root_dir=request.root_dir,
             hosts_file=request.run_dir / "sandbox" / "hosts", files=files,
             writable=tuple(str(d) for d in request.writable_dirs
-                           if Path(d) != request.run_dir))
+                           if Path(d) != request.run_dir),
+            conf=container.containers_conf(self.state_dir),
+            seccomp=container.seccomp_profile(self.state_dir))
         run.sandbox.command_prefix = container.podman_argv(plan)
         run.sandbox.mounts = container.container_mounts(plan)
+        run.sandbox.userns = container.container_userns(plan)
         run.sandbox.env_flag = "--env"
         if not container.image_present(run.image):
             run.sandbox.start_error = container.missing_image_message(run.image)
@@ -736,7 +744,7 @@ class LocalBackend:
             overlay_dir=request.run_dir / "sandbox" / "overlay" if overlay_supported() else None,
             volumes=self._volumes(run), hidden=(str(self.home),),
             host_uid=TASK_HOST_UID if remap and probe_remap() is None else None,
-            setpriv=shutil.which("setpriv") or "setpriv")
+            setpriv=shutil.which("setpriv") or "setpriv", idmapped=IDMAPPED)
 
     def _volumes(self, run: TaskRun) -> tuple[tuple[str, str], ...]:
         """``(host folder, path inside)`` of each ``volumeMounts`` entry, checked again

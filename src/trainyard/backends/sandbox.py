@@ -14,6 +14,14 @@ Layout inside the sandbox:
   host's folders never change. Without ``overlay_dir`` (not root), and for a system folder
   that holds the run folder, they are bound read-only, with trainyard's home (``hidden``)
   covered by an empty tmpfs. Top-level symlinks (``/bin -> usr/bin``) are re-created.
+  With the uid remap, the system folders that hold no secrets by their purpose
+  (``IDMAPPED``: ``/usr``, ``/var/lib/dpkg``; ``SandboxPlan.idmapped``) get a layer of
+  their own whose lower layer is the host folder *idmapped* (the host's root files seen as
+  the task's root's), so the task may change their files in place (``echo >> /usr/share/x``,
+  dpkg's state), in its upper layer only; their files and folders of the host's root (or
+  group) that others may not read are covered (``idmapped_covers``, a deny list looked at
+  once per process). ``/etc`` and the rest of ``/var`` are never idmapped (shadow, ssh and
+  munge keys, debconf's passwords): there only what the task made or was given is its.
 - every other host folder (``/home``, ``/root``, ``/work``, ``/mnt``, ``$TRAINYARD_HOME`` with
   its tokens, store and other runs) is NOT there. What the task needs of them is bound at the
   same path: read-only the folders of trainyard's interpreter and import path (``readonly``:
@@ -60,7 +68,8 @@ from trainyard.runner.spec import OverlayMount
 __all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_bwrap",
            "READ_ONLY_TOP", "SYSTEM_TOP", "PRIVILEGE_ARGS", "hosts_file_text", "overlays",
            "clear_links", "overlay_supported", "secret_covers", "REMAP_ARGS", "TASK_HOST_UID",
-           "bwrap_end", "task_owned", "probe_remap", "OSMO_WORKSPACE"]
+           "bwrap_end", "task_owned", "probe_remap", "OSMO_WORKSPACE", "IDMAPPED",
+           "idmapped_covers"]
 
 SYSTEM_TOP = frozenset({
     "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "boot", "opt", "var",
@@ -100,6 +109,12 @@ how deep (None: all the way)."""
 GPU_DEVICES = ("nvidia*", "nvidia-caps", "dri")
 """``/dev`` entries (glob patterns) bound into a task's minimal ``/dev``: the GPUs."""
 
+IDMAPPED = ("usr", "var/lib/dpkg")
+"""System folders (relative to the host's ``/``) whose host-root files a remapped task owns
+(an idmapped lower layer, see module docstring): none holds secrets by its purpose (FHS:
+``/usr`` is shareable read-only data; dpkg's database is readable by all). Not ``/etc``,
+not the rest of ``/var``."""
+
 _HANDLED_APART = frozenset({"tmp", "proc", "dev", "sys", "lost+found"})
 _PRIVATE_TOP = frozenset({"tmp"})
 
@@ -124,6 +139,9 @@ class SandboxPlan:
             (``REMAP_ARGS``, ``runner.userns``); None: bwrap maps it to its caller's uid
             (``PRIVILEGE_ARGS``) and the host's secrets are covered (``secret_covers``).
         setpriv: util-linux ``setpriv`` (used with ``host_uid``).
+        idmapped: system folders (relative, ``IDMAPPED``) given an idmapped lower layer
+            (only with ``host_uid`` and ``overlay_dir``; one that is missing, a symlink or
+            not under an overlaid folder is left as it is).
     """
 
     root_dir: Path
@@ -137,6 +155,7 @@ class SandboxPlan:
     hidden: tuple[str, ...] = ()
     host_uid: int | None = None
     setpriv: str = "setpriv"
+    idmapped: tuple[str, ...] = ()
 
 
 def _top(path: str) -> str:
@@ -229,11 +248,87 @@ def overlays(plan: SandboxPlan) -> list[OverlayMount]:
     if plan.overlay_dir is None:
         return []
     layers = sorted({_layer(plan, name) for name in _overlaid(plan)})
-    return [OverlayMount(lower=str(plan.host_root if layer == ROOT_LAYER else plan.host_root / layer),
-                         upper=str(plan.overlay_dir / layer / "upper"),
-                         work=str(plan.overlay_dir / layer / "work"),
-                         target=str(plan.overlay_dir / layer / "mnt"))
-            for layer in layers]
+    mounts = [OverlayMount(lower=str(plan.host_root if layer == ROOT_LAYER else plan.host_root / layer),
+                           upper=str(plan.overlay_dir / layer / "upper"),
+                           work=str(plan.overlay_dir / layer / "work"),
+                           target=str(plan.overlay_dir / layer / "mnt"))
+              for layer in layers]
+    return mounts + [_idmapped_layer(plan, rel) for rel in _idmapped(plan)]  # on top of those
+
+
+def _idmapped(plan: SandboxPlan) -> list[str]:
+    """The ``idmapped`` folders that get their idmapped layer (see ``SandboxPlan``)."""
+    if plan.host_uid is None or plan.overlay_dir is None:
+        return []
+    overlaid = _overlaid(plan)
+    found = []
+    for rel in plan.idmapped:
+        host = os.path.join(str(plan.host_root), rel)
+        if (rel.split("/")[0] in overlaid and os.path.isdir(host)
+                and os.path.realpath(host) == os.path.normpath(host)):
+            found.append(rel)
+    return found
+
+
+def _idmapped_layer(plan: SandboxPlan, rel: str) -> OverlayMount:
+    assert plan.overlay_dir is not None and plan.host_uid is not None
+    top, _, rest = rel.partition("/")
+    base = plan.overlay_dir / "idmapped" / rel.replace("/", "-")
+    target = _layer_dir(plan, top, "mnt") / rest if rest else _layer_dir(plan, top, "mnt")
+    return OverlayMount(lower=os.path.join(str(plan.host_root), rel), upper=str(base / "upper"),
+                        work=str(base / "work"), target=str(target),
+                        idmap_uid=plan.host_uid, idmap_gid=plan.host_uid)
+
+
+def idmapped_covers(plan: SandboxPlan) -> tuple[tuple[str, bool], ...]:
+    """What the idmapped layers would show a task that it may not see: each file or folder
+    below them of the host's root (owner or group 0) that others may not read, as (path
+    inside, is a folder), a folder's contents not listed again. Covered like
+    ``secret_covers``; looked at once per process, so one made later is not covered."""
+    found: list[tuple[str, bool]] = []
+    for rel in _idmapped(plan):
+        found += _scan_root_only(str(plan.host_root), rel)
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=16)
+def _scan_root_only(host_root: str, rel: str) -> tuple[tuple[str, bool], ...]:
+    found: list[tuple[str, bool]] = []
+    for current, dirs, names in os.walk(os.path.join(host_root, rel)):
+        keep = []
+        for name in sorted(dirs):
+            path = os.path.join(current, name)
+            if _root_only(path):
+                found.append(("/" + os.path.relpath(path, host_root), True))
+            else:
+                keep.append(name)
+        dirs[:] = keep
+        found += [("/" + os.path.relpath(os.path.join(current, n), host_root), False)
+                  for n in sorted(names) if _root_only(os.path.join(current, n))]
+    return tuple(found)
+
+
+def _root_only(path: str) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    if stat.S_ISREG(info.st_mode) and info.st_size == 0:
+        return False  # an empty file (dpkg's lock files) holds nothing to hide
+    if info.st_uid != 0 and info.st_gid != 0:
+        return False  # not mapped to the task's ids: its mode applies to the task as to others
+    closed_dir = stat.S_ISDIR(info.st_mode) and not info.st_mode & stat.S_IXOTH
+    return closed_dir or _hidden_from_others(path)  # others may not read (or pass) it
+
+
+def _cover_args(covers: tuple[tuple[str, bool], ...]) -> list[str]:
+    args: list[str] = []
+    for inside, is_dir in covers:
+        if is_dir:
+            args += ["--tmpfs", inside, "--remount-ro", inside]
+        else:
+            args += ["--ro-bind", "/dev/null", inside]
+    return args
 
 
 def _top_level_args(plan: SandboxPlan) -> list[str]:
@@ -381,6 +476,8 @@ def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap") -> list[str]:
     args += _system_args(plan.host_root)
     if plan.host_uid is None:
         args += _secret_args(plan.host_root)
+    else:
+        args += _cover_args(idmapped_covers(plan))
     for path in _covered(plan):  # before the binds: a task's output may be under it
         args += ["--tmpfs", path]
     if plan.host_uid is not None:
@@ -428,7 +525,7 @@ def bwrap_end(prefix: list[str]) -> int:
 def task_owned(plan: SandboxPlan) -> tuple[list[str], list[str]]:
     """With ``host_uid``: the host folders the runner gives to the task before it starts
     (its root, ``/tmp``, its private folders, the top of each system folder's private
-    layer) and those whose every folder below it also gives (``/usr/local``)."""
+    layer and of each idmapped layer) and those whose every folder below it also gives (``/usr/local``)."""
     own = [str(plan.root_dir), str(plan.root_dir / "tmp"),
            *(str(plan.root_dir / d.lstrip("/")) for d in PRIVATE_DIRS)]
     below: list[str] = []
@@ -438,6 +535,9 @@ def task_owned(plan: SandboxPlan) -> tuple[list[str], list[str]]:
         if name == "usr":
             own.append(os.path.join(view, "local"))
             below.append(os.path.join(view, "local"))
+    # an idmapped layer's top folder is its upper folder (made by the runner as root)
+    own += [layer.target for layer in map(functools.partial(_idmapped_layer, plan), _idmapped(plan))
+            if layer.target not in own]
     return own, below
 
 
@@ -464,10 +564,17 @@ def clear_links(plan: SandboxPlan) -> list[str]:
     files = {"/etc/hosts", *(p for p, is_dir in secrets if not is_dir)}
     inside += [*PRIVATE_DIRS, "/tmp", "/etc/hosts", *(b[2] for b in _binds(plan))]
     inside += [p for p, _is_dir in secrets]
+    covers = idmapped_covers(plan)
+    files |= {p for p, is_dir in covers if not is_dir}
+    inside += [p for p, _is_dir in covers]
+    idmapped = {f"/{rel}": Path(_idmapped_layer(plan, rel).upper) for rel in _idmapped(plan)}
     for path in inside:
         parts = Path(path).parts[1:]
         base = plan.root_dir
-        if parts and parts[0] in overlaid and plan.overlay_dir is not None:
+        own = next((f for f in sorted(idmapped, key=len, reverse=True) if _under(path, f)), None)
+        if own is not None:
+            base, parts = idmapped[own], Path(path).parts[len(Path(own).parts):]
+        elif parts and parts[0] in overlaid and plan.overlay_dir is not None:
             base, parts = _layer_dir(plan, parts[0], "upper"), parts[1:]
         gone = _clear_on_the_way(base, parts, last_may_be_file=path in files)
         if gone is not None:

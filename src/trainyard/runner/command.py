@@ -51,7 +51,8 @@ class CommandProcess:
             process (bubblewrap): nothing of it can outlive it, so no search for leftovers
             among this process's descendants (a scan of the whole process table).
         userns: the argv starts with a bwrap prefix whose uid map this runner writes
-            (``runner.userns``).
+            (``runner.userns``); one without ``args_at`` (podman maps ids itself) asks no
+            handshake.
     """
 
     def __init__(
@@ -74,7 +75,8 @@ class CommandProcess:
         """Start the command. Raises ``OSError`` (e.g. ``FileNotFoundError``) if it cannot."""
         if not self.pid_namespace:
             self._children_before = {_key(c) for c in _children()}
-        handshake = Handshake(self.userns) if self.userns is not None else None
+        handshake = (Handshake(self.userns)
+                     if self.userns is not None and self.userns.args_at is not None else None)
         try:
             self.proc = subprocess.Popen(
                 handshake.argv(self.argv) if handshake else self.argv, env=self.env,

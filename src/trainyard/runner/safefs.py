@@ -131,12 +131,47 @@ def mount_overlays(overlays: Sequence[OverlayMount]) -> None:
     _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None),
            "making / private in the task's mount namespace")
     for layer in overlays:
-        for folder in (layer.upper, layer.work, layer.target):
-            os.makedirs(folder, exist_ok=True)
-        options = (f"lowerdir={_escaped(layer.lower)},upperdir={_escaped(layer.upper)},"
-                   f"workdir={_escaped(layer.work)}")
-        _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", 0, options.encode()),
-               f"overlay over {layer.lower} at {layer.target}")
+        _mount_overlay(libc, layer)
+
+
+_LAYER_USERNS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+"""(uid, gid) -> (pid, fd, st_dev, st_ino) of the idmapped layers' user namespace."""
+
+
+def _layer_userns(host_uid: int, host_gid: int) -> int:
+    """The user namespace of an idmapped layer (``_id_map`` with ``keep_others``), made
+    once per process (a forked child each time otherwise: a hosted runner's launcher
+    starts many tasks); its descriptor stays open for the process's life. Made again in a
+    forked process, or when the descriptor no longer is that namespace (closed by a
+    process that closes every descriptor it does not know, its number reused)."""
+    known = _LAYER_USERNS.get((host_uid, host_gid))
+    if known is not None and known[0] == os.getpid():
+        try:
+            info = os.fstat(known[1])
+            if (info.st_dev, info.st_ino) == known[2:]:
+                return known[1]
+        except OSError:
+            pass
+    fd = _mapped_userns(host_uid, host_gid, keep_others=True)
+    info = os.fstat(fd)
+    _LAYER_USERNS[(host_uid, host_gid)] = (os.getpid(), fd, info.st_dev, info.st_ino)
+    return fd
+
+
+def _mount_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
+    """One layer of ``mount_overlays``: its idmapped lower attached first, if asked."""
+    for folder in (layer.upper, layer.work, layer.target):
+        os.makedirs(folder, exist_ok=True)
+    lower = layer.lower
+    if layer.idmap_uid is not None:
+        lower = os.path.join(os.path.dirname(layer.work), "lower")
+        os.makedirs(lower, exist_ok=True)
+        gid = layer.idmap_uid if layer.idmap_gid is None else layer.idmap_gid
+        _attach(layer.lower, lower, _layer_userns(layer.idmap_uid, gid))
+    options = (f"lowerdir={_escaped(lower)},upperdir={_escaped(layer.upper)},"
+               f"workdir={_escaped(layer.work)}")
+    _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", 0, options.encode()),
+           f"overlay over {layer.lower} at {layer.target}")
 
 
 def _escaped(path: str) -> str:
@@ -275,30 +310,60 @@ def idmap_in_place(paths: Sequence[str], host_uid: int, host_gid: int) -> None:
     """
     if not paths:
         return
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
     userns_fd = _mapped_userns(host_uid, host_gid)
     try:
         for path in paths:
-            tree = libc.syscall(_SYS_OPEN_TREE, -100, path.encode(),
-                                _OPEN_TREE_CLONE | os.O_CLOEXEC)
-            _check(0 if tree >= 0 else -1, f"open_tree({path})")
-            try:
-                attr = _MountAttr(_MOUNT_ATTR_IDMAP, 0, 0, userns_fd)
-                _check(libc.syscall(_SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH,
-                                    ctypes.byref(attr), ctypes.sizeof(attr)),
-                       f"idmapping {path}")
-                _check(libc.syscall(_SYS_MOVE_MOUNT, tree, b"", -100, path.encode(),
-                                    _MOVE_MOUNT_F_EMPTY_PATH), f"mounting {path} idmapped")
-            finally:
-                os.close(tree)
+            _attach(path, path, userns_fd)
     finally:
         os.close(userns_fd)
 
 
-def _mapped_userns(host_uid: int, host_gid: int) -> int:
-    """A descriptor of a new user namespace mapping 0 to ``host_uid``/``host_gid``: a forked
-    child makes it and waits until its maps are written and the namespace is opened."""
+def attach_idmapped(source: str, dest: str, host_uid: int, host_gid: int) -> None:
+    """Attach a clone of the mount at ``source`` (that folder and below, not the mounts
+    under it) at the folder ``dest``, idmapped as ``idmap_in_place`` does: the host's root
+    files seen as owned by ``host_uid``/``host_gid``. Only in the calling thread's mount
+    namespace. Unlike ``idmap_in_place`` the other ids keep theirs (and ``host_uid``'s own
+    files are seen as the host root's, the two swapped): overlayfs refuses to copy up a file
+    whose owner the mount does not map (``/usr/local/share/fonts`` of group ``staff``).
+    Raises OSError (naming the folder and the step)."""
+    userns_fd = _mapped_userns(host_uid, host_gid, keep_others=True)
+    try:
+        _attach(source, dest, userns_fd)
+    finally:
+        os.close(userns_fd)
+
+
+def _attach(source: str, dest: str, userns_fd: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    tree = libc.syscall(_SYS_OPEN_TREE, -100, source.encode(), _OPEN_TREE_CLONE | os.O_CLOEXEC)
+    _check(0 if tree >= 0 else -1, f"open_tree({source})")
+    try:
+        attr = _MountAttr(_MOUNT_ATTR_IDMAP, 0, 0, userns_fd)
+        _check(libc.syscall(_SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH,
+                            ctypes.byref(attr), ctypes.sizeof(attr)), f"idmapping {source}")
+        _check(libc.syscall(_SYS_MOVE_MOUNT, tree, b"", -100, dest.encode(),
+                            _MOVE_MOUNT_F_EMPTY_PATH), f"mounting {source} idmapped at {dest}")
+    finally:
+        os.close(tree)
+
+
+def _id_map(host_id: int, keep_others: bool) -> str:
+    """0 to ``host_id``; with ``keep_others`` also ``host_id`` to 0 and every other id to
+    itself (a user namespace's map lines never overlap on either side)."""
+    if not keep_others:
+        return f"0 {host_id} 1\n"
+    lines = [(0, host_id, 1), (host_id, 0, 1)]
+    for start, end in ((1, host_id), (host_id + 1, (1 << 32) - 1)):  # -1 is no id
+        if end > start:
+            lines.append((start, start, end - start))
+    return "".join(f"{a} {b} {n}\n" for a, b, n in lines)
+
+
+def _mapped_userns(host_uid: int, host_gid: int, keep_others: bool = False) -> int:
+    """A descriptor of a new user namespace mapping 0 to ``host_uid``/``host_gid`` (see
+    ``_id_map``): a forked child makes it and waits until its maps are written and the
+    namespace is opened."""
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
     child = os.fork()
@@ -317,7 +382,8 @@ def _mapped_userns(host_uid: int, host_gid: int) -> int:
     try:
         if os.read(ready_r, 1) != b"1":
             raise OSError(errno.EPERM, "cannot make a user namespace for an idmapped mount")
-        for name, text in (("uid_map", f"0 {host_uid} 1\n"), ("gid_map", f"0 {host_gid} 1\n")):
+        for name, text in (("uid_map", _id_map(host_uid, keep_others)),
+                           ("gid_map", _id_map(host_gid, keep_others))):
             with open(f"/proc/{child}/{name}", "w", encoding="ascii") as handle:
                 handle.write(text)
         return os.open(f"/proc/{child}/ns/user", os.O_RDONLY | os.O_CLOEXEC)

@@ -143,12 +143,19 @@ class OverlayMount(_Model):
     else: ``lower`` (the host folder, never written) under ``upper`` (where the task's
     writes land) at ``target``; the sandbox prefix binds ``target`` into the task's view.
     ``work`` is overlayfs' scratch folder (same file system as ``upper``).
+
+    With ``idmap_uid``/``idmap_gid`` the lower folder is first attached, idmapped, at
+    ``<parent of work>/lower`` (host uid and gid 0 seen as these ids, ``safefs``), and that
+    is the overlay's lower layer: the task whose uid 0 they are owns the host's root files
+    there and may change them in place, in its upper layer only.
     """
 
     lower: str
     upper: str
     work: str
     target: str
+    idmap_uid: int | None = None
+    idmap_gid: int | None = None
 
 
 class UserNamespace(_Model):
@@ -164,7 +171,9 @@ class UserNamespace(_Model):
         host_root_as: the id inside that the host's root (the runner) has while bubblewrap
             sets the sandbox up.
         args_at: where in ``command_prefix`` the runner inserts ``--info-fd N
-            --userns-block-fd M`` (before bubblewrap's ``--``).
+            --userns-block-fd M`` (before bubblewrap's ``--``); None when the prefix maps
+            the ids itself (podman's ``--uidmap``, ``backends.container``): the runner then
+            only gives the task its folders.
         own: host folders the runner gives to ``host_uid`` before the command starts (made
             if missing; a name ending ``/tmp`` gets mode 1777): the sandbox's root, its
             private folders, the tops of the private writable layers' views.
@@ -176,7 +185,7 @@ class UserNamespace(_Model):
     host_uid: int
     host_gid: int
     host_root_as: int = 65534
-    args_at: int
+    args_at: int | None = None
     own: list[str] = Field(default_factory=list)
     own_dirs_below: list[str] = Field(default_factory=list)
 

@@ -58,6 +58,7 @@ class Handshake:
 
     def argv(self, argv: list[str]) -> list[str]:
         """``argv`` with the pipes' ends named where bwrap reads them."""
+        assert self.userns.args_at is not None, "no handshake without bwrap's prefix"
         return insert_fds(argv, self.userns.args_at, self.info_w, self.block_r)
 
     def started(self) -> None:

@@ -26,8 +26,9 @@ from trainyard.backends.local import LocalBackend
 from trainyard.engine.status import ExitCode
 from trainyard.pools import default_local_pool
 
-IMAGE = "localhost/trainyard-test-busybox:1"
-APPLETS = ("sh", "ls", "cat", "echo", "nc", "sleep", "test", "hostname", "env", "true")
+IMAGE = "localhost/trainyard-test-busybox:2"  # :2 adds the applets of the privileges test
+APPLETS = ("sh", "ls", "cat", "echo", "nc", "sleep", "test", "hostname", "env", "true", "grep",
+           "id", "mount", "unshare", "touch", "chown", "mkdir", "stat")
 BUSYBOX = "/bin/busybox"
 
 needs_podman = pytest.mark.skipif(probe_podman() is not None, reason=f"{probe_podman()}")
@@ -101,6 +102,56 @@ def test_a_task_runs_in_its_image(podman_backend: LocalBackend, home: Path, imag
     assert (launches[0].run_dir / "sandbox" / "root" / "tmp" / "mine").read_text() == "x\n"
     assert (launches[0].run_dir / "output" / "o.txt").read_text() == "out\n"
     assert "MINE" not in " ".join(_argv(launches[0].run_dir))  # values never on a command line
+
+
+PRIVILEGES = r"""
+r="$TRAINYARD_OUTPUT/report"
+: > "$r"
+echo "uid $(id -u)" >> "$r"
+cat /proc/self/uid_map | sed 's/^ */uid_map /' >> "$r"
+grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status >> "$r"
+try() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "ALLOWED $name" >> "$r"; fi; }
+try mount-tmpfs mount -t tmpfs none /mnt
+try unshare-user unshare -U true
+try unshare-mount unshare -m true
+try chown-other sh -c "touch /tmp/c && chown 1000 /tmp/c"
+try sysctl sh -c 'v=$(cat /proc/sys/kernel/core_pattern) && echo "$v" > /proc/sys/kernel/core_pattern'
+echo made > "$TRAINYARD_OUTPUT/made"
+echo root-writable > /bin/mine && cat /bin/mine >> "$r"  # the image's files are its root's
+echo done >> "$r"
+"""
+
+
+@needs_podman
+def test_a_containers_root_is_not_the_hosts_root(
+    podman_backend: LocalBackend, home: Path, image: str
+) -> None:
+    """Issue 11 (images): the container ran as the host's root with podman's default
+    capabilities and no user namespace. Now uid 0 inside is the host's ``nobody`` (the
+    bubblewrap sandbox's mapping), with no capability and ``no_new_privs``: a file it makes in
+    its output folder is ``nobody``'s on the host; ``mount``, ``unshare``, ``chown`` to
+    another user and sysctls fail; the image's own root is still its to write."""
+    launches = group_launches(podman_backend, home, "wf-img-priv", {"t": {
+        "image": image, "command": ["sh", "/tmp/probe.sh"],
+        "files": [{"path": "/tmp/probe.sh", "contents": PRIVILEGES}]}})
+    podman_backend.start_group(launches)
+    fact = final(wait_final(podman_backend, [launches[0].key], timeout_s=120)[launches[0].key])
+    text = task_log(launches[0])
+    assert fact.kind is FactKind.EXITED and fact.exit_code == 0, text
+    output = launches[0].run_dir / "output"
+    report = (output / "report").read_text().splitlines()
+    assert report[-1] == "done", (report, text)
+    assert "uid 0" in report, report
+    maps = [line.split()[1:] for line in report if line.startswith("uid_map ")]
+    assert maps and maps[0][:2] == ["0", "65534"], report  # root inside is the host's nobody
+    assert ["0", "0"] not in [m[:2] for m in maps] and not any(
+        int(m[1]) <= 0 < int(m[1]) + int(m[2]) for m in maps), report  # host root not mapped
+    assert "CapEff:\t0000000000000000" in report and "CapBnd:\t0000000000000000" in report, report
+    assert "NoNewPrivs:\t1" in report, report
+    assert [line for line in report if line.startswith("ALLOWED")] == [], report
+    assert "root-writable" in report, report
+    made = (output / "made").stat()
+    assert (made.st_uid, made.st_gid) == (65534, 65534), made
 
 
 def _argv(run_dir: Path) -> list[str]:

@@ -180,8 +180,9 @@ class Row:
 
 
 def data_filter_dir(home: Path) -> Path:
-    """``storage_url`` of tutorials/data_filter.yaml, with .txt, .json and .bin files."""
-    root = home.parent / "data-filter"
+    """``storage_url`` of tutorials/data_filter.yaml, with .txt, .json and .bin files, below
+    the home's storage folder (the local pool's default data root)."""
+    root = home / "storage" / "data-filter"
     source = root / "source-data"
     source.mkdir(parents=True, exist_ok=True)
     for name, text in (("keep.txt", "text\n"), ("skip.json", "{}\n"), ("skip.bin", "bin\n")):

@@ -75,7 +75,7 @@ ELASTIC_SEED = SPECS / "dnn_training" / "torchrun_elastic" / "train.yaml"
 def test_the_seed_app_sample_elastic_torchrun_renders_max_nodes_tasks(server: Server,
                                                                       tmp_path: Path) -> None:
     """The issue's seed: ``app submit sample-elastic-torchrun --set max_nodes=8``, dry-run."""
-    storage = f"storage_url={(tmp_path / 'bucket').as_uri()}"
+    storage = f"storage_url={(server.home / 'storage' / tmp_path.name / 'bucket').as_uri()}"
     unset = server.main("app", "create", "sample-elastic-torchrun", str(ELASTIC_SEED))
     assert unset.code == 2 and "'storage_url' is not set; set it with --set" in unset.err
     made = server.main("app", "create", "sample-elastic-torchrun", str(ELASTIC_SEED),

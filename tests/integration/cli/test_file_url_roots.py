@@ -31,16 +31,22 @@ def submit(server: Server, tmp_path: Path, *sets: str) -> tuple[int, str]:
     return done.code, done.out + done.err
 
 
+def stored(server: Server) -> set[str]:
+    """This file's workflows (named ``file-urls``): other tests' workflows (the OSMO rows
+    submitted in the background) may land meanwhile."""
+    return {i for i in server.ids() if i.startswith("file-urls-")}
+
+
 def test_a_host_path_outside_the_data_roots_is_refused_at_submit(server: Server,
                                                                  tmp_path: Path) -> None:
-    before = server.ids()
+    before = stored(server)
     code, text = submit(server, tmp_path, "input_url=file:///etc/", "output_url=file:///root/x/")
     assert code == 2, text
     assert "tasks[0].inputs[0].url" in text and "'file:///etc/' is a host path" in text, text
     assert "tasks[0].outputs[0].url" in text and "allowed_data_roots" in text, text
     home_code, home_text = submit(server, tmp_path, f"input_url=file://{server.home}/")
     assert home_code == 2 and "outside the pool's data roots" in home_text, home_text
-    assert server.ids() == before  # nothing stored
+    assert stored(server) == before  # nothing stored
 
 
 def test_a_symlink_out_of_a_root_is_refused(server: Server, tmp_path: Path) -> None:
@@ -62,3 +68,20 @@ def test_a_url_below_the_home_storage_runs(server: Server, tmp_path: Path) -> No
     workflow_id = text.split("Workflow submitted: ")[1].split()[0]
     assert server.wait(workflow_id)["status"] == "COMPLETED", server.logs(workflow_id)
     assert (root / "out" / "a.txt").read_text() == "hi\n"
+
+
+def test_the_system_temp_folder_is_not_a_data_root_by_default(server: Server,
+                                                              tmp_path: Path) -> None:
+    """Issue 11: the default roots were ``$TRAINYARD_HOME/storage`` AND ``/tmp``, so any task
+    could read and write the host's ``/tmp`` through a ``file://`` output. Now the default is
+    the home's storage folder only; the error is one line naming the field and the option."""
+    before = stored(server)
+    code, text = submit(server, tmp_path, "output_url=file:///tmp/x")
+    assert code == 2, text
+    lines = [line for line in text.splitlines() if "tasks[0].outputs[0].url" in line]
+    assert len(lines) == 1, text
+    line = lines[0]
+    assert "'file:///tmp/x' is a host path (/tmp/x) outside the pool's data roots" in line, text
+    assert f"({server.home}/storage)" in line, text  # the default roots, the temp folder not
+    assert "options.allowed_data_roots" in line and "pools.yaml" in line, text
+    assert stored(server) == before  # nothing stored

@@ -38,9 +38,8 @@ def _run_of(task: TaskSpec, tmp_path: Path, workflow_id: str) -> TaskRun:
     })
 
 
-@pytest.mark.usefixtures("home")
-def test_data_filter_with_a_file_storage_url(tmp_path: Path) -> None:
-    storage = tmp_path / "storage"
+def test_data_filter_with_a_file_storage_url(tmp_path: Path, home: Path) -> None:
+    storage = home / "storage" / "bucket"  # below the pool's default data root
     make_tree(storage / "source-data", {"a.txt": "a", "b.json": "{}", "c.bin": "c", "d/e.txt": "e"})
     task = _task("data_filter.yaml", storage_url=storage.as_uri())
     run = _run_of(task, tmp_path, "filtered-io-1")
@@ -51,9 +50,8 @@ def test_data_filter_with_a_file_storage_url(tmp_path: Path) -> None:
     assert "filtered-output/filtered-io-1/" in log_text(run)  # {{workflow_id}} resolved
 
 
-@pytest.mark.usefixtures("home")
-def test_data_filter_output_regex(tmp_path: Path) -> None:
-    storage = tmp_path / "storage"
+def test_data_filter_output_regex(tmp_path: Path, home: Path) -> None:
+    storage = home / "storage" / "bucket"
     make_tree(storage / "source-data", {"a.txt": "a"})
     task = _task("data_filter.yaml", storage_url=storage.as_uri())
     run = _run_of(task, tmp_path, "filtered-io-2")

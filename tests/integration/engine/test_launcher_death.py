@@ -65,8 +65,9 @@ def _bwrap_missing() -> str | None:
 class _Run:
     """The engine on the ``local`` pool, stepped by a background thread."""
 
-    def __init__(self, home: Path) -> None:
-        self.pool = default_local_pool()
+    def __init__(self, home: Path, data_root: Path) -> None:
+        base = default_local_pool()  # + a data root for the file:// bucket of FORKED
+        self.pool = base.model_copy(update={"options": {"allowed_data_roots": [str(data_root)]}})
         self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home,
                              pools={self.pool.name: self.pool})
         self._stop = threading.Event()
@@ -100,7 +101,7 @@ class _Run:
 def run(tmp_path: Path) -> Iterator[_Run]:
     home = tmp_path / "home dir"
     home.mkdir()
-    made = _Run(home)
+    made = _Run(home, tmp_path / "bucket")
     yield made
     made.close()
 

@@ -54,7 +54,7 @@ def run(tmp_path: Path) -> Iterator[EngineRun]:
         pytest.skip("the hole is uid 0 of the host: the test needs a server running as root")
     home = tmp_path / "home dir"
     home.mkdir()
-    made = EngineRun(home)
+    made = EngineRun(home, allowed_data_roots=[str(tmp_path / "dest")])  # the file:// output
     yield made
     made.close()
 

@@ -55,7 +55,7 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineRun]:
     monkeypatch.setenv("TRAINYARD_DATASET_URL", (tmp_path / "datasets").as_uri())
     home = tmp_path / "home dir"
     home.mkdir()
-    made = EngineRun(home)
+    made = EngineRun(home, allowed_data_roots=[str(tmp_path / "dest")])  # the file:// output
     yield made
     made.close()
 

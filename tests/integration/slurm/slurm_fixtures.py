@@ -33,6 +33,18 @@ def runner_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
+def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder the engines' pools list in ``options.allowed_data_roots``, for ``file://``
+    URLs of the specs (the default roots are the engine's home storage only, and the submit
+    check reads ``TRAINYARD_HOME``, which is ``runner_home`` here, not the engine's home)."""
+    return tmp_path_factory.mktemp("data-root")
+
+
+def _with_data_root(pool: Pool, root: Path) -> Pool:
+    return pool.model_copy(update={"options": {**pool.options, "allowed_data_roots": [str(root)]}})
+
+
+@pytest.fixture(scope="session")
 def slurm_pool() -> Pool:
     """The ``slurm-local`` pool of the running test cluster (skips without one)."""
     why = why_no_cluster()
@@ -42,21 +54,22 @@ def slurm_pool() -> Pool:
 
 
 @pytest.fixture(scope="session")
-def slurm_engine(slurm_pool: Pool, runner_home: Path,
+def slurm_engine(slurm_pool: Pool, runner_home: Path, data_root: Path,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRunner]:
-    """An engine driving the Slurm pool from a background thread, home under a temp folder."""
-    runner = EngineRunner(tmp_path_factory.mktemp("slurm-home"), slurm_pool)
+    """An engine driving the Slurm pool from a background thread, home under a temp folder;
+    its pool lists ``data_root``."""
+    runner = EngineRunner(tmp_path_factory.mktemp("slurm-home"), _with_data_root(slurm_pool, data_root))
     yield runner
     runner.close()
 
 
 @pytest.fixture(scope="session")
-def local_engine(runner_home: Path,
+def local_engine(runner_home: Path, data_root: Path,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRunner]:
     """The same on the local backend, for side-by-side outcomes."""
     from trainyard.pools import default_local_pool
 
-    runner = EngineRunner(tmp_path_factory.mktemp("local-home"), default_local_pool())
+    runner = EngineRunner(tmp_path_factory.mktemp("local-home"), _with_data_root(default_local_pool(), data_root))
     yield runner
     runner.close()
 

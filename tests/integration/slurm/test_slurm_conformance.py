@@ -108,10 +108,11 @@ def _outcome(status: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def storage(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``storage_url`` of tutorials/data_filter.yaml: source-data/ with .txt, .json, .bin."""
-    root = tmp_path_factory.mktemp("data-filter")
-    (root / "source-data").mkdir()
+def storage(data_root: Path) -> Path:
+    """``storage_url`` of tutorials/data_filter.yaml: source-data/ with .txt, .json, .bin,
+    below the engines' data root."""
+    root = data_root / "data-filter"
+    (root / "source-data").mkdir(parents=True)
     for name, text in (("keep.txt", "text\n"), ("skip.json", "{}\n"), ("skip.bin", "bin\n")):
         (root / "source-data" / name).write_text(text)
     return root

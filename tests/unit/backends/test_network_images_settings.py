@@ -185,7 +185,7 @@ def test_an_image_of_a_podman_pool_is_a_container_request(tmp_path: Path) -> Non
     assert backend._needs_group_network([task], iso)  # podman joins it by path
     req = backend.build_request(task, iso, NET)
     sandbox = req.run.sandbox
-    assert "podman" in sandbox.command_prefix[0] and not req.hosted
+    assert "podman" in sandbox.command_prefix and not req.hosted
     assert sandbox.command_prefix[-1] == "localhost/trainyard-surely-absent:0"
     assert "--network" in sandbox.command_prefix and "ns:/proc/7/fd/9" in sandbox.command_prefix
     assert sandbox.env_flag == "--env" and "is not present" in (sandbox.start_error or "")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from trainyard.backends.fake import FakeBackend, Outcome
 from trainyard.engine.reconciler import Engine, _spec_from_source
-from trainyard.pools import default_local_pool
+from trainyard.pools import Pool, default_local_pool
 from trainyard.server.auth import User
 from trainyard.server.service import Service, SpecRequest
 from trainyard.store import Store
@@ -25,7 +25,7 @@ PLAIN = f"""workflow:
     - localpath: run.sh
       path: /tmp/run.sh
     outputs:
-    - url: file:///tmp/out
+    - url: file:///srv/data/out
 """
 TEMPLATE = """workflow:
   name: {{ name }}
@@ -40,9 +40,15 @@ default-values:
 ADMIN = User("admin", True)
 
 
+def _pool() -> Pool:
+    """The rehearsal pool with a data root for the spec's ``file://`` output (the default
+    roots are the home's storage folder only)."""
+    return default_local_pool().model_copy(update={"options": {"allowed_data_roots": ["/srv/data"]}})
+
+
 def _service(tmp_path: Path, backend: FakeBackend) -> Service:
     engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
-                    pools={"local": default_local_pool()}, backend_factory=lambda p, h: backend)
+                    pools={"local": _pool()}, backend_factory=lambda p, h: backend)
     return Service(engine)
 
 
@@ -67,7 +73,7 @@ def test_a_spec_and_its_files_are_stored_once_and_rebuilt_exactly(tmp_path: Path
     rebuilt = _spec_from_source(record)
     assert rebuilt == loaded.workflow  # files read in, --set-env and labels applied
     assert rebuilt.groups[0].tasks[0].environment == {"B": "2"}
-    assert service.query(wid, ADMIN)["groups"][0]["tasks"][0]["outputs"] == ["file:///tmp/out"]
+    assert service.query(wid, ADMIN)["groups"][0]["tasks"][0]["outputs"] == ["file:///srv/data/out"]
 
 
 def test_a_restarted_engine_resumes_from_the_text_and_submit_id_gets_the_request_back(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from trainyard.errors import SpecError
 from trainyard.quantity import parse_quantity
 from trainyard.spec.api import load
 
@@ -15,6 +16,8 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 NOT_TRAINING = {"jupyter"}  # tests/unit/spec/test_jupyter_example.py checks it
 SPECS = sorted(p for p in EXAMPLES.rglob("*.yaml") if p.parent.name not in NOT_TRAINING)
 GiB = 1024**3
+# Values an example has no default for (as in OSMO's sample: the checkpoint location).
+REQUIRED = {"torchrun_reschedule": {"upload_location": "s3://bucket/reschedule"}}
 
 
 def _scripts(doc) -> dict[str, str]:
@@ -30,7 +33,7 @@ def test_every_example_has_a_spec_and_a_readme() -> None:
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_defaults_validate_and_fit_a_64_cpu_512_gib_node(spec: Path) -> None:
-    doc = load(spec)
+    doc = load(spec, set_values=REQUIRED.get(spec.parent.name, {}))
     tasks = doc.workflow.all_tasks()
     assert sum(t.lead for t in tasks) == 1
     for task in tasks:
@@ -78,8 +81,15 @@ def test_elastic_uses_a_c10d_rendezvous_on_the_master() -> None:
     assert "--rdzv_conf is_host=1," in _scripts(load(EXAMPLES / "torchrun_elastic" / "train.yaml"))["master"]
 
 
+def test_reschedule_has_no_default_upload_location() -> None:
+    """A default under /tmp would be refused at submit (the pool's data roots are
+    ``$TRAINYARD_HOME/storage`` by default), so the example asks for one, as OSMO's does."""
+    with pytest.raises(SpecError, match="template variable 'upload_location' is not set"):
+        load(EXAMPLES / "torchrun_reschedule" / "train.yaml")
+
+
 def test_reschedule_maps_the_code_and_injects_one_failure() -> None:
-    doc = load(EXAMPLES / "torchrun_reschedule" / "train.yaml")
+    doc = load(EXAMPLES / "torchrun_reschedule" / "train.yaml", set_values=REQUIRED["torchrun_reschedule"])
     group = doc.workflow.groups[0]
     assert group.ignore_nonlead_status is False
     assert all(t.action_for(3).value == "RESCHEDULE" for t in group.tasks)
@@ -90,7 +100,8 @@ def test_reschedule_maps_the_code_and_injects_one_failure() -> None:
     assert "--error_log /tmp/training_errors.log --fail-at-epoch 5" in script
     assert "--snapshot_path /tmp/models/snapshot.pth --metrics-dir {{output}}/models" in script
     assert not re.search(r"^set -\w*e", script, re.M) and "exit 3" in script
-    off = _scripts(load(EXAMPLES / "torchrun_reschedule" / "train.yaml", set_values={"fail_at_epoch": 0}))
+    off = _scripts(load(EXAMPLES / "torchrun_reschedule" / "train.yaml",
+                        set_values={**REQUIRED["torchrun_reschedule"], "fail_at_epoch": 0}))
     assert "--fail-at-epoch" not in off["master"]
 
 

@@ -58,6 +58,9 @@ class SlurmOptions(BaseModel):
         status_interval_s: squeue is asked at most this often.
         lost_grace_s: an attempt whose job or step ended without an EXITED event is LOST
             only after this long (the runner's last event may still be on its way).
+        allowed_data_roots: host folders ``file://`` URLs may use (a path or a list): an
+            option of every pool, read by the engine and the runner (``trainyard.dataroots``),
+            not by this backend; listed here so that a Slurm pool may set it.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -78,6 +81,7 @@ class SlurmOptions(BaseModel):
     time_margin_s: float = Field(default=600.0, ge=0)
     status_interval_s: float = Field(default=1.0, gt=0)
     lost_grace_s: float = Field(default=3.0, ge=0)
+    allowed_data_roots: list[str] | str | None = None
 
 
 def parse_options(pool_name: str, options: dict[str, Any]) -> SlurmOptions:
