@@ -104,8 +104,7 @@ from trainyard.backends.router import probe_router
 from trainyard.backends.launcher import LauncherClient
 from trainyard.backends.wakeup import FactsSocket
 from trainyard.backends.sandbox import (IDMAPPED, OSMO_WORKSPACE, TASK_HOST_UID, bwrap_end,
-                                       probe_remap,
-                                       task_owned)
+                                       probe_remap, task_owned)
 from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
                                        needs_bind, overlay_supported, overlays, probe_bwrap,
                                        sandbox_mounts)

@@ -525,14 +525,19 @@ def bwrap_end(prefix: list[str]) -> int:
 def task_owned(plan: SandboxPlan) -> tuple[list[str], list[str]]:
     """With ``host_uid``: the host folders the runner gives to the task before it starts
     (its root, ``/tmp``, its private folders, the top of each system folder's private
-    layer and of each idmapped layer) and those whose every folder below it also gives (``/usr/local``)."""
+    layer and of each idmapped layer) and those whose every folder below it also gives
+    (``/usr/local``, only where ``/usr`` is not idmapped: an idmapped ``/usr`` already shows
+    root's folders as the task's, and giving each folder would copy every one of them up)."""
     own = [str(plan.root_dir), str(plan.root_dir / "tmp"),
            *(str(plan.root_dir / d.lstrip("/")) for d in PRIVATE_DIRS)]
     below: list[str] = []
+    idmapped = _idmapped(plan)
     for name in sorted(_overlaid(plan)):
         view = str(_layer_dir(plan, name, "mnt"))
         own.append(view)
-        if name == "usr":
+        if name == "usr" and "usr" not in idmapped:
+            # without the idmapped /usr, pip's /usr/local is given folder by folder: every
+            # folder is copied up into the task's layer (hundreds where CUDA lives there)
             own.append(os.path.join(view, "local"))
             below.append(os.path.join(view, "local"))
     # an idmapped layer's top folder is its upper folder (made by the runner as root)

@@ -30,6 +30,8 @@ __all__ = ["USAGE", "UsageSampler", "read_usage", "interval_from_env", "sample_t
 
 USAGE = "usage.jsonl"
 DEFAULT_INTERVAL_S = 2.0
+BASELINE_DELAY_S = 0.5
+"""Seconds after the command's start before the first (baseline) reading."""
 
 
 def interval_from_env(env: dict[str, str] | None = None) -> float:
@@ -123,8 +125,10 @@ class UsageSampler:
         self._thread = threading.Thread(target=self._loop, name="trainyard-usage", daemon=True)
 
     def start(self) -> None:
-        """Take the first reading (the CPU baseline) and start the thread."""
-        self._tree.sample()
+        """Start the thread. It takes the CPU baseline after ``BASELINE_DELAY_S`` (at most one
+        interval), then one sample per interval: a command that ends sooner is never walked,
+        so short tasks pay no process-tree walk (each walk reads every ``/proc/PID/stat`` of
+        the machine, ~3 ms with a few hundred processes)."""
         self._thread.start()
 
     def stop(self) -> None:
@@ -134,6 +138,9 @@ class UsageSampler:
             self._thread.join(timeout=self.interval_s + 1)
 
     def _loop(self) -> None:
+        if self._stop.wait(min(self.interval_s, BASELINE_DELAY_S)):
+            return
+        self._tree.sample()
         while not self._stop.wait(self.interval_s):
             self.write_sample()
 
