@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 
 import uvicorn
 
@@ -69,7 +70,12 @@ def build_app(url: str | None = None):  # noqa: ANN201 - FastAPI app
     run_retention_s()  # a bad $TRAINYARD_RUN_RETENTION refuses the start (ConfigError)
     store = Store(url or database_url())
     store.verify()
-    engine = Engine(store, home, pools=load_pools())
+    pools = load_pools()
+    engine = Engine(store, home, pools=pools)
+    if any(pool.backend == "local" for pool in pools.values()):
+        from trainyard.backends.sandbox import warm_host_scans
+
+        threading.Thread(target=warm_host_scans, name="trainyard-warm-scans", daemon=True).start()
     service = Service(engine, refused_pools=refused_pools(),
                       pools_file=home / "pools.yaml")  # edits apply without a restart
     return create_app(service, TokenRegistry(home, service.task_token_owner))

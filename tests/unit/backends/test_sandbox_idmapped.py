@@ -90,3 +90,18 @@ def test_the_layer_map_swaps_root_and_nobody_and_keeps_every_other_id() -> None:
     assert lines[:2] == [(0, 65534, 1), (65534, 0, 1)]
     assert sum(n for _a, _b, n in lines) == (1 << 32) - 1  # every id but -1, once
     assert all(a == b for a, b, _n in lines[2:])
+
+
+def test_warm_host_scans_looks_at_the_host_before_the_first_task(tmp_path: Path) -> None:
+    root = host(tmp_path)
+    sandbox.warm_host_scans(root)
+    misses = sandbox._scan_root_only.cache_info().misses
+    assert misses == len([rel for rel in IDMAPPED if (root / rel).is_dir()])
+    found = sandbox._scan_root_only(str(root), "usr")  # what a task's plan asks for next
+    assert sandbox._scan_root_only.cache_info().misses == misses  # answered from the warm scan
+    assert ("/usr/local/etc/token", False) in found
+
+
+def test_warm_host_scans_never_raises_on_a_missing_host(tmp_path: Path) -> None:
+    sandbox.warm_host_scans(tmp_path / "nothing-here")
+    assert sandbox._scan_root_only.cache_info().misses == 0
