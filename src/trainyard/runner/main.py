@@ -371,7 +371,7 @@ class Runner:
             self.command.terminate(self.run.stop_grace_s)
         for checkpoint in checkpoints:
             checkpoint.start()
-        sampler = self._start_usage()
+        sampler = self._start_usage(env.get("CUDA_VISIBLE_DEVICES"))
         code = self.command.wait()
         if sampler is not None:
             sampler.stop()
@@ -379,14 +379,15 @@ class Runner:
             checkpoint.finish()
         return code
 
-    def _start_usage(self) -> UsageSampler | None:
+    def _start_usage(self, cuda_visible_devices: str | None = None) -> UsageSampler | None:
         """Sample the command's CPU/memory (and GPUs) into ``usage.jsonl`` (runner.usage);
         None when turned off or the process is already gone."""
         interval_s = interval_from_env()
         if interval_s <= 0 or self.command is None or self.command.proc is None:
             return None
         try:
-            sampler = UsageSampler(self.command.proc.pid, self.run_dir, interval_s)
+            sampler = UsageSampler(self.command.proc.pid, self.run_dir, interval_s,
+                                   cuda_visible_devices)
             sampler.start()
         except (psutil.Error, OSError):
             return None

@@ -8,8 +8,8 @@ JSON line is appended and flushed::
 
 ``cpu_percent`` and ``rss_bytes`` sum the command's process and all its descendants (psutil;
 100 = one core busy). ``gpus`` is present only when ``nvidia-ml-py`` (module ``pynvml``) is
-installed and NVML starts: the devices of ``CUDA_VISIBLE_DEVICES`` (all when unset). The
-server reads the file for the dashboard and ``trainyard workflow metrics``.
+installed and NVML starts: the devices of the task's ``CUDA_VISIBLE_DEVICES`` (all when
+unset). The server reads the file for the dashboard and ``trainyard workflow metrics``.
 
 Cost: one process-tree walk per interval (measured in docs/benchmarks.md, well under 1% of a
 core per task at 2 s).
@@ -79,14 +79,25 @@ def sample_tree(pid: int) -> tuple[float, int, int]:
     return _Tree(pid).sample()
 
 
-def _gpu_reader() -> Any | None:
-    """A function returning the GPU rows, or None without ``pynvml`` or NVML."""
+_NO_NVML: list[bool] = []  # set once NVML was found missing in this process
+
+
+def _gpu_reader(visible: str | None = None) -> Any | None:
+    """A function returning the GPU rows of the devices ``visible`` names (the task's
+    ``CUDA_VISIBLE_DEVICES``; all when None or empty), or None without ``pynvml`` or NVML.
+    A missing library is remembered for the process (a failed import searches ``sys.path``
+    again each time: ~0.4 ms per task in a launcher hosting runners)."""
+    if _NO_NVML:
+        return None
     try:
         import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no library, no driver or no GPU: no GPU rows
+    except ImportError:
+        _NO_NVML.append(True)
         return None
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver or no GPU: no GPU rows
+        return None
     count = pynvml.nvmlDeviceGetCount()
     indexes = [int(i) for i in visible.split(",") if i.strip().isdigit()] if visible else \
         list(range(count))
@@ -114,13 +125,19 @@ class UsageSampler:
         pid: the command's process (its descendants are included).
         run_dir: the attempt's folder; the file is ``run_dir/usage.jsonl``.
         interval_s: seconds between samples (> 0).
+        cuda_visible_devices: the task's ``CUDA_VISIBLE_DEVICES`` (the GPUs sampled; None or
+            empty: all). The task's, not this process's: a runner hosted by the launcher
+            shares the launcher's environment.
     """
 
-    def __init__(self, pid: int, run_dir: Path, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(self, pid: int, run_dir: Path, interval_s: float = DEFAULT_INTERVAL_S,
+                 cuda_visible_devices: str | None = None) -> None:
         self.path = Path(run_dir) / USAGE
         self.interval_s = interval_s
         self._tree = _Tree(pid)
-        self._gpus = _gpu_reader()
+        self._visible = cuda_visible_devices
+        self._gpus: Any | None = None
+        self._gpus_looked = False  # NVML is looked for at the first sample, not per start
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="trainyard-usage", daemon=True)
 
@@ -149,6 +166,8 @@ class UsageSampler:
         cpu, rss, count = self._tree.sample()
         row: dict[str, Any] = {"time_s": round(time.time(), 3), "cpu_percent": round(cpu, 1),
                                "rss_bytes": rss, "processes": count}
+        if not self._gpus_looked:
+            self._gpus, self._gpus_looked = _gpu_reader(self._visible), True
         if self._gpus is not None:
             row["gpus"] = self._gpus()
         with self.path.open("a", encoding="utf-8") as handle:

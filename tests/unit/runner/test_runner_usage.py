@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from trainyard.runner import usage
 from trainyard.runner.usage import UsageSampler, interval_from_env, read_usage
 
 BUSY_CHILD = ("import subprocess, sys; "
@@ -81,10 +82,11 @@ class _FakeNvml:
         return type("M", (), {"used": 1000 * (handle + 1), "total": 8000})()
 
 
-def test_gpu_rows_follow_cuda_visible_devices(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_gpu_rows_follow_the_tasks_cuda_visible_devices(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    sampler = UsageSampler(os.getpid(), tmp_path, interval_s=60)
+    monkeypatch.setattr(usage, "_NO_NVML", [])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the launcher's, not the task's
+    sampler = UsageSampler(os.getpid(), tmp_path, interval_s=60, cuda_visible_devices="1")
     row = sampler.write_sample()
     assert row["gpus"] == [{"index": 1, "util_percent": 41, "memory_used_bytes": 2000,
                             "memory_total_bytes": 8000}]
@@ -92,5 +94,17 @@ def test_gpu_rows_follow_cuda_visible_devices(tmp_path: Path, monkeypatch) -> No
 
 def test_no_pynvml_means_no_gpu_rows(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails as when not installed
+    monkeypatch.setattr(usage, "_NO_NVML", [])
     row = UsageSampler(os.getpid(), tmp_path, interval_s=60).write_sample()
     assert "gpus" not in row and row["processes"] >= 1
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())  # looked for once per process
+    assert "gpus" not in UsageSampler(os.getpid(), tmp_path, interval_s=60).write_sample()
+
+
+def test_a_command_ending_before_the_baseline_is_never_walked(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    walks: list[int] = []
+    monkeypatch.setattr(usage._Tree, "sample", lambda self: walks.append(1) or (0.0, 0, 0))
+    sampler = UsageSampler(os.getpid(), tmp_path, interval_s=60)
+    sampler.start()
+    sampler.stop()  # a task of `true` ends within milliseconds
+    assert walks == [] and read_usage(tmp_path) == []
