@@ -651,7 +651,12 @@ class Engine:
         live = self._live.get(wid)
         if live is None:
             return None
-        backend = self._backend_of(wid)
+        try:
+            backend = self._backend_of(wid)
+        except (BackendError, ConfigError) as exc:  # e.g. a pool option its backend refuses
+            reason = f"the pool {self._pool_of(wid).name!r} has no usable backend: {exc}"
+            log.warning("workflow %s group %s did not start: %s", wid, action.group, reason)
+            return m.GroupStartFailed(time.time(), action.group, reason, backend_error=True)
         placements = self._scheduler_of(wid).placement_of((wid, action.group))
         ctx = LaunchContext(
             home=self.home, workflow_id=wid, spec=live.spec, state=live.state,
@@ -702,6 +707,11 @@ class Engine:
 
     def _stop(self, wid: str, tasks: tuple[tuple[str, int], ...]) -> None:
         keys = [TaskKey(wid, task, retry) for task, retry in tasks]
+        if self._pool_name[wid] not in self._backends:
+            try:
+                self._backend_of(wid)
+            except (BackendError, ConfigError):
+                return  # no backend could be made, so none of these ever started
         self._stopping.update(k for k in keys if k not in self._ended_now)
         self._backend_of(wid).stop(keys)
 
