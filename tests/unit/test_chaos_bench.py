@@ -116,12 +116,13 @@ def test_a_clean_run_reports_nothing() -> None:
 
 def test_find_leaks_sees_processes_naming_the_home_or_a_workflow(tmp_path: Path) -> None:
     home = tmp_path / "home"
+    netns_before = chaos._run_netns()  # the machine's own, made before the test, are no leak
     named = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(home)])
     task = subprocess.Popen(["sleep", "60"], env={"PATH": os.environ["PATH"],
                                                   "TRAINYARD_WORKFLOW_ID": "chaos-x-1"})
     other = subprocess.Popen(["sleep", "60"])
     try:
-        leaks = chaos.find_leaks(home, "trainyard-launcher-0000-", set(), ["chaos-x-1"])
+        leaks = chaos.find_leaks(home, "trainyard-launcher-0000-", netns_before, ["chaos-x-1"])
         pids = {int(line.split(":")[0].split()[1]) for line in leaks["processes"]}
         assert {named.pid, task.pid} <= pids and other.pid not in pids
         assert leaks["mounts"] == []
@@ -129,5 +130,5 @@ def test_find_leaks_sees_processes_naming_the_home_or_a_workflow(tmp_path: Path)
         for proc in (named, task, other):
             proc.kill()
             proc.wait()
-    after = chaos.find_leaks(home, "trainyard-launcher-0000-", set(), ["chaos-x-1"])
+    after = chaos.find_leaks(home, "trainyard-launcher-0000-", netns_before, ["chaos-x-1"])
     assert after == {"processes": [], "namespaces": [], "mounts": []}

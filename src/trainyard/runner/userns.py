@@ -120,7 +120,8 @@ def _no_nested_userns(pid: int) -> None:
                               stderr=subprocess.PIPE, close_fds=True, timeout=HANDSHAKE_TIMEOUT_S,
                               check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise OSError(errno.EPERM, f"cannot forbid nested user namespaces in the task's: {exc}") from exc
+        raise OSError(errno.EPERM,
+                      f"cannot forbid nested user namespaces in the task's: {exc}") from exc
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip()[:200]
         raise OSError(errno.EPERM, f"cannot forbid nested user namespaces in the task's: {why}")

@@ -46,7 +46,8 @@ workflow:
 def engine(tmp_path: Path) -> Iterator[tuple[Engine, Pool]]:
     require_bwrap()
     base = default_local_pool()
-    pool = Pool(name=base.name, nodes=base.nodes, options={**base.options, "sandbox": "bwrap"})
+    pool = Pool(name=base.name, nodes=base.nodes,  # the outputs' folder is a data root
+                options={**base.options, "sandbox": "bwrap", "allowed_data_roots": [str(tmp_path)]})
     home = tmp_path / "home"
     home.mkdir()
     made = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={pool.name: pool},
