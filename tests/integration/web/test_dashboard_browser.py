@@ -9,7 +9,6 @@ made this way), else to the test's temporary folder.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,45 +17,23 @@ import httpx
 import pytest
 from web_live_server import SPEC, LiveServer, server  # noqa: F401 - the fixture
 
-CHROMIUM = "/usr/bin/chromium"
-DRIVER = "/usr/bin/chromedriver"
+from browser_support import NEEDS_CHROMIUM, headless_chromium, screenshot_folder
+
 
 pytestmark = [
-    pytest.mark.skipif(not (Path(CHROMIUM).exists() and Path(DRIVER).exists()),
-                       reason="needs Debian's chromium and chromium-driver "
-                              "(apt-get install chromium chromium-driver; .ci/run does)"),
+    NEEDS_CHROMIUM,
     pytest.mark.timeout(420),
 ]
 
-selenium = pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[dev]')")
-
 from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service as DriverService  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
 @pytest.fixture()
 def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--window-size=1280,1000",
-                 f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=DriverService(DRIVER), options=options)
-    driver.set_page_load_timeout(60)
-    try:
+    with headless_chromium(tmp_path, window="1280x1000", page_load_timeout_s=60) as driver:
         yield driver
-    finally:
-        driver.quit()
-
-
-def _shots(tmp_path: Path) -> Path:
-    folder = Path(os.environ.get("TRAINYARD_SCREENSHOT_DIR") or tmp_path / "shots")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 def _text(driver: webdriver.Chrome, css: str) -> str:
@@ -73,7 +50,7 @@ def _no_browser_errors(driver: webdriver.Chrome) -> None:
 
 def test_login_watch_a_run_follow_its_log_and_see_its_curves(
         server: LiveServer, browser: webdriver.Chrome, tmp_path: Path) -> None:
-    shots = _shots(tmp_path)
+    shots = screenshot_folder(tmp_path)
     wait = WebDriverWait(browser, 120, poll_frequency=0.2)
 
     browser.get(server.url + "/")
@@ -184,7 +161,7 @@ def test_the_demo_trainer_run_shows_its_curves_and_logs(
     captions = {e.text for e in browser.find_elements(By.CSS_SELECTOR, "figure.chart figcaption")}
     assert {"val_loss", "val_accuracy", "throughput_images_per_s"} <= captions, captions
     assert "master · COMPLETED" in _text(browser, "svg.dag")
-    browser.save_screenshot(str(_shots(tmp_path) / "demo-workflow.png"))
+    browser.save_screenshot(str(screenshot_folder(tmp_path) / "demo-workflow.png"))
     browser.get(f"{server.url}/workflows/{wid}/logs?task=master")
     wait.until(lambda d: _text(d, "#log-state") == "ended")
     assert "Training completed successfully." in _text(browser, "#log")

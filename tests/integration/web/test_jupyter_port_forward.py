@@ -31,17 +31,15 @@ import httpx
 import pytest
 from web_live_server import LiveServer, server  # noqa: F401 - the fixture
 
-CHROMIUM = "/usr/bin/chromium"
-DRIVER = "/usr/bin/chromedriver"
+from browser_support import NEEDS_CHROMIUM, headless_chromium, screenshot_folder
+
 TRAINYARD = Path(sys.executable).parent / "trainyard"
 JUPYTER = Path(sys.executable).parent / "jupyter"
 SPEC = Path(__file__).resolve().parents[3] / "examples" / "jupyter" / "jupyter.yaml"
 TASK_PORT = 6060  # the cookbook's
 
 pytestmark = [
-    pytest.mark.skipif(not (Path(CHROMIUM).exists() and Path(DRIVER).exists()),
-                       reason="needs Debian's chromium and chromium-driver "
-                              "(apt-get install chromium chromium-driver; .ci/run does)"),
+    NEEDS_CHROMIUM,
     pytest.mark.skipif(shutil.which("bwrap") is None,
                        reason="needs bubblewrap, the local backend's sandbox (apt-get install "
                               "bubblewrap; .ci/run does)"),
@@ -51,10 +49,7 @@ pytestmark = [
     pytest.mark.timeout(540),
 ]
 
-selenium = pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[dev]')")
-
 from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service as DriverService  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -63,25 +58,8 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 @pytest.fixture()
 def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--window-size=1280,900",
-                 f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=DriverService(DRIVER), options=options)
-    driver.set_page_load_timeout(120)
-    try:
+    with headless_chromium(tmp_path, window="1280x900", page_load_timeout_s=120) as driver:
         yield driver
-    finally:
-        driver.quit()
-
-
-def _shots(tmp_path: Path) -> Path:
-    folder = Path(os.environ.get("TRAINYARD_SCREENSHOT_DIR") or tmp_path / "shots")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 def _cli_env(live: LiveServer) -> dict[str, str]:
@@ -168,7 +146,7 @@ def test_jupyter_cookbook_page_through_port_forward(
         # Without the token: JupyterLab's own login page, through the forward.
         first = _get(base + "/")
         assert first.status_code == 200 and "/login" in str(first.url), first.url
-        shots = _shots(tmp_path)
+        shots = screenshot_folder(tmp_path)
         browser.get(base + "/")
         WebDriverWait(browser, 120).until(lambda d: d.find_elements(By.ID, "password_input"))
         browser.save_screenshot(str(shots / "jupyter-login.png"))
