@@ -60,6 +60,7 @@ import os
 import shutil
 import stat
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -307,19 +308,28 @@ def warm_host_scans(host_root: Path = Path("/")) -> None:
 
 @functools.lru_cache(maxsize=16)
 def _scan_root_only(host_root: str, rel: str) -> tuple[tuple[str, bool], ...]:
+    return tuple(_covers_below(host_root, os.path.join(host_root, rel), _root_only, None))
+
+
+def _covers_below(host_root: str, top: str, hidden: Callable[[str], bool],
+                  depth: int | None) -> list[tuple[str, bool]]:
+    """Each file or folder below ``top`` for which ``hidden(path)`` holds, as (path inside the
+    sandbox, is a folder); a hidden folder's contents are not listed again, and folders
+    ``depth`` levels below ``top`` are not entered (None: all the way)."""
     found: list[tuple[str, bool]] = []
-    for current, dirs, names in os.walk(os.path.join(host_root, rel)):
+    for current, dirs, names in os.walk(top):
+        level = os.path.relpath(current, top).count(os.sep) + (current != top)
         keep = []
         for name in sorted(dirs):
             path = os.path.join(current, name)
-            if _root_only(path):
+            if hidden(path):
                 found.append(("/" + os.path.relpath(path, host_root), True))
-            else:
+            elif depth is None or level + 1 < depth:
                 keep.append(name)
         dirs[:] = keep
         found += [("/" + os.path.relpath(os.path.join(current, n), host_root), False)
-                  for n in sorted(names) if _root_only(os.path.join(current, n))]
-    return tuple(found)
+                  for n in sorted(names) if hidden(os.path.join(current, n))]
+    return found
 
 
 def _root_only(path: str) -> bool:
@@ -332,7 +342,7 @@ def _root_only(path: str) -> bool:
     if info.st_uid != 0 and info.st_gid != 0:
         return False  # not mapped to the task's ids: its mode applies to the task as to others
     closed_dir = stat.S_ISDIR(info.st_mode) and not info.st_mode & stat.S_IXOTH
-    return closed_dir or _hidden_from_others(path)  # others may not read (or pass) it
+    return closed_dir or _mode_hides(info.st_mode)  # others may not read (or pass) it
 
 
 def _cover_args(covers: tuple[tuple[str, bool], ...]) -> list[str]:
@@ -396,29 +406,22 @@ def _scan_secrets(host_root: str) -> tuple[tuple[str, bool], ...]:
         top = os.path.join(host_root, folder)
         if not os.path.isdir(top) or os.path.islink(top):
             continue
-        for current, dirs, names in os.walk(top):
-            level = os.path.relpath(current, top).count(os.sep) + (current != top)
-            keep_dirs = []
-            for name in sorted(dirs):
-                path = os.path.join(current, name)
-                if _hidden_from_others(path):
-                    found.append(("/" + os.path.relpath(path, host_root), True))
-                elif depth is None or level + 1 < depth:
-                    keep_dirs.append(name)
-            dirs[:] = keep_dirs
-            found += [("/" + os.path.relpath(os.path.join(current, n), host_root), False)
-                      for n in sorted(names) if _hidden_from_others(os.path.join(current, n))]
+        found += _covers_below(host_root, top, _hidden_from_others, depth)
     return tuple(found)
 
 
 def _hidden_from_others(path: str) -> bool:
     try:
-        info = os.lstat(path)
+        return _mode_hides(os.lstat(path).st_mode)
     except OSError:
         return False
-    if stat.S_ISLNK(info.st_mode) or not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+
+
+def _mode_hides(mode: int) -> bool:
+    """A regular file or folder (not a link, device...) that others may not read."""
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         return False
-    return not info.st_mode & stat.S_IROTH
+    return not mode & stat.S_IROTH
 
 
 def _secret_args(host_root: Path) -> list[str]:
