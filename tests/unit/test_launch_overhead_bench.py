@@ -43,15 +43,22 @@ def _write_events(folder: Path, times: dict[str, float]) -> None:
     (folder / "events.jsonl").write_text("\n".join(lines) + "\n")
 
 
-def test_breakdown_splits_the_wall_time_into_the_recorded_stages(bench: ModuleType,
-                                                                tmp_path: Path) -> None:
-    home, wid = tmp_path, "train-multi-gpu-1"
+def _finished_run(home: Path, wid: str) -> Path:
+    """A store row and the two runners' events of a COMPLETED 2-node run; returns its runs
+    folder."""
     with sqlite3.connect(home / "trainyard.db") as db:
         db.execute("CREATE TABLE workflows (id TEXT, status TEXT, submit_time_s REAL, end_time_s REAL)")
         db.execute("INSERT INTO workflows VALUES (?, 'COMPLETED', 100.5, 106.0)", (wid,))
     runs = home / "runs" / wid
     _write_events(runs / "master" / "0", {"INITIALIZING": 100.6, "RUNNING": 100.7, "EXITED": 106.0})
     _write_events(runs / "worker" / "0", {"INITIALIZING": 100.62, "RUNNING": 100.75, "EXITED": 105.9})
+    return runs
+
+
+def test_breakdown_splits_the_wall_time_into_the_recorded_stages(bench: ModuleType,
+                                                                tmp_path: Path) -> None:
+    home, wid = tmp_path, "train-multi-gpu-1"
+    runs = _finished_run(home, wid)
     (runs / "master" / "0" / "timings.jsonl").write_text(
         json.dumps({"stage": "barrier_start", "time_s": 100.65}) + "\n"
         + json.dumps({"stage": "command_exit", "time_s": 105.5}) + "\n"
@@ -72,12 +79,7 @@ def test_breakdown_splits_the_wall_time_into_the_recorded_stages(bench: ModuleTy
 def test_breakdown_of_a_runner_without_barrier_marks_counts_the_barrier_as_preparation(
         bench: ModuleType, tmp_path: Path) -> None:
     home, wid = tmp_path, "train-multi-gpu-1"
-    with sqlite3.connect(home / "trainyard.db") as db:
-        db.execute("CREATE TABLE workflows (id TEXT, status TEXT, submit_time_s REAL, end_time_s REAL)")
-        db.execute("INSERT INTO workflows VALUES (?, 'COMPLETED', 100.5, 106.0)", (wid,))
-    runs = home / "runs" / wid
-    _write_events(runs / "master" / "0", {"INITIALIZING": 100.6, "RUNNING": 100.7, "EXITED": 106.0})
-    _write_events(runs / "worker" / "0", {"INITIALIZING": 100.62, "RUNNING": 100.75, "EXITED": 105.9})
+    runs = _finished_run(home, wid)
 
     class Watch:
         ended = {wid: ("COMPLETED", 106.05)}
