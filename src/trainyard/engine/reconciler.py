@@ -707,13 +707,12 @@ class Engine:
 
     def _stop(self, wid: str, tasks: tuple[tuple[str, int], ...]) -> None:
         keys = [TaskKey(wid, task, retry) for task, retry in tasks]
-        if self._pool_name[wid] not in self._backends:
-            try:
-                self._backend_of(wid)
-            except (BackendError, ConfigError):
-                return  # no backend could be made, so none of these ever started
+        try:
+            backend = self._backend_of(wid)
+        except (BackendError, ConfigError):
+            return  # no backend could be made, so none of these ever started
         self._stopping.update(k for k in keys if k not in self._ended_now)
-        self._backend_of(wid).stop(keys)
+        backend.stop(keys)
 
     def _earlier_stopping(self, wid: str, action: m.StartTasks) -> set[TaskKey]:
         """Earlier attempts of ``action``'s tasks that were stopped and have not ended."""

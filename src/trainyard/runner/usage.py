@@ -17,6 +17,7 @@ core per task at 2 s).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -79,20 +80,23 @@ def sample_tree(pid: int) -> tuple[float, int, int]:
     return _Tree(pid).sample()
 
 
-_NO_NVML: list[bool] = []  # set once NVML was found missing in this process
+@functools.cache
+def _nvml_module() -> Any | None:
+    """``pynvml`` (nvidia-ml-py), or None when it is not installed; looked for once per
+    process (a failed import searches ``sys.path`` again each time: ~0.4 ms per task in a
+    launcher hosting runners)."""
+    try:
+        import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
+    except ImportError:
+        return None
+    return pynvml
 
 
 def _gpu_reader(visible: str | None = None) -> Any | None:
     """A function returning the GPU rows of the devices ``visible`` names (the task's
-    ``CUDA_VISIBLE_DEVICES``; all when None or empty), or None without ``pynvml`` or NVML.
-    A missing library is remembered for the process (a failed import searches ``sys.path``
-    again each time: ~0.4 ms per task in a launcher hosting runners)."""
-    if _NO_NVML:
-        return None
-    try:
-        import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
-    except ImportError:
-        _NO_NVML.append(True)
+    ``CUDA_VISIBLE_DEVICES``; all when None or empty), or None without ``pynvml`` or NVML."""
+    pynvml = _nvml_module()
+    if pynvml is None:
         return None
     try:
         pynvml.nvmlInit()

@@ -8,7 +8,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from trainyard.runner import usage
 from trainyard.runner.usage import UsageSampler, interval_from_env, read_usage
@@ -60,6 +63,14 @@ def test_read_usage_skips_torn_and_foreign_lines(tmp_path: Path) -> None:
     assert read_usage(tmp_path) == [{"time_s": 1, "cpu_percent": 1}]
 
 
+@pytest.fixture(autouse=True)
+def _nvml_looked_for_afresh() -> Iterator[None]:
+    """Each test finds (or misses) ``pynvml`` itself, and leaves no fake behind."""
+    usage._nvml_module.cache_clear()
+    yield
+    usage._nvml_module.cache_clear()
+
+
 class _FakeNvml:
     """A stand-in for ``pynvml`` with two devices (the unit test machine has no GPU)."""
 
@@ -84,7 +95,6 @@ class _FakeNvml:
 
 def test_gpu_rows_follow_the_tasks_cuda_visible_devices(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
-    monkeypatch.setattr(usage, "_NO_NVML", [])
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the launcher's, not the task's
     sampler = UsageSampler(os.getpid(), tmp_path, interval_s=60, cuda_visible_devices="1")
     row = sampler.write_sample()
@@ -94,7 +104,6 @@ def test_gpu_rows_follow_the_tasks_cuda_visible_devices(tmp_path: Path, monkeypa
 
 def test_no_pynvml_means_no_gpu_rows(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails as when not installed
-    monkeypatch.setattr(usage, "_NO_NVML", [])
     row = UsageSampler(os.getpid(), tmp_path, interval_s=60).write_sample()
     assert "gpus" not in row and row["processes"] >= 1
     monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())  # looked for once per process
