@@ -60,6 +60,7 @@ import os
 import shutil
 import stat
 import subprocess
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -287,8 +288,9 @@ def idmapped_covers(plan: SandboxPlan) -> tuple[tuple[str, bool], ...]:
     inside, is a folder), a folder's contents not listed again. Covered like
     ``secret_covers``; looked at once per process, so one made later is not covered."""
     found: list[tuple[str, bool]] = []
-    for rel in _idmapped(plan):
-        found += _scan_root_only(str(plan.host_root), rel)
+    with _SCAN_LOCK:  # one walk: a task start waits for the server's warm-up walk
+        for rel in _idmapped(plan):
+            found += _scan_root_only(str(plan.host_root), rel)
     return tuple(found)
 
 
@@ -299,11 +301,15 @@ def warm_host_scans(host_root: Path = Path("/")) -> None:
     its own at start; the results are cached for the process. Never raises."""
     try:
         secret_covers(host_root)
-        for rel in IDMAPPED:
-            if os.path.isdir(os.path.join(str(host_root), rel)):
-                _scan_root_only(str(host_root), rel)
+        with _SCAN_LOCK:
+            for rel in IDMAPPED:
+                if os.path.isdir(os.path.join(str(host_root), rel)):
+                    _scan_root_only(str(host_root), rel)
     except OSError:
         pass
+
+
+_SCAN_LOCK = threading.RLock()
 
 
 @functools.lru_cache(maxsize=16)
@@ -396,7 +402,8 @@ def secret_covers(host_root: Path = Path("/")) -> tuple[tuple[str, bool], ...]:
     list by file mode, looked at once per process: a secret readable by others, or one made
     after the backend started, is not covered.
     """
-    return _scan_secrets(str(host_root))
+    with _SCAN_LOCK:
+        return _scan_secrets(str(host_root))
 
 
 @functools.lru_cache(maxsize=8)
