@@ -69,6 +69,21 @@ def _wait(home: Path, workflow_id: str, timeout_s: float = 120) -> dict[str, Any
         time.sleep(0.5)
 
 
+def _wait_running(home: Path, workflow_id: str, timeout_s: float = 60) -> float:
+    """Wait until every task of the workflow is RUNNING; return ``time.monotonic()`` then.
+
+    A fixed sleep before the kill was not enough on a loaded machine: a gang not yet started
+    when the server died ends FAILED_START_ERROR, which is a different (also true) story.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        statuses = {t["status"] for t in _tasks(_query(home, workflow_id)).values()}
+        if statuses == {"RUNNING"}:
+            return time.monotonic()
+        assert time.monotonic() < deadline, f"{workflow_id}: tasks still {statuses}"
+        time.sleep(0.2)
+
+
 def _tasks(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {t["name"]: t for g in data["groups"] for t in g["tasks"]}
 
@@ -79,8 +94,7 @@ def test_a_worker_that_failed_while_the_server_was_dead_fails_the_gang(home: Pat
     submitted = run_cli(home, "workflow", "submit", str(spec), "-f", "json")
     assert submitted.code == 0, submitted.err
     workflow_id = json.loads(submitted.out)["id"]
-    start = time.monotonic()
-    time.sleep(2)
+    start = _wait_running(home, workflow_id)  # killed while both run, not before they started
     _kill_server(home)
     time.sleep(max(0.0, 16 - (time.monotonic() - start)))  # the lead (14 s) has ended too
 
