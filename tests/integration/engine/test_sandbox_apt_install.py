@@ -8,7 +8,9 @@ dpkg could not add a conffile to a folder of ``/etc`` (``/etc/ld.so.conf.d``) no
 its log. Now the runner writes ``APT::Sandbox::User "root"`` into the task's layer, apt's
 folders are idmapped like dpkg's, its download folders and logs are fresh ones of the
 task's, and the folders (never the files) of ``/etc`` and the top of ``/var`` are the
-task's (``sandbox.system_skeleton``), so root's secrets there stay unreadable.
+task's (``sandbox.system_skeleton``), so root's secrets there stay unreadable (the test
+plants a folder of root's closed to others in ``/etc``, holding a file others may read:
+neither is readable inside).
 
 No network: the test builds a tiny package (a conffile in ``/etc``, one in
 ``/etc/ld.so.conf.d``, a postinst that appends to its conffile and runs ``ldconfig``) and a
@@ -61,7 +63,10 @@ workflow:
         cat /usr/share/$PKG/file > "$o/r0-file"
         cat /etc/$PKG.conf > "$o/r0-conf"
         cat /etc/ld.so.conf.d/$PKG.conf > "$o/r0-ldconf"
-        cat /etc/shadow /var/cache/debconf/passwords.dat >> "$o/r0-read" 2>/dev/null || true
+        for f in /etc/shadow /var/cache/debconf/passwords.dat /etc/$PKG-closed/inner; do
+          cat "$f" >> "$o/r0-read" 2>/dev/null || true
+        done
+        ls /etc/$PKG-closed >> "$o/r0-read" 2>/dev/null || true
         exit 42
       fi
       if dpkg -s "$PKG" >/dev/null 2>&1 && [ -e /usr/share/$PKG/file ]; then
@@ -113,15 +118,18 @@ def _build_repo(folder: Path, pkg: str) -> None:
         f"SHA256: {hashlib.sha256(data).hexdigest()}\n\n")
 
 
-def _host_state() -> dict[str, str]:
-    """What the host has where a package install writes: file digests, folder listings."""
+def _host_state(pkg: str) -> dict[str, str]:
+    """What the host has where a package install writes: file digests, folder listings
+    (without what other tests running beside this one plant: ``trainyard-*`` not ours)."""
     state = {}
     for name in HOST_FILES:
         path = Path(name)
         state[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "-"
     for name in HOST_FOLDERS:
         path = Path(name)
-        state[name] = " ".join(sorted(os.listdir(path))) if path.is_dir() else "-"
+        entries = os.listdir(path) if path.is_dir() else ["-"]
+        state[name] = " ".join(sorted(e for e in entries
+                                      if pkg in e or not e.startswith("trainyard-")))
     return state
 
 
@@ -160,8 +168,17 @@ def test_apt_get_installs_a_package_into_the_private_root_only(
 ) -> None:
     pkg = f"trainyard-tiny-{uuid.uuid4().hex[:10]}"
     _build_repo(repo / pkg, pkg)
-    before = _host_state()
-    wid = run.run(SPEC, action=action, pkg=pkg, repo=str(repo / pkg))
+    before = _host_state(pkg)
+    closed = Path(f"/etc/{pkg}-closed")  # root's, closed to others: never the task's
+    closed.mkdir(mode=0o700)
+    (closed / "inner").write_text("readable by mode, hidden by its folder\n")
+    (closed / "inner").chmod(0o644)
+    sandbox._skeleton_dirs.cache_clear()  # the skeleton looks at the host once per process
+    try:
+        wid = run.run(SPEC, action=action, pkg=pkg, repo=str(repo / pkg))
+    finally:
+        shutil.rmtree(closed)
+        sandbox._skeleton_dirs.cache_clear()
     log = run.log(wid, "t") + run.log(wid, "t", 1)
     assert run.engine.state(wid).status is WorkflowStatus.COMPLETED, log
     first = run.engine.run_dir(wid, "t", 1 if action == "RESTART" else 0) / "output"
@@ -170,13 +187,13 @@ def test_apt_get_installs_a_package_into_the_private_root_only(
     assert (first / "r0-conf").read_text() == "shipped=yes\nconfigured=yes\n", log  # postinst
     assert (first / "r0-ldconf").read_text() == f"/usr/lib/{pkg}\n", log
     read = (first / "r0-read").read_text() if (first / "r0-read").exists() else ""
-    assert read == "", "a task read /etc/shadow or debconf's passwords.dat"
+    assert read == "", f"a task read /etc/shadow, debconf's passwords.dat or {closed}"
     warnings = [line for line in run.log(wid, "t").splitlines() if "] W: " in line]
     # apt chowns its terminal log to group adm, which is not mapped: a warning it lives with
     assert all("/var/log/apt/term.log" in line for line in warnings), log
     last = run.engine.run_dir(wid, "t", 1) / "output"
     assert (last / "r1-after").read_text() == f"{after}\n", log
-    assert _host_state() == before  # dpkg's state, /etc, apt's lists and logs unchanged
+    assert _host_state(pkg) == before  # dpkg's state, /etc, apt's lists and logs unchanged
     assert not Path(f"/usr/share/{pkg}").exists() and not Path(f"/etc/{pkg}.conf").exists()
     host = subprocess.run(["dpkg", "-s", pkg], capture_output=True, text=True, check=False)
     assert host.returncode != 0, host.stdout
