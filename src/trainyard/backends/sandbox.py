@@ -330,8 +330,7 @@ def system_skeleton(skeleton_dir: Path, host_root: Path, uid: int) -> Path | Non
     dirs = _skeleton_dirs(str(host_root))
     if not dirs:
         return None
-    digest = hashlib.sha256(repr((uid, dirs)).encode()).hexdigest()[:20]
-    final = skeleton_dir / digest
+    final = skeleton_dir / _skeleton_digest(dirs, uid)
     with _SCAN_LOCK:
         if final.is_dir():
             return final
@@ -363,6 +362,11 @@ def skeleton_base(base: Path = SKELETON_BASE, host_root: Path = Path("/")) -> Pa
             or info.st_mode & 0o077 or not other_fs):
         return None
     return base
+
+
+@functools.lru_cache(maxsize=8)
+def _skeleton_digest(dirs: tuple[tuple[str, int], ...], uid: int) -> str:
+    return hashlib.sha256(repr((uid, dirs)).encode()).hexdigest()[:20]
 
 
 def _build_skeleton(skeleton_dir: Path, final: Path,
