@@ -15,13 +15,17 @@ Layout inside the sandbox:
   that holds the run folder, they are bound read-only, with trainyard's home (``hidden``)
   covered by an empty tmpfs. Top-level symlinks (``/bin -> usr/bin``) are re-created.
   With the uid remap, the system folders that hold no secrets by their purpose
-  (``IDMAPPED``: ``/usr``, ``/var/lib/dpkg``; ``SandboxPlan.idmapped``) get a layer of
+  (``IDMAPPED``: ``/usr``, dpkg's and apt's state; ``SandboxPlan.idmapped``) get a layer of
   their own whose lower layer is the host folder *idmapped* (the host's root files seen as
   the task's root's), so the task may change their files in place (``echo >> /usr/share/x``,
   dpkg's state), in its upper layer only; their files and folders of the host's root (or
   group) that others may not read are covered (``idmapped_covers``, a deny list looked at
   once per process). ``/etc`` and the rest of ``/var`` are never idmapped (shadow, ssh and
-  munge keys, debconf's passwords): there only what the task made or was given is its.
+  munge keys, debconf's passwords): there only what the task made or was given is its; the
+  folders of ``/etc`` and of the top of ``/var`` that others may read and pass are given by a
+  read-only layer of empty folders of the task's (``system_skeleton``), never their files.
+  So that ``apt-get install`` works, the runner also makes apt's download folders, its and
+  dpkg's logs and an apt setting fresh and the task's (``FRESH``, ``fresh_paths``).
 - every other host folder (``/home``, ``/root``, ``/work``, ``/mnt``, ``$TRAINYARD_HOME`` with
   its tokens, store and other runs) is NOT there. What the task needs of them is bound at the
   same path: read-only the folders of trainyard's interpreter and import path (``readonly``:
@@ -481,8 +485,9 @@ def idmapped_covers(plan: SandboxPlan) -> tuple[tuple[str, bool], ...]:
 
 
 def warm_host_scans(host_root: Path = Path("/")) -> None:
-    """Look at the host's folders once now (``secret_covers`` and, for each ``IDMAPPED``
-    folder, what ``idmapped_covers`` covers), so the first task does not wait for it: walking
+    """Look at the host's folders once now (``secret_covers``, for each ``IDMAPPED`` folder
+    what ``idmapped_covers`` covers, the ``SKELETON`` folders), so the first task does not
+    wait for it: walking
     ``/usr`` takes 0.6-0.9 s on a machine with CUDA there. The server calls it on a thread of
     its own at start; the results are cached for the process. Never raises."""
     try:

@@ -274,7 +274,8 @@ class Runner:
 
     def give_to_task(self) -> None:
         """With a user namespace (``sandbox.userns``): the folders the task writes become its
-        host uid's (``runner.userns``). Raises StepFailed(3003, START_ERROR)."""
+        host uid's, and its ``fresh`` folders and files are made (``runner.userns``). Raises
+        StepFailed(3003, START_ERROR)."""
         userns = self.run.sandbox.userns
         if userns is None:
             return

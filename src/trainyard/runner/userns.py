@@ -164,12 +164,14 @@ def give_tree(top: str, uid: int, gid: int, files: bool) -> None:
 def make_fresh(paths: Iterable[FreshPath], uid: int, gid: int) -> None:
     """Make each ``FreshPath`` (see there): empty (or its ``text``), owned by ``uid``:``gid``,
     in place of what was there, following no symlink below its ``base``. One whose parent
-    folder is missing is skipped; one already owned by ``uid`` is kept as it is (RESTART).
+    folder is missing, or is a link or a file (the task's own doing, in an earlier attempt:
+    its layout is its own), is skipped; one already owned by ``uid`` is kept as it is
+    (RESTART).
     Removing a folder of a lower layer through an overlay's merged view and making it again
     makes it opaque: the host's entries below it are hidden, not copied.
 
     Raises:
-        OSError: a parent on the way is a symlink or not a folder, or a step was refused.
+        OSError: a step was refused (the layer's file system, or ``relative`` malformed).
     """
     for item in paths:
         parts = [p for p in item.relative.split("/") if p not in ("", ".")]
@@ -186,7 +188,7 @@ def make_fresh(paths: Iterable[FreshPath], uid: int, gid: int) -> None:
 
 def _open_parent(base: str, parents: list[str]) -> int | None:
     """A descriptor of ``base/parents``, each step opened with ``O_NOFOLLOW``; None when a
-    folder on the way is missing. Raises OSError (ELOOP, ENOTDIR) for a link or a file."""
+    folder on the way is missing, a link or a file. Raises OSError otherwise."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(base, flags)
@@ -195,11 +197,10 @@ def _open_parent(base: str, parents: list[str]) -> int | None:
     for name in parents:
         try:
             next_fd = os.open(name, flags, dir_fd=fd)
-        except FileNotFoundError:
+        except OSError as exc:
             os.close(fd)
-            return None
-        except OSError:
-            os.close(fd)
+            if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                return None
             raise
         os.close(fd)
         fd = next_fd
@@ -228,8 +229,9 @@ def _replace(dir_fd: int, name: str, item: FreshPath, uid: int, gid: int) -> Non
     try:
         os.fchown(fd, uid, gid)
         os.fchmod(fd, item.mode)
-        if item.text:
-            os.write(fd, item.text.encode())
+        data = item.text.encode()
+        while data:
+            data = data[os.write(fd, data):]
     finally:
         os.close(fd)
 
