@@ -144,3 +144,11 @@ def test_skeleton_base_is_a_closed_folder_of_ours_on_another_file_system(
         opened.rmdir()
     finally:
         base.rmdir()
+
+
+def test_warm_host_scans_also_looks_at_the_skeletons_folders(tmp_path: Path) -> None:
+    root = host(tmp_path)
+    sandbox.warm_host_scans(root)
+    assert sandbox._skeleton_dirs.cache_info().misses == 1
+    system_skeleton(tmp_path / "skeletons", root, TASK_UID)
+    assert sandbox._skeleton_dirs.cache_info().misses == 1  # the first task does not walk
