@@ -137,11 +137,11 @@ FRESH = (("var/lib/apt/lists/partial", True, 0o700, ""),
          ("etc/apt/apt.conf.d/99trainyard-sandbox", False, 0o644, APT_SANDBOX_CONF))
 """(path relative to the host's ``/``, is a folder, mode, text) a remapped task gets empty
 and as its own, in its private layers, instead of the host's (``fresh_paths``): apt's
-download folders (the host's are ``_apt``'s, 0700: covered otherwise, and a download is
-renamed from there into the idmapped folder above, so they must be in the same layer; they
-are ``_apt``'s, which the task's root cannot ``chmod``), apt's
-and dpkg's logs (the host's history is not the task's; ``term.log`` is root's, 0640), and
-``APT_SANDBOX_CONF``. Made only where the parent folder exists (a host with apt)."""
+download folders (the host's are ``_apt``'s, which the task's root may neither write nor
+``chmod``, and 0700: covered otherwise; a download is renamed from there into the idmapped
+folder above, so they must lie in the same layer), apt's and dpkg's logs (the host's history
+is not the task's; ``term.log`` is root's, 0640), and ``APT_SANDBOX_CONF``. Made only where
+the parent folder exists (a host with apt); not covered by ``idmapped_covers``."""
 
 _FRESH_NAMES = frozenset(rel for rel, *_rest in FRESH)
 
@@ -331,11 +331,11 @@ def system_skeleton(skeleton_dir: Path, host_root: Path, uid: int) -> Path | Non
     Returns:
         the layer's folder, or None when there is nothing to give (or it cannot be made).
     """
-    dirs = _skeleton_dirs(str(host_root))
-    if not dirs:
-        return None
-    final = skeleton_dir / _skeleton_digest(dirs, uid)
-    with _SCAN_LOCK:
+    with _SCAN_LOCK:  # one walk: a task start waits for the server's warm-up walk
+        dirs = _skeleton_dirs(str(host_root))
+        if not dirs:
+            return None
+        final = skeleton_dir / _skeleton_digest(dirs, uid)
         if final.is_dir():
             return final
         try:
@@ -487,8 +487,7 @@ def idmapped_covers(plan: SandboxPlan) -> tuple[tuple[str, bool], ...]:
 def warm_host_scans(host_root: Path = Path("/")) -> None:
     """Look at the host's folders once now (``secret_covers``, for each ``IDMAPPED`` folder
     what ``idmapped_covers`` covers, the ``SKELETON`` folders), so the first task does not
-    wait for it: walking
-    ``/usr`` takes 0.6-0.9 s on a machine with CUDA there. The server calls it on a thread of
+    wait for it: walking ``/usr`` takes 0.6-0.9 s on a machine with CUDA there. The server calls it on a thread of
     its own at start; the results are cached for the process. Never raises."""
     try:
         secret_covers(host_root)
