@@ -104,7 +104,7 @@ from trainyard.backends.router import probe_router
 from trainyard.backends.launcher import LauncherClient
 from trainyard.backends.wakeup import FactsSocket
 from trainyard.backends.sandbox import (IDMAPPED, OSMO_WORKSPACE, TASK_HOST_UID, bwrap_end,
-                                       probe_remap, task_owned)
+                                       fresh_paths, probe_remap, skeleton_base, task_owned)
 from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
                                        needs_bind, overlay_supported, overlays, probe_bwrap,
                                        sandbox_mounts)
@@ -598,7 +598,7 @@ class LocalBackend:
                 own, below = task_owned(plan)
                 run.sandbox.userns = UserNamespace(
                     host_uid=plan.host_uid, host_gid=plan.host_uid, own=own,
-                    own_dirs_below=below, args_at=bwrap_end(prefix))
+                    own_dirs_below=below, fresh=fresh_paths(plan), args_at=bwrap_end(prefix))
         request.hosted = hostable(run)
         if run.host_network:
             pass  # the host's network namespace: nothing to join
@@ -743,7 +743,8 @@ class LocalBackend:
             overlay_dir=request.run_dir / "sandbox" / "overlay" if overlay_supported() else None,
             volumes=self._volumes(run), hidden=(str(self.home),),
             host_uid=TASK_HOST_UID if remap and probe_remap() is None else None,
-            setpriv=shutil.which("setpriv") or "setpriv", idmapped=IDMAPPED)
+            setpriv=shutil.which("setpriv") or "setpriv", idmapped=IDMAPPED,
+            skeleton_dir=skeleton_base() if overlay_supported() else None)
 
     def _volumes(self, run: TaskRun) -> tuple[tuple[str, str], ...]:
         """``(host folder, path inside)`` of each ``volumeMounts`` entry, checked again

@@ -15,13 +15,17 @@ Layout inside the sandbox:
   that holds the run folder, they are bound read-only, with trainyard's home (``hidden``)
   covered by an empty tmpfs. Top-level symlinks (``/bin -> usr/bin``) are re-created.
   With the uid remap, the system folders that hold no secrets by their purpose
-  (``IDMAPPED``: ``/usr``, ``/var/lib/dpkg``; ``SandboxPlan.idmapped``) get a layer of
+  (``IDMAPPED``: ``/usr``, dpkg's and apt's state; ``SandboxPlan.idmapped``) get a layer of
   their own whose lower layer is the host folder *idmapped* (the host's root files seen as
   the task's root's), so the task may change their files in place (``echo >> /usr/share/x``,
   dpkg's state), in its upper layer only; their files and folders of the host's root (or
   group) that others may not read are covered (``idmapped_covers``, a deny list looked at
   once per process). ``/etc`` and the rest of ``/var`` are never idmapped (shadow, ssh and
-  munge keys, debconf's passwords): there only what the task made or was given is its.
+  munge keys, debconf's passwords): there only what the task made or was given is its; the
+  folders of ``/etc`` and of the top of ``/var`` that others may read and pass are given by a
+  read-only layer of empty folders of the task's (``system_skeleton``), never their files.
+  So that ``apt-get install`` works, the runner also makes apt's download folders, its and
+  dpkg's logs and an apt setting fresh and the task's (``FRESH``, ``fresh_paths``).
 - every other host folder (``/home``, ``/root``, ``/work``, ``/mnt``, ``$TRAINYARD_HOME`` with
   its tokens, store and other runs) is NOT there. What the task needs of them is bound at the
   same path: read-only the folders of trainyard's interpreter and import path (``readonly``:
@@ -56,22 +60,25 @@ make mount points (``clear_links``): bwrap would follow them on the host.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import stat
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainyard.runner.spec import OverlayMount
+from trainyard.runner.spec import FreshPath, OverlayMount
 
 __all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_bwrap",
            "READ_ONLY_TOP", "SYSTEM_TOP", "PRIVILEGE_ARGS", "hosts_file_text", "overlays",
            "clear_links", "overlay_supported", "secret_covers", "REMAP_ARGS", "TASK_HOST_UID",
            "bwrap_end", "task_owned", "probe_remap", "OSMO_WORKSPACE", "IDMAPPED",
-           "idmapped_covers", "warm_host_scans"]
+           "idmapped_covers", "warm_host_scans", "FRESH", "SKELETON", "system_skeleton",
+           "fresh_paths", "skeleton_base", "SKELETON_BASE"]
 
 SYSTEM_TOP = frozenset({
     "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "boot", "opt", "var",
@@ -111,11 +118,39 @@ how deep (None: all the way)."""
 GPU_DEVICES = ("nvidia*", "nvidia-caps", "dri")
 """``/dev`` entries (glob patterns) bound into a task's minimal ``/dev``: the GPUs."""
 
-IDMAPPED = ("usr", "var/lib/dpkg")
+IDMAPPED = ("usr", "var/lib/dpkg", "var/lib/apt", "var/cache/apt")
 """System folders (relative to the host's ``/``) whose host-root files a remapped task owns
 (an idmapped lower layer, see module docstring): none holds secrets by its purpose (FHS:
-``/usr`` is shareable read-only data; dpkg's database is readable by all). Not ``/etc``,
+``/usr`` is shareable read-only data; dpkg's database, apt's package lists and downloaded
+packages are readable by all; their 0700 download folders are ``FRESH``). Not ``/etc``,
 not the rest of ``/var``."""
+
+APT_SANDBOX_CONF = 'APT::Sandbox::User "root";\n'
+"""apt's setting in a task's ``/etc/apt/apt.conf.d``: apt drops to its ``_apt`` user to
+download (``setuid``), which a task without capabilities cannot; a pod's root can."""
+
+FRESH = (("var/lib/apt/lists/partial", True, 0o700, ""),
+         ("var/lib/apt/lists/auxfiles", True, 0o755, ""),
+         ("var/cache/apt/archives/partial", True, 0o700, ""),
+         ("var/log/apt", True, 0o755, ""),
+         ("var/log/dpkg.log", False, 0o644, ""),
+         ("etc/apt/apt.conf.d/99trainyard-sandbox", False, 0o644, APT_SANDBOX_CONF))
+"""(path relative to the host's ``/``, is a folder, mode, text) a remapped task gets empty
+and as its own, in its private layers, instead of the host's (``fresh_paths``): apt's
+download folders (the host's are ``_apt``'s, which the task's root may neither write nor
+``chmod``, and 0700: covered otherwise; a download is renamed from there into the idmapped
+folder above, so they must lie in the same layer), apt's and dpkg's logs (the host's history
+is not the task's; ``term.log`` is root's, 0640), and ``APT_SANDBOX_CONF``. Made only where
+the parent folder exists (a host with apt); not covered by ``idmapped_covers``."""
+
+_FRESH_NAMES = frozenset(rel for rel, *_rest in FRESH)
+
+SKELETON = (("etc", None), ("var", 2))
+"""Host folders (relative to its ``/``) whose folders a remapped task owns in its private
+layer, with how deep (None: all the way): each folder of the host's root that others may
+read and pass (``system_skeleton``). Packages add files to ``/etc/ld.so.conf.d``,
+``/etc/apt/sources.list.d``, ``/var/lib/PKG``... Only folders: every file keeps its owner,
+so what only root may read stays unreadable (the uid remap, enforced by the kernel)."""
 
 _HANDLED_APART = frozenset({"tmp", "proc", "dev", "sys", "lost+found"})
 _PRIVATE_TOP = frozenset({"tmp"})
@@ -144,6 +179,10 @@ class SandboxPlan:
         idmapped: system folders (relative, ``IDMAPPED``) given an idmapped lower layer
             (only with ``host_uid`` and ``overlay_dir``; one that is missing, a symlink or
             not under an overlaid folder is left as it is).
+        skeleton_dir: where ``system_skeleton`` keeps the layers that give the task the
+            ``SKELETON`` folders (only with ``host_uid`` and ``overlay_dir``), a folder of
+            root's on another file system than the host's ``/`` (``skeleton_base``); None:
+            none, those folders stay the host root's.
     """
 
     root_dir: Path
@@ -158,6 +197,7 @@ class SandboxPlan:
     host_uid: int | None = None
     setpriv: str = "setpriv"
     idmapped: tuple[str, ...] = ()
+    skeleton_dir: Path | None = None
 
 
 def _top(path: str) -> str:
@@ -250,12 +290,161 @@ def overlays(plan: SandboxPlan) -> list[OverlayMount]:
     if plan.overlay_dir is None:
         return []
     layers = sorted({_layer(plan, name) for name in _overlaid(plan)})
+    skeleton = _skeleton(plan)
     mounts = [OverlayMount(lower=str(plan.host_root if layer == ROOT_LAYER else plan.host_root / layer),
                            upper=str(plan.overlay_dir / layer / "upper"),
                            work=str(plan.overlay_dir / layer / "work"),
-                           target=str(plan.overlay_dir / layer / "mnt"))
+                           target=str(plan.overlay_dir / layer / "mnt"),
+                           lower_above=_skeleton_above(skeleton, layer))
               for layer in layers]
     return mounts + [_idmapped_layer(plan, rel) for rel in _idmapped(plan)]  # on top of those
+
+
+def _skeleton(plan: SandboxPlan) -> Path | None:
+    """The ``system_skeleton`` layer of ``plan`` (built on first use), or None."""
+    if plan.host_uid is None or plan.overlay_dir is None or plan.skeleton_dir is None:
+        return None
+    return system_skeleton(plan.skeleton_dir, plan.host_root, plan.host_uid)
+
+
+def _skeleton_above(skeleton: Path | None, layer: str) -> list[str]:
+    if skeleton is None:
+        return []
+    above = skeleton if layer == ROOT_LAYER else skeleton / layer
+    return [str(above)] if above.is_dir() else []
+
+
+def system_skeleton(skeleton_dir: Path, host_root: Path, uid: int) -> Path | None:
+    """A read-only overlay layer holding, for each ``SKELETON`` folder of the host's root
+    that others may read and pass (mode ``o+rx``), an empty folder of the same mode owned by
+    ``uid`` (the task's root): stacked over the host's ``/`` in the task's root layer, it
+    makes those folders the task's (it may add, rename and remove entries, in its upper
+    layer only) without one copy-up per task start. A folder closed to others
+    (``/etc/ssl/private``, ``/etc/munge``) is not there, nor anything below it; no file is.
+
+    Built once per content (``<skeleton_dir>/<digest>``, made in a temporary folder then
+    renamed; never changed after), from a look at the host's folders once per process (like
+    ``secret_covers``): a folder made on the host later stays root's. ``skeleton_dir`` must
+    lie on another file system than the host's ``/``: overlayfs refuses a lower layer below
+    another one ("overlapping lowerdir path").
+
+    Returns:
+        the layer's folder, or None when there is nothing to give (or it cannot be made).
+    """
+    with _SCAN_LOCK:  # one walk: a task start waits for the server's warm-up walk
+        dirs = _skeleton_dirs(str(host_root))
+        if not dirs:
+            return None
+        final = skeleton_dir / _skeleton_digest(dirs, uid)
+        if final.is_dir():
+            return final
+        try:
+            _build_skeleton(skeleton_dir, final, dirs, uid)
+        except OSError:
+            return None
+    return final
+
+
+SKELETON_BASE = Path("/dev/shm/trainyard-skeleton")
+"""Where the skeleton layers live by default: a tmpfs (not the host's ``/``, see
+``system_skeleton``), in a folder of root's, 0700."""
+
+
+@functools.lru_cache(maxsize=4)
+def skeleton_base(base: Path = SKELETON_BASE, host_root: Path = Path("/")) -> Path | None:
+    """``base`` made (0700) if missing, when it is a folder of this process's user closed
+    to others, not a link, on another file system than ``host_root``; else None (no
+    skeleton: the ``SKELETON`` folders stay the host root's). Another user cannot have made
+    it for us: a folder of root's that others may not enter is root's own. Asked once."""
+    try:
+        base.mkdir(mode=0o700, exist_ok=True)
+        info = os.lstat(base)
+        other_fs = info.st_dev != os.stat(host_root).st_dev
+    except OSError:
+        return None
+    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid()
+            or info.st_mode & 0o077 or not other_fs):
+        return None
+    return base
+
+
+@functools.lru_cache(maxsize=8)
+def _skeleton_digest(dirs: tuple[tuple[str, int], ...], uid: int) -> str:
+    return hashlib.sha256(repr((uid, dirs)).encode()).hexdigest()[:20]
+
+
+def _build_skeleton(skeleton_dir: Path, final: Path,
+                    dirs: tuple[tuple[str, int], ...], uid: int) -> None:
+    skeleton_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temporary = Path(tempfile.mkdtemp(prefix=".building-", dir=skeleton_dir))
+    try:
+        for rel, mode in dirs:  # parents first (sorted by depth)
+            path = temporary / rel
+            path.mkdir()
+            os.chown(path, uid, uid, follow_symlinks=False)
+            os.chmod(path, mode)
+        temporary.chmod(0o755)
+        os.rename(temporary, final)
+    except OSError:
+        shutil.rmtree(temporary, ignore_errors=True)
+        if not final.is_dir():  # another process's rename won the race: fine
+            raise
+
+
+@functools.lru_cache(maxsize=8)
+def _skeleton_dirs(host_root: str) -> tuple[tuple[str, int], ...]:
+    """(path relative to ``host_root``, mode) of each ``SKELETON`` folder to give, parents
+    before children."""
+    found: list[tuple[str, int]] = []
+    for top, depth in SKELETON:
+        path = os.path.join(host_root, top)
+        if not _gives(path):
+            continue
+        found.append((top, stat.S_IMODE(os.lstat(path).st_mode)))
+        for current, dirs, _names in os.walk(path):
+            level = os.path.relpath(current, path).count(os.sep) + (current != path)
+            keep = []
+            for name in sorted(dirs):
+                child = os.path.join(current, name)
+                if _gives(child) and os.path.relpath(child, host_root) not in _FRESH_NAMES:
+                    found.append((os.path.relpath(child, host_root),
+                                  stat.S_IMODE(os.lstat(child).st_mode)))
+                    if depth is None or level + 1 < depth:
+                        keep.append(name)
+            dirs[:] = keep
+    return tuple(sorted(found, key=lambda item: (item[0].count("/"), item[0])))
+
+
+def _gives(path: str) -> bool:
+    """A folder (not a link) of the host's root that others may read and pass."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(info.st_mode) and info.st_uid == 0
+            and info.st_mode & 0o005 == 0o005)
+
+
+def fresh_paths(plan: SandboxPlan) -> list[FreshPath]:
+    """The ``FRESH`` entries of ``plan`` as the runner makes them (``runner.userns``
+    ``make_fresh``): below the merged view of the private layer that shows them (an
+    idmapped layer's, or a system folder's). Only with ``host_uid`` and ``overlay_dir``."""
+    if plan.host_uid is None or plan.overlay_dir is None:
+        return []
+    overlaid = _overlaid(plan)
+    idmapped = sorted(_idmapped(plan), key=len, reverse=True)
+    found = []
+    for rel, is_dir, mode, text in FRESH:
+        layer = next((r for r in idmapped if _under(rel, r)), None)
+        if layer is not None:
+            base, below = _idmapped_layer(plan, layer).target, rel[len(layer) + 1:]
+        elif rel.split("/")[0] in overlaid:
+            top, _, below = rel.partition("/")
+            base = str(_layer_dir(plan, top, "mnt"))
+        else:
+            continue
+        found.append(FreshPath(base=base, relative=below, is_dir=is_dir, mode=mode, text=text))
+    return found
 
 
 def _idmapped(plan: SandboxPlan) -> list[str]:
@@ -291,13 +480,14 @@ def idmapped_covers(plan: SandboxPlan) -> tuple[tuple[str, bool], ...]:
     with _SCAN_LOCK:  # one walk: a task start waits for the server's warm-up walk
         for rel in _idmapped(plan):
             found += _scan_root_only(str(plan.host_root), rel)
-    return tuple(found)
+    fresh = [f"/{rel}" for rel, *_rest in FRESH]  # replaced by the task's own, not covered
+    return tuple(c for c in found if not any(_under(c[0], f) for f in fresh))
 
 
 def warm_host_scans(host_root: Path = Path("/")) -> None:
-    """Look at the host's folders once now (``secret_covers`` and, for each ``IDMAPPED``
-    folder, what ``idmapped_covers`` covers), so the first task does not wait for it: walking
-    ``/usr`` takes 0.6-0.9 s on a machine with CUDA there. The server calls it on a thread of
+    """Look at the host's folders once now (``secret_covers``, for each ``IDMAPPED`` folder
+    what ``idmapped_covers`` covers, the ``SKELETON`` folders), so the first task does not
+    wait for it: walking ``/usr`` takes 0.6-0.9 s on a machine with CUDA there. The server calls it on a thread of
     its own at start; the results are cached for the process. Never raises."""
     try:
         secret_covers(host_root)
@@ -305,6 +495,7 @@ def warm_host_scans(host_root: Path = Path("/")) -> None:
             for rel in IDMAPPED:
                 if os.path.isdir(os.path.join(str(host_root), rel)):
                     _scan_root_only(str(host_root), rel)
+            _skeleton_dirs(str(host_root))
     except OSError:
         pass
 

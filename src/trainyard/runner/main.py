@@ -55,6 +55,7 @@ from trainyard.runner.report import (
 from trainyard.runner.safefs import (idmap_in_place, mount_overlays, private_mount_namespace,
                                       write_inside)
 from trainyard.runner.userns import give_to_task as give_folders
+from trainyard.runner.userns import make_fresh
 from trainyard.runner.userns import give_tree
 from trainyard.runner.spec import TaskRun
 from trainyard.runner.usage import UsageSampler, interval_from_env
@@ -273,7 +274,8 @@ class Runner:
 
     def give_to_task(self) -> None:
         """With a user namespace (``sandbox.userns``): the folders the task writes become its
-        host uid's (``runner.userns``). Raises StepFailed(3003, START_ERROR)."""
+        host uid's, and its ``fresh`` folders and files are made (``runner.userns``). Raises
+        StepFailed(3003, START_ERROR)."""
         userns = self.run.sandbox.userns
         if userns is None:
             return
@@ -286,6 +288,7 @@ class Runner:
                 give_folders([str(self.run.input_path(index))], uid, gid)
             for top in userns.own_dirs_below:
                 give_tree(top, uid, gid, files=False)
+            make_fresh(userns.fresh, uid, gid)
         except OSError as exc:
             raise StepFailed(ExitCode.START_ERROR,
                              f"cannot give the task its folders: {exc}") from exc

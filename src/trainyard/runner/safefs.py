@@ -168,7 +168,8 @@ def _mount_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
         os.makedirs(lower, exist_ok=True)
         gid = layer.idmap_uid if layer.idmap_gid is None else layer.idmap_gid
         _attach(layer.lower, lower, _layer_userns(layer.idmap_uid, gid))
-    options = (f"lowerdir={_escaped(lower)},upperdir={_escaped(layer.upper)},"
+    lowers = ":".join(_escaped(path) for path in [*layer.lower_above, lower])
+    options = (f"lowerdir={lowers},upperdir={_escaped(layer.upper)},"
                f"workdir={_escaped(layer.work)}")
     _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", 0, options.encode()),
            f"overlay over {layer.lower} at {layer.target}")

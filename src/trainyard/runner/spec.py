@@ -27,6 +27,7 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "FreshPath",
     "UserNamespace",
     "RunFile",
     "RunDataset",
@@ -148,6 +149,9 @@ class OverlayMount(_Model):
     ``<parent of work>/lower`` (host uid and gid 0 seen as these ids, ``safefs``), and that
     is the overlay's lower layer: the task whose uid 0 they are owns the host's root files
     there and may change them in place, in its upper layer only.
+
+    ``lower_above`` are further read-only layers stacked over ``lower``, topmost first (a
+    folder there gives the merged folder its owner and mode: ``sandbox.etc_skeleton``).
     """
 
     lower: str
@@ -156,6 +160,30 @@ class OverlayMount(_Model):
     target: str
     idmap_uid: int | None = None
     idmap_gid: int | None = None
+    lower_above: list[str] = Field(default_factory=list)
+
+
+class FreshPath(_Model):
+    """A folder or file that the task gets empty (or holding ``text``) and as its own, in a
+    private layer, instead of the host's (apt's download folders, its logs and its
+    sandbox setting: ``sandbox.fresh_paths``). The runner makes it before the command
+    starts, following no symlink below ``base``, unless its owner already is the task's
+    host uid (an earlier attempt's, kept by RESTART, stays as the task left it).
+
+    Attributes:
+        base: a host folder the backend trusts (a private layer's merged view).
+        relative: the path below ``base`` (``/``-separated, no ``..``); its parent folders
+            must exist, else nothing is made (the host has no such tool).
+        is_dir: a folder (made empty: what the host had there is hidden) or a file.
+        mode: its permission bits.
+        text: a file's contents.
+    """
+
+    base: str
+    relative: str
+    is_dir: bool
+    mode: int = 0o755
+    text: str = ""
 
 
 class UserNamespace(_Model):
@@ -180,6 +208,7 @@ class UserNamespace(_Model):
         own_dirs_below: host folders whose every folder below (not files) the runner gives
             to ``host_uid`` too (``/usr/local`` of a layer's view: ``pip install`` works).
             The output and input folders (everything in them) are given without being named.
+        fresh: folders and files the task gets fresh and as its own (``FreshPath``).
     """
 
     host_uid: int
@@ -188,6 +217,7 @@ class UserNamespace(_Model):
     args_at: int | None = None
     own: list[str] = Field(default_factory=list)
     own_dirs_below: list[str] = Field(default_factory=list)
+    fresh: list[FreshPath] = Field(default_factory=list)
 
 
 class SandboxSettings(_Model):

@@ -15,7 +15,9 @@ another uid while it needs root to reach its bind sources (``$TRAINYARD_HOME`` i
   uid 0 of the namespace, i.e. ``HOST_UID`` of the host, without any capability;
 - ``give_to_task``: before that, the folders the task writes (its root, private folders,
   the tops of its private layers' views, its output and input folders) are given to
-  ``HOST_UID``, following no symlink.
+  ``HOST_UID``, following no symlink;
+- ``make_fresh``: the folders and files it gets empty and as its own instead of the host's
+  (apt's download folders and logs, its sandbox setting: ``sandbox.fresh_paths``).
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ import errno
 import json
 import os
 import select
+import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Iterable
 
-from trainyard.runner.spec import UserNamespace
+from trainyard.runner.spec import FreshPath, UserNamespace
 
-__all__ = ["Handshake", "insert_fds", "give_to_task", "give_tree", "setpriv_argv"]
+__all__ = ["Handshake", "insert_fds", "give_to_task", "give_tree", "setpriv_argv", "make_fresh"]
 
 HANDSHAKE_TIMEOUT_S = 30.0
 
@@ -155,6 +159,81 @@ def give_tree(top: str, uid: int, gid: int, files: bool) -> None:
                 os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
             except FileNotFoundError:
                 pass
+
+
+def make_fresh(paths: Iterable[FreshPath], uid: int, gid: int) -> None:
+    """Make each ``FreshPath`` (see there): empty (or its ``text``), owned by ``uid``:``gid``,
+    in place of what was there, following no symlink below its ``base``. One whose parent
+    folder is missing, or is a link or a file (the task's own doing, in an earlier attempt:
+    its layout is its own), is skipped; one already owned by ``uid`` is kept as it is
+    (RESTART).
+    Removing a folder of a lower layer through an overlay's merged view and making it again
+    makes it opaque: the host's entries below it are hidden, not copied.
+
+    Raises:
+        OSError: a step was refused (the layer's file system, or ``relative`` malformed).
+    """
+    for item in paths:
+        parts = [p for p in item.relative.split("/") if p not in ("", ".")]
+        if not parts or ".." in parts:
+            raise OSError(errno.EINVAL, f"not a path below {item.base}: {item.relative!r}")
+        fd = _open_parent(item.base, parts[:-1])
+        if fd is None:
+            continue
+        try:
+            _replace(fd, parts[-1], item, uid, gid)
+        finally:
+            os.close(fd)
+
+
+def _open_parent(base: str, parents: list[str]) -> int | None:
+    """A descriptor of ``base/parents``, each step opened with ``O_NOFOLLOW``; None when a
+    folder on the way is missing, a link or a file. Raises OSError otherwise."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(base, flags)
+    except FileNotFoundError:
+        return None
+    for name in parents:
+        try:
+            next_fd = os.open(name, flags, dir_fd=fd)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                return None
+            raise
+        os.close(fd)
+        fd = next_fd
+    return fd
+
+
+def _replace(dir_fd: int, name: str, item: FreshPath, uid: int, gid: int) -> None:
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        info = None
+    if info is not None:
+        if info.st_uid == uid:
+            return  # the task's already (an earlier attempt's, kept by RESTART)
+        if stat.S_ISDIR(info.st_mode):
+            shutil.rmtree(name, dir_fd=dir_fd)  # fd-based: follows no link below it
+        else:
+            os.unlink(name, dir_fd=dir_fd)
+    if item.is_dir:
+        os.mkdir(name, item.mode, dir_fd=dir_fd)
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    else:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     item.mode, dir_fd=dir_fd)
+    try:
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, item.mode)
+        data = item.text.encode()
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
 
 
 def setpriv_argv(setpriv: str = "setpriv") -> list[str]:

@@ -1,0 +1,199 @@
+"""``apt-get update && apt-get install -y PKG`` works in a task's private root, as in a pod
+(issue 11, "Private writable root per attempt"; OSMO's tutorial
+``tutorials/robot_simulation.yaml`` does it), and changes nothing on the host.
+
+It failed before: apt drops to its ``_apt`` user (a task has no capability to), its lock
+files and download folders (``/var/lib/apt``, ``/var/cache/apt``) were the host root's, and
+dpkg could not add a conffile to a folder of ``/etc`` (``/etc/ld.so.conf.d``) nor a line to
+its log. Now the runner writes ``APT::Sandbox::User "root"`` into the task's layer, apt's
+folders are idmapped like dpkg's, its download folders and logs are fresh ones of the
+task's, and the folders (never the files) of ``/etc`` and the top of ``/var`` are the
+task's (``sandbox.system_skeleton``), so root's secrets there stay unreadable (the test
+plants a folder of root's closed to others in ``/etc``, holding a file others may read:
+neither is readable inside).
+
+No network: the test builds a tiny package (a conffile in ``/etc``, one in
+``/etc/ld.so.conf.d``, a postinst that appends to its conffile and runs ``ldconfig``) and a
+flat ``file:`` repository (its ``Packages`` written here, no ``dpkg-dev`` needed), bound into
+the task as an allowed ``volumeMounts`` folder; ``apt-get update`` reads only that source.
+RESTART keeps the installed package, RESCHEDULE starts from a fresh root without it.
+Through the real engine, the local backend and its bubblewrap sandbox, as root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from isolation_support import EngineRun, require_bwrap
+
+from trainyard.backends import sandbox
+from trainyard.engine.status import WorkflowStatus
+
+SPEC = """
+workflow:
+  name: apt-install
+  tasks:
+  - name: t
+    exitActions:
+      {{action}}: 42
+    environment:
+      PKG: "{{pkg}}"
+    volumeMounts:
+    - "{{repo}}:/srv/tinyrepo"
+    command:
+    - sh
+    - -c
+    - |
+      set -e
+      o="{{output}}"
+      if [ "$TRAINYARD_RETRY_ID" = 0 ]; then
+        echo "deb [trusted=yes] file:/srv/tinyrepo ./" > /etc/apt/sources.list.d/$PKG.list
+        apt-get update -o Dir::Etc::SourceList=/etc/apt/sources.list.d/$PKG.list \\
+          -o Dir::Etc::SourceParts=- -o APT::Get::List-Cleanup=0
+        apt-get install -y --no-install-recommends "$PKG"
+        dpkg -s "$PKG" | grep '^Status:' > "$o/r0-status"
+        cat /usr/share/$PKG/file > "$o/r0-file"
+        cat /etc/$PKG.conf > "$o/r0-conf"
+        cat /etc/ld.so.conf.d/$PKG.conf > "$o/r0-ldconf"
+        for f in /etc/shadow /var/cache/debconf/passwords.dat /etc/$PKG-closed/inner; do
+          cat "$f" >> "$o/r0-read" 2>/dev/null || true
+        done
+        ls /etc/$PKG-closed >> "$o/r0-read" 2>/dev/null || true
+        exit 42
+      fi
+      if dpkg -s "$PKG" >/dev/null 2>&1 && [ -e /usr/share/$PKG/file ]; then
+        echo installed > "$o/r1-after"
+      else
+        echo absent > "$o/r1-after"
+      fi
+"""
+
+CONTROL = """Package: {pkg}
+Version: 1.0
+Architecture: all
+Maintainer: trainyard tests <tests@trainyard.invalid>
+Description: a tiny package for trainyard's apt test
+"""
+
+POSTINST = """#!/bin/sh
+set -e
+echo "configured=yes" >> /etc/{pkg}.conf
+ldconfig
+"""
+
+HOST_FILES = ("/var/lib/dpkg/status", "/var/log/dpkg.log", "/etc/ld.so.cache",
+              "/var/log/apt/history.log", "/var/log/apt/term.log")
+HOST_FOLDERS = ("/etc/apt/sources.list.d", "/etc/ld.so.conf.d", "/var/lib/apt/lists",
+                "/var/cache/apt/archives", "/var/log/apt", "/etc")
+
+
+def _build_repo(folder: Path, pkg: str) -> None:
+    """A flat repository in ``folder``: ``PKG_1.0_all.deb`` and its ``Packages`` index."""
+    src = folder.parent / "src"
+    for sub in ("DEBIAN", f"usr/share/{pkg}", "etc/ld.so.conf.d"):
+        (src / sub).mkdir(parents=True)
+    (src / f"usr/share/{pkg}/file").write_text("installed\n")
+    (src / f"etc/{pkg}.conf").write_text("shipped=yes\n")
+    (src / f"etc/ld.so.conf.d/{pkg}.conf").write_text(f"/usr/lib/{pkg}\n")
+    control = CONTROL.format(pkg=pkg)
+    (src / "DEBIAN/control").write_text(control)
+    (src / "DEBIAN/conffiles").write_text(f"/etc/{pkg}.conf\n/etc/ld.so.conf.d/{pkg}.conf\n")
+    (src / "DEBIAN/postinst").write_text(POSTINST.format(pkg=pkg))
+    (src / "DEBIAN/postinst").chmod(0o755)
+    folder.mkdir()
+    deb = folder / f"{pkg}_1.0_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(src), str(deb)],
+                   check=True, capture_output=True)
+    data = deb.read_bytes()
+    (folder / "Packages").write_text(
+        control + f"Filename: ./{deb.name}\nSize: {len(data)}\n"
+        f"SHA256: {hashlib.sha256(data).hexdigest()}\n\n")
+
+
+def _host_state(pkg: str) -> dict[str, str]:
+    """What the host has where a package install writes: file digests, folder listings
+    (without what other tests running beside this one plant: ``trainyard-*`` not ours)."""
+    state = {}
+    for name in HOST_FILES:
+        path = Path(name)
+        state[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "-"
+    for name in HOST_FOLDERS:
+        path = Path(name)
+        entries = os.listdir(path) if path.is_dir() else ["-"]
+        state[name] = " ".join(sorted(e for e in entries
+                                      if pkg in e or not e.startswith("trainyard-")))
+    return state
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    for tool in ("apt-get", "dpkg", "dpkg-deb", "ldconfig"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (not a Debian host)")
+    return tmp_path / "repos"
+
+
+@pytest.fixture
+def run(tmp_path: Path, repo: Path) -> Iterator[EngineRun]:
+    require_bwrap()
+    if os.geteuid() != 0:
+        pytest.skip("the private layers and the uid remap need a server running as root")
+    if sandbox.probe_remap() is not None:
+        pytest.skip(f"no uid remap here: {sandbox.probe_remap()}")
+    if sandbox.skeleton_base() is None:
+        pytest.skip(f"{sandbox.SKELETON_BASE} cannot hold the skeleton layer here "
+                    "(not a tmpfs of root's)")
+    repo.mkdir()
+    home = tmp_path / "home dir"
+    home.mkdir()
+    made = EngineRun(home, allowed_mounts=[str(repo)])
+    yield made
+    made.close()
+
+
+@pytest.mark.parametrize(("action", "after"), [
+    ("RESTART", "installed"),   # the same root: the package is still there
+    ("RESCHEDULE", "absent"),   # a fresh root: it is not
+])
+def test_apt_get_installs_a_package_into_the_private_root_only(
+    run: EngineRun, repo: Path, action: str, after: str,
+) -> None:
+    pkg = f"trainyard-tiny-{uuid.uuid4().hex[:10]}"
+    _build_repo(repo / pkg, pkg)
+    before = _host_state(pkg)
+    closed = Path(f"/etc/{pkg}-closed")  # root's, closed to others: never the task's
+    closed.mkdir(mode=0o700)
+    (closed / "inner").write_text("readable by mode, hidden by its folder\n")
+    (closed / "inner").chmod(0o644)
+    sandbox._skeleton_dirs.cache_clear()  # the skeleton looks at the host once per process
+    try:
+        wid = run.run(SPEC, action=action, pkg=pkg, repo=str(repo / pkg))
+    finally:
+        shutil.rmtree(closed)
+        sandbox._skeleton_dirs.cache_clear()
+    log = run.log(wid, "t") + run.log(wid, "t", 1)
+    assert run.engine.state(wid).status is WorkflowStatus.COMPLETED, log
+    first = run.engine.run_dir(wid, "t", 1 if action == "RESTART" else 0) / "output"
+    assert (first / "r0-status").read_text() == "Status: install ok installed\n", log
+    assert (first / "r0-file").read_text() == "installed\n", log
+    assert (first / "r0-conf").read_text() == "shipped=yes\nconfigured=yes\n", log  # postinst
+    assert (first / "r0-ldconf").read_text() == f"/usr/lib/{pkg}\n", log
+    read = (first / "r0-read").read_text() if (first / "r0-read").exists() else ""
+    assert read == "", f"a task read /etc/shadow, debconf's passwords.dat or {closed}"
+    warnings = [line for line in run.log(wid, "t").splitlines() if "] W: " in line]
+    # apt chowns its terminal log to group adm, which is not mapped: a warning it lives with
+    assert all("/var/log/apt/term.log" in line for line in warnings), log
+    last = run.engine.run_dir(wid, "t", 1) / "output"
+    assert (last / "r1-after").read_text() == f"{after}\n", log
+    assert _host_state(pkg) == before  # dpkg's state, /etc, apt's lists and logs unchanged
+    assert not Path(f"/usr/share/{pkg}").exists() and not Path(f"/etc/{pkg}.conf").exists()
+    host = subprocess.run(["dpkg", "-s", pkg], capture_output=True, text=True, check=False)
+    assert host.returncode != 0, host.stdout

@@ -1,0 +1,154 @@
+"""What a remapped task gets so that ``apt-get install`` works in its private root (issue
+11): the skeleton layer that makes the open folders of ``/etc`` and the top of ``/var`` the
+task's (never a closed folder, never a file), the ``FRESH`` folders and files and the layer
+that shows each, and what stays covered. Without processes; the real sandbox:
+tests/integration/engine/test_sandbox_apt_install.py."""
+
+from __future__ import annotations
+
+import os
+import stat
+import uuid
+from pathlib import Path
+
+import pytest
+
+from trainyard.backends import sandbox
+from trainyard.backends.sandbox import (IDMAPPED, SandboxPlan, fresh_paths, idmapped_covers,
+                                       overlays, skeleton_base, system_skeleton)
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fake host's files must be "
+                                "root's and the skeleton's folders another uid's (chown)")
+
+TASK_UID = 65534
+
+
+@pytest.fixture(autouse=True)
+def _fresh_scans() -> None:
+    sandbox._scan_root_only.cache_clear()
+    sandbox._skeleton_dirs.cache_clear()
+
+
+def host(tmp_path: Path) -> Path:
+    """A fake host ``/`` with apt's and dpkg's folders and some of ``/etc``'s kinds."""
+    root = tmp_path / "host"
+    for folder in ("usr/bin", "etc/ld.so.conf.d", "etc/apt/apt.conf.d", "etc/munge/inner",
+                   "var/lib/dpkg", "var/lib/apt/lists", "var/cache/apt/archives",
+                   "var/lib/pkg/deep/deeper", "var/log/apt"):
+        (root / folder).mkdir(parents=True)
+    (root / "etc/munge").chmod(0o700)
+    (root / "etc/listonly").mkdir(mode=0o711)
+    (root / "etc/listonly").chmod(0o711)  # others may pass but not list it
+    (root / "etc/shadow").write_text("root:secret\n")
+    (root / "etc/shadow").chmod(0o600)
+    for partial in ("var/lib/apt/lists/partial", "var/cache/apt/archives/partial"):
+        (root / partial).mkdir()
+        (root / partial).chmod(0o700)
+    (root / "var/lib/apt/lists/secret").write_text("x\n")
+    (root / "var/lib/apt/lists/secret").chmod(0o600)
+    (root / "var/log/dpkg.log").write_text("host history\n")
+    return root
+
+
+def plan(tmp_path: Path, **fields: object) -> SandboxPlan:
+    run = tmp_path / "run" / "sandbox"
+    return SandboxPlan(root_dir=run / "root", hostname="t", host_root=host(tmp_path),
+                       overlay_dir=run / "overlay", idmapped=IDMAPPED,
+                       skeleton_dir=tmp_path / "skeletons", **fields)  # type: ignore[arg-type]
+
+
+def _tree(top: Path) -> dict[str, tuple[int, int, int]]:
+    found = {}
+    for folder, dirs, files in os.walk(top):
+        assert not files, files  # folders only
+        for name in dirs:
+            info = os.lstat(Path(folder) / name)
+            found[os.path.relpath(Path(folder) / name, top)] = (
+                info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode))
+    return found
+
+
+def test_the_skeleton_gives_open_folders_only_never_closed_ones_nor_files(
+    tmp_path: Path,
+) -> None:
+    made = plan(tmp_path, host_uid=TASK_UID)
+    layer = system_skeleton(made.skeleton_dir, made.host_root, TASK_UID)  # type: ignore[arg-type]
+    assert layer is not None and layer.parent == made.skeleton_dir
+    tree = _tree(layer)
+    assert tree["etc"] == (TASK_UID, TASK_UID, 0o755)
+    assert tree["etc/ld.so.conf.d"] == tree["etc/apt/apt.conf.d"] == (TASK_UID, TASK_UID, 0o755)
+    assert tree["var/lib"] == tree["var/lib/pkg"] == (TASK_UID, TASK_UID, 0o755)
+    for closed in ("etc/munge", "etc/munge/inner", "etc/listonly", "etc/shadow",
+                   "var/lib/pkg/deep",  # deeper than SKELETON's 2 levels of /var
+                   "var/log/apt",       # FRESH: the task's own, empty, not the host's
+                   "usr", "usr/bin"):   # not in SKELETON (idmapped)
+        assert closed not in tree, closed
+    again = system_skeleton(made.skeleton_dir, made.host_root, TASK_UID)  # type: ignore[arg-type]
+    assert again == layer and len(list(layer.parent.iterdir())) == 1  # made once per content
+
+
+def test_the_skeleton_is_stacked_over_the_root_layer_of_a_remapped_task_only(
+    tmp_path: Path,
+) -> None:
+    remapped = plan(tmp_path, host_uid=TASK_UID)
+    root_layer = overlays(remapped)[0]
+    assert root_layer.lower == str(remapped.host_root) and len(root_layer.lower_above) == 1
+    assert Path(root_layer.lower_above[0]).parent == remapped.skeleton_dir
+    assert all(not o.lower_above for o in overlays(remapped)[1:])  # idmapped layers: none
+    plain = SandboxPlan(root_dir=remapped.root_dir, hostname="t", host_root=remapped.host_root,
+                        overlay_dir=remapped.overlay_dir, idmapped=IDMAPPED,
+                        skeleton_dir=remapped.skeleton_dir)
+    assert overlays(plain)[0].lower_above == []  # uid 0 inside is the host's: nothing to give
+
+
+def test_fresh_paths_lie_in_the_layer_that_shows_them_and_are_not_covered(
+    tmp_path: Path,
+) -> None:
+    made = plan(tmp_path, host_uid=TASK_UID)
+    mnt = made.overlay_dir / "rootfs" / "mnt"  # type: ignore[operator]
+    fresh = {(f.base, f.relative): (f.is_dir, f.mode, f.text) for f in fresh_paths(made)}
+    assert fresh == {
+        (str(mnt / "var/lib/apt"), "lists/partial"): (True, 0o700, ""),
+        (str(mnt / "var/lib/apt"), "lists/auxfiles"): (True, 0o755, ""),
+        (str(mnt / "var/cache/apt"), "archives/partial"): (True, 0o700, ""),
+        (str(mnt / "var"), "log/apt"): (True, 0o755, ""),
+        (str(mnt / "var"), "log/dpkg.log"): (False, 0o644, ""),
+        (str(mnt / "etc"), "apt/apt.conf.d/99trainyard-sandbox"):
+            (False, 0o644, 'APT::Sandbox::User "root";\n'),
+    }
+    covers = dict(idmapped_covers(made))
+    assert "/var/lib/apt/lists/partial" not in covers  # replaced by the task's own
+    assert "/var/cache/apt/archives/partial" not in covers
+    assert covers["/var/lib/apt/lists/secret"] is False  # root's, closed: still covered
+    assert fresh_paths(SandboxPlan(root_dir=made.root_dir, hostname="t",
+                                   host_root=made.host_root, overlay_dir=made.overlay_dir,
+                                   idmapped=IDMAPPED)) == []  # no remap: none
+
+
+def test_skeleton_base_is_a_closed_folder_of_ours_on_another_file_system(
+    tmp_path: Path,
+) -> None:
+    same_fs = tmp_path / "skeletons"
+    assert skeleton_base(same_fs, tmp_path) is None  # overlayfs would refuse it
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("/dev/shm is not a file system of its own here")
+    base = shm / f"trainyard-test-{uuid.uuid4().hex}"
+    try:
+        assert skeleton_base(base, tmp_path) == base
+        assert stat.S_IMODE(base.stat().st_mode) == 0o700
+        opened = shm / f"trainyard-test-{uuid.uuid4().hex}"
+        opened.mkdir()
+        opened.chmod(0o755)
+        assert skeleton_base(opened, tmp_path) is None  # not closed to others: not trusted
+        opened.rmdir()
+    finally:
+        base.rmdir()
+
+
+def test_warm_host_scans_also_looks_at_the_skeletons_folders(tmp_path: Path) -> None:
+    root = host(tmp_path)
+    sandbox.warm_host_scans(root)
+    assert sandbox._skeleton_dirs.cache_info().misses == 1
+    system_skeleton(tmp_path / "skeletons", root, TASK_UID)
+    assert sandbox._skeleton_dirs.cache_info().misses == 1  # the first task does not walk
