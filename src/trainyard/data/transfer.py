@@ -392,6 +392,8 @@ class Mover:
         manifest names its files, so a ``file://`` copy is written in place, without a
         temporary name (``storage.copy_hashing(atomic=False)``)."""
 
+        hashed_copy = digest and loc.is_local  # asked once, not per file
+
         def action(job: FileJob, callback: Callback) -> str | None:
             if not job.confined:
                 return send(job.source, job, callback)
@@ -399,7 +401,7 @@ class Mover:
                 return send(opened, job, callback)
 
         def send(source: str, job: FileJob, callback: Callback) -> str | None:
-            if digest and loc.is_local:  # one read: hashed while copied; a change is caught there
+            if hashed_copy:  # one read: hashed while copied; a change is caught there
                 return tag_digest(algo, storage.copy_hashing(
                     source, job.target, callback, algo, atomic=not staged))
             local = Path(source)
@@ -420,12 +422,14 @@ class Mover:
         checking ``job.sha256`` when set (a digest in ``tag_digest`` form: sha256 or
         ``blake3:HEX``; a mismatch removes the file and is retried)."""
 
+        local = loc.is_local  # asked once, not per file
+
         def action(job: FileJob, callback: Callback) -> str | None:
             if job.sha256 is None:
                 storage.get_file(loc, job.source, Path(job.target), callback)
                 return None
             algo, want = split_digest(job.sha256)
-            if loc.is_local:  # one read: hashed while copied
+            if local:  # one read: hashed while copied
                 got = storage.copy_hashing(job.source, job.target, callback, algo)
             else:
                 storage.get_file(loc, job.source, Path(job.target), callback)
