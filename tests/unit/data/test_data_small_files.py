@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from trainyard.data import DatasetStore, Mover, localcopy
 from trainyard.data.transfer import _joiner, plan_uploads
+from trainyard.errors import DataError
 
 _SEGMENT = st.text(st.sampled_from("abcXYZ019 _-.é'"), min_size=1, max_size=6).filter(
     lambda s: s not in (".", ".."))
@@ -101,3 +102,17 @@ def test_many_small_files_round_trip_in_nested_folders(tmp_path: Path) -> None:
 
 def _read_bytes(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_failed_download_names_both_ends_as_before(tmp_path: Path, home: Path) -> None:
+    (tmp_path / "src" / "sub").mkdir(parents=True)
+    (tmp_path / "src" / "sub" / "x.bin").write_bytes(b"abc")
+    store = DatasetStore()
+    store.upload("ds", plan_uploads([f"{tmp_path / 'src'}/"], None))
+    stored = next((home / "datasets" / "ds" / "data").rglob("x.bin"))
+    stored.write_bytes(b"abd")  # damaged in the store: every attempt fails the check
+    with pytest.raises(DataError) as failed:
+        store.download("ds", tmp_path / "back")
+    assert f"sub/x.bin (file://{stored} -> {tmp_path / 'back' / 'sub' / 'x.bin'})" \
+        in str(failed.value)
+    assert not (tmp_path / "back" / "sub" / "x.bin").exists()
