@@ -146,6 +146,8 @@ def _check_unchanged(source: str, before: os.stat_result, after: os.stat_result,
 
 
 def _copy(fd_in: int, fd_out: int, size: int, hasher: Hasher, progress: Progress | None) -> int:
+    if size < BUFFER_BYTES:
+        return _copy_small(fd_in, fd_out, size, hasher, progress)
     if size >= PIPELINE_MIN_BYTES and hasattr(os, "copy_file_range"):
         try:
             return _copy_pipelined(fd_in, fd_out, hasher, progress)
@@ -171,6 +173,24 @@ def _copy_buffered(fd_in: int, fd_out: int, size: int, hasher: Hasher,
         if count < len(data) and copied >= size:
             break
     return copied
+
+
+def _copy_small(fd_in: int, fd_out: int, size: int, hasher: Hasher,
+                progress: Progress | None) -> int:
+    """A file smaller than the buffer (most of a many-small-files dataset): one read, one
+    hash, one write, without the loop's bookkeeping. A read that does not end where
+    ``size`` said (the file grew or shrank since its fstat) continues in the buffered loop,
+    whose count the caller checks."""
+    data, view = _buffer()
+    count = os.readv(fd_in, [data])
+    chunk = view[:count]
+    hasher.update(chunk)
+    _write_all(fd_out, chunk)
+    if progress is not None and count:
+        progress(count)
+    if count == size or count == 0:
+        return count
+    return count + _copy_buffered(fd_in, fd_out, size - count, hasher, progress)
 
 
 def _write_all(fd: int, chunk: memoryview) -> None:

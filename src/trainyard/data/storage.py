@@ -199,15 +199,24 @@ def new_hasher(algo: str = "sha256") -> Any:
     """A hashlib-style object for ``algo``: ``sha256`` (hashlib) or ``blake3`` (the
     ``blake3`` package: several times faster, as strong). Raises DataError for another
     name, or for blake3 when the package is missing."""
-    if algo == "sha256":
-        return hashlib.sha256()
+    make = _HASHERS.get(algo)
+    if make is None:
+        make = _HASHERS[algo] = _hasher_class(algo)
+    return make()
+
+
+_HASHERS: dict[str, Any] = {"sha256": hashlib.sha256}
+"""Hasher classes by name, filled on first use (one lookup per file, not an import)."""
+
+
+def _hasher_class(algo: str) -> Any:
     if algo == "blake3":
         try:
             import blake3  # a declared dependency; imported on use
         except ImportError as exc:
             raise DataError("this dataset's manifest uses BLAKE3 digests: install the "
                             "'blake3' package (pip install blake3)") from exc
-        return blake3.blake3()
+        return blake3.blake3
     raise DataError(f"unknown digest algorithm {algo!r} (known: sha256, blake3)")
 
 

@@ -14,7 +14,10 @@ folder (or URL) being transferred, with ``/`` separators.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import operator
 import os
+import posixpath
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -138,8 +141,13 @@ def local_files(root: Path, keep: Callable[[str], bool], prefix: str = "",
         found = _files_below(root.absolute())
     else:
         raise DataError(f"{root}: no such file or folder")
-    return sorted((LocalFile(p, prefix + rel, size) for p, rel, size in found
-                   if keep(rel) and not storage.is_reserved(rel)), key=lambda f: f.rel)
+    chosen = [LocalFile(p, prefix + rel, size) for p, rel, size in found
+              if keep(rel) and not storage.is_reserved(rel)]
+    chosen.sort(key=_BY_REL)
+    return chosen
+
+
+_BY_REL = operator.attrgetter("rel")
 
 
 def _files_below(root: Path) -> list[tuple[Path, str, int]]:
@@ -149,7 +157,7 @@ def _files_below(root: Path) -> list[tuple[Path, str, int]]:
     over), with one ``stat`` per file and none per folder (``os.scandir``'s entry types):
     listing costs as much per file as ``cp -r``'s, not three calls."""
     found: list[tuple[Path, str, int]] = []
-    folders = [(str(root), "")]
+    folders = [(root, "")]
     while folders:
         folder, rel = folders.pop()
         try:
@@ -157,10 +165,11 @@ def _files_below(root: Path) -> list[tuple[Path, str, int]]:
         except PermissionError:
             continue
         for entry in entries:
+            name = entry.name
             if entry.is_dir(follow_symlinks=False):
-                folders.append((entry.path, f"{rel}{entry.name}/"))
-            elif entry.is_file():
-                found.append((Path(entry.path), rel + entry.name, entry.stat().st_size))
+                folders.append((folder / name, f"{rel}{name}/"))
+            elif entry.is_file():  # a child of the folder's Path: cheaper than Path(str)
+                found.append((folder / name, rel + name, entry.stat().st_size))
     return found
 
 
@@ -175,17 +184,21 @@ def plan_uploads(paths: Sequence[str | Path], regex: str | None) -> list[LocalFi
         DataError: a path is missing, the regex is bad, or two files would get one name.
     """
     keep = file_filter(regex)
-    planned: dict[str, LocalFile] = {}
+    listed = []
     for raw in paths:
         path = Path(raw)
         contents = str(raw).endswith(("/", os.sep)) or path.is_file()
         prefix = "" if contents else f"{path.resolve().name}/"
-        for item in local_files(path, keep, prefix):
-            if item.rel in planned:
-                raise DataError(f"two files would be uploaded as {item.rel!r}: "
-                                f"{planned[item.rel].path} and {item.path}")
-            planned[item.rel] = item
-    return sorted(planned.values(), key=lambda f: f.rel)
+        listed.append(local_files(path, keep, prefix))
+    if len(listed) == 1:
+        return listed[0]  # one listing: sorted, one file per name already
+    planned: dict[str, LocalFile] = {}
+    for item in itertools.chain.from_iterable(listed):
+        if item.rel in planned:
+            raise DataError(f"two files would be uploaded as {item.rel!r}: "
+                            f"{planned[item.rel].path} and {item.path}")
+        planned[item.rel] = item
+    return sorted(planned.values(), key=_BY_REL)
 
 
 @dataclass(frozen=True)
@@ -379,6 +392,8 @@ class Mover:
         manifest names its files, so a ``file://`` copy is written in place, without a
         temporary name (``storage.copy_hashing(atomic=False)``)."""
 
+        hashed_copy = digest and loc.is_local  # asked once, not per file
+
         def action(job: FileJob, callback: Callback) -> str | None:
             if not job.confined:
                 return send(job.source, job, callback)
@@ -386,7 +401,7 @@ class Mover:
                 return send(opened, job, callback)
 
         def send(source: str, job: FileJob, callback: Callback) -> str | None:
-            if digest and loc.is_local:  # one read: hashed while copied; a change is caught there
+            if hashed_copy:  # one read: hashed while copied; a change is caught there
                 return tag_digest(algo, storage.copy_hashing(
                     source, job.target, callback, algo, atomic=not staged))
             local = Path(source)
@@ -407,12 +422,14 @@ class Mover:
         checking ``job.sha256`` when set (a digest in ``tag_digest`` form: sha256 or
         ``blake3:HEX``; a mismatch removes the file and is retried)."""
 
+        local = loc.is_local  # asked once, not per file
+
         def action(job: FileJob, callback: Callback) -> str | None:
             if job.sha256 is None:
                 storage.get_file(loc, job.source, Path(job.target), callback)
                 return None
             algo, want = split_digest(job.sha256)
-            if loc.is_local:  # one read: hashed while copied
+            if local:  # one read: hashed while copied
                 got = storage.copy_hashing(job.source, job.target, callback, algo)
             else:
                 storage.get_file(loc, job.source, Path(job.target), callback)
@@ -435,8 +452,9 @@ class Mover:
         Raises:
             DataError: a file failed for good.
         """
-        jobs = [FileJob(f.rel, str(f.path), loc.join(f.rel), f.size,
-                        where=f"{f.path} -> {loc.url.rstrip('/')}/{f.rel}", confined=f.confined)
+        join, url = _joiner(loc.root), loc.url.rstrip("/")
+        jobs = [FileJob(f.rel, str(f.path), join(f.rel), f.size,
+                        where=f"{f.path} -> {url}/{f.rel}", confined=f.confined)
                 for f in files]
         stats = self.run(jobs, self.upload_action(loc, digest, algo, staged), "upload", loc)
         self.log(stats.summary(verb, f"to {loc.show()}"))
@@ -453,11 +471,36 @@ class Mover:
         digests = digests or {}
         for f in files:
             _check_target(dest, f.rel)
-        jobs = [FileJob(f.rel, f.path, str(dest / f.rel), f.size, digests.get(f.rel),
-                        where=f"{loc.fs.unstrip_protocol(f.path)} -> {dest / f.rel}") for f in files]
+        join = _joiner(str(dest))  # strings, not Path objects: per-file cost matters
+        url = _file_url if loc.is_local else loc.fs.unstrip_protocol
+        jobs = [FileJob(f.rel, f.path, target, f.size, digests.get(f.rel),
+                        where=f"{url(f.path)} -> {target}")
+                for f in files for target in (join(f.rel),)]
         stats = self.run(jobs, self.download_action(loc), "download", loc)
         self.log(stats.summary("downloaded", f"from {loc.show()}"))
         return stats
+
+
+def _joiner(root: str) -> Callable[[str], str]:
+    """``join(rel)``: ``root/rel`` as ``posixpath.join(root, rel.strip("/"))`` gives it (what
+    ``Location.join`` and ``Path /`` do for a relative ``rel``), by one concatenation where
+    ``rel`` needs no stripping: a transfer joins once per file."""
+    prefix = root if root.endswith("/") else root + "/"
+
+    def join(rel: str) -> str:
+        if not rel:
+            return root
+        if rel[0] == "/" or rel[-1] == "/":
+            return posixpath.join(root, rel.strip("/"))
+        return prefix + rel
+
+    return join
+
+
+def _file_url(path: str) -> str:
+    """``file://`` + a local path (what ``LocalFileSystem.unstrip_protocol`` gives for a
+    path it listed), for messages."""
+    return f"file://{path}"
 
 
 def _check_target(dest: Path, rel: str) -> None:
