@@ -8,6 +8,13 @@ the same classes (``cli.client``), so they exit with the same codes.
 
 Adding a command group: write ``cli/<group>.py`` with a ``typer.Typer`` named ``app`` and
 add ``"<group>"`` to ``SUBAPPS``.
+
+Command groups are imported only when needed (issue 15): ``main()`` builds the app with the one
+group its command line names first (``trainyard workflow submit ...`` imports
+``cli.workflow`` and nothing of ``dataset``, ``pool``, ...), and with every group when it names
+none (``trainyard --help``, shell completion, an unknown command: each lists every group).
+``app`` (every group) is built on first access, for tests and tools that inspect the tree.
+Values of the simple types are converted without pydantic (``cli.lean_typer``).
 """
 
 from __future__ import annotations
@@ -15,15 +22,16 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
 from trainyard import __version__
+from trainyard.cli.lean_typer import use_plain_conversion
 from trainyard.errors import SpecError, TrainyardError
 
-__all__ = ["app", "main", "exit_now", "SUBAPPS", "MULTI_VALUE_FLAGS", "EXIT_CODES",
-           "expand_multi_value_flags"]
+__all__ = ["app", "main", "exit_now", "build_app", "groups_for", "SUBAPPS", "MULTI_VALUE_FLAGS",
+           "EXIT_CODES", "expand_multi_value_flags"]
 
 SUBAPPS: tuple[str, ...] = ("workflow", "task", "app", "pool", "resource", "server", "dataset",
                             "data")
@@ -48,17 +56,11 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 
 _EXIT_TABLE = "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES)
 
-app = typer.Typer(
-    name="trainyard",
-    help="Run NVIDIA OSMO workflow specs on this machine, Slurm or Kubernetes.",
-    epilog=f"\b\nExit codes:\n{_EXIT_TABLE}",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-)
+if TYPE_CHECKING:
+    app: typer.Typer
+    """Every command group and ``version`` (built on first access: ``__getattr__``)."""
 
 
-@app.command()
 def version() -> None:
     """Print trainyard's version, and the server's when one answers (never starts one)."""
     from trainyard.cli.client import server_version
@@ -69,13 +71,40 @@ def version() -> None:
         typer.echo(f"server {server[1]} at {server[0]}")
 
 
-def _register_subapps() -> None:
+def build_app(groups: Sequence[str] = SUBAPPS) -> typer.Typer:
+    """The ``trainyard`` typer app: ``version`` and the command groups of ``groups`` (each
+    imported now, in ``SUBAPPS`` order; give at least one, or typer makes ``version`` the
+    whole program)."""
+    root = typer.Typer(
+        name="trainyard",
+        help="Run NVIDIA OSMO workflow specs on this machine, Slurm or Kubernetes.",
+        epilog=f"\b\nExit codes:\n{_EXIT_TABLE}",
+        no_args_is_help=True,
+        add_completion=True,
+        pretty_exceptions_enable=False,
+    )
+    root.command()(version)
     for name in SUBAPPS:
-        module = importlib.import_module(f"trainyard.cli.{name}")
-        app.add_typer(module.app, name=name)
+        if name in groups:
+            root.add_typer(importlib.import_module(f"trainyard.cli.{name}").app, name=name)
+    return root
 
 
-_register_subapps()
+def groups_for(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command groups a command line needs: the group it names first (its first word),
+    else every group (``--help``, completion, ``version``, an unknown or no command, so
+    that click lists them all)."""
+    if argv and argv[0] in SUBAPPS:
+        return (argv[0],)
+    return SUBAPPS
+
+
+def __getattr__(name: str) -> typer.Typer:
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    built = build_app()
+    globals()["app"] = built
+    return built
 
 
 def expand_multi_value_flags(argv: Sequence[str]) -> list[str]:
@@ -128,7 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str]) -> int:
     args = expand_multi_value_flags(argv)
-    command = typer.main.get_command(app)
+    command = typer.main.get_command(build_app(groups_for(args)))
+    use_plain_conversion(command)  # str, list[str] and choices converted without pydantic
     try:
         command.main(args=args, prog_name="trainyard", standalone_mode=True)
     except TrainyardError as exc:
