@@ -18,8 +18,8 @@ from trainyard.errors import SpecProblem
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["Format", "FormatOption", "console", "err_console", "emit", "table", "human_bytes", "short_time",
-           "spec_warnings", "print_spec_warnings"]
+__all__ = ["Format", "FormatOption", "console", "err_console", "rich_console", "emit", "table",
+           "human_bytes", "short_time", "spec_warnings", "print_spec_warnings"]
 
 
 
@@ -44,6 +44,13 @@ class _LazyConsole:
 
 console = cast("Console", _LazyConsole(highlight=False, soft_wrap=True))
 err_console = cast("Console", _LazyConsole(stderr=True, highlight=False, soft_wrap=True))
+
+
+def rich_console(view: Console) -> Console:
+    """The real ``rich.console.Console`` of ``console`` or ``err_console`` (made now), for a
+    rich API that takes one (a progress bar: its ``Live`` display enters the console); any
+    other console as it is. Printing needs none: ``console.print`` works as it is."""
+    return view._real() if isinstance(view, _LazyConsole) else view
 
 
 class Format(StrEnum):

@@ -107,3 +107,15 @@ def test_help_and_an_unknown_command_load_every_group() -> None:
             "from trainyard.cli.main import main\n"
             f"assert main({argv!r}) in (0, 2)")
         assert set(OTHER_GROUPS) | {"trainyard.cli.workflow"} <= loaded, argv
+
+
+def test_rich_is_imported_at_the_first_print_and_a_progress_bar_gets_a_real_console() -> None:
+    loaded = _loaded_after("import trainyard.cli.output")
+    assert "rich" not in loaded and "rich.console" not in loaded
+    loaded = _loaded_after(
+        "from rich.console import Console\n"
+        "from trainyard.cli import output\n"
+        "output.console.print('[dim]x[/dim]')\n"
+        "assert isinstance(output.rich_console(output.err_console), Console)\n"
+        "assert output.rich_console(output.err_console) is output.rich_console(output.err_console)")
+    assert "rich.console" in loaded
