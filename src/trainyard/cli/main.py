@@ -11,14 +11,16 @@ add ``"<group>"`` to ``SUBAPPS``.
 
 Command groups are imported only when needed (issue 15): ``main()`` builds the app with the one
 group its command line names first (``trainyard workflow submit ...`` imports
-``cli.workflow`` and nothing of ``dataset``, ``pool``, ...), and with every group when it names
-none (``trainyard --help``, shell completion, an unknown command: each lists every group).
+``cli.workflow`` and nothing of ``dataset``, ``pool``, ...), and of that group only the
+command it names next (typer builds no other); with every group and command when it names
+none (``trainyard --help``, shell completion, an unknown command: each lists every one).
 ``app`` (every group) is built on first access, for tests and tools that inspect the tree.
 Values of the simple types are converted without pydantic (``cli.lean_typer``).
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import sys
 from collections.abc import Sequence
@@ -30,8 +32,8 @@ from trainyard import __version__
 from trainyard.cli.lean_typer import use_plain_conversion
 from trainyard.errors import SpecError, TrainyardError
 
-__all__ = ["app", "main", "exit_now", "build_app", "groups_for", "SUBAPPS", "MULTI_VALUE_FLAGS",
-           "EXIT_CODES", "expand_multi_value_flags"]
+__all__ = ["app", "main", "exit_now", "build_app", "groups_for", "command_for", "SUBAPPS",
+           "MULTI_VALUE_FLAGS", "EXIT_CODES", "expand_multi_value_flags"]
 
 SUBAPPS: tuple[str, ...] = ("workflow", "task", "app", "pool", "resource", "server", "dataset",
                             "data")
@@ -71,10 +73,12 @@ def version() -> None:
         typer.echo(f"server {server[1]} at {server[0]}")
 
 
-def build_app(groups: Sequence[str] = SUBAPPS) -> typer.Typer:
+def build_app(groups: Sequence[str] = SUBAPPS, command: str | None = None) -> typer.Typer:
     """The ``trainyard`` typer app: ``version`` and the command groups of ``groups`` (each
     imported now, in ``SUBAPPS`` order; give at least one, or typer makes ``version`` the
-    whole program)."""
+    whole program). With ``command``, a group that has a command of that name holds only
+    it (``workflow submit``: typer builds none of the other ~20); one that has none keeps
+    all its commands (click then names the unknown one and lists them)."""
     root = typer.Typer(
         name="trainyard",
         help="Run NVIDIA OSMO workflow specs on this machine, Slurm or Kubernetes.",
@@ -86,8 +90,25 @@ def build_app(groups: Sequence[str] = SUBAPPS) -> typer.Typer:
     root.command()(version)
     for name in SUBAPPS:
         if name in groups:
-            root.add_typer(importlib.import_module(f"trainyard.cli.{name}").app, name=name)
+            group = importlib.import_module(f"trainyard.cli.{name}").app
+            root.add_typer(_only_command(group, command), name=name)
     return root
+
+
+def _command_name(info: typer.models.CommandInfo) -> str:
+    return info.name or typer.main.get_command_name(info.callback.__name__)  # typer's rule
+
+
+def _only_command(group: typer.Typer, command: str | None) -> typer.Typer:
+    """``group`` with only its command named ``command``; ``group`` itself when it has none
+    of that name (or ``command`` is None)."""
+    chosen = [info for info in group.registered_commands
+              if command is not None and info.callback is not None and _command_name(info) == command]
+    if not chosen:
+        return group
+    narrowed = copy.copy(group)  # the group's own lists stay as they are
+    narrowed.registered_commands = chosen
+    return narrowed
 
 
 def groups_for(argv: Sequence[str]) -> tuple[str, ...]:
@@ -97,6 +118,14 @@ def groups_for(argv: Sequence[str]) -> tuple[str, ...]:
     if argv and argv[0] in SUBAPPS:
         return (argv[0],)
     return SUBAPPS
+
+
+def command_for(argv: Sequence[str]) -> str | None:
+    """The command a command line names in its group (its second word, after a group's
+    name), else None (every command of the group is built)."""
+    if len(argv) > 1 and argv[0] in SUBAPPS and not argv[1].startswith("-"):
+        return argv[1]
+    return None
 
 
 def __getattr__(name: str) -> typer.Typer:
@@ -157,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str]) -> int:
     args = expand_multi_value_flags(argv)
-    command = typer.main.get_command(build_app(groups_for(args)))
+    command = typer.main.get_command(build_app(groups_for(args), command_for(args)))
     use_plain_conversion(command)  # str, list[str] and choices converted without pydantic
     try:
         command.main(args=args, prog_name="trainyard", standalone_mode=True)

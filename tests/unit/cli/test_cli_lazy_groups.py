@@ -1,5 +1,6 @@
-"""Only the command group a command line names is imported and built (``cli.main.groups_for``,
-issue 15); help, shell completion and an unknown command still see every group."""
+"""Only the command group a command line names is imported and built, and of it only the
+command it names (``cli.main.groups_for``, ``command_for``, issue 15); help, shell completion
+and an unknown group or command still see every one."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import sys
 
 import pytest
 
-from trainyard.cli.main import SUBAPPS, app, build_app, groups_for, main
+import typer
+
+from trainyard.cli import workflow
+from trainyard.cli.main import SUBAPPS, app, build_app, command_for, groups_for, main
 
 
 @pytest.mark.parametrize(("argv", "groups"), [
@@ -25,6 +29,40 @@ from trainyard.cli.main import SUBAPPS, app, build_app, groups_for, main
 ])
 def test_groups_for_a_command_line(argv: list[str], groups: tuple[str, ...]) -> None:
     assert groups_for(argv) == groups
+
+
+@pytest.mark.parametrize(("argv", "command"), [
+    (["workflow", "submit", "x.yaml"], "submit"),
+    (["server", "add-user", "bob"], "add-user"),
+    (["workflow"], None),
+    (["workflow", "--help"], None),
+    (["version", "x"], None),
+    ([], None),
+])
+def test_command_for_a_command_line(argv: list[str], command: str | None) -> None:
+    assert command_for(argv) == command
+
+
+def _commands_of(built: typer.Typer, group: str) -> list[str]:
+    click_group = typer.main.get_command(built)
+    return sorted(click_group.commands[group].commands)  # type: ignore[attr-defined]
+
+
+def test_a_named_command_is_the_only_one_built_and_the_group_is_left_whole() -> None:
+    before = list(workflow.app.registered_commands)
+    assert _commands_of(build_app(("workflow",), "submit"), "workflow") == ["submit"]
+    assert _commands_of(build_app(("server",), "add-user"), "server") == ["add-user"]
+    assert _commands_of(build_app(("workflow",), "list"), "workflow") == ["list"]
+    assert workflow.app.registered_commands == before
+    every = _commands_of(build_app(("workflow",), "no-such-command"), "workflow")
+    assert {"submit", "query", "list", "logs", "exec"} <= set(every)
+
+
+def test_a_named_command_runs_and_shows_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["workflow", "submit", "--help"]) == 0
+    assert "Usage: trainyard workflow submit [OPTIONS]" in " ".join(capsys.readouterr().out.split())
+    assert main(["workflow", "no-such-command"]) == 2
+    assert "No such command 'no-such-command'" in capsys.readouterr().err
 
 
 def test_a_built_app_has_version_and_the_groups_asked_for() -> None:
