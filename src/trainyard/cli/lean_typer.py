@@ -4,8 +4,9 @@ typer 0.29 converts every parameter's value through a pydantic ``TypeAdapter`` t
 on first use (``typer._coercion.build_runtime_param``), a plain ``str`` option included, so
 any command imports pydantic: about 40 ms of ``workflow submit``'s start on this machine,
 for values that are already strings. ``use_plain_conversion`` gives the parameters whose
-type is ``str``, ``bool``, ``list[str]`` or an ``Enum`` (a choice) a conversion that gives what typer's
-adapter gives, with typer's own choice matching (``typer._param_types.coerce_cli_choice``).
+type is ``str``, ``bool``, ``list[str]`` or an ``Enum`` (a choice) a conversion that gives
+what typer's adapter gives, with typer's own choice matching
+(``typer._param_types.coerce_cli_choice``).
 Any value it does not take as it is (not a string, an unknown choice) goes to typer's own
 conversion, so every error message is typer's. Other types (numbers, paths, files, custom
 parsers) keep typer's conversion.
@@ -68,8 +69,8 @@ def _choice(annotation: type[Enum], case_sensitive: bool) -> Converter:
 
 def plain_converter(annotation: Any, parameter_info: Any) -> Converter | None:
     """The plain conversion for a parameter of this type, or None (typer's own is kept):
-    ``str``, ``bool`` (a flag: typer converts no ``bool`` value, nor a missing one), ``list[str]``
-    and ``Enum`` subclasses, without a custom parser."""
+    ``str``, ``bool`` (a flag: typer converts no ``bool`` value, nor a missing one),
+    ``list[str]`` and ``Enum`` subclasses, without a custom parser."""
     if getattr(parameter_info, "parser", None) is not None:
         return None
     if annotation is str:

@@ -102,8 +102,10 @@ def _command_name(info: typer.models.CommandInfo) -> str:
 def _only_command(group: typer.Typer, command: str | None) -> typer.Typer:
     """``group`` with only its command named ``command``; ``group`` itself when it has none
     of that name (or ``command`` is None)."""
+    if command is None:
+        return group
     chosen = [info for info in group.registered_commands
-              if command is not None and info.callback is not None and _command_name(info) == command]
+              if info.callback is not None and _command_name(info) == command]
     if not chosen:
         return group
     narrowed = copy.copy(group)  # the group's own lists stay as they are
@@ -187,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(argv: Sequence[str]) -> int:
     args = expand_multi_value_flags(argv)
     command = typer.main.get_command(build_app(groups_for(args), command_for(args)))
-    use_plain_conversion(command)  # str, list[str] and choices converted without pydantic
+    use_plain_conversion(command)  # str, bool, list[str] and choices: without pydantic
     try:
         command.main(args=args, prog_name="trainyard", standalone_mode=True)
     except TrainyardError as exc:

@@ -22,7 +22,6 @@ __all__ = ["Format", "FormatOption", "console", "err_console", "rich_console", "
            "human_bytes", "short_time", "spec_warnings", "print_spec_warnings"]
 
 
-
 class _LazyConsole:
     """A ``rich.console.Console`` made (and rich imported) on first use; every attribute is
     the real console's."""
