@@ -8,7 +8,7 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainyard.cli.request import SpecBody, spec_request
@@ -25,6 +25,7 @@ def test_the_body_has_exactly_the_server_models_fields_and_defaults() -> None:
     assert SpecBody(spec_text="x").to_json() == SpecRequest(spec_text="x").model_dump()
 
 
+@settings(deadline=None)  # a loaded machine must not fail it on time
 @given(spec_text=_text, spec_name=_text, files=st.dictionaries(_text, _text, max_size=3),
        set_=_pairs, set_string=_pairs, set_env=_pairs, pool=st.none() | _text,
        labels=st.dictionaries(_text, _text, max_size=3))
