@@ -61,6 +61,10 @@ _NOT_PLAIN_NAMES = frozenset({
     "self", "loop", "caller", "varargs", "kwargs", "super",  # its special names
 })
 """Names a ``{{ name }}`` tag does not simply look up in Jinja: such a tag takes the child."""
+_PLAIN_VALUE_TYPES = (str, int, float, bool, type(None))
+"""Values written without the child: their text is short or their own (a list or mapping
+may hold one long string many times through YAML aliases: its text is made in the child,
+under its memory bound)."""
 
 
 @cache
@@ -199,8 +203,9 @@ def render(
 
 def _render_plain(text: str, context: Mapping[str, Any], output_bytes: int) -> str | None:
     """``text`` rendered as Jinja renders it, without Jinja, when its only template syntax is
-    ``{{ name }}`` tags (``_PLAIN_TAG``) of names ``context`` holds; None for any other
-    template (it takes the child), and for one whose output would pass ``output_bytes``
+    ``{{ name }}`` tags (``_PLAIN_TAG``) of names ``context`` holds with a scalar value
+    (``_PLAIN_VALUE_TYPES``); None for any other template (it takes the child), and for one
+    whose output would pass ``output_bytes``
     (the child reports that) or not UTF-8. Jinja turns ``\\r\\n`` and ``\\r`` into ``\\n``:
     a text with a ``\\r`` is left to it."""
     if "\r" in text:
@@ -215,9 +220,11 @@ def _render_plain(text: str, context: Mapping[str, Any], output_bytes: int) -> s
         name = tag.group(1)
         if name in _NOT_PLAIN_NAMES or name not in context:
             return None  # a literal, a special name, a global or an error: Jinja says
+        if type(context[name]) not in _PLAIN_VALUE_TYPES:
+            return None  # a list, a mapping, a date: the child writes it, bounded
         try:
             value = str(context[name])
-        except Exception:  # noqa: BLE001 - e.g. too deeply nested: the child reports it
+        except ValueError:  # an int of more digits than Python writes: the child says so
             return None
         pieces += (text[at:tag.start()], value)
         size += tag.start() - at + len(value)
