@@ -9,8 +9,8 @@ hostile template cannot hang or exhaust the caller; its output is bounded like a
 swapped for inert placeholders before rendering and put back after, so they pass through
 untouched whatever the template does around them.
 
-A template whose only syntax is ``{{ name }}`` of values it is given (the usual spec: no
-filter, call, block or comment) is rendered without Jinja and without the child: each tag
+A template whose only syntax is ``{{ name }}`` of scalar values it is given (the usual spec:
+no filter, call, block or comment) is rendered without Jinja and without the child: each tag
 becomes ``str(value)``, which is what Jinja writes for it here (no autoescape, no finalize),
 in linear time with the same output bound (``_render_plain``; issue 15: Jinja's import and
 the child cost the CLI's start 10-40 ms). Any other template takes the bounded child.
@@ -204,10 +204,9 @@ def render(
 def _render_plain(text: str, context: Mapping[str, Any], output_bytes: int) -> str | None:
     """``text`` rendered as Jinja renders it, without Jinja, when its only template syntax is
     ``{{ name }}`` tags (``_PLAIN_TAG``) of names ``context`` holds with a scalar value
-    (``_PLAIN_VALUE_TYPES``); None for any other template (it takes the child), and for one
-    whose output would pass ``output_bytes``
-    (the child reports that) or not UTF-8. Jinja turns ``\\r\\n`` and ``\\r`` into ``\\n``:
-    a text with a ``\\r`` is left to it."""
+    (``_PLAIN_VALUE_TYPES``). None (the child renders it) for any other template, for one
+    whose output would pass ``output_bytes`` or is not UTF-8 (the child reports that), and
+    for a text with a ``\\r`` (Jinja turns ``\\r\\n`` and ``\\r`` into ``\\n``)."""
     if "\r" in text:
         return None
     tags = list(_PLAIN_TAG.finditer(text))
@@ -217,14 +216,8 @@ def _render_plain(text: str, context: Mapping[str, Any], output_bytes: int) -> s
     pieces: list[str] = []
     size, at = 0, 0
     for tag in tags:
-        name = tag.group(1)
-        if name in _NOT_PLAIN_NAMES or name not in context:
-            return None  # a literal, a special name, a global or an error: Jinja says
-        if type(context[name]) not in _PLAIN_VALUE_TYPES:
-            return None  # a list, a mapping, a date: the child writes it, bounded
-        try:
-            value = str(context[name])
-        except ValueError:  # an int of more digits than Python writes: the child says so
+        value = _plain_value(context, tag.group(1))
+        if value is None:
             return None
         pieces += (text[at:tag.start()], value)
         size += tag.start() - at + len(value)
@@ -232,10 +225,30 @@ def _render_plain(text: str, context: Mapping[str, Any], output_bytes: int) -> s
             return None
         at = tag.end()
     pieces.append(text[at:])
-    output = "".join(pieces)
-    try:  # strict UTF-8, as the child's answer: a lone surrogate is the child's error
+    return _within("".join(pieces), output_bytes)
+
+
+def _plain_value(context: Mapping[str, Any], name: str) -> str | None:
+    """What Jinja writes for ``{{ name }}``: ``str`` of the value; None when that is not
+    a plain lookup of a scalar (a literal, a special name, a global, an undefined name, a
+    list or mapping, an int of more digits than Python writes)."""
+    if name in _NOT_PLAIN_NAMES or name not in context:
+        return None
+    value = context[name]
+    if type(value) not in _PLAIN_VALUE_TYPES:
+        return None
+    try:
+        return str(value)
+    except ValueError:  # int above sys.get_int_max_str_digits()
+        return None
+
+
+def _within(output: str, output_bytes: int) -> str | None:
+    """``output`` when it is UTF-8 (strictly, as the child's answer) of at most
+    ``output_bytes`` bytes, else None."""
+    try:
         size_bytes = len(output) if output.isascii() else len(output.encode("utf-8"))
-    except UnicodeEncodeError:
+    except UnicodeEncodeError:  # a lone surrogate
         return None
     return output if size_bytes <= output_bytes else None
 
