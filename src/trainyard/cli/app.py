@@ -14,10 +14,9 @@ import typer
 from trainyard.cli.client import Client
 from trainyard.cli.output import (Format, FormatOption, console, emit, print_spec_warnings,
                                   spec_warnings, table)
-from trainyard.cli.request import spec_request
+from trainyard.cli.request import SpecBody, spec_request
 from trainyard.cli.workflow_ops import (DryRunOpt, LabelOpt, PoolOpt, SetEnvOpt, SetStringOpt,
                                         WaitOpt, after_submit)
-from trainyard.server.schema import SpecRequest
 from trainyard.spec.values import parse_labels
 
 __all__ = ["app"]
@@ -86,12 +85,12 @@ def submit(
 ) -> None:
     """Submit app NAME as a workflow; print its id. JSON as `workflow submit`'s."""
     client = Client()
-    req = SpecRequest(spec_text="", set=set_values or [], set_string=set_strings or [],
-                      set_env=set_env or [], pool=pool, labels=parse_labels(label or []))
+    req = SpecBody(spec_text="", set=set_values or [], set_string=set_strings or [],
+                   set_env=set_env or [], pool=pool, labels=parse_labels(label or []))
     params: dict[str, object] = {"dry_run": dry_run}
     if version:
         params["version"] = version
-    data = client.json("POST", f"/api/app/{name}/submit", params=params, json=req.model_dump())
+    data = client.json("POST", f"/api/app/{name}/submit", params=params, json=req.to_json())
     after_submit(client, data, fmt, dry_run=dry_run, wait=wait)
 
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from trainyard.cli.output import Format, FormatOption, emit, err_console, human_bytes, table
+from trainyard.cli.output import (Format, FormatOption, emit, err_console, human_bytes,
+                                  rich_console, table)
 
 if TYPE_CHECKING:
     from trainyard.data.transfer import Mover
@@ -43,7 +44,7 @@ def mover_with_progress(quiet: bool) -> Iterator[Mover]:
     from trainyard.data.progress import RichProgress
     from trainyard.data.transfer import Mover
 
-    with RichProgress(err_console, enabled=not quiet) as bar:
+    with RichProgress(rich_console(err_console), enabled=not quiet) as bar:
         log = None if quiet else (lambda line: err_console.print(line, markup=False))
         yield Mover(log=log, progress=bar)
 

@@ -8,22 +8,32 @@ the same classes (``cli.client``), so they exit with the same codes.
 
 Adding a command group: write ``cli/<group>.py`` with a ``typer.Typer`` named ``app`` and
 add ``"<group>"`` to ``SUBAPPS``.
+
+Command groups are imported only when needed (issue 15): ``main()`` builds the app with the one
+group its command line names first (``trainyard workflow submit ...`` imports
+``cli.workflow`` and nothing of ``dataset``, ``pool``, ...), and of that group only the
+command it names next (typer builds no other); with every group and command when it names
+none (``trainyard --help``, shell completion, an unknown command: each lists every one).
+``app`` (every group) is built on first access, for tests and tools that inspect the tree.
+Values of the simple types are converted without pydantic (``cli.lean_typer``).
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
 from trainyard import __version__
+from trainyard.cli.lean_typer import use_plain_conversion
 from trainyard.errors import SpecError, TrainyardError
 
-__all__ = ["app", "main", "exit_now", "SUBAPPS", "MULTI_VALUE_FLAGS", "EXIT_CODES",
-           "expand_multi_value_flags"]
+__all__ = ["app", "main", "exit_now", "build_app", "groups_for", "command_for", "SUBAPPS",
+           "MULTI_VALUE_FLAGS", "EXIT_CODES", "expand_multi_value_flags"]
 
 SUBAPPS: tuple[str, ...] = ("workflow", "task", "app", "pool", "resource", "server", "dataset",
                             "data")
@@ -48,17 +58,11 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 
 _EXIT_TABLE = "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES)
 
-app = typer.Typer(
-    name="trainyard",
-    help="Run NVIDIA OSMO workflow specs on this machine, Slurm or Kubernetes.",
-    epilog=f"\b\nExit codes:\n{_EXIT_TABLE}",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-)
+if TYPE_CHECKING:
+    app: typer.Typer
+    """Every command group and ``version`` (built on first access: ``__getattr__``)."""
 
 
-@app.command()
 def version() -> None:
     """Print trainyard's version, and the server's when one answers (never starts one)."""
     from trainyard.cli.client import server_version
@@ -69,13 +73,69 @@ def version() -> None:
         typer.echo(f"server {server[1]} at {server[0]}")
 
 
-def _register_subapps() -> None:
+def build_app(groups: Sequence[str] = SUBAPPS, command: str | None = None) -> typer.Typer:
+    """The ``trainyard`` typer app: ``version`` and the command groups of ``groups`` (each
+    imported now, in ``SUBAPPS`` order; give at least one, or typer makes ``version`` the
+    whole program). With ``command``, a group that has a command of that name holds only
+    it (``workflow submit``: typer builds none of the other ~20); one that has none keeps
+    all its commands (click then names the unknown one and lists them)."""
+    root = typer.Typer(
+        name="trainyard",
+        help="Run NVIDIA OSMO workflow specs on this machine, Slurm or Kubernetes.",
+        epilog=f"\b\nExit codes:\n{_EXIT_TABLE}",
+        no_args_is_help=True,
+        add_completion=True,
+        pretty_exceptions_enable=False,
+    )
+    root.command()(version)
     for name in SUBAPPS:
-        module = importlib.import_module(f"trainyard.cli.{name}")
-        app.add_typer(module.app, name=name)
+        if name in groups:
+            group = importlib.import_module(f"trainyard.cli.{name}").app
+            root.add_typer(_only_command(group, command), name=name)
+    return root
 
 
-_register_subapps()
+def _command_name(info: typer.models.CommandInfo) -> str:
+    return info.name or typer.main.get_command_name(info.callback.__name__)  # typer's rule
+
+
+def _only_command(group: typer.Typer, command: str | None) -> typer.Typer:
+    """``group`` with only its command named ``command``; ``group`` itself when it has none
+    of that name (or ``command`` is None)."""
+    if command is None:
+        return group
+    chosen = [info for info in group.registered_commands
+              if info.callback is not None and _command_name(info) == command]
+    if not chosen:
+        return group
+    narrowed = copy.copy(group)  # the group's own lists stay as they are
+    narrowed.registered_commands = chosen
+    return narrowed
+
+
+def groups_for(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command groups a command line needs: the group it names first (its first word),
+    else every group (``--help``, completion, ``version``, an unknown or no command, so
+    that click lists them all)."""
+    if argv and argv[0] in SUBAPPS:
+        return (argv[0],)
+    return SUBAPPS
+
+
+def command_for(argv: Sequence[str]) -> str | None:
+    """The command a command line names in its group (its second word, after a group's
+    name), else None (every command of the group is built)."""
+    if len(argv) > 1 and argv[0] in SUBAPPS and not argv[1].startswith("-"):
+        return argv[1]
+    return None
+
+
+def __getattr__(name: str) -> typer.Typer:
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    built = build_app()
+    globals()["app"] = built
+    return built
 
 
 def expand_multi_value_flags(argv: Sequence[str]) -> list[str]:
@@ -128,7 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str]) -> int:
     args = expand_multi_value_flags(argv)
-    command = typer.main.get_command(app)
+    command = typer.main.get_command(build_app(groups_for(args), command_for(args)))
+    use_plain_conversion(command)  # str, bool, list[str] and choices: without pydantic
     try:
         command.main(args=args, prog_name="trainyard", standalone_mode=True)
     except TrainyardError as exc:

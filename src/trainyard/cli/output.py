@@ -1,23 +1,55 @@
-"""How the CLI prints: tables for people (rich), ``--format json`` for scripts."""
+"""How the CLI prints: tables for people (rich), ``--format json`` for scripts.
+
+rich is imported when something is first printed through ``console`` or ``err_console`` (or
+a ``table``), not when a command starts: it costs the start about 13 ms (issue 15), and a
+plain line needs none of it (``typer.echo``).
+"""
 
 from __future__ import annotations
 
 import json
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 from trainyard.errors import SpecProblem
 
-__all__ = ["Format", "FormatOption", "console", "err_console", "emit", "table", "human_bytes", "short_time",
-           "spec_warnings", "print_spec_warnings"]
+if TYPE_CHECKING:
+    from rich.console import Console
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+__all__ = ["Format", "FormatOption", "console", "err_console", "rich_console", "emit", "table",
+           "human_bytes", "short_time", "spec_warnings", "print_spec_warnings"]
+
+
+class _LazyConsole:
+    """A ``rich.console.Console`` made (and rich imported) on first use; every attribute is
+    the real console's."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def _real(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real(), name)
+
+
+console = cast("Console", _LazyConsole(highlight=False, soft_wrap=True))
+err_console = cast("Console", _LazyConsole(stderr=True, highlight=False, soft_wrap=True))
+
+
+def rich_console(view: Console) -> Console:
+    """The real ``rich.console.Console`` of ``console`` or ``err_console`` (made now), for a
+    rich API that takes one (a progress bar: its ``Live`` display enters the console); any
+    other console as it is. Printing needs none: ``console.print`` works as it is."""
+    return view._real() if isinstance(view, _LazyConsole) else view
 
 
 class Format(StrEnum):
@@ -41,6 +73,10 @@ def table(columns: list[str], rows: list[list[Any]], title: str | None = None) -
     (so the usual tables fit 80 columns). No cell is cut short: on a terminal long cells
     wrap; into a pipe or file the table takes the width it needs, one line per row (ids
     stay whole for grep)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
     out = Table(title=title, show_lines=False, header_style="bold", box=box.SIMPLE_HEAD,
                 show_edge=False, padding=(0, 1, 0, 0), title_justify="left")
     for column in columns:

@@ -3,11 +3,17 @@
 The CLI renders the spec locally only to find which ``localpath`` files it names; it reads
 them under the spec's folder with the spec layer's rules (no escape by ``..`` or symlink),
 and the server renders and validates the spec again, as OSMO does.
+
+The body is a plain dataclass (``SpecBody``), not the server's pydantic model: importing
+pydantic and building the model cost the CLI's start about 55 ms (issue 15). The server's
+``server.schema.SpecRequest`` stays the contract; a unit test checks that it reads every
+body built here unchanged (``tests/unit/cli/test_cli_request_body.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +21,30 @@ import yaml
 
 from trainyard import spec as specapi
 from trainyard.errors import SpecError, SpecProblem
-from trainyard.server.schema import SpecRequest
 from trainyard.spec.localfiles import LocalFiles
 
-__all__ = ["spec_request", "localpaths"]
+__all__ = ["SpecBody", "spec_request", "localpaths"]
+
+_SAFE_LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class SpecBody:
+    """A spec as the CLI sends it (the JSON of the server's ``SpecRequest``): the text, its
+    ``localpath`` files inlined (path as written: text), and the command line's values."""
+
+    spec_text: str
+    spec_name: str = "spec.yaml"
+    files: dict[str, str] = field(default_factory=dict)
+    set: list[str] = field(default_factory=list)
+    set_string: list[str] = field(default_factory=list)
+    set_env: list[str] = field(default_factory=list)
+    pool: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The request body: every field, by its name (``None`` for no pool)."""
+        return asdict(self)
 
 
 def _tasks(workflow: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -30,8 +56,8 @@ def _tasks(workflow: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def localpaths(rendered: str) -> list[str]:
     """Every ``files[].localpath`` of a rendered spec, in order, without repeats."""
-    try:
-        data = yaml.safe_load(rendered) or {}
+    try:  # libyaml where PyYAML has it, as the server's parser (5-10x PyYAML's own here)
+        data = yaml.load(rendered, Loader=_SAFE_LOADER) or {}
     except yaml.YAMLError:
         return []  # the server reports the syntax error with its line
     workflow = data.get("workflow") if isinstance(data, dict) else None
@@ -46,7 +72,7 @@ def localpaths(rendered: str) -> list[str]:
 
 def spec_request(path: Path, *, set_values: list[str], set_strings: list[str],
                  set_env: list[str], pool: str | None = None,
-                 labels: dict[str, str] | None = None) -> SpecRequest:
+                 labels: dict[str, str] | None = None) -> SpecBody:
     """The request for the spec at ``path`` with its ``localpath`` files.
 
     Raises:
@@ -73,5 +99,5 @@ def spec_request(path: Path, *, set_values: list[str], set_strings: list[str],
     if problems:
         raise SpecError(problems)
     specapi.check_source_size(text, files, file=str(path))
-    return SpecRequest(spec_text=text, spec_name=str(path), files=files, set=set_values,
-                       set_string=set_strings, set_env=set_env, pool=pool, labels=labels or {})
+    return SpecBody(spec_text=text, spec_name=str(path), files=files, set=set_values,
+                    set_string=set_strings, set_env=set_env, pool=pool, labels=labels or {})

@@ -20,9 +20,8 @@ import typer
 from trainyard import spec
 from trainyard.cli.client import Client, running_server_client
 from trainyard.cli.output import Format, FormatOption, emit, print_spec_warnings, spec_warnings
-from trainyard.cli.request import spec_request
+from trainyard.cli.request import SpecBody, spec_request
 from trainyard.errors import SpecError, SpecProblem
-from trainyard.server.schema import SpecRequest
 
 if TYPE_CHECKING:  # pools (its models, psutil: ~30 ms) only for a check here (issue 15)
     from trainyard.pools import Pool
@@ -92,7 +91,7 @@ def _parse(rendered: str, path: Path, options: SpecOptions) -> spec.SpecDocument
 
 def _server_request(path: Path, set_: list[str] | None, set_string: list[str] | None,
                     set_env: list[str] | None, label: list[str] | None,
-                    pool: str | None) -> SpecRequest:
+                    pool: str | None) -> SpecBody:
     """The request for the server, after the same checks of the options as locally."""
     SpecOptions.parse(set_, set_string, set_env, label, pool)
     return spec_request(path, set_values=set_ or [], set_strings=set_string or [],
@@ -159,7 +158,7 @@ def _validate(path: Path, set_: list[str] | None, set_string: list[str] | None,
         options = SpecOptions.parse(set_, set_string, set_env, label, pool)
         return _validate_locally(path, options)
     req = _server_request(path, set_, set_string, set_env, label, pool)
-    answer = client.json("POST", "/api/workflow/validate", json=req.model_dump())
+    answer = client.json("POST", "/api/workflow/validate", json=req.to_json())
     return {**answer, "server": client.url, "warnings": answer.get("warnings", [])}
 
 
@@ -213,7 +212,7 @@ def _checked_spec(path: Path, set_: list[str] | None, set_string: list[str] | No
     else:
         req = _server_request(path, set_, set_string, set_env, label, pool)
         answer = client.json("POST", "/api/workflow/spec", params={"format": "json"},
-                             json=req.model_dump())
+                             json=req.to_json())
         rendered, warnings = answer["spec"], spec_warnings(answer)
     print_spec_warnings(warnings)
     return rendered

@@ -14,10 +14,9 @@ import threading
 from enum import Enum
 import time
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
-from rich.console import Console
 
 from trainyard.cli.client import Client
 from trainyard.cli.output import (
@@ -31,11 +30,13 @@ from trainyard.cli.output import (
     spec_warnings,
     table,
 )
-from trainyard.cli.request import spec_request
+from trainyard.cli.request import SpecBody, spec_request
 from trainyard.engine.status import WorkflowStatus
 from trainyard.errors import RefusedError, SpecError, SpecProblem, TrainyardError
-from trainyard.server.schema import SpecRequest
 from trainyard.spec.values import parse_labels
+
+if TYPE_CHECKING:  # rich is imported when the first progress line is printed (cli.output)
+    from rich.console import Console
 
 __all__ = ["register", "wait_for", "finish_wait", "after_submit", "print_dry_run",
            "looks_like_workflow_id"]
@@ -62,7 +63,7 @@ def looks_like_workflow_id(text: str) -> bool:
 
 
 def _request(spec: str, *, set_values: list[str], set_strings: list[str], set_env: list[str],
-             pool: str | None, labels: list[str]) -> SpecRequest | None:
+             pool: str | None, labels: list[str]) -> SpecBody | None:
     """The request for a spec file; None when ``spec`` is no file but looks like a workflow
     id. Raises SpecError when it is neither (the file does not exist)."""
     path = Path(spec)
@@ -261,13 +262,13 @@ def submit(
                    set_env=_flat(set_env), pool=pool, labels=label or [])
     client = Client()
     if req is None:
-        overrides = SpecRequest(spec_text="", set=_flat(set_values), set_string=_flat(set_strings),
-                                set_env=_flat(set_env), pool=pool, labels=parse_labels(label or []))
+        overrides = SpecBody(spec_text="", set=_flat(set_values), set_string=_flat(set_strings),
+                             set_env=_flat(set_env), pool=pool, labels=parse_labels(label or []))
         result = client.json("POST", f"/api/workflow/{spec}/resubmit",
-                             params={"dry_run": dry_run}, json=overrides.model_dump())
+                             params={"dry_run": dry_run}, json=overrides.to_json())
     else:
         result = client.json("POST", "/api/workflow", params={"dry_run": dry_run},
-                             json=req.model_dump())
+                             json=req.to_json())
     after_submit(client, result, fmt, dry_run=dry_run, wait=wait, logs=logs)
 
 
@@ -279,10 +280,10 @@ def after_submit(client: Client, result: dict[str, Any], fmt: Format, *, dry_run
     if dry_run:
         emit(result, fmt, print_dry_run)
     elif not wait:
-        emit(result, fmt, lambda d: console.print(f"Workflow submitted: {d['id']}"))
+        emit(result, fmt, lambda d: typer.echo(f"Workflow submitted: {d['id']}"))
     else:
         if fmt is Format.table:
-            console.print(f"Workflow submitted: {result['id']}")
+            typer.echo(f"Workflow submitted: {result['id']}")
         finish_wait(client, result["id"], fmt, logs=logs)
 
 

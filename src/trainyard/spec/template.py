@@ -9,6 +9,12 @@ hostile template cannot hang or exhaust the caller; its output is bounded like a
 swapped for inert placeholders before rendering and put back after, so they pass through
 untouched whatever the template does around them.
 
+A template whose only syntax is ``{{ name }}`` of scalar values it is given (the usual spec:
+no filter, call, block or comment) is rendered without Jinja and without the child: each tag
+becomes ``str(value)``, which is what Jinja writes for it here (no autoescape, no finalize),
+in linear time with the same output bound (``_render_plain``; issue 15: Jinja's import and
+the child cost the CLI's start 10-40 ms). Any other template takes the bounded child.
+
 Sources: OSMO docs, "Templates and special tokens" (default-values, ``--set``, tokens);
 OSMO service defaults for template rendering (0.5 s, 100 MiB).
 """
@@ -25,15 +31,16 @@ import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import jinja2
-from jinja2.sandbox import SandboxedEnvironment
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from trainyard.errors import SpecError, SpecProblem
 from trainyard.spec.size import MAX_SPEC_BYTES, check_spec_size, describe_bytes, text_bytes
 from trainyard.spec.tokens import TOKEN_PATTERN
 from trainyard.spec.yamlsource import parse_yaml
+
+if TYPE_CHECKING:
+    from jinja2.sandbox import SandboxedEnvironment
 
 __all__ = ["RenderLimits", "DEFAULT_LIMITS", "render", "extract_default_values"]
 
@@ -44,9 +51,31 @@ _DEFAULT_VALUES = re.compile(r"^default-values[ \t]*:", re.MULTILINE)
 _TOP_LEVEL_LINE = re.compile(r"^[^\s#]", re.MULTILINE)
 _UNDEFINED = re.compile(r"^'([^']+)' is undefined$")
 _JINJA_SYNTAX = re.compile(r"\{[{%#]")
-_ENV = SandboxedEnvironment(
-    undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
-)
+_TAG_START = re.compile(r"\{(?=[{%#])")
+"""Every place Jinja may start a tag (overlapping: ``{{{`` has two)."""
+_PLAIN_TAG = re.compile(r"\{\{[ \t]*([A-Za-z_][A-Za-z0-9_]*)[ \t]*\}\}")
+"""``{{ name }}``: a variable and nothing else (no ``-`` whitespace control, no filter)."""
+_NOT_PLAIN_NAMES = frozenset({
+    "true", "false", "none", "True", "False", "None",  # Jinja's literals
+    "and", "or", "not", "in", "is", "if", "else", "elif", "for", "recursive",  # its words
+    "self", "loop", "caller", "varargs", "kwargs", "super",  # its special names
+})
+"""Names a ``{{ name }}`` tag does not simply look up in Jinja: such a tag takes the child."""
+_PLAIN_VALUE_TYPES = (str, int, float, bool, type(None))
+"""Values written without the child: their text is short or their own (a list or mapping
+may hold one long string many times through YAML aliases: its text is made in the child,
+under its memory bound)."""
+
+
+@cache
+def _environment() -> SandboxedEnvironment:
+    """The Jinja sandbox (jinja2 imported on first use: a plain template needs none)."""
+    import jinja2
+    from jinja2.sandbox import SandboxedEnvironment
+
+    return SandboxedEnvironment(
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+    )
 
 
 @dataclass(frozen=True)
@@ -159,15 +188,69 @@ def render(
     protected, tokens = _protect_tokens(text)
     if not _JINJA_SYNTAX.search(protected):
         return text
-    effective = limits.for_template(len(protected), len(_JINJA_SYNTAX.findall(protected)))
-    try:
-        output = _render_in_child(protected, context, effective)
-    except _RenderFailure as exc:
-        raise _spec_error(_describe(exc, effective), exc.line, file, "") from None
+    output = _render_plain(protected, context, limits.output_bytes)
+    if output is None:
+        effective = limits.for_template(len(protected), len(_JINJA_SYNTAX.findall(protected)))
+        try:
+            output = _render_in_child(protected, context, effective)
+        except _RenderFailure as exc:
+            raise _spec_error(_describe(exc, effective), exc.line, file, "") from None
     rendered = _restore_tokens(output, tokens)
     if len(rendered) != len(output):  # tokens are longer than their placeholders
         check_spec_size(text_bytes(rendered), what="the rendered spec", file=file)
     return rendered
+
+
+def _render_plain(text: str, context: Mapping[str, Any], output_bytes: int) -> str | None:
+    """``text`` rendered as Jinja renders it, without Jinja, when its only template syntax is
+    ``{{ name }}`` tags (``_PLAIN_TAG``) of names ``context`` holds with a scalar value
+    (``_PLAIN_VALUE_TYPES``). None (the child renders it) for any other template, for one
+    whose output would pass ``output_bytes`` or is not UTF-8 (the child reports that), and
+    for a text with a ``\\r`` (Jinja turns ``\\r\\n`` and ``\\r`` into ``\\n``)."""
+    if "\r" in text:
+        return None
+    tags = list(_PLAIN_TAG.finditer(text))
+    starts = {tag.start() for tag in tags}
+    if any(start.start() not in starts for start in _TAG_START.finditer(text)):
+        return None  # a block, a comment, or a tag with more than a name
+    pieces: list[str] = []
+    size, at = 0, 0
+    for tag in tags:
+        value = _plain_value(context, tag.group(1))
+        if value is None:
+            return None
+        pieces += (text[at:tag.start()], value)
+        size += tag.start() - at + len(value)
+        if size > output_bytes:
+            return None
+        at = tag.end()
+    pieces.append(text[at:])
+    return _within("".join(pieces), output_bytes)
+
+
+def _plain_value(context: Mapping[str, Any], name: str) -> str | None:
+    """What Jinja writes for ``{{ name }}``: ``str`` of the value; None when that is not
+    a plain lookup of a scalar (a literal, a special name, a global, an undefined name, a
+    list or mapping, an int of more digits than Python writes)."""
+    if name in _NOT_PLAIN_NAMES or name not in context:
+        return None
+    value = context[name]
+    if type(value) not in _PLAIN_VALUE_TYPES:
+        return None
+    try:
+        return str(value)
+    except ValueError:  # int above sys.get_int_max_str_digits()
+        return None
+
+
+def _within(output: str, output_bytes: int) -> str | None:
+    """``output`` when it is UTF-8 (strictly, as the child's answer) of at most
+    ``output_bytes`` bytes, else None."""
+    try:
+        size_bytes = len(output) if output.isascii() else len(output.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate
+        return None
+    return output if size_bytes <= output_bytes else None
 
 
 def _protect_tokens(text: str) -> tuple[str, list[str]]:
@@ -191,6 +274,7 @@ def _restore_tokens(text: str, tokens: list[str]) -> str:
 
 
 def _render_in_child(text: str, context: dict[str, Any], limits: RenderLimits) -> str:
+    _environment()  # jinja2 imported here, once: the child inherits it (a server renders often)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
@@ -290,9 +374,11 @@ def _cap_resources(limits: RenderLimits) -> None:  # pragma: no cover - child on
 
 
 def _render_payload(text: str, context: dict[str, Any], output_bytes: int) -> bytes:
+    import jinja2
+
     failure: tuple[str, str, int | None] | None = None
     try:
-        output = _ENV.from_string(text).render(context).encode("utf-8")
+        output = _environment().from_string(text).render(context).encode("utf-8")
         if len(output) <= output_bytes:
             return b"O" + output
         failure = ("output", str(len(output)), None)

@@ -1,6 +1,9 @@
 """The command line starts without the layers ``workflow submit`` never needs (issue 15):
 no data layer (fsspec and its protocols), no spec models, no engine, no server app, no pools
-(``trainyard.home`` finds the home), and no httpx command line or trio (``cli.lean_http``)."""
+(``trainyard.home`` finds the home), and no httpx command line or trio (``cli.lean_http``);
+and ``workflow submit`` imports only its own command group, no pydantic (``cli.request``'s
+body, ``cli.lean_typer``), no rich before it prints (``cli.output``) and no Jinja for a plain
+template (``spec.template``). Asserted on which modules are loaded, never on time."""
 
 from __future__ import annotations
 
@@ -13,6 +16,13 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "torchrun_multinode
 HEAVY = ("fsspec", "trainyard.data.urls", "trainyard.data.transfer", "trainyard.spec.models",
          "trainyard.engine.reconciler", "trainyard.store.db", "fastapi", "sqlalchemy", "torch",
          "trainyard.pools", "httpx._main", "trio")
+
+
+SUBMIT_HEAVY = ("pydantic", "pydantic_core", "typer._adapters", "trainyard.server.schema",
+                "rich", "rich.console", "jinja2")
+"""Not loaded by ``workflow submit`` of a plain spec (its localpath files read, its body sent)."""
+OTHER_GROUPS = tuple(f"trainyard.cli.{name}" for name in ("task", "app", "pool", "resource",
+                                                           "server", "dataset", "data"))
 
 
 def _loaded_after(code: str) -> set[str]:
@@ -55,3 +65,57 @@ def test_the_data_commands_still_load_the_data_layer_when_run(tmp_path: Path) ->
         "from trainyard.cli.main import main\n"
         f"assert main(['data', 'list', {str(tmp_path)!r}]) == 0")
     assert "trainyard.data.urls" in loaded and "fsspec" in loaded
+
+
+def _submit(tmp_path: Path, *args: str) -> str:
+    """``main(["workflow", "submit", ...])`` against a port where nothing listens: the spec
+    is read, rendered and its request built and sent (exit 7: nothing answered)."""
+    return (f"import os\n"
+            f"os.environ['TRAINYARD_HOME'] = {str(tmp_path)!r}\n"
+            "os.environ['TRAINYARD_SERVER_URL'] = 'http://127.0.0.1:9'\n"
+            "from trainyard.cli.main import main\n"
+            f"assert main(['workflow', 'submit', {str(EXAMPLE)!r}, '--set', "
+            f"'n_gpus_per_node=1', {', '.join(map(repr, args))}]) == 7\n")
+
+
+def test_workflow_submit_loads_its_group_only_and_no_pydantic_rich_or_jinja(tmp_path: Path) -> None:
+    loaded = _loaded_after(_submit(tmp_path, "--dry-run"))
+    assert {"trainyard.cli.workflow", "trainyard.cli.request", "httpcore"} <= loaded
+    assert not loaded & set(SUBMIT_HEAVY + OTHER_GROUPS + HEAVY), \
+        sorted(loaded & set(SUBMIT_HEAVY + OTHER_GROUPS + HEAVY))
+
+
+def test_workflow_submit_wait_loads_no_more_before_its_request(tmp_path: Path) -> None:
+    loaded = _loaded_after(_submit(tmp_path, "--wait", "--format", "json"))
+    assert not loaded & set(SUBMIT_HEAVY + OTHER_GROUPS + HEAVY), \
+        sorted(loaded & set(SUBMIT_HEAVY + OTHER_GROUPS + HEAVY))
+
+
+def test_a_spec_with_a_filter_still_renders_with_jinja(tmp_path: Path) -> None:
+    spec = tmp_path / "filter.yaml"
+    spec.write_text(EXAMPLE.read_text().replace("{{ output_dataset }}", "{{ output_dataset|lower }}"))
+    loaded = _loaded_after(
+        "from pathlib import Path\n"
+        "from trainyard.cli.request import spec_request\n"
+        f"spec_request(Path({str(spec)!r}), set_values=[], set_strings=[], set_env=[])")
+    assert "jinja2" in loaded
+
+
+def test_help_and_an_unknown_command_load_every_group() -> None:
+    for argv in (["--help"], ["no-such-command"]):
+        loaded = _loaded_after(
+            "from trainyard.cli.main import main\n"
+            f"assert main({argv!r}) in (0, 2)")
+        assert set(OTHER_GROUPS) | {"trainyard.cli.workflow"} <= loaded, argv
+
+
+def test_rich_is_imported_at_the_first_print_and_a_progress_bar_gets_a_real_console() -> None:
+    loaded = _loaded_after("import trainyard.cli.output")
+    assert "rich" not in loaded and "rich.console" not in loaded
+    loaded = _loaded_after(
+        "from rich.console import Console\n"
+        "from trainyard.cli import output\n"
+        "output.console.print('[dim]x[/dim]')\n"
+        "assert isinstance(output.rich_console(output.err_console), Console)\n"
+        "assert output.rich_console(output.err_console) is output.rich_console(output.err_console)")
+    assert "rich.console" in loaded
