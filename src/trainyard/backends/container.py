@@ -103,6 +103,11 @@ class ContainerPlan:
         hosts_file: bound read-only at ``/etc/hosts`` (None: podman's).
         files: absolute paths (inside) of the task's files, each bound from ``root_dir``.
         writable: host folders bound read-write at the same path.
+        volumes: the pool-allowed ``volumeMounts`` as ``(host folder, path inside)``, bound
+            read-write; the runner first mounts each host folder over itself idmapped in its
+            own mount namespace (``runner.safefs.idmap_in_place``: the host's root seen as
+            the container's), in which podman then runs, so the container's root writes them
+            as the bubblewrap sandbox's does.
         conf: podman's ``containers.conf`` (``containers_conf``; None: the host's).
         seccomp: the seccomp profile (``seccomp_profile``; None: podman's default).
     """
@@ -115,6 +120,7 @@ class ContainerPlan:
     hosts_file: Path | None = None
     files: tuple[str, ...] = ()
     writable: tuple[str, ...] = field(default_factory=tuple)
+    volumes: tuple[tuple[str, str], ...] = ()
     conf: Path | None = None
     seccomp: Path | None = None
 
@@ -160,12 +166,14 @@ def _bind(host: str, inside: str, readonly: bool = False) -> list[str]:
 def _bind_args(plan: ContainerPlan) -> list[str]:
     args = _bind(str(plan.root_dir / "tmp"), "/tmp")
     args += _bind(str(plan.root_dir) + OSMO_WORKSPACE, OSMO_WORKSPACE)  # made by _prepare
-    shown = ["/tmp", OSMO_WORKSPACE, *plan.writable]
+    shown = ["/tmp", OSMO_WORKSPACE, *plan.writable, *(inside for _, inside in plan.volumes)]
     for path in plan.files:
         if not any(_under(path, folder) for folder in shown):
             args += _bind(str(plan.root_dir) + path, path)
     for folder in sorted(set(plan.writable), key=lambda p: (len(Path(p).parts), p)):
         args += _bind(folder, folder)
+    for host, inside in sorted(set(plan.volumes), key=lambda v: (len(Path(v[1]).parts), v)):
+        args += _bind(host, inside)
     if plan.hosts_file is not None:
         args += _bind(str(plan.hosts_file), "/etc/hosts", readonly=True)
     return args
@@ -259,9 +267,11 @@ def container_userns(plan: ContainerPlan) -> UserNamespace:
 
 def container_mounts(plan: ContainerPlan) -> dict[str, str]:
     """Where the runner writes what the container shows (``SandboxSettings.mounts``): files
-    under ``root_dir`` (``/``), the same-path folders as themselves."""
+    under ``root_dir`` (``/``), the same-path folders as themselves, a volume's path inside
+    as its host folder."""
     mounts = {"/": str(plan.root_dir)}
     mounts.update({folder: folder for folder in plan.writable})
+    mounts.update({inside: host for host, inside in plan.volumes})
     return mounts
 
 

@@ -707,11 +707,13 @@ class LocalBackend:
             hosts_file=request.run_dir / "sandbox" / "hosts", files=files,
             writable=tuple(str(d) for d in request.writable_dirs
                            if Path(d) != request.run_dir),
+            volumes=self._volumes(run),
             conf=container.containers_conf(self.state_dir),
             seccomp=container.seccomp_profile(self.state_dir))
         run.sandbox.command_prefix = container.podman_argv(plan)
         run.sandbox.mounts = container.container_mounts(plan)
         run.sandbox.userns = container.container_userns(plan)
+        run.sandbox.volumes = {inside: host for host, inside in plan.volumes}
         run.sandbox.env_flag = "--env"
         if not container.image_present(run.image):
             run.sandbox.start_error = container.missing_image_message(run.image)

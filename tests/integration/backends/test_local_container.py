@@ -10,60 +10,30 @@ with ``podman import``.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from local_support import final, group_launches, isolation_available, task_log, wait_final, wait_for
+from local_support import (BUSYBOX_IMAGE, busybox_image, final, group_launches,
+                           isolation_available, task_log, wait_final, wait_for)
 
 from trainyard.backends.base import FactKind
-from trainyard.backends.container import container_name, image_present, probe_podman
+from trainyard.backends.container import container_name, probe_podman
 from trainyard.backends.local import LocalBackend
 from trainyard.engine.status import ExitCode
 from trainyard.pools import default_local_pool
 
-IMAGE = "localhost/trainyard-test-busybox:2"  # :2 adds the applets of the privileges test
-APPLETS = ("sh", "ls", "cat", "echo", "nc", "sleep", "test", "hostname", "env", "true", "grep",
-           "id", "mount", "unshare", "touch", "chown", "mkdir", "stat")
-BUSYBOX = "/bin/busybox"
+IMAGE = BUSYBOX_IMAGE
 
 needs_podman = pytest.mark.skipif(probe_podman() is not None, reason=f"{probe_podman()}")
 
 
-def _static_busybox() -> str | None:
-    """A statically linked busybox (no ELF interpreter named in its first page)."""
-    for path in (BUSYBOX, shutil.which("busybox") or ""):
-        if path and os.path.isfile(path):
-            with open(path, "rb") as handle:
-                if b"ld-linux" not in handle.read(4096):
-                    return path
-    return None
-
-
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The busybox image, imported once (``podman import`` of a tarball)."""
-    if image_present(IMAGE):  # made by an earlier run: same content, no dangling copies
-        return IMAGE
-    busybox = _static_busybox()
-    if busybox is None:
-        pytest.skip("a static busybox (Debian busybox-static) is not installed")
-    folder = tmp_path_factory.mktemp("image")
-    tarball = folder / "rootfs.tar"
-    with tarfile.open(tarball, "w") as tar:
-        tar.add(busybox, arcname="bin/busybox")
-        for applet in APPLETS:
-            link = tarfile.TarInfo(f"bin/{applet}")
-            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
-            tar.addfile(link)
-    done = subprocess.run(["podman", "import", "--change", 'CMD ["/bin/sh"]', str(tarball),
-                           IMAGE], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return IMAGE
+    """The busybox image, imported once (``local_support.busybox_image``)."""
+    return busybox_image(tmp_path_factory.mktemp("image"))
 
 
 @pytest.fixture

@@ -1,0 +1,91 @@
+"""Issue 11, images: what an image task's ``podman run`` and runner input ask for so that it
+gets what a pod (and a bubblewrap task) gets: its pool-allowed ``volumeMounts``, its GPUs, a
+writable root that RESTART keeps. Fast checks without processes;
+tests/integration/backends/test_container_pod_parity.py runs the real thing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainyard.backends.base import TaskKey, TaskLaunch
+from trainyard.backends.container import ContainerPlan, container_mounts, podman_argv
+from trainyard.backends.local import Isolation, LocalBackend
+from trainyard.backends.netns import GroupNetwork
+from trainyard.errors import BackendError
+from trainyard.pools import Pool, default_local_pool
+
+NET = GroupNetwork(keeper_pid=7, ns_pid=7, ns_created=0.0, user_ns=False, ns_path="/proc/7/fd/9")
+ISO = Isolation(bwrap=True, netns=True)
+
+
+def plan(tmp_path: Path, **fields: object) -> ContainerPlan:
+    return ContainerPlan(image="localhost/bb:1", name="trainyard-x", hostname="t",
+                         network="ns:/proc/7/fd/9", root_dir=tmp_path / "root", **fields)
+
+
+def _after(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
+
+
+def launch(tmp_path: Path, **run: object) -> TaskLaunch:
+    run_dir = tmp_path / "runs" / "wf" / "t" / "0"
+    body = {"workflow_id": "wf", "group": "g", "task": "t", "command": ["sh", "-c", "true"],
+            "run_dir": str(run_dir), "hosts": {"t": "127.1.2.3"},
+            "image": "localhost/trainyard-surely-absent:0", **run}
+    return TaskLaunch(TaskKey("wf", "t", 0), "g", "local-0", run_dir, body)
+
+
+def podman_backend(tmp_path: Path, allowed: list[str]) -> LocalBackend:
+    base = default_local_pool()
+    pool = Pool(name=base.name, nodes=base.nodes, images={"*": "podman"},
+                options={**base.options, "allowed_mounts": allowed})
+    return LocalBackend(pool, home=tmp_path / "home")
+
+
+@pytest.fixture(autouse=True)
+def _podman_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests only: no podman needed to build them."""
+    monkeypatch.setattr(LocalBackend, "_why_no_podman", lambda self: None)
+
+
+# ---------------------------------------------------------------- volumeMounts
+
+
+def test_volumes_are_bound_at_their_place_and_mapped_by_the_runner(tmp_path: Path) -> None:
+    shared = tmp_path / "shared data"
+    made = plan(tmp_path, volumes=((str(shared / "a"), "/mnt/a"), (str(shared), "/mnt")),
+                files=("/mnt/a/conf.txt", "/app/x"))
+    volumes = _after(podman_argv(made), "--volume")
+    assert volumes[-2:] == [f"{shared}:/mnt:rw", f"{shared}/a:/mnt/a:rw"]  # parents first
+    assert not any(v.startswith(f"{tmp_path}/root/mnt") for v in volumes)  # a file under a
+    # volume is written into the volume's host folder, not bound from the root folder
+    assert container_mounts(made)["/mnt/a"] == f"{shared}/a"
+
+
+def test_an_image_task_gets_its_allowed_volumes_checked_and_mapped(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    backend = podman_backend(tmp_path, [str(shared)])
+    req = backend.build_request(launch(tmp_path, volume_mounts=[f"{shared}/team:/mnt/team"]),
+                                ISO, NET)
+    sandbox = req.run.sandbox
+    assert f"{shared}/team:/mnt/team:rw" in _after(sandbox.command_prefix, "--volume")
+    # the runner checks it exists (3003 otherwise) and idmaps it for the container's root
+    assert sandbox.volumes == {"/mnt/team": f"{shared}/team"}
+    assert sandbox.userns is not None and sandbox.userns.host_uid == 65534
+
+
+@pytest.mark.parametrize("mount", ["/etc:/mnt/etc", "/tmp/elsewhere:/mnt/x"])
+def test_the_pool_rules_apply_to_image_tasks_as_to_sandboxed_ones(
+    tmp_path: Path, mount: str
+) -> None:
+    backend = podman_backend(tmp_path, [str(tmp_path / "shared")])
+    with pytest.raises(BackendError, match="is not in the pool's options.allowed_mounts"):
+        backend.build_request(launch(tmp_path, volume_mounts=[mount]), ISO, NET)
+
+
+def test_a_volume_onto_a_system_folder_is_refused_for_image_tasks(tmp_path: Path) -> None:
+    backend = podman_backend(tmp_path, [str(tmp_path)])
+    with pytest.raises(BackendError, match="cannot mount onto /proc"):
+        backend.build_request(launch(tmp_path, volume_mounts=[f"{tmp_path}:/proc/x"]), ISO, NET)
