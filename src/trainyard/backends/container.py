@@ -14,6 +14,15 @@ What the container gets (``podman_argv``):
   ``files`` (written by the runner under ``<run_dir>/sandbox/root``, bound one by one so the
   image's own folders stay visible), its output, input and barrier folders at their host
   paths (the tokens name those);
+- the GPUs lent to it (``gpu_devices``): where a CDI spec of ``nvidia.com/gpu`` names every
+  one of them (``/etc/cdi``, ``/var/run/cdi``: ``nvidia-ctk cdi generate``), ``--device
+  nvidia.com/gpu=N`` each, which also brings the host driver's libraries, and
+  ``CUDA_VISIBLE_DEVICES`` counts them from 0 (only they are in the container); otherwise
+  ``--device`` for each of the host's ``/dev/nvidia*``, ``/dev/nvidia-caps`` and
+  ``/dev/dri`` (``sandbox.GPU_DEVICES``, as the bubblewrap sandbox binds them) and
+  ``CUDA_VISIBLE_DEVICES`` names the lent GPUs by their host index, as for a bubblewrap
+  task; the image must then bring the driver's user-space libraries itself. A task lent no
+  GPU gets no GPU device;
 - its environment by name only (``--env NAME``, inserted by the runner, see
   ``SandboxSettings.env_flag``): values never appear on a command line; ``PATH`` stays the
   image's;
@@ -55,6 +64,7 @@ What the container gets (``podman_argv``):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -69,14 +79,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from trainyard.runner.spec import UserNamespace
 
-from trainyard.backends.sandbox import OSMO_WORKSPACE
+from trainyard.backends.sandbox import OSMO_WORKSPACE, gpu_device_nodes
 
 __all__ = ["ContainerPlan", "podman_argv", "container_mounts", "container_name",
            "probe_podman", "image_present", "missing_image_message", "remove_containers",
            "RUNTIME", "TASK_HOST_ID", "container_userns", "containers_conf", "seccomp_profile",
-           "no_nested_userns"]
+           "no_nested_userns", "gpu_devices", "cdi_gpu_names", "CDI_DIRS", "CDI_GPU_KIND"]
 
 log = logging.getLogger("trainyard.backends.local")
 
@@ -108,6 +120,7 @@ class ContainerPlan:
             own mount namespace (``runner.safefs.idmap_in_place``: the host's root seen as
             the container's), in which podman then runs, so the container's root writes them
             as the bubblewrap sandbox's does.
+        devices: ``--device`` values: the task's GPUs (``gpu_devices``).
         conf: podman's ``containers.conf`` (``containers_conf``; None: the host's).
         seccomp: the seccomp profile (``seccomp_profile``; None: podman's default).
     """
@@ -121,6 +134,7 @@ class ContainerPlan:
     files: tuple[str, ...] = ()
     writable: tuple[str, ...] = field(default_factory=tuple)
     volumes: tuple[tuple[str, str], ...] = ()
+    devices: tuple[str, ...] = ()
     conf: Path | None = None
     seccomp: Path | None = None
 
@@ -191,7 +205,58 @@ def podman_argv(plan: ContainerPlan, podman: str = "podman") -> list[str]:
              "--label", "trainyard=task", "--network", plan.network,
              "--hostname", plan.hostname, "--log-driver", "none", "--workdir", "/",
              *_privilege_args(), *_seccomp_args(plan), *_ulimit_args(), *_bind_args(plan)]
+    for device in plan.devices:
+        argv += ["--device", device]
     return [*argv, plan.image]
+
+
+CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+"""Where podman looks for CDI specs (containers.conf ``cdi_spec_dirs``, its default)."""
+CDI_GPU_KIND = "nvidia.com/gpu"
+"""The CDI kind of NVIDIA's GPUs (``nvidia-ctk cdi generate`` names them ``0``, ``1``...)."""
+
+
+@functools.lru_cache(maxsize=4)
+def cdi_gpu_names(dirs: tuple[Path, ...] = CDI_DIRS) -> frozenset[str]:
+    """The device names of the ``nvidia.com/gpu`` CDI specs in ``dirs`` (``*.yaml``,
+    ``*.yml``, ``*.json``; a file that cannot be read or parsed is skipped). Asked once
+    per process, as ``sandbox.gpu_device_nodes``."""
+    names: set[str] = set()
+    for folder in dirs:
+        files = sorted(folder.glob("*.y*ml")) + sorted(folder.glob("*.json"))
+        for path in files:
+            try:
+                doc = yaml.safe_load(path.read_text())
+            except (OSError, yaml.YAMLError, UnicodeDecodeError):
+                continue
+            if isinstance(doc, dict) and doc.get("kind") == CDI_GPU_KIND:
+                names.update(str(d.get("name")) for d in doc.get("devices") or []
+                             if isinstance(d, dict) and d.get("name") is not None)
+    return frozenset(names)
+
+
+def gpu_devices(gpus: Iterable[int], nodes: Iterable[str] | None = None,
+                cdi_names: Iterable[str] | None = None) -> tuple[tuple[str, ...], str]:
+    """The ``--device`` values and the ``CUDA_VISIBLE_DEVICES`` of a container lent ``gpus``
+    (machine-wide indices, ``local.GpuLeases``); see the module docstring.
+
+    Args:
+        gpus: the lent GPUs' indices (empty: no device, ``CUDA_VISIBLE_DEVICES`` "").
+        nodes: the host's GPU device nodes and folders (default ``gpu_device_nodes()``).
+        cdi_names: the CDI ``nvidia.com/gpu`` device names (default ``cdi_gpu_names()``).
+
+    Returns:
+        (``--device`` values, ``CUDA_VISIBLE_DEVICES``).
+    """
+    lent = sorted(set(gpus))
+    if not lent:
+        return (), ""
+    named = cdi_gpu_names() if cdi_names is None else frozenset(cdi_names)
+    if all(str(g) in named for g in lent):
+        return (tuple(f"{CDI_GPU_KIND}={g}" for g in lent),
+                ",".join(str(i) for i in range(len(lent))))
+    found = gpu_device_nodes() if nodes is None else tuple(nodes)
+    return tuple(found), ",".join(str(g) for g in lent)
 
 
 CONTAINERS_CONF_TEXT = """# trainyard: podman's settings for task containers (backends/container.py).

@@ -583,7 +583,7 @@ class LocalBackend:
         request = LaunchRequest(launch.key, run_dir, [], run, root)
         request.writable_dirs = self._writable_dirs(run)
         if podman:
-            return self._container_request(request, iso, net)
+            return self._container_request(request, iso, net, gpus)
         prefix: list[str] = []
         if iso.bwrap:
             request.hosts_text = hosts_file_text(run.hosts)
@@ -690,10 +690,10 @@ class LocalBackend:
         return runtime == container.RUNTIME and self._why_no_podman() is None
 
     def _container_request(self, request: LaunchRequest, iso: Isolation,
-                           net: GroupNetwork | None) -> LaunchRequest:
+                           net: GroupNetwork | None, gpus: tuple[int, ...] = ()) -> LaunchRequest:
         """The task's command as ``podman run ... IMAGE`` (``backends.container``): a runner
         process (never hosted: the container does not die with a thread), the group's
-        namespace by path, the task's files and folders bound in."""
+        namespace by path, the task's files, folders, volumes and lent GPUs passed in."""
         run = request.run
         assert run.image is not None
         request.hosts_text = hosts_file_text(run.hosts)
@@ -701,13 +701,15 @@ class LocalBackend:
         if iso.netns and not run.host_network and net is not None:
             network = f"ns:{net.ns_path or f'/proc/{net.ns_pid}/ns/net'}"
         files = tuple(f.path if f.path.startswith("/") else f"/{f.path}" for f in run.files)
+        devices, visible = container.gpu_devices(gpus)
+        run.sandbox.env["CUDA_VISIBLE_DEVICES"] = visible  # CDI: counted from 0 inside
         plan = container.ContainerPlan(
             image=run.image, name=container.container_name(request.run_dir),
             hostname=run.task, network=network, root_dir=request.root_dir,
             hosts_file=request.run_dir / "sandbox" / "hosts", files=files,
             writable=tuple(str(d) for d in request.writable_dirs
                            if Path(d) != request.run_dir),
-            volumes=self._volumes(run),
+            volumes=self._volumes(run), devices=devices,
             conf=container.containers_conf(self.state_dir),
             seccomp=container.seccomp_profile(self.state_dir))
         run.sandbox.command_prefix = container.podman_argv(plan)

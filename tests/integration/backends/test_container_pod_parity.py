@@ -3,22 +3,31 @@ in the bubblewrap sandbox does: the ``volumeMounts`` its pool allows (writable b
 one that cannot be made fails it at start with FAILED_START_ERROR), and a writable root of
 its own that RESTART keeps and RESCHEDULE starts afresh.
 
-Through the real engine, the local backend, the runner and podman, with the tiny busybox
+GPUs: the ``--device`` wiring with fake device nodes (no GPU here).
+
+Through the real engine (or the local backend alone), the runner and podman, with the tiny busybox
 image the container tests import (``local_support.busybox_image``).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from local_support import busybox_image, isolation_available
+from local_support import (busybox_image, final, group_launches, isolation_available, task_log,
+                           wait_final)
 
 from trainyard import spec
+from trainyard.backends import container, local
 from trainyard.backends.container import probe_podman
+from trainyard.backends.local import LocalBackend
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.engine.status import ExitCode, Status, WorkflowStatus
 from trainyard.pools import Pool, default_local_pool
@@ -127,3 +136,56 @@ def test_a_mount_that_cannot_be_made_fails_the_image_task_at_start(
     assert f"volume mount {missing}:/mnt/shared: host folder {missing} does not exist" in text
     assert "[t] " not in text  # the command never ran
     assert not missing.exists()
+
+
+# ---------------------------------------------------------------- GPUs
+
+
+@pytest.fixture
+def fake_gpu_nodes() -> Iterator[Path]:
+    """Character devices named as NVIDIA's (made with mknod as copies of /dev/null, 1:3) in
+    a folder the container's root may reach; never under the host's /dev, which other
+    tests (and tasks) see."""
+    folder = Path(tempfile.mkdtemp(prefix="trainyard-fake-dev-"))
+    try:
+        folder.chmod(0o755)
+        (folder / "nvidia-caps").mkdir(mode=0o755)
+        for name in ("nvidia0", "nvidiactl", "nvidia-caps/nvidia-cap1"):
+            os.mknod(folder / name, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            (folder / name).chmod(0o666)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+GPU_PROBE = """
+echo hi > {dev}/nvidia0 && cat {dev}/nvidia-caps/nvidia-cap1 && echo nodes-usable
+echo visible=$CUDA_VISIBLE_DEVICES
+"""
+
+
+def test_an_image_task_gets_the_gpu_nodes_and_its_cuda_visible_devices(
+    home: Path, image: str, fake_gpu_nodes: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The --device wiring, through the runner and podman, with fake nodes (this machine
+    has no GPU: CUDA itself is not checked, nor CDI, whose argv the unit tests check)."""
+    why_not = isolation_available("bwrap", "netns")
+    if why_not:
+        pytest.skip(f"sandboxed isolation not available here: {why_not}")
+    nodes = tuple(str(fake_gpu_nodes / n) for n in ("nvidia-caps", "nvidia0", "nvidiactl"))
+    monkeypatch.setattr(container, "gpu_device_nodes", lambda: nodes)
+    monkeypatch.setattr(container, "cdi_gpu_names", lambda: frozenset())
+    monkeypatch.setattr(local, "gpu_count", lambda: 1)
+    pool = default_local_pool().model_copy(update={"images": {"*": "podman"}})
+    backend = LocalBackend(pool, home=home, sandbox="bwrap", network="netns", stop_grace_s=2.0)
+    try:
+        launches = group_launches(backend, home, "wf-img-gpu", {"t": {
+            "image": image, "command": ["sh", "-c", GPU_PROBE.format(dev=fake_gpu_nodes)]}},
+            gpu_slots=[0])
+        backend.start_group(launches)
+        fact = final(wait_final(backend, [launches[0].key], timeout_s=120)[launches[0].key])
+    finally:
+        backend.stop(list(backend._attempts))
+    text = task_log(launches[0])
+    assert fact.exit_code == 0, text
+    assert "[t] nodes-usable" in text and "[t] visible=0" in text, text

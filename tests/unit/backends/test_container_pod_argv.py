@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends.base import TaskKey, TaskLaunch
-from trainyard.backends.container import ContainerPlan, container_mounts, podman_argv
+from trainyard.backends import container
+from trainyard.backends.container import (ContainerPlan, cdi_gpu_names, container_mounts,
+                                          gpu_devices, podman_argv)
 from trainyard.backends.local import Isolation, LocalBackend
 from trainyard.backends.netns import GroupNetwork
 from trainyard.errors import BackendError
@@ -89,3 +91,60 @@ def test_a_volume_onto_a_system_folder_is_refused_for_image_tasks(tmp_path: Path
     backend = podman_backend(tmp_path, [str(tmp_path)])
     with pytest.raises(BackendError, match="cannot mount onto /proc"):
         backend.build_request(launch(tmp_path, volume_mounts=[f"{tmp_path}:/proc/x"]), ISO, NET)
+
+
+# ---------------------------------------------------------------- GPUs
+
+NODES = ("/dev/dri", "/dev/nvidia-caps", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1",
+         "/dev/nvidiactl")
+CDI_SPEC = """cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+- name: "0"
+  containerEdits: {deviceNodes: [{path: /dev/nvidia0}]}
+- name: "1"
+  containerEdits: {deviceNodes: [{path: /dev/nvidia1}]}
+- name: all
+  containerEdits: {deviceNodes: [{path: /dev/nvidia0}, {path: /dev/nvidia1}]}
+containerEdits:
+  deviceNodes: [{path: /dev/nvidiactl}]
+"""
+
+
+def test_without_a_cdi_spec_every_gpu_node_is_passed_and_the_lent_ones_are_visible() -> None:
+    """As the bubblewrap sandbox: the host's nodes, CUDA_VISIBLE_DEVICES by host index."""
+    devices, visible = gpu_devices((1,), nodes=NODES, cdi_names=())
+    assert devices == NODES and visible == "1"
+    argv = podman_argv(plan(Path("/x"), devices=devices))
+    assert _after(argv, "--device") == list(NODES)
+    assert argv[-1] == "localhost/bb:1"  # the runner's --env NAME pairs still go before it
+
+
+def test_with_a_cdi_spec_each_lent_gpu_is_a_cdi_device_counted_from_0(tmp_path: Path) -> None:
+    cdi = tmp_path / "cdi"
+    cdi.mkdir()
+    (cdi / "nvidia.yaml").write_text(CDI_SPEC)
+    (cdi / "broken.yaml").write_text("kind: [unclosed")
+    (cdi / "other.json").write_text('{"kind": "vendor.com/fpga", "devices": [{"name": "7"}]}')
+    names = cdi_gpu_names((cdi, tmp_path / "absent"))
+    assert names == {"0", "1", "all"}
+    assert gpu_devices((1, 0), nodes=NODES, cdi_names=names) == (
+        ("nvidia.com/gpu=0", "nvidia.com/gpu=1"), "0,1")
+    # a lent GPU the spec does not name: the nodes, as without a spec
+    assert gpu_devices((2,), nodes=NODES, cdi_names=names) == (NODES, "2")
+
+
+def test_a_task_lent_no_gpu_gets_no_gpu_device() -> None:
+    assert gpu_devices((), nodes=NODES, cdi_names={"0"}) == ((), "")
+
+
+def test_an_image_task_gets_its_lent_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(container, "gpu_device_nodes", lambda: NODES)
+    monkeypatch.setattr(container, "cdi_gpu_names", lambda: frozenset())
+    backend = podman_backend(tmp_path, [])
+    req = backend.build_request(launch(tmp_path), ISO, NET, gpus=(0, 1))
+    assert _after(req.run.sandbox.command_prefix, "--device") == list(NODES)
+    assert req.run.sandbox.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    none = backend.build_request(launch(tmp_path), ISO, NET)
+    assert "--device" not in none.run.sandbox.command_prefix
+    assert none.run.sandbox.env["CUDA_VISIBLE_DEVICES"] == ""
