@@ -28,6 +28,23 @@ What the container gets (``podman_argv``):
   image's;
 - ``--pull never``: nothing is pulled (no registry may be reachable); an image that is not in
   podman's local storage fails the task at start (``missing_image_message``);
+- a writable root of its own that RESTART keeps (``root_overlay``), as a bubblewrap task's:
+  where the runner can mount overlayfs (as root) and podman stores images with its
+  ``overlay`` driver, the image's layers (``inspect_image``: podman's own folders, top
+  first) are the read-only lower layers, each attached idmapped (the image's root files
+  are the container's root's, as podman's own idmapped layers show them), under an upper
+  folder in the attempt's run folder (``<run_dir>/sandbox/overlay/image/upper``, moved
+  into the next attempt by RESTART as the rest of ``sandbox/``; RESCHEDULE starts from an
+  empty one). The runner mounts it in its own mount namespace at ``ROOTFS_PARENT/<name>``
+  (the OCI runtime reaches the root by its path as the container's root, the host's
+  ``nobody``, which may not pass through the 0700 ``$TRAINYARD_HOME``; on the host that
+  folder stays empty) and podman runs ``--rootfs`` it: no container layer in podman's
+  storage, nothing left there when the container is removed. The image's ``ENV`` is passed
+  (``--env NAME=VALUE``, before the task's own); its ``ENTRYPOINT`` and ``USER`` are not
+  used (the task's command runs as a pod's ``command`` would, as root, the only mapped id).
+  ``/tmp`` and the files are then in that root; ``/osmo/run/workspace`` is still bound.
+  Elsewhere podman's own container layer is the root, which RESTART does not keep, and the
+  task log says why (``root_note``);
 - ``--rm`` and a name derived from the run folder (``container_name``), so the backend can
   remove what a killed runner left (``remove_containers``): podman's container does not die
   with the ``podman run`` process that the runner stops;
@@ -81,14 +98,16 @@ from typing import Any
 
 import yaml
 
-from trainyard.runner.spec import UserNamespace
+from trainyard.runner.spec import OverlayMount, UserNamespace
 
 from trainyard.backends.sandbox import OSMO_WORKSPACE, gpu_device_nodes
 
 __all__ = ["ContainerPlan", "podman_argv", "container_mounts", "container_name",
            "probe_podman", "image_present", "missing_image_message", "remove_containers",
            "RUNTIME", "TASK_HOST_ID", "container_userns", "containers_conf", "seccomp_profile",
-           "no_nested_userns", "gpu_devices", "cdi_gpu_names", "CDI_DIRS", "CDI_GPU_KIND"]
+           "no_nested_userns", "gpu_devices", "cdi_gpu_names", "CDI_DIRS", "CDI_GPU_KIND",
+           "ImageInfo", "image_info", "inspect_image", "why_no_own_root", "root_overlay",
+           "prepare_rootfs", "rootfs_path", "root_note", "ROOTFS_PARENT"]
 
 log = logging.getLogger("trainyard.backends.local")
 
@@ -121,6 +140,9 @@ class ContainerPlan:
             the container's), in which podman then runs, so the container's root writes them
             as the bubblewrap sandbox's does.
         devices: ``--device`` values: the task's GPUs (``gpu_devices``).
+        rootfs: where the runner mounts the container's own root (``root_overlay``), which
+            podman then runs (``--rootfs``); None: podman's container layer over the image.
+        image_env: the image's ``ENV`` (``NAME=VALUE``), passed with ``rootfs`` only.
         conf: podman's ``containers.conf`` (``containers_conf``; None: the host's).
         seccomp: the seccomp profile (``seccomp_profile``; None: podman's default).
     """
@@ -135,6 +157,8 @@ class ContainerPlan:
     writable: tuple[str, ...] = field(default_factory=tuple)
     volumes: tuple[tuple[str, str], ...] = ()
     devices: tuple[str, ...] = ()
+    rootfs: Path | None = None
+    image_env: tuple[str, ...] = ()
     conf: Path | None = None
     seccomp: Path | None = None
 
@@ -178,10 +202,10 @@ def _bind(host: str, inside: str, readonly: bool = False) -> list[str]:
 
 
 def _bind_args(plan: ContainerPlan) -> list[str]:
-    args = _bind(str(plan.root_dir / "tmp"), "/tmp")
+    args = [] if plan.rootfs else _bind(str(plan.root_dir / "tmp"), "/tmp")
     args += _bind(str(plan.root_dir) + OSMO_WORKSPACE, OSMO_WORKSPACE)  # made by _prepare
     shown = ["/tmp", OSMO_WORKSPACE, *plan.writable, *(inside for _, inside in plan.volumes)]
-    for path in plan.files:
+    for path in [] if plan.rootfs else plan.files:  # in its own root they are written there
         if not any(_under(path, folder) for folder in shown):
             args += _bind(str(plan.root_dir) + path, path)
     for folder in sorted(set(plan.writable), key=lambda p: (len(Path(p).parts), p)):
@@ -194,8 +218,9 @@ def _bind_args(plan: ContainerPlan) -> list[str]:
 
 
 def podman_argv(plan: ContainerPlan, podman: str = "podman") -> list[str]:
-    """``podman run ... IMAGE``: the prefix the task's command follows. Ends with the image,
-    before which the runner inserts ``--env NAME`` pairs (``SandboxSettings.env_flag``)."""
+    """``podman run ... IMAGE`` (or ``... --rootfs ROOT``): the prefix the task's command
+    follows. Ends with the image (the root), before which the runner inserts ``--env NAME``
+    pairs (``SandboxSettings.env_flag``): after the image's own ``ENV``, so they win."""
     argv = [podman]
     if plan.conf is not None:
         argv = ["env", f"CONTAINERS_CONF={plan.conf}", *argv]
@@ -207,7 +232,11 @@ def podman_argv(plan: ContainerPlan, podman: str = "podman") -> list[str]:
              *_privilege_args(), *_seccomp_args(plan), *_ulimit_args(), *_bind_args(plan)]
     for device in plan.devices:
         argv += ["--device", device]
-    return [*argv, plan.image]
+    if plan.rootfs is None:
+        return [*argv, plan.image]
+    for variable in plan.image_env:
+        argv += ["--env", variable]
+    return [*argv, "--rootfs", str(plan.rootfs)]  # a flag without value: --env may follow
 
 
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
@@ -324,20 +353,125 @@ def _write_once(path: Path, text: str) -> Path:
 
 def container_userns(plan: ContainerPlan) -> UserNamespace:
     """What the runner gives the container's root before the start: its root folder (the
-    files' parents) and ``/tmp`` (1777); the output and input folders are given without
-    being named (``runner.spec.UserNamespace``). No ``args_at``: podman maps the ids."""
+    files' parents) and ``/tmp`` (1777), with ``rootfs`` also its ``/etc`` (podman makes
+    its ``/etc/hosts``... mount points there as the container's root); the output and input
+    folders are given without being named (``runner.spec.UserNamespace``). No ``args_at``:
+    podman maps the ids."""
     own = [str(plan.root_dir), str(plan.root_dir / "tmp")]
+    if plan.rootfs is not None:
+        own = [str(plan.root_dir), *(str(plan.rootfs / d) for d in ("", "tmp", "etc"))]
     return UserNamespace(host_uid=TASK_HOST_ID, host_gid=TASK_HOST_ID, own=own)
 
 
 def container_mounts(plan: ContainerPlan) -> dict[str, str]:
     """Where the runner writes what the container shows (``SandboxSettings.mounts``): files
-    under ``root_dir`` (``/``), the same-path folders as themselves, a volume's path inside
-    as its host folder."""
+    under ``root_dir`` (``/``; ``rootfs`` when it has one, ``/osmo/run/workspace`` still in
+    ``root_dir``), the same-path folders as themselves, a volume's path inside as its host
+    folder."""
     mounts = {"/": str(plan.root_dir)}
+    if plan.rootfs is not None:
+        mounts = {"/": str(plan.rootfs), OSMO_WORKSPACE: str(plan.root_dir) + OSMO_WORKSPACE}
     mounts.update({folder: folder for folder in plan.writable})
     mounts.update({inside: host for host, inside in plan.volumes})
     return mounts
+
+
+ROOTFS_PARENT = Path("/run/trainyard/rootfs")
+"""Where the runner mounts the containers' own roots, each in its mount namespace (see the
+module docstring); made 0711, the folders in it stay empty on the host."""
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What ``inspect_image`` found of a local image.
+
+    Attributes:
+        id: podman's image id.
+        layers: its layer folders in podman's storage, top first; empty unless podman's
+            storage driver is ``overlay``.
+        env: its ``ENV``, as ``NAME=VALUE``.
+    """
+
+    id: str
+    layers: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+
+
+def image_info(doc: dict[str, Any]) -> ImageInfo:
+    """An ``ImageInfo`` from one object of ``podman image inspect``'s JSON."""
+    driver = doc.get("GraphDriver") or {}
+    data = driver.get("Data") or {}
+    layers: tuple[str, ...] = ()
+    if driver.get("Name") == "overlay" and data.get("UpperDir"):
+        below = [p for p in str(data.get("LowerDir") or "").split(":") if p]
+        layers = (str(data["UpperDir"]), *below)
+    env = tuple(str(v) for v in (doc.get("Config") or {}).get("Env") or ())
+    return ImageInfo(id=str(doc.get("Id", "")), layers=layers, env=env)
+
+
+def inspect_image(image: str, podman: str = "podman") -> ImageInfo | None:
+    """``image`` as podman's local storage has it (``podman image inspect``; never pulls),
+    or None when it is not there (or podman cannot say)."""
+    try:
+        done = subprocess.run([podman, "image", "inspect", image], capture_output=True,
+                              text=True, timeout=_QUERY_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    try:
+        return image_info(json.loads(done.stdout)[0])
+    except (ValueError, IndexError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def why_no_own_root(info: ImageInfo, overlay_ok: bool) -> str | None:
+    """None when an image task can get a root of its own (``root_overlay``), else why not.
+
+    Args:
+        info: the image (``inspect_image``).
+        overlay_ok: whether the runner can mount overlayfs here (``sandbox.overlay_supported``).
+    """
+    if not overlay_ok:
+        return "the runner cannot mount overlayfs here (needs root)"
+    if not info.layers:
+        return "podman's storage driver is not overlay, so its layers cannot be stacked"
+    return None
+
+
+def root_overlay(plan: ContainerPlan, info: ImageInfo, layer_dir: Path) -> OverlayMount:
+    """The container's own root for the runner to mount at ``plan.rootfs``: the image's
+    layers, idmapped, under ``layer_dir/upper`` (see the module docstring)."""
+    assert plan.rootfs is not None and info.layers
+    return OverlayMount(lower=info.layers[0], lower_below=list(info.layers[1:]),
+                        upper=str(layer_dir / "upper"), work=str(layer_dir / "work"),
+                        target=str(plan.rootfs), idmap_uid=TASK_HOST_ID, idmap_gid=TASK_HOST_ID)
+
+
+def prepare_rootfs(plan: ContainerPlan, layer: OverlayMount) -> None:
+    """Make ``ROOTFS_PARENT`` (0711: the container's root passes, nobody lists it) and the
+    upper folder (0755: the mode of the container's ``/``). Raises OSError."""
+    assert plan.rootfs is not None
+    for folder in (plan.rootfs.parent.parent, plan.rootfs.parent):
+        folder.mkdir(mode=0o711, parents=True, exist_ok=True)
+        folder.chmod(0o711)
+    upper = Path(layer.upper)
+    upper.mkdir(mode=0o755, parents=True, exist_ok=True)
+    upper.chmod(0o755)
+
+
+def rootfs_path(name: str) -> Path:
+    """Where the container ``name``'s own root is mounted (``ROOTFS_PARENT``)."""
+    return ROOTFS_PARENT / name
+
+
+def root_note(why_not: str | None) -> str:
+    """The task log's line on the container's root (``why_no_own_root``)."""
+    if why_not is None:
+        return ("container root: its own writable root (the image's layers under a layer of "
+                "this attempt's: RESTART keeps it, RESCHEDULE starts afresh)")
+    return (f"container root: podman's container layer, which RESTART does NOT keep "
+            f"({why_not})")
 
 
 def probe_podman(podman: str = "podman") -> str | None:
@@ -381,6 +515,7 @@ def remove_containers(names: Iterable[str], podman: str = "podman",
                 log.warning("could not remove containers %s: %s", ", ".join(wanted), exc)
                 return
             if done.returncode == 0:
+                _remove_mount_points(wanted)
                 return
             log.warning("podman rm %s: %s", " ".join(wanted), done.stderr.strip()[-300:])
             time.sleep(1.0)
@@ -389,3 +524,12 @@ def remove_containers(names: Iterable[str], podman: str = "podman",
         threading.Thread(target=work, name="podman-rm", daemon=True).start()
     else:
         work()
+
+
+def _remove_mount_points(names: Iterable[str]) -> None:
+    """Remove the (empty, on the host) ``rootfs_path`` folders of removed containers."""
+    for name in names:
+        try:
+            rootfs_path(name).rmdir()
+        except OSError:
+            pass

@@ -703,13 +703,19 @@ class LocalBackend:
         files = tuple(f.path if f.path.startswith("/") else f"/{f.path}" for f in run.files)
         devices, visible = container.gpu_devices(gpus)
         run.sandbox.env["CUDA_VISIBLE_DEVICES"] = visible  # CDI: counted from 0 inside
+        name = container.container_name(request.run_dir)
+        info = container.inspect_image(run.image)
+        no_root = container.why_no_own_root(info, overlay_supported()) if info else None
+        own_root = info is not None and no_root is None
         plan = container.ContainerPlan(
-            image=run.image, name=container.container_name(request.run_dir),
+            image=run.image, name=name,
             hostname=run.task, network=network, root_dir=request.root_dir,
             hosts_file=request.run_dir / "sandbox" / "hosts", files=files,
             writable=tuple(str(d) for d in request.writable_dirs
                            if Path(d) != request.run_dir),
             volumes=self._volumes(run), devices=devices,
+            rootfs=container.rootfs_path(name) if own_root else None,
+            image_env=info.env if info and own_root else (),
             conf=container.containers_conf(self.state_dir),
             seccomp=container.seccomp_profile(self.state_dir))
         run.sandbox.command_prefix = container.podman_argv(plan)
@@ -717,8 +723,14 @@ class LocalBackend:
         run.sandbox.userns = container.container_userns(plan)
         run.sandbox.volumes = {inside: host for host, inside in plan.volumes}
         run.sandbox.env_flag = "--env"
-        if not container.image_present(run.image):
+        if info is None:
             run.sandbox.start_error = container.missing_image_message(run.image)
+        elif own_root:  # RESTART keeps <run_dir>/sandbox, this layer with it
+            layer = container.root_overlay(plan, info, request.run_dir / "sandbox" / "overlay" / "image")
+            container.prepare_rootfs(plan, layer)
+            run.sandbox.overlays = [layer]
+        if info is not None:
+            run.sandbox.description += "\n" + container.root_note(no_root)
         request.argv = [self.python, "-m", "trainyard.runner", str(request.run_dir / "run.json")]
         return request
 

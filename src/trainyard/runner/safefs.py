@@ -162,6 +162,9 @@ def _mount_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
     """One layer of ``mount_overlays``: its idmapped lower attached first, if asked."""
     for folder in (layer.upper, layer.work, layer.target):
         os.makedirs(folder, exist_ok=True)
+    if layer.lower_below:
+        _mount_stacked_overlay(libc, layer)
+        return
     lower = layer.lower
     if layer.idmap_uid is not None:
         lower = os.path.join(os.path.dirname(layer.work), "lower")
@@ -172,6 +175,34 @@ def _mount_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
                f"workdir={_escaped(layer.work)}")
     _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", 0, options.encode()),
            f"overlay over {layer.lower} at {layer.target}")
+
+
+def _mount_stacked_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
+    """``_mount_overlay`` of a layer with ``lower_below`` (a container image's layers, top
+    first): each lower attached (idmapped, if asked) at ``lower``, ``lower.1``... in the
+    folder holding ``work``, and the overlay mounted with paths relative to that folder (the
+    calling thread's working directory, its own since ``unshare(CLONE_NEWNS)`` implies
+    ``CLONE_FS``, moves there for the mount and back)."""
+    base = os.path.dirname(layer.work)
+    lowers = [layer.lower, *layer.lower_below]
+    names = [os.path.relpath(folder, base) for folder in lowers]
+    if layer.idmap_uid is not None:
+        gid = layer.idmap_uid if layer.idmap_gid is None else layer.idmap_gid
+        names = ["lower" if index == 0 else f"lower.{index}" for index in range(len(lowers))]
+        for folder, name in zip(lowers, names):
+            os.makedirs(os.path.join(base, name), exist_ok=True)
+            _attach(folder, os.path.join(base, name), _layer_userns(layer.idmap_uid, gid))
+    relative = [os.path.relpath(p, base) for p in (layer.upper, layer.work)]
+    options = (f"lowerdir={':'.join(_escaped(n) for n in names)},"
+               f"upperdir={_escaped(relative[0])},workdir={_escaped(relative[1])}")
+    back = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.chdir(base)
+        _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", 0, options.encode()),
+               f"overlay over {len(lowers)} layers ({layer.lower}...) at {layer.target}")
+    finally:
+        os.fchdir(back)
+        os.close(back)
 
 
 def _escaped(path: str) -> str:

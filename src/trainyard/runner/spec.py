@@ -148,6 +148,11 @@ class OverlayMount(_Model):
     ``<parent of work>/lower`` (host uid and gid 0 seen as these ids, ``safefs``), and that
     is the overlay's lower layer: the task whose uid 0 they are owns the host's root files
     there and may change them in place, in its upper layer only.
+
+    ``lower_below``: further lower folders under ``lower``, top first (a container image's
+    layers: ``lower`` is its top layer); with ``idmap_uid`` each is attached idmapped too,
+    at ``<parent of work>/lower.N``, and the overlay is mounted with paths relative to that
+    folder (overlayfs takes at most a page of options, and an image may have many layers).
     """
 
     lower: str
@@ -156,6 +161,7 @@ class OverlayMount(_Model):
     target: str
     idmap_uid: int | None = None
     idmap_gid: int | None = None
+    lower_below: list[str] = Field(default_factory=list)
 
 
 class UserNamespace(_Model):

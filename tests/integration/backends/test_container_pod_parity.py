@@ -14,8 +14,11 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
 import tempfile
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,7 @@ from local_support import (busybox_image, final, group_launches, isolation_avail
 
 from trainyard import spec
 from trainyard.backends import container, local
-from trainyard.backends.container import probe_podman
+from trainyard.backends.container import container_name, probe_podman, rootfs_path
 from trainyard.backends.local import LocalBackend
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.engine.status import ExitCode, Status, WorkflowStatus
@@ -189,3 +192,68 @@ def test_an_image_task_gets_the_gpu_nodes_and_its_cuda_visible_devices(
     text = task_log(launches[0])
     assert fact.exit_code == 0, text
     assert "[t] nodes-usable" in text and "[t] visible=0" in text, text
+
+
+# ---------------------------------------------------------------- the container's root
+
+ROOT_SPEC = """
+workflow:
+  name: image-root
+  tasks:
+  - name: t
+    image: {{image}}
+    exitActions:
+      {{action}}: 42
+    environment:
+      MARK: "{{mark}}"
+    command:
+    - sh
+    - -c
+    - |
+      set -e
+      if [ "$TRAINYARD_RETRY_ID" = 0 ]; then
+        mkdir -p /var/tmp /app
+        touch /var/tmp/$MARK
+        echo app > /app/$MARK
+        echo mine >> /bin/busybox-$MARK
+        exit 42
+      fi
+      {{check}} -e /var/tmp/$MARK
+      {{check}} -e /app/$MARK
+      {{check}} -e /bin/busybox-$MARK
+      test -x /bin/busybox
+"""
+
+
+def _containers_of(names: list[str]) -> list[str]:
+    """Those of ``names`` that podman still knows, as containers or in its storage."""
+    done = subprocess.run(["podman", "ps", "-a", "--external", "--format", "{{.Names}}"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    return [n for n in done.stdout.split() if n in names]
+
+
+@pytest.mark.parametrize(("action", "check"), [
+    ("RESTART", "test"),       # the same root: every marker is still there
+    ("RESCHEDULE", "test !"),  # a fresh root from the image: none is
+])
+def test_restart_keeps_the_containers_root_and_reschedule_starts_afresh(
+    pods: PodEngine, image: str, action: str, check: str
+) -> None:
+    """Was: RESTART lost the container's own layer, so a marker under /var/tmp written by
+    the first attempt was gone and the spec could never complete."""
+    mark = f"trainyard-mark-{uuid.uuid4().hex[:12]}"
+    wid = pods.run(ROOT_SPEC, image=image, action=action, check=check, mark=mark)
+    state = pods.engine.state(wid)
+    logs = pods.log(wid, "t", 0) + pods.log(wid, "t", 1)
+    assert state.status is WorkflowStatus.COMPLETED, logs
+    assert state.tasks["t"].retry_id == 1
+    assert not os.path.lexists(f"/var/tmp/{mark}") and not os.path.lexists(f"/app/{mark}")
+    names = [container_name(pods.engine.run_dir(wid, "t", r)) for r in (0, 1)]
+    deadline = time.monotonic() + 60  # removed in the background once each attempt ended
+    while _containers_of(names) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _containers_of(names) == []
+    assert not any(rootfs_path(n).exists() for n in names)  # its mount point folder too
+    if action == "RESTART":  # the first attempt's layer moved into the second's run folder
+        upper = pods.engine.run_dir(wid, "t", 1) / "sandbox" / "overlay" / "image" / "upper"
+        assert (upper / "var" / "tmp" / mark).exists()

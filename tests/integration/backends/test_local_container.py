@@ -20,7 +20,7 @@ from local_support import (BUSYBOX_IMAGE, busybox_image, final, group_launches,
                            isolation_available, task_log, wait_final, wait_for)
 
 from trainyard.backends.base import FactKind
-from trainyard.backends.container import container_name, probe_podman
+from trainyard.backends.container import container_name, probe_podman, rootfs_path
 from trainyard.backends.local import LocalBackend
 from trainyard.engine.status import ExitCode
 from trainyard.pools import default_local_pool
@@ -69,7 +69,9 @@ def test_a_task_runs_in_its_image(podman_backend: LocalBackend, home: Path, imag
     assert "[t] has-busybox" in text and "[t] no-python" in text
     assert "[t] host=t wf=wf-img conf=conf of wf-img" in text
     assert f"podman container of image {image}" in text
-    assert (launches[0].run_dir / "sandbox" / "root" / "tmp" / "mine").read_text() == "x\n"
+    assert "container root: its own writable root" in text
+    upper = launches[0].run_dir / "sandbox" / "overlay" / "image" / "upper"  # its own root
+    assert (upper / "tmp" / "mine").read_text() == "x\n"
     assert (launches[0].run_dir / "output" / "o.txt").read_text() == "out\n"
     assert "MINE" not in " ".join(_argv(launches[0].run_dir))  # values never on a command line
 
@@ -192,6 +194,10 @@ def test_cancel_stops_the_container(podman_backend: LocalBackend, home: Path, im
     while containers_named(name) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert containers_named(name) == []
+    deadline = time.monotonic() + 10
+    while rootfs_path(name).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not rootfs_path(name).exists()  # nor the folder its own root was mounted at
 
 
 def test_without_podman_the_log_says_the_hosts_tools_run(home: Path) -> None:

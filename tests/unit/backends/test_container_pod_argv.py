@@ -12,7 +12,9 @@ import pytest
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends import container
 from trainyard.backends.container import (ContainerPlan, cdi_gpu_names, container_mounts,
-                                          gpu_devices, podman_argv)
+                                          container_userns, gpu_devices, image_info,
+                                          podman_argv, root_overlay, rootfs_path,
+                                          why_no_own_root)
 from trainyard.backends.local import Isolation, LocalBackend
 from trainyard.backends.netns import GroupNetwork
 from trainyard.errors import BackendError
@@ -148,3 +150,60 @@ def test_an_image_task_gets_its_lent_gpus(tmp_path: Path, monkeypatch: pytest.Mo
     none = backend.build_request(launch(tmp_path), ISO, NET)
     assert "--device" not in none.run.sandbox.command_prefix
     assert none.run.sandbox.env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+# ---------------------------------------------------------------- the container's own root
+
+INSPECTED = {"Id": "abc", "Config": {"Env": ["PATH=/opt/bin:/bin", "LANG=C"]},
+             "GraphDriver": {"Name": "overlay", "Data": {
+                 "UpperDir": "/s/overlay/top/diff", "LowerDir": "/s/overlay/mid/diff:/s/overlay/base/diff",
+                 "WorkDir": "/s/overlay/top/work"}}}
+
+
+def test_the_image_layers_and_env_are_read_from_podman_inspect() -> None:
+    info = image_info(INSPECTED)
+    assert info.layers == ("/s/overlay/top/diff", "/s/overlay/mid/diff", "/s/overlay/base/diff")
+    assert info.env == ("PATH=/opt/bin:/bin", "LANG=C") and info.id == "abc"
+    single = image_info({"Id": "x", "GraphDriver": {"Name": "overlay", "Data": {"UpperDir": "/u"}}})
+    assert single.layers == ("/u",) and single.env == ()
+    vfs = image_info({"Id": "x", "GraphDriver": {"Name": "vfs", "Data": {"UpperDir": "/u"}}})
+    assert vfs.layers == ()
+    assert why_no_own_root(vfs, overlay_ok=True) is not None
+    assert why_no_own_root(image_info(INSPECTED), overlay_ok=False) is not None
+    assert why_no_own_root(image_info(INSPECTED), overlay_ok=True) is None
+
+
+def test_a_container_with_its_own_root_runs_it_with_the_images_env(tmp_path: Path) -> None:
+    info = image_info(INSPECTED)
+    made = plan(tmp_path, rootfs=rootfs_path("trainyard-x"), image_env=info.env,
+                files=("/app/conf.txt", "/tmp/run.sh"), writable=(str(tmp_path / "out"),))
+    argv = podman_argv(made)
+    assert argv[-2:] == ["--rootfs", "/run/trainyard/rootfs/trainyard-x"]
+    assert "localhost/bb:1" not in argv  # the image's layers are mounted by the runner
+    assert _after(argv, "--env") == ["PATH=/opt/bin:/bin", "LANG=C"]  # the task's follow
+    assert _after(argv, "--volume") == [  # /tmp and the files live in its root
+        f"{tmp_path}/root/osmo/run/workspace:/osmo/run/workspace:rw",
+        f"{tmp_path}/out:{tmp_path}/out:rw"]
+    assert container_mounts(made) == {
+        "/": "/run/trainyard/rootfs/trainyard-x",
+        "/osmo/run/workspace": f"{tmp_path}/root/osmo/run/workspace",
+        f"{tmp_path}/out": f"{tmp_path}/out"}
+    assert container_userns(made).own[1:] == [
+        "/run/trainyard/rootfs/trainyard-x", "/run/trainyard/rootfs/trainyard-x/tmp",
+        "/run/trainyard/rootfs/trainyard-x/etc"]
+    layer = root_overlay(made, info, tmp_path / "run" / "sandbox" / "overlay" / "image")
+    assert (layer.lower, layer.lower_below) == (info.layers[0], list(info.layers[1:]))
+    assert layer.target == "/run/trainyard/rootfs/trainyard-x"
+    assert layer.upper == f"{tmp_path}/run/sandbox/overlay/image/upper"  # moved by RESTART
+    assert (layer.idmap_uid, layer.idmap_gid) == (65534, 65534)
+
+
+def test_where_no_own_root_can_be_made_the_log_says_restart_does_not_keep_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(container, "inspect_image",
+                        lambda image: image_info({**INSPECTED, "GraphDriver": {"Name": "vfs"}}))
+    req = podman_backend(tmp_path, []).build_request(launch(tmp_path), ISO, NET)
+    assert req.run.sandbox.command_prefix[-1] == "localhost/trainyard-surely-absent:0"
+    assert req.run.sandbox.overlays == [] and req.run.sandbox.start_error is None
+    assert "podman's container layer, which RESTART does NOT keep" in req.run.sandbox.description
