@@ -31,20 +31,21 @@ What the container gets (``podman_argv``):
 - a writable root of its own that RESTART keeps (``root_overlay``), as a bubblewrap task's:
   where the runner can mount overlayfs (as root) and podman stores images with its
   ``overlay`` driver, the image's layers (``inspect_image``: podman's own folders, top
-  first) are the read-only lower layers, each attached idmapped (the image's root files
-  are the container's root's, as podman's own idmapped layers show them), under an upper
-  folder in the attempt's run folder (``<run_dir>/sandbox/overlay/image/upper``, moved
-  into the next attempt by RESTART as the rest of ``sandbox/``; RESCHEDULE starts from an
-  empty one). The runner mounts it in its own mount namespace at ``ROOTFS_PARENT/<name>``
-  (the OCI runtime reaches the root by its path as the container's root, the host's
-  ``nobody``, which may not pass through the 0700 ``$TRAINYARD_HOME``; on the host that
-  folder stays empty) and podman runs ``--rootfs`` it: no container layer in podman's
-  storage, nothing left there when the container is removed. The image's ``ENV`` is passed
-  (``--env NAME=VALUE``, before the task's own); its ``ENTRYPOINT`` and ``USER`` are not
-  used (the task's command runs as a pod's ``command`` would, as root, the only mapped id).
-  ``/tmp`` and the files are then in that root; ``/osmo/run/workspace`` is still bound.
-  Elsewhere podman's own container layer is the root, which RESTART does not keep, and the
-  task log says why (``root_note``);
+  first) are the read-only lower layers, each attached idmapped (the image's root files are
+  the container's root's, as podman's own idmapped layers show them), under an upper folder
+  in the attempt's run folder (``<run_dir>/sandbox/overlay/image/upper``, moved into the
+  next attempt by RESTART as the rest of ``sandbox/``; RESCHEDULE starts from an empty one).
+  Mounted ``nodev``: a device node the image carries cannot be opened (podman's own layers
+  here can: no ``storage.conf`` asks ``nodev``). The runner mounts it in its own mount
+  namespace at ``ROOTFS_PARENT/<name>`` (the OCI runtime reaches the root by its path as the
+  container's root, the host's ``nobody``, which may not pass through the 0700
+  ``$TRAINYARD_HOME``; on the host that folder stays empty) and podman runs ``--rootfs`` it:
+  no container layer in podman's storage, nothing left there when the container is removed.
+  The image's ``ENV`` is passed (``--env NAME=VALUE``, before the task's own); its
+  ``ENTRYPOINT`` and ``USER`` are not used (the task's command runs as a pod's ``command``
+  would, as root, the only mapped id). ``/tmp`` and the files are then in that root;
+  ``/osmo/run/workspace`` is still bound. Elsewhere podman's own container layer is the
+  root, which RESTART does not keep, and the task log says why (``root_note``);
 - ``--rm`` and a name derived from the run folder (``container_name``), so the backend can
   remove what a killed runner left (``remove_containers``): podman's container does not die
   with the ``podman run`` process that the runner stops;
@@ -445,7 +446,8 @@ def root_overlay(plan: ContainerPlan, info: ImageInfo, layer_dir: Path) -> Overl
     assert plan.rootfs is not None and info.layers
     return OverlayMount(lower=info.layers[0], lower_below=list(info.layers[1:]),
                         upper=str(layer_dir / "upper"), work=str(layer_dir / "work"),
-                        target=str(plan.rootfs), idmap_uid=TASK_HOST_ID, idmap_gid=TASK_HOST_ID)
+                        target=str(plan.rootfs), idmap_uid=TASK_HOST_ID, idmap_gid=TASK_HOST_ID,
+                        nodev=True)
 
 
 def prepare_rootfs(plan: ContainerPlan, layer: OverlayMount) -> None:

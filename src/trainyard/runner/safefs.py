@@ -38,6 +38,7 @@ __all__ = ["write_inside", "mount_overlays", "SymlinkRefused", "files_inside", "
            "no_links_path"]
 
 _CLONE_NEWNS = 0x00020000
+_MS_NODEV = 0x4
 _MS_REC = 0x4000
 _MS_PRIVATE = 1 << 18
 
@@ -173,8 +174,12 @@ def _mount_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
         _attach(layer.lower, lower, _layer_userns(layer.idmap_uid, gid))
     options = (f"lowerdir={_escaped(lower)},upperdir={_escaped(layer.upper)},"
                f"workdir={_escaped(layer.work)}")
-    _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", 0, options.encode()),
-           f"overlay over {layer.lower} at {layer.target}")
+    _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", _flags(layer),
+                      options.encode()), f"overlay over {layer.lower} at {layer.target}")
+
+
+def _flags(layer: OverlayMount) -> int:
+    return _MS_NODEV if layer.nodev else 0
 
 
 def _mount_stacked_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
@@ -198,7 +203,8 @@ def _mount_stacked_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
     back = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.chdir(base)
-        _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", 0, options.encode()),
+        _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", _flags(layer),
+                          options.encode()),
                f"overlay over {len(lowers)} layers ({layer.lower}...) at {layer.target}")
     finally:
         os.fchdir(back)

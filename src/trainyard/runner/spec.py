@@ -153,6 +153,9 @@ class OverlayMount(_Model):
     layers: ``lower`` is its top layer); with ``idmap_uid`` each is attached idmapped too,
     at ``<parent of work>/lower.N``, and the overlay is mounted with paths relative to that
     folder (overlayfs takes at most a page of options, and an image may have many layers).
+
+    ``nodev``: mounted ``MS_NODEV``: device nodes in the layers cannot be opened (an image
+    may carry any, such as a world-writable node of the host's disk).
     """
 
     lower: str
@@ -162,6 +165,7 @@ class OverlayMount(_Model):
     idmap_uid: int | None = None
     idmap_gid: int | None = None
     lower_below: list[str] = Field(default_factory=list)
+    nodev: bool = False
 
 
 class UserNamespace(_Model):

@@ -15,6 +15,7 @@ import os
 import shutil
 import stat
 import subprocess
+import tarfile
 import tempfile
 import threading
 import time
@@ -29,7 +30,7 @@ from local_support import (busybox_image, final, group_launches, isolation_avail
 
 from trainyard import spec
 from trainyard.backends import container, local
-from trainyard.backends.container import container_name, probe_podman, rootfs_path
+from trainyard.backends.container import container_name, image_present, probe_podman, rootfs_path
 from trainyard.backends.local import LocalBackend
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.engine.status import ExitCode, Status, WorkflowStatus
@@ -257,3 +258,51 @@ def test_restart_keeps_the_containers_root_and_reschedule_starts_afresh(
     if action == "RESTART":  # the first attempt's layer moved into the second's run folder
         upper = pods.engine.run_dir(wid, "t", 1) / "sandbox" / "overlay" / "image" / "upper"
         assert (upper / "var" / "tmp" / mark).exists()
+
+
+DEVICE_IMAGE = "localhost/trainyard-test-devnode:1"
+
+
+@pytest.fixture(scope="module")
+def device_image(tmp_path_factory: pytest.TempPathFactory, image: str) -> str:
+    """The busybox image plus ``/zero``: a world-writable character device node 1:5 (the
+    kernel's zero device; harmless, as a node of the host's disk would not be)."""
+    if image_present(DEVICE_IMAGE):
+        return DEVICE_IMAGE
+    folder = tmp_path_factory.mktemp("devimage")
+    tarball = folder / "rootfs.tar"
+    with tarfile.open(tarball, "w") as tar:
+        tar.add(os.path.realpath("/bin/busybox"), arcname="bin/busybox")
+        for applet in ("sh", "head", "wc", "ls"):
+            link = tarfile.TarInfo(f"bin/{applet}")
+            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+            tar.addfile(link)
+        node = tarfile.TarInfo("zero")
+        node.type, node.devmajor, node.devminor, node.mode = tarfile.CHRTYPE, 1, 5, 0o666
+        tar.addfile(node)
+    done = subprocess.run(["podman", "import", str(tarball), DEVICE_IMAGE], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return DEVICE_IMAGE
+
+
+DEVICE_SPEC = """
+workflow:
+  name: image-devnode
+  tasks:
+  - name: t
+    image: {{image}}
+    command: [sh, -c, 'ls -l /zero && head -c 3 /zero > /tmp/z && echo OPENED']
+"""
+
+
+def test_a_device_node_the_image_carries_cannot_be_opened(
+    pods: PodEngine, device_image: str
+) -> None:
+    """Found on the way: in podman's own layers here (no storage.conf asking ``nodev``) a
+    task could open any device node its image carries; its own root is mounted nodev."""
+    wid = pods.run(DEVICE_SPEC, image=device_image)
+    text = pods.log(wid, "t")
+    assert "container root: its own writable root" in text, text
+    assert "[t] crw-rw-rw-" in text  # the node is there...
+    assert "[t] OPENED" not in text and "Permission denied" in text, text  # ...and unusable

@@ -195,7 +195,7 @@ def test_a_container_with_its_own_root_runs_it_with_the_images_env(tmp_path: Pat
     assert (layer.lower, layer.lower_below) == (info.layers[0], list(info.layers[1:]))
     assert layer.target == "/run/trainyard/rootfs/trainyard-x"
     assert layer.upper == f"{tmp_path}/run/sandbox/overlay/image/upper"  # moved by RESTART
-    assert (layer.idmap_uid, layer.idmap_gid) == (65534, 65534)
+    assert (layer.idmap_uid, layer.idmap_gid, layer.nodev) == (65534, 65534, True)
 
 
 def test_where_no_own_root_can_be_made_the_log_says_restart_does_not_keep_it(
