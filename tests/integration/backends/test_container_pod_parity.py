@@ -30,7 +30,9 @@ from local_support import (busybox_image, final, group_launches, isolation_avail
 
 from trainyard import spec
 from trainyard.backends import container, local
-from trainyard.backends.container import container_name, image_present, probe_podman, rootfs_path
+from trainyard.backends.container import (container_name, image_present, inspect_image,
+                                          probe_podman, rootfs_path)
+from trainyard.backends.sandbox import overlay_supported
 from trainyard.backends.local import LocalBackend
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.engine.status import ExitCode, Status, WorkflowStatus
@@ -78,6 +80,21 @@ class PodEngine:
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> str:
     return busybox_image(tmp_path_factory.mktemp("image"))
+
+
+def why_no_own_root(image: str) -> str | None:
+    """Why this machine cannot give an image task its own root (None: it can)."""
+    info = inspect_image(image)
+    assert info is not None, f"{image} is not in podman's storage"
+    return container.why_no_own_root(info, overlay_supported())
+
+
+@pytest.fixture
+def own_root(image: str) -> None:
+    """Skips (saying why) where an image task cannot get a root of its own."""
+    why_not = why_no_own_root(image)
+    if why_not:
+        pytest.skip(f"no own root for image tasks here: {why_not}")
 
 
 @pytest.fixture
@@ -238,7 +255,7 @@ def _containers_of(names: list[str]) -> list[str]:
     ("RESCHEDULE", "test !"),  # a fresh root from the image: none is
 ])
 def test_restart_keeps_the_containers_root_and_reschedule_starts_afresh(
-    pods: PodEngine, image: str, action: str, check: str
+    pods: PodEngine, image: str, action: str, check: str, own_root: None
 ) -> None:
     """Was: RESTART lost the container's own layer, so a marker under /var/tmp written by
     the first attempt was gone and the spec could never complete."""
@@ -297,7 +314,7 @@ workflow:
 
 
 def test_a_device_node_the_image_carries_cannot_be_opened(
-    pods: PodEngine, device_image: str
+    pods: PodEngine, device_image: str, own_root: None
 ) -> None:
     """Found on the way: in podman's own layers here (no storage.conf asking ``nodev``) a
     task could open any device node its image carries; its own root is mounted nodev."""
@@ -306,3 +323,79 @@ def test_a_device_node_the_image_carries_cannot_be_opened(
     assert "container root: its own writable root" in text, text
     assert "[t] crw-rw-rw-" in text  # the node is there...
     assert "[t] OPENED" not in text and "Permission denied" in text, text  # ...and unusable
+
+
+LAYERED_IMAGE = "localhost/trainyard-test-layered:1"
+
+
+@pytest.fixture(scope="module")
+def layered_image(image: str) -> str:
+    """The busybox image plus a second layer (``/layer2``) and an ``ENV``, made with
+    ``podman commit`` of a container (plain podman: root, no user namespace)."""
+    if image_present(LAYERED_IMAGE):
+        return LAYERED_IMAGE
+    name = f"trainyard-commit-{os.getpid()}"
+    limits = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+    runtime = ["--runtime", "runc"] if shutil.which("runc") else []
+    try:
+        for argv in (["podman", *runtime, "run", "--name", name, *limits, "--network", "none",
+                      image, "sh", "-c", "echo layer-two > /layer2"],
+                     ["podman", "commit", "--change", "ENV GREETING=from-image",
+                      "--change", "ENV IMAGE_ONLY=image-only", name, LAYERED_IMAGE]):
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, (argv, done.stderr)
+    finally:
+        subprocess.run(["podman", "rm", "--force", "--ignore", name], capture_output=True,
+                       timeout=120)
+    return LAYERED_IMAGE
+
+
+LAYERED_SPEC = """
+workflow:
+  name: image-layers
+  tasks:
+  - name: t
+    image: {{image}}
+    environment:
+      GREETING: from-spec
+    command: [sh, -c, 'cat /layer2 && echo "env $GREETING $IMAGE_ONLY" && echo changed > /layer2']
+"""
+
+
+def test_a_layered_image_is_stacked_with_its_env_and_the_task_env_wins(
+    pods: PodEngine, layered_image: str, own_root: None
+) -> None:
+    wid = pods.run(LAYERED_SPEC, image=layered_image)
+    text = pods.log(wid, "t")
+    assert pods.engine.state(wid).status is WorkflowStatus.COMPLETED, text
+    assert "container root: its own writable root" in text
+    assert "[t] layer-two" in text and "[t] env from-spec image-only" in text, text
+    upper = pods.engine.run_dir(wid, "t", 0) / "sandbox" / "overlay" / "image" / "upper"
+    assert (upper / "layer2").read_text() == "changed\n"  # the image's layer is untouched:
+    again = pods.run(LAYERED_SPEC, image=layered_image)
+    assert "[t] layer-two" in pods.log(again, "t")
+
+
+def test_without_an_own_root_the_container_layer_runs_and_the_log_says_so(
+    home: Path, image: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the runner cannot mount overlayfs (a server that is not root), podman's own
+    container layer is the root, as before: the task runs, and its log says RESTART does
+    not keep that root."""
+    why_not = isolation_available("bwrap", "netns")
+    if why_not:
+        pytest.skip(f"sandboxed isolation not available here: {why_not}")
+    monkeypatch.setattr(local, "overlay_supported", lambda: False)
+    pool = default_local_pool().model_copy(update={"images": {"*": "podman"}})
+    backend = LocalBackend(pool, home=home, sandbox="bwrap", network="netns", stop_grace_s=2.0)
+    try:
+        launches = group_launches(backend, home, "wf-img-layer", {"t": {
+            "image": image, "command": ["sh", "-c", "echo x > /tmp/m && cat /tmp/m"]}})
+        backend.start_group(launches)
+        fact = final(wait_final(backend, [launches[0].key], timeout_s=120)[launches[0].key])
+    finally:
+        backend.stop(list(backend._attempts))
+    text = task_log(launches[0])
+    assert fact.exit_code == 0 and "[t] x" in text, text
+    assert ("container root: podman's container layer, which RESTART does NOT keep (the "
+            "runner cannot mount overlayfs here (needs root))") in text
