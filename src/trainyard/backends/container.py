@@ -43,7 +43,7 @@ What the container gets (``podman_argv``):
   no container layer in podman's storage, nothing left there when the container is removed.
   The image's ``ENV`` is passed (``--env NAME=VALUE``, before the task's own); its
   ``ENTRYPOINT`` and ``USER`` are not used (the task's command runs as a pod's ``command``
-  would, as root, the only mapped id). ``/tmp`` and the files are then in that root;
+  would, as root, the only mapped id; the task log says so, ``user_note``). ``/tmp`` and the files are then in that root;
   ``/osmo/run/workspace`` is still bound. Elsewhere podman's own container layer is the
   root, which RESTART does not keep, and the task log says why (``root_note``);
 - ``--rm`` and a name derived from the run folder (``container_name``), so the backend can
@@ -108,7 +108,7 @@ __all__ = ["ContainerPlan", "podman_argv", "container_mounts", "container_name",
            "RUNTIME", "TASK_HOST_ID", "container_userns", "containers_conf", "seccomp_profile",
            "no_nested_userns", "gpu_devices", "cdi_gpu_names", "CDI_DIRS", "CDI_GPU_KIND",
            "ImageInfo", "image_info", "inspect_image", "why_no_own_root", "root_overlay",
-           "prepare_rootfs", "rootfs_path", "root_note", "ROOTFS_PARENT"]
+           "prepare_rootfs", "rootfs_path", "root_note", "ROOTFS_PARENT", "user_note"]
 
 log = logging.getLogger("trainyard.backends.local")
 
@@ -391,11 +391,19 @@ class ImageInfo:
         layers: its layer folders in podman's storage, top first; empty unless podman's
             storage driver is ``overlay``.
         env: its ``ENV``, as ``NAME=VALUE``.
+        user: its ``USER`` (``""``: root).
     """
 
     id: str
     layers: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
+    user: str = ""
+
+    @property
+    def runs_as_root(self) -> bool:
+        """Whether its ``USER`` is root (user and group ``""``, ``root`` or ``0``): the only
+        id a container's user namespace maps here (``_privilege_args``)."""
+        return all(part in ("", "root", "0") for part in self.user.split(":", 1))
 
 
 def image_info(doc: dict[str, Any]) -> ImageInfo:
@@ -406,8 +414,10 @@ def image_info(doc: dict[str, Any]) -> ImageInfo:
     if driver.get("Name") == "overlay" and data.get("UpperDir"):
         below = [p for p in str(data.get("LowerDir") or "").split(":") if p]
         layers = (str(data["UpperDir"]), *below)
-    env = tuple(str(v) for v in (doc.get("Config") or {}).get("Env") or ())
-    return ImageInfo(id=str(doc.get("Id", "")), layers=layers, env=env)
+    config = doc.get("Config") or {}
+    env = tuple(str(v) for v in config.get("Env") or ())
+    user = str(config.get("User") or doc.get("User") or "")
+    return ImageInfo(id=str(doc.get("Id", "")), layers=layers, env=env, user=user)
 
 
 def inspect_image(image: str, podman: str = "podman") -> ImageInfo | None:
@@ -474,6 +484,25 @@ def root_note(why_not: str | None) -> str:
                 "this attempt's: RESTART keeps it, RESCHEDULE starts afresh)")
     return (f"container root: podman's container layer, which RESTART does NOT keep "
             f"({why_not})")
+
+
+def user_note(image: str, info: ImageInfo, own_root: bool) -> tuple[str, str | None]:
+    """What becomes of an image whose ``USER`` is not root (only uid 0 is mapped): with its
+    own root the command runs as root anyway (a line for the task log); with podman's
+    container layer it cannot start (a start error). ``("", None)`` for a root image.
+
+    Returns:
+        (a line for the task log, or ""; a start error, or None).
+    """
+    if info.runs_as_root:
+        return "", None
+    if own_root:
+        return (f"image USER {info.user!r} is not used: the command runs as root inside (uid "
+                "0, the host's nobody, is the only id mapped)"), None
+    return "", (f"image {image!r} runs as USER {info.user!r}, but uid 0 is the only id mapped "
+                "in its container here and, without a root of its own, podman would start it "
+                "as that user: use an image that runs as root, or a pool whose server runs as "
+                "root with podman's overlay storage (docs/security.md, Images)")
 
 
 def probe_podman(podman: str = "podman") -> str | None:

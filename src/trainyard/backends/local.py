@@ -715,7 +715,7 @@ class LocalBackend:
                            if Path(d) != request.run_dir),
             volumes=self._volumes(run), devices=devices,
             rootfs=container.rootfs_path(name) if own_root else None,
-            image_env=info.env if info and own_root else (),
+            image_env=info.env if info is not None and own_root else (),
             conf=container.containers_conf(self.state_dir),
             seccomp=container.seccomp_profile(self.state_dir))
         run.sandbox.command_prefix = container.podman_argv(plan)
@@ -725,14 +725,26 @@ class LocalBackend:
         run.sandbox.env_flag = "--env"
         if info is None:
             run.sandbox.start_error = container.missing_image_message(run.image)
-        elif own_root:  # RESTART keeps <run_dir>/sandbox, this layer with it
-            layer = container.root_overlay(plan, info, request.run_dir / "sandbox" / "overlay" / "image")
-            container.prepare_rootfs(plan, layer)
-            run.sandbox.overlays = [layer]
-        if info is not None:
-            run.sandbox.description += "\n" + container.root_note(no_root)
+        else:
+            self._container_root(request, plan, info, no_root)
         request.argv = [self.python, "-m", "trainyard.runner", str(request.run_dir / "run.json")]
         return request
+
+    def _container_root(self, request: LaunchRequest, plan: container.ContainerPlan,
+                        info: container.ImageInfo, why_not: str | None) -> None:
+        """The container's own root for the runner to mount (``container.root_overlay``;
+        RESTART keeps ``<run_dir>/sandbox``, this layer with it) or why not, and what becomes
+        of an image ``USER`` that is not root: said in the task log (or a start error)."""
+        run = request.run
+        if plan.rootfs is not None:
+            layer = container.root_overlay(plan, info,
+                                           request.run_dir / "sandbox" / "overlay" / "image")
+            container.prepare_rootfs(plan, layer)
+            run.sandbox.overlays = [layer]
+        note, run.sandbox.start_error = container.user_note(plan.image, info,
+                                                            plan.rootfs is not None)
+        lines = (container.root_note(why_not), note)
+        run.sandbox.description += "".join(f"\n{line}" for line in lines if line)
 
     def _writable_dirs(self, run: TaskRun) -> list[Path]:
         dirs = [Path(run.run_dir), run.output_path]

@@ -328,26 +328,33 @@ def test_a_device_node_the_image_carries_cannot_be_opened(
 LAYERED_IMAGE = "localhost/trainyard-test-layered:1"
 
 
-@pytest.fixture(scope="module")
-def layered_image(image: str) -> str:
-    """The busybox image plus a second layer (``/layer2``) and an ``ENV``, made with
-    ``podman commit`` of a container (plain podman: root, no user namespace)."""
-    if image_present(LAYERED_IMAGE):
-        return LAYERED_IMAGE
+def committed_image(base: str, tag: str, changes: list[str]) -> str:
+    """``tag``: ``base`` plus a second layer (``/layer2``) and ``changes`` (Dockerfile lines),
+    made with ``podman commit`` of a container (plain podman: root, no user namespace);
+    made once (an earlier run's is used as it is)."""
+    if image_present(tag):
+        return tag
     name = f"trainyard-commit-{os.getpid()}"
     limits = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
     runtime = ["--runtime", "runc"] if shutil.which("runc") else []
+    changed = [arg for change in changes for arg in ("--change", change)]
     try:
         for argv in (["podman", *runtime, "run", "--name", name, *limits, "--network", "none",
-                      image, "sh", "-c", "echo layer-two > /layer2"],
-                     ["podman", "commit", "--change", "ENV GREETING=from-image",
-                      "--change", "ENV IMAGE_ONLY=image-only", name, LAYERED_IMAGE]):
+                      base, "sh", "-c", "echo layer-two > /layer2"],
+                     ["podman", "commit", *changed, name, tag]):
             done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, (argv, done.stderr)
     finally:
         subprocess.run(["podman", "rm", "--force", "--ignore", name], capture_output=True,
                        timeout=120)
-    return LAYERED_IMAGE
+    return tag
+
+
+@pytest.fixture(scope="module")
+def layered_image(image: str) -> str:
+    """The busybox image plus a second layer and an ``ENV``."""
+    return committed_image(image, LAYERED_IMAGE, ["ENV GREETING=from-image",
+                                                  "ENV IMAGE_ONLY=image-only"])
 
 
 LAYERED_SPEC = """
@@ -399,3 +406,57 @@ def test_without_an_own_root_the_container_layer_runs_and_the_log_says_so(
     assert fact.exit_code == 0 and "[t] x" in text, text
     assert ("container root: podman's container layer, which RESTART does NOT keep (the "
             "runner cannot mount overlayfs here (needs root))") in text
+
+
+USER_IMAGE = "localhost/trainyard-test-user:1"
+
+USER_SPEC = """
+workflow:
+  name: image-user
+  tasks:
+  - name: t
+    image: {{image}}
+    command: [sh, -c, 'echo "uid $(id -u)"']
+"""
+
+
+@pytest.fixture(scope="module")
+def user_image(image: str) -> str:
+    """The busybox image with ``USER 1000`` (an id its container does not map)."""
+    return committed_image(image, USER_IMAGE, ["USER 1000"])
+
+
+def test_an_image_user_that_is_not_root_is_said_plainly(
+    pods: PodEngine, user_image: str, own_root: None
+) -> None:
+    """Only uid 0 is mapped: with its own root the command runs as root and the log says the
+    image's USER is not used, never silently."""
+    wid = pods.run(USER_SPEC, image=user_image)
+    text = pods.log(wid, "t")
+    assert pods.engine.state(wid).status is WorkflowStatus.COMPLETED, text
+    assert "[t] uid 0" in text
+    assert "image USER '1000' is not used: the command runs as root inside" in text
+
+
+def test_without_an_own_root_an_image_user_that_is_not_root_fails_at_start(
+    home: Path, user_image: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With podman's container layer podman would start it as that unmapped user (and
+    fail with runc's own words); it fails at start with a line saying why instead."""
+    why_not = isolation_available("bwrap", "netns")
+    if why_not:
+        pytest.skip(f"sandboxed isolation not available here: {why_not}")
+    monkeypatch.setattr(local, "overlay_supported", lambda: False)
+    pool = default_local_pool().model_copy(update={"images": {"*": "podman"}})
+    backend = LocalBackend(pool, home=home, sandbox="bwrap", network="netns", stop_grace_s=2.0)
+    try:
+        launches = group_launches(backend, home, "wf-img-user", {"t": {
+            "image": user_image, "command": ["sh", "-c", "echo ran"]}})
+        backend.start_group(launches)
+        fact = final(wait_final(backend, [launches[0].key], timeout_s=120)[launches[0].key])
+    finally:
+        backend.stop(list(backend._attempts))
+    text = task_log(launches[0])
+    assert fact.exit_code == ExitCode.START_ERROR, text
+    assert f"image '{user_image}' runs as USER '1000', but uid 0 is the only id mapped" in text
+    assert "[t] ran" not in text

@@ -14,7 +14,7 @@ from trainyard.backends import container
 from trainyard.backends.container import (ContainerPlan, cdi_gpu_names, container_mounts,
                                           container_userns, gpu_devices, image_info,
                                           podman_argv, root_overlay, rootfs_path,
-                                          why_no_own_root)
+                                          user_note, why_no_own_root)
 from trainyard.backends.local import Isolation, LocalBackend
 from trainyard.backends.netns import GroupNetwork
 from trainyard.errors import BackendError
@@ -207,3 +207,15 @@ def test_where_no_own_root_can_be_made_the_log_says_restart_does_not_keep_it(
     assert req.run.sandbox.command_prefix[-1] == "localhost/trainyard-surely-absent:0"
     assert req.run.sandbox.overlays == [] and req.run.sandbox.start_error is None
     assert "podman's container layer, which RESTART does NOT keep" in req.run.sandbox.description
+
+
+@pytest.mark.parametrize(("user", "root"), [("", True), ("root", True), ("0:0", True),
+                                            ("root:0", True), ("1000", False),
+                                            ("0:1000", False), ("app", False)])
+def test_only_a_root_user_is_mapped(user: str, root: bool) -> None:
+    info = image_info({**INSPECTED, "Config": {"User": user}})
+    assert info.user == user and info.runs_as_root is root
+    note, error = user_note("img", info, own_root=True)
+    assert error is None and (note == "") is root
+    note, error = user_note("img", info, own_root=False)
+    assert note == "" and (error is None) is root
