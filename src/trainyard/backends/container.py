@@ -108,7 +108,8 @@ __all__ = ["ContainerPlan", "podman_argv", "container_mounts", "container_name",
            "RUNTIME", "TASK_HOST_ID", "container_userns", "containers_conf", "seccomp_profile",
            "no_nested_userns", "gpu_devices", "cdi_gpu_names", "CDI_DIRS", "CDI_GPU_KIND",
            "ImageInfo", "image_info", "inspect_image", "why_no_own_root", "root_overlay",
-           "prepare_rootfs", "rootfs_path", "root_note", "ROOTFS_PARENT", "user_note"]
+           "prepare_rootfs", "rootfs_path", "root_note", "ROOTFS_PARENT", "user_note",
+           "image_links"]
 
 log = logging.getLogger("trainyard.backends.local")
 
@@ -352,16 +353,36 @@ def _write_once(path: Path, text: str) -> Path:
     return path
 
 
-def container_userns(plan: ContainerPlan) -> UserNamespace:
+_ROOT_OWNED = ("tmp", "etc")
+"""Folders of a container's own root given to its root (made if missing) before the start."""
+
+
+def container_userns(plan: ContainerPlan, links: Iterable[str] = ()) -> UserNamespace:
     """What the runner gives the container's root before the start: its root folder (the
     files' parents) and ``/tmp`` (1777), with ``rootfs`` also its ``/etc`` (podman makes
-    its ``/etc/hosts``... mount points there as the container's root); the output and input
-    folders are given without being named (``runner.spec.UserNamespace``). No ``args_at``:
-    podman maps the ids."""
+    its ``/etc/hosts``... mount points there as the container's root) unless the image has
+    them as symlinks (``links``, ``image_links``: the runner never follows one); the output
+    and input folders are given without being named (``runner.spec.UserNamespace``). No
+    ``args_at``: podman maps the ids."""
     own = [str(plan.root_dir), str(plan.root_dir / "tmp")]
     if plan.rootfs is not None:
-        own = [str(plan.root_dir), *(str(plan.rootfs / d) for d in ("", "tmp", "etc"))]
+        mine = [d for d in _ROOT_OWNED if d not in set(links)]
+        own = [str(plan.root_dir), str(plan.rootfs), *(str(plan.rootfs / d) for d in mine)]
     return UserNamespace(host_uid=TASK_HOST_ID, host_gid=TASK_HOST_ID, own=own)
+
+
+def image_links(info: ImageInfo, names: Iterable[str] = _ROOT_OWNED) -> set[str]:
+    """Which top-level ``names`` the image has as symlinks (``/tmp -> /var/tmp``): as the
+    top-most layer holding the name has it."""
+    found = set()
+    for name in names:
+        for layer in info.layers:
+            path = os.path.join(layer, name)
+            if os.path.lexists(path):
+                if os.path.islink(path):
+                    found.add(name)
+                break
+    return found
 
 
 def container_mounts(plan: ContainerPlan) -> dict[str, str]:

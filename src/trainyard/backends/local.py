@@ -741,6 +741,7 @@ class LocalBackend:
                                            request.run_dir / "sandbox" / "overlay" / "image")
             container.prepare_rootfs(plan, layer)
             run.sandbox.overlays = [layer]
+            run.sandbox.userns = container.container_userns(plan, container.image_links(info))
         note, run.sandbox.start_error = container.user_note(plan.image, info,
                                                             plan.rootfs is not None)
         lines = (container.root_note(why_not), note)

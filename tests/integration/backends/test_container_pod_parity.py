@@ -328,10 +328,11 @@ def test_a_device_node_the_image_carries_cannot_be_opened(
 LAYERED_IMAGE = "localhost/trainyard-test-layered:1"
 
 
-def committed_image(base: str, tag: str, changes: list[str]) -> str:
-    """``tag``: ``base`` plus a second layer (``/layer2``) and ``changes`` (Dockerfile lines),
-    made with ``podman commit`` of a container (plain podman: root, no user namespace);
-    made once (an earlier run's is used as it is)."""
+def committed_image(base: str, tag: str, changes: list[str],
+                    script: str = "echo layer-two > /layer2") -> str:
+    """``tag``: ``base`` plus a second layer (what ``script`` does) and ``changes``
+    (Dockerfile lines), made with ``podman commit`` of a container (plain podman: root, no
+    user namespace); made once (an earlier run's is used as it is)."""
     if image_present(tag):
         return tag
     name = f"trainyard-commit-{os.getpid()}"
@@ -340,7 +341,7 @@ def committed_image(base: str, tag: str, changes: list[str]) -> str:
     changed = [arg for change in changes for arg in ("--change", change)]
     try:
         for argv in (["podman", *runtime, "run", "--name", name, *limits, "--network", "none",
-                      base, "sh", "-c", "echo layer-two > /layer2"],
+                      base, "sh", "-c", script],
                      ["podman", "commit", *changed, name, tag]):
             done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, (argv, done.stderr)
@@ -460,3 +461,19 @@ def test_without_an_own_root_an_image_user_that_is_not_root_fails_at_start(
     assert fact.exit_code == ExitCode.START_ERROR, text
     assert f"image '{user_image}' runs as USER '1000', but uid 0 is the only id mapped" in text
     assert "[t] ran" not in text
+
+
+LINKED_TMP_IMAGE = "localhost/trainyard-test-tmplink:1"
+
+
+def test_an_image_whose_tmp_is_a_link_keeps_it(pods: PodEngine, image: str,
+                                               own_root: None) -> None:
+    """The runner gives the container's root its ``/tmp`` and ``/etc`` without following a
+    link: an image's own ``/tmp -> /var/tmp`` is left as it is, not refused."""
+    linked = committed_image(image, LINKED_TMP_IMAGE, [],
+                             "mkdir -p /var/tmp && chmod 1777 /var/tmp && ln -s /var/tmp /tmp")
+    spec = USER_SPEC.replace("echo \"uid $(id -u)\"", "echo x > /tmp/m && cat /var/tmp/m")
+    wid = pods.run(spec, image=linked)
+    text = pods.log(wid, "t")
+    assert pods.engine.state(wid).status is WorkflowStatus.COMPLETED, text
+    assert "[t] x" in text

@@ -13,6 +13,7 @@ from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends import container
 from trainyard.backends.container import (ContainerPlan, cdi_gpu_names, container_mounts,
                                           container_userns, gpu_devices, image_info,
+                                          image_links,
                                           podman_argv, root_overlay, rootfs_path,
                                           user_note, why_no_own_root)
 from trainyard.backends.local import Isolation, LocalBackend
@@ -219,3 +220,17 @@ def test_only_a_root_user_is_mapped(user: str, root: bool) -> None:
     assert error is None and (note == "") is root
     note, error = user_note("img", info, own_root=False)
     assert note == "" and (error is None) is root
+
+
+def test_a_link_of_the_image_at_tmp_or_etc_is_not_given_to_the_task(tmp_path: Path) -> None:
+    top, base = tmp_path / "top", tmp_path / "base"
+    (top / "etc").mkdir(parents=True)
+    base.mkdir()
+    (base / "tmp").symlink_to("var/tmp")
+    (base / "etc").symlink_to("somewhere")  # hidden by the top layer's folder
+    info = image_info({"Id": "x", "GraphDriver": {"Name": "overlay", "Data": {
+        "UpperDir": str(top), "LowerDir": str(base)}}})
+    assert image_links(info) == {"tmp"}
+    made = plan(tmp_path, rootfs=rootfs_path("trainyard-x"))
+    assert container_userns(made, image_links(info)).own[1:] == [
+        "/run/trainyard/rootfs/trainyard-x", "/run/trainyard/rootfs/trainyard-x/etc"]
