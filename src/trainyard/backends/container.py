@@ -99,6 +99,7 @@ from typing import Any
 
 import yaml
 
+from trainyard.runner.safefs import MAPPED_OTHER_IDS
 from trainyard.runner.spec import OverlayMount, UserNamespace
 
 from trainyard.backends.sandbox import OSMO_WORKSPACE, gpu_device_nodes
@@ -109,7 +110,7 @@ __all__ = ["ContainerPlan", "podman_argv", "container_mounts", "container_name",
            "no_nested_userns", "gpu_devices", "cdi_gpu_names", "CDI_DIRS", "CDI_GPU_KIND",
            "ImageInfo", "image_info", "inspect_image", "why_no_own_root", "root_overlay",
            "prepare_rootfs", "rootfs_path", "root_note", "ROOTFS_PARENT", "user_note",
-           "image_links"]
+           "image_links", "task_id_bases", "user_ids", "user_host_ids", "ID_RANGE_OWNER"]
 
 log = logging.getLogger("trainyard.backends.local")
 
@@ -145,6 +146,9 @@ class ContainerPlan:
         rootfs: where the runner mounts the container's own root (``root_overlay``), which
             podman then runs (``--rootfs``); None: podman's container layer over the image.
         image_env: the image's ``ENV`` (``NAME=VALUE``), passed with ``rootfs`` only.
+        id_bases: the host uid and gid of the container's ids 1.. (``task_id_bases``), with
+            ``rootfs`` only; None: only its root is mapped.
+        user: ``--user`` (the image's ``USER``, with ``id_bases``); "": podman's choice.
         conf: podman's ``containers.conf`` (``containers_conf``; None: the host's).
         seccomp: the seccomp profile (``seccomp_profile``; None: podman's default).
     """
@@ -161,6 +165,8 @@ class ContainerPlan:
     devices: tuple[str, ...] = ()
     rootfs: Path | None = None
     image_env: tuple[str, ...] = ()
+    id_bases: tuple[int, int] | None = None
+    user: str = ""
     conf: Path | None = None
     seccomp: Path | None = None
 
@@ -187,12 +193,17 @@ def _ulimit_args() -> list[str]:
     return args
 
 
-def _privilege_args() -> list[str]:
-    """The user namespace (root inside is the host's ``nobody``, no other id mapped), no
-    capability, ``no_new_privs`` (see module docstring)."""
+def _privilege_args(plan: ContainerPlan | None = None) -> list[str]:
+    """The user namespace (root inside is the host's ``nobody``; with ``id_bases`` its ids
+    1..65535 are the host's ``BASE``.., else no other id is mapped), no capability,
+    ``no_new_privs`` (see module docstring)."""
     ids = f"0:{TASK_HOST_ID}:1"
-    return ["--uidmap", ids, "--gidmap", ids, "--cap-drop", "all",
-            "--security-opt", "no-new-privileges"]
+    maps = ["--uidmap", ids, "--gidmap", ids]
+    if plan is not None and plan.id_bases is not None:
+        uid_base, gid_base = plan.id_bases
+        maps += ["--uidmap", f"1:{uid_base}:{MAPPED_OTHER_IDS}",
+                 "--gidmap", f"1:{gid_base}:{MAPPED_OTHER_IDS}"]
+    return [*maps, "--cap-drop", "all", "--security-opt", "no-new-privileges"]
 
 
 def _seccomp_args(plan: ContainerPlan) -> list[str]:
@@ -231,9 +242,11 @@ def podman_argv(plan: ContainerPlan, podman: str = "podman") -> list[str]:
     argv += ["run", "--rm", "--pull", "never", "--name", plan.name,
              "--label", "trainyard=task", "--network", plan.network,
              "--hostname", plan.hostname, "--log-driver", "none", "--workdir", "/",
-             *_privilege_args(), *_seccomp_args(plan), *_ulimit_args(), *_bind_args(plan)]
+             *_privilege_args(plan), *_seccomp_args(plan), *_ulimit_args(), *_bind_args(plan)]
     for device in plan.devices:
         argv += ["--device", device]
+    if plan.user:
+        argv += ["--user", plan.user]
     if plan.rootfs is None:
         return [*argv, plan.image]
     for variable in plan.image_env:
@@ -357,18 +370,25 @@ _ROOT_OWNED = ("tmp", "etc")
 """Folders of a container's own root given to its root (made if missing) before the start."""
 
 
-def container_userns(plan: ContainerPlan, links: Iterable[str] = ()) -> UserNamespace:
+def container_userns(plan: ContainerPlan, links: Iterable[str] = (),
+                     data_ids: tuple[int, int] | None = None) -> UserNamespace:
     """What the runner gives the container's root before the start: its root folder (the
-    files' parents) and ``/tmp`` (1777), with ``rootfs`` also its ``/etc`` (podman makes
+    files' parents), ``/tmp`` (1777) and ``/osmo/run/workspace`` (was the host root's, so
+    not writable to the task), with ``rootfs`` also its ``/etc`` (podman makes
     its ``/etc/hosts``... mount points there as the container's root) unless the image has
     them as symlinks (``links``, ``image_links``: the runner never follows one); the output
-    and input folders are given without being named (``runner.spec.UserNamespace``). No
+    and input folders are given without being named (``runner.spec.UserNamespace``), to
+    ``data_ids`` (host uid, gid: the image's ``USER``, ``user_host_ids``) where given. No
     ``args_at``: podman maps the ids."""
-    own = [str(plan.root_dir), str(plan.root_dir / "tmp")]
+    workspace = str(plan.root_dir) + OSMO_WORKSPACE  # bound; the task cannot change its way
+    own = [str(plan.root_dir), str(plan.root_dir / "tmp"), workspace]
     if plan.rootfs is not None:
         mine = [d for d in _ROOT_OWNED if d not in set(links)]
-        own = [str(plan.root_dir), str(plan.rootfs), *(str(plan.rootfs / d) for d in mine)]
-    return UserNamespace(host_uid=TASK_HOST_ID, host_gid=TASK_HOST_ID, own=own)
+        own = [str(plan.root_dir), workspace, str(plan.rootfs),
+               *(str(plan.rootfs / d) for d in mine)]
+    data_uid, data_gid = data_ids if data_ids is not None else (None, None)
+    return UserNamespace(host_uid=TASK_HOST_ID, host_gid=TASK_HOST_ID, own=own,
+                         data_uid=data_uid, data_gid=data_gid)
 
 
 def image_links(info: ImageInfo, names: Iterable[str] = _ROOT_OWNED) -> set[str]:
@@ -478,7 +498,8 @@ def root_overlay(plan: ContainerPlan, info: ImageInfo, layer_dir: Path) -> Overl
     return OverlayMount(lower=info.layers[0], lower_below=list(info.layers[1:]),
                         upper=str(layer_dir / "upper"), work=str(layer_dir / "work"),
                         target=str(plan.rootfs), idmap_uid=TASK_HOST_ID, idmap_gid=TASK_HOST_ID,
-                        nodev=True)
+                        nodev=True, idmap_uid_base=plan.id_bases[0] if plan.id_bases else None,
+                        idmap_gid_base=plan.id_bases[1] if plan.id_bases else None)
 
 
 def prepare_rootfs(plan: ContainerPlan, layer: OverlayMount) -> None:
@@ -507,19 +528,102 @@ def root_note(why_not: str | None) -> str:
             f"({why_not})")
 
 
-def user_note(image: str, info: ImageInfo, own_root: bool) -> tuple[str, str | None]:
-    """What becomes of an image whose ``USER`` is not root (only uid 0 is mapped): with its
-    own root the command runs as root anyway (a line for the task log); with podman's
-    container layer it cannot start (a start error). ``("", None)`` for a root image.
+ID_RANGE_OWNER = "trainyard"
+"""The ``/etc/subuid`` and ``/etc/subgid`` entry (``trainyard:START:COUNT``, COUNT at least
+65535) whose host ids a container's ids 1..65535 are, where it has its own root."""
+SUBUID, SUBGID = Path("/etc/subuid"), Path("/etc/subgid")
+
+
+def _range_start(path: Path, owner: str) -> int | None:
+    """START of the first ``owner:START:COUNT`` line of ``path`` with COUNT >= 65535 and
+    START above the ids a container's root may be (65535), else None."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.strip().split(":")
+        if len(parts) == 3 and parts[0] == owner and parts[1].isdigit() and parts[2].isdigit():
+            start, count = int(parts[1]), int(parts[2])
+            if count >= MAPPED_OTHER_IDS and start > MAPPED_OTHER_IDS:
+                return start
+    return None
+
+
+def task_id_bases(subuid: Path = SUBUID, subgid: Path = SUBGID,
+                  owner: str = ID_RANGE_OWNER) -> tuple[int, int] | None:
+    """The host uid and gid of a container's id 1 (``ID_RANGE_OWNER``'s ranges), or None
+    where the host lends no such range (then only the container's root is mapped)."""
+    uid, gid = _range_start(subuid, owner), _range_start(subgid, owner)
+    return None if uid is None or gid is None else (uid, gid)
+
+
+def _image_file(info: ImageInfo, relative: str) -> str:
+    """The text of the file ``relative`` in the image (its top-most layer that has the
+    name; a link or anything but a regular file there: ""), or ""."""
+    for layer in info.layers:
+        path = os.path.join(layer, relative)
+        if os.path.lexists(path):
+            if os.path.islink(path) or not os.path.isfile(path):
+                return ""
+            try:
+                return Path(path).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                return ""
+    return ""
+
+
+def _lookup(text: str, name: str, field_index: int) -> int | None:
+    """Field ``field_index`` of the ``/etc/passwd``-like line whose first field is ``name``."""
+    for line in text.splitlines():
+        fields = line.split(":")
+        if len(fields) > field_index and fields[0] == name and fields[field_index].isdigit():
+            return int(fields[field_index])
+    return None
+
+
+def user_ids(info: ImageInfo) -> tuple[int, int] | None:
+    """The image's ``USER`` as (uid, gid) inside the container: numbers as given, names
+    from its ``/etc/passwd`` and ``/etc/group``; without a group, a name's passwd group,
+    and 0 for a number (as podman, for an id its ``/etc/passwd`` does not list). None when
+    a name is not found or an id is above 65535 (not mapped)."""
+    user, _, group = info.user.partition(":")
+    passwd = "" if user.isdigit() else _image_file(info, "etc/passwd")
+    uid = int(user) if user.isdigit() else _lookup(passwd, user, 2)
+    if group.isdigit():
+        gid: int | None = int(group)
+    elif group:
+        gid = _lookup(_image_file(info, "etc/group"), group, 2)
+    else:
+        gid = 0 if user.isdigit() else _lookup(passwd, user, 3)
+    if uid is None or gid is None or max(uid, gid) > MAPPED_OTHER_IDS:
+        return None
+    return uid, gid
+
+
+def user_host_ids(ids: tuple[int, int], bases: tuple[int, int]) -> tuple[int, int]:
+    """The host uid and gid of the container's ``ids`` (0: ``TASK_HOST_ID``)."""
+    return tuple(TASK_HOST_ID if i == 0 else base + i - 1  # type: ignore[return-value]
+                 for i, base in zip(ids, bases))
+
+
+def user_note(image: str, info: ImageInfo, own_root: bool,
+              mapped: bool = False) -> tuple[str, str | None]:
+    """What becomes of an image whose ``USER`` is not root: with ``mapped`` (its own root
+    and ``task_id_bases``) it runs as that user, nothing to say; else only uid 0 is mapped:
+    with its own root the command runs as root anyway (a line for the task log); with
+    podman's container layer it cannot start (a start error). ``("", None)`` for a root
+    image.
 
     Returns:
         (a line for the task log, or ""; a start error, or None).
     """
-    if info.runs_as_root:
+    if info.runs_as_root or mapped:
         return "", None
     if own_root:
         return (f"image USER {info.user!r} is not used: the command runs as root inside (uid "
-                "0, the host's nobody, is the only id mapped)"), None
+                f"0, the host's nobody, is the only id mapped: no {ID_RANGE_OWNER} range in "
+                f"{SUBUID} and {SUBGID}, or the user is not found in the image)"), None
     return "", (f"image {image!r} runs as USER {info.user!r}, but uid 0 is the only id mapped "
                 "in its container here and, without a root of its own, podman would start it "
                 "as that user: use an image that runs as root, or a pool whose server runs as "

@@ -73,6 +73,7 @@ long an idle launcher stays, default 60).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -707,6 +708,7 @@ class LocalBackend:
         info = container.inspect_image(run.image)
         no_root = container.why_no_own_root(info, overlay_supported()) if info else None
         own_root = info is not None and no_root is None
+        bases = container.task_id_bases() if own_root else None
         plan = container.ContainerPlan(
             image=run.image, name=name,
             hostname=run.task, network=network, root_dir=request.root_dir,
@@ -715,7 +717,7 @@ class LocalBackend:
                            if Path(d) != request.run_dir),
             volumes=self._volumes(run), devices=devices,
             rootfs=container.rootfs_path(name) if own_root else None,
-            image_env=info.env if info is not None and own_root else (),
+            image_env=info.env if info is not None and own_root else (), id_bases=bases,
             conf=container.containers_conf(self.state_dir),
             seccomp=container.seccomp_profile(self.state_dir))
         run.sandbox.command_prefix = container.podman_argv(plan)
@@ -736,14 +738,23 @@ class LocalBackend:
         RESTART keeps ``<run_dir>/sandbox``, this layer with it) or why not, and what becomes
         of an image ``USER`` that is not root: said in the task log (or a start error)."""
         run = request.run
+        ids = None if info.runs_as_root or plan.id_bases is None else container.user_ids(info)
+        if ids is not None:  # the image's USER, mapped: it runs as that user
+            assert plan.id_bases is not None
+            plan = dataclasses.replace(plan, user=info.user)
+            run.sandbox.command_prefix = container.podman_argv(plan)
         if plan.rootfs is not None:
             layer = container.root_overlay(plan, info,
                                            request.run_dir / "sandbox" / "overlay" / "image")
             container.prepare_rootfs(plan, layer)
             run.sandbox.overlays = [layer]
-            run.sandbox.userns = container.container_userns(plan, container.image_links(info))
+            data_ids = (container.user_host_ids(ids, plan.id_bases)
+                        if ids is not None and plan.id_bases is not None else None)
+            run.sandbox.userns = container.container_userns(plan, container.image_links(info),
+                                                            data_ids)
         note, run.sandbox.start_error = container.user_note(plan.image, info,
-                                                            plan.rootfs is not None)
+                                                            plan.rootfs is not None,
+                                                            mapped=ids is not None)
         lines = (container.root_note(why_not), note)
         run.sandbox.description += "".join(f"\n{line}" for line in lines if line)
 

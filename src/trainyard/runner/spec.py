@@ -156,6 +156,10 @@ class OverlayMount(_Model):
 
     ``nodev``: mounted ``MS_NODEV``: device nodes in the layers cannot be opened (an image
     may carry any, such as a world-writable node of the host's disk).
+
+    ``idmap_uid_base``/``idmap_gid_base`` (with ``idmap_uid``): the layers' ids 1..65535 are
+    seen as ``BASE``..``BASE + 65534`` (a container's other users, ``backends.container``);
+    only 0 and those are mapped then.
     """
 
     lower: str
@@ -166,6 +170,8 @@ class OverlayMount(_Model):
     idmap_gid: int | None = None
     lower_below: list[str] = Field(default_factory=list)
     nodev: bool = False
+    idmap_uid_base: int | None = None
+    idmap_gid_base: int | None = None
 
 
 class UserNamespace(_Model):
@@ -190,6 +196,9 @@ class UserNamespace(_Model):
         own_dirs_below: host folders whose every folder below (not files) the runner gives
             to ``host_uid`` too (``/usr/local`` of a layer's view: ``pip install`` works).
             The output and input folders (everything in them) are given without being named.
+        data_uid: the host uid the output and input folders are given to instead (the
+            image's ``USER`` of a container that maps more than its root); None: ``host_uid``.
+        data_gid: the same for the group.
     """
 
     host_uid: int
@@ -198,6 +207,8 @@ class UserNamespace(_Model):
     args_at: int | None = None
     own: list[str] = Field(default_factory=list)
     own_dirs_below: list[str] = Field(default_factory=list)
+    data_uid: int | None = None
+    data_gid: int | None = None
 
 
 class SandboxSettings(_Model):

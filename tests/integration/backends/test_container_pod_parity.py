@@ -479,3 +479,50 @@ def test_an_image_whose_tmp_is_a_link_keeps_it(pods: PodEngine, image: str,
     text = pods.log(wid, "t")
     assert pods.engine.state(wid).status is WorkflowStatus.COMPLETED, text
     assert "[t] x" in text
+
+
+MAPPED_USER_IMAGE = "localhost/trainyard-test-user:2"
+ID_BASES = (3_000_000, 3_100_000)  # no user of this machine has such ids
+MAPPED_USER_SPEC = """
+workflow:
+  name: image-mapped-user
+  tasks:
+  - name: t
+    image: {{image}}
+    command:
+    - sh
+    - -c
+    - |
+      echo "ids $(id -u) $(id -g)"
+      stat -c 'home %u %g' /home/app/f
+      echo more >> /home/app/f && echo appended
+      echo out > $TRAINYARD_OUTPUT/o && echo wrote-output
+      echo t > /tmp/t && echo wrote-tmp
+      mkdir /app 2>/dev/null && echo MADE-APP
+      true
+"""
+
+
+def test_with_a_lent_id_range_the_image_runs_as_its_user(
+    pods: PodEngine, image: str, own_root: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11, images, item 4: with ``trainyard`` ranges in /etc/subuid and /etc/subgid
+    (here given to the backend directly, this machine's files are left alone) the container
+    maps its ids 1..65535 too: an image whose USER is 1000 runs as 1000, owns the image's
+    files of 1000, writes its output folder (owned by that host id), and cannot write the
+    root's ``/`` (a pod's rule)."""
+    made = committed_image(image, MAPPED_USER_IMAGE, ["USER 1000"], "mkdir -p /home/app && "
+                           "echo mine > /home/app/f && chown -R 1000:1000 /home/app")
+    monkeypatch.setattr(container, "task_id_bases", lambda: ID_BASES)
+    wid = pods.run(MAPPED_USER_SPEC, image=made)
+    text = pods.log(wid, "t")
+    assert pods.engine.state(wid).status is WorkflowStatus.COMPLETED, text
+    assert "[t] ids 1000 0" in text and "[t] home 1000 1000" in text, text
+    for line in ("appended", "wrote-output", "wrote-tmp"):
+        assert f"[t] {line}" in text, text
+    assert "MADE-APP" not in text and "is not used" not in text
+    out = pods.engine.run_dir(wid, "t", 0) / "output" / "o"
+    assert (out.stat().st_uid, out.stat().st_gid) == (ID_BASES[0] + 999, 65534)
+    upper = pods.engine.run_dir(wid, "t", 0) / "sandbox" / "overlay" / "image" / "upper"
+    copied = (upper / "home" / "app" / "f").stat()
+    assert (copied.st_uid, copied.st_gid) == (ID_BASES[0] + 999, ID_BASES[1] + 999)

@@ -58,7 +58,8 @@ def test_a_task_runs_in_its_image(podman_backend: LocalBackend, home: Path, imag
     script = ("test -x /bin/busybox && echo has-busybox; "
               "test -e /usr/bin/python3 && echo has-python || echo no-python; "
               "echo host=$(hostname) wf=$TRAINYARD_WORKFLOW_ID conf=$(cat /app/conf.txt); "
-              "echo x > /tmp/mine; echo out > $TRAINYARD_OUTPUT/o.txt; exit 7")
+              "echo x > /tmp/mine; echo out > $TRAINYARD_OUTPUT/o.txt; "
+              "touch /osmo/run/workspace/w && echo workspace-writable; exit 7")
     launches = group_launches(podman_backend, home, "wf-img", {"t": {
         "image": image, "command": ["sh", "-c", script], "environment": {"MINE": "m"},
         "files": [{"path": "/app/conf.txt", "contents": "conf of {{workflow_id}}"}]}})
@@ -68,6 +69,7 @@ def test_a_task_runs_in_its_image(podman_backend: LocalBackend, home: Path, imag
     assert fact.kind is FactKind.EXITED and fact.exit_code == 7, text
     assert "[t] has-busybox" in text and "[t] no-python" in text
     assert "[t] host=t wf=wf-img conf=conf of wf-img" in text
+    assert "[t] workspace-writable" in text  # was: the host root's, not writable
     assert f"podman container of image {image}" in text
     if "container root: its own writable root" in text:
         root = launches[0].run_dir / "sandbox" / "overlay" / "image" / "upper"

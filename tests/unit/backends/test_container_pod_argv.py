@@ -15,7 +15,8 @@ from trainyard.backends.container import (ContainerPlan, cdi_gpu_names, containe
                                           container_userns, gpu_devices, image_info,
                                           image_links,
                                           podman_argv, root_overlay, rootfs_path,
-                                          user_note, why_no_own_root)
+                                          task_id_bases, user_host_ids, user_ids, user_note,
+                                          why_no_own_root)
 from trainyard.backends.local import Isolation, LocalBackend
 from trainyard.backends.netns import GroupNetwork
 from trainyard.errors import BackendError
@@ -190,7 +191,7 @@ def test_a_container_with_its_own_root_runs_it_with_the_images_env(tmp_path: Pat
         "/osmo/run/workspace": f"{tmp_path}/root/osmo/run/workspace",
         f"{tmp_path}/out": f"{tmp_path}/out"}
     assert container_userns(made).own[1:] == [
-        "/run/trainyard/rootfs/trainyard-x", "/run/trainyard/rootfs/trainyard-x/tmp",
+        f"{tmp_path}/root/osmo/run/workspace", "/run/trainyard/rootfs/trainyard-x", "/run/trainyard/rootfs/trainyard-x/tmp",
         "/run/trainyard/rootfs/trainyard-x/etc"]
     layer = root_overlay(made, info, tmp_path / "run" / "sandbox" / "overlay" / "image")
     assert (layer.lower, layer.lower_below) == (info.layers[0], list(info.layers[1:]))
@@ -232,5 +233,54 @@ def test_a_link_of_the_image_at_tmp_or_etc_is_not_given_to_the_task(tmp_path: Pa
         "UpperDir": str(top), "LowerDir": str(base)}}})
     assert image_links(info) == {"tmp"}
     made = plan(tmp_path, rootfs=rootfs_path("trainyard-x"))
-    assert container_userns(made, image_links(info)).own[1:] == [
+    assert container_userns(made, image_links(info)).own[2:] == [
         "/run/trainyard/rootfs/trainyard-x", "/run/trainyard/rootfs/trainyard-x/etc"]
+
+
+# ---------------------------------------------------------------- more ids (issue 11 item 4)
+
+
+def test_a_trainyard_range_of_subuid_and_subgid_maps_the_containers_other_ids(
+    tmp_path: Path,
+) -> None:
+    subuid, subgid = tmp_path / "subuid", tmp_path / "subgid"
+    subuid.write_text("alice:100000:65536\ntrainyard:1000:65536\ntrainyard:300000:65536\n")
+    subgid.write_text("trainyard:400000:70000\n")
+    assert task_id_bases(subuid, subgid) == (300000, 400000)  # 1000..: would hold nobody
+    assert task_id_bases(subuid, tmp_path / "absent") is None
+    subgid.write_text("trainyard:400000:100\n")  # too few ids
+    assert task_id_bases(subuid, subgid) is None
+    made = plan(tmp_path, rootfs=rootfs_path("trainyard-x"), id_bases=(300000, 400000),
+                user="app")
+    argv = podman_argv(made)
+    assert _after(argv, "--uidmap") == ["0:65534:1", "1:300000:65535"]
+    assert _after(argv, "--gidmap") == ["0:65534:1", "1:400000:65535"]
+    assert _after(argv, "--user") == ["app"]
+    layer = root_overlay(made, image_info(INSPECTED), tmp_path / "image")
+    assert (layer.idmap_uid_base, layer.idmap_gid_base) == (300000, 400000)
+
+
+def test_the_image_user_is_read_from_its_passwd_and_group(tmp_path: Path) -> None:
+    top, base = tmp_path / "top", tmp_path / "base"
+    (top / "etc").mkdir(parents=True)
+    (base / "etc").mkdir(parents=True)
+    (top / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\napp:x:1001:1002::/h:/bin/sh\n")
+    (base / "etc" / "passwd").write_text("app:x:5:5::/h:/bin/sh\n")  # hidden by the top layer
+    (base / "etc" / "group").write_text("staff:x:50:\n")
+    layers = {"GraphDriver": {"Name": "overlay", "Data": {"UpperDir": str(top),
+                                                          "LowerDir": str(base)}}}
+
+    def ids(user: str) -> tuple[int, int] | None:
+        return user_ids(image_info({"Id": "x", "Config": {"User": user}, **layers}))
+
+    assert ids("app") == (1001, 1002) and ids("app:staff") == (1001, 50)
+    assert ids("1000") == (1000, 0) and ids("1000:7") == (1000, 7)
+    assert ids("nobody-here") is None and ids("70000") is None  # not found, not mapped
+    assert user_host_ids((1001, 0), (300000, 400000)) == (301000, 65534)
+
+
+def test_the_layers_map_is_root_to_nobody_and_the_others_to_the_range() -> None:
+    from trainyard.runner.safefs import _id_map
+
+    assert _id_map(65534, True, 300000) == "0 65534 1\n1 300000 65535\n"
+    assert _id_map(65534, True).startswith("0 65534 1\n65534 0 1\n")  # unchanged without
