@@ -42,8 +42,11 @@ What the container gets (``podman_argv``):
   ``$TRAINYARD_HOME``; on the host that folder stays empty) and podman runs ``--rootfs`` it:
   no container layer in podman's storage, nothing left there when the container is removed.
   The image's ``ENV`` is passed (``--env NAME=VALUE``, before the task's own); its
-  ``ENTRYPOINT`` and ``USER`` are not used (the task's command runs as a pod's ``command``
-  would, as root, the only mapped id; the task log says so, ``user_note``). ``/tmp`` and the files are then in that root;
+  ``ENTRYPOINT`` is not used (the task's command runs as a pod's ``command`` would); its
+  ``USER`` only where the host lends a range for the container's other ids
+  (``task_id_bases``: ``--uidmap 1:START:65535``, the layers idmapped to match, ``--user``,
+  the output and input folders given to that user), else the command runs as root and the
+  task log says so (``user_note``). ``/tmp`` and the files are then in that root;
   ``/osmo/run/workspace`` is still bound. Elsewhere podman's own container layer is the
   root, which RESTART does not keep, and the task log says why (``root_note``);
 - ``--rm`` and a name derived from the run folder (``container_name``), so the backend can
