@@ -739,22 +739,21 @@ class LocalBackend:
         of an image ``USER`` that is not root: said in the task log (or a start error)."""
         run = request.run
         ids = None if info.runs_as_root or plan.id_bases is None else container.user_ids(info)
-        if ids is not None:  # the image's USER, mapped: it runs as that user
-            assert plan.id_bases is not None
+        data_ids = None
+        if ids is not None and plan.id_bases is not None:  # the image's USER, mapped
             plan = dataclasses.replace(plan, user=info.user)
             run.sandbox.command_prefix = container.podman_argv(plan)
+            data_ids = container.user_host_ids(ids, plan.id_bases)
         if plan.rootfs is not None:
             layer = container.root_overlay(plan, info,
                                            request.run_dir / "sandbox" / "overlay" / "image")
             container.prepare_rootfs(plan, layer)
             run.sandbox.overlays = [layer]
-            data_ids = (container.user_host_ids(ids, plan.id_bases)
-                        if ids is not None and plan.id_bases is not None else None)
             run.sandbox.userns = container.container_userns(plan, container.image_links(info),
                                                             data_ids)
         note, run.sandbox.start_error = container.user_note(plan.image, info,
                                                             plan.rootfs is not None,
-                                                            mapped=ids is not None)
+                                                            mapped=data_ids is not None)
         lines = (container.root_note(why_not), note)
         run.sandbox.description += "".join(f"\n{line}" for line in lines if line)
 
