@@ -15,7 +15,6 @@ import os
 import shutil
 import stat
 import subprocess
-import tarfile
 import tempfile
 import threading
 import time
@@ -95,6 +94,29 @@ def own_root(image: str) -> None:
     why_not = why_no_own_root(image)
     if why_not:
         pytest.skip(f"no own root for image tasks here: {why_not}")
+
+
+def committed_image(base: str, tag: str, changes: list[str],
+                    script: str = "echo layer-two > /layer2") -> str:
+    """``tag``: ``base`` plus a second layer (what ``script`` does) and ``changes``
+    (Dockerfile lines), made with ``podman commit`` of a container (plain podman: root, no
+    user namespace, ``CAP_MKNOD`` added); made once (an earlier run's is used as it is)."""
+    if image_present(tag):
+        return tag
+    name = f"trainyard-commit-{os.getpid()}"
+    limits = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+    runtime = ["--runtime", "runc"] if shutil.which("runc") else []
+    changed = [arg for change in changes for arg in ("--change", change)]
+    try:
+        for argv in (["podman", *runtime, "run", "--name", name, *limits, "--network", "none",
+                      "--cap-add", "MKNOD", base, "sh", "-c", script],
+                     ["podman", "commit", *changed, name, tag]):
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, (argv, done.stderr)
+    finally:
+        subprocess.run(["podman", "rm", "--force", "--ignore", name], capture_output=True,
+                       timeout=120)
+    return tag
 
 
 @pytest.fixture
@@ -279,30 +301,14 @@ def test_restart_keeps_the_containers_root_and_reschedule_starts_afresh(
         assert (upper / "var" / "tmp" / mark).exists()
 
 
-DEVICE_IMAGE = "localhost/trainyard-test-devnode:1"
+DEVICE_IMAGE = "localhost/trainyard-test-devnode:2"
 
 
 @pytest.fixture(scope="module")
-def device_image(tmp_path_factory: pytest.TempPathFactory, image: str) -> str:
+def device_image(image: str) -> str:
     """The busybox image plus ``/zero``: a world-writable character device node 1:5 (the
     kernel's zero device; harmless, as a node of the host's disk would not be)."""
-    if image_present(DEVICE_IMAGE):
-        return DEVICE_IMAGE
-    folder = tmp_path_factory.mktemp("devimage")
-    tarball = folder / "rootfs.tar"
-    with tarfile.open(tarball, "w") as tar:
-        tar.add(os.path.realpath("/bin/busybox"), arcname="bin/busybox")
-        for applet in ("sh", "head", "wc", "ls"):
-            link = tarfile.TarInfo(f"bin/{applet}")
-            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
-            tar.addfile(link)
-        node = tarfile.TarInfo("zero")
-        node.type, node.devmajor, node.devminor, node.mode = tarfile.CHRTYPE, 1, 5, 0o666
-        tar.addfile(node)
-    done = subprocess.run(["podman", "import", str(tarball), DEVICE_IMAGE], capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return DEVICE_IMAGE
+    return committed_image(image, DEVICE_IMAGE, [], "busybox mknod -m 666 /zero c 1 5")
 
 
 DEVICE_SPEC = """
@@ -328,29 +334,6 @@ def test_a_device_node_the_image_carries_cannot_be_opened(
 
 
 LAYERED_IMAGE = "localhost/trainyard-test-layered:1"
-
-
-def committed_image(base: str, tag: str, changes: list[str],
-                    script: str = "echo layer-two > /layer2") -> str:
-    """``tag``: ``base`` plus a second layer (what ``script`` does) and ``changes``
-    (Dockerfile lines), made with ``podman commit`` of a container (plain podman: root, no
-    user namespace); made once (an earlier run's is used as it is)."""
-    if image_present(tag):
-        return tag
-    name = f"trainyard-commit-{os.getpid()}"
-    limits = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
-    runtime = ["--runtime", "runc"] if shutil.which("runc") else []
-    changed = [arg for change in changes for arg in ("--change", change)]
-    try:
-        for argv in (["podman", *runtime, "run", "--name", name, *limits, "--network", "none",
-                      base, "sh", "-c", script],
-                     ["podman", "commit", *changed, name, tag]):
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-            assert done.returncode == 0, (argv, done.stderr)
-    finally:
-        subprocess.run(["podman", "rm", "--force", "--ignore", name], capture_output=True,
-                       timeout=120)
-    return tag
 
 
 @pytest.fixture(scope="module")
