@@ -73,6 +73,7 @@ long an idle launcher stays, default 60).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -583,7 +584,7 @@ class LocalBackend:
         request = LaunchRequest(launch.key, run_dir, [], run, root)
         request.writable_dirs = self._writable_dirs(run)
         if podman:
-            return self._container_request(request, iso, net)
+            return self._container_request(request, iso, net, gpus)
         prefix: list[str] = []
         if iso.bwrap:
             request.hosts_text = hosts_file_text(run.hosts)
@@ -690,10 +691,10 @@ class LocalBackend:
         return runtime == container.RUNTIME and self._why_no_podman() is None
 
     def _container_request(self, request: LaunchRequest, iso: Isolation,
-                           net: GroupNetwork | None) -> LaunchRequest:
+                           net: GroupNetwork | None, gpus: tuple[int, ...] = ()) -> LaunchRequest:
         """The task's command as ``podman run ... IMAGE`` (``backends.container``): a runner
         process (never hosted: the container does not die with a thread), the group's
-        namespace by path, the task's files and folders bound in."""
+        namespace by path, the task's files, folders, volumes and lent GPUs passed in."""
         run = request.run
         assert run.image is not None
         request.hosts_text = hosts_file_text(run.hosts)
@@ -701,22 +702,60 @@ class LocalBackend:
         if iso.netns and not run.host_network and net is not None:
             network = f"ns:{net.ns_path or f'/proc/{net.ns_pid}/ns/net'}"
         files = tuple(f.path if f.path.startswith("/") else f"/{f.path}" for f in run.files)
+        devices, visible = container.gpu_devices(gpus)
+        run.sandbox.env["CUDA_VISIBLE_DEVICES"] = visible  # CDI: counted from 0 inside
+        name = container.container_name(request.run_dir)
+        info = container.inspect_image(run.image)
+        no_root = container.why_no_own_root(info, overlay_supported()) if info else None
+        own_root = info is not None and no_root is None
+        bases = container.task_id_bases() if own_root else None
         plan = container.ContainerPlan(
-            image=run.image, name=container.container_name(request.run_dir),
+            image=run.image, name=name,
             hostname=run.task, network=network, root_dir=request.root_dir,
             hosts_file=request.run_dir / "sandbox" / "hosts", files=files,
             writable=tuple(str(d) for d in request.writable_dirs
                            if Path(d) != request.run_dir),
+            volumes=self._volumes(run), devices=devices,
+            rootfs=container.rootfs_path(name) if own_root else None,
+            image_env=info.env if info is not None and own_root else (), id_bases=bases,
             conf=container.containers_conf(self.state_dir),
             seccomp=container.seccomp_profile(self.state_dir))
         run.sandbox.command_prefix = container.podman_argv(plan)
         run.sandbox.mounts = container.container_mounts(plan)
         run.sandbox.userns = container.container_userns(plan)
+        run.sandbox.volumes = {inside: host for host, inside in plan.volumes}
         run.sandbox.env_flag = "--env"
-        if not container.image_present(run.image):
+        if info is None:
             run.sandbox.start_error = container.missing_image_message(run.image)
+        else:
+            self._container_root(request, plan, info, no_root)
         request.argv = [self.python, "-m", "trainyard.runner", str(request.run_dir / "run.json")]
         return request
+
+    def _container_root(self, request: LaunchRequest, plan: container.ContainerPlan,
+                        info: container.ImageInfo, why_not: str | None) -> None:
+        """The container's own root for the runner to mount (``container.root_overlay``;
+        RESTART keeps ``<run_dir>/sandbox``, this layer with it) or why not, and what becomes
+        of an image ``USER`` that is not root: said in the task log (or a start error)."""
+        run = request.run
+        ids = None if info.runs_as_root or plan.id_bases is None else container.user_ids(info)
+        data_ids = None
+        if ids is not None and plan.id_bases is not None:  # the image's USER, mapped
+            plan = dataclasses.replace(plan, user=info.user)
+            run.sandbox.command_prefix = container.podman_argv(plan)
+            data_ids = container.user_host_ids(ids, plan.id_bases)
+        if plan.rootfs is not None:
+            layer = container.root_overlay(plan, info,
+                                           request.run_dir / "sandbox" / "overlay" / "image")
+            container.prepare_rootfs(plan, layer)
+            run.sandbox.overlays = [layer]
+            run.sandbox.userns = container.container_userns(plan, container.image_links(info),
+                                                            data_ids)
+        note, run.sandbox.start_error = container.user_note(plan.image, info,
+                                                            plan.rootfs is not None,
+                                                            mapped=data_ids is not None)
+        lines = (container.root_note(why_not), note)
+        run.sandbox.description += "".join(f"\n{line}" for line in lines if line)
 
     def _writable_dirs(self, run: TaskRun) -> list[Path]:
         dirs = [Path(run.run_dir), run.output_path]

@@ -280,12 +280,15 @@ class Runner:
         if userns is None:
             return
         uid, gid = userns.host_uid, userns.host_gid
+        data_uid = uid if userns.data_uid is None else userns.data_uid
+        data_gid = gid if userns.data_gid is None else userns.data_gid
         try:
-            give_folders([*userns.own, str(self.run.output_path)], uid, gid)
-            give_tree(str(self.run.output_path), uid, gid, files=True)
+            give_folders(userns.own, uid, gid)
+            give_folders([str(self.run.output_path)], data_uid, data_gid)
+            give_tree(str(self.run.output_path), data_uid, data_gid, files=True)
             for index in range(len(self.run.inputs)):
-                give_tree(str(self.run.input_path(index)), uid, gid, files=True)
-                give_folders([str(self.run.input_path(index))], uid, gid)
+                give_tree(str(self.run.input_path(index)), data_uid, data_gid, files=True)
+                give_folders([str(self.run.input_path(index))], data_uid, data_gid)
             for top in userns.own_dirs_below:
                 give_tree(top, uid, gid, files=False)
             make_fresh(userns.fresh, uid, gid)

@@ -38,6 +38,7 @@ __all__ = ["write_inside", "mount_overlays", "SymlinkRefused", "files_inside", "
            "no_links_path"]
 
 _CLONE_NEWNS = 0x00020000
+_MS_NODEV = 0x4
 _MS_REC = 0x4000
 _MS_PRIVATE = 1 << 18
 
@@ -134,17 +135,20 @@ def mount_overlays(overlays: Sequence[OverlayMount]) -> None:
         _mount_overlay(libc, layer)
 
 
-_LAYER_USERNS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
-"""(uid, gid) -> (pid, fd, st_dev, st_ino) of the idmapped layers' user namespace."""
+_LAYER_USERNS: dict[tuple[int, int, int | None, int | None], tuple[int, int, int, int]] = {}
+"""(uid, gid, uid base, gid base) -> (pid, fd, st_dev, st_ino) of the idmapped layers' user
+namespace."""
 
 
-def _layer_userns(host_uid: int, host_gid: int) -> int:
+def _layer_userns(host_uid: int, host_gid: int, uid_base: int | None = None,
+                  gid_base: int | None = None) -> int:
     """The user namespace of an idmapped layer (``_id_map`` with ``keep_others``), made
     once per process (a forked child each time otherwise: a hosted runner's launcher
     starts many tasks); its descriptor stays open for the process's life. Made again in a
     forked process, or when the descriptor no longer is that namespace (closed by a
     process that closes every descriptor it does not know, its number reused)."""
-    known = _LAYER_USERNS.get((host_uid, host_gid))
+    key = (host_uid, host_gid, uid_base, gid_base)
+    known = _LAYER_USERNS.get(key)
     if known is not None and known[0] == os.getpid():
         try:
             info = os.fstat(known[1])
@@ -152,9 +156,9 @@ def _layer_userns(host_uid: int, host_gid: int) -> int:
                 return known[1]
         except OSError:
             pass
-    fd = _mapped_userns(host_uid, host_gid, keep_others=True)
+    fd = _mapped_userns(host_uid, host_gid, keep_others=True, bases=(uid_base, gid_base))
     info = os.fstat(fd)
-    _LAYER_USERNS[(host_uid, host_gid)] = (os.getpid(), fd, info.st_dev, info.st_ino)
+    _LAYER_USERNS[key] = (os.getpid(), fd, info.st_dev, info.st_ino)
     return fd
 
 
@@ -162,6 +166,9 @@ def _mount_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
     """One layer of ``mount_overlays``: its idmapped lower attached first, if asked."""
     for folder in (layer.upper, layer.work, layer.target):
         os.makedirs(folder, exist_ok=True)
+    if layer.lower_below:
+        _mount_stacked_overlay(libc, layer)
+        return
     lower = layer.lower
     if layer.idmap_uid is not None:
         lower = os.path.join(os.path.dirname(layer.work), "lower")
@@ -171,8 +178,42 @@ def _mount_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
     lowers = ":".join(_escaped(path) for path in [*layer.lower_above, lower])
     options = (f"lowerdir={lowers},upperdir={_escaped(layer.upper)},"
                f"workdir={_escaped(layer.work)}")
-    _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", 0, options.encode()),
-           f"overlay over {layer.lower} at {layer.target}")
+    _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", _flags(layer),
+                      options.encode()), f"overlay over {layer.lower} at {layer.target}")
+
+
+def _flags(layer: OverlayMount) -> int:
+    return _MS_NODEV if layer.nodev else 0
+
+
+def _mount_stacked_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
+    """``_mount_overlay`` of a layer with ``lower_below`` (a container image's layers, top
+    first): each lower attached (idmapped, if asked) at ``lower``, ``lower.1``... in the
+    folder holding ``work``, and the overlay mounted with paths relative to that folder (the
+    calling thread's working directory, its own since ``unshare(CLONE_NEWNS)`` implies
+    ``CLONE_FS``, moves there for the mount and back)."""
+    base = os.path.dirname(layer.work)
+    lowers = [layer.lower, *layer.lower_below]
+    names = [os.path.relpath(folder, base) for folder in lowers]
+    if layer.idmap_uid is not None:
+        gid = layer.idmap_uid if layer.idmap_gid is None else layer.idmap_gid
+        names = ["lower" if index == 0 else f"lower.{index}" for index in range(len(lowers))]
+        userns = _layer_userns(layer.idmap_uid, gid, layer.idmap_uid_base, layer.idmap_gid_base)
+        for folder, name in zip(lowers, names):
+            os.makedirs(os.path.join(base, name), exist_ok=True)
+            _attach(folder, os.path.join(base, name), userns)
+    relative = [os.path.relpath(p, base) for p in (layer.upper, layer.work)]
+    options = (f"lowerdir={':'.join(_escaped(n) for n in names)},"
+               f"upperdir={_escaped(relative[0])},workdir={_escaped(relative[1])}")
+    back = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.chdir(base)
+        _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", _flags(layer),
+                          options.encode()),
+               f"overlay over {len(lowers)} layers ({layer.lower}...) at {layer.target}")
+    finally:
+        os.fchdir(back)
+        os.close(back)
 
 
 def _escaped(path: str) -> str:
@@ -349,9 +390,16 @@ def _attach(source: str, dest: str, userns_fd: int) -> None:
         os.close(tree)
 
 
-def _id_map(host_id: int, keep_others: bool) -> str:
-    """0 to ``host_id``; with ``keep_others`` also ``host_id`` to 0 and every other id to
+MAPPED_OTHER_IDS = 65535
+"""With a base (``_id_map``), ids 1..65535 map to BASE..BASE + 65534."""
+
+
+def _id_map(host_id: int, keep_others: bool, base: int | None = None) -> str:
+    """0 to ``host_id``; with ``base`` also 1..65535 to ``base``.. (``MAPPED_OTHER_IDS``) and
+    nothing else; else with ``keep_others`` also ``host_id`` to 0 and every other id to
     itself (a user namespace's map lines never overlap on either side)."""
+    if base is not None:
+        return f"0 {host_id} 1\n1 {base} {MAPPED_OTHER_IDS}\n"
     if not keep_others:
         return f"0 {host_id} 1\n"
     lines = [(0, host_id, 1), (host_id, 0, 1)]
@@ -361,7 +409,8 @@ def _id_map(host_id: int, keep_others: bool) -> str:
     return "".join(f"{a} {b} {n}\n" for a, b, n in lines)
 
 
-def _mapped_userns(host_uid: int, host_gid: int, keep_others: bool = False) -> int:
+def _mapped_userns(host_uid: int, host_gid: int, keep_others: bool = False,
+                   bases: tuple[int | None, int | None] = (None, None)) -> int:
     """A descriptor of a new user namespace mapping 0 to ``host_uid``/``host_gid`` (see
     ``_id_map``): a forked child makes it and waits until its maps are written and the
     namespace is opened."""
@@ -383,8 +432,8 @@ def _mapped_userns(host_uid: int, host_gid: int, keep_others: bool = False) -> i
     try:
         if os.read(ready_r, 1) != b"1":
             raise OSError(errno.EPERM, "cannot make a user namespace for an idmapped mount")
-        for name, text in (("uid_map", _id_map(host_uid, keep_others)),
-                           ("gid_map", _id_map(host_gid, keep_others))):
+        for name, text in (("uid_map", _id_map(host_uid, keep_others, bases[0])),
+                           ("gid_map", _id_map(host_gid, keep_others, bases[1]))):
             with open(f"/proc/{child}/{name}", "w", encoding="ascii") as handle:
                 handle.write(text)
         return os.open(f"/proc/{child}/ns/user", os.O_RDONLY | os.O_CLOEXEC)

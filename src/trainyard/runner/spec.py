@@ -151,7 +151,19 @@ class OverlayMount(_Model):
     there and may change them in place, in its upper layer only.
 
     ``lower_above`` are further read-only layers stacked over ``lower``, topmost first (a
-    folder there gives the merged folder its owner and mode: ``sandbox.etc_skeleton``).
+    folder there gives the merged folder its owner and mode: ``sandbox.system_skeleton``).
+
+    ``lower_below``: further lower folders under ``lower``, top first (a container image's
+    layers: ``lower`` is its top layer); with ``idmap_uid`` each is attached idmapped too,
+    at ``<parent of work>/lower.N``, and the overlay is mounted with paths relative to that
+    folder (overlayfs takes at most a page of options, and an image may have many layers).
+
+    ``nodev``: mounted ``MS_NODEV``: device nodes in the layers cannot be opened (an image
+    may carry any, such as a world-writable node of the host's disk).
+
+    ``idmap_uid_base``/``idmap_gid_base`` (with ``idmap_uid``): the layers' ids 1..65535 are
+    seen as ``BASE``..``BASE + 65534`` (a container's other users, ``backends.container``);
+    only 0 and those are mapped then.
     """
 
     lower: str
@@ -161,6 +173,10 @@ class OverlayMount(_Model):
     idmap_uid: int | None = None
     idmap_gid: int | None = None
     lower_above: list[str] = Field(default_factory=list)
+    lower_below: list[str] = Field(default_factory=list)
+    nodev: bool = False
+    idmap_uid_base: int | None = None
+    idmap_gid_base: int | None = None
 
 
 class FreshPath(_Model):
@@ -209,6 +225,9 @@ class UserNamespace(_Model):
             to ``host_uid`` too (``/usr/local`` of a layer's view: ``pip install`` works).
             The output and input folders (everything in them) are given without being named.
         fresh: folders and files the task gets fresh and as its own (``FreshPath``).
+        data_uid: the host uid the output and input folders are given to instead (the
+            image's ``USER`` of a container that maps more than its root); None: ``host_uid``.
+        data_gid: the same for the group.
     """
 
     host_uid: int
@@ -218,6 +237,8 @@ class UserNamespace(_Model):
     own: list[str] = Field(default_factory=list)
     own_dirs_below: list[str] = Field(default_factory=list)
     fresh: list[FreshPath] = Field(default_factory=list)
+    data_uid: int | None = None
+    data_gid: int | None = None
 
 
 class SandboxSettings(_Model):

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
+from trainyard.backends.container import image_present
 from trainyard.backends.local import LocalBackend, probe_isolation
 
 FINAL = (FactKind.EXITED, FactKind.LOST, FactKind.START_ERROR)
@@ -99,3 +105,41 @@ def isolation_available(sandbox: str, network: str) -> str | None:
     except Exception as exc:  # BackendError: asked-for isolation fails here
         return str(exc)
     return None
+
+
+BUSYBOX_IMAGE = "localhost/trainyard-test-busybox:2"  # :2 adds the applets of the privileges test
+BUSYBOX_APPLETS = ("sh", "ls", "cat", "echo", "nc", "sleep", "test", "hostname", "env", "true",
+                   "grep", "id", "mount", "unshare", "touch", "chown", "mkdir", "stat")
+
+
+def _static_busybox() -> str | None:
+    """A statically linked busybox (no ELF interpreter named in its first page)."""
+    for path in ("/bin/busybox", shutil.which("busybox") or ""):
+        if path and os.path.isfile(path):
+            with open(path, "rb") as handle:
+                if b"ld-linux" not in handle.read(4096):
+                    return path
+    return None
+
+
+def busybox_image(folder: Path) -> str:
+    """A tiny image for podman tests (no registry is reachable here): Debian's static busybox
+    as ``/bin/busybox`` with applet links in an otherwise empty file system, imported with
+    ``podman import`` once (an earlier run's is used as it is). Skips without a static
+    busybox (Debian busybox-static)."""
+    if image_present(BUSYBOX_IMAGE):
+        return BUSYBOX_IMAGE
+    busybox = _static_busybox()
+    if busybox is None:
+        pytest.skip("a static busybox (Debian busybox-static) is not installed")
+    tarball = folder / "rootfs.tar"
+    with tarfile.open(tarball, "w") as tar:
+        tar.add(busybox, arcname="bin/busybox")
+        for applet in BUSYBOX_APPLETS:
+            link = tarfile.TarInfo(f"bin/{applet}")
+            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+            tar.addfile(link)
+    done = subprocess.run(["podman", "import", "--change", 'CMD ["/bin/sh"]', str(tarball),
+                           BUSYBOX_IMAGE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return BUSYBOX_IMAGE

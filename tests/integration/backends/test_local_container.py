@@ -10,60 +10,30 @@ with ``podman import``.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from local_support import final, group_launches, isolation_available, task_log, wait_final, wait_for
+from local_support import (BUSYBOX_IMAGE, busybox_image, final, group_launches,
+                           isolation_available, task_log, wait_final, wait_for)
 
 from trainyard.backends.base import FactKind
-from trainyard.backends.container import container_name, image_present, probe_podman
+from trainyard.backends.container import container_name, probe_podman, rootfs_path
 from trainyard.backends.local import LocalBackend
 from trainyard.engine.status import ExitCode
 from trainyard.pools import default_local_pool
 
-IMAGE = "localhost/trainyard-test-busybox:2"  # :2 adds the applets of the privileges test
-APPLETS = ("sh", "ls", "cat", "echo", "nc", "sleep", "test", "hostname", "env", "true", "grep",
-           "id", "mount", "unshare", "touch", "chown", "mkdir", "stat")
-BUSYBOX = "/bin/busybox"
+IMAGE = BUSYBOX_IMAGE
 
 needs_podman = pytest.mark.skipif(probe_podman() is not None, reason=f"{probe_podman()}")
 
 
-def _static_busybox() -> str | None:
-    """A statically linked busybox (no ELF interpreter named in its first page)."""
-    for path in (BUSYBOX, shutil.which("busybox") or ""):
-        if path and os.path.isfile(path):
-            with open(path, "rb") as handle:
-                if b"ld-linux" not in handle.read(4096):
-                    return path
-    return None
-
-
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The busybox image, imported once (``podman import`` of a tarball)."""
-    if image_present(IMAGE):  # made by an earlier run: same content, no dangling copies
-        return IMAGE
-    busybox = _static_busybox()
-    if busybox is None:
-        pytest.skip("a static busybox (Debian busybox-static) is not installed")
-    folder = tmp_path_factory.mktemp("image")
-    tarball = folder / "rootfs.tar"
-    with tarfile.open(tarball, "w") as tar:
-        tar.add(busybox, arcname="bin/busybox")
-        for applet in APPLETS:
-            link = tarfile.TarInfo(f"bin/{applet}")
-            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
-            tar.addfile(link)
-    done = subprocess.run(["podman", "import", "--change", 'CMD ["/bin/sh"]', str(tarball),
-                           IMAGE], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return IMAGE
+    """The busybox image, imported once (``local_support.busybox_image``)."""
+    return busybox_image(tmp_path_factory.mktemp("image"))
 
 
 @pytest.fixture
@@ -88,7 +58,8 @@ def test_a_task_runs_in_its_image(podman_backend: LocalBackend, home: Path, imag
     script = ("test -x /bin/busybox && echo has-busybox; "
               "test -e /usr/bin/python3 && echo has-python || echo no-python; "
               "echo host=$(hostname) wf=$TRAINYARD_WORKFLOW_ID conf=$(cat /app/conf.txt); "
-              "echo x > /tmp/mine; echo out > $TRAINYARD_OUTPUT/o.txt; exit 7")
+              "echo x > /tmp/mine; echo out > $TRAINYARD_OUTPUT/o.txt; "
+              "touch /osmo/run/workspace/w && echo workspace-writable; exit 7")
     launches = group_launches(podman_backend, home, "wf-img", {"t": {
         "image": image, "command": ["sh", "-c", script], "environment": {"MINE": "m"},
         "files": [{"path": "/app/conf.txt", "contents": "conf of {{workflow_id}}"}]}})
@@ -98,8 +69,14 @@ def test_a_task_runs_in_its_image(podman_backend: LocalBackend, home: Path, imag
     assert fact.kind is FactKind.EXITED and fact.exit_code == 7, text
     assert "[t] has-busybox" in text and "[t] no-python" in text
     assert "[t] host=t wf=wf-img conf=conf of wf-img" in text
+    assert "[t] workspace-writable" in text  # was: the host root's, not writable
     assert f"podman container of image {image}" in text
-    assert (launches[0].run_dir / "sandbox" / "root" / "tmp" / "mine").read_text() == "x\n"
+    if "container root: its own writable root" in text:
+        root = launches[0].run_dir / "sandbox" / "overlay" / "image" / "upper"
+    else:  # podman's container layer (no own root here, the log says why), /tmp bound
+        assert "container root: podman's container layer" in text, text
+        root = launches[0].run_dir / "sandbox" / "root"
+    assert (root / "tmp" / "mine").read_text() == "x\n"
     assert (launches[0].run_dir / "output" / "o.txt").read_text() == "out\n"
     assert "MINE" not in " ".join(_argv(launches[0].run_dir))  # values never on a command line
 
@@ -222,6 +199,10 @@ def test_cancel_stops_the_container(podman_backend: LocalBackend, home: Path, im
     while containers_named(name) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert containers_named(name) == []
+    deadline = time.monotonic() + 10
+    while rootfs_path(name).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not rootfs_path(name).exists()  # nor the folder its own root was mounted at
 
 
 def test_without_podman_the_log_says_the_hosts_tools_run(home: Path) -> None:

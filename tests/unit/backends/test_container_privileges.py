@@ -37,7 +37,8 @@ def test_the_runner_gives_the_containers_root_its_folders_without_a_handshake(
 ) -> None:
     userns = container_userns(plan(tmp_path))
     assert (userns.host_uid, userns.host_gid, userns.args_at) == (65534, 65534, None)
-    assert userns.own == [str(tmp_path / "root"), str(tmp_path / "root" / "tmp")]
+    assert userns.own == [str(tmp_path / "root"), str(tmp_path / "root" / "tmp"),
+                          str(tmp_path / "root" / "osmo" / "run" / "workspace")]
 
 
 def test_podman_gets_trainyards_conf_and_profile(tmp_path: Path) -> None:
