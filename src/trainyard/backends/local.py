@@ -271,9 +271,11 @@ def _runner_binds() -> tuple[str, ...]:
     return tuple(p for p in _runner_paths() if needs_bind(p, False))
 
 
+@functools.lru_cache(maxsize=8)
 def _shown_runner_binds(home: Path) -> tuple[str, ...]:
     """``_runner_binds`` without any folder that holds trainyard's home (its tokens, store
-    and runs are never shown to a task, whatever the import path says)."""
+    and runs are never shown to a task, whatever the import path says). Asked once per
+    home (it was ~18 ``realpath`` calls per task start)."""
     real_home = os.path.realpath(home)
     return tuple(p for p in _runner_binds()
                  if not _inside(real_home, os.path.realpath(p)) and os.path.realpath(p) != "/")

@@ -247,15 +247,16 @@ def _scan_tops(host_root: str) -> tuple[_Top, ...]:
     return tuple(found)
 
 
-def _overlaid(plan: SandboxPlan) -> set[str]:
+@functools.lru_cache(maxsize=16)  # asked ~20 times per task start, realpath each time
+def _overlaid(plan: SandboxPlan) -> frozenset[str]:
     """The system folders that get a private writable layer: every non-empty one, except a
     folder holding the sandbox itself (it would show the task its own layers; it is bound
     read-only, with ``hidden`` covered)."""
     if plan.overlay_dir is None:
-        return set()
+        return frozenset()
     own = {_top(os.path.realpath(plan.root_dir)), _top(os.path.realpath(plan.overlay_dir))}
-    return {e.name for e in _system_tops(plan.host_root)
-            if e.link is None and e.name not in own and not e.empty}
+    return frozenset(e.name for e in _system_tops(plan.host_root)
+                     if e.link is None and e.name not in own and not e.empty)
 
 
 ROOT_LAYER = "rootfs"
@@ -675,9 +676,15 @@ def _same_path_binds(plan: SandboxPlan) -> list[tuple[str, str, str]]:
 
 
 def _binds(plan: SandboxPlan) -> list[tuple[str, str, str]]:
-    """Every bind after the top-level ones: same-path binds, then the volumes."""
+    """Every bind after the top-level ones: same-path binds, then the volumes. Remembered
+    for the last few plans (asked four times per task start, a realpath per path)."""
+    return list(_binds_of(plan))
+
+
+@functools.lru_cache(maxsize=16)
+def _binds_of(plan: SandboxPlan) -> tuple[tuple[str, str, str], ...]:
     volumes = [("--bind", host, inside) for host, inside in plan.volumes]
-    return _same_path_binds(plan) + sorted(volumes, key=lambda b: len(Path(b[2]).parts))
+    return tuple(_same_path_binds(plan) + sorted(volumes, key=lambda b: len(Path(b[2]).parts)))
 
 
 def _under(path: str, folder: str) -> bool:
@@ -777,6 +784,9 @@ def clear_links(plan: SandboxPlan) -> list[str]:
     Returns:
         the paths inside the sandbox that were removed.
     """
+    if not os.path.lexists(plan.root_dir) and (plan.overlay_dir is None
+                                               or not os.path.lexists(plan.overlay_dir)):
+        return []  # a fresh sandbox (not a RESTART in place): nothing a task left
     removed: list[str] = []
     overlaid = _overlaid(plan)
     inside = [f"/{e.name}" for e in _system_tops(plan.host_root) if e.link is None]
