@@ -24,8 +24,10 @@ Layout inside the sandbox:
   munge keys, debconf's passwords): there only what the task made or was given is its; the
   folders of ``/etc`` and of the top of ``/var`` that others may read and pass are given by a
   read-only layer of empty folders of the task's (``system_skeleton``), never their files.
-  So that ``apt-get install`` works, the runner also makes apt's download folders, its and
-  dpkg's logs and an apt setting fresh and the task's (``FRESH``, ``fresh_paths``).
+  So that ``apt-get install`` works, apt's download folders, its and dpkg's logs and an apt
+  setting are fresh and the task's (``FRESH``): a read-only layer built once per process
+  (``fresh_layer``, opaque folders) stacked under the skeleton, or, without one, made by the
+  runner in each task's layers (``fresh_paths``).
 - every other host folder (``/home``, ``/root``, ``/work``, ``/mnt``, ``$TRAINYARD_HOME`` with
   its tokens, store and other runs) is NOT there. What the task needs of them is bound at the
   same path: read-only the folders of trainyard's interpreter and import path (``readonly``:
@@ -141,7 +143,8 @@ download folders (the host's are ``_apt``'s, which the task's root may neither w
 ``chmod``, and 0700: covered otherwise; a download is renamed from there into the idmapped
 folder above, so they must lie in the same layer), apt's and dpkg's logs (the host's history
 is not the task's; ``term.log`` is root's, 0640), and ``APT_SANDBOX_CONF``. Made only where
-the parent folder exists (a host with apt); not covered by ``idmapped_covers``."""
+the parent folder exists (a host with apt); not covered by ``idmapped_covers``. Given by
+``fresh_layer`` where there is a skeleton base, else made per task (``fresh_paths``)."""
 
 _FRESH_NAMES = frozenset(rel for rel, *_rest in FRESH)
 
@@ -565,7 +568,8 @@ def _make_entry(path: Path, entry: _FreshEntry) -> None:
 def fresh_paths(plan: SandboxPlan) -> list[FreshPath]:
     """The ``FRESH`` entries of ``plan`` as the runner makes them (``runner.userns``
     ``make_fresh``): below the merged view of the private layer that shows them (an
-    idmapped layer's, or a system folder's). Only with ``host_uid`` and ``overlay_dir``."""
+    idmapped layer's, or a system folder's). Only with ``host_uid`` and ``overlay_dir``,
+    and only those its ``fresh_layer`` does not hold (none where it is built)."""
     if plan.host_uid is None or plan.overlay_dir is None:
         return []
     overlaid = _overlaid(plan)
