@@ -198,6 +198,21 @@ def test_the_fresh_layer_leaves_out_what_the_host_has_no_parent_for(tmp_path: Pa
     assert "var/log/apt" in tree
 
 
+def test_without_a_fresh_layer_the_runner_makes_the_fresh_entries_per_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise OSError(95, "Operation not supported")  # a file system without trusted xattrs
+
+    monkeypatch.setattr(sandbox.os, "setxattr", refused)
+    made = plan(tmp_path, host_uid=TASK_UID)
+    assert sandbox.fresh_layer(made.skeleton_dir, made.host_root, TASK_UID) is None  # type: ignore[arg-type]
+    assert [p.name for p in made.skeleton_dir.iterdir()] == []  # nothing half-made kept
+    assert len(fresh_paths(made)) == 6  # the fallback: make_fresh in each task's layers
+    root_layer, *idmapped = overlays(made)
+    assert len(root_layer.lower_above) == 1 and all(not o.lower_above for o in idmapped)
+
+
 def test_skeleton_base_is_a_closed_folder_of_ours_on_another_file_system(
     tmp_path: Path,
 ) -> None:
