@@ -24,8 +24,10 @@ Layout inside the sandbox:
   munge keys, debconf's passwords): there only what the task made or was given is its; the
   folders of ``/etc`` and of the top of ``/var`` that others may read and pass are given by a
   read-only layer of empty folders of the task's (``system_skeleton``), never their files.
-  So that ``apt-get install`` works, the runner also makes apt's download folders, its and
-  dpkg's logs and an apt setting fresh and the task's (``FRESH``, ``fresh_paths``).
+  So that ``apt-get install`` works, apt's download folders, its and dpkg's logs and an apt
+  setting are fresh and the task's (``FRESH``): a read-only layer built once per process
+  (``fresh_layer``, opaque folders) stacked under the skeleton, or, without one, made by the
+  runner in each task's layers (``fresh_paths``).
 - every other host folder (``/home``, ``/root``, ``/work``, ``/mnt``, ``$TRAINYARD_HOME`` with
   its tokens, store and other runs) is NOT there. What the task needs of them is bound at the
   same path: read-only the folders of trainyard's interpreter and import path (``readonly``:
@@ -78,7 +80,7 @@ __all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_b
            "clear_links", "overlay_supported", "secret_covers", "REMAP_ARGS", "TASK_HOST_UID",
            "bwrap_end", "task_owned", "probe_remap", "OSMO_WORKSPACE", "IDMAPPED",
            "idmapped_covers", "warm_host_scans", "FRESH", "SKELETON", "system_skeleton",
-           "fresh_paths", "skeleton_base", "SKELETON_BASE"]
+           "fresh_paths", "skeleton_base", "SKELETON_BASE", "fresh_layer", "OPAQUE_XATTR"]
 
 SYSTEM_TOP = frozenset({
     "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "boot", "opt", "var",
@@ -141,7 +143,8 @@ download folders (the host's are ``_apt``'s, which the task's root may neither w
 ``chmod``, and 0700: covered otherwise; a download is renamed from there into the idmapped
 folder above, so they must lie in the same layer), apt's and dpkg's logs (the host's history
 is not the task's; ``term.log`` is root's, 0640), and ``APT_SANDBOX_CONF``. Made only where
-the parent folder exists (a host with apt); not covered by ``idmapped_covers``."""
+the parent folder exists (a host with apt); not covered by ``idmapped_covers``. Given by
+``fresh_layer`` where there is a skeleton base, else made per task (``fresh_paths``)."""
 
 _FRESH_NAMES = frozenset(rel for rel, *_rest in FRESH)
 
@@ -292,13 +295,17 @@ def overlays(plan: SandboxPlan) -> list[OverlayMount]:
         return []
     layers = sorted({_layer(plan, name) for name in _overlaid(plan)})
     skeleton = _skeleton(plan)
+    fresh = _fresh(plan)
     mounts = [OverlayMount(lower=str(plan.host_root if layer == ROOT_LAYER else plan.host_root / layer),
                            upper=str(plan.overlay_dir / layer / "upper"),
                            work=str(plan.overlay_dir / layer / "work"),
                            target=str(plan.overlay_dir / layer / "mnt"),
-                           lower_above=_skeleton_above(skeleton, layer))
+                           lower_above=[*_skeleton_above(skeleton, layer),
+                                        *_skeleton_above(fresh, layer)])
               for layer in layers]
-    return mounts + [_idmapped_layer(plan, rel) for rel in _idmapped(plan)]  # on top of those
+    idmapped = [_idmapped_layer(plan, rel).model_copy(
+        update={"lower_above": _skeleton_above(fresh, rel)}) for rel in _idmapped(plan)]
+    return mounts + idmapped  # on top of those
 
 
 def _skeleton(plan: SandboxPlan) -> Path | None:
@@ -306,6 +313,14 @@ def _skeleton(plan: SandboxPlan) -> Path | None:
     if plan.host_uid is None or plan.overlay_dir is None or plan.skeleton_dir is None:
         return None
     return system_skeleton(plan.skeleton_dir, plan.host_root, plan.host_uid)
+
+
+def _fresh(plan: SandboxPlan) -> Path | None:
+    """The ``fresh_layer`` of ``plan`` (built on first use), or None."""
+    if plan.host_uid is None or plan.overlay_dir is None or plan.skeleton_dir is None:
+        return None
+    return fresh_layer(plan.skeleton_dir, plan.host_root, plan.host_uid,
+                       tuple(_idmapped(plan)))
 
 
 def _skeleton_above(skeleton: Path | None, layer: str) -> list[str]:
@@ -426,16 +441,144 @@ def _gives(path: str) -> bool:
             and info.st_mode & 0o005 == 0o005)
 
 
+@dataclass(frozen=True)
+class _FreshEntry:
+    """One entry of ``fresh_layer``: a ``FRESH`` one (``opaque`` for a folder) or a parent
+    folder of one, as the layer below shows it (its owner, group and mode)."""
+
+    rel: str
+    is_dir: bool
+    uid: int
+    gid: int
+    mode: int
+    text: str = ""
+    opaque: bool = False
+
+
+OPAQUE_XATTR = "trusted.overlay.opaque"
+"""overlayfs' mark of a folder that hides what the layers below hold at its path (kernel
+docs, filesystems/overlayfs "whiteouts and opaque directories"); honoured in a lower layer
+too."""
+
+
+def fresh_layer(skeleton_dir: Path, host_root: Path, uid: int,
+                idmapped: tuple[str, ...] = ()) -> Path | None:
+    """A read-only overlay layer holding the ``FRESH`` entries of the host's ``/`` as a
+    remapped task gets them (owned by ``uid``, with ``FRESH``'s mode and text; a folder
+    marked opaque, ``OPAQUE_XATTR``: the host's entries below it are hidden), built once per
+    content instead of made in each task's upper layer (``runner.userns.make_fresh``, one
+    copy-up of the parents per task). Its parent folders copy the host's owner, group and
+    mode (below an ``idmapped`` folder, relative to ``host_root``: the host's root seen as
+    ``uid``, as the idmapped layer shows it); ``system_skeleton``, stacked above, gives the
+    open ones to the task. A ``FRESH`` entry whose parent folder is missing on the host, or
+    a link on the way, is not there.
+
+    Stacked over the layer of each overlay that shows a ``FRESH`` entry (``overlays``): the
+    root layer for ``/etc`` and ``/var/log``, the idmapped ``/var/lib/apt`` and
+    ``/var/cache/apt`` layers for their download folders (apt renames a download from
+    ``partial/`` into its parent: both must be in the same overlay mount). What the task
+    writes there lands in its upper layer (kept by RESTART, not by RESCHEDULE's new run
+    folder). Built like ``system_skeleton`` (``<skeleton_dir>/fresh-<digest>``, a temporary
+    folder renamed, never changed after; the host looked at once per process).
+
+    Returns:
+        the layer's folder, or None when there is nothing to give (or it cannot be made).
+    """
+    with _SCAN_LOCK:
+        entries = _fresh_entries(str(host_root), uid, idmapped)
+        if not entries:
+            return None
+        final = skeleton_dir / f"fresh-{_fresh_digest(entries)}"
+        if final.is_dir():
+            return final
+        try:
+            _build_fresh(skeleton_dir, final, entries)
+        except OSError:
+            return None
+    return final
+
+
+@functools.lru_cache(maxsize=8)
+def _fresh_digest(entries: tuple[_FreshEntry, ...]) -> str:
+    return hashlib.sha256(repr(entries).encode()).hexdigest()[:20]
+
+
+@functools.lru_cache(maxsize=8)
+def _fresh_entries(host_root: str, uid: int,
+                   idmapped: tuple[str, ...]) -> tuple[_FreshEntry, ...]:
+    """The entries of ``fresh_layer``, parents before children."""
+    found: dict[str, _FreshEntry] = {}
+    for rel, is_dir, mode, text in FRESH:
+        parents = _host_parents(host_root, rel, uid, idmapped)
+        if parents is None:
+            continue
+        for parent in parents:
+            found.setdefault(parent.rel, parent)
+        found[rel] = _FreshEntry(rel, is_dir, uid, uid, mode, text, opaque=is_dir)
+    return tuple(found.values())
+
+
+def _host_parents(host_root: str, rel: str, uid: int,
+                  idmapped: tuple[str, ...]) -> list[_FreshEntry] | None:
+    """The parent folders of ``rel`` as the host has them, top first; None when one is
+    missing, a link or not a folder."""
+    parts = rel.split("/")[:-1]
+    found = []
+    for depth in range(1, len(parts) + 1):
+        below = "/".join(parts[:depth])
+        try:
+            info = os.lstat(os.path.join(host_root, below))
+        except OSError:
+            return None
+        if not stat.S_ISDIR(info.st_mode):
+            return None
+        mapped = any(_under(below, top) and below != top for top in idmapped)
+        owner, group = info.st_uid, info.st_gid
+        if mapped:
+            owner, group = (uid if owner == 0 else owner), (uid if group == 0 else group)
+        found.append(_FreshEntry(below, True, owner, group, stat.S_IMODE(info.st_mode)))
+    return found
+
+
+def _build_fresh(skeleton_dir: Path, final: Path, entries: tuple[_FreshEntry, ...]) -> None:
+    skeleton_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temporary = Path(tempfile.mkdtemp(prefix=".building-", dir=skeleton_dir))
+    try:
+        for entry in entries:  # parents first
+            _make_entry(temporary / entry.rel, entry)
+        temporary.chmod(0o755)
+        os.rename(temporary, final)
+    except OSError:
+        shutil.rmtree(temporary, ignore_errors=True)
+        if not final.is_dir():  # another process's rename won the race: fine
+            raise
+
+
+def _make_entry(path: Path, entry: _FreshEntry) -> None:
+    if entry.is_dir:
+        path.mkdir()
+        if entry.opaque:
+            os.setxattr(path, OPAQUE_XATTR, b"y", follow_symlinks=False)
+    else:
+        path.write_text(entry.text)
+    os.chown(path, entry.uid, entry.gid, follow_symlinks=False)
+    os.chmod(path, entry.mode)
+
+
 def fresh_paths(plan: SandboxPlan) -> list[FreshPath]:
     """The ``FRESH`` entries of ``plan`` as the runner makes them (``runner.userns``
     ``make_fresh``): below the merged view of the private layer that shows them (an
-    idmapped layer's, or a system folder's). Only with ``host_uid`` and ``overlay_dir``."""
+    idmapped layer's, or a system folder's). Only with ``host_uid`` and ``overlay_dir``,
+    and only those its ``fresh_layer`` does not hold (none where it is built)."""
     if plan.host_uid is None or plan.overlay_dir is None:
         return []
     overlaid = _overlaid(plan)
     idmapped = sorted(_idmapped(plan), key=len, reverse=True)
+    in_layer = _in_fresh_layer(plan)
     found = []
     for rel, is_dir, mode, text in FRESH:
+        if rel in in_layer:
+            continue
         layer = next((r for r in idmapped if _under(rel, r)), None)
         if layer is not None:
             base, below = _idmapped_layer(plan, layer).target, rel[len(layer) + 1:]
@@ -446,6 +589,15 @@ def fresh_paths(plan: SandboxPlan) -> list[FreshPath]:
             continue
         found.append(FreshPath(base=base, relative=below, is_dir=is_dir, mode=mode, text=text))
     return found
+
+
+def _in_fresh_layer(plan: SandboxPlan) -> frozenset[str]:
+    """The ``FRESH`` entries (relative) that ``plan``'s ``fresh_layer`` holds: none to make
+    per task."""
+    if _fresh(plan) is None or plan.host_uid is None:
+        return frozenset()
+    entries = _fresh_entries(str(plan.host_root), plan.host_uid, tuple(_idmapped(plan)))
+    return frozenset(e.rel for e in entries if e.rel in _FRESH_NAMES)
 
 
 def _idmapped(plan: SandboxPlan) -> list[str]:

@@ -151,7 +151,8 @@ class OverlayMount(_Model):
     there and may change them in place, in its upper layer only.
 
     ``lower_above`` are further read-only layers stacked over ``lower``, topmost first (a
-    folder there gives the merged folder its owner and mode: ``sandbox.system_skeleton``).
+    folder there gives the merged folder its owner and mode: ``sandbox.system_skeleton``;
+    an opaque one hides what the layers below hold there: ``sandbox.fresh_layer``).
 
     ``lower_below``: further lower folders under ``lower``, top first (a container image's
     layers: ``lower`` is its top layer); with ``idmap_uid`` each is attached idmapped too,

@@ -55,6 +55,10 @@ workflow:
       set -e
       o="{{output}}"
       if [ "$TRAINYARD_RETRY_ID" = 0 ]; then
+        for d in /var/log/apt /var/lib/apt/lists/partial /var/cache/apt/archives/partial; do
+          echo "$d $(stat -c %u:%a "$d") $(ls -A "$d" | wc -l)" >> "$o/r0-fresh"
+        done
+        echo "dpkg.log $(stat -c %u:%a /var/log/dpkg.log) $(wc -c < /var/log/dpkg.log)" >> "$o/r0-fresh"
         echo "deb [trusted=yes] file:/srv/tinyrepo ./" > /etc/apt/sources.list.d/$PKG.list
         apt-get update -o Dir::Etc::SourceList=/etc/apt/sources.list.d/$PKG.list \\
           -o Dir::Etc::SourceParts=- -o APT::Get::List-Cleanup=0
@@ -74,6 +78,7 @@ workflow:
       else
         echo absent > "$o/r1-after"
       fi
+      grep -c " install $PKG" /var/log/dpkg.log > "$o/r1-dpkglog" || true
 """
 
 CONTROL = """Package: {pkg}
@@ -182,6 +187,10 @@ def test_apt_get_installs_a_package_into_the_private_root_only(
     log = run.log(wid, "t") + run.log(wid, "t", 1)
     assert run.engine.state(wid).status is WorkflowStatus.COMPLETED, log
     first = run.engine.run_dir(wid, "t", 1 if action == "RESTART" else 0) / "output"
+    # apt's folders and logs start empty and the task's (the host's have entries and lines)
+    assert (first / "r0-fresh").read_text() == (
+        "/var/log/apt 0:755 0\n/var/lib/apt/lists/partial 0:700 0\n"
+        "/var/cache/apt/archives/partial 0:700 0\ndpkg.log 0:644 0\n"), log
     assert (first / "r0-status").read_text() == "Status: install ok installed\n", log
     assert (first / "r0-file").read_text() == "installed\n", log
     assert (first / "r0-conf").read_text() == "shipped=yes\nconfigured=yes\n", log  # postinst
@@ -193,6 +202,8 @@ def test_apt_get_installs_a_package_into_the_private_root_only(
     assert all("/var/log/apt/term.log" in line for line in warnings), log
     last = run.engine.run_dir(wid, "t", 1) / "output"
     assert (last / "r1-after").read_text() == f"{after}\n", log
+    # dpkg's log the task wrote: kept by RESTART (its upper layer), fresh after RESCHEDULE
+    assert (last / "r1-dpkglog").read_text() == ("1\n" if after == "installed" else "0\n"), log
     assert _host_state(pkg) == before  # dpkg's state, /etc, apt's lists and logs unchanged
     assert not Path(f"/usr/share/{pkg}").exists() and not Path(f"/etc/{pkg}.conf").exists()
     host = subprocess.run(["dpkg", "-s", pkg], capture_output=True, text=True, check=False)

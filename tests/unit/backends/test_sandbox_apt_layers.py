@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends import sandbox
-from trainyard.backends.sandbox import (IDMAPPED, SandboxPlan, fresh_paths, idmapped_covers,
-                                       overlays, skeleton_base, system_skeleton)
+from trainyard.backends.sandbox import (IDMAPPED, OPAQUE_XATTR, SandboxPlan, fresh_layer,
+                                       fresh_paths, idmapped_covers, overlays, skeleton_base,
+                                       system_skeleton)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fake host's files must be "
                                 "root's and the skeleton's folders another uid's (chown)")
@@ -27,6 +28,7 @@ TASK_UID = 65534
 def _fresh_scans() -> None:
     sandbox._scan_root_only.cache_clear()
     sandbox._skeleton_dirs.cache_clear()
+    sandbox._fresh_entries.cache_clear()
 
 
 def host(tmp_path: Path) -> Path:
@@ -52,9 +54,10 @@ def host(tmp_path: Path) -> Path:
 
 def plan(tmp_path: Path, **fields: object) -> SandboxPlan:
     run = tmp_path / "run" / "sandbox"
+    fields.setdefault("skeleton_dir", tmp_path / "skeletons")
     return SandboxPlan(root_dir=run / "root", hostname="t", host_root=host(tmp_path),
                        overlay_dir=run / "overlay", idmapped=IDMAPPED,
-                       skeleton_dir=tmp_path / "skeletons", **fields)  # type: ignore[arg-type]
+                       **fields)  # type: ignore[arg-type]
 
 
 def _tree(top: Path) -> dict[str, tuple[int, int, int]]:
@@ -92,9 +95,12 @@ def test_the_skeleton_is_stacked_over_the_root_layer_of_a_remapped_task_only(
 ) -> None:
     remapped = plan(tmp_path, host_uid=TASK_UID)
     root_layer = overlays(remapped)[0]
-    assert root_layer.lower == str(remapped.host_root) and len(root_layer.lower_above) == 1
-    assert Path(root_layer.lower_above[0]).parent == remapped.skeleton_dir
-    assert all(not o.lower_above for o in overlays(remapped)[1:])  # idmapped layers: none
+    assert root_layer.lower == str(remapped.host_root) and len(root_layer.lower_above) == 2
+    skeleton, fresh = map(Path, root_layer.lower_above)  # the skeleton above the fresh layer
+    assert skeleton.parent == fresh.parent == remapped.skeleton_dir
+    assert fresh.name.startswith("fresh-")
+    assert [o.lower_above for o in overlays(remapped)[1:]] == [  # idmapped: the fresh layer's
+        [] if rel == "usr" or rel == "var/lib/dpkg" else [str(fresh / rel)] for rel in IDMAPPED]
     plain = SandboxPlan(root_dir=remapped.root_dir, hostname="t", host_root=remapped.host_root,
                         overlay_dir=remapped.overlay_dir, idmapped=IDMAPPED,
                         skeleton_dir=remapped.skeleton_dir)
@@ -104,7 +110,7 @@ def test_the_skeleton_is_stacked_over_the_root_layer_of_a_remapped_task_only(
 def test_fresh_paths_lie_in_the_layer_that_shows_them_and_are_not_covered(
     tmp_path: Path,
 ) -> None:
-    made = plan(tmp_path, host_uid=TASK_UID)
+    made = plan(tmp_path, host_uid=TASK_UID, skeleton_dir=None)  # no fresh layer: made per task
     mnt = made.overlay_dir / "rootfs" / "mnt"  # type: ignore[operator]
     fresh = {(f.base, f.relative): (f.is_dir, f.mode, f.text) for f in fresh_paths(made)}
     assert fresh == {
@@ -123,6 +129,88 @@ def test_fresh_paths_lie_in_the_layer_that_shows_them_and_are_not_covered(
     assert fresh_paths(SandboxPlan(root_dir=made.root_dir, hostname="t",
                                    host_root=made.host_root, overlay_dir=made.overlay_dir,
                                    idmapped=IDMAPPED)) == []  # no remap: none
+
+
+def _layer_tree(top: Path) -> dict[str, tuple[bool, int, int, int, bool, str]]:
+    """(is a folder, uid, gid, mode, opaque, text) of each entry below ``top``."""
+    found = {}
+    for folder, dirs, files in os.walk(top):
+        for name in [*dirs, *files]:
+            path = Path(folder) / name
+            info = os.lstat(path)
+            is_dir = stat.S_ISDIR(info.st_mode)
+            found[os.path.relpath(path, top)] = (
+                is_dir, info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode),
+                OPAQUE_XATTR in os.listxattr(path, follow_symlinks=False),
+                "" if is_dir else path.read_text())
+    return found
+
+
+def test_the_fresh_layer_holds_apts_fresh_entries_opaque_and_the_tasks_once(
+    tmp_path: Path,
+) -> None:
+    made = plan(tmp_path, host_uid=TASK_UID)
+    (made.host_root / "var/log").chmod(0o751)
+    (made.host_root / "var/lib/apt/lists").chmod(0o750)  # seen idmapped: root's is the task's
+    (made.host_root / "var/lib/apt/lists/auxfiles").mkdir()  # the host's: hidden below
+    (made.host_root / "var/lib/apt/lists/auxfiles/old").write_text("host's\n")
+    idmapped = tuple(sandbox._idmapped(made))
+    layer = fresh_layer(made.skeleton_dir, made.host_root, TASK_UID, idmapped)  # type: ignore[arg-type]
+    assert layer is not None and layer.parent == made.skeleton_dir
+    tree = _layer_tree(layer)
+    task, root = (TASK_UID, TASK_UID), (0, 0)
+    assert tree == {
+        "etc": (True, *root, 0o755, False, ""),
+        "etc/apt": (True, *root, 0o755, False, ""),
+        "etc/apt/apt.conf.d": (True, *root, 0o755, False, ""),
+        "etc/apt/apt.conf.d/99trainyard-sandbox":
+            (False, *task, 0o644, False, 'APT::Sandbox::User "root";\n'),
+        "var": (True, *root, 0o755, False, ""),
+        "var/log": (True, *root, 0o751, False, ""),
+        "var/log/apt": (True, *task, 0o755, True, ""),
+        "var/log/dpkg.log": (False, *task, 0o644, False, ""),
+        "var/lib": (True, *root, 0o755, False, ""),
+        "var/lib/apt": (True, *root, 0o755, False, ""),
+        "var/lib/apt/lists": (True, *task, 0o750, False, ""),
+        "var/lib/apt/lists/partial": (True, *task, 0o700, True, ""),
+        "var/lib/apt/lists/auxfiles": (True, *task, 0o755, True, ""),
+        "var/cache": (True, *root, 0o755, False, ""),
+        "var/cache/apt": (True, *root, 0o755, False, ""),
+        "var/cache/apt/archives": (True, *task, 0o755, False, ""),
+        "var/cache/apt/archives/partial": (True, *task, 0o700, True, ""),
+    }
+    assert fresh_paths(made) == []  # nothing left to make per task
+    again = fresh_layer(made.skeleton_dir, made.host_root, TASK_UID, idmapped)  # type: ignore[arg-type]
+    assert again == layer and len(list(layer.parent.iterdir())) == 1  # made once per content
+
+
+def test_the_fresh_layer_leaves_out_what_the_host_has_no_parent_for(tmp_path: Path) -> None:
+    made = plan(tmp_path, host_uid=TASK_UID)
+    (made.host_root / "etc/apt/apt.conf.d").rmdir()  # no apt settings folder
+    (made.host_root / "var/cache/apt/archives/partial").rmdir()
+    (made.host_root / "var/cache/apt/archives").rmdir()
+    (made.host_root / "var/cache/apt/archives").symlink_to("/root")  # a link: not followed
+    layer = fresh_layer(made.skeleton_dir, made.host_root, TASK_UID)  # type: ignore[arg-type]
+    assert layer is not None
+    tree = _layer_tree(layer)
+    assert "etc/apt/apt.conf.d/99trainyard-sandbox" not in tree and "etc" not in tree
+    assert not any(rel.startswith("var/cache") for rel in tree)
+    assert "var/log/apt" in tree
+
+
+def test_without_a_fresh_layer_the_runner_makes_the_fresh_entries_per_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise OSError(95, "Operation not supported")  # a file system without trusted xattrs
+
+    monkeypatch.setattr(sandbox.os, "setxattr", refused)
+    made = plan(tmp_path, host_uid=TASK_UID)
+    assert sandbox.fresh_layer(made.skeleton_dir, made.host_root, TASK_UID) is None  # type: ignore[arg-type]
+    assert [p.name for p in made.skeleton_dir.iterdir()] == []  # nothing half-made kept
+    assert len(fresh_paths(made)) == 6  # the fallback: make_fresh in each task's layers
+    root_layer, *idmapped = overlays(made)
+    assert len(root_layer.lower_above) == 1 and all(not o.lower_above for o in idmapped)
 
 
 def test_skeleton_base_is_a_closed_folder_of_ours_on_another_file_system(
