@@ -100,8 +100,9 @@ HOST_FOLDERS = ("/etc/apt/sources.list.d", "/etc/ld.so.conf.d", "/var/lib/apt/li
                 "/var/cache/apt/archives", "/var/log/apt", "/etc")
 
 
-def _build_repo(folder: Path, pkg: str) -> None:
-    """A flat repository in ``folder``: ``PKG_1.0_all.deb`` and its ``Packages`` index."""
+def _build_repo(folder: Path, pkg: str, postinst: str | None = None) -> None:
+    """A flat repository in ``folder``: ``PKG_1.0_all.deb`` (its maintainer script
+    ``postinst``, ``POSTINST`` by default) and its ``Packages`` index."""
     src = folder.parent / "src"
     for sub in ("DEBIAN", f"usr/share/{pkg}", "etc/ld.so.conf.d"):
         (src / sub).mkdir(parents=True)
@@ -111,7 +112,7 @@ def _build_repo(folder: Path, pkg: str) -> None:
     control = CONTROL.format(pkg=pkg)
     (src / "DEBIAN/control").write_text(control)
     (src / "DEBIAN/conffiles").write_text(f"/etc/{pkg}.conf\n/etc/ld.so.conf.d/{pkg}.conf\n")
-    (src / "DEBIAN/postinst").write_text(POSTINST.format(pkg=pkg))
+    (src / "DEBIAN/postinst").write_text(postinst or POSTINST.format(pkg=pkg))
     (src / "DEBIAN/postinst").chmod(0o755)
     folder.mkdir()
     deb = folder / f"{pkg}_1.0_all.deb"
@@ -208,3 +209,144 @@ def test_apt_get_installs_a_package_into_the_private_root_only(
     assert not Path(f"/usr/share/{pkg}").exists() and not Path(f"/etc/{pkg}.conf").exists()
     host = subprocess.run(["dpkg", "-s", pkg], capture_output=True, text=True, check=False)
     assert host.returncode != 0, host.stdout
+
+
+# --- issue 11: a package whose postinst adds a system group and user (``apt-get install cron``
+# failed with ``groupadd: cannot lock /etc/group; try again later.``): the task has its own
+# /etc/passwd, group, shadow (scrubbed) and gshadow (scrubbed), the host's never change.
+
+USERS_SPEC = """
+workflow:
+  name: apt-users
+  tasks:
+  - name: t
+    exitActions:
+      {{action}}: 42
+    environment:
+      PKG: "{{pkg}}"
+      NAME: "{{name}}"
+    volumeMounts:
+    - "{{repo}}:/srv/tinyrepo"
+    command:
+    - sh
+    - -c
+    - |
+      set -e
+      o="{{output}}"
+      if [ "$TRAINYARD_RETRY_ID" = 0 ]; then
+        echo "deb [trusted=yes] file:/srv/tinyrepo ./" > /etc/apt/sources.list.d/$PKG.list
+        apt-get update -o Dir::Etc::SourceList=/etc/apt/sources.list.d/$PKG.list \\
+          -o Dir::Etc::SourceParts=- -o APT::Get::List-Cleanup=0
+        apt-get install -y --no-install-recommends "$PKG"
+        dpkg -s "$PKG" | grep '^Status:' > "$o/r0-status"
+        group_id=$(getent group "$NAME" | cut -d: -f3)
+        echo "$(getent passwd "$NAME" | cut -d: -f1,4) $group_id" > "$o/r0-user"
+        grep -c "^$NAME:" /etc/shadow /etc/gshadow > "$o/r0-shadow-lines"
+        stat -c '%n %u:%g %a' /etc/passwd /etc/group /etc/shadow /etc/gshadow > "$o/r0-owners"
+        cat /etc/shadow /etc/gshadow > "$o/r0-secrets"
+        exit 42
+      fi
+      if getent passwd "$NAME" >/dev/null; then echo present; else echo absent; fi > "$o/r1-user"
+"""
+
+USERS_POSTINST = """#!/bin/sh
+set -e
+groupadd --system {name}
+useradd --system -g {name} {name}
+"""
+
+ACCOUNT_FILES = ("/etc/passwd", "/etc/group", "/etc/shadow", "/etc/gshadow", "/etc/subuid",
+                 "/etc/subgid", "/etc/.pwd.lock")
+
+
+def _accounts_state() -> dict[str, tuple[str, int, int]]:
+    """(digest, mtime in ns, mode) of each of the host's account files that exists."""
+    state = {}
+    for name in ACCOUNT_FILES:
+        path = Path(name)
+        if path.exists():
+            info = path.stat()
+            state[name] = (hashlib.sha256(path.read_bytes()).hexdigest(), info.st_mtime_ns,
+                           info.st_mode)
+    return state
+
+
+def _password_fields(text: str) -> set[str]:
+    """The password fields (second) of shadow or gshadow lines."""
+    return {line.split(":")[1] for line in text.splitlines() if line.count(":") >= 1}
+
+
+@pytest.mark.parametrize(("action", "after"), [
+    ("RESTART", "present"),     # the same root: the user added by the postinst is still there
+    ("RESCHEDULE", "absent"),   # a fresh root: it is not
+])
+def test_a_postinst_that_adds_a_system_group_and_user_installs(
+    run: EngineRun, repo: Path, action: str, after: str,
+) -> None:
+    pkg = f"trainyard-tiny-{uuid.uuid4().hex[:10]}"
+    name = f"ty{uuid.uuid4().hex[:10]}"
+    _build_repo(repo / pkg, pkg, postinst=USERS_POSTINST.format(name=name))
+    before = _accounts_state()
+    wid = run.run(USERS_SPEC, action=action, pkg=pkg, name=name, repo=str(repo / pkg))
+    log = run.log(wid, "t") + run.log(wid, "t", 1)
+    assert run.engine.state(wid).status is WorkflowStatus.COMPLETED, log
+    first = run.engine.run_dir(wid, "t", 1 if action == "RESTART" else 0) / "output"
+    assert (first / "r0-status").read_text() == "Status: install ok installed\n", log
+    user, group_id = (first / "r0-user").read_text().split()
+    assert user == f"{name}:{group_id}", log  # the user's primary group is the new group
+    assert (first / "r0-shadow-lines").read_text() == "/etc/shadow:1\n/etc/gshadow:1\n", log
+    owners = (first / "r0-owners").read_text().splitlines()  # the task's root's, host modes
+    assert owners == [f"/etc/{n} 0:0 {oct(os.stat(f'/etc/{n}').st_mode & 0o777)[2:]}"
+                      for n in ("passwd", "group", "shadow", "gshadow")], log
+    secrets = (first / "r0-secrets").read_text()
+    assert "$" not in secrets  # no hash of the host's, ever
+    assert _password_fields(secrets) <= {"*", "!"}, secrets
+    last = run.engine.run_dir(wid, "t", 1) / "output"
+    assert (last / "r1-user").read_text() == f"{after}\n", log
+    assert _accounts_state() == before  # the host's bytes and mtimes: unchanged
+    host = subprocess.run(["getent", "passwd", name], capture_output=True, check=False)
+    assert host.returncode != 0, host.stdout
+
+
+ALICE_SPEC = """
+workflow:
+  name: add-users
+  tasks:
+  - name: t
+    command:
+    - sh
+    - -c
+    - |
+      set -e
+      o="{{output}}"
+      useradd -m -s /bin/sh {{name}}
+      id {{name}} > "$o/id"
+      stat -c '%F' /home/{{name}} > "$o/home"
+      adduser --system --group --no-create-home {{name}}svc > "$o/adduser.log" 2>&1
+      getent group {{name}}svc | cut -d: -f1 > "$o/group"
+      cut -d: -f2 /etc/shadow | sort -u > "$o/fields"
+      grep -c '\\$' /etc/shadow /etc/gshadow > "$o/hashes" || true
+      cp /etc/shadow /etc/gshadow /etc/passwd /etc/group "$o/"
+"""
+
+
+def test_a_task_adds_users_in_its_own_root_and_never_sees_a_host_hash(run: EngineRun) -> None:
+    name = f"al{uuid.uuid4().hex[:8]}"
+    before = _accounts_state()
+    wid = run.run(ALICE_SPEC, name=name)
+    log = run.log(wid, "t")
+    assert run.engine.state(wid).status is WorkflowStatus.COMPLETED, log
+    out = run.engine.run_dir(wid, "t", 0) / "output"
+    assert (out / "id").read_text().startswith("uid="), log
+    assert f"({name})" in (out / "id").read_text(), log
+    assert (out / "home").read_text() == "directory\n", log
+    assert (out / "group").read_text() == f"{name}svc\n", log
+    assert (out / "hashes").read_text() == "/etc/shadow:0\n/etc/gshadow:0\n", log
+    assert set((out / "fields").read_text().split()) <= {"*", "!"}, log
+    for copied in ("shadow", "gshadow"):
+        assert "$" not in (out / copied).read_text()
+    host_passwd = Path("/etc/passwd").read_text()
+    assert (out / "passwd").read_text().startswith(host_passwd)  # the host's, then its own
+    assert f"\n{name}:" in (out / "passwd").read_text()
+    assert _accounts_state() == before
+    assert f"{name}:" not in Path("/etc/passwd").read_text()
