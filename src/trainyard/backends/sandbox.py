@@ -80,7 +80,8 @@ __all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_b
            "clear_links", "overlay_supported", "secret_covers", "REMAP_ARGS", "TASK_HOST_UID",
            "bwrap_end", "task_owned", "probe_remap", "OSMO_WORKSPACE", "IDMAPPED",
            "idmapped_covers", "warm_host_scans", "FRESH", "SKELETON", "system_skeleton",
-           "fresh_paths", "skeleton_base", "SKELETON_BASE", "fresh_layer", "OPAQUE_XATTR"]
+           "fresh_paths", "skeleton_base", "SKELETON_BASE", "fresh_layer", "OPAQUE_XATTR",
+           "ACCOUNTS", "PWD_LOCK", "account_entries", "scrub_passwords"]
 
 SYSTEM_TOP = frozenset({
     "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "boot", "opt", "var",
@@ -147,6 +148,25 @@ the parent folder exists (a host with apt); not covered by ``idmapped_covers``. 
 ``fresh_layer`` where there is a skeleton base, else made per task (``fresh_paths``)."""
 
 _FRESH_NAMES = frozenset(rel for rel, *_rest in FRESH)
+
+_ACCOUNT_FILES = (("etc/passwd", False), ("etc/group", False), ("etc/shadow", True),
+                  ("etc/gshadow", True), ("etc/subuid", False), ("etc/subgid", False))
+
+ACCOUNTS = tuple(item for rel, scrub in _ACCOUNT_FILES for item in ((rel, scrub),
+                                                                    (f"{rel}-", scrub)))
+"""(path relative to the host's ``/``, scrubbed) of the account files, and their backups
+(``/etc/passwd-``), a remapped task gets as its own copies, with the host's mode
+(``account_entries``): ``groupadd``, ``useradd`` and ``adduser`` (maintainer scripts:
+``apt-get install cron``; ``useradd -m trainer`` in setup scripts) rewrite them
+(shadow-utils' commonio: the old file copied over its backup, ``/etc/group+`` renamed over
+``/etc/group``) and must read ``/etc/shadow`` and ``/etc/gshadow``, which are root's and
+closed to others on the host (``/etc/shadow-`` too). Scrubbed ones have every password field replaced (``scrub_passwords``): no hash
+of the host's ever reaches a task. ``useradd`` also adds ranges to ``/etc/subuid`` and
+``/etc/subgid`` where they exist."""
+
+PWD_LOCK = ("etc/.pwd.lock", False, 0o600, "")
+"""shadow-utils' lock file (``lckpwdf``, opened for writing), given empty and the task's
+with the account files: the host's is root's, 0600."""
 
 SKELETON = (("etc", None), ("var", 2))
 """Host folders (relative to its ``/``) whose folders a remapped task owns in its private
@@ -508,7 +528,7 @@ def _fresh_entries(host_root: str, uid: int,
                    idmapped: tuple[str, ...]) -> tuple[_FreshEntry, ...]:
     """The entries of ``fresh_layer``, parents before children."""
     found: dict[str, _FreshEntry] = {}
-    for rel, is_dir, mode, text in FRESH:
+    for rel, is_dir, mode, text in _fresh_items(host_root):
         parents = _host_parents(host_root, rel, uid, idmapped)
         if parents is None:
             continue
@@ -576,7 +596,7 @@ def fresh_paths(plan: SandboxPlan) -> list[FreshPath]:
     idmapped = sorted(_idmapped(plan), key=len, reverse=True)
     in_layer = _in_fresh_layer(plan)
     found = []
-    for rel, is_dir, mode, text in FRESH:
+    for rel, is_dir, mode, text in _fresh_items(str(plan.host_root)):
         if rel in in_layer:
             continue
         layer = next((r for r in idmapped if _under(rel, r)), None)
@@ -597,7 +617,73 @@ def _in_fresh_layer(plan: SandboxPlan) -> frozenset[str]:
     if _fresh(plan) is None or plan.host_uid is None:
         return frozenset()
     entries = _fresh_entries(str(plan.host_root), plan.host_uid, tuple(_idmapped(plan)))
-    return frozenset(e.rel for e in entries if e.rel in _FRESH_NAMES)
+    names = {rel for rel, *_rest in _fresh_items(str(plan.host_root))}
+    return frozenset(e.rel for e in entries if e.rel in names)
+
+
+_FreshItem = tuple[str, bool, int, str]
+
+
+def _fresh_items(host_root: str) -> tuple[_FreshItem, ...]:
+    """``FRESH`` and the host's ``account_entries``: (relative path, is a folder, mode,
+    text) of each entry a remapped task gets as its own."""
+    return FRESH + account_entries(host_root)
+
+
+@functools.lru_cache(maxsize=8)
+def account_entries(host_root: str) -> tuple[_FreshItem, ...]:
+    """The ``ACCOUNTS`` files of the host (below ``host_root``) as a remapped task gets them
+    (``FRESH``'s shape: relative path, False, the host's mode, text): passwd, group, subuid
+    and subgid as the host has them (others may read them there), shadow and gshadow
+    through ``scrub_passwords``, and, if any, an empty ``PWD_LOCK``. One that is missing, a
+    link, not a regular file, unreadable or not UTF-8 is left out (the task sees the host's,
+    and cannot add users). Read once per process, like the skeleton's look: an account
+    added on the host later is not in tasks that process starts.
+    """
+    found: list[_FreshItem] = []
+    for rel, scrub in ACCOUNTS:
+        text = _read_account(os.path.join(host_root, rel))
+        if text is None:
+            continue
+        mode = stat.S_IMODE(os.lstat(os.path.join(host_root, rel)).st_mode)
+        found.append((rel, False, mode, scrub_passwords(text) if scrub else text))
+    return (*found, PWD_LOCK) if found else ()
+
+
+def _read_account(path: str) -> str | None:
+    """The text of the regular file ``path`` (not followed if a link), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read()
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def scrub_passwords(text: str) -> str:
+    """``text`` of a shadow or gshadow file (shadow(5), gshadow(5): ``name:password:...``)
+    with each entry's password field replaced: ``!`` where the host's was locked (starts
+    with ``!``), else ``*`` (no password matches either). The other fields are kept (ageing,
+    a group's administrators and members, as ``/etc/group`` shows them); a line without a
+    ``:`` (blank, a comment) is left out. No hash of the host's is in the result.
+    """
+    lines = []
+    for line in text.splitlines():
+        name, colon, rest = line.partition(":")
+        if not colon:
+            continue
+        password, sep, tail = rest.partition(":")
+        lines.append(f"{name}:{'!' if password.startswith('!') else '*'}{sep}{tail}")
+    return "".join(f"{line}\n" for line in lines)
 
 
 def _idmapped(plan: SandboxPlan) -> list[str]:
@@ -649,6 +735,7 @@ def warm_host_scans(host_root: Path = Path("/")) -> None:
                 if os.path.isdir(os.path.join(str(host_root), rel)):
                     _scan_root_only(str(host_root), rel)
             _skeleton_dirs(str(host_root))
+            account_entries(str(host_root))
     except OSError:
         pass
 

@@ -10,7 +10,10 @@ folders are idmapped like dpkg's, its download folders and logs are fresh ones o
 task's, and the folders (never the files) of ``/etc`` and the top of ``/var`` are the
 task's (``sandbox.system_skeleton``), so root's secrets there stay unreadable (the test
 plants a folder of root's closed to others in ``/etc``, holding a file others may read:
-neither is readable inside).
+neither is readable inside). The account files are the task's own copies
+(``sandbox.account_entries``), ``/etc/shadow`` and ``/etc/gshadow`` scrubbed: a postinst
+that runs ``groupadd``/``useradd`` works, and no hash of the host's is readable (the tests
+at the end).
 
 No network: the test builds a tiny package (a conffile in ``/etc``, one in
 ``/etc/ld.so.conf.d``, a postinst that appends to its conffile and runs ``ldconfig``) and a
@@ -67,7 +70,7 @@ workflow:
         cat /usr/share/$PKG/file > "$o/r0-file"
         cat /etc/$PKG.conf > "$o/r0-conf"
         cat /etc/ld.so.conf.d/$PKG.conf > "$o/r0-ldconf"
-        for f in /etc/shadow /var/cache/debconf/passwords.dat /etc/$PKG-closed/inner; do
+        for f in /var/cache/debconf/passwords.dat /etc/$PKG-closed/inner; do
           cat "$f" >> "$o/r0-read" 2>/dev/null || true
         done
         ls /etc/$PKG-closed >> "$o/r0-read" 2>/dev/null || true
@@ -197,7 +200,7 @@ def test_apt_get_installs_a_package_into_the_private_root_only(
     assert (first / "r0-conf").read_text() == "shipped=yes\nconfigured=yes\n", log  # postinst
     assert (first / "r0-ldconf").read_text() == f"/usr/lib/{pkg}\n", log
     read = (first / "r0-read").read_text() if (first / "r0-read").exists() else ""
-    assert read == "", f"a task read /etc/shadow, debconf's passwords.dat or {closed}"
+    assert read == "", f"a task read debconf's passwords.dat or {closed}"
     warnings = [line for line in run.log(wid, "t").splitlines() if "] W: " in line]
     # apt chowns its terminal log to group adm, which is not mapped: a warning it lives with
     assert all("/var/log/apt/term.log" in line for line in warnings), log
@@ -319,6 +322,7 @@ workflow:
     - |
       set -e
       o="{{output}}"
+      cat /etc/shadow > "$o/shadow-before"
       useradd -m -s /bin/sh {{name}}
       id {{name}} > "$o/id"
       stat -c '%F' /home/{{name}} > "$o/home"
@@ -326,13 +330,17 @@ workflow:
       getent group {{name}}svc | cut -d: -f1 > "$o/group"
       cut -d: -f2 /etc/shadow | sort -u > "$o/fields"
       grep -c '\\$' /etc/shadow /etc/gshadow > "$o/hashes" || true
-      cp /etc/shadow /etc/gshadow /etc/passwd /etc/group "$o/"
+      for f in shadow gshadow passwd group; do cp /etc/$f "$o/etc-$f"; done
+      stat -c '%u:%g' /home/{{name}} > "$o/home-owner"
+      su {{name}} -c id > "$o/su" 2>&1 || echo "exit $?" >> "$o/su"
 """
 
 
 def test_a_task_adds_users_in_its_own_root_and_never_sees_a_host_hash(run: EngineRun) -> None:
     name = f"al{uuid.uuid4().hex[:8]}"
     before = _accounts_state()
+    sandbox.account_entries.cache_clear()  # the backend reads the host's once per process
+    sandbox._fresh_entries.cache_clear()
     wid = run.run(ALICE_SPEC, name=name)
     log = run.log(wid, "t")
     assert run.engine.state(wid).status is WorkflowStatus.COMPLETED, log
@@ -342,11 +350,17 @@ def test_a_task_adds_users_in_its_own_root_and_never_sees_a_host_hash(run: Engin
     assert (out / "home").read_text() == "directory\n", log
     assert (out / "group").read_text() == f"{name}svc\n", log
     assert (out / "hashes").read_text() == "/etc/shadow:0\n/etc/gshadow:0\n", log
+    host_shadow = Path("/etc/shadow").read_text()  # the host's, scrubbed, as the task saw it
+    assert (out / "shadow-before").read_text() == sandbox.scrub_passwords(host_shadow)
     assert set((out / "fields").read_text().split()) <= {"*", "!"}, log
     for copied in ("shadow", "gshadow"):
-        assert "$" not in (out / copied).read_text()
+        assert "$" not in (out / f"etc-{copied}").read_text()
     host_passwd = Path("/etc/passwd").read_text()
-    assert (out / "passwd").read_text().startswith(host_passwd)  # the host's, then its own
-    assert f"\n{name}:" in (out / "passwd").read_text()
+    assert (out / "etc-passwd").read_text().startswith(host_passwd)  # the host's, then its own
+    assert f"\n{name}:" in (out / "etc-passwd").read_text()
+    # a task has one uid (its root): the home cannot be given to alice, nor can su switch to
+    # her (no CAP_CHOWN, CAP_SETUID, CAP_SETGID: docs/security.md says why)
+    assert (out / "home-owner").read_text() == "0:0\n", log
+    assert (out / "su").read_text().endswith("exit 1\n"), (out / "su").read_text()
     assert _accounts_state() == before
     assert f"{name}:" not in Path("/etc/passwd").read_text()
