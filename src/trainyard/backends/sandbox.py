@@ -27,7 +27,11 @@ Layout inside the sandbox:
   So that ``apt-get install`` works, apt's download folders, its and dpkg's logs and an apt
   setting are fresh and the task's (``FRESH``): a read-only layer built once per process
   (``fresh_layer``, opaque folders) stacked under the skeleton, or, without one, made by the
-  runner in each task's layers (``fresh_paths``).
+  runner in each task's layers (``fresh_paths``). So that ``groupadd``/``useradd`` work
+  (a postinst, ``useradd -m trainer``), the account files are the task's own copies there
+  too (``account_entries``): ``/etc/passwd`` and ``/etc/group`` as the host has them,
+  ``/etc/shadow`` and ``/etc/gshadow`` with every password field scrubbed: no hash of the
+  host's reaches a task.
 - every other host folder (``/home``, ``/root``, ``/work``, ``/mnt``, ``$TRAINYARD_HOME`` with
   its tokens, store and other runs) is NOT there. What the task needs of them is bound at the
   same path: read-only the folders of trainyard's interpreter and import path (``readonly``:
@@ -160,9 +164,9 @@ ACCOUNTS = tuple(item for rel, scrub in _ACCOUNT_FILES for item in ((rel, scrub)
 ``apt-get install cron``; ``useradd -m trainer`` in setup scripts) rewrite them
 (shadow-utils' commonio: the old file copied over its backup, ``/etc/group+`` renamed over
 ``/etc/group``) and must read ``/etc/shadow`` and ``/etc/gshadow``, which are root's and
-closed to others on the host (``/etc/shadow-`` too). Scrubbed ones have every password field replaced (``scrub_passwords``): no hash
-of the host's ever reaches a task. ``useradd`` also adds ranges to ``/etc/subuid`` and
-``/etc/subgid`` where they exist."""
+closed to others on the host (``/etc/shadow-`` too). Scrubbed ones have every password
+field replaced (``scrub_passwords``): no hash of the host's ever reaches a task.
+``useradd`` also adds ranges to ``/etc/subuid`` and ``/etc/subgid`` where they exist."""
 
 PWD_LOCK = ("etc/.pwd.lock", False, 0o600, "")
 """shadow-utils' lock file (``lckpwdf``, opened for writing), given empty and the task's
@@ -483,11 +487,11 @@ too."""
 
 def fresh_layer(skeleton_dir: Path, host_root: Path, uid: int,
                 idmapped: tuple[str, ...] = ()) -> Path | None:
-    """A read-only overlay layer holding the ``FRESH`` entries of the host's ``/`` as a
-    remapped task gets them (owned by ``uid``, with ``FRESH``'s mode and text; a folder
-    marked opaque, ``OPAQUE_XATTR``: the host's entries below it are hidden), built once per
-    content instead of made in each task's upper layer (``runner.userns.make_fresh``, one
-    copy-up of the parents per task). Its parent folders copy the host's owner, group and
+    """A read-only overlay layer holding the ``FRESH`` entries (and ``account_entries``) of
+    the host's ``/`` as a remapped task gets them (owned by ``uid``, with ``FRESH``'s mode
+    and text; a folder marked opaque, ``OPAQUE_XATTR``: the host's entries below it are
+    hidden), built once per content instead of made in each task's upper layer
+    (``runner.userns.make_fresh``, one copy-up of the parents per task). Its parent folders copy the host's owner, group and
     mode (below an ``idmapped`` folder, relative to ``host_root``: the host's root seen as
     ``uid``, as the idmapped layer shows it); ``system_skeleton``, stacked above, gives the
     open ones to the task. A ``FRESH`` entry whose parent folder is missing on the host, or
@@ -586,10 +590,11 @@ def _make_entry(path: Path, entry: _FreshEntry) -> None:
 
 
 def fresh_paths(plan: SandboxPlan) -> list[FreshPath]:
-    """The ``FRESH`` entries of ``plan`` as the runner makes them (``runner.userns``
-    ``make_fresh``): below the merged view of the private layer that shows them (an
-    idmapped layer's, or a system folder's). Only with ``host_uid`` and ``overlay_dir``,
-    and only those its ``fresh_layer`` does not hold (none where it is built)."""
+    """The ``FRESH`` entries (and ``account_entries``) of ``plan`` as the runner makes them
+    (``runner.userns`` ``make_fresh``): below the merged view of the private layer that
+    shows them (an idmapped layer's, or a system folder's). Only with ``host_uid`` and
+    ``overlay_dir``, and only those its ``fresh_layer`` does not hold (none where it is
+    built)."""
     if plan.host_uid is None or plan.overlay_dir is None:
         return []
     overlaid = _overlaid(plan)
