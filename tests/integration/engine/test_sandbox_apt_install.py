@@ -26,6 +26,7 @@ Through the real engine, the local backend and its bubblewrap sandbox, as root.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -336,7 +337,13 @@ workflow:
 """
 
 
-def test_a_task_adds_users_in_its_own_root_and_never_sees_a_host_hash(run: EngineRun) -> None:
+@pytest.mark.parametrize("layer", ["fresh layer", "per task"])
+def test_a_task_adds_users_in_its_own_root_and_never_sees_a_host_hash(
+    run: EngineRun, layer: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if layer == "per task":  # no skeleton base: the runner writes them (make_fresh)
+        from trainyard.backends import local
+        monkeypatch.setattr(local, "skeleton_base", lambda: None)
     name = f"al{uuid.uuid4().hex[:8]}"
     before = _accounts_state()
     sandbox.account_entries.cache_clear()  # the backend reads the host's once per process
@@ -345,6 +352,9 @@ def test_a_task_adds_users_in_its_own_root_and_never_sees_a_host_hash(run: Engin
     log = run.log(wid, "t")
     assert run.engine.state(wid).status is WorkflowStatus.COMPLETED, log
     out = run.engine.run_dir(wid, "t", 0) / "output"
+    runner = json.loads((out.parent / "run.json").read_text())["sandbox"]["userns"]
+    made_per_task = {f["relative"] for f in runner["fresh"]}
+    assert ("shadow" in made_per_task) is (layer == "per task"), made_per_task
     assert (out / "id").read_text().startswith("uid="), log
     assert f"({name})" in (out / "id").read_text(), log
     assert (out / "home").read_text() == "directory\n", log
