@@ -638,7 +638,9 @@ def _fresh_items(host_root: str) -> tuple[_FreshItem, ...]:
 @functools.lru_cache(maxsize=8)
 def account_entries(host_root: str) -> tuple[_FreshItem, ...]:
     """The ``ACCOUNTS`` files of the host (below ``host_root``) as a remapped task gets them
-    (``FRESH``'s shape: relative path, False, the host's mode, text): passwd, group, subuid
+    (``FRESH``'s shape: relative path, False, the host's mode with the owner's read and write
+    bits, text; the owner is the task's root, which has no ``CAP_DAC_OVERRIDE`` to get past
+    a 0000 ``/etc/shadow`` as on Fedora): passwd, group, subuid
     and subgid as the host has them (others may read them there), shadow and gshadow
     through ``scrub_passwords``, and, if any, an empty ``PWD_LOCK``. One that is missing, a
     link, not a regular file, unreadable or not UTF-8 is left out (the task sees the host's,
@@ -650,7 +652,7 @@ def account_entries(host_root: str) -> tuple[_FreshItem, ...]:
         text = _read_account(os.path.join(host_root, rel))
         if text is None:
             continue
-        mode = stat.S_IMODE(os.lstat(os.path.join(host_root, rel)).st_mode)
+        mode = stat.S_IMODE(os.lstat(os.path.join(host_root, rel)).st_mode) | 0o600
         found.append((rel, False, mode, scrub_passwords(text) if scrub else text))
     return (*found, PWD_LOCK) if found else ()
 

@@ -90,6 +90,17 @@ def test_the_account_files_are_copied_with_the_hosts_modes_secrets_scrubbed(
     assert not any("$" in text for _d, _m, text in entries.values())
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root reads a 0000 file (as the backend)")
+def test_a_shadow_file_closed_to_its_owner_is_given_readable_and_writable(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/shadow").write_text(SHADOW)
+    (tmp_path / "etc/shadow").chmod(0o000)  # Fedora's: only CAP_DAC_OVERRIDE reads it
+    entries = {rel: mode for rel, _d, mode, _t in account_entries(str(tmp_path))}
+    assert entries["etc/shadow"] == 0o600  # the task's root has no such capability
+
+
 def test_a_host_without_account_files_gives_none_not_even_the_lock(tmp_path: Path) -> None:
     (tmp_path / "etc").mkdir()
     assert account_entries(str(tmp_path)) == ()
