@@ -494,8 +494,8 @@ def fresh_layer(skeleton_dir: Path, host_root: Path, uid: int,
     (``runner.userns.make_fresh``, one copy-up of the parents per task). Its parent folders
     copy the host's owner, group and mode (below an ``idmapped`` folder, relative to
     ``host_root``: the host's root seen as ``uid``, as the idmapped layer shows it);
-    ``system_skeleton``, stacked above, gives the open ones to the task. A ``FRESH`` entry whose parent folder is missing on the host, or
-    a link on the way, is not there.
+    ``system_skeleton``, stacked above, gives the open ones to the task. A ``FRESH`` entry
+    whose parent folder is missing on the host, or a link on the way, is not there.
 
     Stacked over the layer of each overlay that shows a ``FRESH`` entry (``overlays``): the
     root layer for ``/etc`` and ``/var/log``, the idmapped ``/var/lib/apt`` and
