@@ -622,7 +622,7 @@ def _in_fresh_layer(plan: SandboxPlan) -> frozenset[str]:
     if _fresh(plan) is None or plan.host_uid is None:
         return frozenset()
     entries = _fresh_entries(str(plan.host_root), plan.host_uid, tuple(_idmapped(plan)))
-    names = {rel for rel, *_rest in _fresh_items(str(plan.host_root))}
+    names = _fresh_names(str(plan.host_root))
     return frozenset(e.rel for e in entries if e.rel in names)
 
 
@@ -636,44 +636,47 @@ def _fresh_items(host_root: str) -> tuple[_FreshItem, ...]:
 
 
 @functools.lru_cache(maxsize=8)
+def _fresh_names(host_root: str) -> frozenset[str]:
+    return frozenset(rel for rel, *_rest in _fresh_items(host_root))
+
+
+@functools.lru_cache(maxsize=8)
 def account_entries(host_root: str) -> tuple[_FreshItem, ...]:
     """The ``ACCOUNTS`` files of the host (below ``host_root``) as a remapped task gets them
-    (``FRESH``'s shape: relative path, False, the host's mode with the owner's read and write
-    bits, text; the owner is the task's root, which has no ``CAP_DAC_OVERRIDE`` to get past
-    a 0000 ``/etc/shadow`` as on Fedora): passwd, group, subuid
-    and subgid as the host has them (others may read them there), shadow and gshadow
-    through ``scrub_passwords``, and, if any, an empty ``PWD_LOCK``. One that is missing, a
-    link, not a regular file, unreadable or not UTF-8 is left out (the task sees the host's,
-    and cannot add users). Read once per process, like the skeleton's look: an account
-    added on the host later is not in tasks that process starts.
+    (``FRESH``'s shape: relative path, False, mode, text): passwd, group, subuid and subgid
+    as the host has them (others may read them there), shadow and gshadow through
+    ``scrub_passwords``, each with the host's mode plus the owner's read and write bits (the
+    owner is the task's root, which has no ``CAP_DAC_OVERRIDE`` to get past a 0000
+    ``/etc/shadow`` as on Fedora), and, if any, an empty ``PWD_LOCK``. One that is missing,
+    a link, not a regular file, unreadable or not UTF-8 is left out (the task sees the
+    host's, and cannot add accounts). Read once per process, like the skeleton's look: an
+    account added on the host later is not in tasks that process starts.
     """
     found: list[_FreshItem] = []
     for rel, scrub in ACCOUNTS:
-        text = _read_account(os.path.join(host_root, rel))
-        if text is None:
+        read = _read_account(os.path.join(host_root, rel))
+        if read is None:
             continue
-        mode = stat.S_IMODE(os.lstat(os.path.join(host_root, rel)).st_mode) | 0o600
-        found.append((rel, False, mode, scrub_passwords(text) if scrub else text))
+        text, mode = read
+        found.append((rel, False, mode | 0o600, scrub_passwords(text) if scrub else text))
     return (*found, PWD_LOCK) if found else ()
 
 
-def _read_account(path: str) -> str | None:
-    """The text of the regular file ``path`` (not followed if a link), or None."""
+def _read_account(path: str) -> tuple[str, int] | None:
+    """The text and permission bits of the regular file ``path`` (a link is not followed),
+    or None."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             return None
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            data = handle.read()
-    finally:
-        os.close(fd)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+        try:
+            return handle.read().decode("utf-8"), stat.S_IMODE(info.st_mode)
+        except (OSError, UnicodeDecodeError):
+            return None
 
 
 def scrub_passwords(text: str) -> str:
