@@ -324,6 +324,7 @@ workflow:
       set -e
       o="{{output}}"
       cat /etc/shadow > "$o/shadow-before"
+      cat /etc/shadow- /etc/gshadow- 2>/dev/null | cut -d: -f2 | sort -u > "$o/backup-fields"
       useradd -m -s /bin/sh {{name}}
       id {{name}} > "$o/id"
       stat -c '%F' /home/{{name}} > "$o/home"
@@ -362,6 +363,8 @@ def test_a_task_adds_users_in_its_own_root_and_never_sees_a_host_hash(
     assert (out / "hashes").read_text() == "/etc/shadow:0\n/etc/gshadow:0\n", log
     host_shadow = Path("/etc/shadow").read_text()  # the host's, scrubbed, as the task saw it
     assert (out / "shadow-before").read_text() == sandbox.scrub_passwords(host_shadow)
+    backups = set((out / "backup-fields").read_text().split())  # /etc/shadow-, gshadow-
+    assert backups <= {"*", "!"} and (bool(backups) or not Path("/etc/shadow-").exists())
     assert set((out / "fields").read_text().split()) <= {"*", "!"}, log
     for copied in ("shadow", "gshadow"):
         assert "$" not in (out / f"etc-{copied}").read_text()
