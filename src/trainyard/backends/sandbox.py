@@ -27,7 +27,11 @@ Layout inside the sandbox:
   So that ``apt-get install`` works, apt's download folders, its and dpkg's logs and an apt
   setting are fresh and the task's (``FRESH``): a read-only layer built once per process
   (``fresh_layer``, opaque folders) stacked under the skeleton, or, without one, made by the
-  runner in each task's layers (``fresh_paths``).
+  runner in each task's layers (``fresh_paths``). So that ``groupadd``/``useradd`` work
+  (a postinst, ``useradd -m trainer``), the account files are the task's own copies there
+  too (``account_entries``): ``/etc/passwd`` and ``/etc/group`` as the host has them,
+  ``/etc/shadow`` and ``/etc/gshadow`` with every password field scrubbed: no hash of the
+  host's reaches a task.
 - every other host folder (``/home``, ``/root``, ``/work``, ``/mnt``, ``$TRAINYARD_HOME`` with
   its tokens, store and other runs) is NOT there. What the task needs of them is bound at the
   same path: read-only the folders of trainyard's interpreter and import path (``readonly``:
@@ -80,7 +84,8 @@ __all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_b
            "clear_links", "overlay_supported", "secret_covers", "REMAP_ARGS", "TASK_HOST_UID",
            "bwrap_end", "task_owned", "probe_remap", "OSMO_WORKSPACE", "IDMAPPED",
            "idmapped_covers", "warm_host_scans", "FRESH", "SKELETON", "system_skeleton",
-           "fresh_paths", "skeleton_base", "SKELETON_BASE", "fresh_layer", "OPAQUE_XATTR"]
+           "fresh_paths", "skeleton_base", "SKELETON_BASE", "fresh_layer", "OPAQUE_XATTR",
+           "ACCOUNTS", "PWD_LOCK", "account_entries", "scrub_passwords"]
 
 SYSTEM_TOP = frozenset({
     "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "boot", "opt", "var",
@@ -147,6 +152,25 @@ the parent folder exists (a host with apt); not covered by ``idmapped_covers``. 
 ``fresh_layer`` where there is a skeleton base, else made per task (``fresh_paths``)."""
 
 _FRESH_NAMES = frozenset(rel for rel, *_rest in FRESH)
+
+_ACCOUNT_FILES = (("etc/passwd", False), ("etc/group", False), ("etc/shadow", True),
+                  ("etc/gshadow", True), ("etc/subuid", False), ("etc/subgid", False))
+
+ACCOUNTS = tuple(item for rel, scrub in _ACCOUNT_FILES for item in ((rel, scrub),
+                                                                    (f"{rel}-", scrub)))
+"""(path relative to the host's ``/``, scrubbed) of the account files, and their backups
+(``/etc/passwd-``), a remapped task gets as its own copies, with the host's mode
+(``account_entries``): ``groupadd``, ``useradd`` and ``adduser`` (maintainer scripts:
+``apt-get install cron``; ``useradd -m trainer`` in setup scripts) rewrite them
+(shadow-utils' commonio: the old file copied over its backup, ``/etc/group+`` renamed over
+``/etc/group``) and must read ``/etc/shadow`` and ``/etc/gshadow``, which are root's and
+closed to others on the host (``/etc/shadow-`` too). Scrubbed ones have every password
+field replaced (``scrub_passwords``): no hash of the host's ever reaches a task.
+``useradd`` also adds ranges to ``/etc/subuid`` and ``/etc/subgid`` where they exist."""
+
+PWD_LOCK = ("etc/.pwd.lock", False, 0o600, "")
+"""shadow-utils' lock file (``lckpwdf``, opened for writing), given empty and the task's
+with the account files: the host's is root's, 0600."""
 
 SKELETON = (("etc", None), ("var", 2))
 """Host folders (relative to its ``/``) whose folders a remapped task owns in its private
@@ -463,15 +487,15 @@ too."""
 
 def fresh_layer(skeleton_dir: Path, host_root: Path, uid: int,
                 idmapped: tuple[str, ...] = ()) -> Path | None:
-    """A read-only overlay layer holding the ``FRESH`` entries of the host's ``/`` as a
-    remapped task gets them (owned by ``uid``, with ``FRESH``'s mode and text; a folder
-    marked opaque, ``OPAQUE_XATTR``: the host's entries below it are hidden), built once per
-    content instead of made in each task's upper layer (``runner.userns.make_fresh``, one
-    copy-up of the parents per task). Its parent folders copy the host's owner, group and
-    mode (below an ``idmapped`` folder, relative to ``host_root``: the host's root seen as
-    ``uid``, as the idmapped layer shows it); ``system_skeleton``, stacked above, gives the
-    open ones to the task. A ``FRESH`` entry whose parent folder is missing on the host, or
-    a link on the way, is not there.
+    """A read-only overlay layer holding the ``FRESH`` entries (and ``account_entries``) of
+    the host's ``/`` as a remapped task gets them (owned by ``uid``, with ``FRESH``'s mode
+    and text; a folder marked opaque, ``OPAQUE_XATTR``: the host's entries below it are
+    hidden), built once per content instead of made in each task's upper layer
+    (``runner.userns.make_fresh``, one copy-up of the parents per task). Its parent folders
+    copy the host's owner, group and mode (below an ``idmapped`` folder, relative to
+    ``host_root``: the host's root seen as ``uid``, as the idmapped layer shows it);
+    ``system_skeleton``, stacked above, gives the open ones to the task. A ``FRESH`` entry
+    whose parent folder is missing on the host, or a link on the way, is not there.
 
     Stacked over the layer of each overlay that shows a ``FRESH`` entry (``overlays``): the
     root layer for ``/etc`` and ``/var/log``, the idmapped ``/var/lib/apt`` and
@@ -508,7 +532,7 @@ def _fresh_entries(host_root: str, uid: int,
                    idmapped: tuple[str, ...]) -> tuple[_FreshEntry, ...]:
     """The entries of ``fresh_layer``, parents before children."""
     found: dict[str, _FreshEntry] = {}
-    for rel, is_dir, mode, text in FRESH:
+    for rel, is_dir, mode, text in _fresh_items(host_root):
         parents = _host_parents(host_root, rel, uid, idmapped)
         if parents is None:
             continue
@@ -566,17 +590,18 @@ def _make_entry(path: Path, entry: _FreshEntry) -> None:
 
 
 def fresh_paths(plan: SandboxPlan) -> list[FreshPath]:
-    """The ``FRESH`` entries of ``plan`` as the runner makes them (``runner.userns``
-    ``make_fresh``): below the merged view of the private layer that shows them (an
-    idmapped layer's, or a system folder's). Only with ``host_uid`` and ``overlay_dir``,
-    and only those its ``fresh_layer`` does not hold (none where it is built)."""
+    """The ``FRESH`` entries (and ``account_entries``) of ``plan`` as the runner makes them
+    (``runner.userns`` ``make_fresh``): below the merged view of the private layer that
+    shows them (an idmapped layer's, or a system folder's). Only with ``host_uid`` and
+    ``overlay_dir``, and only those its ``fresh_layer`` does not hold (none where it is
+    built)."""
     if plan.host_uid is None or plan.overlay_dir is None:
         return []
     overlaid = _overlaid(plan)
     idmapped = sorted(_idmapped(plan), key=len, reverse=True)
     in_layer = _in_fresh_layer(plan)
     found = []
-    for rel, is_dir, mode, text in FRESH:
+    for rel, is_dir, mode, text in _fresh_items(str(plan.host_root)):
         if rel in in_layer:
             continue
         layer = next((r for r in idmapped if _under(rel, r)), None)
@@ -597,7 +622,78 @@ def _in_fresh_layer(plan: SandboxPlan) -> frozenset[str]:
     if _fresh(plan) is None or plan.host_uid is None:
         return frozenset()
     entries = _fresh_entries(str(plan.host_root), plan.host_uid, tuple(_idmapped(plan)))
-    return frozenset(e.rel for e in entries if e.rel in _FRESH_NAMES)
+    names = _fresh_names(str(plan.host_root))
+    return frozenset(e.rel for e in entries if e.rel in names)
+
+
+_FreshItem = tuple[str, bool, int, str]
+
+
+def _fresh_items(host_root: str) -> tuple[_FreshItem, ...]:
+    """``FRESH`` and the host's ``account_entries``: (relative path, is a folder, mode,
+    text) of each entry a remapped task gets as its own."""
+    return FRESH + account_entries(host_root)
+
+
+@functools.lru_cache(maxsize=8)
+def _fresh_names(host_root: str) -> frozenset[str]:
+    return frozenset(rel for rel, *_rest in _fresh_items(host_root))
+
+
+@functools.lru_cache(maxsize=8)
+def account_entries(host_root: str) -> tuple[_FreshItem, ...]:
+    """The ``ACCOUNTS`` files of the host (below ``host_root``) as a remapped task gets them
+    (``FRESH``'s shape: relative path, False, mode, text): passwd, group, subuid and subgid
+    as the host has them (others may read them there), shadow and gshadow through
+    ``scrub_passwords``, each with the host's mode plus the owner's read and write bits (the
+    owner is the task's root, which has no ``CAP_DAC_OVERRIDE`` to get past a 0000
+    ``/etc/shadow`` as on Fedora), and, if any, an empty ``PWD_LOCK``. One that is missing,
+    a link, not a regular file, unreadable or not UTF-8 is left out (the task sees the
+    host's, and cannot add accounts). Read once per process, like the skeleton's look: an
+    account added on the host later is not in tasks that process starts.
+    """
+    found: list[_FreshItem] = []
+    for rel, scrub in ACCOUNTS:
+        read = _read_account(os.path.join(host_root, rel))
+        if read is None:
+            continue
+        text, mode = read
+        found.append((rel, False, mode | 0o600, scrub_passwords(text) if scrub else text))
+    return (*found, PWD_LOCK) if found else ()
+
+
+def _read_account(path: str) -> tuple[str, int] | None:
+    """The text and permission bits of the regular file ``path`` (a link is not followed),
+    or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        try:
+            return handle.read().decode("utf-8"), stat.S_IMODE(info.st_mode)
+        except (OSError, UnicodeDecodeError):
+            return None
+
+
+def scrub_passwords(text: str) -> str:
+    """``text`` of a shadow or gshadow file (shadow(5), gshadow(5): ``name:password:...``)
+    with each entry's password field replaced: ``!`` where the host's was locked (starts
+    with ``!``), else ``*`` (no password matches either). The other fields are kept (ageing,
+    a group's administrators and members, as ``/etc/group`` shows them); a line without a
+    ``:`` (blank, a comment) is left out. No hash of the host's is in the result.
+    """
+    lines = []
+    for line in text.splitlines():
+        name, colon, rest = line.partition(":")
+        if not colon:
+            continue
+        password, sep, tail = rest.partition(":")
+        lines.append(f"{name}:{'!' if password.startswith('!') else '*'}{sep}{tail}")
+    return "".join(f"{line}\n" for line in lines)
 
 
 def _idmapped(plan: SandboxPlan) -> list[str]:
@@ -649,6 +745,7 @@ def warm_host_scans(host_root: Path = Path("/")) -> None:
                 if os.path.isdir(os.path.join(str(host_root), rel)):
                     _scan_root_only(str(host_root), rel)
             _skeleton_dirs(str(host_root))
+            account_entries(str(host_root))
     except OSError:
         pass
 

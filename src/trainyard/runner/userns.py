@@ -17,7 +17,8 @@ another uid while it needs root to reach its bind sources (``$TRAINYARD_HOME`` i
   the tops of its private layers' views, its output and input folders) are given to
   ``HOST_UID``, following no symlink;
 - ``make_fresh``: the folders and files it gets empty and as its own instead of the host's
-  (apt's download folders and logs, its sandbox setting: ``sandbox.fresh_paths``).
+  (apt's download folders and logs, its sandbox setting, its own account files with the
+  shadow files scrubbed: ``sandbox.fresh_paths``), where the backend has no fresh layer.
 """
 
 from __future__ import annotations

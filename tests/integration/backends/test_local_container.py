@@ -57,6 +57,7 @@ def containers_named(name: str) -> list[str]:
 def test_a_task_runs_in_its_image(podman_backend: LocalBackend, home: Path, image: str) -> None:
     script = ("test -x /bin/busybox && echo has-busybox; "
               "test -e /usr/bin/python3 && echo has-python || echo no-python; "
+              "test -e /etc/shadow && echo has-shadow || echo no-shadow; "  # the image's /etc
               "echo host=$(hostname) wf=$TRAINYARD_WORKFLOW_ID conf=$(cat /app/conf.txt); "
               "echo x > /tmp/mine; echo out > $TRAINYARD_OUTPUT/o.txt; "
               "touch /osmo/run/workspace/w && echo workspace-writable; exit 7")
@@ -68,6 +69,7 @@ def test_a_task_runs_in_its_image(podman_backend: LocalBackend, home: Path, imag
     text = task_log(launches[0])
     assert fact.kind is FactKind.EXITED and fact.exit_code == 7, text
     assert "[t] has-busybox" in text and "[t] no-python" in text
+    assert "[t] no-shadow" in text  # not the sandbox's account files (sandbox.ACCOUNTS)
     assert "[t] host=t wf=wf-img conf=conf of wf-img" in text
     assert "[t] workspace-writable" in text  # was: the host root's, not writable
     assert f"podman container of image {image}" in text

@@ -10,7 +10,10 @@ folders are idmapped like dpkg's, its download folders and logs are fresh ones o
 task's, and the folders (never the files) of ``/etc`` and the top of ``/var`` are the
 task's (``sandbox.system_skeleton``), so root's secrets there stay unreadable (the test
 plants a folder of root's closed to others in ``/etc``, holding a file others may read:
-neither is readable inside).
+neither is readable inside). The account files are the task's own copies
+(``sandbox.account_entries``), ``/etc/shadow`` and ``/etc/gshadow`` scrubbed: a postinst
+that runs ``groupadd``/``useradd`` works, and no hash of the host's is readable (the tests
+at the end).
 
 No network: the test builds a tiny package (a conffile in ``/etc``, one in
 ``/etc/ld.so.conf.d``, a postinst that appends to its conffile and runs ``ldconfig``) and a
@@ -23,6 +26,7 @@ Through the real engine, the local backend and its bubblewrap sandbox, as root.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -67,7 +71,7 @@ workflow:
         cat /usr/share/$PKG/file > "$o/r0-file"
         cat /etc/$PKG.conf > "$o/r0-conf"
         cat /etc/ld.so.conf.d/$PKG.conf > "$o/r0-ldconf"
-        for f in /etc/shadow /var/cache/debconf/passwords.dat /etc/$PKG-closed/inner; do
+        for f in /var/cache/debconf/passwords.dat /etc/$PKG-closed/inner; do
           cat "$f" >> "$o/r0-read" 2>/dev/null || true
         done
         ls /etc/$PKG-closed >> "$o/r0-read" 2>/dev/null || true
@@ -100,8 +104,9 @@ HOST_FOLDERS = ("/etc/apt/sources.list.d", "/etc/ld.so.conf.d", "/var/lib/apt/li
                 "/var/cache/apt/archives", "/var/log/apt", "/etc")
 
 
-def _build_repo(folder: Path, pkg: str) -> None:
-    """A flat repository in ``folder``: ``PKG_1.0_all.deb`` and its ``Packages`` index."""
+def _build_repo(folder: Path, pkg: str, postinst: str | None = None) -> None:
+    """A flat repository in ``folder``: ``PKG_1.0_all.deb`` (its maintainer script
+    ``postinst``, ``POSTINST`` by default) and its ``Packages`` index."""
     src = folder.parent / "src"
     for sub in ("DEBIAN", f"usr/share/{pkg}", "etc/ld.so.conf.d"):
         (src / sub).mkdir(parents=True)
@@ -111,7 +116,7 @@ def _build_repo(folder: Path, pkg: str) -> None:
     control = CONTROL.format(pkg=pkg)
     (src / "DEBIAN/control").write_text(control)
     (src / "DEBIAN/conffiles").write_text(f"/etc/{pkg}.conf\n/etc/ld.so.conf.d/{pkg}.conf\n")
-    (src / "DEBIAN/postinst").write_text(POSTINST.format(pkg=pkg))
+    (src / "DEBIAN/postinst").write_text(postinst or POSTINST.format(pkg=pkg))
     (src / "DEBIAN/postinst").chmod(0o755)
     folder.mkdir()
     deb = folder / f"{pkg}_1.0_all.deb"
@@ -196,7 +201,7 @@ def test_apt_get_installs_a_package_into_the_private_root_only(
     assert (first / "r0-conf").read_text() == "shipped=yes\nconfigured=yes\n", log  # postinst
     assert (first / "r0-ldconf").read_text() == f"/usr/lib/{pkg}\n", log
     read = (first / "r0-read").read_text() if (first / "r0-read").exists() else ""
-    assert read == "", f"a task read /etc/shadow, debconf's passwords.dat or {closed}"
+    assert read == "", f"a task read debconf's passwords.dat or {closed}"
     warnings = [line for line in run.log(wid, "t").splitlines() if "] W: " in line]
     # apt chowns its terminal log to group adm, which is not mapped: a warning it lives with
     assert all("/var/log/apt/term.log" in line for line in warnings), log
@@ -208,3 +213,167 @@ def test_apt_get_installs_a_package_into_the_private_root_only(
     assert not Path(f"/usr/share/{pkg}").exists() and not Path(f"/etc/{pkg}.conf").exists()
     host = subprocess.run(["dpkg", "-s", pkg], capture_output=True, text=True, check=False)
     assert host.returncode != 0, host.stdout
+
+
+# --- issue 11: a package whose postinst adds a system group and user (``apt-get install cron``
+# failed with ``groupadd: cannot lock /etc/group; try again later.``): the task has its own
+# /etc/passwd, group, shadow (scrubbed) and gshadow (scrubbed), the host's never change.
+
+USERS_SPEC = """
+workflow:
+  name: apt-users
+  tasks:
+  - name: t
+    exitActions:
+      {{action}}: 42
+    environment:
+      PKG: "{{pkg}}"
+      NAME: "{{name}}"
+    volumeMounts:
+    - "{{repo}}:/srv/tinyrepo"
+    command:
+    - sh
+    - -c
+    - |
+      set -e
+      o="{{output}}"
+      if [ "$TRAINYARD_RETRY_ID" = 0 ]; then
+        echo "deb [trusted=yes] file:/srv/tinyrepo ./" > /etc/apt/sources.list.d/$PKG.list
+        apt-get update -o Dir::Etc::SourceList=/etc/apt/sources.list.d/$PKG.list \\
+          -o Dir::Etc::SourceParts=- -o APT::Get::List-Cleanup=0
+        apt-get install -y --no-install-recommends "$PKG"
+        dpkg -s "$PKG" | grep '^Status:' > "$o/r0-status"
+        group_id=$(getent group "$NAME" | cut -d: -f3)
+        echo "$(getent passwd "$NAME" | cut -d: -f1,4) $group_id" > "$o/r0-user"
+        grep -c "^$NAME:" /etc/shadow /etc/gshadow > "$o/r0-shadow-lines"
+        stat -c '%n %u:%g %a' /etc/passwd /etc/group /etc/shadow /etc/gshadow > "$o/r0-owners"
+        cat /etc/shadow /etc/gshadow > "$o/r0-secrets"
+        exit 42
+      fi
+      if getent passwd "$NAME" >/dev/null; then echo present; else echo absent; fi > "$o/r1-user"
+"""
+
+USERS_POSTINST = """#!/bin/sh
+set -e
+groupadd --system {name}
+useradd --system -g {name} {name}
+"""
+
+ACCOUNT_FILES = ("/etc/passwd", "/etc/group", "/etc/shadow", "/etc/gshadow", "/etc/subuid",
+                 "/etc/subgid", "/etc/.pwd.lock")
+
+
+def _accounts_state() -> dict[str, tuple[str, int, int]]:
+    """(digest, mtime in ns, mode) of each of the host's account files that exists."""
+    state = {}
+    for name in ACCOUNT_FILES:
+        path = Path(name)
+        if path.exists():
+            info = path.stat()
+            state[name] = (hashlib.sha256(path.read_bytes()).hexdigest(), info.st_mtime_ns,
+                           info.st_mode)
+    return state
+
+
+def _password_fields(text: str) -> set[str]:
+    """The password fields (second) of shadow or gshadow lines."""
+    return {line.split(":")[1] for line in text.splitlines() if line.count(":") >= 1}
+
+
+@pytest.mark.parametrize(("action", "after"), [
+    ("RESTART", "present"),     # the same root: the user added by the postinst is still there
+    ("RESCHEDULE", "absent"),   # a fresh root: it is not
+])
+def test_a_postinst_that_adds_a_system_group_and_user_installs(
+    run: EngineRun, repo: Path, action: str, after: str,
+) -> None:
+    pkg = f"trainyard-tiny-{uuid.uuid4().hex[:10]}"
+    name = f"ty{uuid.uuid4().hex[:10]}"
+    _build_repo(repo / pkg, pkg, postinst=USERS_POSTINST.format(name=name))
+    before = _accounts_state()
+    wid = run.run(USERS_SPEC, action=action, pkg=pkg, name=name, repo=str(repo / pkg))
+    log = run.log(wid, "t") + run.log(wid, "t", 1)
+    assert run.engine.state(wid).status is WorkflowStatus.COMPLETED, log
+    first = run.engine.run_dir(wid, "t", 1 if action == "RESTART" else 0) / "output"
+    assert (first / "r0-status").read_text() == "Status: install ok installed\n", log
+    user, group_id = (first / "r0-user").read_text().split()
+    assert user == f"{name}:{group_id}", log  # the user's primary group is the new group
+    assert (first / "r0-shadow-lines").read_text() == "/etc/shadow:1\n/etc/gshadow:1\n", log
+    owners = (first / "r0-owners").read_text().splitlines()  # the task's root's, host modes
+    assert owners == [f"/etc/{n} 0:0 {oct(os.stat(f'/etc/{n}').st_mode & 0o777)[2:]}"
+                      for n in ("passwd", "group", "shadow", "gshadow")], log
+    secrets = (first / "r0-secrets").read_text()
+    assert "$" not in secrets  # no hash of the host's, ever
+    assert _password_fields(secrets) <= {"*", "!"}, secrets
+    last = run.engine.run_dir(wid, "t", 1) / "output"
+    assert (last / "r1-user").read_text() == f"{after}\n", log
+    assert _accounts_state() == before  # the host's bytes and mtimes: unchanged
+    host = subprocess.run(["getent", "passwd", name], capture_output=True, check=False)
+    assert host.returncode != 0, host.stdout
+
+
+ALICE_SPEC = """
+workflow:
+  name: add-users
+  tasks:
+  - name: t
+    command:
+    - sh
+    - -c
+    - |
+      set -e
+      o="{{output}}"
+      cat /etc/shadow > "$o/shadow-before"
+      cat /etc/shadow- /etc/gshadow- 2>/dev/null | cut -d: -f2 | sort -u > "$o/backup-fields"
+      useradd -m -s /bin/sh {{name}}
+      id {{name}} > "$o/id"
+      stat -c '%F' /home/{{name}} > "$o/home"
+      adduser --system --group --no-create-home {{name}}svc > "$o/adduser.log" 2>&1
+      getent group {{name}}svc | cut -d: -f1 > "$o/group"
+      cut -d: -f2 /etc/shadow | sort -u > "$o/fields"
+      grep -c '\\$' /etc/shadow /etc/gshadow > "$o/hashes" || true
+      for f in shadow gshadow passwd group; do cp /etc/$f "$o/etc-$f"; done
+      stat -c '%u:%g' /home/{{name}} > "$o/home-owner"
+      su {{name}} -c id > "$o/su" 2>&1 || echo "exit $?" >> "$o/su"
+"""
+
+
+@pytest.mark.parametrize("layer", ["fresh layer", "per task"])
+def test_a_task_adds_users_in_its_own_root_and_never_sees_a_host_hash(
+    run: EngineRun, layer: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if layer == "per task":  # no skeleton base: the runner writes them (make_fresh)
+        from trainyard.backends import local
+        monkeypatch.setattr(local, "skeleton_base", lambda: None)
+    name = f"al{uuid.uuid4().hex[:8]}"
+    before = _accounts_state()
+    sandbox.account_entries.cache_clear()  # the backend reads the host's once per process
+    sandbox._fresh_entries.cache_clear()
+    wid = run.run(ALICE_SPEC, name=name)
+    log = run.log(wid, "t")
+    assert run.engine.state(wid).status is WorkflowStatus.COMPLETED, log
+    out = run.engine.run_dir(wid, "t", 0) / "output"
+    runner = json.loads((out.parent / "run.json").read_text())["sandbox"]["userns"]
+    made_per_task = {f["relative"] for f in runner["fresh"]}
+    assert ("shadow" in made_per_task) is (layer == "per task"), made_per_task
+    assert (out / "id").read_text().startswith("uid="), log
+    assert f"({name})" in (out / "id").read_text(), log
+    assert (out / "home").read_text() == "directory\n", log
+    assert (out / "group").read_text() == f"{name}svc\n", log
+    assert (out / "hashes").read_text() == "/etc/shadow:0\n/etc/gshadow:0\n", log
+    host_shadow = Path("/etc/shadow").read_text()  # the host's, scrubbed, as the task saw it
+    assert (out / "shadow-before").read_text() == sandbox.scrub_passwords(host_shadow)
+    backups = set((out / "backup-fields").read_text().split())  # /etc/shadow-, gshadow-
+    assert backups <= {"*", "!"} and (bool(backups) or not Path("/etc/shadow-").exists())
+    assert set((out / "fields").read_text().split()) <= {"*", "!"}, log
+    for copied in ("shadow", "gshadow"):
+        assert "$" not in (out / f"etc-{copied}").read_text()
+    host_passwd = Path("/etc/passwd").read_text()
+    assert (out / "etc-passwd").read_text().startswith(host_passwd)  # the host's, then its own
+    assert f"\n{name}:" in (out / "etc-passwd").read_text()
+    # a task has one uid (its root): the home cannot be given to alice, nor can su switch to
+    # her (no CAP_CHOWN, CAP_SETUID, CAP_SETGID: docs/security.md says why)
+    assert (out / "home-owner").read_text() == "0:0\n", log
+    assert (out / "su").read_text().endswith("exit 1\n"), (out / "su").read_text()
+    assert _accounts_state() == before
+    assert f"{name}:" not in Path("/etc/passwd").read_text()

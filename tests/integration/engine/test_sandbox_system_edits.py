@@ -4,8 +4,9 @@ the task's uid 0 is the host's ``nobody`` and the overlay's lower layer belongs 
 root), while the host's files stay unchanged and its secrets unreadable: ``/usr`` and
 ``/var/lib/dpkg`` have an idmapped lower layer (the host's root files are the task's root's
 there, ``sandbox.IDMAPPED``), a file of root's that others may not read below them is covered
-(``sandbox.idmapped_covers``), and ``/etc`` is not idmapped (``/etc/shadow`` and a planted
-0600 file there stay unreadable; an existing root file of ``/etc`` is still not the task's).
+(``sandbox.idmapped_covers``), and ``/etc`` is not idmapped (a planted 0600 file there stays
+unreadable; an existing root file of ``/etc`` is still not the task's; ``/etc/shadow`` is the
+task's own copy with every password field scrubbed, ``sandbox.account_entries``).
 
 The test plants its own files in the host's ``/usr/share`` (a 0644 one to append to, a 0600
 one that must stay unreadable) and ``/etc`` so that it cannot pass vacuously. Through the
@@ -44,7 +45,8 @@ workflow:
       echo appended >> /usr/share/$MARK-open && tail -n 1 /usr/share/$MARK-open > "$o/usr"
       printf '\\n' >> /var/lib/dpkg/status && echo ok > "$o/dpkg"
       mkdir /usr/share/$MARK-dir && echo ok > "$o/usr-mkdir"
-      cat /usr/share/$MARK-secret /etc/$MARK-secret /etc/shadow >> "$o/read" 2>/dev/null
+      cat /usr/share/$MARK-secret /etc/$MARK-secret >> "$o/read" 2>/dev/null
+      cut -d: -f2 /etc/shadow | sort -u > "$o/shadow-fields"
       echo more >> /etc/$MARK-open 2>/dev/null && echo appended > "$o/etc"
       id -u > "$o/uid"
       exit 0
@@ -94,7 +96,10 @@ def test_a_task_edits_usr_and_dpkg_state_in_place_but_reads_no_secret(run: Engin
             assert (output / "dpkg").read_text() == "ok\n", log
             assert _digest(status) == status_before  # the host's dpkg state is unchanged
         read = (output / "read").read_text() if (output / "read").exists() else ""
-        assert secret not in read and "root:" not in read, log
+        assert secret not in read, log
+        # /etc/shadow is the task's own copy, every password field scrubbed (account_entries)
+        fields = (output / "shadow-fields").read_text().split()
+        assert fields and set(fields) <= {"*", "!"}, log
         assert not (output / "etc").exists(), log  # /etc is not idmapped
         for path, (text, mode) in planted.items():
             assert path.read_text() == text and (path.stat().st_mode & 0o777) == mode, path

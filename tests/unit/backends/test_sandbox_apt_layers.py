@@ -121,6 +121,8 @@ def test_fresh_paths_lie_in_the_layer_that_shows_them_and_are_not_covered(
         (str(mnt / "var"), "log/dpkg.log"): (False, 0o644, ""),
         (str(mnt / "etc"), "apt/apt.conf.d/99trainyard-sandbox"):
             (False, 0o644, 'APT::Sandbox::User "root";\n'),
+        (str(mnt / "etc"), "shadow"): (False, 0o600, "root:*\n"),  # account_entries
+        (str(mnt / "etc"), ".pwd.lock"): (False, 0o600, ""),
     }
     covers = dict(idmapped_covers(made))
     assert "/var/lib/apt/lists/partial" not in covers  # replaced by the task's own
@@ -165,6 +167,8 @@ def test_the_fresh_layer_holds_apts_fresh_entries_opaque_and_the_tasks_once(
         "etc/apt/apt.conf.d": (True, *root, 0o755, False, ""),
         "etc/apt/apt.conf.d/99trainyard-sandbox":
             (False, *task, 0o644, False, 'APT::Sandbox::User "root";\n'),
+        "etc/shadow": (False, *task, 0o600, False, "root:*\n"),  # scrubbed, the task's
+        "etc/.pwd.lock": (False, *task, 0o600, False, ""),
         "var": (True, *root, 0o755, False, ""),
         "var/log": (True, *root, 0o751, False, ""),
         "var/log/apt": (True, *task, 0o755, True, ""),
@@ -193,7 +197,7 @@ def test_the_fresh_layer_leaves_out_what_the_host_has_no_parent_for(tmp_path: Pa
     layer = fresh_layer(made.skeleton_dir, made.host_root, TASK_UID)  # type: ignore[arg-type]
     assert layer is not None
     tree = _layer_tree(layer)
-    assert "etc/apt/apt.conf.d/99trainyard-sandbox" not in tree and "etc" not in tree
+    assert "etc/apt/apt.conf.d/99trainyard-sandbox" not in tree and "etc/apt" not in tree
     assert not any(rel.startswith("var/cache") for rel in tree)
     assert "var/log/apt" in tree
 
@@ -208,7 +212,8 @@ def test_without_a_fresh_layer_the_runner_makes_the_fresh_entries_per_task(
     made = plan(tmp_path, host_uid=TASK_UID)
     assert sandbox.fresh_layer(made.skeleton_dir, made.host_root, TASK_UID) is None  # type: ignore[arg-type]
     assert [p.name for p in made.skeleton_dir.iterdir()] == []  # nothing half-made kept
-    assert len(fresh_paths(made)) == 6  # the fallback: make_fresh in each task's layers
+    assert len(fresh_paths(made)) == 8  # the fallback: make_fresh in each task's layers
+    # (FRESH's 6, the fake host's /etc/shadow and shadow-utils' lock)
     root_layer, *idmapped = overlays(made)
     assert len(root_layer.lower_above) == 1 and all(not o.lower_above for o in idmapped)
 
