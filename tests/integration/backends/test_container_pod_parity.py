@@ -16,64 +16,25 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from engine_run import EngineRun
 from local_support import (busybox_image, final, group_launches, isolation_available, task_log,
                            wait_final)
 
-from trainyard import spec
 from trainyard.backends import container, local
 from trainyard.backends.container import (container_name, image_present, inspect_image,
                                           probe_podman, rootfs_path)
 from trainyard.backends.sandbox import overlay_supported
 from trainyard.backends.local import LocalBackend
-from trainyard.engine.reconciler import Engine, Submission
 from trainyard.engine.status import ExitCode, Status, WorkflowStatus
-from trainyard.pools import Pool, default_local_pool
-from trainyard.store import Store
-
-TIMEOUT_S = 180
+from trainyard.pools import default_local_pool
 
 pytestmark = pytest.mark.skipif(probe_podman() is not None, reason=f"{probe_podman()}")
-
-
-class PodEngine:
-    """The engine on a local pool whose images run in podman (``images: podman``), with
-    ``options`` added to the default local pool's; stepped by a background thread."""
-
-    def __init__(self, home: Path, **options: Any) -> None:
-        base = default_local_pool()
-        self.pool = Pool(name=base.name, nodes=base.nodes, images={"*": "podman"},
-                         options={**base.options, "sandbox": "bwrap", **options})
-        self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home,
-                             pools={self.pool.name: self.pool})
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self.engine.run_forever, args=(self._stop,),
-                                        daemon=True)
-        self._thread.start()
-
-    def run(self, text: str, **values: object) -> str:
-        """Validate ``text`` with these ``--set`` values, submit it, wait; returns its id."""
-        doc = spec.load(text, set_values=values, pool=self.pool)
-        record = self.engine.submit(Submission(spec=doc.workflow, spec_text=text,
-                                               user="tester", pool=self.pool))
-        self.engine.wait(record.id, TIMEOUT_S)
-        return record.id
-
-    def log(self, wid: str, task: str, retry_id: int = 0) -> str:
-        path = self.engine.run_dir(wid, task, retry_id) / "task.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self.engine.close()
 
 
 @pytest.fixture(scope="module")
@@ -127,13 +88,13 @@ def allowed(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def pods(tmp_path: Path, allowed: Path) -> Iterator[PodEngine]:
+def pods(tmp_path: Path, allowed: Path) -> Iterator[EngineRun]:
     why_not = isolation_available("bwrap", "netns")
     if why_not:
         pytest.skip(f"sandboxed isolation not available here: {why_not}")
     home = tmp_path / "home dir"
     home.mkdir()
-    made = PodEngine(home, allowed_mounts=[str(allowed)])
+    made = EngineRun(home, images={"*": "podman"}, allowed_mounts=[str(allowed)])
     yield made
     made.close()
 
@@ -151,7 +112,7 @@ workflow:
 
 
 def test_an_allowed_mount_is_there_and_writable_in_the_image(
-    pods: PodEngine, allowed: Path, image: str
+    pods: EngineRun, allowed: Path, image: str
 ) -> None:
     """Was: the mount was not made (``ls /mnt/shared`` failed) in an image task."""
     source = allowed / "team"
@@ -168,7 +129,7 @@ def test_an_allowed_mount_is_there_and_writable_in_the_image(
 
 
 def test_a_mount_that_cannot_be_made_fails_the_image_task_at_start(
-    pods: PodEngine, allowed: Path, image: str
+    pods: EngineRun, allowed: Path, image: str
 ) -> None:
     missing = allowed / "not made"
     wid = pods.run(MOUNT_SPEC, image=image, source=str(missing))
@@ -277,7 +238,7 @@ def _containers_of(names: list[str]) -> list[str]:
     ("RESCHEDULE", "test !"),  # a fresh root from the image: none is
 ])
 def test_restart_keeps_the_containers_root_and_reschedule_starts_afresh(
-    pods: PodEngine, image: str, action: str, check: str, own_root: None
+    pods: EngineRun, image: str, action: str, check: str, own_root: None
 ) -> None:
     """Was: RESTART lost the container's own layer, so a marker under /var/tmp written by
     the first attempt was gone and the spec could never complete."""
@@ -322,7 +283,7 @@ workflow:
 
 
 def test_a_device_node_the_image_carries_cannot_be_opened(
-    pods: PodEngine, device_image: str, own_root: None
+    pods: EngineRun, device_image: str, own_root: None
 ) -> None:
     """Found on the way: in podman's own layers here (no storage.conf asking ``nodev``) a
     task could open any device node its image carries; its own root is mounted nodev."""
@@ -356,7 +317,7 @@ workflow:
 
 
 def test_a_layered_image_is_stacked_with_its_env_and_the_task_env_wins(
-    pods: PodEngine, layered_image: str, own_root: None
+    pods: EngineRun, layered_image: str, own_root: None
 ) -> None:
     wid = pods.run(LAYERED_SPEC, image=layered_image)
     text = pods.log(wid, "t")
@@ -413,7 +374,7 @@ def user_image(image: str) -> str:
 
 
 def test_an_image_user_that_is_not_root_is_said_plainly(
-    pods: PodEngine, user_image: str, own_root: None
+    pods: EngineRun, user_image: str, own_root: None
 ) -> None:
     """Only uid 0 is mapped: with its own root the command runs as root and the log says the
     image's USER is not used, never silently."""
@@ -451,7 +412,7 @@ def test_without_an_own_root_an_image_user_that_is_not_root_fails_at_start(
 LINKED_TMP_IMAGE = "localhost/trainyard-test-tmplink:1"
 
 
-def test_an_image_whose_tmp_is_a_link_keeps_it(pods: PodEngine, image: str,
+def test_an_image_whose_tmp_is_a_link_keeps_it(pods: EngineRun, image: str,
                                                own_root: None) -> None:
     """The runner gives the container's root its ``/tmp`` and ``/etc`` without following a
     link: an image's own ``/tmp -> /var/tmp`` is left as it is, not refused."""
@@ -487,7 +448,7 @@ workflow:
 
 
 def test_with_a_lent_id_range_the_image_runs_as_its_user(
-    pods: PodEngine, image: str, own_root: None, monkeypatch: pytest.MonkeyPatch
+    pods: EngineRun, image: str, own_root: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 11, images, item 4: with ``trainyard`` ranges in /etc/subuid and /etc/subgid
     (here given to the backend directly, this machine's files are left alone) the container
