@@ -5,6 +5,11 @@ on first use), sends the token (``$TRAINYARD_TOKEN`` or ``$TRAINYARD_HOME/token`
 error answers back into trainyard errors so the CLI prints each problem once. The server
 names the error's class (``kind``); the client raises that same class, so an error exits
 with the same code whether it was raised here or on the server.
+
+The local server's address is taken from its lock's note with only a cheap check
+(``server.process.claimed_url``: no psutil, ~5 ms of the CLI's start, issue 15); a request
+that cannot connect to it asks ``ensure_running`` (the full check, which may start a server)
+and is sent once more, to the address that gives.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from trainyard.errors import (  # noqa: E402
 )
 from trainyard.home import trainyard_home  # noqa: E402
 from trainyard.server.auth import read_client_token  # noqa: E402
-from trainyard.server.process import ensure_running, find_running  # noqa: E402
+from trainyard.server.process import claimed_url, ensure_running, find_running  # noqa: E402
 
 __all__ = ["Client", "server_version", "running_server_client"]
 
@@ -145,21 +150,61 @@ class Client:
                  token: str | None = None, timeout_s: float = 60.0) -> None:
         self.home = home or trainyard_home()
         self._from_env = url is None and bool(os.environ.get("TRAINYARD_SERVER_URL"))
-        self.url = url or ensure_running(self.home).url
+        claimed = None if url or self._from_env else claimed_url(self.home)
+        self._unchecked = claimed is not None  # the lock note's address, its pid unchecked
+        self.url = url or claimed or ensure_running(self.home).url
         self.token = token if token is not None else read_client_token(self.home)
+        self._timeout_s = timeout_s
+        self._http = self._http_client()
+
+    def _http_client(self) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s,
-                                  verify=tls_verify(self.url))
+        return httpx.Client(base_url=self.url, headers=headers, timeout=self._timeout_s,
+                            verify=tls_verify(self.url))
+
+    def _check_server(self) -> bool:
+        """Replace an unchecked address by ``ensure_running``'s (the pid's start time
+        checked; a server started if none holds the lock). True when it was unchecked, so
+        a request that could not connect is worth sending once more."""
+        if not self._unchecked:
+            return False
+        self._unchecked = False
+        url = ensure_running(self.home).url
+        if url != self.url:
+            self._http.close()
+            self.url = url
+            self._http = self._http_client()
+        return True
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One request; connection failures become ServerError with what to do."""
+        """One request; connection failures become ServerError with what to do. The first
+        request, if it could not connect to an unchecked address (``claimed_url``), is sent
+        once more after the full check (it never reached a server: a submit is not made
+        twice); once a server answered, none is sent again."""
         try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise ServerError(f"cannot reach the trainyard server at {self.url} ({exc}); "
-                              f"{self._what_to_do()}") from exc
+            response = self._send(method, path, kwargs, last=False)
+        except httpx.ConnectError as exc:
+            if not self._check_server():
+                raise self._unreachable(exc) from exc
+            response = self._send(method, path, kwargs, last=True)
+        self._unchecked = False  # it answered: later failures are reported as they come
         _raise_for(response)
         return response
+
+    def _send(self, method: str, path: str, kwargs: dict[str, Any], *,
+              last: bool) -> httpx.Response:
+        """Send; transport errors become ServerError, but for a ConnectError when not
+        ``last`` (``request`` may send it again)."""
+        try:
+            return self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            if isinstance(exc, httpx.ConnectError) and not last:
+                raise
+            raise self._unreachable(exc) from exc
+
+    def _unreachable(self, exc: httpx.HTTPError) -> ServerError:
+        return ServerError(f"cannot reach the trainyard server at {self.url} ({exc}); "
+                           f"{self._what_to_do()}")
 
     def _what_to_do(self) -> str:
         if self._from_env:
@@ -173,6 +218,7 @@ class Client:
 
     def stream_lines(self, path: str, **params: Any) -> Iterator[str]:
         """Lines of a streamed text answer, as they arrive."""
+        self._check_server()  # a stream is not sent again: its address is checked first
         try:
             with self._http.stream("GET", path, params=params, timeout=None) as response:
                 if response.status_code >= 400:
@@ -186,6 +232,7 @@ class Client:
         """The text of an answer in pieces as they arrive (nothing held but a piece; an
         error answer raises before the first piece). With ``follow``, no read timeout: a
         followed log may be quiet for long."""
+        self._check_server()  # a stream is not sent again: its address is checked first
         timeout = None if params.get("follow") else httpx.USE_CLIENT_DEFAULT
         try:
             with self._http.stream("GET", path, params=params, timeout=timeout) as response:

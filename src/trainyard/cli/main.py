@@ -16,24 +16,32 @@ command it names next (typer builds no other); with every group and command when
 none (``trainyard --help``, shell completion, an unknown command: each lists every one).
 ``app`` (every group) is built on first access, for tests and tools that inspect the tree.
 Values of the simple types are converted without pydantic (``cli.lean_typer``).
+
+``main()`` imports typer and the group, and builds the command, with the cyclic garbage
+collector paused (``collector_paused``): those imports make tens of thousands of objects that
+live as long as the process, and collecting them again and again (~60 collections) cost the
+start ~8 ms of ~110 (issue 15). The console script then freezes them (``gc.freeze``), so no
+later collection walks them either. This module itself imports no typer for that reason.
 """
 
 from __future__ import annotations
 
 import copy
+import gc
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, NoReturn
 
-import typer
-
 from trainyard import __version__
-from trainyard.cli.lean_typer import use_plain_conversion
 from trainyard.errors import SpecError, TrainyardError
 
+if TYPE_CHECKING:  # imported by the functions that use it, in main's collector pause
+    import typer
+
 __all__ = ["app", "main", "exit_now", "build_app", "groups_for", "command_for", "SUBAPPS",
-           "MULTI_VALUE_FLAGS", "EXIT_CODES", "expand_multi_value_flags"]
+           "MULTI_VALUE_FLAGS", "EXIT_CODES", "expand_multi_value_flags", "collector_paused"]
 
 SUBAPPS: tuple[str, ...] = ("workflow", "task", "app", "pool", "resource", "server", "dataset",
                             "data")
@@ -63,8 +71,29 @@ if TYPE_CHECKING:
     """Every command group and ``version`` (built on first access: ``__getattr__``)."""
 
 
+@contextmanager
+def collector_paused(*, freeze: bool = False) -> Iterator[None]:
+    """Pause the cyclic garbage collector for the block (imports, building the command:
+    objects that live as long as the process), then leave it as it was found. With
+    ``freeze`` (the console script only: a test process calling ``main`` keeps its heap
+    collectable), what exists at the end of the block is moved out of reach of later
+    collections (``gc.freeze``) before the collector runs again, so the first one does not
+    walk them all (~3 ms)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if freeze:
+            gc.freeze()
+        if was_enabled:
+            gc.enable()
+
+
 def version() -> None:
     """Print trainyard's version, and the server's when one answers (never starts one)."""
+    import typer
+
     from trainyard.cli.client import server_version
 
     typer.echo(f"trainyard {__version__}")
@@ -79,6 +108,8 @@ def build_app(groups: Sequence[str] = SUBAPPS, command: str | None = None) -> ty
     whole program). With ``command``, a group that has a command of that name holds only
     it (``workflow submit``: typer builds none of the other ~20); one that has none keeps
     all its commands (click then names the unknown one and lists them)."""
+    import typer
+
     root = typer.Typer(
         name="trainyard",
         help="Run NVIDIA OSMO workflow specs on this machine, Slurm or Kubernetes.",
@@ -96,6 +127,8 @@ def build_app(groups: Sequence[str] = SUBAPPS, command: str | None = None) -> ty
 
 
 def _command_name(info: typer.models.CommandInfo) -> str:
+    import typer
+
     return info.name or typer.main.get_command_name(info.callback.__name__)  # typer's rule
 
 
@@ -160,6 +193,8 @@ def expand_multi_value_flags(argv: Sequence[str]) -> list[str]:
 def print_error(exc: TrainyardError) -> None:
     """Write an error to stderr: one line per spec problem (then one per warning), else
     ``error: message``."""
+    import typer
+
     if isinstance(exc, SpecError):
         for problem in exc.problems:
             typer.echo(str(problem), err=True)
@@ -180,16 +215,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         usage error). With ``argv`` None (the console script) it does not return: the
         process ends with that status (``exit_now``).
     """
-    status = _run(sys.argv[1:] if argv is None else argv)
+    status = _run(sys.argv[1:] if argv is None else argv, freeze=argv is None)
     if argv is None:  # the console script: nothing runs after the command
         exit_now(status)
     return status
 
 
-def _run(argv: Sequence[str]) -> int:
+def _run(argv: Sequence[str], *, freeze: bool = False) -> int:
     args = expand_multi_value_flags(argv)
-    command = typer.main.get_command(build_app(groups_for(args), command_for(args)))
-    use_plain_conversion(command)  # str, bool, list[str] and choices: without pydantic
+    with collector_paused(freeze=freeze):  # typer and the group's imports (httpx...)
+        import typer
+
+        from trainyard.cli.lean_typer import use_plain_conversion
+
+        command = typer.main.get_command(build_app(groups_for(args), command_for(args)))
+        use_plain_conversion(command)  # str, bool, list[str] and choices: without pydantic
     try:
         command.main(args=args, prog_name="trainyard", standalone_mode=True)
     except TrainyardError as exc:

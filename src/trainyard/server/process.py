@@ -15,6 +15,12 @@ start exactly one server. ``python -m trainyard.server`` runs one in the foregro
 second one refuses to start (exit 4, ``EngineLockedError``) and names the holder's pid.
 A server that fails to start writes why in ``server.failed`` (``{"pid", "kind",
 "message"}``), and the CLI that started it raises that same error (a damaged store: exit 6).
+
+A CLI command's first request goes to ``claimed_url`` (the holder's address, its pid alive)
+without asking psutil whether that pid is still the process that wrote the note: importing
+psutil cost the CLI's start ~5 ms (issue 15). Only if that request cannot connect does the
+CLI ask ``ensure_running``, which checks the pid's start time, and send it again
+(``cli.client.Client``). psutil is imported by the functions that use it.
 """
 
 from __future__ import annotations
@@ -32,14 +38,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
 from trainyard import errors
 from trainyard.errors import ServerError, TrainyardError
 from trainyard.store.lock import FileLock, flock_within, holder
 
 __all__ = ["ServerInfo", "read_info", "is_alive", "start_background", "start", "stop",
-           "ensure_running", "find_running", "lock_path", "take_home_lock", "record_failure"]
+           "ensure_running", "find_running", "claimed_url", "lock_path", "take_home_lock",
+           "record_failure"]
 
 START_TIMEOUT_S = 30.0
 """How long the CLI waits for a server it started (or that is starting) to listen."""
@@ -82,6 +88,8 @@ def take_home_lock(home: Path, *, wait_s: float = 2.0) -> FileLock:
 def write_info(home: Path, url: str, lock: FileLock | None = None) -> None:
     """Record this process as the server (called by the server once it listens): in the
     lock's note when given, and in ``server.json``."""
+    import psutil
+
     pid = os.getpid()
     data = {"pid": pid, "url": url, "create_time_s": psutil.Process(pid).create_time()}
     if lock is not None:
@@ -128,6 +136,8 @@ def read_info(home: Path) -> ServerInfo | None:
 
 def is_alive(info: ServerInfo, timeout_s: float = 2.0) -> bool:
     """True when the recorded process still runs (same pid AND same start time) and answers."""
+    import psutil
+
     try:
         proc = psutil.Process(info.pid)
         if abs(proc.create_time() - info.create_time_s) > 1.0:
@@ -146,6 +156,8 @@ def _info_of(note: dict[str, Any]) -> ServerInfo | None:
     """The address in a held lock's note; None while the holder has not written it yet
     (the note may for an instant still be its dead predecessor's: same pid and start time
     are required)."""
+    import psutil
+
     try:
         info = ServerInfo(int(note["pid"]), str(note["url"]), float(note["create_time_s"]))
     except (KeyError, ValueError, TypeError):
@@ -182,6 +194,35 @@ def find_running(home: Path, *, wait_s: float = START_TIMEOUT_S) -> ServerInfo |
                 f"did not say where it listens within {wait_s:.0f} s; see "
                 f"{home / 'server.log'}, or stop it with `trainyard server stop`")
         time.sleep(0.1)
+
+
+def claimed_url(home: Path) -> str | None:
+    """The address in the note of the server holding ``home``'s lock, checked only as far
+    as is cheap: the lock is held, the note names a URL, was written on this host, and its
+    pid is alive (``os.kill(pid, 0)``); None otherwise (no holder, one still starting, a
+    dead pid: ``ensure_running`` then decides, as before). Never blocks, never raises.
+
+    Unlike ``find_running`` it does not check that the pid is still the process that wrote
+    the note (psutil's start time, ~5 ms of the CLI's start: issue 15). A note can be left
+    by a dead server only for the instant between its successor taking the lock and
+    rewriting the note; its pid would then have to be alive again as another process. A
+    URL from here is for a first request that falls back to ``ensure_running`` when it
+    cannot connect (``cli.client.Client``).
+    """
+    try:
+        note = holder(lock_path(home))
+    except OSError:
+        return None
+    if not note or note.get("host") != os.uname().nodename:
+        return None
+    pid, url = note.get("pid"), note.get("url")
+    if not isinstance(pid, int) or pid <= 0 or not isinstance(url, str) or not url:
+        return None
+    try:
+        os.kill(pid, 0)
+    except OSError:  # gone (ProcessLookupError), or not ours (PermissionError): check fully
+        return None
+    return url
 
 
 @contextlib.contextmanager
@@ -272,6 +313,8 @@ def stop(home: Path, timeout_s: float = 15.0) -> bool:
     if note.get("host", os.uname().nodename) != os.uname().nodename:
         raise ServerError(f"the trainyard server of {home} runs on {note['host']} (pid "
                           f"{note['pid']}); stop it there")
+    import psutil
+
     pid = int(note["pid"])
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)

@@ -19,8 +19,9 @@ HEAVY = ("fsspec", "trainyard.data.urls", "trainyard.data.transfer", "trainyard.
 
 
 SUBMIT_HEAVY = ("pydantic", "pydantic_core", "typer._adapters", "trainyard.server.schema",
-                "rich", "rich.console", "jinja2")
-"""Not loaded by ``workflow submit`` of a plain spec (its localpath files read, its body sent)."""
+                "rich", "rich.console", "jinja2", "psutil")
+"""Not loaded by ``workflow submit`` of a plain spec (its localpath files read, its body sent;
+psutil: only if the local server's address must be checked, ``test_cli_client_fallback.py``)."""
 OTHER_GROUPS = tuple(f"trainyard.cli.{name}" for name in ("task", "app", "pool", "resource",
                                                            "server", "dataset", "data"))
 
