@@ -13,6 +13,7 @@ filesystem on Slurm). OSMO: "Groups" (tasks of a group start their commands toge
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import json
 import os
@@ -73,17 +74,25 @@ class _FolderWatch:
             except BlockingIOError:
                 pass
 
-    def close(self) -> threading.Thread | None:
-        """Close the descriptor on a thread of its own (returned): the kernel waits for a
-        grace period when an inotify instance is closed, 13-18 ms measured here, which must
-        not delay the command's start."""
+    def close(self) -> threading.Event | None:
+        """Close the descriptor on a thread of its own; the event returned is set once it
+        is closed. The kernel waits for a grace period when an inotify instance is closed,
+        13-18 ms measured here, which must not delay the command's start; and the thread is
+        started without waiting for it to run (``threading.Thread.start`` does: in a
+        launcher hosting runners, its other threads hold the GIL up to a switch interval)."""
         if self.fd is None:
             return None
-        closer = threading.Thread(target=os.close, args=(self.fd,), name="barrier-watch-close",
-                                  daemon=True)
+        closed = threading.Event()
+        _thread.start_new_thread(_close, (self.fd, closed))
         self.fd = None
-        closer.start()
-        return closer
+        return closed
+
+
+def _close(fd: int, closed: threading.Event) -> None:
+    try:
+        os.close(fd)
+    finally:
+        closed.set()
 
 
 class BarrierTimeout(Exception):

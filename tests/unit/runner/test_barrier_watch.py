@@ -70,10 +70,10 @@ def test_the_watch_descriptor_is_closed_after_the_barrier(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A launcher hosts many runners in one process: none may leave a descriptor behind.
     (Closed on a thread of its own: closing an inotify instance waits ~15 ms in the kernel.)"""
-    closers: list[threading.Thread] = []
+    closers: list[threading.Event] = []
     close = barrier_mod._FolderWatch.close
 
-    def recorded(self: barrier_mod._FolderWatch) -> threading.Thread | None:
+    def recorded(self: barrier_mod._FolderWatch) -> threading.Event | None:
         closer = close(self)
         closers.extend([closer] if closer is not None else [])
         return closer
@@ -86,7 +86,7 @@ def test_the_watch_descriptor_is_closed_after_the_barrier(
         wait_for_group(_barrier(tmp_path / "rdv2", timeout_s=0.05), "t1", 0)
     assert len(closers) == 2
     for closer in closers:
-        closer.join(timeout=30)
+        assert closer.wait(timeout=30)
     assert set(os.listdir("/proc/self/fd")) - before == set()  # (earlier tests' may close)
 
 
@@ -95,8 +95,10 @@ def test_closing_the_watch_does_not_wait_for_the_kernel(tmp_path: Path) -> None:
     the closer thread), and the watch is left without a descriptor."""
     watch = barrier_mod._FolderWatch(tmp_path)
     assert watch.fd is not None
+    fd = watch.fd
     closer = watch.close()
     assert watch.fd is None and closer is not None
-    closer.join(timeout=30)
-    assert not closer.is_alive()
+    assert closer.wait(timeout=30)
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed (no other descriptor is opened meanwhile in this test)
     assert watch.close() is None
