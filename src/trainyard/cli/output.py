@@ -59,18 +59,24 @@ class _LazyConsole:
         self._real().print(*objects, **options)
 
 
-_DIM = re.compile(r"\[/?dim\]")
+_DIMMED = re.compile(r"\[dim\]([^\[\]\\]*)\[/dim\](.*)", re.DOTALL)  # [dim]X[/dim]Y
 _EMOJI_CODE = re.compile(r":\S*?:")  # what rich's emoji codes look like (``:smile:``)
 
 
 def plain_line(text: Any, *, markup: bool = True) -> str | None:
     """What a console of this module (no highlighting, soft wrap) writes for ``text`` where
-    it writes no styles: the text without its ``[dim]`` tags. None when rich must decide:
-    not a ``str``, other markup or brackets, a colon pair that could be an emoji code, a
-    tab, a line break or another character that is not printable."""
+    it writes no styles: the text without its one leading ``[dim]...[/dim]``. None when rich
+    must decide: not a ``str``, other markup or brackets, a backslash in markup, a colon
+    pair that could be an emoji code, a tab, a line break or another character that is not
+    printable."""
     if not isinstance(text, str):
         return None
-    plain = _DIM.sub("", text) if markup else text
+    plain = text
+    if markup:
+        dimmed = _DIMMED.fullmatch(text)
+        plain = "".join(dimmed.groups()) if dimmed else text
+        if "\\" in plain:  # a backslash escapes markup
+            return None
     if "[" in plain or "]" in plain or _EMOJI_CODE.search(plain) or not plain.isprintable():
         return None
     return plain

@@ -17,7 +17,8 @@ from rich.console import Console
 
 from trainyard.cli.output import _styled, plain_line
 
-_text = st.text(alphabet=st.characters(codec="utf-8"), max_size=60)
+_text = st.one_of(st.text(alphabet=st.characters(codec="utf-8"), max_size=60),
+                  st.text(alphabet="ab :[]\\/dim\t-x.()`'", max_size=30))  # markup's own
 
 
 def _rich(text: str, markup: bool) -> str:
@@ -41,7 +42,8 @@ def test_progress_lines_of_wait_are_plain() -> None:
         == "    0.5s training/master RUNNING on local-0"
     assert plain_line("Output of master: /tmp/x y/output", markup=False) \
         == "Output of master: /tmp/x y/output"
-    for other in ("[bold]x[/bold]", "a :smile: b", "tab\there", "two\nlines", 3):
+    for other in ("[bold]x[/bold]", "a :smile: b", "tab\there", "two\nlines", 3,
+                  "[dim]\\[/dim] x", "[/dim] x", "[dim]a[/dim] [dim]b[/dim]"):
         assert plain_line(other) is None
 
 
