@@ -5,7 +5,8 @@ polls the folder until every task of the group has a ready mark (soon at first, 
 often: ``FIRST_POLL_S``). Where Linux's inotify watches the folder, a mark renamed into it
 wakes the waiting tasks at once (``_FolderWatch``, issue 15: the first task of a gang used to
 see the last one's mark up to a growing poll interval late, 3-6 ms), and the polls stay as
-the fallback (a mark written on another node of a shared filesystem makes no local event).
+the fallback (a mark written on another node of a shared filesystem makes no local event), as
+often as before (a large gang on a shared filesystem is not looked at more often).
 The folder is on a
 filesystem every task of the group sees (the local machine, or the cluster's shared
 filesystem on Slurm). OSMO: "Groups" (tasks of a group start their commands together).
@@ -62,17 +63,21 @@ class _FolderWatch:
             return
         self.fd = fd
 
-    def wait(self, timeout_s: float) -> None:
-        """Return when a name appeared (events drained) or after ``timeout_s``."""
+    def wait(self, timeout_s: float, stop: threading.Event) -> None:
+        """Return when a name appeared (events drained), ``stop`` is set (looked at every
+        ``STOP_LOOK_S``), or after ``timeout_s``."""
         if self.fd is None:
-            time.sleep(timeout_s)
+            stop.wait(timeout_s)
             return
-        readable, _w, _x = select.select([self.fd], [], [], timeout_s)
-        if readable:
-            try:
-                os.read(self.fd, 65536)
-            except BlockingIOError:
-                pass
+        deadline = time.monotonic() + timeout_s
+        while not stop.is_set() and (left_s := deadline - time.monotonic()) > 0:
+            readable, _w, _x = select.select([self.fd], [], [], min(left_s, STOP_LOOK_S))
+            if readable:
+                try:
+                    os.read(self.fd, 65536)
+                except BlockingIOError:
+                    pass
+                return
 
     def close(self) -> threading.Event | None:
         """Close the descriptor on a thread of its own; the event returned is set once it
@@ -145,12 +150,8 @@ def _wait(barrier: Barrier, folder: Path, watch: _FolderWatch, stop: threading.E
     while missing := _missing(folder, barrier.tasks):
         if time.monotonic() >= deadline:
             raise BarrierTimeout(missing, barrier.timeout_s)
-        if watch.fd is None:
-            if stop.wait(interval_s):
-                return False
-        else:
-            watch.wait(min(interval_s, STOP_LOOK_S))
-            if stop.is_set():
-                return False
+        watch.wait(interval_s, stop)  # the folder is looked at again on a mark, or a poll
+        if stop.is_set():
+            return False
         interval_s = min(interval_s * 1.5, barrier.poll_interval_s)
     return True

@@ -54,7 +54,7 @@ def test_without_a_watch_the_polls_still_pass_it(
 def test_a_folder_that_cannot_be_watched_gives_no_watch(tmp_path: Path) -> None:
     watch = barrier_mod._FolderWatch(tmp_path / "no-such-folder")
     assert watch.fd is None
-    watch.wait(0.0)
+    watch.wait(0.0, threading.Event())
     watch.close()
 
 
@@ -107,3 +107,21 @@ def test_closing_the_watch_does_not_wait_for_the_kernel(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         os.fstat(fd)  # closed (no other descriptor is opened meanwhile in this test)
     assert watch.close() is None
+
+
+def test_the_folder_is_not_looked_at_more_often_than_the_polls(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large gang on a shared filesystem: the watch (which sees no other node's mark) must
+    not turn the growing polls into a look every ``STOP_LOOK_S``. Polls 5 ms growing 1.5x to
+    0.1 s: about 11 looks in 0.5 s (every 20 ms would be about 27)."""
+    looks: list[float] = []
+    missing = barrier_mod._missing
+
+    def counted(folder: Path, tasks: list[str]) -> list[str]:
+        looks.append(time.monotonic())
+        return missing(folder, tasks)
+
+    monkeypatch.setattr(barrier_mod, "_missing", counted)
+    with pytest.raises(barrier_mod.BarrierTimeout):
+        wait_for_group(_barrier(tmp_path / "rdv", poll_interval_s=0.1, timeout_s=0.5), "t1", 0)
+    assert 3 <= len(looks) <= 16, len(looks)
