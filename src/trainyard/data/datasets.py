@@ -424,7 +424,7 @@ class DatasetStore:
 
     def _commit(self, name: str, upload_id: str, files: list[LocalFile],
                 stats: TransferStats) -> DatasetVersion:
-        entries = [DatasetFile.of(f.rel, f.size, stats.digests[f.rel]) for f in files]
+        entries = [DatasetFile.of(f.rel, stats.sizes[f.rel], stats.digests[f.rel]) for f in files]
         for _try in range(_MAX_COMMIT_TRIES):
             number = max([0, *self._numbers(name, ".json"), *self._numbers(name, ".deleted")]) + 1
             version = DatasetVersion(name=name, version=number, upload_id=upload_id,

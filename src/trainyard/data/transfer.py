@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from fsspec.callbacks import Callback
 
@@ -39,7 +39,7 @@ from trainyard.runner.data import file_filter
 from trainyard.runner.safefs import files_inside, no_links_path
 
 __all__ = [
-    "FileJob", "LocalFile", "TransferStats", "Mover", "file_filter", "local_files",
+    "FileJob", "LocalFile", "Moved", "TransferStats", "Mover", "file_filter", "local_files",
     "plan_uploads", "sha256_file", "human_size", "file_digest", "split_digest", "tag_digest",
     "fast_digest_algo",
 ]
@@ -229,14 +229,26 @@ class _Described:
         return self.job.describe()
 
 
+class Moved(NamedTuple):
+    """What a job action moved, where it counted it: the digest (``tag_digest`` form, None
+    when none was asked) and the size in bytes of the very bytes sent (issue 11: a file may
+    change between its listing and its copy; a manifest records what was copied)."""
+
+    digest: str | None
+    size: int
+
+
 @dataclass
 class TransferStats:
-    """What a transfer moved. ``digests`` maps ``rel`` to sha256 where one was computed."""
+    """What a transfer moved. ``digests`` maps ``rel`` to its digest where one was computed;
+    ``sizes`` maps ``rel`` to the bytes moved where the action counted them (``Moved``;
+    uploads do), else the listing's size. ``bytes`` sums those sizes."""
 
     files: int = 0
     bytes: int = 0
     seconds: float = 0.0
     digests: dict[str, str] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
 
     @property
     def bytes_per_s(self) -> float:
@@ -262,7 +274,8 @@ class _BytesCallback(Callback):
             self.progress.advance(delta)
 
 
-JobAction = Callable[[FileJob, Callback], "str | None"]
+JobAction = Callable[[FileJob, Callback], "str | Moved | None"]
+"""Moves one file; returns its digest (or None), or ``Moved`` when it counted the bytes."""
 
 
 class Mover:
@@ -306,7 +319,8 @@ class Mover:
 
     def run(self, jobs: Sequence[FileJob], action: JobAction, label: str,
             loc: Location | None = None) -> TransferStats:
-        """Run ``action`` on every job; each returns an optional digest.
+        """Run ``action`` on every job; each returns an optional digest, or ``Moved``
+        (digest and the size of the bytes moved, recorded in ``TransferStats.sizes``).
 
         ``DataConfig.workers`` jobs run at once; with ``loc`` on ``file://`` at most one per
         CPU (local copies are bound by the CPU and the disk, not by latency), and one in all
@@ -321,11 +335,8 @@ class Mover:
         started = time.perf_counter()
         self.progress.start(label, len(jobs), sum(j.size for j in jobs))
         try:
-            for job, digest in self._execute(jobs, action, self._workers(loc, jobs)):
-                stats.files += 1
-                stats.bytes += job.size
-                if digest:
-                    stats.digests[job.rel] = digest
+            for job, result in self._execute(jobs, action, self._workers(loc, jobs)):
+                _record(stats, job, result)
         finally:
             self.progress.finish()
         stats.seconds = time.perf_counter() - started
@@ -339,14 +350,14 @@ class Mover:
         return max(1, min(self.config.workers, os.cpu_count() or 1))
 
     def _execute(self, jobs: Sequence[FileJob], action: JobAction,
-                 workers: int) -> Iterable[tuple[FileJob, str | None]]:
+                 workers: int) -> Iterable[tuple[FileJob, str | Moved | None]]:
         """Each worker thread takes the next job until none is left (one task per worker,
         not one future per file: with many small files the pool's per-job bookkeeping and
         hand-offs cost more than the copies). After a failure no job starts; the first
         error is raised."""
         if len(jobs) <= 1 or workers <= 1:
             return [(job, self._one(job, action)) for job in jobs]
-        digests: list[str | None] = [None] * len(jobs)
+        digests: list[str | Moved | None] = [None] * len(jobs)
         queue = iter(range(len(jobs)))
         stop = threading.Event()
 
@@ -369,7 +380,7 @@ class Mover:
                 raise _first_error(failed)
         return list(zip(jobs, digests, strict=True))
 
-    def _one(self, job: FileJob, action: JobAction) -> str | None:
+    def _one(self, job: FileJob, action: JobAction) -> str | Moved | None:
         callback = _BytesCallback(self.progress)
         what = _Described(job)
         try:
@@ -385,35 +396,38 @@ class Mover:
 
     def upload_action(self, loc: Location, digest: bool, algo: str = "sha256",
                       staged: bool = False) -> JobAction:
-        """A job action that uploads ``job.source`` (local) to ``job.target`` in ``loc``,
-        optionally returning the digest (``algo``; ``tag_digest`` form) of the bytes sent
-        (the file must not change while it is sent: checked by size and mtime; a change
-        fails the file). ``staged``: ``loc`` is a folder no reader looks at before a
+        """A job action that uploads ``job.source`` (local) to ``job.target`` in ``loc`` and
+        returns ``Moved``: the size of the bytes sent and, with ``digest``, their digest
+        (``algo``; ``tag_digest`` form). The file must not change while it is sent (checked
+        by size and mtime; a change fails the file); a change between the listing and the
+        send is no error: what was sent is what is returned (a growing log must not fail a
+        checkpoint round). ``staged``: ``loc`` is a folder no reader looks at before a
         manifest names its files, so a ``file://`` copy is written in place, without a
         temporary name (``storage.copy_hashing(atomic=False)``)."""
 
         hashed_copy = digest and loc.is_local  # asked once, not per file
 
-        def action(job: FileJob, callback: Callback) -> str | None:
+        def action(job: FileJob, callback: Callback) -> Moved:
             if not job.confined:
                 return send(job.source, job, callback)
             with no_links_path(job.source) as opened:  # the file listed, never a link
                 return send(opened, job, callback)
 
-        def send(source: str, job: FileJob, callback: Callback) -> str | None:
+        def send(source: str, job: FileJob, callback: Callback) -> Moved:
             if hashed_copy:  # one read: hashed while copied; a change is caught there
-                return tag_digest(algo, storage.copy_hashing(
-                    source, job.target, callback, algo, atomic=not staged))
+                copied = storage.copy_hashing(source, job.target, callback, algo,
+                                              atomic=not staged)
+                return Moved(tag_digest(algo, copied.digest), copied.size)
             local = Path(source)
+            before = _stamp(local)
             if not digest:
                 storage.put_file(loc, local, job.target, callback)
-                return None
-            before = _stamp(local)
-            value = file_digest(local, algo)
+                return Moved(None, before[1])
+            value, hashed = _digest_counted(local, algo)
             storage.put_file(loc, local, job.target, callback)
-            if _stamp(local) != before:
+            if _stamp(local) != before or hashed != before[1]:
                 raise _ChangedWhileSending(f"{local} changed while it was uploaded")
-            return tag_digest(algo, value)
+            return Moved(tag_digest(algo, value), hashed)
 
         return action
 
@@ -430,7 +444,7 @@ class Mover:
                 return None
             algo, want = split_digest(job.sha256)
             if local:  # one read: hashed while copied
-                got = storage.copy_hashing(job.source, job.target, callback, algo)
+                got = storage.copy_hashing(job.source, job.target, callback, algo).digest
             else:
                 storage.get_file(loc, job.source, Path(job.target), callback)
                 got = file_digest(Path(job.target), algo)
@@ -479,6 +493,28 @@ class Mover:
         stats = self.run(jobs, self.download_action(loc), "download", loc)
         self.log(stats.summary("downloaded", f"from {loc.show()}"))
         return stats
+
+
+def _record(stats: TransferStats, job: FileJob, result: str | Moved | None) -> None:
+    """Count one finished job in ``stats``: its digest, and the size moved (``Moved``) or
+    listed."""
+    digest, size = result if isinstance(result, Moved) else (result, job.size)
+    stats.files += 1
+    stats.bytes += size
+    stats.sizes[job.rel] = size
+    if digest:
+        stats.digests[job.rel] = digest
+
+
+def _digest_counted(path: Path, algo: str) -> tuple[str, int]:
+    """The hex digest (``storage.new_hasher``) of a local file and the bytes it hashed.
+    Raises OSError, DataError."""
+    digest, count = storage.new_hasher(algo), 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+            count += len(chunk)
+    return digest.hexdigest(), count
 
 
 def _joiner(root: str) -> Callable[[str], str]:
