@@ -33,8 +33,10 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # imported where used: the copy helper process starts without them (8 ms)
+    from concurrent.futures import Future
 
 __all__ = ["Hasher", "SourceChanged", "copy_file", "BUFFER_BYTES", "PIPELINE_MIN_BYTES",
            "PIPELINE_CHUNK_BYTES", "PIPELINE_DEPTH"]
@@ -203,6 +205,8 @@ def _copy_pipelined(fd_in: int, fd_out: int, hasher: Hasher, progress: Progress 
     in order (one helper), up to ``PIPELINE_DEPTH`` chunks behind: on a busy machine either
     thread may wait for a CPU, and a deeper queue keeps the other one working meanwhile.
     Raises _NoKernelCopy when the kernel refuses the first chunk."""
+    from concurrent.futures import ThreadPoolExecutor
+
     copied = 0
     pending: deque[Future[None]] = deque()
     with ThreadPoolExecutor(1, "trainyard-hash") as helper:
@@ -243,3 +247,60 @@ def _hash_written(fd: int, offset: int, length: int, hasher: Hasher) -> None:
     through a read-only mapping: the page cache, no copy."""
     with mmap.mmap(fd, length, prot=mmap.PROT_READ, offset=offset) as mapped:
         hasher.update(mapped)
+
+
+# ---------------------------------------------------------------------------- copy helper
+# The side of ``copyworker`` that runs in the helper process: this module is loaded there by
+# its file path under ``python -I`` (no trainyard package, no site customisation), so the
+# helper copies with this very ``copy_file``, under the same rules as the parent's own path.
+
+Order = list  # [source, target, temp or None, algo]: one file, as ``copyworker`` sends it
+Result = list  # [size, hex digest] or [None, "ErrorName: message"]
+
+
+def _hasher_class(algo: str) -> Callable[[], Hasher]:
+    if algo == "sha256":
+        import hashlib
+        return hashlib.sha256
+    if algo == "blake3":
+        import blake3  # the parent checked the package is installed before it sent blake3
+        return blake3.blake3  # type: ignore[no-any-return]
+    raise ValueError(f"unknown digest algorithm {algo!r}")
+
+
+def copy_order(order: Order, hashers: dict[str, Callable[[], Hasher]]) -> Result:
+    """Copy one file as ``order`` says (``copy_file`` with its temp rule) and return its
+    size and hex digest, or ``[None, "ErrorName: message"]`` when it failed (``copy_file``
+    removed what it wrote). Never raises for a file's own failure."""
+    source, target, temp, algo = order
+    try:
+        make = hashers.get(algo) or hashers.setdefault(algo, _hasher_class(algo))
+        hasher = make()
+        size = copy_file(source, target, hasher, None, temp)
+        return [size, hasher.hexdigest()]  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which redoes the file
+        return [None, f"{type(exc).__name__}: {exc}"]
+
+
+def serve(read: Callable[[], bytes], write: Callable[[bytes], object]) -> None:
+    """The helper's loop: each line read is a JSON list of orders (one chunk); the answer is
+    one JSON line, a list of results in the same order. Ends at the end of input."""
+    import json
+
+    hashers: dict[str, Callable[[], Hasher]] = {}
+    while line := read():
+        results = [copy_order(order, hashers) for order in json.loads(line)]
+        write(json.dumps(results, separators=(",", ":")).encode() + b"\n")
+
+
+def serve_stdio() -> None:
+    """``serve`` on standard input and output (the helper's entry point)."""
+    import sys
+
+    out = sys.stdout.buffer
+
+    def write(data: bytes) -> None:
+        out.write(data)
+        out.flush()
+
+    serve(sys.stdin.buffer.readline, write)

@@ -253,7 +253,7 @@ def copy_hashing(source: str | os.PathLike[str], target: str | os.PathLike[str],
     digest = new_hasher(algo)
     progress = callback.relative_update if callback is not None else None
     target = os.fspath(target)
-    temp = _local_partial(target) if atomic else None
+    temp = local_partial(target) if atomic else None
     size = localcopy.copy_file(os.fspath(source), target, digest, progress, temp)
     return Hashed(digest.hexdigest(), size)
 
@@ -262,7 +262,7 @@ _TEMP_TOKEN = uuid.uuid4().hex[:8]
 _temp_count = itertools.count()
 
 
-def _local_partial(path: str) -> str:
+def local_partial(path: str) -> str:
     """A partial name for a local file, without a random draw per file: a random token per
     process, the pid (forked children share the token) and a counter. The file is created
     exclusively, so a clash fails rather than overwrite."""

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 from fsspec.callbacks import Callback
 
-from trainyard.data import storage
+from trainyard.data import copyworker, storage
 from trainyard.data.config import DataConfig, load_config
 from trainyard.data.progress import NullProgress, TransferProgress
 from trainyard.data.retry import ChecksumMismatch, RetryPolicy, with_retry
@@ -278,6 +278,32 @@ JobAction = Callable[[FileJob, Callback], "str | Moved | None"]
 """Moves one file; returns its digest (or None), or ``Moved`` when it counted the bytes."""
 
 
+@dataclass(frozen=True)
+class Offload:
+    """How an action's local copies may be done by a copy helper process (``copyworker``).
+
+    ``order(job)``: the ``CopyOrder`` that copies ``job`` exactly as the action would (same
+    source, target and temp rule), or None for a job the action must do itself (a confined
+    source, a remote end, no digest to take). ``accept(job, copied)``: what the action
+    would have returned for that copy, or None when the copy is not acceptable (a digest
+    other than the one expected): the job is then done by the action, with its retries.
+    """
+
+    order: Callable[[FileJob], "copyworker.CopyOrder | None"]
+    accept: Callable[[FileJob, "copyworker.Copied"], "str | Moved | None"]
+
+
+class _OffloadableAction:
+    """A job action with an ``Offload`` (``Mover._execute`` looks for ``offload``)."""
+
+    def __init__(self, action: JobAction, offload: Offload) -> None:
+        self.action = action
+        self.offload = offload
+
+    def __call__(self, job: FileJob, callback: Callback) -> str | Moved | None:
+        return self.action(job, callback)
+
+
 class Mover:
     """Runs file jobs in parallel with retries, progress and a throughput log line.
 
@@ -326,7 +352,10 @@ class Mover:
         CPU (local copies are bound by the CPU and the disk, not by latency), and one in all
         when the files average under ``SMALL_FILE_BYTES``: their cost is per-file work that
         holds the GIL, which two threads only fight over (measured on 5,000 files of 16 KiB:
-        99 us per file in one thread, 142 us in two; docs/benchmarks.md).
+        99 us per file in one thread, 142 us in two; docs/benchmarks.md). Such a transfer
+        shares its files with a copy helper process instead where that pays
+        (``copyworker``: an action with an ``Offload``, ``DataConfig.workers`` >= 2, enough
+        files, two CPUs).
 
         Raises:
             DataError: a job failed for good: names its file, both ends and the cause.
@@ -355,6 +384,10 @@ class Mover:
         not one future per file: with many small files the pool's per-job bookkeeping and
         hand-offs cost more than the copies). After a failure no job starts; the first
         error is raised."""
+        offload: Offload | None = getattr(action, "offload", None)
+        if workers <= 1 and offload is not None and self.config.workers >= 2 \
+                and copyworker.pays(len(jobs)):
+            return self._execute_shared(jobs, action, offload)
         if len(jobs) <= 1 or workers <= 1:
             return [(job, self._one(job, action)) for job in jobs]
         digests: list[str | Moved | None] = [None] * len(jobs)
@@ -379,6 +412,47 @@ class Mover:
                 stop.set()
                 raise _first_error(failed)
         return list(zip(jobs, digests, strict=True))
+
+    def _execute_shared(self, jobs: Sequence[FileJob], action: JobAction,
+                        offload: Offload) -> list[tuple[FileJob, str | Moved | None]]:
+        """Share the jobs with a copy helper process (``copyworker``): this thread does the
+        jobs that cannot be sent, then takes chunks from the queue the helper takes from;
+        files the helper failed, copied unacceptably, or lost (a dead or hung worker) are
+        done here afterwards with the action's retries. A job that fails for good here
+        kills the helper and raises at once."""
+        results: list[str | Moved | None] = [None] * len(jobs)
+        orders = {i: order for i, job in enumerate(jobs)
+                  if job.size < copyworker.MAX_FILE_BYTES and (order := offload.order(job))}
+        if not copyworker.pays(len(orders)):
+            return [(job, self._one(job, action)) for job in jobs]
+        redo: list[int] = []
+
+        def on_answer(index: int, answer: copyworker.Copied | str) -> None:
+            job = jobs[index]
+            got = offload.accept(job, answer) if isinstance(answer, copyworker.Copied) else None
+            if got is None:
+                redo.append(index)
+                return
+            results[index] = got
+            self.progress.advance(answer.size)  # type: ignore[union-attr] - Copied here
+            self.progress.file_done(job.rel)
+
+        queue = copyworker.ChunkQueue(sorted(orders))
+        helper = copyworker.Helper(queue, orders.__getitem__, on_answer, self.log).start()
+        try:
+            for index in range(len(jobs)):
+                if index not in orders:
+                    results[index] = self._one(jobs[index], action)
+            while (chunk := queue.take()) is not None:
+                for index in chunk:
+                    results[index] = self._one(jobs[index], action)
+            helper.join()
+            for index in sorted(redo + helper.lost):
+                results[index] = self._one(jobs[index], action)
+        except BaseException:
+            helper.abort()
+            raise
+        return list(zip(jobs, results, strict=True))
 
     def _one(self, job: FileJob, action: JobAction) -> str | Moved | None:
         callback = _BytesCallback(self.progress)
@@ -407,6 +481,15 @@ class Mover:
 
         hashed_copy = digest and loc.is_local  # asked once, not per file
 
+        def order(job: FileJob) -> copyworker.CopyOrder | None:
+            if not hashed_copy or job.confined:  # a confined file: only safefs opens it
+                return None
+            temp = None if staged else storage.local_partial(job.target)
+            return copyworker.CopyOrder(job.source, job.target, temp, algo)
+
+        def accept(job: FileJob, copied: copyworker.Copied) -> Moved:
+            return Moved(tag_digest(algo, copied.digest), copied.size)
+
         def action(job: FileJob, callback: Callback) -> Moved:
             if not job.confined:
                 return send(job.source, job, callback)
@@ -429,7 +512,7 @@ class Mover:
                 raise _ChangedWhileSending(f"{local} changed while it was uploaded")
             return Moved(tag_digest(algo, value), hashed)
 
-        return action
+        return _OffloadableAction(action, Offload(order, accept))
 
     def download_action(self, loc: Location) -> JobAction:
         """A job action that downloads ``job.source`` from ``loc`` to ``job.target`` (local),
@@ -437,6 +520,19 @@ class Mover:
         ``blake3:HEX``; a mismatch removes the file and is retried)."""
 
         local = loc.is_local  # asked once, not per file
+
+        def order(job: FileJob) -> copyworker.CopyOrder | None:
+            if not local or job.sha256 is None:
+                return None
+            algo, _want = split_digest(job.sha256)
+            return copyworker.CopyOrder(job.source, job.target,
+                                        storage.local_partial(job.target), algo)
+
+        def accept(job: FileJob, copied: copyworker.Copied) -> str | None:
+            if split_digest(str(job.sha256))[1] == copied.digest:
+                return job.sha256
+            Path(job.target).unlink(missing_ok=True)  # not what the manifest says: redone
+            return None
 
         def action(job: FileJob, callback: Callback) -> str | None:
             if job.sha256 is None:
@@ -453,7 +549,7 @@ class Mover:
                 raise ChecksumMismatch(f"{algo} {got[:12]}... is not the expected {want[:12]}...")
             return job.sha256
 
-        return action
+        return _OffloadableAction(action, Offload(order, accept))
 
     # ------------------------------------------------------------------ plain transfers
 

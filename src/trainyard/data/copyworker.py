@@ -1,0 +1,303 @@
+"""A helper process that copies and hashes part of a list of many small local files (issue 11:
+datasets at ``cp -r`` speed).
+
+Why a process. A dataset of many small files costs per file, and most of that cost is the
+interpreter's between system calls; a second thread only fights the first for the GIL
+(docs/benchmarks.md, "Many small files"). A second interpreter runs beside the first on
+a second CPU. It is spawned (``subprocess``: fork + exec of ``sys.executable -I``, never a
+``fork`` of this threaded process that would go on running its code), loads only
+``localcopy.py`` by its file path (no trainyard package, nothing of the site's), and copies
+each file it is sent with that module's ``copy_file``: the very code, the same rules, as
+this process's own copies (temp name created ``O_EXCL`` and renamed, or in place with
+``O_TRUNC | O_NOFOLLOW``; the source's size and mtime checked; what it wrote removed on an
+error).
+
+How the work is shared. The files go in chunks (``CHUNK_FILES``) to whoever asks next: this
+process's own loop and a helper thread that feeds the worker one chunk at a time. A worker
+that gets no CPU (a busy machine) simply takes fewer chunks.
+
+Nothing is lost. The parent chooses every temp name. A file the worker reports failed, or
+whose digest a download does not expect, is done again here with the transfer's usual
+retries and messages. A worker that dies, answers nonsense, or says nothing for
+``STALL_S`` is killed; the temp files of its unanswered chunk are removed and that chunk is
+done here. Files the parent must open following no link (``FileJob.confined``: a task's
+folders) are never sent: only the parent's ``safefs`` path opens those.
+
+When. Only where it pays (``pays``): at least ``MIN_FILES`` files to send, two CPUs this
+process may run on (``os.sched_getaffinity``), and files below ``MAX_FILE_BYTES`` (larger
+ones stay here, where a single chunk cannot hold a worker past ``STALL_S``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from trainyard.data import localcopy
+
+__all__ = ["CopyOrder", "Copied", "Helper", "ChunkQueue", "pays", "usable_cpus",
+           "MIN_FILES", "MAX_FILE_BYTES", "CHUNK_FILES", "STALL_S"]
+
+MIN_FILES = 500
+"""Fewer files than this are not worth a worker's start (about 20 ms of CPU)."""
+MAX_FILE_BYTES = 1024 * 1024
+"""Files from this size on are copied in this process (a chunk stays short)."""
+CHUNK_FILES = 64
+"""Files per chunk: small enough that the two sides finish together, large enough that the
+JSON and pipe round trip per chunk (about 0.2 ms) stays a few % of the chunk's work."""
+STALL_S = 60.0
+"""A worker that answers no chunk in this long is taken for hung: killed, its chunk done here."""
+
+_BOOT = ("import sys;sys.path[:0]=sys.argv[2:];"
+         "import importlib.util as u;"
+         "s=u.spec_from_file_location('trainyard_copy_helper',sys.argv[1]);"
+         "m=u.module_from_spec(s);s.loader.exec_module(m);m.serve_stdio()")
+"""The worker's program: load ``localcopy.py`` from its file (argv[1]) with the folders of
+the hash packages (argv[2:]) on the path, and serve."""
+
+
+@dataclass(frozen=True)
+class CopyOrder:
+    """One file for the worker: ``localcopy.copy_file(source, target, new(algo), None,
+    temp)``. ``temp`` None writes ``target`` in place (a staged upload)."""
+
+    source: str
+    target: str
+    temp: str | None
+    algo: str
+
+    def wire(self) -> list[str | None]:
+        return [self.source, self.target, self.temp, self.algo]
+
+
+@dataclass(frozen=True)
+class Copied:
+    """What the worker copied: size in bytes and hex digest of the bytes written."""
+
+    size: int
+    digest: str
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, else ``os.cpu_count()``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def pays(files: int) -> bool:
+    """Whether a worker is worth starting for ``files`` files to send (module docstring)."""
+    return files >= MIN_FILES and usable_cpus() >= 2
+
+
+class ChunkQueue:
+    """Chunks of job indices handed out once each, to whichever side asks (thread-safe);
+    ``stop`` hands out no more."""
+
+    def __init__(self, indices: Sequence[int], chunk_files: int | None = None) -> None:
+        chunk_files = chunk_files or CHUNK_FILES
+        self._chunks = [list(indices[i:i + chunk_files])
+                        for i in range(0, len(indices), chunk_files)]
+        self._next = 0
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def take(self) -> list[int] | None:
+        """The next chunk, None when none is left or after ``stop``."""
+        with self._lock:
+            if self._stopped or self._next >= len(self._chunks):
+                return None
+            self._next += 1
+            return self._chunks[self._next - 1]
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+
+
+class WorkerLost(Exception):
+    """The worker died, hung past ``STALL_S``, or answered something that is not an answer."""
+
+
+@dataclass
+class Helper:
+    """A helper thread driving one worker process over a ``ChunkQueue``.
+
+    Args:
+        queue: the chunks to share with the caller's own loop.
+        order_of: the ``CopyOrder`` of job ``index``.
+        on_chunk: called in the helper thread with (index, ``Copied`` or the worker's error
+            text) for each file of a chunk the worker answered; the caller records it or
+            decides to redo the file.
+        log: one line when the worker is lost.
+
+    After ``join``: ``lost`` holds the indices of chunks the worker never answered (their
+    temp files removed), for the caller to do itself.
+    """
+
+    queue: ChunkQueue
+    order_of: Callable[[int], CopyOrder]
+    on_chunk: Callable[[int, Copied | str], None]
+    log: Callable[[str], None]
+    lost: list[int] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+    _thread: threading.Thread | None = None
+    _abort: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> Helper:
+        self._thread = threading.Thread(target=self._run, name="trainyard-copy-helper",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def join(self) -> None:
+        """Wait for the worker's last chunk (at most ``STALL_S``), then end the worker."""
+        if self._thread is not None:
+            self._thread.join()
+
+    def abort(self) -> None:
+        """Stop now: kill the worker, forget its chunk (the caller failed; nothing to redo)."""
+        self._abort.set()
+        self.queue.stop()
+        self._kill()
+        self.join()
+
+    def _run(self) -> None:
+        chunk: list[int] = []
+        stderr = tempfile.TemporaryFile()
+        try:
+            self.proc = _spawn(stderr)
+            while not self._abort.is_set() and (chunk := self.queue.take() or []):
+                orders = [self.order_of(i) for i in chunk]
+                answers = _exchange(self.proc, orders, STALL_S)
+                for index, answer in zip(chunk, answers, strict=True):
+                    self.on_chunk(index, answer)
+                chunk = []
+            _close(self.proc)
+        except Exception as exc:  # noqa: BLE001 - any failure: the caller does the rest
+            self._kill()
+            self._give_back(chunk, f"{type(exc).__name__}: {exc}", stderr)
+        finally:
+            stderr.close()
+
+    def _give_back(self, chunk: list[int], why: str, stderr: tempfile._TemporaryFileWrapper[bytes]
+                   ) -> None:
+        for index in chunk:
+            temp = self.order_of(index).temp
+            if temp is not None:
+                _remove(temp)
+        if self._abort.is_set():
+            return
+        self.lost.extend(chunk)  # the caller's loop takes the chunks left; this worker is done
+        stderr.seek(0)
+        said = stderr.read()[-500:].decode(errors="replace").strip()
+        self.log(f"copy helper process lost ({why}{'; it said: ' + said if said else ''}): "
+                 f"{len(chunk)} file(s) of its chunk and the rest done in this process")
+
+    def _kill(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        if proc is not None:
+            proc.wait()
+
+
+def _spawn(stderr: tempfile._TemporaryFileWrapper[bytes]) -> subprocess.Popen[bytes]:
+    """The worker: a fresh interpreter (``-I``: no PYTHON* variables, no user site, no
+    current folder on the path; ``-S``: no ``site``, 5 ms less) running
+    ``localcopy.serve_stdio``, with only the folder of this process's ``blake3`` added to
+    its path."""
+    command = [sys.executable, "-I", "-S", "-c", _BOOT, localcopy.__file__, *_hash_paths()]
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=stderr, close_fds=True)
+
+
+def _hash_paths() -> list[str]:
+    """The folder this process imports ``blake3`` from (none when it is not installed:
+    the worker then reports blake3 copies failed and this process does them)."""
+    try:
+        import blake3
+    except ImportError:
+        return []
+    return [os.path.dirname(os.path.dirname(os.path.abspath(blake3.__file__)))]
+
+
+def _close(proc: subprocess.Popen[bytes]) -> None:
+    """End of input: the worker exits; killed if it does not within ``STALL_S``."""
+    assert proc.stdin is not None
+    proc.stdin.close()
+    try:
+        proc.wait(STALL_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _exchange(proc: subprocess.Popen[bytes], orders: list[CopyOrder],
+              stall_s: float) -> list[Copied | str]:
+    """Send one chunk, read its answer. Raises WorkerLost."""
+    assert proc.stdin is not None and proc.stdout is not None
+    deadline = time.monotonic() + stall_s
+    data = json.dumps([o.wire() for o in orders], separators=(",", ":")).encode() + b"\n"
+    _send(proc.stdin.fileno(), data, deadline)
+    return _parse(_receive(proc.stdout.fileno(), deadline), len(orders))
+
+
+def _wait(fd: int, writing: bool, deadline: float) -> None:
+    left = deadline - time.monotonic()
+    ready = select.select([], [fd], [], max(left, 0)) if writing else \
+        select.select([fd], [], [], max(left, 0))
+    if not any(ready):
+        raise WorkerLost(f"no answer in {STALL_S:.0f} s")
+
+
+def _send(fd: int, data: bytes, deadline: float) -> None:
+    view = memoryview(data)
+    while view:
+        _wait(fd, True, deadline)
+        try:
+            view = view[os.write(fd, view):]
+        except BrokenPipeError as exc:
+            raise WorkerLost("it exited") from exc
+
+
+def _receive(fd: int, deadline: float) -> bytes:
+    parts: list[bytes] = []
+    while True:
+        _wait(fd, False, deadline)
+        part = os.read(fd, 1 << 16)
+        if not part:
+            raise WorkerLost("it exited")
+        parts.append(part)
+        if part.endswith(b"\n"):
+            return b"".join(parts)
+
+
+def _parse(line: bytes, count: int) -> list[Copied | str]:
+    """The worker's answer to a chunk of ``count`` orders. Raises WorkerLost."""
+    try:
+        raw = json.loads(line)
+        answers: list[Copied | str] = [
+            Copied(int(size), str(value)) if size is not None else str(value)
+            for size, value in raw]
+    except (ValueError, TypeError) as exc:
+        raise WorkerLost(f"not an answer: {line[:80]!r}") from exc
+    if len(answers) != count:
+        raise WorkerLost(f"{len(answers)} answers for {count} files")
+    return answers
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
