@@ -12,9 +12,10 @@ this process's own copies (temp name created ``O_EXCL`` and renamed, or in place
 ``O_TRUNC | O_NOFOLLOW``; the source's size and mtime checked; what it wrote removed on an
 error).
 
-How the work is shared. The files go in chunks (``CHUNK_FILES``) to whoever asks next: this
-process's own loop and a helper thread that feeds the worker one chunk at a time. A worker
-that gets no CPU (a busy machine) simply takes fewer chunks.
+How the work is shared. The files go in chunks (``ChunkQueue``: large while much is left,
+small at the end) to whoever asks next: this process's own loop and a helper thread that
+feeds the worker one chunk at a time. A worker that gets no CPU (a busy machine) simply
+takes fewer chunks.
 
 Nothing is lost. The parent chooses every temp name. A file the worker reports failed, or
 whose digest a download does not expect, is done again here with the transfer's usual
@@ -43,16 +44,17 @@ from dataclasses import dataclass, field
 
 from trainyard.data import localcopy
 
-__all__ = ["CopyOrder", "Copied", "Helper", "ChunkQueue", "pays", "usable_cpus",
-           "MIN_FILES", "MAX_FILE_BYTES", "CHUNK_FILES", "STALL_S"]
+__all__ = ["CopyOrder", "Copied", "Helper", "ChunkQueue", "WorkerLost", "pays", "usable_cpus",
+           "MIN_FILES", "MAX_FILE_BYTES", "CHUNK_FILES", "MAX_CHUNK_FILES", "STALL_S"]
 
 MIN_FILES = 500
 """Fewer files than this are not worth a worker's start (about 20 ms of CPU)."""
 MAX_FILE_BYTES = 1024 * 1024
 """Files from this size on are copied in this process (a chunk stays short)."""
-CHUNK_FILES = 64
-"""Files per chunk: small enough that the two sides finish together, large enough that the
-JSON and pipe round trip per chunk (about 0.2 ms) stays a few % of the chunk's work."""
+CHUNK_FILES = 32
+"""The smallest chunk, at the end of the list, so that the two sides finish together."""
+MAX_CHUNK_FILES = 512
+"""The largest chunk (with files below ``MAX_FILE_BYTES``, well within ``STALL_S``)."""
 STALL_S = 60.0
 """A worker that answers no chunk in this long is taken for hung: killed, its chunk done here."""
 
@@ -100,13 +102,20 @@ def pays(files: int) -> bool:
 
 
 class ChunkQueue:
-    """Chunks of job indices handed out once each, to whichever side asks (thread-safe);
-    ``stop`` hands out no more."""
+    """Chunks of job indices handed out once each, in order, to whichever side asks
+    (thread-safe); ``stop`` hands out no more.
 
-    def __init__(self, indices: Sequence[int], chunk_files: int | None = None) -> None:
-        chunk_files = chunk_files or CHUNK_FILES
-        self._chunks = [list(indices[i:i + chunk_files])
-                        for i in range(0, len(indices), chunk_files)]
+    Guided sizes: a quarter of what is left (each of the two sides gets about half of the
+    rest over its next two chunks), between ``min_files`` and ``max_files``: few round
+    trips (each wakes a thread that needs the GIL) while much is left, small chunks at the
+    end so that the two sides finish together.
+    """
+
+    def __init__(self, indices: Sequence[int], min_files: int | None = None,
+                 max_files: int | None = None) -> None:
+        self._indices = list(indices)
+        self._min = min_files or CHUNK_FILES
+        self._max = max(self._min, max_files or MAX_CHUNK_FILES)
         self._next = 0
         self._lock = threading.Lock()
         self._stopped = False
@@ -114,10 +123,11 @@ class ChunkQueue:
     def take(self) -> list[int] | None:
         """The next chunk, None when none is left or after ``stop``."""
         with self._lock:
-            if self._stopped or self._next >= len(self._chunks):
+            start, left = self._next, len(self._indices) - self._next
+            if self._stopped or left <= 0:
                 return None
-            self._next += 1
-            return self._chunks[self._next - 1]
+            self._next += min(left, max(self._min, min(self._max, left // 4)))
+            return self._indices[start:self._next]
 
     def stop(self) -> None:
         with self._lock:
@@ -134,7 +144,8 @@ class Helper:
 
     Args:
         queue: the chunks to share with the caller's own loop.
-        order_of: the ``CopyOrder`` of job ``index``.
+        order_of: the ``CopyOrder`` of job ``index`` (called once per index, in the helper
+            thread).
         on_chunk: called in the helper thread with (index, ``Copied`` or the worker's error
             text) for each file of a chunk the worker answered; the caller records it or
             decides to redo the file.
@@ -173,6 +184,7 @@ class Helper:
 
     def _run(self) -> None:
         chunk: list[int] = []
+        orders: list[CopyOrder] = []
         stderr = tempfile.TemporaryFile()
         try:
             self.proc = _spawn(stderr)
@@ -181,20 +193,21 @@ class Helper:
                 answers = _exchange(self.proc, orders, STALL_S)
                 for index, answer in zip(chunk, answers, strict=True):
                     self.on_chunk(index, answer)
-                chunk = []
+                chunk, orders = [], []
             _close(self.proc)
         except Exception as exc:  # noqa: BLE001 - any failure: the caller does the rest
             self._kill()
-            self._give_back(chunk, f"{type(exc).__name__}: {exc}", stderr)
+            self._give_back(chunk, orders, f"{type(exc).__name__}: {exc}", stderr)
         finally:
             stderr.close()
 
-    def _give_back(self, chunk: list[int], why: str, stderr: tempfile._TemporaryFileWrapper[bytes]
-                   ) -> None:
-        for index in chunk:
-            temp = self.order_of(index).temp
-            if temp is not None:
-                _remove(temp)
+    def _give_back(self, chunk: list[int], orders: list[CopyOrder], why: str,
+                   stderr: tempfile._TemporaryFileWrapper[bytes]) -> None:
+        """The worker is dead: remove the temp files its chunk may have left (the names
+        were chosen here), and hand the chunk back (``lost``) unless aborted."""
+        for order in orders:
+            if order.temp is not None:
+                _remove(order.temp)
         if self._abort.is_set():
             return
         self.lost.extend(chunk)  # the caller's loop takes the chunks left; this worker is done

@@ -282,14 +282,16 @@ JobAction = Callable[[FileJob, Callback], "str | Moved | None"]
 class Offload:
     """How an action's local copies may be done by a copy helper process (``copyworker``).
 
-    ``order(job)``: the ``CopyOrder`` that copies ``job`` exactly as the action would (same
-    source, target and temp rule), or None for a job the action must do itself (a confined
-    source, a remote end, no digest to take). ``accept(job, copied)``: what the action
-    would have returned for that copy, or None when the copy is not acceptable (a digest
-    other than the one expected): the job is then done by the action, with its retries.
+    ``sends(job)``: whether the job may be sent at all (not for a confined source, a remote
+    end, no digest to take: the action does those itself). ``order(job)``: the
+    ``CopyOrder`` that copies a sendable ``job`` exactly as the action would (same source,
+    target and temp rule). ``accept(job, copied)``: what the action would have returned for
+    that copy, or None when the copy is not acceptable (a digest other than the one
+    expected): the job is then done by the action, with its retries.
     """
 
-    order: Callable[[FileJob], "copyworker.CopyOrder | None"]
+    sends: Callable[[FileJob], bool]
+    order: Callable[[FileJob], "copyworker.CopyOrder"]
     accept: Callable[[FileJob, "copyworker.Copied"], "str | Moved | None"]
 
 
@@ -421,9 +423,9 @@ class Mover:
         done here afterwards with the action's retries. A job that fails for good here
         kills the helper and raises at once."""
         results: list[str | Moved | None] = [None] * len(jobs)
-        orders = {i: order for i, job in enumerate(jobs)
-                  if job.size < copyworker.MAX_FILE_BYTES and (order := offload.order(job))}
-        if not copyworker.pays(len(orders)):
+        limit, sends = copyworker.MAX_FILE_BYTES, offload.sends
+        sent = [i for i, job in enumerate(jobs) if job.size < limit and sends(job)]
+        if not copyworker.pays(len(sent)):
             return [(job, self._one(job, action)) for job in jobs]
         redo: list[int] = []
 
@@ -437,12 +439,12 @@ class Mover:
             self.progress.advance(answer.size)  # type: ignore[union-attr] - Copied here
             self.progress.file_done(job.rel)
 
-        queue = copyworker.ChunkQueue(sorted(orders))
-        helper = copyworker.Helper(queue, orders.__getitem__, on_answer, self.log).start()
+        queue = copyworker.ChunkQueue(sent)
+        helper = copyworker.Helper(queue, lambda i: offload.order(jobs[i]), on_answer,
+                                   self.log).start()
         try:
-            for index in range(len(jobs)):
-                if index not in orders:
-                    results[index] = self._one(jobs[index], action)
+            for index in sorted(set(range(len(jobs))).difference(sent)):
+                results[index] = self._one(jobs[index], action)
             while (chunk := queue.take()) is not None:
                 for index in chunk:
                     results[index] = self._one(jobs[index], action)
@@ -481,9 +483,10 @@ class Mover:
 
         hashed_copy = digest and loc.is_local  # asked once, not per file
 
-        def order(job: FileJob) -> copyworker.CopyOrder | None:
-            if not hashed_copy or job.confined:  # a confined file: only safefs opens it
-                return None
+        def sends(job: FileJob) -> bool:
+            return hashed_copy and not job.confined  # a confined file: only safefs opens it
+
+        def order(job: FileJob) -> copyworker.CopyOrder:
             temp = None if staged else storage.local_partial(job.target)
             return copyworker.CopyOrder(job.source, job.target, temp, algo)
 
@@ -512,7 +515,7 @@ class Mover:
                 raise _ChangedWhileSending(f"{local} changed while it was uploaded")
             return Moved(tag_digest(algo, value), hashed)
 
-        return _OffloadableAction(action, Offload(order, accept))
+        return _OffloadableAction(action, Offload(sends, order, accept))
 
     def download_action(self, loc: Location) -> JobAction:
         """A job action that downloads ``job.source`` from ``loc`` to ``job.target`` (local),
@@ -521,10 +524,11 @@ class Mover:
 
         local = loc.is_local  # asked once, not per file
 
-        def order(job: FileJob) -> copyworker.CopyOrder | None:
-            if not local or job.sha256 is None:
-                return None
-            algo, _want = split_digest(job.sha256)
+        def sends(job: FileJob) -> bool:
+            return local and job.sha256 is not None
+
+        def order(job: FileJob) -> copyworker.CopyOrder:
+            algo, _want = split_digest(str(job.sha256))
             return copyworker.CopyOrder(job.source, job.target,
                                         storage.local_partial(job.target), algo)
 
@@ -549,7 +553,7 @@ class Mover:
                 raise ChecksumMismatch(f"{algo} {got[:12]}... is not the expected {want[:12]}...")
             return job.sha256
 
-        return _OffloadableAction(action, Offload(order, accept))
+        return _OffloadableAction(action, Offload(sends, order, accept))
 
     # ------------------------------------------------------------------ plain transfers
 

@@ -31,9 +31,10 @@ _WAIT_S = 60.0  # generous: the machine is shared and loaded; the tests wait for
 
 @pytest.fixture(autouse=True)
 def small_lists(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Workers for small test lists: a few files, chunks of 4, two CPUs assumed."""
+    """Workers for small test lists: a few files, chunks of 4 files, two CPUs assumed."""
     monkeypatch.setattr(copyworker, "MIN_FILES", 4)
     monkeypatch.setattr(copyworker, "CHUNK_FILES", 4)
+    monkeypatch.setattr(copyworker, "MAX_CHUNK_FILES", 4)
     monkeypatch.setattr(copyworker, "usable_cpus", lambda: 2)
 
 
@@ -91,10 +92,11 @@ def _stored(home: Path, name: str, rel: str) -> Path:
 
 
 @settings(max_examples=60, deadline=None)
-@given(count=st.integers(0, 200), chunk=st.integers(1, 17), takers=st.integers(1, 4))
-def test_the_queue_hands_out_every_index_once_in_chunks(count: int, chunk: int,
+@given(count=st.integers(0, 2000), chunk=st.integers(1, 17), most=st.integers(1, 300),
+       takers=st.integers(1, 4))
+def test_the_queue_hands_out_every_index_once_in_chunks(count: int, chunk: int, most: int,
                                                          takers: int) -> None:
-    queue = copyworker.ChunkQueue(list(range(0, 2 * count, 2)), chunk)
+    queue = copyworker.ChunkQueue(list(range(0, 2 * count, 2)), chunk, most)
     taken: list[list[int]] = []
 
     def take_all() -> None:
@@ -107,11 +109,21 @@ def test_the_queue_hands_out_every_index_once_in_chunks(count: int, chunk: int,
     for thread in threads:
         thread.join()
     assert sorted(i for c in taken for i in c) == list(range(0, 2 * count, 2))
-    assert all(1 <= len(c) <= chunk for c in taken)
+    assert all(1 <= len(c) <= max(chunk, most) for c in taken)
+    assert sum(len(c) < chunk for c in taken) <= 1  # only the very last may be short
+
+
+def test_chunks_shrink_towards_the_end() -> None:
+    queue = copyworker.ChunkQueue(range(5000), 32, 512)
+    sizes = []
+    while (chunk := queue.take()) is not None:
+        sizes.append(len(chunk))
+    assert sizes[:3] == [512, 512, 512] and sizes[-2] == 32 and sizes[-1] <= 32
+    assert sizes == sorted(sizes, reverse=True) and sum(sizes) == 5000
 
 
 def test_a_stopped_queue_hands_out_nothing() -> None:
-    queue = copyworker.ChunkQueue([1, 2, 3], 1)
+    queue = copyworker.ChunkQueue([1, 2, 3], 1, 1)
     assert queue.take() == [1]
     queue.stop()
     assert queue.take() is None
@@ -199,7 +211,7 @@ def test_confined_files_are_never_sent_to_the_worker(tmp_path: Path,
     action = Mover().upload_action(Mover().location(tmp_path / "x"), digest=True)
     job = FileJob("a", str(tmp_path / "ckpt" / "d0/f000.bin"), str(tmp_path / "x" / "a"), 1,
                   confined=True)
-    assert action.offload.order(job) is None  # type: ignore[attr-defined]
+    assert not action.offload.sends(job)  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------- failure paths
@@ -439,7 +451,7 @@ def test_the_worker_loop_reports_each_file_and_goes_on(tmp_path: Path) -> None:
 def test_a_stopped_worker_is_not_left_behind(tmp_path: Path) -> None:
     """``Helper.abort`` ends a worker whatever it was doing (here: stopped by a signal)."""
     procs: list[object] = []
-    queue = copyworker.ChunkQueue([0], 1)
+    queue = copyworker.ChunkQueue([0], 1, 1)
     (tmp_path / "a").write_bytes(b"x")
     order = copyworker.CopyOrder(str(tmp_path / "a"), str(tmp_path / "b"),
                                  str(tmp_path / "b.partial"), "sha256")
