@@ -31,7 +31,6 @@ ones stay here, where a single chunk cannot hold a worker past ``STALL_S``).
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import subprocess
@@ -58,12 +57,14 @@ MAX_CHUNK_FILES = 512
 STALL_S = 60.0
 """A worker that answers no chunk in this long is taken for hung: killed, its chunk done here."""
 
-_BOOT = ("import sys;sys.path[:0]=sys.argv[2:];"
-         "import importlib.util as u;"
-         "s=u.spec_from_file_location('trainyard_copy_helper',sys.argv[1]);"
-         "m=u.module_from_spec(s);s.loader.exec_module(m);m.serve_stdio()")
-"""The worker's program: load ``localcopy.py`` from its file (argv[1]) with the folders of
-the hash packages (argv[2:]) on the path, and serve."""
+_BOOT = ("import sys,_frozen_importlib as b,_frozen_importlib_external as e;"
+         "sys.path[:0]=sys.argv[2:];"
+         "s=e.spec_from_file_location('trainyard_copy_helper',sys.argv[1]);"
+         "m=b.module_from_spec(s);s.loader.exec_module(m);m.serve_stdio()")
+"""The worker's program: load ``localcopy.py`` from its file (argv[1]; through the import
+machinery the interpreter has loaded already, so with its cached bytecode and without
+``importlib.util``'s imports: 2 to 6 ms less) with the folders of the hash packages
+(argv[2:]) on the path, and serve."""
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,10 @@ class CopyOrder:
     temp: str | None
     algo: str
 
-    def wire(self) -> list[str | None]:
-        return [self.source, self.target, self.temp, self.algo]
+    def wire(self) -> list[bytes]:
+        """The order's fields for ``localcopy.frame``."""
+        return [os.fsencode(self.source), os.fsencode(self.target),
+                os.fsencode(self.temp) if self.temp else b"", self.algo.encode()]
 
 
 @dataclass(frozen=True)
@@ -260,7 +263,7 @@ def _exchange(proc: subprocess.Popen[bytes], orders: list[CopyOrder],
     """Send one chunk, read its answer. Raises WorkerLost."""
     assert proc.stdin is not None and proc.stdout is not None
     deadline = time.monotonic() + stall_s
-    data = json.dumps([o.wire() for o in orders], separators=(",", ":")).encode() + b"\n"
+    data = localcopy.frame([field for o in orders for field in o.wire()])
     _send(proc.stdin.fileno(), data, deadline)
     return _parse(_receive(proc.stdout.fileno(), deadline), len(orders))
 
@@ -284,26 +287,34 @@ def _send(fd: int, data: bytes, deadline: float) -> None:
 
 
 def _receive(fd: int, deadline: float) -> bytes:
-    parts: list[bytes] = []
+    """One whole frame (``localcopy.frame``) from the worker. Raises WorkerLost."""
+    data = b""
     while True:
+        header, newline, rest = data.partition(b"\n")
+        if newline:
+            if not header.isdigit():
+                raise WorkerLost(f"not an answer: {data[:80]!r}")
+            if len(rest) >= int(header):
+                return data
         _wait(fd, False, deadline)
         part = os.read(fd, 1 << 16)
         if not part:
             raise WorkerLost("it exited")
-        parts.append(part)
-        if part.endswith(b"\n"):
-            return b"".join(parts)
+        data += part
 
 
-def _parse(line: bytes, count: int) -> list[Copied | str]:
-    """The worker's answer to a chunk of ``count`` orders. Raises WorkerLost."""
+def _parse(data: bytes, count: int) -> list[Copied | str]:
+    """The worker's answer (a whole frame) to a chunk of ``count`` orders. Raises
+    WorkerLost."""
+    header, _, payload = data.partition(b"\n")
     try:
-        raw = json.loads(line)
+        if not header.isdigit() or len(payload) != int(header):
+            raise ValueError("bad frame")
         answers: list[Copied | str] = [
-            Copied(int(size), str(value)) if size is not None else str(value)
-            for size, value in raw]
-    except (ValueError, TypeError) as exc:
-        raise WorkerLost(f"not an answer: {line[:80]!r}") from exc
+            Copied(int(size), value.decode()) if size else value.decode(errors="replace")
+            for size, value in localcopy.unframe(payload, 2)]
+    except ValueError as exc:
+        raise WorkerLost(f"not an answer: {data[:80]!r}") from exc
     if len(answers) != count:
         raise WorkerLost(f"{len(answers)} answers for {count} files")
     return answers

@@ -10,6 +10,7 @@ that the worker is certain to meet the file a test planted.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import signal
 import stat
@@ -21,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainyard.data import DatasetStore, Mover, copyworker, storage
+from trainyard.data import DatasetStore, Mover, copyworker, localcopy, storage
 from trainyard.data.checkpoints import CheckpointWriter
 from trainyard.data.transfer import FileJob, plan_uploads
 from trainyard.errors import DataError
@@ -424,28 +425,47 @@ def test_a_worker_that_cannot_start_leaves_the_work_here(
     assert [line for line in logs if "copy helper process lost (FileNotFoundError" in line]
 
 
-@pytest.mark.parametrize("answer", [b"not json\n", b"[[1]]\n", b"[]\n", b'[[3,"ab"],[3]]\n'])
+@pytest.mark.parametrize("answer", [b"not a frame", b"x\nabc", b"3\nab", b"4\n1\0ab",
+                                    b"0\n", b"6\n3\0ab\0x"])
 def test_an_answer_that_is_not_one_loses_the_worker(answer: bytes) -> None:
     with pytest.raises(copyworker.WorkerLost):
         copyworker._parse(answer, 2)
 
 
+def test_an_answer_is_read_whole_across_reads() -> None:
+    read_fd, write_fd = os.pipe()
+    try:
+        answer = localcopy.frame([b"3", b"ab", b"", b"OSError: x"])
+        os.write(write_fd, answer[:3])
+        writer = threading.Timer(0.1, lambda: os.write(write_fd, answer[3:]))
+        writer.start()
+        got = copyworker._receive(read_fd, time.monotonic() + _WAIT_S)
+        writer.join()
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    assert copyworker._parse(got, 2) == [copyworker.Copied(3, "ab"), "OSError: x"]
+
+
 def test_the_worker_loop_reports_each_file_and_goes_on(tmp_path: Path) -> None:
-    from trainyard.data import localcopy
-
     (tmp_path / "a").write_bytes(b"abc")
-    lines = iter([f'[["{tmp_path}/a","{tmp_path}/b",null,"sha256"],'
-                  f'["{tmp_path}/missing","{tmp_path}/c",null,"sha256"],'
-                  f'["{tmp_path}/a","{tmp_path}/d",null,"md5"]]\n'.encode(), b""])
+    odd = tmp_path / "new\nline \udcff"  # any byte but NUL is a path byte
+    orders = [copyworker.CopyOrder(str(tmp_path / "a"), str(odd), None, "sha256"),
+              copyworker.CopyOrder(str(tmp_path / "missing"), str(tmp_path / "c"),
+                                   str(tmp_path / "c.partial"), "sha256"),
+              copyworker.CopyOrder(str(tmp_path / "a"), str(tmp_path / "d"), None, "md5")]
+    chunk = localcopy.frame([field for order in orders for field in order.wire()])
+    stream = io.BytesIO(chunk + chunk)
     out: list[bytes] = []
-    localcopy.serve(lambda: next(lines), out.append)
-    import json
-
-    (ok, missing, unknown), = [json.loads(line) for line in out]
-    assert ok == [3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"]
-    assert missing[0] is None and missing[1].startswith("FileNotFoundError")
-    assert unknown[0] is None and "md5" in unknown[1]
-    assert (tmp_path / "b").read_bytes() == b"abc" and not (tmp_path / "c").exists()
+    localcopy.serve(stream.readline, stream.read, out.append)
+    assert len(out) == 2 and out[0] == out[1]  # the loop goes on: the second chunk alike
+    ok, missing, unknown = copyworker._parse(out[0], 3)
+    assert ok == copyworker.Copied(
+        3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+    assert isinstance(missing, str) and missing.startswith("FileNotFoundError")
+    assert isinstance(unknown, str) and "md5" in unknown
+    assert odd.read_bytes() == b"abc"
+    assert not (tmp_path / "c").exists() and not (tmp_path / "c.partial").exists()
 
 
 def test_a_stopped_worker_is_not_left_behind(tmp_path: Path) -> None:
