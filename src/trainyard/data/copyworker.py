@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from trainyard.data import localcopy
 
@@ -141,49 +141,63 @@ class WorkerLost(Exception):
     """The worker died, hung past ``STALL_S``, or answered something that is not an answer."""
 
 
-@dataclass
 class Helper:
-    """A helper thread driving one worker process over a ``ChunkQueue``.
+    """A helper thread driving one worker process.
 
-    Args:
+    ``start`` spawns the worker at once, so that its start (10-20 ms) overlaps the caller's
+    preparations; ``feed`` then gives it its work, or ``abort`` drops it (the caller
+    decided not to share, or failed). One of the two must follow ``start``.
+
+    Args of ``feed``:
         queue: the chunks to share with the caller's own loop.
         order_of: the ``CopyOrder`` of job ``index`` (called once per index, in the helper
             thread).
         on_chunk: called in the helper thread with (index, ``Copied`` or the worker's error
             text) for each file of a chunk the worker answered; the caller records it or
             decides to redo the file.
-        log: one line when the worker is lost.
 
-    After ``join``: ``lost`` holds the indices of chunks the worker never answered (their
-    temp files removed), for the caller to do itself.
+    After ``join``: ``lost`` holds the indices of the chunk the worker never answered (its
+    temp files removed), for the caller to do itself; the caller's loop took the others.
     """
 
-    queue: ChunkQueue
-    order_of: Callable[[int], CopyOrder]
-    on_chunk: Callable[[int, Copied | str], None]
-    log: Callable[[str], None]
-    lost: list[int] = field(default_factory=list)
-    proc: subprocess.Popen[bytes] | None = None
-    _thread: threading.Thread | None = None
-    _abort: threading.Event = field(default_factory=threading.Event)
-
-    def start(self) -> Helper:
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log = log
+        self.lost: list[int] = []
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.fed = False
+        self._work: tuple[ChunkQueue, Callable[[int], CopyOrder],
+                          Callable[[int, Copied | str], None]] | None = None
+        self._wake = threading.Event()
+        self._abort = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trainyard-copy-helper",
                                         daemon=True)
+
+    def start(self) -> Helper:
         self._thread.start()
+        return self
+
+    def feed(self, queue: ChunkQueue, order_of: Callable[[int], CopyOrder],
+             on_chunk: Callable[[int, Copied | str], None]) -> Helper:
+        """Give the started worker its work (see the class)."""
+        self._work, self.fed = (queue, order_of, on_chunk), True
+        self._wake.set()
         return self
 
     def join(self) -> None:
         """Wait for the worker's last chunk (at most ``STALL_S``), then end the worker."""
-        if self._thread is not None:
+        if self._thread.is_alive():
             self._thread.join()
 
     def abort(self) -> None:
-        """Stop now: kill the worker, forget its chunk (the caller failed; nothing to redo)."""
+        """Stop now: kill the worker, forget its chunk (nothing to redo: the caller failed or
+        does not share)."""
         self._abort.set()
-        self.queue.stop()
+        if self._work is not None:
+            self._work[0].stop()
+        self._wake.set()
         self._kill()
         self.join()
+        self._kill()  # spawned after the first kill: the thread closed it; reap it
 
     def _run(self) -> None:
         chunk: list[int] = []
@@ -191,12 +205,15 @@ class Helper:
         stderr = tempfile.TemporaryFile()
         try:
             self.proc = _spawn(stderr)
-            while not self._abort.is_set() and (chunk := self.queue.take() or []):
-                orders = [self.order_of(i) for i in chunk]
-                answers = _exchange(self.proc, orders, STALL_S)
-                for index, answer in zip(chunk, answers, strict=True):
-                    self.on_chunk(index, answer)
-                chunk, orders = [], []
+            self._wake.wait()
+            if self._work is not None:
+                queue, order_of, on_chunk = self._work
+                while not self._abort.is_set() and (chunk := queue.take() or []):
+                    orders = [order_of(i) for i in chunk]
+                    answers = _exchange(self.proc, orders, STALL_S)
+                    for index, answer in zip(chunk, answers, strict=True):
+                        on_chunk(index, answer)
+                    chunk, orders = [], []
             _close(self.proc)
         except Exception as exc:  # noqa: BLE001 - any failure: the caller does the rest
             self._kill()

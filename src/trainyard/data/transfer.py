@@ -13,6 +13,7 @@ folder (or URL) being transferred, with ``/`` separators.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import operator
@@ -20,7 +21,7 @@ import os
 import posixpath
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -346,7 +347,8 @@ class Mover:
     # ------------------------------------------------------------------ running jobs
 
     def run(self, jobs: Sequence[FileJob], action: JobAction, label: str,
-            loc: Location | None = None) -> TransferStats:
+            loc: Location | None = None,
+            helper: copyworker.Helper | None = None) -> TransferStats:
         """Run ``action`` on every job; each returns an optional digest, or ``Moved``
         (digest and the size of the bytes moved, recorded in ``TransferStats.sizes``).
 
@@ -357,7 +359,8 @@ class Mover:
         99 us per file in one thread, 142 us in two; docs/benchmarks.md). Such a transfer
         shares its files with a copy helper process instead where that pays
         (``copyworker``: an action with an ``Offload``, ``DataConfig.workers`` >= 2, enough
-        files, two CPUs).
+        files, two CPUs). ``helper``: a copy helper already started for this transfer
+        (``early_helper``); used or ended here.
 
         Raises:
             DataError: a job failed for good: names its file, both ends and the cause.
@@ -366,12 +369,24 @@ class Mover:
         started = time.perf_counter()
         self.progress.start(label, len(jobs), sum(j.size for j in jobs))
         try:
-            for job, result in self._execute(jobs, action, self._workers(loc, jobs)):
+            for job, result in self._execute(jobs, action, self._workers(loc, jobs), helper):
                 _record(stats, job, result)
         finally:
+            if helper is not None and not helper.fed:
+                helper.abort()  # started early, not used after all
             self.progress.finish()
         stats.seconds = time.perf_counter() - started
         return stats
+
+    def early_helper(self, loc: Location, count: int, total_bytes: int,
+                     sending: bool) -> copyworker.Helper | None:
+        """A copy helper started now, when ``run`` will share these files with one: a
+        ``file://`` transfer with digests (``sending``) of enough small files, two CPUs,
+        ``DataConfig.workers`` >= 2. Its start then overlaps building the jobs."""
+        if not (sending and loc.is_local and self.config.workers >= 2) \
+                or total_bytes >= SMALL_FILE_BYTES * count or not copyworker.pays(count):
+            return None
+        return copyworker.Helper(self.log).start()
 
     def _workers(self, loc: Location | None, jobs: Sequence[FileJob]) -> int:
         if loc is None or not loc.is_local:
@@ -380,8 +395,9 @@ class Mover:
             return 1
         return max(1, min(self.config.workers, os.cpu_count() or 1))
 
-    def _execute(self, jobs: Sequence[FileJob], action: JobAction,
-                 workers: int) -> Iterable[tuple[FileJob, str | Moved | None]]:
+    def _execute(self, jobs: Sequence[FileJob], action: JobAction, workers: int,
+                 helper: copyworker.Helper | None = None
+                 ) -> Iterable[tuple[FileJob, str | Moved | None]]:
         """Each worker thread takes the next job until none is left (one task per worker,
         not one future per file: with many small files the pool's per-job bookkeeping and
         hand-offs cost more than the copies). After a failure no job starts; the first
@@ -389,7 +405,7 @@ class Mover:
         offload: Offload | None = getattr(action, "offload", None)
         if workers <= 1 and offload is not None and self.config.workers >= 2 \
                 and copyworker.pays(len(jobs)):
-            return self._execute_shared(jobs, action, offload)
+            return self._execute_shared(jobs, action, offload, helper)
         if len(jobs) <= 1 or workers <= 1:
             return [(job, self._one(job, action)) for job in jobs]
         digests: list[str | Moved | None] = [None] * len(jobs)
@@ -415,8 +431,9 @@ class Mover:
                 raise _first_error(failed)
         return list(zip(jobs, digests, strict=True))
 
-    def _execute_shared(self, jobs: Sequence[FileJob], action: JobAction,
-                        offload: Offload) -> list[tuple[FileJob, str | Moved | None]]:
+    def _execute_shared(self, jobs: Sequence[FileJob], action: JobAction, offload: Offload,
+                        helper: copyworker.Helper | None
+                        ) -> list[tuple[FileJob, str | Moved | None]]:
         """Share the jobs with a copy helper process (``copyworker``): this thread does the
         jobs that cannot be sent, then takes chunks from the queue the helper takes from;
         files the helper failed, copied unacceptably, or lost (a dead or hung worker) are
@@ -440,8 +457,8 @@ class Mover:
             self.progress.file_done(job.rel)
 
         queue = copyworker.ChunkQueue(sent)
-        helper = copyworker.Helper(queue, lambda i: offload.order(jobs[i]), on_answer,
-                                   self.log).start()
+        helper = (helper or copyworker.Helper(self.log).start()).feed(
+            queue, lambda i: offload.order(jobs[i]), on_answer)
         try:
             for index in sorted(set(range(len(jobs))).difference(sent)):
                 results[index] = self._one(jobs[index], action)
@@ -566,11 +583,15 @@ class Mover:
         Raises:
             DataError: a file failed for good.
         """
-        join, url = _joiner(loc.root), loc.url.rstrip("/")
-        jobs = [FileJob(f.rel, str(f.path), join(f.rel), f.size,
-                        where=f"{f.path} -> {url}/{f.rel}", confined=f.confined)
-                for f in files]
-        stats = self.run(jobs, self.upload_action(loc, digest, algo, staged), "upload", loc)
+        helper = self.early_helper(loc, len(files), sum(f.size for f in files),
+                                   digest and not any(f.confined for f in files))
+        with _ended_on_error(helper):
+            join, url = _joiner(loc.root), loc.url.rstrip("/")
+            jobs = [FileJob(f.rel, str(f.path), join(f.rel), f.size,
+                            where=f"{f.path} -> {url}/{f.rel}", confined=f.confined)
+                    for f in files]
+        stats = self.run(jobs, self.upload_action(loc, digest, algo, staged), "upload", loc,
+                         helper)
         self.log(stats.summary(verb, f"to {loc.show()}"))
         return stats
 
@@ -583,16 +604,30 @@ class Mover:
             DataError: a file failed for good.
         """
         digests = digests or {}
-        for f in files:
-            _check_target(dest, f.rel)
-        join = _joiner(str(dest))  # strings, not Path objects: per-file cost matters
-        url = _file_url if loc.is_local else loc.fs.unstrip_protocol
-        jobs = [FileJob(f.rel, f.path, target, f.size, digests.get(f.rel),
-                        where=f"{url(f.path)} -> {target}")
-                for f in files for target in (join(f.rel),)]
-        stats = self.run(jobs, self.download_action(loc), "download", loc)
+        helper = self.early_helper(loc, len(files), sum(f.size for f in files),
+                                   len(digests) >= len(files))
+        with _ended_on_error(helper):
+            for f in files:
+                _check_target(dest, f.rel)
+            join = _joiner(str(dest))  # strings, not Path objects: per-file cost matters
+            url = _file_url if loc.is_local else loc.fs.unstrip_protocol
+            jobs = [FileJob(f.rel, f.path, target, f.size, digests.get(f.rel),
+                            where=f"{url(f.path)} -> {target}")
+                    for f in files for target in (join(f.rel),)]
+        stats = self.run(jobs, self.download_action(loc), "download", loc, helper)
         self.log(stats.summary("downloaded", f"from {loc.show()}"))
         return stats
+
+
+@contextlib.contextmanager
+def _ended_on_error(helper: copyworker.Helper | None) -> Iterator[None]:
+    """End an early-started copy helper when preparing its transfer fails."""
+    try:
+        yield
+    except BaseException:
+        if helper is not None:
+            helper.abort()
+        raise
 
 
 def _record(stats: TransferStats, job: FileJob, result: str | Moved | None) -> None:

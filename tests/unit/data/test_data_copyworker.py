@@ -487,9 +487,25 @@ def test_a_stopped_worker_is_not_left_behind(tmp_path: Path) -> None:
     real = copyworker._spawn
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(copyworker, "_spawn", spawn)
-        helper = copyworker.Helper(queue, lambda _i: order, lambda _i, _a: None,
-                                   lambda _l: None).start()
+        helper = copyworker.Helper(lambda _l: None).start().feed(
+            queue, lambda _i: order, lambda _i, _a: None)
         assert started.wait(_WAIT_S)
         helper.abort()
     assert procs[0].returncode == -signal.SIGKILL  # type: ignore[attr-defined]
     assert helper.lost == [] and not (tmp_path / "b.partial").exists()
+
+
+def test_a_worker_started_early_ends_when_its_transfer_is_refused(
+        tmp_path: Path, spawned: list[object]) -> None:
+    """The worker starts while the jobs are built; a download refused then (a crafted path)
+    does not leave it behind."""
+    from trainyard.data.storage import RemoteFile
+
+    mover = Mover()
+    files = [RemoteFile(str(tmp_path / f"f{i}"), f"f{i}", 10) for i in range(8)]
+    files.append(RemoteFile(str(tmp_path / "x"), "../outside", 10))
+    with pytest.raises(DataError, match="refused to download '../outside'"):
+        mover.download_files(files, mover.location(tmp_path), tmp_path / "back",
+                             {f.rel: "blake3:" + "0" * 64 for f in files})
+    assert len(spawned) == 1 and spawned[0].poll() is not None  # type: ignore[attr-defined]
+    assert not [t for t in threading.enumerate() if t.name == "trainyard-copy-helper"]
