@@ -57,6 +57,7 @@ from trainyard.data import storage
 from trainyard.data.storage import Location, RemoteFile
 from trainyard.data.transfer import (LocalFile, Mover, TransferStats, fast_digest_algo, file_filter,
                                      split_digest)
+from trainyard.data.transfer import _joiner as joiner
 from trainyard.errors import DataError, ForbiddenError, NotFoundError
 
 __all__ = ["Actor", "DatasetFile", "DatasetVersion", "DatasetInfo", "DatasetStore", "parse_ref",
@@ -380,8 +381,8 @@ class DatasetStore:
         """
         version = check_inside(self.resolve(ref))
         chosen = _select(version, path, file_filter(regex))
-        data = self.loc.join(version.name, "data", version.upload_id)
-        remote = [RemoteFile(posixpath.join(data, f.path), rel, f.size) for rel, f in chosen]
+        join = joiner(self.loc.join(version.name, "data", version.upload_id))  # per file: cheap
+        remote = [RemoteFile(join(f.path), rel, f.size) for rel, f in chosen]
         dest.mkdir(parents=True, exist_ok=True)
         stats = self.mover.download_files(remote, self.loc, dest, {rel: f.digest for rel, f in chosen})
         return version, stats
