@@ -31,6 +31,7 @@ ones stay here, where a single chunk cannot hold a worker past ``STALL_S``).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import select
 import subprocess
@@ -39,7 +40,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from trainyard.data import localcopy
 
@@ -54,6 +57,12 @@ CHUNK_FILES = 32
 """The smallest chunk, at the end of the list, so that the two sides finish together."""
 MAX_CHUNK_FILES = 512
 """The largest chunk (with files below ``MAX_FILE_BYTES``, well within ``STALL_S``)."""
+IN_FLIGHT = 2
+"""Chunks sent to the worker ahead of its answers: it works on the next one while this
+process reads the answers to the last one and prepares another (it never waits for us)."""
+PIPE_BYTES = 1024 * 1024
+"""The pipes' size (``F_SETPIPE_SZ``; Linux lets any user ask this much): a chunk's orders
+and answers fit, so that writing the next chunk never waits for the worker's answers."""
 STALL_S = 60.0
 """A worker that answers no chunk in this long is taken for hung: killed, its chunk done here."""
 
@@ -67,10 +76,10 @@ machinery the interpreter has loaded already, so with its cached bytecode and wi
 (argv[2:]) on the path, and serve."""
 
 
-@dataclass(frozen=True)
-class CopyOrder:
+class CopyOrder(NamedTuple):
     """One file for the worker: ``localcopy.copy_file(source, target, new(algo), None,
-    temp)``. ``temp`` None writes ``target`` in place (a staged upload)."""
+    temp)``. ``temp`` None writes ``target`` in place (a staged upload). (A named tuple:
+    one is made per file, at a third of a frozen dataclass's cost.)"""
 
     source: str
     target: str
@@ -200,34 +209,47 @@ class Helper:
         self._kill()  # spawned after the first kill: the thread closed it; reap it
 
     def _run(self) -> None:
-        chunk: list[int] = []
-        orders: list[CopyOrder] = []
+        in_flight: deque[tuple[list[int], list[CopyOrder]]] = deque()
         stderr = tempfile.TemporaryFile()
         try:
             self.proc = _spawn(stderr)
             self._wake.wait()
             if self._work is not None:
-                queue, order_of, on_chunk = self._work
-                while not self._abort.is_set() and (chunk := queue.take() or []):
-                    orders = [order_of(i) for i in chunk]
-                    answers = _exchange(self.proc, orders, STALL_S)
-                    for index, answer in zip(chunk, answers, strict=True):
-                        on_chunk(index, answer)
-                    chunk, orders = [], []
+                self._serve(self.proc, *self._work, in_flight)
             _close(self.proc)
         except Exception as exc:  # noqa: BLE001 - any failure: the caller does the rest
             self._kill()
-            self._give_back(chunk, orders, f"{type(exc).__name__}: {exc}", stderr)
+            self._give_back(in_flight, f"{type(exc).__name__}: {exc}", stderr)
         finally:
             stderr.close()
 
-    def _give_back(self, chunk: list[int], orders: list[CopyOrder], why: str,
+    def _serve(self, proc: subprocess.Popen[bytes], queue: ChunkQueue,
+               order_of: Callable[[int], CopyOrder], on_chunk: Callable[[int, Copied | str], None],
+               in_flight: deque[tuple[list[int], list[CopyOrder]]]) -> None:
+        """Keep ``IN_FLIGHT`` chunks sent; answer the oldest as its answer comes. Raises
+        WorkerLost (``in_flight`` then holds what was not answered)."""
+        pending = bytearray()
+        while True:
+            while len(in_flight) < IN_FLIGHT and not self._abort.is_set() \
+                    and (chunk := queue.take()):
+                in_flight.append((chunk, [order_of(i) for i in chunk]))
+                _send_orders(proc, in_flight[-1][1], time.monotonic() + STALL_S)
+            if not in_flight:
+                return
+            answers = _answers(proc, len(in_flight[0][0]), time.monotonic() + STALL_S, pending)
+            chunk, _orders = in_flight.popleft()
+            for index, answer in zip(chunk, answers, strict=True):
+                on_chunk(index, answer)
+
+    def _give_back(self, in_flight: deque[tuple[list[int], list[CopyOrder]]], why: str,
                    stderr: tempfile._TemporaryFileWrapper[bytes]) -> None:
-        """The worker is dead: remove the temp files its chunk may have left (the names
-        were chosen here), and hand the chunk back (``lost``) unless aborted."""
-        for order in orders:
-            if order.temp is not None:
-                _remove(order.temp)
+        """The worker is dead: remove the temp files its chunks may have left (the names
+        were chosen here), and hand the chunks back (``lost``) unless aborted."""
+        chunk = [index for indices, _orders in in_flight for index in indices]
+        for _indices, orders in in_flight:
+            for order in orders:
+                if order.temp is not None:
+                    _remove(order.temp)
         if self._abort.is_set():
             return
         self.lost.extend(chunk)  # the caller's loop takes the chunks left; this worker is done
@@ -250,8 +272,14 @@ def _spawn(stderr: tempfile._TemporaryFileWrapper[bytes]) -> subprocess.Popen[by
     ``localcopy.serve_stdio``, with only the folder of this process's ``blake3`` added to
     its path."""
     command = [sys.executable, "-I", "-S", "-c", _BOOT, localcopy.__file__, *_hash_paths()]
-    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=stderr, close_fds=True)
+    for pipe in (proc.stdin, proc.stdout):
+        try:
+            fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)  # type: ignore[union-attr]
+        except (AttributeError, OSError):
+            pass  # an older kernel, or a lower limit: a large chunk's write then waits
+    return proc
 
 
 def _hash_paths() -> list[str]:
@@ -275,14 +303,20 @@ def _close(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _exchange(proc: subprocess.Popen[bytes], orders: list[CopyOrder],
-              stall_s: float) -> list[Copied | str]:
-    """Send one chunk, read its answer. Raises WorkerLost."""
-    assert proc.stdin is not None and proc.stdout is not None
-    deadline = time.monotonic() + stall_s
-    data = localcopy.frame([field for o in orders for field in o.wire()])
-    _send(proc.stdin.fileno(), data, deadline)
-    return _parse(_receive(proc.stdout.fileno(), deadline), len(orders))
+def _send_orders(proc: subprocess.Popen[bytes], orders: list[CopyOrder],
+                 deadline: float) -> None:
+    """Send one chunk of orders. Raises WorkerLost."""
+    assert proc.stdin is not None
+    _send(proc.stdin.fileno(), localcopy.frame([f for o in orders for f in o.wire()]),
+          deadline)
+
+
+def _answers(proc: subprocess.Popen[bytes], count: int, deadline: float,
+             pending: bytearray) -> list[Copied | str]:
+    """Read the answers to the oldest chunk sent (``count`` orders; ``pending``: as
+    ``_receive``). Raises WorkerLost."""
+    assert proc.stdout is not None
+    return _parse(_receive(proc.stdout.fileno(), deadline, pending), count)
 
 
 def _wait(fd: int, writing: bool, deadline: float) -> None:
@@ -303,21 +337,25 @@ def _send(fd: int, data: bytes, deadline: float) -> None:
             raise WorkerLost("it exited") from exc
 
 
-def _receive(fd: int, deadline: float) -> bytes:
-    """One whole frame (``localcopy.frame``) from the worker. Raises WorkerLost."""
-    data = b""
+def _receive(fd: int, deadline: float, pending: bytearray) -> bytes:
+    """One whole frame (``localcopy.frame``) from the worker; ``pending`` holds what was
+    read beyond it (the start of the next answer) for the next call. Raises WorkerLost."""
     while True:
-        header, newline, rest = data.partition(b"\n")
-        if newline:
+        end = pending.find(b"\n")
+        if end >= 0:
+            header = bytes(pending[:end])
             if not header.isdigit():
-                raise WorkerLost(f"not an answer: {data[:80]!r}")
-            if len(rest) >= int(header):
+                raise WorkerLost(f"not an answer: {bytes(pending[:80])!r}")
+            size = end + 1 + int(header)
+            if len(pending) >= size:
+                data = bytes(pending[:size])
+                del pending[:size]
                 return data
         _wait(fd, False, deadline)
-        part = os.read(fd, 1 << 16)
+        part = os.read(fd, PIPE_BYTES)
         if not part:
             raise WorkerLost("it exited")
-        data += part
+        pending += part
 
 
 def _parse(data: bytes, count: int) -> list[Copied | str]:

@@ -439,8 +439,13 @@ def test_an_answer_is_read_whole_across_reads() -> None:
         os.write(write_fd, answer[:3])
         writer = threading.Timer(0.1, lambda: os.write(write_fd, answer[3:]))
         writer.start()
-        got = copyworker._receive(read_fd, time.monotonic() + _WAIT_S)
+        pending = bytearray()
+        got = copyworker._receive(read_fd, time.monotonic() + _WAIT_S, pending)
         writer.join()
+        second = localcopy.frame([b"1", b"c"])
+        os.write(write_fd, second + second[:4])  # a whole answer and the start of the next
+        assert copyworker._receive(read_fd, time.monotonic() + _WAIT_S, pending) == second
+        assert pending == bytearray(second[:4])
     finally:
         os.close(read_fd)
         os.close(write_fd)
