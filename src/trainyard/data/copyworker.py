@@ -14,8 +14,8 @@ error).
 
 How the work is shared. The files go in chunks (``ChunkQueue``: large while much is left,
 small at the end) to whoever asks next: this process's own loop and a helper thread that
-feeds the worker one chunk at a time. A worker that gets no CPU (a busy machine) simply
-takes fewer chunks.
+keeps the worker two chunks ahead (``IN_FLIGHT``: it never waits for this process to read
+its answers). A worker that gets no CPU (a busy machine) simply takes fewer chunks.
 
 Nothing is lost. The parent chooses every temp name. A file the worker reports failed, or
 whose digest a download does not expect, is done again here with the transfer's usual
@@ -26,7 +26,9 @@ folders) are never sent: only the parent's ``safefs`` path opens those.
 
 When. Only where it pays (``pays``): at least ``MIN_FILES`` files to send, two CPUs this
 process may run on (``os.sched_getaffinity``), and files below ``MAX_FILE_BYTES`` (larger
-ones stay here, where a single chunk cannot hold a worker past ``STALL_S``).
+ones stay here, where a single chunk cannot hold a worker past ``STALL_S``); the caller
+(``transfer.Mover``) adds its own conditions (small files on ``file://``, digests taken,
+``DataConfig.workers`` >= 2). Measured in docs/benchmarks.md, "Many small files".
 """
 
 from __future__ import annotations
@@ -39,9 +41,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from trainyard.data import localcopy
@@ -50,7 +51,7 @@ __all__ = ["CopyOrder", "Copied", "Helper", "ChunkQueue", "WorkerLost", "pays", 
            "MIN_FILES", "MAX_FILE_BYTES", "CHUNK_FILES", "MAX_CHUNK_FILES", "STALL_S"]
 
 MIN_FILES = 500
-"""Fewer files than this are not worth a worker's start (about 20 ms of CPU)."""
+"""Fewer files than this are not worth a worker's start (about 11 ms of CPU, 15 ms)."""
 MAX_FILE_BYTES = 1024 * 1024
 """Files from this size on are copied in this process (a chunk stays short)."""
 CHUNK_FILES = 32
@@ -92,8 +93,7 @@ class CopyOrder(NamedTuple):
                 os.fsencode(self.temp) if self.temp else b"", self.algo.encode()]
 
 
-@dataclass(frozen=True)
-class Copied:
+class Copied(NamedTuple):
     """What the worker copied: size in bytes and hex digest of the bytes written."""
 
     size: int
@@ -165,7 +165,7 @@ class Helper:
             text) for each file of a chunk the worker answered; the caller records it or
             decides to redo the file.
 
-    After ``join``: ``lost`` holds the indices of the chunk the worker never answered (its
+    After ``join``: ``lost`` holds the indices of the chunks the worker never answered (their
     temp files removed), for the caller to do itself; the caller's loop took the others.
     """
 
