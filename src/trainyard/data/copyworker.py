@@ -237,9 +237,9 @@ class Helper:
             if not in_flight:
                 return
             answers = _answers(proc, len(in_flight[0][0]), time.monotonic() + STALL_S, pending)
-            chunk, _orders = in_flight.popleft()
-            for index, answer in zip(chunk, answers, strict=True):
+            for index, answer in zip(in_flight[0][0], answers, strict=True):
                 on_chunk(index, answer)
+            in_flight.popleft()  # only now: a chunk whose answers failed midway is redone whole
 
     def _give_back(self, in_flight: deque[tuple[list[int], list[CopyOrder]]], why: str,
                    stderr: tempfile._TemporaryFileWrapper[bytes]) -> None:

@@ -514,3 +514,33 @@ def test_a_worker_started_early_ends_when_its_transfer_is_refused(
                              {f.rel: "blake3:" + "0" * 64 for f in files})
     assert len(spawned) == 1 and spawned[0].poll() is not None  # type: ignore[attr-defined]
     assert not [t for t in threading.enumerate() if t.name == "trainyard-copy-helper"]
+
+
+def test_a_failure_while_taking_the_answers_redoes_the_whole_chunk_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker_takes_all: None) -> None:
+    """An error in this process's handling of an answer (here: the first accepted file of a
+    download) loses the worker, never a file: its whole chunk is done here."""
+    tree = _tree(tmp_path / "src", 12)
+    store = DatasetStore()
+    store.upload("ds", plan_uploads([f"{tmp_path / 'src'}/"], None))
+    calls: list[int] = []
+    real = Mover.download_action
+
+    def download_action(self: Mover, loc: object) -> object:
+        action = real(self, loc)  # type: ignore[arg-type]
+        accept = action.offload.accept  # type: ignore[attr-defined]
+
+        def failing_once(job: FileJob, copied: copyworker.Copied) -> object:
+            calls.append(1)
+            if len(calls) == 2:
+                raise PermissionError("cannot check")
+            return accept(job, copied)
+
+        object.__setattr__(action.offload, "accept", failing_once)  # type: ignore[attr-defined]
+        return action
+
+    monkeypatch.setattr(Mover, "download_action", download_action)
+    logs: list[str] = []
+    _, stats = DatasetStore(None, Mover(log=logs.append)).download("ds", tmp_path / "back")
+    assert _read(tmp_path / "back") == tree and len(stats.digests) == len(tree)
+    assert [line for line in logs if "copy helper process lost (PermissionError" in line]
