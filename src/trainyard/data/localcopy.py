@@ -23,6 +23,10 @@ file before and after, and the count of bytes copied): ``SourceChanged`` otherwi
 The mapping of the target is read only after its bytes were written, and only those bytes, so
 it cannot fault on a file that is shorter than mapped unless another process of the same user
 truncates the freshly created file meanwhile (which could as well kill the process).
+
+The copy helper process (``copyworker``) runs this module by its file path in a fresh
+interpreter and copies with ``copy_file`` too (``serve``, at the end): so the module imports
+only the standard library, and that lazily where it can.
 """
 
 from __future__ import annotations
@@ -45,8 +49,9 @@ if TYPE_CHECKING:  # concurrent.futures is imported where used (8 ms more)
 
         def update(self, data: bytes | bytearray | memoryview | mmap.mmap, /) -> object: ...
 
-__all__ = ["SourceChanged", "copy_file", "copy_order", "serve", "serve_stdio", "BUFFER_BYTES", "PIPELINE_MIN_BYTES",
-           "PIPELINE_CHUNK_BYTES", "PIPELINE_DEPTH"]
+
+__all__ = ["SourceChanged", "copy_file", "copy_order", "frame", "unframe", "serve", "serve_stdio",
+           "BUFFER_BYTES", "PIPELINE_MIN_BYTES", "PIPELINE_CHUNK_BYTES", "PIPELINE_DEPTH"]
 
 BUFFER_BYTES = 256 * 1024
 PIPELINE_MIN_BYTES = 16 * 1024 * 1024

@@ -135,8 +135,8 @@ _TREES = st.dictionaries(
     st.binary(max_size=3000), min_size=4, max_size=30)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(tree=_TREES)
 def test_shared_with_a_worker_gives_what_this_process_alone_gives(
         tmp_path_factory: pytest.TempPathFactory, tree: dict[str, bytes]) -> None:
@@ -165,7 +165,8 @@ def test_the_worker_really_copies_and_reports_sizes_and_digests(
     store = DatasetStore(None, Mover(log=logs.append))
     version = store.upload("ds", plan_uploads([f"{tmp_path / 'src'}/"], None))
     store.download("ds", tmp_path / "back")
-    assert len(spawned) == 2 and all(p.returncode == 0 for p in spawned)  # type: ignore[attr-defined]
+    assert len(spawned) == 2  # the upload's and the download's, both ended well
+    assert all(p.returncode == 0 for p in spawned)  # type: ignore[attr-defined]
     assert {f.path: f.size for f in version.files} == {r: len(d) for r, d in tree.items()}
     assert _read(tmp_path / "back") == tree
     assert not [line for line in logs if "helper" in line]
