@@ -27,6 +27,7 @@ from trainyard.data.checkpoints import CheckpointWriter
 from trainyard.data.transfer import FileJob, plan_uploads
 from trainyard.errors import DataError
 
+_USABLE_CPUS = copyworker.usable_cpus
 _WAIT_S = 60.0  # generous: the machine is shared and loaded; the tests wait for events
 
 
@@ -191,7 +192,7 @@ def test_no_worker_for_one_cpu_few_files_or_one_data_worker(
 
 
 def test_pays_needs_two_cpus_of_this_process_affinity(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.undo()
+    monkeypatch.setattr(copyworker, "usable_cpus", _USABLE_CPUS)  # the real one, not the fixture's
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0})
     assert copyworker.usable_cpus() == 1 and not copyworker.pays(10**6)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 3})
