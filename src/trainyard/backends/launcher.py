@@ -105,7 +105,7 @@ import trainyard
 from trainyard.backends import netns
 from trainyard.backends.router import EgressRouter, GroupLink, probe_router
 from trainyard.errors import BackendError
-from trainyard.runner import proctree
+from trainyard.runner import nsgate, proctree
 from trainyard.runner.hosted import ENDED, HostedRunner
 
 __all__ = ["LauncherClient", "address_name", "fingerprint", "serve", "main"]
@@ -877,6 +877,10 @@ def serve(name: str, idle_s: float = 300.0, group_grace_s: float = 5.0) -> int:
     load_data_hook()  # the data layer (fsspec) too, for tasks with inputs, outputs, checkpoints
     _raise_open_files_limit()  # hosted runners keep their logs and pipes open in this process
     gc.freeze()  # what is imported now is never collected: a child's GC pass leaves it unshared
+    if os.geteuid() == 0:  # hosted runners' user namespaces: no exec per task (runner.nsgate)
+        why_not = nsgate.start()
+        if why_not is not None:
+            _say(f"launcher: {why_not}; each task's user namespace is set up with nsenter")
 
     launcher = _Launcher(name, idle_s, group_grace_s)
     if not launcher.bind():
