@@ -11,10 +11,18 @@ dies with it; the task is reported LOST). An index entry under
 ``<state_dir>/attempts/`` maps the attempt's key to its run_dir, written BEFORE the start
 (write-ahead: an attempt without one was surely never started, see ``unstarted``); the
 runner's pid, create time and GPUs (and ``hosted_by``, the launcher's name, for a hosted
-runner, whose pid is the launcher's) go to ``<run_dir>/launch.json`` after it, so a new
+runner, whose pid is the launcher's) go to ``<run_dir>/launch.json`` (written by the launcher
+as it starts the runner, before it replies), so a new
 backend object finds the attempt again (``recover``). A pid alone is never trusted (pids are
 reused): a process is the task's only while its create time matches; a hosted runner lives
 while its launcher does and its thread has not written ``runner.ended``.
+
+Several gangs ready at once (the engine's optional hook ``start_groups``): this thread
+prepares each gang's starts (the folders, ``run.json``, the index entry) while a sender thread
+hands the ones prepared so far to the launcher in one ``run_many`` request; the launcher
+starts each, writes its ``launch.json`` before replying, and answers per task. A gang is
+still all or none: a task that did not start fails its gang (its started peers are stopped),
+never the other gangs of the request (issue 11, throughput).
 
 Facts: ``poll`` tails each ``<run_dir>/events.jsonl`` (written by the runner) and reports each
 event once per backend object; a runner gone without EXITED is LOST (START_ERROR if it never
