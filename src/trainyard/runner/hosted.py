@@ -20,7 +20,6 @@ the backend's sign that the runner is gone, as a process's exit is for a runner 
 
 from __future__ import annotations
 
-import _thread
 import threading
 import traceback
 from collections.abc import Callable, Mapping
@@ -66,8 +65,8 @@ class HostedRunner:
         self._runner: Runner | None = None
         self._stop_wanted = False
         self._lock = threading.Lock()
-        self._started = False
-        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True,
+                                        name=f"runner {self.run_json.parent}")
 
     @property
     def run_dir(self) -> Path:
@@ -75,32 +74,17 @@ class HostedRunner:
         return self.run_json.parent
 
     def start(self) -> None:
-        """Start the thread; returns at once, without waiting for the thread to run:
-        ``threading.Thread.start`` waits until the new thread has held the GIL once, a
-        switch interval (5 ms) or more while other runner threads run Python, and the
-        launcher starts threads on its one serial loop (issue 11, throughput). A daemon
-        thread, as before.
-
-        Raises:
-            RuntimeError: no thread could be started.
-        """
+        """Start the thread; returns at once."""
         (self.run_dir / ENDED).unlink(missing_ok=True)
-        _thread.start_new_thread(self._bootstrap, ())
-        self._started = True
+        self._thread.start()
 
     def is_alive(self) -> bool:
-        """Whether the thread was started and has not ended."""
-        return self._started and not self._done.is_set()
+        """Whether the thread still runs."""
+        return self._thread.is_alive()
 
     def join(self, timeout_s: float | None = None) -> None:
-        """Wait for the thread to end (at most ``timeout_s``)."""
-        self._done.wait(timeout_s)
-
-    def _bootstrap(self) -> None:
-        try:
-            self._main()
-        finally:
-            self._done.set()
+        """Wait for the thread (at most ``timeout_s``)."""
+        self._thread.join(timeout_s)
 
     def stop(self) -> None:
         """Stop the attempt as SIGTERM stops a runner process (``Runner.request_stop``);
