@@ -122,10 +122,23 @@ def _busy_cpu_s() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def _live_children_cpu_s(proc: psutil.Process) -> float:
+    """CPU seconds of ``proc``'s children that still run, with the children they reaped: the
+    launcher's helpers, which live as long as it does (the egress router's pasta, the user
+    namespace gate and its per-task children), and whatever task is running at that moment."""
+    total = 0.0
+    for child in proc.children():
+        with contextlib.suppress(psutil.Error):
+            times = child.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
 class _LauncherCpu:
-    """CPU seconds of the local backend's launcher and its reaped children (runners, and
-    through them the sandboxed commands); 0 for the fake backend. Sampled every 0.2 s, as the
-    launcher exits once the engine releases it (its last sample counts)."""
+    """CPU seconds of the local backend's launcher and its children, reaped (runners, and
+    through them the sandboxed commands) or alive (``_live_children_cpu_s``); 0 for the fake
+    backend. Sampled every 0.2 s, as the launcher exits once the engine releases it (its last
+    sample counts)."""
 
     def __init__(self, state_dir: Path) -> None:
         self.name = address_name(state_dir)
@@ -148,7 +161,8 @@ class _LauncherCpu:
                 if proc is not None:
                     times = proc.cpu_times()
                     self.own = times.user + times.system
-                    self.last = self.own + times.children_user + times.children_system
+                    self.last = (self.own + times.children_user + times.children_system
+                                 + _live_children_cpu_s(proc))
             except psutil.Error:
                 proc = None
             if self.done.wait(0.2):

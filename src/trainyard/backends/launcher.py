@@ -32,6 +32,14 @@ line per connection, one JSON reply line (``{"error": "..."}`` on failure):
   group's namespace, made as for ``network``
 - ``{"op": "stop", "run_dir": PATH}`` -> ``{"running": bool}``: stop the hosted runner of
   that run folder (as SIGTERM stops a runner process); ``running``: its thread still runs
+- ``{"op": "run_many", "env": {...}, "runs": [RUN, ...]}`` -> ``{"results": [REPLY, ...]}``:
+  several ``run`` requests in one (each ``RUN`` as above without ``op``; one without ``env``
+  gets the shared ``env``), handled in order, each on its own: ``REPLY`` is that start's
+  ``{"pid", "created", "recorded"}`` or ``{"error": "..."}``, so one bad task does not stop
+  the others. A ``RUN`` with ``"launch_json": PATH, "launch": {...}`` is recorded there (the
+  dict with ``pid`` and ``created``) before the reply goes out; ``recorded`` says whether.
+  The local backend sends the starts of many groups this way while it prepares the next
+  ones (``LocalBackend.start_groups``): the engine no longer waits for one reply per task.
 
 The fingerprint hashes the interpreter and trainyard's source files, so code that changed
 (an upgrade, a developer's edit) gets a new launcher and never runs in an old one.
@@ -97,7 +105,7 @@ import trainyard
 from trainyard.backends import netns
 from trainyard.backends.router import EgressRouter, GroupLink, probe_router
 from trainyard.errors import BackendError
-from trainyard.runner import proctree, safefs
+from trainyard.runner import nsgate, proctree, safefs
 from trainyard.runner.hosted import ENDED, HostedRunner
 
 __all__ = ["LauncherClient", "address_name", "fingerprint", "serve", "main"]
@@ -162,6 +170,36 @@ class LauncherClient:
                               "cwd": str(cwd), "env": env, "group": group, "mode": mode,
                               "network": network})
         return int(reply["pid"]), float(reply["created"])
+
+    def run_many(self, runs: list[dict[str, Any]],
+                 env: dict[str, str]) -> list[tuple[int, float, bool] | BackendError]:
+        """Start several runners with one request (``run_many``, see the module docstring).
+
+        Args:
+            runs: one dict per runner with ``run``'s arguments by name (``run_json``,
+                ``out``, ``cwd``, ``group``, ``mode``, ``network``; ``env`` optional), and
+                optionally ``launch_json`` (a path) and ``launch`` (a dict): the launcher
+                writes ``launch`` with the start's ``pid`` and ``created`` there before
+                it replies (``_record``).
+            env: the environment of every run that names none.
+
+        Returns:
+            Per run, in order: (pid, create time of the process that runs it, whether
+            ``launch_json`` was written), or the ``BackendError`` that says why that one
+            did not start.
+
+        Raises:
+            BackendError: no launcher answers (none of them started).
+        """
+        message = {"op": "run_many", "env": env,
+                   "runs": [{k: (str(v) if isinstance(v, Path) else v) for k, v in run.items()}
+                            for run in runs]}
+        results = self.request(message)["results"]
+        if len(results) != len(runs):
+            raise BackendError(f"launcher: {len(results)} replies to {len(runs)} starts")
+        return [BackendError(f"launcher: {r['error']}") if "error" in r
+                else (int(r["pid"]), float(r["created"]), bool(r.get("recorded")))
+                for r in results]
 
     def stop_hosted(self, run_dir: Path, name: str | None = None) -> bool:
         """Stop the hosted runner of ``run_dir`` (starts no launcher).
@@ -451,7 +489,22 @@ class _Launcher:
                                  bool(request.get("egress", True)))
         if op == "run":
             return self._run(request)
+        if op == "run_many":
+            return {"results": [self._run_one_of(run, request.get("env", {}))
+                                for run in request["runs"]]}
         raise ValueError(f"unknown op {op!r}")
+
+    def _run_one_of(self, run: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+        """One start of a ``run_many`` request: its reply, or its own error. With
+        ``launch_json``, the start is recorded there first (``_record``)."""
+        try:
+            reply = self._run({"env": env, **run})
+        except Exception as exc:  # noqa: BLE001 - one bad start must not stop the others
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        if run.get("launch_json"):
+            reply["recorded"] = _record(Path(run["launch_json"]),
+                                        {**run.get("launch", {}), **reply})
+        return reply
 
     def _network(self, key: str, ports: list[int], egress: bool = True,
                  wait: bool = True) -> dict[str, Any]:
@@ -762,6 +815,23 @@ class _Launcher:
                 os.kill(group.ns_pid, signal.SIGKILL)
 
 
+def _record(path: Path, data: dict[str, Any]) -> bool:
+    """Write a start's record (the attempt's ``launch.json``: what the backend sent in
+    ``launch``, with the ``pid`` and ``created`` of the process that runs it) as the
+    backend would, 0600, whole or not at all. Returns False, said in the log, when it
+    cannot: the backend then writes it itself after the reply."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(data))
+        partial.replace(path)
+    except OSError as exc:
+        _say(f"launcher: could not record the start in {path}: {exc}")
+        return False
+    return True
+
+
 def _join_when_ready(ns_path: str, group: _Group) -> None:
     """A hosted runner's first step: join the group's namespace, then wait until its egress
     works (or is known to have failed, which ends the attempt)."""
@@ -810,6 +880,10 @@ def serve(name: str, idle_s: float = 300.0, group_grace_s: float = 5.0) -> int:
     load_data_hook()  # the data layer (fsspec) too, for tasks with inputs, outputs, checkpoints
     _raise_open_files_limit()  # hosted runners keep their logs and pipes open in this process
     gc.freeze()  # what is imported now is never collected: a child's GC pass leaves it unshared
+    if os.geteuid() == 0:  # hosted runners' user namespaces: no exec per task (runner.nsgate)
+        why_not = nsgate.start()
+        if why_not is not None:
+            _say(f"launcher: {why_not}; each task's user namespace is set up with nsenter")
 
     launcher = _Launcher(name, idle_s, group_grace_s)
     if not launcher.bind():

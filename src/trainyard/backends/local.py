@@ -11,10 +11,18 @@ dies with it; the task is reported LOST). An index entry under
 ``<state_dir>/attempts/`` maps the attempt's key to its run_dir, written BEFORE the start
 (write-ahead: an attempt without one was surely never started, see ``unstarted``); the
 runner's pid, create time and GPUs (and ``hosted_by``, the launcher's name, for a hosted
-runner, whose pid is the launcher's) go to ``<run_dir>/launch.json`` after it, so a new
+runner, whose pid is the launcher's) go to ``<run_dir>/launch.json`` (written by the launcher
+as it starts the runner, before it replies), so a new
 backend object finds the attempt again (``recover``). A pid alone is never trusted (pids are
 reused): a process is the task's only while its create time matches; a hosted runner lives
 while its launcher does and its thread has not written ``runner.ended``.
+
+Several gangs ready at once (the engine's optional hook ``start_groups``): this thread
+prepares each gang's starts (the folders, ``run.json``, the index entry) while a sender thread
+hands the ones prepared so far to the launcher in one ``run_many`` request; the launcher
+starts each, writes its ``launch.json`` before replying, and answers per task. A gang is
+still all or none: a task that did not start fails its gang (its started peers are stopped),
+never the other gangs of the request (issue 11, throughput).
 
 Facts: ``poll`` tails each ``<run_dir>/events.jsonl`` (written by the runner) and reports each
 event once per backend object; a runner gone without EXITED is LOST (START_ERROR if it never
@@ -79,6 +87,7 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import shutil
 import signal
 import sys
@@ -374,6 +383,79 @@ def _tail(path: Path, limit: int = 400) -> str:
         return ""
 
 
+@dataclass
+class _Start:
+    """One task's start, prepared (``LocalBackend._prepare_start``) and then sent: its
+    ``run_many`` entry, and what the launcher answered (``result``: pid and create time of
+    the process that runs it and whether ``launch.json`` was written, or why it did not
+    start; None until answered)."""
+
+    launch: TaskLaunch
+    attempt: _Attempt
+    message: dict[str, Any]
+    result: tuple[int, float, bool] | BackendError | None = None
+
+
+START_BATCH = 32
+"""Most task starts in one ``run_many`` request (a gang is never split: it may exceed it)."""
+
+
+class _Sender:
+    """Sends prepared starts to the launcher in ``run_many`` requests, from a thread of its
+    own while the caller prepares the next ones (``threaded``), else at once: whatever was
+    queued while the launcher answered the last request goes in the next one (whole gangs,
+    up to ``START_BATCH`` tasks). A request that fails fails each of its starts with that
+    reason. Leaving the ``with`` block waits until every start sent has its answer."""
+
+    def __init__(self, launcher: LauncherClient, env: dict[str, str], *, threaded: bool) -> None:
+        self._launcher = launcher
+        self._env = env
+        self._queue: queue.SimpleQueue[list[_Start] | None] = queue.SimpleQueue()
+        self._thread = (threading.Thread(target=self._loop, name="local-starts", daemon=True)
+                        if threaded else None)
+
+    def __enter__(self) -> _Sender:
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+
+    def send(self, starts: list[_Start]) -> None:
+        """Send one gang's starts (now, or with the next request of the sender thread)."""
+        if self._thread is None:
+            self._deliver(starts)
+        else:
+            self._queue.put(starts)
+
+    def _loop(self) -> None:
+        done = False
+        while not done:
+            batch = [self._queue.get()]
+            while batch[-1] is not None and sum(len(g or []) for g in batch) < START_BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            done = batch[-1] is None
+            starts = [start for gang in batch if gang for start in gang]
+            if starts:
+                self._deliver(starts)
+
+    def _deliver(self, starts: list[_Start]) -> None:
+        try:
+            results = self._launcher.run_many([s.message for s in starts], self._env)
+        except Exception as exc:  # noqa: BLE001 - every start must get an answer
+            error = exc if isinstance(exc, BackendError) else BackendError(
+                f"{type(exc).__name__}: {exc}")
+            results = [error] * len(starts)
+        for start, result in zip(starts, results):
+            start.result = result
+
+
 class LocalBackend:
     """Runs tasks as sandboxed processes on this machine (see module docstring).
 
@@ -421,22 +503,42 @@ class LocalBackend:
         Raises:
             BackendError: a task could not start; those already started are stopped.
         """
-        if not launches:
-            return
+        error = self.start_groups([launches])[0]
+        if error is not None:
+            raise error
+
+    def start_groups(self, groups: list[list[TaskLaunch]]) -> list[BackendError | None]:
+        """Optional hook: start several gangs, each all or none as ``start_group`` does,
+        without waiting for the launcher between them (issue 11, throughput). This thread
+        prepares each gang's starts (folders, ``run.json``, the index entry) while a sender
+        thread (``_Sender``) hands the ones prepared so far to the launcher in one
+        ``run_many`` request; the launcher records each start it made in the attempt's
+        ``launch.json`` before it replies, so an engine killed while waiting for the reply
+        finds every started attempt again (``recover``). One gang's failure, or one task's,
+        leaves the other gangs alone.
+
+        Returns:
+            Per gang, in order: None when every task started, else the ``BackendError``
+            saying why not (its tasks that had started are stopped).
+        """
         iso = probe_isolation(self.sandbox, self.network, self.python)
         self.home.mkdir(parents=True, exist_ok=True)
-        started: list[TaskKey] = []
-        self._check_host_network(launches)
-        try:
-            net = (self._group_network(launches[0])
-                   if self._needs_group_network(launches, iso) else None)
-            for launch in launches:
-                self._start_one(launch, iso, net)
-                started.append(launch.key)
-        except (OSError, BackendError, ValueError) as exc:
-            self.stop(started)
-            raise BackendError(f"local backend could not start group {launches[0].group!r}: "
-                               f"{exc}") from exc
+        results: list[BackendError | None] = [None] * len(groups)
+        sent: list[tuple[int, list[_Start]]] = []
+        with _Sender(self._launcher, self._runner_env(), threaded=len(groups) > 1) as sender:
+            for index, launches in enumerate(groups):
+                if not launches:
+                    continue
+                try:
+                    starts = self._prepare_group(launches, iso)
+                except (OSError, BackendError, ValueError) as exc:
+                    results[index] = _group_error(launches, exc)
+                    continue
+                sender.send(starts)
+                sent.append((index, starts))
+        for index, starts in sent:
+            results[index] = self._finish_group(groups[index], starts)
+        return results
 
     def poll(self) -> list[TaskFact]:
         """Facts since the last call: runner events, each once, and LOST/START_ERROR for a
@@ -827,18 +929,63 @@ class LocalBackend:
 
     # ------------------------------------------------------------------ starting
 
-    def _start_one(self, launch: TaskLaunch, iso: Isolation, net: GroupNetwork | None) -> None:
-        """Start one task: its files taken over (RESTART), real GPUs lent, runner started.
-        The GPUs are given back if it does not start."""
+    def _prepare_group(self, launches: list[TaskLaunch], iso: Isolation) -> list[_Start]:
+        """Everything of one gang's start but the launcher's part: the group's namespace
+        when a task joins it by path, then each task's ``_prepare_start``. Nothing is lent
+        if one task cannot be prepared."""
+        self._check_host_network(launches)
+        net = (self._group_network(launches[0])
+               if self._needs_group_network(launches, iso) else None)
+        starts: list[_Start] = []
+        try:
+            for launch in launches:
+                starts.append(self._prepare_start(launch, iso, net))
+        except BaseException:
+            for start in starts:
+                _GPUS.give_back(start.attempt)
+            raise
+        return starts
+
+    def _prepare_start(self, launch: TaskLaunch, iso: Isolation,
+                       net: GroupNetwork | None) -> _Start:
+        """One task's start up to the launcher: its files taken over (RESTART), real GPUs
+        lent, its request built, the index entry written (first: write-ahead), its folders
+        and ``run.json`` made. The GPUs are given back if it cannot be prepared."""
         if launch.restart_in_place:
             self._adopt_files(launch.key, Path(launch.run_dir))
         attempt = _Attempt(launch.key, Path(launch.run_dir))
         attempt.gpus = self._lend_gpus(attempt, launch)
         try:
-            self._start(self.build_request(launch, iso, net, attempt.gpus), launch, attempt)
+            request = self.build_request(launch, iso, net, attempt.gpus)
+            _write_json(self._index_path(request.key), {"run_dir": str(request.run_dir)})
+            self._prepare(request)
         except BaseException:
             _GPUS.give_back(attempt)
             raise
+        mode = "thread" if request.hosted else "process"
+        attempt.hosted = self._launcher.name if request.hosted else None
+        attempt.container = (container.container_name(request.run_dir)
+                             if request.run.sandbox.env_flag else None)
+        network = ({"group": _group_key(launch), "forward": self._forwarded_ports(),
+                    "egress": self._egress_on()} if request.joins_group_network else None)
+        message = {
+            "run_json": str(request.run_dir / "run.json"), "out": str(request.run_dir / RUNNER_OUT),
+            "cwd": str(request.run_dir), "group": _group_key(launch), "mode": mode,
+            "network": network, "launch_json": str(request.run_dir / LAUNCH),
+            "launch": {"argv": request.argv, "group": launch.group, "gpus": list(attempt.gpus),
+                       "hosted_by": attempt.hosted, "container": attempt.container}}
+        return _Start(launch, attempt, message)
+
+    def _record(self, start: _Start) -> BackendError | None:
+        """Write the attempt's ``launch.json`` where the launcher could not; a start that
+        cannot be recorded fails its gang (it would be lost to an engine restart)."""
+        try:
+            _write_json(Path(start.message["launch_json"]),
+                        {**start.message["launch"], "pid": start.attempt.pid,
+                         "created": start.attempt.created})
+        except OSError as exc:
+            return BackendError(f"task {start.launch.key.task}: cannot record its start: {exc}")
+        return None
 
     def _lend_gpus(self, attempt: _Attempt, launch: TaskLaunch) -> tuple[int, ...]:
         gpus = _GPUS.lend(attempt, len(launch.gpu_slots))
@@ -848,26 +995,27 @@ class LocalBackend:
                         "run as CPU", launch.key.task, len(launch.gpu_slots), len(gpus), real)
         return gpus
 
-    def _start(self, request: LaunchRequest, launch: TaskLaunch, attempt: _Attempt) -> None:
-        """Start the runner: a thread of the launcher when the task is ``hostable`` (in a
-        sandbox, no data to move; ``trainyard.runner.hosted``), else a forked process."""
-        _write_json(self._index_path(request.key), {"run_dir": str(request.run_dir)})  # first
-        self._prepare(request)
-        mode = "thread" if request.hosted else "process"
-        network = ({"group": _group_key(launch), "forward": self._forwarded_ports(),
-                    "egress": self._egress_on()} if request.joins_group_network else None)
-        attempt.pid, attempt.created = self._launcher.run(
-            request.run_dir / "run.json", request.run_dir / RUNNER_OUT, request.run_dir,
-            self._runner_env(), _group_key(launch), mode=mode, network=network)
-        attempt.hosted = self._launcher.name if mode == "thread" else None
-        attempt.container = (container.container_name(request.run_dir)
-                             if request.run.sandbox.env_flag else None)
-        _write_json(request.run_dir / LAUNCH, {
-            "pid": attempt.pid, "created": attempt.created, "argv": request.argv,
-            "group": launch.group, "gpus": list(attempt.gpus), "hosted_by": attempt.hosted,
-            "container": attempt.container})
-        with self._lock:
-            self._attempts[request.key] = attempt
+    def _finish_group(self, launches: list[TaskLaunch], starts: list[_Start]) -> BackendError | None:
+        """After the launcher's replies: each started attempt is tracked, the GPUs of the
+        others given back; a gang with a task that did not start has its started tasks
+        stopped (all or none) and gets the first such task's reason."""
+        failed: BackendError | None = None
+        started: list[TaskKey] = []
+        for start in starts:
+            if isinstance(start.result, tuple):
+                start.attempt.pid, start.attempt.created, recorded = start.result
+                with self._lock:
+                    self._attempts[start.launch.key] = start.attempt
+                started.append(start.launch.key)
+                if not recorded:
+                    failed = failed or self._record(start)
+            else:
+                _GPUS.give_back(start.attempt)
+                failed = failed or start.result or BackendError("the start was never sent")
+        if failed is None:
+            return None
+        self.stop(started)
+        return _group_error(launches, failed)
 
     def _prepare(self, request: LaunchRequest) -> None:
         request.run_dir.mkdir(parents=True, exist_ok=True)
@@ -1070,6 +1218,10 @@ def _has_exit(attempt: _Attempt) -> bool:
 def _group_key(launch: TaskLaunch) -> str:
     """The launcher's name for a task's group (its namespace and lifetime)."""
     return f"{launch.key.workflow_id}/{launch.group}"
+
+
+def _group_error(launches: list[TaskLaunch], exc: BaseException) -> BackendError:
+    return BackendError(f"local backend could not start group {launches[0].group!r}: {exc}")
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:

@@ -71,7 +71,7 @@ from trainyard.errors import BackendError
 from trainyard.runner import proctree
 
 __all__ = ["GroupNetwork", "ensure_group_network", "probe_netns", "namespace_fd",
-           "on_own_thread", "join_namespace", "hold_namespace", "bridge", "main", "pasta_argv", "start_egress",
+           "on_own_thread", "on_this_thread", "join_namespace", "hold_namespace", "bridge", "main", "pasta_argv", "start_egress",
            "wait_egress", "stop_egress", "probe_egress", "probe_egress_attach",
            "EGRESS_ADDRESS", "EGRESS_GATEWAY"]
 
@@ -238,8 +238,9 @@ def namespace_fd(ports: Sequence[int]) -> tuple[int, list[socket.socket]]:
     """As root: a new network namespace with ``lo`` up, held by an open descriptor (no process
     in it), and a listening socket inside it on 127.0.0.1:PORT for each of ``ports``.
 
-    The namespace is made by a short-lived thread (a network namespace is per thread in
-    Linux, ``unshare(2)``), so the calling process stays where it is. The descriptor keeps the
+    The namespace is made by the calling thread, which then goes back to its own
+    (``on_this_thread``: a network namespace is per thread in Linux, ``unshare(2)``), so the
+    calling process stays where it is. The descriptor keeps the
     namespace alive until it is closed and no process is in it; ``nsenter --net=/proc/PID/fd/N``
     joins it.
 
@@ -256,7 +257,7 @@ def namespace_fd(ports: Sequence[int]) -> tuple[int, list[socket.socket]]:
         fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         return fd, [_listen(port) for port in ports]
 
-    return on_own_thread(work, "netns-maker")
+    return on_this_thread(work)
 
 
 def on_own_thread(work: Callable[[], T], name: str) -> T:
@@ -280,6 +281,36 @@ def on_own_thread(work: Callable[[], T], name: str) -> T:
     if "error" in made:
         raise made["error"]  # type: ignore[misc]
     return made["done"]  # type: ignore[return-value]
+
+
+def on_this_thread(work: Callable[[], T]) -> T:
+    """``work()`` run on the calling thread, which is then moved back into the network
+    namespace it was in (``setns(2)``), whatever namespace ``work`` made or joined. For a
+    busy threaded process (the launcher, whose hosted runners are threads) this is
+    ``on_own_thread`` without a thread's start and join, each of which waits for the GIL
+    (up to a switch interval, 5 ms, while other threads run Python): per group start, on the
+    launcher's one serial loop (issue 11, throughput). Needs CAP_SYS_ADMIN (root), as making
+    or joining a namespace does.
+
+    Returns:
+        what ``work`` returned. Raises: what it raised.
+
+    A thread that could not go back would go on in a task's namespace: the process is ended
+    (exit 70, said on stderr) instead; ``setns`` back into a namespace the thread was in, by
+    an open descriptor, as root, does not fail in practice.
+    """
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return work()
+    finally:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(home, _CLONE_NEWNET) != 0:
+            code = ctypes.get_errno()
+            sys.stderr.write(f"trainyard: cannot move thread back to its network namespace "
+                             f"({os.strerror(code)}); exiting\n")
+            sys.stderr.flush()
+            os._exit(70)
+        os.close(home)
 
 
 def join_namespace(path: str) -> None:

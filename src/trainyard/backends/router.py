@@ -177,7 +177,7 @@ class EgressRouter:
         self.links[link.slot] = link
         try:
             self.netlink.add_address(link.router_index, link.router_address, 31)
-            netns.on_own_thread(lambda: _configure_group(group_ns_fd, link), "egress-group")
+            netns.on_this_thread(lambda: _configure_group(group_ns_fd, link))
         except OSError:
             self.detach(link, now=True)
             raise
@@ -251,7 +251,8 @@ def _load_rules() -> None:
 
 
 def _configure_group(group_ns_fd: int, link: GroupLink) -> None:
-    """On a thread of its own, inside the group's namespace: its address and default route."""
+    """Inside the group's namespace (the calling thread joins it: ``netns.on_this_thread``
+    moves it back after): its address and default route."""
     netns.join_namespace(f"/proc/self/fd/{group_ns_fd}")
     with contextlib.suppress(OSError):  # egress is IPv4 only: no link-local address, no DAD
         Path(f"/proc/sys/net/ipv6/conf/{GROUP_IFNAME}/disable_ipv6").write_text("1")

@@ -239,8 +239,8 @@ class CheckpointWriter:
                      where=f"{f.path} -> {stage.url}/{f.rel}", confined=f.confined)
              for f in changed],
             self.mover.upload_action(stage, digest=True), "checkpoint", stage)
-        uploaded = [CheckpointEntry(path=f.rel, size=f.size, sha256=stats.digests[f.rel],
-                                    round=number) for f in changed]
+        uploaded = [CheckpointEntry(path=f.rel, size=stats.sizes[f.rel],  # as copied
+                                    sha256=stats.digests[f.rel], round=number) for f in changed]
         kept = [self.entries[f.rel] for f in files if f.rel not in stamps and f.rel in self.entries]
         return _Round(number, uploaded, kept, stamps)
 

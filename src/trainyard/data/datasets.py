@@ -57,6 +57,7 @@ from trainyard.data import storage
 from trainyard.data.storage import Location, RemoteFile
 from trainyard.data.transfer import (LocalFile, Mover, TransferStats, fast_digest_algo, file_filter,
                                      split_digest)
+from trainyard.data.transfer import _joiner as joiner
 from trainyard.errors import DataError, ForbiddenError, NotFoundError
 
 __all__ = ["Actor", "DatasetFile", "DatasetVersion", "DatasetInfo", "DatasetStore", "parse_ref",
@@ -380,8 +381,8 @@ class DatasetStore:
         """
         version = check_inside(self.resolve(ref))
         chosen = _select(version, path, file_filter(regex))
-        data = self.loc.join(version.name, "data", version.upload_id)
-        remote = [RemoteFile(posixpath.join(data, f.path), rel, f.size) for rel, f in chosen]
+        join = joiner(self.loc.join(version.name, "data", version.upload_id))  # per file: cheap
+        remote = [RemoteFile(join(f.path), rel, f.size) for rel, f in chosen]
         dest.mkdir(parents=True, exist_ok=True)
         stats = self.mover.download_files(remote, self.loc, dest, {rel: f.digest for rel, f in chosen})
         return version, stats
@@ -424,7 +425,7 @@ class DatasetStore:
 
     def _commit(self, name: str, upload_id: str, files: list[LocalFile],
                 stats: TransferStats) -> DatasetVersion:
-        entries = [DatasetFile.of(f.rel, f.size, stats.digests[f.rel]) for f in files]
+        entries = [DatasetFile.of(f.rel, stats.sizes[f.rel], stats.digests[f.rel]) for f in files]
         for _try in range(_MAX_COMMIT_TRIES):
             number = max([0, *self._numbers(name, ".json"), *self._numbers(name, ".deleted")]) + 1
             version = DatasetVersion(name=name, version=number, upload_id=upload_id,

@@ -27,7 +27,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from fsspec import AbstractFileSystem
 from fsspec.callbacks import Callback
@@ -41,7 +41,7 @@ from trainyard.errors import DataError
 __all__ = [
     "Location", "RemoteFile", "open_location", "list_files", "put_file", "get_file",
     "read_bytes", "write_bytes", "create_exclusive", "remove", "is_reserved",
-    "PARTIAL_MARK", "META_DIR", "OBJECT_STORES",
+    "PARTIAL_MARK", "META_DIR", "OBJECT_STORES", "Hashed",
 ]
 
 PARTIAL_MARK = ".trainyard-partial-"
@@ -220,12 +220,19 @@ def _hasher_class(algo: str) -> Any:
     raise DataError(f"unknown digest algorithm {algo!r} (known: sha256, blake3)")
 
 
+class Hashed(NamedTuple):
+    """What a hashing copy wrote: the hex digest and the size in bytes of the same bytes."""
+
+    digest: str
+    size: int
+
+
 def copy_hashing(source: str | os.PathLike[str], target: str | os.PathLike[str],
                  callback: Callback | None = None, algo: str = "sha256", *,
-                 atomic: bool = True) -> str:
+                 atomic: bool = True) -> Hashed:
     """Copy a local file to a local ``target`` and return the hex digest (``algo``, see
-    ``new_hasher``) of the bytes written, computed while copying: each byte is read once
-    (issue 11: hashing after the copy read everything twice). How (a reused buffer for small
+    ``new_hasher``) and the count of the bytes written, computed while copying: each byte is
+    read once (issue 11: hashing after the copy read everything twice). How (a reused buffer for small
     files, a kernel copy overlapped with hashing for large ones): ``localcopy``. Copies in
     several threads run in parallel (hashing and file I/O release the GIL).
 
@@ -233,6 +240,10 @@ def copy_hashing(source: str | os.PathLike[str], target: str | os.PathLike[str],
         atomic: write a temporary name and rename it onto ``target`` (module rules); False
             writes ``target`` in place, for a folder no reader uses before a manifest names
             its files (a dataset upload's ``data/<upload-id>/``): one rename less per file.
+
+    Returns:
+        ``Hashed(digest, size)`` of the bytes copied (a manifest records both: the size a
+        listing saw earlier may be stale).
 
     Raises:
         localcopy.SourceChanged: the source changed while it was read (an OSError).
@@ -242,16 +253,16 @@ def copy_hashing(source: str | os.PathLike[str], target: str | os.PathLike[str],
     digest = new_hasher(algo)
     progress = callback.relative_update if callback is not None else None
     target = os.fspath(target)
-    temp = _local_partial(target) if atomic else None
-    localcopy.copy_file(os.fspath(source), target, digest, progress, temp)
-    return digest.hexdigest()
+    temp = local_partial(target) if atomic else None
+    size = localcopy.copy_file(os.fspath(source), target, digest, progress, temp)
+    return Hashed(digest.hexdigest(), size)
 
 
 _TEMP_TOKEN = uuid.uuid4().hex[:8]
 _temp_count = itertools.count()
 
 
-def _local_partial(path: str) -> str:
+def local_partial(path: str) -> str:
     """A partial name for a local file, without a random draw per file: a random token per
     process, the pid (forked children share the token) and a counter. The file is created
     exclusively, so a clash fails rather than overwrite."""

@@ -13,6 +13,7 @@ folder (or URL) being transferred, with ``/`` separators.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import operator
@@ -20,15 +21,15 @@ import os
 import posixpath
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from fsspec.callbacks import Callback
 
-from trainyard.data import storage
+from trainyard.data import copyworker, storage
 from trainyard.data.config import DataConfig, load_config
 from trainyard.data.progress import NullProgress, TransferProgress
 from trainyard.data.retry import ChecksumMismatch, RetryPolicy, with_retry
@@ -39,7 +40,7 @@ from trainyard.runner.data import file_filter
 from trainyard.runner.safefs import files_inside, no_links_path
 
 __all__ = [
-    "FileJob", "LocalFile", "TransferStats", "Mover", "file_filter", "local_files",
+    "FileJob", "LocalFile", "Moved", "TransferStats", "Mover", "file_filter", "local_files",
     "plan_uploads", "sha256_file", "human_size", "file_digest", "split_digest", "tag_digest",
     "fast_digest_algo",
 ]
@@ -229,14 +230,26 @@ class _Described:
         return self.job.describe()
 
 
+class Moved(NamedTuple):
+    """What a job action moved, where it counted it: the digest (``tag_digest`` form, None
+    when none was asked) and the size in bytes of the very bytes sent (issue 11: a file may
+    change between its listing and its copy; a manifest records what was copied)."""
+
+    digest: str | None
+    size: int
+
+
 @dataclass
 class TransferStats:
-    """What a transfer moved. ``digests`` maps ``rel`` to sha256 where one was computed."""
+    """What a transfer moved. ``digests`` maps ``rel`` to its digest where one was computed;
+    ``sizes`` maps ``rel`` to the bytes moved where the action counted them (``Moved``;
+    uploads do), else the listing's size. ``bytes`` sums those sizes."""
 
     files: int = 0
     bytes: int = 0
     seconds: float = 0.0
     digests: dict[str, str] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
 
     @property
     def bytes_per_s(self) -> float:
@@ -262,7 +275,36 @@ class _BytesCallback(Callback):
             self.progress.advance(delta)
 
 
-JobAction = Callable[[FileJob, Callback], "str | None"]
+JobAction = Callable[[FileJob, Callback], "str | Moved | None"]
+"""Moves one file; returns its digest (or None), or ``Moved`` when it counted the bytes."""
+
+
+@dataclass(frozen=True)
+class Offload:
+    """How an action's local copies may be done by a copy helper process (``copyworker``).
+
+    ``sends(job)``: whether the job may be sent at all (not for a confined source, a remote
+    end, no digest to take: the action does those itself). ``order(job)``: the
+    ``CopyOrder`` that copies a sendable ``job`` exactly as the action would (same source,
+    target and temp rule). ``accept(job, copied)``: what the action would have returned for
+    that copy, or None when the copy is not acceptable (a digest other than the one
+    expected): the job is then done by the action, with its retries.
+    """
+
+    sends: Callable[[FileJob], bool]
+    order: Callable[[FileJob], "copyworker.CopyOrder"]
+    accept: Callable[[FileJob, "copyworker.Copied"], "str | Moved | None"]
+
+
+class _OffloadableAction:
+    """A job action with an ``Offload`` (``Mover._execute`` looks for ``offload``)."""
+
+    def __init__(self, action: JobAction, offload: Offload) -> None:
+        self.action = action
+        self.offload = offload
+
+    def __call__(self, job: FileJob, callback: Callback) -> str | Moved | None:
+        return self.action(job, callback)
 
 
 class Mover:
@@ -305,14 +347,20 @@ class Mover:
     # ------------------------------------------------------------------ running jobs
 
     def run(self, jobs: Sequence[FileJob], action: JobAction, label: str,
-            loc: Location | None = None) -> TransferStats:
-        """Run ``action`` on every job; each returns an optional digest.
+            loc: Location | None = None,
+            helper: copyworker.Helper | None = None) -> TransferStats:
+        """Run ``action`` on every job; each returns an optional digest, or ``Moved``
+        (digest and the size of the bytes moved, recorded in ``TransferStats.sizes``).
 
         ``DataConfig.workers`` jobs run at once; with ``loc`` on ``file://`` at most one per
         CPU (local copies are bound by the CPU and the disk, not by latency), and one in all
         when the files average under ``SMALL_FILE_BYTES``: their cost is per-file work that
         holds the GIL, which two threads only fight over (measured on 5,000 files of 16 KiB:
-        99 us per file in one thread, 142 us in two; docs/benchmarks.md).
+        99 us per file in one thread, 142 us in two; docs/benchmarks.md). Such a transfer
+        shares its files with a copy helper process instead where that pays
+        (``copyworker``: an action with an ``Offload``, ``DataConfig.workers`` >= 2, enough
+        files, two CPUs). ``helper``: a copy helper already started for this transfer
+        (``early_helper``); used or ended here.
 
         Raises:
             DataError: a job failed for good: names its file, both ends and the cause.
@@ -321,15 +369,24 @@ class Mover:
         started = time.perf_counter()
         self.progress.start(label, len(jobs), sum(j.size for j in jobs))
         try:
-            for job, digest in self._execute(jobs, action, self._workers(loc, jobs)):
-                stats.files += 1
-                stats.bytes += job.size
-                if digest:
-                    stats.digests[job.rel] = digest
+            for job, result in self._execute(jobs, action, self._workers(loc, jobs), helper):
+                _record(stats, job, result)
         finally:
+            if helper is not None and not helper.fed:
+                helper.abort()  # started early, not used after all
             self.progress.finish()
         stats.seconds = time.perf_counter() - started
         return stats
+
+    def early_helper(self, loc: Location, count: int, total_bytes: int,
+                     sending: bool) -> copyworker.Helper | None:
+        """A copy helper started now, when ``run`` will share these files with one: a
+        ``file://`` transfer with digests (``sending``) of enough small files, two CPUs,
+        ``DataConfig.workers`` >= 2. Its start then overlaps building the jobs."""
+        if not (sending and loc.is_local and self.config.workers >= 2) \
+                or total_bytes >= SMALL_FILE_BYTES * count or not copyworker.pays(count):
+            return None
+        return copyworker.Helper(self.log).start()
 
     def _workers(self, loc: Location | None, jobs: Sequence[FileJob]) -> int:
         if loc is None or not loc.is_local:
@@ -338,15 +395,20 @@ class Mover:
             return 1
         return max(1, min(self.config.workers, os.cpu_count() or 1))
 
-    def _execute(self, jobs: Sequence[FileJob], action: JobAction,
-                 workers: int) -> Iterable[tuple[FileJob, str | None]]:
+    def _execute(self, jobs: Sequence[FileJob], action: JobAction, workers: int,
+                 helper: copyworker.Helper | None = None
+                 ) -> Iterable[tuple[FileJob, str | Moved | None]]:
         """Each worker thread takes the next job until none is left (one task per worker,
         not one future per file: with many small files the pool's per-job bookkeeping and
         hand-offs cost more than the copies). After a failure no job starts; the first
         error is raised."""
+        offload: Offload | None = getattr(action, "offload", None)
+        if workers <= 1 and offload is not None and self.config.workers >= 2 \
+                and copyworker.pays(len(jobs)):
+            return self._execute_shared(jobs, action, offload, helper)
         if len(jobs) <= 1 or workers <= 1:
             return [(job, self._one(job, action)) for job in jobs]
-        digests: list[str | None] = [None] * len(jobs)
+        digests: list[str | Moved | None] = [None] * len(jobs)
         queue = iter(range(len(jobs)))
         stop = threading.Event()
 
@@ -369,7 +431,49 @@ class Mover:
                 raise _first_error(failed)
         return list(zip(jobs, digests, strict=True))
 
-    def _one(self, job: FileJob, action: JobAction) -> str | None:
+    def _execute_shared(self, jobs: Sequence[FileJob], action: JobAction, offload: Offload,
+                        helper: copyworker.Helper | None
+                        ) -> list[tuple[FileJob, str | Moved | None]]:
+        """Share the jobs with a copy helper process (``copyworker``): this thread does the
+        jobs that cannot be sent, then takes chunks from the queue the helper takes from;
+        files the helper failed, copied unacceptably, or lost (a dead or hung worker) are
+        done here afterwards with the action's retries. A job that fails for good here
+        kills the helper and raises at once."""
+        results: list[str | Moved | None] = [None] * len(jobs)
+        limit, sends = copyworker.MAX_FILE_BYTES, offload.sends
+        sent = [i for i, job in enumerate(jobs) if job.size < limit and sends(job)]
+        if not copyworker.pays(len(sent)):
+            return [(job, self._one(job, action)) for job in jobs]
+        redo: list[int] = []
+
+        def on_answer(index: int, answer: copyworker.Copied | str) -> None:
+            job = jobs[index]
+            got = offload.accept(job, answer) if isinstance(answer, copyworker.Copied) else None
+            if got is None:
+                redo.append(index)
+                return
+            results[index] = got
+            self.progress.advance(answer.size)  # type: ignore[union-attr] - Copied here
+            self.progress.file_done(job.rel)
+
+        queue = copyworker.ChunkQueue(sent)
+        helper = (helper or copyworker.Helper(self.log).start()).feed(
+            queue, lambda i: offload.order(jobs[i]), on_answer)
+        try:
+            for index in sorted(set(range(len(jobs))).difference(sent)):
+                results[index] = self._one(jobs[index], action)
+            while (chunk := queue.take()) is not None:
+                for index in chunk:
+                    results[index] = self._one(jobs[index], action)
+            helper.join()
+            for index in sorted(redo + helper.lost):
+                results[index] = self._one(jobs[index], action)
+        except BaseException:
+            helper.abort()
+            raise
+        return list(zip(jobs, results, strict=True))
+
+    def _one(self, job: FileJob, action: JobAction) -> str | Moved | None:
         callback = _BytesCallback(self.progress)
         what = _Described(job)
         try:
@@ -385,37 +489,50 @@ class Mover:
 
     def upload_action(self, loc: Location, digest: bool, algo: str = "sha256",
                       staged: bool = False) -> JobAction:
-        """A job action that uploads ``job.source`` (local) to ``job.target`` in ``loc``,
-        optionally returning the digest (``algo``; ``tag_digest`` form) of the bytes sent
-        (the file must not change while it is sent: checked by size and mtime; a change
-        fails the file). ``staged``: ``loc`` is a folder no reader looks at before a
+        """A job action that uploads ``job.source`` (local) to ``job.target`` in ``loc`` and
+        returns ``Moved``: the size of the bytes sent and, with ``digest``, their digest
+        (``algo``; ``tag_digest`` form). The file must not change while it is sent (checked
+        by size and mtime; a change fails the file); a change between the listing and the
+        send is no error: what was sent is what is returned (a growing log must not fail a
+        checkpoint round). ``staged``: ``loc`` is a folder no reader looks at before a
         manifest names its files, so a ``file://`` copy is written in place, without a
         temporary name (``storage.copy_hashing(atomic=False)``)."""
 
         hashed_copy = digest and loc.is_local  # asked once, not per file
 
-        def action(job: FileJob, callback: Callback) -> str | None:
+        def sends(job: FileJob) -> bool:
+            return hashed_copy and not job.confined  # a confined file: only safefs opens it
+
+        def order(job: FileJob) -> copyworker.CopyOrder:
+            temp = None if staged else storage.local_partial(job.target)
+            return copyworker.CopyOrder(job.source, job.target, temp, algo)
+
+        def accept(job: FileJob, copied: copyworker.Copied) -> Moved:
+            return Moved(tag_digest(algo, copied.digest), copied.size)
+
+        def action(job: FileJob, callback: Callback) -> Moved:
             if not job.confined:
                 return send(job.source, job, callback)
             with no_links_path(job.source) as opened:  # the file listed, never a link
                 return send(opened, job, callback)
 
-        def send(source: str, job: FileJob, callback: Callback) -> str | None:
+        def send(source: str, job: FileJob, callback: Callback) -> Moved:
             if hashed_copy:  # one read: hashed while copied; a change is caught there
-                return tag_digest(algo, storage.copy_hashing(
-                    source, job.target, callback, algo, atomic=not staged))
+                copied = storage.copy_hashing(source, job.target, callback, algo,
+                                              atomic=not staged)
+                return Moved(tag_digest(algo, copied.digest), copied.size)
             local = Path(source)
+            before = _stamp(local)
             if not digest:
                 storage.put_file(loc, local, job.target, callback)
-                return None
-            before = _stamp(local)
-            value = file_digest(local, algo)
+                return Moved(None, before[1])
+            value, hashed = _digest_counted(local, algo)
             storage.put_file(loc, local, job.target, callback)
-            if _stamp(local) != before:
+            if _stamp(local) != before or hashed != before[1]:
                 raise _ChangedWhileSending(f"{local} changed while it was uploaded")
-            return tag_digest(algo, value)
+            return Moved(tag_digest(algo, value), hashed)
 
-        return action
+        return _OffloadableAction(action, Offload(sends, order, accept))
 
     def download_action(self, loc: Location) -> JobAction:
         """A job action that downloads ``job.source`` from ``loc`` to ``job.target`` (local),
@@ -424,13 +541,27 @@ class Mover:
 
         local = loc.is_local  # asked once, not per file
 
+        def sends(job: FileJob) -> bool:
+            return local and job.sha256 is not None
+
+        def order(job: FileJob) -> copyworker.CopyOrder:
+            algo, _want = split_digest(str(job.sha256))
+            return copyworker.CopyOrder(job.source, job.target,
+                                        storage.local_partial(job.target), algo)
+
+        def accept(job: FileJob, copied: copyworker.Copied) -> str | None:
+            if split_digest(str(job.sha256))[1] == copied.digest:
+                return job.sha256
+            Path(job.target).unlink(missing_ok=True)  # not what the manifest says: redone
+            return None
+
         def action(job: FileJob, callback: Callback) -> str | None:
             if job.sha256 is None:
                 storage.get_file(loc, job.source, Path(job.target), callback)
                 return None
             algo, want = split_digest(job.sha256)
             if local:  # one read: hashed while copied
-                got = storage.copy_hashing(job.source, job.target, callback, algo)
+                got = storage.copy_hashing(job.source, job.target, callback, algo).digest
             else:
                 storage.get_file(loc, job.source, Path(job.target), callback)
                 got = file_digest(Path(job.target), algo)
@@ -439,7 +570,7 @@ class Mover:
                 raise ChecksumMismatch(f"{algo} {got[:12]}... is not the expected {want[:12]}...")
             return job.sha256
 
-        return action
+        return _OffloadableAction(action, Offload(sends, order, accept))
 
     # ------------------------------------------------------------------ plain transfers
 
@@ -452,11 +583,15 @@ class Mover:
         Raises:
             DataError: a file failed for good.
         """
-        join, url = _joiner(loc.root), loc.url.rstrip("/")
-        jobs = [FileJob(f.rel, str(f.path), join(f.rel), f.size,
-                        where=f"{f.path} -> {url}/{f.rel}", confined=f.confined)
-                for f in files]
-        stats = self.run(jobs, self.upload_action(loc, digest, algo, staged), "upload", loc)
+        helper = self.early_helper(loc, len(files), sum(f.size for f in files),
+                                   digest and not any(f.confined for f in files))
+        with _ended_on_error(helper):
+            join, url = _joiner(loc.root), loc.url.rstrip("/")
+            jobs = [FileJob(f.rel, str(f.path), join(f.rel), f.size,
+                            where=f"{f.path} -> {url}/{f.rel}", confined=f.confined)
+                    for f in files]
+        stats = self.run(jobs, self.upload_action(loc, digest, algo, staged), "upload", loc,
+                         helper)
         self.log(stats.summary(verb, f"to {loc.show()}"))
         return stats
 
@@ -469,16 +604,52 @@ class Mover:
             DataError: a file failed for good.
         """
         digests = digests or {}
-        for f in files:
-            _check_target(dest, f.rel)
-        join = _joiner(str(dest))  # strings, not Path objects: per-file cost matters
-        url = _file_url if loc.is_local else loc.fs.unstrip_protocol
-        jobs = [FileJob(f.rel, f.path, target, f.size, digests.get(f.rel),
-                        where=f"{url(f.path)} -> {target}")
-                for f in files for target in (join(f.rel),)]
-        stats = self.run(jobs, self.download_action(loc), "download", loc)
+        helper = self.early_helper(loc, len(files), sum(f.size for f in files),
+                                   len(digests) >= len(files))
+        with _ended_on_error(helper):
+            for f in files:
+                _check_target(dest, f.rel)
+            join = _joiner(str(dest))  # strings, not Path objects: per-file cost matters
+            url = _file_url if loc.is_local else loc.fs.unstrip_protocol
+            jobs = [FileJob(f.rel, f.path, target, f.size, digests.get(f.rel),
+                            where=f"{url(f.path)} -> {target}")
+                    for f in files for target in (join(f.rel),)]
+        stats = self.run(jobs, self.download_action(loc), "download", loc, helper)
         self.log(stats.summary("downloaded", f"from {loc.show()}"))
         return stats
+
+
+@contextlib.contextmanager
+def _ended_on_error(helper: copyworker.Helper | None) -> Iterator[None]:
+    """End an early-started copy helper when preparing its transfer fails."""
+    try:
+        yield
+    except BaseException:
+        if helper is not None:
+            helper.abort()
+        raise
+
+
+def _record(stats: TransferStats, job: FileJob, result: str | Moved | None) -> None:
+    """Count one finished job in ``stats``: its digest, and the size moved (``Moved``) or
+    listed."""
+    digest, size = result if isinstance(result, Moved) else (result, job.size)
+    stats.files += 1
+    stats.bytes += size
+    stats.sizes[job.rel] = size
+    if digest:
+        stats.digests[job.rel] = digest
+
+
+def _digest_counted(path: Path, algo: str) -> tuple[str, int]:
+    """The hex digest (``storage.new_hasher``) of a local file and the bytes it hashed.
+    Raises OSError, DataError."""
+    digest, count = storage.new_hasher(algo), 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+            count += len(chunk)
+    return digest.hexdigest(), count
 
 
 def _joiner(root: str) -> Callable[[str], str]:

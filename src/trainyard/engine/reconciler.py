@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from trainyard import backends
-from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey
+from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLaunch
 from trainyard.backends.facts import ENDING as _ENDING
 from trainyard.engine import machine as m
 from trainyard.engine import retention
@@ -604,12 +604,52 @@ class Engine:
             self._changed.notify_all()
 
     def _carry_out(self, actions: list[tuple[str, m.Action]]) -> dict[str, list[m.Event]]:
+        """Carry out ``actions`` in order; a run of consecutive starts goes to the backends
+        together (``_start_many``), every other action after the starts before it."""
         follow_up: dict[str, list[m.Event]] = {}
+        starts: list[tuple[str, m.StartTasks]] = []
         for wid, action in actions:
-            event = self._do(wid, action)
-            if event is not None:
-                follow_up.setdefault(wid, []).append(event)
+            if isinstance(action, m.StartTasks):
+                starts.append((wid, action))
+                continue
+            self._add_events(follow_up, self._start_many(starts))
+            starts = []
+            self._add_events(follow_up, [(wid, self._do(wid, action))])
+        self._add_events(follow_up, self._start_many(starts))
         return follow_up
+
+    @staticmethod
+    def _add_events(into: dict[str, list[m.Event]],
+                    events: list[tuple[str, m.Event | None]]) -> None:
+        for wid, event in events:
+            if event is not None:
+                into.setdefault(wid, []).append(event)
+
+    def _start_many(self, starts: list[tuple[str, m.StartTasks]]) -> list[tuple[str, m.Event | None]]:
+        """Start these gangs (retries held back as ``_do`` holds them). Gangs of one backend
+        that has the optional hook ``start_groups`` go to it in one call when there are
+        several (the local backend then no longer waits for one launcher reply per task,
+        issue 11); the others one by one (``start_group``). Each gang's outcome is what
+        ``_start`` would give it: None, or GroupStartFailed."""
+        ready: list[tuple[str, m.StartTasks]] = []
+        for wid, action in starts:
+            if self._earlier_stopping(wid, action):
+                self._do(wid, action)  # held back (a _Deferred)
+            else:
+                ready.append((wid, action))
+        by_backend: dict[int, list[tuple[int, Backend, list[TaskLaunch]]]] = {}
+        outcome: dict[int, m.Event | None] = {}
+        for index, (wid, action) in enumerate(ready):
+            made = self._launches(wid, action)
+            if isinstance(made, tuple):
+                by_backend.setdefault(id(made[0]), []).append((index, *made))
+            else:
+                outcome[index] = made
+        for gangs in by_backend.values():
+            for (index, backend, launches), error in zip(gangs, _start_groups(gangs)):
+                wid, action = ready[index]
+                outcome[index] = self._start_failed(wid, action, backend, launches, error)
+        return [(wid, outcome.get(index)) for index, (wid, _action) in enumerate(ready)]
 
     def _do(self, wid: str, action: m.Action) -> m.Event | None:
         if isinstance(action, m.RequestPlacement):
@@ -648,6 +688,22 @@ class Engine:
         """Start ``action``'s attempts (``only`` those keys, when given; the launches are
         built for the whole action all the same, so a gang's barrier is the same). Returns
         GroupStartFailed when the backend refuses, else None."""
+        made = self._launches(wid, action, only)
+        if not isinstance(made, tuple):
+            return made
+        backend, launches = made
+        error: BackendError | None = None
+        try:
+            backend.start_group(launches)
+        except BackendError as exc:
+            error = exc
+        return self._start_failed(wid, action, backend, launches, error)
+
+    def _launches(self, wid: str, action: m.StartTasks, only: frozenset[TaskKey] | None = None,
+                  ) -> tuple[Backend, list[TaskLaunch]] | m.Event | None:
+        """The backend and the launches of ``action``'s start (``only`` those keys, when
+        given); None for a workflow no longer driven, GroupStartFailed when its pool has no
+        usable backend."""
         live = self._live.get(wid)
         if live is None:
             return None
@@ -666,15 +722,19 @@ class Engine:
         launches = build_launches(ctx, action)
         if only is not None:
             launches = [launch for launch in launches if launch.key in only]
-        try:
-            backend.start_group(launches)
-        except BackendError as exc:
-            log.warning("workflow %s group %s did not start: %s", wid, action.group, exc)
-            for launch in launches:
-                self._task_log(launch.key, f"the {backend.name} backend could not start the "
-                                           f"task: {exc}")
-            return m.GroupStartFailed(time.time(), action.group, str(exc), backend_error=True)
-        return None
+        return backend, launches
+
+    def _start_failed(self, wid: str, action: m.StartTasks, backend: Backend,
+                      launches: list[TaskLaunch], error: BackendError | None) -> m.Event | None:
+        """What a start's outcome yields: None when it started; else the reason in each
+        task's log and GroupStartFailed."""
+        if error is None:
+            return None
+        log.warning("workflow %s group %s did not start: %s", wid, action.group, error)
+        for launch in launches:
+            self._task_log(launch.key, f"the {backend.name} backend could not start the "
+                                       f"task: {error}")
+        return m.GroupStartFailed(time.time(), action.group, str(error), backend_error=True)
 
     def _log_backend_reason(self, fact: TaskFact) -> None:
         """Write why an attempt ended to its task log when the backend, not the runner, saw
@@ -883,6 +943,24 @@ class Engine:
             if event is not None:
                 events.append((item.workflow_id, event))
         return events
+
+
+def _start_groups(gangs: list[tuple[int, Backend, list[TaskLaunch]]],
+                  ) -> list[BackendError | None]:
+    """Start ``gangs`` (all of one backend): with its ``start_groups`` hook in one call when
+    there are several, else one ``start_group`` each. Returns each gang's error or None."""
+    backend = gangs[0][1]
+    many = getattr(backend, "start_groups", None)
+    if many is not None and len(gangs) > 1:
+        return list(many([launches for _i, _b, launches in gangs]))
+    errors: list[BackendError | None] = []
+    for _index, _backend, launches in gangs:
+        try:
+            backend.start_group(launches)
+            errors.append(None)
+        except BackendError as exc:
+            errors.append(exc)
+    return errors
 
 
 def _in_time_order(facts: list[TaskFact]) -> list[TaskFact]:

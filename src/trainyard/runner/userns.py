@@ -33,6 +33,7 @@ import subprocess
 import time
 from collections.abc import Iterable
 
+from trainyard.runner import nsgate
 from trainyard.runner.spec import FreshPath, UserNamespace
 
 __all__ = ["Handshake", "insert_fds", "give_to_task", "give_tree", "setpriv_argv", "make_fresh"]
@@ -117,7 +118,15 @@ def _no_nested_userns(pid: int) -> None:
     namespace needs a single-threaded caller, so a child does it: ``nsenter --user`` (as its
     creator's uid, root, it has every capability there) then ``sh`` writes the file. Spawned
     (``vfork`` + ``exec``), not forked: a ``fork`` of the launcher, which hosts runners as
-    threads, cost ~2 ms plus the copy-on-write faults of its ~40 MB after it, per task."""
+    threads, cost ~2 ms plus the copy-on-write faults of its ~40 MB after it, per task.
+    Where the process has a gate (``runner.nsgate``, the launcher's), its child does it
+    instead: no ``exec`` at all."""
+    try:
+        if nsgate.forbid_nested(pid):
+            return
+    except OSError as exc:
+        raise OSError(errno.EPERM,
+                      f"cannot forbid nested user namespaces in the task's: {exc}") from exc
     argv = ["nsenter", f"--user=/proc/{pid}/ns/user", "--", "sh", "-c",
             "echo 0 > /proc/sys/user/max_user_namespaces"]
     try:

@@ -4,7 +4,9 @@ a real SIGKILL at the exact moment.
 
 Phase 1: an engine in a process of its own (``DRIVER``) submits the workflow and runs until
 it SIGKILLs itself at the fault's moment: after storing a gang's start and before making it,
-halfway through starting a gang, after reading an exit and before storing it, after storing
+halfway through starting a gang (the launcher made its starts, the engine never read the
+reply: the launcher records each start in ``launch.json`` before replying), after reading an
+exit and before storing it, after storing
 a retry and before starting it, and after starting a retry and before storing anything more.
 Phase 2: a new engine on the same store and home (this process) finishes the workflow. Each
 attempt's command logs a ``ran`` line, so the task logs tell how many times each attempt ran.
@@ -50,20 +52,16 @@ def retry_of(launches):
     return max(launch.key.retry_id for launch in launches)
 
 
-start_group, start_one, save_states = (local.LocalBackend.start_group,
-                                       local.LocalBackend._start_one, Store.save_states)
+start_group, run_many, save_states = (local.LocalBackend.start_group,
+                                      local.LauncherClient.run_many, Store.save_states)
 if fault == "start-stored-not-made":
     local.LocalBackend.start_group = die
 elif fault == "gang-half-started":
-    made = []
+    def made_not_heard(self, runs, env):
+        run_many(self, runs, env)  # the launcher started the gang; its reply is never read
+        die()
 
-    def one(self, launch, *args):
-        if made:
-            die()
-        made.append(launch.key)
-        return start_one(self, launch, *args)
-
-    local.LocalBackend._start_one = one
+    local.LauncherClient.run_many = made_not_heard
 elif fault == "exit-read-not-stored":
     def save(self, updates):
         if any(t["exit_code"] is not None for _s, _e, state in updates.values()

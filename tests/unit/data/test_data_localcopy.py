@@ -50,7 +50,7 @@ def test_digest_is_of_the_bytes_written_on_both_ways(
         source.write_bytes(os.urandom(size))
         target = tmp_path / "out" / "sub folder" / f"copy-{size}"
         progress: list[int] = []
-        got = storage.copy_hashing(source, target, None, algo, atomic=atomic)
+        got = storage.copy_hashing(source, target, None, algo, atomic=atomic).digest
         written = target.read_bytes()
         assert written == source.read_bytes() and got == _want(algo, written), size
         localcopy.copy_file(str(source), str(target) + ".again", hashlib.sha256(),
@@ -70,7 +70,7 @@ def test_kernel_copy_refused_falls_back_to_the_buffered_copy(
     monkeypatch.setattr(os, "copy_file_range", no_kernel_copy)
     source = tmp_path / "big"
     source.write_bytes(os.urandom(5 * CHUNK + 7))
-    got = storage.copy_hashing(source, tmp_path / "copy", None, "blake3")
+    got = storage.copy_hashing(source, tmp_path / "copy", None, "blake3").digest
     assert refused == [1]
     assert (tmp_path / "copy").read_bytes() == source.read_bytes()
     assert got == _want("blake3", source.read_bytes())

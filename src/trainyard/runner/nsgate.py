@@ -1,0 +1,119 @@
+"""A small helper process that sets ``user.max_user_namespaces`` to 0 in a task's user
+namespace (``runner.userns``: no nested user namespaces), for a threaded process that hosts
+runners (the local backend's launcher).
+
+Why: that sysctl belongs to the user namespace of the process that opens it, and only a
+single-threaded process may ``setns(2)`` into a user namespace, so each task needed a child:
+``nsenter --user=... -- sh -c 'echo 0 > ...'`` is two ``exec``s per task (~2 ms of CPU on the
+2-core VM, most of it the dynamic loader's start-up: its CPU-feature probing, ``cpuid``, traps
+to the hypervisor), and a ``fork`` of the launcher itself (~40 MB) costs as much. The gate is a
+bare interpreter (``python -S -E``, a few MB), started once per launcher from its main thread
+(so it holds no task's namespaces); per task it forks a child that joins the task's user
+namespace and writes the file: no ``exec``, a small address space to copy.
+
+Protocol: a ``SOCK_SEQPACKET`` socket pair; the caller sends the pid (4 bytes) of a process in
+the task's user namespace (bwrap's child, held by ``--userns-block-fd`` while this runs), the
+gate answers 4 bytes: 0, or the errno (or -signal) its child ended with. One request at a
+time (a lock). The gate exits when the socket closes (its launcher ended).
+
+Where there is no gate (not started, another process than the one that started it, or it
+died), ``forbid_nested`` returns False and the caller does it the old way.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+
+__all__ = ["start", "forbid_nested", "running"]
+
+_GATE = r'''
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+sock = int(sys.argv[1])
+while True:
+    data = os.read(sock, 4)
+    if len(data) != 4:
+        break
+    pid = struct.unpack("=i", data)[0]
+    child = os.fork()
+    if child == 0:
+        code = 0
+        try:
+            fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+            if libc.setns(fd, 0x10000000) != 0:
+                code = ctypes.get_errno() or 1
+            else:
+                out = os.open("/proc/sys/user/max_user_namespaces", os.O_WRONLY)
+                os.write(out, b"0")
+        except OSError as exc:
+            code = exc.errno or 1
+        os._exit(min(code, 255))
+    _, status = os.waitpid(child, 0)
+    os.write(sock, struct.pack("=i", os.waitstatus_to_exitcode(status)))
+'''
+
+_lock = threading.Lock()
+_state: dict[str, object] = {}  # "owner": pid, "sock": socket, "proc": Popen
+
+
+def start(python: str = sys.executable) -> str | None:
+    """Start this process's gate (call it from a thread in the host's namespaces: the gate
+    keeps the ones it starts in). Idempotent. Returns None, or why there is none (the
+    callers then fall back to ``nsenter``)."""
+    with _lock:
+        if running():
+            return None
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            proc = subprocess.Popen([python, "-S", "-E", "-c", _GATE, str(theirs.fileno())],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    pass_fds=(theirs.fileno(),), close_fds=True)
+        except OSError as exc:
+            mine.close()
+            return f"cannot start the user namespace gate: {exc}"
+        finally:
+            theirs.close()
+        _state.update(owner=os.getpid(), sock=mine, proc=proc)
+        return None
+
+
+def running() -> bool:
+    """Whether this process has a live gate."""
+    proc = _state.get("proc")
+    return (_state.get("owner") == os.getpid() and isinstance(proc, subprocess.Popen)
+            and proc.poll() is None)
+
+
+def forbid_nested(pid: int) -> bool:
+    """Set ``user.max_user_namespaces`` to 0 in the user namespace of ``pid`` through the
+    gate. Thread-safe.
+
+    Returns:
+        True when done; False when this process has no gate (nothing was tried).
+
+    Raises:
+        OSError: the gate's child could not do it (its errno), or the gate stopped answering.
+    """
+    with _lock:
+        if not running():
+            return False
+        sock = _state["sock"]
+        assert isinstance(sock, socket.socket)
+        try:
+            sock.sendall(struct.pack("=i", pid))
+            reply = sock.recv(4)
+        except OSError as exc:
+            raise OSError(errno.EPIPE, f"the user namespace gate stopped answering: {exc}") from exc
+    if len(reply) != 4:
+        raise OSError(errno.EPIPE, "the user namespace gate ended")
+    code = struct.unpack("=i", reply)[0]
+    if code != 0:
+        why = os.strerror(code) if code > 0 else f"its child was killed by signal {-code}"
+        raise OSError(code if code > 0 else errno.EINTR, why)
+    return True
