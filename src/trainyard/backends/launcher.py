@@ -105,7 +105,7 @@ import trainyard
 from trainyard.backends import netns
 from trainyard.backends.router import EgressRouter, GroupLink, probe_router
 from trainyard.errors import BackendError
-from trainyard.runner import nsgate, proctree
+from trainyard.runner import nsgate, proctree, safefs
 from trainyard.runner.hosted import ENDED, HostedRunner
 
 __all__ = ["LauncherClient", "address_name", "fingerprint", "serve", "main"]
@@ -729,9 +729,12 @@ class _Launcher:
 
     def _forget_in_child(self, keep: set[int]) -> None:
         """In a forked child: default signal handlers, and no descriptor of the launcher's
-        (listener, channels, client sockets) left open except ``keep`` and 0-2."""
+        (listener, channels, client sockets) left open except ``keep``, 0-2 and the
+        idmapped layers' user namespaces (``safefs.layer_userns_fds``: close-on-exec, so
+        no task's command gets them)."""
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
+        keep = keep | safefs.layer_userns_fds()  # the runner's overlays use them (issue 15)
         for fd in _open_fds():
             if fd > 2 and fd not in keep:
                 with contextlib.suppress(OSError):

@@ -2,12 +2,18 @@
 
 rich is imported when something is first printed through ``console`` or ``err_console`` (or
 a ``table``), not when a command starts: it costs the start about 13 ms (issue 15), and a
-plain line needs none of it (``typer.echo``).
+plain line needs none of it (``typer.echo``). A line of plain text (or with only ``[dim]``
+markup) printed into a pipe or a file, where rich writes no styles, is written without
+rich at all (``_LazyConsole.print``): ``submit --wait`` printed its first progress line,
+and imported rich (13-18 ms of CPU), while the gang it had just submitted was starting.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import sys
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, cast
 
@@ -39,6 +45,56 @@ class _LazyConsole:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real(), name)
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        """``Console.print``; a plain line into a pipe or file before rich is needed is
+        written as rich would write it, without importing rich (``plain_line``)."""
+        if self._console is None and len(objects) == 1 and set(options) <= {"markup"}:
+            line = plain_line(objects[0], markup=options.get("markup", True))
+            stream = sys.stderr if self._options.get("stderr") else sys.stdout
+            if line is not None and not _styled(stream):
+                stream.write(line + "\n")
+                stream.flush()
+                return
+        self._real().print(*objects, **options)
+
+
+_DIMMED = re.compile(r"\[dim\]([^\[\]\\]*)\[/dim\](.*)", re.DOTALL)  # [dim]X[/dim]Y
+_EMOJI_CODE = re.compile(r":\S*?:")  # what rich's emoji codes look like (``:smile:``)
+
+
+def plain_line(text: Any, *, markup: bool = True) -> str | None:
+    """What a console of this module (no highlighting, soft wrap) writes for ``text`` where
+    it writes no styles: the text without its one leading ``[dim]...[/dim]``. None when rich
+    must decide: not a ``str``, other markup or brackets, a backslash in markup, a colon
+    pair that could be an emoji code, a tab, a line break or another character that is not
+    printable."""
+    if not isinstance(text, str):
+        return None
+    plain = text
+    if markup:
+        dimmed = _DIMMED.fullmatch(text)
+        plain = "".join(dimmed.groups()) if dimmed else text
+        if "\\" in plain:  # a backslash escapes markup
+            return None
+    if "[" in plain or "]" in plain or _EMOJI_CODE.search(plain) or not plain.isprintable():
+        return None
+    return plain
+
+
+def _styled(stream: Any) -> bool:
+    """Whether rich would treat ``stream`` as a terminal (``Console.is_terminal``: the
+    ``TTY_COMPATIBLE`` and ``FORCE_COLOR`` variables, else ``isatty``)."""
+    compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if compatible in ("0", "1"):
+        return compatible == "1"
+    if "FORCE_COLOR" in os.environ:
+        return os.environ["FORCE_COLOR"] != ""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return True if isatty is None else bool(isatty())
+    except ValueError:
+        return True
 
 
 console = cast("Console", _LazyConsole(highlight=False, soft_wrap=True))

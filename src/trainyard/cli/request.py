@@ -2,7 +2,11 @@
 
 The CLI renders the spec locally only to find which ``localpath`` files it names; it reads
 them under the spec's folder with the spec layer's rules (no escape by ``..`` or symlink),
-and the server renders and validates the spec again, as OSMO does.
+and the server renders and validates the spec again, as OSMO does. A spec whose text does
+not contain the word ``localpath`` at all is sent without that render (issue 15: PyYAML's
+import and the render, ~12 ms of the CLI's start): it has no files to send, and a template
+that builds the word (``{{ 'local' ~ 'path' }}``) is refused by the server, whose render
+names a file that was not sent (``spec.localfiles``), with nothing stored.
 
 The body is a plain dataclass (``SpecBody``), not the server's pydantic model: importing
 pydantic and building the model cost the CLI's start about 55 ms (issue 15). The server's
@@ -17,15 +21,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from trainyard import spec as specapi
 from trainyard.errors import SpecError, SpecProblem
 from trainyard.spec.localfiles import LocalFiles
 
-__all__ = ["SpecBody", "spec_request", "localpaths"]
+__all__ = ["SpecBody", "spec_request", "localpaths", "may_name_localpath"]
 
-_SAFE_LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+LOCALPATH_WORD = "localpath"
+"""The key of a file injected from the spec's folder; a spec text without it is not rendered
+by the CLI (``may_name_localpath``)."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,11 @@ def _tasks(workflow: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def localpaths(rendered: str) -> list[str]:
     """Every ``files[].localpath`` of a rendered spec, in order, without repeats."""
-    try:  # libyaml where PyYAML has it, as the server's parser (5-10x PyYAML's own here)
-        data = yaml.load(rendered, Loader=_SAFE_LOADER) or {}
+    import yaml  # only for a spec that may name localpath files (issue 15: ~8-10 ms)
+
+    loader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml, as the server's
+    try:
+        data = yaml.load(rendered, Loader=loader) or {}
     except yaml.YAMLError:
         return []  # the server reports the syntax error with its line
     workflow = data.get("workflow") if isinstance(data, dict) else None
@@ -70,23 +77,26 @@ def localpaths(rendered: str) -> list[str]:
     return found
 
 
-def spec_request(path: Path, *, set_values: list[str], set_strings: list[str],
-                 set_env: list[str], pool: str | None = None,
-                 labels: dict[str, str] | None = None) -> SpecBody:
-    """The request for the spec at ``path`` with its ``localpath`` files.
+def may_name_localpath(text: str) -> bool:
+    """Whether a spec's text (as written, before rendering) may name ``localpath`` files.
+
+    False only when the word ``localpath`` does not occur in it at all: then the CLI sends
+    it without rendering it. A template that builds the word is not found here; the server
+    refuses it (its render names a file the request did not send). YAML escapes in a quoted
+    key (``"local\\x70ath"``) are the same case.
+    """
+    return LOCALPATH_WORD in text
+
+
+def _files_of(path: Path, text: str, *, set_values: list[str],
+              set_strings: list[str]) -> dict[str, str]:
+    """The ``localpath`` files the rendered spec names, read under its folder.
 
     Raises:
-        SpecError: the spec cannot be read or rendered, a ``localpath`` breaks a rule, or
-            the spec (as written, rendered, or with its files) is over ``MAX_SPEC_BYTES``:
-            refused here, before anything is sent.
+        SpecError: the template fails, or a ``localpath`` breaks a rule (one problem each).
     """
-    try:
-        specapi.check_spec_size(path.stat().st_size, file=str(path))
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        message = f"cannot read the spec: {reason}; check the path"
-        raise SpecError([SpecProblem("", message, file=str(path))]) from exc
+    if not may_name_localpath(text):
+        return {}
     rendered = specapi.render(text, values=specapi.parse_set_values(set_values),
                               set_strings=specapi.parse_set_strings(set_strings), file=str(path))
     local = LocalFiles(path.resolve().parent)
@@ -98,6 +108,31 @@ def spec_request(path: Path, *, set_values: list[str], set_strings: list[str],
             problems.append(SpecProblem("files.localpath", str(exc), file=str(path)))
     if problems:
         raise SpecError(problems)
+    return files
+
+
+def spec_request(path: Path, *, set_values: list[str], set_strings: list[str],
+                 set_env: list[str], pool: str | None = None,
+                 labels: dict[str, str] | None = None) -> SpecBody:
+    """The request for the spec at ``path`` with its ``localpath`` files.
+
+    A spec whose text does not contain ``localpath`` is not rendered here
+    (``may_name_localpath``): its template errors and its rendered size are the server's
+    to refuse, in the submit's answer, before anything is stored.
+
+    Raises:
+        SpecError: the spec cannot be read, or (one that names ``localpath``) cannot be
+            rendered or a ``localpath`` breaks a rule, or the spec (as written, rendered, or
+            with its files) is over ``MAX_SPEC_BYTES``: refused here, before anything is sent.
+    """
+    try:
+        specapi.check_spec_size(path.stat().st_size, file=str(path))
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        message = f"cannot read the spec: {reason}; check the path"
+        raise SpecError([SpecProblem("", message, file=str(path))]) from exc
+    files = _files_of(path, text, set_values=set_values, set_strings=set_strings)
     specapi.check_source_size(text, files, file=str(path))
     return SpecBody(spec_text=text, spec_name=str(path), files=files, set=set_values,
                     set_string=set_strings, set_env=set_env, pool=pool, labels=labels or {})

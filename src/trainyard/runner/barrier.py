@@ -2,15 +2,23 @@
 
 Each task writes ``<folder>/<task>.ready`` (atomically: a temporary name, then a rename) and
 polls the folder until every task of the group has a ready mark (soon at first, then less
-often: ``FIRST_POLL_S``). The folder is on a
+often: ``FIRST_POLL_S``). Where Linux's inotify watches the folder, a mark renamed into it
+wakes the waiting tasks at once (``_FolderWatch``, issue 15: the first task of a gang used to
+see the last one's mark up to a growing poll interval late, 3-6 ms), and the polls stay as
+the fallback (a mark written on another node of a shared filesystem makes no local event), as
+often as before (a large gang on a shared filesystem is not looked at more often).
+The folder is on a
 filesystem every task of the group sees (the local machine, or the cluster's shared
 filesystem on Slurm). OSMO: "Groups" (tasks of a group start their commands together).
 """
 
 from __future__ import annotations
 
+import _thread
+import ctypes
 import json
 import os
+import select
 import threading
 import time
 from pathlib import Path
@@ -24,6 +32,72 @@ FIRST_POLL_S = 0.005
 the barrier's ``poll_interval_s``: a gang started together passes within a few ms of its last
 task's mark (instead of up to a whole ``poll_interval_s``), and a long wait still costs only a
 look per ``poll_interval_s``."""
+
+
+STOP_LOOK_S = 0.02
+"""While a folder watch waits, the longest before ``stop`` is looked at again (a watch
+cannot wait on a ``threading.Event``)."""
+
+_IN_NONBLOCK = 0o4000  # inotify_init1 flags (linux/inotify.h)
+_IN_CLOEXEC = 0o2000000
+_IN_CREATE = 0x100  # inotify_add_watch events: a name made in, or moved into, the folder
+_IN_MOVED_TO = 0x80
+
+
+class _FolderWatch:
+    """A descriptor that becomes readable when a name is created in, or renamed into,
+    ``folder`` (inotify(7) through libc); ``fd`` is None where inotify cannot watch it
+    (then the barrier only polls). Close it with ``close``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.fd: int | None = None
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        except (OSError, AttributeError):
+            return
+        if fd < 0:
+            return
+        if libc.inotify_add_watch(fd, os.fsencode(folder), _IN_CREATE | _IN_MOVED_TO) < 0:
+            os.close(fd)
+            return
+        self.fd = fd
+
+    def wait(self, timeout_s: float, stop: threading.Event) -> None:
+        """Return when a name appeared (events drained), ``stop`` is set (looked at every
+        ``STOP_LOOK_S``), or after ``timeout_s``."""
+        if self.fd is None:
+            stop.wait(timeout_s)
+            return
+        deadline = time.monotonic() + timeout_s
+        while not stop.is_set() and (left_s := deadline - time.monotonic()) > 0:
+            readable, _w, _x = select.select([self.fd], [], [], min(left_s, STOP_LOOK_S))
+            if readable:
+                try:
+                    os.read(self.fd, 65536)
+                except BlockingIOError:
+                    pass
+                return
+
+    def close(self) -> threading.Event | None:
+        """Close the descriptor on a thread of its own; the event returned is set once it
+        is closed. The kernel waits for a grace period when an inotify instance is closed,
+        13-18 ms measured here, which must not delay the command's start; and the thread is
+        started without waiting for it to run (``threading.Thread.start`` does: in a
+        launcher hosting runners, its other threads hold the GIL up to a switch interval)."""
+        if self.fd is None:
+            return None
+        closed = threading.Event()
+        _thread.start_new_thread(_close, (self.fd, closed))
+        self.fd = None
+        return closed
+
+
+def _close(fd: int, closed: threading.Event) -> None:
+    try:
+        os.close(fd)
+    finally:
+        closed.set()
 
 
 class BarrierTimeout(Exception):
@@ -60,14 +134,24 @@ def wait_for_group(
         BarrierTimeout: ``barrier.timeout_s`` passed first.
     """
     folder = Path(str(barrier.folder))
-    mark_ready(folder, task, retry_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    watch = _FolderWatch(folder)  # before this task's mark and the first look: none missed
+    try:
+        mark_ready(folder, task, retry_id)
+        return _wait(barrier, folder, watch, stop or threading.Event())
+    finally:
+        watch.close()
+
+
+def _wait(barrier: Barrier, folder: Path, watch: _FolderWatch, stop: threading.Event) -> bool:
+    """``wait_for_group``'s loop: look, then wait for a mark (``watch``) or the next poll."""
     deadline = time.monotonic() + barrier.timeout_s
-    stop = stop or threading.Event()
     interval_s = min(FIRST_POLL_S, barrier.poll_interval_s)
     while missing := _missing(folder, barrier.tasks):
         if time.monotonic() >= deadline:
             raise BarrierTimeout(missing, barrier.timeout_s)
-        if stop.wait(interval_s):
+        watch.wait(interval_s, stop)  # the folder is looked at again on a mark, or a poll
+        if stop.is_set():
             return False
         interval_s = min(interval_s * 1.5, barrier.poll_interval_s)
     return True

@@ -51,7 +51,9 @@ class LocalFiles:
     def _read_mapping(self, key: str) -> str:
         assert self._files is not None
         if key not in self._files:
-            raise ValueError(f"localpath {key!r} was not sent with the spec; include it in the files")
+            raise ValueError(f"localpath {key!r} was not sent with the spec; include it in the "
+                             "files (the trainyard CLI sends them when the spec's text names "
+                             "localpath itself, not when a template builds the word)")
         return self._files[key]
 
     def _read_disk(self, key: str) -> str:

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import yaml
-
 from trainyard.errors import SpecError, SpecProblem
 from trainyard.spec.fields import check_env_name, check_label_key
 
@@ -38,6 +36,8 @@ def split_pair(pair: str, flag: str) -> tuple[str, str]:
 def _typed(text: str) -> Any:
     if text == "":
         return ""
+    import yaml  # on first use: the CLI's start needs no YAML for --label (issue 15)
+
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError:

@@ -3,7 +3,8 @@ no data layer (fsspec and its protocols), no spec models, no engine, no server a
 (``trainyard.home`` finds the home), and no httpx command line or trio (``cli.lean_http``);
 and ``workflow submit`` imports only its own command group, no pydantic (``cli.request``'s
 body, ``cli.lean_typer``), no rich before it prints (``cli.output``) and no Jinja for a plain
-template (``spec.template``). Asserted on which modules are loaded, never on time."""
+template (``spec.template``), and no PyYAML nor render at all for a spec whose text does not
+name ``localpath`` (``cli.request.may_name_localpath``). Asserted on which modules are loaded, never on time."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ HEAVY = ("fsspec", "trainyard.data.urls", "trainyard.data.transfer", "trainyard.
 
 
 SUBMIT_HEAVY = ("pydantic", "pydantic_core", "typer._adapters", "trainyard.server.schema",
-                "rich", "rich.console", "jinja2", "psutil")
-"""Not loaded by ``workflow submit`` of a plain spec (its localpath files read, its body sent;
+                "rich", "rich.console", "jinja2", "psutil", "yaml", "trainyard.spec.template")
+"""Not loaded by ``workflow submit`` of a plain spec without ``localpath`` (its body sent;
 psutil: only if the local server's address must be checked, ``test_cli_client_fallback.py``)."""
 OTHER_GROUPS = tuple(f"trainyard.cli.{name}" for name in ("task", "app", "pool", "resource",
                                                            "server", "dataset", "data"))
@@ -93,8 +94,14 @@ def test_workflow_submit_wait_loads_no_more_before_its_request(tmp_path: Path) -
 
 
 def test_a_spec_with_a_filter_still_renders_with_jinja(tmp_path: Path) -> None:
+    """(With a ``localpath`` file: a spec without one is not rendered by the CLI at all.)"""
+    (tmp_path / "worker.sh").write_text("echo worker\n")
     spec = tmp_path / "filter.yaml"
-    spec.write_text(EXAMPLE.read_text().replace("{{ output_dataset }}", "{{ output_dataset|lower }}"))
+    spec.write_text(EXAMPLE.read_text().replace("{{ output_dataset }}", "{{ output_dataset|lower }}")
+                    .replace("      - path: /tmp/worker.sh\n        contents: |",
+                             "      - path: /tmp/worker2.sh\n        localpath: worker.sh\n"
+                             "      - path: /tmp/worker.sh\n        contents: |"))
+    assert "localpath" in spec.read_text()
     loaded = _loaded_after(
         "from pathlib import Path\n"
         "from trainyard.cli.request import spec_request\n"

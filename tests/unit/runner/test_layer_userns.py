@@ -43,3 +43,44 @@ def test_a_forked_process_that_closed_its_descriptors_makes_its_own() -> None:
             os._exit(code)
     _pid, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def _in_child(body) -> int:  # noqa: ANN001 - a callable run in a forked child: its exit code
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            code = body()
+        finally:
+            os._exit(code)
+    _pid, status = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_a_launchers_spare_keeps_the_namespace_and_makes_none() -> None:
+    """Issue 15: a forked runner (a spare of the launcher, which closes every descriptor it
+    does not know) used to fork a child to make its own namespace, ~8 ms on the start of
+    the gang's task with an output. It now keeps the launcher's and makes none."""
+    from trainyard.backends.launcher import _Launcher
+
+    made = safefs._layer_userns(65534, 65534)
+    assert made in safefs.layer_userns_fds()
+
+    def body() -> int:
+        _Launcher._forget_in_child(object.__new__(_Launcher), keep=set())
+
+        def no_new_namespace(*_args: object, **_kwargs: object) -> int:
+            raise AssertionError("made a namespace again")
+
+        safefs._mapped_userns = no_new_namespace  # type: ignore[assignment]
+        return 0 if safefs._layer_userns(65534, 65534) == made and _is_userns(made) else 2
+
+    assert _in_child(body) == 0
+
+
+def test_the_kept_descriptor_is_close_on_exec() -> None:
+    """So no task's command (bubblewrap, podman: exec'd by the runner) inherits it."""
+    import fcntl
+
+    fd = safefs._layer_userns(65534, 65534)
+    assert fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
