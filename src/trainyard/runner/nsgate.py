@@ -62,6 +62,23 @@ _lock = threading.Lock()
 _state: dict[str, object] = {}  # "owner": pid, "sock": socket, "proc": Popen
 
 
+def _forget_after_fork() -> None:
+    """In a child of ``os.fork``: no gate. Another thread of the parent may have held
+    ``_lock`` at the fork (a hosted runner asking the gate), which no thread of the child would
+    ever release: a forked runner then hung in ``forbid_nested`` before its command started
+    (seen in CI: a task RUNNING until its exec timeout). The child's copy of the gate's socket
+    is closed too, so that the gate sees its launcher's end even while forked runners live."""
+    global _lock
+    _lock = threading.Lock()
+    sock = _state.get("sock")
+    _state.clear()
+    if isinstance(sock, socket.socket):
+        sock.close()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def start(python: str = sys.executable) -> str | None:
     """Start this process's gate (call it from a thread in the host's namespaces: the gate
     keeps the ones it starts in). Idempotent. Returns None, or why there is none (the

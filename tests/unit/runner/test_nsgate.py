@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import threading
 import time
+
+import psutil
 
 import pytest
 
@@ -65,3 +70,55 @@ def test_a_forked_child_has_no_gate(tmp_path) -> None:
         os._exit(0 if nsgate.forbid_nested(os.getpid()) is False else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_child_forked_while_another_thread_asks_the_gate_does_not_hang() -> None:
+    """The launcher forks spare runners while hosted runner threads ask the gate: a child
+    forked while the gate's lock was held must not wait for it (it hung before the command,
+    the task RUNNING until its exec timeout)."""
+    assert nsgate.start() is None
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with nsgate._lock:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child: a deadlock is killed by the alarm
+            signal.alarm(5)
+            os._exit(0 if nsgate.forbid_nested(os.getpid()) is False else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        holder.join()
+    assert os.waitstatus_to_exitcode(status) == 0  # -SIGALRM when it waited for the lock
+
+
+def test_the_gate_ends_with_its_launcher_while_a_forked_child_lives() -> None:
+    """A forked runner must not keep the gate's socket open: the gate exits when the process
+    that started it ends, not when its last forked runner does."""
+    code = (
+        "import os, sys, time\n"
+        "from trainyard.runner import nsgate\n"
+        "assert nsgate.start() is None\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    os.close(1); time.sleep(30); os._exit(0)\n"
+        "print(nsgate._state['proc'].pid, child, flush=True)\n"
+        "os._exit(0)\n")
+    done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True, timeout=30, check=True)
+    gate_pid, child_pid = (int(pid) for pid in done.stdout.split())
+    gate = psutil.Process(gate_pid)
+    try:
+        gate.wait(timeout=10)
+    except psutil.TimeoutExpired:
+        gate.kill()
+        raise AssertionError("the gate outlived the process that started it") from None
+    finally:
+        os.kill(child_pid, signal.SIGKILL)
