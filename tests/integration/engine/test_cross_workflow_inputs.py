@@ -8,19 +8,14 @@ COMPLETE or does not exist.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from trainyard import spec
-from trainyard.engine.reconciler import Engine, Submission
+from engine_run import EngineRun
 from trainyard.engine.status import ExitCode, Status, WorkflowStatus
-from trainyard.pools import default_local_pool
-from trainyard.store import Store
 
-TIMEOUT_S = 120
 
 PRODUCER = """
 workflow:
@@ -44,47 +39,17 @@ workflow:
 """
 
 
-class _Run:
-    """The engine on the ``local`` pool, stepped by a background thread."""
-
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self.pool = default_local_pool()
-        self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home,
-                             pools={self.pool.name: self.pool})
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self.engine.run_forever, args=(self._stop,),
-                                        daemon=True)
-        self._thread.start()
-
-    def run(self, text: str, **values: object) -> str:
-        """Validate ``text`` with these ``--set`` values, submit it, wait; returns its id."""
-        doc = spec.load(text, set_values=values, pool=self.pool)
-        record = self.engine.submit(Submission(spec=doc.workflow, spec_text=text,
-                                               user="tester", pool=self.pool))
-        self.engine.wait(record.id, TIMEOUT_S)
-        return record.id
-
-    def log(self, wid: str, task: str) -> str:
-        path = self.engine.run_dir(wid, task, 0) / "task.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self.engine.close()
-
-
 @pytest.fixture
-def run(tmp_path: Path) -> Iterator[_Run]:
+def run(tmp_path: Path) -> Iterator[EngineRun]:
+    """The engine on the default local pool, its own sandbox setting (not forced to bwrap)."""
     home = tmp_path / "home dir"  # a space in every path
     home.mkdir()
-    made = _Run(home)
+    made = EngineRun(home, sandbox="auto")  # the default pool's own choice
     yield made
     made.close()
 
 
-def test_another_workflows_completed_output_is_read(run: _Run) -> None:
+def test_another_workflows_completed_output_is_read(run: EngineRun) -> None:
     producer = run.run(PRODUCER)
     assert run.engine.state(producer).status is WorkflowStatus.COMPLETED
     consumer = run.run(CONSUMER, upstream=producer)
@@ -95,7 +60,7 @@ def test_another_workflows_completed_output_is_read(run: _Run) -> None:
     assert copied.read_text().strip() == "hello-from-A"
 
 
-def test_an_unknown_workflow_fails_the_task_with_2010(run: _Run) -> None:
+def test_an_unknown_workflow_fails_the_task_with_2010(run: EngineRun) -> None:
     consumer = run.run(CONSUMER, upstream="nobody-7")
     task = run.engine.state(consumer).tasks["read"]
     assert task.status is Status.FAILED
@@ -103,7 +68,7 @@ def test_an_unknown_workflow_fails_the_task_with_2010(run: _Run) -> None:
     assert "input 0 (task nobody-7:make): no workflow nobody-7" in run.log(consumer, "read")
 
 
-def test_a_task_that_did_not_complete_fails_the_task_with_2010(run: _Run) -> None:
+def test_a_task_that_did_not_complete_fails_the_task_with_2010(run: EngineRun) -> None:
     producer = run.run(PRODUCER, code=3)  # writes its output, then fails
     assert run.engine.state(producer).tasks["make"].status is Status.FAILED
     consumer = run.run(CONSUMER, upstream=producer)
