@@ -134,10 +134,11 @@ def wait_for_group(
         BarrierTimeout: ``barrier.timeout_s`` passed first.
     """
     folder = Path(str(barrier.folder))
-    folder.mkdir(parents=True, exist_ok=True)
-    watch = _FolderWatch(folder)  # before this task's mark and the first look: none missed
+    mark_ready(folder, task, retry_id)
+    if not _missing(folder, barrier.tasks):
+        return True  # the last to arrive (every one-task group): no watch to make and close
+    watch = _FolderWatch(folder)  # _wait looks again first: a mark made before it is seen
     try:
-        mark_ready(folder, task, retry_id)
         return _wait(barrier, folder, watch, stop or threading.Event())
     finally:
         watch.close()

@@ -81,8 +81,7 @@ def test_the_watch_descriptor_is_closed_after_the_barrier(
         return closer
 
     monkeypatch.setattr(barrier_mod._FolderWatch, "close", recorded)
-    mark_ready(tmp_path / "rdv", "t2", 0)
-    assert wait_for_group(_barrier(tmp_path / "rdv"), "t1", 0)
+    assert _waited_s(_barrier(tmp_path / "rdv"), 0.1) >= 0.09  # waited, so it watched
     with pytest.raises(barrier_mod.BarrierTimeout):
         wait_for_group(_barrier(tmp_path / "rdv2", timeout_s=0.05), "t1", 0)
     assert len(closers) == 2 and min(watched) >= 0
@@ -125,3 +124,26 @@ def test_the_folder_is_not_looked_at_more_often_than_the_polls(
     with pytest.raises(barrier_mod.BarrierTimeout):
         wait_for_group(_barrier(tmp_path / "rdv", poll_interval_s=0.1, timeout_s=0.5), "t1", 0)
     assert 3 <= len(looks) <= 16, len(looks)
+
+
+def test_the_last_task_to_arrive_makes_no_watch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every mark already there (the last task of a gang, any one-task group): it passes
+    without an inotify instance, whose making and closing (a thread, ~15 ms of the kernel's
+    grace period) would be spent on nothing, once per task of a 1,000-group workflow."""
+    made: list[Path] = []
+
+    class Counted(barrier_mod._FolderWatch):
+        def __init__(self, folder: Path) -> None:
+            made.append(folder)
+            super().__init__(folder)
+
+    monkeypatch.setattr(barrier_mod, "_FolderWatch", Counted)
+    mark_ready(tmp_path / "rdv", "t2", 0)
+    assert wait_for_group(_barrier(tmp_path / "rdv"), "t1", 0)
+    alone = Barrier(enabled=True, folder=str(tmp_path / "solo"), tasks=["only"], timeout_s=60,
+                    poll_interval_s=5.0)
+    assert wait_for_group(alone, "only", 0)
+    assert made == []
+    assert _waited_s(_barrier(tmp_path / "rdv3"), 0.1) >= 0.09
+    assert made == [tmp_path / "rdv3"]  # one that waits still watches
