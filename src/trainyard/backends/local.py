@@ -17,7 +17,9 @@ backend object finds the attempt again (``recover``). A pid alone is never trust
 reused): a process is the task's only while its create time matches; a hosted runner lives
 while its launcher does and its thread has not written ``runner.ended``.
 
-Several gangs ready at once (the engine's optional hook ``start_groups``): this thread
+Several gangs at once (``start_groups``; the engine no longer calls it with more than one:
+measured slower, its runner threads contended, docs/benchmarks.md "Batched starts turned
+off"; ``start_group`` is its one-gang case): this thread
 prepares each gang's starts (the folders, ``run.json``, the index entry) while a sender thread
 hands the ones prepared so far to the launcher in one ``run_many`` request; the launcher
 starts each, writes its ``launch.json`` before replying, and answers per task. A gang is
@@ -508,8 +510,9 @@ class LocalBackend:
             raise error
 
     def start_groups(self, groups: list[list[TaskLaunch]]) -> list[BackendError | None]:
-        """Optional hook: start several gangs, each all or none as ``start_group`` does,
-        without waiting for the launcher between them (issue 11, throughput). This thread
+        """Start several gangs, each all or none as ``start_group`` does, without waiting for
+        the launcher between them (issue 11; the engine hands one gang at a time since it
+        measured slower with several, see the module docstring). This thread
         prepares each gang's starts (folders, ``run.json``, the index entry) while a sender
         thread (``_Sender``) hands the ones prepared so far to the launcher in one
         ``run_many`` request; the launcher records each start it made in the attempt's

@@ -626,11 +626,12 @@ class Engine:
                 into.setdefault(wid, []).append(event)
 
     def _start_many(self, starts: list[tuple[str, m.StartTasks]]) -> list[tuple[str, m.Event | None]]:
-        """Start these gangs (retries held back as ``_do`` holds them). Gangs of one backend
-        that has the optional hook ``start_groups`` go to it in one call when there are
-        several (the local backend then no longer waits for one launcher reply per task,
-        issue 11); the others one by one (``start_group``). Each gang's outcome is what
-        ``_start`` would give it: None, or GroupStartFailed."""
+        """Start these gangs (retries held back as ``_do`` holds them), one ``start_group``
+        each, in order. Each gang's outcome is what ``_start`` would give it: None, or
+        GroupStartFailed. (Several gangs in one call of a backend's ``start_groups`` was
+        measured slower on the local backend: 64-74 against 84-86 tasks/s for 1,000 one-task
+        groups, its launcher's CPU per task +2 ms; docs/benchmarks.md "Batched starts
+        turned off".)"""
         ready: list[tuple[str, m.StartTasks]] = []
         for wid, action in starts:
             if self._earlier_stopping(wid, action):
@@ -947,12 +948,11 @@ class Engine:
 
 def _start_groups(gangs: list[tuple[int, Backend, list[TaskLaunch]]],
                   ) -> list[BackendError | None]:
-    """Start ``gangs`` (all of one backend): with its ``start_groups`` hook in one call when
-    there are several, else one ``start_group`` each. Returns each gang's error or None."""
+    """Start ``gangs`` (all of one backend), one ``start_group`` each: the backend answers
+    each gang before the next is handed over, which paces the local launcher's runner threads
+    (a batch of up to 32 tasks started at once made them contend: ``_start_many``). Returns
+    each gang's error or None."""
     backend = gangs[0][1]
-    many = getattr(backend, "start_groups", None)
-    if many is not None and len(gangs) > 1:
-        return list(many([launches for _i, _b, launches in gangs]))
     errors: list[BackendError | None] = []
     for _index, _backend, launches in gangs:
         try:
