@@ -304,6 +304,7 @@ def _own_mount(host_root: str, name: str) -> bool:
     return os.path.ismount(path) or os.stat(path).st_dev != os.stat(host_root).st_dev
 
 
+@functools.lru_cache(maxsize=128)  # asked ~20 times per task start
 def _layer_dir(plan: SandboxPlan, name: str, part: str) -> Path:
     """``upper``, ``work`` or ``mnt`` of the layer of system folder ``name``; for ``upper``
     and ``mnt``, the folder ``name`` itself within the layer."""
@@ -700,24 +701,39 @@ def _idmapped(plan: SandboxPlan) -> list[str]:
     """The ``idmapped`` folders that get their idmapped layer (see ``SandboxPlan``)."""
     if plan.host_uid is None or plan.overlay_dir is None:
         return []
-    overlaid = _overlaid(plan)
+    return list(_idmapped_on_host(str(plan.host_root), plan.idmapped, _overlaid(plan)))
+
+
+@functools.lru_cache(maxsize=16)  # asked ~8 times per task start, a realpath per folder
+def _idmapped_on_host(host_root: str, idmapped: tuple[str, ...],
+                      overlaid: frozenset[str]) -> tuple[str, ...]:
+    """Of ``idmapped``, the folders below an ``overlaid`` system folder that the host has as
+    real folders (not symlinks), looked at once per process like ``_system_tops``."""
     found = []
-    for rel in plan.idmapped:
-        host = os.path.join(str(plan.host_root), rel)
+    for rel in idmapped:
+        host = os.path.join(host_root, rel)
         if (rel.split("/")[0] in overlaid and os.path.isdir(host)
                 and os.path.realpath(host) == os.path.normpath(host)):
             found.append(rel)
-    return found
+    return tuple(found)
 
 
 def _idmapped_layer(plan: SandboxPlan, rel: str) -> OverlayMount:
     assert plan.overlay_dir is not None and plan.host_uid is not None
+    lower, upper, work, target = _idmapped_layer_paths(plan, rel)
+    return OverlayMount(lower=lower, upper=upper, work=work, target=target,
+                        idmap_uid=plan.host_uid, idmap_gid=plan.host_uid)
+
+
+@functools.lru_cache(maxsize=64)  # asked ~8 times per task start and folder
+def _idmapped_layer_paths(plan: SandboxPlan, rel: str) -> tuple[str, str, str, str]:
+    """(lower, upper, work, target) of the idmapped layer of ``rel``."""
+    assert plan.overlay_dir is not None
     top, _, rest = rel.partition("/")
     base = plan.overlay_dir / "idmapped" / rel.replace("/", "-")
     target = _layer_dir(plan, top, "mnt") / rest if rest else _layer_dir(plan, top, "mnt")
-    return OverlayMount(lower=os.path.join(str(plan.host_root), rel), upper=str(base / "upper"),
-                        work=str(base / "work"), target=str(target),
-                        idmap_uid=plan.host_uid, idmap_gid=plan.host_uid)
+    return (os.path.join(str(plan.host_root), rel), str(base / "upper"), str(base / "work"),
+            str(target))
 
 
 def idmapped_covers(plan: SandboxPlan) -> tuple[tuple[str, bool], ...]:
@@ -910,7 +926,7 @@ def _same_path_binds(plan: SandboxPlan) -> list[tuple[str, str, str]]:
     """(flag, host path, path inside) of the same-path binds, parents before children. A
     private top-level folder itself (``/tmp``) is never bound: that would hand the task the
     host's."""
-    binds = [(os.path.realpath(p), "--ro-bind") for p in plan.readonly]
+    binds = [(real, "--ro-bind") for real in _realpaths(plan.readonly)]
     binds += [(os.path.realpath(p), "--bind") for p in plan.writable]
     out: list[tuple[str, str, str]] = []
     done: list[tuple[str, str]] = []
@@ -922,6 +938,13 @@ def _same_path_binds(plan: SandboxPlan) -> list[tuple[str, str, str]]:
             out.append((flag, real, real))
             done.append((real, flag))
     return out
+
+
+@functools.lru_cache(maxsize=16)
+def _realpaths(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """``os.path.realpath`` of each of ``paths``: the read-only binds (trainyard's
+    interpreter and import path), the same for every task, resolved once per process."""
+    return tuple(os.path.realpath(p) for p in paths)
 
 
 def _binds(plan: SandboxPlan) -> list[tuple[str, str, str]]:
