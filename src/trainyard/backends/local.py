@@ -889,7 +889,7 @@ class LocalBackend:
             overlay_dir=request.run_dir / "sandbox" / "overlay" if overlay_supported() else None,
             volumes=self._volumes(run), hidden=(str(self.home),),
             host_uid=TASK_HOST_UID if remap and probe_remap() is None else None,
-            setpriv=shutil.which("setpriv") or "setpriv", idmapped=IDMAPPED,
+            idmapped=IDMAPPED,
             skeleton_dir=skeleton_base() if overlay_supported() else None)
 
     def _volumes(self, run: TaskRun) -> tuple[tuple[str, str], ...]:

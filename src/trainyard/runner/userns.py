@@ -2,17 +2,20 @@
 unprivileged host uid, so files of the host's root that others may not read (``/etc/shadow``,
 a Slurm cluster's ``munge.key``) stay unreadable to the task, as in a pod.
 
-bubblewrap maps the task's uid 0 to its caller's uid (root, here) and cannot itself map it to
-another uid while it needs root to reach its bind sources (``$TRAINYARD_HOME`` is 0700), so:
+bubblewrap maps the task's uid 0 to its caller's uid, and may only map that one itself; its
+bind sources need the host's root (``$TRAINYARD_HOME`` is 0700). So, as a rootless runtime
+does with ``newuidmap`` (bwrap's ``--userns-block-fd``):
+- ``Handshake.spawn``: the runner starts bwrap as ``HOST_UID`` (no capability on the host);
 - ``insert_fds``: the runner adds ``--info-fd N --userns-block-fd M`` to the bwrap prefix;
 - ``Handshake.finish``: once bwrap's child exists (its pid on the info pipe), the runner
-  writes its ``uid_map`` and ``gid_map`` (``0 HOST_UID 1`` and ``HOST_ROOT_AS 0 1``: the
-  host's root is only seen while bwrap sets up its mounts), sets the namespace's
+  writes its ``uid_map`` and ``gid_map`` (``0 HOST_UID 1``: bwrap is uid 0 there, with the
+  namespace's capabilities; ``HOST_ROOT_AS 0 1``: the host's root files are mapped, so those
+  capabilities reach the bind sources while bwrap sets up its mounts), sets the namespace's
   ``user.max_user_namespaces`` to 0 (no nested user namespaces: bwrap's
   ``--disable-userns`` does not combine with ``--userns-block-fd``) and lets the child go on;
-- after bwrap's ``--``, ``setpriv --reuid 0 --regid 0 --clear-groups`` with every capability
-  dropped (inheritable and bounding sets; bwrap sets ``no_new_privs``) turns the command into
-  uid 0 of the namespace, i.e. ``HOST_UID`` of the host, without any capability;
+- bwrap's ``--cap-drop ALL`` (``sandbox.REMAP_ARGS``) leaves the command uid 0 of the
+  namespace, i.e. ``HOST_UID`` of the host, without any capability (bounding set too;
+  bwrap sets ``no_new_privs``);
 - ``give_to_task``: before that, the folders the task writes (its root, private folders,
   the tops of its private layers' views, its output and input folders) are given to
   ``HOST_UID``, following no symlink;
@@ -32,11 +35,12 @@ import stat
 import subprocess
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from trainyard.runner import nsgate
 from trainyard.runner.spec import FreshPath, UserNamespace
 
-__all__ = ["Handshake", "insert_fds", "give_to_task", "give_tree", "setpriv_argv", "make_fresh"]
+__all__ = ["Handshake", "insert_fds", "give_to_task", "give_tree", "make_fresh"]
 
 HANDSHAKE_TIMEOUT_S = 30.0
 
@@ -56,6 +60,28 @@ class Handshake:
         self.block_r, self.block_w = os.pipe()
         for fd in (self.info_r, self.block_w):
             os.set_inheritable(fd, False)
+
+    def spawn(self, argv: list[str]) -> tuple[list[str], dict[str, Any]]:
+        """``argv`` (bwrap's prefix and command, perhaps after ``nsenter ... --``) as it is
+        started, with the pipes' ends named (``argv``), and the ``subprocess.Popen``
+        arguments that go with it: bwrap runs as ``host_uid``/``host_gid`` with no
+        supplementary group, the uid the map makes uid 0 inside, so its command is that uid
+        with no further program to switch to it. Where ``nsenter`` comes first (it joins the
+        group's network namespace, which needs the host's root), it switches the ids itself
+        after joining (``--setuid``/``--setgid``, which also drops the groups); else Popen
+        does (after ``cwd``: a working directory only root may enter is still fine).
+
+        Raises:
+            OSError: something other than ``nsenter`` or bwrap comes first (EINVAL).
+        """
+        argv = self.argv(argv)
+        uid, gid = self.userns.host_uid, self.userns.host_gid
+        if os.path.basename(argv[0]) == "bwrap":
+            return argv, {"user": uid, "group": gid, "extra_groups": []}
+        if os.path.basename(argv[0]) == "nsenter":
+            return [argv[0], f"--setuid={uid}", f"--setgid={gid}", *argv[1:]], {}
+        raise OSError(errno.EINVAL,
+                      f"cannot start {argv[0]!r} as uid {uid}: bwrap or nsenter expected")
 
     @property
     def pass_fds(self) -> tuple[int, int]:
@@ -244,10 +270,3 @@ def _replace(dir_fd: int, name: str, item: FreshPath, uid: int, gid: int) -> Non
             data = data[os.write(fd, data):]
     finally:
         os.close(fd)
-
-
-def setpriv_argv(setpriv: str = "setpriv") -> list[str]:
-    """What follows bwrap's ``--``: the command becomes uid and gid 0 of its namespace, with
-    no supplementary group and no capability (util-linux ``setpriv``)."""
-    return [setpriv, "--reuid", "0", "--regid", "0", "--clear-groups", "--inh-caps", "-all",
-            "--bounding-set", "-all", "--"]

@@ -89,21 +89,20 @@ def test_links_the_task_left_where_bwrap_mounts_are_removed(tmp_path: Path) -> N
     assert list(outside.iterdir()) == []
 
 
-def test_with_a_host_uid_the_runner_maps_it_and_setpriv_drops_to_root_inside(tmp_path: Path) -> None:
+def test_with_a_host_uid_the_runner_maps_it_and_bwrap_drops_every_capability(tmp_path: Path) -> None:
     from trainyard.backends.sandbox import REMAP_ARGS, bwrap_end, task_owned
 
     root = tmp_path / "root"
-    plan = SandboxPlan(root_dir=root, hostname="t", host_uid=65534, setpriv="/usr/bin/setpriv",
+    plan = SandboxPlan(root_dir=root, hostname="t", host_uid=65534,
                        writable=(str(tmp_path / "deep" / "out"),),
                        volumes=((str(tmp_path), "/mnt/shared/team"),))
     argv = bwrap_argv(plan)
     end = bwrap_end(argv)
     assert argv[end] == "--" and "--disable-userns" not in argv
     joined = " ".join(argv[:end])
-    assert " ".join(REMAP_ARGS) in joined and "--cap-drop" not in argv[:end]
-    assert argv[end + 1:] == ["/usr/bin/setpriv", "--reuid", "0", "--regid", "0",
-                              "--clear-groups", "--inh-caps", "-all", "--bounding-set", "-all",
-                              "--"]
+    assert " ".join(REMAP_ARGS) in joined and "--cap-add" not in argv
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    assert argv[end + 1:] == []  # the command follows bwrap's `--`: no setpriv in between
     dirs = [argv[i + 3] for i, a in enumerate(argv[:end]) if a == "--perms"
             and argv[i + 1] == "0755" and argv[i + 2] == "--dir"]
     assert "/mnt" in dirs and "/mnt/shared" in dirs  # bwrap would make them 0700

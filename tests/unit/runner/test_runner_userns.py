@@ -4,6 +4,8 @@ descriptors go, and giving folders to the task's host uid without following link
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -42,9 +44,63 @@ def test_a_bwrap_that_ends_before_the_handshake_is_a_start_error(tmp_path: Path)
     from trainyard.runner.spec import UserNamespace
 
     lines: list[str] = []
-    argv = ["sh", "-c", "exit 1", "--"]  # not bwrap: reports no child and ends
+    argv = ["nsenter", "--", "sh", "-c", "exit 1", "--"]  # not bwrap: no child, ends
     proc = CommandProcess(argv, {"PATH": os.defpath}, str(tmp_path),
                           lambda text, _cut: lines.append(text),
-                          userns=UserNamespace(host_uid=65534, host_gid=65534, args_at=3))
+                          userns=UserNamespace(host_uid=65534, host_gid=65534, args_at=5))
     with pytest.raises(OSError, match="before its user namespace"):
         proc.start()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None,
+                    reason="the remap needs root (it writes another uid's map) and bubblewrap")
+def test_bwrap_runs_as_the_tasks_host_uid_and_its_command_keeps_no_capability(
+        tmp_path: Path) -> None:
+    """bwrap itself is never the host's root (it was, with setpriv after its ``--``): from
+    the host, its process is ``host_uid``; inside, the command is uid 0 with no capability in
+    any set and cannot make a user namespace."""
+    from trainyard.backends.sandbox import REMAP_ARGS
+    from trainyard.runner.spec import UserNamespace
+    from trainyard.runner.userns import Handshake
+
+    script = ("grep -E '^(Uid|Gid|CapInh|CapPrm|CapEff|CapBnd|CapAmb):' /proc/self/status; "
+              "cat /proc/sys/user/max_user_namespaces; read _line")
+    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *REMAP_ARGS,
+            "--unshare-pid", "--", "sh", "-c", script]
+    shake = Handshake(UserNamespace(host_uid=65534, host_gid=65534, args_at=argv.index("--")))
+    argv, ids = shake.spawn(argv)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            pass_fds=shake.pass_fds, cwd=str(tmp_path), **ids)
+    shake.started()
+    shake.finish(timeout_s=15)
+    try:
+        status = Path(f"/proc/{proc.pid}/status").read_text()  # bwrap, seen from the host
+        ids = {line.split(":")[0]: line.split()[1:] for line in status.splitlines()
+               if line.startswith(("Uid:", "Gid:"))}
+        assert ids == {"Uid": ["65534"] * 4, "Gid": ["65534"] * 4}
+    finally:
+        out, _ = proc.communicate(b"\n", timeout=15)
+    inside = dict(line.split(":\t") for line in out.decode().splitlines() if ":\t" in line)
+    assert inside["Uid"].split() == ["0"] * 4 and inside["Gid"].split() == ["0"] * 4
+    assert {inside[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == {
+        "0000000000000000"}
+    assert out.decode().splitlines()[-1] == "0"  # no nested user namespaces
+    assert proc.returncode == 0
+
+
+def test_the_ids_are_switched_by_nsenter_after_it_joins_or_by_popen_never_left_as_root() -> None:
+    from trainyard.runner.spec import UserNamespace
+    from trainyard.runner.userns import Handshake
+
+    shake = Handshake(UserNamespace(host_uid=65534, host_gid=65533, args_at=3))
+    try:
+        argv, ids = shake.spawn(["nsenter", "--net=/x", "--", "bwrap", "--", "true"])
+        assert argv[:3] == ["nsenter", "--setuid=65534", "--setgid=65533"] and ids == {}
+        argv, ids = shake.spawn(["/usr/bin/bwrap", "--dir", "/x", "--", "true"])
+        assert ids == {"user": 65534, "group": 65533, "extra_groups": []}
+        assert argv[3:5] == ["--info-fd", str(shake.pass_fds[0])]
+        with pytest.raises(OSError, match="bwrap or nsenter expected"):
+            shake.spawn(["sh", "-c", "true", "--"])
+    finally:
+        shake.started()
+        shake.close()
