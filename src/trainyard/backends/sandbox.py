@@ -1175,10 +1175,9 @@ def probe_remap(bwrap: str = "bwrap") -> str | None:
     userns = UserNamespace(host_uid=TASK_HOST_UID, host_gid=TASK_HOST_UID,
                            args_at=argv.index("--"))
     shake = Handshake(userns)
-    argv, ids = shake.spawn(argv)
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                pass_fds=shake.pass_fds, cwd="/", **ids)
+        proc = subprocess.Popen(shake.spawn(argv), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, pass_fds=shake.pass_fds)
     except OSError as exc:
         shake.started()
         shake.close()

@@ -78,11 +78,11 @@ class CommandProcess:
         handshake = (Handshake(self.userns)
                      if self.userns is not None and self.userns.args_at is not None else None)
         try:
-            argv, ids = handshake.spawn(self.argv) if handshake else (self.argv, {})
             self.proc = subprocess.Popen(
-                argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0,
-                umask=TASK_UMASK, pass_fds=handshake.pass_fds if handshake else (), **ids,
+                handshake.spawn(self.argv) if handshake else self.argv, env=self.env,
+                cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, process_group=0, umask=TASK_UMASK,
+                pass_fds=handshake.pass_fds if handshake else (),
             )
         except BaseException:
             if handshake is not None:

@@ -68,9 +68,8 @@ def test_bwrap_runs_as_the_tasks_host_uid_and_its_command_keeps_no_capability(
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *REMAP_ARGS,
             "--unshare-pid", "--", "sh", "-c", script]
     shake = Handshake(UserNamespace(host_uid=65534, host_gid=65534, args_at=argv.index("--")))
-    argv, ids = shake.spawn(argv)
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            pass_fds=shake.pass_fds, cwd=str(tmp_path), **ids)
+    proc = subprocess.Popen(shake.spawn(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            pass_fds=shake.pass_fds, cwd=str(tmp_path))
     shake.started()
     shake.finish(timeout_s=15)
     try:
@@ -88,17 +87,18 @@ def test_bwrap_runs_as_the_tasks_host_uid_and_its_command_keeps_no_capability(
     assert proc.returncode == 0
 
 
-def test_the_ids_are_switched_by_nsenter_after_it_joins_or_by_popen_never_left_as_root() -> None:
+def test_the_ids_are_switched_by_nsenter_never_left_as_root() -> None:
     from trainyard.runner.spec import UserNamespace
     from trainyard.runner.userns import Handshake
 
     shake = Handshake(UserNamespace(host_uid=65534, host_gid=65533, args_at=3))
     try:
-        argv, ids = shake.spawn(["nsenter", "--net=/x", "--", "bwrap", "--", "true"])
-        assert argv[:3] == ["nsenter", "--setuid=65534", "--setgid=65533"] and ids == {}
-        argv, ids = shake.spawn(["/usr/bin/bwrap", "--dir", "/x", "--", "true"])
-        assert ids == {"user": 65534, "group": 65533, "extra_groups": []}
-        assert argv[3:5] == ["--info-fd", str(shake.pass_fds[0])]
+        argv = shake.spawn(["nsenter", "--net=/x", "--", "bwrap", "--", "true"])
+        assert argv[:4] == ["nsenter", "--setuid=65534", "--setgid=65533", "--net=/x"]
+        argv = shake.spawn(["/usr/bin/bwrap", "--dir", "/x", "--", "true"])
+        assert argv[:4] == ["nsenter", "--setuid=65534", "--setgid=65533", "--"]
+        assert argv[4:9] == ["/usr/bin/bwrap", "--dir", "/x", "--info-fd",
+                             str(shake.pass_fds[0])]
         with pytest.raises(OSError, match="bwrap or nsenter expected"):
             shake.spawn(["sh", "-c", "true", "--"])
     finally:
