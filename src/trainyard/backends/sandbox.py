@@ -1172,9 +1172,8 @@ def probe_remap(bwrap: str = "bwrap") -> str | None:
 
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *REMAP_ARGS,
             "--unshare-pid", "--", "sh", "-c", "id -u; cat /proc/self/uid_map"]
-    userns = UserNamespace(host_uid=TASK_HOST_UID, host_gid=TASK_HOST_UID,
-                           args_at=argv.index("--"))
-    shake = Handshake(userns)
+    shake = Handshake(UserNamespace(host_uid=TASK_HOST_UID, host_gid=TASK_HOST_UID,
+                                    args_at=argv.index("--")))
     try:
         proc = subprocess.Popen(shake.spawn(argv), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, pass_fds=shake.pass_fds)
