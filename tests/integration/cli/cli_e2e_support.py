@@ -97,6 +97,21 @@ def wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Proc
     return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
+def kill_described(procs: list[psutil.Process]) -> list[str]:
+    """Kill ``procs`` (leftovers ``wait_gone`` found), each described first: pid, parent,
+    user and command line (a killed one turns zombie, whose command line psutil refuses)."""
+    described = []
+    for proc in procs:
+        try:
+            with proc.oneshot():
+                described.append(f"{proc.pid} (parent {proc.ppid()}, {proc.username()}): "
+                                 f"{' '.join(proc.cmdline())}")
+            proc.kill()
+        except psutil.Error as exc:
+            described.append(f"{proc.pid}: {exc}")
+    return described
+
+
 @dataclass
 class Server:
     """The session's server, seen from the CLI: its home, URL and admin token."""

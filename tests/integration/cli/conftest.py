@@ -26,6 +26,7 @@ from cli_e2e_support import (
     processes_of,
     run_cli,
     WaitingSubmit,
+    kill_described,
     submit_row,
     wait_gone,
 )
@@ -65,10 +66,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         _cancel_everything(made)
         stopped = run_cli(home, "server", "stop")
     assert (stopped.code, stopped.out.strip()) == (0, "trainyard server stopped"), stopped.err
-    left = wait_gone(processes_of(home), timeout_s=45)
-    for proc in left:
-        proc.kill()
-    assert not left, f"processes outlived the session: {[p.cmdline() for p in left]}"
+    left = kill_described(wait_gone(processes_of(home), timeout_s=45))
+    assert not left, f"processes outlived the session: {left}"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cli_e2e_support import TRAINYARD, cli_env, processes_of, run_cli, wait_gone
+from cli_e2e_support import TRAINYARD, cli_env, kill_described, processes_of, run_cli, wait_gone
 
 ECHO = """workflow:
   name: echo-once
@@ -35,10 +35,8 @@ def home(tmp_path: Path) -> Iterator[Path]:
     made.mkdir()
     yield made
     run_cli(made, "server", "stop")
-    left = wait_gone(processes_of(made), timeout_s=30)
-    for proc in left:
-        proc.kill()
-    assert not left, f"processes outlived the test: {[p.cmdline() for p in left]}"
+    left = kill_described(wait_gone(processes_of(made), timeout_s=30))
+    assert not left, f"processes outlived the test: {left}"
 
 
 def servers_of(home: Path) -> list[psutil.Process]:
