@@ -25,6 +25,20 @@ pytestmark = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _no_gate_left() -> object:
+    """Each test's gate ends with it: a gate started in the test process would otherwise live
+    as long as pytest, with its environment (a session fixture's ``TRAINYARD_HOME``), and be
+    counted as that session's leftover process."""
+    yield
+    sock, proc = nsgate._state.get("sock"), nsgate._state.get("proc")
+    nsgate._state.clear()
+    if sock is not None:
+        sock.close()  # the gate reads its end and exits
+    if isinstance(proc, subprocess.Popen):
+        proc.wait(timeout=10)
+
+
 def _in_new_userns() -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(["unshare", "-U", "-r", "sleep", "30"])
     deadline = time.monotonic() + 10
