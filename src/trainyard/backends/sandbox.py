@@ -1154,9 +1154,29 @@ def overlay_supported() -> bool:
 
 
 def hosts_file_text(hosts: dict[str, str]) -> str:
-    """``/etc/hosts`` for a task: localhost plus one line per task of its group."""
-    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-    lines += [f"{address}\t{name}" for name, address in sorted(hosts.items())]
+    """``/etc/hosts`` for a task: localhost plus one line per task of its group, each IPv4
+    address also in its IPv4-mapped IPv6 form (``::ffff:10.0.0.2``).
+
+    Why the mapped lines: a dual-stack server (torch's TCPStore listens on ``::``) sees an
+    IPv4 peer as ``::ffff:a.b.c.d`` and torch names every accepted peer with
+    ``getnameinfo`` (c10d ``socket.cpp``, ``formatSockAddr``, no ``NI_NUMERICHOST``). glibc's
+    ``files`` source does not map that form back to the IPv4 line, so without these lines
+    each rendezvous connection asked DNS for a PTR record, and one unanswered query held the
+    store's single thread for the resolver's timeout (10 s: ``resolv.conf(5)``, timeout 5 x
+    attempts 2) while the whole gang waited.
+
+    Args:
+        hosts: task name -> IPv4 or IPv6 address of each task of the group.
+
+    Returns:
+        The file's text, one ``ADDRESS<TAB>NAME`` line per address.
+    """
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback",
+             "::ffff:127.0.0.1\tlocalhost"]
+    for name, address in sorted(hosts.items()):
+        lines.append(f"{address}\t{name}")
+        if ":" not in address:
+            lines.append(f"::ffff:{address}\t{name}")
     return "\n".join(lines) + "\n"
 
 

@@ -427,6 +427,42 @@ def test_group_members_reach_each_other_with_egress(home: Path) -> None:
     assert "CONNECTED" in task_log(launches[1])
 
 
+DUAL_STACK_NAMER = """import socket, sys
+srv = socket.create_server(("::", int(sys.argv[1])), family=socket.AF_INET6, dualstack_ipv6=True)
+srv.settimeout(30)
+conn, peer = srv.accept()
+print("PEER", peer[0])
+try:
+    print("NAMED", socket.getnameinfo(peer, socket.NI_NUMERICSERV | socket.NI_NAMEREQD)[0])
+except OSError as exc:
+    print("UNNAMED", exc)
+"""
+
+
+def test_a_dual_stack_server_names_its_peer_from_the_groups_hosts_file(home: Path) -> None:
+    """torch's TCPStore listens on ``::`` and names every peer with getnameinfo; an IPv4
+    peer is ``::ffff:a.b.c.d`` there, which glibc's ``files`` source resolves only from a
+    line in that form. Without it each rendezvous connection asked DNS (issue 15's 10 s
+    stalls). Here the name must come from the task's /etc/hosts: NI_NAMEREQD fails if no
+    source names the address. A group shares one loopback, so the client's source address
+    is 127.0.0.1 (the loopback route's source), which only the hosts file calls localhost."""
+    backend = _backend(home)
+    port = 22000 + os.getpid() % 20000
+    launches = group_launches(backend, home, "wf-named", {
+        "server": {"command": ["python3", "/tmp/namer.py", str(port)],
+                   "files": [{"path": "/tmp/namer.py", "contents": DUAL_STACK_NAMER}]},
+        "client": {"command": ["sh", "-c", f"sleep 1; python3 /tmp/connect.py {port} "
+                                           "{{host:server}}"],
+                   "files": [{"path": "/tmp/connect.py", "contents": CONNECT}]},
+    }, barrier=True)
+    backend.start_group(launches)
+    facts = wait_final(backend, [l.key for l in launches], timeout_s=90)
+    log = task_log(launches[0])
+    assert [final(facts[l.key]).exit_code for l in launches] == [0, 0], log
+    assert "PEER ::ffff:" in log, log
+    assert re.search(r"NAMED (localhost|client)\n", log), log
+
+
 def test_the_launcher_is_out_of_reach_from_a_task(home: Path) -> None:
     """The launcher's socket is an abstract Unix socket of the host's network namespace:
     a task in its group's namespace cannot connect to it, egress or not."""

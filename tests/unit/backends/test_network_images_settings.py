@@ -16,6 +16,7 @@ from trainyard.backends.container import (ContainerPlan, container_mounts, conta
                                           podman_argv, probe_podman)
 from trainyard.backends.images import image_note, runtime_for
 from trainyard.backends.local import Isolation, LocalBackend
+from trainyard.backends.sandbox import hosts_file_text
 from trainyard.backends.netns import EGRESS_ADDRESS, GroupNetwork, pasta_argv
 from trainyard.engine.status import ExitCode
 from trainyard.errors import ConfigError
@@ -237,3 +238,12 @@ def test_pasta_names_its_interface_for_the_router() -> None:
     argv = pasta_argv("/proc/self/fd/5", as_root=True, ifname="tyup")
     assert argv[argv.index("-I") + 1] == "tyup"
     assert "-I" not in pasta_argv("/proc/self/fd/5", as_root=True)
+
+
+def test_the_hosts_file_names_each_ipv4_address_also_in_its_mapped_form() -> None:
+    """A dual-stack server sees an IPv4 peer as ::ffff:a.b.c.d; glibc's files source names it
+    only from a line in that form (else it asks DNS: issue 15's stalls)."""
+    lines = hosts_file_text({"master": "10.0.0.2", "worker": "10.0.0.3", "v6": "fd00::5"}).splitlines()
+    for address, name in [("10.0.0.2", "master"), ("10.0.0.3", "worker"), ("127.0.0.1", "localhost")]:
+        assert f"{address}\t{name}" in lines and f"::ffff:{address}\t{name}" in lines
+    assert "fd00::5\tv6" in lines and not any(line.startswith("::ffff:fd00") for line in lines)
