@@ -31,6 +31,12 @@ Failures
     raises such an error half-way through epoch K (counted from 1) in a run that started
     without a snapshot, so the rescheduled run, which resumes from the snapshot, completes.
 
+A hung job
+    ``kill -USR1 <pid>`` makes a worker print every thread's Python stack to its stderr and
+    go on (``faulthandler.register``): where a rank waits (a collective, a snapshot write, the
+    data loader) without a debugger. torchrun's own process is not the worker: signal the
+    processes it started.
+
 Exit codes: 0 done (also: the snapshot says training is already complete), 1 training
 failed, 2 bad arguments, dataset, environment or corrupt snapshot.
 
@@ -50,7 +56,9 @@ metrics.jsonl (in ``--metrics-dir``, default the snapshot's folder; written by g
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import hashlib
+import signal
 import sys
 import time
 import traceback
@@ -600,6 +608,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the trainer with command-line ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         cfg = config_from_args(args)
         env = DistEnv.from_environ()

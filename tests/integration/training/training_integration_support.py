@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -53,17 +54,62 @@ class Node:
 
 def run_nodes(commands: Sequence[Sequence[str]], cwd: Path | None = None,
               env: Mapping[str, str] | None = None) -> list[Node]:
-    """Start all commands at once (a gang), wait for all; kill every process group on timeout."""
-    procs = [subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              cwd=cwd, env=_env(env), start_new_session=True) for cmd in commands]
-    try:
-        outputs = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    """Start all commands at once (a gang), wait for all. Each node's output goes to a file,
+    so a node that nobody reads yet never blocks on a full pipe. On timeout every trainer
+    prints its threads' stacks (SIGUSR1, see ``trainyard.training.train``), every process
+    group is killed, and the AssertionError carries each node's output tail with the stacks."""
+    with tempfile.TemporaryDirectory(prefix="nodes-") as folder:
+        files = [open(Path(folder) / f"node{i}.txt", "w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+                 for i in range(len(commands))]
+        procs = [subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
+                                  env=_env(env), start_new_session=True)
+                 for cmd, out in zip(commands, files)]
+        try:
+            deadline = time.monotonic() + TIMEOUT_S
+            hung = not all(_wait_until(p, deadline) for p in procs)
+            if hung:
+                _dump_trainer_stacks(procs)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        outputs = []
+        for out in files:
+            out.seek(0)
+            outputs.append(out.read())
+            out.close()
+    if hung:
+        tails = "\n".join(f"== node {i} (exit {p.returncode}), last 6000 characters\n{text[-6000:]}"
+                          for i, (p, text) in enumerate(zip(procs, outputs)))
+        raise AssertionError(f"the nodes did not finish in {TIMEOUT_S} s; their stacks and output:\n{tails}")
     return [Node(p.returncode, out) for p, out in zip(procs, outputs)]
+
+
+def _wait_until(proc: subprocess.Popen[bytes], deadline: float) -> bool:
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def _dump_trainer_stacks(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """SIGUSR1 to every trainer process under ``procs`` (not torchrun itself, whom it would
+    kill); give them a moment to write their stacks."""
+    for proc in procs:
+        try:
+            found = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for child in found:
+            try:
+                line = " ".join(child.cmdline())
+                if "trainyard.training.train" in line and "torchrun" not in line:
+                    child.send_signal(signal.SIGUSR1)
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                pass
+    time.sleep(2)
 
 
 def torchrun_cmd(node_rank: int, nnodes: int, nproc: int, port: int, train_args: Sequence[str]) -> list[str]:

@@ -1,0 +1,33 @@
+"""A hung job can be asked where it waits: SIGUSR1 makes a trainer print its stacks and go on."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from training_integration_support import wait_until
+
+
+def test_sigusr1_prints_every_threads_stack_and_training_goes_on(tmp_path: Path) -> None:
+    log = tmp_path / "stderr.txt"
+    with open(tmp_path / "stdout.txt", "wb") as out, open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "trainyard.training.train", "--total_epochs", "500",
+                                 "--snapshot_path", str(tmp_path / "snap") + "/"],
+                                stdout=out, stderr=err)
+    try:
+        wait_until(lambda: "Epoch 1/500 completed" in (tmp_path / "stdout.txt").read_text(), 120,
+                   "the first epoch")
+        proc.send_signal(signal.SIGUSR1)
+        text = wait_until(lambda: "Current thread" in log.read_text() and log.read_text(), 30,
+                          "the stack dump")
+        assert 'File "' in text and "train.py" in text, text
+        epochs = (tmp_path / "stdout.txt").read_text().count("completed in")
+        wait_until(lambda: (tmp_path / "stdout.txt").read_text().count("completed in") > epochs + 1, 60,
+                   "more epochs after the dump")
+        assert proc.poll() is None, "the trainer stopped after the dump"
+    finally:
+        proc.kill()
+        proc.wait()
