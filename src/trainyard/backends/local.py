@@ -1038,7 +1038,11 @@ class LocalBackend:
         for folder in request.writable_dirs:
             folder.mkdir(parents=True, exist_ok=True)
         if request.hosts_text is not None:
-            (request.run_dir / "sandbox" / "hosts").write_text(request.hosts_text)
+            # Read by the task's root, the host's nobody: 0644 whatever the server's umask
+            # (077); it names the group's tasks and addresses, nothing secret.
+            hosts = request.run_dir / "sandbox" / "hosts"
+            hosts.write_text(request.hosts_text)
+            hosts.chmod(0o644)
         _write_json(request.run_dir / "run.json", request.run.model_dump(mode="json"))
 
     def _adopt_files(self, key: TaskKey, run_dir: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,15 @@ MODES = {
     "sandboxed": ("bwrap", "netns"),
     "fallback": ("none", "loopback"),
 }
+
+
+@pytest.fixture(autouse=True)
+def server_umask() -> Iterator[None]:
+    """The server's umask (077, ``trainyard.server.__main__``), which the launcher a test's
+    backend starts inherits: a file the task must read has to say so itself."""
+    before = os.umask(0o077)
+    yield
+    os.umask(before)
 
 
 @pytest.fixture

@@ -153,7 +153,8 @@ def fake_gpu_nodes() -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="trainyard-fake-dev-"))
     try:
         folder.chmod(0o755)
-        (folder / "nvidia-caps").mkdir(mode=0o755)
+        (folder / "nvidia-caps").mkdir()
+        (folder / "nvidia-caps").chmod(0o755)  # as /dev's, whatever the umask
         for name in ("nvidia0", "nvidiactl", "nvidia-caps/nvidia-cap1"):
             os.mknod(folder / name, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
             (folder / name).chmod(0o666)

@@ -445,18 +445,20 @@ def test_a_dual_stack_server_names_its_peer_from_the_groups_hosts_file(home: Pat
     line in that form. Without it each rendezvous connection asked DNS (issue 15's 10 s
     stalls). Here the name must come from the task's /etc/hosts: NI_NAMEREQD fails if no
     source names the address. A group shares one loopback, so the client's source address
-    is 127.0.0.1 (the loopback route's source), which only the hosts file calls localhost."""
+    is 127.0.0.1 (the loopback route's source), which only the hosts file calls localhost.
+    The client finds the server by its name, also from that file, which the task's root
+    (the host's nobody) must be able to read under the server's umask 077."""
     backend = _backend(home)
     port = 22000 + os.getpid() % 20000
     launches = group_launches(backend, home, "wf-named", {
         "server": {"command": ["python3", "/tmp/namer.py", str(port)],
                    "files": [{"path": "/tmp/namer.py", "contents": DUAL_STACK_NAMER}]},
-        "client": {"command": ["sh", "-c", f"sleep 1; python3 /tmp/connect.py {port} "
-                                           "{{host:server}}"],
+        "client": {"command": ["sh", "-c", f"sleep 1; python3 /tmp/connect.py {port} server"],
                    "files": [{"path": "/tmp/connect.py", "contents": CONNECT}]},
     }, barrier=True)
     backend.start_group(launches)
     facts = wait_final(backend, [l.key for l in launches], timeout_s=90)
+    assert "CONNECTED server" in task_log(launches[1]), task_log(launches[1])
     log = task_log(launches[0])
     assert [final(facts[l.key]).exit_code for l in launches] == [0, 0], log
     assert "PEER ::ffff:" in log, log
