@@ -136,6 +136,7 @@ class Server:
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("TRAINYARD_HOME", str(self.home))
             patch.delenv("TRAINYARD_SERVER_URL", raising=False)
+            patch.delenv("TRAINYARD_TOKEN", raising=False)
             return run_main(*args)
 
     def submit(self, spec: Path | str, *args: str) -> str:

@@ -54,17 +54,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A real server, started by the CLI itself on its first command; stopped at the end."""
     home = tmp_path_factory.mktemp("trainyard-home")
     (home / "pools.yaml").write_text(osmo_pools_yaml())
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TRAINYARD_HOME", str(home))
-        patch.delenv("TRAINYARD_SERVER_URL", raising=False)
-        patch.delenv("TRAINYARD_TOKEN", raising=False)
-        first = run_cli(home, "workflow", "list", "-f", "json")
-        assert first.code == 0, first.err + (home / "server.log").read_text()
-        assert json.loads(first.out) == []
-        made = Server(home)
-        yield made
-        _cancel_everything(made)
-        stopped = run_cli(home, "server", "stop")
+    # The home goes to each CLI call (run_cli, Server.main), never into this process's
+    # environment: this fixture lives to the end of the whole run, and every process a later
+    # test started would inherit it and count as this server's leftover below.
+    first = run_cli(home, "workflow", "list", "-f", "json")
+    assert first.code == 0, first.err + (home / "server.log").read_text()
+    assert json.loads(first.out) == []
+    made = Server(home)
+    yield made
+    _cancel_everything(made)
+    stopped = run_cli(home, "server", "stop")
     assert (stopped.code, stopped.out.strip()) == (0, "trainyard server stopped"), stopped.err
     left = kill_described(wait_gone(processes_of(home), timeout_s=45))
     assert not left, f"processes outlived the session: {left}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,9 +21,7 @@ def session_leader() -> subprocess.Popen[bytes]:
     """``sleep`` leading a session of its own, with a child in that session."""
     proc = subprocess.Popen(["sh", "-c", "sleep 60 & exec sleep 60"], start_new_session=True)
     yield proc
-    for member in proctree.session_members(proc.pid):
-        member.kill()
-    proc.kill()
+    os.killpg(proc.pid, signal.SIGKILL)  # the group at once: a child forked after a scan too
     proc.wait()
 
 
