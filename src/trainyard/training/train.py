@@ -58,6 +58,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import hashlib
+import io
 import signal
 import sys
 import time
@@ -604,12 +605,20 @@ def _record_failure(cfg: TrainConfig, env: DistEnv, exc: BaseException, trainer:
             pass
 
 
+def _stacks_on_sigusr1() -> None:
+    """``kill -USR1 PID``: every thread's stack to stderr (module docstring, "A hung job").
+    Left out where stderr is no file (the trainer called in-process, its output captured)."""
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the trainer with command-line ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if hasattr(signal, "SIGUSR1"):
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    _stacks_on_sigusr1()
     try:
         cfg = config_from_args(args)
         env = DistEnv.from_environ()
