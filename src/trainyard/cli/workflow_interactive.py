@@ -251,12 +251,22 @@ def port_forward(workflow_id: WorkflowIdArg, task: TaskArg,
         raise RefusedError(f"task {task} has ended; port-forward stopped")
 
 
+ACCEPT_WAKE_S = 0.5
+"""How often the accepting main thread wakes: Ctrl-C is often delivered to another thread
+(a relay's, the task watcher's), which does not interrupt the main thread's ``accept``;
+Python runs the handler (KeyboardInterrupt) only when the main thread comes back."""
+
+
 def _serve_forward(listener: socket.socket, entry: dict[str, Any], remote: int) -> None:
+    listener.settimeout(ACCEPT_WAKE_S)
     while True:
         try:
             conn, _addr = listener.accept()
+        except TimeoutError:
+            continue
         except OSError:
             return  # closed: the task ended
+        conn.settimeout(None)
         threading.Thread(target=_forward_one, args=(conn, entry, remote), daemon=True).start()
 
 

@@ -206,6 +206,42 @@ def test_port_forward_reaches_a_server_in_the_task(server: Server, tmp_path: Pat
     assert ended.code == 4 and "has ended" in ended.err
 
 
+def _tgkill(pid: int, tid: int, signum: int) -> None:
+    """A signal to one thread of ``pid`` (tgkill(2)), as the kernel may pick any thread that
+    does not block it for a signal sent to the process."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(234, pid, tid, signum) != 0:  # SYS_tgkill on x86-64
+        raise OSError(ctypes.get_errno(), "tgkill")
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="tgkill's syscall number is x86-64's here")
+def test_port_forward_stops_on_ctrl_c_delivered_to_another_thread(server: Server, tmp_path: Path) -> None:
+    """CI saw a port-forward ignore SIGINT for 30 s: the kernel gave the signal to the task
+    watcher's thread, and the main thread, blocked in accept(), never ran Python's handler."""
+    import psutil
+
+    workflow_id = _submit(server, tmp_path, WEB, "web.yaml", "--set", f"python={sys.executable}")
+    server.wait_task(workflow_id, "srv", "RUNNING", timeout_s=120)
+    local = _free_port()
+    forward = subprocess.Popen(
+        [str(TRAINYARD), "workflow", "port-forward", workflow_id, "srv", "--port", f"{local}:8765"],
+        env=cli_env(server.home), stderr=subprocess.PIPE, text=True)
+    try:
+        assert _get(f"http://127.0.0.1:{local}/index.txt").status_code == 200
+        others = [t.id for t in psutil.Process(forward.pid).threads() if t.id != forward.pid]
+        assert others, "port-forward runs its task watcher in a thread of its own"
+        _tgkill(forward.pid, others[0], signal.SIGINT)
+        assert forward.wait(timeout=20) == 0, forward.stderr.read()
+        assert "port-forward stopped" in forward.stderr.read()
+    finally:
+        if forward.poll() is None:
+            forward.kill()
+        server.main("workflow", "cancel", workflow_id)
+    server.wait(workflow_id, timeout_s=120)
+
+
 def test_exec_never_hands_the_callers_terminal_to_the_task(server: Server, running: str) -> None:
     """stdout a terminal, stdin not: the command writes to a pipe the CLI relays, not to the
     caller's terminal (a task could open it through /proc/PID/fd and push input into it)."""
