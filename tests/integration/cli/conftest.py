@@ -13,6 +13,7 @@ test_osmo_outcomes.py, which wait for them, are moved to the end of the run.
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -33,6 +34,13 @@ from cli_e2e_support import (
 
 
 OUTCOMES = "test_osmo_outcomes.py"
+
+# A run started as a background job (`make test &`, `nohup ... &`) inherits SIGINT ignored
+# (POSIX: a non-interactive shell's `&`), and an ignored signal stays ignored across exec:
+# every CLI a test starts could not be stopped with Ctrl-C, which the Ctrl-C tests check.
+# A handler (unlike SIG_IGN) is reset to the default in the children.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
