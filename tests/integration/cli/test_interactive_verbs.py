@@ -10,6 +10,7 @@ the submitter or an admin may enter (not another user, not a task token); a forw
 
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import signal
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from cli_e2e_support import TRAINYARD, Server, cli_env
@@ -177,22 +179,31 @@ def _get(url: str, timeout_s: float = 60) -> httpx.Response:
             time.sleep(0.5)
 
 
-def test_port_forward_reaches_a_server_in_the_task(server: Server, tmp_path: Path) -> None:
+def _web_task(server: Server, tmp_path: Path) -> str:
+    """A running workflow whose task ``srv`` serves index.txt on its port 8765; its id."""
     workflow_id = _submit(server, tmp_path, WEB, "web.yaml", "--set", f"python={sys.executable}")
     server.wait_task(workflow_id, "srv", "RUNNING", timeout_s=120)
-    local = _free_port()
-    forward = subprocess.Popen(
+    return workflow_id
+
+
+def _port_forward(server: Server, workflow_id: str, local: int) -> subprocess.Popen[str]:
+    """``trainyard workflow port-forward WORKFLOW srv --port LOCAL:8765``, running."""
+    return subprocess.Popen(
         [str(TRAINYARD), "workflow", "port-forward", workflow_id, "srv", "--port", f"{local}:8765"],
         env=cli_env(server.home), stderr=subprocess.PIPE, text=True)
+
+
+def test_port_forward_reaches_a_server_in_the_task(server: Server, tmp_path: Path) -> None:
+    workflow_id = _web_task(server, tmp_path)
+    local = _free_port()
+    forward = _port_forward(server, workflow_id, local)
     try:
         answer = _get(f"http://127.0.0.1:{local}/index.txt")
         assert (answer.status_code, answer.text) == (200, "served-from-task\n")
         assert _get(f"http://127.0.0.1:{local}/index.txt").text == "served-from-task\n"
         forward.send_signal(signal.SIGINT)
         assert forward.wait(timeout=30) == 0, forward.stderr.read()
-        again = subprocess.Popen(
-            [str(TRAINYARD), "workflow", "port-forward", workflow_id, "srv", "--port", f"{local}:8765"],
-            env=cli_env(server.home), stderr=subprocess.PIPE, text=True)
+        again = _port_forward(server, workflow_id, local)
         assert _get(f"http://127.0.0.1:{local}/index.txt").status_code == 200
         server.main("workflow", "cancel", workflow_id)
         assert again.wait(timeout=60) == 4
@@ -209,8 +220,6 @@ def test_port_forward_reaches_a_server_in_the_task(server: Server, tmp_path: Pat
 def _tgkill(pid: int, tid: int, signum: int) -> None:
     """A signal to one thread of ``pid`` (tgkill(2)), as the kernel may pick any thread that
     does not block it for a signal sent to the process."""
-    import ctypes
-
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.syscall(234, pid, tid, signum) != 0:  # SYS_tgkill on x86-64
         raise OSError(ctypes.get_errno(), "tgkill")
@@ -220,14 +229,9 @@ def _tgkill(pid: int, tid: int, signum: int) -> None:
 def test_port_forward_stops_on_ctrl_c_delivered_to_another_thread(server: Server, tmp_path: Path) -> None:
     """CI saw a port-forward ignore SIGINT for 30 s: the kernel gave the signal to the task
     watcher's thread, and the main thread, blocked in accept(), never ran Python's handler."""
-    import psutil
-
-    workflow_id = _submit(server, tmp_path, WEB, "web.yaml", "--set", f"python={sys.executable}")
-    server.wait_task(workflow_id, "srv", "RUNNING", timeout_s=120)
+    workflow_id = _web_task(server, tmp_path)
     local = _free_port()
-    forward = subprocess.Popen(
-        [str(TRAINYARD), "workflow", "port-forward", workflow_id, "srv", "--port", f"{local}:8765"],
-        env=cli_env(server.home), stderr=subprocess.PIPE, text=True)
+    forward = _port_forward(server, workflow_id, local)
     try:
         assert _get(f"http://127.0.0.1:{local}/index.txt").status_code == 200
         others = [t.id for t in psutil.Process(forward.pid).threads() if t.id != forward.pid]

@@ -66,7 +66,7 @@ def run_nodes(commands: Sequence[Sequence[str]], cwd: Path | None = None,
                  for cmd, out in zip(commands, files)]
         try:
             deadline = time.monotonic() + TIMEOUT_S
-            hung = not all(_wait_until(p, deadline) for p in procs)
+            hung = not all(_ended_by(p, deadline) for p in procs)
             if hung:
                 _dump_trainer_stacks(procs)
         finally:
@@ -86,7 +86,7 @@ def run_nodes(commands: Sequence[Sequence[str]], cwd: Path | None = None,
     return [Node(p.returncode, out) for p, out in zip(procs, outputs)]
 
 
-def _wait_until(proc: subprocess.Popen[bytes], deadline: float) -> bool:
+def _ended_by(proc: subprocess.Popen[bytes], deadline: float) -> bool:
     try:
         proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         return True
