@@ -1195,8 +1195,7 @@ def probe_remap(bwrap: str = "bwrap") -> str | None:
     shake = Handshake(UserNamespace(host_uid=TASK_HOST_UID, host_gid=TASK_HOST_UID,
                                     args_at=argv.index("--")))
     try:
-        proc = subprocess.Popen(shake.spawn(argv), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, pass_fds=shake.pass_fds)
+        proc = shake.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as exc:
         shake.started()
         shake.close()

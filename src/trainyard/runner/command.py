@@ -77,12 +77,12 @@ class CommandProcess:
             self._children_before = {_key(c) for c in _children()}
         handshake = (Handshake(self.userns)
                      if self.userns is not None and self.userns.args_at is not None else None)
+        start = handshake.popen if handshake else subprocess.Popen
         try:
-            self.proc = subprocess.Popen(
-                handshake.spawn(self.argv) if handshake else self.argv, env=self.env,
-                cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, process_group=0, umask=TASK_UMASK,
-                pass_fds=handshake.pass_fds if handshake else (),
+            self.proc = start(  # type: ignore[operator]
+                self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0,
+                umask=TASK_UMASK,
             )
         except BaseException:
             if handshake is not None:

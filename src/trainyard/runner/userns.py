@@ -5,8 +5,9 @@ a Slurm cluster's ``munge.key``) stay unreadable to the task, as in a pod.
 bubblewrap maps the task's uid 0 to its caller's uid, and may only map that one itself; its
 bind sources need the host's root (``$TRAINYARD_HOME`` is 0700). So, as a rootless runtime
 does with ``newuidmap`` (bwrap's ``--userns-block-fd``):
-- ``Handshake.spawn``: bwrap starts as ``HOST_UID`` (no capability on the host): ``nsenter
-  --setuid --setgid`` switches to it;
+- ``Handshake.popen``: bwrap starts as ``HOST_UID`` (no capability on the host): the
+  starting thread switches its own ids for the start (``thread_ids``), or ``nsenter
+  --setuid --setgid`` does;
 - ``insert_fds``: the runner adds ``--info-fd N --userns-block-fd M`` to the bwrap prefix;
 - ``Handshake.finish``: once bwrap's child exists (its pid on the info pipe), the runner
   writes its ``uid_map`` and ``gid_map`` (``0 HOST_UID 1``: bwrap is uid 0 there, with the
@@ -37,7 +38,7 @@ import subprocess
 import time
 from collections.abc import Iterable
 
-from trainyard.runner import nsgate
+from trainyard.runner import nsgate, thread_ids
 from trainyard.runner.spec import FreshPath, UserNamespace
 
 __all__ = ["Handshake", "insert_fds", "give_to_task", "give_tree", "make_fresh"]
@@ -61,28 +62,40 @@ class Handshake:
         for fd in (self.info_r, self.block_w):
             os.set_inheritable(fd, False)
 
-    def spawn(self, argv: list[str]) -> list[str]:
-        """``argv`` (bwrap's prefix and command, perhaps after ``nsenter ... --``) as it is
-        started: the pipes' ends named (``argv``), and bwrap run as ``host_uid``/``host_gid``
-        with no supplementary group, the uid the map makes uid 0 inside, so its command is
-        that uid with no further program to switch to it. ``nsenter`` switches the ids
-        (``--setuid``/``--setgid``, which also drop the groups): the one already first (it
-        joins the group's network namespace as the host's root, then switches), else one put
-        first for it. Not ``subprocess.Popen``'s ``user``/``group``: with them CPython forks
-        instead of ``vfork``, which in the launcher (~40 MB, many threads) cost ~2.5 ms of CPU
-        per task, more than this ``exec`` (measured 2026-11-25).
+    def popen(self, argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+        """Start ``argv`` (bwrap's prefix and command, perhaps after ``nsenter ... --``) with
+        ``subprocess.Popen(**kwargs)``: the pipes' ends named (``argv``) and passed, and bwrap
+        run as ``host_uid``/``host_gid`` with no supplementary group, the uid the map makes
+        uid 0 inside, so its command is that uid with no further program to switch to it.
+        Call ``started`` right after, also when this raises.
+
+        How the ids are switched, cheapest first: by ``nsenter --setuid --setgid`` when one
+        already comes first (it joins the group's network namespace as the host's root,
+        then switches); by the calling thread itself around the start (``thread_ids``: no
+        program more; bwrap then starts in ``/``, where its ``--chdir`` goes anyway, as the
+        run folder may be closed to that uid); else by an ``nsenter`` put first. Not
+        ``Popen``'s ``user``/``group``: with them CPython forks instead of ``vfork``, which
+        in the launcher (~40 MB, many threads) cost ~2.5 ms of CPU per task
+        (docs/benchmarks.md).
 
         Raises:
-            OSError: something other than ``nsenter`` or bwrap comes first (EINVAL).
+            OSError: something other than ``nsenter`` or bwrap comes first (EINVAL), or the
+                start failed.
         """
         argv = self.argv(argv)
         ids = [f"--setuid={self.userns.host_uid}", f"--setgid={self.userns.host_gid}"]
-        if os.path.basename(argv[0]) == "nsenter":
-            return [argv[0], *ids, *argv[1:]]
-        if os.path.basename(argv[0]) == "bwrap":
-            return ["nsenter", *ids, "--", *argv]
-        raise OSError(errno.EINVAL, f"cannot start {argv[0]!r} as uid "
-                      f"{self.userns.host_uid}: bwrap or nsenter expected")
+        kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), *self.pass_fds)  # type: ignore[misc]
+        first = os.path.basename(argv[0])
+        if first == "nsenter":
+            return subprocess.Popen([argv[0], *ids, *argv[1:]], **kwargs)  # type: ignore[call-overload]
+        if first != "bwrap":
+            raise OSError(errno.EINVAL, f"cannot start {argv[0]!r} as uid "
+                          f"{self.userns.host_uid}: bwrap or nsenter expected")
+        if not thread_ids.available():
+            return subprocess.Popen(["nsenter", *ids, "--", *argv], **kwargs)  # type: ignore[call-overload]
+        kwargs["cwd"] = "/"
+        with thread_ids.as_ids(self.userns.host_uid, self.userns.host_gid):
+            return subprocess.Popen(argv, **kwargs)  # type: ignore[call-overload]
 
     @property
     def pass_fds(self) -> tuple[int, int]:

@@ -52,31 +52,40 @@ def test_a_bwrap_that_ends_before_the_handshake_is_a_start_error(tmp_path: Path)
         proc.start()
 
 
+@pytest.mark.parametrize("thread_switch", [True, False], ids=["thread-ids", "nsenter"])
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None,
                     reason="the remap needs root (it writes another uid's map) and bubblewrap")
 def test_bwrap_runs_as_the_tasks_host_uid_and_its_command_keeps_no_capability(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, thread_switch: bool) -> None:
     """bwrap itself is never the host's root (it was, with setpriv after its ``--``): from
-    the host, its process is ``host_uid``; inside, the command is uid 0 with no capability in
-    any set and cannot make a user namespace."""
+    the host, its process is ``host_uid`` with no supplementary group; inside, the command is
+    uid 0 with no capability in any set and cannot make a user namespace. The same whether
+    the starting thread switched its own ids or an ``nsenter`` did; the caller is root again
+    after, with its groups."""
     from trainyard.backends.sandbox import REMAP_ARGS
+    from trainyard.runner import thread_ids
     from trainyard.runner.spec import UserNamespace
     from trainyard.runner.userns import Handshake
 
+    if not thread_switch:
+        monkeypatch.setattr(thread_ids, "available", lambda: False)
+    groups_before = os.getgroups()
+    tmp_path.chmod(0o700)  # the run folder bwrap used to start in: closed to the task's uid
     script = ("grep -E '^(Uid|Gid|CapInh|CapPrm|CapEff|CapBnd|CapAmb):' /proc/self/status; "
               "cat /proc/sys/user/max_user_namespaces; read _line")
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *REMAP_ARGS,
             "--unshare-pid", "--", "sh", "-c", script]
     shake = Handshake(UserNamespace(host_uid=65534, host_gid=65534, args_at=argv.index("--")))
-    proc = subprocess.Popen(shake.spawn(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            pass_fds=shake.pass_fds, cwd=str(tmp_path))
+    proc = shake.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=str(tmp_path))
     shake.started()
+    assert (os.getresuid(), os.getresgid(), os.getgroups()) == ((0, 0, 0), (0, 0, 0),
+                                                                groups_before)
     shake.finish(timeout_s=15)
     try:
         status = Path(f"/proc/{proc.pid}/status").read_text()  # bwrap, seen from the host
         ids = {line.split(":")[0]: line.split()[1:] for line in status.splitlines()
-               if line.startswith(("Uid:", "Gid:"))}
-        assert ids == {"Uid": ["65534"] * 4, "Gid": ["65534"] * 4}
+               if line.startswith(("Uid:", "Gid:", "Groups:"))}
+        assert ids == {"Uid": ["65534"] * 4, "Gid": ["65534"] * 4, "Groups": []}
     finally:
         out, _ = proc.communicate(b"\n", timeout=15)
     inside = dict(line.split(":\t") for line in out.decode().splitlines() if ":\t" in line)
@@ -87,20 +96,14 @@ def test_bwrap_runs_as_the_tasks_host_uid_and_its_command_keeps_no_capability(
     assert proc.returncode == 0
 
 
-def test_the_ids_are_switched_by_nsenter_never_left_as_root() -> None:
+def test_only_bwrap_or_nsenter_is_started_as_the_tasks_uid() -> None:
     from trainyard.runner.spec import UserNamespace
     from trainyard.runner.userns import Handshake
 
     shake = Handshake(UserNamespace(host_uid=65534, host_gid=65533, args_at=3))
     try:
-        argv = shake.spawn(["nsenter", "--net=/x", "--", "bwrap", "--", "true"])
-        assert argv[:4] == ["nsenter", "--setuid=65534", "--setgid=65533", "--net=/x"]
-        argv = shake.spawn(["/usr/bin/bwrap", "--dir", "/x", "--", "true"])
-        assert argv[:4] == ["nsenter", "--setuid=65534", "--setgid=65533", "--"]
-        assert argv[4:9] == ["/usr/bin/bwrap", "--dir", "/x", "--info-fd",
-                             str(shake.pass_fds[0])]
         with pytest.raises(OSError, match="bwrap or nsenter expected"):
-            shake.spawn(["sh", "-c", "true", "--"])
+            shake.popen(["sh", "-c", "true", "--"])
     finally:
         shake.started()
         shake.close()
