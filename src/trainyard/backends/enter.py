@@ -38,7 +38,8 @@ from pathlib import Path
 
 import psutil
 
-from trainyard.errors import BackendError, RefusedError
+from trainyard.errors import RefusedError
+from trainyard.runner.libc import libc as c_library
 
 __all__ = ["machine_id", "relay", "find_sandbox_init", "enter_argv", "connect_inside", "main", "NAMESPACES"]
 
@@ -143,7 +144,7 @@ def relay(outer: socket.socket, inner: socket.socket) -> None:
 
 
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+    return c_library()
 
 
 def _check(result: int, what: str) -> None:

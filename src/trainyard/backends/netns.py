@@ -69,6 +69,7 @@ from typing import TypeVar
 
 from trainyard.errors import BackendError
 from trainyard.runner import proctree
+from trainyard.runner.libc import libc as c_library
 
 __all__ = ["GroupNetwork", "ensure_group_network", "probe_netns", "namespace_fd",
            "on_own_thread", "on_this_thread", "join_namespace", "hold_namespace", "bridge", "main", "pasta_argv", "start_egress",
@@ -209,7 +210,7 @@ def _check(result: int, what: str) -> None:
 def _unshare_network() -> bool:
     """Move this (single-threaded) process into a new network namespace.
     Returns True when a user namespace had to be made too."""
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = c_library()
     if os.geteuid() == 0 and libc.unshare(_CLONE_NEWNET) == 0:
         return False
     uid, gid = os.getuid(), os.getgid()
@@ -251,7 +252,7 @@ def namespace_fd(ports: Sequence[int]) -> tuple[int, list[socket.socket]]:
         OSError: not permitted (not root) or the kernel refused.
     """
     def work() -> tuple[int, list[socket.socket]]:
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = c_library()
         _check(libc.unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
         _loopback_up()
         fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
@@ -303,7 +304,7 @@ def on_this_thread(work: Callable[[], T]) -> T:
     try:
         return work()
     finally:
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = c_library()
         if libc.setns(home, _CLONE_NEWNET) != 0:
             code = ctypes.get_errno()
             sys.stderr.write(f"trainyard: cannot move thread back to its network namespace "
@@ -323,7 +324,7 @@ def join_namespace(path: str) -> None:
     """
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = c_library()
         _check(libc.setns(fd, _CLONE_NEWNET), f"setns({path}, CLONE_NEWNET)")
     finally:
         os.close(fd)

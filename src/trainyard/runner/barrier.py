@@ -15,7 +15,6 @@ filesystem on Slurm). OSMO: "Groups" (tasks of a group start their commands toge
 from __future__ import annotations
 
 import _thread
-import ctypes
 import json
 import os
 import select
@@ -23,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+from trainyard.runner.libc import libc as c_library
 from trainyard.runner.spec import Barrier
 
 __all__ = ["BarrierTimeout", "mark_ready", "wait_for_group", "FIRST_POLL_S"]
@@ -52,7 +52,7 @@ class _FolderWatch:
     def __init__(self, folder: Path) -> None:
         self.fd: int | None = None
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
+            libc = c_library()
             fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         except (OSError, AttributeError):
             return

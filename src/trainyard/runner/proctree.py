@@ -11,13 +11,14 @@ create time matches the one recorded when it started.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
 from collections.abc import Iterable
 
 import psutil
+
+from trainyard.runner.libc import libc as c_library
 
 __all__ = [
     "same_process",
@@ -146,7 +147,7 @@ def set_child_subreaper() -> bool:
     """Make this process adopt its orphaned descendants (Linux ``prctl``). True if done."""
     if not sys.platform.startswith("linux"):
         return False
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = c_library()
     return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 

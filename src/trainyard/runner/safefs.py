@@ -32,6 +32,7 @@ import stat
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from trainyard.runner.libc import libc as c_library
 from trainyard.runner.spec import OverlayMount
 
 __all__ = ["write_inside", "mount_overlays", "SymlinkRefused", "files_inside", "open_no_links",
@@ -127,7 +128,7 @@ def mount_overlays(overlays: Sequence[OverlayMount]) -> None:
     """
     if not overlays:
         return
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = c_library()
     _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None),
            "making / private in the task's mount namespace")
@@ -173,22 +174,57 @@ def _layer_userns(host_uid: int, host_gid: int, uid_base: int | None = None,
 
 def _mount_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
     """One layer of ``mount_overlays``: its idmapped lower attached first, if asked."""
-    for folder in (layer.upper, layer.work, layer.target):
-        os.makedirs(folder, exist_ok=True)
+    _make_folders(layer.upper, layer.work, layer.target)
     if layer.lower_below:
         _mount_stacked_overlay(libc, layer)
         return
     lower = layer.lower
     if layer.idmap_uid is not None:
         lower = os.path.join(os.path.dirname(layer.work), "lower")
-        os.makedirs(lower, exist_ok=True)
+        _make_folders(lower)
         gid = layer.idmap_uid if layer.idmap_gid is None else layer.idmap_gid
         _attach(layer.lower, lower, _layer_userns(layer.idmap_uid, gid))
-    lowers = ":".join(_escaped(path) for path in [*layer.lower_above, lower])
-    options = (f"lowerdir={lowers},upperdir={_escaped(layer.upper)},"
-               f"workdir={_escaped(layer.work)}")
-    _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", _flags(layer),
-                      options.encode()), f"overlay over {layer.lower} at {layer.target}")
+    base = os.path.dirname(layer.work)
+    lowers = ":".join(_escaped(_short(path, base)) for path in [*layer.lower_above, lower])
+    options = (f"lowerdir={lowers},upperdir={_escaped(_short(layer.upper, base))},"
+               f"workdir={_escaped(_short(layer.work, base))}")
+    _mount_in(libc, base, layer, options, f"overlay over {layer.lower} at {layer.target}")
+
+
+def _short(path: str, base: str) -> str:
+    """``path`` relative to ``base`` when it lies below it, else as given."""
+    return path[len(base) + 1:] if path.startswith(base.rstrip("/") + "/") else path
+
+
+def _make_folders(*folders: str) -> None:
+    """Make each of ``folders`` (and missing parents): one ``mkdir`` each where the parent
+    is there (``os.makedirs`` looks at the parent first), a folder already there is fine."""
+    for folder in folders:
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            if not os.path.isdir(folder):
+                raise
+        except FileNotFoundError:
+            os.makedirs(folder, exist_ok=True)
+
+
+def _mount_in(libc: ctypes.CDLL, base: str, layer: OverlayMount, options: str,
+              what: str) -> None:
+    """Mount the overlay of ``layer`` with ``options``, whose paths are relative to ``base``
+    (the folder holding its upper and work folders): the calling thread's working
+    directory (its own since ``unshare(CLONE_NEWNS)`` implies ``CLONE_FS``) moves there for
+    the mount and back. The kernel keeps the options as given and prints them in every
+    line of ``/proc/self/mountinfo`` that shows the overlay: short ones make each of
+    bwrap's reads of that table (one per bind, ~19 per task) cheaper."""
+    back = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.chdir(base)
+        _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", _flags(layer),
+                          options.encode()), what)
+    finally:
+        os.fchdir(back)
+        os.close(back)
 
 
 def _flags(layer: OverlayMount) -> int:
@@ -209,20 +245,13 @@ def _mount_stacked_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
         names = ["lower" if index == 0 else f"lower.{index}" for index in range(len(lowers))]
         userns = _layer_userns(layer.idmap_uid, gid, layer.idmap_uid_base, layer.idmap_gid_base)
         for folder, name in zip(lowers, names):
-            os.makedirs(os.path.join(base, name), exist_ok=True)
+            _make_folders(os.path.join(base, name))
             _attach(folder, os.path.join(base, name), userns)
     relative = [os.path.relpath(p, base) for p in (layer.upper, layer.work)]
     options = (f"lowerdir={':'.join(_escaped(n) for n in names)},"
                f"upperdir={_escaped(relative[0])},workdir={_escaped(relative[1])}")
-    back = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.chdir(base)
-        _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", _flags(layer),
-                          options.encode()),
-               f"overlay over {len(lowers)} layers ({layer.lower}...) at {layer.target}")
-    finally:
-        os.fchdir(back)
-        os.close(back)
+    _mount_in(libc, base, layer, options,
+              f"overlay over {len(lowers)} layers ({layer.lower}...) at {layer.target}")
 
 
 def _escaped(path: str) -> str:
@@ -342,7 +371,7 @@ class _MountAttr(ctypes.Structure):
 def private_mount_namespace() -> None:
     """Move the calling thread into a mount namespace of its own (as ``mount_overlays``
     does), for a caller that mounts nothing else. Raises OSError."""
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = c_library()
     _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None),
            "making / private in the task's mount namespace")
@@ -385,8 +414,7 @@ def attach_idmapped(source: str, dest: str, host_uid: int, host_gid: int) -> Non
 
 
 def _attach(source: str, dest: str, userns_fd: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
+    libc = c_library()
     tree = libc.syscall(_SYS_OPEN_TREE, -100, source.encode(), _OPEN_TREE_CLONE | os.O_CLOEXEC)
     _check(0 if tree >= 0 else -1, f"open_tree({source})")
     try:
@@ -429,7 +457,7 @@ def _mapped_userns(host_uid: int, host_gid: int, keep_others: bool = False,
     if child == 0:  # pragma: no cover - runs in the forked child
         code = 1
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
+            libc = c_library()
             if libc.unshare(0x10000000) == 0:
                 os.write(ready_w, b"1")
                 os.read(go_r, 1)

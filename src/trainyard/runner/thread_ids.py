@@ -27,6 +27,8 @@ import os
 import platform
 from collections.abc import Iterator
 
+from trainyard.runner.libc import libc as c_library
+
 __all__ = ["available", "as_ids"]
 
 _SYSCALLS = {  # (setgroups, setresuid, setresgid): asm/unistd_64.h, asm-generic/unistd.h
@@ -58,7 +60,7 @@ def as_ids(uid: int, gid: int) -> Iterator[None]:
     if numbers is None:
         raise OSError(errno.ENOSYS, f"no known system call numbers on {platform.machine()}")
     setgroups, setresuid, setresgid = numbers
-    libc = _libc()
+    libc = c_library()
     ruid, euid, suid = os.getresuid()
     rgid, egid, sgid = os.getresgid()
     groups = os.getgroups()
@@ -76,17 +78,6 @@ def as_ids(uid: int, gid: int) -> Iterator[None]:
     finally:
         group_array = (ctypes.c_uint * max(len(groups), 1))(*groups)
         _call(libc, setgroups, len(groups), group_array)
-
-
-_LIBC: list[ctypes.CDLL] = []
-
-
-def _libc() -> ctypes.CDLL:
-    if not _LIBC:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall.restype = ctypes.c_long
-        _LIBC.append(libc)
-    return _LIBC[0]
 
 
 def _call(libc: ctypes.CDLL, number: int, *args: object) -> None:
