@@ -35,7 +35,17 @@ A hung job
     ``kill -USR1 <pid>`` makes a worker print every thread's Python stack to its stderr and
     go on (``faulthandler.register``): where a rank waits (a collective, a snapshot write, the
     data loader) without a debugger. torchrun's own process is not the worker: signal the
-    processes it started.
+    processes it started. A worker that crashes (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL:
+    a C++ ``std::terminate`` in a library) prints them too (``faulthandler.enable``).
+
+Exit
+    Run as a program (``python -m trainyard.training.train``, as torchrun starts it), a worker
+    flushes its output and ends with ``os._exit`` once ``main`` returned (its process group
+    destroyed, snapshot and metrics written): the interpreter's teardown, where gloo's worker
+    threads and C++ static destructors may still run, is skipped. A CI run saw a rank of a
+    job that had completed abort there ("terminate called without an active exception",
+    SIGABRT), which made torchrun report the finished job as failed (pytorch/pytorch#179291
+    describes the same teardown race).
 
 Exit codes: 0 done (also: the snapshot says training is already complete), 1 training
 failed, 2 bad arguments, dataset, environment or corrupt snapshot.
@@ -59,6 +69,7 @@ import argparse
 import faulthandler
 import hashlib
 import io
+import os
 import signal
 import sys
 import time
@@ -606,12 +617,25 @@ def _record_failure(cfg: TrainConfig, env: DistEnv, exc: BaseException, trainer:
 
 
 def _stacks_on_sigusr1() -> None:
-    """``kill -USR1 PID``: every thread's stack to stderr (module docstring, "A hung job").
-    Left out where stderr is no file (the trainer called in-process, its output captured)."""
+    """``kill -USR1 PID``, and a crash: every thread's stack to stderr (module docstring, "A
+    hung job"). Left out where stderr is no file (the trainer called in-process, its output
+    captured)."""
     try:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
+        faulthandler.enable(all_threads=True)
     except (AttributeError, ValueError, io.UnsupportedOperation):
         pass
+
+
+def _exit_now(code: int) -> None:
+    """Flush what the worker wrote and end the process with ``code`` without the
+    interpreter's teardown (module docstring, "Exit")."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -643,4 +667,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit_now(main())

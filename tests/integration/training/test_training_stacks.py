@@ -1,4 +1,6 @@
-"""A hung job can be asked where it waits: SIGUSR1 makes a trainer print its stacks and go on."""
+"""A hung job can be asked where it waits: SIGUSR1 makes a trainer print its stacks and go on.
+A crashing one prints them as it dies. A finished one flushes its output and skips the
+interpreter's teardown (``train._exit_now``)."""
 
 from __future__ import annotations
 
@@ -30,3 +32,35 @@ def test_sigusr1_prints_every_threads_stack_and_training_goes_on(tmp_path: Path)
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_crash_prints_every_threads_stack(tmp_path: Path) -> None:
+    log = tmp_path / "stderr.txt"
+    with open(tmp_path / "stdout.txt", "wb") as out, open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "trainyard.training.train", "--total_epochs", "500",
+                                 "--snapshot_path", str(tmp_path / "snap") + "/"],
+                                stdout=out, stderr=err)
+    try:
+        wait_until(lambda: "Epoch 1/500 completed" in (tmp_path / "stdout.txt").read_text(), 120,
+                   "the first epoch")
+        proc.send_signal(signal.SIGABRT)  # what a C++ std::terminate in a library raises
+        assert proc.wait(timeout=60) == -signal.SIGABRT
+    finally:
+        proc.kill()
+        proc.wait()
+    text = log.read_text()
+    assert "Fatal Python error: Aborted" in text and "train.py" in text, text
+
+
+def test_a_finished_worker_flushes_its_output_and_exits_with_its_code(tmp_path: Path) -> None:
+    """Through a pipe, Python buffers its output: a worker that skips the interpreter's
+    teardown must still hand all of it over."""
+    done = subprocess.run([sys.executable, "-m", "trainyard.training.train", "--total_epochs", "1",
+                           "--snapshot_path", str(tmp_path / "snap") + "/"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("Training completed successfully."), done.stdout[-2000:]
+    again = subprocess.run([sys.executable, "-m", "trainyard.training.train", "--total_epochs", "1",
+                            "--snapshot_path", str(tmp_path / "snap") + "/", "--batch_size", "0"],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2, again.stderr  # a usage error still ends with its own code
