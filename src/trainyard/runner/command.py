@@ -114,6 +114,16 @@ class CommandProcess:
         finally:
             stream.close()
 
+    def ended_within(self, timeout_s: float) -> bool:
+        """Whether the main process ends within ``timeout_s`` seconds (waits that long at
+        most; ``wait`` still does the rest)."""
+        assert self.proc is not None
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def wait(self) -> int:
         """Wait for the main process, kill what it left behind, drain its output.
 

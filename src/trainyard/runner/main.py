@@ -58,7 +58,7 @@ from trainyard.runner.userns import give_to_task as give_folders
 from trainyard.runner.userns import make_fresh
 from trainyard.runner.userns import give_tree
 from trainyard.runner.spec import TaskRun
-from trainyard.runner.usage import UsageSampler, interval_from_env
+from trainyard.runner.usage import BASELINE_DELAY_S, UsageSampler, interval_from_env
 from trainyard.runner.text import PathRewriter, expand_vars
 from trainyard.spec.tokens import substitute_tokens, token_values
 
@@ -387,13 +387,16 @@ class Runner:
 
     def _start_usage(self, cuda_visible_devices: str | None = None) -> UsageSampler | None:
         """Sample the command's CPU/memory (and GPUs) into ``usage.jsonl`` (runner.usage);
-        None when turned off or the process is already gone."""
+        None when turned off, or when the command ends within the sampler's baseline delay
+        (waited for here: a sampler would take no sample of it)."""
         interval_s = interval_from_env()
         if interval_s <= 0 or self.command is None or self.command.proc is None:
             return None
+        if self.command.ended_within(min(interval_s, BASELINE_DELAY_S)):
+            return None  # never sampled anyway: no thread for it (~1,000 tasks/s of `true`)
         try:
             sampler = UsageSampler(self.command.proc.pid, self.run_dir, interval_s,
-                                   cuda_visible_devices)
+                                   cuda_visible_devices, baseline_delay_s=0.0)
             sampler.start()
         except (psutil.Error, OSError):
             return None

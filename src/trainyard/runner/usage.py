@@ -27,7 +27,7 @@ from typing import Any
 
 import psutil
 
-__all__ = ["USAGE", "UsageSampler", "read_usage", "interval_from_env", "sample_tree"]
+__all__ = ["USAGE", "BASELINE_DELAY_S", "UsageSampler", "read_usage", "interval_from_env", "sample_tree"]
 
 USAGE = "usage.jsonl"
 DEFAULT_INTERVAL_S = 2.0
@@ -135,9 +135,12 @@ class UsageSampler:
     """
 
     def __init__(self, pid: int, run_dir: Path, interval_s: float = DEFAULT_INTERVAL_S,
-                 cuda_visible_devices: str | None = None) -> None:
+                 cuda_visible_devices: str | None = None,
+                 baseline_delay_s: float | None = None) -> None:
         self.path = Path(run_dir) / USAGE
         self.interval_s = interval_s
+        self.baseline_delay_s = (min(interval_s, BASELINE_DELAY_S) if baseline_delay_s is None
+                                 else baseline_delay_s)
         self._tree = _Tree(pid)
         self._visible = cuda_visible_devices
         self._gpus: Any | None = None
@@ -147,7 +150,8 @@ class UsageSampler:
 
     def start(self) -> None:
         """Start the thread. It takes the CPU baseline after ``BASELINE_DELAY_S`` (at most one
-        interval), then one sample per interval: a command that ends sooner is never walked,
+        interval; ``baseline_delay_s`` when given: a caller that waited already), then one
+        sample per interval: a command that ends sooner is never walked,
         so short tasks pay no process-tree walk (each walk reads every ``/proc/PID/stat`` of
         the machine, ~3 ms with a few hundred processes)."""
         self._thread.start()
@@ -159,7 +163,7 @@ class UsageSampler:
             self._thread.join(timeout=self.interval_s + 1)
 
     def _loop(self) -> None:
-        if self._stop.wait(min(self.interval_s, BASELINE_DELAY_S)):
+        if self._stop.wait(self.baseline_delay_s):
             return
         self._tree.sample()
         while not self._stop.wait(self.interval_s):

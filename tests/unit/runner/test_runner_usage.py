@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from runner_support import execute
 from trainyard.runner import usage
 from trainyard.runner.usage import UsageSampler, interval_from_env, read_usage
 
@@ -117,3 +118,22 @@ def test_a_command_ending_before_the_baseline_is_never_walked(tmp_path: Path, mo
     sampler.start()
     sampler.stop()  # a task of `true` ends within milliseconds
     assert walks == [] and read_usage(tmp_path) == []
+
+
+@pytest.mark.parametrize(("script", "sampled"), [("true", False), ("sleep 1.5", True)],
+                         ids=["ends-at-once", "runs-on"])
+def test_the_runner_starts_a_sampler_only_for_a_command_still_running_after_the_baseline_delay(
+        make_run, monkeypatch, script: str, sampled: bool) -> None:  # noqa: ANN001
+    """A command that ends within the baseline delay gets no sampler thread at all (it would
+    take no sample: issue 11's 1,000 tasks of `true`); one that runs on is sampled from its
+    baseline at that delay, one line per interval, as before."""
+    monkeypatch.setenv("TRAINYARD_USAGE_INTERVAL_S", "0.4")
+    started: list[float] = []
+    real_start = UsageSampler.start
+    monkeypatch.setattr(UsageSampler, "start",
+                        lambda self: started.append(self.baseline_delay_s) or real_start(self))
+    run = make_run(script)
+    assert execute(run) == 0
+    assert started == ([0.0] if sampled else [])
+    rows = read_usage(Path(run.run_dir))
+    assert (len(rows) >= 1) is sampled  # sleeps 1.5 s: baseline at 0.4 s, then 0.4 s apart
