@@ -143,10 +143,6 @@ def relay(outer: socket.socket, inner: socket.socket) -> None:
 # ---------------------------------------------------------------------- the entering process
 
 
-def _libc() -> ctypes.CDLL:
-    return c_library()
-
-
 def _check(result: int, what: str) -> None:
     if result != 0:
         code = ctypes.get_errno()
@@ -167,7 +163,7 @@ def _open_target(pid: int, created: float) -> tuple[dict[str, int], int]:
 
 
 def _enter(fds: dict[str, int], root: int) -> None:
-    libc = _libc()
+    libc = c_library()
     own = {name: os.stat(f"/proc/self/ns/{name}").st_ino for name in NAMESPACES}
     for name in NAMESPACES:
         if os.fstat(fds[name]).st_ino != own[name]:  # setns into one's own user ns fails
@@ -181,7 +177,7 @@ def _enter(fds: dict[str, int], root: int) -> None:
 
 def _drop_privileges() -> None:
     """Uid and gid 0 of the task's user namespace, no capabilities at all, no new ones."""
-    libc = _libc()
+    libc = c_library()
     for setter, name in ((os.setgid, "setgid"), (os.setuid, "setuid")):
         try:
             setter(0)
@@ -232,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, psutil.Error) as exc:
         sys.stderr.write(f"trainyard exec: cannot enter the task's sandbox: {exc}\n")
         return 125
-    _libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # the task may not ptrace this holder
+    c_library().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # the task may not ptrace this holder
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the command's to handle
     child = os.fork()
     if child == 0:

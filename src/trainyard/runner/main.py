@@ -58,7 +58,7 @@ from trainyard.runner.userns import give_to_task as give_folders
 from trainyard.runner.userns import make_fresh
 from trainyard.runner.userns import give_tree
 from trainyard.runner.spec import TaskRun
-from trainyard.runner.usage import BASELINE_DELAY_S, UsageSampler, interval_from_env
+from trainyard.runner.usage import UsageSampler, baseline_delay, interval_from_env
 from trainyard.runner.text import PathRewriter, expand_vars
 from trainyard.spec.tokens import substitute_tokens, token_values
 
@@ -392,7 +392,7 @@ class Runner:
         interval_s = interval_from_env()
         if interval_s <= 0 or self.command is None or self.command.proc is None:
             return None
-        if self.command.ended_within(min(interval_s, BASELINE_DELAY_S)):
+        if self.command.ended_within(baseline_delay(interval_s)):
             return None  # never sampled anyway: no thread for it (~1,000 tasks/s of `true`)
         try:
             sampler = UsageSampler(self.command.proc.pid, self.run_dir, interval_s,

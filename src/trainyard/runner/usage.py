@@ -27,12 +27,18 @@ from typing import Any
 
 import psutil
 
-__all__ = ["USAGE", "BASELINE_DELAY_S", "UsageSampler", "read_usage", "interval_from_env", "sample_tree"]
+__all__ = ["USAGE", "baseline_delay", "UsageSampler", "read_usage", "interval_from_env", "sample_tree"]
 
 USAGE = "usage.jsonl"
 DEFAULT_INTERVAL_S = 2.0
 BASELINE_DELAY_S = 0.5
 """Seconds after the command's start before the first (baseline) reading."""
+
+
+def baseline_delay(interval_s: float) -> float:
+    """Seconds after the command's start when its CPU baseline is taken: ``BASELINE_DELAY_S``,
+    at most one interval. A command that ends sooner is never sampled."""
+    return min(interval_s, BASELINE_DELAY_S)
 
 
 def interval_from_env(env: dict[str, str] | None = None) -> float:
@@ -139,7 +145,7 @@ class UsageSampler:
                  baseline_delay_s: float | None = None) -> None:
         self.path = Path(run_dir) / USAGE
         self.interval_s = interval_s
-        self.baseline_delay_s = (min(interval_s, BASELINE_DELAY_S) if baseline_delay_s is None
+        self.baseline_delay_s = (baseline_delay(interval_s) if baseline_delay_s is None
                                  else baseline_delay_s)
         self._tree = _Tree(pid)
         self._visible = cuda_visible_devices

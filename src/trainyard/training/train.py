@@ -616,7 +616,7 @@ def _record_failure(cfg: TrainConfig, env: DistEnv, exc: BaseException, trainer:
             pass
 
 
-def _stacks_on_sigusr1() -> None:
+def _stack_dumps() -> None:
     """``kill -USR1 PID``, and a crash: every thread's stack to stderr (module docstring, "A
     hung job"). Left out where stderr is no file (the trainer called in-process, its output
     captured)."""
@@ -642,7 +642,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the trainer with command-line ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    _stacks_on_sigusr1()
+    _stack_dumps()
     try:
         cfg = config_from_args(args)
         env = DistEnv.from_environ()
