@@ -53,6 +53,7 @@ from trainyard.backends.kubernetes.states import view_of
 from trainyard.errors import BackendError
 from trainyard.pools import Pool, trainyard_home
 from trainyard.runner.main import STOPPED_EXIT_CODE
+from trainyard.tasktokens import task_token
 
 __all__ = ["KubernetesBackend", "create", "SELECTOR"]
 
@@ -171,6 +172,15 @@ class KubernetesBackend:
         return build_request(launches, self.pool, self.options, self.home,
                              server_url=self._server_url())
 
+    def _api_env(self, workflow_id: str) -> dict[str, str]:
+        """``TRAINYARD_SERVER_URL`` and the task token for a task of ``workflow_id``: the
+        pool's ``server_url`` where set (the server as pods reach it), else
+        ``base.task_api_env``'s (empty when no server is known)."""
+        if not self.options.server_url:
+            return task_api_env(self.home, workflow_id)
+        return {"TRAINYARD_SERVER_URL": self.options.server_url,
+                "TRAINYARD_TOKEN": task_token(self.home, workflow_id)}
+
     def _server_url(self) -> str | None:
         """The server's URL as pods reach it: the pool's ``server_url``, else the server's."""
         return self.options.server_url or server_url_for_tasks(self.home)
@@ -201,9 +211,7 @@ class KubernetesBackend:
                                     max(launch.key.retry_id for launch in launches))
         for launch, pod in zip(request.launches, request.pods, strict=True):
             run = request.runs[launch.key]
-            run.sandbox.env.update(task_api_env(self.home, run.workflow_id))
-            if self._server_url():
-                run.sandbox.env["TRAINYARD_SERVER_URL"] = str(self._server_url())
+            run.sandbox.env.update(self._api_env(run.workflow_id))
             owner = request.owner["metadata"]["name"]
             _create_once(api, with_owner(run_secret(launch, run, self.options), owner, uid))
             self._create_pod(api, with_owner(pod, owner, uid), launch.key, start)

@@ -100,8 +100,8 @@ class KubeApi:
         try:
             if kind == "PodGroup":
                 group, version, plural = self._custom(obj["apiVersion"])
-                return dict(self.custom.create_namespaced_custom_object(
-                    group, version, self.namespace, plural, obj))
+                return _json(self.custom.create_namespaced_custom_object(
+                    group, version, self.namespace, plural, obj, _preload_content=False))
             method = getattr(self.core, f"create_namespaced_{_PLURALS[kind]}")
             return _json(method(self.namespace, obj, _preload_content=False))
         except (self._exception, OSError) as exc:
@@ -145,6 +145,7 @@ class KubeApi:
                                        label_selector=selector,
                                        resource_version=resource_version,
                                        timeout_seconds=timeout_s,
+                                       _request_timeout=(10, timeout_s + 10),
                                        allow_watch_bookmarks=False):
                 raw = event.get("raw_object") or {}
                 if event.get("type") == "ERROR":
@@ -166,7 +167,8 @@ class KubeApi:
             if kind == "PodGroup":
                 group, version, plural = self._custom(api_version)
                 self.custom.delete_namespaced_custom_object(group, version, self.namespace,
-                                                            plural, name, body=body)
+                                                            plural, name, body=body,
+                                                            _preload_content=False)
                 return
             method = getattr(self.core, f"delete_namespaced_{_PLURALS[kind]}")
             method(name, self.namespace, body=body, _preload_content=False)
