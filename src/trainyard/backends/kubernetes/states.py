@@ -18,8 +18,10 @@ A pod never becomes a status: the engine decides (../shared/DESIGN.md). What is 
   memory; ``Error``);
 - a container **waiting** with an image reason of ``IMAGE_FAILURES``: START_ERROR (the image
   cannot be pulled: nothing ran);
-- the pod **Evicted** (``status.reason``): EXITED with OSMO's service code 3004 (EVICTED),
-  so exit actions see it as on OSMO;
+- the pod **Evicted** (``status.reason``) while its task container ran: the kubelet stopped
+  the container (SIGTERM), so the runner's own report (143, stopped) is the exit, the
+  eviction named in its message; exit actions on 143 (``RESCHEDULE: [143]``) apply. Evicted
+  before the container ran: EXITED with OSMO's service code 3004 (FAILED_EVICTED);
 - ``DeadlineExceeded`` (``activeDeadlineSeconds``, the backstop of the exec timeout): LOST;
 - the pod **gone** (deleted by someone, its node lost and the pod collected) or Failed
   without a terminated task container: LOST.
@@ -112,6 +114,17 @@ def _exited(terminated: dict[str, Any]) -> PodView:
     return PodView(True, FactKind.EXITED, code, f"{text}: {tail[-400:]}" if tail else text)
 
 
+def _with_pod_reason(view: PodView, status: dict[str, Any]) -> PodView:
+    """``view`` with the pod's own reason (``Evicted``: the kubelet stopped the runner, which
+    reported 143) added to its message."""
+    reason = status.get("reason")
+    if not reason:
+        return view
+    note = f"pod {reason}: {status.get('message', '')}".rstrip(": ")
+    return PodView(view.started, view.ending, view.exit_code,
+                   f"{view.message}; {note}" if view.message else note)
+
+
 def view_of(pod: dict[str, Any] | None, container: str = "task") -> PodView:
     """Read one pod (``None``: it is gone) as a ``PodView``.
 
@@ -125,7 +138,7 @@ def view_of(pod: dict[str, Any] | None, container: str = "task") -> PodView:
     status = pod.get("status") or {}
     state = _task_status(pod, container).get("state") or {}
     if state.get("terminated"):
-        return _exited(state["terminated"])
+        return _with_pod_reason(_exited(state["terminated"]), status)
     image = _waiting_image_failure(pod)
     if image:
         return PodView(ending=FactKind.START_ERROR, message=f"image pull failed: {image}")

@@ -29,12 +29,19 @@ RESOURCES = ("v1/pods", "v1/services", "v1/secrets", "v1/configmaps",
 
 
 class UidEmulator(kmock.KubernetesEmulator):
-    """The emulator, giving each created object a ``metadata.uid``."""
+    """The emulator, giving each created object a ``metadata.uid``; ``pod_creates`` lists
+    the name of every pod a create request asked for, refused or not."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.pod_creates: list[str] = []
 
     async def _handle(self, request: Any) -> Any:  # type: ignore[override]
         data = getattr(request, "data", None)
         if getattr(request, "action", None) == kmock.action.CREATE and isinstance(data, dict):
             data.setdefault("metadata", {}).setdefault("uid", str(uuid.uuid4()))
+            if data.get("kind") == "Pod":
+                self.pod_creates.append(str(data["metadata"].get("name")))
         return await super()._handle(request)
 
 
@@ -95,6 +102,10 @@ class Emulator:
                   "configmaps": self.core.list_namespaced_config_map}[kind]
         data = json.loads(lister(NAMESPACE, _preload_content=False).data)
         return list(data.get("items") or [])
+
+    def requests_to_create_pods(self) -> list[str]:
+        """Names of every pod a create request asked for, in order."""
+        return list(self._handler.pod_creates)
 
     def pod(self, name: str) -> dict[str, Any] | None:
         return next((p for p in self.objects("pods") if p["metadata"]["name"] == name), None)
@@ -163,9 +174,19 @@ class Kubelet:
              "state": {"waiting": {"reason": "ImagePullBackOff",
                                    "message": "Back-off pulling image \"nope:1\""}}}]})
 
-    def evict(self, name: str) -> None:
-        self._status(name, {"phase": "Failed", "reason": "Evicted",
-                            "message": "The node was low on resource: memory."})
+    def evict(self, name: str, *, ran: bool = True) -> None:
+        """Node-pressure eviction: the pod Failed with reason Evicted; with ``ran``, its task
+        container was stopped with SIGTERM and the runner reported 143 (stopped)."""
+        status: dict[str, Any] = {"phase": "Failed", "reason": "Evicted",
+                                  "message": "The node was low on resource: memory."}
+        if ran:
+            report = json.dumps({"kind": "EXITED", "time_s": 1.0, "exit_code": 143,
+                                 "message": "stopped by SIGTERM"})
+            status["containerStatuses"] = [{"name": "task", "ready": False, "restartCount": 0,
+                                            "image": "i", "imageID": "", "state": {"terminated": {
+                                                "exitCode": 143, "reason": "Error",
+                                                "message": report}}}]
+        self._status(name, status)
 
     def unschedulable(self, name: str, message: str) -> None:
         self._status(name, {"phase": "Pending", "conditions": [

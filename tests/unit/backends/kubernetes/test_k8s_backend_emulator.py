@@ -111,7 +111,7 @@ def test_image_pull_error_eviction_and_oom(backend: KubernetesBackend, emulator:
     backend.start_group(launches({"a": RES, "b": RES, "c": RES}, workflow_id=WID))
     kubelet.image_pull_error(_pod("a"))
     kubelet.run(_pod("b"))
-    kubelet.evict(_pod("b"))
+    kubelet.evict(_pod("b"), ran=False)
     kubelet.run(_pod("c"))
     kubelet.exit(_pod("c"), 137, report=False, reason="OOMKilled")
     facts = _facts_until(backend, lambda f: all(_ending(f, t) for t in "abc"))

@@ -58,8 +58,16 @@ def test_image_pull_failure_of_task_or_init_container_is_a_start_error() -> None
 
 
 def test_evicted_pod_exits_with_osmos_evicted_code() -> None:
-    view = view_of(_pod("Failed", {"running": {}}, reason="Evicted"))
+    view = view_of(_pod("Failed", reason="Evicted"))
     assert (view.ending, view.exit_code) == (FactKind.EXITED, 3004)
+
+
+def test_evicted_while_running_is_the_runners_stopped_exit_named_evicted() -> None:
+    report = json.dumps({"kind": "EXITED", "exit_code": 143, "message": "stopped by SIGTERM"})
+    view = view_of(_pod("Failed", {"terminated": {"exitCode": 143, "message": report}},
+                        reason="Evicted"))
+    assert (view.ending, view.exit_code) == (FactKind.EXITED, 143)
+    assert view.message == "stopped by SIGTERM; pod Evicted: Evicted by the test"
 
 
 def test_deadline_exceeded_and_unknown_failures_are_lost() -> None:
