@@ -115,8 +115,9 @@ class _PodWatch:
             except BackendError as exc:
                 log.info("kubernetes backend: pod watch: %s; listing again", exc)
                 self._stop.wait(RELIST_PAUSE_S)
-            except Exception:  # the watch must live on: log, pause, list again
-                log.exception("kubernetes backend: pod watch failed; listing again")
+            except Exception as exc:  # a broken stream (urllib3): log, pause, list again
+                if not self._stop.is_set():
+                    log.warning("kubernetes backend: pod watch broke (%r); listing again", exc)
                 self._stop.wait(RELIST_PAUSE_S)
 
     def _relist(self) -> str:

@@ -45,51 +45,14 @@ class UidEmulator(kmock.KubernetesEmulator):
         return await super()._handle(request)
 
 
-class Emulator:
-    """The emulator on ``http://127.0.0.1:<port>``; ``kubeconfig`` is a file naming it."""
+class EmulatorClient:
+    """Reading and driving an emulator through its API (``kubeconfig`` names it)."""
 
-    def __init__(self, folder: Path) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        self._handler, self._server = self._call(self._start())
-        self.url = str(self._server.url).rstrip("/")
-        self.kubeconfig = folder / "kubeconfig"
-        self.kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
-            "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
-            "users": [{"name": "tester", "user": {"token": "test-token"}}],
-            "contexts": [{"name": "emulator", "context": {"cluster": "emulator",
-                                                          "user": "tester"}}]}))
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
         configuration = k8s.Configuration()
-        config.load_kube_config(str(self.kubeconfig), client_configuration=configuration)
+        config.load_kube_config(str(kubeconfig), client_configuration=configuration)
         self.core = k8s.CoreV1Api(k8s.ApiClient(configuration))
-
-    def _call(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
-
-    async def _start(self) -> tuple[Any, Any]:
-        handler = UidEmulator()
-        for resource in RESOURCES:  # an emulator knows a resource once declared or used
-            handler.resources[resource] = {}
-        await handler.__aenter__()
-        server = kmock.Server(handler)
-        await server.__aenter__()
-        return handler, server
-
-    async def _stop(self) -> None:
-        """End open watches first (the emulator streams them forever), then the server."""
-        for task in asyncio.all_tasks():
-            if task is not asyncio.current_task():
-                task.cancel()
-        await asyncio.sleep(0)
-        await self._server.__aexit__(None, None, None)
-        await self._handler.__aexit__(None, None, None)
-
-    def close(self) -> None:
-        self._call(self._stop())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
 
     # ------------------------------------------------------------------ reading
 
@@ -102,10 +65,6 @@ class Emulator:
                   "configmaps": self.core.list_namespaced_config_map}[kind]
         data = json.loads(lister(NAMESPACE, _preload_content=False).data)
         return list(data.get("items") or [])
-
-    def requests_to_create_pods(self) -> list[str]:
-        """Names of every pod a create request asked for, in order."""
-        return list(self._handler.pod_creates)
 
     def pod(self, name: str) -> dict[str, Any] | None:
         return next((p for p in self.objects("pods") if p["metadata"]["name"] == name), None)
@@ -140,10 +99,74 @@ class Emulator:
         return deleted
 
 
+class Emulator(EmulatorClient):
+    """The emulator on ``http://127.0.0.1:<port>`` in this process (a thread runs its loop);
+    ``kubeconfig`` (in ``folder``) names it."""
+
+    def __init__(self, folder: Path) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._handler, self._server = self._call(self._start())
+        self.url = str(self._server.url).rstrip("/")
+        kubeconfig = folder / "kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
+            "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
+            "users": [{"name": "tester", "user": {"token": "test-token"}}],
+            "contexts": [{"name": "emulator", "context": {"cluster": "emulator",
+                                                          "user": "tester"}}]}))
+        super().__init__(kubeconfig)
+
+    def requests_to_create_pods(self) -> list[str]:
+        """Names of every pod a create request asked for, in order."""
+        return list(self._handler.pod_creates)
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
+
+    async def _start(self) -> tuple[Any, Any]:
+        handler = UidEmulator()
+        for resource in RESOURCES:  # an emulator knows a resource once declared or used
+            handler.resources[resource] = {}
+        await handler.__aenter__()
+        server = kmock.Server(handler)
+        await server.__aenter__()
+        return handler, server
+
+    async def _stop(self) -> None:
+        """End open watches first (the emulator streams them forever), then the server."""
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.cancel()
+        await asyncio.sleep(0)
+        await self._server.__aexit__(None, None, None)
+        await self._handler.__aexit__(None, None, None)
+
+    def close(self) -> None:
+        self._call(self._stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+
+def serve(folder: Path) -> None:
+    """Run an emulator until killed, its kubeconfig in ``folder`` (for benchmarks that keep
+    the emulator's serving out of the measured process)."""
+    Emulator(folder)
+    print("ready", flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve(Path(sys.argv[1]))
+
+
 class Kubelet:
     """Moves pods through their lifecycle as a kubelet would, by patching their status."""
 
-    def __init__(self, emulator: Emulator) -> None:
+    def __init__(self, emulator: EmulatorClient) -> None:
         self.api = emulator.core
 
     def _status(self, name: str, status: dict[str, Any]) -> None:

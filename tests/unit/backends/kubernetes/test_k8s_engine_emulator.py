@@ -122,6 +122,7 @@ def test_seed_two_node_spec_completes(run: EngineOnK8s, emulator: Emulator) -> N
     assert run.status(wid) == "COMPLETED"
     # no pod but these two was ever made (the lead's end may stop the worker: OSMO's rule)
     assert {p["metadata"]["name"] for p in emulator.pods_of(wid)} <= set(names)
+    _delete_leaves_nothing(run, emulator, wid)
 
 
 def test_dag_starts_the_downstream_group_after_its_input(run: EngineOnK8s,
@@ -135,6 +136,7 @@ def test_dag_starts_the_downstream_group_after_its_input(run: EngineOnK8s,
     assert pods[1]["metadata"]["name"] == f"ty-{wid}-train-0"
     _finish(emulator, [f"ty-{wid}-train-0"])
     assert run.status(wid) == "COMPLETED"
+    _delete_leaves_nothing(run, emulator, wid)
 
 
 def test_eviction_reschedules_the_task(run: EngineOnK8s, emulator: Emulator) -> None:
@@ -158,6 +160,16 @@ def test_cancel_deletes_the_pods(run: EngineOnK8s, emulator: Emulator) -> None:
     run.engine.cancel(wid)
     assert run.status(wid) == "FAILED_CANCELED"
     assert emulator.pods_of(wid) == []
+    _delete_leaves_nothing(run, emulator, wid)
+
+
+def _delete_leaves_nothing(run: EngineOnK8s, emulator: Emulator, wid: str) -> None:
+    """``workflow delete``: the backend deletes the owner ConfigMap; once the (test's)
+    garbage collector ran, no object labelled with the workflow is left."""
+    assert emulator.left_of(wid)
+    run.engine.delete([wid])
+    emulator.collect_garbage()
+    assert emulator.left_of(wid) == []
 
 
 def test_engine_restart_recovers_and_starts_nothing_twice(emulator: Emulator,
