@@ -14,7 +14,10 @@ watch (pods missing from a new list are gone). ``poll`` reads each live attempt'
 its task container runs, then its ending fact. A pod that is gone without an ending
 (deleted by someone, its node lost and the pod collected) is LOST after ``lost_grace_s``;
 one this backend stopped reports EXITED 143 as a runner stopped by SIGTERM does.
-``notify_facts(wake)`` makes the watch call ``wake()`` after each event.
+``notify_facts(wake)`` makes the watch call ``wake()`` after each event. When an attempt
+ends, its pod's log (the task log, which ``podmain`` copies to the container's stdout) is
+copied into the attempt's run folder here (``task.log``), so ``workflow logs`` shows it; live
+following through the API is not done yet.
 
 Gang: with ``scheduler: none`` the default scheduler may start part of a gang. A start
 whose pods are not all running ``gang_timeout_s`` after it was sent is deleted whole and its
@@ -46,13 +49,15 @@ from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch, ser
 from trainyard.backends.base import task_api_env
 from trainyard.backends.kubernetes import names
 from trainyard.backends.kubernetes.client import AlreadyExists, KubeApi, NotFound
-from trainyard.backends.kubernetes.manifests import (ANNOTATIONS, KubernetesRequest,
-                                                     build_request, run_secret, with_owner)
+from trainyard.backends.kubernetes.manifests import (ANNOTATIONS, TASK_CONTAINER,
+                                                     KubernetesRequest, build_request,
+                                                     run_secret, with_owner)
 from trainyard.backends.kubernetes.options import KubernetesOptions, parse_options
 from trainyard.backends.kubernetes.states import view_of
-from trainyard.errors import BackendError
+from trainyard.errors import BackendError, ConfigError
 from trainyard.pools import Pool, trainyard_home
 from trainyard.runner.main import STOPPED_EXIT_CODE
+from trainyard.runner.report import LOG
 from trainyard.tasktokens import task_token
 
 __all__ = ["KubernetesBackend", "create", "SELECTOR"]
@@ -64,6 +69,10 @@ WATCH_TIMEOUT_S = 60
 """How long one watch request lasts before the backend opens the next (server side)."""
 RELIST_PAUSE_S = 1.0
 """Pause before listing again after a broken watch."""
+
+
+LOG_LIMIT_BYTES = 64 * 1024**2
+"""At most this much of a pod's log is copied into the server's run folder."""
 
 
 @dataclass
@@ -314,7 +323,10 @@ class KubernetesBackend:
     def _cluster(self) -> KubeApi:
         """The API, its watch started (made at the first call that needs the cluster)."""
         if self._api is None:
-            self._api = KubeApi(self.options)
+            try:
+                self._api = KubeApi(self.options)
+            except ConfigError as exc:  # the engine hears of a backend that cannot start
+                raise BackendError(f"kubernetes pool {self.pool.name!r}: {exc}") from exc
         if self._watch is None:
             self._watch = _PodWatch(self._api, self._on_event)
             self._watch.synced.wait(timeout=10)
@@ -387,9 +399,25 @@ class KubernetesBackend:
                 log.info("kubernetes backend: pod %s waits: %s", attempt.pod, view.waiting)
         if view.ending is not None:
             attempt.done = True
+            self._keep_log(attempt)
             facts.append(TaskFact(attempt.key, view.ending, time.time(), view.exit_code,
                                   view.message))
         return facts
+
+    def _keep_log(self, attempt: _Attempt) -> None:
+        """Copy the ended pod's log (the task log ``podmain`` copied to its stdout) into the
+        attempt's run folder here, ``task.log``, so ``workflow logs`` shows it. Not with a
+        ``runs_claim`` (the runner wrote it there) nor where the file exists. Best effort."""
+        key = attempt.key
+        path = self.home / "runs" / key.workflow_id / key.task / str(key.retry_id) / LOG
+        if self.options.runs_claim or path.exists() or self._api is None:
+            return
+        try:
+            text = self._api.pod_log(attempt.pod, TASK_CONTAINER, LOG_LIMIT_BYTES)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        except (BackendError, OSError) as exc:
+            log.warning("kubernetes backend: cannot keep the log of pod %s: %s", attempt.pod, exc)
 
     def _gone(self, attempt: _Attempt, now: float) -> list[TaskFact]:
         """A pod missing from the watch: EXITED 143 if stopped here, else LOST after

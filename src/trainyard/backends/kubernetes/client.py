@@ -156,6 +156,17 @@ class KubeApi:
         finally:
             stream.stop()
 
+    def pod_log(self, name: str, container: str, limit_bytes: int) -> str:
+        """The last ``limit_bytes`` of a container's log (the API's pod log). Raises
+        NotFound, BackendError."""
+        try:
+            response = self.core.read_namespaced_pod_log(
+                name, self.namespace, container=container, limit_bytes=limit_bytes,
+                _preload_content=False)
+        except (self._exception, OSError) as exc:
+            raise _translate(exc, f"log of pod {name}") from exc
+        return bytes(response.data).decode("utf-8", errors="replace")
+
     def delete(self, kind: str, name: str, grace_s: int | None = None,
                api_version: str = "v1") -> None:
         """Delete an object (children with it: ``propagationPolicy: Background``).

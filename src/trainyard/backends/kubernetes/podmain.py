@@ -2,7 +2,10 @@
 pod's task container runs (the task's image, trainyard's runner copied in by the init
 container).
 
-It runs the task runner (``trainyard.runner.main``) on ``RUN_JSON``, then writes the runner's
+It runs the task runner (``trainyard.runner.main``) on ``RUN_JSON``, copying the task log
+(``<run_dir>/task.log``) to its stdout as it grows (the container's log: ``kubectl logs``,
+and what the backend copies into the server's run folder when the attempt ends), then writes
+the runner's
 EXITED event (one JSON line: kind, time_s, exit_code, message) to the container's termination
 message file (default ``/dev/termination-log``; Kubernetes docs, "Customizing the termination
 message"): the kubelet puts it in the pod's status, where the backend's watch reads the exact
@@ -14,11 +17,13 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
+from typing import TextIO
 
-from trainyard.runner.report import EVENTS, read_events
+from trainyard.runner.report import EVENTS, LOG, read_events
 
-__all__ = ["main", "TERMINATION_LOG", "termination_message", "MESSAGE_LIMIT_BYTES"]
+__all__ = ["main", "TERMINATION_LOG", "termination_message", "MESSAGE_LIMIT_BYTES", "copy_log"]
 
 TERMINATION_LOG = "/dev/termination-log"
 MESSAGE_LIMIT_BYTES = 4096
@@ -41,6 +46,29 @@ def termination_message(run_dir: Path, code: int) -> str:
     return text
 
 
+def copy_log(path: Path, out: TextIO, done: threading.Event, interval_s: float = 0.2) -> None:
+    """Copy ``path`` (the runner's ``task.log``, OSMO's log format) to ``out`` as it grows,
+    until ``done`` is set and the file is read to its end: the container's log, which the
+    API serves (``kubectl logs``, and the backend copies it into the server's run folder).
+    A file not there yet is waited for."""
+    offset = 0
+    while True:
+        finished = done.is_set()
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+        except OSError:
+            chunk = b""
+        if chunk:
+            offset += len(chunk)
+            out.write(chunk.decode("utf-8", errors="replace"))
+            out.flush()
+        if finished:
+            return
+        done.wait(interval_s)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the attempt, write the termination message, return the runner's code."""
     from trainyard.runner.main import main as run
@@ -51,10 +79,15 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m trainyard.backends.kubernetes.podmain RUN_JSON "
               "[TERMINATION_LOG]", file=sys.stderr)
         return 2
+    run_dir = Path(load_run(Path(args[0])).run_dir)
+    done = threading.Event()
+    tee = threading.Thread(target=copy_log, args=(run_dir / LOG, sys.stdout, done), daemon=True)
+    tee.start()
     code = run([args[0]])
+    done.set()
+    tee.join(timeout=10)
     target = Path(args[1] if len(args) == 2 else TERMINATION_LOG)
     try:
-        run_dir = Path(load_run(Path(args[0])).run_dir)
         target.write_text(termination_message(run_dir, code))
     except (OSError, ValueError) as exc:  # the container's exit code still tells
         print(f"trainyard: cannot write the termination message: {exc}", file=sys.stderr)

@@ -118,6 +118,11 @@ class Emulator(EmulatorClient):
                                                           "user": "tester"}}]}))
         super().__init__(kubeconfig)
 
+    def set_log(self, pod: str, text: str) -> None:
+        """What the API serves as the task container's log of ``pod`` (the emulator has no
+        containers: a reaction answers the log subresource)."""
+        self._handler[f"get /api/v1/namespaces/{NAMESPACE}/pods/{pod}/log"] << text.encode()
+
     def requests_to_create_pods(self) -> list[str]:
         """Names of every pod a create request asked for, in order."""
         return list(self._handler.pod_creates)

@@ -94,9 +94,12 @@ def test_pod_lifecycle_becomes_facts(backend: KubernetesBackend, emulator: Emula
     assert sorted((f.key.task, f.kind) for f in facts) == [
         ("master", FactKind.INITIALIZING), ("master", FactKind.RUNNING),
         ("worker", FactKind.INITIALIZING), ("worker", FactKind.RUNNING)]
+    emulator.set_log(_pod("master"), "2026/11/26 00:00:00 [master] hello\n")
     kubelet.exit(_pod("master"), 0)
     kubelet.exit(_pod("worker"), 2010, "input 0: no such dataset")
     facts = _facts_until(backend, lambda f: len(f) >= 2)
+    log = backend.home / "runs" / WID / "master" / "0" / "task.log"
+    assert log.read_text() == "2026/11/26 00:00:00 [master] hello\n"  # workflow logs reads it
     assert _ending(facts, "master") == TaskFact(TaskKey(WID, "master", 0), FactKind.EXITED,
                                                 _ending(facts, "master").time_s, 0, "")
     worker = _ending(facts, "worker")

@@ -33,6 +33,7 @@ def _run(tmp_path: Path, command: list[str], **fields: object) -> tuple[int, dic
                            str(run_json), str(termination)], capture_output=True, text=True,
                           timeout=120)
     log = (tmp_path / "worker" / "task.log").read_text()
+    assert done.stdout == log  # the container's log is the task log, whole
     return done.returncode, json.loads(termination.read_text()), log
 
 
