@@ -56,7 +56,7 @@ def _entry(workflow_id: str, task: str, retry_id: int | None) -> dict[str, Any]:
         if entry.get("machine") != machine_id():
             raise RefusedError(f"task {task} runs on the server's machine, not this one; run "
                                "this command there")
-    elif entry.get("backend") != "slurm":
+    elif entry.get("backend") not in ("slurm", "kubernetes"):
         raise RefusedError(f"task {task}: its backend ({entry.get('backend')}) cannot be entered")
     return entry
 
@@ -66,9 +66,21 @@ def _command_argv(entry: dict[str, Any], command: list[str], tty: bool) -> list[
     if entry["backend"] == "slurm":
         return ["srun", "--overlap", f"--jobid={entry['job_id']}", "--nodes=1", "--ntasks=1",
                 f"--nodelist={entry['node']}", *(["--pty"] if tty else []), *command]
+    if entry["backend"] == "kubernetes":
+        return _kubectl_exec(entry, command, tty)
     from trainyard.backends.enter import enter_argv
 
     return enter_argv(int(entry["pid"]), float(entry["created"]), command, tty=tty)
+
+
+def _kubectl_exec(entry: dict[str, Any], command: list[str], tty: bool) -> list[str]:
+    """``kubectl exec`` into the task container of a Kubernetes attempt (the API's exec),
+    with the pool's kubeconfig and context where it names them."""
+    where = [*(["--kubeconfig", str(entry["kubeconfig"])] if entry.get("kubeconfig") else []),
+             *(["--context", str(entry["context"])] if entry.get("context") else []),
+             "-n", str(entry["namespace"])]
+    return ["kubectl", *where, "exec", "-i", *(["-t"] if tty else []), str(entry["pod"]),
+            "-c", str(entry["container"]), "--", *command]
 
 
 def _command_env(entry: dict[str, Any]) -> dict[str, str] | None:
@@ -87,7 +99,7 @@ def exec_command(workflow_id: WorkflowIdArg, task: TaskArg,
                  retry_id: RetryOpt = None) -> None:
     """Run CMD inside a RUNNING task: on the local backend in its sandbox (its /, its /tmp,
     its network, its user namespace without capabilities), on Slurm with 'srun --overlap'
-    in its job. With a terminal on stdin it gets a terminal of its own. The command's exit
+    in its job, on Kubernetes with 'kubectl exec' in its pod's task container. With a terminal on stdin it gets a terminal of its own. The command's exit
     status is this command's; an ended task exits 4, an unknown one 3. Same rule as cancel:
     the workflow's submitter or an admin."""
     if not command:
@@ -95,7 +107,7 @@ def exec_command(workflow_id: WorkflowIdArg, task: TaskArg,
     entry = _entry(workflow_id, task, retry_id)
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     argv = _command_argv(entry, command, tty)
-    if entry["backend"] == "slurm":
+    if entry["backend"] in ("slurm", "kubernetes"):
         code = subprocess.call(argv, env=_command_env(entry))
     else:
         code = _run_with_pty(argv) if tty else _run_piped(argv)
@@ -271,7 +283,7 @@ def _serve_forward(listener: socket.socket, entry: dict[str, Any], remote: int) 
 
 
 def _forward_one(conn: socket.socket, entry: dict[str, Any], remote: int) -> None:
-    if entry["backend"] == "slurm":
+    if entry["backend"] in ("slurm", "kubernetes"):  # a relay beside the task, over exec
         _forward_through_srun(conn, entry, remote)
         return
     from trainyard.backends.enter import connect_inside, relay

@@ -54,7 +54,7 @@ from trainyard.backends.kubernetes.manifests import (ANNOTATIONS, TASK_CONTAINER
                                                      run_secret, with_owner)
 from trainyard.backends.kubernetes.options import KubernetesOptions, parse_options
 from trainyard.backends.kubernetes.states import view_of
-from trainyard.errors import BackendError, ConfigError
+from trainyard.errors import BackendError, ConfigError, RefusedError
 from trainyard.pools import Pool, trainyard_home
 from trainyard.runner.main import STOPPED_EXIT_CODE
 from trainyard.runner.report import LOG
@@ -286,6 +286,23 @@ class KubernetesBackend:
             return []
         return [k for k in keys if self._pod_of(k) not in pods
                 and self._pod_of(k) not in self._attempts]
+
+    def entry(self, key: TaskKey) -> dict[str, Any]:
+        """How to run a command beside the running attempt ``key`` (``workflow exec``,
+        ``port-forward``: optional hook): ``{"backend": "kubernetes", "namespace", "pod",
+        "container", "kubeconfig", "context", "python": the runner's interpreter in the
+        pod}``, for ``kubectl exec`` (the API's exec).
+
+        Raises:
+            RefusedError: no pod of the attempt runs now.
+        """
+        attempt = self._attempts.get(self._pod_of(key))
+        if attempt is None or attempt.done or not attempt.started:
+            raise RefusedError(f"task {key.task} (retry {key.retry_id}) has no running pod")
+        return {"backend": "kubernetes", "namespace": self.options.namespace,
+                "pod": attempt.pod, "container": TASK_CONTAINER,
+                "kubeconfig": self.options.kubeconfig, "context": self.options.context,
+                "python": f"{self.options.runner_path}/venv/bin/python"}
 
     def notify_facts(self, wake: Callable[[], None]) -> bool:
         """Call ``wake()`` after each pod event of the watch. Returns True."""

@@ -202,3 +202,21 @@ def test_dry_run_needs_no_cluster(tmp_path: Path) -> None:
     backend = KubernetesBackend(pool({"kubeconfig": str(tmp_path / "none")}), tmp_path)
     assert "kind: Pod" in backend.dry_run(_gang())
     backend.close()
+
+
+def test_entry_names_the_running_pod_for_kubectl_exec(backend: KubernetesBackend,
+                                                      emulator: Emulator) -> None:
+    from trainyard.cli.workflow_interactive import _command_argv
+    from trainyard.errors import RefusedError
+
+    backend.start_group(_gang())
+    key = TaskKey(WID, "master", 0)
+    with pytest.raises(RefusedError, match="no running pod"):
+        backend.entry(key)  # Pending
+    Kubelet(emulator).run(_pod("master"))
+    _facts_until(backend, lambda f: any(x.kind is FactKind.RUNNING for x in f))
+    entry = backend.entry(key)
+    assert _command_argv(entry, ["nvidia-smi"], tty=False) == [
+        "kubectl", "--kubeconfig", str(emulator.kubeconfig), "-n", NAMESPACE, "exec", "-i",
+        _pod("master"), "-c", "task", "--", "nvidia-smi"]
+    assert entry["python"] == "/opt/trainyard/venv/bin/python"  # port-forward's relay runs it
