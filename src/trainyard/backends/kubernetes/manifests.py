@@ -419,6 +419,7 @@ def run_json(run: TaskRun) -> str:
 def _task_run(launch: TaskLaunch, options: KubernetesOptions, pod: str,
               hosts: dict[str, str], server_url: str | None) -> TaskRun:
     run = TaskRun.model_validate(launch.run)
+    _check_task_inputs(run, options)
     run.hosts = {**run.hosts, **hosts}
     if not options.runs_claim:  # no folder every pod of the gang sees: no file barrier
         run.barrier.enabled = False
@@ -428,6 +429,17 @@ def _task_run(launch: TaskLaunch, options: KubernetesOptions, pod: str,
         description=(f"kubernetes backend: pod {pod} in namespace {options.namespace}, "
                      f"image {image}; the container is the task's own root"))
     return run
+
+
+def _check_task_inputs(run: TaskRun, options: KubernetesOptions) -> None:
+    """A ``task:`` input copies an upstream task's output folder, which a pod sees only on
+    the pool's ``runs_claim``. Raises BackendError without one (before anything is made)."""
+    upstream = [i.name for i in run.inputs if i.kind == "task" and not i.unavailable]
+    if upstream and not options.runs_claim:
+        raise BackendError(
+            f"task {run.task}: its inputs from task {', '.join(upstream)} need a folder every "
+            "pod sees: set options.runs_claim (a ReadWriteMany PersistentVolumeClaim) on the "
+            "pool, or pass the data through URLs (s3://...)")
 
 
 @dataclass

@@ -56,7 +56,7 @@ class EngineOnK8s:
         self.home = home
         home.mkdir(exist_ok=True)
         self.pool = pool({"namespace": NAMESPACE, "kubeconfig": str(emulator.kubeconfig),
-                          "lost_grace_s": 0.2})
+                          "lost_grace_s": 0.2, "runs_claim": "trainyard-runs"})
         self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home,
                              pools={self.pool.name: self.pool})
         self._stop = threading.Event()

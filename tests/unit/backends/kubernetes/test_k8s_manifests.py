@@ -210,3 +210,10 @@ def test_strict_validation_would_catch_a_misspelt_field() -> None:
     pod["spec"]["containers"][0]["volumeMount"] = []
     with pytest.raises(AssertionError, match="not valid"):
         validate_strict([pod])
+
+
+def test_task_inputs_need_the_runs_claim() -> None:
+    inputs = [{"kind": "task", "name": "fetch", "source": "/srv/x/runs/w/fetch/0/output"}]
+    with pytest.raises(BackendError, match="runs_claim"):
+        _request(inputs=inputs)
+    assert _request({"runs_claim": "ty-runs"}, inputs=inputs).pods
