@@ -13,7 +13,9 @@ watch (pods missing from a new list are gone). ``poll`` reads each live attempt'
 ``states.view_of`` (the one table from pod states to facts): INITIALIZING and RUNNING once
 its task container runs, then its ending fact. A pod that is gone without an ending
 (deleted by someone, its node lost and the pod collected) is LOST after ``lost_grace_s``;
-one this backend stopped reports EXITED 143 as a runner stopped by SIGTERM does.
+one this backend stopped reports EXITED 143 as a runner stopped by SIGTERM does. While the
+API cannot be reached (the list fails, the watch broke) a missing pod proves nothing: no
+attempt is judged gone until a list works again.
 ``notify_facts(wake)`` makes the watch call ``wake()`` after each event. When an attempt
 ends, its pod's log (the task log, which ``podmain`` copies to the container's stdout) is
 copied into the attempt's run folder here (``task.log``), so ``workflow logs`` shows it; live
@@ -96,6 +98,9 @@ class _PodWatch:
         self.on_event = on_event
         self.pods: dict[str, dict[str, Any]] = {}
         self.synced = threading.Event()
+        self.healthy = False
+        """True while ``pods`` is the cluster's (the last list worked and its watch has not
+        broken since); a pod missing from a stale map proves nothing."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="k8s-pod-watch", daemon=True)
@@ -122,9 +127,11 @@ class _PodWatch:
                     if self._stop.is_set():
                         return
             except BackendError as exc:
+                self.healthy = False
                 log.info("kubernetes backend: pod watch: %s; listing again", exc)
                 self._stop.wait(RELIST_PAUSE_S)
             except Exception as exc:  # a broken stream (urllib3): log, pause, list again
+                self.healthy = False
                 if not self._stop.is_set():
                     log.warning("kubernetes backend: pod watch broke (%r); listing again", exc)
                 self._stop.wait(RELIST_PAUSE_S)
@@ -133,6 +140,7 @@ class _PodWatch:
         items, version = self.api.list_pods(SELECTOR)
         with self._lock:
             self.pods = {p["metadata"]["name"]: p for p in items}
+        self.healthy = True
         self.synced.set()
         self.on_event()
         return version
@@ -258,9 +266,17 @@ class KubernetesBackend:
 
     def recover(self, keys: list[TaskKey]) -> list[TaskKey]:
         """Adopt these attempts after an engine restart; returns those whose pod exists and
-        has not ended. An attempt without a pod is reported LOST by ``poll``."""
-        api = self._cluster()
-        pods = self._pods_of({k.workflow_id for k in keys}, api)
+        has not ended. An attempt without a pod is reported LOST by ``poll``. When the API
+        cannot be reached, every attempt is adopted as alive (the watch tells later)."""
+        try:
+            pods = self._pods_of({k.workflow_id for k in keys}, self._cluster())
+        except BackendError as exc:
+            log.warning("kubernetes backend: cannot list pods while recovering: %s", exc)
+            for key in keys:
+                name = self._pod_of(key)
+                with self._lock:
+                    self._attempts.setdefault(name, _Attempt(key, name, "", time.monotonic()))
+            return list(keys)
         alive = []
         for key in keys:
             name = self._pod_of(key)
@@ -401,6 +417,9 @@ class KubernetesBackend:
         assert self._watch is not None
         pod = self._watch.get(attempt.pod)
         if pod is None:
+            if not self._watch.healthy:  # the API cannot be reached: nothing is known
+                attempt.gone_since = None
+                return []
             return self._gone(attempt, now)
         attempt.gone_since = None
         view = view_of(pod)

@@ -149,6 +149,9 @@ class Emulator(EmulatorClient):
         await self._handler.__aexit__(None, None, None)
 
     def close(self) -> None:
+        """Stop serving (idempotent): the API is unreachable from then on."""
+        if not self._thread.is_alive():
+            return
         self._call(self._stop())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)

@@ -220,3 +220,21 @@ def test_entry_names_the_running_pod_for_kubectl_exec(backend: KubernetesBackend
         "kubectl", "--kubeconfig", str(emulator.kubeconfig), "-n", NAMESPACE, "exec", "-i",
         _pod("master"), "-c", "task", "--", "nvidia-smi"]
     assert entry["python"] == "/opt/trainyard/venv/bin/python"  # port-forward's relay runs it
+
+
+def test_an_unreachable_api_loses_no_attempt(emulator: Emulator, tmp_path: Path) -> None:
+    first = _backend(emulator, tmp_path)
+    first.start_group(_gang())
+    Kubelet(emulator).run(_pod("master"))
+    first.close()
+    emulator.close()  # the API server goes away (the engine restarts meanwhile)
+    second = _backend(emulator, tmp_path)
+    try:
+        keys = [TaskKey(WID, "master", 0), TaskKey(WID, "worker", 0)]
+        assert second.recover(keys) == keys  # adopted: nothing can be known now
+        deadline = time.monotonic() + 3  # 15 times lost_grace_s
+        while time.monotonic() < deadline:
+            assert second.poll() == []  # no pod seen is no pod gone
+            time.sleep(0.05)
+    finally:
+        second.close()
