@@ -409,8 +409,10 @@ def run_secret(launch: TaskLaunch, run: TaskRun, options: KubernetesOptions) -> 
 
 
 def run_json(run: TaskRun) -> str:
-    """The runner's input as the Secret holds it (indented: readable in a dry run)."""
-    return json.dumps(run.model_dump(mode="json"), indent=2) + "\n"
+    """The runner's input as the Secret holds it: indented (readable in a dry run), fields at
+    their defaults left out (the runner fills them in again; a new runner field changes no
+    manifest)."""
+    return json.dumps(run.model_dump(mode="json", exclude_defaults=True), indent=2) + "\n"
 
 
 # --------------------------------------------------------------------------- runner input

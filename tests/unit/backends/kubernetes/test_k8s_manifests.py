@@ -3,7 +3,6 @@ versions), and each rule of the mapping (names, DNS, resources, placement, gang,
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -13,6 +12,7 @@ from trainyard.backends.base import TaskResources
 from trainyard.backends.kubernetes import build_request, parse_options
 from trainyard.backends.kubernetes.manifests import KubernetesRequest, with_owner
 from trainyard.errors import BackendError, ConfigError
+from trainyard.runner.spec import TaskRun
 
 SEED = TaskResources(cpu=4, gpu=2, memory_bytes=8 * GiB, storage_bytes=10 * GiB)
 PLATFORM = {"dgx-h100": {"node_selector": {"nvidia.com/gpu.product": "H100"},
@@ -131,8 +131,9 @@ def test_runner_copied_by_an_init_container_and_run_by_the_task_image() -> None:
 
 def test_run_json_secret_holds_the_runner_input() -> None:
     request = _request()
-    run = json.loads(request.secrets[0]["stringData"]["run.json"])
-    assert run["task"] == "master" and run["sandbox"]["root"] is None
+    run = TaskRun.model_validate_json(request.secrets[0]["stringData"]["run.json"])
+    assert run == request.runs[request.launches[0].key]  # defaults left out, filled back
+    assert run.task == "master" and run.sandbox.root is None
     assert request.secrets[0]["metadata"]["name"] == request.pods[0]["metadata"]["name"]
 
 
