@@ -210,15 +210,22 @@ class KubernetesBackend:
     # ------------------------------------------------------------------ Backend API
 
     def start_group(self, launches: list[TaskLaunch]) -> None:
+        """Start one gang: ``send(build_request(launches))``; nothing for no launches.
+
+        Raises:
+            BackendError: as ``build_request`` and ``send``.
+        """
+        if launches:
+            self.send(self.build_request(launches))
+
+    def send(self, request: KubernetesRequest) -> None:
         """Create the gang's objects (see module docstring).
 
         Raises:
             BackendError: the cluster refused an object or cannot be reached; what was
                 made before stays (owned by the workflow's ConfigMap).
         """
-        if not launches:
-            return
-        request = self.build_request(launches)
+        launches = request.launches
         api = self._cluster()
         uid = self._owner_uid(api, request)
         owned = [with_owner(o, request.owner["metadata"]["name"], uid)
