@@ -238,3 +238,29 @@ def test_an_unreachable_api_loses_no_attempt(emulator: Emulator, tmp_path: Path)
             time.sleep(0.05)
     finally:
         second.close()
+
+
+def test_no_cluster_configured_fails_the_start_as_a_backend_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainyard.errors import BackendError
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not inside a pod either
+    backend = KubernetesBackend(pool({"kubeconfig": str(tmp_path / "missing")}), tmp_path)
+    with pytest.raises(BackendError, match="no cluster configured"):
+        backend.start_group(_gang())
+    backend.close()
+
+
+def test_a_refused_object_is_a_backend_error_naming_it(backend: KubernetesBackend,
+                                                       emulator: Emulator) -> None:
+    from trainyard.backends.kubernetes.client import AlreadyExists
+    from trainyard.errors import BackendError
+
+    api = backend._cluster()
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": "x", "namespace": NAMESPACE}}
+    api.create(config_map)
+    with pytest.raises(AlreadyExists, match="create ConfigMap x"):
+        api.create(config_map)
+    with pytest.raises(BackendError, match="read ConfigMap nope: 404"):
+        api.read_config_map("nope")
