@@ -23,8 +23,8 @@ following through the API is not done yet.
 
 Gang: with ``scheduler: none`` the default scheduler may start part of a gang. A start
 whose pods are not all running ``gang_timeout_s`` after it was sent is deleted whole and its
-attempts reported LOST (the engine's exit actions then retry or fail it): a half-started
-gang never holds GPUs. A gang scheduler admits the PodGroup's pods together instead.
+attempts exit with OSMO's START_TIMEOUT code 3005 (what the engine then does is its rule:
+today FAILED_START_TIMEOUT): a half-started gang never holds GPUs. A gang scheduler admits the PodGroup's pods together instead.
 
 Stop: delete the pod with ``terminationGracePeriodSeconds = stop_grace_s`` (SIGTERM to the
 runner, which stops the command and reports 143; SIGKILL after the grace). Idempotent.
@@ -56,6 +56,7 @@ from trainyard.backends.kubernetes.manifests import (ANNOTATIONS, TASK_CONTAINER
                                                      run_secret, with_owner)
 from trainyard.backends.kubernetes.options import KubernetesOptions, parse_options
 from trainyard.backends.kubernetes.states import view_of
+from trainyard.engine.status import ExitCode
 from trainyard.errors import BackendError, ConfigError, RefusedError
 from trainyard.pools import Pool, trainyard_home
 from trainyard.runner.main import STOPPED_EXIT_CODE
@@ -479,7 +480,8 @@ class KubernetesBackend:
 
     def _gang_timeouts(self, now: float) -> list[TaskFact]:
         """``scheduler: none``: every start whose pods are not all running within
-        ``gang_timeout_s`` is deleted whole; its live attempts get LOST."""
+        ``gang_timeout_s`` is deleted whole; its live attempts exit with OSMO's 3005
+        (START_TIMEOUT: the engine's FAILED_START_TIMEOUT)."""
         if self.options.scheduler != "none":
             return []
         with self._lock:
@@ -502,7 +504,8 @@ class KubernetesBackend:
         for attempt in live:
             attempt.done = True
             self._delete_pod(attempt.pod, grace_s=0)
-            facts.append(TaskFact(attempt.key, FactKind.LOST, time.time(), None, message))
+            facts.append(TaskFact(attempt.key, FactKind.EXITED, time.time(),
+                                  int(ExitCode.START_TIMEOUT), message))
         return facts
 
     def _delete_pod(self, name: str, grace_s: int | None = None) -> None:

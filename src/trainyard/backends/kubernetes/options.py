@@ -97,7 +97,7 @@ class KubernetesOptions(_Model):
             ``SCHEDULER_NAMES``).
         queue: the KAI or Volcano queue of the PodGroups (and KAI's queue label).
         gang_timeout_s: with ``scheduler: none``, a gang not all running this long after its
-            start is deleted and its attempts reported LOST (retried by the engine);
+            start is deleted and its attempts exit with 3005 (START_TIMEOUT);
             with a gang scheduler, the coscheduling PodGroup's ``scheduleTimeoutSeconds``.
         node_selector, tolerations, affinity: for every pod; ``platforms`` add per platform.
         platforms: per OSMO platform name (a node's ``platform`` in the pool).

@@ -151,7 +151,8 @@ def test_gang_not_all_running_in_time_is_deleted_whole(emulator: Emulator, tmp_p
         backend.start_group(_gang())
         Kubelet(emulator).run(_pod("master"))  # the worker never gets a node
         facts = _facts_until(backend, lambda f: all(_ending(f, t) for t in ("master", "worker")))
-        assert {_ending(facts, t).kind for t in ("master", "worker")} == {FactKind.LOST}
+        assert {(_ending(facts, t).kind, _ending(facts, t).exit_code)
+                for t in ("master", "worker")} == {(FactKind.EXITED, 3005)}  # START_TIMEOUT
         assert "gang_timeout_s" in _ending(facts, "worker").message
         assert emulator.pods_of(WID) == []
     finally:
