@@ -314,7 +314,7 @@ class SandboxSettings(_Model):
     def host_split(self, path: str) -> tuple[str, str]:
         """``host_path`` as (the host folder of the longest matching ``mounts`` entry, the
         rest of ``path`` below it, relative); ``("/", path)`` without a match. The task may
-        have made symlinks below the host folder, never above it (see ``runner.safefs``)."""
+        have made symlinks below the host folder, never above it (see ``linux.safefs``)."""
         best = self._mount_of(path)
         if not best:
             return "/", path.lstrip("/")
