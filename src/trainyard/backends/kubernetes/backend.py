@@ -56,11 +56,10 @@ from trainyard.backends.kubernetes.manifests import (ANNOTATIONS, TASK_CONTAINER
                                                      run_secret, with_owner)
 from trainyard.backends.kubernetes.options import KubernetesOptions, parse_options
 from trainyard.backends.kubernetes.states import view_of
-from trainyard.engine.status import ExitCode
 from trainyard.errors import BackendError, ConfigError, RefusedError
 from trainyard.pools import Pool, trainyard_home
-from trainyard.runner.main import STOPPED_EXIT_CODE
 from trainyard.runner.report import LOG
+from trainyard.status import STOPPED_EXIT_CODE, ExitCode
 from trainyard.tasktokens import task_token
 
 __all__ = ["KubernetesBackend", "create", "SELECTOR"]

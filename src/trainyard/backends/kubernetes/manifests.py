@@ -52,7 +52,7 @@ from trainyard.backends.kubernetes import names
 from trainyard.backends.kubernetes.options import KubernetesOptions
 from trainyard.errors import BackendError
 from trainyard.pools import Pool
-from trainyard.runner.spec import SandboxSettings, TaskRun
+from trainyard.runfile import SandboxSettings, TaskRun
 
 __all__ = ["KubernetesRequest", "build_request", "with_owner", "task_host",
            "RUN_SPEC_DIR", "RUNNER_VOLUME_PATH", "TASK_CONTAINER", "INIT_CONTAINER",

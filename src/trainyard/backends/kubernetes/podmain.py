@@ -72,7 +72,7 @@ def copy_log(path: Path, out: TextIO, done: threading.Event, interval_s: float =
 def main(argv: list[str] | None = None) -> int:
     """Run the attempt, write the termination message, return the runner's code."""
     from trainyard.runner.main import main as run
-    from trainyard.runner.spec import load_run
+    from trainyard.runfile import load_run
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (1, 2):

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainyard.backends.base import FactKind
-from trainyard.engine.status import ExitCode
+from trainyard.status import ExitCode
 
 __all__ = ["PodView", "view_of", "IMAGE_FAILURES", "POD_REASONS", "unschedulable_reason"]
 

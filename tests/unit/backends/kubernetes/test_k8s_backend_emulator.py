@@ -207,7 +207,7 @@ def test_dry_run_needs_no_cluster(tmp_path: Path) -> None:
 
 def test_entry_names_the_running_pod_for_kubectl_exec(backend: KubernetesBackend,
                                                       emulator: Emulator) -> None:
-    from trainyard.cli.workflow_interactive import _command_argv
+    from trainyard.cli.task_entry import command_argv as _command_argv
     from trainyard.errors import RefusedError
 
     backend.start_group(_gang())

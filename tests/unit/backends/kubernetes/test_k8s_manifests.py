@@ -12,7 +12,7 @@ from trainyard.backends.base import TaskResources
 from trainyard.backends.kubernetes import build_request, parse_options
 from trainyard.backends.kubernetes.manifests import KubernetesRequest, with_owner
 from trainyard.errors import BackendError, ConfigError
-from trainyard.runner.spec import TaskRun
+from trainyard.runfile import TaskRun
 
 SEED = TaskResources(cpu=4, gpu=2, memory_bytes=8 * GiB, storage_bytes=10 * GiB)
 PLATFORM = {"dgx-h100": {"node_selector": {"nvidia.com/gpu.product": "H100"},
