@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import signal
 import sys
 import threading
@@ -44,6 +45,8 @@ from trainyard.runner.barrier import BarrierTimeout, wait_for_group
 from trainyard import dataroots
 from trainyard.runner.checkpoint import Checkpointer
 from trainyard.runner.command import CommandProcess
+from trainyard.runner.credentials import (CredentialProblem, credential_env, credential_files,
+                                          secrets_of)
 from trainyard.runner.data import DataHook, load_data_hook
 from trainyard.runner.report import (
     FACTS_SOCKET_ENV,
@@ -53,7 +56,7 @@ from trainyard.runner.report import (
     reserve_space,
 )
 from trainyard.runner.safefs import (idmap_in_place, mount_overlays, private_mount_namespace,
-                                      write_inside)
+                                      remove_inside, write_inside)
 from trainyard.runner.userns import give_to_task as give_folders
 from trainyard.runner.userns import make_fresh
 from trainyard.runner.userns import give_tree
@@ -134,6 +137,10 @@ class Runner:
         self.events = EventWriter(self.run_dir, notify=self.base_env.get(FACTS_SOCKET_ENV))
         self.reserve = reserve_space(self.run_dir)
         self.log = TaskLog(self.run_dir, run.task, echo=echo, on_failure=self._on_log_failure)
+        self.log.secrets = secrets_of(run)
+        self.credential_env: dict[str, str] = {}
+        self.credential_written: list[tuple[str, str]] = []
+        """``(base, relative)`` of each credential file written, removed at the end."""
         self._hook = hook
         run.hosts = run.runtime_hosts(self.base_env)
         self.stop = threading.Event()
@@ -162,6 +169,7 @@ class Runner:
         if not root:
             return None
         files = [f.path for f in self.run.files if f.path.startswith("/")]
+        files += [c.path for c in self.run.credentials if c.path is not None]
         paths = files + [c.path for c in self.run.checkpoints if c.path.startswith("/")]
         tops = {"/" + Path(p).parts[1] for p in paths if len(Path(p).parts) > 1}
         return PathRewriter(root, {"/tmp", *files, *(t for t in tops if not Path(t).exists())})
@@ -177,6 +185,7 @@ class Runner:
     def environment(self) -> tuple[dict[str, str], dict[str, str]]:
         """(the command's whole environment, the part ``$(VAR)`` may reference)."""
         own = {k: self.prepare(v) for k, v in self.run.environment.items()}
+        own.update(self.credential_env)
         own.update(task_environment(self.run, {**self.base_env, **own}))
         own.update(self.run.sandbox.env)
         base = {k: v for k, v in self.base_env.items() if not _servers_own(k)}
@@ -341,6 +350,59 @@ class Runner:
             target.write_text(text)
             target.chmod(0o755)
 
+    def check_credentials(self) -> None:
+        """Every credential the spec names is there, with the keys its variables name
+        (``runner.credentials``). Raises StepFailed(256, INIT_FAILURE) with OSMO's words."""
+        try:
+            self.credential_env = credential_env(self.run)
+            credential_files(self.run)
+        except CredentialProblem as exc:
+            raise StepFailed(ExitCode.INIT_FAILURE, str(exc)) from exc
+
+    def _credential_place(self, path: str) -> tuple[str, str]:
+        """``(base, relative)`` where a path-form credential file goes: inside the task's
+        private root only (never a volume, an input or output folder, a read-only bind).
+        Raises StepFailed(256)."""
+        sandbox = self.run.sandbox
+        if sandbox.mounts:
+            base, rest = sandbox.host_split(path)
+            if base != sandbox.mounts.get("/") or not sandbox.writable(path):
+                raise StepFailed(ExitCode.INIT_FAILURE,
+                                 f"credential folder {posixpath.dirname(path)}: not in the "
+                                 "task's own root (a mounted folder); choose a path such as "
+                                 "/root/.creds")
+            return base, rest
+        if sandbox.root:
+            return sandbox.root, path.lstrip("/")
+        raise StepFailed(ExitCode.INIT_FAILURE,
+                         f"credential folder {posixpath.dirname(path)}: this backend gives "
+                         "the task no private root to write it in")
+
+    def write_credentials(self) -> None:
+        """Write the path-form credentials, one file per key, mode 0600, the task's own,
+        following no symlink. Raises StepFailed(256)."""
+        userns = self.run.sandbox.userns
+        owner = (userns.host_uid, userns.host_gid) if userns else None
+        for name, path, value in credential_files(self.run):
+            base, rest = self._credential_place(path)
+            try:
+                write_inside(base, rest, value, mode=0o600, owner=owner)
+            except OSError as exc:
+                raise StepFailed(ExitCode.INIT_FAILURE,
+                                 f"credential {name}: cannot write {path}: {exc}") from exc
+            self.credential_written.append((base, rest))
+        if self.credential_written:
+            self.log.runner(f"credentials: {len(self.credential_written)} file(s) written")
+
+    def remove_credentials(self) -> None:
+        """Remove the credential files written (best effort, following no symlink)."""
+        for base, rest in self.credential_written:
+            try:
+                remove_inside(base, rest)
+            except OSError:
+                pass
+        self.credential_written = []
+
     def pass_barrier(self) -> None:
         """Wait for the group. Raises StepFailed(2024) on timeout, _Stopped on SIGTERM."""
         barrier = self.run.barrier
@@ -483,9 +545,11 @@ class Runner:
         if self.run.sandbox.start_error:
             raise StepFailed(ExitCode.START_ERROR, self.run.sandbox.start_error)
         self.prepare_sandbox()
+        self.check_credentials()
         self.run.output_path.mkdir(parents=True, exist_ok=True)
         self.download_inputs()
         self.write_files()
+        self.write_credentials()
         self.give_to_task()
         mark_stage(self.run_dir, "barrier_start")
         self.pass_barrier()
@@ -514,6 +578,7 @@ class Runner:
             code, message = STOPPED_EXIT_CODE, "stopped by SIGTERM before the command ran"
         except Exception as exc:  # the attempt must still report an exit
             code, message = int(ExitCode.UNKNOWN_RUNTIME), f"runner error: {exc!r}"
+        self.remove_credentials()
         if self.reserve is not None:  # its space is for what follows (disk full)
             self.reserve.unlink(missing_ok=True)
         if message:

@@ -262,6 +262,9 @@ class TaskLog:
         self._lock = threading.Lock()
         self._torn = False  # the file ends in a partly written line
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        self.secrets: tuple[str, ...] = ()
+        """Literal values masked as ``***`` in the runner's own lines (the task's
+        credentials): a runner message never shows one, whatever error text it carries."""
 
     def command(self, text: str, cut: bool = False) -> None:
         """Log one line the user's command printed (its newline, or CR LF, removed), or with
@@ -275,7 +278,9 @@ class TaskLog:
             self._write(self.task, text.rstrip("\r\n"))
 
     def runner(self, text: str) -> None:
-        """Log one line of the runner's own (tag ``[task][trainyard]``)."""
+        """Log one line of the runner's own (tag ``[task][trainyard]``), ``secrets`` masked."""
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
         self._write(f"{self.task}][{RUNNER_TAG}", text.rstrip("\r\n"))
 
     def _write(self, tag: str, text: str) -> None:

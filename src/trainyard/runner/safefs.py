@@ -35,7 +35,7 @@ from pathlib import Path
 from trainyard.runner.libc import libc as c_library
 from trainyard.runner.spec import OverlayMount
 
-__all__ = ["write_inside", "mount_overlays", "SymlinkRefused", "files_inside", "open_no_links",
+__all__ = ["write_inside", "remove_inside", "mount_overlays", "SymlinkRefused", "files_inside", "open_no_links",
            "no_links_path"]
 
 _CLONE_NEWNS = 0x00020000
@@ -94,6 +94,28 @@ def write_inside(base: str, relative: str, text: str, mode: int = 0o755,
             os.close(fd)
             fd = next_fd
         _write_file(fd, parts[-1], text, mode, owner)
+    finally:
+        os.close(fd)
+
+
+def remove_inside(base: str, relative: str) -> None:
+    """Remove the file ``base/relative`` following no symlink below ``base`` (a folder the
+    task swapped for a link is not followed; a link in the file's place is removed itself).
+
+    Raises:
+        SymlinkRefused: a folder of ``relative`` is a symlink.
+        OSError: anything else (FileNotFoundError when it is gone).
+    """
+    parts = [p for p in relative.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise OSError(errno.EINVAL, f"not a file path below the task's folder: {relative!r}")
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts[:-1]:
+            next_fd = _open_dir(fd, name, create=False)
+            os.close(fd)
+            fd = next_fd
+        os.unlink(parts[-1], dir_fd=fd)
     finally:
         os.close(fd)
 

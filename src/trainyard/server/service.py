@@ -257,6 +257,55 @@ class Service:
             except ForbiddenError as exc:
                 raise ForbiddenError(f"task {task!r} {what} (dataset {ref}): {exc}") from None
 
+    def check_credentials(self, workflow: WorkflowSpec, user: User) -> None:
+        """Every credential a task of ``workflow`` names is ``user``'s (OSMO refuses the
+        submit otherwise, with these words).
+
+        Raises:
+            SpecError: one problem per missing name and task: ``Could not find the
+                credential: NAME``.
+        """
+        problems = []
+        for task in workflow.all_tasks():
+            names = list(task.credentials)
+            if not names:
+                continue
+            try:
+                self.engine.credentials.check_names(user.name, names)
+            except NotFoundError as exc:
+                problems.append(SpecProblem(
+                    f"task {task.name} credentials", f"{exc}; store it with `trainyard "
+                    "credential set NAME --type GENERIC --payload KEY=VALUE`"))
+        if problems:
+            raise SpecError(problems)
+
+    def validate(self, req: SpecRequest, user: User) -> LoadedSpec:
+        """``load`` and ``check_credentials``: what ``workflow validate`` answers."""
+        loaded = self.load(req)
+        self.check_credentials(loaded.workflow, user)
+        return loaded
+
+    # ------------------------------------------------------------------ credentials
+
+    def set_credential(self, user: User, name: str, kind: str,
+                       payload: dict[str, str]) -> dict[str, Any]:
+        """Create or replace the caller's credential (``CredentialVault.set``); a task token
+        may not. Returns ``{"name", "type", "keys"}``, never a value."""
+        refuse_task_token(user, "set a credential")
+        return self.engine.credentials.set(user.name, name, kind, payload)
+
+    def list_credentials(self, user: User) -> list[dict[str, Any]]:
+        """The caller's credentials: ``[{"name", "type", "keys", "create_time"}]``."""
+        rows = self.engine.credentials.list(user.name)
+        return [{"name": r["name"], "type": r["type"], "keys": r["keys"],
+                 "create_time": iso(float(r["create_time_s"]))} for r in rows]  # type: ignore[arg-type]
+
+    def delete_credential(self, user: User, name: str) -> dict[str, Any]:
+        """Delete the caller's credential; a task token may not. Raises NotFoundError."""
+        refuse_task_token(user, "delete a credential")
+        self.engine.credentials.delete(user.name, name)
+        return {"name": name, "deleted": True}
+
     def submit(self, req: SpecRequest, user: User) -> dict[str, Any]:
         """Validate and start a workflow. Returns ``{"id", "name", "status", "warnings"}``
         (the spec's warnings, ``LoadedSpec.warnings_json``).
@@ -266,7 +315,7 @@ class Service:
                 ``_check_other_workflows``; ForbiddenError as ``_check_datasets``.
         """
         refuse_task_token(user, "submit a workflow")
-        loaded = self.load(req)
+        loaded = self.validate(req, user)
         self._check_other_workflows(loaded.workflow, user)
         self._check_datasets(loaded.workflow, user)
         record = self.engine.submit(Submission(
@@ -285,7 +334,7 @@ class Service:
             "text"}], "warnings"}``; ``backend`` holds, on Slurm, each group's sbatch command and script
             (empty for backends without such a rendering).
         """
-        loaded = self.load(req)
+        loaded = self.validate(req, user)
         self._check_other_workflows(loaded.workflow, user)
         sub = Submission(spec=loaded.workflow, spec_text=loaded.rendered_text, user=user.name,
                          pool=loaded.pool, labels=dict(loaded.workflow.labels))
