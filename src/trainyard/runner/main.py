@@ -60,6 +60,7 @@ from trainyard.runner.safefs import (idmap_in_place, mount_overlays, private_mou
 from trainyard.runner.userns import give_to_task as give_folders
 from trainyard.runner.userns import make_fresh
 from trainyard.runner.userns import give_tree
+from trainyard.runner.pyenv import TASK_VENV, make_task_venv
 from trainyard.runner.spec import TaskRun
 from trainyard.runner.usage import UsageSampler, baseline_delay, interval_from_env
 from trainyard.runner.text import PathRewriter, expand_vars
@@ -140,6 +141,9 @@ class Runner:
         self.log.secrets = secrets_of(run)
         self.credential_env: dict[str, str] = {}
         self.credential_written: list[tuple[str, str]] = []
+        self.task_venv_bin: str | None = None
+        """The task's own environment's ``bin`` as the task sees it, once made
+        (``runner.pyenv``): first on its PATH."""
         """``(base, relative)`` of each credential file written, removed at the end."""
         self._hook = hook
         run.hosts = run.runtime_hosts(self.base_env)
@@ -187,6 +191,8 @@ class Runner:
         own = {k: self.prepare(v) for k, v in self.run.environment.items()}
         own.update(self.credential_env)
         own.update(task_environment(self.run, {**self.base_env, **own}))
+        if self.task_venv_bin is not None:
+            own["PATH"] = os.pathsep.join([self.task_venv_bin, own["PATH"]])
         own.update(self.run.sandbox.env)
         base = {k: v for k, v in self.base_env.items() if not _servers_own(k)}
         return {**base, **own}, own
@@ -394,6 +400,33 @@ class Runner:
         if self.credential_written:
             self.log.runner(f"credentials: {len(self.credential_written)} file(s) written")
 
+    def make_python_env(self) -> None:
+        """The task's own Python environment in its root (``runner.pyenv``), so that
+        ``pip install`` works and lands there; not in a container (its image has its own
+        Python) nor without a private root. One that cannot be made is said in the log and
+        the task runs without it."""
+        sandbox = self.run.sandbox
+        if sandbox.env_flag is not None:
+            return
+        if sandbox.mounts:
+            base, rest = sandbox.host_split(TASK_VENV)
+            if base != sandbox.mounts.get("/") or not sandbox.writable(TASK_VENV):
+                return
+            seen = f"{TASK_VENV}/bin"
+        elif sandbox.root:
+            base, rest = sandbox.root, TASK_VENV.lstrip("/")
+            seen = f"{sandbox.root.rstrip('/')}{TASK_VENV}/bin"
+        else:
+            return
+        userns = sandbox.userns
+        try:
+            make_task_venv(base, rest, (userns.host_uid, userns.host_gid) if userns else None)
+        except OSError as exc:
+            self.log.runner(f"no Python environment of the task's own ({exc}); pip install "
+                            "may fail")
+            return
+        self.task_venv_bin = seen
+
     def remove_credentials(self) -> None:
         """Remove the credential files written (best effort, following no symlink)."""
         for base, rest in self.credential_written:
@@ -550,6 +583,7 @@ class Runner:
         self.download_inputs()
         self.write_files()
         self.write_credentials()
+        self.make_python_env()
         self.give_to_task()
         mark_stage(self.run_dir, "barrier_start")
         self.pass_barrier()

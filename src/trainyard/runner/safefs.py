@@ -35,7 +35,7 @@ from pathlib import Path
 from trainyard.runner.libc import libc as c_library
 from trainyard.runner.spec import OverlayMount
 
-__all__ = ["write_inside", "remove_inside", "mount_overlays", "SymlinkRefused", "files_inside", "open_no_links",
+__all__ = ["write_inside", "remove_inside", "link_inside", "mount_overlays", "SymlinkRefused", "files_inside", "open_no_links",
            "no_links_path"]
 
 _CLONE_NEWNS = 0x00020000
@@ -94,6 +94,42 @@ def write_inside(base: str, relative: str, text: str, mode: int = 0o755,
             os.close(fd)
             fd = next_fd
         _write_file(fd, parts[-1], text, mode, owner)
+    finally:
+        os.close(fd)
+
+
+def link_inside(base: str, relative: str, target: str,
+                owner: tuple[int, int] | None = None) -> None:
+    """Make ``base/relative`` a symlink to ``target`` (replacing a link or file there),
+    making missing folders, following no symlink below ``base``; with ``owner``, the link
+    and the folders made for it are given to it.
+
+    Raises:
+        SymlinkRefused: a folder of ``relative`` is a symlink.
+        OSError: anything else (a folder in the link's place: IsADirectoryError).
+    """
+    parts = [p for p in relative.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise OSError(errno.EINVAL, f"not a file path below the task's folder: {relative!r}")
+    os.makedirs(base, exist_ok=True)
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts[:-1]:
+            next_fd = _open_dir(fd, name, create=True, owner=owner)
+            os.close(fd)
+            fd = next_fd
+        try:
+            if os.readlink(parts[-1], dir_fd=fd) == target:
+                return
+        except OSError:
+            pass
+        try:
+            os.unlink(parts[-1], dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        os.symlink(target, parts[-1], dir_fd=fd)
+        if owner is not None:
+            os.chown(parts[-1], *owner, dir_fd=fd, follow_symlinks=False)
     finally:
         os.close(fd)
 
