@@ -35,6 +35,7 @@ from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.logs import FLUSH, LogFile, LogLine, file_size, read_merged, tail_offset
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.models import WorkflowSpec
+from trainyard.spec.tokens import substitute_tokens
 from trainyard.store import WorkflowRecord
 
 log = logging.getLogger("trainyard.server.service")
@@ -870,12 +871,15 @@ def _output_targets(record: WorkflowRecord) -> dict[str, list[str]]:
 
 def _add_outputs(data: dict[str, Any], record: WorkflowRecord, run_dir: Any) -> None:
     """Give every task its ``output_dir`` (the ``{{output}}`` folder of its current attempt)
-    and ``outputs`` (where the spec uploads it after success)."""
+    and ``outputs`` (where the spec uploads it after success, ``{{workflow_id}}`` resolved as
+    the runner resolves it: the URL the files are at)."""
     targets = _output_targets(record)
+    tokens = {"workflow_id": record.id}
     for group in data["groups"]:
         for task in group["tasks"]:
             task["output_dir"] = str(run_dir(task["name"], task["retry_id"]) / "output")
-            task["outputs"] = targets.get(task["name"], [])
+            task["outputs"] = [substitute_tokens(t, tokens)
+                               for t in targets.get(task["name"], [])]
 
 
 def _workflow_json(record: WorkflowRecord, state: m.WorkflowState, verbose: bool) -> dict[str, Any]:
