@@ -84,7 +84,9 @@ def _attempt_line(key: str, attempt: dict[str, Any]) -> str:
     node = f" on {attempt['node']}" if attempt.get("node") else ""
     code = f" (exit {attempt['exit_code']})" if attempt.get("exit_code") is not None else ""
     retry = f" retry {attempt['retry_id']}" if attempt.get("retry_id") else ""
-    return f"{key}{retry} {attempt['status']}{node}{code}"
+    reason = (attempt.get("failure_reason") or "").splitlines()
+    why = f": {reason[0]}" if reason else ""
+    return f"{key}{retry} {attempt['status']}{node}{code}{why}"
 
 
 def _print_progress(view: Console, seen: dict[Any, str], data: dict[str, Any],

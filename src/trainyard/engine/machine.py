@@ -211,9 +211,11 @@ class StartTasks(Action):
 
 @dataclass(frozen=True)
 class StopTasks(Action):
-    """Stop these (task, retry_id) attempts with their process trees."""
+    """Stop these (task, retry_id) attempts with their process trees; ``reason`` (when
+    given) is why, as the store keeps it (e.g. ``LEAD_FINISHED``), said in their logs."""
 
     tasks: tuple[tuple[str, int], ...]
+    reason: str | None = None
 
 
 @dataclass(frozen=True)

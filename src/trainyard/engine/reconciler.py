@@ -666,6 +666,9 @@ class Engine:
                 return None
             return self._start(wid, action)
         elif isinstance(action, m.StopTasks):
+            for task, retry_id in action.tasks if action.reason else ():
+                self._task_log(TaskKey(wid, task, retry_id),
+                               f"{action.reason}: the task is stopped")
             self._stop(wid, action.tasks)
         elif isinstance(action, m.ReleaseGroup):
             self._scheduler_of(wid).release((wid, action.group))

@@ -45,6 +45,7 @@ from trainyard.errors import NotFoundError
 from trainyard.spec.models import ExitAction
 
 __all__ = [
+    "LEAD_FINISHED",
     "TASK_TRANSITIONS",
     "GROUP_TRANSITIONS",
     "WORKFLOW_TRANSITIONS",
@@ -112,6 +113,10 @@ WORKFLOW_TRANSITIONS: dict[WorkflowStatus, frozenset[WorkflowStatus]] = {
 }
 
 _STARTED = frozenset({S.INITIALIZING, S.RUNNING})  # an attempt the backend was asked to start
+
+LEAD_FINISHED = "Lead task finished"
+"""OSMO's reason for the tasks of a group stopped because its lead task ended: kept as their
+``failure_reason`` (whatever their status), so every view says the same."""
 _GROUP_ACTIVE = _STARTED  # a group holding nodes; the workflow is RUNNING while one is
 _PLACEMENT_ASKED = frozenset({S.SCHEDULING}) | _STARTED  # ReleaseGroup when such a group ends
 
@@ -306,9 +311,10 @@ def _fail_downstream(step: _Step, failed: GroupState) -> None:
 
 
 def _end_tasks(step: _Step, group: GroupState, status: Status, exit_code: int | None,
-               reason: str | None = None) -> None:
+               reason: str | None = None, announce: bool = False) -> None:
     """The group's unfinished tasks take ``status`` (and ``reason``, when given, as their
-    ``failure_reason``); started attempts are stopped.
+    ``failure_reason``); started attempts are stopped (``announce``: ``reason`` said in
+    their logs too).
 
     A stopped task gets no exit code of its own (``exit_code`` is only set for service codes
     that OSMO assigns: 3000 upstream, 3001 backend, 3003 start error).
@@ -322,18 +328,18 @@ def _end_tasks(step: _Step, group: GroupState, status: Status, exit_code: int | 
             task.failure_reason = reason
         _set_task(step, task, status)
     if started:
-        step.emit(StopTasks(started))
+        step.emit(StopTasks(started, reason if announce else None))
 
 
 def _end_group(
     step: _Step, group: GroupState, status: Status, *, exit_code: int | None = None,
-    cascade: bool = True, reason: str | None = None,
+    cascade: bool = True, reason: str | None = None, announce: bool = False,
 ) -> None:
     """End ``group`` with ``status``: its unfinished tasks too (stopped if started),
     ReleaseGroup if a placement was asked for, then downstream groups follow (``cascade``):
     scheduled when it COMPLETED, FAILED_UPSTREAM when it failed (OSMO "Group lifecycle")."""
     asked = group.status in _PLACEMENT_ASKED
-    _end_tasks(step, group, status, exit_code, reason)
+    _end_tasks(step, group, status, exit_code, reason, announce)
     _set_group(step, group, status)
     if asked:
         step.emit(ReleaseGroup(group.name))
@@ -410,7 +416,9 @@ def _settle_group(step: _Step, task: TaskState, unreleased: bool = False) -> Non
     once)."""
     group = step.state.groups[task.group]
     nonlead_decides = not group.ignore_nonlead_status or unreleased
-    if task.lead or (task.status.is_failed() and nonlead_decides):
+    if task.lead:
+        _end_group(step, group, task.status, reason=LEAD_FINISHED, announce=True)
+    elif task.status.is_failed() and nonlead_decides:
         _end_group(step, group, task.status)
 
 

@@ -490,7 +490,7 @@ class Service:
                 run_dir = self.engine.run_dir(workflow_id, name, a.retry_id)
                 for e in read_events(run_dir / EVENTS)[0]:
                     rows.append((e.time_s, _event_row(e.time_s, name, a.retry_id, e.kind,
-                                                      e.exit_code, e.message or None)))
+                                                      e.exit_code, _event_message(e, a))))
                 if a.status.is_terminal() and a.end_time_s is not None:
                     rows.append((a.end_time_s, _event_row(
                         a.end_time_s, name, a.retry_id, a.status.value, a.exit_code,
@@ -785,6 +785,17 @@ def _summary_json(record: WorkflowRecord) -> dict[str, Any]:
         "submitted_by": record.submitted_by, "labels": record.labels,
         "submit_time": iso(record.submit_time_s), "end_time": iso(record.end_time_s),
     }
+
+
+def _event_message(event: Any, attempt: m.TaskState | m.TaskAttempt) -> str | None:
+    """A runner event's message; the exit of an attempt the engine had already ended with
+    a reason (a task stopped because its lead finished) says that reason, as the store does,
+    not the runner's "stopped by SIGTERM"."""
+    ended_s = attempt.end_time_s
+    if (event.kind == "EXITED" and attempt.failure_reason and ended_s is not None
+            and event.time_s >= ended_s):
+        return attempt.failure_reason
+    return event.message or None
 
 
 def _event_row(time_s: float, task: str, retry_id: int, event: str, exit_code: int | None,
