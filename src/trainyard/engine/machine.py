@@ -158,6 +158,7 @@ class TaskExited(Event):
     retry_id: int
     exit_code: int
     message: str = ""  # why, when it failed (the runner's or the backend's words)
+    failure: str | None = None  # a kind of failure the backend saw (IMAGE_PULL), else None
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,8 @@ def _fact_to_event(fact: TaskFact) -> m.Event:
         return m.TaskLost(t, key.task, key.retry_id, fact.message)
     code = fact.exit_code if fact.kind is FactKind.EXITED else int(ExitCode.START_ERROR)
     return m.TaskExited(t, key.task, key.retry_id,
-                        int(code if code is not None else ExitCode.UNKNOWN), fact.message)
+                        int(code if code is not None else ExitCode.UNKNOWN), fact.message,
+                        fact.failure)
 
 
 class Engine:

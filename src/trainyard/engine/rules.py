@@ -46,6 +46,7 @@ from trainyard.spec.models import ExitAction
 
 __all__ = [
     "LEAD_FINISHED",
+    "IMAGE_PULL",
     "TASK_TRANSITIONS",
     "GROUP_TRANSITIONS",
     "WORKFLOW_TRANSITIONS",
@@ -70,6 +71,7 @@ EXIT_FAILURES = frozenset(
         S.FAILED_BACKEND_ERROR,
         S.FAILED_SERVER_ERROR,
         S.FAILED_START_ERROR,
+        S.FAILED_IMAGE_PULL,
         S.FAILED_EVICTED,
         S.FAILED_START_TIMEOUT,
         S.FAILED_PREEMPTED,
@@ -113,6 +115,9 @@ WORKFLOW_TRANSITIONS: dict[WorkflowStatus, frozenset[WorkflowStatus]] = {
 }
 
 _STARTED = frozenset({S.INITIALIZING, S.RUNNING})  # an attempt the backend was asked to start
+
+IMAGE_PULL = "IMAGE_PULL"
+"""``TaskExited.failure`` of an attempt whose image could not be found or pulled."""
 
 LEAD_FINISHED = "Lead task finished"
 """OSMO's reason for the tasks of a group stopped because its lead task ended: kept as their
@@ -422,10 +427,12 @@ def _settle_group(step: _Step, task: TaskState, unreleased: bool = False) -> Non
         _end_group(step, group, task.status)
 
 
-def _task_ended(step: _Step, task: TaskState, exit_code: int, reason: str = "") -> None:
+def _task_ended(step: _Step, task: TaskState, exit_code: int, reason: str = "",
+                failure: str | None = None) -> None:
     """Apply the exit action of ``exit_code``; RESCHEDULE/RESTART past ``max_retries``
     (counted together) is a FAIL. A failed attempt keeps ``reason`` (why, as its runner or
-    backend said) as its ``failure_reason``."""
+    backend said) as its ``failure_reason``; a FAIL whose ``failure`` is ``IMAGE_PULL`` is
+    FAILED_IMAGE_PULL."""
     action = action_for(task, exit_code)
     if action is not ExitAction.COMPLETE and reason:
         task.failure_reason = reason
@@ -436,7 +443,8 @@ def _task_ended(step: _Step, task: TaskState, exit_code: int, reason: str = "") 
     unreleased = _unreleased(step, task)
     task.exit_code = int(exit_code)
     completed = action is ExitAction.COMPLETE
-    _set_task(step, task, S.COMPLETED if completed else failure_status(exit_code))
+    failed = S.FAILED_IMAGE_PULL if failure == IMAGE_PULL else failure_status(exit_code)
+    _set_task(step, task, S.COMPLETED if completed else failed)
     _settle_group(step, task, unreleased)
 
 
@@ -514,7 +522,7 @@ def _on_task_exited(step: _Step, event: TaskExited) -> None:
     """The current attempt exited with ``exit_code``: apply its exit action."""
     task = _current(step, event.task, event.retry_id)
     if task is not None:
-        _task_ended(step, task, event.exit_code, event.message)
+        _task_ended(step, task, event.exit_code, event.message, event.failure)
 
 
 def _on_task_lost(step: _Step, event: TaskLost) -> None:

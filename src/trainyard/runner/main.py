@@ -74,8 +74,10 @@ STOPPED_EXIT_CODE = 128 + signal.SIGTERM
 class StepFailed(Exception):
     """A runner step failed; ``exit_code`` is what the attempt reports."""
 
-    def __init__(self, exit_code: int, message: str) -> None:
+    def __init__(self, exit_code: int, message: str, failure: str | None = None) -> None:
         self.exit_code = exit_code
+        self.failure = failure
+        """A kind of failure for the engine (``IMAGE_PULL``), else None."""
         super().__init__(message)
 
 
@@ -576,7 +578,8 @@ class Runner:
     def _steps(self) -> tuple[int, str]:
         self._header()
         if self.run.sandbox.start_error:
-            raise StepFailed(ExitCode.START_ERROR, self.run.sandbox.start_error)
+            raise StepFailed(ExitCode.START_ERROR, self.run.sandbox.start_error,
+                             "IMAGE_PULL" if self.run.sandbox.missing_image else None)
         self.prepare_sandbox()
         self.check_credentials()
         self.run.output_path.mkdir(parents=True, exist_ok=True)
@@ -604,10 +607,11 @@ class Runner:
     def execute(self) -> int:
         """Run every step; always reports EXITED (unless killed with SIGKILL)."""
         self.events.emit("INITIALIZING")
+        failure = None
         try:
             code, message = self._steps()
         except StepFailed as exc:
-            code, message = int(exc.exit_code), str(exc)
+            code, message, failure = int(exc.exit_code), str(exc), exc.failure
         except _Stopped:
             code, message = STOPPED_EXIT_CODE, "stopped by SIGTERM before the command ran"
         except Exception as exc:  # the attempt must still report an exit
@@ -618,7 +622,7 @@ class Runner:
         if message:
             self.log.runner(message)
         self.log.runner(f"exit code {code}")
-        self.events.emit("EXITED", exit_code=code, message=message)
+        self.events.emit("EXITED", exit_code=code, message=message, failure=failure)
         self.log.close()
         return code
 

@@ -82,6 +82,8 @@ class Event:
     time_s: float
     exit_code: int | None = None
     message: str = ""
+    failure: str | None = None
+    """With EXITED: a kind of failure (``IMAGE_PULL``), else None (not written)."""
 
 
 class EventWriter:
@@ -99,10 +101,12 @@ class EventWriter:
         self.notify = notify
         self._lock = threading.Lock()
 
-    def emit(self, kind: str, exit_code: int | None = None, message: str = "") -> Event:
+    def emit(self, kind: str, exit_code: int | None = None, message: str = "",
+             failure: str | None = None) -> Event:
         """Append one event stamped now and return it."""
-        event = Event(kind, time.time(), exit_code, message)
-        line = json.dumps(event.__dict__) + "\n"
+        event = Event(kind, time.time(), exit_code, message, failure)
+        fields = {k: v for k, v in event.__dict__.items() if k != "failure" or v is not None}
+        line = json.dumps(fields) + "\n"
         with self._lock, open(self.path, "a", encoding="utf-8") as handle:
             handle.write(line)
             handle.flush()
@@ -132,8 +136,9 @@ def notify_socket(path: str) -> bool:
 def _parse_event(line: bytes) -> Event | None:
     try:
         data = json.loads(line)
+        failure = data.get("failure")
         return Event(str(data["kind"]), float(data["time_s"]), data.get("exit_code"),
-                     str(data.get("message") or ""))
+                     str(data.get("message") or ""), str(failure) if failure else None)
     except (ValueError, KeyError, TypeError):
         return None
 

@@ -312,6 +312,9 @@ class SandboxSettings(_Model):
     volumes: dict[str, str] = Field(default_factory=dict)
     env_flag: str | None = None
     start_error: str | None = None
+    missing_image: str | None = None
+    """With ``start_error``: the image that could not be found or pulled (the attempt's
+    exit then says ``failure: IMAGE_PULL``)."""
     userns: UserNamespace | None = None
 
     def _mount_of(self, path: str) -> str:
