@@ -727,6 +727,7 @@ class Engine:
             placements=placements, backend=backend, pool=self._pool_of(wid),
             upstream_output=self._upstream_output, user=live.user,
             credentials=self._credentials_of(live.user, live.spec, action.group),
+            data_credentials=self.credentials.data_payloads(live.user) if live.user else [],
         )
         launches = build_launches(ctx, action)
         if only is not None:

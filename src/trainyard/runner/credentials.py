@@ -75,4 +75,6 @@ def secrets_of(run: TaskRun) -> tuple[str, ...]:
     """Every credential value of ``run`` worth masking (4 characters or more), longest
     first (so that a value containing another is masked whole)."""
     found = {v for c in run.credentials for v in (c.values or {}).values() if len(v) >= 4}
+    found |= {d[k] for d in run.data_credentials for k in ("access_key_id", "access_key")
+              if len(d.get(k, "")) >= 4}
     return tuple(sorted(found, key=len, reverse=True))

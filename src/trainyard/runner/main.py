@@ -143,6 +143,7 @@ class Runner:
         self.log.secrets = secrets_of(run)
         self.credential_env: dict[str, str] = {}
         self.credential_written: list[tuple[str, str]] = []
+        self._data_hooks: dict[str, DataHook] = {}
         self.task_venv_bin: str | None = None
         """The task's own environment's ``bin`` as the task sees it, once made
         (``runner.pyenv``): first on its PATH."""
@@ -167,6 +168,26 @@ class Runner:
 
                 self._hook.actor = Actor(self.run.user)
         return self._hook
+
+    def hook_for(self, url: str) -> DataHook:
+        """The data hook for ``url``: with the submitter's DATA credential whose endpoint
+        starts it (the longest), its keys, region and ``override_url`` (OSMO's "Data"
+        credentials), else ``hook``."""
+        match = next((d for d in self.run.data_credentials
+                      if url.startswith(d.get("endpoint", "\0"))), None)
+        if match is None:
+            return self.hook
+        endpoint = match["endpoint"]
+        if endpoint not in self._data_hooks:
+            from trainyard.data.hook import DataLayerHook  # the data layer, on use
+
+            hook = DataLayerHook(self.log.runner, config=data_config_with(match))
+            if self.run.user is not None:
+                from trainyard.data.datasets import Actor
+
+                hook.actor = Actor(self.run.user)
+            self._data_hooks[endpoint] = hook
+        return self._data_hooks[endpoint]
 
     def _rewriter(self) -> PathRewriter | None:
         """Without a private ``/``: what moves under ``sandbox.root``: ``/tmp``, every file's
@@ -324,7 +345,8 @@ class Runner:
                 item = item.model_copy(update={"source": self.storage_url(item.source)})
                 self.check_data_url(item.source, ExitCode.DOWNLOAD_FAILED, f"input {index}")
             try:
-                count = self.hook.download(item, dest)
+                hook = self.hook_for(item.source) if item.kind == "url" else self.hook
+                count = hook.download(item, dest)
             except DataError as exc:
                 raise StepFailed(ExitCode.DOWNLOAD_FAILED, f"input {index}: {exc}") from exc
             line = f"input {index} ({item.kind} {item.name}): {count} file(s) in {dest}"
@@ -463,7 +485,8 @@ class Runner:
                                       pid_namespace=bool(self.run.sandbox.mounts),
                                       userns=self.run.sandbox.userns)
         checkpoints = [Checkpointer(c.model_copy(update={"url": self.storage_url(c.url)}),
-                                    self.local_path(c.path), self.hook, self.log.runner)
+                                    self.local_path(c.path), self.hook_for(c.url),
+                                    self.log.runner)
                        for c in self.run.checkpoints if self.data_url_allowed(c.url)]
         try:
             self.command.start()
@@ -530,7 +553,8 @@ class Runner:
                 self.check_data_url(target.url, ExitCode.UPLOAD_FAILED, "output")
             where = scrub(target.url or (target.dataset.name if target.dataset else "?"))
             try:
-                count = self.hook.upload(self.run.output_path, target)
+                hook = self.hook_for(target.url) if target.url else self.hook
+                count = hook.upload(self.run.output_path, target)
             except DataError as exc:
                 raise StepFailed(ExitCode.UPLOAD_FAILED, f"output to {where}: {exc}") from exc
             self.log.runner(f"output: {count} file(s) uploaded to {where}")
@@ -625,6 +649,25 @@ class Runner:
         self.events.emit("EXITED", exit_code=code, message=message, failure=failure)
         self.log.close()
         return code
+
+
+def data_config_with(payload: dict[str, str]) -> object:
+    """The data settings (``trainyard.data.config``) with a DATA credential's keys for S3:
+    ``access_key_id``/``access_key`` as fsspec's ``key``/``secret``, ``region`` as the
+    client's region, ``override_url`` (an S3-compatible store) as the endpoint."""
+    import dataclasses
+
+    from trainyard.data.config import load_config
+
+    config = load_config()
+    s3 = dict(config.storage_options.get("s3", {}))
+    s3.update(key=payload["access_key_id"], secret=payload["access_key"])
+    if payload.get("region"):
+        s3["client_kwargs"] = {**s3.get("client_kwargs", {}), "region_name": payload["region"]}
+    options = {**config.storage_options, "s3": s3, "s3a": s3}
+    return dataclasses.replace(config, storage_options=options,
+                               s3_endpoint_url=payload.get("override_url")
+                               or config.s3_endpoint_url)
 
 
 def _under(path: str, folder: str) -> bool:

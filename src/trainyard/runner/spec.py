@@ -381,6 +381,10 @@ class TaskRun(_Model):
     """The workflow's submitter: datasets are read and written as them (None: unchecked)."""
     credentials: list[RunCredential] = Field(default_factory=list, repr=False)
     """The credentials the spec names, with their values (``RunCredential``)."""
+    data_credentials: list[dict[str, str]] = Field(default_factory=list, repr=False)
+    """The submitter's DATA credentials (OSMO's payload: ``access_key_id``, ``access_key``,
+    ``endpoint``, ``region``, ``override_url``) whose endpoint starts a URL of the task:
+    used for those URLs. Taken out of ``run.json`` as ``credentials`` are."""
 
     @model_validator(mode="after")
     def _defaults(self) -> TaskRun:
@@ -430,14 +434,14 @@ def load_run(path: Path) -> TaskRun:
     (the file replaced, 0600) so that they stay on disk only until the runner starts: the
     returned ``TaskRun`` has them. Raises ``pydantic.ValidationError`` or ``OSError``."""
     run = TaskRun.model_validate_json(Path(path).read_text())
-    if any(c.values is not None for c in run.credentials):
+    if run.data_credentials or any(c.values is not None for c in run.credentials):
         _forget_credentials(Path(path), run)
     return run
 
 
 def _forget_credentials(path: Path, run: TaskRun) -> None:
     """Rewrite ``path`` as ``run`` with every credential's values removed."""
-    kept = run.model_copy(update={"credentials": [
+    kept = run.model_copy(update={"data_credentials": [], "credentials": [
         c.model_copy(update={"values": None}) for c in run.credentials]})
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -182,6 +182,15 @@ class CredentialVault:
                 for name, kind, token, _created in self.store.credential_rows(user)
                 if name in wanted}
 
+    def data_payloads(self, user: str) -> list[dict[str, str]]:
+        """``user``'s DATA credentials' payloads, decrypted, longest ``endpoint`` first (the
+        most specific wins): for the url inputs and outputs of their tasks (OSMO: "Data"
+        credentials are used for the storage their endpoint names)."""
+        found = [self._open(name, token)
+                 for name, kind, token, _created in self.store.credential_rows(user)
+                 if kind == "DATA"]
+        return sorted(found, key=lambda p: len(p.get("endpoint", "")), reverse=True)
+
     def _open(self, name: str, token: str) -> dict[str, str]:
         from cryptography.fernet import InvalidToken
 

@@ -83,11 +83,14 @@ def test_dotdot_stays_inside_the_root(make_run: MakeRun, tmp_path: Path) -> None
 
 def test_values_leave_run_json_once_read(make_run: MakeRun) -> None:
     run = make_run(script="true\n", credentials=_creds(
-        {"name": "hf", "env": {"HF_TOKEN": "token"}, "values": {"token": SECRET}}))
+        {"name": "hf", "env": {"HF_TOKEN": "token"}, "values": {"token": SECRET}}),
+        data_credentials=[{"endpoint": "s3://b", "access_key_id": "AKIDXX",
+                           "access_key": "dataSecret77"}])
     path = write_run_json(run)
     loaded = load_run(path)
     assert loaded.credentials[0].values == {"token": SECRET}
-    assert SECRET not in path.read_text()
+    assert loaded.data_credentials[0]["access_key"] == "dataSecret77"
+    assert SECRET not in path.read_text() and "dataSecret77" not in path.read_text()
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     assert SECRET not in repr(loaded)
 
