@@ -29,7 +29,7 @@ import platform
 import site
 import sys
 
-from trainyard.runner.safefs import link_inside, write_inside
+from trainyard.runner.safefs import link_at, open_folder_at, open_folder_inside, write_at
 
 __all__ = ["TASK_VENV", "SHIMS", "make_task_venv", "venv_files"]
 
@@ -89,7 +89,24 @@ def make_task_venv(base: str, relative: str, owner: tuple[int, int] | None) -> N
         OSError: it cannot be written (``safefs.SymlinkRefused`` for a link on the way).
     """
     files, links = venv_files()
+    folders: dict[str, list[tuple[str, str, int | None]]] = {}
     for rel, text, mode in files:
-        write_inside(base, f"{relative}/{rel}", text, mode=mode, owner=owner)
+        folder, _, name = rel.rpartition("/")
+        folders.setdefault(folder, []).append((name, text, mode))
     for rel, target in links:
-        link_inside(base, f"{relative}/{rel}", target, owner=owner)
+        folder, _, name = rel.rpartition("/")
+        folders.setdefault(folder, []).append((name, target, None))
+    venv = open_folder_inside(base, relative, owner)
+    try:
+        for folder, entries in folders.items():  # each folder walked to once
+            fd = open_folder_at(venv, folder, owner)
+            try:
+                for name, text, mode in entries:
+                    if mode is None:
+                        link_at(fd, name, text, owner)
+                    else:
+                        write_at(fd, name, text, mode, owner)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(venv)
