@@ -49,7 +49,7 @@ from trainyard.runner.command import CommandProcess
 from trainyard.runner.credentials import (CredentialProblem, credential_env, credential_files,
                                           secrets_of)
 from trainyard.runner.data import DataHook, load_data_hook
-from trainyard.runner.hostenv import EnvRefused, HostStart, host_start
+from trainyard.runner.hostenv import ENV_FILE, EnvRefused, HostStart, host_start
 from trainyard.runner.report import (
     FACTS_SOCKET_ENV,
     LOG_FAILED_EXIT_CODE,
@@ -461,13 +461,19 @@ class Runner:
         self.task_venv_bin = seen
 
     def remove_credentials(self) -> None:
-        """Remove the credential files written (best effort, following no symlink)."""
+        """Remove the credential files written (best effort, following no symlink), and the
+        runtime's env file (``hostenv.ENV_FILE``: the task's variables, its credentials'
+        among them), which the runtime read when the container was made."""
         for base, rest in self.credential_written:
             try:
                 remove_inside(base, rest)
             except OSError:
                 pass
         self.credential_written = []
+        try:
+            (self.run_dir / ENV_FILE).unlink(missing_ok=True)
+        except OSError:
+            pass
 
     def pass_barrier(self) -> None:
         """Wait for the group. Raises StepFailed(2024) on timeout, _Stopped on SIGTERM."""
