@@ -71,9 +71,9 @@ def check_payload(name: str, kind: str, payload: dict[str, str]) -> None:
         raise ConfigError("credential payload: give at least one KEY=VALUE (--payload or "
                           "--payload-file)")
     for key in payload:
-        if not _KEY.match(key):
+        if not _KEY.match(key) or key in (".", ".."):  # a key is also a file name
             raise ConfigError(f"credential payload key {key!r}: use letters, digits, '_', "
-                              "'.', '-'")
+                              "'.', '-' (not '.' or '..')")
     required, optional = CREDENTIAL_TYPES[kind]
     missing = [k for k in required if not payload.get(k)]
     if missing:

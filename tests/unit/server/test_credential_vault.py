@@ -59,6 +59,8 @@ def test_set_replaces_and_delete_removes(vault: CredentialVault) -> None:
      "takes no payload key(s) colour"),
     ("SECRET", {"a": "b"}, "one of REGISTRY, DATA, GENERIC"),
     ("GENERIC", {}, "at least one KEY=VALUE"),
+    ("GENERIC", {"..": "x"}, "payload key '..'"),  # a key names a file of the path form
+    ("GENERIC", {"a/b": "x"}, "payload key 'a/b'"),
 ])
 def test_osmo_types_and_keys(vault: CredentialVault, kind: str, payload: dict[str, str],
                              message: str) -> None:
