@@ -102,3 +102,19 @@ def test_runner_lines_mask_values(make_run: MakeRun) -> None:
                  "source": f"file:///nonexistent/{SECRET}"}])
     execute(run)
     assert SECRET not in log_text(run)
+
+
+def test_a_folder_the_sandbox_mounts_from_the_host_is_refused(
+        make_run: MakeRun, tmp_path: Path) -> None:
+    """The path form writes inside the task's private root only: never into a volume mount
+    (a host folder), whatever the spec says."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    root = tmp_path / "sandboxroot"
+    run = make_run(script="true\n", credentials=_creds(
+        {"name": "c", "path": "/data/creds", "values": {"token": SECRET}}),
+        sandbox={"mounts": {"/": str(root), "/data": str(volume)},
+                 "command_prefix": ["false"]})
+    assert execute(run) == 256
+    assert "credential folder /data/creds: not in the task's own root" in log_text(run)
+    assert list(volume.iterdir()) == []

@@ -16,7 +16,8 @@ WHEELS = Path("/opt/pypi/simple/aenum")
 def test_python_and_pip_are_the_tasks_own(make_run: MakeRun) -> None:
     script = ('python -c "import sys, trainyard; print(\'prefix\', sys.prefix)"\n'
               'for p in pip python trainyard osmo torchrun; do echo "$p $(command -v $p)"; done\n'
-              'python -m pip --version\n')
+              'python -m pip --version\n'
+              'torchrun --help > /dev/null && echo "torchrun runs"\n')
     run = make_run(script=script)
     assert execute(run) == 0, log_text(run)
     text = log_text(run)
@@ -24,6 +25,7 @@ def test_python_and_pip_are_the_tasks_own(make_run: MakeRun) -> None:
     assert f"prefix {root}/trainyard/venv" in text
     assert f"pip {root}/trainyard/venv/bin/pip" in text
     assert f"torchrun {root}/trainyard/venv/bin/torchrun" in text
+    assert "torchrun runs" in text  # trainyard's torchrun, run by the task's python
     venv_bin = str(Path(sys.executable).parent)
     assert f"trainyard {venv_bin}/trainyard" in text and f"osmo {venv_bin}/osmo" in text
 
