@@ -25,6 +25,19 @@ app = typer.Typer(no_args_is_help=True, help="Credentials (secrets) that tasks u
 TYPES = ("REGISTRY", "DATA", "GENERIC")
 
 
+@app.callback()
+def _group(ctx: typer.Context, fmt: Optional[Format] = typer.Option(
+        None, "--format-type", help="json or table, for every subcommand (OSMO puts it "
+        "before the subcommand: `credential --format-type json list`).")) -> None:
+    """Credentials (secrets) that tasks use: `credentials:` in a spec."""
+    ctx.obj = fmt
+
+
+def _format(ctx: typer.Context, fmt: Format) -> Format:
+    """The subcommand's format, or the group's ``--format-type`` when given."""
+    return ctx.obj if isinstance(ctx.obj, Format) else fmt
+
+
 def _pair(flag: str, item: str) -> tuple[str, str]:
     key, sep, value = item.partition("=")
     if not sep or not key:
@@ -58,6 +71,7 @@ def parse_payload(pairs: list[str], files: list[str]) -> dict[str, str]:
 
 @app.command("set")
 def set_credential(
+    ctx: typer.Context,
     name: str = typer.Argument(..., metavar="NAME", help="Name of the credential."),
     kind: str = typer.Option("GENERIC", "--type", metavar="|".join(TYPES),
                              help="REGISTRY (auth; registry, username), DATA (access_key_id, "
@@ -78,24 +92,26 @@ def set_credential(
     values = parse_payload(payload or [], payload_file or [])
     data = Client().json("POST", f"/api/credentials/{name}",
                          json={"type": kind, "payload": values})
-    emit(data, fmt, lambda d: console.print(f"Credential {d['name']} ({d['type']}) set",
-                                            markup=False))
+    emit(data, _format(ctx, fmt), lambda d: console.print(
+        f"Credential {d['name']} ({d['type']}) set", markup=False))
 
 
 @app.command("list")
-def list_credentials(fmt: Format = FormatOption) -> None:
+def list_credentials(ctx: typer.Context, fmt: Format = FormatOption) -> None:
     """List your credentials (names, types and keys; never a value)."""
     data = Client().json("GET", "/api/credentials")
-    emit(data, fmt, lambda rows: table(
+    emit(data, _format(ctx, fmt), lambda rows: table(
         ["name", "type", "keys", "created"],
         [[r["name"], r["type"], ",".join(r["keys"]), r["create_time"]] for r in rows]))
 
 
 @app.command("delete")
 def delete_credential(
+    ctx: typer.Context,
     name: str = typer.Argument(..., metavar="NAME", help="Delete the credential with this name."),
     fmt: Format = FormatOption,
 ) -> None:
     """Delete a credential."""
     data = Client().json("DELETE", f"/api/credentials/{name}")
-    emit(data, fmt, lambda d: console.print(f"Credential {d['name']} deleted", markup=False))
+    emit(data, _format(ctx, fmt), lambda d: console.print(f"Credential {d['name']} deleted",
+                                                         markup=False))

@@ -54,6 +54,8 @@ def test_set_list_delete_never_show_a_value(server: Server, tmp_path: Path) -> N
     listed = server.cli("credential", "list", "-f", "json").json()
     row = next(r for r in listed if r["name"] == "c1")
     assert (row["type"], row["keys"]) == ("GENERIC", ["token"])
+    osmo_form = server.cli("credential", "--format-type", "json", "list")  # OSMO's place
+    assert [r["name"] for r in osmo_form.json()] == [r["name"] for r in listed]
     table = server.cli("credential", "list")
     assert "c1" in table.out and "from-a-file" not in table.out + str(listed)
     bad = server.cli("credential", "set", "r1", "--type", "REGISTRY", "--payload", "registry=x")
