@@ -318,8 +318,9 @@ def _query_table(data: dict[str, Any]) -> None:
     for group in data["groups"]:
         for t in group["tasks"]:
             for attempt in [*t.get("retries", []), t]:
-                if attempt.get("failure_reason"):
-                    console.print(f"{t['name']} retry {attempt['retry_id']} failed: "
+                if attempt.get("failure_reason"):  # a stopped, COMPLETED task's too
+                    ended = "ended" if attempt.get("status") == "COMPLETED" else "failed"
+                    console.print(f"{t['name']} retry {attempt['retry_id']} {ended}: "
                                   f"{attempt['failure_reason']}", markup=False,
                                   highlight=False, soft_wrap=True)
 

@@ -38,6 +38,9 @@ def test_every_view_says_lead_task_finished(server: Server, tmp_path: Path) -> N
     assert tasks["side"]["end_time"] is not None
     assert tasks["lead"]["failure_reason"] is None
 
+    shown = server.cli("workflow", "query", workflow_id).out
+    assert f"side retry 0 ended: {REASON}" in shown, shown
+
     events = server.cli("workflow", "events", workflow_id, "-f", "json").json()
     side = [(e["event"], e["message"]) for e in events if e["task"] == "side"]
     assert ("COMPLETED", REASON) in side and ("EXITED", REASON) in side, side
