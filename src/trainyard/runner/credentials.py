@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import posixpath
 
-from trainyard.runner.spec import RunCredential, TaskRun
+from trainyard.runfile import RunCredential, TaskRun
 
 __all__ = ["CredentialProblem", "credential_env", "credential_files", "secrets_of",
            "missing_message"]

@@ -29,7 +29,7 @@ import platform
 import site
 import sys
 
-from trainyard.runner.safefs import link_at, open_folder_at, open_folder_inside, write_at
+from trainyard.linux.safefs import link_at, open_folder_at, open_folder_inside, write_at
 
 __all__ = ["TASK_VENV", "SHIMS", "make_task_venv", "venv_files"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from runner_support import MakeRun, execute, log_text, write_run_json
 
-from trainyard.runner.spec import load_run
+from trainyard.runfile import load_run
 
 SECRET = "s3cr3t-v4lue-XYZ"
 
