@@ -9,7 +9,7 @@ import pytest
 from engine_run import EngineRun, require_bwrap
 
 from trainyard.backends.container import probe_podman
-from trainyard.engine.status import Status
+from trainyard.status import Status
 
 MISSING = "localhost/trainyard-no-such-image:never"
 
