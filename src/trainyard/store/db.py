@@ -27,16 +27,24 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    false,
     func,
     select,
+    text,
+    update,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from trainyard.errors import NotFoundError, StoreError
+from trainyard.store.lock import NO_DRIVER, PG_LOCK_KEY, shown_url, with_driver
 
 __all__ = ["Store", "WorkflowRecord", "AppRecord", "default_url"]
+
+PG_WRITER_KEY = PG_LOCK_KEY + 1
+"""The PostgreSQL transaction advisory lock that serializes the transactions which number
+things (a workflow's id and ``seq``, an app's version) and the creation of the schema."""
 
 
 class _Base(DeclarativeBase):
@@ -155,6 +163,28 @@ def _damaged_message(url: str, detail: str) -> str:
             f"`sqlite3 {moved} .recover` may save its rows")
 
 
+def _make_engine(url: str) -> Any:  # noqa: ANN401 - sqlalchemy's Engine
+    """The SQLAlchemy engine of the store at ``url`` (``postgresql://`` gets the psycopg
+    driver). A PostgreSQL engine checks each pooled connection before a transaction uses it
+    (``pool_pre_ping``), so that a database restarted under a running server costs the next
+    transaction a reconnect, not an error.
+
+    Raises:
+        StoreError: the URL names a driver that is not installed (psycopg: the message says
+            what to install) or cannot be parsed.
+    """
+    try:
+        engine = create_engine(with_driver(url), future=True,
+                               pool_pre_ping=not url.startswith("sqlite"))
+    except ImportError as exc:
+        raise StoreError(f"{NO_DRIVER}: {exc}") from exc
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot open the store at {shown_url(url)}: {exc}") from exc
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
 def _to_record(row: _Workflow) -> WorkflowRecord:
     return WorkflowRecord(
         id=row.id,
@@ -191,16 +221,33 @@ class Store:
         self.damaged: str | None = None
         """Why the store cannot be trusted, once a transaction found it damaged; from then
         on every transaction is refused (StoreError) without touching the file."""
-        self._engine = create_engine(url, future=True)
-        if url.startswith("sqlite"):
-            event.listen(self._engine, "connect", _sqlite_pragmas)
+        self._engine = _make_engine(url)
+        self.dialect: str = self._engine.dialect.name
+        """``sqlite`` or ``postgresql`` (or another SQLAlchemy dialect's name)."""
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
         try:
-            _Base.metadata.create_all(self._engine)
+            with self._engine.begin() as conn:
+                if self.dialect == "postgresql":  # two servers starting at once
+                    self._serialize_writers(conn)
+                _Base.metadata.create_all(conn)
         except SQLAlchemyError as exc:
             if _is_damage(exc):
                 raise StoreError(_damaged_message(url, str(getattr(exc, "orig", exc)))) from exc
-            raise StoreError(f"cannot open the store at {url}: {exc}") from exc
+            raise StoreError(f"cannot open the store at {shown_url(url)}: {exc}") from exc
+
+    def _serialize_writers(self, conn: Session | Any) -> None:  # noqa: ANN401 - a Connection
+        """Make the transaction of ``conn`` the only one that numbers things (ids, ``seq``,
+        app versions) until it ends, so that two at once never pick the same number.
+
+        PostgreSQL: a transaction advisory lock (``pg_advisory_xact_lock``), released at
+        commit or rollback. SQLite: a write that matches no row, which takes the database's
+        write lock at once (``busy_timeout`` waits for it) instead of at the transaction's
+        first real write, after its reads.
+        """
+        if self.dialect == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_WRITER_KEY})
+        elif self.dialect == "sqlite":
+            conn.execute(update(_Counter).where(false()).values(next_number=0))
 
     def verify(self) -> None:
         """Check that the store can be trusted before an engine writes to it (SQLite's
@@ -210,7 +257,7 @@ class Store:
         Raises:
             StoreError: the store is damaged; the message names the file and what to do.
         """
-        if not self.url.startswith("sqlite"):
+        if self.dialect != "sqlite":
             return
         try:
             with self._engine.connect() as conn:
@@ -236,6 +283,8 @@ class Store:
     # ------------------------------------------------------------------ workflows
 
     def next_workflow_id(self, session: Session, name: str) -> tuple[str, int]:
+        """Take the next id (``NAME-N``) and ``seq`` in ``session``'s transaction, which
+        must have called ``_serialize_writers`` first."""
         counter = session.get(_Counter, name)
         if counter is None:
             counter = _Counter(name=name, next_number=1)
@@ -268,6 +317,7 @@ class Store:
         (OSMO's ``NAME-N``) is known; if it raises, nothing is stored.
         """
         with self._tx() as session:
+            self._serialize_writers(session)
             workflow_id, seq = self.next_workflow_id(session, name)
             status, state = make_state(workflow_id)
             row = _Workflow(
@@ -407,6 +457,7 @@ class Store:
     def create_app(self, name: str, owner: str, spec_text: str, files: dict[str, str]) -> AppRecord:
         """Add a new version of app ``name`` (version 1 for a new name)."""
         with self._tx() as session:
+            self._serialize_writers(session)
             latest = session.scalar(select(func.max(_App.version)).where(_App.name == name))
             row = _App(name=name, version=(latest or 0) + 1, owner=owner, spec_text=spec_text,
                        files=files, create_time_s=time.time(), deleted=0)

@@ -35,10 +35,38 @@ def make_url(url: str) -> Any:  # noqa: ANN401 - sqlalchemy's URL
     return parse(url)
 
 __all__ = ["FileLock", "HeldLock", "flock_within", "holder", "store_lock_path", "acquire_store_lock",
-           "PG_LOCK_KEY"]
+           "PG_LOCK_KEY", "NO_DRIVER", "with_driver", "shown_url"]
 
 PG_LOCK_KEY = 0x7472_6179  # "tray": the advisory lock key of a trainyard engine
 """The key of the PostgreSQL session advisory lock one engine holds on its store."""
+
+NO_DRIVER = ("a PostgreSQL store needs the psycopg driver: pip install 'trainyard[postgres]' "
+             "(or 'psycopg[binary]')")
+"""The start of the StoreError raised when psycopg is not installed."""
+
+PG_DRIVER = "postgresql+psycopg"
+"""The SQLAlchemy dialect and driver of a PostgreSQL store: psycopg 3 (the ``postgres``
+extra). SQLAlchemy's default for ``postgresql://`` is psycopg2, which trainyard does not use."""
+
+
+def with_driver(url: str) -> str:
+    """``url`` with trainyard's PostgreSQL driver named: ``postgresql://...`` and
+    ``postgres://...`` (as libpq and most hosting services write it) become
+    ``postgresql+psycopg://...``; any other URL, a driver already named included, is
+    returned unchanged."""
+    parsed = make_url(url.replace("postgres://", "postgresql://", 1)
+                      if url.startswith("postgres://") else url)
+    if parsed.drivername != "postgresql":
+        return url
+    return parsed.set(drivername=PG_DRIVER).render_as_string(hide_password=False)
+
+
+def shown_url(url: str) -> str:
+    """``url`` as it may be printed or logged: its password masked."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparsable URL: show none of it
+        return "<unparsable database URL>"
 
 
 def flock_within(fd: int, wait_s: float, poll_s: float = 0.05) -> bool:
@@ -170,30 +198,43 @@ class _PgLock:
             self._connection.close()
 
 
+_HOLDER_SQL = (
+    "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = :k "
+    "AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database "
+    "WHERE datname = current_database())")
+"""Who holds the engine lock of this database (a bigint key below 2**32 shows as classid 0,
+objid KEY, objsubid 1 in ``pg_locks``: PostgreSQL docs, "pg_locks")."""
+
+
 def _pg_lock(url: str) -> _PgLock:
+    """Take the engine's session advisory lock of the database at ``url`` on a connection of
+    its own, kept open (and so the lock held) until ``release`` or this process's end.
+    Advisory locks belong to one database: engines on two databases of one server never
+    block each other."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.exc import SQLAlchemyError
     from sqlalchemy.pool import NullPool
 
     name = f"trainyard-engine pid {os.getpid()} on {socket.gethostname()}"
     try:
-        engine = create_engine(url, poolclass=NullPool,
+        engine = create_engine(with_driver(url), poolclass=NullPool,
                                connect_args={"application_name": name[:63]})
         conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": PG_LOCK_KEY}).scalar()
         if got:
             return _PgLock(conn)
-        who = conn.execute(text(
-            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-            "WHERE l.locktype = 'advisory' AND l.granted AND l.objid = :k"),
-            {"k": PG_LOCK_KEY}).scalar()
+        who = conn.execute(text(_HOLDER_SQL), {"k": PG_LOCK_KEY}).scalar()
         conn.close()
+    except ImportError as exc:
+        raise StoreError(f"{NO_DRIVER}: {exc}") from exc
     except SQLAlchemyError as exc:
-        raise StoreError(f"cannot take the engine lock of the store at {url}: {exc}") from exc
+        raise StoreError(f"cannot take the engine lock of the store at {shown_url(url)}: "
+                         f"{exc}") from exc
     raise EngineLockedError(
-        f"the store at {make_url(url).render_as_string(hide_password=True)} is in use by "
-        f"another trainyard server ({who or 'unknown holder'}, PostgreSQL advisory lock "
-        f"{PG_LOCK_KEY}); only one engine may drive a store. Stop that server first")
+        f"the store at {shown_url(url)} is in use by another trainyard server "
+        f"({who or 'unknown holder'}, PostgreSQL advisory lock {PG_LOCK_KEY}); only one "
+        "engine may drive a store. Stop that server first")
 
 
 def acquire_store_lock(url: str, *, wait_s: float = 0.0) -> HeldLock | None:
@@ -214,3 +255,4 @@ def acquire_store_lock(url: str, *, wait_s: float = 0.0) -> HeldLock | None:
     if make_url(url).drivername.startswith("sqlite"):
         return None
     return _pg_lock(url)
+
