@@ -47,7 +47,8 @@ def _env(home: Path, url: str) -> dict[str, str]:
     return env
 
 
-def _cli(home: Path, url: str, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+def _cli(home: Path, url: str, *args: str,
+         timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(BIN / "trainyard"), *args], env=_env(home, url), text=True,
                           capture_output=True, timeout=timeout_s, check=False)
 
