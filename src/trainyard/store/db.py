@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -73,6 +74,15 @@ class _Counter(_Base):
 
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     next_number: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class _Meta(_Base):
+    """Facts about the store itself (``identity``), one row each."""
+
+    __tablename__ = "store_meta"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    value: Mapped[str] = mapped_column(String(200))
 
 
 class _App(_Base):
@@ -234,6 +244,21 @@ class Store:
             if _is_damage(exc):
                 raise StoreError(_damaged_message(url, str(getattr(exc, "orig", exc)))) from exc
             raise StoreError(f"cannot open the store at {shown_url(url)}: {exc}") from exc
+        self.identity: str = self._identity()
+        """This store's own random name (32 hex digits), made once when the store is first
+        opened and kept for its life: a store moved aside and made anew, or a new
+        database, has another. What the home keeps per store (task-token key, run folders)
+        is bound to it (``engine.homestore``)."""
+
+    def _identity(self) -> str:
+        """The store's identity, made (at random) and stored on its first open."""
+        with self._tx() as session:
+            self._serialize_writers(session)
+            row = session.get(_Meta, "identity")
+            if row is None:
+                row = _Meta(key="identity", value=uuid.uuid4().hex)
+                session.add(row)
+            return row.value
 
     def _serialize_writers(self, conn: Session | Any) -> None:  # noqa: ANN401 - a Connection
         """Make the transaction of ``conn`` the only one that numbers things (ids, ``seq``,
@@ -391,6 +416,15 @@ class Store:
         with self._tx() as session:
             done = session.execute(delete(_Workflow).where(_Workflow.id.in_(workflow_ids)))
             return int(done.rowcount or 0)
+
+    def known_workflow_ids(self, workflow_ids: list[str]) -> set[str]:
+        """Those of ``workflow_ids`` that this store holds (asked 500 at a time)."""
+        known: set[str] = set()
+        for start in range(0, len(workflow_ids), 500):
+            chunk = workflow_ids[start:start + 500]
+            with self._tx() as session:
+                known.update(session.scalars(select(_Workflow.id).where(_Workflow.id.in_(chunk))))
+        return known
 
     def workflow_end_times(self, workflow_ids: list[str]) -> dict[str, tuple[str, float | None]]:
         """``{id: (submitted_by, end_time_s)}`` of those of ``workflow_ids`` that exist (no

@@ -5,6 +5,7 @@ bug of the store, not of the test."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -158,3 +159,17 @@ def test_an_unreachable_postgresql_is_a_store_error_without_the_password() -> No
     with pytest.raises(StoreError, match="cannot open the store") as caught:
         Store(url)
     assert "s3cret" not in str(caught.value)
+
+
+def test_a_store_keeps_its_identity_and_a_new_store_gets_another(store_url: str,
+                                                                  tmp_path: Path) -> None:
+    first = Store(store_url)
+    assert len(first.identity) == 32 and Store(store_url).identity == first.identity
+    assert Store(f"sqlite:///{tmp_path / 'other.db'}").identity != first.identity
+
+
+def test_known_workflow_ids_answers_for_many_at_once(store_url: str) -> None:
+    store = Store(store_url)
+    made = {_create(store, "k") for _ in range(3)}
+    asked = [f"k-{n}" for n in range(1, 1201)]
+    assert store.known_workflow_ids(asked) == made
