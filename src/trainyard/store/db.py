@@ -244,21 +244,28 @@ class Store:
             if _is_damage(exc):
                 raise StoreError(_damaged_message(url, str(getattr(exc, "orig", exc)))) from exc
             raise StoreError(f"cannot open the store at {shown_url(url)}: {exc}") from exc
-        self.identity: str = self._identity()
-        """This store's own random name (32 hex digits), made once when the store is first
-        opened and kept for its life: a store moved aside and made anew, or a new
-        database, has another. What the home keeps per store (task-token key, run folders)
-        is bound to it (``engine.homestore``)."""
+        self._identity: str | None = None
 
-    def _identity(self) -> str:
-        """The store's identity, made (at random) and stored on its first open."""
-        with self._tx() as session:
-            self._serialize_writers(session)
-            row = session.get(_Meta, "identity")
-            if row is None:
-                row = _Meta(key="identity", value=uuid.uuid4().hex)
-                session.add(row)
-            return row.value
+    @property
+    def identity(self) -> str:
+        """This store's own random name (32 hex digits), made (and stored) the first time
+        it is asked and kept for the store's life: a store moved aside and made anew, or a
+        new database, has another. What the home keeps per store (task-token key, run
+        folders) is bound to it (``engine.homestore``). Read once per Store object; not at
+        open, so that a damaged store still opens and ``verify`` says what is wrong.
+
+        Raises:
+            StoreError: as any transaction.
+        """
+        if self._identity is None:
+            with self._tx() as session:
+                self._serialize_writers(session)
+                row = session.get(_Meta, "identity")
+                if row is None:
+                    row = _Meta(key="identity", value=uuid.uuid4().hex)
+                    session.add(row)
+                self._identity = row.value
+        return self._identity
 
     def _serialize_writers(self, conn: Session | Any) -> None:  # noqa: ANN401 - a Connection
         """Make the transaction of ``conn`` the only one that numbers things (ids, ``seq``,
