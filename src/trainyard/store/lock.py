@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,7 +36,7 @@ def make_url(url: str) -> Any:  # noqa: ANN401 - sqlalchemy's URL
     return parse(url)
 
 __all__ = ["FileLock", "HeldLock", "flock_within", "holder", "store_lock_path", "acquire_store_lock",
-           "PG_LOCK_KEY", "NO_DRIVER", "with_driver", "shown_url"]
+           "PG_LOCK_KEY", "NO_DRIVER", "PgLock", "with_driver", "shown_url"]
 
 PG_LOCK_KEY = 0x7472_6179  # "tray": the advisory lock key of a trainyard engine
 """The key of the PostgreSQL session advisory lock one engine holds on its store."""
@@ -187,15 +188,73 @@ def store_lock_path(url: str) -> Path | None:
     return Path(database).with_name(Path(database).name + ".lock")
 
 
-class _PgLock:
-    """A PostgreSQL session advisory lock on a connection kept open."""
+PG_LOCK_CHECK_S = 10.0
+"""Seconds between two checks that an engine still holds its PostgreSQL lock."""
 
-    def __init__(self, connection: Any) -> None:
+_KEEPALIVE_SQL = ("SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; "
+                  "SET tcp_keepalives_count = 3")
+"""Server-side TCP keepalives of the lock's session (PostgreSQL docs, "Connection
+Settings"): when the holder's machine vanishes without closing the connection (a node
+lost), the server drops the session, and so the lock, within about a minute instead of the
+system's default two hours, so that the replacing server can start. Ignored on a Unix
+socket."""
+
+_HELD_SQL = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+             "AND pid = pg_backend_pid() AND classid = 0 AND objid = :k AND objsubid = 1")
+
+
+def _stop_this_process(reason: str) -> None:
+    """What an engine does when its store's lock is lost: it may no longer write, so it
+    stops (SIGTERM to itself: the server shuts down as on ``server stop``)."""
+    import logging
+    import signal
+
+    logging.getLogger(__name__).critical("%s; stopping this server", reason)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+class PgLock:
+    """A PostgreSQL session advisory lock on a connection kept open, checked every
+    ``check_interval_s`` by a daemon thread: the check keeps the connection from looking
+    idle (to proxies and ``idle_session_timeout``), and when the session is gone (the
+    database restarted, the connection cut), the lock is gone with it and
+    ``on_lost(reason)`` is called once (default: this process stops, since another engine
+    may take the store now)."""
+
+    def __init__(self, connection: Any, *, check_interval_s: float = PG_LOCK_CHECK_S,
+                 on_lost: Any = _stop_this_process) -> None:  # noqa: ANN401
         self._connection = connection
+        self._use = threading.Lock()  # one thread at a time on the connection
+        self._released = threading.Event()
+        self._thread = threading.Thread(target=self._watch, args=(check_interval_s, on_lost),
+                                        name="trainyard-store-lock", daemon=True)
+        self._thread.start()
+
+    def held(self) -> bool:
+        """Whether this session still holds the lock (False once released or cut)."""
+        from sqlalchemy import text
+
+        with self._use:
+            if self._released.is_set():
+                return False
+            try:
+                count = self._connection.execute(text(_HELD_SQL), {"k": PG_LOCK_KEY}).scalar()
+            except Exception:  # noqa: BLE001 - any failure of the session loses the lock
+                return False
+            return bool(count)
+
+    def _watch(self, interval_s: float, on_lost: Any) -> None:  # noqa: ANN401
+        while not self._released.wait(interval_s):
+            if not self.held() and not self._released.is_set():
+                on_lost("the store's PostgreSQL lock was lost (its connection ended)")
+                return
 
     def release(self) -> None:
-        with contextlib.suppress(Exception):
-            self._connection.close()
+        """Drop the lock (idempotent): close its connection."""
+        with self._use:
+            self._released.set()
+            with contextlib.suppress(Exception):
+                self._connection.close()
 
 
 _HOLDER_SQL = (
@@ -207,9 +266,10 @@ _HOLDER_SQL = (
 objid KEY, objsubid 1 in ``pg_locks``: PostgreSQL docs, "pg_locks")."""
 
 
-def _pg_lock(url: str) -> _PgLock:
+def _pg_lock(url: str, **checks: Any) -> PgLock:
     """Take the engine's session advisory lock of the database at ``url`` on a connection of
-    its own, kept open (and so the lock held) until ``release`` or this process's end.
+    its own, kept open (and so the lock held) until ``release`` or this process's end;
+    ``checks`` go to ``PgLock`` (``check_interval_s``, ``on_lost``).
     Advisory locks belong to one database: engines on two databases of one server never
     block each other."""
     from sqlalchemy import create_engine, text
@@ -221,9 +281,10 @@ def _pg_lock(url: str) -> _PgLock:
         engine = create_engine(with_driver(url), poolclass=NullPool,
                                connect_args={"application_name": name[:63]})
         conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        conn.exec_driver_sql(_KEEPALIVE_SQL)
         got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": PG_LOCK_KEY}).scalar()
         if got:
-            return _PgLock(conn)
+            return PgLock(conn, **checks)
         who = conn.execute(text(_HOLDER_SQL), {"k": PG_LOCK_KEY}).scalar()
         conn.close()
     except ImportError as exc:
@@ -237,8 +298,12 @@ def _pg_lock(url: str) -> _PgLock:
         "engine may drive a store. Stop that server first")
 
 
-def acquire_store_lock(url: str, *, wait_s: float = 0.0) -> HeldLock | None:
+def acquire_store_lock(url: str, *, wait_s: float = 0.0,
+                       check_interval_s: float = PG_LOCK_CHECK_S,
+                       on_lost: Any = None) -> HeldLock | None:  # noqa: ANN401
     """Take the one-engine lock of the store at ``url`` (before the engine touches it).
+    A PostgreSQL lock is checked every ``check_interval_s``; once lost, ``on_lost(reason)``
+    is called (default: this process stops with SIGTERM; see ``PgLock``).
 
     Returns:
         The held lock (keep it for the engine's life), or None for a store that needs none
@@ -254,5 +319,7 @@ def acquire_store_lock(url: str, *, wait_s: float = 0.0) -> HeldLock | None:
         return FileLock.acquire(path, what=f"the store {db}", wait_s=wait_s)
     if make_url(url).drivername.startswith("sqlite"):
         return None
-    return _pg_lock(url)
+    if on_lost is None:
+        return _pg_lock(url, check_interval_s=check_interval_s)
+    return _pg_lock(url, check_interval_s=check_interval_s, on_lost=on_lost)
 

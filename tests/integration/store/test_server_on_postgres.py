@@ -110,3 +110,28 @@ def test_a_second_server_on_the_same_database_is_refused_and_names_the_holder(
     assert second.returncode == 4, second.stderr
     assert f"pid {holder}" in second.stderr and "advisory lock" in second.stderr
     assert time.monotonic() - began < 60
+
+
+def test_a_server_whose_store_lock_is_cut_stops(home: Path, database: str) -> None:
+    """The database drops the lock's session (a restart, a cut connection): another server
+    could take the store now, so this one stops within a check interval (10 s)."""
+    import psutil
+
+    started = _cli(home, database, "server", "start")
+    assert started.returncode == 0, started.stderr
+    pid = json.loads((home / "server.lock").read_text())["pid"]
+    engine = create_engine(database.replace("postgresql://", "postgresql+psycopg://", 1),
+                           isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            ended = conn.execute(text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                "application_name LIKE :app"), {"app": f"trainyard-engine pid {pid} %"}).scalar()
+    finally:
+        engine.dispose()
+    assert ended == 1
+    deadline = time.monotonic() + 40
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the server kept running without its lock"
+        time.sleep(0.5)
+    assert "PostgreSQL lock was lost" in (home / "server.log").read_text()
