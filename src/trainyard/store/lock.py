@@ -35,8 +35,9 @@ def make_url(url: str) -> Any:  # noqa: ANN401 - sqlalchemy's URL
 
     return parse(url)
 
-__all__ = ["FileLock", "HeldLock", "flock_within", "holder", "store_lock_path", "acquire_store_lock",
-           "PG_LOCK_KEY", "NO_DRIVER", "PgLock", "with_driver", "shown_url"]
+__all__ = ["FileLock", "HeldLock", "flock_within", "holder", "store_lock_path",
+           "acquire_store_lock", "PG_LOCK_KEY", "NO_DRIVER", "PgLock", "with_driver",
+           "shown_url"]
 
 PG_LOCK_KEY = 0x7472_6179  # "tray": the advisory lock key of a trainyard engine
 """The key of the PostgreSQL session advisory lock one engine holds on its store."""
