@@ -6,6 +6,7 @@ by the store's advisory lock and names the holder."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from sqlalchemy import create_engine, text
 
@@ -94,6 +96,12 @@ def test_a_fresh_database_gets_its_schema_and_a_workflow_completes(
     assert "from-lead" in logs and "worker sees" in logs
     listed = _cli(home, database, "workflow", "list", "-f", "json")
     assert [w["id"] for w in json.loads(listed.stdout)] == ["team-demo-1"]
+    server = psutil.Process(json.loads((home / "server.lock").read_text())["pid"])
+    children = server.children(recursive=True)
+    assert children, "the server started no launcher"
+    for child in children:  # the URL holds the database's password: no child inherits it
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert "TRAINYARD_DATABASE_URL" not in child.environ(), child.cmdline()
 
 
 def test_a_second_server_on_the_same_database_is_refused_and_names_the_holder(
@@ -115,8 +123,6 @@ def test_a_second_server_on_the_same_database_is_refused_and_names_the_holder(
 def test_a_server_whose_store_lock_is_cut_stops(home: Path, database: str) -> None:
     """The database drops the lock's session (a restart, a cut connection): another server
     could take the store now, so this one stops within a check interval (10 s)."""
-    import psutil
-
     started = _cli(home, database, "server", "start")
     assert started.returncode == 0, started.stderr
     pid = json.loads((home / "server.lock").read_text())["pid"]
