@@ -38,7 +38,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from trainyard.errors import NotFoundError, StoreError
+from trainyard.errors import NotFoundError, RefusedError, StoreError
 from trainyard.store.lock import NO_DRIVER, PG_LOCK_KEY, shown_url, with_driver
 
 __all__ = ["Store", "WorkflowRecord", "AppRecord", "default_url"]
@@ -496,7 +496,16 @@ class Store:
     # ------------------------------------------------------------------ apps
 
     def create_app(self, name: str, owner: str, spec_text: str, files: dict[str, str]) -> AppRecord:
-        """Add a new version of app ``name`` (version 1 for a new name)."""
+        """Add a new version of app ``name`` (version 1 for a new name).
+
+        Raises:
+            RefusedError: ``name`` or ``owner`` is longer than the column (200 characters),
+                or a text holds a NUL character (PostgreSQL stores none): refused the same
+                way on every database, before the transaction.
+        """
+        _storable("app name", name, NAME_CHARS)
+        _storable("app owner", owner, NAME_CHARS)
+        _storable("app spec", spec_text, None)
         with self._tx() as session:
             self._serialize_writers(session)
             latest = session.scalar(select(func.max(_App.version)).where(_App.name == name))
@@ -536,6 +545,20 @@ class Store:
             for row in rows:
                 row.deleted = 1
             return len(rows)
+
+
+NAME_CHARS = 200
+"""The length of the store's name columns (``String(200)``): PostgreSQL refuses longer
+values, SQLite would keep them."""
+
+
+def _storable(what: str, value: str, max_chars: int | None) -> None:
+    """Refuse (RefusedError) a text that one of the databases would not store as given."""
+    if "\x00" in value:
+        raise RefusedError(f"{what} {value[:40]!r} holds a NUL character; remove it")
+    if max_chars is not None and len(value) > max_chars:
+        raise RefusedError(f"{what} {value[:40]!r}... is {len(value)} characters long; "
+                           f"at most {max_chars}")
 
 
 def _labels_match(have: dict[str, str], want: dict[str, str]) -> bool:

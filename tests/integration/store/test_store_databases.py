@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from trainyard.errors import NotFoundError, StoreError
+from trainyard.errors import NotFoundError, RefusedError, StoreError
 from trainyard.store import Store
 from trainyard.store.lock import with_driver
 
@@ -173,3 +173,19 @@ def test_known_workflow_ids_answers_for_many_at_once(store_url: str) -> None:
     made = {_create(store, "k") for _ in range(3)}
     asked = [f"k-{n}" for n in range(1, 1201)]
     assert store.known_workflow_ids(asked) == made
+
+
+@pytest.mark.parametrize(("name", "spec", "why"), [
+    ("a" * 201, "t", "201 characters long"),
+    ("a\x00b", "t", "NUL"),
+    ("ok", "spec\x00", "NUL"),
+])
+def test_app_texts_one_database_would_not_store_are_refused_alike(
+        store_url: str, name: str, spec: str, why: str) -> None:
+    """PostgreSQL refuses NUL in text and values longer than a String(200) column (a
+    StoreError, exit 6, as for a damaged store); SQLite stored them. Both refuse now."""
+    store = Store(store_url)
+    with pytest.raises(RefusedError, match=why):
+        store.create_app(name, "alice", spec, {})
+    assert store.list_apps() == []
+    assert store.create_app("a" * 200, "alice", "t", {}).version == 1
