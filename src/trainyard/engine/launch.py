@@ -19,7 +19,7 @@ from trainyard.backends.base import Backend, TaskKey, TaskLaunch, TaskResources
 from trainyard.engine.machine import StartTasks, WorkflowState
 from trainyard.engine.scheduler import Placement
 from trainyard.pools import Pool
-from trainyard.runner.spec import TaskRun
+from trainyard.runfile import TaskRun
 from trainyard.spec.models import TaskInput, TaskSpec, WorkflowSpec
 
 __all__ = ["LaunchContext", "InputUnavailable", "build_launches"]
