@@ -116,7 +116,7 @@ def test_the_server_runs_as_the_bound_account_on_the_secrets_database() -> None:
 def test_the_pool_reaches_the_server_through_its_service(tmp_path: Path) -> None:
     text = _one("ConfigMap", "trainyard-pools")["data"]["pools.yaml"]
     (tmp_path / "pools.yaml").write_text(text)
-    pool = load_pools(tmp_path / "pools.yaml", usable_only=False)["k8s"]
+    pool = load_pools(tmp_path / "pools.yaml")["k8s"]  # every pool, served here or not
     assert pool.backend == "kubernetes"
     service = _one("Service")
     meta = service["metadata"]

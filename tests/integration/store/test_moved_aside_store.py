@@ -15,7 +15,7 @@ import pytest
 from trainyard.backends.fake import FakeBackend
 from trainyard.engine.homestore import IDENTITY_FILE, bind_home
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.engine.status import WorkflowStatus
+from trainyard.status import WorkflowStatus
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import Store
