@@ -14,6 +14,12 @@ of every tensor and value in the dict. Guarantees:
 - **Safe to read**: files are loaded with ``weights_only=True``, so a snapshot from elsewhere
   (an uploaded checkpoint) cannot run code. RNG states are stored as tensors and plain
   Python values for that reason.
+- **Same state, same bytes**: the file holds no time, host, path or random id (torch's zip
+  entries carry a fixed 1980 date, its ``serialization_id`` is derived from the records'
+  CRCs, and the archive is named ``archive`` whatever the file is called), so two runs that
+  end in the same state write byte-identical snapshots and a plain checksum
+  (``sha256sum``) compares them. The trainer seeds every generator whose state it keeps
+  (:func:`trainyard.training.determinism.seed_everything`) for that reason.
 """
 
 from __future__ import annotations
