@@ -47,8 +47,9 @@ def _shown(value: Any) -> str:
 def _tables(data: dict[str, Any]) -> None:
     a, b = data["a"], data["b"]
     rows = [["pool / backend", f"{a['pool']} / {a['backend']}", f"{b['pool']} / {b['backend']}"]]
-    rows += [[r["field"], _shown(r["a"]), _shown(r["b"])] for r in data["differences"]]
-    table(["setting", a["id"], b["id"]], rows, title="settings (every one that differs)")
+    rows += [[r["field"], _shown(r["a"]), _shown(r["b"])] for r in data["differences"]
+             if r["field"] not in ("pool", "backend")]  # the first row shows both
+    table(["setting", a["id"], b["id"]], rows, title="where they ran, and every other setting that differs")
     _models(data)
     metrics = [[r["file"], r["name"], _shown(r["a"]), _shown(r["b"]), "" if r["same"] else "*"]
                for r in data["metrics"]]
@@ -65,7 +66,7 @@ def _models(data: dict[str, Any]) -> None:
              r.get("tensors", "-"), ", ".join(r.get("differing") or []) or "-",
              {True: "yes", False: "no"}.get(r.get("same_bytes"), "-")]
             for r in data["models"]]
-    table(["model file", "tensors", "compared", "differing", "same bytes"], rows,
+    table(["model file", "verdict", "tensors", "differing", "same bytes"], rows,
           title="output models")
 
 

@@ -22,11 +22,11 @@ all of that off:
   algorithm every run, not the fastest one timed at start.
 
 Cost (docs/reproducible.md): GPU steps get slower where a nondeterministic kernel was the fast
-one (convolutions, scatter/index reductions; typically a few percent, up to 2x for
-scatter-heavy models), cuBLAS holds 8 x 4 MiB more workspace per stream, and a model using an
-op without a deterministic kernel fails at that op. On CPUs the flag changes nothing in the
-results (the CPU kernels the trainer uses are already deterministic); it is recorded all the
-same.
+one (cuDNN convolutions no longer picked by timing, scatter/index reductions without atomics;
+PyTorch's docs say only "often slower", by how much depends on the model), cuBLAS holds
+8 buffers of 4 MiB of workspace per stream, and a model using an op without a deterministic
+kernel fails at that op. On CPUs the flag changes nothing in the results (the CPU kernels the
+trainer uses are already deterministic); it is recorded all the same.
 
 Source: PyTorch docs, "Reproducibility" (notes/randomness) and
 ``torch.use_deterministic_algorithms``; NVIDIA cuBLAS docs, "Results reproducibility".
