@@ -10,7 +10,8 @@ model, tensor by tensor (:mod:`trainyard.server.tensors`).
 :func:`diff_runs` compares two :class:`RunFacts` and is pure apart from reading the model
 files it pairs. Outputs are found in each task's current attempt's ``{{output}}`` folder:
 ``metrics.jsonl`` files and model files (``*.pth``, ``*.pt``) at most three folders deep,
-paired between the workflows by task name and path.
+paired between the workflows by task name and path; a file reached through a link out of
+the output folder is left out (tasks write those folders, the server reads them).
 """
 
 from __future__ import annotations
@@ -125,15 +126,24 @@ def model_files(output_dir: Path) -> list[Path]:
     return sorted(p for p in found if p.is_file() and not p.is_symlink())
 
 
+def _inside(output: Path, path: Path) -> bool:
+    """Whether ``path`` really lies in ``output``: a task may have made a folder of its
+    output a link to a place elsewhere on the server's machine, which is not read."""
+    try:
+        return path.resolve().is_relative_to(output.resolve())
+    except OSError:
+        return False
+
+
 def _outputs(state: m.WorkflowState, run_dir: RunDir) -> tuple[dict[str, dict[str, Any]],
                                                                dict[str, Path]]:
     metrics: dict[str, dict[str, Any]] = {}
     models: dict[str, Path] = {}
     for name, task in state.tasks.items():
         output = run_dir(name, task.retry_id) / "output"
-        for path in metrics_files(output):
+        for path in (p for p in metrics_files(output) if _inside(output, p)):
             metrics[f"{name}: {path.relative_to(output)}"] = final_metrics(path)
-        for path in model_files(output):
+        for path in (p for p in model_files(output) if _inside(output, p)):
             models[f"{name}: {path.relative_to(output)}"] = path
     return metrics, models
 

@@ -14,12 +14,11 @@ the answer says so (``identical`` is ``None``).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ModelComparison", "compare_models", "file_sha256", "MAX_NAMES"]
+__all__ = ["ModelComparison", "compare_models", "same_bytes", "MAX_NAMES"]
 
 MAX_NAMES = 20
 """Tensor names listed per kind of difference (the count is always whole)."""
@@ -36,7 +35,7 @@ class ModelComparison:
         differing: names whose tensors differ (dtype, shape or a value), at most ``MAX_NAMES``.
         differing_count: how many differ in all.
         only_in_a, only_in_b: names in one model only, at most ``MAX_NAMES`` each.
-        same_bytes: whether the two files are byte-identical (sha256).
+        same_bytes: whether the two files are byte-identical.
         error: why ``identical`` is None.
     """
 
@@ -53,13 +52,18 @@ class ModelComparison:
         return asdict(self)
 
 
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file, read in 1 MiB pieces."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for piece in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(piece)
-    return digest.hexdigest()
+def same_bytes(path_a: Path, path_b: Path, piece_bytes: int = 1 << 20) -> bool:
+    """Whether two files hold the same bytes: sizes first, then piece by piece, stopping at
+    the first piece that differs (two large models that differ are not read whole)."""
+    if path_a.stat().st_size != path_b.stat().st_size:
+        return False
+    with path_a.open("rb") as a, path_b.open("rb") as b:
+        while True:
+            piece = a.read(piece_bytes)
+            if piece != b.read(piece_bytes):
+                return False
+            if not piece:
+                return True
 
 
 def _flatten(obj: Any, prefix: str, out: dict[str, Any], torch: Any) -> None:
@@ -105,16 +109,16 @@ def compare_models(path_a: Path, path_b: Path) -> ModelComparison:
     Never raises for a bad file: a file that torch cannot load safely, or no torch, gives
     ``identical=None`` and the reason. Files without a single tensor are not "identical".
     """
-    same_bytes = file_sha256(path_a) == file_sha256(path_b)
+    identical_bytes = same_bytes(path_a, path_b)
     try:
         import torch
     except ImportError:
-        return ModelComparison(None, same_bytes=same_bytes,
+        return ModelComparison(None, same_bytes=identical_bytes,
                                error="torch is not installed where the server runs")
     try:
         tensors_a, tensors_b = _load_tensors(path_a, torch), _load_tensors(path_b, torch)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for a file it refuses
-        return ModelComparison(None, same_bytes=same_bytes,
+        return ModelComparison(None, same_bytes=identical_bytes,
                                error=f"cannot load as a model: {type(exc).__name__}: {str(exc)[:200]}")
     result = _compare_tensors(tensors_a, tensors_b, torch)
-    return ModelComparison(**{**asdict(result), "same_bytes": same_bytes})
+    return ModelComparison(**{**asdict(result), "same_bytes": identical_bytes})

@@ -157,3 +157,28 @@ def test_compare_page_shows_the_diff_of_two_workflows(env: Env) -> None:
     assert 'id="diff-models"' in html and "master: models/snapshot.pth" in html
     single = env.client.get(f"/compare?id={a}", headers=env.headers).text
     assert 'id="diff"' not in single
+
+
+def test_a_folder_linked_out_of_the_output_is_not_read(env: Env, tmp_path: Path) -> None:
+    a, b = env.run(), env.run()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _snapshot(elsewhere, WEIGHTS)
+    _metrics(elsewhere, 0.5, 1.0)
+    for wid in (a, b):
+        output = env.output(wid).parent
+        (output / "linked").symlink_to(elsewhere, target_is_directory=True)
+    data = env.diff(a, b)
+    assert data["models"] == [] and data["metrics"] == [] and data["models_identical"] is None
+
+
+def test_same_bytes_stops_at_the_first_differing_piece(tmp_path: Path) -> None:
+    from trainyard.server.tensors import same_bytes
+
+    (tmp_path / "a").write_bytes(b"x" * 10 + b"y")
+    (tmp_path / "b").write_bytes(b"x" * 10 + b"z")
+    (tmp_path / "c").write_bytes(b"x" * 10 + b"y")
+    (tmp_path / "short").write_bytes(b"x")
+    assert same_bytes(tmp_path / "a", tmp_path / "c", piece_bytes=4)
+    assert not same_bytes(tmp_path / "a", tmp_path / "b", piece_bytes=4)
+    assert not same_bytes(tmp_path / "a", tmp_path / "short")
