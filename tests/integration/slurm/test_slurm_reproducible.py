@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +34,7 @@ RUNS = {  # name -> (pool, --set values)
     "slurm": (SLURM_POOL, ["n_gpus_per_node=1", "master_port=29472"]),
     "local_batch_64": ("local", ["n_gpus_per_node=1", "master_port=29473", "batch_size=64"]),
 }
-WAIT_S = 900
+WAIT_S = 480  # all three together; ~75 s on a quiet 2-core machine, and within pytest's 600 s
 
 pytestmark = [pytest.mark.slow]
 
@@ -78,12 +79,19 @@ def runs(home: Path) -> dict[str, str]:
         [str(TRAINYARD), "workflow", "submit", str(EXAMPLE), "--pool", pool, "--wait",
          "--set", *sets], env=_env(home), cwd=REPO, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for name, (pool, sets) in RUNS.items()}
-    ids = {}
+    deadline = time.monotonic() + WAIT_S
+    outputs = {}
+    try:
+        for name, proc in procs.items():
+            outputs[name] = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))[0]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     for name, proc in procs.items():
-        out, _ = proc.communicate(timeout=WAIT_S)
-        assert proc.returncode == 0, f"{name}: {out[-3000:]}"
-        ids[name] = _workflow_id(out)
-    return ids
+        assert proc.returncode == 0, f"{name}: {outputs[name][-3000:]}"
+    return {name: _workflow_id(out) for name, out in outputs.items()}
 
 
 def _snapshot(home: Path, workflow_id: str) -> Path:
