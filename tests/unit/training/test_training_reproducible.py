@@ -124,3 +124,25 @@ def test_the_same_state_gives_the_same_bytes_whatever_the_file_is_called(tmp_pat
 def test_a_snapshot_holds_no_timestamp(tmp_path: Path) -> None:
     entries = zipfile.ZipFile(io.BytesIO(encode_snapshot(_state(1.0)))).infolist()
     assert entries and {e.date_time for e in entries} == {(1980, 0, 0, 0, 0, 0)}
+
+
+def test_shared_or_separate_objects_of_equal_value_give_the_same_bytes() -> None:
+    """Pickle refers back to an object it wrote before (by identity): the same values, shared
+    in one state and separate in the other (a resumed run's optimizer state comes from a
+    file), must still give the same bytes."""
+    key = "".join(["l", "r"])  # a str object of its own, not the interned literal
+    shared_group = {"lr": 0.1, "momentum": 0.9}
+    shared = {**_state(1.0), "optimizer": {"param_groups": [shared_group, shared_group]},
+              "config": {key: 0.1}}
+    separate = {**_state(1.0), "config": {"lr": 0.1},
+                "optimizer": {"param_groups": [{"lr": 0.1, "momentum": 0.9},
+                                               {"lr": 0.1, "momentum": 0.9}]}}
+    assert encode_snapshot(shared) == encode_snapshot(separate)
+
+
+def test_a_state_dicts_metadata_survives_the_canonical_form(tmp_path: Path) -> None:
+    model = torch.nn.Linear(2, 2)
+    save_snapshot(tmp_path / "s.pth", {**_state(1.0), "model": model.state_dict()})
+    state = load_snapshot(tmp_path / "s.pth")
+    assert state is not None and state["model"]._metadata == model.state_dict()._metadata
+    torch.nn.Linear(2, 2).load_state_dict(state["model"])
