@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import subprocess
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,3 +148,24 @@ def test_a_state_dicts_metadata_survives_the_canonical_form(tmp_path: Path) -> N
     state = load_snapshot(tmp_path / "s.pth")
     assert state is not None and state["model"]._metadata == model.state_dict()._metadata
     torch.nn.Linear(2, 2).load_state_dict(state["model"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (nccl, cuDNN, cuBLAS)")
+def test_deterministic_gpu_runs_write_the_same_snapshot(tmp_path: Path) -> None:
+    """On a GPU, ``--deterministic`` makes two runs of the CNN (cuDNN convolutions, cuBLAS
+    GEMMs) end with the same weights and the same snapshot bytes. Each run is a process of
+    its own: CUDA and torch's deterministic switch are settings of the process."""
+    snapshots = []
+    for name in ("a", "b"):
+        snapshot = tmp_path / name / "snapshot.pth"
+        done = subprocess.run(
+            [sys.executable, "-m", "trainyard.training.train", "--total_epochs", EPOCHS,
+             "--model", "cnn", "--deterministic", "--snapshot_path", str(snapshot)],
+            capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        snapshots.append(snapshot)
+    state = load_snapshot(snapshots[0])
+    assert state is not None and state["reproducibility"]["device_type"] == "cuda"
+    assert state["reproducibility"]["deterministic"] is True
+    assert _same_tensors(load_weights(snapshots[0]), load_weights(snapshots[1]))
+    assert _sha256(snapshots[0]) == _sha256(snapshots[1])
