@@ -22,7 +22,9 @@ spec as written).
 ``follow`` it keeps the last N already written, then streams new ones until the workflow
 ends. Always streamed from the files (``trainyard.server.logs``: bounded memory), in chunks
 of about ``LOG_CHUNK_BYTES``; who may read it and whether the workflow and task exist are
-checked before the answer starts (403, 404), never in the middle of a stream.
+checked before the answer starts (403, 404), never in the middle of a stream. A follow
+holds no thread while it waits (``trainyard.server.streams``) and counts against its user's
+open streams (429 beyond ``streams.MAX_STREAMS_PER_USER``).
 
 ``GET /api/workflow/{id}`` answers the header ``X-Trainyard-Progress`` (a key of the
 statuses shown); with ``known=KEY&wait_s=S`` it is a long poll: it answers as soon as the
@@ -52,6 +54,15 @@ from trainyard.errors import ForbiddenError, NotFoundError, SpecError, Trainyard
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
 from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
 from trainyard.server.service import LogLine, Service, SpecRequest, spec_error_json
+from trainyard.server.streams import (
+    LogReaders,
+    SlotResponse,
+    StreamSlots,
+    follow_chunks,
+    iterate_in_readers,
+    json_lines,
+    text_lines,
+)
 from trainyard.server.web import add_dashboard
 from trainyard.store import Store
 
@@ -133,6 +144,8 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
 
     app = FastAPI(title="trainyard", version=trainyard.__version__, lifespan=lifespan)
     app.state.tokens = tokens
+    app.state.log_readers = LogReaders()
+    app.state.stream_slots = StreamSlots()
 
     @app.exception_handler(TrainyardError)
     async def _on_error(_request: Request, exc: TrainyardError) -> JSONResponse:
@@ -149,7 +162,8 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
 
 def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/api/health")
-    def health() -> dict[str, str]:
+    async def health() -> dict[str, str]:
+        """Answered on the event loop itself: no worker thread, no lock, no store."""
         return {"status": "ok", "version": trainyard.__version__}
 
     @app.get("/api/version")
@@ -225,10 +239,19 @@ def _routes(app: FastAPI, service: Service) -> None:
              lines: Annotated[int | None, Query(ge=1)] = None, error: bool = False,
              fmt: Annotated[Literal["text", "json"], Query(alias="format")] = "text") -> Any:
         media = "application/x-ndjson" if fmt == "json" else "text/plain"
-        read = service.follow_logs if follow else service.logs
-        stream = read(workflow_id, u, task=task, retry_id=retry_id, last_lines=lines,
-                      failed_only=error)
-        return StreamingResponse(_log_chunks(stream, fmt), media_type=media)
+        readers: LogReaders = app.state.log_readers
+        if not follow:
+            stream = service.logs(workflow_id, u, task=task, retry_id=retry_id,
+                                  last_lines=lines, failed_only=error)
+            return StreamingResponse(iterate_in_readers(_log_chunks(stream, fmt), readers),
+                                     media_type=media)
+        cursor = service.open_follow(workflow_id, u, task=task, retry_id=retry_id,
+                                     last_lines=lines, failed_only=error)
+        slots: StreamSlots = app.state.stream_slots
+        slots.take(u.name)  # 429 beyond the user's cap, before the answer starts
+        render = json_lines if fmt == "json" else text_lines
+        return SlotResponse(follow_chunks(cursor, render, readers), slots, u.name,
+                            media_type=media)
 
     @app.get("/api/workflow/{workflow_id}/events")
     def events(workflow_id: str, u: Caller) -> list[dict[str, Any]]:

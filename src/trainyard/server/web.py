@@ -16,16 +16,12 @@ utilisation, spec, cancel/restart), ``/workflows/ID/logs`` (live, SSE from
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hmac
 import json
 import math
-import queue
 import secrets
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -41,8 +37,8 @@ from trainyard.engine.status import WorkflowStatus
 from trainyard.errors import AuthError, ForbiddenError, TrainyardError
 from trainyard.server import dashboard
 from trainyard.server.auth import User
-from trainyard.server.logs import FLUSH
-from trainyard.server.service import Service
+from trainyard.server.service import LogCursor, Service
+from trainyard.server.streams import LogReaders, SlotResponse, StreamSlots, follow_chunks, sse_events
 
 __all__ = ["add_dashboard", "SESSION_COOKIE", "WebSessions", "PAGE_SIZES"]
 
@@ -378,74 +374,27 @@ def _log_routes(app: FastAPI, service: Service, page: Any) -> None:
                          if v not in ("", None)})))
 
     @app.get("/workflows/{workflow_id}/logs/stream")
-    def logs_stream(workflow_id: str, request: Request, viewer: Look, task: str | None = None,
+    def logs_stream(workflow_id: str, viewer: Look, task: str | None = None,
                     retry_id: int | None = None,
-                    lines: Annotated[int, Query(ge=1, le=100_000)] = 5000) -> StreamingResponse:
-        service.query(workflow_id, viewer.user)  # 404/403 now, not inside the stream
-        stream = service.follow_logs(workflow_id, viewer.user, task=task or None,
-                                     retry_id=retry_id, last_lines=lines)
-        return StreamingResponse(_sse(request, stream), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+                    lines: Annotated[int, Query(ge=1, le=100_000)] = 5000) -> Response:
+        cursor = service.open_follow(workflow_id, viewer.user, task=task or None,
+                                     retry_id=retry_id, last_lines=lines)  # 404/403 now
+        slots: StreamSlots = app.state.stream_slots
+        slots.take(viewer.user.name)  # 429 beyond the user's cap, before the stream starts
+        return SlotResponse(_sse(cursor, app.state.log_readers), slots, viewer.user.name,
+                            media_type="text/event-stream",
+                            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-_END = object()
-SSE_KEEPALIVE_S = 15.0
-_SSE_POLL_S = 0.05
-
-
-def _pump(lines: Iterator[Any], out: queue.Queue[Any], stop: threading.Event) -> None:
-    """Move log lines into ``out`` (bounded) until they end or ``stop`` is set; then _END."""
-    try:
-        for line in lines:
-            while not stop.is_set():
-                try:
-                    out.put(line, timeout=1.0)
-                    break
-                except queue.Full:
-                    continue
-            if stop.is_set():
-                return
-    finally:
-        with contextlib.suppress(queue.Full):
-            out.put(_END, timeout=1.0)
-
-
-async def _sse(request: Request, lines: Iterator[Any]) -> AsyncIterator[str]:
+async def _sse(cursor: LogCursor, readers: LogReaders) -> AsyncIterator[str]:
     """Server-Sent Events: one ``data:`` JSON object per log line (``LogLine.to_json``),
-    a comment every ``SSE_KEEPALIVE_S`` while quiet, then ``event: end`` once the workflow
-    ended and its logs are drained.
-
-    The service's blocking follow runs in a thread of its own, not in the server's worker
-    pool, so a page left open on a quiet task holds no worker; a closed page stops the
-    thread at its next line.
-    """
-    out: queue.Queue[Any] = queue.Queue(maxsize=2000)
-    stop = threading.Event()
-    threading.Thread(target=_pump, args=(lines, out, stop), daemon=True,
-                     name="trainyard-sse").start()
+    a comment every ``streams.SSE_KEEPALIVE_S`` while quiet, then ``event: end`` once the
+    workflow ended and its logs are drained. Waits hold no thread
+    (``streams.follow_chunks``); a closed page cancels it at its next wait."""
     yield "retry: 2000\n\n"
-    quiet_since = time.monotonic()
-    try:
-        while True:
-            try:
-                item = out.get_nowait()
-            except queue.Empty:
-                if await request.is_disconnected():
-                    return
-                if time.monotonic() - quiet_since > SSE_KEEPALIVE_S:
-                    quiet_since = time.monotonic()
-                    yield ": keepalive\n\n"
-                await asyncio.sleep(_SSE_POLL_S)
-                continue
-            if item is _END:
-                yield "event: end\ndata: {}\n\n"
-                return
-            if item is FLUSH:  # the follow's "nothing new now" mark: each event goes at once
-                continue
-            quiet_since = time.monotonic()
-            yield f"data: {json.dumps(item.to_json())}\n\n"
-    finally:
-        stop.set()
+    async for chunk in follow_chunks(cursor, sse_events, readers, keepalive=": keepalive\n\n"):
+        yield chunk
+    yield "event: end\ndata: {}\n\n"
 
 
 def _other_routes(app: FastAPI, service: Service, page: Any) -> None:
