@@ -1,6 +1,8 @@
 """The REST API (FastAPI) over the service facade; the engine's loop runs inside it.
 
-Every route but ``/api/health`` needs ``Authorization: Bearer TOKEN`` (401 otherwise).
+Every route but ``/api/health`` needs ``Authorization: Bearer TOKEN`` (401 otherwise); a
+task token only the routes of ``scopes.TASK_TOKEN_ROUTES`` (403 otherwise). The OpenAPI
+schema is at ``/api/openapi.json``, behind a token (no ``/docs``, ``/redoc``).
 Errors answer ``{"detail": [{"message": ..., "path", "line", "file"}], "kind": ...}`` (a
 SpecError also ``"warnings"``, rows of the same shape) with a
 status code per error class (SpecError 422, NotFoundError 404, AuthError 401,
@@ -53,6 +55,7 @@ from trainyard.engine import retention
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
 from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
+from trainyard.server.scopes import check_task_scope
 from trainyard.server.service import LogLine, Service, SpecRequest, spec_error_json
 from trainyard.server.streams import (
     LogReaders,
@@ -115,11 +118,18 @@ def _error_response(exc: TrainyardError) -> JSONResponse:
 
 def current_user(request: Request,
                  authorization: Annotated[str | None, Header()] = None) -> User:
-    """The caller, from ``Authorization: Bearer TOKEN``. Raises AuthError (401)."""
+    """The caller, from ``Authorization: Bearer TOKEN``.
+
+    Raises:
+        AuthError: no token or an unknown one (401).
+        ForbiddenError: a task token on a route it may not call (403, ``scopes``).
+    """
     token = None
     if authorization and authorization.lower().startswith("bearer "):
         token = authorization[7:].strip()
-    return request.app.state.tokens.authenticate(token)
+    user = request.app.state.tokens.authenticate(token)
+    check_task_scope(user, request)
+    return user
 
 
 Caller = Annotated[User, Depends(current_user)]
@@ -142,7 +152,8 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
             thread.join(timeout=10)
         service.engine.close()
 
-    app = FastAPI(title="trainyard", version=trainyard.__version__, lifespan=lifespan)
+    app = FastAPI(title="trainyard", version=trainyard.__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None, openapi_url=None)  # behind a token below
     app.state.tokens = tokens
     app.state.log_readers = LogReaders()
     app.state.stream_slots = StreamSlots()
@@ -165,6 +176,11 @@ def _routes(app: FastAPI, service: Service) -> None:
     async def health() -> dict[str, str]:
         """Answered on the event loop itself: no worker thread, no lock, no store."""
         return {"status": "ok", "version": trainyard.__version__}
+
+    @app.get("/api/openapi.json")
+    def openapi(_u: Caller) -> dict[str, Any]:
+        """The API's OpenAPI schema, for a user's token (no unauthenticated /docs)."""
+        return app.openapi()
 
     @app.get("/api/version")
     def version(_u: Caller) -> dict[str, str]:

@@ -37,6 +37,7 @@ from trainyard.engine.status import WorkflowStatus
 from trainyard.errors import AuthError, ForbiddenError, TrainyardError
 from trainyard.server import dashboard
 from trainyard.server.auth import User
+from trainyard.server.scopes import check_task_scope
 from trainyard.server.service import LogCursor, Service
 from trainyard.server.streams import LogReaders, SlotResponse, StreamSlots, follow_chunks, sse_events
 
@@ -95,6 +96,14 @@ class Viewer:
 
 
 def _viewer(request: Request) -> Viewer:
+    """Who asks, from a bearer token or the session cookie; a task token only on the routes
+    ``scopes.TASK_TOKEN_ROUTES`` lists (ForbiddenError otherwise)."""
+    viewer = _session_viewer(request)
+    check_task_scope(viewer.user, request)
+    return viewer
+
+
+def _session_viewer(request: Request) -> Viewer:
     tokens = request.app.state.tokens
     header = request.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
@@ -271,9 +280,13 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
     ) -> HTMLResponse:
         statuses, labels = _list_filters(status, label)
         owner = user if viewer.user.admin else viewer.user.name
-        rows, total = store.page_workflows(
-            statuses=statuses, name=name or None, labels=labels, submitted_by=owner or None,
-            pool=pool or None, offset=(page_no - 1) * per_page, limit=per_page)
+        if viewer.user.workflow is not None:  # a task token sees its own workflow only
+            rows, total = _own_row(service, viewer.user), 1
+        else:
+            rows, total = store.page_workflows(
+                statuses=statuses, name=name or None, labels=labels,
+                submitted_by=owner or None, pool=pool or None,
+                offset=(page_no - 1) * per_page, limit=per_page)
         pages = max(1, math.ceil(total / per_page))
         query = {"status": statuses, "user": user, "pool": pool, "name": name,
                  "label": label or [], "per_page": per_page}
@@ -322,6 +335,15 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
             service.query(wid, viewer.user)  # read permission
             runs += dashboard.curves(service.engine.state(wid), _run_dir(service, wid), wid)
         return page("compare.html", viewer, ids=ids, runs=runs)
+
+
+def _own_row(service: Service, user: User) -> list[dict[str, Any]]:
+    """The list page's one row for a task token: its own workflow."""
+    record = service.engine.store.get_workflow(str(user.workflow))
+    return [{"id": record.id, "name": record.name, "status": record.status,
+             "pool": record.pool, "submitted_by": record.submitted_by,
+             "labels": record.labels, "submit_time_s": record.submit_time_s,
+             "end_time_s": record.end_time_s}]
 
 
 def _run_dir(service: Service, workflow_id: str) -> dashboard.RunDir:
