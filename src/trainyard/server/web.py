@@ -426,11 +426,11 @@ def _other_routes(app: FastAPI, service: Service, page: Any) -> None:
 
     @app.get("/datasets", response_class=HTMLResponse)
     def datasets(viewer: Look) -> HTMLResponse:
-        from trainyard.data.datasets import DatasetStore  # the data layer, only for this page
+        from trainyard.data.datasets import Actor, DatasetStore  # the data layer, only here
 
         rows, error = [], ""
-        try:
-            store = DatasetStore()
+        try:  # what `dataset list` shows this user: their own, shared with them, unowned
+            store = DatasetStore(actor=Actor(viewer.user.name, viewer.user.admin))
             for name in store.names()[:500]:
                 info = store.info(name)
                 rows.append({"name": name, "versions": [

@@ -60,6 +60,16 @@ class Live:
         """A new user's token (the server reads tokens.json again when it changed)."""
         return TokenRegistry(self.home).add(name)
 
+    def cli(self, *args: str, token: str | None = None,
+            timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        """``trainyard ARGS`` as a real process against this server (``token``: whose)."""
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
+        env.update(TRAINYARD_HOME=str(self.home), TRAINYARD_TOKEN=token or self.token,
+                   COLUMNS="200")
+        return subprocess.run([str(Path(sys.executable).parent / "trainyard"), *args], env=env,
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
+
     def task_token(self, workflow_id: str) -> str:
         """The token the tasks of ``workflow_id`` are given."""
         return tasktokens.task_token(self.home, workflow_id)
