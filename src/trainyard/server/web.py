@@ -16,6 +16,7 @@ utilisation, spec, cancel/restart), ``/workflows/ID/logs`` (live, SSE from
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import math
@@ -128,13 +129,24 @@ async def _form(request: Request) -> dict[str, str]:
 
     Raises:
         ForbiddenError: the browser says the form came from another site (``Origin`` not
-            this server), e.g. a page elsewhere logging a visitor into its own account.
+            this server), e.g. a page elsewhere logging a visitor into its own account; or
+            from an opaque origin (``Origin: null``: a sandboxed frame, a ``data:`` or
+            ``file:`` page), which no page of this dashboard is.
     """
     origin = request.headers.get("origin")
-    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
+    if origin and (origin == "null" or
+                   urlsplit(origin).netloc != request.headers.get("host")):
         raise ForbiddenError(f"a form from {origin} may not post to this dashboard")
     body = (await request.body())[:65536].decode("utf-8", errors="replace")
     return {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
+
+
+def _sign(request: Request, text: str) -> str:
+    """A MAC of ``text`` under this server's message key: the workflow page shows a
+    ``msg`` only with its ``sig`` (the redirect after cancel or restart makes both), so a
+    link cannot make the page show any text as the server's message."""
+    key = request.app.state.message_key
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
 def _check_csrf(viewer: Viewer, form: dict[str, str]) -> None:
@@ -190,6 +202,7 @@ def _size(count: float | None) -> str:
 def add_dashboard(app: FastAPI, service: Service) -> None:
     """Mount the dashboard's pages, its SSE log stream and its static files on ``app``."""
     app.state.web_sessions = WebSessions()
+    app.state.message_key = secrets.token_bytes(32)
     env = _templates()
     app.mount("/static", StaticFiles(directory=_STATIC), name="static")
 
@@ -295,7 +308,9 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
                     link=lambda n: "/?" + urlencode({**query, "page": n}, doseq=True))
 
     @app.get("/workflows/{workflow_id}", response_class=HTMLResponse)
-    def workflow(workflow_id: str, viewer: Look, msg: str = "") -> HTMLResponse:
+    def workflow(workflow_id: str, request: Request, viewer: Look, msg: str = "",
+                 sig: str = "") -> HTMLResponse:
+        msg = msg if msg and hmac.compare_digest(sig, _sign(request, msg)) else ""
         data = service.query(workflow_id, viewer.user, verbose=True)
         state = service.engine.state(workflow_id)
         run_dir = _run_dir(service, workflow_id)
@@ -319,8 +334,8 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
             await run_in_threadpool(call, workflow_id, viewer.user)
         except TrainyardError as exc:
             msg = f"{action} refused: {exc}"
-        return RedirectResponse(f"/workflows/{workflow_id}?" + urlencode({"msg": msg}),
-                                status_code=303)
+        return RedirectResponse(f"/workflows/{workflow_id}?" + urlencode(
+            {"msg": msg, "sig": _sign(request, msg)}), status_code=303)
 
     @app.get("/api/workflow/{workflow_id}/metrics")
     def metrics(workflow_id: str, viewer: Look) -> dict[str, Any]:

@@ -74,11 +74,11 @@ class Live:
         """The token the tasks of ``workflow_id`` are given."""
         return tasktokens.task_token(self.home, workflow_id)
 
-    def api(self, method: str, path: str, token: str | None = None,
-            **kwargs: object) -> httpx.Response:
-        return httpx.request(method, self.url + path, timeout=60,
-                             headers={"Authorization": f"Bearer {token or self.token}"},
-                             **kwargs)
+    def api(self, method: str, path: str, token: str | None = None, *,
+            headers: dict[str, str] | None = None, **kwargs: object) -> httpx.Response:
+        """One request with ``token`` (default: the admin's) and ``headers``."""
+        sent = {"Authorization": f"Bearer {token or self.token}", **(headers or {})}
+        return httpx.request(method, self.url + path, timeout=60, headers=sent, **kwargs)
 
     def submit(self, spec: str, token: str | None = None) -> str:
         answer = self.api("POST", "/api/workflow", token, json={"spec_text": spec})
