@@ -56,6 +56,7 @@ from trainyard.errors import ForbiddenError, NotFoundError, SpecError, Trainyard
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
 from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
 from trainyard.server.scopes import check_task_scope
+from trainyard.server.schema import check_app_name
 from trainyard.server.service import LogLine, Service, SpecRequest, spec_error_json
 from trainyard.server.streams import (
     LogReaders,
@@ -319,6 +320,7 @@ def _app_routes(app: FastAPI, service: Service) -> None:
     @app.post("/api/app/{name}")
     def create(name: str, req: AppRequest, u: Caller) -> dict[str, Any]:
         refuse_task_token(u, "create an app")
+        check_app_name(name)
         owner = _app_owner(store, name, u, "add a version to")
         loaded = service.load(SpecRequest(spec_text=req.spec_text, files=req.files,
                                           spec_name=name, set=req.set, set_string=req.set_string))
