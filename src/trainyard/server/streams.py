@@ -34,8 +34,12 @@ __all__ = ["READER_THREADS", "MAX_STREAMS_PER_USER", "MAX_STREAMS", "POLL_S", "M
            "SSE_KEEPALIVE_S", "LogReaders", "StreamSlots", "SlotResponse", "follow_chunks",
            "iterate_in_readers", "sse_events", "text_lines", "json_lines"]
 
-READER_THREADS = 4
-"""Worker threads that read log files for every stream together."""
+READER_THREADS = 2
+"""Worker threads that read log files for every stream together
+(``$TRAINYARD_LOG_READER_THREADS`` sets another number). Few on purpose: each competes with
+the event loop for the GIL, and the loop answers health and every stream; with 200
+followers and 20 SSE streams on a 2-core machine, 4 threads gave a health p99 of 1.6 s and
+2 of 0.13 s (docs/benchmarks.md)."""
 MAX_STREAMS_PER_USER = 256
 """Log follows and SSE streams one user may hold open at once (task tokens count as their
 submitter); ``$TRAINYARD_MAX_STREAMS_PER_USER`` sets another number."""
@@ -53,8 +57,13 @@ class LogReaders:
     """The worker threads that log streams read files in (an anyio ``CapacityLimiter`` of
     ``threads``, made on first use inside the event loop)."""
 
-    def __init__(self, threads: int = READER_THREADS) -> None:
-        self.threads = threads
+    def __init__(self, threads: int | None = None) -> None:
+        """Args:
+            threads: how many; None: ``$TRAINYARD_LOG_READER_THREADS``, else
+                ``READER_THREADS``.
+        """
+        env = os.environ.get("TRAINYARD_LOG_READER_THREADS", "")
+        self.threads = threads or (int(env) if env.isdigit() and int(env) > 0 else READER_THREADS)
         self._limiter: anyio.CapacityLimiter | None = None
 
     async def run(self, func: Callable[..., Any], *args: Any) -> Any:
