@@ -45,10 +45,12 @@ MAX_STREAMS_PER_USER = 256
 submitter); ``$TRAINYARD_MAX_STREAMS_PER_USER`` sets another number."""
 MAX_STREAMS = 2048
 """Streams open at once for all users together."""
-POLL_S = 0.25
+POLL_S = 0.2
 """A follow's first wait after its files had nothing new; it grows to ``MAX_POLL_S`` while
 they stay quiet, and drops back at the next line."""
-MAX_POLL_S = 1.0
+MAX_POLL_S = 0.4
+"""The longest wait between two looks: a line reaches the page within about this (the
+dashboard's target is 0.5 s, docs/benchmarks.md "Log follow")."""
 SSE_KEEPALIVE_S = 15.0
 """An SSE comment is sent after this long without a line (proxies close silent streams)."""
 
