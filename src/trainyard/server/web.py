@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import math
 import secrets
 import time
@@ -29,7 +28,7 @@ from typing import Annotated, Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from fastapi import Depends, FastAPI, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from jinja2 import Environment, PackageLoader, select_autoescape
