@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -51,6 +52,8 @@ they stay quiet, and drops back at the next line."""
 MAX_POLL_S = 0.4
 """The longest wait between two looks: a line reaches the page within about this (the
 dashboard's target is 0.5 s, docs/benchmarks.md "Log follow")."""
+MAX_STEP_PAUSE_S = 0.05
+"""The longest pause of a reader thread after a step (see ``_step``)."""
 SSE_KEEPALIVE_S = 15.0
 """An SSE comment is sent after this long without a line (proxies close silent streams)."""
 
@@ -154,9 +157,15 @@ def sse_events(lines: list[LogLine]) -> str:
 
 
 def _step(cursor: LogCursor, render: Callable[[list[LogLine]], str]) -> tuple[str, bool]:
-    """One read of ``cursor``, rendered (in a reader thread)."""
+    """One read of ``cursor``, rendered (in a reader thread), then a pause as long as the
+    step took (at most ``MAX_STEP_PAUSE_S``) before the thread serves the next: the readers
+    hold the GIL at most about half the time, so that the event loop (health, every
+    answer) is never starved by streams that have more to read than the CPU can serve."""
+    start = time.monotonic()
     lines, wait = cursor.read(FOLLOW_BATCH_BYTES)
-    return (render(lines) if lines else ""), wait
+    text = render(lines) if lines else ""
+    time.sleep(min(time.monotonic() - start, MAX_STEP_PAUSE_S))
+    return text, wait
 
 
 async def follow_chunks(cursor: LogCursor, render: Callable[[list[LogLine]], str],
