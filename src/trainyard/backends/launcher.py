@@ -105,10 +105,16 @@ import trainyard
 from trainyard.backends import netns
 from trainyard.backends.router import EgressRouter, GroupLink, probe_router
 from trainyard.errors import BackendError
-from trainyard.runner import nsgate, proctree, safefs
+from trainyard.linux import nsgate, proctree, safefs
 from trainyard.runner.hosted import ENDED, HostedRunner
 
 __all__ = ["LauncherClient", "address_name", "fingerprint", "serve", "main"]
+
+UNJOINED_GRACE_S = 120.0
+"""How long a group namespace asked for (``network``) waits for its first runner. The
+backend asks for it, then prepares the attempt and starts its runner: on a loaded machine
+(load ~12 on 2 cores) that took over ``group_grace_s`` (5 s), the group was dropped first
+and the runner's ``nsenter --net=/proc/PID/fd/N`` found no descriptor (exit 126)."""
 
 LOG = "launcher.log"
 _READ_LIMIT = 1 << 20
@@ -350,6 +356,7 @@ class _Group:
     channel: socket.socket | None = None
     listeners: list[socket.socket] = field(default_factory=list)
     runners: set[int | str] = field(default_factory=set)
+    joined: bool = False  # a runner has joined it (before: the start is still on its way)
     idle_since: float = field(default_factory=time.monotonic)
     egress: subprocess.Popen[bytes] | None = None  # pasta, ended with the group
     link: GroupLink | None = None  # its veth to the egress router, instead of a pasta
@@ -678,6 +685,7 @@ class _Launcher:
         self.runners[runner] = group
         if group is not None and group in self.groups:
             self.groups[group].runners.add(runner)
+            self.groups[group].joined = True
 
     def _left(self, runner: int | str) -> None:
         group = self.runners.pop(runner, None)
@@ -791,7 +799,9 @@ class _Launcher:
             return
         self._next_expiry = now + _EXPIRY_PERIOD_S
         for key, group in list(self.groups.items()):
-            if not group.runners and now - group.idle_since > self.group_grace_s:
+            grace = self.group_grace_s if group.joined else max(self.group_grace_s,
+                                                                 UNJOINED_GRACE_S)
+            if not group.runners and now - group.idle_since > grace:
                 self._drop_group(key)
 
     def _drop_group(self, key: str) -> None:
@@ -875,12 +885,12 @@ def serve(name: str, idle_s: float = 300.0, group_grace_s: float = 5.0) -> int:
     """The launcher's main loop (see module docstring). Returns 0 when it idled out, 3 when
     another launcher already holds ``name``."""
     import trainyard.runner.main  # noqa: F401 - imported once here, inherited by every fork
-    from trainyard.runner.data import load_data_hook
+    from trainyard.data.runnerhook import load_data_hook
 
     load_data_hook()  # the data layer (fsspec) too, for tasks with inputs, outputs, checkpoints
     _raise_open_files_limit()  # hosted runners keep their logs and pipes open in this process
     gc.freeze()  # what is imported now is never collected: a child's GC pass leaves it unshared
-    if os.geteuid() == 0:  # hosted runners' user namespaces: no exec per task (runner.nsgate)
+    if os.geteuid() == 0:  # hosted runners' user namespaces: no exec per task (linux.nsgate)
         why_not = nsgate.start()
         if why_not is not None:
             _say(f"launcher: {why_not}; each task's user namespace is set up with nsenter")

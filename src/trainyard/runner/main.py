@@ -23,6 +23,7 @@ after ``stop_grace_s``; outputs are not uploaded and the exit code reported is n
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -37,15 +38,15 @@ from typing import IO
 import psutil
 
 from trainyard.data.scrub import scrub
-from trainyard.engine.status import ExitCode
+from trainyard.status import STOPPED_EXIT_CODE, ExitCode
 from trainyard.errors import DataError
-from trainyard.runner import proctree
+from trainyard.linux import proctree
 from trainyard.runner.barrier import BarrierTimeout, wait_for_group
 from trainyard import dataroots
 from trainyard.runner.checkpoint import Checkpointer
-from trainyard.runner.cgroups import TaskCgroup
+from trainyard.linux.cgroups import TaskCgroup
 from trainyard.runner.command import CommandProcess
-from trainyard.runner.data import DataHook, load_data_hook
+from trainyard.data.runnerhook import DataHook, load_data_hook
 from trainyard.runner.hostenv import EnvRefused, HostStart, host_start
 from trainyard.runner.report import (
     FACTS_SOCKET_ENV,
@@ -54,19 +55,23 @@ from trainyard.runner.report import (
     TaskLog,
     reserve_space,
 )
-from trainyard.runner.safefs import (idmap_in_place, mount_overlays, private_mount_namespace,
+from trainyard.linux.safefs import (idmap_in_place, mount_overlays, private_mount_namespace,
                                       write_inside)
-from trainyard.runner.userns import give_to_task as give_folders
-from trainyard.runner.userns import make_fresh
-from trainyard.runner.userns import give_tree
-from trainyard.runner.spec import TaskRun
+from trainyard.linux.userns import give_to_task as give_folders
+from trainyard.linux.userns import make_fresh
+from trainyard.linux.userns import give_tree
+from trainyard.runfile import TaskRun
 from trainyard.runner.usage import UsageSampler, baseline_delay, interval_from_env
 from trainyard.runner.text import PathRewriter, expand_vars
 from trainyard.spec.tokens import substitute_tokens, token_values
 
-__all__ = ["Runner", "StepFailed", "task_environment", "STOPPED_EXIT_CODE"]
+__all__ = ["Runner", "StepFailed", "task_environment"]
 
-STOPPED_EXIT_CODE = 128 + signal.SIGTERM
+START_TRIES = 3
+START_RETRY_DELAY_S = 0.5
+TRANSIENT_START_ERRNOS = frozenset({errno.ECHILD, errno.ETIMEDOUT, errno.EAGAIN})
+"""A sandbox start that failed with one of these (bwrap ended, or said nothing in time,
+before its user namespace was set up) is tried again: seen once in 23 under load ~40."""
 
 
 class StepFailed(Exception):
@@ -283,7 +288,7 @@ class Runner:
 
     def give_to_task(self) -> None:
         """With a user namespace (``sandbox.userns``): the folders the task writes become its
-        host uid's, and its ``fresh`` folders and files are made (``runner.userns``). Raises
+        host uid's, and its ``fresh`` folders and files are made (``linux.userns``). Raises
         StepFailed(3003, START_ERROR)."""
         userns = self.run.sandbox.userns
         if userns is None:
@@ -371,31 +376,16 @@ class Runner:
         if missing is not None:
             self.log.runner(missing[1])
             return missing[0]
-        try:
-            start = self.host_start(command, env, visible)
-        except EnvRefused as exc:
-            self.log.runner(f"cannot start the command: {exc}")
-            return 126
-        except FileNotFoundError as exc:
-            self.log.runner(f"cannot start the sandbox: {exc}")
-            return 127
         cgroup = self.task_cgroup()
-        self.command = CommandProcess(start.argv, start.env, self.cwd(), self.log.command,
-                                      pid_namespace=bool(self.run.sandbox.mounts),
-                                      userns=self.run.sandbox.userns, pass_fds=start.pass_fds,
-                                      cgroup=cgroup)
+        code = self.start_command(command, env, visible, cgroup)
+        if code is not None:
+            if cgroup is not None:
+                cgroup.remove()
+            return code
+        assert self.command is not None
         checkpoints = [Checkpointer(c.model_copy(update={"url": self.storage_url(c.url)}),
                                     self.local_path(c.path), self.hook, self.log.runner)
                        for c in self.run.checkpoints if self.data_url_allowed(c.url)]
-        try:
-            self.command.start()
-        except OSError as exc:
-            self.log.runner(f"cannot start {start.argv[0]!r}: {exc}")
-            if cgroup is not None:
-                cgroup.remove()
-            return 127 if isinstance(exc, FileNotFoundError) else 126
-        finally:
-            start.close()
         if self.stop.is_set():
             self.command.terminate(self.run.stop_grace_s)
         for checkpoint in checkpoints:
@@ -411,8 +401,41 @@ class Runner:
             cgroup.remove()
         return code
 
+    def start_command(self, command: list[str], env: dict[str, str], visible: dict[str, str],
+                      cgroup: TaskCgroup | None) -> int | None:
+        """Start the command behind the sandbox prefix as ``self.command``; None when it
+        runs, else the exit status to report (126, 127), the cause in the task log. A start
+        that fails for a passing reason (bwrap ended or went silent before its user
+        namespace was set up: seen under heavy load) is tried ``START_TRIES`` times."""
+        for attempt in range(1, START_TRIES + 1):
+            try:
+                start = self.host_start(command, env, visible)
+            except EnvRefused as exc:
+                self.log.runner(f"cannot start the command: {exc}")
+                return 126
+            except FileNotFoundError as exc:
+                self.log.runner(f"cannot start the sandbox: {exc}")
+                return 127
+            self.command = CommandProcess(start.argv, start.env, self.cwd(), self.log.command,
+                                          pid_namespace=bool(self.run.sandbox.mounts),
+                                          userns=self.run.sandbox.userns,
+                                          pass_fds=start.pass_fds, cgroup=cgroup)
+            try:
+                self.command.start()
+                return None
+            except OSError as exc:
+                transient = exc.errno in TRANSIENT_START_ERRNOS and attempt < START_TRIES
+                self.log.runner(f"cannot start {start.argv[0]!r}: {exc}"
+                                + (f"; trying again ({attempt + 1} of {START_TRIES})"
+                                   if transient else ""))
+                if not transient or self.stop.wait(START_RETRY_DELAY_S * attempt):
+                    return 127 if isinstance(exc, FileNotFoundError) else 126
+            finally:
+                start.close()
+        return 126  # not reached: the last try returns above
+
     def task_cgroup(self) -> TaskCgroup | None:
-        """The task's control group with its limits set (``runner.cgroups``), or None when
+        """The task's control group with its limits set (``linux.cgroups``), or None when
         the backend asks for none or the kernel refuses one (said in the task log: the
         task then runs without limits, as on a pool with ``limits: false``)."""
         limits = self.run.sandbox.limits
@@ -600,7 +623,7 @@ def mark_stage(run_dir: Path, stage: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m trainyard.runner RUN_JSON``: run the attempt, exit with its code (max 255)."""
-    from trainyard.runner.spec import load_run
+    from trainyard.runfile import load_run
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:

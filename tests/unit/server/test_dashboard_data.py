@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trainyard.engine import machine as m
-from trainyard.engine.status import Status
+from trainyard.status import Status
 from trainyard.server import dashboard
 from trainyard.store import Store
 
