@@ -90,7 +90,7 @@ import json
 import logging
 import os
 import queue
-import shutil
+import shlex
 import signal
 import sys
 import sysconfig
@@ -100,13 +100,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlparse
+from urllib.parse import urlparse
 
 import psutil
 
 import trainyard
-from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch, server_url_for_tasks
-from trainyard.backends.base import task_api_env
+from trainyard.backends.attempts import AttemptIndex, tail, write_json
+from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLaunch
+from trainyard.backends.base import server_url_for_tasks, task_api_env
 from trainyard.backends.facts import ENDING, read_facts
 from trainyard.backends import container
 from trainyard.backends.images import image_note, runtime_for, runtime_path
@@ -129,7 +130,8 @@ from trainyard.runfile import SandboxSettings, TaskRun, UserNamespace
 from trainyard.spec.fields import split_mount
 from trainyard.spec.poolfit import ALLOWED_MOUNTS_OPTION, allowed_mounts
 
-__all__ = ["LocalBackend", "Isolation", "LaunchRequest", "GpuLeases", "probe_isolation",
+__all__ = ["LocalBackend", "Isolation", "LaunchRequest", "GroupRequest", "GpuLeases",
+           "probe_isolation",
            "loopback_address", "gpu_count", "create"]
 
 log = logging.getLogger("trainyard.backends.local")
@@ -264,6 +266,24 @@ class LaunchRequest:
     plan: SandboxPlan | None = None
 
 
+@dataclass(frozen=True)
+class GroupRequest:
+    """One gang's start on this machine: its launches and the isolation probed for them.
+
+    The per-task ``LaunchRequest`` is built when it is sent, with the GPUs lent and the
+    group's network namespace made then; ``render()`` builds each one without those (no
+    GPU, no namespace path, no API token) for the dry run.
+    """
+
+    launches: list[TaskLaunch]
+    iso: Isolation
+    preview: Callable[[TaskLaunch], str]
+
+    def render(self) -> str:
+        """Each task's runner command, sandbox command prefix and run file, for a person."""
+        return "\n".join(self.preview(launch) for launch in self.launches)
+
+
 @functools.lru_cache(maxsize=1)
 def _runner_paths() -> tuple[str, ...]:
     """Folders the interpreter and its imports live in (not the engine's script folder): the
@@ -378,13 +398,6 @@ def _runner_lives(attempt: _Attempt) -> bool:
     return proctree.same_process(attempt.pid, attempt.created) is not None
 
 
-def _tail(path: Path, limit: int = 400) -> str:
-    try:
-        return path.read_text(errors="replace")[-limit:].strip()
-    except OSError:
-        return ""
-
-
 @dataclass
 class _Start:
     """One task's start, prepared (``LocalBackend._prepare_start``) and then sent: its
@@ -458,7 +471,7 @@ class _Sender:
             start.result = result
 
 
-class LocalBackend:
+class LocalBackend(Backend[GroupRequest]):
     """Runs tasks as sandboxed processes on this machine (see module docstring).
 
     Args:
@@ -488,6 +501,7 @@ class LocalBackend:
         self.home = Path(home) if home else trainyard_home()
         self.state_dir = Path(state_dir) if state_dir else self.home / "local"
         self.python = python or sys.executable
+        self.index = AttemptIndex(self.state_dir)
         self._attempts: dict[TaskKey, _Attempt] = {}
         self._lock = threading.RLock()
         self._wake = threading.Event()
@@ -499,13 +513,22 @@ class LocalBackend:
 
     # ------------------------------------------------------------------ Backend API
 
-    def start_group(self, launches: list[TaskLaunch]) -> None:
+    def build_request(self, launches: list[TaskLaunch]) -> GroupRequest:
+        """The gang's start: its launches and this machine's isolation (probed once).
+
+        Raises:
+            BackendError: an isolation asked for explicitly does not work here.
+        """
+        iso = probe_isolation(self.sandbox, self.network, self.python)
+        return GroupRequest(list(launches), iso, functools.partial(self._preview, iso=iso))
+
+    def send(self, request: GroupRequest) -> None:
         """Start every task of one gang (all or none).
 
         Raises:
             BackendError: a task could not start; those already started are stopped.
         """
-        error = self.start_groups([launches])[0]
+        error = self._send_all([request])[0]
         if error is not None:
             raise error
 
@@ -524,23 +547,27 @@ class LocalBackend:
             Per gang, in order: None when every task started, else the ``BackendError``
             saying why not (its tasks that had started are stopped).
         """
-        iso = probe_isolation(self.sandbox, self.network, self.python)
+        return self._send_all([self.build_request(launches) for launches in groups])
+
+    def _send_all(self, requests: list[GroupRequest]) -> list[BackendError | None]:
+        """``start_groups`` of built requests (see there)."""
         self.home.mkdir(parents=True, exist_ok=True)
-        results: list[BackendError | None] = [None] * len(groups)
+        results: list[BackendError | None] = [None] * len(requests)
         sent: list[tuple[int, list[_Start]]] = []
-        with _Sender(self._launcher, self._runner_env(), threaded=len(groups) > 1) as sender:
-            for index, launches in enumerate(groups):
+        with _Sender(self._launcher, self._runner_env(), threaded=len(requests) > 1) as sender:
+            for index, request in enumerate(requests):
+                launches = request.launches
                 if not launches:
                     continue
                 try:
-                    starts = self._prepare_group(launches, iso)
+                    starts = self._prepare_group(launches, request.iso)
                 except (OSError, BackendError, ValueError) as exc:
                     results[index] = _group_error(launches, exc)
                     continue
                 sender.send(starts)
                 sent.append((index, starts))
         for index, starts in sent:
-            results[index] = self._finish_group(groups[index], starts)
+            results[index] = self._finish_group(requests[index].launches, starts)
         return results
 
     def poll(self) -> list[TaskFact]:
@@ -583,8 +610,8 @@ class LocalBackend:
         self._launcher.release()
 
     def notify_facts(self, wake: Callable[[], None]) -> bool:
-        """Optional hook: call ``wake`` (from a thread of its own) whenever a runner started
-        from now on writes an event, so the engine polls at once instead of at its next tick
+        """``Backend.notify_facts``: call ``wake`` (from a thread of its own) whenever a
+        runner started from now on writes an event, so the engine polls at once instead of at its next tick
         (``backends.wakeup``: a Unix datagram socket in the state folder, named to the
         runners by ``FACTS_SOCKET_ENV``). Returns whether it listens; False when the socket
         cannot be bound (e.g. a state folder whose path is too long): facts are then read at
@@ -633,7 +660,7 @@ class LocalBackend:
 
     def entry(self, key: TaskKey) -> dict[str, Any]:
         """How to enter the running attempt ``key`` (``workflow exec``, ``port-forward``,
-        ``rsync``; optional hook): ``{"backend": "local", "machine": this machine's boot id,
+        ``rsync``; ``Backend.entry``): ``{"backend": "local", "machine": this machine's boot id,
         "pid", "created": its bwrap init process (``backends.enter.find_sandbox_init``),
         "address": the task's address in its group namespace, "run_dir"}``.
 
@@ -656,26 +683,45 @@ class LocalBackend:
         """Those of ``keys`` this machine surely never started: no index entry (it is written
         before the runner is started), so starting them now cannot run one twice."""
         with self._lock:
-            return [k for k in keys if k not in self._attempts and not self._index_path(k).exists()]
+            return [k for k in keys if k not in self._attempts and not self.index.has(k)]
 
     def forget(self, workflow_id: str) -> None:
         """Drop what this backend keeps of an ended workflow that is being deleted (its
-        attempts' index entries; optional hook, issue 12 retention). Its attempts must no
+        attempts' index entries, ``Backend.forget``). Its attempts must no
         longer run (the engine checks with ``recover`` first)."""
         with self._lock:
             for key in [k for k in self._attempts if k.workflow_id == workflow_id]:
                 del self._attempts[key]
-            shutil.rmtree(self.state_dir / "attempts" / _safe(workflow_id), ignore_errors=True)
+            self.index.forget(workflow_id)
 
     # ------------------------------------------------------------------ building requests
 
-    def build_request(self, launch: TaskLaunch, iso: Isolation,
-                      net: GroupNetwork | None = None, gpus: tuple[int, ...] = ()) -> LaunchRequest:
-        """Turn a launch into the command line and runner input (no side effects).
+    def _preview(self, launch: TaskLaunch, iso: Isolation) -> str:
+        """One task of a dry run: the runner's command, the prefix its command runs under
+        and its run file, as ``build_task_request`` makes them without GPUs, the group's
+        namespace path or an API token. A podman task's container is only named (its image
+        is inspected and its root prepared at start)."""
+        key = launch.key
+        head = f"# task {key.task} (retry {key.retry_id}) on node {launch.node}"
+        if self._podman_for(runtime_for(launch.run.get("image"), self.images)):
+            return f"{head}: podman container of image {launch.run.get('image')}"
+        request = self.build_task_request(launch, iso, with_token=False)
+        run = request.run
+        return "\n".join([
+            head, f"$ {shlex.join(request.argv)}",
+            f"# the command runs under: {shlex.join(run.sandbox.command_prefix) or '(nothing)'}",
+            f"# {request.run_dir / 'run.json'}:", run.model_dump_json(indent=2)])
+
+    def build_task_request(self, launch: TaskLaunch, iso: Isolation,
+                           net: GroupNetwork | None = None, gpus: tuple[int, ...] = (), *,
+                           with_token: bool = True) -> LaunchRequest:
+        """Turn one launch into the command line and runner input (no side effects but
+        the probes, which are cached).
 
         Args:
             gpus: machine-wide indices of the real GPUs lent to the task (``GpuLeases``);
                 they become its ``CUDA_VISIBLE_DEVICES`` (empty: none visible).
+            with_token: put the task's API URL and token in its environment (not in a dry run).
         """
         run = TaskRun.model_validate(launch.run)
         run_dir = Path(launch.run_dir)
@@ -685,7 +731,7 @@ class LocalBackend:
         run.sandbox = SandboxSettings(
             root=None if iso.bwrap or podman else str(root),
             path_prepend=runtime_path(runtime, self.state_dir),
-            env=self._task_env(run, iso, gpus),
+            env=self._task_env(run, iso, gpus, with_token),
             description=self._describe(launch, iso, image_note(
                 run.image, runtime, None if podman else self._why_no_podman())))
         request = LaunchRequest(launch.key, run_dir, [], run, root)
@@ -720,9 +766,11 @@ class LocalBackend:
         request.argv = [self.python, "-m", "trainyard.runner", str(run_dir / "run.json")]
         return request
 
-    def _task_env(self, run: TaskRun, iso: Isolation, gpus: tuple[int, ...]) -> dict[str, str]:
+    def _task_env(self, run: TaskRun, iso: Isolation, gpus: tuple[int, ...],
+                  with_token: bool = True) -> dict[str, str]:
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
-        env.update(task_api_env(self.home, run.workflow_id))  # URL and a task token
+        if with_token:
+            env.update(task_api_env(self.home, run.workflow_id))  # URL and a task token
         if iso.netns:
             for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
                 if name not in run.environment:
@@ -959,8 +1007,8 @@ class LocalBackend:
         attempt = _Attempt(launch.key, Path(launch.run_dir))
         attempt.gpus = self._lend_gpus(attempt, launch)
         try:
-            request = self.build_request(launch, iso, net, attempt.gpus)
-            _write_json(self._index_path(request.key), {"run_dir": str(request.run_dir)})
+            request = self.build_task_request(launch, iso, net, attempt.gpus)
+            self.index.write(request.key, {"run_dir": str(request.run_dir)})
             self._prepare(request)
         except BaseException:
             _GPUS.give_back(attempt)
@@ -983,7 +1031,7 @@ class LocalBackend:
         """Write the attempt's ``launch.json`` where the launcher could not; a start that
         cannot be recorded fails its gang (it would be lost to an engine restart)."""
         try:
-            _write_json(Path(start.message["launch_json"]),
+            write_json(Path(start.message["launch_json"]),
                         {**start.message["launch"], "pid": start.attempt.pid,
                          "created": start.attempt.created})
         except OSError as exc:
@@ -1043,7 +1091,7 @@ class LocalBackend:
             hosts = request.run_dir / "sandbox" / "hosts"
             hosts.write_text(request.hosts_text)
             hosts.chmod(0o644)
-        _write_json(request.run_dir / "run.json", request.run.model_dump(mode="json"))
+        write_json(request.run_dir / "run.json", request.run.model_dump(mode="json"))
 
     def _adopt_files(self, key: TaskKey, run_dir: Path) -> None:
         """RESTART in place: move the task's files into ``run_dir``, each folder from the
@@ -1063,15 +1111,14 @@ class LocalBackend:
                 return earlier.run_dir / name
         return None
 
-    def _index_path(self, key: TaskKey) -> Path:
-        return (self.state_dir / "attempts" / _safe(key.workflow_id) / _safe(key.task)
-                / f"{key.retry_id}.json")
-
     def _load(self, key: TaskKey) -> _Attempt | None:
         """An attempt known from the index (started by an earlier backend object)."""
+        record = self.index.read(key)
         try:
-            run_dir = Path(json.loads(self._index_path(key).read_text())["run_dir"])
-        except (OSError, ValueError, KeyError, TypeError):
+            run_dir = Path(record["run_dir"]) if record is not None else None
+        except (KeyError, TypeError):
+            return None
+        if run_dir is None:
             return None
         try:
             launch = json.loads((run_dir / LAUNCH).read_text())
@@ -1113,14 +1160,14 @@ class LocalBackend:
         if attempt.run_dir is None:
             return TaskFact(attempt.key, FactKind.LOST, time.time(), None,
                             "no record of this attempt on this machine")
-        tail = _tail(attempt.run_dir / RUNNER_OUT)
+        last = tail(attempt.run_dir / RUNNER_OUT)
         kind = FactKind.LOST if attempt.reported else FactKind.START_ERROR
         message = "the task runner ended without reporting an exit"
         if attempt.hosted and proctree.same_process(attempt.pid or 0, attempt.created) is None:
             message = (f"the launcher (pid {attempt.pid}) that ran the task runner as a thread "
                        "died, and the task's sandbox with it")
         return TaskFact(attempt.key, kind, time.time(), None,
-                        f"{message}: {tail}" if tail else message)
+                        f"{message}: {last}" if last else message)
 
     # ------------------------------------------------------------------ stopping
 
@@ -1236,19 +1283,6 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:
         raise ConfigError(f"local backend option {name}: expected one of "
                           f"{', '.join(choices)}, got {value!r}")
     return value
-
-
-def _safe(name: str) -> str:
-    return quote(name, safe="") or "_"
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # run.json: a token
-    with os.fdopen(fd, "w") as handle:
-        handle.write(json.dumps(data))
-    partial.replace(path)
 
 
 def create(pool: Pool, home: Path) -> LocalBackend:

@@ -25,7 +25,7 @@ redoes what the killed engine had stored but maybe not yet done:
 - SCHEDULING gangs queue again in the order they entered the queue (the time they went
   SCHEDULING, then submission order, then spec order);
 - running groups get their placements back; the backend says which of their attempts it
-  never started (optional hook ``unstarted``): those are started by the next ``step``, with
+  never started (``Backend.unstarted``): those are started by the next ``step``, with
   the gang they were started with (same barrier), once that step has applied the facts the
   backend read (so none is started whose gang ended while no engine ran); the rest are
   adopted with ``recover``, and those no longer alive are reported LOST by the backend's
@@ -258,12 +258,8 @@ class Engine:
         group, in plan order, the backend's own rendering of the group's first start
         (``dry_run(launches)``: the sbatch command and script on Slurm). Every task is on the
         first node it could get; ids and paths are those the next submission would get.
-        Stores nothing, starts nothing. Empty when the backend has no such rendering (the
-        local backend's starts are processes, shown by ``workflow query`` once running)."""
+        Stores nothing, starts nothing. A group whose rendering is empty is left out."""
         backend = self._backends.get(sub.pool.name) or self._backend_factory(sub.pool, self.home)
-        render = getattr(backend, "dry_run", None)
-        if render is None:
-            return []
         wid = self.store.peek_workflow_id(sub.spec.name)
         state = build_state(wid, sub.spec, max_retries=sub.pool.max_retries, now_s=time.time())
         previews = []
@@ -275,7 +271,9 @@ class Engine:
                             for n in names},
                 backend=backend, pool=sub.pool, upstream_output=self._preview_output(wid))
             action = m.StartTasks(group.name, tuple((n, 0) for n in names))
-            previews.append((group.name, str(render(build_launches(ctx, action)))))
+            text = backend.dry_run(build_launches(ctx, action))
+            if text:
+                previews.append((group.name, text))
         return previews
 
     def _preview_output(self, wid: str) -> Callable[[str, str], Path]:
@@ -353,13 +351,11 @@ class Engine:
             retention.remove_run_folder(folder)
 
     def _forget(self, records: list[WorkflowRecord]) -> None:
-        """Let each pool's backend drop what it keeps of deleted workflows (optional hook
-        ``forget(workflow_id)``)."""
+        """Let each pool's backend drop what it keeps of deleted workflows
+        (``Backend.forget``)."""
         for record in records:
             if record.pool in self.pools:
-                hook = getattr(self._pool_backend(record.pool), "forget", None)
-                if hook is not None:
-                    hook(record.id)
+                self._pool_backend(record.pool).forget(record.id)
 
     def _refuse_if_still_running(self, records: list[WorkflowRecord]) -> None:
         """Stop the attempts of these ended workflows that the backend still finds alive
@@ -402,20 +398,16 @@ class Engine:
             }
 
     def task_entry(self, pool: str, key: TaskKey) -> dict[str, Any]:
-        """How to enter the running attempt ``key`` on ``pool``: the backend's optional
-        ``entry`` hook (``workflow exec``).
+        """How to enter the running attempt ``key`` on ``pool`` (``Backend.entry``:
+        ``workflow exec``).
 
         Raises:
-            RefusedError: the pool's backend has no such hook, or refuses (see the hook).
+            RefusedError: the pool's backend cannot enter a task, or refuses (see the hook).
         """
         backend = self._backends.get(pool)  # a running task's pool has one; none is made here
         if backend is None:
             raise RefusedError(f"the engine runs nothing on pool {pool} now")
-        hook = getattr(backend, "entry", None)
-        if hook is None:
-            raise RefusedError(f"the {backend.name} backend of pool {pool} cannot enter a "
-                               "running task (exec, port-forward and rsync)")
-        return dict(hook(key))
+        return dict(backend.entry(key))
 
     def run_dir(self, workflow_id: str, task: str, retry_id: int) -> Path:
         """Folder of one task attempt (its log, events and sandbox state)."""
@@ -855,9 +847,7 @@ class Engine:
     def _pool_backend(self, pool: str) -> Backend:
         if pool not in self._backends:
             backend = self._backend_factory(self.pools[pool], self.home)
-            hook = getattr(backend, "notify_facts", None)  # optional: facts as they happen
-            if hook is not None:
-                hook(self.wake)
+            backend.notify_facts(self.wake)  # facts as they happen, where it can
             self._backends[pool] = backend
         return self._backends[pool]
 
@@ -1015,10 +1005,8 @@ def _ended_attempts(wid: str, state: m.WorkflowState) -> list[TaskKey]:
 
 
 def _unstarted_keys(backend: Backend, keys: list[TaskKey]) -> frozenset[TaskKey]:
-    """The attempts ``backend`` surely never started (its optional ``unstarted`` hook; a
-    backend without it is taken to have started every one)."""
-    hook = getattr(backend, "unstarted", None)
-    return frozenset(hook(keys)) if hook is not None else frozenset()
+    """The attempts ``backend`` surely never started (``Backend.unstarted``)."""
+    return frozenset(backend.unstarted(keys))
 
 
 def _unstarted_starts(state: m.WorkflowState, fresh: frozenset[TaskKey]) -> list[_Unstarted]:
