@@ -21,7 +21,7 @@ from pathlib import Path
 
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.local import Isolation, LocalBackend
-from trainyard.backends.sandbox import warm_host_scans
+from trainyard.backends.local.sandbox import warm_host_scans
 
 
 def _launch(home: Path, index: int) -> TaskLaunch:

@@ -26,10 +26,10 @@ from engine_run import EngineRun
 from local_support import (busybox_image, final, group_launches, isolation_available, task_log,
                            wait_final)
 
-from trainyard.backends import container, local
-from trainyard.backends.container import (container_name, image_present, inspect_image,
+from trainyard.backends.local import container, local
+from trainyard.backends.local.container import (container_name, image_present, inspect_image,
                                           probe_podman, rootfs_path)
-from trainyard.backends.sandbox import overlay_supported
+from trainyard.backends.local.sandbox import overlay_supported
 from trainyard.backends.local import LocalBackend
 from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.pools import default_local_pool

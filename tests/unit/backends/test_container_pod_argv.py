@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends.base import TaskKey, TaskLaunch
-from trainyard.backends import container
-from trainyard.backends.container import (ContainerPlan, cdi_gpu_names, container_mounts,
+from trainyard.backends.local import container
+from trainyard.backends.local.container import (ContainerPlan, cdi_gpu_names, container_mounts,
                                           container_userns, gpu_devices, image_info,
                                           image_links,
                                           podman_argv, root_overlay, rootfs_path,
                                           task_id_bases, user_host_ids, user_ids, user_note,
                                           why_no_own_root)
 from trainyard.backends.local import Isolation, LocalBackend
-from trainyard.backends.netns import GroupNetwork
+from trainyard.backends.local.netns import GroupNetwork
 from trainyard.errors import BackendError
 from trainyard.pools import Pool, default_local_pool
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_local_request import launch
 
-from trainyard.backends import local as local_mod
+from trainyard.backends.local import backend as local_mod
 from trainyard.backends.base import Backend
 from trainyard.backends.local import Isolation, LocalBackend
 

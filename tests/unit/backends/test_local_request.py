@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends import get_backend
-from trainyard.backends import local as local_mod
+from trainyard.backends.local import backend as local_mod
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.local import Isolation, LocalBackend, loopback_address
-from trainyard.backends.netns import GroupNetwork
-from trainyard.backends.sandbox import SandboxPlan, bwrap_argv, needs_bind
+from trainyard.backends.local.netns import GroupNetwork
+from trainyard.backends.local.sandbox import SandboxPlan, bwrap_argv, needs_bind
 from trainyard.errors import BackendError, ConfigError
 from trainyard.pools import Pool, default_local_pool
 

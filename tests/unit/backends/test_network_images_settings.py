@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from trainyard import spec
-from trainyard.backends import local as local_mod
+from trainyard.backends.local import backend as local_mod
 from trainyard.backends.base import TaskKey, TaskLaunch
-from trainyard.backends.container import (ContainerPlan, container_mounts, container_name,
+from trainyard.backends.local.container import (ContainerPlan, container_mounts, container_name,
                                           podman_argv, probe_podman)
 from trainyard.backends.images import image_note, runtime_for
 from trainyard.backends.local import Isolation, LocalBackend
-from trainyard.backends.sandbox import hosts_file_text
-from trainyard.backends.netns import EGRESS_ADDRESS, GroupNetwork, pasta_argv
+from trainyard.backends.local.sandbox import hosts_file_text
+from trainyard.backends.local.netns import EGRESS_ADDRESS, GroupNetwork, pasta_argv
 from trainyard.status import ExitCode
 from trainyard.errors import ConfigError
 from trainyard.pools import Pool, default_local_pool, load_pools

@@ -1,84 +1,11 @@
-"""The local backend: every task is a task runner on this machine, its command in its own
-sandbox.
+"""``LocalBackend``: every task is a task runner on this machine, its command sandboxed.
 
-Start: the backend's launcher (``backends.launcher``, one long-lived process per backend
-folder, started on first use) starts one runner per ``TaskLaunch``: a forked runner process
-that leads its own session, so the task survives an engine restart (and a launcher restart);
-or, for a task that is ``hostable`` (bubblewrap sandbox, no inputs, outputs or checkpoints),
-a thread of the launcher (``runner.hosted``), which costs a quarter of the CPU of a forked
-runner: such a task survives an engine restart, but not the launcher's death (its sandbox
-dies with it; the task is reported LOST). An index entry under
-``<state_dir>/attempts/`` maps the attempt's key to its run_dir, written BEFORE the start
-(write-ahead: an attempt without one was surely never started, see ``unstarted``); the
-runner's pid, create time and GPUs (and ``hosted_by``, the launcher's name, for a hosted
-runner, whose pid is the launcher's) go to ``<run_dir>/launch.json`` (written by the launcher
-as it starts the runner, before it replies), so a new
-backend object finds the attempt again (``recover``). A pid alone is never trusted (pids are
-reused): a process is the task's only while its create time matches; a hosted runner lives
-while its launcher does and its thread has not written ``runner.ended``.
-
-Several gangs at once (``start_groups``; the engine no longer calls it with more than one:
-measured slower, its runner threads contended, docs/benchmarks.md "Batched starts turned
-off"; ``start_group`` is its one-gang case): this thread
-prepares each gang's starts (the folders, ``run.json``, the index entry) while a sender thread
-hands the ones prepared so far to the launcher in one ``run_many`` request; the launcher
-starts each, writes its ``launch.json`` before replying, and answers per task. A gang is
-still all or none: a task that did not start fails its gang (its started peers are stopped),
-never the other gangs of the request (issue 11, throughput).
-
-Facts: ``poll`` tails each ``<run_dir>/events.jsonl`` (written by the runner) and reports each
-event once per backend object; a runner gone without EXITED is LOST (START_ERROR if it never
-reported anything: it could not even read its input). Whatever an ended attempt left running
-is killed (one scan of the process table per poll for all attempts that ended; a hosted
-runner's sandbox leaves nothing). ``stop`` sends SIGTERM to the runner (it stops its
-command's process group and reports a non-zero exit) and SIGKILLs the whole tree and session
-after ``stop_grace_s``, from a background thread: ``stop`` returns at once and is idempotent.
-A hosted runner is asked through the launcher (``LauncherClient.stop_hosted``) and does the
-same to its command itself.
-
-Isolation, chosen once per process by probing what works here (see ``probe_isolation``). The
-runner itself stays on the host (it moves data with the host's network and credentials) and
-puts only the command behind the sandbox prefix (``SandboxSettings.command_prefix``):
-
-- sandbox ``bwrap`` (``backends.sandbox``): own ``/`` and ``/tmp`` under
-  ``<run_dir>/sandbox/root``, the host's system folders with a private writable layer under
-  ``<run_dir>/sandbox/overlay`` (as root; read-only otherwise), cwd ``/``, private
-  PID/IPC/UTS/user namespaces without capabilities, host name = task name; no trainyard
-  home, no run folder but the task's own output and input folders, the pool-allowed
-  ``volumeMounts`` (``options.allowed_mounts``, checked again here); the runner writes files
-  where the sandbox shows them (``SandboxSettings.mounts``), following no link of the task's.
-  Fallback ``none`` (bwrap missing or refused, e.g. a container without user namespaces):
-  one warning, and the runner rewrites ``/tmp`` and file paths onto that same folder
-  (``SandboxSettings.root``) and runs the command there.
-- network ``netns``: one network namespace per group, held by the launcher, so two workflows
-  can both listen on 29400; ``{{host:TASK}}`` is a 127/8 address derived from (workflow id,
-  task name) and ``/etc/hosts`` names it. The server's loopback port
-  (``$TRAINYARD_SERVER_URL`` or ``<home>/server.json``) and ``forward_ports`` are forwarded
-  into the namespace, so the ``trainyard`` CLI works inside a task. Fallback ``loopback``
-  (no namespaces): same addresses on the host's loopback, with a warning that ports bound on
-  0.0.0.0 by two tasks collide.
-
-GPUs: the scheduler numbers GPU slots per virtual node, but the virtual nodes share this
-machine, so slots are not devices. At start each task borrows as many of the machine's real
-GPUs (``nvidia-smi -L``) as it has slots from one process-wide ``GpuLeases``, lowest free
-index first, and gets them as ``CUDA_VISIBLE_DEVICES``; no two live attempts of any local
-pool share a device. Slots with no free real GPU left run as CPU processes (a log line says
-so); without GPUs every task gets ``CUDA_VISIBLE_DEVICES=""``. A lease ends when the
-attempt ends (and is taken up again by ``recover``). Images: see ``backends.images``.
-
-RESTART (``restart_in_place``): the new attempt takes over the task's files from the latest
-earlier attempt: its sandbox (``/``, ``/tmp``, its files, the private layers of the system
-folders) and its ``{{output}}`` folder. RESCHEDULE starts in a new run folder: a fresh root.
-
-Egress and images (issue 11): each group namespace gets outbound access through pasta
-(``netns.start_egress``) unless the pool says ``egress: false``; a task with ``hostNetwork:
-true`` runs in the host's network namespace where the pool says ``allow_host_network: true``
-(refused otherwise); an image the pool maps to ``podman`` runs as a container
-(``backends.container``), whose leftovers the backend removes when the attempt ends.
-
-Pool ``options`` read here: ``sandbox`` (auto|bwrap|none), ``network`` (auto|netns|loopback),
-``forward_ports`` (list of host loopback ports), ``stop_grace_s``, ``launcher_idle_s`` (how
-long an idle launcher stays, default 60).
+Start: the launcher (``local.launcher``) forks a runner per task, or hosts it as a thread;
+an index record per attempt (``backends.attempts``) is written before the start and the
+runner's pid and create time go to ``<run_dir>/launch.json``, so a new backend object finds
+the attempt again (``recover``). Facts: ``poll`` tails each ``events.jsonl``; a runner gone
+without EXITED is LOST. Stop: SIGTERM, then SIGKILL of the whole tree after
+``stop_grace_s``. Design and measurements: docs/local-backend.md.
 """
 
 from __future__ import annotations
@@ -109,16 +36,16 @@ from trainyard.backends.attempts import AttemptIndex, tail, write_json
 from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLaunch
 from trainyard.backends.base import server_url_for_tasks, task_api_env
 from trainyard.backends.facts import ENDING, read_facts
-from trainyard.backends import container
+from trainyard.backends.local import container
 from trainyard.backends.images import image_note, runtime_for, runtime_path
-from trainyard.backends.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
+from trainyard.backends.local.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
                                      probe_netns)
-from trainyard.backends.router import probe_router
-from trainyard.backends.launcher import LauncherClient
-from trainyard.backends.wakeup import FactsSocket
-from trainyard.backends.sandbox import (IDMAPPED, OSMO_WORKSPACE, TASK_HOST_UID, bwrap_end,
+from trainyard.backends.local.router import probe_router
+from trainyard.backends.local.launcher import LauncherClient
+from trainyard.backends.local.wakeup import FactsSocket
+from trainyard.backends.local.sandbox import (IDMAPPED, OSMO_WORKSPACE, TASK_HOST_UID, bwrap_end,
                                        fresh_paths, probe_remap, skeleton_base, task_owned)
-from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
+from trainyard.backends.local.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
                                        needs_bind, overlay_supported, overlays, probe_bwrap,
                                        sandbox_mounts)
 from trainyard.errors import BackendError, ConfigError, RefusedError
@@ -612,7 +539,7 @@ class LocalBackend(Backend[GroupRequest]):
     def notify_facts(self, wake: Callable[[], None]) -> bool:
         """``Backend.notify_facts``: call ``wake`` (from a thread of its own) whenever a
         runner started from now on writes an event, so the engine polls at once instead of at its next tick
-        (``backends.wakeup``: a Unix datagram socket in the state folder, named to the
+        (``backends.local.wakeup``: a Unix datagram socket in the state folder, named to the
         runners by ``FACTS_SOCKET_ENV``). Returns whether it listens; False when the socket
         cannot be bound (e.g. a state folder whose path is too long): facts are then read at
         the engine's tick, as without this hook. Calling it again replaces ``wake``."""
@@ -661,13 +588,13 @@ class LocalBackend(Backend[GroupRequest]):
     def entry(self, key: TaskKey) -> dict[str, Any]:
         """How to enter the running attempt ``key`` (``workflow exec``, ``port-forward``,
         ``rsync``; ``Backend.entry``): ``{"backend": "local", "machine": this machine's boot id,
-        "pid", "created": its bwrap init process (``backends.enter.find_sandbox_init``),
+        "pid", "created": its bwrap init process (``backends.local.enter.find_sandbox_init``),
         "address": the task's address in its group namespace, "run_dir"}``.
 
         Raises:
             RefusedError: the attempt is unknown here, has ended, or runs no bwrap sandbox.
         """
-        from trainyard.backends.enter import find_sandbox_init, machine_id
+        from trainyard.backends.local.enter import find_sandbox_init, machine_id
 
         with self._lock:
             attempt = self._attempts.get(key) or self._load(key)
@@ -847,7 +774,7 @@ class LocalBackend(Backend[GroupRequest]):
 
     def _container_request(self, request: LaunchRequest, iso: Isolation,
                            net: GroupNetwork | None, gpus: tuple[int, ...] = ()) -> LaunchRequest:
-        """The task's command as ``podman run ... IMAGE`` (``backends.container``): a runner
+        """The task's command as ``podman run ... IMAGE`` (``backends.local.container``): a runner
         process (never hosted: the container does not die with a thread), the group's
         namespace by path, the task's files, folders, volumes and lent GPUs passed in."""
         run = request.run
@@ -1249,7 +1176,7 @@ def _why_no_egress() -> str | None:
 
 def _holds_namespaces() -> bool:
     """Whether the launcher holds group namespaces as descriptors (as root, see
-    ``backends.launcher``), which a hosted runner's thread can join."""
+    ``backends.local.launcher``), which a hosted runner's thread can join."""
     return os.geteuid() == 0
 
 
