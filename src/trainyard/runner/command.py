@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import codecs
 import os
+import select
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import IO
 
 import psutil
 
 from trainyard.linux import proctree
+from trainyard.runner.cgroups import TaskCgroup
 from trainyard.runner.report import MAX_LINE_BYTES
 from trainyard.runfile import UserNamespace
 from trainyard.linux.userns import Handshake
@@ -53,13 +56,20 @@ class CommandProcess:
         userns: the argv starts with a bwrap prefix whose uid map this runner writes
             (``linux.userns``); one without ``args_at`` (podman maps ids itself) asks no
             handshake.
+        pass_fds: descriptors the program inherits (``runner.hostenv``'s bwrap arguments).
+        cgroup: the task's control group (``runner.cgroups``, made): the program, and
+            bwrap's child before it may go on, are moved into it.
     """
 
     def __init__(
         self, argv: list[str], env: dict[str, str], cwd: str,
         on_line: Callable[[str, bool], None],
         pid_namespace: bool = False, userns: UserNamespace | None = None,
+        pass_fds: tuple[int, ...] = (),
+        cgroup: TaskCgroup | None = None,
     ) -> None:
+        self.pass_fds = pass_fds
+        self.cgroup = cgroup
         self.pid_namespace = pid_namespace
         self.userns = userns
         self.argv = argv
@@ -82,7 +92,7 @@ class CommandProcess:
             self.proc = start(  # type: ignore[operator]
                 self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0,
-                umask=TASK_UMASK,
+                umask=TASK_UMASK, pass_fds=self.pass_fds,
             )
         except BaseException:
             if handshake is not None:
@@ -90,19 +100,34 @@ class CommandProcess:
                 handshake.close()
             raise
         assert self.proc.stdout is not None
+        try:
+            if self.cgroup is not None:
+                self.cgroup.add(self.proc.pid)
+        except OSError as exc:
+            if handshake is not None:
+                handshake.started()
+            raise _with_output(exc, self._abandon(handshake)) from None
         if handshake is not None:
             handshake.started()
             try:
-                handshake.finish()
-            except OSError:
-                self._signal_group(signal.SIGKILL)  # before the child could go on unmapped
-                self.proc.wait()
-                handshake.close()
-                self.proc.stdout.close()
-                raise
+                handshake.finish(before_release=self.cgroup.add if self.cgroup else None)
+            except OSError as exc:  # killed before the child could go on unmapped
+                raise _with_output(exc, self._abandon(handshake)) from None
         self._pump = threading.Thread(target=self._forward, args=(self.proc.stdout,),
                                       name="log-pump", daemon=True)
         self._pump.start()
+
+    def _abandon(self, handshake: Handshake | None) -> str:
+        """Kill what was started (before its command could run), close its pipes, and
+        return the last of what it printed (bwrap's or nsenter's own words of why)."""
+        assert self.proc is not None and self.proc.stdout is not None
+        self._signal_group(signal.SIGKILL)
+        self.proc.wait()
+        if handshake is not None:
+            handshake.close()
+        said = _drain(self.proc.stdout, ABANDON_OUTPUT_BYTES)
+        self.proc.stdout.close()
+        return said
 
     def _forward(self, stream: IO[bytes]) -> None:
         try:
@@ -164,6 +189,32 @@ class CommandProcess:
             os.killpg(self.proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+ABANDON_OUTPUT_BYTES = 4096
+"""The most of a failed start's own output kept in its error (the end of it)."""
+
+
+def _drain(stream: IO[bytes], limit_bytes: int, timeout_s: float = 1.0) -> str:
+    """What is left to read in ``stream`` (its last ``limit_bytes``), waiting at most
+    ``timeout_s`` for its end."""
+    data = b""
+    deadline = time.monotonic() + timeout_s
+    fd = stream.fileno()
+    while (left := deadline - time.monotonic()) > 0 and select.select([fd], [], [], left)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data = (data + chunk)[-limit_bytes:]
+    return data.decode("utf-8", "replace").strip()
+
+
+def _with_output(exc: OSError, said: str) -> OSError:
+    """``exc`` with what the program printed added to its message."""
+    if not said:
+        return exc
+    text = " | ".join(line for line in said.splitlines() if line.strip())
+    return OSError(exc.errno, f"{exc.strerror or exc}; it said: {text}")
 
 
 def read_pieces(stream: IO[bytes], limit_bytes: int) -> Iterator[tuple[str, bool]]:

@@ -23,6 +23,7 @@ after ``stop_grace_s``; outputs are not uploaded and the exit code reported is n
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -43,8 +44,10 @@ from trainyard.linux import proctree
 from trainyard.runner.barrier import BarrierTimeout, wait_for_group
 from trainyard import dataroots
 from trainyard.runner.checkpoint import Checkpointer
+from trainyard.runner.cgroups import TaskCgroup
 from trainyard.runner.command import CommandProcess
 from trainyard.data.runnerhook import DataHook, load_data_hook
+from trainyard.runner.hostenv import EnvRefused, HostStart, host_start
 from trainyard.runner.report import (
     FACTS_SOCKET_ENV,
     LOG_FAILED_EXIT_CODE,
@@ -63,6 +66,12 @@ from trainyard.runner.text import PathRewriter, expand_vars
 from trainyard.spec.tokens import substitute_tokens, token_values
 
 __all__ = ["Runner", "StepFailed", "task_environment"]
+
+START_TRIES = 3
+START_RETRY_DELAY_S = 0.5
+TRANSIENT_START_ERRNOS = frozenset({errno.ECHILD, errno.ETIMEDOUT, errno.EAGAIN})
+"""A sandbox start that failed with one of these (bwrap ended, or said nothing in time,
+before its user namespace was set up) is tried again: seen once in 23 under load ~40."""
 
 
 class StepFailed(Exception):
@@ -136,6 +145,7 @@ class Runner:
         run.hosts = run.runtime_hosts(self.base_env)
         self.stop = threading.Event()
         self.command: CommandProcess | None = None
+        self.oom_killed = False
         self.rewriter = self._rewriter()
         self.tokens = token_values(
             [i.name if i.kind == "task" else None for i in run.inputs],
@@ -181,19 +191,25 @@ class Runner:
         return {**base, **own}, own
 
     def argv(self, visible: dict[str, str]) -> list[str]:
-        """Command and args with paths, tokens and ``$(VAR)`` resolved."""
+        """The task's command and args with paths, tokens and ``$(VAR)`` resolved (what runs
+        behind the sandbox prefix, if any)."""
         raw = [*self.run.command, *self.run.args]
-        resolved = [expand_vars(self.prepare(part), visible) for part in raw]
-        return [*self._prefix(visible), *resolved]
+        return [expand_vars(self.prepare(part), visible) for part in raw]
 
-    def _prefix(self, visible: dict[str, str]) -> list[str]:
-        """``sandbox.command_prefix``; with ``env_flag``, ``FLAG NAME`` for each of the
-        task's variables (``visible``) but PATH before its last element."""
-        prefix, flag = self.run.sandbox.command_prefix, self.run.sandbox.env_flag
-        if not flag or not prefix:
-            return list(prefix)
-        names = [arg for name in sorted(visible) if name != "PATH" for arg in (flag, name)]
-        return [*prefix[:-1], *names, prefix[-1]]
+    def host_environment(self) -> dict[str, str]:
+        """The environment of the sandbox prefix's programs (bwrap, podman, nsenter): the
+        runner's own, less the server's ``TRAINYARD_*``; never the spec's
+        (``runner.hostenv``)."""
+        return {k: v for k, v in self.base_env.items() if not _servers_own(k)}
+
+    def host_start(self, command: list[str], env: dict[str, str],
+                   visible: dict[str, str]) -> HostStart:
+        """How to start ``command`` behind the sandbox prefix (``hostenv.host_start``).
+        Raises ``EnvRefused`` or ``FileNotFoundError``."""
+        sandbox = self.run.sandbox
+        return host_start(sandbox.command_prefix, command, env, visible,
+                          self.host_environment(), sandbox.env_flag, sandbox.env_file_shell,
+                          self.run_dir, sandbox.env_defaults)
 
     def cwd(self) -> str:
         """The command's working directory: ``/``, or the private root without one (with
@@ -355,22 +371,21 @@ class Runner:
     def run_command(self) -> int:
         """Run the command with its checkpoints; returns its exit status."""
         env, visible = self.environment()
-        argv = self.argv(visible)
-        missing = self.unstartable(argv[len(self._prefix(visible)):], env)
+        command = self.argv(visible)
+        missing = self.unstartable(command, env)
         if missing is not None:
             self.log.runner(missing[1])
             return missing[0]
-        self.command = CommandProcess(argv, env, self.cwd(), self.log.command,
-                                      pid_namespace=bool(self.run.sandbox.mounts),
-                                      userns=self.run.sandbox.userns)
+        cgroup = self.task_cgroup()
+        code = self.start_command(command, env, visible, cgroup)
+        if code is not None:
+            if cgroup is not None:
+                cgroup.remove()
+            return code
+        assert self.command is not None
         checkpoints = [Checkpointer(c.model_copy(update={"url": self.storage_url(c.url)}),
                                     self.local_path(c.path), self.hook, self.log.runner)
                        for c in self.run.checkpoints if self.data_url_allowed(c.url)]
-        try:
-            self.command.start()
-        except OSError as exc:
-            self.log.runner(f"cannot start {argv[0]!r}: {exc}")
-            return 127 if isinstance(exc, FileNotFoundError) else 126
         if self.stop.is_set():
             self.command.terminate(self.run.stop_grace_s)
         for checkpoint in checkpoints:
@@ -381,7 +396,68 @@ class Runner:
             sampler.stop()
         for checkpoint in checkpoints:
             checkpoint.finish()
+        if cgroup is not None:
+            self.oom_killed = cgroup.oom_kills() > 0 and code != 0
+            cgroup.remove()
         return code
+
+    def start_command(self, command: list[str], env: dict[str, str], visible: dict[str, str],
+                      cgroup: TaskCgroup | None) -> int | None:
+        """Start the command behind the sandbox prefix as ``self.command``; None when it
+        runs, else the exit status to report (126, 127), the cause in the task log. A start
+        that fails for a passing reason (bwrap ended or went silent before its user
+        namespace was set up: seen under heavy load) is tried ``START_TRIES`` times."""
+        for attempt in range(1, START_TRIES + 1):
+            try:
+                start = self.host_start(command, env, visible)
+            except EnvRefused as exc:
+                self.log.runner(f"cannot start the command: {exc}")
+                return 126
+            except FileNotFoundError as exc:
+                self.log.runner(f"cannot start the sandbox: {exc}")
+                return 127
+            self.command = CommandProcess(start.argv, start.env, self.cwd(), self.log.command,
+                                          pid_namespace=bool(self.run.sandbox.mounts),
+                                          userns=self.run.sandbox.userns,
+                                          pass_fds=start.pass_fds, cgroup=cgroup)
+            try:
+                self.command.start()
+                return None
+            except OSError as exc:
+                transient = exc.errno in TRANSIENT_START_ERRNOS and attempt < START_TRIES
+                self.log.runner(f"cannot start {start.argv[0]!r}: {exc}"
+                                + (f"; trying again ({attempt + 1} of {START_TRIES})"
+                                   if transient else ""))
+                if not transient or self.stop.wait(START_RETRY_DELAY_S * attempt):
+                    return 127 if isinstance(exc, FileNotFoundError) else 126
+            finally:
+                start.close()
+        return 126  # not reached: the last try returns above
+
+    def task_cgroup(self) -> TaskCgroup | None:
+        """The task's control group with its limits set (``runner.cgroups``), or None when
+        the backend asks for none or the kernel refuses one (said in the task log: the
+        task then runs without limits, as on a pool with ``limits: false``)."""
+        limits = self.run.sandbox.limits
+        if limits is None or not (limits.memory_bytes or limits.pids_max or limits.cpu):
+            return None
+        name = f"{self.run.workflow_id}-{self.run.task}-{self.run.retry_id}-{os.getpid()}"
+        cgroup = TaskCgroup(name.replace("/", "_"), limits)
+        try:
+            cgroup.create()
+        except OSError as exc:
+            self.log.runner(f"limits not applied: {exc}")
+            return None
+        return cgroup
+
+    def oom_message(self, code: int) -> str:
+        """OOMKilled (Kubernetes' reason) when the OOM killer ended the task's command."""
+        if not self.oom_killed:
+            return ""
+        limits = self.run.sandbox.limits
+        limit = limits.memory_bytes if limits is not None else 0
+        return (f"OOMKilled: the task went over its memory limit ({limit} bytes, the spec's "
+                f"resources memory) and the kernel killed it (exit {code})")
 
     def _start_usage(self, cuda_visible_devices: str | None = None) -> UsageSampler | None:
         """Sample the command's CPU/memory (and GPUs) into ``usage.jsonl`` (runner.usage);
@@ -499,7 +575,7 @@ class Runner:
         if code == 0:
             self.upload_outputs()
             mark_stage(self.run_dir, "upload_end")
-        return code, ""
+        return code, self.oom_message(code)
 
     def execute(self) -> int:
         """Run every step; always reports EXITED (unless killed with SIGKILL)."""
