@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trainyard.backends.local import backend as local
+from trainyard.backends.local import isolation as local
 from trainyard.backends.base import FactKind, TaskKey, TaskLaunch
 from trainyard.backends.local import LocalBackend
 from trainyard.pools import default_local_pool

@@ -474,13 +474,13 @@ class Engine:
                     failures += 1
                     _log_failed_step(failures, exc)
                 if failures == 0:
-                    self._rest(stop, time.monotonic() - started)
+                    self._pause_after_step(stop, time.monotonic() - started)
                 self._pause(stop, _step_delay_s(self.poll_interval_s, failures),
                             wakeable=failures == 0)
         finally:
             self._running_loop = False
 
-    def _rest(self, stop: threading.Event, step_s: float) -> None:
+    def _pause_after_step(self, stop: threading.Event, step_s: float) -> None:
         """After a step that took ``step_s``, wait as long again (at most the tick) before a
         wake-up may start the next one: under a stream of facts (hundreds of tasks ending a
         second) the wake-ups of that time become one step, and stepping takes at most about
@@ -606,7 +606,7 @@ class Engine:
                 continue
             self._add_events(follow_up, self._start_many(starts))
             starts = []
-            self._add_events(follow_up, [(wid, self._do(wid, action))])
+            self._add_events(follow_up, [(wid, self._carry_out_one(wid, action))])
         self._add_events(follow_up, self._start_many(starts))
         return follow_up
 
@@ -618,7 +618,7 @@ class Engine:
                 into.setdefault(wid, []).append(event)
 
     def _start_many(self, starts: list[tuple[str, m.StartTasks]]) -> list[tuple[str, m.Event | None]]:
-        """Start these gangs (retries held back as ``_do`` holds them), one ``start_group``
+        """Start these gangs (retries held back as ``_carry_out_one`` holds them), one ``start_group``
         each, in order. Each gang's outcome is what ``_start`` would give it: None, or
         GroupStartFailed. (Several gangs in one call of a backend's ``start_groups`` was
         measured slower on the local backend: 64-74 against 84-86 tasks/s for 1,000 one-task
@@ -627,7 +627,7 @@ class Engine:
         ready: list[tuple[str, m.StartTasks]] = []
         for wid, action in starts:
             if self._earlier_stopping(wid, action):
-                self._do(wid, action)  # held back (a _Deferred)
+                self._carry_out_one(wid, action)  # held back (a _Deferred)
             else:
                 ready.append((wid, action))
         by_backend: dict[int, list[tuple[int, Backend, list[TaskLaunch]]]] = {}
@@ -644,7 +644,7 @@ class Engine:
                 outcome[index] = self._start_failed(wid, action, backend, launches, error)
         return [(wid, outcome.get(index)) for index, (wid, _action) in enumerate(ready)]
 
-    def _do(self, wid: str, action: m.Action) -> m.Event | None:
+    def _carry_out_one(self, wid: str, action: m.Action) -> m.Event | None:
         if isinstance(action, m.RequestPlacement):
             self._enqueue(wid, action.group)
         elif isinstance(action, m.StartTasks):
@@ -919,7 +919,7 @@ class Engine:
     def _start_unstarted(self) -> list[tuple[str, m.Event]]:
         """Make the starts ``_resume`` found stored but never made; returns the events of
         those the backend refused. A retry whose earlier attempts are still being stopped
-        (``_stop_leftovers``) is held until they ended, as ``_do`` holds one."""
+        (``_stop_leftovers``) is held until they ended, as ``_carry_out_one`` holds one."""
         events = []
         todo, self._unstarted = self._unstarted, []
         for item in todo:
@@ -972,7 +972,7 @@ def _in_time_order(facts: list[TaskFact]) -> list[TaskFact]:
 
 FAILED_STEP_MAX_DELAY_S = 30.0
 STEP_REST_RATIO = 1.0
-"""The engine rests this many times a step's duration before the next (``_rest``)."""
+"""The engine rests this many times a step's duration before the next (``_pause_after_step``)."""
 """The longest wait between two steps while every step fails (a damaged store, say)."""
 
 

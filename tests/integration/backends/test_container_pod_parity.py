@@ -26,7 +26,7 @@ from engine_run import EngineRun
 from local_support import (busybox_image, final, group_launches, isolation_available, task_log,
                            wait_final)
 
-from trainyard.backends.local import container, local
+from trainyard.backends.local import container, isolation
 from trainyard.backends.local.container import (container_name, image_present, inspect_image,
                                           probe_podman, rootfs_path)
 from trainyard.backends.local.sandbox import overlay_supported
@@ -340,7 +340,7 @@ def test_without_an_own_root_the_container_layer_runs_and_the_log_says_so(
     why_not = isolation_available("bwrap", "netns")
     if why_not:
         pytest.skip(f"sandboxed isolation not available here: {why_not}")
-    monkeypatch.setattr(local, "overlay_supported", lambda: False)
+    monkeypatch.setattr(isolation, "overlay_supported", lambda: False)
     pool = default_local_pool().model_copy(update={"images": {"*": "podman"}})
     backend = LocalBackend(pool, home=home, sandbox="bwrap", network="netns", stop_grace_s=2.0)
     try:
@@ -394,7 +394,7 @@ def test_without_an_own_root_an_image_user_that_is_not_root_fails_at_start(
     why_not = isolation_available("bwrap", "netns")
     if why_not:
         pytest.skip(f"sandboxed isolation not available here: {why_not}")
-    monkeypatch.setattr(local, "overlay_supported", lambda: False)
+    monkeypatch.setattr(isolation, "overlay_supported", lambda: False)
     pool = default_local_pool().model_copy(update={"images": {"*": "podman"}})
     backend = LocalBackend(pool, home=home, sandbox="bwrap", network="netns", stop_grace_s=2.0)
     try:

@@ -20,7 +20,6 @@ import queue
 import shlex
 import signal
 import sys
-import sysconfig
 import threading
 import time
 from collections.abc import Callable
@@ -31,7 +30,6 @@ from urllib.parse import urlparse
 
 import psutil
 
-import trainyard
 from trainyard.backends.attempts import AttemptIndex, tail, write_json
 from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLaunch
 from trainyard.backends.base import server_url_for_tasks, task_api_env
@@ -41,19 +39,17 @@ from trainyard.backends.images import image_note, runtime_for, runtime_path
 from trainyard.backends.local.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
                                      probe_netns)
 from trainyard.backends.local.router import probe_router
+from trainyard.backends.local.isolation import LaunchRequest, strategy_for
 from trainyard.backends.local.launcher import LauncherClient
 from trainyard.backends.local.wakeup import FactsSocket
-from trainyard.backends.local.sandbox import (IDMAPPED, OSMO_WORKSPACE, TASK_HOST_UID, bwrap_end,
-                                       fresh_paths, probe_remap, skeleton_base, task_owned)
-from trainyard.backends.local.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
-                                       needs_bind, overlay_supported, overlays, probe_bwrap,
-                                       sandbox_mounts)
+from trainyard.backends.local.sandbox import (OSMO_WORKSPACE, bwrap_end, clear_links,
+                                              probe_bwrap, probe_remap)
 from trainyard.errors import BackendError, ConfigError, RefusedError
 from trainyard.pools import Pool, real_gpu_count, trainyard_home
 from trainyard.linux import proctree
 from trainyard.runner.hosted import DATA_FIELDS, ENDED, hostable
 from trainyard.runner.report import EVENTS, FACTS_SOCKET_ENV, read_events
-from trainyard.runfile import SandboxSettings, TaskLimits, TaskRun, UserNamespace
+from trainyard.runfile import SandboxSettings, TaskLimits, TaskRun
 from trainyard.spec.fields import split_mount
 from trainyard.spec.poolfit import ALLOWED_MOUNTS_OPTION, allowed_mounts
 
@@ -171,33 +167,6 @@ def loopback_address(workflow_id: str, task: str) -> str:
 # ---------------------------------------------------------------------- requests
 
 
-@dataclass
-class LaunchRequest:
-    """One task start, built apart from sending it (so it can be printed and tested).
-
-    Attributes:
-        argv: how to run the runner by hand (the launcher forks it instead); the sandbox
-            prefix of the command is ``run.sandbox.command_prefix``.
-        run: the runner's input, ``sandbox`` filled.
-        writable_dirs: folders to create before the start (bind sources, outputs).
-        hosts_text: ``/etc/hosts`` for the sandbox (bwrap only).
-        hosted: the runner runs as a thread of the launcher (``runner.hosted.hostable``).
-        joins_group_network: the launcher moves that thread into the group's network
-            namespace (made if need be, as root) instead of an ``nsenter`` prefix.
-    """
-
-    key: TaskKey
-    run_dir: Path
-    argv: list[str]
-    run: TaskRun
-    root_dir: Path
-    writable_dirs: list[Path] = field(default_factory=list)
-    hosts_text: str | None = None
-    hosted: bool = False
-    joins_group_network: bool = False
-    plan: SandboxPlan | None = None
-
-
 @dataclass(frozen=True)
 class GroupRequest:
     """One gang's start on this machine: its launches and the isolation probed for them.
@@ -214,34 +183,6 @@ class GroupRequest:
     def render(self) -> str:
         """Each task's runner command, sandbox command prefix and run file, for a person."""
         return "\n".join(self.preview(launch) for launch in self.launches)
-
-
-@functools.lru_cache(maxsize=1)
-def _runner_paths() -> tuple[str, ...]:
-    """Folders the interpreter and its imports live in (not the engine's script folder): the
-    command sees them read-only (``python``, ``torchrun`` of the venv)."""
-    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-             str(Path(trainyard.__file__).resolve().parent.parent)}
-    paths.update(sysconfig.get_paths().values())
-    paths.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                 if os.path.isabs(p))  # a worktree's src (not sys.path: it holds the cwd)
-    return tuple(sorted(p for p in paths if os.path.exists(p)))
-
-
-@functools.lru_cache(maxsize=1)
-def _runner_binds() -> tuple[str, ...]:
-    """The ``_runner_paths`` the sandbox must bind again to show them (asked once)."""
-    return tuple(p for p in _runner_paths() if needs_bind(p, False))
-
-
-@functools.lru_cache(maxsize=8)
-def _shown_runner_binds(home: Path) -> tuple[str, ...]:
-    """``_runner_binds`` without any folder that holds trainyard's home (its tokens, store
-    and runs are never shown to a task, whatever the import path says). Asked once per
-    home (it was ~18 ``realpath`` calls per task start)."""
-    real_home = os.path.realpath(home)
-    return tuple(p for p in _runner_binds()
-                 if not _inside(real_home, os.path.realpath(p)) and os.path.realpath(p) != "/")
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -659,47 +600,43 @@ class LocalBackend(Backend[GroupRequest]):
         """
         run = TaskRun.model_validate(launch.run)
         run_dir = Path(launch.run_dir)
-        root = run_dir / "sandbox" / "root"
         runtime = runtime_for(run.image, self.images)
         podman = self._podman_for(runtime)
         run.sandbox = SandboxSettings(
-            root=None if iso.bwrap or podman else str(root),
             path_prepend=runtime_path(runtime, self.state_dir),
             env=self._task_env(run, iso, gpus, with_token),
             description=self._describe(launch, iso, image_note(
-                run.image, runtime, None if podman else self._why_no_podman())))
-        run.sandbox.limits = self.task_limits(launch)
-        request = LaunchRequest(launch.key, run_dir, [], run, root)
+                run.image, runtime, None if podman else self._why_no_podman())),
+            limits=self.task_limits(launch))
+        request = LaunchRequest(launch.key, run_dir, [], run, run_dir / "sandbox" / "root")
         request.writable_dirs = self._writable_dirs(run)
-        if podman:
-            return self._container_request(request, iso, net, gpus)
-        prefix: list[str] = []
-        if iso.bwrap:
-            request.hosts_text = hosts_file_text(run.hosts)
-            plan = self._plan(request, remap=not (net is not None and net.user_ns
-                                                  and not run.host_network))
-            request.plan = plan
-            prefix = bwrap_argv(plan)
-            run.sandbox.mounts, run.sandbox.readonly = sandbox_mounts(plan)
-            run.sandbox.overlays = overlays(plan)
-            run.sandbox.volumes = {inside: host for host, inside in plan.volumes}
-            if plan.host_uid is not None:
-                own, below = task_owned(plan)
-                run.sandbox.userns = UserNamespace(
-                    host_uid=plan.host_uid, host_gid=plan.host_uid, own=own,
-                    own_dirs_below=below, fresh=fresh_paths(plan), args_at=bwrap_end(prefix))
-        request.hosted = hostable(run)
-        if run.host_network:
-            pass  # the host's network namespace: nothing to join
-        elif iso.netns and net is None and request.hosted and _holds_namespaces():
-            request.joins_group_network = True
-        elif iso.netns and net is not None:
-            prefix = net.join_argv() + prefix
-            if run.sandbox.userns is not None:
-                run.sandbox.userns.args_at = bwrap_end(prefix)
-        run.sandbox.command_prefix = prefix
+        remap = not (net is not None and net.user_ns and not run.host_network)
+        box = strategy_for(podman, iso.bwrap).sandbox(
+            self, request, remap=remap, net=net if iso.netns else None, gpus=gpus)
+        request.hosts_text, request.plan = box.hosts_text, box.plan
+        run.sandbox = run.sandbox.model_copy(update=box.settings)
+        if not box.network_by_path:
+            self._join_network(request, iso, net)
         request.argv = [self.python, "-m", "trainyard.runner", str(run_dir / "run.json")]
         return request
+
+    def _join_network(self, request: LaunchRequest, iso: Isolation,
+                      net: GroupNetwork | None) -> None:
+        """How the task gets into its group's network namespace: none for
+        ``hostNetwork``; a hosted runner's thread moved there by the launcher (as root);
+        else ``nsenter`` put before the sandbox prefix."""
+        run = request.run
+        request.hosted = hostable(run)
+        if run.host_network:
+            return  # the host's network namespace: nothing to join
+        if iso.netns and net is None and request.hosted and _holds_namespaces():
+            request.joins_group_network = True
+        elif iso.netns and net is not None:
+            prefix = net.join_argv() + run.sandbox.command_prefix
+            run.sandbox.command_prefix = prefix
+            if run.sandbox.userns is not None:
+                run.sandbox.userns = run.sandbox.userns.model_copy(
+                    update={"args_at": bwrap_end(prefix)})
 
     def task_limits(self, launch: TaskLaunch) -> TaskLimits | None:
         """The task's limits from its spec's resources (memory, cpu: a pod's requests as
@@ -788,75 +725,6 @@ class LocalBackend(Backend[GroupRequest]):
         """Whether a task of this image runtime runs as a podman container here."""
         return runtime == container.RUNTIME and self._why_no_podman() is None
 
-    def _container_request(self, request: LaunchRequest, iso: Isolation,
-                           net: GroupNetwork | None, gpus: tuple[int, ...] = ()) -> LaunchRequest:
-        """The task's command as ``podman run ... IMAGE`` (``backends.local.container``): a runner
-        process (never hosted: the container does not die with a thread), the group's
-        namespace by path, the task's files, folders, volumes and lent GPUs passed in."""
-        run = request.run
-        assert run.image is not None
-        request.hosts_text = hosts_file_text(run.hosts)
-        network = "host"
-        if iso.netns and not run.host_network and net is not None:
-            network = f"ns:{net.ns_path or f'/proc/{net.ns_pid}/ns/net'}"
-        files = tuple(f.path if f.path.startswith("/") else f"/{f.path}" for f in run.files)
-        devices, visible = container.gpu_devices(gpus)
-        run.sandbox.env["CUDA_VISIBLE_DEVICES"] = visible  # CDI: counted from 0 inside
-        name = container.container_name(request.run_dir)
-        info = container.inspect_image(run.image)
-        no_root = container.why_no_own_root(info, overlay_supported()) if info else None
-        own_root = info is not None and no_root is None
-        bases = container.task_id_bases() if own_root else None
-        plan = container.ContainerPlan(
-            image=run.image, name=name,
-            hostname=run.task, network=network, root_dir=request.root_dir,
-            hosts_file=request.run_dir / "sandbox" / "hosts", files=files,
-            writable=tuple(str(d) for d in request.writable_dirs
-                           if Path(d) != request.run_dir),
-            volumes=self._volumes(run), devices=devices,
-            rootfs=container.rootfs_path(name) if own_root else None,
-            image_env=info.env if info is not None and own_root else (), id_bases=bases,
-            conf=container.containers_conf(self.state_dir),
-            seccomp=container.seccomp_profile(self.state_dir), limits=run.sandbox.limits)
-        run.sandbox.limits = None  # podman's flags set them (its OCI runtime's own group)
-        run.sandbox.command_prefix = container.podman_argv(plan)
-        run.sandbox.mounts = container.container_mounts(plan)
-        run.sandbox.userns = container.container_userns(plan)
-        run.sandbox.volumes = {inside: host for host, inside in plan.volumes}
-        run.sandbox.env_flag = "--env-file"
-        run.sandbox.env_defaults = dict(v.partition("=")[::2] for v in plan.image_env)
-        if info is None:
-            run.sandbox.start_error = container.missing_image_message(run.image)
-        else:
-            self._container_root(request, plan, info, no_root)
-        request.argv = [self.python, "-m", "trainyard.runner", str(request.run_dir / "run.json")]
-        return request
-
-    def _container_root(self, request: LaunchRequest, plan: container.ContainerPlan,
-                        info: container.ImageInfo, why_not: str | None) -> None:
-        """The container's own root for the runner to mount (``container.root_overlay``;
-        RESTART keeps ``<run_dir>/sandbox``, this layer with it) or why not, and what becomes
-        of an image ``USER`` that is not root: said in the task log (or a start error)."""
-        run = request.run
-        ids = None if info.runs_as_root or plan.id_bases is None else container.user_ids(info)
-        data_ids = None
-        if ids is not None and plan.id_bases is not None:  # the image's USER, mapped
-            plan = dataclasses.replace(plan, user=info.user)
-            run.sandbox.command_prefix = container.podman_argv(plan)
-            data_ids = container.user_host_ids(ids, plan.id_bases)
-        if plan.rootfs is not None:
-            layer = container.root_overlay(plan, info,
-                                           request.run_dir / "sandbox" / "overlay" / "image")
-            container.prepare_rootfs(plan, layer)
-            run.sandbox.overlays = [layer]
-            run.sandbox.userns = container.container_userns(plan, container.image_links(info),
-                                                            data_ids)
-        note, run.sandbox.start_error = container.user_note(plan.image, info,
-                                                            plan.rootfs is not None,
-                                                            mapped=data_ids is not None)
-        lines = (container.root_note(why_not), note)
-        run.sandbox.description += "".join(f"\n{line}" for line in lines if line)
-
     def _writable_dirs(self, run: TaskRun) -> list[Path]:
         dirs = [Path(run.run_dir), run.output_path]
         dirs += [run.input_path(i) for i in range(len(run.inputs))]
@@ -864,28 +732,7 @@ class LocalBackend(Backend[GroupRequest]):
             dirs.append(Path(run.barrier.folder))
         return dirs
 
-    def _plan(self, request: LaunchRequest, remap: bool = True) -> SandboxPlan:
-        """The task's sandbox: its own output and input folders writable (never its run
-        folder, the home or the barrier folder: the runner uses those from outside), the
-        interpreter and import path read-only, the pool-allowed volume mounts writable.
-        With ``remap`` (not when bwrap starts inside the group's user namespace) and where
-        ``probe_remap`` works, the task's uid 0 is ``TASK_HOST_UID`` of the host."""
-        run = request.run
-        writable = [str(run.output_path), *(str(run.input_path(i)) for i in range(len(run.inputs)))]
-        readonly = run.sandbox.path_prepend  # inputs need none: the runner copies them in
-        return SandboxPlan(
-            root_dir=request.root_dir, hostname=run.task,
-            hosts_file=request.run_dir / "sandbox" / "hosts",
-            writable=tuple(p for p in writable if needs_bind(p, True)),
-            readonly=_shown_runner_binds(self.home) + tuple(
-                p for p in readonly if os.path.exists(p) and needs_bind(p, False)),
-            overlay_dir=request.run_dir / "sandbox" / "overlay" if overlay_supported() else None,
-            volumes=self._volumes(run), hidden=(str(self.home),),
-            host_uid=TASK_HOST_UID if remap and probe_remap() is None else None,
-            idmapped=IDMAPPED,
-            skeleton_dir=skeleton_base() if overlay_supported() else None)
-
-    def _volumes(self, run: TaskRun) -> tuple[tuple[str, str], ...]:
+    def volumes(self, run: TaskRun) -> tuple[tuple[str, str], ...]:
         """``(host folder, path inside)`` of each ``volumeMounts`` entry, checked again
         against the pool's ``allowed_mounts`` (a backend made without a pool trusts the spec
         layer's check).

@@ -363,10 +363,10 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
             return []
         facts = []
         for attempt in live:
-            facts += self._judge(attempt, states, steps)
+            facts += self._ending_fact(attempt, states, steps)
         return facts
 
-    def _judge(self, attempt: _Attempt, states: dict[str, tuple[str, str]],
+    def _ending_fact(self, attempt: _Attempt, states: dict[str, tuple[str, str]],
                steps: dict[str, dict[str, str]]) -> list[TaskFact]:
         """The attempt's ending fact, once its job or step is gone for ``lost_grace_s``."""
         if attempt.job_id is None:
