@@ -26,6 +26,7 @@ from engine_run import EngineRun
 from local_support import (busybox_image, final, group_launches, isolation_available, task_log,
                            wait_final)
 
+from trainyard.backends.local import backend as local
 from trainyard.backends.local import container, isolation
 from trainyard.backends.local.container import (container_name, image_present, inspect_image,
                                           probe_podman, rootfs_path)

@@ -1,18 +1,10 @@
 """The local backend: every task is a task runner on this machine, its command sandboxed.
 
-Modules:
-    backend    ``LocalBackend``: starts gangs, reports facts, stops, recovers
-    launcher   the long-lived process that forks runners or hosts them as threads
-    sandbox    the bubblewrap sandbox of a task (``SandboxPlan`` -> bwrap argv, mounts)
-    container  a task of a podman image (``podman run`` argv, its root, its user)
-    netns      a group's network namespace and its keeper process
-    router     the launcher's egress router (pasta behind a veth)
-    rtnl       netlink requests for the router
-    wakeup     the socket runners signal their events on (``notify_facts``)
-    enter      entering a running task (``workflow exec``)
-
-Names are imported on first use, so that the helper processes started as
-``python -m trainyard.backends.local.X`` do not load the whole backend. See
+``backend`` (``LocalBackend``), ``isolation`` (bubblewrap, podman, none), ``sandbox`` (bwrap
+plans), ``container`` (podman), ``launcher`` (forks or hosts runners), ``netns``, ``router``
+and ``rtnl`` (group networks, egress), ``wakeup`` (runners' event socket), ``enter``
+(``workflow exec``). Names are imported on first use, so that the helper processes
+(``python -m trainyard.backends.local.X``) do not load the whole backend. See
 docs/local-backend.md.
 """
 
