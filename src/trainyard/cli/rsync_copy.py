@@ -191,7 +191,7 @@ def _copy_out(entry: dict[str, Any], inside: str, local: Path) -> None:
 def _unpack(proc: subprocess.Popen[bytes], inside: str, staging: Path) -> None:
     """Extract the task's tar stream into ``staging`` with ``safe_untar.extract``: absolute
     names, '..', links out of it, devices and names through a link are refused, whatever
-    Python's own ``tarfile`` filters let through."""
+    Python's own ``tarfile`` filters let through (CVE-2025-4517)."""
     import tarfile
 
     from trainyard.cli import safe_untar

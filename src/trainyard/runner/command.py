@@ -28,7 +28,7 @@ from typing import IO
 import psutil
 
 from trainyard.linux import proctree
-from trainyard.runner.cgroups import TaskCgroup
+from trainyard.linux.cgroups import TaskCgroup
 from trainyard.runner.report import MAX_LINE_BYTES
 from trainyard.runfile import UserNamespace
 from trainyard.linux.userns import Handshake
@@ -57,7 +57,7 @@ class CommandProcess:
             (``linux.userns``); one without ``args_at`` (podman maps ids itself) asks no
             handshake.
         pass_fds: descriptors the program inherits (``runner.hostenv``'s bwrap arguments).
-        cgroup: the task's control group (``runner.cgroups``, made): the program, and
+        cgroup: the task's control group (``linux.cgroups``, made): the program, and
             bwrap's child before it may go on, are moved into it.
     """
 

@@ -44,7 +44,7 @@ from trainyard.linux import proctree
 from trainyard.runner.barrier import BarrierTimeout, wait_for_group
 from trainyard import dataroots
 from trainyard.runner.checkpoint import Checkpointer
-from trainyard.runner.cgroups import TaskCgroup
+from trainyard.linux.cgroups import TaskCgroup
 from trainyard.runner.command import CommandProcess
 from trainyard.data.runnerhook import DataHook, load_data_hook
 from trainyard.runner.hostenv import EnvRefused, HostStart, host_start
@@ -435,7 +435,7 @@ class Runner:
         return 126  # not reached: the last try returns above
 
     def task_cgroup(self) -> TaskCgroup | None:
-        """The task's control group with its limits set (``runner.cgroups``), or None when
+        """The task's control group with its limits set (``linux.cgroups``), or None when
         the backend asks for none or the kernel refuses one (said in the task log: the
         task then runs without limits, as on a pool with ``limits: false``)."""
         limits = self.run.sandbox.limits

@@ -18,7 +18,7 @@ import pytest
 from isolation_support import EngineRun, require_bwrap
 
 from trainyard.status import Status
-from trainyard.runner.cgroups import CgroupUnavailable, cgroup_root
+from trainyard.linux.cgroups import CgroupUnavailable, cgroup_root
 
 GREEDY = """
 workflow:
