@@ -242,6 +242,7 @@ class Podman(Strategy):
             "env_defaults": dict(v.partition("=")[::2] for v in plan.image_env)}
         if info is None:
             settings["start_error"] = container.missing_image_message(run.image)
+            settings["missing_image"] = run.image
         else:
             settings.update(self._own_root(request, plan, info, no_root))
         return Sandboxing(settings, hosts_file_text(run.hosts), network_by_path=True)
