@@ -25,8 +25,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from trainyard.backends import netns
-from trainyard.backends.router import EgressRouter
+from trainyard.backends.local import netns
+from trainyard.backends.local.router import EgressRouter
 
 
 def _cpu_s() -> float:

@@ -31,8 +31,8 @@ from pathlib import Path
 import psutil
 
 from trainyard.backends.fake import FakeBackend
-from trainyard.backends.launcher import address_name
-from trainyard.backends.sandbox import warm_host_scans
+from trainyard.backends.local.launcher import address_name
+from trainyard.backends.local.sandbox import warm_host_scans
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.status import Status
 from trainyard.pools import NodeSpec, Pool, default_local_pool

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trainyard.backends.sandbox import (IDMAPPED, TASK_HOST_UID, SandboxPlan, fresh_paths,
+from trainyard.backends.local.sandbox import (IDMAPPED, TASK_HOST_UID, SandboxPlan, fresh_paths,
                                        overlays, skeleton_base)
 from trainyard.linux.safefs import mount_overlays
 from trainyard.runfile import FreshPath, OverlayMount

@@ -85,7 +85,7 @@ def _server_pid(home: Path) -> int:
 def _launcher(server_pid: int) -> psutil.Process | None:
     for child in psutil.Process(server_pid).children(recursive=True):
         try:
-            if "trainyard.backends.launcher" in " ".join(child.cmdline()):
+            if "trainyard.backends.local.launcher" in " ".join(child.cmdline()):
                 return child
         except psutil.Error:
             continue

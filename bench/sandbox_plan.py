@@ -1,6 +1,6 @@
 """The engine's share of a sandboxed task's start (issue 11), not a timed test.
 
-``LocalBackend.build_request`` turns a launch into the runner's input and the bubblewrap
+``LocalBackend.build_task_request`` turns a launch into the runner's input and the bubblewrap
 prefix (the sandbox plan, its overlays, binds and folders given to the task): pure Python on
 the engine's thread, once per task, before the launcher is asked. CPU time per call over
 1,000 one-task launches as the 1,000-task throughput run makes them (``--profile``: where it
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.local import Isolation, LocalBackend
-from trainyard.backends.sandbox import warm_host_scans
+from trainyard.backends.local.sandbox import warm_host_scans
 
 
 def _launch(home: Path, index: int) -> TaskLaunch:
@@ -43,17 +43,17 @@ def main() -> None:
         isolation = Isolation(bwrap=True, netns=True)
         warm_host_scans()  # as the server does at its start
         launches = [_launch(home, i) for i in range(2 * args.tasks + 1)]
-        backend.build_request(launches[0], isolation)  # first call: imports, probes
+        backend.build_task_request(launches[0], isolation)  # first call: imports, probes
         start = time.process_time()
         for launch in launches[1:args.tasks + 1]:
-            backend.build_request(launch, isolation)
+            backend.build_task_request(launch, isolation)
         per_task_ms = 1000 * (time.process_time() - start) / args.tasks
-        print(f"build_request: {per_task_ms:.3f} ms CPU per task over {args.tasks}")
+        print(f"build_task_request: {per_task_ms:.3f} ms CPU per task over {args.tasks}")
         if args.profile:
             profile = cProfile.Profile()
             profile.enable()
             for launch in launches[args.tasks + 1:]:
-                backend.build_request(launch, isolation)
+                backend.build_task_request(launch, isolation)
             profile.disable()
             pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
 

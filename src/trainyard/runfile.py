@@ -183,7 +183,7 @@ class OverlayMount(_Model):
     may carry any, such as a world-writable node of the host's disk).
 
     ``idmap_uid_base``/``idmap_gid_base`` (with ``idmap_uid``): the layers' ids 1..65535 are
-    seen as ``BASE``..``BASE + 65534`` (a container's other users, ``backends.container``);
+    seen as ``BASE``..``BASE + 65534`` (a container's other users, ``backends.local.container``);
     only 0 and those are mapped then.
     """
 
@@ -237,7 +237,7 @@ class UserNamespace(_Model):
             sets the sandbox up.
         args_at: where in ``command_prefix`` the runner inserts ``--info-fd N
             --userns-block-fd M`` (before bubblewrap's ``--``); None when the prefix maps
-            the ids itself (podman's ``--uidmap``, ``backends.container``): the runner then
+            the ids itself (podman's ``--uidmap``, ``backends.local.container``): the runner then
             only gives the task its folders.
         own: host folders the runner gives to ``host_uid`` before the command starts (made
             if missing; a name ending ``/tmp`` gets mode 1777): the sandbox's root, its

@@ -1,23 +1,13 @@
-"""The one small interface every backend implements, and the facts backends report.
+"""The abstract base every backend fills, and the facts backends report.
 
 A backend starts the task runners of a placed group, reports *facts* about them (started,
 running, exited with a code, lost), and stops them. It never decides a status: the engine's
-state machine does (../shared/DESIGN.md, "Rules of the house").
+state machine does. Every backend runs the same task runner (``python -m trainyard.runner
+RUN_JSON``); the runner writes ``<run_dir>/events.jsonl`` and ``<run_dir>/task.log``.
 
-Every backend runs the same task runner (``python -m trainyard.runner RUN_JSON``) for every
-task; the runner writes its events to ``<run_dir>/events.jsonl`` and its log to
-``<run_dir>/task.log``, so facts can be read the same way everywhere a filesystem is shared.
-
-Optional hooks (the engine looks them up with ``getattr``; a backend may leave them out):
-- ``dry_run(launches) -> object``: what ``start_group`` would send, for ``--dry-run``.
-- ``unstarted(keys) -> list[TaskKey]``: after an engine restart, those of ``keys`` that this
-  backend surely never started (no trace of a start, so starting them now cannot run one
-  twice). The engine starts them instead of adopting them with ``recover``; without the hook
-  every attempt counts as started, and one never started is reported LOST.
-- ``notify_facts(wake) -> bool``: call ``wake()`` (from any thread, without blocking) when
-  new facts may be there to ``poll``, so the engine reads a start or an exit as it happens
-  instead of at its next tick (issue 15; the local backend: ``backends.wakeup``). Returns
-  whether it will; without the hook facts are read at the engine's tick.
+Starting is ``start_group = send(build_request(launches))`` (torchx's ``submit``); the
+request's ``render()`` is the dry run. Every hook the engine calls is declared on ``Backend``
+with its default; a backend overrides what it supports. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -27,12 +17,15 @@ import os
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
 
+from trainyard.errors import RefusedError
 from trainyard.tasktokens import task_token
 
-__all__ = ["FactKind", "TaskKey", "TaskFact", "TaskResources", "TaskLaunch", "Backend",
-           "server_url_for_tasks", "task_api_env"]
+__all__ = ["FactKind", "TaskKey", "TaskFact", "TaskResources", "TaskLaunch", "Request",
+           "Backend", "server_url_for_tasks", "task_api_env"]
 
 
 class FactKind(StrEnum):
@@ -108,30 +101,112 @@ class TaskLaunch:
     exec_timeout_s: float | None = None
 
 
-@runtime_checkable
-class Backend(Protocol):
-    """What the engine needs from a backend. Methods must not block for long."""
+class Request(Protocol):
+    """What ``build_request`` returns: a typed start of one gang, built apart from sending."""
 
-    name: str
+    def render(self) -> str:
+        """The request as a person reads it (``--dry-run``); empty: nothing to show."""
+
+
+RequestT = TypeVar("RequestT", bound=Request)
+
+
+class Backend(ABC, Generic[RequestT]):
+    """What the engine needs from a backend. Methods must not block for long.
+
+    Subclasses fill ``build_request``, ``send``, ``poll``, ``stop``, ``host_of`` and
+    ``recover``; the other hooks have a default that suits a backend without the feature.
+    """
+
+    name: str = ""
+    """The backend's registry name (``local``, ``slurm``, ...)."""
+
+    # ------------------------------------------------------------------ starting
 
     def start_group(self, launches: list[TaskLaunch]) -> None:
-        """Start every task of one gang. Raises BackendError if the group cannot start."""
+        """Start every task of one gang, all or none: ``send(build_request(launches))``.
+        Nothing to do for no launches.
 
+        Raises:
+            BackendError: the group cannot start (its started tasks are stopped).
+        """
+        if launches:
+            self.send(self.build_request(launches))
+
+    def dry_run(self, launches: list[TaskLaunch]) -> str:
+        """What ``start_group(launches)`` would send, for ``--dry-run``; starts and writes
+        nothing. Empty when the backend has nothing to show."""
+        return self.build_request(launches).render() if launches else ""
+
+    @abstractmethod
+    def build_request(self, launches: list[TaskLaunch]) -> RequestT:
+        """The request that starts this gang (pure: no process, no file written).
+
+        Raises:
+            BackendError: the gang cannot be started here (e.g. an isolation asked for
+                explicitly does not work).
+        """
+
+    @abstractmethod
+    def send(self, request: RequestT) -> None:
+        """Carry out ``request``: the tasks start, all or none.
+
+        Raises:
+            BackendError: it failed; what had started of it is stopped.
+        """
+
+    # ------------------------------------------------------------------ observing, stopping
+
+    @abstractmethod
     def poll(self) -> list[TaskFact]:
         """Facts observed since the last call (each fact reported once)."""
 
+    @abstractmethod
     def stop(self, keys: list[TaskKey]) -> None:
         """Stop these attempts with their whole process trees. Idempotent, non-blocking."""
 
+    @abstractmethod
     def host_of(self, key: TaskKey, node: str) -> str:
         """The address other tasks of the group use to reach ``key`` (``{{host:TASK}}``)."""
 
+    @abstractmethod
     def recover(self, keys: list[TaskKey]) -> list[TaskKey]:
-        """After an engine restart: which of these attempts are still alive."""
+        """After an engine restart: which of these attempts are still alive (the others
+        are reported LOST by ``poll`` unless they reported their exit)."""
 
     def close(self) -> None:
         """The engine is done with this backend object: release helpers it holds for this
-        process. Running tasks keep running (a new engine recovers them)."""
+        process. Running tasks keep running (a new engine recovers them). Default: nothing."""
+
+    # ------------------------------------------------------------------ optional features
+
+    def unstarted(self, keys: list[TaskKey]) -> list[TaskKey]:
+        """After an engine restart: those of ``keys`` this backend surely never started (no
+        trace of a start), so starting them now cannot run one twice; the engine starts them
+        instead of adopting them with ``recover``. Default: none (every attempt counts as
+        started; one never started is then reported LOST)."""
+        return []
+
+    def notify_facts(self, wake: Callable[[], None]) -> bool:
+        """Call ``wake()`` (from any thread, without blocking) whenever new facts may be
+        there to ``poll``, so the engine reads a start or an exit as it happens. Returns
+        whether it will. Default: False (facts are read at the engine's tick)."""
+        return False
+
+    def entry(self, key: TaskKey) -> dict[str, Any]:
+        """How to enter the running attempt ``key`` (``workflow exec``, ``port-forward``,
+        ``rsync``): a JSON-able dict whose ``backend`` names this backend.
+
+        Raises:
+            RefusedError: always by default (the backend cannot enter a running task); a
+                backend that can raises it when the attempt is not running.
+        """
+        raise RefusedError(f"the {self.name} backend cannot enter a running task (exec, "
+                           "port-forward and rsync)")
+
+    def forget(self, workflow_id: str) -> None:
+        """Drop what this backend keeps of a workflow being deleted; its attempts no
+        longer run (the engine checks with ``recover`` first). Default: nothing kept."""
 
 
 def server_url_for_tasks(home: Path) -> str | None:

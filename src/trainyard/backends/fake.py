@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
+from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLaunch
 from trainyard.errors import BackendError
 from trainyard.status import STOPPED_EXIT_CODE  # what a stopped attempt reports
 
-__all__ = ["FakeBackend", "Outcome"]
+__all__ = ["FakeBackend", "FakeRequest", "Outcome"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,18 @@ class _Attempt:
     stopping: bool = False
 
 
-class FakeBackend:
+@dataclass(frozen=True)
+class FakeRequest:
+    """A gang start of the fake backend: the launches, nothing to show for a dry run."""
+
+    launches: list[TaskLaunch]
+
+    def render(self) -> str:
+        """Empty: a scripted start has no command to show."""
+        return ""
+
+
+class FakeBackend(Backend[FakeRequest]):
     """Backend whose tasks are scripted, not run. ``launches`` records every start."""
 
     name = "fake"
@@ -53,7 +64,11 @@ class FakeBackend:
         self.stopped: list[TaskKey] = []
         self._attempts: dict[TaskKey, _Attempt] = {}
 
-    def start_group(self, launches: list[TaskLaunch]) -> None:
+    def build_request(self, launches: list[TaskLaunch]) -> FakeRequest:
+        return FakeRequest(list(launches))
+
+    def send(self, request: FakeRequest) -> None:
+        launches = request.launches
         if self.refuse_start(launches):
             raise BackendError("fake backend refused the group")
         for launch in launches:

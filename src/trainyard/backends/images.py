@@ -2,7 +2,7 @@
 
 A task's ``image`` is recorded, and mapped to a runtime:
 
-- ``podman``: the image itself, as an OCI container (``backends.container``) where podman is
+- ``podman``: the image itself, as an OCI container (``backends.local.container``) where podman is
   installed; where it is not, the host's tools run instead and the task log says so
   (``image_note``);
 
@@ -10,7 +10,7 @@ A task's ``image`` is recorded, and mapped to a runtime:
 - ``busybox``: a folder of busybox applet symlinks, so ``sh``, ``nc -l -p PORT``, ``wget`` are
   busybox's, as in a ``busybox`` or ``alpine`` image. Its ``nslookup`` answers from
   ``/etc/hosts`` and for IP addresses first, then asks the DNS servers of ``/etc/resolv.conf``
-  (reached through the group's egress, see ``backends.netns``);
+  (reached through the group's egress, see ``backends.local.netns``);
 - an absolute folder path: that folder.
 
 All but ``podman`` are folders put first on the task's PATH, and the task log says that the

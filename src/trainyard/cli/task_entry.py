@@ -1,6 +1,6 @@
 """Reaching a running task from the CLI: the server's ``entry`` of it, checked to be
 enterable from this machine, and the host command that runs a command inside it (the local
-backend's ``backends.enter``; ``srun --overlap`` on Slurm; ``kubectl exec`` on Kubernetes)."""
+backend's ``backends.local.enter``; ``srun --overlap`` on Slurm; ``kubectl exec`` on Kubernetes)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def task_entry(workflow_id: str, task: str, retry_id: int | None) -> dict[str, A
     params = {} if retry_id is None else {"retry_id": retry_id}
     entry = Client().json("POST", f"/api/workflow/{workflow_id}/task/{task}/entry", params=params)
     if entry.get("backend") == "local":
-        from trainyard.backends.enter import machine_id
+        from trainyard.backends.local.enter import machine_id
 
         if entry.get("machine") != machine_id():
             raise RefusedError(f"task {task} runs on the server's machine, not this one; run "
@@ -35,7 +35,7 @@ def command_argv(entry: dict[str, Any], command: list[str], tty: bool) -> list[s
                 f"--nodelist={entry['node']}", *(["--pty"] if tty else []), *command]
     if entry["backend"] == "kubernetes":
         return _kubectl_exec(entry, command, tty)
-    from trainyard.backends.enter import enter_argv
+    from trainyard.backends.local.enter import enter_argv
 
     return enter_argv(int(entry["pid"]), float(entry["created"]), command, tty=tty)
 

@@ -5,7 +5,7 @@ Design (README "Interactive verbs"): the CLI asks the server ``POST
 a task token; the task must be RUNNING, else exit 4; an unknown task exits 3). For a local
 task the server's backend answers where the task's sandbox is (``LocalBackend.entry``: the
 pid of its bwrap init process and the task's address) and the CLI enters it itself
-(``backends.enter``), on the same machine only: the answer carries the server's boot id and
+(``backends.local.enter``), on the same machine only: the answer carries the server's boot id and
 the CLI refuses when it differs (a remote server's tasks run on its machine, not here). The
 server is the gate of trainyard's rule; the entering itself needs the OS privileges the
 local backend runs with (root here), so a person who could already ``nsenter`` as root is
@@ -238,7 +238,7 @@ def _forward_one(conn: socket.socket, entry: dict[str, Any], remote: int) -> Non
     if entry["backend"] in ("slurm", "kubernetes"):  # a relay beside the task, over exec
         _forward_through_srun(conn, entry, remote)
         return
-    from trainyard.backends.enter import connect_inside, relay
+    from trainyard.backends.local.enter import connect_inside, relay
 
     try:
         inner = connect_inside(int(entry["pid"]), str(entry["address"]), remote)

@@ -25,7 +25,7 @@ redoes what the killed engine had stored but maybe not yet done:
 - SCHEDULING gangs queue again in the order they entered the queue (the time they went
   SCHEDULING, then submission order, then spec order);
 - running groups get their placements back; the backend says which of their attempts it
-  never started (optional hook ``unstarted``): those are started by the next ``step``, with
+  never started (``Backend.unstarted``): those are started by the next ``step``, with
   the gang they were started with (same barrier), once that step has applied the facts the
   backend read (so none is started whose gang ended while no engine ran); the rest are
   adopted with ``recover``, and those no longer alive are reported LOST by the backend's
@@ -264,12 +264,8 @@ class Engine:
         group, in plan order, the backend's own rendering of the group's first start
         (``dry_run(launches)``: the sbatch command and script on Slurm). Every task is on the
         first node it could get; ids and paths are those the next submission would get.
-        Stores nothing, starts nothing. Empty when the backend has no such rendering (the
-        local backend's starts are processes, shown by ``workflow query`` once running)."""
+        Stores nothing, starts nothing. A group whose rendering is empty is left out."""
         backend = self._backends.get(sub.pool.name) or self._backend_factory(sub.pool, self.home)
-        render = getattr(backend, "dry_run", None)
-        if render is None:
-            return []
         wid = self.store.peek_workflow_id(sub.spec.name)
         state = build_state(wid, sub.spec, max_retries=sub.pool.max_retries, now_s=time.time())
         previews = []
@@ -281,7 +277,9 @@ class Engine:
                             for n in names},
                 backend=backend, pool=sub.pool, upstream_output=self._preview_output(wid))
             action = m.StartTasks(group.name, tuple((n, 0) for n in names))
-            previews.append((group.name, str(render(build_launches(ctx, action)))))
+            text = backend.dry_run(build_launches(ctx, action))
+            if text:
+                previews.append((group.name, text))
         return previews
 
     def _preview_output(self, wid: str) -> Callable[[str, str], Path]:
@@ -359,13 +357,11 @@ class Engine:
             retention.remove_run_folder(folder)
 
     def _forget(self, records: list[WorkflowRecord]) -> None:
-        """Let each pool's backend drop what it keeps of deleted workflows (optional hook
-        ``forget(workflow_id)``)."""
+        """Let each pool's backend drop what it keeps of deleted workflows
+        (``Backend.forget``)."""
         for record in records:
             if record.pool in self.pools:
-                hook = getattr(self._pool_backend(record.pool), "forget", None)
-                if hook is not None:
-                    hook(record.id)
+                self._pool_backend(record.pool).forget(record.id)
 
     def _refuse_if_still_running(self, records: list[WorkflowRecord]) -> None:
         """Stop the attempts of these ended workflows that the backend still finds alive
@@ -408,20 +404,16 @@ class Engine:
             }
 
     def task_entry(self, pool: str, key: TaskKey) -> dict[str, Any]:
-        """How to enter the running attempt ``key`` on ``pool``: the backend's optional
-        ``entry`` hook (``workflow exec``).
+        """How to enter the running attempt ``key`` on ``pool`` (``Backend.entry``:
+        ``workflow exec``).
 
         Raises:
-            RefusedError: the pool's backend has no such hook, or refuses (see the hook).
+            RefusedError: the pool's backend cannot enter a task, or refuses (see the hook).
         """
         backend = self._backends.get(pool)  # a running task's pool has one; none is made here
         if backend is None:
             raise RefusedError(f"the engine runs nothing on pool {pool} now")
-        hook = getattr(backend, "entry", None)
-        if hook is None:
-            raise RefusedError(f"the {backend.name} backend of pool {pool} cannot enter a "
-                               "running task (exec, port-forward and rsync)")
-        return dict(hook(key))
+        return dict(backend.entry(key))
 
     def spec_of(self, record: WorkflowRecord) -> WorkflowSpec:
         """The parsed spec a stored workflow runs (as the engine rebuilds it after a restart).
@@ -496,13 +488,13 @@ class Engine:
                     failures += 1
                     _log_failed_step(failures, exc)
                 if failures == 0:
-                    self._rest(stop, time.monotonic() - started)
+                    self._pause_after_step(stop, time.monotonic() - started)
                 self._pause(stop, _step_delay_s(self.poll_interval_s, failures),
                             wakeable=failures == 0)
         finally:
             self._running_loop = False
 
-    def _rest(self, stop: threading.Event, step_s: float) -> None:
+    def _pause_after_step(self, stop: threading.Event, step_s: float) -> None:
         """After a step that took ``step_s``, wait as long again (at most the tick) before a
         wake-up may start the next one: under a stream of facts (hundreds of tasks ending a
         second) the wake-ups of that time become one step, and stepping takes at most about
@@ -628,7 +620,7 @@ class Engine:
                 continue
             self._add_events(follow_up, self._start_many(starts))
             starts = []
-            self._add_events(follow_up, [(wid, self._do(wid, action))])
+            self._add_events(follow_up, [(wid, self._carry_out_one(wid, action))])
         self._add_events(follow_up, self._start_many(starts))
         return follow_up
 
@@ -640,7 +632,7 @@ class Engine:
                 into.setdefault(wid, []).append(event)
 
     def _start_many(self, starts: list[tuple[str, m.StartTasks]]) -> list[tuple[str, m.Event | None]]:
-        """Start these gangs (retries held back as ``_do`` holds them), one ``start_group``
+        """Start these gangs (retries held back as ``_carry_out_one`` holds them), one ``start_group``
         each, in order. Each gang's outcome is what ``_start`` would give it: None, or
         GroupStartFailed. (Several gangs in one call of a backend's ``start_groups`` was
         measured slower on the local backend: 64-74 against 84-86 tasks/s for 1,000 one-task
@@ -649,7 +641,7 @@ class Engine:
         ready: list[tuple[str, m.StartTasks]] = []
         for wid, action in starts:
             if self._earlier_stopping(wid, action):
-                self._do(wid, action)  # held back (a _Deferred)
+                self._carry_out_one(wid, action)  # held back (a _Deferred)
             else:
                 ready.append((wid, action))
         by_backend: dict[int, list[tuple[int, Backend, list[TaskLaunch]]]] = {}
@@ -666,7 +658,7 @@ class Engine:
                 outcome[index] = self._start_failed(wid, action, backend, launches, error)
         return [(wid, outcome.get(index)) for index, (wid, _action) in enumerate(ready)]
 
-    def _do(self, wid: str, action: m.Action) -> m.Event | None:
+    def _carry_out_one(self, wid: str, action: m.Action) -> m.Event | None:
         if isinstance(action, m.RequestPlacement):
             self._enqueue(wid, action.group)
         elif isinstance(action, m.StartTasks):
@@ -885,9 +877,7 @@ class Engine:
     def _pool_backend(self, pool: str) -> Backend:
         if pool not in self._backends:
             backend = self._backend_factory(self.pools[pool], self.home)
-            hook = getattr(backend, "notify_facts", None)  # optional: facts as they happen
-            if hook is not None:
-                hook(self.wake)
+            backend.notify_facts(self.wake)  # facts as they happen, where it can
             self._backends[pool] = backend
         return self._backends[pool]
 
@@ -959,7 +949,7 @@ class Engine:
     def _start_unstarted(self) -> list[tuple[str, m.Event]]:
         """Make the starts ``_resume`` found stored but never made; returns the events of
         those the backend refused. A retry whose earlier attempts are still being stopped
-        (``_stop_leftovers``) is held until they ended, as ``_do`` holds one."""
+        (``_stop_leftovers``) is held until they ended, as ``_carry_out_one`` holds one."""
         events = []
         todo, self._unstarted = self._unstarted, []
         for item in todo:
@@ -1012,7 +1002,7 @@ def _in_time_order(facts: list[TaskFact]) -> list[TaskFact]:
 
 FAILED_STEP_MAX_DELAY_S = 30.0
 STEP_REST_RATIO = 1.0
-"""The engine rests this many times a step's duration before the next (``_rest``)."""
+"""The engine rests this many times a step's duration before the next (``_pause_after_step``)."""
 """The longest wait between two steps while every step fails (a damaged store, say)."""
 
 
@@ -1045,10 +1035,8 @@ def _ended_attempts(wid: str, state: m.WorkflowState) -> list[TaskKey]:
 
 
 def _unstarted_keys(backend: Backend, keys: list[TaskKey]) -> frozenset[TaskKey]:
-    """The attempts ``backend`` surely never started (its optional ``unstarted`` hook; a
-    backend without it is taken to have started every one)."""
-    hook = getattr(backend, "unstarted", None)
-    return frozenset(hook(keys)) if hook is not None else frozenset()
+    """The attempts ``backend`` surely never started (``Backend.unstarted``)."""
+    return frozenset(backend.unstarted(keys))
 
 
 def _unstarted_starts(state: m.WorkflowState, fresh: frozenset[TaskKey]) -> list[_Unstarted]:

@@ -7,6 +7,7 @@ Modules:
     nsgate      a user namespace gate (``user.max_user_namespaces`` = 0 inside)
     userns      user namespaces: maps, fresh folders, handing folders to a task
     thread_ids  one thread's uid/gid switched with the raw system calls
+    cgroups     a task's control group: memory, cpu and pids limits
 
 They import nothing above the bottom layer (``docs/architecture.md``).
 """

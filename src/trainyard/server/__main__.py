@@ -83,7 +83,7 @@ def build_app(url: str | None = None):  # noqa: ANN201 - FastAPI app
     pools = load_usable_pools()
     engine = Engine(store, home, pools=pools)
     if any(pool.backend == "local" for pool in pools.values()):
-        from trainyard.backends.sandbox import warm_host_scans
+        from trainyard.backends.local.sandbox import warm_host_scans
 
         threading.Thread(target=warm_host_scans, name="trainyard-warm-scans", daemon=True).start()
     service = Service(engine, refused_pools=refused_pools(),

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
-from trainyard.backends.container import image_present
+from trainyard.backends.local.container import image_present
 from trainyard.backends.local import LocalBackend, probe_isolation
 
 FINAL = (FactKind.EXITED, FactKind.LOST, FactKind.START_ERROR)

@@ -26,10 +26,11 @@ from engine_run import EngineRun
 from local_support import (busybox_image, final, group_launches, isolation_available, task_log,
                            wait_final)
 
-from trainyard.backends import container, local
-from trainyard.backends.container import (container_name, image_present, inspect_image,
+from trainyard.backends.local import backend as local
+from trainyard.backends.local import container, isolation
+from trainyard.backends.local.container import (container_name, image_present, inspect_image,
                                           probe_podman, rootfs_path)
-from trainyard.backends.sandbox import overlay_supported
+from trainyard.backends.local.sandbox import overlay_supported
 from trainyard.backends.local import LocalBackend
 from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.pools import default_local_pool
@@ -340,7 +341,7 @@ def test_without_an_own_root_the_container_layer_runs_and_the_log_says_so(
     why_not = isolation_available("bwrap", "netns")
     if why_not:
         pytest.skip(f"sandboxed isolation not available here: {why_not}")
-    monkeypatch.setattr(local, "overlay_supported", lambda: False)
+    monkeypatch.setattr(isolation, "overlay_supported", lambda: False)
     pool = default_local_pool().model_copy(update={"images": {"*": "podman"}})
     backend = LocalBackend(pool, home=home, sandbox="bwrap", network="netns", stop_grace_s=2.0)
     try:
@@ -394,7 +395,7 @@ def test_without_an_own_root_an_image_user_that_is_not_root_fails_at_start(
     why_not = isolation_available("bwrap", "netns")
     if why_not:
         pytest.skip(f"sandboxed isolation not available here: {why_not}")
-    monkeypatch.setattr(local, "overlay_supported", lambda: False)
+    monkeypatch.setattr(isolation, "overlay_supported", lambda: False)
     pool = default_local_pool().model_copy(update={"images": {"*": "podman"}})
     backend = LocalBackend(pool, home=home, sandbox="bwrap", network="netns", stop_grace_s=2.0)
     try:

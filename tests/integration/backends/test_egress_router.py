@@ -1,4 +1,4 @@
-"""Issue 11, egress router (``backends.router``): real namespaces, a real pasta, real
+"""Issue 11, egress router (``backends.local.router``): real namespaces, a real pasta, real
 nftables rules. Each group namespace gets a veth to the router; the router forwards to pasta
 and nothing else. The tests run commands inside the namespaces with ``nsenter``.
 
@@ -20,8 +20,8 @@ from collections.abc import Iterator
 import pytest
 from test_local_egress import outside_address, serve
 
-from trainyard.backends import netns
-from trainyard.backends.router import (GROUP_IFNAME_PREFIX, GROUP_NETWORK, EgressRouter,
+from trainyard.backends.local import netns
+from trainyard.backends.local.router import (GROUP_IFNAME_PREFIX, GROUP_NETWORK, EgressRouter,
                                        GroupLink, probe_router)
 
 pytestmark = pytest.mark.skipif(probe_router() is not None,

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trainyard.backends.launcher import LauncherClient, address_name
+from trainyard.backends.local.launcher import LauncherClient, address_name
 from trainyard.errors import BackendError
 from trainyard.runner.report import read_events
 

@@ -22,7 +22,7 @@ from local_support import (
     final, group_launches, processes_with, task_log, wait_final, wait_for, wait_gone,
 )
 
-from trainyard.backends import local as local_mod
+from trainyard.backends.local import backend as local_mod
 from trainyard.backends.base import FactKind, TaskKey
 from trainyard.backends.local import LaunchRequest, LocalBackend, gpu_count
 from trainyard.errors import BackendError
@@ -180,7 +180,7 @@ def test_killed_runner_is_lost_and_its_command_cleaned_up(backend: LocalBackend,
     hosted = backend.sandbox == "bwrap" and not outputs
     assert (launch["hosted_by"] is not None) == hosted
     runner = psutil.Process(launch["pid"])
-    forked = "trainyard.backends.launcher" in " ".join(runner.parent().cmdline())
+    forked = "trainyard.backends.local.launcher" in " ".join(runner.parent().cmdline())
     assert forked != hosted  # a forked runner's parent is the launcher; a hosted one's is it
     deadline = time.monotonic() + 10  # RUNNING is reported just before the command starts
     while "sleep" not in _names(runner.children(recursive=True)):

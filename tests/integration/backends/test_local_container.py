@@ -20,7 +20,7 @@ from local_support import (BUSYBOX_IMAGE, busybox_image, final, group_launches,
                            isolation_available, task_log, wait_final, wait_for)
 
 from trainyard.backends.base import FactKind
-from trainyard.backends.container import container_name, probe_podman, rootfs_path
+from trainyard.backends.local.container import container_name, probe_podman, rootfs_path
 from trainyard.backends.local import LocalBackend
 from trainyard.status import ExitCode
 from trainyard.pools import default_local_pool

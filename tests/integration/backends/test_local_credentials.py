@@ -15,7 +15,7 @@ from local_support import (busybox_image, final, group_launches,
                            isolation_available, task_log, wait_final)
 
 from trainyard.backends.base import FactKind
-from trainyard.backends.container import probe_podman
+from trainyard.backends.local.container import probe_podman
 from trainyard.backends.local import LocalBackend
 from trainyard.pools import default_local_pool
 

@@ -27,12 +27,12 @@ import psutil
 import pytest
 from local_support import final, group_launches, isolation_available, task_log, wait_final
 
-from trainyard.backends import launcher as launcher_mod
-from trainyard.backends import router as router_mod
+from trainyard.backends.local import launcher as launcher_mod
+from trainyard.backends.local import router as router_mod
 from trainyard.backends.base import FactKind
 from trainyard.backends.local import LocalBackend, loopback_address
-from trainyard.backends.netns import EGRESS_ADDRESS, probe_egress
-from trainyard.backends.router import GROUP_IFNAME_PREFIX, GROUP_NETWORK, probe_router
+from trainyard.backends.local.netns import EGRESS_ADDRESS, probe_egress
+from trainyard.backends.local.router import GROUP_IFNAME_PREFIX, GROUP_NETWORK, probe_router
 from trainyard.errors import BackendError
 from trainyard.pools import default_local_pool
 

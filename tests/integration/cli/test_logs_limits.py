@@ -118,7 +118,7 @@ def test_task_output_cannot_forge_lines_or_pass_for_the_runner(server: Server,
 def _launcher_of(server_pid: int) -> psutil.Process | None:
     for child in psutil.Process(server_pid).children(recursive=True):
         try:
-            if "trainyard.backends.launcher" in " ".join(child.cmdline()):
+            if "trainyard.backends.local.launcher" in " ".join(child.cmdline()):
                 return child
         except psutil.Error:
             continue

@@ -36,7 +36,7 @@ DRIVER = r'''
 import os, signal, sys, threading
 from pathlib import Path
 from trainyard import spec
-from trainyard.backends import local
+from trainyard.backends.local import backend as local
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.pools import Pool, default_local_pool
 from trainyard.store import Store

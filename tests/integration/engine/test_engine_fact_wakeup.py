@@ -1,6 +1,6 @@
 """A runner's events reach the engine as they are written, not at its next tick (issue 15):
 with the engine's tick at 300 s, a workflow can only end within the test's limit if its
-runner's datagrams (``backends.wakeup``) woke the engine for its INITIALIZING, RUNNING and
+runner's datagrams (``backends.local.wakeup``) woke the engine for its INITIALIZING, RUNNING and
 EXITED. Both kinds of local runner are checked: one hosted as a thread of the launcher (a
 task that moves no data) and a forked one (a task with an output URL). The task's own
 environment does not name the socket.

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from engine_run import EngineRun, require_bwrap
 
-from trainyard.backends.container import probe_podman
+from trainyard.backends.local.container import probe_podman
 from trainyard.status import Status
 
 MISSING = "localhost/trainyard-no-such-image:never"

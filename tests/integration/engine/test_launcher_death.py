@@ -1,4 +1,4 @@
-"""Issue 12, "launcher dead": the local backend's launcher (``backends.launcher``) killed
+"""Issue 12, "launcher dead": the local backend's launcher (``backends.local.launcher``) killed
 with SIGKILL while tasks run, through the real engine. A task whose runner was a thread of
 the launcher fails at once with OSMO's backend error (FAILED_BACKEND_ERROR, 3001) and a reason
 that names the launcher; a task whose runner is a process of its own runs on to its real end;
@@ -123,7 +123,7 @@ def _gone(marker: str, timeout_s: float = 20) -> bool:
 
 def _kill(pid: int) -> None:
     proc = psutil.Process(pid)
-    assert "trainyard.backends.launcher" in " ".join(proc.cmdline())
+    assert "trainyard.backends.local.launcher" in " ".join(proc.cmdline())
     os.kill(pid, signal.SIGKILL)
     proc.wait(timeout=10)
 

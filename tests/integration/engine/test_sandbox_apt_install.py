@@ -38,7 +38,7 @@ import pytest
 
 from isolation_support import EngineRun, require_bwrap
 
-from trainyard.backends import sandbox
+from trainyard.backends.local import sandbox
 from trainyard.status import WorkflowStatus
 
 SPEC = """
@@ -343,8 +343,8 @@ def test_a_task_adds_users_in_its_own_root_and_never_sees_a_host_hash(
     run: EngineRun, layer: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if layer == "per task":  # no skeleton base: the runner writes them (make_fresh)
-        from trainyard.backends import local
-        monkeypatch.setattr(local, "skeleton_base", lambda: None)
+        from trainyard.backends.local import isolation
+        monkeypatch.setattr(isolation, "skeleton_base", lambda: None)
     name = f"al{uuid.uuid4().hex[:8]}"
     before = _accounts_state()
     sandbox.account_entries.cache_clear()  # the backend reads the host's once per process

@@ -27,7 +27,7 @@ import pytest
 
 from isolation_support import EngineRun, require_bwrap
 
-from trainyard.backends import sandbox
+from trainyard.backends.local import sandbox
 from trainyard.status import WorkflowStatus
 
 SPEC = """

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends.base import TaskKey, TaskLaunch
-from trainyard.backends import container
-from trainyard.backends.container import (ContainerPlan, cdi_gpu_names, container_mounts,
+from trainyard.backends.local import container
+from trainyard.backends.local.container import (ContainerPlan, cdi_gpu_names, container_mounts,
                                           container_userns, gpu_devices, image_info,
                                           image_links,
                                           podman_argv, root_overlay, rootfs_path,
                                           task_id_bases, user_host_ids, user_ids, user_note,
                                           why_no_own_root)
 from trainyard.backends.local import Isolation, LocalBackend
-from trainyard.backends.netns import GroupNetwork
+from trainyard.backends.local.netns import GroupNetwork
 from trainyard.errors import BackendError
 from trainyard.pools import Pool, default_local_pool
 
@@ -73,7 +73,7 @@ def test_volumes_are_bound_at_their_place_and_mapped_by_the_runner(tmp_path: Pat
 def test_an_image_task_gets_its_allowed_volumes_checked_and_mapped(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     backend = podman_backend(tmp_path, [str(shared)])
-    req = backend.build_request(launch(tmp_path, volume_mounts=[f"{shared}/team:/mnt/team"]),
+    req = backend.build_task_request(launch(tmp_path, volume_mounts=[f"{shared}/team:/mnt/team"]),
                                 ISO, NET)
     sandbox = req.run.sandbox
     assert f"{shared}/team:/mnt/team:rw" in _after(sandbox.command_prefix, "--volume")
@@ -88,13 +88,13 @@ def test_the_pool_rules_apply_to_image_tasks_as_to_sandboxed_ones(
 ) -> None:
     backend = podman_backend(tmp_path, [str(tmp_path / "shared")])
     with pytest.raises(BackendError, match="is not in the pool's options.allowed_mounts"):
-        backend.build_request(launch(tmp_path, volume_mounts=[mount]), ISO, NET)
+        backend.build_task_request(launch(tmp_path, volume_mounts=[mount]), ISO, NET)
 
 
 def test_a_volume_onto_a_system_folder_is_refused_for_image_tasks(tmp_path: Path) -> None:
     backend = podman_backend(tmp_path, [str(tmp_path)])
     with pytest.raises(BackendError, match="cannot mount onto /proc"):
-        backend.build_request(launch(tmp_path, volume_mounts=[f"{tmp_path}:/proc/x"]), ISO, NET)
+        backend.build_task_request(launch(tmp_path, volume_mounts=[f"{tmp_path}:/proc/x"]), ISO, NET)
 
 
 # ---------------------------------------------------------------- GPUs
@@ -146,10 +146,10 @@ def test_an_image_task_gets_its_lent_gpus(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(container, "gpu_device_nodes", lambda: NODES)
     monkeypatch.setattr(container, "cdi_gpu_names", lambda: frozenset())
     backend = podman_backend(tmp_path, [])
-    req = backend.build_request(launch(tmp_path), ISO, NET, gpus=(0, 1))
+    req = backend.build_task_request(launch(tmp_path), ISO, NET, gpus=(0, 1))
     assert _after(req.run.sandbox.command_prefix, "--device") == list(NODES)
     assert req.run.sandbox.env["CUDA_VISIBLE_DEVICES"] == "0,1"
-    none = backend.build_request(launch(tmp_path), ISO, NET)
+    none = backend.build_task_request(launch(tmp_path), ISO, NET)
     assert "--device" not in none.run.sandbox.command_prefix
     assert none.run.sandbox.env["CUDA_VISIBLE_DEVICES"] == ""
 
@@ -205,7 +205,7 @@ def test_where_no_own_root_can_be_made_the_log_says_restart_does_not_keep_it(
 ) -> None:
     monkeypatch.setattr(container, "inspect_image",
                         lambda image: image_info({**INSPECTED, "GraphDriver": {"Name": "vfs"}}))
-    req = podman_backend(tmp_path, []).build_request(launch(tmp_path), ISO, NET)
+    req = podman_backend(tmp_path, []).build_task_request(launch(tmp_path), ISO, NET)
     assert req.run.sandbox.command_prefix[-1] == "localhost/trainyard-surely-absent:0"
     assert req.run.sandbox.overlays == [] and req.run.sandbox.start_error is None
     assert "podman's container layer, which RESTART does NOT keep" in req.run.sandbox.description

@@ -1,7 +1,7 @@
 """The podman container's privileges (issue 11, images): root inside is the host's
 ``nobody`` and nothing else is mapped, no capability, ``no_new_privs``, no default sysctls,
 and a seccomp profile without nested user namespaces. Fast checks of what
-``backends.container`` asks podman for; tests/integration/backends/test_local_container.py
+``backends.local.container`` asks podman for; tests/integration/backends/test_local_container.py
 runs the real container."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainyard.backends.container import (CONTAINERS_CONF_TEXT, ContainerPlan, container_userns,
+from trainyard.backends.local.container import (CONTAINERS_CONF_TEXT, ContainerPlan, container_userns,
                                           containers_conf, no_nested_userns, podman_argv,
                                           seccomp_profile)
 

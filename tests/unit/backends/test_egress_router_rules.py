@@ -8,8 +8,8 @@ import ipaddress
 
 import pytest
 
-from trainyard.backends import router as router_mod
-from trainyard.backends.router import (GROUP_IFNAME_PREFIX, GROUP_NETWORK, ROUTER_IFNAME, RULES,
+from trainyard.backends.local import router as router_mod
+from trainyard.backends.local.router import (GROUP_IFNAME_PREFIX, GROUP_NETWORK, ROUTER_IFNAME, RULES,
                                        SLOT_COUNT, probe_router, slot_addresses)
 
 

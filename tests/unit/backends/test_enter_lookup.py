@@ -1,4 +1,4 @@
-"""``backends.enter``: finding a task's sandbox init refuses clearly when there is none; the
+"""``backends.local.enter``: finding a task's sandbox init refuses clearly when there is none; the
 entering program checks its arguments (the entering itself is tested with real sandboxes in
 tests/integration/cli/test_interactive_verbs.py)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trainyard.backends.enter import enter_argv, find_sandbox_init, main
+from trainyard.backends.local.enter import enter_argv, find_sandbox_init, main
 from trainyard.errors import RefusedError
 
 
@@ -37,7 +37,7 @@ def test_the_entering_program_wants_pid_created_and_a_command() -> None:
     assert main(["1", "2.0"]) == 2
     assert main(["1", "2.0", "--", "true"][:3]) == 2
     assert enter_argv(12, 3.5, ["ls", "-l"], tty=True, python="py") == [
-        "py", "-m", "trainyard.backends.enter", "12", "3.5", "--tty", "--", "ls", "-l"]
+        "py", "-m", "trainyard.backends.local.enter", "12", "3.5", "--tty", "--", "ls", "-l"]
 
 
 def test_a_process_that_is_not_the_recorded_one_is_not_entered() -> None:

@@ -1,4 +1,4 @@
-"""``backends.wakeup.FactsSocket`` and ``runner.report.notify_socket``: the datagram a runner
+"""``backends.local.wakeup.FactsSocket`` and ``runner.report.notify_socket``: the datagram a runner
 sends after each event wakes the engine (issue 15). Real Unix sockets in a temporary folder."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.backends.wakeup import MAX_SOCKET_PATH_BYTES, FactsSocket
+from trainyard.backends.local.wakeup import MAX_SOCKET_PATH_BYTES, FactsSocket
 from trainyard.runner.report import EventWriter, notify_socket, read_events
 
 WAIT_S = 10.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 
-from trainyard.backends import launcher as launcher_mod
+from trainyard.backends.local import launcher as launcher_mod
 
 
 def _group(idle_for_s: float) -> launcher_mod._Group:

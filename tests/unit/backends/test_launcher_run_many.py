@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from trainyard.backends import launcher as launcher_mod
+from trainyard.backends.local import launcher as launcher_mod
 
 
 def run(tmp_path: Path, name: str, launch_json: str | None = None) -> dict[str, object]:

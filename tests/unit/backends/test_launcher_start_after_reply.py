@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.backends import launcher as launcher_mod
+from trainyard.backends.local import launcher as launcher_mod
 from trainyard.runner.hosted import ENDED, HostedRunner
 
 

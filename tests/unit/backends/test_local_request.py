@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends import get_backend
-from trainyard.backends import local as local_mod
+from trainyard.backends.local import backend as local_mod
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.local import Isolation, LocalBackend, loopback_address
-from trainyard.backends.netns import GroupNetwork
-from trainyard.backends.sandbox import SandboxPlan, bwrap_argv, needs_bind
+from trainyard.backends.local.netns import GroupNetwork
+from trainyard.backends.local.sandbox import SandboxPlan, bwrap_argv, needs_bind
 from trainyard.errors import BackendError, ConfigError
 from trainyard.pools import Pool, default_local_pool
 
@@ -44,12 +44,12 @@ def test_a_hosted_runner_joins_the_group_namespace_in_the_launcher_instead_of_ns
     assert not local_mod._joins_in_launcher(with_data, iso)
     assert not local_mod._joins_in_launcher(plain, Isolation(bwrap=False, netns=True))
     if as_root:  # no namespace asked for: the launcher makes or finds it for the thread
-        req = backend.build_request(plain, iso)
+        req = backend.build_task_request(plain, iso)
         assert req.hosted and req.joins_group_network
         assert req.run.sandbox.command_prefix[0] == "bwrap"
     else:  # a namespace held by a child process: nsenter joins it, user namespace too
-        assert not backend.build_request(plain, iso).joins_group_network
-    req = backend.build_request(with_data, iso, net)
+        assert not backend.build_task_request(plain, iso).joins_group_network
+    req = backend.build_task_request(with_data, iso, net)
     assert not req.hosted and not req.joins_group_network
     assert req.run.sandbox.command_prefix[:3] == ["nsenter", "--net=/proc/7/fd/9", "--"]
 
@@ -57,7 +57,7 @@ def test_a_hosted_runner_joins_the_group_namespace_in_the_launcher_instead_of_ns
 def test_sandboxed_command_joins_the_group_namespace_then_bwrap(tmp_path: Path) -> None:
     backend = LocalBackend(home=tmp_path / "home")
     net = GroupNetwork(keeper_pid=1, ns_pid=42, ns_created=0.0, user_ns=True)
-    req = backend.build_request(launch(tmp_path), Isolation(bwrap=True, netns=True), net)
+    req = backend.build_task_request(launch(tmp_path), Isolation(bwrap=True, netns=True), net)
     assert req.argv == [backend.python, "-m", "trainyard.runner", str(req.run_dir / "run.json")]
     argv = req.run.sandbox.command_prefix  # the runner stays outside; the command goes in
     assert argv[:6] == ["nsenter", "--target=42", "--net", "--user", "--preserve-credentials", "--"]
@@ -93,7 +93,7 @@ def test_sandboxed_command_joins_the_group_namespace_then_bwrap(tmp_path: Path) 
 
 def test_fallback_request_is_the_bare_runner_with_a_private_root(tmp_path: Path) -> None:
     backend = LocalBackend(home=tmp_path / "home")
-    req = backend.build_request(launch(tmp_path), Isolation(bwrap=False, netns=False))
+    req = backend.build_task_request(launch(tmp_path), Isolation(bwrap=False, netns=False))
     assert req.argv == [backend.python, "-m", "trainyard.runner", str(req.run_dir / "run.json")]
     assert req.run.sandbox.command_prefix == [] and req.run.sandbox.mounts == {}
     assert req.run.sandbox.root == str(req.run_dir / "sandbox" / "root")
@@ -103,12 +103,12 @@ def test_fallback_request_is_the_bare_runner_with_a_private_root(tmp_path: Path)
 def test_environment_gpus_and_interfaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = LocalBackend(home=tmp_path / "home")
     monkeypatch.delenv("TRAINYARD_SERVER_URL", raising=False)
-    req = backend.build_request(launch(tmp_path, environment={"NCCL_SOCKET_IFNAME": "eth9"}),
+    req = backend.build_task_request(launch(tmp_path, environment={"NCCL_SOCKET_IFNAME": "eth9"}),
                                 Isolation(bwrap=False, netns=True), gpus=(1,))
     env = req.run.sandbox.env
     assert env["CUDA_VISIBLE_DEVICES"] == "1"  # the real GPUs lent, not the slot numbers
     assert env["GLOO_SOCKET_IFNAME"] == "lo" and "NCCL_SOCKET_IFNAME" not in env
-    req = backend.build_request(launch(tmp_path), Isolation(bwrap=False, netns=False))
+    req = backend.build_task_request(launch(tmp_path), Isolation(bwrap=False, netns=False))
     assert req.run.sandbox.env["CUDA_VISIBLE_DEVICES"] == ""
 
 
@@ -140,7 +140,7 @@ def test_no_real_gpus_lends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_unstarted_means_no_index_entry(tmp_path: Path) -> None:
     backend = LocalBackend(home=tmp_path / "home")
     known, unknown = TaskKey("wf", "t", 0), TaskKey("wf", "t", 1)
-    local_mod._write_json(backend._index_path(known), {"run_dir": str(tmp_path / "r")})
+    backend.index.write(known, {"run_dir": str(tmp_path / "r")})
     assert backend.unstarted([known, unknown]) == [unknown]
 
 
@@ -152,7 +152,7 @@ def test_server_url_comes_from_server_json_and_its_port_is_forwarded(
     home.mkdir()
     (home / "server.json").write_text('{"pid": 1, "url": "http://127.0.0.1:8123", "create_time_s": 0}')
     backend = LocalBackend(home=home, forward_ports=[9000])
-    req = backend.build_request(launch(tmp_path), Isolation(bwrap=False, netns=False))
+    req = backend.build_task_request(launch(tmp_path), Isolation(bwrap=False, netns=False))
     assert req.run.sandbox.env["TRAINYARD_SERVER_URL"] == "http://127.0.0.1:8123"
     assert backend._forwarded_ports() == [8123, 9000]
 
@@ -161,10 +161,10 @@ def test_busybox_image_puts_applets_first(tmp_path: Path) -> None:
     if not shutil.which("busybox"):
         pytest.skip("busybox not installed")
     backend = LocalBackend(home=tmp_path / "home")
-    req = backend.build_request(launch(tmp_path, image="alpine:3.18"), Isolation(False, False))
+    req = backend.build_task_request(launch(tmp_path, image="alpine:3.18"), Isolation(False, False))
     (folder,) = req.run.sandbox.path_prepend
     assert os.path.realpath(Path(folder) / "nc") == os.path.realpath(shutil.which("busybox"))
-    ubuntu = backend.build_request(launch(tmp_path, image="ubuntu:22.04"), Isolation(False, False))
+    ubuntu = backend.build_task_request(launch(tmp_path, image="ubuntu:22.04"), Isolation(False, False))
     assert ubuntu.run.sandbox.path_prepend == []
 
 

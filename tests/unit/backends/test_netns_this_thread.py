@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from trainyard.backends import netns
+from trainyard.backends.local import netns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="making a network namespace needs root (CAP_SYS_ADMIN)")

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from trainyard import spec
-from trainyard.backends import local as local_mod
+from trainyard.backends.local import backend as local_mod
 from trainyard.backends.base import TaskKey, TaskLaunch
-from trainyard.backends.container import (ContainerPlan, container_mounts, container_name,
+from trainyard.backends.local.container import (ContainerPlan, container_mounts, container_name,
                                           podman_argv, probe_podman)
 from trainyard.backends.images import image_note, runtime_for
 from trainyard.backends.local import Isolation, LocalBackend
-from trainyard.backends.sandbox import hosts_file_text
-from trainyard.backends.netns import EGRESS_ADDRESS, GroupNetwork, pasta_argv
+from trainyard.backends.local.sandbox import hosts_file_text
+from trainyard.backends.local.netns import EGRESS_ADDRESS, GroupNetwork, pasta_argv
 from trainyard.status import ExitCode
 from trainyard.errors import ConfigError
 from trainyard.pools import Pool, default_local_pool, load_pools
@@ -177,7 +177,7 @@ def test_a_host_network_task_joins_no_namespace(tmp_path: Path) -> None:
     pool = default_local_pool().model_copy(update={"allow_host_network": True})
     backend = LocalBackend(pool, home=tmp_path / "home")
     iso = Isolation(bwrap=True, netns=True)
-    req = backend.build_request(launch(tmp_path, host_network=True), iso, NET)
+    req = backend.build_task_request(launch(tmp_path, host_network=True), iso, NET)
     assert req.run.sandbox.command_prefix[0] == "bwrap" and not req.joins_group_network
     assert "the host's network (hostNetwork: true)" in req.run.sandbox.description
     assert not backend._needs_group_network([launch(tmp_path, host_network=True)], iso)
@@ -190,7 +190,7 @@ def test_an_image_of_a_podman_pool_is_a_container_request(tmp_path: Path) -> Non
     iso = Isolation(bwrap=True, netns=True)
     task = launch(tmp_path, image="localhost/trainyard-surely-absent:0")
     assert backend._needs_group_network([task], iso)  # podman joins it by path
-    req = backend.build_request(task, iso, NET)
+    req = backend.build_task_request(task, iso, NET)
     sandbox = req.run.sandbox
     assert "podman" in sandbox.command_prefix and not req.hosted
     assert sandbox.command_prefix[-1] == "localhost/trainyard-surely-absent:0"
@@ -202,7 +202,7 @@ def test_an_image_of_a_podman_pool_is_a_container_request(tmp_path: Path) -> Non
 
 def test_a_pool_without_podman_says_the_hosts_tools_run(tmp_path: Path) -> None:
     backend = LocalBackend(default_local_pool(), home=tmp_path / "home")
-    req = backend.build_request(launch(tmp_path, image="ubuntu:22.04"),
+    req = backend.build_task_request(launch(tmp_path, image="ubuntu:22.04"),
                                 Isolation(bwrap=True, netns=True), NET)
     assert req.run.sandbox.command_prefix[0] == "nsenter"
     assert "image ubuntu:22.04 is NOT run" in req.run.sandbox.description
@@ -214,12 +214,12 @@ def test_where_pasta_cannot_attach_the_log_says_no_egress(
 ) -> None:
     monkeypatch.setattr(local_mod, "_why_no_egress", lambda: "pasta is not installed")
     backend = LocalBackend(default_local_pool(), home=tmp_path / "home")
-    req = backend.build_request(launch(tmp_path), Isolation(bwrap=True, netns=True), NET)
+    req = backend.build_task_request(launch(tmp_path), Isolation(bwrap=True, netns=True), NET)
     assert "no egress (pasta is not installed)" in req.run.sandbox.description
     assert not backend._egress_on()
     off = LocalBackend(default_local_pool().model_copy(update={"egress": False}),
                        home=tmp_path / "home")
-    assert "no egress (pool egress: false)" in off.build_request(
+    assert "no egress (pool egress: false)" in off.build_task_request(
         launch(tmp_path), Isolation(bwrap=True, netns=True), NET).run.sandbox.description
 
 
@@ -229,12 +229,12 @@ def test_the_log_says_whether_egress_goes_through_the_router(
     monkeypatch.setattr(local_mod, "_why_no_egress", lambda: None)
     backend = LocalBackend(default_local_pool(), home=tmp_path / "home")
     monkeypatch.setattr(local_mod, "probe_router", lambda: None)
-    text = backend.build_request(launch(tmp_path), Isolation(bwrap=True, netns=True),
+    text = backend.build_task_request(launch(tmp_path), Isolation(bwrap=True, netns=True),
                                  NET).run.sandbox.description
     assert "egress through pasta behind the launcher's egress router" in text
     monkeypatch.setattr(local_mod, "probe_router",
                         lambda: "nft is not installed (Debian package nftables)")
-    text = backend.build_request(launch(tmp_path), Isolation(bwrap=True, netns=True),
+    text = backend.build_task_request(launch(tmp_path), Isolation(bwrap=True, netns=True),
                                  NET).run.sandbox.description
     assert ("egress through pasta of its own (no egress router: nft is not installed "
             "(Debian package nftables))") in text

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from trainyard.backends.container import ContainerPlan, podman_argv
-from trainyard.backends.sandbox import (OSMO_WORKSPACE, SandboxPlan, bwrap_argv, clear_links,
+from trainyard.backends.local.container import ContainerPlan, podman_argv
+from trainyard.backends.local.sandbox import (OSMO_WORKSPACE, SandboxPlan, bwrap_argv, clear_links,
                                         task_owned)
 
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainyard.backends import sandbox
-from trainyard.backends.sandbox import (IDMAPPED, PWD_LOCK, SandboxPlan, account_entries,
+from trainyard.backends.local import sandbox
+from trainyard.backends.local.sandbox import (IDMAPPED, PWD_LOCK, SandboxPlan, account_entries,
                                        fresh_layer, fresh_paths, scrub_passwords)
 
 TASK_UID = 65534

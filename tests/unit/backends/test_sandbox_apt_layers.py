@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.backends import sandbox
-from trainyard.backends.sandbox import (IDMAPPED, OPAQUE_XATTR, SandboxPlan, fresh_layer,
+from trainyard.backends.local import sandbox
+from trainyard.backends.local.sandbox import (IDMAPPED, OPAQUE_XATTR, SandboxPlan, fresh_layer,
                                        fresh_paths, idmapped_covers, overlays, skeleton_base,
                                        system_skeleton)
 

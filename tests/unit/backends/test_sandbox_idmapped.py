@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.backends import sandbox
-from trainyard.backends.sandbox import (IDMAPPED, SandboxPlan, bwrap_argv, clear_links,
+from trainyard.backends.local import sandbox
+from trainyard.backends.local.sandbox import (IDMAPPED, SandboxPlan, bwrap_argv, clear_links,
                                        idmapped_covers, overlays)
 from trainyard.linux.safefs import _id_map
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from trainyard.backends.sandbox import (PRIVILEGE_ARGS, SandboxPlan, bwrap_argv, clear_links,
+from trainyard.backends.local.sandbox import (PRIVILEGE_ARGS, SandboxPlan, bwrap_argv, clear_links,
                                        overlays, sandbox_mounts)
 
 
@@ -90,7 +90,7 @@ def test_links_the_task_left_where_bwrap_mounts_are_removed(tmp_path: Path) -> N
 
 
 def test_with_a_host_uid_the_runner_maps_it_and_bwrap_drops_every_capability(tmp_path: Path) -> None:
-    from trainyard.backends.sandbox import REMAP_ARGS, bwrap_end, task_owned
+    from trainyard.backends.local.sandbox import REMAP_ARGS, bwrap_end, task_owned
 
     root = tmp_path / "root"
     plan = SandboxPlan(root_dir=root, hostname="t", host_uid=65534,
@@ -113,7 +113,7 @@ def test_with_a_host_uid_the_runner_maps_it_and_bwrap_drops_every_capability(tmp
 
 
 def test_without_a_host_uid_the_hosts_unreadable_files_are_covered(tmp_path: Path) -> None:
-    from trainyard.backends.sandbox import secret_covers
+    from trainyard.backends.local.sandbox import secret_covers
 
     host = tmp_path / "host"
     (host / "etc" / "ssh").mkdir(parents=True)

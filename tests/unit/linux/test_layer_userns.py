@@ -61,7 +61,7 @@ def test_a_launchers_spare_keeps_the_namespace_and_makes_none() -> None:
     """Issue 15: a forked runner (a spare of the launcher, which closes every descriptor it
     does not know) used to fork a child to make its own namespace, ~8 ms on the start of
     the gang's task with an output. It now keeps the launcher's and makes none."""
-    from trainyard.backends.launcher import _Launcher
+    from trainyard.backends.local.launcher import _Launcher
 
     made = safefs._layer_userns(65534, 65534)
     assert made in safefs.layer_userns_fds()

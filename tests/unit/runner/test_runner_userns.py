@@ -62,7 +62,7 @@ def test_bwrap_runs_as_the_tasks_host_uid_and_its_command_keeps_no_capability(
     uid 0 with no capability in any set and cannot make a user namespace. The same whether
     the starting thread switched its own ids or an ``nsenter`` did; the caller is root again
     after, with its groups."""
-    from trainyard.backends.sandbox import REMAP_ARGS
+    from trainyard.backends.local.sandbox import REMAP_ARGS
     from trainyard.linux import thread_ids
     from trainyard.runfile import UserNamespace
     from trainyard.linux.userns import Handshake

@@ -33,16 +33,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
+from typing import Any
 
-from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch, server_url_for_tasks
-from trainyard.backends.base import task_api_env
+from trainyard.backends.attempts import AttemptIndex, tail, write_private
+from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLaunch
+from trainyard.backends.base import server_url_for_tasks, task_api_env
 from trainyard.backends.images import runtime_for, runtime_path
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.slurm.options import SlurmOptions, parse_options
@@ -69,7 +69,7 @@ SUBMIT_MARGIN_S = 30.0
 class _Attempt:
     key: TaskKey
     run_dir: Path | None
-    job_id: str | None
+    job_id: str | None = None
     job_name: str | None = None
     job_dir: Path | None = None
     submit_by: float = 0.0  # Unix time by which sbatch has surely answered
@@ -80,7 +80,7 @@ class _Attempt:
     stop_pending: bool = False
 
 
-class SlurmBackend:
+class SlurmBackend(Backend[SlurmBatchRequest]):
     """Runs each gang as one Slurm job (see module docstring).
 
     Args:
@@ -104,33 +104,37 @@ class SlurmBackend:
         self.state_dir = self.home / "slurm"
         self.python = python or self.options.python or sys.executable
         self.commands = commands or SlurmCommands(self.options.slurm_conf)
+        self.index = AttemptIndex(self.state_dir)
         self._attempts: dict[TaskKey, _Attempt] = {}
         self._last_status = float("-inf")
 
     # ------------------------------------------------------------------ requests
 
     def build_request(self, launches: list[TaskLaunch]) -> SlurmBatchRequest:
-        """The batch request for one gang start (no side effects)."""
-        return build_request(launches, self.options, self.home, self.python)
+        """The batch request for one gang start (no side effects; its ``render()`` is the
+        sbatch command and script). The tasks' API tokens are added by ``send`` only.
 
-    def dry_run(self, launches: list[TaskLaunch]) -> str:
-        """The sbatch command and script that ``start_group(launches)`` would submit."""
-        return self.build_request(launches).render()
+        Raises:
+            BackendError: the image runtime's folder cannot be made.
+        """
+        try:
+            prepend = {launch.key: self._path_prepend(launch) for launch in launches}
+        except OSError as exc:
+            raise BackendError(f"slurm backend could not prepare group {launches[0].group!r}: "
+                               f"{exc}") from exc
+        return build_request(launches, self.options, self.home, self.python, prepend,
+                             server_url=server_url_for_tasks(self.home))
 
     # ------------------------------------------------------------------ Backend API
 
-    def start_group(self, launches: list[TaskLaunch]) -> None:
+    def send(self, request: SlurmBatchRequest) -> None:
         """Submit one job for the gang. Slurm starts all its tasks or none.
 
         Raises:
             BackendError: the files could not be written or sbatch refused the job.
         """
-        if not launches:
-            return
+        launches = request.launches
         try:
-            prepend = {launch.key: self._path_prepend(launch) for launch in launches}
-            request = build_request(launches, self.options, self.home, self.python, prepend,
-                                    server_url=server_url_for_tasks(self.home))
             for run in request.runs.values():  # not in build_request: --dry-run prints it
                 run.sandbox.env.update(task_api_env(self.home, run.workflow_id))
             attempts = self._announce(request)
@@ -177,7 +181,7 @@ class SlurmBackend:
 
     def entry(self, key: TaskKey) -> dict[str, Any]:
         """How to run a command beside the running attempt ``key`` (``workflow exec``;
-        optional hook): ``{"backend": "slurm", "job_id", "node": the node of the task's
+        ``Backend.entry``): ``{"backend": "slurm", "job_id", "node": the node of the task's
         step, "slurm_conf", "python": the runner's interpreter on the nodes}``, for ``srun --overlap --jobid JOB --nodelist NODE``.
 
         Raises:
@@ -202,7 +206,7 @@ class SlurmBackend:
         repeats as no-ops); an attempt with no record here is reported LOST by ``poll``, and
         one whose record has no job id is looked up first (see ``unstarted``).
         """
-        attempts = [self._find(k) or self._remember(_Attempt(k, None, None)) for k in keys]
+        attempts = [self._find(k) or self._remember(_Attempt(k, None)) for k in keys]
         try:
             for attempt in attempts:
                 self._resolve(attempt)
@@ -266,8 +270,9 @@ class SlurmBackend:
         """Write each attempt's index record, without a job id, before anything is submitted
         (``unstarted``: no record means never submitted). Returns the attempts."""
         submit_by = time.time() + self.commands.timeout_s + SUBMIT_MARGIN_S
-        attempts = [_Attempt(launch.key, Path(launch.run_dir), None, request.job_name,
-                             request.job_dir, submit_by) for launch in request.launches]
+        attempts = [_Attempt(launch.key, Path(launch.run_dir), job_name=request.job_name,
+                             job_dir=request.job_dir, submit_by=submit_by)
+                    for launch in request.launches]
         for attempt in attempts:
             self._save(attempt)
         return attempts
@@ -281,8 +286,8 @@ class SlurmBackend:
                 _adopt_files(run_dir, self._earlier_run_dirs(launch.key, run_dir))
             _private_tmp(run_dir)
             run = request.runs[launch.key]
-            _write_text(run_dir / "run.json", run.model_dump_json())
-        _write_text(request.script_path, request.script)
+            write_private(run_dir / "run.json", run.model_dump_json())
+        write_private(request.script_path, request.script)
 
     def _earlier_run_dirs(self, key: TaskKey, run_dir: Path) -> list[Path]:
         """Run folders of the task's earlier attempts, latest first (from their records,
@@ -304,15 +309,11 @@ class SlurmBackend:
         """Write the attempt's index record (nothing for one without a run folder)."""
         if attempt.run_dir is None:
             return
-        _write_text(self._index_path(attempt.key), json.dumps({
+        self.index.write(attempt.key, {
             "run_dir": str(attempt.run_dir), "job_id": attempt.job_id,
             "job_name": attempt.job_name,
             "job_dir": str(attempt.job_dir) if attempt.job_dir else None,
-            "submit_by": attempt.submit_by}))
-
-    def _index_path(self, key: TaskKey) -> Path:
-        return (self.state_dir / "attempts" / quote(key.workflow_id, safe="")
-                / quote(key.task, safe="") / f"{key.retry_id}.json")
+            "submit_by": attempt.submit_by})
 
     def _find(self, key: TaskKey) -> _Attempt | None:
         """The attempt, from memory or from the index (started by an earlier object)."""
@@ -325,13 +326,15 @@ class SlurmBackend:
 
     def _load(self, key: TaskKey) -> _Attempt | None:
         """The attempt as its index record has it (None without one)."""
+        record = self.index.read(key)
+        if record is None:
+            return None
         try:
-            record = json.loads(self._index_path(key).read_text())
             job_id, job_dir = record.get("job_id"), record.get("job_dir")
             return _Attempt(key, Path(record["run_dir"]), str(job_id) if job_id else None,
                             record.get("job_name"), Path(job_dir) if job_dir else None,
                             float(record.get("submit_by") or 0.0))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
     # ------------------------------------------------------------------ observing
@@ -360,10 +363,10 @@ class SlurmBackend:
             return []
         facts = []
         for attempt in live:
-            facts += self._judge(attempt, states, steps)
+            facts += self._ending_fact(attempt, states, steps)
         return facts
 
-    def _judge(self, attempt: _Attempt, states: dict[str, tuple[str, str]],
+    def _ending_fact(self, attempt: _Attempt, states: dict[str, tuple[str, str]],
                steps: dict[str, dict[str, str]]) -> list[TaskFact]:
         """The attempt's ending fact, once its job or step is gone for ``lost_grace_s``."""
         if attempt.job_id is None:
@@ -399,8 +402,8 @@ class SlurmBackend:
 
     def _gone(self, attempt: _Attempt, state: str, message: str) -> TaskFact:
         attempt.done = True
-        tail = _tail(attempt.run_dir / RUNNER_OUT) if attempt.run_dir else ""
-        text = f"{message}: {tail}" if tail else message
+        last = tail(attempt.run_dir / RUNNER_OUT) if attempt.run_dir else ""
+        text = f"{message}: {last}" if last else message
         return TaskFact(attempt.key, fact_for_state(state), time.time(), None, text)
 
     # ------------------------------------------------------------------ stopping
@@ -461,22 +464,6 @@ def _job_of_output(job_dir: Path) -> str | None:
     """The job id in ``<job_dir>/slurm-<id>.out`` (written by Slurm once the job starts)."""
     ids = [p.name[len("slurm-"):-len(".out")] for p in job_dir.glob("slurm-*.out")]
     return max((j for j in ids if j.isdigit()), key=int, default=None)
-
-
-def _write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # run.json: a token
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    partial.replace(path)
-
-
-def _tail(path: Path, limit: int = 400) -> str:
-    try:
-        return path.read_text(errors="replace")[-limit:].strip()
-    except OSError:
-        return ""
 
 
 def create(pool: Pool, home: Path) -> SlurmBackend:

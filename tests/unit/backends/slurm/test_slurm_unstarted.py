@@ -44,7 +44,7 @@ def _crashed_start(home: Path, fake: FakeSlurm, when: str) -> list[TaskLaunch]:
 
 
 def _record(backend: SlurmBackend, key: TaskKey) -> dict:
-    return json.loads(backend._index_path(key).read_text())
+    return json.loads(backend.index.path(key).read_text())
 
 
 def _age_records(backend: SlurmBackend, keys: list[TaskKey]) -> None:
@@ -52,7 +52,7 @@ def _age_records(backend: SlurmBackend, keys: list[TaskKey]) -> None:
     for key in keys:
         record = _record(backend, key)
         record["submit_by"] = 0.0
-        backend._index_path(key).write_text(json.dumps(record))
+        backend.index.path(key).write_text(json.dumps(record))
 
 
 def test_attempts_without_a_record_are_unstarted_and_submitted_ones_are_not(

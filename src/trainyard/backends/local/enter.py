@@ -1,12 +1,12 @@
 """Entering a running local task (``workflow exec``, ``port-forward``, ``rsync``).
 
-A local task's command runs under bubblewrap (``backends.sandbox``) in its group's network
-namespace (``backends.netns``). Its sandbox's init process (bwrap's PID 1 of the task's PID
+A local task's command runs under bubblewrap (``backends.local.sandbox``) in its group's network
+namespace (``backends.local.netns``). Its sandbox's init process (bwrap's PID 1 of the task's PID
 namespace, ``find_sandbox_init``) holds every namespace the command lives in: user (uid 0
 inside, no capabilities for the task), mount (the task's ``/`` with its overlay and its
 ``/tmp``), PID, IPC, UTS and network.
 
-``python -m trainyard.backends.enter PID CREATED -- CMD...`` (``enter_argv``) runs CMD in
+``python -m trainyard.backends.local.enter PID CREATED -- CMD...`` (``enter_argv``) runs CMD in
 them: opened before anything moves (``/proc/PID/ns/*``, ``/proc/PID/root``), checked to be
 the same process (its create time), then ``setns`` into each namespace (the user namespace
 last, as nsenter does for a privileged caller), ``chroot`` into the task's root, fork (the
@@ -106,7 +106,7 @@ def enter_argv(pid: int, created: float, command: list[str], *, tty: bool = Fals
     """The host command that runs ``command`` inside the namespaces of process ``pid``
     (created at ``created``, Unix seconds); with ``tty``, the command's stdin is made its
     controlling terminal (give it a pty's slave)."""
-    return [python, "-m", "trainyard.backends.enter", str(pid), repr(created),
+    return [python, "-m", "trainyard.backends.local.enter", str(pid), repr(created),
             *(["--tty"] if tty else []), "--", *command]
 
 
@@ -116,7 +116,7 @@ def connect_inside(pid: int, address: str, port: int, timeout_s: float = 10.0) -
     Raises:
         OSError: the namespace cannot be joined (not permitted) or the connection is refused.
     """
-    from trainyard.backends.netns import join_namespace, on_own_thread
+    from trainyard.backends.local.netns import join_namespace, on_own_thread
 
     def work() -> socket.socket:
         join_namespace(f"/proc/{pid}/ns/net")
@@ -130,7 +130,7 @@ def connect_inside(pid: int, address: str, port: int, timeout_s: float = 10.0) -
 def relay(outer: socket.socket, inner: socket.socket) -> None:
     """Copy bytes both ways until both directions end (the keeper's pump, ``netns``), then
     close both sockets."""
-    from trainyard.backends.netns import _pump
+    from trainyard.backends.local.netns import _pump
 
     back = threading.Thread(target=_pump, args=(inner, outer), daemon=True)
     back.start()
@@ -213,11 +213,11 @@ def _run_child(command: list[str], tty: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m trainyard.backends.enter PID CREATED [--tty] -- CMD...``; returns the
+    """``python -m trainyard.backends.local.enter PID CREATED [--tty] -- CMD...``; returns the
     command's exit status (128+N for a signal, as a shell does)."""
     args = sys.argv[1:] if argv is None else argv
     if "--" not in args or len(args) < 4:
-        sys.stderr.write("usage: python -m trainyard.backends.enter PID CREATED [--tty] -- CMD...\n")
+        sys.stderr.write("usage: python -m trainyard.backends.local.enter PID CREATED [--tty] -- CMD...\n")
         return 2
     split = args.index("--")
     head, command = args[:split], args[split + 1:]

@@ -1,84 +1,11 @@
-"""The local backend: every task is a task runner on this machine, its command in its own
-sandbox.
+"""``LocalBackend``: every task is a task runner on this machine, its command sandboxed.
 
-Start: the backend's launcher (``backends.launcher``, one long-lived process per backend
-folder, started on first use) starts one runner per ``TaskLaunch``: a forked runner process
-that leads its own session, so the task survives an engine restart (and a launcher restart);
-or, for a task that is ``hostable`` (bubblewrap sandbox, no inputs, outputs or checkpoints),
-a thread of the launcher (``runner.hosted``), which costs a quarter of the CPU of a forked
-runner: such a task survives an engine restart, but not the launcher's death (its sandbox
-dies with it; the task is reported LOST). An index entry under
-``<state_dir>/attempts/`` maps the attempt's key to its run_dir, written BEFORE the start
-(write-ahead: an attempt without one was surely never started, see ``unstarted``); the
-runner's pid, create time and GPUs (and ``hosted_by``, the launcher's name, for a hosted
-runner, whose pid is the launcher's) go to ``<run_dir>/launch.json`` (written by the launcher
-as it starts the runner, before it replies), so a new
-backend object finds the attempt again (``recover``). A pid alone is never trusted (pids are
-reused): a process is the task's only while its create time matches; a hosted runner lives
-while its launcher does and its thread has not written ``runner.ended``.
-
-Several gangs at once (``start_groups``; the engine no longer calls it with more than one:
-measured slower, its runner threads contended, docs/benchmarks.md "Batched starts turned
-off"; ``start_group`` is its one-gang case): this thread
-prepares each gang's starts (the folders, ``run.json``, the index entry) while a sender thread
-hands the ones prepared so far to the launcher in one ``run_many`` request; the launcher
-starts each, writes its ``launch.json`` before replying, and answers per task. A gang is
-still all or none: a task that did not start fails its gang (its started peers are stopped),
-never the other gangs of the request (issue 11, throughput).
-
-Facts: ``poll`` tails each ``<run_dir>/events.jsonl`` (written by the runner) and reports each
-event once per backend object; a runner gone without EXITED is LOST (START_ERROR if it never
-reported anything: it could not even read its input). Whatever an ended attempt left running
-is killed (one scan of the process table per poll for all attempts that ended; a hosted
-runner's sandbox leaves nothing). ``stop`` sends SIGTERM to the runner (it stops its
-command's process group and reports a non-zero exit) and SIGKILLs the whole tree and session
-after ``stop_grace_s``, from a background thread: ``stop`` returns at once and is idempotent.
-A hosted runner is asked through the launcher (``LauncherClient.stop_hosted``) and does the
-same to its command itself.
-
-Isolation, chosen once per process by probing what works here (see ``probe_isolation``). The
-runner itself stays on the host (it moves data with the host's network and credentials) and
-puts only the command behind the sandbox prefix (``SandboxSettings.command_prefix``):
-
-- sandbox ``bwrap`` (``backends.sandbox``): own ``/`` and ``/tmp`` under
-  ``<run_dir>/sandbox/root``, the host's system folders with a private writable layer under
-  ``<run_dir>/sandbox/overlay`` (as root; read-only otherwise), cwd ``/``, private
-  PID/IPC/UTS/user namespaces without capabilities, host name = task name; no trainyard
-  home, no run folder but the task's own output and input folders, the pool-allowed
-  ``volumeMounts`` (``options.allowed_mounts``, checked again here); the runner writes files
-  where the sandbox shows them (``SandboxSettings.mounts``), following no link of the task's.
-  Fallback ``none`` (bwrap missing or refused, e.g. a container without user namespaces):
-  one warning, and the runner rewrites ``/tmp`` and file paths onto that same folder
-  (``SandboxSettings.root``) and runs the command there.
-- network ``netns``: one network namespace per group, held by the launcher, so two workflows
-  can both listen on 29400; ``{{host:TASK}}`` is a 127/8 address derived from (workflow id,
-  task name) and ``/etc/hosts`` names it. The server's loopback port
-  (``$TRAINYARD_SERVER_URL`` or ``<home>/server.json``) and ``forward_ports`` are forwarded
-  into the namespace, so the ``trainyard`` CLI works inside a task. Fallback ``loopback``
-  (no namespaces): same addresses on the host's loopback, with a warning that ports bound on
-  0.0.0.0 by two tasks collide.
-
-GPUs: the scheduler numbers GPU slots per virtual node, but the virtual nodes share this
-machine, so slots are not devices. At start each task borrows as many of the machine's real
-GPUs (``nvidia-smi -L``) as it has slots from one process-wide ``GpuLeases``, lowest free
-index first, and gets them as ``CUDA_VISIBLE_DEVICES``; no two live attempts of any local
-pool share a device. Slots with no free real GPU left run as CPU processes (a log line says
-so); without GPUs every task gets ``CUDA_VISIBLE_DEVICES=""``. A lease ends when the
-attempt ends (and is taken up again by ``recover``). Images: see ``backends.images``.
-
-RESTART (``restart_in_place``): the new attempt takes over the task's files from the latest
-earlier attempt: its sandbox (``/``, ``/tmp``, its files, the private layers of the system
-folders) and its ``{{output}}`` folder. RESCHEDULE starts in a new run folder: a fresh root.
-
-Egress and images (issue 11): each group namespace gets outbound access through pasta
-(``netns.start_egress``) unless the pool says ``egress: false``; a task with ``hostNetwork:
-true`` runs in the host's network namespace where the pool says ``allow_host_network: true``
-(refused otherwise); an image the pool maps to ``podman`` runs as a container
-(``backends.container``), whose leftovers the backend removes when the attempt ends.
-
-Pool ``options`` read here: ``sandbox`` (auto|bwrap|none), ``network`` (auto|netns|loopback),
-``forward_ports`` (list of host loopback ports), ``stop_grace_s``, ``launcher_idle_s`` (how
-long an idle launcher stays, default 60).
+Start: the launcher (``local.launcher``) forks a runner per task, or hosts it as a thread;
+an index record per attempt (``backends.attempts``) is written before the start and the
+runner's pid and create time go to ``<run_dir>/launch.json``, so a new backend object finds
+the attempt again (``recover``). Facts: ``poll`` tails each ``events.jsonl``; a runner gone
+without EXITED is LOST. Stop: SIGTERM, then SIGKILL of the whole tree after
+``stop_grace_s``. Design and measurements: docs/local-backend.md.
 """
 
 from __future__ import annotations
@@ -90,42 +17,39 @@ import json
 import logging
 import os
 import queue
-import shutil
+import shlex
 import signal
 import sys
-import sysconfig
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlparse
+from urllib.parse import urlparse
 
 import psutil
 
-import trainyard
-from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch, server_url_for_tasks
-from trainyard.backends.base import task_api_env
+from trainyard.backends.attempts import AttemptIndex, tail, write_json
+from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLaunch
+from trainyard.backends.base import server_url_for_tasks, task_api_env
 from trainyard.backends.facts import ENDING, read_facts
-from trainyard.backends import container
+from trainyard.backends.local import container
 from trainyard.backends.images import image_note, runtime_for, runtime_path
-from trainyard.backends.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
+from trainyard.backends.local.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
                                      probe_netns)
-from trainyard.backends.router import probe_router
-from trainyard.backends.launcher import LauncherClient
-from trainyard.backends.wakeup import FactsSocket
-from trainyard.backends.sandbox import (IDMAPPED, OSMO_WORKSPACE, TASK_HOST_UID, bwrap_end,
-                                       fresh_paths, probe_remap, skeleton_base, task_owned)
-from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, clear_links, hosts_file_text,
-                                       needs_bind, overlay_supported, overlays, probe_bwrap,
-                                       sandbox_mounts)
+from trainyard.backends.local.router import probe_router
+from trainyard.backends.local.isolation import LaunchRequest, strategy_for
+from trainyard.backends.local.launcher import LauncherClient
+from trainyard.backends.local.wakeup import FactsSocket
+from trainyard.backends.local.sandbox import (OSMO_WORKSPACE, bwrap_end, clear_links,
+                                              probe_bwrap, probe_remap)
 from trainyard.errors import BackendError, ConfigError, RefusedError
 from trainyard.pools import Pool, real_gpu_count, trainyard_home
 from trainyard.linux import proctree
 from trainyard.runner.hosted import DATA_FIELDS, ENDED, hostable
 from trainyard.runner.report import EVENTS, FACTS_SOCKET_ENV, read_events
-from trainyard.runfile import SandboxSettings, TaskLimits, TaskRun, UserNamespace
+from trainyard.runfile import SandboxSettings, TaskLimits, TaskRun
 from trainyard.spec.fields import split_mount
 from trainyard.spec.poolfit import ALLOWED_MOUNTS_OPTION, allowed_mounts
 
@@ -134,7 +58,8 @@ DEFAULT_PIDS_MAX = 4096
 runs as the host's nobody, so without a group of its own one task could take that uid's whole
 process count from all others."""
 
-__all__ = ["LocalBackend", "Isolation", "LaunchRequest", "GpuLeases", "probe_isolation",
+__all__ = ["LocalBackend", "Isolation", "LaunchRequest", "GroupRequest", "GpuLeases",
+           "probe_isolation",
            "loopback_address", "gpu_count", "create"]
 
 log = logging.getLogger("trainyard.backends.local")
@@ -242,59 +167,22 @@ def loopback_address(workflow_id: str, task: str) -> str:
 # ---------------------------------------------------------------------- requests
 
 
-@dataclass
-class LaunchRequest:
-    """One task start, built apart from sending it (so it can be printed and tested).
+@dataclass(frozen=True)
+class GroupRequest:
+    """One gang's start on this machine: its launches and the isolation probed for them.
 
-    Attributes:
-        argv: how to run the runner by hand (the launcher forks it instead); the sandbox
-            prefix of the command is ``run.sandbox.command_prefix``.
-        run: the runner's input, ``sandbox`` filled.
-        writable_dirs: folders to create before the start (bind sources, outputs).
-        hosts_text: ``/etc/hosts`` for the sandbox (bwrap only).
-        hosted: the runner runs as a thread of the launcher (``runner.hosted.hostable``).
-        joins_group_network: the launcher moves that thread into the group's network
-            namespace (made if need be, as root) instead of an ``nsenter`` prefix.
+    The per-task ``LaunchRequest`` is built when it is sent, with the GPUs lent and the
+    group's network namespace made then; ``render()`` builds each one without those (no
+    GPU, no namespace path, no API token) for the dry run.
     """
 
-    key: TaskKey
-    run_dir: Path
-    argv: list[str]
-    run: TaskRun
-    root_dir: Path
-    writable_dirs: list[Path] = field(default_factory=list)
-    hosts_text: str | None = None
-    hosted: bool = False
-    joins_group_network: bool = False
-    plan: SandboxPlan | None = None
+    launches: list[TaskLaunch]
+    iso: Isolation
+    preview: Callable[[TaskLaunch], str]
 
-
-@functools.lru_cache(maxsize=1)
-def _runner_paths() -> tuple[str, ...]:
-    """Folders the interpreter and its imports live in (not the engine's script folder): the
-    command sees them read-only (``python``, ``torchrun`` of the venv)."""
-    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-             str(Path(trainyard.__file__).resolve().parent.parent)}
-    paths.update(sysconfig.get_paths().values())
-    paths.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                 if os.path.isabs(p))  # a worktree's src (not sys.path: it holds the cwd)
-    return tuple(sorted(p for p in paths if os.path.exists(p)))
-
-
-@functools.lru_cache(maxsize=1)
-def _runner_binds() -> tuple[str, ...]:
-    """The ``_runner_paths`` the sandbox must bind again to show them (asked once)."""
-    return tuple(p for p in _runner_paths() if needs_bind(p, False))
-
-
-@functools.lru_cache(maxsize=8)
-def _shown_runner_binds(home: Path) -> tuple[str, ...]:
-    """``_runner_binds`` without any folder that holds trainyard's home (its tokens, store
-    and runs are never shown to a task, whatever the import path says). Asked once per
-    home (it was ~18 ``realpath`` calls per task start)."""
-    real_home = os.path.realpath(home)
-    return tuple(p for p in _runner_binds()
-                 if not _inside(real_home, os.path.realpath(p)) and os.path.realpath(p) != "/")
+    def render(self) -> str:
+        """Each task's runner command, sandbox command prefix and run file, for a person."""
+        return "\n".join(self.preview(launch) for launch in self.launches)
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -383,13 +271,6 @@ def _runner_lives(attempt: _Attempt) -> bool:
     return proctree.same_process(attempt.pid, attempt.created) is not None
 
 
-def _tail(path: Path, limit: int = 400) -> str:
-    try:
-        return path.read_text(errors="replace")[-limit:].strip()
-    except OSError:
-        return ""
-
-
 @dataclass
 class _Start:
     """One task's start, prepared (``LocalBackend._prepare_start``) and then sent: its
@@ -463,7 +344,7 @@ class _Sender:
             start.result = result
 
 
-class LocalBackend:
+class LocalBackend(Backend[GroupRequest]):
     """Runs tasks as sandboxed processes on this machine (see module docstring).
 
     Args:
@@ -493,6 +374,7 @@ class LocalBackend:
         self.home = Path(home) if home else trainyard_home()
         self.state_dir = Path(state_dir) if state_dir else self.home / "local"
         self.python = python or sys.executable
+        self.index = AttemptIndex(self.state_dir)
         self._attempts: dict[TaskKey, _Attempt] = {}
         self._lock = threading.RLock()
         self._wake = threading.Event()
@@ -506,13 +388,22 @@ class LocalBackend:
 
     # ------------------------------------------------------------------ Backend API
 
-    def start_group(self, launches: list[TaskLaunch]) -> None:
+    def build_request(self, launches: list[TaskLaunch]) -> GroupRequest:
+        """The gang's start: its launches and this machine's isolation (probed once).
+
+        Raises:
+            BackendError: an isolation asked for explicitly does not work here.
+        """
+        iso = probe_isolation(self.sandbox, self.network, self.python)
+        return GroupRequest(list(launches), iso, functools.partial(self._preview, iso=iso))
+
+    def send(self, request: GroupRequest) -> None:
         """Start every task of one gang (all or none).
 
         Raises:
             BackendError: a task could not start; those already started are stopped.
         """
-        error = self.start_groups([launches])[0]
+        error = self._send_all([request])[0]
         if error is not None:
             raise error
 
@@ -531,23 +422,27 @@ class LocalBackend:
             Per gang, in order: None when every task started, else the ``BackendError``
             saying why not (its tasks that had started are stopped).
         """
-        iso = probe_isolation(self.sandbox, self.network, self.python)
+        return self._send_all([self.build_request(launches) for launches in groups])
+
+    def _send_all(self, requests: list[GroupRequest]) -> list[BackendError | None]:
+        """``start_groups`` of built requests (see there)."""
         self.home.mkdir(parents=True, exist_ok=True)
-        results: list[BackendError | None] = [None] * len(groups)
+        results: list[BackendError | None] = [None] * len(requests)
         sent: list[tuple[int, list[_Start]]] = []
-        with _Sender(self._launcher, self._runner_env(), threaded=len(groups) > 1) as sender:
-            for index, launches in enumerate(groups):
+        with _Sender(self._launcher, self._runner_env(), threaded=len(requests) > 1) as sender:
+            for index, request in enumerate(requests):
+                launches = request.launches
                 if not launches:
                     continue
                 try:
-                    starts = self._prepare_group(launches, iso)
+                    starts = self._prepare_group(launches, request.iso)
                 except (OSError, BackendError, ValueError) as exc:
                     results[index] = _group_error(launches, exc)
                     continue
                 sender.send(starts)
                 sent.append((index, starts))
         for index, starts in sent:
-            results[index] = self._finish_group(groups[index], starts)
+            results[index] = self._finish_group(requests[index].launches, starts)
         return results
 
     def poll(self) -> list[TaskFact]:
@@ -590,9 +485,9 @@ class LocalBackend:
         self._launcher.release()
 
     def notify_facts(self, wake: Callable[[], None]) -> bool:
-        """Optional hook: call ``wake`` (from a thread of its own) whenever a runner started
-        from now on writes an event, so the engine polls at once instead of at its next tick
-        (``backends.wakeup``: a Unix datagram socket in the state folder, named to the
+        """``Backend.notify_facts``: call ``wake`` (from a thread of its own) whenever a
+        runner started from now on writes an event, so the engine polls at once instead of at its next tick
+        (``backends.local.wakeup``: a Unix datagram socket in the state folder, named to the
         runners by ``FACTS_SOCKET_ENV``). Returns whether it listens; False when the socket
         cannot be bound (e.g. a state folder whose path is too long): facts are then read at
         the engine's tick, as without this hook. Calling it again replaces ``wake``."""
@@ -640,14 +535,14 @@ class LocalBackend:
 
     def entry(self, key: TaskKey) -> dict[str, Any]:
         """How to enter the running attempt ``key`` (``workflow exec``, ``port-forward``,
-        ``rsync``; optional hook): ``{"backend": "local", "machine": this machine's boot id,
-        "pid", "created": its bwrap init process (``backends.enter.find_sandbox_init``),
+        ``rsync``; ``Backend.entry``): ``{"backend": "local", "machine": this machine's boot id,
+        "pid", "created": its bwrap init process (``backends.local.enter.find_sandbox_init``),
         "address": the task's address in its group namespace, "run_dir"}``.
 
         Raises:
             RefusedError: the attempt is unknown here, has ended, or runs no bwrap sandbox.
         """
-        from trainyard.backends.enter import find_sandbox_init, machine_id
+        from trainyard.backends.local.enter import find_sandbox_init, machine_id
 
         with self._lock:
             attempt = self._attempts.get(key) or self._load(key)
@@ -663,70 +558,85 @@ class LocalBackend:
         """Those of ``keys`` this machine surely never started: no index entry (it is written
         before the runner is started), so starting them now cannot run one twice."""
         with self._lock:
-            return [k for k in keys if k not in self._attempts and not self._index_path(k).exists()]
+            return [k for k in keys if k not in self._attempts and not self.index.has(k)]
 
     def forget(self, workflow_id: str) -> None:
         """Drop what this backend keeps of an ended workflow that is being deleted (its
-        attempts' index entries; optional hook, issue 12 retention). Its attempts must no
+        attempts' index entries, ``Backend.forget``). Its attempts must no
         longer run (the engine checks with ``recover`` first)."""
         with self._lock:
             for key in [k for k in self._attempts if k.workflow_id == workflow_id]:
                 del self._attempts[key]
-            shutil.rmtree(self.state_dir / "attempts" / _safe(workflow_id), ignore_errors=True)
+            self.index.forget(workflow_id)
 
     # ------------------------------------------------------------------ building requests
 
-    def build_request(self, launch: TaskLaunch, iso: Isolation,
-                      net: GroupNetwork | None = None, gpus: tuple[int, ...] = ()) -> LaunchRequest:
-        """Turn a launch into the command line and runner input (no side effects).
+    def _preview(self, launch: TaskLaunch, iso: Isolation) -> str:
+        """One task of a dry run: the runner's command, the prefix its command runs under
+        and its run file, as ``build_task_request`` makes them without GPUs, the group's
+        namespace path or an API token. A podman task's container is only named (its image
+        is inspected and its root prepared at start)."""
+        key = launch.key
+        head = f"# task {key.task} (retry {key.retry_id}) on node {launch.node}"
+        if self._podman_for(runtime_for(launch.run.get("image"), self.images)):
+            return f"{head}: podman container of image {launch.run.get('image')}"
+        request = self.build_task_request(launch, iso, with_token=False)
+        run = request.run
+        return "\n".join([
+            head, f"$ {shlex.join(request.argv)}",
+            f"# the command runs under: {shlex.join(run.sandbox.command_prefix) or '(nothing)'}",
+            f"# {request.run_dir / 'run.json'}:", run.model_dump_json(indent=2)])
+
+    def build_task_request(self, launch: TaskLaunch, iso: Isolation,
+                           net: GroupNetwork | None = None, gpus: tuple[int, ...] = (), *,
+                           with_token: bool = True) -> LaunchRequest:
+        """Turn one launch into the command line and runner input (no side effects but
+        the probes, which are cached).
 
         Args:
             gpus: machine-wide indices of the real GPUs lent to the task (``GpuLeases``);
                 they become its ``CUDA_VISIBLE_DEVICES`` (empty: none visible).
+            with_token: put the task's API URL and token in its environment (not in a dry run).
         """
         run = TaskRun.model_validate(launch.run)
         run_dir = Path(launch.run_dir)
-        root = run_dir / "sandbox" / "root"
         runtime = runtime_for(run.image, self.images)
         podman = self._podman_for(runtime)
         run.sandbox = SandboxSettings(
-            root=None if iso.bwrap or podman else str(root),
             path_prepend=runtime_path(runtime, self.state_dir),
-            env=self._task_env(run, iso, gpus),
+            env=self._task_env(run, iso, gpus, with_token),
             description=self._describe(launch, iso, image_note(
-                run.image, runtime, None if podman else self._why_no_podman())))
-        run.sandbox.limits = self.task_limits(launch)
-        request = LaunchRequest(launch.key, run_dir, [], run, root)
+                run.image, runtime, None if podman else self._why_no_podman())),
+            limits=self.task_limits(launch))
+        request = LaunchRequest(launch.key, run_dir, [], run, run_dir / "sandbox" / "root")
         request.writable_dirs = self._writable_dirs(run)
-        if podman:
-            return self._container_request(request, iso, net, gpus)
-        prefix: list[str] = []
-        if iso.bwrap:
-            request.hosts_text = hosts_file_text(run.hosts)
-            plan = self._plan(request, remap=not (net is not None and net.user_ns
-                                                  and not run.host_network))
-            request.plan = plan
-            prefix = bwrap_argv(plan)
-            run.sandbox.mounts, run.sandbox.readonly = sandbox_mounts(plan)
-            run.sandbox.overlays = overlays(plan)
-            run.sandbox.volumes = {inside: host for host, inside in plan.volumes}
-            if plan.host_uid is not None:
-                own, below = task_owned(plan)
-                run.sandbox.userns = UserNamespace(
-                    host_uid=plan.host_uid, host_gid=plan.host_uid, own=own,
-                    own_dirs_below=below, fresh=fresh_paths(plan), args_at=bwrap_end(prefix))
-        request.hosted = hostable(run)
-        if run.host_network:
-            pass  # the host's network namespace: nothing to join
-        elif iso.netns and net is None and request.hosted and _holds_namespaces():
-            request.joins_group_network = True
-        elif iso.netns and net is not None:
-            prefix = net.join_argv() + prefix
-            if run.sandbox.userns is not None:
-                run.sandbox.userns.args_at = bwrap_end(prefix)
-        run.sandbox.command_prefix = prefix
+        remap = not (net is not None and net.user_ns and not run.host_network)
+        box = strategy_for(podman, iso.bwrap).sandbox(
+            self, request, remap=remap, net=net if iso.netns else None, gpus=gpus)
+        request.hosts_text, request.plan = box.hosts_text, box.plan
+        run.sandbox = run.sandbox.model_copy(update=box.settings)
+        if not box.network_by_path:
+            self._join_network(request, iso, net)
         request.argv = [self.python, "-m", "trainyard.runner", str(run_dir / "run.json")]
         return request
+
+    def _join_network(self, request: LaunchRequest, iso: Isolation,
+                      net: GroupNetwork | None) -> None:
+        """How the task gets into its group's network namespace: none for
+        ``hostNetwork``; a hosted runner's thread moved there by the launcher (as root);
+        else ``nsenter`` put before the sandbox prefix."""
+        run = request.run
+        request.hosted = hostable(run)
+        if run.host_network:
+            return  # the host's network namespace: nothing to join
+        if iso.netns and net is None and request.hosted and _holds_namespaces():
+            request.joins_group_network = True
+        elif iso.netns and net is not None:
+            prefix = net.join_argv() + run.sandbox.command_prefix
+            run.sandbox.command_prefix = prefix
+            if run.sandbox.userns is not None:
+                run.sandbox.userns = run.sandbox.userns.model_copy(
+                    update={"args_at": bwrap_end(prefix)})
 
     def task_limits(self, launch: TaskLaunch) -> TaskLimits | None:
         """The task's limits from its spec's resources (memory, cpu: a pod's requests as
@@ -736,9 +646,11 @@ class LocalBackend:
         return TaskLimits(memory_bytes=launch.resources.memory_bytes, cpu=launch.resources.cpu,
                           pids_max=self.pids_max)
 
-    def _task_env(self, run: TaskRun, iso: Isolation, gpus: tuple[int, ...]) -> dict[str, str]:
+    def _task_env(self, run: TaskRun, iso: Isolation, gpus: tuple[int, ...],
+                  with_token: bool = True) -> dict[str, str]:
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
-        env.update(task_api_env(self.home, run.workflow_id))  # URL and a task token
+        if with_token:
+            env.update(task_api_env(self.home, run.workflow_id))  # URL and a task token
         if iso.netns:
             for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
                 if name not in run.environment:
@@ -813,76 +725,6 @@ class LocalBackend:
         """Whether a task of this image runtime runs as a podman container here."""
         return runtime == container.RUNTIME and self._why_no_podman() is None
 
-    def _container_request(self, request: LaunchRequest, iso: Isolation,
-                           net: GroupNetwork | None, gpus: tuple[int, ...] = ()) -> LaunchRequest:
-        """The task's command as ``podman run ... IMAGE`` (``backends.container``): a runner
-        process (never hosted: the container does not die with a thread), the group's
-        namespace by path, the task's files, folders, volumes and lent GPUs passed in."""
-        run = request.run
-        assert run.image is not None
-        request.hosts_text = hosts_file_text(run.hosts)
-        network = "host"
-        if iso.netns and not run.host_network and net is not None:
-            network = f"ns:{net.ns_path or f'/proc/{net.ns_pid}/ns/net'}"
-        files = tuple(f.path if f.path.startswith("/") else f"/{f.path}" for f in run.files)
-        devices, visible = container.gpu_devices(gpus)
-        run.sandbox.env["CUDA_VISIBLE_DEVICES"] = visible  # CDI: counted from 0 inside
-        name = container.container_name(request.run_dir)
-        info = container.inspect_image(run.image)
-        no_root = container.why_no_own_root(info, overlay_supported()) if info else None
-        own_root = info is not None and no_root is None
-        bases = container.task_id_bases() if own_root else None
-        plan = container.ContainerPlan(
-            image=run.image, name=name,
-            hostname=run.task, network=network, root_dir=request.root_dir,
-            hosts_file=request.run_dir / "sandbox" / "hosts", files=files,
-            writable=tuple(str(d) for d in request.writable_dirs
-                           if Path(d) != request.run_dir),
-            volumes=self._volumes(run), devices=devices,
-            rootfs=container.rootfs_path(name) if own_root else None,
-            image_env=info.env if info is not None and own_root else (), id_bases=bases,
-            conf=container.containers_conf(self.state_dir),
-            seccomp=container.seccomp_profile(self.state_dir), limits=run.sandbox.limits)
-        run.sandbox.limits = None  # podman's flags set them (its OCI runtime's own group)
-        run.sandbox.command_prefix = container.podman_argv(plan)
-        run.sandbox.mounts = container.container_mounts(plan)
-        run.sandbox.userns = container.container_userns(plan)
-        run.sandbox.volumes = {inside: host for host, inside in plan.volumes}
-        run.sandbox.env_flag = "--env-file"
-        run.sandbox.env_defaults = dict(v.partition("=")[::2] for v in plan.image_env)
-        if info is None:
-            run.sandbox.start_error = container.missing_image_message(run.image)
-            run.sandbox.missing_image = run.image
-        else:
-            self._container_root(request, plan, info, no_root)
-        request.argv = [self.python, "-m", "trainyard.runner", str(request.run_dir / "run.json")]
-        return request
-
-    def _container_root(self, request: LaunchRequest, plan: container.ContainerPlan,
-                        info: container.ImageInfo, why_not: str | None) -> None:
-        """The container's own root for the runner to mount (``container.root_overlay``;
-        RESTART keeps ``<run_dir>/sandbox``, this layer with it) or why not, and what becomes
-        of an image ``USER`` that is not root: said in the task log (or a start error)."""
-        run = request.run
-        ids = None if info.runs_as_root or plan.id_bases is None else container.user_ids(info)
-        data_ids = None
-        if ids is not None and plan.id_bases is not None:  # the image's USER, mapped
-            plan = dataclasses.replace(plan, user=info.user)
-            run.sandbox.command_prefix = container.podman_argv(plan)
-            data_ids = container.user_host_ids(ids, plan.id_bases)
-        if plan.rootfs is not None:
-            layer = container.root_overlay(plan, info,
-                                           request.run_dir / "sandbox" / "overlay" / "image")
-            container.prepare_rootfs(plan, layer)
-            run.sandbox.overlays = [layer]
-            run.sandbox.userns = container.container_userns(plan, container.image_links(info),
-                                                            data_ids)
-        note, run.sandbox.start_error = container.user_note(plan.image, info,
-                                                            plan.rootfs is not None,
-                                                            mapped=data_ids is not None)
-        lines = (container.root_note(why_not), note)
-        run.sandbox.description += "".join(f"\n{line}" for line in lines if line)
-
     def _writable_dirs(self, run: TaskRun) -> list[Path]:
         dirs = [Path(run.run_dir), run.output_path]
         dirs += [run.input_path(i) for i in range(len(run.inputs))]
@@ -890,28 +732,7 @@ class LocalBackend:
             dirs.append(Path(run.barrier.folder))
         return dirs
 
-    def _plan(self, request: LaunchRequest, remap: bool = True) -> SandboxPlan:
-        """The task's sandbox: its own output and input folders writable (never its run
-        folder, the home or the barrier folder: the runner uses those from outside), the
-        interpreter and import path read-only, the pool-allowed volume mounts writable.
-        With ``remap`` (not when bwrap starts inside the group's user namespace) and where
-        ``probe_remap`` works, the task's uid 0 is ``TASK_HOST_UID`` of the host."""
-        run = request.run
-        writable = [str(run.output_path), *(str(run.input_path(i)) for i in range(len(run.inputs)))]
-        readonly = run.sandbox.path_prepend  # inputs need none: the runner copies them in
-        return SandboxPlan(
-            root_dir=request.root_dir, hostname=run.task,
-            hosts_file=request.run_dir / "sandbox" / "hosts",
-            writable=tuple(p for p in writable if needs_bind(p, True)),
-            readonly=_shown_runner_binds(self.home) + tuple(
-                p for p in readonly if os.path.exists(p) and needs_bind(p, False)),
-            overlay_dir=request.run_dir / "sandbox" / "overlay" if overlay_supported() else None,
-            volumes=self._volumes(run), hidden=(str(self.home),),
-            host_uid=TASK_HOST_UID if remap and probe_remap() is None else None,
-            idmapped=IDMAPPED,
-            skeleton_dir=skeleton_base() if overlay_supported() else None)
-
-    def _volumes(self, run: TaskRun) -> tuple[tuple[str, str], ...]:
+    def volumes(self, run: TaskRun) -> tuple[tuple[str, str], ...]:
         """``(host folder, path inside)`` of each ``volumeMounts`` entry, checked again
         against the pool's ``allowed_mounts`` (a backend made without a pool trusts the spec
         layer's check).
@@ -978,8 +799,8 @@ class LocalBackend:
         attempt = _Attempt(launch.key, Path(launch.run_dir))
         attempt.gpus = self._lend_gpus(attempt, launch)
         try:
-            request = self.build_request(launch, iso, net, attempt.gpus)
-            _write_json(self._index_path(request.key), {"run_dir": str(request.run_dir)})
+            request = self.build_task_request(launch, iso, net, attempt.gpus)
+            self.index.write(request.key, {"run_dir": str(request.run_dir)})
             self._prepare(request)
         except BaseException:
             _GPUS.give_back(attempt)
@@ -1002,7 +823,7 @@ class LocalBackend:
         """Write the attempt's ``launch.json`` where the launcher could not; a start that
         cannot be recorded fails its gang (it would be lost to an engine restart)."""
         try:
-            _write_json(Path(start.message["launch_json"]),
+            write_json(Path(start.message["launch_json"]),
                         {**start.message["launch"], "pid": start.attempt.pid,
                          "created": start.attempt.created})
         except OSError as exc:
@@ -1062,7 +883,7 @@ class LocalBackend:
             hosts = request.run_dir / "sandbox" / "hosts"
             hosts.write_text(request.hosts_text)
             hosts.chmod(0o644)
-        _write_json(request.run_dir / "run.json", request.run.model_dump(mode="json"))
+        write_json(request.run_dir / "run.json", request.run.model_dump(mode="json"))
 
     def _adopt_files(self, key: TaskKey, run_dir: Path) -> None:
         """RESTART in place: move the task's files into ``run_dir``, each folder from the
@@ -1082,15 +903,14 @@ class LocalBackend:
                 return earlier.run_dir / name
         return None
 
-    def _index_path(self, key: TaskKey) -> Path:
-        return (self.state_dir / "attempts" / _safe(key.workflow_id) / _safe(key.task)
-                / f"{key.retry_id}.json")
-
     def _load(self, key: TaskKey) -> _Attempt | None:
         """An attempt known from the index (started by an earlier backend object)."""
+        record = self.index.read(key)
         try:
-            run_dir = Path(json.loads(self._index_path(key).read_text())["run_dir"])
-        except (OSError, ValueError, KeyError, TypeError):
+            run_dir = Path(record["run_dir"]) if record is not None else None
+        except (KeyError, TypeError):
+            return None
+        if run_dir is None:
             return None
         try:
             launch = json.loads((run_dir / LAUNCH).read_text())
@@ -1132,14 +952,14 @@ class LocalBackend:
         if attempt.run_dir is None:
             return TaskFact(attempt.key, FactKind.LOST, time.time(), None,
                             "no record of this attempt on this machine")
-        tail = _tail(attempt.run_dir / RUNNER_OUT)
+        last = tail(attempt.run_dir / RUNNER_OUT)
         kind = FactKind.LOST if attempt.reported else FactKind.START_ERROR
         message = "the task runner ended without reporting an exit"
         if attempt.hosted and proctree.same_process(attempt.pid or 0, attempt.created) is None:
             message = (f"the launcher (pid {attempt.pid}) that ran the task runner as a thread "
                        "died, and the task's sandbox with it")
         return TaskFact(attempt.key, kind, time.time(), None,
-                        f"{message}: {tail}" if tail else message)
+                        f"{message}: {last}" if last else message)
 
     # ------------------------------------------------------------------ stopping
 
@@ -1221,7 +1041,7 @@ def _why_no_egress() -> str | None:
 
 def _holds_namespaces() -> bool:
     """Whether the launcher holds group namespaces as descriptors (as root, see
-    ``backends.launcher``), which a hosted runner's thread can join."""
+    ``backends.local.launcher``), which a hosted runner's thread can join."""
     return os.geteuid() == 0
 
 
@@ -1255,19 +1075,6 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:
         raise ConfigError(f"local backend option {name}: expected one of "
                           f"{', '.join(choices)}, got {value!r}")
     return value
-
-
-def _safe(name: str) -> str:
-    return quote(name, safe="") or "_"
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # run.json: a token
-    with os.fdopen(fd, "w") as handle:
-        handle.write(json.dumps(data))
-    partial.replace(path)
 
 
 def create(pool: Pool, home: Path) -> LocalBackend:

@@ -59,7 +59,7 @@ its descriptor (``netns.namespace_fd``); tasks join it with ``nsenter --net=/pro
 Otherwise a user namespace is needed too, which only a single-threaded process may make, so
 a forked child makes and holds it (``netns.hold_namespace``) and tasks join it by pid.
 Egress: unless the request says ``"egress": false``, a new namespace gets a veth pair to the
-launcher's egress router (``backends.router``: one router namespace, one pasta and one
+launcher's egress router (``backends.local.router``: one router namespace, one pasta and one
 nftables rule set per launcher, made at the first group that asks for egress, a child of the
 launcher that dies with it); the veth goes with the group's namespace. Where the router
 cannot be made (not root, no ``nft``: ``router.probe_router``; its pasta or rules failed),
@@ -102,8 +102,8 @@ from pathlib import Path
 from typing import Any
 
 import trainyard
-from trainyard.backends import netns
-from trainyard.backends.router import EgressRouter, GroupLink, probe_router
+from trainyard.backends.local import netns
+from trainyard.backends.local.router import EgressRouter, GroupLink, probe_router
 from trainyard.errors import BackendError
 from trainyard.linux import nsgate, proctree, safefs
 from trainyard.runner.hosted import ENDED, HostedRunner
@@ -275,7 +275,7 @@ class LauncherClient:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if self._answers():
                 return
-            argv = [self.python, "-m", "trainyard.backends.launcher", self.name,
+            argv = [self.python, "-m", "trainyard.backends.local.launcher", self.name,
                     "--idle-s", str(self.idle_s)]
             try:
                 with open(self.state_dir / LOG, "ab") as log:
@@ -935,8 +935,8 @@ def _say(line: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m trainyard.backends.launcher NAME [--idle-s S] [--group-grace-s S]``."""
-    parser = argparse.ArgumentParser(prog="python -m trainyard.backends.launcher")
+    """``python -m trainyard.backends.local.launcher NAME [--idle-s S] [--group-grace-s S]``."""
+    parser = argparse.ArgumentParser(prog="python -m trainyard.backends.local.launcher")
     parser.add_argument("name", help="abstract socket name (address_name)")
     parser.add_argument("--idle-s", type=float, default=300.0)
     parser.add_argument("--group-grace-s", type=float, default=5.0)

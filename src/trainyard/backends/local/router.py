@@ -4,7 +4,7 @@ Why: a pasta per group costs ~10-15 ms of CPU and 70-110 ms of wall time per gro
 (docs/benchmarks.md, "Egress"), which made one-task groups 3-5x slower with egress than
 without. Here pasta is started once, attached to a *router* network namespace that the
 launcher holds; each group's namespace gets a veth pair to it, which costs only the pair, two
-addresses and a route (four rtnetlink requests, ``backends.rtnl``).
+addresses and a route (four rtnetlink requests, ``backends.local.rtnl``).
 
 Layout::
 
@@ -59,8 +59,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainyard.backends import netns
-from trainyard.backends.rtnl import Netlink
+from trainyard.backends.local import netns
+from trainyard.backends.local.rtnl import Netlink
 from trainyard.errors import BackendError
 
 __all__ = ["EgressRouter", "GroupLink", "probe_router", "slot_addresses", "RULES", "GROUP_NETWORK",

@@ -6,7 +6,7 @@ gets its own network namespace with only a loopback interface: its tasks reach e
 127/8 addresses (Linux routes all of 127/8 to ``lo``), and nothing binds in another group's
 namespace.
 
-How: a small *keeper* process (``python -m trainyard.backends.netns GROUP_DIR``) forks a child
+How: a small *keeper* process (``python -m trainyard.backends.local.netns GROUP_DIR``) forks a child
 that unshares a network namespace (``CLONE_NEWNET`` as root; ``CLONE_NEWUSER|CLONE_NEWNET``
 otherwise, mapping the user to root inside, as ``unshare -Urn`` does), brings ``lo`` up and
 holds it. Tasks join it with ``nsenter --target PID --net [--user --preserve-credentials]``.
@@ -21,7 +21,7 @@ namespace, connects to 127.0.0.1:PORT there and copies bytes both ways.
 
 Egress (``start_egress``): a group's namespace reaches hosts outside through ``pasta`` (Debian
 ``passt``). As root with ``nft``, the launcher attaches one pasta to its egress router's
-namespace and gives each group a veth to it (``backends.router``); otherwise, and as
+namespace and gives each group a veth to it (``backends.local.router``); otherwise, and as
 described here, each group gets a pasta of its own, a user-mode network stack attached to
 the namespace: it adds an ``eth0`` with
 ``EGRESS_ADDRESS`` and a default route, and turns the namespace's TCP, UDP and ICMP echo
@@ -133,7 +133,7 @@ def _read_info(group_dir: Path) -> GroupNetwork | None:
 
 def _start_keeper(group_dir: Path, forward_ports: Sequence[int], python: str,
                   idle_s: float) -> subprocess.Popen[bytes]:
-    argv = [python, "-m", "trainyard.backends.netns", str(group_dir), "--idle-s", str(idle_s)]
+    argv = [python, "-m", "trainyard.backends.local.netns", str(group_dir), "--idle-s", str(idle_s)]
     for port in forward_ports:
         argv += ["--forward", str(port)]
     with open(group_dir / "keeper.log", "ab") as log:
@@ -380,7 +380,7 @@ def pasta_argv(target: str, *, as_root: bool, userns: str | None = None,
         userns: the user namespace that owns the network namespace (not as root), as
             ``target``.
         ifname: the name of pasta's interface in the namespace (``-I``; default the host's
-            interface's name; the egress router names it, ``backends.router``).
+            interface's name; the egress router names it, ``backends.local.router``).
 
     Returns:
         argv; pasta writes its pid on its stdout once the namespace is configured.
@@ -641,8 +641,8 @@ def _release(group_dir: Path, child: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m trainyard.backends.netns GROUP_DIR [--forward PORT]... [--idle-s S]``."""
-    parser = argparse.ArgumentParser(prog="python -m trainyard.backends.netns")
+    """``python -m trainyard.backends.local.netns GROUP_DIR [--forward PORT]... [--idle-s S]``."""
+    parser = argparse.ArgumentParser(prog="python -m trainyard.backends.local.netns")
     parser.add_argument("group_dir", type=Path)
     parser.add_argument("--forward", type=int, action="append", default=[])
     parser.add_argument("--idle-s", type=float, default=20.0)

@@ -105,7 +105,7 @@ import yaml
 from trainyard.linux.safefs import MAPPED_OTHER_IDS
 from trainyard.runfile import OverlayMount, TaskLimits, UserNamespace
 
-from trainyard.backends.sandbox import OSMO_WORKSPACE, gpu_device_nodes
+from trainyard.backends.local.sandbox import OSMO_WORKSPACE, gpu_device_nodes
 
 __all__ = ["ContainerPlan", "podman_argv", "container_mounts", "container_name",
            "probe_podman", "image_present", "missing_image_message", "remove_containers",
@@ -323,7 +323,7 @@ def gpu_devices(gpus: Iterable[int], nodes: Iterable[str] | None = None,
     return tuple(found), ",".join(str(g) for g in lent)
 
 
-CONTAINERS_CONF_TEXT = """# trainyard: podman's settings for task containers (backends/container.py).
+CONTAINERS_CONF_TEXT = """# trainyard: podman's settings for task containers (backends/local/container.py).
 # No default sysctls: a task's container joins its group's network namespace, which its
 # remapped root may not change (net.ipv4.ping_group_range would fail the start).
 [containers]

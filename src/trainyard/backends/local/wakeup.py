@@ -23,7 +23,7 @@ from pathlib import Path
 
 __all__ = ["FactsSocket", "MAX_SOCKET_PATH_BYTES"]
 
-log = logging.getLogger("trainyard.backends.wakeup")
+log = logging.getLogger("trainyard.backends.local.wakeup")
 
 MAX_SOCKET_PATH_BYTES = 107
 """The longest path a Unix socket can be bound to on Linux (``sun_path`` is 108 bytes)."""
