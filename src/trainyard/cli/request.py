@@ -45,6 +45,10 @@ class SpecBody:
     set_env: list[str] = field(default_factory=list)
     pool: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    default_pool: str | None = None
+    priority: str | None = None
+    app: str | None = None
+    """Set by the server for ``app submit``; a CLI body leaves it None."""
 
     def to_json(self) -> dict[str, Any]:
         """The request body: every field, by its name (``None`` for no pool)."""

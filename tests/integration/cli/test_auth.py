@@ -114,7 +114,7 @@ def test_only_an_apps_owner_or_an_admin_may_change_or_delete_it(server: Server,
         assert refused.code == 8 and "app bobs-app belongs to bob" in refused.err, refused.err
     assert server.cli("app", "create", "bobs-app", str(path), **bob).code == 0  # version 2
     assert server.cli("app", "create", "bobs-app", str(path)).code == 0  # the admin: 3
-    listed = {a["name"]: a for a in server.main("app", "list", "-f", "json").json()}
+    listed = {a["name"]: a for a in server.main("app", "list", "-t", "json").json()}
     assert (listed["bobs-app"]["version"], listed["bobs-app"]["owner"]) == (3, "bob")
     gone = server.cli("app", "delete", "bobs-app")  # the admin
     assert (gone.code, gone.out.strip()) == (0, "App bobs-app deleted (3 versions)"), gone.err

@@ -118,7 +118,7 @@ def test_cancel_of_an_ended_workflow_says_so_and_exits_4(monkeypatch: pytest.Mon
     assert out == "Workflow b-2 cancel requested: RUNNING\n"
     assert err.splitlines() == ["Workflow a-1 had already ended: COMPLETED; nothing to cancel",
                                 "error: workflow c-3: no workflow c-3"]
-    code, out, _ = run(capsys, "workflow", "cancel", "c-3", "-f", "json")
+    code, out, _ = run(capsys, "workflow", "cancel", "c-3", "-t", "json")
     assert code == 3 and '"error": "no workflow c-3"' in out
 
 
@@ -136,8 +136,8 @@ def test_list_filters_reach_the_server_with_dates_in_utc(monkeypatch: pytest.Mon
                          "--submitted-before", "2026-02-01T01:00:00+01:00")
     assert (code, err) == (0, "")
     assert client.calls[0][2]["params"] == {
-        "status": [], "label": [], "user": "alice", "pool": "local", "offset": 5,
-        "order": "asc", "submitted_after_s": 1769817600.0, "submitted_before_s": 1769904000.0}
+        "status": [], "label": [], "user": ["alice"], "pool": ["local"], "all_users": False,
+        "offset": 5, "submitted_after_s": 1769817600.0, "submitted_before_s": 1769904000.0}
     assert "01-31 12:00:05" in out and "hello-osmo-12" in out
     assert max(len(line) for line in out.splitlines()) <= 80
 
@@ -179,7 +179,7 @@ def test_events_table_and_json(monkeypatch: pytest.MonkeyPatch,
     use(monkeypatch, FakeClient({("GET", "/api/workflow/w-1/events"): rows}))
     code, out, _ = run(capsys, "workflow", "events", "w-1")
     assert code == 0 and "RESCHEDULED" in out and "01-31 12:00:02" in out
-    code, out, _ = run(capsys, "workflow", "events", "w-1", "-f", "json")
+    code, out, _ = run(capsys, "workflow", "events", "w-1", "--format-type", "json")
     assert code == 0 and __import__("json").loads(out) == rows
 
 
