@@ -34,7 +34,7 @@ app = typer.Typer(no_args_is_help=True, help=f"Files at storage URLs. {STORAGE_H
 
 UrlArg = Annotated[str, typer.Argument(help="Storage URL (s3://bucket/prefix, file:///dir).")]
 RegexOpt = Annotated[str | None, typer.Option(
-    "--regex", help="Only files whose path relative to the folder or URL matches (re.search).")]
+    "--regex", "-x", help="Only files whose path relative to the folder or URL matches (re.search).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or log lines.")]
 
 
@@ -81,12 +81,53 @@ def download(
     typer.echo(f"downloaded {count} file(s) to {dest}")
 
 
+def _head(rel: str) -> str:
+    """What OSMO's listing without ``--recursive`` shows for a file: itself when it is
+    right below the URL, else its first folder (``name/``)."""
+    head, sep, _ = rel.partition("/")
+    return head + sep
+
+
 @app.command("list")
-def list_files(url: UrlArg, regex: RegexOpt = None, fmt: Format = FormatOption) -> None:
-    """List the files at URL with their sizes."""
+def list_files(
+    url: UrlArg,
+    local_path: Annotated[Path | None, typer.Argument(
+        help="Also write the listing here, one path a line.", metavar="[LOCAL_PATH]")] = None,
+    regex: RegexOpt = None,
+    prefix: Annotated[str | None, typer.Option(
+        "--prefix", "-p", help="Only paths (relative to URL) starting with this.")] = None,
+    recursive: Annotated[bool | None, typer.Option(
+        "--recursive/--no-recursive", "-r", help="Every file below URL (trainyard's default); "
+        "without it, as osmo, the files and folders right below URL.")] = None,
+    no_pager: Annotated[bool, typer.Option("--no-pager", help="OSMO's: never page (nothing "
+                                           "is paged here).")] = False,
+    fmt: Format = FormatOption,
+) -> None:
+    """List the files at URL with their sizes. JSON: a list of {"path", "size_bytes"}
+    (without --recursive under osmo: folders as "name/" with the size of what they hold)."""
+    from trainyard.cli.progname import by_program
     from trainyard.data import urls
 
-    files = urls.list_url(url, regex)
-    rows = [{"path": f.rel, "size_bytes": f.size} for f in files]
+    files = [f for f in urls.list_url(url, regex) if f.rel.startswith(prefix or "")]
+    if recursive if recursive is not None else by_program(False, True):
+        rows = [{"path": f.rel, "size_bytes": f.size} for f in files]
+    else:
+        sizes: dict[str, int] = {}
+        for f in files:
+            head = _head(f.rel)
+            sizes[head] = sizes.get(head, 0) + f.size
+        rows = [{"path": path, "size_bytes": size} for path, size in sizes.items()]
+    if local_path is not None:
+        local_path.write_text("".join(f"{r['path']}\n" for r in rows))
     emit(rows, fmt, lambda data: table(["path", "size"], [[r["path"], human_bytes(r["size_bytes"])]
                                                            for r in data]))
+
+
+@app.command("delete")
+def delete(url: UrlArg, regex: RegexOpt = None, quiet: QuietOpt = False) -> None:
+    """Delete the files at URL (those matching --regex): OSMO's `data delete`."""
+    from trainyard.data import urls
+
+    with mover_with_progress(quiet) as mover:
+        count = urls.delete(url, regex, mover)
+    typer.echo(f"deleted {count} file(s) at {url}")

@@ -46,8 +46,14 @@ __all__ = ["app", "main", "exit_now", "build_app", "groups_for", "command_for", 
            "MULTI_VALUE_FLAGS", "NARGS_FLAGS", "EXIT_CODES", "expand_multi_value_flags", "collector_paused"]
 
 SUBAPPS: tuple[str, ...] = ("workflow", "task", "app", "pool", "resource", "server", "dataset",
-                            "data")
+                            "data", "profile", "token", "user")
 """Command groups, each a module ``trainyard.cli.<name>`` exposing ``app``."""
+
+TOP_COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("login", "trainyard.cli.session", "login"),
+    ("logout", "trainyard.cli.session", "logout"),
+)
+"""Commands outside any group (OSMO's ``login`` and ``logout``): name, module, function."""
 
 MULTI_VALUE_FLAGS = frozenset({"--set", "--set-string", "--set-env", "--label"})
 """Flags that take several ``NAME=VALUE`` pairs after one flag (``--set a=1 b=2``)."""
@@ -59,6 +65,11 @@ NARGS_FLAGS: dict[tuple[str, str], frozenset[str]] = {
     ("task", "list"): frozenset({"--status", "-s", "--user", "-u", "--pool", "-p",
                                  "--node", "-n", "--priority"}),
     ("app", "list"): frozenset({"--user", "-u"}),
+    ("pool", "list"): frozenset({"--pool", "-p"}),
+    ("resource", "list"): frozenset({"--pool", "-p", "--platform"}),
+    ("token", "set"): frozenset({"--roles", "-r"}),
+    ("user", "list"): frozenset({"--roles", "-r"}),
+    ("user", "create"): frozenset({"--roles", "-r"}),
 }
 """Per command, the flags that OSMO's CLI (argparse ``nargs='+'``) lets take several values
 after one flag (``workflow list -s RUNNING FAILED``): every word up to the next option is
@@ -142,6 +153,8 @@ def build_app(groups: Sequence[str] = SUBAPPS, command: str | None = None) -> ty
     )
     root.callback()(_log_level_callback())
     root.command("version")(importlib.import_module("trainyard.cli.version").version)
+    for name, module, function in TOP_COMMANDS:
+        root.command(name)(getattr(importlib.import_module(module), function))
     for name in SUBAPPS:
         if name in groups:
             group = importlib.import_module(f"trainyard.cli.{name}").app
@@ -299,6 +312,9 @@ def main(argv: Sequence[str] | None = None, prog_name: str | None = None) -> int
 
 
 def _run(argv: Sequence[str], *, freeze: bool = False, prog_name: str = "trainyard") -> int:
+    from trainyard.cli.progname import set_program
+
+    set_program(prog_name)
     args = expand_multi_value_flags(argv)
     with collector_paused(freeze=freeze):  # typer and the group's imports (httpx...)
         import typer

@@ -19,7 +19,7 @@ from trainyard.data.storage import Location, RemoteFile
 from trainyard.data.transfer import Mover, TransferStats, file_filter, plan_uploads
 from trainyard.errors import DataError
 
-__all__ = ["upload", "download", "list_url"]
+__all__ = ["upload", "download", "list_url", "delete"]
 
 
 def upload(url: str | PathLike[str], paths: Sequence[str | Path], regex: str | None = None,
@@ -44,6 +44,22 @@ def list_url(url: str | PathLike[str], regex: str | None = None, mover: Mover | 
     mover = mover or Mover()
     keep = file_filter(regex)
     return [f for f in mover.list(mover.location(url)) if keep(f.rel)]
+
+
+def delete(url: str | PathLike[str], regex: str | None = None,
+           mover: Mover | None = None) -> int:
+    """Delete the files at ``url`` whose path relative to it matches ``regex`` (OSMO's
+    ``data delete``); how many.
+
+    Raises:
+        DataError: ``url`` does not exist, the regex is bad, or the storage failed.
+    """
+    mover = mover or Mover()
+    loc = mover.location(url)
+    files = [f for f in mover.list(loc) if file_filter(regex)(f.rel)]
+    for found in files:
+        mover.storage_call(f"delete {found.path}", lambda path=found.path: loc.fs.rm_file(path))
+    return len(files)
 
 
 def download(url: str | PathLike[str], dest: Path, regex: str | None = None,

@@ -49,9 +49,10 @@ from pydantic import BaseModel, Field
 import trainyard
 from trainyard.engine import retention
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
+from trainyard.server.access_routes import add_access_routes
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
 from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
-from trainyard.server.osmo_filters import ListFilters
+from trainyard.server.osmo_filters import ListFilters, TaskFilters
 from trainyard.server.service import LogLine, Service, SpecRequest, iso, spec_error_json
 from trainyard.server.web import add_dashboard
 from trainyard.store import AppRecord, Store
@@ -160,6 +161,7 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
 
     _routes(app, service)
     _app_routes(app, service)
+    add_access_routes(app, tokens)  # OSMO's token and user commands
     add_dashboard(app, service)  # the web pages at /, trainyard.server.web
     return app
 
@@ -272,8 +274,21 @@ def _routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/api/task")
     def tasks(u: Caller, workflow: str | None = None,
-              count: Annotated[int, Query(ge=1)] = 20) -> list[dict[str, Any]]:
-        return service.tasks(u, workflow_id=workflow, count=count)
+              count: Annotated[int, Query(ge=1)] = 20, osmo: bool = False,
+              user: Annotated[list[str] | None, Query()] = None, all_users: bool = False,
+              pool: Annotated[list[str] | None, Query()] = None,
+              status: Annotated[list[str] | None, Query()] = None,
+              node: Annotated[list[str] | None, Query()] = None,
+              started_after_s: float | None = None, started_before_s: float | None = None,
+              priority: Annotated[list[str] | None, Query()] = None,
+              offset: Annotated[int, Query(ge=0)] = 0) -> list[dict[str, Any]]:
+        """Tasks; with ``osmo``, OSMO's ``task list`` filters and ``count`` tasks."""
+        filters = TaskFilters(
+            users=user or [], all_users=all_users, pools=pool or [], statuses=status or [],
+            nodes=node or [], started_after_s=started_after_s,
+            started_before_s=started_before_s, priorities=priority or [],
+            offset=offset) if osmo else None
+        return service.tasks(u, workflow_id=workflow, count=count, filters=filters)
 
     @app.post("/api/workflow/{workflow_id}/cancel")
     def cancel(workflow_id: str, u: Caller, message: str | None = None,

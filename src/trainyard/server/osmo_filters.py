@@ -16,7 +16,7 @@ from typing import Any
 
 from trainyard.errors import ConfigError
 
-__all__ = ["PRIORITIES", "DEFAULT_PRIORITY", "ListFilters", "priority_of", "tags_of",
+__all__ = ["TaskFilters", "PRIORITIES", "DEFAULT_PRIORITY", "ListFilters", "priority_of", "tags_of",
            "app_of", "retag", "check_priority"]
 
 PRIORITIES: tuple[str, ...] = ("HIGH", "NORMAL", "LOW")
@@ -89,3 +89,37 @@ class ListFilters:
                     and not set(self.no_labels) & set(row.get("labels") or {}))
 
         return keep
+
+
+@dataclass(frozen=True)
+class TaskFilters:
+    """OSMO's ``task list`` filters: whose workflows (``users``, else with ``all_users``
+    everyone's, else the caller's), which pools, and of each task its status, node,
+    start time (Unix seconds: at or after ``started_after_s``, before
+    ``started_before_s``) and its workflow's priority; ``offset`` skips that many kept."""
+
+    users: list[str] = field(default_factory=list)
+    all_users: bool = False
+    pools: list[str] = field(default_factory=list)
+    statuses: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    started_after_s: float | None = None
+    started_before_s: float | None = None
+    priorities: list[str] = field(default_factory=list)
+    offset: int = 0
+
+    def keep(self, row: dict[str, Any]) -> bool:
+        """Whether a task row (``Service.tasks``' shape) passes every filter."""
+        from datetime import datetime
+
+        started = row.get("start_time")
+        started_s = datetime.fromisoformat(started).timestamp() if started else None
+        after_ok = self.started_after_s is None or (
+            started_s is not None and started_s >= self.started_after_s)
+        before_ok = self.started_before_s is None or (
+            started_s is not None and started_s < self.started_before_s)
+        return ((not self.statuses or row["status"] in self.statuses)
+                and (not self.nodes or row.get("node") in self.nodes)
+                and (not self.priorities or row.get("priority") in
+                     [check_priority(p) for p in self.priorities])
+                and after_ok and before_ok)

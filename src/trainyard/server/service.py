@@ -33,7 +33,8 @@ from trainyard.errors import (
 from trainyard.pools import DEFAULT_POOL, Pool, load_pool_file
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.logs import FLUSH, LogFile, LogLine, file_size, read_merged, tail_offset
-from trainyard.server.osmo_filters import ListFilters, priority_of, retag, tags_of
+from trainyard.server.osmo_filters import (ListFilters, TaskFilters, priority_of, retag,
+                                           tags_of)
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import WorkflowRecord
@@ -490,26 +491,39 @@ class Service:
                         a.failure_reason)))
         return [row for _t, row in sorted(rows, key=lambda r: r[0])]
 
-    def tasks(self, user: User, *, workflow_id: str | None = None,
-              count: int = 20) -> list[dict[str, Any]]:
+    def tasks(self, user: User, *, workflow_id: str | None = None, count: int = 20,
+              filters: TaskFilters | None = None) -> list[dict[str, Any]]:
         """The tasks of one workflow, or of ``user``'s latest ``count`` workflows (an
         admin's: everyone's), each ``{"workflow", "group", "name", "status", "retry_id",
-        "node", "exit_code", "start_time", "end_time", "failure_reason"}``.
+        "node", "exit_code", "start_time", "end_time", "failure_reason", "pool", "user",
+        "priority"}``. With ``filters`` (OSMO's ``task list``), ``count`` is the number of
+        tasks: those of every workflow the filters' users may see, newest workflow first,
+        kept by the filters, then paged by ``filters.offset``.
 
         Raises:
             NotFoundError, ForbiddenError: as ``query``; ConfigError: ``count`` below 1.
         """
-        if workflow_id is None:
-            ids = [w["id"] for w in self.list(user, count=count)]
+        if workflow_id is not None:
+            workflows = [self._readable(workflow_id, user)]
+        elif filters is None:
+            workflows = [self.engine.store.get_workflow(w["id"])
+                         for w in self.list(user, count=count)]
         else:
-            ids = [self._readable(workflow_id, user).id]
-        rows = []
-        for wid in ids:
-            state = self.engine.state(wid)
-            for group in state.groups.values():
-                rows += [{"workflow": wid, "group": group.name,
-                          **_task_json(state.tasks[t], False)} for t in group.tasks]
-        return rows
+            workflows = [self.engine.store.get_workflow(w["id"]) for w in self.list(
+                user, submitted_by=filters.users or None, all_users=filters.all_users,
+                pool=filters.pools or None)]
+        rows = [row for record in workflows for row in self._task_rows(record)]
+        if filters is None:
+            return rows
+        kept = [row for row in rows if filters.keep(row)]
+        return kept[filters.offset:filters.offset + count]
+
+    def _task_rows(self, record: WorkflowRecord) -> list[dict[str, Any]]:
+        state = self.engine.state(record.id)
+        extra = {"pool": record.pool, "user": record.submitted_by,
+                 "priority": priority_of(record.source)}
+        return [{"workflow": record.id, "group": group.name, **_task_json(state.tasks[t], False),
+                 **extra} for group in state.groups.values() for t in group.tasks]
 
     # ------------------------------------------------------------------ changes
 

@@ -195,8 +195,12 @@ def test_task_list_of_one_workflow_and_of_mine(monkeypatch: pytest.MonkeyPatch,
     code, out, _ = run(capsys, "task", "list", "w-1")
     assert code == 0 and "local-0" in out and "RUNNING" in out
     assert run(capsys, "task", "list", "-c", "5")[0] == 0
-    assert [c[2]["params"] for c in client.calls] == [{"count": 20, "workflow": "w-1"},
-                                                      {"count": 5}]
+    sent = [c[2]["params"] for c in client.calls]
+    assert [(p["count"], p.get("workflow"), p["status"]) for p in sent] == [
+        (20, "w-1", []), (5, None, [])]  # trainyard: every status; osmo: the active ones
+    run(capsys, "task", "list", "-s", "RUNNING", "COMPLETED", "-u", "alice", "-n", "n0")
+    assert {k: client.calls[-1][2]["params"][k] for k in ("status", "user", "node")} == {
+        "status": ["RUNNING", "COMPLETED"], "user": ["alice"], "node": ["n0"]}
 
 
 # ---------------------------------------------------------------------------- --wait

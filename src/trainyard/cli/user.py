@@ -1,0 +1,49 @@
+"""``trainyard user list|create`` (OSMO's ``osmo user``): who may use the server.
+
+A user is whoever holds a token; ``user create`` (admins only) gives a new user a first token,
+named ``default``, printed once. OSMO's roles map onto trainyard's two kinds of user:
+``osmo-admin`` an admin, anything else an ordinary user.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+
+from trainyard.cli.client import Client
+from trainyard.cli.output import Format, FormatOption, emit, table
+
+__all__ = ["app"]
+
+app = typer.Typer(no_args_is_help=True, help="Users of the server (OSMO's `user`).")
+
+
+@app.command("list")
+def list_users(
+    id_prefix: Optional[str] = typer.Option(None, "--id-prefix", "-p",
+                                            help="Only users whose name starts with this."),
+    roles: Optional[list[str]] = typer.Option(None, "--roles", "-r", metavar="ROLE",
+                                              help="Only users with one of these roles."),
+    count: int = typer.Option(100, "--count", "-c", min=1, help="At most this many."),
+    fmt: Format = FormatOption,
+) -> None:
+    """List users with their roles. JSON: a list of {"id", "roles"}."""
+    params: dict[str, Any] = {"count": count, "role": list(roles or [])}
+    if id_prefix:
+        params["id_prefix"] = id_prefix
+    data = Client().json("GET", "/api/user", params=params)
+    emit(data, fmt, lambda rows: table(["user", "roles"],
+                                       [[r["id"], ", ".join(r["roles"])] for r in rows]))
+
+
+@app.command("create")
+def create_user(user_id: str = typer.Argument(..., metavar="USER_ID"),
+                roles: Optional[list[str]] = typer.Option(None, "--roles", "-r", metavar="ROLE",
+                                                          help="osmo-admin makes an admin."),
+                fmt: Format = FormatOption) -> None:
+    """Create a user (admins only) and print their first token (once). JSON: {"id",
+    "roles", "token"}."""
+    data = Client().json("POST", "/api/user", json={"user": user_id, "roles": list(roles or [])})
+    emit(data, fmt, lambda d: typer.echo(f"User {d['id']} created ({', '.join(d['roles'])}); "
+                                         f"their token: {d['token']}"))
