@@ -46,10 +46,11 @@ RetryOpt = Annotated[int | None, typer.Option(
     "--retry-id", "-r", help="The attempt (default: the task's current one); it must be RUNNING.")]
 
 
-def _entry(workflow_id: str, task: str, retry_id: int | None) -> dict[str, Any]:
+def _entry(workflow_id: str, task: str, retry_id: int | None,
+           timeout_s: float = 60.0) -> dict[str, Any]:
     """The server's ``entry`` of the running task, checked to be enterable from here."""
     params = {} if retry_id is None else {"retry_id": retry_id}
-    entry = Client().json("POST", f"/api/workflow/{workflow_id}/task/{task}/entry", params=params)
+    entry = Client(timeout_s=timeout_s).json("POST", f"/api/workflow/{workflow_id}/task/{task}/entry", params=params)
     if entry.get("backend") == "local":
         from trainyard.backends.enter import machine_id
 
@@ -81,25 +82,69 @@ def _command_env(entry: dict[str, Any]) -> dict[str, str] | None:
 # ---------------------------------------------------------------------- exec
 
 
-def exec_command(workflow_id: WorkflowIdArg, task: TaskArg,
-                 command: Annotated[list[str], typer.Argument(
-                     metavar="-- CMD...", help="The command and its arguments.")],
+def _exec_targets(workflow_id: str, task: str | None, group: str | None,
+                  command: list[str]) -> tuple[list[str], list[str]]:
+    """(the tasks to run in, the command): TASK, or with ``--group`` every task of that
+    group (then a word click took for TASK is the command's first)."""
+    if group is None:
+        if task is None:
+            raise typer.BadParameter("give TASK or --group GROUP", param_hint="TASK")
+        return [task], command
+    if task is not None:
+        command = [task, *command]
+    query = Client().json("GET", f"/api/workflow/{workflow_id}")
+    tasks = [t["name"] for g in query["groups"] if g["name"] == group for t in g["tasks"]]
+    if not tasks:
+        groups = ", ".join(g["name"] for g in query["groups"])
+        raise NotFoundError(f"workflow {workflow_id} has no group {group!r}; groups: {groups}")
+    return tasks, command
+
+
+def exec_command(workflow_id: WorkflowIdArg,
+                 task: Annotated[str | None, typer.Argument(
+                     metavar="[TASK]", help="The task's name (or --group).")] = None,
+                 command: Annotated[list[str] | None, typer.Argument(
+                     metavar="[-- CMD...]", help="The command and its arguments (default: "
+                     "--entry).")] = None,
+                 group: Annotated[str | None, typer.Option(
+                     "--group", help="Run the command in every task of this group, one after "
+                     "the other.")] = None,
+                 entry_command: Annotated[str, typer.Option(
+                     "--entry", help="The command when none follows -- (OSMO's entry "
+                     "point), split as a shell would.")] = "/bin/bash",
+                 connect_timeout_s: Annotated[int, typer.Option(
+                     "--connect-timeout", min=1, help="Seconds to wait for the server's "
+                     "answer on how to enter the task.")] = 60,
+                 keep_alive: Annotated[bool, typer.Option(
+                     "--keep-alive", help="OSMO's reconnect on a lost connection: the command "
+                     "runs on the task's machine here, with no connection to lose.")] = False,
                  retry_id: RetryOpt = None) -> None:
-    """Run CMD inside a RUNNING task: on the local backend in its sandbox (its /, its /tmp,
-    its network, its user namespace without capabilities), on Slurm with 'srun --overlap'
-    in its job. With a terminal on stdin it gets a terminal of its own. The command's exit
-    status is this command's; an ended task exits 4, an unknown one 3. Same rule as cancel:
-    the workflow's submitter or an admin."""
+    """Run CMD (default: --entry, /bin/bash) inside a RUNNING task: on the local backend in
+    its sandbox (its /, its /tmp, its network, its user namespace without capabilities),
+    on Slurm with 'srun --overlap' in its job. With a terminal on stdin it gets a terminal
+    of its own. The command's exit status is this command's (with --group: the first
+    non-zero one); an ended task exits 4, an unknown one 3. Same rule as cancel: the
+    workflow's submitter or an admin."""
+    import shlex
+
+    tasks, command = _exec_targets(workflow_id, task, group, list(command or []))
+    command = command or shlex.split(entry_command)
     if not command:
-        raise typer.BadParameter("give the command after --", param_hint="CMD")
-    entry = _entry(workflow_id, task, retry_id)
+        raise typer.BadParameter("--entry is empty", param_hint="--entry")
+    codes = [_exec_in(workflow_id, name, command, retry_id, connect_timeout_s)
+             for name in tasks]
+    raise typer.Exit(next((code for code in codes if code), 0))
+
+
+def _exec_in(workflow_id: str, task: str, command: list[str], retry_id: int | None,
+             timeout_s: float) -> int:
+    """Run ``command`` in one task; its exit status."""
+    entry = _entry(workflow_id, task, retry_id, timeout_s)
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     argv = _command_argv(entry, command, tty)
     if entry["backend"] == "slurm":
-        code = subprocess.call(argv, env=_command_env(entry))
-    else:
-        code = _run_with_pty(argv) if tty else _run_piped(argv)
-    raise typer.Exit(code)
+        return subprocess.call(argv, env=_command_env(entry))
+    return _run_with_pty(argv) if tty else _run_piped(argv)
 
 
 def _run_piped(argv: list[str]) -> int:
@@ -222,19 +267,31 @@ def port_forward(workflow_id: WorkflowIdArg, task: TaskArg,
                  port: Annotated[str, typer.Option(
                      "--port", metavar="LOCAL[:REMOTE]",
                      help="Host loopback port, and the task's port (default: the same).")],
+                 host: Annotated[str, typer.Option(
+                     "--host", help="The local address to listen on (OSMO's default: "
+                     "localhost).")] = "localhost",
+                 udp: Annotated[bool, typer.Option(
+                     "--udp", help="OSMO's UDP forwarding: not supported here (exit 4); "
+                     "TCP only.")] = False,
+                 connect_timeout_s: Annotated[int, typer.Option(
+                     "--connect-timeout", min=1, help="Seconds to wait for the server's "
+                     "answer on how to reach the task.")] = 60,
                  retry_id: RetryOpt = None) -> None:
     """Forward 127.0.0.1:LOCAL on this machine to the task's address:REMOTE (local backend:
     inside the task's group network namespace; Slurm: the node's 127.0.0.1:REMOTE, through a
     relay that 'srun --overlap' runs beside the task for each connection) until Ctrl-C, or
     until the task ends (exit 4). Same rule as cancel."""
     local, remote = parse_port(port)
-    entry = _entry(workflow_id, task, retry_id)
+    if udp:
+        raise RefusedError("UDP port forwarding is not supported by trainyard; TCP only "
+                           "(drop --udp)")
+    entry = _entry(workflow_id, task, retry_id, connect_timeout_s)
     try:
-        listener = socket.create_server(("127.0.0.1", local))
+        listener = socket.create_server((host, local))
     except OSError as exc:
-        raise RefusedError(f"cannot listen on 127.0.0.1:{local}: {exc.strerror or exc}") from None
+        raise RefusedError(f"cannot listen on {host}:{local}: {exc.strerror or exc}") from None
     where = entry.get("address") or f"node {entry.get('node')} 127.0.0.1"
-    typer.echo(f"Forwarding 127.0.0.1:{local} -> {task} {where}:{remote} (Ctrl-C to stop)",
+    typer.echo(f"Forwarding {host}:{local} -> {task} {where}:{remote} (Ctrl-C to stop)",
                err=True)
     ended = threading.Event()
     alive = (_local_alive(entry) if entry["backend"] == "local"
