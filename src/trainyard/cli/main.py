@@ -70,6 +70,7 @@ NARGS_FLAGS: dict[tuple[str, str], frozenset[str]] = {
     ("token", "set"): frozenset({"--roles", "-r"}),
     ("user", "list"): frozenset({"--roles", "-r"}),
     ("user", "create"): frozenset({"--roles", "-r"}),
+    ("user", "update"): frozenset({"--add-roles", "-a", "--remove-roles", "-r"}),
 }
 """Per command, the flags that OSMO's CLI (argparse ``nargs='+'``) lets take several values
 after one flag (``workflow list -s RUNNING FAILED``): every word up to the next option is

@@ -57,3 +57,10 @@ def delete_token(name: str = typer.Argument(..., metavar="NAME"),
     """Delete your token NAME (it stops working at once)."""
     Client().json("DELETE", f"/api/token/{name}", params={"user": user} if user else {})
     typer.echo(f"Token {name} deleted")
+
+
+@app.command("roles")
+def roles(name: str = typer.Argument(..., metavar="NAME"), fmt: Format = FormatOption) -> None:
+    """The roles of your token NAME. JSON: {"name", "roles"}."""
+    data = Client().json("GET", f"/api/token/{name}/roles")
+    emit(data, fmt, lambda d: typer.echo(", ".join(d["roles"])))

@@ -47,3 +47,43 @@ def create_user(user_id: str = typer.Argument(..., metavar="USER_ID"),
     data = Client().json("POST", "/api/user", json={"user": user_id, "roles": list(roles or [])})
     emit(data, fmt, lambda d: typer.echo(f"User {d['id']} created ({', '.join(d['roles'])}); "
                                          f"their token: {d['token']}"))
+
+
+UserArg = typer.Argument(..., metavar="USER_ID")
+
+
+def _show(data: dict[str, Any]) -> None:
+    typer.echo(f"{data['id']}: {', '.join(data['roles'])} ({data['tokens']} token(s))")
+
+
+@app.command("get")
+def get_user(user_id: str = UserArg, fmt: Format = FormatOption) -> None:
+    """Show a user's roles (yours, or anyone's for an admin). JSON: {"id", "roles",
+    "tokens"}."""
+    emit(Client().json("GET", f"/api/user/{user_id}"), fmt, _show)
+
+
+@app.command("update")
+def update_user(user_id: str = UserArg,
+                add_roles: Optional[list[str]] = typer.Option(None, "--add-roles", "-a",
+                                                              metavar="ROLE"),
+                remove_roles: Optional[list[str]] = typer.Option(None, "--remove-roles", "-r",
+                                                                 metavar="ROLE"),
+                fmt: Format = FormatOption) -> None:
+    """Change a user's roles (admins only): osmo-admin makes an admin, removing it an
+    ordinary user. JSON as `user get`."""
+    data = Client().json("PATCH", f"/api/user/{user_id}",
+                         json={"add": list(add_roles or []), "remove": list(remove_roles or [])})
+    emit(data, fmt, _show)
+
+
+@app.command("delete")
+def delete_user(user_id: str = UserArg,
+                force: bool = typer.Option(False, "--force", "-f", help="Do not ask.")) -> None:
+    """Delete a user (admins only): every token of theirs stops working."""
+    import sys
+
+    if not force and sys.stdin.isatty() and not typer.confirm(f"Delete user {user_id}?"):
+        raise typer.Exit(1)
+    data = Client().json("DELETE", f"/api/user/{user_id}")
+    typer.echo(f"User {data['id']} deleted ({data['deleted_tokens']} token(s))")

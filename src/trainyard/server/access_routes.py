@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Query, Request
 from pydantic import BaseModel, Field
 
-from trainyard.errors import ConfigError, ForbiddenError, RefusedError
+from trainyard.errors import ConfigError, ForbiddenError, NotFoundError, RefusedError
 from trainyard.server.auth import TokenInfo, TokenRegistry, User, refuse_task_token
 
 __all__ = ["add_access_routes", "ADMIN_ROLES"]
@@ -100,6 +100,8 @@ def add_access_routes(app: FastAPI, tokens: TokenRegistry) -> None:
         tokens.delete(owner, name)
         return {"user": owner, "name": name, "deleted": True}
 
+    add_user_admin_routes(app, tokens)
+
     @app.get("/api/user")
     def list_users(u: Caller, id_prefix: str | None = None,
                    role: Annotated[list[str] | None, Query()] = None,
@@ -120,3 +122,54 @@ def add_access_routes(app: FastAPI, tokens: TokenRegistry) -> None:
         token = tokens.add(req.user, admin=admin, info=TokenInfo("default"))
         return {"id": req.user, "roles": ["osmo-admin", "osmo-user"] if admin else ["osmo-user"],
                 "token": token}
+
+
+class RolesRequest(BaseModel):
+    """OSMO's ``user update USER -a ROLE... -r ROLE...``."""
+
+    add: list[str] = []
+    remove: list[str] = []
+
+
+def _user_row(tokens: TokenRegistry, user: str) -> dict[str, Any]:
+    row = next((r for r in tokens.users() if r["id"] == user), None)
+    if row is None:
+        raise NotFoundError(f"no user {user}; `user list` shows them")
+    return {**row, "tokens": len(tokens.tokens(user))}
+
+
+def add_user_admin_routes(app: FastAPI, tokens: TokenRegistry) -> None:
+    """``/api/user/{id}`` (GET, PATCH roles, DELETE) and ``/api/token/{name}/roles``."""
+
+    @app.get("/api/user/{user}")
+    def get_user(user: str, u: Caller) -> dict[str, Any]:
+        _for_user(u, user, "read the roles")
+        return _user_row(tokens, user)
+
+    @app.patch("/api/user/{user}")
+    def update_user(user: str, req: RolesRequest, u: Caller) -> dict[str, Any]:
+        if not u.admin:
+            raise ForbiddenError(f"only an admin may change roles; you are {u.name}")
+        admin = "osmo-admin" in _user_row(tokens, user)["roles"]
+        if ADMIN_ROLES & set(req.remove):
+            admin = False
+        if ADMIN_ROLES & set(req.add):
+            admin = True
+        tokens.set_admin(user, admin)
+        return _user_row(tokens, user)
+
+    @app.delete("/api/user/{user}")
+    def delete_user(user: str, u: Caller) -> dict[str, Any]:
+        if not u.admin:
+            raise ForbiddenError(f"only an admin may delete users; you are {u.name}")
+        if user == u.name:
+            raise RefusedError("you may not delete yourself")
+        return {"id": user, "deleted_tokens": tokens.remove_user(user)}
+
+    @app.get("/api/token/{name}/roles")
+    def token_roles(name: str, u: Caller) -> dict[str, Any]:
+        row = next((r for r in tokens.tokens(u.name) if r["name"] == name), None)
+        if row is None:
+            raise NotFoundError(f"you have no token named {name!r}")
+        return {"name": name, "roles": ["osmo-admin", "osmo-user"] if row["admin"]
+                else ["osmo-user"]}

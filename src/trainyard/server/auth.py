@@ -195,6 +195,32 @@ class TokenRegistry:
                 self._info.pop(token, None)
             self._save()
 
+    def set_admin(self, user: str, admin: bool) -> None:
+        """Make every token of ``user`` an admin's, or an ordinary user's. Raises
+        NotFoundError for a user without tokens."""
+        with self._locked():
+            self._load()
+            mine = [t for t, u in self._tokens.items() if u.name == user]
+            if not mine:
+                raise NotFoundError(f"no user {user}; `user list` shows them")
+            for token in mine:
+                self._tokens[token] = User(user, admin)
+            self._save()
+
+    def remove_user(self, user: str) -> int:
+        """Delete every token of ``user`` (they can no longer call the server); how many.
+        Raises NotFoundError for a user without tokens."""
+        with self._locked():
+            self._load()
+            mine = [t for t, u in self._tokens.items() if u.name == user]
+            if not mine:
+                raise NotFoundError(f"no user {user}; `user list` shows them")
+            for token in mine:
+                del self._tokens[token]
+                self._info.pop(token, None)
+            self._save()
+            return len(mine)
+
     def users(self) -> list[dict[str, object]]:
         """Every user that holds a token, with OSMO's roles (``osmo-admin`` for an admin,
         ``osmo-user`` for everyone), by name."""

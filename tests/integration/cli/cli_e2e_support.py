@@ -148,7 +148,7 @@ class Server:
         return self.main("workflow", "query", workflow_id, *extra, "-t", "json").json()
 
     def ids(self) -> set[str]:
-        return {w["id"] for w in self.main("workflow", "list", "-t", "json").json()}
+        return {w["id"] for w in self.main("workflow", "list", "-a", "-t", "json").json()}
 
     def logs(self, workflow_id: str, *args: str) -> str:
         got = self.main("workflow", "logs", workflow_id, *args)

@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _cancel_everything(server: Server) -> None:
-    running = [w["id"] for w in server.main("workflow", "list", "-t", "json").json()
+    running = [w["id"] for w in server.main("workflow", "list", "-a", "-t", "json").json()
                if not w["status"].startswith(TERMINAL)]
     for workflow_id in running:
         server.main("workflow", "cancel", workflow_id)

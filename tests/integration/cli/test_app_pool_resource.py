@@ -40,8 +40,9 @@ def test_app_create_list_show_submit_delete(server: Server, tmp_path: Path) -> N
     made = server.cli("app", "create", "elastic", first)
     assert (made.code, made.out.strip()) == (0, "App elastic version 1 created"), made.err
     second = write(tmp_path / "elastic2.yaml", ELASTIC.replace("port: 29400", "port: 29500"))
-    assert server.main("app", "create", "elastic", second, "-t", "json").json() == {
-        "name": "elastic", "version": 2, "warnings": []}
+    made_json = server.main("app", "create", "elastic", second, "-t", "json").json()
+    assert {k: made_json[k] for k in ("name", "version", "warnings", "owner")} == {
+        "name": "elastic", "version": 2, "warnings": [], "owner": made_json["owner"]}
 
     listed = server.main("app", "list", "-t", "json").json()
     assert [(a["name"], a["version"]) for a in listed if a["name"] == "elastic"] == [("elastic", 2)]

@@ -91,7 +91,9 @@ def test_users_list_only_their_own_and_an_admin_sees_all(server: Server,
     assert bobs in listed(users["bob"]) and carols not in listed(users["bob"])
     assert carols in listed(users["carol"]) and bobs not in listed(users["carol"])
     assert {bobs, carols} <= listed(users["admin"])
-    assert {bobs, carols} <= server.ids()  # the CLI uses the admin token of the home
+    assert {bobs, carols} <= server.ids()  # the CLI uses the admin token of the home (-a)
+    mine = {w["id"] for w in server.main("workflow", "list", "-t", "json").json()}
+    assert not {bobs, carols} & mine  # without -a, as OSMO's: the caller's own
     shown = server.query(carols)
     assert shown["submitted_by"] == "carol"
     cancel = httpx.post(f"{server.url}/api/workflow/{carols}/cancel", headers=bearer(users["admin"]),
