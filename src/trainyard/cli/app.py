@@ -18,8 +18,8 @@ from trainyard.cli.client import Client
 from trainyard.cli.output import (Format, FormatOption, console, emit, print_spec_warnings,
                                   short_time, spec_warnings, table)
 from trainyard.cli.request import SpecBody, spec_request
-from trainyard.cli.workflow_ops import (DryRunOpt, LabelOpt, PoolOpt, PriorityOpt, SetEnvOpt,
-                                        SetStringOpt, WaitOpt, after_submit, checked_priority,
+from trainyard.cli.workflow_ops import (DryRunOpt, LabelOpt, PoolOpt, PriorityOpt, RsyncOpt,
+                                        SetEnvOpt, SetStringOpt, WaitOpt, after_submit, checked_priority,
                                         profile_pool)
 from trainyard.spec.values import parse_labels
 
@@ -199,6 +199,7 @@ def submit(
     label: Optional[list[str]] = LabelOpt,
     version: Optional[int] = VersionOpt,
     dry_run: bool = DryRunOpt,
+    rsync: Optional[str] = RsyncOpt,
     wait: bool = WaitOpt,
     fmt: Format = FormatOption,
 ) -> None:
@@ -213,7 +214,7 @@ def submit(
     if version:
         params["version"] = version
     data = client.json("POST", f"/api/app/{base}/submit", params=params, json=req.to_json())
-    after_submit(client, data, fmt, dry_run=dry_run, wait=wait)
+    after_submit(client, data, fmt, dry_run=dry_run, wait=wait, rsync=rsync)
 
 
 def _confirm(question: str, force: bool) -> None:

@@ -50,9 +50,9 @@ def log_path(workflow_id: str, task: str) -> Path:
     return state_dir() / f"rsync_daemon_{workflow_id}_{task}.log"
 
 
-def start(request: RsyncRequest, poll_interval_s: float) -> None:
+def start(request: RsyncRequest, poll_interval_s: float, *, err: bool = False) -> None:
     """Start the daemon detached (its own session, stdin closed, output to its log) and say
-    where it logs. One daemon per workflow and task: a running one is refused (exit 4).
+    where it logs (on stderr with ``err``). One daemon per workflow and task: a running one is refused (exit 4).
 
     Raises:
         RefusedError: a daemon already uploads to that task.
@@ -70,8 +70,8 @@ def start(request: RsyncRequest, poll_interval_s: float) -> None:
     with open(logfile, "ab") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                 start_new_session=True, close_fds=True)
-    typer.echo(f"Rsync daemon started in detached process: PID {proc.pid}")
-    typer.echo(f"To view daemon logs: tail -f {logfile}")
+    typer.echo(f"Rsync daemon started in detached process: PID {proc.pid}", err=err)
+    typer.echo(f"To view daemon logs: tail -f {logfile}", err=err)
 
 
 def status() -> None:
@@ -163,6 +163,9 @@ def run(request: RsyncRequest, poll_interval_s: float) -> int:
     next_check = time.monotonic() + ALIVE_CHECK_S
     log.info("Starting rsync daemon: %s -> %s %s:%s (every %.1f s)", request.local,
              request.workflow_id, request.task, request.destination(), poll_interval_s)
+    if not _wait_started(request, stop_now, poll_interval_s):
+        log.info("Task %s ended before it ran; rsync daemon stops", request.task)
+        return 0
     while not stop_now.is_set():
         seen = snapshot(Path(request.local))
         if seen != uploaded:
@@ -187,6 +190,22 @@ def run(request: RsyncRequest, poll_interval_s: float) -> int:
         stop_now.wait(poll_interval_s)
     log.info("Stopped")
     return 0
+
+
+def _wait_started(request: RsyncRequest, stop_now: threading.Event,
+                  poll_interval_s: float) -> bool:
+    """Wait until the task runs (a daemon started by ``workflow submit --rsync`` starts
+    before its task); False when the workflow ended first or the daemon was stopped."""
+    from trainyard.cli.client import Client
+
+    while not stop_now.is_set():
+        if _task_runs(request):
+            return True
+        status = Client().json("GET", f"/api/workflow/{request.workflow_id}")["status"]
+        if status.startswith(("COMPLETED", "FAILED")):
+            return False
+        stop_now.wait(poll_interval_s)
+    return False
 
 
 def _task_runs(request: RsyncRequest) -> bool:

@@ -37,7 +37,7 @@ from trainyard.errors import NotFoundError, RefusedError
 if TYPE_CHECKING:
     import tarfile
 
-__all__ = ["register", "exec_command", "port_forward", "rsync", "parse_port", "split_task_path",
+__all__ = ["register", "exec_command", "port_forward", "rsync", "start_upload_daemon", "parse_port", "split_task_path",
            "RsyncRequest", "parse_rsync_args", "copy_once"]
 
 WorkflowIdArg = Annotated[str, typer.Argument(metavar="WORKFLOW_ID", help="The workflow's id (NAME-N).")]
@@ -536,6 +536,19 @@ def _lead_of_first_group(workflow_id: str) -> str:
     if lead is None:
         raise NotFoundError(f"workflow {workflow_id} has no task to copy to or from")
     return str(lead)
+
+
+def start_upload_daemon(workflow_id: str, paths: str, poll_interval_s: float = 2.0) -> None:
+    """OSMO's ``submit --rsync LOCAL:REMOTE``: a detached daemon that uploads LOCAL into the
+    lead task of the workflow's first group once it runs, and again on every change, until
+    the task ends (``workflow rsync status|stop`` see and stop it). Its lines go to stderr."""
+    from trainyard.cli import rsync_daemon
+
+    request = parse_rsync_args([workflow_id, paths])
+    if not request.into_task:
+        raise typer.BadParameter("--rsync uploads: give LOCAL:REMOTE", param_hint="'--rsync'")
+    request = replace(request, task=_lead_of_first_group(workflow_id))
+    rsync_daemon.start(request, poll_interval_s, err=True)
 
 
 def rsync(args: Annotated[list[str], typer.Argument(

@@ -236,6 +236,10 @@ LabelOpt = typer.Option(None, "--label", metavar="KEY=VALUE",
                         help="Workflow label; overrides the spec's.")
 DryRunOpt = typer.Option(False, "--dry-run", help="Validate and print the rendered spec and "
                          "what the backend would be handed; create nothing.")
+RsyncOpt = typer.Option(None, "--rsync", metavar="LOCAL:REMOTE",
+                        help="Upload LOCAL into the lead task once it runs, and again on every "
+                        "change, from a background daemon until the task ends (`workflow "
+                        "rsync status|stop`).")
 WaitOpt = typer.Option(False, "--wait", help="Show progress until it ends; exit 0 only if it "
                        "COMPLETED.")
 
@@ -253,6 +257,7 @@ def submit(
     priority: Optional[str] = PriorityOpt,
     label: Optional[list[str]] = LabelOpt,
     dry_run: bool = DryRunOpt,
+    rsync: Optional[str] = RsyncOpt,
     wait: bool = WaitOpt,
     logs: bool = typer.Option(False, "--logs", help="With --wait, stream the task logs too."),
     fmt: Format = FormatOption,
@@ -277,7 +282,7 @@ def submit(
         req = replace(req, default_pool=profile_pool(), priority=checked_priority(priority))
         result = client.json("POST", "/api/workflow", params={"dry_run": dry_run},
                              json=req.to_json())
-    after_submit(client, result, fmt, dry_run=dry_run, wait=wait, logs=logs)
+    after_submit(client, result, fmt, dry_run=dry_run, wait=wait, logs=logs, rsync=rsync)
 
 
 PRIORITIES = ("HIGH", "NORMAL", "LOW")
@@ -304,17 +309,23 @@ def profile_pool() -> str | None:
 
 
 def after_submit(client: Client, result: dict[str, Any], fmt: Format, *, dry_run: bool,
-                 wait: bool, logs: bool = False) -> None:
-    """Print what a submit answered (its spec warnings on stderr); with ``wait``, follow it
-    to its end (and exit)."""
+                 wait: bool, logs: bool = False, rsync: str | None = None) -> None:
+    """Print what a submit answered (its spec warnings on stderr); with ``rsync``, start
+    its upload daemon (``submit --rsync``); with ``wait``, follow it to its end (and
+    exit)."""
     print_spec_warnings(spec_warnings(result))
     if dry_run:
         emit(result, fmt, print_dry_run)
-    elif not wait:
+        return
+    if not wait:
         emit(result, fmt, lambda d: typer.echo(f"Workflow submitted: {d['id']}"))
-    else:
-        if fmt.human:
-            typer.echo(f"Workflow submitted: {result['id']}")
+    elif fmt.human:
+        typer.echo(f"Workflow submitted: {result['id']}")
+    if rsync:
+        from trainyard.cli.workflow_interactive import start_upload_daemon
+
+        start_upload_daemon(result["id"], rsync)
+    if wait:
         finish_wait(client, result["id"], fmt, logs=logs)
 
 

@@ -83,6 +83,26 @@ def check_submitted(osmo: Osmo, ran: Ran) -> None:
     assert osmo.wait(submitted_id(ran))["status"] == "COMPLETED"
 
 
+def rsync_setup(osmo: Osmo) -> dict[str, str]:
+    """A setup: a folder to upload and a spec whose lead waits for it in its workspace."""
+    folder = osmo.root / "to-upload"
+    folder.mkdir(exist_ok=True)
+    (folder / "payload.txt").write_text("uploaded by the daemon\n")
+    spec = osmo.root / "waits.yaml"
+    spec.write_text("workflow:\n  name: waits\n  tasks:\n  - name: lead\n    command: [sh, -c, "
+                    "'for i in $(seq 60); do f=/osmo/run/workspace/to-upload/payload.txt; "
+                    "test -f $f && { cat $f; exit 0; }; sleep 1; done; exit 7']\n")
+    return {"rsync_spec": str(spec), "rsync_dir": str(folder)}
+
+
+def check_rsync(osmo: Osmo, ran: Ran) -> None:
+    """OSMO: a background daemon uploads LOCAL into the lead task once it runs."""
+    assert "Rsync daemon started" in ran.err
+    workflow_id = submitted_id(ran)
+    assert osmo.wait(workflow_id)["status"] == "COMPLETED"
+    assert "uploaded by the daemon" in osmo.ok(f"osmo workflow logs {workflow_id}").out
+
+
 def check_submit_pool_priority(osmo: Osmo, ran: Ran) -> None:
     data = osmo.query(submitted_id(ran))
     assert (data["pool"], data["priority"]) == ("local", "LOW")
@@ -271,7 +291,9 @@ ROWS: list[Row] = [
     Row("osmo workflow submit {spec} --set-env A=1 B=2 --label team=robotics",
         lambda o, r: o.query(submitted_id(r))["labels"] == {"team": "robotics"}),
     Row("osmo workflow submit {spec} --dry-run", out_has("name: hello-osmo")),
-    Row("osmo workflow submit {done}", check_submitted),  # a workflow id: its spec again
+    Row("osmo workflow submit {done}", check_submitted),
+    Row("osmo workflow submit {rsync_spec} --rsync {rsync_dir}:/osmo/run/workspace",
+        check_rsync, rsync_setup),  # a workflow id: its spec again
     # validate
     Row("osmo workflow validate {spec}", out_has("Workflow validation succeeded.")),
     Row("osmo workflow validate {spec} -p local --set a=1", no_check),
@@ -360,6 +382,10 @@ ROWS: list[Row] = [
     Row("osmo data upload {url}/copy {url_path}/train/", check_upload,
         lambda o: {"url_path": o.values["url"].removeprefix("file://")}),
     Row("osmo data download {url}/train {dir}", check_download),
+    Row("osmo data download {url}/train {dir} --resume -p 2 -T 2 -b {dir}-bench.json",
+        lambda o, r: json.loads(Path(o.values["dir"] + "-bench.json").read_text())["files"]
+        == 0),  # both files there already, same sizes: none fetched again
+    Row("osmo data check {url} -a READ", out_has("READ: ok")),
     Row("osmo data list {url}", check_data_list),
     Row("osmo data list {url} --prefix train -r -t json",
         json_is(lambda o, d: sorted(r["path"] for r in d) == ["train/a.txt", "train/b.txt"])),
@@ -406,17 +432,12 @@ TABLE = Path(__file__).with_name("osmo-cli.txt")
 NOT_YET: frozenset[str] = frozenset({
     "login --device-endpoint", "login --browser-endpoint", "login --callback-port",
     "login --password", "login --password-file",
-    "workflow submit --rsync", "app submit --local-path", "app submit -l", "app submit --rsync",
+    "app submit --local-path", "app submit -l",
     "workflow rsync upload --timeout", "workflow rsync upload --upload-rate-limit",
     "workflow rsync upload --debounce-delay", "workflow rsync upload --reconcile-interval",
     "workflow rsync upload --max-log-size", "workflow rsync upload --verbose",
     "workflow rsync upload --no-progress", "workflow rsync download --timeout",
     "workflow rsync download --no-progress", "workflow rsync stop --task",
-    "data upload --processes", "data upload -p", "data upload --threads", "data upload -T",
-    "data upload --benchmark-out", "data upload -b",
-    "data download --resume", "data download -r", "data download --processes",
-    "data download -p", "data download --threads", "data download -T",
-    "data download --benchmark-out", "data download -b", "data check",
     "credential", "credential set", "credential list", "credential delete",
 })
 """OSMO commands and flags ``osmo`` does not take yet (each a usage error today). A flag
