@@ -280,16 +280,25 @@ def expand_multi_value_flags(argv: Sequence[str]) -> list[str]:
 
 def print_error(exc: TrainyardError) -> None:
     """Write an error to stderr: one line per spec problem (then one per warning), else
-    ``error: message``."""
+    ``error: message``. Called as ``osmo``, a command an error suggests (```trainyard app
+    list```) is named ```osmo app list```: the same program."""
     import typer
 
     if isinstance(exc, SpecError):
         for problem in exc.problems:
-            typer.echo(str(problem), err=True)
+            typer.echo(_as_called(str(problem)), err=True)
         for warning in exc.warnings:
-            typer.echo(warning.warning_text(), err=True)
+            typer.echo(_as_called(warning.warning_text()), err=True)
     else:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(_as_called(f"error: {exc}"), err=True)
+
+
+def _as_called(text: str) -> str:
+    from trainyard.cli.progname import invoked_as_osmo
+
+    if not invoked_as_osmo():
+        return text
+    return text.replace("`trainyard ", "`osmo ").replace("'trainyard ", "'osmo ")
 
 
 def main(argv: Sequence[str] | None = None, prog_name: str | None = None) -> int:

@@ -50,6 +50,13 @@ STATUSES = tuple(s.value for s in WorkflowStatus)
 WorkflowIdArg = typer.Argument(..., metavar="WORKFLOW_ID", help="The workflow's id (NAME-N).")
 
 
+def _prog() -> str:
+    """The program's name for hints that name a command (``osmo`` or ``trainyard``)."""
+    from trainyard.cli.progname import program
+
+    return program()
+
+
 def _is_terminal(status: str) -> bool:
     return status.startswith(TERMINAL_PREFIXES)
 
@@ -119,7 +126,7 @@ def _print_failures(view: Console, workflow_id: str, data: dict[str, Any]) -> No
                 continue
             why = f": {task['failure_reason']}" if task.get("failure_reason") else ""
             view.print(f"Task {task['name']} retry {task['retry_id']} {status}{why}", markup=False)
-            view.print(f"  its log: trainyard workflow logs {workflow_id} --task {task['name']} "
+            view.print(f"  its log: {_prog()} workflow logs {workflow_id} --task {task['name']} "
                        f"--retry-id {task['retry_id']}", markup=False)
 
 

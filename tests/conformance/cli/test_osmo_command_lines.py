@@ -416,6 +416,9 @@ def test_usage_errors_name_osmo(osmo: Osmo) -> None:
     ran = osmo.run("osmo workflow list --sideways")
     assert ran.code == 2
     assert "Usage: osmo workflow list" in ran.err and "trainyard" not in ran.err
+    missing = osmo.run("osmo app info no-such-app")
+    assert missing.code == 3
+    assert missing.err.strip() == "error: no app 'no-such-app'; `osmo app list` shows the apps"
 
 
 def test_dash_f_is_never_the_format(osmo: Osmo) -> None:
