@@ -23,9 +23,9 @@ What the container gets (``podman_argv``):
   ``CUDA_VISIBLE_DEVICES`` names the lent GPUs by their host index, as for a bubblewrap
   task; the image must then bring the driver's user-space libraries itself. A task lent no
   GPU gets no GPU device;
-- its environment by name only (``--env NAME``, inserted by the runner, see
-  ``SandboxSettings.env_flag``): values never appear on a command line; ``PATH`` stays the
-  image's;
+- its environment in an env file (``--env-file``, written and inserted by the runner, see
+  ``SandboxSettings.env_flag``): values never appear on a command line nor in podman's own
+  environment; ``PATH`` stays the image's;
 - ``--pull never``: nothing is pulled (no registry may be reachable); an image that is not in
   podman's local storage fails the task at start (``missing_image_message``);
 - a writable root of its own that RESTART keeps (``root_overlay``), as a bubblewrap task's:
@@ -103,7 +103,7 @@ from typing import Any
 import yaml
 
 from trainyard.runner.safefs import MAPPED_OTHER_IDS
-from trainyard.runner.spec import OverlayMount, UserNamespace
+from trainyard.runner.spec import OverlayMount, TaskLimits, UserNamespace
 
 from trainyard.backends.sandbox import OSMO_WORKSPACE, gpu_device_nodes
 
@@ -154,6 +154,8 @@ class ContainerPlan:
         user: ``--user`` (the image's ``USER``, with ``id_bases``); "": podman's choice.
         conf: podman's ``containers.conf`` (``containers_conf``; None: the host's).
         seccomp: the seccomp profile (``seccomp_profile``; None: podman's default).
+        limits: the task's limits as podman's own flags (``--memory``, ``--memory-swap``
+            the same: no swap beyond it, ``--pids-limit``, ``--cpus``); None: none.
     """
 
     image: str
@@ -172,6 +174,7 @@ class ContainerPlan:
     user: str = ""
     conf: Path | None = None
     seccomp: Path | None = None
+    limits: TaskLimits | None = None
 
 
 def container_name(run_dir: Path) -> str:
@@ -182,6 +185,20 @@ def container_name(run_dir: Path) -> str:
 
 def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _limit_args(plan: ContainerPlan) -> list[str]:
+    limits = plan.limits
+    if limits is None:
+        return []
+    args = []
+    if limits.memory_bytes:
+        args += ["--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes)]
+    if limits.pids_max:
+        args += ["--pids-limit", str(limits.pids_max)]
+    if limits.cpu:
+        args += ["--cpus", f"{limits.cpu:g}"]
+    return args
 
 
 def _ulimit_args() -> list[str]:
@@ -235,8 +252,9 @@ def _bind_args(plan: ContainerPlan) -> list[str]:
 
 def podman_argv(plan: ContainerPlan, podman: str = "podman") -> list[str]:
     """``podman run ... IMAGE`` (or ``... --rootfs ROOT``): the prefix the task's command
-    follows. Ends with the image (the root), before which the runner inserts ``--env NAME``
-    pairs (``SandboxSettings.env_flag``): after the image's own ``ENV``, so they win."""
+    follows. Ends with the image (the root), before which the runner inserts ``--env-file
+    FILE`` (``SandboxSettings.env_flag``); with ``rootfs`` the image's own ``ENV`` goes in
+    that file first (``SandboxSettings.env_defaults``), so the task's variables win."""
     argv = [podman]
     if plan.conf is not None:
         argv = ["env", f"CONTAINERS_CONF={plan.conf}", *argv]
@@ -245,16 +263,15 @@ def podman_argv(plan: ContainerPlan, podman: str = "podman") -> list[str]:
     argv += ["run", "--rm", "--pull", "never", "--name", plan.name,
              "--label", "trainyard=task", "--network", plan.network,
              "--hostname", plan.hostname, "--log-driver", "none", "--workdir", "/",
-             *_privilege_args(plan), *_seccomp_args(plan), *_ulimit_args(), *_bind_args(plan)]
+             *_privilege_args(plan), *_seccomp_args(plan), *_ulimit_args(), *_limit_args(plan),
+             *_bind_args(plan)]
     for device in plan.devices:
         argv += ["--device", device]
     if plan.user:
         argv += ["--user", plan.user]
     if plan.rootfs is None:
         return [*argv, plan.image]
-    for variable in plan.image_env:
-        argv += ["--env", variable]
-    return [*argv, "--rootfs", str(plan.rootfs)]  # a flag without value: --env may follow
+    return [*argv, "--rootfs", str(plan.rootfs)]  # a flag without value: --env-file may follow
 
 
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))

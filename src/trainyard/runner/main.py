@@ -43,8 +43,10 @@ from trainyard.runner import proctree
 from trainyard.runner.barrier import BarrierTimeout, wait_for_group
 from trainyard import dataroots
 from trainyard.runner.checkpoint import Checkpointer
+from trainyard.runner.cgroups import TaskCgroup
 from trainyard.runner.command import CommandProcess
 from trainyard.runner.data import DataHook, load_data_hook
+from trainyard.runner.hostenv import EnvRefused, HostStart, host_start
 from trainyard.runner.report import (
     FACTS_SOCKET_ENV,
     LOG_FAILED_EXIT_CODE,
@@ -138,6 +140,7 @@ class Runner:
         run.hosts = run.runtime_hosts(self.base_env)
         self.stop = threading.Event()
         self.command: CommandProcess | None = None
+        self.oom_killed = False
         self.rewriter = self._rewriter()
         self.tokens = token_values(
             [i.name if i.kind == "task" else None for i in run.inputs],
@@ -183,19 +186,25 @@ class Runner:
         return {**base, **own}, own
 
     def argv(self, visible: dict[str, str]) -> list[str]:
-        """Command and args with paths, tokens and ``$(VAR)`` resolved."""
+        """The task's command and args with paths, tokens and ``$(VAR)`` resolved (what runs
+        behind the sandbox prefix, if any)."""
         raw = [*self.run.command, *self.run.args]
-        resolved = [expand_vars(self.prepare(part), visible) for part in raw]
-        return [*self._prefix(visible), *resolved]
+        return [expand_vars(self.prepare(part), visible) for part in raw]
 
-    def _prefix(self, visible: dict[str, str]) -> list[str]:
-        """``sandbox.command_prefix``; with ``env_flag``, ``FLAG NAME`` for each of the
-        task's variables (``visible``) but PATH before its last element."""
-        prefix, flag = self.run.sandbox.command_prefix, self.run.sandbox.env_flag
-        if not flag or not prefix:
-            return list(prefix)
-        names = [arg for name in sorted(visible) if name != "PATH" for arg in (flag, name)]
-        return [*prefix[:-1], *names, prefix[-1]]
+    def host_environment(self) -> dict[str, str]:
+        """The environment of the sandbox prefix's programs (bwrap, podman, nsenter): the
+        runner's own, less the server's ``TRAINYARD_*``; never the spec's
+        (``runner.hostenv``)."""
+        return {k: v for k, v in self.base_env.items() if not _servers_own(k)}
+
+    def host_start(self, command: list[str], env: dict[str, str],
+                   visible: dict[str, str]) -> HostStart:
+        """How to start ``command`` behind the sandbox prefix (``hostenv.host_start``).
+        Raises ``EnvRefused`` or ``FileNotFoundError``."""
+        sandbox = self.run.sandbox
+        return host_start(sandbox.command_prefix, command, env, visible,
+                          self.host_environment(), sandbox.env_flag, sandbox.env_file_shell,
+                          self.run_dir, sandbox.env_defaults)
 
     def cwd(self) -> str:
         """The command's working directory: ``/``, or the private root without one (with
@@ -357,22 +366,36 @@ class Runner:
     def run_command(self) -> int:
         """Run the command with its checkpoints; returns its exit status."""
         env, visible = self.environment()
-        argv = self.argv(visible)
-        missing = self.unstartable(argv[len(self._prefix(visible)):], env)
+        command = self.argv(visible)
+        missing = self.unstartable(command, env)
         if missing is not None:
             self.log.runner(missing[1])
             return missing[0]
-        self.command = CommandProcess(argv, env, self.cwd(), self.log.command,
+        try:
+            start = self.host_start(command, env, visible)
+        except EnvRefused as exc:
+            self.log.runner(f"cannot start the command: {exc}")
+            return 126
+        except FileNotFoundError as exc:
+            self.log.runner(f"cannot start the sandbox: {exc}")
+            return 127
+        cgroup = self.task_cgroup()
+        self.command = CommandProcess(start.argv, start.env, self.cwd(), self.log.command,
                                       pid_namespace=bool(self.run.sandbox.mounts),
-                                      userns=self.run.sandbox.userns)
+                                      userns=self.run.sandbox.userns, pass_fds=start.pass_fds,
+                                      cgroup=cgroup)
         checkpoints = [Checkpointer(c.model_copy(update={"url": self.storage_url(c.url)}),
                                     self.local_path(c.path), self.hook, self.log.runner)
                        for c in self.run.checkpoints if self.data_url_allowed(c.url)]
         try:
             self.command.start()
         except OSError as exc:
-            self.log.runner(f"cannot start {argv[0]!r}: {exc}")
+            self.log.runner(f"cannot start {start.argv[0]!r}: {exc}")
+            if cgroup is not None:
+                cgroup.remove()
             return 127 if isinstance(exc, FileNotFoundError) else 126
+        finally:
+            start.close()
         if self.stop.is_set():
             self.command.terminate(self.run.stop_grace_s)
         for checkpoint in checkpoints:
@@ -383,7 +406,35 @@ class Runner:
             sampler.stop()
         for checkpoint in checkpoints:
             checkpoint.finish()
+        if cgroup is not None:
+            self.oom_killed = cgroup.oom_kills() > 0 and code != 0
+            cgroup.remove()
         return code
+
+    def task_cgroup(self) -> TaskCgroup | None:
+        """The task's control group with its limits set (``runner.cgroups``), or None when
+        the backend asks for none or the kernel refuses one (said in the task log: the
+        task then runs without limits, as on a pool with ``limits: false``)."""
+        limits = self.run.sandbox.limits
+        if limits is None or not (limits.memory_bytes or limits.pids_max or limits.cpu):
+            return None
+        name = f"{self.run.workflow_id}-{self.run.task}-{self.run.retry_id}-{os.getpid()}"
+        cgroup = TaskCgroup(name.replace("/", "_"), limits)
+        try:
+            cgroup.create()
+        except OSError as exc:
+            self.log.runner(f"limits not applied: {exc}")
+            return None
+        return cgroup
+
+    def oom_message(self, code: int) -> str:
+        """OOMKilled (Kubernetes' reason) when the OOM killer ended the task's command."""
+        if not self.oom_killed:
+            return ""
+        limits = self.run.sandbox.limits
+        limit = limits.memory_bytes if limits is not None else 0
+        return (f"OOMKilled: the task went over its memory limit ({limit} bytes, the spec's "
+                f"resources memory) and the kernel killed it (exit {code})")
 
     def _start_usage(self, cuda_visible_devices: str | None = None) -> UsageSampler | None:
         """Sample the command's CPU/memory (and GPUs) into ``usage.jsonl`` (runner.usage);
@@ -501,7 +552,7 @@ class Runner:
         if code == 0:
             self.upload_outputs()
             mark_stage(self.run_dir, "upload_end")
-        return code, ""
+        return code, self.oom_message(code)
 
     def execute(self) -> int:
         """Run every step; always reports EXITED (unless killed with SIGKILL)."""

@@ -242,6 +242,21 @@ class UserNamespace(_Model):
     data_gid: int | None = None
 
 
+class TaskLimits(BaseModel):
+    """What the task may use, enforced by a control group of its own (``runner.cgroups``),
+    as a pod's limits. 0 in a field: no limit for it.
+
+    Attributes:
+        memory_bytes: memory (and memory plus swap, where the kernel accounts swap).
+        pids_max: processes and threads together.
+        cpu: CPUs as a CFS quota (1.5: 150 ms of CPU time per 100 ms).
+    """
+
+    memory_bytes: int = 0
+    pids_max: int = 0
+    cpu: float = 0.0
+
+
 class SandboxSettings(_Model):
     """What the backend filled in about the task's isolation.
 
@@ -269,12 +284,19 @@ class SandboxSettings(_Model):
             ``OverlayMount``); a failure ends the attempt with START_ERROR (3003).
         volumes: the task's ``volumeMounts`` as ``{path inside: host path}``; a host path that
             does not exist ends the attempt with START_ERROR (3003) before anything runs.
-        env_flag: set when the prefix does not hand its own environment to the command (a
-            container runtime, e.g. ``--env`` for ``podman run``): the runner inserts
-            ``ENV_FLAG NAME`` for each variable the task sets (its ``environment``, trainyard's
-            task variables but ``PATH``, ``env``) before the prefix's last element (the
-            image); the runtime reads each value from its own environment, so none is on a
-            command line. The runtime also finds the command itself (no check beforehand).
+        env_flag: the runtime's env file flag (``--env-file`` of ``podman run`` and of
+            apptainer), set when the prefix is a container runtime: the runner writes the
+            variables the task sets (its ``environment``, trainyard's task variables but
+            ``PATH``, ``env``) to a 0600 file in the run folder and inserts ``ENV_FLAG FILE``
+            before the prefix's last element (the image), so no value is on a command line
+            and none reaches the runtime's own environment (``runner.hostenv``). The runtime
+            also finds the command itself (no check beforehand).
+        env_file_shell: the runtime reads that file as shell text (apptainer): values are
+            quoted; podman reads them verbatim.
+        limits: the task's limits, set by the runner in a control group of its own
+            (``runner.cgroups``); None: none (a container runtime sets its own).
+        env_defaults: variables written to that file first, which the task's own override
+            (the image's ``ENV`` where podman runs a root of the runner's, ``--rootfs``).
         start_error: the backend found that the task cannot start (e.g. its image is not
             present): the runner logs this and reports exit code 3003 (START_ERROR) without
             waiting at the barrier or running anything.
@@ -291,6 +313,9 @@ class SandboxSettings(_Model):
     overlays: list[OverlayMount] = Field(default_factory=list)
     volumes: dict[str, str] = Field(default_factory=dict)
     env_flag: str | None = None
+    env_file_shell: bool = False
+    env_defaults: dict[str, str] = Field(default_factory=dict)
+    limits: TaskLimits | None = None
     start_error: str | None = None
     userns: UserNamespace | None = None
 
