@@ -22,6 +22,10 @@ def osmo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Osmo]:
     ``{app}`` (an app), ``{url}`` (a storage folder with files), ``{dir}`` (a local folder)."""
     root = tmp_path_factory.mktemp("osmo-lines")
     home = root / "home"
+    home.mkdir(mode=0o700)
+    (home / "pools.yaml").write_text(  # one GPU in all: gangs of it queue (priority rows)
+        "pools:\n  tiny:\n    backend: local\n    nodes:\n"
+        "    - {name: tiny-0, gpu: 1, cpu: 4, memory: 8Gi, storage: 10Gi}\n")
     (root / "hello.yaml").write_text(HELLO)
     (root / "broken.yaml").write_text(FAILING)
     (root / "templated.yaml").write_text(TEMPLATED)

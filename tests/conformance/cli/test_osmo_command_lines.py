@@ -103,6 +103,30 @@ def check_rsync(osmo: Osmo, ran: Ran) -> None:
     assert "uploaded by the daemon" in osmo.ok(f"osmo workflow logs {workflow_id}").out
 
 
+def one_gpu_spec(osmo: Osmo, name: str, seconds: int) -> str:
+    spec = osmo.root / f"{name}.yaml"
+    spec.write_text(f"workflow:\n  name: {name}\n  resources:\n    default: {{gpu: 1, cpu: 1}}\n"
+                    f"  tasks:\n  - name: t\n    command: [sleep, '{seconds}']\n")
+    return spec.name
+
+
+def queue_behind_a_blocker(osmo: Osmo) -> dict[str, str]:
+    """A setup: pool tiny's one GPU busy for a few seconds, then a LOW workflow queued
+    behind it; the row queues a HIGH one after that."""
+    osmo.submit(one_gpu_spec(osmo, "blocker", 6), "-p", "tiny")
+    low = osmo.submit(one_gpu_spec(osmo, "lowprio", 1), "-p", "tiny", "--priority", "LOW")
+    return {"low": low, "high_spec": str(osmo.root / one_gpu_spec(osmo, "highprio", 1))}
+
+
+def check_high_first(osmo: Osmo, ran: Ran) -> None:
+    """OSMO: the scheduler places HIGH before NORMAL before LOW."""
+    high = osmo.wait(submitted_id(ran))
+    low = osmo.wait(osmo.values["low"])
+    start = {name: data["groups"][0]["tasks"][0]["start_time"]
+             for name, data in (("high", high), ("low", low))}
+    assert start["high"] < start["low"], start
+
+
 def check_submit_pool_priority(osmo: Osmo, ran: Ran) -> None:
     data = osmo.query(submitted_id(ran))
     assert (data["pool"], data["priority"]) == ("local", "LOW")
@@ -284,6 +308,8 @@ ROWS: list[Row] = [
     # osmo workflow submit
     Row("osmo workflow submit {spec}", check_submitted),
     Row("osmo workflow submit {spec} --pool local --priority LOW", check_submit_pool_priority),
+    Row("osmo workflow submit {high_spec} -p tiny --priority HIGH", check_high_first,
+        queue_behind_a_blocker),
     Row("osmo workflow submit {spec} -p local -t json",
         json_is(lambda o, d: d["id"].startswith("hello-osmo-"))),
     Row("osmo workflow submit {templated} --set workflow_name=greetings --set-string "
@@ -317,7 +343,9 @@ ROWS: list[Row] = [
                 and {w["labels"]["team"] for w in d} == {"vision"})),
     Row("osmo workflow list --no-label team -c 100 -t json",
         json_is(lambda o, d: o.values["done"] not in [w["id"] for w in d])),
-    Row("osmo workflow list --priority HIGH -t json", json_is(lambda o, d: d == [])),
+    Row("osmo workflow list --priority HIGH LOW -t json", json_is(lambda o, d: all(
+        o.query(w["id"])["priority"] in ("HIGH", "LOW") for w in d) and o.values["done"]
+        not in [w["id"] for w in d])),
     Row("osmo workflow list -P {app} -t json", json_is(lambda o, d: isinstance(d, list))),
     # tag
     Row("osmo workflow tag -w {done} --add nightly experiment --remove old experiment",
@@ -357,7 +385,7 @@ ROWS: list[Row] = [
         json_is(lambda o, d: [p["name"] for p in d] == ["local"] and d[0]["gpu"]["free"] >= 0)),
     Row("osmo resource list -p local -m free", out_has("local-0")),
     Row("osmo resource list --all -t json",
-        json_is(lambda o, d: {r["pool"] for r in d} == {"local"})),
+        json_is(lambda o, d: {r["pool"] for r in d} == {"local", "tiny"})),
     Row("osmo resource info local-0 -p local", out_has("Node local-0", "gpu")),
     # profile, version, tokens, users, login
     Row("osmo profile set pool local", check_profile),
