@@ -17,7 +17,7 @@ import typer
 from trainyard.cli.client import Client
 from trainyard.cli.output import (Format, FormatOption, console, emit, print_spec_warnings,
                                   short_time, spec_warnings, table)
-from trainyard.cli.request import SpecBody, spec_request
+from trainyard.cli.request import SpecBody, files_under, spec_request
 from trainyard.cli.workflow_ops import (DryRunOpt, LabelOpt, PoolOpt, PriorityOpt, RsyncOpt,
                                         SetEnvOpt, SetStringOpt, WaitOpt, after_submit, checked_priority,
                                         profile_pool)
@@ -198,6 +198,9 @@ def submit(
     priority: Optional[str] = PriorityOpt,
     label: Optional[list[str]] = LabelOpt,
     version: Optional[int] = VersionOpt,
+    local_path: Optional[Path] = typer.Option(
+        None, "--local-path", "-l", help="Read the spec's localpath files from this folder "
+        "now, instead of the copies stored with the app version."),
     dry_run: bool = DryRunOpt,
     rsync: Optional[str] = RsyncOpt,
     wait: bool = WaitOpt,
@@ -207,9 +210,13 @@ def submit(
     submit`'s."""
     base, version = split_version(name, version)
     client = Client()
-    req = SpecBody(spec_text="", set=set_values or [], set_string=set_strings or [],
-                   set_env=set_env or [], pool=pool, labels=parse_labels(label or []),
-                   default_pool=profile_pool(), priority=checked_priority(priority))
+    files = {} if local_path is None else files_under(
+        local_path, _spec_of(name, version)["spec"], set_values=set_values or [],
+        set_strings=set_strings or [])
+    req = SpecBody(spec_text="", files=files, set=set_values or [],
+                   set_string=set_strings or [], set_env=set_env or [], pool=pool,
+                   labels=parse_labels(label or []), default_pool=profile_pool(),
+                   priority=checked_priority(priority))
     params: dict[str, object] = {"dry_run": dry_run}
     if version:
         params["version"] = version

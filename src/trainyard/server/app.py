@@ -394,9 +394,12 @@ def _app_routes(app: FastAPI, service: Service) -> None:
     @app.post("/api/app/{name}/submit")
     def submit_app(name: str, req: SpecRequest, u: Caller, version: int | None = None,
                    dry_run: bool = False) -> dict[str, Any]:
+        """Submit an app version; ``files`` in the request (``app submit --local-path``)
+        replace the stored copies of those ``localpath`` files."""
         refuse_task_token(u, "submit a workflow")
         a = store.get_app(name, version)
-        full = req.model_copy(update={"spec_text": a.spec_text, "files": _spec_files(a),
+        full = req.model_copy(update={"spec_text": a.spec_text,
+                                      "files": {**_spec_files(a), **req.files},
                                       "spec_name": f"{a.name}:{a.version}",
                                       "app": f"{a.name}:{a.version}"})
         return service.dry_run(full, u) if dry_run else service.submit(full, u)

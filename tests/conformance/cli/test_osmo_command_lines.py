@@ -196,6 +196,27 @@ def check_app_submit(osmo: Osmo, ran: Ran) -> None:
     assert workflow_id in ids(osmo.run(f"osmo workflow list -P {osmo.values['app']} -t json"))
 
 
+def local_path_app(osmo: Osmo) -> dict[str, str]:
+    """A setup: an app whose spec names a localpath file, and another folder holding a
+    different file of that name."""
+    made, other = osmo.root / "lp-made", osmo.root / "lp-other"
+    for folder, text in ((made, "echo stored at create"), (other, "echo read at submit")):
+        folder.mkdir(exist_ok=True)
+        (folder / "run.sh").write_text(text + "\n")
+    (made / "app.yaml").write_text(
+        "workflow:\n  name: lp\n  tasks:\n  - name: t\n    command: [sh, /tmp/run.sh]\n"
+        "    files:\n    - path: /tmp/run.sh\n      localpath: run.sh\n")
+    osmo.ok(f"osmo app create lp-app -d 'local files' -f {made / 'app.yaml'}")
+    return {"lp_app": "lp-app", "lp_dir": str(other)}
+
+
+def check_local_path(osmo: Osmo, ran: Ran) -> None:
+    """OSMO: --local-path is where the spec's local files are fetched from at submit."""
+    workflow_id = submitted_id(ran)
+    assert osmo.wait(workflow_id)["status"] == "COMPLETED"
+    assert "read at submit" in osmo.ok(f"osmo workflow logs {workflow_id}").out
+
+
 def check_rename(osmo: Osmo, ran: Ran) -> None:
     assert osmo.run(f"osmo app info {osmo.values['name']}").code == 3
     assert len(osmo.ok(f"osmo app info {osmo.values['name']}-renamed -t json").json()) == 2
@@ -371,6 +392,7 @@ ROWS: list[Row] = [
     Row("osmo app list -n demo -c 5 -o desc -t json",
         json_is(lambda o, d: [a["name"] for a in d] == ["demo-app"])),
     Row("osmo app submit {app} -p local --set-env A=1", check_app_submit),
+    Row("osmo app submit {lp_app} -l {lp_dir}", check_local_path, local_path_app),
     Row("osmo app rename {name} {name}-renamed -f", check_rename, new_app),
     Row("osmo app delete {name}:1 -f", check_delete_version, new_app),
     Row("osmo app delete {name} -f", check_delete_latest, new_app),
@@ -463,7 +485,6 @@ TABLE = Path(__file__).with_name("osmo-cli.txt")
 NOT_YET: frozenset[str] = frozenset({
     "login --device-endpoint", "login --browser-endpoint", "login --callback-port",
     "login --password", "login --password-file",
-    "app submit --local-path", "app submit -l",
     "workflow rsync upload --timeout", "workflow rsync upload --upload-rate-limit",
     "workflow rsync upload --debounce-delay", "workflow rsync upload --reconcile-interval",
     "workflow rsync upload --max-log-size", "workflow rsync upload --verbose",
