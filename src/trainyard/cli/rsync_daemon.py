@@ -50,7 +50,8 @@ def log_path(workflow_id: str, task: str) -> Path:
     return state_dir() / f"rsync_daemon_{workflow_id}_{task}.log"
 
 
-def start(request: RsyncRequest, poll_interval_s: float, *, err: bool = False) -> None:
+def start(request: RsyncRequest, poll_interval_s: float, *, err: bool = False,
+          verbose: bool = False) -> None:
     """Start the daemon detached (its own session, stdin closed, output to its log) and say
     where it logs (on stderr with ``err``). One daemon per workflow and task: a running one is refused (exit 4).
 
@@ -66,7 +67,7 @@ def start(request: RsyncRequest, poll_interval_s: float, *, err: bool = False) -
                            f"{request.workflow_id} {request.task}; 'trainyard workflow rsync "
                            f"stop {request.workflow_id}' stops it")
     argv = [sys.executable, "-m", "trainyard.cli.rsync_daemon", json.dumps(asdict(request)),
-            str(poll_interval_s)]
+            str(poll_interval_s), *(["--verbose"] if verbose else [])]
     with open(logfile, "ab") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                 start_new_session=True, close_fds=True)
@@ -87,12 +88,15 @@ def status() -> None:
     typer.echo("\n".join(rows) if rows else "no rsync daemons")
 
 
-def stop(workflow_ids: list[str]) -> None:
-    """SIGTERM every running daemon (of ``workflow_ids[0]`` when given); say which."""
+def stop(workflow_ids: list[str], task: str | None = None) -> None:
+    """SIGTERM every running daemon (of ``workflow_ids[0]`` when given, and of its ``task``
+    when given: OSMO's ``rsync stop ID --task T``); say which."""
     stopped = 0
     for pid_file in sorted(state_dir().glob("rsync_daemon_*.pid")):
         info = _read_pid_file(pid_file)
         if info is None or (workflow_ids and info["workflow_id"] != workflow_ids[0]):
+            continue
+        if task is not None and info["task"] != task:
             continue
         pid = _alive_pid(pid_file)
         if pid is not None:
@@ -219,12 +223,14 @@ def _task_runs(request: RsyncRequest) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m trainyard.cli.rsync_daemon REQUEST_JSON POLL_INTERVAL_S`` (what ``start``
-    runs): write the pid file, run, remove the pid file."""
+    """``python -m trainyard.cli.rsync_daemon REQUEST_JSON POLL_INTERVAL_S [--verbose]`` (what
+    ``start`` runs): write the pid file, run, remove the pid file. ``--verbose`` (OSMO's):
+    debug lines too."""
     args = sys.argv[1:] if argv is None else argv
     request = RsyncRequest(**json.loads(args[0]))
     assert request.task is not None
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s - %(process)d - %(message)s")
+    level = logging.DEBUG if "--verbose" in args[2:] else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s - %(process)d - %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
     pid_file = log_path(request.workflow_id, request.task).with_suffix(".pid")
     from trainyard.runner.proctree import create_time

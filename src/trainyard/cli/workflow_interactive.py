@@ -560,6 +560,15 @@ def rsync(args: Annotated[list[str], typer.Argument(
                                "until the task ends or 'rsync stop' (upload forms only).")] = False,
           poll_interval_s: Annotated[float, typer.Option(
               "--poll-interval", min=0.2, help="Daemon: seconds between looks at LOCAL.")] = 2.0,
+          timeout_s: Annotated[int, typer.Option(
+              "--timeout", min=1, help="Seconds to wait for the server's answer on how to "
+                                       "reach the task (OSMO's connection timeout).")] = 10,
+          no_progress: Annotated[bool, typer.Option(
+              "--no-progress", help="Print nothing about the copy.")] = False,
+          verbose: Annotated[bool, typer.Option(
+              "--verbose", help="Daemon: debug lines in its log too.")] = False,
+          task: Annotated[str | None, typer.Option(
+              "--task", help="'rsync stop ID --task T': only the daemon of that task.")] = None,
           ) -> None:
     """Copy files into or out of a RUNNING task. OSMO's forms: 'rsync ID [TASK]
     LOCAL:REMOTE' and 'rsync upload ID [TASK] LOCAL:REMOTE' upload, 'rsync download ID
@@ -575,7 +584,7 @@ def rsync(args: Annotated[list[str], typer.Argument(
     if args and args[0] in ("status", "stop"):
         from trainyard.cli import rsync_daemon
 
-        rsync_daemon.status() if args[0] == "status" else rsync_daemon.stop(args[1:2])
+        rsync_daemon.status() if args[0] == "status" else rsync_daemon.stop(args[1:2], task)
         return
     request = parse_rsync_args(args)
     if request.task is None:
@@ -586,9 +595,11 @@ def rsync(args: Annotated[list[str], typer.Argument(
             raise typer.BadParameter("--daemon uploads; it cannot download", param_hint="--daemon")
         from trainyard.cli import rsync_daemon
 
-        rsync_daemon.start(request, poll_interval_s)
+        rsync_daemon.start(request, poll_interval_s, verbose=verbose)
         return
-    copy_once(request, _entry(request.workflow_id, request.task, retry_id))
+    copy_once(request, _entry(request.workflow_id, request.task, retry_id, timeout_s))
+    if no_progress:
+        return
     typer.echo(f"copied {request.local if request.into_task else request.inside} -> "
                f"{request.task + ':' if request.into_task else ''}{request.destination()}",
                err=True)

@@ -485,11 +485,8 @@ TABLE = Path(__file__).with_name("osmo-cli.txt")
 NOT_YET: frozenset[str] = frozenset({
     "login --device-endpoint", "login --browser-endpoint", "login --callback-port",
     "login --password", "login --password-file",
-    "workflow rsync upload --timeout", "workflow rsync upload --upload-rate-limit",
-    "workflow rsync upload --debounce-delay", "workflow rsync upload --reconcile-interval",
-    "workflow rsync upload --max-log-size", "workflow rsync upload --verbose",
-    "workflow rsync upload --no-progress", "workflow rsync download --timeout",
-    "workflow rsync download --no-progress", "workflow rsync stop --task",
+    "workflow rsync upload --upload-rate-limit", "workflow rsync upload --debounce-delay",
+    "workflow rsync upload --reconcile-interval", "workflow rsync upload --max-log-size",
     "credential", "credential set", "credential list", "credential delete",
 })
 """OSMO commands and flags ``osmo`` does not take yet (each a usage error today). A flag
