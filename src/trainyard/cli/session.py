@@ -47,17 +47,33 @@ def login(
     token_file: Optional[Path] = typer.Option(None, "--token-file", help="A file holding it."),
     username: Optional[str] = typer.Option(None, "--username", help="OSMO's dev/password "
                                            "methods; not used here."),
+    password: Optional[str] = typer.Option(None, "--password", help="OSMO's password "
+                                           "method: refused (tokens only)."),
+    password_file: Optional[Path] = typer.Option(None, "--password-file", help="As "
+                                                 "--password."),
+    device_endpoint: Optional[str] = typer.Option(None, "--device-endpoint", help="OSMO's "
+                                                  "device-code login: refused."),
+    browser_endpoint: Optional[str] = typer.Option(None, "--browser-endpoint", help="OSMO's "
+                                                   "browser login: refused."),
+    callback_port: Optional[int] = typer.Option(None, "--callback-port", help="As "
+                                                "--browser-endpoint."),
 ) -> None:
-    """Log in to a trainyard server with a token: later commands use that server."""
+    """Log in to a trainyard server with a token: later commands use that server. OSMO's
+    password, device-code and browser logins are refused (exit 2, saying so)."""
     from trainyard.cli.client import Client
     from trainyard.server.auth import write_login
 
     if method != "token":
         raise typer.BadParameter(f"{method!r}: trainyard servers take tokens only "
                                  "(--method token)", param_hint="'--method'")
-    if username is not None:
-        raise typer.BadParameter("--username goes with OSMO's dev and password methods; "
-                                 "trainyard takes a token", param_hint="'--username'")
+    others = {"--username": username, "--password": password, "--password-file": password_file,
+              "--device-endpoint": device_endpoint, "--browser-endpoint": browser_endpoint,
+              "--callback-port": callback_port}
+    given = [flag for flag, value in others.items() if value is not None]
+    if given:
+        raise typer.BadParameter(f"{given[0]} belongs to OSMO's password, device-code or "
+                                 "browser login; a trainyard server takes a token (--token)",
+                                 param_hint=f"'{given[0]}'")
     secret = _token_of(token, token_file)
     who = Client(url=url.rstrip("/"), token=secret).json("GET", "/api/whoami")
     write_login(trainyard_home(), url.rstrip("/"), secret)
