@@ -569,6 +569,15 @@ def rsync(args: Annotated[list[str], typer.Argument(
               "--verbose", help="Daemon: debug lines in its log too.")] = False,
           task: Annotated[str | None, typer.Option(
               "--task", help="'rsync stop ID --task T': only the daemon of that task.")] = None,
+          debounce_delay_s: Annotated[float, typer.Option(
+              "--debounce-delay", min=0, help="Daemon: upload once LOCAL has been still this "
+                                              "many seconds.")] = 0.0,
+          reconcile_interval_s: Annotated[float | None, typer.Option(
+              "--reconcile-interval", min=1, help="Daemon: upload again this often (s) even "
+                                                  "without a change.")] = None,
+          max_log_size: Annotated[int, typer.Option(
+              "--max-log-size", min=1024, help="Daemon: rotate its log past this many "
+                                               "bytes.")] = 2 * 1024 * 1024,
           ) -> None:
     """Copy files into or out of a RUNNING task. OSMO's forms: 'rsync ID [TASK]
     LOCAL:REMOTE' and 'rsync upload ID [TASK] LOCAL:REMOTE' upload, 'rsync download ID
@@ -595,7 +604,8 @@ def rsync(args: Annotated[list[str], typer.Argument(
             raise typer.BadParameter("--daemon uploads; it cannot download", param_hint="--daemon")
         from trainyard.cli import rsync_daemon
 
-        rsync_daemon.start(request, poll_interval_s, verbose=verbose)
+        rsync_daemon.start(request, poll_interval_s, verbose=verbose, tuning=rsync_daemon.Tuning(
+            debounce_delay_s, reconcile_interval_s, max_log_size))
         return
     copy_once(request, _entry(request.workflow_id, request.task, retry_id, timeout_s))
     if no_progress:
