@@ -159,15 +159,17 @@ class Tuning:
     debounce_s: float = 0.0
     reconcile_s: float | None = None
     max_log_bytes: int = 2 * 1024 * 1024
+    rate_bytes_per_s: int | None = None
+    """OSMO's ``--upload-rate-limit``: each upload at most this fast (None: no limit)."""
 
 
 class _Stop(Exception):
     """SIGTERM: stop between uploads."""
 
 
-def _upload(request: RsyncRequest) -> None:
+def _upload(request: RsyncRequest, rate_bytes_per_s: int | None = None) -> None:
     assert request.task is not None
-    copy_once(request, _entry(request.workflow_id, request.task, None))
+    copy_once(request, _entry(request.workflow_id, request.task, None), rate_bytes_per_s)
 
 
 def _due(seen: dict[str, tuple[int, int]], uploaded: dict[str, tuple[int, int]] | None,
@@ -202,7 +204,7 @@ def run(request: RsyncRequest, poll_interval_s: float, tuning: Tuning | None = N
             log.debug("Change seen in %s (%d entries)", request.local, len(seen))
         if _due(seen, uploaded, changed_at, uploaded_at, tuning, now) or uploaded is None:
             try:
-                _upload(request)
+                _upload(request, tuning.rate_bytes_per_s)
             except (RefusedError, NotFoundError) as exc:
                 if not _task_runs(request):
                     log.info("Task %s is no longer running; rsync daemon stops", request.task)

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -575,6 +576,9 @@ def rsync(args: Annotated[list[str], typer.Argument(
           reconcile_interval_s: Annotated[float | None, typer.Option(
               "--reconcile-interval", min=1, help="Daemon: upload again this often (s) even "
                                                   "without a change.")] = None,
+          upload_rate_limit: Annotated[int | None, typer.Option(
+              "--upload-rate-limit", min=1, help="Upload at most this many bytes per "
+                                                 "second.")] = None,
           max_log_size: Annotated[int, typer.Option(
               "--max-log-size", min=1024, help="Daemon: rotate its log past this many "
                                                "bytes.")] = 2 * 1024 * 1024,
@@ -605,9 +609,10 @@ def rsync(args: Annotated[list[str], typer.Argument(
         from trainyard.cli import rsync_daemon
 
         rsync_daemon.start(request, poll_interval_s, verbose=verbose, tuning=rsync_daemon.Tuning(
-            debounce_delay_s, reconcile_interval_s, max_log_size))
+            debounce_delay_s, reconcile_interval_s, max_log_size, upload_rate_limit))
         return
-    copy_once(request, _entry(request.workflow_id, request.task, retry_id, timeout_s))
+    copy_once(request, _entry(request.workflow_id, request.task, retry_id, timeout_s),
+              upload_rate_limit)
     if no_progress:
         return
     typer.echo(f"copied {request.local if request.into_task else request.inside} -> "
@@ -615,15 +620,17 @@ def rsync(args: Annotated[list[str], typer.Argument(
                err=True)
 
 
-def copy_once(request: RsyncRequest, entry: dict[str, Any]) -> None:
-    """Make one copy of ``request`` through the task's ``entry``.
+def copy_once(request: RsyncRequest, entry: dict[str, Any],
+              rate_bytes_per_s: int | None = None) -> None:
+    """Make one copy of ``request`` through the task's ``entry``; an upload at most
+    ``rate_bytes_per_s`` (OSMO's ``--upload-rate-limit``; None: as fast as it goes).
 
     Raises:
         typer.BadParameter: the local source is missing.
         RefusedError: the copy failed or what the task sent was refused.
     """
     if request.into_task:
-        _copy_in(entry, Path(request.local), request.destination())
+        _copy_in(entry, Path(request.local), request.destination(), rate_bytes_per_s)
     else:
         if not request.copy_is_target and Path(request.local).exists() \
                 and not Path(request.local).is_dir():
@@ -642,7 +649,32 @@ def _owner_reset(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def _copy_in(entry: dict[str, Any], local: Path, inside: str) -> None:
+class _Throttled:
+    """A binary stream that lets through at most ``rate_bytes_per_s`` on average (it sleeps
+    when ahead), for an upload's archive."""
+
+    CHUNK_BYTES = 64 * 1024
+
+    def __init__(self, stream: Any, rate_bytes_per_s: int) -> None:
+        self.stream, self.rate = stream, rate_bytes_per_s
+        self.started, self.sent = time.monotonic(), 0
+
+    def write(self, data: bytes) -> int:
+        for start in range(0, len(data), self.CHUNK_BYTES):
+            chunk = data[start:start + self.CHUNK_BYTES]
+            self.stream.write(chunk)
+            self.sent += len(chunk)
+            ahead_s = self.sent / self.rate - (time.monotonic() - self.started)
+            if ahead_s > 0:
+                time.sleep(ahead_s)
+        return len(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _copy_in(entry: dict[str, Any], local: Path, inside: str,
+             rate_bytes_per_s: int | None = None) -> None:
     import tarfile  # here, not at the CLI's start
 
     if not local.exists():
@@ -651,8 +683,9 @@ def _copy_in(entry: dict[str, Any], local: Path, inside: str) -> None:
     script = 'mkdir -p -- "$1" && exec tar -x --no-same-owner -f - -C "$1"'
     proc = _in_task(entry, ["sh", "-c", script, "sh", where], stdin=subprocess.PIPE)
     assert proc.stdin is not None
+    out = proc.stdin if rate_bytes_per_s is None else _Throttled(proc.stdin, rate_bytes_per_s)
     try:
-        with tarfile.open(fileobj=proc.stdin, mode="w|") as archive:
+        with tarfile.open(fileobj=out, mode="w|") as archive:
             name = "." if local.is_dir() else PurePosixPath(inside).name
             archive.add(local, arcname=name, filter=_owner_reset)
     except BrokenPipeError:

@@ -490,7 +490,6 @@ def test_dash_f_is_never_the_format(osmo: Osmo) -> None:
 TABLE = Path(__file__).with_name("osmo-cli.txt")
 
 NOT_YET: frozenset[str] = frozenset({
-    "workflow rsync upload --upload-rate-limit",
     "credential", "credential set", "credential list", "credential delete",
 })
 """OSMO commands and flags ``osmo`` does not take yet (each a usage error today). A flag
