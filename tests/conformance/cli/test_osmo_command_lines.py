@@ -111,15 +111,18 @@ def one_gpu_spec(osmo: Osmo, name: str, seconds: int) -> str:
 
 
 def queue_behind_a_blocker(osmo: Osmo) -> dict[str, str]:
-    """A setup: pool tiny's one GPU busy for a few seconds, then a LOW workflow queued
-    behind it; the row queues a HIGH one after that."""
-    osmo.submit(one_gpu_spec(osmo, "blocker", 6), "-p", "tiny")
+    """A setup: pool tiny's one GPU held by a blocker (until the check cancels it), then a
+    LOW workflow queued behind it; the row queues a HIGH one after that."""
+    blocker = osmo.submit(one_gpu_spec(osmo, "blocker", 600), "-p", "tiny")
     low = osmo.submit(one_gpu_spec(osmo, "lowprio", 1), "-p", "tiny", "--priority", "LOW")
-    return {"low": low, "high_spec": str(osmo.root / one_gpu_spec(osmo, "highprio", 1))}
+    return {"blocker": blocker, "low": low,
+            "high_spec": str(osmo.root / one_gpu_spec(osmo, "highprio", 1))}
 
 
 def check_high_first(osmo: Osmo, ran: Ran) -> None:
-    """OSMO: the scheduler places HIGH before NORMAL before LOW."""
+    """OSMO: the scheduler places HIGH before NORMAL before LOW: once the blocker's GPU is
+    free, the HIGH workflow queued last starts before the LOW one queued first."""
+    osmo.ok(f"osmo workflow cancel {osmo.values['blocker']}")
     high = osmo.wait(submitted_id(ran))
     low = osmo.wait(osmo.values["low"])
     start = {name: data["groups"][0]["tasks"][0]["start_time"]
