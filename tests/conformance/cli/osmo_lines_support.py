@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 OSMO = Path(sys.executable).parent / "osmo"
 """The ``osmo`` console script of this environment (argv[0] ends in ``osmo``)."""
 
