@@ -77,8 +77,8 @@ class SpecOptions:
     def choose_pool(self, spec_pool: str | None) -> Pool:
         """``--pool``, else the spec's ``workflow.pool``, else the user's default pool
         (``profile set pool``), else ``local`` (from pools.yaml)."""
+        from trainyard.backends.served import get_pool
         from trainyard.cli.profile import default_pool
-        from trainyard.pools import get_pool
 
         return get_pool(self.pool or spec_pool or default_pool())
 

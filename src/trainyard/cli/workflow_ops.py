@@ -33,8 +33,8 @@ from trainyard.cli.output import (
     table,
 )
 from trainyard.cli.request import SpecBody, spec_request
-from trainyard.engine.status import WorkflowStatus
 from trainyard.errors import NotFoundError, RefusedError, SpecError, SpecProblem, TrainyardError
+from trainyard.status import WorkflowStatus
 from trainyard.spec.values import parse_labels
 
 if TYPE_CHECKING:  # rich is imported when the first progress line is printed (cli.output)

@@ -40,7 +40,7 @@ from trainyard.engine.machine import (
     WorkflowFinished,
     WorkflowState,
 )
-from trainyard.engine.status import ExitCode, Status, WorkflowStatus
+from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.errors import NotFoundError
 from trainyard.spec.models import ExitAction
 

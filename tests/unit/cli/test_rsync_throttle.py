@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-from trainyard.cli.workflow_interactive import _Throttled
+from trainyard.cli.rsync_copy import Throttled as _Throttled
 
 
 def test_an_upload_stream_keeps_to_its_rate_and_loses_nothing() -> None:
