@@ -326,9 +326,10 @@ def _routes(app: FastAPI, service: Service) -> None:
         return service.resources(pool)
 
 
-DESCRIPTION_KEY = "\x00description"
+DESCRIPTION_KEY = "../trainyard:description"
 """Where an app version's description (OSMO's ``app create -d``) is kept: a key of its
-``files`` that no ``localpath`` can be (no path holds a NUL), so the store keeps its shape."""
+``files`` that no ``localpath`` can be (a localpath lies below the spec's folder, never
+``..``), so the store keeps its shape. (Not a NUL: PostgreSQL's JSON stores none.)"""
 
 
 def _app_json(a: AppRecord, *, spec: bool = False) -> dict[str, Any]:
