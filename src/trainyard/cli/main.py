@@ -46,7 +46,7 @@ __all__ = ["app", "main", "exit_now", "build_app", "groups_for", "command_for", 
            "MULTI_VALUE_FLAGS", "NARGS_FLAGS", "EXIT_CODES", "expand_multi_value_flags", "collector_paused"]
 
 SUBAPPS: tuple[str, ...] = ("workflow", "task", "app", "pool", "resource", "server", "dataset",
-                            "data", "profile", "token", "user")
+                            "data", "credential", "profile", "token", "user")
 """Command groups, each a module ``trainyard.cli.<name>`` exposing ``app``."""
 
 TOP_COMMANDS: tuple[tuple[str, str, str], ...] = (
@@ -55,7 +55,8 @@ TOP_COMMANDS: tuple[tuple[str, str, str], ...] = (
 )
 """Commands outside any group (OSMO's ``login`` and ``logout``): name, module, function."""
 
-MULTI_VALUE_FLAGS = frozenset({"--set", "--set-string", "--set-env", "--label"})
+MULTI_VALUE_FLAGS = frozenset({"--set", "--set-string", "--set-env", "--label", "--payload",
+                               "--payload-file"})
 """Flags that take several ``NAME=VALUE`` pairs after one flag (``--set a=1 b=2``)."""
 
 NARGS_FLAGS: dict[tuple[str, str], frozenset[str]] = {
