@@ -85,8 +85,8 @@ def exec_command(workflow_id: WorkflowIdArg,
                  retry_id: RetryOpt = None) -> None:
     """Run CMD (default: --entry, /bin/bash) inside a RUNNING task: on the local backend in
     its sandbox (its /, its /tmp, its network, its user namespace without capabilities),
-    on Slurm with 'srun --overlap' in its job. With a terminal on stdin it gets a terminal
-    of its own. The command's exit status is this command's (with --group: the first
+    on Slurm with 'srun --overlap' in its job, on Kubernetes with 'kubectl exec' in its pod's
+    task container. With a terminal on stdin it gets a terminal of its own. The command's exit status is this command's (with --group: the first
     non-zero one); an ended task exits 4, an unknown one 3. Same rule as cancel: the
     workflow's submitter or an admin."""
     import shlex
@@ -106,7 +106,7 @@ def _exec_in(workflow_id: str, task: str, command: list[str], retry_id: int | No
     entry = task_entry(workflow_id, task, retry_id, timeout_s)
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     argv = command_argv(entry, command, tty)
-    if entry["backend"] == "slurm":
+    if entry["backend"] in ("slurm", "kubernetes"):
         return subprocess.call(argv, env=command_env(entry))
     return _run_with_pty(argv) if tty else _run_piped(argv)
 
@@ -292,7 +292,7 @@ def _serve_forward(listener: socket.socket, entry: dict[str, Any], remote: int) 
 
 
 def _forward_one(conn: socket.socket, entry: dict[str, Any], remote: int) -> None:
-    if entry["backend"] == "slurm":
+    if entry["backend"] in ("slurm", "kubernetes"):  # a relay beside the task, over exec
         _forward_through_srun(conn, entry, remote)
         return
     from trainyard.backends.enter import connect_inside, relay

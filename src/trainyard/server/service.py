@@ -32,6 +32,7 @@ from trainyard.errors import (
 )
 from trainyard.backends.served import load_pool_file
 from trainyard.pools import DEFAULT_POOL, Pool
+from trainyard.server import compare
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.logs import FLUSH, LogFile, LogLine, file_size, read_merged, tail_offset
 from trainyard.server.osmo_filters import (ListFilters, TaskFilters, priority_of, retag,
@@ -391,6 +392,29 @@ class Service:
                 "admin may read or change it"
             )
         return record
+
+    def diff(self, workflow_a: str, workflow_b: str, user: User) -> dict[str, Any]:
+        """Two workflows side by side (``trainyard workflow diff A B``): the settings that
+        differ, final metrics, and whether their saved models are identical tensor by tensor
+        (``compare.diff_runs`` gives the shape). Reads model files: may take a while.
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``query``, for either workflow.
+        """
+        facts_a, facts_b = self._facts(workflow_a, user), self._facts(workflow_b, user)
+        return compare.diff_runs(facts_a, facts_b)
+
+    def _facts(self, workflow_id: str, user: User) -> compare.RunFacts:
+        record = self._readable(workflow_id, user)
+        try:
+            workflow: WorkflowSpec | None = self.engine.spec_of(record)
+        except SpecError:
+            workflow = None
+        pool = self.engine.pools.get(record.pool)
+        return compare.run_facts(
+            record, workflow, self.engine.state(workflow_id),
+            lambda task, retry: self.engine.run_dir(workflow_id, task, retry),
+            pool.backend if pool is not None else "unknown")
 
     def query(self, workflow_id: str, user: User, *, verbose: bool = False) -> dict[str, Any]:
         """The workflow in the CLI's JSON shape (``groups[].tasks[]``; ``retries`` when verbose)."""

@@ -10,8 +10,10 @@ redirects to ``/login``. Every POST made with a session carries the session's CS
 
 Pages: ``/`` workflows (filters and paging), ``/workflows/ID`` (DAG, timeline, curves,
 utilisation, spec, cancel/restart), ``/workflows/ID/logs`` (live, SSE from
-``/workflows/ID/logs/stream``), ``/compare?id=A&id=B`` (curves overlaid), ``/pools``,
-``/datasets``. JSON for scripts and the CLI: ``GET /api/workflow/ID/metrics``.
+``/workflows/ID/logs/stream``), ``/compare?id=A&id=B`` (curves overlaid; for two workflows
+also what differs, final metrics side by side and whether their models are identical),
+``/pools``, ``/datasets``. JSON for scripts and the CLI: ``GET /api/workflow/ID/metrics``,
+``GET /api/workflow/A/diff/B`` (``trainyard workflow diff``, see ``compare.diff_runs``).
 """
 
 from __future__ import annotations
@@ -317,6 +319,10 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
     def metrics(workflow_id: str, viewer: Look) -> dict[str, Any]:
         return _metrics_json(service, workflow_id, viewer.user)
 
+    @app.get("/api/workflow/{workflow_a}/diff/{workflow_b}")
+    def diff(workflow_a: str, workflow_b: str, viewer: Look) -> dict[str, Any]:
+        return service.diff(workflow_a, workflow_b, viewer.user)
+
     @app.get("/compare", response_class=HTMLResponse)
     def compare(viewer: Look, id: Annotated[list[str] | None, Query()] = None  # noqa: A002
                 ) -> HTMLResponse:
@@ -325,7 +331,8 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
         for wid in ids:
             service.query(wid, viewer.user)  # read permission
             runs += dashboard.curves(service.engine.state(wid), _run_dir(service, wid), wid)
-        return page("compare.html", viewer, ids=ids, runs=runs)
+        diff = service.diff(ids[0], ids[1], viewer.user) if len(ids) == 2 else None
+        return page("compare.html", viewer, ids=ids, runs=runs, diff=diff)
 
 
 def _run_dir(service: Service, workflow_id: str) -> dashboard.RunDir:
