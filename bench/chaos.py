@@ -643,7 +643,7 @@ class Chaos:
         submission cut by a server kill that was stored anyway)."""
         statuses: dict[str, str | None] = {wf_id: None for wf_id in self.plans}
         while time.monotonic() < deadline:
-            done = self.cli.run("workflow", "list", "-f", "json", "--count", "100000")
+            done = self.cli.run("workflow", "list", "-t", "json", "--count", "100000")
             if done.returncode == 0:
                 rows = {r["id"]: r["status"] for r in json.loads(done.stdout)}
                 statuses = {wf_id: rows.get(wf_id) for wf_id in self.plans}

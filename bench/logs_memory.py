@@ -6,7 +6,7 @@ In a fresh ``TRAINYARD_HOME`` (a real server that the CLI starts, stopped at the
    ``--line-mb`` MB without a newline; reports the launcher's peak RSS while it runs
    (``VmHWM`` of ``/proc/PID/status``, sampled until the workflow ends).
 2. server and CLI: the ``task.log`` of a finished one-task workflow is grown to ``--log-mb``
-   MB of ordinary 100-byte lines; then ``workflow logs ID`` (also ``-n 2``, ``-f json`` and
+   MB of ordinary 100-byte lines; then ``workflow logs ID`` (also ``-n 2``, ``--format-type json`` and
    ``--follow``) is run with stdout to /dev/null. For each: the server's peak RSS above its
    RSS before the command (its peak is reset with ``/proc/PID/clear_refs`` = 5, Linux >= 4.0)
    and the CLI process's own peak RSS (``ru_maxrss`` of the waited child).
@@ -68,13 +68,13 @@ def _status_kib(pid: int, field: str) -> int:
 def _submit(home: Path, text: str, folder: Path, name: str) -> str:
     spec = folder / f"{name}.yaml"
     spec.write_text(text)
-    done = _cli(home, "workflow", "submit", str(spec), "-f", "json")
+    done = _cli(home, "workflow", "submit", str(spec), "-t", "json")
     assert done.returncode == 0, done.stderr
     return str(json.loads(done.stdout)["id"])
 
 
 def _status(home: Path, workflow_id: str) -> str:
-    done = _cli(home, "workflow", "query", workflow_id, "-f", "json")
+    done = _cli(home, "workflow", "query", workflow_id, "-t", "json")
     return str(json.loads(done.stdout)["status"])
 
 
@@ -143,7 +143,7 @@ def server_peaks(home: Path, folder: Path, log_mb: int) -> list[dict[str, Any]]:
     pid = _server_pid(home)
     base = ["workflow", "logs", workflow_id]
     return [_measured(home, pid, base + extra)
-            for extra in ([], ["-n", "2"], ["-f", "json"], ["--follow"])]
+            for extra in ([], ["-n", "2"], ["--format-type", "json"], ["--follow"])]
 
 
 def main() -> int:

@@ -40,7 +40,7 @@ from trainyard.errors import (  # noqa: E402
     TrainyardError,
 )
 from trainyard.home import trainyard_home  # noqa: E402
-from trainyard.server.auth import read_client_token  # noqa: E402
+from trainyard.server.auth import read_client_token, read_login  # noqa: E402
 from trainyard.server.process import claimed_url, ensure_running, find_running  # noqa: E402
 
 __all__ = ["Client", "server_version", "running_server_client"]
@@ -107,6 +107,7 @@ def server_version(home: Path | None = None) -> tuple[str, str] | None:
     a server and never raises (None when there is none or it does not answer).
     """
     url = os.environ.get("TRAINYARD_SERVER_URL", "").rstrip("/")
+    url = url or _logged_in_url(home or trainyard_home()) or ""
     if not url:
         try:
             info = find_running(home or trainyard_home(), wait_s=2.0)
@@ -128,12 +129,18 @@ def running_server_client(home: Path | None = None) -> Client | None:
     the local server holding the lock (however slowly it answers). Never starts a server;
     None when there is none."""
     home = home or trainyard_home()
-    if os.environ.get("TRAINYARD_SERVER_URL"):
+    if os.environ.get("TRAINYARD_SERVER_URL") or _logged_in_url(home):
         return Client(home)
     info = find_running(home)
     if info is None:
         return None
     return Client(home, url=info.url)
+
+
+def _logged_in_url(home: Path) -> str | None:
+    """The server of ``login URL`` (``$TRAINYARD_HOME/login.json``), else None."""
+    login = read_login(home)
+    return login["url"].rstrip("/") if login else None
 
 
 def tls_verify(url: str) -> bool:
@@ -150,6 +157,8 @@ class Client:
                  token: str | None = None, timeout_s: float = 60.0) -> None:
         self.home = home or trainyard_home()
         self._from_env = url is None and bool(os.environ.get("TRAINYARD_SERVER_URL"))
+        if url is None and not self._from_env:
+            url = _logged_in_url(self.home)
         claimed = None if url or self._from_env else claimed_url(self.home)
         self._unchecked = claimed is not None  # the lock note's address, its pid unchecked
         self.url = url or claimed or ensure_running(self.home).url

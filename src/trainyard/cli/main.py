@@ -32,6 +32,7 @@ import importlib
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from enum import StrEnum
 from typing import TYPE_CHECKING, NoReturn
 
 from trainyard import __version__
@@ -41,15 +42,40 @@ if TYPE_CHECKING:  # imported by the functions that use it, in main's collector 
     import typer
 
 __all__ = ["app", "main", "exit_now", "build_app", "groups_for", "command_for", "SUBAPPS",
-           "MULTI_VALUE_FLAGS", "EXIT_CODES", "expand_multi_value_flags", "collector_paused"]
+           "command_words", "program_name", "GLOBAL_OPTIONS", "LOG_LEVELS",
+           "MULTI_VALUE_FLAGS", "NARGS_FLAGS", "EXIT_CODES", "expand_multi_value_flags", "collector_paused"]
 
 SUBAPPS: tuple[str, ...] = ("workflow", "task", "app", "pool", "resource", "server", "dataset",
-                            "data", "credential")
+                            "data", "credential", "profile", "token", "user")
 """Command groups, each a module ``trainyard.cli.<name>`` exposing ``app``."""
+
+TOP_COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("login", "trainyard.cli.session", "login"),
+    ("logout", "trainyard.cli.session", "logout"),
+)
+"""Commands outside any group (OSMO's ``login`` and ``logout``): name, module, function."""
 
 MULTI_VALUE_FLAGS = frozenset({"--set", "--set-string", "--set-env", "--label", "--payload",
                                "--payload-file"})
 """Flags that take several ``NAME=VALUE`` pairs after one flag (``--set a=1 b=2``)."""
+
+NARGS_FLAGS: dict[tuple[str, str], frozenset[str]] = {
+    ("workflow", "list"): frozenset({"--status", "-s", "--user", "-u", "--pool", "-p",
+                                     "--tags", "--priority"}),
+    ("workflow", "tag"): frozenset({"--workflow", "-w", "--add", "-a", "--remove", "-r"}),
+    ("task", "list"): frozenset({"--status", "-s", "--user", "-u", "--pool", "-p",
+                                 "--node", "-n", "--priority"}),
+    ("app", "list"): frozenset({"--user", "-u"}),
+    ("pool", "list"): frozenset({"--pool", "-p"}),
+    ("resource", "list"): frozenset({"--pool", "-p", "--platform"}),
+    ("token", "set"): frozenset({"--roles", "-r"}),
+    ("user", "list"): frozenset({"--roles", "-r"}),
+    ("user", "create"): frozenset({"--roles", "-r"}),
+    ("user", "update"): frozenset({"--add-roles", "-a", "--remove-roles", "-r"}),
+}
+"""Per command, the flags that OSMO's CLI (argparse ``nargs='+'``) lets take several values
+after one flag (``workflow list -s RUNNING FAILED``): every word up to the next option is
+one of its values."""
 
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "success"),
@@ -91,16 +117,24 @@ def collector_paused(*, freeze: bool = False) -> Iterator[None]:
             gc.enable()
 
 
-def version() -> None:
-    """Print trainyard's version, and the server's when one answers (never starts one)."""
-    import typer
+class LogLevel(StrEnum):
+    """``--log-level`` choices: Python's logging levels, as OSMO's CLI takes them."""
 
-    from trainyard.cli.client import server_version
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+    CRITICAL = "CRITICAL"
 
-    typer.echo(f"trainyard {__version__}")
-    server = server_version()
-    if server is not None:
-        typer.echo(f"server {server[1]} at {server[0]}")
+
+LOG_LEVELS = tuple(level.value for level in LogLevel)
+
+
+def _global_options(log_level: str = "WARNING") -> None:
+    """Options of every command (OSMO's ``--log-level``), given before the command."""
+    import logging
+
+    logging.basicConfig(level=log_level, format="%(levelname)s %(name)s: %(message)s")
 
 
 def build_app(groups: Sequence[str] = SUBAPPS, command: str | None = None) -> typer.Typer:
@@ -119,12 +153,29 @@ def build_app(groups: Sequence[str] = SUBAPPS, command: str | None = None) -> ty
         add_completion=True,
         pretty_exceptions_enable=False,
     )
-    root.command()(version)
+    root.callback()(_log_level_callback())
+    root.command("version")(importlib.import_module("trainyard.cli.version").version)
+    for name, module, function in TOP_COMMANDS:
+        root.command(name)(getattr(importlib.import_module(module), function))
     for name in SUBAPPS:
         if name in groups:
             group = importlib.import_module(f"trainyard.cli.{name}").app
             root.add_typer(_only_command(group, command), name=name)
     return root
+
+
+def _log_level_callback() -> object:
+    """The root callback with its ``--log-level`` option (typer made here: this module
+    imports no typer at import time)."""
+    import typer
+
+    def callback(log_level: LogLevel = typer.Option(
+            LogLevel.WARNING, "--log-level", case_sensitive=False,
+            help="Log lines at this level and above go to stderr.")) -> None:
+        _global_options(log_level.value)
+
+    callback.__doc__ = "Run NVIDIA OSMO workflow specs on this machine, Slurm or Kubernetes."
+    return callback
 
 
 def _command_name(info: typer.models.CommandInfo) -> str:
@@ -147,21 +198,52 @@ def _only_command(group: typer.Typer, command: str | None) -> typer.Typer:
     return narrowed
 
 
+GLOBAL_OPTIONS = frozenset({"--log-level"})
+"""Options of the root command that take a value (given before the command's words)."""
+
+
+def command_words(argv: Sequence[str]) -> list[str]:
+    """``argv`` without the leading global options (``--log-level DEBUG``, ``--log-level=X``),
+    so that the first word is the group's name."""
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        if word in GLOBAL_OPTIONS:
+            index += 2
+        elif word.split("=", 1)[0] in GLOBAL_OPTIONS:
+            index += 1
+        else:
+            break
+    return list(argv[index:])
+
+
 def groups_for(argv: Sequence[str]) -> tuple[str, ...]:
-    """The command groups a command line needs: the group it names first (its first word),
-    else every group (``--help``, completion, ``version``, an unknown or no command, so
-    that click lists them all)."""
-    if argv and argv[0] in SUBAPPS:
-        return (argv[0],)
+    """The command groups a command line needs: the group it names first (its first word
+    after the global options), else every group (``--help``, completion, ``version``, an
+    unknown or no command, so that click lists them all)."""
+    words = command_words(argv)
+    if words and words[0] in SUBAPPS:
+        return (words[0],)
     return SUBAPPS
 
 
 def command_for(argv: Sequence[str]) -> str | None:
     """The command a command line names in its group (its second word, after a group's
     name), else None (every command of the group is built)."""
-    if len(argv) > 1 and argv[0] in SUBAPPS and not argv[1].startswith("-"):
-        return argv[1]
+    words = command_words(argv)
+    if len(words) > 1 and words[0] in SUBAPPS and not words[1].startswith("-"):
+        return words[1]
     return None
+
+
+def program_name(argv0: str | None = None) -> str:
+    """The name the CLI was called by (``osmo`` or ``trainyard``), for usage and help: the
+    base name of ``argv0`` (default ``sys.argv[0]``); ``trainyard`` for any other (``python
+    -m``, a test runner)."""
+    import os
+
+    name = os.path.basename(argv0 if argv0 is not None else (sys.argv[0] if sys.argv else ""))
+    return name if name in ("osmo", "trainyard") else "trainyard"
 
 
 def __getattr__(name: str) -> typer.Typer:
@@ -173,19 +255,25 @@ def __getattr__(name: str) -> typer.Typer:
 
 
 def expand_multi_value_flags(argv: Sequence[str]) -> list[str]:
-    """Repeat a multi-value flag before each of its pairs: ``--set a=1 b=2`` becomes
-    ``--set a=1 --set b=2``. A pair is a word with ``=`` that is not an option. Nothing
-    after ``--`` is touched."""
+    """Repeat a multi-value flag before each of its values: ``--set a=1 b=2`` becomes
+    ``--set a=1 --set b=2`` (a value of ``MULTI_VALUE_FLAGS`` is a word with ``=`` that is
+    not an option), and in the commands of ``NARGS_FLAGS`` ``-s RUNNING FAILED`` becomes
+    ``-s RUNNING -s FAILED`` (a value: any word that is not an option). Nothing after
+    ``--`` is touched."""
+    words = command_words(argv)
+    nargs = NARGS_FLAGS.get((words[0], words[1]), frozenset()) if len(words) > 1 else frozenset()
     out: list[str] = []
     flag: str | None = None
     for index, word in enumerate(argv):
         if word == "--":  # the rest is a command's own (``workflow exec ID TASK -- CMD``)
             return out + list(argv[index:])
-        if word in MULTI_VALUE_FLAGS:
+        value = flag is not None and not word.startswith("-") and (
+            flag in nargs or "=" in word)
+        if word in MULTI_VALUE_FLAGS or word in nargs:
             flag = word
-        elif flag and "=" in word and not word.startswith("-") and out[-1] != flag:
-            out.append(flag)
-        elif not (flag and "=" in word and not word.startswith("-")):
+        elif value and out[-1] != flag:
+            out.append(flag)  # type: ignore[arg-type]  # value implies a flag
+        elif not value:
             flag = None
         out.append(word)
     return out
@@ -193,36 +281,51 @@ def expand_multi_value_flags(argv: Sequence[str]) -> list[str]:
 
 def print_error(exc: TrainyardError) -> None:
     """Write an error to stderr: one line per spec problem (then one per warning), else
-    ``error: message``."""
+    ``error: message``. Called as ``osmo``, a command an error suggests (```trainyard app
+    list```) is named ```osmo app list```: the same program."""
     import typer
 
     if isinstance(exc, SpecError):
         for problem in exc.problems:
-            typer.echo(str(problem), err=True)
+            typer.echo(_as_called(str(problem)), err=True)
         for warning in exc.warnings:
-            typer.echo(warning.warning_text(), err=True)
+            typer.echo(_as_called(warning.warning_text()), err=True)
     else:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(_as_called(f"error: {exc}"), err=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _as_called(text: str) -> str:
+    from trainyard.cli.progname import invoked_as_osmo
+
+    if not invoked_as_osmo():
+        return text
+    return text.replace("`trainyard ", "`osmo ").replace("'trainyard ", "'osmo ")
+
+
+def main(argv: Sequence[str] | None = None, prog_name: str | None = None) -> int:
     """Run the command line; the process exit status.
 
     Args:
         argv: the arguments after the program name (default ``sys.argv[1:]``).
+        prog_name: the program's name in usage lines and errors (default: ``osmo`` when
+            called as ``osmo``, else ``trainyard``: ``program_name``).
 
     Returns:
         0 on success, a ``TrainyardError``'s ``exit_code``, or click's status (2 for a
         usage error). With ``argv`` None (the console script) it does not return: the
         process ends with that status (``exit_now``).
     """
-    status = _run(sys.argv[1:] if argv is None else argv, freeze=argv is None)
+    status = _run(sys.argv[1:] if argv is None else argv, freeze=argv is None,
+                  prog_name=prog_name or program_name())
     if argv is None:  # the console script: nothing runs after the command
         exit_now(status)
     return status
 
 
-def _run(argv: Sequence[str], *, freeze: bool = False) -> int:
+def _run(argv: Sequence[str], *, freeze: bool = False, prog_name: str = "trainyard") -> int:
+    from trainyard.cli.progname import set_program
+
+    set_program(prog_name)
     args = expand_multi_value_flags(argv)
     with collector_paused(freeze=freeze):  # typer and the group's imports (httpx...)
         import typer
@@ -232,7 +335,7 @@ def _run(argv: Sequence[str], *, freeze: bool = False) -> int:
         command = typer.main.get_command(build_app(groups_for(args), command_for(args)))
         use_plain_conversion(command)  # str, bool, list[str] and choices: without pydantic
     try:
-        command.main(args=args, prog_name="trainyard", standalone_mode=True)
+        command.main(args=args, prog_name=prog_name, standalone_mode=True)
     except TrainyardError as exc:
         print_error(exc)
         return exc.exit_code

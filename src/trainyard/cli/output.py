@@ -1,4 +1,4 @@
-"""How the CLI prints: tables for people (rich), ``--format json`` for scripts.
+"""How the CLI prints: tables for people (rich), ``-t/--format-type json`` for scripts.
 
 rich is imported when something is first printed through ``console`` or ``err_console`` (or
 a ``table``), not when a command starts: it costs the start about 13 ms (issue 15), and a
@@ -25,8 +25,9 @@ from trainyard.errors import SpecProblem
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["Format", "FormatOption", "console", "err_console", "rich_console", "emit", "table",
-           "printable", "human_bytes", "short_time", "spec_warnings", "print_spec_warnings"]
+__all__ = ["Format", "FormatOption", "LongFormatOption", "console", "err_console", "rich_console",
+           "emit", "table", "printable", "human_bytes", "short_time", "spec_warnings",
+           "print_spec_warnings"]
 
 
 class _LazyConsole:
@@ -110,11 +111,28 @@ def rich_console(view: Console) -> Console:
 
 
 class Format(StrEnum):
-    table = "table"
+    """An output format: OSMO's ``text`` and ``json`` (``-t/--format-type``); ``table`` is
+    trainyard's older name of ``text`` and means the same."""
+
+    text = "text"
     json = "json"
+    table = "table"
+
+    @property
+    def human(self) -> bool:
+        """Whether this is the format for people (``text`` or ``table``)."""
+        return self is not Format.json
 
 
-FormatOption = typer.Option(Format.table, "--format", "-f", help="table for people, json for scripts")
+FORMAT_HELP = "text (tables) for people, json for scripts (table: the same as text)"
+
+FormatOption = typer.Option(Format.text, "--format-type", "-t", "--format", help=FORMAT_HELP)
+"""``-t/--format-type json|text`` as OSMO's CLI spells it; ``--format`` kept as a long alias.
+``-f`` never means format: OSMO gives it to ``--offset``, ``--force`` and ``--file``."""
+
+LongFormatOption = typer.Option(Format.text, "--format-type", "--format", help=FORMAT_HELP)
+"""The format option of the commands where ``-t`` is OSMO's ``--task`` (``workflow logs``,
+``workflow events``): long names only."""
 
 
 def emit(data: Any, fmt: Format, render_table: Any) -> None:

@@ -2,24 +2,53 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import typer
 
 from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, console, emit, err_console, table
+from trainyard.errors import NotFoundError
 
 app = typer.Typer(no_args_is_help=True, help="Pools workflows run on.")
 
 
+def _gpu_totals(client: Client) -> dict[str, dict[str, float]]:
+    """Per pool: its nodes' GPUs, ``capacity``, ``used`` and ``free`` (OSMO's totals)."""
+    totals: dict[str, dict[str, float]] = {}
+    for node in client.json("GET", "/api/resource"):
+        pool = totals.setdefault(node["pool"], {"capacity": 0, "used": 0, "free": 0})
+        for key in pool:
+            pool[key] += node[key]["gpu"]
+    return totals
+
+
 @app.command("list")
-def list_pools(fmt: Format = FormatOption) -> None:
-    """List pools."""
-    data = Client().json("GET", "/api/pool")
+def list_pools(
+    pool: Optional[list[str]] = typer.Option(None, "--pool", "-p", help="Only these pools; "
+                                             "several may follow one flag."),
+    mode: str = typer.Option("used", "--mode", "-m", help="used: GPUs in use; free: GPUs "
+                             "free (OSMO's modes)."),
+    fmt: Format = FormatOption,
+) -> None:
+    """List pools with their GPUs: total capacity, and used or free (--mode). JSON: a list
+    of {"name", "backend", "nodes", "platforms", "max_retries", "gpu": {"capacity", "used",
+    "free"}}."""
+    if mode not in ("used", "free"):
+        raise typer.BadParameter(f"{mode!r} is not one of 'free', 'used'", param_hint="'--mode'")
+    client = Client()
+    data = client.json("GET", "/api/pool")
+    unknown = sorted(set(pool or []) - {p["name"] for p in data})
+    if unknown:
+        raise NotFoundError(f"unknown pool {unknown[0]!r}; pools: "
+                            f"{', '.join(sorted(p['name'] for p in data))}")
+    totals = _gpu_totals(client)
+    data = [{**p, "gpu": totals.get(p["name"], {"capacity": 0, "used": 0, "free": 0})}
+            for p in data if not pool or p["name"] in pool]
     emit(data, fmt, lambda rows: table(
-        ["pool", "backend", "nodes", "platforms", "max retries"],
-        [[p["name"], p["backend"], p["nodes"], ",".join(p["platforms"]) or "-", p["max_retries"]]
-         for p in rows]))
+        ["pool", "backend", "nodes", "platforms", "max retries", f"gpu {mode}", "gpu total"],
+        [[p["name"], p["backend"], p["nodes"], ",".join(p["platforms"]) or "-", p["max_retries"],
+          f"{p['gpu'][mode]:g}", f"{p['gpu']['capacity']:g}"] for p in rows]))
 
 
 def _print_reload(data: dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ from trainyard import spec as specapi
 from trainyard.errors import SpecError, SpecProblem
 from trainyard.spec.localfiles import LocalFiles
 
-__all__ = ["SpecBody", "spec_request", "localpaths", "may_name_localpath"]
+__all__ = ["SpecBody", "spec_request", "localpaths", "may_name_localpath", "files_under"]
 
 LOCALPATH_WORD = "localpath"
 """The key of a file injected from the spec's folder; a spec text without it is not rendered
@@ -45,6 +45,10 @@ class SpecBody:
     set_env: list[str] = field(default_factory=list)
     pool: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    default_pool: str | None = None
+    priority: str | None = None
+    app: str | None = None
+    """Set by the server for ``app submit``; a CLI body leaves it None."""
 
     def to_json(self) -> dict[str, Any]:
         """The request body: every field, by its name (``None`` for no pool)."""
@@ -109,6 +113,17 @@ def _files_of(path: Path, text: str, *, set_values: list[str],
     if problems:
         raise SpecError(problems)
     return files
+
+
+def files_under(folder: Path, text: str, *, set_values: list[str],
+                set_strings: list[str]) -> dict[str, str]:
+    """The ``localpath`` files that spec ``text`` names, read under ``folder`` (OSMO's
+    ``app submit --local-path``: where an app's local files are fetched from).
+
+    Raises:
+        SpecError: as ``spec_request``'s files.
+    """
+    return _files_of(folder / "spec.yaml", text, set_values=set_values, set_strings=set_strings)
 
 
 def spec_request(path: Path, *, set_values: list[str], set_strings: list[str],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from trainyard.errors import RefusedError
 if TYPE_CHECKING:
     import tarfile
 
-__all__ = ["split_task_path", "RsyncRequest", "parse_rsync_args", "copy_once"]
+__all__ = ["split_task_path", "RsyncRequest", "parse_rsync_args", "copy_once", "Throttled"]
 
 
 def _task_path(inside: str, shown: str) -> str:
@@ -124,15 +125,17 @@ def _split_pair(text: str, into_task: bool) -> tuple[str, str]:
     return local, checked + ("/" if remote.endswith("/") and checked != "/" else "")
 
 
-def copy_once(request: RsyncRequest, entry: dict[str, Any]) -> None:
-    """Make one copy of ``request`` through the task's ``entry``.
+def copy_once(request: RsyncRequest, entry: dict[str, Any],
+              rate_bytes_per_s: int | None = None) -> None:
+    """Make one copy of ``request`` through the task's ``entry``; an upload at most
+    ``rate_bytes_per_s`` (OSMO's ``--upload-rate-limit``; None: as fast as it goes).
 
     Raises:
         typer.BadParameter: the local source is missing.
         RefusedError: the copy failed or what the task sent was refused.
     """
     if request.into_task:
-        _copy_in(entry, Path(request.local), request.destination())
+        _copy_in(entry, Path(request.local), request.destination(), rate_bytes_per_s)
     else:
         if not request.copy_is_target and Path(request.local).exists() \
                 and not Path(request.local).is_dir():
@@ -151,7 +154,32 @@ def _owner_reset(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def _copy_in(entry: dict[str, Any], local: Path, inside: str) -> None:
+class Throttled:
+    """A binary stream that lets through at most ``rate_bytes_per_s`` on average (it sleeps
+    when ahead), for an upload's archive."""
+
+    CHUNK_BYTES = 64 * 1024
+
+    def __init__(self, stream: Any, rate_bytes_per_s: int) -> None:
+        self.stream, self.rate = stream, rate_bytes_per_s
+        self.started, self.sent = time.monotonic(), 0
+
+    def write(self, data: bytes) -> int:
+        for start in range(0, len(data), self.CHUNK_BYTES):
+            chunk = data[start:start + self.CHUNK_BYTES]
+            self.stream.write(chunk)
+            self.sent += len(chunk)
+            ahead_s = self.sent / self.rate - (time.monotonic() - self.started)
+            if ahead_s > 0:
+                time.sleep(ahead_s)
+        return len(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _copy_in(entry: dict[str, Any], local: Path, inside: str,
+             rate_bytes_per_s: int | None = None) -> None:
     import tarfile  # here, not at the CLI's start
 
     if not local.exists():
@@ -160,8 +188,9 @@ def _copy_in(entry: dict[str, Any], local: Path, inside: str) -> None:
     script = 'mkdir -p -- "$1" && exec tar -x --no-same-owner -f - -C "$1"'
     proc = _in_task(entry, ["sh", "-c", script, "sh", where], stdin=subprocess.PIPE)
     assert proc.stdin is not None
+    out = proc.stdin if rate_bytes_per_s is None else Throttled(proc.stdin, rate_bytes_per_s)
     try:
-        with tarfile.open(fileobj=proc.stdin, mode="w|") as archive:
+        with tarfile.open(fileobj=out, mode="w|") as archive:
             name = "." if local.is_dir() else PurePosixPath(inside).name
             archive.add(local, arcname=name, filter=_owner_reset)
     except BrokenPipeError:

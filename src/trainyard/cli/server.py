@@ -53,7 +53,7 @@ def status(fmt: Format = FormatOption) -> None:
               "pid": info.pid if info else None}, fmt, lambda _d: None)
     if info is None:
         raise ServerError("no trainyard server is running; start one with `trainyard server start`")
-    if fmt is Format.table:
+    if fmt.human:
         console.print(f"trainyard server running at {info.url} (pid {info.pid})")
 
 

@@ -13,10 +13,12 @@ from trainyard.errors import RefusedError
 __all__ = ["task_entry", "command_argv", "command_env"]
 
 
-def task_entry(workflow_id: str, task: str, retry_id: int | None) -> dict[str, Any]:
-    """The server's ``entry`` of the running task, checked to be enterable from here."""
+def task_entry(workflow_id: str, task: str, retry_id: int | None,
+               timeout_s: float = 60.0) -> dict[str, Any]:
+    """The server's ``entry`` of the running task, checked to be enterable from here;
+    ``timeout_s``: how long to wait for the server's answer (OSMO's connect timeout)."""
     params = {} if retry_id is None else {"retry_id": retry_id}
-    entry = Client().json("POST", f"/api/workflow/{workflow_id}/task/{task}/entry", params=params)
+    entry = Client(timeout_s=timeout_s).json("POST", f"/api/workflow/{workflow_id}/task/{task}/entry", params=params)
     if entry.get("backend") == "local":
         from trainyard.backends.local.enter import machine_id
 

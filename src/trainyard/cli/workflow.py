@@ -11,7 +11,7 @@ and never start a server. Thin: each command turns its options into arguments of
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -42,7 +42,8 @@ SetEnvOpt = Annotated[list[str] | None, typer.Option(
 LabelOpt = Annotated[list[str] | None, typer.Option(
     "--label", metavar="KEY=VALUE", help="Workflow label; overrides the spec's.")]
 PoolOpt = Annotated[str | None, typer.Option(
-    "--pool", help="Pool to check against (default: the spec's pool, else 'local').")]
+    "--pool", "-p", help="Pool to check against (default: the spec's pool, else your default "
+                         "pool: `profile set pool`, else 'local').")]
 LocalOpt = Annotated[bool, typer.Option(
     "--local", help="Check on this machine against $TRAINYARD_HOME/pools.yaml even when a "
                     "server is configured or running.")]
@@ -74,10 +75,12 @@ class SpecOptions:
                    spec.parse_env(set_env or []), spec.parse_labels(label or []), pool)
 
     def choose_pool(self, spec_pool: str | None) -> Pool:
-        """``--pool``, else the spec's ``workflow.pool``, else ``local`` (from pools.yaml)."""
+        """``--pool``, else the spec's ``workflow.pool``, else the user's default pool
+        (``profile set pool``), else ``local`` (from pools.yaml)."""
         from trainyard.backends.served import get_pool
+        from trainyard.cli.profile import default_pool
 
-        return get_pool(self.pool or spec_pool)
+        return get_pool(self.pool or spec_pool or default_pool())
 
 
 def _render(path: Path, options: SpecOptions) -> str:
@@ -93,9 +96,12 @@ def _server_request(path: Path, set_: list[str] | None, set_string: list[str] | 
                     set_env: list[str] | None, label: list[str] | None,
                     pool: str | None) -> SpecBody:
     """The request for the server, after the same checks of the options as locally."""
+    from trainyard.cli.profile import default_pool
+
     SpecOptions.parse(set_, set_string, set_env, label, pool)
-    return spec_request(path, set_values=set_ or [], set_strings=set_string or [],
-                        set_env=set_env or [], pool=pool, labels=spec.parse_labels(label or []))
+    req = spec_request(path, set_values=set_ or [], set_strings=set_string or [],
+                       set_env=set_env or [], pool=pool, labels=spec.parse_labels(label or []))
+    return replace(req, default_pool=default_pool())
 
 
 def _spec_server(local: bool) -> Client | None:

@@ -34,7 +34,8 @@ from trainyard.cli.rsync_copy import copy_once, parse_rsync_args
 from trainyard.cli.task_entry import command_argv, command_env, task_entry
 from trainyard.errors import NotFoundError, RefusedError
 
-__all__ = ["register", "exec_command", "port_forward", "rsync", "parse_port"]
+__all__ = ["register", "exec_command", "port_forward", "rsync", "parse_port",
+           "start_upload_daemon"]
 
 WorkflowIdArg = Annotated[str, typer.Argument(metavar="WORKFLOW_ID", help="The workflow's id (NAME-N).")]
 TaskArg = Annotated[str, typer.Argument(metavar="TASK", help="The task's name.")]
@@ -45,25 +46,69 @@ RetryOpt = Annotated[int | None, typer.Option(
 # ---------------------------------------------------------------------- exec
 
 
-def exec_command(workflow_id: WorkflowIdArg, task: TaskArg,
-                 command: Annotated[list[str], typer.Argument(
-                     metavar="-- CMD...", help="The command and its arguments.")],
+def _exec_targets(workflow_id: str, task: str | None, group: str | None,
+                  command: list[str]) -> tuple[list[str], list[str]]:
+    """(the tasks to run in, the command): TASK, or with ``--group`` every task of that
+    group (then a word click took for TASK is the command's first)."""
+    if group is None:
+        if task is None:
+            raise typer.BadParameter("give TASK or --group GROUP", param_hint="TASK")
+        return [task], command
+    if task is not None:
+        command = [task, *command]
+    query = Client().json("GET", f"/api/workflow/{workflow_id}")
+    tasks = [t["name"] for g in query["groups"] if g["name"] == group for t in g["tasks"]]
+    if not tasks:
+        groups = ", ".join(g["name"] for g in query["groups"])
+        raise NotFoundError(f"workflow {workflow_id} has no group {group!r}; groups: {groups}")
+    return tasks, command
+
+
+def exec_command(workflow_id: WorkflowIdArg,
+                 task: Annotated[str | None, typer.Argument(
+                     metavar="[TASK]", help="The task's name (or --group).")] = None,
+                 command: Annotated[list[str] | None, typer.Argument(
+                     metavar="[-- CMD...]", help="The command and its arguments (default: "
+                     "--entry).")] = None,
+                 group: Annotated[str | None, typer.Option(
+                     "--group", help="Run the command in every task of this group, one after "
+                     "the other.")] = None,
+                 entry_command: Annotated[str, typer.Option(
+                     "--entry", help="The command when none follows -- (OSMO's entry "
+                     "point), split as a shell would.")] = "/bin/bash",
+                 connect_timeout_s: Annotated[int, typer.Option(
+                     "--connect-timeout", min=1, help="Seconds to wait for the server's "
+                     "answer on how to enter the task.")] = 60,
+                 keep_alive: Annotated[bool, typer.Option(
+                     "--keep-alive", help="OSMO's reconnect on a lost connection: the command "
+                     "runs on the task's machine here, with no connection to lose.")] = False,
                  retry_id: RetryOpt = None) -> None:
-    """Run CMD inside a RUNNING task: on the local backend in its sandbox (its /, its /tmp,
-    its network, its user namespace without capabilities), on Slurm with 'srun --overlap'
-    in its job, on Kubernetes with 'kubectl exec' in its pod's task container. With a terminal on stdin it gets a terminal of its own. The command's exit
-    status is this command's; an ended task exits 4, an unknown one 3. Same rule as cancel:
-    the workflow's submitter or an admin."""
+    """Run CMD (default: --entry, /bin/bash) inside a RUNNING task: on the local backend in
+    its sandbox (its /, its /tmp, its network, its user namespace without capabilities),
+    on Slurm with 'srun --overlap' in its job, on Kubernetes with 'kubectl exec' in its pod's
+    task container. With a terminal on stdin it gets a terminal of its own. The command's exit status is this command's (with --group: the first
+    non-zero one); an ended task exits 4, an unknown one 3. Same rule as cancel: the
+    workflow's submitter or an admin."""
+    import shlex
+
+    tasks, command = _exec_targets(workflow_id, task, group, list(command or []))
+    command = command or shlex.split(entry_command)
     if not command:
-        raise typer.BadParameter("give the command after --", param_hint="CMD")
-    entry = task_entry(workflow_id, task, retry_id)
+        raise typer.BadParameter("--entry is empty", param_hint="--entry")
+    codes = [_exec_in(workflow_id, name, command, retry_id, connect_timeout_s)
+             for name in tasks]
+    raise typer.Exit(next((code for code in codes if code), 0))
+
+
+def _exec_in(workflow_id: str, task: str, command: list[str], retry_id: int | None,
+             timeout_s: float) -> int:
+    """Run ``command`` in one task; its exit status."""
+    entry = task_entry(workflow_id, task, retry_id, timeout_s)
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     argv = command_argv(entry, command, tty)
     if entry["backend"] in ("slurm", "kubernetes"):
-        code = subprocess.call(argv, env=command_env(entry))
-    else:
-        code = _run_with_pty(argv) if tty else _run_piped(argv)
-    raise typer.Exit(code)
+        return subprocess.call(argv, env=command_env(entry))
+    return _run_with_pty(argv) if tty else _run_piped(argv)
 
 
 def _run_piped(argv: list[str]) -> int:
@@ -186,19 +231,31 @@ def port_forward(workflow_id: WorkflowIdArg, task: TaskArg,
                  port: Annotated[str, typer.Option(
                      "--port", metavar="LOCAL[:REMOTE]",
                      help="Host loopback port, and the task's port (default: the same).")],
+                 host: Annotated[str, typer.Option(
+                     "--host", help="The local address to listen on (OSMO's default: "
+                     "localhost).")] = "localhost",
+                 udp: Annotated[bool, typer.Option(
+                     "--udp", help="OSMO's UDP forwarding: not supported here (exit 4); "
+                     "TCP only.")] = False,
+                 connect_timeout_s: Annotated[int, typer.Option(
+                     "--connect-timeout", min=1, help="Seconds to wait for the server's "
+                     "answer on how to reach the task.")] = 60,
                  retry_id: RetryOpt = None) -> None:
     """Forward 127.0.0.1:LOCAL on this machine to the task's address:REMOTE (local backend:
     inside the task's group network namespace; Slurm: the node's 127.0.0.1:REMOTE, through a
     relay that 'srun --overlap' runs beside the task for each connection) until Ctrl-C, or
     until the task ends (exit 4). Same rule as cancel."""
     local, remote = parse_port(port)
-    entry = task_entry(workflow_id, task, retry_id)
+    if udp:
+        raise RefusedError("UDP port forwarding is not supported by trainyard; TCP only "
+                           "(drop --udp)")
+    entry = task_entry(workflow_id, task, retry_id, connect_timeout_s)
     try:
-        listener = socket.create_server(("127.0.0.1", local))
+        listener = socket.create_server((host, local))
     except OSError as exc:
-        raise RefusedError(f"cannot listen on 127.0.0.1:{local}: {exc.strerror or exc}") from None
+        raise RefusedError(f"cannot listen on {host}:{local}: {exc.strerror or exc}") from None
     where = entry.get("address") or f"node {entry.get('node')} 127.0.0.1"
-    typer.echo(f"Forwarding 127.0.0.1:{local} -> {task} {where}:{remote} (Ctrl-C to stop)",
+    typer.echo(f"Forwarding {host}:{local} -> {task} {where}:{remote} (Ctrl-C to stop)",
                err=True)
     ended = threading.Event()
     alive = (_local_alive(entry) if entry["backend"] == "local"
@@ -343,6 +400,19 @@ def _lead_of_first_group(workflow_id: str) -> str:
     return str(lead)
 
 
+def start_upload_daemon(workflow_id: str, paths: str, poll_interval_s: float = 2.0) -> None:
+    """OSMO's ``submit --rsync LOCAL:REMOTE``: a detached daemon that uploads LOCAL into the
+    lead task of the workflow's first group once it runs, and again on every change, until
+    the task ends (``workflow rsync status|stop`` see and stop it). Its lines go to stderr."""
+    from trainyard.cli import rsync_daemon
+
+    request = parse_rsync_args([workflow_id, paths])
+    if not request.into_task:
+        raise typer.BadParameter("--rsync uploads: give LOCAL:REMOTE", param_hint="'--rsync'")
+    request = replace(request, task=_lead_of_first_group(workflow_id))
+    rsync_daemon.start(request, poll_interval_s, err=True)
+
+
 def rsync(args: Annotated[list[str], typer.Argument(
               metavar="[upload|download] WORKFLOW_ID [TASK] PATHS",
               help="See the forms above.")],
@@ -352,6 +422,27 @@ def rsync(args: Annotated[list[str], typer.Argument(
                                "until the task ends or 'rsync stop' (upload forms only).")] = False,
           poll_interval_s: Annotated[float, typer.Option(
               "--poll-interval", min=0.2, help="Daemon: seconds between looks at LOCAL.")] = 2.0,
+          timeout_s: Annotated[int, typer.Option(
+              "--timeout", min=1, help="Seconds to wait for the server's answer on how to "
+                                       "reach the task (OSMO's connection timeout).")] = 10,
+          no_progress: Annotated[bool, typer.Option(
+              "--no-progress", help="Print nothing about the copy.")] = False,
+          verbose: Annotated[bool, typer.Option(
+              "--verbose", help="Daemon: debug lines in its log too.")] = False,
+          task: Annotated[str | None, typer.Option(
+              "--task", help="'rsync stop ID --task T': only the daemon of that task.")] = None,
+          debounce_delay_s: Annotated[float, typer.Option(
+              "--debounce-delay", min=0, help="Daemon: upload once LOCAL has been still this "
+                                              "many seconds.")] = 0.0,
+          reconcile_interval_s: Annotated[float | None, typer.Option(
+              "--reconcile-interval", min=1, help="Daemon: upload again this often (s) even "
+                                                  "without a change.")] = None,
+          upload_rate_limit: Annotated[int | None, typer.Option(
+              "--upload-rate-limit", min=1, help="Upload at most this many bytes per "
+                                                 "second.")] = None,
+          max_log_size: Annotated[int, typer.Option(
+              "--max-log-size", min=1024, help="Daemon: rotate its log past this many "
+                                               "bytes.")] = 2 * 1024 * 1024,
           ) -> None:
     """Copy files into or out of a RUNNING task. OSMO's forms: 'rsync ID [TASK]
     LOCAL:REMOTE' and 'rsync upload ID [TASK] LOCAL:REMOTE' upload, 'rsync download ID
@@ -367,7 +458,7 @@ def rsync(args: Annotated[list[str], typer.Argument(
     if args and args[0] in ("status", "stop"):
         from trainyard.cli import rsync_daemon
 
-        rsync_daemon.status() if args[0] == "status" else rsync_daemon.stop(args[1:2])
+        rsync_daemon.status() if args[0] == "status" else rsync_daemon.stop(args[1:2], task)
         return
     request = parse_rsync_args(args)
     if request.task is None:
@@ -378,9 +469,13 @@ def rsync(args: Annotated[list[str], typer.Argument(
             raise typer.BadParameter("--daemon uploads; it cannot download", param_hint="--daemon")
         from trainyard.cli import rsync_daemon
 
-        rsync_daemon.start(request, poll_interval_s)
+        rsync_daemon.start(request, poll_interval_s, verbose=verbose, tuning=rsync_daemon.Tuning(
+            debounce_delay_s, reconcile_interval_s, max_log_size, upload_rate_limit))
         return
-    copy_once(request, task_entry(request.workflow_id, request.task, retry_id))
+    copy_once(request, task_entry(request.workflow_id, request.task, retry_id, timeout_s),
+              upload_rate_limit)
+    if no_progress:
+        return
     typer.echo(f"copied {request.local if request.into_task else request.inside} -> "
                f"{request.task + ':' if request.into_task else ''}{request.destination()}",
                err=True)

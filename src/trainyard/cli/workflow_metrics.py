@@ -24,7 +24,7 @@ _CURVE_COLUMNS = ("val_loss", "loss", "val_accuracy", "accuracy", "throughput_im
 def metrics(workflow_id: Annotated[str, typer.Argument(help="Workflow ID.")],
             fmt: Format = FormatOption) -> None:
     """Per task attempt: CPU (mean, peak; 100% = one core), peak memory and GPU use sampled by
-    the runner every 2 s; then each run's training curve (epochs, last values). ``-f json``
+    the runner every 2 s; then each run's training curve (epochs, last values). ``-t json``
     gives every sample and every point."""
     data = Client().json("GET", f"/api/workflow/{workflow_id}/metrics")
     emit(data, fmt, _tables)

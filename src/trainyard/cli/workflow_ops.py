@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+from dataclasses import replace
 from enum import Enum
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from trainyard.cli.client import Client
 from trainyard.cli.output import (
     Format,
     FormatOption,
+    LongFormatOption,
     console,
     emit,
     err_console,
@@ -31,8 +33,8 @@ from trainyard.cli.output import (
     table,
 )
 from trainyard.cli.request import SpecBody, spec_request
+from trainyard.errors import NotFoundError, RefusedError, SpecError, SpecProblem, TrainyardError
 from trainyard.status import WorkflowStatus
-from trainyard.errors import RefusedError, SpecError, SpecProblem, TrainyardError
 from trainyard.spec.values import parse_labels
 
 if TYPE_CHECKING:  # rich is imported when the first progress line is printed (cli.output)
@@ -46,6 +48,13 @@ WORKFLOW_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?-\d+$")
 """A workflow id: the workflow's name (letters, digits, '-', '_'), '-', its number."""
 STATUSES = tuple(s.value for s in WorkflowStatus)
 WorkflowIdArg = typer.Argument(..., metavar="WORKFLOW_ID", help="The workflow's id (NAME-N).")
+
+
+def _prog() -> str:
+    """The program's name for hints that name a command (``osmo`` or ``trainyard``)."""
+    from trainyard.cli.progname import program
+
+    return program()
 
 
 def _is_terminal(status: str) -> bool:
@@ -119,7 +128,7 @@ def _print_failures(view: Console, workflow_id: str, data: dict[str, Any]) -> No
                 continue
             why = f": {task['failure_reason']}" if task.get("failure_reason") else ""
             view.print(f"Task {task['name']} retry {task['retry_id']} {status}{why}", markup=False)
-            view.print(f"  its log: trainyard workflow logs {workflow_id} --task {task['name']} "
+            view.print(f"  its log: {_prog()} workflow logs {workflow_id} --task {task['name']} "
                        f"--retry-id {task['retry_id']}", markup=False)
 
 
@@ -227,12 +236,19 @@ SetStringOpt = typer.Option(None, "--set-string", metavar="NAME=VALUE",
                             help="Template value kept as a string.")
 SetEnvOpt = typer.Option(None, "--set-env", metavar="NAME=VALUE",
                          help="Environment variable of every task.")
-PoolOpt = typer.Option(None, "--pool", help="Pool to run on (default: the spec's pool, else "
-                       "'local').")
+PoolOpt = typer.Option(None, "--pool", "-p", help="Pool to run on (default: the spec's pool, "
+                       "else your default pool: `profile set pool`, else 'local').")
+PriorityOpt = typer.Option(None, "--priority", metavar="HIGH|NORMAL|LOW",
+                           help="OSMO's scheduling priority, kept with the workflow and shown "
+                           "by query and list (default NORMAL).")
 LabelOpt = typer.Option(None, "--label", metavar="KEY=VALUE",
                         help="Workflow label; overrides the spec's.")
 DryRunOpt = typer.Option(False, "--dry-run", help="Validate and print the rendered spec and "
                          "what the backend would be handed; create nothing.")
+RsyncOpt = typer.Option(None, "--rsync", metavar="LOCAL:REMOTE",
+                        help="Upload LOCAL into the lead task once it runs, and again on every "
+                        "change, from a background daemon until the task ends (`workflow "
+                        "rsync status|stop`).")
 WaitOpt = typer.Option(False, "--wait", help="Show progress until it ends; exit 0 only if it "
                        "COMPLETED.")
 
@@ -247,8 +263,10 @@ def submit(
     set_strings: Optional[list[str]] = SetStringOpt,
     set_env: Optional[list[str]] = SetEnvOpt,
     pool: Optional[str] = PoolOpt,
+    priority: Optional[str] = PriorityOpt,
     label: Optional[list[str]] = LabelOpt,
     dry_run: bool = DryRunOpt,
+    rsync: Optional[str] = RsyncOpt,
     wait: bool = WaitOpt,
     logs: bool = typer.Option(False, "--logs", help="With --wait, stream the task logs too."),
     fmt: Format = FormatOption,
@@ -265,27 +283,58 @@ def submit(
     client = Client()
     if req is None:
         overrides = SpecBody(spec_text="", set=_flat(set_values), set_string=_flat(set_strings),
-                             set_env=_flat(set_env), pool=pool, labels=parse_labels(label or []))
+                             set_env=_flat(set_env), pool=pool, labels=parse_labels(label or []),
+                             priority=checked_priority(priority))
         result = client.json("POST", f"/api/workflow/{spec}/resubmit",
                              params={"dry_run": dry_run}, json=overrides.to_json())
     else:
+        req = replace(req, default_pool=profile_pool(), priority=checked_priority(priority))
         result = client.json("POST", "/api/workflow", params={"dry_run": dry_run},
                              json=req.to_json())
-    after_submit(client, result, fmt, dry_run=dry_run, wait=wait, logs=logs)
+    after_submit(client, result, fmt, dry_run=dry_run, wait=wait, logs=logs, rsync=rsync)
+
+
+PRIORITIES = ("HIGH", "NORMAL", "LOW")
+
+
+def checked_priority(priority: str | None) -> str | None:
+    """``--priority`` upper-cased (OSMO takes any case), None when not given (the server
+    keeps NORMAL, or a resubmitted workflow's own); a usage error (exit 2) naming the
+    choices otherwise."""
+    if priority is None:
+        return None
+    wanted = priority.upper()
+    if wanted not in PRIORITIES:
+        raise typer.BadParameter(f"{priority!r} is not one of {', '.join(PRIORITIES)}",
+                                 param_hint="'--priority'")
+    return wanted
+
+
+def profile_pool() -> str | None:
+    """The user's default pool (``profile set pool``), for a spec that names none."""
+    from trainyard.cli.profile import default_pool
+
+    return default_pool()
 
 
 def after_submit(client: Client, result: dict[str, Any], fmt: Format, *, dry_run: bool,
-                 wait: bool, logs: bool = False) -> None:
-    """Print what a submit answered (its spec warnings on stderr); with ``wait``, follow it
-    to its end (and exit)."""
+                 wait: bool, logs: bool = False, rsync: str | None = None) -> None:
+    """Print what a submit answered (its spec warnings on stderr); with ``rsync``, start
+    its upload daemon (``submit --rsync``); with ``wait``, follow it to its end (and
+    exit)."""
     print_spec_warnings(spec_warnings(result))
     if dry_run:
         emit(result, fmt, print_dry_run)
-    elif not wait:
+        return
+    if not wait:
         emit(result, fmt, lambda d: typer.echo(f"Workflow submitted: {d['id']}"))
-    else:
-        if fmt is Format.table:
-            typer.echo(f"Workflow submitted: {result['id']}")
+    elif fmt.human:
+        typer.echo(f"Workflow submitted: {result['id']}")
+    if rsync:
+        from trainyard.cli.workflow_interactive import start_upload_daemon
+
+        start_upload_daemon(result["id"], rsync)
+    if wait:
         finish_wait(client, result["id"], fmt, logs=logs)
 
 
@@ -332,12 +381,35 @@ def query(workflow_id: str = WorkflowIdArg, verbose: bool = typer.Option(False, 
     emit(data, fmt, _query_table)
 
 
-def events(workflow_id: str = WorkflowIdArg, fmt: Format = FormatOption) -> None:
+def _events_of(rows: list[dict[str, Any]], task: str | None,
+               retry_id: int | None) -> list[dict[str, Any]]:
+    """OSMO's ``events --task --retry-id``: the events of one task, of ``retry_id`` or
+    else of its latest attempt; every event without ``task``."""
+    if task is None:
+        return rows
+    mine = [e for e in rows if e["task"] == task]
+    if retry_id is None and mine:
+        retry_id = max(e["retry_id"] for e in mine)
+    return [e for e in mine if e["retry_id"] == retry_id]
+
+
+def events(workflow_id: str = WorkflowIdArg,
+           task: Optional[str] = typer.Option(None, "--task", "-t", help="Only this task."),
+           retry_id: Optional[int] = typer.Option(
+               None, "--retry-id", "-r", min=0, help="With --task: this attempt (default: "
+               "its latest)."),
+           fmt: Format = LongFormatOption) -> None:
     """Show every transition of each task attempt, oldest first: the runner's INITIALIZING,
     RUNNING and EXITED (with its exit code) from the attempt's events.jsonl, then the
     status it ended with (COMPLETED, RESCHEDULED, FAILED*, with the failure reason). JSON:
-    a list of {"time" (ISO 8601 UTC), "task", "retry_id", "event", "exit_code", "message"}."""
-    data = Client().json("GET", f"/api/workflow/{workflow_id}/events")
+    a list of {"time" (ISO 8601 UTC), "task", "retry_id", "event", "exit_code", "message"}.
+    As in OSMO, -t is --task here: the format is --format-type."""
+    if retry_id is not None and task is None:
+        raise typer.BadParameter("--retry-id goes with --task", param_hint="'--retry-id'")
+    rows = Client().json("GET", f"/api/workflow/{workflow_id}/events")
+    data = _events_of(rows, task, retry_id)
+    if task is not None and not data and not any(e["task"] == task for e in rows):
+        raise NotFoundError(f"workflow {workflow_id} has no task {task!r} with events")
     emit(data, fmt, lambda rows: table(
         ["time", "task", "retry", "event", "exit", "message"],
         [[short_time(e["time"]), e["task"], e["retry_id"], e["event"], e["exit_code"],
@@ -375,21 +447,61 @@ class Order(str, Enum):
     desc = "desc"
 
 
+def _list_params(status: list[str], name: str | None, label: list[str], user: list[str],
+                 all_users: bool, pool: list[str], count: int | None, offset: int,
+                 submitted_after: str | None, submitted_before: str | None) -> dict[str, Any]:
+    """The server's query for ``workflow list``: always newest first (``--order`` only
+    turns the page round, as OSMO's does)."""
+    if user and all_users:
+        raise typer.BadParameter("give --user or --all-users, not both",
+                                 param_hint="'--all-users'")
+    params: dict[str, Any] = {"status": status, "label": label, "user": user, "pool": pool,
+                              "all_users": all_users}
+    optional = {"name": name, "count": count,
+                "submitted_after_s": _iso_time_s(submitted_after, "--submitted-after"),
+                "submitted_before_s": _iso_time_s(submitted_before, "--submitted-before")}
+    params.update({k: v for k, v in optional.items() if v is not None})
+    if offset:
+        params["offset"] = offset
+    return params
+
+
 def list_workflows(
     status: Optional[list[str]] = typer.Option(
-        None, "--status", callback=_statuses, metavar="STATUS",
-        help=f"Only workflows with this status (repeat for several): {', '.join(STATUSES)}."),
-    name: Optional[str] = typer.Option(None, "--name", help="Only names containing this."),
+        None, "--status", "-s", callback=_statuses, metavar="STATUS",
+        help=f"Only workflows with this status; several may follow one flag: "
+             f"{', '.join(STATUSES)}."),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="Only names containing this."),
     label: Optional[list[str]] = typer.Option(None, "--label", metavar="KEY=VALUE",
                                               help="Only workflows with this label (all must match)."),
-    user: Optional[str] = typer.Option(None, "--user", "-u", help="Only this user's workflows "
-                                       "(another user's: admins only)."),
-    pool: Optional[str] = typer.Option(None, "--pool", "-p", help="Only workflows of this pool."),
+    no_label: Optional[list[str]] = typer.Option(
+        None, "--no-label", metavar="KEY", help="Only workflows without this label key "
+        "(repeat: every key absent)."),
+    user: Optional[list[str]] = typer.Option(
+        None, "--user", "-u", help="Only these users' workflows; several may follow one flag "
+        "(another user's: admins only). Default: yours."),
+    all_users: bool = typer.Option(False, "--all-users", "-a", help="Every user's workflows "
+                                   "(those you may read: a non-admin's own)."),
+    pool: Optional[list[str]] = typer.Option(
+        None, "--pool", "-p", help="Only workflows of these pools; several may follow one flag."),
+    app_name: Optional[str] = typer.Option(
+        None, "--app", "-P", metavar="APP[:VERSION]", help="Only workflows submitted from "
+        "this app (or this version of it)."),
+    tags: Optional[list[str]] = typer.Option(
+        None, "--tags", metavar="TAG", help="Only workflows holding one of these tags; several "
+        "may follow one flag."),
+    priority: Optional[list[str]] = typer.Option(
+        None, "--priority", metavar="HIGH|NORMAL|LOW", help="Only workflows of these "
+        "priorities; several may follow one flag."),
     count: Optional[int] = typer.Option(None, "--count", "-c", min=1,
-                                        help="At most this many (1 or more)."),
-    offset: int = typer.Option(0, "--offset", min=0, help="Skip this many first (paging)."),
-    order: Order = typer.Option(Order.desc, "--order", help="desc: newest first; asc: oldest "
-                                "first."),
+                                        help="At most this many, the newest (osmo: default "
+                                        "20; trainyard: all)."),
+    offset: int = typer.Option(0, "--offset", "-f", min=0, help="Skip this many newest first "
+                               "(paging)."),
+    order: Optional[Order] = typer.Option(
+        None, "--order", "-o", help="How the page is shown: asc puts the latest at the bottom, "
+        "desc at the top (osmo: default asc; trainyard: desc). The page itself is always the "
+        "newest --count after --offset."),
     submitted_after: Optional[str] = typer.Option(
         None, "--submitted-after", metavar="ISO_DATE",
         help="Only those submitted at or after this (2026-01-31, 2026-01-31T12:00Z; UTC "
@@ -398,18 +510,20 @@ def list_workflows(
         None, "--submitted-before", metavar="ISO_DATE", help="Only those submitted before this."),
     fmt: Format = FormatOption,
 ) -> None:
-    """List workflows, newest first. JSON: a list of {"id", "name", "status", "pool",
-    "submitted_by", "labels", "submit_time", "end_time"} (times ISO 8601 UTC)."""
-    params: dict[str, Any] = {"status": status or [], "label": label or []}
-    optional = {"name": name, "count": count, "user": user, "pool": pool,
-                "submitted_after_s": _iso_time_s(submitted_after, "--submitted-after"),
-                "submitted_before_s": _iso_time_s(submitted_before, "--submitted-before")}
-    params.update({k: v for k, v in optional.items() if v is not None})
-    if offset:
-        params["offset"] = offset
-    if order is Order.asc:
-        params["order"] = "asc"
+    """List your workflows (-a: everyone's), OSMO's way: the newest --count after --offset,
+    shown in --order. JSON: a list of {"id", "name", "status", "pool", "submitted_by",
+    "labels", "submit_time", "end_time"} (times ISO 8601 UTC), in the order shown."""
+    from trainyard.cli.progname import by_program
+
+    params = _list_params(status or [], name, label or [], _flat(user), all_users, _flat(pool),
+                          count if count is not None else by_program(20, None), offset,
+                          submitted_after, submitted_before)
+    extra = {"tag": _flat(tags), "priority": [checked_priority(p) for p in _flat(priority)],
+             "no_label": _flat(no_label), "app": app_name}
+    params.update({k: v for k, v in extra.items() if v})
     data = Client().json("GET", "/api/workflow", params=params)
+    if (order or by_program(Order.asc, Order.desc)) is Order.asc:
+        data.reverse()
     emit(data, fmt, lambda rows: table(
         ["id", "status", "pool", "user", "submitted"],
         [[w["id"], w["status"], w["pool"], w["submitted_by"], short_time(w["submit_time"])]
@@ -430,7 +544,7 @@ def logs(
                                "one stream, so there is no stderr of its own to show."),
     lines: Optional[int] = typer.Option(None, "-n", min=1, help="Only the last N lines "
                                         "(when following: of those already written, then new ones)."),
-    fmt: Format = FormatOption,
+    fmt: Format = LongFormatOption,
 ) -> None:
     r"""Print a workflow's task logs in OSMO's line format (YYYY/MM/DD HH:MM:SS \[task] text,
     UTC), whatever its status; while it runs, follow it to its end (--no-follow: don't).
@@ -468,11 +582,15 @@ def _inside(workflow_id: str, token: str | None) -> bool:
     return bool(token) and token.startswith(f"{PREFIX}{workflow_id}.")
 
 
-def _cancel_one(client: Client, workflow_id: str) -> tuple[dict[str, Any], int]:
+def _cancel_one(client: Client, workflow_id: str, message: str | None,
+                force: bool) -> tuple[dict[str, Any], int]:
     """Cancel one workflow: (its row, its exit status: 0 cancelled, 4 it had ended, an
     error's code)."""
+    params: dict[str, Any] = {"force": force} if force else {}
+    if message:
+        params["message"] = message
     try:
-        data = client.json("POST", f"/api/workflow/{workflow_id}/cancel")
+        data = client.json("POST", f"/api/workflow/{workflow_id}/cancel", params=params)
     except TrainyardError as exc:
         return {"id": workflow_id, "error": str(exc)}, exc.exit_code
     return data, RefusedError.exit_code if data.get("had_ended") else 0
@@ -490,6 +608,10 @@ def _print_cancel(data: dict[str, Any]) -> None:
 
 def cancel(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...",
                                                   help="The workflows to cancel (NAME-N)."),
+           message: Optional[str] = typer.Option(
+               None, "--message", "-m", help="Why: kept with the workflow (its cancel_message)."),
+           force: bool = typer.Option(False, "--force", "-f", help="OSMO's force cancel; "
+                                      "every cancel here already stops every process."),
            fmt: Format = FormatOption) -> None:
     """Cancel workflows: stop every task; each ends FAILED_CANCELED. Each is cancelled on
     its own and its result printed. Exit 0 when every one was cancelled; otherwise the
@@ -497,7 +619,7 @@ def cancel(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...
     unknown id, 8 not yours. JSON: for one id its summary {"id", "status", ...,
     "had_ended"}; for several a list of them ({"id", "error"} for one that failed)."""
     client = Client()
-    results = [_cancel_one(client, workflow_id) for workflow_id in workflow_ids]
+    results = [_cancel_one(client, workflow_id, message, force) for workflow_id in workflow_ids]
     rows = [row for row, _code in results]
     if fmt is Format.json:
         emit(rows[0] if len(rows) == 1 else rows, fmt, lambda _d: None)
@@ -510,19 +632,49 @@ def cancel(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...
 
 
 def restart(workflow_id: str = WorkflowIdArg,
+            pool: Optional[str] = typer.Option(
+                None, "--pool", "-p", help="OSMO's target pool: only the workflow's own pool "
+                "is taken (its completed groups' outputs are there); another is refused "
+                "(exit 4)."),
             wait: bool = typer.Option(False, "--wait", help="Show progress until it ends; "
                                       "exit 0 only if it COMPLETED."),
             fmt: Format = FormatOption) -> None:
     """Run a failed workflow's failed groups again, keeping its completed ones. A running
     or COMPLETED workflow is refused (exit 4)."""
     client = Client()
-    data = client.json("POST", f"/api/workflow/{workflow_id}/restart")
+    data = client.json("POST", f"/api/workflow/{workflow_id}/restart",
+                       params={"pool": pool} if pool else {})
     if not wait:
         emit(data, fmt, lambda d: console.print(f"Workflow {d['id']} restarted: {d['status']}"))
         return
-    if fmt is Format.table:
+    if fmt.human:
         console.print(f"Workflow {data['id']} restarted: {data['status']}")
     finish_wait(client, workflow_id, fmt)
+
+
+def tag(workflows: Optional[list[str]] = typer.Option(
+            None, "--workflow", "-w", metavar="WORKFLOW_ID", help="The workflows to change; "
+            "several may follow one flag. Without it: list the tags in use."),
+        add: Optional[list[str]] = typer.Option(None, "--add", "-a", metavar="TAG",
+                                                help="Tags to add; several may follow one flag."),
+        remove: Optional[list[str]] = typer.Option(
+            None, "--remove", "-r", metavar="TAG", help="Tags to remove (before adding)."),
+        fmt: Format = FormatOption) -> None:
+    """OSMO's workflow tags: change the tags of workflows (remove applied before add), or
+    list the tags in use. `workflow list --tags T` finds them. JSON: [{"id", "tags"}], or
+    the list of tags."""
+    client = Client()
+    if not workflows:
+        if add or remove:
+            raise typer.BadParameter("--add and --remove need --workflow",
+                                     param_hint="'--workflow'")
+        emit(client.json("GET", "/api/tag"), fmt,
+             lambda tags: typer.echo("\n".join(tags) if tags else "No tags"))
+        return
+    data = client.json("POST", "/api/tag", json={"workflows": _flat(workflows),
+                                                 "add": _flat(add), "remove": _flat(remove)})
+    emit(data, fmt, lambda rows: [typer.echo(f"Workflow {r['id']} tags: "
+                                             f"{', '.join(r['tags']) or '-'}") for r in rows])
 
 
 def delete(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...",
@@ -588,5 +740,6 @@ def register(app: typer.Typer) -> None:
     app.command()(cancel)
     app.command()(events)
     app.command()(restart)
+    app.command()(tag)
     app.command()(delete)
     app.command()(prune)

@@ -19,7 +19,7 @@ from trainyard.data.storage import Location, RemoteFile
 from trainyard.data.transfer import Mover, TransferStats, file_filter, plan_uploads
 from trainyard.errors import DataError
 
-__all__ = ["upload", "download", "list_url"]
+__all__ = ["upload", "download", "list_url", "delete"]
 
 
 def upload(url: str | PathLike[str], paths: Sequence[str | Path], regex: str | None = None,
@@ -46,8 +46,25 @@ def list_url(url: str | PathLike[str], regex: str | None = None, mover: Mover | 
     return [f for f in mover.list(mover.location(url)) if keep(f.rel)]
 
 
+def delete(url: str | PathLike[str], regex: str | None = None,
+           mover: Mover | None = None) -> int:
+    """Delete the files at ``url`` whose path relative to it matches ``regex`` (OSMO's
+    ``data delete``); how many.
+
+    Raises:
+        DataError: ``url`` does not exist, the regex is bad, or the storage failed.
+    """
+    mover = mover or Mover()
+    loc = mover.location(url)
+    files = [f for f in mover.list(loc) if file_filter(regex)(f.rel)]
+    for found in files:
+        mover.storage_call(f"delete {found.path}", lambda path=found.path: loc.fs.rm_file(path))
+    return len(files)
+
+
 def download(url: str | PathLike[str], dest: Path, regex: str | None = None,
-             mover: Mover | None = None, missing_ok: bool = False) -> int:
+             mover: Mover | None = None, missing_ok: bool = False,
+             resume: bool = False) -> int:
     """Download the files at ``url`` (a folder-like prefix, or one file) into ``dest``.
 
     Args:
@@ -55,6 +72,8 @@ def download(url: str | PathLike[str], dest: Path, regex: str | None = None,
             error. A task's ``url:`` input works so: an object store cannot tell an empty
             prefix from a missing one, and OSMO's reschedule sample reads its checkpoint
             location as an input before the first run has written anything there.
+        resume: OSMO's ``data download --resume``: a file already in ``dest`` with the
+            remote file's size is kept, not fetched again (an interrupted download goes on).
 
     Returns:
         The number of files written.
@@ -77,8 +96,16 @@ def download(url: str | PathLike[str], dest: Path, regex: str | None = None,
             raise
         mover.log(f"{loc.show()}: nothing there yet, the input is an empty folder")
         return 0
-    files = [f for f in listed if keep(f.rel)]
+    files = [f for f in listed if keep(f.rel) and not (resume and _have(dest, f.rel, f.size))]
     return mover.download_files(files, loc, dest).files
+
+
+def _have(dest: Path, rel: str, size: int) -> bool:
+    """Whether ``dest/rel`` is a file of ``size`` bytes already."""
+    try:
+        return (dest / rel).stat().st_size == size
+    except OSError:
+        return False
 
 
 _FOLDER_LIKE = frozenset({"file", "local", "s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})

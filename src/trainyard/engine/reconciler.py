@@ -57,7 +57,8 @@ from trainyard.engine import machine as m
 from trainyard.engine import retention, rules
 from trainyard.engine.launch import InputUnavailable, LaunchContext, build_launches
 from trainyard.engine.plan import build_state
-from trainyard.engine.scheduler import Placement, Request, Scheduler, request_of
+from trainyard.engine.scheduler import (PRIORITY_RANK, Placement, Request, Scheduler,
+                                        priority_rank, request_of)
 from trainyard.engine.serialize import state_from_dict, state_to_dict
 from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.errors import BackendError, ConfigError, NotFoundError, RefusedError
@@ -101,6 +102,13 @@ class Submission:
     reparse: dict[str, Any] | None = None
 
 
+def _rank_of(source: dict[str, Any]) -> int:
+    """The priority rank of a workflow from what its record keeps: the ``priority`` of the
+    request it was submitted with (``server`` stores it there), NORMAL when none."""
+    request = source.get("request") if isinstance(source, dict) else None
+    return priority_rank(request.get("priority") if isinstance(request, dict) else None)
+
+
 @dataclass
 class _Live:
     """An unfinished workflow the engine is driving."""
@@ -109,6 +117,8 @@ class _Live:
     spec: WorkflowSpec
     pool: str
     user: str | None = None
+    rank: int = PRIORITY_RANK["NORMAL"]
+    """Its priority's rank (``scheduler.PRIORITY_RANK``): where its gangs queue."""
 
 
 @dataclass(frozen=True)
@@ -222,7 +232,7 @@ class Engine:
                 labels=sub.labels, spec_text=sub.spec_text, source=source, make_state=make_state,
             )
             self._track(record.id, _Live(state_from_dict(record.state), sub.spec, sub.pool.name,
-                                         sub.user))
+                                         sub.user, _rank_of(source)))
             self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
         self.wake()
         return record
@@ -321,7 +331,7 @@ class Engine:
                 raise RefusedError(f"workflow {workflow_id} COMPLETED; submit it again instead "
                                   f"(`trainyard workflow submit {workflow_id}`)")
             self._track(workflow_id, _Live(state, self._spec_loader(record), record.pool,
-                                           record.submitted_by))
+                                           record.submitted_by, _rank_of(record.source)))
             self._process({workflow_id: [m.Restarted(time.time())]})
 
     def delete(self, workflow_ids: list[str], *, keep_records: bool = False) -> None:
@@ -691,7 +701,7 @@ class Engine:
             since_s = live.state.groups[group].scheduling_since_s
             waited_s = max(0.0, time.time() - since_s) if since_s is not None else 0.0
             self._scheduler_of(wid).enqueue((wid, group), self._requests(live, group),
-                                            now_s=time.monotonic() - waited_s)
+                                            now_s=time.monotonic() - waited_s, rank=live.rank)
 
     def _start(self, wid: str, action: m.StartTasks,
                only: frozenset[TaskKey] | None = None) -> m.Event | None:
@@ -897,7 +907,7 @@ class Engine:
                 continue
             state = state_from_dict(record.state)
             self._track(record.id, _Live(state, self._spec_loader(record), record.pool,
-                                         record.submitted_by))
+                                         record.submitted_by, _rank_of(record.source)))
             if state.status is WorkflowStatus.PENDING:  # Submitted may never have been applied
                 self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
             queued += [(g.scheduling_since_s or 0.0, order, index, record.id, g.name)

@@ -12,6 +12,10 @@ Rules (OSMO docs, "Groups": a group's tasks are scheduled together):
   ``spec.poolfit.check_gang_total``; ``queue_timeout`` still ends any gang that waits too long.)
   The age counts from when the gang went SCHEDULING (the reconciler passes it on, also after
   an engine restart).
+- OSMO's workflow priorities (``workflow submit --priority HIGH|NORMAL|LOW``): a HIGH gang
+  is placed before the NORMAL ones queued before it, a NORMAL one before LOW ones; within a
+  priority, submission order. (OSMO also preempts LOW workflows for higher ones; trainyard
+  does not: a running gang is never stopped for another.)
 - GPU slots are numbered per node and handed out exclusively (lowest free first).
 - Tasks of one gang spread over distinct nodes where they can (like pods of a multi-node job);
   on a pool whose backend gives each task a node of its own (``Pool.node_per_task``: Slurm)
@@ -27,7 +31,16 @@ from dataclasses import dataclass, field
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import ResourceSpec
 
-__all__ = ["Request", "Placement", "GroupKey", "NodeUsage", "Scheduler", "request_of"]
+__all__ = ["Request", "Placement", "GroupKey", "NodeUsage", "Scheduler", "request_of",
+           "PRIORITY_RANK", "priority_rank"]
+
+PRIORITY_RANK: dict[str, int] = {"HIGH": 0, "NORMAL": 1, "LOW": 2}
+"""OSMO's workflow priorities, the lower rank placed first."""
+
+
+def priority_rank(priority: str | None) -> int:
+    """The rank of a priority name (NORMAL's for None or an unknown name)."""
+    return PRIORITY_RANK.get((priority or "NORMAL").upper(), PRIORITY_RANK["NORMAL"])
 
 GroupKey = tuple[str, str]  # (workflow id, group name)
 
@@ -119,29 +132,38 @@ class Scheduler:
         self.usage = {n.name: NodeUsage(n) for n in pool.nodes}
         self._queue: OrderedDict[GroupKey, dict[str, Request]] = OrderedDict()
         self._queued_at: dict[GroupKey, float] = {}  # time.monotonic() when queued
+        self._rank: dict[GroupKey, int] = {}  # PRIORITY_RANK of the gang's workflow
         self._placed: dict[GroupKey, dict[str, tuple[Request, Placement]]] = {}
         self._version = 0  # bumped whenever usage changes
         self._no_fit: dict[GroupKey, int] = {}  # gang -> _version when it last did not fit
 
     def enqueue(self, key: GroupKey, requests: dict[str, Request],
-                now_s: float | None = None) -> None:
-        """Queue a gang (task name -> request) behind the ones already waiting.
+                now_s: float | None = None, rank: int = PRIORITY_RANK["NORMAL"]) -> None:
+        """Queue a gang (task name -> request) behind the ones already waiting of its
+        priority (``rank``, ``PRIORITY_RANK``), ahead of those of a lower one.
 
         Args:
             now_s: the ``time.monotonic()`` its age counts from (default: now).
+            rank: its workflow's priority rank (default NORMAL's).
         """
         self._queue[key] = requests
         self._queued_at[key] = time.monotonic() if now_s is None else now_s
+        self._rank[key] = rank
 
     def dequeue(self, key: GroupKey) -> None:
         """Drop a gang from the queue (cancelled, timed out). Idempotent."""
         self._queue.pop(key, None)
         self._queued_at.pop(key, None)
         self._no_fit.pop(key, None)
+        self._rank.pop(key, None)
 
     def queued(self) -> list[GroupKey]:
-        """Gangs waiting, in order."""
-        return list(self._queue)
+        """Gangs waiting, in order: by priority, then as queued."""
+        return [key for key, _requests in self._in_order()]
+
+    def _in_order(self) -> list[tuple[GroupKey, dict[str, Request]]]:
+        normal = PRIORITY_RANK["NORMAL"]
+        return sorted(self._queue.items(), key=lambda item: self._rank.get(item[0], normal))
 
     def place_ready(self, now_s: float | None = None) -> list[tuple[GroupKey, dict[str, Placement]]]:
         """Place the queued gangs that fit now, in queue order; a gang that does not fit is
@@ -156,7 +178,7 @@ class Scheduler:
         """
         now_s = time.monotonic() if now_s is None else now_s
         placed = []
-        for key, requests in list(self._queue.items()):
+        for key, requests in self._in_order():
             unchanged = self._no_fit.get(key) == self._version  # same usage: same answer
             placements = None if unchanged else self._fit(requests)
             if placements is None:

@@ -53,11 +53,13 @@ from pydantic import BaseModel, Field
 import trainyard
 from trainyard.engine import retention
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
+from trainyard.server.access_routes import add_access_routes
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
 from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
 from trainyard.server.scopes import check_task_scope
 from trainyard.server.schema import check_app_name
-from trainyard.server.service import LogLine, Service, SpecRequest, spec_error_json
+from trainyard.server.osmo_filters import ListFilters, TaskFilters
+from trainyard.server.service import LogLine, Service, SpecRequest, iso, spec_error_json
 from trainyard.server.streams import (
     LogReaders,
     SlotResponse,
@@ -68,7 +70,7 @@ from trainyard.server.streams import (
     text_lines,
 )
 from trainyard.server.web import add_dashboard
-from trainyard.store import Store
+from trainyard.store import AppRecord, Store
 
 __all__ = ["create_app"]
 
@@ -86,6 +88,22 @@ class AppRequest(BaseModel):
     set: list[str] = []
     """Values to check the template with (``--set``); not stored."""
     set_string: list[str] = []
+    description: str | None = None
+    """OSMO's ``app create -d``: kept with the version (None: the latest version's)."""
+
+
+class RenameRequest(BaseModel):
+    """OSMO's ``app rename``: the app's new name."""
+
+    new_name: str = Field(min_length=1, max_length=200)
+
+
+class TagRequest(BaseModel):
+    """OSMO's ``workflow tag``: tags to remove from, then add to, each workflow."""
+
+    workflows: list[str] = Field(min_length=1)
+    add: list[str] = []
+    remove: list[str] = []
 
 
 class CredentialRequest(BaseModel):
@@ -180,6 +198,7 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
 
     _routes(app, service)
     _app_routes(app, service)
+    add_access_routes(app, tokens)  # OSMO's token and user commands
     add_dashboard(app, service)  # the web pages at /, trainyard.server.web
     return app
 
@@ -221,6 +240,7 @@ def _routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/workflow")
     def submit(req: SpecRequest, u: Caller, dry_run: bool = False) -> dict[str, Any]:
+        req = req.model_copy(update={"app": None})  # only app submit names its app
         if dry_run:
             return service.dry_run(req, u)
         return service.submit(req, u)
@@ -237,18 +257,36 @@ def _routes(app: FastAPI, service: Service) -> None:
         name: str | None = None,
         label: Annotated[list[str] | None, Query()] = None,
         count: int | None = None,
-        user: str | None = None,
-        pool: str | None = None,
+        user: Annotated[list[str] | None, Query()] = None,
+        pool: Annotated[list[str] | None, Query()] = None,
         offset: int = 0,
         order: Literal["asc", "desc"] = "desc",
         submitted_after_s: float | None = None,
         submitted_before_s: float | None = None,
+        all_users: bool | None = None,
+        tag: Annotated[list[str] | None, Query()] = None,
+        priority: Annotated[list[str] | None, Query()] = None,
+        app_name: Annotated[str | None, Query(alias="app")] = None,
+        no_label: Annotated[list[str] | None, Query()] = None,
     ) -> list[dict[str, Any]]:
         labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
+        filters = ListFilters(tags=tag or [], priorities=priority or [], app=app_name,
+                              no_labels=no_label or [])
         return service.list(u, statuses=status, name=name, labels=labels, count=count,
                             submitted_by=user, pool=pool, offset=offset,
                             oldest_first=order == "asc", submitted_after_s=submitted_after_s,
-                            submitted_before_s=submitted_before_s)
+                            submitted_before_s=submitted_before_s, all_users=all_users,
+                            filters=filters)
+
+    @app.get("/api/tag")
+    def tags(u: Caller) -> list[str]:
+        """OSMO's ``workflow tag`` without ``-w``: the tags in use."""
+        return service.tags(u)
+
+    @app.post("/api/tag")
+    def tag(req: TagRequest, u: Caller) -> list[dict[str, Any]]:
+        """OSMO's ``workflow tag -w ID... --add T... --remove T...``."""
+        return service.tag(req.workflows, u, add=req.add, remove=req.remove)
 
     @app.get("/api/workflow/{workflow_id}")
     def query(workflow_id: str, u: Caller, response: Response, verbose: bool = False,
@@ -288,12 +326,26 @@ def _routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/api/task")
     def tasks(u: Caller, workflow: str | None = None,
-              count: Annotated[int, Query(ge=1)] = 20) -> list[dict[str, Any]]:
-        return service.tasks(u, workflow_id=workflow, count=count)
+              count: Annotated[int, Query(ge=1)] = 20, osmo: bool = False,
+              user: Annotated[list[str] | None, Query()] = None, all_users: bool = False,
+              pool: Annotated[list[str] | None, Query()] = None,
+              status: Annotated[list[str] | None, Query()] = None,
+              node: Annotated[list[str] | None, Query()] = None,
+              started_after_s: float | None = None, started_before_s: float | None = None,
+              priority: Annotated[list[str] | None, Query()] = None,
+              offset: Annotated[int, Query(ge=0)] = 0) -> list[dict[str, Any]]:
+        """Tasks; with ``osmo``, OSMO's ``task list`` filters and ``count`` tasks."""
+        filters = TaskFilters(
+            users=user or [], all_users=all_users, pools=pool or [], statuses=status or [],
+            nodes=node or [], started_after_s=started_after_s,
+            started_before_s=started_before_s, priorities=priority or [],
+            offset=offset) if osmo else None
+        return service.tasks(u, workflow_id=workflow, count=count, filters=filters)
 
     @app.post("/api/workflow/{workflow_id}/cancel")
-    def cancel(workflow_id: str, u: Caller) -> dict[str, Any]:
-        return service.cancel(workflow_id, u)
+    def cancel(workflow_id: str, u: Caller, message: str | None = None,
+               force: bool = False) -> dict[str, Any]:
+        return service.cancel(workflow_id, u, message=message, force=force)
 
     @app.post("/api/workflow/{workflow_id}/task/{task}/entry")
     def task_entry(workflow_id: str, task: str, u: Caller,
@@ -310,8 +362,8 @@ def _routes(app: FastAPI, service: Service) -> None:
         return service.prune(req.older_than_s, u, dry_run=req.dry_run, limit=req.limit)
 
     @app.post("/api/workflow/{workflow_id}/restart")
-    def restart(workflow_id: str, u: Caller) -> dict[str, Any]:
-        return service.restart(workflow_id, u)
+    def restart(workflow_id: str, u: Caller, pool: str | None = None) -> dict[str, Any]:
+        return service.restart(workflow_id, u, pool=pool)
 
     @app.post("/api/credentials/{name}")
     def set_credential(name: str, req: CredentialRequest, u: Caller) -> dict[str, Any]:
@@ -338,42 +390,101 @@ def _routes(app: FastAPI, service: Service) -> None:
         return service.resources(pool)
 
 
+DESCRIPTION_KEY = "../trainyard:description"
+"""Where an app version's description (OSMO's ``app create -d``) is kept: a key of its
+``files`` that no ``localpath`` can be (a localpath lies below the spec's folder, never
+``..``), so the store keeps its shape. (Not a NUL: PostgreSQL's JSON stores none.)"""
+
+
+def _app_json(a: AppRecord, *, spec: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": a.name, "version": a.version, "owner": a.owner,
+                           "description": a.files.get(DESCRIPTION_KEY, ""),
+                           "create_time": iso(a.create_time_s)}
+    if spec:
+        out["spec"] = a.spec_text
+    return out
+
+
+def _spec_files(a: AppRecord) -> dict[str, str]:
+    """An app version's ``localpath`` files, without its description."""
+    return {k: v for k, v in a.files.items() if k != DESCRIPTION_KEY}
+
+
 def _app_routes(app: FastAPI, service: Service) -> None:
     store = service.engine.store
 
     @app.post("/api/app/{name}")
-    def create(name: str, req: AppRequest, u: Caller) -> dict[str, Any]:
+    def create(name: str, req: AppRequest, u: Caller, update: bool = False) -> dict[str, Any]:
+        """A new version of app ``name`` (``update``: the app must exist, OSMO's ``app
+        update``); the description is the given one, else the latest version's."""
         refuse_task_token(u, "create an app")
         check_app_name(name)
         owner = _app_owner(store, name, u, "add a version to")
+        latest = _latest_app(store, name)
+        if update and latest is None:
+            store.get_app(name)  # raises NotFoundError, naming the command that lists them
         loaded = service.load(SpecRequest(spec_text=req.spec_text, files=req.files,
                                           spec_name=name, set=req.set, set_string=req.set_string))
-        rec = store.create_app(name, owner, req.spec_text, req.files)
-        return {"name": rec.name, "version": rec.version, "warnings": loaded.warnings_json()}
+        description = req.description if req.description is not None else (
+            latest.files.get(DESCRIPTION_KEY, "") if latest else "")
+        rec = store.create_app(name, owner, req.spec_text,
+                               {**req.files, DESCRIPTION_KEY: description})
+        return {**_app_json(rec), "warnings": loaded.warnings_json()}
 
     @app.get("/api/app")
-    def list_apps(_u: Caller) -> list[dict[str, Any]]:
-        return [{"name": a.name, "version": a.version, "owner": a.owner} for a in store.list_apps()]
+    def list_apps(u: Caller, name: str | None = None,
+                  user: Annotated[list[str] | None, Query()] = None,
+                  all_users: bool = True) -> list[dict[str, Any]]:
+        """The latest version of every app, by name; ``name``: names containing it;
+        ``user``: apps of these owners; without ``all_users``, the caller's own."""
+        owners = set(user or ([] if all_users else [u.name]))
+        return [_app_json(a) for a in store.list_apps()
+                if (not name or name in a.name) and (not owners or a.owner in owners)]
 
     @app.get("/api/app/{name}")
     def show(name: str, _u: Caller, version: int | None = None) -> dict[str, Any]:
-        a = store.get_app(name, version)
-        return {"name": a.name, "version": a.version, "owner": a.owner, "spec": a.spec_text}
+        return _app_json(store.get_app(name, version), spec=True)
+
+    @app.get("/api/app/{name}/versions")
+    def versions(name: str, _u: Caller) -> list[dict[str, Any]]:
+        """Every version of the app, oldest first (OSMO's ``app info``)."""
+        return [_app_json(a) for a in store.app_versions(name)]
+
+    @app.post("/api/app/{name}/rename")
+    def rename(name: str, req: RenameRequest, u: Caller) -> dict[str, Any]:
+        refuse_task_token(u, "rename an app")
+        check_app_name(req.new_name)
+        _app_owner(store, name, u, "rename")
+        store.get_app(name)
+        return {"name": req.new_name, "renamed_versions": store.rename_app(name, req.new_name)}
 
     @app.post("/api/app/{name}/submit")
     def submit_app(name: str, req: SpecRequest, u: Caller, version: int | None = None,
                    dry_run: bool = False) -> dict[str, Any]:
+        """Submit an app version; ``files`` in the request (``app submit --local-path``)
+        replace the stored copies of those ``localpath`` files."""
         refuse_task_token(u, "submit a workflow")
         a = store.get_app(name, version)
-        full = req.model_copy(update={"spec_text": a.spec_text, "files": a.files,
-                                      "spec_name": f"{a.name}:{a.version}"})
+        full = req.model_copy(update={"spec_text": a.spec_text,
+                                      "files": {**_spec_files(a), **req.files},
+                                      "spec_name": f"{a.name}:{a.version}",
+                                      "app": f"{a.name}:{a.version}"})
         return service.dry_run(full, u) if dry_run else service.submit(full, u)
 
     @app.delete("/api/app/{name}")
-    def delete(name: str, u: Caller) -> dict[str, Any]:
+    def delete(name: str, u: Caller, version: int | None = None) -> dict[str, Any]:
+        """Delete every version of the app, or with ``version`` that one only."""
         refuse_task_token(u, "delete an app")
         _app_owner(store, name, u, "delete")
-        return {"name": name, "deleted_versions": store.delete_app(name)}
+        return {"name": name, "version": version,
+                "deleted_versions": store.delete_app(name, version)}
+
+
+def _latest_app(store: Store, name: str) -> AppRecord | None:
+    try:
+        return store.get_app(name)
+    except NotFoundError:
+        return None
 
 
 def _app_owner(store: Store, name: str, user: User, action: str) -> str:

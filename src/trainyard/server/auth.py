@@ -31,9 +31,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard import tasktokens
-from trainyard.errors import AuthError, ForbiddenError
+from trainyard.errors import AuthError, ForbiddenError, NotFoundError, RefusedError
 
-__all__ = ["User", "TokenRegistry", "read_client_token", "refuse_task_token"]
+__all__ = ["User", "TokenInfo", "TokenRegistry", "read_client_token", "read_login",
+           "write_login", "LOGIN_FILE", "refuse_task_token"]
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """What ``tokens.json`` keeps beside a token's user: OSMO's access-token fields (``token
+    set NAME -d DESC -e YYYY-MM-DD``). Tokens made before names existed have none."""
+
+    name: str | None = None
+    description: str = ""
+    expires_at: str | None = None
+    """The last day the token works (``YYYY-MM-DD``, UTC), or None: it does not expire."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,7 @@ class TokenRegistry:
         self.path = home / "tokens.json"
         self.workflow_owner = workflow_owner
         self._tokens: dict[str, User] = {}
+        self._info: dict[str, TokenInfo] = {}
         self._stamp: tuple[int, int, int] | None = None
         with self._locked():
             self._load_or_create()
@@ -111,6 +124,8 @@ class TokenRegistry:
         stamp = self._file_stamp()
         data = json.loads(self.path.read_text())
         self._tokens = {t: User(u["user"], bool(u.get("admin"))) for t, u in data.items()}
+        self._info = {t: TokenInfo(u.get("name"), u.get("description") or "",
+                                   u.get("expires_at")) for t, u in data.items()}
         self._stamp = stamp
 
     def _reload_if_changed(self) -> None:
@@ -119,22 +134,102 @@ class TokenRegistry:
             self._load()
 
     def _save(self) -> None:
-        data = {t: {"user": u.name, "admin": u.admin} for t, u in self._tokens.items()}
+        data = {t: {"user": u.name, "admin": u.admin, **self._info_json(t)}
+                for t, u in self._tokens.items()}
         _write_private(self.path, json.dumps(data, indent=1))
         self._stamp = self._file_stamp()
 
-    def add(self, user: str, *, admin: bool = False) -> str:
-        """Create a token for ``user`` and return it. Safe against concurrent writers."""
-        with self._locked():
-            return self._add_locked(user, admin=admin)
+    def _info_json(self, token: str) -> dict[str, str]:
+        info = self._info.get(token, TokenInfo())
+        out = {"name": info.name, "description": info.description or None,
+               "expires_at": info.expires_at}
+        return {k: v for k, v in out.items() if v}
 
-    def _add_locked(self, user: str, *, admin: bool) -> str:
+    def add(self, user: str, *, admin: bool = False, info: TokenInfo | None = None) -> str:
+        """Create a token for ``user`` and return it. Safe against concurrent writers.
+
+        Raises:
+            RefusedError: ``info`` names a token ``user`` already has.
+        """
+        with self._locked():
+            return self._add_locked(user, admin=admin, info=info)
+
+    def _add_locked(self, user: str, *, admin: bool, info: TokenInfo | None = None) -> str:
         if self.path.exists():
             self._load()  # always: a stamp can miss a replace within one clock tick
+        if info is not None and info.name and self._named(user, info.name):
+            raise RefusedError(f"{user} has a token named {info.name!r} already; delete it "
+                               "first or pick another name")
         token = secrets.token_urlsafe(32)
         self._tokens[token] = User(user, admin)
+        if info is not None:
+            self._info[token] = info
         self._save()
         return token
+
+    def _named(self, user: str, name: str) -> list[str]:
+        return [t for t, u in self._tokens.items()
+                if u.name == user and self._info.get(t, TokenInfo()).name == name]
+
+    def tokens(self, user: str | None = None) -> list[dict[str, object]]:
+        """OSMO's ``token list``: each token's user, name, description, expiry and whether
+        it is an admin's (of ``user`` only when given); never the token itself."""
+        self._reload_if_changed()
+        rows = []
+        for token, owner in self._tokens.items():
+            if user is None or owner.name == user:
+                info = self._info.get(token, TokenInfo())
+                rows.append({"user": owner.name, "name": info.name, "admin": owner.admin,
+                             "description": info.description, "expires_at": info.expires_at})
+        return sorted(rows, key=lambda r: (str(r["user"]), str(r["name"] or "")))
+
+    def delete(self, user: str, name: str) -> None:
+        """Delete ``user``'s token called ``name``. Raises NotFoundError."""
+        with self._locked():
+            self._load()
+            named = self._named(user, name)
+            if not named:
+                raise NotFoundError(f"{user} has no token named {name!r}")
+            for token in named:
+                del self._tokens[token]
+                self._info.pop(token, None)
+            self._save()
+
+    def set_admin(self, user: str, admin: bool) -> None:
+        """Make every token of ``user`` an admin's, or an ordinary user's. Raises
+        NotFoundError for a user without tokens."""
+        with self._locked():
+            self._load()
+            mine = [t for t, u in self._tokens.items() if u.name == user]
+            if not mine:
+                raise NotFoundError(f"no user {user}; `user list` shows them")
+            for token in mine:
+                self._tokens[token] = User(user, admin)
+            self._save()
+
+    def remove_user(self, user: str) -> int:
+        """Delete every token of ``user`` (they can no longer call the server); how many.
+        Raises NotFoundError for a user without tokens."""
+        with self._locked():
+            self._load()
+            mine = [t for t, u in self._tokens.items() if u.name == user]
+            if not mine:
+                raise NotFoundError(f"no user {user}; `user list` shows them")
+            for token in mine:
+                del self._tokens[token]
+                self._info.pop(token, None)
+            self._save()
+            return len(mine)
+
+    def users(self) -> list[dict[str, object]]:
+        """Every user that holds a token, with OSMO's roles (``osmo-admin`` for an admin,
+        ``osmo-user`` for everyone), by name."""
+        self._reload_if_changed()
+        admins: dict[str, bool] = {}
+        for owner in self._tokens.values():
+            admins[owner.name] = admins.get(owner.name, False) or owner.admin
+        return [{"id": name, "roles": ["osmo-admin", "osmo-user"] if admin else ["osmo-user"]}
+                for name, admin in sorted(admins.items())]
 
     def authenticate(self, token: str | None) -> User:
         """The user of ``token``. Raises AuthError (401) when it is missing or unknown."""
@@ -145,6 +240,7 @@ class TokenRegistry:
         self._reload_if_changed()
         for known, user in self._tokens.items():
             if hmac.compare_digest(known.encode(), token.encode()):
+                _check_expiry(self._info.get(known, TokenInfo()))
                 return user
         raise AuthError("unknown token")
 
@@ -155,10 +251,45 @@ class TokenRegistry:
         return User(self.workflow_owner(workflow_id), admin=False, workflow=workflow_id)
 
 
+def _check_expiry(info: TokenInfo) -> None:
+    """Raise AuthError when the token's last day (UTC) is past."""
+    if info.expires_at is None:
+        return
+    from datetime import datetime, timezone
+
+    if datetime.now(timezone.utc).date().isoformat() > info.expires_at:
+        raise AuthError(f"token {info.name or ''} expired on {info.expires_at}".replace("  ", " "))
+
+
+LOGIN_FILE = "login.json"
+"""Where ``login URL --token T`` keeps the server and token (``home/login.json``, 0600)."""
+
+
+def read_login(home: Path) -> dict[str, str] | None:
+    """``{"url", "token"}`` saved by ``login``, else None (no file, or unreadable)."""
+    try:
+        data = json.loads((home / LOGIN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(data, dict) and isinstance(data.get("url"), str) \
+        and isinstance(data.get("token"), str)
+    return data if ok else None
+
+
+def write_login(home: Path, url: str, token: str) -> None:
+    """Save the server and token of ``login`` (0600)."""
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _write_private(home / LOGIN_FILE, json.dumps({"url": url, "token": token}))
+
+
 def read_client_token(home: Path) -> str | None:
-    """The token the CLI sends: ``$TRAINYARD_TOKEN``, else ``home/token``, else None."""
+    """The token the CLI sends: ``$TRAINYARD_TOKEN``, else the ``login``'s, else
+    ``home/token``, else None."""
     env = os.environ.get("TRAINYARD_TOKEN")
     if env:
         return env.strip()
+    login = read_login(home)
+    if login is not None:
+        return login["token"]
     path = home / "token"
     return path.read_text().strip() if path.exists() else None

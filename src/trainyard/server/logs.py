@@ -77,7 +77,7 @@ class LogLine:
 @functools.lru_cache(maxsize=4096)
 def _iso(stamp: str | None) -> str | None:
     """``YYYY/MM/DD HH:MM:SS`` as ISO 8601 UTC; None when it is no time. Cached: the lines
-    of a log share few stamps, and ``strptime`` was most of the cost of ``-f json``."""
+    of a log share few stamps, and ``strptime`` was most of the cost of ``--format-type json``."""
     if stamp is None:
         return None
     try:

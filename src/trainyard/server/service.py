@@ -35,6 +35,8 @@ from trainyard.pools import DEFAULT_POOL, Pool
 from trainyard.server import compare
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.logs import FLUSH, LogFile, LogLine, file_size, read_merged, tail_offset
+from trainyard.server.osmo_filters import (ListFilters, TaskFilters, priority_of, retag,
+                                           tags_of)
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.models import WorkflowSpec
 from trainyard.spec.tokens import substitute_tokens
@@ -184,7 +186,8 @@ class Service:
 
     def load(self, req: SpecRequest) -> LoadedSpec:
         """Render (Jinja sandbox, bounded), parse and validate a spec against its pool:
-        ``--pool`` first, else the spec's ``workflow.pool``, else ``local``.
+        ``--pool`` first, else the spec's ``workflow.pool``, else the user's default pool
+        (``default_pool``: OSMO's ``profile set pool``), else ``local``.
 
         Raises:
             SpecError: every problem of the spec or of the ``--set`` values; a spec (with
@@ -199,14 +202,15 @@ class Service:
         chosen: list[Pool] = []
 
         def lookup(spec_pool: str | None) -> Pool:
-            chosen.append(self.pool(req.pool or spec_pool))
+            chosen.append(self.pool(req.pool or spec_pool or req.default_pool))
             return chosen[-1]
 
         doc = specapi.parse(
             rendered, spec_path=req.spec_name, files=req.files,
             set_env=specapi.parse_env(req.set_env), labels=req.labels or None, pool=lookup,
         )
-        pool = chosen[-1] if chosen else self.pool(req.pool or doc.workflow.pool)
+        pool = chosen[-1] if chosen else self.pool(req.pool or doc.workflow.pool
+                                                   or req.default_pool)
         return LoadedSpec(doc.workflow, rendered, pool, tuple(doc.warnings))
 
     def _check_other_workflows(self, workflow: WorkflowSpec, user: User) -> None:
@@ -360,6 +364,7 @@ class Service:
             stored.set_env += overrides.set_env
             stored.labels.update(overrides.labels)
             stored.pool = overrides.pool or stored.pool
+            stored.priority = overrides.priority or stored.priority
         return self.dry_run(stored, user) if dry_run else self.submit(stored, user)
 
     # ------------------------------------------------------------------ reads
@@ -417,6 +422,7 @@ class Service:
         record = self._readable(workflow_id, user)
         state = self.engine.state(workflow_id)
         data = _workflow_json(record, state, verbose)
+        data.update(priority=priority_of(record.source), tags=tags_of(record.source))
         _add_outputs(data, record, lambda task, retry: self.engine.run_dir(workflow_id, task, retry))
         return data
 
@@ -465,16 +471,21 @@ class Service:
 
     def list(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
              labels: dict[str, str] | None = None, count: int | None = None,
-             submitted_by: str | None = None, pool: str | None = None, offset: int = 0,
-             oldest_first: bool = False, submitted_after_s: float | None = None,
-             submitted_before_s: float | None = None) -> list[dict[str, Any]]:
+             submitted_by: str | list[str] | None = None, pool: str | list[str] | None = None,
+             offset: int = 0, oldest_first: bool = False,
+             submitted_after_s: float | None = None, submitted_before_s: float | None = None,
+             all_users: bool | None = None,
+             filters: ListFilters | None = None) -> list[dict[str, Any]]:
         """Workflows visible to ``user``, newest first (``oldest_first``: oldest first),
         skipping the first ``offset``; read through ``Store.page_workflows`` (the
-        dashboard's query). A non-admin sees only their own workflows.
+        dashboard's query). A non-admin sees only their own workflows. Whose: those of
+        ``submitted_by`` (one user or several), else with ``all_users`` False the caller's
+        own (OSMO's default), with True everyone's; None (a client before OSMO's flags):
+        an admin's everyone's. ``filters``: OSMO's tags, priority, app, no-label.
 
         Raises:
-            ConfigError: an unknown status (the valid ones are named), ``count`` below 1
-                or ``offset`` below 0.
+            ConfigError: an unknown status or priority (the valid ones are named), ``count``
+                below 1 or ``offset`` below 0.
             ForbiddenError: a non-admin asked for another user's workflows.
         """
         _check_list_filters(statuses, count)
@@ -482,15 +493,48 @@ class Service:
             raise ConfigError(f"offset must be 0 or more, not {offset}")
         if user.workflow is not None:  # a task token sees its own workflow only
             return [_summary_json(self._readable(user.workflow, user))]
-        if not user.admin and submitted_by not in (None, user.name):
-            raise ForbiddenError(f"only an admin may list the workflows of {submitted_by}; "
+        users = [submitted_by] if isinstance(submitted_by, str) else list(submitted_by or [])
+        others = [u for u in users if u != user.name]
+        if not user.admin and others:
+            raise ForbiddenError(f"only an admin may list the workflows of {others[0]}; "
                                  f"you are {user.name}")
+        if not user.admin or (not users and all_users is False):
+            users = users or [user.name]
         rows, _total = self.engine.store.page_workflows(
             statuses=statuses, name=name, labels=labels, pool=pool, offset=offset,
-            limit=count or 2**31 - 1, oldest_first=oldest_first,
-            submitted_by=submitted_by if user.admin else user.name,
-            submitted_after_s=submitted_after_s, submitted_before_s=submitted_before_s)
+            limit=count or 2**31 - 1, oldest_first=oldest_first, submitted_by=users or None,
+            submitted_after_s=submitted_after_s, submitted_before_s=submitted_before_s,
+            keep=filters.keep() if filters else None)
         return [_row_summary_json(row) for row in rows]
+
+    def tag(self, workflow_ids: list[str], user: User, *, add: list[str],
+            remove: list[str]) -> list[dict[str, Any]]:
+        """OSMO's ``workflow tag``: remove ``remove`` from, then add ``add`` to, each
+        workflow's tags (the caller's own workflows; an admin's any). All are checked
+        before any changes. Returns ``[{"id", "tags"}]``.
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``query``; a task token may not tag.
+        """
+        refuse_task_token(user, "tag a workflow")
+        ids = [self._readable(workflow_id, user).id for workflow_id in workflow_ids]
+        store = self.engine.store
+        return [{"id": workflow_id, "tags": tags_of(store.update_workflow_source(
+                    workflow_id, lambda source: retag(source, add, remove)))}
+                for workflow_id in ids]
+
+    def tags(self, user: User) -> list[str]:
+        """Every tag on a workflow ``user`` may read (OSMO's ``workflow tag`` without
+        ``-w``: the tags there are to assign), sorted."""
+        found: set[str] = set()
+
+        def collect(row: dict[str, Any]) -> bool:
+            found.update(tags_of(row.get("source") or {}))
+            return False
+
+        self.engine.store.page_workflows(limit=1, keep=collect,
+                                         submitted_by=None if user.admin else user.name)
+        return sorted(found)
 
     def events(self, workflow_id: str, user: User) -> list[dict[str, Any]]:
         """The transitions of every task attempt, oldest first: the runner's events from
@@ -523,38 +567,60 @@ class Service:
                         a.failure_reason)))
         return [row for _t, row in sorted(rows, key=lambda r: r[0])]
 
-    def tasks(self, user: User, *, workflow_id: str | None = None,
-              count: int = 20) -> list[dict[str, Any]]:
+    def tasks(self, user: User, *, workflow_id: str | None = None, count: int = 20,
+              filters: TaskFilters | None = None) -> list[dict[str, Any]]:
         """The tasks of one workflow, or of ``user``'s latest ``count`` workflows (an
         admin's: everyone's), each ``{"workflow", "group", "name", "status", "retry_id",
-        "node", "exit_code", "start_time", "end_time", "failure_reason"}``.
+        "node", "exit_code", "start_time", "end_time", "failure_reason", "pool", "user",
+        "priority"}``. With ``filters`` (OSMO's ``task list``), ``count`` is the number of
+        tasks: those of every workflow the filters' users may see, newest workflow first,
+        kept by the filters, then paged by ``filters.offset``.
 
         Raises:
             NotFoundError, ForbiddenError: as ``query``; ConfigError: ``count`` below 1.
         """
-        if workflow_id is None:
-            ids = [w["id"] for w in self.list(user, count=count)]
+        if workflow_id is not None:
+            workflows = [self._readable(workflow_id, user)]
+        elif filters is None:
+            workflows = [self.engine.store.get_workflow(w["id"])
+                         for w in self.list(user, count=count)]
         else:
-            ids = [self._readable(workflow_id, user).id]
-        rows = []
-        for wid in ids:
-            state = self.engine.state(wid)
-            for group in state.groups.values():
-                rows += [{"workflow": wid, "group": group.name,
-                          **_task_json(state.tasks[t], False)} for t in group.tasks]
-        return rows
+            workflows = [self.engine.store.get_workflow(w["id"]) for w in self.list(
+                user, submitted_by=filters.users or None, all_users=filters.all_users,
+                pool=filters.pools or None)]
+        rows = [row for record in workflows for row in self._task_rows(record)]
+        if filters is None:
+            return rows
+        kept = [row for row in rows if filters.keep(row)]
+        return kept[filters.offset:filters.offset + count]
+
+    def _task_rows(self, record: WorkflowRecord) -> list[dict[str, Any]]:
+        state = self.engine.state(record.id)
+        extra = {"pool": record.pool, "user": record.submitted_by,
+                 "priority": priority_of(record.source)}
+        return [{"workflow": record.id, "group": group.name, **_task_json(state.tasks[t], False),
+                 **extra} for group in state.groups.values() for t in group.tasks]
 
     # ------------------------------------------------------------------ changes
 
-    def cancel(self, workflow_id: str, user: User) -> dict[str, Any]:
+    def cancel(self, workflow_id: str, user: User, *, message: str | None = None,
+               force: bool = False) -> dict[str, Any]:
         """Cancel (idempotent); returns the workflow summary with ``had_ended``: true when
-        the workflow had already ended before this call (nothing was cancelled)."""
+        the workflow had already ended before this call (nothing was cancelled), and
+        ``cancel_message``: OSMO's ``--message``, kept with the workflow (the first one
+        given). ``force`` (OSMO's ``--force``) changes nothing here: a cancel always stops
+        every process of the workflow, whatever its backend."""
         record = self._readable(workflow_id, user)
         refuse_task_token(user, "cancel a workflow")
         had_ended = WorkflowStatus(record.status).is_terminal()
+        source = record.source
+        if message and not had_ended and not source.get("cancel"):
+            source = self.engine.store.update_workflow_source(workflow_id, lambda old: {
+                **old, "cancel": {"message": message, "by": user.name, "force": force}})
         self.engine.cancel(workflow_id)
         return {**_summary_json(self.engine.store.get_workflow(workflow_id)),
-                "had_ended": had_ended}
+                "had_ended": had_ended,
+                "cancel_message": (source.get("cancel") or {}).get("message")}
 
     def task_entry(self, workflow_id: str, task: str, user: User, *,
                    retry_id: int | None = None) -> dict[str, Any]:
@@ -590,10 +656,23 @@ class Service:
         return {"workflow_id": workflow_id, "task": task, "retry_id": retry,
                 "status": status.value, **entry}
 
-    def restart(self, workflow_id: str, user: User) -> dict[str, Any]:
-        """Run the failed groups of a failed workflow again, keeping completed ones."""
-        self._readable(workflow_id, user)
+    def restart(self, workflow_id: str, user: User, *, pool: str | None = None) -> dict[str, Any]:
+        """Run the failed groups of a failed workflow again, keeping completed ones.
+
+        ``pool`` (OSMO's ``restart -p``) must be the workflow's own pool: its completed
+        groups' outputs stay where they ran.
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``query``.
+            RefusedError: as ``Engine.restart``; ``pool`` names another pool.
+        """
+        record = self._readable(workflow_id, user)
         refuse_task_token(user, "restart a workflow")
+        if pool is not None and pool != record.pool:
+            raise RefusedError(f"workflow {workflow_id} ran on pool {record.pool}; a restart "
+                               f"stays there (its completed groups' outputs are there): submit "
+                               f"it again on {pool} with `workflow submit {workflow_id} "
+                               f"--pool {pool}`")
         self.engine.restart(workflow_id)
         return _summary_json(self.engine.store.get_workflow(workflow_id))
 

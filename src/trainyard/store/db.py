@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -461,51 +461,69 @@ class Store:
         statuses: list[str] | None = None,
         name: str | None = None,
         labels: dict[str, str] | None = None,
-        submitted_by: str | None = None,
-        pool: str | None = None,
+        submitted_by: str | list[str] | None = None,
+        pool: str | list[str] | None = None,
         offset: int = 0,
         limit: int = 50,
         submitted_after_s: float | None = None,
         submitted_before_s: float | None = None,
         oldest_first: bool = False,
+        keep: Callable[[dict[str, Any]], bool] | None = None,
     ) -> tuple[list[dict[str, Any]], int]:
         """One page of workflow summaries, newest first (``oldest_first``: oldest first),
         and how many match in all (for the dashboard and ``workflow list``: only the summary
         columns are read, never a spec or a state, and the ``seq`` index gives the order, so
         a page costs the same with 10 or 10,000 rows). ``submitted_after_s`` keeps those
         submitted at or after it, ``submitted_before_s`` those before it (Unix seconds).
+        ``submitted_by`` and ``pool`` take one value or a list (any of them matches).
+        ``keep`` (OSMO's filters on what a workflow's ``source`` holds: tags, priority,
+        app) is asked of each row that the other filters match, with its ``source`` under
+        ``"source"``; the page is then cut from the rows it kept (every match is read).
 
         Returns:
             ``([{"id", "name", "status", "pool", "submitted_by", "labels",
             "submit_time_s", "end_time_s"}], total)``.
         """
-        columns = (_Workflow.id, _Workflow.name, _Workflow.status, _Workflow.pool,
+        keys = ["id", "name", "status", "pool", "submitted_by", "labels", "submit_time_s",
+                "end_time_s"]
+        columns = [_Workflow.id, _Workflow.name, _Workflow.status, _Workflow.pool,
                    _Workflow.submitted_by, _Workflow.labels, _Workflow.submit_time_s,
-                   _Workflow.end_time_s)
-        conditions = []
-        if statuses:
-            conditions.append(_Workflow.status.in_(statuses))
-        if name:
-            conditions.append(_Workflow.name.contains(name))
-        if submitted_by:
-            conditions.append(_Workflow.submitted_by == submitted_by)
-        if pool:
-            conditions.append(_Workflow.pool == pool)
-        for key, value in (labels or {}).items():
-            conditions.append(_Workflow.labels[key].as_string() == value)
-        if submitted_after_s is not None:
-            conditions.append(_Workflow.submit_time_s >= submitted_after_s)
-        if submitted_before_s is not None:
-            conditions.append(_Workflow.submit_time_s < submitted_before_s)
+                   _Workflow.end_time_s]
+        if keep is not None:
+            keys.append("source")
+            columns.append(_Workflow.source)
+        conditions = _page_conditions(statuses=statuses, name=name, labels=labels,
+                                      submitted_by=submitted_by, pool=pool,
+                                      submitted_after_s=submitted_after_s,
+                                      submitted_before_s=submitted_before_s)
         order = _Workflow.seq.asc() if oldest_first else _Workflow.seq.desc()
         rows_q = select(*columns).where(*conditions).order_by(order)
+        if keep is not None:
+            with self._tx() as session:
+                every = [dict(zip(keys, row)) for row in session.execute(rows_q).all()]
+            kept = [row for row in every if keep(row)]
+            page = kept[max(offset, 0):max(offset, 0) + max(limit, 1)]
+            return [{k: v for k, v in row.items() if k != "source"} for row in page], len(kept)
         count_q = select(func.count()).select_from(_Workflow).where(*conditions)
         with self._tx() as session:
             total = session.scalar(count_q) or 0
             rows = session.execute(rows_q.offset(max(offset, 0)).limit(max(limit, 1))).all()
-        keys = ("id", "name", "status", "pool", "submitted_by", "labels", "submit_time_s",
-                "end_time_s")
         return [dict(zip(keys, row)) for row in rows], total
+
+    def update_workflow_source(self, workflow_id: str,
+                               change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        """Replace workflow ``workflow_id``'s ``source`` by ``change(source)`` in one
+        transaction (OSMO's tags live there); the new ``source``.
+
+        Raises:
+            NotFoundError: no such workflow.
+        """
+        with self._tx() as session:
+            row = session.get(_Workflow, workflow_id)
+            if row is None:
+                raise NotFoundError(f"no workflow {workflow_id}")
+            row.source = change(dict(row.source or {}))
+            return dict(row.source)
 
     # ------------------------------------------------------------------ apps
 
@@ -550,15 +568,48 @@ class Store:
             latest.setdefault(row.name, _to_app(row))
         return list(latest.values())
 
-    def delete_app(self, name: str) -> int:
-        """Delete every version of app ``name``; returns how many. Raises NotFoundError."""
+    def delete_app(self, name: str, version: int | None = None) -> int:
+        """Delete every version of app ``name`` (with ``version``: that one only); returns
+        how many. Raises NotFoundError."""
+        query = select(_App).where(_App.name == name, _App.deleted == 0)
+        if version is not None:
+            query = query.where(_App.version == version)
         with self._tx() as session:
-            rows = session.scalars(select(_App).where(_App.name == name, _App.deleted == 0)).all()
+            rows = session.scalars(query).all()
             if not rows:
-                raise NotFoundError(f"no app {name!r}; `trainyard app list` shows the apps")
+                which = f"app {name!r}" + (f" version {version}" if version else "")
+                raise NotFoundError(f"no {which}; `trainyard app list` shows the apps")
             for row in rows:
                 row.deleted = 1
             return len(rows)
+
+    def app_versions(self, name: str) -> list[AppRecord]:
+        """Every version of app ``name``, oldest first. Raises NotFoundError."""
+        with self._tx() as session:
+            rows = session.scalars(select(_App).where(_App.name == name, _App.deleted == 0)
+                                   .order_by(_App.version)).all()
+            if not rows:
+                raise NotFoundError(f"no app {name!r}; `trainyard app list` shows the apps")
+            return [_to_app(row) for row in rows]
+
+    def rename_app(self, name: str, new_name: str) -> int:
+        """Give every version of app ``name`` the name ``new_name``; how many.
+
+        Raises:
+            NotFoundError: no app ``name``.
+            RefusedError: an app ``new_name`` exists.
+        """
+        with self._tx() as session:
+            taken = session.scalar(select(func.count()).select_from(_App).where(
+                _App.name == new_name, _App.deleted == 0))
+            if taken:
+                raise RefusedError(f"an app {new_name!r} exists already; pick another name")
+            rows = session.scalars(select(_App).where(_App.name == name)).all()
+            if not any(row.deleted == 0 for row in rows):
+                raise NotFoundError(f"no app {name!r}; `trainyard app list` shows the apps")
+            for row in rows:
+                row.name = new_name
+            return sum(row.deleted == 0 for row in rows)
 
 
     # ------------------------------------------------------------------ credentials
@@ -608,3 +659,28 @@ def _storable(what: str, value: str, max_chars: int | None) -> None:
 
 def _labels_match(have: dict[str, str], want: dict[str, str]) -> bool:
     return all(have.get(k) == v for k, v in want.items())
+
+
+def _page_conditions(*, statuses: list[str] | None, name: str | None,
+                     labels: dict[str, str] | None, submitted_by: str | list[str] | None,
+                     pool: str | list[str] | None, submitted_after_s: float | None,
+                     submitted_before_s: float | None) -> list[Any]:
+    """The SQL conditions of ``Store.page_workflows``' column filters."""
+    conditions: list[Any] = []
+    if statuses:
+        conditions.append(_Workflow.status.in_(statuses))
+    if name:
+        conditions.append(_Workflow.name.contains(name))
+    users = [submitted_by] if isinstance(submitted_by, str) else list(submitted_by or [])
+    if users:
+        conditions.append(_Workflow.submitted_by.in_(users))
+    pools = [pool] if isinstance(pool, str) else list(pool or [])
+    if pools:
+        conditions.append(_Workflow.pool.in_(pools))
+    for key, value in (labels or {}).items():
+        conditions.append(_Workflow.labels[key].as_string() == value)
+    if submitted_after_s is not None:
+        conditions.append(_Workflow.submit_time_s >= submitted_after_s)
+    if submitted_before_s is not None:
+        conditions.append(_Workflow.submit_time_s < submitted_before_s)
+    return conditions

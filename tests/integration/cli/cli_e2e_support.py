@@ -141,14 +141,14 @@ class Server:
 
     def submit(self, spec: Path | str, *args: str) -> str:
         """Submit without waiting; the workflow id."""
-        return self.main("workflow", "submit", str(spec), *args, "-f", "json").json()["id"]
+        return self.main("workflow", "submit", str(spec), *args, "-t", "json").json()["id"]
 
     def query(self, workflow_id: str, *, verbose: bool = False) -> dict[str, Any]:
         extra = ("--verbose",) if verbose else ()
-        return self.main("workflow", "query", workflow_id, *extra, "-f", "json").json()
+        return self.main("workflow", "query", workflow_id, *extra, "-t", "json").json()
 
     def ids(self) -> set[str]:
-        return {w["id"] for w in self.main("workflow", "list", "-f", "json").json()}
+        return {w["id"] for w in self.main("workflow", "list", "-a", "-t", "json").json()}
 
     def logs(self, workflow_id: str, *args: str) -> str:
         got = self.main("workflow", "logs", workflow_id, *args)
@@ -157,7 +157,7 @@ class Server:
 
     def wait(self, workflow_id: str, *, timeout_s: float = 240,
              until: tuple[str, ...] = TERMINAL) -> dict[str, Any]:
-        """Poll ``workflow query ID -f json`` until its status starts with one of ``until``."""
+        """Poll ``workflow query ID -t json`` until its status starts with one of ``until``."""
         deadline = time.monotonic() + timeout_s
         while True:
             data = self.query(workflow_id)
@@ -237,7 +237,7 @@ BACKGROUND_ROWS = [
 
 
 class WaitingSubmit:
-    """``trainyard workflow submit SPEC [--set ...] --wait -f json`` running as a real
+    """``trainyard workflow submit SPEC [--set ...] --wait -t json`` running as a real
     process: it exits 0 only when the workflow COMPLETED, and its stdout is one JSON document,
     the final ``workflow query`` object (progress goes to stderr)."""
 
@@ -245,7 +245,7 @@ class WaitingSubmit:
         storage = data_filter_dir(server.home).as_uri()
         args = [a.format(storage=storage) for a in row.args]
         argv = [str(TRAINYARD), "workflow", "submit", str(SPECS / row.spec),
-                *(["--set", *args] if args else []), "--wait", "-f", "json"]
+                *(["--set", *args] if args else []), "--wait", "-t", "json"]
         self.proc = subprocess.Popen(argv, env=cli_env(server.home), stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
         self._done: tuple[int, dict[str, Any], str] | None = None
@@ -267,5 +267,5 @@ class WaitingSubmit:
 
 
 def submit_row(server: Server, row: Row) -> WaitingSubmit:
-    """Start ``row`` as ``trainyard workflow submit ... --wait -f json`` (not waited on)."""
+    """Start ``row`` as ``trainyard workflow submit ... --wait -t json`` (not waited on)."""
     return WaitingSubmit(server, row)

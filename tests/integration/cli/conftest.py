@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _cancel_everything(server: Server) -> None:
-    running = [w["id"] for w in server.main("workflow", "list", "-f", "json").json()
+    running = [w["id"] for w in server.main("workflow", "list", "-a", "-t", "json").json()
                if not w["status"].startswith(TERMINAL)]
     for workflow_id in running:
         server.main("workflow", "cancel", workflow_id)
@@ -65,7 +65,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     # The home goes to each CLI call (run_cli, Server.main), never into this process's
     # environment: this fixture lives to the end of the whole run, and every process a later
     # test started would inherit it and count as this server's leftover below.
-    first = run_cli(home, "workflow", "list", "-f", "json")
+    first = run_cli(home, "workflow", "list", "-t", "json")
     assert first.code == 0, first.err + (home / "server.log").read_text()
     assert json.loads(first.out) == []
     made = Server(home)

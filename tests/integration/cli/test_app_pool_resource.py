@@ -40,10 +40,11 @@ def test_app_create_list_show_submit_delete(server: Server, tmp_path: Path) -> N
     made = server.cli("app", "create", "elastic", first)
     assert (made.code, made.out.strip()) == (0, "App elastic version 1 created"), made.err
     second = write(tmp_path / "elastic2.yaml", ELASTIC.replace("port: 29400", "port: 29500"))
-    assert server.main("app", "create", "elastic", second, "-f", "json").json() == {
-        "name": "elastic", "version": 2, "warnings": []}
+    made_json = server.main("app", "create", "elastic", second, "-t", "json").json()
+    assert {k: made_json[k] for k in ("name", "version", "warnings", "owner")} == {
+        "name": "elastic", "version": 2, "warnings": [], "owner": made_json["owner"]}
 
-    listed = server.main("app", "list", "-f", "json").json()
+    listed = server.main("app", "list", "-t", "json").json()
     assert [(a["name"], a["version"]) for a in listed if a["name"] == "elastic"] == [("elastic", 2)]
     assert "elastic" in server.main("app", "list").out
     assert "port: 29400" in server.main("app", "show", "elastic", "--version", "1").out
@@ -63,7 +64,7 @@ def test_app_create_list_show_submit_delete(server: Server, tmp_path: Path) -> N
 
     gone = server.cli("app", "delete", "elastic")
     assert (gone.code, gone.out.strip()) == (0, "App elastic deleted (2 versions)"), gone.err
-    assert all(a["name"] != "elastic" for a in server.main("app", "list", "-f", "json").json())
+    assert all(a["name"] != "elastic" for a in server.main("app", "list", "-t", "json").json())
     missing = server.main("app", "show", "elastic")
     assert missing.code == 3 and "elastic" in missing.err
 
@@ -79,12 +80,12 @@ def test_the_seed_app_sample_elastic_torchrun_renders_max_nodes_tasks(server: Se
     unset = server.main("app", "create", "sample-elastic-torchrun", str(ELASTIC_SEED))
     assert unset.code == 2 and "'storage_url' is not set; set it with --set" in unset.err
     made = server.main("app", "create", "sample-elastic-torchrun", str(ELASTIC_SEED),
-                       "--set", storage, "-f", "json")
+                       "--set", storage, "-t", "json")
     assert made.json()["name"] == "sample-elastic-torchrun"
     before = server.ids()
 
     shown = server.main("app", "submit", "sample-elastic-torchrun", "--set", "max_nodes=8",
-                        storage, "--dry-run", "-f", "json").json()
+                        storage, "--dry-run", "-t", "json").json()
     assert shown["dry_run"] is True and shown["name"] == "elastic-sample"
     tasks = yaml.safe_load(shown["spec"])["workflow"]["groups"][0]["tasks"]
     assert [t["name"] for t in tasks] == ["master", *(f"worker_{i}" for i in range(1, 8))]
@@ -103,11 +104,11 @@ def test_app_create_refuses_a_bad_spec_and_stores_nothing(server: Server, tmp_pa
     bad = write(tmp_path / "bad.yaml", ELASTIC.replace("command: [sh, -c]", "command: []"))
     got = server.main("app", "create", "broken", bad)
     assert got.code == 2 and "command is empty" in got.err
-    assert all(a["name"] != "broken" for a in server.main("app", "list", "-f", "json").json())
+    assert all(a["name"] != "broken" for a in server.main("app", "list", "-t", "json").json())
 
 
 def test_pool_list(server: Server) -> None:
-    pools = {p["name"]: p for p in server.main("pool", "list", "-f", "json").json()}
+    pools = {p["name"]: p for p in server.main("pool", "list", "-t", "json").json()}
     assert set(pools) == {"local", "osmo"}
     assert (pools["local"]["backend"], pools["local"]["nodes"]) == ("local", 4)
     assert pools["osmo"]["platforms"] == sorted(OSMO_PLATFORMS)
@@ -116,14 +117,14 @@ def test_pool_list(server: Server) -> None:
 
 
 def test_resource_list_shapes(server: Server) -> None:
-    rows = server.main("resource", "list", "-f", "json").json()
+    rows = server.main("resource", "list", "-t", "json").json()
     assert {r["pool"] for r in rows} == {"local", "osmo"}
     for row in rows:
         assert set(row) == {"pool", "node", "platform", "capacity", "used", "free", "virtual"}
         assert row["virtual"] is True  # neither local nor osmo is strict
         assert set(row["capacity"]) == set(row["used"]) == set(row["free"]) == KEYS
         assert all(row["free"][k] == row["capacity"][k] - row["used"][k] for k in KEYS)
-    osmo = server.main("resource", "list", "--pool", "osmo", "-f", "json").json()
+    osmo = server.main("resource", "list", "--pool", "osmo", "-t", "json").json()
     assert sorted(r["platform"] for r in osmo) == sorted(OSMO_PLATFORMS)
     assert osmo[0]["capacity"] == {"cpu": 64, "gpu": 8, "memory_bytes": 512 * 2**30,
                                    "storage_bytes": 2 * 2**40}

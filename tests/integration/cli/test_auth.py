@@ -91,7 +91,9 @@ def test_users_list_only_their_own_and_an_admin_sees_all(server: Server,
     assert bobs in listed(users["bob"]) and carols not in listed(users["bob"])
     assert carols in listed(users["carol"]) and bobs not in listed(users["carol"])
     assert {bobs, carols} <= listed(users["admin"])
-    assert {bobs, carols} <= server.ids()  # the CLI uses the admin token of the home
+    assert {bobs, carols} <= server.ids()  # the CLI uses the admin token of the home (-a)
+    mine = {w["id"] for w in server.main("workflow", "list", "-t", "json").json()}
+    assert not {bobs, carols} & mine  # without -a, as OSMO's: the caller's own
     shown = server.query(carols)
     assert shown["submitted_by"] == "carol"
     cancel = httpx.post(f"{server.url}/api/workflow/{carols}/cancel", headers=bearer(users["admin"]),
@@ -114,7 +116,7 @@ def test_only_an_apps_owner_or_an_admin_may_change_or_delete_it(server: Server,
         assert refused.code == 8 and "app bobs-app belongs to bob" in refused.err, refused.err
     assert server.cli("app", "create", "bobs-app", str(path), **bob).code == 0  # version 2
     assert server.cli("app", "create", "bobs-app", str(path)).code == 0  # the admin: 3
-    listed = {a["name"]: a for a in server.main("app", "list", "-f", "json").json()}
+    listed = {a["name"]: a for a in server.main("app", "list", "-t", "json").json()}
     assert (listed["bobs-app"]["version"], listed["bobs-app"]["owner"]) == (3, "bob")
     gone = server.cli("app", "delete", "bobs-app")  # the admin
     assert (gone.code, gone.out.strip()) == (0, "App bobs-app deleted (3 versions)"), gone.err

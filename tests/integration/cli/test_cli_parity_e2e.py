@@ -74,7 +74,7 @@ def test_logs_follow_by_default_error_and_retry_id(server: Server, tmp_path: Pat
     assert "attempt 1" not in errors and "fine here" not in errors
     assert "attempt 1" in server.logs(flaky, "-r", "1", "--task", "flaky")
 
-    events = server.main("workflow", "events", flaky, "-f", "json").json()
+    events = server.main("workflow", "events", flaky, "--format-type", "json").json()
     flaky_events = [(e["retry_id"], e["event"]) for e in events if e["task"] == "flaky"]
     assert (0, "RESCHEDULED") in flaky_events and (1, "COMPLETED") in flaky_events
     assert flaky_events.index((0, "RESCHEDULED")) < flaky_events.index((1, "COMPLETED"))
@@ -83,10 +83,10 @@ def test_logs_follow_by_default_error_and_retry_id(server: Server, tmp_path: Pat
     query = server.main("workflow", "query", flaky)
     assert "Labels: team=vision" in query.out
 
-    tasks = server.main("task", "list", flaky, "-f", "json").json()
+    tasks = server.main("task", "list", flaky, "-t", "json").json()
     assert {(t["name"], t["status"], t["retry_id"]) for t in tasks} == {
         ("flaky", "COMPLETED", 1), ("fine", "COMPLETED", 0)}
-    mine = server.main("task", "list", "-c", "1", "-f", "json").json()
+    mine = server.main("task", "list", "-c", "1", "-t", "json").json()
     assert {t["workflow"] for t in mine} == {flaky}
 
 
@@ -110,7 +110,7 @@ def test_list_filters(server: Server, tmp_path: Path) -> None:
     second = server.submit(spec(tmp_path, FAILING, "failing"))
 
     def listed(*args: str) -> list[str]:
-        return [w["id"] for w in server.main("workflow", "list", *args, "-f", "json").json()]
+        return [w["id"] for w in server.main("workflow", "list", *args, "-t", "json").json()]
 
     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(before + 1))  # > before, < submits
     assert listed("--submitted-after", since) == [second, first]
@@ -146,7 +146,7 @@ def test_pools_yaml_edit_applies_without_restart_and_bad_file_keeps_pools(
         os.utime(path, ns=(stamp, stamp))
 
     def pools() -> set[str]:
-        return {p["name"] for p in server.main("pool", "list", "-f", "json").json()}
+        return {p["name"] for p in server.main("pool", "list", "-t", "json").json()}
 
     try:
         touch(original + "  parity-extra:\n    backend: local\n    node_count: 1\n")
@@ -157,6 +157,6 @@ def test_pools_yaml_edit_applies_without_restart_and_bad_file_keeps_pools(
         assert refused.code == 4 and "keeps serving its pools" in refused.err, refused.err
     finally:
         touch(original)
-    reloaded = server.main("pool", "reload", "-f", "json").json()
+    reloaded = server.main("pool", "reload", "-t", "json").json()
     assert "parity-extra" not in reloaded["pools"] and reloaded["error"] is None
     assert json.loads(json.dumps(reloaded))["pools"] == sorted(pools())

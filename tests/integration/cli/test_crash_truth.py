@@ -54,7 +54,7 @@ def _kill_server(home: Path) -> None:
 
 
 def _query(home: Path, workflow_id: str) -> dict[str, Any]:
-    got = run_cli(home, "workflow", "query", workflow_id, "-f", "json")
+    got = run_cli(home, "workflow", "query", workflow_id, "-t", "json")
     assert got.code == 0, got.err
     return json.loads(got.out)
 
@@ -91,7 +91,7 @@ def _tasks(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_a_worker_that_failed_while_the_server_was_dead_fails_the_gang(home: Path) -> None:
     spec = home / "gang.yaml"
     spec.write_text(GANG)
-    submitted = run_cli(home, "workflow", "submit", str(spec), "-f", "json")
+    submitted = run_cli(home, "workflow", "submit", str(spec), "-t", "json")
     assert submitted.code == 0, submitted.err
     workflow_id = json.loads(submitted.out)["id"]
     start = _wait_running(home, workflow_id)  # killed while both run, not before they started

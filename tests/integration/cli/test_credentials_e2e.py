@@ -51,7 +51,7 @@ def test_set_list_delete_never_show_a_value(server: Server, tmp_path: Path) -> N
     done = server.cli("credential", "set", "c1", "--type", "GENERIC",
                       "--payload-file", f"token={value_file}")
     assert done.code == 0, done.err
-    listed = server.cli("credential", "list", "-f", "json").json()
+    listed = server.cli("credential", "list", "-t", "json").json()
     row = next(r for r in listed if r["name"] == "c1")
     assert (row["type"], row["keys"]) == ("GENERIC", ["token"])
     osmo_form = server.cli("credential", "--format-type", "json", "list")  # OSMO's place

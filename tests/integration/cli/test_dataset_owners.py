@@ -77,7 +77,7 @@ def test_another_user_reads_only_what_is_shared_and_never_writes(
     assert refused.code == 8, refused.err
     assert "dataset bobs-data belongs to ds-bob and is not shared with ds-carol" in refused.err
     assert not dest.exists() or not list(dest.iterdir())
-    listed = json.loads(server.cli("dataset", "list", "-f", "json", **carol).out)
+    listed = json.loads(server.cli("dataset", "list", "-t", "json", **carol).out)
     assert "bobs-data" not in [d["name"] for d in listed]
     for args in (("dataset", "delete", "bobs-data", "--yes"), ("dataset", "tag", "bobs-data:1", "gold"),
                  ("dataset", "share", "bobs-data", "--user", "ds-carol")):
@@ -127,7 +127,7 @@ def test_a_task_reads_datasets_as_its_submitter(server: Server, people: dict[str
     bob, carol = people["ds-bob"], people["ds-carol"]
     spec = tmp_path / "late.yaml"
     spec.write_text(LATE_READER)
-    done = server.cli("workflow", "submit", str(spec), "-f", "json", **carol)
+    done = server.cli("workflow", "submit", str(spec), "-t", "json", **carol)
     assert done.code == 0, done.err
     workflow_id = json.loads(done.out)["id"]
     assert upload(server, tmp_path, "bobs-late", bob) == 0  # while the first task sleeps

@@ -41,7 +41,7 @@ def test_every_view_says_lead_task_finished(server: Server, tmp_path: Path) -> N
     shown = server.cli("workflow", "query", workflow_id).out
     assert f"side retry 0 ended: {REASON}" in shown, shown
 
-    events = server.cli("workflow", "events", workflow_id, "-f", "json").json()
+    events = server.cli("workflow", "events", workflow_id, "--format-type", "json").json()
     side = [(e["event"], e["message"]) for e in events if e["task"] == "side"]
     assert ("COMPLETED", REASON) in side and ("EXITED", REASON) in side, side
     assert not any(m and "SIGTERM" in m for _e, m in side)

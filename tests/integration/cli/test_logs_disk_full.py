@@ -63,7 +63,7 @@ def test_a_full_disk_ends_the_task_with_2022_and_says_why(small_home: Path,
     spec = tmp_path / "spam.yaml"
     spec.write_text(textwrap.dedent(SPAM).lstrip())
     started = time.monotonic()
-    got = run_cli(small_home, "workflow", "submit", str(spec), "--wait", "-f", "json",
+    got = run_cli(small_home, "workflow", "submit", str(spec), "--wait", "-t", "json",
                   timeout_s=240)
     assert got.code == 1, got.err  # --wait: the workflow did not complete
     final = json.loads(got.out)
@@ -77,5 +77,5 @@ def test_a_full_disk_ends_the_task_with_2022_and_says_why(small_home: Path,
     assert "No space left on device; the command was stopped" in why
     assert code.endswith("[printer][trainyard] exit code 2022")
     rows = [json.loads(line) for line in run_cli(small_home, "workflow", "logs", final["id"],
-                                                 "-f", "json").out.splitlines()]
+                                                 "--format-type", "json").out.splitlines()]
     assert all(r["time"] is not None for r in rows)  # a line torn by the full disk was ended

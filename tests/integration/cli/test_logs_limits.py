@@ -107,7 +107,7 @@ def test_task_output_cannot_forge_lines_or_pass_for_the_runner(server: Server,
     assert task_lines == ["[liar] ok\\r2020/01/01 00:00:00 [victim] forged line",
                           "[liar] \\x1b[31mred\\x1b[0m",
                           "[liar] [trainyard] exit code 0"]
-    rows = [json.loads(line) for line in server.logs(workflow_id, "-f", "json").splitlines()]
+    rows = [json.loads(line) for line in server.logs(workflow_id, "--format-type", "json").splitlines()]
     claims = [(r["source"], r["line"]) for r in rows if "exit code" in r["line"]]
     assert claims == [("task", "[trainyard] exit code 0"), ("runner", "[trainyard] exit code 4")]
 
@@ -134,7 +134,7 @@ def test_a_32_mib_line_is_served_in_cut_pieces_and_the_launcher_stays_small(
     workflow_id = server.submit(_spec(tmp_path, LONG_LINE, "long-line"))
     assert server.wait(workflow_id)["status"] == "COMPLETED"
     rows = [json.loads(line) for line in
-            server.logs(workflow_id, "--task", "printer", "-f", "json").splitlines()]
+            server.logs(workflow_id, "--task", "printer", "--format-type", "json").splitlines()]
     pieces = [r for r in rows if r["source"] == "task"]
     assert [r["cut"] for r in pieces] == [True] * 512 + [False, False]
     assert {len(r["line"]) for r in pieces[:512]} == {64 * 1024}
@@ -175,12 +175,12 @@ def test_serving_a_48_mib_log_keeps_the_server_and_the_cli_small(server: Server,
     log = server.home / "runs" / workflow_id / "talker" / "0" / "task.log"
     _grow_log(log, 48)
     pid = _server_pid(server)
-    for extra in ([], ["-n", "2"], ["-f", "json"]):
+    for extra in ([], ["-n", "2"], ["--format-type", "json"]):
         before_kib = _reset_peak(pid)
         cli_mib = _cli_peak_mib(server, "workflow", "logs", workflow_id, *extra)
         server_mib = (_status_kib(pid, "VmHWM") - before_kib) / 1024
         # Before the fix (bench/logs_memory.py, 200 MB): the server grew by 1,095 MiB
-        # (556 MiB with -n 2) and the CLI held the whole answer (688 MiB, 1,198 with -f json).
+        # (556 MiB with -n 2) and the CLI held the whole answer (688 MiB, 1,198 with --format-type json).
         assert server_mib < 40, f"logs {extra}: the server grew by {server_mib:.0f} MiB"
         assert cli_mib < 100, f"logs {extra}: the CLI's peak RSS was {cli_mib:.0f} MiB"
     last = server.logs(workflow_id, "-n", "2").splitlines()

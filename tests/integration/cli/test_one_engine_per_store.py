@@ -59,7 +59,7 @@ def test_five_submits_at_once_start_one_server_and_run_each_workflow_once(
         home: Path, tmp_path: Path) -> None:
     spec = tmp_path / "echo.yaml"
     spec.write_text(ECHO)
-    procs = [subprocess.Popen([str(TRAINYARD), "workflow", "submit", str(spec), "--wait", "-f",
+    procs = [subprocess.Popen([str(TRAINYARD), "workflow", "submit", str(spec), "--wait", "-t",
                                "json"], env=cli_env(home), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(5)]
     results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
@@ -81,14 +81,14 @@ def test_five_submits_at_once_start_one_server_and_run_each_workflow_once(
 
 
 def test_the_cli_finds_the_server_by_its_lock_not_by_server_json(home: Path) -> None:
-    first = run_cli(home, "workflow", "list", "-f", "json")
+    first = run_cli(home, "workflow", "list", "-t", "json")
     assert first.code == 0, first.err
     pid = lock_pid(home)
     (home / "server.json").unlink()
-    again = run_cli(home, "workflow", "list", "-f", "json")
+    again = run_cli(home, "workflow", "list", "-t", "json")
     assert (again.code, again.out.strip()) == (0, "[]"), again.err
     assert [p.pid for p in servers_of(home)] == [pid]
-    status = run_cli(home, "server", "status", "-f", "json")
+    status = run_cli(home, "server", "status", "-t", "json")
     assert status.json()["pid"] == pid
     stopped = run_cli(home, "server", "stop")  # server.json is still gone
     assert (stopped.code, stopped.out.strip()) == (0, "trainyard server stopped"), stopped.err
@@ -101,7 +101,7 @@ def test_a_server_that_answers_slowly_is_waited_for_never_replaced(home: Path) -
     pid = lock_pid(home)
     os.kill(pid, signal.SIGSTOP)  # it answers nothing while stopped: slower than any timeout
     try:
-        waiting = subprocess.Popen([str(TRAINYARD), "workflow", "list", "-f", "json"],
+        waiting = subprocess.Popen([str(TRAINYARD), "workflow", "list", "-t", "json"],
                                    env=cli_env(home), stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
         time.sleep(6)  # the old CLI started a second server after 2 s
@@ -146,7 +146,7 @@ def test_after_kill_9_the_next_cli_starts_one_new_server(home: Path) -> None:
     old = psutil.Process(lock_pid(home))
     old.kill()
     assert not wait_gone([old], timeout_s=10)
-    procs = [subprocess.Popen([str(TRAINYARD), "workflow", "list", "-f", "json"],
+    procs = [subprocess.Popen([str(TRAINYARD), "workflow", "list", "-t", "json"],
                               env=cli_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(3)]
     for proc in procs:

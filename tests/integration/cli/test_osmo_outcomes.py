@@ -3,7 +3,7 @@ object store), through ``trainyard workflow submit`` against the real server.
 
 Every row runs as ``trainyard workflow submit ... --wait``, a real process that exits 0 only
 when the workflow COMPLETED: the quick rows here, the others all started together at the
-start of the session (conftest ``osmo_runs``, with ``-f json`` so that stdout is the final
+start of the session (conftest ``osmo_runs``, with ``-t json`` so that stdout is the final
 workflow object) and waited on here, so this file takes little more than its longest row
 (~2 minutes).
 """
@@ -90,9 +90,9 @@ def test_labels_are_stored_and_filterable(server: Server,
     ok_id, failed_id = osmo_runs[ok.id].workflow_id(), osmo_runs[failed.id].workflow_id()
     shown = server.query(ok_id)
     assert shown["labels"] == {"policy-yaml": "from-yaml", "team": "research"}
-    both = server.main("workflow", "list", "--label", "policy-yaml=from-yaml", "-f", "json").json()
+    both = server.main("workflow", "list", "--label", "policy-yaml=from-yaml", "-t", "json").json()
     assert {ok_id, failed_id} <= {w["id"] for w in both}
     only = server.main("workflow", "list", "--label", "team=research", "policy-yaml=from-yaml",
-                       "-f", "json").json()
+                       "-t", "json").json()
     assert [w["id"] for w in only] == [ok_id]
-    assert server.main("workflow", "list", "--label", "team=nobody", "-f", "json").json() == []
+    assert server.main("workflow", "list", "--label", "team=nobody", "-t", "json").json() == []

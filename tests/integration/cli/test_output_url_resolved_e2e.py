@@ -1,5 +1,5 @@
 """Issue 25: an output URL with ``{{workflow_id}}`` is printed resolved (``--wait``, ``query
--f json``): the URL a script follows is where the files are."""
+-t json``): the URL a script follows is where the files are."""
 
 from __future__ import annotations
 
@@ -29,6 +29,6 @@ workflow:
     assert (storage / workflow_id / "f.txt").read_text() == "hi\n"
     assert f"uploaded to {resolved}" in waited.out, waited.out
     assert "{{workflow_id}}" not in waited.out
-    queried = server.cli("workflow", "query", workflow_id, "-f", "json").json()
+    queried = server.cli("workflow", "query", workflow_id, "-t", "json").json()
     outputs = [o for g in queried["groups"] for t in g["tasks"] for o in t["outputs"]]
     assert outputs == [resolved], json.dumps(queried)

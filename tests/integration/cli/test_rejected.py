@@ -63,7 +63,7 @@ def test_a_rejected_submit_as_a_process_exits_2(server: Server) -> None:
 
 def test_the_default_of_a_rejected_spec_still_validates_on_the_osmo_pool(server: Server) -> None:
     got = server.main("workflow", "submit", str(SPECS / "tests/bad_resource_workflow_v2.yaml"),
-                      "--pool", "osmo", "--dry-run", "-f", "json")
+                      "--pool", "osmo", "--dry-run", "-t", "json")
     assert got.json()["pool"] == "osmo"
 
 

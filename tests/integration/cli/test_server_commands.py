@@ -42,7 +42,7 @@ def free_port() -> int:
 def test_server_start_status_stop(own_home: Path) -> None:
     down = run_cli(own_home, "server", "status")
     assert down.code == 7 and "no trainyard server is running" in down.err
-    down_json = run_cli(own_home, "server", "status", "-f", "json")
+    down_json = run_cli(own_home, "server", "status", "-t", "json")
     assert down_json.code == 7 and "no trainyard server is running" in down_json.err
     assert json.loads(down_json.out) == {"running": False, "url": None, "pid": None}
 
@@ -53,7 +53,7 @@ def test_server_start_status_stop(own_home: Path) -> None:
     assert f"token in {own_home / 'token'}" in started.out
     status = run_cli(own_home, "server", "status")
     assert (status.code, RUNNING.search(status.out).groups()) == (0, (url, pid))
-    assert run_cli(own_home, "server", "status", "-f", "json").json() == {
+    assert run_cli(own_home, "server", "status", "-t", "json").json() == {
         "running": True, "url": url, "pid": int(pid)}
     again = run_cli(own_home, "server", "start")
     assert again.code == 0 and f"already running at {url}" in again.out
@@ -69,13 +69,13 @@ def test_server_start_status_stop(own_home: Path) -> None:
 
 
 def test_the_cli_starts_a_server_again_after_one_was_killed(own_home: Path) -> None:
-    first = run_cli(own_home, "workflow", "list", "-f", "json")  # auto-start
+    first = run_cli(own_home, "workflow", "list", "-t", "json")  # auto-start
     assert (first.code, first.out.strip()) == (0, "[]"), first.err
     _url, pid = RUNNING.search(run_cli(own_home, "server", "status").out).groups()
     server = psutil.Process(int(pid))
     os.kill(int(pid), signal.SIGKILL)
     assert not wait_gone([server], timeout_s=10)
-    second = run_cli(own_home, "workflow", "list", "-f", "json")  # server.json is stale now
+    second = run_cli(own_home, "workflow", "list", "-t", "json")  # server.json is stale now
     assert second.code == 0, second.err
     _new_url, new_pid = RUNNING.search(run_cli(own_home, "server", "status").out).groups()
     assert new_pid != pid

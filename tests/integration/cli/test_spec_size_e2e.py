@@ -40,7 +40,7 @@ def home(tmp_path: Path) -> Iterator[Path]:
 
 
 def _query(home: Path, workflow_id: str) -> dict:
-    got = run_cli(home, "workflow", "query", workflow_id, "-f", "json")
+    got = run_cli(home, "workflow", "query", workflow_id, "-t", "json")
     assert got.code == 0, got.err
     return json.loads(got.out)
 
@@ -68,7 +68,7 @@ def test_the_cli_refuses_a_big_spec_before_sending_anything(home: Path, tmp_path
 def test_the_server_refuses_what_grows_past_the_limit(home: Path, tmp_path: Path) -> None:
     spec = tmp_path / "grows.yaml"
     spec.write_text(TEMPLATE)
-    first = run_cli(home, "workflow", "submit", str(spec), "-f", "json")
+    first = run_cli(home, "workflow", "submit", str(spec), "-t", "json")
     assert first.code == 0, first.err
     workflow_id = json.loads(first.out)["id"]
     # `submit ID` sends only the new value: the server renders 5 MiB and refuses it
@@ -84,14 +84,14 @@ def test_the_server_refuses_what_grows_past_the_limit(home: Path, tmp_path: Path
     huge = httpx.post(f"{url}/api/workflow", headers=auth, timeout=60,
                       content=b"{" + b" " * 30 * 2**20 + b"}")
     assert (huge.status_code, huge.json()["kind"]) == (413, "SpecError")
-    listed = json.loads(run_cli(home, "workflow", "list", "-f", "json").out)
+    listed = json.loads(run_cli(home, "workflow", "list", "-t", "json").out)
     assert [w["id"] for w in listed] == [workflow_id]  # nothing refused was stored
 
 
 def test_a_spec_is_stored_once_and_a_stopped_server_resumes_from_it(home: Path, tmp_path: Path) -> None:
     spec = tmp_path / "grows.yaml"
     spec.write_text(TEMPLATE)
-    sent = run_cli(home, "workflow", "submit", str(spec), "--set", "nap=4", "-f", "json")
+    sent = run_cli(home, "workflow", "submit", str(spec), "--set", "nap=4", "-t", "json")
     assert sent.code == 0, sent.err
     workflow_id = json.loads(sent.out)["id"]
     deadline = time.monotonic() + 60
@@ -107,7 +107,7 @@ def test_a_spec_is_stored_once_and_a_stopped_server_resumes_from_it(home: Path, 
     assert _wait(home, workflow_id) == "COMPLETED"  # the CLI starts a new server: it resumes
     logs = run_cli(home, "workflow", "logs", workflow_id)
     assert "done xxx" in logs.out
-    again = run_cli(home, "workflow", "submit", workflow_id, "--set", "n=5", "-f", "json")
+    again = run_cli(home, "workflow", "submit", workflow_id, "--set", "n=5", "-t", "json")
     assert again.code == 0, again.err
     assert _wait(home, json.loads(again.out)["id"]) == "COMPLETED"
 
@@ -115,7 +115,7 @@ def test_a_spec_is_stored_once_and_a_stopped_server_resumes_from_it(home: Path, 
 def test_workflow_spec_of_an_id_prints_what_was_stored(home: Path, tmp_path: Path) -> None:
     spec = tmp_path / "grows.yaml"
     spec.write_text(TEMPLATE)
-    sent = run_cli(home, "workflow", "submit", str(spec), "--set", "n=4", "-f", "json")
+    sent = run_cli(home, "workflow", "submit", str(spec), "--set", "n=4", "-t", "json")
     workflow_id = json.loads(sent.out)["id"]
     rendered = run_cli(home, "workflow", "spec", workflow_id)
     assert rendered.code == 0, rendered.err

@@ -1,5 +1,5 @@
 """Issue 14 end to end: a key given twice in one mapping runs as in OSMO (the last value
-wins) through the real CLI and server, warned about on ``validate`` (``-f json`` list,
+wins) through the real CLI and server, warned about on ``validate`` (``-t json`` list,
 ``--strict``), ``spec`` and ``submit``; the task runs with the value OSMO would use."""
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ def test_validate_and_spec_through_the_server_warn_and_strict_refuses(server: Se
     checked = server.cli("workflow", "validate", path)
     assert checked.code == 0 and checked.out == "Workflow validation succeeded.\n"
     assert checked.err.startswith(warning), checked.err
-    as_json = server.cli("workflow", "validate", path, "-f", "json")
+    as_json = server.cli("workflow", "validate", path, "-t", "json")
     data = json.loads(as_json.out)
     assert (as_json.code, data["valid"], data["server"]) == (0, True, server.url)
     assert [(w["path"], w["line"]) for w in data["warnings"]] == [("workflow.tasks[0].files[0].path", 10)]
-    strict = server.cli("workflow", "validate", path, "--strict", "-f", "json")
+    strict = server.cli("workflow", "validate", path, "--strict", "-t", "json")
     assert strict.code == 2 and json.loads(strict.out)["valid"] is False
     assert strict.err.startswith(f"{path}:10: workflow.tasks[0].files[0].path: key 'path'")
     shown = server.cli("workflow", "spec", path)
@@ -60,7 +60,7 @@ def test_submit_warns_and_runs_what_osmo_runs(server: Server, tmp_path: Path) ->
     cookbook = server.cli("workflow", "submit", _file(tmp_path, "gh.yaml", COOKBOOK))
     assert cookbook.code == 0 and "Workflow submitted: cookbook-dupkey-" in cookbook.out
     assert "warning: workflow.tasks[0].files[0].path: key 'path' is given twice" in cookbook.err
-    differs = server.cli("workflow", "submit", _file(tmp_path, "d.yaml", DIFFERENT), "-f", "json")
+    differs = server.cli("workflow", "submit", _file(tmp_path, "d.yaml", DIFFERENT), "-t", "json")
     answer = json.loads(differs.out)
     (warning,) = answer["warnings"]
     assert warning["line"] == 7 and "the value of line 7 (['echo LAST value ran']) is used" in warning["message"]
@@ -76,7 +76,7 @@ def test_submit_warns_and_runs_what_osmo_runs(server: Server, tmp_path: Path) ->
 def test_validate_without_a_server_warns_the_same(tmp_path: Path) -> None:
     home = tmp_path / "no server"
     path = _file(tmp_path, "d.yaml", DIFFERENT)
-    got = run_cli(home, "workflow", "validate", path, "-f", "json")
+    got = run_cli(home, "workflow", "validate", path, "-t", "json")
     assert got.code == 0 and json.loads(got.out)["server"] is None
     assert json.loads(got.out)["warnings"][0]["line"] == 7
     assert not (home / "server.json").exists()

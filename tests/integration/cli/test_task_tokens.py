@@ -34,8 +34,8 @@ workflow:
     args:
     - |
       trainyard workflow cancel {{ victim }}; echo "cancel-exit=$?"
-      trainyard workflow query {{ victim }} -f json > /dev/null; echo "query-other-exit=$?"
-      trainyard workflow query {{workflow_id}} -f json > /dev/null; echo "query-own-exit=$?"
+      trainyard workflow query {{ victim }} -t json > /dev/null; echo "query-other-exit=$?"
+      trainyard workflow query {{workflow_id}} -t json > /dev/null; echo "query-own-exit=$?"
       trainyard workflow logs {{workflow_id}} > /dev/null; echo "logs-own-exit=$?"
       case "$TRAINYARD_TOKEN" in tyt1.*) echo "token-kind=task";; *) echo "token-kind=other";; esac
 default-values:
@@ -60,7 +60,7 @@ def users(server: Server) -> dict[str, str]:
 def submit(server: Server, token: str, text: str, tmp_path: Path, *sets: str) -> str:
     path = tmp_path / f"spec-{time.monotonic_ns()}.yaml"
     path.write_text(text)
-    args = ["workflow", "submit", str(path), "-f", "json"]
+    args = ["workflow", "submit", str(path), "-t", "json"]
     if sets:
         args += ["--set", *sets]
     done = server.cli(*args, TRAINYARD_TOKEN=token)
@@ -119,7 +119,7 @@ def test_the_task_token_is_scoped_to_its_workflow_and_expires_with_it(
     forged = token[:-4] + ("0000" if not token.endswith("0000") else "1111")
     assert httpx.get(f"{api}/api/workflow/{carols}", headers=bearer(forged),
                      timeout=30).status_code == 401
-    shown = server.main("workflow", "query", carols, "--verbose", "-f", "json")
+    shown = server.main("workflow", "query", carols, "--verbose", "-t", "json")
     assert token not in shown.out
     assert stat.S_IMODE(run_json_of(server, carols).stat().st_mode) == 0o600
     for workflow_id in (bobs, carols):
@@ -137,7 +137,7 @@ def test_the_task_token_is_scoped_to_its_workflow_and_expires_with_it(
 def test_osmo_client_spec_works_inside_a_task_with_its_task_token(server: Server,
                                                                  users: dict[str, str]) -> None:
     done = server.cli("workflow", "submit", str(SPECS / "tests/osmo_client_test.yaml"), "--wait",
-                      "-f", "json", TRAINYARD_TOKEN=users["tok-bob"])
+                      "-t", "json", TRAINYARD_TOKEN=users["tok-bob"])
     final = json.loads(done.out)
     assert done.code == 0 and final["status"] == "COMPLETED", done.err
     logs = server.logs(final["id"])

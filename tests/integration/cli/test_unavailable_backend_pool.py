@@ -44,13 +44,13 @@ def test_a_pool_without_its_backend_is_refused_and_the_others_run(home: Path,
     assert "Workflow submitted" not in refused.out
     assert "pool 'k8s': backend 'warp-drive' is not available" in refused.err
     assert "backends available: fake, kubernetes, local, slurm" in refused.err
-    ran = run_cli(home, "workflow", "submit", str(spec), "--wait", "-f", "json")
+    ran = run_cli(home, "workflow", "submit", str(spec), "--wait", "-t", "json")
     assert ran.code == 0, ran.err
     assert ran.json()["status"] == "COMPLETED"
-    assert run_cli(home, "workflow", "list", "-f", "json").json()[0]["pool"] == "local"
+    assert run_cli(home, "workflow", "list", "-t", "json").json()[0]["pool"] == "local"
     # and the server starts again with that pools file (it did not, issue 12)
     assert run_cli(home, "server", "stop").code == 0
-    again = run_cli(home, "workflow", "list", "-f", "json")
+    again = run_cli(home, "workflow", "list", "-t", "json")
     assert again.code == 0, again.err
     assert [w["id"] for w in again.json()] == ["where-1"]
 
@@ -60,11 +60,11 @@ def test_the_server_starts_with_a_stored_workflow_of_a_pool_now_unavailable(
     (home / "pools.yaml").write_text("pools:\n  k8s:\n    backend: local\n    node_count: 1\n")
     spec = tmp_path / "nap.yaml"
     spec.write_text(SPEC.replace("[echo]", "[sleep]").replace("[hi]", '["4"]'))
-    first = run_cli(home, "workflow", "submit", str(spec), "--pool", "k8s", "-f", "json")
+    first = run_cli(home, "workflow", "submit", str(spec), "--pool", "k8s", "-t", "json")
     assert first.code == 0, first.err
     assert run_cli(home, "server", "stop").code == 0
     (home / "pools.yaml").write_text("pools:\n  k8s:\n    backend: warp-drive\n")
-    listed = run_cli(home, "workflow", "list", "-f", "json")  # "No module named ..." before
+    listed = run_cli(home, "workflow", "list", "-t", "json")  # "No module named ..." before
     assert listed.code == 0, listed.err + (home / "server.log").read_text()
     assert [w["pool"] for w in listed.json()] == ["k8s"]
     ran = run_cli(home, "workflow", "submit", str(spec), "--wait")

@@ -20,7 +20,7 @@ def test_wait_into_a_pipe_prints_progress_without_importing_rich(
         server: Server, tmp_path: Path, fmt: str) -> None:
     spec = tmp_path / "plain.yaml"
     spec.write_text(SPEC)
-    got = server.cli("workflow", "submit", str(spec), "--wait", "-f", fmt,
+    got = server.cli("workflow", "submit", str(spec), "--wait", "-t", fmt,
                      PYTHONPROFILEIMPORTTIME="1", FORCE_COLOR="", TTY_COMPATIBLE="")
     assert got.code == 0, got.err
     imports = [line for line in got.err.splitlines() if line.startswith("import time:")]

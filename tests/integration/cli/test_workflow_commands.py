@@ -119,7 +119,7 @@ def test_logs_during_and_after_a_run_by_task_and_last_lines(server: Server, tmp_
     last_two = server.logs(workflow_id, "-n", "2")
     assert last_two.splitlines() == after.splitlines()[-2:]
     assert server.logs(workflow_id, "--follow", "-n", "2") == last_two  # -n, then follow
-    rows = [json.loads(line) for line in server.logs(workflow_id, "-f", "json").splitlines()]
+    rows = [json.loads(line) for line in server.logs(workflow_id, "--format-type", "json").splitlines()]
     assert len(rows) == len(after.splitlines())
     assert {"time", "task", "retry_id", "line", "source", "cut"} == set(rows[0])
     assert {"time": rows[-1]["time"], "task": "talker", "retry_id": 0,
@@ -181,7 +181,7 @@ def test_cancel_stops_every_process_and_ends_failed_canceled(server: Server, tmp
         server.wait_task(workflow_id, task, "RUNNING")
     procs = [p for t in ("lead", "worker") for p in _task_processes(server, workflow_id, t)]
     assert any("sleep" in " ".join(p.cmdline()) for p in procs)
-    rows = [r for r in server.main("resource", "list", "--pool", "local", "-f", "json").json()]
+    rows = [r for r in server.main("resource", "list", "--pool", "local", "-t", "json").json()]
     assert sum(r["used"]["cpu"] for r in rows) >= 2  # other tests' tasks may run too
     assert sum(r["used"]["memory_bytes"] for r in rows) >= 2 * 2**30
 
@@ -195,7 +195,7 @@ def test_cancel_stops_every_process_and_ends_failed_canceled(server: Server, tmp
     assert all(t["status"].startswith("FAILED") for t in tasks_of(final).values())
     left = wait_gone(procs, timeout_s=30)
     assert not left, [p.cmdline() for p in left]
-    again = server.main("workflow", "cancel", workflow_id, "-f", "json")
+    again = server.main("workflow", "cancel", workflow_id, "-t", "json")
     assert again.code == 4, again.err  # it had ended: said so, nothing changed
     assert json.loads(again.out)["status"] == "FAILED_CANCELED"
     assert json.loads(again.out)["had_ended"] is True
@@ -209,10 +209,10 @@ def test_submit_a_workflow_id_resubmits_its_stored_spec(server: Server, tmp_path
     dry = server.cli("workflow", "submit", first, "--set", "msg=dry", "--dry-run")
     assert dry.code == 0, dry.err
     assert 'args: ["message=dry"]' in dry.out and 'name: "resub"' in dry.out
-    dry_json = server.main("workflow", "submit", first, "--dry-run", "-f", "json").json()
+    dry_json = server.main("workflow", "submit", first, "--dry-run", "-t", "json").json()
     assert dry_json["dry_run"] is True and 'args: ["message=kept"]' in dry_json["spec"]
     assert server.ids() == before  # a dry run of a stored workflow creates nothing
-    second = server.cli("workflow", "submit", first, "--wait", "-f", "json")
+    second = server.cli("workflow", "submit", first, "--wait", "-t", "json")
     final = second.json()  # stdout is one JSON document: the final query object
     second_id = final["id"]
     assert final["status"] == "COMPLETED" and final["groups"][0]["tasks"][0]["name"] == "say"
@@ -232,7 +232,7 @@ def test_dry_run_prints_the_rendered_spec_and_creates_nothing(server: Server, tm
                      "--dry-run")
     assert got.code == 0, got.err
     assert 'args: ["message=dry"]' in got.out and 'name: "templated"' in got.out
-    as_json = server.main("workflow", "submit", spec(tmp_path, TEMPLATE), "--dry-run", "-f", "json")
+    as_json = server.main("workflow", "submit", spec(tmp_path, TEMPLATE), "--dry-run", "-t", "json")
     assert as_json.json()["dry_run"] is True and as_json.json()["name"] == "templated"
     assert server.ids() == before
 
@@ -279,7 +279,7 @@ def test_validate_and_spec_ask_the_configured_server(server: Server, tmp_path: P
     home.mkdir()
     env = {"TRAINYARD_SERVER_URL": server.url, "TRAINYARD_TOKEN": server.token}
     path = spec(tmp_path, NEEDS_OSMO)
-    got = run_cli(home, "workflow", "validate", path, "--pool", "osmo", "-f", "json", **env)
+    got = run_cli(home, "workflow", "validate", path, "--pool", "osmo", "-t", "json", **env)
     assert got.json() == {"valid": True, "name": "needs-osmo", "pool": "osmo",
                           "server": server.url, "warnings": []}
     rendered = run_cli(home, "workflow", "spec", path, "--pool", "osmo", "--set", "msg=yo", **env)
@@ -298,7 +298,7 @@ def test_a_running_local_server_checks_with_the_same_messages(server: Server,
     assert remote.err == local.err
     assert remote.err.startswith(f"{path}:3: workflow.resources.default.platform: ")
     ok = server.main("workflow", "validate", spec(tmp_path, NEEDS_OSMO, "ok.yaml"), "--pool",
-                     "osmo", "-f", "json").json()
+                     "osmo", "-t", "json").json()
     assert ok["server"] == server.url
 
 

@@ -46,7 +46,7 @@ def home(tmp_path: Path) -> Iterator[Path]:
 
 
 def submit(home: Path, spec: Path, *args: str, **env: str) -> str:
-    got = run_cli(home, "workflow", "submit", str(spec), *args, "-f", "json", **env)
+    got = run_cli(home, "workflow", "submit", str(spec), *args, "-t", "json", **env)
     assert got.code == 0, got.err
     return got.json()["id"]
 
@@ -73,7 +73,7 @@ def test_delete_and_prune_remove_rows_and_run_folders_never_uploads(home: Path,
     assert not_yours.code == 8, not_yours.err
     assert run_cli(home, "workflow", "delete", "tidy-99").code == 3
 
-    deleted = run_cli(home, "workflow", "delete", done[0], "-f", "json")
+    deleted = run_cli(home, "workflow", "delete", done[0], "-t", "json")
     assert deleted.json() == {"deleted": [done[0]]}
     assert not (runs / done[0]).exists()
     assert not (home / "local" / "attempts" / done[0]).exists()  # the backend's index too
@@ -84,12 +84,12 @@ def test_delete_and_prune_remove_rows_and_run_folders_never_uploads(home: Path,
     assert got.code == 0, got.err  # what the workflow uploaded is untouched
     assert (download / "m.txt").read_text() == "kept\n"
 
-    kept = run_cli(home, "workflow", "prune", "--older-than", "1h", "-f", "json")
+    kept = run_cli(home, "workflow", "prune", "--older-than", "1h", "-t", "json")
     assert kept.json() == {"deleted": [], "kept": []}
-    dry = run_cli(home, "workflow", "prune", "--older-than", "0", "--dry-run", "-f", "json")
+    dry = run_cli(home, "workflow", "prune", "--older-than", "0", "--dry-run", "-t", "json")
     assert sorted(dry.json()["deleted"]) == sorted([*done[1:], bobs])
     assert all((runs / wid).is_dir() for wid in done[1:])
-    bob_pruned = run_cli(home, "workflow", "prune", "--older-than", "0", "-f", "json",
+    bob_pruned = run_cli(home, "workflow", "prune", "--older-than", "0", "-t", "json",
                          TRAINYARD_TOKEN=bob)
     assert bob_pruned.json() == {"deleted": [bobs], "kept": []}  # only his own
     url = json.loads((home / "server.lock").read_text())["url"]
@@ -99,7 +99,7 @@ def test_delete_and_prune_remove_rows_and_run_folders_never_uploads(home: Path,
     pruned = run_cli(home, "workflow", "prune", "--older-than", "0s")
     assert pruned.code == 0, pruned.err
     assert "1 workflow(s) deleted" in pruned.out
-    left = run_cli(home, "workflow", "list", "-f", "json").json()
+    left = run_cli(home, "workflow", "list", "-t", "json").json()
     assert [w["id"] for w in left] == [running]
     assert {p.name for p in runs.iterdir()} == {running}
     assert run_cli(home, "workflow", "prune", "--older-than", "soon").code == 2
@@ -120,7 +120,7 @@ def test_the_server_removes_old_run_folders_and_keeps_the_rows(home: Path,
         time.sleep(1)
     assert not (home / "runs" / wid).exists(), (home / "server.log").read_text()
     assert not orphan.exists()
-    query = run_cli(home, "workflow", "query", wid, "-f", "json")
+    query = run_cli(home, "workflow", "query", wid, "-t", "json")
     assert query.json()["status"] == "COMPLETED"  # the row stays; only the folder went
     log = (home / "server.log").read_text()
     assert "retention: removed the run folders of" in log

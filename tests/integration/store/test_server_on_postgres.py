@@ -86,7 +86,7 @@ def test_a_fresh_database_gets_its_schema_and_a_workflow_completes(
     assert _tables(database) == set()
     spec = tmp_path / "team.yaml"
     spec.write_text(SPEC)
-    done = _cli(home, database, "workflow", "submit", str(spec), "--wait", "-f", "json")
+    done = _cli(home, database, "workflow", "submit", str(spec), "--wait", "-t", "json")
     assert done.returncode == 0, done.stderr + (home / "server.log").read_text()
     final = json.loads(done.stdout)
     assert (final["id"], final["status"]) == ("team-demo-1", "COMPLETED")
@@ -94,7 +94,7 @@ def test_a_fresh_database_gets_its_schema_and_a_workflow_completes(
     assert not list(home.glob("*.db")), "the store must be PostgreSQL, not a file in the home"
     logs = _cli(home, database, "workflow", "logs", "team-demo-1", "--no-follow").stdout
     assert "from-lead" in logs and "worker sees" in logs
-    listed = _cli(home, database, "workflow", "list", "-f", "json")
+    listed = _cli(home, database, "workflow", "list", "-t", "json")
     assert [w["id"] for w in json.loads(listed.stdout)] == ["team-demo-1"]
     server = psutil.Process(json.loads((home / "server.lock").read_text())["pid"])
     children = server.children(recursive=True)

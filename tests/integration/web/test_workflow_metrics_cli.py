@@ -38,7 +38,7 @@ def _wait_end(live: LiveServer, wid: str, timeout_s: float = 180) -> str:
 def test_workflow_metrics_table_and_json(server: LiveServer) -> None:  # noqa: F811
     wid = server.api("POST", "/api/workflow", json={"spec_text": SPEC}).json()["id"]
     assert _wait_end(server, wid) == "COMPLETED"
-    done = _cli(server, "workflow", "metrics", wid, "-f", "json")
+    done = _cli(server, "workflow", "metrics", wid, "-t", "json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     [summary] = data["summary"]

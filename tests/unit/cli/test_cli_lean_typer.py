@@ -84,7 +84,7 @@ def test_numbers_and_paths_keep_typers_own_conversion() -> None:
 def test_an_unknown_choice_gets_typers_own_message(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["workflow", "list", "--format", "XML"]) == 2
     err = capsys.readouterr().err.replace("│", " ")  # rich's box around usage errors
-    assert "Value error, 'XML' is not one of 'table', 'json'" in " ".join(err.split())
+    assert "Value error, 'XML' is not one of 'text', 'json', 'table'" in " ".join(err.split())
 
 
 def test_help_is_converted_plainly_too() -> None:

@@ -118,7 +118,7 @@ def test_cancel_of_an_ended_workflow_says_so_and_exits_4(monkeypatch: pytest.Mon
     assert out == "Workflow b-2 cancel requested: RUNNING\n"
     assert err.splitlines() == ["Workflow a-1 had already ended: COMPLETED; nothing to cancel",
                                 "error: workflow c-3: no workflow c-3"]
-    code, out, _ = run(capsys, "workflow", "cancel", "c-3", "-f", "json")
+    code, out, _ = run(capsys, "workflow", "cancel", "c-3", "-t", "json")
     assert code == 3 and '"error": "no workflow c-3"' in out
 
 
@@ -136,8 +136,8 @@ def test_list_filters_reach_the_server_with_dates_in_utc(monkeypatch: pytest.Mon
                          "--submitted-before", "2026-02-01T01:00:00+01:00")
     assert (code, err) == (0, "")
     assert client.calls[0][2]["params"] == {
-        "status": [], "label": [], "user": "alice", "pool": "local", "offset": 5,
-        "order": "asc", "submitted_after_s": 1769817600.0, "submitted_before_s": 1769904000.0}
+        "status": [], "label": [], "user": ["alice"], "pool": ["local"], "all_users": False,
+        "offset": 5, "submitted_after_s": 1769817600.0, "submitted_before_s": 1769904000.0}
     assert "01-31 12:00:05" in out and "hello-osmo-12" in out
     assert max(len(line) for line in out.splitlines()) <= 80
 
@@ -179,7 +179,7 @@ def test_events_table_and_json(monkeypatch: pytest.MonkeyPatch,
     use(monkeypatch, FakeClient({("GET", "/api/workflow/w-1/events"): rows}))
     code, out, _ = run(capsys, "workflow", "events", "w-1")
     assert code == 0 and "RESCHEDULED" in out and "01-31 12:00:02" in out
-    code, out, _ = run(capsys, "workflow", "events", "w-1", "-f", "json")
+    code, out, _ = run(capsys, "workflow", "events", "w-1", "--format-type", "json")
     assert code == 0 and __import__("json").loads(out) == rows
 
 
@@ -195,8 +195,12 @@ def test_task_list_of_one_workflow_and_of_mine(monkeypatch: pytest.MonkeyPatch,
     code, out, _ = run(capsys, "task", "list", "w-1")
     assert code == 0 and "local-0" in out and "RUNNING" in out
     assert run(capsys, "task", "list", "-c", "5")[0] == 0
-    assert [c[2]["params"] for c in client.calls] == [{"count": 20, "workflow": "w-1"},
-                                                      {"count": 5}]
+    sent = [c[2]["params"] for c in client.calls]
+    assert [(p["count"], p.get("workflow"), p["status"]) for p in sent] == [
+        (20, "w-1", []), (5, None, [])]  # trainyard: every status; osmo: the active ones
+    run(capsys, "task", "list", "-s", "RUNNING", "COMPLETED", "-u", "alice", "-n", "n0")
+    assert {k: client.calls[-1][2]["params"][k] for k in ("status", "user", "node")} == {
+        "status": ["RUNNING", "COMPLETED"], "user": ["alice"], "node": ["n0"]}
 
 
 # ---------------------------------------------------------------------------- --wait

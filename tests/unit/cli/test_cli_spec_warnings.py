@@ -1,4 +1,4 @@
-"""Spec warnings on the command line, without a server: stderr, ``-f json``, ``--strict``."""
+"""Spec warnings on the command line, without a server: stderr, ``-t json``, ``--strict``."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_validate_warns_on_stderr_and_exits_0(tmp_path: Path, capsys: pytest.Cap
 
 def test_validate_json_has_its_own_warnings_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = spec_file(tmp_path, last="other")
-    code, out, err = run(capsys, "workflow", "validate", path, "-f", "json")
+    code, out, err = run(capsys, "workflow", "validate", path, "-t", "json")
     data = json.loads(out)
     assert (code, data["valid"], "problems" in data) == (0, True, False)
     (warning,) = data["warnings"]
@@ -64,7 +64,7 @@ def test_validate_json_has_its_own_warnings_list(tmp_path: Path, capsys: pytest.
 
 def test_strict_makes_warnings_problems_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = spec_file(tmp_path)
-    code, out, err = run(capsys, "workflow", "validate", path, "--strict", "-f", "json")
+    code, out, err = run(capsys, "workflow", "validate", path, "--strict", "-t", "json")
     data = json.loads(out)
     assert (code, data["valid"], data["warnings"]) == (2, False, [])
     assert [(p["path"], p["line"]) for p in data["problems"]] == [("workflow.tasks[0].files[0].path", 9)]
@@ -77,11 +77,11 @@ def test_strict_makes_warnings_problems_exit_2(tmp_path: Path, capsys: pytest.Ca
 def test_strict_with_problems_lists_both(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(REPEATED.format(last="entry").replace("command: [sh, /tmp/entry.sh]", "command: []"))
-    code, out, err = run(capsys, "workflow", "validate", str(path), "-f", "json")
+    code, out, err = run(capsys, "workflow", "validate", str(path), "-t", "json")
     data = json.loads(out)
     assert code == 2 and len(data["problems"]) == 1 and len(data["warnings"]) == 1
     assert "command is empty" in err and "warning: workflow.tasks[0].files[0].path" in err
-    code, out, _err = run(capsys, "workflow", "validate", str(path), "--strict", "-f", "json")
+    code, out, _err = run(capsys, "workflow", "validate", str(path), "--strict", "-t", "json")
     assert code == 2 and len(json.loads(out)["problems"]) == 2
 
 

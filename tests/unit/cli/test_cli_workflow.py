@@ -208,7 +208,7 @@ def flat(text: str) -> str:
 def test_validate_with_no_server_checks_here_and_starts_none(tmp_path: Path, home: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     spec_file = write(tmp_path / "hello.yaml", HELLO)
-    code, out, err = run(capsys, "workflow", "validate", str(spec_file), "-f", "json")
+    code, out, err = run(capsys, "workflow", "validate", str(spec_file), "-t", "json")
     assert (code, err) == (0, "")
     assert json.loads(out) == {"valid": True, "name": "hello", "pool": "local", "server": None,
                                "warnings": []}
@@ -218,7 +218,7 @@ def test_validate_with_no_server_checks_here_and_starts_none(tmp_path: Path, hom
 
 def test_validate_json_lists_the_problems_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec_file = write(tmp_path / "s.yaml", "workflow:\n  name: w\n  tasks:\n  - name: t\n    command: []\n")
-    code, out, err = run(capsys, "workflow", "validate", str(spec_file), "-f", "json")
+    code, out, err = run(capsys, "workflow", "validate", str(spec_file), "-t", "json")
     assert code == 2
     data = json.loads(out)
     assert data["valid"] is False

@@ -36,7 +36,7 @@ def test_dataset_commands_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert read_tree(tmp_path / "out") == {"a.txt": "a", "b.bin": "b"}
     assert _run(capsys, "dataset", "tag", "mnist:2", "best")[0] == 0
     assert _run(capsys, "dataset", "delete", "mnist:gold", "--yes")[0] == 0
-    code, out, _ = _run(capsys, "dataset", "info", "mnist", "-f", "json")
+    code, out, _ = _run(capsys, "dataset", "info", "mnist", "-t", "json")
     assert json.loads(out)["tags"] == {"best": 2, "latest": 2}
 
 

@@ -121,3 +121,18 @@ def test_fits_empty_tells_a_gang_that_can_never_fit() -> None:
     sched = Scheduler(_pool(n=2, cpu=16))
     assert sched.fits_empty({f"t{i}": Request(cpu=8) for i in range(4)})
     assert not sched.fits_empty({f"t{i}": Request(cpu=10) for i in range(3)})
+
+
+def test_a_higher_priority_gang_is_placed_before_lower_ones_queued_earlier() -> None:
+    """OSMO's priorities: HIGH before NORMAL before LOW; within one, submission order."""
+    from trainyard.engine.scheduler import PRIORITY_RANK
+
+    sched = Scheduler(_pool(n=1).model_copy(update={"backfill_age_s": 0.0}))
+    sched.enqueue(("busy", "g"), {"a": Request(gpu=8)})
+    assert len(sched.place_ready()) == 1  # the node is full: the next ones queue
+    for wid, priority in (("low", "LOW"), ("normal", "NORMAL"), ("high", "HIGH"),
+                          ("normal2", "NORMAL")):
+        sched.enqueue((wid, "g"), {"a": Request(gpu=8)}, rank=PRIORITY_RANK[priority])
+    assert sched.queued() == [("high", "g"), ("normal", "g"), ("normal2", "g"), ("low", "g")]
+    sched.release(("busy", "g"))
+    assert [key for key, _ in sched.place_ready()] == [("high", "g")]

@@ -229,7 +229,9 @@ def _create_app(client: TestClient, token: str, name: str = "greeter") -> object
 def test_only_the_owner_or_an_admin_may_change_or_delete_an_app(api, tmp_path: Path) -> None:
     client, tokens = api
     alice, bob, admin = tokens.add("alice"), tokens.add("bob"), _admin(tmp_path)
-    assert _create_app(client, alice).json() == {"name": "greeter", "version": 1, "warnings": []}
+    made = _create_app(client, alice).json()
+    assert {k: made[k] for k in ("name", "version", "warnings", "owner", "description")} == {
+        "name": "greeter", "version": 1, "warnings": [], "owner": "alice", "description": ""}
     for answer in (_create_app(client, bob),
                    client.delete("/api/app/greeter", headers=_auth(bob))):
         assert answer.status_code == 403, answer.text

@@ -72,5 +72,5 @@ def test_dry_run_prints_valid_manifests_of_the_seed_spec(
     worker = objects[-1]
     assert worker["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert "master.ty-train-multi-gpu-1-training.trainyard.svc.cluster.local" in out
-    assert _cli(capsys, "workflow", "list", "-f", "json").strip() == "[]"
+    assert _cli(capsys, "workflow", "list", "-t", "json").strip() == "[]"
     assert not (home / "runs").exists()

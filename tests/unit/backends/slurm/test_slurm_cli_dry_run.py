@@ -96,5 +96,5 @@ def test_cli_dry_run_prints_the_sbatch_commands_and_scripts(home: Path, tmp_path
     spec.write_text(SPEC)
     out = _cli(capsys, "workflow", "submit", str(spec), "--pool", "slurm-local", "--dry-run")
     check_golden("cli_dry_run.txt", out.replace(str(home), "$TRAINYARD_HOME"))
-    assert _cli(capsys, "workflow", "list", "-f", "json").strip() == "[]"
+    assert _cli(capsys, "workflow", "list", "-t", "json").strip() == "[]"
     assert not (home / "runs").exists()  # nothing written for the jobs either

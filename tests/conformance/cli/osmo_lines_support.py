@@ -1,0 +1,107 @@
+"""The ``osmo`` program as OSMO's command-line tests drive it: one real process per command
+line, against the server of a home of its own (``conftest.osmo``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+OSMO = Path(sys.executable).parent / "osmo"
+"""The ``osmo`` console script of this environment (argv[0] ends in ``osmo``)."""
+
+HELLO = """workflow:
+  name: hello-osmo
+  tasks:
+  - name: hello
+    command: [sh, -c, 'echo "Hello from OSMO!"']
+"""
+
+FAILING = """workflow:
+  name: broken
+  tasks:
+  - name: crash
+    command: [sh, -c, 'echo about to fail; exit 3']
+"""
+
+TEMPLATED = """workflow:
+  name: {{ workflow_name }}
+  tasks:
+  - name: hello
+    command: [sh, -c, 'echo "{{ message }}"']
+default-values:
+  workflow_name: templated
+  message: hi
+"""
+
+TERMINAL = ("COMPLETED", "FAILED")
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One ``osmo`` run: its command line, exit status and output."""
+
+    line: str
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        assert self.code == 0, f"{self.line}: exit {self.code}: {self.err}"
+        return json.loads(self.out)
+
+
+@dataclass
+class Osmo:
+    """The ``osmo`` program against the module's server; ``values`` fill ``{name}`` in
+    command lines."""
+
+    home: Path
+    root: Path
+    values: dict[str, str] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
+        env.update(TRAINYARD_HOME=str(self.home), COLUMNS="200",
+                   PATH=f"{OSMO.parent}:{env.get('PATH', '')}")
+        return env
+
+    def run(self, line: str, **values: str) -> Ran:
+        """Run ``line`` (an OSMO command line, ``{name}`` filled from ``values`` and the
+        fixture's) as a real process, argv[0] ``osmo``."""
+        filled = line.format(**{**self.values, **values})
+        argv = shlex.split(filled)
+        assert argv[0] == "osmo", line
+        done = subprocess.run([str(OSMO), *argv[1:]], env=self.env(), capture_output=True,
+                              text=True, timeout=120, stdin=subprocess.DEVNULL, check=False)
+        return Ran(filled, done.returncode, done.stdout, done.stderr)
+
+    def ok(self, line: str, **values: str) -> Ran:
+        ran = self.run(line, **values)
+        assert ran.code == 0, f"{ran.line}: exit {ran.code}\n{ran.out}\n{ran.err}"
+        return ran
+
+    def submit(self, spec: str, *args: str) -> str:
+        """Submit ``spec`` (a file name under ``root``); the workflow id."""
+        extra = " ".join(shlex.quote(a) for a in args)
+        return self.ok(f"osmo workflow submit {self.root / spec} -t json {extra}").json()["id"]
+
+    def query(self, workflow_id: str) -> dict[str, Any]:
+        return self.ok(f"osmo workflow query {workflow_id} -t json").json()
+
+    def wait(self, workflow_id: str, timeout_s: float = 120) -> dict[str, Any]:
+        """Poll until the workflow ended; its query."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            data = self.query(workflow_id)
+            if data["status"].startswith(TERMINAL):
+                return data
+            assert time.monotonic() < deadline, f"{workflow_id} still {data['status']}"
+            time.sleep(0.5)
