@@ -252,7 +252,7 @@ def test_wait_shows_a_rescheduled_attempt_and_the_failed_tasks_log_command(
     assert code == 1
     assert "t RESCHEDULED on n0 (exit 1)" in out and "t retry 1 FAILED on n0 (exit 3)" in out
     assert "workflow FAILED" in out
-    assert "Task t retry 1 FAILED: exit code 3" in out
+    assert "Task t retry 1 FAILED (exit code 3): exit code 3" in out
     assert "trainyard workflow logs w-1 --task t --retry-id 1" in out
 
 
