@@ -119,6 +119,7 @@ def build_app(groups: Sequence[str] = SUBAPPS, command: str | None = None) -> ty
         pretty_exceptions_enable=False,
     )
     root.command()(version)
+    root.command()(importlib.import_module("trainyard.cli.dashboard").dashboard)
     for name in SUBAPPS:
         if name in groups:
             group = importlib.import_module(f"trainyard.cli.{name}").app
