@@ -9,7 +9,7 @@ TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: demo test install clean bench
 
-$(DEMO_STAMP): pyproject.toml scripts/install.sh
+$(DEMO_STAMP): pyproject.toml scripts/install.sh requirements/demo.lock
 	PYTHON=$(PYTHON) bash scripts/install.sh demo
 	touch $(DEMO_STAMP)
 
