@@ -163,6 +163,17 @@ def test_the_dashboard_command_logs_a_browser_in_and_the_page_says_why_it_failed
     # The box is at the top: above the groups and the timeline.
     top = browser.find_element(By.ID, "wf-failure").location["y"]
     assert top < browser.find_element(By.CSS_SELECTOR, "svg.dag").location["y"]
+    # One time format (UTC, seconds), queue and run time apart.
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC",
+                        browser.find_element(By.ID, "wf-submitted").text)
+    assert re.fullmatch(r"\d+s", browser.find_element(By.ID, "wf-queued").text)
+    assert re.fullmatch(r"\d+s", browser.find_element(By.ID, "wf-ran").text)
+    # The pools page: no Python None, the local pool's capacity marked virtual.
+    browser.get(server.url + "/pools")
+    wait.until(lambda d: d.find_elements(By.ID, "resources"))
+    assert "None" not in browser.find_element(By.TAG_NAME, "main").text
+    cells = browser.find_elements(By.CSS_SELECTOR, "#resources td.capacity")
+    assert cells and all(c.text == "virtual" for c in cells)
     # The link is used up: a second browser visit is sent to the login page.
     browser.delete_all_cookies()
     browser.get(link)
