@@ -23,9 +23,9 @@ What the container gets (``podman_argv``):
   ``CUDA_VISIBLE_DEVICES`` names the lent GPUs by their host index, as for a bubblewrap
   task; the image must then bring the driver's user-space libraries itself. A task lent no
   GPU gets no GPU device;
-- its environment by name only (``--env NAME``, inserted by the runner, see
-  ``SandboxSettings.env_flag``): values never appear on a command line; ``PATH`` stays the
-  image's;
+- its environment in an env file (``--env-file``, written and inserted by the runner, see
+  ``SandboxSettings.env_flag``): values never appear on a command line nor in podman's own
+  environment; ``PATH`` stays the image's;
 - ``--pull never``: nothing is pulled (no registry may be reachable); an image that is not in
   podman's local storage fails the task at start (``missing_image_message``);
 - a writable root of its own that RESTART keeps (``root_overlay``), as a bubblewrap task's:
@@ -235,8 +235,9 @@ def _bind_args(plan: ContainerPlan) -> list[str]:
 
 def podman_argv(plan: ContainerPlan, podman: str = "podman") -> list[str]:
     """``podman run ... IMAGE`` (or ``... --rootfs ROOT``): the prefix the task's command
-    follows. Ends with the image (the root), before which the runner inserts ``--env NAME``
-    pairs (``SandboxSettings.env_flag``): after the image's own ``ENV``, so they win."""
+    follows. Ends with the image (the root), before which the runner inserts ``--env-file
+    FILE`` (``SandboxSettings.env_flag``); with ``rootfs`` the image's own ``ENV`` goes in
+    that file first (``SandboxSettings.env_defaults``), so the task's variables win."""
     argv = [podman]
     if plan.conf is not None:
         argv = ["env", f"CONTAINERS_CONF={plan.conf}", *argv]
@@ -252,9 +253,7 @@ def podman_argv(plan: ContainerPlan, podman: str = "podman") -> list[str]:
         argv += ["--user", plan.user]
     if plan.rootfs is None:
         return [*argv, plan.image]
-    for variable in plan.image_env:
-        argv += ["--env", variable]
-    return [*argv, "--rootfs", str(plan.rootfs)]  # a flag without value: --env may follow
+    return [*argv, "--rootfs", str(plan.rootfs)]  # a flag without value: --env-file may follow
 
 
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))

@@ -831,7 +831,8 @@ class LocalBackend:
         run.sandbox.mounts = container.container_mounts(plan)
         run.sandbox.userns = container.container_userns(plan)
         run.sandbox.volumes = {inside: host for host, inside in plan.volumes}
-        run.sandbox.env_flag = "--env"
+        run.sandbox.env_flag = "--env-file"
+        run.sandbox.env_defaults = dict(v.partition("=")[::2] for v in plan.image_env)
         if info is None:
             run.sandbox.start_error = container.missing_image_message(run.image)
         else:

@@ -589,14 +589,17 @@ def _copy_out(entry: dict[str, Any], inside: str, local: Path) -> None:
 
 
 def _unpack(proc: subprocess.Popen[bytes], inside: str, staging: Path) -> None:
-    """Extract the task's tar stream into ``staging``, refusing members that would land
-    outside it (``tarfile``'s ``data`` filter: absolute paths, '..', links out, devices)."""
+    """Extract the task's tar stream into ``staging`` with ``safe_untar.extract``: absolute
+    names, '..', links out of it, devices and names through a link are refused, whatever
+    Python's own ``tarfile`` filters let through."""
     import tarfile
+
+    from trainyard.cli import safe_untar
+
     assert proc.stdout is not None
     try:
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
-            archive.extractall(staging, filter="data")
-    except tarfile.FilterError as exc:
+        safe_untar.extract(proc.stdout, staging)
+    except safe_untar.UnsafeArchive as exc:
         proc.kill()
         proc.wait()
         raise RefusedError(f"refused what the task sent from {inside}: {exc}") from None
@@ -607,16 +610,18 @@ def _unpack(proc: subprocess.Popen[bytes], inside: str, staging: Path) -> None:
 
 
 def _place(copied: Path, local: Path) -> None:
-    """Move the unpacked copy to ``local``: a file or a new folder as a whole, into an
-    existing folder entry by entry."""
-    if copied.is_dir() and local.is_dir():
-        shutil.copytree(copied, local, symlinks=True, dirs_exist_ok=True)
-    else:
-        if copied.is_dir():  # the staging folder itself: mkdtemp made it 0700
-            umask = os.umask(0)
-            os.umask(umask)
-            copied.chmod(0o777 & ~umask)
-        os.replace(copied, local)
+    """Move the unpacked copy to ``local`` (``safe_untar.place``: a file or a new folder as a
+    whole, into an existing folder entry by entry, never through a link found there)."""
+    from trainyard.cli import safe_untar
+
+    if copied.is_dir() and not local.is_dir():  # the staging folder itself: mkdtemp made it 0700
+        umask = os.umask(0)
+        os.umask(umask)
+        copied.chmod(0o777 & ~umask)
+    try:
+        safe_untar.place(copied, local)
+    except safe_untar.UnsafeArchive as exc:
+        raise RefusedError(f"refused to place the copy at {local}: {exc}") from None
 
 
 def _check_copy(code: int, what: str) -> None:

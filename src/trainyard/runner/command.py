@@ -53,13 +53,16 @@ class CommandProcess:
         userns: the argv starts with a bwrap prefix whose uid map this runner writes
             (``runner.userns``); one without ``args_at`` (podman maps ids itself) asks no
             handshake.
+        pass_fds: descriptors the program inherits (``runner.hostenv``'s bwrap arguments).
     """
 
     def __init__(
         self, argv: list[str], env: dict[str, str], cwd: str,
         on_line: Callable[[str, bool], None],
         pid_namespace: bool = False, userns: UserNamespace | None = None,
+        pass_fds: tuple[int, ...] = (),
     ) -> None:
+        self.pass_fds = pass_fds
         self.pid_namespace = pid_namespace
         self.userns = userns
         self.argv = argv
@@ -82,7 +85,7 @@ class CommandProcess:
             self.proc = start(  # type: ignore[operator]
                 self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0,
-                umask=TASK_UMASK,
+                umask=TASK_UMASK, pass_fds=self.pass_fds,
             )
         except BaseException:
             if handshake is not None:

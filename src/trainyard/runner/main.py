@@ -45,6 +45,7 @@ from trainyard import dataroots
 from trainyard.runner.checkpoint import Checkpointer
 from trainyard.runner.command import CommandProcess
 from trainyard.runner.data import DataHook, load_data_hook
+from trainyard.runner.hostenv import EnvRefused, HostStart, host_start
 from trainyard.runner.report import (
     FACTS_SOCKET_ENV,
     LOG_FAILED_EXIT_CODE,
@@ -183,19 +184,25 @@ class Runner:
         return {**base, **own}, own
 
     def argv(self, visible: dict[str, str]) -> list[str]:
-        """Command and args with paths, tokens and ``$(VAR)`` resolved."""
+        """The task's command and args with paths, tokens and ``$(VAR)`` resolved (what runs
+        behind the sandbox prefix, if any)."""
         raw = [*self.run.command, *self.run.args]
-        resolved = [expand_vars(self.prepare(part), visible) for part in raw]
-        return [*self._prefix(visible), *resolved]
+        return [expand_vars(self.prepare(part), visible) for part in raw]
 
-    def _prefix(self, visible: dict[str, str]) -> list[str]:
-        """``sandbox.command_prefix``; with ``env_flag``, ``FLAG NAME`` for each of the
-        task's variables (``visible``) but PATH before its last element."""
-        prefix, flag = self.run.sandbox.command_prefix, self.run.sandbox.env_flag
-        if not flag or not prefix:
-            return list(prefix)
-        names = [arg for name in sorted(visible) if name != "PATH" for arg in (flag, name)]
-        return [*prefix[:-1], *names, prefix[-1]]
+    def host_environment(self) -> dict[str, str]:
+        """The environment of the sandbox prefix's programs (bwrap, podman, nsenter): the
+        runner's own, less the server's ``TRAINYARD_*``; never the spec's
+        (``runner.hostenv``)."""
+        return {k: v for k, v in self.base_env.items() if not _servers_own(k)}
+
+    def host_start(self, command: list[str], env: dict[str, str],
+                   visible: dict[str, str]) -> HostStart:
+        """How to start ``command`` behind the sandbox prefix (``hostenv.host_start``).
+        Raises ``EnvRefused`` or ``FileNotFoundError``."""
+        sandbox = self.run.sandbox
+        return host_start(sandbox.command_prefix, command, env, visible,
+                          self.host_environment(), sandbox.env_flag, sandbox.env_file_shell,
+                          self.run_dir, sandbox.env_defaults)
 
     def cwd(self) -> str:
         """The command's working directory: ``/``, or the private root without one (with
@@ -357,22 +364,32 @@ class Runner:
     def run_command(self) -> int:
         """Run the command with its checkpoints; returns its exit status."""
         env, visible = self.environment()
-        argv = self.argv(visible)
-        missing = self.unstartable(argv[len(self._prefix(visible)):], env)
+        command = self.argv(visible)
+        missing = self.unstartable(command, env)
         if missing is not None:
             self.log.runner(missing[1])
             return missing[0]
-        self.command = CommandProcess(argv, env, self.cwd(), self.log.command,
+        try:
+            start = self.host_start(command, env, visible)
+        except EnvRefused as exc:
+            self.log.runner(f"cannot start the command: {exc}")
+            return 126
+        except FileNotFoundError as exc:
+            self.log.runner(f"cannot start the sandbox: {exc}")
+            return 127
+        self.command = CommandProcess(start.argv, start.env, self.cwd(), self.log.command,
                                       pid_namespace=bool(self.run.sandbox.mounts),
-                                      userns=self.run.sandbox.userns)
+                                      userns=self.run.sandbox.userns, pass_fds=start.pass_fds)
         checkpoints = [Checkpointer(c.model_copy(update={"url": self.storage_url(c.url)}),
                                     self.local_path(c.path), self.hook, self.log.runner)
                        for c in self.run.checkpoints if self.data_url_allowed(c.url)]
         try:
             self.command.start()
         except OSError as exc:
-            self.log.runner(f"cannot start {argv[0]!r}: {exc}")
+            self.log.runner(f"cannot start {start.argv[0]!r}: {exc}")
             return 127 if isinstance(exc, FileNotFoundError) else 126
+        finally:
+            start.close()
         if self.stop.is_set():
             self.command.terminate(self.run.stop_grace_s)
         for checkpoint in checkpoints:

@@ -269,12 +269,17 @@ class SandboxSettings(_Model):
             ``OverlayMount``); a failure ends the attempt with START_ERROR (3003).
         volumes: the task's ``volumeMounts`` as ``{path inside: host path}``; a host path that
             does not exist ends the attempt with START_ERROR (3003) before anything runs.
-        env_flag: set when the prefix does not hand its own environment to the command (a
-            container runtime, e.g. ``--env`` for ``podman run``): the runner inserts
-            ``ENV_FLAG NAME`` for each variable the task sets (its ``environment``, trainyard's
-            task variables but ``PATH``, ``env``) before the prefix's last element (the
-            image); the runtime reads each value from its own environment, so none is on a
-            command line. The runtime also finds the command itself (no check beforehand).
+        env_flag: the runtime's env file flag (``--env-file`` of ``podman run`` and of
+            apptainer), set when the prefix is a container runtime: the runner writes the
+            variables the task sets (its ``environment``, trainyard's task variables but
+            ``PATH``, ``env``) to a 0600 file in the run folder and inserts ``ENV_FLAG FILE``
+            before the prefix's last element (the image), so no value is on a command line
+            and none reaches the runtime's own environment (``runner.hostenv``). The runtime
+            also finds the command itself (no check beforehand).
+        env_file_shell: the runtime reads that file as shell text (apptainer): values are
+            quoted; podman reads them verbatim.
+        env_defaults: variables written to that file first, which the task's own override
+            (the image's ``ENV`` where podman runs a root of the runner's, ``--rootfs``).
         start_error: the backend found that the task cannot start (e.g. its image is not
             present): the runner logs this and reports exit code 3003 (START_ERROR) without
             waiting at the barrier or running anything.
@@ -291,6 +296,8 @@ class SandboxSettings(_Model):
     overlays: list[OverlayMount] = Field(default_factory=list)
     volumes: dict[str, str] = Field(default_factory=dict)
     env_flag: str | None = None
+    env_file_shell: bool = False
+    env_defaults: dict[str, str] = Field(default_factory=dict)
     start_error: str | None = None
     userns: UserNamespace | None = None
 

@@ -83,6 +83,25 @@ def test_a_task_runs_in_its_image(podman_backend: LocalBackend, home: Path, imag
     assert "MINE" not in " ".join(_argv(launches[0].run_dir))  # values never on a command line
 
 
+@needs_podman
+def test_the_specs_environment_reaches_the_container_not_podman(
+        podman_backend: LocalBackend, home: Path, image: str) -> None:
+    """Spec variables that podman, conmon and runc (host programs of the host's root) obey:
+    Go's ``GODEBUG=inittrace=1`` makes every Go program print ``init ...`` lines, which would
+    land in the task log; ``LD_PRELOAD`` of a file that is no library makes ld.so complain.
+    Both must reach only the container's command (busybox: not Go; its ld.so: none)."""
+    launches = group_launches(podman_backend, home, "wf-env", {"t": {
+        "image": image, "command": ["sh", "-c", 'echo "godebug=$GODEBUG preload=$LD_PRELOAD"'],
+        "environment": {"GODEBUG": "inittrace=1", "LD_PRELOAD": "/etc/hostname",
+                        "CONTAINERS_STORAGE_CONF": "/nonexistent/storage.conf"}}})
+    podman_backend.start_group(launches)
+    fact = final(wait_final(podman_backend, [launches[0].key], timeout_s=120)[launches[0].key])
+    text = task_log(launches[0])
+    assert fact.kind is FactKind.EXITED and fact.exit_code == 0, text
+    assert "[t] godebug=inittrace=1 preload=/etc/hostname" in text
+    assert "init internal/" not in text and "cannot be preloaded" not in text, text
+
+
 PRIVILEGES = r"""
 r="$TRAINYARD_OUTPUT/report"
 : > "$r"

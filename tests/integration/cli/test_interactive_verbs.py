@@ -26,6 +26,7 @@ import psutil
 import pytest
 
 from cli_e2e_support import TRAINYARD, Server, cli_env
+from tar_attacks import cve_2025_4517
 from trainyard.tasktokens import task_token
 
 SLEEPER = """
@@ -155,12 +156,37 @@ def test_rsync_both_ways_and_refuses_escapes(server: Server, running: str, tmp_p
                       "mkdir -p /tmp/evil && echo x > /tmp/evil/f && ln -sfn /etc /tmp/evil/link")
     assert made.code == 0, made.err
     evil = server.cli("workflow", "rsync", running, "t", "t:/tmp/evil", str(tmp_path / "evil"))
-    assert evil.code == 4 and "link to an absolute path" in evil.err
+    assert evil.code == 4 and "a symlink to '/etc' (absolute" in evil.err
     assert not (tmp_path / "evil").exists()  # nothing half-made
     dots = server.cli("workflow", "rsync", running, "t", "t:/tmp/../etc", str(tmp_path / "x"))
     assert dots.code == 2 and "without '..'" in dots.err
     neither = server.cli("workflow", "rsync", running, "t", str(src), str(tmp_path / "y"))
     assert neither.code == 2
+
+
+def test_rsync_download_of_a_forged_archive_writes_nothing_outside(
+        server: Server, running: str, tmp_path: Path) -> None:
+    """The task replaces ``tar`` in its own root with one that sends CVE-2025-4517's archive
+    (tarfile's ``data`` filter of this Python lets it write outside the destination)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    payload = tmp_path / "payload"
+    payload.mkdir()
+    staging = tmp_path / "staging"  # the CLI unpacks beside 'got': as deep as this
+    (payload / "p.tar").write_bytes(cve_2025_4517(outside, staging).getvalue())
+    up = server.cli("workflow", "rsync", running, "t", str(payload), "t:/tmp/payload")
+    assert up.code == 0, up.err
+    fake = "printf '#!/bin/sh\\nexec cat /tmp/payload/p.tar\\n' > /usr/local/bin/tar && " \
+           "chmod 755 /usr/local/bin/tar && mkdir -p /tmp/any"
+    made = server.cli("workflow", "exec", running, "t", "--", "sh", "-c", fake)
+    assert made.code == 0, made.err
+    try:
+        down = server.cli("workflow", "rsync", running, "t", "t:/tmp/any", str(tmp_path / "got"))
+    finally:
+        server.cli("workflow", "exec", running, "t", "--", "rm", "-f", "/usr/local/bin/tar")
+    assert down.code == 4 and "refused what the task sent" in down.err, down.err
+    assert list(outside.iterdir()) == []
+    assert not (tmp_path / "got").exists()
 
 
 def _free_port() -> int:

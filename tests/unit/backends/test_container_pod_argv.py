@@ -182,7 +182,7 @@ def test_a_container_with_its_own_root_runs_it_with_the_images_env(tmp_path: Pat
     argv = podman_argv(made)
     assert argv[-2:] == ["--rootfs", "/run/trainyard/rootfs/trainyard-x"]
     assert "localhost/bb:1" not in argv  # the image's layers are mounted by the runner
-    assert _after(argv, "--env") == ["PATH=/opt/bin:/bin", "LANG=C"]  # the task's follow
+    assert _after(argv, "--env") == []  # the image's ENV goes in the runner's env file
     assert _after(argv, "--volume") == [  # /tmp and the files live in its root
         f"{tmp_path}/root/osmo/run/workspace:/osmo/run/workspace:rw",
         f"{tmp_path}/out:{tmp_path}/out:rw"]

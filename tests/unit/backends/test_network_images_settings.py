@@ -123,20 +123,26 @@ def test_image_note_says_plainly_what_runs_instead() -> None:
 # ---------------------------------------------------------------- runner hooks
 
 
-def test_the_runner_names_the_environment_before_the_image(tmp_path: Path) -> None:
+def test_the_runner_hands_the_environment_to_podman_in_a_file_only(tmp_path: Path) -> None:
     run = TaskRun.model_validate({
         "workflow_id": "wf", "group": "g", "task": "t", "command": ["sh", "-c", "true"],
-        "run_dir": str(tmp_path / "run"), "environment": {"SECRET": "s3cr3t"},
-        "sandbox": {"command_prefix": ["podman", "run", "IMG"], "env_flag": "--env",
+        "run_dir": str(tmp_path / "run"),
+        "environment": {"SECRET": "s3cr3t", "LD_PRELOAD": "/tmp/evil.so", "PATH": "/evil"},
+        "sandbox": {"command_prefix": ["podman", "run", "IMG"], "env_flag": "--env-file",
+                    "env_defaults": {"PATH": "/image/bin", "LANG": "C", "SECRET": "image's"},
                     "mounts": {"/": str(tmp_path / "root")}, "env": {"TOKEN": "t0k"}}})
-    runner = Runner(run)
+    runner = Runner(run, base_env={"PATH": "/usr/bin:/bin", "HOME": "/root"})
     env, visible = runner.environment()
-    argv = runner.argv(visible)
-    assert argv[:2] == ["podman", "run"] and argv[-4:] == ["IMG", "sh", "-c", "true"]
-    names = argv[2:-4]
-    assert names[::2] == ["--env"] * (len(names) // 2)
-    assert {"SECRET", "TOKEN", "TRAINYARD_WORKFLOW_ID"} <= set(names[1::2])
-    assert "PATH" not in names and "s3cr3t" not in " ".join(argv) and env["SECRET"] == "s3cr3t"
+    start = runner.host_start(runner.argv(visible), env, visible)
+    env_file = tmp_path / "run" / "task.env"
+    assert start.argv[0].startswith("/") and start.argv[0].endswith("/podman")
+    assert start.argv[1:] == ["run", "--env-file", str(env_file), "IMG", "sh", "-c", "true"]
+    assert start.env == {"PATH": "/usr/bin:/bin", "HOME": "/root"}  # podman's: none of the spec's
+    lines = env_file.read_text().splitlines()
+    assert "SECRET=s3cr3t" in lines and "TOKEN=t0k" in lines and "LANG=C" in lines
+    assert "LD_PRELOAD=/tmp/evil.so" in lines  # for the container, not for podman
+    assert "PATH=/image/bin" in lines and not any(l.startswith("PATH=/evil") for l in lines)
+    assert env_file.stat().st_mode & 0o077 == 0
     assert runner.unstartable(["no-such-program"], env) is None  # the runtime looks it up
 
 
@@ -189,7 +195,7 @@ def test_an_image_of_a_podman_pool_is_a_container_request(tmp_path: Path) -> Non
     assert "podman" in sandbox.command_prefix and not req.hosted
     assert sandbox.command_prefix[-1] == "localhost/trainyard-surely-absent:0"
     assert "--network" in sandbox.command_prefix and "ns:/proc/7/fd/9" in sandbox.command_prefix
-    assert sandbox.env_flag == "--env" and "is not present" in (sandbox.start_error or "")
+    assert sandbox.env_flag == "--env-file" and "is not present" in (sandbox.start_error or "")
     assert "podman container of image" in sandbox.description
     json.dumps(req.run.model_dump(mode="json"))  # what run.json gets
 

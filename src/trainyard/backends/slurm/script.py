@@ -250,11 +250,13 @@ def _image_ref(image: str, options: SlurmOptions) -> str:
 
 
 def _container_prefix(run: TaskRun, options: SlurmOptions, home: Path) -> list[str]:
-    """``apptainer exec [args] --bind <home>/runs IMAGE`` (run folders at the same path)."""
+    """``apptainer exec --cleanenv [args] --bind <home>/runs IMAGE`` (run folders at the same
+    path): the container gets the task's variables from the runner's env file only
+    (``SandboxSettings.env_flag``), never apptainer's own environment."""
     if options.container is None or not run.image:
         return []
-    return [options.container, "exec", *options.container_args, "--bind", str(home / "runs"),
-            _image_ref(run.image, options)]
+    return [options.container, "exec", "--cleanenv", *options.container_args,
+            "--bind", str(home / "runs"), _image_ref(run.image, options)]
 
 
 def _task_run(launch: TaskLaunch, options: SlurmOptions, home: Path,
@@ -267,6 +269,7 @@ def _task_run(launch: TaskLaunch, options: SlurmOptions, home: Path,
         root=str(Path(launch.run_dir) / "sandbox" / "root"),
         path_prepend=[] if prefix else path_prepend,
         command_prefix=prefix,
+        env_flag="--env-file" if prefix else None, env_file_shell=True,
         env={"TRAINYARD_SERVER_URL": server_url} if server_url else {},
         description=(f"slurm backend: one srun step of the group's job on a node Slurm picked; "
                      f"/tmp and file paths rewritten to a private folder; {where}"))

@@ -103,7 +103,10 @@ def test_container_runtime_prefixes_the_command_with_apptainer_exec() -> None:
     options = SlurmOptions(container="apptainer", container_args=["--nv"])
     run = next(iter(_request({"a": TaskResources()}, options, image="ubuntu:22.04").runs.values()))
     assert run.sandbox.command_prefix == [
-        "apptainer", "exec", "--nv", "--bind", f"{WEIRD_HOME}/runs", "docker://ubuntu:22.04"]
+        "apptainer", "exec", "--cleanenv", "--nv", "--bind", f"{WEIRD_HOME}/runs",
+        "docker://ubuntu:22.04"]
+    # the task's variables reach the container in an env file, not apptainer's environment
+    assert (run.sandbox.env_flag, run.sandbox.env_file_shell) == ("--env-file", True)
     sif = next(iter(_request({"a": TaskResources()}, options, image="/img/u.sif").runs.values()))
     assert sif.sandbox.command_prefix[-1] == "/img/u.sif"
 
