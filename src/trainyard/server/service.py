@@ -7,6 +7,7 @@ reads and cancels only their own workflows unless an admin.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -80,11 +81,14 @@ _HELD_QUERIES = threading.BoundedSemaphore(MAX_HELD_QUERIES)
 
 
 def progress_key(state: m.WorkflowState) -> str:
-    """What ``--wait`` prints progress from, as a short key: the workflow's status and each
-    task's status, retry id, node and exit code. Two states with equal keys print alike."""
+    """What ``--wait`` prints progress from, as a short key: the workflow's status, each
+    task's status, retry id, node and exit code, and a digest of its groups' waiting
+    reasons. Two states with equal keys print alike."""
     tasks = ",".join(f"{t.name}:{t.status.value}:{t.retry_id}:{t.node}:{t.exit_code}"
                      for t in state.tasks.values())
-    return f"{state.status.value}|{tasks}"
+    reasons = "\n".join(g.waiting_reason or "" for g in state.groups.values())
+    waits = hashlib.blake2s(reasons.encode(), digest_size=6).hexdigest() if reasons.strip() else ""
+    return f"{state.status.value}|{tasks}|{waits}"
 
 
 class Service:

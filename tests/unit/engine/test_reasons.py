@@ -156,3 +156,12 @@ def test_log_tail_keeps_the_commands_last_lines_not_the_runners(tmp_path: Path) 
     assert tail[-1].startswith("oops: data missing") and tail[-1].endswith("...")
     assert len(tail[-1]) == reasons.LOG_TAIL_LINE_CHARS
     assert reasons.read_log_tail(tmp_path / "none.log", "train") == ()
+
+
+def test_a_new_waiting_reason_changes_the_long_poll_key() -> None:
+    from trainyard.server.service import progress_key
+
+    state = submitted(workflow(solo("train")))
+    before = progress_key(state)
+    state, _ = fold(state, GroupWaiting(2.0, "train", "needs 4 GPUs on pool local: 0 of 32 free"))
+    assert progress_key(state) != before
