@@ -20,7 +20,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     x = torch.randn(256, 3)
-    y = x @ torch.tensor([2.0, -1.0, 0.5]) + 0.3
+    y = x @ torch.tensor([2.0, -1.0, 0.5]) + 0.3 + 0.1 * torch.randn(256)
     model = torch.nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     for step in range(1, args.steps + 1):
