@@ -103,7 +103,7 @@ from typing import Any
 import yaml
 
 from trainyard.runner.safefs import MAPPED_OTHER_IDS
-from trainyard.runner.spec import OverlayMount, UserNamespace
+from trainyard.runner.spec import OverlayMount, TaskLimits, UserNamespace
 
 from trainyard.backends.sandbox import OSMO_WORKSPACE, gpu_device_nodes
 
@@ -154,6 +154,8 @@ class ContainerPlan:
         user: ``--user`` (the image's ``USER``, with ``id_bases``); "": podman's choice.
         conf: podman's ``containers.conf`` (``containers_conf``; None: the host's).
         seccomp: the seccomp profile (``seccomp_profile``; None: podman's default).
+        limits: the task's limits as podman's own flags (``--memory``, ``--memory-swap``
+            the same: no swap beyond it, ``--pids-limit``, ``--cpus``); None: none.
     """
 
     image: str
@@ -172,6 +174,7 @@ class ContainerPlan:
     user: str = ""
     conf: Path | None = None
     seccomp: Path | None = None
+    limits: TaskLimits | None = None
 
 
 def container_name(run_dir: Path) -> str:
@@ -182,6 +185,20 @@ def container_name(run_dir: Path) -> str:
 
 def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _limit_args(plan: ContainerPlan) -> list[str]:
+    limits = plan.limits
+    if limits is None:
+        return []
+    args = []
+    if limits.memory_bytes:
+        args += ["--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes)]
+    if limits.pids_max:
+        args += ["--pids-limit", str(limits.pids_max)]
+    if limits.cpu:
+        args += ["--cpus", f"{limits.cpu:g}"]
+    return args
 
 
 def _ulimit_args() -> list[str]:
@@ -246,7 +263,8 @@ def podman_argv(plan: ContainerPlan, podman: str = "podman") -> list[str]:
     argv += ["run", "--rm", "--pull", "never", "--name", plan.name,
              "--label", "trainyard=task", "--network", plan.network,
              "--hostname", plan.hostname, "--log-driver", "none", "--workdir", "/",
-             *_privilege_args(plan), *_seccomp_args(plan), *_ulimit_args(), *_bind_args(plan)]
+             *_privilege_args(plan), *_seccomp_args(plan), *_ulimit_args(), *_limit_args(plan),
+             *_bind_args(plan)]
     for device in plan.devices:
         argv += ["--device", device]
     if plan.user:

@@ -760,7 +760,7 @@ class _Launcher:
                 self.selector.unregister(sock)
                 return
             fd, port = fds[0], struct.unpack("!H", msg)[0]
-        threading.Thread(target=netns.bridge, args=(fd, port), daemon=True).start()
+        netns.bridge(fd, port)
 
     # -------------------------------------------------------------- children
 

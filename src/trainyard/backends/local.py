@@ -125,9 +125,14 @@ from trainyard.pools import Pool, real_gpu_count, trainyard_home
 from trainyard.runner import proctree
 from trainyard.runner.hosted import DATA_FIELDS, ENDED, hostable
 from trainyard.runner.report import EVENTS, FACTS_SOCKET_ENV, read_events
-from trainyard.runner.spec import SandboxSettings, TaskRun, UserNamespace
+from trainyard.runner.spec import SandboxSettings, TaskLimits, TaskRun, UserNamespace
 from trainyard.spec.fields import split_mount
 from trainyard.spec.poolfit import ALLOWED_MOUNTS_OPTION, allowed_mounts
+
+DEFAULT_PIDS_MAX = 4096
+"""Processes and threads one task may hold at once (pool option ``pids_max``): every task
+runs as the host's nobody, so without a group of its own one task could take that uid's whole
+process count from all others."""
 
 __all__ = ["LocalBackend", "Isolation", "LaunchRequest", "GpuLeases", "probe_isolation",
            "loopback_address", "gpu_count", "create"]
@@ -492,6 +497,8 @@ class LocalBackend:
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._stopper: threading.Thread | None = None
+        self.limits = bool(options.get("limits", True))
+        self.pids_max = int(options.get("pids_max", DEFAULT_PIDS_MAX))
         idle = float(options.get("launcher_idle_s", 60.0))
         self._launcher = LauncherClient(self.state_dir, self.python, idle_s=idle)
         self._facts_socket: FactsSocket | None = None
@@ -688,6 +695,7 @@ class LocalBackend:
             env=self._task_env(run, iso, gpus),
             description=self._describe(launch, iso, image_note(
                 run.image, runtime, None if podman else self._why_no_podman())))
+        run.sandbox.limits = self.task_limits(launch)
         request = LaunchRequest(launch.key, run_dir, [], run, root)
         request.writable_dirs = self._writable_dirs(run)
         if podman:
@@ -719,6 +727,14 @@ class LocalBackend:
         run.sandbox.command_prefix = prefix
         request.argv = [self.python, "-m", "trainyard.runner", str(run_dir / "run.json")]
         return request
+
+    def task_limits(self, launch: TaskLaunch) -> TaskLimits | None:
+        """The task's limits from its spec's resources (memory, cpu: a pod's requests as
+        limits) and the pool's ``pids_max``; None where the pool says ``limits: false``."""
+        if not self.limits:
+            return None
+        return TaskLimits(memory_bytes=launch.resources.memory_bytes, cpu=launch.resources.cpu,
+                          pids_max=self.pids_max)
 
     def _task_env(self, run: TaskRun, iso: Isolation, gpus: tuple[int, ...]) -> dict[str, str]:
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
@@ -826,7 +842,8 @@ class LocalBackend:
             rootfs=container.rootfs_path(name) if own_root else None,
             image_env=info.env if info is not None and own_root else (), id_bases=bases,
             conf=container.containers_conf(self.state_dir),
-            seccomp=container.seccomp_profile(self.state_dir))
+            seccomp=container.seccomp_profile(self.state_dir), limits=run.sandbox.limits)
+        run.sandbox.limits = None  # podman's flags set them (its OCI runtime's own group)
         run.sandbox.command_prefix = container.podman_argv(plan)
         run.sandbox.mounts = container.container_mounts(plan)
         run.sandbox.userns = container.container_userns(plan)

@@ -26,6 +26,7 @@ from typing import IO
 import psutil
 
 from trainyard.runner import proctree
+from trainyard.runner.cgroups import TaskCgroup
 from trainyard.runner.report import MAX_LINE_BYTES
 from trainyard.runner.spec import UserNamespace
 from trainyard.runner.userns import Handshake
@@ -54,6 +55,8 @@ class CommandProcess:
             (``runner.userns``); one without ``args_at`` (podman maps ids itself) asks no
             handshake.
         pass_fds: descriptors the program inherits (``runner.hostenv``'s bwrap arguments).
+        cgroup: the task's control group (``runner.cgroups``, made): the program, and
+            bwrap's child before it may go on, are moved into it.
     """
 
     def __init__(
@@ -61,8 +64,10 @@ class CommandProcess:
         on_line: Callable[[str, bool], None],
         pid_namespace: bool = False, userns: UserNamespace | None = None,
         pass_fds: tuple[int, ...] = (),
+        cgroup: TaskCgroup | None = None,
     ) -> None:
         self.pass_fds = pass_fds
+        self.cgroup = cgroup
         self.pid_namespace = pid_namespace
         self.userns = userns
         self.argv = argv
@@ -93,19 +98,33 @@ class CommandProcess:
                 handshake.close()
             raise
         assert self.proc.stdout is not None
+        try:
+            if self.cgroup is not None:
+                self.cgroup.add(self.proc.pid)
+        except OSError:
+            if handshake is not None:
+                handshake.started()
+            self._abandon(handshake)
+            raise
         if handshake is not None:
             handshake.started()
             try:
-                handshake.finish()
+                handshake.finish(before_release=self.cgroup.add if self.cgroup else None)
             except OSError:
-                self._signal_group(signal.SIGKILL)  # before the child could go on unmapped
-                self.proc.wait()
-                handshake.close()
-                self.proc.stdout.close()
+                self._abandon(handshake)  # before the child could go on unmapped
                 raise
         self._pump = threading.Thread(target=self._forward, args=(self.proc.stdout,),
                                       name="log-pump", daemon=True)
         self._pump.start()
+
+    def _abandon(self, handshake: Handshake | None) -> None:
+        """Kill what was started (before its command could run) and close its pipes."""
+        assert self.proc is not None and self.proc.stdout is not None
+        self._signal_group(signal.SIGKILL)
+        self.proc.wait()
+        if handshake is not None:
+            handshake.close()
+        self.proc.stdout.close()
 
     def _forward(self, stream: IO[bytes]) -> None:
         try:

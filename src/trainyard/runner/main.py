@@ -43,6 +43,7 @@ from trainyard.runner import proctree
 from trainyard.runner.barrier import BarrierTimeout, wait_for_group
 from trainyard import dataroots
 from trainyard.runner.checkpoint import Checkpointer
+from trainyard.runner.cgroups import TaskCgroup
 from trainyard.runner.command import CommandProcess
 from trainyard.runner.data import DataHook, load_data_hook
 from trainyard.runner.hostenv import EnvRefused, HostStart, host_start
@@ -139,6 +140,7 @@ class Runner:
         run.hosts = run.runtime_hosts(self.base_env)
         self.stop = threading.Event()
         self.command: CommandProcess | None = None
+        self.oom_killed = False
         self.rewriter = self._rewriter()
         self.tokens = token_values(
             [i.name if i.kind == "task" else None for i in run.inputs],
@@ -377,9 +379,11 @@ class Runner:
         except FileNotFoundError as exc:
             self.log.runner(f"cannot start the sandbox: {exc}")
             return 127
+        cgroup = self.task_cgroup()
         self.command = CommandProcess(start.argv, start.env, self.cwd(), self.log.command,
                                       pid_namespace=bool(self.run.sandbox.mounts),
-                                      userns=self.run.sandbox.userns, pass_fds=start.pass_fds)
+                                      userns=self.run.sandbox.userns, pass_fds=start.pass_fds,
+                                      cgroup=cgroup)
         checkpoints = [Checkpointer(c.model_copy(update={"url": self.storage_url(c.url)}),
                                     self.local_path(c.path), self.hook, self.log.runner)
                        for c in self.run.checkpoints if self.data_url_allowed(c.url)]
@@ -387,6 +391,8 @@ class Runner:
             self.command.start()
         except OSError as exc:
             self.log.runner(f"cannot start {start.argv[0]!r}: {exc}")
+            if cgroup is not None:
+                cgroup.remove()
             return 127 if isinstance(exc, FileNotFoundError) else 126
         finally:
             start.close()
@@ -400,7 +406,35 @@ class Runner:
             sampler.stop()
         for checkpoint in checkpoints:
             checkpoint.finish()
+        if cgroup is not None:
+            self.oom_killed = cgroup.oom_kills() > 0 and code != 0
+            cgroup.remove()
         return code
+
+    def task_cgroup(self) -> TaskCgroup | None:
+        """The task's control group with its limits set (``runner.cgroups``), or None when
+        the backend asks for none or the kernel refuses one (said in the task log: the
+        task then runs without limits, as on a pool with ``limits: false``)."""
+        limits = self.run.sandbox.limits
+        if limits is None or not (limits.memory_bytes or limits.pids_max or limits.cpu):
+            return None
+        name = f"{self.run.workflow_id}-{self.run.task}-{self.run.retry_id}-{os.getpid()}"
+        cgroup = TaskCgroup(name.replace("/", "_"), limits)
+        try:
+            cgroup.create()
+        except OSError as exc:
+            self.log.runner(f"limits not applied: {exc}")
+            return None
+        return cgroup
+
+    def oom_message(self, code: int) -> str:
+        """OOMKilled (Kubernetes' reason) when the OOM killer ended the task's command."""
+        if not self.oom_killed:
+            return ""
+        limits = self.run.sandbox.limits
+        limit = limits.memory_bytes if limits is not None else 0
+        return (f"OOMKilled: the task went over its memory limit ({limit} bytes, the spec's "
+                f"resources memory) and the kernel killed it (exit {code})")
 
     def _start_usage(self, cuda_visible_devices: str | None = None) -> UsageSampler | None:
         """Sample the command's CPU/memory (and GPUs) into ``usage.jsonl`` (runner.usage);
@@ -518,7 +552,7 @@ class Runner:
         if code == 0:
             self.upload_outputs()
             mark_stage(self.run_dir, "upload_end")
-        return code, ""
+        return code, self.oom_message(code)
 
     def execute(self) -> int:
         """Run every step; always reports EXITED (unless killed with SIGKILL)."""

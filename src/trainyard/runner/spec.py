@@ -242,6 +242,21 @@ class UserNamespace(_Model):
     data_gid: int | None = None
 
 
+class TaskLimits(BaseModel):
+    """What the task may use, enforced by a control group of its own (``runner.cgroups``),
+    as a pod's limits. 0 in a field: no limit for it.
+
+    Attributes:
+        memory_bytes: memory (and memory plus swap, where the kernel accounts swap).
+        pids_max: processes and threads together.
+        cpu: CPUs as a CFS quota (1.5: 150 ms of CPU time per 100 ms).
+    """
+
+    memory_bytes: int = 0
+    pids_max: int = 0
+    cpu: float = 0.0
+
+
 class SandboxSettings(_Model):
     """What the backend filled in about the task's isolation.
 
@@ -278,6 +293,8 @@ class SandboxSettings(_Model):
             also finds the command itself (no check beforehand).
         env_file_shell: the runtime reads that file as shell text (apptainer): values are
             quoted; podman reads them verbatim.
+        limits: the task's limits, set by the runner in a control group of its own
+            (``runner.cgroups``); None: none (a container runtime sets its own).
         env_defaults: variables written to that file first, which the task's own override
             (the image's ``ENV`` where podman runs a root of the runner's, ``--rootfs``).
         start_error: the backend found that the task cannot start (e.g. its image is not
@@ -298,6 +315,7 @@ class SandboxSettings(_Model):
     env_flag: str | None = None
     env_file_shell: bool = False
     env_defaults: dict[str, str] = Field(default_factory=dict)
+    limits: TaskLimits | None = None
     start_error: str | None = None
     userns: UserNamespace | None = None
 

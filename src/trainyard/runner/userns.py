@@ -36,7 +36,7 @@ import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from trainyard.runner import nsgate, thread_ids
 from trainyard.runner.spec import FreshPath, UserNamespace
@@ -118,7 +118,8 @@ class Handshake:
             except OSError:
                 pass
 
-    def finish(self, timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
+    def finish(self, timeout_s: float = HANDSHAKE_TIMEOUT_S,
+               before_release: Callable[[int], None] | None = None) -> None:
         """Map the ids of bwrap's child, forbid nested user namespaces, let it go on.
 
         Raises:
@@ -126,6 +127,8 @@ class Handshake:
                 then still open, so bwrap's child stays blocked: kill it, then ``close``.
         """
         pid = self._child_pid(timeout_s)
+        if before_release is not None:  # e.g. into the task's control group, while blocked
+            before_release(pid)
         maps = {"uid_map": f"0 {self.userns.host_uid} 1\n{self.userns.host_root_as} 0 1\n",
                 "gid_map": f"0 {self.userns.host_gid} 1\n{self.userns.host_root_as} 0 1\n"}
         for name, text in maps.items():

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -395,3 +396,55 @@ def test_gloo_rendezvous_over_host_token(backend: LocalBackend, home: Path) -> N
     logs = "\n".join(task_log(l)[-1500:] for l in launches)
     assert [final(facts[l.key]).exit_code for l in launches] == [0, 0], logs
     assert all("sum 3.0" in task_log(l) for l in launches), logs
+
+
+def test_idle_connections_to_the_server_cost_no_launcher_thread_each(
+    backend: LocalBackend, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task opens 300 idle connections to the server's forwarded port (1,500 cost 4,504
+    threads of the launcher that hosts every user's runners): the relay holds them on one
+    event loop, and bytes still flow both ways."""
+    server = socket.create_server(("127.0.0.1", 0), backlog=1024)
+    port = server.getsockname()[1]
+    accepted: list[socket.socket] = []
+
+    def accept_all() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            if not accepted:
+                conn.sendall(conn.recv(16))  # the first one echoes
+            accepted.append(conn)
+
+    threading.Thread(target=accept_all, daemon=True).start()
+    monkeypatch.setenv("TRAINYARD_SERVER_URL", f"http://127.0.0.1:{port}")
+    script = (
+        "import os, socket, time\n"
+        "port = int(os.environ['TRAINYARD_SERVER_URL'].rsplit(':', 1)[1])\n"
+        "first = socket.create_connection(('127.0.0.1', port), timeout=30)\n"
+        "first.sendall(b'ping'); print('echo', first.recv(16).decode(), flush=True)\n"
+        "rest = [socket.create_connection(('127.0.0.1', port), timeout=30) for _ in range(299)]\n"
+        "print('opened', 1 + len(rest), flush=True)\n"
+        "time.sleep(60)\n")
+    launches = group_launches(backend, home, "wf-conns", {"t": {
+        "command": ["python3", "-c", script]}})
+    backend.start_group(launches)
+    try:
+        log = launches[0].run_dir / "task.log"
+        _until(lambda: log.exists() and "opened 300" in log.read_text(), timeout_s=90)
+        _until(lambda: len(accepted) >= 300, timeout_s=30)
+        threads = sum(p.num_threads() for p in processes_with("trainyard.backends."))
+        assert threads < 60, f"{threads} threads in the launcher and keepers"
+        assert "[t] echo ping" in task_log(launches[0])
+    finally:
+        backend.stop([launches[0].key])
+        server.close()
+
+
+def _until(check: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s"
+        time.sleep(0.2)

@@ -102,6 +102,24 @@ def test_the_specs_environment_reaches_the_container_not_podman(
     assert "init internal/" not in text and "cannot be preloaded" not in text, text
 
 
+@needs_podman
+def test_a_container_gets_its_memory_limit_from_the_spec(
+        podman_backend: LocalBackend, home: Path, image: str) -> None:
+    """``memory: 64Mi`` becomes podman's ``--memory`` (no swap beyond it): a 256 MiB buffer
+    is killed by the kernel (137), where it ran before."""
+    from trainyard.backends.base import TaskResources
+
+    launches = group_launches(podman_backend, home, "wf-mem", {"t": {
+        "image": image, "command": ["sh", "-c",
+                                    "dd if=/dev/zero of=/dev/null bs=256M count=1 && echo done"]}},
+        resources=TaskResources(memory_bytes=64 << 20))
+    podman_backend.start_group(launches)
+    fact = final(wait_final(podman_backend, [launches[0].key], timeout_s=120)[launches[0].key])
+    text = task_log(launches[0])
+    assert fact.kind is FactKind.EXITED and fact.exit_code == 137, text
+    assert "[t] done" not in text
+
+
 PRIVILEGES = r"""
 r="$TRAINYARD_OUTPUT/report"
 : > "$r"
