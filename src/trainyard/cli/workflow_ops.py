@@ -325,7 +325,8 @@ def print_dry_run(data: dict[str, Any]) -> None:
 
 def _query_table(data: dict[str, Any]) -> None:
     console.print(f"Workflow {data['id']} ({data['name']}): {data['status']}, "
-                  f"submitted by {data['submitted_by']} at {data['submit_time']}")
+                  f"submitted by {data['submitted_by']} at {short_time(data['submit_time'])} UTC",
+                  markup=False, highlight=False)
     if data.get("labels"):
         console.print("Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(data["labels"].items())),
                       markup=False)
