@@ -19,7 +19,7 @@ import httpx
 import pytest
 from web_live_server import LiveServer, server  # noqa: F401 - the fixture
 
-from browser_support import NEEDS_CHROMIUM, headless_chromium
+from browser_support import NEEDS_CHROMIUM, headless_chromium, screenshot_folder
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -122,8 +122,15 @@ def test_a_failed_workflow_says_which_task_its_exit_code_why_and_its_last_lines(
     assert "| oops: data missing" in shown.stdout
 
 
+def _log_in(live: LiveServer, browser: webdriver.Chrome, page: str) -> None:
+    """Open ``page`` through a one-time login link, as ``trainyard dashboard`` does."""
+    link = live.api("POST", "/api/login-link", params={"next": page}).json()["path"]
+    browser.get(live.url + link)
+
+
+@NEEDS_CHROMIUM
 def test_a_waiting_group_says_what_it_needs_what_is_free_and_what_it_waits_behind(
-        server: LiveServer, tmp_path: Path) -> None:
+        server: LiveServer, browser: webdriver.Chrome, tmp_path: Path) -> None:
     hog = _submit(server, HOG)
     _wait(server, hog, lambda d: d["status"] == "RUNNING")
     first = _submit(server, WANTS_4.format(name="queued"))
@@ -137,6 +144,12 @@ def test_a_waiting_group_says_what_it_needs_what_is_free_and_what_it_waits_behin
     shown = _cli(server, "workflow", "query", mine)
     assert f"Waiting: group train SCHEDULING: needs 4 GPUs on pool local: 0 of 32 free; " \
            f"held by {hog}" in shown.stdout
+    _log_in(server, browser, f"/workflows/{mine}")
+    WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.ID, "wf-waiting"))
+    box = browser.find_element(By.ID, "wf-waiting")
+    assert data["waiting"][0]["reason"] in box.text
+    assert box.location["y"] < browser.find_element(By.CSS_SELECTOR, "svg.dag").location["y"]
+    browser.save_screenshot(str(screenshot_folder(tmp_path) / "why-waiting.png"))
     server.api("POST", f"/api/workflow/{hog}/cancel")
     done = _wait(server, mine, lambda d: d["status"] == "COMPLETED", timeout_s=120)
     assert done["waiting"] == []
@@ -144,7 +157,7 @@ def test_a_waiting_group_says_what_it_needs_what_is_free_and_what_it_waits_behin
 
 @NEEDS_CHROMIUM
 def test_the_dashboard_command_logs_a_browser_in_and_the_page_says_why_it_failed(
-        server: LiveServer, browser: webdriver.Chrome) -> None:
+        server: LiveServer, browser: webdriver.Chrome, tmp_path: Path) -> None:
     workflow_id = _submit(server, FAILING)
     _wait(server, workflow_id, lambda d: d["status"] == "FAILED")
     got = _cli(server, "dashboard", workflow_id, "--no-open")
@@ -160,6 +173,7 @@ def test_the_dashboard_command_logs_a_browser_in_and_the_page_says_why_it_failed
     assert browser.find_element(By.ID, "wf-failure-reason").text == \
         "the command exited with code 3"
     assert browser.find_element(By.ID, "wf-failure-tail").text.endswith("oops: data missing")
+    browser.save_screenshot(str(screenshot_folder(tmp_path) / "why-failed.png"))
     # The box is at the top: above the groups and the timeline.
     top = browser.find_element(By.ID, "wf-failure").location["y"]
     assert top < browser.find_element(By.CSS_SELECTOR, "svg.dag").location["y"]
