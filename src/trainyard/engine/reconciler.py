@@ -460,8 +460,14 @@ class Engine:
 
     def _event_of(self, fact: TaskFact) -> m.Event:
         """``fact`` as an event, with the attempt's log tail (``task.log`` in its run folder)
-        when it failed."""
+        when it failed; none for an attempt already ended in the state (stopped with its
+        gang or cancelled: its exit changes nothing, and a cancel of thousands of tasks
+        must not read thousands of logs)."""
         key = fact.key
+        live = self._live.get(key.workflow_id)
+        task = live.state.tasks.get(key.task) if live is not None else None
+        if task is None or task.retry_id != key.retry_id or task.status.is_terminal():
+            return _fact_to_event(fact)
         path = self.run_dir(key.workflow_id, key.task, key.retry_id) / LOG
         return _fact_to_event(fact, lambda: read_log_tail(path, key.task))
 
