@@ -15,8 +15,10 @@ VENV=.venv
 PY=$VENV/bin/python
 TORCH=torch==2.13.0
 LOCK=requirements/demo.lock
-# --no-compile: no .pyc for all of torch now (~10 s here); Python writes those it imports.
-PIP=("$PY" -m pip install --quiet --disable-pip-version-check --no-input --no-compile)
+# pip compiles every module it installs (.pyc): left to first use, the first server start
+# compiled fastapi, pydantic, sqlalchemy... past its 30 s start limit on a loaded machine, and
+# sandboxed tasks, which cannot write into the venv, would compile torch at every import.
+PIP=("$PY" -m pip install --quiet --disable-pip-version-check --no-input)
 
 quiet() {  # run a command; drop pip's notes about the machine's missing extra index folders
   "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
