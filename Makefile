@@ -10,17 +10,17 @@ TEST_STAMP := $(VENV)/.installed-test
 .PHONY: demo test install clean bench
 
 $(DEMO_STAMP): pyproject.toml scripts/install.sh requirements/demo.lock
-	PYTHON=$(PYTHON) bash scripts/install.sh demo
-	touch $(DEMO_STAMP)
+	@PYTHON=$(PYTHON) bash scripts/install.sh demo
+	@touch $(DEMO_STAMP)
 
 $(TEST_STAMP): $(DEMO_STAMP)
-	PYTHON=$(PYTHON) bash scripts/install.sh test
-	touch $(TEST_STAMP)
+	@PYTHON=$(PYTHON) bash scripts/install.sh test
+	@touch $(TEST_STAMP)
 
 install: $(TEST_STAMP)
 
 demo: $(DEMO_STAMP)
-	bash scripts/demo.sh
+	@bash scripts/demo.sh
 
 test: $(TEST_STAMP)
 	$(PY) -m pytest -q
