@@ -15,10 +15,13 @@ VENV=.venv
 PY=$VENV/bin/python
 TORCH=torch==2.13.0
 LOCK=requirements/demo.lock
-# pip compiles every module it installs (.pyc): left to first use, the first server start
-# compiled fastapi, pydantic, sqlalchemy... past its 30 s start limit on a loaded machine, and
-# sandboxed tasks, which cannot write into the venv, would compile torch at every import.
-PIP=("$PY" -m pip install --quiet --disable-pip-version-check --no-input)
+# pip installs without compiling (compiling all of torch is ~75 s of CPU here, most of it for
+# modules nothing imports); compiled() then writes the .pyc of what the server, the CLI and
+# the demo's tasks import, by importing it. Those must exist before the first use: left to it,
+# the first server start compiled fastapi, pydantic, sqlalchemy... past its 30 s start limit
+# on a loaded machine, and sandboxed tasks, which cannot write into the venv, would compile
+# torch at every import.
+PIP=("$PY" -m pip install --quiet --disable-pip-version-check --no-input --no-compile)
 
 quiet() {  # run a command; drop pip's notes about the machine's missing extra index folders
   "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
@@ -70,6 +73,21 @@ editable() {  # trainyard itself (its build needs the setuptools the lock brough
   }
 }
 
+WARM="trainyard.cli.main trainyard.cli.workflow trainyard.cli.dataset trainyard.server.app
+trainyard.server.service trainyard.server.web trainyard.engine.reconciler trainyard.backends.local
+trainyard.runner.main uvicorn torch torch.distributed.run trainyard.training.train"
+# What compiled() imports; a name that no longer imports is passed over.
+
+compiled() {  # .pyc of trainyard's src/ (all cores) and of what WARM imports (by importing it)
+  "$PY" -m compileall -q -j 0 src >/dev/null || true
+  env -u PYTHONDONTWRITEBYTECODE "$PY" -c 'import importlib, sys
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass' $WARM
+}
+
 if [ "$what" = lock ]; then
   report=$(mktemp)
   quiet "$PYTHON" -m pip install --quiet --dry-run --ignore-installed --report "$report" -e '.[train]'
@@ -86,18 +104,20 @@ for r in sorted(rows, key=lambda r: r["metadata"]["name"].lower()):
   exit 0
 fi
 if [ ! -x "$PY" ]; then
-  step "[1/3] .venv: a virtual environment of $("$PYTHON" -V 2>&1) ($PYTHON)" "$PYTHON" -m venv "$VENV"
+  step "[1/4] .venv: a virtual environment of $("$PYTHON" -V 2>&1) ($PYTHON)" "$PYTHON" -m venv "$VENV"
 fi
 case $what in
   demo)
-    step "[2/3] torch 2.13.0, CPU build (~200 MB, never a CUDA build), and at once what trainyard needs ($LOCK): fastapi, uvicorn, sqlalchemy, pydantic, typer, rich, httpx, fsspec, jinja2; numpy, scikit-learn (train extra)" \
+    step "[2/4] torch 2.13.0, CPU build (~200 MB, never a CUDA build), and at once what trainyard needs ($LOCK): fastapi, uvicorn, sqlalchemy, pydantic, typer, rich, httpx, fsspec, jinja2; numpy, scikit-learn (train extra)" \
       together
-    step "[3/3] trainyard itself (editable: src/ is what runs), with its commands trainyard and osmo" \
+    step "[3/4] trainyard itself (editable: src/ is what runs), with its commands trainyard and osmo" \
       editable
+    step "[4/4] compiling what the server, the CLI and the demo's tasks import (.pyc), so that they start fast" \
+      compiled
     ;;
   test)
     step "test tools: pytest, hypothesis, pytest-timeout (dev); s3fs, moto (test-s3); selenium, jupyterlab (test-web)" \
-      "${PIP[@]}" -e '.[train,dev,test-s3,test-web]'
+      "${PIP[@]/--no-compile/--compile}" -e '.[train,dev,test-s3,test-web]'
     ;;
   *) echo "usage: scripts/install.sh demo|test|lock" >&2; exit 2 ;;
 esac
