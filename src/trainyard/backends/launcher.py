@@ -110,6 +110,12 @@ from trainyard.runner.hosted import ENDED, HostedRunner
 
 __all__ = ["LauncherClient", "address_name", "fingerprint", "serve", "main"]
 
+UNJOINED_GRACE_S = 120.0
+"""How long a group namespace asked for (``network``) waits for its first runner. The
+backend asks for it, then prepares the attempt and starts its runner: on a loaded machine
+(load ~12 on 2 cores) that took over ``group_grace_s`` (5 s), the group was dropped first
+and the runner's ``nsenter --net=/proc/PID/fd/N`` found no descriptor (exit 126)."""
+
 LOG = "launcher.log"
 _READ_LIMIT = 1 << 20
 _EXPIRY_PERIOD_S = 0.1
@@ -350,6 +356,7 @@ class _Group:
     channel: socket.socket | None = None
     listeners: list[socket.socket] = field(default_factory=list)
     runners: set[int | str] = field(default_factory=set)
+    joined: bool = False  # a runner has joined it (before: the start is still on its way)
     idle_since: float = field(default_factory=time.monotonic)
     egress: subprocess.Popen[bytes] | None = None  # pasta, ended with the group
     link: GroupLink | None = None  # its veth to the egress router, instead of a pasta
@@ -678,6 +685,7 @@ class _Launcher:
         self.runners[runner] = group
         if group is not None and group in self.groups:
             self.groups[group].runners.add(runner)
+            self.groups[group].joined = True
 
     def _left(self, runner: int | str) -> None:
         group = self.runners.pop(runner, None)
@@ -791,7 +799,9 @@ class _Launcher:
             return
         self._next_expiry = now + _EXPIRY_PERIOD_S
         for key, group in list(self.groups.items()):
-            if not group.runners and now - group.idle_since > self.group_grace_s:
+            grace = self.group_grace_s if group.joined else max(self.group_grace_s,
+                                                                 UNJOINED_GRACE_S)
+            if not group.runners and now - group.idle_since > grace:
                 self._drop_group(key)
 
     def _drop_group(self, key: str) -> None:

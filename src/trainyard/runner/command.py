@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import codecs
 import os
+import select
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import IO
 
@@ -101,30 +103,31 @@ class CommandProcess:
         try:
             if self.cgroup is not None:
                 self.cgroup.add(self.proc.pid)
-        except OSError:
+        except OSError as exc:
             if handshake is not None:
                 handshake.started()
-            self._abandon(handshake)
-            raise
+            raise _with_output(exc, self._abandon(handshake)) from None
         if handshake is not None:
             handshake.started()
             try:
                 handshake.finish(before_release=self.cgroup.add if self.cgroup else None)
-            except OSError:
-                self._abandon(handshake)  # before the child could go on unmapped
-                raise
+            except OSError as exc:  # killed before the child could go on unmapped
+                raise _with_output(exc, self._abandon(handshake)) from None
         self._pump = threading.Thread(target=self._forward, args=(self.proc.stdout,),
                                       name="log-pump", daemon=True)
         self._pump.start()
 
-    def _abandon(self, handshake: Handshake | None) -> None:
-        """Kill what was started (before its command could run) and close its pipes."""
+    def _abandon(self, handshake: Handshake | None) -> str:
+        """Kill what was started (before its command could run), close its pipes, and
+        return the last of what it printed (bwrap's or nsenter's own words of why)."""
         assert self.proc is not None and self.proc.stdout is not None
         self._signal_group(signal.SIGKILL)
         self.proc.wait()
         if handshake is not None:
             handshake.close()
+        said = _drain(self.proc.stdout, ABANDON_OUTPUT_BYTES)
         self.proc.stdout.close()
+        return said
 
     def _forward(self, stream: IO[bytes]) -> None:
         try:
@@ -186,6 +189,32 @@ class CommandProcess:
             os.killpg(self.proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+ABANDON_OUTPUT_BYTES = 4096
+"""The most of a failed start's own output kept in its error (the end of it)."""
+
+
+def _drain(stream: IO[bytes], limit_bytes: int, timeout_s: float = 1.0) -> str:
+    """What is left to read in ``stream`` (its last ``limit_bytes``), waiting at most
+    ``timeout_s`` for its end."""
+    data = b""
+    deadline = time.monotonic() + timeout_s
+    fd = stream.fileno()
+    while (left := deadline - time.monotonic()) > 0 and select.select([fd], [], [], left)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data = (data + chunk)[-limit_bytes:]
+    return data.decode("utf-8", "replace").strip()
+
+
+def _with_output(exc: OSError, said: str) -> OSError:
+    """``exc`` with what the program printed added to its message."""
+    if not said:
+        return exc
+    text = " | ".join(line for line in said.splitlines() if line.strip())
+    return OSError(exc.errno, f"{exc.strerror or exc}; it said: {text}")
 
 
 def read_pieces(stream: IO[bytes], limit_bytes: int) -> Iterator[tuple[str, bool]]:

@@ -23,6 +23,7 @@ after ``stop_grace_s``; outputs are not uploaded and the exit code reported is n
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -67,6 +68,11 @@ from trainyard.spec.tokens import substitute_tokens, token_values
 __all__ = ["Runner", "StepFailed", "task_environment", "STOPPED_EXIT_CODE"]
 
 STOPPED_EXIT_CODE = 128 + signal.SIGTERM
+START_TRIES = 3
+START_RETRY_DELAY_S = 0.5
+TRANSIENT_START_ERRNOS = frozenset({errno.ECHILD, errno.ETIMEDOUT, errno.EAGAIN})
+"""A sandbox start that failed with one of these (bwrap ended, or said nothing in time,
+before its user namespace was set up) is tried again: seen once in 23 under load ~40."""
 
 
 class StepFailed(Exception):
@@ -371,31 +377,16 @@ class Runner:
         if missing is not None:
             self.log.runner(missing[1])
             return missing[0]
-        try:
-            start = self.host_start(command, env, visible)
-        except EnvRefused as exc:
-            self.log.runner(f"cannot start the command: {exc}")
-            return 126
-        except FileNotFoundError as exc:
-            self.log.runner(f"cannot start the sandbox: {exc}")
-            return 127
         cgroup = self.task_cgroup()
-        self.command = CommandProcess(start.argv, start.env, self.cwd(), self.log.command,
-                                      pid_namespace=bool(self.run.sandbox.mounts),
-                                      userns=self.run.sandbox.userns, pass_fds=start.pass_fds,
-                                      cgroup=cgroup)
+        code = self.start_command(command, env, visible, cgroup)
+        if code is not None:
+            if cgroup is not None:
+                cgroup.remove()
+            return code
+        assert self.command is not None
         checkpoints = [Checkpointer(c.model_copy(update={"url": self.storage_url(c.url)}),
                                     self.local_path(c.path), self.hook, self.log.runner)
                        for c in self.run.checkpoints if self.data_url_allowed(c.url)]
-        try:
-            self.command.start()
-        except OSError as exc:
-            self.log.runner(f"cannot start {start.argv[0]!r}: {exc}")
-            if cgroup is not None:
-                cgroup.remove()
-            return 127 if isinstance(exc, FileNotFoundError) else 126
-        finally:
-            start.close()
         if self.stop.is_set():
             self.command.terminate(self.run.stop_grace_s)
         for checkpoint in checkpoints:
@@ -410,6 +401,39 @@ class Runner:
             self.oom_killed = cgroup.oom_kills() > 0 and code != 0
             cgroup.remove()
         return code
+
+    def start_command(self, command: list[str], env: dict[str, str], visible: dict[str, str],
+                      cgroup: TaskCgroup | None) -> int | None:
+        """Start the command behind the sandbox prefix as ``self.command``; None when it
+        runs, else the exit status to report (126, 127), the cause in the task log. A start
+        that fails for a passing reason (bwrap ended or went silent before its user
+        namespace was set up: seen under heavy load) is tried ``START_TRIES`` times."""
+        for attempt in range(1, START_TRIES + 1):
+            try:
+                start = self.host_start(command, env, visible)
+            except EnvRefused as exc:
+                self.log.runner(f"cannot start the command: {exc}")
+                return 126
+            except FileNotFoundError as exc:
+                self.log.runner(f"cannot start the sandbox: {exc}")
+                return 127
+            self.command = CommandProcess(start.argv, start.env, self.cwd(), self.log.command,
+                                          pid_namespace=bool(self.run.sandbox.mounts),
+                                          userns=self.run.sandbox.userns,
+                                          pass_fds=start.pass_fds, cgroup=cgroup)
+            try:
+                self.command.start()
+                return None
+            except OSError as exc:
+                transient = exc.errno in TRANSIENT_START_ERRNOS and attempt < START_TRIES
+                self.log.runner(f"cannot start {start.argv[0]!r}: {exc}"
+                                + (f"; trying again ({attempt + 1} of {START_TRIES})"
+                                   if transient else ""))
+                if not transient or self.stop.wait(START_RETRY_DELAY_S * attempt):
+                    return 127 if isinstance(exc, FileNotFoundError) else 126
+            finally:
+                start.close()
+        return 126  # not reached: the last try returns above
 
     def task_cgroup(self) -> TaskCgroup | None:
         """The task's control group with its limits set (``runner.cgroups``), or None when

@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -448,3 +449,37 @@ def _until(check: Callable[[], bool], timeout_s: float) -> None:
     while not check():
         assert time.monotonic() < deadline, f"not within {timeout_s} s"
         time.sleep(0.2)
+
+
+def test_a_failed_sandbox_start_says_why_and_is_tried_again(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load a start ended 126 with "bwrap ended before its user namespace was set up"
+    and nothing else: what bwrap printed was thrown away. A bwrap that fails once (as a
+    passing failure would) now leaves its words in the task log, and the start is retried."""
+    fake_dir = Path(tempfile.mkdtemp(prefix="ty-fake-bwrap-"))  # 0755: the task's uid runs it
+    fake_dir.chmod(0o755)
+    marks = fake_dir / "marks"
+    marks.mkdir(mode=0o777)
+    marks.chmod(0o777)
+    real = shutil.which("bwrap")
+    (fake_dir / "bwrap").write_text(
+        f"#!/bin/sh\ncase \" $* \" in *' --args '*)  # a task's start, not the backend's probe\n"
+        f"  if [ ! -e {marks}/failed ]; then touch {marks}/failed\n"
+        f"  echo 'fake-bwrap: refused on purpose' >&2; exit 1; fi;; esac\n"
+        f"exec {real} \"$@\"\n")
+    (fake_dir / "bwrap").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_dir}:{os.environ['PATH']}")
+    made = LocalBackend(home=home, sandbox="bwrap", network="netns", stop_grace_s=2.0)
+    try:
+        launches = group_launches(made, home, "wf-retry", {"t": {
+            "command": ["sh", "-c", "echo started"]}})
+        made.start_group(launches)
+        fact = final(wait_final(made, [launches[0].key], timeout_s=90)[launches[0].key])
+        text = task_log(launches[0])
+        assert fact.exit_code == 0, text
+        assert "it said: fake-bwrap: refused on purpose" in text
+        assert "trying again (2 of 3)" in text and "[t] started" in text
+    finally:
+        made.stop(list(made._attempts))
+        shutil.rmtree(fake_dir, ignore_errors=True)
