@@ -34,7 +34,7 @@ from trainyard.backends.fake import FakeBackend
 from trainyard.backends.launcher import address_name
 from trainyard.backends.sandbox import warm_host_scans
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.engine.status import Status
+from trainyard.status import Status
 from trainyard.pools import NodeSpec, Pool, default_local_pool
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import Store

@@ -2,12 +2,12 @@
 start (issue 11), not a test. Needs root.
 
 Each round forks a fresh process (a runner is one process per task) that mounts a task's
-private layers with ``runner.safefs.mount_overlays``: once the root layer alone
+private layers with ``linux.safefs.mount_overlays``: once the root layer alone
 (``idmapped=()``), once with ``sandbox.IDMAPPED`` (one more overlay per folder, and the user
 namespace of the idmapping made by a forked child), and once as a task starts now with
 apt's layers too: ``sandbox.IDMAPPED`` with apt's folders, the skeleton layer over the root
 layer (``sandbox.system_skeleton``) and the ``FRESH`` folders and files made by
-``runner.userns.make_fresh``. Prints the median wall time of each.
+``linux.userns.make_fresh``. Prints the median wall time of each.
 The layers' folders are made under a temporary folder of ``/var/tmp`` and removed.
 
 Usage:
@@ -26,9 +26,9 @@ from pathlib import Path
 
 from trainyard.backends.sandbox import (IDMAPPED, TASK_HOST_UID, SandboxPlan, fresh_paths,
                                        overlays, skeleton_base)
-from trainyard.runner.safefs import mount_overlays
-from trainyard.runner.spec import FreshPath, OverlayMount
-from trainyard.runner.userns import make_fresh
+from trainyard.linux.safefs import mount_overlays
+from trainyard.runfile import FreshPath, OverlayMount
+from trainyard.linux.userns import make_fresh
 
 BEFORE_APT = ("usr", "var/lib/dpkg")
 """``IDMAPPED`` before apt's folders were added."""

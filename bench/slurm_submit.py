@@ -34,7 +34,7 @@ from pathlib import Path
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.slurm import SlurmBackend
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.engine.status import Status
+from trainyard.status import Status
 from trainyard.pools import Pool, load_pools
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import Store

@@ -2,8 +2,10 @@
 
 A task's ``url:`` inputs, outputs and checkpoints move data as the server's user, so a
 ``file://`` URL (or a plain path) is limited to the pool's data roots: the pool option
-``allowed_data_roots`` (a list of host folders; ``[]`` turns ``file://`` off), by default
-``$TRAINYARD_HOME/storage`` only. The system temp folder is not a default root: any task
+``allowed_data_roots`` (a list of host folders, shared by the pool's users; ``[]`` turns
+``file://`` off), by default a folder of each user's own: ``$TRAINYARD_HOME/storage/<user>``
+(the home's owner, who runs the server, has all of ``$TRAINYARD_HOME/storage``), so one
+user's task neither reads nor overwrites what another user's wrote there. The system temp folder is not a default root: any task
 could otherwise read and write the host's ``/tmp`` (other users' files, sockets, other
 tools' state) through a ``file://`` input or output; a pool that wants it lists it. A path is allowed when it is one of the roots or below one,
 after symlinks are resolved (``os.path.realpath``, on the path and on the roots), and never
@@ -18,30 +20,46 @@ the field) and by the runner before it moves a byte (``TaskRun.data_roots``).
 from __future__ import annotations
 
 import os
+import pwd
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["OPTION", "data_roots", "host_path", "url_problem"]
+__all__ = ["OPTION", "data_roots", "home_owner", "host_path", "url_problem"]
 
 OPTION = "allowed_data_roots"
 
 
-def data_roots(options: Mapping[str, Any], home: Path) -> list[str]:
-    """The pool's data roots.
+def data_roots(options: Mapping[str, Any], home: Path, user: str | None = None) -> list[str]:
+    """The data roots of ``user`` on a pool.
 
     Args:
         options: the pool's options; ``options[OPTION]`` is a path or a list of paths.
         home: ``$TRAINYARD_HOME``.
+        user: who submitted the workflow; None: the home's owner.
 
     Returns:
-        The listed roots, else the default ``[home/storage]`` (never the temp folder).
+        The listed roots; else ``[home/storage/<user>]``, or ``[home/storage]`` for the
+        home's owner (never the temp folder; ``[]`` for a user name that is no folder name).
     """
     if OPTION in options:
         value = options.get(OPTION) or []
         return [str(p) for p in ([value] if isinstance(value, str) else value)]
-    return [str(home / "storage")]
+    storage = home / "storage"
+    if user is None or user == home_owner(home):
+        return [str(storage)]
+    if not user or user in (".", "..") or "/" in user or "\0" in user:
+        return []
+    return [str(storage / user)]
+
+
+def home_owner(home: Path) -> str | None:
+    """The name of the user owning ``home`` (who runs the server), or None."""
+    try:
+        return pwd.getpwuid(os.stat(home).st_uid).pw_name
+    except (OSError, KeyError):
+        return None
 
 
 def host_path(url: str) -> str | None:

@@ -36,7 +36,6 @@ namespace; without it such a spec is refused at submission (``spec.poolfit``).
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import shutil
 import subprocess
@@ -47,7 +46,7 @@ import psutil
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from trainyard.errors import ConfigError, NotFoundError
+from trainyard.errors import ConfigError
 from trainyard.home import trainyard_home
 from trainyard.quantity import parse_quantity
 
@@ -57,15 +56,10 @@ __all__ = [
     "trainyard_home",
     "default_local_pool",
     "load_pools",
-    "load_pool_file",
-    "refused_pools",
-    "get_pool",
     "machine_capacity",
     "real_gpu_count",
     "DEFAULT_POOL",
 ]
-
-log = logging.getLogger("trainyard.pools")
 
 DEFAULT_POOL = "local"
 GiB = 1024**3
@@ -191,48 +185,12 @@ def _expand_nodes(name: str, body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def _backend_problem(path: Path, name: str, backend: str) -> str | None:
-    """Why pool ``name`` cannot be served: its backend is unknown or not installed here."""
-    from trainyard.backends import available_backends, unavailable_reason
-
-    reason = unavailable_reason(backend)
-    if reason is None:
-        return None
-    return (f"pool {name!r}: backend {backend!r} is not available ({reason}); backends "
-            f"available: {', '.join(available_backends())}. The pool is not served; change "
-            f"its backend in {path}")
-
-
-def load_pool_file(path: Path | None = None) -> tuple[dict[str, Pool], dict[str, str]]:
-    """Read the pools file: ``(usable pools, refused pools)``, the refused ones (whose
-    backend is unknown or not installed here) by name with the reason, so the others are
-    still served and a submit to a refused one says why.
-
-    Raises:
-        ConfigError: as ``load_pools``.
-    """
-    path = path or trainyard_home() / "pools.yaml"
-    pools = load_pools(path, usable_only=False)
-    refused: dict[str, str] = {}
-    for name, pool in list(pools.items()):
-        problem = _backend_problem(path, name, pool.backend)
-        if problem is not None:
-            refused[name] = problem
-            del pools[name]
-    return pools, refused
-
-
-def refused_pools(path: Path | None = None) -> dict[str, str]:
-    """The pools of the file whose backend is not available, with the reason (by name)."""
-    return load_pool_file(path)[1]
-
-
-def load_pools(path: Path | None = None, *, usable_only: bool = True) -> dict[str, Pool]:
+def load_pools(path: Path | None = None) -> dict[str, Pool]:
     """Read the pools file (default ``$TRAINYARD_HOME/pools.yaml``).
 
-    The ``local`` pool always exists; the file may redefine it. A pool whose backend is
-    unknown or not installed here is left out (logged; ``refused_pools`` says why), unless
-    ``usable_only`` is False.
+    The ``local`` pool always exists; the file may redefine it. Every pool of the file is
+    returned, whether or not its backend is installed here (``backends.served`` sets those
+    apart).
 
     Raises:
         ConfigError: the file is not valid YAML or a pool is malformed (names the pool).
@@ -250,26 +208,6 @@ def load_pools(path: Path | None = None, *, usable_only: bool = True) -> dict[st
             pools[name] = Pool(name=name, **_expand_nodes(name, body or {}))
         except (ValidationError, TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: pool {name!r}: {exc}") from exc
-    if usable_only:
-        for name in [n for n, p in pools.items() if _backend_problem(path, n, p.backend)]:
-            log.warning("%s", _backend_problem(path, name, pools.pop(name).backend))
     return pools
 
 
-def get_pool(name: str | None, path: Path | None = None) -> Pool:
-    """The pool called ``name`` (``local`` when ``None``).
-
-    Raises:
-        NotFoundError: no such pool; the message lists the pools that exist.
-        ConfigError: the pool's backend is not available here (``refused_pools``).
-    """
-    pools, refused = load_pool_file(path)
-    name = name or DEFAULT_POOL
-    if name in refused:
-        raise ConfigError(refused[name])
-    if name not in pools:
-        raise NotFoundError(
-            f"unknown pool {name!r}; pools: {', '.join(sorted(pools))} "
-            f"(add one to {trainyard_home() / 'pools.yaml'})"
-        )
-    return pools[name]

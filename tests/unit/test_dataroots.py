@@ -14,6 +14,24 @@ def test_the_default_roots_are_the_home_storage_only(tmp_path: Path) -> None:
     assert dataroots.data_roots({}, home) == [str(home / "storage")]
 
 
+def test_each_user_has_a_folder_of_their_own_below_the_default_root(tmp_path: Path) -> None:
+    """Bob's task read and overwrote ``storage/rootdata`` that the home's owner wrote."""
+    home = tmp_path / "home"
+    home.mkdir()
+    owner = dataroots.home_owner(home)
+    assert owner is not None
+    assert dataroots.data_roots({}, home, owner) == [str(home / "storage")]
+    bobs = dataroots.data_roots({}, home, "bob")
+    assert bobs == [str(home / "storage" / "bob")]
+    assert dataroots.url_problem(f"file://{home}/storage/rootdata/x", bobs, home) is not None
+    assert dataroots.url_problem(f"file://{home}/storage/bob/x", bobs, home) is None
+    assert dataroots.url_problem(f"file://{home}/storage/bob/../alice/x", bobs, home)
+    for odd in ("..", "a/b", ""):
+        assert dataroots.data_roots({}, home, odd) == []
+    listed = {dataroots.OPTION: [str(tmp_path / "shared")]}  # a listed root is shared
+    assert dataroots.data_roots(listed, home, "bob") == [str(tmp_path / "shared")]
+
+
 def test_the_temp_folder_is_refused_unless_the_pool_lists_it(tmp_path: Path) -> None:
     home = tmp_path / "home"
     url = f"file://{tempfile.gettempdir()}/x"

@@ -9,7 +9,7 @@ import pytest
 
 from trainyard import backends
 from trainyard.errors import ConfigError
-from trainyard.pools import get_pool, load_pool_file, load_pools, refused_pools
+from trainyard.backends.served import get_pool, load_pool_file, load_usable_pools, refused_pools
 
 POOLS = """pools:
   k8s:
@@ -40,7 +40,7 @@ def test_unavailable_backends_are_refused_and_the_rest_served(pools_file: Path) 
     assert "backends available: fake, local, slurm" in refused["k8s"]
     assert str(pools_file) in refused["k8s"]
     assert "unknown backend 'warp-drive'" in refused["made-up"]
-    assert sorted(load_pools(pools_file)) == ["local", "spare"]
+    assert sorted(load_usable_pools(pools_file)) == ["local", "spare"]
     assert refused_pools(pools_file) == refused
 
 

@@ -87,7 +87,7 @@ class TaskLaunch:
         group: the task's group name.
         node: the pool node the scheduler placed it on.
         run_dir: folder of this attempt (runner events, log, sandbox state).
-        run: the runner's input (``trainyard.runner.spec.TaskRun`` as a dict).
+        run: the runner's input (``trainyard.runfile.TaskRun`` as a dict).
         gpu_slots: indices of the GPU slots assigned on ``node`` (empty for none).
         restart_in_place: re-run the command in the existing sandbox (exit action RESTART).
         resources: what the task asks of its node.

@@ -69,7 +69,7 @@ What the container gets (``podman_argv``):
   (``nobody``, read-only to the task), and an image whose ``USER`` is not root cannot run.
   The runner gives the container's root the folders it binds (its ``/tmp``, output and
   input folders, its files) before the start (``container_userns``: a
-  ``runner.spec.UserNamespace`` without ``args_at``). ``/proc/sys`` and ``/sys`` are
+  ``runfile.UserNamespace`` without ``args_at``). ``/proc/sys`` and ``/sys`` are
   read-only (podman's defaults for a container without ``--privileged``);
 - podman runs with ``CONTAINERS_CONF`` naming trainyard's ``containers.conf``
   (``containers_conf``: no ``default_sysctls``): the group's network namespace belongs to
@@ -102,8 +102,8 @@ from typing import Any
 
 import yaml
 
-from trainyard.runner.safefs import MAPPED_OTHER_IDS
-from trainyard.runner.spec import OverlayMount, TaskLimits, UserNamespace
+from trainyard.linux.safefs import MAPPED_OTHER_IDS
+from trainyard.runfile import OverlayMount, TaskLimits, UserNamespace
 
 from trainyard.backends.sandbox import OSMO_WORKSPACE, gpu_device_nodes
 
@@ -142,7 +142,7 @@ class ContainerPlan:
         writable: host folders bound read-write at the same path.
         volumes: the pool-allowed ``volumeMounts`` as ``(host folder, path inside)``, bound
             read-write; the runner first mounts each host folder over itself idmapped in its
-            own mount namespace (``runner.safefs.idmap_in_place``: the host's root seen as
+            own mount namespace (``linux.safefs.idmap_in_place``: the host's root seen as
             the container's), in which podman then runs, so the container's root writes them
             as the bubblewrap sandbox's does.
         devices: ``--device`` values: the task's GPUs (``gpu_devices``).
@@ -397,7 +397,7 @@ def container_userns(plan: ContainerPlan, links: Iterable[str] = (),
     not writable to the task), with ``rootfs`` also its ``/etc`` (podman makes
     its ``/etc/hosts``... mount points there as the container's root) unless the image has
     them as symlinks (``links``, ``image_links``: the runner never follows one); the output
-    and input folders are given without being named (``runner.spec.UserNamespace``), to
+    and input folders are given without being named (``runfile.UserNamespace``), to
     ``data_ids`` (host uid, gid: the image's ``USER``, ``user_host_ids``) where given. No
     ``args_at``: podman maps the ids."""
     workspace = str(plan.root_dir) + OSMO_WORKSPACE  # bound; the task cannot change its way

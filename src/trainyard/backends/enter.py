@@ -39,7 +39,7 @@ from pathlib import Path
 import psutil
 
 from trainyard.errors import RefusedError
-from trainyard.runner.libc import libc as c_library
+from trainyard.linux.libc import libc as c_library
 
 __all__ = ["machine_id", "relay", "find_sandbox_init", "enter_argv", "connect_inside", "main", "NAMESPACES"]
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
 from trainyard.errors import BackendError
-from trainyard.runner.main import STOPPED_EXIT_CODE  # what a stopped attempt reports
+from trainyard.status import STOPPED_EXIT_CODE  # what a stopped attempt reports
 
-__all__ = ["FakeBackend", "Outcome", "STOPPED_EXIT_CODE"]
+__all__ = ["FakeBackend", "Outcome"]
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ import trainyard
 from trainyard.backends import netns
 from trainyard.backends.router import EgressRouter, GroupLink, probe_router
 from trainyard.errors import BackendError
-from trainyard.runner import nsgate, proctree, safefs
+from trainyard.linux import nsgate, proctree, safefs
 from trainyard.runner.hosted import ENDED, HostedRunner
 
 __all__ = ["LauncherClient", "address_name", "fingerprint", "serve", "main"]
@@ -885,12 +885,12 @@ def serve(name: str, idle_s: float = 300.0, group_grace_s: float = 5.0) -> int:
     """The launcher's main loop (see module docstring). Returns 0 when it idled out, 3 when
     another launcher already holds ``name``."""
     import trainyard.runner.main  # noqa: F401 - imported once here, inherited by every fork
-    from trainyard.runner.data import load_data_hook
+    from trainyard.data.runnerhook import load_data_hook
 
     load_data_hook()  # the data layer (fsspec) too, for tasks with inputs, outputs, checkpoints
     _raise_open_files_limit()  # hosted runners keep their logs and pipes open in this process
     gc.freeze()  # what is imported now is never collected: a child's GC pass leaves it unshared
-    if os.geteuid() == 0:  # hosted runners' user namespaces: no exec per task (runner.nsgate)
+    if os.geteuid() == 0:  # hosted runners' user namespaces: no exec per task (linux.nsgate)
         why_not = nsgate.start()
         if why_not is not None:
             _say(f"launcher: {why_not}; each task's user namespace is set up with nsenter")

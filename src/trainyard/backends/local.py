@@ -122,10 +122,10 @@ from trainyard.backends.sandbox import (SandboxPlan, bwrap_argv, clear_links, ho
                                        sandbox_mounts)
 from trainyard.errors import BackendError, ConfigError, RefusedError
 from trainyard.pools import Pool, real_gpu_count, trainyard_home
-from trainyard.runner import proctree
+from trainyard.linux import proctree
 from trainyard.runner.hosted import DATA_FIELDS, ENDED, hostable
 from trainyard.runner.report import EVENTS, FACTS_SOCKET_ENV, read_events
-from trainyard.runner.spec import SandboxSettings, TaskLimits, TaskRun, UserNamespace
+from trainyard.runfile import SandboxSettings, TaskLimits, TaskRun, UserNamespace
 from trainyard.spec.fields import split_mount
 from trainyard.spec.poolfit import ALLOWED_MOUNTS_OPTION, allowed_mounts
 

@@ -69,8 +69,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from trainyard.errors import BackendError
-from trainyard.runner import proctree
-from trainyard.runner.libc import libc as c_library
+from trainyard.linux import proctree
+from trainyard.linux.libc import libc as c_library
 
 __all__ = ["GroupNetwork", "ensure_group_network", "probe_netns", "namespace_fd",
            "on_own_thread", "on_this_thread", "join_namespace", "hold_namespace", "bridge", "main", "pasta_argv", "start_egress",

@@ -7,7 +7,7 @@ Layout inside the sandbox:
   ``/home`` and ``/run`` live there, empty at first, so two tasks' ``/tmp/run.sh`` never meet.
 - the host's system folders (``SYSTEM_TOP``: ``/usr``, ``/etc``, ``/var``, ``/opt`` ...) are
   seen with a private writable layer on top (``overlay_dir``: overlayfs mounted by the runner
-  in a mount namespace of its own, see ``runner.safefs``; one layer ``ROOT_LAYER`` with the
+  in a mount namespace of its own, see ``linux.safefs``; one layer ``ROOT_LAYER`` with the
   host's ``/`` as lower for every system folder on the root file system, of which bwrap binds
   only those folders; one layer per system folder that is a mount of its own): ``touch
   /var/tmp/m`` or ``pip install`` work and land in ``<run_dir>/sandbox/overlay/*/upper``, the
@@ -45,7 +45,7 @@ Layout inside the sandbox:
   namespaces: no ``mount``, ``setns``, ``unshare``, raw sockets, ``chown`` to other users.
   As root (``probe_remap``), uid 0 inside is the host's ``nobody`` (``SandboxPlan.host_uid``,
   ``REMAP_ARGS``): bwrap itself runs as that uid, the runner writes the map
-  (``runner.userns``), bwrap's ``--cap-drop ALL`` leaves the command none of the
+  (``linux.userns``), bwrap's ``--cap-drop ALL`` leaves the command none of the
   namespace's capabilities, so host files only root may read stay unreadable; the
   folders the task writes are given to that uid by the runner (``task_owned``). Otherwise
   (``PRIVILEGE_ARGS``) uid 0 inside is the runner's user, and the host's files that others
@@ -57,7 +57,7 @@ The network namespace is not bwrap's: the backend joins the group's (see ``netns
 bwrap starts.
 
 The task runner stays outside: it writes the task's files where the sandbox shows them
-(``sandbox_mounts``) following no symlink the task made (``runner.safefs.write_inside``), and
+(``sandbox_mounts``) following no symlink the task made (``linux.safefs.write_inside``), and
 runs only the command through the ``bwrap`` prefix, with ``--die-with-parent``: when the
 runner dies, bwrap's init dies and the kernel kills everything left in the task's PID
 namespace. Before each start the backend removes symlinks the task left where bwrap will
@@ -78,7 +78,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainyard.runner.spec import FreshPath, OverlayMount
+from trainyard.runfile import FreshPath, OverlayMount
 
 __all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_bwrap",
            "READ_ONLY_TOP", "SYSTEM_TOP", "PRIVILEGE_ARGS", "hosts_file_text", "overlays",
@@ -102,7 +102,7 @@ PRIVILEGE_ARGS = ("--unshare-user", "--uid", "0", "--gid", "0", "--disable-usern
 
 REMAP_ARGS = ("--unshare-user", "--uid", "0", "--gid", "0", "--cap-drop", "ALL")
 """With ``SandboxPlan.host_uid``: bwrap runs as ``host_uid`` (the runner starts it so) in a
-user namespace whose map the runner writes (``runner.userns``: ``host_uid`` is uid 0 there,
+user namespace whose map the runner writes (``linux.userns``: ``host_uid`` is uid 0 there,
 the host's root is seen while bwrap sets its mounts up); bwrap drops every capability before
 the command, which is uid 0 of the namespace (``host_uid`` of the host) with none. (Before,
 bwrap ran as the host's root and util-linux ``setpriv`` after its ``--`` switched the ids
@@ -204,7 +204,7 @@ class SandboxPlan:
         hidden: host folders never shown (trainyard's home): covered with an empty tmpfs
             when a shown system folder holds them (a home under ``/var``).
         host_uid: the host uid (and gid) the task's uid 0 is, the runner writing the map
-            (``REMAP_ARGS``, ``runner.userns``); None: bwrap maps it to its caller's uid
+            (``REMAP_ARGS``, ``linux.userns``); None: bwrap maps it to its caller's uid
             (``PRIVILEGE_ARGS``) and the host's secrets are covered (``secret_covers``).
         idmapped: system folders (relative, ``IDMAPPED``) given an idmapped lower layer
             (only with ``host_uid`` and ``overlay_dir``; one that is missing, a symlink or
@@ -494,7 +494,7 @@ def fresh_layer(skeleton_dir: Path, host_root: Path, uid: int,
     the host's ``/`` as a remapped task gets them (owned by ``uid``, with ``FRESH``'s mode
     and text; a folder marked opaque, ``OPAQUE_XATTR``: the host's entries below it are
     hidden), built once per content instead of made in each task's upper layer
-    (``runner.userns.make_fresh``, one copy-up of the parents per task). Its parent folders
+    (``linux.userns.make_fresh``, one copy-up of the parents per task). Its parent folders
     copy the host's owner, group and mode (below an ``idmapped`` folder, relative to
     ``host_root``: the host's root seen as ``uid``, as the idmapped layer shows it);
     ``system_skeleton``, stacked above, gives the open ones to the task. A ``FRESH`` entry
@@ -594,7 +594,7 @@ def _make_entry(path: Path, entry: _FreshEntry) -> None:
 
 def fresh_paths(plan: SandboxPlan) -> list[FreshPath]:
     """The ``FRESH`` entries (and ``account_entries``) of ``plan`` as the runner makes them
-    (``runner.userns`` ``make_fresh``): below the merged view of the private layer that
+    (``linux.userns`` ``make_fresh``): below the merged view of the private layer that
     shows them (an idmapped layer's, or a system folder's). Only with ``host_uid`` and
     ``overlay_dir``, and only those its ``fresh_layer`` does not hold (none where it is
     built)."""
@@ -1183,12 +1183,12 @@ def hosts_file_text(hosts: dict[str, str]) -> str:
 @functools.lru_cache(maxsize=1)
 def probe_remap(bwrap: str = "bwrap") -> str | None:
     """Whether the task's uid 0 can be mapped to ``TASK_HOST_UID`` here (``REMAP_ARGS``):
-    as root; runs ``id -u`` through a real handshake (``runner.userns``, bwrap started as
+    as root; runs ``id -u`` through a real handshake (``linux.userns``, bwrap started as
     ``TASK_HOST_UID``) once per process. Returns None if it works, else why not."""
     if os.geteuid() != 0:
         return "the server does not run as root (bwrap maps uid 0 to its own user)"
-    from trainyard.runner.spec import UserNamespace
-    from trainyard.runner.userns import Handshake
+    from trainyard.runfile import UserNamespace
+    from trainyard.linux.userns import Handshake
 
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *REMAP_ARGS,
             "--unshare-pid", "--", "sh", "-c", "id -u; cat /proc/self/uid_map"]

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import typer
 
-from trainyard.cli.workflow_interactive import RsyncRequest, _entry, copy_once
+from trainyard.cli.rsync_copy import RsyncRequest, copy_once
+from trainyard.cli.task_entry import task_entry
 from trainyard.errors import NotFoundError, RefusedError, TrainyardError
 
 __all__ = ["state_dir", "log_path", "start", "status", "stop", "snapshot", "main"]
@@ -117,7 +118,7 @@ def _alive_pid(pid_file: Path) -> int | None:
     info = _read_pid_file(pid_file)
     if info is None:
         return None
-    from trainyard.runner.proctree import same_process
+    from trainyard.linux.proctree import same_process
 
     pid, created = int(info["pid"]), float(info.get("created", 0.0))  # type: ignore[arg-type]
     return pid if same_process(pid, created) is not None else None
@@ -150,7 +151,7 @@ class _Stop(Exception):
 
 def _upload(request: RsyncRequest) -> None:
     assert request.task is not None
-    copy_once(request, _entry(request.workflow_id, request.task, None))
+    copy_once(request, task_entry(request.workflow_id, request.task, None))
 
 
 def run(request: RsyncRequest, poll_interval_s: float) -> int:
@@ -193,7 +194,7 @@ def _task_runs(request: RsyncRequest) -> bool:
     """Whether the server still lets the task be entered (it runs)."""
     assert request.task is not None
     try:
-        _entry(request.workflow_id, request.task, None)
+        task_entry(request.workflow_id, request.task, None)
         return True
     except (RefusedError, NotFoundError):
         return False
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s - %(process)d - %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
     pid_file = log_path(request.workflow_id, request.task).with_suffix(".pid")
-    from trainyard.runner.proctree import create_time
+    from trainyard.linux.proctree import create_time
 
     pid_file.write_text(json.dumps({
         "pid": os.getpid(), "created": create_time(os.getpid()) or 0.0,

@@ -75,7 +75,7 @@ class SpecOptions:
 
     def choose_pool(self, spec_pool: str | None) -> Pool:
         """``--pool``, else the spec's ``workflow.pool``, else ``local`` (from pools.yaml)."""
-        from trainyard.pools import get_pool
+        from trainyard.backends.served import get_pool
 
         return get_pool(self.pool or spec_pool)
 

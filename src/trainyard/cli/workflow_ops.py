@@ -31,7 +31,7 @@ from trainyard.cli.output import (
     table,
 )
 from trainyard.cli.request import SpecBody, spec_request
-from trainyard.engine.status import WorkflowStatus
+from trainyard.status import WorkflowStatus
 from trainyard.errors import RefusedError, SpecError, SpecProblem, TrainyardError
 from trainyard.spec.values import parse_labels
 

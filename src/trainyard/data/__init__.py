@@ -9,7 +9,8 @@ Modules:
     urls         upload / download / list a URL
     datasets     ``DatasetStore``: named datasets, numbered versions, tags, manifests
     checkpoints  checkpoint rounds that readers see whole or not at all
-    hook         the task runner's data hook (``runner_hook``)
+    runnerhook   the runner's ``DataHook`` protocol and the plain one (files, fsspec URLs)
+    hook         the data layer's hook for the runner (``runner_hook``)
     scrub        credentials out of every message (``trainyard.data.scrub.scrub``)
     testing      a loopback S3 server (moto) for tests
 """
@@ -49,7 +50,7 @@ def __getattr__(name: str) -> Any:
 
 
 def runner_hook(log: Callable[[str], None] | None = None) -> DataLayerHook:
-    """The runner's data hook (``runner.data.load_data_hook`` calls this).
+    """The runner's data hook (``data.runnerhook.load_data_hook`` calls this).
 
     Args:
         log: the task log's writer for retries and throughput lines.

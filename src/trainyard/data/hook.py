@@ -1,4 +1,4 @@
-"""The runner's data hook backed by the data layer (``runner.data.DataHook``).
+"""The runner's data hook backed by the data layer (``data.runnerhook.DataHook``).
 
 ``task:`` inputs stay plain local copies of the upstream ``{{output}}`` folder (the runner's
 ``FsspecData``: intermediate storage is the upstream attempt's output folder). ``url:`` and
@@ -23,8 +23,8 @@ from trainyard.data.config import DataConfig
 from trainyard.data.datasets import Actor, DatasetStore, parse_ref
 from trainyard.data.transfer import Mover, file_filter, local_files
 from trainyard.errors import DataError, TrainyardError
-from trainyard.runner.data import FsspecData
-from trainyard.runner.spec import RunInput, RunOutput
+from trainyard.data.runnerhook import FsspecData
+from trainyard.runfile import RunInput, RunOutput
 
 __all__ = ["DataLayerHook"]
 

@@ -36,8 +36,8 @@ from trainyard.data.retry import ChecksumMismatch, RetryPolicy, with_retry
 from trainyard.data.scrub import scrub
 from trainyard.data.storage import Location, RemoteFile
 from trainyard.errors import DataError
-from trainyard.runner.data import file_filter
-from trainyard.runner.safefs import files_inside, no_links_path
+from trainyard.data.runnerhook import file_filter
+from trainyard.linux.safefs import files_inside, no_links_path
 
 __all__ = [
     "FileJob", "LocalFile", "Moved", "TransferStats", "Mover", "file_filter", "local_files",
@@ -103,7 +103,7 @@ def fast_digest_algo() -> str:
 class LocalFile:
     """A local file to upload and its path ``rel`` at the destination. ``confined``: it
     lies in a folder a task controls (``local_files(confined=True)``): ``path`` is its real
-    path, opened following no symlink (``runner.safefs.open_no_links``)."""
+    path, opened following no symlink (``linux.safefs.open_no_links``)."""
 
     path: Path
     rel: str
@@ -118,7 +118,7 @@ def local_files(root: Path, keep: Callable[[str], bool], prefix: str = "",
 
     Args:
         confined: ``root`` is a folder a task wrote (its output, a checkpoint folder): follow
-            no symlink out of it (``runner.safefs.files_inside``: a link to a file inside is
+            no symlink out of it (``linux.safefs.files_inside``: a link to a file inside is
             kept under its own name, any other link is skipped with a line to ``log``), and
             read each file following no link (``LocalFile.confined``). Without it (the
             user's own ``dataset upload``), links are followed as ``cp -rL`` would.

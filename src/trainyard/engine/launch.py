@@ -19,7 +19,7 @@ from trainyard.backends.base import Backend, TaskKey, TaskLaunch, TaskResources
 from trainyard.engine.machine import StartTasks, WorkflowState
 from trainyard.engine.scheduler import Placement
 from trainyard.pools import Pool
-from trainyard.runner.spec import TaskRun
+from trainyard.runfile import TaskRun
 from trainyard.spec.models import TaskInput, TaskSpec, WorkflowSpec
 
 __all__ = ["LaunchContext", "InputUnavailable", "build_launches"]
@@ -99,7 +99,8 @@ def _task_run(ctx: LaunchContext, spec: TaskSpec, retry_id: int, shared: dict[st
         volume_mounts=list(spec.volume_mounts),
         hosts=shared["hosts"], group_tasks=group_tasks, task_index=group_tasks.index(spec.name),
         barrier=shared["barrier"], run_dir=str(run_dir), output_dir=str(run_dir / "output"),
-        data_roots=dataroots.data_roots(ctx.pool.options, ctx.home), data_home=str(ctx.home),
+        data_roots=dataroots.data_roots(ctx.pool.options, ctx.home, ctx.user),
+        data_home=str(ctx.home),
         user=ctx.user,
     )
 

@@ -1,7 +1,8 @@
-"""The pure state machine of a workflow: ``transition(state, event) -> (state, actions)``.
+"""The pure state machine's vocabulary: task, group and workflow states, events, actions.
 
-No I/O, no clock, no randomness: the reconciler feeds it events (with their time) and carries
-out the actions it returns. Every status rule of trainyard lives here.
+``engine.rules.transition(state, event) -> (state, actions)`` applies the rules to them. No
+I/O, no clock, no randomness: the reconciler feeds it events (with their time) and carries
+out the actions it returns.
 
 Sources: OSMO docs, "Workflow lifecycle", "Group lifecycle", "Lead task",
 "ignoreNonleadStatus", "Exit actions", "Timeouts", "Exit codes".
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainyard.engine.status import Status, WorkflowStatus
+from trainyard.status import Status, WorkflowStatus
 from trainyard.spec.models import ExitAction
 
 __all__ = [
@@ -37,7 +38,6 @@ __all__ = [
     "StopTasks",
     "ReleaseGroup",
     "WorkflowFinished",
-    "transition",
 ]
 
 
@@ -244,16 +244,3 @@ class WorkflowFinished(Action):
 
     status: WorkflowStatus
 
-
-def transition(state: WorkflowState, event: Event) -> tuple[WorkflowState, list[Action]]:
-    """Apply ``event`` to ``state``.
-
-    Returns:
-        The new state (``state`` itself is not mutated) and the actions to carry out, in
-        order. Events about an attempt that is not current (old retry id) or a finished
-        object are ignored (no actions). When an event changes nothing, ``state`` itself is
-        returned, so ``new is state`` means "nothing to store". Rules: engine/rules.py.
-    """
-    from trainyard.engine import rules  # the rules import these types: import at call time
-
-    return rules.transition(state, event)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainyard.engine.machine import GroupState, TaskState, WorkflowState
-from trainyard.engine.status import ExitCode, Status
+from trainyard.status import ExitCode, Status
 
 __all__ = ["LOG_TAIL_LINES", "LOG_TAIL_LINE_CHARS", "exit_reason", "read_log_tail",
            "failure_of", "waits_of"]

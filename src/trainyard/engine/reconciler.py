@@ -53,16 +53,16 @@ from trainyard import backends
 from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLaunch
 from trainyard.backends.facts import ENDING as _ENDING
 from trainyard.engine import machine as m
-from trainyard.engine import retention
+from trainyard.engine import retention, rules
 from trainyard.engine.launch import InputUnavailable, LaunchContext, build_launches
 from trainyard.engine.plan import build_state
 from trainyard.engine.reasons import read_log_tail
-from trainyard.engine.rules import action_for
 from trainyard.engine.scheduler import Placement, Request, Scheduler, request_of
 from trainyard.engine.serialize import state_from_dict, state_to_dict
-from trainyard.engine.status import ExitCode, Status, WorkflowStatus
+from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.errors import BackendError, ConfigError, NotFoundError, RefusedError
-from trainyard.pools import Pool, load_pools
+from trainyard.backends.served import load_usable_pools
+from trainyard.pools import Pool
 from trainyard.runner.report import LOG, TaskLog
 from trainyard.spec.api import reparse
 from trainyard.spec.fields import name_key
@@ -158,7 +158,7 @@ class Engine:
     Args:
         store: the store (the one truth).
         home: ``$TRAINYARD_HOME``; runs live under ``home/runs/<workflow>/<task>/<retry>``.
-        pools: pools by name (default: ``load_pools()``).
+        pools: pools by name (default: ``backends.served.load_usable_pools()``).
         spec_loader: rebuilds a ``WorkflowSpec`` from a stored record's ``source`` after a
             restart.
 
@@ -177,7 +177,7 @@ class Engine:
     ) -> None:
         self.store = store
         self.home = home
-        self.pools = pools if pools is not None else load_pools()
+        self.pools = pools if pools is not None else load_usable_pools()
         self.poll_interval_s = poll_interval_s
         self._spec_loader = spec_loader or _spec_from_source
         self._backend_factory = backend_factory or _default_backend
@@ -594,7 +594,7 @@ class Engine:
         live = self._live.get(wid)
         if live is None:
             return []
-        new_state, actions = m.transition(live.state, event)
+        new_state, actions = rules.transition(live.state, event)
         if new_state is not live.state:
             live.state = new_state
             self._dirty.add(wid)
@@ -1101,7 +1101,7 @@ def _restarted_in_place(task: m.TaskState) -> bool:
     if not task.history or task.history[-1].status is not Status.RESCHEDULED:
         return False
     code = task.history[-1].exit_code
-    return code is not None and action_for(task, code) is ExitAction.RESTART
+    return code is not None and rules.action_for(task, code) is ExitAction.RESTART
 
 
 def _placements_of(state: m.WorkflowState, group: m.GroupState, pool: Pool) -> dict[str, Placement]:

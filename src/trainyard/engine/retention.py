@@ -24,18 +24,26 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from trainyard.errors import ConfigError, TrainyardError
 from trainyard.quantity import format_duration_s, parse_duration_s
-
-if TYPE_CHECKING:
-    from trainyard.engine.reconciler import Engine
+from trainyard.store import Store
 
 __all__ = ["DEFAULT_RUN_RETENTION_S", "RETENTION_ENV", "run_retention_s", "mounts_under",
            "remove_run_folder", "sweep", "start_sweeper"]
 
 log = logging.getLogger("trainyard.retention")
+
+
+class Engine(Protocol):
+    """What a sweep needs of the engine (``engine.reconciler.Engine``)."""
+
+    store: Store
+    home: Path
+
+    def delete(self, workflow_ids: list[str], *, keep_records: bool = False) -> None:
+        """Remove workflows' run folders (and their rows unless ``keep_records``)."""
 
 DEFAULT_RUN_RETENTION_S = 7 * 24 * 3600.0
 """Run folders of workflows that ended longer ago than this are removed (7 days)."""

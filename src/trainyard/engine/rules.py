@@ -42,7 +42,7 @@ from trainyard.engine.machine import (
     WorkflowState,
 )
 from trainyard.engine.reasons import exit_reason
-from trainyard.engine.status import ExitCode, Status, WorkflowStatus
+from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.errors import NotFoundError
 from trainyard.spec.models import ExitAction
 

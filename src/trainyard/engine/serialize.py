@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from trainyard.engine.machine import GroupState, TaskAttempt, TaskState, WorkflowState
-from trainyard.engine.status import Status, WorkflowStatus
+from trainyard.status import Status, WorkflowStatus
 from trainyard.spec.models import ExitAction
 
 __all__ = ["state_to_dict", "state_from_dict"]

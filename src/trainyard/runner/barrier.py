@@ -22,8 +22,8 @@ import threading
 import time
 from pathlib import Path
 
-from trainyard.runner.libc import libc as c_library
-from trainyard.runner.spec import Barrier
+from trainyard.linux.libc import libc as c_library
+from trainyard.runfile import Barrier
 
 __all__ = ["BarrierTimeout", "mark_ready", "wait_for_group", "FIRST_POLL_S"]
 

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trainyard.errors import DataError
-from trainyard.runner.data import DataHook, UploadState
-from trainyard.runner.spec import RunCheckpoint
+from trainyard.data.runnerhook import DataHook, UploadState
+from trainyard.runfile import RunCheckpoint
 
 __all__ = ["Checkpointer"]
 

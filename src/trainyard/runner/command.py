@@ -27,11 +27,11 @@ from typing import IO
 
 import psutil
 
-from trainyard.runner import proctree
-from trainyard.runner.cgroups import TaskCgroup
+from trainyard.linux import proctree
+from trainyard.linux.cgroups import TaskCgroup
 from trainyard.runner.report import MAX_LINE_BYTES
-from trainyard.runner.spec import UserNamespace
-from trainyard.runner.userns import Handshake
+from trainyard.runfile import UserNamespace
+from trainyard.linux.userns import Handshake
 
 __all__ = ["CommandProcess", "TASK_UMASK", "read_pieces"]
 
@@ -54,10 +54,10 @@ class CommandProcess:
             process (bubblewrap): nothing of it can outlive it, so no search for leftovers
             among this process's descendants (a scan of the whole process table).
         userns: the argv starts with a bwrap prefix whose uid map this runner writes
-            (``runner.userns``); one without ``args_at`` (podman maps ids itself) asks no
+            (``linux.userns``); one without ``args_at`` (podman maps ids itself) asks no
             handshake.
         pass_fds: descriptors the program inherits (``runner.hostenv``'s bwrap arguments).
-        cgroup: the task's control group (``runner.cgroups``, made): the program, and
+        cgroup: the task's control group (``linux.cgroups``, made): the program, and
             bwrap's child before it may go on, are moved into it.
     """
 

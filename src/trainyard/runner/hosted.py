@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from trainyard.runner.main import Runner
-from trainyard.runner.spec import TaskRun, load_run
+from trainyard.runfile import TaskRun, load_run
 
 __all__ = ["HostedRunner", "hostable", "DATA_FIELDS", "ENDED"]
 

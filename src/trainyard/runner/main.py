@@ -38,15 +38,15 @@ from typing import IO
 import psutil
 
 from trainyard.data.scrub import scrub
-from trainyard.engine.status import ExitCode
+from trainyard.status import STOPPED_EXIT_CODE, ExitCode
 from trainyard.errors import DataError
-from trainyard.runner import proctree
+from trainyard.linux import proctree
 from trainyard.runner.barrier import BarrierTimeout, wait_for_group
 from trainyard import dataroots
 from trainyard.runner.checkpoint import Checkpointer
-from trainyard.runner.cgroups import TaskCgroup
+from trainyard.linux.cgroups import TaskCgroup
 from trainyard.runner.command import CommandProcess
-from trainyard.runner.data import DataHook, load_data_hook
+from trainyard.data.runnerhook import DataHook, load_data_hook
 from trainyard.runner.hostenv import EnvRefused, HostStart, host_start
 from trainyard.runner.report import (
     FACTS_SOCKET_ENV,
@@ -55,19 +55,18 @@ from trainyard.runner.report import (
     TaskLog,
     reserve_space,
 )
-from trainyard.runner.safefs import (idmap_in_place, mount_overlays, private_mount_namespace,
+from trainyard.linux.safefs import (idmap_in_place, mount_overlays, private_mount_namespace,
                                       write_inside)
-from trainyard.runner.userns import give_to_task as give_folders
-from trainyard.runner.userns import make_fresh
-from trainyard.runner.userns import give_tree
-from trainyard.runner.spec import TaskRun
+from trainyard.linux.userns import give_to_task as give_folders
+from trainyard.linux.userns import make_fresh
+from trainyard.linux.userns import give_tree
+from trainyard.runfile import TaskRun
 from trainyard.runner.usage import UsageSampler, baseline_delay, interval_from_env
 from trainyard.runner.text import PathRewriter, expand_vars
 from trainyard.spec.tokens import substitute_tokens, token_values
 
-__all__ = ["Runner", "StepFailed", "task_environment", "STOPPED_EXIT_CODE"]
+__all__ = ["Runner", "StepFailed", "task_environment"]
 
-STOPPED_EXIT_CODE = 128 + signal.SIGTERM
 START_TRIES = 3
 START_RETRY_DELAY_S = 0.5
 TRANSIENT_START_ERRNOS = frozenset({errno.ECHILD, errno.ETIMEDOUT, errno.EAGAIN})
@@ -289,7 +288,7 @@ class Runner:
 
     def give_to_task(self) -> None:
         """With a user namespace (``sandbox.userns``): the folders the task writes become its
-        host uid's, and its ``fresh`` folders and files are made (``runner.userns``). Raises
+        host uid's, and its ``fresh`` folders and files are made (``linux.userns``). Raises
         StepFailed(3003, START_ERROR)."""
         userns = self.run.sandbox.userns
         if userns is None:
@@ -436,7 +435,7 @@ class Runner:
         return 126  # not reached: the last try returns above
 
     def task_cgroup(self) -> TaskCgroup | None:
-        """The task's control group with its limits set (``runner.cgroups``), or None when
+        """The task's control group with its limits set (``linux.cgroups``), or None when
         the backend asks for none or the kernel refuses one (said in the task log: the
         task then runs without limits, as on a pool with ``limits: false``)."""
         limits = self.run.sandbox.limits
@@ -624,7 +623,7 @@ def mark_stage(run_dir: Path, stage: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m trainyard.runner RUN_JSON``: run the attempt, exit with its code (max 255)."""
-    from trainyard.runner.spec import load_run
+    from trainyard.runfile import load_run
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from trainyard.engine.status import ExitCode
+from trainyard.status import ExitCode
 
 __all__ = ["Event", "EventWriter", "notify_socket", "FACTS_SOCKET_ENV", "TaskLog", "read_events", "format_line", "escape_control",
            "parse_line", "LogParts", "reserve_space", "EVENTS", "LOG", "RESERVE",

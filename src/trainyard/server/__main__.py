@@ -22,7 +22,8 @@ from pathlib import Path
 import uvicorn
 
 from trainyard.errors import TrainyardError
-from trainyard.pools import load_pools, trainyard_home
+from trainyard.backends.served import load_usable_pools
+from trainyard.pools import trainyard_home
 from trainyard.server.auth import TokenRegistry
 from trainyard.server.process import (
     info_path,
@@ -61,7 +62,7 @@ def build_app(url: str | None = None):  # noqa: ANN201 - FastAPI app
     store's lock). Raises StoreError when the store is damaged, ConfigError for a bad
     ``$TRAINYARD_RUN_RETENTION`` or pools file."""
     from trainyard.engine.reconciler import Engine
-    from trainyard.pools import refused_pools
+    from trainyard.backends.served import refused_pools
     from trainyard.server.app import create_app
     from trainyard.server.service import Service
     from trainyard.store import Store
@@ -72,7 +73,7 @@ def build_app(url: str | None = None):  # noqa: ANN201 - FastAPI app
     run_retention_s()  # a bad $TRAINYARD_RUN_RETENTION refuses the start (ConfigError)
     store = Store(url or database_url())
     store.verify()
-    pools = load_pools()
+    pools = load_usable_pools()
     engine = Engine(store, home, pools=pools)
     if any(pool.backend == "local" for pool in pools.values()):
         from trainyard.backends.sandbox import warm_host_scans

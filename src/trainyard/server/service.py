@@ -22,7 +22,7 @@ from trainyard import spec as specapi
 from trainyard.engine import machine as m
 from trainyard.engine import reasons
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.engine.status import WorkflowStatus
+from trainyard.status import WorkflowStatus
 from trainyard.errors import (
     AuthError,
     ConfigError,
@@ -32,7 +32,8 @@ from trainyard.errors import (
     SpecError,
     SpecProblem,
 )
-from trainyard.pools import DEFAULT_POOL, Pool, load_pool_file
+from trainyard.backends.served import load_pool_file
+from trainyard.pools import DEFAULT_POOL, Pool
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.logs import FLUSH, LogFile, LogLine, file_size, read_merged, tail_offset
 from trainyard.server.schema import SpecRequest

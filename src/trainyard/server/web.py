@@ -37,7 +37,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from trainyard.engine.status import WorkflowStatus
+from trainyard.status import WorkflowStatus
 from trainyard.errors import AuthError, ForbiddenError, TrainyardError
 from trainyard.server import dashboard
 from trainyard.server.auth import User, refuse_task_token

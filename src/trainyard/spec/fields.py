@@ -37,6 +37,9 @@ __all__ = [
     "check_credential",
 ]
 
+KERNEL_DIRS = ("/dev", "/proc", "/sys")
+"""Folders every task gets from the kernel (a container's ``/dev``, ``/proc``, ``/sys``): a
+file written there before the command starts is hidden by them."""
 RESERVED_DIR = "/trainyard"
 """Folder of the task sandbox reserved for the task runner; spec files may not write there."""
 
@@ -268,7 +271,8 @@ def check_file_path(value: str) -> str:
     """Check the in-task path of a ``files`` entry: absolute, not in the runner's folder.
 
     Raises:
-        ValueError: relative, a folder (trailing ``/``), or under ``/trainyard``.
+        ValueError: relative, a folder (trailing ``/``), under ``/trainyard``, or under
+            ``/dev``, ``/proc``, ``/sys`` (``KERNEL_DIRS``).
     """
     if not value.startswith("/"):
         raise ValueError(f"file path {value!r} must be absolute; write it as /{value}")
@@ -280,6 +284,11 @@ def check_file_path(value: str) -> str:
             f"file path {value!r} is inside {RESERVED_DIR}, which the task runner reserves; "
             "write the file elsewhere, such as /tmp"
         )
+    for folder in KERNEL_DIRS:
+        if normal == folder or normal.startswith(folder + "/"):
+            raise ValueError(f"file path {value!r} is inside {folder}, which the task's own "
+                             f"{folder} file system covers (the file would vanish); write it "
+                             "elsewhere, such as /tmp")
     return value
 
 

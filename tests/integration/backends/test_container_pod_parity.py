@@ -31,7 +31,7 @@ from trainyard.backends.container import (container_name, image_present, inspect
                                           probe_podman, rootfs_path)
 from trainyard.backends.sandbox import overlay_supported
 from trainyard.backends.local import LocalBackend
-from trainyard.engine.status import ExitCode, Status, WorkflowStatus
+from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.pools import default_local_pool
 
 pytestmark = pytest.mark.skipif(probe_podman() is not None, reason=f"{probe_podman()}")

@@ -22,7 +22,7 @@ from local_support import (BUSYBOX_IMAGE, busybox_image, final, group_launches,
 from trainyard.backends.base import FactKind
 from trainyard.backends.container import container_name, probe_podman, rootfs_path
 from trainyard.backends.local import LocalBackend
-from trainyard.engine.status import ExitCode
+from trainyard.status import ExitCode
 from trainyard.pools import default_local_pool
 
 IMAGE = BUSYBOX_IMAGE

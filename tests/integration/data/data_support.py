@@ -12,7 +12,7 @@ import pytest
 from trainyard.data import storage
 from trainyard.runner.main import Runner
 from trainyard.runner.report import read_events
-from trainyard.runner.spec import TaskRun
+from trainyard.runfile import TaskRun
 
 
 def fast_retries(monkeypatch: pytest.MonkeyPatch, attempts: int = 3) -> None:

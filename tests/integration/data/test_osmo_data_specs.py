@@ -11,7 +11,7 @@ import pytest
 from data_support import execute, log_text, make_tree, tree
 from trainyard import spec
 from trainyard.data.testing import MotoS3
-from trainyard.runner.spec import TaskRun
+from trainyard.runfile import TaskRun
 from trainyard.spec.models import TaskSpec
 
 SPECS = Path(__file__).resolve().parents[4] / "shared" / "osmo-specs" / "tutorials"

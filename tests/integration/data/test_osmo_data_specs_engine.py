@@ -22,7 +22,7 @@ from trainyard import spec
 from trainyard.data.testing import MotoS3
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.pools import default_local_pool
-from trainyard.runner.spec import TaskRun
+from trainyard.runfile import TaskRun
 from trainyard.store import Store
 
 SPECS = Path(__file__).resolve().parents[4] / "shared" / "osmo-specs" / "tutorials"

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from trainyard.engine.reconciler import Engine
-from trainyard.engine.status import Status, WorkflowStatus
+from trainyard.status import Status, WorkflowStatus
 from trainyard.pools import Pool, default_local_pool
 from trainyard.store import Store
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine_run import EngineRun
-from trainyard.engine.status import ExitCode, Status, WorkflowStatus
+from trainyard.status import ExitCode, Status, WorkflowStatus
 
 
 PRODUCER = """

@@ -21,7 +21,7 @@ from isolation_support import require_bwrap
 
 from trainyard import spec
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.engine.status import WorkflowStatus
+from trainyard.status import WorkflowStatus
 from trainyard.pools import Pool, default_local_pool
 from trainyard.runner.report import FACTS_SOCKET_ENV
 from trainyard.store import Store

@@ -13,7 +13,7 @@ import pytest
 
 from trainyard import spec
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.engine.status import ExitCode, Status, WorkflowStatus
+from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.pools import default_local_pool
 from trainyard.store import Store
 

@@ -20,7 +20,7 @@ import pytest
 from trainyard import spec
 from trainyard.backends.local import probe_isolation
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.engine.status import ExitCode, Status, WorkflowStatus
+from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.errors import BackendError
 from trainyard.pools import default_local_pool
 from trainyard.store import Store

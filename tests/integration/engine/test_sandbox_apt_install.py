@@ -39,7 +39,7 @@ import pytest
 from isolation_support import EngineRun, require_bwrap
 
 from trainyard.backends import sandbox
-from trainyard.engine.status import WorkflowStatus
+from trainyard.status import WorkflowStatus
 
 SPEC = """
 workflow:

@@ -17,7 +17,7 @@ import pytest
 from isolation_support import EngineRun, require_bwrap
 
 import trainyard
-from trainyard.engine.status import WorkflowStatus
+from trainyard.status import WorkflowStatus
 
 PACKAGE = Path(trainyard.__file__).parent
 

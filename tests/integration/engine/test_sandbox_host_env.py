@@ -17,7 +17,7 @@ import pytest
 
 from isolation_support import EngineRun, require_bwrap
 
-from trainyard.engine.status import Status
+from trainyard.status import Status
 
 SPEC = """
 workflow:

@@ -2,7 +2,7 @@
 task's uid 0 is the host's uid 0 for file permissions, so a file of root's with mode
 0600/0640 in a system folder, ``/etc/shadow``, ``/etc/munge/munge.key``, was readable), while
 it still is root inside (``id -u`` is 0), writes under ``/`` stay private and its outputs are
-uploaded. The task's uid 0 is the host's ``nobody`` (``runner.userns``); where that cannot be
+uploaded. The task's uid 0 is the host's ``nobody`` (``linux.userns``); where that cannot be
 (``sandbox.probe_remap``), the files are covered (``sandbox.secret_covers``: every file and
 folder of ``/etc`` and the top of ``/var/lib`` that others may not read). The test plants
 files of its own, in ``/etc`` and in ``/var/tmp`` (which the deny list does not cover), so
@@ -22,7 +22,7 @@ import pytest
 
 from isolation_support import EngineRun, require_bwrap
 
-from trainyard.engine.status import WorkflowStatus
+from trainyard.status import WorkflowStatus
 
 SPEC = """
 workflow:

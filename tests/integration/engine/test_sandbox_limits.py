@@ -17,8 +17,8 @@ import pytest
 
 from isolation_support import EngineRun, require_bwrap
 
-from trainyard.engine.status import Status
-from trainyard.runner.cgroups import CgroupUnavailable, cgroup_root
+from trainyard.status import Status
+from trainyard.linux.cgroups import CgroupUnavailable, cgroup_root
 
 GREEDY = """
 workflow:

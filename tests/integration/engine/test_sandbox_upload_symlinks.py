@@ -19,7 +19,7 @@ import pytest
 
 from isolation_support import EngineRun, require_bwrap
 
-from trainyard.engine.status import WorkflowStatus
+from trainyard.status import WorkflowStatus
 
 SPEC = """
 workflow:

@@ -15,7 +15,7 @@ import pytest
 
 from isolation_support import EngineRun, require_bwrap
 
-from trainyard.engine.status import ExitCode, Status, WorkflowStatus
+from trainyard.status import ExitCode, Status, WorkflowStatus
 
 SPEC = """
 workflow:

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from slurm_cluster_support import SPECS, EngineRunner
 
-from trainyard.engine.status import WorkflowStatus
+from trainyard.status import WorkflowStatus
 from trainyard.errors import SpecError
 
 pytest_plugins = ["slurm_fixtures"]

@@ -16,7 +16,7 @@ from trainyard import spec
 from trainyard.backends.slurm import SlurmBackend
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.engine.status import Status
+from trainyard.status import Status
 from trainyard.pools import Pool
 from trainyard.store import Store
 

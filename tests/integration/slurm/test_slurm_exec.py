@@ -19,9 +19,11 @@ import httpx
 from slurm_cluster_support import EngineRunner
 
 from trainyard.backends.base import TaskKey
-from trainyard.cli.workflow_interactive import (_command_argv, _command_env, _copy_in, _copy_out,
-                                               _serve_forward)
-from trainyard.engine.status import Status
+from trainyard.cli.rsync_copy import _copy_in, _copy_out
+from trainyard.cli.task_entry import command_argv as _command_argv
+from trainyard.cli.task_entry import command_env as _command_env
+from trainyard.cli.workflow_interactive import _serve_forward
+from trainyard.status import Status
 from trainyard.errors import RefusedError
 
 pytest_plugins = ["slurm_fixtures"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from slurm_cluster_support import EngineRunner
 
-from trainyard.engine.status import Status, WorkflowStatus
+from trainyard.status import Status, WorkflowStatus
 from trainyard.pools import Pool
 from trainyard.server.service import _task_json
 

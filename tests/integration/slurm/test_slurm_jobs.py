@@ -13,7 +13,7 @@ import psutil
 import pytest
 from slurm_cluster_support import EngineRunner
 
-from trainyard.engine.status import Status
+from trainyard.status import Status
 from trainyard.pools import Pool
 
 pytest_plugins = ["slurm_fixtures"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from slurm_cluster_support import EngineRunner
 
-from trainyard.engine.status import Status
+from trainyard.status import Status
 from trainyard.server.auth import User
 from trainyard.server.service import Service
 

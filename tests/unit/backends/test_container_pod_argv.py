@@ -280,7 +280,7 @@ def test_the_image_user_is_read_from_its_passwd_and_group(tmp_path: Path) -> Non
 
 
 def test_the_layers_map_is_root_to_nobody_and_the_others_to_the_range() -> None:
-    from trainyard.runner.safefs import _id_map
+    from trainyard.linux.safefs import _id_map
 
     assert _id_map(65534, True, 300000) == "0 65534 1\n1 300000 65535\n"
     assert _id_map(65534, True).startswith("0 65534 1\n65534 0 1\n")  # unchanged without

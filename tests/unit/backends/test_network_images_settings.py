@@ -18,12 +18,12 @@ from trainyard.backends.images import image_note, runtime_for
 from trainyard.backends.local import Isolation, LocalBackend
 from trainyard.backends.sandbox import hosts_file_text
 from trainyard.backends.netns import EGRESS_ADDRESS, GroupNetwork, pasta_argv
-from trainyard.engine.status import ExitCode
+from trainyard.status import ExitCode
 from trainyard.errors import ConfigError
 from trainyard.pools import Pool, default_local_pool, load_pools
 from trainyard.runner.main import Runner
 from trainyard.runner.report import read_events
-from trainyard.runner.spec import TaskRun
+from trainyard.runfile import TaskRun
 
 
 # ---------------------------------------------------------------- pasta

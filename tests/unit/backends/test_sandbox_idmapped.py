@@ -13,7 +13,7 @@ import pytest
 from trainyard.backends import sandbox
 from trainyard.backends.sandbox import (IDMAPPED, SandboxPlan, bwrap_argv, clear_links,
                                        idmapped_covers, overlays)
-from trainyard.runner.safefs import _id_map
+from trainyard.linux.safefs import _id_map
 
 
 @pytest.fixture(autouse=True)

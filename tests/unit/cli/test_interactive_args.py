@@ -6,7 +6,8 @@ import pytest
 import typer
 
 from trainyard.cli.main import expand_multi_value_flags
-from trainyard.cli.workflow_interactive import parse_port, split_task_path
+from trainyard.cli.rsync_copy import split_task_path
+from trainyard.cli.workflow_interactive import parse_port
 
 
 @pytest.mark.parametrize(("text", "ports"), [("8888", (8888, 8888)), ("18888:8888", (18888, 8888))])

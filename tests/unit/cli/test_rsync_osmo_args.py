@@ -12,7 +12,7 @@ import pytest
 import typer
 
 from trainyard.cli.rsync_daemon import log_path, snapshot
-from trainyard.cli.workflow_interactive import RsyncRequest, parse_rsync_args
+from trainyard.cli.rsync_copy import RsyncRequest, parse_rsync_args
 
 
 def test_osmo_form_uploads_to_the_default_task_and_the_folder_lands_inside() -> None:

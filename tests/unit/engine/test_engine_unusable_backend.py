@@ -10,7 +10,7 @@ from pathlib import Path
 
 from trainyard.backends.base import Backend
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.engine.status import Status
+from trainyard.status import Status
 from trainyard.errors import ConfigError
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import WorkflowSpec

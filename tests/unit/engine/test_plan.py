@@ -6,7 +6,7 @@ import pytest
 from machine_support import group, solo, task, workflow
 
 from trainyard.engine.plan import build_state, group_upstreams, topological_groups
-from trainyard.engine.status import Status, WorkflowStatus
+from trainyard.status import Status, WorkflowStatus
 from trainyard.errors import SpecError
 from trainyard.spec.models import ExitAction, TaskInput
 

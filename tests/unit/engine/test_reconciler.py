@@ -11,7 +11,7 @@ from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.fake import FakeBackend, Outcome
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.engine.serialize import state_from_dict
-from trainyard.engine.status import Status, WorkflowStatus
+from trainyard.status import Status, WorkflowStatus
 from trainyard.errors import RefusedError
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import WorkflowSpec

@@ -10,7 +10,7 @@ from pathlib import Path
 from trainyard.backends.base import TaskLaunch
 from trainyard.backends.fake import FakeBackend
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.engine.status import Status, WorkflowStatus
+from trainyard.status import Status, WorkflowStatus
 from trainyard.errors import BackendError
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import WorkflowSpec

@@ -17,7 +17,7 @@ import pytest
 
 from trainyard.backends.fake import FakeBackend, Outcome
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.engine.status import Status
+from trainyard.status import Status
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import Store

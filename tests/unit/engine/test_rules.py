@@ -8,7 +8,7 @@ import copy
 import pytest
 from machine_support import fold, group, solo, submitted, task, workflow
 
-from trainyard.engine import machine, rules
+from trainyard.engine import rules
 from trainyard.engine.machine import (
     CancelRequested,
     Event,
@@ -30,7 +30,7 @@ from trainyard.engine.machine import (
 )
 from trainyard.engine.plan import build_state
 from trainyard.engine.rules import IllegalTransition, check_move, transition
-from trainyard.engine.status import Status, WorkflowStatus
+from trainyard.status import Status, WorkflowStatus
 from trainyard.errors import NotFoundError
 from trainyard.spec.models import ExitAction, WorkflowSpec
 
@@ -562,13 +562,6 @@ def test_tables_never_leave_a_terminal_status() -> None:
     for table in (rules.TASK_TRANSITIONS, rules.GROUP_TRANSITIONS, rules.WORKFLOW_TRANSITIONS):
         assert not any(status.is_terminal() for status in table)
     assert S.RESCHEDULED not in set().union(*rules.GROUP_TRANSITIONS.values())
-
-
-def test_machine_transition_delegates_to_the_rules() -> None:
-    state = build_state("wf-1", workflow(solo("a")), max_retries=3, now_s=0.0)
-    assert machine.transition(state, Submitted(time_s=1.0)) == transition(
-        state, Submitted(time_s=1.0)
-    )
 
 
 # --------------------------------------------------------------------------- before the barrier

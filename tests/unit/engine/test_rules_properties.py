@@ -45,7 +45,7 @@ from trainyard.engine.rules import (
     check_move,
     transition,
 )
-from trainyard.engine.status import Status
+from trainyard.status import Status
 from trainyard.spec.models import ExitAction, GroupSpec, WorkflowSpec
 
 S = Status

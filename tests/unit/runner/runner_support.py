@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from trainyard.runner.data import FsspecData
+from trainyard.data.runnerhook import FsspecData
 from trainyard.runner.main import Runner
 from trainyard.runner.report import read_events
-from trainyard.runner.spec import TaskRun
+from trainyard.runfile import TaskRun
 
 MakeRun = Callable[..., TaskRun]
 

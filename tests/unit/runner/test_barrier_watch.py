@@ -13,7 +13,7 @@ import pytest
 
 from trainyard.runner import barrier as barrier_mod
 from trainyard.runner.barrier import mark_ready, wait_for_group
-from trainyard.runner.spec import Barrier
+from trainyard.runfile import Barrier
 
 
 def _barrier(folder: Path, poll_interval_s: float = 5.0, timeout_s: float = 60) -> Barrier:

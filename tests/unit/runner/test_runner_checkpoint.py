@@ -10,8 +10,8 @@ import pytest
 
 from runner_support import MakeRun, execute, log_text
 from trainyard.runner.checkpoint import Checkpointer
-from trainyard.runner.data import FsspecData
-from trainyard.runner.spec import RunCheckpoint
+from trainyard.data.runnerhook import FsspecData
+from trainyard.runfile import RunCheckpoint
 
 SIZE = 8 * 1024 * 1024
 

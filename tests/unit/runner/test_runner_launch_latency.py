@@ -10,7 +10,7 @@ from pathlib import Path
 from runner_support import MakeRun, execute
 
 from trainyard.runner.barrier import mark_ready, wait_for_group
-from trainyard.runner.spec import Barrier
+from trainyard.runfile import Barrier
 
 
 def test_barrier_passes_soon_after_the_last_mark_not_a_whole_poll_interval_later(

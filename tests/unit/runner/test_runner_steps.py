@@ -228,7 +228,7 @@ def test_module_entry_point_exit_code(make_run: MakeRun) -> None:
 
 def test_data_layer_hook_is_used_when_offered(monkeypatch: pytest.MonkeyPatch) -> None:
     import trainyard.data
-    from trainyard.runner.data import FsspecData, load_data_hook
+    from trainyard.data.runnerhook import FsspecData, load_data_hook
 
     class Marked(FsspecData):
         def __init__(self, log: object) -> None:

@@ -1,4 +1,4 @@
-"""The runner's side of the task's user namespace (``runner.userns``): where the handshake's
+"""The runner's side of the task's user namespace (``linux.userns``): where the handshake's
 descriptors go, and giving folders to the task's host uid without following links."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.runner.userns import give_to_task, give_tree, insert_fds
+from trainyard.linux.userns import give_to_task, give_tree, insert_fds
 
 
 def test_the_descriptors_go_before_bwraps_end() -> None:
@@ -41,7 +41,7 @@ def test_folders_are_given_following_no_link(tmp_path: Path) -> None:
 
 def test_a_bwrap_that_ends_before_the_handshake_is_a_start_error(tmp_path: Path) -> None:
     from trainyard.runner.command import CommandProcess
-    from trainyard.runner.spec import UserNamespace
+    from trainyard.runfile import UserNamespace
 
     lines: list[str] = []
     argv = ["nsenter", "--", "sh", "-c", "exit 1", "--"]  # not bwrap: no child, ends
@@ -63,9 +63,9 @@ def test_bwrap_runs_as_the_tasks_host_uid_and_its_command_keeps_no_capability(
     the starting thread switched its own ids or an ``nsenter`` did; the caller is root again
     after, with its groups."""
     from trainyard.backends.sandbox import REMAP_ARGS
-    from trainyard.runner import thread_ids
-    from trainyard.runner.spec import UserNamespace
-    from trainyard.runner.userns import Handshake
+    from trainyard.linux import thread_ids
+    from trainyard.runfile import UserNamespace
+    from trainyard.linux.userns import Handshake
 
     if not thread_switch:
         monkeypatch.setattr(thread_ids, "available", lambda: False)
@@ -97,8 +97,8 @@ def test_bwrap_runs_as_the_tasks_host_uid_and_its_command_keeps_no_capability(
 
 
 def test_only_bwrap_or_nsenter_is_started_as_the_tasks_uid() -> None:
-    from trainyard.runner.spec import UserNamespace
-    from trainyard.runner.userns import Handshake
+    from trainyard.runfile import UserNamespace
+    from trainyard.linux.userns import Handshake
 
     shake = Handshake(UserNamespace(host_uid=65534, host_gid=65533, args_at=3))
     try:

@@ -119,7 +119,7 @@ POOL = "pools:\n  {name}:\n    backend: local\n    node_count: {nodes}\n"
 
 def test_pools_yaml_edits_apply_without_a_restart_and_a_bad_file_keeps_the_pools(
         tmp_path: Path) -> None:
-    from trainyard.pools import load_pool_file
+    from trainyard.backends.served import load_pool_file
 
     pools_file = tmp_path / "pools.yaml"
     _write_pools(pools_file, POOL.format(name="a", nodes=1))

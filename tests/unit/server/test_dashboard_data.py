@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from trainyard.engine import machine as m
-from trainyard.engine.status import Status
+from trainyard.status import Status
 from trainyard.server import dashboard
 from trainyard.store import Store
 

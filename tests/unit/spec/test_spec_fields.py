@@ -153,6 +153,7 @@ def test_good_file_paths(path: str) -> None:
 @pytest.mark.parametrize(("path", "reason"), [
     ("tmp/run.sh", "must be absolute; write it as /tmp/run.sh"),
     ("/trainyard/x", "reserves"), ("/trainyard", "reserves"), ("/tmp/../trainyard/x", "reserves"),
+    ("/dev/x", "inside /dev"), ("/proc/self/x", "inside /proc"), ("/sys/y", "inside /sys"),
     ("/tmp/", "names a folder"), ("/", "names a folder"),
 ])
 def test_bad_file_paths(path: str, reason: str) -> None:

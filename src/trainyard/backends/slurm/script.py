@@ -37,7 +37,7 @@ from pathlib import Path
 
 from trainyard.backends.base import TaskKey, TaskLaunch, TaskResources
 from trainyard.backends.slurm.options import SlurmOptions
-from trainyard.runner.spec import SandboxSettings, TaskRun
+from trainyard.runfile import SandboxSettings, TaskRun
 
 __all__ = ["SlurmBatchRequest", "SrunStep", "build_request", "job_dir_of", "HOSTS_ENV",
            "RUNNER_OUT", "SCRIPT_NAME"]

@@ -13,7 +13,7 @@ from slurm_support import Crash, FakeSlurm
 from trainyard import spec
 from trainyard.backends.slurm import SlurmBackend
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.engine.status import Status
+from trainyard.status import Status
 from trainyard.pools import NodeSpec, Pool
 from trainyard.runner.report import EventWriter
 from trainyard.store import Store

@@ -15,7 +15,7 @@ from slurm_support import WEIRD_HOME, WEIRD_PYTHON, check_golden, launches
 from trainyard.backends.base import TaskResources
 from trainyard.backends.slurm import SlurmOptions, build_request
 from trainyard.backends.slurm.script import HOSTS_ENV, SlurmBatchRequest
-from trainyard.runner.spec import TaskRun
+from trainyard.runfile import TaskRun
 
 GiB = 1024**3
 EVEN = TaskResources(cpu=2, gpu=1, memory_bytes=4 * GiB)

@@ -38,8 +38,8 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable
 
-from trainyard.runner import nsgate, thread_ids
-from trainyard.runner.spec import FreshPath, UserNamespace
+from trainyard.linux import nsgate, thread_ids
+from trainyard.runfile import FreshPath, UserNamespace
 
 __all__ = ["Handshake", "insert_fds", "give_to_task", "give_tree", "make_fresh"]
 
@@ -162,7 +162,7 @@ def _no_nested_userns(pid: int) -> None:
     creator's uid, root, it has every capability there) then ``sh`` writes the file. Spawned
     (``vfork`` + ``exec``), not forked: a ``fork`` of the launcher, which hosts runners as
     threads, cost ~2 ms plus the copy-on-write faults of its ~40 MB after it, per task.
-    Where the process has a gate (``runner.nsgate``, the launcher's), its child does it
+    Where the process has a gate (``linux.nsgate``, the launcher's), its child does it
     instead: no ``exec`` at all."""
     try:
         if nsgate.forbid_nested(pid):

@@ -243,7 +243,7 @@ class UserNamespace(_Model):
 
 
 class TaskLimits(BaseModel):
-    """What the task may use, enforced by a control group of its own (``runner.cgroups``),
+    """What the task may use, enforced by a control group of its own (``linux.cgroups``),
     as a pod's limits. 0 in a field: no limit for it.
 
     Attributes:
@@ -294,7 +294,7 @@ class SandboxSettings(_Model):
         env_file_shell: the runtime reads that file as shell text (apptainer): values are
             quoted; podman reads them verbatim.
         limits: the task's limits, set by the runner in a control group of its own
-            (``runner.cgroups``); None: none (a container runtime sets its own).
+            (``linux.cgroups``); None: none (a container runtime sets its own).
         env_defaults: variables written to that file first, which the task's own override
             (the image's ``ENV`` where podman runs a root of the runner's, ``--rootfs``).
         start_error: the backend found that the task cannot start (e.g. its image is not
@@ -339,7 +339,7 @@ class SandboxSettings(_Model):
     def host_split(self, path: str) -> tuple[str, str]:
         """``host_path`` as (the host folder of the longest matching ``mounts`` entry, the
         rest of ``path`` below it, relative); ``("/", path)`` without a match. The task may
-        have made symlinks below the host folder, never above it (see ``runner.safefs``)."""
+        have made symlinks below the host folder, never above it (see ``linux.safefs``)."""
         best = self._mount_of(path)
         if not best:
             return "/", path.lstrip("/")

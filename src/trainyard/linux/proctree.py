@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import psutil
 
-from trainyard.runner.libc import libc as c_library
+from trainyard.linux.libc import libc as c_library
 
 __all__ = [
     "same_process",

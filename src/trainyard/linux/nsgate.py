@@ -1,5 +1,5 @@
 """A small helper process that sets ``user.max_user_namespaces`` to 0 in a task's user
-namespace (``runner.userns``: no nested user namespaces), for a threaded process that hosts
+namespace (``linux.userns``: no nested user namespaces), for a threaded process that hosts
 runners (the local backend's launcher).
 
 Why: that sysctl belongs to the user namespace of the process that opens it, and only a

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 
 from trainyard.errors import DataError
-from trainyard.runner.safefs import files_inside, no_links_path
-from trainyard.runner.spec import RunInput, RunOutput
+from trainyard.linux.safefs import files_inside, no_links_path
+from trainyard.runfile import RunInput, RunOutput
 
 __all__ = ["DataHook", "FsspecData", "UploadState", "load_data_hook", "file_filter"]
 

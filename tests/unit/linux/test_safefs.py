@@ -1,4 +1,4 @@
-"""``runner.safefs.write_inside``: files land below the task's folder, through no symlink."""
+"""``linux.safefs.write_inside``: files land below the task's folder, through no symlink."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.runner.safefs import SymlinkRefused, write_inside
+from trainyard.linux.safefs import SymlinkRefused, write_inside
 
 
 def test_writes_making_folders_with_mode(tmp_path: Path) -> None:
@@ -39,7 +39,7 @@ def test_dot_dot_and_empty_paths_are_refused(tmp_path: Path) -> None:
 
 
 def test_files_inside_keeps_inner_links_and_skips_links_out(tmp_path: Path) -> None:
-    from trainyard.runner.safefs import files_inside
+    from trainyard.linux.safefs import files_inside
 
     out, host = tmp_path / "out", tmp_path / "host"
     out.mkdir()
@@ -59,7 +59,7 @@ def test_files_inside_keeps_inner_links_and_skips_links_out(tmp_path: Path) -> N
 
 
 def test_open_no_links_refuses_a_component_swapped_for_a_link(tmp_path: Path) -> None:
-    from trainyard.runner.safefs import open_no_links
+    from trainyard.linux.safefs import open_no_links
 
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "f").write_text("ok\n")

@@ -1,4 +1,4 @@
-"""``runner.thread_ids.as_ids``: one thread starts a program as another uid while the
+"""``linux.thread_ids.as_ids``: one thread starts a program as another uid while the
 process's other threads stay root, and the thread is root again after (the launcher starts
 each task's bwrap so, from a runner thread among many)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.runner import thread_ids
+from trainyard.linux import thread_ids
 
 pytestmark = pytest.mark.skipif(not thread_ids.available(),
                                 reason="switching a thread's ids needs root on x86-64 or arm64")

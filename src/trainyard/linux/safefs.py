@@ -32,8 +32,8 @@ import stat
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from trainyard.runner.libc import libc as c_library
-from trainyard.runner.spec import OverlayMount
+from trainyard.linux.libc import libc as c_library
+from trainyard.runfile import OverlayMount
 
 __all__ = ["write_inside", "mount_overlays", "SymlinkRefused", "files_inside", "open_no_links",
            "no_links_path"]

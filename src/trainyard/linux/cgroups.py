@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainyard.runner.spec import TaskLimits
+from trainyard.runfile import TaskLimits
 
 __all__ = ["TaskCgroup", "CgroupUnavailable", "cgroup_root"]
 

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from trainyard.runner import proctree
+from trainyard.linux import proctree
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

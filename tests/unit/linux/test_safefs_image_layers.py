@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.runner.safefs import mount_overlays
-from trainyard.runner.spec import OverlayMount
+from trainyard.linux.safefs import mount_overlays
+from trainyard.runfile import OverlayMount
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="overlayfs and idmapped mounts need root")
 

@@ -1,4 +1,4 @@
-"""``runner.userns.make_fresh``: the folders and files a task gets empty and as its own
+"""``linux.userns.make_fresh``: the folders and files a task gets empty and as its own
 (apt's download folders and logs, its ``apt.conf.d`` setting), made by the runner as root
 following no symlink the task left; an earlier attempt's (RESTART) is kept."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.runner.spec import FreshPath
-from trainyard.runner.userns import make_fresh
+from trainyard.runfile import FreshPath
+from trainyard.linux.userns import make_fresh
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="gives files to another uid (chown)")
 

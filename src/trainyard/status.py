@@ -7,9 +7,11 @@ backends report facts, never statuses.
 
 from __future__ import annotations
 
+import signal
 from enum import IntEnum, StrEnum
 
-__all__ = ["Status", "WorkflowStatus", "ExitCode", "TERMINAL", "FAILED_STATUSES"]
+__all__ = ["Status", "WorkflowStatus", "ExitCode", "TERMINAL", "FAILED_STATUSES",
+           "STOPPED_EXIT_CODE"]
 
 
 class Status(StrEnum):
@@ -88,3 +90,7 @@ class ExitCode(IntEnum):
     START_TIMEOUT = 3005
     PREEMPTED = 3006
     UNKNOWN = 4000
+
+
+STOPPED_EXIT_CODE = 128 + signal.SIGTERM
+"""What an attempt stopped on purpose (cancel, preemption) reports: a command killed by SIGTERM."""

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.runner.test_safefs_image_layers import in_own_namespace
-from trainyard.runner.safefs import mount_overlays
-from trainyard.runner.spec import OverlayMount
+from tests.unit.linux.test_safefs_image_layers import in_own_namespace
+from trainyard.linux.safefs import mount_overlays
+from trainyard.runfile import OverlayMount
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="overlayfs and idmapped mounts need root")
 

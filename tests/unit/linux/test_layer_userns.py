@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from trainyard.runner import safefs
+from trainyard.linux import safefs
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="mapping a user namespace to 65534 needs root")

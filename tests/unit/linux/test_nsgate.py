@@ -1,4 +1,4 @@
-"""``runner.nsgate``: the launcher's helper that forbids nested user namespaces in a task's
+"""``linux.nsgate``: the launcher's helper that forbids nested user namespaces in a task's
 user namespace without an ``exec`` per task (issue 11, throughput), with a real user
 namespace (``unshare -U -r``: root mapped, as bwrap maps it)."""
 
@@ -16,7 +16,7 @@ import psutil
 
 import pytest
 
-from trainyard.runner import nsgate
+from trainyard.linux import nsgate
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="joining a user namespace needs root"),
@@ -118,7 +118,7 @@ def test_the_gate_ends_with_its_launcher_while_a_forked_child_lives() -> None:
     that started it ends, not when its last forked runner does."""
     code = (
         "import os, sys, time\n"
-        "from trainyard.runner import nsgate\n"
+        "from trainyard.linux import nsgate\n"
         "assert nsgate.start() is None\n"
         "child = os.fork()\n"
         "if child == 0:\n"

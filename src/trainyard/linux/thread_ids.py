@@ -1,7 +1,7 @@
 """Start a program as another uid from one thread of a threaded process, without a helper
 program and without forking (``as_ids``).
 
-The runner starts bwrap as the task's host uid (``runner.userns``). ``subprocess.Popen``'s
+The runner starts bwrap as the task's host uid (``linux.userns``). ``subprocess.Popen``'s
 ``user``/``group`` make CPython fork instead of ``vfork`` (~2.5 ms of CPU per task in the
 launcher), and ``nsenter --setuid`` is one more ``exec`` per task (~1 ms of CPU with its
 dynamic loading). Linux keeps credentials per thread (credentials(7), "the POSIX threads
@@ -27,7 +27,7 @@ import os
 import platform
 from collections.abc import Iterator
 
-from trainyard.runner.libc import libc as c_library
+from trainyard.linux.libc import libc as c_library
 
 __all__ = ["available", "as_ids"]
 

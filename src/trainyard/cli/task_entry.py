@@ -1,0 +1,45 @@
+"""Reaching a running task from the CLI: the server's ``entry`` of it, checked to be
+enterable from this machine, and the host command that runs a command inside it (the local
+backend's ``backends.enter``; ``srun --overlap`` on Slurm)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from trainyard.cli.client import Client
+from trainyard.errors import RefusedError
+
+__all__ = ["task_entry", "command_argv", "command_env"]
+
+
+def task_entry(workflow_id: str, task: str, retry_id: int | None) -> dict[str, Any]:
+    """The server's ``entry`` of the running task, checked to be enterable from here."""
+    params = {} if retry_id is None else {"retry_id": retry_id}
+    entry = Client().json("POST", f"/api/workflow/{workflow_id}/task/{task}/entry", params=params)
+    if entry.get("backend") == "local":
+        from trainyard.backends.enter import machine_id
+
+        if entry.get("machine") != machine_id():
+            raise RefusedError(f"task {task} runs on the server's machine, not this one; run "
+                               "this command there")
+    elif entry.get("backend") != "slurm":
+        raise RefusedError(f"task {task}: its backend ({entry.get('backend')}) cannot be entered")
+    return entry
+
+
+def command_argv(entry: dict[str, Any], command: list[str], tty: bool) -> list[str]:
+    """The host command that runs ``command`` in the task."""
+    if entry["backend"] == "slurm":
+        return ["srun", "--overlap", f"--jobid={entry['job_id']}", "--nodes=1", "--ntasks=1",
+                f"--nodelist={entry['node']}", *(["--pty"] if tty else []), *command]
+    from trainyard.backends.enter import enter_argv
+
+    return enter_argv(int(entry["pid"]), float(entry["created"]), command, tty=tty)
+
+
+def command_env(entry: dict[str, Any]) -> dict[str, str] | None:
+    """The environment of the host command: the pool's ``SLURM_CONF`` for srun."""
+    if entry["backend"] == "slurm" and entry.get("slurm_conf"):
+        return {**os.environ, "SLURM_CONF": str(entry["slurm_conf"])}
+    return None
