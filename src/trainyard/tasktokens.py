@@ -20,7 +20,7 @@ import os
 import secrets
 from pathlib import Path
 
-__all__ = ["PREFIX", "task_token", "token_workflow"]
+__all__ = ["PREFIX", "task_token", "token_workflow", "rotate_key"]
 
 PREFIX = "tyt1."
 _KEY_FILE = "task-token.key"
@@ -41,6 +41,20 @@ def _key(home: Path) -> bytes:
     with os.fdopen(fd, "wb") as handle:
         handle.write(secrets.token_bytes(32))
     return path.read_bytes()
+
+
+def rotate_key(home: Path) -> None:
+    """Replace the home's task-token key with a new random one (atomically: a reader sees
+    the old key or the new, whole), so that every task token made before is refused from
+    now on. For a home whose store was replaced (``engine.homestore``): the old store's
+    workflow ids may be given again, and its tasks' tokens must not name the new ones."""
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / _KEY_FILE
+    fresh = path.with_name(f"{_KEY_FILE}.{os.getpid()}.new")
+    fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(secrets.token_bytes(32))
+    os.replace(fresh, path)
 
 
 def _read_full(path: Path) -> bytes:

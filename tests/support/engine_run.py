@@ -36,15 +36,16 @@ def require_bwrap() -> None:
 class EngineRun:
     """The engine on a local pool (``options`` added to the default local pool's; ``images``
     as the pool's ``images:`` setting, e.g. ``{"*": "podman"}`` to run image tasks in
-    podman), stepped by a background thread."""
+    podman), on the store at ``url`` (default: SQLite in ``home``), stepped by a background
+    thread."""
 
-    def __init__(self, home: Path, images: Mapping[str, str] | None = None,
-                 **options: Any) -> None:
+    def __init__(self, home: Path, url: str | None = None,
+                 images: Mapping[str, str] | None = None, **options: Any) -> None:
         self.home = home
         base = default_local_pool()
         self.pool = Pool(name=base.name, nodes=base.nodes, images=dict(images or {}),
                          options={**base.options, "sandbox": "bwrap", **options})
-        self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home,
+        self.engine = Engine(Store(url or f"sqlite:///{home / 'db.sqlite'}"), home,
                              pools={self.pool.name: self.pool})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.engine.run_forever, args=(self._stop,),

@@ -52,6 +52,7 @@ from typing import Any
 from trainyard import backends
 from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLaunch
 from trainyard.backends.facts import ENDING as _ENDING
+from trainyard.engine import homestore
 from trainyard.engine import machine as m
 from trainyard.engine import retention, rules
 from trainyard.engine.launch import InputUnavailable, LaunchContext, build_launches
@@ -197,6 +198,7 @@ class Engine:
         self._changed = threading.Condition()
         self._changes = 0  # how many times _flush stored changed states
         self._reasons_due_s = 0.0  # time.monotonic() of the next _note_waiting
+        homestore.bind_home(home, store)  # before anything of the home is used (issue 24)
         self._resume()
 
     # ------------------------------------------------------------------ public API

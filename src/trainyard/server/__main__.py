@@ -50,6 +50,15 @@ def _tighten(home: "os.PathLike[str]") -> None:
         os.chmod(home, 0o700)
 
 
+def take_database_url() -> str:
+    """The store's URL (``database_url``), taken out of this process's environment, so that
+    no process the server starts (launcher, runners, ``sbatch`` with its default
+    ``--export=ALL``) inherits it: a PostgreSQL URL holds the database's password."""
+    url = database_url()
+    os.environ.pop("TRAINYARD_DATABASE_URL", None)
+    return url
+
+
 def database_url() -> str:
     """The store's URL: ``$TRAINYARD_DATABASE_URL``, else SQLite under the home."""
     from trainyard.store import default_url
@@ -84,10 +93,11 @@ def build_app(url: str | None = None):  # noqa: ANN201 - FastAPI app
     return create_app(service, TokenRegistry(home, service.task_token_owner))
 
 
-def _take_locks() -> list[HeldLock]:
-    """The home's lock, then the store's (each waits a moment for a CLI that peeks)."""
+def _take_locks(url: str) -> list[HeldLock]:
+    """The home's lock, then the lock of the store at ``url`` (each waits a moment for a
+    CLI that peeks)."""
     locks: list[HeldLock] = [take_home_lock(trainyard_home())]
-    store_lock = acquire_store_lock(database_url(), wait_s=2.0)
+    store_lock = acquire_store_lock(url, wait_s=2.0)
     if store_lock is not None:
         locks.append(store_lock)
     return locks
@@ -152,9 +162,10 @@ def main(argv: list[str] | None = None) -> None:
     private_process()
     home = trainyard_home()
     try:
-        locks = _take_locks()
+        url = take_database_url()
+        locks = _take_locks(url)
         _tighten(home)
-        app = build_app()
+        app = build_app(url)
     except TrainyardError as exc:
         record_failure(home, exc)
         print(f"error: {exc}", file=sys.stderr, flush=True)

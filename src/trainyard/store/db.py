@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,16 +28,24 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    false,
     func,
     select,
+    text,
+    update,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from trainyard.errors import NotFoundError, StoreError
+from trainyard.errors import NotFoundError, RefusedError, StoreError
+from trainyard.store.lock import NO_DRIVER, PG_LOCK_KEY, shown_url, with_driver
 
 __all__ = ["Store", "WorkflowRecord", "AppRecord", "default_url"]
+
+PG_WRITER_KEY = PG_LOCK_KEY + 1
+"""The PostgreSQL transaction advisory lock that serializes the transactions which number
+things (a workflow's id and ``seq``, an app's version) and the creation of the schema."""
 
 
 class _Base(DeclarativeBase):
@@ -65,6 +74,15 @@ class _Counter(_Base):
 
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     next_number: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class _Meta(_Base):
+    """Facts about the store itself (``identity``), one row each."""
+
+    __tablename__ = "store_meta"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    value: Mapped[str] = mapped_column(String(200))
 
 
 class _App(_Base):
@@ -155,6 +173,28 @@ def _damaged_message(url: str, detail: str) -> str:
             f"`sqlite3 {moved} .recover` may save its rows")
 
 
+def _make_engine(url: str) -> Any:  # noqa: ANN401 - sqlalchemy's Engine
+    """The SQLAlchemy engine of the store at ``url`` (``postgresql://`` gets the psycopg
+    driver). A PostgreSQL engine checks each pooled connection before a transaction uses it
+    (``pool_pre_ping``), so that a database restarted under a running server costs the next
+    transaction a reconnect, not an error.
+
+    Raises:
+        StoreError: the URL names a driver that is not installed (psycopg: the message says
+            what to install) or cannot be parsed.
+    """
+    try:
+        engine = create_engine(with_driver(url), future=True,
+                               pool_pre_ping=not url.startswith("sqlite"))
+    except ImportError as exc:
+        raise StoreError(f"{NO_DRIVER}: {exc}") from exc
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot open the store at {shown_url(url)}: {exc}") from exc
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
 def _to_record(row: _Workflow) -> WorkflowRecord:
     return WorkflowRecord(
         id=row.id,
@@ -191,16 +231,55 @@ class Store:
         self.damaged: str | None = None
         """Why the store cannot be trusted, once a transaction found it damaged; from then
         on every transaction is refused (StoreError) without touching the file."""
-        self._engine = create_engine(url, future=True)
-        if url.startswith("sqlite"):
-            event.listen(self._engine, "connect", _sqlite_pragmas)
+        self._engine = _make_engine(url)
+        self.dialect: str = self._engine.dialect.name
+        """``sqlite`` or ``postgresql`` (or another SQLAlchemy dialect's name)."""
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
         try:
-            _Base.metadata.create_all(self._engine)
+            with self._engine.begin() as conn:
+                if self.dialect == "postgresql":  # two servers starting at once
+                    self._serialize_writers(conn)
+                _Base.metadata.create_all(conn)
         except SQLAlchemyError as exc:
             if _is_damage(exc):
                 raise StoreError(_damaged_message(url, str(getattr(exc, "orig", exc)))) from exc
-            raise StoreError(f"cannot open the store at {url}: {exc}") from exc
+            raise StoreError(f"cannot open the store at {shown_url(url)}: {exc}") from exc
+        self._identity: str | None = None
+
+    @property
+    def identity(self) -> str:
+        """This store's own random name (32 hex digits), made (and stored) the first time
+        it is asked and kept for the store's life: a store moved aside and made anew, or a
+        new database, has another. What the home keeps per store (task-token key, run
+        folders) is bound to it (``engine.homestore``). Read once per Store object; not at
+        open, so that a damaged store still opens and ``verify`` says what is wrong.
+
+        Raises:
+            StoreError: as any transaction.
+        """
+        if self._identity is None:
+            with self._tx() as session:
+                self._serialize_writers(session)
+                row = session.get(_Meta, "identity")
+                if row is None:
+                    row = _Meta(key="identity", value=uuid.uuid4().hex)
+                    session.add(row)
+                self._identity = row.value
+        return self._identity
+
+    def _serialize_writers(self, conn: Session | Any) -> None:  # noqa: ANN401 - a Connection
+        """Make the transaction of ``conn`` the only one that numbers things (ids, ``seq``,
+        app versions) until it ends, so that two at once never pick the same number.
+
+        PostgreSQL: a transaction advisory lock (``pg_advisory_xact_lock``), released at
+        commit or rollback. SQLite: a write that matches no row, which takes the database's
+        write lock at once (``busy_timeout`` waits for it) instead of at the transaction's
+        first real write, after its reads.
+        """
+        if self.dialect == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_WRITER_KEY})
+        elif self.dialect == "sqlite":
+            conn.execute(update(_Counter).where(false()).values(next_number=0))
 
     def verify(self) -> None:
         """Check that the store can be trusted before an engine writes to it (SQLite's
@@ -210,7 +289,7 @@ class Store:
         Raises:
             StoreError: the store is damaged; the message names the file and what to do.
         """
-        if not self.url.startswith("sqlite"):
+        if self.dialect != "sqlite":
             return
         try:
             with self._engine.connect() as conn:
@@ -236,6 +315,8 @@ class Store:
     # ------------------------------------------------------------------ workflows
 
     def next_workflow_id(self, session: Session, name: str) -> tuple[str, int]:
+        """Take the next id (``NAME-N``) and ``seq`` in ``session``'s transaction, which
+        must have called ``_serialize_writers`` first."""
         counter = session.get(_Counter, name)
         if counter is None:
             counter = _Counter(name=name, next_number=1)
@@ -268,6 +349,7 @@ class Store:
         (OSMO's ``NAME-N``) is known; if it raises, nothing is stored.
         """
         with self._tx() as session:
+            self._serialize_writers(session)
             workflow_id, seq = self.next_workflow_id(session, name)
             status, state = make_state(workflow_id)
             row = _Workflow(
@@ -342,6 +424,15 @@ class Store:
             done = session.execute(delete(_Workflow).where(_Workflow.id.in_(workflow_ids)))
             return int(done.rowcount or 0)
 
+    def known_workflow_ids(self, workflow_ids: list[str]) -> set[str]:
+        """Those of ``workflow_ids`` that this store holds (asked 500 at a time)."""
+        known: set[str] = set()
+        for start in range(0, len(workflow_ids), 500):
+            chunk = workflow_ids[start:start + 500]
+            with self._tx() as session:
+                known.update(session.scalars(select(_Workflow.id).where(_Workflow.id.in_(chunk))))
+        return known
+
     def workflow_end_times(self, workflow_ids: list[str]) -> dict[str, tuple[str, float | None]]:
         """``{id: (submitted_by, end_time_s)}`` of those of ``workflow_ids`` that exist (no
         state loaded: cheap for the retention sweep)."""
@@ -405,8 +496,18 @@ class Store:
     # ------------------------------------------------------------------ apps
 
     def create_app(self, name: str, owner: str, spec_text: str, files: dict[str, str]) -> AppRecord:
-        """Add a new version of app ``name`` (version 1 for a new name)."""
+        """Add a new version of app ``name`` (version 1 for a new name).
+
+        Raises:
+            RefusedError: ``name`` or ``owner`` is longer than the column (200 characters),
+                or a text holds a NUL character (PostgreSQL stores none): refused the same
+                way on every database, before the transaction.
+        """
+        _storable("app name", name, NAME_CHARS)
+        _storable("app owner", owner, NAME_CHARS)
+        _storable("app spec", spec_text, None)
         with self._tx() as session:
+            self._serialize_writers(session)
             latest = session.scalar(select(func.max(_App.version)).where(_App.name == name))
             row = _App(name=name, version=(latest or 0) + 1, owner=owner, spec_text=spec_text,
                        files=files, create_time_s=time.time(), deleted=0)
@@ -444,6 +545,20 @@ class Store:
             for row in rows:
                 row.deleted = 1
             return len(rows)
+
+
+NAME_CHARS = 200
+"""The length of the store's name columns (``String(200)``): PostgreSQL refuses longer
+values, SQLite would keep them."""
+
+
+def _storable(what: str, value: str, max_chars: int | None) -> None:
+    """Refuse (RefusedError) a text that one of the databases would not store as given."""
+    if "\x00" in value:
+        raise RefusedError(f"{what} {value[:40]!r} holds a NUL character; remove it")
+    if max_chars is not None and len(value) > max_chars:
+        raise RefusedError(f"{what} {value[:40]!r}... is {len(value)} characters long; "
+                           f"at most {max_chars}")
 
 
 def _labels_match(have: dict[str, str], want: dict[str, str]) -> bool:

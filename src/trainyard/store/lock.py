@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,11 +35,40 @@ def make_url(url: str) -> Any:  # noqa: ANN401 - sqlalchemy's URL
 
     return parse(url)
 
-__all__ = ["FileLock", "HeldLock", "flock_within", "holder", "store_lock_path", "acquire_store_lock",
-           "PG_LOCK_KEY"]
+__all__ = ["FileLock", "HeldLock", "flock_within", "holder", "store_lock_path",
+           "acquire_store_lock", "PG_LOCK_KEY", "NO_DRIVER", "PgLock", "with_driver",
+           "shown_url"]
 
 PG_LOCK_KEY = 0x7472_6179  # "tray": the advisory lock key of a trainyard engine
 """The key of the PostgreSQL session advisory lock one engine holds on its store."""
+
+NO_DRIVER = ("a PostgreSQL store needs the psycopg driver: pip install 'trainyard[postgres]' "
+             "(or 'psycopg[binary]')")
+"""The start of the StoreError raised when psycopg is not installed."""
+
+PG_DRIVER = "postgresql+psycopg"
+"""The SQLAlchemy dialect and driver of a PostgreSQL store: psycopg 3 (the ``postgres``
+extra). SQLAlchemy's default for ``postgresql://`` is psycopg2, which trainyard does not use."""
+
+
+def with_driver(url: str) -> str:
+    """``url`` with trainyard's PostgreSQL driver named: ``postgresql://...`` and
+    ``postgres://...`` (as libpq and most hosting services write it) become
+    ``postgresql+psycopg://...``; any other URL, a driver already named included, is
+    returned unchanged."""
+    parsed = make_url(url.replace("postgres://", "postgresql://", 1)
+                      if url.startswith("postgres://") else url)
+    if parsed.drivername != "postgresql":
+        return url
+    return parsed.set(drivername=PG_DRIVER).render_as_string(hide_password=False)
+
+
+def shown_url(url: str) -> str:
+    """``url`` as it may be printed or logged: its password masked."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparsable URL: show none of it
+        return "<unparsable database URL>"
 
 
 def flock_within(fd: int, wait_s: float, poll_s: float = 0.05) -> bool:
@@ -159,45 +189,122 @@ def store_lock_path(url: str) -> Path | None:
     return Path(database).with_name(Path(database).name + ".lock")
 
 
-class _PgLock:
-    """A PostgreSQL session advisory lock on a connection kept open."""
+PG_LOCK_CHECK_S = 10.0
+"""Seconds between two checks that an engine still holds its PostgreSQL lock."""
 
-    def __init__(self, connection: Any) -> None:
+_KEEPALIVE_SQL = ("SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; "
+                  "SET tcp_keepalives_count = 3")
+"""Server-side TCP keepalives of the lock's session (PostgreSQL docs, "Connection
+Settings"): when the holder's machine vanishes without closing the connection (a node
+lost), the server drops the session, and so the lock, within about a minute instead of the
+system's default two hours, so that the replacing server can start. Ignored on a Unix
+socket."""
+
+_HELD_SQL = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+             "AND pid = pg_backend_pid() AND classid = 0 AND objid = :k AND objsubid = 1")
+
+
+def _stop_this_process(reason: str) -> None:
+    """What an engine does when its store's lock is lost: it may no longer write, so it
+    stops (SIGTERM to itself: the server shuts down as on ``server stop``)."""
+    import logging
+    import signal
+
+    logging.getLogger(__name__).critical("%s; stopping this server", reason)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+class PgLock:
+    """A PostgreSQL session advisory lock on a connection kept open, checked every
+    ``check_interval_s`` by a daemon thread: the check keeps the connection from looking
+    idle (to proxies and ``idle_session_timeout``), and when the session is gone (the
+    database restarted, the connection cut), the lock is gone with it and
+    ``on_lost(reason)`` is called once (default: this process stops, since another engine
+    may take the store now)."""
+
+    def __init__(self, connection: Any, *, check_interval_s: float = PG_LOCK_CHECK_S,
+                 on_lost: Any = _stop_this_process) -> None:  # noqa: ANN401
         self._connection = connection
+        self._use = threading.Lock()  # one thread at a time on the connection
+        self._released = threading.Event()
+        self._thread = threading.Thread(target=self._watch, args=(check_interval_s, on_lost),
+                                        name="trainyard-store-lock", daemon=True)
+        self._thread.start()
+
+    def held(self) -> bool:
+        """Whether this session still holds the lock (False once released or cut)."""
+        from sqlalchemy import text
+
+        with self._use:
+            if self._released.is_set():
+                return False
+            try:
+                count = self._connection.execute(text(_HELD_SQL), {"k": PG_LOCK_KEY}).scalar()
+            except Exception:  # noqa: BLE001 - any failure of the session loses the lock
+                return False
+            return bool(count)
+
+    def _watch(self, interval_s: float, on_lost: Any) -> None:  # noqa: ANN401
+        while not self._released.wait(interval_s):
+            if not self.held() and not self._released.is_set():
+                on_lost("the store's PostgreSQL lock was lost (its connection ended)")
+                return
 
     def release(self) -> None:
-        with contextlib.suppress(Exception):
-            self._connection.close()
+        """Drop the lock (idempotent): close its connection."""
+        with self._use:
+            self._released.set()
+            with contextlib.suppress(Exception):
+                self._connection.close()
 
 
-def _pg_lock(url: str) -> _PgLock:
+_HOLDER_SQL = (
+    "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = :k "
+    "AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database "
+    "WHERE datname = current_database())")
+"""Who holds the engine lock of this database (a bigint key below 2**32 shows as classid 0,
+objid KEY, objsubid 1 in ``pg_locks``: PostgreSQL docs, "pg_locks")."""
+
+
+def _pg_lock(url: str, **checks: Any) -> PgLock:
+    """Take the engine's session advisory lock of the database at ``url`` on a connection of
+    its own, kept open (and so the lock held) until ``release`` or this process's end;
+    ``checks`` go to ``PgLock`` (``check_interval_s``, ``on_lost``).
+    Advisory locks belong to one database: engines on two databases of one server never
+    block each other."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.exc import SQLAlchemyError
     from sqlalchemy.pool import NullPool
 
     name = f"trainyard-engine pid {os.getpid()} on {socket.gethostname()}"
     try:
-        engine = create_engine(url, poolclass=NullPool,
+        engine = create_engine(with_driver(url), poolclass=NullPool,
                                connect_args={"application_name": name[:63]})
         conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        conn.exec_driver_sql(_KEEPALIVE_SQL)
         got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": PG_LOCK_KEY}).scalar()
         if got:
-            return _PgLock(conn)
-        who = conn.execute(text(
-            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-            "WHERE l.locktype = 'advisory' AND l.granted AND l.objid = :k"),
-            {"k": PG_LOCK_KEY}).scalar()
+            return PgLock(conn, **checks)
+        who = conn.execute(text(_HOLDER_SQL), {"k": PG_LOCK_KEY}).scalar()
         conn.close()
+    except ImportError as exc:
+        raise StoreError(f"{NO_DRIVER}: {exc}") from exc
     except SQLAlchemyError as exc:
-        raise StoreError(f"cannot take the engine lock of the store at {url}: {exc}") from exc
+        raise StoreError(f"cannot take the engine lock of the store at {shown_url(url)}: "
+                         f"{exc}") from exc
     raise EngineLockedError(
-        f"the store at {make_url(url).render_as_string(hide_password=True)} is in use by "
-        f"another trainyard server ({who or 'unknown holder'}, PostgreSQL advisory lock "
-        f"{PG_LOCK_KEY}); only one engine may drive a store. Stop that server first")
+        f"the store at {shown_url(url)} is in use by another trainyard server "
+        f"({who or 'unknown holder'}, PostgreSQL advisory lock {PG_LOCK_KEY}); only one "
+        "engine may drive a store. Stop that server first")
 
 
-def acquire_store_lock(url: str, *, wait_s: float = 0.0) -> HeldLock | None:
+def acquire_store_lock(url: str, *, wait_s: float = 0.0,
+                       check_interval_s: float = PG_LOCK_CHECK_S,
+                       on_lost: Any = None) -> HeldLock | None:  # noqa: ANN401
     """Take the one-engine lock of the store at ``url`` (before the engine touches it).
+    A PostgreSQL lock is checked every ``check_interval_s``; once lost, ``on_lost(reason)``
+    is called (default: this process stops with SIGTERM; see ``PgLock``).
 
     Returns:
         The held lock (keep it for the engine's life), or None for a store that needs none
@@ -213,4 +320,7 @@ def acquire_store_lock(url: str, *, wait_s: float = 0.0) -> HeldLock | None:
         return FileLock.acquire(path, what=f"the store {db}", wait_s=wait_s)
     if make_url(url).drivername.startswith("sqlite"):
         return None
-    return _pg_lock(url)
+    if on_lost is None:
+        return _pg_lock(url, check_interval_s=check_interval_s)
+    return _pg_lock(url, check_interval_s=check_interval_s, on_lost=on_lost)
+

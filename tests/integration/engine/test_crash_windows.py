@@ -94,7 +94,7 @@ else:
 
 pool = default_local_pool()
 pool = pool.model_copy(update={"options": {**pool.options, "sandbox": sys.argv[5]}})
-engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={pool.name: pool})
+engine = Engine(Store(sys.argv[6]), home, pools={pool.name: pool})
 doc = spec.load(text, pool=pool)
 record = engine.submit(Submission(spec=doc.workflow, spec_text=text, user="tester", pool=pool))
 print(record.id, flush=True)
@@ -165,12 +165,13 @@ def _pool(sandbox: str) -> Pool:
     return pool.model_copy(update={"options": {**pool.options, "sandbox": sandbox}})
 
 
-def _crash(home: Path, fault: str, text: str, sandbox: str = "auto") -> str:
-    """Phase 1: submit ``text`` in an engine process that SIGKILLs itself at ``fault``."""
+def _crash(home: Path, url: str, fault: str, text: str, sandbox: str = "auto") -> str:
+    """Phase 1: submit ``text`` in an engine process on the store at ``url`` that SIGKILLs
+    itself at ``fault`` (on PostgreSQL: with its transaction open, when the fault is in one)."""
     spec_file = home.parent / "spec.yaml"
     spec_file.write_text(text)
     done = subprocess.run([sys.executable, "-c", DRIVER, str(home), fault, str(spec_file),
-                           str(TIMEOUT_S), sandbox], capture_output=True, text=True,
+                           str(TIMEOUT_S), sandbox, url], capture_output=True, text=True,
                           timeout=TIMEOUT_S + 30, env=os.environ.copy())
     assert done.returncode == -9, f"exit {done.returncode}: {done.stderr[-2000:]}"
     return done.stdout.split()[0]
@@ -179,11 +180,10 @@ def _crash(home: Path, fault: str, text: str, sandbox: str = "auto") -> str:
 class _Engine:
     """Phase 2: a new engine on the same store, stepped by a background thread."""
 
-    def __init__(self, home: Path, sandbox: str = "auto") -> None:
+    def __init__(self, home: Path, url: str, sandbox: str = "auto") -> None:
         pool = _pool(sandbox)
         self.home = home
-        self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home,
-                             pools={pool.name: pool})
+        self.engine = Engine(Store(url), home, pools={pool.name: pool})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.engine.run_forever, args=(self._stop,),
                                         daemon=True)
@@ -211,24 +211,25 @@ def after(home: Path) -> Iterator[list[_Engine]]:
         engine.close()
 
 
-def _resume(home: Path, after: list[_Engine], sandbox: str = "auto") -> _Engine:
-    engine = _Engine(home, sandbox)
+def _resume(home: Path, url: str, after: list[_Engine], sandbox: str = "auto") -> _Engine:
+    engine = _Engine(home, url, sandbox)
     after.append(engine)
     return engine
 
 
 @pytest.mark.parametrize("fault", ["start-stored-not-made", "gang-half-started"])
-def test_a_gang_whose_start_was_cut_short_runs_each_task_once(home: Path, after: list[_Engine],
-                                                              fault: str) -> None:
-    wid = _crash(home, fault, GANG)
-    engine = _resume(home, after)
+def test_a_gang_whose_start_was_cut_short_runs_each_task_once(
+        home: Path, store_url: str, after: list[_Engine], fault: str) -> None:
+    wid = _crash(home, store_url, fault, GANG)
+    engine = _resume(home, store_url, after)
     assert engine.engine.wait(wid, TIMEOUT_S).status == WorkflowStatus.COMPLETED
     assert engine.runs(wid, "lead") == [0] and engine.runs(wid, "worker") == [0]
 
 
-def test_an_exit_read_but_not_stored_is_read_again(home: Path, after: list[_Engine]) -> None:
-    wid = _crash(home, "exit-read-not-stored", FAILS)
-    engine = _resume(home, after)
+def test_an_exit_read_but_not_stored_is_read_again(
+        home: Path, store_url: str, after: list[_Engine]) -> None:
+    wid = _crash(home, store_url, "exit-read-not-stored", FAILS)
+    engine = _resume(home, store_url, after)
     assert engine.engine.wait(wid, TIMEOUT_S).status == WorkflowStatus.FAILED
     task = engine.engine.state(wid).tasks["t"]
     assert (task.status, task.exit_code, task.retry_id) == (Status.FAILED, 3, 0)
@@ -236,9 +237,10 @@ def test_an_exit_read_but_not_stored_is_read_again(home: Path, after: list[_Engi
 
 
 @pytest.mark.parametrize("fault", ["retry-stored-not-started", "retry-started-not-stored"])
-def test_a_retry_cut_short_runs_once(home: Path, after: list[_Engine], fault: str) -> None:
-    wid = _crash(home, fault, RETRIED)
-    engine = _resume(home, after)
+def test_a_retry_cut_short_runs_once(
+        home: Path, store_url: str, after: list[_Engine], fault: str) -> None:
+    wid = _crash(home, store_url, fault, RETRIED)
+    engine = _resume(home, store_url, after)
     assert engine.engine.wait(wid, TIMEOUT_S).status == WorkflowStatus.COMPLETED
     task = engine.engine.state(wid).tasks["t"]
     assert (task.status, task.exit_code, task.retry_id) == (Status.COMPLETED, 0, 1)
@@ -255,15 +257,15 @@ def _event_time(run_dir: Path, kind: str) -> float:
 
 
 def test_a_retry_whose_peers_were_being_stopped_waits_for_them_after_a_restart(
-        home: Path, after: list[_Engine]) -> None:
+        home: Path, store_url: str, after: list[_Engine]) -> None:
     """The worker exits 7 (RESTART): its gang is stopped and restarted in place. The engine
     stores the new attempts, then dies as it is about to stop the lead. The new engine stops
     the lead's old attempt and must not start its next one (in the same sandbox) while the
     old one still runs."""
     # no bubblewrap: its sandbox would end the lead's shell on SIGTERM at once, and the lead
     # must take its time (the runner SIGKILLs it after its stop grace, 5 s)
-    wid = _crash(home, "retry-peers-stopping", STUBBORN, sandbox="none")
-    engine = _resume(home, after, sandbox="none")
+    wid = _crash(home, store_url, "retry-peers-stopping", STUBBORN, sandbox="none")
+    engine = _resume(home, store_url, after, sandbox="none")
     assert engine.engine.wait(wid, TIMEOUT_S).status == WorkflowStatus.COMPLETED
     assert engine.runs(wid, "worker") == [0, 1]
     # the lead's first command may have been stopped before it started: never twice

@@ -40,11 +40,11 @@ workflow:
 
 
 @pytest.fixture
-def run(tmp_path: Path) -> Iterator[EngineRun]:
+def run(tmp_path: Path, store_url: str) -> Iterator[EngineRun]:
     """The engine on the default local pool, its own sandbox setting (not forced to bwrap)."""
     home = tmp_path / "home dir"  # a space in every path
     home.mkdir()
-    made = EngineRun(home, sandbox="auto")  # the default pool's own choice
+    made = EngineRun(home, store_url, sandbox="auto")  # the default pool's own choice
     yield made
     made.close()
 

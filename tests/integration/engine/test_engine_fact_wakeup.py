@@ -43,14 +43,14 @@ workflow:
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[tuple[Engine, Pool]]:
+def engine(tmp_path: Path, store_url: str) -> Iterator[tuple[Engine, Pool]]:
     require_bwrap()
     base = default_local_pool()
     pool = Pool(name=base.name, nodes=base.nodes,  # the outputs' folder is a data root
                 options={**base.options, "sandbox": "bwrap", "allowed_data_roots": [str(tmp_path)]})
     home = tmp_path / "home"
     home.mkdir()
-    made = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={pool.name: pool},
+    made = Engine(Store(store_url), home, pools={pool.name: pool},
                   poll_interval_s=TICK_S)
     stop = threading.Event()
     thread = threading.Thread(target=made.run_forever, args=(stop,), daemon=True)

@@ -37,11 +37,11 @@ PROMPT_S = 60.0
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
+def engine(tmp_path: Path, store_url: str) -> Iterator[Engine]:
     home = tmp_path / "home dir"
     home.mkdir()
     pool = default_local_pool()
-    made = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={pool.name: pool})
+    made = Engine(Store(store_url), home, pools={pool.name: pool})
     stop = threading.Event()
     thread = threading.Thread(target=made.run_forever, args=(stop,), daemon=True)
     thread.start()

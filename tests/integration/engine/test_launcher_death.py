@@ -65,10 +65,10 @@ def _bwrap_missing() -> str | None:
 class _Run:
     """The engine on the ``local`` pool, stepped by a background thread."""
 
-    def __init__(self, home: Path, data_root: Path) -> None:
+    def __init__(self, home: Path, data_root: Path, url: str) -> None:
         base = default_local_pool()  # + a data root for the file:// bucket of FORKED
         self.pool = base.model_copy(update={"options": {"allowed_data_roots": [str(data_root)]}})
-        self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home,
+        self.engine = Engine(Store(url), home,
                              pools={self.pool.name: self.pool})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.engine.run_forever, args=(self._stop,),
@@ -98,10 +98,10 @@ class _Run:
 
 
 @pytest.fixture
-def run(tmp_path: Path) -> Iterator[_Run]:
+def run(tmp_path: Path, store_url: str) -> Iterator[_Run]:
     home = tmp_path / "home dir"
     home.mkdir()
-    made = _Run(home, tmp_path / "bucket")
+    made = _Run(home, tmp_path / "bucket", store_url)
     yield made
     made.close()
 

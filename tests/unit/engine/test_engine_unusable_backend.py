@@ -24,8 +24,9 @@ def refuse(pool: Pool, home: Path) -> Backend:
     raise ConfigError(f"pool {pool.name!r}: option 'frobnicate' is not a Slurm option")
 
 
-def test_a_backend_that_cannot_be_made_fails_the_workflow_with_the_reason(tmp_path: Path) -> None:
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db.sqlite'}"), tmp_path,
+def test_a_backend_that_cannot_be_made_fails_the_workflow_with_the_reason(
+        tmp_path: Path, store_url: str) -> None:
+    engine = Engine(Store(store_url), tmp_path,
                     pools={"broken": POOL}, backend_factory=refuse, poll_interval_s=0.02)
     stop = threading.Event()
     loop = threading.Thread(target=engine.run_forever, args=(stop,), daemon=True)

@@ -29,8 +29,8 @@ def _task(name: str, **extra: object) -> dict:
 POOL = Pool(name="local", nodes=[NodeSpec(name=f"n{i}", gpu=8) for i in range(2)])
 
 
-def _engine(tmp_path: Path, backend: FakeBackend) -> Engine:
-    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+def _engine(tmp_path: Path, store_url: str, backend: FakeBackend) -> Engine:
+    store = Store(store_url)
     return Engine(store, tmp_path, pools={"local": POOL}, backend_factory=lambda p, h: backend)
 
 
@@ -38,9 +38,9 @@ def _submit(engine: Engine, spec: WorkflowSpec) -> str:
     return engine.submit(Submission(spec=spec, spec_text="", user="alice", pool=POOL)).id
 
 
-def test_serial_tasks_complete_in_dependency_order(tmp_path: Path) -> None:
+def test_serial_tasks_complete_in_dependency_order(tmp_path: Path, store_url: str) -> None:
     backend = FakeBackend()
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     spec = _spec({"name": "serial", "groups": [
         {"name": "a", "tasks": [_task("a", lead=True)]},
         {"name": "b", "tasks": [_task("b", lead=True, inputs=[{"task": "a"}])]},
@@ -54,9 +54,9 @@ def test_serial_tasks_complete_in_dependency_order(tmp_path: Path) -> None:
     assert b_input["source"].endswith("serial-1/a/0/output")
 
 
-def test_gang_waits_for_room_then_runs(tmp_path: Path) -> None:
+def test_gang_waits_for_room_then_runs(tmp_path: Path, store_url: str) -> None:
     backend = FakeBackend(lambda launch: Outcome(0, polls=3))
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     big = {"name": "big", "resources": {"default": {"gpu": 8}},
            "groups": [{"name": "g", "tasks": [_task("m", lead=True), _task("w")]}]}
     first, second = _submit(engine, _spec(big)), _submit(engine, _spec(big))
@@ -68,12 +68,12 @@ def test_gang_waits_for_room_then_runs(tmp_path: Path) -> None:
     assert nodes == {"n0", "n1"}
 
 
-def test_reschedule_runs_a_new_attempt_with_next_retry_id(tmp_path: Path) -> None:
+def test_reschedule_runs_a_new_attempt_with_next_retry_id(tmp_path: Path, store_url: str) -> None:
     def script(launch: TaskLaunch) -> Outcome:
         return Outcome(3 if launch.key.retry_id == 0 else 0)
 
     backend = FakeBackend(script)
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "r", "tasks": [
         _task("t", exitActions={"RESCHEDULE": "3"})]}))
     assert engine.wait(wid, 10).status == "COMPLETED"
@@ -81,9 +81,9 @@ def test_reschedule_runs_a_new_attempt_with_next_retry_id(tmp_path: Path) -> Non
     assert backend.launches[1].run_dir.name == "1"
 
 
-def test_cancel_stops_running_tasks(tmp_path: Path) -> None:
+def test_cancel_stops_running_tasks(tmp_path: Path, store_url: str) -> None:
     backend = FakeBackend(lambda launch: Outcome(None))
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "c", "tasks": [_task("t")]}))
     engine.step()
     engine.cancel(wid)
@@ -92,22 +92,22 @@ def test_cancel_stops_running_tasks(tmp_path: Path) -> None:
     assert [k.task for k in backend.stopped] == ["t"]
 
 
-def test_start_failure_fails_the_group(tmp_path: Path) -> None:
+def test_start_failure_fails_the_group(tmp_path: Path, store_url: str) -> None:
     backend = FakeBackend(refuse_start=lambda launches: True)
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "s", "tasks": [_task("t")]}))
     record = engine.wait(wid, 10)
     assert record.status == WorkflowStatus.FAILED
     assert engine.state(wid).tasks["t"].status is Status.FAILED_BACKEND_ERROR
 
 
-def test_engine_restart_resumes_from_the_store(tmp_path: Path) -> None:
+def test_engine_restart_resumes_from_the_store(tmp_path: Path, store_url: str) -> None:
     backend = FakeBackend(lambda launch: Outcome(0, polls=2))
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "k", "tasks": [_task("a"), _task("b", inputs=[{"task": "a"}])]}))
     engine.step()
     engine.close()
-    again = _engine(tmp_path, backend)  # same backend: its tasks "kept running"
+    again = _engine(tmp_path, store_url, backend)  # same backend: its tasks "kept running"
     assert again.wait(wid, 10).status == "COMPLETED"
     assert [launch.key.task for launch in backend.launches] == ["a", "b"]
 
@@ -123,9 +123,9 @@ class _DeafBackend(FakeBackend):
 
 
 def test_a_restarted_engine_stops_what_had_ended_in_the_store_but_still_runs(
-        tmp_path: Path) -> None:
+        tmp_path: Path, store_url: str) -> None:
     backend = _DeafBackend(lambda launch: Outcome(None if launch.key.task == "w" else 0, polls=3))
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     gang = _submit(engine, _spec({"name": "gang", "groups": [
         {"name": "g", "tasks": [_task("lead", lead=True), _task("w")]}]}))
     forever = _submit(engine, _spec({"name": "forever", "tasks": [_task("w")]}))
@@ -138,7 +138,7 @@ def test_a_restarted_engine_stops_what_had_ended_in_the_store_but_still_runs(
     assert backend.stopped == [] and len(backend.recover(
         [TaskKey(gang, "w", 0), TaskKey(forever, "w", 0)])) == 2  # both still "run"
     backend.deaf = False
-    _engine(tmp_path, backend)
+    _engine(tmp_path, store_url, backend)
     assert sorted(backend.stopped) == sorted([TaskKey(gang, "w", 0), TaskKey(forever, "w", 0)])
 
 
@@ -156,11 +156,11 @@ class _SlowStopBackend(FakeBackend):
         super().stop(self.asked)
 
 
-def test_a_retry_starts_once_its_stopped_peers_have_ended(tmp_path: Path) -> None:
+def test_a_retry_starts_once_its_stopped_peers_have_ended(tmp_path: Path, store_url: str) -> None:
     backend = _SlowStopBackend(lambda launch: Outcome(
         3 if launch.key == TaskKey(launch.key.workflow_id, "w", 0) else
         None if launch.key.task == "lead" and launch.key.retry_id == 0 else 0, polls=2))
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "g", "groups": [{
         "name": "g", "ignoreNonleadStatus": False,
         "tasks": [_task("lead", lead=True), _task("w", exitActions={"RESCHEDULE": "3"})]}]}))
@@ -175,18 +175,18 @@ def test_a_retry_starts_once_its_stopped_peers_have_ended(tmp_path: Path) -> Non
     assert started == [("lead", 0), ("w", 0), ("lead", 1), ("w", 1)]
 
 
-def test_refused_state_stores_nothing(tmp_path: Path) -> None:
-    engine = _engine(tmp_path, FakeBackend())
+def test_refused_state_stores_nothing(tmp_path: Path, store_url: str) -> None:
+    engine = _engine(tmp_path, store_url, FakeBackend())
     bad = _spec({"name": "bad", "tasks": [_task("t", inputs=[{"task": "nope"}])]})
     with pytest.raises(Exception):
         _submit(engine, bad)
     assert engine.store.list_workflows() == []
 
 
-def test_restart_reruns_only_groups_that_did_not_complete(tmp_path: Path) -> None:
+def test_restart_reruns_only_groups_that_did_not_complete(tmp_path: Path, store_url: str) -> None:
     backend = FakeBackend(
         lambda launch: Outcome(1 if (launch.key.task, launch.key.retry_id) == ("b", 0) else 0))
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "re", "tasks": [
         _task("a"), _task("b", inputs=[{"task": "a"}]), _task("c", inputs=[{"task": "b"}])]}))
     assert engine.wait(wid, 10).status == "FAILED"
@@ -201,32 +201,33 @@ def test_restart_reruns_only_groups_that_did_not_complete(tmp_path: Path) -> Non
     assert [h.status for h in engine.state(wid).tasks["b"].history] == [Status.FAILED]
 
 
-def test_restart_refuses_a_completed_workflow(tmp_path: Path) -> None:
-    engine = _engine(tmp_path, FakeBackend())
+def test_restart_refuses_a_completed_workflow(tmp_path: Path, store_url: str) -> None:
+    engine = _engine(tmp_path, store_url, FakeBackend())
     wid = _submit(engine, _spec({"name": "ok", "tasks": [_task("a")]}))
     engine.wait(wid, 10)
     with pytest.raises(RefusedError, match="submit it again"):
         engine.restart(wid)
 
 
-def test_gpu_slots_survive_an_engine_restart(tmp_path: Path) -> None:
+def test_gpu_slots_survive_an_engine_restart(tmp_path: Path, store_url: str) -> None:
     backend = FakeBackend(lambda launch: Outcome(None))
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     spec = _spec({"name": "g", "resources": {"default": {"gpu": 6}}, "tasks": [_task("a")]})
     wid = _submit(engine, spec)
     engine.step()
     slots = engine.state(wid).tasks["a"].gpu_slots
     assert len(slots) == 6
-    again = _engine(tmp_path, backend)
+    again = _engine(tmp_path, store_url, backend)
     assert again.usage("local")[backend.launches[0].node]["gpu"] == 6
 
 
-def test_preview_renders_each_group_for_a_slurm_pool_and_stores_nothing(tmp_path: Path) -> None:
+def test_preview_renders_each_group_for_a_slurm_pool_and_stores_nothing(
+        tmp_path: Path, store_url: str) -> None:
     from trainyard.backends.slurm import SlurmBackend
 
     pool = Pool(name="slurm-pool", backend="slurm", options={"partition": "batch"},
                 nodes=[NodeSpec(name="n1"), NodeSpec(name="n2")])
-    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    store = Store(store_url)
     engine = Engine(store, tmp_path, pools={pool.name: pool},
                     backend_factory=lambda p, h: SlurmBackend(p, h, python="/usr/bin/python3"))
     spec = _spec({"name": "train", "groups": [
@@ -241,8 +242,8 @@ def test_preview_renders_each_group_for_a_slurm_pool_and_stores_nothing(tmp_path
     assert not (tmp_path / "runs").exists()
 
 
-def test_preview_is_empty_for_a_backend_without_a_rendering(tmp_path: Path) -> None:
-    engine = _engine(tmp_path, FakeBackend())
+def test_preview_is_empty_for_a_backend_without_a_rendering(tmp_path: Path, store_url: str) -> None:
+    engine = _engine(tmp_path, store_url, FakeBackend())
     spec = _spec({"name": "one", "tasks": [_task("a")]})
     assert engine.preview(Submission(spec, "", "alice", POOL)) == []
 
@@ -272,19 +273,21 @@ class _Dying(FakeBackend):
         return self
 
 
-def test_a_workflow_submitted_just_before_a_restart_still_runs(tmp_path: Path) -> None:
+def test_a_workflow_submitted_just_before_a_restart_still_runs(
+        tmp_path: Path, store_url: str) -> None:
     backend = FakeBackend()
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "p", "tasks": [_task("a")]}))
     engine.close()  # dies before its next step: Submitted was only in memory
-    again = _engine(tmp_path, backend)
+    again = _engine(tmp_path, store_url, backend)
     assert again.wait(wid, 5).status == "COMPLETED"
     assert [launch.key.task for launch in backend.launches] == ["a"]
 
 
-def test_restart_keeps_the_scheduling_queue_in_submission_order(tmp_path: Path) -> None:
+def test_restart_keeps_the_scheduling_queue_in_submission_order(
+        tmp_path: Path, store_url: str) -> None:
     backend = FakeBackend(lambda launch: Outcome(None))
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     big = {"resources": {"default": {"gpu": 8}},
            "groups": [{"name": "group", "tasks": [_task("m", lead=True), _task("w")]}]}
     blocker = _submit(engine, _spec({"name": "blocker", **big}))
@@ -293,22 +296,23 @@ def test_restart_keeps_the_scheduling_queue_in_submission_order(tmp_path: Path) 
     engine.step()
     assert engine.state(second).groups["group"].status is Status.SCHEDULING
     engine.close()
-    again = _engine(tmp_path, backend)
+    again = _engine(tmp_path, store_url, backend)
     again.cancel(blocker)  # its nodes go to the head of the queue at once
     assert again.state(first).groups["group"].status is Status.INITIALIZING
     assert again.state(second).groups["group"].status is Status.SCHEDULING
 
 
-def test_a_start_stored_but_never_made_is_made_after_a_restart(tmp_path: Path) -> None:
+def test_a_start_stored_but_never_made_is_made_after_a_restart(
+        tmp_path: Path, store_url: str) -> None:
     backend = _Dying()
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "s", "groups": [
         {"name": "g", "tasks": [_task("m", lead=True), _task("w")]}]}))
     with pytest.raises(_EngineDied):
         engine.step()
     stored = state_from_dict(engine.store.get_workflow(wid).state)
     assert stored.tasks["m"].status is Status.INITIALIZING  # stored, never started
-    again = _engine(tmp_path, backend.revive())
+    again = _engine(tmp_path, store_url, backend.revive())
     assert again.wait(wid, 5).status == "COMPLETED"
     assert again.state(wid).tasks["m"].exit_code == 0
     assert [(launch.key.task, launch.key.retry_id) for launch in backend.launches] == [
@@ -317,35 +321,37 @@ def test_a_start_stored_but_never_made_is_made_after_a_restart(tmp_path: Path) -
 
 
 def test_only_the_never_started_part_of_a_gang_is_started_after_a_restart(
-        tmp_path: Path) -> None:
+        tmp_path: Path, store_url: str) -> None:
     backend = _Dying(lambda launch: Outcome(0, polls=2), made=1)
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "h", "groups": [
         {"name": "g", "tasks": [_task("m", lead=True), _task("w")]}]}))
     with pytest.raises(_EngineDied):
         engine.step()
-    again = _engine(tmp_path, backend.revive())  # the same machine: "m" kept running
+    again = _engine(tmp_path, store_url, backend.revive())  # the same machine: "m" kept running
     assert again.wait(wid, 5).status == "COMPLETED"
     started = [(launch.key.task, launch.run["barrier"]["folder"]) for launch in backend.launches]
     assert [task for task, _folder in started] == ["m", "w"]
     assert started[0][1] == started[1][1]  # one barrier for the whole gang
 
 
-def test_a_restart_in_place_stored_but_never_made_is_made_in_place(tmp_path: Path) -> None:
+def test_a_restart_in_place_stored_but_never_made_is_made_in_place(
+        tmp_path: Path, store_url: str) -> None:
     backend = _Dying(lambda launch: Outcome(7 if launch.key.retry_id == 0 else 0),
                      dies_on=lambda launches: launches[0].key.retry_id > 0)
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "ip", "tasks": [
         _task("t", exitActions={"RESTART": "7"})]}))
     with pytest.raises(_EngineDied):
         engine.wait(wid, 5)
-    again = _engine(tmp_path, backend.revive())
+    again = _engine(tmp_path, store_url, backend.revive())
     assert again.wait(wid, 5).status == "COMPLETED"
     retry = backend.launches[-1]
     assert (retry.key.retry_id, retry.restart_in_place) == (1, True)
 
 
-def test_facts_read_together_are_applied_in_the_order_they_happened(tmp_path: Path) -> None:
+def test_facts_read_together_are_applied_in_the_order_they_happened(
+        tmp_path: Path, store_url: str) -> None:
     """Issue 12, H2: after a restart one poll reads a lead's exit (later) before a worker's
     exit (earlier); the worker's failure must still decide the gang."""
     import time as _time
@@ -353,7 +359,7 @@ def test_facts_read_together_are_applied_in_the_order_they_happened(tmp_path: Pa
     from trainyard.backends.base import FactKind, TaskFact
 
     backend = FakeBackend(lambda launch: Outcome(None))
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "h2", "groups": [{
         "name": "g", "ignoreNonleadStatus": False,
         "tasks": [_task("lead", lead=True), _task("worker")]}]}))
@@ -371,11 +377,12 @@ def test_facts_read_together_are_applied_in_the_order_they_happened(tmp_path: Pa
     assert state.tasks["lead"].status is Status.FAILED
 
 
-def test_a_gang_that_can_never_be_placed_is_refused_at_submit(tmp_path: Path) -> None:
+def test_a_gang_that_can_never_be_placed_is_refused_at_submit(
+        tmp_path: Path, store_url: str) -> None:
     """Issue 12, H4: three tasks of 10 cores on two nodes of 16 fit one by one and in total
     (30 of 32), but never together: refused, nothing stored."""
     pool = Pool(name="local", nodes=[NodeSpec(name=f"n{i}", cpu=16) for i in range(2)])
-    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    store = Store(store_url)
     engine = Engine(store, tmp_path, pools={"local": pool},
                     backend_factory=lambda p, h: FakeBackend())
     spec = _spec({"name": "packed", "resources": {"default": {"cpu": 10}}, "groups": [
@@ -385,10 +392,11 @@ def test_a_gang_that_can_never_be_placed_is_refused_at_submit(tmp_path: Path) ->
     assert store.list_workflows() == []
 
 
-def test_a_small_workflow_is_not_held_behind_a_gang_that_does_not_fit_now(tmp_path: Path) -> None:
+def test_a_small_workflow_is_not_held_behind_a_gang_that_does_not_fit_now(
+        tmp_path: Path, store_url: str) -> None:
     """Issue 12, H4: backfill (within Pool.backfill_age_s) through the engine."""
     backend = FakeBackend(lambda launch: Outcome(None))  # run until stopped
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     hog = _submit(engine, _spec({"name": "hog", "resources": {"default": {"gpu": 8}},
                                  "tasks": [_task("h")]}))
     engine.step()
@@ -404,10 +412,11 @@ def test_a_small_workflow_is_not_held_behind_a_gang_that_does_not_fit_now(tmp_pa
     assert engine.state(small).status is WorkflowStatus.RUNNING
 
 
-def test_a_backend_error_is_the_tasks_failure_reason_and_in_its_log(tmp_path: Path) -> None:
+def test_a_backend_error_is_the_tasks_failure_reason_and_in_its_log(
+        tmp_path: Path, store_url: str) -> None:
     """Issue 12: why a backend failed is stored per task and written to the task's log."""
     backend = FakeBackend(refuse_start=lambda launches: True)
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "be", "tasks": [_task("t")]}))
     assert engine.wait(wid, timeout_s=10).status == WorkflowStatus.FAILED
     task = engine.state(wid).tasks["t"]
@@ -415,17 +424,17 @@ def test_a_backend_error_is_the_tasks_failure_reason_and_in_its_log(tmp_path: Pa
     assert task.failure_reason == "fake backend refused the group"
     log = (engine.run_dir(wid, "t", 0) / "task.log").read_text()
     assert "[t][trainyard] the fake backend could not start the task: fake backend refused" in log
-    again = _engine(tmp_path, backend)  # stored: a new engine reads it back
+    again = _engine(tmp_path, store_url, backend)  # stored: a new engine reads it back
     assert again.state(wid).tasks["t"].failure_reason == "fake backend refused the group"
 
 
-def test_a_lost_task_keeps_what_the_backend_saw(tmp_path: Path) -> None:
+def test_a_lost_task_keeps_what_the_backend_saw(tmp_path: Path, store_url: str) -> None:
     import time as _time
 
     from trainyard.backends.base import FactKind, TaskFact
 
     backend = FakeBackend(lambda launch: Outcome(None))
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "lost", "tasks": [_task("t")]}))
     engine.step()
     engine.step()
@@ -439,7 +448,8 @@ def test_a_lost_task_keeps_what_the_backend_saw(tmp_path: Path) -> None:
     assert "the fake backend reports the task LOST: Slurm job 7 NODE_FAIL" in log
 
 
-def test_a_never_started_task_whose_gang_ended_meanwhile_is_not_started(tmp_path: Path) -> None:
+def test_a_never_started_task_whose_gang_ended_meanwhile_is_not_started(
+        tmp_path: Path, store_url: str) -> None:
     """The engine died after starting "m" of the gang, not "w"; "m" failed (1) while no
     engine ran. The restarted engine reads that exit first: the gang failed, "w" never runs."""
     import time as _time
@@ -447,7 +457,7 @@ def test_a_never_started_task_whose_gang_ended_meanwhile_is_not_started(tmp_path
     from trainyard.backends.base import FactKind, TaskFact
 
     backend = _Dying(lambda launch: Outcome(None), made=1)
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "gone", "groups": [
         {"name": "g", "tasks": [_task("m", lead=True), _task("w")]}]}))
     with pytest.raises(_EngineDied):
@@ -458,17 +468,18 @@ def test_a_never_started_task_whose_gang_ended_meanwhile_is_not_started(tmp_path
     backend._attempts[key].done = True
     poll = backend.poll
     backend.poll = lambda: [left.pop(0) for _ in list(left)] + poll()  # type: ignore[method-assign]
-    again = _engine(tmp_path, backend.revive())
+    again = _engine(tmp_path, store_url, backend.revive())
     assert again.wait(wid, 5).status == "FAILED"
     assert again.state(wid).tasks["m"].exit_code == 1
     assert [launch.key.task for launch in backend.launches] == ["m"]
 
 
-def test_a_cancel_after_the_last_task_exited_keeps_what_happened(tmp_path: Path) -> None:
+def test_a_cancel_after_the_last_task_exited_keeps_what_happened(
+        tmp_path: Path, store_url: str) -> None:
     """The task exited 0 and the backend has that fact, not yet read, when the cancel comes:
     the workflow COMPLETED, it is not recorded FAILED_CANCELED."""
     backend = FakeBackend(lambda launch: Outcome(0, polls=1))
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, _spec({"name": "done", "tasks": [_task("t")]}))
     engine.step()  # started
     engine.step()  # RUNNING
@@ -478,7 +489,7 @@ def test_a_cancel_after_the_last_task_exited_keeps_what_happened(tmp_path: Path)
     assert engine.state(wid).tasks["t"].exit_code == 0
 
 
-def test_a_gang_keeps_its_queue_age_across_a_restart(tmp_path: Path) -> None:
+def test_a_gang_keeps_its_queue_age_across_a_restart(tmp_path: Path, store_url: str) -> None:
     """Backfill's age bound counts from when the gang went SCHEDULING, not from the restart:
     a gang that waited longer than backfill_age_s still holds the queue afterwards."""
     import time as _time
@@ -486,7 +497,7 @@ def test_a_gang_keeps_its_queue_age_across_a_restart(tmp_path: Path) -> None:
     pool = Pool(name="local", nodes=[NodeSpec(name=f"n{i}", gpu=8) for i in range(2)],
                 backfill_age_s=30)
     backend = FakeBackend(lambda launch: Outcome(None))
-    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    store = Store(store_url)
     engine = Engine(store, tmp_path, pools={"local": pool}, backend_factory=lambda p, h: backend)
     engine.submit(Submission(spec=_spec({"name": "hog", "resources": {"default": {"gpu": 8}},
                                          "tasks": [_task("h")]}), spec_text="", user="a",

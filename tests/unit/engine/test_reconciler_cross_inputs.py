@@ -14,8 +14,8 @@ from trainyard.store import Store
 POOL = Pool(name="local", nodes=[NodeSpec(name="n0")])
 
 
-def _engine(tmp_path: Path, backend: FakeBackend) -> Engine:
-    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+def _engine(tmp_path: Path, store_url: str, backend: FakeBackend) -> Engine:
+    store = Store(store_url)
     return Engine(store, tmp_path, pools={"local": POOL}, backend_factory=lambda p, h: backend)
 
 
@@ -47,9 +47,9 @@ def _producer_fails_first(launch: TaskLaunch) -> Outcome:
     return Outcome(3 if launch.key.retry_id == 0 else 0)
 
 
-def test_the_last_attempt_of_a_completed_task_is_read(tmp_path: Path) -> None:
+def test_the_last_attempt_of_a_completed_task_is_read(tmp_path: Path, store_url: str) -> None:
     backend = FakeBackend(_producer_fails_first)
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     producer = _run(engine, {"name": "producer", "tasks": [
         {"name": "Make", "command": ["x"], "exitActions": {"RESCHEDULE": "3"}}]})
     _run(engine, _consumer(f"{producer}:make"))  # names match as task names do
@@ -57,18 +57,20 @@ def test_the_last_attempt_of_a_completed_task_is_read(tmp_path: Path) -> None:
     assert _why_unavailable(backend) is None
 
 
-def test_a_failed_task_is_handed_over_as_unavailable_with_the_reason(tmp_path: Path) -> None:
+def test_a_failed_task_is_handed_over_as_unavailable_with_the_reason(
+        tmp_path: Path, store_url: str) -> None:
     backend = FakeBackend(lambda launch: Outcome(3 if launch.key.task == "make" else 0))
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     producer = _run(engine, {"name": "producer", "tasks": [{"name": "make", "command": ["x"]}]})
     _run(engine, _consumer(f"{producer}:make"))
     assert _why_unavailable(backend) == f"task make of workflow {producer} is FAILED, not COMPLETED"
     assert _source_of_read(backend) == ""
 
 
-def test_an_unknown_workflow_or_task_never_breaks_the_engine(tmp_path: Path) -> None:
+def test_an_unknown_workflow_or_task_never_breaks_the_engine(
+        tmp_path: Path, store_url: str) -> None:
     backend = FakeBackend()
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     producer = _run(engine, {"name": "producer", "tasks": [{"name": "make", "command": ["x"]}]})
     _run(engine, _consumer("ghost-1:make"))
     assert _why_unavailable(backend) == "no workflow ghost-1"

@@ -47,8 +47,8 @@ class BatchingBackend(FakeBackend):
         super().start_group(launches)
 
 
-def _engine(tmp_path: Path, backend: FakeBackend) -> Engine:
-    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+def _engine(tmp_path: Path, store_url: str, backend: FakeBackend) -> Engine:
+    store = Store(store_url)
     return Engine(store, tmp_path, pools={"local": POOL}, backend_factory=lambda p, h: backend)
 
 
@@ -61,18 +61,18 @@ def _tasks(count: int) -> list[dict]:
     return [{"name": f"t{i}", "command": ["true"]} for i in range(count)]
 
 
-def test_gangs_ready_together_start_one_call_each(tmp_path: Path) -> None:
+def test_gangs_ready_together_start_one_call_each(tmp_path: Path, store_url: str) -> None:
     backend = BatchingBackend()
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, {"name": "many", "tasks": _tasks(5)})
     assert engine.wait(wid, timeout_s=10).status == WorkflowStatus.COMPLETED
     assert backend.singles == [["t0"], ["t1"], ["t2"], ["t3"], ["t4"]]
     assert backend.batches == []
 
 
-def test_a_refused_gang_among_several_fails_alone(tmp_path: Path) -> None:
+def test_a_refused_gang_among_several_fails_alone(tmp_path: Path, store_url: str) -> None:
     backend = BatchingBackend(refused=frozenset({"t2"}))
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, {"name": "one-bad", "tasks": _tasks(4)})
     assert engine.wait(wid, timeout_s=10).status == WorkflowStatus.FAILED
     tasks = engine.state(wid).tasks
@@ -84,9 +84,9 @@ def test_a_refused_gang_among_several_fails_alone(tmp_path: Path) -> None:
     assert "the fake backend could not start the task: refused t2" in log
 
 
-def test_a_lone_start_uses_start_group(tmp_path: Path) -> None:
+def test_a_lone_start_uses_start_group(tmp_path: Path, store_url: str) -> None:
     backend = BatchingBackend()
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, {"name": "chain", "groups": [
         {"name": "a", "tasks": [{"name": "a", "command": ["true"], "lead": True}]},
         {"name": "b", "tasks": [{"name": "b", "command": ["true"], "lead": True,
@@ -95,9 +95,10 @@ def test_a_lone_start_uses_start_group(tmp_path: Path) -> None:
     assert backend.singles == [["a"], ["b"]] and backend.batches == []
 
 
-def test_a_backend_without_the_hook_gets_one_start_group_per_gang(tmp_path: Path) -> None:
+def test_a_backend_without_the_hook_gets_one_start_group_per_gang(
+        tmp_path: Path, store_url: str) -> None:
     backend = FakeBackend(refuse_start=lambda launches: launches[0].key.task == "t1")
-    engine = _engine(tmp_path, backend)
+    engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, {"name": "plain", "tasks": _tasks(3)})
     assert engine.wait(wid, timeout_s=10).status == WorkflowStatus.FAILED
     tasks = engine.state(wid).tasks

@@ -47,8 +47,8 @@ class NotifyingBackend(FakeBackend):
 class Loop:
     """An engine whose ``run_forever`` runs in a thread with a ``TICK_S`` tick."""
 
-    def __init__(self, tmp_path: Path, backend: FakeBackend) -> None:
-        self.engine = Engine(Store(f"sqlite:///{tmp_path / 'db.sqlite'}"), tmp_path,
+    def __init__(self, tmp_path: Path, store_url: str, backend: FakeBackend) -> None:
+        self.engine = Engine(Store(store_url), tmp_path,
                              pools={"local": POOL}, backend_factory=lambda p, h: backend,
                              poll_interval_s=TICK_S)
         self.stop = threading.Event()
@@ -75,11 +75,11 @@ class Loop:
 
 
 @pytest.fixture()
-def make_loop(tmp_path: Path) -> Iterator[Callable[[FakeBackend], Loop]]:
+def make_loop(tmp_path: Path, store_url: str) -> Iterator[Callable[[FakeBackend], Loop]]:
     loops: list[Loop] = []
 
     def make(backend: FakeBackend) -> Loop:
-        loops.append(Loop(tmp_path, backend))
+        loops.append(Loop(tmp_path, store_url, backend))
         return loops[-1]
 
     yield make
@@ -115,8 +115,8 @@ def test_a_backends_notification_makes_the_next_step(make_loop) -> None:
     assert told >= 1
 
 
-def test_stop_is_seen_within_the_tick_also_when_woken_often(tmp_path: Path) -> None:
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db.sqlite'}"), tmp_path,
+def test_stop_is_seen_within_the_tick_also_when_woken_often(tmp_path: Path, store_url: str) -> None:
+    engine = Engine(Store(store_url), tmp_path,
                     pools={"local": POOL}, backend_factory=lambda p, h: FakeBackend(),
                     poll_interval_s=0.05)
     stop = threading.Event()
@@ -130,8 +130,9 @@ def test_stop_is_seen_within_the_tick_also_when_woken_often(tmp_path: Path) -> N
     assert not thread.is_alive()
 
 
-def test_wait_for_change_returns_when_states_are_stored_or_after_its_timeout(tmp_path: Path) -> None:
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db.sqlite'}"), tmp_path,
+def test_wait_for_change_returns_when_states_are_stored_or_after_its_timeout(
+        tmp_path: Path, store_url: str) -> None:
+    engine = Engine(Store(store_url), tmp_path,
                     pools={"local": POOL}, backend_factory=lambda p, h: FakeBackend())
     seen = engine.changes()
     started = time.monotonic()
