@@ -20,6 +20,7 @@ group_tasks, task_index, barrier, run_dir (output_dir and input dirs default und
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -34,6 +35,7 @@ __all__ = [
     "RunInput",
     "RunOutput",
     "RunCheckpoint",
+    "RunCredential",
     "Barrier",
     "SandboxSettings",
     "OverlayMount",
@@ -111,6 +113,24 @@ class RunCheckpoint(_Model):
     url: str
     frequency_s: float = Field(gt=0)
     regex: str | None = None
+
+
+class RunCredential(_Model):
+    """One credential the task's spec names (``credentials:``), as OSMO hands it over.
+
+    Attributes:
+        name: the credential's name.
+        env: mapping form: environment variable -> payload key.
+        path: path form: the folder (inside the task) that gets one file per payload key.
+        values: the payload (key -> secret), None when the submitter has no such credential
+            (the task then fails: OSMO's "Could not find the credential: NAME"). Never in a
+            repr; taken out of ``run.json`` when the runner reads it (``load_run``).
+    """
+
+    name: str
+    env: dict[str, str] = Field(default_factory=dict)
+    path: str | None = None
+    values: dict[str, str] | None = Field(default=None, repr=False)
 
 
 class Barrier(_Model):
@@ -317,6 +337,9 @@ class SandboxSettings(_Model):
     env_defaults: dict[str, str] = Field(default_factory=dict)
     limits: TaskLimits | None = None
     start_error: str | None = None
+    missing_image: str | None = None
+    """With ``start_error``: the image that could not be found or pulled (the attempt's
+    exit then says ``failure: IMAGE_PULL``)."""
     userns: UserNamespace | None = None
 
     def _mount_of(self, path: str) -> str:
@@ -381,6 +404,12 @@ class TaskRun(_Model):
     data_home: str | None = None
     user: str | None = None
     """The workflow's submitter: datasets are read and written as them (None: unchecked)."""
+    credentials: list[RunCredential] = Field(default_factory=list, repr=False)
+    """The credentials the spec names, with their values (``RunCredential``)."""
+    data_credentials: list[dict[str, str]] = Field(default_factory=list, repr=False)
+    """The submitter's DATA credentials (OSMO's payload: ``access_key_id``, ``access_key``,
+    ``endpoint``, ``region``, ``override_url``) whose endpoint starts a URL of the task:
+    used for those URLs. Taken out of ``run.json`` as ``credentials`` are."""
 
     @model_validator(mode="after")
     def _defaults(self) -> TaskRun:
@@ -426,5 +455,21 @@ class TaskRun(_Model):
 
 
 def load_run(path: Path) -> TaskRun:
-    """Read ``run.json``. Raises ``pydantic.ValidationError`` or ``OSError``."""
-    return TaskRun.model_validate_json(Path(path).read_text())
+    """Read ``run.json``; when it holds credential values, write it back without them
+    (the file replaced, 0600) so that they stay on disk only until the runner starts: the
+    returned ``TaskRun`` has them. Raises ``pydantic.ValidationError`` or ``OSError``."""
+    run = TaskRun.model_validate_json(Path(path).read_text())
+    if run.data_credentials or any(c.values is not None for c in run.credentials):
+        _forget_credentials(Path(path), run)
+    return run
+
+
+def _forget_credentials(path: Path, run: TaskRun) -> None:
+    """Rewrite ``path`` as ``run`` with every credential's values removed."""
+    kept = run.model_copy(update={"data_credentials": [], "credentials": [
+        c.model_copy(update={"values": None}) for c in run.credentials]})
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(kept.model_dump_json())
+    os.replace(partial, path)

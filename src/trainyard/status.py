@@ -35,6 +35,8 @@ class Status(StrEnum):
     FAILED_UPSTREAM = "FAILED_UPSTREAM"
     FAILED_EVICTED = "FAILED_EVICTED"
     FAILED_START_ERROR = "FAILED_START_ERROR"
+    FAILED_IMAGE_PULL = "FAILED_IMAGE_PULL"
+    """The task's image could not be found or pulled (the backend's fact ``IMAGE_PULL``)."""
     FAILED_START_TIMEOUT = "FAILED_START_TIMEOUT"
     FAILED_PREEMPTED = "FAILED_PREEMPTED"
 

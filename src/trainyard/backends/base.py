@@ -63,6 +63,8 @@ class TaskFact:
     time_s: float
     exit_code: int | None = None
     message: str = ""
+    failure: str | None = None
+    """A kind of failure seen (``IMAGE_PULL``: the image could not be found or pulled)."""
 
 
 @dataclass(frozen=True)

@@ -852,6 +852,7 @@ class LocalBackend:
         run.sandbox.env_defaults = dict(v.partition("=")[::2] for v in plan.image_env)
         if info is None:
             run.sandbox.start_error = container.missing_image_message(run.image)
+            run.sandbox.missing_image = run.image
         else:
             self._container_root(request, plan, info, no_root)
         request.argv = [self.python, "-m", "trainyard.runner", str(request.run_dir / "run.json")]

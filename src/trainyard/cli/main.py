@@ -44,10 +44,11 @@ __all__ = ["app", "main", "exit_now", "build_app", "groups_for", "command_for", 
            "MULTI_VALUE_FLAGS", "EXIT_CODES", "expand_multi_value_flags", "collector_paused"]
 
 SUBAPPS: tuple[str, ...] = ("workflow", "task", "app", "pool", "resource", "server", "dataset",
-                            "data")
+                            "data", "credential")
 """Command groups, each a module ``trainyard.cli.<name>`` exposing ``app``."""
 
-MULTI_VALUE_FLAGS = frozenset({"--set", "--set-string", "--set-env", "--label"})
+MULTI_VALUE_FLAGS = frozenset({"--set", "--set-string", "--set-env", "--label", "--payload",
+                               "--payload-file"})
 """Flags that take several ``NAME=VALUE`` pairs after one flag (``--set a=1 b=2``)."""
 
 EXIT_CODES: tuple[tuple[int, str], ...] = (

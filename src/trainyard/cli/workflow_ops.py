@@ -84,7 +84,9 @@ def _attempt_line(key: str, attempt: dict[str, Any]) -> str:
     node = f" on {attempt['node']}" if attempt.get("node") else ""
     code = f" (exit {attempt['exit_code']})" if attempt.get("exit_code") is not None else ""
     retry = f" retry {attempt['retry_id']}" if attempt.get("retry_id") else ""
-    return f"{key}{retry} {attempt['status']}{node}{code}"
+    reason = (attempt.get("failure_reason") or "").splitlines()
+    why = f": {reason[0]}" if reason else ""
+    return f"{key}{retry} {attempt['status']}{node}{code}{why}"
 
 
 def _print_progress(view: Console, seen: dict[Any, str], data: dict[str, Any],
@@ -357,8 +359,9 @@ def _query_table(data: dict[str, Any]) -> None:
             for attempt in [*t.get("retries", []), t]:
                 same = failure and failure["task"] == t["name"] and \
                     failure["retry_id"] == attempt["retry_id"]
-                if attempt.get("failure_reason") and not same:
-                    console.print(f"{t['name']} retry {attempt['retry_id']} failed: "
+                if attempt.get("failure_reason") and not same:  # a stopped, COMPLETED task's too
+                    ended = "ended" if attempt.get("status") == "COMPLETED" else "failed"
+                    console.print(f"{t['name']} retry {attempt['retry_id']} {ended}: "
                                   f"{attempt['failure_reason']}", markup=False,
                                   highlight=False, soft_wrap=True)
 

@@ -80,11 +80,19 @@ def _rounds(mover: Mover, loc: Location) -> list[int]:
 
     def listing() -> list[int]:
         loc.fs.invalidate_cache()
-        if not loc.fs.exists(folder):
-            return []
-        return sorted(n for n in map(_round_of, loc.fs.ls(folder, detail=False)) if n is not None)
+        try:
+            if not loc.fs.exists(folder):
+                return []
+            return sorted(n for n in map(_round_of, loc.fs.ls(folder, detail=False))
+                          if n is not None)
+        except OSError as exc:  # its text without the internal path (said as the URL)
+            if not exc.errno:
+                raise
+            raise type(exc)(exc.errno, exc.strerror) from exc
 
-    return mover.storage_call(f"listing {loc.show(ROUNDS)}", listing)
+    # Named by the URL the user wrote, not by the checkpoint folder inside it (issue 25):
+    # this is the first read of every download.
+    return mover.storage_call(f"reading {loc.show()}", listing)
 
 
 def has_checkpoint(mover: Mover, loc: Location) -> bool:

@@ -44,6 +44,13 @@ class LaunchContext:
     upstream_output: Callable[[str, str], Path]
     user: str | None = None
     """The submitter (datasets are read and written as them)."""
+    data_credentials: list[dict[str, str]] | None = None
+    """The submitter's DATA credentials' payloads (``CredentialVault.data_payloads``); a task
+    gets those whose ``endpoint`` starts one of its URLs."""
+    credentials: dict[str, tuple[str, dict[str, str]]] | None = None
+    """The submitter's credentials the tasks name, ``{name: (type, payload)}``, decrypted
+    (``CredentialVault.payloads``); None: none given (``--dry-run``'s preview: no value is
+    ever rendered)."""
 
     def run_dir(self, task: str, retry_id: int) -> Path:
         return self.home / "runs" / self.workflow_id / task / str(retry_id)
@@ -101,8 +108,31 @@ def _task_run(ctx: LaunchContext, spec: TaskSpec, retry_id: int, shared: dict[st
         barrier=shared["barrier"], run_dir=str(run_dir), output_dir=str(run_dir / "output"),
         data_roots=dataroots.data_roots(ctx.pool.options, ctx.home, ctx.user),
         data_home=str(ctx.home),
-        user=ctx.user,
+        user=ctx.user, credentials=_credentials(ctx, spec),
+        data_credentials=_data_credentials(ctx, spec),
     )
+
+
+def _credentials(ctx: LaunchContext, spec: TaskSpec) -> list[dict[str, Any]]:
+    """The task's ``credentials:`` for the runner, each with its values (None: the
+    submitter has no such credential, or this is a preview)."""
+    found = ctx.credentials or {}
+    runs = []
+    for name, use in spec.credentials.items():
+        values = found[name][1] if name in found else None
+        if isinstance(use, str):
+            runs.append({"name": name, "path": use, "values": values})
+        else:
+            runs.append({"name": name, "env": dict(use), "values": values})
+    return runs
+
+
+def _data_credentials(ctx: LaunchContext, spec: TaskSpec) -> list[dict[str, str]]:
+    """The DATA credentials whose endpoint starts a URL the task reads or writes."""
+    urls = [i.url for i in spec.inputs if i.url] + [o.url for o in spec.outputs if o.url]
+    urls += [c.url for c in spec.checkpoint]
+    return [p for p in ctx.data_credentials or []
+            if any(u.startswith(p.get("endpoint", "\0")) for u in urls)]
 
 
 def _resources(ctx: LaunchContext, spec: TaskSpec) -> TaskResources:

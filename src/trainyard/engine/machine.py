@@ -162,6 +162,7 @@ class TaskExited(Event):
     retry_id: int
     exit_code: int
     message: str = ""  # why, when it failed (the runner's or the backend's words)
+    failure: str | None = None  # a kind of failure the backend saw (IMAGE_PULL), else None
     log_tail: tuple[str, ...] = ()  # the attempt's last log lines, read when it failed
 
 
@@ -226,9 +227,11 @@ class StartTasks(Action):
 
 @dataclass(frozen=True)
 class StopTasks(Action):
-    """Stop these (task, retry_id) attempts with their process trees."""
+    """Stop these (task, retry_id) attempts with their process trees; ``reason`` (when
+    given) is why, as the store keeps it (e.g. ``LEAD_FINISHED``), said in their logs."""
 
     tasks: tuple[tuple[str, int], ...]
+    reason: str | None = None
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ from trainyard.spec.api import reparse
 from trainyard.spec.fields import name_key
 from trainyard.spec.models import ExitAction, WorkflowSpec
 from trainyard.store import Store, WorkflowRecord
+from trainyard.store.credentials import CredentialVault
 
 __all__ = ["Engine", "Submission"]
 
@@ -149,7 +150,7 @@ def _fact_to_event(fact: TaskFact, tail: Callable[[], tuple[str, ...]] = tuple) 
         return m.TaskLost(t, key.task, key.retry_id, fact.message, tail())
     code = fact.exit_code if fact.kind is FactKind.EXITED else int(ExitCode.START_ERROR)
     code = int(code if code is not None else ExitCode.UNKNOWN)
-    return m.TaskExited(t, key.task, key.retry_id, code, fact.message,
+    return m.TaskExited(t, key.task, key.retry_id, code, fact.message, fact.failure,
                         tail() if code != 0 else ())
 
 
@@ -178,6 +179,8 @@ class Engine:
     ) -> None:
         self.store = store
         self.home = home
+        self.credentials = CredentialVault(store, home)
+        """Users' credentials (``store.credentials``): handed to their tasks at launch."""
         self.pools = pools if pools is not None else load_usable_pools()
         self.poll_interval_s = poll_interval_s
         self._spec_loader = spec_loader or _spec_from_source
@@ -708,6 +711,9 @@ class Engine:
                 return None
             return self._start(wid, action)
         elif isinstance(action, m.StopTasks):
+            for task, retry_id in action.tasks if action.reason else ():
+                self._task_log(TaskKey(wid, task, retry_id),
+                               f"{action.reason}: the task is stopped")
             self._stop(wid, action.tasks)
         elif isinstance(action, m.ReleaseGroup):
             self._scheduler_of(wid).release((wid, action.group))
@@ -764,11 +770,24 @@ class Engine:
             home=self.home, workflow_id=wid, spec=live.spec, state=live.state,
             placements=placements, backend=backend, pool=self._pool_of(wid),
             upstream_output=self._upstream_output, user=live.user,
+            credentials=self._credentials_of(live.user, live.spec, action.group),
+            data_credentials=self.credentials.data_payloads(live.user) if live.user else [],
         )
         launches = build_launches(ctx, action)
         if only is not None:
             launches = [launch for launch in launches if launch.key in only]
         return backend, launches
+
+    def _credentials_of(self, user: str | None, spec: WorkflowSpec,
+                        group: str) -> dict[str, tuple[str, dict[str, str]]]:
+        """The submitter's credentials that the group's tasks name, decrypted (``{name:
+        (type, payload)}``); a name they no longer have is absent (the runner then fails
+        the task with OSMO's words)."""
+        names = [n for g in spec.groups if g.name == group for t in g.tasks
+                 for n in t.credentials]
+        if not names or user is None:
+            return {}
+        return self.credentials.payloads(user, names)
 
     def _start_failed(self, wid: str, action: m.StartTasks, backend: Backend,
                       launches: list[TaskLaunch], error: BackendError | None) -> m.Event | None:

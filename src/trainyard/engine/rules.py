@@ -47,6 +47,8 @@ from trainyard.errors import NotFoundError
 from trainyard.spec.models import ExitAction
 
 __all__ = [
+    "LEAD_FINISHED",
+    "IMAGE_PULL",
     "TASK_TRANSITIONS",
     "GROUP_TRANSITIONS",
     "WORKFLOW_TRANSITIONS",
@@ -71,6 +73,7 @@ EXIT_FAILURES = frozenset(
         S.FAILED_BACKEND_ERROR,
         S.FAILED_SERVER_ERROR,
         S.FAILED_START_ERROR,
+        S.FAILED_IMAGE_PULL,
         S.FAILED_EVICTED,
         S.FAILED_START_TIMEOUT,
         S.FAILED_PREEMPTED,
@@ -114,6 +117,13 @@ WORKFLOW_TRANSITIONS: dict[WorkflowStatus, frozenset[WorkflowStatus]] = {
 }
 
 _STARTED = frozenset({S.INITIALIZING, S.RUNNING})  # an attempt the backend was asked to start
+
+IMAGE_PULL = "IMAGE_PULL"
+"""``TaskExited.failure`` of an attempt whose image could not be found or pulled."""
+
+LEAD_FINISHED = "Lead task finished"
+"""OSMO's reason for the tasks of a group stopped because its lead task ended: kept as their
+``failure_reason`` (whatever their status), so every view says the same."""
 _GROUP_ACTIVE = _STARTED  # a group holding nodes; the workflow is RUNNING while one is
 _PLACEMENT_ASKED = frozenset({S.SCHEDULING}) | _STARTED  # ReleaseGroup when such a group ends
 
@@ -308,9 +318,10 @@ def _fail_downstream(step: _Step, failed: GroupState) -> None:
 
 
 def _end_tasks(step: _Step, group: GroupState, status: Status, exit_code: int | None,
-               reason: str | None = None) -> None:
+               reason: str | None = None, announce: bool = False) -> None:
     """The group's unfinished tasks take ``status`` (and ``reason``, when given, as their
-    ``failure_reason``); started attempts are stopped.
+    ``failure_reason``); started attempts are stopped (``announce``: ``reason`` said in
+    their logs too).
 
     A stopped task gets no exit code of its own (``exit_code`` is only set for service codes
     that OSMO assigns: 3000 upstream, 3001 backend, 3003 start error).
@@ -324,18 +335,18 @@ def _end_tasks(step: _Step, group: GroupState, status: Status, exit_code: int | 
             task.failure_reason = reason
         _set_task(step, task, status)
     if started:
-        step.emit(StopTasks(started))
+        step.emit(StopTasks(started, reason if announce else None))
 
 
 def _end_group(
     step: _Step, group: GroupState, status: Status, *, exit_code: int | None = None,
-    cascade: bool = True, reason: str | None = None,
+    cascade: bool = True, reason: str | None = None, announce: bool = False,
 ) -> None:
     """End ``group`` with ``status``: its unfinished tasks too (stopped if started),
     ReleaseGroup if a placement was asked for, then downstream groups follow (``cascade``):
     scheduled when it COMPLETED, FAILED_UPSTREAM when it failed (OSMO "Group lifecycle")."""
     asked = group.status in _PLACEMENT_ASKED
-    _end_tasks(step, group, status, exit_code, reason)
+    _end_tasks(step, group, status, exit_code, reason, announce)
     _set_group(step, group, status)
     if asked:
         step.emit(ReleaseGroup(group.name))
@@ -413,16 +424,19 @@ def _settle_group(step: _Step, task: TaskState, unreleased: bool = False) -> Non
     once)."""
     group = step.state.groups[task.group]
     nonlead_decides = not group.ignore_nonlead_status or unreleased
-    if task.lead or (task.status.is_failed() and nonlead_decides):
+    if task.lead:
+        _end_group(step, group, task.status, reason=LEAD_FINISHED, announce=True)
+    elif task.status.is_failed() and nonlead_decides:
         _end_group(step, group, task.status)
 
 
 def _task_ended(step: _Step, task: TaskState, exit_code: int, reason: str = "",
-                log_tail: tuple[str, ...] = ()) -> None:
+                failure: str | None = None, log_tail: tuple[str, ...] = ()) -> None:
     """Apply the exit action of ``exit_code``; RESCHEDULE/RESTART past ``max_retries``
     (counted together) is a FAIL. A failed (or retried) attempt keeps ``reason`` (why, as
     its runner or backend said; else ``exit_reason`` of its code) as its ``failure_reason``
-    and ``log_tail`` (its last log lines)."""
+    and ``log_tail`` (its last log lines); a FAIL whose ``failure`` is ``IMAGE_PULL`` is
+    FAILED_IMAGE_PULL."""
     action = action_for(task, exit_code)
     if action is not ExitAction.COMPLETE:
         task.failure_reason = reason or exit_reason(exit_code)
@@ -434,7 +448,8 @@ def _task_ended(step: _Step, task: TaskState, exit_code: int, reason: str = "",
     unreleased = _unreleased(step, task)
     task.exit_code = int(exit_code)
     completed = action is ExitAction.COMPLETE
-    _set_task(step, task, S.COMPLETED if completed else failure_status(exit_code))
+    failed = S.FAILED_IMAGE_PULL if failure == IMAGE_PULL else failure_status(exit_code)
+    _set_task(step, task, S.COMPLETED if completed else failed)
     _settle_group(step, task, unreleased)
 
 
@@ -522,7 +537,7 @@ def _on_task_exited(step: _Step, event: TaskExited) -> None:
     """The current attempt exited with ``exit_code``: apply its exit action."""
     task = _current(step, event.task, event.retry_id)
     if task is not None:
-        _task_ended(step, task, event.exit_code, event.message, event.log_tail)
+        _task_ended(step, task, event.exit_code, event.message, event.failure, event.log_tail)
 
 
 def _on_task_lost(step: _Step, event: TaskLost) -> None:
@@ -531,7 +546,7 @@ def _on_task_lost(step: _Step, event: TaskLost) -> None:
     if task is not None:
         _task_ended(step, task, int(ExitCode.BACKEND_ERROR),
                     event.message or "the task vanished without reporting an exit",
-                    event.log_tail)
+                    log_tail=event.log_tail)
 
 
 def _timed_out(since_s: float | None, limit_s: float | None, now_s: float) -> bool:

@@ -35,7 +35,7 @@ from pathlib import Path
 from trainyard.linux.libc import libc as c_library
 from trainyard.runfile import OverlayMount
 
-__all__ = ["write_inside", "mount_overlays", "SymlinkRefused", "files_inside", "open_no_links",
+__all__ = ["write_inside", "remove_inside", "open_folder_inside", "open_folder_at", "write_at", "link_at", "mount_overlays", "SymlinkRefused", "files_inside", "open_no_links",
            "no_links_path"]
 
 _CLONE_NEWNS = 0x00020000
@@ -94,6 +94,86 @@ def write_inside(base: str, relative: str, text: str, mode: int = 0o755,
             os.close(fd)
             fd = next_fd
         _write_file(fd, parts[-1], text, mode, owner)
+    finally:
+        os.close(fd)
+
+
+def open_folder_inside(base: str, relative: str,
+                       owner: tuple[int, int] | None = None) -> int:
+    """A file descriptor of the folder ``base/relative`` (the caller closes it), missing
+    folders made (given to ``owner``), following no symlink below ``base``.
+
+    Raises:
+        SymlinkRefused: a component of ``relative`` is a symlink (or a file).
+        OSError: anything else.
+    """
+    os.makedirs(base, exist_ok=True)
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return open_folder_at(fd, relative, owner)
+    finally:
+        os.close(fd)
+
+
+def open_folder_at(dir_fd: int, relative: str, owner: tuple[int, int] | None = None) -> int:
+    """``open_folder_inside`` below the folder ``dir_fd`` (left open)."""
+    parts = [p for p in relative.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise OSError(errno.EINVAL, f"not a folder below the task's folder: {relative!r}")
+    fd = os.dup(dir_fd)
+    try:
+        for name in parts:
+            next_fd = _open_dir(fd, name, create=True, owner=owner)
+            os.close(fd)
+            fd = next_fd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_at(dir_fd: int, name: str, text: str, mode: int = 0o644,
+             owner: tuple[int, int] | None = None) -> None:
+    """Write ``text`` to the file ``name`` of the folder ``dir_fd``, never through a link
+    there (``SymlinkRefused``)."""
+    _write_file(dir_fd, name, text, mode, owner)
+
+
+def link_at(dir_fd: int, name: str, target: str, owner: tuple[int, int] | None = None) -> None:
+    """Make ``name`` in the folder ``dir_fd`` a symlink to ``target``, replacing a link or
+    file there (a folder there: IsADirectoryError); with ``owner``, the link is given to it."""
+    try:
+        if os.readlink(name, dir_fd=dir_fd) == target:
+            return
+    except OSError:
+        pass
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    os.symlink(target, name, dir_fd=dir_fd)
+    if owner is not None:
+        os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def remove_inside(base: str, relative: str) -> None:
+    """Remove the file ``base/relative`` following no symlink below ``base`` (a folder the
+    task swapped for a link is not followed; a link in the file's place is removed itself).
+
+    Raises:
+        SymlinkRefused: a folder of ``relative`` is a symlink.
+        OSError: anything else (FileNotFoundError when it is gone).
+    """
+    parts = [p for p in relative.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise OSError(errno.EINVAL, f"not a file path below the task's folder: {relative!r}")
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts[:-1]:
+            next_fd = _open_dir(fd, name, create=False)
+            os.close(fd)
+            fd = next_fd
+        os.unlink(parts[-1], dir_fd=fd)
     finally:
         os.close(fd)
 

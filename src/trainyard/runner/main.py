@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import posixpath
 import signal
 import sys
 import threading
@@ -46,8 +47,10 @@ from trainyard import dataroots
 from trainyard.runner.checkpoint import Checkpointer
 from trainyard.linux.cgroups import TaskCgroup
 from trainyard.runner.command import CommandProcess
+from trainyard.runner.credentials import (CredentialProblem, credential_env, credential_files,
+                                          secrets_of)
 from trainyard.data.runnerhook import DataHook, load_data_hook
-from trainyard.runner.hostenv import EnvRefused, HostStart, host_start
+from trainyard.runner.hostenv import ENV_FILE, EnvRefused, HostStart, host_start
 from trainyard.runner.report import (
     FACTS_SOCKET_ENV,
     LOG_FAILED_EXIT_CODE,
@@ -56,10 +59,11 @@ from trainyard.runner.report import (
     reserve_space,
 )
 from trainyard.linux.safefs import (idmap_in_place, mount_overlays, private_mount_namespace,
-                                      write_inside)
+                                     remove_inside, write_inside)
 from trainyard.linux.userns import give_to_task as give_folders
 from trainyard.linux.userns import make_fresh
 from trainyard.linux.userns import give_tree
+from trainyard.runner.pyenv import TASK_VENV, make_task_venv
 from trainyard.runfile import TaskRun
 from trainyard.runner.usage import UsageSampler, baseline_delay, interval_from_env
 from trainyard.runner.text import PathRewriter, expand_vars
@@ -77,8 +81,10 @@ before its user namespace was set up) is tried again: seen once in 23 under load
 class StepFailed(Exception):
     """A runner step failed; ``exit_code`` is what the attempt reports."""
 
-    def __init__(self, exit_code: int, message: str) -> None:
+    def __init__(self, exit_code: int, message: str, failure: str | None = None) -> None:
         self.exit_code = exit_code
+        self.failure = failure
+        """A kind of failure for the engine (``IMAGE_PULL``), else None."""
         super().__init__(message)
 
 
@@ -141,6 +147,14 @@ class Runner:
         self.events = EventWriter(self.run_dir, notify=self.base_env.get(FACTS_SOCKET_ENV))
         self.reserve = reserve_space(self.run_dir)
         self.log = TaskLog(self.run_dir, run.task, echo=echo, on_failure=self._on_log_failure)
+        self.log.secrets = secrets_of(run)
+        self.credential_env: dict[str, str] = {}
+        self.credential_written: list[tuple[str, str]] = []
+        self._data_hooks: dict[str, DataHook] = {}
+        self.task_venv_bin: str | None = None
+        """The task's own environment's ``bin`` as the task sees it, once made
+        (``runner.pyenv``): first on its PATH."""
+        """``(base, relative)`` of each credential file written, removed at the end."""
         self._hook = hook
         run.hosts = run.runtime_hosts(self.base_env)
         self.stop = threading.Event()
@@ -163,6 +177,26 @@ class Runner:
                 self._hook.actor = Actor(self.run.user)
         return self._hook
 
+    def hook_for(self, url: str) -> DataHook:
+        """The data hook for ``url``: with the submitter's DATA credential whose endpoint
+        starts it (the longest), its keys, region and ``override_url`` (OSMO's "Data"
+        credentials), else ``hook``."""
+        match = next((d for d in self.run.data_credentials
+                      if url.startswith(d.get("endpoint", "\0"))), None)
+        if match is None:
+            return self.hook
+        endpoint = match["endpoint"]
+        if endpoint not in self._data_hooks:
+            from trainyard.data.hook import DataLayerHook  # the data layer, on use
+
+            hook = DataLayerHook(self.log.runner, config=data_config_with(match))
+            if self.run.user is not None:
+                from trainyard.data.datasets import Actor
+
+                hook.actor = Actor(self.run.user)
+            self._data_hooks[endpoint] = hook
+        return self._data_hooks[endpoint]
+
     def _rewriter(self) -> PathRewriter | None:
         """Without a private ``/``: what moves under ``sandbox.root``: ``/tmp``, every file's
         own path, and top-level folders of files and checkpoints that the host lacks."""
@@ -170,6 +204,7 @@ class Runner:
         if not root:
             return None
         files = [f.path for f in self.run.files if f.path.startswith("/")]
+        files += [c.path for c in self.run.credentials if c.path is not None]
         paths = files + [c.path for c in self.run.checkpoints if c.path.startswith("/")]
         tops = {"/" + Path(p).parts[1] for p in paths if len(Path(p).parts) > 1}
         return PathRewriter(root, {"/tmp", *files, *(t for t in tops if not Path(t).exists())})
@@ -185,7 +220,10 @@ class Runner:
     def environment(self) -> tuple[dict[str, str], dict[str, str]]:
         """(the command's whole environment, the part ``$(VAR)`` may reference)."""
         own = {k: self.prepare(v) for k, v in self.run.environment.items()}
+        own.update(self.credential_env)
         own.update(task_environment(self.run, {**self.base_env, **own}))
+        if self.task_venv_bin is not None:
+            own["PATH"] = os.pathsep.join([self.task_venv_bin, own["PATH"]])
         own.update(self.run.sandbox.env)
         base = {k: v for k, v in self.base_env.items() if not _servers_own(k)}
         return {**base, **own}, own
@@ -321,7 +359,8 @@ class Runner:
                 item = item.model_copy(update={"source": self.storage_url(item.source)})
                 self.check_data_url(item.source, ExitCode.DOWNLOAD_FAILED, f"input {index}")
             try:
-                count = self.hook.download(item, dest)
+                hook = self.hook_for(item.source) if item.kind == "url" else self.hook
+                count = hook.download(item, dest)
             except DataError as exc:
                 raise StepFailed(ExitCode.DOWNLOAD_FAILED, f"input {index}: {exc}") from exc
             line = f"input {index} ({item.kind} {item.name}): {count} file(s) in {dest}"
@@ -355,6 +394,92 @@ class Runner:
             target.write_text(text)
             target.chmod(0o755)
 
+    def check_credentials(self) -> None:
+        """Every credential the spec names is there, with the keys its variables name
+        (``runner.credentials``). Raises StepFailed(256, INIT_FAILURE) with OSMO's words."""
+        try:
+            self.credential_env = credential_env(self.run)
+            credential_files(self.run)
+        except CredentialProblem as exc:
+            raise StepFailed(ExitCode.INIT_FAILURE, str(exc)) from exc
+
+    def _credential_place(self, path: str) -> tuple[str, str]:
+        """``(base, relative)`` where a path-form credential file goes: inside the task's
+        private root only (never a volume, an input or output folder, a read-only bind).
+        Raises StepFailed(256)."""
+        sandbox = self.run.sandbox
+        if sandbox.mounts:
+            base, rest = sandbox.host_split(path)
+            if base != sandbox.mounts.get("/") or not sandbox.writable(path):
+                raise StepFailed(ExitCode.INIT_FAILURE,
+                                 f"credential folder {posixpath.dirname(path)}: not in the "
+                                 "task's own root (a mounted folder); choose a path such as "
+                                 "/root/.creds")
+            return base, rest
+        if sandbox.root:
+            return sandbox.root, path.lstrip("/")
+        raise StepFailed(ExitCode.INIT_FAILURE,
+                         f"credential folder {posixpath.dirname(path)}: this backend gives "
+                         "the task no private root to write it in")
+
+    def write_credentials(self) -> None:
+        """Write the path-form credentials, one file per key, mode 0600, the task's own,
+        following no symlink. Raises StepFailed(256)."""
+        userns = self.run.sandbox.userns
+        owner = (userns.host_uid, userns.host_gid) if userns else None
+        for name, path, value in credential_files(self.run):
+            base, rest = self._credential_place(path)
+            try:
+                write_inside(base, rest, value, mode=0o600, owner=owner)
+            except OSError as exc:
+                raise StepFailed(ExitCode.INIT_FAILURE,
+                                 f"credential {name}: cannot write {path}: {exc}") from exc
+            self.credential_written.append((base, rest))
+        if self.credential_written:
+            self.log.runner(f"credentials: {len(self.credential_written)} file(s) written")
+
+    def make_python_env(self) -> None:
+        """The task's own Python environment in its root (``runner.pyenv``), so that
+        ``pip install`` works and lands there; not in a container (its image has its own
+        Python) nor without a private root. One that cannot be made is said in the log and
+        the task runs without it."""
+        sandbox = self.run.sandbox
+        if sandbox.env_flag is not None:
+            return
+        if sandbox.mounts:
+            base, rest = sandbox.host_split(TASK_VENV)
+            if base != sandbox.mounts.get("/") or not sandbox.writable(TASK_VENV):
+                return
+            seen = f"{TASK_VENV}/bin"
+        elif sandbox.root:
+            base, rest = sandbox.root, TASK_VENV.lstrip("/")
+            seen = f"{sandbox.root.rstrip('/')}{TASK_VENV}/bin"
+        else:
+            return
+        userns = sandbox.userns
+        try:
+            make_task_venv(base, rest, (userns.host_uid, userns.host_gid) if userns else None)
+        except OSError as exc:
+            self.log.runner(f"no Python environment of the task's own ({exc}); pip install "
+                            "may fail")
+            return
+        self.task_venv_bin = seen
+
+    def remove_credentials(self) -> None:
+        """Remove the credential files written (best effort, following no symlink), and the
+        runtime's env file (``hostenv.ENV_FILE``: the task's variables, its credentials'
+        among them), which the runtime read when the container was made."""
+        for base, rest in self.credential_written:
+            try:
+                remove_inside(base, rest)
+            except OSError:
+                pass
+        self.credential_written = []
+        try:
+            (self.run_dir / ENV_FILE).unlink(missing_ok=True)
+        except OSError:
+            pass
+
     def pass_barrier(self) -> None:
         """Wait for the group. Raises StepFailed(2024) on timeout, _Stopped on SIGTERM."""
         barrier = self.run.barrier
@@ -384,7 +509,8 @@ class Runner:
             return code
         assert self.command is not None
         checkpoints = [Checkpointer(c.model_copy(update={"url": self.storage_url(c.url)}),
-                                    self.local_path(c.path), self.hook, self.log.runner)
+                                    self.local_path(c.path), self.hook_for(c.url),
+                                    self.log.runner)
                        for c in self.run.checkpoints if self.data_url_allowed(c.url)]
         if self.stop.is_set():
             self.command.terminate(self.run.stop_grace_s)
@@ -507,7 +633,8 @@ class Runner:
                 self.check_data_url(target.url, ExitCode.UPLOAD_FAILED, "output")
             where = scrub(target.url or (target.dataset.name if target.dataset else "?"))
             try:
-                count = self.hook.upload(self.run.output_path, target)
+                hook = self.hook_for(target.url) if target.url else self.hook
+                count = hook.upload(self.run.output_path, target)
             except DataError as exc:
                 raise StepFailed(ExitCode.UPLOAD_FAILED, f"output to {where}: {exc}") from exc
             self.log.runner(f"output: {count} file(s) uploaded to {where}")
@@ -555,11 +682,15 @@ class Runner:
     def _steps(self) -> tuple[int, str]:
         self._header()
         if self.run.sandbox.start_error:
-            raise StepFailed(ExitCode.START_ERROR, self.run.sandbox.start_error)
+            raise StepFailed(ExitCode.START_ERROR, self.run.sandbox.start_error,
+                             "IMAGE_PULL" if self.run.sandbox.missing_image else None)
         self.prepare_sandbox()
+        self.check_credentials()
         self.run.output_path.mkdir(parents=True, exist_ok=True)
         self.download_inputs()
         self.write_files()
+        self.write_credentials()
+        self.make_python_env()
         self.give_to_task()
         mark_stage(self.run_dir, "barrier_start")
         self.pass_barrier()
@@ -580,22 +711,43 @@ class Runner:
     def execute(self) -> int:
         """Run every step; always reports EXITED (unless killed with SIGKILL)."""
         self.events.emit("INITIALIZING")
+        failure = None
         try:
             code, message = self._steps()
         except StepFailed as exc:
-            code, message = int(exc.exit_code), str(exc)
+            code, message, failure = int(exc.exit_code), str(exc), exc.failure
         except _Stopped:
             code, message = STOPPED_EXIT_CODE, "stopped by SIGTERM before the command ran"
         except Exception as exc:  # the attempt must still report an exit
             code, message = int(ExitCode.UNKNOWN_RUNTIME), f"runner error: {exc!r}"
+        self.remove_credentials()
         if self.reserve is not None:  # its space is for what follows (disk full)
             self.reserve.unlink(missing_ok=True)
         if message:
             self.log.runner(message)
         self.log.runner(f"exit code {code}")
-        self.events.emit("EXITED", exit_code=code, message=message)
+        self.events.emit("EXITED", exit_code=code, message=message, failure=failure)
         self.log.close()
         return code
+
+
+def data_config_with(payload: dict[str, str]) -> object:
+    """The data settings (``trainyard.data.config``) with a DATA credential's keys for S3:
+    ``access_key_id``/``access_key`` as fsspec's ``key``/``secret``, ``region`` as the
+    client's region, ``override_url`` (an S3-compatible store) as the endpoint."""
+    import dataclasses
+
+    from trainyard.data.config import load_config
+
+    config = load_config()
+    s3 = dict(config.storage_options.get("s3", {}))
+    s3.update(key=payload["access_key_id"], secret=payload["access_key"])
+    if payload.get("region"):
+        s3["client_kwargs"] = {**s3.get("client_kwargs", {}), "region_name": payload["region"]}
+    options = {**config.storage_options, "s3": s3, "s3a": s3}
+    return dataclasses.replace(config, storage_options=options,
+                               s3_endpoint_url=payload.get("override_url")
+                               or config.s3_endpoint_url)
 
 
 def _under(path: str, folder: str) -> bool:

@@ -82,6 +82,8 @@ class Event:
     time_s: float
     exit_code: int | None = None
     message: str = ""
+    failure: str | None = None
+    """With EXITED: a kind of failure (``IMAGE_PULL``), else None (not written)."""
 
 
 class EventWriter:
@@ -99,10 +101,12 @@ class EventWriter:
         self.notify = notify
         self._lock = threading.Lock()
 
-    def emit(self, kind: str, exit_code: int | None = None, message: str = "") -> Event:
+    def emit(self, kind: str, exit_code: int | None = None, message: str = "",
+             failure: str | None = None) -> Event:
         """Append one event stamped now and return it."""
-        event = Event(kind, time.time(), exit_code, message)
-        line = json.dumps(event.__dict__) + "\n"
+        event = Event(kind, time.time(), exit_code, message, failure)
+        fields = {k: v for k, v in event.__dict__.items() if k != "failure" or v is not None}
+        line = json.dumps(fields) + "\n"
         with self._lock, open(self.path, "a", encoding="utf-8") as handle:
             handle.write(line)
             handle.flush()
@@ -132,8 +136,9 @@ def notify_socket(path: str) -> bool:
 def _parse_event(line: bytes) -> Event | None:
     try:
         data = json.loads(line)
+        failure = data.get("failure")
         return Event(str(data["kind"]), float(data["time_s"]), data.get("exit_code"),
-                     str(data.get("message") or ""))
+                     str(data.get("message") or ""), str(failure) if failure else None)
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -262,6 +267,9 @@ class TaskLog:
         self._lock = threading.Lock()
         self._torn = False  # the file ends in a partly written line
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        self.secrets: tuple[str, ...] = ()
+        """Literal values masked as ``***`` in the runner's own lines (the task's
+        credentials): a runner message never shows one, whatever error text it carries."""
 
     def command(self, text: str, cut: bool = False) -> None:
         """Log one line the user's command printed (its newline, or CR LF, removed), or with
@@ -275,7 +283,9 @@ class TaskLog:
             self._write(self.task, text.rstrip("\r\n"))
 
     def runner(self, text: str) -> None:
-        """Log one line of the runner's own (tag ``[task][trainyard]``)."""
+        """Log one line of the runner's own (tag ``[task][trainyard]``), ``secrets`` masked."""
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
         self._write(f"{self.task}][{RUNNER_TAG}", text.rstrip("\r\n"))
 
     def _write(self, tag: str, text: str) -> None:

@@ -73,6 +73,18 @@ class AppRequest(BaseModel):
     set_string: list[str] = []
 
 
+class CredentialRequest(BaseModel):
+    """``credential set``: OSMO's type and the payload (``store.credentials``)."""
+
+    type: str = "GENERIC"
+    payload: dict[str, str]
+
+    def __repr__(self) -> str:  # never a value in a traceback or a log line
+        return f"CredentialRequest(type={self.type!r}, keys={sorted(self.payload)!r})"
+
+    __str__ = __repr__
+
+
 class DeleteRequest(BaseModel):
     """``workflow delete``: ended workflows to delete, all or none."""
 
@@ -162,8 +174,8 @@ def _routes(app: FastAPI, service: Service) -> None:
         return {"user": u.name, "admin": u.admin, "workflow": u.workflow}
 
     @app.post("/api/workflow/validate")
-    def validate(req: SpecRequest, _u: Caller) -> dict[str, Any]:
-        loaded = service.load(req)
+    def validate(req: SpecRequest, u: Caller) -> dict[str, Any]:
+        loaded = service.validate(req, u)
         return {"valid": True, "name": loaded.workflow.name, "pool": loaded.pool.name,
                 "warnings": loaded.warnings_json()}
 
@@ -260,6 +272,18 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.post("/api/workflow/{workflow_id}/restart")
     def restart(workflow_id: str, u: Caller) -> dict[str, Any]:
         return service.restart(workflow_id, u)
+
+    @app.post("/api/credentials/{name}")
+    def set_credential(name: str, req: CredentialRequest, u: Caller) -> dict[str, Any]:
+        return service.set_credential(u, name, req.type, req.payload)
+
+    @app.get("/api/credentials")
+    def list_credentials(u: Caller) -> list[dict[str, Any]]:
+        return service.list_credentials(u)
+
+    @app.delete("/api/credentials/{name}")
+    def delete_credential(name: str, u: Caller) -> dict[str, Any]:
+        return service.delete_credential(u, name)
 
     @app.get("/api/pool")
     def pools(_u: Caller) -> list[dict[str, Any]]:

@@ -93,19 +93,30 @@ class AttemptBar:
     node: str | None
     reason: str = ""
     phases: list[Phase] = field(default_factory=list)
+    ended_s: float | None = None
+    """When the attempt ended (the store's end time, else its runner's exit); None while it
+    runs."""
 
 
-def _attempts(ts: m.TaskState) -> list[tuple[int, str, int | None, str | None, float | None]]:
-    """(retry_id, status, exit_code, node, end_time_s) of every attempt, oldest first."""
-    rows = [(a.retry_id, a.status.value, a.exit_code, a.node, a.end_time_s) for a in ts.history]
-    rows.append((ts.retry_id, ts.status.value, ts.exit_code, ts.node, ts.end_time_s))
+_AttemptRow = tuple[int, str, int | None, str | None, float | None, str | None]
+
+
+def _attempts(ts: m.TaskState) -> list[_AttemptRow]:
+    """(retry_id, status, exit_code, node, end_time_s, failure_reason) of every attempt,
+    oldest first."""
+    rows = [(a.retry_id, a.status.value, a.exit_code, a.node, a.end_time_s, a.failure_reason)
+            for a in ts.history]
+    rows.append((ts.retry_id, ts.status.value, ts.exit_code, ts.node, ts.end_time_s,
+                 ts.failure_reason))
     return rows
 
 
-def _bar(task: str, attempt: tuple[int, str, int | None, str | None, float | None],
-         queued_s: float, run_dir: Path, now_s: float) -> AttemptBar:
-    retry_id, status, exit_code, node, end_s = attempt
-    bar = AttemptBar(task, retry_id, status, exit_code, node)
+def _bar(task: str, attempt: _AttemptRow, queued_s: float, run_dir: Path,
+         now_s: float) -> AttemptBar:
+    """The attempt's bar; its reason is the store's (as every view says it, e.g. "Lead task
+    finished"), else its runner's exit message."""
+    retry_id, status, exit_code, node, end_s, reason = attempt
+    bar = AttemptBar(task, retry_id, status, exit_code, node, reason or "")
     marks = {"QUEUED": queued_s}
     for event in read_events(run_dir / EVENTS)[0]:
         if event.kind in ("INITIALIZING", "RUNNING"):
@@ -113,6 +124,7 @@ def _bar(task: str, attempt: tuple[int, str, int | None, str | None, float | Non
         elif event.kind == "EXITED":
             end_s = end_s or event.time_s
             bar.reason = bar.reason or event.message
+    bar.ended_s = end_s
     finish = end_s if end_s is not None else now_s
     kinds = [k for k in ("QUEUED", "INITIALIZING", "RUNNING") if k in marks]
     for kind, after in zip(kinds, kinds[1:] + [None]):

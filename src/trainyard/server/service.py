@@ -38,6 +38,7 @@ from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.logs import FLUSH, LogFile, LogLine, file_size, read_merged, tail_offset
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.models import WorkflowSpec
+from trainyard.spec.tokens import substitute_tokens
 from trainyard.store import WorkflowRecord
 
 log = logging.getLogger("trainyard.server.service")
@@ -263,6 +264,55 @@ class Service:
             except ForbiddenError as exc:
                 raise ForbiddenError(f"task {task!r} {what} (dataset {ref}): {exc}") from None
 
+    def check_credentials(self, workflow: WorkflowSpec, user: User) -> None:
+        """Every credential a task of ``workflow`` names is ``user``'s (OSMO refuses the
+        submit otherwise, with these words).
+
+        Raises:
+            SpecError: one problem per missing name and task: ``Could not find the
+                credential: NAME``.
+        """
+        problems = []
+        for task in workflow.all_tasks():
+            names = list(task.credentials)
+            if not names:
+                continue
+            try:
+                self.engine.credentials.check_names(user.name, names)
+            except NotFoundError as exc:
+                problems.append(SpecProblem(
+                    f"task {task.name} credentials", f"{exc}; store it with `trainyard "
+                    "credential set NAME --type GENERIC --payload KEY=VALUE`"))
+        if problems:
+            raise SpecError(problems)
+
+    def validate(self, req: SpecRequest, user: User) -> LoadedSpec:
+        """``load`` and ``check_credentials``: what ``workflow validate`` answers."""
+        loaded = self.load(req)
+        self.check_credentials(loaded.workflow, user)
+        return loaded
+
+    # ------------------------------------------------------------------ credentials
+
+    def set_credential(self, user: User, name: str, kind: str,
+                       payload: dict[str, str]) -> dict[str, Any]:
+        """Create or replace the caller's credential (``CredentialVault.set``); a task token
+        may not. Returns ``{"name", "type", "keys"}``, never a value."""
+        refuse_task_token(user, "set a credential")
+        return self.engine.credentials.set(user.name, name, kind, payload)
+
+    def list_credentials(self, user: User) -> list[dict[str, Any]]:
+        """The caller's credentials: ``[{"name", "type", "keys", "create_time"}]``."""
+        rows = self.engine.credentials.list(user.name)
+        return [{"name": r["name"], "type": r["type"], "keys": r["keys"],
+                 "create_time": iso(float(r["create_time_s"]))} for r in rows]  # type: ignore[arg-type]
+
+    def delete_credential(self, user: User, name: str) -> dict[str, Any]:
+        """Delete the caller's credential; a task token may not. Raises NotFoundError."""
+        refuse_task_token(user, "delete a credential")
+        self.engine.credentials.delete(user.name, name)
+        return {"name": name, "deleted": True}
+
     def submit(self, req: SpecRequest, user: User) -> dict[str, Any]:
         """Validate and start a workflow. Returns ``{"id", "name", "status", "warnings"}``
         (the spec's warnings, ``LoadedSpec.warnings_json``).
@@ -272,7 +322,7 @@ class Service:
                 ``_check_other_workflows``; ForbiddenError as ``_check_datasets``.
         """
         refuse_task_token(user, "submit a workflow")
-        loaded = self.load(req)
+        loaded = self.validate(req, user)
         self._check_other_workflows(loaded.workflow, user)
         self._check_datasets(loaded.workflow, user)
         record = self.engine.submit(Submission(
@@ -291,7 +341,7 @@ class Service:
             "text"}], "warnings"}``; ``backend`` holds, on Slurm, each group's sbatch command and script
             (empty for backends without such a rendering).
         """
-        loaded = self.load(req)
+        loaded = self.validate(req, user)
         self._check_other_workflows(loaded.workflow, user)
         sub = Submission(spec=loaded.workflow, spec_text=loaded.rendered_text, user=user.name,
                          pool=loaded.pool, labels=dict(loaded.workflow.labels))
@@ -446,7 +496,7 @@ class Service:
                 run_dir = self.engine.run_dir(workflow_id, name, a.retry_id)
                 for e in read_events(run_dir / EVENTS)[0]:
                     rows.append((e.time_s, _event_row(e.time_s, name, a.retry_id, e.kind,
-                                                      e.exit_code, e.message or None)))
+                                                      e.exit_code, _event_message(e, a))))
                 if a.status.is_terminal() and a.end_time_s is not None:
                     rows.append((a.end_time_s, _event_row(
                         a.end_time_s, name, a.retry_id, a.status.value, a.exit_code,
@@ -743,6 +793,17 @@ def _summary_json(record: WorkflowRecord) -> dict[str, Any]:
     }
 
 
+def _event_message(event: Any, attempt: m.TaskState | m.TaskAttempt) -> str | None:
+    """A runner event's message; the exit of an attempt the engine had already ended with
+    a reason (a task stopped because its lead finished) says that reason, as the store does,
+    not the runner's "stopped by SIGTERM"."""
+    ended_s = attempt.end_time_s
+    if (event.kind == "EXITED" and attempt.failure_reason and ended_s is not None
+            and event.time_s >= ended_s):
+        return attempt.failure_reason
+    return event.message or None
+
+
 def _event_row(time_s: float, task: str, retry_id: int, event: str, exit_code: int | None,
                message: str | None) -> dict[str, Any]:
     return {"time": iso(time_s), "task": task, "retry_id": retry_id, "event": event,
@@ -828,12 +889,15 @@ def _output_targets(record: WorkflowRecord) -> dict[str, list[str]]:
 
 def _add_outputs(data: dict[str, Any], record: WorkflowRecord, run_dir: Any) -> None:
     """Give every task its ``output_dir`` (the ``{{output}}`` folder of its current attempt)
-    and ``outputs`` (where the spec uploads it after success)."""
+    and ``outputs`` (where the spec uploads it after success, ``{{workflow_id}}`` resolved as
+    the runner resolves it: the URL the files are at)."""
     targets = _output_targets(record)
+    tokens = {"workflow_id": record.id}
     for group in data["groups"]:
         for task in group["tasks"]:
             task["output_dir"] = str(run_dir(task["name"], task["retry_id"]) / "output")
-            task["outputs"] = targets.get(task["name"], [])
+            task["outputs"] = [substitute_tokens(t, tokens)
+                               for t in targets.get(task["name"], [])]
 
 
 def _workflow_json(record: WorkflowRecord, state: m.WorkflowState, verbose: bool) -> dict[str, Any]:

@@ -182,6 +182,9 @@ def _parse(
         elif errors:
             issues += _check_lenient(data, errors, layout, set_env, local, pool)
     warnings = [repeated_key_warning(r, file) for r in parsed.repeated]
+    if any(i.warning for i in issues):
+        warnings += to_problems([i for i in issues if i.warning], LineIndex(parsed.root), file)
+        issues = [i for i in issues if not i.warning]
     if issues:
         raise SpecError(to_problems(issues, LineIndex(parsed.root), file), warnings)
     assert doc is not None

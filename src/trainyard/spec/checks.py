@@ -209,6 +209,7 @@ def check_tokens(tasks: list[LocatedTask], gaps: Gaps = NO_GAPS) -> list[Issue]:
     members: dict[int, set[str]] = {}
     for located in tasks:
         members.setdefault(located.group_index, set()).add(name_key(located.task.name))
+    groups_of = {name_key(t.task.name): t.group.name for t in tasks}
     issues = []
     for located in tasks:
         for field_loc, text in _token_fields(located.task):
@@ -217,9 +218,11 @@ def check_tokens(tasks: list[LocatedTask], gaps: Gaps = NO_GAPS) -> list[Issue]:
             for token in _checked_tokens(text):
                 if _unknowable(token, located, gaps, members[located.group_index]):
                     continue
-                message = _token_problem(token, located, members[located.group_index])
+                message = _token_problem(token, located, members[located.group_index],
+                                         groups_of)
                 if message:
-                    issues.append(Issue(located.loc + field_loc, message, token.start))
+                    issues.append(Issue(located.loc + field_loc, message, token.start,
+                                        warning=token.kind == "host"))
     return issues
 
 
@@ -240,14 +243,26 @@ def _checked_tokens(text: str) -> Iterator[Token]:
             yield Token(match.group(1), kind, arg, match.start(), match.group(0))
 
 
-def _token_problem(token: Token, located: LocatedTask, members: set[str]) -> str | None:
+def _token_problem(token: Token, located: LocatedTask, members: set[str],
+                   groups_of: dict[str, str] | None = None) -> str | None:
     if token.kind == "host" and name_key(token.arg) not in members:
-        names = _some([t.name for t in located.group.tasks])
-        return (f"{token.text} names no task of group {located.group.name!r} (tasks: {names}); "
-                "host tokens reach tasks of the same group only, so put both tasks in one group")
+        return _host_token_problem(token, located, groups_of or {})
     if token.kind == "input":
         return _input_token_problem(token, located.task)
     return None
+
+
+def _host_token_problem(token: Token, located: LocatedTask, groups_of: dict[str, str]) -> str:
+    """What to say of a ``{{host:X}}`` naming no task of its group (a warning: OSMO accepts
+    it and the token stays as written, to fail at run time)."""
+    names = _some([t.name for t in located.group.tasks])
+    other = groups_of.get(name_key(token.arg))
+    if other is not None:
+        return (f"{token.text}: task {token.arg!r} is in group {other!r}, not in group "
+                f"{located.group.name!r} (tasks: {names}); host tokens reach tasks of the "
+                "same group only, so put both tasks in one group")
+    return (f"{token.text}: no task named {token.arg!r}; group {located.group.name!r} has "
+            f"{names}; the token stays as written and fails at run time (OSMO accepts it)")
 
 
 def _input_token_problem(token: Token, task: TaskSpec) -> str | None:

@@ -40,11 +40,14 @@ class Issue:
         loc: field path segments (``("workflow", "tasks", 0, "command")``).
         message: what is wrong; what to do.
         offset: character offset inside the scalar at ``loc`` (finer line), if known.
+        warning: accepted (OSMO accepts it), reported as a warning; ``validate --strict``
+            refuses it.
     """
 
     loc: Loc
     message: str
     offset: int | None = None
+    warning: bool = False
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,20 @@ class _App(_Base):
     deleted: Mapped[int] = mapped_column(Integer, default=0)
 
 
+class _Credential(_Base):
+    """A user's credential: its payload encrypted (``store.credentials``)."""
+
+    __tablename__ = "credentials"
+    __table_args__ = (UniqueConstraint("user", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(200), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(20))
+    token: Mapped[str] = mapped_column(Text)
+    create_time_s: Mapped[float] = mapped_column(Float)
+
+
 @dataclass(frozen=True)
 class WorkflowRecord:
     """A stored workflow as the rest of trainyard sees it (times in Unix seconds)."""
@@ -545,6 +559,37 @@ class Store:
             for row in rows:
                 row.deleted = 1
             return len(rows)
+
+
+    # ------------------------------------------------------------------ credentials
+
+    def put_credential(self, user: str, name: str, kind: str, token: str) -> None:
+        """Create or replace ``user``'s credential ``name`` (``token``: the encrypted
+        payload, ``store.credentials``)."""
+        with self._tx() as session:
+            row = session.scalars(select(_Credential).where(
+                _Credential.user == user, _Credential.name == name)).first()
+            if row is None:
+                session.add(_Credential(user=user, name=name, kind=kind, token=token,
+                                        create_time_s=time.time()))
+            else:
+                row.kind, row.token, row.create_time_s = kind, token, time.time()
+
+    def credential_rows(self, user: str) -> list[tuple[str, str, str, float]]:
+        """``user``'s credentials as ``(name, type, encrypted payload, create_time_s)``, by
+        name."""
+        query = select(_Credential.name, _Credential.kind, _Credential.token,
+                       _Credential.create_time_s).where(_Credential.user == user)
+        with self._tx() as session:
+            rows = session.execute(query.order_by(_Credential.name)).all()
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    def delete_credential(self, user: str, name: str) -> bool:
+        """Delete ``user``'s credential ``name``; returns whether it existed."""
+        with self._tx() as session:
+            done = session.execute(delete(_Credential).where(
+                _Credential.user == user, _Credential.name == name))
+            return bool(done.rowcount)
 
 
 NAME_CHARS = 200

@@ -214,6 +214,7 @@ def test_a_missing_image_is_a_start_error_without_pulling(
     assert time.monotonic() - started < 60
     fact = final(facts)
     assert fact.kind is FactKind.EXITED and fact.exit_code == ExitCode.START_ERROR
+    assert fact.failure == "IMAGE_PULL"  # the engine's FAILED_IMAGE_PULL (issue 25)
     assert FactKind.RUNNING not in [f.kind for f in facts]
     text = task_log(launches[0])
     assert f"image {missing!r} is not present in podman's local storage" in text

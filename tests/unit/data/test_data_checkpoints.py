@@ -156,3 +156,22 @@ def test_a_reader_whose_listed_round_was_pruned_meanwhile_lists_again(
     monkeypatch.setattr(checkpoints, "_rounds", stale_first)
     download(remote.as_uri(), tmp_path / "out")
     assert read_tree(tmp_path / "out") == {"model.pt": "r2"}
+
+
+def test_a_failing_input_names_the_url_not_the_checkpoint_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25: the first read of a download (its checkpoint rounds) failing is said with
+    the URL the user wrote, never trainyard's ``.trainyard/rounds`` inside it."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    remote = tmp_path / "remote"
+    remote.mkdir()
+
+    def refuse(_fs: object, path: str, **_kw: object) -> bool:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(LocalFileSystem, "exists", refuse)
+    with pytest.raises(DataError) as caught:
+        download(remote.as_uri(), tmp_path / "back")
+    assert remote.as_uri() in str(caught.value)
+    assert ".trainyard" not in str(caught.value)

@@ -189,13 +189,15 @@ def test_lead_completion_stops_the_others_completes_the_group_and_schedules_down
     state, actions = transition(state, TaskExited(time_s=9.0, task="master", retry_id=0,
                                                   exit_code=0))
     assert actions == [
-        StopTasks((("w1", 0), ("w2", 0))),
+        StopTasks((("w1", 0), ("w2", 0)), "Lead task finished"),
         ReleaseGroup("train"),
         RequestPlacement("eval"),
     ]
-    assert [(t.status, t.exit_code, t.end_time_s) for t in state.tasks.values()][:3] == [
-        (S.COMPLETED, 0, 9.0), (S.COMPLETED, None, 9.0), (S.COMPLETED, None, 9.0)
-    ]
+    assert [(t.status, t.exit_code, t.end_time_s, t.failure_reason)
+            for t in state.tasks.values()][:3] == [
+        (S.COMPLETED, 0, 9.0, None), (S.COMPLETED, None, 9.0, "Lead task finished"),
+        (S.COMPLETED, None, 9.0, "Lead task finished")
+    ]  # OSMO's reason for the stopped tasks, in the store (issue 25)
     assert (state.groups["train"].status, state.groups["train"].end_time_s) == (S.COMPLETED, 9.0)
     assert state.groups["eval"].status is S.SCHEDULING
     assert state.status is W.WAITING
@@ -220,10 +222,12 @@ def test_lead_failure_gives_the_stopped_tasks_the_leads_result() -> None:
     state = fold(state, TaskExited(time_s=5.0, task="w1", retry_id=0, exit_code=0))[0]
     state, actions = transition(state, TaskExited(time_s=6.0, task="master", retry_id=0,
                                                   exit_code=1))
-    assert actions[0] == StopTasks((("w2", 0),))
+    assert actions[0] == StopTasks((("w2", 0),), "Lead task finished")
     assert [state.tasks[n].status for n in ("master", "w1", "w2")] == [
         S.FAILED, S.COMPLETED, S.FAILED
     ]
+    assert [state.tasks[n].failure_reason for n in ("master", "w1", "w2")] == [
+        None, None, "Lead task finished"]
     assert state.tasks["w2"].exit_code is None
     assert state.groups["train"].status is S.FAILED
 

@@ -51,7 +51,7 @@ def test_environment_carries_distributed_identity(make_run: MakeRun) -> None:
         script="echo id=$TRAINYARD_WORKFLOW_ID/$OSMO_WORKFLOW_ID/$TRAINYARD_TASK_NAME/"
                "$TRAINYARD_GROUP/$TRAINYARD_RETRY_ID/$TRAINYARD_TASK_INDEX\n"
                "echo lead=$TRAINYARD_LEAD_HOST tasks=$TRAINYARD_GROUP_TASKS\n"
-               "echo out=$TRAINYARD_OUTPUT\ncommand -v python\n",
+               "echo out=$TRAINYARD_OUTPUT\ncommand -v python\ncommand -v trainyard\n",
         task="w1", retry_id=2, group_tasks=["m", "w1"], task_index=1, lead_task="m",
         hosts={"m": "127.1.1.1", "w1": "127.1.1.2"},
     )
@@ -60,7 +60,9 @@ def test_environment_carries_distributed_identity(make_run: MakeRun) -> None:
     assert "id=wf-7/wf-7/w1/g/2/1" in text
     assert "lead=127.1.1.1 tasks=m,w1" in text
     assert f"out={run.output_dir}" in text
-    assert f"[w1] {Path(sys.executable).parent}/python" in text
+    # python is the task's own environment's (runner.pyenv), trainyard's CLI trainyard's
+    assert f"[w1] {run.sandbox.root}/trainyard/venv/bin/python" in text
+    assert f"[w1] {Path(sys.executable).parent}/trainyard" in text
 
 
 def test_log_lines_and_events(make_run: MakeRun) -> None:

@@ -40,6 +40,20 @@ def problems(text: str, **options: Any) -> list[SpecProblem]:
     raise AssertionError("the spec loaded but was expected to be refused")
 
 
+def strict_problems(text: str, **options: Any) -> list[SpecProblem]:
+    """What ``validate --strict`` refuses ``text`` for: its problems and its warnings (such
+    as a ``{{host:X}}`` naming no task, which OSMO accepts), by line. Fails the test if
+    there are none."""
+    try:
+        doc = spec.load(text, **options)
+    except SpecError as exc:
+        found = [*exc.problems, *exc.warnings]
+    else:
+        found = list(doc.warnings)
+    assert found, "the spec loaded without a warning but was expected to be refused"
+    return sorted(found, key=lambda p: (p.line is None, p.line or 0))
+
+
 def only_problem(text: str, **options: Any) -> SpecProblem:
     """The single problem of ``text``."""
     found = problems(text, **options)

@@ -10,7 +10,12 @@ import pytest
 
 from trainyard import spec
 from trainyard.pools import NodeSpec, Pool
-from spec_support import dedent, only_problem, osmo_pool, problems, workflow
+from spec_support import dedent, only_problem, osmo_pool, problems, strict_problems, workflow
+
+def _only(found: list) -> object:
+    assert len(found) == 1, "\n".join(map(str, found))
+    return found[0]
+
 
 # inputs
 
@@ -87,13 +92,13 @@ def test_good_tokens(script: str) -> None:
 
 
 @pytest.mark.parametrize(("script", "reason"), [
-    ("ping {{host:prep}}", "{{host:prep}} names no task of group 'train' (tasks: master, worker_1)"),
+    ("ping {{host:prep}}", "{{host:prep}}: task 'prep' is in group 'first', not in group 'train' (tasks: master, worker_1)"),
     ("cat {{input:1}}", "{{input:1}} refers to input 1 but the task has 1 inputs (0-0)"),
     ("cat {{ input:worker_1 }}", "{{ input:worker_1 }} names no task input of this task; add '- task: worker_1'"),
 ])
 def test_bad_tokens_point_at_their_line_in_the_file_contents(script: str, reason: str) -> None:
     text = _tokens_spec("echo one\n" + script, "[{task: prep}]")
-    problem = only_problem(text)
+    problem = _only(strict_problems(text))
     assert problem.path == "workflow.groups[1].tasks[0].files[0].contents"
     assert reason in problem.message
     assert text.splitlines()[problem.line - 1].strip() == script.strip()
@@ -107,13 +112,13 @@ def test_tokens_are_checked_in_command_args_and_environment() -> None:
           args: ["{{host:x}}"]
           environment: {PEER: "{{host:y}}"}
     """)
-    assert [p.path for p in problems(text)] == [
+    assert [p.path for p in strict_problems(text)] == [
         "workflow.tasks[0].command[1]", "workflow.tasks[0].args[0]", "workflow.tasks[0].environment.PEER"]
 
 
 def test_each_bad_token_is_reported_once_per_field() -> None:
     text = workflow("tasks: [{name: t, command: [sh, -c, '{{host:x}} {{host:x}} {{host:y}}']}]\n")
-    assert len(problems(text)) == 2
+    assert len(strict_problems(text)) == 2
 
 
 # localpath
@@ -295,7 +300,7 @@ def test_lines_point_at_keys_items_and_block_scalar_lines() -> None:
                 echo 2
                 ping {{host:nobody}}
     """)
-    problem = only_problem(text)
+    problem = _only(strict_problems(text))
     assert problem.line == 11 and "{{host:nobody}}" in text.splitlines()[10]
 
 
@@ -344,3 +349,20 @@ def test_a_gang_asking_more_than_the_pool_holds_in_total_is_refused_with_the_num
                    for i in range(256))
     assert spec.load(workflow("resources:\n  default: {cpu: 1}\ngroups:\n- name: full\n"
                               "  tasks:\n" + fits), pool=Pool(name="p", nodes=nodes))
+
+
+def test_a_host_token_naming_no_task_is_a_warning_with_the_groups_tasks() -> None:
+    """Issue 25: OSMO accepts it (the token stays as written and fails at run time); the
+    hint names the group's tasks rather than asking to put both in one group."""
+    text = workflow("""
+        groups:
+        - name: nim
+          tasks:
+          - {name: run-server, lead: true, command: [sleep, "1"]}
+          - {name: nim-client, command: [sh, -c, "curl http://{{host:nim-server}}:8000"]}
+    """)
+    doc = spec.load(text)
+    assert len(doc.warnings) == 1
+    assert ("no task named 'nim-server'; group 'nim' has run-server, nim-client"
+            in doc.warnings[0].message)
+    assert doc.warnings[0].path == "workflow.groups[0].tasks[1].command[2]"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainyard import spec
-from spec_support import dedent, only_problem, problems, workflow
+from spec_support import dedent, only_problem, problems, strict_problems, workflow
 
 
 def test_a_minimal_spec_loads_with_osmos_defaults() -> None:
@@ -77,11 +77,11 @@ def test_cross_checks_are_all_reported_at_once() -> None:
           - name: c
             command: [cat, "{{input:3}}"]
     """)
-    found = problems(text)
+    found = strict_problems(text)
     messages = "\n".join(map(str, found))
     assert len(found) == 6, messages
     for fragment in ("task name 'A' is already used by task 'a'", "group name 'G' is already used by group 'g'",
-                     "input task 'ghost' does not exist", "{{host:nobody}} names no task of group 'g'",
+                     "input task 'ghost' does not exist", "{{host:nobody}}: no task named 'nobody'; group 'g' has",
                      "{{input:3}} refers to input 3 but the task has no inputs", "resource 'huge' is not defined"):
         assert fragment in messages
 
