@@ -147,11 +147,11 @@ def _fact_to_event(fact: TaskFact, tail: Callable[[], tuple[str, ...]] = tuple) 
     if fact.kind is FactKind.RUNNING:
         return m.TaskRunning(t, key.task, key.retry_id)
     if fact.kind is FactKind.LOST:
-        return m.TaskLost(t, key.task, key.retry_id, fact.message, tail())
+        return m.TaskLost(t, key.task, key.retry_id, fact.message, log_tail=tail())
     code = fact.exit_code if fact.kind is FactKind.EXITED else int(ExitCode.START_ERROR)
     code = int(code if code is not None else ExitCode.UNKNOWN)
     return m.TaskExited(t, key.task, key.retry_id, code, fact.message, fact.failure,
-                        tail() if code != 0 else ())
+                        log_tail=tail() if code != 0 else ())
 
 
 class Engine:

@@ -37,7 +37,7 @@ def _running(spec: WorkflowSpec) -> WorkflowState:
 
 def test_a_failed_command_keeps_its_code_reason_and_log_tail_and_they_survive_the_store() -> None:
     state = _running(workflow(solo("train")))
-    state, _ = fold(state, TaskExited(4.0, "train", 0, 1, "", ("loading", "oops: data missing")))
+    state, _ = fold(state, TaskExited(4.0, "train", 0, 1, "", log_tail=("loading", "oops: data missing")))
     failure = reasons.failure_of(state)
     assert failure is not None
     assert failure["task"] == "train" and failure["exit_code"] == 1
@@ -57,7 +57,7 @@ def test_the_runners_own_words_win_over_the_exit_code() -> None:
 def test_a_completed_workflow_and_a_running_one_have_no_failure() -> None:
     state = _running(workflow(solo("train")))
     assert reasons.failure_of(state) is None
-    state, _ = fold(state, TaskExited(4.0, "train", 0, 0, "", ("should not be kept",)))
+    state, _ = fold(state, TaskExited(4.0, "train", 0, 0, "", log_tail=("should not be kept",)))
     assert state.status.value == "COMPLETED"
     assert reasons.failure_of(state) is None
     assert state.tasks["train"].log_tail == ()
@@ -66,7 +66,7 @@ def test_a_completed_workflow_and_a_running_one_have_no_failure() -> None:
 def test_the_failure_names_the_task_that_failed_not_the_siblings_it_stopped() -> None:
     spec = workflow(group("g", task("lead", lead=True), task("worker"), ignore_nonlead=False))
     state = _running(spec)
-    state, _ = fold(state, TaskExited(4.0, "worker", 0, 3, "", ("worker broke",)))
+    state, _ = fold(state, TaskExited(4.0, "worker", 0, 3, "", log_tail=("worker broke",)))
     failure = reasons.failure_of(state)
     assert failure["task"] == "worker" and failure["log_tail"] == ["worker broke"]
     assert state.tasks["lead"].status.is_failed()

@@ -227,7 +227,7 @@ def test_lead_failure_gives_the_stopped_tasks_the_leads_result() -> None:
         S.FAILED, S.COMPLETED, S.FAILED
     ]
     assert [state.tasks[n].failure_reason for n in ("master", "w1", "w2")] == [
-        None, None, "Lead task finished"]
+        "the command exited with code 1", None, "Lead task finished"]  # issue 28: never empty
     assert state.tasks["w2"].exit_code is None
     assert state.groups["train"].status is S.FAILED
 
