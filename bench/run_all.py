@@ -36,6 +36,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
                             ["--epochs", "5", "--repeat", "1"]),
     "launch_overhead": (["--pairs", "5", "--no-upload-mode"], ["--pairs", "1", "--epochs", "2"]),
     "slurm_submit": (["--repeat", "10"], ["--repeat", "2"]),
+    "k8s_gang_submit": (["--tasks", "64", "--repeat", "3"], ["--tasks", "8", "--repeat", "1"]),
     "chaos": (["--workflows", "200", "--kills", "50"], ["--workflows", "6", "--kills", "2"]),
     "logs_memory": (["--log-mb", "200", "--line-mb", "100"], ["--log-mb", "20", "--line-mb", "10"]),
 }

@@ -6,8 +6,9 @@
     ├── ConfigError                 bad pool or server configuration (exit 4)
     ├── RefusedError                a request that the object's state forbids, e.g. restart
     │                               of a RUNNING or COMPLETED workflow (HTTP 409, exit 4)
-    │   └── EngineLockedError       a second server on a store (or home) another server
-    │                               holds the lock of (exit 4)
+    │   ├── EngineLockedError       a second server on a store (or home) another server
+    │   │                           holds the lock of (exit 4)
+    │   └── TooBusyError            too many streams open for one user now (HTTP 429, exit 4)
     ├── BackendError                a backend could not do what was asked (exit 5)
     ├── StoreError                  the store refused or failed a transaction (exit 6)
     ├── ServerError                 the server is unreachable or answered an error (exit 7)
@@ -30,6 +31,7 @@ __all__ = [
     "ConfigError",
     "RefusedError",
     "EngineLockedError",
+    "TooBusyError",
     "BackendError",
     "StoreError",
     "ServerError",
@@ -111,6 +113,13 @@ class RefusedError(TrainyardError):
 class EngineLockedError(RefusedError):
     """Another server holds the one-engine lock of this store or home; the message names
     its pid (``store.lock``)."""
+
+
+class TooBusyError(RefusedError):
+    """The server refuses more of this now (HTTP 429 Too Many Requests): e.g. a user's
+    log follows and dashboard streams are at their cap; ask again when one ended."""
+
+    http_status = 429
 
 
 class BackendError(TrainyardError):

@@ -9,7 +9,7 @@ are host paths bound at the same place inside the sandbox; without bubblewrap th
 host paths (``sandbox.root`` is then set, see ``SandboxSettings``).
 
 Engine fills: workflow_id, group, task, retry_id, lead, lead_task, image, host_network (the
-spec's ``hostNetwork``), command, args,
+spec's ``hostNetwork``), privileged, command, args,
 environment, volume_mounts (the spec's ``volumeMounts``, ``/src`` or ``/src:/dst``), files
 (contents already read from ``localpath``), inputs (``source``: the
 upstream output folder for ``task:`` inputs), outputs, checkpoints, hosts (``Backend.host_of`` of every task of the group;
@@ -381,6 +381,9 @@ class TaskRun(_Model):
     lead_task: str | None = None
     image: str | None = None
     host_network: bool = False
+    privileged: bool = False
+    """The spec's ``privileged``: a backend that runs containers (Kubernetes) gives the task
+    a privileged one where its pool allows it; the runner itself ignores it."""
     command: list[str] = Field(min_length=1)
     args: list[str] = Field(default_factory=list)
     environment: dict[str, str] = Field(default_factory=dict)

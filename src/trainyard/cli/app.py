@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Optional
+from urllib.parse import quote
 
 import typer
 
@@ -27,6 +28,12 @@ NameArg = typer.Argument(..., metavar="NAME", help="The app's name.")
 VersionOpt = typer.Option(None, "--version", min=1, help="This version (default: the latest).")
 
 
+def _in_path(name: str) -> str:
+    """``name`` as one URL path segment (every byte that is not plainly safe escaped), so
+    that any name reaches the server, which answers whether it is valid."""
+    return quote(name, safe="")
+
+
 @app.command()
 def create(
     name: str = NameArg,
@@ -44,7 +51,7 @@ def create(
     --set values). Adding a version to someone else's app needs an admin."""
     req = spec_request(spec, set_values=set_values or [], set_strings=set_strings or [],
                        set_env=[])
-    data = Client().json("POST", f"/api/app/{name}", json={
+    data = Client().json("POST", f"/api/app/{_in_path(name)}", json={
         "spec_text": req.spec_text, "files": req.files, "set": req.set,
         "set_string": req.set_string})
     print_spec_warnings(spec_warnings(data))
@@ -64,7 +71,7 @@ def show(name: str = NameArg, version: Optional[int] = VersionOpt,
          fmt: Format = FormatOption) -> None:
     """Print an app's spec."""
     params = {"version": version} if version else {}
-    data = Client().json("GET", f"/api/app/{name}", params=params)
+    data = Client().json("GET", f"/api/app/{_in_path(name)}", params=params)
     emit(data, fmt, lambda d: typer.echo(d["spec"]))
 
 
@@ -90,13 +97,14 @@ def submit(
     params: dict[str, object] = {"dry_run": dry_run}
     if version:
         params["version"] = version
-    data = client.json("POST", f"/api/app/{name}/submit", params=params, json=req.to_json())
+    data = client.json("POST", f"/api/app/{_in_path(name)}/submit", params=params,
+                       json=req.to_json())
     after_submit(client, data, fmt, dry_run=dry_run, wait=wait)
 
 
 @app.command()
 def delete(name: str = NameArg, fmt: Format = FormatOption) -> None:
     """Delete every version of app NAME (its owner or an admin only)."""
-    data = Client().json("DELETE", f"/api/app/{name}")
+    data = Client().json("DELETE", f"/api/app/{_in_path(name)}")
     emit(data, fmt, lambda d: console.print(
         f"App {d['name']} deleted ({d['deleted_versions']} versions)"))

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sys
+import unicodedata
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, cast
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = ["Format", "FormatOption", "console", "err_console", "rich_console", "emit", "table",
-           "human_bytes", "short_time", "spec_warnings", "print_spec_warnings"]
+           "printable", "human_bytes", "short_time", "spec_warnings", "print_spec_warnings"]
 
 
 class _LazyConsole:
@@ -124,6 +125,19 @@ def emit(data: Any, fmt: Format, render_table: Any) -> None:
         render_table(data)
 
 
+_UNSEEN = ("Cc", "Cf", "Zl", "Zp")
+"""Unicode categories that move, hide or reorder text on a terminal (control, format such
+as U+202E, line and paragraph separators)."""
+
+
+def printable(text: str) -> str:
+    """``text`` with every control, format or separator character written as its Python
+    escape (``\\x01``, ``\\u202e``), so a stored name cannot forge or reorder a row."""
+    if text.isprintable():
+        return text
+    return "".join(ascii(c)[1:-1] if unicodedata.category(c) in _UNSEEN else c for c in text)
+
+
 def table(columns: list[str], rows: list[list[Any]], title: str | None = None) -> None:
     """Print a simple table: a rule under the header, columns two spaces apart, no frame
     (so the usual tables fit 80 columns). No cell is cut short: on a terminal long cells
@@ -138,7 +152,7 @@ def table(columns: list[str], rows: list[list[Any]], title: str | None = None) -
     for column in columns:
         out.add_column(column, overflow="fold")
     for row in rows:
-        out.add_row(*["" if v is None else str(v) for v in row])
+        out.add_row(*["" if v is None else printable(str(v)) for v in row])
     if console.is_terminal:
         console.print(out)
         return

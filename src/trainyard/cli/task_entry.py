@@ -1,6 +1,6 @@
 """Reaching a running task from the CLI: the server's ``entry`` of it, checked to be
 enterable from this machine, and the host command that runs a command inside it (the local
-backend's ``backends.enter``; ``srun --overlap`` on Slurm)."""
+backend's ``backends.enter``; ``srun --overlap`` on Slurm; ``kubectl exec`` on Kubernetes)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def task_entry(workflow_id: str, task: str, retry_id: int | None) -> dict[str, A
         if entry.get("machine") != machine_id():
             raise RefusedError(f"task {task} runs on the server's machine, not this one; run "
                                "this command there")
-    elif entry.get("backend") != "slurm":
+    elif entry.get("backend") not in ("slurm", "kubernetes"):
         raise RefusedError(f"task {task}: its backend ({entry.get('backend')}) cannot be entered")
     return entry
 
@@ -33,9 +33,21 @@ def command_argv(entry: dict[str, Any], command: list[str], tty: bool) -> list[s
     if entry["backend"] == "slurm":
         return ["srun", "--overlap", f"--jobid={entry['job_id']}", "--nodes=1", "--ntasks=1",
                 f"--nodelist={entry['node']}", *(["--pty"] if tty else []), *command]
+    if entry["backend"] == "kubernetes":
+        return _kubectl_exec(entry, command, tty)
     from trainyard.backends.enter import enter_argv
 
     return enter_argv(int(entry["pid"]), float(entry["created"]), command, tty=tty)
+
+
+def _kubectl_exec(entry: dict[str, Any], command: list[str], tty: bool) -> list[str]:
+    """``kubectl exec`` into the task container of a Kubernetes attempt (the API's exec),
+    with the pool's kubeconfig and context where it names them."""
+    where = [*(["--kubeconfig", str(entry["kubeconfig"])] if entry.get("kubeconfig") else []),
+             *(["--context", str(entry["context"])] if entry.get("context") else []),
+             "-n", str(entry["namespace"])]
+    return ["kubectl", *where, "exec", "-i", *(["-t"] if tty else []), str(entry["pod"]),
+            "-c", str(entry["container"]), "--", *command]
 
 
 def command_env(entry: dict[str, Any]) -> dict[str, str] | None:

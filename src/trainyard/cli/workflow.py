@@ -225,10 +225,11 @@ def schema_command() -> None:
 
 
 def _register_server_commands() -> None:
-    from trainyard.cli import workflow_interactive, workflow_metrics, workflow_ops
+    from trainyard.cli import workflow_diff, workflow_interactive, workflow_metrics, workflow_ops
 
     workflow_ops.register(app)
     workflow_metrics.register(app)
+    workflow_diff.register(app)
     workflow_interactive.register(app)
 
 

@@ -51,7 +51,7 @@ def exec_command(workflow_id: WorkflowIdArg, task: TaskArg,
                  retry_id: RetryOpt = None) -> None:
     """Run CMD inside a RUNNING task: on the local backend in its sandbox (its /, its /tmp,
     its network, its user namespace without capabilities), on Slurm with 'srun --overlap'
-    in its job. With a terminal on stdin it gets a terminal of its own. The command's exit
+    in its job, on Kubernetes with 'kubectl exec' in its pod's task container. With a terminal on stdin it gets a terminal of its own. The command's exit
     status is this command's; an ended task exits 4, an unknown one 3. Same rule as cancel:
     the workflow's submitter or an admin."""
     if not command:
@@ -59,7 +59,7 @@ def exec_command(workflow_id: WorkflowIdArg, task: TaskArg,
     entry = task_entry(workflow_id, task, retry_id)
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     argv = command_argv(entry, command, tty)
-    if entry["backend"] == "slurm":
+    if entry["backend"] in ("slurm", "kubernetes"):
         code = subprocess.call(argv, env=command_env(entry))
     else:
         code = _run_with_pty(argv) if tty else _run_piped(argv)
@@ -235,7 +235,7 @@ def _serve_forward(listener: socket.socket, entry: dict[str, Any], remote: int) 
 
 
 def _forward_one(conn: socket.socket, entry: dict[str, Any], remote: int) -> None:
-    if entry["backend"] == "slurm":
+    if entry["backend"] in ("slurm", "kubernetes"):  # a relay beside the task, over exec
         _forward_through_srun(conn, entry, remote)
         return
     from trainyard.backends.enter import connect_inside, relay

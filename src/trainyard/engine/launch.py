@@ -97,7 +97,7 @@ def _task_run(ctx: LaunchContext, spec: TaskSpec, retry_id: int, shared: dict[st
     return TaskRun(
         workflow_id=ctx.workflow_id, group=shared["group"], task=spec.name, retry_id=retry_id,
         lead=spec.lead, lead_task=shared["lead"], image=spec.image, command=list(spec.command), args=list(spec.args),
-        host_network=spec.host_network,
+        host_network=spec.host_network, privileged=spec.privileged,
         environment=dict(spec.environment),
         files=[{"path": f.path, "contents": f.contents or ""} for f in spec.files],
         inputs=[_input(ctx, i) for i in spec.inputs],

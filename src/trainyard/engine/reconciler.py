@@ -431,6 +431,14 @@ class Engine:
                                "running task (exec, port-forward and rsync)")
         return dict(hook(key))
 
+    def spec_of(self, record: WorkflowRecord) -> WorkflowSpec:
+        """The parsed spec a stored workflow runs (as the engine rebuilds it after a restart).
+
+        Raises:
+            SpecError: the stored spec no longer parses.
+        """
+        return self._spec_loader(record)
+
     def run_dir(self, workflow_id: str, task: str, retry_id: int) -> Path:
         """Folder of one task attempt (its log, events and sandbox state)."""
         return self.home / "runs" / workflow_id / task / str(retry_id)

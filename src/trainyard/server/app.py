@@ -1,6 +1,8 @@
 """The REST API (FastAPI) over the service facade; the engine's loop runs inside it.
 
-Every route but ``/api/health`` needs ``Authorization: Bearer TOKEN`` (401 otherwise).
+Every route but ``/api/health`` needs ``Authorization: Bearer TOKEN`` (401 otherwise); a
+task token only the routes of ``scopes.TASK_TOKEN_ROUTES`` (403 otherwise). The OpenAPI
+schema is at ``/api/openapi.json``, behind a token (no ``/docs``, ``/redoc``).
 Errors answer ``{"detail": [{"message": ..., "path", "line", "file"}], "kind": ...}`` (a
 SpecError also ``"warnings"``, rows of the same shape) with a
 status code per error class (SpecError 422, NotFoundError 404, AuthError 401,
@@ -22,7 +24,9 @@ spec as written).
 ``follow`` it keeps the last N already written, then streams new ones until the workflow
 ends. Always streamed from the files (``trainyard.server.logs``: bounded memory), in chunks
 of about ``LOG_CHUNK_BYTES``; who may read it and whether the workflow and task exist are
-checked before the answer starts (403, 404), never in the middle of a stream.
+checked before the answer starts (403, 404), never in the middle of a stream. A follow
+holds no thread while it waits (``trainyard.server.streams``) and counts against its user's
+open streams (429 beyond ``streams.MAX_STREAMS_PER_USER``).
 
 ``GET /api/workflow/{id}`` answers the header ``X-Trainyard-Progress`` (a key of the
 statuses shown); with ``known=KEY&wait_s=S`` it is a long poll: it answers as soon as the
@@ -51,7 +55,18 @@ from trainyard.engine import retention
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
 from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
+from trainyard.server.scopes import check_task_scope
+from trainyard.server.schema import check_app_name
 from trainyard.server.service import LogLine, Service, SpecRequest, spec_error_json
+from trainyard.server.streams import (
+    LogReaders,
+    SlotResponse,
+    StreamSlots,
+    follow_chunks,
+    iterate_in_readers,
+    json_lines,
+    text_lines,
+)
 from trainyard.server.web import add_dashboard
 from trainyard.store import Store
 
@@ -116,11 +131,18 @@ def _error_response(exc: TrainyardError) -> JSONResponse:
 
 def current_user(request: Request,
                  authorization: Annotated[str | None, Header()] = None) -> User:
-    """The caller, from ``Authorization: Bearer TOKEN``. Raises AuthError (401)."""
+    """The caller, from ``Authorization: Bearer TOKEN``.
+
+    Raises:
+        AuthError: no token or an unknown one (401).
+        ForbiddenError: a task token on a route it may not call (403, ``scopes``).
+    """
     token = None
     if authorization and authorization.lower().startswith("bearer "):
         token = authorization[7:].strip()
-    return request.app.state.tokens.authenticate(token)
+    user = request.app.state.tokens.authenticate(token)
+    check_task_scope(user, request)
+    return user
 
 
 Caller = Annotated[User, Depends(current_user)]
@@ -143,8 +165,11 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
             thread.join(timeout=10)
         service.engine.close()
 
-    app = FastAPI(title="trainyard", version=trainyard.__version__, lifespan=lifespan)
+    app = FastAPI(title="trainyard", version=trainyard.__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None, openapi_url=None)  # behind a token below
     app.state.tokens = tokens
+    app.state.log_readers = LogReaders()
+    app.state.stream_slots = StreamSlots()
 
     @app.exception_handler(TrainyardError)
     async def _on_error(_request: Request, exc: TrainyardError) -> JSONResponse:
@@ -161,8 +186,14 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
 
 def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/api/health")
-    def health() -> dict[str, str]:
+    async def health() -> dict[str, str]:
+        """Answered on the event loop itself: no worker thread, no lock, no store."""
         return {"status": "ok", "version": trainyard.__version__}
+
+    @app.get("/api/openapi.json")
+    def openapi(_u: Caller) -> dict[str, Any]:
+        """The API's OpenAPI schema, for a user's token (no unauthenticated /docs)."""
+        return app.openapi()
 
     @app.get("/api/version")
     def version(_u: Caller) -> dict[str, str]:
@@ -237,10 +268,19 @@ def _routes(app: FastAPI, service: Service) -> None:
              lines: Annotated[int | None, Query(ge=1)] = None, error: bool = False,
              fmt: Annotated[Literal["text", "json"], Query(alias="format")] = "text") -> Any:
         media = "application/x-ndjson" if fmt == "json" else "text/plain"
-        read = service.follow_logs if follow else service.logs
-        stream = read(workflow_id, u, task=task, retry_id=retry_id, last_lines=lines,
-                      failed_only=error)
-        return StreamingResponse(_log_chunks(stream, fmt), media_type=media)
+        readers: LogReaders = app.state.log_readers
+        if not follow:
+            stream = service.logs(workflow_id, u, task=task, retry_id=retry_id,
+                                  last_lines=lines, failed_only=error)
+            return StreamingResponse(iterate_in_readers(_log_chunks(stream, fmt), readers),
+                                     media_type=media)
+        cursor = service.open_follow(workflow_id, u, task=task, retry_id=retry_id,
+                                     last_lines=lines, failed_only=error)
+        slots: StreamSlots = app.state.stream_slots
+        slots.take(u.name)  # 429 beyond the user's cap, before the answer starts
+        render = json_lines if fmt == "json" else text_lines
+        return SlotResponse(follow_chunks(cursor, render, readers), slots, u.name,
+                            media_type=media)
 
     @app.get("/api/workflow/{workflow_id}/events")
     def events(workflow_id: str, u: Caller) -> list[dict[str, Any]]:
@@ -304,6 +344,7 @@ def _app_routes(app: FastAPI, service: Service) -> None:
     @app.post("/api/app/{name}")
     def create(name: str, req: AppRequest, u: Caller) -> dict[str, Any]:
         refuse_task_token(u, "create an app")
+        check_app_name(name)
         owner = _app_owner(store, name, u, "add a version to")
         loaded = service.load(SpecRequest(spec_text=req.spec_text, files=req.files,
                                           spec_name=name, set=req.set, set_string=req.set_string))

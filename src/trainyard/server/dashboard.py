@@ -12,9 +12,14 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
+import threading
+from array import array
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 from trainyard.engine import machine as m
 from trainyard.runner.report import EVENTS, read_events
@@ -22,11 +27,19 @@ from trainyard.runner.usage import read_usage
 
 __all__ = ["DagBox", "dag_layout", "Phase", "AttemptBar", "timeline", "metrics_files",
            "read_metrics", "curves", "usage", "usage_summary", "RunDir", "METRICS_FILE",
-           "MAX_METRIC_ROWS"]
+           "MAX_POINTS", "MAX_SERIES", "METRICS_READ_BYTES"]
 
 METRICS_FILE = "metrics.jsonl"
-MAX_METRIC_ROWS = 10_000
-"""Lines read from one metrics file (the last ones), so a runaway writer cannot stall a page."""
+MAX_POINTS = 500
+"""A chart's points per metric: a series keeps between this and twice this many."""
+MAX_SERIES = 32
+"""Metrics kept per file (the first ones seen); a writer inventing names gets no more."""
+METRICS_READ_BYTES = 8 << 20
+"""The most one call reads of one metrics file (its newest part)."""
+MAX_METRIC_LINE_BYTES = 64 << 10
+"""A longer line is skipped without being held."""
+MAX_CACHED_FILES = 128
+"""Metrics files whose series are kept between calls (the least recently read go first)."""
 _SKIP_FIELDS = {"epoch", "step", "time", "event", "total_epochs", "snapshot_saved", "injected"}
 
 RunDir = Callable[[str, int], Path]
@@ -159,29 +172,134 @@ def metrics_files(output_dir: Path, max_depth: int = 3) -> list[Path]:
     return sorted(p for p in found if p.is_file() and not p.is_symlink())
 
 
+@dataclass
+class _Series:
+    """One metric's points, thinned to at most ``2 * MAX_POINTS``: every ``stride``-th point
+    is kept (the stride doubles whenever the kept points reach that), and the latest point
+    always (``last``), so a chart shows the whole run and its newest value."""
+
+    xs: array = field(default_factory=lambda: array("d"))
+    ys: array = field(default_factory=lambda: array("d"))
+    stride: int = 1
+    seen: int = 0
+    last: tuple[float, float] | None = None
+
+    def add(self, x: float, y: float) -> None:
+        if self.seen % self.stride == 0:
+            self.xs.append(x)
+            self.ys.append(y)
+            if len(self.xs) >= 2 * MAX_POINTS:
+                self.xs, self.ys = self.xs[::2], self.ys[::2]
+                self.stride *= 2
+        self.seen += 1
+        self.last = (x, y)
+
+    def points(self) -> list[tuple[float, float]]:
+        kept = list(zip(self.xs, self.ys))
+        if self.last is not None and (not kept or kept[-1] != self.last):
+            kept.append(self.last)
+        return kept
+
+
+@dataclass
+class _FileCurves:
+    """What was read of one metrics file: up to ``offset`` (a line's start), as series."""
+
+    ino: int
+    offset: int = 0
+    series: dict[str, _Series] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_CACHE: OrderedDict[str, _FileCurves] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def _cached(path: Path, ino: int) -> _FileCurves:
+    """The cache entry of ``path`` (a new one when the file was replaced), most recent last;
+    the least recently used beyond ``MAX_CACHED_FILES`` are forgotten."""
+    key = str(path)
+    with _CACHE_LOCK:
+        entry = _CACHE.get(key)
+        if entry is None or entry.ino != ino:
+            entry = _CACHE[key] = _FileCurves(ino)
+        _CACHE.move_to_end(key)
+        while len(_CACHE) > MAX_CACHED_FILES:
+            _CACHE.popitem(last=False)
+        return entry
+
+
 def read_metrics(path: Path) -> dict[str, list[tuple[float, float]]]:
-    """Series ``{metric: [(x, value)]}`` of one metrics file.
+    """Series ``{metric: [(x, value)]}`` of one metrics file, each at most about
+    ``2 * MAX_POINTS`` points (thinned evenly, the latest point kept), at most
+    ``MAX_SERIES`` metrics.
 
     A line is used when it is a JSON object with a numeric ``epoch`` or ``step`` (x) and
     either no ``event`` or ``"event": "epoch"``; every other numeric field is a metric
-    (booleans and ``total_epochs``/``time`` are not). Other lines are skipped.
+    (booleans and ``total_epochs``/``time`` are not). Other lines are skipped, and so are
+    lines over ``MAX_METRIC_LINE_BYTES``.
+
+    Bounded in time and memory whatever the file's size (issue 24: a 1 GB file took the
+    server to 2.2 GB): what was read is cached by file (path and inode) with the offset it
+    reached; a call reads only what the file gained since, at most
+    ``METRICS_READ_BYTES`` (a file that grew more is read from that far before its end:
+    the older part is skipped, as the last rows matter most). A file shorter than the
+    offset, or another file at the path, is read again from its start. Not a regular file
+    (a FIFO, a link): no series.
     """
-    series: dict[str, list[tuple[float, float]]] = {}
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()[-MAX_METRIC_ROWS:]
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return {}
+        entry = _cached(path, st.st_ino)
+        with entry.lock:
+            if st.st_size < entry.offset:
+                entry.offset, entry.series = 0, {}
+            _read_new(handle, entry, st.st_size)
+            return {k: v.points() for k, v in entry.series.items()}
+
+
+def _read_new(handle: BinaryIO, entry: _FileCurves, size: int) -> None:
+    """Add the complete lines between ``entry.offset`` and ``size`` (the last
+    ``METRICS_READ_BYTES`` of them) to ``entry``; a last line without newline waits."""
+    if size - entry.offset > METRICS_READ_BYTES:
+        start = size - METRICS_READ_BYTES
+        handle.seek(start)
+        handle.readline(MAX_METRIC_LINE_BYTES)  # the rest of a line cut in two
+        entry.offset = handle.tell()
+    handle.seek(entry.offset)
+    while entry.offset < size:
+        raw = handle.readline(min(MAX_METRIC_LINE_BYTES, size - entry.offset))
+        if not raw.endswith(b"\n") and len(raw) < MAX_METRIC_LINE_BYTES:
+            return  # a line still being written (or the file shrank): read it when complete
+        entry.offset += len(raw)
+        if raw.endswith(b"\n"):
+            _add_row(entry.series, raw)
+        # else: the start of a line too long to use; its rest is no JSON object either
+
+
+def _add_row(series: dict[str, _Series], raw: bytes) -> None:
+    """The metrics of one line, if it is a metrics row."""
+    try:
+        row = json.loads(raw)
+    except ValueError:
+        return
+    if not isinstance(row, dict) or row.get("event", "epoch") != "epoch":
+        return
+    x = row.get("epoch", row.get("step"))
+    if not _number(x):
+        return
+    for key, value in row.items():
+        if key in _SKIP_FIELDS or not _number(value):
             continue
-        if not isinstance(row, dict) or row.get("event", "epoch") != "epoch":
+        name = str(key)[:100]
+        if name not in series and len(series) >= MAX_SERIES:
             continue
-        x = row.get("epoch", row.get("step"))
-        if not _number(x):
-            continue
-        for key, value in row.items():
-            if key not in _SKIP_FIELDS and _number(value):
-                series.setdefault(str(key)[:100], []).append((float(x), float(value)))
-    return series
+        series.setdefault(name, _Series()).add(float(x), float(value))
 
 
 def _number(value: Any) -> bool:

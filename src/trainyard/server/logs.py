@@ -189,12 +189,14 @@ def tail_offset(path: Path, end: int, count: int, *, complete_only: bool = False
 
 
 def read_merged(files: Iterable[LogFile], ends: dict[Path, int], *, follow: bool,
-                skip: int = 0) -> Iterator[LogLine]:
+                skip: int = 0, batch_bytes: int = BATCH_BYTES) -> Iterator[LogLine]:
     """The lines of ``files`` from their offsets up to ``ends[path]``, merged by time (a
     file's own order is kept; equal times keep the files' order), the first ``skip`` left
-    out. Reads lazily, one batch per file at a time (see the module docstring)."""
+    out. Reads lazily, one batch per file at a time (see the module docstring); the
+    batches of all files together hold about ``batch_bytes`` (a follow, of which many may
+    wait at once, passes less than one answer's ``BATCH_BYTES``)."""
     chosen = list(files)
-    budget = max(MIN_BATCH_BYTES, BATCH_BYTES // max(1, len(chosen)))
+    budget = max(MIN_BATCH_BYTES, batch_bytes // max(1, len(chosen)))
     streams = [_stream(f, ends.get(f.path, 0), budget, follow) for f in chosen]
     for index, line in enumerate(heapq.merge(*streams, key=_stamp)):
         if index >= skip:

@@ -3,9 +3,31 @@ the engine, the store or SQLAlchemy to build one)."""
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, Field
 
-__all__ = ["SpecRequest"]
+from trainyard.errors import SpecError, SpecProblem
+
+__all__ = ["SpecRequest", "APP_NAME", "check_app_name"]
+
+APP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""What an app may be called: as a dataset (letters, digits, ``.``, ``_``, ``-``)."""
+
+
+def check_app_name(name: str) -> str:
+    """``name`` when it is a valid app name.
+
+    Raises:
+        SpecError: any other character (a NUL, a newline, U+202E, a slash would forge or
+            garble a row of ``app list``), or more than 128 characters; the name is shown
+            escaped.
+    """
+    if APP_NAME.fullmatch(name):
+        return name
+    raise SpecError([SpecProblem("app name", f"{ascii(name)[:140]} is no valid app name: use "
+                                 "letters, digits, '.', '_' and '-' (at most 128, starting "
+                                 "with a letter or digit)")])
 
 
 class SpecRequest(BaseModel):

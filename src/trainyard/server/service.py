@@ -34,6 +34,7 @@ from trainyard.errors import (
 )
 from trainyard.backends.served import load_pool_file
 from trainyard.pools import DEFAULT_POOL, Pool
+from trainyard.server import compare
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.logs import FLUSH, LogFile, LogLine, file_size, read_merged, tail_offset
 from trainyard.server.schema import SpecRequest
@@ -43,7 +44,8 @@ from trainyard.store import WorkflowRecord
 
 log = logging.getLogger("trainyard.server.service")
 
-__all__ = ["SpecRequest", "LoadedSpec", "LogLine", "Service", "iso"]
+__all__ = ["SpecRequest", "LoadedSpec", "LogLine", "LogCursor", "Service", "iso",
+           "FOLLOW_BATCH_BYTES"]
 
 
 @dataclass(frozen=True)
@@ -392,6 +394,29 @@ class Service:
             )
         return record
 
+    def diff(self, workflow_a: str, workflow_b: str, user: User) -> dict[str, Any]:
+        """Two workflows side by side (``trainyard workflow diff A B``): the settings that
+        differ, final metrics, and whether their saved models are identical tensor by tensor
+        (``compare.diff_runs`` gives the shape). Reads model files: may take a while.
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``query``, for either workflow.
+        """
+        facts_a, facts_b = self._facts(workflow_a, user), self._facts(workflow_b, user)
+        return compare.diff_runs(facts_a, facts_b)
+
+    def _facts(self, workflow_id: str, user: User) -> compare.RunFacts:
+        record = self._readable(workflow_id, user)
+        try:
+            workflow: WorkflowSpec | None = self.engine.spec_of(record)
+        except SpecError:
+            workflow = None
+        pool = self.engine.pools.get(record.pool)
+        return compare.run_facts(
+            record, workflow, self.engine.state(workflow_id),
+            lambda task, retry: self.engine.run_dir(workflow_id, task, retry),
+            pool.backend if pool is not None else "unknown")
+
     def query(self, workflow_id: str, user: User, *, verbose: bool = False) -> dict[str, Any]:
         """The workflow in the CLI's JSON shape (``groups[].tasks[]``; ``retries`` when verbose)."""
         record = self._readable(workflow_id, user)
@@ -672,39 +697,35 @@ class Service:
                     retry_id: int | None = None, last_lines: int | None = None,
                     failed_only: bool = False,
                     poll_s: float = 0.2) -> Iterator[LogLine | None]:
-        """Log lines as they are written, until the workflow ends and its logs are drained.
+        """Log lines as they are written, until the workflow ends and its logs are drained
+        (a blocking iterator over ``open_follow``'s cursor, for callers with a thread of
+        their own; the server's routes drive the cursor from async code instead).
 
-        The lines already written come first (only the last ``last_lines`` of them when
-        given, merged by time), then every new line as it appears; ``FLUSH`` (None) comes
-        before each wait, so that a caller batching lines sends what it has. Who may read and
-        what exists is checked now, before any line (an HTTP error, not a broken stream).
+        ``FLUSH`` (None) comes before each wait of ``poll_s``, so that a caller batching
+        lines sends what it has.
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``logs``.
+        """
+        cursor = self.open_follow(workflow_id, user, task=task, retry_id=retry_id,
+                                  last_lines=last_lines, failed_only=failed_only)
+        return _follow_blocking(cursor, poll_s)
+
+    def open_follow(self, workflow_id: str, user: User, *, task: str | None = None,
+                    retry_id: int | None = None, last_lines: int | None = None,
+                    failed_only: bool = False) -> LogCursor:
+        """A cursor that follows the workflow's logs step by step (``LogCursor.read``): the
+        lines already written first (only the last ``last_lines`` of them when given, merged
+        by time), then every new line as it appears, until the workflow ended and its logs
+        are drained. Who may read and what exists is checked now, before any line (an HTTP
+        error, not a broken stream).
 
         Raises:
             NotFoundError, ForbiddenError: as ``logs``.
         """
         self._readable(workflow_id, user)
         self._log_files(workflow_id, task, retry_id)
-        return self._follow(workflow_id, task, retry_id, last_lines, poll_s, failed_only)
-
-    def _follow(self, workflow_id: str, task: str | None, retry_id: int | None,
-                last_lines: int | None, poll_s: float,
-                failed_only: bool = False) -> Iterator[LogLine | None]:
-        known: dict[Path, LogFile] = {}
-        first = True
-        while True:
-            finished = self.engine.state(workflow_id).status.is_terminal()
-            files = [known.setdefault(f.path, f)
-                     for f in self._log_files(workflow_id, task, retry_id,
-                                              failed_only=failed_only)]
-            ends = {f.path: file_size(f.path) for f in files}
-            skip = _start_at_last(files, ends, last_lines, complete_only=not finished) \
-                if first else 0
-            yield from read_merged(files, ends, follow=not finished, skip=skip)
-            if finished:
-                return
-            first = False
-            yield FLUSH
-            time.sleep(poll_s)
+        return LogCursor(self, workflow_id, task, retry_id, last_lines, failed_only)
 
     # ------------------------------------------------------------------ pools
 
@@ -729,6 +750,82 @@ class Service:
             usage = self.engine.usage(p.name)
             rows += [_node_json(p, node, usage.get(node.name)) for node in p.nodes]
         return rows
+
+
+FOLLOW_BATCH_BYTES = 64 * 1024
+"""Bytes of lines one follow reads ahead (all its files together): what each waiting
+follower may hold, so that hundreds of them stay within tens of MB."""
+
+
+class LogCursor:
+    """One follow of a workflow's logs, read in steps (``read``) by whoever drives it.
+
+    Not thread-safe: one caller at a time (the server's async routes run each ``read`` in
+    a worker thread and wait between reads without one). Each step looks at the workflow's
+    state once, reads what the files gained since the last step, and never sleeps.
+    """
+
+    def __init__(self, service: Service, workflow_id: str, task: str | None,
+                 retry_id: int | None, last_lines: int | None, failed_only: bool) -> None:
+        self._service = service
+        self._where = (workflow_id, task, retry_id, failed_only)
+        self._last_lines = last_lines
+        self._known: dict[Path, LogFile] = {}
+        self._pass: Iterator[LogLine] | None = None
+        self._final = False
+        self._first = True
+        self.ended = False
+        """True once the workflow ended and every line was returned."""
+
+    def read(self, max_bytes: int = FOLLOW_BATCH_BYTES) -> tuple[list[LogLine], bool]:
+        """The next lines, about ``max_bytes`` of text at most (at least one line when
+        there is one).
+
+        Returns:
+            ``(lines, wait)``: ``wait`` is true when the files hold nothing more now (the
+            caller should wait a poll interval before the next ``read``); false when more
+            may be read at once, or the follow ended (``ended``).
+        """
+        if self.ended:
+            return [], False
+        if self._pass is None:
+            self._pass = self._start_pass()
+        lines: list[LogLine] = []
+        size = 0
+        for line in self._pass:
+            lines.append(line)
+            size += len(line.text) + 1
+            if size >= max_bytes:
+                return lines, False
+        self._pass = None
+        self.ended = self._final
+        return lines, not self.ended
+
+    def _start_pass(self) -> Iterator[LogLine]:
+        """The lines the files gained since the last pass, up to their sizes now."""
+        workflow_id, task, retry_id, failed_only = self._where
+        service = self._service
+        self._final = service.engine.state(workflow_id).status.is_terminal()
+        files = [self._known.setdefault(f.path, f) for f in service._log_files(
+            workflow_id, task, retry_id, failed_only=failed_only)]
+        ends = {f.path: file_size(f.path) for f in files}
+        skip = 0
+        if self._first:
+            skip = _start_at_last(files, ends, self._last_lines, complete_only=not self._final)
+            self._first = False
+        return read_merged(files, ends, follow=not self._final, skip=skip,
+                           batch_bytes=FOLLOW_BATCH_BYTES)
+
+
+def _follow_blocking(cursor: LogCursor, poll_s: float) -> Iterator[LogLine | None]:
+    """``cursor``'s lines as one blocking iterator: ``FLUSH`` and a sleep of ``poll_s``
+    whenever it has nothing more now."""
+    while not cursor.ended:
+        lines, wait = cursor.read()
+        yield from lines
+        if wait:
+            yield FLUSH
+            time.sleep(poll_s)
 
 
 def _start_at_last(files: list[LogFile], ends: dict[Path, int], count: int | None, *,

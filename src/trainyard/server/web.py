@@ -10,29 +10,27 @@ redirects to ``/login``. Every POST made with a session carries the session's CS
 
 Pages: ``/`` workflows (filters and paging), ``/workflows/ID`` (DAG, timeline, curves,
 utilisation, spec, cancel/restart), ``/workflows/ID/logs`` (live, SSE from
-``/workflows/ID/logs/stream``), ``/compare?id=A&id=B`` (curves overlaid), ``/pools``,
-``/datasets``. JSON for scripts and the CLI: ``GET /api/workflow/ID/metrics``.
+``/workflows/ID/logs/stream``), ``/compare?id=A&id=B`` (curves overlaid; for two workflows
+also what differs, final metrics side by side and whether their models are identical),
+``/pools``, ``/datasets``. JSON for scripts and the CLI: ``GET /api/workflow/ID/metrics``,
+``GET /api/workflow/A/diff/B`` (``trainyard workflow diff``, see ``compare.diff_runs``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import hashlib
 import hmac
-import json
 import math
-import queue
 import secrets
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from fastapi import Depends, FastAPI, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -41,8 +39,9 @@ from trainyard.status import WorkflowStatus
 from trainyard.errors import AuthError, ForbiddenError, TrainyardError
 from trainyard.server import dashboard
 from trainyard.server.auth import User, refuse_task_token
-from trainyard.server.logs import FLUSH
-from trainyard.server.service import Service
+from trainyard.server.scopes import check_task_scope
+from trainyard.server.service import LogCursor, Service
+from trainyard.server.streams import LogReaders, SlotResponse, StreamSlots, follow_chunks, sse_events
 
 __all__ = ["add_dashboard", "SESSION_COOKIE", "WebSessions", "PAGE_SIZES"]
 
@@ -119,6 +118,14 @@ class Viewer:
 
 
 def _viewer(request: Request) -> Viewer:
+    """Who asks, from a bearer token or the session cookie; a task token only on the routes
+    ``scopes.TASK_TOKEN_ROUTES`` lists (ForbiddenError otherwise)."""
+    viewer = _session_viewer(request)
+    check_task_scope(viewer.user, request)
+    return viewer
+
+
+def _session_viewer(request: Request) -> Viewer:
     tokens = request.app.state.tokens
     header = request.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
@@ -143,13 +150,24 @@ async def _form(request: Request) -> dict[str, str]:
 
     Raises:
         ForbiddenError: the browser says the form came from another site (``Origin`` not
-            this server), e.g. a page elsewhere logging a visitor into its own account.
+            this server), e.g. a page elsewhere logging a visitor into its own account; or
+            from an opaque origin (``Origin: null``: a sandboxed frame, a ``data:`` or
+            ``file:`` page), which no page of this dashboard is.
     """
     origin = request.headers.get("origin")
-    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
+    if origin and (origin == "null" or
+                   urlsplit(origin).netloc != request.headers.get("host")):
         raise ForbiddenError(f"a form from {origin} may not post to this dashboard")
     body = (await request.body())[:65536].decode("utf-8", errors="replace")
     return {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
+
+
+def _sign(request: Request, text: str) -> str:
+    """A MAC of ``text`` under this server's message key: the workflow page shows a
+    ``msg`` only with its ``sig`` (the redirect after cancel or restart makes both), so a
+    link cannot make the page show any text as the server's message."""
+    key = request.app.state.message_key
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
 def _check_csrf(viewer: Viewer, form: dict[str, str]) -> None:
@@ -229,6 +247,7 @@ def _size(count: float | None) -> str:
 def add_dashboard(app: FastAPI, service: Service) -> None:
     """Mount the dashboard's pages, its SSE log stream and its static files on ``app``."""
     app.state.web_sessions = WebSessions()
+    app.state.message_key = secrets.token_bytes(32)
     env = _templates()
     app.mount("/static", StaticFiles(directory=_STATIC), name="static")
 
@@ -349,9 +368,13 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
     ) -> HTMLResponse:
         statuses, labels = _list_filters(status, label)
         owner = user if viewer.user.admin else viewer.user.name
-        rows, total = store.page_workflows(
-            statuses=statuses, name=name or None, labels=labels, submitted_by=owner or None,
-            pool=pool or None, offset=(page_no - 1) * per_page, limit=per_page)
+        if viewer.user.workflow is not None:  # a task token sees its own workflow only
+            rows, total = _own_row(service, viewer.user), 1
+        else:
+            rows, total = store.page_workflows(
+                statuses=statuses, name=name or None, labels=labels,
+                submitted_by=owner or None, pool=pool or None,
+                offset=(page_no - 1) * per_page, limit=per_page)
         pages = max(1, math.ceil(total / per_page))
         query = {"status": statuses, "user": user, "pool": pool, "name": name,
                  "label": label or [], "per_page": per_page}
@@ -360,7 +383,9 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
                     link=lambda n: "/?" + urlencode({**query, "page": n}, doseq=True))
 
     @app.get("/workflows/{workflow_id}", response_class=HTMLResponse)
-    def workflow(workflow_id: str, viewer: Look, msg: str = "") -> HTMLResponse:
+    def workflow(workflow_id: str, request: Request, viewer: Look, msg: str = "",
+                 sig: str = "") -> HTMLResponse:
+        msg = msg if msg and hmac.compare_digest(sig, _sign(request, msg)) else ""
         data = service.query(workflow_id, viewer.user, verbose=True)
         state = service.engine.state(workflow_id)
         run_dir = _run_dir(service, workflow_id)
@@ -384,12 +409,16 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
             await run_in_threadpool(call, workflow_id, viewer.user)
         except TrainyardError as exc:
             msg = f"{action} refused: {exc}"
-        return RedirectResponse(f"/workflows/{workflow_id}?" + urlencode({"msg": msg}),
-                                status_code=303)
+        return RedirectResponse(f"/workflows/{workflow_id}?" + urlencode(
+            {"msg": msg, "sig": _sign(request, msg)}), status_code=303)
 
     @app.get("/api/workflow/{workflow_id}/metrics")
     def metrics(workflow_id: str, viewer: Look) -> dict[str, Any]:
         return _metrics_json(service, workflow_id, viewer.user)
+
+    @app.get("/api/workflow/{workflow_a}/diff/{workflow_b}")
+    def diff(workflow_a: str, workflow_b: str, viewer: Look) -> dict[str, Any]:
+        return service.diff(workflow_a, workflow_b, viewer.user)
 
     @app.get("/compare", response_class=HTMLResponse)
     def compare(viewer: Look, id: Annotated[list[str] | None, Query()] = None  # noqa: A002
@@ -399,7 +428,17 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
         for wid in ids:
             service.query(wid, viewer.user)  # read permission
             runs += dashboard.curves(service.engine.state(wid), _run_dir(service, wid), wid)
-        return page("compare.html", viewer, ids=ids, runs=runs)
+        diff = service.diff(ids[0], ids[1], viewer.user) if len(ids) == 2 else None
+        return page("compare.html", viewer, ids=ids, runs=runs, diff=diff)
+
+
+def _own_row(service: Service, user: User) -> list[dict[str, Any]]:
+    """The list page's one row for a task token: its own workflow."""
+    record = service.engine.store.get_workflow(str(user.workflow))
+    return [{"id": record.id, "name": record.name, "status": record.status,
+             "pool": record.pool, "submitted_by": record.submitted_by,
+             "labels": record.labels, "submit_time_s": record.submit_time_s,
+             "end_time_s": record.end_time_s}]
 
 
 def _run_dir(service: Service, workflow_id: str) -> dashboard.RunDir:
@@ -452,74 +491,27 @@ def _log_routes(app: FastAPI, service: Service, page: Any) -> None:
                          if v not in ("", None)})))
 
     @app.get("/workflows/{workflow_id}/logs/stream")
-    def logs_stream(workflow_id: str, request: Request, viewer: Look, task: str | None = None,
+    def logs_stream(workflow_id: str, viewer: Look, task: str | None = None,
                     retry_id: int | None = None,
-                    lines: Annotated[int, Query(ge=1, le=100_000)] = 5000) -> StreamingResponse:
-        service.query(workflow_id, viewer.user)  # 404/403 now, not inside the stream
-        stream = service.follow_logs(workflow_id, viewer.user, task=task or None,
-                                     retry_id=retry_id, last_lines=lines)
-        return StreamingResponse(_sse(request, stream), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+                    lines: Annotated[int, Query(ge=1, le=100_000)] = 5000) -> Response:
+        cursor = service.open_follow(workflow_id, viewer.user, task=task or None,
+                                     retry_id=retry_id, last_lines=lines)  # 404/403 now
+        slots: StreamSlots = app.state.stream_slots
+        slots.take(viewer.user.name)  # 429 beyond the user's cap, before the stream starts
+        return SlotResponse(_sse(cursor, app.state.log_readers), slots, viewer.user.name,
+                            media_type="text/event-stream",
+                            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-_END = object()
-SSE_KEEPALIVE_S = 15.0
-_SSE_POLL_S = 0.05
-
-
-def _pump(lines: Iterator[Any], out: queue.Queue[Any], stop: threading.Event) -> None:
-    """Move log lines into ``out`` (bounded) until they end or ``stop`` is set; then _END."""
-    try:
-        for line in lines:
-            while not stop.is_set():
-                try:
-                    out.put(line, timeout=1.0)
-                    break
-                except queue.Full:
-                    continue
-            if stop.is_set():
-                return
-    finally:
-        with contextlib.suppress(queue.Full):
-            out.put(_END, timeout=1.0)
-
-
-async def _sse(request: Request, lines: Iterator[Any]) -> AsyncIterator[str]:
+async def _sse(cursor: LogCursor, readers: LogReaders) -> AsyncIterator[str]:
     """Server-Sent Events: one ``data:`` JSON object per log line (``LogLine.to_json``),
-    a comment every ``SSE_KEEPALIVE_S`` while quiet, then ``event: end`` once the workflow
-    ended and its logs are drained.
-
-    The service's blocking follow runs in a thread of its own, not in the server's worker
-    pool, so a page left open on a quiet task holds no worker; a closed page stops the
-    thread at its next line.
-    """
-    out: queue.Queue[Any] = queue.Queue(maxsize=2000)
-    stop = threading.Event()
-    threading.Thread(target=_pump, args=(lines, out, stop), daemon=True,
-                     name="trainyard-sse").start()
+    a comment every ``streams.SSE_KEEPALIVE_S`` while quiet, then ``event: end`` once the
+    workflow ended and its logs are drained. Waits hold no thread
+    (``streams.follow_chunks``); a closed page cancels it at its next wait."""
     yield "retry: 2000\n\n"
-    quiet_since = time.monotonic()
-    try:
-        while True:
-            try:
-                item = out.get_nowait()
-            except queue.Empty:
-                if await request.is_disconnected():
-                    return
-                if time.monotonic() - quiet_since > SSE_KEEPALIVE_S:
-                    quiet_since = time.monotonic()
-                    yield ": keepalive\n\n"
-                await asyncio.sleep(_SSE_POLL_S)
-                continue
-            if item is _END:
-                yield "event: end\ndata: {}\n\n"
-                return
-            if item is FLUSH:  # the follow's "nothing new now" mark: each event goes at once
-                continue
-            quiet_since = time.monotonic()
-            yield f"data: {json.dumps(item.to_json())}\n\n"
-    finally:
-        stop.set()
+    async for chunk in follow_chunks(cursor, sse_events, readers, keepalive=": keepalive\n\n"):
+        yield chunk
+    yield "event: end\ndata: {}\n\n"
 
 
 def _other_routes(app: FastAPI, service: Service, page: Any) -> None:
@@ -529,11 +521,11 @@ def _other_routes(app: FastAPI, service: Service, page: Any) -> None:
 
     @app.get("/datasets", response_class=HTMLResponse)
     def datasets(viewer: Look) -> HTMLResponse:
-        from trainyard.data.datasets import DatasetStore  # the data layer, only for this page
+        from trainyard.data.datasets import Actor, DatasetStore  # the data layer, only here
 
         rows, error = [], ""
-        try:
-            store = DatasetStore()
+        try:  # what `dataset list` shows this user: their own, shared with them, unowned
+            store = DatasetStore(actor=Actor(viewer.user.name, viewer.user.admin))
             for name in store.names()[:500]:
                 info = store.info(name)
                 rows.append({"name": name, "versions": [

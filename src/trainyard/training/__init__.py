@@ -5,7 +5,9 @@ the launcher start without loading torch):
 
 - :mod:`~trainyard.training.train`: the DDP trainer, ``python -m trainyard.training.train``
   or ``torchrun ... -m trainyard.training.train``; ``main(argv)`` returns the exit code.
-- :mod:`~trainyard.training.snapshot`: atomic, verified snapshots.
+- :mod:`~trainyard.training.snapshot`: atomic, verified snapshots (the same bytes for the same state).
+- :mod:`~trainyard.training.determinism`: seeding, ``--deterministic`` for GPUs, and the
+  reproducibility record of snapshots and metrics.
 - :mod:`~trainyard.training.data`: digits (bundled), MNIST (IDX) and CIFAR-10 (python batches).
 - :mod:`~trainyard.training.models`: small MLP and CNN classifiers.
 - :mod:`~trainyard.training.dist`: torchrun's environment, process group, node layout.

@@ -14,6 +14,13 @@ of every tensor and value in the dict. Guarantees:
 - **Safe to read**: files are loaded with ``weights_only=True``, so a snapshot from elsewhere
   (an uploaded checkpoint) cannot run code. RNG states are stored as tensors and plain
   Python values for that reason.
+- **Same state, same bytes**: the file holds no time, host, path or random id (torch's zip
+  entries carry a fixed 1980 date, its ``serialization_id`` is derived from the records'
+  CRCs, and the archive is named ``archive`` whatever the file is called) and its pickle
+  depends on values only (:func:`canonical`), so two runs that end in the same state, a
+  resumed one included, write byte-identical snapshots and a plain checksum
+  (``sha256sum``) compares them. The trainer seeds every generator whose state it keeps
+  (:func:`trainyard.training.determinism.seed_everything`) for that reason.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ import hashlib
 import io
 import os
 import random
+import sys
 import tempfile
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +45,7 @@ __all__ = [
     "SNAPSHOT_FORMAT",
     "REQUIRED_KEYS",
     "state_digest",
+    "canonical",
     "save_snapshot",
     "encode_snapshot",
     "decode_snapshot",
@@ -84,11 +94,34 @@ def state_digest(state: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------- write
 
 
+def canonical(obj: Any) -> Any:
+    """``obj`` rebuilt so that its pickle depends on its values only, not on which objects
+    happen to be shared: every ``str`` interned (equal strings become one object) and every
+    ``dict``, ``OrderedDict`` (with its attributes, such as a state dict's ``_metadata``),
+    ``list`` and ``tuple`` a new one. Tensors and other values are kept as they are.
+
+    Pickle writes an object it has seen before as a back-reference, by identity: a run whose
+    optimizer holds the same ``'lr'`` string as its config, and a resumed run whose optimizer
+    state came from a file, would otherwise write the same state in different bytes.
+    """
+    kind = type(obj)
+    if kind is str:
+        return sys.intern(obj)
+    if kind is dict or kind is OrderedDict:
+        rebuilt = kind((canonical(k), canonical(v)) for k, v in obj.items())
+        for name, value in vars(obj).items() if kind is OrderedDict else ():
+            setattr(rebuilt, name, canonical(value))
+        return rebuilt
+    if kind is list or kind is tuple:
+        return kind(canonical(item) for item in obj)
+    return obj
+
+
 def _with_meta(state: dict[str, Any]) -> dict[str, Any]:
     missing = [k for k in REQUIRED_KEYS if k not in state]
     if missing:
         raise SnapshotError(f"snapshot state lacks {', '.join(missing)}")
-    return {**state, "format": SNAPSHOT_FORMAT, "sha256": state_digest(state)}
+    return canonical({**state, "format": SNAPSHOT_FORMAT, "sha256": state_digest(state)})
 
 
 def encode_snapshot(state: dict[str, Any]) -> bytes:

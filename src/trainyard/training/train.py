@@ -8,6 +8,13 @@ world of one without torchrun. Its flags are those of OSMO's torchrun samples
 plus the Slurm seed's early stop (``--target-accuracy``, ``--patience``) and a few more;
 every flag also accepts the other spelling (``--total-epochs``, ``--target_accuracy``).
 
+Reproducibility
+    The same flags, data, world size and torch build give bit-identical weights, and the
+    same snapshot bytes, on every backend (:mod:`trainyard.training.determinism`; on GPUs
+    with ``--deterministic``). The snapshot's ``reproducibility`` key and the ``start`` and
+    ``summary`` lines of metrics.jsonl record seed, world size, torch version and whether
+    deterministic mode was on.
+
 Resume contract
     The snapshot holds the number of epochs *completed*; a restarted run continues at the
     first epoch not completed (OSMO's sample re-runs the last saved epoch; this one does not)
@@ -53,14 +60,14 @@ failed, 2 bad arguments, dataset, environment or corrupt snapshot.
 metrics.jsonl (in ``--metrics-dir``, default the snapshot's folder; written by global rank 0)
     ``start``: epochs_completed, first_epoch, total_epochs, resumed_from, snapshot_source_rank,
     world_size, nodes, workers_per_node, backend, device, dataset, model, train_images,
-    val_images, batch_size, lr, seed.
+    val_images, batch_size, lr, seed, torch_version, deterministic.
     ``epoch``: epoch, total_epochs, epoch_time_s, val_time_s, train_loss, val_loss,
     val_accuracy, images, throughput_images_per_s, lr, snapshot_saved.
     ``early_stop``: epoch, val_accuracy, target_accuracy, patience.
     ``failure``: epoch, error, injected.
     ``summary``: total_time_s, throughput_images_per_s, images, epochs_run, first_epoch,
     last_epoch, total_epochs, nodes, workers_per_node, world_size, final_val_loss,
-    final_val_accuracy, early_stopped.
+    final_val_accuracy, early_stopped, seed, torch_version, deterministic.
 """
 
 from __future__ import annotations
@@ -85,6 +92,12 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
 from trainyard.training.data import DATASETS, DatasetSplits, load_dataset
+from trainyard.training.determinism import (
+    Reproducibility,
+    enable_deterministic,
+    seed_everything,
+    torch_version,
+)
 from trainyard.training.dist import DistEnv, NodeLayout, Runtime, init_distributed, node_layout, shutdown
 from trainyard.training.errors import (
     DatasetError,
@@ -143,6 +156,7 @@ class TrainConfig:
     model: str = "mlp"
     metrics_dir: Path = Path(".")
     fail_at_epoch: int | None = None
+    deterministic: bool = False
 
     def snapshot_due(self, epochs_completed: int) -> bool:
         """Whether a snapshot is written after ``epochs_completed`` epochs."""
@@ -195,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder for metrics.jsonl (default: the snapshot's folder)")
     add("--fail-at-epoch", "--fail_at_epoch", type=int, default=None,
         help="test hook: fail half-way through epoch K (from 1) in a run that started without a snapshot")
+    add("--deterministic", action="store_true",
+        help="deterministic GPU kernels (torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG, "
+             "cuDNN without benchmarking): the same weights every run, at some speed; see docs/reproducible.md")
     add("--local-rank", "--local_rank", type=int, default=None, help=argparse.SUPPRESS)
     return parser
 
@@ -254,6 +271,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         model=args.model,
         metrics_dir=Path(args.metrics_dir) if args.metrics_dir else snapshot.absolute().parent,
         fail_at_epoch=args.fail_at_epoch,
+        deterministic=args.deterministic,
     )
 
 
@@ -273,7 +291,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, env: DistEnv, runtime: Runtime, data: DatasetSplits) -> None:
         self.cfg, self.env, self.runtime, self.data = cfg, env, runtime, data
         device = runtime.device
-        torch.manual_seed(cfg.seed)  # same initial weights on every rank
+        seed_everything(cfg.seed)  # same initial weights on every rank; snapshot RNG states too
         self.model = build_model(cfg.model, data.input_shape, data.num_classes).to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=MOMENTUM)
         self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=cfg.total_epochs)
@@ -308,13 +326,23 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "rng": capture_rng_state(),
             "config": self.state_config(),
+            "reproducibility": self.reproducibility().to_json(),
         }
+
+    def reproducibility(self) -> Reproducibility:
+        """What another run must share to end with these weights (module docstring)."""
+        return Reproducibility(
+            seed=self.cfg.seed, world_size=self.env.world_size, torch_version=torch_version(),
+            deterministic=self.cfg.deterministic, backend=self.runtime.backend,
+            device_type=self.runtime.device.type,
+        )
 
     def state_config(self) -> dict[str, Any]:
         """The settings an exact resume depends on (kept in the snapshot, checked on resume)."""
         return {
             "dataset": self.cfg.dataset, "model": self.cfg.model, "seed": self.cfg.seed,
             "batch_size": self.cfg.batch_size, "lr": self.cfg.lr, "world_size": self.env.world_size,
+            "deterministic": self.cfg.deterministic, "torch_version": torch_version(),
         }
 
     def _load_state(self, state: dict[str, Any], source: str) -> None:
@@ -501,6 +529,7 @@ class Trainer:
             dataset=self.cfg.dataset, model=self.cfg.model,
             train_images=len(self.data.train_y), val_images=len(self.data.val_y),
             batch_size=self.cfg.batch_size, lr=self.cfg.lr, seed=self.cfg.seed,
+            torch_version=torch_version(), deterministic=self.cfg.deterministic,
         )
 
     def _report_epoch(self, result: EpochResult, saved: bool) -> None:
@@ -541,7 +570,8 @@ class Trainer:
             world_size=self.env.world_size,
             final_val_loss=last.val_loss if last else None,
             final_val_accuracy=last.val_accuracy if last else None,
-            early_stopped=self.early_stopped,
+            early_stopped=self.early_stopped, seed=self.cfg.seed,
+            torch_version=torch_version(), deterministic=self.cfg.deterministic,
         )
 
     def finished(self) -> bool:
@@ -651,6 +681,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     trainer: Trainer | None = None
+    if cfg.deterministic:
+        enable_deterministic()  # before CUDA starts: cuBLAS reads its workspace setting then
     try:
         runtime = init_distributed(env)
         data = load_dataset(cfg.dataset, cfg.data_dir)

@@ -68,6 +68,9 @@ def test_a_failure_at_epoch_k_resumes_at_k_and_ends_as_an_uninterrupted_run(tmp_
 
     ours, theirs = _weights(tmp_path / "node0" / "snapshot.pth"), _weights(uninterrupted / "node0" / "snapshot.pth")
     assert all(torch.equal(ours[k], theirs[k]) for k in ours), "resumed weights differ from an uninterrupted run"
+    for node in ("node0", "node1"):  # and each node's whole snapshot, byte for byte (issue 29)
+        assert (tmp_path / node / "snapshot.pth").read_bytes() == \
+            (uninterrupted / node / "snapshot.pth").read_bytes(), node
     reference = {r["epoch"]: r["val_accuracy"] for r in metrics(uninterrupted / "node0") if r["event"] == "epoch"}
     resumed = {r["epoch"]: r["val_accuracy"] for r in records if r["event"] == "epoch" and r["time"] > start["time"]}
     assert resumed == {e: reference[e] for e in range(3, 11)}

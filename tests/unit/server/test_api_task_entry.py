@@ -95,7 +95,7 @@ def test_other_users_and_task_tokens_may_not_enter(api: TestClient) -> None:
     assert answer.json()["kind"] == "ForbiddenError" and "belongs to" in answer.text, answer.text
     as_task = api.post(f"/api/workflow/{wid}/task/t/entry",
                        headers={"Authorization": f"Bearer {task_token(state['home'], wid)}"})
-    assert as_task.json()["kind"] == "ForbiddenError" and "may not exec" in as_task.text, as_task.text
+    assert as_task.json()["kind"] == "ForbiddenError" and "a task token" in as_task.text, as_task.text
 
 
 def test_an_ended_task_is_refused(api: TestClient) -> None:

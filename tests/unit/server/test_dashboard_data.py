@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from trainyard.engine import machine as m
 from trainyard.status import Status
 from trainyard.server import dashboard
@@ -61,6 +63,35 @@ def test_read_metrics_generic_and_trainer_lines(tmp_path: Path) -> None:
             {"epoch": "2", "loss": 1.0}, [1, 2]]
     path.write_text("\n".join(map(json.dumps, rows)) + "\nnot json\n")
     assert dashboard.read_metrics(path) == {"loss": [(10.0, 0.5)], "val_loss": [(1.0, 1.5)]}
+
+
+def test_read_metrics_thins_long_runs_reads_only_new_bytes_and_rereads_a_new_file(
+        tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": i, "loss": 1 / (i + 1)}) + "\n"
+                            for i in range(20_000)) + '{"step": 20000, "lo')
+    first = dashboard.read_metrics(path)["loss"]
+    assert dashboard.MAX_POINTS <= len(first) <= 2 * dashboard.MAX_POINTS + 1
+    assert first[0] == (0.0, 1.0) and first[-1][0] == 19_999.0  # whole run, newest kept
+    with path.open("a") as handle:  # the torn line completes, one more comes
+        handle.write('ss": 0.5}\n' + json.dumps({"step": 20001, "loss": 0.25}) + "\n")
+    assert dashboard.read_metrics(path)["loss"][-2:][-1] == (20001.0, 0.25)
+    path.unlink()
+    path.write_text(json.dumps({"step": 1, "acc": 0.9}) + "\n")  # replaced: read anew
+    assert dashboard.read_metrics(path) == {"acc": [(1.0, 0.9)]}
+
+
+def test_read_metrics_of_a_file_over_the_read_bound_reads_its_newest_part(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dashboard, "METRICS_READ_BYTES", 4096)
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": i, "loss": 0.5}) + "\n" for i in range(2000)))
+    loss = dashboard.read_metrics(path)["loss"]
+    assert loss[-1] == (1999.0, 0.5) and loss[0][0] > 1800  # only the last ~4 KiB
+    many = tmp_path / "many" / "metrics.jsonl"
+    many.parent.mkdir()
+    many.write_text(json.dumps({"step": 1, **{f"m{i}": i for i in range(100)}}) + "\n")
+    assert len(dashboard.read_metrics(many)) == dashboard.MAX_SERIES
 
 
 def test_metrics_files_are_found_three_folders_deep_at_most(tmp_path: Path) -> None:

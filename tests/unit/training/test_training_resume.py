@@ -50,6 +50,9 @@ def test_resume_after_a_failure_equals_an_uninterrupted_run(
     assert [s["first_epoch"] for s in starts] == [1, resumes_at]
     reference, resumed = load_weights(uninterrupted / "snapshot.pth"), load_weights(tmp_path / "snapshot.pth")
     assert all(torch.equal(reference[k], resumed[k]) for k in reference), "weights differ bitwise"
+    # and the whole snapshot, RNG states included, is byte for byte the uninterrupted run's
+    # (issue 29: a plain checksum compares two runs)
+    assert (tmp_path / "snapshot.pth").read_bytes() == (uninterrupted / "snapshot.pth").read_bytes()
     ours = _epochs([r for r in records if r["time"] >= starts[1]["time"]])
     theirs = _epochs(metrics(uninterrupted))
     assert ours == {e: theirs[e] for e in range(resumes_at, int(EPOCHS) + 1)}
