@@ -1,25 +1,31 @@
 # Quick start: `make demo`, then `make test`.
+# `make demo` installs trainyard with its `train` extra only (torch's CPU build); `make test`
+# and `make install` add what the tests need (the `dev`, `test-s3` and `test-web` extras).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: demo test install clean bench
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[train,dev]'
-	touch $(STAMP)
+$(DEMO_STAMP): pyproject.toml scripts/install.sh requirements/demo.lock
+	@PYTHON=$(PYTHON) bash scripts/install.sh demo
+	@touch $(DEMO_STAMP)
 
-install: $(STAMP)
+$(TEST_STAMP): $(DEMO_STAMP)
+	@PYTHON=$(PYTHON) bash scripts/install.sh test
+	@touch $(TEST_STAMP)
 
-demo: $(STAMP)
-	bash scripts/demo.sh
+install: $(TEST_STAMP)
 
-test: $(STAMP)
+demo: $(DEMO_STAMP)
+	@bash scripts/demo.sh
+
+test: $(TEST_STAMP)
 	$(PY) -m pytest -q
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(PY) bench/run_all.py
 
 clean:

@@ -157,6 +157,7 @@ def build_app(groups: Sequence[str] = SUBAPPS, command: str | None = None) -> ty
     root.command("version")(importlib.import_module("trainyard.cli.version").version)
     for name, module, function in TOP_COMMANDS:
         root.command(name)(getattr(importlib.import_module(module), function))
+    root.command()(importlib.import_module("trainyard.cli.dashboard").dashboard)
     for name in SUBAPPS:
         if name in groups:
             group = importlib.import_module(f"trainyard.cli.{name}").app

@@ -190,8 +190,9 @@ def human_bytes(value: float) -> str:
 
 
 def short_time(iso_time: str | None, *, date: bool = True) -> str:
-    """An ISO 8601 UTC time as ``MM-DD HH:MM:SS`` (UTC; without ``date``: ``HH:MM:SS``),
-    for tables that fit 80 columns; ``-`` for none. JSON output keeps the full ISO time."""
+    """An ISO 8601 UTC time as ``YYYY-MM-DD HH:MM:SS`` (UTC, seconds: the one format of the
+    CLI and the dashboard; without ``date``: ``HH:MM:SS``, for a table of one day's times);
+    ``-`` for none. JSON output keeps the full ISO time."""
     if not iso_time:
         return "-"
     from datetime import datetime, timezone
@@ -200,7 +201,7 @@ def short_time(iso_time: str | None, *, date: bool = True) -> str:
         when = datetime.fromisoformat(iso_time).astimezone(timezone.utc)
     except ValueError:
         return iso_time
-    return when.strftime("%m-%d %H:%M:%S" if date else "%H:%M:%S")
+    return when.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S")
 
 
 def spec_warnings(data: Any) -> list[SpecProblem]:

@@ -116,20 +116,47 @@ def _print_progress(view: Console, seen: dict[Any, str], data: dict[str, Any],
                 if seen.get((key, attempt["retry_id"])) != attempt["status"]:
                     seen[(key, attempt["retry_id"])] = attempt["status"]
                     view.print(f"{elapsed} {_attempt_line(key, attempt)}")
+    for wait in data.get("waiting") or []:
+        if seen.get(("waiting", wait["group"])) != wait["reason"]:
+            seen[("waiting", wait["group"])] = wait["reason"]
+            view.print(f"{elapsed} group {wait['group']} {wait['status']}: {wait['reason']}",
+                       markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_failures(view: Console, workflow_id: str, data: dict[str, Any]) -> None:
     """For a workflow that did not complete: each task that failed of itself (not
-    FAILED_UPSTREAM, not cancelled), why, and the command that prints its log."""
-    for group in data["groups"]:
-        for task in group["tasks"]:
-            status = task["status"]
-            if not status.startswith("FAILED") or status in ("FAILED_UPSTREAM", "FAILED_CANCELED"):
-                continue
-            why = f": {task['failure_reason']}" if task.get("failure_reason") else ""
-            view.print(f"Task {task['name']} retry {task['retry_id']} {status}{why}", markup=False)
-            view.print(f"  its log: {_prog()} workflow logs {workflow_id} --task {task['name']} "
-                       f"--retry-id {task['retry_id']}", markup=False)
+    FAILED_UPSTREAM, not cancelled), why, its exit code, the last lines of its log (those
+    the store keeps: ``log_tail``) and the command that prints its whole log; the task that
+    failed the workflow (the answer's ``failure``) first."""
+    first = (data.get("failure") or {}).get("task")
+    tasks = [t for g in data["groups"] for t in g["tasks"]]
+    for task in sorted(tasks, key=lambda t: t["name"] != first):
+        status = task["status"]
+        if not status.startswith("FAILED") or status in ("FAILED_UPSTREAM", "FAILED_CANCELED"):
+            continue
+        code = f" (exit code {task['exit_code']})" if task.get("exit_code") is not None else ""
+        why = f": {task['failure_reason']}" if task.get("failure_reason") else ""
+        view.print(f"Task {task['name']} retry {task['retry_id']} {status}{code}{why}",
+                   markup=False, highlight=False, soft_wrap=True)
+        print_log_tail(view, task.get("log_tail") or [])
+        view.print(f"  its log: {_prog()} workflow logs {workflow_id} --task {task['name']} "
+                   f"--retry-id {task['retry_id']}", markup=False, highlight=False)
+
+
+def print_log_tail(view: Console, lines: list[str]) -> None:
+    """The last lines of a failed attempt's log, indented under a heading (none: nothing)."""
+    if not lines:
+        return
+    view.print(f"  last {len(lines)} line(s) of its log:", markup=False, highlight=False)
+    for line in lines:
+        view.print(f"    | {line}", markup=False, highlight=False, soft_wrap=True)
+
+
+def print_waiting(view: Console, data: dict[str, Any], prefix: str = "") -> None:
+    """Each group that waits to start and why (the answer's ``waiting``)."""
+    for wait in data.get("waiting") or []:
+        view.print(f"{prefix}group {wait['group']} {wait['status']}: {wait['reason']}",
+                   markup=False, highlight=False, soft_wrap=True)
 
 
 def _follow_logs(view: Console, client: Client, workflow_id: str, stop: threading.Event) -> None:
@@ -349,7 +376,8 @@ def print_dry_run(data: dict[str, Any]) -> None:
 
 def _query_table(data: dict[str, Any]) -> None:
     console.print(f"Workflow {data['id']} ({data['name']}): {data['status']}, "
-                  f"submitted by {data['submitted_by']} at {data['submit_time']}")
+                  f"submitted by {data['submitted_by']} at {short_time(data['submit_time'])} UTC",
+                  markup=False, highlight=False)
     if data.get("labels"):
         console.print("Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(data["labels"].items())),
                       markup=False)
@@ -364,10 +392,23 @@ def _query_table(data: dict[str, Any]) -> None:
                              r["exit_code"], r["node"], short_time(r["start_time"], date=False),
                              short_time(r["end_time"], date=False)])
     table(["group", "task", "status", "retry", "exit", "node", "start UTC", "end UTC"], rows)
+    failure = data.get("failure")
+    if failure:
+        code = f" (exit code {failure['exit_code']})" if failure.get("exit_code") is not None else ""
+        console.print(f"Failed: task {failure['task']} retry {failure['retry_id']} "
+                      f"{failure['status']}{code}: {failure['reason']}", markup=False,
+                      highlight=False, soft_wrap=True)
+        print_log_tail(console, failure.get("log_tail") or [])
+        console.print(f"  its log: trainyard workflow logs {data['id']} --task "
+                      f"{failure['task']} --retry-id {failure['retry_id']}", markup=False,
+                      highlight=False)
+    print_waiting(console, data, prefix="Waiting: ")
     for group in data["groups"]:
         for t in group["tasks"]:
             for attempt in [*t.get("retries", []), t]:
-                if attempt.get("failure_reason"):  # a stopped, COMPLETED task's too
+                same = failure and failure["task"] == t["name"] and \
+                    failure["retry_id"] == attempt["retry_id"]
+                if attempt.get("failure_reason") and not same:  # a stopped, COMPLETED task's too
                     ended = "ended" if attempt.get("status") == "COMPLETED" else "failed"
                     console.print(f"{t['name']} retry {attempt['retry_id']} {ended}: "
                                   f"{attempt['failure_reason']}", markup=False,

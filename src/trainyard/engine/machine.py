@@ -24,6 +24,7 @@ __all__ = [
     "Submitted",
     "GroupPlaced",
     "GroupStartFailed",
+    "GroupWaiting",
     "TaskInitializing",
     "TaskRunning",
     "TaskExited",
@@ -61,6 +62,7 @@ class TaskState:
     end_time_s: float | None = None
     history: list[TaskAttempt] = field(default_factory=list)
     failure_reason: str | None = None  # why the attempt failed, as its runner or backend said
+    log_tail: tuple[str, ...] = ()  # a failed attempt's last log lines (bounded: reasons.py)
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class TaskAttempt:
     start_time_s: float | None
     end_time_s: float | None
     failure_reason: str | None = None
+    log_tail: tuple[str, ...] = ()
 
 
 @dataclass
@@ -89,6 +92,7 @@ class GroupState:
     scheduling_since_s: float | None = None
     running_since_s: float | None = None
     end_time_s: float | None = None
+    waiting_reason: str | None = None  # why a SCHEDULING gang is not placed yet (scheduler)
 
 
 @dataclass
@@ -159,6 +163,7 @@ class TaskExited(Event):
     exit_code: int
     message: str = ""  # why, when it failed (the runner's or the backend's words)
     failure: str | None = None  # a kind of failure the backend saw (IMAGE_PULL), else None
+    log_tail: tuple[str, ...] = ()  # the attempt's last log lines, read when it failed
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,16 @@ class TaskLost(Event):
     task: str
     retry_id: int
     message: str = ""  # what the backend saw
+    log_tail: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GroupWaiting(Event):
+    """The scheduler could not place a SCHEDULING gang yet; ``reason`` says why in one line
+    (what it needs, what is free, what it waits behind: ``Scheduler.waiting_reasons``)."""
+
+    group: str
+    reason: str
 
 
 @dataclass(frozen=True)

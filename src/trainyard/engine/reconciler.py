@@ -57,6 +57,7 @@ from trainyard.engine import machine as m
 from trainyard.engine import retention, rules
 from trainyard.engine.launch import InputUnavailable, LaunchContext, build_launches
 from trainyard.engine.plan import build_state
+from trainyard.engine.reasons import read_log_tail
 from trainyard.engine.scheduler import (PRIORITY_RANK, Placement, Request, Scheduler,
                                         priority_rank, request_of)
 from trainyard.engine.serialize import state_from_dict, state_to_dict
@@ -64,7 +65,7 @@ from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.errors import BackendError, ConfigError, NotFoundError, RefusedError
 from trainyard.backends.served import load_usable_pools
 from trainyard.pools import Pool
-from trainyard.runner.report import TaskLog
+from trainyard.runner.report import LOG, TaskLog
 from trainyard.spec.api import reparse
 from trainyard.spec.fields import name_key
 from trainyard.spec.models import ExitAction, WorkflowSpec
@@ -77,6 +78,10 @@ log = logging.getLogger("trainyard.engine")
 
 RETRY_START_WAIT_S = 120.0
 """The longest a retry's start waits for its stopped earlier attempts to end."""
+
+WAIT_REASONS_INTERVAL_S = 2.0
+"""How often the scheduler's waiting reasons are read into the state (and stored when they
+changed); a gang queued for less than this has none yet."""
 
 LEFTOVER_WINDOW_S = 7 * 24 * 3600.0
 """How far back a restarted engine looks for ended workflows whose attempts may still run."""
@@ -143,18 +148,20 @@ class _Deferred:
     only: frozenset[TaskKey] | None = None
 
 
-def _fact_to_event(fact: TaskFact) -> m.Event:
+def _fact_to_event(fact: TaskFact, tail: Callable[[], tuple[str, ...]] = tuple) -> m.Event:
+    """The state machine's event for ``fact``; ``tail()`` gives the attempt's last log lines,
+    read only for an attempt that was lost or exited with a code other than 0."""
     key, t = fact.key, fact.time_s
     if fact.kind is FactKind.INITIALIZING:
         return m.TaskInitializing(t, key.task, key.retry_id)
     if fact.kind is FactKind.RUNNING:
         return m.TaskRunning(t, key.task, key.retry_id)
     if fact.kind is FactKind.LOST:
-        return m.TaskLost(t, key.task, key.retry_id, fact.message)
+        return m.TaskLost(t, key.task, key.retry_id, fact.message, log_tail=tail())
     code = fact.exit_code if fact.kind is FactKind.EXITED else int(ExitCode.START_ERROR)
-    return m.TaskExited(t, key.task, key.retry_id,
-                        int(code if code is not None else ExitCode.UNKNOWN), fact.message,
-                        fact.failure)
+    code = int(code if code is not None else ExitCode.UNKNOWN)
+    return m.TaskExited(t, key.task, key.retry_id, code, fact.message, fact.failure,
+                        log_tail=tail() if code != 0 else ())
 
 
 class Engine:
@@ -203,6 +210,7 @@ class Engine:
         self._wake = threading.Event()  # set by submit and by backends' fact notifications
         self._changed = threading.Condition()
         self._changes = 0  # how many times _flush stored changed states
+        self._reasons_due_s = 0.0  # time.monotonic() of the next _note_waiting
         homestore.bind_home(home, store)  # before anything of the home is used (issue 24)
         self._resume()
 
@@ -450,7 +458,7 @@ class Engine:
             for fact in facts:
                 if fact.key.workflow_id in events:
                     self._log_backend_reason(fact)
-                    events[fact.key.workflow_id].append(_fact_to_event(fact))
+                    events[fact.key.workflow_id].append(self._event_of(fact))
             for wid, event in self._start_deferred():
                 events.setdefault(wid, []).append(event)
             now = time.time()
@@ -464,6 +472,19 @@ class Engine:
                 refused.setdefault(wid, []).append(event)
             if refused:
                 self._process(refused)
+
+    def _event_of(self, fact: TaskFact) -> m.Event:
+        """``fact`` as an event, with the attempt's log tail (``task.log`` in its run folder)
+        when it failed; none for an attempt already ended in the state (stopped with its
+        gang or cancelled: its exit changes nothing, and a cancel of thousands of tasks
+        must not read thousands of logs)."""
+        key = fact.key
+        live = self._live.get(key.workflow_id)
+        task = live.state.tasks.get(key.task) if live is not None else None
+        if task is None or task.retry_id != key.retry_id or task.status.is_terminal():
+            return _fact_to_event(fact)
+        path = self.run_dir(key.workflow_id, key.task, key.retry_id) / LOG
+        return _fact_to_event(fact, lambda: read_log_tail(path, key.task))
 
     def wait(self, workflow_id: str, timeout_s: float | None = None) -> WorkflowRecord:
         """Block until the workflow is finished (driven by ``run_forever`` in another thread,
@@ -601,7 +622,28 @@ class Engine:
                 nodes = {task: p.node for task, p in placements.items()}
                 slots = {task: p.gpu_slots for task, p in placements.items()}
                 actions += self._apply(wid, m.GroupPlaced(time.time(), group, nodes, slots))
+        self._note_waiting()
         return actions
+
+    def _note_waiting(self) -> None:
+        """Every ``WAIT_REASONS_INTERVAL_S``: give each gang queued at least that long its
+        scheduler's waiting reason (``GroupWaiting``; stored only when it changed)."""
+        now = time.monotonic()
+        if now < self._reasons_due_s:
+            return
+        self._reasons_due_s = now + WAIT_REASONS_INTERVAL_S
+        wall = time.time()
+        for scheduler in self._schedulers.values():
+            if not scheduler.queued():
+                continue
+            for (wid, group), reason in scheduler.waiting_reasons().items():
+                live = self._live.get(wid)
+                state = live.state.groups.get(group) if live is not None else None
+                if state is None or state.waiting_reason == reason:
+                    continue
+                since = state.scheduling_since_s
+                if since is None or wall - since >= WAIT_REASONS_INTERVAL_S:
+                    self._apply(wid, m.GroupWaiting(wall, group, reason))
 
     def _flush(self) -> None:
         if not self._dirty:

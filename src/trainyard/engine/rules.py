@@ -24,6 +24,7 @@ from trainyard.engine.machine import (
     GroupPlaced,
     GroupStartFailed,
     GroupState,
+    GroupWaiting,
     ReleaseGroup,
     RequestPlacement,
     Restarted,
@@ -40,6 +41,7 @@ from trainyard.engine.machine import (
     WorkflowFinished,
     WorkflowState,
 )
+from trainyard.engine.reasons import exit_reason
 from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.errors import NotFoundError
 from trainyard.spec.models import ExitAction
@@ -371,11 +373,12 @@ def _new_attempt(step: _Step, task: TaskState, exit_code: int | None) -> None:
     check_move("task", task.name, task.status, S.RESCHEDULED, TASK_TRANSITIONS)
     task.history.append(
         TaskAttempt(task.retry_id, S.RESCHEDULED, exit_code, task.node, task.start_time_s,
-                    step.now_s, task.failure_reason)
+                    step.now_s, task.failure_reason, task.log_tail)
     )
     task.retry_id += 1
     task.status = S.INITIALIZING
     task.exit_code = task.start_time_s = task.end_time_s = task.failure_reason = None
+    task.log_tail = ()
 
 
 def _retry(step: _Step, task: TaskState, exit_code: int, in_place: bool) -> None:
@@ -428,14 +431,16 @@ def _settle_group(step: _Step, task: TaskState, unreleased: bool = False) -> Non
 
 
 def _task_ended(step: _Step, task: TaskState, exit_code: int, reason: str = "",
-                failure: str | None = None) -> None:
+                failure: str | None = None, log_tail: tuple[str, ...] = ()) -> None:
     """Apply the exit action of ``exit_code``; RESCHEDULE/RESTART past ``max_retries``
-    (counted together) is a FAIL. A failed attempt keeps ``reason`` (why, as its runner or
-    backend said) as its ``failure_reason``; a FAIL whose ``failure`` is ``IMAGE_PULL`` is
+    (counted together) is a FAIL. A failed (or retried) attempt keeps ``reason`` (why, as
+    its runner or backend said; else ``exit_reason`` of its code) as its ``failure_reason``
+    and ``log_tail`` (its last log lines); a FAIL whose ``failure`` is ``IMAGE_PULL`` is
     FAILED_IMAGE_PULL."""
     action = action_for(task, exit_code)
-    if action is not ExitAction.COMPLETE and reason:
-        task.failure_reason = reason
+    if action is not ExitAction.COMPLETE:
+        task.failure_reason = reason or exit_reason(exit_code)
+        task.log_tail = tuple(log_tail)
     retry = action in (ExitAction.RESCHEDULE, ExitAction.RESTART)
     if retry and task.retries_used < step.state.max_retries:
         _retry(step, task, exit_code, in_place=action is ExitAction.RESTART)
@@ -477,6 +482,7 @@ def _on_group_placed(step: _Step, event: GroupPlaced) -> None:
     for task in step.tasks_of(group):
         task.node = event.nodes[task.name]
         task.gpu_slots = tuple(event.gpu_slots.get(task.name, ()))
+    group.waiting_reason = None
     _set_gang(step, group, S.INITIALIZING)
     step.emit(StartTasks(group.name, tuple((t.name, t.retry_id) for t in step.tasks_of(group))))
 
@@ -495,6 +501,15 @@ def _on_group_start_failed(step: _Step, event: GroupStartFailed) -> None:
     else:
         _end_group(step, group, S.FAILED_START_ERROR, exit_code=ExitCode.START_ERROR,
                    reason=reason)
+
+
+def _on_group_waiting(step: _Step, event: GroupWaiting) -> None:
+    """The scheduler says why a SCHEDULING gang is not placed: kept as its
+    ``waiting_reason`` (the same reason again changes nothing, so nothing is stored).
+    Ignored for a group that is not SCHEDULING (placed or ended meanwhile)."""
+    group = step.group(event.group)
+    if group.status is S.SCHEDULING:
+        group.waiting_reason = event.reason
 
 
 def _on_task_initializing(step: _Step, event: TaskInitializing) -> None:
@@ -522,7 +537,7 @@ def _on_task_exited(step: _Step, event: TaskExited) -> None:
     """The current attempt exited with ``exit_code``: apply its exit action."""
     task = _current(step, event.task, event.retry_id)
     if task is not None:
-        _task_ended(step, task, event.exit_code, event.message, event.failure)
+        _task_ended(step, task, event.exit_code, event.message, event.failure, event.log_tail)
 
 
 def _on_task_lost(step: _Step, event: TaskLost) -> None:
@@ -530,7 +545,8 @@ def _on_task_lost(step: _Step, event: TaskLost) -> None:
     task = _current(step, event.task, event.retry_id)
     if task is not None:
         _task_ended(step, task, int(ExitCode.BACKEND_ERROR),
-                    event.message or "the task vanished without reporting an exit")
+                    event.message or "the task vanished without reporting an exit",
+                    log_tail=event.log_tail)
 
 
 def _timed_out(since_s: float | None, limit_s: float | None, now_s: float) -> bool:
@@ -564,6 +580,14 @@ def _late_groups(state: WorkflowState, now_s: float) -> list[str]:
     return [g.name for g in _peek(state.groups) if _timeout_of(state, g, now_s)]
 
 
+def _timeout_reason(state: WorkflowState, group: GroupState, status: Status) -> str:
+    """Why ``group`` timed out, in one line (with what it waited for, when it was known)."""
+    if status is S.FAILED_EXEC_TIMEOUT:
+        return f"it ran longer than exec_timeout ({state.exec_timeout_s:g} s)"
+    waited = f"; it waited: {group.waiting_reason}" if group.waiting_reason else ""
+    return f"it was queued longer than queue_timeout ({state.queue_timeout_s:g} s){waited}"
+
+
 def _on_tick(step: _Step, event: Tick) -> None:
     """Groups past their queue or exec timeout end with it (their started tasks stopped);
     their downstream groups -> FAILED_UPSTREAM."""
@@ -571,7 +595,7 @@ def _on_tick(step: _Step, event: Tick) -> None:
         group = step.state.groups[name]
         status = _timeout_of(step.state, group, step.now_s)
         if status is not None:
-            _end_group(step, group, status)
+            _end_group(step, group, status, reason=_timeout_reason(step.state, group, status))
 
 
 def _on_cancel(step: _Step, event: CancelRequested) -> None:
@@ -587,12 +611,14 @@ def _renew_task(step: _Step, task: TaskState) -> None:
     """Close the task's last attempt into ``history`` and give it a fresh one (retry id + 1,
     retries counted anew), WAITING. A restart is a new life: it bypasses the tables."""
     task.history.append(TaskAttempt(task.retry_id, task.status, task.exit_code, task.node,
-                                    task.start_time_s, task.end_time_s, task.failure_reason))
+                                    task.start_time_s, task.end_time_s, task.failure_reason,
+                                    task.log_tail))
     task.retry_id += 1
     task.retries_used = 0
     task.status = S.WAITING
     task.exit_code = task.node = task.start_time_s = task.end_time_s = None
     task.failure_reason = None
+    task.log_tail = ()
     task.gpu_slots = ()
 
 
@@ -610,6 +636,7 @@ def _on_restarted(step: _Step, event: Restarted) -> None:
             _renew_task(step, task)
         group.status = S.WAITING
         group.scheduling_since_s = group.running_since_s = group.end_time_s = None
+        group.waiting_reason = None
     state.status, state.end_time_s, state.cancel_requested = W.PENDING, None, False
     _schedule_ready(step)
 
@@ -619,6 +646,7 @@ _HANDLERS: dict[type[Event], Callable[[_Step, Any], None]] = {
     Submitted: _on_submitted,
     GroupPlaced: _on_group_placed,
     GroupStartFailed: _on_group_start_failed,
+    GroupWaiting: _on_group_waiting,
     TaskInitializing: _on_task_initializing,
     TaskRunning: _on_task_running,
     TaskExited: _on_task_exited,

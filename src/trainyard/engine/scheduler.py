@@ -32,7 +32,7 @@ from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import ResourceSpec
 
 __all__ = ["Request", "Placement", "GroupKey", "NodeUsage", "Scheduler", "request_of",
-           "PRIORITY_RANK", "priority_rank"]
+           "PRIORITY_RANK", "priority_rank", "REASONS_FOR_FIRST"]
 
 PRIORITY_RANK: dict[str, int] = {"HIGH": 0, "NORMAL": 1, "LOW": 2}
 """OSMO's workflow priorities, the lower rank placed first."""
@@ -124,6 +124,41 @@ def _size(req: Request) -> tuple[int, float, int, int]:
     return (req.gpu, req.cpu, req.memory_bytes, req.storage_bytes)
 
 
+REASONS_FOR_FIRST = 50
+"""``waiting_reasons`` details only this many gangs at the head of a queue; those behind
+get one fixed line (so a long queue does not rewrite every gang's reason as it moves)."""
+
+_DIMS = ("gpu", "cpu", "memory_bytes")
+
+
+def _amount(dim: str, value: float) -> str:
+    """``4 GPUs``, ``2.5 CPUs``, ``16 GiB memory``: a quantity of one resource for people."""
+    if dim == "memory_bytes":
+        return f"{value / 2**30:.3g} GiB memory"
+    unit = "GPU" if dim == "gpu" else "CPU"
+    return f"{value:g} {unit}{'' if value == 1 else 's'}"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _names(keys: list[GroupKey], most: int = 3) -> str:
+    """Workflow ids of ``keys`` (each once, in order), at most ``most`` then a count."""
+    ids = list(dict.fromkeys(wid for wid, _group in keys))
+    more = f" and {len(ids) - most} more" if len(ids) > most else ""
+    return ", ".join(ids[:most]) + more
+
+
+def _capacity(usage: NodeUsage, dim: str) -> float:
+    return float(getattr(usage.node, dim))
+
+
+def _used(usage: NodeUsage, dim: str) -> float:
+    return float(len(usage.gpu_slots)) if dim == "gpu" else float(getattr(usage, dim))
+
+
 class Scheduler:
     """Placement state of one pool. Not thread-safe: the reconciler owns it."""
 
@@ -190,6 +225,65 @@ class Scheduler:
             self._commit(key, requests, placements)
             placed.append((key, placements))
         return placed
+
+    def waiting_reasons(self) -> dict[GroupKey, str]:
+        """Why each queued gang is not placed, one line each, e.g. ``needs 4 GPUs on pool
+        local: 0 of 32 free; held by gpu-hog-1; behind gpu-hog-2 (2nd in queue)``: what
+        the gang needs in all of what is short, what is free of it in the pool, the
+        workflows holding it, and the gang ahead in the queue with this one's place. A gang
+        that fits now but is held by an older one (module docstring: backfill) says so.
+        Only the first ``REASONS_FOR_FIRST`` gangs get details. Pure: reads, changes
+        nothing.
+        """
+        free = self._free_totals()
+        capacity = {d: sum(_capacity(u, d) for u in self.usage.values()) for d in _DIMS}
+        held = self._held_totals()
+        reasons: dict[GroupKey, str] = {}
+        keys = list(self._queue)
+        for index, key in enumerate(keys):
+            if index >= REASONS_FOR_FIRST:
+                reasons[key] = (f"behind {REASONS_FOR_FIRST} or more gangs in the queue of "
+                                f"pool {self.pool.name}")
+                continue
+            parts = [self._need_text(self._queue[key], free, capacity, held, key)]
+            if index:
+                parts.append(f"behind {_names([keys[index - 1]])} ({_ordinal(index + 1)} in queue)")
+            reasons[key] = "; ".join(p for p in parts if p)
+        return reasons
+
+    def _free_totals(self) -> dict[str, float]:
+        return {d: sum(_capacity(u, d) - _used(u, d) for u in self.usage.values()) for d in _DIMS}
+
+    def _held_totals(self) -> dict[GroupKey, dict[str, float]]:
+        """What each placed gang holds, per resource."""
+        held: dict[GroupKey, dict[str, float]] = {}
+        for key, entry in self._placed.items():
+            held[key] = {"gpu": float(sum(len(p.gpu_slots) for _r, p in entry.values())),
+                         "cpu": sum(r.cpu for r, _p in entry.values()),
+                         "memory_bytes": float(sum(r.memory_bytes for r, _p in entry.values()))}
+        return held
+
+    def _need_text(self, requests: dict[str, Request], free: dict[str, float],
+                   capacity: dict[str, float], held: dict[GroupKey, dict[str, float]],
+                   key: GroupKey) -> str:
+        """What the gang needs that is short, or why it waits though enough is free."""
+        need = {"gpu": float(sum(r.gpu for r in requests.values())),
+                "cpu": sum(r.cpu for r in requests.values()),
+                "memory_bytes": float(sum(r.memory_bytes for r in requests.values()))}
+        short = [d for d in _DIMS if need[d] > free[d] + 1e-9]
+        pool = self.pool.name
+        if short:
+            text = "; ".join(f"needs {_amount(d, need[d])} on pool {pool}: "
+                             f"{_amount(d, max(free[d], 0)).split(' ', 1)[0]} of "
+                             f"{_amount(d, capacity[d]).split(' ', 1)[0]} free" for d in short)
+            holders = sorted((k for k in held if any(held[k][d] > 0 for d in short)),
+                             key=lambda k: -sum(held[k][d] for d in short))
+            return text + (f"; held by {_names(holders)}" if holders else "")
+        if self._no_fit.get(key) != self._version and self._fit(requests) is not None:
+            return f"fits pool {pool} now, but an older gang that does not fit holds the queue"
+        wanted = ", ".join(_amount(d, need[d]) for d in _DIMS if need[d]) or "its tasks"
+        return (f"needs {wanted} on pool {pool}: enough is free in all, but no set of nodes "
+                f"fits each of its {len(requests)} task(s) at once")
 
     def fits_empty(self, requests: dict[str, Request]) -> bool:
         """Whether the gang fits the pool with nothing else placed (else it never will)."""

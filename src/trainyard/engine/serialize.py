@@ -28,11 +28,13 @@ def _task_from_dict(data: dict[str, Any]) -> TaskState:
     values = {k: v for k, v in data.items() if k in fields}
     values["status"] = Status(data["status"])
     values["gpu_slots"] = tuple(data.get("gpu_slots", ()))
+    values["log_tail"] = tuple(data.get("log_tail", ()))
     values["exit_actions"] = {
         ExitAction(a): frozenset(codes) for a, codes in data.get("exit_actions", {}).items()
     }
     values["history"] = [
-        TaskAttempt(**{**h, "status": Status(h["status"])}) for h in data.get("history", [])
+        TaskAttempt(**{**h, "status": Status(h["status"]), "log_tail": tuple(h.get("log_tail", ()))})
+        for h in data.get("history", [])
     ]
     return TaskState(**values)
 

@@ -1,6 +1,7 @@
 """``python -m trainyard.server [--host H] [--port P]``: run the API server in the foreground.
 
-Port 0 picks a free port; the address is written to ``$TRAINYARD_HOME/server.json`` and to
+Port 0 (the default) listens on the port this home's server used last when it is free, else on
+any free port (remembered in ``$TRAINYARD_HOME/server.port``); the address is written to ``$TRAINYARD_HOME/server.json`` and to
 the home's lock note (``server.process``). Before anything else the server takes the
 home's lock and its store's one-engine lock (``store.lock``), and checks that the store can
 be trusted (``Store.verify``); if any of these fails it says why on stderr and in
@@ -16,6 +17,7 @@ import os
 import socket
 import sys
 import threading
+from pathlib import Path
 
 import uvicorn
 
@@ -119,6 +121,38 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+PORT_FILE = "server.port"
+"""The port the home's server last listened on (``$TRAINYARD_HOME/server.port``)."""
+
+
+def stable_socket(home: Path, host: str, port: int) -> socket.socket:
+    """``listening_socket``; for ``port`` 0, on the port this home's server used last
+    (``PORT_FILE``) when it is free, so dashboard bookmarks survive a restart, else on any
+    free port, which is then remembered. A port given explicitly is used as it is."""
+    remembered = _remembered_port(home) if port == 0 else None
+    if remembered is not None:
+        try:
+            sock = listening_socket(host, remembered)
+        except OSError:  # taken by something else meanwhile: any free port
+            sock = None
+        if sock is not None:
+            return sock
+    sock = listening_socket(host, port)
+    if port == 0:
+        path = home / PORT_FILE
+        path.write_text(f"{sock.getsockname()[1]}\n")
+        os.chmod(path, 0o600)
+    return sock
+
+
+def _remembered_port(home: Path) -> int | None:
+    try:
+        port = int((home / PORT_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return port if 0 < port < 65536 else None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m trainyard.server")
     parser.add_argument("--host", default="127.0.0.1")
@@ -136,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         record_failure(home, exc)
         print(f"error: {exc}", file=sys.stderr, flush=True)
         sys.exit(exc.exit_code)
-    sock = listening_socket(args.host, args.port)
+    sock = stable_socket(home, args.host, args.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     if host in ("0.0.0.0", "::"):

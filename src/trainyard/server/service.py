@@ -7,6 +7,7 @@ reads and cancels only their own workflows unless an admin.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from trainyard import spec as specapi
 from trainyard.engine import machine as m
+from trainyard.engine import reasons
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.status import WorkflowStatus
 from trainyard.errors import (
@@ -85,11 +87,14 @@ _HELD_QUERIES = threading.BoundedSemaphore(MAX_HELD_QUERIES)
 
 
 def progress_key(state: m.WorkflowState) -> str:
-    """What ``--wait`` prints progress from, as a short key: the workflow's status and each
-    task's status, retry id, node and exit code. Two states with equal keys print alike."""
+    """What ``--wait`` prints progress from, as a short key: the workflow's status, each
+    task's status, retry id, node and exit code, and a digest of its groups' waiting
+    reasons. Two states with equal keys print alike."""
     tasks = ",".join(f"{t.name}:{t.status.value}:{t.retry_id}:{t.node}:{t.exit_code}"
                      for t in state.tasks.values())
-    return f"{state.status.value}|{tasks}"
+    reasons = "\n".join(g.waiting_reason or "" for g in state.groups.values())
+    waits = hashlib.blake2s(reasons.encode(), digest_size=6).hexdigest() if reasons.strip() else ""
+    return f"{state.status.value}|{tasks}|{waits}"
 
 
 class Service:
@@ -991,13 +996,14 @@ def _row_summary_json(row: dict[str, Any]) -> dict[str, Any]:
 def _attempt_json(a: m.TaskAttempt) -> dict[str, Any]:
     return {"retry_id": a.retry_id, "status": a.status.value, "exit_code": a.exit_code,
             "node": a.node, "start_time": iso(a.start_time_s), "end_time": iso(a.end_time_s),
-            "failure_reason": a.failure_reason}
+            "failure_reason": a.failure_reason, "log_tail": list(a.log_tail)}
 
 
 def _task_json(t: m.TaskState, verbose: bool) -> dict[str, Any]:
     out = {"name": t.name, "status": t.status.value, "lead": t.lead, "retry_id": t.retry_id,
            "exit_code": t.exit_code, "node": t.node, "start_time": iso(t.start_time_s),
-           "end_time": iso(t.end_time_s), "failure_reason": t.failure_reason}
+           "end_time": iso(t.end_time_s), "failure_reason": t.failure_reason,
+           "log_tail": list(t.log_tail)}
     if verbose:
         out["retries"] = [_attempt_json(a) for a in t.history]
     return out
@@ -1076,7 +1082,20 @@ def _workflow_json(record: WorkflowRecord, state: m.WorkflowState, verbose: bool
          "tasks": [_task_json(state.tasks[t], verbose) for t in g.tasks]}
         for g in state.groups.values()
     ]
-    return {**_summary_json(record), "status": state.status.value, "groups": groups}
+    return {**_summary_json(record), "status": state.status.value, "groups": groups,
+            **reasons_json(state)}
+
+
+def reasons_json(state: m.WorkflowState) -> dict[str, Any]:
+    """Why the workflow failed and why its groups wait, from the stored state
+    (``engine.reasons``): ``{"failure": None | {"task", "group", "retry_id", "status",
+    "exit_code", "reason", "log_tail": [lines], "end_time"}, "waiting": [{"group",
+    "status", "reason", "since"}]}`` (times ISO 8601 UTC)."""
+    failure = reasons.failure_of(state)
+    if failure is not None:
+        failure["end_time"] = iso(failure.pop("end_time_s"))
+    waiting = [{**w, "since": iso(w.pop("since_s"))} for w in reasons.waits_of(state)]
+    return {"failure": failure, "waiting": waiting}
 
 
 def spec_error_json(exc: SpecError) -> list[dict[str, Any]]:

@@ -38,7 +38,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from trainyard.status import WorkflowStatus
 from trainyard.errors import AuthError, ForbiddenError, TrainyardError
 from trainyard.server import dashboard
-from trainyard.server.auth import User
+from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.scopes import check_task_scope
 from trainyard.server.service import LogCursor, Service
 from trainyard.server.streams import LogReaders, SlotResponse, StreamSlots, follow_chunks, sse_events
@@ -47,6 +47,8 @@ __all__ = ["add_dashboard", "SESSION_COOKIE", "WebSessions", "PAGE_SIZES"]
 
 SESSION_COOKIE = "trainyard_session"
 SESSION_TTL_S = 12 * 3600
+LOGIN_CODE_TTL_S = 120.0
+"""How long a one-time login link (``trainyard dashboard``) may wait to be opened."""
 PAGE_SIZES = (25, 50, 100, 200)
 _STATIC = Path(__file__).parent / "static"
 
@@ -64,6 +66,7 @@ class WebSessions:
     def __init__(self, ttl_s: float = SESSION_TTL_S) -> None:
         self.ttl_s = ttl_s
         self._sessions: dict[str, _Session] = {}
+        self._codes: dict[str, tuple[str, float]] = {}  # one-time login code -> (token, expiry)
 
     def create(self, token: str) -> str:
         """A new session id for ``token`` (already authenticated by the caller)."""
@@ -83,6 +86,23 @@ class WebSessions:
     def drop(self, sid: str | None) -> None:
         """End a session (logout); unknown ids are ignored."""
         self._sessions.pop(sid or "", None)
+
+    def create_code(self, token: str, ttl_s: float = LOGIN_CODE_TTL_S) -> str:
+        """A one-time login code for ``token`` (already authenticated by the caller), good
+        for ``ttl_s`` seconds and one use (``trainyard dashboard``'s link)."""
+        now = time.time()
+        self._codes = {k: c for k, c in self._codes.items() if c[1] > now}
+        code = secrets.token_urlsafe(32)
+        self._codes[code] = (token, now + ttl_s)
+        return code
+
+    def take_code(self, code: str | None) -> str | None:
+        """The token of a live login code, which is used up; None for an unknown, used or
+        expired code."""
+        entry = self._codes.pop(code or "", None)
+        if entry is None or entry[1] <= time.time():
+            return None
+        return entry[0]
 
 
 class _LoginNeeded(Exception):
@@ -171,12 +191,36 @@ def _templates() -> Environment:
     env.filters["when"] = _when
     env.filters["duration"] = _duration
     env.filters["size"] = _size
+    env.filters["utc"] = _iso_when
     env.globals["statuses"] = [s.value for s in WorkflowStatus]
     return env
 
 
 def _when(time_s: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time_s)) if time_s else "-"
+
+
+def _iso_when(iso_time: str | None) -> str:
+    """An ISO 8601 time (the API's) as the dashboard's one format, ``YYYY-MM-DD HH:MM:SS``
+    UTC; ``-`` for none."""
+    if not iso_time:
+        return "-"
+    from datetime import datetime
+
+    return _when(datetime.fromisoformat(iso_time).timestamp())
+
+
+def _timing(state: Any, now_s: float) -> dict[str, float | None]:
+    """How long the workflow queued (submit to its first task's start) and ran (from then
+    to its end, or to ``now_s`` while it runs), in seconds; None for what did not happen."""
+    starts = [t.start_time_s for t in state.tasks.values() if t.start_time_s is not None]
+    starts += [a.start_time_s for t in state.tasks.values() for a in t.history
+               if a.start_time_s is not None]
+    submit, end = state.submit_time_s, state.end_time_s
+    first = min(starts) if starts else None
+    queued = (first if first is not None else (end or now_s)) - submit if submit else None
+    ran = (end or now_s) - first if first is not None else None
+    return {"queued_s": queued, "ran_s": ran}
 
 
 def _duration(seconds: float | None) -> str:
@@ -244,6 +288,16 @@ _SECURITY_HEADERS = {
 }
 
 
+def _logged_in(request: Request, token: str, target: str) -> Response:
+    """A new session for ``token`` (authenticated by the caller): its cookie, and a
+    redirect to ``target``."""
+    sid = request.app.state.web_sessions.create(token)
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(SESSION_COOKIE, sid, max_age=SESSION_TTL_S, httponly=True,
+                        samesite="strict", secure=request.url.scheme == "https", path="/")
+    return response
+
+
 def _auth_routes(app: FastAPI, page: Any) -> None:
     @app.get("/login", response_class=HTMLResponse)
     def login_page(next: str = "/") -> HTMLResponse:  # noqa: A002 - the query's name
@@ -258,11 +312,31 @@ def _auth_routes(app: FastAPI, page: Any) -> None:
             request.app.state.tokens.authenticate(token)
         except AuthError as exc:
             return page("login.html", None, status=401, next=target, error=str(exc))
-        sid = request.app.state.web_sessions.create(token)
-        response = RedirectResponse(target, status_code=303)
-        response.set_cookie(SESSION_COOKIE, sid, max_age=SESSION_TTL_S, httponly=True,
-                            samesite="strict", secure=request.url.scheme == "https", path="/")
-        return response
+        return _logged_in(request, token, target)
+
+    @app.get("/login/once")
+    def login_once(request: Request, code: str = "", next: str = "/") -> Response:  # noqa: A002
+        """A one-time link (``POST /api/login-link``): a session for its token, then the
+        page ``next``; a used or expired link shows the login page."""
+        target = _safe_next(next)
+        token = request.app.state.web_sessions.take_code(code)
+        if token is None:
+            return page("login.html", None, status=401, next=target,
+                        error="this login link was used or has expired; run `trainyard "
+                              "dashboard` for a new one, or paste a token")
+        return _logged_in(request, token, target)
+
+    @app.post("/api/login-link")
+    def login_link(request: Request, viewer: Look, next: str = "/") -> dict[str, str]:  # noqa: A002
+        """A one-time link that logs a browser in as the caller: ``{"path", "expires_in_s"}``
+        (``path`` is relative to the server's address). Asked with a bearer token."""
+        header = request.headers.get("authorization", "")
+        if not header.lower().startswith("bearer "):
+            raise AuthError("ask for a login link with `Authorization: Bearer TOKEN`")
+        refuse_task_token(viewer.user, "open the dashboard")
+        code = request.app.state.web_sessions.create_code(header[7:].strip())
+        query = urlencode({"code": code, "next": _safe_next(next)})
+        return {"path": f"/login/once?{query}", "expires_in_s": str(int(LOGIN_CODE_TTL_S))}
 
     @app.post("/logout")
     async def logout(request: Request, viewer: Look) -> Response:
@@ -321,7 +395,7 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
                     bars=bars, gantt=_gantt(bars), msg=msg,
                     spec=service.stored_spec(workflow_id, viewer.user),
                     usage=dashboard.usage_summary(dashboard.usage(state, run_dir)),
-                    ended=state.status.is_terminal())
+                    ended=state.status.is_terminal(), timing=_timing(state, time.time()))
 
     @app.post("/workflows/{workflow_id}/{action}")
     async def act(workflow_id: str, action: str, request: Request, viewer: Look) -> Response:

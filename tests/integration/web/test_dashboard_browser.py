@@ -125,7 +125,14 @@ def test_cancel_from_the_workflow_page(server: LiveServer, browser: webdriver.Ch
     browser.find_element(By.ID, "login").click()
     WebDriverWait(browser, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, "table.list"))
     browser.get(f"{server.url}/workflows/{wid}")
+    browser.find_element(By.ID, "cancel").click()  # it asks first; dismissed: nothing happens
+    alert = WebDriverWait(browser, 10).until(lambda d: d.switch_to.alert)
+    assert alert.text.startswith(f"Cancel workflow {wid}?")
+    alert.dismiss()
+    time.sleep(1.0)
+    assert _text(browser, "#msg") == "" and _text(browser, "#wf-status") != "FAILED_CANCELED"
     browser.find_element(By.ID, "cancel").click()
+    WebDriverWait(browser, 10).until(lambda d: d.switch_to.alert).accept()
     WebDriverWait(browser, 60).until(lambda d: _text(d, "#msg") == "cancel requested")
     WebDriverWait(browser, 120).until(lambda d: _text(d, "#wf-status") == "FAILED_CANCELED")
 

@@ -99,5 +99,5 @@ def _complete(words: str) -> list[str]:
 
 def test_shell_completion_completes_groups_and_their_commands() -> None:
     assert _complete("trainyard wor") == ["workflow"]
-    assert _complete("trainyard da") == ["dataset", "data"]
+    assert _complete("trainyard da") == ["dashboard", "dataset", "data"]
     assert _complete("trainyard workflow su") == ["submit"]

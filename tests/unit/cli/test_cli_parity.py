@@ -256,7 +256,7 @@ def test_wait_shows_a_rescheduled_attempt_and_the_failed_tasks_log_command(
     assert code == 1
     assert "t RESCHEDULED on n0 (exit 1)" in out and "t retry 1 FAILED on n0 (exit 3)" in out
     assert "workflow FAILED" in out
-    assert "Task t retry 1 FAILED: exit code 3" in out
+    assert "Task t retry 1 FAILED (exit code 3): exit code 3" in out
     assert "trainyard workflow logs w-1 --task t --retry-id 1" in out
 
 
@@ -314,3 +314,23 @@ def test_logs_inside_a_task_of_that_workflow_do_not_follow_by_default(
     assert run(capsys, "workflow", "logs", "w-10")[0] == 0  # another workflow: follows
     assert run(capsys, "workflow", "logs", "w-1", "--follow")[0] == 0
     assert [c[2] for c in client.calls] == [{}, {"follow": True}, {"follow": True}]
+
+
+def test_wait_says_why_a_group_waits_once_per_reason_and_shows_the_failed_tasks_tail(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    pending = _attempt(0, "SCHEDULING")
+    why = "needs 4 GPUs on pool local: 0 of 32 free; held by gpu-hog-1"
+    waiting = {**_state("PENDING", pending, [pending]),
+               "waiting": [{"group": "t", "status": "SCHEDULING", "reason": why}]}
+    failed = {**_attempt(0, "FAILED", 3, "the command exited with code 3"),
+              "log_tail": ["loading", "oops: data missing"]}
+    use(monkeypatch, WaitClient([waiting, waiting, {
+        **_state("FAILED", failed, [failed]), "waiting": [],
+        "failure": {"task": "t", "retry_id": 0, "status": "FAILED", "exit_code": 3,
+                    "reason": "the command exited with code 3",
+                    "log_tail": ["loading", "oops: data missing"]}}]))
+    code, out, _ = run(capsys, "workflow", "restart", "w-1", "--wait")
+    assert code == 1
+    assert out.count(f"group t SCHEDULING: {why}") == 1
+    assert "Task t retry 0 FAILED (exit code 3): the command exited with code 3" in out
+    assert "last 2 line(s) of its log:\n    | loading\n    | oops: data missing" in out

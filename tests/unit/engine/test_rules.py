@@ -227,7 +227,7 @@ def test_lead_failure_gives_the_stopped_tasks_the_leads_result() -> None:
         S.FAILED, S.COMPLETED, S.FAILED
     ]
     assert [state.tasks[n].failure_reason for n in ("master", "w1", "w2")] == [
-        None, None, "Lead task finished"]
+        "the command exited with code 1", None, "Lead task finished"]  # issue 28: never empty
     assert state.tasks["w2"].exit_code is None
     assert state.groups["train"].status is S.FAILED
 
@@ -332,7 +332,8 @@ def test_reschedule_starts_a_new_attempt_on_the_same_node() -> None:
     w1 = state.tasks["w1"]
     assert (w1.status, w1.retry_id, w1.retries_used, w1.node) == (S.INITIALIZING, 1, 1, "node-1")
     assert (w1.exit_code, w1.start_time_s, w1.end_time_s) == (None, None, None)
-    assert w1.history == [TaskAttempt(0, S.RESCHEDULED, 42, "node-1", 3.0, 5.0)]
+    assert w1.history == [TaskAttempt(0, S.RESCHEDULED, 42, "node-1", 3.0, 5.0,
+                                      "the command exited with code 42")]
     assert [state.tasks[n].status for n in ("master", "w2")] == [S.RUNNING, S.RUNNING]
     assert state.groups["train"].status is S.RUNNING
 

@@ -142,6 +142,12 @@ document.addEventListener("htmx:beforeRequest", (event) => {
   if (target.id === "wf-table" && target.querySelector("input:checked")) event.preventDefault();
 });
 
+// Cancel and Restart ask first (forms with data-confirm; delegated, so htmx swaps keep it).
+document.addEventListener("submit", (event) => {
+  const question = event.target.dataset && event.target.dataset.confirm;
+  if (question && !window.confirm(question)) event.preventDefault();
+});
+
 document.addEventListener("DOMContentLoaded", () => {
   const charts = document.getElementById("charts");
   if (charts && charts.dataset.metricsUrl) followCharts(charts);
