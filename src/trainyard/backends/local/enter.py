@@ -127,11 +127,25 @@ def connect_inside(pid: int, address: str, port: int, timeout_s: float = 10.0) -
     return sock
 
 
-def relay(outer: socket.socket, inner: socket.socket) -> None:
-    """Copy bytes both ways until both directions end (the keeper's pump, ``netns``), then
-    close both sockets."""
-    from trainyard.backends.local.netns import _pump
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    """Copy ``src`` to ``dst`` until ``src`` ends, then half-close both ways."""
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
+            try:
+                sock.shutdown(how)
+            except OSError:
+                pass
 
+
+def relay(outer: socket.socket, inner: socket.socket) -> None:
+    """Copy bytes both ways until both directions end, then close both sockets (one
+    connection of ``workflow port-forward``, in the user's own CLI process: a thread per
+    direction is fine there)."""
     back = threading.Thread(target=_pump, args=(inner, outer), daemon=True)
     back.start()
     _pump(outer, inner)
