@@ -96,7 +96,7 @@ if [ "$what" = lock ]; then
 rows = json.load(open(sys.argv[1]))["install"]
 for r in sorted(rows, key=lambda r: r["metadata"]["name"].lower()):
     if r["metadata"]["name"] not in ("trainyard", "torch"):
-        print(f"{r[\"metadata\"][\"name\"]}=={r[\"metadata\"][\"version\"]}")' "$report"
+        print(r["metadata"]["name"] + "==" + r["metadata"]["version"])' "$report"
   } > "$LOCK.new"
   mv "$LOCK.new" "$LOCK"
   rm -f "$report"
