@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch, server_url_for_tasks
+from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLaunch, server_url_for_tasks
 from trainyard.backends.base import task_api_env
 from trainyard.backends.kubernetes import names
 from trainyard.backends.kubernetes.client import AlreadyExists, KubeApi, NotFound
@@ -157,7 +157,7 @@ class _PodWatch:
         self.on_event()
 
 
-class KubernetesBackend:
+class KubernetesBackend(Backend[KubernetesRequest]):
     """Runs each task attempt as a pod (see module docstring).
 
     Args:
@@ -203,20 +203,7 @@ class KubernetesBackend:
         """The server's URL as pods reach it: the pool's ``server_url``, else the server's."""
         return self.options.server_url or server_url_for_tasks(self.home)
 
-    def dry_run(self, launches: list[TaskLaunch]) -> str:
-        """Every manifest ``start_group(launches)`` would create, as YAML documents."""
-        return self.build_request(launches).render()
-
     # ------------------------------------------------------------------ Backend API
-
-    def start_group(self, launches: list[TaskLaunch]) -> None:
-        """Start one gang: ``send(build_request(launches))``; nothing for no launches.
-
-        Raises:
-            BackendError: as ``build_request`` and ``send``.
-        """
-        if launches:
-            self.send(self.build_request(launches))
 
     def send(self, request: KubernetesRequest) -> None:
         """Create the gang's objects (see module docstring).
