@@ -13,7 +13,10 @@ from trainyard.quantity import parse_quantity
 from trainyard.spec.api import load
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-NOT_TRAINING = {"jupyter"}  # tests/unit/spec/test_jupyter_example.py checks it
+# Not the training kit's examples: jupyter (tests/unit/spec/test_jupyter_example.py checks it),
+# own_script (a user's own train.py: tests/integration/web/test_readme_own_script_e2e.py runs
+# it), kubernetes (a pools.yaml, no spec: tests/unit/backends/kubernetes checks it).
+NOT_TRAINING = {"jupyter", "own_script", "kubernetes"}
 SPECS = sorted(p for p in EXAMPLES.rglob("*.yaml") if p.parent.name not in NOT_TRAINING)
 GiB = 1024**3
 # Values an example has no default for (as in OSMO's sample: the checkpoint location).
