@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from trainyard.errors import ConfigError, ForbiddenError, NotFoundError, RefusedError
 from trainyard.server.auth import TokenInfo, TokenRegistry, User, refuse_task_token
+from trainyard.server.scopes import check_task_scope
 
 __all__ = ["add_access_routes", "ADMIN_ROLES"]
 
@@ -45,10 +46,12 @@ class UserRequest(BaseModel):
 
 def _caller(request: Request) -> User:
     """The caller, from ``Authorization: Bearer TOKEN`` (as ``app.current_user``).
-    Raises AuthError (401)."""
+    Raises AuthError (401), ForbiddenError (403: a task token, ``scopes``)."""
     header = request.headers.get("authorization") or ""
     token = header[7:].strip() if header.lower().startswith("bearer ") else None
-    return request.app.state.tokens.authenticate(token)
+    user: User = request.app.state.tokens.authenticate(token)
+    check_task_scope(user, request)
+    return user
 
 
 Caller = Annotated[User, Depends(_caller)]

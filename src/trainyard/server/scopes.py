@@ -48,6 +48,7 @@ PUBLIC_ROUTES: frozenset[Route] = frozenset({
     ("GET", "/api/health"),
     ("GET", "/login"),
     ("POST", "/login"),
+    ("GET", "/login/once"),  # a one-time code is the credential there (web.login_once)
     ("GET", "/static"),  # the dashboard's CSS and scripts (a mount)
 })
 """Routes that need no token (a task token is not checked there)."""

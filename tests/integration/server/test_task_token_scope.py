@@ -32,7 +32,8 @@ workflow:
     command: ["true"]
 """
 
-ARGS = {"name": "x", "task": "t", "action": "cancel"}
+ARGS = {"name": "x", "task": "t", "action": "cancel", "user": "someone"}
+OWN = {"workflow_id", "workflow_a", "workflow_b"}  # filled with the token's own workflow
 
 
 def every_route(tmp_path: Path) -> set[tuple[str, str]]:
@@ -55,7 +56,7 @@ def every_route(tmp_path: Path) -> set[tuple[str, str]]:
 
 def fill(template: str, workflow_id: str) -> str:
     """The template's path with ``workflow_id`` and harmless values for the others."""
-    return re.sub(r"\{(\w+)\}", lambda m: workflow_id if m[1] == "workflow_id" else ARGS[m[1]],
+    return re.sub(r"\{(\w+)\}", lambda m: workflow_id if m[1] in OWN else ARGS[m[1]],
                   template)
 
 
