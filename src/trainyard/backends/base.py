@@ -21,7 +21,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
-from trainyard.errors import RefusedError
+from pydantic import BaseModel, ValidationError
+
+from trainyard.errors import ConfigError, RefusedError
 from trainyard.tasktokens import task_token
 
 __all__ = ["FactKind", "TaskKey", "TaskFact", "TaskResources", "TaskLaunch", "Request",
@@ -237,3 +239,25 @@ def task_api_env(home: Path, workflow_id: str) -> dict[str, str]:
     if not url:
         return {}
     return {"TRAINYARD_SERVER_URL": url, "TRAINYARD_TOKEN": task_token(home, workflow_id)}
+
+
+OptionsT = TypeVar("OptionsT", bound=BaseModel)
+
+
+def parse_pool_options(model: type[OptionsT], pool_name: str, backend: str,
+                       options: dict[str, Any]) -> OptionsT:
+    """Validate a pool's ``options`` against a backend's options ``model``.
+
+    Raises:
+        ConfigError: an unknown option or a bad value; the message names the pool and
+            lists the valid options.
+    """
+    try:
+        return model.model_validate(options)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors())
+        valid = ", ".join(model.model_fields)
+        raise ConfigError(f"pool {pool_name!r} ({backend}): {problems} "
+                          f"(options: {valid})") from exc
+

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from trainyard.errors import ConfigError
+from trainyard.backends.base import parse_pool_options
 
 __all__ = ["KubernetesOptions", "PlatformOptions", "ClaimMount", "Scheduler", "parse_options",
            "SCHEDULER_NAMES"]
@@ -165,11 +165,4 @@ def parse_options(pool_name: str, options: dict[str, Any]) -> KubernetesOptions:
         ConfigError: an unknown option or a bad value; the message names the pool and
             lists the valid options.
     """
-    try:
-        return KubernetesOptions.model_validate(options)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors())
-        valid = ", ".join(KubernetesOptions.model_fields)
-        raise ConfigError(f"pool {pool_name!r} (kubernetes): {problems} "
-                          f"(options: {valid})") from exc
+    return parse_pool_options(KubernetesOptions, pool_name, "kubernetes", options)

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from trainyard.errors import ConfigError
+from trainyard.backends.base import parse_pool_options
 
 __all__ = ["SlurmOptions", "parse_options"]
 
@@ -91,10 +91,4 @@ def parse_options(pool_name: str, options: dict[str, Any]) -> SlurmOptions:
         ConfigError: an unknown option or a bad value; the message names the pool and
             lists the valid options.
     """
-    try:
-        return SlurmOptions.model_validate(options)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors())
-        valid = ", ".join(SlurmOptions.model_fields)
-        raise ConfigError(f"pool {pool_name!r} (slurm): {problems} (options: {valid})") from exc
+    return parse_pool_options(SlurmOptions, pool_name, "slurm", options)
