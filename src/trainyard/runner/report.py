@@ -315,9 +315,21 @@ class TaskLog:
             try:
                 view = view[os.write(self._fd, view):]
             except OSError:
-                self._torn = self._torn or len(view) < len(data)
+                self._take_back(len(data) - len(view))
                 raise
         self._torn = False
+
+    def _take_back(self, written: int) -> None:
+        """A write failed after ``written`` bytes of a line: cut them off the file's end so
+        that no fragment of a line (a bare ``2026/``) stays; if that fails too, the next line
+        starts with a newline (``_torn``)."""
+        if not written:
+            return
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+        except OSError:
+            self._torn = True
 
     def close(self) -> None:
         """Close the file; later writes are errors."""

@@ -25,6 +25,7 @@ from local_support import (
 from trainyard.backends.local import backend as local_mod
 from trainyard.backends.base import FactKind, TaskKey
 from trainyard.backends.local import LaunchRequest, LocalBackend, gpu_count
+from trainyard.backends.local.launcher import address_name
 from trainyard.errors import BackendError
 
 needs_busybox = pytest.mark.skipif(shutil.which("busybox") is None,
@@ -436,7 +437,11 @@ def test_idle_connections_to_the_server_cost_no_launcher_thread_each(
         log = launches[0].run_dir / "task.log"
         _until(lambda: log.exists() and "opened 300" in log.read_text(), timeout_s=90)
         _until(lambda: len(accepted) >= 300, timeout_s=30)
-        threads = sum(p.num_threads() for p in processes_with("trainyard.backends."))
+        # This backend's launcher and its keepers only: launchers of earlier tests linger
+        # for their idle time and hold threads of their own.
+        mine = processes_with(address_name(backend.state_dir, backend.python))
+        assert mine, "no launcher of this backend found"
+        threads = sum(p.num_threads() for p in mine)
         assert threads < 60, f"{threads} threads in the launcher and keepers"
         assert "[t] echo ping" in task_log(launches[0])
     finally:

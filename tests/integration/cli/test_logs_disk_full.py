@@ -78,4 +78,4 @@ def test_a_full_disk_ends_the_task_with_2022_and_says_why(small_home: Path,
     assert code.endswith("[printer][trainyard] exit code 2022")
     rows = [json.loads(line) for line in run_cli(small_home, "workflow", "logs", final["id"],
                                                  "--format-type", "json").out.splitlines()]
-    assert all(r["time"] is not None for r in rows)  # a line torn by the full disk was ended
+    assert all(r["time"] is not None for r in rows), [r for r in rows if r["time"] is None][:3]  # a line torn by the full disk was ended

@@ -4,6 +4,7 @@ cannot be imitated, and a task log that cannot be written ends the attempt (2022
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import re
@@ -202,3 +203,28 @@ def test_a_torn_line_is_ended_before_the_next_one(tmp_path: Path) -> None:
     log.command("next\n")
     log.close()
     assert (tmp_path / "task.log").read_text().startswith("\n")
+
+
+def test_a_line_cut_short_by_a_full_disk_leaves_no_fragment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills half-way through a line: the bytes that made it are cut off again, so
+    the log holds whole lines only (a bare ``2026/`` would have no time and no task)."""
+    log = TaskLog(tmp_path, "t1")
+    log.command("whole\n")
+    real_write = os.write
+    calls: list[int] = []
+
+    def half_then_full(fd: int, data: bytes | memoryview) -> int:
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[:5]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    log.command("lost to the full disk\n")
+    monkeypatch.setattr(os, "write", real_write)
+    log.runner("after")
+    log.close()
+    lines = (tmp_path / "task.log").read_text().splitlines()
+    assert [line.split(" ", 2)[2] for line in lines] == ["[t1] whole", "[t1][trainyard] after"]
+    assert log.failure is not None and log.failure.errno == errno.ENOSPC
