@@ -91,7 +91,7 @@ def test_elastic_training_goes_on_when_a_worker_is_killed(runner: EngineRun) -> 
 
 def test_reschedule_resumes_from_the_uploaded_snapshot(runner: EngineRun, tmp_path: Path) -> None:
     epochs, fail_at = 6, 4
-    upload = runner.home / "storage" / "upload"  # below the pool's default data root
+    upload = runner.home / "storage" / "tester" / "upload"  # below the submitter's data root
     wid = runner.submit(RESCHEDULE, {"n_gpus_per_node": 1, "n_nodes": 2, "n_epochs": epochs,
                                      "fail_at_epoch": fail_at, "master_port": free_port(),
                                      "upload_location": upload.as_uri()})
