@@ -113,18 +113,20 @@ def _run_a_cell(browser: webdriver.Chrome, wait: WebDriverWait) -> None:
     task's sandbox, and JupyterLab talks to it over the task's own loopback. Each step waits
     for what the page shows (the kernel idle, the text typed) before the next."""
     card = wait.until(lambda d: d.find_elements(
-        By.CSS_SELECTOR, '.jp-LauncherCard[data-category="Notebook"]'))
+        By.CSS_SELECTOR, '.jp-LauncherCard[data-category="Notebook"]'),
+        message="no Notebook card in the launcher")
     card[0].click()
     wait.until(lambda d: d.find_elements(
-        By.CSS_SELECTOR, '.jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status="idle"]'))
+        By.CSS_SELECTOR, '.jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status="idle"]'),
+        message="the notebook's kernel never became idle")
     editor = wait.until(lambda d: d.find_elements(
-        By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell .cm-content"))[0]
+        By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell .cm-content"), message="no cell editor")[0]
     editor.click()
     ActionChains(browser).send_keys(CELL).perform()
-    wait.until(lambda d: "gethostname()" in editor.text)
+    wait.until(lambda d: "gethostname()" in editor.text, message="the cell's text was not typed")
     ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
     outputs = wait.until(lambda d: [e.text for e in d.find_elements(
-        By.CSS_SELECTOR, ".jp-OutputArea-output") if e.text.strip()])
+        By.CSS_SELECTOR, ".jp-OutputArea-output") if e.text.strip()], message="the cell gave no output")
     assert outputs[0].strip() == "42 notebook", outputs  # the task's host name: its kernel
 
 
@@ -148,13 +150,15 @@ def test_jupyter_cookbook_page_through_port_forward(
         assert first.status_code == 200 and "/login" in str(first.url), first.url
         shots = screenshot_folder(tmp_path)
         browser.get(base + "/")
-        WebDriverWait(browser, 120).until(lambda d: d.find_elements(By.ID, "password_input"))
+        WebDriverWait(browser, 120).until(lambda d: d.find_elements(By.ID, "password_input"),
+                                          message="no JupyterLab login page")
         browser.save_screenshot(str(shots / "jupyter-login.png"))
 
         # With it: the JupyterLab application, its launcher drawn by its JavaScript.
         browser.get(f"{base}/lab?token={token}")
         WebDriverWait(browser, 240, poll_frequency=0.5).until(
-            lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-Launcher"))
+            lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-Launcher"),
+            message="JupyterLab's launcher was never drawn")
         assert browser.title.endswith("JupyterLab"), browser.title
         assert browser.find_elements(By.CSS_SELECTOR, "#jp-main-dock-panel")
         try:
