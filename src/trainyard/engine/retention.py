@@ -9,7 +9,7 @@ elsewhere and is never touched here.
 - The server removes the run folders (not the rows: ``workflow query`` still answers) of
   workflows that ended more than ``$TRAINYARD_RUN_RETENTION`` ago (default 7 days, the same
   window in which a restarted engine looks for attempts of ended workflows that still run:
-  ``reconciler.LEFTOVER_WINDOW_S``), every ``sweep_interval_s``; ``off`` turns that off.
+  ``recovery.LEFTOVER_WINDOW_S``), every ``sweep_interval_s``; ``off`` turns that off.
 
 A folder is only removed once no attempt of its workflow still runs (the backend is asked,
 as a restarted engine does) and when no file system is mounted below it.
