@@ -40,7 +40,7 @@ class ActionRunner(EngineCore):
                 continue
             self._add_events(follow_up, self._start_many(starts))
             starts = []
-            self._add_events(follow_up, [(wid, self._carry_out_one(wid, action))])
+            self._add_events(follow_up, [(wid, self._carry_out_action(wid, action))])
         self._add_events(follow_up, self._start_many(starts))
         return follow_up
 
@@ -51,17 +51,16 @@ class ActionRunner(EngineCore):
             if event is not None:
                 into.setdefault(wid, []).append(event)
 
-    def _start_many(self, starts: list[tuple[str, m.StartTasks]]) -> list[tuple[str, m.Event | None]]:
-        """Start these gangs (retries held back as ``_carry_out_one`` holds them), one ``start_group``
-        each, in order. Each gang's outcome is what ``_start`` would give it: None, or
-        GroupStartFailed. (Several gangs in one call of a backend's ``start_groups`` was
-        measured slower on the local backend: 64-74 against 84-86 tasks/s for 1,000 one-task
-        groups, its launcher's CPU per task +2 ms; docs/benchmarks.md "Batched starts
-        turned off".)"""
+    def _start_many(self, starts: list[tuple[str, m.StartTasks]],
+                    ) -> list[tuple[str, m.Event | None]]:
+        """Start these gangs (retries held back as ``_carry_out_action`` holds them), one
+        ``start_group`` each, in order (not batched: docs/engine.md "Starts one gang at a
+        time"). Each gang's outcome is what ``_start`` would give it: None, or
+        GroupStartFailed."""
         ready: list[tuple[str, m.StartTasks]] = []
         for wid, action in starts:
             if self._earlier_stopping(wid, action):
-                self._carry_out_one(wid, action)  # held back (a DeferredStart)
+                self._carry_out_action(wid, action)  # held back (a DeferredStart)
             else:
                 ready.append((wid, action))
         by_backend: dict[int, list[tuple[int, Backend, list[TaskLaunch]]]] = {}
@@ -78,14 +77,14 @@ class ActionRunner(EngineCore):
                 outcome[index] = self._start_failed(wid, action, backend, launches, error)
         return [(wid, outcome.get(index)) for index, (wid, _action) in enumerate(ready)]
 
-    def _carry_out_one(self, wid: str, action: m.Action) -> m.Event | None:
+    def _carry_out_action(self, wid: str, action: m.Action) -> m.Event | None:
         if isinstance(action, m.RequestPlacement):
             self._enqueue(wid, action.group)
         elif isinstance(action, m.StartTasks):
             waiting = self._earlier_stopping(wid, action)
             if waiting:
                 self._deferred.append(DeferredStart(wid, action, waiting,
-                                                time.monotonic() + RETRY_START_WAIT_S))
+                                                    time.monotonic() + RETRY_START_WAIT_S))
                 return None
             return self._start(wid, action)
         elif isinstance(action, m.StopTasks):

@@ -65,7 +65,7 @@ class EngineCore:
         self._running_loop = False  # True while run_forever drives the steps
         self._wake = threading.Event()  # set by submit and by backends' fact notifications
         self._changed = threading.Condition()
-        self._changes = 0  # how many times _flush stored changed states
+        self._changes = 0  # how many times _store_changed_states stored changed states
         self._reasons_due_s = 0.0  # time.monotonic() of the next _note_waiting
 
     def state(self, workflow_id: str) -> m.WorkflowState:

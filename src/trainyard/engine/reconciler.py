@@ -112,8 +112,8 @@ class Engine(StepLoop):
                 name=sub.spec.name, pool=sub.pool.name, submitted_by=sub.user,
                 labels=sub.labels, spec_text=sub.spec_text, source=source, make_state=make_state,
             )
-            self._track(record.id, LiveWorkflow(state_from_dict(record.state), sub.spec, sub.pool.name,
-                                         sub.user, rank_of(source)))
+            self._track(record.id, LiveWorkflow(state_from_dict(record.state), sub.spec,
+                                                sub.pool.name, sub.user, rank_of(source)))
             self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
         self.wake()
         return record
@@ -174,7 +174,7 @@ class Engine(StepLoop):
             if workflow_id not in self._live:
                 self.store.get_workflow(workflow_id)  # raises NotFoundError
                 return
-            self._process({workflow_id: [m.CancelRequested(time.time())]})
+            self._apply_until_settled({workflow_id: [m.CancelRequested(time.time())]})
 
     def restart(self, workflow_id: str) -> None:
         """Run a failed workflow's groups that did not complete again (new retry ids), keeping
@@ -194,8 +194,8 @@ class Engine(StepLoop):
                 raise RefusedError(f"workflow {workflow_id} COMPLETED; submit it again instead "
                                   f"(`trainyard workflow submit {workflow_id}`)")
             self._track(workflow_id, LiveWorkflow(state, self._spec_loader(record), record.pool,
-                                           record.submitted_by, rank_of(record.source)))
-            self._process({workflow_id: [m.Restarted(time.time())]})
+                                                  record.submitted_by, rank_of(record.source)))
+            self._apply_until_settled({workflow_id: [m.Restarted(time.time())]})
 
     def delete(self, workflow_ids: list[str], *, keep_records: bool = False) -> None:
         """Delete ended workflows: their store rows (unless ``keep_records``) and their run

@@ -45,7 +45,7 @@ class Recovery(ActionRunner):
                 continue
             state = state_from_dict(record.state)
             self._track(record.id, LiveWorkflow(state, self._spec_loader(record), record.pool,
-                                         record.submitted_by, rank_of(record.source)))
+                                                record.submitted_by, rank_of(record.source)))
             if state.status is WorkflowStatus.PENDING:  # Submitted may never have been applied
                 self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
             queued += [(g.scheduling_since_s or 0.0, order, index, record.id, g.name)
@@ -97,7 +97,7 @@ class Recovery(ActionRunner):
     def _start_unstarted(self) -> list[tuple[str, m.Event]]:
         """Make the starts ``_resume`` found stored but never made; returns the events of
         those the backend refused. A retry whose earlier attempts are still being stopped
-        (``_stop_leftovers``) is held until they ended, as ``_carry_out_one`` holds one."""
+        (``_stop_leftovers``) is held until they ended, as ``_carry_out_action`` holds one."""
         events = []
         todo, self._unstarted = self._unstarted, []
         for item in todo:
@@ -106,7 +106,7 @@ class Recovery(ActionRunner):
             waiting = self._earlier_stopping(item.workflow_id, item.action) if keys else set()
             if waiting:
                 self._deferred.append(DeferredStart(item.workflow_id, item.action, waiting,
-                                                time.monotonic() + RETRY_START_WAIT_S, keys))
+                                                    time.monotonic() + RETRY_START_WAIT_S, keys))
                 continue
             event = self._start(item.workflow_id, item.action, only=keys) if keys else None
             if event is not None:

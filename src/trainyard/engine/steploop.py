@@ -59,14 +59,14 @@ class StepLoop(Recovery):
             now = time.time()
             for wid in events:
                 events[wid].append(m.Tick(now))
-            self._process(events)
+            self._apply_until_settled(events)
             # After the facts: an attempt whose gang ended while no engine ran (a peer's exit
             # read just now) is not started at all.
             refused: dict[str, list[m.Event]] = {}
             for wid, event in self._start_unstarted():
                 refused.setdefault(wid, []).append(event)
             if refused:
-                self._process(refused)
+                self._apply_until_settled(refused)
 
     def _event_of(self, fact: TaskFact) -> m.Event:
         """``fact`` as an event, with the attempt's log tail (``task.log`` in its run folder)
@@ -168,24 +168,27 @@ class StepLoop(Recovery):
         with self._changed:
             return self._changed.wait_for(lambda: self._changes != seen, timeout=timeout_s)
 
-    def _process(self, events: dict[str, list[m.Event]]) -> None:
+    def _apply_until_settled(self, events: dict[str, list[m.Event]]) -> None:
         """Apply events and place gangs, store, act; again until nothing more happens (a
         RequestPlacement carried out is placed in the next round, not the next step)."""
         while True:
-            actions = self._apply_all(events) + self._place_ready()
-            self._flush()
+            actions = self._apply_events(events) + self._place_ready()
+            self._store_changed_states()
             if not actions:
                 return
             events = self._carry_out(actions)
 
-    def _apply_all(self, events: dict[str, list[m.Event]]) -> list[tuple[str, m.Action]]:
+    def _apply_events(self, events: dict[str, list[m.Event]]) -> list[tuple[str, m.Action]]:
+        """Apply each workflow's events in order; returns the actions they asked for."""
         actions: list[tuple[str, m.Action]] = []
         for wid, evs in events.items():
             for ev in evs:
-                actions += self._apply(wid, ev)
+                actions += self._apply_event(wid, ev)
         return actions
 
-    def _apply(self, wid: str, event: m.Event) -> list[tuple[str, m.Action]]:
+    def _apply_event(self, wid: str, event: m.Event) -> list[tuple[str, m.Action]]:
+        """Feed one event to the state machine (``rules.transition``); a changed state is
+        marked to be stored. Returns its actions; none for a workflow no longer driven."""
         live = self._live.get(wid)
         if live is None:
             return []
@@ -196,12 +199,13 @@ class StepLoop(Recovery):
         return [(wid, a) for a in actions]
 
     def _place_ready(self) -> list[tuple[str, m.Action]]:
+        """Place the queued gangs that fit now (``GroupPlaced``); returns their actions."""
         actions: list[tuple[str, m.Action]] = []
         for scheduler in self._schedulers.values():
             for (wid, group), placements in scheduler.place_ready():
                 nodes = {task: p.node for task, p in placements.items()}
                 slots = {task: p.gpu_slots for task, p in placements.items()}
-                actions += self._apply(wid, m.GroupPlaced(time.time(), group, nodes, slots))
+                actions += self._apply_event(wid, m.GroupPlaced(time.time(), group, nodes, slots))
         self._note_waiting()
         return actions
 
@@ -223,9 +227,11 @@ class StepLoop(Recovery):
                     continue
                 since = state.scheduling_since_s
                 if since is None or wall - since >= WAIT_REASONS_INTERVAL_S:
-                    self._apply(wid, m.GroupWaiting(wall, group, reason))
+                    self._apply_event(wid, m.GroupWaiting(wall, group, reason))
 
-    def _flush(self) -> None:
+    def _store_changed_states(self) -> None:
+        """Save every changed state in one transaction, stop driving the finished ones, and
+        wake ``wait_for_change``."""
         if not self._dirty:
             return
         updates = {}
