@@ -62,7 +62,7 @@ def group_key(launch: TaskLaunch) -> str:
     return f"{launch.key.workflow_id}/{launch.group}"
 
 
-def inside(path: str, folder: str) -> bool:
+def is_within(path: str, folder: str) -> bool:
     """Whether ``path`` is ``folder`` or below it."""
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
@@ -280,10 +280,10 @@ class RequestBuilder:
         for value in run.volume_mounts:
             host, inside = split_mount(value)
             allowed = self.allowed_mounts
-            if allowed is not None and not any(inside(host, a) for a in allowed):
+            if allowed is not None and not any(is_within(host, a) for a in allowed):
                 raise BackendError(f"volume mount {value!r}: {host} is not in the pool's "
                                    f"options.{ALLOWED_MOUNTS_OPTION} ({', '.join(allowed) or 'none'})")
-            if inside == "/" or any(inside(inside, f"/{t}") for t in ("proc", "dev", "sys")):
+            if inside == "/" or any(is_within(inside, f"/{t}") for t in ("proc", "dev", "sys")):
                 raise BackendError(f"volume mount {value!r}: cannot mount onto {inside}; "
                                    "choose a path such as /mnt/NAME")
             found.append((host, inside))
