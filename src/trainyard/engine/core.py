@@ -86,22 +86,31 @@ class EngineCore:
         self._wake.set()
 
     def _track(self, wid: str, live: LiveWorkflow) -> None:
+        """Drive ``wid`` from now on (until its state is stored as ended)."""
         self._live[wid] = live
         self._pool_name[wid] = live.pool
 
     def _pool_of(self, wid: str) -> Pool:
+        """The pool a driven workflow runs on (KeyError for one not driven)."""
         return self.pools[self._pool_name[wid]]
 
     def _scheduler_of(self, wid: str) -> Scheduler:
+        """The scheduler of the workflow's pool, made on first use."""
         pool = self._pool_of(wid)
         if pool.name not in self._schedulers:
             self._schedulers[pool.name] = Scheduler(pool)
         return self._schedulers[pool.name]
 
     def _backend_of(self, wid: str) -> Backend:
+        """The backend of the workflow's pool (``_pool_backend``)."""
         return self._pool_backend(self._pool_name[wid])
 
     def _pool_backend(self, pool: str) -> Backend:
+        """The pool's backend, made on first use and asked to wake the engine on new facts.
+
+        Raises:
+            BackendError, ConfigError: the backend cannot be made (e.g. an option it refuses).
+        """
         if pool not in self._backends:
             backend = self._backend_factory(self.pools[pool], self.home)
             backend.notify_facts(self.wake)  # facts as they happen, where it can
@@ -109,12 +118,14 @@ class EngineCore:
         return self._backends[pool]
 
     def _poll(self) -> list[TaskFact]:
+        """New facts of every backend made so far, in the order each reported them."""
         facts: list[TaskFact] = []
         for backend in list(self._backends.values()):
             facts += backend.poll()
         return facts
 
     def _requests(self, live: LiveWorkflow, group: str) -> dict[str, Request]:
+        """What each task of the workflow's ``group`` asks of a node, by task name."""
         spec_group = next(g for g in live.spec.groups if g.name == group)
         return {t.name: request_of(live.spec.resource_of(t)) for t in spec_group.tasks}
 

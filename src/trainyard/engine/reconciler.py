@@ -8,6 +8,7 @@ state and plumbing). How they fit together: docs/engine.md.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,6 @@ from trainyard.backends.base import Backend, TaskKey
 from trainyard.engine import homestore
 from trainyard.engine import machine as m
 from trainyard.engine import retention
-from trainyard.engine.core import log
 from trainyard.engine.launch import LaunchContext, build_launches
 from trainyard.engine.live import LiveWorkflow, rank_of
 from trainyard.engine.plan import build_state
@@ -35,6 +35,8 @@ from trainyard.status import WorkflowStatus
 from trainyard.store import Store, WorkflowRecord
 
 __all__ = ["Engine", "Submission"]
+
+log = logging.getLogger("trainyard.engine")
 
 
 @dataclass
