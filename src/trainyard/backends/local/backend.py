@@ -35,7 +35,7 @@ from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLa
 from trainyard.backends.base import server_url_for_tasks, task_api_env
 from trainyard.backends.facts import ENDING, read_facts
 from trainyard.backends.local import container
-from trainyard.backends.images import image_note, runtime_for, runtime_path
+from trainyard.backends.images import image_note, registry_host, runtime_for, runtime_path
 from trainyard.backends.local.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
                                      probe_netns)
 from trainyard.backends.local.router import probe_router
@@ -381,6 +381,11 @@ class LocalBackend(Backend[GroupRequest]):
         self._stopper: threading.Thread | None = None
         self.limits = bool(options.get("limits", True))
         self.pids_max = int(options.get("pids_max", DEFAULT_PIDS_MAX))
+        self.insecure_registries: tuple[str, ...] = tuple(
+            registry_host(str(r)) for r in options.get("insecure_registries", []))
+        """Registries pulled from without TLS verification (podman's ``--tls-verify=false``):
+        the pool option ``insecure_registries`` (``host:port`` each), as registries.conf's
+        ``insecure = true``."""
         idle = float(options.get("launcher_idle_s", 60.0))
         self._launcher = LauncherClient(self.state_dir, self.python, idle_s=idle)
         self._facts_socket: FactsSocket | None = None
@@ -609,6 +614,7 @@ class LocalBackend(Backend[GroupRequest]):
                 run.image, runtime, None if podman else self._why_no_podman())),
             limits=self.task_limits(launch))
         request = LaunchRequest(launch.key, run_dir, [], run, run_dir / "sandbox" / "root")
+        request.registry_credentials = launch.registry_credentials
         request.writable_dirs = self._writable_dirs(run)
         remap = not (net is not None and net.user_ns and not run.host_network)
         box = strategy_for(podman, iso.bwrap).sandbox(
