@@ -78,6 +78,7 @@ def test_a_job_cancelled_while_pending_leaves_no_credential_value_in_run_json(
         **slurm_pool.options, "sbatch_args": [*slurm_pool.options.get("sbatch_args", []),
                                               "--begin=now+1hour"]}})
     assert isinstance(held, Pool)
+    (tmp_path / "home").mkdir()
     runner = EngineRunner(tmp_path / "home", held)
     try:
         runner.engine.credentials.set("tester", "hf", "GENERIC", {"token": PENDING})
