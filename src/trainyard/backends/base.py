@@ -172,6 +172,13 @@ class Backend(ABC, Generic[RequestT]):
     def stop(self, keys: list[TaskKey]) -> None:
         """Stop these attempts with their whole process trees. Idempotent, non-blocking."""
 
+    def kill(self, keys: list[TaskKey]) -> None:
+        """Stop these attempts with no grace period (OSMO's ``workflow cancel --force``:
+        "Force cancel task group pods in the cluster"): their processes get SIGKILL, no
+        SIGTERM first. Idempotent, non-blocking. This default stops them as ``stop`` does,
+        for a backend that cannot do better (Slurm: scancel, SIGKILL after KillWait)."""
+        self.stop(keys)
+
     @abstractmethod
     def host_of(self, key: TaskKey, node: str) -> str:
         """The address other tasks of the group use to reach ``key`` (``{{host:TASK}}``)."""

@@ -204,6 +204,8 @@ class _Attempt:
     stopping: bool = False
     stop_deadline: float = 0.0
     termed: bool = False
+    forced: bool = False  # kill(): SIGKILL at once, no SIGTERM
+    force_sent: bool = False  # a hosted runner was told to kill its command
     stopped: bool = False
     next_alive_check: float = 0.0
     gpus: tuple[int, ...] = ()  # machine-wide indices of the real GPUs it borrowed
@@ -477,6 +479,24 @@ class LocalBackend(Backend[GroupRequest]):
                     continue
                 attempt.stopping = True
                 attempt.stop_deadline = time.monotonic() + self.stop_grace_s
+                self._attempts[key] = attempt
+            self._ensure_stopper()
+        self._wake.set()
+
+    def kill(self, keys: list[TaskKey]) -> None:
+        """``stop`` with no grace: the runners' whole trees SIGKILLed at once, no SIGTERM
+        (a hosted runner's command SIGKILLed by its runner, which then reports). Also for
+        attempts already stopping (a force after a plain cancel). Idempotent; returns at
+        once."""
+        with self._lock:
+            for key in keys:
+                attempt = self._attempts.get(key) or self._load(key)
+                if attempt is None or attempt.forced:
+                    continue
+                attempt.stopping = attempt.forced = True
+                if not attempt.hosted:
+                    attempt.termed = True  # no SIGTERM: the SIGKILL comes at once
+                attempt.stop_deadline = time.monotonic()
                 self._attempts[key] = attempt
             self._ensure_stopper()
         self._wake.set()
@@ -1023,10 +1043,11 @@ class LocalBackend(Backend[GroupRequest]):
     def _advance_hosted_stop(self, attempt: _Attempt) -> bool:
         """A hosted runner stops itself (``Runner.request_stop``: SIGTERM, then SIGKILL of
         its command after the grace); the sandbox takes the rest of the task with it."""
-        if not attempt.termed:
+        if not attempt.termed or (attempt.forced and not attempt.force_sent):
             attempt.termed = True
+            attempt.force_sent = attempt.forced
             assert attempt.run_dir is not None and attempt.hosted is not None
-            self._launcher.stop_hosted(attempt.run_dir, attempt.hosted)
+            self._launcher.stop_hosted(attempt.run_dir, attempt.hosted, force=attempt.forced)
         if self._alive(attempt):
             return True
         self._kill_leftovers([attempt])
