@@ -26,7 +26,7 @@ from trainyard.runner.report import EVENTS, read_events
 from trainyard.runner.usage import read_usage
 
 __all__ = ["DagBox", "dag_layout", "Phase", "AttemptBar", "timeline", "metrics_files",
-           "read_metrics", "curves", "usage", "usage_summary", "RunDir", "METRICS_FILE",
+           "read_metrics", "read_curves", "X_AXES", "curves", "usage", "usage_summary", "RunDir", "METRICS_FILE",
            "MAX_POINTS", "MAX_SERIES", "METRICS_READ_BYTES"]
 
 METRICS_FILE = "metrics.jsonl"
@@ -41,6 +41,9 @@ MAX_METRIC_LINE_BYTES = 64 << 10
 MAX_CACHED_FILES = 128
 """Metrics files whose series are kept between calls (the least recently read go first)."""
 _SKIP_FIELDS = {"epoch", "step", "time", "event", "total_epochs", "snapshot_saved", "injected"}
+X_AXES = ("step", "epoch", "time")
+"""What a metrics file's x axis may be, in the order its first usable row is asked:
+``step`` (a number), ``epoch`` (a number), ``time`` (Unix seconds or an ISO 8601 time)."""
 
 RunDir = Callable[[str, int], Path]
 """(task, retry_id) -> the attempt's run folder."""
@@ -207,6 +210,8 @@ class _FileCurves:
 
     ino: int
     offset: int = 0
+    x_name: str | None = None
+    """The file's x axis (one of ``X_AXES``), set by its first usable row."""
     series: dict[str, _Series] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -247,20 +252,34 @@ def read_metrics(path: Path) -> dict[str, list[tuple[float, float]]]:
     offset, or another file at the path, is read again from its start. Not a regular file
     (a FIFO, a link): no series.
     """
+    return read_curves(path)[1]
+
+
+def read_curves(path: Path) -> tuple[str, dict[str, list[tuple[float, float]]]]:
+    """The x axis of one metrics file and its series: ``(x_name, {metric: [(x, value)]})``,
+    as :func:`read_metrics` reads them.
+
+    The x axis is the data's, chosen by the file's first usable row (docs/dashboard.md):
+    ``step`` when it has a numeric ``step``, else ``epoch`` when it has a numeric
+    ``epoch``, else ``time`` when it has a ``time`` (Unix seconds, or an ISO 8601 time with
+    a zone, read as UTC without one); later rows without that field are skipped. A file
+    without a usable row answers ``("step", {})``.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return {}
+        return X_AXES[0], {}
     with os.fdopen(fd, "rb") as handle:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            return {}
+            return X_AXES[0], {}
         entry = _cached(path, st.st_ino)
         with entry.lock:
             if st.st_size < entry.offset:
-                entry.offset, entry.series = 0, {}
+                entry.offset, entry.series, entry.x_name = 0, {}, None
             _read_new(handle, entry, st.st_size)
-            return {k: v.points() for k, v in entry.series.items()}
+            return (entry.x_name or X_AXES[0],
+                    {k: v.points() for k, v in entry.series.items()})
 
 
 def _read_new(handle: BinaryIO, entry: _FileCurves, size: int) -> None:
@@ -278,28 +297,50 @@ def _read_new(handle: BinaryIO, entry: _FileCurves, size: int) -> None:
             return  # a line still being written (or the file shrank): read it when complete
         entry.offset += len(raw)
         if raw.endswith(b"\n"):
-            _add_row(entry.series, raw)
+            _add_row(entry, raw)
         # else: the start of a line too long to use; its rest is no JSON object either
 
 
-def _add_row(series: dict[str, _Series], raw: bytes) -> None:
-    """The metrics of one line, if it is a metrics row."""
+def _add_row(entry: _FileCurves, raw: bytes) -> None:
+    """The metrics of one line, if it is a metrics row (the first one sets the x axis)."""
     try:
         row = json.loads(raw)
     except ValueError:
         return
     if not isinstance(row, dict) or row.get("event", "epoch") != "epoch":
         return
-    x = row.get("epoch", row.get("step"))
-    if not _number(x):
+    if entry.x_name is None:
+        entry.x_name = next((n for n in X_AXES if _x_value(row, n) is not None), None)
+        if entry.x_name is None:
+            return
+    x = _x_value(row, entry.x_name)
+    if x is None:
         return
+    series = entry.series
     for key, value in row.items():
         if key in _SKIP_FIELDS or not _number(value):
             continue
         name = str(key)[:100]
         if name not in series and len(series) >= MAX_SERIES:
             continue
-        series.setdefault(name, _Series()).add(float(x), float(value))
+        series.setdefault(name, _Series()).add(x, float(value))
+
+
+def _x_value(row: dict[str, Any], name: str) -> float | None:
+    """The row's ``name`` as an x value: a number; for ``time`` also an ISO 8601 time (Unix
+    seconds; UTC when it names no zone). None when the row has none."""
+    value = row.get(name)
+    if _number(value):
+        return float(value)
+    if name == "time" and isinstance(value, str):
+        from datetime import datetime, timezone
+
+        try:
+            when = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+    return None
 
 
 def _number(value: Any) -> bool:
@@ -308,16 +349,18 @@ def _number(value: Any) -> bool:
 
 def curves(state: m.WorkflowState, run_dir: RunDir, label: str = "") -> list[dict[str, Any]]:
     """The runs of a workflow that wrote metrics: ``[{"run": "LABEL task/retry", "file",
-    "series": {metric: [[x, y]]}}]``, one per metrics file of each attempt's output."""
+    "x", "series": {metric: [[x, y]]}}]``, one per metrics file of each attempt's output;
+    ``x`` names the x axis (``step``, ``epoch`` or ``time`` in Unix seconds: see
+    :func:`read_curves`)."""
     runs = []
     for name, ts in state.tasks.items():
         for retry_id in range(ts.retry_id + 1):
             output = run_dir(name, retry_id) / "output"
             for path in metrics_files(output):
-                series = read_metrics(path)
+                x_name, series = read_curves(path)
                 if series:
                     run = f"{label} {name}/{retry_id}".strip()
-                    runs.append({"run": run, "file": str(path.relative_to(output)),
+                    runs.append({"run": run, "file": str(path.relative_to(output)), "x": x_name,
                                  "series": {k: [list(p) for p in v] for k, v in series.items()}})
     return runs
 

@@ -23,10 +23,12 @@ import pytest
 from web_live_server import LiveServer, server  # noqa: F401 - the fixture
 
 from browser_support import NEEDS_CHROMIUM, headless_chromium, screenshot_folder
+from trainyard.pools import real_gpu_count
 
 pytestmark = [NEEDS_CHROMIUM, pytest.mark.timeout(420)]
 
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
@@ -101,9 +103,29 @@ def _submit(server: LiveServer, spec: str, **body: Any) -> str:
     return str(answer.json()["id"])
 
 
-def _curve_charts(browser: webdriver.Chrome) -> dict[str, WebElement]:
+def _charts(browser: webdriver.Chrome, section: str) -> dict[str, WebElement]:
     return {f.find_element(By.TAG_NAME, "figcaption").text: f
-            for f in browser.find_elements(By.CSS_SELECTOR, ".curves figure.chart")}
+            for f in browser.find_elements(By.CSS_SELECTOR, f"{section} figure.chart")}
+
+
+def _curve_charts(browser: webdriver.Chrome) -> dict[str, WebElement]:
+    return _charts(browser, ".curves")
+
+
+def _hovered(browser: webdriver.Chrome, over: str, read: list[str], section: str = ".curves",
+             ) -> dict[str, tuple[str, str]] | None:
+    """The mouse over chart ``over`` near its right end, then the (x, first run's y) legend
+    values of the charts ``read``; None while one shows no value yet (a refresh redrew it).
+    In one step, for ``WebDriverWait.until``."""
+    charts = _charts(browser, section)
+    _hover_right_end(browser, charts[over])
+    found = {}
+    for name in read:
+        legend = _legend(charts[name])
+        if legend[0][1] in ("", "--") or legend[1][1] in ("", "--"):
+            return None
+        found[name] = (legend[0][1], legend[1][1])
+    return found
 
 
 def _legend(chart: WebElement) -> list[tuple[str, str]]:
@@ -133,7 +155,8 @@ def test_charts_follow_the_data_and_times_have_one_format(
     shots = screenshot_folder(tmp_path)
     wid = _submit(server, STEPS)
     _log_in(server, browser)
-    wait = WebDriverWait(browser, 120, poll_frequency=0.2)
+    wait = WebDriverWait(browser, 120, poll_frequency=0.2,
+                         ignored_exceptions=(StaleElementReferenceException,))
     browser.get(f"{server.url}/workflows/{wid}")
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".curves figure.chart canvas")) >= 3)
 
@@ -151,28 +174,23 @@ def test_charts_follow_the_data_and_times_have_one_format(
         assert _legend(chart)[0][0] == "step"
 
     # Synced hover: over the loss chart, the accuracy chart shows the same step.
-    charts = _curve_charts(browser)
-    _hover_right_end(browser, charts["loss"])
-    wait.until(lambda d: _legend(_curve_charts(d)["accuracy"])[0][1] not in ("", "--"))
-    loss_x, loss_raw = _legend(_curve_charts(browser)["loss"])[0][1], \
-        _legend(_curve_charts(browser)["loss"])[1][1]
-    assert _legend(_curve_charts(browser)["accuracy"])[0][1] == loss_x
+    loss = wait.until(lambda d: _hovered(d, "loss", ["loss", "accuracy"]))
+    (loss_x, loss_raw), (accuracy_x, _) = loss["loss"], loss["accuracy"]
+    assert accuracy_x == loss_x
     assert float(loss_raw) == pytest.approx(4.0 / (int(loss_x) / 10), rel=0.01)
 
     # Smoothing (EMA): the same point now reads above the raw value (loss falls).
     browser.execute_script("const s = document.getElementById('chart-smooth'); s.value = '0.9';"
                            "s.dispatchEvent(new Event('input', {bubbles: true}));")
     wait.until(lambda d: d.find_element(By.ID, "chart-smooth-value").text == "0.90")
-    _hover_right_end(browser, _curve_charts(browser)["loss"])
-    wait.until(lambda d: _legend(_curve_charts(d)["loss"])[1][1] not in ("", "--"))
-    assert _legend(_curve_charts(browser)["loss"])[0][1] == loss_x
-    assert float(_legend(_curve_charts(browser)["loss"])[1][1]) > float(loss_raw) * 1.5
+    smoothed = wait.until(lambda d: _hovered(d, "loss", ["loss"]))["loss"]
+    assert smoothed[0] == loss_x and float(smoothed[1]) > float(loss_raw) * 1.5
 
     # Log scale, and the picker: `lr` added, `accuracy` taken away; kept across refreshes.
     browser.find_element(By.ID, "chart-log").click()
     wait.until(lambda d: all(f.get_attribute("data-scale") == "log"
                              for f in _curve_charts(d).values()))
-    offered["lr"].click()
+    browser.find_element(By.CSS_SELECTOR, "#chart-picker input[value=lr]").click()
     browser.find_element(By.CSS_SELECTOR, "#chart-picker input[value=accuracy]").click()
     wait.until(lambda d: set(_curve_charts(d)) == {"loss", "lr", "throughput_images_per_s"})
     drawn = int(browser.find_element(By.ID, "charts").get_attribute("data-drawn"))
@@ -183,13 +201,11 @@ def test_charts_follow_the_data_and_times_have_one_format(
     browser.save_screenshot(str(shots / "charts.png"))
 
     # Utilisation charts have a time axis: the legend shows the one time format.
-    usage = browser.find_elements(By.CSS_SELECTOR, ".usage figure.chart")
-    assert usage, "no utilisation chart"
-    _hover_right_end(browser, usage[0])
-    wait.until(lambda d: TIME.fullmatch(_legend(
-        d.find_elements(By.CSS_SELECTOR, ".usage figure.chart")[0])[0][1]))
-    assert _legend(browser.find_elements(By.CSS_SELECTOR, ".usage figure.chart")[0])[0][0] \
-        == "time (UTC)"
+    hovered = wait.until(lambda d: _hovered(d, "CPU % (100 = one core)", ["CPU % (100 = one core)"],
+                                            section=".usage"))
+    assert TIME.fullmatch(hovered["CPU % (100 = one core)"][0]), hovered
+    cpu = _charts(browser, ".usage")["CPU % (100 = one core)"]
+    assert _legend(cpu)[0][0] == "time (UTC)"
 
     # Elapsed time while it runs, and the page's times in one format.
     assert browser.find_element(By.XPATH, "//dt[following-sibling::dd[1][@id='wf-ran']]"
@@ -233,7 +249,8 @@ def test_compare_shows_how_the_runs_settings_differ(
         WebDriverWait(server, 120, poll_frequency=0.5).until(
             lambda s, w=wid: s.api("GET", f"/api/workflow/{w}").json()["status"] == "COMPLETED")
     _log_in(server, browser)
-    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2,
+                         ignored_exceptions=(StaleElementReferenceException,))
 
     # Two runs: the same differing settings as `trainyard workflow diff A B`.
     browser.get(f"{server.url}/compare?id={first}&id={second}")
@@ -260,6 +277,19 @@ def test_compare_shows_how_the_runs_settings_differ(
     assert _legend(_curve_charts(browser)["loss"])[0][0] == "step"
     _no_other_time_format(browser.find_element(By.TAG_NAME, "main").text)
     browser.save_screenshot(str(screenshot_folder(tmp_path) / "compare.png"))
+
+    # The pools page: no Python None; the local pool's GPU slots are virtual on a machine
+    # without GPUs (the capacity column says so for every node of a pool without strict).
+    browser.get(server.url + "/pools")
+    wait.until(lambda d: d.find_elements(By.ID, "resources"))
+    assert "None" not in browser.find_element(By.TAG_NAME, "main").text
+    local = [r for r in browser.find_elements(By.CSS_SELECTOR, "#resources tbody tr")
+             if r.find_element(By.TAG_NAME, "td").text == "local"]
+    assert local
+    for row in local:
+        gpu = row.find_element(By.CSS_SELECTOR, "td.gpu").text
+        assert ("virtual: no GPU here" in gpu) == (real_gpu_count() == 0), gpu
+    browser.save_screenshot(str(screenshot_folder(tmp_path) / "pools.png"))
 
 
 def _settings(browser: webdriver.Chrome) -> dict[str, list[str]]:

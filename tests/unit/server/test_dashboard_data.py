@@ -61,8 +61,38 @@ def test_read_metrics_generic_and_trainer_lines(tmp_path: Path) -> None:
             {"event": "epoch", "epoch": 1, "total_epochs": 2, "val_loss": 1.5},
             {"event": "summary", "epoch": 2, "val_loss": 9.0},
             {"epoch": "2", "loss": 1.0}, [1, 2]]
-    path.write_text("\n".join(map(json.dumps, rows)) + "\nnot json\n")
-    assert dashboard.read_metrics(path) == {"loss": [(10.0, 0.5)], "val_loss": [(1.0, 1.5)]}
+    path.write_text("\n".join(map(json.dumps, rows[1:])) + "\nnot json\n")
+    assert dashboard.read_curves(path) == ("epoch", {"val_loss": [(1.0, 1.5)]})
+    other = tmp_path / "generic" / "metrics.jsonl"
+    other.parent.mkdir()
+    other.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    # One x axis per file, the first usable row's: the epoch rows have no step.
+    assert dashboard.read_curves(other) == ("step", {"loss": [(10.0, 0.5)]})
+
+
+def test_the_x_axis_is_the_datas_step_epoch_or_time(tmp_path: Path) -> None:
+    """Issue 28: the chart's x axis was always `epoch`, even for `step` data."""
+    cases = {
+        "step": [{"step": 5, "epoch": 0, "loss": 1.0}, {"step": 10, "epoch": 0, "loss": 0.5}],
+        "epoch": [{"event": "epoch", "epoch": 1, "time": "2026-11-27T02:11:13+00:00",
+                   "val_loss": 0.7}],
+        "time": [{"time": "2026-11-27T02:11:13.250000+00:00", "loss": 0.9},
+                 {"time": "2026-11-27T02:11:14", "loss": 0.8},  # no zone: UTC
+                 {"time": 1795745475.5, "loss": 0.7}],
+    }
+    got = {}
+    for name, rows in cases.items():
+        path = tmp_path / name / "metrics.jsonl"
+        path.parent.mkdir()
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        got[name] = dashboard.read_curves(path)
+    assert got["step"] == ("step", {"loss": [(5.0, 1.0), (10.0, 0.5)]})
+    assert got["epoch"] == ("epoch", {"val_loss": [(1.0, 0.7)]})
+    assert got["time"] == ("time", {"loss": [(1795745473.25, 0.9), (1795745474.0, 0.8),
+                                             (1795745475.5, 0.7)]})
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"loss": 1}\n')
+    assert dashboard.read_curves(empty) == ("step", {})
 
 
 def test_read_metrics_thins_long_runs_reads_only_new_bytes_and_rereads_a_new_file(
