@@ -198,6 +198,7 @@ def test_charts_follow_the_data_and_times_have_one_format(
     assert set(_curve_charts(browser)) == {"loss", "lr", "throughput_images_per_s"}
     assert all(f.get_attribute("data-scale") == "log" for f in _curve_charts(browser).values())
     browser.execute_script("document.getElementById('charts').scrollIntoView()")
+    wait.until(lambda d: _hovered(d, "loss", ["loss", "lr"]))  # the shot shows synced hover
     browser.save_screenshot(str(shots / "charts.png"))
 
     # Utilisation charts have a time axis: the legend shows the one time format.

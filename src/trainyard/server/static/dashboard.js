@@ -53,7 +53,10 @@ function xAxis(xName) {
   const time = xName === "time";
   const label = time ? "time (UTC)" : xName;
   const axis = { label, labelSize: 18 };
-  if (time) {
+  if (!time) {  // steps and epochs are counted: whole-number ticks
+    axis.incrs = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1e3, 2e3, 2.5e3, 5e3, 1e4, 2e4,
+                  5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7];
+  } else {
     axis.values = (u, splits) => splits.map((s) => (s == null ? "" : utc(s).replace(" ", "\n")));
     axis.size = 52;
     axis.space = 90;
