@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import threading
@@ -26,7 +27,7 @@ from trainyard.runner.report import EVENTS, read_events
 from trainyard.runner.usage import read_usage
 
 __all__ = ["DagBox", "dag_layout", "Phase", "AttemptBar", "timeline", "metrics_files",
-           "read_metrics", "read_curves", "X_AXES", "curves", "usage", "usage_summary", "RunDir", "METRICS_FILE",
+           "read_metrics", "read_curves", "read_curves_and_times", "X_AXES", "curves", "usage", "usage_summary", "RunDir", "METRICS_FILE",
            "MAX_POINTS", "MAX_SERIES", "METRICS_READ_BYTES"]
 
 METRICS_FILE = "metrics.jsonl"
@@ -179,29 +180,39 @@ def metrics_files(output_dir: Path, max_depth: int = 3) -> list[Path]:
 class _Series:
     """One metric's points, thinned to at most ``2 * MAX_POINTS``: every ``stride``-th point
     is kept (the stride doubles whenever the kept points reach that), and the latest point
-    always (``last``), so a chart shows the whole run and its newest value."""
+    always (``last``), so a chart shows the whole run and its newest value. Beside each
+    point, the time of its row (Unix seconds; NaN where the row has none)."""
 
     xs: array = field(default_factory=lambda: array("d"))
     ys: array = field(default_factory=lambda: array("d"))
+    ts: array = field(default_factory=lambda: array("d"))
     stride: int = 1
     seen: int = 0
-    last: tuple[float, float] | None = None
+    last: tuple[float, float, float] | None = None
 
-    def add(self, x: float, y: float) -> None:
+    def add(self, x: float, y: float, t: float = math.nan) -> None:
         if self.seen % self.stride == 0:
             self.xs.append(x)
             self.ys.append(y)
+            self.ts.append(t)
             if len(self.xs) >= 2 * MAX_POINTS:
-                self.xs, self.ys = self.xs[::2], self.ys[::2]
+                self.xs, self.ys, self.ts = self.xs[::2], self.ys[::2], self.ts[::2]
                 self.stride *= 2
         self.seen += 1
-        self.last = (x, y)
+        self.last = (x, y, t)
 
-    def points(self) -> list[tuple[float, float]]:
-        kept = list(zip(self.xs, self.ys))
-        if self.last is not None and (not kept or kept[-1] != self.last):
+    def _kept(self) -> list[tuple[float, float, float]]:
+        kept = list(zip(self.xs, self.ys, self.ts))
+        if self.last is not None and (not kept or kept[-1][:2] != self.last[:2]):
             kept.append(self.last)
         return kept
+
+    def points(self) -> list[tuple[float, float]]:
+        return [(x, y) for x, y, _ in self._kept()]
+
+    def times(self) -> list[float | None]:
+        """The time of each of ``points()`` (Unix seconds), None where its row had none."""
+        return [None if math.isnan(t) else t for _, _, t in self._kept()]
 
 
 @dataclass
@@ -265,21 +276,35 @@ def read_curves(path: Path) -> tuple[str, dict[str, list[tuple[float, float]]]]:
     a zone, read as UTC without one); later rows without that field are skipped. A file
     without a usable row answers ``("step", {})``.
     """
+    x_name, series, _times = read_curves_and_times(path)
+    return x_name, series
+
+
+def read_curves_and_times(path: Path) -> tuple[str, dict[str, list[tuple[float, float]]],
+                                               dict[str, list[float | None]]]:
+    """:func:`read_curves`, and the time of each point's row by metric (Unix seconds, None
+    where the row had no ``time``): the dashboard's other x axis. The times are empty when
+    the x axis is ``time`` itself or no row has one."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return X_AXES[0], {}
+        return X_AXES[0], {}, {}
     with os.fdopen(fd, "rb") as handle:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            return X_AXES[0], {}
+            return X_AXES[0], {}, {}
         entry = _cached(path, st.st_ino)
         with entry.lock:
             if st.st_size < entry.offset:
                 entry.offset, entry.series, entry.x_name = 0, {}, None
             _read_new(handle, entry, st.st_size)
-            return (entry.x_name or X_AXES[0],
-                    {k: v.points() for k, v in entry.series.items()})
+            series = {k: v.points() for k, v in entry.series.items()}
+            times = {} if entry.x_name == "time" else \
+                {k: v.times() for k, v in entry.series.items()}
+            x_name = entry.x_name or X_AXES[0]
+    if not any(t is not None for ts in times.values() for t in ts):
+        times = {}
+    return x_name, series, times
 
 
 def _read_new(handle: BinaryIO, entry: _FileCurves, size: int) -> None:
@@ -316,6 +341,7 @@ def _add_row(entry: _FileCurves, raw: bytes) -> None:
     x = _x_value(row, entry.x_name)
     if x is None:
         return
+    t = _x_value(row, "time") if entry.x_name != "time" else None
     series = entry.series
     for key, value in row.items():
         if key in _SKIP_FIELDS or not _number(value):
@@ -323,7 +349,7 @@ def _add_row(entry: _FileCurves, raw: bytes) -> None:
         name = str(key)[:100]
         if name not in series and len(series) >= MAX_SERIES:
             continue
-        series.setdefault(name, _Series()).add(x, float(value))
+        series.setdefault(name, _Series()).add(x, float(value), math.nan if t is None else t)
 
 
 def _x_value(row: dict[str, Any], name: str) -> float | None:
@@ -349,19 +375,21 @@ def _number(value: Any) -> bool:
 
 def curves(state: m.WorkflowState, run_dir: RunDir, label: str = "") -> list[dict[str, Any]]:
     """The runs of a workflow that wrote metrics: ``[{"run": "LABEL task/retry", "file",
-    "x", "series": {metric: [[x, y]]}}]``, one per metrics file of each attempt's output;
-    ``x`` names the x axis (``step``, ``epoch`` or ``time`` in Unix seconds: see
-    :func:`read_curves`)."""
+    "x", "series": {metric: [[x, y]]}, "times": {metric: [t]}}]``, one per metrics file of
+    each attempt's output; ``x`` names the x axis (``step``, ``epoch`` or ``time`` in Unix
+    seconds: see :func:`read_curves`); ``times`` gives the time of each point's row (Unix
+    seconds or null; empty when the x axis is time or no row has one)."""
     runs = []
     for name, ts in state.tasks.items():
         for retry_id in range(ts.retry_id + 1):
             output = run_dir(name, retry_id) / "output"
             for path in metrics_files(output):
-                x_name, series = read_curves(path)
+                x_name, series, times = read_curves_and_times(path)
                 if series:
                     run = f"{label} {name}/{retry_id}".strip()
                     runs.append({"run": run, "file": str(path.relative_to(output)), "x": x_name,
-                                 "series": {k: [list(p) for p in v] for k, v in series.items()}})
+                                 "series": {k: [list(p) for p in v] for k, v in series.items()},
+                                 "times": times})
     return runs
 
 

@@ -2,7 +2,7 @@
 real server process, real sandboxed tasks on the local pool.
 
 - Charts: the x axis comes from the metrics rows (``step`` here, never a hard-coded
-  ``epoch``); a chart picker shows loss, accuracy and throughput by default, a constant field
+  ``epoch``), or their time at the user's choice; a chart picker shows loss, accuracy and throughput by default, a constant field
   gets no chart; an EMA smoothing slider, a log scale, and hover synced across the charts.
 - One time format (UTC, ``YYYY-MM-DD HH:MM:SS``) on every page, chart legends included;
   elapsed time while a workflow runs; queue time and run time apart in the list.
@@ -32,7 +32,7 @@ from selenium.common.exceptions import StaleElementReferenceException  # noqa: E
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 # Metrics by `step` (no epoch), a constant field (`images`) and one not charted by default
 # (`lr`); then the task keeps running, so the page is watched while it runs.
@@ -48,10 +48,14 @@ workflow:
     - path: /tmp/fit.py
       contents: |
         import json, sys, time
+        from datetime import datetime, timedelta, timezone
+        start = datetime.now(timezone.utc) - timedelta(minutes=1)
         with open(sys.argv[1] + "/metrics.jsonl", "a") as f:
             for i in range(1, 41):
                 loss = 4.0 / i
-                f.write(json.dumps({"step": 10 * i, "loss": loss, "accuracy": 1 - loss / 8,
+                when = (start + timedelta(seconds=i)).isoformat()
+                f.write(json.dumps({"step": 10 * i, "time": when, "loss": loss,
+                                    "accuracy": 1 - loss / 8,
                                     "throughput_images_per_s": 900 + i % 7,
                                     "lr": 0.1 / i, "images": 512}) + "\\n")
         print("metrics written", flush=True)
@@ -118,6 +122,8 @@ def _hovered(browser: webdriver.Chrome, over: str, read: list[str], section: str
     values of the charts ``read``; None while one shows no value yet (a refresh redrew it).
     In one step, for ``WebDriverWait.until``."""
     charts = _charts(browser, section)
+    if over not in charts or any(name not in charts for name in read):
+        return None  # captions read while a refresh redrew them
     _hover_right_end(browser, charts[over])
     found = {}
     for name in read:
@@ -200,6 +206,13 @@ def test_charts_follow_the_data_and_times_have_one_format(
     browser.execute_script("document.getElementById('charts').scrollIntoView()")
     wait.until(lambda d: _hovered(d, "loss", ["loss", "lr"]))  # the shot shows synced hover
     browser.save_screenshot(str(shots / "charts.png"))
+
+    # The rows carry a time too: the x axis can be time instead of step, in the one format.
+    Select(browser.find_element(By.ID, "chart-x")).select_by_value("time")
+    wait.until(lambda d: all(_legend(c)[0][0] == "time (UTC)" for c in _curve_charts(d).values()))
+    on_time = wait.until(lambda d: _hovered(d, "loss", ["loss", "lr"]))
+    assert TIME.fullmatch(on_time["loss"][0]) and on_time["lr"][0] == on_time["loss"][0]
+    browser.save_screenshot(str(shots / "charts-time.png"))
 
     # Utilisation charts have a time axis: the legend shows the one time format.
     hovered = wait.until(lambda d: _hovered(d, "CPU % (100 = one core)", ["CPU % (100 = one core)"],

@@ -11,7 +11,7 @@ const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"
                 "#e377c2", "#17becf"];
 
 // What the chart controls say; kept across refreshes (null: the defaults).
-const view = { chosen: null, smooth: 0, log: false, plots: [], part: "",
+const view = { chosen: null, smooth: 0, log: false, x: "data", plots: [], part: "",
                curvesKey: null, usageKey: null };
 
 function el(tag, cls, text) {
@@ -116,7 +116,7 @@ function defaultChoice(names, constant) {
 }
 
 // The controls above the curves: which metrics, smoothing, log scale.
-function controls(parent, names, constant, chosen, redraw) {
+function controls(parent, names, constant, chosen, redraw, runs) {
   const bar = el("div", "chart-controls");
   bar.id = "chart-controls";
   const picker = el("fieldset", "chart-picker");
@@ -153,17 +153,52 @@ function controls(parent, names, constant, chosen, redraw) {
   logBox.addEventListener("change", () => { view.log = logBox.checked; redraw(); });
   log.append(logBox, " log scale");
   bar.append(picker, smoothing, log);
+  if (hasTimes(runs)) {  // the rows carry a time too: step (or epoch) or time, as the user likes
+    const axis = el("label", "x-axis", "x axis ");
+    const select = el("select");
+    select.id = "chart-x";
+    const own = [...new Set(runs.map((r) => r.x || "step"))].join(" / ");
+    for (const [value, text] of [["data", own], ["time", "time (UTC)"]]) {
+      const option = el("option", null, text);
+      option.value = value;
+      option.selected = view.x === value;
+      select.appendChild(option);
+    }
+    select.addEventListener("change", () => { view.x = select.value; redraw(); });
+    axis.appendChild(select);
+    bar.appendChild(axis);
+  }
   parent.appendChild(bar);
 }
 
-function drawCurves(parent, runs, redraw) {
-  if (!runs.length) return;
+// Whether some run's rows carry a time beside their step or epoch (a second x axis).
+function hasTimes(runs) {
+  return runs.some((r) => r.x !== "time" && r.times && Object.keys(r.times).length);
+}
+
+// The runs with each point at its row's time (points without one left out); a run without
+// times keeps its own x axis.
+function onTime(runs) {
+  return runs.map((r) => {
+    if (r.x === "time" || !r.times || !Object.keys(r.times).length) return r;
+    const series = {};
+    for (const [name, points] of Object.entries(r.series)) {
+      const times = r.times[name] || [];
+      series[name] = points.map((p, i) => [times[i], p[1]]).filter((p) => p[0] != null);
+    }
+    return { ...r, x: "time", series };
+  });
+}
+
+function drawCurves(parent, allRuns, redraw) {
+  if (!allRuns.length) return;
+  const runs = view.x === "time" ? onTime(allRuns) : allRuns;
   const { table, names, constant } = metricTable(runs);
   const chosen = view.chosen || defaultChoice(names, constant);
   const section = el("div", "charts curves");
   section.appendChild(el("h3", null, "Training curves"));
   parent.appendChild(section);
-  controls(section, names, constant, chosen, redraw);
+  controls(section, names, constant, chosen, redraw, allRuns);
   const xNames = new Set(runs.map((r) => r.x || "step"));
   for (const name of names.filter((n) => chosen.has(n))) {
     for (const [xName, lines] of table.get(name)) {
