@@ -105,7 +105,12 @@ function metricTable(runs) {
   }
   const rank = (n) => (PREFERRED.indexOf(n) < 0 ? 100 : PREFERRED.indexOf(n));
   const names = [...table.keys()].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
-  const constant = new Set(names.filter((n) => values.get(n).size < 2));
+  // Constant: one value over several points (a single point is not called constant yet).
+  const counts = new Map(names.map((n) => [n, 0]));
+  runs.forEach((r) => Object.entries(r.series).forEach(([n, pts]) => {
+    counts.set(n, counts.get(n) + pts.length);
+  }));
+  const constant = new Set(names.filter((n) => values.get(n).size < 2 && counts.get(n) > 1));
   return { table, names, constant };
 }
 
