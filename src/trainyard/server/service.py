@@ -25,6 +25,7 @@ from trainyard.engine.reconciler import Engine, Submission
 from trainyard.status import WorkflowStatus
 from trainyard.errors import (
     AuthError,
+    BadArgumentError,
     ConfigError,
     ForbiddenError,
     NotFoundError,
@@ -189,10 +190,12 @@ class Service:
             raise NotFoundError(f"unknown pool {name!r}; pools: {pools}")
         return self.engine.pools[name]
 
-    def load(self, req: SpecRequest) -> LoadedSpec:
+    def load(self, req: SpecRequest, user: User | None = None) -> LoadedSpec:
         """Render (Jinja sandbox, bounded), parse and validate a spec against its pool:
         ``--pool`` first, else the spec's ``workflow.pool``, else the user's default pool
-        (``default_pool``: OSMO's ``profile set pool``), else ``local``.
+        (``default_pool``: OSMO's ``profile set pool``), else ``local``. ``file://`` URLs are
+        checked against ``user``'s data roots (None: the home owner's, for a spec that is
+        only rendered or stored as an app; the submit checks it again as its submitter).
 
         Raises:
             SpecError: every problem of the spec or of the ``--set`` values; a spec (with
@@ -213,6 +216,7 @@ class Service:
         doc = specapi.parse(
             rendered, spec_path=req.spec_name, files=req.files,
             set_env=specapi.parse_env(req.set_env), labels=req.labels or None, pool=lookup,
+            user=user.name if user is not None else None,
         )
         pool = chosen[-1] if chosen else self.pool(req.pool or doc.workflow.pool
                                                    or req.default_pool)
@@ -293,8 +297,8 @@ class Service:
             raise SpecError(problems)
 
     def validate(self, req: SpecRequest, user: User) -> LoadedSpec:
-        """``load`` and ``check_credentials``: what ``workflow validate`` answers."""
-        loaded = self.load(req)
+        """``load`` (as ``user``) and ``check_credentials``: what ``workflow validate`` answers."""
+        loaded = self.load(req, user)
         self.check_credentials(loaded.workflow, user)
         return loaded
 
@@ -489,13 +493,13 @@ class Service:
         an admin's everyone's. ``filters``: OSMO's tags, priority, app, no-label.
 
         Raises:
-            ConfigError: an unknown status or priority (the valid ones are named), ``count``
+            BadArgumentError: an unknown status or priority (the valid ones are named), ``count``
                 below 1 or ``offset`` below 0.
             ForbiddenError: a non-admin asked for another user's workflows.
         """
         _check_list_filters(statuses, count)
         if offset < 0:
-            raise ConfigError(f"offset must be 0 or more, not {offset}")
+            raise BadArgumentError(f"offset must be 0 or more, not {offset}")
         if user.workflow is not None:  # a task token sees its own workflow only
             return [_summary_json(self._readable(user.workflow, user))]
         users = [submitted_by] if isinstance(submitted_by, str) else list(submitted_by or [])
