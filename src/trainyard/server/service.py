@@ -586,7 +586,7 @@ class Service:
         kept by the filters, then paged by ``filters.offset``.
 
         Raises:
-            NotFoundError, ForbiddenError: as ``query``; ConfigError: ``count`` below 1.
+            NotFoundError, ForbiddenError: as ``query``; BadArgumentError: ``count`` below 1.
         """
         if workflow_id is not None:
             workflows = [self._readable(workflow_id, user)]
@@ -946,14 +946,14 @@ def _failed_attempts(ts: m.TaskState) -> set[int]:
 
 
 def _check_list_filters(statuses: list[str] | None, count: int | None) -> None:
-    """Refuse an unknown workflow status or a count below 1 (ConfigError, HTTP 400)."""
+    """Refuse an unknown workflow status or a count below 1 (BadArgumentError, HTTP 400)."""
     valid = [s.value for s in WorkflowStatus]
     unknown = [s for s in statuses or [] if s not in valid]
     if unknown:
-        raise ConfigError(f"unknown workflow status {', '.join(map(repr, unknown))}; "
-                          f"statuses: {', '.join(valid)}")
+        raise BadArgumentError(f"unknown workflow status {', '.join(map(repr, unknown))}; "
+                               f"statuses: {', '.join(valid)}")
     if count is not None and count < 1:
-        raise ConfigError(f"count must be at least 1, not {count}")
+        raise BadArgumentError(f"count must be at least 1, not {count}")
 
 
 def _node_json(pool: Pool, node: Any, used: dict[str, Any] | None) -> dict[str, Any]:
