@@ -884,6 +884,39 @@ class LogCursor:
         self.ended = self._final
         return lines, not self.ended
 
+    @property
+    def key(self) -> tuple[str, str | None, int | None, bool]:
+        """What is followed: ``(workflow_id, task, retry_id, failed_only)``; followers with
+        the same key read the same lines (``streams.LogFeeds`` shares one reader)."""
+        return self._where
+
+    def at_rest(self) -> bool:
+        """Whether a shared reader may take over from here: the first pass is done, no
+        pass is in progress, no long line is half skipped and the follow has not ended."""
+        return (not self._first and self._pass is None and not self.ended
+                and not any(f.skipping for f in self._known.values()))
+
+    def offsets(self) -> dict[tuple[str, int], int]:
+        """How far each attempt's log was read: ``{(task, retry_id): byte offset}``."""
+        return {(f.task, f.retry_id): f.offset for f in self._known.values()}
+
+    def paths(self) -> dict[tuple[str, int], Path]:
+        """Each known attempt's ``task.log``: ``{(task, retry_id): path}``."""
+        return {(f.task, f.retry_id): f.path for f in self._known.values()}
+
+    def advance(self, task: str, retry_id: int, path: Path, offset: int) -> None:
+        """Record that the log of ``(task, retry_id)`` at ``path`` was delivered up to
+        ``offset`` by someone else (a shared reader), so that this cursor's next pass goes
+        on from there. Only while ``at_rest``."""
+        self._known.setdefault(path, LogFile(task, retry_id, path)).offset = offset
+
+    def copy(self) -> LogCursor:
+        """A new cursor of the same key at the same offsets (its first pass done)."""
+        twin = LogCursor(self._service, *self._where[:3], None, self._where[3])
+        twin._first = False
+        twin._known = {p: LogFile(f.task, f.retry_id, p, f.offset) for p, f in self._known.items()}
+        return twin
+
     def _start_pass(self) -> Iterator[LogLine]:
         """The lines the files gained since the last pass, up to their sizes now."""
         workflow_id, task, retry_id, failed_only = self._where
