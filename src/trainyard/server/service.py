@@ -884,6 +884,28 @@ class LogCursor:
         self.ended = self._final
         return lines, not self.ended
 
+    def begin(self) -> bool:
+        """Place the cursor where its first pass would start (its last ``last_lines``
+        lines, found from the files' ends), reading no line; True when it is then at rest
+        (``at_rest``), so that a shared reader may serve it from there. False, leaving the
+        first pass to ``read``: the workflow ended, or the last lines of several files must
+        be merged to count them (some would be skipped)."""
+        if not self._first:
+            return self.at_rest()
+        workflow_id, task, retry_id, failed_only = self._where
+        service = self._service
+        if service.engine.state(workflow_id).status.is_terminal():
+            return False
+        files = [self._known.setdefault(f.path, f) for f in service._log_files(
+            workflow_id, task, retry_id, failed_only=failed_only)]
+        ends = {f.path: file_size(f.path) for f in files}
+        if _start_at_last(files, ends, self._last_lines, complete_only=True):
+            for log in files:
+                log.offset = 0
+            return False
+        self._first = False
+        return self.at_rest()
+
     @property
     def key(self) -> tuple[str, str | None, int | None, bool]:
         """What is followed: ``(workflow_id, task, retry_id, failed_only)``; followers with
@@ -908,7 +930,10 @@ class LogCursor:
         """Record that the log of ``(task, retry_id)`` at ``path`` was delivered up to
         ``offset`` by someone else (a shared reader), so that this cursor's next pass goes
         on from there. Only while ``at_rest``."""
-        self._known.setdefault(path, LogFile(task, retry_id, path)).offset = offset
+        known = self._known.get(path)
+        if known is None:
+            known = self._known[path] = LogFile(task, retry_id, path)
+        known.offset = offset
 
     def copy(self) -> LogCursor:
         """A new cursor of the same key at the same offsets (its first pass done)."""

@@ -199,7 +199,18 @@ class _Batch:
     lines: list[LogLine]
     paths: dict[FileKey, Path]
     size: int
+    starts: dict[FileKey, int] = field(default_factory=dict)
+    """Per file, where its first line in the batch starts."""
+    ends: dict[FileKey, int] = field(default_factory=dict)
+    """Per file, where its last line in the batch ends."""
     rendered: dict[Callable[[list[LogLine]], str], str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for line in self.lines:
+            if line.span is not None:
+                key = (line.task, line.retry_id)
+                self.starts.setdefault(key, line.span[0])
+                self.ends[key] = line.span[1]
 
     def render(self, render: Callable[[list[LogLine]], str]) -> str:
         """All the batch's lines as ``render`` writes them, made once per format."""
@@ -252,10 +263,8 @@ class LogFeed:
             reached = self._reached
             earliest: dict[FileKey, int] = {}
             for batch in self.batches:
-                for line in batch.lines:
-                    key = (line.task, line.retry_id)
-                    if key not in earliest and line.span is not None:
-                        earliest[key] = line.span[0]
+                for key, start in batch.starts.items():
+                    earliest.setdefault(key, start)
             for key in set(offsets) | set(reached):
                 available = earliest.get(key, reached.get(key, 0))
                 if offsets.get(key, 0) < available:
@@ -275,9 +284,10 @@ class LogFeed:
                 raise LookupError(seq)
             return self.batches[seq - self.batches[0].seq]
 
-    def _read(self) -> bool:
+    def _read(self) -> tuple[bool, bool]:
         """One read of what the files gained (in a reader thread), added to the ring, then
-        a pause as ``_step``'s. Returns whether the files hold nothing more now."""
+        a pause as ``_step``'s. Returns whether it found lines, and whether the files hold
+        nothing more now."""
         start = time.monotonic()
         lines, wait = self.cursor.read(FOLLOW_BATCH_BYTES)
         size = sum(len(line.text) + 1 for line in lines)
@@ -291,7 +301,7 @@ class LogFeed:
             self._reached = self.cursor.offsets()
             self.ended = self.cursor.ended
         time.sleep(min(time.monotonic() - start, MAX_STEP_PAUSE_S))
-        return wait
+        return bool(lines), wait
 
     async def pull(self, readers: LogReaders, *, poll_s: float, max_poll_s: float) -> None:
         """Wait for the next batch: read it when nobody is reading and the files are not
@@ -309,15 +319,17 @@ class LogFeed:
         async with self._reading:
             changed = self._changed
             try:
-                wait = await readers.run(self._read)
+                found, wait = await readers.run(self._read)
             finally:
                 self._changed = anyio.Event()
                 changed.set()
-            if wait:
+            if found:
+                self._delay = poll_s
+            if wait:  # as a follower alone: poll_s after lines, growing while quiet
                 self._quiet_until = time.monotonic() + self._delay
                 self._delay = min(max_poll_s, self._delay * 1.5)
             else:
-                self._quiet_until, self._delay = 0.0, poll_s
+                self._quiet_until = 0.0
 
 
 class LogFeeds:
@@ -325,6 +337,9 @@ class LogFeeds:
 
     def __init__(self, ring_bytes: int = FEED_RING_BYTES) -> None:
         self.ring_bytes = ring_bytes
+        self.readers = LogReaders(1)
+        """The feeds' own reader thread: a feed's read (which serves every follower that
+        caught up) never queues behind the private reads of followers still catching up."""
         self._feeds: dict[Key, LogFeed] = {}
         self._lock = threading.Lock()
 
@@ -362,14 +377,13 @@ def _unseen(batch: _Batch, cursor: LogCursor, render: Callable[[list[LogLine]], 
     """The lines of ``batch`` that ``cursor`` has not delivered yet, rendered; the cursor's
     offsets advance past them."""
     had = cursor.offsets()
+    for (task, retry_id), end in batch.ends.items():
+        if end > had.get((task, retry_id), 0) and (task, retry_id) in batch.paths:
+            cursor.advance(task, retry_id, batch.paths[(task, retry_id)], end)
+    if all(start >= had.get(key, 0) for key, start in batch.starts.items()):
+        return batch.render(render)  # the usual case: all of it is new, rendered once
     fresh = [line for line in batch.lines
              if line.span is None or line.span[0] >= had.get((line.task, line.retry_id), 0)]
-    for line in fresh:
-        key = (line.task, line.retry_id)
-        if line.span is not None and key in batch.paths:
-            cursor.advance(line.task, line.retry_id, batch.paths[key], line.span[1])
-    if len(fresh) == len(batch.lines):
-        return batch.render(render)
     return render(fresh) if fresh else ""
 
 
@@ -381,41 +395,50 @@ async def follow_chunks(cursor: LogCursor, render: Callable[[list[LogLine]], str
     """The text of ``cursor``'s lines as they come, ``render``ed in steps of about
     ``FOLLOW_BATCH_BYTES``, until the follow ended.
 
-    It reads for itself until it has caught up, then (with ``feeds``) joins the shared
-    reader of its key, and reads for itself again if it falls out of that reader's ring.
+    With ``feeds`` it joins the shared reader of its key as soon as that reader's ring
+    holds where it starts (``LogCursor.begin``: at once for a log still short enough), else
+    once it has caught up reading for itself; it reads for itself again if it falls out of
+    the ring.
     Between steps that found nothing new it sleeps (``poll_s``, growing by half each quiet
     step up to ``max_poll_s``) holding no thread; with ``keepalive``, that text goes out
     after ``keepalive_s`` without a line. Cancelled (the client left), it stops at its next
     wait, or as soon as a step in progress returns.
     """
     delay, quiet_s = poll_s, 0.0
+    joinable = feeds is not None and await readers.run(cursor.begin)
+    idle = False  # the last read found nothing more for now
     while True:
+        if joinable and feeds is not None:
+            joinable = False
+            joined = feeds.join(cursor)
+            if joined is not None:
+                feed, seq = joined
+                try:
+                    async for chunk in _from_feed(feed, seq, cursor, render, feeds.readers,
+                                                  keepalive, keepalive_s, poll_s, max_poll_s):
+                        yield chunk
+                finally:
+                    feeds.leave(feed)
+                if cursor.ended:
+                    return
+                idle = False
+                continue  # fell out of the ring: read for itself from where it is
+        if idle:
+            idle = False
+            await anyio.sleep(delay)
+            quiet_s += delay
+            delay = min(max_poll_s, delay * 1.5)
+            if keepalive and quiet_s >= keepalive_s:
+                quiet_s = 0.0
+                yield keepalive
         text, wait = await readers.run(_step, cursor, render)
         if text:
             yield text
             delay, quiet_s = poll_s, 0.0
         if cursor.ended:
             return
-        if not wait:
-            continue
-        joined = feeds.join(cursor) if feeds is not None else None
-        if joined is not None:
-            feed, seq = joined
-            try:
-                async for chunk in _from_feed(feed, seq, cursor, render, readers, keepalive,
-                                              keepalive_s, poll_s, max_poll_s):
-                    yield chunk
-            finally:
-                feeds.leave(feed)  # type: ignore[union-attr]
-            if cursor.ended:
-                return
-            continue  # fell out of the ring: read for itself from where it is
-        await anyio.sleep(delay)
-        quiet_s += delay
-        delay = min(max_poll_s, delay * 1.5)
-        if keepalive and quiet_s >= keepalive_s:
-            quiet_s = 0.0
-            yield keepalive
+        if wait:
+            idle, joinable = True, feeds is not None
 
 
 async def _from_feed(feed: LogFeed, seq: int, cursor: LogCursor,
