@@ -61,6 +61,7 @@ from trainyard.server.schema import check_app_name
 from trainyard.server.osmo_filters import ListFilters, TaskFilters
 from trainyard.server.service import LogLine, Service, SpecRequest, iso, spec_error_json
 from trainyard.server.streams import (
+    LogFeeds,
     LogReaders,
     SlotResponse,
     StreamSlots,
@@ -188,6 +189,7 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
     app.state.tokens = tokens
     app.state.log_readers = LogReaders()
     app.state.stream_slots = StreamSlots()
+    app.state.log_feeds = LogFeeds()
 
     @app.exception_handler(TrainyardError)
     async def _on_error(_request: Request, exc: TrainyardError) -> JSONResponse:
@@ -317,7 +319,8 @@ def _routes(app: FastAPI, service: Service) -> None:
         slots: StreamSlots = app.state.stream_slots
         slots.take(u.name)  # 429 beyond the user's cap, before the answer starts
         render = json_lines if fmt == "json" else text_lines
-        return SlotResponse(follow_chunks(cursor, render, readers), slots, u.name,
+        return SlotResponse(follow_chunks(cursor, render, readers, feeds=app.state.log_feeds),
+                            slots, u.name,
                             media_type=media)
 
     @app.get("/api/workflow/{workflow_id}/events")

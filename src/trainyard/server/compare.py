@@ -24,7 +24,7 @@ from typing import Any, Callable
 from trainyard import spec as specapi
 from trainyard.engine import machine as m
 from trainyard.errors import SpecError
-from trainyard.server.dashboard import metrics_files
+from trainyard.server.dashboard import find_files, metrics_files
 from trainyard.server.tensors import compare_models
 from trainyard.spec.models import WorkflowSpec
 from trainyard.spec.template import extract_default_values
@@ -118,12 +118,8 @@ def final_metrics(path: Path) -> dict[str, Any]:
 
 def model_files(output_dir: Path) -> list[Path]:
     """Model files (``*.pth``, ``*.pt``) under ``output_dir``, at most three folders deep,
-    sorted; links are not followed."""
-    found: list[Path] = []
-    for depth in range(_MAX_DEPTH + 1):
-        for suffix in MODEL_SUFFIXES:
-            found += output_dir.glob("/".join(["*"] * depth + [f"*{suffix}"]))
-    return sorted(p for p in found if p.is_file() and not p.is_symlink())
+    sorted; links are not followed; bounded as ``dashboard.find_files``."""
+    return find_files(output_dir, lambda name: name.endswith(MODEL_SUFFIXES), max_depth=_MAX_DEPTH)
 
 
 def _inside(output: Path, path: Path) -> bool:

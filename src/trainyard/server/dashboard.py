@@ -27,8 +27,9 @@ from trainyard.runner.report import EVENTS, read_events
 from trainyard.runner.usage import read_usage
 
 __all__ = ["DagBox", "dag_layout", "Phase", "AttemptBar", "timeline", "metrics_files",
-           "read_metrics", "read_curves", "read_curves_and_times", "X_AXES", "curves", "usage", "usage_summary", "RunDir", "METRICS_FILE",
-           "MAX_POINTS", "MAX_SERIES", "METRICS_READ_BYTES"]
+           "find_files", "read_metrics", "read_curves", "read_curves_and_times", "X_AXES",
+           "curves", "usage", "usage_summary", "RunDir", "METRICS_FILE", "MAX_POINTS",
+           "MAX_SERIES", "METRICS_READ_BYTES", "MAX_SCAN_ENTRIES"]
 
 METRICS_FILE = "metrics.jsonl"
 MAX_POINTS = 500
@@ -167,13 +168,51 @@ def timeline(state: m.WorkflowState, run_dir: RunDir, now_s: float) -> list[Atte
 # --------------------------------------------------------------------------- metrics
 
 
+MAX_SCAN_ENTRIES = 20_000
+"""Folder entries one search of a task's output looks at, at most (issue 24: a task can make
+a million folders, and the search ran on every poll of the workflow page)."""
+MAX_FOUND_FILES = 64
+"""Files one search returns, at most."""
+
+
+def find_files(root: Path, accept: Callable[[str], bool], *, max_depth: int = 3,
+               max_entries: int | None = None, max_found: int = MAX_FOUND_FILES) -> list[Path]:
+    """Regular files under ``root`` whose name ``accept`` takes, at most ``max_depth``
+    folders deep, sorted; links (to files or folders) are never followed.
+
+    Bounded whatever the task made: folders are visited breadth first (shallow files are
+    found first) and the search stops after ``max_entries`` entries (None:
+    ``MAX_SCAN_ENTRIES``) or ``max_found`` files.
+    """
+    limit = MAX_SCAN_ENTRIES if max_entries is None else max_entries
+    found: list[Path] = []
+    level, seen = [root], 0
+    for _depth in range(max_depth + 1):
+        below: list[Path] = []
+        for folder in level:
+            try:
+                with os.scandir(folder) as entries:
+                    for entry in entries:
+                        seen += 1
+                        if seen > limit:
+                            return sorted(found)
+                        if entry.is_dir(follow_symlinks=False):
+                            below.append(Path(entry.path))
+                        elif entry.is_file(follow_symlinks=False) and accept(entry.name):
+                            found.append(Path(entry.path))
+                            if len(found) >= max_found:
+                                return sorted(found)
+            except OSError:
+                continue
+        level = below
+    return sorted(found)
+
+
 def metrics_files(output_dir: Path, max_depth: int = 3) -> list[Path]:
     """``metrics.jsonl`` files under ``output_dir``, at most ``max_depth`` folders deep
-    (the trainer writes ``{{output}}/models/metrics.jsonl`` beside its snapshot), sorted."""
-    found: list[Path] = []
-    for depth in range(max_depth + 1):
-        found += output_dir.glob("/".join(["*"] * depth + [METRICS_FILE]))
-    return sorted(p for p in found if p.is_file() and not p.is_symlink())
+    (the trainer writes ``{{output}}/models/metrics.jsonl`` beside its snapshot), sorted;
+    bounded as ``find_files``."""
+    return find_files(output_dir, lambda name: name == METRICS_FILE, max_depth=max_depth)
 
 
 @dataclass

@@ -52,6 +52,10 @@ class LogLine:
     task: str
     retry_id: int
     text: str
+    span: tuple[int, int] | None = field(default=None, compare=False, repr=False)
+    """Where the line lies in its attempt's ``task.log``: ``(start, end)`` byte offsets
+    (None where unknown). A follow that joins a shared reader (``streams.LogFeed``) skips
+    the lines it already had by these."""
 
     @property
     def stamp(self) -> str:
@@ -99,6 +103,7 @@ class LogFile:
     """In the middle of a line too long to show: the rest up to its newline is skipped."""
     _skipped: int = field(default=0, repr=False)
     _head: bytes = field(default=b"", repr=False)
+    _start: int = field(default=0, repr=False)
 
     def batch(self, end: int, budget_bytes: int, follow: bool) -> list[LogLine]:
         """The lines from ``offset`` up to byte ``end``: at least one when there is one,
@@ -119,6 +124,8 @@ class LogFile:
                 if not raw or (follow and not self.skipping and not raw.endswith(b"\n")
                                and len(raw) < MAX_READ_LINE_BYTES):
                     break  # the file is shorter than end, or a line is still being written
+                if not self.skipping:
+                    self._start = self.offset
                 self.offset += len(raw)
                 used += len(raw)
                 line = self._take(raw)
@@ -136,7 +143,8 @@ class LogFile:
             return self._shortened() if complete else None
         if complete or len(raw) < MAX_READ_LINE_BYTES:
             text = raw.removesuffix(b"\n").decode("utf-8", errors="replace")
-            return LogLine(self.task, self.retry_id, escape_control(text))
+            return LogLine(self.task, self.retry_id, escape_control(text),
+                           (self._start, self.offset))
         self.skipping, self._skipped, self._head = True, 0, raw
         return None
 
@@ -145,7 +153,8 @@ class LogFile:
         text = escape_control(self._head.decode("utf-8", errors="replace"))
         self.skipping, self._head = False, b""
         return LogLine(self.task, self.retry_id,
-                       f"{text} [... {self._skipped} more bytes of this line not shown]")
+                       f"{text} [... {self._skipped} more bytes of this line not shown]",
+                       (self._start, self.offset))
 
 
 def tail_offset(path: Path, end: int, count: int, *, complete_only: bool = False) -> tuple[int, int]:

@@ -25,6 +25,7 @@ from trainyard.engine.reconciler import Engine, Submission
 from trainyard.status import WorkflowStatus
 from trainyard.errors import (
     AuthError,
+    BadArgumentError,
     ConfigError,
     ForbiddenError,
     NotFoundError,
@@ -189,10 +190,12 @@ class Service:
             raise NotFoundError(f"unknown pool {name!r}; pools: {pools}")
         return self.engine.pools[name]
 
-    def load(self, req: SpecRequest) -> LoadedSpec:
+    def load(self, req: SpecRequest, user: User | None = None) -> LoadedSpec:
         """Render (Jinja sandbox, bounded), parse and validate a spec against its pool:
         ``--pool`` first, else the spec's ``workflow.pool``, else the user's default pool
-        (``default_pool``: OSMO's ``profile set pool``), else ``local``.
+        (``default_pool``: OSMO's ``profile set pool``), else ``local``. ``file://`` URLs are
+        checked against ``user``'s data roots (None: the home owner's, for a spec that is
+        only rendered or stored as an app; the submit checks it again as its submitter).
 
         Raises:
             SpecError: every problem of the spec or of the ``--set`` values; a spec (with
@@ -213,6 +216,7 @@ class Service:
         doc = specapi.parse(
             rendered, spec_path=req.spec_name, files=req.files,
             set_env=specapi.parse_env(req.set_env), labels=req.labels or None, pool=lookup,
+            user=user.name if user is not None else None,
         )
         pool = chosen[-1] if chosen else self.pool(req.pool or doc.workflow.pool
                                                    or req.default_pool)
@@ -293,8 +297,8 @@ class Service:
             raise SpecError(problems)
 
     def validate(self, req: SpecRequest, user: User) -> LoadedSpec:
-        """``load`` and ``check_credentials``: what ``workflow validate`` answers."""
-        loaded = self.load(req)
+        """``load`` (as ``user``) and ``check_credentials``: what ``workflow validate`` answers."""
+        loaded = self.load(req, user)
         self.check_credentials(loaded.workflow, user)
         return loaded
 
@@ -498,13 +502,13 @@ class Service:
         an admin's everyone's. ``filters``: OSMO's tags, priority, app, no-label.
 
         Raises:
-            ConfigError: an unknown status or priority (the valid ones are named), ``count``
+            BadArgumentError: an unknown status or priority (the valid ones are named), ``count``
                 below 1 or ``offset`` below 0.
             ForbiddenError: a non-admin asked for another user's workflows.
         """
         _check_list_filters(statuses, count)
         if offset < 0:
-            raise ConfigError(f"offset must be 0 or more, not {offset}")
+            raise BadArgumentError(f"offset must be 0 or more, not {offset}")
         if user.workflow is not None:  # a task token sees its own workflow only
             return [_summary_json(self._readable(user.workflow, user))]
         users = [submitted_by] if isinstance(submitted_by, str) else list(submitted_by or [])
@@ -591,7 +595,7 @@ class Service:
         kept by the filters, then paged by ``filters.offset``.
 
         Raises:
-            NotFoundError, ForbiddenError: as ``query``; ConfigError: ``count`` below 1.
+            NotFoundError, ForbiddenError: as ``query``; BadArgumentError: ``count`` below 1.
         """
         if workflow_id is not None:
             workflows = [self._readable(workflow_id, user)]
@@ -890,6 +894,64 @@ class LogCursor:
         self.ended = self._final
         return lines, not self.ended
 
+    def begin(self) -> bool:
+        """Place the cursor where its first pass would start (its last ``last_lines``
+        lines, found from the files' ends), reading no line; True when it is then at rest
+        (``at_rest``), so that a shared reader may serve it from there. False, leaving the
+        first pass to ``read``: the workflow ended, or the last lines of several files must
+        be merged to count them (some would be skipped)."""
+        if not self._first:
+            return self.at_rest()
+        workflow_id, task, retry_id, failed_only = self._where
+        service = self._service
+        if service.engine.state(workflow_id).status.is_terminal():
+            return False
+        files = [self._known.setdefault(f.path, f) for f in service._log_files(
+            workflow_id, task, retry_id, failed_only=failed_only)]
+        ends = {f.path: file_size(f.path) for f in files}
+        if _start_at_last(files, ends, self._last_lines, complete_only=True):
+            for log in files:
+                log.offset = 0
+            return False
+        self._first = False
+        return self.at_rest()
+
+    @property
+    def key(self) -> tuple[str, str | None, int | None, bool]:
+        """What is followed: ``(workflow_id, task, retry_id, failed_only)``; followers with
+        the same key read the same lines (``streams.LogFeeds`` shares one reader)."""
+        return self._where
+
+    def at_rest(self) -> bool:
+        """Whether a shared reader may take over from here: the first pass is done, no
+        pass is in progress, no long line is half skipped and the follow has not ended."""
+        return (not self._first and self._pass is None and not self.ended
+                and not any(f.skipping for f in self._known.values()))
+
+    def offsets(self) -> dict[tuple[str, int], int]:
+        """How far each attempt's log was read: ``{(task, retry_id): byte offset}``."""
+        return {(f.task, f.retry_id): f.offset for f in self._known.values()}
+
+    def paths(self) -> dict[tuple[str, int], Path]:
+        """Each known attempt's ``task.log``: ``{(task, retry_id): path}``."""
+        return {(f.task, f.retry_id): f.path for f in self._known.values()}
+
+    def advance(self, task: str, retry_id: int, path: Path, offset: int) -> None:
+        """Record that the log of ``(task, retry_id)`` at ``path`` was delivered up to
+        ``offset`` by someone else (a shared reader), so that this cursor's next pass goes
+        on from there. Only while ``at_rest``."""
+        known = self._known.get(path)
+        if known is None:
+            known = self._known[path] = LogFile(task, retry_id, path)
+        known.offset = offset
+
+    def copy(self) -> LogCursor:
+        """A new cursor of the same key at the same offsets (its first pass done)."""
+        twin = LogCursor(self._service, *self._where[:3], None, self._where[3])
+        twin._first = False
+        twin._known = {p: LogFile(f.task, f.retry_id, p, f.offset) for p, f in self._known.items()}
+        return twin
+
     def _start_pass(self) -> Iterator[LogLine]:
         """The lines the files gained since the last pass, up to their sizes now."""
         workflow_id, task, retry_id, failed_only = self._where
@@ -952,14 +1014,14 @@ def _failed_attempts(ts: m.TaskState) -> set[int]:
 
 
 def _check_list_filters(statuses: list[str] | None, count: int | None) -> None:
-    """Refuse an unknown workflow status or a count below 1 (ConfigError, HTTP 400)."""
+    """Refuse an unknown workflow status or a count below 1 (BadArgumentError, HTTP 400)."""
     valid = [s.value for s in WorkflowStatus]
     unknown = [s for s in statuses or [] if s not in valid]
     if unknown:
-        raise ConfigError(f"unknown workflow status {', '.join(map(repr, unknown))}; "
-                          f"statuses: {', '.join(valid)}")
+        raise BadArgumentError(f"unknown workflow status {', '.join(map(repr, unknown))}; "
+                               f"statuses: {', '.join(valid)}")
     if count is not None and count < 1:
-        raise ConfigError(f"count must be at least 1, not {count}")
+        raise BadArgumentError(f"count must be at least 1, not {count}")
 
 
 def _node_json(pool: Pool, node: Any, used: dict[str, Any] | None) -> dict[str, Any]:

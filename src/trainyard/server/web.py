@@ -43,7 +43,8 @@ from trainyard.server import dashboard
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.scopes import check_task_scope
 from trainyard.server.service import LogCursor, Service
-from trainyard.server.streams import LogReaders, SlotResponse, StreamSlots, follow_chunks, sse_events
+from trainyard.server.streams import (LogFeeds, LogReaders, SlotResponse, StreamSlots, follow_chunks,
+                                      sse_events)
 
 __all__ = ["add_dashboard", "SESSION_COOKIE", "WebSessions", "PAGE_SIZES"]
 
@@ -534,19 +535,26 @@ def _log_routes(app: FastAPI, service: Service, page: Any) -> None:
                                      retry_id=retry_id, last_lines=lines)  # 404/403 now
         slots: StreamSlots = app.state.stream_slots
         slots.take(viewer.user.name)  # 429 beyond the user's cap, before the stream starts
-        return SlotResponse(_sse(cursor, app.state.log_readers), slots, viewer.user.name,
+        return SlotResponse(_sse(cursor, app.state.log_readers, app.state.log_feeds), slots,
+                            viewer.user.name,
                             media_type="text/event-stream",
                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-async def _sse(cursor: LogCursor, readers: LogReaders) -> AsyncIterator[str]:
+async def _sse(cursor: LogCursor, readers: LogReaders,
+               feeds: LogFeeds | None = None) -> AsyncIterator[str]:
     """Server-Sent Events: one ``data:`` JSON object per log line (``LogLine.to_json``),
     a comment every ``streams.SSE_KEEPALIVE_S`` while quiet, then ``event: end`` once the
     workflow ended and its logs are drained. Waits hold no thread
-    (``streams.follow_chunks``); a closed page cancels it at its next wait."""
+    (``streams.follow_chunks``; with ``feeds``, the followers of one log share one reader);
+    a closed page cancels it at its next wait."""
     yield "retry: 2000\n\n"
-    async for chunk in follow_chunks(cursor, sse_events, readers, keepalive=": keepalive\n\n"):
-        yield chunk
+    chunks = follow_chunks(cursor, sse_events, readers, keepalive=": keepalive\n\n", feeds=feeds)
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        await chunks.aclose()  # leaves the shared reader now, not when collected
     yield "event: end\ndata: {}\n\n"
 
 

@@ -4,7 +4,9 @@ files (the trainer's and the documented generic format), and Store.page_workflow
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -175,3 +177,39 @@ def test_thinning_keeps_points_and_times_together(tmp_path: Path) -> None:
     _, series, times = dashboard.read_curves_and_times(path)
     assert len(series["loss"]) == len(times["loss"])
     assert all(t == 1000.0 + x for (x, _), t in zip(series["loss"], times["loss"]))
+
+
+def test_the_metrics_search_is_bounded_whatever_folders_a_task_makes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: a task can make a million folders in its output, and the search for its
+    metrics files (on every poll of the workflow page) globbed them all. Now it looks at
+    ``MAX_SCAN_ENTRIES`` entries at most, shallow files first, and follows no link."""
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    flood = tmp_path / "flood"
+    for i in range(300):
+        (flood / str(i) / "x").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(flood)
+    seen = []
+    real_scandir = os.scandir
+
+    class Counting:
+        def __init__(self, path: Any) -> None:
+            self.inner = real_scandir(path)
+
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.inner.close()
+
+        def __iter__(self) -> Any:
+            for entry in self.inner:
+                seen.append(entry.path)
+                yield entry
+
+    monkeypatch.setattr(dashboard, "MAX_SCAN_ENTRIES", 100)
+    monkeypatch.setattr(dashboard.os, "scandir", Counting)
+    found = dashboard.metrics_files(tmp_path)
+    assert found == [tmp_path / "metrics.jsonl"]
+    assert 0 < len(seen) <= 101, len(seen)
+    assert not any(p.startswith(str(tmp_path / "link") + "/") for p in seen)
