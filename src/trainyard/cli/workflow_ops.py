@@ -130,7 +130,7 @@ def _print_progress(view: Console, seen: dict[Any, str], data: dict[str, Any],
     started before this answer. Each line starts with ``_clock``: the log lines' clock."""
     elapsed = f"[dim]{_clock(started)}[/dim]"
     if seen.get("workflow") not in (None, data["status"]) and not _is_terminal(data["status"]):
-        view.print(f"{elapsed} workflow {data['status']}")
+        view.print(f"{elapsed} workflow {data['status']}", emoji=False)
     seen["workflow"] = data["status"]
     for group in data["groups"]:
         for task in group["tasks"]:
@@ -139,14 +139,15 @@ def _print_progress(view: Console, seen: dict[Any, str], data: dict[str, Any],
             for attempt in [*earlier, task]:
                 if seen.get((key, attempt["retry_id"])) != attempt["status"]:
                     seen[(key, attempt["retry_id"])] = attempt["status"]
-                    view.print(f"{elapsed} {_attempt_line(key, attempt)}")
+                    view.print(f"{elapsed} {_attempt_line(key, attempt)}", emoji=False)
     for wait in data.get("waiting") or []:
         if seen.get(("waiting", wait["group"])) != wait["reason"]:
             seen[("waiting", wait["group"])] = wait["reason"]
             view.print(f"{_clock(started)} group {wait['group']} {wait['status']}: "
-                       f"{wait['reason']}", markup=False, highlight=False, soft_wrap=True)
+                       f"{wait['reason']}", markup=False, emoji=False, highlight=False,
+                       soft_wrap=True)
     if _is_terminal(data["status"]):
-        view.print(f"{elapsed} workflow {data['status']}")
+        view.print(f"{elapsed} workflow {data['status']}", emoji=False)
 
 
 def _print_failures(view: Console, workflow_id: str, data: dict[str, Any]) -> None:
@@ -286,8 +287,8 @@ def _print_outputs(view: Console, data: dict[str, Any]) -> None:
                 view.print(f"  uploaded to {target}", markup=False)
                 if target.startswith("dataset "):
                     name = target.split(" ", 1)[1]
-                    view.print(f"    see it:      trainyard dataset info {name}\n"
-                               f"    download it: trainyard dataset download {name} DIR",
+                    view.print(f"    see it:      trainyard dataset info {name}", markup=False)
+                    view.print(f"    download it: trainyard dataset download {name} DIR",
                                markup=False)
 
 

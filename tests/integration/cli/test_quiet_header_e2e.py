@@ -24,7 +24,8 @@ def test_a_task_log_starts_with_one_short_line_and_verbose_shows_the_detail(
         server: Server, tmp_path: Path) -> None:
     workflow_id = _submitted(server, tmp_path)
     quiet = server.logs(workflow_id, "--no-follow")
-    head = quiet.split("hello-from-t")[0].splitlines()
+    lines = quiet.splitlines()
+    head = lines[:next(i for i, line in enumerate(lines) if line.endswith("[t] hello-from-t"))]
     assert len(head) == 1, quiet  # the header, then the command's output
     assert "[t][trainyard] workflow " in head[0] and len(head[0]) < 250, head[0]
     assert "NOT run" not in quiet and "[detail]" not in quiet, quiet
