@@ -290,7 +290,12 @@ class SandboxSettings(_Model):
             folder of busybox applets for ``image: busybox``).
         env: variables the backend sets (``CUDA_VISIBLE_DEVICES``, ...); they win over the
             spec's.
-        description: one line for the task log (how the task is isolated).
+        description: how the task is isolated, in full (one or more lines): kept in the
+            task log as ``[task][detail]`` lines, shown by ``workflow logs --verbose`` and
+            ``workflow query --verbose`` (issue 28: quiet headers).
+        summary: the same in one short line (node, isolation, image), the task log's header
+            (e.g. ``local-0, bubblewrap sandbox, host tools``); "": the description's first
+            line is the header.
         command_prefix: argv put before the task's command, which then runs inside it
             (e.g. ``apptainer exec IMAGE`` for a pool that runs images with apptainer, or
             ``nsenter ... bwrap ... --`` for the local backend's sandbox).
@@ -328,6 +333,7 @@ class SandboxSettings(_Model):
     path_prepend: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     description: str = ""
+    summary: str = ""
     command_prefix: list[str] = Field(default_factory=list)
     mounts: dict[str, str] = Field(default_factory=dict)
     readonly: list[str] = Field(default_factory=list)

@@ -201,6 +201,13 @@ class Backend(ABC, Generic[RequestT]):
         started; one never started is then reported LOST)."""
         return []
 
+    def waiting_reason(self, key: TaskKey) -> str:
+        """Why the attempt ``key``, started but not running yet, waits in this backend's own
+        queue (Slurm's pending reason, Kubernetes' Unschedulable message), in one line; ""
+        when it does not wait or the backend cannot tell. The engine keeps it as the group's
+        waiting reason (issue 28). Default: ""."""
+        return ""
+
     def notify_facts(self, wake: Callable[[], None]) -> bool:
         """Call ``wake()`` (from any thread, without blocking) whenever new facts may be
         there to ``poll``, so the engine reads a start or an exit as it happens. Returns

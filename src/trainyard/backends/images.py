@@ -161,6 +161,26 @@ def runtime_path(runtime: str, state_dir: Path) -> list[str]:
     return []
 
 
+def image_summary(image: str | None, runtime: str, why_no_podman: str | None = None) -> str:
+    """What runs, in a few words for the task log's one-line header (issue 28): ``image X``
+    when podman runs it, else ``host tools`` and, given an image, why it is not run (the
+    full words are ``image_note``'s, in the header's detail).
+
+    >>> image_summary("ubuntu:22.04", "host")
+    'host tools (image ubuntu:22.04 not run: no image runtime on this pool)'
+    """
+    if runtime == "podman" and why_no_podman is None:
+        return f"image {image}" if image else "host tools"
+    tools = "busybox tools" if runtime == "busybox" else "host tools"
+    if not image:
+        return tools
+    if runtime == "podman":
+        return f"{tools} (image {image} not run: podman cannot run it here)"
+    if runtime == "host":
+        return f"{tools} (image {image} not run: no image runtime on this pool)"
+    return f"{tools} (image {image} not run: {runtime} tools instead)"
+
+
 def image_note(image: str | None, runtime: str, why_no_podman: str | None = None) -> str:
     """One line for the task log: what runs in place of ``image`` ("" without an image or
     when podman runs it)."""

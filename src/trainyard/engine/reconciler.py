@@ -649,6 +649,7 @@ class Engine:
             return
         self._reasons_due_s = now + WAIT_REASONS_INTERVAL_S
         wall = time.time()
+        self._note_backend_waits(wall)
         for scheduler in self._schedulers.values():
             if not scheduler.queued():
                 continue
@@ -660,6 +661,25 @@ class Engine:
                 since = state.scheduling_since_s
                 if since is None or wall - since >= WAIT_REASONS_INTERVAL_S:
                     self._apply(wid, m.GroupWaiting(wall, group, reason))
+
+    def _note_backend_waits(self, wall: float) -> None:
+        """Give each placed gang none of whose tasks started its backend's reason for the
+        wait (``Backend.waiting_reason``: a Slurm job PENDING in Slurm's queue), or clear
+        one that no longer holds (``GroupWaiting``; stored only when it changed)."""
+        for wid, live in list(self._live.items()):
+            backend = self._backends.get(live.pool)
+            if backend is None:
+                continue
+            for group in live.state.groups.values():
+                if group.status is not Status.INITIALIZING:
+                    continue
+                tasks = [live.state.tasks[t] for t in group.tasks]
+                if any(t.start_time_s is not None for t in tasks):
+                    continue
+                reason = next((why for t in tasks if (why := backend.waiting_reason(
+                    TaskKey(wid, t.name, t.retry_id)))), "")
+                if reason != (group.waiting_reason or ""):
+                    self._apply(wid, m.GroupWaiting(wall, group.name, reason))
 
     def _flush(self) -> None:
         if not self._dirty:

@@ -678,13 +678,18 @@ class Runner:
                          f"{failure.strerror or failure}; the command was stopped{dropped}")
 
     def _header(self) -> None:
+        """One short line (attempt, group, node, isolation, image), then the backend's full
+        isolation description as ``[detail]`` lines (shown with ``logs --verbose``)."""
         run = self.run
+        box = run.sandbox
+        lines = box.description.splitlines()
+        where = box.summary or (lines[0] if lines else f"image {run.image or '-'}")
         self.log.runner(
             f"workflow {run.workflow_id} task {run.task} retry {run.retry_id} "
             f"(group {run.group}, task {run.task_index + 1} of {len(run.group_tasks)}"
-            f"{', lead' if run.lead else ''}) image {run.image or '-'}")
-        for line in run.sandbox.description.splitlines():
-            self.log.runner(line)
+            f"{', lead' if run.lead else ''}): {where}")
+        for line in lines:
+            self.log.detail(line)
 
     def _steps(self) -> tuple[int, str]:
         self._header()

@@ -37,7 +37,8 @@ from trainyard.backends.served import load_pool_file
 from trainyard.pools import DEFAULT_POOL, Pool
 from trainyard.server import compare
 from trainyard.server.auth import User, refuse_task_token
-from trainyard.server.logs import FLUSH, LogFile, LogLine, file_size, read_merged, tail_offset
+from trainyard.server.logs import (FLUSH, LogFile, LogLine, file_size, read_detail, read_merged,
+                                   tail_offset)
 from trainyard.server.osmo_filters import (ListFilters, TaskFilters, priority_of, retag,
                                            tags_of)
 from trainyard.server.schema import SpecRequest
@@ -435,17 +436,25 @@ class Service:
             lambda task, retry: self.engine.run_dir(workflow_id, task, retry),
             pool.backend if pool is not None else "unknown")
 
-    def query(self, workflow_id: str, user: User, *, verbose: bool = False) -> dict[str, Any]:
-        """The workflow in the CLI's JSON shape (``groups[].tasks[]``; ``retries`` when verbose)."""
+    def query(self, workflow_id: str, user: User, *, verbose: bool = False,
+              isolation: bool = False) -> dict[str, Any]:
+        """The workflow in the CLI's JSON shape (``groups[].tasks[]``; ``retries`` when
+        verbose; with ``isolation``, each task's ``isolation``: the detail lines of how its
+        current attempt is isolated, read from the head of its task log, ``read_detail``)."""
         record = self._readable(workflow_id, user)
         state = self.engine.state(workflow_id)
         data = _workflow_json(record, state, verbose)
+        if isolation:
+            for group in data["groups"]:
+                for task in group["tasks"]:
+                    path = self.engine.run_dir(workflow_id, task["name"], task["retry_id"])
+                    task["isolation"] = read_detail(path / "task.log", task["name"])
         data.update(priority=priority_of(record.source), tags=tags_of(record.source))
         _add_outputs(data, record, lambda task, retry: self.engine.run_dir(workflow_id, task, retry))
         return data
 
     def query_when_changed(self, workflow_id: str, user: User, *, known: str | None,
-                           wait_s: float, verbose: bool = False,
+                           wait_s: float, verbose: bool = False, isolation: bool = False,
                            interval_s: float = 0.25) -> tuple[dict[str, Any], str]:
         """``query``, answered as soon as the workflow's progress differs from ``known`` (a
         key this method returned before), or it ended, or ``wait_s`` passed (a long poll:
@@ -474,7 +483,7 @@ class Service:
                                            interval_s)
             finally:
                 _HELD_QUERIES.release()
-        data = self.query(workflow_id, user, verbose=verbose)
+        data = self.query(workflow_id, user, verbose=verbose, isolation=isolation)
         return data, progress_key(self.engine.state(workflow_id))
 
     def _hold_while_unchanged(self, workflow_id: str, known: str, wait_s: float,
@@ -742,11 +751,13 @@ class Service:
     # ------------------------------------------------------------------ logs
 
     def _log_files(self, workflow_id: str, task: str | None,
-                   retry_id: int | None, *, failed_only: bool = False) -> list[LogFile]:
+                   retry_id: int | None, *, failed_only: bool = False,
+                   verbose: bool = False) -> list[LogFile]:
         """The ``task.log`` of every attempt asked for, to be read from its start; with
         ``failed_only``, only of the attempts that failed (FAILED*, or RESCHEDULED: retried
         after a failure); the runner keeps a task's stdout and stderr in one stream, so
-        ``logs --error`` means the failed attempts.
+        ``logs --error`` means the failed attempts. Without ``verbose`` the files leave out
+        the runner's isolation detail lines (``[task][detail]``, issue 28).
 
         Raises:
             NotFoundError: the workflow has no task ``task``.
@@ -762,13 +773,13 @@ class Service:
             retries = [retry_id] if retry_id is not None else range(ts.retry_id + 1)
             if failed_only:
                 retries = [r for r in retries if r in _failed_attempts(ts)]
-            files += [LogFile(name, r, self.engine.run_dir(workflow_id, name, r) / "task.log")
-                      for r in retries]
+            files += [LogFile(name, r, self.engine.run_dir(workflow_id, name, r) / "task.log",
+                              hide_detail=not verbose) for r in retries]
         return files
 
     def logs(self, workflow_id: str, user: User, *, task: str | None = None,
              retry_id: int | None = None, last_lines: int | None = None,
-             failed_only: bool = False) -> Iterator[LogLine]:
+             failed_only: bool = False, verbose: bool = False) -> Iterator[LogLine]:
         """Log lines of the workflow (all tasks merged by time), or of one task/attempt;
         with ``last_lines``, only the last that many (found from the files' ends).
 
@@ -781,14 +792,15 @@ class Service:
             ForbiddenError: another user's workflow and ``user`` is no admin.
         """
         self._readable(workflow_id, user)
-        files = self._log_files(workflow_id, task, retry_id, failed_only=failed_only)
+        files = self._log_files(workflow_id, task, retry_id, failed_only=failed_only,
+                                verbose=verbose)
         ends = {f.path: file_size(f.path) for f in files}
         skip = _start_at_last(files, ends, last_lines, complete_only=False)
         return read_merged(files, ends, follow=False, skip=skip)
 
     def follow_logs(self, workflow_id: str, user: User, *, task: str | None = None,
                     retry_id: int | None = None, last_lines: int | None = None,
-                    failed_only: bool = False,
+                    failed_only: bool = False, verbose: bool = False,
                     poll_s: float = 0.2) -> Iterator[LogLine | None]:
         """Log lines as they are written, until the workflow ends and its logs are drained
         (a blocking iterator over ``open_follow``'s cursor, for callers with a thread of
@@ -801,12 +813,13 @@ class Service:
             NotFoundError, ForbiddenError: as ``logs``.
         """
         cursor = self.open_follow(workflow_id, user, task=task, retry_id=retry_id,
-                                  last_lines=last_lines, failed_only=failed_only)
+                                  last_lines=last_lines, failed_only=failed_only,
+                                  verbose=verbose)
         return _follow_blocking(cursor, poll_s)
 
     def open_follow(self, workflow_id: str, user: User, *, task: str | None = None,
                     retry_id: int | None = None, last_lines: int | None = None,
-                    failed_only: bool = False) -> LogCursor:
+                    failed_only: bool = False, verbose: bool = False) -> LogCursor:
         """A cursor that follows the workflow's logs step by step (``LogCursor.read``): the
         lines already written first (only the last ``last_lines`` of them when given, merged
         by time), then every new line as it appears, until the workflow ended and its logs
@@ -818,7 +831,7 @@ class Service:
         """
         self._readable(workflow_id, user)
         self._log_files(workflow_id, task, retry_id)
-        return LogCursor(self, workflow_id, task, retry_id, last_lines, failed_only)
+        return LogCursor(self, workflow_id, task, retry_id, last_lines, failed_only, verbose)
 
     # ------------------------------------------------------------------ pools
 
@@ -859,9 +872,10 @@ class LogCursor:
     """
 
     def __init__(self, service: Service, workflow_id: str, task: str | None,
-                 retry_id: int | None, last_lines: int | None, failed_only: bool) -> None:
+                 retry_id: int | None, last_lines: int | None, failed_only: bool,
+                 verbose: bool = False) -> None:
         self._service = service
-        self._where = (workflow_id, task, retry_id, failed_only)
+        self._where = (workflow_id, task, retry_id, failed_only, verbose)
         self._last_lines = last_lines
         self._known: dict[Path, LogFile] = {}
         self._pass: Iterator[LogLine] | None = None
@@ -954,11 +968,11 @@ class LogCursor:
 
     def _start_pass(self) -> Iterator[LogLine]:
         """The lines the files gained since the last pass, up to their sizes now."""
-        workflow_id, task, retry_id, failed_only = self._where
+        workflow_id, task, retry_id, failed_only, verbose = self._where
         service = self._service
         self._final = service.engine.state(workflow_id).status.is_terminal()
         files = [self._known.setdefault(f.path, f) for f in service._log_files(
-            workflow_id, task, retry_id, failed_only=failed_only)]
+            workflow_id, task, retry_id, failed_only=failed_only, verbose=verbose)]
         ends = {f.path: file_size(f.path) for f in files}
         skip = 0
         if self._first:

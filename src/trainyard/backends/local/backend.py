@@ -35,7 +35,8 @@ from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLa
 from trainyard.backends.base import server_url_for_tasks, task_api_env
 from trainyard.backends.facts import ENDING, read_facts
 from trainyard.backends.local import container
-from trainyard.backends.images import image_note, registry_host, runtime_for, runtime_path
+from trainyard.backends.images import (image_note, image_summary, registry_host, runtime_for,
+                                       runtime_path)
 from trainyard.backends.local.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
                                      probe_netns)
 from trainyard.backends.local.router import probe_router
@@ -632,6 +633,8 @@ class LocalBackend(Backend[GroupRequest]):
             env=self._task_env(run, iso, gpus, with_token),
             description=self._describe(launch, iso, image_note(
                 run.image, runtime, None if podman else self._why_no_podman())),
+            summary=self._summarize(launch, iso, image_summary(
+                run.image, runtime, None if podman else self._why_no_podman())),
             limits=self.task_limits(launch))
         request = LaunchRequest(launch.key, run_dir, [], run, run_dir / "sandbox" / "root")
         request.registry_credentials = launch.registry_credentials
@@ -682,6 +685,14 @@ class LocalBackend(Backend[GroupRequest]):
                 if name not in run.environment:
                     env[name] = "lo"
         return env
+
+    def _summarize(self, launch: TaskLaunch, iso: Isolation, image: str) -> str:
+        """The task log's one-line header: node, isolation, what runs (``_describe`` says
+        it all, in the detail lines)."""
+        runtime = runtime_for(launch.run.get("image"), self.images)
+        fs = ("podman container" if self._podman_for(runtime) else
+              "bubblewrap sandbox" if iso.bwrap else "no sandbox")
+        return f"{launch.node}, {fs}, {image}"
 
     def _describe(self, launch: TaskLaunch, iso: Isolation, image: str = "") -> str:
         runtime = runtime_for(launch.run.get("image"), self.images)

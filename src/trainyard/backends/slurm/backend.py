@@ -47,7 +47,7 @@ from trainyard.backends.images import runtime_for, runtime_path
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.slurm.options import SlurmOptions, parse_options
 from trainyard.backends.slurm.script import RUNNER_OUT, SlurmBatchRequest, build_request
-from trainyard.backends.slurm.states import UNKNOWN, fact_for_state, is_alive
+from trainyard.backends.slurm.states import UNKNOWN, fact_for_state, is_alive, pending_reason
 from trainyard.errors import BackendError, RefusedError
 from trainyard.pools import Pool, trainyard_home
 from trainyard.runfile import scrub_credentials
@@ -79,6 +79,7 @@ class _Attempt:
     done: bool = False
     gone_since: float | None = None
     stop_pending: bool = False
+    waiting: str = ""  # why its job is PENDING (``pending_reason``), "" once it is not
 
 
 class SlurmBackend(Backend[SlurmBatchRequest]):
@@ -175,6 +176,13 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
                 for attempt in of_job:
                     attempt.stop_pending = True
                 self._cancel_steps(job_id)
+
+    def waiting_reason(self, key: TaskKey) -> str:
+        """Why the attempt's job waits in Slurm's queue (squeue ``%r`` of a PENDING job, in
+        Slurm's word and plain words: ``states.pending_reason``), as of the last status
+        check; "" when it does not wait (or is unknown here)."""
+        attempt = self._find(key)
+        return attempt.waiting if attempt is not None else ""
 
     def host_of(self, key: TaskKey, node: str) -> str:
         """A stand-in for ``{{host:TASK}}`` (the placed node's host name): Slurm picks the
@@ -378,6 +386,7 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
                 return []
             return [self._gone(attempt, UNKNOWN, "no record of this attempt's Slurm job")]
         state, reason = states.get(attempt.job_id, (UNKNOWN, ""))
+        attempt.waiting = pending_reason(attempt.job_id, reason) if state == "PENDING" else ""
         job_steps = steps.get(attempt.job_id, {})
         if attempt.stop_pending and attempt.key.task in job_steps:
             self._cancel(job_steps[attempt.key.task])
