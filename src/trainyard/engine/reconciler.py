@@ -724,7 +724,7 @@ class Engine:
         each, in order. Each gang's outcome is what ``_start`` would give it: None, or
         GroupStartFailed. (Several gangs in one call of a backend's ``start_groups`` was
         measured slower on the local backend: 64-74 against 84-86 tasks/s for 1,000 one-task
-        groups, its launcher's CPU per task +2 ms; docs/benchmarks.md "Batched starts
+        groups, its launcher's CPU per task +2 ms; docs/benchmarks-history.md "Batched starts
         turned off".)"""
         ready: list[tuple[str, m.StartTasks]] = []
         for wid, action in starts:

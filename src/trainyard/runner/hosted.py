@@ -4,7 +4,7 @@ instead of a process of its own.
 Why: on a 2-core machine a forked runner costs ~10 ms of CPU per task (copying the page
 tables of a 35 MB interpreter, copy-on-write faults as Python touches its objects, tearing
 the address space down at exit), about 40% of a sandboxed task that runs ``true``; a thread
-of the launcher runs the same steps in ~2.5 ms (``docs/benchmarks.md``, engine section).
+of the launcher runs the same steps in ~2.5 ms (``docs/benchmarks-history.md``, engine section).
 
 When a backend may host a runner this way (``hostable``): the command runs in a bubblewrap
 sandbox, whose PID namespace ends every process of the task when the sandbox's first process

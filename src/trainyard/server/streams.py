@@ -52,7 +52,8 @@ READER_THREADS = 2
 (``$TRAINYARD_LOG_READER_THREADS`` sets another number). Few on purpose: each competes with
 the event loop for the GIL, and the loop answers health and every stream; with 200
 followers and 20 SSE streams on a busy 2-core machine, one run each gave a health p99 of
-1.6 s with 4 threads and 0.13 s with 2 (docs/benchmarks.md: the machine's noise is large)."""
+1.6 s with 4 threads and 0.13 s with 2 (docs/benchmarks-history.md: the machine's noise is
+large)."""
 MAX_STREAMS_PER_USER = 256
 """Log follows and SSE streams one user may hold open at once (task tokens count as their
 submitter); ``$TRAINYARD_MAX_STREAMS_PER_USER`` sets another number."""
