@@ -143,11 +143,21 @@ class ActionRunner(EngineCore):
             upstream_output=self._upstream_output, user=live.user,
             credentials=self._credentials_of(live.user, live.spec, action.group),
             data_credentials=self.credentials.data_payloads(live.user) if live.user else [],
+            registry_credentials=self._registry_credentials_of(live.user, live.spec, action.group),
         )
         launches = build_launches(ctx, action)
         if only is not None:
             launches = [launch for launch in launches if launch.key in only]
         return backend, launches
+
+    def _registry_credentials_of(self, user: str | None, spec: WorkflowSpec,
+                                 group: str) -> list[dict[str, str]]:
+        """The submitter's REGISTRY credentials, when a task of the group names an image
+        (decrypted only then)."""
+        images = [t.image for g in spec.groups if g.name == group for t in g.tasks if t.image]
+        if not images or user is None:
+            return []
+        return self.credentials.registry_payloads(user)
 
     def _credentials_of(self, user: str | None, spec: WorkflowSpec,
                         group: str) -> dict[str, tuple[str, dict[str, str]]]:

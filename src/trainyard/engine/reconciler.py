@@ -27,7 +27,7 @@ from trainyard.engine.recovery import ended_attempts
 from trainyard.engine.scheduler import Placement, Scheduler, request_of
 from trainyard.engine.serialize import state_from_dict, state_to_dict
 from trainyard.engine.steploop import StepLoop
-from trainyard.errors import RefusedError
+from trainyard.errors import BackendError, ConfigError, RefusedError
 from trainyard.pools import Pool
 from trainyard.spec.api import reparse
 from trainyard.spec.models import WorkflowSpec
@@ -165,11 +165,14 @@ class Engine(StepLoop):
             return self.home / "runs" / wid / task / "0" / "output"
         return output
 
-    def cancel(self, workflow_id: str) -> None:
+    def cancel(self, workflow_id: str, *, force: bool = False) -> None:
         """Cancel a workflow: every process stopped, status FAILED_CANCELED. Idempotent;
         a finished workflow is left as it is. What the backend already saw happen is applied
         first (one ``step``): a workflow whose last task had already exited is recorded as it
-        ended, not as cancelled. Raises NotFoundError for an unknown id."""
+        ended, not as cancelled. ``force`` (OSMO's ``workflow cancel --force``, "Force cancel
+        task group pods in the cluster"): its attempts are stopped with no grace period
+        (``Backend.kill``), those of an earlier cancel too. Raises NotFoundError for an
+        unknown id."""
         with self._lock:
             if workflow_id in self._live:
                 self.step()
@@ -177,6 +180,19 @@ class Engine(StepLoop):
                 self.store.get_workflow(workflow_id)  # raises NotFoundError
                 return
             self._apply_until_settled({workflow_id: [m.CancelRequested(time.time())]})
+            if force:
+                self._kill(workflow_id)
+
+    def _kill(self, workflow_id: str) -> None:
+        """Stop at once (``Backend.kill``) the attempts of the workflow still stopping."""
+        keys = [k for k in self._stopping if k.workflow_id == workflow_id]
+        if not keys:
+            return
+        try:
+            backend = self._backend_of(workflow_id)
+        except (BackendError, ConfigError):
+            return
+        backend.kill(keys)
 
     def restart(self, workflow_id: str) -> None:
         """Run a failed workflow's groups that did not complete again (new retry ids), keeping

@@ -269,6 +269,8 @@ def _set_group(step: _Step, group: GroupState, status: Status) -> None:
     """Move ``group`` to ``status`` (checked); an ending group gets ``end_time_s``."""
     check_move("group", group.name, group.status, status, GROUP_TRANSITIONS)
     group.status = status
+    if status not in (S.SCHEDULING, S.INITIALIZING):
+        group.waiting_reason = None  # it runs or ended: it waits no more
     if status.is_terminal():
         group.end_time_s = step.now_s
 
@@ -504,12 +506,20 @@ def _on_group_start_failed(step: _Step, event: GroupStartFailed) -> None:
 
 
 def _on_group_waiting(step: _Step, event: GroupWaiting) -> None:
-    """The scheduler says why a SCHEDULING gang is not placed: kept as its
-    ``waiting_reason`` (the same reason again changes nothing, so nothing is stored).
-    Ignored for a group that is not SCHEDULING (placed or ended meanwhile)."""
+    """The scheduler says why a SCHEDULING gang is not placed, or the backend why a placed
+    (INITIALIZING) gang none of whose tasks started waits in its own queue (a Slurm job's
+    pending reason): kept as its ``waiting_reason`` (the same reason again changes nothing,
+    so nothing is stored). Ignored for a group in any other state (ended, or a task
+    started meanwhile)."""
     group = step.group(event.group)
-    if group.status is S.SCHEDULING:
-        group.waiting_reason = event.reason
+    waits = group.status is S.SCHEDULING or (
+        group.status is S.INITIALIZING and not _any_started(step, group))
+    if waits:
+        group.waiting_reason = event.reason or None
+
+
+def _any_started(step: _Step, group: GroupState) -> bool:
+    return any(t.start_time_s is not None or t.status is S.RUNNING for t in step.tasks_of(group))
 
 
 def _on_task_initializing(step: _Step, event: TaskInitializing) -> None:
@@ -517,6 +527,7 @@ def _on_task_initializing(step: _Step, event: TaskInitializing) -> None:
     task = _current(step, event.task, event.retry_id)
     if task is not None and task.start_time_s is None:
         task.start_time_s = step.now_s
+        step.group(task.group).waiting_reason = None  # its runner started: no queue holds it
 
 
 def _on_task_running(step: _Step, event: TaskRunning) -> None:

@@ -20,6 +20,7 @@ from trainyard.engine.reasons import read_log_tail
 from trainyard.engine.recovery import Recovery
 from trainyard.engine.serialize import state_to_dict
 from trainyard.runner.report import LOG
+from trainyard.status import Status
 from trainyard.store import WorkflowRecord
 
 __all__ = ["FAILED_STEP_MAX_DELAY_S", "STEP_REST_RATIO", "StepLoop", "WAIT_REASONS_INTERVAL_S"]
@@ -217,6 +218,7 @@ class StepLoop(Recovery):
             return
         self._reasons_due_s = now + WAIT_REASONS_INTERVAL_S
         wall = time.time()
+        self._note_backend_waits(wall)
         for scheduler in self._schedulers.values():
             if not scheduler.queued():
                 continue
@@ -228,6 +230,25 @@ class StepLoop(Recovery):
                 since = state.scheduling_since_s
                 if since is None or wall - since >= WAIT_REASONS_INTERVAL_S:
                     self._apply_event(wid, m.GroupWaiting(wall, group, reason))
+
+    def _note_backend_waits(self, wall: float) -> None:
+        """Give each placed gang none of whose tasks started its backend's reason for the
+        wait (``Backend.waiting_reason``: a Slurm job PENDING in Slurm's queue), or clear
+        one that no longer holds (``GroupWaiting``; stored only when it changed)."""
+        for wid, live in list(self._live.items()):
+            backend = self._backends.get(live.pool)
+            if backend is None:
+                continue
+            for group in live.state.groups.values():
+                if group.status is not Status.INITIALIZING:
+                    continue
+                tasks = [live.state.tasks[t] for t in group.tasks]
+                if any(t.start_time_s is not None for t in tasks):
+                    continue
+                reason = next((why for t in tasks if (why := backend.waiting_reason(
+                    TaskKey(wid, t.name, t.retry_id)))), "")
+                if reason != (group.waiting_reason or ""):
+                    self._apply_event(wid, m.GroupWaiting(wall, group.name, reason))
 
     def _store_changed_states(self) -> None:
         """Save every changed state in one transaction, stop driving the finished ones, and

@@ -165,3 +165,18 @@ def test_a_new_waiting_reason_changes_the_long_poll_key() -> None:
     before = progress_key(state)
     state, _ = fold(state, GroupWaiting(2.0, "train", "needs 4 GPUs on pool local: 0 of 32 free"))
     assert progress_key(state) != before
+
+
+def test_a_placed_group_whose_backend_queue_holds_it_keeps_that_reason_until_it_runs() -> None:
+    """Issue 28, Slurm: a gang placed on a Slurm pool is INITIALIZING while its job waits in
+    Slurm's queue; the backend's reason (squeue %r) is its waiting reason, shown by query,
+    --wait, json and the dashboard (``waits_of``), and cleared once a task runs."""
+    state = submitted(workflow(solo("train")))
+    state, _ = fold(state, GroupPlaced(2.0, "train", {"train": "n0"}))
+    why = "Slurm job 7 is PENDING (Resources): it waits for resources (nodes, CPUs, GPUs, memory) to be free"
+    state, _ = fold(state, GroupWaiting(3.0, "train", why))
+    assert state.groups["train"].waiting_reason == why
+    waits = reasons.waits_of(state)
+    assert [(w["group"], w["status"], w["reason"]) for w in waits] == [("train", "INITIALIZING", why)]
+    state, _ = fold(state, TaskRunning(4.0, "train", 0))
+    assert state.groups["train"].waiting_reason is None and reasons.waits_of(state) == []

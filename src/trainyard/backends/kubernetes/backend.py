@@ -252,6 +252,16 @@ class KubernetesBackend(Backend[KubernetesRequest]):
             attempt.stopping = True
             self._delete_pod(attempt.pod)
 
+    def kill(self, keys: list[TaskKey]) -> None:
+        """Delete these attempts' pods with grace period 0 (OSMO's ``cancel --force``),
+        also those already stopping with the pool's grace. Idempotent."""
+        for key in keys:
+            attempt = self._attempts.get(self._pod_of(key))
+            if attempt is None or attempt.done:
+                continue
+            attempt.stopping = True
+            self._delete_pod(attempt.pod, grace_s=0)
+
     def host_of(self, key: TaskKey, node: str) -> str:
         """A stand-in for ``{{host:TASK}}`` (the task's hostname): ``build_request`` writes
         the fully qualified name under the group's Service into the runner input, which

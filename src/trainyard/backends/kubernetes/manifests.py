@@ -429,7 +429,8 @@ def _task_run(launch: TaskLaunch, options: KubernetesOptions, pod: str,
     run.sandbox = SandboxSettings(
         env={"TRAINYARD_SERVER_URL": server_url} if server_url else {},
         description=(f"kubernetes backend: pod {pod} in namespace {options.namespace}, "
-                     f"image {image}; the container is the task's own root"))
+                     f"image {image}; the container is the task's own root"),
+        summary=f"kubernetes pod {pod}, image {image}")
     return run
 
 

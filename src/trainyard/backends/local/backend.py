@@ -22,6 +22,7 @@ from typing import Any
 
 from trainyard.backends.attempts import AttemptIndex
 from trainyard.backends.base import Backend, TaskFact, TaskKey, TaskLaunch
+from trainyard.backends.images import registry_host
 from trainyard.backends.local import container
 from trainyard.backends.local.isolation import LaunchRequest
 from trainyard.backends.local.launcher import LauncherClient
@@ -86,6 +87,11 @@ class LocalBackend(StartPreparer, Backend[GroupRequest]):
         self._stopper: threading.Thread | None = None
         self.limits = bool(options.get("limits", True))
         self.pids_max = int(options.get("pids_max", DEFAULT_PIDS_MAX))
+        self.insecure_registries: tuple[str, ...] = tuple(
+            registry_host(str(r)) for r in options.get("insecure_registries", []))
+        """Registries pulled from without TLS verification (podman's ``--tls-verify=false``):
+        the pool option ``insecure_registries`` (``host:port`` each), as registries.conf's
+        ``insecure = true``."""
         idle = float(options.get("launcher_idle_s", 60.0))
         self._launcher = LauncherClient(self.state_dir, self.python, idle_s=idle)
         self._facts_socket: FactsSocket | None = None
@@ -196,6 +202,24 @@ class LocalBackend(StartPreparer, Backend[GroupRequest]):
                     continue
                 attempt.stopping = True
                 attempt.stop_deadline = time.monotonic() + self.stop_grace_s
+                self._attempts[key] = attempt
+            self._ensure_stopper()
+        self._wake.set()
+
+    def kill(self, keys: list[TaskKey]) -> None:
+        """``stop`` with no grace: the runners' whole trees SIGKILLed at once, no SIGTERM
+        (a hosted runner's command SIGKILLed by its runner, which then reports). Also for
+        attempts already stopping (a force after a plain cancel). Idempotent; returns at
+        once."""
+        with self._lock:
+            for key in keys:
+                attempt = self._attempts.get(key) or self._load(key)
+                if attempt is None or attempt.forced:
+                    continue
+                attempt.stopping = attempt.forced = True
+                if not attempt.hosted:
+                    attempt.termed = True  # no SIGTERM: the SIGKILL comes at once
+                attempt.stop_deadline = time.monotonic()
                 self._attempts[key] = attempt
             self._ensure_stopper()
         self._wake.set()

@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from trainyard.backends.base import TaskLaunch, server_url_for_tasks, task_api_env
-from trainyard.backends.images import image_note, runtime_for, runtime_path
+from trainyard.backends.images import image_note, image_summary, runtime_for, runtime_path
 from trainyard.backends.local import container
 from trainyard.backends.local.isolation import LaunchRequest, strategy_for
 from trainyard.backends.local.launcher import LauncherClient
@@ -106,6 +106,7 @@ class RequestBuilder:
     forward_ports: list[int]
     limits: bool
     pids_max: int
+    insecure_registries: tuple[str, ...]
     _launcher: LauncherClient
 
     def _preview(self, launch: TaskLaunch, iso: Isolation) -> str:
@@ -144,8 +145,11 @@ class RequestBuilder:
             env=self._task_env(run, iso, gpus, with_token),
             description=self._describe(launch, iso, image_note(
                 run.image, runtime, None if podman else self._why_no_podman())),
+            summary=self._summarize(launch, iso, image_summary(
+                run.image, runtime, None if podman else self._why_no_podman())),
             limits=self.task_limits(launch))
         request = LaunchRequest(launch.key, run_dir, [], run, run_dir / "sandbox" / "root")
+        request.registry_credentials = launch.registry_credentials
         request.writable_dirs = self._writable_dirs(run)
         remap = not (net is not None and net.user_ns and not run.host_network)
         box = strategy_for(podman, iso.bwrap).sandbox(
@@ -193,6 +197,14 @@ class RequestBuilder:
                 if name not in run.environment:
                     env[name] = "lo"
         return env
+
+    def _summarize(self, launch: TaskLaunch, iso: Isolation, image: str) -> str:
+        """The task log's one-line header: node, isolation, what runs (``_describe`` says
+        it all, in the detail lines)."""
+        runtime = runtime_for(launch.run.get("image"), self.images)
+        fs = ("podman container" if self._podman_for(runtime) else
+              "bubblewrap sandbox" if iso.bwrap else "no sandbox")
+        return f"{launch.node}, {fs}, {image}"
 
     def _describe(self, launch: TaskLaunch, iso: Isolation, image: str = "") -> str:
         runtime = runtime_for(launch.run.get("image"), self.images)

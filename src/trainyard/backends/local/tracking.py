@@ -58,6 +58,8 @@ class Attempt:
     stopping: bool = False
     stop_deadline: float = 0.0
     termed: bool = False
+    forced: bool = False  # kill(): SIGKILL at once, no SIGTERM
+    force_sent: bool = False  # a hosted runner was told to kill its command
     stopped: bool = False
     next_alive_check: float = 0.0
     gpus: tuple[int, ...] = ()  # machine-wide indices of the real GPUs it borrowed
@@ -280,10 +282,11 @@ class AttemptTracker:
     def _advance_hosted_stop(self, attempt: Attempt) -> bool:
         """A hosted runner stops itself (``Runner.request_stop``: SIGTERM, then SIGKILL of
         its command after the grace); the sandbox takes the rest of the task with it."""
-        if not attempt.termed:
+        if not attempt.termed or (attempt.forced and not attempt.force_sent):
             attempt.termed = True
+            attempt.force_sent = attempt.forced
             assert attempt.run_dir is not None and attempt.hosted is not None
-            self._launcher.stop_hosted(attempt.run_dir, attempt.hosted)
+            self._launcher.stop_hosted(attempt.run_dir, attempt.hosted, force=attempt.forced)
         if self._alive(attempt):
             return True
         self._kill_leftovers([attempt])
