@@ -90,6 +90,9 @@ class TaskLaunch:
         resources: what the task asks of its node.
         exec_timeout_s: the workflow's exec timeout (None: none). The engine enforces it;
             a backend may give its own allocation a later limit as a backstop.
+        registry_credentials: the submitter's REGISTRY credentials' payloads (``registry``,
+            ``username``, ``auth``), for a backend that pulls the task's image with them
+            (Kubernetes: imagePullSecrets); never in a repr or a log.
     """
 
     key: TaskKey
@@ -101,6 +104,7 @@ class TaskLaunch:
     restart_in_place: bool = False
     resources: TaskResources = field(default_factory=TaskResources)
     exec_timeout_s: float | None = None
+    registry_credentials: list[dict[str, str]] = field(default_factory=list, repr=False)
 
 
 class Request(Protocol):
@@ -122,6 +126,9 @@ class Backend(ABC, Generic[RequestT]):
 
     name: str = ""
     """The backend's registry name (``local``, ``slurm``, ...)."""
+    pulls_images: bool = False
+    """Whether it pulls tasks' images with the submitter's REGISTRY credentials
+    (``TaskLaunch.registry_credentials``, given only to such a backend)."""
 
     # ------------------------------------------------------------------ starting
 
@@ -205,6 +212,13 @@ class Backend(ABC, Generic[RequestT]):
         """
         raise RefusedError(f"the {self.name} backend cannot enter a running task (exec, "
                            "port-forward and rsync)")
+
+    def waiting_reason(self, key: TaskKey) -> str:
+        """Why the started attempt ``key`` is not running yet, in the words of the
+        backend's own scheduler (a Kubernetes pod's Unschedulable message); "" when it says
+        nothing. Read every few seconds for each task of a placed gang none of whose tasks
+        started; must not block. Default: "" (the backend has no scheduler of its own)."""
+        return ""
 
     def forget(self, workflow_id: str) -> None:
         """Drop what this backend keeps of a workflow being deleted; its attempts no

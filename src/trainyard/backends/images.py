@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["image_name", "runtime_for", "runtime_path", "busybox_applets", "DEFAULT_RUNTIMES",
+__all__ = ["DOCKER_HUB", "image_name", "image_registry", "same_registry", "runtime_for", "runtime_path", "busybox_applets", "DEFAULT_RUNTIMES",
            "image_note"]
 
 log = logging.getLogger("trainyard.backends.local")
@@ -60,6 +60,36 @@ def image_name(image: str) -> str:
     """The bare name of an image: no registry, no path, no tag or digest."""
     last = image.rsplit("/", 1)[-1]
     return last.split("@", 1)[0].split(":", 1)[0]
+
+
+DOCKER_HUB = "docker.io"
+_HUB_ALIASES = {"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"}
+
+
+def image_registry(image: str) -> str:
+    """The registry host of an image reference, as Docker reads one (distribution's
+    ``reference`` rules): the first ``/``-part when it has a ``.`` or ``:`` or is
+    ``localhost``, else Docker Hub (``docker.io``).
+
+    >>> image_registry("nvcr.io/nvidia/pytorch:24.03-py3"), image_registry("python:3.11")
+    ('nvcr.io', 'docker.io')
+    """
+    first, slash, _rest = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first.lower()
+    return DOCKER_HUB
+
+
+def same_registry(registry: str, image: str) -> bool:
+    """Whether a credential's ``registry`` (a host, ``host:port``, or a URL such as
+    ``https://index.docker.io/v1/``) is the registry ``image`` is pulled from; Docker Hub's
+    names are one."""
+    host = registry.strip().lower()
+    host = host.split("://", 1)[-1].split("/", 1)[0]
+    wanted = image_registry(image)
+    if host in _HUB_ALIASES:
+        return wanted == DOCKER_HUB
+    return host == wanted
 
 
 def _match(image: str, table: dict[str, str]) -> str | None:

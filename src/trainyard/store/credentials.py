@@ -191,6 +191,14 @@ class CredentialVault:
                  if kind == "DATA"]
         return sorted(found, key=lambda p: len(p.get("endpoint", "")), reverse=True)
 
+    def registry_payloads(self, user: str) -> list[dict[str, str]]:
+        """``user``'s REGISTRY credentials' payloads, decrypted, in name order: for pulling
+        the images of their tasks (OSMO: a "Registry" credential is used for the registry
+        it names; the Kubernetes backend makes imagePullSecrets of them)."""
+        return [self._open(name, token)
+                for name, kind, token, _created in sorted(self.store.credential_rows(user))
+                if kind == "REGISTRY"]
+
     def _open(self, name: str, token: str) -> dict[str, str]:
         from cryptography.fernet import InvalidToken
 
