@@ -22,13 +22,6 @@ RES = TaskResources(cpu=1, memory_bytes=GiB)
 WID = "train-1"
 
 
-@pytest.fixture
-def emulator(tmp_path: Path) -> Iterator[Emulator]:
-    made = Emulator(tmp_path)
-    yield made
-    made.close()
-
-
 def _backend(emulator: Emulator, home: Path, **options: Any) -> KubernetesBackend:
     settings = {"namespace": NAMESPACE, "kubeconfig": str(emulator.kubeconfig),
                 "lost_grace_s": 0.2, "server_url": "http://trainyard.trainyard.svc:8000",

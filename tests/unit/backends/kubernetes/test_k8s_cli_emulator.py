@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -20,24 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 import yaml
 from k8s_emulator import NAMESPACE, Emulator, Kubelet
+from k8s_support import cli, served
 
-from trainyard.cli.main import main
-from trainyard.server.__main__ import build_app
 
 REPO = Path(__file__).resolve().parents[4]
 SPEC = REPO / "examples" / "torchrun_multinode" / "train.yaml"
 TIMEOUT_S = 30
 WHY = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
-
-
-@pytest.fixture
-def emulator(tmp_path: Path) -> Iterator[Emulator]:
-    made = Emulator(tmp_path)
-    yield made
-    made.close()
 
 
 @pytest.fixture
@@ -49,37 +38,14 @@ def home(tmp_path: Path, emulator: Emulator, monkeypatch: pytest.MonkeyPatch) ->
     pools["pools"]["k8s"]["options"] = {"namespace": NAMESPACE, "lost_grace_s": 0.2,
                                         "kubeconfig": str(emulator.kubeconfig)}
     (home / "pools.yaml").write_text(yaml.safe_dump(pools))
-    monkeypatch.setenv("TRAINYARD_HOME", str(home))
-    for name in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN", "TRAINYARD_DATABASE_URL",
-                 "KUBECONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(build_app(), log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    monkeypatch.setenv("TRAINYARD_SERVER_URL", f"http://127.0.0.1:{sock.getsockname()[1]}")
-    yield home
-    server.should_exit = True
-    thread.join(timeout=15)
-    sock.close()
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return out
+    with served(home, monkeypatch):
+        yield home
 
 
 def _submit(capsys: pytest.CaptureFixture[str], emulator: Emulator) -> tuple[str, list[str]]:
     """The seed spec submitted to ``k8s``: its id and its two pods' names, once made."""
-    _cli(capsys, "workflow", "submit", str(SPEC), "--pool", "k8s")
-    [row] = json.loads(_cli(capsys, "workflow", "list", "-t", "json"))
+    cli(capsys, "workflow", "submit", str(SPEC), "--pool", "k8s")
+    [row] = json.loads(cli(capsys, "workflow", "list", "-t", "json"))
     wid = row["id"] if "id" in row else row["name"]
     deadline = time.monotonic() + TIMEOUT_S
     while len(pods := emulator.pods_of(wid)) < 2:
@@ -90,7 +56,7 @@ def _submit(capsys: pytest.CaptureFixture[str], emulator: Emulator) -> tuple[str
 
 def _query_until(capsys: pytest.CaptureFixture[str], wid: str, done: Any) -> dict[str, Any]:
     deadline = time.monotonic() + TIMEOUT_S
-    while not done(data := json.loads(_cli(capsys, "workflow", "query", wid, "-t", "json"))):
+    while not done(data := json.loads(cli(capsys, "workflow", "query", wid, "-t", "json"))):
         assert time.monotonic() < deadline, data.get("waiting")
         time.sleep(0.1)
     return data
@@ -104,10 +70,10 @@ def test_query_shows_the_schedulers_unschedulable_message(
     assert data["waiting"] == [{"group": "training", "status": "INITIALIZING",
                                 "reason": f"task worker: Unschedulable: {WHY}",
                                 "since": data["waiting"][0]["since"]}]
-    text = _cli(capsys, "workflow", "query", wid)
+    text = cli(capsys, "workflow", "query", wid)
     assert f"Waiting: group training INITIALIZING: task worker: Unschedulable: {WHY}" in \
         " ".join(text.split())
-    _cli(capsys, "workflow", "cancel", wid)
+    cli(capsys, "workflow", "cancel", wid)
 
 
 def test_logs_follow_shows_a_running_pods_lines_as_they_come(

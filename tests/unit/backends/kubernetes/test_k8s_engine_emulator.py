@@ -81,13 +81,6 @@ class EngineOnK8s:
 
 
 @pytest.fixture
-def emulator(tmp_path: Path) -> Iterator[Emulator]:
-    made = Emulator(tmp_path)
-    yield made
-    made.close()
-
-
-@pytest.fixture
 def run(emulator: Emulator, tmp_path: Path) -> Iterator[EngineOnK8s]:
     made = EngineOnK8s(tmp_path / "home", emulator)
     yield made
