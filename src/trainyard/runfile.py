@@ -36,6 +36,7 @@ __all__ = [
     "RunOutput",
     "RunCheckpoint",
     "RunCredential",
+    "scrub_credentials",
     "Barrier",
     "SandboxSettings",
     "OverlayMount",
@@ -465,6 +466,29 @@ def load_run(path: Path) -> TaskRun:
     if run.data_credentials or any(c.values is not None for c in run.credentials):
         _forget_credentials(Path(path), run)
     return run
+
+
+def scrub_credentials(path: Path) -> bool:
+    """Take every credential value out of the ``run.json`` at ``path`` (names, variables and
+    folders stay; the file replaced, 0600), for an attempt whose runner never read it (a
+    Slurm job cancelled or ended while pending: ``load_run`` is what scrubs otherwise).
+    Idempotent; never raises.
+
+    Returns:
+        True when values were found and taken out; False when there were none, or the file
+        is missing or cannot be read as a run file (then nothing is written).
+    """
+    try:
+        run = TaskRun.model_validate_json(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    if not (run.data_credentials or any(c.values is not None for c in run.credentials)):
+        return False
+    try:
+        _forget_credentials(Path(path), run)
+    except OSError:
+        return False
+    return True
 
 
 def _forget_credentials(path: Path, run: TaskRun) -> None:

@@ -90,9 +90,10 @@ class TaskLaunch:
         resources: what the task asks of its node.
         exec_timeout_s: the workflow's exec timeout (None: none). The engine enforces it;
             a backend may give its own allocation a later limit as a backstop.
-        registry_credentials: the submitter's REGISTRY credentials' payloads (``registry``,
-            ``username``, ``auth``), for a backend that pulls the task's image with them
-            (Kubernetes: imagePullSecrets); never in a repr or a log.
+        registry_credentials: the submitter's REGISTRY credentials for the registry of
+            the task's image (``images.registry_credentials_for``), decrypted: for the
+            backend's pull of that image only, never written into ``run`` (so never into a
+            run file, a log or a dry run's output).
     """
 
     key: TaskKey
@@ -126,9 +127,6 @@ class Backend(ABC, Generic[RequestT]):
 
     name: str = ""
     """The backend's registry name (``local``, ``slurm``, ...)."""
-    pulls_images: bool = False
-    """Whether it pulls tasks' images with the submitter's REGISTRY credentials
-    (``TaskLaunch.registry_credentials``, given only to such a backend)."""
 
     # ------------------------------------------------------------------ starting
 
@@ -173,6 +171,13 @@ class Backend(ABC, Generic[RequestT]):
     @abstractmethod
     def stop(self, keys: list[TaskKey]) -> None:
         """Stop these attempts with their whole process trees. Idempotent, non-blocking."""
+
+    def kill(self, keys: list[TaskKey]) -> None:
+        """Stop these attempts with no grace period (OSMO's ``workflow cancel --force``:
+        "Force cancel task group pods in the cluster"): their processes get SIGKILL, no
+        SIGTERM first. Idempotent, non-blocking. This default stops them as ``stop`` does,
+        for a backend that cannot do better (Slurm: scancel, SIGKILL after KillWait)."""
+        self.stop(keys)
 
     @abstractmethod
     def host_of(self, key: TaskKey, node: str) -> str:

@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["DOCKER_HUB", "image_name", "image_registry", "same_registry", "runtime_for", "runtime_path", "busybox_applets", "DEFAULT_RUNTIMES",
+__all__ = ["DOCKER_HUB", "image_registry", "registry_host", "registry_credentials_for", "image_name", "runtime_for", "runtime_path", "busybox_applets", "DEFAULT_RUNTIMES",
            "image_note"]
 
 log = logging.getLogger("trainyard.backends.local")
@@ -56,40 +56,43 @@ exec BUSYBOX nslookup "$@"
 """
 
 
+DOCKER_HUB = "docker.io"
+_DOCKER_HUB_ALIASES = ("index.docker.io", "registry-1.docker.io", "registry.hub.docker.com")
+
+
+def registry_host(registry: str) -> str:
+    """A registry as ``host[:port]``, lower case, without a scheme, path or trailing slash;
+    Docker Hub's other names are ``docker.io``."""
+    text = registry.strip().lower()
+    text = text.split("://", 1)[-1].split("/", 1)[0]
+    return DOCKER_HUB if text in _DOCKER_HUB_ALIASES else text
+
+
+def image_registry(image: str) -> str:
+    """The registry an image reference pulls from (the Docker reference rule): its first
+    path part when that has a ``.`` or a ``:`` or is ``localhost``, else Docker Hub
+    (``docker.io``): ``nvcr.io/nvidia/pytorch:24.01`` -> ``nvcr.io``, ``ubuntu:22.04`` ->
+    ``docker.io``, ``localhost:5000/x`` -> ``localhost:5000``."""
+    first, slash, _rest = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return registry_host(first)
+    return DOCKER_HUB
+
+
+def registry_credentials_for(image: str | None,
+                             payloads: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Those REGISTRY credential payloads (``registry``, ``username``, ``auth``) whose
+    registry is ``image``'s (``image_registry``); none without an image."""
+    if not image:
+        return []
+    wanted = image_registry(image)
+    return [p for p in payloads if registry_host(p.get("registry") or DOCKER_HUB) == wanted]
+
+
 def image_name(image: str) -> str:
     """The bare name of an image: no registry, no path, no tag or digest."""
     last = image.rsplit("/", 1)[-1]
     return last.split("@", 1)[0].split(":", 1)[0]
-
-
-DOCKER_HUB = "docker.io"
-_HUB_ALIASES = {"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"}
-
-
-def image_registry(image: str) -> str:
-    """The registry host of an image reference, as Docker reads one (distribution's
-    ``reference`` rules): the first ``/``-part when it has a ``.`` or ``:`` or is
-    ``localhost``, else Docker Hub (``docker.io``).
-
-    >>> image_registry("nvcr.io/nvidia/pytorch:24.03-py3"), image_registry("python:3.11")
-    ('nvcr.io', 'docker.io')
-    """
-    first, slash, _rest = image.partition("/")
-    if slash and ("." in first or ":" in first or first == "localhost"):
-        return first.lower()
-    return DOCKER_HUB
-
-
-def same_registry(registry: str, image: str) -> bool:
-    """Whether a credential's ``registry`` (a host, ``host:port``, or a URL such as
-    ``https://index.docker.io/v1/``) is the registry ``image`` is pulled from; Docker Hub's
-    names are one."""
-    host = registry.strip().lower()
-    host = host.split("://", 1)[-1].split("/", 1)[0]
-    wanted = image_registry(image)
-    if host in _HUB_ALIASES:
-        return wanted == DOCKER_HUB
-    return host == wanted
 
 
 def _match(image: str, table: dict[str, str]) -> str | None:

@@ -651,8 +651,10 @@ def cancel(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...
                                                   help="The workflows to cancel (NAME-N)."),
            message: Optional[str] = typer.Option(
                None, "--message", "-m", help="Why: kept with the workflow (its cancel_message)."),
-           force: bool = typer.Option(False, "--force", "-f", help="OSMO's force cancel; "
-                                      "every cancel here already stops every process."),
+           force: bool = typer.Option(False, "--force", "-f", help="OSMO's force cancel: no "
+                                      "grace period, the tasks' processes SIGKILLed at once "
+                                      "(no SIGTERM first: nothing of theirs runs on the way "
+                                      "out); Slurm: scancel as usual."),
            fmt: Format = FormatOption) -> None:
     """Cancel workflows: stop every task; each ends FAILED_CANCELED. Each is cancelled on
     its own and its result printed. Exit 0 when every one was cancelled; otherwise the

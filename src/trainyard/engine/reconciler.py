@@ -311,11 +311,14 @@ class Engine:
             return self.home / "runs" / wid / task / "0" / "output"
         return output
 
-    def cancel(self, workflow_id: str) -> None:
+    def cancel(self, workflow_id: str, *, force: bool = False) -> None:
         """Cancel a workflow: every process stopped, status FAILED_CANCELED. Idempotent;
         a finished workflow is left as it is. What the backend already saw happen is applied
         first (one ``step``): a workflow whose last task had already exited is recorded as it
-        ended, not as cancelled. Raises NotFoundError for an unknown id."""
+        ended, not as cancelled. ``force`` (OSMO's ``workflow cancel --force``, "Force cancel
+        task group pods in the cluster"): its attempts are stopped with no grace period
+        (``Backend.kill``), those of an earlier cancel too. Raises NotFoundError for an
+        unknown id."""
         with self._lock:
             if workflow_id in self._live:
                 self.step()
@@ -323,6 +326,19 @@ class Engine:
                 self.store.get_workflow(workflow_id)  # raises NotFoundError
                 return
             self._process({workflow_id: [m.CancelRequested(time.time())]})
+            if force:
+                self._kill(workflow_id)
+
+    def _kill(self, workflow_id: str) -> None:
+        """Stop at once (``Backend.kill``) the attempts of the workflow still stopping."""
+        keys = [k for k in self._stopping if k.workflow_id == workflow_id]
+        if not keys:
+            return
+        try:
+            backend = self._backend_of(workflow_id)
+        except (BackendError, ConfigError):
+            return
+        backend.kill(keys)
 
     def restart(self, workflow_id: str) -> None:
         """Run a failed workflow's groups that did not complete again (new retry ids), keeping
@@ -802,13 +818,21 @@ class Engine:
             upstream_output=self._upstream_output, user=live.user,
             credentials=self._credentials_of(live.user, live.spec, action.group),
             data_credentials=self.credentials.data_payloads(live.user) if live.user else [],
-            registry_credentials=(self.credentials.registry_payloads(live.user)
-                                  if live.user and backend.pulls_images else []),
+            registry_credentials=self._registry_credentials_of(live.user, live.spec, action.group),
         )
         launches = build_launches(ctx, action)
         if only is not None:
             launches = [launch for launch in launches if launch.key in only]
         return backend, launches
+
+    def _registry_credentials_of(self, user: str | None, spec: WorkflowSpec,
+                                 group: str) -> list[dict[str, str]]:
+        """The submitter's REGISTRY credentials, when a task of the group names an image
+        (decrypted only then)."""
+        images = [t.image for g in spec.groups if g.name == group for t in g.tasks if t.image]
+        if not images or user is None:
+            return []
+        return self.credentials.registry_payloads(user)
 
     def _credentials_of(self, user: str | None, spec: WorkflowSpec,
                         group: str) -> dict[str, tuple[str, dict[str, str]]]:

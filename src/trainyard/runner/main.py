@@ -150,6 +150,8 @@ class Runner:
         self.log.secrets = secrets_of(run)
         self.credential_env: dict[str, str] = {}
         self.credential_written: list[tuple[str, str]] = []
+        self.forced = False
+        """A forced stop was asked (``request_stop(force=True)``: SIGKILL, no SIGTERM)."""
         self._data_hooks: dict[str, DataHook] = {}
         self.task_venv_bin: str | None = None
         """The task's own environment's ``bin`` as the task sees it, once made
@@ -645,13 +647,18 @@ class Runner:
         """SIGTERM/SIGINT handler: stop the attempt (see module docstring)."""
         self.request_stop()
 
-    def request_stop(self) -> None:
+    def request_stop(self, force: bool = False) -> None:
         """Stop the attempt: before the command, no command runs; during it, its process
-        group gets SIGTERM, then SIGKILL after ``stop_grace_s``. Returns at once; safe to call
-        from a signal handler, from another thread and more than once."""
+        group gets SIGTERM, then SIGKILL after ``stop_grace_s`` (``force``: SIGKILL now, no
+        SIGTERM). Returns at once; safe to call from a signal handler, from another thread
+        and more than once."""
+        self.forced = self.forced or force
         self.stop.set()
         if self.command is not None:
-            self.command.terminate(self.run.stop_grace_s)
+            if force:
+                self.command.kill_now()
+            else:
+                self.command.terminate(self.run.stop_grace_s)
 
     def _on_log_failure(self, _exc: OSError) -> None:
         """The task log cannot be written: stop the command (``_check_log`` then fails the
@@ -702,7 +709,9 @@ class Runner:
         self._check_log()
         mark_stage(self.run_dir, "command_exit")
         if self.stop.is_set():
-            return code or STOPPED_EXIT_CODE, "stopped by SIGTERM"
+            return code or STOPPED_EXIT_CODE, ("stopped by SIGKILL (a forced cancel: no "
+                                               "SIGTERM first)" if self.forced
+                                               else "stopped by SIGTERM")
         if code == 0:
             self.upload_outputs()
             mark_stage(self.run_dir, "upload_end")

@@ -613,8 +613,9 @@ class Service:
         """Cancel (idempotent); returns the workflow summary with ``had_ended``: true when
         the workflow had already ended before this call (nothing was cancelled), and
         ``cancel_message``: OSMO's ``--message``, kept with the workflow (the first one
-        given). ``force`` (OSMO's ``--force``) changes nothing here: a cancel always stops
-        every process of the workflow, whatever its backend."""
+        given). ``force`` (OSMO's ``--force``, "Force cancel task group pods"): no grace
+        period, its tasks' processes SIGKILLed at once (``Engine.cancel``); also for a
+        workflow already being cancelled."""
         record = self._readable(workflow_id, user)
         refuse_task_token(user, "cancel a workflow")
         had_ended = WorkflowStatus(record.status).is_terminal()
@@ -622,7 +623,7 @@ class Service:
         if message and not had_ended and not source.get("cancel"):
             source = self.engine.store.update_workflow_source(workflow_id, lambda old: {
                 **old, "cancel": {"message": message, "by": user.name, "force": force}})
-        self.engine.cancel(workflow_id)
+        self.engine.cancel(workflow_id, force=force)
         return {**_summary_json(self.engine.store.get_workflow(workflow_id)),
                 "had_ended": had_ended,
                 "cancel_message": (source.get("cancel") or {}).get("message")}

@@ -192,11 +192,12 @@ class CredentialVault:
         return sorted(found, key=lambda p: len(p.get("endpoint", "")), reverse=True)
 
     def registry_payloads(self, user: str) -> list[dict[str, str]]:
-        """``user``'s REGISTRY credentials' payloads, decrypted, in name order: for pulling
-        the images of their tasks (OSMO: a "Registry" credential is used for the registry
-        it names; the Kubernetes backend makes imagePullSecrets of them)."""
-        return [self._open(name, token)
-                for name, kind, token, _created in sorted(self.store.credential_rows(user))
+        """``user``'s REGISTRY credentials' payloads, decrypted, each with its ``registry``
+        (default ``docker.io``, Docker Hub, as OSMO's): for pulling their tasks' images
+        from that registry (OSMO docs, "Credentials": registry credentials are used to pull
+        the images of the workflows of their owner). Never for an answer of the API."""
+        return [{"registry": "docker.io", **self._open(name, token)}
+                for name, kind, token, _created in self.store.credential_rows(user)
                 if kind == "REGISTRY"]
 
     def _open(self, name: str, token: str) -> dict[str, str]:

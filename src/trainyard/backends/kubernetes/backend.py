@@ -233,7 +233,6 @@ class KubernetesBackend(Backend[KubernetesRequest]):
     """
 
     name = "kubernetes"
-    pulls_images = True
 
     def __init__(self, pool: Pool, home: Path | None = None, *, api: KubeApi | None = None) -> None:
         self.pool = pool
@@ -316,6 +315,16 @@ class KubernetesBackend(Backend[KubernetesRequest]):
                 continue
             attempt.stopping = True
             self._delete_pod(attempt.pod)
+
+    def kill(self, keys: list[TaskKey]) -> None:
+        """Delete these attempts' pods with grace period 0 (OSMO's ``cancel --force``),
+        also those already stopping with the pool's grace. Idempotent."""
+        for key in keys:
+            attempt = self._attempts.get(self._pod_of(key))
+            if attempt is None or attempt.done:
+                continue
+            attempt.stopping = True
+            self._delete_pod(attempt.pod, grace_s=0)
 
     def host_of(self, key: TaskKey, node: str) -> str:
         """A stand-in for ``{{host:TASK}}`` (the task's hostname): ``build_request`` writes

@@ -22,7 +22,7 @@ The mapping (docs/kubernetes.md has it with the seed's two-node example):
 - **Secret**: one per attempt, named as its pod, holding ``run.json`` (the runner's input:
   environment, files, the task token), mounted read-only at ``/etc/trainyard``.
 - **image pull Secret**: per workflow and registry, the submitter's REGISTRY credential for
-  the registry of a task's image (``images.same_registry``) as a Secret of type
+  the registry of a task's image (``images.image_registry``) as a Secret of type
   ``kubernetes.io/dockerconfigjson`` (what ``kubectl create secret docker-registry`` makes;
   Kubernetes docs, "Pull an Image from a Private Registry"), named in that pod's
   ``imagePullSecrets`` after the pool's ``image_pull_secrets``; owned like everything else.
@@ -54,7 +54,7 @@ from typing import Any
 import yaml
 
 from trainyard.backends.base import TaskKey, TaskLaunch, TaskResources
-from trainyard.backends.images import DOCKER_HUB, image_registry, same_registry
+from trainyard.backends.images import DOCKER_HUB, image_registry, registry_host
 from trainyard.backends.kubernetes import names
 from trainyard.backends.kubernetes.options import KubernetesOptions
 from trainyard.errors import BackendError
@@ -436,11 +436,11 @@ def _docker_auth(payload: dict[str, str]) -> dict[str, str]:
 def pull_secret(launch: TaskLaunch, image: str, options: KubernetesOptions
                 ) -> dict[str, Any] | None:
     """The image pull Secret of ``image``'s registry from the first of the launch's REGISTRY
-    credentials for it (``images.same_registry``; a payload without ``registry`` is Docker
+    credentials for it (``images.image_registry``; a payload without ``registry`` is Docker
     Hub's), else None."""
     for payload in launch.registry_credentials:
         registry = payload.get("registry") or DOCKER_HUB
-        if payload.get("auth") and same_registry(registry, image):
+        if payload.get("auth") and registry_host(registry) == image_registry(image):
             config = json.dumps({"auths": {registry: _docker_auth(payload)}}, sort_keys=True)
             return {"apiVersion": "v1", "kind": "Secret",
                     "type": "kubernetes.io/dockerconfigjson",
