@@ -410,6 +410,15 @@ class Service:
         facts_a, facts_b = self._facts(workflow_a, user), self._facts(workflow_b, user)
         return compare.diff_runs(facts_a, facts_b)
 
+    def settings(self, workflow_ids: list[str], user: User) -> list[dict[str, Any]]:
+        """The settings that differ among workflows (``/compare``): ``[{"field", "values"}]``,
+        one value per workflow in the order given (``compare.settings_table``).
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``query``, for any of them.
+        """
+        return compare.settings_table([self._facts(w, user) for w in workflow_ids])
+
     def _facts(self, workflow_id: str, user: User) -> compare.RunFacts:
         record = self._readable(workflow_id, user)
         try:

@@ -23,6 +23,7 @@ import hmac
 import math
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from trainyard.pools import real_gpu_count
 from trainyard.status import WorkflowStatus
 from trainyard.errors import AuthError, ForbiddenError, TrainyardError
 from trainyard.server import dashboard
@@ -356,6 +358,7 @@ def _list_filters(status: list[str] | None, label: list[str] | None) -> tuple[li
 
 def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
     store = service.engine.store
+    ended_timings: OrderedDict[str, dict[str, float | None]] = OrderedDict()
 
     @app.get("/", response_class=HTMLResponse)
     def workflows(
@@ -375,6 +378,8 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
                 statuses=statuses, name=name or None, labels=labels,
                 submitted_by=owner or None, pool=pool or None,
                 offset=(page_no - 1) * per_page, limit=per_page)
+        now_s = time.time()
+        rows = [{**row, **_row_timing(service, row["id"], now_s, ended_timings)} for row in rows]
         pages = max(1, math.ceil(total / per_page))
         query = {"status": statuses, "user": user, "pool": pool, "name": name,
                  "label": label or [], "per_page": per_page}
@@ -428,8 +433,39 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
         for wid in ids:
             service.query(wid, viewer.user)  # read permission
             runs += dashboard.curves(service.engine.state(wid), _run_dir(service, wid), wid)
+        settings = service.settings(ids, viewer.user) if len(ids) >= 2 else []
         diff = service.diff(ids[0], ids[1], viewer.user) if len(ids) == 2 else None
-        return page("compare.html", viewer, ids=ids, runs=runs, diff=diff)
+        headers = [service.engine.store.get_workflow(wid) for wid in ids]
+        return page("compare.html", viewer, ids=ids, runs=runs, diff=diff, settings=settings,
+                    places=[f"{r.pool} / {_backend(service, r.pool)}" for r in headers])
+
+
+ENDED_TIMINGS = 10_000
+"""Queue and run times of ended workflows the list keeps (they no longer change)."""
+
+
+def _row_timing(service: Service, workflow_id: str, now_s: float,
+                ended: OrderedDict[str, dict[str, float | None]]) -> dict[str, float | None]:
+    """A list row's ``queued_s`` and ``ran_s`` (see ``_timing``); an ended workflow's are
+    kept in ``ended`` (at most ``ENDED_TIMINGS``), so a list refresh reads the stored state
+    of the running ones only."""
+    if workflow_id in ended:
+        return ended[workflow_id]
+    try:
+        state = service.engine.state(workflow_id)
+    except TrainyardError:
+        return {"queued_s": None, "ran_s": None}
+    timing = _timing(state, now_s)
+    if state.status.is_terminal():
+        ended[workflow_id] = timing
+        while len(ended) > ENDED_TIMINGS:
+            ended.popitem(last=False)
+    return timing
+
+
+def _backend(service: Service, pool: str) -> str:
+    found = service.engine.pools.get(pool)
+    return found.backend if found is not None else "unknown"
 
 
 def _own_row(service: Service, user: User) -> list[dict[str, Any]]:
@@ -517,7 +553,10 @@ async def _sse(cursor: LogCursor, readers: LogReaders) -> AsyncIterator[str]:
 def _other_routes(app: FastAPI, service: Service, page: Any) -> None:
     @app.get("/pools", response_class=HTMLResponse)
     def pools(viewer: Look) -> HTMLResponse:
-        return page("pools.html", viewer, pools=service.pools(), nodes=service.resources())
+        pools = service.pools()
+        return page("pools.html", viewer, pools=pools, nodes=service.resources(),
+                    backends={p["name"]: p["backend"] for p in pools},
+                    machine_gpus=real_gpu_count())
 
     @app.get("/datasets", response_class=HTMLResponse)
     def datasets(viewer: Look) -> HTMLResponse:
