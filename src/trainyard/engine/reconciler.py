@@ -56,7 +56,7 @@ from trainyard.engine import homestore
 from trainyard.engine import machine as m
 from trainyard.engine import retention, rules
 from trainyard.engine.launch import InputUnavailable, LaunchContext, build_launches
-from trainyard.engine.plan import build_state
+from trainyard.engine.plan import build_state, default_exit_actions_of
 from trainyard.engine.reasons import read_log_tail
 from trainyard.engine.scheduler import (PRIORITY_RANK, Placement, Request, Scheduler,
                                         priority_rank, request_of)
@@ -230,6 +230,7 @@ class Engine:
 
         def make_state(workflow_id: str) -> tuple[str, dict[str, Any]]:
             state = build_state(workflow_id, sub.spec, max_retries=sub.pool.max_retries,
+                                default_exit_actions=default_exit_actions_of(sub.pool),
                                 now_s=time.time())
             return state.status.value, state_to_dict(state)
 
@@ -285,7 +286,9 @@ class Engine:
         Stores nothing, starts nothing. A group whose rendering is empty is left out."""
         backend = self._backends.get(sub.pool.name) or self._backend_factory(sub.pool, self.home)
         wid = self.store.peek_workflow_id(sub.spec.name)
-        state = build_state(wid, sub.spec, max_retries=sub.pool.max_retries, now_s=time.time())
+        state = build_state(wid, sub.spec, max_retries=sub.pool.max_retries,
+                            default_exit_actions=default_exit_actions_of(sub.pool),
+                            now_s=time.time())
         previews = []
         for group in sub.spec.groups:
             names = [t.name for t in group.tasks]
@@ -649,7 +652,7 @@ class Engine:
             return
         self._reasons_due_s = now + WAIT_REASONS_INTERVAL_S
         wall = time.time()
-        self._note_backend_waits(wall)
+        self._note_backend_waiting(wall)
         for scheduler in self._schedulers.values():
             if not scheduler.queued():
                 continue
@@ -662,24 +665,21 @@ class Engine:
                 if since is None or wall - since >= WAIT_REASONS_INTERVAL_S:
                     self._apply(wid, m.GroupWaiting(wall, group, reason))
 
-    def _note_backend_waits(self, wall: float) -> None:
-        """Give each placed gang none of whose tasks started its backend's reason for the
-        wait (``Backend.waiting_reason``: a Slurm job PENDING in Slurm's queue), or clear
-        one that no longer holds (``GroupWaiting``; stored only when it changed)."""
+    def _note_backend_waiting(self, wall_s: float) -> None:
+        """Each placed gang none of whose tasks started gets its backend's words for why
+        (``Backend.waiting_reason`` of its tasks: the first task that has some, named),
+        or "" once there are none (``GroupWaiting``; stored only when it changed)."""
         for wid, live in list(self._live.items()):
-            backend = self._backends.get(live.pool)
-            if backend is None:
+            waiting = [g for g in live.state.groups.values()
+                       if g.status is Status.INITIALIZING
+                       and all(live.state.tasks[t].start_time_s is None for t in g.tasks)]
+            if not waiting:
                 continue
-            for group in live.state.groups.values():
-                if group.status is not Status.INITIALIZING:
-                    continue
-                tasks = [live.state.tasks[t] for t in group.tasks]
-                if any(t.start_time_s is not None for t in tasks):
-                    continue
-                reason = next((why for t in tasks if (why := backend.waiting_reason(
-                    TaskKey(wid, t.name, t.retry_id)))), "")
+            backend = self._backend_of(wid)
+            for group in waiting:
+                reason = _backend_reason(backend, wid, group, live.state)
                 if reason != (group.waiting_reason or ""):
-                    self._apply(wid, m.GroupWaiting(wall, group.name, reason))
+                    self._apply(wid, m.GroupWaiting(wall_s, group.name, reason))
 
     def _flush(self) -> None:
         if not self._dirty:
@@ -1119,6 +1119,18 @@ def _log_failed_step(failures: int, exc: Exception) -> None:
     elif failures & (failures - 1) == 0:
         log.error("engine step failed %d times in a row (retrying every %.1f s at most): %s",
                   failures, FAILED_STEP_MAX_DELAY_S, exc)
+
+
+def _backend_reason(backend: Backend, wid: str, group: m.GroupState,
+                    state: m.WorkflowState) -> str:
+    """``task NAME: REASON`` of the first task of ``group`` whose attempt the backend says
+    waits (``Backend.waiting_reason``), else ""."""
+    for name in group.tasks:
+        task = state.tasks[name]
+        reason = backend.waiting_reason(TaskKey(wid, name, task.retry_id))
+        if reason:
+            return f"task {name}: {reason}"
+    return ""
 
 
 def _ended_attempts(wid: str, state: m.WorkflowState) -> list[TaskKey]:
