@@ -204,8 +204,10 @@ class Backend(ABC, Generic[RequestT]):
     def waiting_reason(self, key: TaskKey) -> str:
         """Why the attempt ``key``, started but not running yet, waits in this backend's own
         queue (Slurm's pending reason, Kubernetes' Unschedulable message), in one line; ""
-        when it does not wait or the backend cannot tell. The engine keeps it as the group's
-        waiting reason (issue 28). Default: ""."""
+        when it does not wait or the backend cannot tell. Read every few seconds for each
+        task of a placed gang none of whose tasks started, so it must not block; the engine
+        keeps ``task NAME: REASON`` of the first task that has one as the group's waiting
+        reason. Default: "" (the backend has no scheduler of its own)."""
         return ""
 
     def notify_facts(self, wake: Callable[[], None]) -> bool:

@@ -149,8 +149,10 @@ def waits_of(state: WorkflowState) -> list[dict[str, Any]]:
     Returns:
         ``[{"group", "status", "reason", "since_s"}]``: WAITING groups wait for their
         upstream groups (named with their statuses); SCHEDULING ones for nodes, with the
-        scheduler's stored reason (``waiting for the scheduler`` until it gave one). Empty
-        once the workflow ended.
+        scheduler's stored reason (``waiting for the scheduler`` until it gave one);
+        INITIALIZING ones that the backend's own scheduler has not placed yet, with its
+        words (a Kubernetes pod's Unschedulable message), only while there are some.
+        Empty once the workflow ended.
     """
     if state.status.is_terminal():
         return []
@@ -164,6 +166,6 @@ def waits_of(state: WorkflowState) -> list[dict[str, Any]]:
                         "reason": group.waiting_reason or "waiting for the scheduler",
                         "since_s": group.scheduling_since_s})
         elif group.status is Status.INITIALIZING and group.waiting_reason:
-            out.append({"group": group.name, "status": group.status.value,  # backend's queue
+            out.append({"group": group.name, "status": group.status.value,
                         "reason": group.waiting_reason, "since_s": group.scheduling_since_s})
     return out

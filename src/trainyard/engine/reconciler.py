@@ -22,7 +22,7 @@ from trainyard.engine import machine as m
 from trainyard.engine import retention
 from trainyard.engine.launch import LaunchContext, build_launches
 from trainyard.engine.live import LiveWorkflow, rank_of
-from trainyard.engine.plan import build_state
+from trainyard.engine.plan import build_state, default_exit_actions_of
 from trainyard.engine.recovery import ended_attempts
 from trainyard.engine.scheduler import Placement, Scheduler, request_of
 from trainyard.engine.serialize import state_from_dict, state_to_dict
@@ -105,6 +105,7 @@ class Engine(StepLoop):
 
         def make_state(workflow_id: str) -> tuple[str, dict[str, Any]]:
             state = build_state(workflow_id, sub.spec, max_retries=sub.pool.max_retries,
+                                default_exit_actions=default_exit_actions_of(sub.pool),
                                 now_s=time.time())
             return state.status.value, state_to_dict(state)
 
@@ -142,7 +143,9 @@ class Engine(StepLoop):
         Stores nothing, starts nothing. A group whose rendering is empty is left out."""
         backend = self._backends.get(sub.pool.name) or self._backend_factory(sub.pool, self.home)
         wid = self.store.peek_workflow_id(sub.spec.name)
-        state = build_state(wid, sub.spec, max_retries=sub.pool.max_retries, now_s=time.time())
+        state = build_state(wid, sub.spec, max_retries=sub.pool.max_retries,
+                            default_exit_actions=default_exit_actions_of(sub.pool),
+                            now_s=time.time())
         previews = []
         for group in sub.spec.groups:
             names = [t.name for t in group.tasks]

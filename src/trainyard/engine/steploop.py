@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 
-from trainyard.backends.base import FactKind, TaskFact, TaskKey
+from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey
 from trainyard.backends.facts import ENDING as _ENDING
 from trainyard.engine import machine as m
 from trainyard.engine import rules
@@ -218,7 +218,7 @@ class StepLoop(Recovery):
             return
         self._reasons_due_s = now + WAIT_REASONS_INTERVAL_S
         wall = time.time()
-        self._note_backend_waits(wall)
+        self._note_backend_waiting(wall)
         for scheduler in self._schedulers.values():
             if not scheduler.queued():
                 continue
@@ -231,24 +231,21 @@ class StepLoop(Recovery):
                 if since is None or wall - since >= WAIT_REASONS_INTERVAL_S:
                     self._apply_event(wid, m.GroupWaiting(wall, group, reason))
 
-    def _note_backend_waits(self, wall: float) -> None:
-        """Give each placed gang none of whose tasks started its backend's reason for the
-        wait (``Backend.waiting_reason``: a Slurm job PENDING in Slurm's queue), or clear
-        one that no longer holds (``GroupWaiting``; stored only when it changed)."""
+    def _note_backend_waiting(self, wall_s: float) -> None:
+        """Each placed gang none of whose tasks started gets its backend's words for why
+        (``Backend.waiting_reason`` of its tasks: the first task that has some, named),
+        or "" once there are none (``GroupWaiting``; stored only when it changed)."""
         for wid, live in list(self._live.items()):
-            backend = self._backends.get(live.pool)
-            if backend is None:
+            waiting = [g for g in live.state.groups.values()
+                       if g.status is Status.INITIALIZING
+                       and all(live.state.tasks[t].start_time_s is None for t in g.tasks)]
+            if not waiting:
                 continue
-            for group in live.state.groups.values():
-                if group.status is not Status.INITIALIZING:
-                    continue
-                tasks = [live.state.tasks[t] for t in group.tasks]
-                if any(t.start_time_s is not None for t in tasks):
-                    continue
-                reason = next((why for t in tasks if (why := backend.waiting_reason(
-                    TaskKey(wid, t.name, t.retry_id)))), "")
+            backend = self._backend_of(wid)
+            for group in waiting:
+                reason = _backend_reason(backend, wid, group, live.state)
                 if reason != (group.waiting_reason or ""):
-                    self._apply_event(wid, m.GroupWaiting(wall, group.name, reason))
+                    self._apply_event(wid, m.GroupWaiting(wall_s, group.name, reason))
 
     def _store_changed_states(self) -> None:
         """Save every changed state in one transaction, stop driving the finished ones, and
@@ -301,3 +298,15 @@ def _log_failed_step(failures: int, exc: Exception) -> None:
     elif failures & (failures - 1) == 0:
         log.error("engine step failed %d times in a row (retrying every %.1f s at most): %s",
                   failures, FAILED_STEP_MAX_DELAY_S, exc)
+
+
+def _backend_reason(backend: Backend, wid: str, group: m.GroupState,
+                    state: m.WorkflowState) -> str:
+    """``task NAME: REASON`` of the first task of ``group`` whose attempt the backend says
+    waits (``Backend.waiting_reason``), else ""."""
+    for name in group.tasks:
+        task = state.tasks[name]
+        reason = backend.waiting_reason(TaskKey(wid, name, task.retry_id))
+        if reason:
+            return f"task {name}: {reason}"
+    return ""

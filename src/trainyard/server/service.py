@@ -1180,7 +1180,8 @@ def reasons_json(state: m.WorkflowState) -> dict[str, Any]:
     failure = reasons.failure_of(state)
     if failure is not None:
         failure["end_time"] = iso(failure.pop("end_time_s"))
-    waiting = [{**w, "since": iso(w.pop("since_s"))} for w in reasons.waits_of(state)]
+    waiting = [{**{k: v for k, v in w.items() if k != "since_s"}, "since": iso(w["since_s"])}
+               for w in reasons.waits_of(state)]  # ``since`` only, as documented
     return {"failure": failure, "waiting": waiting}
 
 

@@ -180,3 +180,21 @@ def test_a_placed_group_whose_backend_queue_holds_it_keeps_that_reason_until_it_
     assert [(w["group"], w["status"], w["reason"]) for w in waits] == [("train", "INITIALIZING", why)]
     state, _ = fold(state, TaskRunning(4.0, "train", 0))
     assert state.groups["train"].waiting_reason is None and reasons.waits_of(state) == []
+
+
+def test_a_placed_gang_the_clusters_scheduler_cannot_place_shows_its_words() -> None:
+    """Issue 26: a Kubernetes pod Pending with PodScheduled=False/Unschedulable. The gang is
+    INITIALIZING (trainyard placed it, the cluster did not); the scheduler's message is
+    what query, --wait and the dashboard show, until a task of it starts."""
+    state = submitted(workflow(group("g", task("master", lead=True), task("worker"))))
+    state, _ = fold(state, GroupPlaced(2.0, "g", {"master": "n0", "worker": "n1"}))
+    assert state.groups["g"].status is Status.INITIALIZING
+    why = "task master: Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu"
+    state, _ = fold(state, GroupWaiting(3.0, "g", why))
+    assert reasons.waits_of(state) == [{"group": "g", "status": "INITIALIZING", "reason": why,
+                                        "since_s": state.groups["g"].scheduling_since_s}]
+    assert state_from_dict(state_to_dict(state)).groups["g"].waiting_reason == why
+    cleared, _ = fold(state, GroupWaiting(4.0, "g", ""))
+    assert reasons.waits_of(cleared) == []  # the cluster placed it: nothing to say
+    state, _ = fold(state, TaskRunning(5.0, "master", 0))
+    assert state.groups["g"].waiting_reason is None and reasons.waits_of(state) == []

@@ -47,7 +47,7 @@ def test_the_backends_reason_becomes_the_groups_until_a_task_starts(
     for _ in range(3):
         engine.step()
     group = engine.state(wid).groups["t"]
-    assert group.status.value == "INITIALIZING" and group.waiting_reason == WHY
+    assert group.status.value == "INITIALIZING" and group.waiting_reason == f"task t: {WHY}"
     backend.held = False
     assert engine.wait(wid, 10).status == "COMPLETED"
     assert engine.state(wid).groups["t"].waiting_reason is None
