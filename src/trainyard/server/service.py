@@ -916,12 +916,12 @@ class LogCursor:
         be merged to count them (some would be skipped)."""
         if not self._first:
             return self.at_rest()
-        workflow_id, task, retry_id, failed_only = self._where
+        workflow_id, task, retry_id, failed_only, verbose = self._where
         service = self._service
         if service.engine.state(workflow_id).status.is_terminal():
             return False
         files = [self._known.setdefault(f.path, f) for f in service._log_files(
-            workflow_id, task, retry_id, failed_only=failed_only)]
+            workflow_id, task, retry_id, failed_only=failed_only, verbose=verbose)]
         ends = {f.path: file_size(f.path) for f in files}
         if _start_at_last(files, ends, self._last_lines, complete_only=True):
             for log in files:
@@ -931,9 +931,10 @@ class LogCursor:
         return self.at_rest()
 
     @property
-    def key(self) -> tuple[str, str | None, int | None, bool]:
-        """What is followed: ``(workflow_id, task, retry_id, failed_only)``; followers with
-        the same key read the same lines (``streams.LogFeeds`` shares one reader)."""
+    def key(self) -> tuple[str, str | None, int | None, bool, bool]:
+        """What is followed: ``(workflow_id, task, retry_id, failed_only, verbose)``;
+        followers with the same key read the same lines (``streams.LogFeeds`` shares one
+        reader)."""
         return self._where
 
     def at_rest(self) -> bool:
@@ -956,14 +957,16 @@ class LogCursor:
         on from there. Only while ``at_rest``."""
         known = self._known.get(path)
         if known is None:
-            known = self._known[path] = LogFile(task, retry_id, path)
+            known = self._known[path] = LogFile(task, retry_id, path,
+                                                hide_detail=not self._where[4])
         known.offset = offset
 
     def copy(self) -> LogCursor:
         """A new cursor of the same key at the same offsets (its first pass done)."""
-        twin = LogCursor(self._service, *self._where[:3], None, self._where[3])
+        twin = LogCursor(self._service, *self._where[:3], None, self._where[3], self._where[4])
         twin._first = False
-        twin._known = {p: LogFile(f.task, f.retry_id, p, f.offset) for p, f in self._known.items()}
+        twin._known = {p: LogFile(f.task, f.retry_id, p, f.offset, hide_detail=f.hide_detail)
+                       for p, f in self._known.items()}
         return twin
 
     def _start_pass(self) -> Iterator[LogLine]:

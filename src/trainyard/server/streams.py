@@ -188,7 +188,8 @@ def _step(cursor: LogCursor, render: Callable[[list[LogLine]], str]) -> tuple[st
     return text, wait
 
 
-Key = tuple[str, str | None, int | None, bool]
+Key = tuple[str, str | None, int | None, bool, bool]
+"""What a follow reads: ``LogCursor.key`` (workflow, task, retry id, failed only, verbose)."""
 FileKey = tuple[str, int]
 
 

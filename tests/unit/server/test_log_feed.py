@@ -36,8 +36,8 @@ class Workflow:
             status=SimpleNamespace(is_terminal=lambda: self.ended)))
 
     def _log_files(self, _wid: str, _task: Any, _retry: Any, *, failed_only: bool = False,
-                   ) -> list[LogFile]:
-        return [LogFile("t", 0, self.log)]
+                   verbose: bool = False) -> list[LogFile]:
+        return [LogFile("t", 0, self.log, hide_detail=not verbose)]
 
 
 class Counting(LogCursor):
