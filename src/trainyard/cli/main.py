@@ -35,7 +35,6 @@ from contextlib import contextmanager
 from enum import StrEnum
 from typing import TYPE_CHECKING, NoReturn
 
-from trainyard import __version__
 from trainyard.errors import SpecError, TrainyardError
 
 if TYPE_CHECKING:  # imported by the functions that use it, in main's collector pause

@@ -86,7 +86,8 @@ def exec_command(workflow_id: WorkflowIdArg,
     """Run CMD (default: --entry, /bin/bash) inside a RUNNING task: on the local backend in
     its sandbox (its /, its /tmp, its network, its user namespace without capabilities),
     on Slurm with 'srun --overlap' in its job, on Kubernetes with 'kubectl exec' in its pod's
-    task container. With a terminal on stdin it gets a terminal of its own. The command's exit status is this command's (with --group: the first
+    task container. With a terminal on stdin it gets a terminal of its own. The command's exit
+    status is this command's (with --group: the first
     non-zero one); an ended task exits 4, an unknown one 3. Same rule as cancel: the
     workflow's submitter or an admin."""
     import shlex

@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import replace
-from enum import Enum
+from enum import StrEnum
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
@@ -36,6 +36,7 @@ from trainyard.cli.request import SpecBody, spec_request
 from trainyard.errors import NotFoundError, RefusedError, SpecError, SpecProblem, TrainyardError
 from trainyard.status import WorkflowStatus
 from trainyard.spec.values import parse_labels
+from datetime import UTC
 
 if TYPE_CHECKING:  # rich is imported when the first progress line is printed (cli.output)
     from rich.console import Console
@@ -47,6 +48,7 @@ TERMINAL_PREFIXES = ("COMPLETED", "FAILED")
 WORKFLOW_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?-\d+$")
 """A workflow id: the workflow's name (letters, digits, '-', '_'), '-', its number."""
 STATUSES = tuple(s.value for s in WorkflowStatus)
+_STATUS_HELP = f"Only workflows with this status; several may follow one flag: {', '.join(STATUSES)}."
 WorkflowIdArg = typer.Argument(..., metavar="WORKFLOW_ID", help="The workflow's id (NAME-N).")
 
 
@@ -61,7 +63,7 @@ def _is_terminal(status: str) -> bool:
     return status.startswith(TERMINAL_PREFIXES)
 
 
-def _flat(values: Optional[list[str]]) -> list[str]:
+def _flat(values: list[str] | None) -> list[str]:
     """A repeated option's values (``cli.main`` already split ``--set a=1 b=2``)."""
     return list(values or [])
 
@@ -284,16 +286,16 @@ def submit(
     spec: str = typer.Argument(
         ..., metavar="SPEC|WORKFLOW_ID",
         help="A spec file, or the id of a workflow (NAME-N) to submit its stored spec again."),
-    set_values: Optional[list[str]] = typer.Option(
+    set_values: list[str] | None = typer.Option(
         None, "--set", metavar="NAME=VALUE", help="Template value, YAML-typed; several pairs "
         "may follow one flag. With a workflow id: added to its stored values, and wins."),
-    set_strings: Optional[list[str]] = SetStringOpt,
-    set_env: Optional[list[str]] = SetEnvOpt,
-    pool: Optional[str] = PoolOpt,
-    priority: Optional[str] = PriorityOpt,
-    label: Optional[list[str]] = LabelOpt,
+    set_strings: list[str] | None = SetStringOpt,
+    set_env: list[str] | None = SetEnvOpt,
+    pool: str | None = PoolOpt,
+    priority: str | None = PriorityOpt,
+    label: list[str] | None = LabelOpt,
     dry_run: bool = DryRunOpt,
-    rsync: Optional[str] = RsyncOpt,
+    rsync: str | None = RsyncOpt,
     wait: bool = WaitOpt,
     logs: bool = typer.Option(False, "--logs", help="With --wait, stream the task logs too."),
     fmt: Format = FormatOption,
@@ -435,8 +437,8 @@ def _events_of(rows: list[dict[str, Any]], task: str | None,
 
 
 def events(workflow_id: str = WorkflowIdArg,
-           task: Optional[str] = typer.Option(None, "--task", "-t", help="Only this task."),
-           retry_id: Optional[int] = typer.Option(
+           task: str | None = typer.Option(None, "--task", "-t", help="Only this task."),
+           retry_id: int | None = typer.Option(
                None, "--retry-id", "-r", min=0, help="With --task: this attempt (default: "
                "its latest)."),
            fmt: Format = LongFormatOption) -> None:
@@ -457,10 +459,10 @@ def events(workflow_id: str = WorkflowIdArg,
           e["message"]] for e in rows]))
 
 
-def _statuses(values: Optional[list[str]]) -> list[str]:
+def _statuses(values: list[str] | None) -> list[str]:
     """``--status`` values, upper-cased; a usage error (exit 2) names the valid ones."""
     wanted = [v.upper() for v in values or []]
-    unknown = [v for v, w in zip(values or [], wanted) if w not in STATUSES]
+    unknown = [v for v, w in zip(values or [], wanted, strict=True) if w not in STATUSES]
     if unknown:
         raise typer.BadParameter(f"unknown workflow status {', '.join(map(repr, unknown))}; "
                                  f"statuses: {', '.join(STATUSES)}")
@@ -472,7 +474,7 @@ def _iso_time_s(value: str | None, option: str) -> float | None:
     offset; without one: UTC) as Unix seconds; a usage error (exit 2) otherwise."""
     if value is None:
         return None
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     try:
         when = datetime.fromisoformat(value)
@@ -480,10 +482,10 @@ def _iso_time_s(value: str | None, option: str) -> float | None:
         raise typer.BadParameter(f"{value!r} is no ISO 8601 date or time; give e.g. "
                                  "2026-01-31 or 2026-01-31T12:00:00Z",
                                  param_hint=option) from None
-    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
-class Order(str, Enum):
+class Order(StrEnum):
     asc = "asc"
     desc = "desc"
 
@@ -508,46 +510,45 @@ def _list_params(status: list[str], name: str | None, label: list[str], user: li
 
 
 def list_workflows(
-    status: Optional[list[str]] = typer.Option(
+    status: list[str] | None = typer.Option(
         None, "--status", "-s", callback=_statuses, metavar="STATUS",
-        help=f"Only workflows with this status; several may follow one flag: "
-             f"{', '.join(STATUSES)}."),
-    name: Optional[str] = typer.Option(None, "--name", "-n", help="Only names containing this."),
-    label: Optional[list[str]] = typer.Option(None, "--label", metavar="KEY=VALUE",
+        help=_STATUS_HELP),
+    name: str | None = typer.Option(None, "--name", "-n", help="Only names containing this."),
+    label: list[str] | None = typer.Option(None, "--label", metavar="KEY=VALUE",
                                               help="Only workflows with this label (all must match)."),
-    no_label: Optional[list[str]] = typer.Option(
+    no_label: list[str] | None = typer.Option(
         None, "--no-label", metavar="KEY", help="Only workflows without this label key "
         "(repeat: every key absent)."),
-    user: Optional[list[str]] = typer.Option(
+    user: list[str] | None = typer.Option(
         None, "--user", "-u", help="Only these users' workflows; several may follow one flag "
         "(another user's: admins only). Default: yours."),
     all_users: bool = typer.Option(False, "--all-users", "-a", help="Every user's workflows "
                                    "(those you may read: a non-admin's own)."),
-    pool: Optional[list[str]] = typer.Option(
+    pool: list[str] | None = typer.Option(
         None, "--pool", "-p", help="Only workflows of these pools; several may follow one flag."),
-    app_name: Optional[str] = typer.Option(
+    app_name: str | None = typer.Option(
         None, "--app", "-P", metavar="APP[:VERSION]", help="Only workflows submitted from "
         "this app (or this version of it)."),
-    tags: Optional[list[str]] = typer.Option(
+    tags: list[str] | None = typer.Option(
         None, "--tags", metavar="TAG", help="Only workflows holding one of these tags; several "
         "may follow one flag."),
-    priority: Optional[list[str]] = typer.Option(
+    priority: list[str] | None = typer.Option(
         None, "--priority", metavar="HIGH|NORMAL|LOW", help="Only workflows of these "
         "priorities; several may follow one flag."),
-    count: Optional[int] = typer.Option(None, "--count", "-c", min=1,
+    count: int | None = typer.Option(None, "--count", "-c", min=1,
                                         help="At most this many, the newest (osmo: default "
                                         "20; trainyard: all)."),
     offset: int = typer.Option(0, "--offset", "-f", min=0, help="Skip this many newest first "
                                "(paging)."),
-    order: Optional[Order] = typer.Option(
+    order: Order | None = typer.Option(
         None, "--order", "-o", help="How the page is shown: asc puts the latest at the bottom, "
         "desc at the top (osmo: default asc; trainyard: desc). The page itself is always the "
         "newest --count after --offset."),
-    submitted_after: Optional[str] = typer.Option(
+    submitted_after: str | None = typer.Option(
         None, "--submitted-after", metavar="ISO_DATE",
         help="Only those submitted at or after this (2026-01-31, 2026-01-31T12:00Z; UTC "
              "without an offset)."),
-    submitted_before: Optional[str] = typer.Option(
+    submitted_before: str | None = typer.Option(
         None, "--submitted-before", metavar="ISO_DATE", help="Only those submitted before this."),
     fmt: Format = FormatOption,
 ) -> None:
@@ -573,17 +574,18 @@ def list_workflows(
 
 def logs(
     workflow_id: str = WorkflowIdArg,
-    task: Optional[str] = typer.Option(None, "--task", "-t", help="Only this task."),
-    retry_id: Optional[int] = typer.Option(None, "--retry-id", "-r", min=0,
+    task: str | None = typer.Option(None, "--task", "-t", help="Only this task."),
+    retry_id: int | None = typer.Option(None, "--retry-id", "-r", min=0,
                                            help="Only this attempt (0 is the first)."),
-    follow: Optional[bool] = typer.Option(
+    follow: bool | None = typer.Option(
         None, "--follow/--no-follow", help="Keep printing new lines until the workflow ends "
         "(the default, as OSMO's `workflow logs`, except inside a task of that same workflow, "
         "which would wait for itself); --no-follow prints what is written now and returns."),
     error: bool = typer.Option(False, "--error", help="Only the logs of failed attempts "
-                               "(FAILED*, or RESCHEDULED: retried after a failure): the runner keeps a task's stdout and stderr in "
+                               "(FAILED*, or RESCHEDULED: retried after a failure): the "
+                               "runner keeps a task's stdout and stderr in "
                                "one stream, so there is no stderr of its own to show."),
-    lines: Optional[int] = typer.Option(None, "-n", min=1, help="Only the last N lines "
+    lines: int | None = typer.Option(None, "-n", min=1, help="Only the last N lines "
                                         "(when following: of those already written, then new ones)."),
     fmt: Format = LongFormatOption,
 ) -> None:
@@ -649,7 +651,7 @@ def _print_cancel(data: dict[str, Any]) -> None:
 
 def cancel(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...",
                                                   help="The workflows to cancel (NAME-N)."),
-           message: Optional[str] = typer.Option(
+           message: str | None = typer.Option(
                None, "--message", "-m", help="Why: kept with the workflow (its cancel_message)."),
            force: bool = typer.Option(False, "--force", "-f", help="OSMO's force cancel; "
                                       "every cancel here already stops every process."),
@@ -673,7 +675,7 @@ def cancel(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...
 
 
 def restart(workflow_id: str = WorkflowIdArg,
-            pool: Optional[str] = typer.Option(
+            pool: str | None = typer.Option(
                 None, "--pool", "-p", help="OSMO's target pool: only the workflow's own pool "
                 "is taken (its completed groups' outputs are there); another is refused "
                 "(exit 4)."),
@@ -693,12 +695,12 @@ def restart(workflow_id: str = WorkflowIdArg,
     finish_wait(client, workflow_id, fmt)
 
 
-def tag(workflows: Optional[list[str]] = typer.Option(
+def tag(workflows: list[str] | None = typer.Option(
             None, "--workflow", "-w", metavar="WORKFLOW_ID", help="The workflows to change; "
             "several may follow one flag. Without it: list the tags in use."),
-        add: Optional[list[str]] = typer.Option(None, "--add", "-a", metavar="TAG",
+        add: list[str] | None = typer.Option(None, "--add", "-a", metavar="TAG",
                                                 help="Tags to add; several may follow one flag."),
-        remove: Optional[list[str]] = typer.Option(
+        remove: list[str] | None = typer.Option(
             None, "--remove", "-r", metavar="TAG", help="Tags to remove (before adding)."),
         fmt: Format = FormatOption) -> None:
     """OSMO's workflow tags: change the tags of workflows (remove applied before add), or

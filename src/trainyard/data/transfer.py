@@ -292,8 +292,8 @@ class Offload:
     """
 
     sends: Callable[[FileJob], bool]
-    order: Callable[[FileJob], "copyworker.CopyOrder"]
-    accept: Callable[[FileJob, "copyworker.Copied"], "str | Moved | None"]
+    order: Callable[[FileJob], copyworker.CopyOrder]
+    accept: Callable[[FileJob, copyworker.Copied], str | Moved | None]
 
 
 class _OffloadableAction:
@@ -340,7 +340,7 @@ class Mover:
         except Exception as exc:  # noqa: BLE001 - translated at the edge
             raise DataError(scrub(f"{what} failed: {_cause(exc)}")) from exc
 
-    def list(self, loc: Location) -> list[RemoteFile]:
+    def list_files(self, loc: Location) -> list[RemoteFile]:
         """The files at ``loc`` (``storage.list_files``). Raises DataError."""
         return self.storage_call(f"listing {loc.show()}", lambda: storage.list_files(loc))
 

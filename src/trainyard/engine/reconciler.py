@@ -705,7 +705,7 @@ class Engine:
             else:
                 outcome[index] = made
         for gangs in by_backend.values():
-            for (index, backend, launches), error in zip(gangs, _start_groups(gangs)):
+            for (index, backend, launches), error in zip(gangs, _start_groups(gangs), strict=True):
                 wid, action = ready[index]
                 outcome[index] = self._start_failed(wid, action, backend, launches, error)
         return [(wid, outcome.get(index)) for index, (wid, _action) in enumerate(ready)]

@@ -272,7 +272,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
         filters = ListFilters(tags=tag or [], priorities=priority or [], app=app_name,
                               no_labels=no_label or [])
-        return service.list(u, statuses=status, name=name, labels=labels, count=count,
+        return service.list_workflows(u, statuses=status, name=name, labels=labels, count=count,
                             submitted_by=user, pool=pool, offset=offset,
                             oldest_first=order == "asc", submitted_after_s=submitted_after_s,
                             submitted_before_s=submitted_before_s, all_users=all_users,

@@ -19,7 +19,8 @@ from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
+from collections.abc import Callable
 
 from trainyard.engine import machine as m
 from trainyard.runner.report import EVENTS, read_events
@@ -140,7 +141,7 @@ def _bar(task: str, attempt: _AttemptRow, queued_s: float, run_dir: Path,
     bar.ended_s = end_s
     finish = end_s if end_s is not None else now_s
     kinds = [k for k in ("QUEUED", "INITIALIZING", "RUNNING") if k in marks]
-    for kind, after in zip(kinds, kinds[1:] + [None]):
+    for kind, after in zip(kinds, kinds[1:] + [None], strict=True):
         stop = marks[after] if after else finish
         bar.phases.append(Phase(kind, marks[kind], max(stop, marks[kind])))
     return bar
@@ -195,7 +196,7 @@ class _Series:
         self.last = (x, y)
 
     def points(self) -> list[tuple[float, float]]:
-        kept = list(zip(self.xs, self.ys))
+        kept = list(zip(self.xs, self.ys, strict=True))
         if self.last is not None and (not kept or kept[-1] != self.last):
             kept.append(self.last)
         return kept

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ def iso(time_s: float | None) -> str | None:
     """Unix seconds as ISO 8601 UTC (``2026-11-22T10:00:00.123456+00:00``), None as None."""
     if time_s is None:
         return None
-    return datetime.fromtimestamp(time_s, tz=timezone.utc).isoformat()
+    return datetime.fromtimestamp(time_s, tz=UTC).isoformat()
 
 
 def _log_time(line: LogLine) -> str:
@@ -309,7 +309,7 @@ class Service:
 
     def list_credentials(self, user: User) -> list[dict[str, Any]]:
         """The caller's credentials: ``[{"name", "type", "keys", "create_time"}]``."""
-        rows = self.engine.credentials.list(user.name)
+        rows = self.engine.credentials.list_for_user(user.name)
         return [{"name": r["name"], "type": r["type"], "keys": r["keys"],
                  "create_time": iso(float(r["create_time_s"]))} for r in rows]  # type: ignore[arg-type]
 
@@ -474,7 +474,7 @@ class Service:
                 return
             self.engine.wait_for_change(seen, min(interval_s, remaining))
 
-    def list(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
+    def list_workflows(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
              labels: dict[str, str] | None = None, count: int | None = None,
              submitted_by: str | list[str] | None = None, pool: str | list[str] | None = None,
              offset: int = 0, oldest_first: bool = False,
@@ -588,9 +588,9 @@ class Service:
             workflows = [self._readable(workflow_id, user)]
         elif filters is None:
             workflows = [self.engine.store.get_workflow(w["id"])
-                         for w in self.list(user, count=count)]
+                         for w in self.list_workflows(user, count=count)]
         else:
-            workflows = [self.engine.store.get_workflow(w["id"]) for w in self.list(
+            workflows = [self.engine.store.get_workflow(w["id"]) for w in self.list_workflows(
                 user, submitted_by=filters.users or None, all_users=filters.all_users,
                 pool=filters.pools or None)]
         rows = [row for record in workflows for row in self._task_rows(record)]

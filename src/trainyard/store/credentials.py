@@ -152,7 +152,7 @@ class CredentialVault:
         self.store.put_credential(user, name, kind, token)
         return {"name": name, "type": kind, "keys": sorted(payload)}
 
-    def list(self, user: str) -> list[dict[str, object]]:
+    def list_for_user(self, user: str) -> list[dict[str, object]]:
         """``user``'s credentials as ``[{"name", "type", "keys", "create_time_s"}]``, by
         name. Key names come from the decrypted payload; no value is returned."""
         rows = []

@@ -500,7 +500,7 @@ class Store:
         rows_q = select(*columns).where(*conditions).order_by(order)
         if keep is not None:
             with self._tx() as session:
-                every = [dict(zip(keys, row)) for row in session.execute(rows_q).all()]
+                every = [dict(zip(keys, row, strict=True)) for row in session.execute(rows_q).all()]
             kept = [row for row in every if keep(row)]
             page = kept[max(offset, 0):max(offset, 0) + max(limit, 1)]
             return [{k: v for k, v in row.items() if k != "source"} for row in page], len(kept)
@@ -508,7 +508,7 @@ class Store:
         with self._tx() as session:
             total = session.scalar(count_q) or 0
             rows = session.execute(rows_q.offset(max(offset, 0)).limit(max(limit, 1))).all()
-        return [dict(zip(keys, row)) for row in rows], total
+        return [dict(zip(keys, row, strict=True)) for row in rows], total
 
     def update_workflow_source(self, workflow_id: str,
                                change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:

@@ -24,7 +24,8 @@ all of that off:
 Cost (docs/reproducible.md): GPU steps get slower where a nondeterministic kernel was the fast
 one (cuDNN convolutions no longer picked by timing, scatter/index reductions without atomics;
 PyTorch's docs say only "often slower", by how much depends on the model), cuBLAS holds
-8 buffers of 4 MiB of workspace per stream (about 24 MiB more than its default), and a model using an op without a deterministic
+8 buffers of 4 MiB of workspace per stream (about 24 MiB more than its default), and a model using
+an op without a deterministic
 kernel fails at that op. On CPUs the flag changes nothing in the results (the CPU kernels the
 trainer uses are already deterministic); it is recorded all the same.
 

@@ -20,7 +20,7 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
@@ -59,7 +59,7 @@ class DistEnv:
     launched: bool = False
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> "DistEnv":
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> DistEnv:
         """Read the variables torchrun sets; a world of one when ``RANK`` is absent.
 
         Raises:

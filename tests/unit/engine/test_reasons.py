@@ -19,7 +19,6 @@ from trainyard.engine.machine import (
 )
 from trainyard.engine.scheduler import REASONS_FOR_FIRST, Request, Scheduler
 from trainyard.engine.serialize import state_from_dict, state_to_dict
-from trainyard.status import Status
 from trainyard.pools import NodeSpec, Pool
 from trainyard.runner.report import RUNNER_TAG, format_line
 from trainyard.spec.models import WorkflowSpec

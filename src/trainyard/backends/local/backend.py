@@ -10,7 +10,6 @@ without EXITED is LOST. Stop: SIGTERM, then SIGKILL of the whole tree after
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -23,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -340,7 +339,7 @@ class _Sender:
             error = exc if isinstance(exc, BackendError) else BackendError(
                 f"{type(exc).__name__}: {exc}")
             results = [error] * len(starts)
-        for start, result in zip(starts, results):
+        for start, result in zip(starts, results, strict=True):
             start.result = result
 
 
@@ -704,7 +703,7 @@ class LocalBackend(Backend[GroupRequest]):
     def _check_host_network(self, launches: list[TaskLaunch]) -> None:
         """A task asking ``hostNetwork: true`` on a pool that does not allow it is refused
         (the submission check refuses it first; this guards specs stored before)."""
-        asked = [l.key.task for l in launches if l.run.get("host_network")]
+        asked = [launch.key.task for launch in launches if launch.run.get("host_network")]
         if asked and not self.allow_host_network:
             raise BackendError(f"task(s) {', '.join(asked)} ask hostNetwork: true, which this "
                                "pool does not allow (allow_host_network: true in pools.yaml)")
@@ -714,9 +713,9 @@ class LocalBackend(Backend[GroupRequest]):
         ``--network ns:``) rather than in the launcher or not at all (``hostNetwork``)."""
         if not iso.netns:
             return False
-        return any(not l.run.get("host_network") and (
-            self._podman_for(runtime_for(l.run.get("image"), self.images))
-            or not _joins_in_launcher(l, iso)) for l in launches)
+        return any(not launch.run.get("host_network") and (
+            self._podman_for(runtime_for(launch.run.get("image"), self.images))
+            or not _joins_in_launcher(launch, iso)) for launch in launches)
 
     def _why_no_podman(self) -> str | None:
         return container.probe_podman()

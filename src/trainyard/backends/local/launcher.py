@@ -606,7 +606,7 @@ class _Launcher:
         if os.geteuid() == 0:
             fd, listeners = netns.namespace_fd(ports)
             group = _Group(os.getpid(), self.created, False, ns_fd=fd, listeners=listeners)
-            for sock, port in zip(listeners, ports):
+            for sock, port in zip(listeners, ports, strict=True):
                 sock.setblocking(False)
                 self.selector.register(sock, selectors.EVENT_READ, ("listen", port))
             return group
