@@ -35,8 +35,9 @@ def _pools(pool: list[str], all_pools: bool) -> list[str]:
 
 def _rows(pool: list[str], platform: list[str]) -> list[dict[str, Any]]:
     client = Client()
-    rows = []
-    for name in pool or [None]:
+    rows: list[dict[str, Any]] = []
+    names: list[str | None] = [*pool] or [None]
+    for name in names:
         rows += client.json("GET", "/api/resource", params={"pool": name} if name else {})
     return [r for r in rows if not platform or r["platform"] in platform]
 

@@ -25,7 +25,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -33,6 +33,9 @@ from trainyard.cli.client import Client
 from trainyard.cli.rsync_copy import copy_once, parse_rsync_args
 from trainyard.cli.task_entry import command_argv, command_env, task_entry
 from trainyard.errors import NotFoundError, RefusedError
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import WorkflowAnswer
 
 __all__ = ["register", "exec_command", "port_forward", "rsync", "parse_port",
            "start_upload_daemon"]
@@ -56,7 +59,7 @@ def _exec_targets(workflow_id: str, task: str | None, group: str | None,
         return [task], command
     if task is not None:
         command = [task, *command]
-    query = Client().json("GET", f"/api/workflow/{workflow_id}")
+    query: WorkflowAnswer = Client().json("GET", f"/api/workflow/{workflow_id}")
     tasks = [t["name"] for g in query["groups"] if g["name"] == group for t in g["tasks"]]
     if not tasks:
         groups = ", ".join(g["name"] for g in query["groups"])
@@ -393,7 +396,8 @@ def _watch_task(alive: Callable[[], bool], listener: socket.socket,
 
 def _lead_of_first_group(workflow_id: str) -> str:
     """OSMO's default task for rsync: the lead task of the workflow's first group."""
-    groups = Client().json("GET", f"/api/workflow/{workflow_id}").get("groups") or []
+    answer: WorkflowAnswer = Client().json("GET", f"/api/workflow/{workflow_id}")
+    groups = answer.get("groups") or []
     tasks = groups[0]["tasks"] if groups else []
     lead = next((t["name"] for t in tasks if t.get("lead")), None)
     if lead is None:

@@ -10,6 +10,7 @@ table in ``cli.main``'s help). With ``--format json`` stdout holds one JSON docu
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 import threading
 from dataclasses import replace
 from enum import StrEnum
@@ -40,6 +41,9 @@ from datetime import UTC
 
 if TYPE_CHECKING:  # rich is imported when the first progress line is printed (cli.output)
     from rich.console import Console
+
+    from trainyard.server.answers import (AttemptAnswer, GroupAnswer, TaskAnswer, WorkflowAnswer,
+                                          WorkflowSummary)
 
 __all__ = ["register", "wait_for", "finish_wait", "after_submit", "print_dry_run",
            "looks_like_workflow_id"]
@@ -87,11 +91,11 @@ def _request(spec: str, *, set_values: list[str], set_strings: list[str], set_en
                         pool=pool, labels=parse_labels(labels))
 
 
-def _task_key(group: dict[str, Any], task: dict[str, Any]) -> str:
+def _task_key(group: GroupAnswer, task: TaskAnswer) -> str:
     return task["name"] if group["name"] == task["name"] else f"{group['name']}/{task['name']}"
 
 
-def _attempt_line(key: str, attempt: dict[str, Any]) -> str:
+def _attempt_line(key: str, attempt: AttemptAnswer) -> str:
     node = f" on {attempt['node']}" if attempt.get("node") else ""
     code = f" (exit {attempt['exit_code']})" if attempt.get("exit_code") is not None else ""
     retry = f" retry {attempt['retry_id']}" if attempt.get("retry_id") else ""
@@ -100,7 +104,7 @@ def _attempt_line(key: str, attempt: dict[str, Any]) -> str:
     return f"{key}{retry} {attempt['status']}{node}{code}{why}"
 
 
-def _print_progress(view: Console, seen: dict[Any, str], data: dict[str, Any],
+def _print_progress(view: Console, seen: dict[Any, str], data: WorkflowAnswer,
                     started: float) -> None:
     """Print each change since the last answer: the workflow's status (a restart shows it
     going back to PENDING or RUNNING) and every task attempt's, earlier attempts included
@@ -125,12 +129,13 @@ def _print_progress(view: Console, seen: dict[Any, str], data: dict[str, Any],
                        markup=False, highlight=False, soft_wrap=True)
 
 
-def _print_failures(view: Console, workflow_id: str, data: dict[str, Any]) -> None:
+def _print_failures(view: Console, workflow_id: str, data: WorkflowAnswer) -> None:
     """For a workflow that did not complete: each task that failed of itself (not
     FAILED_UPSTREAM, not cancelled), why, its exit code, the last lines of its log (those
     the store keeps: ``log_tail``) and the command that prints its whole log; the task that
     failed the workflow (the answer's ``failure``) first."""
-    first = (data.get("failure") or {}).get("task")
+    failure = data.get("failure")
+    first = failure["task"] if failure else None
     tasks = [t for g in data["groups"] for t in g["tasks"]]
     for task in sorted(tasks, key=lambda t: t["name"] != first):
         status = task["status"]
@@ -154,7 +159,7 @@ def print_log_tail(view: Console, lines: list[str]) -> None:
         view.print(f"    | {line}", markup=False, highlight=False, soft_wrap=True)
 
 
-def print_waiting(view: Console, data: dict[str, Any], prefix: str = "") -> None:
+def print_waiting(view: Console, data: WorkflowAnswer, prefix: str = "") -> None:
     """Each group that waits to start and why (the answer's ``waiting``)."""
     for wait in data.get("waiting") or []:
         view.print(f"{prefix}group {wait['group']} {wait['status']}: {wait['reason']}",
@@ -177,7 +182,7 @@ changes; the server answers at once on any change of status (and when the workfl
 
 
 def _query_long_poll(client: Client, workflow_id: str, known: str | None,
-                     wait_s: float) -> tuple[dict[str, Any], str | None]:
+                     wait_s: float) -> tuple[WorkflowAnswer, str | None]:
     """The workflow's query, held by the server until its progress differs from ``known``
     (or ``wait_s`` passed); (the answer, its progress key, None from a server without long
     polls, which answers at once)."""
@@ -189,14 +194,14 @@ def _query_long_poll(client: Client, workflow_id: str, known: str | None,
 
 
 def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.25,
-             max_poll_s: float = 1.0, view: Console = console) -> dict[str, Any]:
+             max_poll_s: float = 1.0, view: Console = console) -> WorkflowAnswer:
     """Print progress (and logs) on ``view`` until the workflow ends; return its final query.
     Each status query is a long poll (``LONG_POLL_S``): the server answers when the progress
     changed or the workflow ended, as soon as the engine stores the change. A
     server without long polls (or one that answers unchanged at once: it holds too many) is
     asked every ``poll_s`` seconds at first, then less often, down to every ``max_poll_s``
     (a long run waited on by many clients does not load it)."""
-    started, seen = time.monotonic(), {}
+    started, seen = time.monotonic(), dict[Any, str]()
     stop = threading.Event()
     follower = threading.Thread(target=_follow_logs, args=(view, client, workflow_id, stop),
                                 daemon=True)
@@ -245,7 +250,7 @@ def finish_wait(client: Client, workflow_id: str, fmt: Format, *, logs: bool = F
     raise typer.Exit(0 if final["status"] == "COMPLETED" else 1)
 
 
-def _print_outputs(view: Console, data: dict[str, Any]) -> None:
+def _print_outputs(view: Console, data: WorkflowAnswer) -> None:
     """Where each lead task's output went: its folder and its uploads (datasets, URLs)."""
     for group in data["groups"]:
         for task in group["tasks"]:
@@ -376,7 +381,7 @@ def print_dry_run(data: dict[str, Any]) -> None:
         typer.echo(shown["text"])
 
 
-def _query_table(data: dict[str, Any]) -> None:
+def _query_table(data: WorkflowAnswer) -> None:
     console.print(f"Workflow {data['id']} ({data['name']}): {data['status']}, "
                   f"submitted by {data['submitted_by']} at {short_time(data['submit_time'])} UTC",
                   markup=False, highlight=False)
@@ -420,7 +425,8 @@ def _query_table(data: dict[str, Any]) -> None:
 def query(workflow_id: str = WorkflowIdArg, verbose: bool = typer.Option(False, "--verbose", "-v",
           help="list every retry"), fmt: Format = FormatOption) -> None:
     """Show a workflow's groups and tasks."""
-    data = Client().json("GET", f"/api/workflow/{workflow_id}", params={"verbose": verbose})
+    data: WorkflowAnswer = Client().json("GET", f"/api/workflow/{workflow_id}",
+                                         params={"verbose": verbose})
     emit(data, fmt, _query_table)
 
 
@@ -563,7 +569,7 @@ def list_workflows(
     extra = {"tag": _flat(tags), "priority": [checked_priority(p) for p in _flat(priority)],
              "no_label": _flat(no_label), "app": app_name}
     params.update({k: v for k, v in extra.items() if v})
-    data = Client().json("GET", "/api/workflow", params=params)
+    data: list[WorkflowSummary] = Client().json("GET", "/api/workflow", params=params)
     if (order or by_program(Order.asc, Order.desc)) is Order.asc:
         data.reverse()
     emit(data, fmt, lambda rows: table(
@@ -622,7 +628,7 @@ def _inside(workflow_id: str, token: str | None) -> bool:
     checks it)."""
     from trainyard.tasktokens import PREFIX
 
-    return bool(token) and token.startswith(f"{PREFIX}{workflow_id}.")
+    return token is not None and token.startswith(f"{PREFIX}{workflow_id}.")
 
 
 def _cancel_one(client: Client, workflow_id: str, message: str | None,
@@ -716,8 +722,8 @@ def tag(workflows: list[str] | None = typer.Option(
         return
     data = client.json("POST", "/api/tag", json={"workflows": _flat(workflows),
                                                  "add": _flat(add), "remove": _flat(remove)})
-    emit(data, fmt, lambda rows: [typer.echo(f"Workflow {r['id']} tags: "
-                                             f"{', '.join(r['tags']) or '-'}") for r in rows])
+    emit(data, fmt, lambda rows: _echo_lines(f"Workflow {r['id']} tags: "
+                                             f"{', '.join(r['tags']) or '-'}" for r in rows))
 
 
 def delete(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...",
@@ -728,7 +734,7 @@ def delete(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...
     running workflow is refused (exit 4: cancel it first), another user's too (exit 8)
     unless you are an admin. JSON: {"deleted": [ids]}."""
     data = Client().json("POST", "/api/workflow/delete", json={"ids": workflow_ids})
-    emit(data, fmt, lambda d: [console.print(f"Workflow {w} deleted") for w in d["deleted"]])
+    emit(data, fmt, lambda d: _print_lines(f"Workflow {w} deleted" for w in d["deleted"]))
 
 
 def _duration_s(value: str) -> float:
@@ -786,3 +792,15 @@ def register(app: typer.Typer) -> None:
     app.command()(tag)
     app.command()(delete)
     app.command()(prune)
+
+
+def _echo_lines(lines: Iterable[str]) -> None:
+    """Echo each of ``lines`` (typer.echo: no markup)."""
+    for line in lines:
+        typer.echo(line)
+
+
+def _print_lines(lines: Iterable[str]) -> None:
+    """Print each of ``lines`` on the console."""
+    for line in lines:
+        console.print(line)

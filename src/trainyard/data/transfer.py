@@ -449,11 +449,11 @@ class Mover:
         def on_answer(index: int, answer: copyworker.Copied | str) -> None:
             job = jobs[index]
             got = offload.accept(job, answer) if isinstance(answer, copyworker.Copied) else None
-            if got is None:
+            if got is None or not isinstance(answer, copyworker.Copied):
                 redo.append(index)
                 return
             results[index] = got
-            self.progress.advance(answer.size)  # type: ignore[union-attr] - Copied here
+            self.progress.advance(answer.size)
             self.progress.file_done(job.rel)
 
         queue = copyworker.ChunkQueue(sent)

@@ -10,6 +10,7 @@ are read file by file as they are.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from os import PathLike
 from pathlib import Path
@@ -58,7 +59,7 @@ def delete(url: str | PathLike[str], regex: str | None = None,
     loc = mover.location(url)
     files = [f for f in mover.list_files(loc) if file_filter(regex)(f.rel)]
     for found in files:
-        mover.storage_call(f"delete {found.path}", lambda path=found.path: loc.fs.rm_file(path))
+        mover.storage_call(f"delete {found.path}", functools.partial(loc.fs.rm_file, found.path))
     return len(files)
 
 

@@ -184,7 +184,7 @@ class Engine:
         *,
         pools: dict[str, Pool] | None = None,
         spec_loader: Callable[[WorkflowRecord], WorkflowSpec] | None = None,
-        backend_factory: Callable[[Pool, Path], Backend] | None = None,
+        backend_factory: Callable[[Pool, Path], Backend[Any]] | None = None,
         poll_interval_s: float = 0.05,
     ) -> None:
         self.store = store
@@ -199,7 +199,7 @@ class Engine:
         self._live: dict[str, _Live] = {}
         self._pool_name: dict[str, str] = {}
         self._schedulers: dict[str, Scheduler] = {}
-        self._backends: dict[str, Backend] = {}
+        self._backends: dict[str, Backend[Any]] = {}
         self._dirty: set[str] = set()
         self._pending: dict[str, list[m.Event]] = {}  # accepted, handled by the next step
         self._unstarted: list[_Unstarted] = []  # found by _resume, started by the next step
@@ -696,7 +696,7 @@ class Engine:
                 self._carry_out_one(wid, action)  # held back (a _Deferred)
             else:
                 ready.append((wid, action))
-        by_backend: dict[int, list[tuple[int, Backend, list[TaskLaunch]]]] = {}
+        by_backend: dict[int, list[tuple[int, Backend[Any], list[TaskLaunch]]]] = {}
         outcome: dict[int, m.Event | None] = {}
         for index, (wid, action) in enumerate(ready):
             made = self._launches(wid, action)
@@ -762,7 +762,7 @@ class Engine:
         return self._start_failed(wid, action, backend, launches, error)
 
     def _launches(self, wid: str, action: m.StartTasks, only: frozenset[TaskKey] | None = None,
-                  ) -> tuple[Backend, list[TaskLaunch]] | m.Event | None:
+                  ) -> tuple[Backend[Any], list[TaskLaunch]] | m.Event | None:
         """The backend and the launches of ``action``'s start (``only`` those keys, when
         given); None for a workflow no longer driven, GroupStartFailed when its pool has no
         usable backend."""
@@ -799,7 +799,7 @@ class Engine:
             return {}
         return self.credentials.payloads(user, names)
 
-    def _start_failed(self, wid: str, action: m.StartTasks, backend: Backend,
+    def _start_failed(self, wid: str, action: m.StartTasks, backend: Backend[Any],
                       launches: list[TaskLaunch], error: BackendError | None) -> m.Event | None:
         """What a start's outcome yields: None when it started; else the reason in each
         task's log and GroupStartFailed."""
@@ -923,10 +923,10 @@ class Engine:
             self._schedulers[pool.name] = Scheduler(pool)
         return self._schedulers[pool.name]
 
-    def _backend_of(self, wid: str) -> Backend:
+    def _backend_of(self, wid: str) -> Backend[Any]:
         return self._pool_backend(self._pool_name[wid])
 
-    def _pool_backend(self, pool: str) -> Backend:
+    def _pool_backend(self, pool: str) -> Backend[Any]:
         if pool not in self._backends:
             backend = self._backend_factory(self.pools[pool], self.home)
             backend.notify_facts(self.wake)  # facts as they happen, where it can
@@ -1018,7 +1018,7 @@ class Engine:
         return events
 
 
-def _start_groups(gangs: list[tuple[int, Backend, list[TaskLaunch]]],
+def _start_groups(gangs: list[tuple[int, Backend[Any], list[TaskLaunch]]],
                   ) -> list[BackendError | None]:
     """Start ``gangs`` (all of one backend), one ``start_group`` each: the backend answers
     each gang before the next is handed over, which paces the local launcher's runner threads
@@ -1063,7 +1063,7 @@ def _step_delay_s(poll_interval_s: float, failures: int) -> float:
     (up to ``FAILED_STEP_MAX_DELAY_S``), so a lasting failure cannot spin or flood the log."""
     if failures == 0:
         return poll_interval_s
-    return min(poll_interval_s * 2 ** min(failures, 30), FAILED_STEP_MAX_DELAY_S)
+    return min(poll_interval_s * 2.0 ** min(failures, 30), FAILED_STEP_MAX_DELAY_S)
 
 
 def _log_failed_step(failures: int, exc: Exception) -> None:
@@ -1086,7 +1086,7 @@ def _ended_attempts(wid: str, state: m.WorkflowState) -> list[TaskKey]:
     return keys
 
 
-def _unstarted_keys(backend: Backend, keys: list[TaskKey]) -> frozenset[TaskKey]:
+def _unstarted_keys(backend: Backend[Any], keys: list[TaskKey]) -> frozenset[TaskKey]:
     """The attempts ``backend`` surely never started (``Backend.unstarted``)."""
     return frozenset(backend.unstarted(keys))
 
@@ -1141,8 +1141,8 @@ def _placements_of(state: m.WorkflowState, group: m.GroupState, pool: Pool) -> d
     return out
 
 
-def _default_backend(pool: Pool, home: Path) -> Backend:
-    return backends.get_backend(pool, home)  # type: ignore[attr-defined]
+def _default_backend(pool: Pool, home: Path) -> Backend[Any]:
+    return backends.get_backend(pool, home)
 
 
 def _spec_source(sub: Submission) -> dict[str, Any]:

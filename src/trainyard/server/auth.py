@@ -176,7 +176,7 @@ class TokenRegistry:
         """OSMO's ``token list``: each token's user, name, description, expiry and whether
         it is an admin's (of ``user`` only when given); never the token itself."""
         self._reload_if_changed()
-        rows = []
+        rows: list[dict[str, object]] = []
         for token, owner in self._tokens.items():
             if user is None or owner.name == user:
                 info = self._info.get(token, TokenInfo())

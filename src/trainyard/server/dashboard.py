@@ -19,7 +19,7 @@ from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeGuard
 from collections.abc import Callable
 
 from trainyard.engine import machine as m
@@ -303,7 +303,7 @@ def _add_row(series: dict[str, _Series], raw: bytes) -> None:
         series.setdefault(name, _Series()).add(float(x), float(value))
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -34,7 +34,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import CursorResult, Result, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
@@ -435,7 +435,7 @@ class Store:
         if not workflow_ids:
             return 0
         with self._tx() as session:
-            done = session.execute(delete(_Workflow).where(_Workflow.id.in_(workflow_ids)))
+            done = _dml(session.execute(delete(_Workflow).where(_Workflow.id.in_(workflow_ids))))
             return int(done.rowcount or 0)
 
     def known_workflow_ids(self, workflow_ids: list[str]) -> set[str]:
@@ -638,8 +638,8 @@ class Store:
     def delete_credential(self, user: str, name: str) -> bool:
         """Delete ``user``'s credential ``name``; returns whether it existed."""
         with self._tx() as session:
-            done = session.execute(delete(_Credential).where(
-                _Credential.user == user, _Credential.name == name))
+            done = _dml(session.execute(delete(_Credential).where(
+                _Credential.user == user, _Credential.name == name)))
             return bool(done.rowcount)
 
 
@@ -684,3 +684,9 @@ def _page_conditions(*, statuses: list[str] | None, name: str | None,
     if submitted_before_s is not None:
         conditions.append(_Workflow.submit_time_s < submitted_before_s)
     return conditions
+
+
+def _dml(result: Result[Any]) -> CursorResult[Any]:
+    """The result of a DELETE or UPDATE, with its ``rowcount`` (SQLAlchemy types every
+    ``Session.execute`` as a plain ``Result``; a DML statement's is a ``CursorResult``)."""
+    return cast("CursorResult[Any]", result)

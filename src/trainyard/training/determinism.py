@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import asdict, dataclass
+from collections.abc import MutableMapping
 from typing import Any
 
 import numpy as np
@@ -101,15 +102,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def enable_deterministic(environ: dict[str, str] | None = None) -> None:
+def enable_deterministic(environ: MutableMapping[str, str] | None = None) -> None:
     """Make GPU training deterministic (module docstring); call before CUDA is first used.
 
     Sets ``CUBLAS_WORKSPACE_CONFIG`` in ``environ`` (default ``os.environ``) unless it is set
     already, turns on ``torch.use_deterministic_algorithms`` and fixes cuDNN's algorithm
     choice. Idempotent. Ops without a deterministic kernel then raise ``RuntimeError``.
     """
-    environ = os.environ if environ is None else environ
-    environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    target = os.environ if environ is None else environ
+    target.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False

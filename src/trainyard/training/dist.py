@@ -195,6 +195,7 @@ def node_layout(env: DistEnv) -> NodeLayout:
     entries: list[tuple[str, int] | None] = [None] * env.world_size
     dist.all_gather_object(entries, (env.node_key, env.rank))
     counts: dict[str, int] = {}
-    for key, _rank in sorted(entries, key=lambda e: e[1]):  # type: ignore[index]
+    gathered = [entry for entry in entries if entry is not None]  # every rank's, once gathered
+    for key, _rank in sorted(gathered, key=lambda e: e[1]):
         counts[key] = counts.get(key, 0) + 1
     return NodeLayout(nodes=len(counts), workers_per_node=tuple(counts.values()))

@@ -165,20 +165,23 @@ class KubeApi:
                 _preload_content=False)
         except (self._exception, OSError) as exc:
             raise _translate(exc, f"log of pod {name}") from exc
-        return bytes(response.data).decode("utf-8", errors="replace")
+        # _preload_content=False answers urllib3's response, not the str the client's types say
+        return bytes(response.data).decode("utf-8", errors="replace")  # type: ignore[attr-defined]
 
     def delete(self, kind: str, name: str, grace_s: int | None = None,
                api_version: str = "v1") -> None:
         """Delete an object (children with it: ``propagationPolicy: Background``).
         Idempotent: a missing object is not an error."""
-        body = {"propagationPolicy": "Background"}
+        body: dict[str, object] = {"propagationPolicy": "Background"}
         if grace_s is not None:
-            body["gracePeriodSeconds"] = grace_s  # type: ignore[assignment]
+            body["gracePeriodSeconds"] = grace_s
         try:
             if kind == "PodGroup":
                 group, version, plural = self._custom(api_version)
+                # the client sends a dict body as it is (its types ask a V1DeleteOptions)
                 self.custom.delete_namespaced_custom_object(group, version, self.namespace,
-                                                            plural, name, body=body,
+                                                            plural, name,
+                                                            body=body,  # type: ignore[arg-type]
                                                             _preload_content=False)
                 return
             method = getattr(self.core, f"delete_namespaced_{_PLURALS[kind]}")

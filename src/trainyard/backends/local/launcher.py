@@ -595,7 +595,8 @@ class _Launcher:
             return
         stdout = group.egress.stdout
         with contextlib.suppress(KeyError, ValueError):
-            self.selector.unregister(stdout)
+            if stdout is not None:
+                self.selector.unregister(stdout)
         try:
             netns.wait_egress(group.egress, netns.EGRESS_READY_TIMEOUT_S if block else 0.0)
         except BackendError as exc:
