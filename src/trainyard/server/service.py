@@ -313,7 +313,7 @@ class Service:
         """The caller's credentials: ``[{"name", "type", "keys", "create_time"}]``."""
         rows = self.engine.credentials.list_for_user(user.name)
         return [{"name": r["name"], "type": r["type"], "keys": r["keys"],
-                 "create_time": iso(float(r["create_time_s"]))} for r in rows]  # type: ignore[arg-type]
+                 "create_time": iso(float(r["create_time_s"]))} for r in rows]
 
     def delete_credential(self, user: User, name: str) -> dict[str, Any]:
         """Delete the caller's credential; a task token may not. Raises NotFoundError."""
