@@ -15,8 +15,10 @@ inside ``$TRAINYARD_HOME`` (tokens, store, other runs) unless a root that is its
 the home contains it (``$TRAINYARD_HOME/storage`` is). Other schemes (``s3://``, ...) are
 not host paths and pass.
 
-The rule is checked twice: at submit (``spec.poolfit.check_data_urls``, a clear error naming
-the field) and by the runner before it moves a byte (``TaskRun.data_roots``).
+The rule is checked twice, both times with the submitter's roots: at submit and ``workflow
+validate`` (``spec.poolfit.check_data_urls``, one line per URL naming the task, the field and
+the roots) and by the runner before it moves a byte (``TaskRun.data_roots``: a symlink may
+change between submit and run).
 """
 
 from __future__ import annotations
@@ -78,13 +80,14 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def url_problem(url: str, roots: list[str], home: Path) -> str | None:
+def url_problem(url: str, roots: list[str], home: Path, user: str | None = None) -> str | None:
     """Why ``url`` may not be used (a one-line message), or None when it may.
 
     Args:
         url: the URL as the task will use it.
-        roots: the pool's data roots (``data_roots``).
+        roots: the data roots of the submitter on the pool (``data_roots``).
         home: ``$TRAINYARD_HOME``.
+        user: the submitter, named in the message when given.
     """
     raw = host_path(url)
     if raw is None:
@@ -95,6 +98,7 @@ def url_problem(url: str, roots: list[str], home: Path) -> str | None:
         if _under(path, root) and (not _under(path, real_home) or _under(root, real_home)):
             return None
     shown = ", ".join(roots) or "none: file:// is off"
-    return (f"{url!r} is a host path ({path}) outside the pool's data roots ({shown}); use a "
+    whose = f" for user {user!r}" if user else ""
+    return (f"{url!r} is a host path ({path}) outside the pool's data roots{whose} ({shown}); use a "
             f"folder below one of them, or ask an administrator to add one to options.{OPTION} "
             "of the pool in pools.yaml")

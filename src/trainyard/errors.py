@@ -2,6 +2,8 @@
 
     TrainyardError                  exit code 1 unless a subclass says otherwise
     ├── SpecError                   a spec is refused: a list of SpecProblem (exit 2)
+    ├── BadArgumentError            a bad argument or option value, found by the CLI or
+    │                               the server: a usage error (HTTP 400, exit 2)
     ├── NotFoundError               unknown workflow, task, pool, app, dataset (exit 3)
     ├── ConfigError                 bad pool or server configuration (exit 4)
     ├── RefusedError                a request that the object's state forbids, e.g. restart
@@ -27,6 +29,7 @@ __all__ = [
     "TrainyardError",
     "SpecProblem",
     "SpecError",
+    "BadArgumentError",
     "NotFoundError",
     "ConfigError",
     "RefusedError",
@@ -93,6 +96,16 @@ class SpecError(TrainyardError):
         self.problems = list(problems)
         self.warnings = list(warnings or [])
         super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class BadArgumentError(TrainyardError):
+    """A request's argument or option value is invalid (an unknown status or priority, a
+    count below 1, a malformed ``KEY=VALUE``): a usage error, exit 2 wherever it is found,
+    as click's own usage errors (issue 24: the same refusal exited 2 when the CLI found it
+    and 4 when the server did)."""
+
+    exit_code = 2
+    http_status = 400
 
 
 class NotFoundError(TrainyardError):

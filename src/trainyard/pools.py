@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -51,6 +52,8 @@ from trainyard.home import trainyard_home
 from trainyard.quantity import parse_quantity
 
 __all__ = [
+    "MAX_POOL_EXIT_CODE",
+    "POOL_EXIT_ACTIONS",
     "NodeSpec",
     "Pool",
     "trainyard_home",
@@ -90,6 +93,26 @@ class NodeSpec(BaseModel):
         return float(parse_quantity(value))
 
 
+POOL_EXIT_ACTIONS = ("COMPLETE", "FAIL", "RESCHEDULE")
+"""The actions a pool's ``default_exit_actions`` may name (OSMO's)."""
+MAX_POOL_EXIT_CODE = 4000
+"""The highest exit code OSMO gives a task (4000, unknown error; OSMO docs, "Exit codes")."""
+_CODES = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+
+
+def _check_codes(action: str, codes: str) -> None:
+    """Raises ValueError, saying what to write, unless ``codes`` is codes and ranges within
+    0-``MAX_POOL_EXIT_CODE`` (``"3001,3005"``, ``"1-10,16"``)."""
+    for part in codes.split(","):
+        match = _CODES.match(part)
+        low = int(match.group(1)) if match else -1
+        high = int(match.group(2) or low) if match else -1
+        if not match or high < low or high > MAX_POOL_EXIT_CODE:
+            raise ValueError(f"default_exit_actions.{action}: {part.strip()!r} is not a code "
+                             f"or range of codes within 0-{MAX_POOL_EXIT_CODE}; write e.g. "
+                             "'3001,3005' or '1-10,16'")
+
+
 class Pool(BaseModel):
     """A named pool of nodes behind one backend."""
 
@@ -108,6 +131,24 @@ class Pool(BaseModel):
     images: dict[str, str] = Field(default_factory=dict)
     egress: bool = True
     allow_host_network: bool = False
+    default_exit_actions: dict[str, str] = Field(default_factory=dict)
+    """OSMO's pool field: exit action (COMPLETE, FAIL, RESCHEDULE) -> exit codes in the spec's
+    form (``"3001,3005"``, ``"1-10,16"``), for the codes a task's own ``exitActions`` do not
+    cover. Unlike a spec's, its codes may be OSMO's service codes (up to
+    ``MAX_POOL_EXIT_CODE``): ``RESCHEDULE: 3001,3005`` retries backend errors and start
+    timeouts (OSMO's ``UpdateGroup._apply_exit_action`` applies the task's actions, then
+    the pool's, to every code). Parsed by the engine when a workflow is submitted."""
+
+    @field_validator("default_exit_actions")
+    @classmethod
+    def _osmo_exit_actions(cls, value: dict[str, str]) -> dict[str, str]:
+        """Each key an OSMO action, each value codes and ranges within 0-4000."""
+        for action, codes in value.items():
+            if action not in POOL_EXIT_ACTIONS:
+                raise ValueError(f"default_exit_actions: {action!r} is not an action; use "
+                                 f"{', '.join(POOL_EXIT_ACTIONS)}")
+            _check_codes(action, str(codes))
+        return {action: str(codes) for action, codes in value.items()}
 
     @field_validator("images", mode="before")
     @classmethod

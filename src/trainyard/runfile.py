@@ -37,6 +37,7 @@ __all__ = [
     "RunOutput",
     "RunCheckpoint",
     "RunCredential",
+    "scrub_credentials",
     "Barrier",
     "SandboxSettings",
     "OverlayMount",
@@ -290,7 +291,12 @@ class SandboxSettings(_Model):
             folder of busybox applets for ``image: busybox``).
         env: variables the backend sets (``CUDA_VISIBLE_DEVICES``, ...); they win over the
             spec's.
-        description: one line for the task log (how the task is isolated).
+        description: how the task is isolated, in full (one or more lines): kept in the
+            task log as ``[task][detail]`` lines, shown by ``workflow logs --verbose`` and
+            ``workflow query --verbose`` (issue 28: quiet headers).
+        summary: the same in one short line (node, isolation, image), the task log's header
+            (e.g. ``local-0, bubblewrap sandbox, host tools``); "": the description's first
+            line is the header.
         command_prefix: argv put before the task's command, which then runs inside it
             (e.g. ``apptainer exec IMAGE`` for a pool that runs images with apptainer, or
             ``nsenter ... bwrap ... --`` for the local backend's sandbox).
@@ -328,6 +334,7 @@ class SandboxSettings(_Model):
     path_prepend: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     description: str = ""
+    summary: str = ""
     command_prefix: list[str] = Field(default_factory=list)
     mounts: dict[str, str] = Field(default_factory=dict)
     readonly: list[str] = Field(default_factory=list)
@@ -466,6 +473,29 @@ def load_run(path: Path) -> TaskRun:
     if run.data_credentials or any(c.values is not None for c in run.credentials):
         _forget_credentials(Path(path), run)
     return run
+
+
+def scrub_credentials(path: Path) -> bool:
+    """Take every credential value out of the ``run.json`` at ``path`` (names, variables and
+    folders stay; the file replaced, 0600), for an attempt whose runner never read it (a
+    Slurm job cancelled or ended while pending: ``load_run`` is what scrubs otherwise).
+    Idempotent; never raises.
+
+    Returns:
+        True when values were found and taken out; False when there were none, or the file
+        is missing or cannot be read as a run file (then nothing is written).
+    """
+    try:
+        run = TaskRun.model_validate_json(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    if not (run.data_credentials or any(c.values is not None for c in run.credentials)):
+        return False
+    try:
+        _forget_credentials(Path(path), run)
+    except OSError:
+        return False
+    return True
 
 
 def _forget_credentials(path: Path, run: TaskRun) -> None:

@@ -56,3 +56,24 @@ def test_a_slurm_pool_may_list_data_roots() -> None:
     from trainyard.backends.slurm.options import parse_options
 
     assert parse_options("p", {"allowed_data_roots": ["/srv/data"], "partition": "x"}).partition == "x"
+
+
+def test_the_submit_check_uses_the_submitters_roots(tmp_path: Path, monkeypatch) -> None:
+    """Issue 24: ``check_data_urls`` used the home owner's roots whoever submitted."""
+    from trainyard.pools import default_local_pool
+    from trainyard.spec import load
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("TRAINYARD_HOME", str(home))
+    spec = ("workflow:\n  name: w\n  tasks:\n  - name: t\n    command: [\"true\"]\n"
+            f"    inputs:\n    - url: file://{home}/storage/alice/x\n")
+    load(spec, pool=default_local_pool(), user="alice")
+    import pytest
+    from trainyard.errors import SpecError
+
+    with pytest.raises(SpecError) as caught:
+        load(spec, pool=default_local_pool(), user="bob")
+    text = str(caught.value)
+    assert "task 't' input 0:" in text and "for user 'bob'" in text, text
+    assert f"({home}/storage/bob)" in text, text

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.errors import EngineLockedError
+from trainyard.errors import EngineLockedError, StoreError
 from trainyard.store.lock import FileLock, acquire_store_lock, holder, store_lock_path
 
 HOLD = """
@@ -70,3 +70,41 @@ def test_store_lock_paths() -> None:
     assert store_lock_path("sqlite:///:memory:") is None
     assert store_lock_path("postgresql+psycopg://u@h/db") is None
     assert acquire_store_lock("sqlite://") is None
+
+
+def test_a_store_reached_through_a_symlinked_path_is_locked(tmp_path: Path) -> None:
+    """Issue 24: ``sqlite:///link.db`` (a link to ``real.db``) took ``link.db.lock`` while
+    another engine held ``real.db.lock``: two engines drove one store."""
+    real = tmp_path / "real" / "trainyard.db"
+    real.parent.mkdir()
+    real.touch()
+    (tmp_path / "link.db").symlink_to(real)
+    (tmp_path / "linked").symlink_to(real.parent)
+    first = acquire_store_lock(f"sqlite:///{real}")
+    try:
+        for other in (tmp_path / "link.db", tmp_path / "linked" / "trainyard.db"):
+            with pytest.raises(EngineLockedError, match=f"pid {os.getpid()}"):
+                acquire_store_lock(f"sqlite:///{other}")
+    finally:
+        assert first is not None
+        first.release()
+
+
+def test_a_lock_file_planted_as_a_symlink_is_never_written_through(tmp_path: Path) -> None:
+    """Issue 24: a link planted where the lock lives (``trainyard.db.lock -> victim``) made
+    the engine truncate the victim and write its note there, as the server's user."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    lock = tmp_path / "trainyard.db.lock"
+    lock.symlink_to(victim)
+    (tmp_path / "trainyard.db").touch()
+    with pytest.raises(StoreError, match="lock file .* is a symbolic link"):
+        acquire_store_lock(f"sqlite:///{tmp_path / 'trainyard.db'}")
+    with pytest.raises(StoreError, match="symbolic link"):
+        FileLock.acquire(lock, what="x")
+    assert victim.read_text() == "precious\n"
+    assert holder(lock) is None
+    fifo = tmp_path / "server.lock"
+    os.mkfifo(fifo)
+    with pytest.raises(StoreError, match="not a regular file"):
+        FileLock.acquire(fifo, what="x")

@@ -70,3 +70,23 @@ def test_a_spec_asking_more_than_the_machine_is_refused_on_a_strict_pool(home: P
     text = str(caught.value)
     assert f"asks for {cpus + 1}" in text and f"has {cpus}" in text and "'mine'" in text
     assert "asks for 3 GPUs" in text and "has 2 GPUs" in text
+
+
+def test_a_pools_default_exit_actions_are_osmos_and_cover_service_codes(home: Path) -> None:
+    """Issue 26: OSMO's pool field ``default_exit_actions`` (action -> codes, any code
+    0-4000, service codes such as 3001 and 3005 included)."""
+    path = _pools_file(home, "pools:\n  k8s:\n    backend: kubernetes\n"
+                             "    default_exit_actions: {RESCHEDULE: '3001,3005', COMPLETE: 0-1}\n")
+    assert load_pools(path)["k8s"].default_exit_actions == {"RESCHEDULE": "3001,3005",
+                                                            "COMPLETE": "0-1"}
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ("{RETRY: '3001'}", "RETRY"), ("{RESCHEDULE: 'x'}", "'x'"),
+    ("{RESCHEDULE: '3001-9999'}", "9999"), ("{RESCHEDULE: '9-3'}", "9-3")])
+def test_a_bad_default_exit_action_names_the_pool_and_what_to_write(home: Path, body: str,
+                                                                    said: str) -> None:
+    path = _pools_file(home, f"pools:\n  k8s:\n    default_exit_actions: {body}\n")
+    with pytest.raises(ConfigError, match="pool 'k8s'") as caught:
+        load_pools(path)
+    assert said in str(caught.value) and "default_exit_actions" in str(caught.value)

@@ -90,6 +90,10 @@ class TaskLaunch:
         resources: what the task asks of its node.
         exec_timeout_s: the workflow's exec timeout (None: none). The engine enforces it;
             a backend may give its own allocation a later limit as a backstop.
+        registry_credentials: the submitter's REGISTRY credentials for the registry of
+            the task's image (``images.registry_credentials_for``), decrypted: for the
+            backend's pull of that image only, never written into ``run`` (so never into a
+            run file, a log or a dry run's output).
     """
 
     key: TaskKey
@@ -101,6 +105,7 @@ class TaskLaunch:
     restart_in_place: bool = False
     resources: TaskResources = field(default_factory=TaskResources)
     exec_timeout_s: float | None = None
+    registry_credentials: list[dict[str, str]] = field(default_factory=list, repr=False)
 
 
 class Request(Protocol):
@@ -167,6 +172,13 @@ class Backend(ABC, Generic[RequestT]):
     def stop(self, keys: list[TaskKey]) -> None:
         """Stop these attempts with their whole process trees. Idempotent, non-blocking."""
 
+    def kill(self, keys: list[TaskKey]) -> None:
+        """Stop these attempts with no grace period (OSMO's ``workflow cancel --force``:
+        "Force cancel task group pods in the cluster"): their processes get SIGKILL, no
+        SIGTERM first. Idempotent, non-blocking. This default stops them as ``stop`` does,
+        for a backend that cannot do better (Slurm: scancel, SIGKILL after KillWait)."""
+        self.stop(keys)
+
     @abstractmethod
     def host_of(self, key: TaskKey, node: str) -> str:
         """The address other tasks of the group use to reach ``key`` (``{{host:TASK}}``)."""
@@ -188,6 +200,15 @@ class Backend(ABC, Generic[RequestT]):
         instead of adopting them with ``recover``. Default: none (every attempt counts as
         started; one never started is then reported LOST)."""
         return []
+
+    def waiting_reason(self, key: TaskKey) -> str:
+        """Why the attempt ``key``, started but not running yet, waits in this backend's own
+        queue (Slurm's pending reason, Kubernetes' Unschedulable message), in one line; ""
+        when it does not wait or the backend cannot tell. Read every few seconds for each
+        task of a placed gang none of whose tasks started, so it must not block; the engine
+        keeps ``task NAME: REASON`` of the first task that has one as the group's waiting
+        reason. Default: "" (the backend has no scheduler of its own)."""
+        return ""
 
     def notify_facts(self, wake: Callable[[], None]) -> bool:
         """Call ``wake()`` (from any thread, without blocking) whenever new facts may be

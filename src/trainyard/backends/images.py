@@ -31,7 +31,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["image_name", "runtime_for", "runtime_path", "busybox_applets", "DEFAULT_RUNTIMES",
+__all__ = ["DOCKER_HUB", "image_registry", "registry_host", "registry_credentials_for",
+           "image_name", "runtime_for", "runtime_path", "busybox_applets", "DEFAULT_RUNTIMES",
            "image_note"]
 
 log = logging.getLogger("trainyard.backends.local")
@@ -54,6 +55,39 @@ addr=$(BUSYBOX awk -v n="$name" '$1 !~ /^#/ { for (i = 2; i <= NF; i++) if ($i =
 [ -n "$addr" ] && answer "$name" "$addr"
 exec BUSYBOX nslookup "$@"
 """
+
+
+DOCKER_HUB = "docker.io"
+_DOCKER_HUB_ALIASES = ("index.docker.io", "registry-1.docker.io", "registry.hub.docker.com")
+
+
+def registry_host(registry: str) -> str:
+    """A registry as ``host[:port]``, lower case, without a scheme, path or trailing slash;
+    Docker Hub's other names are ``docker.io``."""
+    text = registry.strip().lower()
+    text = text.split("://", 1)[-1].split("/", 1)[0]
+    return DOCKER_HUB if text in _DOCKER_HUB_ALIASES else text
+
+
+def image_registry(image: str) -> str:
+    """The registry an image reference pulls from (the Docker reference rule): its first
+    path part when that has a ``.`` or a ``:`` or is ``localhost``, else Docker Hub
+    (``docker.io``): ``nvcr.io/nvidia/pytorch:24.01`` -> ``nvcr.io``, ``ubuntu:22.04`` ->
+    ``docker.io``, ``localhost:5000/x`` -> ``localhost:5000``."""
+    first, slash, _rest = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return registry_host(first)
+    return DOCKER_HUB
+
+
+def registry_credentials_for(image: str | None,
+                             payloads: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Those REGISTRY credential payloads (``registry``, ``username``, ``auth``) whose
+    registry is ``image``'s (``image_registry``); none without an image."""
+    if not image:
+        return []
+    wanted = image_registry(image)
+    return [p for p in payloads if registry_host(p.get("registry") or DOCKER_HUB) == wanted]
 
 
 def image_name(image: str) -> str:
@@ -126,6 +160,26 @@ def runtime_path(runtime: str, state_dir: Path) -> list[str]:
     log.warning("unknown image runtime %r (expected host, podman, busybox or a folder); "
                 "the host's tools run instead", runtime)
     return []
+
+
+def image_summary(image: str | None, runtime: str, why_no_podman: str | None = None) -> str:
+    """What runs, in a few words for the task log's one-line header (issue 28): ``image X``
+    when podman runs it, else ``host tools`` and, given an image, why it is not run (the
+    full words are ``image_note``'s, in the header's detail).
+
+    >>> image_summary("ubuntu:22.04", "host")
+    'host tools (image ubuntu:22.04 not run: no image runtime on this pool)'
+    """
+    if runtime == "podman" and why_no_podman is None:
+        return f"image {image}" if image else "host tools"
+    tools = "busybox tools" if runtime == "busybox" else "host tools"
+    if not image:
+        return tools
+    if runtime == "podman":
+        return f"{tools} (image {image} not run: podman cannot run it here)"
+    if runtime == "host":
+        return f"{tools} (image {image} not run: no image runtime on this pool)"
+    return f"{tools} (image {image} not run: {runtime} tools instead)"
 
 
 def image_note(image: str | None, runtime: str, why_no_podman: str | None = None) -> str:

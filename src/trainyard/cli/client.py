@@ -28,6 +28,7 @@ import httpx  # noqa: E402
 from trainyard.errors import (  # noqa: E402
     AuthError,
     BackendError,
+    BadArgumentError,
     ConfigError,
     DataError,
     ForbiddenError,
@@ -37,6 +38,7 @@ from trainyard.errors import (  # noqa: E402
     SpecError,
     SpecProblem,
     StoreError,
+    TooBusyError,
     TrainyardError,
 )
 from trainyard.home import trainyard_home  # noqa: E402
@@ -46,15 +48,17 @@ from trainyard.server.process import claimed_url, ensure_running, find_running  
 __all__ = ["Client", "server_version", "running_server_client"]
 
 _BY_KIND: dict[str, type[TrainyardError]] = {cls.__name__: cls for cls in (
-    NotFoundError, ConfigError, RefusedError, BackendError, StoreError, ServerError, AuthError,
-    ForbiddenError, DataError)}
+    BadArgumentError, NotFoundError, ConfigError, RefusedError, BackendError, StoreError,
+    ServerError, AuthError, ForbiddenError, DataError, TooBusyError)}
 """Error classes the server may name in ``kind``; SpecError is rebuilt with its problems."""
 
 _BY_STATUS: dict[int, type[TrainyardError]] = {
-    400: ConfigError, 401: AuthError, 403: ForbiddenError, 404: NotFoundError,
-    409: RefusedError, 422: ConfigError,
+    400: BadArgumentError, 401: AuthError, 403: ForbiddenError, 404: NotFoundError,
+    409: RefusedError, 422: BadArgumentError, 429: TooBusyError,
 }
-"""Without a known ``kind``: a 4xx is a refused request, anything else a server failure."""
+"""Without a known ``kind``: 400 and 422 (FastAPI's check of a query parameter) are bad
+arguments (exit 2, as click's usage errors), 409/429 refusals (exit 4), anything else a
+server failure."""
 
 
 def _error_class(status: int, kind: object) -> type[TrainyardError]:

@@ -14,7 +14,7 @@ import typer
 
 from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, console, emit, table
-from trainyard.errors import ConfigError
+from trainyard.errors import BadArgumentError
 
 __all__ = ["app", "parse_payload"]
 
@@ -40,7 +40,7 @@ def _format(ctx: typer.Context, fmt: Format) -> Format:
 def _pair(flag: str, item: str) -> tuple[str, str]:
     key, sep, value = item.partition("=")
     if not sep or not key:
-        raise ConfigError(f"{flag} {item.split('=')[0]!r}...: give KEY=VALUE")
+        raise BadArgumentError(f"{flag} {item.split('=')[0]!r}...: give KEY=VALUE")
     return key, value
 
 
@@ -49,7 +49,7 @@ def parse_payload(pairs: list[str], files: list[str]) -> dict[str, str]:
     payload.
 
     Raises:
-        ConfigError: a pair without ``=``, a key given twice, or a file that cannot be read
+        BadArgumentError: a pair without ``=``, a key given twice, or a file that cannot be read
             (its path named, never a value).
     """
     payload: dict[str, str] = {}
@@ -57,12 +57,12 @@ def parse_payload(pairs: list[str], files: list[str]) -> dict[str, str]:
         for item in items:
             key, value = _pair(flag, item)
             if key in payload:
-                raise ConfigError(f"{flag}: key {key!r} given twice")
+                raise BadArgumentError(f"{flag}: key {key!r} given twice")
             if flag == "--payload-file":
                 try:
                     value = Path(value).expanduser().read_text()
                 except (OSError, UnicodeDecodeError) as exc:
-                    raise ConfigError(f"--payload-file {key}={value}: cannot read it: "
+                    raise BadArgumentError(f"--payload-file {key}={value}: cannot read it: "
                                       f"{getattr(exc, 'strerror', None) or exc}") from None
             payload[key] = value
     return payload
@@ -85,9 +85,9 @@ def set_credential(
 ) -> None:
     """Create or update a credential."""
     if kind not in TYPES:
-        raise ConfigError(f"--type {kind!r}: one of {', '.join(TYPES)}")
+        raise BadArgumentError(f"--type {kind!r}: one of {', '.join(TYPES)}")
     if bool(payload) == bool(payload_file):
-        raise ConfigError("give one of --payload KEY=VALUE ... or --payload-file KEY=PATH ...")
+        raise BadArgumentError("give one of --payload KEY=VALUE ... or --payload-file KEY=PATH ...")
     values = parse_payload(payload or [], payload_file or [])
     data = Client().json("POST", f"/api/credentials/{name}",
                          json={"type": kind, "payload": values})

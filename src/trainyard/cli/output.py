@@ -52,8 +52,10 @@ class _LazyConsole:
     def print(self, *objects: Any, **options: Any) -> None:
         """``Console.print``; a plain line into a pipe or file before rich is needed is
         written as rich would write it, without importing rich (``plain_line``)."""
-        if self._console is None and len(objects) == 1 and set(options) <= {"markup"}:
-            line = plain_line(objects[0], markup=options.get("markup", True))
+        same = {k: v for k, v in options.items() if (k, v) not in _DEFAULT_OPTIONS}
+        if self._console is None and len(objects) == 1 and set(same) <= {"markup", "emoji"}:
+            line = plain_line(objects[0], markup=same.get("markup", True),
+                              emoji=same.get("emoji", True))
             stream = sys.stderr if self._options.get("stderr") else sys.stdout
             if line is not None and not _styled(stream):
                 stream.write(line + "\n")
@@ -62,15 +64,19 @@ class _LazyConsole:
         self._real().print(*objects, **options)
 
 
+_DEFAULT_OPTIONS = {("highlight", False), ("soft_wrap", True)}
+"""``print`` options that change nothing for this module's consoles (made so)."""
+
 _DIMMED = re.compile(r"\[dim\]([^\[\]\\]*)\[/dim\](.*)", re.DOTALL)  # [dim]X[/dim]Y
 _EMOJI_CODE = re.compile(r":\S*?:")  # what rich's emoji codes look like (``:smile:``)
 
 
-def plain_line(text: Any, *, markup: bool = True) -> str | None:
+def plain_line(text: Any, *, markup: bool = True, emoji: bool = True) -> str | None:
     """What a console of this module (no highlighting, soft wrap) writes for ``text`` where
     it writes no styles: the text without its one leading ``[dim]...[/dim]``. None when rich
     must decide: not a ``str``, other markup or brackets, a backslash in markup, a colon
-    pair that could be an emoji code, a tab, a line break or another character that is not
+    pair that could be an emoji code (unless ``emoji`` is False: a time such as
+    ``03:10:29`` has one), a tab, a line break or another character that is not
     printable."""
     if not isinstance(text, str):
         return None
@@ -80,7 +86,8 @@ def plain_line(text: Any, *, markup: bool = True) -> str | None:
         plain = "".join(dimmed.groups()) if dimmed else text
         if "\\" in plain:  # a backslash escapes markup
             return None
-    if "[" in plain or "]" in plain or _EMOJI_CODE.search(plain) or not plain.isprintable():
+    if "[" in plain or "]" in plain or (emoji and _EMOJI_CODE.search(plain)) \
+            or not plain.isprintable():
         return None
     return plain
 

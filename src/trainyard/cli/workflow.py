@@ -230,6 +230,56 @@ def schema_command() -> None:
     typer.echo(json.dumps(spec.json_schema(), indent=2))
 
 
+VERBS: dict[str, dict[str, str]] = {
+    "Run": {
+        "submit": "Submit a spec; --wait follows it to its end.",
+        "restart": "Run a failed workflow's failed groups again.",
+        "validate": "Check a spec; print every problem.",
+        "spec": "Print a spec rendered, or a workflow's stored spec.",
+        "schema": "Print the spec language's JSON Schema, for editors.",
+    },
+    "Watch": {
+        "logs": "Print (and follow) a workflow's task logs.",
+        "events": "Show every transition of each task attempt.",
+        "query": "Show a workflow's tasks, and why it waits or failed.",
+        "list": "List workflows (-a: everyone's).",
+        "metrics": "CPU, memory and GPU use, training curves per task.",
+        "diff": "Compare two workflows: settings, metrics, models.",
+    },
+    "Manage": {
+        "cancel": "Cancel workflows.",
+        "tag": "Change or list workflow tags.",
+        "delete": "Delete ended workflows and their run folders.",
+        "prune": "Delete your workflows that ended long ago.",
+    },
+    "Reach a running task": {
+        "exec": "Run a command inside a running task.",
+        "port-forward": "Forward a local port to a running task.",
+        "rsync": "Copy files into or out of a running task.",
+    },
+}
+"""``workflow --help``: the verbs in groups, OSMO's order inside each (``osmo workflow``'s,
+shared/osmo-cli.txt: submit, restart, validate, logs, events, cancel, query, list, tag, exec,
+spec, port-forward, rsync), trainyard's own beside their kin; one short line each, the
+details in each verb's own ``--help`` (issue 28: the list was 129 lines)."""
+
+
+def _group_verbs(typer_app: typer.Typer) -> None:
+    """Give each registered verb its group and short line, and list them in ``VERBS``'
+    order (a verb not in it keeps its place, after them)."""
+    place = {verb: (panel, index) for index, (panel, verb) in enumerate(
+        (panel, verb) for panel, verbs in VERBS.items() for verb in verbs)}
+    def name_of(info: Any) -> str:
+        return info.name or (info.callback.__name__ if info.callback else "")
+
+    for info in typer_app.registered_commands:
+        if name_of(info) in place:
+            panel, _ = place[name_of(info)]
+            info.rich_help_panel, info.short_help = panel, VERBS[panel][name_of(info)]
+    typer_app.registered_commands.sort(key=lambda info: place.get(
+        name_of(info), ("", len(place)))[1])
+
+
 def _register_server_commands() -> None:
     from trainyard.cli import workflow_diff, workflow_interactive, workflow_metrics, workflow_ops
 
@@ -237,6 +287,7 @@ def _register_server_commands() -> None:
     workflow_metrics.register(app)
     workflow_diff.register(app)
     workflow_interactive.register(app)
+    _group_verbs(app)
 
 
 _register_server_commands()

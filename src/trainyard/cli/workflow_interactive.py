@@ -32,7 +32,8 @@ import typer
 from trainyard.cli.client import Client
 from trainyard.cli.rsync_copy import copy_once, parse_rsync_args
 from trainyard.cli.task_entry import command_argv, command_env, task_entry
-from trainyard.errors import NotFoundError, RefusedError
+from trainyard.cli.output import err_console
+from trainyard.errors import NotFoundError, RefusedError, TrainyardError
 
 if TYPE_CHECKING:
     from trainyard.server.answers import WorkflowAnswer
@@ -83,8 +84,9 @@ def exec_command(workflow_id: WorkflowIdArg,
                      "--connect-timeout", min=1, help="Seconds to wait for the server's "
                      "answer on how to enter the task.")] = 60,
                  keep_alive: Annotated[bool, typer.Option(
-                     "--keep-alive", help="OSMO's reconnect on a lost connection: the command "
-                     "runs on the task's machine here, with no connection to lose.")] = False,
+                     "--keep-alive", help="OSMO's 'resume the shell if connection is lost': "
+                     "a session that ends by a signal or a lost connection, not by the "
+                     "command's own exit, is entered again while the task runs.")] = False,
                  retry_id: RetryOpt = None) -> None:
     """Run CMD (default: --entry, /bin/bash) inside a RUNNING task: on the local backend in
     its sandbox (its /, its /tmp, its network, its user namespace without capabilities),
@@ -99,9 +101,33 @@ def exec_command(workflow_id: WorkflowIdArg,
     command = command or shlex.split(entry_command)
     if not command:
         raise typer.BadParameter("--entry is empty", param_hint="--entry")
-    codes = [_exec_in(workflow_id, name, command, retry_id, connect_timeout_s)
+    codes = [_exec_session(workflow_id, name, command, retry_id, connect_timeout_s, keep_alive)
              for name in tasks]
     raise typer.Exit(next((code for code in codes if code), 0))
+
+
+LOST_SESSION = frozenset({-signal.SIGHUP, -signal.SIGKILL, -signal.SIGPIPE,
+                          128 + signal.SIGHUP, 128 + signal.SIGKILL, 128 + signal.SIGPIPE, 255})
+"""Statuses of a session that was lost rather than ended by its command: killed by SIGHUP
+(its terminal gone), SIGKILL or SIGPIPE (as the process or as a shell reports it), or 255
+(srun's and kubectl's status for a connection that failed)."""
+
+
+def _exec_session(workflow_id: str, task: str, command: list[str], retry_id: int | None,
+                  timeout_s: float, keep_alive: bool) -> int:
+    """Run ``command`` in one task; with ``keep_alive`` (OSMO's ``--keep-alive``: "resume
+    the shell if connection is lost"), a session lost (``LOST_SESSION``) is entered again,
+    saying so, until the command ends by itself or the task is no longer RUNNING (its last
+    status is then this one's). Returns the exit status."""
+    code = _exec_in(workflow_id, task, command, retry_id, timeout_s)
+    while keep_alive and code in LOST_SESSION:
+        err_console.print("Reconnecting to the exec session...", markup=False)
+        try:
+            code = _exec_in(workflow_id, task, command, retry_id, timeout_s)
+        except TrainyardError as exc:
+            err_console.print(f"cannot reconnect: {exc}", markup=False)
+            return code
+    return code
 
 
 def _exec_in(workflow_id: str, task: str, command: list[str], retry_id: int | None,

@@ -13,7 +13,8 @@ from typing import Annotated, Any
 import typer
 
 from trainyard.cli.client import Client
-from trainyard.cli.output import Format, FormatOption, emit, human_bytes, table
+from trainyard.cli.output import Format, FormatOption, emit, human_bytes, short_time, table
+from datetime import UTC
 
 __all__ = ["register", "metrics"]
 
@@ -42,14 +43,23 @@ def _tables(data: dict[str, Any]) -> None:
         typer.echo("no training curves (no metrics.jsonl under a task's output folder)")
         return
     shown = [c for c in _CURVE_COLUMNS if any(c in run["series"] for run in data["curves"])]
-    rows = [[run["run"], run["file"], _epochs(run)] +
+    rows = [[run["run"], run["file"], _last_x(run)] +
             [_last(run, name) for name in shown] for run in data["curves"]]
-    table(["run", "file", "epochs", *shown], rows, title="training curves (last values)")
+    table(["run", "file", "reached", *shown], rows, title="training curves (last values)")
 
 
-def _epochs(run: dict[str, Any]) -> str:
+def _last_x(run: dict[str, Any]) -> str:
+    """How far a run got on its own x axis (docs/dashboard.md): ``epoch 3``, ``step 400``,
+    or the time of its last row (UTC, the one format)."""
     xs = {point[0] for points in run["series"].values() for point in points}
-    return f"{max(xs):g}" if xs else "-"
+    if not xs:
+        return "-"
+    x_name = run.get("x", "epoch")
+    if x_name == "time":
+        from datetime import datetime
+
+        return short_time(datetime.fromtimestamp(max(xs), tz=UTC).isoformat())
+    return f"{x_name} {max(xs):g}"
 
 
 def _last(run: dict[str, Any], name: str) -> str:

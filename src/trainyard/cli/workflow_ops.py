@@ -95,13 +95,37 @@ def _task_key(group: GroupAnswer, task: TaskAnswer) -> str:
     return task["name"] if group["name"] == task["name"] else f"{group['name']}/{task['name']}"
 
 
+LEAD_FINISHED = "Lead task finished"
+"""The engine's reason for a task stopped because its group's lead ended (``engine.rules``:
+the CLI does not import the engine)."""
+
+
+def _exit_text(attempt: AttemptAnswer) -> tuple[str, str | None]:
+    """`` (exit N)``, or for an ended attempt without an exit code why it has none; and
+    the reason still to show after it (None: said already)."""
+    reason = (attempt.get("failure_reason") or "").splitlines()
+    why = reason[0] if reason else None
+    if attempt.get("exit_code") is not None:
+        return f" (exit {attempt['exit_code']})", why
+    if why == LEAD_FINISHED:
+        return " (no exit code: stopped when the lead task finished)", None
+    if attempt.get("status") == "COMPLETED":
+        return " (no exit code)", why
+    return "", why
+
+
 def _attempt_line(key: str, attempt: AttemptAnswer) -> str:
     node = f" on {attempt['node']}" if attempt.get("node") else ""
-    code = f" (exit {attempt['exit_code']})" if attempt.get("exit_code") is not None else ""
+    code, why = _exit_text(attempt)
     retry = f" retry {attempt['retry_id']}" if attempt.get("retry_id") else ""
-    reason = (attempt.get("failure_reason") or "").splitlines()
-    why = f": {reason[0]}" if reason else ""
-    return f"{key}{retry} {attempt['status']}{node}{code}{why}"
+    return f"{key}{retry} {attempt['status']}{node}{code}{f': {why}' if why else ''}"
+
+
+def _clock(started: float) -> str:
+    """The time now as the log lines print it (``YYYY/MM/DD HH:MM:SS``, UTC, seconds) and
+    the seconds since ``started`` (a ``time.monotonic()``): ``2026/11/27 01:00:09 +9.0s``."""
+    stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime())
+    return f"{stamp} +{time.monotonic() - started:.1f}s"
 
 
 def _print_progress(view: Console, seen: dict[Any, str], data: WorkflowAnswer,
@@ -109,10 +133,10 @@ def _print_progress(view: Console, seen: dict[Any, str], data: WorkflowAnswer,
     """Print each change since the last answer: the workflow's status (a restart shows it
     going back to PENDING or RUNNING) and every task attempt's, earlier attempts included
     (``retries`` of a verbose query), so a RESCHEDULED attempt is shown even when its retry
-    started before this answer."""
-    elapsed = f"[dim]{time.monotonic() - started:7.1f}s[/dim]"
-    if seen.get("workflow") not in (None, data["status"]):
-        view.print(f"{elapsed} workflow {data['status']}")
+    started before this answer. Each line starts with ``_clock``: the log lines' clock."""
+    elapsed = f"[dim]{_clock(started)}[/dim]"
+    if seen.get("workflow") not in (None, data["status"]) and not _is_terminal(data["status"]):
+        view.print(f"{elapsed} workflow {data['status']}", emoji=False)
     seen["workflow"] = data["status"]
     for group in data["groups"]:
         for task in group["tasks"]:
@@ -121,12 +145,15 @@ def _print_progress(view: Console, seen: dict[Any, str], data: WorkflowAnswer,
             for attempt in [*earlier, task]:
                 if seen.get((key, attempt["retry_id"])) != attempt["status"]:
                     seen[(key, attempt["retry_id"])] = attempt["status"]
-                    view.print(f"{elapsed} {_attempt_line(key, attempt)}")
+                    view.print(f"{elapsed} {_attempt_line(key, attempt)}", emoji=False)
     for wait in data.get("waiting") or []:
         if seen.get(("waiting", wait["group"])) != wait["reason"]:
             seen[("waiting", wait["group"])] = wait["reason"]
-            view.print(f"{elapsed} group {wait['group']} {wait['status']}: {wait['reason']}",
-                       markup=False, highlight=False, soft_wrap=True)
+            view.print(f"{_clock(started)} group {wait['group']} {wait['status']}: "
+                       f"{wait['reason']}", markup=False, emoji=False, highlight=False,
+                       soft_wrap=True)
+    if _is_terminal(data["status"]):
+        view.print(f"{elapsed} workflow {data['status']}", emoji=False)
 
 
 def _print_failures(view: Console, workflow_id: str, data: WorkflowAnswer) -> None:
@@ -181,6 +208,11 @@ LONG_POLL_S = 5.0
 changes; the server answers at once on any change of status (and when the workflow ends)."""
 
 
+FINAL_LOGS_S = 10.0
+"""How long ``--wait`` waits, once the workflow ended, for the log stream to bring its last
+lines (the server ends the stream once the logs are drained) before it prints the end."""
+
+
 def _query_long_poll(client: Client, workflow_id: str, known: str | None,
                      wait_s: float) -> tuple[WorkflowAnswer, str | None]:
     """The workflow's query, held by the server until its progress differs from ``known``
@@ -211,16 +243,17 @@ def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.
     while True:
         asked, before = time.monotonic(), known
         data, known = _query_long_poll(client, workflow_id, known, LONG_POLL_S)
-        _print_progress(view, seen, data, started)
         if _is_terminal(data["status"]):
             break
+        _print_progress(view, seen, data, started)
         if known is None or (known == before and time.monotonic() - asked < poll_s):
             # a server without long polls, or one holding too many: ask again later
             time.sleep(poll_s)
             poll_s = min(poll_s * 1.5, max_poll_s)
     if logs:
-        follower.join(timeout=5)
+        follower.join(timeout=FINAL_LOGS_S)  # the last lines (uploads) before the end
     stop.set()
+    _print_progress(view, seen, data, started)
     view.print(f"Workflow {workflow_id} {data['status']} after {time.monotonic() - started:.1f}s")
     _print_outputs(view, data)
     if data["status"] != "COMPLETED":
@@ -240,10 +273,10 @@ def finish_wait(client: Client, workflow_id: str, fmt: Format, *, logs: bool = F
     try:
         final = wait_for(client, workflow_id, logs=logs, view=view)
     except KeyboardInterrupt:
-        err_console.print(f"\nStopped waiting; workflow {workflow_id} goes on. Follow it with "
-                          f"`trainyard workflow logs {workflow_id}`, see it with `trainyard "
-                          f"workflow query {workflow_id}`, stop it with `trainyard workflow "
-                          f"cancel {workflow_id}`.", markup=False)
+        err_console.print(f"\nStopped waiting; workflow {workflow_id} goes on.\n"
+                          f"  follow it: trainyard workflow logs {workflow_id}\n"
+                          f"  see it:    trainyard workflow query {workflow_id}\n"
+                          f"  stop it:   trainyard workflow cancel {workflow_id}", markup=False)
         raise typer.Exit(130) from None
     if fmt is Format.json:
         emit(final, fmt, lambda _d: None)
@@ -258,11 +291,12 @@ def _print_outputs(view: Console, data: WorkflowAnswer) -> None:
                 continue
             view.print(f"Output of {task['name']}: {task.get('output_dir')}", markup=False)
             for target in task.get("outputs", []):
-                hint = ""
+                view.print(f"  uploaded to {target}", markup=False)
                 if target.startswith("dataset "):
                     name = target.split(" ", 1)[1]
-                    hint = f" (`trainyard dataset info {name}`, `trainyard dataset download {name} DIR`)"
-                view.print(f"  uploaded to {target}{hint}", markup=False)
+                    view.print(f"    see it:      trainyard dataset info {name}", markup=False)
+                    view.print(f"    download it: trainyard dataset download {name} DIR",
+                               markup=False)
 
 
 # Options that `workflow submit` and `app submit` share.
@@ -410,6 +444,7 @@ def _query_table(data: WorkflowAnswer) -> None:
                       f"{failure['task']} --retry-id {failure['retry_id']}", markup=False,
                       highlight=False)
     print_waiting(console, data, prefix="Waiting: ")
+    _print_isolation(data)
     for group in data["groups"]:
         for t in group["tasks"]:
             for attempt in [*t.get("retries", []), t]:
@@ -422,11 +457,25 @@ def _query_table(data: WorkflowAnswer) -> None:
                                   highlight=False, soft_wrap=True)
 
 
+def _print_isolation(data: WorkflowAnswer) -> None:
+    """Each task's isolation detail (a verbose query's ``isolation``), under its name."""
+    for group in data["groups"]:
+        for t in group["tasks"]:
+            if t.get("isolation"):
+                console.print(f"Isolation of {t['name']} retry {t['retry_id']}:", markup=False)
+                for line in t["isolation"]:
+                    console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+
+
 def query(workflow_id: str = WorkflowIdArg, verbose: bool = typer.Option(False, "--verbose", "-v",
-          help="list every retry"), fmt: Format = FormatOption) -> None:
-    """Show a workflow's groups and tasks."""
-    data: WorkflowAnswer = Client().json("GET", f"/api/workflow/{workflow_id}",
-                                         params={"verbose": verbose})
+          help="list every retry, and how each task is isolated (sandbox, network, image)"),
+          fmt: Format = FormatOption) -> None:
+    """Show a workflow's groups and tasks.
+
+    With --verbose, JSON adds each task's "isolation": the detail lines of its current
+    attempt's log header (``[task][detail]``), [] before its runner started."""
+    params = {"verbose": True, "isolation": True} if verbose else {"verbose": False}
+    data: WorkflowAnswer = Client().json("GET", f"/api/workflow/{workflow_id}", params=params)
     emit(data, fmt, _query_table)
 
 
@@ -593,6 +642,10 @@ def logs(
                                "one stream, so there is no stderr of its own to show."),
     lines: int | None = typer.Option(None, "-n", min=1, help="Only the last N lines "
                                         "(when following: of those already written, then new ones)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also the runner's detail "
+                                 "of how each task is isolated (sandbox, network, image: "
+                                 "lines tagged [task][detail]); by default each task's log "
+                                 "starts with one short line instead."),
     fmt: Format = LongFormatOption,
 ) -> None:
     r"""Print a workflow's task logs in OSMO's line format (YYYY/MM/DD HH:MM:SS \[task] text,
@@ -611,6 +664,8 @@ def logs(
         params["format"] = "json"
     if error:
         params["error"] = True
+    if verbose:
+        params["verbose"] = True
     client, path = Client(), f"/api/workflow/{workflow_id}/logs"
     if follow if follow is not None else not _inside(workflow_id, client.token):
         params["follow"] = True
@@ -659,8 +714,10 @@ def cancel(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...
                                                   help="The workflows to cancel (NAME-N)."),
            message: str | None = typer.Option(
                None, "--message", "-m", help="Why: kept with the workflow (its cancel_message)."),
-           force: bool = typer.Option(False, "--force", "-f", help="OSMO's force cancel; "
-                                      "every cancel here already stops every process."),
+           force: bool = typer.Option(False, "--force", "-f", help="OSMO's force cancel: no "
+                                      "grace period, the tasks' processes SIGKILLed at once "
+                                      "(no SIGTERM first: nothing of theirs runs on the way "
+                                      "out); Slurm: scancel as usual."),
            fmt: Format = FormatOption) -> None:
     """Cancel workflows: stop every task; each ends FAILED_CANCELED. Each is cancelled on
     its own and its result printed. Exit 0 when every one was cancelled; otherwise the

@@ -3,7 +3,7 @@ datasets at ``cp -r`` speed).
 
 Why a process. A dataset of many small files costs per file, and most of that cost is the
 interpreter's between system calls; a second thread only fights the first for the GIL
-(docs/benchmarks.md, "Many small files"). A second interpreter runs beside the first on
+(docs/benchmarks-history.md, "Many small files"). A second interpreter runs beside the first on
 a second CPU. It is spawned (``subprocess``: fork + exec of ``sys.executable -I``, never a
 ``fork`` of this threaded process that would go on running its code), loads only
 ``localcopy.py`` by its file path (no trainyard package, nothing of the site's), and copies
@@ -28,7 +28,7 @@ When. Only where it pays (``pays``): at least ``MIN_FILES`` files to send, two C
 process may run on (``os.sched_getaffinity``), and files below ``MAX_FILE_BYTES`` (larger
 ones stay here, where a single chunk cannot hold a worker past ``STALL_S``); the caller
 (``transfer.Mover``) adds its own conditions (small files on ``file://``, digests taken,
-``DataConfig.workers`` >= 2). Measured in docs/benchmarks.md, "Many small files".
+``DataConfig.workers`` >= 2). Measured in docs/benchmarks-history.md, "Many small files".
 """
 
 from __future__ import annotations

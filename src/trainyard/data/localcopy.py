@@ -2,7 +2,7 @@
 ``cp -r``, checked). ``storage.copy_hashing`` is the caller; this module knows file
 descriptors, not URLs, algorithms or temp names.
 
-Two ways, chosen by size (numbers measured on the 2-CPU dev VM, docs/benchmarks.md):
+Two ways, chosen by size (numbers measured on the 2-CPU dev VM, docs/benchmarks-history.md):
 
 * below ``PIPELINE_MIN_BYTES``: read into one reused per-thread buffer of ``BUFFER_BYTES``
   (small enough to stay in the CPU's L2 cache), hash it, write it. Few system calls per file

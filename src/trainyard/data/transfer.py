@@ -91,7 +91,7 @@ def file_digest(path: Path, algo: str = "sha256") -> str:
 
 def fast_digest_algo() -> str:
     """``blake3`` when its package is installed (about 3x faster than sha256 here, which is
-    what bounds a dataset copy: docs/benchmarks.md), else ``sha256``."""
+    what bounds a dataset copy: docs/benchmarks-history.md), else ``sha256``."""
     try:
         import blake3  # noqa: F401 - availability only
     except ImportError:
@@ -356,7 +356,7 @@ class Mover:
         CPU (local copies are bound by the CPU and the disk, not by latency), and one in all
         when the files average under ``SMALL_FILE_BYTES``: their cost is per-file work that
         holds the GIL, which two threads only fight over (measured on 5,000 files of 16 KiB:
-        99 us per file in one thread, 142 us in two; docs/benchmarks.md). Such a transfer
+        99 us per file in one thread, 142 us in two; docs/benchmarks-history.md). Such a transfer
         shares its files with a copy helper process instead where that pays
         (``copyworker``: an action with an ``Offload``, ``DataConfig.workers`` >= 2, enough
         files, two CPUs). ``helper``: a copy helper already started for this transfer

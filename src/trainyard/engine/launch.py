@@ -16,6 +16,7 @@ from typing import Any
 
 from trainyard import dataroots
 from trainyard.backends.base import Backend, TaskKey, TaskLaunch, TaskResources
+from trainyard.backends.images import registry_credentials_for
 from trainyard.engine.machine import StartTasks, WorkflowState
 from trainyard.engine.scheduler import Placement
 from trainyard.pools import Pool
@@ -52,6 +53,9 @@ class LaunchContext:
     """The submitter's credentials the tasks name, ``{name: (type, payload)}``, decrypted
     (``CredentialVault.payloads``); None: none given (``--dry-run``'s preview: no value is
     ever rendered)."""
+    registry_credentials: list[dict[str, str]] | None = None
+    """The submitter's REGISTRY credentials' payloads (``CredentialVault.registry_payloads``):
+    a task gets those for its image's registry, on its ``TaskLaunch`` (not in its run file)."""
 
     def run_dir(self, task: str, retry_id: int) -> Path:
         return self.home / "runs" / self.workflow_id / task / str(retry_id)
@@ -160,5 +164,7 @@ def build_launches(ctx: LaunchContext, action: StartTasks) -> list[TaskLaunch]:
             node=placement.node, run_dir=Path(run.run_dir), run=run.model_dump(mode="json"),
             gpu_slots=list(placement.gpu_slots), restart_in_place=action.restart_in_place,
             resources=_resources(ctx, by_name[name]), exec_timeout_s=ctx.state.exec_timeout_s,
+            registry_credentials=registry_credentials_for(
+                by_name[name].image, ctx.registry_credentials or []),
         ))
     return launches

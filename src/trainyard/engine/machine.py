@@ -92,7 +92,7 @@ class GroupState:
     scheduling_since_s: float | None = None
     running_since_s: float | None = None
     end_time_s: float | None = None
-    waiting_reason: str | None = None  # why a SCHEDULING gang is not placed yet (scheduler)
+    waiting_reason: str | None = None  # why a gang is not placed yet (scheduler or backend's)
 
 
 @dataclass
@@ -179,7 +179,9 @@ class TaskLost(Event):
 @dataclass(frozen=True)
 class GroupWaiting(Event):
     """The scheduler could not place a SCHEDULING gang yet; ``reason`` says why in one line
-    (what it needs, what is free, what it waits behind: ``Scheduler.waiting_reasons``)."""
+    (what it needs, what is free, what it waits behind: ``Scheduler.waiting_reasons``). Or
+    the backend's own scheduler has not placed a started gang's tasks yet
+    (``Backend.waiting_reason``: a Kubernetes pod Unschedulable); "" once it has."""
 
     group: str
     reason: str

@@ -10,9 +10,18 @@ from __future__ import annotations
 
 from trainyard.engine.machine import GroupState, TaskState, WorkflowState
 from trainyard.errors import SpecError, SpecProblem
-from trainyard.spec.models import GroupSpec, TaskSpec, WorkflowSpec
+from trainyard.pools import MAX_POOL_EXIT_CODE, Pool
+from trainyard.spec.fields import parse_exit_codes
+from trainyard.spec.models import ExitAction, GroupSpec, TaskSpec, WorkflowSpec
 
-__all__ = ["group_upstreams", "topological_groups", "build_state"]
+__all__ = ["group_upstreams", "topological_groups", "build_state", "default_exit_actions_of"]
+
+
+def default_exit_actions_of(pool: Pool) -> dict[ExitAction, frozenset[int]]:
+    """The pool's ``default_exit_actions`` as exit codes (OSMO's pool field; codes up to
+    ``MAX_POOL_EXIT_CODE``, checked when the pool was loaded)."""
+    return {ExitAction(action): parse_exit_codes(codes, MAX_POOL_EXIT_CODE)
+            for action, codes in pool.default_exit_actions.items()}
 
 
 def _input_path(g: int, t: int, i: int) -> str:
@@ -70,14 +79,18 @@ def topological_groups(upstreams: dict[str, frozenset[str]]) -> list[str]:
     return order
 
 
-def _task_state(task: TaskSpec, group: GroupSpec) -> TaskState:
-    """The initial state of one task: PENDING, retry 0, its exit actions and lead flag."""
-    return TaskState(
-        name=task.name,
-        group=group.name,
-        lead=task.lead,
-        exit_actions={action: frozenset(codes) for action, codes in task.exit_actions.items()},
-    )
+def _task_state(task: TaskSpec, group: GroupSpec,
+                defaults: dict[ExitAction, frozenset[int]]) -> TaskState:
+    """The initial state of one task: PENDING, retry 0, its lead flag and its exit actions:
+    the spec's, then ``defaults`` (the pool's) for the codes those do not cover."""
+    actions = {action: frozenset(codes) for action, codes in task.exit_actions.items()}
+    covered = frozenset().union(*actions.values())
+    for action, codes in defaults.items():
+        extra = frozenset(codes) - covered
+        if extra:
+            actions[action] = actions.get(action, frozenset()) | extra
+            covered |= extra
+    return TaskState(name=task.name, group=group.name, lead=task.lead, exit_actions=actions)
 
 
 def _group_state(group: GroupSpec, upstream: frozenset[str]) -> GroupState:
@@ -92,7 +105,8 @@ def _group_state(group: GroupSpec, upstream: frozenset[str]) -> GroupState:
 
 
 def build_state(
-    workflow_id: str, spec: WorkflowSpec, *, max_retries: int, now_s: float
+    workflow_id: str, spec: WorkflowSpec, *, max_retries: int, now_s: float,
+    default_exit_actions: dict[ExitAction, frozenset[int]] | None = None,
 ) -> WorkflowState:
     """The initial state of a submitted workflow (everything PENDING, nothing started).
 
@@ -101,6 +115,9 @@ def build_state(
         spec: the validated spec (``groups`` filled, exactly one lead per group).
         max_retries: RESCHEDULE/RESTART attempts allowed per task (OSMO: set by the admin).
         now_s: submission time, Unix seconds (``submit_time_s``).
+        default_exit_actions: the pool's (``default_exit_actions_of``), for the codes a
+            task's own exit actions do not cover; kept in each task's state, so a restarted
+            engine applies the rules the workflow was submitted with.
 
     Returns:
         Groups and tasks in spec order; timeouts from ``spec.timeout`` (seconds, None for
@@ -114,7 +131,8 @@ def build_state(
     return WorkflowState(
         id=workflow_id,
         groups={g.name: _group_state(g, upstreams[g.name]) for g in spec.groups},
-        tasks={t.name: _task_state(t, g) for g in spec.groups for t in g.tasks},
+        tasks={t.name: _task_state(t, g, default_exit_actions or {})
+               for g in spec.groups for t in g.tasks},
         exec_timeout_s=spec.timeout.exec_timeout_s,
         queue_timeout_s=spec.timeout.queue_timeout_s,
         max_retries=max_retries,

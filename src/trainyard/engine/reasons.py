@@ -3,7 +3,9 @@
 The state machine keeps each failed attempt's ``failure_reason`` (the runner's or backend's
 words, else ``exit_reason`` of its exit code) and ``log_tail`` (its last lines, read by the
 reconciler with ``read_log_tail`` when the attempt ended); the scheduler's one-line waiting
-reason of a SCHEDULING gang lands in ``GroupState.waiting_reason``. All of it is stored with
+reason of a SCHEDULING gang lands in ``GroupState.waiting_reason``, and so does the backend's
+(``Backend.waiting_reason``: a Slurm job's pending reason) for a placed gang whose job waits
+in the backend's own queue. All of it is stored with
 the workflow's state, so ``query``, ``--wait``, the dashboard and ``-f json`` read one truth.
 This module turns that state into what they show: ``failure_of`` (the task that failed the
 workflow) and ``waits_of`` (each group not started yet, and why).
@@ -147,8 +149,10 @@ def waits_of(state: WorkflowState) -> list[dict[str, Any]]:
     Returns:
         ``[{"group", "status", "reason", "since_s"}]``: WAITING groups wait for their
         upstream groups (named with their statuses); SCHEDULING ones for nodes, with the
-        scheduler's stored reason (``waiting for the scheduler`` until it gave one). Empty
-        once the workflow ended.
+        scheduler's stored reason (``waiting for the scheduler`` until it gave one);
+        INITIALIZING ones that the backend's own scheduler has not placed yet, with its
+        words (a Kubernetes pod's Unschedulable message), only while there are some.
+        Empty once the workflow ended.
     """
     if state.status.is_terminal():
         return []
@@ -161,4 +165,7 @@ def waits_of(state: WorkflowState) -> list[dict[str, Any]]:
             out.append({"group": group.name, "status": group.status.value,
                         "reason": group.waiting_reason or "waiting for the scheduler",
                         "since_s": group.scheduling_since_s})
+        elif group.status is Status.INITIALIZING and group.waiting_reason:
+            out.append({"group": group.name, "status": group.status.value,
+                        "reason": group.waiting_reason, "since_s": group.scheduling_since_s})
     return out

@@ -56,7 +56,7 @@ from trainyard.engine import homestore
 from trainyard.engine import machine as m
 from trainyard.engine import retention, rules
 from trainyard.engine.launch import InputUnavailable, LaunchContext, build_launches
-from trainyard.engine.plan import build_state
+from trainyard.engine.plan import build_state, default_exit_actions_of
 from trainyard.engine.reasons import read_log_tail
 from trainyard.engine.scheduler import (PRIORITY_RANK, Placement, Request, Scheduler,
                                         priority_rank, request_of)
@@ -230,6 +230,7 @@ class Engine:
 
         def make_state(workflow_id: str) -> tuple[str, dict[str, Any]]:
             state = build_state(workflow_id, sub.spec, max_retries=sub.pool.max_retries,
+                                default_exit_actions=default_exit_actions_of(sub.pool),
                                 now_s=time.time())
             return state.status.value, state_to_dict(state)
 
@@ -285,7 +286,9 @@ class Engine:
         Stores nothing, starts nothing. A group whose rendering is empty is left out."""
         backend = self._backends.get(sub.pool.name) or self._backend_factory(sub.pool, self.home)
         wid = self.store.peek_workflow_id(sub.spec.name)
-        state = build_state(wid, sub.spec, max_retries=sub.pool.max_retries, now_s=time.time())
+        state = build_state(wid, sub.spec, max_retries=sub.pool.max_retries,
+                            default_exit_actions=default_exit_actions_of(sub.pool),
+                            now_s=time.time())
         previews = []
         for group in sub.spec.groups:
             names = [t.name for t in group.tasks]
@@ -308,11 +311,14 @@ class Engine:
             return self.home / "runs" / wid / task / "0" / "output"
         return output
 
-    def cancel(self, workflow_id: str) -> None:
+    def cancel(self, workflow_id: str, *, force: bool = False) -> None:
         """Cancel a workflow: every process stopped, status FAILED_CANCELED. Idempotent;
         a finished workflow is left as it is. What the backend already saw happen is applied
         first (one ``step``): a workflow whose last task had already exited is recorded as it
-        ended, not as cancelled. Raises NotFoundError for an unknown id."""
+        ended, not as cancelled. ``force`` (OSMO's ``workflow cancel --force``, "Force cancel
+        task group pods in the cluster"): its attempts are stopped with no grace period
+        (``Backend.kill``), those of an earlier cancel too. Raises NotFoundError for an
+        unknown id."""
         with self._lock:
             if workflow_id in self._live:
                 self.step()
@@ -320,6 +326,19 @@ class Engine:
                 self.store.get_workflow(workflow_id)  # raises NotFoundError
                 return
             self._process({workflow_id: [m.CancelRequested(time.time())]})
+            if force:
+                self._kill(workflow_id)
+
+    def _kill(self, workflow_id: str) -> None:
+        """Stop at once (``Backend.kill``) the attempts of the workflow still stopping."""
+        keys = [k for k in self._stopping if k.workflow_id == workflow_id]
+        if not keys:
+            return
+        try:
+            backend = self._backend_of(workflow_id)
+        except (BackendError, ConfigError):
+            return
+        backend.kill(keys)
 
     def restart(self, workflow_id: str) -> None:
         """Run a failed workflow's groups that did not complete again (new retry ids), keeping
@@ -633,6 +652,7 @@ class Engine:
             return
         self._reasons_due_s = now + WAIT_REASONS_INTERVAL_S
         wall = time.time()
+        self._note_backend_waiting(wall)
         for scheduler in self._schedulers.values():
             if not scheduler.queued():
                 continue
@@ -644,6 +664,22 @@ class Engine:
                 since = state.scheduling_since_s
                 if since is None or wall - since >= WAIT_REASONS_INTERVAL_S:
                     self._apply(wid, m.GroupWaiting(wall, group, reason))
+
+    def _note_backend_waiting(self, wall_s: float) -> None:
+        """Each placed gang none of whose tasks started gets its backend's words for why
+        (``Backend.waiting_reason`` of its tasks: the first task that has some, named),
+        or "" once there are none (``GroupWaiting``; stored only when it changed)."""
+        for wid, live in list(self._live.items()):
+            waiting = [g for g in live.state.groups.values()
+                       if g.status is Status.INITIALIZING
+                       and all(live.state.tasks[t].start_time_s is None for t in g.tasks)]
+            if not waiting:
+                continue
+            backend = self._backend_of(wid)
+            for group in waiting:
+                reason = _backend_reason(backend, wid, group, live.state)
+                if reason != (group.waiting_reason or ""):
+                    self._apply(wid, m.GroupWaiting(wall_s, group.name, reason))
 
     def _flush(self) -> None:
         if not self._dirty:
@@ -688,7 +724,7 @@ class Engine:
         each, in order. Each gang's outcome is what ``_start`` would give it: None, or
         GroupStartFailed. (Several gangs in one call of a backend's ``start_groups`` was
         measured slower on the local backend: 64-74 against 84-86 tasks/s for 1,000 one-task
-        groups, its launcher's CPU per task +2 ms; docs/benchmarks.md "Batched starts
+        groups, its launcher's CPU per task +2 ms; docs/benchmarks-history.md "Batched starts
         turned off".)"""
         ready: list[tuple[str, m.StartTasks]] = []
         for wid, action in starts:
@@ -782,11 +818,21 @@ class Engine:
             upstream_output=self._upstream_output, user=live.user,
             credentials=self._credentials_of(live.user, live.spec, action.group),
             data_credentials=self.credentials.data_payloads(live.user) if live.user else [],
+            registry_credentials=self._registry_credentials_of(live.user, live.spec, action.group),
         )
         launches = build_launches(ctx, action)
         if only is not None:
             launches = [launch for launch in launches if launch.key in only]
         return backend, launches
+
+    def _registry_credentials_of(self, user: str | None, spec: WorkflowSpec,
+                                 group: str) -> list[dict[str, str]]:
+        """The submitter's REGISTRY credentials, when a task of the group names an image
+        (decrypted only then)."""
+        images = [t.image for g in spec.groups if g.name == group for t in g.tasks if t.image]
+        if not images or user is None:
+            return []
+        return self.credentials.registry_payloads(user)
 
     def _credentials_of(self, user: str | None, spec: WorkflowSpec,
                         group: str) -> dict[str, tuple[str, dict[str, str]]]:
@@ -1073,6 +1119,18 @@ def _log_failed_step(failures: int, exc: Exception) -> None:
     elif failures & (failures - 1) == 0:
         log.error("engine step failed %d times in a row (retrying every %.1f s at most): %s",
                   failures, FAILED_STEP_MAX_DELAY_S, exc)
+
+
+def _backend_reason(backend: Backend[Any], wid: str, group: m.GroupState,
+                    state: m.WorkflowState) -> str:
+    """``task NAME: REASON`` of the first task of ``group`` whose attempt the backend says
+    waits (``Backend.waiting_reason``), else ""."""
+    for name in group.tasks:
+        task = state.tasks[name]
+        reason = backend.waiting_reason(TaskKey(wid, name, task.retry_id))
+        if reason:
+            return f"task {name}: {reason}"
+    return ""
 
 
 def _ended_attempts(wid: str, state: m.WorkflowState) -> list[TaskKey]:

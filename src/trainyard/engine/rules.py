@@ -152,12 +152,11 @@ def check_move(kind: str, name: str, old: Any, new: Any, table: dict[Any, frozen
 def action_for(task: TaskState, exit_code: int) -> ExitAction:
     """The exit action for ``exit_code`` (OSMO "Exit actions").
 
-    Codes 0-255 are the command's: the task's ``exitActions``, else 0 -> COMPLETE and anything
-    else -> FAIL. Codes >= 256 are OSMO service codes (2010 download, 2024 barrier, 3001
-    backend error, ...): exit actions only cover 0-255, so they always FAIL.
+    The task's exit actions (its spec's ``exitActions``, codes 0-255, then its pool's
+    ``default_exit_actions``, which may name OSMO's service codes: 2010 download, 3001
+    backend error, 3005 start timeout, ...; ``plan.build_state`` merged them), else
+    0 -> COMPLETE and anything else -> FAIL (OSMO ``UpdateGroup._apply_exit_action``).
     """
-    if exit_code < 0 or exit_code > 255:
-        return ExitAction.FAIL
     for action, codes in task.exit_actions.items():
         if exit_code in codes:
             return action
@@ -269,6 +268,8 @@ def _set_group(step: _Step, group: GroupState, status: Status) -> None:
     """Move ``group`` to ``status`` (checked); an ending group gets ``end_time_s``."""
     check_move("group", group.name, group.status, status, GROUP_TRANSITIONS)
     group.status = status
+    if status not in (S.SCHEDULING, S.INITIALIZING):
+        group.waiting_reason = None  # it runs or ended: it waits no more
     if status.is_terminal():
         group.end_time_s = step.now_s
 
@@ -381,16 +382,18 @@ def _new_attempt(step: _Step, task: TaskState, exit_code: int | None) -> None:
     task.log_tail = ()
 
 
-def _retry(step: _Step, task: TaskState, exit_code: int, in_place: bool) -> None:
+def _retry(step: _Step, task: TaskState, exit_code: int, in_place: bool,
+           whole_gang: bool = False) -> None:
     """RESCHEDULE (``in_place`` False) or RESTART: a new attempt of ``task``.
 
-    With ``ignoreNonleadStatus: false`` the group's other started tasks are stopped and
-    restarted with it (OSMO "Group lifecycle"); they get new retry ids but do not use up
+    With ``ignoreNonleadStatus: false``, or ``whole_gang`` (the attempt ended before its
+    gang's barrier released: ``_unreleased``), the group's other started tasks are stopped
+    and restarted with it (OSMO "Group lifecycle"); they get new retry ids but do not use up
     their own retries. One StartTasks holds every new attempt, in group order.
     """
     group = step.state.groups[task.group]
     task.retries_used += 1
-    peers = [] if group.ignore_nonlead_status else [
+    peers = [] if group.ignore_nonlead_status and not whole_gang else [
         t for t in step.tasks_of(group) if t is not task and t.status in _STARTED
     ]
     if peers:
@@ -408,8 +411,8 @@ def _unreleased(step: _Step, task: TaskState) -> bool:
     barrier and more than one task, the task never reported RUNNING, and no task of the group
     runs (RUNNING is reported only past the barrier, and a start of part of a gang has none).
     Its peers would wait at the barrier for a task that never comes (issue 12, M1), so the
-    gang ends with it whatever ``ignoreNonleadStatus`` says. (Such an end is always a FAIL:
-    exit actions cover only the command's codes 0-255, which come after the barrier.)"""
+    gang ends with it whatever ``ignoreNonleadStatus`` says, or is retried with it whole
+    (a pool's exit action for a service code such as 3005, the gang's start timeout)."""
     group = step.state.groups[task.group]
     if not group.barrier or len(group.tasks) < 2 or task.status is not S.INITIALIZING:
         return False
@@ -442,10 +445,11 @@ def _task_ended(step: _Step, task: TaskState, exit_code: int, reason: str = "",
         task.failure_reason = reason or exit_reason(exit_code)
         task.log_tail = tuple(log_tail)
     retry = action in (ExitAction.RESCHEDULE, ExitAction.RESTART)
-    if retry and task.retries_used < step.state.max_retries:
-        _retry(step, task, exit_code, in_place=action is ExitAction.RESTART)
-        return
     unreleased = _unreleased(step, task)
+    if retry and task.retries_used < step.state.max_retries:
+        _retry(step, task, exit_code, in_place=action is ExitAction.RESTART,
+               whole_gang=unreleased)
+        return
     task.exit_code = int(exit_code)
     completed = action is ExitAction.COMPLETE
     failed = S.FAILED_IMAGE_PULL if failure == IMAGE_PULL else failure_status(exit_code)
@@ -504,12 +508,14 @@ def _on_group_start_failed(step: _Step, event: GroupStartFailed) -> None:
 
 
 def _on_group_waiting(step: _Step, event: GroupWaiting) -> None:
-    """The scheduler says why a SCHEDULING gang is not placed: kept as its
-    ``waiting_reason`` (the same reason again changes nothing, so nothing is stored).
-    Ignored for a group that is not SCHEDULING (placed or ended meanwhile)."""
+    """The scheduler says why a SCHEDULING gang is not placed, or the backend's own
+    scheduler why a placed gang's tasks do not start yet (a Kubernetes pod Unschedulable,
+    issue 26; the group is INITIALIZING and no task of it started): kept as its
+    ``waiting_reason``; an empty reason clears it (the same reason again changes nothing,
+    so nothing is stored). Ignored for a group in any other state (running or ended)."""
     group = step.group(event.group)
-    if group.status is S.SCHEDULING:
-        group.waiting_reason = event.reason
+    if group.status is S.SCHEDULING or _queued(step.state, group):
+        group.waiting_reason = event.reason or None
 
 
 def _on_task_initializing(step: _Step, event: TaskInitializing) -> None:
@@ -517,6 +523,7 @@ def _on_task_initializing(step: _Step, event: TaskInitializing) -> None:
     task = _current(step, event.task, event.retry_id)
     if task is not None and task.start_time_s is None:
         task.start_time_s = step.now_s
+        step.group(task.group).waiting_reason = None  # its runner started: no queue holds it
 
 
 def _on_task_running(step: _Step, event: TaskRunning) -> None:
@@ -530,6 +537,7 @@ def _on_task_running(step: _Step, event: TaskRunning) -> None:
     group = step.state.groups[task.group]
     if group.status is S.INITIALIZING:
         _set_group(step, group, S.RUNNING)
+        group.waiting_reason = None
         group.running_since_s = step.now_s
 
 

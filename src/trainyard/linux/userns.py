@@ -76,7 +76,7 @@ class Handshake:
         run folder may be closed to that uid); else by an ``nsenter`` put first. Not
         ``Popen``'s ``user``/``group``: with them CPython forks instead of ``vfork``, which
         in the launcher (~40 MB, many threads) cost ~2.5 ms of CPU per task
-        (docs/benchmarks.md).
+        (docs/benchmarks-history.md).
 
         Raises:
             OSError: something other than ``nsenter`` or bwrap comes first (EINVAL), or the

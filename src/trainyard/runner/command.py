@@ -173,6 +173,11 @@ class CommandProcess:
             self._kill_timer.daemon = True
             self._kill_timer.start()
 
+    def kill_now(self) -> None:
+        """SIGKILL the command's process group now, with no SIGTERM first (a forced stop:
+        OSMO's ``workflow cancel --force``). Safe from a signal handler, more than once."""
+        self._signal_group(signal.SIGKILL)
+
     def kill_leftovers(self) -> None:
         """SIGKILL the command's process group and every descendant of this runner's children
         that came after the command started (the command and its orphans), with them."""

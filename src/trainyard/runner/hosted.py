@@ -4,7 +4,7 @@ instead of a process of its own.
 Why: on a 2-core machine a forked runner costs ~10 ms of CPU per task (copying the page
 tables of a 35 MB interpreter, copy-on-write faults as Python touches its objects, tearing
 the address space down at exit), about 40% of a sandboxed task that runs ``true``; a thread
-of the launcher runs the same steps in ~2.5 ms (``docs/benchmarks.md``, engine section).
+of the launcher runs the same steps in ~2.5 ms (``docs/benchmarks-history.md``, engine section).
 
 When a backend may host a runner this way (``hostable``): the command runs in a bubblewrap
 sandbox, whose PID namespace ends every process of the task when the sandbox's first process
@@ -64,6 +64,7 @@ class HostedRunner:
         self.env = dict(env)
         self._runner: Runner | None = None
         self._stop_wanted = False
+        self._stop_force = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._main, daemon=True,
                                         name=f"runner {self.run_json.parent}")
@@ -86,14 +87,16 @@ class HostedRunner:
         """Wait for the thread (at most ``timeout_s``)."""
         self._thread.join(timeout_s)
 
-    def stop(self) -> None:
-        """Stop the attempt as SIGTERM stops a runner process (``Runner.request_stop``);
-        a stop before the runner exists takes effect as it starts. Returns at once."""
+    def stop(self, force: bool = False) -> None:
+        """Stop the attempt as SIGTERM stops a runner process (``Runner.request_stop``;
+        ``force``: its command SIGKILLed at once); a stop before the runner exists takes
+        effect as it starts. Returns at once."""
         with self._lock:
             self._stop_wanted = True
+            self._stop_force = self._stop_force or force
             runner = self._runner
         if runner is not None:
-            runner.request_stop()
+            runner.request_stop(force)
 
     def _main(self) -> None:
         try:
@@ -103,7 +106,7 @@ class HostedRunner:
             with self._lock:
                 self._runner = runner
                 if self._stop_wanted:
-                    runner.request_stop()
+                    runner.request_stop(self._stop_force)
             runner.execute()
         except BaseException:  # noqa: BLE001 - a thread's end must always be visible
             with open(self.out, "a", encoding="utf-8") as handle:

@@ -153,6 +153,8 @@ class Runner:
         self.log.secrets = secrets_of(run)
         self.credential_env: dict[str, str] = {}
         self.credential_written: list[tuple[str, str]] = []
+        self.forced = False
+        """A forced stop was asked (``request_stop(force=True)``: SIGKILL, no SIGTERM)."""
         self._data_hooks: dict[str, DataHook] = {}
         self.task_venv_bin: str | None = None
         """The task's own environment's ``bin`` as the task sees it, once made
@@ -649,13 +651,18 @@ class Runner:
         """SIGTERM/SIGINT handler: stop the attempt (see module docstring)."""
         self.request_stop()
 
-    def request_stop(self) -> None:
+    def request_stop(self, force: bool = False) -> None:
         """Stop the attempt: before the command, no command runs; during it, its process
-        group gets SIGTERM, then SIGKILL after ``stop_grace_s``. Returns at once; safe to call
-        from a signal handler, from another thread and more than once."""
+        group gets SIGTERM, then SIGKILL after ``stop_grace_s`` (``force``: SIGKILL now, no
+        SIGTERM). Returns at once; safe to call from a signal handler, from another thread
+        and more than once."""
+        self.forced = self.forced or force
         self.stop.set()
         if self.command is not None:
-            self.command.terminate(self.run.stop_grace_s)
+            if force:
+                self.command.kill_now()
+            else:
+                self.command.terminate(self.run.stop_grace_s)
 
     def _on_log_failure(self, _exc: OSError) -> None:
         """The task log cannot be written: stop the command (``_check_log`` then fails the
@@ -675,13 +682,18 @@ class Runner:
                          f"{failure.strerror or failure}; the command was stopped{dropped}")
 
     def _header(self) -> None:
+        """One short line (attempt, group, node, isolation, image), then the backend's full
+        isolation description as ``[detail]`` lines (shown with ``logs --verbose``)."""
         run = self.run
+        box = run.sandbox
+        lines = box.description.splitlines()
+        where = box.summary or (lines[0] if lines else f"image {run.image or '-'}")
         self.log.runner(
             f"workflow {run.workflow_id} task {run.task} retry {run.retry_id} "
             f"(group {run.group}, task {run.task_index + 1} of {len(run.group_tasks)}"
-            f"{', lead' if run.lead else ''}) image {run.image or '-'}")
-        for line in run.sandbox.description.splitlines():
-            self.log.runner(line)
+            f"{', lead' if run.lead else ''}): {where}")
+        for line in lines:
+            self.log.detail(line)
 
     def _steps(self) -> tuple[int, str]:
         self._header()
@@ -706,7 +718,9 @@ class Runner:
         self._check_log()
         mark_stage(self.run_dir, "command_exit")
         if self.stop.is_set():
-            return code or STOPPED_EXIT_CODE, "stopped by SIGTERM"
+            return code or STOPPED_EXIT_CODE, ("stopped by SIGKILL (a forced cancel: no "
+                                               "SIGTERM first)" if self.forced
+                                               else "stopped by SIGTERM")
         if code == 0:
             self.upload_outputs()
             mark_stage(self.run_dir, "upload_end")

@@ -15,7 +15,10 @@ output can never produce (it always follows ``[task]`` and a space):
   printed; the next ``[task]`` line of this attempt continues it (a line of 200 KiB is three
   ``[cut]`` pieces and a last plain one). Nothing is dropped, and the runner never holds more
   than one piece;
-- ``[task][trainyard] text``: a line of the runner's own (``exit code N``, errors).
+- ``[task][trainyard] text``: a line of the runner's own (``exit code N``, errors);
+- ``[task][detail] text``: the runner's detail of how the task is isolated (the backend's
+  ``SandboxSettings.description``), written after the one-line header; log readers leave
+  these lines out unless asked (``workflow logs --verbose``, issue 28).
 
 Control characters in a line are escaped (``escape_control``): a carriage return is written
 as the two characters ``\r``, a newline inside a runner message as ``\n``, an escape
@@ -55,7 +58,8 @@ from trainyard.status import ExitCode
 __all__ = ["Event", "EventWriter", "notify_socket", "FACTS_SOCKET_ENV", "TaskLog", "read_events",
            "format_line", "escape_control",
            "parse_line", "LogParts", "reserve_space", "EVENTS", "LOG", "RESERVE",
-           "MAX_LINE_BYTES", "RESERVE_BYTES", "LOG_FAILED_EXIT_CODE", "RUNNER_TAG", "CUT_TAG"]
+           "MAX_LINE_BYTES", "RESERVE_BYTES", "LOG_FAILED_EXIT_CODE", "RUNNER_TAG", "CUT_TAG",
+           "DETAIL_TAG", "is_detail_line"]
 
 EVENTS = "events.jsonl"
 FACTS_SOCKET_ENV = "TRAINYARD_FACTS_SOCKET"
@@ -73,6 +77,7 @@ LOG_FAILED_EXIT_CODE = int(ExitCode.SERVICE_MESSAGES_FAILED)
 """The exit code of an attempt whose task log could not be written (disk full)."""
 RUNNER_TAG = "trainyard"
 CUT_TAG = "cut"
+DETAIL_TAG = "detail"
 
 
 @dataclass(frozen=True)
@@ -199,7 +204,8 @@ class LogParts:
     stamp: str | None
     """``YYYY/MM/DD HH:MM:SS`` (UTC), or None when the line is not in OSMO's format."""
     source: str
-    """``runner`` for the runner's own lines, ``task`` for the command's output."""
+    """``runner`` for the runner's own lines, ``detail`` for its isolation detail, ``task``
+    for the command's output."""
     cut: bool
     """A piece of a longer line; the next line of the attempt continues it."""
     text: str
@@ -223,7 +229,15 @@ def parse_line(line: str, task: str) -> LogParts:
         return LogParts(stamp, "runner", False, rest)
     if rest.startswith(f"[{CUT_TAG}] "):
         return LogParts(stamp, "task", True, rest[len(CUT_TAG) + 3:])
+    if rest.startswith(f"[{DETAIL_TAG}] "):
+        return LogParts(stamp, "detail", False, rest)
     return LogParts(stamp, "task", False, rest.removeprefix(" "))
+
+
+def is_detail_line(line: bytes, task: str) -> bool:
+    """Whether ``line`` (raw bytes of ``task``'s log) is a ``[task][detail]`` line: cheap
+    enough for every line a log reader reads (no decoding, no parsing)."""
+    return line[20:].startswith(f"[{task}][{DETAIL_TAG}] ".encode())
 
 
 def reserve_space(run_dir: Path) -> Path | None:
@@ -288,6 +302,12 @@ class TaskLog:
         for secret in self.secrets:
             text = text.replace(secret, "***")
         self._write(f"{self.task}][{RUNNER_TAG}", text.rstrip("\r\n"))
+
+    def detail(self, text: str) -> None:
+        """Log one line of isolation detail (tag ``[task][detail]``), ``secrets`` masked."""
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        self._write(f"{self.task}][{DETAIL_TAG}", text.rstrip("\r\n"))
 
     def _write(self, tag: str, text: str) -> None:
         line = format_line(tag, escape_control(text)) + "\n"

@@ -20,10 +20,13 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 import threading
 import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import psutil
 
@@ -189,18 +192,95 @@ class UsageSampler:
         return row
 
 
+USAGE_READ_BYTES = 4 << 20
+"""The most one ``read_usage`` call reads of one file (its newest part)."""
+MAX_USAGE_LINE_BYTES = 64 << 10
+"""A longer line is skipped without being held."""
+MAX_CACHED_USAGE_FILES = 256
+"""Usage files whose rows are kept between calls (the least recently read go first)."""
+
+
+@dataclass
+class _UsageRows:
+    """What was read of one usage file: up to ``offset`` (a line's start), its last rows."""
+
+    ino: int
+    max_rows: int
+    offset: int = 0
+    rows: deque[dict[str, Any]] = field(default_factory=deque)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_CACHE: OrderedDict[str, _UsageRows] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def _cached(path: Path, ino: int, max_rows: int) -> _UsageRows:
+    key = str(path)
+    with _CACHE_LOCK:
+        entry = _CACHE.get(key)
+        if entry is None or entry.ino != ino or entry.max_rows != max_rows:
+            entry = _CACHE[key] = _UsageRows(ino, max_rows, rows=deque(maxlen=max_rows))
+        _CACHE.move_to_end(key)
+        while len(_CACHE) > MAX_CACHED_USAGE_FILES:
+            _CACHE.popitem(last=False)
+        return entry
+
+
 def read_usage(run_dir: Path, max_rows: int = 5000) -> list[dict[str, Any]]:
-    """The samples of one attempt, oldest first (a torn last line skipped); at most the last
-    ``max_rows`` (about 2.8 h at 2 s)."""
+    """The samples of one attempt, oldest first (a torn last line waits until complete); at
+    most the last ``max_rows`` (about 2.8 h at 2 s).
+
+    Bounded in time and memory whatever the file's size (issue 24: the server read it whole
+    on every dashboard poll): what was read is cached by file (path and inode) with the
+    offset it reached, so a call reads only what the file gained since, at most
+    ``USAGE_READ_BYTES`` (a file that grew more is read from that far before its end; the
+    older rows are skipped). A shorter file, or another file at the path, is read again from
+    its start; a line over ``MAX_USAGE_LINE_BYTES`` is skipped; a link or a file that is not
+    regular gives no rows.
+    """
     path = Path(run_dir) / USAGE
-    if not path.exists():
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return []
-    rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines()[-max_rows:]:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("time_s"), (int, float)):
-            rows.append(row)
-    return rows
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return []
+        entry = _cached(path, st.st_ino, max_rows)
+        with entry.lock:
+            if st.st_size < entry.offset:
+                entry.offset = 0
+                entry.rows.clear()
+            _read_new(handle, entry, st.st_size)
+            return list(entry.rows)
+
+
+def _read_new(handle: BinaryIO, entry: _UsageRows, size: int) -> None:
+    """Add the complete lines between ``entry.offset`` and ``size`` (the last
+    ``USAGE_READ_BYTES`` of them) to ``entry.rows``."""
+    if size - entry.offset > USAGE_READ_BYTES:
+        handle.seek(size - USAGE_READ_BYTES)
+        handle.readline(MAX_USAGE_LINE_BYTES)  # the rest of a line cut in two
+        entry.offset = handle.tell()
+    handle.seek(entry.offset)
+    while entry.offset < size:
+        raw = handle.readline(min(MAX_USAGE_LINE_BYTES, size - entry.offset))
+        if not raw.endswith(b"\n") and len(raw) < MAX_USAGE_LINE_BYTES:
+            return  # a line still being written: read it when complete
+        entry.offset += len(raw)
+        if raw.endswith(b"\n"):
+            row = _usage_row(raw)
+            if row is not None:
+                entry.rows.append(row)
+
+
+def _usage_row(raw: bytes) -> dict[str, Any] | None:
+    try:
+        row = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(row, dict) and isinstance(row.get("time_s"), (int, float)):
+        return row
+    return None

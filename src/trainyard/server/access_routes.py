@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Query, Request
 from pydantic import BaseModel, Field
 
-from trainyard.errors import ConfigError, ForbiddenError, NotFoundError, RefusedError
+from trainyard.errors import BadArgumentError, ForbiddenError, NotFoundError, RefusedError
 from trainyard.server.auth import TokenInfo, TokenRegistry, User, refuse_task_token
 from trainyard.server.scopes import check_task_scope
 
@@ -77,7 +77,7 @@ def _admin_role(caller: User, roles: list[str]) -> bool:
 
 def _check_date(value: str | None) -> str | None:
     if value is not None and not _DATE.match(value):
-        raise ConfigError(f"expires at {value!r}: give a date as YYYY-MM-DD")
+        raise BadArgumentError(f"expires at {value!r}: give a date as YYYY-MM-DD")
     return value
 
 

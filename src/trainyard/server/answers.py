@@ -45,6 +45,7 @@ class TaskAnswer(AttemptAnswer):
     retries: NotRequired[list[AttemptAnswer]]
     output_dir: NotRequired[str]  #: the attempt's ``{{output}}`` folder on the server's host
     outputs: NotRequired[list[str]]  #: where the task's outputs go (URLs, dataset names)
+    isolation: NotRequired[list[str]]  #: how the attempt is isolated (``?isolation=true``)
 
 
 class GroupAnswer(TypedDict):

@@ -61,6 +61,7 @@ from trainyard.server.schema import check_app_name
 from trainyard.server.osmo_filters import ListFilters, TaskFilters
 from trainyard.server.service import LogLine, Service, SpecRequest, iso, spec_error_json
 from trainyard.server.streams import (
+    LogFeeds,
     LogReaders,
     SlotResponse,
     StreamSlots,
@@ -188,6 +189,7 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
     app.state.tokens = tokens
     app.state.log_readers = LogReaders()
     app.state.stream_slots = StreamSlots()
+    app.state.log_feeds = LogFeeds()
 
     @app.exception_handler(TrainyardError)
     async def _on_error(_request: Request, exc: TrainyardError) -> JSONResponse:
@@ -290,9 +292,10 @@ def _routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/api/workflow/{workflow_id}")
     def query(workflow_id: str, u: Caller, response: Response, verbose: bool = False,
-              wait_s: float = 0.0, known: str | None = None) -> Mapping[str, Any]:  # answers.WorkflowAnswer
+              wait_s: float = 0.0, known: str | None = None,
+              isolation: bool = False) -> Mapping[str, Any]:  # answers.WorkflowAnswer
         data, key = service.query_when_changed(workflow_id, u, known=known, wait_s=wait_s,
-                                               verbose=verbose)
+                                               verbose=verbose, isolation=isolation)
         response.headers[PROGRESS_HEADER] = key
         return data
 
@@ -304,20 +307,21 @@ def _routes(app: FastAPI, service: Service) -> None:
     def logs(workflow_id: str, u: Caller, task: str | None = None,
              retry_id: int | None = None, follow: bool = False,
              lines: Annotated[int | None, Query(ge=1)] = None, error: bool = False,
-             fmt: Annotated[Literal["text", "json"], Query(alias="format")] = "text") -> Any:
+             verbose: bool = False, fmt: Annotated[Literal["text", "json"], Query(alias="format")] = "text") -> Any:
         media = "application/x-ndjson" if fmt == "json" else "text/plain"
         readers: LogReaders = app.state.log_readers
         if not follow:
             stream = service.logs(workflow_id, u, task=task, retry_id=retry_id,
-                                  last_lines=lines, failed_only=error)
+                                  last_lines=lines, failed_only=error, verbose=verbose)
             return StreamingResponse(iterate_in_readers(_log_chunks(stream, fmt), readers),
                                      media_type=media)
         cursor = service.open_follow(workflow_id, u, task=task, retry_id=retry_id,
-                                     last_lines=lines, failed_only=error)
+                                     last_lines=lines, failed_only=error, verbose=verbose)
         slots: StreamSlots = app.state.stream_slots
         slots.take(u.name)  # 429 beyond the user's cap, before the answer starts
         render = json_lines if fmt == "json" else text_lines
-        return SlotResponse(follow_chunks(cursor, render, readers), slots, u.name,
+        return SlotResponse(follow_chunks(cursor, render, readers, feeds=app.state.log_feeds),
+                            slots, u.name,
                             media_type=media)
 
     @app.get("/api/workflow/{workflow_id}/events")

@@ -25,13 +25,13 @@ from collections.abc import Callable
 from trainyard import spec as specapi
 from trainyard.engine import machine as m
 from trainyard.errors import SpecError
-from trainyard.server.dashboard import metrics_files
+from trainyard.server.dashboard import find_files, metrics_files
 from trainyard.server.tensors import compare_models
 from trainyard.spec.models import WorkflowSpec
 from trainyard.spec.template import extract_default_values
 from trainyard.store import WorkflowRecord
 
-__all__ = ["RunFacts", "run_facts", "diff_runs", "template_values", "final_metrics",
+__all__ = ["RunFacts", "run_facts", "diff_runs", "settings_table", "template_values", "final_metrics",
            "model_files", "MODEL_SUFFIXES"]
 
 MODEL_SUFFIXES = (".pth", ".pt")
@@ -119,12 +119,8 @@ def final_metrics(path: Path) -> dict[str, Any]:
 
 def model_files(output_dir: Path) -> list[Path]:
     """Model files (``*.pth``, ``*.pt``) under ``output_dir``, at most three folders deep,
-    sorted; links are not followed."""
-    found: list[Path] = []
-    for depth in range(_MAX_DEPTH + 1):
-        for suffix in MODEL_SUFFIXES:
-            found += output_dir.glob("/".join(["*"] * depth + [f"*{suffix}"]))
-    return sorted(p for p in found if p.is_file() and not p.is_symlink())
+    sorted; links are not followed; bounded as ``dashboard.find_files``."""
+    return find_files(output_dir, lambda name: name.endswith(MODEL_SUFFIXES), max_depth=_MAX_DEPTH)
 
 
 def _inside(output: Path, path: Path) -> bool:
@@ -165,17 +161,34 @@ def run_facts(record: WorkflowRecord, workflow: WorkflowSpec | None, state: m.Wo
 _MISSING = None
 
 
-def _differing(kind: str, a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    names = list(a) + [k for k in b if k not in a]
-    return [{"field": f"{kind}.{k}", "a": a.get(k, _MISSING), "b": b.get(k, _MISSING)}
-            for k in names if a.get(k, _MISSING) != b.get(k, _MISSING) or (k in a) != (k in b)]
+def _differing(kind: str, dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows ``{"field": "KIND.NAME", "values": [...]}`` for the names whose value (or
+    presence) is not the same in every dict; a missing value is None."""
+    names = list(dict.fromkeys(k for d in dicts for k in d))
+    rows = []
+    for name in names:
+        cells = [(name in d, d.get(name, _MISSING)) for d in dicts]
+        if any(c != cells[0] for c in cells):
+            rows.append({"field": f"{kind}.{name}", "values": [v for _, v in cells]})
+    return rows
+
+
+def settings_table(runs: list[RunFacts]) -> list[dict[str, Any]]:
+    """The settings that are not the same in all ``runs``, one value per run (in order):
+    ``[{"field", "values": [...]}]``. ``field`` is ``pool``, ``backend``, ``set.NAME``
+    (template values after ``default-values`` and ``--set``), ``label.KEY`` or
+    ``image.TASK``; a value a run lacks is None. For two runs these are the rows of
+    :func:`diff_runs`'s ``differences`` (the dashboard's ``/compare`` table)."""
+    rows = [{"field": f, "values": [getattr(r, f) for r in runs]}
+            for f in ("pool", "backend") if len({getattr(r, f) for r in runs}) > 1]
+    return (rows + _differing("set", [r.values for r in runs])
+            + _differing("label", [r.labels for r in runs])
+            + _differing("image", [r.images for r in runs]))
 
 
 def _settings(a: RunFacts, b: RunFacts) -> list[dict[str, Any]]:
-    rows = [{"field": f, "a": getattr(a, f), "b": getattr(b, f)}
-            for f in ("pool", "backend") if getattr(a, f) != getattr(b, f)]
-    return (rows + _differing("set", a.values, b.values) + _differing("label", a.labels, b.labels)
-            + _differing("image", a.images, b.images))
+    return [{"field": row["field"], "a": row["values"][0], "b": row["values"][1]}
+            for row in settings_table([a, b])]
 
 
 def _metric_rows(a: RunFacts, b: RunFacts) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import threading
@@ -25,10 +26,12 @@ from collections.abc import Callable
 from trainyard.engine import machine as m
 from trainyard.runner.report import EVENTS, read_events
 from trainyard.runner.usage import read_usage
+from datetime import UTC
 
 __all__ = ["DagBox", "dag_layout", "Phase", "AttemptBar", "timeline", "metrics_files",
-           "read_metrics", "curves", "usage", "usage_summary", "RunDir", "METRICS_FILE",
-           "MAX_POINTS", "MAX_SERIES", "METRICS_READ_BYTES"]
+           "find_files", "read_metrics", "read_curves", "read_curves_and_times", "X_AXES",
+           "curves", "usage", "usage_summary", "RunDir", "METRICS_FILE", "MAX_POINTS",
+           "MAX_SERIES", "METRICS_READ_BYTES", "MAX_SCAN_ENTRIES"]
 
 METRICS_FILE = "metrics.jsonl"
 MAX_POINTS = 500
@@ -42,6 +45,9 @@ MAX_METRIC_LINE_BYTES = 64 << 10
 MAX_CACHED_FILES = 128
 """Metrics files whose series are kept between calls (the least recently read go first)."""
 _SKIP_FIELDS = {"epoch", "step", "time", "event", "total_epochs", "snapshot_saved", "injected"}
+X_AXES = ("step", "epoch", "time")
+"""What a metrics file's x axis may be, in the order its first usable row is asked:
+``step`` (a number), ``epoch`` (a number), ``time`` (Unix seconds or an ISO 8601 time)."""
 
 RunDir = Callable[[str, int], Path]
 """(task, retry_id) -> the attempt's run folder."""
@@ -164,42 +170,90 @@ def timeline(state: m.WorkflowState, run_dir: RunDir, now_s: float) -> list[Atte
 # --------------------------------------------------------------------------- metrics
 
 
+MAX_SCAN_ENTRIES = 20_000
+"""Folder entries one search of a task's output looks at, at most (issue 24: a task can make
+a million folders, and the search ran on every poll of the workflow page)."""
+MAX_FOUND_FILES = 64
+"""Files one search returns, at most."""
+
+
+def find_files(root: Path, accept: Callable[[str], bool], *, max_depth: int = 3,
+               max_entries: int | None = None, max_found: int = MAX_FOUND_FILES) -> list[Path]:
+    """Regular files under ``root`` whose name ``accept`` takes, at most ``max_depth``
+    folders deep, sorted; links (to files or folders) are never followed.
+
+    Bounded whatever the task made: folders are visited breadth first (shallow files are
+    found first) and the search stops after ``max_entries`` entries (None:
+    ``MAX_SCAN_ENTRIES``) or ``max_found`` files.
+    """
+    limit = MAX_SCAN_ENTRIES if max_entries is None else max_entries
+    found: list[Path] = []
+    level, seen = [root], 0
+    for _depth in range(max_depth + 1):
+        below: list[Path] = []
+        for folder in level:
+            try:
+                with os.scandir(folder) as entries:
+                    for entry in entries:
+                        seen += 1
+                        if seen > limit:
+                            return sorted(found)
+                        if entry.is_dir(follow_symlinks=False):
+                            below.append(Path(entry.path))
+                        elif entry.is_file(follow_symlinks=False) and accept(entry.name):
+                            found.append(Path(entry.path))
+                            if len(found) >= max_found:
+                                return sorted(found)
+            except OSError:
+                continue
+        level = below
+    return sorted(found)
+
+
 def metrics_files(output_dir: Path, max_depth: int = 3) -> list[Path]:
     """``metrics.jsonl`` files under ``output_dir``, at most ``max_depth`` folders deep
-    (the trainer writes ``{{output}}/models/metrics.jsonl`` beside its snapshot), sorted."""
-    found: list[Path] = []
-    for depth in range(max_depth + 1):
-        found += output_dir.glob("/".join(["*"] * depth + [METRICS_FILE]))
-    return sorted(p for p in found if p.is_file() and not p.is_symlink())
+    (the trainer writes ``{{output}}/models/metrics.jsonl`` beside its snapshot), sorted;
+    bounded as ``find_files``."""
+    return find_files(output_dir, lambda name: name == METRICS_FILE, max_depth=max_depth)
 
 
 @dataclass
 class _Series:
     """One metric's points, thinned to at most ``2 * MAX_POINTS``: every ``stride``-th point
     is kept (the stride doubles whenever the kept points reach that), and the latest point
-    always (``last``), so a chart shows the whole run and its newest value."""
+    always (``last``), so a chart shows the whole run and its newest value. Beside each
+    point, the time of its row (Unix seconds; NaN where the row has none)."""
 
     xs: array = field(default_factory=lambda: array("d"))
     ys: array = field(default_factory=lambda: array("d"))
+    ts: array = field(default_factory=lambda: array("d"))
     stride: int = 1
     seen: int = 0
-    last: tuple[float, float] | None = None
+    last: tuple[float, float, float] | None = None
 
-    def add(self, x: float, y: float) -> None:
+    def add(self, x: float, y: float, t: float = math.nan) -> None:
         if self.seen % self.stride == 0:
             self.xs.append(x)
             self.ys.append(y)
+            self.ts.append(t)
             if len(self.xs) >= 2 * MAX_POINTS:
-                self.xs, self.ys = self.xs[::2], self.ys[::2]
+                self.xs, self.ys, self.ts = self.xs[::2], self.ys[::2], self.ts[::2]
                 self.stride *= 2
         self.seen += 1
-        self.last = (x, y)
+        self.last = (x, y, t)
 
-    def points(self) -> list[tuple[float, float]]:
-        kept = list(zip(self.xs, self.ys, strict=True))
-        if self.last is not None and (not kept or kept[-1] != self.last):
+    def _kept(self) -> list[tuple[float, float, float]]:
+        kept = list(zip(self.xs, self.ys, self.ts, strict=True))
+        if self.last is not None and (not kept or kept[-1][:2] != self.last[:2]):
             kept.append(self.last)
         return kept
+
+    def points(self) -> list[tuple[float, float]]:
+        return [(x, y) for x, y, _ in self._kept()]
+
+    def times(self) -> list[float | None]:
+        """The time of each of ``points()`` (Unix seconds), None where its row had none."""
+        return [None if math.isnan(t) else t for _, _, t in self._kept()]
 
 
 @dataclass
@@ -208,6 +262,8 @@ class _FileCurves:
 
     ino: int
     offset: int = 0
+    x_name: str | None = None
+    """The file's x axis (one of ``X_AXES``), set by its first usable row."""
     series: dict[str, _Series] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -248,20 +304,48 @@ def read_metrics(path: Path) -> dict[str, list[tuple[float, float]]]:
     offset, or another file at the path, is read again from its start. Not a regular file
     (a FIFO, a link): no series.
     """
+    return read_curves(path)[1]
+
+
+def read_curves(path: Path) -> tuple[str, dict[str, list[tuple[float, float]]]]:
+    """The x axis of one metrics file and its series: ``(x_name, {metric: [(x, value)]})``,
+    as :func:`read_metrics` reads them.
+
+    The x axis is the data's, chosen by the file's first usable row (docs/dashboard.md):
+    ``step`` when it has a numeric ``step``, else ``epoch`` when it has a numeric
+    ``epoch``, else ``time`` when it has a ``time`` (Unix seconds, or an ISO 8601 time with
+    a zone, read as UTC without one); later rows without that field are skipped. A file
+    without a usable row answers ``("step", {})``.
+    """
+    x_name, series, _times = read_curves_and_times(path)
+    return x_name, series
+
+
+def read_curves_and_times(path: Path) -> tuple[str, dict[str, list[tuple[float, float]]],
+                                               dict[str, list[float | None]]]:
+    """:func:`read_curves`, and the time of each point's row by metric (Unix seconds, None
+    where the row had no ``time``): the dashboard's other x axis. The times are empty when
+    the x axis is ``time`` itself or no row has one."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return {}
+        return X_AXES[0], {}, {}
     with os.fdopen(fd, "rb") as handle:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            return {}
+            return X_AXES[0], {}, {}
         entry = _cached(path, st.st_ino)
         with entry.lock:
             if st.st_size < entry.offset:
-                entry.offset, entry.series = 0, {}
+                entry.offset, entry.series, entry.x_name = 0, {}, None
             _read_new(handle, entry, st.st_size)
-            return {k: v.points() for k, v in entry.series.items()}
+            series = {k: v.points() for k, v in entry.series.items()}
+            times = {} if entry.x_name == "time" else \
+                {k: v.times() for k, v in entry.series.items()}
+            x_name = entry.x_name or X_AXES[0]
+    if not any(t is not None for ts in times.values() for t in ts):
+        times = {}
+    return x_name, series, times
 
 
 def _read_new(handle: BinaryIO, entry: _FileCurves, size: int) -> None:
@@ -279,28 +363,51 @@ def _read_new(handle: BinaryIO, entry: _FileCurves, size: int) -> None:
             return  # a line still being written (or the file shrank): read it when complete
         entry.offset += len(raw)
         if raw.endswith(b"\n"):
-            _add_row(entry.series, raw)
+            _add_row(entry, raw)
         # else: the start of a line too long to use; its rest is no JSON object either
 
 
-def _add_row(series: dict[str, _Series], raw: bytes) -> None:
-    """The metrics of one line, if it is a metrics row."""
+def _add_row(entry: _FileCurves, raw: bytes) -> None:
+    """The metrics of one line, if it is a metrics row (the first one sets the x axis)."""
     try:
         row = json.loads(raw)
     except ValueError:
         return
     if not isinstance(row, dict) or row.get("event", "epoch") != "epoch":
         return
-    x = row.get("epoch", row.get("step"))
-    if not _number(x):
+    if entry.x_name is None:
+        entry.x_name = next((n for n in X_AXES if _x_value(row, n) is not None), None)
+        if entry.x_name is None:
+            return
+    x = _x_value(row, entry.x_name)
+    if x is None:
         return
+    t = _x_value(row, "time") if entry.x_name != "time" else None
+    series = entry.series
     for key, value in row.items():
         if key in _SKIP_FIELDS or not _number(value):
             continue
         name = str(key)[:100]
         if name not in series and len(series) >= MAX_SERIES:
             continue
-        series.setdefault(name, _Series()).add(float(x), float(value))
+        series.setdefault(name, _Series()).add(x, float(value), math.nan if t is None else t)
+
+
+def _x_value(row: dict[str, Any], name: str) -> float | None:
+    """The row's ``name`` as an x value: a number; for ``time`` also an ISO 8601 time (Unix
+    seconds; UTC when it names no zone). None when the row has none."""
+    value = row.get(name)
+    if _number(value):
+        return float(value)
+    if name == "time" and isinstance(value, str):
+        from datetime import datetime
+
+        try:
+            when = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    return None
 
 
 def _number(value: Any) -> TypeGuard[int | float]:
@@ -309,17 +416,21 @@ def _number(value: Any) -> TypeGuard[int | float]:
 
 def curves(state: m.WorkflowState, run_dir: RunDir, label: str = "") -> list[dict[str, Any]]:
     """The runs of a workflow that wrote metrics: ``[{"run": "LABEL task/retry", "file",
-    "series": {metric: [[x, y]]}}]``, one per metrics file of each attempt's output."""
+    "x", "series": {metric: [[x, y]]}, "times": {metric: [t]}}]``, one per metrics file of
+    each attempt's output; ``x`` names the x axis (``step``, ``epoch`` or ``time`` in Unix
+    seconds: see :func:`read_curves`); ``times`` gives the time of each point's row (Unix
+    seconds or null; empty when the x axis is time or no row has one)."""
     runs = []
     for name, ts in state.tasks.items():
         for retry_id in range(ts.retry_id + 1):
             output = run_dir(name, retry_id) / "output"
             for path in metrics_files(output):
-                series = read_metrics(path)
+                x_name, series, times = read_curves_and_times(path)
                 if series:
                     run = f"{label} {name}/{retry_id}".strip()
-                    runs.append({"run": run, "file": str(path.relative_to(output)),
-                                 "series": {k: [list(p) for p in v] for k, v in series.items()}})
+                    runs.append({"run": run, "file": str(path.relative_to(output)), "x": x_name,
+                                 "series": {k: [list(p) for p in v] for k, v in series.items()},
+                                 "times": times})
     return runs
 
 

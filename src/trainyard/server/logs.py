@@ -29,9 +29,11 @@ from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
-from trainyard.runner.report import MAX_LINE_BYTES, escape_control, parse_line
+from trainyard.runner.report import (DETAIL_TAG, MAX_LINE_BYTES, escape_control, is_detail_line,
+                                     parse_line)
 
 __all__ = ["LogLine", "LogFile", "FLUSH", "read_merged", "tail_offset", "file_size",
+           "read_detail", "DETAIL_READ_BYTES",
            "MAX_READ_LINE_BYTES", "BATCH_BYTES", "MIN_BATCH_BYTES"]
 
 MAX_READ_LINE_BYTES = 4 * MAX_LINE_BYTES + 1024
@@ -52,6 +54,10 @@ class LogLine:
     task: str
     retry_id: int
     text: str
+    span: tuple[int, int] | None = field(default=None, compare=False, repr=False)
+    """Where the line lies in its attempt's ``task.log``: ``(start, end)`` byte offsets
+    (None where unknown). A follow that joins a shared reader (``streams.LogFeed``) skips
+    the lines it already had by these."""
 
     @property
     def stamp(self) -> str:
@@ -95,10 +101,13 @@ class LogFile:
     retry_id: int
     path: Path
     offset: int = 0
+    hide_detail: bool = False
+    """Leave out the runner's ``[task][detail]`` lines (isolation detail: issue 28)."""
     skipping: bool = False
     """In the middle of a line too long to show: the rest up to its newline is skipped."""
     _skipped: int = field(default=0, repr=False)
     _head: bytes = field(default=b"", repr=False)
+    _start: int = field(default=0, repr=False)
 
     def batch(self, end: int, budget_bytes: int, follow: bool) -> list[LogLine]:
         """The lines from ``offset`` up to byte ``end``: at least one when there is one,
@@ -119,6 +128,8 @@ class LogFile:
                 if not raw or (follow and not self.skipping and not raw.endswith(b"\n")
                                and len(raw) < MAX_READ_LINE_BYTES):
                     break  # the file is shorter than end, or a line is still being written
+                if not self.skipping:
+                    self._start = self.offset
                 self.offset += len(raw)
                 used += len(raw)
                 line = self._take(raw)
@@ -135,8 +146,11 @@ class LogFile:
             self._skipped += len(raw) - complete
             return self._shortened() if complete else None
         if complete or len(raw) < MAX_READ_LINE_BYTES:
+            if self.hide_detail and is_detail_line(raw, self.task):
+                return None
             text = raw.removesuffix(b"\n").decode("utf-8", errors="replace")
-            return LogLine(self.task, self.retry_id, escape_control(text))
+            return LogLine(self.task, self.retry_id, escape_control(text),
+                           (self._start, self.offset))
         self.skipping, self._skipped, self._head = True, 0, raw
         return None
 
@@ -145,7 +159,8 @@ class LogFile:
         text = escape_control(self._head.decode("utf-8", errors="replace"))
         self.skipping, self._head = False, b""
         return LogLine(self.task, self.retry_id,
-                       f"{text} [... {self._skipped} more bytes of this line not shown]")
+                       f"{text} [... {self._skipped} more bytes of this line not shown]",
+                       (self._start, self.offset))
 
 
 def tail_offset(path: Path, end: int, count: int, *, complete_only: bool = False) -> tuple[int, int]:
@@ -216,6 +231,25 @@ def _stream(log: LogFile, end: int, budget_bytes: int, follow: bool) -> Iterator
         if not lines:
             return
         yield from lines
+
+
+DETAIL_READ_BYTES = 16 * 1024
+"""How much of the head of a ``task.log`` ``read_detail`` reads: the header and its detail
+lines are the runner's first lines."""
+
+
+def read_detail(path: Path, task: str) -> list[str]:
+    """The ``[task][detail]`` lines at the head of ``task``'s log (the isolation detail the
+    runner writes after its one-line header), their text only; ``[]`` when the file is
+    missing, unreadable or has none. Reads at most ``DETAIL_READ_BYTES``."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(DETAIL_READ_BYTES)
+    except OSError:
+        return []
+    prefix = len(f"[{task}][{DETAIL_TAG}] ") + 20
+    return [escape_control(raw[prefix:].decode("utf-8", errors="replace"))
+            for raw in head.split(b"\n") if is_detail_line(raw, task)]
 
 
 def file_size(path: Path) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainyard.errors import ConfigError
+from trainyard.errors import BadArgumentError
 
 __all__ = ["TaskFilters", "PRIORITIES", "DEFAULT_PRIORITY", "ListFilters", "priority_of", "tags_of",
            "app_of", "retag", "check_priority"]
@@ -26,10 +26,10 @@ DEFAULT_PRIORITY = "NORMAL"
 
 
 def check_priority(priority: str) -> str:
-    """``priority`` upper-cased; ConfigError (HTTP 400) naming the choices otherwise."""
+    """``priority`` upper-cased; BadArgumentError (HTTP 400, exit 2) naming the choices otherwise."""
     wanted = priority.upper()
     if wanted not in PRIORITIES:
-        raise ConfigError(f"unknown priority {priority!r}; priorities: {', '.join(PRIORITIES)}")
+        raise BadArgumentError(f"unknown priority {priority!r}; priorities: {', '.join(PRIORITIES)}")
     return wanted
 
 

@@ -25,6 +25,7 @@ from trainyard.engine.reconciler import Engine, Submission
 from trainyard.status import Status, WorkflowStatus
 from trainyard.errors import (
     AuthError,
+    BadArgumentError,
     ConfigError,
     ForbiddenError,
     NotFoundError,
@@ -38,7 +39,8 @@ from trainyard.server import compare
 from trainyard.server.answers import (AttemptAnswer, GroupAnswer, TaskAnswer, WorkflowAnswer,
                                       WorkflowSummary)
 from trainyard.server.auth import User, refuse_task_token
-from trainyard.server.logs import FLUSH, LogFile, LogLine, file_size, read_merged, tail_offset
+from trainyard.server.logs import (FLUSH, LogFile, LogLine, file_size, read_detail, read_merged,
+                                   tail_offset)
 from trainyard.server.osmo_filters import (ListFilters, TaskFilters, priority_of, retag,
                                            tags_of)
 from trainyard.server.schema import SpecRequest
@@ -191,10 +193,12 @@ class Service:
             raise NotFoundError(f"unknown pool {name!r}; pools: {pools}")
         return self.engine.pools[name]
 
-    def load(self, req: SpecRequest) -> LoadedSpec:
+    def load(self, req: SpecRequest, user: User | None = None) -> LoadedSpec:
         """Render (Jinja sandbox, bounded), parse and validate a spec against its pool:
         ``--pool`` first, else the spec's ``workflow.pool``, else the user's default pool
-        (``default_pool``: OSMO's ``profile set pool``), else ``local``.
+        (``default_pool``: OSMO's ``profile set pool``), else ``local``. ``file://`` URLs are
+        checked against ``user``'s data roots (None: the home owner's, for a spec that is
+        only rendered or stored as an app; the submit checks it again as its submitter).
 
         Raises:
             SpecError: every problem of the spec or of the ``--set`` values; a spec (with
@@ -215,6 +219,7 @@ class Service:
         doc = specapi.parse(
             rendered, spec_path=req.spec_name, files=req.files,
             set_env=specapi.parse_env(req.set_env), labels=req.labels or None, pool=lookup,
+            user=user.name if user is not None else None,
         )
         pool = chosen[-1] if chosen else self.pool(req.pool or doc.workflow.pool
                                                    or req.default_pool)
@@ -295,8 +300,8 @@ class Service:
             raise SpecError(problems)
 
     def validate(self, req: SpecRequest, user: User) -> LoadedSpec:
-        """``load`` and ``check_credentials``: what ``workflow validate`` answers."""
-        loaded = self.load(req)
+        """``load`` (as ``user``) and ``check_credentials``: what ``workflow validate`` answers."""
+        loaded = self.load(req, user)
         self.check_credentials(loaded.workflow, user)
         return loaded
 
@@ -412,6 +417,15 @@ class Service:
         facts_a, facts_b = self._facts(workflow_a, user), self._facts(workflow_b, user)
         return compare.diff_runs(facts_a, facts_b)
 
+    def settings(self, workflow_ids: list[str], user: User) -> list[dict[str, Any]]:
+        """The settings that differ among workflows (``/compare``): ``[{"field", "values"}]``,
+        one value per workflow in the order given (``compare.settings_table``).
+
+        Raises:
+            NotFoundError, ForbiddenError: as ``query``, for any of them.
+        """
+        return compare.settings_table([self._facts(w, user) for w in workflow_ids])
+
     def _facts(self, workflow_id: str, user: User) -> compare.RunFacts:
         record = self._readable(workflow_id, user)
         try:
@@ -424,17 +438,25 @@ class Service:
             lambda task, retry: self.engine.run_dir(workflow_id, task, retry),
             pool.backend if pool is not None else "unknown")
 
-    def query(self, workflow_id: str, user: User, *, verbose: bool = False) -> WorkflowAnswer:
-        """The workflow in the CLI's JSON shape (``groups[].tasks[]``; ``retries`` when verbose)."""
+    def query(self, workflow_id: str, user: User, *, verbose: bool = False,
+              isolation: bool = False) -> WorkflowAnswer:
+        """The workflow in the CLI's JSON shape (``groups[].tasks[]``; ``retries`` when
+        verbose; with ``isolation``, each task's ``isolation``: the detail lines of how its
+        current attempt is isolated, read from the head of its task log, ``read_detail``)."""
         record = self._readable(workflow_id, user)
         state = self.engine.state(workflow_id)
         data = _workflow_json(record, state, verbose)
+        if isolation:
+            for group in data["groups"]:
+                for task in group["tasks"]:
+                    path = self.engine.run_dir(workflow_id, task["name"], task["retry_id"])
+                    task["isolation"] = read_detail(path / "task.log", task["name"])
         data["priority"], data["tags"] = priority_of(record.source), tags_of(record.source)
         _add_outputs(data, record, lambda task, retry: self.engine.run_dir(workflow_id, task, retry))
         return data
 
     def query_when_changed(self, workflow_id: str, user: User, *, known: str | None,
-                           wait_s: float, verbose: bool = False,
+                           wait_s: float, verbose: bool = False, isolation: bool = False,
                            interval_s: float = 0.25) -> tuple[WorkflowAnswer, str]:
         """``query``, answered as soon as the workflow's progress differs from ``known`` (a
         key this method returned before), or it ended, or ``wait_s`` passed (a long poll:
@@ -463,7 +485,7 @@ class Service:
                                            interval_s)
             finally:
                 _HELD_QUERIES.release()
-        data = self.query(workflow_id, user, verbose=verbose)
+        data = self.query(workflow_id, user, verbose=verbose, isolation=isolation)
         return data, progress_key(self.engine.state(workflow_id))
 
     def _hold_while_unchanged(self, workflow_id: str, known: str, wait_s: float,
@@ -491,13 +513,13 @@ class Service:
         an admin's everyone's. ``filters``: OSMO's tags, priority, app, no-label.
 
         Raises:
-            ConfigError: an unknown status or priority (the valid ones are named), ``count``
+            BadArgumentError: an unknown status or priority (the valid ones are named), ``count``
                 below 1 or ``offset`` below 0.
             ForbiddenError: a non-admin asked for another user's workflows.
         """
         _check_list_filters(statuses, count)
         if offset < 0:
-            raise ConfigError(f"offset must be 0 or more, not {offset}")
+            raise BadArgumentError(f"offset must be 0 or more, not {offset}")
         if user.workflow is not None:  # a task token sees its own workflow only
             return [_summary_json(self._readable(user.workflow, user))]
         users = [submitted_by] if isinstance(submitted_by, str) else list(submitted_by or [])
@@ -584,7 +606,7 @@ class Service:
         kept by the filters, then paged by ``filters.offset``.
 
         Raises:
-            NotFoundError, ForbiddenError: as ``query``; ConfigError: ``count`` below 1.
+            NotFoundError, ForbiddenError: as ``query``; BadArgumentError: ``count`` below 1.
         """
         if workflow_id is not None:
             workflows = [self._readable(workflow_id, user)]
@@ -615,8 +637,9 @@ class Service:
         """Cancel (idempotent); returns the workflow summary with ``had_ended``: true when
         the workflow had already ended before this call (nothing was cancelled), and
         ``cancel_message``: OSMO's ``--message``, kept with the workflow (the first one
-        given). ``force`` (OSMO's ``--force``) changes nothing here: a cancel always stops
-        every process of the workflow, whatever its backend."""
+        given). ``force`` (OSMO's ``--force``, "Force cancel task group pods"): no grace
+        period, its tasks' processes SIGKILLed at once (``Engine.cancel``); also for a
+        workflow already being cancelled."""
         record = self._readable(workflow_id, user)
         refuse_task_token(user, "cancel a workflow")
         had_ended = WorkflowStatus(record.status).is_terminal()
@@ -624,7 +647,7 @@ class Service:
         if message and not had_ended and not source.get("cancel"):
             source = self.engine.store.update_workflow_source(workflow_id, lambda old: {
                 **old, "cancel": {"message": message, "by": user.name, "force": force}})
-        self.engine.cancel(workflow_id)
+        self.engine.cancel(workflow_id, force=force)
         return {**_summary_json(self.engine.store.get_workflow(workflow_id)),
                 "had_ended": had_ended,
                 "cancel_message": (source.get("cancel") or {}).get("message")}
@@ -730,11 +753,13 @@ class Service:
     # ------------------------------------------------------------------ logs
 
     def _log_files(self, workflow_id: str, task: str | None,
-                   retry_id: int | None, *, failed_only: bool = False) -> list[LogFile]:
+                   retry_id: int | None, *, failed_only: bool = False,
+                   verbose: bool = False) -> list[LogFile]:
         """The ``task.log`` of every attempt asked for, to be read from its start; with
         ``failed_only``, only of the attempts that failed (FAILED*, or RESCHEDULED: retried
         after a failure); the runner keeps a task's stdout and stderr in one stream, so
-        ``logs --error`` means the failed attempts.
+        ``logs --error`` means the failed attempts. Without ``verbose`` the files leave out
+        the runner's isolation detail lines (``[task][detail]``, issue 28).
 
         Raises:
             NotFoundError: the workflow has no task ``task``.
@@ -750,13 +775,13 @@ class Service:
             retries = [retry_id] if retry_id is not None else range(ts.retry_id + 1)
             if failed_only:
                 retries = [r for r in retries if r in _failed_attempts(ts)]
-            files += [LogFile(name, r, self.engine.run_dir(workflow_id, name, r) / "task.log")
-                      for r in retries]
+            files += [LogFile(name, r, self.engine.run_dir(workflow_id, name, r) / "task.log",
+                              hide_detail=not verbose) for r in retries]
         return files
 
     def logs(self, workflow_id: str, user: User, *, task: str | None = None,
              retry_id: int | None = None, last_lines: int | None = None,
-             failed_only: bool = False) -> Iterator[LogLine]:
+             failed_only: bool = False, verbose: bool = False) -> Iterator[LogLine]:
         """Log lines of the workflow (all tasks merged by time), or of one task/attempt;
         with ``last_lines``, only the last that many (found from the files' ends).
 
@@ -769,14 +794,15 @@ class Service:
             ForbiddenError: another user's workflow and ``user`` is no admin.
         """
         self._readable(workflow_id, user)
-        files = self._log_files(workflow_id, task, retry_id, failed_only=failed_only)
+        files = self._log_files(workflow_id, task, retry_id, failed_only=failed_only,
+                                verbose=verbose)
         ends = {f.path: file_size(f.path) for f in files}
         skip = _start_at_last(files, ends, last_lines, complete_only=False)
         return read_merged(files, ends, follow=False, skip=skip)
 
     def follow_logs(self, workflow_id: str, user: User, *, task: str | None = None,
                     retry_id: int | None = None, last_lines: int | None = None,
-                    failed_only: bool = False,
+                    failed_only: bool = False, verbose: bool = False,
                     poll_s: float = 0.2) -> Iterator[LogLine | None]:
         """Log lines as they are written, until the workflow ends and its logs are drained
         (a blocking iterator over ``open_follow``'s cursor, for callers with a thread of
@@ -789,12 +815,13 @@ class Service:
             NotFoundError, ForbiddenError: as ``logs``.
         """
         cursor = self.open_follow(workflow_id, user, task=task, retry_id=retry_id,
-                                  last_lines=last_lines, failed_only=failed_only)
+                                  last_lines=last_lines, failed_only=failed_only,
+                                  verbose=verbose)
         return _follow_blocking(cursor, poll_s)
 
     def open_follow(self, workflow_id: str, user: User, *, task: str | None = None,
                     retry_id: int | None = None, last_lines: int | None = None,
-                    failed_only: bool = False) -> LogCursor:
+                    failed_only: bool = False, verbose: bool = False) -> LogCursor:
         """A cursor that follows the workflow's logs step by step (``LogCursor.read``): the
         lines already written first (only the last ``last_lines`` of them when given, merged
         by time), then every new line as it appears, until the workflow ended and its logs
@@ -806,7 +833,7 @@ class Service:
         """
         self._readable(workflow_id, user)
         self._log_files(workflow_id, task, retry_id)
-        return LogCursor(self, workflow_id, task, retry_id, last_lines, failed_only)
+        return LogCursor(self, workflow_id, task, retry_id, last_lines, failed_only, verbose)
 
     # ------------------------------------------------------------------ pools
 
@@ -847,9 +874,10 @@ class LogCursor:
     """
 
     def __init__(self, service: Service, workflow_id: str, task: str | None,
-                 retry_id: int | None, last_lines: int | None, failed_only: bool) -> None:
+                 retry_id: int | None, last_lines: int | None, failed_only: bool,
+                 verbose: bool = False) -> None:
         self._service = service
-        self._where = (workflow_id, task, retry_id, failed_only)
+        self._where = (workflow_id, task, retry_id, failed_only, verbose)
         self._last_lines = last_lines
         self._known: dict[Path, LogFile] = {}
         self._pass: Iterator[LogLine] | None = None
@@ -882,13 +910,71 @@ class LogCursor:
         self.ended = self._final
         return lines, not self.ended
 
+    def begin(self) -> bool:
+        """Place the cursor where its first pass would start (its last ``last_lines``
+        lines, found from the files' ends), reading no line; True when it is then at rest
+        (``at_rest``), so that a shared reader may serve it from there. False, leaving the
+        first pass to ``read``: the workflow ended, or the last lines of several files must
+        be merged to count them (some would be skipped)."""
+        if not self._first:
+            return self.at_rest()
+        workflow_id, task, retry_id, failed_only, _verbose = self._where
+        service = self._service
+        if service.engine.state(workflow_id).status.is_terminal():
+            return False
+        files = [self._known.setdefault(f.path, f) for f in service._log_files(
+            workflow_id, task, retry_id, failed_only=failed_only)]
+        ends = {f.path: file_size(f.path) for f in files}
+        if _start_at_last(files, ends, self._last_lines, complete_only=True):
+            for log in files:
+                log.offset = 0
+            return False
+        self._first = False
+        return self.at_rest()
+
+    @property
+    def key(self) -> tuple[str, str | None, int | None, bool, bool]:
+        """What is followed: ``(workflow_id, task, retry_id, failed_only, verbose)``; followers with
+        the same key read the same lines (``streams.LogFeeds`` shares one reader)."""
+        return self._where
+
+    def at_rest(self) -> bool:
+        """Whether a shared reader may take over from here: the first pass is done, no
+        pass is in progress, no long line is half skipped and the follow has not ended."""
+        return (not self._first and self._pass is None and not self.ended
+                and not any(f.skipping for f in self._known.values()))
+
+    def offsets(self) -> dict[tuple[str, int], int]:
+        """How far each attempt's log was read: ``{(task, retry_id): byte offset}``."""
+        return {(f.task, f.retry_id): f.offset for f in self._known.values()}
+
+    def paths(self) -> dict[tuple[str, int], Path]:
+        """Each known attempt's ``task.log``: ``{(task, retry_id): path}``."""
+        return {(f.task, f.retry_id): f.path for f in self._known.values()}
+
+    def advance(self, task: str, retry_id: int, path: Path, offset: int) -> None:
+        """Record that the log of ``(task, retry_id)`` at ``path`` was delivered up to
+        ``offset`` by someone else (a shared reader), so that this cursor's next pass goes
+        on from there. Only while ``at_rest``."""
+        known = self._known.get(path)
+        if known is None:
+            known = self._known[path] = LogFile(task, retry_id, path)
+        known.offset = offset
+
+    def copy(self) -> LogCursor:
+        """A new cursor of the same key at the same offsets (its first pass done)."""
+        twin = LogCursor(self._service, *self._where[:3], None, self._where[3])
+        twin._first = False
+        twin._known = {p: LogFile(f.task, f.retry_id, p, f.offset) for p, f in self._known.items()}
+        return twin
+
     def _start_pass(self) -> Iterator[LogLine]:
         """The lines the files gained since the last pass, up to their sizes now."""
-        workflow_id, task, retry_id, failed_only = self._where
+        workflow_id, task, retry_id, failed_only, verbose = self._where
         service = self._service
         self._final = service.engine.state(workflow_id).status.is_terminal()
         files = [self._known.setdefault(f.path, f) for f in service._log_files(
-            workflow_id, task, retry_id, failed_only=failed_only)]
+            workflow_id, task, retry_id, failed_only=failed_only, verbose=verbose)]
         ends = {f.path: file_size(f.path) for f in files}
         skip = 0
         if self._first:
@@ -944,14 +1030,14 @@ def _failed_attempts(ts: m.TaskState) -> set[int]:
 
 
 def _check_list_filters(statuses: list[str] | None, count: int | None) -> None:
-    """Refuse an unknown workflow status or a count below 1 (ConfigError, HTTP 400)."""
+    """Refuse an unknown workflow status or a count below 1 (BadArgumentError, HTTP 400)."""
     valid = [s.value for s in WorkflowStatus]
     unknown = [s for s in statuses or [] if s not in valid]
     if unknown:
-        raise ConfigError(f"unknown workflow status {', '.join(map(repr, unknown))}; "
-                          f"statuses: {', '.join(valid)}")
+        raise BadArgumentError(f"unknown workflow status {', '.join(map(repr, unknown))}; "
+                               f"statuses: {', '.join(valid)}")
     if count is not None and count < 1:
-        raise ConfigError(f"count must be at least 1, not {count}")
+        raise BadArgumentError(f"count must be at least 1, not {count}")
 
 
 def _node_json(pool: Pool, node: Any, used: dict[str, Any] | None) -> dict[str, Any]:
@@ -1097,7 +1183,8 @@ def reasons_json(state: m.WorkflowState) -> dict[str, Any]:
     failure = reasons.failure_of(state)
     if failure is not None:
         failure["end_time"] = iso(failure.pop("end_time_s"))
-    waiting = [{**w, "since": iso(w.pop("since_s"))} for w in reasons.waits_of(state)]
+    waiting = [{**{k: v for k, v in w.items() if k != "since_s"}, "since": iso(w["since_s"])}
+               for w in reasons.waits_of(state)]  # ``since`` only, as documented
     return {"failure": failure, "waiting": waiting}
 
 

@@ -24,6 +24,7 @@ import inspect
 import math
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,13 +37,15 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from trainyard.pools import real_gpu_count
 from trainyard.status import WorkflowStatus
 from trainyard.errors import AuthError, ForbiddenError, TrainyardError
 from trainyard.server import dashboard
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.scopes import check_task_scope
 from trainyard.server.service import LogCursor, Service
-from trainyard.server.streams import LogReaders, SlotResponse, StreamSlots, follow_chunks, sse_events
+from trainyard.server.streams import (LogFeeds, LogReaders, SlotResponse, StreamSlots, follow_chunks,
+                                      sse_events)
 
 __all__ = ["add_dashboard", "SESSION_COOKIE", "WebSessions", "PAGE_SIZES"]
 
@@ -359,6 +362,7 @@ def _list_filters(status: list[str] | None, label: list[str] | None) -> tuple[li
 
 def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
     store = service.engine.store
+    ended_timings: OrderedDict[str, dict[str, float | None]] = OrderedDict()
 
     @app.get("/", response_class=HTMLResponse)
     def workflows(
@@ -378,6 +382,8 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
                 statuses=statuses, name=name or None, labels=labels,
                 submitted_by=owner or None, pool=pool or None,
                 offset=(page_no - 1) * per_page, limit=per_page)
+        now_s = time.time()
+        rows = [{**row, **_row_timing(service, row["id"], now_s, ended_timings)} for row in rows]
         pages = max(1, math.ceil(total / per_page))
         query = {"status": statuses, "user": user, "pool": pool, "name": name,
                  "label": label or [], "per_page": per_page}
@@ -432,8 +438,39 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
         for wid in ids:
             service.query(wid, viewer.user)  # read permission
             runs += dashboard.curves(service.engine.state(wid), _run_dir(service, wid), wid)
+        settings = service.settings(ids, viewer.user) if len(ids) >= 2 else []
         diff = service.diff(ids[0], ids[1], viewer.user) if len(ids) == 2 else None
-        return page("compare.html", viewer, ids=ids, runs=runs, diff=diff)
+        headers = [service.engine.store.get_workflow(wid) for wid in ids]
+        return page("compare.html", viewer, ids=ids, runs=runs, diff=diff, settings=settings,
+                    places=[f"{r.pool} / {_backend(service, r.pool)}" for r in headers])
+
+
+ENDED_TIMINGS = 10_000
+"""Queue and run times of ended workflows the list keeps (they no longer change)."""
+
+
+def _row_timing(service: Service, workflow_id: str, now_s: float,
+                ended: OrderedDict[str, dict[str, float | None]]) -> dict[str, float | None]:
+    """A list row's ``queued_s`` and ``ran_s`` (see ``_timing``); an ended workflow's are
+    kept in ``ended`` (at most ``ENDED_TIMINGS``), so a list refresh reads the stored state
+    of the running ones only."""
+    if workflow_id in ended:
+        return ended[workflow_id]
+    try:
+        state = service.engine.state(workflow_id)
+    except TrainyardError:
+        return {"queued_s": None, "ran_s": None}
+    timing = _timing(state, now_s)
+    if state.status.is_terminal():
+        ended[workflow_id] = timing
+        while len(ended) > ENDED_TIMINGS:
+            ended.popitem(last=False)
+    return timing
+
+
+def _backend(service: Service, pool: str) -> str:
+    found = service.engine.pools.get(pool)
+    return found.backend if found is not None else "unknown"
 
 
 def _own_row(service: Service, user: User) -> list[dict[str, Any]]:
@@ -502,26 +539,36 @@ def _log_routes(app: FastAPI, service: Service, page: Any) -> None:
                                      retry_id=retry_id, last_lines=lines)  # 404/403 now
         slots: StreamSlots = app.state.stream_slots
         slots.take(viewer.user.name)  # 429 beyond the user's cap, before the stream starts
-        return SlotResponse(_sse(cursor, app.state.log_readers), slots, viewer.user.name,
+        return SlotResponse(_sse(cursor, app.state.log_readers, app.state.log_feeds), slots,
+                            viewer.user.name,
                             media_type="text/event-stream",
                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-async def _sse(cursor: LogCursor, readers: LogReaders) -> AsyncIterator[str]:
+async def _sse(cursor: LogCursor, readers: LogReaders,
+               feeds: LogFeeds | None = None) -> AsyncIterator[str]:
     """Server-Sent Events: one ``data:`` JSON object per log line (``LogLine.to_json``),
     a comment every ``streams.SSE_KEEPALIVE_S`` while quiet, then ``event: end`` once the
     workflow ended and its logs are drained. Waits hold no thread
-    (``streams.follow_chunks``); a closed page cancels it at its next wait."""
+    (``streams.follow_chunks``; with ``feeds``, the followers of one log share one reader);
+    a closed page cancels it at its next wait."""
     yield "retry: 2000\n\n"
-    async for chunk in follow_chunks(cursor, sse_events, readers, keepalive=": keepalive\n\n"):
-        yield chunk
+    chunks = follow_chunks(cursor, sse_events, readers, keepalive=": keepalive\n\n", feeds=feeds)
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        await chunks.aclose()  # leaves the shared reader now, not when collected
     yield "event: end\ndata: {}\n\n"
 
 
 def _other_routes(app: FastAPI, service: Service, page: Any) -> None:
     @app.get("/pools", response_class=HTMLResponse)
     def pools(viewer: Look) -> HTMLResponse:
-        return page("pools.html", viewer, pools=service.pools(), nodes=service.resources())
+        pools = service.pools()
+        return page("pools.html", viewer, pools=pools, nodes=service.resources(),
+                    backends={p["name"]: p["backend"] for p in pools},
+                    machine_gpus=real_gpu_count())
 
     @app.get("/datasets", response_class=HTMLResponse)
     def datasets(viewer: Look) -> HTMLResponse:

@@ -55,6 +55,7 @@ def load(
     spec_path: str | os.PathLike[str] | None = None,
     files: Mapping[str, str] | None = None,
     limits: RenderLimits = DEFAULT_LIMITS,
+    user: str | None = None,
 ) -> SpecDocument:
     """Render, parse and validate a spec.
 
@@ -70,6 +71,8 @@ def load(
             is text.
         files: ``localpath`` (relative) to contents; when given, the disk is not read.
         limits: bounds of the template rendering.
+        user: who submits: ``file://`` URLs are checked against this user's data roots
+            (``trainyard.dataroots``); None: the home owner's (all of ``storage``).
 
     Returns:
         The validated document; ``localpath`` files are read into ``contents``.
@@ -81,7 +84,8 @@ def load(
     path = _path_of(source, spec_path)
     rendered = render_source(source, set_values=set_values, set_strings=set_strings,
                              spec_path=spec_path, limits=limits)
-    return parse(rendered, spec_path=path, files=files, set_env=set_env, labels=labels, pool=pool)
+    return parse(rendered, spec_path=path, files=files, set_env=set_env, labels=labels, pool=pool,
+                 user=user)
 
 
 def render_source(
@@ -126,6 +130,7 @@ def parse(
     set_env: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
     pool: PoolChoice = None,
+    user: str | None = None,
 ) -> SpecDocument:
     """Parse and validate rendered spec text (no template syntax left, tokens kept).
 
@@ -140,7 +145,7 @@ def parse(
             ``MAX_SPEC_BYTES`` (one problem, nothing else checked).
     """
     return _parse(rendered, spec_path=spec_path, files=files, set_env=set_env, labels=labels,
-                  pool=pool, pool_checks=True)
+                  pool=pool, pool_checks=True, user=user)
 
 
 def reparse(
@@ -165,7 +170,7 @@ def reparse(
 def _parse(
     rendered: str, *, spec_path: str | os.PathLike[str] | None, files: Mapping[str, str] | None,
     set_env: Mapping[str, str] | None, labels: Mapping[str, str] | None, pool: PoolChoice,
-    pool_checks: bool,
+    pool_checks: bool, user: str | None = None,
 ) -> SpecDocument:
     path = Path(spec_path) if spec_path is not None else None
     file = _display(path)
@@ -178,9 +183,9 @@ def _parse(
         doc, issues, errors = _validate_model(data, layout)
         if doc is not None:
             chosen = _resolve_pool(pool, doc) if pool_checks else None
-            issues += _check_document(doc, layout, set_env, local, chosen)
+            issues += _check_document(doc, layout, set_env, local, chosen, user=user)
         elif errors:
-            issues += _check_lenient(data, errors, layout, set_env, local, pool)
+            issues += _check_lenient(data, errors, layout, set_env, local, pool, user)
     warnings = [repeated_key_warning(r, file) for r in parsed.repeated]
     if any(i.warning for i in issues):
         warnings += to_problems([i for i in issues if i.warning], LineIndex(parsed.root), file)
@@ -287,7 +292,7 @@ def _validate_model(
 
 def _check_lenient(
     data: Any, errors: list[ErrorDetails], layout: Layout, set_env: Mapping[str, str] | None,
-    local: LocalFiles, pool: PoolChoice,
+    local: LocalFiles, pool: PoolChoice, user: str | None = None,
 ) -> list[Issue]:
     """The cross-check problems of the well-formed parts of a spec with field problems
     (``partial.py``); none when the spec cannot be repaired. An unknown pool skips the pool
@@ -299,19 +304,21 @@ def _check_lenient(
         resolved: Pool | None = _resolve_pool(pool, view.doc)
     except NotFoundError:
         resolved = None
-    return view.keep(_check_document(view.doc, layout, set_env, local, resolved, view.gaps))
+    return view.keep(_check_document(view.doc, layout, set_env, local, resolved, view.gaps,
+                                     user=user))
 
 
 def _check_document(
     doc: SpecDocument, layout: Layout, set_env: Mapping[str, str] | None,
-    local: LocalFiles, pool: Pool | None, gaps: Gaps = NO_GAPS,
+    local: LocalFiles, pool: Pool | None, gaps: Gaps = NO_GAPS, *, user: str | None = None,
 ) -> list[Issue]:
-    """Every cross-part problem of ``doc`` (``pool`` None: no pool checks)."""
+    """Every cross-part problem of ``doc`` (``pool`` None: no pool checks; ``user``: whose
+    data roots ``file://`` URLs are checked against)."""
     issues = _apply_env(doc, set_env)
     issues += check_workflow(doc.workflow, layout, gaps)
     issues += read_local_files(doc.workflow, layout, local)
     if pool is not None:
-        issues += poolfit.check_pool(doc.workflow, pool, layout)
+        issues += poolfit.check_pool(doc.workflow, pool, layout, user)
     return issues
 
 

@@ -80,7 +80,7 @@ def name_key(name: str) -> str:
     return name.lower().replace("_", "-")
 
 
-def _code_range(part: str) -> range:
+def _code_range(part: str, max_code: int = MAX_EXIT_CODE) -> range:
     match = _CODE_PART.match(part)
     if not match:
         raise ValueError(
@@ -90,33 +90,35 @@ def _code_range(part: str) -> range:
     high = int(match.group(2)) if match.group(2) is not None else low
     if high < low:
         raise ValueError(f"exit code range {part.strip()!r} is reversed; write it as {high}-{low}")
-    if high > MAX_EXIT_CODE:
+    if high > max_code:
         raise ValueError(
-            f"exit code {high} is out of range; exit codes are 0-{MAX_EXIT_CODE} "
+            f"exit code {high} is out of range; exit codes are 0-{max_code} "
             "(higher codes are reserved for trainyard)"
         )
     return range(low, high + 1)
 
 
-def parse_exit_codes(value: object) -> frozenset[int]:
+def parse_exit_codes(value: object, max_code: int = MAX_EXIT_CODE) -> frozenset[int]:
     """Parse the exit codes of one exit action: ``"0,1-10,16"``, a bare int, or a list.
 
     Args:
         value: a string of comma-separated codes and inclusive ranges, an int, or an
             iterable of ints (the normalised form, so a dumped spec loads again).
+        max_code: the highest code allowed: a spec's 255; a pool's ``default_exit_actions``
+            reach OSMO's service codes (``pools.MAX_POOL_EXIT_CODE``).
 
     Returns:
-        The set of codes, each within 0-255.
+        The set of codes, each within 0-``max_code``.
 
     Raises:
-        ValueError: a code outside 0-255, a reversed range, or text that is not codes.
+        ValueError: a code above ``max_code``, a reversed range, or text that is not codes.
 
     Source: OSMO docs, "Exit actions" (format ``start1-end1,num2,...``, codes up to 255).
     """
     if isinstance(value, bool) or value is None:
         raise ValueError(f"expected exit codes such as 0,1-10,16 or 3, got {value!r}")
     if isinstance(value, int):
-        return frozenset(_code_range(str(value)))
+        return frozenset(_code_range(str(value), max_code))
     if isinstance(value, str):
         parts = value.split(",")
     elif isinstance(value, Iterable):
@@ -125,7 +127,7 @@ def parse_exit_codes(value: object) -> frozenset[int]:
         raise ValueError(f"expected exit codes such as 0,1-10,16 or 3, got {value!r}")
     codes: set[int] = set()
     for part in parts:
-        codes.update(_code_range(part))
+        codes.update(_code_range(part, max_code))
     return frozenset(codes)
 
 

@@ -39,12 +39,15 @@ _DIMENSIONS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 )
 
 
-def check_pool(workflow: WorkflowSpec, pool: Pool, layout: Layout | None = None) -> list[Issue]:
-    """Every pool-dependent problem of ``workflow`` on ``pool``."""
+def check_pool(workflow: WorkflowSpec, pool: Pool, layout: Layout | None = None,
+               user: str | None = None) -> list[Issue]:
+    """Every pool-dependent problem of ``workflow`` on ``pool`` when ``user`` submits it
+    (None: the home's owner, whose data roots are all of ``storage``)."""
     layout = layout or Layout()
     tasks = list(located_tasks(workflow, layout))
     fit = check_fit(workflow, pool)
-    return [*check_mounts(tasks, pool), *check_data_urls(tasks, pool), *fit, *check_gang_size(workflow, pool, layout),
+    return [*check_mounts(tasks, pool), *check_data_urls(tasks, pool, user), *fit,
+            *check_gang_size(workflow, pool, layout),
             *([] if fit else check_gang_total(workflow, pool, layout)),
             *check_host_network(tasks, pool)]
 
@@ -123,22 +126,31 @@ def check_mounts(tasks: list[LocatedTask], pool: Pool) -> list[Issue]:
     return issues
 
 
-def check_data_urls(tasks: list[LocatedTask], pool: Pool) -> list[Issue]:
-    """Each ``file://`` URL (inputs, outputs, checkpoints) lies below one of the pool's data
-    roots (``trainyard.dataroots``: ``options.allowed_data_roots``)."""
+def check_data_urls(tasks: list[LocatedTask], pool: Pool, user: str | None = None) -> list[Issue]:
+    """Each ``file://`` URL (inputs, outputs, checkpoints) lies below one of ``user``'s data
+    roots on the pool (``trainyard.dataroots``: ``options.allowed_data_roots``, else
+    ``storage/<user>``; None: the home's owner). The runner checks again before it moves a
+    byte (defence in depth: a symlink may change between submit and run).
+
+    Returns:
+        One issue per refused URL, at ``...inputs[i].url`` (or outputs, checkpoint), naming
+        the task, the roots and what to do.
+    """
     home = trainyard_home()
-    roots = dataroots.data_roots(pool.options, home)
+    roots = dataroots.data_roots(pool.options, home, user)
     issues = []
     for located in tasks:
         task = located.task
-        fields = [("inputs", i, item.url) for i, item in enumerate(task.inputs)]
-        fields += [("outputs", i, item.url) for i, item in enumerate(task.outputs)]
-        fields += [("checkpoint", i, item.url) for i, item in enumerate(task.checkpoint)]
-        for name, index, url in fields:
-            problem = dataroots.url_problem(url, roots, home) if url else None
+        fields = [("input", "inputs", i, item.url) for i, item in enumerate(task.inputs)]
+        fields += [("output", "outputs", i, item.url) for i, item in enumerate(task.outputs)]
+        fields += [("checkpoint", "checkpoint", i, item.url)
+                   for i, item in enumerate(task.checkpoint)]
+        for what, key, index, url in fields:
+            problem = dataroots.url_problem(url, roots, home, user) if url else None
             if problem:
-                issues.append(Issue(located.loc + (name, index, "url"),
-                                    f"{problem} (pool {pool.name!r})"))
+                issues.append(Issue(located.loc + (key, index, "url"),
+                                    f"task {task.name!r} {what} {index}: {problem} "
+                                    f"(pool {pool.name!r})"))
     return issues
 
 

@@ -200,6 +200,15 @@ class CredentialVault:
                  if kind == "DATA"]
         return sorted(found, key=lambda p: len(p.get("endpoint", "")), reverse=True)
 
+    def registry_payloads(self, user: str) -> list[dict[str, str]]:
+        """``user``'s REGISTRY credentials' payloads, decrypted, each with its ``registry``
+        (default ``docker.io``, Docker Hub, as OSMO's): for pulling their tasks' images
+        from that registry (OSMO docs, "Credentials": registry credentials are used to pull
+        the images of the workflows of their owner). Never for an answer of the API."""
+        return [{"registry": "docker.io", **self._open(name, token)}
+                for name, kind, token, _created in self.store.credential_rows(user)
+                if kind == "REGISTRY"]
+
     def _open(self, name: str, token: str) -> dict[str, str]:
         from cryptography.fernet import InvalidToken
 

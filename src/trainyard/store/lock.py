@@ -16,10 +16,12 @@ per home: ``server.process``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 import threading
 import time
 from pathlib import Path
@@ -123,8 +125,10 @@ class FileLock:
 
         Raises:
             EngineLockedError: another process holds it; the message names its pid.
+            StoreError: ``path`` is a symbolic link or not a regular file (issue 24: a link
+                planted there made the holder truncate and write the file it points to).
         """
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = _open_lock_file(path, os.O_RDWR | os.O_CREAT)
         if not flock_within(fd, wait_s):
             note = _read_note(fd)
             os.close(fd)
@@ -148,6 +152,29 @@ class FileLock:
             self._fd = None
 
 
+def _open_lock_file(path: Path, flags: int) -> int:
+    """``path`` opened with ``flags``, never through a symbolic link (``O_NOFOLLOW``) and only
+    when it is a regular file (a FIFO or device is not opened for writing).
+
+    Raises:
+        StoreError: a link or another kind of file is at ``path``; FileNotFoundError as
+            ``os.open`` without ``O_CREAT``.
+    """
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENXIO):
+            raise
+        fd = -1
+    if fd >= 0 and stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    if fd >= 0:
+        os.close(fd)
+    raise StoreError(f"lock file {path} is a symbolic link or not a regular file; a lock is "
+                     "never taken through one (it would write where the link points): remove "
+                     "it and start again")
+
+
 def _held_message(what: str, path: Path, note: dict[str, Any]) -> str:
     pid = note.get("pid")
     who = f"pid {pid}" if pid else "another process"
@@ -163,8 +190,8 @@ def holder(path: Path) -> dict[str, Any] | None:
     when nobody holds it (no file, or the lock is free). Never blocks; peeks by taking and
     dropping the lock at once when it is free."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
+        fd = _open_lock_file(path, os.O_RDWR)
+    except (FileNotFoundError, StoreError):
         return None
     try:
         try:
@@ -178,15 +205,18 @@ def holder(path: Path) -> dict[str, Any] | None:
 
 
 def store_lock_path(url: str) -> Path | None:
-    """``<database file>.lock`` for a file-backed SQLite URL; None for other URLs (and for
-    an in-memory SQLite database, private to its process anyway)."""
+    """``<database file>.lock`` beside the database file with its symbolic links resolved
+    (issue 24: a store reached through a linked path got a lock of its own, so two engines
+    drove one store); None for other URLs (and for an in-memory SQLite database, private to
+    its process anyway)."""
     parsed = make_url(url)
     if not parsed.drivername.startswith("sqlite"):
         return None
     database = parsed.database or ""
     if database in ("", ":memory:") or database.startswith("file:"):
         return None
-    return Path(database).with_name(Path(database).name + ".lock")
+    real = Path(os.path.realpath(database))
+    return real.with_name(real.name + ".lock")
 
 
 PG_LOCK_CHECK_S = 10.0

@@ -85,3 +85,36 @@ def test_the_system_temp_folder_is_not_a_data_root_by_default(server: Server,
     assert f"({server.home}/storage)" in line, text  # the default roots, the temp folder not
     assert "options.allowed_data_roots" in line and "pools.yaml" in line, text
     assert stored(server) == before  # nothing stored
+
+
+def test_another_users_storage_is_refused_at_submit_and_validate(server: Server,
+                                                                  tmp_path: Path) -> None:
+    """Issue 24: the submit-time check used the home owner's roots (all of ``storage``), so
+    Bob's spec naming ``storage/<owner's folder>`` was accepted and his task only failed at
+    run time (2010, "refused: ..."). Now submit and ``workflow validate`` refuse it as Bob,
+    one line per URL naming the task, the field and Bob's roots; his own folder passes."""
+    added = server.cli("server", "add-user", "roots-bob")
+    assert added.code == 0, added.err
+    bob = {"TRAINYARD_TOKEN": added.out.strip()}
+    theirs = server.home / "storage" / f"owner-{tmp_path.name}"
+    (theirs / "in").mkdir(parents=True)
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC)
+    sets = ["--set", f"input_url=file://{theirs}/in/", f"output_url=file://{theirs}/out/"]
+    before = stored(server)
+    for verb in ("submit", "validate"):
+        done = server.cli("workflow", verb, str(path), *sets, **bob)
+        text = done.out + done.err
+        assert done.code == 2, text
+        for field in ("inputs", "outputs"):
+            lines = [ln for ln in text.splitlines() if f"tasks[0].{field}[0].url" in ln]
+            assert len(lines) == 1, text
+            assert f"task 't' {field[:-1]} 0:" in lines[0], text
+            assert "outside the pool's data roots for user 'roots-bob'" in lines[0], text
+            assert f"({server.home}/storage/roots-bob)" in lines[0], text
+            assert "use a folder below one of them" in lines[0], text
+    assert stored(server) == before  # nothing stored
+    own = server.home / "storage" / "roots-bob" / tmp_path.name
+    done = server.cli("workflow", "validate", str(path), "--set", f"input_url=file://{own}/in/",
+                      f"output_url=file://{own}/out/", **bob)
+    assert done.code == 0, done.out + done.err

@@ -136,3 +136,49 @@ def test_streams_past_the_per_user_cap_are_refused_with_429(tmp_path: Path) -> N
             time.sleep(0.2)
     finally:
         capped.stop()
+
+
+COUNTED = """
+workflow:
+  name: counted
+  tasks:
+  - name: t
+    command: [sh, -c, "sleep 2; i=0; while [ $i -lt 20000 ]; do echo n $i; i=$((i+1)); done; sleep 1"]
+"""
+
+
+def test_many_followers_each_get_every_line_once_and_a_slow_one_holds_nobody(live: Live) -> None:
+    """Followers of one task share one reader (``streams.LogFeed``); what each gets is all
+    the task printed, once and in order, whether it came early or late, and one client that
+    reads nothing for a while (its socket full) neither holds the others nor loses a line."""
+    import asyncio
+
+    wid = live.submit(COUNTED)
+    live.wait_running(wid)
+    path = f"{live.url}/api/workflow/{wid}/logs?follow=true"
+    headers = {"Authorization": f"Bearer {live.task_token(wid)}"}
+    followers = 30
+
+    async def follow(client: httpx.AsyncClient, pause: asyncio.Event | None) -> list[str]:
+        async with client.stream("GET", path, headers=headers) as answer:
+            assert answer.status_code == 200
+            if pause is not None:
+                await pause.wait()
+            text = "".join([chunk async for chunk in answer.aiter_text()])
+        return [ln.split("] ", 1)[1] for ln in text.splitlines() if "] n " in ln]
+
+    async def everyone() -> tuple[list[list[str]], list[str]]:
+        others_done = asyncio.Event()
+        timeout = httpx.Timeout(300, connect=30)
+        async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(
+                max_connections=followers + 1)) as client:
+            slow = asyncio.ensure_future(follow(client, others_done))
+            got = await asyncio.gather(*(follow(client, None) for _ in range(followers)))
+            others_done.set()
+            return list(got), await slow
+
+    got, slow = asyncio.run(everyone())
+    expected = [f"n {i}" for i in range(20000)]
+    assert all(lines == expected for lines in got), [len(lines) for lines in got]
+    assert slow == expected, len(slow)
+    assert live.wait_ended(wid) == "COMPLETED"

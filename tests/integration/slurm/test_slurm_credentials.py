@@ -60,3 +60,39 @@ def test_slurm_task_gets_credentials_and_keeps_none(slurm_engine: EngineRunner,
     assert f"env {_digest(SECRET)}" in log and f"file {_digest(FILED)}" in log, log
     assert "mode 600" in log
     assert _grep(slurm_engine.home, SECRET) == [] and _grep(slurm_engine.home, FILED) == []
+
+
+PENDING = "slurmPending_4b4b_value"
+
+
+def test_a_job_cancelled_while_pending_leaves_no_credential_value_in_run_json(
+        slurm_pool, tmp_path: Path) -> None:
+    """Issue 25: the runner takes the values out of run.json when it starts; a job
+    cancelled before it starts (held here by ``--begin=now+1hour``) never runs it, and the
+    run folder is kept: the backend takes them out at the cancel."""
+    import time
+
+    from trainyard.pools import Pool
+
+    held = slurm_pool.model_copy(update={"name": "slurm-held", "options": {
+        **slurm_pool.options, "sbatch_args": [*slurm_pool.options.get("sbatch_args", []),
+                                              "--begin=now+1hour"]}})
+    assert isinstance(held, Pool)
+    (tmp_path / "home").mkdir()
+    runner = EngineRunner(tmp_path / "home", held)
+    try:
+        runner.engine.credentials.set("tester", "hf", "GENERIC", {"token": PENDING})
+        runner.engine.credentials.set("tester", "gh", "GENERIC", {"token": PENDING + "2"})
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(SPEC)
+        workflow_id = runner.submit_spec(spec)
+        deadline = time.monotonic() + 120
+        while not _grep(runner.home, PENDING) and time.monotonic() < deadline:
+            time.sleep(0.2)  # until the attempt's run.json is written (sbatch sent)
+        assert _grep(runner.home, PENDING), "the pending attempt's run.json never held it"
+        runner.engine.cancel(workflow_id)
+        record = runner.wait(workflow_id, timeout_s=120)
+        assert record.status == "FAILED_CANCELED"
+        assert _grep(runner.home, PENDING) == []
+    finally:
+        runner.close()

@@ -26,6 +26,7 @@ pytestmark = [
 ]
 
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -37,8 +38,13 @@ def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
 
 
 def _text(driver: webdriver.Chrome, css: str) -> str:
+    """The text of the first element ``css`` finds; "" when none, or when the page's own
+    refresh (htmx, every 3 s while a workflow runs) replaced it between find and read."""
     found = driver.find_elements(By.CSS_SELECTOR, css)
-    return found[0].text if found else ""
+    try:
+        return found[0].text if found else ""
+    except StaleElementReferenceException:
+        return ""
 
 
 def _no_browser_errors(driver: webdriver.Chrome) -> None:

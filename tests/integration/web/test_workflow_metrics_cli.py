@@ -47,10 +47,12 @@ def test_workflow_metrics_table_and_json(server: LiveServer) -> None:  # noqa: F
     [curve] = data["curves"]
     assert curve["file"] == "metrics.jsonl" and [p[0] for p in curve["series"]["loss"]] == [
         1.0, 2.0, 3.0, 4.0, 5.0]
+    assert curve["x"] == "epoch"  # the data's x axis (issue 28)
     table = _cli(server, "workflow", "metrics", wid)
     assert table.returncode == 0, table.stderr
     assert "utilisation of " + wid in table.stdout and "training curves" in table.stdout
     assert "fit/0" in table.stdout and "0.4" in table.stdout  # the last loss, 2/5
+    assert "epoch 5" in table.stdout  # how far it got, on its own x axis
 
 
 def test_log_stream_delivers_a_line_within_half_a_second(server: LiveServer) -> None:  # noqa: F811

@@ -209,6 +209,20 @@ def test_a_pool_without_podman_says_the_hosts_tools_run(tmp_path: Path) -> None:
     assert local_mod.loopback_address("wf", "t") in req.run.sandbox.description
 
 
+def test_the_log_header_is_one_short_line_of_node_isolation_and_image(tmp_path: Path) -> None:
+    """Issue 28: the header says node, isolation and what runs in a few words; the long
+    description (and its capital NOT) is the detail that ``logs --verbose`` shows."""
+    backend = LocalBackend(default_local_pool(), home=tmp_path / "home")
+    req = backend.build_task_request(launch(tmp_path, image="ubuntu:22.04"),
+                                     Isolation(bwrap=True, netns=True), NET)
+    summary = req.run.sandbox.summary
+    node = launch(tmp_path).node
+    assert summary == (f"{node}, bubblewrap sandbox, host tools (image ubuntu:22.04 not run: "
+                       "no image runtime on this pool)"), summary
+    plain = backend.build_task_request(launch(tmp_path), Isolation(bwrap=False, netns=False), None)
+    assert plain.run.sandbox.summary == f"{node}, no sandbox, host tools"
+
+
 def test_where_pasta_cannot_attach_the_log_says_no_egress(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

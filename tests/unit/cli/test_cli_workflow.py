@@ -14,12 +14,14 @@ from trainyard.cli.client import _raise_for
 from trainyard.cli.main import EXIT_CODES, app, expand_multi_value_flags, main
 from trainyard.cli.workflow_ops import looks_like_workflow_id
 from trainyard.errors import (
+    BadArgumentError,
     ConfigError,
     ForbiddenError,
     NotFoundError,
     RefusedError,
     ServerError,
     SpecError,
+    TooBusyError,
     TrainyardError,
 )
 
@@ -285,13 +287,16 @@ def _answer(status: int, body: object) -> httpx.Response:
     (409, {"detail": [{"message": "busy"}]}, RefusedError, "busy"),
     (400, {"kind": "ConfigError", "detail": [{"message": "pool p: bad"}]}, ConfigError,
      "pool p: bad"),
-    (400, {"detail": [{"message": "refused"}]}, ConfigError, "refused"),
+    (400, {"detail": [{"message": "refused"}]}, BadArgumentError, "refused"),
+    (400, {"kind": "BadArgumentError", "detail": [{"message": "expires at 'x'"}]},
+     BadArgumentError, "expires at 'x'"),
+    (429, {"detail": [{"message": "too many"}]}, TooBusyError, "too many"),
     (404, {"kind": "NotFoundError", "detail": [{"message": "no w-1"}]}, NotFoundError, "no w-1"),
     (403, {"kind": "ForbiddenError", "detail": [{"message": "not yours"}]}, ForbiddenError,
      "not yours"),
     (422, {"detail": [{"type": "greater_than_equal", "loc": ["query", "lines"],
                        "msg": "Input should be greater than or equal to 1"}]},
-     ConfigError, "lines: Input should be greater than or equal to 1"),
+     BadArgumentError, "lines: Input should be greater than or equal to 1"),
     (500, {"detail": "boom"}, ServerError, "boom"),
 ])
 def test_server_errors_come_back_as_their_class(status: int, body: object, cls: type,
@@ -299,6 +304,17 @@ def test_server_errors_come_back_as_their_class(status: int, body: object, cls: 
     with pytest.raises(TrainyardError) as caught:
         _raise_for(_answer(status, body))
     assert type(caught.value) is cls and str(caught.value) == message
+
+
+def test_a_bad_argument_exits_2_whichever_side_finds_it() -> None:
+    """Issue 24: a bad value found by the server (400, or FastAPI's 422 on a query
+    parameter) exited 4, the same found by the CLI 2 (click's usage error)."""
+    for status in (400, 422):
+        with pytest.raises(BadArgumentError) as caught:
+            _raise_for(_answer(status, {"detail": [{"message": "m"}]}))
+        assert caught.value.exit_code == 2
+    table = dict(EXIT_CODES)
+    assert "usage error" in table[BadArgumentError.exit_code]
 
 
 def test_a_refused_request_exits_4_not_7() -> None:

@@ -19,6 +19,7 @@ from trainyard.engine.machine import (
 )
 from trainyard.engine.scheduler import REASONS_FOR_FIRST, Request, Scheduler
 from trainyard.engine.serialize import state_from_dict, state_to_dict
+from trainyard.status import Status
 from trainyard.pools import NodeSpec, Pool
 from trainyard.runner.report import RUNNER_TAG, format_line
 from trainyard.spec.models import WorkflowSpec
@@ -164,3 +165,36 @@ def test_a_new_waiting_reason_changes_the_long_poll_key() -> None:
     before = progress_key(state)
     state, _ = fold(state, GroupWaiting(2.0, "train", "needs 4 GPUs on pool local: 0 of 32 free"))
     assert progress_key(state) != before
+
+
+def test_a_placed_group_whose_backend_queue_holds_it_keeps_that_reason_until_it_runs() -> None:
+    """Issue 28, Slurm: a gang placed on a Slurm pool is INITIALIZING while its job waits in
+    Slurm's queue; the backend's reason (squeue %r) is its waiting reason, shown by query,
+    --wait, json and the dashboard (``waits_of``), and cleared once a task runs."""
+    state = submitted(workflow(solo("train")))
+    state, _ = fold(state, GroupPlaced(2.0, "train", {"train": "n0"}))
+    why = "Slurm job 7 is PENDING (Resources): it waits for resources (nodes, CPUs, GPUs, memory) to be free"
+    state, _ = fold(state, GroupWaiting(3.0, "train", why))
+    assert state.groups["train"].waiting_reason == why
+    waits = reasons.waits_of(state)
+    assert [(w["group"], w["status"], w["reason"]) for w in waits] == [("train", "INITIALIZING", why)]
+    state, _ = fold(state, TaskRunning(4.0, "train", 0))
+    assert state.groups["train"].waiting_reason is None and reasons.waits_of(state) == []
+
+
+def test_a_placed_gang_the_clusters_scheduler_cannot_place_shows_its_words() -> None:
+    """Issue 26: a Kubernetes pod Pending with PodScheduled=False/Unschedulable. The gang is
+    INITIALIZING (trainyard placed it, the cluster did not); the scheduler's message is
+    what query, --wait and the dashboard show, until a task of it starts."""
+    state = submitted(workflow(group("g", task("master", lead=True), task("worker"))))
+    state, _ = fold(state, GroupPlaced(2.0, "g", {"master": "n0", "worker": "n1"}))
+    assert state.groups["g"].status is Status.INITIALIZING
+    why = "task master: Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu"
+    state, _ = fold(state, GroupWaiting(3.0, "g", why))
+    assert reasons.waits_of(state) == [{"group": "g", "status": "INITIALIZING", "reason": why,
+                                        "since_s": state.groups["g"].scheduling_since_s}]
+    assert state_from_dict(state_to_dict(state)).groups["g"].waiting_reason == why
+    cleared, _ = fold(state, GroupWaiting(4.0, "g", ""))
+    assert reasons.waits_of(cleared) == []  # the cluster placed it: nothing to say
+    state, _ = fold(state, TaskRunning(5.0, "master", 0))
+    assert state.groups["g"].waiting_reason is None and reasons.waits_of(state) == []

@@ -1,6 +1,6 @@
 """Several gangs ready in one step are started one ``start_group`` each, even where the
 backend offers ``start_groups`` (measured slower on the local backend, issue 11: its
-launcher's runner threads contended; docs/benchmarks.md "Batched starts turned off"); each
+launcher's runner threads contended; docs/benchmarks-history.md "Batched starts turned off"); each
 gang's outcome stays its own."""
 
 from __future__ import annotations

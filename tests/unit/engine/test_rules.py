@@ -297,15 +297,43 @@ def test_exit_actions_map_user_codes() -> None:
     [(2024, S.FAILED), (2010, S.FAILED), (256, S.FAILED), (3004, S.FAILED_EVICTED),
      (3006, S.FAILED_PREEMPTED)],
 )
-def test_service_exit_codes_always_fail(code: int, status: Status) -> None:
-    """The spec refuses exit actions for codes above 255; the machine ignores them too."""
-    state = _running(submitted(workflow(solo("a"))), "a")
-    state.tasks["a"].exit_actions = {RESCHEDULE: frozenset({code}), COMPLETE: frozenset({256})}
+def test_service_exit_codes_fail_without_an_exit_action(code: int, status: Status) -> None:
+    """A service code no exit action covers (the spec's cover only 0-255) is a FAIL with its
+    own status."""
+    state = _running(submitted(workflow(solo("a", actions={RESCHEDULE: range(256)}))), "a")
     state, actions = transition(state, TaskExited(time_s=5.0, task="a", retry_id=0,
                                                   exit_code=code))
     assert (state.tasks["a"].status, state.tasks["a"].exit_code) == (status, code)
     assert state.groups["a"].status is status
     assert actions == [ReleaseGroup("a"), WorkflowFinished(W.FAILED)]
+
+
+@pytest.mark.parametrize(("code", "status"), [(3001, S.FAILED_BACKEND_ERROR),
+                                              (3005, S.FAILED_START_TIMEOUT)])
+def test_a_pools_default_exit_action_reschedules_a_service_code(code: int,
+                                                                status: Status) -> None:
+    """Issue 26: OSMO applies exit actions to every exit code, the pool's
+    ``default_exit_actions`` where the task has none (OSMO's ``UpdateGroup._apply_exit_action``),
+    so a pool with ``RESCHEDULE: 3001,3005`` retries backend errors and start timeouts;
+    past ``max_retries`` the attempt FAILs with the code's own status."""
+    spec = workflow(solo("a", actions={ExitAction.FAIL: range(1, 256)}))
+    state = build_state("wf-1", spec, max_retries=1, now_s=0.0,
+                        default_exit_actions={RESCHEDULE: frozenset({3001, 3005}),
+                                              COMPLETE: frozenset({7})})
+    assert state.tasks["a"].exit_actions[RESCHEDULE] == frozenset({3001, 3005})
+    assert COMPLETE not in state.tasks["a"].exit_actions  # the task's own FAIL of 7 wins
+    state = _running(fold(state, Submitted(time_s=1.0))[0], "a")
+    state, actions = transition(state, TaskExited(time_s=5.0, task="a", retry_id=0,
+                                                  exit_code=code))
+    assert state.tasks["a"].retry_id == 1 and state.tasks["a"].status is S.INITIALIZING
+    assert state.tasks["a"].history[-1].status is S.RESCHEDULED
+    assert state.tasks["a"].history[-1].exit_code == code
+    assert actions == [StartTasks("a", (("a", 1),), restart_in_place=False)]
+    state, _ = transition(state, TaskRunning(time_s=6.0, task="a", retry_id=1))
+    state, actions = transition(state, TaskExited(time_s=7.0, task="a", retry_id=1,
+                                                  exit_code=code))
+    assert (state.tasks["a"].status, state.tasks["a"].exit_code) == (status, code)
+    assert actions[-1] == WorkflowFinished(W.FAILED)
 
 
 def test_task_lost_is_a_backend_error_and_never_rescheduled() -> None:
@@ -592,3 +620,23 @@ def test_a_nonlead_failing_after_the_barrier_released_leaves_the_gang_running() 
                                                    exit_code=1))
     assert state.groups["train"].status is S.RUNNING
     assert state.tasks["w1"].status is S.FAILED
+
+
+def test_a_gang_that_never_passed_its_barrier_is_retried_whole_by_a_pool_default() -> None:
+    """Issue 26: a Kubernetes gang not all running within ``gang_timeout_s`` is deleted and
+    each attempt exits 3005; with the pool's ``RESCHEDULE: 3005`` the whole gang starts again
+    as one start (its peers would wait at a barrier for a task that never comes)."""
+    spec = workflow(group("g", task("master", lead=True), task("worker")))
+    state = build_state("wf-1", spec, max_retries=2, now_s=0.0,
+                        default_exit_actions={RESCHEDULE: frozenset({3005})})
+    state = fold(state, Submitted(time_s=1.0))[0]
+    state = fold(state, _placed(state, "g"))[0]
+    state, actions = transition(state, TaskExited(time_s=5.0, task="worker", retry_id=0,
+                                                  exit_code=3005))
+    assert actions == [StopTasks((("master", 0),)),
+                       StartTasks("g", (("master", 1), ("worker", 1)))]
+    assert state.groups["g"].status is S.INITIALIZING
+    late, again = transition(state, TaskExited(time_s=5.1, task="master", retry_id=0,
+                                               exit_code=3005))
+    assert again == [] and late.tasks["master"].retry_id == 1  # the old attempt's end: stale
+    assert state.tasks["master"].retries_used == 0 and state.tasks["worker"].retries_used == 1

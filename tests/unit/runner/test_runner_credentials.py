@@ -118,3 +118,21 @@ def test_a_folder_the_sandbox_mounts_from_the_host_is_refused(
     assert execute(run) == 256
     assert "credential folder /data/creds: not in the task's own root" in log_text(run)
     assert list(volume.iterdir()) == []
+
+
+def test_scrub_takes_values_out_of_a_run_json_no_runner_read(make_run: MakeRun) -> None:
+    """A backend whose attempt ended before its runner started (cancelled while pending)
+    scrubs its run.json: the names stay, the values go; a second scrub changes nothing."""
+    from trainyard.runfile import scrub_credentials
+
+    run = make_run(script="true\n", credentials=_creds(
+        {"name": "hf", "env": {"HF_TOKEN": "token"}, "values": {"token": SECRET}}),
+        data_credentials=[{"endpoint": "s3://b", "access_key_id": "AKIDXX",
+                           "access_key": "dataSecret77"}])
+    path = write_run_json(run)
+    assert scrub_credentials(path) is True
+    text = path.read_text()
+    assert SECRET not in text and "dataSecret77" not in text and '"hf"' in text
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert scrub_credentials(path) is False
+    assert scrub_credentials(path.parent / "missing.json") is False

@@ -137,3 +137,44 @@ def test_the_runner_starts_a_sampler_only_for_a_command_still_running_after_the_
     assert started == ([0.0] if sampled else [])
     rows = read_usage(Path(run.run_dir))
     assert (len(rows) >= 1) is sampled  # sleeps 1.5 s: baseline at 0.4 s, then 0.4 s apart
+
+
+def test_a_huge_usage_file_is_read_bounded_and_then_only_what_it_gained(tmp_path: Path) -> None:
+    """Issue 24: the server read ``usage.jsonl`` whole on every dashboard poll (a task's
+    attempt folder can hold a file of any size). Now a call holds at most the file's newest
+    ``USAGE_READ_BYTES``, and the next reads only what was appended since."""
+    import tracemalloc
+
+    path = tmp_path / "usage.jsonl"
+    row = json.dumps({"time_s": 1, "cpu_percent": 1.0, "pad": "x" * 200}) + "\n"
+    with path.open("w") as handle:
+        for _ in range(40):
+            handle.write(row * 5000)  # ~45 MB in all
+    tracemalloc.start()
+    try:
+        rows = read_usage(tmp_path, max_rows=100)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(rows) == 100
+    assert peak < 3 * usage.USAGE_READ_BYTES, peak
+    with path.open("r+b") as handle:  # spoil what was read: a re-read would show it
+        handle.write(b"garbage that is no JSON")
+    with path.open("a") as handle:
+        handle.write(json.dumps({"time_s": 2, "cpu_percent": 2.0}) + "\n")
+    rows = read_usage(tmp_path, max_rows=100)
+    assert len(rows) == 100 and rows[-1] == {"time_s": 2, "cpu_percent": 2.0}
+    assert rows[0]["time_s"] == 1
+
+
+def test_a_usage_file_that_is_a_link_or_fifo_gives_no_rows(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_text('{"time_s": 1}\n')
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "usage.jsonl").symlink_to(target)
+    assert read_usage(run) == []
+    fifo_run = tmp_path / "fifo"
+    fifo_run.mkdir()
+    os.mkfifo(fifo_run / "usage.jsonl")
+    assert read_usage(fifo_run) == []

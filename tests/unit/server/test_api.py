@@ -180,7 +180,7 @@ def test_restarting_a_completed_workflow_is_refused_with_its_error_class(api, tm
 def test_list_refuses_bad_filters(api, tmp_path: Path, params: dict, expected: str) -> None:
     client, _ = api
     answer = client.get("/api/workflow", params=params, headers=_auth(_admin(tmp_path)))
-    assert answer.status_code == 400 and answer.json()["kind"] == "ConfigError"
+    assert answer.status_code == 400 and answer.json()["kind"] == "BadArgumentError"
     assert answer.json()["detail"][0]["message"].startswith(expected)
 
 

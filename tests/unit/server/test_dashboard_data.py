@@ -4,7 +4,9 @@ files (the trainer's and the documented generic format), and Store.page_workflow
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,8 +63,38 @@ def test_read_metrics_generic_and_trainer_lines(tmp_path: Path) -> None:
             {"event": "epoch", "epoch": 1, "total_epochs": 2, "val_loss": 1.5},
             {"event": "summary", "epoch": 2, "val_loss": 9.0},
             {"epoch": "2", "loss": 1.0}, [1, 2]]
-    path.write_text("\n".join(map(json.dumps, rows)) + "\nnot json\n")
-    assert dashboard.read_metrics(path) == {"loss": [(10.0, 0.5)], "val_loss": [(1.0, 1.5)]}
+    path.write_text("\n".join(map(json.dumps, rows[1:])) + "\nnot json\n")
+    assert dashboard.read_curves(path) == ("epoch", {"val_loss": [(1.0, 1.5)]})
+    other = tmp_path / "generic" / "metrics.jsonl"
+    other.parent.mkdir()
+    other.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    # One x axis per file, the first usable row's: the epoch rows have no step.
+    assert dashboard.read_curves(other) == ("step", {"loss": [(10.0, 0.5)]})
+
+
+def test_the_x_axis_is_the_datas_step_epoch_or_time(tmp_path: Path) -> None:
+    """Issue 28: the chart's x axis was always `epoch`, even for `step` data."""
+    cases = {
+        "step": [{"step": 5, "epoch": 0, "loss": 1.0}, {"step": 10, "epoch": 0, "loss": 0.5}],
+        "epoch": [{"event": "epoch", "epoch": 1, "time": "2026-11-27T02:11:13+00:00",
+                   "val_loss": 0.7}],
+        "time": [{"time": "2026-11-27T02:11:13.250000+00:00", "loss": 0.9},
+                 {"time": "2026-11-27T02:11:14", "loss": 0.8},  # no zone: UTC
+                 {"time": 1795745475.5, "loss": 0.7}],
+    }
+    got = {}
+    for name, rows in cases.items():
+        path = tmp_path / name / "metrics.jsonl"
+        path.parent.mkdir()
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        got[name] = dashboard.read_curves(path)
+    assert got["step"] == ("step", {"loss": [(5.0, 1.0), (10.0, 0.5)]})
+    assert got["epoch"] == ("epoch", {"val_loss": [(1.0, 0.7)]})
+    assert got["time"] == ("time", {"loss": [(1795745473.25, 0.9), (1795745474.0, 0.8),
+                                             (1795745475.5, 0.7)]})
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"loss": 1}\n')
+    assert dashboard.read_curves(empty) == ("step", {})
 
 
 def test_read_metrics_thins_long_runs_reads_only_new_bytes_and_rereads_a_new_file(
@@ -117,3 +149,67 @@ def test_page_workflows_counts_all_and_returns_one_page(tmp_path: Path) -> None:
     assert "state" not in rows[0] and "spec_text" not in rows[0]
     rows, total = store.page_workflows(pool="p", labels={"i": "3"})
     assert total == 1 and rows[0]["pool"] == "p"
+
+
+def test_each_point_keeps_its_rows_time_for_the_time_axis(tmp_path: Path) -> None:
+    """Issue 28: step or time on the x axis, the user's choice, when the rows carry both."""
+    path = tmp_path / "metrics.jsonl"
+    rows = [{"step": 1, "time": "2026-11-27T02:11:13+00:00", "loss": 1.0},
+            {"step": 2, "loss": 0.5},
+            {"step": 3, "time": 1795745480.0, "loss": 0.25}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    x_name, series, times = dashboard.read_curves_and_times(path)
+    assert x_name == "step" and series == {"loss": [(1.0, 1.0), (2.0, 0.5), (3.0, 0.25)]}
+    assert times == {"loss": [1795745473.0, None, 1795745480.0]}
+    no_time = tmp_path / "no-time.jsonl"
+    no_time.write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n")
+    assert dashboard.read_curves_and_times(no_time)[2] == {}
+    by_time = tmp_path / "by-time.jsonl"
+    by_time.write_text(json.dumps({"time": 1795745480.0, "loss": 1.0}) + "\n")
+    assert dashboard.read_curves_and_times(by_time) == (
+        "time", {"loss": [(1795745480.0, 1.0)]}, {})
+
+
+def test_thinning_keeps_points_and_times_together(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": i, "time": 1000.0 + i, "loss": i}) + "\n"
+                            for i in range(5000)))
+    _, series, times = dashboard.read_curves_and_times(path)
+    assert len(series["loss"]) == len(times["loss"])
+    assert all(t == 1000.0 + x for (x, _), t in zip(series["loss"], times["loss"], strict=False))
+
+
+def test_the_metrics_search_is_bounded_whatever_folders_a_task_makes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: a task can make a million folders in its output, and the search for its
+    metrics files (on every poll of the workflow page) globbed them all. Now it looks at
+    ``MAX_SCAN_ENTRIES`` entries at most, shallow files first, and follows no link."""
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    flood = tmp_path / "flood"
+    for i in range(300):
+        (flood / str(i) / "x").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(flood)
+    seen = []
+    real_scandir = os.scandir
+
+    class Counting:
+        def __init__(self, path: Any) -> None:
+            self.inner = real_scandir(path)
+
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.inner.close()
+
+        def __iter__(self) -> Any:
+            for entry in self.inner:
+                seen.append(entry.path)
+                yield entry
+
+    monkeypatch.setattr(dashboard, "MAX_SCAN_ENTRIES", 100)
+    monkeypatch.setattr(dashboard.os, "scandir", Counting)
+    found = dashboard.metrics_files(tmp_path)
+    assert found == [tmp_path / "metrics.jsonl"]
+    assert 0 < len(seen) <= 101, len(seen)
+    assert not any(p.startswith(str(tmp_path / "link") + "/") for p in seen)

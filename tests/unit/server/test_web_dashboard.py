@@ -4,6 +4,7 @@ sessions, CSRF, filters and paging, escaping of what tasks and specs write, metr
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -185,6 +186,34 @@ def test_list_pages_newest_first(env: Env) -> None:
     page2 = env.client.get("/?per_page=5&page=2", headers=env.bearer()).text
     assert _ids_on(page1) == ids[::-1][:5] and _ids_on(page2) == ids[::-1][5:]
     assert "7 workflows" in page1 and "page 1 of 2" in page1 and 'rel="next"' in page1
+
+
+def test_list_gives_queue_and_run_time_apart(env: Env) -> None:
+    """Issue 28: the list's one duration held queue time and run time without saying so."""
+    wid = env.submit()
+    env.wait_done(wid)
+    html = env.client.get("/", headers=env.bearer()).text
+    assert ">Queued</th>" in html and ">Ran</th>" in html and "Total" not in html
+    row = html[html.index(f'value="{wid}"'):]
+    row = row[:row.index("</tr>")]
+    assert re.search(r'<td class="queued">\d+s</td>', row), row
+    assert re.search(r'<td class="ran">\d+s</td>', row), row
+    # Ended workflows' times are kept: the next refresh reads no stored state for them.
+    calls = []
+    state = env.engine.state
+    env.engine.state = lambda workflow_id: calls.append(workflow_id) or state(workflow_id)
+    assert ">Queued</th>" in env.client.get("/", headers=env.bearer()).text
+    assert calls == []
+
+
+def test_compare_settings_table_has_a_column_per_run(env: Env) -> None:
+    first, second = env.submit(arg="a", labels={"try": "1"}), env.submit(arg="b")
+    env.wait_done(first), env.wait_done(second)
+    html = env.client.get(f"/compare?id={first}&id={second}", headers=env.bearer()).text
+    table = html[html.index('id="diff-settings"'):]
+    table = table[:table.index("</table>")]
+    assert f"<th>{first}</th><th>{second}</th>" in table
+    assert '<tr class="differs"><td>label.try</td><td>1</td><td>-</td></tr>' in table
 
 
 def test_list_filters_by_status_user_pool_label_and_name(env: Env) -> None:

@@ -18,8 +18,10 @@ API cannot be reached (the list fails, the watch broke) a missing pod proves not
 attempt is judged gone until a list works again.
 ``notify_facts(wake)`` makes the watch call ``wake()`` after each event. When an attempt
 ends, its pod's log (the task log, which ``podmain`` copies to the container's stdout) is
-copied into the attempt's run folder here (``task.log``), so ``workflow logs`` shows it; live
-following through the API is not done yet.
+copied into the attempt's run folder here (``task.log``), so ``workflow logs`` shows it: while
+its pod runs, a follower thread reads it with the API's ``follow`` and appends it to that file
+as it comes (``workflow logs -f`` and the dashboard follow the file), bounded by
+``LOG_LIMIT_BYTES``; at the end only what the follower missed is read.
 
 Gang: with ``scheduler: none`` the default scheduler may start part of a gang. A start
 whose pods are not all running ``gang_timeout_s`` after it was sent is deleted whole and its
@@ -76,6 +78,66 @@ RELIST_PAUSE_S = 1.0
 
 LOG_LIMIT_BYTES = 64 * 1024**2
 """At most this much of a pod's log is copied into the server's run folder."""
+
+
+class _LogFollower:
+    """A thread copying a running pod's log, as it is written, into the attempt's
+    ``task.log`` here (appending; at most ``limit_bytes``), so ``workflow logs -f`` and the
+    dashboard, which follow that file, show the lines as they come.
+
+    ``complete`` is True once the stream ended by itself (the container ended) with every
+    byte copied; ``written`` counts the bytes copied. Once ``stop`` returned, nothing more is
+    written (a write and the stop take one lock), so the caller may append the rest."""
+
+    def __init__(self, api: KubeApi, pod: str, path: Path, limit_bytes: int) -> None:
+        self.api, self.pod, self.path, self.limit_bytes = api, pod, path, limit_bytes
+        self.written = 0
+        self.complete = False
+        self.finished = threading.Event()
+        self._response: Any = None
+        self._stopped = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"k8s-log-{pod}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop copying (no write after this returns) and close the stream; idempotent."""
+        with self._lock:
+            self._stopped = True
+        response = self._response
+        if response is not None:
+            try:
+                response.close()
+            except Exception:  # noqa: BLE001: closing a broken stream: nothing to do
+                pass
+
+    def _opened(self, response: Any) -> None:
+        self._response = response
+        if self._stopped:
+            self.stop()
+
+    def _run(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "ab") as out:
+                for chunk in self.api.follow_pod_log(self.pod, TASK_CONTAINER, self._opened):
+                    with self._lock:
+                        if self._stopped:
+                            return
+                        room = self.limit_bytes - self.written
+                        out.write(chunk[:room])
+                        out.flush()
+                        self.written += min(len(chunk), room)
+                    if len(chunk) > room:
+                        return
+            with self._lock:
+                self.complete = not self._stopped
+        except (BackendError, OSError) as exc:
+            if not self._stopped:
+                log.info("kubernetes backend: following the log of pod %s stopped: %s",
+                         self.pod, exc)
+        finally:
+            self.finished.set()
 
 
 @dataclass
@@ -182,6 +244,7 @@ class KubernetesBackend(Backend[KubernetesRequest]):
         self._wake: Callable[[], None] | None = None
         self._attempts: dict[str, _Attempt] = {}  # by pod name
         self._owners: dict[str, str] = {}  # workflow id -> owner ConfigMap uid
+        self._followers: dict[str, _LogFollower] = {}  # by pod name: running pods' logs
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ requests
@@ -217,7 +280,8 @@ class KubernetesBackend(Backend[KubernetesRequest]):
         api = self._cluster()
         uid = self._owner_uid(api, request)
         owned = [with_owner(o, request.owner["metadata"]["name"], uid)
-                 for o in [request.service] + ([request.podgroup] if request.podgroup else [])]
+                 for o in [request.service] + ([request.podgroup] if request.podgroup else [])
+                 + request.pull_secrets]
         for obj in owned:
             _create_once(api, obj)
         start = names.podgroup_name(launches[0].key.workflow_id, launches[0].group,
@@ -252,6 +316,16 @@ class KubernetesBackend(Backend[KubernetesRequest]):
                 continue
             attempt.stopping = True
             self._delete_pod(attempt.pod)
+
+    def kill(self, keys: list[TaskKey]) -> None:
+        """Delete these attempts' pods with grace period 0 (OSMO's ``cancel --force``),
+        also those already stopping with the pool's grace. Idempotent."""
+        for key in keys:
+            attempt = self._attempts.get(self._pod_of(key))
+            if attempt is None or attempt.done:
+                continue
+            attempt.stopping = True
+            self._delete_pod(attempt.pod, grace_s=0)
 
     def host_of(self, key: TaskKey, node: str) -> str:
         """A stand-in for ``{{host:TASK}}`` (the task's hostname): ``build_request`` writes
@@ -334,11 +408,15 @@ class KubernetesBackend(Backend[KubernetesRequest]):
         with self._lock:
             for name in [n for n, a in self._attempts.items() if a.key.workflow_id == workflow_id]:
                 del self._attempts[name]
+                self._drop_follower(name)
         self._owners.pop(workflow_id, None)
 
     def close(self) -> None:
-        """Stop the watch and release the connection pool. Pods keep running (a new engine
-        recovers them)."""
+        """Stop the watch and the log followers and release the connection pool. Pods keep
+        running (a new engine recovers them)."""
+        for follower in self._followers.values():
+            follower.stop()
+        self._followers.clear()
         if self._watch is not None:
             self._watch.stop()
             self._watch = None
@@ -420,6 +498,7 @@ class KubernetesBackend(Backend[KubernetesRequest]):
         facts = []
         if view.started and not attempt.started:
             attempt.started = True
+            self._follow_log(attempt)
             stamp = time.time()
             facts += [TaskFact(attempt.key, FactKind.INITIALIZING, stamp),
                       TaskFact(attempt.key, FactKind.RUNNING, stamp)]
@@ -434,18 +513,41 @@ class KubernetesBackend(Backend[KubernetesRequest]):
                                   view.message))
         return facts
 
+    def _log_path(self, key: TaskKey) -> Path:
+        return self.home / "runs" / key.workflow_id / key.task / str(key.retry_id) / LOG
+
+    def _follow_log(self, attempt: _Attempt) -> None:
+        """Start copying the running pod's log into its ``task.log`` here as it is written
+        (``_LogFollower``). Not with a ``runs_claim`` (the runner writes the file there)."""
+        if self.options.runs_claim or self._api is None or attempt.pod in self._followers:
+            return
+        self._followers[attempt.pod] = _LogFollower(self._api, attempt.pod,
+                                                    self._log_path(attempt.key), LOG_LIMIT_BYTES)
+
     def _keep_log(self, attempt: _Attempt) -> None:
-        """Copy the ended pod's log (the task log ``podmain`` copied to its stdout) into the
-        attempt's run folder here, ``task.log``, so ``workflow logs`` shows it. Not with a
-        ``runs_claim`` (the runner wrote it there) nor where the file exists. Best effort."""
-        key = attempt.key
-        path = self.home / "runs" / key.workflow_id / key.task / str(key.retry_id) / LOG
-        if self.options.runs_claim or path.exists() or self._api is None:
+        """The ended pod's whole log (the task log ``podmain`` copied to its stdout) in the
+        attempt's run folder here, ``task.log``, so ``workflow logs`` shows it (and the
+        engine its last lines) before the ending fact is reported: what its follower copied
+        (stopped now, unless its stream ended by itself), then the rest read from the API;
+        the whole log where no follower ran and the file is not there. Not with a
+        ``runs_claim`` (the runner wrote it there). At most ``LOG_LIMIT_BYTES``; best effort;
+        never waits for the follower."""
+        follower = self._followers.pop(attempt.pod, None)
+        if follower is not None:
+            follower.stop()
+            if follower.complete:
+                return
+        path = self._log_path(attempt.key)
+        if self.options.runs_claim or self._api is None or (follower is None and path.exists()):
+            return
+        copied = follower.written if follower is not None else 0
+        if copied >= LOG_LIMIT_BYTES:
             return
         try:
-            text = self._api.pod_log(attempt.pod, TASK_CONTAINER, LOG_LIMIT_BYTES)
+            data = self._api.pod_log(attempt.pod, TASK_CONTAINER, LOG_LIMIT_BYTES).encode()
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            with open(path, "ab") as out:
+                out.write(data[copied:LOG_LIMIT_BYTES])
         except (BackendError, OSError) as exc:
             log.warning("kubernetes backend: cannot keep the log of pod %s: %s", attempt.pod, exc)
 
@@ -457,12 +559,19 @@ class KubernetesBackend(Backend[KubernetesRequest]):
         if now - attempt.gone_since < self.options.lost_grace_s:
             return []
         attempt.done = True
+        self._drop_follower(attempt.pod)
         if attempt.stopping:
             return [TaskFact(attempt.key, FactKind.EXITED, time.time(), STOPPED_EXIT_CODE,
                              "stopped: its pod was deleted")]
         view = view_of(None)
         return [TaskFact(attempt.key, FactKind.LOST, time.time(), None,
                          f"pod {attempt.pod}: {view.message}")]
+
+    def _drop_follower(self, pod: str) -> None:
+        """Stop following the log of a pod that is gone (what was copied stays)."""
+        follower = self._followers.pop(pod, None)
+        if follower is not None:
+            follower.stop()
 
     def _gang_timeouts(self, now: float) -> list[TaskFact]:
         """``scheduler: none``: every start whose pods are not all running within
@@ -489,6 +598,7 @@ class KubernetesBackend(Backend[KubernetesRequest]):
         facts = []
         for attempt in live:
             attempt.done = True
+            self._drop_follower(attempt.pod)
             self._delete_pod(attempt.pod, grace_s=0)
             facts.append(TaskFact(attempt.key, FactKind.EXITED, time.time(),
                                   int(ExitCode.START_TIMEOUT), message))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,9 @@ from trainyard.backends.kubernetes.options import KubernetesOptions
 from trainyard.errors import BackendError, ConfigError
 
 __all__ = ["KubeApi", "AlreadyExists", "NotFound", "WatchExpired"]
+
+LOG_CHUNK_BYTES = 64 * 1024
+"""The most bytes one read of a followed pod log returns (less as soon as some came)."""
 
 _PLURALS = {"ConfigMap": "config_map", "Service": "service", "Secret": "secret",
             "Pod": "pod"}
@@ -157,8 +160,8 @@ class KubeApi:
             stream.stop()
 
     def pod_log(self, name: str, container: str, limit_bytes: int) -> str:
-        """The last ``limit_bytes`` of a container's log (the API's pod log). Raises
-        NotFound, BackendError."""
+        """A container's log, its first ``limit_bytes`` at most (the API's pod log with
+        ``limitBytes``). Raises NotFound, BackendError."""
         try:
             response = self.core.read_namespaced_pod_log(
                 name, self.namespace, container=container, limit_bytes=limit_bytes,
@@ -167,6 +170,27 @@ class KubeApi:
             raise _translate(exc, f"log of pod {name}") from exc
         # _preload_content=False answers urllib3's response, not the str the client's types say
         return bytes(response.data).decode("utf-8", errors="replace")  # type: ignore[attr-defined]
+
+    def follow_pod_log(self, name: str, container: str,
+                       opened: Callable[[Any], None] = lambda _r: None) -> Iterator[bytes]:
+        """A container's log from its start, as it is written (the API's pod log with
+        ``follow=true``), in chunks; ends when the container ends. ``opened(response)`` gets
+        the HTTP response first, so another thread can ``close()`` it to stop the reading.
+        Raises NotFound, BackendError (also from the iteration: a broken stream)."""
+        try:
+            response = self.core.read_namespaced_pod_log(
+                name, self.namespace, container=container, follow=True,
+                _preload_content=False)
+        except Exception as exc:  # ApiException, urllib3's connection errors
+            raise _translate(exc, f"log of pod {name}") from exc
+        opened(response)
+        try:
+            # _preload_content=False: urllib3's response, not the str the client's types say
+            yield from response.stream(LOG_CHUNK_BYTES, decode_content=True)  # type: ignore[attr-defined]
+        except Exception as exc:  # urllib3's protocol and read errors of a broken stream
+            raise BackendError(f"kubernetes API: log of pod {name}: {exc!r}") from exc
+        finally:
+            response.release_conn()  # type: ignore[attr-defined]
 
     def delete(self, kind: str, name: str, grace_s: int | None = None,
                api_version: str = "v1") -> None:

@@ -21,6 +21,11 @@ The mapping (docs/kubernetes.md has it with the seed's two-node example):
   command and writes the runner's EXITED event as the container's termination message.
 - **Secret**: one per attempt, named as its pod, holding ``run.json`` (the runner's input:
   environment, files, the task token), mounted read-only at ``/etc/trainyard``.
+- **image pull Secret**: per workflow and registry, the submitter's REGISTRY credential for
+  the registry of a task's image (``images.image_registry``) as a Secret of type
+  ``kubernetes.io/dockerconfigjson`` (what ``kubectl create secret docker-registry`` makes;
+  Kubernetes docs, "Pull an Image from a Private Registry"), named in that pod's
+  ``imagePullSecrets`` after the pool's ``image_pull_secrets``; owned like everything else.
 - **resources**: cpu, memory, ``nvidia.com/gpu``, ephemeral-storage as requests and equal
   limits (Guaranteed QoS; Kubernetes docs, "Resource Management for Pods and Containers";
   an extended resource must have requests equal to limits).
@@ -39,6 +44,7 @@ The mapping (docs/kubernetes.md has it with the seed's two-node example):
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from dataclasses import dataclass, field
@@ -48,6 +54,7 @@ from typing import Any
 import yaml
 
 from trainyard.backends.base import TaskKey, TaskLaunch, TaskResources
+from trainyard.backends.images import DOCKER_HUB, image_registry, registry_host
 from trainyard.backends.kubernetes import names
 from trainyard.backends.kubernetes.options import KubernetesOptions
 from trainyard.errors import BackendError
@@ -56,7 +63,7 @@ from trainyard.runfile import SandboxSettings, TaskRun
 
 __all__ = ["KubernetesRequest", "build_request", "with_owner", "task_host",
            "RUN_SPEC_DIR", "RUNNER_VOLUME_PATH", "TASK_CONTAINER", "INIT_CONTAINER",
-           "POD_ENTRY", "ANNOTATIONS", "PODGROUP_KINDS", "dump_yaml", "run_secret",
+           "POD_ENTRY", "ANNOTATIONS", "PODGROUP_KINDS", "dump_yaml", "run_secret", "pull_secret",
            "run_json", "resources_of", "cpu_quantity", "bytes_quantity"]
 
 RUN_SPEC_DIR = "/etc/trainyard"
@@ -87,6 +94,8 @@ class KubernetesRequest:
         owner: the workflow's owner ConfigMap (made once per workflow; 409 on later starts).
         service: the group's headless Service (made once per group; 409 later).
         podgroup: the gang scheduler's PodGroup of this start (None for ``scheduler: none``).
+        pull_secrets: the image pull Secrets of the registries of its pods' images that the
+            submitter has a REGISTRY credential for (made once per workflow; 409 later).
         secrets: one per attempt, its ``run.json`` (launch order).
         pods: one per attempt (launch order).
         runs: each attempt's runner input as the pod gets it.
@@ -101,11 +110,13 @@ class KubernetesRequest:
     pods: list[dict[str, Any]]
     runs: dict[TaskKey, TaskRun] = field(default_factory=dict)
     launches: list[TaskLaunch] = field(default_factory=list)
+    pull_secrets: list[dict[str, Any]] = field(default_factory=list)
 
     def objects(self) -> list[dict[str, Any]]:
-        """Every object, in creation order: owner, Service, PodGroup, Secrets, Pods."""
+        """Every object, in creation order: owner, Service, PodGroup, image pull Secrets,
+        Secrets, Pods."""
         head = [self.owner, self.service] + ([self.podgroup] if self.podgroup else [])
-        return head + self.secrets + self.pods
+        return head + self.pull_secrets + self.secrets + self.pods
 
     def render(self) -> str:
         """What ``--dry-run`` prints: every object as a YAML document (``kubectl apply -f -``),
@@ -387,8 +398,10 @@ def _pod(launch: TaskLaunch, run: TaskRun, ctx: _Context) -> dict[str, Any]:
         spec["serviceAccountName"] = ctx.options.service_account
     if launch.exec_timeout_s is not None:
         spec["activeDeadlineSeconds"] = math.ceil(launch.exec_timeout_s + ctx.options.time_margin_s)
-    if ctx.options.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": s} for s in ctx.options.image_pull_secrets]
+    pulls = list(ctx.options.image_pull_secrets) + [
+        secret["metadata"]["name"] for secret in ctx.pull_secrets.get(key, [])]
+    if pulls:
+        spec["imagePullSecrets"] = [{"name": s} for s in pulls]
     spec.update(pod_security)
     spec.update(_placement(launch, ctx.pool, ctx.options))
     spec["initContainers"] = [_init_container(ctx.options)]
@@ -408,6 +421,47 @@ def run_secret(launch: TaskLaunch, run: TaskRun, options: KubernetesOptions) -> 
             "metadata": _meta(names.pod_name(key.workflow_id, key.task, key.retry_id),
                               options, labels),
             "stringData": {"run.json": run_json(run)}}
+
+
+def _docker_auth(payload: dict[str, str]) -> dict[str, str]:
+    """A REGISTRY payload as one ``auths`` entry of a Docker config: with a ``username``,
+    ``auth`` is its password (OSMO's NGC example: ``username=$oauthtoken auth=<API key>``)
+    and the entry gets Docker's ``auth`` (base64 of ``username:password``); without one,
+    ``auth`` is Docker's already."""
+    username = payload.get("username")
+    if not username:
+        return {"auth": payload["auth"]}
+    both = base64.b64encode(f"{username}:{payload['auth']}".encode()).decode()
+    return {"username": username, "password": payload["auth"], "auth": both}
+
+
+def pull_secret(launch: TaskLaunch, image: str, options: KubernetesOptions
+                ) -> dict[str, Any] | None:
+    """The image pull Secret of ``image``'s registry from the first of the launch's REGISTRY
+    credentials for it (``images.image_registry``; a payload without ``registry`` is Docker
+    Hub's), else None."""
+    for payload in launch.registry_credentials:
+        registry = payload.get("registry") or DOCKER_HUB
+        if payload.get("auth") and registry_host(registry) == image_registry(image):
+            config = json.dumps({"auths": {registry: _docker_auth(payload)}}, sort_keys=True)
+            return {"apiVersion": "v1", "kind": "Secret",
+                    "type": "kubernetes.io/dockerconfigjson",
+                    "metadata": _meta(names.pull_secret_name(launch.key.workflow_id,
+                                                             image_registry(image)),
+                                      options, names.workflow_labels(launch.key.workflow_id)),
+                    "data": {".dockerconfigjson": base64.b64encode(config.encode()).decode()}}
+    return None
+
+
+def _pull_secrets(launches: list[TaskLaunch], runs: dict[TaskKey, TaskRun],
+                  options: KubernetesOptions) -> dict[TaskKey, list[dict[str, Any]]]:
+    """Each attempt's image pull Secrets (none, or its image's registry's)."""
+    found = {}
+    for launch in launches:
+        image = runs[launch.key].image or options.default_image
+        secret = pull_secret(launch, image, options)
+        found[launch.key] = [secret] if secret else []
+    return found
 
 
 def run_json(run: TaskRun) -> str:
@@ -431,7 +485,8 @@ def _task_run(launch: TaskLaunch, options: KubernetesOptions, pod: str,
     run.sandbox = SandboxSettings(
         env={"TRAINYARD_SERVER_URL": server_url} if server_url else {},
         description=(f"kubernetes backend: pod {pod} in namespace {options.namespace}, "
-                     f"image {image}; the container is the task's own root"))
+                     f"image {image}; the container is the task's own root"),
+        summary=f"kubernetes pod {pod}, image {image}")
     return run
 
 
@@ -454,6 +509,7 @@ class _Context:
     service: str
     podgroup: str
     hosts: dict[str, str]
+    pull_secrets: dict[TaskKey, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def build_request(launches: list[TaskLaunch], pool: Pool, options: KubernetesOptions,
@@ -484,7 +540,10 @@ def build_request(launches: list[TaskLaunch], pool: Pool, options: KubernetesOpt
     runs = {launch.key: _task_run(launch, options, names.pod_name(
         launch.key.workflow_id, launch.key.task, launch.key.retry_id), ctx.hosts, server_url)
         for launch in launches}
+    ctx.pull_secrets = _pull_secrets(launches, runs, options)
+    distinct = {s["metadata"]["name"]: s for made in ctx.pull_secrets.values() for s in made}
     return KubernetesRequest(
+        pull_secrets=list(distinct.values()),
         namespace=options.namespace, owner=_owner(first.key.workflow_id, options),
         service=_service(first, options), podgroup=_podgroup(launches, options, ctx.podgroup),
         secrets=[run_secret(launch, runs[launch.key], options) for launch in launches],

@@ -95,6 +95,12 @@ def podgroup_name(workflow_id: str, group: str, generation: int) -> str:
     return dns_label("ty", workflow_id, group, f"g{generation}")
 
 
+def pull_secret_name(workflow_id: str, registry: str) -> str:
+    """The workflow's image pull Secret for one registry: ``ty-<workflow id>-pull-<registry>``
+    (a registry's ``.`` and ``:`` make it end with a digest)."""
+    return dns_label("ty", workflow_id, "pull", registry)
+
+
 def workflow_labels(workflow_id: str) -> dict[str, str]:
     """The labels every object of a workflow carries (``kubectl get all -l`` finds them)."""
     return {MANAGED_BY: "trainyard", WORKFLOW_LABEL: label_value(workflow_id)}

@@ -34,7 +34,8 @@ from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLa
 from trainyard.backends.base import server_url_for_tasks, task_api_env
 from trainyard.backends.facts import ENDING, read_facts
 from trainyard.backends.local import container
-from trainyard.backends.images import image_note, runtime_for, runtime_path
+from trainyard.backends.images import (image_note, image_summary, registry_host, runtime_for,
+                                       runtime_path)
 from trainyard.backends.local.netns import (GroupNetwork, ensure_group_network, probe_egress_attach,
                                      probe_netns)
 from trainyard.backends.local.router import probe_router
@@ -203,6 +204,8 @@ class _Attempt:
     stopping: bool = False
     stop_deadline: float = 0.0
     termed: bool = False
+    forced: bool = False  # kill(): SIGKILL at once, no SIGTERM
+    force_sent: bool = False  # a hosted runner was told to kill its command
     stopped: bool = False
     next_alive_check: float = 0.0
     gpus: tuple[int, ...] = ()  # machine-wide indices of the real GPUs it borrowed
@@ -380,6 +383,11 @@ class LocalBackend(Backend[GroupRequest]):
         self._stopper: threading.Thread | None = None
         self.limits = bool(options.get("limits", True))
         self.pids_max = int(options.get("pids_max", DEFAULT_PIDS_MAX))
+        self.insecure_registries: tuple[str, ...] = tuple(
+            registry_host(str(r)) for r in options.get("insecure_registries", []))
+        """Registries pulled from without TLS verification (podman's ``--tls-verify=false``):
+        the pool option ``insecure_registries`` (``host:port`` each), as registries.conf's
+        ``insecure = true``."""
         idle = float(options.get("launcher_idle_s", 60.0))
         self._launcher = LauncherClient(self.state_dir, self.python, idle_s=idle)
         self._facts_socket: FactsSocket | None = None
@@ -471,6 +479,24 @@ class LocalBackend(Backend[GroupRequest]):
                     continue
                 attempt.stopping = True
                 attempt.stop_deadline = time.monotonic() + self.stop_grace_s
+                self._attempts[key] = attempt
+            self._ensure_stopper()
+        self._wake.set()
+
+    def kill(self, keys: list[TaskKey]) -> None:
+        """``stop`` with no grace: the runners' whole trees SIGKILLed at once, no SIGTERM
+        (a hosted runner's command SIGKILLed by its runner, which then reports). Also for
+        attempts already stopping (a force after a plain cancel). Idempotent; returns at
+        once."""
+        with self._lock:
+            for key in keys:
+                attempt = self._attempts.get(key) or self._load(key)
+                if attempt is None or attempt.forced:
+                    continue
+                attempt.stopping = attempt.forced = True
+                if not attempt.hosted:
+                    attempt.termed = True  # no SIGTERM: the SIGKILL comes at once
+                attempt.stop_deadline = time.monotonic()
                 self._attempts[key] = attempt
             self._ensure_stopper()
         self._wake.set()
@@ -606,8 +632,11 @@ class LocalBackend(Backend[GroupRequest]):
             env=self._task_env(run, iso, gpus, with_token),
             description=self._describe(launch, iso, image_note(
                 run.image, runtime, None if podman else self._why_no_podman())),
+            summary=self._summarize(launch, iso, image_summary(
+                run.image, runtime, None if podman else self._why_no_podman())),
             limits=self.task_limits(launch))
         request = LaunchRequest(launch.key, run_dir, [], run, run_dir / "sandbox" / "root")
+        request.registry_credentials = launch.registry_credentials
         request.writable_dirs = self._writable_dirs(run)
         remap = not (net is not None and net.user_ns and not run.host_network)
         box = strategy_for(podman, iso.bwrap).sandbox(
@@ -655,6 +684,14 @@ class LocalBackend(Backend[GroupRequest]):
                 if name not in run.environment:
                     env[name] = "lo"
         return env
+
+    def _summarize(self, launch: TaskLaunch, iso: Isolation, image: str) -> str:
+        """The task log's one-line header: node, isolation, what runs (``_describe`` says
+        it all, in the detail lines)."""
+        runtime = runtime_for(launch.run.get("image"), self.images)
+        fs = ("podman container" if self._podman_for(runtime) else
+              "bubblewrap sandbox" if iso.bwrap else "no sandbox")
+        return f"{launch.node}, {fs}, {image}"
 
     def _describe(self, launch: TaskLaunch, iso: Isolation, image: str = "") -> str:
         runtime = runtime_for(launch.run.get("image"), self.images)
@@ -1016,10 +1053,11 @@ class LocalBackend(Backend[GroupRequest]):
     def _advance_hosted_stop(self, attempt: _Attempt) -> bool:
         """A hosted runner stops itself (``Runner.request_stop``: SIGTERM, then SIGKILL of
         its command after the grace); the sandbox takes the rest of the task with it."""
-        if not attempt.termed:
+        if not attempt.termed or (attempt.forced and not attempt.force_sent):
             attempt.termed = True
+            attempt.force_sent = attempt.forced
             assert attempt.run_dir is not None and attempt.hosted is not None
-            self._launcher.stop_hosted(attempt.run_dir, attempt.hosted)
+            self._launcher.stop_hosted(attempt.run_dir, attempt.hosted, force=attempt.forced)
         if self._alive(attempt):
             return True
         self._kill_leftovers([attempt])

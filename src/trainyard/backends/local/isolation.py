@@ -14,12 +14,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 import functools
+import logging
 import sys
 import sysconfig
 from typing import Any, ClassVar, Protocol
 
 import trainyard
 from trainyard.backends.base import TaskKey
+from trainyard.backends.images import image_registry
 
 from trainyard.backends.local import container
 from trainyard.backends.local.netns import GroupNetwork
@@ -29,6 +31,8 @@ from trainyard.backends.local.sandbox import (IDMAPPED, TASK_HOST_UID, SandboxPl
                                               probe_remap, sandbox_mounts, skeleton_base,
                                               task_owned)
 from trainyard.runfile import TaskRun, UserNamespace
+
+log = logging.getLogger("trainyard.backends.local")
 
 __all__ = ["LaunchRequest", "Settings", "Sandboxing", "Strategy", "NoSandbox", "Bubblewrap",
            "Podman", "strategy_for"]
@@ -47,6 +51,9 @@ class LaunchRequest:
         hosted: the runner runs as a thread of the launcher (``runner.hosted.hostable``).
         joins_group_network: the launcher moves that thread into the group's network
             namespace (made if need be, as root) instead of an ``nsenter`` prefix.
+        registry_credentials: the submitter's REGISTRY credentials for the image's
+            registry (``TaskLaunch.registry_credentials``): a podman task's missing image
+            is pulled with them (``container.pull_image``); never in ``run``.
     """
 
     key: TaskKey
@@ -59,6 +66,7 @@ class LaunchRequest:
     hosted: bool = False
     joins_group_network: bool = False
     plan: SandboxPlan | None = None
+    registry_credentials: list[dict[str, str]] = field(default_factory=list, repr=False)
 
 
 class Settings(Protocol):
@@ -66,6 +74,7 @@ class Settings(Protocol):
 
     home: Path
     state_dir: Path
+    insecure_registries: tuple[str, ...]
 
     def volumes(self, run: TaskRun) -> tuple[tuple[str, str], ...]:
         """``(host folder, path inside)`` of each allowed ``volumeMounts`` entry."""
@@ -218,6 +227,10 @@ class Podman(Strategy):
         devices, visible = container.gpu_devices(gpus)
         name = container.container_name(request.run_dir)
         info = container.inspect_image(run.image)
+        pull_error = None
+        if info is None and request.registry_credentials:
+            pull_error = self._pull(backend, request)
+            info = None if pull_error else container.inspect_image(run.image)
         no_root = container.why_no_own_root(info, overlay_supported()) if info else None
         own_root = info is not None and no_root is None
         plan = container.ContainerPlan(
@@ -241,11 +254,26 @@ class Podman(Strategy):
             "env_flag": "--env-file",
             "env_defaults": dict(v.partition("=")[::2] for v in plan.image_env)}
         if info is None:
-            settings["start_error"] = container.missing_image_message(run.image)
+            settings["start_error"] = (container.pull_failed_message(run.image, pull_error)
+                                       if pull_error else
+                                       container.missing_image_message(run.image))
             settings["missing_image"] = run.image
         else:
             settings.update(self._own_root(request, plan, info, no_root))
         return Sandboxing(settings, hosts_file_text(run.hosts), network_by_path=True)
+
+    @staticmethod
+    def _pull(backend: Settings, request: LaunchRequest) -> str | None:
+        """Pull the task's missing image with the submitter's registry credential (at the
+        start, in this thread: the gang waits for it, at most ``PULL_TIMEOUT_S``); None when
+        pulled, else why not."""
+        image = request.run.image
+        assert image is not None
+        tls_verify = image_registry(image) not in backend.insecure_registries
+        log.info("task %s: pulling image %s with a registry credential of its submitter",
+                 request.key.task, image)
+        return container.pull_image(image, request.registry_credentials, request.run_dir,
+                                    tls_verify=tls_verify)
 
     @staticmethod
     def _own_root(request: LaunchRequest, plan: container.ContainerPlan,

@@ -30,7 +30,8 @@ line per connection, one JSON reply line (``{"error": "..."}`` on failure):
   the launcher (``trainyard.runner.hosted``; ``pid`` and ``created`` are the launcher's);
   with ``"network": {"group": KEY, "forward": [...], "egress": bool}`` (as root) the thread first joins that
   group's namespace, made as for ``network``
-- ``{"op": "stop", "run_dir": PATH}`` -> ``{"running": bool}``: stop the hosted runner of
+- ``{"op": "stop", "run_dir": PATH, "force": bool}`` -> ``{"running": bool}``: stop (``force``:
+  its command SIGKILLed at once) the hosted runner of
   that run folder (as SIGTERM stops a runner process); ``running``: its thread still runs
 - ``{"op": "run_many", "env": {...}, "runs": [RUN, ...]}`` -> ``{"results": [REPLY, ...]}``:
   several ``run`` requests in one (each ``RUN`` as above without ``op``; one without ``env``
@@ -207,20 +208,21 @@ class LauncherClient:
                 else (int(r["pid"]), float(r["created"]), bool(r.get("recorded")))
                 for r in results]
 
-    def stop_hosted(self, run_dir: Path, name: str | None = None) -> bool:
+    def stop_hosted(self, run_dir: Path, name: str | None = None, force: bool = False) -> bool:
         """Stop the hosted runner of ``run_dir`` (starts no launcher).
 
         Args:
             run_dir: the attempt's run folder.
             name: the launcher that hosts it (default this client's; an older launcher,
                 of code since changed, keeps hosting what it started).
+            force: SIGKILL its command now, no SIGTERM first (``LocalBackend.kill``).
 
         Returns:
             Whether its thread still runs; False also when no launcher answers (none:
             nothing it hosted is left).
         """
         try:
-            reply = self._send({"op": "stop", "run_dir": str(run_dir)}, name)
+            reply = self._send({"op": "stop", "run_dir": str(run_dir), "force": force}, name)
             return bool(reply.get("running"))
         except (OSError, BackendError, ValueError):
             return False
@@ -488,7 +490,7 @@ class _Launcher:
         if op == "stop":
             hosted = self.hosted.get(str(request["run_dir"]))
             if hosted is not None:
-                hosted.stop()
+                hosted.stop(force=bool(request.get("force")))
             return {"running": hosted is not None and hosted.is_alive()}
         self.released = False  # an engine uses it again
         if op == "network":

@@ -33,7 +33,7 @@ server and the launcher stay out of reach, except the ports forwarded above on p
 own (``EGRESS_ADDRESS``, not the host's, so the host's own addresses stay reachable like any
 other host), ``-f`` (it stays a child of the process that holds the namespace, which kills it
 when the group ends) under ``setpriv --pdeathsig KILL`` (it dies with that process too),
-``-4`` (IPv4 only: IPv6 set-up was a third of pasta's start-up CPU, see docs/benchmarks.md).
+``-4`` (IPv4 only: IPv6 set-up was a third of pasta's start-up CPU, see docs/benchmarks-history.md).
 DNS: the task's ``/etc/resolv.conf`` is the host's and its servers are reached through pasta
 like any other host, so names resolve as on the host, unless the host's resolver listens on
 its own loopback (systemd-resolved's 127.0.0.53), which a namespace cannot reach.

@@ -1,7 +1,7 @@
 """The launcher's egress router: one pasta for all the groups of a launcher.
 
 Why: a pasta per group costs ~10-15 ms of CPU and 70-110 ms of wall time per group
-(docs/benchmarks.md, "Egress"), which made one-task groups 3-5x slower with egress than
+(docs/benchmarks-history.md, "Egress"), which made one-task groups 3-5x slower with egress than
 without. Here pasta is started once, attached to a *router* network namespace that the
 launcher holds; each group's namespace gets a veth pair to it, which costs only the pair, two
 addresses and a route (four rtnetlink requests, ``backends.local.rtnl``).

@@ -5,7 +5,7 @@ that opened it, which is exactly what the router needs (one socket per namespace
 the thread that made it). pyroute2 0.9 opens its sockets through its own event loop (a
 socket made on a thread that had joined another namespace still listed the host's links)
 and cost ~4.9 ms of CPU per group for the same four requests that take ~0.3 ms here
-(docs/benchmarks.md, "Egress"). The messages are the kernel's (``rtnetlink(7)``,
+(docs/benchmarks-history.md, "Egress"). The messages are the kernel's (``rtnetlink(7)``,
 ``include/uapi/linux/{netlink,rtnetlink,if_link,veth}.h``); every request asks for an ACK
 and a refusal raises ``OSError`` with the kernel's errno.
 """

@@ -46,9 +46,10 @@ from trainyard.backends.images import runtime_for, runtime_path
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.slurm.options import SlurmOptions, parse_options
 from trainyard.backends.slurm.script import RUNNER_OUT, SlurmBatchRequest, build_request
-from trainyard.backends.slurm.states import UNKNOWN, fact_for_state, is_alive
+from trainyard.backends.slurm.states import UNKNOWN, fact_for_state, is_alive, pending_reason
 from trainyard.errors import BackendError, RefusedError
 from trainyard.pools import Pool, trainyard_home
+from trainyard.runfile import scrub_credentials
 from trainyard.runner.report import EVENTS, read_events
 
 __all__ = ["SlurmBackend", "create"]
@@ -77,6 +78,7 @@ class _Attempt:
     done: bool = False
     gone_since: float | None = None
     stop_pending: bool = False
+    waiting: str = ""  # why its job is PENDING (``pending_reason``), "" once it is not
 
 
 class SlurmBackend(Backend[SlurmBatchRequest]):
@@ -160,8 +162,11 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
 
     def stop(self, keys: list[TaskKey]) -> None:
         """Cancel these attempts (scancel: SIGTERM, SIGKILL after KillWait). Idempotent;
-        returns after the scancel calls; a step not started yet is cancelled when it shows."""
+        returns after the scancel calls; a step not started yet is cancelled when it shows.
+        Each one's ``run.json`` loses its credential values first (``_scrub``)."""
         wanted = [a for k in keys if (a := self._find(k)) is not None and not a.done]
+        for attempt in wanted:
+            _scrub(attempt)
         for job_id in sorted({a.job_id for a in wanted if a.job_id}):
             of_job = [a for a in wanted if a.job_id == job_id]
             if self._whole_job(job_id, of_job):
@@ -170,6 +175,13 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
                 for attempt in of_job:
                     attempt.stop_pending = True
                 self._cancel_steps(job_id)
+
+    def waiting_reason(self, key: TaskKey) -> str:
+        """Why the attempt's job waits in Slurm's queue (squeue ``%r`` of a PENDING job, in
+        Slurm's word and plain words: ``states.pending_reason``), as of the last status
+        check; "" when it does not wait (or is unknown here)."""
+        attempt = self._find(key)
+        return attempt.waiting if attempt is not None else ""
 
     def host_of(self, key: TaskKey, node: str) -> str:
         """A stand-in for ``{{host:TASK}}`` (the placed node's host name): Slurm picks the
@@ -374,6 +386,7 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
                 return []
             return [self._gone(attempt, UNKNOWN, "no record of this attempt's Slurm job")]
         state, reason = states.get(attempt.job_id, (UNKNOWN, ""))
+        attempt.waiting = pending_reason(attempt.job_id, reason) if state == "PENDING" else ""
         job_steps = steps.get(attempt.job_id, {})
         if attempt.stop_pending and attempt.key.task in job_steps:
             self._cancel(job_steps[attempt.key.task])
@@ -402,6 +415,7 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
 
     def _gone(self, attempt: _Attempt, state: str, message: str) -> TaskFact:
         attempt.done = True
+        _scrub(attempt)
         last = tail(attempt.run_dir / RUNNER_OUT) if attempt.run_dir else ""
         text = f"{message}: {last}" if last else message
         return TaskFact(attempt.key, fact_for_state(state), time.time(), None, text)
@@ -469,3 +483,15 @@ def _job_of_output(job_dir: Path) -> str | None:
 def create(pool: Pool, home: Path) -> SlurmBackend:
     """Registry entry: the Slurm backend for ``pool`` with state under ``home``."""
     return SlurmBackend(pool, home)
+
+
+def _scrub(attempt: _Attempt) -> None:
+    """Take the credential values out of the attempt's ``run.json`` (``runfile.
+    scrub_credentials``): its runner takes them out when it reads the file, but a job
+    cancelled or ended while pending never runs it, and the run folder (0600, on the
+    cluster's shared storage) is kept. A runner reading it at that moment gets either
+    version whole (the file is replaced); a stopped one then fails with OSMO's "Could not
+    find the credential", which the stop's status hides."""
+    if attempt.run_dir is not None and scrub_credentials(attempt.run_dir / "run.json"):
+        log.info("slurm backend: %s: credential values taken out of its run.json "
+                 "(its runner never read them)", attempt.key)

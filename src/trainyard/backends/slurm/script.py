@@ -272,7 +272,9 @@ def _task_run(launch: TaskLaunch, options: SlurmOptions, home: Path,
         env_flag="--env-file" if prefix else None, env_file_shell=True,
         env={"TRAINYARD_SERVER_URL": server_url} if server_url else {},
         description=(f"slurm backend: one srun step of the group's job on a node Slurm picked; "
-                     f"/tmp and file paths rewritten to a private folder; {where}"))
+                     f"/tmp and file paths rewritten to a private folder; {where}"),
+        summary="slurm srun step on a node Slurm picked, private /tmp folder, "
+                + (f"{options.container} image {run.image}" if prefix else "the node's tools"))
     return run
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from trainyard.backends.base import FactKind
 
-__all__ = ["SLURM_STATES", "UNKNOWN", "fact_for_state", "is_alive"]
+__all__ = ["SLURM_STATES", "UNKNOWN", "PENDING_REASONS", "fact_for_state", "is_alive",
+           "pending_reason"]
 
 UNKNOWN = "UNKNOWN"
 """What trainyard calls a job that neither squeue nor sacct knows (any more)."""
@@ -64,3 +65,39 @@ def fact_for_state(state: str) -> FactKind:
     """The fact for an attempt whose job ended in ``state`` without the attempt's EXITED
     event (only meaningful when ``is_alive(state)`` is False). Unknown states give LOST."""
     return SLURM_STATES.get(_base(state)) or FactKind.LOST
+
+
+PENDING_REASONS: dict[str, str] = {
+    "Resources": "it waits for resources (nodes, CPUs, GPUs, memory) to be free",
+    "Priority": "jobs of higher priority are ahead of it in the partition's queue",
+    "ReqNodeNotAvail": "a node it needs is not available (down, drained or reserved)",
+    "QOSMaxJobsPerUserLimit": "the QOS allows no more running jobs per user",
+    "AssocMaxJobsLimit": "the association allows no more running jobs",
+    "AssocGrpGRES": "the association's GPU (GRES) limit is reached",
+    "QOSGrpGRES": "the QOS's GPU (GRES) limit is reached",
+    "PartitionNodeLimit": "it asks more nodes than the partition allows",
+    "PartitionTimeLimit": "its time limit is over the partition's",
+    "PartitionDown": "the partition is down",
+    "PartitionInactive": "the partition is inactive",
+    "NodeDown": "a node it needs is down",
+    "BeginTime": "its start time has not come yet",
+    "Dependency": "it waits for a job it depends on",
+    "JobHeldUser": "its user holds it (scontrol release)",
+    "JobHeldAdmin": "an administrator holds it",
+    "Reservation": "it waits for its reservation to start",
+    "Licenses": "it waits for a license",
+    "None": "Slurm has not looked at it yet",
+}
+"""Plain words for squeue's ``%r`` of a PENDING job (squeue(1), "JOB REASON CODES"); a
+reason not here is shown in Slurm's word only."""
+
+
+def pending_reason(job_id: str, reason: str) -> str:
+    """One line for the waiting reason of a gang whose Slurm job is PENDING.
+
+    >>> pending_reason("7", "Priority")
+    "Slurm job 7 is PENDING (Priority): jobs of higher priority are ahead of it in the partition's queue"
+    """
+    words = PENDING_REASONS.get(reason.split(",")[0].strip())
+    plain = f": {words}" if words else ""
+    return f"Slurm job {job_id} is PENDING ({reason or 'no reason given'}){plain}"

@@ -30,11 +30,20 @@ RESOURCES = ("v1/pods", "v1/services", "v1/secrets", "v1/configmaps",
 
 class UidEmulator(kmock.KubernetesEmulator):
     """The emulator, giving each created object a ``metadata.uid``; ``pod_creates`` lists
-    the name of every pod a create request asked for, refused or not."""
+    the name of every pod a create request asked for, refused or not. Each pod's log (the
+    ``log`` subresource) is a ``LogFeed`` (``logs``), empty until the test writes it."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.pod_creates: list[str] = []
+        self.logs: dict[str, LogFeed] = {}
+
+    def log_of(self, pod: str) -> LogFeed:
+        """``pod``'s log, served from now on (call in the emulator's loop)."""
+        if pod not in self.logs:
+            self.logs[pod] = LogFeed(asyncio.get_running_loop())
+            self[f"get /api/v1/namespaces/{NAMESPACE}/pods/{pod}/log"] << self.logs[pod].serve
+        return self.logs[pod]
 
     async def _handle(self, request: Any) -> Any:  # type: ignore[override]
         data = getattr(request, "data", None)
@@ -42,6 +51,7 @@ class UidEmulator(kmock.KubernetesEmulator):
             data.setdefault("metadata", {}).setdefault("uid", str(uuid.uuid4()))
             if data.get("kind") == "Pod":
                 self.pod_creates.append(str(data["metadata"].get("name")))
+                self.log_of(str(data["metadata"].get("name")))
         return await super()._handle(request)
 
 
@@ -119,9 +129,21 @@ class Emulator(EmulatorClient):
         super().__init__(kubeconfig)
 
     def set_log(self, pod: str, text: str) -> None:
-        """What the API serves as the task container's log of ``pod`` (the emulator has no
-        containers: a reaction answers the log subresource)."""
-        self._handler[f"get /api/v1/namespaces/{NAMESPACE}/pods/{pod}/log"] << text.encode()
+        """``text`` written to the task container's log of ``pod`` (``feed_log``)."""
+        self.feed_log(pod).write(text)
+
+    def feed_log(self, pod: str) -> LogFeed:
+        """The task container's log of ``pod`` (the emulator has no containers: a reaction
+        answers the log subresource): a request gets what was written so far, a ``follow``
+        one then each later ``write`` until the container ends (``end_log``)."""
+        async def made() -> LogFeed:
+            return self._handler.log_of(pod)
+
+        return self._call(made())  # type: ignore[no-any-return]
+
+    def end_log(self, pod: str) -> None:
+        """The container of ``pod`` ended: its followed log ends (``Kubelet`` calls it)."""
+        self.feed_log(pod).close()
 
     def requests_to_create_pods(self) -> list[str]:
         """Names of every pod a create request asked for, in order."""
@@ -157,6 +179,50 @@ class Emulator(EmulatorClient):
         self._thread.join(timeout=10)
 
 
+class LogFeed:
+    """A container log growing while it is served (``Emulator.feed_log``)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._chunks: list[bytes] = []
+        self._closed = False
+        self._changed = asyncio.Event()
+
+    def write(self, text: str) -> None:
+        """Append ``text`` (from any thread)."""
+        self._loop.call_soon_threadsafe(self._add, text.encode())
+
+    def close(self) -> None:
+        """The container ended: every stream ends after what was written."""
+        self._loop.call_soon_threadsafe(self._end)
+
+    def _add(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+        self._changed.set()
+
+    def _end(self) -> None:
+        self._closed = True
+        self._changed.set()
+
+    def serve(self, request: Any) -> Any:
+        """What one request is served: the log so far; with ``follow=true``, a stream of it
+        and of each later chunk until closed."""
+        if str(request.params.get("follow", "")).lower() != "true":
+            return b"".join(self._chunks)
+        return self._stream()
+
+    async def _stream(self) -> Any:
+        sent = 0
+        while True:
+            while sent < len(self._chunks):
+                sent += 1
+                yield self._chunks[sent - 1]
+            if self._closed:
+                return
+            self._changed.clear()
+            await self._changed.wait()
+
+
 def serve(folder: Path) -> None:
     """Run an emulator until killed, its kubeconfig in ``folder`` (for benchmarks that keep
     the emulator's serving out of the measured process)."""
@@ -176,6 +242,12 @@ class Kubelet:
 
     def __init__(self, emulator: EmulatorClient) -> None:
         self.api = emulator.core
+        self.emulator = emulator
+
+    def _end_log(self, name: str) -> None:
+        """The container ended: a followed log ends (an emulator in this process only)."""
+        if isinstance(self.emulator, Emulator):
+            self.emulator.end_log(name)
 
     def _status(self, name: str, status: dict[str, Any]) -> None:
         self.api.patch_namespaced_pod(name, NAMESPACE, {"status": status})
@@ -193,6 +265,7 @@ class Kubelet:
         if report:
             terminated["message"] = json.dumps({"kind": "EXITED", "time_s": 1.0,
                                                 "exit_code": code, "message": message})
+        self._end_log(name)
         self._status(name, {"phase": "Succeeded" if code == 0 else "Failed",
                             "containerStatuses": [{"name": "task", "ready": False,
                                                    "restartCount": 0, "image": "i",
@@ -217,6 +290,7 @@ class Kubelet:
                                             "image": "i", "imageID": "", "state": {"terminated": {
                                                 "exitCode": 143, "reason": "Error",
                                                 "message": report}}}]
+        self._end_log(name)
         self._status(name, status)
 
     def unschedulable(self, name: str, message: str) -> None:

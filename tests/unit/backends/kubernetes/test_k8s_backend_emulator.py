@@ -22,13 +22,6 @@ RES = TaskResources(cpu=1, memory_bytes=GiB)
 WID = "train-1"
 
 
-@pytest.fixture
-def emulator(tmp_path: Path) -> Iterator[Emulator]:
-    made = Emulator(tmp_path)
-    yield made
-    made.close()
-
-
 def _backend(emulator: Emulator, home: Path, **options: Any) -> KubernetesBackend:
     settings = {"namespace": NAMESPACE, "kubeconfig": str(emulator.kubeconfig),
                 "lost_grace_s": 0.2, "server_url": "http://trainyard.trainyard.svc:8000",
@@ -265,3 +258,53 @@ def test_a_refused_object_is_a_backend_error_naming_it(backend: KubernetesBacken
         api.create(config_map)
     with pytest.raises(BackendError, match="read ConfigMap nope: 404"):
         api.read_config_map("nope")
+
+
+def _until(check: Callable[[], bool], backend: KubernetesBackend,
+           timeout_s: float = 10) -> list[TaskFact]:
+    """Poll the backend until ``check()``; returns the facts seen meanwhile."""
+    facts: list[TaskFact] = []
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"facts so far: {facts}"
+        facts += backend.poll()
+        time.sleep(0.02)
+    return facts
+
+
+def test_a_running_pods_log_reaches_the_run_folder_as_it_is_written(
+        backend: KubernetesBackend, emulator: Emulator) -> None:
+    """Issue 26: ``workflow logs -f`` and the dashboard follow the attempt's ``task.log``
+    here; on Kubernetes the backend follows the pod's log through the API while it runs."""
+    feed = emulator.feed_log(_pod("master"))
+    backend.start_group(_gang())
+    kubelet = Kubelet(emulator)
+    kubelet.run(_pod("master"))
+    log = backend.home / "runs" / WID / "master" / "0" / "task.log"
+    first, second = "2026/11/26 00:00:00 [master] step 1\n", "2026/11/26 00:00:05 [master] step 2\n"
+    feed.write(first)
+    facts = _until(lambda: log.exists() and log.read_text() == first, backend)
+    assert _ending(facts, "master") is None  # still running: the line came live
+    feed.write(second)
+    _until(lambda: log.read_text() == first + second, backend)
+    kubelet.exit(_pod("master"), 0)  # the container ends: so does its followed log
+    _facts_until(backend, lambda f: _ending(f, "master") is not None)
+    assert log.read_text() == first + second  # each line once, the end read nothing twice
+
+
+def test_a_followed_log_is_bounded(backend: KubernetesBackend, emulator: Emulator,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainyard.backends.kubernetes import backend as module
+
+    monkeypatch.setattr(module, "LOG_LIMIT_BYTES", 40)
+    feed = emulator.feed_log(_pod("master"))
+    backend.start_group(_gang())
+    Kubelet(emulator).run(_pod("master"))
+    log = backend.home / "runs" / WID / "master" / "0" / "task.log"
+    feed.write("x" * 30 + "\n")
+    feed.write("y" * 30 + "\n")
+    _until(lambda: log.exists() and log.stat().st_size == 40, backend)
+    feed.write("z" * 30 + "\n")
+    Kubelet(emulator).exit(_pod("master"), 0)
+    _facts_until(backend, lambda f: _ending(f, "master") is not None)
+    assert log.read_bytes() == b"x" * 30 + b"\n" + b"y" * 9

@@ -9,19 +9,13 @@ in strict mode."""
 from __future__ import annotations
 
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 import yaml
-from k8s_support import check_golden, validate_strict
+from k8s_support import check_golden, cli, served, validate_strict
 
-from trainyard.cli.main import main
-from trainyard.server.__main__ import build_app
 
 REPO = Path(__file__).resolve().parents[4]
 SPEC = REPO / "examples" / "torchrun_multinode" / "train.yaml"
@@ -33,36 +27,13 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = tmp_path / "home"
     home.mkdir()
     shutil.copy(REPO / "examples" / "kubernetes" / "pools.yaml", home / "pools.yaml")
-    monkeypatch.setenv("TRAINYARD_HOME", str(home))
-    for name in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN", "TRAINYARD_DATABASE_URL",
-                 "KUBECONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(build_app(), log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    monkeypatch.setenv("TRAINYARD_SERVER_URL", f"http://127.0.0.1:{sock.getsockname()[1]}")
-    yield home
-    server.should_exit = True
-    thread.join(timeout=15)
-    sock.close()
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return out
+    with served(home, monkeypatch):
+        yield home
 
 
 def test_dry_run_prints_valid_manifests_of_the_seed_spec(
         home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = _cli(capsys, "workflow", "submit", str(SPEC), "--pool", "k8s", "--dry-run")
+    out = cli(capsys, "workflow", "submit", str(SPEC), "--pool", "k8s", "--dry-run")
     check_golden("cli_dry_run.txt", out.replace(str(home), "$TRAINYARD_HOME"))
     manifests = out.split("# ==== group training on pool k8s\n", 1)[1]
     objects = [doc for doc in yaml.safe_load_all(manifests) if doc]
@@ -72,5 +43,5 @@ def test_dry_run_prints_valid_manifests_of_the_seed_spec(
     worker = objects[-1]
     assert worker["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert "master.ty-train-multi-gpu-1-training.trainyard.svc.cluster.local" in out
-    assert _cli(capsys, "workflow", "list", "-t", "json").strip() == "[]"
+    assert cli(capsys, "workflow", "list", "-t", "json").strip() == "[]"
     assert not (home / "runs").exists()

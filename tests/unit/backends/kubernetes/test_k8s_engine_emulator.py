@@ -52,11 +52,13 @@ TIMEOUT_S = 30
 class EngineOnK8s:
     """The engine on a Kubernetes pool pointed at the emulator, stepped by a thread."""
 
-    def __init__(self, home: Path, emulator: Emulator) -> None:
+    def __init__(self, home: Path, emulator: Emulator, *, options: dict[str, Any] | None = None,
+                 **pool_fields: Any) -> None:
         self.home = home
         home.mkdir(exist_ok=True)
         self.pool = pool({"namespace": NAMESPACE, "kubeconfig": str(emulator.kubeconfig),
-                          "lost_grace_s": 0.2, "runs_claim": "trainyard-runs"})
+                          "lost_grace_s": 0.2, "runs_claim": "trainyard-runs",
+                          **(options or {})}, **pool_fields)
         self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home,
                              pools={self.pool.name: self.pool})
         self._stop = threading.Event()
@@ -76,13 +78,6 @@ class EngineOnK8s:
         self._stop.set()
         self._thread.join(timeout=10)
         self.engine.close()
-
-
-@pytest.fixture
-def emulator(tmp_path: Path) -> Iterator[Emulator]:
-    made = Emulator(tmp_path)
-    yield made
-    made.close()
 
 
 @pytest.fixture
@@ -189,3 +184,91 @@ def test_engine_restart_recovers_and_starts_nothing_twice(emulator: Emulator,
         assert sorted(created) == names  # each pod created once, by the first engine
     finally:
         second.close()
+
+
+def _waiting(run: EngineOnK8s, wid: str, done: Any) -> list[dict[str, Any]]:
+    """The workflow's waits as the server answers them (``reasons_json``: query, --wait,
+    ``-t json`` and the dashboard) once ``done(waits)``; fails after TIMEOUT_S."""
+    from trainyard.server.service import reasons_json
+
+    deadline = time.monotonic() + TIMEOUT_S
+    while not done(waits := reasons_json(run.engine.state(wid))["waiting"]):
+        assert time.monotonic() < deadline, f"waiting: {waits}"
+        time.sleep(0.05)
+    return waits
+
+
+def test_an_unschedulable_pod_is_the_groups_waiting_reason(run: EngineOnK8s,
+                                                           emulator: Emulator) -> None:
+    wid = run.submit(SEED)
+    names = [p["metadata"]["name"] for p in _pods(emulator, wid, 2)]
+    why = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    Kubelet(emulator).unschedulable(names[1], why)
+    [wait] = _waiting(run, wid, lambda w: bool(w))
+    assert wait["group"] == "training" and wait["status"] == "INITIALIZING"
+    assert wait["reason"] == f"task worker: Unschedulable: {why}"
+    assert wait["since"]  # queued since (ISO time)
+    kubelet = Kubelet(emulator)
+    for name in names:
+        kubelet.run(name)
+    _waiting(run, wid, lambda w: w == [])  # placed and running: nothing to wait for
+    for name in names:
+        kubelet.exit(name, 0)
+    assert run.status(wid) == "COMPLETED"
+
+
+def test_a_gang_past_its_timeout_is_deleted_and_retried_by_the_pools_exit_action(
+        emulator: Emulator, tmp_path: Path) -> None:
+    """Issue 26: ``scheduler: none``, one pod of the gang never runs; after
+    ``gang_timeout_s`` both pods are deleted (3005) and the pool's ``default_exit_actions``
+    (``RESCHEDULE: 3001,3005``, OSMO's rule) starts the whole gang again: it completes."""
+    run = EngineOnK8s(tmp_path / "home", emulator, options={"scheduler": "none",
+                                                            "gang_timeout_s": 3},
+                      default_exit_actions={"RESCHEDULE": "3001,3005"}, max_retries=1)
+    try:
+        wid = run.submit(SEED)
+        first = [p["metadata"]["name"] for p in _pods(emulator, wid, 2)]
+        kubelet = Kubelet(emulator)
+        kubelet.run(first[0])  # the worker never gets a node
+        running: set[str] = set()
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:  # each pod of the new start runs as soon as it is there
+            assert time.monotonic() < deadline, [p["metadata"]["name"]
+                                                 for p in emulator.pods_of(wid)]
+            tasks = run.engine.state(wid).tasks
+            current = {f"ty-{wid}-{t}-{tasks[t].retry_id}" for t in ("master", "worker")}
+            if all(tasks[t].retry_id > 0 for t in ("master", "worker")) and current <= running:
+                break
+            for name in current - running:
+                if emulator.pod(name) is not None and name not in first:
+                    kubelet.run(name)
+                    running.add(name)
+            time.sleep(0.02)
+        for name in sorted(current):
+            kubelet.exit(name, 0)
+        assert run.status(wid) == "COMPLETED"
+        history = run.engine.state(wid).tasks["worker"].history
+        assert [(a.status.value, a.exit_code) for a in history] == [("RESCHEDULED", 3005)]
+    finally:
+        run.close()
+
+
+def test_the_submitters_registry_credential_becomes_the_pods_pull_secret(
+        run: EngineOnK8s, emulator: Emulator) -> None:
+    """Issue 26: ``trainyard credential set ngc --type REGISTRY`` -> a dockerconfigjson Secret
+    in the namespace, owned by the workflow (deleted with it), in the pods' imagePullSecrets
+    (the seed's image is on nvcr.io)."""
+    run.engine.credentials.set("tester", "ngc", "REGISTRY",
+                               {"registry": "nvcr.io", "username": "$oauthtoken",
+                                "auth": "ngc-api-key"})
+    wid = run.submit(SEED)
+    pods = _pods(emulator, wid, 2)
+    [secret] = [s for s in emulator.objects("secrets")
+                if s.get("type") == "kubernetes.io/dockerconfigjson"]
+    assert secret["metadata"]["ownerReferences"][0]["name"] == f"ty-{wid}"
+    name = secret["metadata"]["name"]
+    assert all({"name": name} in p["spec"]["imagePullSecrets"] for p in pods)
+    _finish(emulator, [p["metadata"]["name"] for p in pods])
+    assert run.status(wid) == "COMPLETED"
+    _delete_leaves_nothing(run, emulator, wid)
+    assert name not in [s["metadata"]["name"] for s in emulator.objects("secrets")]

@@ -3,6 +3,8 @@ versions), and each rule of the mapping (names, DNS, resources, placement, gang,
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
 import pytest
@@ -218,3 +220,55 @@ def test_task_inputs_need_the_runs_claim() -> None:
     with pytest.raises(BackendError, match="runs_claim"):
         _request(inputs=inputs)
     assert _request({"runs_claim": "ty-runs"}, inputs=inputs).pods
+
+
+NGC = {"registry": "nvcr.io", "username": "$oauthtoken", "auth": "ngc-api-key"}
+"""A REGISTRY credential as ``trainyard credential set ngc --type REGISTRY --payload
+registry=nvcr.io username='$oauthtoken' auth=...`` stores it (OSMO's example)."""
+
+
+def _with_registries(credentials: list[dict[str, str]], images: list[str | None]) -> KubernetesRequest:
+    ls = launches({"master": SEED, "worker": SEED})
+    for launch, image in zip(ls, images, strict=True):
+        launch.run["image"] = image
+        launch.registry_credentials = credentials
+    the_pool = pool({"image_pull_secrets": ["site-wide"]})
+    return build_request(ls, the_pool, parse_options("k8s", dict(the_pool.options)), HOME)
+
+
+def test_a_registry_credential_is_a_dockerconfigjson_secret_for_the_pods_on_it() -> None:
+    """Issue 26: the submitter's REGISTRY credential for the registry of a task's image
+    becomes a Secret of type kubernetes.io/dockerconfigjson in the workflow's namespace,
+    named in that pod's imagePullSecrets (after the pool's own); a pod whose image is on
+    another registry gets none of it."""
+    request = _with_registries([NGC, {"registry": "ghcr.io", "auth": "dXNlcjpwdw=="}],
+                               ["nvcr.io/nvidia/pytorch:24.03-py3", "busybox:1.36"])
+    check_golden("seed_registry.yaml", request.render())
+    [secret] = request.pull_secrets
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    assert secret["metadata"]["namespace"] == request.namespace
+    config = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+    assert config == {"auths": {"nvcr.io": {
+        "username": "$oauthtoken", "password": "ngc-api-key",
+        "auth": base64.b64encode(b"$oauthtoken:ngc-api-key").decode()}}}
+    name = secret["metadata"]["name"]
+    assert _pod(request, 0)["spec"]["imagePullSecrets"] == [{"name": "site-wide"}, {"name": name}]
+    assert _pod(request, 1)["spec"]["imagePullSecrets"] == [{"name": "site-wide"}]
+    assert validate_strict(request.objects()) == 6 + 1
+    owned = with_owner(secret, request.owner["metadata"]["name"], "0d4a6c2e-1111-4222-8333-444455556666")
+    validate_strict([owned])  # deleted with the workflow's owner ConfigMap
+
+
+def test_docker_hub_images_match_a_docker_io_credential_and_auth_alone_is_kept() -> None:
+    hub = {"registry": "https://index.docker.io/v1/", "auth": "dXNlcjpwdw=="}
+    request = _with_registries([hub], ["python:3.11-slim", "docker.io/library/busybox"])
+    [secret] = request.pull_secrets
+    config = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+    assert config == {"auths": {"https://index.docker.io/v1/": {"auth": "dXNlcjpwdw=="}}}
+    assert all(len(p["spec"]["imagePullSecrets"]) == 2 for p in request.pods)
+
+
+def test_no_registry_credential_no_pull_secret() -> None:
+    request = _with_registries([], ["nvcr.io/nvidia/pytorch:24.03-py3", None])
+    assert request.pull_secrets == []
+    assert "ngc-api-key" not in request.render()

@@ -232,3 +232,45 @@ def test_host_of_is_the_placed_nodes_host_name_until_slurm_says(backend: SlurmBa
     key = TaskKey("w", "t", 0)
     assert backend.host_of(key, "ty-node1") == "ty-node1"
     assert backend.host_of(key, "ty-node2") == "gpu-b02"
+
+
+SECRET = "slurmScrub_9f9f_value"
+DATA_SECRET = "dataScrub_7a7a_value"
+
+
+def _with_credentials(group: list) -> list:
+    for launch in group:
+        launch.run["credentials"] = [{"name": "hf", "env": {"HF_TOKEN": "token"},
+                                      "values": {"token": SECRET}}]
+        launch.run["data_credentials"] = [{"endpoint": "s3://b", "access_key_id": "AKIDXX",
+                                           "access_key": DATA_SECRET}]
+    return group
+
+
+def _holds_secret(group: list) -> list[str]:
+    return [launch.key.task for launch in group
+            if SECRET in (text := (launch.run_dir / "run.json").read_text())
+            or DATA_SECRET in text]
+
+
+def test_stopping_an_attempt_before_its_runner_read_run_json_scrubs_its_credentials(
+        backend: SlurmBackend, fake: FakeSlurm) -> None:
+    """Issue 25: a job cancelled while pending never runs the runner, which is what takes
+    the values out of run.json (0600 but on shared storage, kept): stop takes them out."""
+    group = _with_credentials(launches(backend.home, TWO))
+    backend.start_group(group)
+    assert _holds_secret(group) == ["master", "worker"]  # delivered for the runner
+    backend.stop([launch.key for launch in group])
+    assert _holds_secret(group) == []
+    run = json.loads((group[0].run_dir / "run.json").read_text())
+    assert run["credentials"][0]["name"] == "hf" and run["credentials"][0]["values"] is None
+    assert oct((group[0].run_dir / "run.json").stat().st_mode & 0o777) == "0o600"
+
+
+def test_an_attempt_whose_job_ended_without_its_runner_keeps_no_credential(
+        backend: SlurmBackend, fake: FakeSlurm) -> None:
+    group = _with_credentials(launches(backend.home, TWO))
+    backend.start_group(group)
+    fake.states["100"] = ("CANCELLED", "None")  # e.g. scancel by an admin, while pending
+    assert sorted(_kinds(backend.poll()))[0][1] is not None
+    assert _holds_secret(group) == []
