@@ -36,7 +36,7 @@ class Workflow:
             status=SimpleNamespace(is_terminal=lambda: self.ended)))
 
     def _log_files(self, _wid: str, _task: Any, _retry: Any, *, failed_only: bool = False,
-                   ) -> list[LogFile]:
+                   verbose: bool = False) -> list[LogFile]:
         return [LogFile("t", 0, self.log)]
 
 
