@@ -1,18 +1,13 @@
 """Retention: removing the run folders (and, when asked, the store rows) of ended workflows.
 
-A workflow's run folder is ``$TRAINYARD_HOME/runs/<workflow id>``: its tasks' logs, events,
-sandboxes and ``{{output}}`` folders. What a workflow uploaded (datasets, output URLs) lives
-elsewhere and is never touched here.
-
-- ``trainyard workflow delete ID...`` and ``trainyard workflow prune [--older-than D]`` remove
-  the rows and the folders (``Engine.delete``).
-- The server removes the run folders (not the rows: ``workflow query`` still answers) of
-  workflows that ended more than ``$TRAINYARD_RUN_RETENTION`` ago (default 7 days, the same
-  window in which a restarted engine looks for attempts of ended workflows that still run:
-  ``reconciler.LEFTOVER_WINDOW_S``), every ``sweep_interval_s``; ``off`` turns that off.
-
-A folder is only removed once no attempt of its workflow still runs (the backend is asked,
-as a restarted engine does) and when no file system is mounted below it.
+A workflow's run folder is ``$TRAINYARD_HOME/runs/<workflow id>`` (its tasks' logs, events,
+sandboxes, ``{{output}}``); what it uploaded (datasets, output URLs) is never touched here.
+``workflow delete`` and ``workflow prune`` remove rows and folders (``Engine.delete``). The
+server removes the run folders (not the rows) of workflows that ended more than
+``$TRAINYARD_RUN_RETENTION`` ago (default 7 days, the window of
+``recovery.LEFTOVER_WINDOW_S``), every ``sweep_interval_s``; ``off`` turns that off. A folder
+is only removed once no attempt of its workflow still runs (the backend is asked, as a
+restarted engine does) and no file system is mounted below it.
 """
 
 from __future__ import annotations

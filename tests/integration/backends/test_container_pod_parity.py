@@ -26,7 +26,7 @@ from engine_run import EngineRun
 from local_support import (busybox_image, final, group_launches, isolation_available, task_log,
                            wait_final)
 
-from trainyard.backends.local import backend as local
+from trainyard.backends.local import tracking
 from trainyard.backends.local import container, isolation
 from trainyard.backends.local.container import (container_name, image_present, inspect_image,
                                           probe_podman, rootfs_path)
@@ -181,7 +181,7 @@ def test_an_image_task_gets_the_gpu_nodes_and_its_cuda_visible_devices(
     nodes = tuple(str(fake_gpu_nodes / n) for n in ("nvidia-caps", "nvidia0", "nvidiactl"))
     monkeypatch.setattr(container, "gpu_device_nodes", lambda: nodes)
     monkeypatch.setattr(container, "cdi_gpu_names", lambda: frozenset())
-    monkeypatch.setattr(local, "gpu_count", lambda: 1)
+    monkeypatch.setattr(tracking, "gpu_count", lambda: 1)
     pool = default_local_pool().model_copy(update={"images": {"*": "podman"}})
     backend = LocalBackend(pool, home=home, sandbox="bwrap", network="netns", stop_grace_s=2.0)
     try:

@@ -22,7 +22,7 @@ from local_support import (
     final, group_launches, processes_with, task_log, wait_final, wait_for, wait_gone,
 )
 
-from trainyard.backends.local import backend as local_mod
+from trainyard.backends.local import tracking
 from trainyard.backends.base import FactKind, TaskKey
 from trainyard.backends.local import LaunchRequest, LocalBackend, gpu_count
 from trainyard.backends.local.launcher import address_name
@@ -212,7 +212,7 @@ def test_what_a_dead_launcher_left_in_its_session_is_killed(home: Path) -> None:
     while len(processes_with(marker)) < 3:  # sh and its two sleeps
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    attempt = local_mod._Attempt(TaskKey("wf", "t", 0), home, host.pid,
+    attempt = tracking.Attempt(TaskKey("wf", "t", 0), home, host.pid,
                                  psutil.Process(host.pid).create_time(), hosted="launcher")
     backend = LocalBackend(home=home, sandbox="none", network="loopback")
     backend._kill_leftovers([attempt])
@@ -237,13 +237,13 @@ def test_runner_that_dies_before_reporting_is_a_start_error(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend = LocalBackend(home=home, sandbox="none", network="loopback")
-    prepare = LocalBackend._prepare
+    prepare = LocalBackend._write_run_files
 
     def spoil(self: LocalBackend, request: LaunchRequest) -> None:
         prepare(self, request)
         (request.run_dir / "run.json").write_text("{not json")
 
-    monkeypatch.setattr(LocalBackend, "_prepare", spoil)
+    monkeypatch.setattr(LocalBackend, "_write_run_files", spoil)
     launches = group_launches(backend, home, "wf-se", {"t": {"command": ["true"]}})
     backend.start_group(launches)
     fact = final(wait_final(backend, [launches[0].key])[launches[0].key])
@@ -334,7 +334,7 @@ def test_restart_in_place_keeps_the_output_folder(backend: LocalBackend, home: P
 
 def test_real_gpus_are_not_shared_across_virtual_nodes(
         backend: LocalBackend, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local_mod, "gpu_count", lambda: 2)  # no GPU here: pretend two
+    monkeypatch.setattr(tracking, "gpu_count", lambda: 2)  # no GPU here: pretend two
     show = {"command": ["sh", "-c", 'echo "cvd=[$CUDA_VISIBLE_DEVICES]"; sleep 1']}
     groups = [group_launches(backend, home, f"wf-gpus-{i}", {"t": show}, gpu_slots=[0])
               for i in range(3)]
@@ -345,12 +345,12 @@ def test_real_gpus_are_not_shared_across_virtual_nodes(
     shown = [task_log(launches[0]) for launches in groups]
     assert ["[t] cvd=[0]" in shown[0], "[t] cvd=[1]" in shown[1], "[t] cvd=[]" in shown[2]] == [
         True, True, True]  # two real GPUs, each lent once; the third task runs as CPU
-    assert local_mod._GPUS.lent() == {}  # every lease ended with its attempt
+    assert tracking.GPUS.lent() == {}  # every lease ended with its attempt
 
 
 def test_after_dropping_the_backend_unstarted_and_gpus_are_known(
         backend: LocalBackend, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local_mod, "gpu_count", lambda: 1)
+    monkeypatch.setattr(tracking, "gpu_count", lambda: 1)
     launches = group_launches(backend, home, "wf-un", {"t": {"command": ["sleep", "60"]}},
                               gpu_slots=[0])
     backend.start_group(launches)
@@ -358,12 +358,12 @@ def test_after_dropping_the_backend_unstarted_and_gpus_are_known(
     again = LocalBackend(home=home, sandbox=backend.sandbox, network=backend.network,
                          stop_grace_s=2.0)
     assert again.unstarted([key, ghost]) == [ghost]
-    local_mod._GPUS.give_back(local_mod._Attempt(key, None))  # as if this process restarted
+    tracking.GPUS.give_back(tracking.Attempt(key, None))  # as if this process restarted
     assert again.recover([key]) == [key]
-    assert local_mod._GPUS.lent() == {0: key}  # the recovered attempt holds its GPU again
+    assert tracking.GPUS.lent() == {0: key}  # the recovered attempt holds its GPU again
     again.stop([key])
     wait_final(again, [key])
-    assert local_mod._GPUS.lent() == {}
+    assert tracking.GPUS.lent() == {}
 
 
 def test_trainyard_venv_and_cli_work_inside_a_task(backend: LocalBackend, home: Path) -> None:

@@ -136,7 +136,7 @@ def test_retention_is_off_when_asked(home: Path, tmp_path: Path) -> None:
 
 
 def test_the_default_retention_is_the_leftover_window() -> None:
-    from trainyard.engine.reconciler import LEFTOVER_WINDOW_S
+    from trainyard.engine.recovery import LEFTOVER_WINDOW_S
     from trainyard.engine.retention import DEFAULT_RUN_RETENTION_S, run_retention_s
 
     assert DEFAULT_RUN_RETENTION_S == LEFTOVER_WINDOW_S == run_retention_s("")

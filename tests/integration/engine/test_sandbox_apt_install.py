@@ -39,6 +39,7 @@ import pytest
 from isolation_support import EngineRun, require_bwrap
 
 from trainyard.backends.local import sandbox
+from trainyard.backends.local import layers
 from trainyard.status import WorkflowStatus
 
 SPEC = """
@@ -183,12 +184,12 @@ def test_apt_get_installs_a_package_into_the_private_root_only(
     closed.mkdir(mode=0o700)
     (closed / "inner").write_text("readable by mode, hidden by its folder\n")
     (closed / "inner").chmod(0o644)
-    sandbox._skeleton_dirs.cache_clear()  # the skeleton looks at the host once per process
+    layers._skeleton_dirs.cache_clear()  # the skeleton looks at the host once per process
     try:
         wid = run.run(SPEC, action=action, pkg=pkg, repo=str(repo / pkg))
     finally:
         shutil.rmtree(closed)
-        sandbox._skeleton_dirs.cache_clear()
+        layers._skeleton_dirs.cache_clear()
     log = run.log(wid, "t") + run.log(wid, "t", 1)
     assert run.engine.state(wid).status is WorkflowStatus.COMPLETED, log
     first = run.engine.run_dir(wid, "t", 1 if action == "RESTART" else 0) / "output"
@@ -348,7 +349,7 @@ def test_a_task_adds_users_in_its_own_root_and_never_sees_a_host_hash(
     name = f"al{uuid.uuid4().hex[:8]}"
     before = _accounts_state()
     sandbox.account_entries.cache_clear()  # the backend reads the host's once per process
-    sandbox._fresh_entries.cache_clear()
+    layers._fresh_entries.cache_clear()
     wid = run.run(ALICE_SPEC, name=name)
     log = run.log(wid, "t")
     assert run.engine.state(wid).status is WorkflowStatus.COMPLETED, log

@@ -28,6 +28,7 @@ import pytest
 from isolation_support import EngineRun, require_bwrap
 
 from trainyard.backends.local import sandbox
+from trainyard.backends.local import hostscan
 from trainyard.status import WorkflowStatus
 
 SPEC = """
@@ -84,7 +85,7 @@ def test_a_task_edits_usr_and_dpkg_state_in_place_but_reads_no_secret(run: Engin
         for path, (text, mode) in planted.items():
             path.write_text(text)
             path.chmod(mode)
-        sandbox._scan_root_only.cache_clear()  # the deny list is looked at once per process
+        hostscan._scan_root_only.cache_clear()  # the deny list is looked at once per process
         wid = run.run(SPEC, mark=mark)
         log = run.log(wid, "t")
         assert run.engine.state(wid).status is WorkflowStatus.COMPLETED, log
@@ -107,7 +108,7 @@ def test_a_task_edits_usr_and_dpkg_state_in_place_but_reads_no_secret(run: Engin
     finally:
         for path in planted:
             path.unlink(missing_ok=True)
-        sandbox._scan_root_only.cache_clear()
+        hostscan._scan_root_only.cache_clear()
 
 
 DPKG = """

@@ -11,6 +11,9 @@ import pytest
 
 from trainyard.backends import get_backend
 from trainyard.backends.local import backend as local_mod
+from trainyard.backends.local import probe as local_probe
+from trainyard.backends.local import request as local_request
+from trainyard.backends.local import tracking
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.local import Isolation, LocalBackend, loopback_address
 from trainyard.backends.local.netns import GroupNetwork
@@ -34,15 +37,15 @@ def pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
 def test_a_hosted_runner_joins_the_group_namespace_in_the_launcher_instead_of_nsenter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_root: bool
 ) -> None:
-    monkeypatch.setattr(local_mod, "_holds_namespaces", lambda: as_root)
+    monkeypatch.setattr(local_request, "holds_namespaces", lambda: as_root)
     backend = LocalBackend(home=tmp_path / "home")
     iso = Isolation(bwrap=True, netns=True)
     net = GroupNetwork(keeper_pid=7, ns_pid=7, ns_created=0.0, user_ns=False,
                        ns_path="/proc/7/fd/9")
     plain, with_data = launch(tmp_path), launch(tmp_path, outputs=[{"url": "file:///o/"}])
-    assert local_mod._joins_in_launcher(plain, iso) is as_root
-    assert not local_mod._joins_in_launcher(with_data, iso)
-    assert not local_mod._joins_in_launcher(plain, Isolation(bwrap=False, netns=True))
+    assert local_request.joins_in_launcher(plain, iso) is as_root
+    assert not local_request.joins_in_launcher(with_data, iso)
+    assert not local_request.joins_in_launcher(plain, Isolation(bwrap=False, netns=True))
     if as_root:  # no namespace asked for: the launcher makes or finds it for the thread
         req = backend.build_task_request(plain, iso)
         assert req.hosted and req.joins_group_network
@@ -112,13 +115,13 @@ def test_environment_gpus_and_interfaces(tmp_path: Path, monkeypatch: pytest.Mon
     assert req.run.sandbox.env["CUDA_VISIBLE_DEVICES"] == ""
 
 
-def _attempt(task: str) -> local_mod._Attempt:
-    return local_mod._Attempt(TaskKey("wf", task, 0), None)
+def _attempt(task: str) -> tracking.Attempt:
+    return tracking.Attempt(TaskKey("wf", task, 0), None)
 
 
 def test_real_gpus_are_lent_exclusively_across_virtual_nodes(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local_mod, "gpu_count", lambda: 3)
+    monkeypatch.setattr(tracking, "gpu_count", lambda: 3)
     leases = local_mod.GpuLeases()
     # slot 0 of local-0 and slot 0 of local-1: two tasks, two different devices
     on_node0, on_node1, third = _attempt("a"), _attempt("b"), _attempt("c")
@@ -133,7 +136,7 @@ def test_real_gpus_are_lent_exclusively_across_virtual_nodes(
 
 
 def test_no_real_gpus_lends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local_mod, "gpu_count", lambda: 0)
+    monkeypatch.setattr(tracking, "gpu_count", lambda: 0)
     assert local_mod.GpuLeases().lend(_attempt("a"), 8) == ()
 
 
@@ -223,17 +226,17 @@ def test_registry(tmp_path: Path) -> None:
 def test_probe_falls_back_with_one_warning_and_refuses_explicit_modes(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(local_mod, "probe_netns", lambda python: "user namespaces disabled")
-    monkeypatch.setattr(local_mod, "probe_bwrap", lambda prefix=None: "bwrap: permission denied")
-    monkeypatch.setattr(local_mod, "_probed", {})
-    monkeypatch.setattr(local_mod, "_warned", set())
+    monkeypatch.setattr(local_probe, "probe_netns", lambda python: "user namespaces disabled")
+    monkeypatch.setattr(local_probe, "probe_bwrap", lambda prefix=None: "bwrap: permission denied")
+    monkeypatch.setattr(local_probe, "_probed", {})
+    monkeypatch.setattr(local_probe, "_warned", set())
     with caplog.at_level("WARNING", logger="trainyard.backends.local"):
-        assert local_mod.probe_isolation("auto", "auto", "py") == Isolation(False, False)
-        local_mod.probe_isolation("auto", "auto", "py")
-        local_mod._probe("auto", "auto", "py")
+        assert local_probe.probe_isolation("auto", "auto", "py") == Isolation(False, False)
+        local_probe.probe_isolation("auto", "auto", "py")
+        local_probe._probe("auto", "auto", "py")
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 2
     assert any("permission denied" in w for w in warnings)
     assert any("user namespaces disabled" in w for w in warnings)
     with pytest.raises(BackendError, match="permission denied"):
-        local_mod.probe_isolation("bwrap", "loopback", "py")
+        local_probe.probe_isolation("bwrap", "loopback", "py")

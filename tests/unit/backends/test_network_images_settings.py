@@ -11,6 +11,7 @@ import pytest
 
 from trainyard import spec
 from trainyard.backends.local import backend as local_mod
+from trainyard.backends.local import request as local_request
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.local.container import (ContainerPlan, container_mounts, container_name,
                                           podman_argv, probe_podman)
@@ -226,7 +227,7 @@ def test_the_log_header_is_one_short_line_of_node_isolation_and_image(tmp_path: 
 def test_where_pasta_cannot_attach_the_log_says_no_egress(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(local_mod, "_why_no_egress", lambda: "pasta is not installed")
+    monkeypatch.setattr(local_request, "why_no_egress", lambda: "pasta is not installed")
     backend = LocalBackend(default_local_pool(), home=tmp_path / "home")
     req = backend.build_task_request(launch(tmp_path), Isolation(bwrap=True, netns=True), NET)
     assert "no egress (pasta is not installed)" in req.run.sandbox.description
@@ -240,13 +241,13 @@ def test_where_pasta_cannot_attach_the_log_says_no_egress(
 def test_the_log_says_whether_egress_goes_through_the_router(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(local_mod, "_why_no_egress", lambda: None)
+    monkeypatch.setattr(local_request, "why_no_egress", lambda: None)
     backend = LocalBackend(default_local_pool(), home=tmp_path / "home")
-    monkeypatch.setattr(local_mod, "probe_router", lambda: None)
+    monkeypatch.setattr(local_request, "probe_router", lambda: None)
     text = backend.build_task_request(launch(tmp_path), Isolation(bwrap=True, netns=True),
                                  NET).run.sandbox.description
     assert "egress through pasta behind the launcher's egress router" in text
-    monkeypatch.setattr(local_mod, "probe_router",
+    monkeypatch.setattr(local_request, "probe_router",
                         lambda: "nft is not installed (Debian package nftables)")
     text = backend.build_task_request(launch(tmp_path), Isolation(bwrap=True, netns=True),
                                  NET).run.sandbox.description

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainyard.backends.local import sandbox
+from trainyard.backends.local import layers
 from trainyard.backends.local.sandbox import (IDMAPPED, PWD_LOCK, SandboxPlan, account_entries,
                                        fresh_layer, fresh_paths, scrub_passwords)
 
@@ -68,8 +68,8 @@ def _host(tmp_path: Path) -> Path:
 @pytest.fixture(autouse=True)
 def _fresh_scans() -> None:
     account_entries.cache_clear()
-    sandbox._fresh_entries.cache_clear()
-    sandbox._skeleton_dirs.cache_clear()
+    layers._fresh_entries.cache_clear()
+    layers._skeleton_dirs.cache_clear()
 
 
 def test_the_account_files_are_copied_with_the_hosts_modes_secrets_scrubbed(

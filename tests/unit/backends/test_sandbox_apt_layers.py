@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends.local import sandbox
+from trainyard.backends.local import hostscan
+from trainyard.backends.local import layers
 from trainyard.backends.local.sandbox import (IDMAPPED, OPAQUE_XATTR, SandboxPlan, fresh_layer,
                                        fresh_paths, idmapped_covers, overlays, skeleton_base,
                                        system_skeleton)
@@ -26,9 +28,9 @@ TASK_UID = 65534
 
 @pytest.fixture(autouse=True)
 def _fresh_scans() -> None:
-    sandbox._scan_root_only.cache_clear()
-    sandbox._skeleton_dirs.cache_clear()
-    sandbox._fresh_entries.cache_clear()
+    hostscan._scan_root_only.cache_clear()
+    layers._skeleton_dirs.cache_clear()
+    layers._fresh_entries.cache_clear()
 
 
 def host(tmp_path: Path) -> Path:
@@ -156,7 +158,7 @@ def test_the_fresh_layer_holds_apts_fresh_entries_opaque_and_the_tasks_once(
     (made.host_root / "var/lib/apt/lists").chmod(0o750)  # seen idmapped: root's is the task's
     (made.host_root / "var/lib/apt/lists/auxfiles").mkdir()  # the host's: hidden below
     (made.host_root / "var/lib/apt/lists/auxfiles/old").write_text("host's\n")
-    idmapped = tuple(sandbox._idmapped(made))
+    idmapped = tuple(layers._idmapped(made))
     layer = fresh_layer(made.skeleton_dir, made.host_root, TASK_UID, idmapped)  # type: ignore[arg-type]
     assert layer is not None and layer.parent == made.skeleton_dir
     tree = _layer_tree(layer)
@@ -242,6 +244,6 @@ def test_skeleton_base_is_a_closed_folder_of_ours_on_another_file_system(
 def test_warm_host_scans_also_looks_at_the_skeletons_folders(tmp_path: Path) -> None:
     root = host(tmp_path)
     sandbox.warm_host_scans(root)
-    assert sandbox._skeleton_dirs.cache_info().misses == 1
+    assert layers._skeleton_dirs.cache_info().misses == 1
     system_skeleton(tmp_path / "skeletons", root, TASK_UID)
-    assert sandbox._skeleton_dirs.cache_info().misses == 1  # the first task does not walk
+    assert layers._skeleton_dirs.cache_info().misses == 1  # the first task does not walk

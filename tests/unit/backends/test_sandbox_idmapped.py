@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends.local import sandbox
+from trainyard.backends.local import hostscan
 from trainyard.backends.local.sandbox import (IDMAPPED, SandboxPlan, bwrap_argv, clear_links,
                                        idmapped_covers, overlays)
 from trainyard.linux.safefs import _id_map
@@ -18,7 +19,7 @@ from trainyard.linux.safefs import _id_map
 
 @pytest.fixture(autouse=True)
 def _fresh_scan() -> None:
-    sandbox._scan_root_only.cache_clear()
+    hostscan._scan_root_only.cache_clear()
 
 
 def host(tmp_path: Path) -> Path:
@@ -95,13 +96,13 @@ def test_the_layer_map_swaps_root_and_nobody_and_keeps_every_other_id() -> None:
 def test_warm_host_scans_looks_at_the_host_before_the_first_task(tmp_path: Path) -> None:
     root = host(tmp_path)
     sandbox.warm_host_scans(root)
-    misses = sandbox._scan_root_only.cache_info().misses
+    misses = hostscan._scan_root_only.cache_info().misses
     assert misses == len([rel for rel in IDMAPPED if (root / rel).is_dir()])
-    found = sandbox._scan_root_only(str(root), "usr")  # what a task's plan asks for next
-    assert sandbox._scan_root_only.cache_info().misses == misses  # answered from the warm scan
+    found = hostscan._scan_root_only(str(root), "usr")  # what a task's plan asks for next
+    assert hostscan._scan_root_only.cache_info().misses == misses  # answered from the warm scan
     assert ("/usr/local/etc/token", False) in found
 
 
 def test_warm_host_scans_never_raises_on_a_missing_host(tmp_path: Path) -> None:
     sandbox.warm_host_scans(tmp_path / "nothing-here")
-    assert sandbox._scan_root_only.cache_info().misses == 0
+    assert hostscan._scan_root_only.cache_info().misses == 0

@@ -10,7 +10,7 @@ import pytest
 
 from trainyard.backends.base import TaskFact, TaskKey
 from trainyard.backends.fake import FakeBackend, Outcome
-from trainyard.engine import reconciler
+from trainyard.engine import steploop
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import WorkflowSpec
@@ -38,7 +38,7 @@ class _Queued(FakeBackend):
 
 def test_the_backends_reason_becomes_the_groups_until_a_task_starts(
         tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reconciler, "WAIT_REASONS_INTERVAL_S", 0.0)
+    monkeypatch.setattr(steploop, "WAIT_REASONS_INTERVAL_S", 0.0)
     backend = _Queued()
     engine = Engine(Store(store_url), tmp_path, pools={"local": POOL},
                     backend_factory=lambda p, h: backend)
