@@ -523,7 +523,7 @@ class Chaos:
 
     def kill_one(self) -> None:
         kinds = [k for k in KILL_KINDS if k in self.kinds]
-        weights = [w for k, w in zip(KILL_KINDS, KILL_WEIGHTS) if k in self.kinds]
+        weights = [w for k, w in zip(KILL_KINDS, KILL_WEIGHTS, strict=False) if k in self.kinds]
         first = self.rng.choices(kinds, weights)[0]
         order = [first] + self.rng.sample([k for k in kinds if k != first], len(kinds) - 1)
         for kind in order:

@@ -157,7 +157,7 @@ def breakdown(home: Path, wid: str, cli_start: float, cli_end: float, watch: Sto
         end_s - upload_end,
         completed - end_s,
         cli_end - completed,
-    )))
+    ), strict=False))
 
 
 def submit(spec: Path, home: Path, args: argparse.Namespace, env: dict[str, str]) -> tuple[str, float, float]:
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| launch | runs | wall s (median) | min - max | paired ratio to by hand (median) | min - max |")
     print("|---|---:|---:|---:|---:|---:|")
     for mode in modes:
-        ratios = [a / b for a, b in zip(walls[mode], walls["by hand"])]
+        ratios = [a / b for a, b in zip(walls[mode], walls["by hand"], strict=False)]
         print(f"| {mode} | {len(walls[mode])} | {statistics.median(walls[mode]):.2f} "
               f"| {min(walls[mode]):.2f} - {max(walls[mode]):.2f} | {statistics.median(ratios):.3f}x "
               f"| {min(ratios):.3f} - {max(ratios):.3f} |")

@@ -234,7 +234,7 @@ def launch_table(runs: list[Run]) -> str:
                      f"| {statistics.median(r.val_accuracy for r in rs):.4f} |")
 
     def paired(a: str, b: str) -> list[float]:
-        return [x.epoch_images_per_s / y.epoch_images_per_s for x, y in zip(by_mode[a], by_mode[b])]
+        return [x.epoch_images_per_s / y.epoch_images_per_s for x, y in zip(by_mode[a], by_mode[b], strict=False)]
 
     ratio = paired("trainyard 2x1", "by hand 2x1")
     scaling = paired("by hand 2x1", "by hand 1x1")

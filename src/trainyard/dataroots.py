@@ -5,9 +5,11 @@ A task's ``url:`` inputs, outputs and checkpoints move data as the server's user
 ``allowed_data_roots`` (a list of host folders, shared by the pool's users; ``[]`` turns
 ``file://`` off), by default a folder of each user's own: ``$TRAINYARD_HOME/storage/<user>``
 (the home's owner, who runs the server, has all of ``$TRAINYARD_HOME/storage``), so one
-user's task neither reads nor overwrites what another user's wrote there. The system temp folder is not a default root: any task
+user's task neither reads nor overwrites what another user's wrote there. The system temp folder is
+not a default root: any task
 could otherwise read and write the host's ``/tmp`` (other users' files, sockets, other
-tools' state) through a ``file://`` input or output; a pool that wants it lists it. A path is allowed when it is one of the roots or below one,
+tools' state) through a ``file://`` input or output; a pool that wants it lists it. A path is
+allowed when it is one of the roots or below one,
 after symlinks are resolved (``os.path.realpath``, on the path and on the roots), and never
 inside ``$TRAINYARD_HOME`` (tokens, store, other runs) unless a root that is itself inside
 the home contains it (``$TRAINYARD_HOME/storage`` is). Other schemes (``s3://``, ...) are

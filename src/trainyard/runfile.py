@@ -12,7 +12,8 @@ Engine fills: workflow_id, group, task, retry_id, lead, lead_task, image, host_n
 spec's ``hostNetwork``), privileged, command, args,
 environment, volume_mounts (the spec's ``volumeMounts``, ``/src`` or ``/src:/dst``), files
 (contents already read from ``localpath``), inputs (``source``: the
-upstream output folder for ``task:`` inputs), outputs, checkpoints, hosts (``Backend.host_of`` of every task of the group;
+upstream output folder for ``task:`` inputs), outputs, checkpoints, hosts (``Backend.host_of`` of
+every task of the group;
 a backend that learns hosts only at run time also sets ``hosts_env``, see ``runtime_hosts``),
 group_tasks, task_index, barrier, run_dir (output_dir and input dirs default under it).
 """

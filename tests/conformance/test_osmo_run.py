@@ -71,7 +71,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine,
     thread = threading.Thread(target=engine.run_forever, args=(stop,), daemon=True)
     thread.start()
     ids = []
-    for path, values, _outcome_, _text in ROWS:
+    for path, values, _outcome, _text in ROWS:
         doc = spec.load(SPECS / path, set_values=values)
         sub = Submission(spec=doc.workflow, spec_text="", user="conformance", pool=pool,
                          labels=dict(doc.workflow.labels))

@@ -79,7 +79,7 @@ def test_breakdown_splits_the_wall_time_into_the_recorded_stages(bench: ModuleTy
 def test_breakdown_of_a_runner_without_barrier_marks_counts_the_barrier_as_preparation(
         bench: ModuleType, tmp_path: Path) -> None:
     home, wid = tmp_path, "train-multi-gpu-1"
-    runs = _finished_run(home, wid)
+    _finished_run(home, wid)
 
     class Watch:
         ended = {wid: ("COMPLETED", 106.05)}

@@ -31,7 +31,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["DOCKER_HUB", "image_registry", "registry_host", "registry_credentials_for", "image_name", "runtime_for", "runtime_path", "busybox_applets", "DEFAULT_RUNTIMES",
+__all__ = ["DOCKER_HUB", "image_registry", "registry_host", "registry_credentials_for",
+           "image_name", "runtime_for", "runtime_path", "busybox_applets", "DEFAULT_RUNTIMES",
            "image_note"]
 
 log = logging.getLogger("trainyard.backends.local")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 from urllib.parse import quote
 
 import typer
@@ -55,7 +55,7 @@ def split_version(name: str, version: int | None) -> tuple[str, int | None]:
     return base, int(text)
 
 
-def _spec_path(spec: Optional[Path], file: Optional[Path]) -> Path:
+def _spec_path(spec: Path | None, file: Path | None) -> Path:
     if spec is not None and file is not None:
         raise typer.BadParameter("give the spec once: SPEC or --file", param_hint="'--file'")
     if spec is None and file is None:
@@ -83,12 +83,12 @@ def _in_path(name: str) -> str:
 @app.command()
 def create(
     name: str = typer.Argument(..., metavar="NAME", help="The app's name."),
-    spec: Optional[Path] = typer.Argument(None, metavar="[SPEC]", help="The spec (or --file)."),
-    file: Optional[Path] = FileOpt,
-    description: Optional[str] = typer.Option(None, "--description", "-d",
+    spec: Path | None = typer.Argument(None, metavar="[SPEC]", help="The spec (or --file)."),
+    file: Path | None = FileOpt,
+    description: str | None = typer.Option(None, "--description", "-d",
                                               help="What the app does (shown by info, list)."),
-    set_values: Optional[list[str]] = SetOpt,
-    set_strings: Optional[list[str]] = CheckStringOpt,
+    set_values: list[str] | None = SetOpt,
+    set_strings: list[str] | None = CheckStringOpt,
     fmt: Format = FormatOption,
 ) -> None:
     """Store a spec as a new version of app NAME (OSMO: `app create NAME -d DESC -f FILE`),
@@ -103,9 +103,9 @@ def create(
 @app.command()
 def update(
     name: str = typer.Argument(..., metavar="NAME", help="An existing app."),
-    file: Optional[Path] = FileOpt,
-    set_values: Optional[list[str]] = SetOpt,
-    set_strings: Optional[list[str]] = CheckStringOpt,
+    file: Path | None = FileOpt,
+    set_values: list[str] | None = SetOpt,
+    set_strings: list[str] | None = CheckStringOpt,
     fmt: Format = FormatOption,
 ) -> None:
     """Store FILE as a new version of the existing app NAME (its description kept). An
@@ -124,8 +124,8 @@ def _list_table(rows: list[dict[str, Any]]) -> None:
 
 @app.command("list")
 def list_apps(
-    name: Optional[str] = typer.Option(None, "--name", "-n", help="Only names containing this."),
-    user: Optional[list[str]] = typer.Option(None, "--user", "-u", help="Only apps of these "
+    name: str | None = typer.Option(None, "--name", "-n", help="Only names containing this."),
+    user: list[str] | None = typer.Option(None, "--user", "-u", help="Only apps of these "
                                              "owners; several may follow one flag."),
     all_users: bool = typer.Option(False, "--all-users", "-a", help="Every user's apps (osmo's "
                                    "default without it: yours; trainyard's: everyone's)."),
@@ -179,7 +179,7 @@ def _spec_of(name: str, version: int | None) -> dict[str, Any]:
 
 
 @app.command()
-def show(name: str = NameArg, version: Optional[int] = VersionOpt,
+def show(name: str = NameArg, version: int | None = VersionOpt,
          fmt: Format = FormatOption) -> None:
     """Print an app's spec (trainyard's show; OSMO's `show` lists the parameters). JSON:
     {"name", "version", "owner", "description", "create_time", "spec"}."""
@@ -187,7 +187,7 @@ def show(name: str = NameArg, version: Optional[int] = VersionOpt,
 
 
 @app.command()
-def spec(name: str = NameArg, version: Optional[int] = VersionOpt) -> None:
+def spec(name: str = NameArg, version: int | None = VersionOpt) -> None:
     """Print an app version's spec as written (OSMO's `app spec`)."""
     text = _spec_of(name, version)["spec"]
     typer.echo(text, nl=not text.endswith("\n"))
@@ -196,20 +196,20 @@ def spec(name: str = NameArg, version: Optional[int] = VersionOpt) -> None:
 @app.command()
 def submit(
     name: str = NameArg,
-    set_values: Optional[list[str]] = typer.Option(
+    set_values: list[str] | None = typer.Option(
         None, "--set", metavar="NAME=VALUE",
         help="Template value, YAML-typed; several pairs may follow one flag."),
-    set_strings: Optional[list[str]] = SetStringOpt,
-    set_env: Optional[list[str]] = SetEnvOpt,
-    pool: Optional[str] = PoolOpt,
-    priority: Optional[str] = PriorityOpt,
-    label: Optional[list[str]] = LabelOpt,
-    version: Optional[int] = VersionOpt,
-    local_path: Optional[Path] = typer.Option(
+    set_strings: list[str] | None = SetStringOpt,
+    set_env: list[str] | None = SetEnvOpt,
+    pool: str | None = PoolOpt,
+    priority: str | None = PriorityOpt,
+    label: list[str] | None = LabelOpt,
+    version: int | None = VersionOpt,
+    local_path: Path | None = typer.Option(
         None, "--local-path", "-l", help="Read the spec's localpath files from this folder "
         "now, instead of the copies stored with the app version."),
     dry_run: bool = DryRunOpt,
-    rsync: Optional[str] = RsyncOpt,
+    rsync: str | None = RsyncOpt,
     wait: bool = WaitOpt,
     fmt: Format = FormatOption,
 ) -> None:

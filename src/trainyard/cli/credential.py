@@ -9,7 +9,6 @@ A value never comes back: ``list`` shows names, types and key names only. Values
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -26,7 +25,7 @@ TYPES = ("REGISTRY", "DATA", "GENERIC")
 
 
 @app.callback()
-def _group(ctx: typer.Context, fmt: Optional[Format] = typer.Option(
+def _group(ctx: typer.Context, fmt: Format | None = typer.Option(
         None, "--format-type", help="json or table, for every subcommand (OSMO puts it "
         "before the subcommand: `credential --format-type json list`).")) -> None:
     """Credentials (secrets) that tasks use: `credentials:` in a spec."""
@@ -76,10 +75,10 @@ def set_credential(
     kind: str = typer.Option("GENERIC", "--type", metavar="|".join(TYPES),
                              help="REGISTRY (auth; registry, username), DATA (access_key_id, "
                              "access_key, endpoint; region), GENERIC (any keys)."),
-    payload: Optional[list[str]] = typer.Option(
+    payload: list[str] | None = typer.Option(
         None, "--payload", metavar="KEY=VALUE", help="Key-value pairs (several after one "
         "flag)."),
-    payload_file: Optional[list[str]] = typer.Option(
+    payload_file: list[str] | None = typer.Option(
         None, "--payload-file", metavar="KEY=PATH", help="Key-value pairs whose value is read "
         "from a file."),
     fmt: Format = FormatOption,

@@ -8,7 +8,6 @@ only). The CLI starts the local server first when none runs, as every command do
 
 from __future__ import annotations
 
-from typing import Optional
 
 import typer
 
@@ -16,7 +15,7 @@ __all__ = ["dashboard"]
 
 
 def dashboard(
-    workflow_id: Optional[str] = typer.Argument(
+    workflow_id: str | None = typer.Argument(
         None, metavar="[WORKFLOW_ID]", help="Open this workflow's page instead of the list."),
     no_open: bool = typer.Option(False, "--no-open", help="Print the link; open no browser."),
 ) -> None:

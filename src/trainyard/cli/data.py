@@ -218,7 +218,7 @@ def check(
     mover = Mover(config=load_config(path=config_file))
     loc = mover.location(url)
     probe = loc.join(f".trainyard-check-{uuid.uuid4().hex}")
-    steps = {"READ": lambda: mover.list(loc),
+    steps = {"READ": lambda: mover.list_files(loc),
              "WRITE": lambda: mover.storage_call(f"write {probe}",
                                                  lambda: loc.fs.pipe_file(probe, b"check\n")),
              "DELETE": lambda: mover.storage_call(f"delete {probe}",

@@ -30,12 +30,11 @@ import copy
 import gc
 import importlib
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 from typing import TYPE_CHECKING, NoReturn
 
-from trainyard import __version__
 from trainyard.errors import SpecError, TrainyardError
 
 if TYPE_CHECKING:  # imported by the functions that use it, in main's collector pause
@@ -165,7 +164,7 @@ def build_app(groups: Sequence[str] = SUBAPPS, command: str | None = None) -> ty
     return root
 
 
-def _log_level_callback() -> object:
+def _log_level_callback() -> Callable[..., None]:
     """The root callback with its ``--log-level`` option (typer made here: this module
     imports no typer at import time)."""
     import typer
@@ -182,7 +181,9 @@ def _log_level_callback() -> object:
 def _command_name(info: typer.models.CommandInfo) -> str:
     import typer
 
-    return info.name or typer.main.get_command_name(info.callback.__name__)  # typer's rule
+    if info.name or info.callback is None:
+        return info.name or ""
+    return typer.main.get_command_name(info.callback.__name__)  # typer's rule
 
 
 def _only_command(group: typer.Typer, command: str | None) -> typer.Typer:

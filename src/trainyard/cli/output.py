@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 import typer
 
 from trainyard.errors import SpecProblem
+from datetime import UTC
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -202,10 +203,10 @@ def short_time(iso_time: str | None, *, date: bool = True) -> str:
     ``-`` for none. JSON output keeps the full ISO time."""
     if not iso_time:
         return "-"
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     try:
-        when = datetime.fromisoformat(iso_time).astimezone(timezone.utc)
+        when = datetime.fromisoformat(iso_time).astimezone(UTC)
     except ValueError:
         return iso_time
     return when.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S")

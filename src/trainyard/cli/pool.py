@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -25,7 +25,7 @@ def _gpu_totals(client: Client) -> dict[str, dict[str, float]]:
 
 @app.command("list")
 def list_pools(
-    pool: Optional[list[str]] = typer.Option(None, "--pool", "-p", help="Only these pools; "
+    pool: list[str] | None = typer.Option(None, "--pool", "-p", help="Only these pools; "
                                              "several may follow one flag."),
     mode: str = typer.Option("used", "--mode", "-m", help="used: GPUs in use; free: GPUs "
                              "free (OSMO's modes)."),
@@ -53,7 +53,7 @@ def list_pools(
 
 def _print_reload(data: dict[str, Any]) -> None:
     console.print(f"Pools read from {data['file']}: {', '.join(data['pools'])}", markup=False)
-    for name, reason in sorted(data["refused"].items()):
+    for _name, reason in sorted(data["refused"].items()):
         err_console.print(f"not served: {reason}", markup=False)
     for name in data["kept"]:
         err_console.print(f"pool {name} kept as it was while workflows use it; the edit "

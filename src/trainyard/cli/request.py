@@ -56,8 +56,7 @@ class SpecBody:
 
 
 def _tasks(workflow: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    for task in workflow.get("tasks") or []:
-        yield task
+    yield from workflow.get("tasks") or []
     for group in workflow.get("groups") or []:
         yield from (group or {}).get("tasks") or []
 

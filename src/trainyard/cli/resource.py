@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -35,17 +35,18 @@ def _pools(pool: list[str], all_pools: bool) -> list[str]:
 
 def _rows(pool: list[str], platform: list[str]) -> list[dict[str, Any]]:
     client = Client()
-    rows = []
-    for name in pool or [None]:
+    rows: list[dict[str, Any]] = []
+    names: list[str | None] = [*pool] or [None]
+    for name in names:
         rows += client.json("GET", "/api/resource", params={"pool": name} if name else {})
     return [r for r in rows if not platform or r["platform"] in platform]
 
 
 @app.command("list")
 def list_resources(
-    pool: Optional[list[str]] = typer.Option(None, "--pool", "-p", help="Only these pools; "
+    pool: list[str] | None = typer.Option(None, "--pool", "-p", help="Only these pools; "
                                              "several may follow one flag."),
-    platform: Optional[list[str]] = typer.Option(None, "--platform", help="Only nodes of "
+    platform: list[str] | None = typer.Option(None, "--platform", help="Only nodes of "
                                                  "these platforms."),
     all_pools: bool = typer.Option(False, "--all", "-a", help="Every pool (as osmo, without "
                                    "--pool or --all: your default pool, if set)."),
@@ -67,8 +68,8 @@ def list_resources(
 @app.command("info")
 def info(
     node: str = typer.Argument(..., metavar="NODE_NAME", help="The node's name."),
-    pool: Optional[str] = typer.Option(None, "--pool", "-p", help="Its pool (when names repeat)."),
-    platform: Optional[str] = typer.Option(None, "--platform", "-pl", help="Its platform."),
+    pool: str | None = typer.Option(None, "--pool", "-p", help="Its pool (when names repeat)."),
+    platform: str | None = typer.Option(None, "--platform", "-pl", help="Its platform."),
     fmt: Format = FormatOption,
 ) -> None:
     """Show one node: pool, platform, and capacity, used and free of each resource. JSON:

@@ -10,7 +10,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 import typer
 
@@ -190,7 +190,8 @@ def _copy_in(entry: dict[str, Any], local: Path, inside: str,
     assert proc.stdin is not None
     out = proc.stdin if rate_bytes_per_s is None else Throttled(proc.stdin, rate_bytes_per_s)
     try:
-        with tarfile.open(fileobj=out, mode="w|") as archive:
+        # Throttled has the write() and flush() that a "w|" stream uses
+        with tarfile.open(fileobj=cast(IO[bytes], out), mode="w|") as archive:
             name = "." if local.is_dir() else PurePosixPath(inside).name
             archive.add(local, arcname=name, filter=_owner_reset)
     except BrokenPipeError:

@@ -125,7 +125,9 @@ def _alive_pid(pid_file: Path) -> int | None:
         return None
     from trainyard.linux.proctree import same_process
 
-    pid, created = int(info["pid"]), float(info.get("created", 0.0))  # type: ignore[arg-type]
+    pid, created = info["pid"], info.get("created", 0.0)
+    if not isinstance(pid, int) or not isinstance(created, (int, float)):
+        return None
     return pid if same_process(pid, created) is not None else None
 
 

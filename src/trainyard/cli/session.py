@@ -12,7 +12,6 @@ counterpart (refused with exit 2, saying so).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -43,19 +42,19 @@ def _token_of(token: str | None, token_file: Path | None) -> str:
 def login(
     url: str = typer.Argument(..., metavar="URL", help="The server (http://host:port)."),
     method: str = typer.Option("token", "--method", help="token (the one trainyard has)."),
-    token: Optional[str] = typer.Option(None, "--token", help="Your access token."),
-    token_file: Optional[Path] = typer.Option(None, "--token-file", help="A file holding it."),
-    username: Optional[str] = typer.Option(None, "--username", help="OSMO's dev/password "
+    token: str | None = typer.Option(None, "--token", help="Your access token."),
+    token_file: Path | None = typer.Option(None, "--token-file", help="A file holding it."),
+    username: str | None = typer.Option(None, "--username", help="OSMO's dev/password "
                                            "methods; not used here."),
-    password: Optional[str] = typer.Option(None, "--password", help="OSMO's password "
+    password: str | None = typer.Option(None, "--password", help="OSMO's password "
                                            "method: refused (tokens only)."),
-    password_file: Optional[Path] = typer.Option(None, "--password-file", help="As "
+    password_file: Path | None = typer.Option(None, "--password-file", help="As "
                                                  "--password."),
-    device_endpoint: Optional[str] = typer.Option(None, "--device-endpoint", help="OSMO's "
+    device_endpoint: str | None = typer.Option(None, "--device-endpoint", help="OSMO's "
                                                   "device-code login: refused."),
-    browser_endpoint: Optional[str] = typer.Option(None, "--browser-endpoint", help="OSMO's "
+    browser_endpoint: str | None = typer.Option(None, "--browser-endpoint", help="OSMO's "
                                                    "browser login: refused."),
-    callback_port: Optional[int] = typer.Option(None, "--callback-port", help="As "
+    callback_port: int | None = typer.Option(None, "--callback-port", help="As "
                                                 "--browser-endpoint."),
 ) -> None:
     """Log in to a trainyard server with a token: later commands use that server. OSMO's

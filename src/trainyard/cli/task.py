@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -18,9 +18,9 @@ ACTIVE = ("PROCESSING", "SCHEDULING", "INITIALIZING", "RUNNING")
 """OSMO's default ``--status`` of ``task list``: the tasks that are starting or running."""
 
 
-def _params(workflow_id: Optional[str], status: list[str], user: list[str], all_users: bool,
-            pool: list[str], node: list[str], started_after: Optional[str],
-            started_before: Optional[str], count: int, offset: int,
+def _params(workflow_id: str | None, status: list[str], user: list[str], all_users: bool,
+            pool: list[str], node: list[str], started_after: str | None,
+            started_before: str | None, count: int, offset: int,
             priority: list[str]) -> dict[str, Any]:
     from trainyard.cli.workflow_ops import _iso_time_s, checked_priority
 
@@ -43,32 +43,32 @@ def _summary(rows: list[dict[str, Any]], by_workflow: bool) -> list[dict[str, An
     keys = ("user", "workflow", "pool", "priority") if by_workflow else ("user", "pool",
                                                                          "priority")
     counts = Counter(tuple(row.get(k) for k in keys) for row in rows)
-    return [{**dict(zip(keys, key)), "tasks": n} for key, n in sorted(counts.items(), key=str)]
+    return [{**dict(zip(keys, key, strict=True)), "tasks": n} for key, n in sorted(counts.items(), key=str)]
 
 
 @app.command("list")
 def list_tasks(
-    workflow_id: Optional[str] = typer.Argument(
+    workflow_id: str | None = typer.Argument(
         None, metavar="[WORKFLOW_ID]", help="Only this workflow's tasks (or -w)."),
-    workflow_opt: Optional[str] = typer.Option(None, "--workflow-id", "-w",
+    workflow_opt: str | None = typer.Option(None, "--workflow-id", "-w",
                                                help="Only this workflow's tasks."),
-    status: Optional[list[str]] = typer.Option(
+    status: list[str] | None = typer.Option(
         None, "--status", "-s", metavar="STATUS", help="Only tasks with these statuses; "
         "several may follow one flag (osmo's default: PROCESSING SCHEDULING INITIALIZING "
         "RUNNING; trainyard's: every status)."),
-    user: Optional[list[str]] = typer.Option(None, "--user", "-u", help="Only these users' "
+    user: list[str] | None = typer.Option(None, "--user", "-u", help="Only these users' "
                                              "tasks (another user's: admins only)."),
     all_users: bool = typer.Option(False, "--all-users", "-a", help="Every user's tasks."),
-    pool: Optional[list[str]] = typer.Option(None, "--pool", "-p", help="Only these pools."),
-    node: Optional[list[str]] = typer.Option(None, "--node", "-n", help="Only tasks that ran "
+    pool: list[str] | None = typer.Option(None, "--pool", "-p", help="Only these pools."),
+    node: list[str] | None = typer.Option(None, "--node", "-n", help="Only tasks that ran "
                                              "on these nodes."),
-    started_after: Optional[str] = typer.Option(None, "--started-after", metavar="ISO_DATE",
+    started_after: str | None = typer.Option(None, "--started-after", metavar="ISO_DATE",
                                                 help="Only tasks started at or after this."),
-    started_before: Optional[str] = typer.Option(None, "--started-before", metavar="ISO_DATE",
+    started_before: str | None = typer.Option(None, "--started-before", metavar="ISO_DATE",
                                                  help="Only tasks started before this."),
     count: int = typer.Option(20, "--count", "-c", min=1, max=1000, help="At most this many."),
     offset: int = typer.Option(0, "--offset", "-f", min=0, help="Skip this many first."),
-    order: Optional[str] = typer.Option(None, "--order", "-o", help="asc: latest at the "
+    order: str | None = typer.Option(None, "--order", "-o", help="asc: latest at the "
                                         "bottom; desc: at the top (osmo's default: asc; "
                                         "trainyard's: desc)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also the retry, exit code "
@@ -77,7 +77,7 @@ def list_tasks(
                                  "pool."),
     by_workflow: bool = typer.Option(False, "--aggregate-by-workflow", "-W",
                                      help="Count tasks per workflow."),
-    priority: Optional[list[str]] = typer.Option(None, "--priority", metavar="HIGH|NORMAL|LOW",
+    priority: list[str] | None = typer.Option(None, "--priority", metavar="HIGH|NORMAL|LOW",
                                                  help="Only tasks of workflows of these "
                                                  "priorities."),
     fmt: Format = FormatOption,

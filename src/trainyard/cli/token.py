@@ -6,7 +6,7 @@ An admin manages another user's tokens with ``-u USER``.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -23,11 +23,11 @@ UserOpt = typer.Option(None, "--user", "-u", help="Another user's tokens (admins
 @app.command("set")
 def set_token(
     name: str = typer.Argument(..., metavar="NAME", help="The token's name (one per user)."),
-    expires_at: Optional[str] = typer.Option(None, "--expires-at", "-e", metavar="YYYY-MM-DD",
+    expires_at: str | None = typer.Option(None, "--expires-at", "-e", metavar="YYYY-MM-DD",
                                              help="Its last day (UTC); default: no expiry."),
     description: str = typer.Option("", "--description", "-d", help="What it is for."),
-    user: Optional[str] = UserOpt,
-    roles: Optional[list[str]] = typer.Option(
+    user: str | None = UserOpt,
+    roles: list[str] | None = typer.Option(
         None, "--roles", "-r", metavar="ROLE", help="OSMO roles: osmo-admin makes an admin "
         "token (admins only); others an ordinary user's."),
     fmt: Format = FormatOption,
@@ -41,7 +41,7 @@ def set_token(
 
 
 @app.command("list")
-def list_tokens(user: Optional[str] = UserOpt, fmt: Format = FormatOption) -> None:
+def list_tokens(user: str | None = UserOpt, fmt: Format = FormatOption) -> None:
     """List your tokens (never the tokens themselves). JSON: a list of {"user", "name",
     "admin", "description", "expires_at"}."""
     data = Client().json("GET", "/api/token", params={"user": user} if user else {})
@@ -53,7 +53,7 @@ def list_tokens(user: Optional[str] = UserOpt, fmt: Format = FormatOption) -> No
 
 @app.command("delete")
 def delete_token(name: str = typer.Argument(..., metavar="NAME"),
-                 user: Optional[str] = UserOpt) -> None:
+                 user: str | None = UserOpt) -> None:
     """Delete your token NAME (it stops working at once)."""
     Client().json("DELETE", f"/api/token/{name}", params={"user": user} if user else {})
     typer.echo(f"Token {name} deleted")

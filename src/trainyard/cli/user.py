@@ -7,7 +7,7 @@ named ``default``, printed once. OSMO's roles map onto trainyard's two kinds of 
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -21,9 +21,9 @@ app = typer.Typer(no_args_is_help=True, help="Users of the server (OSMO's `user`
 
 @app.command("list")
 def list_users(
-    id_prefix: Optional[str] = typer.Option(None, "--id-prefix", "-p",
+    id_prefix: str | None = typer.Option(None, "--id-prefix", "-p",
                                             help="Only users whose name starts with this."),
-    roles: Optional[list[str]] = typer.Option(None, "--roles", "-r", metavar="ROLE",
+    roles: list[str] | None = typer.Option(None, "--roles", "-r", metavar="ROLE",
                                               help="Only users with one of these roles."),
     count: int = typer.Option(100, "--count", "-c", min=1, help="At most this many."),
     fmt: Format = FormatOption,
@@ -39,7 +39,7 @@ def list_users(
 
 @app.command("create")
 def create_user(user_id: str = typer.Argument(..., metavar="USER_ID"),
-                roles: Optional[list[str]] = typer.Option(None, "--roles", "-r", metavar="ROLE",
+                roles: list[str] | None = typer.Option(None, "--roles", "-r", metavar="ROLE",
                                                           help="osmo-admin makes an admin."),
                 fmt: Format = FormatOption) -> None:
     """Create a user (admins only) and print their first token (once). JSON: {"id",
@@ -65,9 +65,9 @@ def get_user(user_id: str = UserArg, fmt: Format = FormatOption) -> None:
 
 @app.command("update")
 def update_user(user_id: str = UserArg,
-                add_roles: Optional[list[str]] = typer.Option(None, "--add-roles", "-a",
+                add_roles: list[str] | None = typer.Option(None, "--add-roles", "-a",
                                                               metavar="ROLE"),
-                remove_roles: Optional[list[str]] = typer.Option(None, "--remove-roles", "-r",
+                remove_roles: list[str] | None = typer.Option(None, "--remove-roles", "-r",
                                                                  metavar="ROLE"),
                 fmt: Format = FormatOption) -> None:
     """Change a user's roles (admins only): osmo-admin makes an admin, removing it an

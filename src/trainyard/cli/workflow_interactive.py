@@ -25,7 +25,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -34,6 +34,9 @@ from trainyard.cli.rsync_copy import copy_once, parse_rsync_args
 from trainyard.cli.task_entry import command_argv, command_env, task_entry
 from trainyard.cli.output import err_console
 from trainyard.errors import NotFoundError, RefusedError, TrainyardError
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import WorkflowAnswer
 
 __all__ = ["register", "exec_command", "port_forward", "rsync", "parse_port",
            "start_upload_daemon"]
@@ -57,7 +60,7 @@ def _exec_targets(workflow_id: str, task: str | None, group: str | None,
         return [task], command
     if task is not None:
         command = [task, *command]
-    query = Client().json("GET", f"/api/workflow/{workflow_id}")
+    query: WorkflowAnswer = Client().json("GET", f"/api/workflow/{workflow_id}")
     tasks = [t["name"] for g in query["groups"] if g["name"] == group for t in g["tasks"]]
     if not tasks:
         groups = ", ".join(g["name"] for g in query["groups"])
@@ -88,7 +91,8 @@ def exec_command(workflow_id: WorkflowIdArg,
     """Run CMD (default: --entry, /bin/bash) inside a RUNNING task: on the local backend in
     its sandbox (its /, its /tmp, its network, its user namespace without capabilities),
     on Slurm with 'srun --overlap' in its job, on Kubernetes with 'kubectl exec' in its pod's
-    task container. With a terminal on stdin it gets a terminal of its own. The command's exit status is this command's (with --group: the first
+    task container. With a terminal on stdin it gets a terminal of its own. The command's exit
+    status is this command's (with --group: the first
     non-zero one); an ended task exits 4, an unknown one 3. Same rule as cancel: the
     workflow's submitter or an admin."""
     import shlex
@@ -418,7 +422,8 @@ def _watch_task(alive: Callable[[], bool], listener: socket.socket,
 
 def _lead_of_first_group(workflow_id: str) -> str:
     """OSMO's default task for rsync: the lead task of the workflow's first group."""
-    groups = Client().json("GET", f"/api/workflow/{workflow_id}").get("groups") or []
+    answer: WorkflowAnswer = Client().json("GET", f"/api/workflow/{workflow_id}")
+    groups = answer.get("groups") or []
     tasks = groups[0]["tasks"] if groups else []
     lead = next((t["name"] for t in tasks if t.get("lead")), None)
     if lead is None:

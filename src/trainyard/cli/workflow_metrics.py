@@ -14,6 +14,7 @@ import typer
 
 from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, emit, human_bytes, short_time, table
+from datetime import UTC
 
 __all__ = ["register", "metrics"]
 
@@ -55,9 +56,9 @@ def _last_x(run: dict[str, Any]) -> str:
         return "-"
     x_name = run.get("x", "epoch")
     if x_name == "time":
-        from datetime import datetime, timezone
+        from datetime import datetime
 
-        return short_time(datetime.fromtimestamp(max(xs), tz=timezone.utc).isoformat())
+        return short_time(datetime.fromtimestamp(max(xs), tz=UTC).isoformat())
     return f"{x_name} {max(xs):g}"
 
 

@@ -10,12 +10,13 @@ table in ``cli.main``'s help). With ``--format json`` stdout holds one JSON docu
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 import threading
 from dataclasses import replace
-from enum import Enum
+from enum import StrEnum
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
@@ -36,9 +37,13 @@ from trainyard.cli.request import SpecBody, spec_request
 from trainyard.errors import NotFoundError, RefusedError, SpecError, SpecProblem, TrainyardError
 from trainyard.status import WorkflowStatus
 from trainyard.spec.values import parse_labels
+from datetime import UTC
 
 if TYPE_CHECKING:  # rich is imported when the first progress line is printed (cli.output)
     from rich.console import Console
+
+    from trainyard.server.answers import (AttemptAnswer, GroupAnswer, TaskAnswer, WorkflowAnswer,
+                                          WorkflowSummary)
 
 __all__ = ["register", "wait_for", "finish_wait", "after_submit", "print_dry_run",
            "looks_like_workflow_id"]
@@ -47,6 +52,7 @@ TERMINAL_PREFIXES = ("COMPLETED", "FAILED")
 WORKFLOW_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?-\d+$")
 """A workflow id: the workflow's name (letters, digits, '-', '_'), '-', its number."""
 STATUSES = tuple(s.value for s in WorkflowStatus)
+_STATUS_HELP = f"Only workflows with this status; several may follow one flag: {', '.join(STATUSES)}."
 WorkflowIdArg = typer.Argument(..., metavar="WORKFLOW_ID", help="The workflow's id (NAME-N).")
 
 
@@ -61,7 +67,7 @@ def _is_terminal(status: str) -> bool:
     return status.startswith(TERMINAL_PREFIXES)
 
 
-def _flat(values: Optional[list[str]]) -> list[str]:
+def _flat(values: list[str] | None) -> list[str]:
     """A repeated option's values (``cli.main`` already split ``--set a=1 b=2``)."""
     return list(values or [])
 
@@ -85,7 +91,7 @@ def _request(spec: str, *, set_values: list[str], set_strings: list[str], set_en
                         pool=pool, labels=parse_labels(labels))
 
 
-def _task_key(group: dict[str, Any], task: dict[str, Any]) -> str:
+def _task_key(group: GroupAnswer, task: TaskAnswer) -> str:
     return task["name"] if group["name"] == task["name"] else f"{group['name']}/{task['name']}"
 
 
@@ -94,7 +100,7 @@ LEAD_FINISHED = "Lead task finished"
 the CLI does not import the engine)."""
 
 
-def _exit_text(attempt: dict[str, Any]) -> tuple[str, str | None]:
+def _exit_text(attempt: AttemptAnswer) -> tuple[str, str | None]:
     """`` (exit N)``, or for an ended attempt without an exit code why it has none; and
     the reason still to show after it (None: said already)."""
     reason = (attempt.get("failure_reason") or "").splitlines()
@@ -108,7 +114,7 @@ def _exit_text(attempt: dict[str, Any]) -> tuple[str, str | None]:
     return "", why
 
 
-def _attempt_line(key: str, attempt: dict[str, Any]) -> str:
+def _attempt_line(key: str, attempt: AttemptAnswer) -> str:
     node = f" on {attempt['node']}" if attempt.get("node") else ""
     code, why = _exit_text(attempt)
     retry = f" retry {attempt['retry_id']}" if attempt.get("retry_id") else ""
@@ -122,7 +128,7 @@ def _clock(started: float) -> str:
     return f"{stamp} +{time.monotonic() - started:.1f}s"
 
 
-def _print_progress(view: Console, seen: dict[Any, str], data: dict[str, Any],
+def _print_progress(view: Console, seen: dict[Any, str], data: WorkflowAnswer,
                     started: float) -> None:
     """Print each change since the last answer: the workflow's status (a restart shows it
     going back to PENDING or RUNNING) and every task attempt's, earlier attempts included
@@ -150,12 +156,13 @@ def _print_progress(view: Console, seen: dict[Any, str], data: dict[str, Any],
         view.print(f"{elapsed} workflow {data['status']}", emoji=False)
 
 
-def _print_failures(view: Console, workflow_id: str, data: dict[str, Any]) -> None:
+def _print_failures(view: Console, workflow_id: str, data: WorkflowAnswer) -> None:
     """For a workflow that did not complete: each task that failed of itself (not
     FAILED_UPSTREAM, not cancelled), why, its exit code, the last lines of its log (those
     the store keeps: ``log_tail``) and the command that prints its whole log; the task that
     failed the workflow (the answer's ``failure``) first."""
-    first = (data.get("failure") or {}).get("task")
+    failure = data.get("failure")
+    first = failure["task"] if failure else None
     tasks = [t for g in data["groups"] for t in g["tasks"]]
     for task in sorted(tasks, key=lambda t: t["name"] != first):
         status = task["status"]
@@ -179,7 +186,7 @@ def print_log_tail(view: Console, lines: list[str]) -> None:
         view.print(f"    | {line}", markup=False, highlight=False, soft_wrap=True)
 
 
-def print_waiting(view: Console, data: dict[str, Any], prefix: str = "") -> None:
+def print_waiting(view: Console, data: WorkflowAnswer, prefix: str = "") -> None:
     """Each group that waits to start and why (the answer's ``waiting``)."""
     for wait in data.get("waiting") or []:
         view.print(f"{prefix}group {wait['group']} {wait['status']}: {wait['reason']}",
@@ -207,7 +214,7 @@ lines (the server ends the stream once the logs are drained) before it prints th
 
 
 def _query_long_poll(client: Client, workflow_id: str, known: str | None,
-                     wait_s: float) -> tuple[dict[str, Any], str | None]:
+                     wait_s: float) -> tuple[WorkflowAnswer, str | None]:
     """The workflow's query, held by the server until its progress differs from ``known``
     (or ``wait_s`` passed); (the answer, its progress key, None from a server without long
     polls, which answers at once)."""
@@ -219,14 +226,14 @@ def _query_long_poll(client: Client, workflow_id: str, known: str | None,
 
 
 def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.25,
-             max_poll_s: float = 1.0, view: Console = console) -> dict[str, Any]:
+             max_poll_s: float = 1.0, view: Console = console) -> WorkflowAnswer:
     """Print progress (and logs) on ``view`` until the workflow ends; return its final query.
     Each status query is a long poll (``LONG_POLL_S``): the server answers when the progress
     changed or the workflow ended, as soon as the engine stores the change. A
     server without long polls (or one that answers unchanged at once: it holds too many) is
     asked every ``poll_s`` seconds at first, then less often, down to every ``max_poll_s``
     (a long run waited on by many clients does not load it)."""
-    started, seen = time.monotonic(), {}
+    started, seen = time.monotonic(), dict[Any, str]()
     stop = threading.Event()
     follower = threading.Thread(target=_follow_logs, args=(view, client, workflow_id, stop),
                                 daemon=True)
@@ -276,7 +283,7 @@ def finish_wait(client: Client, workflow_id: str, fmt: Format, *, logs: bool = F
     raise typer.Exit(0 if final["status"] == "COMPLETED" else 1)
 
 
-def _print_outputs(view: Console, data: dict[str, Any]) -> None:
+def _print_outputs(view: Console, data: WorkflowAnswer) -> None:
     """Where each lead task's output went: its folder and its uploads (datasets, URLs)."""
     for group in data["groups"]:
         for task in group["tasks"]:
@@ -318,16 +325,16 @@ def submit(
     spec: str = typer.Argument(
         ..., metavar="SPEC|WORKFLOW_ID",
         help="A spec file, or the id of a workflow (NAME-N) to submit its stored spec again."),
-    set_values: Optional[list[str]] = typer.Option(
+    set_values: list[str] | None = typer.Option(
         None, "--set", metavar="NAME=VALUE", help="Template value, YAML-typed; several pairs "
         "may follow one flag. With a workflow id: added to its stored values, and wins."),
-    set_strings: Optional[list[str]] = SetStringOpt,
-    set_env: Optional[list[str]] = SetEnvOpt,
-    pool: Optional[str] = PoolOpt,
-    priority: Optional[str] = PriorityOpt,
-    label: Optional[list[str]] = LabelOpt,
+    set_strings: list[str] | None = SetStringOpt,
+    set_env: list[str] | None = SetEnvOpt,
+    pool: str | None = PoolOpt,
+    priority: str | None = PriorityOpt,
+    label: list[str] | None = LabelOpt,
     dry_run: bool = DryRunOpt,
-    rsync: Optional[str] = RsyncOpt,
+    rsync: str | None = RsyncOpt,
     wait: bool = WaitOpt,
     logs: bool = typer.Option(False, "--logs", help="With --wait, stream the task logs too."),
     fmt: Format = FormatOption,
@@ -408,7 +415,7 @@ def print_dry_run(data: dict[str, Any]) -> None:
         typer.echo(shown["text"])
 
 
-def _query_table(data: dict[str, Any]) -> None:
+def _query_table(data: WorkflowAnswer) -> None:
     console.print(f"Workflow {data['id']} ({data['name']}): {data['status']}, "
                   f"submitted by {data['submitted_by']} at {short_time(data['submit_time'])} UTC",
                   markup=False, highlight=False)
@@ -450,7 +457,7 @@ def _query_table(data: dict[str, Any]) -> None:
                                   highlight=False, soft_wrap=True)
 
 
-def _print_isolation(data: dict[str, Any]) -> None:
+def _print_isolation(data: WorkflowAnswer) -> None:
     """Each task's isolation detail (a verbose query's ``isolation``), under its name."""
     for group in data["groups"]:
         for t in group["tasks"]:
@@ -468,7 +475,7 @@ def query(workflow_id: str = WorkflowIdArg, verbose: bool = typer.Option(False, 
     With --verbose, JSON adds each task's "isolation": the detail lines of its current
     attempt's log header (``[task][detail]``), [] before its runner started."""
     params = {"verbose": True, "isolation": True} if verbose else {"verbose": False}
-    data = Client().json("GET", f"/api/workflow/{workflow_id}", params=params)
+    data: WorkflowAnswer = Client().json("GET", f"/api/workflow/{workflow_id}", params=params)
     emit(data, fmt, _query_table)
 
 
@@ -485,8 +492,8 @@ def _events_of(rows: list[dict[str, Any]], task: str | None,
 
 
 def events(workflow_id: str = WorkflowIdArg,
-           task: Optional[str] = typer.Option(None, "--task", "-t", help="Only this task."),
-           retry_id: Optional[int] = typer.Option(
+           task: str | None = typer.Option(None, "--task", "-t", help="Only this task."),
+           retry_id: int | None = typer.Option(
                None, "--retry-id", "-r", min=0, help="With --task: this attempt (default: "
                "its latest)."),
            fmt: Format = LongFormatOption) -> None:
@@ -507,10 +514,10 @@ def events(workflow_id: str = WorkflowIdArg,
           e["message"]] for e in rows]))
 
 
-def _statuses(values: Optional[list[str]]) -> list[str]:
+def _statuses(values: list[str] | None) -> list[str]:
     """``--status`` values, upper-cased; a usage error (exit 2) names the valid ones."""
     wanted = [v.upper() for v in values or []]
-    unknown = [v for v, w in zip(values or [], wanted) if w not in STATUSES]
+    unknown = [v for v, w in zip(values or [], wanted, strict=True) if w not in STATUSES]
     if unknown:
         raise typer.BadParameter(f"unknown workflow status {', '.join(map(repr, unknown))}; "
                                  f"statuses: {', '.join(STATUSES)}")
@@ -522,7 +529,7 @@ def _iso_time_s(value: str | None, option: str) -> float | None:
     offset; without one: UTC) as Unix seconds; a usage error (exit 2) otherwise."""
     if value is None:
         return None
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     try:
         when = datetime.fromisoformat(value)
@@ -530,10 +537,10 @@ def _iso_time_s(value: str | None, option: str) -> float | None:
         raise typer.BadParameter(f"{value!r} is no ISO 8601 date or time; give e.g. "
                                  "2026-01-31 or 2026-01-31T12:00:00Z",
                                  param_hint=option) from None
-    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
-class Order(str, Enum):
+class Order(StrEnum):
     asc = "asc"
     desc = "desc"
 
@@ -558,46 +565,45 @@ def _list_params(status: list[str], name: str | None, label: list[str], user: li
 
 
 def list_workflows(
-    status: Optional[list[str]] = typer.Option(
+    status: list[str] | None = typer.Option(
         None, "--status", "-s", callback=_statuses, metavar="STATUS",
-        help=f"Only workflows with this status; several may follow one flag: "
-             f"{', '.join(STATUSES)}."),
-    name: Optional[str] = typer.Option(None, "--name", "-n", help="Only names containing this."),
-    label: Optional[list[str]] = typer.Option(None, "--label", metavar="KEY=VALUE",
+        help=_STATUS_HELP),
+    name: str | None = typer.Option(None, "--name", "-n", help="Only names containing this."),
+    label: list[str] | None = typer.Option(None, "--label", metavar="KEY=VALUE",
                                               help="Only workflows with this label (all must match)."),
-    no_label: Optional[list[str]] = typer.Option(
+    no_label: list[str] | None = typer.Option(
         None, "--no-label", metavar="KEY", help="Only workflows without this label key "
         "(repeat: every key absent)."),
-    user: Optional[list[str]] = typer.Option(
+    user: list[str] | None = typer.Option(
         None, "--user", "-u", help="Only these users' workflows; several may follow one flag "
         "(another user's: admins only). Default: yours."),
     all_users: bool = typer.Option(False, "--all-users", "-a", help="Every user's workflows "
                                    "(those you may read: a non-admin's own)."),
-    pool: Optional[list[str]] = typer.Option(
+    pool: list[str] | None = typer.Option(
         None, "--pool", "-p", help="Only workflows of these pools; several may follow one flag."),
-    app_name: Optional[str] = typer.Option(
+    app_name: str | None = typer.Option(
         None, "--app", "-P", metavar="APP[:VERSION]", help="Only workflows submitted from "
         "this app (or this version of it)."),
-    tags: Optional[list[str]] = typer.Option(
+    tags: list[str] | None = typer.Option(
         None, "--tags", metavar="TAG", help="Only workflows holding one of these tags; several "
         "may follow one flag."),
-    priority: Optional[list[str]] = typer.Option(
+    priority: list[str] | None = typer.Option(
         None, "--priority", metavar="HIGH|NORMAL|LOW", help="Only workflows of these "
         "priorities; several may follow one flag."),
-    count: Optional[int] = typer.Option(None, "--count", "-c", min=1,
+    count: int | None = typer.Option(None, "--count", "-c", min=1,
                                         help="At most this many, the newest (osmo: default "
                                         "20; trainyard: all)."),
     offset: int = typer.Option(0, "--offset", "-f", min=0, help="Skip this many newest first "
                                "(paging)."),
-    order: Optional[Order] = typer.Option(
+    order: Order | None = typer.Option(
         None, "--order", "-o", help="How the page is shown: asc puts the latest at the bottom, "
         "desc at the top (osmo: default asc; trainyard: desc). The page itself is always the "
         "newest --count after --offset."),
-    submitted_after: Optional[str] = typer.Option(
+    submitted_after: str | None = typer.Option(
         None, "--submitted-after", metavar="ISO_DATE",
         help="Only those submitted at or after this (2026-01-31, 2026-01-31T12:00Z; UTC "
              "without an offset)."),
-    submitted_before: Optional[str] = typer.Option(
+    submitted_before: str | None = typer.Option(
         None, "--submitted-before", metavar="ISO_DATE", help="Only those submitted before this."),
     fmt: Format = FormatOption,
 ) -> None:
@@ -612,7 +618,7 @@ def list_workflows(
     extra = {"tag": _flat(tags), "priority": [checked_priority(p) for p in _flat(priority)],
              "no_label": _flat(no_label), "app": app_name}
     params.update({k: v for k, v in extra.items() if v})
-    data = Client().json("GET", "/api/workflow", params=params)
+    data: list[WorkflowSummary] = Client().json("GET", "/api/workflow", params=params)
     if (order or by_program(Order.asc, Order.desc)) is Order.asc:
         data.reverse()
     emit(data, fmt, lambda rows: table(
@@ -623,17 +629,18 @@ def list_workflows(
 
 def logs(
     workflow_id: str = WorkflowIdArg,
-    task: Optional[str] = typer.Option(None, "--task", "-t", help="Only this task."),
-    retry_id: Optional[int] = typer.Option(None, "--retry-id", "-r", min=0,
+    task: str | None = typer.Option(None, "--task", "-t", help="Only this task."),
+    retry_id: int | None = typer.Option(None, "--retry-id", "-r", min=0,
                                            help="Only this attempt (0 is the first)."),
-    follow: Optional[bool] = typer.Option(
+    follow: bool | None = typer.Option(
         None, "--follow/--no-follow", help="Keep printing new lines until the workflow ends "
         "(the default, as OSMO's `workflow logs`, except inside a task of that same workflow, "
         "which would wait for itself); --no-follow prints what is written now and returns."),
     error: bool = typer.Option(False, "--error", help="Only the logs of failed attempts "
-                               "(FAILED*, or RESCHEDULED: retried after a failure): the runner keeps a task's stdout and stderr in "
+                               "(FAILED*, or RESCHEDULED: retried after a failure): the "
+                               "runner keeps a task's stdout and stderr in "
                                "one stream, so there is no stderr of its own to show."),
-    lines: Optional[int] = typer.Option(None, "-n", min=1, help="Only the last N lines "
+    lines: int | None = typer.Option(None, "-n", min=1, help="Only the last N lines "
                                         "(when following: of those already written, then new ones)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also the runner's detail "
                                  "of how each task is isolated (sandbox, network, image: "
@@ -676,7 +683,7 @@ def _inside(workflow_id: str, token: str | None) -> bool:
     checks it)."""
     from trainyard.tasktokens import PREFIX
 
-    return bool(token) and token.startswith(f"{PREFIX}{workflow_id}.")
+    return token is not None and token.startswith(f"{PREFIX}{workflow_id}.")
 
 
 def _cancel_one(client: Client, workflow_id: str, message: str | None,
@@ -705,7 +712,7 @@ def _print_cancel(data: dict[str, Any]) -> None:
 
 def cancel(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...",
                                                   help="The workflows to cancel (NAME-N)."),
-           message: Optional[str] = typer.Option(
+           message: str | None = typer.Option(
                None, "--message", "-m", help="Why: kept with the workflow (its cancel_message)."),
            force: bool = typer.Option(False, "--force", "-f", help="OSMO's force cancel: no "
                                       "grace period, the tasks' processes SIGKILLed at once "
@@ -731,7 +738,7 @@ def cancel(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...
 
 
 def restart(workflow_id: str = WorkflowIdArg,
-            pool: Optional[str] = typer.Option(
+            pool: str | None = typer.Option(
                 None, "--pool", "-p", help="OSMO's target pool: only the workflow's own pool "
                 "is taken (its completed groups' outputs are there); another is refused "
                 "(exit 4)."),
@@ -751,12 +758,12 @@ def restart(workflow_id: str = WorkflowIdArg,
     finish_wait(client, workflow_id, fmt)
 
 
-def tag(workflows: Optional[list[str]] = typer.Option(
+def tag(workflows: list[str] | None = typer.Option(
             None, "--workflow", "-w", metavar="WORKFLOW_ID", help="The workflows to change; "
             "several may follow one flag. Without it: list the tags in use."),
-        add: Optional[list[str]] = typer.Option(None, "--add", "-a", metavar="TAG",
+        add: list[str] | None = typer.Option(None, "--add", "-a", metavar="TAG",
                                                 help="Tags to add; several may follow one flag."),
-        remove: Optional[list[str]] = typer.Option(
+        remove: list[str] | None = typer.Option(
             None, "--remove", "-r", metavar="TAG", help="Tags to remove (before adding)."),
         fmt: Format = FormatOption) -> None:
     """OSMO's workflow tags: change the tags of workflows (remove applied before add), or
@@ -772,8 +779,8 @@ def tag(workflows: Optional[list[str]] = typer.Option(
         return
     data = client.json("POST", "/api/tag", json={"workflows": _flat(workflows),
                                                  "add": _flat(add), "remove": _flat(remove)})
-    emit(data, fmt, lambda rows: [typer.echo(f"Workflow {r['id']} tags: "
-                                             f"{', '.join(r['tags']) or '-'}") for r in rows])
+    emit(data, fmt, lambda rows: _echo_lines(f"Workflow {r['id']} tags: "
+                                             f"{', '.join(r['tags']) or '-'}" for r in rows))
 
 
 def delete(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...",
@@ -784,7 +791,7 @@ def delete(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...
     running workflow is refused (exit 4: cancel it first), another user's too (exit 8)
     unless you are an admin. JSON: {"deleted": [ids]}."""
     data = Client().json("POST", "/api/workflow/delete", json={"ids": workflow_ids})
-    emit(data, fmt, lambda d: [console.print(f"Workflow {w} deleted") for w in d["deleted"]])
+    emit(data, fmt, lambda d: _print_lines(f"Workflow {w} deleted" for w in d["deleted"]))
 
 
 def _duration_s(value: str) -> float:
@@ -842,3 +849,15 @@ def register(app: typer.Typer) -> None:
     app.command()(tag)
     app.command()(delete)
     app.command()(prune)
+
+
+def _echo_lines(lines: Iterable[str]) -> None:
+    """Echo each of ``lines`` (typer.echo: no markup)."""
+    for line in lines:
+        typer.echo(line)
+
+
+def _print_lines(lines: Iterable[str]) -> None:
+    """Print each of ``lines`` on the console."""
+    for line in lines:
+        console.print(line)

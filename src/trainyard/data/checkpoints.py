@@ -26,10 +26,10 @@ possibly from two adjacent rounds while a publish runs.
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +39,8 @@ from pydantic import BaseModel, ValidationError
 from trainyard.data import storage
 from trainyard.data.retry import ChecksumMismatch
 from trainyard.data.storage import META_DIR, Location
-from trainyard.data.transfer import FileJob, LocalFile, Mover, file_filter, local_files
+from trainyard.data.transfer import (FileJob, JobAction, LocalFile, Moved, Mover, file_filter,
+                                     local_files)
 from trainyard.errors import DataError
 
 __all__ = ["CheckpointEntry", "CheckpointManifest", "CheckpointWriter", "read_checkpoint",
@@ -168,11 +169,11 @@ def _fetch_round(mover: Mover, loc: Location, entries: list[CheckpointEntry], de
 
 
 def _read_action(mover: Mover, loc: Location, entries: dict[str, CheckpointEntry]
-                 ) -> Callable[[FileJob, Callback], str | None]:
+                 ) -> JobAction:
     """Published copy first, the round's staged copy second; ``""`` when neither matches."""
     download = mover.download_action(loc)
 
-    def action(job: FileJob, callback: Callback) -> str | None:
+    def action(job: FileJob, callback: Callback) -> str | Moved | None:
         staged = loc.join(STAGING, str(entries[job.rel].round), job.rel)
         for source in (job.source, staged):
             try:
@@ -270,7 +271,7 @@ class CheckpointWriter:
         for entry in done.uploaded:
             source, target = posixpath.join(stage, entry.path), self.loc.join(entry.path)
             self.mover.storage_call(f"publishing {self.loc.show(entry.path)}",
-                                    lambda s=source, t=target: _move(self.loc, s, t))
+                                    functools.partial(_move, self.loc, source, target))
             state[entry.path] = done.stamps[entry.path] or (0, 0)
         for gone in set(state) - set(self.entries):
             del state[gone]
@@ -283,7 +284,8 @@ class CheckpointWriter:
             if old < number:
                 self.mover.storage_call(
                     "removing an old checkpoint manifest",
-                    lambda o=old: storage.remove(self.loc, self.loc.join(ROUNDS, f"{o}.json")))
+                    functools.partial(storage.remove, self.loc,
+                                      self.loc.join(ROUNDS, f"{old}.json")))
         self.mover.storage_call("removing checkpoint staging", lambda: storage.remove(
             self.loc, self.loc.join(STAGING), recursive=True))
 

@@ -43,7 +43,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
 from trainyard.data import localcopy
 
@@ -242,7 +242,7 @@ class Helper:
             in_flight.popleft()  # only now: a chunk whose answers failed midway is redone whole
 
     def _give_back(self, in_flight: deque[tuple[list[int], list[CopyOrder]]], why: str,
-                   stderr: tempfile._TemporaryFileWrapper[bytes]) -> None:
+                   stderr: IO[bytes]) -> None:
         """The worker is dead: remove the temp files its chunks may have left (the names
         were chosen here), and hand the chunks back (``lost``) unless aborted."""
         chunk = [index for indices, _orders in in_flight for index in indices]
@@ -266,7 +266,7 @@ class Helper:
             proc.wait()
 
 
-def _spawn(stderr: tempfile._TemporaryFileWrapper[bytes]) -> subprocess.Popen[bytes]:
+def _spawn(stderr: IO[bytes]) -> subprocess.Popen[bytes]:
     """The worker: a fresh interpreter (``-I``: no PYTHON* variables, no user site, no
     current folder on the path; ``-S``: no ``site``, 5 ms less) running
     ``localcopy.serve_stdio``, with only the folder of this process's ``blake3`` added to

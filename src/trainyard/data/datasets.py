@@ -41,6 +41,7 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 import re
@@ -493,7 +494,7 @@ class DatasetStore:
                 path = self.loc.join(name, "tags", child)
                 try:
                     raw = self.mover.storage_call(f"reading tag {child}",
-                                                  lambda p=path: storage.read_bytes(self.loc, p))
+                                                  functools.partial(storage.read_bytes, self.loc, path))
                     tags[child.removesuffix(".json")] = int(json.loads(raw)["version"])
                 except (DataError, ValueError, KeyError, TypeError):
                     continue  # deleted meanwhile or not ours: not a tag
@@ -502,15 +503,18 @@ class DatasetStore:
     def _delete_version(self, version: DatasetVersion, info: DatasetInfo) -> None:
         name, number = version.name, version.version
         tomb = self.loc.join(name, "versions", f"{number}.deleted")
-        self.mover.storage_call(f"deleting {name} version {number}", lambda: (
-            storage.write_bytes(self.loc, tomb, b"{}"),
-            storage.remove(self.loc, self._manifest_path(name, number))))
+
+        def tombstone() -> None:
+            storage.write_bytes(self.loc, tomb, b"{}")
+            storage.remove(self.loc, self._manifest_path(name, number))
+
+        self.mover.storage_call(f"deleting {name} version {number}", tombstone)
         self._discard(self.loc.child(f"{name}/data/{version.upload_id}"))
         for tag in info.tags_of(number):
             if tag != LATEST:
                 path = self.loc.join(name, "tags", f"{tag}.json")
                 self.mover.storage_call(f"deleting tag {name}:{tag}",
-                                        lambda p=path: storage.remove(self.loc, p))
+                                        functools.partial(storage.remove, self.loc, path))
 
     def _discard(self, loc: Location) -> None:
         """Best effort: remove an unreferenced upload folder (leftovers are harmless)."""

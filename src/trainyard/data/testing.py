@@ -108,7 +108,8 @@ class MotoS3:
 class TcpProxy:
     """A loopback TCP proxy to ``127.0.0.1:target_port``: ``cut()`` closes every open
     connection (requests in flight fail), ``refuse_next(n)`` drops the next ``n`` new
-    connections at once, ``refuse_for(s)`` drops every new one for ``s`` seconds, ``stop()`` also stops accepting (the server looks gone: connection
+    connections at once, ``refuse_for(s)`` drops every new one for ``s`` seconds, ``stop()`` also
+    stops accepting (the server looks gone: connection
     refused)."""
 
     def __init__(self, target_port: int) -> None:

@@ -292,8 +292,8 @@ class Offload:
     """
 
     sends: Callable[[FileJob], bool]
-    order: Callable[[FileJob], "copyworker.CopyOrder"]
-    accept: Callable[[FileJob, "copyworker.Copied"], "str | Moved | None"]
+    order: Callable[[FileJob], copyworker.CopyOrder]
+    accept: Callable[[FileJob, copyworker.Copied], str | Moved | None]
 
 
 class _OffloadableAction:
@@ -340,7 +340,7 @@ class Mover:
         except Exception as exc:  # noqa: BLE001 - translated at the edge
             raise DataError(scrub(f"{what} failed: {_cause(exc)}")) from exc
 
-    def list(self, loc: Location) -> list[RemoteFile]:
+    def list_files(self, loc: Location) -> list[RemoteFile]:
         """The files at ``loc`` (``storage.list_files``). Raises DataError."""
         return self.storage_call(f"listing {loc.show()}", lambda: storage.list_files(loc))
 
@@ -449,11 +449,11 @@ class Mover:
         def on_answer(index: int, answer: copyworker.Copied | str) -> None:
             job = jobs[index]
             got = offload.accept(job, answer) if isinstance(answer, copyworker.Copied) else None
-            if got is None:
+            if got is None or not isinstance(answer, copyworker.Copied):
                 redo.append(index)
                 return
             results[index] = got
-            self.progress.advance(answer.size)  # type: ignore[union-attr] - Copied here
+            self.progress.advance(answer.size)
             self.progress.file_done(job.rel)
 
         queue = copyworker.ChunkQueue(sent)

@@ -10,6 +10,7 @@ are read file by file as they are.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from os import PathLike
 from pathlib import Path
@@ -43,7 +44,7 @@ def list_url(url: str | PathLike[str], regex: str | None = None, mover: Mover | 
     """
     mover = mover or Mover()
     keep = file_filter(regex)
-    return [f for f in mover.list(mover.location(url)) if keep(f.rel)]
+    return [f for f in mover.list_files(mover.location(url)) if keep(f.rel)]
 
 
 def delete(url: str | PathLike[str], regex: str | None = None,
@@ -56,9 +57,9 @@ def delete(url: str | PathLike[str], regex: str | None = None,
     """
     mover = mover or Mover()
     loc = mover.location(url)
-    files = [f for f in mover.list(loc) if file_filter(regex)(f.rel)]
+    files = [f for f in mover.list_files(loc) if file_filter(regex)(f.rel)]
     for found in files:
-        mover.storage_call(f"delete {found.path}", lambda path=found.path: loc.fs.rm_file(path))
+        mover.storage_call(f"delete {found.path}", functools.partial(loc.fs.rm_file, found.path))
     return len(files)
 
 
@@ -89,7 +90,7 @@ def download(url: str | PathLike[str], dest: Path, regex: str | None = None,
     if has_checkpoint(mover, loc):
         return read_checkpoint(mover, loc, dest, regex)
     try:
-        listed = mover.list(loc)
+        listed = mover.list_files(loc)
     except DataError as exc:
         if not (missing_ok and isinstance(exc.__cause__, FileNotFoundError)
                 and _container_exists(loc)):

@@ -7,6 +7,8 @@ the step; see docs/engine.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 import logging
 import time
 from pathlib import Path
@@ -63,7 +65,7 @@ class ActionRunner(EngineCore):
                 self._carry_out_action(wid, action)  # held back (a DeferredStart)
             else:
                 ready.append((wid, action))
-        by_backend: dict[int, list[tuple[int, Backend, list[TaskLaunch]]]] = {}
+        by_backend: dict[int, list[tuple[int, Backend[Any], list[TaskLaunch]]]] = {}
         outcome: dict[int, m.Event | None] = {}
         for index, (wid, action) in enumerate(ready):
             made = self._launches(wid, action)
@@ -72,7 +74,7 @@ class ActionRunner(EngineCore):
             else:
                 outcome[index] = made
         for gangs in by_backend.values():
-            for (index, backend, launches), error in zip(gangs, _start_groups(gangs)):
+            for (index, backend, launches), error in zip(gangs, _start_groups(gangs), strict=True):
                 wid, action = ready[index]
                 outcome[index] = self._start_failed(wid, action, backend, launches, error)
         return [(wid, outcome.get(index)) for index, (wid, _action) in enumerate(ready)]
@@ -123,7 +125,7 @@ class ActionRunner(EngineCore):
         return self._start_failed(wid, action, backend, launches, error)
 
     def _launches(self, wid: str, action: m.StartTasks, only: frozenset[TaskKey] | None = None,
-                  ) -> tuple[Backend, list[TaskLaunch]] | m.Event | None:
+                  ) -> tuple[Backend[Any], list[TaskLaunch]] | m.Event | None:
         """The backend and the launches of ``action``'s start (``only`` those keys, when
         given); None for a workflow no longer driven, GroupStartFailed when its pool has no
         usable backend."""
@@ -170,7 +172,7 @@ class ActionRunner(EngineCore):
             return {}
         return self.credentials.payloads(user, names)
 
-    def _start_failed(self, wid: str, action: m.StartTasks, backend: Backend,
+    def _start_failed(self, wid: str, action: m.StartTasks, backend: Backend[Any],
                       launches: list[TaskLaunch], error: BackendError | None) -> m.Event | None:
         """What a start's outcome yields: None when it started; else the reason in each
         task's log and GroupStartFailed."""
@@ -251,7 +253,7 @@ class ActionRunner(EngineCore):
         return self.run_dir(wid, found.name, found.retry_id) / "output"
 
 
-def _start_groups(gangs: list[tuple[int, Backend, list[TaskLaunch]]],
+def _start_groups(gangs: list[tuple[int, Backend[Any], list[TaskLaunch]]],
                   ) -> list[BackendError | None]:
     """Start ``gangs`` (all of one backend), one ``start_group`` each: the backend answers
     each gang before the next is handed over, which paces the local launcher's runner threads

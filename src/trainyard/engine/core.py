@@ -7,6 +7,8 @@ backend serve a workflow, where an attempt's run folder is, one line in a task l
 
 from __future__ import annotations
 
+from typing import Any
+
 import logging
 import threading
 from collections.abc import Callable
@@ -40,7 +42,7 @@ class EngineCore:
         *,
         pools: dict[str, Pool] | None = None,
         spec_loader: Callable[[WorkflowRecord], WorkflowSpec],
-        backend_factory: Callable[[Pool, Path], Backend],
+        backend_factory: Callable[[Pool, Path], Backend[Any]],
         poll_interval_s: float = 0.05,
     ) -> None:
         self.store = store
@@ -55,7 +57,7 @@ class EngineCore:
         self._live: dict[str, LiveWorkflow] = {}
         self._pool_name: dict[str, str] = {}
         self._schedulers: dict[str, Scheduler] = {}
-        self._backends: dict[str, Backend] = {}
+        self._backends: dict[str, Backend[Any]] = {}
         self._dirty: set[str] = set()
         self._pending: dict[str, list[m.Event]] = {}  # accepted, handled by the next step
         self._unstarted: list[UnstartedStart] = []  # found by _resume, started by the next step
@@ -101,11 +103,11 @@ class EngineCore:
             self._schedulers[pool.name] = Scheduler(pool)
         return self._schedulers[pool.name]
 
-    def _backend_of(self, wid: str) -> Backend:
+    def _backend_of(self, wid: str) -> Backend[Any]:
         """The backend of the workflow's pool (``_pool_backend``)."""
         return self._pool_backend(self._pool_name[wid])
 
-    def _pool_backend(self, pool: str) -> Backend:
+    def _pool_backend(self, pool: str) -> Backend[Any]:
         """The pool's backend, made on first use and asked to wake the engine on new facts.
 
         Raises:

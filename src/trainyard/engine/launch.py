@@ -20,7 +20,8 @@ from trainyard.backends.images import registry_credentials_for
 from trainyard.engine.machine import StartTasks, WorkflowState
 from trainyard.engine.scheduler import Placement
 from trainyard.pools import Pool
-from trainyard.runfile import TaskRun
+from trainyard.runfile import (RunCheckpoint, RunCredential, RunFile, RunInput, RunOutput,
+                               TaskRun)
 from trainyard.spec.models import TaskInput, TaskSpec, WorkflowSpec
 
 __all__ = ["LaunchContext", "InputUnavailable", "build_launches"]
@@ -40,7 +41,7 @@ class LaunchContext:
     spec: WorkflowSpec
     state: WorkflowState
     placements: dict[str, Placement]
-    backend: Backend
+    backend: Backend[Any]
     pool: Pool
     upstream_output: Callable[[str, str], Path]
     user: str | None = None
@@ -103,16 +104,18 @@ def _task_run(ctx: LaunchContext, spec: TaskSpec, retry_id: int, shared: dict[st
         lead=spec.lead, lead_task=shared["lead"], image=spec.image, command=list(spec.command), args=list(spec.args),
         host_network=spec.host_network, privileged=spec.privileged,
         environment=dict(spec.environment),
-        files=[{"path": f.path, "contents": f.contents or ""} for f in spec.files],
-        inputs=[_input(ctx, i) for i in spec.inputs],
-        outputs=[o.model_dump(mode="json") for o in spec.outputs],
-        checkpoints=[c.model_dump(mode="json") for c in spec.checkpoint],
+        files=[RunFile(path=f.path, contents=f.contents or "") for f in spec.files],
+        inputs=[RunInput.model_validate(_input(ctx, i)) for i in spec.inputs],
+        outputs=[RunOutput.model_validate(o.model_dump(mode="json")) for o in spec.outputs],
+        checkpoints=[RunCheckpoint.model_validate(c.model_dump(mode="json"))
+                     for c in spec.checkpoint],
         volume_mounts=list(spec.volume_mounts),
         hosts=shared["hosts"], group_tasks=group_tasks, task_index=group_tasks.index(spec.name),
         barrier=shared["barrier"], run_dir=str(run_dir), output_dir=str(run_dir / "output"),
         data_roots=dataroots.data_roots(ctx.pool.options, ctx.home, ctx.user),
         data_home=str(ctx.home),
-        user=ctx.user, credentials=_credentials(ctx, spec),
+        user=ctx.user,
+        credentials=[RunCredential.model_validate(c) for c in _credentials(ctx, spec)],
         data_credentials=_data_credentials(ctx, spec),
     )
 

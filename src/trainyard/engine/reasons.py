@@ -156,7 +156,7 @@ def waits_of(state: WorkflowState) -> list[dict[str, Any]]:
     """
     if state.status.is_terminal():
         return []
-    out = []
+    out: list[dict[str, Any]] = []
     for group in state.groups.values():
         if group.status is Status.WAITING and group.upstream:
             out.append({"group": group.name, "status": group.status.value,

@@ -82,7 +82,7 @@ class Engine(StepLoop):
         *,
         pools: dict[str, Pool] | None = None,
         spec_loader: Callable[[WorkflowRecord], WorkflowSpec] | None = None,
-        backend_factory: Callable[[Pool, Path], Backend] | None = None,
+        backend_factory: Callable[[Pool, Path], Backend[Any]] | None = None,
         poll_interval_s: float = 0.05,
     ) -> None:
         super().__init__(store, home, pools=pools, spec_loader=spec_loader or _spec_from_source,
@@ -349,8 +349,8 @@ class Engine(StepLoop):
         self._backends.clear()
 
 
-def _default_backend(pool: Pool, home: Path) -> Backend:
-    return backends.get_backend(pool, home)  # type: ignore[attr-defined]
+def _default_backend(pool: Pool, home: Path) -> Backend[Any]:
+    return backends.get_backend(pool, home)
 
 
 def _spec_source(sub: Submission) -> dict[str, Any]:

@@ -6,6 +6,8 @@ started, stop attempts that ended in the store but still run). Order and rules: 
 
 from __future__ import annotations
 
+from typing import Any
+
 import logging
 import time
 
@@ -125,7 +127,7 @@ def ended_attempts(wid: str, state: m.WorkflowState) -> list[TaskKey]:
     return keys
 
 
-def _unstarted_keys(backend: Backend, keys: list[TaskKey]) -> frozenset[TaskKey]:
+def _unstarted_keys(backend: Backend[Any], keys: list[TaskKey]) -> frozenset[TaskKey]:
     """The attempts ``backend`` surely never started (``Backend.unstarted``)."""
     return frozenset(backend.unstarted(keys))
 

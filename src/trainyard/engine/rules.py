@@ -198,10 +198,10 @@ class _CopyOnRead(dict):  # type: ignore[type-arg]
             self._copied.add(key)
         return dict.__getitem__(self, key)
 
-    def values(self) -> Any:  # type: ignore[override]
+    def values(self) -> Any:
         return [self[key] for key in self]
 
-    def items(self) -> Any:  # type: ignore[override]
+    def items(self) -> Any:
         return [(key, self[key]) for key in self]
 
 

@@ -7,6 +7,8 @@ docs/engine.md "The step".
 
 from __future__ import annotations
 
+from typing import Any
+
 import logging
 import threading
 import time
@@ -288,7 +290,7 @@ def _step_delay_s(poll_interval_s: float, failures: int) -> float:
     (up to ``FAILED_STEP_MAX_DELAY_S``), so a lasting failure cannot spin or flood the log."""
     if failures == 0:
         return poll_interval_s
-    return min(poll_interval_s * 2 ** min(failures, 30), FAILED_STEP_MAX_DELAY_S)
+    return min(poll_interval_s * 2.0 ** min(failures, 30), FAILED_STEP_MAX_DELAY_S)
 
 
 def _log_failed_step(failures: int, exc: Exception) -> None:
@@ -300,7 +302,7 @@ def _log_failed_step(failures: int, exc: Exception) -> None:
                   failures, FAILED_STEP_MAX_DELAY_S, exc)
 
 
-def _backend_reason(backend: Backend, wid: str, group: m.GroupState,
+def _backend_reason(backend: Backend[Any], wid: str, group: m.GroupState,
                     state: m.WorkflowState) -> str:
     """``task NAME: REASON`` of the first task of ``group`` whose attempt the backend says
     waits (``Backend.waiting_reason``), else ""."""

@@ -103,8 +103,8 @@ def leftovers(leaders: dict[int, float], trees: bool = True) -> list[psutil.Proc
     list)."""
     if not sys.platform.startswith("linux") or not leaders:
         return []
-    table = {pid: found for pid in psutil.pids()
-             if pid != os.getpid() and (found := _parent_and_session(pid)) is not None}
+    table = {pid: ids for pid in psutil.pids()
+             if pid != os.getpid() and (ids := _parent_and_session(pid)) is not None}
     sessions = {sid for sid, created in leaders.items()
                 if not (sid in table and _reused(sid, created))}
     chosen = {pid for pid, (_ppid, sid) in table.items() if sid in sessions}
@@ -119,7 +119,7 @@ def leftovers(leaders: dict[int, float], trees: bool = True) -> list[psutil.Proc
                 if child not in chosen:
                     chosen.add(child)
                     stack.append(child)
-    found = []
+    found: list[psutil.Process] = []
     for pid in chosen:
         try:
             proc = psutil.Process(pid)

@@ -35,7 +35,8 @@ from pathlib import Path
 from trainyard.linux.libc import libc as c_library
 from trainyard.runfile import OverlayMount
 
-__all__ = ["write_inside", "remove_inside", "open_folder_inside", "open_folder_at", "write_at", "link_at", "mount_overlays", "SymlinkRefused", "files_inside", "open_no_links",
+__all__ = ["write_inside", "remove_inside", "open_folder_inside", "open_folder_at", "write_at",
+           "link_at", "mount_overlays", "SymlinkRefused", "files_inside", "open_no_links",
            "no_links_path"]
 
 _CLONE_NEWNS = 0x00020000
@@ -324,7 +325,7 @@ def _mount_stacked_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
         gid = layer.idmap_uid if layer.idmap_gid is None else layer.idmap_gid
         names = ["lower" if index == 0 else f"lower.{index}" for index in range(len(lowers))]
         userns = _layer_userns(layer.idmap_uid, gid, layer.idmap_uid_base, layer.idmap_gid_base)
-        for folder, name in zip(lowers, names):
+        for folder, name in zip(lowers, names, strict=True):
             _make_folders(os.path.join(base, name))
             _attach(folder, os.path.join(base, name), userns)
     relative = [os.path.relpath(p, base) for p in (layer.upper, layer.work)]

@@ -34,7 +34,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import psutil
 
@@ -68,6 +68,9 @@ from trainyard.runfile import TaskRun
 from trainyard.runner.usage import UsageSampler, baseline_delay, interval_from_env
 from trainyard.runner.text import PathRewriter, expand_vars
 from trainyard.spec.tokens import substitute_tokens, token_values
+
+if TYPE_CHECKING:
+    from trainyard.data.config import DataConfig
 
 __all__ = ["Runner", "StepFailed", "task_environment"]
 
@@ -631,8 +634,9 @@ class Runner:
         """Upload the output folder to every output. Raises StepFailed(2012)."""
         for target in self.run.outputs:
             if target.url is not None:
-                target = target.model_copy(update={"url": self.storage_url(target.url)})
-                self.check_data_url(target.url, ExitCode.UPLOAD_FAILED, "output")
+                url = self.storage_url(target.url)
+                target = target.model_copy(update={"url": url})
+                self.check_data_url(url, ExitCode.UPLOAD_FAILED, "output")
             where = scrub(target.url or (target.dataset.name if target.dataset else "?"))
             try:
                 hook = self.hook_for(target.url) if target.url else self.hook
@@ -745,7 +749,7 @@ class Runner:
         return code
 
 
-def data_config_with(payload: dict[str, str]) -> object:
+def data_config_with(payload: dict[str, str]) -> DataConfig:
     """The data settings (``trainyard.data.config``) with a DATA credential's keys for S3:
     ``access_key_id``/``access_key`` as fsspec's ``key``/``secret``, ``region`` as the
     client's region, ``override_url`` (an S3-compatible store) as the endpoint."""

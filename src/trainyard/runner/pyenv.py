@@ -90,9 +90,9 @@ def make_task_venv(base: str, relative: str, owner: tuple[int, int] | None) -> N
     """
     files, links = venv_files()
     folders: dict[str, list[tuple[str, str, int | None]]] = {}
-    for rel, text, mode in files:
+    for rel, text, file_mode in files:
         folder, _, name = rel.rpartition("/")
-        folders.setdefault(folder, []).append((name, text, mode))
+        folders.setdefault(folder, []).append((name, text, file_mode))
     for rel, target in links:
         folder, _, name = rel.rpartition("/")
         folders.setdefault(folder, []).append((name, target, None))

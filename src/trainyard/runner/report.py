@@ -55,7 +55,8 @@ from typing import IO
 
 from trainyard.status import ExitCode
 
-__all__ = ["Event", "EventWriter", "notify_socket", "FACTS_SOCKET_ENV", "TaskLog", "read_events", "format_line", "escape_control",
+__all__ = ["Event", "EventWriter", "notify_socket", "FACTS_SOCKET_ENV", "TaskLog", "read_events",
+           "format_line", "escape_control",
            "parse_line", "LogParts", "reserve_space", "EVENTS", "LOG", "RESERVE",
            "MAX_LINE_BYTES", "RESERVE_BYTES", "LOG_FAILED_EXIT_CODE", "RUNNER_TAG", "CUT_TAG",
            "DETAIL_TAG", "is_detail_line"]

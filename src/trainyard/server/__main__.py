@@ -1,7 +1,8 @@
 """``python -m trainyard.server [--host H] [--port P]``: run the API server in the foreground.
 
 Port 0 (the default) listens on the port this home's server used last when it is free, else on
-any free port (remembered in ``$TRAINYARD_HOME/server.port``); the address is written to ``$TRAINYARD_HOME/server.json`` and to
+any free port (remembered in ``$TRAINYARD_HOME/server.port``); the address is written to
+``$TRAINYARD_HOME/server.json`` and to
 the home's lock note (``server.process``). Before anything else the server takes the
 home's lock and its store's one-engine lock (``store.lock``), and checks that the store can
 be trusted (``Store.verify``); if any of these fails it says why on stderr and in
@@ -43,7 +44,7 @@ def private_process() -> None:
     os.environ.pop("TRAINYARD_TOKEN", None)
 
 
-def _tighten(home: "os.PathLike[str]") -> None:
+def _tighten(home: os.PathLike[str]) -> None:
     """``home`` becomes 0700 when it is ours and others could enter it."""
     st = os.stat(home)
     if st.st_uid == os.getuid() and st.st_mode & 0o077:

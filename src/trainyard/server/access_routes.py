@@ -111,7 +111,7 @@ def add_access_routes(app: FastAPI, tokens: TokenRegistry) -> None:
                    count: int = 100) -> list[dict[str, Any]]:
         refuse_task_token(u, "list users")
         rows = [r for r in tokens.users() if not id_prefix or str(r["id"]).startswith(id_prefix)]
-        rows = [r for r in rows if not role or set(role) & set(r["roles"])]  # type: ignore[arg-type]
+        rows = [r for r in rows if not role or _has_role(r["roles"], role)]
         return rows[:max(count, 1)]
 
     @app.post("/api/user")
@@ -176,3 +176,8 @@ def add_user_admin_routes(app: FastAPI, tokens: TokenRegistry) -> None:
             raise NotFoundError(f"you have no token named {name!r}")
         return {"name": name, "roles": ["osmo-admin", "osmo-user"] if row["admin"]
                 else ["osmo-user"]}
+
+
+def _has_role(roles: object, wanted: list[str]) -> bool:
+    """Whether a user row's ``roles`` (a list of role names) holds one of ``wanted``."""
+    return isinstance(roles, list) and bool(set(wanted) & set(roles))

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
@@ -270,11 +270,11 @@ def _routes(app: FastAPI, service: Service) -> None:
         priority: Annotated[list[str] | None, Query()] = None,
         app_name: Annotated[str | None, Query(alias="app")] = None,
         no_label: Annotated[list[str] | None, Query()] = None,
-    ) -> list[dict[str, Any]]:
+    ) -> Sequence[Mapping[str, Any]]:  # answers.WorkflowSummary
         labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
         filters = ListFilters(tags=tag or [], priorities=priority or [], app=app_name,
                               no_labels=no_label or [])
-        return service.list(u, statuses=status, name=name, labels=labels, count=count,
+        return service.list_workflows(u, statuses=status, name=name, labels=labels, count=count,
                             submitted_by=user, pool=pool, offset=offset,
                             oldest_first=order == "asc", submitted_after_s=submitted_after_s,
                             submitted_before_s=submitted_before_s, all_users=all_users,
@@ -293,7 +293,7 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/api/workflow/{workflow_id}")
     def query(workflow_id: str, u: Caller, response: Response, verbose: bool = False,
               wait_s: float = 0.0, known: str | None = None,
-              isolation: bool = False) -> dict[str, Any]:
+              isolation: bool = False) -> Mapping[str, Any]:  # answers.WorkflowAnswer
         data, key = service.query_when_changed(workflow_id, u, known=known, wait_s=wait_s,
                                                verbose=verbose, isolation=isolation)
         response.headers[PROGRESS_HEADER] = key
@@ -366,7 +366,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         return service.prune(req.older_than_s, u, dry_run=req.dry_run, limit=req.limit)
 
     @app.post("/api/workflow/{workflow_id}/restart")
-    def restart(workflow_id: str, u: Caller, pool: str | None = None) -> dict[str, Any]:
+    def restart(workflow_id: str, u: Caller, pool: str | None = None) -> Mapping[str, Any]:
         return service.restart(workflow_id, u, pool=pool)
 
     @app.post("/api/credentials/{name}")

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from trainyard import tasktokens
 from trainyard.errors import AuthError, ForbiddenError, NotFoundError, RefusedError
+from datetime import UTC
 
 __all__ = ["User", "TokenInfo", "TokenRegistry", "read_client_token", "read_login",
            "write_login", "LOGIN_FILE", "refuse_task_token"]
@@ -175,7 +176,7 @@ class TokenRegistry:
         """OSMO's ``token list``: each token's user, name, description, expiry and whether
         it is an admin's (of ``user`` only when given); never the token itself."""
         self._reload_if_changed()
-        rows = []
+        rows: list[dict[str, object]] = []
         for token, owner in self._tokens.items():
             if user is None or owner.name == user:
                 info = self._info.get(token, TokenInfo())
@@ -255,9 +256,9 @@ def _check_expiry(info: TokenInfo) -> None:
     """Raise AuthError when the token's last day (UTC) is past."""
     if info.expires_at is None:
         return
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    if datetime.now(timezone.utc).date().isoformat() > info.expires_at:
+    if datetime.now(UTC).date().isoformat() > info.expires_at:
         raise AuthError(f"token {info.name or ''} expired on {info.expires_at}".replace("  ", " "))
 
 

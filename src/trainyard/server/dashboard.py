@@ -20,11 +20,13 @@ from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, TypeGuard
+from collections.abc import Callable
 
 from trainyard.engine import machine as m
 from trainyard.runner.report import EVENTS, read_events
 from trainyard.runner.usage import read_usage
+from datetime import UTC
 
 __all__ = ["DagBox", "dag_layout", "Phase", "AttemptBar", "timeline", "metrics_files",
            "find_files", "read_metrics", "read_curves", "read_curves_and_times", "X_AXES",
@@ -145,7 +147,7 @@ def _bar(task: str, attempt: _AttemptRow, queued_s: float, run_dir: Path,
     bar.ended_s = end_s
     finish = end_s if end_s is not None else now_s
     kinds = [k for k in ("QUEUED", "INITIALIZING", "RUNNING") if k in marks]
-    for kind, after in zip(kinds, kinds[1:] + [None]):
+    for kind, after in zip(kinds, kinds[1:] + [None], strict=True):
         stop = marks[after] if after else finish
         bar.phases.append(Phase(kind, marks[kind], max(stop, marks[kind])))
     return bar
@@ -241,7 +243,7 @@ class _Series:
         self.last = (x, y, t)
 
     def _kept(self) -> list[tuple[float, float, float]]:
-        kept = list(zip(self.xs, self.ys, self.ts))
+        kept = list(zip(self.xs, self.ys, self.ts, strict=True))
         if self.last is not None and (not kept or kept[-1][:2] != self.last[:2]):
             kept.append(self.last)
         return kept
@@ -398,17 +400,17 @@ def _x_value(row: dict[str, Any], name: str) -> float | None:
     if _number(value):
         return float(value)
     if name == "time" and isinstance(value, str):
-        from datetime import datetime, timezone
+        from datetime import datetime
 
         try:
             when = datetime.fromisoformat(value)
         except ValueError:
             return None
-        return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+        return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
     return None
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

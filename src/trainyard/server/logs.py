@@ -25,7 +25,7 @@ import heapq
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,7 @@ def _iso(stamp: str | None) -> str | None:
         return None
     try:
         return datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S").replace(
-            tzinfo=timezone.utc).isoformat()
+            tzinfo=UTC).isoformat()
     except ValueError:
         return None
 

@@ -27,7 +27,7 @@ Route = tuple[str, str]
 TASK_TOKEN_ROUTES: frozenset[Route] = frozenset({
     ("GET", "/api/version"),
     ("GET", "/api/whoami"),
-    ("GET", "/api/workflow"),  # lists the token's own workflow only (Service.list)
+    ("GET", "/api/workflow"),  # lists the token's own workflow only (Service.list_workflows)
     ("GET", "/api/workflow/{workflow_id}"),
     ("GET", "/api/workflow/{workflow_id}/spec"),
     ("GET", "/api/workflow/{workflow_id}/logs"),

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from trainyard import spec as specapi
 from trainyard.engine import machine as m
 from trainyard.engine import reasons
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.status import WorkflowStatus
+from trainyard.status import Status, WorkflowStatus
 from trainyard.errors import (
     AuthError,
     BadArgumentError,
@@ -36,6 +36,8 @@ from trainyard.errors import (
 from trainyard.backends.served import load_pool_file
 from trainyard.pools import DEFAULT_POOL, Pool
 from trainyard.server import compare
+from trainyard.server.answers import (AttemptAnswer, GroupAnswer, TaskAnswer, WorkflowAnswer,
+                                      WorkflowSummary)
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.logs import (FLUSH, LogFile, LogLine, file_size, read_detail, read_merged,
                                    tail_offset)
@@ -71,7 +73,7 @@ def iso(time_s: float | None) -> str | None:
     """Unix seconds as ISO 8601 UTC (``2026-11-22T10:00:00.123456+00:00``), None as None."""
     if time_s is None:
         return None
-    return datetime.fromtimestamp(time_s, tz=timezone.utc).isoformat()
+    return datetime.fromtimestamp(time_s, tz=UTC).isoformat()
 
 
 def _log_time(line: LogLine) -> str:
@@ -314,9 +316,9 @@ class Service:
 
     def list_credentials(self, user: User) -> list[dict[str, Any]]:
         """The caller's credentials: ``[{"name", "type", "keys", "create_time"}]``."""
-        rows = self.engine.credentials.list(user.name)
+        rows = self.engine.credentials.list_for_user(user.name)
         return [{"name": r["name"], "type": r["type"], "keys": r["keys"],
-                 "create_time": iso(float(r["create_time_s"]))} for r in rows]  # type: ignore[arg-type]
+                 "create_time": iso(float(r["create_time_s"]))} for r in rows]
 
     def delete_credential(self, user: User, name: str) -> dict[str, Any]:
         """Delete the caller's credential; a task token may not. Raises NotFoundError."""
@@ -437,7 +439,7 @@ class Service:
             pool.backend if pool is not None else "unknown")
 
     def query(self, workflow_id: str, user: User, *, verbose: bool = False,
-              isolation: bool = False) -> dict[str, Any]:
+              isolation: bool = False) -> WorkflowAnswer:
         """The workflow in the CLI's JSON shape (``groups[].tasks[]``; ``retries`` when
         verbose; with ``isolation``, each task's ``isolation``: the detail lines of how its
         current attempt is isolated, read from the head of its task log, ``read_detail``)."""
@@ -449,13 +451,13 @@ class Service:
                 for task in group["tasks"]:
                     path = self.engine.run_dir(workflow_id, task["name"], task["retry_id"])
                     task["isolation"] = read_detail(path / "task.log", task["name"])
-        data.update(priority=priority_of(record.source), tags=tags_of(record.source))
+        data["priority"], data["tags"] = priority_of(record.source), tags_of(record.source)
         _add_outputs(data, record, lambda task, retry: self.engine.run_dir(workflow_id, task, retry))
         return data
 
     def query_when_changed(self, workflow_id: str, user: User, *, known: str | None,
                            wait_s: float, verbose: bool = False, isolation: bool = False,
-                           interval_s: float = 0.25) -> tuple[dict[str, Any], str]:
+                           interval_s: float = 0.25) -> tuple[WorkflowAnswer, str]:
         """``query``, answered as soon as the workflow's progress differs from ``known`` (a
         key this method returned before), or it ended, or ``wait_s`` passed (a long poll:
         ``--wait`` sees the end as soon as the engine stores it, ``Engine.wait_for_change``,
@@ -496,13 +498,13 @@ class Service:
                 return
             self.engine.wait_for_change(seen, min(interval_s, remaining))
 
-    def list(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
+    def list_workflows(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
              labels: dict[str, str] | None = None, count: int | None = None,
              submitted_by: str | list[str] | None = None, pool: str | list[str] | None = None,
              offset: int = 0, oldest_first: bool = False,
              submitted_after_s: float | None = None, submitted_before_s: float | None = None,
              all_users: bool | None = None,
-             filters: ListFilters | None = None) -> list[dict[str, Any]]:
+             filters: ListFilters | None = None) -> list[WorkflowSummary]:
         """Workflows visible to ``user``, newest first (``oldest_first``: oldest first),
         skipping the first ``offset``; read through ``Store.page_workflows`` (the
         dashboard's query). A non-admin sees only their own workflows. Whose: those of
@@ -582,7 +584,7 @@ class Service:
         state = self.engine.state(workflow_id)
         rows: list[tuple[float, dict[str, Any]]] = []
         for name, ts in state.tasks.items():
-            attempts = [*ts.history, ts]
+            attempts: list[m.TaskState | m.TaskAttempt] = [*ts.history, ts]
             for a in attempts:
                 run_dir = self.engine.run_dir(workflow_id, name, a.retry_id)
                 for e in read_events(run_dir / EVENTS)[0]:
@@ -610,9 +612,9 @@ class Service:
             workflows = [self._readable(workflow_id, user)]
         elif filters is None:
             workflows = [self.engine.store.get_workflow(w["id"])
-                         for w in self.list(user, count=count)]
+                         for w in self.list_workflows(user, count=count)]
         else:
-            workflows = [self.engine.store.get_workflow(w["id"]) for w in self.list(
+            workflows = [self.engine.store.get_workflow(w["id"]) for w in self.list_workflows(
                 user, submitted_by=filters.users or None, all_users=filters.all_users,
                 pool=filters.pools or None)]
         rows = [row for record in workflows for row in self._task_rows(record)]
@@ -673,8 +675,8 @@ class Service:
             raise NotFoundError(f"workflow {workflow_id} has no task {task!r}; its tasks: "
                                 f"{', '.join(sorted(state.tasks))}")
         retry = current.retry_id if retry_id is None else retry_id
-        status = m.Status(_attempt_status(current, retry, workflow_id))
-        if status is not m.Status.RUNNING:
+        status = Status(_attempt_status(current, retry, workflow_id))
+        if status is not Status.RUNNING:
             when = "has ended" if status.is_terminal() or retry != current.retry_id else "is not running yet"
             raise RefusedError(f"task {task} (retry {retry}) of workflow {workflow_id} {when} "
                                f"({status.value}); only a RUNNING task can be entered")
@@ -684,7 +686,7 @@ class Service:
         return {"workflow_id": workflow_id, "task": task, "retry_id": retry,
                 "status": status.value, **entry}
 
-    def restart(self, workflow_id: str, user: User, *, pool: str | None = None) -> dict[str, Any]:
+    def restart(self, workflow_id: str, user: User, *, pool: str | None = None) -> WorkflowSummary:
         """Run the failed groups of a failed workflow again, keeping completed ones.
 
         ``pool`` (OSMO's ``restart -p``) must be the workflow's own pool: its completed
@@ -1019,9 +1021,9 @@ def _mtime_ns(path: Path | None) -> int | None:
         return None
 
 
-def _attempt_failed(status: m.Status) -> bool:
+def _attempt_failed(status: Status) -> bool:
     """An attempt that failed: FAILED*, or RESCHEDULED (it failed and a new attempt runs)."""
-    return status.is_failed() or status is m.Status.RESCHEDULED
+    return status.is_failed() or status is Status.RESCHEDULED
 
 
 def _failed_attempts(ts: m.TaskState) -> set[int]:
@@ -1050,7 +1052,7 @@ def _node_json(pool: Pool, node: Any, used: dict[str, Any] | None) -> dict[str, 
             "capacity": capacity, "used": used, "free": free, "virtual": not pool.strict}
 
 
-def _summary_json(record: WorkflowRecord) -> dict[str, Any]:
+def _summary_json(record: WorkflowRecord) -> WorkflowSummary:
     return {
         "id": record.id, "name": record.name, "status": record.status, "pool": record.pool,
         "submitted_by": record.submitted_by, "labels": record.labels,
@@ -1075,21 +1077,21 @@ def _event_row(time_s: float, task: str, retry_id: int, event: str, exit_code: i
             "exit_code": exit_code, "message": message}
 
 
-def _row_summary_json(row: dict[str, Any]) -> dict[str, Any]:
+def _row_summary_json(row: dict[str, Any]) -> WorkflowSummary:
     """A ``Store.page_workflows`` row in ``_summary_json``'s shape."""
     return {"id": row["id"], "name": row["name"], "status": row["status"], "pool": row["pool"],
             "submitted_by": row["submitted_by"], "labels": row["labels"] or {},
             "submit_time": iso(row["submit_time_s"]), "end_time": iso(row["end_time_s"])}
 
 
-def _attempt_json(a: m.TaskAttempt) -> dict[str, Any]:
+def _attempt_json(a: m.TaskAttempt) -> AttemptAnswer:
     return {"retry_id": a.retry_id, "status": a.status.value, "exit_code": a.exit_code,
             "node": a.node, "start_time": iso(a.start_time_s), "end_time": iso(a.end_time_s),
             "failure_reason": a.failure_reason, "log_tail": list(a.log_tail)}
 
 
-def _task_json(t: m.TaskState, verbose: bool) -> dict[str, Any]:
-    out = {"name": t.name, "status": t.status.value, "lead": t.lead, "retry_id": t.retry_id,
+def _task_json(t: m.TaskState, verbose: bool) -> TaskAnswer:
+    out: TaskAnswer = {"name": t.name, "status": t.status.value, "lead": t.lead, "retry_id": t.retry_id,
            "exit_code": t.exit_code, "node": t.node, "start_time": iso(t.start_time_s),
            "end_time": iso(t.end_time_s), "failure_reason": t.failure_reason,
            "log_tail": list(t.log_tail)}
@@ -1152,7 +1154,7 @@ def _output_targets(record: WorkflowRecord) -> dict[str, list[str]]:
     return targets
 
 
-def _add_outputs(data: dict[str, Any], record: WorkflowRecord, run_dir: Any) -> None:
+def _add_outputs(data: WorkflowAnswer, record: WorkflowRecord, run_dir: Any) -> None:
     """Give every task its ``output_dir`` (the ``{{output}}`` folder of its current attempt)
     and ``outputs`` (where the spec uploads it after success, ``{{workflow_id}}`` resolved as
     the runner resolves it: the URL the files are at)."""
@@ -1165,14 +1167,15 @@ def _add_outputs(data: dict[str, Any], record: WorkflowRecord, run_dir: Any) -> 
                                for t in targets.get(task["name"], [])]
 
 
-def _workflow_json(record: WorkflowRecord, state: m.WorkflowState, verbose: bool) -> dict[str, Any]:
-    groups = [
+def _workflow_json(record: WorkflowRecord, state: m.WorkflowState, verbose: bool) -> WorkflowAnswer:
+    groups: list[GroupAnswer] = [
         {"name": g.name, "status": g.status.value,
          "tasks": [_task_json(state.tasks[t], verbose) for t in g.tasks]}
         for g in state.groups.values()
     ]
+    why = reasons_json(state)
     return {**_summary_json(record), "status": state.status.value, "groups": groups,
-            **reasons_json(state)}
+            "failure": why["failure"], "waiting": why["waiting"]}
 
 
 def reasons_json(state: m.WorkflowState) -> dict[str, Any]:
@@ -1199,7 +1202,7 @@ def spec_error_from_json(rows: list[dict[str, Any]]) -> SpecError:
     return SpecError([SpecProblem(**row) for row in rows])
 
 
-def _attempt_status(task: m.TaskState, retry_id: int, workflow_id: str) -> m.Status:
+def _attempt_status(task: m.TaskState, retry_id: int, workflow_id: str) -> Status:
     """The status of attempt ``retry_id`` of ``task`` (NotFoundError if it never was)."""
     if retry_id == task.retry_id:
         return task.status

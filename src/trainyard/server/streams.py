@@ -28,7 +28,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -393,7 +393,7 @@ async def follow_chunks(cursor: LogCursor, render: Callable[[list[LogLine]], str
                         readers: LogReaders, *, keepalive: str = "",
                         keepalive_s: float = SSE_KEEPALIVE_S, poll_s: float = POLL_S,
                         max_poll_s: float = MAX_POLL_S,
-                        feeds: LogFeeds | None = None) -> AsyncIterator[str]:
+                        feeds: LogFeeds | None = None) -> AsyncGenerator[str]:
     """The text of ``cursor``'s lines as they come, ``render``ed in steps of about
     ``FOLLOW_BATCH_BYTES``, until the follow ended.
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import inspect
 import math
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -269,7 +270,9 @@ def add_dashboard(app: FastAPI, service: Service) -> None:
     async def _page_error(request: Request, exc: TrainyardError) -> Response:
         """A browser asking for a page gets the error as a page (same status code); the
         API and scripts keep the API's JSON error."""
-        answer = await api_error(request, exc) if api_error else Response(str(exc), 400)
+        answer = api_error(request, exc) if api_error else Response(str(exc), 400)
+        if inspect.isawaitable(answer):
+            answer = await answer
         if request.url.path.startswith("/api/") or \
                 "text/html" not in request.headers.get("accept", ""):
             return answer
@@ -406,8 +409,9 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
     @app.post("/workflows/{workflow_id}/{action}")
     async def act(workflow_id: str, action: str, request: Request, viewer: Look) -> Response:
         _check_csrf(viewer, await _form(request))
-        calls = {"cancel": (service.cancel, "cancel requested"),
-                 "restart": (service.restart, "restarted")}
+        calls: dict[str, tuple[Callable[[str, User], object], str]] = {
+            "cancel": (service.cancel, "cancel requested"),
+            "restart": (service.restart, "restarted")}
         if action not in calls:
             return Response("unknown action", status_code=404)
         call, msg = calls[action]

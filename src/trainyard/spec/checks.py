@@ -14,6 +14,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from trainyard.spec.fields import name_key
 from trainyard.spec.models import DEFAULT_RESOURCE, GroupSpec, TaskSpec, WorkflowSpec
@@ -145,7 +146,7 @@ class _TaskGraph:
     task_names: list[str]
 
 
-def _local_ref(ref: str | None) -> bool:
+def _local_ref(ref: str | None) -> TypeGuard[str]:
     """``ref`` names a task of this workflow (not ``WORKFLOW_ID:TASK``, which adds no edge and
     is resolved when the task runs; its shape is checked by the model)."""
     return ref is not None and ref != "" and ":" not in ref

@@ -284,7 +284,7 @@ def _attribute(model: Any, key: str | int) -> str:
     """The attribute name of the field whose YAML key is ``key`` (``""`` if none)."""
     for name, spec in model.model_fields.items():
         if key in (name, spec.alias):
-            return name
+            return str(name)
     return ""
 
 

@@ -106,7 +106,7 @@ def token_values(
         Token body to value; ``input:TASK`` is present for each ``task:`` input.
     """
     values: dict[str, str] = {f"input:{i}": d for i, d in enumerate(input_dirs)}
-    values.update({f"input:{t}": d for t, d in zip(input_tasks, input_dirs) if t})
+    values.update({f"input:{t}": d for t, d in zip(input_tasks, input_dirs, strict=True) if t})
     values.update({f"host:{name}": host for name, host in (hosts or {}).items()})
     if output_dir is not None:
         values["output"] = output_dir

@@ -39,7 +39,7 @@ _NOT_FLOW = bytes(b for b in range(256) if b not in _FLOW_STEP)
 _SAFE = yaml.constructor.SafeConstructor()  # stateless use only: its scalar constructors
 
 
-class _Loader(_BASE_LOADER):  # type: ignore[misc, valid-type]
+class _Loader(_BASE_LOADER):  # type: ignore[misc]  # a base chosen at run time (C or Python)
     """The safe loader, resolving tags faster: plain-scalar tags are cached per document
     (specs repeat the same keys and values thousands of times), collections get their
     default tag at once, and the unused path resolvers are skipped."""
@@ -57,7 +57,8 @@ def _ignore(*args: Any) -> None:
 def _fast_resolver(base: Any) -> Any:
     tags: dict[str, str] = {}
     scalar = yaml.ScalarNode
-    collection = {yaml.SequenceNode: "tag:yaml.org,2002:seq", yaml.MappingNode: "tag:yaml.org,2002:map"}
+    collection: dict[type, str] = {yaml.SequenceNode: "tag:yaml.org,2002:seq",
+                                   yaml.MappingNode: "tag:yaml.org,2002:map"}
 
     def resolve(kind: type, value: Any, implicit: Any) -> str:
         if kind is not scalar:
@@ -185,6 +186,8 @@ class _Builder:
             return node.value if node.tag == _STR else _scalar(node)
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item) for item in node.value]
+        if not isinstance(node, yaml.MappingNode):
+            raise TypeError(f"a YAML node of an unknown kind: {node!r}")
         return self._mapping(node)
 
     def _mapping(self, node: yaml.MappingNode) -> Any:
@@ -263,7 +266,7 @@ def _key_paths(root: yaml.Node, wanted: set[int]) -> dict[int, Loc]:
 
 def _segment(key: yaml.Node) -> str | int:
     if isinstance(key, yaml.ScalarNode):
-        return key.value
+        return str(key.value)
     return "?"
 
 
@@ -316,4 +319,4 @@ def _child(node: yaml.Node | None, segment: str | int) -> tuple[int, yaml.Node] 
 def _offset_line(node: yaml.Node, offset: int) -> int | None:
     if not isinstance(node, yaml.ScalarNode) or node.style != "|":
         return None
-    return node.start_mark.line + 2 + node.value.count("\n", 0, offset)
+    return int(node.start_mark.line) + 2 + str(node.value).count("\n", 0, offset)

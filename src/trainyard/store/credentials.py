@@ -22,7 +22,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from trainyard.errors import ConfigError, NotFoundError, StoreError
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from trainyard.store.db import Store
 
-__all__ = ["CREDENTIAL_TYPES", "KEY_FILE", "CredentialVault", "check_payload", "not_found",
+__all__ = ["CREDENTIAL_TYPES", "KEY_FILE", "CredentialRow", "CredentialVault", "check_payload", "not_found",
            "load_key"]
 
 CREDENTIAL_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -116,6 +116,15 @@ def load_key(home: Path) -> bytes:
     return key
 
 
+
+class CredentialRow(TypedDict):
+    """One credential of a user, without its values (``CredentialVault.list_for_user``)."""
+
+    name: str
+    type: str
+    keys: list[str]
+    create_time_s: float  #: Unix seconds
+
 class CredentialVault:
     """Users' credentials in the store, encrypted with the home's key.
 
@@ -152,10 +161,10 @@ class CredentialVault:
         self.store.put_credential(user, name, kind, token)
         return {"name": name, "type": kind, "keys": sorted(payload)}
 
-    def list(self, user: str) -> list[dict[str, object]]:
-        """``user``'s credentials as ``[{"name", "type", "keys", "create_time_s"}]``, by
-        name. Key names come from the decrypted payload; no value is returned."""
-        rows = []
+    def list_for_user(self, user: str) -> list[CredentialRow]:
+        """``user``'s credentials, by name. Key names come from the decrypted payload; no
+        value is returned."""
+        rows: list[CredentialRow] = []
         for name, kind, token, created in self.store.credential_rows(user):
             rows.append({"name": name, "type": kind, "keys": sorted(self._open(name, token)),
                          "create_time_s": created})

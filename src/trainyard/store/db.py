@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -34,7 +34,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import CursorResult, Result, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
@@ -435,7 +435,7 @@ class Store:
         if not workflow_ids:
             return 0
         with self._tx() as session:
-            done = session.execute(delete(_Workflow).where(_Workflow.id.in_(workflow_ids)))
+            done = _dml(session.execute(delete(_Workflow).where(_Workflow.id.in_(workflow_ids))))
             return int(done.rowcount or 0)
 
     def known_workflow_ids(self, workflow_ids: list[str]) -> set[str]:
@@ -500,7 +500,7 @@ class Store:
         rows_q = select(*columns).where(*conditions).order_by(order)
         if keep is not None:
             with self._tx() as session:
-                every = [dict(zip(keys, row)) for row in session.execute(rows_q).all()]
+                every = [dict(zip(keys, row, strict=True)) for row in session.execute(rows_q).all()]
             kept = [row for row in every if keep(row)]
             page = kept[max(offset, 0):max(offset, 0) + max(limit, 1)]
             return [{k: v for k, v in row.items() if k != "source"} for row in page], len(kept)
@@ -508,7 +508,7 @@ class Store:
         with self._tx() as session:
             total = session.scalar(count_q) or 0
             rows = session.execute(rows_q.offset(max(offset, 0)).limit(max(limit, 1))).all()
-        return [dict(zip(keys, row)) for row in rows], total
+        return [dict(zip(keys, row, strict=True)) for row in rows], total
 
     def update_workflow_source(self, workflow_id: str,
                                change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
@@ -638,8 +638,8 @@ class Store:
     def delete_credential(self, user: str, name: str) -> bool:
         """Delete ``user``'s credential ``name``; returns whether it existed."""
         with self._tx() as session:
-            done = session.execute(delete(_Credential).where(
-                _Credential.user == user, _Credential.name == name))
+            done = _dml(session.execute(delete(_Credential).where(
+                _Credential.user == user, _Credential.name == name)))
             return bool(done.rowcount)
 
 
@@ -684,3 +684,9 @@ def _page_conditions(*, statuses: list[str] | None, name: str | None,
     if submitted_before_s is not None:
         conditions.append(_Workflow.submit_time_s < submitted_before_s)
     return conditions
+
+
+def _dml(result: Result[Any]) -> CursorResult[Any]:
+    """The result of a DELETE or UPDATE, with its ``rowcount`` (SQLAlchemy types every
+    ``Session.execute`` as a plain ``Result``; a DML statement's is a ``CursorResult``)."""
+    return cast("CursorResult[Any]", result)

@@ -62,13 +62,13 @@ def with_driver(url: str) -> str:
                       if url.startswith("postgres://") else url)
     if parsed.drivername != "postgresql":
         return url
-    return parsed.set(drivername=PG_DRIVER).render_as_string(hide_password=False)
+    return str(parsed.set(drivername=PG_DRIVER).render_as_string(hide_password=False))
 
 
 def shown_url(url: str) -> str:
     """``url`` as it may be printed or logged: its password masked."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        return str(make_url(url).render_as_string(hide_password=True))
     except Exception:  # noqa: BLE001 - an unparsable URL: show none of it
         return "<unparsable database URL>"
 

@@ -26,7 +26,7 @@ import asyncio
 import socket
 import sys
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from trainyard.training.errors import BarrierError, BarrierFailed, BarrierTimeout
 
@@ -151,7 +151,7 @@ async def _serve(num_nodes: int, port: int, timeout_s: float, listen_host: str, 
     status = asyncio.ensure_future(state.status())
     try:
         await asyncio.wait_for(state.done.wait(), timeout=timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         missing = ", ".join(str(r) for r in state.missing())
         state.failure = f"timed out after {timeout_s:g} s waiting on ranks: {missing}"
         await state.answer_all()
@@ -214,7 +214,7 @@ def join_barrier(
             sock.settimeout(max(deadline - time.monotonic(), 0.001))
             try:
                 chunk = sock.recv(4096)
-            except socket.timeout:
+            except TimeoutError:
                 raise BarrierTimeout(f"rank {rank} was not released within {timeout_s:g} s") from None
             except OSError as exc:
                 raise BarrierFailed(f"lost the connection to rank 0: {exc}") from exc

@@ -24,7 +24,8 @@ all of that off:
 Cost (docs/reproducible.md): GPU steps get slower where a nondeterministic kernel was the fast
 one (cuDNN convolutions no longer picked by timing, scatter/index reductions without atomics;
 PyTorch's docs say only "often slower", by how much depends on the model), cuBLAS holds
-8 buffers of 4 MiB of workspace per stream (about 24 MiB more than its default), and a model using an op without a deterministic
+8 buffers of 4 MiB of workspace per stream (about 24 MiB more than its default), and a model using
+an op without a deterministic
 kernel fails at that op. On CPUs the flag changes nothing in the results (the CPU kernels the
 trainer uses are already deterministic); it is recorded all the same.
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import asdict, dataclass
+from collections.abc import MutableMapping
 from typing import Any
 
 import numpy as np
@@ -100,15 +102,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def enable_deterministic(environ: dict[str, str] | None = None) -> None:
+def enable_deterministic(environ: MutableMapping[str, str] | None = None) -> None:
     """Make GPU training deterministic (module docstring); call before CUDA is first used.
 
     Sets ``CUBLAS_WORKSPACE_CONFIG`` in ``environ`` (default ``os.environ``) unless it is set
     already, turns on ``torch.use_deterministic_algorithms`` and fixes cuDNN's algorithm
     choice. Idempotent. Ops without a deterministic kernel then raise ``RuntimeError``.
     """
-    environ = os.environ if environ is None else environ
-    environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    target = os.environ if environ is None else environ
+    target.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False

@@ -20,7 +20,7 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
@@ -59,7 +59,7 @@ class DistEnv:
     launched: bool = False
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> "DistEnv":
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> DistEnv:
         """Read the variables torchrun sets; a world of one when ``RANK`` is absent.
 
         Raises:
@@ -195,6 +195,7 @@ def node_layout(env: DistEnv) -> NodeLayout:
     entries: list[tuple[str, int] | None] = [None] * env.world_size
     dist.all_gather_object(entries, (env.node_key, env.rank))
     counts: dict[str, int] = {}
-    for key, _rank in sorted(entries, key=lambda e: e[1]):  # type: ignore[index]
+    gathered = [entry for entry in entries if entry is not None]  # every rank's, once gathered
+    for key, _rank in sorted(gathered, key=lambda e: e[1]):
         counts[key] = counts.get(key, 0) + 1
     return NodeLayout(nodes=len(counts), workers_per_node=tuple(counts.values()))

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 __all__ = ["LaunchPlan", "build_parser", "plan_from_args", "worker_env", "launch", "main"]
 

@@ -11,7 +11,7 @@ run draws the same masks as an uninterrupted one.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from torch import nn
 

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 __all__ = ["epoch_lines", "summary_lines", "MetricsLog", "METRICS_FILE"]
 
@@ -90,7 +91,7 @@ class MetricsLog:
 
     def write(self, event: str, **fields: Any) -> dict[str, Any]:
         """Append one record ``{"event": event, "time": now, **fields}`` and return it."""
-        record = {"event": event, "time": datetime.now(timezone.utc).isoformat(), **fields}
+        record = {"event": event, "time": datetime.now(UTC).isoformat(), **fields}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, sort_keys=False) + "\n")

@@ -83,7 +83,8 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -299,8 +300,10 @@ class Trainer:
         self.train_y = torch.from_numpy(data.train_y).to(device)
         self.val_x = torch.from_numpy(data.val_x[env.rank :: env.world_size]).to(device)
         self.val_y = torch.from_numpy(data.val_y[env.rank :: env.world_size]).to(device)
-        self.sampler = DistributedSampler(
-            range(len(data.train_y)), num_replicas=env.world_size, rank=env.rank,
+        self.sampler: DistributedSampler[int] = DistributedSampler(
+            # the sampler needs only len(); torch types its argument as a Dataset
+            range(len(data.train_y)),  # type: ignore[arg-type]
+            num_replicas=env.world_size, rank=env.rank,
             shuffle=True, seed=cfg.seed, drop_last=False,
         )
         self.epochs_completed = 0
@@ -398,7 +401,10 @@ class Trainer:
         if self.env.world_size > 1:
             dist.broadcast_object_list(payload, src=source)
         label = f"{self.cfg.snapshot_path} (rank {source})"
-        self._load_state(decode_snapshot(payload[0], label), label)
+        received = payload[0]
+        if received is None:  # the source rank read it: it broadcast bytes
+            raise RuntimeError(f"{label}: the snapshot did not reach this rank")
+        self._load_state(decode_snapshot(received, label), label)
         self.resumed_from, self.snapshot_source_rank = str(self.cfg.snapshot_path), source
         return True
 

@@ -137,7 +137,7 @@ def test_an_idle_launcher_exits_and_a_new_one_starts(tmp_path: Path) -> None:
                                capture_output=True, text=True, check=False).stdout
         os.kill(second, signal.SIGKILL)
         log = (tmp_path / "state" / "launcher.log").read_text()
-        raise AssertionError(f"launcher {second} ignored SIGTERM for 60 s\n{log}\n{stack}")
+        raise AssertionError(f"launcher {second} ignored SIGTERM for 60 s\n{log}\n{stack}") from None
     assert "exiting (SIGTERM)" in (tmp_path / "state" / "launcher.log").read_text()
 
 

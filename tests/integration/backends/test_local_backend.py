@@ -71,7 +71,7 @@ def test_two_workflows_on_the_same_port_do_not_collide(sandboxed: LocalBackend, 
     keys = [l.key for launches in groups for l in launches]
     facts = wait_final(sandboxed, keys)
     assert [final(facts[k]).exit_code for k in keys] == [0, 0, 0, 0]
-    for wid, launches in zip(("wf-a", "wf-b"), groups):
+    for wid, launches in zip(("wf-a", "wf-b"), groups, strict=False):
         assert f"[client] received: hello from {wid}" in task_log(launches[1])
 
 

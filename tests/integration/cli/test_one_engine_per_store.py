@@ -63,7 +63,7 @@ def test_five_submits_at_once_start_one_server_and_run_each_workflow_once(
                                "json"], env=cli_env(home), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(5)]
     results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
-    for code, out, err in results:
+    for code, _out, err in results:
         assert code == 0, f"exit {code}: {err}\n{(home / 'server.log').read_text()}"
     finals = [json.loads(out) for _code, out, _err in results]
     assert sorted(f["id"] for f in finals) == [f"echo-once-{n}" for n in range(1, 6)]

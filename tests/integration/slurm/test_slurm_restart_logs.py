@@ -69,8 +69,8 @@ def test_workflow_logs_return_every_attempt_in_osmo_format(slurm_engine: EngineR
     lines = list(service.logs(restarted, User("admin", admin=True)))
     assert lines, "no log lines"
     matches = [OSMO_LINE.match(line.text) for line in lines]
-    assert all(matches), [line.text for line, m in zip(lines, matches) if not m]
-    assert all(m["task"] == line.task == "again" for line, m in zip(lines, matches) if m)
+    assert all(matches), [line.text for line, m in zip(lines, matches, strict=False) if not m]
+    assert all(m["task"] == line.task == "again" for line, m in zip(lines, matches, strict=False) if m)
     by_attempt = {r: [line.text for line in lines if line.retry_id == r] for r in (0, 1)}
     assert any(t.endswith("[again] first attempt asks for a restart") for t in by_attempt[0])
     assert any(t.endswith("[again] found output: from attempt one") for t in by_attempt[1])

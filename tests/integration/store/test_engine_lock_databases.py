@@ -99,8 +99,8 @@ def test_a_lost_postgresql_lock_is_noticed_and_reported(postgres_server: str) ->
         reasons: list[str] = []
 
         def on_lost(reason: str) -> None:
-            reasons.append(reason)
-            lost.set()
+            reasons.append(reason)  # noqa: B023 (called within this iteration only)
+            lost.set()  # noqa: B023 (called within this iteration only)
 
         lock = acquire_store_lock(url, check_interval_s=0.2, on_lost=on_lost)
         assert isinstance(lock, PgLock) and lock.held()
@@ -121,7 +121,7 @@ def test_a_released_postgresql_lock_reports_no_loss(postgres_server: str) -> Non
 
     for url in fresh_database(postgres_server):
         lost = threading.Event()
-        lock = acquire_store_lock(url, check_interval_s=0.1, on_lost=lambda _r: lost.set())
+        lock = acquire_store_lock(url, check_interval_s=0.1, on_lost=lambda _r: lost.set())  # noqa: B023
         assert lock is not None
         lock.release()
         assert not lost.wait(0.5)

@@ -76,7 +76,7 @@ def _demo_submission() -> tuple[list[str], Path, dict[str, Any]]:
     assert len(submits) == 1, submits
     args = submits[0]
     values: dict[str, Any] = {}
-    for flag, value in zip(args, args[1:]):
+    for flag, value in zip(args, args[1:], strict=False):
         if flag == "--set":
             key, _, raw = value.partition("=")
             values[key] = yaml.safe_load(raw)

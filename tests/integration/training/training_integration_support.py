@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import psutil
 import pytest
@@ -63,7 +64,7 @@ def run_nodes(commands: Sequence[Sequence[str]], cwd: Path | None = None,
                  for i in range(len(commands))]
         procs = [subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
                                   env=_env(env), start_new_session=True)
-                 for cmd, out in zip(commands, files)]
+                 for cmd, out in zip(commands, files, strict=False)]
         try:
             deadline = time.monotonic() + TIMEOUT_S
             hung = not all(_ended_by(p, deadline) for p in procs)
@@ -81,9 +82,9 @@ def run_nodes(commands: Sequence[Sequence[str]], cwd: Path | None = None,
             out.close()
     if hung:
         tails = "\n".join(f"== node {i} (exit {p.returncode}), last 6000 characters\n{text[-6000:]}"
-                          for i, (p, text) in enumerate(zip(procs, outputs)))
+                          for i, (p, text) in enumerate(zip(procs, outputs, strict=False)))
         raise AssertionError(f"the nodes did not finish in {TIMEOUT_S} s; their stacks and output:\n{tails}")
-    return [Node(p.returncode, out) for p, out in zip(procs, outputs)]
+    return [Node(p.returncode, out) for p, out in zip(procs, outputs, strict=False)]
 
 
 def _ended_by(proc: subprocess.Popen[bytes], deadline: float) -> bool:
@@ -150,7 +151,7 @@ def run_task_scripts(scripts: Mapping[str, str], sandbox: Path, inputs: Mapping[
         text = substitute_tokens(script.replace("/tmp/", f"{root}/tmp/"), values)
         (root / "run.sh").write_text(text)
         commands.append(["bash", str(root / "run.sh")])
-    return dict(zip(scripts, run_nodes(commands, cwd=sandbox)))
+    return dict(zip(scripts, run_nodes(commands, cwd=sandbox), strict=False))
 
 
 class EngineRun:

@@ -18,7 +18,7 @@ def test_bwrap_makes_the_workspace_and_the_runner_gives_it_to_the_task(tmp_path:
     root = tmp_path / "root"
     plan = SandboxPlan(root_dir=root, hostname="t", host_uid=65534)
     argv = bwrap_argv(plan)
-    pairs = list(zip(argv, argv[1:]))
+    pairs = list(zip(argv, argv[1:], strict=False))
     assert OSMO_WORKSPACE == "/osmo/run/workspace"
     assert ("--dir", "/osmo") in pairs and ("--dir", OSMO_WORKSPACE) in pairs
     own, _below = task_owned(plan)

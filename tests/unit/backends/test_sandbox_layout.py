@@ -33,7 +33,7 @@ def test_system_folders_get_a_private_layer_and_nothing_else_is_shown(tmp_path: 
     shown = {argv[i + 2] for i, a in enumerate(argv) if a in ("--bind", "--ro-bind")}
     assert {"/usr", "/etc", "/var", "/opt"} <= shown
     assert not shown & {"/work", "/root", "/home"}
-    assert ("--dir", "/root") in zip(argv, argv[1:]) and ("--dir", "/boot") in zip(argv, argv[1:])
+    assert ("--dir", "/root") in zip(argv, argv[1:], strict=False) and ("--dir", "/boot") in zip(argv, argv[1:], strict=False)
     assert " ".join(PRIVILEGE_ARGS) in " ".join(argv)
     mounts, readonly = sandbox_mounts(made)
     assert mounts["/bin"] == f"{made.overlay_dir}/rootfs/mnt/usr/bin" and "/bin" not in readonly
@@ -57,7 +57,7 @@ def test_a_system_folder_holding_the_home_is_read_only_with_the_home_covered(
                        hidden=("/var/lib/ty", "/srv/elsewhere"),
                        writable=("/var/lib/ty/runs/w/t/0/output",))
     argv = bwrap_argv(made)
-    assert ("--ro-bind", str(base / "var"), "/var") in zip(argv, argv[1:], argv[2:])
+    assert ("--ro-bind", str(base / "var"), "/var") in zip(argv, argv[1:], argv[2:], strict=False)
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"] == ["/var/lib/ty"]
     assert argv.index("/var/lib/ty") < argv.index("/var/lib/ty/runs/w/t/0/output")
     assert sandbox_mounts(made)[0]["/var"] == str(base / "var")  # not a layer: read-only

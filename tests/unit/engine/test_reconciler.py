@@ -12,7 +12,7 @@ from trainyard.backends.fake import FakeBackend, Outcome
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.engine.serialize import state_from_dict
 from trainyard.status import Status, WorkflowStatus
-from trainyard.errors import RefusedError
+from trainyard.errors import RefusedError, SpecError
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import Store
@@ -178,7 +178,7 @@ def test_a_retry_starts_once_its_stopped_peers_have_ended(tmp_path: Path, store_
 def test_refused_state_stores_nothing(tmp_path: Path, store_url: str) -> None:
     engine = _engine(tmp_path, store_url, FakeBackend())
     bad = _spec({"name": "bad", "tasks": [_task("t", inputs=[{"task": "nope"}])]})
-    with pytest.raises(Exception):
+    with pytest.raises(SpecError, match="unknown task 'nope'"):
         _submit(engine, bad)
     assert engine.store.list_workflows() == []
 

@@ -34,10 +34,10 @@ def test_stored_encrypted_with_a_0600_key(vault: CredentialVault, tmp_path: Path
 
 def test_per_user_and_list_shows_no_value(vault: CredentialVault) -> None:
     vault.set("ann", "hf", "GENERIC", {"token": SECRET})
-    listed = vault.list("ann")
+    listed = vault.list_for_user("ann")
     assert [(r["name"], r["type"], r["keys"]) for r in listed] == [("hf", "GENERIC", ["token"])]
     assert SECRET not in str(listed)
-    assert vault.list("bob") == []
+    assert vault.list_for_user("bob") == []
     with pytest.raises(NotFoundError, match="^Could not find the credential: hf$"):
         vault.check_names("bob", ["hf"])
     assert vault.payloads("bob", ["hf"]) == {}

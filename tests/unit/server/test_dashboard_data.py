@@ -176,7 +176,7 @@ def test_thinning_keeps_points_and_times_together(tmp_path: Path) -> None:
                             for i in range(5000)))
     _, series, times = dashboard.read_curves_and_times(path)
     assert len(series["loss"]) == len(times["loss"])
-    assert all(t == 1000.0 + x for (x, _), t in zip(series["loss"], times["loss"]))
+    assert all(t == 1000.0 + x for (x, _), t in zip(series["loss"], times["loss"], strict=False))
 
 
 def test_the_metrics_search_is_bounded_whatever_folders_a_task_makes(

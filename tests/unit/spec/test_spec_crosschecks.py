@@ -10,7 +10,7 @@ import pytest
 
 from trainyard import spec
 from trainyard.pools import NodeSpec, Pool
-from spec_support import dedent, only_problem, osmo_pool, problems, strict_problems, workflow
+from spec_support import dedent, only_problem, osmo_pool, strict_problems, workflow
 
 def _only(found: list) -> object:
     assert len(found) == 1, "\n".join(map(str, found))

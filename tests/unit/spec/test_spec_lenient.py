@@ -13,7 +13,7 @@ from trainyard import spec
 from trainyard.errors import NotFoundError
 from trainyard.spec.partial import lenient_view
 from trainyard.spec.problems import Layout
-from spec_support import problems, strict_problems, workflow
+from spec_support import strict_problems, workflow
 
 
 def _found(text: str, **options: object) -> dict[str, str]:

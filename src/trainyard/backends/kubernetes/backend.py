@@ -26,7 +26,8 @@ as it comes (``workflow logs -f`` and the dashboard follow the file), bounded by
 Gang: with ``scheduler: none`` the default scheduler may start part of a gang. A start
 whose pods are not all running ``gang_timeout_s`` after it was sent is deleted whole and its
 attempts exit with OSMO's START_TIMEOUT code 3005 (what the engine then does is its rule:
-today FAILED_START_TIMEOUT): a half-started gang never holds GPUs. A gang scheduler admits the PodGroup's pods together instead.
+today FAILED_START_TIMEOUT): a half-started gang never holds GPUs. A gang scheduler admits the
+PodGroup's pods together instead.
 
 Stop: delete the pod with ``terminationGracePeriodSeconds = stop_grace_s`` (SIGTERM to the
 runner, which stops the command and reports 143; SIGKILL after the grace). Idempotent.
@@ -351,8 +352,7 @@ class KubernetesBackend(Backend[KubernetesRequest]):
             pod = pods.get(name)
             start = (pod or {}).get("metadata", {}).get("labels", {}).get(names.START_LABEL, "")
             with self._lock:
-                attempt = self._attempts.setdefault(name, _Attempt(key, name, start,
-                                                                   time.monotonic()))
+                self._attempts.setdefault(name, _Attempt(key, name, start, time.monotonic()))
             if pod is not None:
                 self._watch_put(pod)
                 if view_of(pod).ending is None:

@@ -168,7 +168,8 @@ class KubeApi:
                 _preload_content=False)
         except (self._exception, OSError) as exc:
             raise _translate(exc, f"log of pod {name}") from exc
-        return bytes(response.data).decode("utf-8", errors="replace")
+        # _preload_content=False answers urllib3's response, not the str the client's types say
+        return bytes(response.data).decode("utf-8", errors="replace")  # type: ignore[attr-defined]
 
     def follow_pod_log(self, name: str, container: str,
                        opened: Callable[[Any], None] = lambda _r: None) -> Iterator[bytes]:
@@ -184,24 +185,27 @@ class KubeApi:
             raise _translate(exc, f"log of pod {name}") from exc
         opened(response)
         try:
-            yield from response.stream(LOG_CHUNK_BYTES, decode_content=True)
+            # _preload_content=False: urllib3's response, not the str the client's types say
+            yield from response.stream(LOG_CHUNK_BYTES, decode_content=True)  # type: ignore[attr-defined]
         except Exception as exc:  # urllib3's protocol and read errors of a broken stream
             raise BackendError(f"kubernetes API: log of pod {name}: {exc!r}") from exc
         finally:
-            response.release_conn()
+            response.release_conn()  # type: ignore[attr-defined]
 
     def delete(self, kind: str, name: str, grace_s: int | None = None,
                api_version: str = "v1") -> None:
         """Delete an object (children with it: ``propagationPolicy: Background``).
         Idempotent: a missing object is not an error."""
-        body = {"propagationPolicy": "Background"}
+        body: dict[str, object] = {"propagationPolicy": "Background"}
         if grace_s is not None:
-            body["gracePeriodSeconds"] = grace_s  # type: ignore[assignment]
+            body["gracePeriodSeconds"] = grace_s
         try:
             if kind == "PodGroup":
                 group, version, plural = self._custom(api_version)
+                # the client sends a dict body as it is (its types ask a V1DeleteOptions)
                 self.custom.delete_namespaced_custom_object(group, version, self.namespace,
-                                                            plural, name, body=body,
+                                                            plural, name,
+                                                            body=body,  # type: ignore[arg-type]
                                                             _preload_content=False)
                 return
             method = getattr(self.core, f"delete_namespaced_{_PLURALS[kind]}")

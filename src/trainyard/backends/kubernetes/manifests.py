@@ -288,7 +288,8 @@ def _mounts(run: TaskRun, options: KubernetesOptions) -> tuple[list[dict[str, An
     ``allowed_mounts``) and the pool's claims. Raises BackendError for a mount not allowed."""
     allowed = [options.allowed_mounts] if isinstance(options.allowed_mounts, str) \
         else list(options.allowed_mounts)
-    volumes, mounts = [], []
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
     for index, entry in enumerate(run.volume_mounts):
         source, _, target = entry.partition(":")
         if not _allowed(source, allowed):
@@ -338,10 +339,11 @@ def _volumes(launch: TaskLaunch, run: TaskRun, options: KubernetesOptions, home:
         shm["sizeLimit"] = options.shm_size
     run_volume, run_mount = _run_volume(launch, options, home)
     extra_volumes, extra_mounts = _mounts(run, options)
-    volumes = [{"name": "trainyard-runner", "emptyDir": {}},
+    volumes: list[dict[str, Any]] = [{"name": "trainyard-runner", "emptyDir": {}},
                {"name": "run-spec", "secret": {"secretName": secret, "defaultMode": 0o444}},
                {"name": "dshm", "emptyDir": shm}, run_volume, *extra_volumes]
-    mounts = [{"name": "trainyard-runner", "mountPath": options.runner_path, "readOnly": True},
+    mounts: list[dict[str, Any]] = [
+              {"name": "trainyard-runner", "mountPath": options.runner_path, "readOnly": True},
               {"name": "run-spec", "mountPath": RUN_SPEC_DIR, "readOnly": True},
               {"name": "dshm", "mountPath": "/dev/shm"}, run_mount, *extra_mounts]
     return volumes, mounts

@@ -43,6 +43,9 @@ DnsLabel = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[
 """A DNS-1123 label (namespaces, claim names): Kubernetes "Object Names and IDs"."""
 
 
+_ALL_REQUESTS: tuple[Literal["cpu", "memory", "gpu", "storage"], ...] = ("cpu", "memory", "gpu",
+                                                                   "storage")
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -141,7 +144,7 @@ class KubernetesOptions(_Model):
     affinity: dict[str, Any] | None = None
     platforms: dict[str, PlatformOptions] = Field(default_factory=dict)
     requests: list[Literal["cpu", "memory", "gpu", "storage"]] = Field(
-        default_factory=lambda: ["cpu", "memory", "gpu", "storage"])
+        default_factory=lambda: list(_ALL_REQUESTS))
     shm_size: str | None = None
     allow_privileged: bool = False
     claims: list[ClaimMount] = Field(default_factory=list)

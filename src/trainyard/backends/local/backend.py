@@ -119,7 +119,8 @@ class LocalBackend(StartPreparer, Backend[GroupRequest]):
     def start_groups(self, groups: list[list[TaskLaunch]]) -> list[BackendError | None]:
         """Start several gangs, each all or none as ``start_group`` does, without waiting for
         the launcher between them (the engine hands one gang at a time: docs/engine.md
-        "Starts one gang at a time"). This thread prepares each gang's starts (folders, ``run.json``, the index entry) while a sender
+        "Starts one gang at a time"). This thread prepares each gang's starts (folders,
+        ``run.json``, the index entry) while a sender
         thread (``Sender``) hands the ones prepared so far to the launcher in one
         ``run_many`` request; the launcher records each start it made in the attempt's
         ``launch.json`` before it replies, so an engine killed while waiting for the reply

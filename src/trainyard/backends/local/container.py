@@ -631,7 +631,7 @@ def user_ids(info: ImageInfo) -> tuple[int, int] | None:
 def user_host_ids(ids: tuple[int, int], bases: tuple[int, int]) -> tuple[int, int]:
     """The host uid and gid of the container's ``ids`` (0: ``TASK_HOST_ID``)."""
     return tuple(TASK_HOST_ID if i == 0 else base + i - 1  # type: ignore[return-value]
-                 for i, base in zip(ids, bases))
+                 for i, base in zip(ids, bases, strict=True))
 
 
 def user_note(image: str, info: ImageInfo, own_root: bool,

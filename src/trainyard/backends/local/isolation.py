@@ -284,10 +284,10 @@ class Podman(Strategy):
         settings: dict[str, Any] = {}
         ids = None if info.runs_as_root or plan.id_bases is None else container.user_ids(info)
         data_ids = None
-        if ids is not None and plan.id_bases is not None:  # the image's USER, mapped
+        if ids is not None and (bases := plan.id_bases) is not None:  # the image's USER, mapped
             plan = dataclasses.replace(plan, user=info.user)
             settings["command_prefix"] = container.podman_argv(plan)
-            data_ids = container.user_host_ids(ids, plan.id_bases)
+            data_ids = container.user_host_ids(ids, bases)
         if plan.rootfs is not None:
             layer = container.root_overlay(plan, info,
                                            request.run_dir / "sandbox" / "overlay" / "image")

@@ -597,7 +597,8 @@ class _Launcher:
             return
         stdout = group.egress.stdout
         with contextlib.suppress(KeyError, ValueError):
-            self.selector.unregister(stdout)
+            if stdout is not None:
+                self.selector.unregister(stdout)
         try:
             netns.wait_egress(group.egress, netns.EGRESS_READY_TIMEOUT_S if block else 0.0)
         except BackendError as exc:
@@ -608,7 +609,7 @@ class _Launcher:
         if os.geteuid() == 0:
             fd, listeners = netns.namespace_fd(ports)
             group = _Group(os.getpid(), self.created, False, ns_fd=fd, listeners=listeners)
-            for sock, port in zip(listeners, ports):
+            for sock, port in zip(listeners, ports, strict=True):
                 sock.setblocking(False)
                 self.selector.register(sock, selectors.EVENT_READ, ("listen", port))
             return group

@@ -73,7 +73,8 @@ from trainyard.linux import proctree
 from trainyard.linux.libc import libc as c_library
 
 __all__ = ["GroupNetwork", "ensure_group_network", "probe_netns", "namespace_fd",
-           "on_own_thread", "on_this_thread", "join_namespace", "hold_namespace", "bridge", "main", "pasta_argv", "start_egress",
+           "on_own_thread", "on_this_thread", "join_namespace", "hold_namespace", "bridge", "main",
+           "pasta_argv", "start_egress",
            "wait_egress", "stop_egress", "probe_egress", "probe_egress_attach",
            "EGRESS_ADDRESS", "EGRESS_GATEWAY"]
 
@@ -543,7 +544,7 @@ async def _bridge(fd: int, port: int) -> None:
     try:
         out_reader, out_writer = await asyncio.wait_for(
             asyncio.open_connection("127.0.0.1", port), RELAY_CONNECT_TIMEOUT_S)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         in_writer.close()
         return
     try:

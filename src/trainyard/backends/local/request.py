@@ -251,7 +251,7 @@ class RequestBuilder:
     def _check_host_network(self, launches: list[TaskLaunch]) -> None:
         """A task asking ``hostNetwork: true`` on a pool that does not allow it is refused
         (the submission check refuses it first; this guards specs stored before)."""
-        asked = [l.key.task for l in launches if l.run.get("host_network")]
+        asked = [launch.key.task for launch in launches if launch.run.get("host_network")]
         if asked and not self.allow_host_network:
             raise BackendError(f"task(s) {', '.join(asked)} ask hostNetwork: true, which this "
                                "pool does not allow (allow_host_network: true in pools.yaml)")
@@ -261,9 +261,9 @@ class RequestBuilder:
         ``--network ns:``) rather than in the launcher or not at all (``hostNetwork``)."""
         if not iso.netns:
             return False
-        return any(not l.run.get("host_network") and (
-            self._podman_for(runtime_for(l.run.get("image"), self.images))
-            or not joins_in_launcher(l, iso)) for l in launches)
+        return any(not launch.run.get("host_network") and (
+            self._podman_for(runtime_for(launch.run.get("image"), self.images))
+            or not joins_in_launcher(launch, iso)) for launch in launches)
 
     def _why_no_podman(self) -> str | None:
         return container.probe_podman()

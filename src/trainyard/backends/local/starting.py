@@ -101,7 +101,7 @@ class Sender:
             error = exc if isinstance(exc, BackendError) else BackendError(
                 f"{type(exc).__name__}: {exc}")
             results = [error] * len(starts)
-        for start, result in zip(starts, results):
+        for start, result in zip(starts, results, strict=True):
             start.result = result
 
 

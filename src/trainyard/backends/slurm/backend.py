@@ -31,7 +31,6 @@ then SIGKILL after the cluster's KillWait.
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 import sys
@@ -194,7 +193,8 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
     def entry(self, key: TaskKey) -> dict[str, Any]:
         """How to run a command beside the running attempt ``key`` (``workflow exec``;
         ``Backend.entry``): ``{"backend": "slurm", "job_id", "node": the node of the task's
-        step, "slurm_conf", "python": the runner's interpreter on the nodes}``, for ``srun --overlap --jobid JOB --nodelist NODE``.
+        step, "slurm_conf", "python": the runner's interpreter on the nodes}``, for ``srun
+        --overlap --jobid JOB --nodelist NODE``.
 
         Raises:
             RefusedError: no job or no running step of the task is known.

@@ -32,6 +32,8 @@ Word = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:+@=-]+$")]
 """A value that goes on an ``#SBATCH`` line as it is: no spaces, quotes or backslashes."""
 
 
+_ALL_REQUESTS: tuple[Literal["cpu", "memory", "gpu"], ...] = ("cpu", "memory", "gpu")
+
 class SlurmOptions(BaseModel):
     """A Slurm pool's options; every field is optional.
 
@@ -76,7 +78,7 @@ class SlurmOptions(BaseModel):
     python: str | None = None
     slurm_conf: str | None = None
     requests: list[Literal["cpu", "memory", "gpu"]] = Field(
-        default_factory=lambda: ["cpu", "memory", "gpu"])
+        default_factory=lambda: list(_ALL_REQUESTS))
     mixed_resources: Literal["hetjob", "max"] = "hetjob"
     time_margin_s: float = Field(default=600.0, ge=0)
     status_interval_s: float = Field(default=1.0, gt=0)
