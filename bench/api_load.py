@@ -86,8 +86,9 @@ def wait_all_terminal(client: httpx.Client, ids: set[str], timeout_s: float) -> 
     while True:
         rows = client.get("/api/workflow", params={"name": "load"}).json()
         status = {w["id"]: w["status"] for w in rows if w["id"] in ids}
-        if len(status) == len(ids) and all(s.startswith(("COMPLETED", "FAILED"))
-                                           for s in status.values()):
+        if len(status) == len(ids) and all(
+            s.startswith(("COMPLETED", "FAILED")) for s in status.values()
+        ):
             return status
         if time.monotonic() > deadline:
             raise TimeoutError(f"not all terminal after {timeout_s}s: {status}")
@@ -98,13 +99,18 @@ def run(count: int, timeout_s: float, home: Path, network: str = "auto") -> dict
     os.environ["TRAINYARD_HOME"] = str(home)
     if network != "auto":
         (home / "pools.yaml").write_text(
-            f"pools:\n  local:\n    backend: local\n    options: {{network: {network}}}\n")
+            f"pools:\n  local:\n    backend: local\n    options: {{network: {network}}}\n"
+        )
     info = process.start_background(home)
     token = (home / "token").read_text().strip()
     limits = httpx.Limits(max_connections=count, max_keepalive_connections=count)
     try:
-        with httpx.Client(base_url=info.url, headers={"Authorization": f"Bearer {token}"},
-                          timeout=120, limits=limits) as client:
+        with httpx.Client(
+            base_url=info.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=120,
+            limits=limits,
+        ) as client:
             started = time.perf_counter()
             results = submit_concurrently(client, count)
             accepted_s = time.perf_counter() - started
@@ -119,12 +125,16 @@ def run(count: int, timeout_s: float, home: Path, network: str = "auto") -> dict
     latencies = [lat for lat, _ in results]
     completed = sum(s == "COMPLETED" for s in status.values())
     return {
-        "submissions": count, "accepted": len(ids), "completed": completed,
+        "submissions": count,
+        "accepted": len(ids),
+        "completed": completed,
         "submit_p50_ms": round(1000 * statistics.median(latencies), 1),
         "submit_p99_ms": round(1000 * percentile(latencies, 99), 1),
         "submit_max_ms": round(1000 * max(latencies), 1),
-        "all_accepted_s": round(accepted_s, 2), "all_completed_s": round(done_s, 2),
-        "network": network, "cpus": os.cpu_count(),
+        "all_accepted_s": round(accepted_s, 2),
+        "all_completed_s": round(done_s, 2),
+        "network": network,
+        "cpus": os.cpu_count(),
     }
 
 
@@ -163,8 +173,10 @@ class StreamReaders:
 
     def open(self, path: str, token: str) -> None:
         sock = socket.create_connection((self.where.hostname, self.where.port), timeout=30)
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {self.where.netloc}\r\n"
-                     f"Authorization: Bearer {token}\r\n\r\n".encode())
+        sock.sendall(
+            f"GET {path} HTTP/1.1\r\nHost: {self.where.netloc}\r\n"
+            f"Authorization: Bearer {token}\r\n\r\n".encode()
+        )
         sock.setblocking(False)
         self.selector.register(sock, selectors.EVENT_READ, data={"first": True})
         self.opened += 1
@@ -222,8 +234,10 @@ def health_s(url: str, timeout_s: float = 10.0) -> float:
     start = time.monotonic()
     try:
         with socket.create_connection((where.hostname, where.port), timeout=timeout_s) as sock:
-            sock.sendall(f"GET /api/health HTTP/1.1\r\nHost: {where.netloc}\r\n"
-                         "Connection: close\r\n\r\n".encode())
+            sock.sendall(
+                f"GET /api/health HTTP/1.1\r\nHost: {where.netloc}\r\n"
+                "Connection: close\r\n\r\n".encode()
+            )
             answer = b""
             while chunk := sock.recv(65536):
                 answer += chunk
@@ -247,8 +261,9 @@ def timed_calls(url: str, token: str, seconds: float) -> tuple[list[float], list
             next_submit += 2.0
             start = time.monotonic()
             try:
-                httpx.post(url + "/api/workflow", json={"spec_text": SPEC}, headers=auth,
-                           timeout=10).raise_for_status()
+                httpx.post(
+                    url + "/api/workflow", json={"spec_text": SPEC}, headers=auth, timeout=10
+                ).raise_for_status()
             except httpx.TimeoutException:
                 pass
             submits.append(time.monotonic() - start)
@@ -264,18 +279,21 @@ def _wait_running(client: httpx.Client, workflow_id: str, timeout_s: float) -> N
         time.sleep(0.5)
 
 
-def run_streams(home: Path, followers: int, sse: int, seconds: float,
-                lines_per_s: int) -> dict[str, object]:
+def run_streams(
+    home: Path, followers: int, sse: int, seconds: float, lines_per_s: int
+) -> dict[str, object]:
     """The ``--streams`` measurement (see the module docstring)."""
     os.environ["TRAINYARD_HOME"] = str(home)
     info = process.start_background(home)
     token = (home / "token").read_text().strip()
     rss = [rss_bytes(info.pid)]
     try:
-        with httpx.Client(base_url=info.url, headers={"Authorization": f"Bearer {token}"},
-                          timeout=60) as client:
-            answer = client.post("/api/workflow", json={
-                "spec_text": PRINTER.replace("{rate}", str(lines_per_s))})
+        with httpx.Client(
+            base_url=info.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        ) as client:
+            answer = client.post(
+                "/api/workflow", json={"spec_text": PRINTER.replace("{rate}", str(lines_per_s))}
+            )
             answer.raise_for_status()
             printer = answer.json()["id"]
             _wait_running(client, printer, 120)
@@ -284,8 +302,9 @@ def run_streams(home: Path, followers: int, sse: int, seconds: float,
             paths = [(f"/api/workflow/{printer}/logs?follow=true", task_token)] * followers
             paths += [(f"/workflows/{printer}/logs/stream?lines=100000", token)] * sse
             drained, stop_drain = multiprocessing.Queue(), multiprocessing.Event()
-            drainer = multiprocessing.Process(target=drain_streams,
-                                              args=(info.url, paths, stop_drain, drained))
+            drainer = multiprocessing.Process(
+                target=drain_streams, args=(info.url, paths, stop_drain, drained)
+            )
             drainer.start()  # a process of its own: it does not slow this one's timing
             sampler_stop = threading.Event()
 
@@ -306,8 +325,12 @@ def run_streams(home: Path, followers: int, sse: int, seconds: float,
     finally:
         process.stop(home)
     return {
-        "followers": followers, "sse": sse, "seconds": seconds, "lines_per_s": lines_per_s,
-        "streams_ok": ok, "streams_opened": opened,
+        "followers": followers,
+        "sse": sse,
+        "seconds": seconds,
+        "lines_per_s": lines_per_s,
+        "streams_ok": ok,
+        "streams_opened": opened,
         "log_mb_read": round(bytes_read / 2**20, 1),
         "health_calls": len(health),
         "health_p50_ms": round(1000 * statistics.median(health), 1),
@@ -316,19 +339,28 @@ def run_streams(home: Path, followers: int, sse: int, seconds: float,
         "submits": len(submits),
         "submit_p50_ms": round(1000 * statistics.median(submits), 1),
         "submit_max_ms": round(1000 * max(submits), 1),
-        "rss_start_mb": round(rss[0] / 2**20, 1), "rss_peak_mb": round(max(rss) / 2**20, 1),
-        "rss_end_mb": round(rss[-1] / 2**20, 1), "cpus": os.cpu_count(),
+        "rss_start_mb": round(rss[0] / 2**20, 1),
+        "rss_peak_mb": round(max(rss) / 2**20, 1),
+        "rss_end_mb": round(rss[-1] / 2**20, 1),
+        "cpus": os.cpu_count(),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--submissions", type=int, default=100)
-    parser.add_argument("--network", choices=("auto", "loopback"), default="auto",
-                        help="the local pool's network option")
+    parser.add_argument(
+        "--network",
+        choices=("auto", "loopback"),
+        default="auto",
+        help="the local pool's network option",
+    )
     parser.add_argument("--timeout-s", type=float, default=600)
-    parser.add_argument("--streams", action="store_true",
-                        help="measure health and submit under log followers and SSE streams")
+    parser.add_argument(
+        "--streams",
+        action="store_true",
+        help="measure health and submit under log followers and SSE streams",
+    )
     parser.add_argument("--followers", type=int, default=200)
     parser.add_argument("--sse", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=30)
@@ -337,8 +369,9 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="trainyard-api-load-") as tmp:
         if args.streams:
-            report = run_streams(Path(tmp), args.followers, args.sse, args.seconds,
-                                 args.lines_per_s)
+            report = run_streams(
+                Path(tmp), args.followers, args.sse, args.seconds, args.lines_per_s
+            )
         else:
             report = run(args.submissions, args.timeout_s, Path(tmp), args.network)
     if args.json:

@@ -73,9 +73,22 @@ from typing import Any
 
 import psutil
 
-__all__ = ["TaskPlan", "GroupPlan", "WorkflowPlan", "Hit", "Report", "make_plans",
-           "render_spec", "classify_hit", "expected_statuses", "extra_starts", "build_report",
-           "format_table", "find_leaks", "main"]
+__all__ = [
+    "TaskPlan",
+    "GroupPlan",
+    "WorkflowPlan",
+    "Hit",
+    "Report",
+    "make_plans",
+    "render_spec",
+    "classify_hit",
+    "expected_statuses",
+    "extra_starts",
+    "build_report",
+    "format_table",
+    "find_leaks",
+    "main",
+]
 
 RESCHEDULE_CODE = 42
 RESUME_FAILED_CODE = 3
@@ -83,8 +96,15 @@ SUBMIT_ESTIMATE_S = 1.0  # one CLI submit on the loaded 2-core VM: kills spread 
 AMBIGUOUS_S = 3.0  # a hit this close to the lead's exit may go either way (engine poll order)
 KILL_KINDS = ("server", "launcher", "runner", "command")
 KILL_WEIGHTS = (2, 2, 3, 3)
-COUNTS = ("lost_workflows", "tasks_run_twice", "wrong_statuses", "missing_outputs",
-          "leaked_processes", "leaked_namespaces", "leaked_mounts")
+COUNTS = (
+    "lost_workflows",
+    "tasks_run_twice",
+    "wrong_statuses",
+    "missing_outputs",
+    "leaked_processes",
+    "leaked_namespaces",
+    "leaked_mounts",
+)
 
 
 # ---------------------------------------------------------------------- plans (pure)
@@ -138,14 +158,18 @@ def make_plans(count: int, rng: random.Random) -> list[WorkflowPlan]:
 
 def _gang_plan(index: int, rng: random.Random) -> WorkflowPlan:
     size = rng.randint(2, 4)
-    tasks = tuple(TaskPlan("lead" if i == 0 else f"worker{i}", i == 0, rng.randint(1, 10))
-                  for i in range(size))
+    tasks = tuple(
+        TaskPlan("lead" if i == 0 else f"worker{i}", i == 0, rng.randint(1, 10))
+        for i in range(size)
+    )
     return WorkflowPlan(index, "gang", (GroupPlan("gang", tasks, rng.random() < 0.5),))
 
 
 def _dag_plan(index: int, rng: random.Random) -> WorkflowPlan:
-    groups = tuple(GroupPlan(f"step{i}", (TaskPlan(f"t{i}", True, rng.randint(1, 5)),))
-                   for i in range(rng.randint(2, 3)))
+    groups = tuple(
+        GroupPlan(f"step{i}", (TaskPlan(f"t{i}", True, rng.randint(1, 5)),))
+        for i in range(rng.randint(2, 3))
+    )
     return WorkflowPlan(index, "dag", groups)
 
 
@@ -157,8 +181,10 @@ def _reschedule_plan(index: int, rng: random.Random) -> WorkflowPlan:
 # ---------------------------------------------------------------------- specs
 
 
-_MARK = ('mkdir -p {{output}}/chaos && echo "$TRAINYARD_RETRY_ID %s" '
-         '> {{output}}/chaos/start.$(date +%%s%%N); ')
+_MARK = (
+    'mkdir -p {{output}}/chaos && echo "$TRAINYARD_RETRY_ID %s" '
+    '> {{output}}/chaos/start.$(date +%%s%%N); '
+)
 
 
 def render_spec(plan: WorkflowPlan, storage_url: str) -> str:
@@ -174,8 +200,7 @@ def _group_spec(plan: WorkflowPlan, index: int, storage_url: str) -> dict[str, A
     return {"name": group.name, "ignoreNonleadStatus": group.ignore_nonlead, "tasks": tasks}
 
 
-def _task_spec(plan: WorkflowPlan, index: int, task: TaskPlan,
-               storage_url: str) -> dict[str, Any]:
+def _task_spec(plan: WorkflowPlan, index: int, task: TaskPlan, storage_url: str) -> dict[str, Any]:
     spec: dict[str, Any] = {"name": task.name, "lead": task.lead, "command": ["sh", "-c"]}
     if plan.kind == "gang":
         spec["args"] = [_MARK % "{{host:lead}}" + f"sleep {task.sleep_s}"]
@@ -195,21 +220,29 @@ def _dag_task(plan: WorkflowPlan, index: int, task: TaskPlan) -> dict[str, Any]:
         check = f'grep -qx "from {upstream}" {{{{input:0}}}}/data.txt || exit 4; '
     if index == len(plan.groups) - 1:
         spec["outputs"] = [{"dataset": {"name": plan.name}}]
-    spec["args"] = [_MARK % "dag" + check + f"sleep {task.sleep_s}; "
-                    f'echo "from {task.name}" > {{{{output}}}}/data.txt']
+    spec["args"] = [
+        _MARK % "dag" + check + f"sleep {task.sleep_s}; "
+        f'echo "from {task.name}" > {{{{output}}}}/data.txt'
+    ]
     return spec
 
 
 def _reschedule_task(task: TaskPlan, storage_url: str) -> dict[str, Any]:
     base = f"{storage_url}/{{{{workflow_id}}}}"
-    script = (_MARK % "reschedule" + "mkdir -p /tmp/ckpt; "
-              'if [ -f {{input:0}}/marker ]; then '
-              f'  sleep {task.sleep_s}; echo resumed > {{{{output}}}}/result; exit 0; fi; '
-              f'[ "$TRAINYARD_RETRY_ID" = 0 ] || exit {RESUME_FAILED_CODE}; '
-              f"sleep {task.sleep_s}; echo saved > /tmp/ckpt/marker; exit {RESCHEDULE_CODE}")
-    return {"args": [script], "exitActions": {"RESCHEDULE": RESCHEDULE_CODE},
-            "checkpoint": [{"path": "/tmp/ckpt", "url": f"{base}/ckpt", "frequency": 1}],
-            "inputs": [{"url": f"{base}/ckpt"}], "outputs": [{"url": f"{base}/out"}]}
+    script = (
+        _MARK % "reschedule" + "mkdir -p /tmp/ckpt; "
+        'if [ -f {{input:0}}/marker ]; then '
+        f'  sleep {task.sleep_s}; echo resumed > {{{{output}}}}/result; exit 0; fi; '
+        f'[ "$TRAINYARD_RETRY_ID" = 0 ] || exit {RESUME_FAILED_CODE}; '
+        f"sleep {task.sleep_s}; echo saved > /tmp/ckpt/marker; exit {RESCHEDULE_CODE}"
+    )
+    return {
+        "args": [script],
+        "exitActions": {"RESCHEDULE": RESCHEDULE_CODE},
+        "checkpoint": [{"path": "/tmp/ckpt", "url": f"{base}/ckpt", "frequency": 1}],
+        "inputs": [{"url": f"{base}/ckpt"}],
+        "outputs": [{"url": f"{base}/out"}],
+    }
 
 
 # ---------------------------------------------------------------------- expectations (pure)
@@ -252,8 +285,9 @@ def classify_hit(plan: WorkflowPlan, hit: Hit, ambiguous_s: float = AMBIGUOUS_S)
     return "ambiguous"
 
 
-def expected_statuses(plan: WorkflowPlan, hits: Iterable[Hit],
-                      ambiguous_s: float = AMBIGUOUS_S) -> frozenset[str]:
+def expected_statuses(
+    plan: WorkflowPlan, hits: Iterable[Hit], ambiguous_s: float = AMBIGUOUS_S
+) -> frozenset[str]:
     """The final workflow statuses allowed for ``plan`` after ``hits`` (its own only).
 
     Every task of these plans completes when nothing hits it (the reschedule task after
@@ -303,10 +337,16 @@ class Report:
         return any(self.counts.values())
 
 
-def build_report(plans: Mapping[str, WorkflowPlan], final: Mapping[str, str | None],
-                 hits: Sequence[Hit], starts: Mapping[str, Mapping[tuple[str, int], int]],
-                 missing_outputs: Sequence[str], leaks: Mapping[str, list[str]],
-                 kills: Mapping[str, int], wall_s: float) -> Report:
+def build_report(
+    plans: Mapping[str, WorkflowPlan],
+    final: Mapping[str, str | None],
+    hits: Sequence[Hit],
+    starts: Mapping[str, Mapping[tuple[str, int], int]],
+    missing_outputs: Sequence[str],
+    leaks: Mapping[str, list[str]],
+    kills: Mapping[str, int],
+    wall_s: float,
+) -> Report:
     """Compare what happened with what was expected.
 
     Args:
@@ -329,13 +369,21 @@ def build_report(plans: Mapping[str, WorkflowPlan], final: Mapping[str, str | No
             continue
         allowed = expected_statuses(plan, [h for h in hits if h.workflow_id == wf_id])
         if status not in allowed:
-            why = ", ".join(f"{h.kind} killed {h.task} retry {h.retry_id}"
-                            for h in hits if h.workflow_id == wf_id) or "no hit"
+            why = (
+                ", ".join(
+                    f"{h.kind} killed {h.task} retry {h.retry_id}"
+                    for h in hits
+                    if h.workflow_id == wf_id
+                )
+                or "no hit"
+            )
             details["wrong_statuses"].append(
-                f"{wf_id}: {status}, expected {'/'.join(sorted(allowed))} ({why})")
+                f"{wf_id}: {status}, expected {'/'.join(sorted(allowed))} ({why})"
+            )
     for wf_id, plan in sorted(plans.items()):
-        details["tasks_run_twice"] += [f"{wf_id}: {line}"
-                                       for line in extra_starts(plan, starts.get(wf_id, {}))]
+        details["tasks_run_twice"] += [
+            f"{wf_id}: {line}" for line in extra_starts(plan, starts.get(wf_id, {}))
+        ]
     details["missing_outputs"] = list(missing_outputs)
     for kind in ("processes", "namespaces", "mounts"):
         details[f"leaked_{kind}"] = list(leaks.get(kind, []))
@@ -345,11 +393,15 @@ def build_report(plans: Mapping[str, WorkflowPlan], final: Mapping[str, str | No
 
 def format_table(report: Report) -> str:
     """The report for people: one row per count, then the details of non-zero ones."""
-    lines = [f"chaos: {report.workflows} workflows, kills "
-             + ", ".join(f"{k} {v}" for k, v in report.kills.items())
-             + f", {report.wall_s:.0f} s",
-             "final statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(report.statuses.items())),
-             "", f"{'check':<20} {'count':>5}", f"{'-' * 20} {'-' * 5}"]
+    lines = [
+        f"chaos: {report.workflows} workflows, kills "
+        + ", ".join(f"{k} {v}" for k, v in report.kills.items())
+        + f", {report.wall_s:.0f} s",
+        "final statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(report.statuses.items())),
+        "",
+        f"{'check':<20} {'count':>5}",
+        f"{'-' * 20} {'-' * 5}",
+    ]
     lines += [f"{name:<20} {report.counts[name]:>5}" for name in COUNTS]
     for name in COUNTS:
         for detail in report.details[name][:20]:
@@ -366,8 +418,11 @@ class Cli:
 
     def __init__(self, home: Path) -> None:
         self.home = home
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+        }
         env.update(TRAINYARD_HOME=str(home), COLUMNS="200")
         self.env = env
 
@@ -376,11 +431,13 @@ class Cli:
         prefix = [str(script)] if script.exists() else [sys.executable, "-m", "trainyard.cli.main"]
         argv = [*prefix, *args]
         try:
-            return subprocess.run(argv, env=self.env, capture_output=True, text=True,
-                                  timeout=timeout_s, check=False)
+            return subprocess.run(
+                argv, env=self.env, capture_output=True, text=True, timeout=timeout_s, check=False
+            )
         except subprocess.TimeoutExpired as exc:
-            return subprocess.CompletedProcess(argv, 124, str(exc.stdout or ""),
-                                               f"timed out after {timeout_s} s")
+            return subprocess.CompletedProcess(
+                argv, 124, str(exc.stdout or ""), f"timed out after {timeout_s} s"
+            )
 
 
 def _events(run_dir: Path) -> list[dict[str, Any]]:
@@ -410,8 +467,10 @@ def _exit_time(run_dir: Path) -> float | None:
 def _ping(name: str) -> int | None:
     """The pid of the launcher that answers on abstract socket ``name`` (its protocol:
     ``{"op": "ping"}`` -> ``{"pid": int}``), None when none answers."""
-    with contextlib.suppress(OSError, ValueError, KeyError), \
-            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+    with (
+        contextlib.suppress(OSError, ValueError, KeyError),
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock,
+    ):
         sock.settimeout(5.0)
         sock.connect("\0" + name)
         sock.sendall(b'{"op": "ping"}\n')
@@ -451,8 +510,10 @@ class Chaos:
         done = self.cli.run("workflow", "submit", str(path))
         marker = "Workflow submitted: "
         if done.returncode != 0 or marker not in done.stdout:
-            self.notes.append(f"submit of {plan.name} failed (exit {done.returncode}): "
-                              f"{(done.stderr or done.stdout).strip()[-200:]}")
+            self.notes.append(
+                f"submit of {plan.name} failed (exit {done.returncode}): "
+                f"{(done.stderr or done.stdout).strip()[-200:]}"
+            )
             return
         wf_id = done.stdout.split(marker)[1].split()[0]
         with self.lock:
@@ -509,8 +570,9 @@ class Chaos:
         spare has the same command line, but does not answer)."""
         names = set()
         for proc in psutil.process_iter(["cmdline"]):
-            names |= {part for part in proc.info["cmdline"] or []
-                      if part.startswith(self.launcher_prefix)}
+            names |= {
+                part for part in proc.info["cmdline"] or [] if part.startswith(self.launcher_prefix)
+            }
         found = []
         for name in sorted(names):
             pid = _ping(name)
@@ -550,8 +612,10 @@ class Chaos:
             time.sleep(self.rng.uniform(0.2, 1.5))
             done = self.cli.run("server", "start", timeout_s=60)
             if done.returncode != 0:
-                self.notes.append(f"server start after a kill: exit {done.returncode}: "
-                                  f"{(done.stderr or done.stdout).strip()[-200:]}")
+                self.notes.append(
+                    f"server start after a kill: exit {done.returncode}: "
+                    f"{(done.stderr or done.stdout).strip()[-200:]}"
+                )
             return f"pid {proc.pid}{also}, restarted: exit {done.returncode}"
         return None
 
@@ -648,10 +712,10 @@ class Chaos:
                 rows = {r["id"]: r["status"] for r in json.loads(done.stdout)}
                 statuses = {wf_id: rows.get(wf_id) for wf_id in self.plans}
                 ghosts = sorted(set(rows) - set(self.plans))
-                if all(s not in (None, "PENDING", "WAITING", "RUNNING")
-                       for s in statuses.values()):
-                    self.notes += [f"listed but its submit printed no id: {g} ({rows[g]})"
-                                   for g in ghosts]
+                if all(s not in (None, "PENDING", "WAITING", "RUNNING") for s in statuses.values()):
+                    self.notes += [
+                        f"listed but its submit printed no id: {g} ({rows[g]})" for g in ghosts
+                    ]
                     return statuses
             time.sleep(3)
         return statuses
@@ -667,8 +731,12 @@ class Chaos:
             if wf_id not in found:
                 continue
             markers = len(list((run_dir / "output" / "chaos").glob("start.*")))
-            running = sum(1 for events in run_dir.glob("events*.jsonl")
-                          for row in _rows(events) if row.get("kind") == "RUNNING")
+            running = sum(
+                1
+                for events in run_dir.glob("events*.jsonl")
+                for row in _rows(events)
+                if row.get("kind") == "RUNNING"
+            )
             if max(markers, running):
                 found[wf_id][(task, retry_id)] = max(markers, running)
         return found
@@ -681,7 +749,8 @@ class Chaos:
             if plan.kind == "dag" and not (self.home / "datasets" / plan.name).is_dir():
                 missing.append(f"{wf_id}: dataset {plan.name}")
             if plan.kind == "reschedule" and not any(
-                    (self.storage_dir / wf_id / "out").rglob("result")):
+                (self.storage_dir / wf_id / "out").rglob("result")
+            ):
                 missing.append(f"{wf_id}: {self.storage_url}/{wf_id}/out/result")
         return missing
 
@@ -695,8 +764,9 @@ def _net_ns(pid: int | str) -> str | None:
     return None
 
 
-def home_processes(home: Path, launcher_prefix: str,
-                   workflow_ids: Iterable[str] = ()) -> list[psutil.Process]:
+def home_processes(
+    home: Path, launcher_prefix: str, workflow_ids: Iterable[str] = ()
+) -> list[psutil.Process]:
     """Every process whose command line names ``home`` or its launcher, or whose
     environment has ``TRAINYARD_HOME=home`` (the server and what it started) or
     ``TRAINYARD_WORKFLOW_ID`` of one of ``workflow_ids`` (what a task left running)."""
@@ -711,15 +781,18 @@ def home_processes(home: Path, launcher_prefix: str,
         if not hit:
             with contextlib.suppress(psutil.Error):
                 env = proc.environ()
-                hit = (env.get("TRAINYARD_HOME") == str(home)
-                       or env.get("TRAINYARD_WORKFLOW_ID", "") in ids)
+                hit = (
+                    env.get("TRAINYARD_HOME") == str(home)
+                    or env.get("TRAINYARD_WORKFLOW_ID", "") in ids
+                )
         if hit:
             found.append(proc)
     return found
 
 
-def find_leaks(home: Path, launcher_prefix: str, netns_before: set[str],
-               workflow_ids: Iterable[str] = ()) -> dict[str, list[str]]:
+def find_leaks(
+    home: Path, launcher_prefix: str, netns_before: set[str], workflow_ids: Iterable[str] = ()
+) -> dict[str, list[str]]:
     """Processes, network namespaces and mounts of ``home`` left after the server stopped."""
     procs = home_processes(home, launcher_prefix, workflow_ids)
     host_ns = _net_ns("self")
@@ -760,8 +833,13 @@ def _mounts() -> list[str]:
     return []
 
 
-def wait_no_leaks(home: Path, prefix: str, netns_before: set[str], timeout_s: float,
-                  workflow_ids: Iterable[str] = ()) -> dict[str, list[str]]:
+def wait_no_leaks(
+    home: Path,
+    prefix: str,
+    netns_before: set[str],
+    timeout_s: float,
+    workflow_ids: Iterable[str] = (),
+) -> dict[str, list[str]]:
     """``find_leaks`` until it finds none or ``timeout_s`` passed (things take a moment to
     exit after ``server stop``)."""
     deadline = time.monotonic() + timeout_s
@@ -775,8 +853,14 @@ def wait_no_leaks(home: Path, prefix: str, netns_before: set[str], timeout_s: fl
 # ---------------------------------------------------------------------- main
 
 
-def run(workflows: int, kills: int, seed: int, timeout_s: float, home: Path,
-        kinds: Sequence[str] = KILL_KINDS) -> Report:
+def run(
+    workflows: int,
+    kills: int,
+    seed: int,
+    timeout_s: float,
+    home: Path,
+    kinds: Sequence[str] = KILL_KINDS,
+) -> Report:
     """Submit ``workflows``, do ``kills`` kills of ``kinds`` meanwhile, wait, stop the
     server, check."""
     rng = random.Random(seed)
@@ -800,12 +884,21 @@ def run(workflows: int, kills: int, seed: int, timeout_s: float, home: Path,
     if stop.returncode != 0:
         chaos.notes.append(f"server stop: exit {stop.returncode}: {stop.stderr.strip()[-200:]}")
     leaks = wait_no_leaks(home, chaos.launcher_prefix, netns_before, 20.0, list(chaos.plans))
-    for proc in home_processes(home, chaos.launcher_prefix, list(chaos.plans)):  # counted: now clean up
+    for proc in home_processes(
+        home, chaos.launcher_prefix, list(chaos.plans)
+    ):  # counted: now clean up
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    report = build_report(chaos.plans, final, chaos.hits, chaos.starts(),
-                          chaos.missing_outputs(final), leaks, chaos.kills,
-                          time.monotonic() - started)
+    report = build_report(
+        chaos.plans,
+        final,
+        chaos.hits,
+        chaos.starts(),
+        chaos.missing_outputs(final),
+        leaks,
+        chaos.kills,
+        time.monotonic() - started,
+    )
     report.home, report.seed, report.kinds = str(home), seed, list(kinds)
     report.notes = chaos.notes + [f"kill at {line}" for line in chaos.log]
     return report
@@ -825,13 +918,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workflows", type=int, default=20, help="how many to submit")
     parser.add_argument("--kills", type=int, default=5, help="how many SIGKILLs to send")
     parser.add_argument("--seed", type=int, default=1, help="seeds the mix and the kills")
-    parser.add_argument("--timeout-s", type=float, default=600.0,
-                        help="give up waiting for workflows to end after this long")
-    parser.add_argument("--kinds", default=",".join(KILL_KINDS),
-                        help=f"comma-separated kinds of kill to use (of {','.join(KILL_KINDS)})")
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=600.0,
+        help="give up waiting for workflows to end after this long",
+    )
+    parser.add_argument(
+        "--kinds",
+        default=",".join(KILL_KINDS),
+        help=f"comma-separated kinds of kill to use (of {','.join(KILL_KINDS)})",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON here")
-    parser.add_argument("--keep-home", action="store_true",
-                        help="keep the temporary TRAINYARD_HOME (kept anyway when a count is not 0)")
+    parser.add_argument(
+        "--keep-home",
+        action="store_true",
+        help="keep the temporary TRAINYARD_HOME (kept anyway when a count is not 0)",
+    )
     args = parser.parse_args(argv)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     if args.workflows < 1 or args.kills < 0:

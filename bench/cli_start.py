@@ -39,8 +39,12 @@ def timed_run(src: str, env: dict[str, str]) -> tuple[float, float]:
     """One CLI run with ``src`` first on PYTHONPATH: (wall s, CPU s)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run([str(BIN / "trainyard"), *COMMAND], env={**env, "PYTHONPATH": src},
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [str(BIN / "trainyard"), *COMMAND],
+        env={**env, "PYTHONPATH": src},
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     wall_s = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall_s, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -54,8 +58,10 @@ def order(trees: list[str], round_index: int) -> list[str]:
 def summary(runs: list[tuple[float, float]]) -> str:
     """``best wall (median) / best CPU (median)`` of (wall s, CPU s) runs."""
     walls, cpus = [w for w, _c in runs], [c for _w, c in runs]
-    return (f"wall {min(walls):.3f} s (median {statistics.median(walls):.3f}), "
-            f"CPU {min(cpus):.3f} s (median {statistics.median(cpus):.3f})")
+    return (
+        f"wall {min(walls):.3f} s (median {statistics.median(walls):.3f}), "
+        f"CPU {min(cpus):.3f} s (median {statistics.median(cpus):.3f})"
+    )
 
 
 SERVER_SIDE = """
@@ -95,9 +101,13 @@ def server_side(trees: list[str], runs: int) -> None:
     """Print each tree's server time for the example's dry run and submit."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for src in trees:
-        done = subprocess.run([sys.executable, "-c", SERVER_SIDE, str(EXAMPLE), str(runs)],
-                              env={**env, "PYTHONPATH": src}, capture_output=True, text=True,
-                              check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", SERVER_SIDE, str(EXAMPLE), str(runs)],
+            env={**env, "PYTHONPATH": src},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         print(f"  {src}: server side: {done.stdout.strip()}")
 
 
@@ -105,8 +115,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trees", nargs="+", help="source folders (PYTHONPATH) to compare")
     parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--server-side", action="store_true",
-                        help="time the server's handling of the request instead")
+    parser.add_argument(
+        "--server-side",
+        action="store_true",
+        help="time the server's handling of the request instead",
+    )
     args = parser.parse_args()
     trees = [str(Path(t).resolve()) for t in args.trees]
     if args.server_side:
@@ -116,8 +129,12 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env.update(TRAINYARD_HOME=home)
         env.pop("TRAINYARD_SERVER_URL", None)
-        subprocess.run([str(BIN / "trainyard"), "server", "start"], check=True,
-                       env={**env, "PYTHONPATH": trees[0]}, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(BIN / "trainyard"), "server", "start"],
+            check=True,
+            env={**env, "PYTHONPATH": trees[0]},
+            stdout=subprocess.DEVNULL,
+        )
         try:
             for src in trees:  # warm-up: byte code, the server's first render
                 timed_run(src, env)
@@ -126,10 +143,13 @@ def main() -> None:
                 for src in order(trees, index):
                     results[src].append(timed_run(src, env))
         finally:
-            subprocess.run([str(BIN / "trainyard"), "server", "stop"], env=env,
-                           stdout=subprocess.DEVNULL)
-    print(f"{' '.join(COMMAND)}: best of {args.runs}, load average "
-          f"{os.getloadavg()[0]:.1f} at the end")
+            subprocess.run(
+                [str(BIN / "trainyard"), "server", "stop"], env=env, stdout=subprocess.DEVNULL
+            )
+    print(
+        f"{' '.join(COMMAND)}: best of {args.runs}, load average "
+        f"{os.getloadavg()[0]:.1f} at the end"
+    )
     for src, runs in results.items():
         print(f"  {src}: {summary(runs)}")
 

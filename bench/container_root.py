@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from trainyard.backends.local import isolation as local
 from trainyard.backends.base import FactKind, TaskKey, TaskLaunch
 from trainyard.backends.local import LocalBackend
+from trainyard.backends.local import isolation as local
 from trainyard.pools import default_local_pool
 
 _FINAL = (FactKind.EXITED, FactKind.LOST, FactKind.START_ERROR)
@@ -32,9 +32,18 @@ _FINAL = (FactKind.EXITED, FactKind.LOST, FactKind.START_ERROR)
 def _launch(home: Path, backend: LocalBackend, image: str, index: int) -> TaskLaunch:
     key = TaskKey(f"bench-{index}", "t", 0)
     run_dir = home / "runs" / key.workflow_id / "t" / "0"
-    run = {"workflow_id": key.workflow_id, "group": "g", "task": "t", "lead": True,
-           "lead_task": "t", "group_tasks": ["t"], "run_dir": str(run_dir), "image": image,
-           "command": ["true"], "hosts": {"t": backend.host_of(key, "local-0")}}
+    run = {
+        "workflow_id": key.workflow_id,
+        "group": "g",
+        "task": "t",
+        "lead": True,
+        "lead_task": "t",
+        "group_tasks": ["t"],
+        "run_dir": str(run_dir),
+        "image": image,
+        "command": ["true"],
+        "hosts": {"t": backend.host_of(key, "local-0")},
+    }
     return TaskLaunch(key=key, group="g", node="local-0", run_dir=run_dir, run=run)
 
 

@@ -45,23 +45,42 @@ def bench_list(count: int, repeat: int) -> dict[str, dict[str, float]]:
 
     home = Path(tempfile.mkdtemp(prefix="bench-dashboard-"))
     store = Store(f"sqlite:///{home / 'db'}")
-    engine = Engine(store, home, pools={"local": default_local_pool()},
-                    backend_factory=lambda p, h: FakeBackend(lambda launch: Outcome(0)))
+    engine = Engine(
+        store,
+        home,
+        pools={"local": default_local_pool()},
+        backend_factory=lambda p, h: FakeBackend(lambda launch: Outcome(0)),
+    )
     state = state_to_dict(_one_task_state())
     started = time.perf_counter()
     with store._tx() as session:  # one transaction: the bench's setup, not what it measures
         for i in range(count):
-            session.add(_Workflow(
-                id=f"bench-{i + 1}", seq=i + 1, name="bench",
-                status="COMPLETED" if i % 3 else "FAILED", pool="local", submitted_by="bench",
-                labels={"shard": str(i % 10)}, submit_time_s=1.7e9 + i, end_time_s=1.7e9 + i + 5,
-                spec_text="workflow: {}\n" * 40, source={}, state=state))
+            session.add(
+                _Workflow(
+                    id=f"bench-{i + 1}",
+                    seq=i + 1,
+                    name="bench",
+                    status="COMPLETED" if i % 3 else "FAILED",
+                    pool="local",
+                    submitted_by="bench",
+                    labels={"shard": str(i % 10)},
+                    submit_time_s=1.7e9 + i,
+                    end_time_s=1.7e9 + i + 5,
+                    spec_text="workflow: {}\n" * 40,
+                    source={},
+                    state=state,
+                )
+            )
     print(f"stored {count} workflows in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     tokens = TokenRegistry(home)
     bearer = {"Authorization": f"Bearer {(home / 'token').read_text().strip()}"}
-    queries = {"first page (50)": "/", "page 100 (50)": f"/?page={count // 100}",
-               "status=FAILED": "/?status=FAILED", "label shard=3": "/?label=shard%3D3",
-               "200 per page": "/?per_page=200"}
+    queries = {
+        "first page (50)": "/",
+        "page 100 (50)": f"/?page={count // 100}",
+        "status=FAILED": "/?status=FAILED",
+        "label shard=3": "/?label=shard%3D3",
+        "200 per page": "/?per_page=200",
+    }
     results = {}
     with TestClient(create_app(Service(engine), tokens, run_engine=False)) as client:
         for name, path in queries.items():
@@ -73,12 +92,16 @@ def bench_list(count: int, repeat: int) -> dict[str, dict[str, float]]:
                 times.append((time.perf_counter() - t0) * 1000)
                 assert answer.status_code == 200, answer.text[:200]
             assert answer.text.count('class="wf-link"') == (200 if "per_page" in path else 50)
-            results[name] = {"median_ms": round(statistics.median(times), 1),
-                             "max_ms": round(max(times), 1)}
+            results[name] = {
+                "median_ms": round(statistics.median(times), 1),
+                "max_ms": round(max(times), 1),
+            }
         t0 = time.perf_counter()
         client.get("/api/workflow?count=50", headers=bearer)  # loads every row, then cuts
         results["for comparison: GET /api/workflow?count=50"] = {
-            "median_ms": round((time.perf_counter() - t0) * 1000, 1), "max_ms": 0.0}
+            "median_ms": round((time.perf_counter() - t0) * 1000, 1),
+            "max_ms": 0.0,
+        }
     shutil.rmtree(home, ignore_errors=True)
     return results
 
@@ -113,11 +136,19 @@ def bench_follow() -> dict[str, float]:
             time.sleep(0.1)
         url = json.loads((home / "server.json").read_text())["url"]
         token = (home / "token").read_text().strip()
-        wid = httpx.post(url + "/api/workflow", json={"spec_text": FOLLOW_SPEC}, timeout=30,
-                         headers={"Authorization": f"Bearer {token}"}).json()["id"]
+        wid = httpx.post(
+            url + "/api/workflow",
+            json={"spec_text": FOLLOW_SPEC},
+            timeout=30,
+            headers={"Authorization": f"Bearer {token}"},
+        ).json()["id"]
         delays = []
-        with httpx.stream("GET", f"{url}/workflows/{wid}/logs/stream", timeout=120,
-                          headers={"Authorization": f"Bearer {token}"}) as answer:
+        with httpx.stream(
+            "GET",
+            f"{url}/workflows/{wid}/logs/stream",
+            timeout=120,
+            headers={"Authorization": f"Bearer {token}"},
+        ) as answer:
             for raw in answer.iter_lines():
                 if raw.startswith('data: {"') and "stamp " in raw:
                     delays.append(time.time() - float(json.loads(raw[6:])["line"].split()[-1]))
@@ -126,8 +157,11 @@ def bench_follow() -> dict[str, float]:
         proc.wait(timeout=30)
         shutil.rmtree(home, ignore_errors=True)
     followed = delays[1:]  # the first may predate the stream
-    return {"lines": len(followed), "median_s": round(statistics.median(followed), 3),
-            "max_s": round(max(followed), 3)}
+    return {
+        "lines": len(followed),
+        "median_s": round(statistics.median(followed), 3),
+        "max_s": round(max(followed), 3),
+    }
 
 
 def bench_sampling(samples: int = 200) -> dict[str, dict[str, float]]:
@@ -136,9 +170,11 @@ def bench_sampling(samples: int = 200) -> dict[str, dict[str, float]]:
 
     results = {}
     for size in (1, 5, 20):
-        code = ("import subprocess, sys, time\n"
-                f"kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']) "
-                f"for _ in range({size - 1})]\ntime.sleep(120)")
+        code = (
+            "import subprocess, sys, time\n"
+            f"kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']) "
+            f"for _ in range({size - 1})]\ntime.sleep(120)"
+        )
         root = subprocess.Popen([sys.executable, "-c", code])
         time.sleep(1.5)
         folder = Path(tempfile.mkdtemp(prefix="bench-usage-"))
@@ -157,7 +193,8 @@ def bench_sampling(samples: int = 200) -> dict[str, dict[str, float]]:
         shutil.rmtree(folder, ignore_errors=True)
         results[f"{row['processes']} processes"] = {
             "cpu_ms_per_sample": round(per_sample_s * 1000, 3),
-            "core_percent_at_2s": round(per_sample_s / DEFAULT_INTERVAL_S * 100, 3)}
+            "core_percent_at_2s": round(per_sample_s / DEFAULT_INTERVAL_S * 100, 3),
+        }
     return results
 
 
@@ -167,8 +204,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--skip-follow", action="store_true")
     args = parser.parse_args()
-    report = {"list_page": bench_list(args.workflows, args.repeat),
-              "sampling": bench_sampling()}
+    report = {"list_page": bench_list(args.workflows, args.repeat), "sampling": bench_sampling()}
     if not args.skip_follow:
         report["log_follow"] = bench_follow()
     print(json.dumps(report, indent=2))

@@ -73,7 +73,10 @@ Step = tuple[Callable[[], None], Callable[[], object]]
 def cpu_s() -> float:
     """CPU seconds (user + system) used so far by this process (all threads) and its
     waited-for children."""
-    mine, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    mine, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
 
 
@@ -112,11 +115,16 @@ def measure(work: Path, src: Path, repeat: int, methods: list[str] | None = None
     url = remote.as_uri()
     datasets = DatasetStore(store.as_uri(), mover)
     steps: dict[str, Step] = {
-        "cp -r": (clear(cp_dst), lambda: subprocess.run(["cp", "-r", str(src), str(cp_dst)], check=True)),
+        "cp -r": (
+            clear(cp_dst),
+            lambda: subprocess.run(["cp", "-r", str(src), str(cp_dst)], check=True),
+        ),
         "data upload": (clear(remote), lambda: upload(url, [f"{src}/"], None, mover)),
         "data download": (clear(back), lambda: download(url, back, None, mover)),
-        "dataset upload": (clear(store), lambda: datasets.upload(
-            "bench", plan_uploads([f"{src}/"], None))),  # listing included, as cp -r's is
+        "dataset upload": (
+            clear(store),
+            lambda: datasets.upload("bench", plan_uploads([f"{src}/"], None)),
+        ),  # listing included, as cp -r's is
         "dataset download": (clear(ds_back), lambda: datasets.download("bench", ds_back)),
     }
     if methods:
@@ -139,19 +147,27 @@ def report(label: str, total_bytes: int, results: Times) -> list[str]:
         rate = total_bytes / MiB / best
         median = statistics.median(b / t for b, t in zip(base, times, strict=True))
         cpu = statistics.median(c for _wall, c in rounds)
-        rows.append(f"| {label} | {name} | {best:.3f} | {rate:,.0f} | {min(base) / best:.2f} "
-                    f"| {median:.2f} | {cpu:.3f} | {base_cpu / cpu if cpu > 0 else 0:.2f} |")
+        rows.append(
+            f"| {label} | {name} | {best:.3f} | {rate:,.0f} | {min(base) / best:.2f} "
+            f"| {median:.2f} | {cpu:.3f} | {base_cpu / cpu if cpu > 0 else 0:.2f} |"
+        )
     return rows
 
 
-def layouts(names: list[str], size_mb: int, files: int, small_files: int,
-            small_kb: int) -> list[tuple[str, int, int]]:
+def layouts(
+    names: list[str], size_mb: int, files: int, small_files: int, small_kb: int
+) -> list[tuple[str, int, int]]:
     """(label, total bytes, files) of each layout named (``files``, ``one``, ``small``).
     Raises SystemExit naming the valid choices for an unknown name."""
-    known = {"files": (f"{files} files", size_mb * MiB, files),
-             "one": ("1 file", size_mb * MiB, 1),
-             "small": (f"{small_files} files of {small_kb} KiB", small_files * small_kb * 1024,
-                       small_files)}
+    known = {
+        "files": (f"{files} files", size_mb * MiB, files),
+        "one": ("1 file", size_mb * MiB, 1),
+        "small": (
+            f"{small_files} files of {small_kb} KiB",
+            small_files * small_kb * 1024,
+            small_files,
+        ),
+    }
     unknown = [n for n in names if n not in known]
     if unknown:
         raise SystemExit(f"--layouts: unknown {', '.join(unknown)} (known: {', '.join(known)})")
@@ -162,28 +178,48 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1024, help="MiB per layout (default 1024)")
     parser.add_argument("--files", type=int, default=1000, help="files in the 'files' layout")
-    parser.add_argument("--small-files", type=int, default=10000,
-                        help="files in the 'small' layout (default 10000)")
-    parser.add_argument("--small-kb", type=int, default=16,
-                        help="KiB per file in the 'small' layout (default 16)")
-    parser.add_argument("--layouts", default="files,one,small",
-                        help="comma-separated layouts: files, one, small (default all)")
+    parser.add_argument(
+        "--small-files", type=int, default=10000, help="files in the 'small' layout (default 10000)"
+    )
+    parser.add_argument(
+        "--small-kb", type=int, default=16, help="KiB per file in the 'small' layout (default 16)"
+    )
+    parser.add_argument(
+        "--layouts",
+        default="files,one,small",
+        help="comma-separated layouts: files, one, small (default all)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per measure; the best is kept")
     parser.add_argument("--dir", type=Path, default=None, help="where the temp dir goes")
-    parser.add_argument("--methods", default="", help="comma-separated methods to time beside "
-                        "cp -r (default all), e.g. 'dataset upload,dataset download'")
-    parser.add_argument("--many-files-only", action="store_true",
-                        help="only the 'files' layout (same as --layouts files)")
+    parser.add_argument(
+        "--methods",
+        default="",
+        help="comma-separated methods to time beside "
+        "cp -r (default all), e.g. 'dataset upload,dataset download'",
+    )
+    parser.add_argument(
+        "--many-files-only",
+        action="store_true",
+        help="only the 'files' layout (same as --layouts files)",
+    )
     args = parser.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    names = ["files"] if args.many_files_only else [n.strip() for n in args.layouts.split(",") if n.strip()]
+    names = (
+        ["files"]
+        if args.many_files_only
+        else [n.strip() for n in args.layouts.split(",") if n.strip()]
+    )
     chosen = layouts(names, args.size_mb, args.files, args.small_files, args.small_kb)
-    print(f"# data transfer bench: {args.size_mb} MiB, python {platform.python_version()}, "
-          f"{os.cpu_count()} cpus, {platform.platform()}")
+    print(
+        f"# data transfer bench: {args.size_mb} MiB, python {platform.python_version()}, "
+        f"{os.cpu_count()} cpus, {platform.platform()}"
+    )
     print(f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}")
     print(f"# load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print("| layout | method | best s | MiB/s | ratio to cp (best) | ratio to cp (median of rounds) "
-          "| CPU s (median) | CPU ratio (cp / this) |")
+    print(
+        "| layout | method | best s | MiB/s | ratio to cp (best) | ratio to cp (median of rounds) "
+        "| CPU s (median) | CPU ratio (cp / this) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="trainyard-bench-") as tmp:
         work = Path(tmp)

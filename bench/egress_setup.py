@@ -74,10 +74,15 @@ def main(argv: list[str] | None = None) -> int:
         return lambda: (netns.stop_egress(proc), os.close(fd))  # type: ignore[func-returns-value]
 
     try:
-        for name, make_one, count in (("none", bare, args.groups), ("router", routed, args.groups),
-                                      ("pasta", own_pasta, args.pasta_groups)):
+        for name, make_one, count in (
+            ("none", bare, args.groups),
+            ("router", routed, args.groups),
+            ("pasta", own_pasta, args.pasta_groups),
+        ):
             wall_ms, cpu_ms = measure(make_one, count)
-            print(f"{name:7s} {count:4d} groups: {wall_ms:6.2f} ms wall, {cpu_ms:6.2f} ms CPU per group")
+            print(
+                f"{name:7s} {count:4d} groups: {wall_ms:6.2f} ms wall, {cpu_ms:6.2f} ms CPU per group"
+            )
     finally:
         router.close()
     return 0

@@ -34,16 +34,21 @@ from trainyard.backends.fake import FakeBackend
 from trainyard.backends.local.launcher import address_name
 from trainyard.backends.local.sandbox import warm_host_scans
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.status import Status
 from trainyard.pools import NodeSpec, Pool, default_local_pool
 from trainyard.spec.models import WorkflowSpec
+from trainyard.status import Status
 from trainyard.store import Store
 
 
 def _engine(home: Path, backend: str, pool: Pool) -> Engine:
     factory = (lambda p, h: FakeBackend()) if backend == "fake" else None
-    return Engine(Store(f"sqlite:///{home / 'db'}"), home, pools={pool.name: pool},
-                  backend_factory=factory, poll_interval_s=0.02)
+    return Engine(
+        Store(f"sqlite:///{home / 'db'}"),
+        home,
+        pools={pool.name: pool},
+        backend_factory=factory,
+        poll_interval_s=0.02,
+    )
 
 
 def _gang_spec(command: list[str]) -> WorkflowSpec:
@@ -84,8 +89,10 @@ def overhead(repeat: int) -> None:
         stop.set()
     hand = [_by_hand(command) for _ in range(repeat)]
     med_ours, med_hand = statistics.median(ours), statistics.median(hand)
-    print(f"submit -> 2 tasks RUNNING: median {med_ours:.3f} s (min {min(ours):.3f}, "
-          f"max {max(ours):.3f}) over {repeat}")
+    print(
+        f"submit -> 2 tasks RUNNING: median {med_ours:.3f} s (min {min(ours):.3f}, "
+        f"max {max(ours):.3f}) over {repeat}"
+    )
     print(f"by hand (2 x Popen):       median {med_hand:.4f} s")
     print(f"overhead: {med_ours - med_hand:.3f} s")
 
@@ -108,12 +115,16 @@ def throughput(n_tasks: int, backend: str, options: dict[str, str], egress: bool
         own, busy = _own_cpu_s() - own_before, _busy_cpu_s() - busy_before
         tasks_cpu, launcher_cpu = sampler.stop()
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"{n_tasks} tasks ({backend}): {record.status} in {elapsed:.1f} s = "
-          f"{n_tasks / elapsed:.1f} tasks/s; peak RSS {rss_mib:.0f} MiB; load average "
-          f"{os.getloadavg()[0]:.1f}; egress {'on' if egress else 'off'}")
-    print(f"CPU per task: engine {1000 * own / n_tasks:.1f} ms, launcher + runners + commands "
-          f"{1000 * tasks_cpu / n_tasks:.1f} ms (launcher itself {1000 * launcher_cpu / n_tasks:.1f}); "
-          f"machine busy {busy:.1f} CPU-s (any process's)")
+    print(
+        f"{n_tasks} tasks ({backend}): {record.status} in {elapsed:.1f} s = "
+        f"{n_tasks / elapsed:.1f} tasks/s; peak RSS {rss_mib:.0f} MiB; load average "
+        f"{os.getloadavg()[0]:.1f}; egress {'on' if egress else 'off'}"
+    )
+    print(
+        f"CPU per task: engine {1000 * own / n_tasks:.1f} ms, launcher + runners + commands "
+        f"{1000 * tasks_cpu / n_tasks:.1f} ms (launcher itself {1000 * launcher_cpu / n_tasks:.1f}); "
+        f"machine busy {busy:.1f} CPU-s (any process's)"
+    )
 
 
 def _own_cpu_s() -> float:
@@ -194,7 +205,8 @@ class _LauncherCpu:
         for proc in psutil.process_iter(["cmdline", "ppid"]):
             with contextlib.suppress(psutil.Error):
                 if self.name in (proc.info["cmdline"] or []) and (
-                        self.name not in psutil.Process(proc.info["ppid"]).cmdline()):
+                    self.name not in psutil.Process(proc.info["ppid"]).cmdline()
+                ):
                     return proc  # the launcher, not one of its forked children
         return None
 
@@ -214,8 +226,12 @@ def main() -> None:
     if args.what == "overhead":
         overhead(args.repeat)
     else:
-        throughput(args.tasks, args.backend, {"sandbox": args.sandbox, "network": args.network},
-                   egress=args.egress == "on")
+        throughput(
+            args.tasks,
+            args.backend,
+            {"sandbox": args.sandbox, "network": args.network},
+            egress=args.egress == "on",
+        )
 
 
 if __name__ == "__main__":

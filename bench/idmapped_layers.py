@@ -24,11 +24,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from trainyard.backends.local.sandbox import (IDMAPPED, TASK_HOST_UID, SandboxPlan, fresh_paths,
-                                       overlays, skeleton_base)
+from trainyard.backends.local.sandbox import (
+    IDMAPPED,
+    TASK_HOST_UID,
+    SandboxPlan,
+    fresh_paths,
+    overlays,
+    skeleton_base,
+)
 from trainyard.linux.safefs import mount_overlays
-from trainyard.runfile import FreshPath, OverlayMount
 from trainyard.linux.userns import make_fresh
+from trainyard.runfile import FreshPath, OverlayMount
 
 BEFORE_APT = ("usr", "var/lib/dpkg")
 """``IDMAPPED`` before apt's folders were added."""
@@ -56,9 +62,14 @@ def median_ms(rounds: int, idmapped: tuple[str, ...], top: Path, apt: bool = Fal
     times = []
     for index in range(rounds):
         base = top / f"{len(idmapped)}-{apt}-{index}"
-        plan = SandboxPlan(root_dir=base / "root", hostname="t", overlay_dir=base / "overlay",
-                           host_uid=TASK_HOST_UID, idmapped=idmapped,
-                           skeleton_dir=skeleton_base() if apt else None)
+        plan = SandboxPlan(
+            root_dir=base / "root",
+            hostname="t",
+            overlay_dir=base / "overlay",
+            host_uid=TASK_HOST_UID,
+            idmapped=idmapped,
+            skeleton_dir=skeleton_base() if apt else None,
+        )
         times.append(one_start_s(overlays(plan), fresh_paths(plan) if apt else None))
     return statistics.median(times) * 1e3
 
@@ -74,9 +85,11 @@ def main() -> int:
         apt = median_ms(args.rounds, IDMAPPED, top, apt=True)
     finally:
         shutil.rmtree(top, ignore_errors=True)
-    print(f"root layer only: {plain:.1f} ms; + idmapped {', '.join(BEFORE_APT)}: {mapped:.1f} ms; "
-          f"+ idmapped {', '.join(IDMAPPED)}, skeleton and fresh paths: {apt:.1f} ms "
-          f"(median of {args.rounds} fresh processes)")
+    print(
+        f"root layer only: {plain:.1f} ms; + idmapped {', '.join(BEFORE_APT)}: {mapped:.1f} ms; "
+        f"+ idmapped {', '.join(IDMAPPED)}, skeleton and fresh paths: {apt:.1f} ms "
+        f"(median of {args.rounds} fresh processes)"
+    )
     return 0
 
 

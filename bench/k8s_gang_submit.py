@@ -42,8 +42,15 @@ from trainyard.store import Store  # noqa: E402
 
 
 def _spec(tasks: int) -> str:
-    lines = ["workflow:", "  name: gang", "  resources:", "    default: {cpu: 1, gpu: 1}",
-             "  groups:", "  - name: g", "    tasks:"]
+    lines = [
+        "workflow:",
+        "  name: gang",
+        "  resources:",
+        "    default: {cpu: 1, gpu: 1}",
+        "  groups:",
+        "  - name: g",
+        "    tasks:",
+    ]
     for index in range(tasks):
         lines += [f"    - name: t{index}", "      image: busybox", "      command: [\"true\"]"]
         if index == 0:
@@ -54,16 +61,24 @@ def _spec(tasks: int) -> str:
 def _one(tasks: int) -> tuple[float, float, float, float]:
     with tempfile.TemporaryDirectory() as folder:
         home = Path(folder)
-        server = subprocess.Popen([sys.executable, str(REPO / "tests" / "unit" / "backends"
-                                                       / "kubernetes" / "k8s_emulator.py"),
-                                   str(home)], stdout=subprocess.PIPE, text=True)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                str(REPO / "tests" / "unit" / "backends" / "kubernetes" / "k8s_emulator.py"),
+                str(home),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         emulator = EmulatorClient(home / "kubeconfig")
-        the_pool = Pool(name="k8s", backend="kubernetes",
-                        nodes=[NodeSpec(name=f"n{i}", cpu=8, gpu=8) for i in range(tasks)],
-                        options={"namespace": NAMESPACE, "kubeconfig": str(emulator.kubeconfig)})
-        engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home,
-                        pools={"k8s": the_pool})
+        the_pool = Pool(
+            name="k8s",
+            backend="kubernetes",
+            nodes=[NodeSpec(name=f"n{i}", cpu=8, gpu=8) for i in range(tasks)],
+            options={"namespace": NAMESPACE, "kubeconfig": str(emulator.kubeconfig)},
+        )
+        engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={"k8s": the_pool})
         stop = threading.Event()
         thread = threading.Thread(target=engine.run_forever, args=(stop,), daemon=True)
         thread.start()
@@ -71,8 +86,9 @@ def _one(tasks: int) -> tuple[float, float, float, float]:
             text = _spec(tasks)
             doc = spec.load(text, pool=the_pool)
             start, cpu = time.perf_counter(), time.process_time()
-            wid = engine.submit(Submission(spec=doc.workflow, spec_text=text, user="bench",
-                                           pool=the_pool)).id
+            wid = engine.submit(
+                Submission(spec=doc.workflow, spec_text=text, user="bench", pool=the_pool)
+            ).id
             while len(emulator.pods_of(wid)) < tasks:  # a list every 50 ms, not more
                 time.sleep(0.05)
             created_s = time.perf_counter() - start
@@ -109,14 +125,18 @@ def main() -> None:
         created.append(c)
         events.append(e)
         cpus.append(u)
-        print(f"run {index + 1}: submit -> {args.tasks} pods {c:.3f} s ({cu:.3f} s CPU of "
-              f"this process); {e * 1000:.2f} ms per pod event, {u * 1000:.2f} ms CPU of "
-              f"this process")
-    print(f"median: submit -> {args.tasks} pods {statistics.median(created):.3f} s "
-          f"(min {min(created):.3f}, max {max(created):.3f}); "
-          f"{statistics.median(events) * 1000:.2f} ms per pod event "
-          f"(min {min(events) * 1000:.2f}, max {max(events) * 1000:.2f}); "
-          f"{statistics.median(cpus) * 1000:.2f} ms CPU per pod event")
+        print(
+            f"run {index + 1}: submit -> {args.tasks} pods {c:.3f} s ({cu:.3f} s CPU of "
+            f"this process); {e * 1000:.2f} ms per pod event, {u * 1000:.2f} ms CPU of "
+            f"this process"
+        )
+    print(
+        f"median: submit -> {args.tasks} pods {statistics.median(created):.3f} s "
+        f"(min {min(created):.3f}, max {max(created):.3f}); "
+        f"{statistics.median(events) * 1000:.2f} ms per pod event "
+        f"(min {min(events) * 1000:.2f}, max {max(events) * 1000:.2f}); "
+        f"{statistics.median(cpus) * 1000:.2f} ms CPU per pod event"
+    )
 
 
 if __name__ == "__main__":

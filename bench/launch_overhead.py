@@ -102,7 +102,9 @@ class StoreWatch:
         conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=10)
         while not self._stop.wait(self.interval_s):
             try:
-                rows = conn.execute("SELECT id, status FROM workflows WHERE end_time_s IS NOT NULL").fetchall()
+                rows = conn.execute(
+                    "SELECT id, status FROM workflows WHERE end_time_s IS NOT NULL"
+                ).fetchall()
             except sqlite3.Error:
                 continue
             now = time.time()
@@ -129,12 +131,15 @@ def _timings(path: Path) -> dict[str, float]:
     return {r["stage"]: r["time_s"] for r in map(json.loads, path.read_text().splitlines())}
 
 
-def breakdown(home: Path, wid: str, cli_start: float, cli_end: float, watch: StoreWatch) -> dict[str, float]:
+def breakdown(
+    home: Path, wid: str, cli_start: float, cli_end: float, watch: StoreWatch
+) -> dict[str, float]:
     """Where one trainyard run's wall time went (see the module docstring); seconds. The
     command's end is the lead's (the group ends with its lead, ``ignoreNonleadStatus``)."""
     conn = sqlite3.connect(f"file:{home / 'trainyard.db'}?mode=ro", uri=True, timeout=10)
-    submit_s, end_s = conn.execute("SELECT submit_time_s, end_time_s FROM workflows WHERE id = ?",
-                                   (wid,)).fetchone()
+    submit_s, end_s = conn.execute(
+        "SELECT submit_time_s, end_time_s FROM workflows WHERE id = ?", (wid,)
+    ).fetchone()
     conn.close()
     runs = home / "runs" / wid
     tasks = ("master", "worker")
@@ -147,29 +152,50 @@ def breakdown(home: Path, wid: str, cli_start: float, cli_end: float, watch: Sto
     command_exit = lead.get("command_exit", events["master"]["EXITED"])
     upload_end = lead.get("upload_end", command_exit)
     completed = watch.ended.get(wid, ("?", cli_end))[1]
-    return dict(zip(STAGES, (
-        submit_s - cli_start,
-        init - submit_s,
-        ready - init,
-        running - ready,
-        command_exit - running,
-        upload_end - command_exit,
-        end_s - upload_end,
-        completed - end_s,
-        cli_end - completed,
-    ), strict=False))
+    return dict(
+        zip(
+            STAGES,
+            (
+                submit_s - cli_start,
+                init - submit_s,
+                ready - init,
+                running - ready,
+                command_exit - running,
+                upload_end - command_exit,
+                end_s - upload_end,
+                completed - end_s,
+                cli_end - completed,
+            ),
+            strict=False,
+        )
+    )
 
 
-def submit(spec: Path, home: Path, args: argparse.Namespace, env: dict[str, str]) -> tuple[str, float, float]:
+def submit(
+    spec: Path, home: Path, args: argparse.Namespace, env: dict[str, str]
+) -> tuple[str, float, float]:
     """One ``trainyard workflow submit --wait``; (workflow id, CLI start, CLI end) in Unix s."""
-    command = [str(BIN / "trainyard"), "workflow", "submit", str(spec), "--set", "n_gpus_per_node=1",
-               f"n_epochs={args.epochs}", f"batch_size={args.batch_size}", f"master_port={free_port()}",
-               "--wait", "--format", "json"]
+    command = [
+        str(BIN / "trainyard"),
+        "workflow",
+        "submit",
+        str(spec),
+        "--set",
+        "n_gpus_per_node=1",
+        f"n_epochs={args.epochs}",
+        f"batch_size={args.batch_size}",
+        f"master_port={free_port()}",
+        "--wait",
+        "--format",
+        "json",
+    ]
     start = time.time()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     end = time.time()
     if done.returncode != 0:
-        raise SystemExit(f"trainyard run failed ({done.returncode}):\n{done.stderr[-3000:]}\n{done.stdout[-2000:]}")
+        raise SystemExit(
+            f"trainyard run failed ({done.returncode}):\n{done.stderr[-3000:]}\n{done.stdout[-2000:]}"
+        )
     result = json.loads(done.stdout)
     if result["status"] != "COMPLETED":
         raise SystemExit(f"trainyard run ended {result['status']}")
@@ -186,8 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=32, help="per process")
-    parser.add_argument("--no-upload-mode", action="store_true",
-                        help="also run the spec without its outputs (ratio without the upload)")
+    parser.add_argument(
+        "--no-upload-mode",
+        action="store_true",
+        help="also run the spec without its outputs (ratio without the upload)",
+    )
     args = parser.parse_args(argv)
     args.model = "mlp"  # what the example trains (run_config's argument)
     # Byte code is written as for any installed program: with PYTHONDONTWRITEBYTECODE set
@@ -198,13 +227,21 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="trainyard-launch-") as tmp:
         home = Path(tmp) / "home"
         home.mkdir()
-        env = {**os.environ, "TRAINYARD_HOME": str(home), "OMP_NUM_THREADS": "1",
-               "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+        env = {
+            **os.environ,
+            "TRAINYARD_HOME": str(home),
+            "OMP_NUM_THREADS": "1",
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
         env.pop("TRAINYARD_DATASET_URL", None)
         env.pop("TRAINYARD_SERVER", None)
         os.environ["OMP_NUM_THREADS"] = "1"
-        subprocess.run([str(BIN / "trainyard"), "server", "start"], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(BIN / "trainyard"), "server", "start"],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         plain = no_upload_spec(Path(tmp))
         modes = ["by hand", "trainyard"] + (["trainyard, no upload"] if args.no_upload_mode else [])
         watch = StoreWatch(home / "trainyard.db")
@@ -222,28 +259,43 @@ def main(argv: list[str] | None = None) -> int:
                         before = uploaded_snapshots(home)
                         wid, start, end = submit(spec, home, args, env)
                         if uploaded_snapshots(home) != before + (mode == "trainyard"):
-                            raise SystemExit(f"{wid}: expected {int(mode == 'trainyard')} new "
-                                             "snapshot.pth in the output dataset")
+                            raise SystemExit(
+                                f"{wid}: expected {int(mode == 'trainyard')} new "
+                                "snapshot.pth in the output dataset"
+                            )
                         time.sleep(0.1)  # the watch thread's last look
                         wall_s = end - start
-                        runs.append(TrainyardRun(mode, wall_s, breakdown(home, wid, start, end, watch)))
+                        runs.append(
+                            TrainyardRun(mode, wall_s, breakdown(home, wid, start, end, watch))
+                        )
                     walls[mode].append(wall_s)
-                    print(f"  pair {pair + 1}/{args.pairs} {mode}: {wall_s:.2f} s (load {os.getloadavg()[0]:.1f})",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"  pair {pair + 1}/{args.pairs} {mode}: {wall_s:.2f} s (load {os.getloadavg()[0]:.1f})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         finally:
             watch.close()
-            subprocess.run([str(BIN / "trainyard"), "server", "stop"], env=env, stdout=subprocess.DEVNULL)
-    print(f"Launch overhead: examples/torchrun_multinode/train.yaml, 2 nodes x 1 process, {args.epochs} epochs, "
-          f"batch {args.batch_size}, gloo, OMP_NUM_THREADS=1; {os.cpu_count()} CPUs; {args.pairs} alternating "
-          f"pairs; load average {os.getloadavg()[0]:.1f} at the end")
+            subprocess.run(
+                [str(BIN / "trainyard"), "server", "stop"], env=env, stdout=subprocess.DEVNULL
+            )
+    print(
+        f"Launch overhead: examples/torchrun_multinode/train.yaml, 2 nodes x 1 process, {args.epochs} epochs, "
+        f"batch {args.batch_size}, gloo, OMP_NUM_THREADS=1; {os.cpu_count()} CPUs; {args.pairs} alternating "
+        f"pairs; load average {os.getloadavg()[0]:.1f} at the end"
+    )
     print()
-    print("| launch | runs | wall s (median) | min - max | paired ratio to by hand (median) | min - max |")
+    print(
+        "| launch | runs | wall s (median) | min - max | paired ratio to by hand (median) | min - max |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for mode in modes:
         ratios = [a / b for a, b in zip(walls[mode], walls["by hand"], strict=False)]
-        print(f"| {mode} | {len(walls[mode])} | {statistics.median(walls[mode]):.2f} "
-              f"| {min(walls[mode]):.2f} - {max(walls[mode]):.2f} | {statistics.median(ratios):.3f}x "
-              f"| {min(ratios):.3f} - {max(ratios):.3f} |")
+        print(
+            f"| {mode} | {len(walls[mode])} | {statistics.median(walls[mode]):.2f} "
+            f"| {min(walls[mode]):.2f} - {max(walls[mode]):.2f} | {statistics.median(ratios):.3f}x "
+            f"| {min(ratios):.3f} - {max(ratios):.3f} |"
+        )
     for mode in modes[1:]:
         mine = [r for r in runs if r.mode == mode]
         print()
@@ -253,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---:|---:|")
         for stage in STAGES:
             values = [r.stages_s[stage] for r in mine]
-            print(f"| {stage} | {statistics.median(values):.3f} | {min(values):.3f} - {max(values):.3f} |")
+            print(
+                f"| {stage} | {statistics.median(values):.3f} | {min(values):.3f} - {max(values):.3f} |"
+            )
     return 0
 
 

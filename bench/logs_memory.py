@@ -51,11 +51,13 @@ workflow:
 
 
 def _cli(home: Path, *args: str, stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("TRAINYARD_SERVER_URL",
-                                                             "TRAINYARD_TOKEN")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+    }
     env["TRAINYARD_HOME"] = str(home)
-    return subprocess.run([TRAINYARD, *args], env=env, stdout=stdout, stderr=subprocess.PIPE,
-                          text=True, check=False)
+    return subprocess.run(
+        [TRAINYARD, *args], env=env, stdout=stdout, stderr=subprocess.PIPE, text=True, check=False
+    )
 
 
 def _status_kib(pid: int, field: str) -> int:
@@ -107,9 +109,14 @@ def launcher_peak(home: Path, folder: Path, line_mb: int) -> dict[str, Any]:
             except (OSError, KeyError):
                 pass
         time.sleep(0.2)
-    return {"workflow": workflow_id, "status": _status(home, workflow_id), "launcher_pid": pid,
-            "line_mb": line_mb, "launcher_rss_first_seen_mib": (before_kib or 0) / 1024,
-            "launcher_peak_rss_mib": peak_kib / 1024}
+    return {
+        "workflow": workflow_id,
+        "status": _status(home, workflow_id),
+        "launcher_pid": pid,
+        "line_mb": line_mb,
+        "launcher_rss_first_seen_mib": (before_kib or 0) / 1024,
+        "launcher_peak_rss_mib": peak_kib / 1024,
+    }
 
 
 def _grow_log(path: Path, log_mb: int) -> None:
@@ -124,14 +131,21 @@ def _measured(home: Path, pid: int, args: list[str]) -> dict[str, Any]:
     Path(f"/proc/{pid}/clear_refs").write_text("5")
     before_kib = _status_kib(pid, "VmRSS")
     started = time.monotonic()
-    child = subprocess.Popen([TRAINYARD, *args], env={**os.environ, "TRAINYARD_HOME": str(home)},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [TRAINYARD, *args],
+        env={**os.environ, "TRAINYARD_HOME": str(home)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _, _, usage = os.wait4(child.pid, 0)
     seconds = time.monotonic() - started
-    return {"command": "trainyard " + " ".join(args), "seconds": round(seconds, 2),
-            "server_rss_before_mib": round(before_kib / 1024, 1),
-            "server_peak_above_before_mib": round((_status_kib(pid, "VmHWM") - before_kib) / 1024, 1),
-            "cli_peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
+    return {
+        "command": "trainyard " + " ".join(args),
+        "seconds": round(seconds, 2),
+        "server_rss_before_mib": round(before_kib / 1024, 1),
+        "server_peak_above_before_mib": round((_status_kib(pid, "VmHWM") - before_kib) / 1024, 1),
+        "cli_peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+    }
 
 
 def server_peaks(home: Path, folder: Path, log_mb: int) -> list[dict[str, Any]]:
@@ -142,8 +156,10 @@ def server_peaks(home: Path, folder: Path, log_mb: int) -> list[dict[str, Any]]:
     _grow_log(home / "runs" / workflow_id / "talker" / "0" / "task.log", log_mb)
     pid = _server_pid(home)
     base = ["workflow", "logs", workflow_id]
-    return [_measured(home, pid, base + extra)
-            for extra in ([], ["-n", "2"], ["--format-type", "json"], ["--follow"])]
+    return [
+        _measured(home, pid, base + extra)
+        for extra in ([], ["-n", "2"], ["--format-type", "json"], ["--follow"])
+    ]
 
 
 def main() -> int:
@@ -156,8 +172,10 @@ def main() -> int:
     home = folder / "home"
     home.mkdir()
     try:
-        results = {"launcher": launcher_peak(home, folder, args.line_mb),
-                   "server": server_peaks(home, folder, args.log_mb)}
+        results = {
+            "launcher": launcher_peak(home, folder, args.line_mb),
+            "server": server_peaks(home, folder, args.log_mb),
+        }
     finally:
         _cli(home, "server", "stop")
         shutil.rmtree(folder, ignore_errors=True)
@@ -165,12 +183,16 @@ def main() -> int:
         print(json.dumps(results, indent=2))
         return 0
     launcher = results["launcher"]
-    print(f"launcher: {launcher['line_mb']} MB line -> peak RSS "
-          f"{launcher['launcher_peak_rss_mib']:.0f} MiB ({launcher['status']})")
+    print(
+        f"launcher: {launcher['line_mb']} MB line -> peak RSS "
+        f"{launcher['launcher_peak_rss_mib']:.0f} MiB ({launcher['status']})"
+    )
     for row in results["server"]:
-        print(f"{row['command']}: server +{row['server_peak_above_before_mib']:.0f} MiB "
-              f"(from {row['server_rss_before_mib']:.0f}), CLI {row['cli_peak_rss_mib']:.0f} MiB, "
-              f"{row['seconds']} s")
+        print(
+            f"{row['command']}: server +{row['server_peak_above_before_mib']:.0f} MiB "
+            f"(from {row['server_rss_before_mib']:.0f}), CLI {row['cli_peak_rss_mib']:.0f} MiB, "
+            f"{row['seconds']} s"
+        )
     return 0
 
 

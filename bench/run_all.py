@@ -32,8 +32,10 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
     "engine_throughput": (["throughput", "--tasks", "1000"], ["throughput", "--tasks", "100"]),
     "api_load": (["--submissions", "100"], ["--submissions", "20"]),
     "data_transfer": (["--repeat", "5"], ["--size-mb", "64", "--repeat", "2"]),
-    "training_throughput": (["--launch-compare", "--repeat", "6", "--epochs", "40"],
-                            ["--epochs", "5", "--repeat", "1"]),
+    "training_throughput": (
+        ["--launch-compare", "--repeat", "6", "--epochs", "40"],
+        ["--epochs", "5", "--repeat", "1"],
+    ),
     "launch_overhead": (["--pairs", "5", "--no-upload-mode"], ["--pairs", "1", "--epochs", "2"]),
     "slurm_submit": (["--repeat", "10"], ["--repeat", "2"]),
     "k8s_gang_submit": (["--tasks", "64", "--repeat", "3"], ["--tasks", "8", "--repeat", "1"]),
@@ -48,8 +50,13 @@ def slurm_up() -> bool:
     conf = Path(os.environ.get("SLURM_CONF", SLURM_CONF))
     if not conf.exists():
         return False
-    done = subprocess.run(["sinfo", "-h"], env={**os.environ, "SLURM_CONF": str(conf)},
-                          capture_output=True, timeout=30, check=False)
+    done = subprocess.run(
+        ["sinfo", "-h"],
+        env={**os.environ, "SLURM_CONF": str(conf)},
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
     return done.returncode == 0
 
 

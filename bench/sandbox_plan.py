@@ -26,10 +26,17 @@ from trainyard.backends.local.sandbox import warm_host_scans
 
 def _launch(home: Path, index: int) -> TaskLaunch:
     run_dir = home / "runs" / "many-1" / f"t{index}" / "0"
-    body = {"workflow_id": "many-1", "group": f"t{index}", "task": f"t{index}",
-            "command": ["true"], "run_dir": str(run_dir), "hosts": {f"t{index}": "10.0.0.2"}}
-    return TaskLaunch(TaskKey("many-1", f"t{index}", 0), f"t{index}", "local-0", run_dir,
-                      body, gpu_slots=[])
+    body = {
+        "workflow_id": "many-1",
+        "group": f"t{index}",
+        "task": f"t{index}",
+        "command": ["true"],
+        "run_dir": str(run_dir),
+        "hosts": {f"t{index}": "10.0.0.2"},
+    }
+    return TaskLaunch(
+        TaskKey("many-1", f"t{index}", 0), f"t{index}", "local-0", run_dir, body, gpu_slots=[]
+    )
 
 
 def main() -> None:
@@ -45,14 +52,14 @@ def main() -> None:
         launches = [_launch(home, i) for i in range(2 * args.tasks + 1)]
         backend.build_task_request(launches[0], isolation)  # first call: imports, probes
         start = time.process_time()
-        for launch in launches[1:args.tasks + 1]:
+        for launch in launches[1 : args.tasks + 1]:
             backend.build_task_request(launch, isolation)
         per_task_ms = 1000 * (time.process_time() - start) / args.tasks
         print(f"build_task_request: {per_task_ms:.3f} ms CPU per task over {args.tasks}")
         if args.profile:
             profile = cProfile.Profile()
             profile.enable()
-            for launch in launches[args.tasks + 1:]:
+            for launch in launches[args.tasks + 1 :]:
                 backend.build_task_request(launch, isolation)
             profile.disable()
             pstats.Stats(profile).sort_stats("cumulative").print_stats(30)

@@ -34,9 +34,9 @@ from pathlib import Path
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.slurm import SlurmBackend
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.status import Status
 from trainyard.pools import Pool, load_pools
 from trainyard.spec.models import WorkflowSpec
+from trainyard.status import Status
 from trainyard.store import Store
 
 SLURM_DIR = Path(os.environ.get("TRAINYARD_SLURM_DIR", "/tmp/trainyard-slurm"))
@@ -95,11 +95,22 @@ def _launches(home: Path, workflow_id: str) -> list[TaskLaunch]:
     out = []
     for index, name in enumerate(names):
         run_dir = home / "runs" / workflow_id / name / "0"
-        run = {"workflow_id": workflow_id, "group": "g", "task": name, "lead": index == 0,
-               "lead_task": "a", "command": ["sleep", "60"], "group_tasks": names,
-               "task_index": index, "run_dir": str(run_dir),
-               "barrier": {"enabled": True, "tasks": names,
-                           "folder": str(home / "runs" / workflow_id / "_barrier" / "g" / "0")}}
+        run = {
+            "workflow_id": workflow_id,
+            "group": "g",
+            "task": name,
+            "lead": index == 0,
+            "lead_task": "a",
+            "command": ["sleep", "60"],
+            "group_tasks": names,
+            "task_index": index,
+            "run_dir": str(run_dir),
+            "barrier": {
+                "enabled": True,
+                "tasks": names,
+                "folder": str(home / "runs" / workflow_id / "_barrier" / "g" / "0"),
+            },
+        }
         out.append(TaskLaunch(TaskKey(workflow_id, name, 0), "g", f"node{index}", run_dir, run))
     return out
 
@@ -118,8 +129,15 @@ def same_job_once(pool: Pool, home: Path, count: int) -> float:
     events = [launch.run_dir / "events.jsonl" for launch in launches]
     while not all(e.exists() and '"RUNNING"' in e.read_text() for e in events):
         time.sleep(0.005)
-    return max(json.loads(line)["time_s"] for e in events for line in e.read_text().splitlines()
-               if '"RUNNING"' in line) - wall
+    return (
+        max(
+            json.loads(line)["time_s"]
+            for e in events
+            for line in e.read_text().splitlines()
+            if '"RUNNING"' in line
+        )
+        - wall
+    )
 
 
 def by_hand_once(pool: Pool, folder: Path) -> float:
@@ -141,8 +159,9 @@ def main() -> None:
     pool = load_pools(SLURM_DIR / "pools.yaml")["slurm-local"]
     with tempfile.TemporaryDirectory(prefix="bench-slurm-") as tmp:
         home = Path(tmp)
-        engine = Engine(Store(f"sqlite:///{home / 'db'}"), home, pools={pool.name: pool},
-                        poll_interval_s=0.005)
+        engine = Engine(
+            Store(f"sqlite:///{home / 'db'}"), home, pools={pool.name: pool}, poll_interval_s=0.005
+        )
         seen, started, same_job, bare = [], [], [], []
         for count in range(args.repeat):
             _wait_idle(pool)
@@ -154,15 +173,21 @@ def main() -> None:
             _wait_idle(pool)
             bare.append(by_hand_once(pool, home))
         _wait_idle(pool)
-    for label, values in (("trainyard, RUNNING in the engine", seen),
-                          ("trainyard, commands started (runner RUNNING events)", started),
-                          ("same job by hand: sbatch of trainyard's script", same_job),
-                          ("bare by hand: sbatch + 2 srun steps, no runner", bare)):
-        print(f"{label}: median {statistics.median(values):.3f} s, "
-              f"min {min(values):.3f} s, max {max(values):.3f} s (n={len(values)})")
+    for label, values in (
+        ("trainyard, RUNNING in the engine", seen),
+        ("trainyard, commands started (runner RUNNING events)", started),
+        ("same job by hand: sbatch of trainyard's script", same_job),
+        ("bare by hand: sbatch + 2 srun steps, no runner", bare),
+    ):
+        print(
+            f"{label}: median {statistics.median(values):.3f} s, "
+            f"min {min(values):.3f} s, max {max(values):.3f} s (n={len(values)})"
+        )
     for label, values in (("same job by hand", same_job), ("bare by hand", bare)):
-        print(f"trainyard (engine) - {label}, medians: "
-              f"{statistics.median(seen) - statistics.median(values):+.3f} s")
+        print(
+            f"trainyard (engine) - {label}, medians: "
+            f"{statistics.median(seen) - statistics.median(values):+.3f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,15 @@ import yaml
 
 from trainyard import spec
 
-TEMPLATE = (Path(__file__).resolve().parents[1] / ".." / "shared" / "osmo-specs" / "dnn_training"
-            / "torchrun_multinode" / "train_template.yaml").resolve()
+TEMPLATE = (
+    Path(__file__).resolve().parents[1]
+    / ".."
+    / "shared"
+    / "osmo-specs"
+    / "dnn_training"
+    / "torchrun_multinode"
+    / "train_template.yaml"
+).resolve()
 SIZES = (10, 100, 1_000, 4_000)
 """Tasks per spec; 4,000 render to about 3.4 MiB, under ``spec.MAX_SPEC_BYTES`` (4 MiB): a
 larger spec is refused, so the largest row measures the largest spec trainyard accepts."""
@@ -46,7 +53,10 @@ def best_of(repeat: int, func: Callable[[], object]) -> tuple[float, float]:
 
 
 def _cpu_s() -> float:
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
@@ -77,19 +87,28 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     args = parser.parse_args()
     if not TEMPLATE.exists():
-        print(f"missing {TEMPLATE}: the OSMO specs (shared/) must sit beside the repo", file=sys.stderr)
+        print(
+            f"missing {TEMPLATE}: the OSMO specs (shared/) must sit beside the repo",
+            file=sys.stderr,
+        )
         return 1
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"libyaml: {yaml.__with_libyaml__}")
-    print("| N | rendered | load wall | load CPU | CPU per task | render alone (wall) "
-          "| yaml.safe_load wall | load / safe_load | CSafeLoader wall | load / CSafeLoader |")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"libyaml: {yaml.__with_libyaml__}"
+    )
+    print(
+        "| N | rendered | load wall | load CPU | CPU per task | render alone (wall) "
+        "| yaml.safe_load wall | load / safe_load | CSafeLoader wall | load / CSafeLoader |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.sizes:
         r = measure(n, args.repeat)
         load, safe, c_load = r["load"][0], r["safe_load"][0], r["c_load"][0]
-        print(f"| {n:,} | {r['bytes'][0] / 2**20:.2f} MiB | {_ms(load)} | {_ms(r['load'][1])} "
-              f"| {r['load'][1] / n * 1e6:.0f} µs | {_ms(r['render'][0])} | {_ms(safe)} | {load / safe:.2f} "
-              f"| {_ms(c_load)} | {load / c_load:.2f} |")
+        print(
+            f"| {n:,} | {r['bytes'][0] / 2**20:.2f} MiB | {_ms(load)} | {_ms(r['load'][1])} "
+            f"| {r['load'][1] / n * 1e6:.0f} µs | {_ms(r['render'][0])} | {_ms(safe)} | {load / safe:.2f} "
+            f"| {_ms(c_load)} | {load / c_load:.2f} |"
+        )
     return 0
 
 

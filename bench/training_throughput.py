@@ -76,29 +76,57 @@ def free_port() -> int:
 def run_config(nodes: int, procs: int, args: argparse.Namespace, folder: Path) -> Result:
     """Train once with ``nodes`` torchrun processes of ``procs`` workers each."""
     port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     commands = [
-        [str(BIN / "torchrun"), "--nnodes", str(nodes), "--nproc_per_node", str(procs),
-         "--node_rank", str(rank), "--master_addr", "127.0.0.1", "--master_port", str(port),
-         "-m", "trainyard.training.train", "--total_epochs", str(args.epochs),
-         "--batch_size", str(args.batch_size), "--model", args.model,
-         "--snapshot_path", str(folder / f"node{rank}" / "snapshot.pth")]
+        [
+            str(BIN / "torchrun"),
+            "--nnodes",
+            str(nodes),
+            "--nproc_per_node",
+            str(procs),
+            "--node_rank",
+            str(rank),
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            "-m",
+            "trainyard.training.train",
+            "--total_epochs",
+            str(args.epochs),
+            "--batch_size",
+            str(args.batch_size),
+            "--model",
+            args.model,
+            "--snapshot_path",
+            str(folder / f"node{rank}" / "snapshot.pth"),
+        ]
         for rank in range(nodes)
     ]
     started = time.perf_counter()
-    procs_ = [subprocess.Popen(c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-              for c in commands]
+    procs_ = [
+        subprocess.Popen(c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for c in commands
+    ]
     errors = [p.communicate()[1] for p in procs_]
     wall_s = time.perf_counter() - started
     if any(p.returncode for p in procs_):
         raise SystemExit(f"{nodes}x{procs} failed:\n" + "\n".join(e[-2000:] for e in errors))
-    records = [json.loads(line) for line in (folder / "node0" / "metrics.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (folder / "node0" / "metrics.jsonl").read_text().splitlines()
+    ]
     epochs = [r for r in records if r["event"] == "epoch"]
     summary = records[-1]
     return Result(
         config=f"{nodes} node{'s' if nodes > 1 else ''} x {procs} process{'es' if procs > 1 else ''}",
         world_size=nodes * procs,
-        epoch_images_per_s=statistics.median(r["throughput_images_per_s"] for r in epochs[1:] or epochs),
+        epoch_images_per_s=statistics.median(
+            r["throughput_images_per_s"] for r in epochs[1:] or epochs
+        ),
         run_images_per_s=summary["throughput_images_per_s"],
         train_s=summary["total_time_s"],
         wall_s=wall_s,
@@ -149,8 +177,10 @@ def _epoch_median(metrics: Path) -> tuple[float, float]:
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     epochs = [r for r in records if r["event"] == "epoch"]
     summary = next(r for r in records if r["event"] == "summary")
-    return (statistics.median(r["throughput_images_per_s"] for r in epochs[1:] or epochs),
-            summary["final_val_accuracy"])
+    return (
+        statistics.median(r["throughput_images_per_s"] for r in epochs[1:] or epochs),
+        summary["final_val_accuracy"],
+    )
 
 
 class TrainyardLauncher:
@@ -165,9 +195,13 @@ class TrainyardLauncher:
         from trainyard.store import Store
 
         self.pool = default_local_pool()
-        self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={self.pool.name: self.pool})
+        self.engine = Engine(
+            Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={self.pool.name: self.pool}
+        )
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self.engine.run_forever, args=(self._stop,), daemon=True)
+        self._thread = threading.Thread(
+            target=self.engine.run_forever, args=(self._stop,), daemon=True
+        )
         self._thread.start()
 
     def run(self, args: argparse.Namespace) -> tuple[Path, float]:
@@ -175,11 +209,17 @@ class TrainyardLauncher:
         from trainyard import spec
         from trainyard.engine.reconciler import Submission
 
-        values = {"n_gpus_per_node": 1, "n_epochs": args.epochs, "batch_size": args.batch_size,
-                  "master_port": free_port()}
+        values = {
+            "n_gpus_per_node": 1,
+            "n_epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "master_port": free_port(),
+        }
         doc = spec.load(EXAMPLE, set_values=values, pool=self.pool)
         started = time.perf_counter()
-        record = self.engine.submit(Submission(spec=doc.workflow, spec_text="", user="bench", pool=self.pool))
+        record = self.engine.submit(
+            Submission(spec=doc.workflow, spec_text="", user="bench", pool=self.pool)
+        )
         done = self.engine.wait(record.id, timeout_s=900)
         wall_s = time.perf_counter() - started
         run_dir = self.engine.run_dir(record.id, "master", 0)
@@ -202,7 +242,7 @@ def launch_compare(args: argparse.Namespace) -> list[Run]:
         launcher = TrainyardLauncher(Path(tmp) / "home")
         try:
             for repeat in range(args.repeat):
-                order = MODES[repeat % len(MODES):] + MODES[:repeat % len(MODES)]
+                order = MODES[repeat % len(MODES) :] + MODES[: repeat % len(MODES)]
                 for mode in order:
                     folder = Path(tmp) / f"{repeat}-{mode.replace(' ', '-')}"
                     if mode.startswith("trainyard"):
@@ -212,9 +252,15 @@ def launch_compare(args: argparse.Namespace) -> list[Run]:
                         wall_s = run_config(nodes, 1, args, folder).wall_s
                         metrics = folder / "node0" / "metrics.jsonl"
                     images_per_s, accuracy = _epoch_median(metrics)
-                    runs.append(Run(mode, repeat, images_per_s, wall_s, accuracy, os.getloadavg()[0]))
-                    print(f"  repeat {repeat + 1}/{args.repeat} {mode}: {images_per_s:,.0f} images/s "
-                          f"(wall {wall_s:.1f} s, load {runs[-1].load:.1f})", file=sys.stderr, flush=True)
+                    runs.append(
+                        Run(mode, repeat, images_per_s, wall_s, accuracy, os.getloadavg()[0])
+                    )
+                    print(
+                        f"  repeat {repeat + 1}/{args.repeat} {mode}: {images_per_s:,.0f} images/s "
+                        f"(wall {wall_s:.1f} s, load {runs[-1].load:.1f})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         finally:
             launcher.close()
     return runs
@@ -229,12 +275,17 @@ def launch_table(runs: list[Run]) -> str:
     ]
     for mode, rs in by_mode.items():
         values = [r.epoch_images_per_s for r in rs]
-        lines.append(f"| {mode} | {len(rs)} | {median[mode]:,.0f} | {min(values):,.0f} - {max(values):,.0f} "
-                     f"| {statistics.median(r.wall_s for r in rs):.1f} "
-                     f"| {statistics.median(r.val_accuracy for r in rs):.4f} |")
+        lines.append(
+            f"| {mode} | {len(rs)} | {median[mode]:,.0f} | {min(values):,.0f} - {max(values):,.0f} "
+            f"| {statistics.median(r.wall_s for r in rs):.1f} "
+            f"| {statistics.median(r.val_accuracy for r in rs):.4f} |"
+        )
 
     def paired(a: str, b: str) -> list[float]:
-        return [x.epoch_images_per_s / y.epoch_images_per_s for x, y in zip(by_mode[a], by_mode[b], strict=False)]
+        return [
+            x.epoch_images_per_s / y.epoch_images_per_s
+            for x, y in zip(by_mode[a], by_mode[b], strict=False)
+        ]
 
     ratio = paired("trainyard 2x1", "by hand 2x1")
     scaling = paired("by hand 2x1", "by hand 1x1")
@@ -256,25 +307,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32, help="per process")
     parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--launch-compare", action="store_true",
-                        help="trainyard-launched 2x1 against the same torchrun by hand, and 2x1 against 1x1")
+    parser.add_argument(
+        "--launch-compare",
+        action="store_true",
+        help="trainyard-launched 2x1 against the same torchrun by hand, and 2x1 against 1x1",
+    )
     args = parser.parse_args(argv)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if args.launch_compare:
         load_before = os.getloadavg()
         runs = launch_compare(args)
-        print(f"Launch comparison: digits, --model mlp, {args.epochs} epochs, batch {args.batch_size} per "
-              f"process, gloo, OMP_NUM_THREADS=1; {cpus} CPUs, {platform.python_implementation()} "
-              f"{platform.python_version()}; load average {load_before[0]:.1f} / {load_before[1]:.1f} "
-              f"(1 / 5 min) at the start; {args.repeat} repeats interleaved")
+        print(
+            f"Launch comparison: digits, --model mlp, {args.epochs} epochs, batch {args.batch_size} per "
+            f"process, gloo, OMP_NUM_THREADS=1; {cpus} CPUs, {platform.python_implementation()} "
+            f"{platform.python_version()}; load average {load_before[0]:.1f} / {load_before[1]:.1f} "
+            f"(1 / 5 min) at the start; {args.repeat} repeats interleaved"
+        )
         print()
         print(launch_table(runs))
         return 0
     shapes = [tuple(int(x) for x in c.lower().split("x")) for c in args.configs]
     results = [best(nodes, procs, args) for nodes, procs in shapes]
-    print(f"Training throughput: digits, --model {args.model}, {args.epochs} epochs, batch {args.batch_size} "
-          f"per process, gloo, torchrun by hand; {cpus} CPUs, {platform.python_implementation()} "
-          f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f} at the end; best of {args.repeat}")
+    print(
+        f"Training throughput: digits, --model {args.model}, {args.epochs} epochs, batch {args.batch_size} "
+        f"per process, gloo, torchrun by hand; {cpus} CPUs, {platform.python_implementation()} "
+        f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f} at the end; best of {args.repeat}"
+    )
     print()
     print(table(results))
     return 0

@@ -17,14 +17,19 @@ def class_method_counts(root: Path) -> list[tuple[int, str]]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
-                methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+                methods = [
+                    n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                ]
                 rows.append((len(methods), f"{path.relative_to(root)}:{node.name}"))
     return sorted(rows, reverse=True)
 
 
 def long_files(root: Path, limit_lines: int = 800) -> list[tuple[int, str]]:
     """Return (lines, path) for every module under `root` longer than `limit_lines`."""
-    rows = [(len(p.read_text(encoding="utf-8").splitlines()), str(p.relative_to(root))) for p in root.rglob("*.py")]
+    rows = [
+        (len(p.read_text(encoding="utf-8").splitlines()), str(p.relative_to(root)))
+        for p in root.rglob("*.py")
+    ]
     return sorted((r for r in rows if r[0] > limit_lines), reverse=True)
 
 

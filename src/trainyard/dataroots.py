@@ -99,6 +99,8 @@ def url_problem(url: str, roots: list[str], home: Path, user: str | None = None)
             return None
     shown = ", ".join(roots) or "none: file:// is off"
     whose = f" for user {user!r}" if user else ""
-    return (f"{url!r} is a host path ({path}) outside the pool's data roots{whose} ({shown}); use a "
-            f"folder below one of them, or ask an administrator to add one to options.{OPTION} "
-            "of the pool in pools.yaml")
+    return (
+        f"{url!r} is a host path ({path}) outside the pool's data roots{whose} ({shown}); use a "
+        f"folder below one of them, or ask an administrator to add one to options.{OPTION} "
+        "of the pool in pools.yaml"
+    )

@@ -92,7 +92,9 @@ class SpecError(TrainyardError):
 
     exit_code = 2
 
-    def __init__(self, problems: list[SpecProblem], warnings: list[SpecProblem] | None = None) -> None:
+    def __init__(
+        self, problems: list[SpecProblem], warnings: list[SpecProblem] | None = None
+    ) -> None:
         self.problems = list(problems)
         self.warnings = list(warnings or [])
         super().__init__("\n".join(str(p) for p in self.problems))

@@ -108,9 +108,11 @@ def _check_codes(action: str, codes: str) -> None:
         low = int(match.group(1)) if match else -1
         high = int(match.group(2) or low) if match else -1
         if not match or high < low or high > MAX_POOL_EXIT_CODE:
-            raise ValueError(f"default_exit_actions.{action}: {part.strip()!r} is not a code "
-                             f"or range of codes within 0-{MAX_POOL_EXIT_CODE}; write e.g. "
-                             "'3001,3005' or '1-10,16'")
+            raise ValueError(
+                f"default_exit_actions.{action}: {part.strip()!r} is not a code "
+                f"or range of codes within 0-{MAX_POOL_EXIT_CODE}; write e.g. "
+                "'3001,3005' or '1-10,16'"
+            )
 
 
 class Pool(BaseModel):
@@ -145,8 +147,10 @@ class Pool(BaseModel):
         """Each key an OSMO action, each value codes and ranges within 0-4000."""
         for action, codes in value.items():
             if action not in POOL_EXIT_ACTIONS:
-                raise ValueError(f"default_exit_actions: {action!r} is not an action; use "
-                                 f"{', '.join(POOL_EXIT_ACTIONS)}")
+                raise ValueError(
+                    f"default_exit_actions: {action!r} is not an action; use "
+                    f"{', '.join(POOL_EXIT_ACTIONS)}"
+                )
             _check_codes(action, str(codes))
         return {action: str(codes) for action, codes in value.items()}
 
@@ -162,8 +166,10 @@ class Pool(BaseModel):
         if not self.strict or self.backend != "local":
             return self  # a cluster pool's nodes are its real ones, as declared
         if len(self.nodes) != 1:
-            raise ValueError(f"a strict pool is this one machine: give it exactly one node "
-                             f"(got {len(self.nodes)})")
+            raise ValueError(
+                f"a strict pool is this one machine: give it exactly one node "
+                f"(got {len(self.nodes)})"
+            )
         self.nodes = [self.nodes[0].model_copy(update=machine_capacity())]
         return self
 
@@ -250,5 +256,3 @@ def load_pools(path: Path | None = None) -> dict[str, Pool]:
         except (ValidationError, TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: pool {name!r}: {exc}") from exc
     return pools
-
-

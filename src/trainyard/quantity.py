@@ -25,7 +25,9 @@ _DECIMAL = {
     "P": Decimal("1e15"),
     "E": Decimal("1e18"),
 }
-_QUANTITY = re.compile(r"^([+]?[0-9]+(?:\.[0-9]*)?|[+]?\.[0-9]+)([eE][+-]?[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$")
+_QUANTITY = re.compile(
+    r"^([+]?[0-9]+(?:\.[0-9]*)?|[+]?\.[0-9]+)([eE][+-]?[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$"
+)
 _DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([smhd]?)$")
 _DURATION_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -71,7 +73,9 @@ def parse_duration_s(value: object) -> float:
         ValueError: mixed units (``1h30m``), an unknown unit, or a negative value.
     """
     if isinstance(value, bool):
-        raise ValueError(f"invalid duration {value!r}; write one such as 30s, 5m, 8h, 2d or seconds")
+        raise ValueError(
+            f"invalid duration {value!r}; write one such as 30s, 5m, 8h, 2d or seconds"
+        )
     if isinstance(value, (int, float)):
         if value < 0:
             raise ValueError(f"a duration cannot be negative, got {value!r}; give zero or more")

@@ -374,7 +374,7 @@ class SandboxSettings(_Model):
         best = self._mount_of(path)
         if not best:
             return "/", path.lstrip("/")
-        return self.mounts[best], path[len(best.rstrip("/")):].lstrip("/")
+        return self.mounts[best], path[len(best.rstrip("/")) :].lstrip("/")
 
 
 class TaskRun(_Model):
@@ -500,8 +500,12 @@ def scrub_credentials(path: Path) -> bool:
 
 def _forget_credentials(path: Path, run: TaskRun) -> None:
     """Rewrite ``path`` as ``run`` with every credential's values removed."""
-    kept = run.model_copy(update={"data_credentials": [], "credentials": [
-        c.model_copy(update={"values": None}) for c in run.credentials]})
+    kept = run.model_copy(
+        update={
+            "data_credentials": [],
+            "credentials": [c.model_copy(update={"values": None}) for c in run.credentials],
+        }
+    )
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as out:

@@ -10,8 +10,14 @@ from __future__ import annotations
 import signal
 from enum import IntEnum, StrEnum
 
-__all__ = ["Status", "WorkflowStatus", "ExitCode", "TERMINAL", "FAILED_STATUSES",
-           "STOPPED_EXIT_CODE"]
+__all__ = [
+    "Status",
+    "WorkflowStatus",
+    "ExitCode",
+    "TERMINAL",
+    "FAILED_STATUSES",
+    "STOPPED_EXIT_CODE",
+]
 
 
 class Status(StrEnum):

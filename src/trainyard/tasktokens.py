@@ -81,7 +81,7 @@ def token_workflow(home: Path, token: str) -> str | None:
     task token, or a forged or altered one). Compared in constant time."""
     if not token.startswith(PREFIX):
         return None
-    workflow_id, _, mac = token[len(PREFIX):].rpartition(".")
+    workflow_id, _, mac = token[len(PREFIX) :].rpartition(".")
     if not workflow_id or not mac:
         return None
     if not (home / _KEY_FILE).exists():

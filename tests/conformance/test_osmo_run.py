@@ -22,16 +22,22 @@ from trainyard.store import Store
 
 SPECS = (Path(__file__).resolve().parents[2] / ".." / "shared" / "osmo-specs").resolve()
 if not SPECS.is_dir():
-    pytest.skip(f"OSMO conformance specs not found at {SPECS} (shared/ must sit beside the repo)",
-                allow_module_level=True)
+    pytest.skip(
+        f"OSMO conformance specs not found at {SPECS} (shared/ must sit beside the repo)",
+        allow_module_level=True,
+    )
 
 TIMEOUT = ("FAILED_EXEC_TIMEOUT", "FAILED_QUEUE_TIMEOUT")
 
 # (spec, --set values, outcome, text the logs must hold)
 ROWS: list[tuple[str, dict[str, Any], str, str | None]] = [
     ("tutorials/hello_world.yaml", {}, "COMPLETED", "Hello from OSMO!"),
-    ("tutorials/template_hello_world.yaml",
-     {"workflow_name": "greetings", "message": "Custom message!"}, "COMPLETED", "Custom message!"),
+    (
+        "tutorials/template_hello_world.yaml",
+        {"workflow_name": "greetings", "message": "Custom message!"},
+        "COMPLETED",
+        "Custom message!",
+    ),
     ("tutorials/token_example.yaml", {}, "COMPLETED", "Workflow ID: my-experiment-"),
     ("tutorials/parallel_tasks.yaml", {}, "COMPLETED", None),
     ("tutorials/serial_workflow.yaml", {}, "COMPLETED", "a line: Data from task 1"),
@@ -73,8 +79,13 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine,
     ids = []
     for path, values, _outcome, _text in ROWS:
         doc = spec.load(SPECS / path, set_values=values)
-        sub = Submission(spec=doc.workflow, spec_text="", user="conformance", pool=pool,
-                         labels=dict(doc.workflow.labels))
+        sub = Submission(
+            spec=doc.workflow,
+            spec_text="",
+            user="conformance",
+            pool=pool,
+            labels=dict(doc.workflow.labels),
+        )
         ids.append(engine.submit(sub).id)
     for wid in ids:
         engine.wait(wid, timeout_s=400)
@@ -84,7 +95,9 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine,
 
 
 def _logs(engine: Engine, wid: str) -> str:
-    return "\n".join(p.read_text() for p in sorted((engine.home / "runs" / wid).glob("*/*/task.log")))
+    return "\n".join(
+        p.read_text() for p in sorted((engine.home / "runs" / wid).glob("*/*/task.log"))
+    )
 
 
 @pytest.mark.slow

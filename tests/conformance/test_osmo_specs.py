@@ -19,8 +19,10 @@ from trainyard.pools import NodeSpec, Pool, default_local_pool
 
 SPECS = (Path(__file__).resolve().parents[2] / ".." / "shared" / "osmo-specs").resolve()
 if not SPECS.is_dir():
-    pytest.skip(f"OSMO conformance specs not found at {SPECS} (shared/ must sit beside the repo)",
-                allow_module_level=True)
+    pytest.skip(
+        f"OSMO conformance specs not found at {SPECS} (shared/ must sit beside the repo)",
+        allow_module_level=True,
+    )
 
 # The specs' data live below a data root the test pools list (``options.allowed_data_roots``):
 # the default roots are the home's storage folder only, never /tmp (issue 11).
@@ -37,8 +39,11 @@ OSMO_POOL_SPECS = {
 def osmo_pool() -> Pool:
     """ovx-a40, ovx-l40, dgx-h100, agx-orin-jp6; 8 GPUs, 64 CPUs, 512 GiB, 2 TiB per node."""
     platforms = ("ovx-a40", "ovx-l40", "dgx-h100", "agx-orin-jp6")
-    nodes = [NodeSpec(name=f"{p}-{i}", platform=p, gpu=8, cpu=64, memory="512Gi", storage="2Ti")
-             for p in platforms for i in range(2)]
+    nodes = [
+        NodeSpec(name=f"{p}-{i}", platform=p, gpu=8, cpu=64, memory="512Gi", storage="2Ti")
+        for p in platforms
+        for i in range(2)
+    ]
     return Pool(name="osmo", nodes=nodes)
 
 
@@ -48,11 +53,17 @@ def pool_for(rel: str) -> Pool:
 
 
 def load(rel: str, sets: tuple[str, ...] = (), labels: tuple[str, ...] = ()) -> spec.SpecDocument:
-    return spec.load(SPECS / rel, set_values=spec.parse_set_values(sets),
-                     labels=spec.parse_labels(labels), pool=pool_for(rel))
+    return spec.load(
+        SPECS / rel,
+        set_values=spec.parse_set_values(sets),
+        labels=spec.parse_labels(labels),
+        pool=pool_for(rel),
+    )
 
 
-def refusal(rel: str, sets: tuple[str, ...] = (), labels: tuple[str, ...] = ()) -> list[SpecProblem]:
+def refusal(
+    rel: str, sets: tuple[str, ...] = (), labels: tuple[str, ...] = ()
+) -> list[SpecProblem]:
     with pytest.raises(SpecError) as caught:
         load(rel, sets, labels)
     return caught.value.problems
@@ -69,23 +80,62 @@ REJECTED: list[tuple[str, tuple[str, ...], tuple[str, ...], str | None, str]] = 
     # CPU bomb in disguise, and the time limit stops it first. A real memory bomb is covered
     # by tests/unit/spec/test_spec_template.py.
     ("tests/template_too_much_memory.yaml", (), (), None, r"ran past its (time|memory) limit"),
-    ("tests/invalid_mount.yaml", (), (), "workflow.tasks[0].volumeMounts[0]",
-     r"'/bad_mount' is not allowed on pool 'local'.*options\.allowed_mounts"),
-    ("tests/invalid_src_dest_mount.yaml", (), (), "workflow.tasks[0].volumeMounts[0]",
-     r"more than one ':'"),
-    ("tests/bad_resource_workflow_v2.yaml", ("cpu=1000000",), (), "workflow.resources.default.cpu",
-     r"1000000 cores.*has 64 cores"),
-    ("tests/bad_resource_workflow_v2.yaml", ("storage=1000000Gi",), (),
-     "workflow.resources.default.storage", r"1000000Gi storage.*has 2Ti storage"),
-    ("tests/bad_resource_workflow_v2.yaml", ("memory=1000000Gi",), (),
-     "workflow.resources.default.memory", r"1000000Gi memory.*has 512Gi memory"),
-    ("tests/bad_resource_workflow_v2.yaml", ("platform=bad-platform",), (),
-     "workflow.resources.default.platform",
-     r"'bad-platform'.*valid platforms: agx-orin-jp6, dgx-h100, ovx-a40, ovx-l40"),
-    ("scenarios/workflow_labels.yaml", ("nested_team=true",), (), "workflow.labels.team",
-     r"label value must be a string"),
-    ("scenarios/workflow_labels.yaml", ("team_yaml=",), ("team=",), "workflow.labels.team",
-     r"label value must be non-empty"),
+    (
+        "tests/invalid_mount.yaml",
+        (),
+        (),
+        "workflow.tasks[0].volumeMounts[0]",
+        r"'/bad_mount' is not allowed on pool 'local'.*options\.allowed_mounts",
+    ),
+    (
+        "tests/invalid_src_dest_mount.yaml",
+        (),
+        (),
+        "workflow.tasks[0].volumeMounts[0]",
+        r"more than one ':'",
+    ),
+    (
+        "tests/bad_resource_workflow_v2.yaml",
+        ("cpu=1000000",),
+        (),
+        "workflow.resources.default.cpu",
+        r"1000000 cores.*has 64 cores",
+    ),
+    (
+        "tests/bad_resource_workflow_v2.yaml",
+        ("storage=1000000Gi",),
+        (),
+        "workflow.resources.default.storage",
+        r"1000000Gi storage.*has 2Ti storage",
+    ),
+    (
+        "tests/bad_resource_workflow_v2.yaml",
+        ("memory=1000000Gi",),
+        (),
+        "workflow.resources.default.memory",
+        r"1000000Gi memory.*has 512Gi memory",
+    ),
+    (
+        "tests/bad_resource_workflow_v2.yaml",
+        ("platform=bad-platform",),
+        (),
+        "workflow.resources.default.platform",
+        r"'bad-platform'.*valid platforms: agx-orin-jp6, dgx-h100, ovx-a40, ovx-l40",
+    ),
+    (
+        "scenarios/workflow_labels.yaml",
+        ("nested_team=true",),
+        (),
+        "workflow.labels.team",
+        r"label value must be a string",
+    ),
+    (
+        "scenarios/workflow_labels.yaml",
+        ("team_yaml=",),
+        ("team=",),
+        "workflow.labels.team",
+        r"label value must be non-empty",
+    ),
 ]
 
 # Rows of "Must reach the outcome" and "Must validate" with their arguments.
@@ -98,13 +148,18 @@ VALID: list[tuple[str, tuple[str, ...]]] = [
     ("scenarios/workflow_labels.yaml", ("exit_code=0",)),
     ("scenarios/workflow_labels.yaml", ("exit_code=1",)),
 ]
-REJECTED_ONLY = {row[0] for row in REJECTED} - {"tests/bad_resource_workflow_v2.yaml",
-                                                 "scenarios/workflow_labels.yaml"}
+REJECTED_ONLY = {row[0] for row in REJECTED} - {
+    "tests/bad_resource_workflow_v2.yaml",
+    "scenarios/workflow_labels.yaml",
+}
 ALL_SPECS = sorted(str(p.relative_to(SPECS)) for p in SPECS.rglob("*.yaml"))
 
 
-@pytest.mark.parametrize(("rel", "sets", "labels", "path", "reason"), REJECTED,
-                         ids=[f"{r[0]}{'[' + ' '.join(r[1] + r[2]) + ']' if r[1] or r[2] else ''}" for r in REJECTED])
+@pytest.mark.parametrize(
+    ("rel", "sets", "labels", "path", "reason"),
+    REJECTED,
+    ids=[f"{r[0]}{'[' + ' '.join(r[1] + r[2]) + ']' if r[1] or r[2] else ''}" for r in REJECTED],
+)
 def test_rejected_rows_are_refused_for_their_reason(
     rel: str, sets: tuple[str, ...], labels: tuple[str, ...], path: str | None, reason: str
 ) -> None:
@@ -122,7 +177,9 @@ def test_rejected_rows_are_refused_for_their_reason(
 def test_every_other_spec_validates_with_its_defaults(rel: str) -> None:
     needs_data = rel.startswith("dnn_training/") or rel == "tutorials/data_filter.yaml"
     doc = load(rel, DATA_SETS if needs_data else ())
-    assert doc.workflow.groups and all(len([t for t in g.tasks if t.lead]) == 1 for g in doc.workflow.groups)
+    assert doc.workflow.groups and all(
+        len([t for t in g.tasks if t.lead]) == 1 for g in doc.workflow.groups
+    )
 
 
 @pytest.mark.parametrize(("rel", "sets"), VALID, ids=[f"{r[0]}[{' '.join(r[1])}]" for r in VALID])
@@ -137,7 +194,10 @@ def test_every_spec_of_the_corpus_is_covered() -> None:
 
 
 def test_template_values_reach_the_spec() -> None:
-    doc = load("tutorials/template_hello_world.yaml", ("workflow_name=greetings", "message=Custom message!"))
+    doc = load(
+        "tutorials/template_hello_world.yaml",
+        ("workflow_name=greetings", "message=Custom message!"),
+    )
     assert doc.workflow.name == "greetings"
     assert doc.workflow.groups[0].tasks[0].args == ["Custom message!"]
 
@@ -180,6 +240,13 @@ def _options(rel: str) -> dict[str, Any]:
 
 
 def test_validate_returns_no_problems_for_a_good_spec_and_all_for_a_bad_one() -> None:
-    assert spec.validate(SPECS / "tutorials/hello_world.yaml", **_options("tutorials/hello_world.yaml")) == []
-    found = spec.validate(SPECS / "tests/invalid_mount.yaml", **_options("tests/invalid_mount.yaml"))
+    assert (
+        spec.validate(
+            SPECS / "tutorials/hello_world.yaml", **_options("tutorials/hello_world.yaml")
+        )
+        == []
+    )
+    found = spec.validate(
+        SPECS / "tests/invalid_mount.yaml", **_options("tests/invalid_mount.yaml")
+    )
     assert [p.path for p in found] == ["workflow.tasks[0].volumeMounts[0]"]

@@ -39,24 +39,36 @@ class EngineRun:
     podman), on the store at ``url`` (default: SQLite in ``home``), stepped by a background
     thread."""
 
-    def __init__(self, home: Path, url: str | None = None,
-                 images: Mapping[str, str] | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        home: Path,
+        url: str | None = None,
+        images: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> None:
         self.home = home
         base = default_local_pool()
-        self.pool = Pool(name=base.name, nodes=base.nodes, images=dict(images or {}),
-                         options={**base.options, "sandbox": "bwrap", **options})
-        self.engine = Engine(Store(url or f"sqlite:///{home / 'db.sqlite'}"), home,
-                             pools={self.pool.name: self.pool})
+        self.pool = Pool(
+            name=base.name,
+            nodes=base.nodes,
+            images=dict(images or {}),
+            options={**base.options, "sandbox": "bwrap", **options},
+        )
+        self.engine = Engine(
+            Store(url or f"sqlite:///{home / 'db.sqlite'}"), home, pools={self.pool.name: self.pool}
+        )
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self.engine.run_forever, args=(self._stop,),
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self.engine.run_forever, args=(self._stop,), daemon=True
+        )
         self._thread.start()
 
     def run(self, text: str, **values: object) -> str:
         """Validate ``text`` with these ``--set`` values, submit it, wait; returns its id."""
         doc = spec.load(text, set_values=values, pool=self.pool)
-        record = self.engine.submit(Submission(spec=doc.workflow, spec_text=text,
-                                               user="tester", pool=self.pool))
+        record = self.engine.submit(
+            Submission(spec=doc.workflow, spec_text=text, user="tester", pool=self.pool)
+        )
         self.engine.wait(record.id, TIMEOUT_S)
         return record.id
 

@@ -49,12 +49,15 @@ def server_url() -> Iterator[str]:
     if missing:
         pytest.skip(missing)
     folder = tempfile.mkdtemp(prefix="trainyard-pg.")
-    started = subprocess.run(["bash", str(SCRIPT), "start", folder], capture_output=True,
-                             text=True, timeout=120)
+    started = subprocess.run(
+        ["bash", str(SCRIPT), "start", folder], capture_output=True, text=True, timeout=120
+    )
     if started.returncode != 0:
         subprocess.run(["bash", str(SCRIPT), "stop", folder], capture_output=True, timeout=60)
-        pytest.skip(f"no PostgreSQL server could be started here ({URL_ENV} is not set): "
-                    f"{started.stderr.strip()[-300:]}")
+        pytest.skip(
+            f"no PostgreSQL server could be started here ({URL_ENV} is not set): "
+            f"{started.stderr.strip()[-300:]}"
+        )
     try:
         yield started.stdout.strip()
     finally:

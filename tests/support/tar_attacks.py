@@ -8,8 +8,6 @@ import tarfile
 from pathlib import Path
 
 
-
-
 def archive(*members: tuple[tarfile.TarInfo, bytes | None]) -> io.BytesIO:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:

@@ -31,21 +31,48 @@ def load_chaos() -> ModuleType:
 
 
 chaos = load_chaos()
-GANG_STRICT = chaos.WorkflowPlan(0, "gang", (chaos.GroupPlan("gang", (
-    chaos.TaskPlan("lead", True, 5), chaos.TaskPlan("worker1", False, 3)), ignore_nonlead=False),))
-GANG_LOOSE = chaos.WorkflowPlan(1, "gang", (chaos.GroupPlan("gang", (
-    chaos.TaskPlan("lead", True, 5), chaos.TaskPlan("worker1", False, 3)), ignore_nonlead=True),))
-RESCHEDULE = chaos.WorkflowPlan(2, "reschedule", (chaos.GroupPlan("train", (
-    chaos.TaskPlan("trainer", True, 2, reschedule=True),)),))
+GANG_STRICT = chaos.WorkflowPlan(
+    0,
+    "gang",
+    (
+        chaos.GroupPlan(
+            "gang",
+            (chaos.TaskPlan("lead", True, 5), chaos.TaskPlan("worker1", False, 3)),
+            ignore_nonlead=False,
+        ),
+    ),
+)
+GANG_LOOSE = chaos.WorkflowPlan(
+    1,
+    "gang",
+    (
+        chaos.GroupPlan(
+            "gang",
+            (chaos.TaskPlan("lead", True, 5), chaos.TaskPlan("worker1", False, 3)),
+            ignore_nonlead=True,
+        ),
+    ),
+)
+RESCHEDULE = chaos.WorkflowPlan(
+    2,
+    "reschedule",
+    (chaos.GroupPlan("train", (chaos.TaskPlan("trainer", True, 2, reschedule=True),)),),
+)
 
 
-def hit(task: str, time_s: float = 100.0, lead_exit_s: float | None = None,
-        retry_id: int = 0, wf: str = "w-1") -> object:
+def hit(
+    task: str,
+    time_s: float = 100.0,
+    lead_exit_s: float | None = None,
+    retry_id: int = 0,
+    wf: str = "w-1",
+) -> object:
     return chaos.Hit(wf, task, retry_id, "runner", time_s, lead_exit_s)
 
 
-def test_the_mix_has_every_kind_and_its_specs_are_valid(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_mix_has_every_kind_and_its_specs_are_valid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRAINYARD_HOME", str(tmp_path))
     plans = chaos.make_plans(6, random.Random(3))
     assert [p.kind for p in plans] == ["gang", "dag", "reschedule"] * 2
@@ -76,7 +103,9 @@ def test_a_strict_worker_hit_counts_only_while_its_lead_runs() -> None:
     assert chaos.classify_hit(GANG_STRICT, hit("worker1", 100.0, 90.0)) == "moot"
     assert chaos.classify_hit(GANG_STRICT, hit("worker1", 100.0, 101.0)) == "ambiguous"
     assert chaos.expected_statuses(GANG_STRICT, [hit("worker1", 100.0, 101.0)]) == {
-        "COMPLETED", "FAILED"}
+        "COMPLETED",
+        "FAILED",
+    }
     assert chaos.expected_statuses(GANG_STRICT, [hit("worker1", 100.0, 90.0)]) == {"COMPLETED"}
 
 
@@ -84,10 +113,12 @@ def test_extra_starts_flags_double_starts_and_unasked_retries() -> None:
     assert chaos.extra_starts(GANG_STRICT, {("lead", 0): 1, ("worker1", 0): 1}) == []
     assert chaos.extra_starts(GANG_STRICT, {("lead", 0): 2}) == ["lead retry 0 started 2 times"]
     assert chaos.extra_starts(GANG_STRICT, {("worker1", 1): 1}) == [
-        "worker1 retry 1 started with no exit action asking"]
+        "worker1 retry 1 started with no exit action asking"
+    ]
     assert chaos.extra_starts(RESCHEDULE, {("trainer", 0): 1, ("trainer", 1): 1}) == []
     assert chaos.extra_starts(RESCHEDULE, {("trainer", 2): 1}) == [
-        "trainer retry 2 started with no exit action asking"]
+        "trainer retry 2 started with no exit action asking"
+    ]
 
 
 def test_the_report_counts_each_kind_of_failure() -> None:
@@ -96,21 +127,37 @@ def test_the_report_counts_each_kind_of_failure() -> None:
     hits = [hit("lead", wf="a-1"), hit("worker1", wf="b-1")]
     starts = {"c-1": {("trainer", 0): 1, ("trainer", 1): 2}}
     leaks = {"processes": ["pid 7: bwrap ..."], "namespaces": [], "mounts": ["m1", "m2"]}
-    report = chaos.build_report(plans, final, hits, starts, ["c-1: out"], leaks,
-                                {"server": 1, "runner": 1}, 12.0)
-    assert report.counts == {"lost_workflows": 2, "tasks_run_twice": 1, "wrong_statuses": 1,
-                             "missing_outputs": 1, "leaked_processes": 1,
-                             "leaked_namespaces": 0, "leaked_mounts": 2}
+    report = chaos.build_report(
+        plans, final, hits, starts, ["c-1: out"], leaks, {"server": 1, "runner": 1}, 12.0
+    )
+    assert report.counts == {
+        "lost_workflows": 2,
+        "tasks_run_twice": 1,
+        "wrong_statuses": 1,
+        "missing_outputs": 1,
+        "leaked_processes": 1,
+        "leaked_namespaces": 0,
+        "leaked_mounts": 2,
+    }
     assert report.details["wrong_statuses"] == [
-        "a-1: COMPLETED, expected FAILED (runner killed lead retry 0)"]
+        "a-1: COMPLETED, expected FAILED (runner killed lead retry 0)"
+    ]
     assert report.failed
     table = chaos.format_table(report)
     assert "lost_workflows           2" in table and "d-1: gone" in table
 
 
 def test_a_clean_run_reports_nothing() -> None:
-    report = chaos.build_report({"a-1": GANG_LOOSE}, {"a-1": "COMPLETED"}, [],
-                                {"a-1": {("lead", 0): 1}}, [], {}, {"server": 2}, 5.0)
+    report = chaos.build_report(
+        {"a-1": GANG_LOOSE},
+        {"a-1": "COMPLETED"},
+        [],
+        {"a-1": {("lead", 0): 1}},
+        [],
+        {},
+        {"server": 2},
+        5.0,
+    )
     assert not report.failed and set(report.counts.values()) == {0}
 
 
@@ -118,8 +165,9 @@ def test_find_leaks_sees_processes_naming_the_home_or_a_workflow(tmp_path: Path)
     home = tmp_path / "home"
     netns_before = chaos._run_netns()  # the machine's own, made before the test, are no leak
     named = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(home)])
-    task = subprocess.Popen(["sleep", "60"], env={"PATH": os.environ["PATH"],
-                                                  "TRAINYARD_WORKFLOW_ID": "chaos-x-1"})
+    task = subprocess.Popen(
+        ["sleep", "60"], env={"PATH": os.environ["PATH"], "TRAINYARD_WORKFLOW_ID": "chaos-x-1"}
+    )
     other = subprocess.Popen(["sleep", "60"])
     try:
         leaks = chaos.find_leaks(home, "trainyard-launcher-0000-", netns_before, ["chaos-x-1"])

@@ -24,10 +24,14 @@ def bench() -> ModuleType:
 
 
 def test_layouts_cover_many_files_one_file_and_many_small_files(bench: ModuleType) -> None:
-    chosen = bench.layouts(["files", "one", "small"], size_mb=8, files=10, small_files=300,
-                           small_kb=4)
-    assert chosen == [("10 files", 8 * 2**20, 10), ("1 file", 8 * 2**20, 1),
-                      ("300 files of 4 KiB", 300 * 4096, 300)]
+    chosen = bench.layouts(
+        ["files", "one", "small"], size_mb=8, files=10, small_files=300, small_kb=4
+    )
+    assert chosen == [
+        ("10 files", 8 * 2**20, 10),
+        ("1 file", 8 * 2**20, 1),
+        ("300 files of 4 KiB", 300 * 4096, 300),
+    ]
     with pytest.raises(SystemExit, match="unknown huge.*known: files, one, small"):
         bench.layouts(["huge"], 8, 10, 300, 4)
 
@@ -40,13 +44,34 @@ def test_rows_give_wall_and_cpu_ratios_to_cp(bench: ModuleType) -> None:
 
 
 def test_a_tiny_run_prints_a_row_per_layout_and_method(
-        bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    bench: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.setenv("TRAINYARD_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("TRAINYARD_DATASET_URL", raising=False)
-    assert bench.main(["--size-mb", "1", "--files", "3", "--small-files", "20", "--small-kb", "1",
-                       "--repeat", "1", "--dir", str(tmp_path),
-                       "--methods", "dataset upload,dataset download"]) == 0
+    assert (
+        bench.main(
+            [
+                "--size-mb",
+                "1",
+                "--files",
+                "3",
+                "--small-files",
+                "20",
+                "--small-kb",
+                "1",
+                "--repeat",
+                "1",
+                "--dir",
+                str(tmp_path),
+                "--methods",
+                "dataset upload,dataset download",
+            ]
+        )
+        == 0
+    )
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert len(rows) == 1 + 3 * 3  # the header, then cp + 2 methods per layout
     assert any(r.startswith("| 20 files of 1 KiB | dataset download |") for r in rows)

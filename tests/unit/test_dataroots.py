@@ -55,7 +55,9 @@ def test_a_slurm_pool_may_list_data_roots() -> None:
     option check refused it, and an engine with such a pool never started its tasks."""
     from trainyard.backends.slurm.options import parse_options
 
-    assert parse_options("p", {"allowed_data_roots": ["/srv/data"], "partition": "x"}).partition == "x"
+    assert (
+        parse_options("p", {"allowed_data_roots": ["/srv/data"], "partition": "x"}).partition == "x"
+    )
 
 
 def test_the_submit_check_uses_the_submitters_roots(tmp_path: Path, monkeypatch) -> None:
@@ -66,10 +68,13 @@ def test_the_submit_check_uses_the_submitters_roots(tmp_path: Path, monkeypatch)
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("TRAINYARD_HOME", str(home))
-    spec = ("workflow:\n  name: w\n  tasks:\n  - name: t\n    command: [\"true\"]\n"
-            f"    inputs:\n    - url: file://{home}/storage/alice/x\n")
+    spec = (
+        "workflow:\n  name: w\n  tasks:\n  - name: t\n    command: [\"true\"]\n"
+        f"    inputs:\n    - url: file://{home}/storage/alice/x\n"
+    )
     load(spec, pool=default_local_pool(), user="alice")
     import pytest
+
     from trainyard.errors import SpecError
 
     with pytest.raises(SpecError) as caught:

@@ -44,8 +44,11 @@ def _documents() -> list[dict[str, Any]]:
 
 
 def _one(kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [d for d in _documents() if d["kind"] == kind
-             and (name is None or d["metadata"]["name"] == name)]
+    found = [
+        d
+        for d in _documents()
+        if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
     assert len(found) == 1, f"{len(found)} {kind} {name or ''} in {DEPLOY}"
     return found[0]
 
@@ -54,9 +57,17 @@ def _one(kind: str, name: str | None = None) -> dict[str, Any]:
 def test_every_manifest_passes_kubernetes_validate_strict(version: str) -> None:
     validate = pytest.importorskip("kubernetes_validate")
     docs = _documents()
-    assert {d["kind"] for d in docs} >= {"Namespace", "Secret", "ServiceAccount", "Role",
-                                         "RoleBinding", "Deployment", "Service", "ConfigMap",
-                                         "PersistentVolumeClaim"}
+    assert {d["kind"] for d in docs} >= {
+        "Namespace",
+        "Secret",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "Service",
+        "ConfigMap",
+        "PersistentVolumeClaim",
+    }
     for doc in docs:
         validate.validate(doc, version, strict=True)  # raises ValidationError
 
@@ -94,8 +105,9 @@ def test_the_server_runs_as_the_bound_account_on_the_secrets_database() -> None:
     pod = deployment["spec"]["template"]["spec"]
     account = pod["serviceAccountName"]
     assert _one("ServiceAccount", account)
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
-                                    "namespace": binding["metadata"]["namespace"]}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": binding["metadata"]["namespace"]}
+    ]
     assert binding["roleRef"]["name"] == _one("Role")["metadata"]["name"]
     assert deployment["spec"]["replicas"] == 1  # one engine per store
     assert deployment["spec"]["strategy"]["type"] == "Recreate"
@@ -104,8 +116,11 @@ def test_the_server_runs_as_the_bound_account_on_the_secrets_database() -> None:
     ref = env["TRAINYARD_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
     assert ref["key"] in _one("Secret", ref["name"])["stringData"]
     assert _one("Secret", ref["name"])["stringData"][ref["key"]].startswith("postgresql://")
-    claims = {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
-              if "persistentVolumeClaim" in v}
+    claims = {
+        v["persistentVolumeClaim"]["claimName"]
+        for v in pod["volumes"]
+        if "persistentVolumeClaim" in v
+    }
     assert claims == {_one("PersistentVolumeClaim")["metadata"]["name"]}
     home = next(m for m in container["volumeMounts"] if m["name"] == "home")["mountPath"]
     assert env["TRAINYARD_HOME"]["value"] == home

@@ -27,8 +27,9 @@ time.sleep(300)
 
 
 def hold(path: Path) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True
+    )
     child = int(proc.stdout.readline())  # type: ignore[union-attr]
     return proc, child
 

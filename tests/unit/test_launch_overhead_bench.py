@@ -38,8 +38,12 @@ def test_no_upload_spec_is_the_example_without_outputs(bench: ModuleType, tmp_pa
 
 def _write_events(folder: Path, times: dict[str, float]) -> None:
     folder.mkdir(parents=True)
-    lines = [json.dumps({"kind": k, "time_s": t, "exit_code": 0 if k == "EXITED" else None,
-                         "message": ""}) for k, t in times.items()]
+    lines = [
+        json.dumps(
+            {"kind": k, "time_s": t, "exit_code": 0 if k == "EXITED" else None, "message": ""}
+        )
+        for k, t in times.items()
+    ]
     (folder / "events.jsonl").write_text("\n".join(lines) + "\n")
 
 
@@ -47,24 +51,34 @@ def _finished_run(home: Path, wid: str) -> Path:
     """A store row and the two runners' events of a COMPLETED 2-node run; returns its runs
     folder."""
     with sqlite3.connect(home / "trainyard.db") as db:
-        db.execute("CREATE TABLE workflows (id TEXT, status TEXT, submit_time_s REAL, end_time_s REAL)")
+        db.execute(
+            "CREATE TABLE workflows (id TEXT, status TEXT, submit_time_s REAL, end_time_s REAL)"
+        )
         db.execute("INSERT INTO workflows VALUES (?, 'COMPLETED', 100.5, 106.0)", (wid,))
     runs = home / "runs" / wid
     _write_events(runs / "master" / "0", {"INITIALIZING": 100.6, "RUNNING": 100.7, "EXITED": 106.0})
-    _write_events(runs / "worker" / "0", {"INITIALIZING": 100.62, "RUNNING": 100.75, "EXITED": 105.9})
+    _write_events(
+        runs / "worker" / "0", {"INITIALIZING": 100.62, "RUNNING": 100.75, "EXITED": 105.9}
+    )
     return runs
 
 
-def test_breakdown_splits_the_wall_time_into_the_recorded_stages(bench: ModuleType,
-                                                                tmp_path: Path) -> None:
+def test_breakdown_splits_the_wall_time_into_the_recorded_stages(
+    bench: ModuleType, tmp_path: Path
+) -> None:
     home, wid = tmp_path, "train-multi-gpu-1"
     runs = _finished_run(home, wid)
     (runs / "master" / "0" / "timings.jsonl").write_text(
-        json.dumps({"stage": "barrier_start", "time_s": 100.65}) + "\n"
-        + json.dumps({"stage": "command_exit", "time_s": 105.5}) + "\n"
-        + json.dumps({"stage": "upload_end", "time_s": 105.9}) + "\n")
+        json.dumps({"stage": "barrier_start", "time_s": 100.65})
+        + "\n"
+        + json.dumps({"stage": "command_exit", "time_s": 105.5})
+        + "\n"
+        + json.dumps({"stage": "upload_end", "time_s": 105.9})
+        + "\n"
+    )
     (runs / "worker" / "0" / "timings.jsonl").write_text(
-        json.dumps({"stage": "barrier_start", "time_s": 100.7}) + "\n")
+        json.dumps({"stage": "barrier_start", "time_s": 100.7}) + "\n"
+    )
 
     class Watch:
         ended = {wid: ("COMPLETED", 106.05)}
@@ -77,7 +91,8 @@ def test_breakdown_splits_the_wall_time_into_the_recorded_stages(bench: ModuleTy
 
 
 def test_breakdown_of_a_runner_without_barrier_marks_counts_the_barrier_as_preparation(
-        bench: ModuleType, tmp_path: Path) -> None:
+    bench: ModuleType, tmp_path: Path
+) -> None:
     home, wid = tmp_path, "train-multi-gpu-1"
     _finished_run(home, wid)
 

@@ -15,7 +15,13 @@ from pathlib import Path
 import trainyard
 
 ORDER: tuple[tuple[str, ...], ...] = (
-    ("cli",), ("server",), ("engine",), ("store", "backends"), ("runner",), ("data",), ("spec",),
+    ("cli",),
+    ("server",),
+    ("engine",),
+    ("store", "backends"),
+    ("runner",),
+    ("data",),
+    ("spec",),
 )
 """Layers from the top down; a layer imports only those below it. Every module of the package
 outside these folders (and outside ``training/``) is the bottom: the shared vocabulary
@@ -64,7 +70,7 @@ def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) 
     base = node.module or ""
     if node.level:
         parts = module.split(".") if is_package else module.split(".")[:-1]
-        parts = parts[:len(parts) - node.level + 1]
+        parts = parts[: len(parts) - node.level + 1]
         base = ".".join(parts + ([node.module] if node.module else []))
     return [f"{base}.{alias.name}" for alias in node.names]
 
@@ -177,26 +183,33 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_the_checker_finds_a_planted_upward_import(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {
-        "__init__.py": "",
-        "engine/__init__.py": "",
-        "engine/loop.py": "from pkg.runner import main\n",
-        "runner/__init__.py": "",
-        "runner/main.py": "def f():\n    from pkg.engine import loop  # lazy, still an edge\n",
-        "status.py": "",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "engine/__init__.py": "",
+            "engine/loop.py": "from pkg.runner import main\n",
+            "runner/__init__.py": "",
+            "runner/main.py": "def f():\n    from pkg.engine import loop  # lazy, still an edge\n",
+            "status.py": "",
+        },
+    )
     found = edges(root, "pkg")
     assert [str(e).rsplit(": ", 1)[1] for e in against_the_order(found)] == [
-        "pkg.runner.main -> pkg.engine.loop"]
+        "pkg.runner.main -> pkg.engine.loop"
+    ]
     assert circles(found) == [["pkg.engine.loop", "pkg.runner.main"]]
 
 
 def test_the_checker_finds_sideways_and_training_imports(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {
-        "store/db.py": "import pkg.backends.local\n",
-        "backends/local.py": "from ..status import X\n",
-        "training/train.py": "from pkg import status\n",
-        "status.py": "",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "store/db.py": "import pkg.backends.local\n",
+            "backends/local.py": "from ..status import X\n",
+            "training/train.py": "from pkg import status\n",
+            "status.py": "",
+        },
+    )
     bad = {(e.source, e.target) for e in against_the_order(edges(root, "pkg"))}
     assert bad == {("pkg.store.db", "pkg.backends.local"), ("pkg.training.train", "pkg.status")}

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from trainyard import backends
-from trainyard.errors import ConfigError
 from trainyard.backends.served import get_pool, load_pool_file, load_usable_pools, refused_pools
+from trainyard.errors import ConfigError
 
 POOLS = """pools:
   k8s:
@@ -40,8 +40,10 @@ def test_unavailable_backends_are_refused_and_the_rest_served(pools_file: Path) 
     usable, refused = load_pool_file(pools_file)
     assert sorted(usable) == ["local", "spare"]
     assert sorted(refused) == ["k8s", "made-up"]
-    assert refused["k8s"].startswith("pool 'k8s': backend 'tpu-pod' is not available (its "
-                                     "module trainyard.backends.tpu_pod is not installed)")
+    assert refused["k8s"].startswith(
+        "pool 'k8s': backend 'tpu-pod' is not available (its "
+        "module trainyard.backends.tpu_pod is not installed)"
+    )
     assert "backends available: fake, kubernetes, local, slurm" in refused["k8s"]
     assert str(pools_file) in refused["k8s"]
     assert "unknown backend 'warp-drive'" in refused["made-up"]

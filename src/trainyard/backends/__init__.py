@@ -18,8 +18,13 @@ if TYPE_CHECKING:  # kept out of the import path of helper processes (netns keep
     from trainyard.backends.base import Backend
     from trainyard.pools import Pool
 
-__all__ = ["BACKENDS", "get_backend", "register_backend", "unavailable_reason",
-           "available_backends"]
+__all__ = [
+    "BACKENDS",
+    "get_backend",
+    "register_backend",
+    "unavailable_reason",
+    "available_backends",
+]
 
 BACKENDS: dict[str, str] = {
     "local": "trainyard.backends.local:create",
@@ -63,14 +68,17 @@ def get_backend(pool: Pool, home: Path) -> Backend:
     """
     target = BACKENDS.get(pool.backend)
     if target is None:
-        raise ConfigError(f"pool {pool.name!r}: unknown backend {pool.backend!r}; "
-                          f"backends: {', '.join(sorted(BACKENDS))}")
+        raise ConfigError(
+            f"pool {pool.name!r}: unknown backend {pool.backend!r}; "
+            f"backends: {', '.join(sorted(BACKENDS))}"
+        )
     module_name, _, attr = target.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"pool {pool.name!r}: backend {pool.backend!r} is not available: "
-                          f"{exc}") from exc
+        raise ConfigError(
+            f"pool {pool.name!r}: backend {pool.backend!r} is not available: {exc}"
+        ) from exc
     return cast("Backend", factory(pool, home))
 
 

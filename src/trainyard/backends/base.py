@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from abc import ABC, abstractmethod
-from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -26,8 +26,17 @@ from pydantic import BaseModel, ValidationError
 from trainyard.errors import ConfigError, RefusedError
 from trainyard.tasktokens import task_token
 
-__all__ = ["FactKind", "TaskKey", "TaskFact", "TaskResources", "TaskLaunch", "Request",
-           "Backend", "server_url_for_tasks", "task_api_env"]
+__all__ = [
+    "FactKind",
+    "TaskKey",
+    "TaskFact",
+    "TaskResources",
+    "TaskLaunch",
+    "Request",
+    "Backend",
+    "server_url_for_tasks",
+    "task_api_env",
+]
 
 
 class FactKind(StrEnum):
@@ -224,8 +233,9 @@ class Backend(ABC, Generic[RequestT]):
             RefusedError: always by default (the backend cannot enter a running task); a
                 backend that can raises it when the attempt is not running.
         """
-        raise RefusedError(f"the {self.name} backend cannot enter a running task (exec, "
-                           "port-forward and rsync)")
+        raise RefusedError(
+            f"the {self.name} backend cannot enter a running task (exec, port-forward and rsync)"
+        )
 
     def forget(self, workflow_id: str) -> None:
         """Drop what this backend keeps of a workflow being deleted; its attempts no
@@ -265,8 +275,9 @@ def task_api_env(home: Path, workflow_id: str) -> dict[str, str]:
 OptionsT = TypeVar("OptionsT", bound=BaseModel)
 
 
-def parse_pool_options(model: type[OptionsT], pool_name: str, backend: str,
-                       options: dict[str, Any]) -> OptionsT:
+def parse_pool_options(
+    model: type[OptionsT], pool_name: str, backend: str, options: dict[str, Any]
+) -> OptionsT:
     """Validate a pool's ``options`` against a backend's options ``model``.
 
     Raises:
@@ -277,8 +288,7 @@ def parse_pool_options(model: type[OptionsT], pool_name: str, backend: str,
         return model.model_validate(options)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors())
+            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors()
+        )
         valid = ", ".join(model.model_fields)
-        raise ConfigError(f"pool {pool_name!r} ({backend}): {problems} "
-                          f"(options: {valid})") from exc
-
+        raise ConfigError(f"pool {pool_name!r} ({backend}): {problems} (options: {valid})") from exc

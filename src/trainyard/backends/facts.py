@@ -23,6 +23,9 @@ def read_facts(key: TaskKey, run_dir: Path, offset: int = 0) -> tuple[list[TaskF
         last line waits for the next call.
     """
     events, offset = read_events(run_dir / EVENTS, offset)
-    facts = [TaskFact(key, FactKind(e.kind), e.time_s, e.exit_code, e.message, e.failure)
-             for e in events if e.kind in _KNOWN]
+    facts = [
+        TaskFact(key, FactKind(e.kind), e.time_s, e.exit_code, e.message, e.failure)
+        for e in events
+        if e.kind in _KNOWN
+    ]
     return facts, offset

@@ -109,8 +109,11 @@ class FakeBackend(Backend[FakeRequest]):
         return f"{key.task}.{key.workflow_id}.fake"
 
     def recover(self, keys: list[TaskKey]) -> list[TaskKey]:
-        return [k for k in keys if k in self._attempts and not self._attempts[k].done
-                and not self._attempts[k].stopping]
+        return [
+            k
+            for k in keys
+            if k in self._attempts and not self._attempts[k].done and not self._attempts[k].stopping
+        ]
 
     def unstarted(self, keys: list[TaskKey]) -> list[TaskKey]:
         """Those of ``keys`` this fake was never asked to start."""

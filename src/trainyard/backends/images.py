@@ -31,9 +31,18 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["DOCKER_HUB", "image_registry", "registry_host", "registry_credentials_for",
-           "image_name", "runtime_for", "runtime_path", "busybox_applets", "DEFAULT_RUNTIMES",
-           "image_note"]
+__all__ = [
+    "DOCKER_HUB",
+    "image_registry",
+    "registry_host",
+    "registry_credentials_for",
+    "image_name",
+    "runtime_for",
+    "runtime_path",
+    "busybox_applets",
+    "DEFAULT_RUNTIMES",
+    "image_note",
+]
 
 log = logging.getLogger("trainyard.backends.local")
 
@@ -80,8 +89,9 @@ def image_registry(image: str) -> str:
     return DOCKER_HUB
 
 
-def registry_credentials_for(image: str | None,
-                             payloads: list[dict[str, str]]) -> list[dict[str, str]]:
+def registry_credentials_for(
+    image: str | None, payloads: list[dict[str, str]]
+) -> list[dict[str, str]]:
     """Those REGISTRY credential payloads (``registry``, ``username``, ``auth``) whose
     registry is ``image``'s (``image_registry``); none without an image."""
     if not image:
@@ -151,14 +161,19 @@ def runtime_path(runtime: str, state_dir: Path) -> list[str]:
     if runtime == "busybox":
         folder = busybox_applets(state_dir)
         if folder is None:
-            log.warning("image runtime busybox asked for but busybox is not installed; "
-                        "the host's tools run instead")
+            log.warning(
+                "image runtime busybox asked for but busybox is not installed; "
+                "the host's tools run instead"
+            )
             return []
         return [str(folder)]
     if os.path.isabs(runtime) and os.path.isdir(runtime):
         return [runtime]
-    log.warning("unknown image runtime %r (expected host, podman, busybox or a folder); "
-                "the host's tools run instead", runtime)
+    log.warning(
+        "unknown image runtime %r (expected host, podman, busybox or a folder); "
+        "the host's tools run instead",
+        runtime,
+    )
     return []
 
 
@@ -188,8 +203,10 @@ def image_note(image: str | None, runtime: str, why_no_podman: str | None = None
     if not image or (runtime == "podman" and why_no_podman is None):
         return ""
     if runtime == "podman":
-        return (f"image {image} is NOT run: {why_no_podman}; the host's tools run instead")
+        return f"image {image} is NOT run: {why_no_podman}; the host's tools run instead"
     if runtime == "host":
-        return (f"image {image} is NOT run: this pool runs no images (images: podman in "
-                "pools.yaml runs them); the host's tools run instead")
+        return (
+            f"image {image} is NOT run: this pool runs no images (images: podman in "
+            "pools.yaml runs them); the host's tools run instead"
+        )
     return f"image {image} is NOT run: the host's tools run instead, {runtime} first on PATH"

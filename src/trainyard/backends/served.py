@@ -24,9 +24,11 @@ def _backend_problem(path: Path, name: str, backend: str) -> str | None:
     reason = unavailable_reason(backend)
     if reason is None:
         return None
-    return (f"pool {name!r}: backend {backend!r} is not available ({reason}); backends "
-            f"available: {', '.join(available_backends())}. The pool is not served; change "
-            f"its backend in {path}")
+    return (
+        f"pool {name!r}: backend {backend!r} is not available ({reason}); backends "
+        f"available: {', '.join(available_backends())}. The pool is not served; change "
+        f"its backend in {path}"
+    )
 
 
 def load_pool_file(path: Path | None = None) -> tuple[dict[str, Pool], dict[str, str]]:

@@ -47,14 +47,32 @@ from trainyard.server.process import claimed_url, ensure_running, find_running  
 
 __all__ = ["Client", "server_version", "running_server_client"]
 
-_BY_KIND: dict[str, type[TrainyardError]] = {cls.__name__: cls for cls in (
-    BadArgumentError, NotFoundError, ConfigError, RefusedError, BackendError, StoreError,
-    ServerError, AuthError, ForbiddenError, DataError, TooBusyError)}
+_BY_KIND: dict[str, type[TrainyardError]] = {
+    cls.__name__: cls
+    for cls in (
+        BadArgumentError,
+        NotFoundError,
+        ConfigError,
+        RefusedError,
+        BackendError,
+        StoreError,
+        ServerError,
+        AuthError,
+        ForbiddenError,
+        DataError,
+        TooBusyError,
+    )
+}
 """Error classes the server may name in ``kind``; SpecError is rebuilt with its problems."""
 
 _BY_STATUS: dict[int, type[TrainyardError]] = {
-    400: BadArgumentError, 401: AuthError, 403: ForbiddenError, 404: NotFoundError,
-    409: RefusedError, 422: BadArgumentError, 429: TooBusyError,
+    400: BadArgumentError,
+    401: AuthError,
+    403: ForbiddenError,
+    404: NotFoundError,
+    409: RefusedError,
+    422: BadArgumentError,
+    429: TooBusyError,
 }
 """Without a known ``kind``: 400 and 422 (FastAPI's check of a query parameter) are bad
 arguments (exit 2, as click's usage errors), 409/429 refusals (exit 4), anything else a
@@ -82,8 +100,13 @@ def _row_message(row: object) -> str:
 def _is_spec_error(status: int, body: dict[str, Any], rows: object) -> bool:
     if body.get("kind") == "SpecError":
         return True
-    return status == 422 and isinstance(rows, list) and bool(rows) \
-        and isinstance(rows[0], dict) and "path" in rows[0]
+    return (
+        status == 422
+        and isinstance(rows, list)
+        and bool(rows)
+        and isinstance(rows[0], dict)
+        and "path" in rows[0]
+    )
 
 
 def _raise_for(response: httpx.Response) -> None:
@@ -157,8 +180,14 @@ def tls_verify(url: str) -> bool:
 class Client:
     """Calls the server's REST API. Every method raises a TrainyardError on failure."""
 
-    def __init__(self, home: Path | None = None, *, url: str | None = None,
-                 token: str | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        home: Path | None = None,
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
         self.home = home or trainyard_home()
         self._from_env = url is None and bool(os.environ.get("TRAINYARD_SERVER_URL"))
         if url is None and not self._from_env:
@@ -172,8 +201,9 @@ class Client:
 
     def _http_client(self) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=self._timeout_s,
-                            verify=tls_verify(self.url))
+        return httpx.Client(
+            base_url=self.url, headers=headers, timeout=self._timeout_s, verify=tls_verify(self.url)
+        )
 
     def _check_server(self) -> bool:
         """Replace an unchecked address by ``ensure_running``'s (the pid's start time
@@ -204,8 +234,9 @@ class Client:
         _raise_for(response)
         return response
 
-    def _send(self, method: str, path: str, kwargs: dict[str, Any], *,
-              last: bool) -> httpx.Response:
+    def _send(
+        self, method: str, path: str, kwargs: dict[str, Any], *, last: bool
+    ) -> httpx.Response:
         """Send; transport errors become ServerError, but for a ConnectError when not
         ``last`` (``request`` may send it again)."""
         try:
@@ -216,13 +247,16 @@ class Client:
             raise self._unreachable(exc) from exc
 
     def _unreachable(self, exc: httpx.HTTPError) -> ServerError:
-        return ServerError(f"cannot reach the trainyard server at {self.url} ({exc}); "
-                           f"{self._what_to_do()}")
+        return ServerError(
+            f"cannot reach the trainyard server at {self.url} ({exc}); {self._what_to_do()}"
+        )
 
     def _what_to_do(self) -> str:
         if self._from_env:
-            return ("check that a server runs there, or unset TRAINYARD_SERVER_URL to use "
-                    "this machine's own server")
+            return (
+                "check that a server runs there, or unset TRAINYARD_SERVER_URL to use "
+                "this machine's own server"
+            )
         return "start it with `trainyard server start` (its log: $TRAINYARD_HOME/server.log)"
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:

@@ -18,16 +18,23 @@ from trainyard.errors import BadArgumentError
 
 __all__ = ["app", "parse_payload"]
 
-app = typer.Typer(no_args_is_help=True, help="Credentials (secrets) that tasks use: "
-                  "`credentials:` in a spec.")
+app = typer.Typer(
+    no_args_is_help=True, help="Credentials (secrets) that tasks use: `credentials:` in a spec."
+)
 
 TYPES = ("REGISTRY", "DATA", "GENERIC")
 
 
 @app.callback()
-def _group(ctx: typer.Context, fmt: Format | None = typer.Option(
-        None, "--format-type", help="json or table, for every subcommand (OSMO puts it "
-        "before the subcommand: `credential --format-type json list`).")) -> None:
+def _group(
+    ctx: typer.Context,
+    fmt: Format | None = typer.Option(
+        None,
+        "--format-type",
+        help="json or table, for every subcommand (OSMO puts it "
+        "before the subcommand: `credential --format-type json list`).",
+    ),
+) -> None:
     """Credentials (secrets) that tasks use: `credentials:` in a spec."""
     ctx.obj = fmt
 
@@ -62,8 +69,10 @@ def parse_payload(pairs: list[str], files: list[str]) -> dict[str, str]:
                 try:
                     value = Path(value).expanduser().read_text()
                 except (OSError, UnicodeDecodeError) as exc:
-                    raise BadArgumentError(f"--payload-file {key}={value}: cannot read it: "
-                                      f"{getattr(exc, 'strerror', None) or exc}") from None
+                    raise BadArgumentError(
+                        f"--payload-file {key}={value}: cannot read it: "
+                        f"{getattr(exc, 'strerror', None) or exc}"
+                    ) from None
             payload[key] = value
     return payload
 
@@ -72,15 +81,22 @@ def parse_payload(pairs: list[str], files: list[str]) -> dict[str, str]:
 def set_credential(
     ctx: typer.Context,
     name: str = typer.Argument(..., metavar="NAME", help="Name of the credential."),
-    kind: str = typer.Option("GENERIC", "--type", metavar="|".join(TYPES),
-                             help="REGISTRY (auth; registry, username), DATA (access_key_id, "
-                             "access_key, endpoint; region), GENERIC (any keys)."),
+    kind: str = typer.Option(
+        "GENERIC",
+        "--type",
+        metavar="|".join(TYPES),
+        help="REGISTRY (auth; registry, username), DATA (access_key_id, "
+        "access_key, endpoint; region), GENERIC (any keys).",
+    ),
     payload: list[str] | None = typer.Option(
-        None, "--payload", metavar="KEY=VALUE", help="Key-value pairs (several after one "
-        "flag)."),
+        None, "--payload", metavar="KEY=VALUE", help="Key-value pairs (several after one flag)."
+    ),
     payload_file: list[str] | None = typer.Option(
-        None, "--payload-file", metavar="KEY=PATH", help="Key-value pairs whose value is read "
-        "from a file."),
+        None,
+        "--payload-file",
+        metavar="KEY=PATH",
+        help="Key-value pairs whose value is read from a file.",
+    ),
     fmt: Format = FormatOption,
 ) -> None:
     """Create or update a credential."""
@@ -89,19 +105,26 @@ def set_credential(
     if bool(payload) == bool(payload_file):
         raise BadArgumentError("give one of --payload KEY=VALUE ... or --payload-file KEY=PATH ...")
     values = parse_payload(payload or [], payload_file or [])
-    data = Client().json("POST", f"/api/credentials/{name}",
-                         json={"type": kind, "payload": values})
-    emit(data, _format(ctx, fmt), lambda d: console.print(
-        f"Credential {d['name']} ({d['type']}) set", markup=False))
+    data = Client().json("POST", f"/api/credentials/{name}", json={"type": kind, "payload": values})
+    emit(
+        data,
+        _format(ctx, fmt),
+        lambda d: console.print(f"Credential {d['name']} ({d['type']}) set", markup=False),
+    )
 
 
 @app.command("list")
 def list_credentials(ctx: typer.Context, fmt: Format = FormatOption) -> None:
     """List your credentials (names, types and keys; never a value)."""
     data = Client().json("GET", "/api/credentials")
-    emit(data, _format(ctx, fmt), lambda rows: table(
-        ["name", "type", "keys", "created"],
-        [[r["name"], r["type"], ",".join(r["keys"]), r["create_time"]] for r in rows]))
+    emit(
+        data,
+        _format(ctx, fmt),
+        lambda rows: table(
+            ["name", "type", "keys", "created"],
+            [[r["name"], r["type"], ",".join(r["keys"]), r["create_time"]] for r in rows],
+        ),
+    )
 
 
 @app.command("delete")
@@ -112,5 +135,8 @@ def delete_credential(
 ) -> None:
     """Delete a credential."""
     data = Client().json("DELETE", f"/api/credentials/{name}")
-    emit(data, _format(ctx, fmt), lambda d: console.print(f"Credential {d['name']} deleted",
-                                                         markup=False))
+    emit(
+        data,
+        _format(ctx, fmt),
+        lambda d: console.print(f"Credential {d['name']} deleted", markup=False),
+    )

@@ -8,7 +8,6 @@ only). The CLI starts the local server first when none runs, as every command do
 
 from __future__ import annotations
 
-
 import typer
 
 __all__ = ["dashboard"]
@@ -16,7 +15,8 @@ __all__ = ["dashboard"]
 
 def dashboard(
     workflow_id: str | None = typer.Argument(
-        None, metavar="[WORKFLOW_ID]", help="Open this workflow's page instead of the list."),
+        None, metavar="[WORKFLOW_ID]", help="Open this workflow's page instead of the list."
+    ),
     no_open: bool = typer.Option(False, "--no-open", help="Print the link; open no browser."),
 ) -> None:
     """Open the dashboard in a browser, logged in: prints a one-time login link (one use,
@@ -30,13 +30,19 @@ def dashboard(
     link = client.json("POST", "/api/login-link", params={"next": target})
     url = client.url.rstrip("/") + link["path"]
     console.print(f"Dashboard: {client.url.rstrip('/')}{target}", markup=False, highlight=False)
-    console.print(f"One-time login link (one use, valid {link['expires_in_s']} s):",
-                  markup=False, highlight=False)
+    console.print(
+        f"One-time login link (one use, valid {link['expires_in_s']} s):",
+        markup=False,
+        highlight=False,
+    )
     typer.echo(url)
     if not no_open and not _open(url):
-        console.print("(no browser to open here: open the link above in yours, e.g. through "
-                      "`ssh -L PORT:127.0.0.1:PORT` from a remote machine)", markup=False,
-                      highlight=False)
+        console.print(
+            "(no browser to open here: open the link above in yours, e.g. through "
+            "`ssh -L PORT:127.0.0.1:PORT` from a remote machine)",
+            markup=False,
+            highlight=False,
+        )
 
 
 def _open(url: str) -> bool:

@@ -14,8 +14,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from trainyard.cli.output import (Format, FormatOption, emit, err_console, human_bytes,
-                                  rich_console, table)
+from trainyard.cli.output import (
+    Format,
+    FormatOption,
+    emit,
+    err_console,
+    human_bytes,
+    rich_console,
+    table,
+)
 
 if TYPE_CHECKING:
     from trainyard.data.transfer import Mover
@@ -28,25 +35,47 @@ __all__ = ["app", "mover_with_progress", "RegexOpt", "QuietOpt"]
 STORAGE_HELP = (
     "Works directly against the storage, no server needed. URLs: file:// (or a local path), "
     "s3:// (endpoint from TRAINYARD_S3_ENDPOINT_URL, credentials from the AWS_* variables), "
-    "and any other fsspec protocol whose package is installed.")
+    "and any other fsspec protocol whose package is installed."
+)
 
 app = typer.Typer(no_args_is_help=True, help=f"Files at storage URLs. {STORAGE_HELP}")
 
 UrlArg = Annotated[str, typer.Argument(help="Storage URL (s3://bucket/prefix, file:///dir).")]
-RegexOpt = Annotated[str | None, typer.Option(
-    "--regex", "-x", help="Only files whose path relative to the folder or URL matches (re.search).")]
+RegexOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--regex",
+        "-x",
+        help="Only files whose path relative to the folder or URL matches (re.search).",
+    ),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or log lines.")]
 
 
-ProcessesOpt = Annotated[int | None, typer.Option(
-    "--processes", "-p", min=1, help="OSMO's processes: with --threads, how many files move "
-                                     "at once (processes x threads; default: the data "
-                                     "settings' workers).")]
-ThreadsOpt = Annotated[int | None, typer.Option(
-    "--threads", "-T", min=1, help="OSMO's threads per process (see --processes).")]
-BenchmarkOpt = Annotated[Path | None, typer.Option(
-    "--benchmark-out", "-b", help="Write the transfer's numbers here as JSON: {\"files\", "
-                                  "\"bytes\", \"seconds\", \"bytes_per_s\"}.")]
+ProcessesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--processes",
+        "-p",
+        min=1,
+        help="OSMO's processes: with --threads, how many files move "
+        "at once (processes x threads; default: the data "
+        "settings' workers).",
+    ),
+]
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option("--threads", "-T", min=1, help="OSMO's threads per process (see --processes)."),
+]
+BenchmarkOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--benchmark-out",
+        "-b",
+        help="Write the transfer's numbers here as JSON: {\"files\", "
+        "\"bytes\", \"seconds\", \"bytes_per_s\"}.",
+    ),
+]
 
 
 def workers_of(processes: int | None, threads: int | None) -> int | None:
@@ -82,16 +111,31 @@ def _benchmark(path: Path | None, files: int, size_bytes: int, started: float) -
     import time
 
     seconds = max(time.monotonic() - started, 1e-9)
-    path.write_text(json.dumps({"files": files, "bytes": size_bytes, "seconds": seconds,
-                                "bytes_per_s": size_bytes / seconds}, indent=2) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "files": files,
+                "bytes": size_bytes,
+                "seconds": seconds,
+                "bytes_per_s": size_bytes / seconds,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 @app.command("upload")
 def upload(
     url: UrlArg,
-    paths: Annotated[list[str], typer.Argument(
-        help="Files and folders. A folder keeps its name (DIR/a.txt) unless given as DIR/, "
-             "which uploads its contents.", metavar="PATH...")],
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            help="Files and folders. A folder keeps its name (DIR/a.txt) unless given as DIR/, "
+            "which uploads its contents.",
+            metavar="PATH...",
+        ),
+    ],
     regex: RegexOpt = None,
     processes: ProcessesOpt = None,
     threads: ThreadsOpt = None,
@@ -115,9 +159,15 @@ def download(
     url: UrlArg,
     dest: Annotated[Path, typer.Argument(help="Local folder (created).", metavar="DIR")],
     regex: RegexOpt = None,
-    resume: Annotated[bool, typer.Option(
-        "--resume", "-r", help="Keep the files DIR already has with the same size (an "
-                               "interrupted download goes on).")] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            "-r",
+            help="Keep the files DIR already has with the same size (an "
+            "interrupted download goes on).",
+        ),
+    ] = False,
     processes: ProcessesOpt = None,
     threads: ThreadsOpt = None,
     benchmark_out: BenchmarkOpt = None,
@@ -146,16 +196,29 @@ def _head(rel: str) -> str:
 @app.command("list")
 def list_files(
     url: UrlArg,
-    local_path: Annotated[Path | None, typer.Argument(
-        help="Also write the listing here, one path a line.", metavar="[LOCAL_PATH]")] = None,
+    local_path: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Also write the listing here, one path a line.", metavar="[LOCAL_PATH]"
+        ),
+    ] = None,
     regex: RegexOpt = None,
-    prefix: Annotated[str | None, typer.Option(
-        "--prefix", "-p", help="Only paths (relative to URL) starting with this.")] = None,
-    recursive: Annotated[bool | None, typer.Option(
-        "--recursive/--no-recursive", "-r", help="Every file below URL (trainyard's default); "
-        "without it, as osmo, the files and folders right below URL.")] = None,
-    no_pager: Annotated[bool, typer.Option("--no-pager", help="OSMO's: never page (nothing "
-                                           "is paged here).")] = False,
+    prefix: Annotated[
+        str | None,
+        typer.Option("--prefix", "-p", help="Only paths (relative to URL) starting with this."),
+    ] = None,
+    recursive: Annotated[
+        bool | None,
+        typer.Option(
+            "--recursive/--no-recursive",
+            "-r",
+            help="Every file below URL (trainyard's default); "
+            "without it, as osmo, the files and folders right below URL.",
+        ),
+    ] = None,
+    no_pager: Annotated[
+        bool, typer.Option("--no-pager", help="OSMO's: never page (nothing is paged here).")
+    ] = False,
     fmt: Format = FormatOption,
 ) -> None:
     """List the files at URL with their sizes. JSON: a list of {"path", "size_bytes"}
@@ -174,8 +237,13 @@ def list_files(
         rows = [{"path": path, "size_bytes": size} for path, size in sizes.items()]
     if local_path is not None:
         local_path.write_text("".join(f"{r['path']}\n" for r in rows))
-    emit(rows, fmt, lambda data: table(["path", "size"], [[r["path"], human_bytes(r["size_bytes"])]
-                                                           for r in data]))
+    emit(
+        rows,
+        fmt,
+        lambda data: table(
+            ["path", "size"], [[r["path"], human_bytes(r["size_bytes"])] for r in data]
+        ),
+    )
 
 
 @app.command("delete")
@@ -195,12 +263,24 @@ ACCESS_TYPES = ("READ", "WRITE", "DELETE")
 @app.command("check")
 def check(
     url: UrlArg,
-    access_type: Annotated[list[str] | None, typer.Option(
-        "--access-type", "-a", metavar="READ|WRITE|DELETE",
-        help="What to check (repeat for several; default: all three).")] = None,
-    config_file: Annotated[Path | None, typer.Option(
-        "--config-file", "-c", help="Data settings to use instead of "
-                                    "$TRAINYARD_HOME/data.yaml (TRAINYARD_DATA_CONFIG).")] = None,
+    access_type: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--access-type",
+            "-a",
+            metavar="READ|WRITE|DELETE",
+            help="What to check (repeat for several; default: all three).",
+        ),
+    ] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--config-file",
+            "-c",
+            help="Data settings to use instead of "
+            "$TRAINYARD_HOME/data.yaml (TRAINYARD_DATA_CONFIG).",
+        ),
+    ] = None,
 ) -> None:
     """Check that URL can be read, written and deleted with the current settings and
     credentials (OSMO's `data check`): READ lists it, WRITE puts a small probe file, DELETE
@@ -213,19 +293,24 @@ def check(
     wanted = [a.upper() for a in access_type or ACCESS_TYPES]
     unknown = [a for a in wanted if a not in ACCESS_TYPES]
     if unknown:
-        raise typer.BadParameter(f"{unknown[0]!r} is not one of {', '.join(ACCESS_TYPES)}",
-                                 param_hint="'--access-type'")
+        raise typer.BadParameter(
+            f"{unknown[0]!r} is not one of {', '.join(ACCESS_TYPES)}", param_hint="'--access-type'"
+        )
     mover = Mover(config=load_config(path=config_file))
     loc = mover.location(url)
     probe = loc.join(f".trainyard-check-{uuid.uuid4().hex}")
-    steps = {"READ": lambda: mover.list_files(loc),
-             "WRITE": lambda: mover.storage_call(f"write {probe}",
-                                                 lambda: loc.fs.pipe_file(probe, b"check\n")),
-             "DELETE": lambda: mover.storage_call(f"delete {probe}",
-                                                  lambda: loc.fs.rm_file(probe))}
+    steps = {
+        "READ": lambda: mover.list_files(loc),
+        "WRITE": lambda: mover.storage_call(
+            f"write {probe}", lambda: loc.fs.pipe_file(probe, b"check\n")
+        ),
+        "DELETE": lambda: mover.storage_call(f"delete {probe}", lambda: loc.fs.rm_file(probe)),
+    }
     if "DELETE" in wanted and "WRITE" not in wanted:
-        steps["DELETE"] = lambda: (steps["WRITE"](), mover.storage_call(
-            f"delete {probe}", lambda: loc.fs.rm_file(probe)))
+        steps["DELETE"] = lambda: (
+            steps["WRITE"](),
+            mover.storage_call(f"delete {probe}", lambda: loc.fs.rm_file(probe)),
+        )
     for access in ACCESS_TYPES:
         if access in wanted:
             steps[access]()

@@ -31,14 +31,23 @@ if TYPE_CHECKING:
 
 __all__ = ["app"]
 
-app = typer.Typer(no_args_is_help=True, help=(
-    "Named datasets with numbered versions and tags; 'latest' is the newest complete version. "
-    f"The store is TRAINYARD_DATASET_URL (default $TRAINYARD_HOME/datasets). {STORAGE_HELP}"))
+app = typer.Typer(
+    no_args_is_help=True,
+    help=(
+        "Named datasets with numbered versions and tags; 'latest' is the newest complete version. "
+        f"The store is TRAINYARD_DATASET_URL (default $TRAINYARD_HOME/datasets). {STORAGE_HELP}"
+    ),
+)
 
-StoreOpt = Annotated[str | None, typer.Option(
-    "--store", help="Dataset store URL (default: TRAINYARD_DATASET_URL).")]
-RefArg = Annotated[str, typer.Argument(help="NAME, NAME:VERSION or NAME:TAG (default latest).",
-                                       metavar="NAME[:VERSION]")]
+StoreOpt = Annotated[
+    str | None, typer.Option("--store", help="Dataset store URL (default: TRAINYARD_DATASET_URL).")
+]
+RefArg = Annotated[
+    str,
+    typer.Argument(
+        help="NAME, NAME:VERSION or NAME:TAG (default latest).", metavar="NAME[:VERSION]"
+    ),
+]
 
 
 def _actor() -> Actor | None:
@@ -78,9 +87,13 @@ def _when(created_s: float) -> str:
 
 
 def _version_row(version: DatasetVersion, info: DatasetInfo) -> dict[str, Any]:
-    return {"version": version.version, "tags": info.tags_of(version.version),
-            "files": len(version.files), "size_bytes": version.size_bytes,
-            "created_s": version.created_s}
+    return {
+        "version": version.version,
+        "tags": info.tags_of(version.version),
+        "files": len(version.files),
+        "size_bytes": version.size_bytes,
+        "created_s": version.created_s,
+    }
 
 
 @app.command("list")
@@ -91,33 +104,78 @@ def list_datasets(store: StoreOpt = None, fmt: Format = FormatOption) -> None:
     for name in datastore.names():
         info = datastore.info(name)
         latest = info.versions[-1]
-        rows.append({"name": name, "versions": len(info.versions), "latest": latest.version,
-                     "size_bytes": latest.size_bytes, "created_s": latest.created_s})
-    emit(rows, fmt, lambda data: table(
-        ["dataset", "versions", "latest", "size", "created"],
-        [[r["name"], r["versions"], r["latest"], human_bytes(r["size_bytes"]), _when(r["created_s"])]
-         for r in data]))
+        rows.append(
+            {
+                "name": name,
+                "versions": len(info.versions),
+                "latest": latest.version,
+                "size_bytes": latest.size_bytes,
+                "created_s": latest.created_s,
+            }
+        )
+    emit(
+        rows,
+        fmt,
+        lambda data: table(
+            ["dataset", "versions", "latest", "size", "created"],
+            [
+                [
+                    r["name"],
+                    r["versions"],
+                    r["latest"],
+                    human_bytes(r["size_bytes"]),
+                    _when(r["created_s"]),
+                ]
+                for r in data
+            ],
+        ),
+    )
 
 
 @app.command("info")
-def info(name: Annotated[str, typer.Argument(help="Dataset name.")], store: StoreOpt = None,
-         fmt: Format = FormatOption) -> None:
+def info(
+    name: Annotated[str, typer.Argument(help="Dataset name.")],
+    store: StoreOpt = None,
+    fmt: Format = FormatOption,
+) -> None:
     """Show a dataset's versions and tags."""
     details = _store(store).info(name)
-    data = {"name": name, "tags": details.tags,
-            "versions": [_version_row(v, details) for v in details.versions]}
-    emit(data, fmt, lambda d: table(
-        ["version", "tags", "files", "size", "created"],
-        [[r["version"], ",".join(r["tags"]), r["files"], human_bytes(r["size_bytes"]),
-          _when(r["created_s"])] for r in d["versions"]], title=f"dataset {name}"))
+    data = {
+        "name": name,
+        "tags": details.tags,
+        "versions": [_version_row(v, details) for v in details.versions],
+    }
+    emit(
+        data,
+        fmt,
+        lambda d: table(
+            ["version", "tags", "files", "size", "created"],
+            [
+                [
+                    r["version"],
+                    ",".join(r["tags"]),
+                    r["files"],
+                    human_bytes(r["size_bytes"]),
+                    _when(r["created_s"]),
+                ]
+                for r in d["versions"]
+            ],
+            title=f"dataset {name}",
+        ),
+    )
 
 
 @app.command("upload")
 def upload(
     name: Annotated[str, typer.Argument(help="Dataset name; NAME:TAG also tags the new version.")],
-    paths: Annotated[list[str], typer.Argument(
-        help="Files and folders. A folder keeps its name (DIR/a.txt) unless given as DIR/, "
-             "which uploads its contents.", metavar="PATH...")],
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            help="Files and folders. A folder keeps its name (DIR/a.txt) unless given as DIR/, "
+            "which uploads its contents.",
+            metavar="PATH...",
+        ),
+    ],
     regex: RegexOpt = None,
     store: StoreOpt = None,
     quiet: QuietOpt = False,
@@ -130,15 +188,19 @@ def upload(
         raise DataError(f"nothing to upload: no file under {', '.join(paths)} matches")
     with mover_with_progress(quiet) as mover:
         version = _store(store, mover).upload(dataset, files, tag)
-    typer.echo(f"dataset {dataset} version {version.version}: {len(version.files)} file(s), "
-               f"{human_bytes(version.size_bytes)}")
+    typer.echo(
+        f"dataset {dataset} version {version.version}: {len(version.files)} file(s), "
+        f"{human_bytes(version.size_bytes)}"
+    )
 
 
 @app.command("download")
 def download(
     ref: RefArg,
     dest: Annotated[Path, typer.Argument(help="Local folder (created).", metavar="DIR")],
-    path: Annotated[str | None, typer.Option("--path", help="A file or folder inside the dataset.")] = None,
+    path: Annotated[
+        str | None, typer.Option("--path", help="A file or folder inside the dataset.")
+    ] = None,
     regex: RegexOpt = None,
     store: StoreOpt = None,
     quiet: QuietOpt = False,
@@ -146,20 +208,28 @@ def download(
     """Download a version into DIR, checking every file's sha256."""
     with mover_with_progress(quiet) as mover:
         version, stats = _store(store, mover).download(ref, dest, path, regex)
-    typer.echo(f"dataset {version.name} version {version.version}: "
-               f"downloaded {stats.files} file(s) to {dest}")
+    typer.echo(
+        f"dataset {version.name} version {version.version}: "
+        f"downloaded {stats.files} file(s) to {dest}"
+    )
 
 
 @app.command("delete")
 def delete(
-    ref: Annotated[str, typer.Argument(help="NAME (every version) or NAME:VERSION / NAME:TAG.",
-                                       metavar="NAME[:VERSION]")],
+    ref: Annotated[
+        str,
+        typer.Argument(
+            help="NAME (every version) or NAME:VERSION / NAME:TAG.", metavar="NAME[:VERSION]"
+        ),
+    ],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     store: StoreOpt = None,
 ) -> None:
     """Delete one version, or the whole dataset. A deleted version number is never reused."""
     name, selector = parse_ref(ref)
-    what = f"version {selector} of dataset {name}" if ":" in ref else f"dataset {name} (every version)"
+    what = (
+        f"version {selector} of dataset {name}" if ":" in ref else f"dataset {name} (every version)"
+    )
     if not yes:
         typer.confirm(f"Delete {what}?", abort=True)
     deleted = _store(store).delete(name, selector if ":" in ref else None)
@@ -168,8 +238,12 @@ def delete(
 
 @app.command("tag")
 def tag(
-    ref: Annotated[str, typer.Argument(help="NAME:VERSION (or NAME:TAG) to tag.", metavar="NAME:VERSION")],
-    new_tag: Annotated[str, typer.Argument(help="The tag (not a number, not 'latest').", metavar="TAG")],
+    ref: Annotated[
+        str, typer.Argument(help="NAME:VERSION (or NAME:TAG) to tag.", metavar="NAME:VERSION")
+    ],
+    new_tag: Annotated[
+        str, typer.Argument(help="The tag (not a number, not 'latest').", metavar="TAG")
+    ],
     store: StoreOpt = None,
 ) -> None:
     """Point TAG at a version (moving it if it named another)."""
@@ -196,5 +270,10 @@ def share(
     if not who or who == EVERYONE:
         raise typer.BadParameter(f"--user needs a user name (use --everyone for {EVERYONE!r})")
     acl = _store(store).share(name, who, remove=remove)
-    emit(acl, fmt, lambda d: typer.echo(
-        f"dataset {name}: owner {d['owner']}; readers: {', '.join(d['readers']) or 'none'}"))
+    emit(
+        acl,
+        fmt,
+        lambda d: typer.echo(
+            f"dataset {name}: owner {d['owner']}; readers: {', '.join(d['readers']) or 'none'}"
+        ),
+    )

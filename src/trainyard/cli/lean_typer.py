@@ -119,8 +119,8 @@ def _give_plain(param: Any) -> bool:
     if convert is None:
         return False
     param._runtime_param = _PlainRuntimeParam(
-        parameter_info=descriptor.parameter_info, annotation=descriptor.annotation,
-        convert=convert)
+        parameter_info=descriptor.parameter_info, annotation=descriptor.annotation, convert=convert
+    )
     return True
 
 

@@ -40,12 +40,39 @@ from trainyard.errors import SpecError, TrainyardError
 if TYPE_CHECKING:  # imported by the functions that use it, in main's collector pause
     import typer
 
-__all__ = ["app", "main", "exit_now", "build_app", "groups_for", "command_for", "SUBAPPS",
-           "command_words", "program_name", "GLOBAL_OPTIONS", "LOG_LEVELS",
-           "MULTI_VALUE_FLAGS", "NARGS_FLAGS", "EXIT_CODES", "expand_multi_value_flags", "collector_paused"]
+__all__ = [
+    "app",
+    "main",
+    "exit_now",
+    "build_app",
+    "groups_for",
+    "command_for",
+    "SUBAPPS",
+    "command_words",
+    "program_name",
+    "GLOBAL_OPTIONS",
+    "LOG_LEVELS",
+    "MULTI_VALUE_FLAGS",
+    "NARGS_FLAGS",
+    "EXIT_CODES",
+    "expand_multi_value_flags",
+    "collector_paused",
+]
 
-SUBAPPS: tuple[str, ...] = ("workflow", "task", "app", "pool", "resource", "server", "dataset",
-                            "data", "credential", "profile", "token", "user")
+SUBAPPS: tuple[str, ...] = (
+    "workflow",
+    "task",
+    "app",
+    "pool",
+    "resource",
+    "server",
+    "dataset",
+    "data",
+    "credential",
+    "profile",
+    "token",
+    "user",
+)
 """Command groups, each a module ``trainyard.cli.<name>`` exposing ``app``."""
 
 TOP_COMMANDS: tuple[tuple[str, str, str], ...] = (
@@ -54,16 +81,19 @@ TOP_COMMANDS: tuple[tuple[str, str, str], ...] = (
 )
 """Commands outside any group (OSMO's ``login`` and ``logout``): name, module, function."""
 
-MULTI_VALUE_FLAGS = frozenset({"--set", "--set-string", "--set-env", "--label", "--payload",
-                               "--payload-file"})
+MULTI_VALUE_FLAGS = frozenset(
+    {"--set", "--set-string", "--set-env", "--label", "--payload", "--payload-file"}
+)
 """Flags that take several ``NAME=VALUE`` pairs after one flag (``--set a=1 b=2``)."""
 
 NARGS_FLAGS: dict[tuple[str, str], frozenset[str]] = {
-    ("workflow", "list"): frozenset({"--status", "-s", "--user", "-u", "--pool", "-p",
-                                     "--tags", "--priority"}),
+    ("workflow", "list"): frozenset(
+        {"--status", "-s", "--user", "-u", "--pool", "-p", "--tags", "--priority"}
+    ),
     ("workflow", "tag"): frozenset({"--workflow", "-w", "--add", "-a", "--remove", "-r"}),
-    ("task", "list"): frozenset({"--status", "-s", "--user", "-u", "--pool", "-p",
-                                 "--node", "-n", "--priority"}),
+    ("task", "list"): frozenset(
+        {"--status", "-s", "--user", "-u", "--pool", "-p", "--node", "-n", "--priority"}
+    ),
     ("app", "list"): frozenset({"--user", "-u"}),
     ("pool", "list"): frozenset({"--pool", "-p"}),
     ("resource", "list"): frozenset({"--pool", "-p", "--platform"}),
@@ -169,9 +199,14 @@ def _log_level_callback() -> Callable[..., None]:
     imports no typer at import time)."""
     import typer
 
-    def callback(log_level: LogLevel = typer.Option(
-            LogLevel.WARNING, "--log-level", case_sensitive=False,
-            help="Log lines at this level and above go to stderr.")) -> None:
+    def callback(
+        log_level: LogLevel = typer.Option(
+            LogLevel.WARNING,
+            "--log-level",
+            case_sensitive=False,
+            help="Log lines at this level and above go to stderr.",
+        ),
+    ) -> None:
         _global_options(log_level.value)
 
     callback.__doc__ = "Run NVIDIA OSMO workflow specs on this machine, Slurm or Kubernetes."
@@ -191,8 +226,11 @@ def _only_command(group: typer.Typer, command: str | None) -> typer.Typer:
     of that name (or ``command`` is None)."""
     if command is None:
         return group
-    chosen = [info for info in group.registered_commands
-              if info.callback is not None and _command_name(info) == command]
+    chosen = [
+        info
+        for info in group.registered_commands
+        if info.callback is not None and _command_name(info) == command
+    ]
     if not chosen:
         return group
     narrowed = copy.copy(group)  # the group's own lists stay as they are
@@ -269,8 +307,7 @@ def expand_multi_value_flags(argv: Sequence[str]) -> list[str]:
     for index, word in enumerate(argv):
         if word == "--":  # the rest is a command's own (``workflow exec ID TASK -- CMD``)
             return out + list(argv[index:])
-        value = flag is not None and not word.startswith("-") and (
-            flag in nargs or "=" in word)
+        value = flag is not None and not word.startswith("-") and (flag in nargs or "=" in word)
         if word in MULTI_VALUE_FLAGS or word in nargs:
             flag = word
         elif value and out[-1] != flag:
@@ -317,8 +354,11 @@ def main(argv: Sequence[str] | None = None, prog_name: str | None = None) -> int
         usage error). With ``argv`` None (the console script) it does not return: the
         process ends with that status (``exit_now``).
     """
-    status = _run(sys.argv[1:] if argv is None else argv, freeze=argv is None,
-                  prog_name=prog_name or program_name())
+    status = _run(
+        sys.argv[1:] if argv is None else argv,
+        freeze=argv is None,
+        prog_name=prog_name or program_name(),
+    )
     if argv is None:  # the console script: nothing runs after the command
         exit_now(status)
     return status

@@ -15,20 +15,32 @@ import os
 import re
 import sys
 import unicodedata
+from datetime import UTC
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
 from trainyard.errors import SpecProblem
-from datetime import UTC
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["Format", "FormatOption", "LongFormatOption", "console", "err_console", "rich_console",
-           "emit", "table", "printable", "human_bytes", "short_time", "spec_warnings",
-           "print_spec_warnings"]
+__all__ = [
+    "Format",
+    "FormatOption",
+    "LongFormatOption",
+    "console",
+    "err_console",
+    "rich_console",
+    "emit",
+    "table",
+    "printable",
+    "human_bytes",
+    "short_time",
+    "spec_warnings",
+    "print_spec_warnings",
+]
 
 
 class _LazyConsole:
@@ -54,8 +66,9 @@ class _LazyConsole:
         written as rich would write it, without importing rich (``plain_line``)."""
         same = {k: v for k, v in options.items() if (k, v) not in _DEFAULT_OPTIONS}
         if self._console is None and len(objects) == 1 and set(same) <= {"markup", "emoji"}:
-            line = plain_line(objects[0], markup=same.get("markup", True),
-                              emoji=same.get("emoji", True))
+            line = plain_line(
+                objects[0], markup=same.get("markup", True), emoji=same.get("emoji", True)
+            )
             stream = sys.stderr if self._options.get("stderr") else sys.stdout
             if line is not None and not _styled(stream):
                 stream.write(line + "\n")
@@ -86,8 +99,12 @@ def plain_line(text: Any, *, markup: bool = True, emoji: bool = True) -> str | N
         plain = "".join(dimmed.groups()) if dimmed else text
         if "\\" in plain:  # a backslash escapes markup
             return None
-    if "[" in plain or "]" in plain or (emoji and _EMOJI_CODE.search(plain)) \
-            or not plain.isprintable():
+    if (
+        "[" in plain
+        or "]" in plain
+        or (emoji and _EMOJI_CODE.search(plain))
+        or not plain.isprintable()
+    ):
         return None
     return plain
 
@@ -173,8 +190,15 @@ def table(columns: list[str], rows: list[list[Any]], title: str | None = None) -
     from rich.console import Console
     from rich.table import Table
 
-    out = Table(title=title, show_lines=False, header_style="bold", box=box.SIMPLE_HEAD,
-                show_edge=False, padding=(0, 1, 0, 0), title_justify="left")
+    out = Table(
+        title=title,
+        show_lines=False,
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1, 0, 0),
+        title_justify="left",
+    )
     for column in columns:
         out.add_column(column, overflow="fold")
     for row in rows:

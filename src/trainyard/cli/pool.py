@@ -25,10 +25,12 @@ def _gpu_totals(client: Client) -> dict[str, dict[str, float]]:
 
 @app.command("list")
 def list_pools(
-    pool: list[str] | None = typer.Option(None, "--pool", "-p", help="Only these pools; "
-                                             "several may follow one flag."),
-    mode: str = typer.Option("used", "--mode", "-m", help="used: GPUs in use; free: GPUs "
-                             "free (OSMO's modes)."),
+    pool: list[str] | None = typer.Option(
+        None, "--pool", "-p", help="Only these pools; several may follow one flag."
+    ),
+    mode: str = typer.Option(
+        "used", "--mode", "-m", help="used: GPUs in use; free: GPUs free (OSMO's modes)."
+    ),
     fmt: Format = FormatOption,
 ) -> None:
     """List pools with their GPUs: total capacity, and used or free (--mode). JSON: a list
@@ -40,15 +42,34 @@ def list_pools(
     data = client.json("GET", "/api/pool")
     unknown = sorted(set(pool or []) - {p["name"] for p in data})
     if unknown:
-        raise NotFoundError(f"unknown pool {unknown[0]!r}; pools: "
-                            f"{', '.join(sorted(p['name'] for p in data))}")
+        raise NotFoundError(
+            f"unknown pool {unknown[0]!r}; pools: {', '.join(sorted(p['name'] for p in data))}"
+        )
     totals = _gpu_totals(client)
-    data = [{**p, "gpu": totals.get(p["name"], {"capacity": 0, "used": 0, "free": 0})}
-            for p in data if not pool or p["name"] in pool]
-    emit(data, fmt, lambda rows: table(
-        ["pool", "backend", "nodes", "platforms", "max retries", f"gpu {mode}", "gpu total"],
-        [[p["name"], p["backend"], p["nodes"], ",".join(p["platforms"]) or "-", p["max_retries"],
-          f"{p['gpu'][mode]:g}", f"{p['gpu']['capacity']:g}"] for p in rows]))
+    data = [
+        {**p, "gpu": totals.get(p["name"], {"capacity": 0, "used": 0, "free": 0})}
+        for p in data
+        if not pool or p["name"] in pool
+    ]
+    emit(
+        data,
+        fmt,
+        lambda rows: table(
+            ["pool", "backend", "nodes", "platforms", "max retries", f"gpu {mode}", "gpu total"],
+            [
+                [
+                    p["name"],
+                    p["backend"],
+                    p["nodes"],
+                    ",".join(p["platforms"]) or "-",
+                    p["max_retries"],
+                    f"{p['gpu'][mode]:g}",
+                    f"{p['gpu']['capacity']:g}",
+                ]
+                for p in rows
+            ],
+        ),
+    )
 
 
 def _print_reload(data: dict[str, Any]) -> None:
@@ -56,8 +77,10 @@ def _print_reload(data: dict[str, Any]) -> None:
     for _name, reason in sorted(data["refused"].items()):
         err_console.print(f"not served: {reason}", markup=False)
     for name in data["kept"]:
-        err_console.print(f"pool {name} kept as it was while workflows use it; the edit "
-                          "applies once they end", markup=False)
+        err_console.print(
+            f"pool {name} kept as it was while workflows use it; the edit applies once they end",
+            markup=False,
+        )
 
 
 @app.command("reload")

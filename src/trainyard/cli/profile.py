@@ -21,11 +21,11 @@ from trainyard.home import trainyard_home
 
 __all__ = ["app", "default_pool", "load_profile", "SETTINGS"]
 
-app = typer.Typer(no_args_is_help=True, help="Your settings: the default pool (OSMO's "
-                  "`profile`).")
+app = typer.Typer(no_args_is_help=True, help="Your settings: the default pool (OSMO's `profile`).")
 
-SETTINGS: dict[str, str] = {"pool": "the pool a spec runs on when neither --pool nor the "
-                                    "spec names one"}
+SETTINGS: dict[str, str] = {
+    "pool": "the pool a spec runs on when neither --pool nor the spec names one"
+}
 """Settings ``profile set`` takes, each with what it means."""
 
 UNSUPPORTED: dict[str, str] = {
@@ -77,15 +77,17 @@ def _check_pool(pool: str) -> None:
 def set_setting(
     setting: str = typer.Argument(..., metavar="SETTING", help="pool"),
     value: str = typer.Argument(..., metavar="VALUE", help="The pool's name."),
-    enabled: str | None = typer.Argument(None, metavar="[ENABLED]",
-                                         help="OSMO's notifications switch (not used here)."),
+    enabled: str | None = typer.Argument(
+        None, metavar="[ENABLED]", help="OSMO's notifications switch (not used here)."
+    ),
 ) -> None:
     """Set a setting of your profile: `profile set pool POOL` makes POOL your default pool."""
     if setting in UNSUPPORTED:
         raise ConfigError(f"profile setting {setting!r}: {UNSUPPORTED[setting]}")
     if setting not in SETTINGS:
-        raise typer.BadParameter(f"unknown setting {setting!r}; settings: "
-                                 f"{', '.join(SETTINGS)}", param_hint="SETTING")
+        raise typer.BadParameter(
+            f"unknown setting {setting!r}; settings: {', '.join(SETTINGS)}", param_hint="SETTING"
+        )
     if enabled is not None:
         raise typer.BadParameter("ENABLED goes with notifications only", param_hint="ENABLED")
     _check_pool(value)
@@ -101,6 +103,15 @@ def list_settings(fmt: Format = FormatOption) -> None:
 
     who = Client().json("GET", "/api/whoami")
     data = {"user": who["user"], "admin": who["admin"], "pool": default_pool()}
-    emit(data, fmt, lambda d: table(["setting", "value"], [
-        ["user", d["user"]], ["admin", "yes" if d["admin"] else "no"],
-        ["pool", d["pool"] or "- (the spec's, else local)"]]))
+    emit(
+        data,
+        fmt,
+        lambda d: table(
+            ["setting", "value"],
+            [
+                ["user", d["user"]],
+                ["admin", "yes" if d["admin"] else "no"],
+                ["pool", d["pool"] or "- (the spec's, else local)"],
+            ],
+        ),
+    )

@@ -91,8 +91,9 @@ def may_name_localpath(text: str) -> bool:
     return LOCALPATH_WORD in text
 
 
-def _files_of(path: Path, text: str, *, set_values: list[str],
-              set_strings: list[str]) -> dict[str, str]:
+def _files_of(
+    path: Path, text: str, *, set_values: list[str], set_strings: list[str]
+) -> dict[str, str]:
     """The ``localpath`` files the rendered spec names, read under its folder.
 
     Raises:
@@ -100,8 +101,12 @@ def _files_of(path: Path, text: str, *, set_values: list[str],
     """
     if not may_name_localpath(text):
         return {}
-    rendered = specapi.render(text, values=specapi.parse_set_values(set_values),
-                              set_strings=specapi.parse_set_strings(set_strings), file=str(path))
+    rendered = specapi.render(
+        text,
+        values=specapi.parse_set_values(set_values),
+        set_strings=specapi.parse_set_strings(set_strings),
+        file=str(path),
+    )
     local = LocalFiles(path.resolve().parent)
     files, problems = {}, []
     for rel in localpaths(rendered):
@@ -114,8 +119,9 @@ def _files_of(path: Path, text: str, *, set_values: list[str],
     return files
 
 
-def files_under(folder: Path, text: str, *, set_values: list[str],
-                set_strings: list[str]) -> dict[str, str]:
+def files_under(
+    folder: Path, text: str, *, set_values: list[str], set_strings: list[str]
+) -> dict[str, str]:
     """The ``localpath`` files that spec ``text`` names, read under ``folder`` (OSMO's
     ``app submit --local-path``: where an app's local files are fetched from).
 
@@ -125,9 +131,15 @@ def files_under(folder: Path, text: str, *, set_values: list[str],
     return _files_of(folder / "spec.yaml", text, set_values=set_values, set_strings=set_strings)
 
 
-def spec_request(path: Path, *, set_values: list[str], set_strings: list[str],
-                 set_env: list[str], pool: str | None = None,
-                 labels: dict[str, str] | None = None) -> SpecBody:
+def spec_request(
+    path: Path,
+    *,
+    set_values: list[str],
+    set_strings: list[str],
+    set_env: list[str],
+    pool: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> SpecBody:
     """The request for the spec at ``path`` with its ``localpath`` files.
 
     A spec whose text does not contain ``localpath`` is not rendered here
@@ -148,5 +160,13 @@ def spec_request(path: Path, *, set_values: list[str], set_strings: list[str],
         raise SpecError([SpecProblem("", message, file=str(path))]) from exc
     files = _files_of(path, text, set_values=set_values, set_strings=set_strings)
     specapi.check_source_size(text, files, file=str(path))
-    return SpecBody(spec_text=text, spec_name=str(path), files=files, set=set_values,
-                    set_string=set_strings, set_env=set_env, pool=pool, labels=labels or {})
+    return SpecBody(
+        spec_text=text,
+        spec_name=str(path),
+        files=files,
+        set=set_values,
+        set_string=set_strings,
+        set_env=set_env,
+        pool=pool,
+        labels=labels or {},
+    )

@@ -44,14 +44,21 @@ def _rows(pool: list[str], platform: list[str]) -> list[dict[str, Any]]:
 
 @app.command("list")
 def list_resources(
-    pool: list[str] | None = typer.Option(None, "--pool", "-p", help="Only these pools; "
-                                             "several may follow one flag."),
-    platform: list[str] | None = typer.Option(None, "--platform", help="Only nodes of "
-                                                 "these platforms."),
-    all_pools: bool = typer.Option(False, "--all", "-a", help="Every pool (as osmo, without "
-                                   "--pool or --all: your default pool, if set)."),
-    mode: str = typer.Option("used", "--mode", "-m", help="used: used/capacity per resource; "
-                             "free: what is free."),
+    pool: list[str] | None = typer.Option(
+        None, "--pool", "-p", help="Only these pools; several may follow one flag."
+    ),
+    platform: list[str] | None = typer.Option(
+        None, "--platform", help="Only nodes of these platforms."
+    ),
+    all_pools: bool = typer.Option(
+        False,
+        "--all",
+        "-a",
+        help="Every pool (as osmo, without --pool or --all: your default pool, if set).",
+    ),
+    mode: str = typer.Option(
+        "used", "--mode", "-m", help="used: used/capacity per resource; free: what is free."
+    ),
     fmt: Format = FormatOption,
 ) -> None:
     """List every node with used/capacity (or free, --mode free) of cpu, gpu, memory and
@@ -75,23 +82,37 @@ def info(
     """Show one node: pool, platform, and capacity, used and free of each resource. JSON:
     a list of {"pool", "node", "platform", "capacity", "used", "free", "virtual"} (one per
     pool that has a node of that name). An unknown node exits 3."""
-    rows = [r for r in _rows([pool] if pool else [], [platform] if platform else [])
-            if r["node"] == node]
+    rows = [
+        r
+        for r in _rows([pool] if pool else [], [platform] if platform else [])
+        if r["node"] == node
+    ]
     if not rows:
-        raise NotFoundError(f"no node {node!r}" + (f" in pool {pool}" if pool else "")
-                            + "; `resource list -a` lists them")
+        raise NotFoundError(
+            f"no node {node!r}"
+            + (f" in pool {pool}" if pool else "")
+            + "; `resource list -a` lists them"
+        )
     emit(rows, fmt, _info_table)
 
 
 def _info_table(rows: list[dict[str, Any]]) -> None:
     for row in rows:
-        console.print(f"Node {row['node']} (pool {row['pool']}, platform "
-                      f"{row['platform'] or '-'}, {'virtual' if row.get('virtual') else 'real'})",
-                      markup=False)
-        table(["resource", "capacity", "used", "free"],
-              [[key.removesuffix("_bytes"), *(_value(row[part][key], key)
-                                              for part in ("capacity", "used", "free"))]
-               for key in ("cpu", "gpu", "memory_bytes", "storage_bytes")])
+        console.print(
+            f"Node {row['node']} (pool {row['pool']}, platform "
+            f"{row['platform'] or '-'}, {'virtual' if row.get('virtual') else 'real'})",
+            markup=False,
+        )
+        table(
+            ["resource", "capacity", "used", "free"],
+            [
+                [
+                    key.removesuffix("_bytes"),
+                    *(_value(row[part][key], key) for part in ("capacity", "used", "free")),
+                ]
+                for key in ("cpu", "gpu", "memory_bytes", "storage_bytes")
+            ],
+        )
 
 
 def _value(value: float, key: str) -> str:
@@ -101,12 +122,27 @@ def _value(value: float, key: str) -> str:
 def _table(rows: list[dict], mode: str = "used") -> None:
     """One table per pool (its name above it), each node marked virtual or real."""
     for pool in dict.fromkeys(r["pool"] for r in rows):
-        table(["node", "platform", "cpu", "gpu", "memory", "storage", "capacity"],
-              [[r["node"], r["platform"] or "-", _cell(r, "cpu", mode), _cell(r, "gpu", mode),
-                _cell(r, "memory_bytes", mode), _cell(r, "storage_bytes", mode),
-                "virtual" if r.get("virtual") else "real"] for r in rows if r["pool"] == pool],
-              title=f"pool {pool}")
+        table(
+            ["node", "platform", "cpu", "gpu", "memory", "storage", "capacity"],
+            [
+                [
+                    r["node"],
+                    r["platform"] or "-",
+                    _cell(r, "cpu", mode),
+                    _cell(r, "gpu", mode),
+                    _cell(r, "memory_bytes", mode),
+                    _cell(r, "storage_bytes", mode),
+                    "virtual" if r.get("virtual") else "real",
+                ]
+                for r in rows
+                if r["pool"] == pool
+            ],
+            title=f"pool {pool}",
+        )
     if any(r.get("virtual") for r in rows):
-        console.print("virtual: capacity the pool declares (it has no `strict: true`), not\n"
-                      "measured; GPU slots run as CPU processes where there are no GPUs\n"
-                      "(docs/pools.md).", markup=False)
+        console.print(
+            "virtual: capacity the pool declares (it has no `strict: true`), not\n"
+            "measured; GPU slots run as CPU processes where there are no GPUs\n"
+            "(docs/pools.md).",
+            markup=False,
+        )

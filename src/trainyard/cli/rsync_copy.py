@@ -28,8 +28,9 @@ def _task_path(inside: str, shown: str) -> str:
     in the error)."""
     pure = PurePosixPath(inside)
     if not pure.is_absolute() or ".." in pure.parts or str(pure) == "/":
-        raise typer.BadParameter(f"{shown}: the task's path must be absolute, not '/', "
-                                 "without '..'")
+        raise typer.BadParameter(
+            f"{shown}: the task's path must be absolute, not '/', without '..'"
+        )
     return str(pure)
 
 
@@ -46,10 +47,12 @@ def split_task_path(task: str, src: str, dst: str) -> tuple[str, str, bool]:
     prefix = f"{task}:"
     sides = [p.startswith(prefix) for p in (src, dst)]
     if sides.count(True) != 1:
-        raise typer.BadParameter(f"exactly one of SRC and DST must be {prefix}/PATH (the task's "
-                                 "side); the other is a path on this machine")
+        raise typer.BadParameter(
+            f"exactly one of SRC and DST must be {prefix}/PATH (the task's "
+            "side); the other is a path on this machine"
+        )
     into_task = sides[1]
-    inside = (dst if into_task else src)[len(prefix):]
+    inside = (dst if into_task else src)[len(prefix) :]
     return (src if into_task else dst), _task_path(inside, f"{prefix}{inside}"), into_task
 
 
@@ -105,11 +108,13 @@ def parse_rsync_args(args: list[str]) -> RsyncRequest:
     if len(rest) not in (2, 3):
         raise typer.BadParameter(
             "expected WORKFLOW_ID [TASK] LOCAL:REMOTE (upload), download WORKFLOW_ID [TASK] "
-            "REMOTE:LOCAL, or WORKFLOW_ID TASK SRC DST with TASK:/PATH on one side")
+            "REMOTE:LOCAL, or WORKFLOW_ID TASK SRC DST with TASK:/PATH on one side"
+        )
     into_task = verb != "download"
     local, inside = _split_pair(rest[-1], into_task)
-    return RsyncRequest(rest[0], rest[1] if len(rest) == 3 else None,
-                        os.path.expanduser(local), inside, into_task)
+    return RsyncRequest(
+        rest[0], rest[1] if len(rest) == 3 else None, os.path.expanduser(local), inside, into_task
+    )
 
 
 def _split_pair(text: str, into_task: bool) -> tuple[str, str]:
@@ -118,15 +123,17 @@ def _split_pair(text: str, into_task: bool) -> tuple[str, str]:
     form = "LOCAL:REMOTE" if into_task else "REMOTE:LOCAL"
     first, sep, second = text.rpartition(":") if into_task else text.partition(":")
     if not sep or not first or not second:
-        raise typer.BadParameter(f"{text!r} is not {form} (e.g. ./src:/osmo/run/workspace)",
-                                 param_hint=form)
+        raise typer.BadParameter(
+            f"{text!r} is not {form} (e.g. ./src:/osmo/run/workspace)", param_hint=form
+        )
     local, remote = (first, second) if into_task else (second, first)
     checked = _task_path(remote, remote)
     return local, checked + ("/" if remote.endswith("/") and checked != "/" else "")
 
 
-def copy_once(request: RsyncRequest, entry: dict[str, Any],
-              rate_bytes_per_s: int | None = None) -> None:
+def copy_once(
+    request: RsyncRequest, entry: dict[str, Any], rate_bytes_per_s: int | None = None
+) -> None:
     """Make one copy of ``request`` through the task's ``entry``; an upload at most
     ``rate_bytes_per_s`` (OSMO's ``--upload-rate-limit``; None: as fast as it goes).
 
@@ -137,10 +144,15 @@ def copy_once(request: RsyncRequest, entry: dict[str, Any],
     if request.into_task:
         _copy_in(entry, Path(request.local), request.destination(), rate_bytes_per_s)
     else:
-        if not request.copy_is_target and Path(request.local).exists() \
-                and not Path(request.local).is_dir():
-            raise typer.BadParameter(f"{request.local}: a download's LOCAL must be a folder "
-                                     "(REMOTE lands inside it)", param_hint="REMOTE:LOCAL")
+        if (
+            not request.copy_is_target
+            and Path(request.local).exists()
+            and not Path(request.local).is_dir()
+        ):
+            raise typer.BadParameter(
+                f"{request.local}: a download's LOCAL must be a folder (REMOTE lands inside it)",
+                param_hint="REMOTE:LOCAL",
+            )
         _copy_out(entry, request.inside, Path(request.destination()))
 
 
@@ -166,7 +178,7 @@ class Throttled:
 
     def write(self, data: bytes) -> int:
         for start in range(0, len(data), self.CHUNK_BYTES):
-            chunk = data[start:start + self.CHUNK_BYTES]
+            chunk = data[start : start + self.CHUNK_BYTES]
             self.stream.write(chunk)
             self.sent += len(chunk)
             ahead_s = self.sent / self.rate - (time.monotonic() - self.started)
@@ -178,8 +190,9 @@ class Throttled:
         self.stream.flush()
 
 
-def _copy_in(entry: dict[str, Any], local: Path, inside: str,
-             rate_bytes_per_s: int | None = None) -> None:
+def _copy_in(
+    entry: dict[str, Any], local: Path, inside: str, rate_bytes_per_s: int | None = None
+) -> None:
     import tarfile  # here, not at the CLI's start
 
     if not local.exists():
@@ -205,10 +218,14 @@ def _copy_out(entry: dict[str, Any], inside: str, local: Path) -> None:
     """Unpack into a temporary folder beside ``local`` first: a refused archive leaves
     nothing half-made at ``local``."""
     import tempfile
+
     is_dir = _in_task(entry, ["test", "-d", inside]).wait() == 0
     path = PurePosixPath(inside)
-    argv = (["tar", "-c", "-f", "-", "-C", inside, "."] if is_dir
-            else ["tar", "-c", "-f", "-", "-C", str(path.parent), path.name])
+    argv = (
+        ["tar", "-c", "-f", "-", "-C", inside, "."]
+        if is_dir
+        else ["tar", "-c", "-f", "-", "-C", str(path.parent), path.name]
+    )
     local.absolute().parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".trainyard-rsync-", dir=local.absolute().parent))
     try:

@@ -41,8 +41,9 @@ ALIVE_CHECK_S = 5.0
 
 def state_dir() -> Path:
     """The daemons' folder: ``$XDG_STATE_HOME/trainyard/rsync`` (``~/.local/state``)."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"),
-                                                            ".local", "state")
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
     return Path(base) / "trainyard" / "rsync"
 
 
@@ -51,8 +52,14 @@ def log_path(workflow_id: str, task: str) -> Path:
     return state_dir() / f"rsync_daemon_{workflow_id}_{task}.log"
 
 
-def start(request: RsyncRequest, poll_interval_s: float, *, err: bool = False,
-          verbose: bool = False, tuning: Tuning | None = None) -> None:
+def start(
+    request: RsyncRequest,
+    poll_interval_s: float,
+    *,
+    err: bool = False,
+    verbose: bool = False,
+    tuning: Tuning | None = None,
+) -> None:
     """Start the daemon detached (its own session, stdin closed, output to its log) and say
     where it logs (on stderr with ``err``). One daemon per workflow and task: a running one is refused (exit 4).
 
@@ -64,15 +71,29 @@ def start(request: RsyncRequest, poll_interval_s: float, *, err: bool = False,
     logfile.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     running = _alive_pid(logfile.with_suffix(".pid"))
     if running is not None:
-        raise RefusedError(f"an rsync daemon (pid {running}) already uploads to "
-                           f"{request.workflow_id} {request.task}; 'trainyard workflow rsync "
-                           f"stop {request.workflow_id}' stops it")
-    argv = [sys.executable, "-m", "trainyard.cli.rsync_daemon", json.dumps(asdict(request)),
-            str(poll_interval_s), json.dumps(asdict(tuning or Tuning())),
-            *(["--verbose"] if verbose else [])]
+        raise RefusedError(
+            f"an rsync daemon (pid {running}) already uploads to "
+            f"{request.workflow_id} {request.task}; 'trainyard workflow rsync "
+            f"stop {request.workflow_id}' stops it"
+        )
+    argv = [
+        sys.executable,
+        "-m",
+        "trainyard.cli.rsync_daemon",
+        json.dumps(asdict(request)),
+        str(poll_interval_s),
+        json.dumps(asdict(tuning or Tuning())),
+        *(["--verbose"] if verbose else []),
+    ]
     with open(logfile, "ab") as out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+        )
     typer.echo(f"Rsync daemon started in detached process: PID {proc.pid}", err=err)
     typer.echo(f"To view daemon logs: tail -f {logfile}", err=err)
 
@@ -85,8 +106,10 @@ def status() -> None:
         if info is None:
             continue
         state = "RUNNING" if _alive_pid(pid_file) is not None else "STOPPED"
-        rows.append(f"{info['pid']:>7}  {state:<8} {info['workflow_id']} {info['task']} "
-                    f"{info['local']} -> {info['destination']}  log {pid_file.with_suffix('.log')}")
+        rows.append(
+            f"{info['pid']:>7}  {state:<8} {info['workflow_id']} {info['task']} "
+            f"{info['local']} -> {info['destination']}  log {pid_file.with_suffix('.log')}"
+        )
     typer.echo("\n".join(rows) if rows else "no rsync daemons")
 
 
@@ -175,8 +198,14 @@ def _upload(request: RsyncRequest, rate_bytes_per_s: int | None = None) -> None:
     copy_once(request, task_entry(request.workflow_id, request.task, None), rate_bytes_per_s)
 
 
-def _due(seen: dict[str, tuple[int, int]], uploaded: dict[str, tuple[int, int]] | None,
-         changed_at: float, uploaded_at: float, tuning: Tuning, now: float) -> bool:
+def _due(
+    seen: dict[str, tuple[int, int]],
+    uploaded: dict[str, tuple[int, int]] | None,
+    changed_at: float,
+    uploaded_at: float,
+    tuning: Tuning,
+    now: float,
+) -> bool:
     """Whether to upload now: LOCAL differs from what was uploaded and has been still for
     ``debounce_s``, or ``reconcile_s`` passed since the last upload."""
     if seen != uploaded:
@@ -195,8 +224,14 @@ def run(request: RsyncRequest, poll_interval_s: float, tuning: Tuning | None = N
     last_seen: dict[str, tuple[int, int]] | None = None
     changed_at = uploaded_at = time.monotonic()
     next_check = time.monotonic() + ALIVE_CHECK_S
-    log.info("Starting rsync daemon: %s -> %s %s:%s (every %.1f s)", request.local,
-             request.workflow_id, request.task, request.destination(), poll_interval_s)
+    log.info(
+        "Starting rsync daemon: %s -> %s %s:%s (every %.1f s)",
+        request.local,
+        request.workflow_id,
+        request.task,
+        request.destination(),
+        poll_interval_s,
+    )
     if not _wait_started(request, stop_now, poll_interval_s):
         log.info("Task %s ended before it ran; rsync daemon stops", request.task)
         return 0
@@ -229,8 +264,7 @@ def run(request: RsyncRequest, poll_interval_s: float, tuning: Tuning | None = N
     return 0
 
 
-def _wait_started(request: RsyncRequest, stop_now: threading.Event,
-                  poll_interval_s: float) -> bool:
+def _wait_started(request: RsyncRequest, stop_now: threading.Event, poll_interval_s: float) -> bool:
     """Wait until the task runs (a daemon started by ``workflow submit --rsync`` starts
     before its task); False when the workflow ended first or the daemon was stopped."""
     from trainyard.cli.client import Client
@@ -267,19 +301,29 @@ def main(argv: list[str] | None = None) -> int:
     extra = [a for a in args[2:] if a != "--verbose"]
     tuning = Tuning(**json.loads(extra[0])) if extra else Tuning()
     level = logging.DEBUG if "--verbose" in args[2:] else logging.INFO
-    handler = RotatingFileHandler(log_path(request.workflow_id, request.task),
-                                  maxBytes=tuning.max_log_bytes, backupCount=1)
-    logging.basicConfig(level=level, format="%(asctime)s - %(process)d - %(message)s",
-                        handlers=[handler])
+    handler = RotatingFileHandler(
+        log_path(request.workflow_id, request.task), maxBytes=tuning.max_log_bytes, backupCount=1
+    )
+    logging.basicConfig(
+        level=level, format="%(asctime)s - %(process)d - %(message)s", handlers=[handler]
+    )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
     logging.getLogger("httpcore").setLevel(logging.WARNING)  # nor its wire steps (--verbose)
     pid_file = log_path(request.workflow_id, request.task).with_suffix(".pid")
     from trainyard.linux.proctree import create_time
 
-    pid_file.write_text(json.dumps({
-        "pid": os.getpid(), "created": create_time(os.getpid()) or 0.0,
-        "workflow_id": request.workflow_id, "task": request.task, "local": request.local,
-        "destination": request.destination()}))
+    pid_file.write_text(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "created": create_time(os.getpid()) or 0.0,
+                "workflow_id": request.workflow_id,
+                "task": request.task,
+                "local": request.local,
+                "destination": request.destination(),
+            }
+        )
+    )
     try:
         return run(request, float(args[1]), tuning)
     finally:

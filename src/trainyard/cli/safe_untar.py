@@ -85,8 +85,13 @@ def extract(stream: IO[bytes], dest: Path) -> int:
     return count
 
 
-def _extract_member(archive: tarfile.TarFile, member: tarfile.TarInfo, parts: tuple[str, ...],
-                    root_fd: int, dir_modes: list[tuple[tuple[str, ...], int]]) -> None:
+def _extract_member(
+    archive: tarfile.TarFile,
+    member: tarfile.TarInfo,
+    parts: tuple[str, ...],
+    root_fd: int,
+    dir_modes: list[tuple[tuple[str, ...], int]],
+) -> None:
     if member.isdir():
         fd = _walk(root_fd, parts, create=True)
         os.close(fd)
@@ -110,8 +115,9 @@ def _extract_member(archive: tarfile.TarFile, member: tarfile.TarInfo, parts: tu
 
 def _hard_link(root_fd: int, parent: int, name: str, member: tarfile.TarInfo) -> None:
     """A hard link to a regular file unpacked before it, found following no link."""
-    refused = UnsafeArchive(f"{member.name!r}: a hard link to {member.linkname!r}, which is "
-                            "no file unpacked before it")
+    refused = UnsafeArchive(
+        f"{member.name!r}: a hard link to {member.linkname!r}, which is no file unpacked before it"
+    )
     target = member_parts(member.linkname)
     if not target:
         raise refused
@@ -130,8 +136,7 @@ def _hard_link(root_fd: int, parent: int, name: str, member: tarfile.TarInfo) ->
         os.close(source)
 
 
-def _write_file(archive: tarfile.TarFile, member: tarfile.TarInfo, parent: int,
-                name: str) -> None:
+def _write_file(archive: tarfile.TarFile, member: tarfile.TarInfo, parent: int, name: str) -> None:
     source = archive.extractfile(member)
     assert source is not None
     fd = os.open(name, _NEW_FILE_FLAGS, 0o600, dir_fd=parent)
@@ -176,9 +181,10 @@ def _walk(root_fd: int, parts: tuple[str, ...], create: bool) -> int:
         except OSError as exc:
             os.close(fd)
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                where = "/".join(parts[:index + 1])
-                raise UnsafeArchive(f"{where!r} is a symlink or no folder; nothing is "
-                                    "unpacked through it") from None
+                where = "/".join(parts[: index + 1])
+                raise UnsafeArchive(
+                    f"{where!r} is a symlink or no folder; nothing is unpacked through it"
+                ) from None
             raise
         os.close(fd)
         fd = next_fd
@@ -286,8 +292,10 @@ def _merge(src_fd: int, dst_fd: int, shown: str) -> None:
             os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
             continue
         if not stat.S_ISDIR(there.st_mode):
-            raise UnsafeArchive(f"{shown}/{name} is a symlink or file; the copy has a folder "
-                                "there (nothing is placed through it)")
+            raise UnsafeArchive(
+                f"{shown}/{name} is a symlink or file; the copy has a folder "
+                "there (nothing is placed through it)"
+            )
         sub_src = os.open(name, _DIR_FLAGS, dir_fd=src_fd)
         try:
             sub_dst = os.open(name, _DIR_FLAGS, dir_fd=dst_fd)

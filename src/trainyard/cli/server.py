@@ -19,7 +19,9 @@ app = typer.Typer(no_args_is_help=True, help="Start, stop and inspect the trainy
 
 @app.command()
 def start(
-    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (0.0.0.0 for a team)"),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="address to listen on (0.0.0.0 for a team)"
+    ),
     port: int = typer.Option(0, "--port", help="port (0: any free port)"),
 ) -> None:
     """Start the server in the background (state in $TRAINYARD_HOME)."""
@@ -28,7 +30,9 @@ def start(
     if not started:
         console.print(f"trainyard server already running at {info.url} (pid {info.pid})")
         return
-    console.print(f"trainyard server running at {info.url} (pid {info.pid}); token in {home / 'token'}")
+    console.print(
+        f"trainyard server running at {info.url} (pid {info.pid}); token in {home / 'token'}"
+    )
 
 
 @app.command()
@@ -49,8 +53,15 @@ def status(fmt: Format = FormatOption) -> None:
     """
     info = process.find_running(trainyard_home())
     if fmt is Format.json:
-        emit({"running": info is not None, "url": info.url if info else None,
-              "pid": info.pid if info else None}, fmt, lambda _d: None)
+        emit(
+            {
+                "running": info is not None,
+                "url": info.url if info else None,
+                "pid": info.pid if info else None,
+            },
+            fmt,
+            lambda _d: None,
+        )
     if info is None:
         raise ServerError("no trainyard server is running; start one with `trainyard server start`")
     if fmt.human:
@@ -58,9 +69,12 @@ def status(fmt: Format = FormatOption) -> None:
 
 
 @app.command("add-user")
-def add_user(user: str = typer.Argument(..., metavar="USER", help="The user's name."),
-             admin: bool = typer.Option(False, "--admin", help="May read and change every "
-                                        "user's workflows and apps.")) -> None:
+def add_user(
+    user: str = typer.Argument(..., metavar="USER", help="The user's name."),
+    admin: bool = typer.Option(
+        False, "--admin", help="May read and change every user's workflows and apps."
+    ),
+) -> None:
     """Create a token for USER (run on the server's machine, as its owner); prints it."""
     token = TokenRegistry(trainyard_home()).add(user, admin=admin)
     typer.echo(token)

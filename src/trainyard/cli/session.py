@@ -30,12 +30,16 @@ def _token_of(token: str | None, token_file: Path | None) -> str:
         try:
             return token_file.read_text().strip()
         except OSError as exc:
-            raise typer.BadParameter(f"cannot read {token_file}: {exc.strerror}",
-                                     param_hint="'--token-file'") from exc
+            raise typer.BadParameter(
+                f"cannot read {token_file}: {exc.strerror}", param_hint="'--token-file'"
+            ) from exc
     if not token:
-        raise typer.BadParameter("a trainyard server takes a token: give --token TOKEN or "
-                                 "--token-file FILE (an admin makes one with `user create` or "
-                                 "`server add-user`)", param_hint="'--token'")
+        raise typer.BadParameter(
+            "a trainyard server takes a token: give --token TOKEN or "
+            "--token-file FILE (an admin makes one with `user create` or "
+            "`server add-user`)",
+            param_hint="'--token'",
+        )
     return token.strip()
 
 
@@ -44,18 +48,22 @@ def login(
     method: str = typer.Option("token", "--method", help="token (the one trainyard has)."),
     token: str | None = typer.Option(None, "--token", help="Your access token."),
     token_file: Path | None = typer.Option(None, "--token-file", help="A file holding it."),
-    username: str | None = typer.Option(None, "--username", help="OSMO's dev/password "
-                                           "methods; not used here."),
-    password: str | None = typer.Option(None, "--password", help="OSMO's password "
-                                           "method: refused (tokens only)."),
-    password_file: Path | None = typer.Option(None, "--password-file", help="As "
-                                                 "--password."),
-    device_endpoint: str | None = typer.Option(None, "--device-endpoint", help="OSMO's "
-                                                  "device-code login: refused."),
-    browser_endpoint: str | None = typer.Option(None, "--browser-endpoint", help="OSMO's "
-                                                   "browser login: refused."),
-    callback_port: int | None = typer.Option(None, "--callback-port", help="As "
-                                                "--browser-endpoint."),
+    username: str | None = typer.Option(
+        None, "--username", help="OSMO's dev/password methods; not used here."
+    ),
+    password: str | None = typer.Option(
+        None, "--password", help="OSMO's password method: refused (tokens only)."
+    ),
+    password_file: Path | None = typer.Option(None, "--password-file", help="As --password."),
+    device_endpoint: str | None = typer.Option(
+        None, "--device-endpoint", help="OSMO's device-code login: refused."
+    ),
+    browser_endpoint: str | None = typer.Option(
+        None, "--browser-endpoint", help="OSMO's browser login: refused."
+    ),
+    callback_port: int | None = typer.Option(
+        None, "--callback-port", help="As --browser-endpoint."
+    ),
 ) -> None:
     """Log in to a trainyard server with a token: later commands use that server. OSMO's
     password, device-code and browser logins are refused (exit 2, saying so)."""
@@ -63,16 +71,25 @@ def login(
     from trainyard.server.auth import write_login
 
     if method != "token":
-        raise typer.BadParameter(f"{method!r}: trainyard servers take tokens only "
-                                 "(--method token)", param_hint="'--method'")
-    others = {"--username": username, "--password": password, "--password-file": password_file,
-              "--device-endpoint": device_endpoint, "--browser-endpoint": browser_endpoint,
-              "--callback-port": callback_port}
+        raise typer.BadParameter(
+            f"{method!r}: trainyard servers take tokens only (--method token)",
+            param_hint="'--method'",
+        )
+    others = {
+        "--username": username,
+        "--password": password,
+        "--password-file": password_file,
+        "--device-endpoint": device_endpoint,
+        "--browser-endpoint": browser_endpoint,
+        "--callback-port": callback_port,
+    }
     given = [flag for flag, value in others.items() if value is not None]
     if given:
-        raise typer.BadParameter(f"{given[0]} belongs to OSMO's password, device-code or "
-                                 "browser login; a trainyard server takes a token (--token)",
-                                 param_hint=f"'{given[0]}'")
+        raise typer.BadParameter(
+            f"{given[0]} belongs to OSMO's password, device-code or "
+            "browser login; a trainyard server takes a token (--token)",
+            param_hint=f"'{given[0]}'",
+        )
     secret = _token_of(token, token_file)
     who = Client(url=url.rstrip("/"), token=secret).json("GET", "/api/whoami")
     write_login(trainyard_home(), url.rstrip("/"), secret)

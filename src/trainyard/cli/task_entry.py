@@ -13,18 +13,22 @@ from trainyard.errors import RefusedError
 __all__ = ["task_entry", "command_argv", "command_env"]
 
 
-def task_entry(workflow_id: str, task: str, retry_id: int | None,
-               timeout_s: float = 60.0) -> dict[str, Any]:
+def task_entry(
+    workflow_id: str, task: str, retry_id: int | None, timeout_s: float = 60.0
+) -> dict[str, Any]:
     """The server's ``entry`` of the running task, checked to be enterable from here;
     ``timeout_s``: how long to wait for the server's answer (OSMO's connect timeout)."""
     params = {} if retry_id is None else {"retry_id": retry_id}
-    entry = Client(timeout_s=timeout_s).json("POST", f"/api/workflow/{workflow_id}/task/{task}/entry", params=params)
+    entry = Client(timeout_s=timeout_s).json(
+        "POST", f"/api/workflow/{workflow_id}/task/{task}/entry", params=params
+    )
     if entry.get("backend") == "local":
         from trainyard.backends.local.enter import machine_id
 
         if entry.get("machine") != machine_id():
-            raise RefusedError(f"task {task} runs on the server's machine, not this one; run "
-                               "this command there")
+            raise RefusedError(
+                f"task {task} runs on the server's machine, not this one; run this command there"
+            )
     elif entry.get("backend") not in ("slurm", "kubernetes"):
         raise RefusedError(f"task {task}: its backend ({entry.get('backend')}) cannot be entered")
     return entry
@@ -33,8 +37,16 @@ def task_entry(workflow_id: str, task: str, retry_id: int | None,
 def command_argv(entry: dict[str, Any], command: list[str], tty: bool) -> list[str]:
     """The host command that runs ``command`` in the task."""
     if entry["backend"] == "slurm":
-        return ["srun", "--overlap", f"--jobid={entry['job_id']}", "--nodes=1", "--ntasks=1",
-                f"--nodelist={entry['node']}", *(["--pty"] if tty else []), *command]
+        return [
+            "srun",
+            "--overlap",
+            f"--jobid={entry['job_id']}",
+            "--nodes=1",
+            "--ntasks=1",
+            f"--nodelist={entry['node']}",
+            *(["--pty"] if tty else []),
+            *command,
+        ]
     if entry["backend"] == "kubernetes":
         return _kubectl_exec(entry, command, tty)
     from trainyard.backends.local.enter import enter_argv
@@ -45,11 +57,24 @@ def command_argv(entry: dict[str, Any], command: list[str], tty: bool) -> list[s
 def _kubectl_exec(entry: dict[str, Any], command: list[str], tty: bool) -> list[str]:
     """``kubectl exec`` into the task container of a Kubernetes attempt (the API's exec),
     with the pool's kubeconfig and context where it names them."""
-    where = [*(["--kubeconfig", str(entry["kubeconfig"])] if entry.get("kubeconfig") else []),
-             *(["--context", str(entry["context"])] if entry.get("context") else []),
-             "-n", str(entry["namespace"])]
-    return ["kubectl", *where, "exec", "-i", *(["-t"] if tty else []), str(entry["pod"]),
-            "-c", str(entry["container"]), "--", *command]
+    where = [
+        *(["--kubeconfig", str(entry["kubeconfig"])] if entry.get("kubeconfig") else []),
+        *(["--context", str(entry["context"])] if entry.get("context") else []),
+        "-n",
+        str(entry["namespace"]),
+    ]
+    return [
+        "kubectl",
+        *where,
+        "exec",
+        "-i",
+        *(["-t"] if tty else []),
+        str(entry["pod"]),
+        "-c",
+        str(entry["container"]),
+        "--",
+        *command,
+    ]
 
 
 def command_env(entry: dict[str, Any]) -> dict[str, str] | None:

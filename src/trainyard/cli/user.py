@@ -21,10 +21,12 @@ app = typer.Typer(no_args_is_help=True, help="Users of the server (OSMO's `user`
 
 @app.command("list")
 def list_users(
-    id_prefix: str | None = typer.Option(None, "--id-prefix", "-p",
-                                            help="Only users whose name starts with this."),
-    roles: list[str] | None = typer.Option(None, "--roles", "-r", metavar="ROLE",
-                                              help="Only users with one of these roles."),
+    id_prefix: str | None = typer.Option(
+        None, "--id-prefix", "-p", help="Only users whose name starts with this."
+    ),
+    roles: list[str] | None = typer.Option(
+        None, "--roles", "-r", metavar="ROLE", help="Only users with one of these roles."
+    ),
     count: int = typer.Option(100, "--count", "-c", min=1, help="At most this many."),
     fmt: Format = FormatOption,
 ) -> None:
@@ -33,20 +35,31 @@ def list_users(
     if id_prefix:
         params["id_prefix"] = id_prefix
     data = Client().json("GET", "/api/user", params=params)
-    emit(data, fmt, lambda rows: table(["user", "roles"],
-                                       [[r["id"], ", ".join(r["roles"])] for r in rows]))
+    emit(
+        data,
+        fmt,
+        lambda rows: table(["user", "roles"], [[r["id"], ", ".join(r["roles"])] for r in rows]),
+    )
 
 
 @app.command("create")
-def create_user(user_id: str = typer.Argument(..., metavar="USER_ID"),
-                roles: list[str] | None = typer.Option(None, "--roles", "-r", metavar="ROLE",
-                                                          help="osmo-admin makes an admin."),
-                fmt: Format = FormatOption) -> None:
+def create_user(
+    user_id: str = typer.Argument(..., metavar="USER_ID"),
+    roles: list[str] | None = typer.Option(
+        None, "--roles", "-r", metavar="ROLE", help="osmo-admin makes an admin."
+    ),
+    fmt: Format = FormatOption,
+) -> None:
     """Create a user (admins only) and print their first token (once). JSON: {"id",
     "roles", "token"}."""
     data = Client().json("POST", "/api/user", json={"user": user_id, "roles": list(roles or [])})
-    emit(data, fmt, lambda d: typer.echo(f"User {d['id']} created ({', '.join(d['roles'])}); "
-                                         f"their token: {d['token']}"))
+    emit(
+        data,
+        fmt,
+        lambda d: typer.echo(
+            f"User {d['id']} created ({', '.join(d['roles'])}); their token: {d['token']}"
+        ),
+    )
 
 
 UserArg = typer.Argument(..., metavar="USER_ID")
@@ -64,22 +77,26 @@ def get_user(user_id: str = UserArg, fmt: Format = FormatOption) -> None:
 
 
 @app.command("update")
-def update_user(user_id: str = UserArg,
-                add_roles: list[str] | None = typer.Option(None, "--add-roles", "-a",
-                                                              metavar="ROLE"),
-                remove_roles: list[str] | None = typer.Option(None, "--remove-roles", "-r",
-                                                                 metavar="ROLE"),
-                fmt: Format = FormatOption) -> None:
+def update_user(
+    user_id: str = UserArg,
+    add_roles: list[str] | None = typer.Option(None, "--add-roles", "-a", metavar="ROLE"),
+    remove_roles: list[str] | None = typer.Option(None, "--remove-roles", "-r", metavar="ROLE"),
+    fmt: Format = FormatOption,
+) -> None:
     """Change a user's roles (admins only): osmo-admin makes an admin, removing it an
     ordinary user. JSON as `user get`."""
-    data = Client().json("PATCH", f"/api/user/{user_id}",
-                         json={"add": list(add_roles or []), "remove": list(remove_roles or [])})
+    data = Client().json(
+        "PATCH",
+        f"/api/user/{user_id}",
+        json={"add": list(add_roles or []), "remove": list(remove_roles or [])},
+    )
     emit(data, fmt, _show)
 
 
 @app.command("delete")
-def delete_user(user_id: str = UserArg,
-                force: bool = typer.Option(False, "--force", "-f", help="Do not ask.")) -> None:
+def delete_user(
+    user_id: str = UserArg, force: bool = typer.Option(False, "--force", "-f", help="Do not ask.")
+) -> None:
     """Delete a user (admins only): every token of theirs stops working."""
     import sys
 

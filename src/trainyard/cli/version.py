@@ -18,8 +18,10 @@ def version(fmt: Format = FormatOption) -> None:
     from trainyard.cli.client import server_version
 
     server = server_version()
-    data = {"version": __version__,
-            "server": None if server is None else {"url": server[0], "version": server[1]}}
+    data = {
+        "version": __version__,
+        "server": None if server is None else {"url": server[0], "version": server[1]},
+    }
     emit(data, fmt, _print_version)
 
 

@@ -28,33 +28,70 @@ if TYPE_CHECKING:  # pools (its models, psutil: ~30 ms) only for a check here (i
 
 __all__ = ["app", "SpecOptions"]
 
-app = typer.Typer(help="Submit, watch and manage workflows; validate and render specs.",
-                 no_args_is_help=True)
+app = typer.Typer(
+    help="Submit, watch and manage workflows; validate and render specs.", no_args_is_help=True
+)
 
-SpecArg = Annotated[Path, typer.Argument(help="The workflow spec (YAML with Jinja).", metavar="SPEC")]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", metavar="NAME=VALUE",
-    help="Template value, YAML-typed (int, float, bool, string). Several pairs may follow one flag.")]
-SetStringOpt = Annotated[list[str] | None, typer.Option(
-    "--set-string", metavar="NAME=VALUE", help="Template value kept as a string; wins over --set.")]
-SetEnvOpt = Annotated[list[str] | None, typer.Option(
-    "--set-env", metavar="NAME=VALUE", help="Environment variable added to every task.")]
-LabelOpt = Annotated[list[str] | None, typer.Option(
-    "--label", metavar="KEY=VALUE", help="Workflow label; overrides the spec's.")]
-PoolOpt = Annotated[str | None, typer.Option(
-    "--pool", "-p", help="Pool to check against (default: the spec's pool, else your default "
-                         "pool: `profile set pool`, else 'local').")]
-LocalOpt = Annotated[bool, typer.Option(
-    "--local", help="Check on this machine against $TRAINYARD_HOME/pools.yaml even when a "
-                    "server is configured or running.")]
-StrictOpt = Annotated[bool, typer.Option(
-    "--strict", help="Treat warnings (e.g. a key given twice in one mapping) as problems: "
-                     "the spec is refused (exit 2).")]
+SpecArg = Annotated[
+    Path, typer.Argument(help="The workflow spec (YAML with Jinja).", metavar="SPEC")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="NAME=VALUE",
+        help="Template value, YAML-typed (int, float, bool, string). Several pairs may follow one flag.",
+    ),
+]
+SetStringOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set-string",
+        metavar="NAME=VALUE",
+        help="Template value kept as a string; wins over --set.",
+    ),
+]
+SetEnvOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set-env", metavar="NAME=VALUE", help="Environment variable added to every task."
+    ),
+]
+LabelOpt = Annotated[
+    list[str] | None,
+    typer.Option("--label", metavar="KEY=VALUE", help="Workflow label; overrides the spec's."),
+]
+PoolOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--pool",
+        "-p",
+        help="Pool to check against (default: the spec's pool, else your default "
+        "pool: `profile set pool`, else 'local').",
+    ),
+]
+LocalOpt = Annotated[
+    bool,
+    typer.Option(
+        "--local",
+        help="Check on this machine against $TRAINYARD_HOME/pools.yaml even when a "
+        "server is configured or running.",
+    ),
+]
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        help="Treat warnings (e.g. a key given twice in one mapping) as problems: "
+        "the spec is refused (exit 2).",
+    ),
+]
 
 WHERE_CHECKED = (
     "Checked by the server when one is configured (TRAINYARD_SERVER_URL) or the local one "
     "already runs, against the pools it serves; otherwise (or with --local) on this machine "
-    "against $TRAINYARD_HOME/pools.yaml. Never starts a server.")
+    "against $TRAINYARD_HOME/pools.yaml. Never starts a server."
+)
 
 
 @dataclass(frozen=True)
@@ -68,11 +105,22 @@ class SpecOptions:
     pool: str | None
 
     @classmethod
-    def parse(cls, set_: list[str] | None, set_string: list[str] | None,
-              set_env: list[str] | None, label: list[str] | None, pool: str | None) -> SpecOptions:
+    def parse(
+        cls,
+        set_: list[str] | None,
+        set_string: list[str] | None,
+        set_env: list[str] | None,
+        label: list[str] | None,
+        pool: str | None,
+    ) -> SpecOptions:
         """Parse the raw ``NAME=VALUE`` lists (raises ``SpecError`` on a malformed pair)."""
-        return cls(spec.parse_set_values(set_ or []), spec.parse_set_strings(set_string or []),
-                   spec.parse_env(set_env or []), spec.parse_labels(label or []), pool)
+        return cls(
+            spec.parse_set_values(set_ or []),
+            spec.parse_set_strings(set_string or []),
+            spec.parse_env(set_env or []),
+            spec.parse_labels(label or []),
+            pool,
+        )
 
     def choose_pool(self, spec_pool: str | None) -> Pool:
         """``--pool``, else the spec's ``workflow.pool``, else the user's default pool
@@ -88,19 +136,35 @@ def _render(path: Path, options: SpecOptions) -> str:
 
 
 def _parse(rendered: str, path: Path, options: SpecOptions) -> spec.SpecDocument:
-    return spec.parse(rendered, spec_path=path, set_env=options.set_env, labels=options.labels,
-                      pool=options.choose_pool)
+    return spec.parse(
+        rendered,
+        spec_path=path,
+        set_env=options.set_env,
+        labels=options.labels,
+        pool=options.choose_pool,
+    )
 
 
-def _server_request(path: Path, set_: list[str] | None, set_string: list[str] | None,
-                    set_env: list[str] | None, label: list[str] | None,
-                    pool: str | None) -> SpecBody:
+def _server_request(
+    path: Path,
+    set_: list[str] | None,
+    set_string: list[str] | None,
+    set_env: list[str] | None,
+    label: list[str] | None,
+    pool: str | None,
+) -> SpecBody:
     """The request for the server, after the same checks of the options as locally."""
     from trainyard.cli.profile import default_pool
 
     SpecOptions.parse(set_, set_string, set_env, label, pool)
-    req = spec_request(path, set_values=set_ or [], set_strings=set_string or [],
-                       set_env=set_env or [], pool=pool, labels=spec.parse_labels(label or []))
+    req = spec_request(
+        path,
+        set_values=set_ or [],
+        set_strings=set_string or [],
+        set_env=set_env or [],
+        pool=pool,
+        labels=spec.parse_labels(label or []),
+    )
     return replace(req, default_pool=default_pool())
 
 
@@ -110,15 +174,26 @@ def _spec_server(local: bool) -> Client | None:
 
 def _validate_locally(path: Path, options: SpecOptions) -> dict[str, Any]:
     doc = _parse(_render(path, options), path, options)
-    return {"valid": True, "name": doc.workflow.name,
-            "pool": options.choose_pool(doc.workflow.pool).name, "server": None,
-            "warnings": [w.to_json() for w in doc.warnings]}
+    return {
+        "valid": True,
+        "name": doc.workflow.name,
+        "pool": options.choose_pool(doc.workflow.pool).name,
+        "server": None,
+        "warnings": [w.to_json() for w in doc.warnings],
+    }
 
 
 def _emit_problems(exc: SpecError, fmt: Format) -> None:
     if fmt is Format.json:
-        emit({"valid": False, "problems": [p.to_json() for p in exc.problems],
-              "warnings": [w.to_json() for w in exc.warnings]}, fmt, lambda _d: None)
+        emit(
+            {
+                "valid": False,
+                "problems": [p.to_json() for p in exc.problems],
+                "warnings": [w.to_json() for w in exc.warnings],
+            },
+            fmt,
+            lambda _d: None,
+        )
 
 
 def _line_order(problem: SpecProblem) -> tuple[bool, int]:
@@ -131,17 +206,27 @@ def _strict(warnings: list[SpecProblem]) -> None:
         raise SpecError(warnings)
 
 
-@app.command("validate", help=f"""Render and check a spec; print every problem to stderr
+@app.command(
+    "validate",
+    help=f"""Render and check a spec; print every problem to stderr
 (exit 2) or success (exit 0). Warnings (e.g. a key given twice in one mapping: the last
 value is used, as in OSMO) go to stderr and do not change the exit status, unless --strict
 makes them problems. {WHERE_CHECKED} With --format json, stdout is one object:
 {{"valid": true, "name", "pool", "server": URL or null, "warnings": [...]}}, or
 {{"valid": false, "problems": [{{"path", "message", "line", "file"}}], "warnings": [...]}}
-(warnings have the problems' shape; the problems also go to stderr, exit 2).""")
-def validate_command(path: SpecArg, set_: SetOpt = None, set_string: SetStringOpt = None,
-                     set_env: SetEnvOpt = None, label: LabelOpt = None, pool: PoolOpt = None,
-                     local: LocalOpt = False, strict: StrictOpt = False,
-                     fmt: Format = FormatOption) -> None:
+(warnings have the problems' shape; the problems also go to stderr, exit 2).""",
+)
+def validate_command(
+    path: SpecArg,
+    set_: SetOpt = None,
+    set_string: SetStringOpt = None,
+    set_env: SetEnvOpt = None,
+    label: LabelOpt = None,
+    pool: PoolOpt = None,
+    local: LocalOpt = False,
+    strict: StrictOpt = False,
+    fmt: Format = FormatOption,
+) -> None:
     try:
         result = _validate(path, set_, set_string, set_env, label, pool, local)
         warnings = spec_warnings(result)
@@ -156,9 +241,15 @@ def validate_command(path: SpecArg, set_: SetOpt = None, set_string: SetStringOp
     emit(result, fmt, lambda _d: typer.echo("Workflow validation succeeded."))
 
 
-def _validate(path: Path, set_: list[str] | None, set_string: list[str] | None,
-              set_env: list[str] | None, label: list[str] | None, pool: str | None,
-              local: bool) -> dict[str, Any]:
+def _validate(
+    path: Path,
+    set_: list[str] | None,
+    set_string: list[str] | None,
+    set_env: list[str] | None,
+    label: list[str] | None,
+    pool: str | None,
+    local: bool,
+) -> dict[str, Any]:
     client = _spec_server(local)
     if client is None:
         options = SpecOptions.parse(set_, set_string, set_env, label, pool)
@@ -168,22 +259,38 @@ def _validate(path: Path, set_: list[str] | None, set_string: list[str] | None,
     return {**answer, "server": client.url, "warnings": answer.get("warnings", [])}
 
 
-SpecOrIdArg = Annotated[str, typer.Argument(
-    help="The workflow spec (YAML with Jinja), or the id of a submitted workflow (NAME-N).",
-    metavar="SPEC|WORKFLOW_ID")]
-TemplateOpt = Annotated[bool, typer.Option(
-    "--template", help="With a workflow id: the spec as written, before rendering.")]
+SpecOrIdArg = Annotated[
+    str,
+    typer.Argument(
+        help="The workflow spec (YAML with Jinja), or the id of a submitted workflow (NAME-N).",
+        metavar="SPEC|WORKFLOW_ID",
+    ),
+]
+TemplateOpt = Annotated[
+    bool,
+    typer.Option("--template", help="With a workflow id: the spec as written, before rendering."),
+]
 
 
-@app.command("spec", help=f"""Print the rendered spec (special tokens kept) once it validates.
+@app.command(
+    "spec",
+    help=f"""Print the rendered spec (special tokens kept) once it validates.
 {WHERE_CHECKED} --set-env and --label are checked but, like the tokens, applied when the
 workflow runs: the text shows the spec as rendered. Warnings go to stderr. Given the id of a
 submitted workflow (NAME-N) instead of a file, print the spec it was submitted with, as the
 server stored it (rendered; with --template, as written); that asks the server like
-`workflow query` does, starting the local one if none runs.""")
-def spec_command(source: SpecOrIdArg, set_: SetOpt = None, set_string: SetStringOpt = None,
-                 set_env: SetEnvOpt = None, label: LabelOpt = None, pool: PoolOpt = None,
-                 local: LocalOpt = False, template: TemplateOpt = False) -> None:
+`workflow query` does, starting the local one if none runs.""",
+)
+def spec_command(
+    source: SpecOrIdArg,
+    set_: SetOpt = None,
+    set_string: SetStringOpt = None,
+    set_env: SetEnvOpt = None,
+    label: LabelOpt = None,
+    pool: PoolOpt = None,
+    local: LocalOpt = False,
+    template: TemplateOpt = False,
+) -> None:
     from trainyard.cli.workflow_ops import looks_like_workflow_id
 
     path = Path(source)
@@ -191,14 +298,16 @@ def spec_command(source: SpecOrIdArg, set_: SetOpt = None, set_string: SetString
         _print_text(_stored_spec(source, template))
         return
     if template:
-        raise typer.BadParameter("--template goes with a workflow id (NAME-N), not a spec file",
-                                 param_hint="--template")
+        raise typer.BadParameter(
+            "--template goes with a workflow id (NAME-N), not a spec file", param_hint="--template"
+        )
     _print_text(_checked_spec(path, set_, set_string, set_env, label, pool, local))
 
 
 def _stored_spec(workflow_id: str, template: bool) -> str:
-    answer = Client().request("GET", f"/api/workflow/{workflow_id}/spec",
-                              params={"template": template})
+    answer = Client().request(
+        "GET", f"/api/workflow/{workflow_id}/spec", params={"template": template}
+    )
     return answer.text
 
 
@@ -206,9 +315,15 @@ def _print_text(text: str) -> None:
     typer.echo(text, nl=not text.endswith("\n"))
 
 
-def _checked_spec(path: Path, set_: list[str] | None, set_string: list[str] | None,
-                  set_env: list[str] | None, label: list[str] | None, pool: str | None,
-                  local: bool) -> str:
+def _checked_spec(
+    path: Path,
+    set_: list[str] | None,
+    set_string: list[str] | None,
+    set_env: list[str] | None,
+    label: list[str] | None,
+    pool: str | None,
+    local: bool,
+) -> str:
     """The rendered text of the spec file once it validates (its warnings printed)."""
     client = _spec_server(local)
     if client is None:
@@ -217,8 +332,9 @@ def _checked_spec(path: Path, set_: list[str] | None, set_string: list[str] | No
         warnings = _parse(rendered, path, options).warnings
     else:
         req = _server_request(path, set_, set_string, set_env, label, pool)
-        answer = client.json("POST", "/api/workflow/spec", params={"format": "json"},
-                             json=req.to_json())
+        answer = client.json(
+            "POST", "/api/workflow/spec", params={"format": "json"}, json=req.to_json()
+        )
         rendered, warnings = answer["spec"], spec_warnings(answer)
     print_spec_warnings(warnings)
     return rendered
@@ -267,8 +383,13 @@ details in each verb's own ``--help`` (issue 28: the list was 129 lines)."""
 def _group_verbs(typer_app: typer.Typer) -> None:
     """Give each registered verb its group and short line, and list them in ``VERBS``'
     order (a verb not in it keeps its place, after them)."""
-    place = {verb: (panel, index) for index, (panel, verb) in enumerate(
-        (panel, verb) for panel, verbs in VERBS.items() for verb in verbs)}
+    place = {
+        verb: (panel, index)
+        for index, (panel, verb) in enumerate(
+            (panel, verb) for panel, verbs in VERBS.items() for verb in verbs
+        )
+    }
+
     def name_of(info: Any) -> str:
         return info.name or (info.callback.__name__ if info.callback else "")
 
@@ -276,8 +397,9 @@ def _group_verbs(typer_app: typer.Typer) -> None:
         if name_of(info) in place:
             panel, _ = place[name_of(info)]
             info.rich_help_panel, info.short_help = panel, VERBS[panel][name_of(info)]
-    typer_app.registered_commands.sort(key=lambda info: place.get(
-        name_of(info), ("", len(place)))[1])
+    typer_app.registered_commands.sort(
+        key=lambda info: place.get(name_of(info), ("", len(place)))[1]
+    )
 
 
 def _register_server_commands() -> None:

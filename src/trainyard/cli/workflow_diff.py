@@ -18,15 +18,22 @@ from trainyard.cli.output import Format, emit, table
 
 __all__ = ["register", "diff", "FormatTypeOption"]
 
-FormatTypeOption = typer.Option(Format.table, "--format-type", "-t", "--format",
-                                help="table for people, json for scripts (--format: the same)")
+FormatTypeOption = typer.Option(
+    Format.table,
+    "--format-type",
+    "-t",
+    "--format",
+    help="table for people, json for scripts (--format: the same)",
+)
 
 _VERDICT = {True: "identical", False: "differ", None: "not compared"}
 
 
-def diff(workflow_a: Annotated[str, typer.Argument(help="First workflow ID.")],
-         workflow_b: Annotated[str, typer.Argument(help="Second workflow ID.")],
-         fmt: Format = FormatTypeOption) -> None:
+def diff(
+    workflow_a: Annotated[str, typer.Argument(help="First workflow ID.")],
+    workflow_b: Annotated[str, typer.Argument(help="Second workflow ID.")],
+    fmt: Format = FormatTypeOption,
+) -> None:
     """Compare two workflows: the --set values, labels, pool, backend and images that differ;
     the final metrics side by side; whether their output models (*.pth, *.pt in the tasks'
     output folders, paired by task and path) are identical, tensor by tensor (not by file
@@ -47,12 +54,21 @@ def _shown(value: Any) -> str:
 def _tables(data: dict[str, Any]) -> None:
     a, b = data["a"], data["b"]
     rows = [["pool / backend", f"{a['pool']} / {a['backend']}", f"{b['pool']} / {b['backend']}"]]
-    rows += [[r["field"], _shown(r["a"]), _shown(r["b"])] for r in data["differences"]
-             if r["field"] not in ("pool", "backend")]  # the first row shows both
-    table(["setting", a["id"], b["id"]], rows, title="where they ran, and every other setting that differs")
+    rows += [
+        [r["field"], _shown(r["a"]), _shown(r["b"])]
+        for r in data["differences"]
+        if r["field"] not in ("pool", "backend")
+    ]  # the first row shows both
+    table(
+        ["setting", a["id"], b["id"]],
+        rows,
+        title="where they ran, and every other setting that differs",
+    )
     _models(data)
-    metrics = [[r["file"], r["name"], _shown(r["a"]), _shown(r["b"]), "" if r["same"] else "*"]
-               for r in data["metrics"]]
+    metrics = [
+        [r["file"], r["name"], _shown(r["a"]), _shown(r["b"]), "" if r["same"] else "*"]
+        for r in data["metrics"]
+    ]
     if metrics:
         table(["file", "metric", a["id"], b["id"], "differs"], metrics, title="final metrics")
     typer.echo(f"models: {_VERDICT[data['models_identical']]}")
@@ -62,12 +78,19 @@ def _models(data: dict[str, Any]) -> None:
     if not data["models"]:
         typer.echo("no model files (*.pth, *.pt) in the tasks' output folders")
         return
-    rows = [[r["file"], _VERDICT[r["identical"]] + (f" ({r['error']})" if r.get("error") else ""),
-             r.get("tensors", "-"), ", ".join(r.get("differing") or []) or "-",
-             {True: "yes", False: "no"}.get(r.get("same_bytes"), "-")]
-            for r in data["models"]]
-    table(["model file", "verdict", "tensors", "differing", "same bytes"], rows,
-          title="output models")
+    rows = [
+        [
+            r["file"],
+            _VERDICT[r["identical"]] + (f" ({r['error']})" if r.get("error") else ""),
+            r.get("tensors", "-"),
+            ", ".join(r.get("differing") or []) or "-",
+            {True: "yes", False: "no"}.get(r.get("same_bytes"), "-"),
+        ]
+        for r in data["models"]
+    ]
+    table(
+        ["model file", "verdict", "tensors", "differing", "same bytes"], rows, title="output models"
+    )
 
 
 def register(app: typer.Typer) -> None:

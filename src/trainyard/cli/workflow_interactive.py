@@ -30,28 +30,36 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from trainyard.cli.client import Client
+from trainyard.cli.output import err_console
 from trainyard.cli.rsync_copy import copy_once, parse_rsync_args
 from trainyard.cli.task_entry import command_argv, command_env, task_entry
-from trainyard.cli.output import err_console
 from trainyard.errors import NotFoundError, RefusedError, TrainyardError
 
 if TYPE_CHECKING:
     from trainyard.server.answers import WorkflowAnswer
 
-__all__ = ["register", "exec_command", "port_forward", "rsync", "parse_port",
-           "start_upload_daemon"]
+__all__ = ["register", "exec_command", "port_forward", "rsync", "parse_port", "start_upload_daemon"]
 
-WorkflowIdArg = Annotated[str, typer.Argument(metavar="WORKFLOW_ID", help="The workflow's id (NAME-N).")]
+WorkflowIdArg = Annotated[
+    str, typer.Argument(metavar="WORKFLOW_ID", help="The workflow's id (NAME-N).")
+]
 TaskArg = Annotated[str, typer.Argument(metavar="TASK", help="The task's name.")]
-RetryOpt = Annotated[int | None, typer.Option(
-    "--retry-id", "-r", help="The attempt (default: the task's current one); it must be RUNNING.")]
+RetryOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--retry-id",
+        "-r",
+        help="The attempt (default: the task's current one); it must be RUNNING.",
+    ),
+]
 
 
 # ---------------------------------------------------------------------- exec
 
 
-def _exec_targets(workflow_id: str, task: str | None, group: str | None,
-                  command: list[str]) -> tuple[list[str], list[str]]:
+def _exec_targets(
+    workflow_id: str, task: str | None, group: str | None, command: list[str]
+) -> tuple[list[str], list[str]]:
     """(the tasks to run in, the command): TASK, or with ``--group`` every task of that
     group (then a word click took for TASK is the command's first)."""
     if group is None:
@@ -68,26 +76,49 @@ def _exec_targets(workflow_id: str, task: str | None, group: str | None,
     return tasks, command
 
 
-def exec_command(workflow_id: WorkflowIdArg,
-                 task: Annotated[str | None, typer.Argument(
-                     metavar="[TASK]", help="The task's name (or --group).")] = None,
-                 command: Annotated[list[str] | None, typer.Argument(
-                     metavar="[-- CMD...]", help="The command and its arguments (default: "
-                     "--entry).")] = None,
-                 group: Annotated[str | None, typer.Option(
-                     "--group", help="Run the command in every task of this group, one after "
-                     "the other.")] = None,
-                 entry_command: Annotated[str, typer.Option(
-                     "--entry", help="The command when none follows -- (OSMO's entry "
-                     "point), split as a shell would.")] = "/bin/bash",
-                 connect_timeout_s: Annotated[int, typer.Option(
-                     "--connect-timeout", min=1, help="Seconds to wait for the server's "
-                     "answer on how to enter the task.")] = 60,
-                 keep_alive: Annotated[bool, typer.Option(
-                     "--keep-alive", help="OSMO's 'resume the shell if connection is lost': "
-                     "a session that ends by a signal or a lost connection, not by the "
-                     "command's own exit, is entered again while the task runs.")] = False,
-                 retry_id: RetryOpt = None) -> None:
+def exec_command(
+    workflow_id: WorkflowIdArg,
+    task: Annotated[
+        str | None, typer.Argument(metavar="[TASK]", help="The task's name (or --group).")
+    ] = None,
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[-- CMD...]", help="The command and its arguments (default: --entry)."
+        ),
+    ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group", help="Run the command in every task of this group, one after the other."
+        ),
+    ] = None,
+    entry_command: Annotated[
+        str,
+        typer.Option(
+            "--entry",
+            help="The command when none follows -- (OSMO's entry point), split as a shell would.",
+        ),
+    ] = "/bin/bash",
+    connect_timeout_s: Annotated[
+        int,
+        typer.Option(
+            "--connect-timeout",
+            min=1,
+            help="Seconds to wait for the server's answer on how to enter the task.",
+        ),
+    ] = 60,
+    keep_alive: Annotated[
+        bool,
+        typer.Option(
+            "--keep-alive",
+            help="OSMO's 'resume the shell if connection is lost': "
+            "a session that ends by a signal or a lost connection, not by the "
+            "command's own exit, is entered again while the task runs.",
+        ),
+    ] = False,
+    retry_id: RetryOpt = None,
+) -> None:
     """Run CMD (default: --entry, /bin/bash) inside a RUNNING task: on the local backend in
     its sandbox (its /, its /tmp, its network, its user namespace without capabilities),
     on Slurm with 'srun --overlap' in its job, on Kubernetes with 'kubectl exec' in its pod's
@@ -101,20 +132,37 @@ def exec_command(workflow_id: WorkflowIdArg,
     command = command or shlex.split(entry_command)
     if not command:
         raise typer.BadParameter("--entry is empty", param_hint="--entry")
-    codes = [_exec_session(workflow_id, name, command, retry_id, connect_timeout_s, keep_alive)
-             for name in tasks]
+    codes = [
+        _exec_session(workflow_id, name, command, retry_id, connect_timeout_s, keep_alive)
+        for name in tasks
+    ]
     raise typer.Exit(next((code for code in codes if code), 0))
 
 
-LOST_SESSION = frozenset({-signal.SIGHUP, -signal.SIGKILL, -signal.SIGPIPE,
-                          128 + signal.SIGHUP, 128 + signal.SIGKILL, 128 + signal.SIGPIPE, 255})
+LOST_SESSION = frozenset(
+    {
+        -signal.SIGHUP,
+        -signal.SIGKILL,
+        -signal.SIGPIPE,
+        128 + signal.SIGHUP,
+        128 + signal.SIGKILL,
+        128 + signal.SIGPIPE,
+        255,
+    }
+)
 """Statuses of a session that was lost rather than ended by its command: killed by SIGHUP
 (its terminal gone), SIGKILL or SIGPIPE (as the process or as a shell reports it), or 255
 (srun's and kubectl's status for a connection that failed)."""
 
 
-def _exec_session(workflow_id: str, task: str, command: list[str], retry_id: int | None,
-                  timeout_s: float, keep_alive: bool) -> int:
+def _exec_session(
+    workflow_id: str,
+    task: str,
+    command: list[str],
+    retry_id: int | None,
+    timeout_s: float,
+    keep_alive: bool,
+) -> int:
     """Run ``command`` in one task; with ``keep_alive`` (OSMO's ``--keep-alive``: "resume
     the shell if connection is lost"), a session lost (``LOST_SESSION``) is entered again,
     saying so, until the command ends by itself or the task is no longer RUNNING (its last
@@ -130,8 +178,9 @@ def _exec_session(workflow_id: str, task: str, command: list[str], retry_id: int
     return code
 
 
-def _exec_in(workflow_id: str, task: str, command: list[str], retry_id: int | None,
-             timeout_s: float) -> int:
+def _exec_in(
+    workflow_id: str, task: str, command: list[str], retry_id: int | None, timeout_s: float
+) -> int:
     """Run ``command`` in one task; its exit status."""
     entry = task_entry(workflow_id, task, retry_id, timeout_s)
     tty = sys.stdin.isatty() and sys.stdout.isatty()
@@ -145,11 +194,14 @@ def _run_piped(argv: list[str]) -> int:
     """Run ``argv`` with pipes relayed to this process's stdin, stdout and stderr, never
     with those themselves: one of them may be the caller's terminal, which a task could open
     through ``/proc/PID/fd`` of the command (same user namespace) and push input into."""
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    outs = [threading.Thread(target=_copy_fd, args=(pipe.fileno(), fd), daemon=True)
-            for pipe, fd in ((proc.stdout, 1), (proc.stderr, 2))]
+    outs = [
+        threading.Thread(target=_copy_fd, args=(pipe.fileno(), fd), daemon=True)
+        for pipe, fd in ((proc.stdout, 1), (proc.stderr, 2))
+    ]
     for thread in outs:
         thread.start()
     threading.Thread(target=_feed, args=(proc.stdin,), daemon=True).start()
@@ -251,45 +303,68 @@ def parse_port(text: str) -> tuple[int, int]:
         ports = [int(p) for p in parts]
     except ValueError:
         ports = []
-    if len(parts) not in (1, 2) or len(ports) != len(parts) or not all(0 < p < 65536 for p in ports):
-        raise typer.BadParameter(f"{text!r} is not LOCAL[:REMOTE] with ports 1-65535",
-                                 param_hint="--port")
+    if (
+        len(parts) not in (1, 2)
+        or len(ports) != len(parts)
+        or not all(0 < p < 65536 for p in ports)
+    ):
+        raise typer.BadParameter(
+            f"{text!r} is not LOCAL[:REMOTE] with ports 1-65535", param_hint="--port"
+        )
     return ports[0], ports[-1]
 
 
-def port_forward(workflow_id: WorkflowIdArg, task: TaskArg,
-                 port: Annotated[str, typer.Option(
-                     "--port", metavar="LOCAL[:REMOTE]",
-                     help="Host loopback port, and the task's port (default: the same).")],
-                 host: Annotated[str, typer.Option(
-                     "--host", help="The local address to listen on (OSMO's default: "
-                     "localhost).")] = "localhost",
-                 udp: Annotated[bool, typer.Option(
-                     "--udp", help="OSMO's UDP forwarding: not supported here (exit 4); "
-                     "TCP only.")] = False,
-                 connect_timeout_s: Annotated[int, typer.Option(
-                     "--connect-timeout", min=1, help="Seconds to wait for the server's "
-                     "answer on how to reach the task.")] = 60,
-                 retry_id: RetryOpt = None) -> None:
+def port_forward(
+    workflow_id: WorkflowIdArg,
+    task: TaskArg,
+    port: Annotated[
+        str,
+        typer.Option(
+            "--port",
+            metavar="LOCAL[:REMOTE]",
+            help="Host loopback port, and the task's port (default: the same).",
+        ),
+    ],
+    host: Annotated[
+        str,
+        typer.Option("--host", help="The local address to listen on (OSMO's default: localhost)."),
+    ] = "localhost",
+    udp: Annotated[
+        bool,
+        typer.Option("--udp", help="OSMO's UDP forwarding: not supported here (exit 4); TCP only."),
+    ] = False,
+    connect_timeout_s: Annotated[
+        int,
+        typer.Option(
+            "--connect-timeout",
+            min=1,
+            help="Seconds to wait for the server's answer on how to reach the task.",
+        ),
+    ] = 60,
+    retry_id: RetryOpt = None,
+) -> None:
     """Forward 127.0.0.1:LOCAL on this machine to the task's address:REMOTE (local backend:
     inside the task's group network namespace; Slurm: the node's 127.0.0.1:REMOTE, through a
     relay that 'srun --overlap' runs beside the task for each connection) until Ctrl-C, or
     until the task ends (exit 4). Same rule as cancel."""
     local, remote = parse_port(port)
     if udp:
-        raise RefusedError("UDP port forwarding is not supported by trainyard; TCP only "
-                           "(drop --udp)")
+        raise RefusedError(
+            "UDP port forwarding is not supported by trainyard; TCP only (drop --udp)"
+        )
     entry = task_entry(workflow_id, task, retry_id, connect_timeout_s)
     try:
         listener = socket.create_server((host, local))
     except OSError as exc:
         raise RefusedError(f"cannot listen on {host}:{local}: {exc.strerror or exc}") from None
     where = entry.get("address") or f"node {entry.get('node')} 127.0.0.1"
-    typer.echo(f"Forwarding {host}:{local} -> {task} {where}:{remote} (Ctrl-C to stop)",
-               err=True)
+    typer.echo(f"Forwarding {host}:{local} -> {task} {where}:{remote} (Ctrl-C to stop)", err=True)
     ended = threading.Event()
-    alive = (_local_alive(entry) if entry["backend"] == "local"
-             else _entry_alive(workflow_id, task, int(entry["retry_id"])))
+    alive = (
+        _local_alive(entry)
+        if entry["backend"] == "local"
+        else _entry_alive(workflow_id, task, int(entry["retry_id"]))
+    )
     threading.Thread(target=_watch_task, args=(alive, listener, ended), daemon=True).start()
     try:
         _serve_forward(listener, entry, remote)
@@ -330,8 +405,9 @@ def _forward_one(conn: socket.socket, entry: dict[str, Any], remote: int) -> Non
     try:
         inner = connect_inside(int(entry["pid"]), str(entry["address"]), remote)
     except OSError as exc:
-        typer.echo(f"port-forward: cannot reach {entry['address']}:{remote} in the task: {exc}",
-                   err=True)
+        typer.echo(
+            f"port-forward: cannot reach {entry['address']}:{remote} in the task: {exc}", err=True
+        )
         conn.close()
         return
     relay(conn, inner)
@@ -357,8 +433,9 @@ def _forward_through_srun(conn: socket.socket, entry: dict[str, Any], remote: in
     stdin and stdout carried by ``srun --overlap``."""
     python = str(entry.get("python") or "python3")  # the runner's interpreter on the nodes
     argv = command_argv(entry, [python, "-c", SRUN_RELAY, str(remote)], False)
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            env=command_env(entry))
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=command_env(entry)
+    )
     assert proc.stdin is not None and proc.stdout is not None
 
     def up() -> None:
@@ -394,18 +471,27 @@ def _local_alive(entry: dict[str, Any]) -> Callable[[], bool]:
 
 def _entry_alive(workflow_id: str, task: str, retry_id: int) -> Callable[[], bool]:
     """Whether the server still lets the attempt be entered (it runs)."""
+
     def alive() -> bool:
         try:
-            Client().json("POST", f"/api/workflow/{workflow_id}/task/{task}/entry",
-                          params={"retry_id": retry_id})
+            Client().json(
+                "POST",
+                f"/api/workflow/{workflow_id}/task/{task}/entry",
+                params={"retry_id": retry_id},
+            )
             return True
         except (RefusedError, NotFoundError):
             return False
+
     return alive
 
 
-def _watch_task(alive: Callable[[], bool], listener: socket.socket,
-                ended: threading.Event, interval_s: float = 1.0) -> None:
+def _watch_task(
+    alive: Callable[[], bool],
+    listener: socket.socket,
+    ended: threading.Event,
+    interval_s: float = 1.0,
+) -> None:
     """Close ``listener`` once the task is gone (``alive`` asked every ``interval_s``)."""
     while alive():
         threading.Event().wait(interval_s)
@@ -444,37 +530,74 @@ def start_upload_daemon(workflow_id: str, paths: str, poll_interval_s: float = 2
     rsync_daemon.start(request, poll_interval_s, err=True)
 
 
-def rsync(args: Annotated[list[str], typer.Argument(
-              metavar="[upload|download] WORKFLOW_ID [TASK] PATHS",
-              help="See the forms above.")],
-          retry_id: RetryOpt = None,
-          daemon: Annotated[bool, typer.Option(
-              "--daemon", help="Upload again whenever LOCAL changes, in a background process, "
-                               "until the task ends or 'rsync stop' (upload forms only).")] = False,
-          poll_interval_s: Annotated[float, typer.Option(
-              "--poll-interval", min=0.2, help="Daemon: seconds between looks at LOCAL.")] = 2.0,
-          timeout_s: Annotated[int, typer.Option(
-              "--timeout", min=1, help="Seconds to wait for the server's answer on how to "
-                                       "reach the task (OSMO's connection timeout).")] = 10,
-          no_progress: Annotated[bool, typer.Option(
-              "--no-progress", help="Print nothing about the copy.")] = False,
-          verbose: Annotated[bool, typer.Option(
-              "--verbose", help="Daemon: debug lines in its log too.")] = False,
-          task: Annotated[str | None, typer.Option(
-              "--task", help="'rsync stop ID --task T': only the daemon of that task.")] = None,
-          debounce_delay_s: Annotated[float, typer.Option(
-              "--debounce-delay", min=0, help="Daemon: upload once LOCAL has been still this "
-                                              "many seconds.")] = 0.0,
-          reconcile_interval_s: Annotated[float | None, typer.Option(
-              "--reconcile-interval", min=1, help="Daemon: upload again this often (s) even "
-                                                  "without a change.")] = None,
-          upload_rate_limit: Annotated[int | None, typer.Option(
-              "--upload-rate-limit", min=1, help="Upload at most this many bytes per "
-                                                 "second.")] = None,
-          max_log_size: Annotated[int, typer.Option(
-              "--max-log-size", min=1024, help="Daemon: rotate its log past this many "
-                                               "bytes.")] = 2 * 1024 * 1024,
-          ) -> None:
+def rsync(
+    args: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="[upload|download] WORKFLOW_ID [TASK] PATHS", help="See the forms above."
+        ),
+    ],
+    retry_id: RetryOpt = None,
+    daemon: Annotated[
+        bool,
+        typer.Option(
+            "--daemon",
+            help="Upload again whenever LOCAL changes, in a background process, "
+            "until the task ends or 'rsync stop' (upload forms only).",
+        ),
+    ] = False,
+    poll_interval_s: Annotated[
+        float,
+        typer.Option("--poll-interval", min=0.2, help="Daemon: seconds between looks at LOCAL."),
+    ] = 2.0,
+    timeout_s: Annotated[
+        int,
+        typer.Option(
+            "--timeout",
+            min=1,
+            help="Seconds to wait for the server's answer on how to "
+            "reach the task (OSMO's connection timeout).",
+        ),
+    ] = 10,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="Print nothing about the copy.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Daemon: debug lines in its log too.")
+    ] = False,
+    task: Annotated[
+        str | None,
+        typer.Option("--task", help="'rsync stop ID --task T': only the daemon of that task."),
+    ] = None,
+    debounce_delay_s: Annotated[
+        float,
+        typer.Option(
+            "--debounce-delay",
+            min=0,
+            help="Daemon: upload once LOCAL has been still this many seconds.",
+        ),
+    ] = 0.0,
+    reconcile_interval_s: Annotated[
+        float | None,
+        typer.Option(
+            "--reconcile-interval",
+            min=1,
+            help="Daemon: upload again this often (s) even without a change.",
+        ),
+    ] = None,
+    upload_rate_limit: Annotated[
+        int | None,
+        typer.Option(
+            "--upload-rate-limit", min=1, help="Upload at most this many bytes per second."
+        ),
+    ] = None,
+    max_log_size: Annotated[
+        int,
+        typer.Option(
+            "--max-log-size", min=1024, help="Daemon: rotate its log past this many bytes."
+        ),
+    ] = 2 * 1024 * 1024,
+) -> None:
     """Copy files into or out of a RUNNING task. OSMO's forms: 'rsync ID [TASK]
     LOCAL:REMOTE' and 'rsync upload ID [TASK] LOCAL:REMOTE' upload, 'rsync download ID
     [TASK] REMOTE:LOCAL' downloads (TASK defaults to the lead task of the first group;
@@ -500,16 +623,27 @@ def rsync(args: Annotated[list[str], typer.Argument(
             raise typer.BadParameter("--daemon uploads; it cannot download", param_hint="--daemon")
         from trainyard.cli import rsync_daemon
 
-        rsync_daemon.start(request, poll_interval_s, verbose=verbose, tuning=rsync_daemon.Tuning(
-            debounce_delay_s, reconcile_interval_s, max_log_size, upload_rate_limit))
+        rsync_daemon.start(
+            request,
+            poll_interval_s,
+            verbose=verbose,
+            tuning=rsync_daemon.Tuning(
+                debounce_delay_s, reconcile_interval_s, max_log_size, upload_rate_limit
+            ),
+        )
         return
-    copy_once(request, task_entry(request.workflow_id, request.task, retry_id, timeout_s),
-              upload_rate_limit)
+    copy_once(
+        request,
+        task_entry(request.workflow_id, request.task, retry_id, timeout_s),
+        upload_rate_limit,
+    )
     if no_progress:
         return
-    typer.echo(f"copied {request.local if request.into_task else request.inside} -> "
-               f"{request.task + ':' if request.into_task else ''}{request.destination()}",
-               err=True)
+    typer.echo(
+        f"copied {request.local if request.into_task else request.inside} -> "
+        f"{request.task + ':' if request.into_task else ''}{request.destination()}",
+        err=True,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -8,22 +8,29 @@ output folder (docs/dashboard.md).
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Annotated, Any
 
 import typer
 
 from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, emit, human_bytes, short_time, table
-from datetime import UTC
 
 __all__ = ["register", "metrics"]
 
-_CURVE_COLUMNS = ("val_loss", "loss", "val_accuracy", "accuracy", "throughput_images_per_s",
-                  "images_per_s")
+_CURVE_COLUMNS = (
+    "val_loss",
+    "loss",
+    "val_accuracy",
+    "accuracy",
+    "throughput_images_per_s",
+    "images_per_s",
+)
 
 
-def metrics(workflow_id: Annotated[str, typer.Argument(help="Workflow ID.")],
-            fmt: Format = FormatOption) -> None:
+def metrics(
+    workflow_id: Annotated[str, typer.Argument(help="Workflow ID.")], fmt: Format = FormatOption
+) -> None:
     """Per task attempt: CPU (mean, peak; 100% = one core), peak memory and GPU use sampled by
     the runner every 2 s; then each run's training curve (epochs, last values). ``-t json``
     gives every sample and every point."""
@@ -32,19 +39,41 @@ def metrics(workflow_id: Annotated[str, typer.Argument(help="Workflow ID.")],
 
 
 def _tables(data: dict[str, Any]) -> None:
-    usage = [[r["task"], r["retry_id"], r["samples"], f"{r['cpu_mean_percent']:.0f}%",
-              f"{r['cpu_peak_percent']:.0f}%", human_bytes(r["rss_peak_bytes"]),
-              "-" if r["gpu_peak_percent"] is None else f"{r['gpu_peak_percent']}%",
-              "-" if r["gpu_memory_peak_bytes"] is None else human_bytes(r["gpu_memory_peak_bytes"])]
-             for r in data["summary"]]
-    table(["task", "retry", "samples", "cpu mean", "cpu peak", "mem peak", "gpu peak",
-           "gpu mem peak"], usage, title=f"utilisation of {data['id']} ({data['status']})")
+    usage = [
+        [
+            r["task"],
+            r["retry_id"],
+            r["samples"],
+            f"{r['cpu_mean_percent']:.0f}%",
+            f"{r['cpu_peak_percent']:.0f}%",
+            human_bytes(r["rss_peak_bytes"]),
+            "-" if r["gpu_peak_percent"] is None else f"{r['gpu_peak_percent']}%",
+            "-" if r["gpu_memory_peak_bytes"] is None else human_bytes(r["gpu_memory_peak_bytes"]),
+        ]
+        for r in data["summary"]
+    ]
+    table(
+        [
+            "task",
+            "retry",
+            "samples",
+            "cpu mean",
+            "cpu peak",
+            "mem peak",
+            "gpu peak",
+            "gpu mem peak",
+        ],
+        usage,
+        title=f"utilisation of {data['id']} ({data['status']})",
+    )
     if not data["curves"]:
         typer.echo("no training curves (no metrics.jsonl under a task's output folder)")
         return
     shown = [c for c in _CURVE_COLUMNS if any(c in run["series"] for run in data["curves"])]
-    rows = [[run["run"], run["file"], _last_x(run)] +
-            [_last(run, name) for name in shown] for run in data["curves"]]
+    rows = [
+        [run["run"], run["file"], _last_x(run)] + [_last(run, name) for name in shown]
+        for run in data["curves"]
+    ]
     table(["run", "file", "reached", *shown], rows, title="training curves (last values)")
 
 

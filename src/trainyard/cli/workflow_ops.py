@@ -10,11 +10,12 @@ table in ``cli.main``'s help). With ``--format json`` stdout holds one JSON docu
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 import threading
-from dataclasses import replace
-from enum import StrEnum
 import time
+from collections.abc import Iterable
+from dataclasses import replace
+from datetime import UTC
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -35,24 +36,36 @@ from trainyard.cli.output import (
 )
 from trainyard.cli.request import SpecBody, spec_request
 from trainyard.errors import NotFoundError, RefusedError, SpecError, SpecProblem, TrainyardError
-from trainyard.status import WorkflowStatus
 from trainyard.spec.values import parse_labels
-from datetime import UTC
+from trainyard.status import WorkflowStatus
 
 if TYPE_CHECKING:  # rich is imported when the first progress line is printed (cli.output)
     from rich.console import Console
 
-    from trainyard.server.answers import (AttemptAnswer, GroupAnswer, TaskAnswer, WorkflowAnswer,
-                                          WorkflowSummary)
+    from trainyard.server.answers import (
+        AttemptAnswer,
+        GroupAnswer,
+        TaskAnswer,
+        WorkflowAnswer,
+        WorkflowSummary,
+    )
 
-__all__ = ["register", "wait_for", "finish_wait", "after_submit", "print_dry_run",
-           "looks_like_workflow_id"]
+__all__ = [
+    "register",
+    "wait_for",
+    "finish_wait",
+    "after_submit",
+    "print_dry_run",
+    "looks_like_workflow_id",
+]
 
 TERMINAL_PREFIXES = ("COMPLETED", "FAILED")
 WORKFLOW_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?-\d+$")
 """A workflow id: the workflow's name (letters, digits, '-', '_'), '-', its number."""
 STATUSES = tuple(s.value for s in WorkflowStatus)
-_STATUS_HELP = f"Only workflows with this status; several may follow one flag: {', '.join(STATUSES)}."
+_STATUS_HELP = (
+    f"Only workflows with this status; several may follow one flag: {', '.join(STATUSES)}."
+)
 WorkflowIdArg = typer.Argument(..., metavar="WORKFLOW_ID", help="The workflow's id (NAME-N).")
 
 
@@ -77,18 +90,39 @@ def looks_like_workflow_id(text: str) -> bool:
     return bool(WORKFLOW_ID.match(text))
 
 
-def _request(spec: str, *, set_values: list[str], set_strings: list[str], set_env: list[str],
-             pool: str | None, labels: list[str]) -> SpecBody | None:
+def _request(
+    spec: str,
+    *,
+    set_values: list[str],
+    set_strings: list[str],
+    set_env: list[str],
+    pool: str | None,
+    labels: list[str],
+) -> SpecBody | None:
     """The request for a spec file; None when ``spec`` is no file but looks like a workflow
     id. Raises SpecError when it is neither (the file does not exist)."""
     path = Path(spec)
     if not path.exists():
         if looks_like_workflow_id(spec):
             return None
-        raise SpecError([SpecProblem("", "no such spec file; check the path (to submit a "
-                                         "workflow again, give its id: NAME-N)", file=spec)])
-    return spec_request(path, set_values=set_values, set_strings=set_strings, set_env=set_env,
-                        pool=pool, labels=parse_labels(labels))
+        raise SpecError(
+            [
+                SpecProblem(
+                    "",
+                    "no such spec file; check the path (to submit a "
+                    "workflow again, give its id: NAME-N)",
+                    file=spec,
+                )
+            ]
+        )
+    return spec_request(
+        path,
+        set_values=set_values,
+        set_strings=set_strings,
+        set_env=set_env,
+        pool=pool,
+        labels=parse_labels(labels),
+    )
 
 
 def _task_key(group: GroupAnswer, task: TaskAnswer) -> str:
@@ -128,8 +162,9 @@ def _clock(started: float) -> str:
     return f"{stamp} +{time.monotonic() - started:.1f}s"
 
 
-def _print_progress(view: Console, seen: dict[Any, str], data: WorkflowAnswer,
-                    started: float) -> None:
+def _print_progress(
+    view: Console, seen: dict[Any, str], data: WorkflowAnswer, started: float
+) -> None:
     """Print each change since the last answer: the workflow's status (a restart shows it
     going back to PENDING or RUNNING) and every task attempt's, earlier attempts included
     (``retries`` of a verbose query), so a RESCHEDULED attempt is shown even when its retry
@@ -149,9 +184,13 @@ def _print_progress(view: Console, seen: dict[Any, str], data: WorkflowAnswer,
     for wait in data.get("waiting") or []:
         if seen.get(("waiting", wait["group"])) != wait["reason"]:
             seen[("waiting", wait["group"])] = wait["reason"]
-            view.print(f"{_clock(started)} group {wait['group']} {wait['status']}: "
-                       f"{wait['reason']}", markup=False, emoji=False, highlight=False,
-                       soft_wrap=True)
+            view.print(
+                f"{_clock(started)} group {wait['group']} {wait['status']}: {wait['reason']}",
+                markup=False,
+                emoji=False,
+                highlight=False,
+                soft_wrap=True,
+            )
     if _is_terminal(data["status"]):
         view.print(f"{elapsed} workflow {data['status']}", emoji=False)
 
@@ -170,11 +209,19 @@ def _print_failures(view: Console, workflow_id: str, data: WorkflowAnswer) -> No
             continue
         code = f" (exit code {task['exit_code']})" if task.get("exit_code") is not None else ""
         why = f": {task['failure_reason']}" if task.get("failure_reason") else ""
-        view.print(f"Task {task['name']} retry {task['retry_id']} {status}{code}{why}",
-                   markup=False, highlight=False, soft_wrap=True)
+        view.print(
+            f"Task {task['name']} retry {task['retry_id']} {status}{code}{why}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         print_log_tail(view, task.get("log_tail") or [])
-        view.print(f"  its log: {_prog()} workflow logs {workflow_id} --task {task['name']} "
-                   f"--retry-id {task['retry_id']}", markup=False, highlight=False)
+        view.print(
+            f"  its log: {_prog()} workflow logs {workflow_id} --task {task['name']} "
+            f"--retry-id {task['retry_id']}",
+            markup=False,
+            highlight=False,
+        )
 
 
 def print_log_tail(view: Console, lines: list[str]) -> None:
@@ -189,8 +236,12 @@ def print_log_tail(view: Console, lines: list[str]) -> None:
 def print_waiting(view: Console, data: WorkflowAnswer, prefix: str = "") -> None:
     """Each group that waits to start and why (the answer's ``waiting``)."""
     for wait in data.get("waiting") or []:
-        view.print(f"{prefix}group {wait['group']} {wait['status']}: {wait['reason']}",
-                   markup=False, highlight=False, soft_wrap=True)
+        view.print(
+            f"{prefix}group {wait['group']} {wait['status']}: {wait['reason']}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _follow_logs(view: Console, client: Client, workflow_id: str, stop: threading.Event) -> None:
@@ -213,8 +264,9 @@ FINAL_LOGS_S = 10.0
 lines (the server ends the stream once the logs are drained) before it prints the end."""
 
 
-def _query_long_poll(client: Client, workflow_id: str, known: str | None,
-                     wait_s: float) -> tuple[WorkflowAnswer, str | None]:
+def _query_long_poll(
+    client: Client, workflow_id: str, known: str | None, wait_s: float
+) -> tuple[WorkflowAnswer, str | None]:
     """The workflow's query, held by the server until its progress differs from ``known``
     (or ``wait_s`` passed); (the answer, its progress key, None from a server without long
     polls, which answers at once)."""
@@ -225,8 +277,15 @@ def _query_long_poll(client: Client, workflow_id: str, known: str | None,
     return response.json(), response.headers.get("x-trainyard-progress")
 
 
-def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.25,
-             max_poll_s: float = 1.0, view: Console = console) -> WorkflowAnswer:
+def wait_for(
+    client: Client,
+    workflow_id: str,
+    *,
+    logs: bool,
+    poll_s: float = 0.25,
+    max_poll_s: float = 1.0,
+    view: Console = console,
+) -> WorkflowAnswer:
     """Print progress (and logs) on ``view`` until the workflow ends; return its final query.
     Each status query is a long poll (``LONG_POLL_S``): the server answers when the progress
     changed or the workflow ended, as soon as the engine stores the change. A
@@ -235,8 +294,9 @@ def wait_for(client: Client, workflow_id: str, *, logs: bool, poll_s: float = 0.
     (a long run waited on by many clients does not load it)."""
     started, seen = time.monotonic(), dict[Any, str]()
     stop = threading.Event()
-    follower = threading.Thread(target=_follow_logs, args=(view, client, workflow_id, stop),
-                                daemon=True)
+    follower = threading.Thread(
+        target=_follow_logs, args=(view, client, workflow_id, stop), daemon=True
+    )
     if logs:
         follower.start()
     known: str | None = None
@@ -273,10 +333,13 @@ def finish_wait(client: Client, workflow_id: str, fmt: Format, *, logs: bool = F
     try:
         final = wait_for(client, workflow_id, logs=logs, view=view)
     except KeyboardInterrupt:
-        err_console.print(f"\nStopped waiting; workflow {workflow_id} goes on.\n"
-                          f"  follow it: trainyard workflow logs {workflow_id}\n"
-                          f"  see it:    trainyard workflow query {workflow_id}\n"
-                          f"  stop it:   trainyard workflow cancel {workflow_id}", markup=False)
+        err_console.print(
+            f"\nStopped waiting; workflow {workflow_id} goes on.\n"
+            f"  follow it: trainyard workflow logs {workflow_id}\n"
+            f"  see it:    trainyard workflow query {workflow_id}\n"
+            f"  stop it:   trainyard workflow cancel {workflow_id}",
+            markup=False,
+        )
         raise typer.Exit(130) from None
     if fmt is Format.json:
         emit(final, fmt, lambda _d: None)
@@ -295,39 +358,67 @@ def _print_outputs(view: Console, data: WorkflowAnswer) -> None:
                 if target.startswith("dataset "):
                     name = target.split(" ", 1)[1]
                     view.print(f"    see it:      trainyard dataset info {name}", markup=False)
-                    view.print(f"    download it: trainyard dataset download {name} DIR",
-                               markup=False)
+                    view.print(
+                        f"    download it: trainyard dataset download {name} DIR", markup=False
+                    )
 
 
 # Options that `workflow submit` and `app submit` share.
-SetStringOpt = typer.Option(None, "--set-string", metavar="NAME=VALUE",
-                            help="Template value kept as a string.")
-SetEnvOpt = typer.Option(None, "--set-env", metavar="NAME=VALUE",
-                         help="Environment variable of every task.")
-PoolOpt = typer.Option(None, "--pool", "-p", help="Pool to run on (default: the spec's pool, "
-                       "else your default pool: `profile set pool`, else 'local').")
-PriorityOpt = typer.Option(None, "--priority", metavar="HIGH|NORMAL|LOW",
-                           help="OSMO's scheduling priority, kept with the workflow and shown "
-                           "by query and list (default NORMAL).")
-LabelOpt = typer.Option(None, "--label", metavar="KEY=VALUE",
-                        help="Workflow label; overrides the spec's.")
-DryRunOpt = typer.Option(False, "--dry-run", help="Validate and print the rendered spec and "
-                         "what the backend would be handed; create nothing.")
-RsyncOpt = typer.Option(None, "--rsync", metavar="LOCAL:REMOTE",
-                        help="Upload LOCAL into the lead task once it runs, and again on every "
-                        "change, from a background daemon until the task ends (`workflow "
-                        "rsync status|stop`).")
-WaitOpt = typer.Option(False, "--wait", help="Show progress until it ends; exit 0 only if it "
-                       "COMPLETED.")
+SetStringOpt = typer.Option(
+    None, "--set-string", metavar="NAME=VALUE", help="Template value kept as a string."
+)
+SetEnvOpt = typer.Option(
+    None, "--set-env", metavar="NAME=VALUE", help="Environment variable of every task."
+)
+PoolOpt = typer.Option(
+    None,
+    "--pool",
+    "-p",
+    help="Pool to run on (default: the spec's pool, "
+    "else your default pool: `profile set pool`, else 'local').",
+)
+PriorityOpt = typer.Option(
+    None,
+    "--priority",
+    metavar="HIGH|NORMAL|LOW",
+    help="OSMO's scheduling priority, kept with the workflow and shown "
+    "by query and list (default NORMAL).",
+)
+LabelOpt = typer.Option(
+    None, "--label", metavar="KEY=VALUE", help="Workflow label; overrides the spec's."
+)
+DryRunOpt = typer.Option(
+    False,
+    "--dry-run",
+    help="Validate and print the rendered spec and "
+    "what the backend would be handed; create nothing.",
+)
+RsyncOpt = typer.Option(
+    None,
+    "--rsync",
+    metavar="LOCAL:REMOTE",
+    help="Upload LOCAL into the lead task once it runs, and again on every "
+    "change, from a background daemon until the task ends (`workflow "
+    "rsync status|stop`).",
+)
+WaitOpt = typer.Option(
+    False, "--wait", help="Show progress until it ends; exit 0 only if it COMPLETED."
+)
 
 
 def submit(
     spec: str = typer.Argument(
-        ..., metavar="SPEC|WORKFLOW_ID",
-        help="A spec file, or the id of a workflow (NAME-N) to submit its stored spec again."),
+        ...,
+        metavar="SPEC|WORKFLOW_ID",
+        help="A spec file, or the id of a workflow (NAME-N) to submit its stored spec again.",
+    ),
     set_values: list[str] | None = typer.Option(
-        None, "--set", metavar="NAME=VALUE", help="Template value, YAML-typed; several pairs "
-        "may follow one flag. With a workflow id: added to its stored values, and wins."),
+        None,
+        "--set",
+        metavar="NAME=VALUE",
+        help="Template value, YAML-typed; several pairs "
+        "may follow one flag. With a workflow id: added to its stored values, and wins.",
+    ),
     set_strings: list[str] | None = SetStringOpt,
     set_env: list[str] | None = SetEnvOpt,
     pool: str | None = PoolOpt,
@@ -346,19 +437,36 @@ def submit(
     the final `workflow query` object (progress then goes to stderr); with --dry-run,
     {"dry_run", "name", "pool", "spec", "backend"}.
     """
-    req = _request(spec, set_values=_flat(set_values), set_strings=_flat(set_strings),
-                   set_env=_flat(set_env), pool=pool, labels=label or [])
+    req = _request(
+        spec,
+        set_values=_flat(set_values),
+        set_strings=_flat(set_strings),
+        set_env=_flat(set_env),
+        pool=pool,
+        labels=label or [],
+    )
     client = Client()
     if req is None:
-        overrides = SpecBody(spec_text="", set=_flat(set_values), set_string=_flat(set_strings),
-                             set_env=_flat(set_env), pool=pool, labels=parse_labels(label or []),
-                             priority=checked_priority(priority))
-        result = client.json("POST", f"/api/workflow/{spec}/resubmit",
-                             params={"dry_run": dry_run}, json=overrides.to_json())
+        overrides = SpecBody(
+            spec_text="",
+            set=_flat(set_values),
+            set_string=_flat(set_strings),
+            set_env=_flat(set_env),
+            pool=pool,
+            labels=parse_labels(label or []),
+            priority=checked_priority(priority),
+        )
+        result = client.json(
+            "POST",
+            f"/api/workflow/{spec}/resubmit",
+            params={"dry_run": dry_run},
+            json=overrides.to_json(),
+        )
     else:
         req = replace(req, default_pool=profile_pool(), priority=checked_priority(priority))
-        result = client.json("POST", "/api/workflow", params={"dry_run": dry_run},
-                             json=req.to_json())
+        result = client.json(
+            "POST", "/api/workflow", params={"dry_run": dry_run}, json=req.to_json()
+        )
     after_submit(client, result, fmt, dry_run=dry_run, wait=wait, logs=logs, rsync=rsync)
 
 
@@ -373,8 +481,9 @@ def checked_priority(priority: str | None) -> str | None:
         return None
     wanted = priority.upper()
     if wanted not in PRIORITIES:
-        raise typer.BadParameter(f"{priority!r} is not one of {', '.join(PRIORITIES)}",
-                                 param_hint="'--priority'")
+        raise typer.BadParameter(
+            f"{priority!r} is not one of {', '.join(PRIORITIES)}", param_hint="'--priority'"
+        )
     return wanted
 
 
@@ -385,8 +494,16 @@ def profile_pool() -> str | None:
     return default_pool()
 
 
-def after_submit(client: Client, result: dict[str, Any], fmt: Format, *, dry_run: bool,
-                 wait: bool, logs: bool = False, rsync: str | None = None) -> None:
+def after_submit(
+    client: Client,
+    result: dict[str, Any],
+    fmt: Format,
+    *,
+    dry_run: bool,
+    wait: bool,
+    logs: bool = False,
+    rsync: str | None = None,
+) -> None:
     """Print what a submit answered (its spec warnings on stderr); with ``rsync``, start
     its upload daemon (``submit --rsync``); with ``wait``, follow it to its end (and
     exit)."""
@@ -416,45 +533,84 @@ def print_dry_run(data: dict[str, Any]) -> None:
 
 
 def _query_table(data: WorkflowAnswer) -> None:
-    console.print(f"Workflow {data['id']} ({data['name']}): {data['status']}, "
-                  f"submitted by {data['submitted_by']} at {short_time(data['submit_time'])} UTC",
-                  markup=False, highlight=False)
+    console.print(
+        f"Workflow {data['id']} ({data['name']}): {data['status']}, "
+        f"submitted by {data['submitted_by']} at {short_time(data['submit_time'])} UTC",
+        markup=False,
+        highlight=False,
+    )
     if data.get("labels"):
-        console.print("Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(data["labels"].items())),
-                      markup=False)
+        console.print(
+            "Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(data["labels"].items())),
+            markup=False,
+        )
     rows = []
     for group in data["groups"]:
         for t in group["tasks"]:
-            rows.append([group["name"], t["name"] + (" (lead)" if t["lead"] else ""), t["status"],
-                         t["retry_id"], t["exit_code"], t["node"], short_time(t["start_time"], date=False),
-                         short_time(t["end_time"], date=False)])
+            rows.append(
+                [
+                    group["name"],
+                    t["name"] + (" (lead)" if t["lead"] else ""),
+                    t["status"],
+                    t["retry_id"],
+                    t["exit_code"],
+                    t["node"],
+                    short_time(t["start_time"], date=False),
+                    short_time(t["end_time"], date=False),
+                ]
+            )
             for r in t.get("retries", []):
-                rows.append(["", f"  retry {r['retry_id']}", r["status"], r["retry_id"],
-                             r["exit_code"], r["node"], short_time(r["start_time"], date=False),
-                             short_time(r["end_time"], date=False)])
+                rows.append(
+                    [
+                        "",
+                        f"  retry {r['retry_id']}",
+                        r["status"],
+                        r["retry_id"],
+                        r["exit_code"],
+                        r["node"],
+                        short_time(r["start_time"], date=False),
+                        short_time(r["end_time"], date=False),
+                    ]
+                )
     table(["group", "task", "status", "retry", "exit", "node", "start UTC", "end UTC"], rows)
     failure = data.get("failure")
     if failure:
-        code = f" (exit code {failure['exit_code']})" if failure.get("exit_code") is not None else ""
-        console.print(f"Failed: task {failure['task']} retry {failure['retry_id']} "
-                      f"{failure['status']}{code}: {failure['reason']}", markup=False,
-                      highlight=False, soft_wrap=True)
+        code = (
+            f" (exit code {failure['exit_code']})" if failure.get("exit_code") is not None else ""
+        )
+        console.print(
+            f"Failed: task {failure['task']} retry {failure['retry_id']} "
+            f"{failure['status']}{code}: {failure['reason']}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         print_log_tail(console, failure.get("log_tail") or [])
-        console.print(f"  its log: trainyard workflow logs {data['id']} --task "
-                      f"{failure['task']} --retry-id {failure['retry_id']}", markup=False,
-                      highlight=False)
+        console.print(
+            f"  its log: trainyard workflow logs {data['id']} --task "
+            f"{failure['task']} --retry-id {failure['retry_id']}",
+            markup=False,
+            highlight=False,
+        )
     print_waiting(console, data, prefix="Waiting: ")
     _print_isolation(data)
     for group in data["groups"]:
         for t in group["tasks"]:
             for attempt in [*t.get("retries", []), t]:
-                same = failure and failure["task"] == t["name"] and \
-                    failure["retry_id"] == attempt["retry_id"]
+                same = (
+                    failure
+                    and failure["task"] == t["name"]
+                    and failure["retry_id"] == attempt["retry_id"]
+                )
                 if attempt.get("failure_reason") and not same:  # a stopped, COMPLETED task's too
                     ended = "ended" if attempt.get("status") == "COMPLETED" else "failed"
-                    console.print(f"{t['name']} retry {attempt['retry_id']} {ended}: "
-                                  f"{attempt['failure_reason']}", markup=False,
-                                  highlight=False, soft_wrap=True)
+                    console.print(
+                        f"{t['name']} retry {attempt['retry_id']} {ended}: "
+                        f"{attempt['failure_reason']}",
+                        markup=False,
+                        highlight=False,
+                        soft_wrap=True,
+                    )
 
 
 def _print_isolation(data: WorkflowAnswer) -> None:
@@ -467,9 +623,16 @@ def _print_isolation(data: WorkflowAnswer) -> None:
                     console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
 
-def query(workflow_id: str = WorkflowIdArg, verbose: bool = typer.Option(False, "--verbose", "-v",
-          help="list every retry, and how each task is isolated (sandbox, network, image)"),
-          fmt: Format = FormatOption) -> None:
+def query(
+    workflow_id: str = WorkflowIdArg,
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="list every retry, and how each task is isolated (sandbox, network, image)",
+    ),
+    fmt: Format = FormatOption,
+) -> None:
     """Show a workflow's groups and tasks.
 
     With --verbose, JSON adds each task's "isolation": the detail lines of its current
@@ -479,8 +642,9 @@ def query(workflow_id: str = WorkflowIdArg, verbose: bool = typer.Option(False, 
     emit(data, fmt, _query_table)
 
 
-def _events_of(rows: list[dict[str, Any]], task: str | None,
-               retry_id: int | None) -> list[dict[str, Any]]:
+def _events_of(
+    rows: list[dict[str, Any]], task: str | None, retry_id: int | None
+) -> list[dict[str, Any]]:
     """OSMO's ``events --task --retry-id``: the events of one task, of ``retry_id`` or
     else of its latest attempt; every event without ``task``."""
     if task is None:
@@ -491,12 +655,14 @@ def _events_of(rows: list[dict[str, Any]], task: str | None,
     return [e for e in mine if e["retry_id"] == retry_id]
 
 
-def events(workflow_id: str = WorkflowIdArg,
-           task: str | None = typer.Option(None, "--task", "-t", help="Only this task."),
-           retry_id: int | None = typer.Option(
-               None, "--retry-id", "-r", min=0, help="With --task: this attempt (default: "
-               "its latest)."),
-           fmt: Format = LongFormatOption) -> None:
+def events(
+    workflow_id: str = WorkflowIdArg,
+    task: str | None = typer.Option(None, "--task", "-t", help="Only this task."),
+    retry_id: int | None = typer.Option(
+        None, "--retry-id", "-r", min=0, help="With --task: this attempt (default: its latest)."
+    ),
+    fmt: Format = LongFormatOption,
+) -> None:
     """Show every transition of each task attempt, oldest first: the runner's INITIALIZING,
     RUNNING and EXITED (with its exit code) from the attempt's events.jsonl, then the
     status it ended with (COMPLETED, RESCHEDULED, FAILED*, with the failure reason). JSON:
@@ -508,10 +674,24 @@ def events(workflow_id: str = WorkflowIdArg,
     data = _events_of(rows, task, retry_id)
     if task is not None and not data and not any(e["task"] == task for e in rows):
         raise NotFoundError(f"workflow {workflow_id} has no task {task!r} with events")
-    emit(data, fmt, lambda rows: table(
-        ["time", "task", "retry", "event", "exit", "message"],
-        [[short_time(e["time"]), e["task"], e["retry_id"], e["event"], e["exit_code"],
-          e["message"]] for e in rows]))
+    emit(
+        data,
+        fmt,
+        lambda rows: table(
+            ["time", "task", "retry", "event", "exit", "message"],
+            [
+                [
+                    short_time(e["time"]),
+                    e["task"],
+                    e["retry_id"],
+                    e["event"],
+                    e["exit_code"],
+                    e["message"],
+                ]
+                for e in rows
+            ],
+        ),
+    )
 
 
 def _statuses(values: list[str] | None) -> list[str]:
@@ -519,8 +699,10 @@ def _statuses(values: list[str] | None) -> list[str]:
     wanted = [v.upper() for v in values or []]
     unknown = [v for v, w in zip(values or [], wanted, strict=True) if w not in STATUSES]
     if unknown:
-        raise typer.BadParameter(f"unknown workflow status {', '.join(map(repr, unknown))}; "
-                                 f"statuses: {', '.join(STATUSES)}")
+        raise typer.BadParameter(
+            f"unknown workflow status {', '.join(map(repr, unknown))}; "
+            f"statuses: {', '.join(STATUSES)}"
+        )
     return wanted
 
 
@@ -534,9 +716,10 @@ def _iso_time_s(value: str | None, option: str) -> float | None:
     try:
         when = datetime.fromisoformat(value)
     except ValueError:
-        raise typer.BadParameter(f"{value!r} is no ISO 8601 date or time; give e.g. "
-                                 "2026-01-31 or 2026-01-31T12:00:00Z",
-                                 param_hint=option) from None
+        raise typer.BadParameter(
+            f"{value!r} is no ISO 8601 date or time; give e.g. 2026-01-31 or 2026-01-31T12:00:00Z",
+            param_hint=option,
+        ) from None
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
@@ -545,19 +728,35 @@ class Order(StrEnum):
     desc = "desc"
 
 
-def _list_params(status: list[str], name: str | None, label: list[str], user: list[str],
-                 all_users: bool, pool: list[str], count: int | None, offset: int,
-                 submitted_after: str | None, submitted_before: str | None) -> dict[str, Any]:
+def _list_params(
+    status: list[str],
+    name: str | None,
+    label: list[str],
+    user: list[str],
+    all_users: bool,
+    pool: list[str],
+    count: int | None,
+    offset: int,
+    submitted_after: str | None,
+    submitted_before: str | None,
+) -> dict[str, Any]:
     """The server's query for ``workflow list``: always newest first (``--order`` only
     turns the page round, as OSMO's does)."""
     if user and all_users:
-        raise typer.BadParameter("give --user or --all-users, not both",
-                                 param_hint="'--all-users'")
-    params: dict[str, Any] = {"status": status, "label": label, "user": user, "pool": pool,
-                              "all_users": all_users}
-    optional = {"name": name, "count": count,
-                "submitted_after_s": _iso_time_s(submitted_after, "--submitted-after"),
-                "submitted_before_s": _iso_time_s(submitted_before, "--submitted-before")}
+        raise typer.BadParameter("give --user or --all-users, not both", param_hint="'--all-users'")
+    params: dict[str, Any] = {
+        "status": status,
+        "label": label,
+        "user": user,
+        "pool": pool,
+        "all_users": all_users,
+    }
+    optional = {
+        "name": name,
+        "count": count,
+        "submitted_after_s": _iso_time_s(submitted_after, "--submitted-after"),
+        "submitted_before_s": _iso_time_s(submitted_before, "--submitted-before"),
+    }
     params.update({k: v for k, v in optional.items() if v is not None})
     if offset:
         params["offset"] = offset
@@ -566,45 +765,84 @@ def _list_params(status: list[str], name: str | None, label: list[str], user: li
 
 def list_workflows(
     status: list[str] | None = typer.Option(
-        None, "--status", "-s", callback=_statuses, metavar="STATUS",
-        help=_STATUS_HELP),
+        None, "--status", "-s", callback=_statuses, metavar="STATUS", help=_STATUS_HELP
+    ),
     name: str | None = typer.Option(None, "--name", "-n", help="Only names containing this."),
-    label: list[str] | None = typer.Option(None, "--label", metavar="KEY=VALUE",
-                                              help="Only workflows with this label (all must match)."),
+    label: list[str] | None = typer.Option(
+        None,
+        "--label",
+        metavar="KEY=VALUE",
+        help="Only workflows with this label (all must match).",
+    ),
     no_label: list[str] | None = typer.Option(
-        None, "--no-label", metavar="KEY", help="Only workflows without this label key "
-        "(repeat: every key absent)."),
+        None,
+        "--no-label",
+        metavar="KEY",
+        help="Only workflows without this label key (repeat: every key absent).",
+    ),
     user: list[str] | None = typer.Option(
-        None, "--user", "-u", help="Only these users' workflows; several may follow one flag "
-        "(another user's: admins only). Default: yours."),
-    all_users: bool = typer.Option(False, "--all-users", "-a", help="Every user's workflows "
-                                   "(those you may read: a non-admin's own)."),
+        None,
+        "--user",
+        "-u",
+        help="Only these users' workflows; several may follow one flag "
+        "(another user's: admins only). Default: yours.",
+    ),
+    all_users: bool = typer.Option(
+        False,
+        "--all-users",
+        "-a",
+        help="Every user's workflows (those you may read: a non-admin's own).",
+    ),
     pool: list[str] | None = typer.Option(
-        None, "--pool", "-p", help="Only workflows of these pools; several may follow one flag."),
+        None, "--pool", "-p", help="Only workflows of these pools; several may follow one flag."
+    ),
     app_name: str | None = typer.Option(
-        None, "--app", "-P", metavar="APP[:VERSION]", help="Only workflows submitted from "
-        "this app (or this version of it)."),
+        None,
+        "--app",
+        "-P",
+        metavar="APP[:VERSION]",
+        help="Only workflows submitted from this app (or this version of it).",
+    ),
     tags: list[str] | None = typer.Option(
-        None, "--tags", metavar="TAG", help="Only workflows holding one of these tags; several "
-        "may follow one flag."),
+        None,
+        "--tags",
+        metavar="TAG",
+        help="Only workflows holding one of these tags; several may follow one flag.",
+    ),
     priority: list[str] | None = typer.Option(
-        None, "--priority", metavar="HIGH|NORMAL|LOW", help="Only workflows of these "
-        "priorities; several may follow one flag."),
-    count: int | None = typer.Option(None, "--count", "-c", min=1,
-                                        help="At most this many, the newest (osmo: default "
-                                        "20; trainyard: all)."),
-    offset: int = typer.Option(0, "--offset", "-f", min=0, help="Skip this many newest first "
-                               "(paging)."),
+        None,
+        "--priority",
+        metavar="HIGH|NORMAL|LOW",
+        help="Only workflows of these priorities; several may follow one flag.",
+    ),
+    count: int | None = typer.Option(
+        None,
+        "--count",
+        "-c",
+        min=1,
+        help="At most this many, the newest (osmo: default 20; trainyard: all).",
+    ),
+    offset: int = typer.Option(
+        0, "--offset", "-f", min=0, help="Skip this many newest first (paging)."
+    ),
     order: Order | None = typer.Option(
-        None, "--order", "-o", help="How the page is shown: asc puts the latest at the bottom, "
+        None,
+        "--order",
+        "-o",
+        help="How the page is shown: asc puts the latest at the bottom, "
         "desc at the top (osmo: default asc; trainyard: desc). The page itself is always the "
-        "newest --count after --offset."),
+        "newest --count after --offset.",
+    ),
     submitted_after: str | None = typer.Option(
-        None, "--submitted-after", metavar="ISO_DATE",
+        None,
+        "--submitted-after",
+        metavar="ISO_DATE",
         help="Only those submitted at or after this (2026-01-31, 2026-01-31T12:00Z; UTC "
-             "without an offset)."),
+        "without an offset).",
+    ),
     submitted_before: str | None = typer.Option(
-        None, "--submitted-before", metavar="ISO_DATE", help="Only those submitted before this."),
+        None, "--submitted-before", metavar="ISO_DATE", help="Only those submitted before this."
+    ),
     fmt: Format = FormatOption,
 ) -> None:
     """List your workflows (-a: everyone's), OSMO's way: the newest --count after --offset,
@@ -612,40 +850,77 @@ def list_workflows(
     "labels", "submit_time", "end_time"} (times ISO 8601 UTC), in the order shown."""
     from trainyard.cli.progname import by_program
 
-    params = _list_params(status or [], name, label or [], _flat(user), all_users, _flat(pool),
-                          count if count is not None else by_program(20, None), offset,
-                          submitted_after, submitted_before)
-    extra = {"tag": _flat(tags), "priority": [checked_priority(p) for p in _flat(priority)],
-             "no_label": _flat(no_label), "app": app_name}
+    params = _list_params(
+        status or [],
+        name,
+        label or [],
+        _flat(user),
+        all_users,
+        _flat(pool),
+        count if count is not None else by_program(20, None),
+        offset,
+        submitted_after,
+        submitted_before,
+    )
+    extra = {
+        "tag": _flat(tags),
+        "priority": [checked_priority(p) for p in _flat(priority)],
+        "no_label": _flat(no_label),
+        "app": app_name,
+    }
     params.update({k: v for k, v in extra.items() if v})
     data: list[WorkflowSummary] = Client().json("GET", "/api/workflow", params=params)
     if (order or by_program(Order.asc, Order.desc)) is Order.asc:
         data.reverse()
-    emit(data, fmt, lambda rows: table(
-        ["id", "status", "pool", "user", "submitted"],
-        [[w["id"], w["status"], w["pool"], w["submitted_by"], short_time(w["submit_time"])]
-         for w in rows]))
+    emit(
+        data,
+        fmt,
+        lambda rows: table(
+            ["id", "status", "pool", "user", "submitted"],
+            [
+                [w["id"], w["status"], w["pool"], w["submitted_by"], short_time(w["submit_time"])]
+                for w in rows
+            ],
+        ),
+    )
 
 
 def logs(
     workflow_id: str = WorkflowIdArg,
     task: str | None = typer.Option(None, "--task", "-t", help="Only this task."),
-    retry_id: int | None = typer.Option(None, "--retry-id", "-r", min=0,
-                                           help="Only this attempt (0 is the first)."),
+    retry_id: int | None = typer.Option(
+        None, "--retry-id", "-r", min=0, help="Only this attempt (0 is the first)."
+    ),
     follow: bool | None = typer.Option(
-        None, "--follow/--no-follow", help="Keep printing new lines until the workflow ends "
+        None,
+        "--follow/--no-follow",
+        help="Keep printing new lines until the workflow ends "
         "(the default, as OSMO's `workflow logs`, except inside a task of that same workflow, "
-        "which would wait for itself); --no-follow prints what is written now and returns."),
-    error: bool = typer.Option(False, "--error", help="Only the logs of failed attempts "
-                               "(FAILED*, or RESCHEDULED: retried after a failure): the "
-                               "runner keeps a task's stdout and stderr in "
-                               "one stream, so there is no stderr of its own to show."),
-    lines: int | None = typer.Option(None, "-n", min=1, help="Only the last N lines "
-                                        "(when following: of those already written, then new ones)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also the runner's detail "
-                                 "of how each task is isolated (sandbox, network, image: "
-                                 "lines tagged [task][detail]); by default each task's log "
-                                 "starts with one short line instead."),
+        "which would wait for itself); --no-follow prints what is written now and returns.",
+    ),
+    error: bool = typer.Option(
+        False,
+        "--error",
+        help="Only the logs of failed attempts "
+        "(FAILED*, or RESCHEDULED: retried after a failure): the "
+        "runner keeps a task's stdout and stderr in "
+        "one stream, so there is no stderr of its own to show.",
+    ),
+    lines: int | None = typer.Option(
+        None,
+        "-n",
+        min=1,
+        help="Only the last N lines (when following: of those already written, then new ones).",
+    ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Also the runner's detail "
+        "of how each task is isolated (sandbox, network, image: "
+        "lines tagged [task][detail]); by default each task's log "
+        "starts with one short line instead.",
+    ),
     fmt: Format = LongFormatOption,
 ) -> None:
     r"""Print a workflow's task logs in OSMO's line format (YYYY/MM/DD HH:MM:SS \[task] text,
@@ -658,8 +933,11 @@ def logs(
     the task continues}. Control characters in task output are shown escaped (a carriage
     return as \r, an escape as \x1b).
     """
-    params: dict[str, Any] = {k: v for k, v in {"task": task, "retry_id": retry_id,
-                                                "lines": lines}.items() if v is not None}
+    params: dict[str, Any] = {
+        k: v
+        for k, v in {"task": task, "retry_id": retry_id, "lines": lines}.items()
+        if v is not None
+    }
     if fmt is Format.json:
         params["format"] = "json"
     if error:
@@ -686,8 +964,9 @@ def _inside(workflow_id: str, token: str | None) -> bool:
     return token is not None and token.startswith(f"{PREFIX}{workflow_id}.")
 
 
-def _cancel_one(client: Client, workflow_id: str, message: str | None,
-                force: bool) -> tuple[dict[str, Any], int]:
+def _cancel_one(
+    client: Client, workflow_id: str, message: str | None, force: bool
+) -> tuple[dict[str, Any], int]:
     """Cancel one workflow: (its row, its exit status: 0 cancelled, 4 it had ended, an
     error's code)."""
     params: dict[str, Any] = {"force": force} if force else {}
@@ -704,21 +983,32 @@ def _print_cancel(data: dict[str, Any]) -> None:
     if "error" in data:
         err_console.print(f"error: workflow {data['id']}: {data['error']}", markup=False)
     elif data.get("had_ended"):
-        err_console.print(f"Workflow {data['id']} had already ended: {data['status']}; "
-                          "nothing to cancel", markup=False)
+        err_console.print(
+            f"Workflow {data['id']} had already ended: {data['status']}; nothing to cancel",
+            markup=False,
+        )
     else:
         console.print(f"Workflow {data['id']} cancel requested: {data['status']}", markup=False)
 
 
-def cancel(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...",
-                                                  help="The workflows to cancel (NAME-N)."),
-           message: str | None = typer.Option(
-               None, "--message", "-m", help="Why: kept with the workflow (its cancel_message)."),
-           force: bool = typer.Option(False, "--force", "-f", help="OSMO's force cancel: no "
-                                      "grace period, the tasks' processes SIGKILLed at once "
-                                      "(no SIGTERM first: nothing of theirs runs on the way "
-                                      "out); Slurm: scancel as usual."),
-           fmt: Format = FormatOption) -> None:
+def cancel(
+    workflow_ids: list[str] = typer.Argument(
+        ..., metavar="WORKFLOW_ID...", help="The workflows to cancel (NAME-N)."
+    ),
+    message: str | None = typer.Option(
+        None, "--message", "-m", help="Why: kept with the workflow (its cancel_message)."
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        "-f",
+        help="OSMO's force cancel: no "
+        "grace period, the tasks' processes SIGKILLed at once "
+        "(no SIGTERM first: nothing of theirs runs on the way "
+        "out); Slurm: scancel as usual.",
+    ),
+    fmt: Format = FormatOption,
+) -> None:
     """Cancel workflows: stop every task; each ends FAILED_CANCELED. Each is cancelled on
     its own and its result printed. Exit 0 when every one was cancelled; otherwise the
     first problem's code: 4 when one had already ended (it is left as it ended), 3 an
@@ -737,19 +1027,27 @@ def cancel(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...
         raise typer.Exit(status)
 
 
-def restart(workflow_id: str = WorkflowIdArg,
-            pool: str | None = typer.Option(
-                None, "--pool", "-p", help="OSMO's target pool: only the workflow's own pool "
-                "is taken (its completed groups' outputs are there); another is refused "
-                "(exit 4)."),
-            wait: bool = typer.Option(False, "--wait", help="Show progress until it ends; "
-                                      "exit 0 only if it COMPLETED."),
-            fmt: Format = FormatOption) -> None:
+def restart(
+    workflow_id: str = WorkflowIdArg,
+    pool: str | None = typer.Option(
+        None,
+        "--pool",
+        "-p",
+        help="OSMO's target pool: only the workflow's own pool "
+        "is taken (its completed groups' outputs are there); another is refused "
+        "(exit 4).",
+    ),
+    wait: bool = typer.Option(
+        False, "--wait", help="Show progress until it ends; exit 0 only if it COMPLETED."
+    ),
+    fmt: Format = FormatOption,
+) -> None:
     """Run a failed workflow's failed groups again, keeping its completed ones. A running
     or COMPLETED workflow is refused (exit 4)."""
     client = Client()
-    data = client.json("POST", f"/api/workflow/{workflow_id}/restart",
-                       params={"pool": pool} if pool else {})
+    data = client.json(
+        "POST", f"/api/workflow/{workflow_id}/restart", params={"pool": pool} if pool else {}
+    )
     if not wait:
         emit(data, fmt, lambda d: console.print(f"Workflow {d['id']} restarted: {d['status']}"))
         return
@@ -758,34 +1056,58 @@ def restart(workflow_id: str = WorkflowIdArg,
     finish_wait(client, workflow_id, fmt)
 
 
-def tag(workflows: list[str] | None = typer.Option(
-            None, "--workflow", "-w", metavar="WORKFLOW_ID", help="The workflows to change; "
-            "several may follow one flag. Without it: list the tags in use."),
-        add: list[str] | None = typer.Option(None, "--add", "-a", metavar="TAG",
-                                                help="Tags to add; several may follow one flag."),
-        remove: list[str] | None = typer.Option(
-            None, "--remove", "-r", metavar="TAG", help="Tags to remove (before adding)."),
-        fmt: Format = FormatOption) -> None:
+def tag(
+    workflows: list[str] | None = typer.Option(
+        None,
+        "--workflow",
+        "-w",
+        metavar="WORKFLOW_ID",
+        help="The workflows to change; "
+        "several may follow one flag. Without it: list the tags in use.",
+    ),
+    add: list[str] | None = typer.Option(
+        None, "--add", "-a", metavar="TAG", help="Tags to add; several may follow one flag."
+    ),
+    remove: list[str] | None = typer.Option(
+        None, "--remove", "-r", metavar="TAG", help="Tags to remove (before adding)."
+    ),
+    fmt: Format = FormatOption,
+) -> None:
     """OSMO's workflow tags: change the tags of workflows (remove applied before add), or
     list the tags in use. `workflow list --tags T` finds them. JSON: [{"id", "tags"}], or
     the list of tags."""
     client = Client()
     if not workflows:
         if add or remove:
-            raise typer.BadParameter("--add and --remove need --workflow",
-                                     param_hint="'--workflow'")
-        emit(client.json("GET", "/api/tag"), fmt,
-             lambda tags: typer.echo("\n".join(tags) if tags else "No tags"))
+            raise typer.BadParameter(
+                "--add and --remove need --workflow", param_hint="'--workflow'"
+            )
+        emit(
+            client.json("GET", "/api/tag"),
+            fmt,
+            lambda tags: typer.echo("\n".join(tags) if tags else "No tags"),
+        )
         return
-    data = client.json("POST", "/api/tag", json={"workflows": _flat(workflows),
-                                                 "add": _flat(add), "remove": _flat(remove)})
-    emit(data, fmt, lambda rows: _echo_lines(f"Workflow {r['id']} tags: "
-                                             f"{', '.join(r['tags']) or '-'}" for r in rows))
+    data = client.json(
+        "POST",
+        "/api/tag",
+        json={"workflows": _flat(workflows), "add": _flat(add), "remove": _flat(remove)},
+    )
+    emit(
+        data,
+        fmt,
+        lambda rows: _echo_lines(
+            f"Workflow {r['id']} tags: {', '.join(r['tags']) or '-'}" for r in rows
+        ),
+    )
 
 
-def delete(workflow_ids: list[str] = typer.Argument(..., metavar="WORKFLOW_ID...",
-                                                  help="Ended workflows to delete."),
-           fmt: Format = FormatOption) -> None:
+def delete(
+    workflow_ids: list[str] = typer.Argument(
+        ..., metavar="WORKFLOW_ID...", help="Ended workflows to delete."
+    ),
+    fmt: Format = FormatOption,
+) -> None:
     """Delete ended workflows: their records and run folders (logs, task folders,
     {{output}} folders); never what they uploaded (datasets, output URLs). All or none: a
     running workflow is refused (exit 4: cancel it first), another user's too (exit 8)
@@ -805,8 +1127,11 @@ def _duration_s(value: str) -> float:
 
 def prune(
     older_than: str = typer.Option(
-        "7d", "--older-than", metavar="DURATION",
-        help="Delete the workflows that ended more than this long ago (30s, 12h, 7d, seconds)."),
+        "7d",
+        "--older-than",
+        metavar="DURATION",
+        help="Delete the workflows that ended more than this long ago (30s, 12h, 7d, seconds).",
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be deleted."),
     fmt: Format = FormatOption,
 ) -> None:

@@ -29,14 +29,31 @@ if TYPE_CHECKING:
     from trainyard.data.urls import download, list_url, upload
 
 __all__ = [
-    "DataConfig", "load_config", "DatasetInfo", "DatasetStore", "DatasetVersion", "parse_ref",
-    "Mover", "TransferStats", "download", "list_url", "upload", "runner_hook",
+    "DataConfig",
+    "load_config",
+    "DatasetInfo",
+    "DatasetStore",
+    "DatasetVersion",
+    "parse_ref",
+    "Mover",
+    "TransferStats",
+    "download",
+    "list_url",
+    "upload",
+    "runner_hook",
 ]
 
 _HOMES = {
-    "DataConfig": "config", "load_config": "config", "DatasetInfo": "datasets",
-    "DatasetStore": "datasets", "DatasetVersion": "datasets", "parse_ref": "datasets",
-    "Mover": "transfer", "TransferStats": "transfer", "download": "urls", "list_url": "urls",
+    "DataConfig": "config",
+    "load_config": "config",
+    "DatasetInfo": "datasets",
+    "DatasetStore": "datasets",
+    "DatasetVersion": "datasets",
+    "parse_ref": "datasets",
+    "Mover": "transfer",
+    "TransferStats": "transfer",
+    "download": "urls",
+    "list_url": "urls",
     "upload": "urls",
 }
 """Public name -> its module. Imported on first use, so that ``trainyard.data.scrub`` (which

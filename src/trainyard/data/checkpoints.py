@@ -39,12 +39,25 @@ from pydantic import BaseModel, ValidationError
 from trainyard.data import storage
 from trainyard.data.retry import ChecksumMismatch
 from trainyard.data.storage import META_DIR, Location
-from trainyard.data.transfer import (FileJob, JobAction, LocalFile, Moved, Mover, file_filter,
-                                     local_files)
+from trainyard.data.transfer import (
+    FileJob,
+    JobAction,
+    LocalFile,
+    Moved,
+    Mover,
+    file_filter,
+    local_files,
+)
 from trainyard.errors import DataError
 
-__all__ = ["CheckpointEntry", "CheckpointManifest", "CheckpointWriter", "read_checkpoint",
-           "has_checkpoint", "UploadState"]
+__all__ = [
+    "CheckpointEntry",
+    "CheckpointManifest",
+    "CheckpointWriter",
+    "read_checkpoint",
+    "has_checkpoint",
+    "UploadState",
+]
 
 UploadState = dict[str, tuple[int, int]]
 """Relative path -> (mtime_ns, size) of what the last committed round holds."""
@@ -84,8 +97,9 @@ def _rounds(mover: Mover, loc: Location) -> list[int]:
         try:
             if not loc.fs.exists(folder):
                 return []
-            return sorted(n for n in map(_round_of, loc.fs.ls(folder, detail=False))
-                          if n is not None)
+            return sorted(
+                n for n in map(_round_of, loc.fs.ls(folder, detail=False)) if n is not None
+            )
         except OSError as exc:  # its text without the internal path (said as the URL)
             if not exc.errno:
                 raise
@@ -104,7 +118,9 @@ def has_checkpoint(mover: Mover, loc: Location) -> bool:
 def _load_manifest(mover: Mover, loc: Location, number: int) -> CheckpointManifest | None:
     path = loc.join(ROUNDS, f"{number}.json")
     try:
-        data = mover.storage_call(f"reading {loc.show(path)}", lambda: storage.read_bytes(loc, path))
+        data = mover.storage_call(
+            f"reading {loc.show(path)}", lambda: storage.read_bytes(loc, path)
+        )
     except DataError as exc:
         if isinstance(exc.__cause__, FileNotFoundError):
             return None  # removed by a newer round since we listed
@@ -112,7 +128,9 @@ def _load_manifest(mover: Mover, loc: Location, number: int) -> CheckpointManife
     try:
         return CheckpointManifest.model_validate_json(data)
     except ValidationError as exc:
-        raise DataError(f"{loc.show(f'{ROUNDS}/{number}.json')}: not a checkpoint manifest: {exc}") from exc
+        raise DataError(
+            f"{loc.show(f'{ROUNDS}/{number}.json')}: not a checkpoint manifest: {exc}"
+        ) from exc
 
 
 def _newest(mover: Mover, loc: Location) -> CheckpointManifest | None:
@@ -158,18 +176,25 @@ def read_checkpoint(mover: Mover, loc: Location, dest: Path, regex: str | None) 
 
 
 def _fetch_round(mover: Mover, loc: Location, entries: list[CheckpointEntry], dest: Path) -> bool:
-    jobs = [FileJob(e.path, loc.join(e.path), str(dest / e.path), e.size, e.sha256,
-                    where=f"{loc.url.rstrip('/')}/{e.path} -> {dest / e.path}") for e in entries]
-    stats = mover.run(jobs, _read_action(mover, loc, {e.path: e for e in entries}),
-                      "download", loc)
+    jobs = [
+        FileJob(
+            e.path,
+            loc.join(e.path),
+            str(dest / e.path),
+            e.size,
+            e.sha256,
+            where=f"{loc.url.rstrip('/')}/{e.path} -> {dest / e.path}",
+        )
+        for e in entries
+    ]
+    stats = mover.run(jobs, _read_action(mover, loc, {e.path: e for e in entries}), "download", loc)
     if stats.files != len(entries) or len(stats.digests) != len(entries):
         return False
     mover.log(stats.summary("downloaded", f"from {loc.show()}"))
     return True
 
 
-def _read_action(mover: Mover, loc: Location, entries: dict[str, CheckpointEntry]
-                 ) -> JobAction:
+def _read_action(mover: Mover, loc: Location, entries: dict[str, CheckpointEntry]) -> JobAction:
     """Published copy first, the round's staged copy second; ``""`` when neither matches."""
     download = mover.download_action(loc)
 
@@ -177,7 +202,9 @@ def _read_action(mover: Mover, loc: Location, entries: dict[str, CheckpointEntry
         staged = loc.join(STAGING, str(entries[job.rel].round), job.rel)
         for source in (job.source, staged):
             try:
-                return download(FileJob(job.rel, source, job.target, job.size, job.sha256), callback)
+                return download(
+                    FileJob(job.rel, source, job.target, job.size, job.sha256), callback
+                )
             except (FileNotFoundError, ChecksumMismatch):
                 continue
         return ""
@@ -244,50 +271,82 @@ class CheckpointWriter:
         stage = self.loc.child(f"{STAGING}/{number}")
         stamps = {f.rel: _stamp_or_none(f.path) for f in changed}
         stats = self.mover.run(
-            [FileJob(f.rel, str(f.path), stage.join(f.rel), f.size,
-                     where=f"{f.path} -> {stage.url}/{f.rel}", confined=f.confined)
-             for f in changed],
-            self.mover.upload_action(stage, digest=True), "checkpoint", stage)
-        uploaded = [CheckpointEntry(path=f.rel, size=stats.sizes[f.rel],  # as copied
-                                    sha256=stats.digests[f.rel], round=number) for f in changed]
+            [
+                FileJob(
+                    f.rel,
+                    str(f.path),
+                    stage.join(f.rel),
+                    f.size,
+                    where=f"{f.path} -> {stage.url}/{f.rel}",
+                    confined=f.confined,
+                )
+                for f in changed
+            ],
+            self.mover.upload_action(stage, digest=True),
+            "checkpoint",
+            stage,
+        )
+        uploaded = [
+            CheckpointEntry(
+                path=f.rel,
+                size=stats.sizes[f.rel],  # as copied
+                sha256=stats.digests[f.rel],
+                round=number,
+            )
+            for f in changed
+        ]
         kept = [self.entries[f.rel] for f in files if f.rel not in stamps and f.rel in self.entries]
         return _Round(number, uploaded, kept, stamps)
 
     def _commit(self, done: _Round) -> None:
-        manifest = CheckpointManifest(round=done.number, created_s=time.time(),
-                                      files=sorted(done.kept + done.uploaded, key=lambda e: e.path))
+        manifest = CheckpointManifest(
+            round=done.number,
+            created_s=time.time(),
+            files=sorted(done.kept + done.uploaded, key=lambda e: e.path),
+        )
         path = self.loc.join(ROUNDS, f"{done.number}.json")
         data = json.dumps(manifest.model_dump(), indent=1).encode()
         created = self.mover.storage_call(
             f"committing {self.loc.show(f'{ROUNDS}/{done.number}.json')}",
-            lambda: storage.create_exclusive(self.loc, path, data))
+            lambda: storage.create_exclusive(self.loc, path, data),
+        )
         if not created:
-            raise DataError(f"{self.loc.show()}: round {done.number} was committed by another "
-                            "writer; two tasks checkpoint to one URL")
+            raise DataError(
+                f"{self.loc.show()}: round {done.number} was committed by another "
+                "writer; two tasks checkpoint to one URL"
+            )
         self.entries = {e.path: e for e in manifest.files}
 
     def _publish(self, done: _Round, state: UploadState) -> None:
         stage = self.loc.join(STAGING, str(done.number))
         for entry in done.uploaded:
             source, target = posixpath.join(stage, entry.path), self.loc.join(entry.path)
-            self.mover.storage_call(f"publishing {self.loc.show(entry.path)}",
-                                    functools.partial(_move, self.loc, source, target))
+            self.mover.storage_call(
+                f"publishing {self.loc.show(entry.path)}",
+                functools.partial(_move, self.loc, source, target),
+            )
             state[entry.path] = done.stamps[entry.path] or (0, 0)
         for gone in set(state) - set(self.entries):
             del state[gone]
         self._clean(done.number)
-        self.mover.log(f"checkpoint round {done.number}: {len(done.uploaded)} file(s) uploaded, "
-                       f"{len(self.entries)} in the set, to {self.loc.show()}")
+        self.mover.log(
+            f"checkpoint round {done.number}: {len(done.uploaded)} file(s) uploaded, "
+            f"{len(self.entries)} in the set, to {self.loc.show()}"
+        )
 
     def _clean(self, number: int) -> None:
         for old in _rounds(self.mover, self.loc):
             if old < number:
                 self.mover.storage_call(
                     "removing an old checkpoint manifest",
-                    functools.partial(storage.remove, self.loc,
-                                      self.loc.join(ROUNDS, f"{old}.json")))
-        self.mover.storage_call("removing checkpoint staging", lambda: storage.remove(
-            self.loc, self.loc.join(STAGING), recursive=True))
+                    functools.partial(
+                        storage.remove, self.loc, self.loc.join(ROUNDS, f"{old}.json")
+                    ),
+                )
+        self.mover.storage_call(
+            "removing checkpoint staging",
+            lambda: storage.remove(self.loc, self.loc.join(STAGING), recursive=True),
+        )
 
 
 def _move(loc: Location, source: str, target: str) -> None:
@@ -304,4 +363,3 @@ def _stamp_or_none(path: Path) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return info.st_mtime_ns, info.st_size
-

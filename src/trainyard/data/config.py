@@ -74,8 +74,10 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: expected a mapping of data settings")
     unknown = set(data) - {*_KEYS, "storage_options"}
     if unknown:
-        raise ConfigError(f"{path}: unknown keys {sorted(unknown)}; valid: "
-                          f"{', '.join((*_KEYS, 'storage_options'))}")
+        raise ConfigError(
+            f"{path}: unknown keys {sorted(unknown)}; valid: "
+            f"{', '.join((*_KEYS, 'storage_options'))}"
+        )
     return data
 
 

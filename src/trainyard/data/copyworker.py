@@ -47,8 +47,20 @@ from typing import IO, NamedTuple
 
 from trainyard.data import localcopy
 
-__all__ = ["CopyOrder", "Copied", "Helper", "ChunkQueue", "WorkerLost", "pays", "usable_cpus",
-           "MIN_FILES", "MAX_FILE_BYTES", "CHUNK_FILES", "MAX_CHUNK_FILES", "STALL_S"]
+__all__ = [
+    "CopyOrder",
+    "Copied",
+    "Helper",
+    "ChunkQueue",
+    "WorkerLost",
+    "pays",
+    "usable_cpus",
+    "MIN_FILES",
+    "MAX_FILE_BYTES",
+    "CHUNK_FILES",
+    "MAX_CHUNK_FILES",
+    "STALL_S",
+]
 
 MIN_FILES = 500
 """Fewer files than this are not worth a worker's start (about 11 ms of CPU, 15 ms)."""
@@ -67,10 +79,12 @@ and answers fit, so that writing the next chunk never waits for the worker's ans
 STALL_S = 60.0
 """A worker that answers no chunk in this long is taken for hung: killed, its chunk done here."""
 
-_BOOT = ("import sys,_frozen_importlib as b,_frozen_importlib_external as e;"
-         "sys.path[:0]=sys.argv[2:];"
-         "s=e.spec_from_file_location('trainyard_copy_helper',sys.argv[1]);"
-         "m=b.module_from_spec(s);s.loader.exec_module(m);m.serve_stdio()")
+_BOOT = (
+    "import sys,_frozen_importlib as b,_frozen_importlib_external as e;"
+    "sys.path[:0]=sys.argv[2:];"
+    "s=e.spec_from_file_location('trainyard_copy_helper',sys.argv[1]);"
+    "m=b.module_from_spec(s);s.loader.exec_module(m);m.serve_stdio()"
+)
 """The worker's program: load ``localcopy.py`` from its file (argv[1]; through the import
 machinery the interpreter has loaded already, so with its cached bytecode and without
 ``importlib.util``'s imports: 2 to 6 ms less) with the folders of the hash packages
@@ -89,8 +103,12 @@ class CopyOrder(NamedTuple):
 
     def wire(self) -> list[bytes]:
         """The order's fields for ``localcopy.frame``."""
-        return [os.fsencode(self.source), os.fsencode(self.target),
-                os.fsencode(self.temp) if self.temp else b"", self.algo.encode()]
+        return [
+            os.fsencode(self.source),
+            os.fsencode(self.target),
+            os.fsencode(self.temp) if self.temp else b"",
+            self.algo.encode(),
+        ]
 
 
 class Copied(NamedTuple):
@@ -123,8 +141,9 @@ class ChunkQueue:
     end so that the two sides finish together.
     """
 
-    def __init__(self, indices: Sequence[int], min_files: int | None = None,
-                 max_files: int | None = None) -> None:
+    def __init__(
+        self, indices: Sequence[int], min_files: int | None = None, max_files: int | None = None
+    ) -> None:
         self._indices = list(indices)
         self._min = min_files or CHUNK_FILES
         self._max = max(self._min, max_files or MAX_CHUNK_FILES)
@@ -139,7 +158,7 @@ class ChunkQueue:
             if self._stopped or left <= 0:
                 return None
             self._next += min(left, max(self._min, min(self._max, left // 4)))
-            return self._indices[start:self._next]
+            return self._indices[start : self._next]
 
     def stop(self) -> None:
         with self._lock:
@@ -174,19 +193,24 @@ class Helper:
         self.lost: list[int] = []
         self.proc: subprocess.Popen[bytes] | None = None
         self.fed = False
-        self._work: tuple[ChunkQueue, Callable[[int], CopyOrder],
-                          Callable[[int, Copied | str], None]] | None = None
+        self._work: (
+            tuple[ChunkQueue, Callable[[int], CopyOrder], Callable[[int, Copied | str], None]]
+            | None
+        ) = None
         self._wake = threading.Event()
         self._abort = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="trainyard-copy-helper",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="trainyard-copy-helper", daemon=True)
 
     def start(self) -> Helper:
         self._thread.start()
         return self
 
-    def feed(self, queue: ChunkQueue, order_of: Callable[[int], CopyOrder],
-             on_chunk: Callable[[int, Copied | str], None]) -> Helper:
+    def feed(
+        self,
+        queue: ChunkQueue,
+        order_of: Callable[[int], CopyOrder],
+        on_chunk: Callable[[int, Copied | str], None],
+    ) -> Helper:
         """Give the started worker its work (see the class)."""
         self._work, self.fed = (queue, order_of, on_chunk), True
         self._wake.set()
@@ -223,15 +247,21 @@ class Helper:
         finally:
             stderr.close()
 
-    def _serve(self, proc: subprocess.Popen[bytes], queue: ChunkQueue,
-               order_of: Callable[[int], CopyOrder], on_chunk: Callable[[int, Copied | str], None],
-               in_flight: deque[tuple[list[int], list[CopyOrder]]]) -> None:
+    def _serve(
+        self,
+        proc: subprocess.Popen[bytes],
+        queue: ChunkQueue,
+        order_of: Callable[[int], CopyOrder],
+        on_chunk: Callable[[int, Copied | str], None],
+        in_flight: deque[tuple[list[int], list[CopyOrder]]],
+    ) -> None:
         """Keep ``IN_FLIGHT`` chunks sent; answer the oldest as its answer comes. Raises
         WorkerLost (``in_flight`` then holds what was not answered)."""
         pending = bytearray()
         while True:
-            while len(in_flight) < IN_FLIGHT and not self._abort.is_set() \
-                    and (chunk := queue.take()):
+            while (
+                len(in_flight) < IN_FLIGHT and not self._abort.is_set() and (chunk := queue.take())
+            ):
                 in_flight.append((chunk, [order_of(i) for i in chunk]))
                 _send_orders(proc, in_flight[-1][1], time.monotonic() + STALL_S)
             if not in_flight:
@@ -241,8 +271,9 @@ class Helper:
                 on_chunk(index, answer)
             in_flight.popleft()  # only now: a chunk whose answers failed midway is redone whole
 
-    def _give_back(self, in_flight: deque[tuple[list[int], list[CopyOrder]]], why: str,
-                   stderr: IO[bytes]) -> None:
+    def _give_back(
+        self, in_flight: deque[tuple[list[int], list[CopyOrder]]], why: str, stderr: IO[bytes]
+    ) -> None:
         """The worker is dead: remove the temp files its chunks may have left (the names
         were chosen here), and hand the chunks back (``lost``) unless aborted."""
         chunk = [index for indices, _orders in in_flight for index in indices]
@@ -255,8 +286,10 @@ class Helper:
         self.lost.extend(chunk)  # the caller's loop takes the chunks left; this worker is done
         stderr.seek(0)
         said = stderr.read()[-500:].decode(errors="replace").strip()
-        self.log(f"copy helper process lost ({why}{'; it said: ' + said if said else ''}): "
-                 f"{len(chunk)} file(s) of its chunk and the rest done in this process")
+        self.log(
+            f"copy helper process lost ({why}{'; it said: ' + said if said else ''}): "
+            f"{len(chunk)} file(s) of its chunk and the rest done in this process"
+        )
 
     def _kill(self) -> None:
         proc = self.proc
@@ -272,8 +305,9 @@ def _spawn(stderr: IO[bytes]) -> subprocess.Popen[bytes]:
     ``localcopy.serve_stdio``, with only the folder of this process's ``blake3`` added to
     its path."""
     command = [sys.executable, "-I", "-S", "-c", _BOOT, localcopy.__file__, *_hash_paths()]
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=stderr, close_fds=True)
+    proc = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, close_fds=True
+    )
     for pipe in (proc.stdin, proc.stdout):
         try:
             fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)  # type: ignore[union-attr]
@@ -303,16 +337,15 @@ def _close(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _send_orders(proc: subprocess.Popen[bytes], orders: list[CopyOrder],
-                 deadline: float) -> None:
+def _send_orders(proc: subprocess.Popen[bytes], orders: list[CopyOrder], deadline: float) -> None:
     """Send one chunk of orders. Raises WorkerLost."""
     assert proc.stdin is not None
-    _send(proc.stdin.fileno(), localcopy.frame([f for o in orders for f in o.wire()]),
-          deadline)
+    _send(proc.stdin.fileno(), localcopy.frame([f for o in orders for f in o.wire()]), deadline)
 
 
-def _answers(proc: subprocess.Popen[bytes], count: int, deadline: float,
-             pending: bytearray) -> list[Copied | str]:
+def _answers(
+    proc: subprocess.Popen[bytes], count: int, deadline: float, pending: bytearray
+) -> list[Copied | str]:
     """Read the answers to the oldest chunk sent (``count`` orders; ``pending``: as
     ``_receive``). Raises WorkerLost."""
     assert proc.stdout is not None
@@ -321,8 +354,11 @@ def _answers(proc: subprocess.Popen[bytes], count: int, deadline: float,
 
 def _wait(fd: int, writing: bool, deadline: float) -> None:
     left = deadline - time.monotonic()
-    ready = select.select([], [fd], [], max(left, 0)) if writing else \
-        select.select([fd], [], [], max(left, 0))
+    ready = (
+        select.select([], [fd], [], max(left, 0))
+        if writing
+        else select.select([fd], [], [], max(left, 0))
+    )
     if not any(ready):
         raise WorkerLost(f"no answer in {STALL_S:.0f} s")
 
@@ -332,7 +368,7 @@ def _send(fd: int, data: bytes, deadline: float) -> None:
     while view:
         _wait(fd, True, deadline)
         try:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         except BrokenPipeError as exc:
             raise WorkerLost("it exited") from exc
 
@@ -367,7 +403,8 @@ def _parse(data: bytes, count: int) -> list[Copied | str]:
             raise ValueError("bad frame")
         answers: list[Copied | str] = [
             Copied(int(size), value.decode()) if size else value.decode(errors="replace")
-            for size, value in localcopy.unframe(payload, 2)]
+            for size, value in localcopy.unframe(payload, 2)
+        ]
     except ValueError as exc:
         raise WorkerLost(f"not an answer: {data[:80]!r}") from exc
     if len(answers) != count:

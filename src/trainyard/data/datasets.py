@@ -56,13 +56,27 @@ from pydantic import BaseModel, ValidationError, model_validator
 
 from trainyard.data import storage
 from trainyard.data.storage import Location, RemoteFile
-from trainyard.data.transfer import (LocalFile, Mover, TransferStats, fast_digest_algo, file_filter,
-                                     split_digest)
+from trainyard.data.transfer import (
+    LocalFile,
+    Mover,
+    TransferStats,
+    fast_digest_algo,
+    file_filter,
+    split_digest,
+)
 from trainyard.data.transfer import _joiner as joiner
 from trainyard.errors import DataError, ForbiddenError, NotFoundError
 
-__all__ = ["Actor", "DatasetFile", "DatasetVersion", "DatasetInfo", "DatasetStore", "parse_ref",
-           "LATEST", "EVERYONE"]
+__all__ = [
+    "Actor",
+    "DatasetFile",
+    "DatasetVersion",
+    "DatasetInfo",
+    "DatasetStore",
+    "parse_ref",
+    "LATEST",
+    "EVERYONE",
+]
 
 LATEST = "latest"
 EVERYONE = "*"
@@ -74,6 +88,8 @@ class Actor:
 
     name: str
     admin: bool = False
+
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _MAX_COMMIT_TRIES = 100
 
@@ -144,9 +160,11 @@ def check_inside(version: DatasetVersion) -> DatasetVersion:
         rel = item.path
         parts = rel.replace("\\", "/").split("/")
         if not rel or rel.startswith(("/", "\\")) or ".." in parts or "\0" in rel:
-            raise DataError(f"dataset {version.name} version {version.version}: file path "
-                            f"{rel!r} is absolute or leaves the dataset ('..'); this manifest "
-                            "was not written by trainyard: refused")
+            raise DataError(
+                f"dataset {version.name} version {version.version}: file path "
+                f"{rel!r} is absolute or leaves the dataset ('..'); this manifest "
+                "was not written by trainyard: refused"
+            )
     return version
 
 
@@ -154,8 +172,10 @@ def check_name(name: str, what: str = "dataset name") -> str:
     """``name`` if valid: letters, digits, ``.``, ``_``, ``-``, at most 128, not starting
     with punctuation. Raises DataError naming the rule."""
     if not _NAME.match(name):
-        raise DataError(f"bad {what} {name!r}: use letters, digits, '.', '_', '-' "
-                        "(at most 128, starting with a letter or digit)")
+        raise DataError(
+            f"bad {what} {name!r}: use letters, digits, '.', '_', '-' "
+            "(at most 128, starting with a letter or digit)"
+        )
     return name
 
 
@@ -163,8 +183,10 @@ def check_tag(tag: str) -> str:
     """A tag a user may set: a valid name, not all digits (those are versions), not ``latest``."""
     check_name(tag, "tag")
     if tag.isdigit() or tag == LATEST:
-        raise DataError(f"bad tag {tag!r}: a tag is not a number and not {LATEST!r} "
-                        "(latest always means the newest complete version)")
+        raise DataError(
+            f"bad tag {tag!r}: a tag is not a number and not {LATEST!r} "
+            "(latest always means the newest complete version)"
+        )
     return tag
 
 
@@ -198,8 +220,9 @@ class DatasetStore:
         mover: moves the bytes (default: a ``Mover`` with the current settings).
     """
 
-    def __init__(self, url: str | None = None, mover: Mover | None = None,
-                 actor: Actor | None = None) -> None:
+    def __init__(
+        self, url: str | None = None, mover: Mover | None = None, actor: Actor | None = None
+    ) -> None:
         self.mover = mover or Mover()
         self.url = url or self.mover.config.dataset_url
         self.loc: Location = self.mover.location(self.url)
@@ -210,13 +233,17 @@ class DatasetStore:
     def owner(self, name: str) -> dict[str, Any] | None:
         """``{"owner", "readers"}`` of ``name``, None when it has no owner (made before
         ownership existed, or not created yet). Raises DataError."""
-        raw = self._read_if_there(f"reading the owner of {name}",
-                                  self.loc.join(check_name(name), "owner.json"))
+        raw = self._read_if_there(
+            f"reading the owner of {name}", self.loc.join(check_name(name), "owner.json")
+        )
         if raw is None:
             return None
         try:
             data = json.loads(raw)
-            return {"owner": str(data["owner"]), "readers": [str(r) for r in data.get("readers", [])]}
+            return {
+                "owner": str(data["owner"]),
+                "readers": [str(r) for r in data.get("readers", [])],
+            }
         except (ValueError, KeyError, TypeError) as exc:
             raise DataError(f"{self.loc.show(f'{name}/owner.json')}: malformed: {exc}") from exc
 
@@ -234,15 +261,17 @@ class DatasetStore:
         raise ForbiddenError(
             f"dataset {name} belongs to {acl['owner']} and is not shared with "
             f"{self.actor.name}; its owner can run `trainyard dataset share {name} "
-            f"--user {self.actor.name}`")
+            f"--user {self.actor.name}`"
+        )
 
     def _check_write(self, name: str, action: str) -> None:
         acl = self.owner(name)
         if self._free_for(acl):
             return
         assert acl is not None
-        raise ForbiddenError(f"dataset {name} belongs to {acl['owner']}; only they or an "
-                             f"admin may {action} it")
+        raise ForbiddenError(
+            f"dataset {name} belongs to {acl['owner']}; only they or an admin may {action} it"
+        )
 
     def check_may_write(self, name: str) -> None:
         """Raise ForbiddenError unless the actor may add versions to ``name`` (its owner, an
@@ -260,11 +289,13 @@ class DatasetStore:
         path = self.loc.join(name, "owner.json")
         data = json.dumps(acl).encode()
         if exclusive:
-            self.mover.storage_call(f"claiming {name}",
-                                    lambda: storage.create_exclusive(self.loc, path, data))
+            self.mover.storage_call(
+                f"claiming {name}", lambda: storage.create_exclusive(self.loc, path, data)
+            )
         else:
-            self.mover.storage_call(f"sharing {name}",
-                                    lambda: storage.write_bytes(self.loc, path, data))
+            self.mover.storage_call(
+                f"sharing {name}", lambda: storage.write_bytes(self.loc, path, data)
+            )
 
     def share(self, name: str, user: str, *, remove: bool = False) -> dict[str, Any]:
         """Let ``user`` (or ``EVERYONE``) read ``name``, or stop that with ``remove``.
@@ -276,8 +307,7 @@ class DatasetStore:
         if not self.versions(name):
             raise NotFoundError(f"no dataset {name!r} in {self.loc.show()}")
         self._check_write(name, "share")
-        acl = self.owner(name) or {"owner": self.actor.name if self.actor else user,
-                                   "readers": []}
+        acl = self.owner(name) or {"owner": self.actor.name if self.actor else user, "readers": []}
         readers = [r for r in acl["readers"] if r != user]
         acl["readers"] = readers if remove else [*readers, user]
         self._write_owner(name, acl)
@@ -331,7 +361,9 @@ class DatasetStore:
         chosen = [v for v in info.versions if v.version == number]
         if not chosen:
             have = ", ".join([str(v.version) for v in info.versions] + sorted(info.tags))
-            raise NotFoundError(f"dataset {name!r} has no version or tag {selector!r} (has: {have})")
+            raise NotFoundError(
+                f"dataset {name!r} has no version or tag {selector!r} (has: {have})"
+            )
         return chosen[0]
 
     # ------------------------------------------------------------------ writing
@@ -354,20 +386,29 @@ class DatasetStore:
         upload_id = f"{int(time.time())}-{uuid.uuid4().hex[:12]}"
         stage = self.loc.child(f"{name}/data/{upload_id}")
         try:
-            stats = self.mover.upload_files(files, stage, verb=f"dataset {name}: uploaded",
-                                            digest=True, algo=fast_digest_algo(), staged=True)
+            stats = self.mover.upload_files(
+                files,
+                stage,
+                verb=f"dataset {name}: uploaded",
+                digest=True,
+                algo=fast_digest_algo(),
+                staged=True,
+            )
         except DataError:
             self._discard(stage)
             raise
         version = self._commit(name, upload_id, files, stats)
         if tag is not None:
             self.tag(name, str(version.version), tag)
-        self.mover.log(f"dataset {name} version {version.version} created "
-                       f"({len(files)} file(s)) in {self.loc.show()}")
+        self.mover.log(
+            f"dataset {name} version {version.version} created "
+            f"({len(files)} file(s)) in {self.loc.show()}"
+        )
         return version
 
-    def download(self, ref: str, dest: Path, path: str | None = None,
-                 regex: str | None = None) -> tuple[DatasetVersion, TransferStats]:
+    def download(
+        self, ref: str, dest: Path, path: str | None = None, regex: str | None = None
+    ) -> tuple[DatasetVersion, TransferStats]:
         """Download version ``ref`` into ``dest``, checking sha256.
 
         Args:
@@ -385,7 +426,9 @@ class DatasetStore:
         join = joiner(self.loc.join(version.name, "data", version.upload_id))  # per file: cheap
         remote = [RemoteFile(join(f.path), rel, f.size) for rel, f in chosen]
         dest.mkdir(parents=True, exist_ok=True)
-        stats = self.mover.download_files(remote, self.loc, dest, {rel: f.digest for rel, f in chosen})
+        stats = self.mover.download_files(
+            remote, self.loc, dest, {rel: f.digest for rel, f in chosen}
+        )
         return version, stats
 
     def tag(self, name: str, selector: str, tag: str) -> DatasetVersion:
@@ -399,8 +442,9 @@ class DatasetStore:
         self._check_write(name, "tag")
         path = self.loc.join(name, "tags", f"{tag}.json")
         data = json.dumps({"version": version.version}).encode()
-        self.mover.storage_call(f"writing tag {name}:{tag}",
-                                lambda: storage.write_bytes(self.loc, path, data))
+        self.mover.storage_call(
+            f"writing tag {name}:{tag}", lambda: storage.write_bytes(self.loc, path, data)
+        )
         return version
 
     def delete(self, name: str, selector: str | None = None) -> list[int]:
@@ -418,30 +462,37 @@ class DatasetStore:
         for version in doomed:
             self._delete_version(version, info)
         if not selector:
-            self.mover.storage_call(f"deleting dataset {name}", lambda: storage.remove(
-                self.loc, self.loc.join(name), recursive=True))
+            self.mover.storage_call(
+                f"deleting dataset {name}",
+                lambda: storage.remove(self.loc, self.loc.join(name), recursive=True),
+            )
         return [v.version for v in doomed]
 
     # ------------------------------------------------------------------ internals
 
-    def _commit(self, name: str, upload_id: str, files: list[LocalFile],
-                stats: TransferStats) -> DatasetVersion:
+    def _commit(
+        self, name: str, upload_id: str, files: list[LocalFile], stats: TransferStats
+    ) -> DatasetVersion:
         entries = [DatasetFile.of(f.rel, stats.sizes[f.rel], stats.digests[f.rel]) for f in files]
         for _try in range(_MAX_COMMIT_TRIES):
             number = max([0, *self._numbers(name, ".json"), *self._numbers(name, ".deleted")]) + 1
-            version = DatasetVersion(name=name, version=number, upload_id=upload_id,
-                                     created_s=time.time(), files=entries)
+            version = DatasetVersion(
+                name=name, version=number, upload_id=upload_id, created_s=time.time(), files=entries
+            )
             if self._create_manifest(version):
                 return version
-        raise DataError(f"dataset {name}: could not claim a version number after "
-                        f"{_MAX_COMMIT_TRIES} tries (too many concurrent writers?)")
+        raise DataError(
+            f"dataset {name}: could not claim a version number after "
+            f"{_MAX_COMMIT_TRIES} tries (too many concurrent writers?)"
+        )
 
     def _create_manifest(self, version: DatasetVersion) -> bool:
         path = self._manifest_path(version.name, version.version)
         data = version.model_dump_json(exclude_none=True, indent=1).encode()  # 6x json.dumps
         created = self.mover.storage_call(
             f"creating {self.loc.show(f'{version.name}/versions/{version.version}.json')}",
-            lambda: storage.create_exclusive(self.loc, path, data))
+            lambda: storage.create_exclusive(self.loc, path, data),
+        )
         if created:
             return True
         theirs = self._manifest(version.name, version.version)  # ours, if a retry re-sent it
@@ -468,8 +519,9 @@ class DatasetStore:
         try:
             return DatasetVersion.model_validate_json(raw)
         except ValidationError as exc:
-            raise DataError(f"{self.loc.show(f'{name}/versions/{number}.json')}: "
-                            f"not a dataset manifest: {exc}") from exc
+            raise DataError(
+                f"{self.loc.show(f'{name}/versions/{number}.json')}: not a dataset manifest: {exc}"
+            ) from exc
 
     def _children(self, rel: str) -> list[str]:
         folder = self.loc.join(rel) if rel else self.loc.root
@@ -477,7 +529,9 @@ class DatasetStore:
         def listing() -> list[str]:
             self.loc.fs.invalidate_cache()
             try:
-                return [posixpath.basename(p.rstrip("/")) for p in self.loc.fs.ls(folder, detail=False)]
+                return [
+                    posixpath.basename(p.rstrip("/")) for p in self.loc.fs.ls(folder, detail=False)
+                ]
             except FileNotFoundError:
                 return []
 
@@ -493,8 +547,10 @@ class DatasetStore:
             if child.endswith(".json"):
                 path = self.loc.join(name, "tags", child)
                 try:
-                    raw = self.mover.storage_call(f"reading tag {child}",
-                                                  functools.partial(storage.read_bytes, self.loc, path))
+                    raw = self.mover.storage_call(
+                        f"reading tag {child}",
+                        functools.partial(storage.read_bytes, self.loc, path),
+                    )
                     tags[child.removesuffix(".json")] = int(json.loads(raw)["version"])
                 except (DataError, ValueError, KeyError, TypeError):
                     continue  # deleted meanwhile or not ours: not a tag
@@ -513,8 +569,9 @@ class DatasetStore:
         for tag in info.tags_of(number):
             if tag != LATEST:
                 path = self.loc.join(name, "tags", f"{tag}.json")
-                self.mover.storage_call(f"deleting tag {name}:{tag}",
-                                        functools.partial(storage.remove, self.loc, path))
+                self.mover.storage_call(
+                    f"deleting tag {name}:{tag}", functools.partial(storage.remove, self.loc, path)
+                )
 
     def _discard(self, loc: Location) -> None:
         """Best effort: remove an unreferenced upload folder (leftovers are harmless)."""
@@ -524,8 +581,9 @@ class DatasetStore:
             self.mover.log(f"could not remove {loc.show()}: {type(exc).__name__}: {exc}")
 
 
-def _select(version: DatasetVersion, path: str | None,
-            keep: Callable[[str], bool]) -> list[tuple[str, DatasetFile]]:
+def _select(
+    version: DatasetVersion, path: str | None, keep: Callable[[str], bool]
+) -> list[tuple[str, DatasetFile]]:
     """(path relative to ``path``, file) of the files below ``path`` that ``keep`` accepts."""
     base = (path or "").strip("/")
     chosen = []
@@ -535,12 +593,17 @@ def _select(version: DatasetVersion, path: str | None,
         elif item.path == base:
             rel = posixpath.basename(item.path)
         elif item.path.startswith(base + "/"):
-            rel = item.path[len(base) + 1:]
+            rel = item.path[len(base) + 1 :]
         else:
             continue
         if keep(rel):
             chosen.append((rel, item))
-    if base and not chosen and not any(f.path == base or f.path.startswith(base + "/")
-                                       for f in version.files):
-        raise NotFoundError(f"dataset {version.name} version {version.version} has no path {base!r}")
+    if (
+        base
+        and not chosen
+        and not any(f.path == base or f.path.startswith(base + "/") for f in version.files)
+    ):
+        raise NotFoundError(
+            f"dataset {version.name} version {version.version} has no path {base!r}"
+        )
     return chosen

@@ -21,9 +21,9 @@ from trainyard.data import urls
 from trainyard.data.checkpoints import CheckpointWriter, UploadState
 from trainyard.data.config import DataConfig
 from trainyard.data.datasets import Actor, DatasetStore, parse_ref
+from trainyard.data.runnerhook import FsspecData
 from trainyard.data.transfer import Mover, file_filter, local_files
 from trainyard.errors import DataError, TrainyardError
-from trainyard.data.runnerhook import FsspecData
 from trainyard.runfile import RunInput, RunOutput
 
 __all__ = ["DataLayerHook"]
@@ -37,8 +37,9 @@ class DataLayerHook(FsspecData):
         config: data settings (default: the environment's).
     """
 
-    def __init__(self, log: Callable[[str], None] | None = None,
-                 config: DataConfig | None = None) -> None:
+    def __init__(
+        self, log: Callable[[str], None] | None = None, config: DataConfig | None = None
+    ) -> None:
         self.mover = Mover(config, log)
         self.actor: Actor | None = None
         """Who datasets are read and written as (the runner sets the workflow's submitter)."""
@@ -67,14 +68,17 @@ class DataLayerHook(FsspecData):
     def upload(self, src: Path, target: RunOutput) -> int:
         """Upload the output folder ``src`` to ``target``; returns the number of files."""
         if target.url is not None:
-            files = local_files(src, file_filter(target.regex), confined=True,
-                                log=self.mover.log)
+            files = local_files(src, file_filter(target.regex), confined=True, log=self.mover.log)
             return self.mover.upload_files(files, self.mover.location(target.url)).files
         assert target.dataset is not None  # RunOutput guarantees one target
         name, selector = parse_ref(target.dataset.name)
         root = src / (target.dataset.path or "").strip("/")
-        files = local_files(root, file_filter(target.regex or target.dataset.regex),
-                            confined=True, log=self.mover.log)
+        files = local_files(
+            root,
+            file_filter(target.regex or target.dataset.regex),
+            confined=True,
+            log=self.mover.log,
+        )
         tag = None if selector == "latest" or target.dataset.name == name else selector
         with _as_data_error(f"dataset {name}"):
             return len(self.store.upload(name, files, tag).files)
@@ -97,7 +101,8 @@ class _as_data_error:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 _tb: object) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, _tb: object
+    ) -> None:
         if isinstance(exc, TrainyardError) and not isinstance(exc, DataError):
             raise DataError(f"{self.what}: {exc}") from exc

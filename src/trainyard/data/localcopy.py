@@ -50,8 +50,19 @@ if TYPE_CHECKING:  # concurrent.futures is imported where used (8 ms more)
         def update(self, data: bytes | bytearray | memoryview | mmap.mmap, /) -> object: ...
 
 
-__all__ = ["SourceChanged", "copy_file", "copy_order", "frame", "unframe", "serve", "serve_stdio",
-           "BUFFER_BYTES", "PIPELINE_MIN_BYTES", "PIPELINE_CHUNK_BYTES", "PIPELINE_DEPTH"]
+__all__ = [
+    "SourceChanged",
+    "copy_file",
+    "copy_order",
+    "frame",
+    "unframe",
+    "serve",
+    "serve_stdio",
+    "BUFFER_BYTES",
+    "PIPELINE_MIN_BYTES",
+    "PIPELINE_CHUNK_BYTES",
+    "PIPELINE_DEPTH",
+]
 
 BUFFER_BYTES = 256 * 1024
 PIPELINE_MIN_BYTES = 16 * 1024 * 1024
@@ -83,8 +94,13 @@ def _buffer() -> tuple[bytearray, memoryview]:
     return found
 
 
-def copy_file(source: str, target: str, hasher: Hasher, progress: Progress | None = None,
-              temp: str | None = None) -> int:
+def copy_file(
+    source: str,
+    target: str,
+    hasher: Hasher,
+    progress: Progress | None = None,
+    temp: str | None = None,
+) -> int:
     """Copy ``source`` to ``target`` feeding every byte written to ``hasher``.
 
     Args:
@@ -145,12 +161,16 @@ def _remove(path: str) -> None:
         pass
 
 
-def _check_unchanged(source: str, before: os.stat_result, after: os.stat_result,
-                     copied: int) -> None:
-    if (before.st_mtime_ns, before.st_size) != (after.st_mtime_ns, after.st_size) \
-            or copied != after.st_size:
-        raise SourceChanged(f"{source} changed while it was copied "
-                            f"({copied} bytes read, {after.st_size} now)")
+def _check_unchanged(
+    source: str, before: os.stat_result, after: os.stat_result, copied: int
+) -> None:
+    if (before.st_mtime_ns, before.st_size) != (
+        after.st_mtime_ns,
+        after.st_size,
+    ) or copied != after.st_size:
+        raise SourceChanged(
+            f"{source} changed while it was copied ({copied} bytes read, {after.st_size} now)"
+        )
 
 
 def _copy(fd_in: int, fd_out: int, size: int, hasher: Hasher, progress: Progress | None) -> int:
@@ -164,8 +184,9 @@ def _copy(fd_in: int, fd_out: int, size: int, hasher: Hasher, progress: Progress
     return _copy_buffered(fd_in, fd_out, size, hasher, progress)
 
 
-def _copy_buffered(fd_in: int, fd_out: int, size: int, hasher: Hasher,
-                   progress: Progress | None) -> int:
+def _copy_buffered(
+    fd_in: int, fd_out: int, size: int, hasher: Hasher, progress: Progress | None
+) -> int:
     """Read, hash, write through this thread's buffer. A short read once ``size`` bytes are
     in ends the loop (the end of a regular file; a file that grew meanwhile is caught by the
     caller's check), saving the read that would return nothing."""
@@ -183,8 +204,9 @@ def _copy_buffered(fd_in: int, fd_out: int, size: int, hasher: Hasher,
     return copied
 
 
-def _copy_small(fd_in: int, fd_out: int, size: int, hasher: Hasher,
-                progress: Progress | None) -> int:
+def _copy_small(
+    fd_in: int, fd_out: int, size: int, hasher: Hasher, progress: Progress | None
+) -> int:
     """A file smaller than the buffer (most of a many-small-files dataset): one read, one
     hash, one write, without the loop's bookkeeping. A read that does not end where
     ``size`` said (the file grew or shrank since its fstat) continues in the buffered loop,
@@ -203,7 +225,7 @@ def _copy_small(fd_in: int, fd_out: int, size: int, hasher: Hasher,
 
 def _write_all(fd: int, chunk: memoryview) -> None:
     while chunk:
-        chunk = chunk[os.write(fd, chunk):]
+        chunk = chunk[os.write(fd, chunk) :]
 
 
 def _copy_pipelined(fd_in: int, fd_out: int, hasher: Hasher, progress: Progress | None) -> int:
@@ -236,8 +258,9 @@ def _kernel_copy(fd_in: int, fd_out: int, offset: int) -> int:
     done = 0
     while done < PIPELINE_CHUNK_BYTES:
         try:
-            count = os.copy_file_range(fd_in, fd_out, PIPELINE_CHUNK_BYTES - done,
-                                       offset + done, offset + done)
+            count = os.copy_file_range(
+                fd_in, fd_out, PIPELINE_CHUNK_BYTES - done, offset + done, offset + done
+            )
         except OSError as exc:
             if offset + done == 0 and exc.errno in _NO_KERNEL_COPY:
                 raise _NoKernelCopy from exc
@@ -277,15 +300,17 @@ def unframe(payload: bytes, width: int) -> list[list[bytes]]:
     fields = payload.split(b"\0") if payload else []
     if len(fields) % width:
         raise ValueError(f"{len(fields)} fields are not records of {width}")
-    return [fields[i:i + width] for i in range(0, len(fields), width)]
+    return [fields[i : i + width] for i in range(0, len(fields), width)]
 
 
 def _hasher_class(algo: str) -> Callable[[], Hasher]:
     if algo == "sha256":
         import hashlib
+
         return hashlib.sha256
     if algo == "blake3":
         import blake3  # the parent adds the folder it imports blake3 from to the path
+
         return blake3.blake3  # type: ignore[no-any-return]
     raise ValueError(f"unknown digest algorithm {algo!r}")
 
@@ -300,16 +325,22 @@ def copy_order(order: list[bytes], hashers: dict[str, Callable[[], Hasher]]) -> 
         algo = algo_bytes.decode()
         make = hashers.get(algo) or hashers.setdefault(algo, _hasher_class(algo))
         hasher = make()
-        size = copy_file(os.fsdecode(source), os.fsdecode(target), hasher, None,
-                         os.fsdecode(temp) if temp else None)
+        size = copy_file(
+            os.fsdecode(source),
+            os.fsdecode(target),
+            hasher,
+            None,
+            os.fsdecode(temp) if temp else None,
+        )
         return [b"%d" % size, hasher.hexdigest().encode()]  # type: ignore[attr-defined]
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which redoes the file
         text = f"{type(exc).__name__}: {exc}".encode(errors="replace")
         return [b"", text.replace(b"\0", b" ")]
 
 
-def serve(read_line: Callable[[], bytes], read: Callable[[int], bytes],
-          write: Callable[[bytes], object]) -> None:
+def serve(
+    read_line: Callable[[], bytes], read: Callable[[int], bytes], write: Callable[[bytes], object]
+) -> None:
     """The helper's loop: each frame read is a chunk of orders; the answer is one frame of
     their answers, in order. Ends at the end of input."""
     hashers: dict[str, Callable[[], Hasher]] = {}

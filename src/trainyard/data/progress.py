@@ -66,9 +66,16 @@ class RichProgress:
         )
 
         self._bar = Progress(
-            TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-            TransferSpeedColumn(), TextColumn("{task.fields[files]}"), TimeRemainingColumn(),
-            console=console or Console(stderr=True), disable=not enabled, transient=False)
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TextColumn("{task.fields[files]}"),
+            TimeRemainingColumn(),
+            console=console or Console(stderr=True),
+            disable=not enabled,
+            transient=False,
+        )
         self._lock = threading.Lock()
         self._task: TaskID | None = None
         self._files_total = 0
@@ -78,8 +85,12 @@ class RichProgress:
         self._bar.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self._bar.stop()
 
     def start(self, label: str, files: int, total_bytes: int) -> None:

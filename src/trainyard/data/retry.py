@@ -19,20 +19,56 @@ __all__ = ["RetryPolicy", "ChecksumMismatch", "is_transient", "with_retry"]
 
 T = TypeVar("T")
 
-_TRANSIENT_NAMES = frozenset({
-    "EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError",
-    "ClientConnectorError", "ClientConnectionError", "ServerDisconnectedError", "ClientOSError",
-    "ClientPayloadError", "ServerTimeoutError", "IncompleteReadError", "ResponseStreamingError",
-    "ProtocolError", "HTTPClientError",
-})
-_TRANSIENT_ERRNOS = frozenset({
-    errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EPIPE,
-    errno.EAGAIN, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN,
-})
-_TRANSIENT_WORDS = ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout",
-                    "Throttl", "TooManyRequests", "503", "500 ", "502", "504")
-_PERMANENT = (FileNotFoundError, PermissionError, FileExistsError, IsADirectoryError,
-              NotADirectoryError)
+_TRANSIENT_NAMES = frozenset(
+    {
+        "EndpointConnectionError",
+        "ConnectTimeoutError",
+        "ReadTimeoutError",
+        "ConnectionClosedError",
+        "ClientConnectorError",
+        "ClientConnectionError",
+        "ServerDisconnectedError",
+        "ClientOSError",
+        "ClientPayloadError",
+        "ServerTimeoutError",
+        "IncompleteReadError",
+        "ResponseStreamingError",
+        "ProtocolError",
+        "HTTPClientError",
+    }
+)
+_TRANSIENT_ERRNOS = frozenset(
+    {
+        errno.ECONNRESET,
+        errno.ECONNREFUSED,
+        errno.ECONNABORTED,
+        errno.ETIMEDOUT,
+        errno.EPIPE,
+        errno.EAGAIN,
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+        errno.ENETDOWN,
+    }
+)
+_TRANSIENT_WORDS = (
+    "SlowDown",
+    "ServiceUnavailable",
+    "InternalError",
+    "RequestTimeout",
+    "Throttl",
+    "TooManyRequests",
+    "503",
+    "500 ",
+    "502",
+    "504",
+)
+_PERMANENT = (
+    FileNotFoundError,
+    PermissionError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+)
 _MAX_BACKOFF_S = 30.0
 
 
@@ -84,8 +120,9 @@ def is_transient(exc: BaseException) -> bool:
     return any(_one_is_transient(e) for e in _chain(exc))
 
 
-def with_retry(action: Callable[[], T], what: object, policy: RetryPolicy,
-               log: Callable[[str], None]) -> T:
+def with_retry(
+    action: Callable[[], T], what: object, policy: RetryPolicy, log: Callable[[str], None]
+) -> T:
     """Run ``action``; on a transient error log it, wait, and run it again.
 
     Args:
@@ -108,7 +145,11 @@ def with_retry(action: Callable[[], T], what: object, policy: RetryPolicy,
             if attempt >= policy.attempts or not is_transient(exc):
                 raise
             delay = policy.delay_s(attempt)
-            log(scrub(f"transient error on {what} (attempt {attempt} of {policy.attempts}), "
-                      f"retrying in {delay:.1f} s: {type(exc).__name__}: {exc}"))
+            log(
+                scrub(
+                    f"transient error on {what} (attempt {attempt} of {policy.attempts}), "
+                    f"retrying in {delay:.1f} s: {type(exc).__name__}: {exc}"
+                )
+            )
             time.sleep(delay)
     raise AssertionError("unreachable")  # pragma: no cover

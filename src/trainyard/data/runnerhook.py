@@ -21,7 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-
 from trainyard.errors import DataError
 from trainyard.linux.safefs import files_inside, no_links_path
 from trainyard.runfile import RunInput, RunOutput
@@ -77,14 +76,18 @@ class FsspecData:
             return self._copy_folder(Path(item.source), dest, keep)
         if item.kind == "url":
             return self._fetch_url(item.source, dest, keep)
-        raise DataError(f"dataset input {item.name!r}: datasets need the data layer "
-                        "(trainyard.data.runner_hook), which is not available")
+        raise DataError(
+            f"dataset input {item.name!r}: datasets need the data layer "
+            "(trainyard.data.runner_hook), which is not available"
+        )
 
     def upload(self, src: Path, target: RunOutput) -> int:
         if target.url is None:
             name = target.dataset.name if target.dataset else "?"
-            raise DataError(f"dataset output {name!r}: datasets need the data layer "
-                            "(trainyard.data.runner_hook), which is not available")
+            raise DataError(
+                f"dataset output {name!r}: datasets need the data layer "
+                "(trainyard.data.runner_hook), which is not available"
+            )
         return self.sync(src, target.url, target.regex, {})
 
     def sync(self, src: Path, url: str, regex: str | None, state: UploadState) -> int:
@@ -180,4 +183,3 @@ def load_data_hook(log: Callable[[str], None] | None = None) -> DataHook:
         return FsspecData()
     factory = getattr(module, "runner_hook", None)
     return factory(log) if callable(factory) else FsspecData()
-

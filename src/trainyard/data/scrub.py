@@ -18,24 +18,40 @@ __all__ = ["scrub", "secret_values", "SECRET_ENV", "MASK"]
 
 MASK = "***"
 SECRET_ENV = (
-    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECURITY_TOKEN",
-    "GOOGLE_APPLICATION_CREDENTIALS_JSON", "AZURE_STORAGE_KEY", "AZURE_STORAGE_CONNECTION_STRING",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECURITY_TOKEN",
+    "GOOGLE_APPLICATION_CREDENTIALS_JSON",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_CONNECTION_STRING",
     "AZURE_STORAGE_SAS_TOKEN",
 )
 """Environment variables whose values never appear in a message."""
 
-_SECRET_OPTIONS = ("key", "secret", "token", "password", "account_key", "sas_token",
-                   "aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+_SECRET_OPTIONS = (
+    "key",
+    "secret",
+    "token",
+    "password",
+    "account_key",
+    "sas_token",
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+)
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
 _SECRET_QUERY = re.compile(
     r"(?P<name>[?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|signature|sig|"
     r"token|access_token|password|secret|key|awsaccesskeyid|se|sv)=)[^&\s#]+",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _MIN_SECRET_LEN = 4
 
 
-def secret_values(env: Mapping[str, str] | None = None,
-                  options: Mapping[str, Any] | None = None) -> list[str]:
+def secret_values(
+    env: Mapping[str, str] | None = None, options: Mapping[str, Any] | None = None
+) -> list[str]:
     """Literal secrets to hide: credential variables of ``env`` (default ``os.environ``) and
     secret-named entries of ``options`` (fsspec storage options, searched one level deep)."""
     env = os.environ if env is None else env

@@ -39,9 +39,21 @@ from trainyard.data.scrub import scrub
 from trainyard.errors import DataError
 
 __all__ = [
-    "Location", "RemoteFile", "open_location", "list_files", "put_file", "get_file",
-    "read_bytes", "write_bytes", "create_exclusive", "remove", "is_reserved",
-    "PARTIAL_MARK", "META_DIR", "OBJECT_STORES", "Hashed",
+    "Location",
+    "RemoteFile",
+    "open_location",
+    "list_files",
+    "put_file",
+    "get_file",
+    "read_bytes",
+    "write_bytes",
+    "create_exclusive",
+    "remove",
+    "is_reserved",
+    "PARTIAL_MARK",
+    "META_DIR",
+    "OBJECT_STORES",
+    "Hashed",
 ]
 
 PARTIAL_MARK = ".trainyard-partial-"
@@ -49,8 +61,11 @@ META_DIR = ".trainyard"
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"})
 """Protocols whose PUT is atomic per object: no temp name needed."""
 
-_S3_CLIENT_CONFIG = {"retries": {"mode": "standard", "total_max_attempts": 1},
-                     "connect_timeout": 10, "read_timeout": 120}
+_S3_CLIENT_CONFIG = {
+    "retries": {"mode": "standard", "total_max_attempts": 1},
+    "connect_timeout": 10,
+    "read_timeout": 120,
+}
 
 
 @dataclass(frozen=True)
@@ -155,8 +170,13 @@ def list_files(loc: Location) -> list[RemoteFile]:
     prefix = loc.root.rstrip("/") + "/"
     files = []
     for path, info in found.items():
-        rel = path[len(prefix):] if path.startswith(prefix) else posixpath.basename(path)
-        if rel and not rel.endswith("/") and not is_reserved(rel) and info.get("type") != "directory":
+        rel = path[len(prefix) :] if path.startswith(prefix) else posixpath.basename(path)
+        if (
+            rel
+            and not rel.endswith("/")
+            and not is_reserved(rel)
+            and info.get("type") != "directory"
+        ):
             files.append(RemoteFile(path, rel, int(info.get("size") or 0)))
     return sorted(files, key=lambda f: f.rel)
 
@@ -214,8 +234,10 @@ def _hasher_class(algo: str) -> Any:
         try:
             import blake3  # a declared dependency; imported on use
         except ImportError as exc:
-            raise DataError("this dataset's manifest uses BLAKE3 digests: install the "
-                            "'blake3' package (pip install blake3)") from exc
+            raise DataError(
+                "this dataset's manifest uses BLAKE3 digests: install the "
+                "'blake3' package (pip install blake3)"
+            ) from exc
         return blake3.blake3
     raise DataError(f"unknown digest algorithm {algo!r} (known: sha256, blake3)")
 
@@ -227,9 +249,14 @@ class Hashed(NamedTuple):
     size: int
 
 
-def copy_hashing(source: str | os.PathLike[str], target: str | os.PathLike[str],
-                 callback: Callback | None = None, algo: str = "sha256", *,
-                 atomic: bool = True) -> Hashed:
+def copy_hashing(
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    callback: Callback | None = None,
+    algo: str = "sha256",
+    *,
+    atomic: bool = True,
+) -> Hashed:
     """Copy a local file to a local ``target`` and return the hex digest (``algo``, see
     ``new_hasher``) and the count of the bytes written, computed while copying: each byte is
     read once (issue 11: hashing after the copy read everything twice). How (a reused buffer for small

@@ -81,16 +81,22 @@ class MotoS3:
         """A boto3 S3 client for this server (or for ``endpoint_url``, e.g. a proxy)."""
         import boto3
 
-        return boto3.client("s3", endpoint_url=endpoint_url or self.endpoint_url,
-                            aws_access_key_id="testing", aws_secret_access_key="testing",
-                            region_name="us-east-1")
+        return boto3.client(
+            "s3",
+            endpoint_url=endpoint_url or self.endpoint_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
 
     def create_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)
 
     def keys(self, bucket: str, prefix: str = "") -> list[str]:
         """Every key of ``bucket`` under ``prefix``, sorted."""
-        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        pages = (
+            self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        )
         return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []))
 
     def env(self, endpoint_url: str | None = None) -> dict[str, str]:
@@ -100,8 +106,12 @@ class MotoS3:
     def __enter__(self) -> MotoS3:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
 

@@ -33,15 +33,26 @@ from trainyard.data import copyworker, storage
 from trainyard.data.config import DataConfig, load_config
 from trainyard.data.progress import NullProgress, TransferProgress
 from trainyard.data.retry import ChecksumMismatch, RetryPolicy, with_retry
+from trainyard.data.runnerhook import file_filter
 from trainyard.data.scrub import scrub
 from trainyard.data.storage import Location, RemoteFile
 from trainyard.errors import DataError
-from trainyard.data.runnerhook import file_filter
 from trainyard.linux.safefs import files_inside, no_links_path
 
 __all__ = [
-    "FileJob", "LocalFile", "Moved", "TransferStats", "Mover", "file_filter", "local_files",
-    "plan_uploads", "sha256_file", "human_size", "file_digest", "split_digest", "tag_digest",
+    "FileJob",
+    "LocalFile",
+    "Moved",
+    "TransferStats",
+    "Mover",
+    "file_filter",
+    "local_files",
+    "plan_uploads",
+    "sha256_file",
+    "human_size",
+    "file_digest",
+    "split_digest",
+    "tag_digest",
     "fast_digest_algo",
 ]
 
@@ -111,8 +122,13 @@ class LocalFile:
     confined: bool = False
 
 
-def local_files(root: Path, keep: Callable[[str], bool], prefix: str = "",
-                confined: bool = False, log: Log | None = None) -> list[LocalFile]:
+def local_files(
+    root: Path,
+    keep: Callable[[str], bool],
+    prefix: str = "",
+    confined: bool = False,
+    log: Log | None = None,
+) -> list[LocalFile]:
     """Files below ``root`` (or ``root`` itself when it is a file) whose path relative to
     ``root`` passes ``keep``; their ``rel`` is ``prefix`` + that path. Sorted by ``rel``.
 
@@ -133,17 +149,27 @@ def local_files(root: Path, keep: Callable[[str], bool], prefix: str = "",
             inside = files_inside(root, log)
         except OSError as exc:
             raise DataError(f"{root}: cannot be listed: {exc}") from exc
-        chosen_inside = [(p, rel) for p, rel in inside if keep(rel) and not storage.is_reserved(rel)]
-        return sorted((LocalFile(p, prefix + rel, p.stat().st_size, confined=True)
-                       for p, rel in chosen_inside), key=lambda f: f.rel)
+        chosen_inside = [
+            (p, rel) for p, rel in inside if keep(rel) and not storage.is_reserved(rel)
+        ]
+        return sorted(
+            (
+                LocalFile(p, prefix + rel, p.stat().st_size, confined=True)
+                for p, rel in chosen_inside
+            ),
+            key=lambda f: f.rel,
+        )
     if root.is_file():
         found = [(root.absolute(), root.name, root.stat().st_size)]
     elif root.is_dir():
         found = _files_below(root.absolute())
     else:
         raise DataError(f"{root}: no such file or folder")
-    chosen = [LocalFile(p, prefix + rel, size) for p, rel, size in found
-              if keep(rel) and not storage.is_reserved(rel)]
+    chosen = [
+        LocalFile(p, prefix + rel, size)
+        for p, rel, size in found
+        if keep(rel) and not storage.is_reserved(rel)
+    ]
     chosen.sort(key=_BY_REL)
     return chosen
 
@@ -196,8 +222,10 @@ def plan_uploads(paths: Sequence[str | Path], regex: str | None) -> list[LocalFi
     planned: dict[str, LocalFile] = {}
     for item in itertools.chain.from_iterable(listed):
         if item.rel in planned:
-            raise DataError(f"two files would be uploaded as {item.rel!r}: "
-                            f"{planned[item.rel].path} and {item.path}")
+            raise DataError(
+                f"two files would be uploaded as {item.rel!r}: "
+                f"{planned[item.rel].path} and {item.path}"
+            )
         planned[item.rel] = item
     return sorted(planned.values(), key=_BY_REL)
 
@@ -257,8 +285,10 @@ class TransferStats:
 
     def summary(self, verb: str, where: str) -> str:
         """``uploaded 3 file(s), 1.0 MiB in 0.2 s (5.0 MiB/s) to URL``."""
-        return (f"{verb} {self.files} file(s), {human_size(self.bytes)} in {self.seconds:.2f} s "
-                f"({human_size(self.bytes_per_s)}/s) {where}")
+        return (
+            f"{verb} {self.files} file(s), {human_size(self.bytes)} in {self.seconds:.2f} s "
+            f"({human_size(self.bytes_per_s)}/s) {where}"
+        )
 
 
 class _BytesCallback(Callback):
@@ -316,8 +346,12 @@ class Mover:
         progress: progress reporting; default: none.
     """
 
-    def __init__(self, config: DataConfig | None = None, log: Log | None = None,
-                 progress: TransferProgress | None = None) -> None:
+    def __init__(
+        self,
+        config: DataConfig | None = None,
+        log: Log | None = None,
+        progress: TransferProgress | None = None,
+    ) -> None:
         self.config = config or load_config()
         self._log = log or (lambda _line: None)
         self.progress = progress or NullProgress()
@@ -346,9 +380,14 @@ class Mover:
 
     # ------------------------------------------------------------------ running jobs
 
-    def run(self, jobs: Sequence[FileJob], action: JobAction, label: str,
-            loc: Location | None = None,
-            helper: copyworker.Helper | None = None) -> TransferStats:
+    def run(
+        self,
+        jobs: Sequence[FileJob],
+        action: JobAction,
+        label: str,
+        loc: Location | None = None,
+        helper: copyworker.Helper | None = None,
+    ) -> TransferStats:
         """Run ``action`` on every job; each returns an optional digest, or ``Moved``
         (digest and the size of the bytes moved, recorded in ``TransferStats.sizes``).
 
@@ -378,13 +417,17 @@ class Mover:
         stats.seconds = time.perf_counter() - started
         return stats
 
-    def early_helper(self, loc: Location, count: int, total_bytes: int,
-                     sending: bool) -> copyworker.Helper | None:
+    def early_helper(
+        self, loc: Location, count: int, total_bytes: int, sending: bool
+    ) -> copyworker.Helper | None:
         """A copy helper started now, when ``run`` will share these files with one: a
         ``file://`` transfer with digests (``sending``) of enough small files, two CPUs,
         ``DataConfig.workers`` >= 2. Its start then overlaps building the jobs."""
-        if not (sending and loc.is_local and self.config.workers >= 2) \
-                or total_bytes >= SMALL_FILE_BYTES * count or not copyworker.pays(count):
+        if (
+            not (sending and loc.is_local and self.config.workers >= 2)
+            or total_bytes >= SMALL_FILE_BYTES * count
+            or not copyworker.pays(count)
+        ):
             return None
         return copyworker.Helper(self.log).start()
 
@@ -395,16 +438,24 @@ class Mover:
             return 1
         return max(1, min(self.config.workers, os.cpu_count() or 1))
 
-    def _execute(self, jobs: Sequence[FileJob], action: JobAction, workers: int,
-                 helper: copyworker.Helper | None = None
-                 ) -> Iterable[tuple[FileJob, str | Moved | None]]:
+    def _execute(
+        self,
+        jobs: Sequence[FileJob],
+        action: JobAction,
+        workers: int,
+        helper: copyworker.Helper | None = None,
+    ) -> Iterable[tuple[FileJob, str | Moved | None]]:
         """Each worker thread takes the next job until none is left (one task per worker,
         not one future per file: with many small files the pool's per-job bookkeeping and
         hand-offs cost more than the copies). After a failure no job starts; the first
         error is raised."""
         offload: Offload | None = getattr(action, "offload", None)
-        if workers <= 1 and offload is not None and self.config.workers >= 2 \
-                and copyworker.pays(len(jobs)):
+        if (
+            workers <= 1
+            and offload is not None
+            and self.config.workers >= 2
+            and copyworker.pays(len(jobs))
+        ):
             return self._execute_shared(jobs, action, offload, helper)
         if len(jobs) <= 1 or workers <= 1:
             return [(job, self._one(job, action)) for job in jobs]
@@ -431,9 +482,13 @@ class Mover:
                 raise _first_error(failed)
         return list(zip(jobs, digests, strict=True))
 
-    def _execute_shared(self, jobs: Sequence[FileJob], action: JobAction, offload: Offload,
-                        helper: copyworker.Helper | None
-                        ) -> list[tuple[FileJob, str | Moved | None]]:
+    def _execute_shared(
+        self,
+        jobs: Sequence[FileJob],
+        action: JobAction,
+        offload: Offload,
+        helper: copyworker.Helper | None,
+    ) -> list[tuple[FileJob, str | Moved | None]]:
         """Share the jobs with a copy helper process (``copyworker``): this thread does the
         jobs that cannot be sent, then takes chunks from the queue the helper takes from;
         files the helper failed, copied unacceptably, or lost (a dead or hung worker) are
@@ -458,7 +513,8 @@ class Mover:
 
         queue = copyworker.ChunkQueue(sent)
         helper = (helper or copyworker.Helper(self.log).start()).feed(
-            queue, lambda i: offload.order(jobs[i]), on_answer)
+            queue, lambda i: offload.order(jobs[i]), on_answer
+        )
         try:
             for index in sorted(set(range(len(jobs))).difference(sent)):
                 results[index] = self._one(jobs[index], action)
@@ -487,8 +543,9 @@ class Mover:
 
     # ------------------------------------------------------------------ actions
 
-    def upload_action(self, loc: Location, digest: bool, algo: str = "sha256",
-                      staged: bool = False) -> JobAction:
+    def upload_action(
+        self, loc: Location, digest: bool, algo: str = "sha256", staged: bool = False
+    ) -> JobAction:
         """A job action that uploads ``job.source`` (local) to ``job.target`` in ``loc`` and
         returns ``Moved``: the size of the bytes sent and, with ``digest``, their digest
         (``algo``; ``tag_digest`` form). The file must not change while it is sent (checked
@@ -518,8 +575,7 @@ class Mover:
 
         def send(source: str, job: FileJob, callback: Callback) -> Moved:
             if hashed_copy:  # one read: hashed while copied; a change is caught there
-                copied = storage.copy_hashing(source, job.target, callback, algo,
-                                              atomic=not staged)
+                copied = storage.copy_hashing(source, job.target, callback, algo, atomic=not staged)
                 return Moved(tag_digest(algo, copied.digest), copied.size)
             local = Path(source)
             before = _stamp(local)
@@ -546,8 +602,9 @@ class Mover:
 
         def order(job: FileJob) -> copyworker.CopyOrder:
             algo, _want = split_digest(str(job.sha256))
-            return copyworker.CopyOrder(job.source, job.target,
-                                        storage.local_partial(job.target), algo)
+            return copyworker.CopyOrder(
+                job.source, job.target, storage.local_partial(job.target), algo
+            )
 
         def accept(job: FileJob, copied: copyworker.Copied) -> str | None:
             if split_digest(str(job.sha256))[1] == copied.digest:
@@ -574,29 +631,51 @@ class Mover:
 
     # ------------------------------------------------------------------ plain transfers
 
-    def upload_files(self, files: Sequence[LocalFile], loc: Location, verb: str = "uploaded",
-                     digest: bool = False, algo: str = "sha256",
-                     staged: bool = False) -> TransferStats:
+    def upload_files(
+        self,
+        files: Sequence[LocalFile],
+        loc: Location,
+        verb: str = "uploaded",
+        digest: bool = False,
+        algo: str = "sha256",
+        staged: bool = False,
+    ) -> TransferStats:
         """Upload ``files`` below ``loc`` (each at ``loc/rel``) and log the throughput.
         ``digest``, ``algo``, ``staged``: as ``upload_action``.
 
         Raises:
             DataError: a file failed for good.
         """
-        helper = self.early_helper(loc, len(files), sum(f.size for f in files),
-                                   digest and not any(f.confined for f in files))
+        helper = self.early_helper(
+            loc,
+            len(files),
+            sum(f.size for f in files),
+            digest and not any(f.confined for f in files),
+        )
         with _ended_on_error(helper):
             join, url = _joiner(loc.root), loc.url.rstrip("/")
-            jobs = [FileJob(f.rel, str(f.path), join(f.rel), f.size,
-                            where=f"{f.path} -> {url}/{f.rel}", confined=f.confined)
-                    for f in files]
-        stats = self.run(jobs, self.upload_action(loc, digest, algo, staged), "upload", loc,
-                         helper)
+            jobs = [
+                FileJob(
+                    f.rel,
+                    str(f.path),
+                    join(f.rel),
+                    f.size,
+                    where=f"{f.path} -> {url}/{f.rel}",
+                    confined=f.confined,
+                )
+                for f in files
+            ]
+        stats = self.run(jobs, self.upload_action(loc, digest, algo, staged), "upload", loc, helper)
         self.log(stats.summary(verb, f"to {loc.show()}"))
         return stats
 
-    def download_files(self, files: Sequence[RemoteFile], loc: Location, dest: Path,
-                       digests: dict[str, str] | None = None) -> TransferStats:
+    def download_files(
+        self,
+        files: Sequence[RemoteFile],
+        loc: Location,
+        dest: Path,
+        digests: dict[str, str] | None = None,
+    ) -> TransferStats:
         """Download ``files`` of ``loc`` into ``dest`` (each at ``dest/rel``), checking
         ``digests[rel]`` where given, and log the throughput.
 
@@ -604,16 +683,26 @@ class Mover:
             DataError: a file failed for good.
         """
         digests = digests or {}
-        helper = self.early_helper(loc, len(files), sum(f.size for f in files),
-                                   len(digests) >= len(files))
+        helper = self.early_helper(
+            loc, len(files), sum(f.size for f in files), len(digests) >= len(files)
+        )
         with _ended_on_error(helper):
             for f in files:
                 _check_target(dest, f.rel)
             join = _joiner(str(dest))  # strings, not Path objects: per-file cost matters
             url = _file_url if loc.is_local else loc.fs.unstrip_protocol
-            jobs = [FileJob(f.rel, f.path, target, f.size, digests.get(f.rel),
-                            where=f"{url(f.path)} -> {target}")
-                    for f in files for target in (join(f.rel),)]
+            jobs = [
+                FileJob(
+                    f.rel,
+                    f.path,
+                    target,
+                    f.size,
+                    digests.get(f.rel),
+                    where=f"{url(f.path)} -> {target}",
+                )
+                for f in files
+                for target in (join(f.rel),)
+            ]
         stats = self.run(jobs, self.download_action(loc), "download", loc, helper)
         self.log(stats.summary("downloaded", f"from {loc.show()}"))
         return stats
@@ -679,8 +768,9 @@ def _check_target(dest: Path, rel: str) -> None:
     a crafted listing or manifest must not write elsewhere. Raises DataError."""
     parts = rel.replace("\\", "/").split("/")
     if not rel or os.path.isabs(rel) or rel.startswith("\\") or ".." in parts:
-        raise DataError(f"refused to download {rel!r}: the path is absolute or leaves "
-                        f"{dest} ('..')")
+        raise DataError(
+            f"refused to download {rel!r}: the path is absolute or leaves {dest} ('..')"
+        )
 
 
 class _ChangedWhileSending(OSError):

@@ -23,8 +23,12 @@ from trainyard.errors import DataError
 __all__ = ["upload", "download", "list_url", "delete"]
 
 
-def upload(url: str | PathLike[str], paths: Sequence[str | Path], regex: str | None = None,
-           mover: Mover | None = None) -> TransferStats:
+def upload(
+    url: str | PathLike[str],
+    paths: Sequence[str | Path],
+    regex: str | None = None,
+    mover: Mover | None = None,
+) -> TransferStats:
     """Upload local files and folders below ``url`` (naming: ``transfer.plan_uploads``).
 
     Raises:
@@ -36,7 +40,9 @@ def upload(url: str | PathLike[str], paths: Sequence[str | Path], regex: str | N
     return mover.upload_files(files, mover.location(url))
 
 
-def list_url(url: str | PathLike[str], regex: str | None = None, mover: Mover | None = None) -> list[RemoteFile]:
+def list_url(
+    url: str | PathLike[str], regex: str | None = None, mover: Mover | None = None
+) -> list[RemoteFile]:
     """The files at ``url`` whose path relative to it matches ``regex``.
 
     Raises:
@@ -47,8 +53,7 @@ def list_url(url: str | PathLike[str], regex: str | None = None, mover: Mover | 
     return [f for f in mover.list_files(mover.location(url)) if keep(f.rel)]
 
 
-def delete(url: str | PathLike[str], regex: str | None = None,
-           mover: Mover | None = None) -> int:
+def delete(url: str | PathLike[str], regex: str | None = None, mover: Mover | None = None) -> int:
     """Delete the files at ``url`` whose path relative to it matches ``regex`` (OSMO's
     ``data delete``); how many.
 
@@ -63,9 +68,14 @@ def delete(url: str | PathLike[str], regex: str | None = None,
     return len(files)
 
 
-def download(url: str | PathLike[str], dest: Path, regex: str | None = None,
-             mover: Mover | None = None, missing_ok: bool = False,
-             resume: bool = False) -> int:
+def download(
+    url: str | PathLike[str],
+    dest: Path,
+    regex: str | None = None,
+    mover: Mover | None = None,
+    missing_ok: bool = False,
+    resume: bool = False,
+) -> int:
     """Download the files at ``url`` (a folder-like prefix, or one file) into ``dest``.
 
     Args:
@@ -92,8 +102,9 @@ def download(url: str | PathLike[str], dest: Path, regex: str | None = None,
     try:
         listed = mover.list_files(loc)
     except DataError as exc:
-        if not (missing_ok and isinstance(exc.__cause__, FileNotFoundError)
-                and _container_exists(loc)):
+        if not (
+            missing_ok and isinstance(exc.__cause__, FileNotFoundError) and _container_exists(loc)
+        ):
             raise
         mover.log(f"{loc.show()}: nothing there yet, the input is an empty folder")
         return 0
@@ -124,4 +135,3 @@ def _container_exists(loc: Location) -> bool:
         return bool(loc.fs.exists(bucket))
     except OSError:
         return False
-

@@ -7,11 +7,10 @@ the step; see docs/engine.md.
 
 from __future__ import annotations
 
-from typing import Any
-
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 from trainyard.backends.base import Backend, TaskKey, TaskLaunch
 from trainyard.engine import machine as m
@@ -47,14 +46,17 @@ class ActionRunner(EngineCore):
         return follow_up
 
     @staticmethod
-    def _add_events(into: dict[str, list[m.Event]],
-                    events: list[tuple[str, m.Event | None]]) -> None:
+    def _add_events(
+        into: dict[str, list[m.Event]], events: list[tuple[str, m.Event | None]]
+    ) -> None:
         for wid, event in events:
             if event is not None:
                 into.setdefault(wid, []).append(event)
 
-    def _start_many(self, starts: list[tuple[str, m.StartTasks]],
-                    ) -> list[tuple[str, m.Event | None]]:
+    def _start_many(
+        self,
+        starts: list[tuple[str, m.StartTasks]],
+    ) -> list[tuple[str, m.Event | None]]:
         """Start these gangs (retries held back as ``_carry_out_action`` holds them), one
         ``start_group`` each, in order (not batched: docs/engine.md "Starts one gang at a
         time"). Each gang's outcome is what ``_start`` would give it: None, or
@@ -85,14 +87,16 @@ class ActionRunner(EngineCore):
         elif isinstance(action, m.StartTasks):
             waiting = self._earlier_stopping(wid, action)
             if waiting:
-                self._deferred.append(DeferredStart(wid, action, waiting,
-                                                    time.monotonic() + RETRY_START_WAIT_S))
+                self._deferred.append(
+                    DeferredStart(wid, action, waiting, time.monotonic() + RETRY_START_WAIT_S)
+                )
                 return None
             return self._start(wid, action)
         elif isinstance(action, m.StopTasks):
             for task, retry_id in action.tasks if action.reason else ():
-                self._task_log(TaskKey(wid, task, retry_id),
-                               f"{action.reason}: the task is stopped")
+                self._task_log(
+                    TaskKey(wid, task, retry_id), f"{action.reason}: the task is stopped"
+                )
             self._stop(wid, action.tasks)
         elif isinstance(action, m.ReleaseGroup):
             self._scheduler_of(wid).release((wid, action.group))
@@ -105,11 +109,16 @@ class ActionRunner(EngineCore):
         if live is not None:
             since_s = live.state.groups[group].scheduling_since_s
             waited_s = max(0.0, time.time() - since_s) if since_s is not None else 0.0
-            self._scheduler_of(wid).enqueue((wid, group), self._requests(live, group),
-                                            now_s=time.monotonic() - waited_s, rank=live.rank)
+            self._scheduler_of(wid).enqueue(
+                (wid, group),
+                self._requests(live, group),
+                now_s=time.monotonic() - waited_s,
+                rank=live.rank,
+            )
 
-    def _start(self, wid: str, action: m.StartTasks,
-               only: frozenset[TaskKey] | None = None) -> m.Event | None:
+    def _start(
+        self, wid: str, action: m.StartTasks, only: frozenset[TaskKey] | None = None
+    ) -> m.Event | None:
         """Start ``action``'s attempts (``only`` those keys, when given; the launches are
         built for the whole action all the same, so a gang's barrier is the same). Returns
         GroupStartFailed when the backend refuses, else None."""
@@ -124,8 +133,12 @@ class ActionRunner(EngineCore):
             error = exc
         return self._start_failed(wid, action, backend, launches, error)
 
-    def _launches(self, wid: str, action: m.StartTasks, only: frozenset[TaskKey] | None = None,
-                  ) -> tuple[Backend[Any], list[TaskLaunch]] | m.Event | None:
+    def _launches(
+        self,
+        wid: str,
+        action: m.StartTasks,
+        only: frozenset[TaskKey] | None = None,
+    ) -> tuple[Backend[Any], list[TaskLaunch]] | m.Event | None:
         """The backend and the launches of ``action``'s start (``only`` those keys, when
         given); None for a workflow no longer driven, GroupStartFailed when its pool has no
         usable backend."""
@@ -140,9 +153,15 @@ class ActionRunner(EngineCore):
             return m.GroupStartFailed(time.time(), action.group, reason, backend_error=True)
         placements = self._scheduler_of(wid).placement_of((wid, action.group))
         ctx = LaunchContext(
-            home=self.home, workflow_id=wid, spec=live.spec, state=live.state,
-            placements=placements, backend=backend, pool=self._pool_of(wid),
-            upstream_output=self._upstream_output, user=live.user,
+            home=self.home,
+            workflow_id=wid,
+            spec=live.spec,
+            state=live.state,
+            placements=placements,
+            backend=backend,
+            pool=self._pool_of(wid),
+            upstream_output=self._upstream_output,
+            user=live.user,
             credentials=self._credentials_of(live.user, live.spec, action.group),
             data_credentials=self.credentials.data_payloads(live.user) if live.user else [],
             registry_credentials=self._registry_credentials_of(live.user, live.spec, action.group),
@@ -152,8 +171,9 @@ class ActionRunner(EngineCore):
             launches = [launch for launch in launches if launch.key in only]
         return backend, launches
 
-    def _registry_credentials_of(self, user: str | None, spec: WorkflowSpec,
-                                 group: str) -> list[dict[str, str]]:
+    def _registry_credentials_of(
+        self, user: str | None, spec: WorkflowSpec, group: str
+    ) -> list[dict[str, str]]:
         """The submitter's REGISTRY credentials, when a task of the group names an image
         (decrypted only then)."""
         images = [t.image for g in spec.groups if g.name == group for t in g.tasks if t.image]
@@ -161,27 +181,34 @@ class ActionRunner(EngineCore):
             return []
         return self.credentials.registry_payloads(user)
 
-    def _credentials_of(self, user: str | None, spec: WorkflowSpec,
-                        group: str) -> dict[str, tuple[str, dict[str, str]]]:
+    def _credentials_of(
+        self, user: str | None, spec: WorkflowSpec, group: str
+    ) -> dict[str, tuple[str, dict[str, str]]]:
         """The submitter's credentials that the group's tasks name, decrypted (``{name:
         (type, payload)}``); a name they no longer have is absent (the runner then fails
         the task with OSMO's words)."""
-        names = [n for g in spec.groups if g.name == group for t in g.tasks
-                 for n in t.credentials]
+        names = [n for g in spec.groups if g.name == group for t in g.tasks for n in t.credentials]
         if not names or user is None:
             return {}
         return self.credentials.payloads(user, names)
 
-    def _start_failed(self, wid: str, action: m.StartTasks, backend: Backend[Any],
-                      launches: list[TaskLaunch], error: BackendError | None) -> m.Event | None:
+    def _start_failed(
+        self,
+        wid: str,
+        action: m.StartTasks,
+        backend: Backend[Any],
+        launches: list[TaskLaunch],
+        error: BackendError | None,
+    ) -> m.Event | None:
         """What a start's outcome yields: None when it started; else the reason in each
         task's log and GroupStartFailed."""
         if error is None:
             return None
         log.warning("workflow %s group %s did not start: %s", wid, action.group, error)
         for launch in launches:
-            self._task_log(launch.key, f"the {backend.name} backend could not start the "
-                                       f"task: {error}")
+            self._task_log(
+                launch.key, f"the {backend.name} backend could not start the task: {error}"
+            )
         return m.GroupStartFailed(time.time(), action.group, str(error), backend_error=True)
 
     def _stop(self, wid: str, tasks: tuple[tuple[str, int], ...]) -> None:
@@ -196,8 +223,11 @@ class ActionRunner(EngineCore):
     def _earlier_stopping(self, wid: str, action: m.StartTasks) -> set[TaskKey]:
         """Earlier attempts of ``action``'s tasks that were stopped and have not ended."""
         newest = dict(action.tasks)
-        return {k for k in self._stopping
-                if k.workflow_id == wid and k.task in newest and k.retry_id < newest[k.task]}
+        return {
+            k
+            for k in self._stopping
+            if k.workflow_id == wid and k.task in newest and k.retry_id < newest[k.task]
+        }
 
     def _start_deferred(self) -> list[tuple[str, m.Event]]:
         """Make the held retry starts whose stopped attempts have ended (or waited too long);
@@ -209,12 +239,20 @@ class ActionRunner(EngineCore):
                 held.append(item)
                 continue
             if item.waiting:
-                log.warning("workflow %s group %s: starting the retry although %d stopped "
-                            "attempt(s) did not end within %.0f s", item.workflow_id,
-                            item.action.group, len(item.waiting), RETRY_START_WAIT_S)
+                log.warning(
+                    "workflow %s group %s: starting the retry although %d stopped "
+                    "attempt(s) did not end within %.0f s",
+                    item.workflow_id,
+                    item.action.group,
+                    len(item.waiting),
+                    RETRY_START_WAIT_S,
+                )
             live = self._live.get(item.workflow_id)
-            keys = item.only if item.only is not None else [
-                TaskKey(item.workflow_id, t, r) for t, r in item.action.tasks]
+            keys = (
+                item.only
+                if item.only is not None
+                else [TaskKey(item.workflow_id, t, r) for t, r in item.action.tasks]
+            )
             keys = frozenset(k for k in keys if live and still_to_start(live.state, k))
             event = self._start(item.workflow_id, item.action, only=keys) if keys else None
             if event is not None:
@@ -248,13 +286,15 @@ class ActionRunner(EngineCore):
         if found is None:
             raise InputUnavailable(f"workflow {wid} has no task {task}")
         if found.status is not Status.COMPLETED:
-            raise InputUnavailable(f"task {found.name} of workflow {wid} is "
-                                   f"{found.status.value}, not COMPLETED")
+            raise InputUnavailable(
+                f"task {found.name} of workflow {wid} is {found.status.value}, not COMPLETED"
+            )
         return self.run_dir(wid, found.name, found.retry_id) / "output"
 
 
-def _start_groups(gangs: list[tuple[int, Backend[Any], list[TaskLaunch]]],
-                  ) -> list[BackendError | None]:
+def _start_groups(
+    gangs: list[tuple[int, Backend[Any], list[TaskLaunch]]],
+) -> list[BackendError | None]:
     """Start ``gangs`` (all of one backend), one ``start_group`` each: the backend answers
     each gang before the next is handed over, which paces the local launcher's runner threads
     (a batch of up to 32 tasks started at once made them contend: ``_start_many``). Returns

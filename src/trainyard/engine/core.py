@@ -7,19 +7,18 @@ backend serve a workflow, where an attempt's run folder is, one line in a task l
 
 from __future__ import annotations
 
-from typing import Any
-
 import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from trainyard.backends.base import Backend, TaskFact, TaskKey
+from trainyard.backends.served import load_usable_pools
 from trainyard.engine import machine as m
 from trainyard.engine.live import DeferredStart, LiveWorkflow, UnstartedStart
 from trainyard.engine.scheduler import Request, Scheduler, request_of
 from trainyard.engine.serialize import state_from_dict
-from trainyard.backends.served import load_usable_pools
 from trainyard.pools import Pool
 from trainyard.runner.report import TaskLog
 from trainyard.spec.models import WorkflowSpec
@@ -144,5 +143,10 @@ class EngineCore:
             finally:
                 task_log.close()
         except OSError as exc:
-            log.warning("cannot write the task log of %s/%s/%s: %s", key.workflow_id, key.task,
-                        key.retry_id, exc)
+            log.warning(
+                "cannot write the task log of %s/%s/%s: %s",
+                key.workflow_id,
+                key.task,
+                key.retry_id,
+                exc,
+            )

@@ -98,7 +98,10 @@ def _retire(home: Path, identity: str) -> None:
     if runs.is_dir():
         aside = _free(home / f"runs.before-{identity[:12]}")
         os.rename(runs, aside)  # one rename: never half moved
-        log.warning("this home served another store: its run folders were moved aside to "
-                    "%s and task tokens made before are refused", aside)
+        log.warning(
+            "this home served another store: its run folders were moved aside to "
+            "%s and task tokens made before are refused",
+            aside,
+        )
     else:
         log.warning("this home served another store: task tokens made before are refused")

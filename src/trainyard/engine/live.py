@@ -16,8 +16,15 @@ from trainyard.engine.scheduler import PRIORITY_RANK, priority_rank
 from trainyard.spec.models import WorkflowSpec
 from trainyard.status import ExitCode, Status
 
-__all__ = ["DeferredStart", "LiveWorkflow", "RETRY_START_WAIT_S", "UnstartedStart",
-           "fact_to_event", "rank_of", "still_to_start"]
+__all__ = [
+    "DeferredStart",
+    "LiveWorkflow",
+    "RETRY_START_WAIT_S",
+    "UnstartedStart",
+    "fact_to_event",
+    "rank_of",
+    "still_to_start",
+]
 
 RETRY_START_WAIT_S = 120.0
 """The longest a retry's start waits for its stopped earlier attempts to end."""
@@ -76,8 +83,15 @@ def fact_to_event(fact: TaskFact, tail: Callable[[], tuple[str, ...]] = tuple) -
         return m.TaskLost(t, key.task, key.retry_id, fact.message, log_tail=tail())
     code = fact.exit_code if fact.kind is FactKind.EXITED else int(ExitCode.START_ERROR)
     code = int(code if code is not None else ExitCode.UNKNOWN)
-    return m.TaskExited(t, key.task, key.retry_id, code, fact.message, fact.failure,
-                        log_tail=tail() if code != 0 else ())
+    return m.TaskExited(
+        t,
+        key.task,
+        key.retry_id,
+        code,
+        fact.message,
+        fact.failure,
+        log_tail=tail() if code != 0 else (),
+    )
 
 
 def still_to_start(state: m.WorkflowState, key: TaskKey) -> bool:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainyard.status import Status, WorkflowStatus
 from trainyard.spec.models import ExitAction
+from trainyard.status import Status, WorkflowStatus
 
 __all__ = [
     "TaskState",
@@ -248,4 +248,3 @@ class WorkflowFinished(Action):
     """The workflow reached a terminal status."""
 
     status: WorkflowStatus
-

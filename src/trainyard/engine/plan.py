@@ -20,8 +20,10 @@ __all__ = ["group_upstreams", "topological_groups", "build_state", "default_exit
 def default_exit_actions_of(pool: Pool) -> dict[ExitAction, frozenset[int]]:
     """The pool's ``default_exit_actions`` as exit codes (OSMO's pool field; codes up to
     ``MAX_POOL_EXIT_CODE``, checked when the pool was loaded)."""
-    return {ExitAction(action): parse_exit_codes(codes, MAX_POOL_EXIT_CODE)
-            for action, codes in pool.default_exit_actions.items()}
+    return {
+        ExitAction(action): parse_exit_codes(codes, MAX_POOL_EXIT_CODE)
+        for action, codes in pool.default_exit_actions.items()
+    }
 
 
 def _input_path(g: int, t: int, i: int) -> str:
@@ -79,8 +81,9 @@ def topological_groups(upstreams: dict[str, frozenset[str]]) -> list[str]:
     return order
 
 
-def _task_state(task: TaskSpec, group: GroupSpec,
-                defaults: dict[ExitAction, frozenset[int]]) -> TaskState:
+def _task_state(
+    task: TaskSpec, group: GroupSpec, defaults: dict[ExitAction, frozenset[int]]
+) -> TaskState:
     """The initial state of one task: PENDING, retry 0, its lead flag and its exit actions:
     the spec's, then ``defaults`` (the pool's) for the codes those do not cover."""
     actions = {action: frozenset(codes) for action, codes in task.exit_actions.items()}
@@ -105,7 +108,11 @@ def _group_state(group: GroupSpec, upstream: frozenset[str]) -> GroupState:
 
 
 def build_state(
-    workflow_id: str, spec: WorkflowSpec, *, max_retries: int, now_s: float,
+    workflow_id: str,
+    spec: WorkflowSpec,
+    *,
+    max_retries: int,
+    now_s: float,
     default_exit_actions: dict[ExitAction, frozenset[int]] | None = None,
 ) -> WorkflowState:
     """The initial state of a submitted workflow (everything PENDING, nothing started).
@@ -131,8 +138,11 @@ def build_state(
     return WorkflowState(
         id=workflow_id,
         groups={g.name: _group_state(g, upstreams[g.name]) for g in spec.groups},
-        tasks={t.name: _task_state(t, g, default_exit_actions or {})
-               for g in spec.groups for t in g.tasks},
+        tasks={
+            t.name: _task_state(t, g, default_exit_actions or {})
+            for g in spec.groups
+            for t in g.tasks
+        },
         exec_timeout_s=spec.timeout.exec_timeout_s,
         queue_timeout_s=spec.timeout.queue_timeout_s,
         max_retries=max_retries,

@@ -21,8 +21,14 @@ from typing import Any
 from trainyard.engine.machine import GroupState, TaskState, WorkflowState
 from trainyard.status import ExitCode, Status
 
-__all__ = ["LOG_TAIL_LINES", "LOG_TAIL_LINE_CHARS", "exit_reason", "read_log_tail",
-           "failure_of", "waits_of"]
+__all__ = [
+    "LOG_TAIL_LINES",
+    "LOG_TAIL_LINE_CHARS",
+    "exit_reason",
+    "read_log_tail",
+    "failure_of",
+    "waits_of",
+]
 
 LOG_TAIL_LINES = 10
 """The most log lines a failed attempt keeps in the store."""
@@ -72,7 +78,7 @@ def exit_reason(exit_code: int) -> str:
 def _cut(text: str) -> str:
     if len(text) <= LOG_TAIL_LINE_CHARS:
         return text
-    return text[:LOG_TAIL_LINE_CHARS - 3] + "..."
+    return text[: LOG_TAIL_LINE_CHARS - 3] + "..."
 
 
 def read_log_tail(path: Path, task: str, lines: int = LOG_TAIL_LINES) -> tuple[str, ...]:
@@ -90,7 +96,7 @@ def read_log_tail(path: Path, task: str, lines: int = LOG_TAIL_LINES) -> tuple[s
             data = handle.read(_TAIL_READ_BYTES)
     except OSError:
         return ()
-    raw = data.decode("utf-8", "replace").splitlines()[1 if size > _TAIL_READ_BYTES else 0:]
+    raw = data.decode("utf-8", "replace").splitlines()[1 if size > _TAIL_READ_BYTES else 0 :]
     parts = [parse_line(line, task) for line in raw if line.strip()]
     own = [p.text for p in parts if p.source == "task"] or [p.text for p in parts]
     return tuple(_cut(text) for text in own[-lines:])
@@ -102,8 +108,9 @@ def _caused_failure(task: TaskState) -> bool:
     if not task.status.is_failed() or task.status is Status.FAILED_CANCELED:
         return False
     return task.status is not Status.FAILED_UPSTREAM and (
-        task.exit_code is not None or task.status in (Status.FAILED_EXEC_TIMEOUT,
-                                                      Status.FAILED_QUEUE_TIMEOUT))
+        task.exit_code is not None
+        or task.status in (Status.FAILED_EXEC_TIMEOUT, Status.FAILED_QUEUE_TIMEOUT)
+    )
 
 
 def failure_of(state: WorkflowState) -> dict[str, Any] | None:
@@ -122,9 +129,16 @@ def failure_of(state: WorkflowState) -> dict[str, Any] | None:
         return None
     first = min(failed, key=lambda t: (t.end_time_s or 0.0, not t.lead, t.name))
     reason = first.failure_reason or _status_reason(first)
-    return {"task": first.name, "group": first.group, "retry_id": first.retry_id,
-            "status": first.status.value, "exit_code": first.exit_code, "reason": reason,
-            "log_tail": list(first.log_tail), "end_time_s": first.end_time_s}
+    return {
+        "task": first.name,
+        "group": first.group,
+        "retry_id": first.retry_id,
+        "status": first.status.value,
+        "exit_code": first.exit_code,
+        "reason": reason,
+        "log_tail": list(first.log_tail),
+        "end_time_s": first.end_time_s,
+    }
 
 
 def _status_reason(task: TaskState) -> str:
@@ -136,8 +150,11 @@ def _status_reason(task: TaskState) -> str:
 
 
 def _upstream_reason(state: WorkflowState, group: GroupState) -> str:
-    pending = [state.groups[u] for u in sorted(group.upstream)
-               if state.groups[u].status is not Status.COMPLETED]
+    pending = [
+        state.groups[u]
+        for u in sorted(group.upstream)
+        if state.groups[u].status is not Status.COMPLETED
+    ]
     named = ", ".join(f"{g.name} ({g.status.value})" for g in pending[:3])
     more = f" and {len(pending) - 3} more" if len(pending) > 3 else ""
     return f"waits for group{'s' if len(pending) > 1 else ''} {named}{more} to complete"
@@ -159,13 +176,30 @@ def waits_of(state: WorkflowState) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for group in state.groups.values():
         if group.status is Status.WAITING and group.upstream:
-            out.append({"group": group.name, "status": group.status.value,
-                        "reason": _upstream_reason(state, group), "since_s": None})
+            out.append(
+                {
+                    "group": group.name,
+                    "status": group.status.value,
+                    "reason": _upstream_reason(state, group),
+                    "since_s": None,
+                }
+            )
         elif group.status is Status.SCHEDULING:
-            out.append({"group": group.name, "status": group.status.value,
-                        "reason": group.waiting_reason or "waiting for the scheduler",
-                        "since_s": group.scheduling_since_s})
+            out.append(
+                {
+                    "group": group.name,
+                    "status": group.status.value,
+                    "reason": group.waiting_reason or "waiting for the scheduler",
+                    "since_s": group.scheduling_since_s,
+                }
+            )
         elif group.status is Status.INITIALIZING and group.waiting_reason:
-            out.append({"group": group.name, "status": group.status.value,
-                        "reason": group.waiting_reason, "since_s": group.scheduling_since_s})
+            out.append(
+                {
+                    "group": group.name,
+                    "status": group.status.value,
+                    "reason": group.waiting_reason,
+                    "since_s": group.scheduling_since_s,
+                }
+            )
     return out

@@ -17,9 +17,8 @@ from typing import Any
 
 from trainyard import backends
 from trainyard.backends.base import Backend, TaskKey
-from trainyard.engine import homestore
+from trainyard.engine import homestore, retention
 from trainyard.engine import machine as m
-from trainyard.engine import retention
 from trainyard.engine.launch import LaunchContext, build_launches
 from trainyard.engine.live import LiveWorkflow, rank_of
 from trainyard.engine.plan import build_state, default_exit_actions_of
@@ -85,9 +84,14 @@ class Engine(StepLoop):
         backend_factory: Callable[[Pool, Path], Backend[Any]] | None = None,
         poll_interval_s: float = 0.05,
     ) -> None:
-        super().__init__(store, home, pools=pools, spec_loader=spec_loader or _spec_from_source,
-                         backend_factory=backend_factory or _default_backend,
-                         poll_interval_s=poll_interval_s)
+        super().__init__(
+            store,
+            home,
+            pools=pools,
+            spec_loader=spec_loader or _spec_from_source,
+            backend_factory=backend_factory or _default_backend,
+            poll_interval_s=poll_interval_s,
+        )
         homestore.bind_home(home, store)  # before anything of the home is used
         self._resume()
 
@@ -104,19 +108,36 @@ class Engine(StepLoop):
         self._refuse_unplaceable(sub)
 
         def make_state(workflow_id: str) -> tuple[str, dict[str, Any]]:
-            state = build_state(workflow_id, sub.spec, max_retries=sub.pool.max_retries,
-                                default_exit_actions=default_exit_actions_of(sub.pool),
-                                now_s=time.time())
+            state = build_state(
+                workflow_id,
+                sub.spec,
+                max_retries=sub.pool.max_retries,
+                default_exit_actions=default_exit_actions_of(sub.pool),
+                now_s=time.time(),
+            )
             return state.status.value, state_to_dict(state)
 
         source = {**sub.source, **_spec_source(sub)}
         with self._lock:
             record = self.store.create_workflow(
-                name=sub.spec.name, pool=sub.pool.name, submitted_by=sub.user,
-                labels=sub.labels, spec_text=sub.spec_text, source=source, make_state=make_state,
+                name=sub.spec.name,
+                pool=sub.pool.name,
+                submitted_by=sub.user,
+                labels=sub.labels,
+                spec_text=sub.spec_text,
+                source=source,
+                make_state=make_state,
             )
-            self._track(record.id, LiveWorkflow(state_from_dict(record.state), sub.spec,
-                                                sub.pool.name, sub.user, rank_of(source)))
+            self._track(
+                record.id,
+                LiveWorkflow(
+                    state_from_dict(record.state),
+                    sub.spec,
+                    sub.pool.name,
+                    sub.user,
+                    rank_of(source),
+                ),
+            )
             self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
         self.wake()
         return record
@@ -133,7 +154,8 @@ class Engine(StepLoop):
                     f"group {group.name!r}: its {len(group.tasks)} tasks start together but "
                     f"cannot be placed together on pool {sub.pool.name!r} even when it is "
                     f"empty ({len(sub.pool.nodes)} nodes); ask for less per task or use fewer "
-                    "tasks")
+                    "tasks"
+                )
 
     def preview(self, sub: Submission) -> list[tuple[str, str]]:
         """What submitting ``sub`` now would hand its pool's backend, for ``--dry-run``: per
@@ -143,17 +165,28 @@ class Engine(StepLoop):
         Stores nothing, starts nothing. A group whose rendering is empty is left out."""
         backend = self._backends.get(sub.pool.name) or self._backend_factory(sub.pool, self.home)
         wid = self.store.peek_workflow_id(sub.spec.name)
-        state = build_state(wid, sub.spec, max_retries=sub.pool.max_retries,
-                            default_exit_actions=default_exit_actions_of(sub.pool),
-                            now_s=time.time())
+        state = build_state(
+            wid,
+            sub.spec,
+            max_retries=sub.pool.max_retries,
+            default_exit_actions=default_exit_actions_of(sub.pool),
+            now_s=time.time(),
+        )
         previews = []
         for group in sub.spec.groups:
             names = [t.name for t in group.tasks]
             ctx = LaunchContext(
-                home=self.home, workflow_id=wid, spec=sub.spec, state=state,
-                placements={n: Placement(sub.pool.nodes[0].name if sub.pool.nodes else "")
-                            for n in names},
-                backend=backend, pool=sub.pool, upstream_output=self._preview_output(wid))
+                home=self.home,
+                workflow_id=wid,
+                spec=sub.spec,
+                state=state,
+                placements={
+                    n: Placement(sub.pool.nodes[0].name if sub.pool.nodes else "") for n in names
+                },
+                backend=backend,
+                pool=sub.pool,
+                upstream_output=self._preview_output(wid),
+            )
             action = m.StartTasks(group.name, tuple((n, 0) for n in names))
             text = backend.dry_run(build_launches(ctx, action))
             if text:
@@ -166,6 +199,7 @@ class Engine(StepLoop):
             if upstream and upstream != wid:
                 return self._upstream_output(ref, current)
             return self.home / "runs" / wid / task / "0" / "output"
+
         return output
 
     def cancel(self, workflow_id: str, *, force: bool = False) -> None:
@@ -209,13 +243,25 @@ class Engine(StepLoop):
             record = self.store.get_workflow(workflow_id)
             state = state_from_dict(record.state)
             if workflow_id in self._live or not state.status.is_terminal():
-                raise RefusedError(f"workflow {workflow_id} is {state.status}; only a finished, "
-                                  "failed workflow can be restarted")
+                raise RefusedError(
+                    f"workflow {workflow_id} is {state.status}; only a finished, "
+                    "failed workflow can be restarted"
+                )
             if state.status is WorkflowStatus.COMPLETED:
-                raise RefusedError(f"workflow {workflow_id} COMPLETED; submit it again instead "
-                                  f"(`trainyard workflow submit {workflow_id}`)")
-            self._track(workflow_id, LiveWorkflow(state, self._spec_loader(record), record.pool,
-                                                  record.submitted_by, rank_of(record.source)))
+                raise RefusedError(
+                    f"workflow {workflow_id} COMPLETED; submit it again instead "
+                    f"(`trainyard workflow submit {workflow_id}`)"
+                )
+            self._track(
+                workflow_id,
+                LiveWorkflow(
+                    state,
+                    self._spec_loader(record),
+                    record.pool,
+                    record.submitted_by,
+                    rank_of(record.source),
+                ),
+            )
             self._apply_until_settled({workflow_id: [m.Restarted(time.time())]})
 
     def delete(self, workflow_ids: list[str], *, keep_records: bool = False) -> None:
@@ -237,13 +283,16 @@ class Engine(StepLoop):
                 r = running[0]
                 raise RefusedError(
                     f"workflow {r.id} is {self.state(r.id).status.value}; only an ended workflow "
-                    f"can be deleted: cancel it first (`trainyard workflow cancel {r.id}`)")
+                    f"can be deleted: cancel it first (`trainyard workflow cancel {r.id}`)"
+                )
             self._refuse_if_still_running(records)
             folders = [self.home / "runs" / r.id for r in records]
             mounted = [point for folder in folders for point in retention.mounts_under(folder)]
             if mounted:
-                raise RefusedError(f"file systems are mounted in run folders to delete "
-                                   f"({', '.join(mounted)}); unmount them first")
+                raise RefusedError(
+                    f"file systems are mounted in run folders to delete "
+                    f"({', '.join(mounted)}); unmount them first"
+                )
             if not keep_records:
                 self.store.delete_workflows([r.id for r in records])
                 self._forget(records)
@@ -276,7 +325,8 @@ class Engine(StepLoop):
             raise RefusedError(
                 "attempts of ended workflows still run and are being stopped now: "
                 + ", ".join(f"{k.workflow_id}/{k.task}/{k.retry_id}" for k in alive)
-                + "; delete again in a few seconds")
+                + "; delete again in a few seconds"
+            )
 
     def usage(self, pool_name: str) -> dict[str, dict[str, Any]]:
         """What placed tasks use of each node of a pool: cpu, gpu, memory_bytes, storage_bytes."""
@@ -285,8 +335,12 @@ class Engine(StepLoop):
             if scheduler is None:
                 return {}
             return {
-                name: {"cpu": u.cpu, "gpu": len(u.gpu_slots), "memory_bytes": u.memory_bytes,
-                       "storage_bytes": u.storage_bytes}
+                name: {
+                    "cpu": u.cpu,
+                    "gpu": len(u.gpu_slots),
+                    "memory_bytes": u.memory_bytes,
+                    "storage_bytes": u.storage_bytes,
+                }
                 for name, u in scheduler.usage.items()
             }
 

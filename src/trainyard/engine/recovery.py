@@ -6,17 +6,22 @@ started, stop attempts that ended in the store but still run). Order and rules: 
 
 from __future__ import annotations
 
-from typing import Any
-
 import logging
 import time
+from typing import Any
 
 from trainyard.backends.base import Backend, TaskKey
 from trainyard.engine import machine as m
 from trainyard.engine import rules
 from trainyard.engine.actions import ActionRunner
-from trainyard.engine.live import (RETRY_START_WAIT_S, DeferredStart, LiveWorkflow, UnstartedStart,
-                                   rank_of, still_to_start)
+from trainyard.engine.live import (
+    RETRY_START_WAIT_S,
+    DeferredStart,
+    LiveWorkflow,
+    UnstartedStart,
+    rank_of,
+    still_to_start,
+)
 from trainyard.engine.scheduler import Placement
 from trainyard.engine.serialize import state_from_dict
 from trainyard.pools import Pool
@@ -46,13 +51,23 @@ class Recovery(ActionRunner):
                 log.error("workflow %s names unknown pool %s; left as is", record.id, record.pool)
                 continue
             state = state_from_dict(record.state)
-            self._track(record.id, LiveWorkflow(state, self._spec_loader(record), record.pool,
-                                                record.submitted_by, rank_of(record.source)))
+            self._track(
+                record.id,
+                LiveWorkflow(
+                    state,
+                    self._spec_loader(record),
+                    record.pool,
+                    record.submitted_by,
+                    rank_of(record.source),
+                ),
+            )
             if state.status is WorkflowStatus.PENDING:  # Submitted may never have been applied
                 self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
-            queued += [(g.scheduling_since_s or 0.0, order, index, record.id, g.name)
-                       for index, g in enumerate(state.groups.values())
-                       if g.status is Status.SCHEDULING]
+            queued += [
+                (g.scheduling_since_s or 0.0, order, index, record.id, g.name)
+                for index, g in enumerate(state.groups.values())
+                if g.status is Status.SCHEDULING
+            ]
             self._restore(record.id, state)
         for *_order, wid, group in sorted(queued):
             self._enqueue(wid, group)
@@ -71,8 +86,11 @@ class Recovery(ActionRunner):
             backend = self._pool_backend(pool)
             alive = backend.recover(keys)
             if alive:
-                log.warning("stopping %d attempt(s) that had ended but still ran: %s", len(alive),
-                            ", ".join(f"{k.workflow_id}/{k.task}/{k.retry_id}" for k in alive))
+                log.warning(
+                    "stopping %d attempt(s) that had ended but still ran: %s",
+                    len(alive),
+                    ", ".join(f"{k.workflow_id}/{k.task}/{k.retry_id}" for k in alive),
+                )
                 backend.stop(alive)
                 self._stopping.update(alive)  # a retry of theirs waits until they ended
 
@@ -86,8 +104,11 @@ class Recovery(ActionRunner):
             if group.status in (Status.INITIALIZING, Status.RUNNING):
                 placements = _placements_of(state, group, self.pools[live.pool])
                 scheduler.restore((wid, group.name), self._requests(live, group.name), placements)
-                keys += [TaskKey(wid, t, state.tasks[t].retry_id) for t in group.tasks
-                         if not state.tasks[t].status.is_terminal()]
+                keys += [
+                    TaskKey(wid, t, state.tasks[t].retry_id)
+                    for t in group.tasks
+                    if not state.tasks[t].status.is_terminal()
+                ]
         if not keys:
             return
         backend = self._backend_of(wid)
@@ -107,8 +128,15 @@ class Recovery(ActionRunner):
             keys = frozenset(k for k in item.keys if live and still_to_start(live.state, k))
             waiting = self._earlier_stopping(item.workflow_id, item.action) if keys else set()
             if waiting:
-                self._deferred.append(DeferredStart(item.workflow_id, item.action, waiting,
-                                                    time.monotonic() + RETRY_START_WAIT_S, keys))
+                self._deferred.append(
+                    DeferredStart(
+                        item.workflow_id,
+                        item.action,
+                        waiting,
+                        time.monotonic() + RETRY_START_WAIT_S,
+                        keys,
+                    )
+                )
                 continue
             event = self._start(item.workflow_id, item.action, only=keys) if keys else None
             if event is not None:
@@ -142,12 +170,19 @@ def _unstarted_starts(state: m.WorkflowState, fresh: frozenset[TaskKey]) -> list
         by_group.setdefault(state.tasks[key.task].group, set()).add(key.task)
     starts = []
     for group, names in by_group.items():
-        together = [state.tasks[t] for t in state.groups[group].tasks
-                    if t in names or _not_reported(state.tasks[t])]
-        action = m.StartTasks(group, tuple((t.name, t.retry_id) for t in together),
-                              restart_in_place=any(_restarted_in_place(t) for t in together))
-        starts.append(UnstartedStart(state.id, action, frozenset(
-            k for k in fresh if k.task in names)))
+        together = [
+            state.tasks[t]
+            for t in state.groups[group].tasks
+            if t in names or _not_reported(state.tasks[t])
+        ]
+        action = m.StartTasks(
+            group,
+            tuple((t.name, t.retry_id) for t in together),
+            restart_in_place=any(_restarted_in_place(t) for t in together),
+        )
+        starts.append(
+            UnstartedStart(state.id, action, frozenset(k for k in fresh if k.task in names))
+        )
     return starts
 
 

@@ -25,8 +25,15 @@ from trainyard.errors import ConfigError, TrainyardError
 from trainyard.quantity import format_duration_s, parse_duration_s
 from trainyard.store import Store
 
-__all__ = ["DEFAULT_RUN_RETENTION_S", "RETENTION_ENV", "run_retention_s", "mounts_under",
-           "remove_run_folder", "sweep", "start_sweeper"]
+__all__ = [
+    "DEFAULT_RUN_RETENTION_S",
+    "RETENTION_ENV",
+    "run_retention_s",
+    "mounts_under",
+    "remove_run_folder",
+    "sweep",
+    "start_sweeper",
+]
 
 log = logging.getLogger("trainyard.retention")
 
@@ -39,6 +46,7 @@ class Engine(Protocol):
 
     def delete(self, workflow_ids: list[str], *, keep_records: bool = False) -> None:
         """Remove workflows' run folders (and their rows unless ``keep_records``)."""
+
 
 DEFAULT_RUN_RETENTION_S = 7 * 24 * 3600.0
 """Run folders of workflows that ended longer ago than this are removed (7 days)."""
@@ -96,8 +104,9 @@ def remove_run_folder(path: Path) -> bool:
         return False
     mounted = mounts_under(path)
     if mounted:
-        raise TrainyardError(f"{path} has file systems mounted below it ({', '.join(mounted)}); "
-                             "unmount them first")
+        raise TrainyardError(
+            f"{path} has file systems mounted below it ({', '.join(mounted)}); unmount them first"
+        )
     if path.is_symlink():
         path.unlink()
     else:
@@ -108,7 +117,7 @@ def remove_run_folder(path: Path) -> bool:
 def _end_times(engine: Engine, ids: list[str]) -> dict[str, float | None]:
     ends: dict[str, float | None] = {}
     for start in range(0, len(ids), _LOOKUP_CHUNK):
-        found = engine.store.workflow_end_times(ids[start:start + _LOOKUP_CHUNK])
+        found = engine.store.workflow_end_times(ids[start : start + _LOOKUP_CHUNK])
         ends.update({wid: end for wid, (_owner, end) in found.items()})
     return ends
 
@@ -143,13 +152,17 @@ def sweep(engine: Engine, retention_s: float, *, now_s: float | None = None) -> 
                 continue
         removed.append(name)
     if removed:
-        log.info("retention: removed the run folders of %d workflow(s) ended more than %s ago",
-                 len(removed), format_duration_s(retention_s))
+        log.info(
+            "retention: removed the run folders of %d workflow(s) ended more than %s ago",
+            len(removed),
+            format_duration_s(retention_s),
+        )
     return removed
 
 
-def start_sweeper(engine: Engine, stop: threading.Event, retention_s: float | None, *,
-                  first_delay_s: float = 10.0) -> threading.Thread | None:
+def start_sweeper(
+    engine: Engine, stop: threading.Event, retention_s: float | None, *, first_delay_s: float = 10.0
+) -> threading.Thread | None:
     """Run ``sweep`` in a daemon thread until ``stop``: first after ``first_delay_s``, then
     every tenth of the retention (at least every minute, at most every hour). None when
     retention is off."""

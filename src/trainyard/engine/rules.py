@@ -42,9 +42,9 @@ from trainyard.engine.machine import (
     WorkflowState,
 )
 from trainyard.engine.reasons import exit_reason
-from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.errors import NotFoundError
 from trainyard.spec.models import ExitAction
+from trainyard.status import ExitCode, Status, WorkflowStatus
 
 __all__ = [
     "LEAD_FINISHED",
@@ -82,8 +82,13 @@ EXIT_FAILURES = frozenset(
 _ENDED_WHILE_STARTED = EXIT_FAILURES | {S.COMPLETED, S.FAILED_EXEC_TIMEOUT, S.FAILED_CANCELED}
 _NOT_YET_SCHEDULED = frozenset({S.WAITING, S.SCHEDULING, S.FAILED_CANCELED, S.FAILED_UPSTREAM})
 _SCHEDULING_NEXT = frozenset(
-    {S.INITIALIZING, S.FAILED_QUEUE_TIMEOUT, S.FAILED_START_ERROR, S.FAILED_BACKEND_ERROR,
-     S.FAILED_CANCELED}
+    {
+        S.INITIALIZING,
+        S.FAILED_QUEUE_TIMEOUT,
+        S.FAILED_START_ERROR,
+        S.FAILED_BACKEND_ERROR,
+        S.FAILED_CANCELED,
+    }
 )
 
 #: Task attempt: status -> statuses it may move to. A retried attempt ends RESCHEDULED (in
@@ -300,7 +305,8 @@ def _schedule_ready(step: _Step) -> None:
     """Every WAITING group whose upstream groups all COMPLETED starts SCHEDULING (spec order)."""
     groups = step.state.groups
     ready = [
-        g.name for g in _peek(groups)
+        g.name
+        for g in _peek(groups)
         if g.status is S.WAITING
         and all(dict.__getitem__(groups, u).status is S.COMPLETED for u in g.upstream)
     ]
@@ -310,16 +316,25 @@ def _schedule_ready(step: _Step) -> None:
 
 def _fail_downstream(step: _Step, failed: GroupState) -> None:
     """Groups fed by ``failed`` -> FAILED_UPSTREAM with exit code 3000, transitively."""
-    fed = [g.name for g in _peek(step.state.groups)
-           if failed.name in g.upstream and not g.status.is_terminal()]
+    fed = [
+        g.name
+        for g in _peek(step.state.groups)
+        if failed.name in g.upstream and not g.status.is_terminal()
+    ]
     for name in fed:
         group = step.state.groups[name]
         if not group.status.is_terminal():  # a cascade above may have ended it already
             _end_group(step, group, S.FAILED_UPSTREAM, exit_code=ExitCode.UPSTREAM_FAILED)
 
 
-def _end_tasks(step: _Step, group: GroupState, status: Status, exit_code: int | None,
-               reason: str | None = None, announce: bool = False) -> None:
+def _end_tasks(
+    step: _Step,
+    group: GroupState,
+    status: Status,
+    exit_code: int | None,
+    reason: str | None = None,
+    announce: bool = False,
+) -> None:
     """The group's unfinished tasks take ``status`` (and ``reason``, when given, as their
     ``failure_reason``); started attempts are stopped (``announce``: ``reason`` said in
     their logs too).
@@ -340,8 +355,14 @@ def _end_tasks(step: _Step, group: GroupState, status: Status, exit_code: int | 
 
 
 def _end_group(
-    step: _Step, group: GroupState, status: Status, *, exit_code: int | None = None,
-    cascade: bool = True, reason: str | None = None, announce: bool = False,
+    step: _Step,
+    group: GroupState,
+    status: Status,
+    *,
+    exit_code: int | None = None,
+    cascade: bool = True,
+    reason: str | None = None,
+    announce: bool = False,
 ) -> None:
     """End ``group`` with ``status``: its unfinished tasks too (stopped if started),
     ReleaseGroup if a placement was asked for, then downstream groups follow (``cascade``):
@@ -373,8 +394,16 @@ def _new_attempt(step: _Step, task: TaskState, exit_code: int | None) -> None:
     retry id + 1, INITIALIZING on the same node, no times or exit code yet."""
     check_move("task", task.name, task.status, S.RESCHEDULED, TASK_TRANSITIONS)
     task.history.append(
-        TaskAttempt(task.retry_id, S.RESCHEDULED, exit_code, task.node, task.start_time_s,
-                    step.now_s, task.failure_reason, task.log_tail)
+        TaskAttempt(
+            task.retry_id,
+            S.RESCHEDULED,
+            exit_code,
+            task.node,
+            task.start_time_s,
+            step.now_s,
+            task.failure_reason,
+            task.log_tail,
+        )
     )
     task.retry_id += 1
     task.status = S.INITIALIZING
@@ -382,8 +411,9 @@ def _new_attempt(step: _Step, task: TaskState, exit_code: int | None) -> None:
     task.log_tail = ()
 
 
-def _retry(step: _Step, task: TaskState, exit_code: int, in_place: bool,
-           whole_gang: bool = False) -> None:
+def _retry(
+    step: _Step, task: TaskState, exit_code: int, in_place: bool, whole_gang: bool = False
+) -> None:
     """RESCHEDULE (``in_place`` False) or RESTART: a new attempt of ``task``.
 
     With ``ignoreNonleadStatus: false``, or ``whole_gang`` (the attempt ended before its
@@ -393,9 +423,11 @@ def _retry(step: _Step, task: TaskState, exit_code: int, in_place: bool,
     """
     group = step.state.groups[task.group]
     task.retries_used += 1
-    peers = [] if group.ignore_nonlead_status and not whole_gang else [
-        t for t in step.tasks_of(group) if t is not task and t.status in _STARTED
-    ]
+    peers = (
+        []
+        if group.ignore_nonlead_status and not whole_gang
+        else [t for t in step.tasks_of(group) if t is not task and t.status in _STARTED]
+    )
     if peers:
         step.emit(StopTasks(tuple((t.name, t.retry_id) for t in peers)))
     _new_attempt(step, task, exit_code)
@@ -416,8 +448,7 @@ def _unreleased(step: _Step, task: TaskState) -> bool:
     group = step.state.groups[task.group]
     if not group.barrier or len(group.tasks) < 2 or task.status is not S.INITIALIZING:
         return False
-    return all(dict.__getitem__(step.state.tasks, t).status is not S.RUNNING
-               for t in group.tasks)
+    return all(dict.__getitem__(step.state.tasks, t).status is not S.RUNNING for t in group.tasks)
 
 
 def _settle_group(step: _Step, task: TaskState, unreleased: bool = False) -> None:
@@ -433,8 +464,14 @@ def _settle_group(step: _Step, task: TaskState, unreleased: bool = False) -> Non
         _end_group(step, group, task.status)
 
 
-def _task_ended(step: _Step, task: TaskState, exit_code: int, reason: str = "",
-                failure: str | None = None, log_tail: tuple[str, ...] = ()) -> None:
+def _task_ended(
+    step: _Step,
+    task: TaskState,
+    exit_code: int,
+    reason: str = "",
+    failure: str | None = None,
+    log_tail: tuple[str, ...] = (),
+) -> None:
     """Apply the exit action of ``exit_code``; RESCHEDULE/RESTART past ``max_retries``
     (counted together) is a FAIL. A failed (or retried) attempt keeps ``reason`` (why, as
     its runner or backend said; else ``exit_reason`` of its code) as its ``failure_reason``
@@ -447,8 +484,7 @@ def _task_ended(step: _Step, task: TaskState, exit_code: int, reason: str = "",
     retry = action in (ExitAction.RESCHEDULE, ExitAction.RESTART)
     unreleased = _unreleased(step, task)
     if retry and task.retries_used < step.state.max_retries:
-        _retry(step, task, exit_code, in_place=action is ExitAction.RESTART,
-               whole_gang=unreleased)
+        _retry(step, task, exit_code, in_place=action is ExitAction.RESTART, whole_gang=unreleased)
         return
     task.exit_code = int(exit_code)
     completed = action is ExitAction.COMPLETE
@@ -500,11 +536,11 @@ def _on_group_start_failed(step: _Step, event: GroupStartFailed) -> None:
         return
     reason = event.message or None
     if event.backend_error:
-        _end_group(step, group, S.FAILED_BACKEND_ERROR, exit_code=ExitCode.BACKEND_ERROR,
-                   reason=reason)
+        _end_group(
+            step, group, S.FAILED_BACKEND_ERROR, exit_code=ExitCode.BACKEND_ERROR, reason=reason
+        )
     else:
-        _end_group(step, group, S.FAILED_START_ERROR, exit_code=ExitCode.START_ERROR,
-                   reason=reason)
+        _end_group(step, group, S.FAILED_START_ERROR, exit_code=ExitCode.START_ERROR, reason=reason)
 
 
 def _on_group_waiting(step: _Step, event: GroupWaiting) -> None:
@@ -552,9 +588,13 @@ def _on_task_lost(step: _Step, event: TaskLost) -> None:
     """The attempt vanished: an exit with 3001, so FAILED_BACKEND_ERROR and a FAIL."""
     task = _current(step, event.task, event.retry_id)
     if task is not None:
-        _task_ended(step, task, int(ExitCode.BACKEND_ERROR),
-                    event.message or "the task vanished without reporting an exit",
-                    log_tail=event.log_tail)
+        _task_ended(
+            step,
+            task,
+            int(ExitCode.BACKEND_ERROR),
+            event.message or "the task vanished without reporting an exit",
+            log_tail=event.log_tail,
+        )
 
 
 def _timed_out(since_s: float | None, limit_s: float | None, now_s: float) -> bool:
@@ -568,7 +608,8 @@ def _queued(state: WorkflowState, group: GroupState) -> bool:
     if group.status is S.SCHEDULING:
         return True
     return group.status is S.INITIALIZING and all(
-        dict.__getitem__(state.tasks, name).start_time_s is None for name in group.tasks)
+        dict.__getitem__(state.tasks, name).start_time_s is None for name in group.tasks
+    )
 
 
 def _timeout_of(state: WorkflowState, group: GroupState, now_s: float) -> Status | None:
@@ -618,9 +659,18 @@ def _on_cancel(step: _Step, event: CancelRequested) -> None:
 def _renew_task(step: _Step, task: TaskState) -> None:
     """Close the task's last attempt into ``history`` and give it a fresh one (retry id + 1,
     retries counted anew), WAITING. A restart is a new life: it bypasses the tables."""
-    task.history.append(TaskAttempt(task.retry_id, task.status, task.exit_code, task.node,
-                                    task.start_time_s, task.end_time_s, task.failure_reason,
-                                    task.log_tail))
+    task.history.append(
+        TaskAttempt(
+            task.retry_id,
+            task.status,
+            task.exit_code,
+            task.node,
+            task.start_time_s,
+            task.end_time_s,
+            task.failure_reason,
+            task.log_tail,
+        )
+    )
     task.retry_id += 1
     task.retries_used = 0
     task.status = S.WAITING

@@ -25,7 +25,6 @@ Rules (OSMO docs, "Groups": a group's tasks are scheduled together):
 from __future__ import annotations
 
 import bisect
-
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -33,8 +32,17 @@ from dataclasses import dataclass, field
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import ResourceSpec
 
-__all__ = ["Request", "Placement", "GroupKey", "NodeUsage", "Scheduler", "request_of",
-           "PRIORITY_RANK", "priority_rank", "REASONS_FOR_FIRST"]
+__all__ = [
+    "Request",
+    "Placement",
+    "GroupKey",
+    "NodeUsage",
+    "Scheduler",
+    "request_of",
+    "PRIORITY_RANK",
+    "priority_rank",
+    "REASONS_FOR_FIRST",
+]
 
 PRIORITY_RANK: dict[str, int] = {"HIGH": 0, "NORMAL": 1, "LOW": 2}
 """OSMO's workflow priorities, the lower rank placed first."""
@@ -43,6 +51,7 @@ PRIORITY_RANK: dict[str, int] = {"HIGH": 0, "NORMAL": 1, "LOW": 2}
 def priority_rank(priority: str | None) -> int:
     """The rank of a priority name (NORMAL's for None or an unknown name)."""
     return PRIORITY_RANK.get((priority or "NORMAL").upper(), PRIORITY_RANK["NORMAL"])
+
 
 GroupKey = tuple[str, str]  # (workflow id, group name)
 
@@ -118,8 +127,9 @@ class NodeUsage:
         self.gpu_slots.difference_update(slots)
 
     def copy(self) -> NodeUsage:
-        return NodeUsage(self.node, self.cpu, self.memory_bytes, self.storage_bytes,
-                         set(self.gpu_slots))
+        return NodeUsage(
+            self.node, self.cpu, self.memory_bytes, self.storage_bytes, set(self.gpu_slots)
+        )
 
 
 def _size(req: Request) -> tuple[int, float, int, int]:
@@ -174,8 +184,13 @@ class Scheduler:
         self._version = 0  # bumped whenever usage changes
         self._no_fit: dict[GroupKey, int] = {}  # gang -> _version when it last did not fit
 
-    def enqueue(self, key: GroupKey, requests: dict[str, Request],
-                now_s: float | None = None, rank: int = PRIORITY_RANK["NORMAL"]) -> None:
+    def enqueue(
+        self,
+        key: GroupKey,
+        requests: dict[str, Request],
+        now_s: float | None = None,
+        rank: int = PRIORITY_RANK["NORMAL"],
+    ) -> None:
         """Queue a gang (task name -> request) behind the ones already waiting of its
         priority (``rank``, ``PRIORITY_RANK``), ahead of those of a lower one.
 
@@ -202,7 +217,9 @@ class Scheduler:
         normal = PRIORITY_RANK["NORMAL"]
         return sorted(self._queue.items(), key=lambda item: self._rank.get(item[0], normal))
 
-    def place_ready(self, now_s: float | None = None) -> list[tuple[GroupKey, dict[str, Placement]]]:
+    def place_ready(
+        self, now_s: float | None = None
+    ) -> list[tuple[GroupKey, dict[str, Placement]]]:
         """Place the queued gangs that fit now, in queue order; a gang that does not fit is
         passed over (backfill) until it has waited ``Pool.backfill_age_s``, and from then on
         nothing behind it is placed (module docstring).
@@ -244,8 +261,10 @@ class Scheduler:
         keys = list(self._queue)
         for index, key in enumerate(keys):
             if index >= REASONS_FOR_FIRST:
-                reasons[key] = (f"behind {REASONS_FOR_FIRST} or more gangs in the queue of "
-                                f"pool {self.pool.name}")
+                reasons[key] = (
+                    f"behind {REASONS_FOR_FIRST} or more gangs in the queue of "
+                    f"pool {self.pool.name}"
+                )
                 continue
             parts = [self._need_text(self._queue[key], free, capacity, held, key)]
             if index:
@@ -260,39 +279,56 @@ class Scheduler:
         """What each placed gang holds, per resource."""
         held: dict[GroupKey, dict[str, float]] = {}
         for key, entry in self._placed.items():
-            held[key] = {"gpu": float(sum(len(p.gpu_slots) for _r, p in entry.values())),
-                         "cpu": sum(r.cpu for r, _p in entry.values()),
-                         "memory_bytes": float(sum(r.memory_bytes for r, _p in entry.values()))}
+            held[key] = {
+                "gpu": float(sum(len(p.gpu_slots) for _r, p in entry.values())),
+                "cpu": sum(r.cpu for r, _p in entry.values()),
+                "memory_bytes": float(sum(r.memory_bytes for r, _p in entry.values())),
+            }
         return held
 
-    def _need_text(self, requests: dict[str, Request], free: dict[str, float],
-                   capacity: dict[str, float], held: dict[GroupKey, dict[str, float]],
-                   key: GroupKey) -> str:
+    def _need_text(
+        self,
+        requests: dict[str, Request],
+        free: dict[str, float],
+        capacity: dict[str, float],
+        held: dict[GroupKey, dict[str, float]],
+        key: GroupKey,
+    ) -> str:
         """What the gang needs that is short, or why it waits though enough is free."""
-        need = {"gpu": float(sum(r.gpu for r in requests.values())),
-                "cpu": sum(r.cpu for r in requests.values()),
-                "memory_bytes": float(sum(r.memory_bytes for r in requests.values()))}
+        need = {
+            "gpu": float(sum(r.gpu for r in requests.values())),
+            "cpu": sum(r.cpu for r in requests.values()),
+            "memory_bytes": float(sum(r.memory_bytes for r in requests.values())),
+        }
         short = [d for d in _DIMS if need[d] > free[d] + 1e-9]
         pool = self.pool.name
         if short:
-            text = "; ".join(f"needs {_amount(d, need[d])} on pool {pool}: "
-                             f"{_amount(d, max(free[d], 0)).split(' ', 1)[0]} of "
-                             f"{_amount(d, capacity[d]).split(' ', 1)[0]} free" for d in short)
-            holders = sorted((k for k in held if any(held[k][d] > 0 for d in short)),
-                             key=lambda k: -sum(held[k][d] for d in short))
+            text = "; ".join(
+                f"needs {_amount(d, need[d])} on pool {pool}: "
+                f"{_amount(d, max(free[d], 0)).split(' ', 1)[0]} of "
+                f"{_amount(d, capacity[d]).split(' ', 1)[0]} free"
+                for d in short
+            )
+            holders = sorted(
+                (k for k in held if any(held[k][d] > 0 for d in short)),
+                key=lambda k: -sum(held[k][d] for d in short),
+            )
             return text + (f"; held by {_names(holders)}" if holders else "")
         if self._no_fit.get(key) != self._version and self._fit(requests) is not None:
             return f"fits pool {pool} now, but an older gang that does not fit holds the queue"
         wanted = ", ".join(_amount(d, need[d]) for d in _DIMS if need[d]) or "its tasks"
-        return (f"needs {wanted} on pool {pool}: enough is free in all, but no set of nodes "
-                f"fits each of its {len(requests)} task(s) at once")
+        return (
+            f"needs {wanted} on pool {pool}: enough is free in all, but no set of nodes "
+            f"fits each of its {len(requests)} task(s) at once"
+        )
 
     def fits_empty(self, requests: dict[str, Request]) -> bool:
         """Whether the gang fits the pool with nothing else placed (else it never will)."""
         return Scheduler(self.pool)._fit(requests) is not None
 
-    def restore(self, key: GroupKey, requests: dict[str, Request],
-                placements: dict[str, Placement]) -> None:
+    def restore(
+        self, key: GroupKey, requests: dict[str, Request], placements: dict[str, Placement]
+    ) -> None:
         """Re-apply a placement found in the store after an engine restart."""
         self._commit(key, requests, placements)
 
@@ -307,8 +343,9 @@ class Scheduler:
         """The placements of a placed gang (empty if not placed)."""
         return {t: p for t, (_r, p) in self._placed.get(key, {}).items()}
 
-    def _commit(self, key: GroupKey, requests: dict[str, Request],
-                placements: dict[str, Placement]) -> None:
+    def _commit(
+        self, key: GroupKey, requests: dict[str, Request], placements: dict[str, Placement]
+    ) -> None:
         entry = {}
         for task, placement in placements.items():
             if placement.node in self.usage:

@@ -9,8 +9,8 @@ import dataclasses
 from typing import Any
 
 from trainyard.engine.machine import GroupState, TaskAttempt, TaskState, WorkflowState
-from trainyard.status import Status, WorkflowStatus
 from trainyard.spec.models import ExitAction
+from trainyard.status import Status, WorkflowStatus
 
 __all__ = ["state_to_dict", "state_from_dict"]
 
@@ -33,7 +33,9 @@ def _task_from_dict(data: dict[str, Any]) -> TaskState:
         ExitAction(a): frozenset(codes) for a, codes in data.get("exit_actions", {}).items()
     }
     values["history"] = [
-        TaskAttempt(**{**h, "status": Status(h["status"]), "log_tail": tuple(h.get("log_tail", ()))})
+        TaskAttempt(
+            **{**h, "status": Status(h["status"]), "log_tail": tuple(h.get("log_tail", ()))}
+        )
         for h in data.get("history", [])
     ]
     return TaskState(**values)

@@ -7,11 +7,10 @@ docs/engine.md "The step".
 
 from __future__ import annotations
 
-from typing import Any
-
 import logging
 import threading
 import time
+from typing import Any
 
 from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey
 from trainyard.backends.facts import ENDING as _ENDING
@@ -94,8 +93,11 @@ class StepLoop(Recovery):
         task = live.state.tasks.get(fact.key.task) if live else None
         if task is None or task.retry_id != fact.key.retry_id or task.status.is_terminal():
             return
-        self._task_log(fact.key, f"the {self._backend_of(fact.key.workflow_id).name} backend "
-                                 f"reports the task {fact.kind.value}: {fact.message}")
+        self._task_log(
+            fact.key,
+            f"the {self._backend_of(fact.key.workflow_id).name} backend "
+            f"reports the task {fact.kind.value}: {fact.message}",
+        )
 
     def wait(self, workflow_id: str, timeout_s: float | None = None) -> WorkflowRecord:
         """Block until the workflow is finished (driven by ``run_forever`` in another thread,
@@ -131,8 +133,9 @@ class StepLoop(Recovery):
                     _log_failed_step(failures, exc)
                 if failures == 0:
                     self._pause_after_step(stop, time.monotonic() - started)
-                self._pause(stop, _step_delay_s(self.poll_interval_s, failures),
-                            wakeable=failures == 0)
+                self._pause(
+                    stop, _step_delay_s(self.poll_interval_s, failures), wakeable=failures == 0
+                )
         finally:
             self._running_loop = False
 
@@ -238,9 +241,12 @@ class StepLoop(Recovery):
         (``Backend.waiting_reason`` of its tasks: the first task that has some, named),
         or "" once there are none (``GroupWaiting``; stored only when it changed)."""
         for wid, live in list(self._live.items()):
-            waiting = [g for g in live.state.groups.values()
-                       if g.status is Status.INITIALIZING
-                       and all(live.state.tasks[t].start_time_s is None for t in g.tasks)]
+            waiting = [
+                g
+                for g in live.state.groups.values()
+                if g.status is Status.INITIALIZING
+                and all(live.state.tasks[t].start_time_s is None for t in g.tasks)
+            ]
             if not waiting:
                 continue
             backend = self._backend_of(wid)
@@ -298,12 +304,17 @@ def _log_failed_step(failures: int, exc: Exception) -> None:
     if failures == 1:
         log.exception("engine step failed; retrying")
     elif failures & (failures - 1) == 0:
-        log.error("engine step failed %d times in a row (retrying every %.1f s at most): %s",
-                  failures, FAILED_STEP_MAX_DELAY_S, exc)
+        log.error(
+            "engine step failed %d times in a row (retrying every %.1f s at most): %s",
+            failures,
+            FAILED_STEP_MAX_DELAY_S,
+            exc,
+        )
 
 
-def _backend_reason(backend: Backend[Any], wid: str, group: m.GroupState,
-                    state: m.WorkflowState) -> str:
+def _backend_reason(
+    backend: Backend[Any], wid: str, group: m.GroupState, state: m.WorkflowState
+) -> str:
     """``task NAME: REASON`` of the first task of ``group`` whose attempt the backend says
     waits (``Backend.waiting_reason``), else ""."""
     for name in group.tasks:

@@ -71,8 +71,9 @@ class TaskCgroup:
                 self._create_v1(top)
         except OSError as exc:
             self.remove()
-            raise CgroupUnavailable(exc.errno or errno.EIO,
-                                    f"cannot set the task's limits: {exc}") from exc
+            raise CgroupUnavailable(
+                exc.errno or errno.EIO, f"cannot set the task's limits: {exc}"
+            ) from exc
 
     def _create_v2(self, top: Path) -> None:
         wanted = {"memory", "pids", "cpu"}
@@ -123,8 +124,9 @@ class TaskCgroup:
             try:
                 _write(folder / "cgroup.procs", str(pid))
             except OSError as exc:
-                raise CgroupUnavailable(exc.errno or errno.EIO,
-                                        f"cannot move process {pid} into {folder}: {exc}") from exc
+                raise CgroupUnavailable(
+                    exc.errno or errno.EIO, f"cannot move process {pid} into {folder}: {exc}"
+                ) from exc
 
     def oom_kills(self) -> int:
         """How many processes the OOM killer killed in the task's memory group."""

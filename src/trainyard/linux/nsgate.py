@@ -88,9 +88,13 @@ def start(python: str = sys.executable) -> str | None:
             return None
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            proc = subprocess.Popen([python, "-S", "-E", "-c", _GATE, str(theirs.fileno())],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    pass_fds=(theirs.fileno(),), close_fds=True)
+            proc = subprocess.Popen(
+                [python, "-S", "-E", "-c", _GATE, str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                close_fds=True,
+            )
         except OSError as exc:
             mine.close()
             return f"cannot start the user namespace gate: {exc}"
@@ -103,8 +107,11 @@ def start(python: str = sys.executable) -> str | None:
 def running() -> bool:
     """Whether this process has a live gate."""
     proc = _state.get("proc")
-    return (_state.get("owner") == os.getpid() and isinstance(proc, subprocess.Popen)
-            and proc.poll() is None)
+    return (
+        _state.get("owner") == os.getpid()
+        and isinstance(proc, subprocess.Popen)
+        and proc.poll() is None
+    )
 
 
 def forbid_nested(pid: int) -> bool:

@@ -103,10 +103,14 @@ def leftovers(leaders: dict[int, float], trees: bool = True) -> list[psutil.Proc
     list)."""
     if not sys.platform.startswith("linux") or not leaders:
         return []
-    table = {pid: ids for pid in psutil.pids()
-             if pid != os.getpid() and (ids := _parent_and_session(pid)) is not None}
-    sessions = {sid for sid, created in leaders.items()
-                if not (sid in table and _reused(sid, created))}
+    table = {
+        pid: ids
+        for pid in psutil.pids()
+        if pid != os.getpid() and (ids := _parent_and_session(pid)) is not None
+    }
+    sessions = {
+        sid for sid, created in leaders.items() if not (sid in table and _reused(sid, created))
+    }
     chosen = {pid for pid, (_ppid, sid) in table.items() if sid in sessions}
     if trees:
         children: dict[int, list[int]] = {}

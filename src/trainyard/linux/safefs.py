@@ -35,9 +35,19 @@ from pathlib import Path
 from trainyard.linux.libc import libc as c_library
 from trainyard.runfile import OverlayMount
 
-__all__ = ["write_inside", "remove_inside", "open_folder_inside", "open_folder_at", "write_at",
-           "link_at", "mount_overlays", "SymlinkRefused", "files_inside", "open_no_links",
-           "no_links_path"]
+__all__ = [
+    "write_inside",
+    "remove_inside",
+    "open_folder_inside",
+    "open_folder_at",
+    "write_at",
+    "link_at",
+    "mount_overlays",
+    "SymlinkRefused",
+    "files_inside",
+    "open_no_links",
+    "no_links_path",
+]
 
 _CLONE_NEWNS = 0x00020000
 _MS_NODEV = 0x4
@@ -49,8 +59,7 @@ class SymlinkRefused(OSError):
     """A path component inside the task's folder is a symlink (or not a folder)."""
 
 
-def _open_dir(parent_fd: int, name: str, create: bool,
-              owner: tuple[int, int] | None = None) -> int:
+def _open_dir(parent_fd: int, name: str, create: bool, owner: tuple[int, int] | None = None) -> int:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         return os.open(name, flags, dir_fd=parent_fd)
@@ -67,13 +76,16 @@ def _open_dir(parent_fd: int, name: str, create: bool,
         return fd
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise SymlinkRefused(exc.errno, f"{name!r} is a symlink or not a folder; "
-                                 "the runner follows no link the task made") from exc
+            raise SymlinkRefused(
+                exc.errno,
+                f"{name!r} is a symlink or not a folder; the runner follows no link the task made",
+            ) from exc
         raise
 
 
-def write_inside(base: str, relative: str, text: str, mode: int = 0o755,
-                 owner: tuple[int, int] | None = None) -> None:
+def write_inside(
+    base: str, relative: str, text: str, mode: int = 0o755, owner: tuple[int, int] | None = None
+) -> None:
     """Write ``text`` to ``base/relative``, making missing folders, following no symlink
     below ``base`` (``base`` itself is the backend's, trusted). With ``owner`` (uid, gid),
     the file and the folders made for it are given to it (a task whose uid 0 is not the
@@ -99,8 +111,7 @@ def write_inside(base: str, relative: str, text: str, mode: int = 0o755,
         os.close(fd)
 
 
-def open_folder_inside(base: str, relative: str,
-                       owner: tuple[int, int] | None = None) -> int:
+def open_folder_inside(base: str, relative: str, owner: tuple[int, int] | None = None) -> int:
     """A file descriptor of the folder ``base/relative`` (the caller closes it), missing
     folders made (given to ``owner``), following no symlink below ``base``.
 
@@ -133,8 +144,9 @@ def open_folder_at(dir_fd: int, relative: str, owner: tuple[int, int] | None = N
     return fd
 
 
-def write_at(dir_fd: int, name: str, text: str, mode: int = 0o644,
-             owner: tuple[int, int] | None = None) -> None:
+def write_at(
+    dir_fd: int, name: str, text: str, mode: int = 0o644, owner: tuple[int, int] | None = None
+) -> None:
     """Write ``text`` to the file ``name`` of the folder ``dir_fd``, never through a link
     there (``SymlinkRefused``)."""
     _write_file(dir_fd, name, text, mode, owner)
@@ -179,15 +191,17 @@ def remove_inside(base: str, relative: str) -> None:
         os.close(fd)
 
 
-def _write_file(dir_fd: int, name: str, text: str, mode: int,
-                owner: tuple[int, int] | None = None) -> None:
+def _write_file(
+    dir_fd: int, name: str, text: str, mode: int, owner: tuple[int, int] | None = None
+) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(name, flags, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise SymlinkRefused(exc.errno, f"{name!r} is a symlink; the runner follows no "
-                                 "link the task made") from exc
+            raise SymlinkRefused(
+                exc.errno, f"{name!r} is a symlink; the runner follows no link the task made"
+            ) from exc
         raise
     try:
         os.fchmod(fd, mode)
@@ -211,8 +225,10 @@ def mount_overlays(overlays: Sequence[OverlayMount]) -> None:
         return
     libc = c_library()
     _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-    _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None),
-           "making / private in the task's mount namespace")
+    _check(
+        libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None),
+        "making / private in the task's mount namespace",
+    )
     for layer in overlays:
         _mount_overlay(libc, layer)
 
@@ -230,8 +246,9 @@ def layer_userns_fds() -> set[int]:
     return {fd for _pid, fd, _dev, _ino in _LAYER_USERNS.values()}
 
 
-def _layer_userns(host_uid: int, host_gid: int, uid_base: int | None = None,
-                  gid_base: int | None = None) -> int:
+def _layer_userns(
+    host_uid: int, host_gid: int, uid_base: int | None = None, gid_base: int | None = None
+) -> int:
     """The user namespace of an idmapped layer (``_id_map`` with ``keep_others``), made
     once per process (a forked child each time otherwise: a hosted runner's launcher
     starts many tasks); its descriptor stays open for the process's life. A forked
@@ -267,14 +284,16 @@ def _mount_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
         _attach(layer.lower, lower, _layer_userns(layer.idmap_uid, gid))
     base = os.path.dirname(layer.work)
     lowers = ":".join(_escaped(_short(path, base)) for path in [*layer.lower_above, lower])
-    options = (f"lowerdir={lowers},upperdir={_escaped(_short(layer.upper, base))},"
-               f"workdir={_escaped(_short(layer.work, base))}")
+    options = (
+        f"lowerdir={lowers},upperdir={_escaped(_short(layer.upper, base))},"
+        f"workdir={_escaped(_short(layer.work, base))}"
+    )
     _mount_in(libc, base, layer, options, f"overlay over {layer.lower} at {layer.target}")
 
 
 def _short(path: str, base: str) -> str:
     """``path`` relative to ``base`` when it lies below it, else as given."""
-    return path[len(base) + 1:] if path.startswith(base.rstrip("/") + "/") else path
+    return path[len(base) + 1 :] if path.startswith(base.rstrip("/") + "/") else path
 
 
 def _make_folders(*folders: str) -> None:
@@ -290,8 +309,7 @@ def _make_folders(*folders: str) -> None:
             os.makedirs(folder, exist_ok=True)
 
 
-def _mount_in(libc: ctypes.CDLL, base: str, layer: OverlayMount, options: str,
-              what: str) -> None:
+def _mount_in(libc: ctypes.CDLL, base: str, layer: OverlayMount, options: str, what: str) -> None:
     """Mount the overlay of ``layer`` with ``options``, whose paths are relative to ``base``
     (the folder holding its upper and work folders): the calling thread's working
     directory (its own since ``unshare(CLONE_NEWNS)`` implies ``CLONE_FS``) moves there for
@@ -301,8 +319,12 @@ def _mount_in(libc: ctypes.CDLL, base: str, layer: OverlayMount, options: str,
     back = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.chdir(base)
-        _check(libc.mount(b"overlay", layer.target.encode(), b"overlay", _flags(layer),
-                          options.encode()), what)
+        _check(
+            libc.mount(
+                b"overlay", layer.target.encode(), b"overlay", _flags(layer), options.encode()
+            ),
+            what,
+        )
     finally:
         os.fchdir(back)
         os.close(back)
@@ -329,10 +351,17 @@ def _mount_stacked_overlay(libc: ctypes.CDLL, layer: OverlayMount) -> None:
             _make_folders(os.path.join(base, name))
             _attach(folder, os.path.join(base, name), userns)
     relative = [os.path.relpath(p, base) for p in (layer.upper, layer.work)]
-    options = (f"lowerdir={':'.join(_escaped(n) for n in names)},"
-               f"upperdir={_escaped(relative[0])},workdir={_escaped(relative[1])}")
-    _mount_in(libc, base, layer, options,
-              f"overlay over {len(lowers)} layers ({layer.lower}...) at {layer.target}")
+    options = (
+        f"lowerdir={':'.join(_escaped(n) for n in names)},"
+        f"upperdir={_escaped(relative[0])},workdir={_escaped(relative[1])}"
+    )
+    _mount_in(
+        libc,
+        base,
+        layer,
+        options,
+        f"overlay over {len(lowers)} layers ({layer.lower}...) at {layer.target}",
+    )
 
 
 def _escaped(path: str) -> str:
@@ -372,8 +401,10 @@ def files_inside(root: Path, log: Callable[[str], None] | None = None) -> list[t
                 continue
             real = os.path.realpath(path)
             if not (real.startswith(base.rstrip("/") + "/") and os.path.isfile(real)):
-                say(f"{rel}: a symlink to {os.readlink(path)}, outside {root} or not a file "
-                    "there (not uploaded: uploads follow no link out of their folder)")
+                say(
+                    f"{rel}: a symlink to {os.readlink(path)}, outside {root} or not a file "
+                    "there (not uploaded: uploads follow no link out of their folder)"
+                )
                 continue
             found.append((Path(real), rel))
     return sorted(found, key=lambda item: item[1])
@@ -399,12 +430,16 @@ def open_no_links(path: str | os.PathLike[str]) -> int:
     try:
         for name in parts[:-1]:
             try:
-                next_fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                  dir_fd=fd)
+                next_fd = os.open(
+                    name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+                )
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise SymlinkRefused(exc.errno, f"{os.fspath(path)}: {name!r} is a symlink "
-                                         "or not a folder; uploads follow no link") from exc
+                    raise SymlinkRefused(
+                        exc.errno,
+                        f"{os.fspath(path)}: {name!r} is a symlink "
+                        "or not a folder; uploads follow no link",
+                    ) from exc
                 raise
             os.close(fd)
             fd = next_fd
@@ -413,8 +448,9 @@ def open_no_links(path: str | os.PathLike[str]) -> int:
             file_fd = os.open(parts[-1], flags, dir_fd=fd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise SymlinkRefused(exc.errno, f"{os.fspath(path)} is a symlink; uploads "
-                                     "follow no link") from exc
+                raise SymlinkRefused(
+                    exc.errno, f"{os.fspath(path)} is a symlink; uploads follow no link"
+                ) from exc
             raise
     finally:
         os.close(fd)
@@ -445,8 +481,12 @@ _MOVE_MOUNT_F_EMPTY_PATH = 0x4
 
 
 class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 def private_mount_namespace() -> None:
@@ -454,8 +494,10 @@ def private_mount_namespace() -> None:
     does), for a caller that mounts nothing else. Raises OSError."""
     libc = c_library()
     _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-    _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None),
-           "making / private in the task's mount namespace")
+    _check(
+        libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None),
+        "making / private in the task's mount namespace",
+    )
 
 
 def idmap_in_place(paths: Sequence[str], host_uid: int, host_gid: int) -> None:
@@ -500,10 +542,21 @@ def _attach(source: str, dest: str, userns_fd: int) -> None:
     _check(0 if tree >= 0 else -1, f"open_tree({source})")
     try:
         attr = _MountAttr(_MOUNT_ATTR_IDMAP, 0, 0, userns_fd)
-        _check(libc.syscall(_SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH,
-                            ctypes.byref(attr), ctypes.sizeof(attr)), f"idmapping {source}")
-        _check(libc.syscall(_SYS_MOVE_MOUNT, tree, b"", -100, dest.encode(),
-                            _MOVE_MOUNT_F_EMPTY_PATH), f"mounting {source} idmapped at {dest}")
+        _check(
+            libc.syscall(
+                _SYS_MOUNT_SETATTR,
+                tree,
+                b"",
+                _AT_EMPTY_PATH,
+                ctypes.byref(attr),
+                ctypes.sizeof(attr),
+            ),
+            f"idmapping {source}",
+        )
+        _check(
+            libc.syscall(_SYS_MOVE_MOUNT, tree, b"", -100, dest.encode(), _MOVE_MOUNT_F_EMPTY_PATH),
+            f"mounting {source} idmapped at {dest}",
+        )
     finally:
         os.close(tree)
 
@@ -527,8 +580,12 @@ def _id_map(host_id: int, keep_others: bool, base: int | None = None) -> str:
     return "".join(f"{a} {b} {n}\n" for a, b, n in lines)
 
 
-def _mapped_userns(host_uid: int, host_gid: int, keep_others: bool = False,
-                   bases: tuple[int | None, int | None] = (None, None)) -> int:
+def _mapped_userns(
+    host_uid: int,
+    host_gid: int,
+    keep_others: bool = False,
+    bases: tuple[int | None, int | None] = (None, None),
+) -> int:
     """A descriptor of a new user namespace mapping 0 to ``host_uid``/``host_gid`` (see
     ``_id_map``): a forked child makes it and waits until its maps are written and the
     namespace is opened."""
@@ -550,8 +607,10 @@ def _mapped_userns(host_uid: int, host_gid: int, keep_others: bool = False,
     try:
         if os.read(ready_r, 1) != b"1":
             raise OSError(errno.EPERM, "cannot make a user namespace for an idmapped mount")
-        for name, text in (("uid_map", _id_map(host_uid, keep_others, bases[0])),
-                           ("gid_map", _id_map(host_gid, keep_others, bases[1]))):
+        for name, text in (
+            ("uid_map", _id_map(host_uid, keep_others, bases[0])),
+            ("gid_map", _id_map(host_gid, keep_others, bases[1])),
+        ):
             with open(f"/proc/{child}/{name}", "w", encoding="ascii") as handle:
                 handle.write(text)
         return os.open(f"/proc/{child}/ns/user", os.O_RDONLY | os.O_CLOEXEC)

@@ -89,8 +89,11 @@ class Handshake:
         if first == "nsenter":
             return subprocess.Popen([argv[0], *ids, *argv[1:]], **kwargs)  # type: ignore[call-overload]
         if first != "bwrap":
-            raise OSError(errno.EINVAL, f"cannot start {argv[0]!r} as uid "
-                          f"{self.userns.host_uid}: bwrap or nsenter expected")
+            raise OSError(
+                errno.EINVAL,
+                f"cannot start {argv[0]!r} as uid "
+                f"{self.userns.host_uid}: bwrap or nsenter expected",
+            )
         if not thread_ids.available():
             return subprocess.Popen(["nsenter", *ids, "--", *argv], **kwargs)  # type: ignore[call-overload]
         kwargs["cwd"] = "/"
@@ -118,8 +121,11 @@ class Handshake:
             except OSError:
                 pass
 
-    def finish(self, timeout_s: float = HANDSHAKE_TIMEOUT_S,
-               before_release: Callable[[int], None] | None = None) -> None:
+    def finish(
+        self,
+        timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        before_release: Callable[[int], None] | None = None,
+    ) -> None:
         """Map the ids of bwrap's child, forbid nested user namespaces, let it go on.
 
         Raises:
@@ -129,8 +135,10 @@ class Handshake:
         pid = self._child_pid(timeout_s)
         if before_release is not None:  # e.g. into the task's control group, while blocked
             before_release(pid)
-        maps = {"uid_map": f"0 {self.userns.host_uid} 1\n{self.userns.host_root_as} 0 1\n",
-                "gid_map": f"0 {self.userns.host_gid} 1\n{self.userns.host_root_as} 0 1\n"}
+        maps = {
+            "uid_map": f"0 {self.userns.host_uid} 1\n{self.userns.host_root_as} 0 1\n",
+            "gid_map": f"0 {self.userns.host_gid} 1\n{self.userns.host_root_as} 0 1\n",
+        }
         for name, text in maps.items():
             with open(f"/proc/{pid}/{name}", "w", encoding="ascii") as handle:
                 handle.write(text)
@@ -168,17 +176,31 @@ def _no_nested_userns(pid: int) -> None:
         if nsgate.forbid_nested(pid):
             return
     except OSError as exc:
-        raise OSError(errno.EPERM,
-                      f"cannot forbid nested user namespaces in the task's: {exc}") from exc
-    argv = ["nsenter", f"--user=/proc/{pid}/ns/user", "--", "sh", "-c",
-            "echo 0 > /proc/sys/user/max_user_namespaces"]
+        raise OSError(
+            errno.EPERM, f"cannot forbid nested user namespaces in the task's: {exc}"
+        ) from exc
+    argv = [
+        "nsenter",
+        f"--user=/proc/{pid}/ns/user",
+        "--",
+        "sh",
+        "-c",
+        "echo 0 > /proc/sys/user/max_user_namespaces",
+    ]
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, close_fds=True, timeout=HANDSHAKE_TIMEOUT_S,
-                              check=False)
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            close_fds=True,
+            timeout=HANDSHAKE_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise OSError(errno.EPERM,
-                      f"cannot forbid nested user namespaces in the task's: {exc}") from exc
+        raise OSError(
+            errno.EPERM, f"cannot forbid nested user namespaces in the task's: {exc}"
+        ) from exc
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip()[:200]
         raise OSError(errno.EPERM, f"cannot forbid nested user namespaces in the task's: {why}")
@@ -274,16 +296,21 @@ def _replace(dir_fd: int, name: str, item: FreshPath, uid: int, gid: int) -> Non
             os.unlink(name, dir_fd=dir_fd)
     if item.is_dir:
         os.mkdir(name, item.mode, dir_fd=dir_fd)
-        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     dir_fd=dir_fd)
+        fd = os.open(
+            name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
+        )
     else:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     item.mode, dir_fd=dir_fd)
+        fd = os.open(
+            name,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            item.mode,
+            dir_fd=dir_fd,
+        )
     try:
         os.fchown(fd, uid, gid)
         os.fchmod(fd, item.mode)
         data = item.text.encode()
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
     finally:
         os.close(fd)

@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from trainyard.errors import DataError
 from trainyard.data.runnerhook import DataHook, UploadState
+from trainyard.errors import DataError
 from trainyard.runfile import RunCheckpoint
 
 __all__ = ["Checkpointer"]

@@ -29,9 +29,9 @@ import psutil
 
 from trainyard.linux import proctree
 from trainyard.linux.cgroups import TaskCgroup
-from trainyard.runner.report import MAX_LINE_BYTES
-from trainyard.runfile import UserNamespace
 from trainyard.linux.userns import Handshake
+from trainyard.runfile import UserNamespace
+from trainyard.runner.report import MAX_LINE_BYTES
 
 __all__ = ["CommandProcess", "TASK_UMASK", "read_pieces"]
 
@@ -62,9 +62,13 @@ class CommandProcess:
     """
 
     def __init__(
-        self, argv: list[str], env: dict[str, str], cwd: str,
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
         on_line: Callable[[str, bool], None],
-        pid_namespace: bool = False, userns: UserNamespace | None = None,
+        pid_namespace: bool = False,
+        userns: UserNamespace | None = None,
         pass_fds: tuple[int, ...] = (),
         cgroup: TaskCgroup | None = None,
     ) -> None:
@@ -85,14 +89,23 @@ class CommandProcess:
         """Start the command. Raises ``OSError`` (e.g. ``FileNotFoundError``) if it cannot."""
         if not self.pid_namespace:
             self._children_before = {_key(c) for c in _children()}
-        handshake = (Handshake(self.userns)
-                     if self.userns is not None and self.userns.args_at is not None else None)
+        handshake = (
+            Handshake(self.userns)
+            if self.userns is not None and self.userns.args_at is not None
+            else None
+        )
         start = handshake.popen if handshake else subprocess.Popen
         try:
             self.proc = start(  # type: ignore[operator]
-                self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0,
-                umask=TASK_UMASK, pass_fds=self.pass_fds,
+                self.argv,
+                env=self.env,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                process_group=0,
+                umask=TASK_UMASK,
+                pass_fds=self.pass_fds,
             )
         except BaseException:
             if handshake is not None:
@@ -113,8 +126,9 @@ class CommandProcess:
                 handshake.finish(before_release=self.cgroup.add if self.cgroup else None)
             except OSError as exc:  # killed before the child could go on unmapped
                 raise _with_output(exc, self._abandon(handshake)) from None
-        self._pump = threading.Thread(target=self._forward, args=(self.proc.stdout,),
-                                      name="log-pump", daemon=True)
+        self._pump = threading.Thread(
+            target=self._forward, args=(self.proc.stdout,), name="log-pump", daemon=True
+        )
         self._pump.start()
 
     def _abandon(self, handshake: Handshake | None) -> str:
@@ -184,8 +198,7 @@ class CommandProcess:
         self._signal_group(signal.SIGKILL)
         if not self.pid_namespace:
             new = [c for c in _children() if _key(c) not in self._children_before]
-            proctree.send([p for c in new for p in (c, *proctree.descendants(c))],
-                          signal.SIGKILL)
+            proctree.send([p for c in new for p in (c, *proctree.descendants(c))], signal.SIGKILL)
 
     def _signal_group(self, sig: signal.Signals) -> None:
         if self.proc is None:

@@ -14,8 +14,13 @@ import posixpath
 
 from trainyard.runfile import RunCredential, TaskRun
 
-__all__ = ["CredentialProblem", "credential_env", "credential_files", "secrets_of",
-           "missing_message"]
+__all__ = [
+    "CredentialProblem",
+    "credential_env",
+    "credential_files",
+    "secrets_of",
+    "missing_message",
+]
 
 
 class CredentialProblem(Exception):
@@ -49,7 +54,8 @@ def credential_env(run: TaskRun) -> dict[str, str]:
             if key not in values:
                 raise CredentialProblem(
                     f"credential {cred.name}: no key {key!r} for {var} (its keys: "
-                    f"{', '.join(sorted(values))})")
+                    f"{', '.join(sorted(values))})"
+                )
             env[var] = values[key]
     return env
 
@@ -75,6 +81,10 @@ def secrets_of(run: TaskRun) -> tuple[str, ...]:
     """Every credential value of ``run`` worth masking (4 characters or more), longest
     first (so that a value containing another is masked whole)."""
     found = {v for c in run.credentials for v in (c.values or {}).values() if len(v) >= 4}
-    found |= {d[k] for d in run.data_credentials for k in ("access_key_id", "access_key")
-              if len(d.get(k, "")) >= 4}
+    found |= {
+        d[k]
+        for d in run.data_credentials
+        for k in ("access_key_id", "access_key")
+        if len(d.get(k, "")) >= 4
+    }
     return tuple(sorted(found, key=len, reverse=True))

@@ -25,8 +25,8 @@ import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from trainyard.runner.main import Runner
 from trainyard.runfile import TaskRun, load_run
+from trainyard.runner.main import Runner
 
 __all__ = ["HostedRunner", "hostable", "DATA_FIELDS", "ENDED"]
 
@@ -56,8 +56,13 @@ class HostedRunner:
             ends the attempt as a malformed ``run.json`` does.
     """
 
-    def __init__(self, run_json: Path, out: Path, env: Mapping[str, str],
-                 first: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        run_json: Path,
+        out: Path,
+        env: Mapping[str, str],
+        first: Callable[[], None] | None = None,
+    ) -> None:
         self.first = first
         self.run_json = Path(run_json)
         self.out = Path(out)
@@ -66,8 +71,9 @@ class HostedRunner:
         self._stop_wanted = False
         self._stop_force = False
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._main, daemon=True,
-                                        name=f"runner {self.run_json.parent}")
+        self._thread = threading.Thread(
+            target=self._main, daemon=True, name=f"runner {self.run_json.parent}"
+        )
 
     @property
     def run_dir(self) -> Path:
@@ -113,4 +119,3 @@ class HostedRunner:
                 handle.write(traceback.format_exc())
         finally:
             (self.run_dir / ENDED).touch()
-

@@ -47,10 +47,17 @@ class HostStart:
                 pass
 
 
-def host_start(prefix: list[str], command: list[str], task_env: dict[str, str],
-               visible: dict[str, str], host_env: dict[str, str], env_flag: str | None,
-               shell_quoted: bool, run_dir: Path,
-               env_defaults: dict[str, str] | None = None) -> HostStart:
+def host_start(
+    prefix: list[str],
+    command: list[str],
+    task_env: dict[str, str],
+    visible: dict[str, str],
+    host_env: dict[str, str],
+    env_flag: str | None,
+    shell_quoted: bool,
+    run_dir: Path,
+    env_defaults: dict[str, str] | None = None,
+) -> HostStart:
     """How to start ``prefix + command`` so that only the command gets ``task_env``.
 
     Args:
@@ -76,14 +83,14 @@ def host_start(prefix: list[str], command: list[str], task_env: dict[str, str],
     prefix = [_absolute(prefix[0], host_env), *prefix[1:]]
     if env_flag:
         own = {k: v for k, v in visible.items() if k != "PATH"}
-        path = _write_env_file(run_dir / ENV_FILE, {**(env_defaults or {}), **own},
-                               shell_quoted)
+        path = _write_env_file(run_dir / ENV_FILE, {**(env_defaults or {}), **own}, shell_quoted)
         return HostStart([*prefix[:-1], env_flag, str(path), prefix[-1], *command], host_env)
     at = bwrap_options_end(prefix)
     if at is None:  # e.g. nsenter alone: no boundary, the command runs with its privileges
         return HostStart([*prefix, *command], task_env)
-    fd = _args_memfd(["--clearenv", *(a for k in sorted(task_env)
-                                        for a in ("--setenv", k, task_env[k]))])
+    fd = _args_memfd(
+        ["--clearenv", *(a for k in sorted(task_env) for a in ("--setenv", k, task_env[k]))]
+    )
     return HostStart([*prefix[:at], "--args", str(fd), *prefix[at:], *command], host_env, (fd,))
 
 
@@ -112,7 +119,7 @@ def _args_memfd(args: list[str]) -> int:
     data = b"".join(arg.encode("utf-8", "surrogateescape") + b"\0" for arg in args)
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
@@ -122,12 +129,13 @@ def _write_env_file(path: Path, variables: dict[str, str], shell_quoted: bool) -
     for name in sorted(variables):
         value = variables[name]
         if "\n" in value or "\r" in value:
-            raise EnvRefused(f"environment variable {name} holds a line break, which the "
-                             "container runtime's env file cannot carry; pass it in a file "
-                             "(files:) instead")
+            raise EnvRefused(
+                f"environment variable {name} holds a line break, which the "
+                "container runtime's env file cannot carry; pass it in a file "
+                "(files:) instead"
+            )
         lines.append(f"{name}={shlex.quote(value) if shell_quoted else value}\n")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as out:
         out.writelines(lines)
     return path

@@ -38,19 +38,33 @@ from typing import IO, TYPE_CHECKING
 
 import psutil
 
+from trainyard import dataroots
+from trainyard.data.runnerhook import DataHook, load_data_hook
 from trainyard.data.scrub import scrub
-from trainyard.status import STOPPED_EXIT_CODE, ExitCode
 from trainyard.errors import DataError
 from trainyard.linux import proctree
-from trainyard.runner.barrier import BarrierTimeout, wait_for_group
-from trainyard import dataroots
-from trainyard.runner.checkpoint import Checkpointer
 from trainyard.linux.cgroups import TaskCgroup
+from trainyard.linux.safefs import (
+    idmap_in_place,
+    mount_overlays,
+    private_mount_namespace,
+    remove_inside,
+    write_inside,
+)
+from trainyard.linux.userns import give_to_task as give_folders
+from trainyard.linux.userns import give_tree, make_fresh
+from trainyard.runfile import TaskRun
+from trainyard.runner.barrier import BarrierTimeout, wait_for_group
+from trainyard.runner.checkpoint import Checkpointer
 from trainyard.runner.command import CommandProcess
-from trainyard.runner.credentials import (CredentialProblem, credential_env, credential_files,
-                                          secrets_of)
-from trainyard.data.runnerhook import DataHook, load_data_hook
+from trainyard.runner.credentials import (
+    CredentialProblem,
+    credential_env,
+    credential_files,
+    secrets_of,
+)
 from trainyard.runner.hostenv import ENV_FILE, EnvRefused, HostStart, host_start
+from trainyard.runner.pyenv import TASK_VENV, make_task_venv
 from trainyard.runner.report import (
     FACTS_SOCKET_ENV,
     LOG_FAILED_EXIT_CODE,
@@ -58,16 +72,10 @@ from trainyard.runner.report import (
     TaskLog,
     reserve_space,
 )
-from trainyard.linux.safefs import (idmap_in_place, mount_overlays, private_mount_namespace,
-                                     remove_inside, write_inside)
-from trainyard.linux.userns import give_to_task as give_folders
-from trainyard.linux.userns import make_fresh
-from trainyard.linux.userns import give_tree
-from trainyard.runner.pyenv import TASK_VENV, make_task_venv
-from trainyard.runfile import TaskRun
-from trainyard.runner.usage import UsageSampler, baseline_delay, interval_from_env
 from trainyard.runner.text import PathRewriter, expand_vars
+from trainyard.runner.usage import UsageSampler, baseline_delay, interval_from_env
 from trainyard.spec.tokens import substitute_tokens, token_values
+from trainyard.status import STOPPED_EXIT_CODE, ExitCode
 
 if TYPE_CHECKING:
     from trainyard.data.config import DataConfig
@@ -141,8 +149,13 @@ class Runner:
             runner hosted as a thread gets its backend's, see ``trainyard.runner.hosted``).
     """
 
-    def __init__(self, run: TaskRun, hook: DataHook | None = None,
-                 echo: IO[str] | None = None, base_env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        run: TaskRun,
+        hook: DataHook | None = None,
+        echo: IO[str] | None = None,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
         self.base_env: Mapping[str, str] = os.environ if base_env is None else base_env
         self.run = run
         self.run_dir = Path(run.run_dir)
@@ -169,7 +182,10 @@ class Runner:
         self.tokens = token_values(
             [i.name if i.kind == "task" else None for i in run.inputs],
             input_dirs=[str(run.input_path(n)) for n in range(len(run.inputs))],
-            output_dir=str(run.output_dir), workflow_id=run.workflow_id, hosts=run.hosts)
+            output_dir=str(run.output_dir),
+            workflow_id=run.workflow_id,
+            hosts=run.hosts,
+        )
 
     @property
     def hook(self) -> DataHook:
@@ -186,8 +202,9 @@ class Runner:
         """The data hook for ``url``: with the submitter's DATA credential whose endpoint
         starts it (the longest), its keys, region and ``override_url`` (OSMO's "Data"
         credentials), else ``hook``."""
-        match = next((d for d in self.run.data_credentials
-                      if url.startswith(d.get("endpoint", "\0"))), None)
+        match = next(
+            (d for d in self.run.data_credentials if url.startswith(d.get("endpoint", "\0"))), None
+        )
         if match is None:
             return self.hook
         endpoint = match["endpoint"]
@@ -245,14 +262,23 @@ class Runner:
         (``runner.hostenv``)."""
         return {k: v for k, v in self.base_env.items() if not _servers_own(k)}
 
-    def host_start(self, command: list[str], env: dict[str, str],
-                   visible: dict[str, str]) -> HostStart:
+    def host_start(
+        self, command: list[str], env: dict[str, str], visible: dict[str, str]
+    ) -> HostStart:
         """How to start ``command`` behind the sandbox prefix (``hostenv.host_start``).
         Raises ``EnvRefused`` or ``FileNotFoundError``."""
         sandbox = self.run.sandbox
-        return host_start(sandbox.command_prefix, command, env, visible,
-                          self.host_environment(), sandbox.env_flag, sandbox.env_file_shell,
-                          self.run_dir, sandbox.env_defaults)
+        return host_start(
+            sandbox.command_prefix,
+            command,
+            env,
+            visible,
+            self.host_environment(),
+            sandbox.env_flag,
+            sandbox.env_file_shell,
+            self.run_dir,
+            sandbox.env_defaults,
+        )
 
     def cwd(self) -> str:
         """The command's working directory: ``/``, or the private root without one (with
@@ -311,23 +337,30 @@ class Runner:
         sandbox = self.run.sandbox
         for inside, host in sorted(sandbox.volumes.items()):
             if not os.path.isdir(host):
-                raise StepFailed(ExitCode.START_ERROR,
-                                 f"volume mount {host}:{inside}: host folder {host} does not "
-                                 "exist (or is not a folder); create it or fix volumeMounts")
+                raise StepFailed(
+                    ExitCode.START_ERROR,
+                    f"volume mount {host}:{inside}: host folder {host} does not "
+                    "exist (or is not a folder); create it or fix volumeMounts",
+                )
         try:
             mount_overlays(sandbox.overlays)
         except OSError as exc:
-            raise StepFailed(ExitCode.START_ERROR,
-                             f"cannot make the task's private writable root: {exc}") from exc
+            raise StepFailed(
+                ExitCode.START_ERROR, f"cannot make the task's private writable root: {exc}"
+            ) from exc
         if sandbox.userns is not None and sandbox.volumes:
             try:
                 if not sandbox.overlays:
                     private_mount_namespace()
-                idmap_in_place(sorted(set(sandbox.volumes.values())), sandbox.userns.host_uid,
-                               sandbox.userns.host_gid)
+                idmap_in_place(
+                    sorted(set(sandbox.volumes.values())),
+                    sandbox.userns.host_uid,
+                    sandbox.userns.host_gid,
+                )
             except OSError as exc:
-                raise StepFailed(ExitCode.START_ERROR,
-                                 f"volume mounts: cannot map them to the task's uid: {exc}") from exc
+                raise StepFailed(
+                    ExitCode.START_ERROR, f"volume mounts: cannot map them to the task's uid: {exc}"
+                ) from exc
 
     def give_to_task(self) -> None:
         """With a user namespace (``sandbox.userns``): the folders the task writes become its
@@ -350,16 +383,19 @@ class Runner:
                 give_tree(top, uid, gid, files=False)
             make_fresh(userns.fresh, uid, gid)
         except OSError as exc:
-            raise StepFailed(ExitCode.START_ERROR,
-                             f"cannot give the task its folders: {exc}") from exc
+            raise StepFailed(
+                ExitCode.START_ERROR, f"cannot give the task its folders: {exc}"
+            ) from exc
 
     def download_inputs(self) -> None:
         """Fetch every input into its folder. Raises StepFailed(2010)."""
         for index, item in enumerate(self.run.inputs):
             dest = self.run.input_path(index)
             if item.unavailable is not None:
-                raise StepFailed(ExitCode.DOWNLOAD_FAILED,
-                                 f"input {index} ({item.kind} {item.name}): {item.unavailable}")
+                raise StepFailed(
+                    ExitCode.DOWNLOAD_FAILED,
+                    f"input {index} ({item.kind} {item.name}): {item.unavailable}",
+                )
             if item.kind == "url":
                 item = item.model_copy(update={"source": self.storage_url(item.source)})
                 self.check_data_url(item.source, ExitCode.DOWNLOAD_FAILED, f"input {index}")
@@ -377,8 +413,10 @@ class Runner:
             target = self.local_path(item.path)
             inside = item.path if item.path.startswith("/") else f"/{item.path}"
             if self.run.sandbox.mounts and not self.run.sandbox.writable(inside):
-                raise StepFailed(ExitCode.INIT_FAILURE,
-                                 f"cannot write {item.path}: read-only in the task's sandbox")
+                raise StepFailed(
+                    ExitCode.INIT_FAILURE,
+                    f"cannot write {item.path}: read-only in the task's sandbox",
+                )
             try:
                 self._write_file(item.path, target, self.prepare(item.contents))
             except OSError as exc:
@@ -416,16 +454,20 @@ class Runner:
         if sandbox.mounts:
             base, rest = sandbox.host_split(path)
             if base != sandbox.mounts.get("/") or not sandbox.writable(path):
-                raise StepFailed(ExitCode.INIT_FAILURE,
-                                 f"credential folder {posixpath.dirname(path)}: not in the "
-                                 "task's own root (a mounted folder); choose a path such as "
-                                 "/root/.creds")
+                raise StepFailed(
+                    ExitCode.INIT_FAILURE,
+                    f"credential folder {posixpath.dirname(path)}: not in the "
+                    "task's own root (a mounted folder); choose a path such as "
+                    "/root/.creds",
+                )
             return base, rest
         if sandbox.root:
             return sandbox.root, path.lstrip("/")
-        raise StepFailed(ExitCode.INIT_FAILURE,
-                         f"credential folder {posixpath.dirname(path)}: this backend gives "
-                         "the task no private root to write it in")
+        raise StepFailed(
+            ExitCode.INIT_FAILURE,
+            f"credential folder {posixpath.dirname(path)}: this backend gives "
+            "the task no private root to write it in",
+        )
 
     def write_credentials(self) -> None:
         """Write the path-form credentials, one file per key, mode 0600, the task's own,
@@ -437,8 +479,9 @@ class Runner:
             try:
                 write_inside(base, rest, value, mode=0o600, owner=owner)
             except OSError as exc:
-                raise StepFailed(ExitCode.INIT_FAILURE,
-                                 f"credential {name}: cannot write {path}: {exc}") from exc
+                raise StepFailed(
+                    ExitCode.INIT_FAILURE, f"credential {name}: cannot write {path}: {exc}"
+                ) from exc
             self.credential_written.append((base, rest))
         if self.credential_written:
             self.log.runner(f"credentials: {len(self.credential_written)} file(s) written")
@@ -465,8 +508,9 @@ class Runner:
         try:
             make_task_venv(base, rest, (userns.host_uid, userns.host_gid) if userns else None)
         except OSError as exc:
-            self.log.runner(f"no Python environment of the task's own ({exc}); pip install "
-                            "may fail")
+            self.log.runner(
+                f"no Python environment of the task's own ({exc}); pip install may fail"
+            )
             return
         self.task_venv_bin = seen
 
@@ -513,10 +557,16 @@ class Runner:
                 cgroup.remove()
             return code
         assert self.command is not None
-        checkpoints = [Checkpointer(c.model_copy(update={"url": self.storage_url(c.url)}),
-                                    self.local_path(c.path), self.hook_for(c.url),
-                                    self.log.runner)
-                       for c in self.run.checkpoints if self.data_url_allowed(c.url)]
+        checkpoints = [
+            Checkpointer(
+                c.model_copy(update={"url": self.storage_url(c.url)}),
+                self.local_path(c.path),
+                self.hook_for(c.url),
+                self.log.runner,
+            )
+            for c in self.run.checkpoints
+            if self.data_url_allowed(c.url)
+        ]
         if self.stop.is_set():
             self.command.terminate(self.run.stop_grace_s)
         for checkpoint in checkpoints:
@@ -532,8 +582,13 @@ class Runner:
             cgroup.remove()
         return code
 
-    def start_command(self, command: list[str], env: dict[str, str], visible: dict[str, str],
-                      cgroup: TaskCgroup | None) -> int | None:
+    def start_command(
+        self,
+        command: list[str],
+        env: dict[str, str],
+        visible: dict[str, str],
+        cgroup: TaskCgroup | None,
+    ) -> int | None:
         """Start the command behind the sandbox prefix as ``self.command``; None when it
         runs, else the exit status to report (126, 127), the cause in the task log. A start
         that fails for a passing reason (bwrap ended or went silent before its user
@@ -547,18 +602,25 @@ class Runner:
             except FileNotFoundError as exc:
                 self.log.runner(f"cannot start the sandbox: {exc}")
                 return 127
-            self.command = CommandProcess(start.argv, start.env, self.cwd(), self.log.command,
-                                          pid_namespace=bool(self.run.sandbox.mounts),
-                                          userns=self.run.sandbox.userns,
-                                          pass_fds=start.pass_fds, cgroup=cgroup)
+            self.command = CommandProcess(
+                start.argv,
+                start.env,
+                self.cwd(),
+                self.log.command,
+                pid_namespace=bool(self.run.sandbox.mounts),
+                userns=self.run.sandbox.userns,
+                pass_fds=start.pass_fds,
+                cgroup=cgroup,
+            )
             try:
                 self.command.start()
                 return None
             except OSError as exc:
                 transient = exc.errno in TRANSIENT_START_ERRNOS and attempt < START_TRIES
-                self.log.runner(f"cannot start {start.argv[0]!r}: {exc}"
-                                + (f"; trying again ({attempt + 1} of {START_TRIES})"
-                                   if transient else ""))
+                self.log.runner(
+                    f"cannot start {start.argv[0]!r}: {exc}"
+                    + (f"; trying again ({attempt + 1} of {START_TRIES})" if transient else "")
+                )
                 if not transient or self.stop.wait(START_RETRY_DELAY_S * attempt):
                     return 127 if isinstance(exc, FileNotFoundError) else 126
             finally:
@@ -587,8 +649,10 @@ class Runner:
             return ""
         limits = self.run.sandbox.limits
         limit = limits.memory_bytes if limits is not None else 0
-        return (f"OOMKilled: the task went over its memory limit ({limit} bytes, the spec's "
-                f"resources memory) and the kernel killed it (exit {code})")
+        return (
+            f"OOMKilled: the task went over its memory limit ({limit} bytes, the spec's "
+            f"resources memory) and the kernel killed it (exit {code})"
+        )
 
     def _start_usage(self, cuda_visible_devices: str | None = None) -> UsageSampler | None:
         """Sample the command's CPU/memory (and GPUs) into ``usage.jsonl`` (runner.usage);
@@ -600,8 +664,13 @@ class Runner:
         if self.command.ended_within(baseline_delay(interval_s)):
             return None  # never sampled anyway: no thread for it (~1,000 tasks/s of `true`)
         try:
-            sampler = UsageSampler(self.command.proc.pid, self.run_dir, interval_s,
-                                   cuda_visible_devices, baseline_delay_s=0.0)
+            sampler = UsageSampler(
+                self.command.proc.pid,
+                self.run_dir,
+                interval_s,
+                cuda_visible_devices,
+                baseline_delay_s=0.0,
+            )
             sampler.start()
         except (psutil.Error, OSError):
             return None
@@ -675,11 +744,16 @@ class Runner:
         failure = self.log.failure
         if failure is None:
             return
-        dropped = f"; {self.log.dropped_lines} line(s) of its output dropped" \
-            if self.log.dropped_lines else ""
-        raise StepFailed(LOG_FAILED_EXIT_CODE,
-                         f"cannot write the task log {self.log.path}: "
-                         f"{failure.strerror or failure}; the command was stopped{dropped}")
+        dropped = (
+            f"; {self.log.dropped_lines} line(s) of its output dropped"
+            if self.log.dropped_lines
+            else ""
+        )
+        raise StepFailed(
+            LOG_FAILED_EXIT_CODE,
+            f"cannot write the task log {self.log.path}: "
+            f"{failure.strerror or failure}; the command was stopped{dropped}",
+        )
 
     def _header(self) -> None:
         """One short line (attempt, group, node, isolation, image), then the backend's full
@@ -691,15 +765,19 @@ class Runner:
         self.log.runner(
             f"workflow {run.workflow_id} task {run.task} retry {run.retry_id} "
             f"(group {run.group}, task {run.task_index + 1} of {len(run.group_tasks)}"
-            f"{', lead' if run.lead else ''}): {where}")
+            f"{', lead' if run.lead else ''}): {where}"
+        )
         for line in lines:
             self.log.detail(line)
 
     def _steps(self) -> tuple[int, str]:
         self._header()
         if self.run.sandbox.start_error:
-            raise StepFailed(ExitCode.START_ERROR, self.run.sandbox.start_error,
-                             "IMAGE_PULL" if self.run.sandbox.missing_image else None)
+            raise StepFailed(
+                ExitCode.START_ERROR,
+                self.run.sandbox.start_error,
+                "IMAGE_PULL" if self.run.sandbox.missing_image else None,
+            )
         self.prepare_sandbox()
         self.check_credentials()
         self.run.output_path.mkdir(parents=True, exist_ok=True)
@@ -718,9 +796,11 @@ class Runner:
         self._check_log()
         mark_stage(self.run_dir, "command_exit")
         if self.stop.is_set():
-            return code or STOPPED_EXIT_CODE, ("stopped by SIGKILL (a forced cancel: no "
-                                               "SIGTERM first)" if self.forced
-                                               else "stopped by SIGTERM")
+            return code or STOPPED_EXIT_CODE, (
+                "stopped by SIGKILL (a forced cancel: no SIGTERM first)"
+                if self.forced
+                else "stopped by SIGTERM"
+            )
         if code == 0:
             self.upload_outputs()
             mark_stage(self.run_dir, "upload_end")
@@ -763,9 +843,11 @@ def data_config_with(payload: dict[str, str]) -> DataConfig:
     if payload.get("region"):
         s3["client_kwargs"] = {**s3.get("client_kwargs", {}), "region_name": payload["region"]}
     options = {**config.storage_options, "s3": s3, "s3a": s3}
-    return dataclasses.replace(config, storage_options=options,
-                               s3_endpoint_url=payload.get("override_url")
-                               or config.s3_endpoint_url)
+    return dataclasses.replace(
+        config,
+        storage_options=options,
+        s3_endpoint_url=payload.get("override_url") or config.s3_endpoint_url,
+    )
 
 
 def _under(path: str, folder: str) -> bool:

@@ -68,8 +68,12 @@ def venv_files() -> tuple[tuple[tuple[str, str, int], ...], tuple[tuple[str, str
     sites = [p for p in site.getsitepackages() if os.path.isdir(p)]
     pth = "".join(f"import site; site.addsitedir({p!r})\n" for p in sites)
     files = [
-        ("pyvenv.cfg", f"home = {os.path.dirname(interpreter)}\ninclude-system-site-packages"
-                       f" = false\nversion = {platform.python_version()}\n", 0o644),
+        (
+            "pyvenv.cfg",
+            f"home = {os.path.dirname(interpreter)}\ninclude-system-site-packages"
+            f" = false\nversion = {platform.python_version()}\n",
+            0o644,
+        ),
         (f"lib/python{version}/site-packages/_trainyard.pth", pth, 0o644),
     ]
     for name, import_line in SHIMS.items():

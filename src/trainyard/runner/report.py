@@ -55,11 +55,29 @@ from typing import IO
 
 from trainyard.status import ExitCode
 
-__all__ = ["Event", "EventWriter", "notify_socket", "FACTS_SOCKET_ENV", "TaskLog", "read_events",
-           "format_line", "escape_control",
-           "parse_line", "LogParts", "reserve_space", "EVENTS", "LOG", "RESERVE",
-           "MAX_LINE_BYTES", "RESERVE_BYTES", "LOG_FAILED_EXIT_CODE", "RUNNER_TAG", "CUT_TAG",
-           "DETAIL_TAG", "is_detail_line"]
+__all__ = [
+    "Event",
+    "EventWriter",
+    "notify_socket",
+    "FACTS_SOCKET_ENV",
+    "TaskLog",
+    "read_events",
+    "format_line",
+    "escape_control",
+    "parse_line",
+    "LogParts",
+    "reserve_space",
+    "EVENTS",
+    "LOG",
+    "RESERVE",
+    "MAX_LINE_BYTES",
+    "RESERVE_BYTES",
+    "LOG_FAILED_EXIT_CODE",
+    "RUNNER_TAG",
+    "CUT_TAG",
+    "DETAIL_TAG",
+    "is_detail_line",
+]
 
 EVENTS = "events.jsonl"
 FACTS_SOCKET_ENV = "TRAINYARD_FACTS_SOCKET"
@@ -107,8 +125,9 @@ class EventWriter:
         self.notify = notify
         self._lock = threading.Lock()
 
-    def emit(self, kind: str, exit_code: int | None = None, message: str = "",
-             failure: str | None = None) -> Event:
+    def emit(
+        self, kind: str, exit_code: int | None = None, message: str = "", failure: str | None = None
+    ) -> Event:
         """Append one event stamped now and return it."""
         event = Event(kind, time.time(), exit_code, message, failure)
         fields = {k: v for k, v in event.__dict__.items() if k != "failure" or v is not None}
@@ -143,8 +162,13 @@ def _parse_event(line: bytes) -> Event | None:
     try:
         data = json.loads(line)
         failure = data.get("failure")
-        return Event(str(data["kind"]), float(data["time_s"]), data.get("exit_code"),
-                     str(data.get("message") or ""), str(failure) if failure else None)
+        return Event(
+            str(data["kind"]),
+            float(data["time_s"]),
+            data.get("exit_code"),
+            str(data.get("message") or ""),
+            str(failure) if failure else None,
+        )
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -224,11 +248,11 @@ def parse_line(line: str, task: str) -> LogParts:
     tag = f"[{task}]"
     if not rest.startswith(tag):
         return LogParts(stamp, "task", False, rest)
-    rest = rest[len(tag):]
+    rest = rest[len(tag) :]
     if rest.startswith(f"[{RUNNER_TAG}] "):
         return LogParts(stamp, "runner", False, rest)
     if rest.startswith(f"[{CUT_TAG}] "):
-        return LogParts(stamp, "task", True, rest[len(CUT_TAG) + 3:])
+        return LogParts(stamp, "task", True, rest[len(CUT_TAG) + 3 :])
     if rest.startswith(f"[{DETAIL_TAG}] "):
         return LogParts(stamp, "detail", False, rest)
     return LogParts(stamp, "task", False, rest.removeprefix(" "))
@@ -271,8 +295,13 @@ class TaskLog:
             are still tried.
     """
 
-    def __init__(self, run_dir: Path, task: str, echo: IO[str] | None = None,
-                 on_failure: Callable[[OSError], None] | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        task: str,
+        echo: IO[str] | None = None,
+        on_failure: Callable[[OSError], None] | None = None,
+    ) -> None:
         self.path = Path(run_dir) / LOG
         self.task = task
         self.on_failure = on_failure
@@ -334,7 +363,7 @@ class TaskLog:
         view = memoryview(data)
         while view:
             try:
-                view = view[os.write(self._fd, view):]
+                view = view[os.write(self._fd, view) :]
             except OSError:
                 self._take_back(len(data) - len(view))
                 raise

@@ -30,7 +30,14 @@ from typing import Any, BinaryIO
 
 import psutil
 
-__all__ = ["USAGE", "baseline_delay", "UsageSampler", "read_usage", "interval_from_env", "sample_tree"]
+__all__ = [
+    "USAGE",
+    "baseline_delay",
+    "UsageSampler",
+    "read_usage",
+    "interval_from_env",
+    "sample_tree",
+]
 
 USAGE = "usage.jsonl"
 DEFAULT_INTERVAL_S = 2.0
@@ -112,8 +119,11 @@ def _gpu_reader(visible: str | None = None) -> Any | None:
     except Exception:  # noqa: BLE001 - no driver or no GPU: no GPU rows
         return None
     count = pynvml.nvmlDeviceGetCount()
-    indexes = [int(i) for i in visible.split(",") if i.strip().isdigit()] if visible else \
-        list(range(count))
+    indexes = (
+        [int(i) for i in visible.split(",") if i.strip().isdigit()]
+        if visible
+        else list(range(count))
+    )
 
     def read() -> list[dict[str, Any]]:
         rows = []
@@ -124,8 +134,14 @@ def _gpu_reader(visible: str | None = None) -> Any | None:
                 mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
             except Exception:  # noqa: BLE001 - a device that vanished is skipped
                 continue
-            rows.append({"index": index, "util_percent": util.gpu,
-                         "memory_used_bytes": mem.used, "memory_total_bytes": mem.total})
+            rows.append(
+                {
+                    "index": index,
+                    "util_percent": util.gpu,
+                    "memory_used_bytes": mem.used,
+                    "memory_total_bytes": mem.total,
+                }
+            )
         return rows
 
     return read
@@ -143,13 +159,19 @@ class UsageSampler:
             shares the launcher's environment.
     """
 
-    def __init__(self, pid: int, run_dir: Path, interval_s: float = DEFAULT_INTERVAL_S,
-                 cuda_visible_devices: str | None = None,
-                 baseline_delay_s: float | None = None) -> None:
+    def __init__(
+        self,
+        pid: int,
+        run_dir: Path,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        cuda_visible_devices: str | None = None,
+        baseline_delay_s: float | None = None,
+    ) -> None:
         self.path = Path(run_dir) / USAGE
         self.interval_s = interval_s
-        self.baseline_delay_s = (baseline_delay(interval_s) if baseline_delay_s is None
-                                 else baseline_delay_s)
+        self.baseline_delay_s = (
+            baseline_delay(interval_s) if baseline_delay_s is None else baseline_delay_s
+        )
         self._tree = _Tree(pid)
         self._visible = cuda_visible_devices
         self._gpus: Any | None = None
@@ -181,8 +203,12 @@ class UsageSampler:
     def write_sample(self) -> dict[str, Any]:
         """Append one sample and return it."""
         cpu, rss, count = self._tree.sample()
-        row: dict[str, Any] = {"time_s": round(time.time(), 3), "cpu_percent": round(cpu, 1),
-                               "rss_bytes": rss, "processes": count}
+        row: dict[str, Any] = {
+            "time_s": round(time.time(), 3),
+            "cpu_percent": round(cpu, 1),
+            "rss_bytes": rss,
+            "processes": count,
+        }
         if not self._gpus_looked:
             self._gpus, self._gpus_looked = _gpu_reader(self._visible), True
         if self._gpus is not None:

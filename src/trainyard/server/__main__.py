@@ -22,8 +22,8 @@ from pathlib import Path
 
 import uvicorn
 
-from trainyard.errors import TrainyardError
 from trainyard.backends.served import load_usable_pools
+from trainyard.errors import TrainyardError
 from trainyard.pools import trainyard_home
 from trainyard.server.auth import TokenRegistry
 from trainyard.server.process import (
@@ -71,8 +71,8 @@ def build_app(url: str | None = None):  # noqa: ANN201 - FastAPI app
     """The app for ``$TRAINYARD_HOME`` with its store and engine (the caller holds the
     store's lock). Raises StoreError when the store is damaged, ConfigError for a bad
     ``$TRAINYARD_RUN_RETENTION`` or pools file."""
-    from trainyard.engine.reconciler import Engine
     from trainyard.backends.served import refused_pools
+    from trainyard.engine.reconciler import Engine
     from trainyard.server.app import create_app
     from trainyard.server.service import Service
     from trainyard.store import Store
@@ -89,8 +89,9 @@ def build_app(url: str | None = None):  # noqa: ANN201 - FastAPI app
         from trainyard.backends.local.sandbox import warm_host_scans
 
         threading.Thread(target=warm_host_scans, name="trainyard-warm-scans", daemon=True).start()
-    service = Service(engine, refused_pools=refused_pools(),
-                      pools_file=home / "pools.yaml")  # edits apply without a restart
+    service = Service(
+        engine, refused_pools=refused_pools(), pools_file=home / "pools.yaml"
+    )  # edits apply without a restart
     return create_app(service, TokenRegistry(home, service.task_token_owner))
 
 

@@ -92,10 +92,16 @@ def add_access_routes(app: FastAPI, tokens: TokenRegistry) -> None:
     def set_token(req: TokenRequest, u: Caller) -> dict[str, Any]:
         owner = _for_user(u, req.user, "make the tokens")
         info = TokenInfo(req.name, req.description, _check_date(req.expires_at))
-        token = tokens.add(owner, admin=_admin_role(u, req.roles) or (owner == u.name and u.admin),
-                           info=info)
-        return {"user": owner, "name": req.name, "token": token,
-                "expires_at": info.expires_at, "description": info.description}
+        token = tokens.add(
+            owner, admin=_admin_role(u, req.roles) or (owner == u.name and u.admin), info=info
+        )
+        return {
+            "user": owner,
+            "name": req.name,
+            "token": token,
+            "expires_at": info.expires_at,
+            "description": info.description,
+        }
 
     @app.delete("/api/token/{name}")
     def delete_token(name: str, u: Caller, user: str | None = None) -> dict[str, Any]:
@@ -106,13 +112,16 @@ def add_access_routes(app: FastAPI, tokens: TokenRegistry) -> None:
     add_user_admin_routes(app, tokens)
 
     @app.get("/api/user")
-    def list_users(u: Caller, id_prefix: str | None = None,
-                   role: Annotated[list[str] | None, Query()] = None,
-                   count: int = 100) -> list[dict[str, Any]]:
+    def list_users(
+        u: Caller,
+        id_prefix: str | None = None,
+        role: Annotated[list[str] | None, Query()] = None,
+        count: int = 100,
+    ) -> list[dict[str, Any]]:
         refuse_task_token(u, "list users")
         rows = [r for r in tokens.users() if not id_prefix or str(r["id"]).startswith(id_prefix)]
         rows = [r for r in rows if not role or _has_role(r["roles"], role)]
-        return rows[:max(count, 1)]
+        return rows[: max(count, 1)]
 
     @app.post("/api/user")
     def create_user(req: UserRequest, u: Caller) -> dict[str, Any]:
@@ -123,8 +132,11 @@ def add_access_routes(app: FastAPI, tokens: TokenRegistry) -> None:
             raise RefusedError(f"user {req.user} exists already")
         admin = _admin_role(u, req.roles)
         token = tokens.add(req.user, admin=admin, info=TokenInfo("default"))
-        return {"id": req.user, "roles": ["osmo-admin", "osmo-user"] if admin else ["osmo-user"],
-                "token": token}
+        return {
+            "id": req.user,
+            "roles": ["osmo-admin", "osmo-user"] if admin else ["osmo-user"],
+            "token": token,
+        }
 
 
 class RolesRequest(BaseModel):
@@ -174,8 +186,10 @@ def add_user_admin_routes(app: FastAPI, tokens: TokenRegistry) -> None:
         row = next((r for r in tokens.tokens(u.name) if r["name"] == name), None)
         if row is None:
             raise NotFoundError(f"you have no token named {name!r}")
-        return {"name": name, "roles": ["osmo-admin", "osmo-user"] if row["admin"]
-                else ["osmo-user"]}
+        return {
+            "name": name,
+            "roles": ["osmo-admin", "osmo-user"] if row["admin"] else ["osmo-user"],
+        }
 
 
 def _has_role(roles: object, wanted: list[str]) -> bool:

@@ -7,8 +7,15 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
-__all__ = ["WorkflowSummary", "WorkflowAnswer", "GroupAnswer", "TaskAnswer", "AttemptAnswer",
-           "FailureAnswer", "WaitAnswer"]
+__all__ = [
+    "WorkflowSummary",
+    "WorkflowAnswer",
+    "GroupAnswer",
+    "TaskAnswer",
+    "AttemptAnswer",
+    "FailureAnswer",
+    "WaitAnswer",
+]
 
 
 class WorkflowSummary(TypedDict):

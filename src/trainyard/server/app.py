@@ -56,9 +56,9 @@ from trainyard.errors import ForbiddenError, NotFoundError, SpecError, Trainyard
 from trainyard.server.access_routes import add_access_routes
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
 from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
-from trainyard.server.scopes import check_task_scope
-from trainyard.server.schema import check_app_name
 from trainyard.server.osmo_filters import ListFilters, TaskFilters
+from trainyard.server.schema import check_app_name
+from trainyard.server.scopes import check_task_scope
 from trainyard.server.service import LogLine, Service, SpecRequest, iso, spec_error_json
 from trainyard.server.streams import (
     LogFeeds,
@@ -148,8 +148,7 @@ def _error_response(exc: TrainyardError) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def current_user(request: Request,
-                 authorization: Annotated[str | None, Header()] = None) -> User:
+def current_user(request: Request, authorization: Annotated[str | None, Header()] = None) -> User:
     """The caller, from ``Authorization: Bearer TOKEN``.
 
     Raises:
@@ -173,8 +172,9 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         stop = threading.Event()
-        thread = threading.Thread(target=service.engine.run_forever, args=(stop,),
-                                  name="trainyard-engine", daemon=True)
+        thread = threading.Thread(
+            target=service.engine.run_forever, args=(stop,), name="trainyard-engine", daemon=True
+        )
         if run_engine:
             thread.start()
             retention.start_sweeper(service.engine, stop, retention.run_retention_s())
@@ -184,8 +184,14 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
             thread.join(timeout=10)
         service.engine.close()
 
-    app = FastAPI(title="trainyard", version=trainyard.__version__, lifespan=lifespan,
-                  docs_url=None, redoc_url=None, openapi_url=None)  # behind a token below
+    app = FastAPI(
+        title="trainyard",
+        version=trainyard.__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )  # behind a token below
     app.state.tokens = tokens
     app.state.log_readers = LogReaders()
     app.state.stream_slots = StreamSlots()
@@ -228,13 +234,19 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.post("/api/workflow/validate")
     def validate(req: SpecRequest, u: Caller) -> dict[str, Any]:
         loaded = service.validate(req, u)
-        return {"valid": True, "name": loaded.workflow.name, "pool": loaded.pool.name,
-                "warnings": loaded.warnings_json()}
+        return {
+            "valid": True,
+            "name": loaded.workflow.name,
+            "pool": loaded.pool.name,
+            "warnings": loaded.warnings_json(),
+        }
 
     @app.post("/api/workflow/spec", response_model=None)
-    def render(req: SpecRequest, _u: Caller,
-               fmt: Annotated[Literal["text", "json"], Query(alias="format")] = "text",
-               ) -> PlainTextResponse | dict[str, Any]:
+    def render(
+        req: SpecRequest,
+        _u: Caller,
+        fmt: Annotated[Literal["text", "json"], Query(alias="format")] = "text",
+    ) -> PlainTextResponse | dict[str, Any]:
         loaded = service.load(req)
         if fmt == "json":
             return {"spec": loaded.rendered_text, "warnings": loaded.warnings_json()}
@@ -248,8 +260,9 @@ def _routes(app: FastAPI, service: Service) -> None:
         return service.submit(req, u)
 
     @app.post("/api/workflow/{workflow_id}/resubmit")
-    def resubmit(workflow_id: str, u: Caller, req: SpecRequest | None = None,
-                 dry_run: bool = False) -> dict[str, Any]:
+    def resubmit(
+        workflow_id: str, u: Caller, req: SpecRequest | None = None, dry_run: bool = False
+    ) -> dict[str, Any]:
         return service.resubmit(workflow_id, u, req, dry_run=dry_run)
 
     @app.get("/api/workflow")
@@ -272,13 +285,24 @@ def _routes(app: FastAPI, service: Service) -> None:
         no_label: Annotated[list[str] | None, Query()] = None,
     ) -> Sequence[Mapping[str, Any]]:  # answers.WorkflowSummary
         labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
-        filters = ListFilters(tags=tag or [], priorities=priority or [], app=app_name,
-                              no_labels=no_label or [])
-        return service.list_workflows(u, statuses=status, name=name, labels=labels, count=count,
-                            submitted_by=user, pool=pool, offset=offset,
-                            oldest_first=order == "asc", submitted_after_s=submitted_after_s,
-                            submitted_before_s=submitted_before_s, all_users=all_users,
-                            filters=filters)
+        filters = ListFilters(
+            tags=tag or [], priorities=priority or [], app=app_name, no_labels=no_label or []
+        )
+        return service.list_workflows(
+            u,
+            statuses=status,
+            name=name,
+            labels=labels,
+            count=count,
+            submitted_by=user,
+            pool=pool,
+            offset=offset,
+            oldest_first=order == "asc",
+            submitted_after_s=submitted_after_s,
+            submitted_before_s=submitted_before_s,
+            all_users=all_users,
+            filters=filters,
+        )
 
     @app.get("/api/tag")
     def tags(u: Caller) -> list[str]:
@@ -291,11 +315,18 @@ def _routes(app: FastAPI, service: Service) -> None:
         return service.tag(req.workflows, u, add=req.add, remove=req.remove)
 
     @app.get("/api/workflow/{workflow_id}")
-    def query(workflow_id: str, u: Caller, response: Response, verbose: bool = False,
-              wait_s: float = 0.0, known: str | None = None,
-              isolation: bool = False) -> Mapping[str, Any]:  # answers.WorkflowAnswer
-        data, key = service.query_when_changed(workflow_id, u, known=known, wait_s=wait_s,
-                                               verbose=verbose, isolation=isolation)
+    def query(
+        workflow_id: str,
+        u: Caller,
+        response: Response,
+        verbose: bool = False,
+        wait_s: float = 0.0,
+        known: str | None = None,
+        isolation: bool = False,
+    ) -> Mapping[str, Any]:  # answers.WorkflowAnswer
+        data, key = service.query_when_changed(
+            workflow_id, u, known=known, wait_s=wait_s, verbose=verbose, isolation=isolation
+        )
         response.headers[PROGRESS_HEADER] = key
         return data
 
@@ -304,56 +335,99 @@ def _routes(app: FastAPI, service: Service) -> None:
         return service.stored_spec(workflow_id, u, template=template)
 
     @app.get("/api/workflow/{workflow_id}/logs")
-    def logs(workflow_id: str, u: Caller, task: str | None = None,
-             retry_id: int | None = None, follow: bool = False,
-             lines: Annotated[int | None, Query(ge=1)] = None, error: bool = False,
-             verbose: bool = False, fmt: Annotated[Literal["text", "json"], Query(alias="format")] = "text") -> Any:
+    def logs(
+        workflow_id: str,
+        u: Caller,
+        task: str | None = None,
+        retry_id: int | None = None,
+        follow: bool = False,
+        lines: Annotated[int | None, Query(ge=1)] = None,
+        error: bool = False,
+        verbose: bool = False,
+        fmt: Annotated[Literal["text", "json"], Query(alias="format")] = "text",
+    ) -> Any:
         media = "application/x-ndjson" if fmt == "json" else "text/plain"
         readers: LogReaders = app.state.log_readers
         if not follow:
-            stream = service.logs(workflow_id, u, task=task, retry_id=retry_id,
-                                  last_lines=lines, failed_only=error, verbose=verbose)
-            return StreamingResponse(iterate_in_readers(_log_chunks(stream, fmt), readers),
-                                     media_type=media)
-        cursor = service.open_follow(workflow_id, u, task=task, retry_id=retry_id,
-                                     last_lines=lines, failed_only=error, verbose=verbose)
+            stream = service.logs(
+                workflow_id,
+                u,
+                task=task,
+                retry_id=retry_id,
+                last_lines=lines,
+                failed_only=error,
+                verbose=verbose,
+            )
+            return StreamingResponse(
+                iterate_in_readers(_log_chunks(stream, fmt), readers), media_type=media
+            )
+        cursor = service.open_follow(
+            workflow_id,
+            u,
+            task=task,
+            retry_id=retry_id,
+            last_lines=lines,
+            failed_only=error,
+            verbose=verbose,
+        )
         slots: StreamSlots = app.state.stream_slots
         slots.take(u.name)  # 429 beyond the user's cap, before the answer starts
         render = json_lines if fmt == "json" else text_lines
-        return SlotResponse(follow_chunks(cursor, render, readers, feeds=app.state.log_feeds),
-                            slots, u.name,
-                            media_type=media)
+        return SlotResponse(
+            follow_chunks(cursor, render, readers, feeds=app.state.log_feeds),
+            slots,
+            u.name,
+            media_type=media,
+        )
 
     @app.get("/api/workflow/{workflow_id}/events")
     def events(workflow_id: str, u: Caller) -> list[dict[str, Any]]:
         return service.events(workflow_id, u)
 
     @app.get("/api/task")
-    def tasks(u: Caller, workflow: str | None = None,
-              count: Annotated[int, Query(ge=1)] = 20, osmo: bool = False,
-              user: Annotated[list[str] | None, Query()] = None, all_users: bool = False,
-              pool: Annotated[list[str] | None, Query()] = None,
-              status: Annotated[list[str] | None, Query()] = None,
-              node: Annotated[list[str] | None, Query()] = None,
-              started_after_s: float | None = None, started_before_s: float | None = None,
-              priority: Annotated[list[str] | None, Query()] = None,
-              offset: Annotated[int, Query(ge=0)] = 0) -> list[dict[str, Any]]:
+    def tasks(
+        u: Caller,
+        workflow: str | None = None,
+        count: Annotated[int, Query(ge=1)] = 20,
+        osmo: bool = False,
+        user: Annotated[list[str] | None, Query()] = None,
+        all_users: bool = False,
+        pool: Annotated[list[str] | None, Query()] = None,
+        status: Annotated[list[str] | None, Query()] = None,
+        node: Annotated[list[str] | None, Query()] = None,
+        started_after_s: float | None = None,
+        started_before_s: float | None = None,
+        priority: Annotated[list[str] | None, Query()] = None,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> list[dict[str, Any]]:
         """Tasks; with ``osmo``, OSMO's ``task list`` filters and ``count`` tasks."""
-        filters = TaskFilters(
-            users=user or [], all_users=all_users, pools=pool or [], statuses=status or [],
-            nodes=node or [], started_after_s=started_after_s,
-            started_before_s=started_before_s, priorities=priority or [],
-            offset=offset) if osmo else None
+        filters = (
+            TaskFilters(
+                users=user or [],
+                all_users=all_users,
+                pools=pool or [],
+                statuses=status or [],
+                nodes=node or [],
+                started_after_s=started_after_s,
+                started_before_s=started_before_s,
+                priorities=priority or [],
+                offset=offset,
+            )
+            if osmo
+            else None
+        )
         return service.tasks(u, workflow_id=workflow, count=count, filters=filters)
 
     @app.post("/api/workflow/{workflow_id}/cancel")
-    def cancel(workflow_id: str, u: Caller, message: str | None = None,
-               force: bool = False) -> dict[str, Any]:
+    def cancel(
+        workflow_id: str, u: Caller, message: str | None = None, force: bool = False
+    ) -> dict[str, Any]:
         return service.cancel(workflow_id, u, message=message, force=force)
 
     @app.post("/api/workflow/{workflow_id}/task/{task}/entry")
-    def task_entry(workflow_id: str, task: str, u: Caller,
-                   retry_id: int | None = None) -> dict[str, Any]:
+    def task_entry(
+        workflow_id: str, task: str, u: Caller, retry_id: int | None = None
+    ) -> dict[str, Any]:
         """How the CLI enters a running task (``workflow exec|port-forward|rsync``)."""
         return service.task_entry(workflow_id, task, u, retry_id=retry_id)
 
@@ -401,9 +475,13 @@ DESCRIPTION_KEY = "../trainyard:description"
 
 
 def _app_json(a: AppRecord, *, spec: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": a.name, "version": a.version, "owner": a.owner,
-                           "description": a.files.get(DESCRIPTION_KEY, ""),
-                           "create_time": iso(a.create_time_s)}
+    out: dict[str, Any] = {
+        "name": a.name,
+        "version": a.version,
+        "owner": a.owner,
+        "description": a.files.get(DESCRIPTION_KEY, ""),
+        "create_time": iso(a.create_time_s),
+    }
     if spec:
         out["spec"] = a.spec_text
     return out
@@ -427,23 +505,40 @@ def _app_routes(app: FastAPI, service: Service) -> None:
         latest = _latest_app(store, name)
         if update and latest is None:
             store.get_app(name)  # raises NotFoundError, naming the command that lists them
-        loaded = service.load(SpecRequest(spec_text=req.spec_text, files=req.files,
-                                          spec_name=name, set=req.set, set_string=req.set_string))
-        description = req.description if req.description is not None else (
-            latest.files.get(DESCRIPTION_KEY, "") if latest else "")
-        rec = store.create_app(name, owner, req.spec_text,
-                               {**req.files, DESCRIPTION_KEY: description})
+        loaded = service.load(
+            SpecRequest(
+                spec_text=req.spec_text,
+                files=req.files,
+                spec_name=name,
+                set=req.set,
+                set_string=req.set_string,
+            )
+        )
+        description = (
+            req.description
+            if req.description is not None
+            else (latest.files.get(DESCRIPTION_KEY, "") if latest else "")
+        )
+        rec = store.create_app(
+            name, owner, req.spec_text, {**req.files, DESCRIPTION_KEY: description}
+        )
         return {**_app_json(rec), "warnings": loaded.warnings_json()}
 
     @app.get("/api/app")
-    def list_apps(u: Caller, name: str | None = None,
-                  user: Annotated[list[str] | None, Query()] = None,
-                  all_users: bool = True) -> list[dict[str, Any]]:
+    def list_apps(
+        u: Caller,
+        name: str | None = None,
+        user: Annotated[list[str] | None, Query()] = None,
+        all_users: bool = True,
+    ) -> list[dict[str, Any]]:
         """The latest version of every app, by name; ``name``: names containing it;
         ``user``: apps of these owners; without ``all_users``, the caller's own."""
         owners = set(user or ([] if all_users else [u.name]))
-        return [_app_json(a) for a in store.list_apps()
-                if (not name or name in a.name) and (not owners or a.owner in owners)]
+        return [
+            _app_json(a)
+            for a in store.list_apps()
+            if (not name or name in a.name) and (not owners or a.owner in owners)
+        ]
 
     @app.get("/api/app/{name}")
     def show(name: str, _u: Caller, version: int | None = None) -> dict[str, Any]:
@@ -463,16 +558,21 @@ def _app_routes(app: FastAPI, service: Service) -> None:
         return {"name": req.new_name, "renamed_versions": store.rename_app(name, req.new_name)}
 
     @app.post("/api/app/{name}/submit")
-    def submit_app(name: str, req: SpecRequest, u: Caller, version: int | None = None,
-                   dry_run: bool = False) -> dict[str, Any]:
+    def submit_app(
+        name: str, req: SpecRequest, u: Caller, version: int | None = None, dry_run: bool = False
+    ) -> dict[str, Any]:
         """Submit an app version; ``files`` in the request (``app submit --local-path``)
         replace the stored copies of those ``localpath`` files."""
         refuse_task_token(u, "submit a workflow")
         a = store.get_app(name, version)
-        full = req.model_copy(update={"spec_text": a.spec_text,
-                                      "files": {**_spec_files(a), **req.files},
-                                      "spec_name": f"{a.name}:{a.version}",
-                                      "app": f"{a.name}:{a.version}"})
+        full = req.model_copy(
+            update={
+                "spec_text": a.spec_text,
+                "files": {**_spec_files(a), **req.files},
+                "spec_name": f"{a.name}:{a.version}",
+                "app": f"{a.name}:{a.version}",
+            }
+        )
         return service.dry_run(full, u) if dry_run else service.submit(full, u)
 
     @app.delete("/api/app/{name}")
@@ -480,8 +580,11 @@ def _app_routes(app: FastAPI, service: Service) -> None:
         """Delete every version of the app, or with ``version`` that one only."""
         refuse_task_token(u, "delete an app")
         _app_owner(store, name, u, "delete")
-        return {"name": name, "version": version,
-                "deleted_versions": store.delete_app(name, version)}
+        return {
+            "name": name,
+            "version": version,
+            "deleted_versions": store.delete_app(name, version),
+        }
 
 
 def _latest_app(store: Store, name: str) -> AppRecord | None:
@@ -503,8 +606,9 @@ def _app_owner(store: Store, name: str, user: User, action: str) -> str:
     except NotFoundError:
         return user.name
     if not user.admin and owner != user.name:
-        raise ForbiddenError(f"app {name} belongs to {owner}; only they or an admin may "
-                             f"{action} it")
+        raise ForbiddenError(
+            f"app {name} belongs to {owner}; only they or an admin may {action} it"
+        )
     return owner
 
 

@@ -28,14 +28,22 @@ import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 
 from trainyard import tasktokens
 from trainyard.errors import AuthError, ForbiddenError, NotFoundError, RefusedError
-from datetime import UTC
 
-__all__ = ["User", "TokenInfo", "TokenRegistry", "read_client_token", "read_login",
-           "write_login", "LOGIN_FILE", "refuse_task_token"]
+__all__ = [
+    "User",
+    "TokenInfo",
+    "TokenRegistry",
+    "read_client_token",
+    "read_login",
+    "write_login",
+    "LOGIN_FILE",
+    "refuse_task_token",
+]
 
 
 @dataclass(frozen=True)
@@ -66,8 +74,10 @@ def refuse_task_token(user: User, action: str) -> None:
     """Raise ForbiddenError (403) when ``user`` holds a task token: ``action`` (``submit a
     workflow``, ``cancel a workflow``, ...) needs the user's own token."""
     if user.workflow is not None:
-        raise ForbiddenError(f"a task token (of workflow {user.workflow}) may not {action}; "
-                             "it only reads its own workflow")
+        raise ForbiddenError(
+            f"a task token (of workflow {user.workflow}) may not {action}; "
+            "it only reads its own workflow"
+        )
 
 
 WorkflowOwner = Callable[[str], str]
@@ -125,8 +135,10 @@ class TokenRegistry:
         stamp = self._file_stamp()
         data = json.loads(self.path.read_text())
         self._tokens = {t: User(u["user"], bool(u.get("admin"))) for t, u in data.items()}
-        self._info = {t: TokenInfo(u.get("name"), u.get("description") or "",
-                                   u.get("expires_at")) for t, u in data.items()}
+        self._info = {
+            t: TokenInfo(u.get("name"), u.get("description") or "", u.get("expires_at"))
+            for t, u in data.items()
+        }
         self._stamp = stamp
 
     def _reload_if_changed(self) -> None:
@@ -135,15 +147,20 @@ class TokenRegistry:
             self._load()
 
     def _save(self) -> None:
-        data = {t: {"user": u.name, "admin": u.admin, **self._info_json(t)}
-                for t, u in self._tokens.items()}
+        data = {
+            t: {"user": u.name, "admin": u.admin, **self._info_json(t)}
+            for t, u in self._tokens.items()
+        }
         _write_private(self.path, json.dumps(data, indent=1))
         self._stamp = self._file_stamp()
 
     def _info_json(self, token: str) -> dict[str, str]:
         info = self._info.get(token, TokenInfo())
-        out = {"name": info.name, "description": info.description or None,
-               "expires_at": info.expires_at}
+        out = {
+            "name": info.name,
+            "description": info.description or None,
+            "expires_at": info.expires_at,
+        }
         return {k: v for k, v in out.items() if v}
 
     def add(self, user: str, *, admin: bool = False, info: TokenInfo | None = None) -> str:
@@ -159,8 +176,10 @@ class TokenRegistry:
         if self.path.exists():
             self._load()  # always: a stamp can miss a replace within one clock tick
         if info is not None and info.name and self._named(user, info.name):
-            raise RefusedError(f"{user} has a token named {info.name!r} already; delete it "
-                               "first or pick another name")
+            raise RefusedError(
+                f"{user} has a token named {info.name!r} already; delete it "
+                "first or pick another name"
+            )
         token = secrets.token_urlsafe(32)
         self._tokens[token] = User(user, admin)
         if info is not None:
@@ -169,8 +188,11 @@ class TokenRegistry:
         return token
 
     def _named(self, user: str, name: str) -> list[str]:
-        return [t for t, u in self._tokens.items()
-                if u.name == user and self._info.get(t, TokenInfo()).name == name]
+        return [
+            t
+            for t, u in self._tokens.items()
+            if u.name == user and self._info.get(t, TokenInfo()).name == name
+        ]
 
     def tokens(self, user: str | None = None) -> list[dict[str, object]]:
         """OSMO's ``token list``: each token's user, name, description, expiry and whether
@@ -180,8 +202,15 @@ class TokenRegistry:
         for token, owner in self._tokens.items():
             if user is None or owner.name == user:
                 info = self._info.get(token, TokenInfo())
-                rows.append({"user": owner.name, "name": info.name, "admin": owner.admin,
-                             "description": info.description, "expires_at": info.expires_at})
+                rows.append(
+                    {
+                        "user": owner.name,
+                        "name": info.name,
+                        "admin": owner.admin,
+                        "description": info.description,
+                        "expires_at": info.expires_at,
+                    }
+                )
         return sorted(rows, key=lambda r: (str(r["user"]), str(r["name"] or "")))
 
     def delete(self, user: str, name: str) -> None:
@@ -229,8 +258,10 @@ class TokenRegistry:
         admins: dict[str, bool] = {}
         for owner in self._tokens.values():
             admins[owner.name] = admins.get(owner.name, False) or owner.admin
-        return [{"id": name, "roles": ["osmo-admin", "osmo-user"] if admin else ["osmo-user"]}
-                for name, admin in sorted(admins.items())]
+        return [
+            {"id": name, "roles": ["osmo-admin", "osmo-user"] if admin else ["osmo-user"]}
+            for name, admin in sorted(admins.items())
+        ]
 
     def authenticate(self, token: str | None) -> User:
         """The user of ``token``. Raises AuthError (401) when it is missing or unknown."""
@@ -272,8 +303,11 @@ def read_login(home: Path) -> dict[str, str] | None:
         data = json.loads((home / LOGIN_FILE).read_text())
     except (OSError, ValueError):
         return None
-    ok = isinstance(data, dict) and isinstance(data.get("url"), str) \
+    ok = (
+        isinstance(data, dict)
+        and isinstance(data.get("url"), str)
         and isinstance(data.get("token"), str)
+    )
     return data if ok else None
 
 

@@ -34,12 +34,16 @@ class BodyTooLarge(HTTPException):
         self.size_bytes, self.limit_bytes = size_bytes, limit_bytes
 
 
-def body_too_large_response(size_bytes: int, limit_bytes: int, *, at_least: bool = False) -> JSONResponse:
+def body_too_large_response(
+    size_bytes: int, limit_bytes: int, *, at_least: bool = False
+) -> JSONResponse:
     """HTTP 413 in the API's error shape: one spec problem naming both sizes."""
     size = ("more than " if at_least else "") + describe_bytes(size_bytes)
-    message = (f"the request is {size}, over the limit of {describe_bytes(limit_bytes)} for a "
-               f"spec request (a spec may have {describe_bytes(MAX_SPEC_BYTES)} of text); make "
-               "it smaller (large data belongs in a dataset or a URL input)")
+    message = (
+        f"the request is {size}, over the limit of {describe_bytes(limit_bytes)} for a "
+        f"spec request (a spec may have {describe_bytes(MAX_SPEC_BYTES)} of text); make "
+        "it smaller (large data belongs in a dataset or a URL input)"
+    )
     row = {"path": "", "message": message, "line": None, "file": None}
     return JSONResponse({"kind": "SpecError", "detail": [row], "warnings": []}, status_code=413)
 

@@ -17,10 +17,10 @@ the output folder is left out (tasks write those folders, the server reads them)
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 from trainyard import spec as specapi
 from trainyard.engine import machine as m
@@ -31,8 +31,16 @@ from trainyard.spec.models import WorkflowSpec
 from trainyard.spec.template import extract_default_values
 from trainyard.store import WorkflowRecord
 
-__all__ = ["RunFacts", "run_facts", "diff_runs", "settings_table", "template_values", "final_metrics",
-           "model_files", "MODEL_SUFFIXES"]
+__all__ = [
+    "RunFacts",
+    "run_facts",
+    "diff_runs",
+    "settings_table",
+    "template_values",
+    "final_metrics",
+    "model_files",
+    "MODEL_SUFFIXES",
+]
 
 MODEL_SUFFIXES = (".pth", ".pt")
 _MAX_DEPTH = 3
@@ -132,8 +140,9 @@ def _inside(output: Path, path: Path) -> bool:
         return False
 
 
-def _outputs(state: m.WorkflowState, run_dir: RunDir) -> tuple[dict[str, dict[str, Any]],
-                                                               dict[str, Path]]:
+def _outputs(
+    state: m.WorkflowState, run_dir: RunDir
+) -> tuple[dict[str, dict[str, Any]], dict[str, Path]]:
     metrics: dict[str, dict[str, Any]] = {}
     models: dict[str, Path] = {}
     for name, task in state.tasks.items():
@@ -145,15 +154,28 @@ def _outputs(state: m.WorkflowState, run_dir: RunDir) -> tuple[dict[str, dict[st
     return metrics, models
 
 
-def run_facts(record: WorkflowRecord, workflow: WorkflowSpec | None, state: m.WorkflowState,
-              run_dir: RunDir, backend: str) -> RunFacts:
+def run_facts(
+    record: WorkflowRecord,
+    workflow: WorkflowSpec | None,
+    state: m.WorkflowState,
+    run_dir: RunDir,
+    backend: str,
+) -> RunFacts:
     """Gather :class:`RunFacts` of one workflow (``workflow`` None: its spec no longer
     parses, images unknown)."""
     images = {t.name: t.image for t in workflow.all_tasks()} if workflow is not None else {}
     metrics, models = _outputs(state, run_dir)
-    return RunFacts(id=record.id, status=state.status.value, pool=record.pool, backend=backend,
-                    labels=dict(record.labels), values=template_values(record), images=images,
-                    metrics=metrics, models=models)
+    return RunFacts(
+        id=record.id,
+        status=state.status.value,
+        pool=record.pool,
+        backend=backend,
+        labels=dict(record.labels),
+        values=template_values(record),
+        images=images,
+        metrics=metrics,
+        models=models,
+    )
 
 
 # --------------------------------------------------------------------------- comparing
@@ -179,16 +201,24 @@ def settings_table(runs: list[RunFacts]) -> list[dict[str, Any]]:
     (template values after ``default-values`` and ``--set``), ``label.KEY`` or
     ``image.TASK``; a value a run lacks is None. For two runs these are the rows of
     :func:`diff_runs`'s ``differences`` (the dashboard's ``/compare`` table)."""
-    rows = [{"field": f, "values": [getattr(r, f) for r in runs]}
-            for f in ("pool", "backend") if len({getattr(r, f) for r in runs}) > 1]
-    return (rows + _differing("set", [r.values for r in runs])
-            + _differing("label", [r.labels for r in runs])
-            + _differing("image", [r.images for r in runs]))
+    rows = [
+        {"field": f, "values": [getattr(r, f) for r in runs]}
+        for f in ("pool", "backend")
+        if len({getattr(r, f) for r in runs}) > 1
+    ]
+    return (
+        rows
+        + _differing("set", [r.values for r in runs])
+        + _differing("label", [r.labels for r in runs])
+        + _differing("image", [r.images for r in runs])
+    )
 
 
 def _settings(a: RunFacts, b: RunFacts) -> list[dict[str, Any]]:
-    return [{"field": row["field"], "a": row["values"][0], "b": row["values"][1]}
-            for row in settings_table([a, b])]
+    return [
+        {"field": row["field"], "a": row["values"][0], "b": row["values"][1]}
+        for row in settings_table([a, b])
+    ]
 
 
 def _metric_rows(a: RunFacts, b: RunFacts) -> list[dict[str, Any]]:
@@ -196,8 +226,15 @@ def _metric_rows(a: RunFacts, b: RunFacts) -> list[dict[str, Any]]:
     for file in list(a.metrics) + [f for f in b.metrics if f not in a.metrics]:
         ma, mb = a.metrics.get(file, {}), b.metrics.get(file, {})
         for name in list(ma) + [k for k in mb if k not in ma]:
-            rows.append({"file": file, "name": name, "a": ma.get(name), "b": mb.get(name),
-                         "same": name in ma and name in mb and ma[name] == mb[name]})
+            rows.append(
+                {
+                    "file": file,
+                    "name": name,
+                    "a": ma.get(name),
+                    "b": mb.get(name),
+                    "same": name in ma and name in mb and ma[name] == mb[name],
+                }
+            )
     return rows
 
 
@@ -230,6 +267,11 @@ def diff_runs(a: RunFacts, b: RunFacts) -> dict[str, Any]:
     missing on one side is null. Model files are paired by task and path.
     """
     models = _model_rows(a, b)
-    return {"a": a.header(), "b": b.header(), "differences": _settings(a, b),
-            "metrics": _metric_rows(a, b), "models": models,
-            "models_identical": _all_identical(models)}
+    return {
+        "a": a.header(),
+        "b": b.header(),
+        "differences": _settings(a, b),
+        "metrics": _metric_rows(a, b),
+        "models": models,
+        "models_identical": _all_identical(models),
+    }

@@ -18,20 +18,38 @@ import stat
 import threading
 from array import array
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 from typing import Any, BinaryIO, TypeGuard
-from collections.abc import Callable
 
 from trainyard.engine import machine as m
 from trainyard.runner.report import EVENTS, read_events
 from trainyard.runner.usage import read_usage
-from datetime import UTC
 
-__all__ = ["DagBox", "dag_layout", "Phase", "AttemptBar", "timeline", "metrics_files",
-           "find_files", "read_metrics", "read_curves", "read_curves_and_times", "X_AXES",
-           "curves", "usage", "usage_summary", "RunDir", "METRICS_FILE", "MAX_POINTS",
-           "MAX_SERIES", "METRICS_READ_BYTES", "MAX_SCAN_ENTRIES"]
+__all__ = [
+    "DagBox",
+    "dag_layout",
+    "Phase",
+    "AttemptBar",
+    "timeline",
+    "metrics_files",
+    "find_files",
+    "read_metrics",
+    "read_curves",
+    "read_curves_and_times",
+    "X_AXES",
+    "curves",
+    "usage",
+    "usage_summary",
+    "RunDir",
+    "METRICS_FILE",
+    "MAX_POINTS",
+    "MAX_SERIES",
+    "METRICS_READ_BYTES",
+    "MAX_SCAN_ENTRIES",
+]
 
 METRICS_FILE = "metrics.jsonl"
 MAX_POINTS = 500
@@ -124,15 +142,19 @@ _AttemptRow = tuple[int, str, int | None, str | None, float | None, str | None]
 def _attempts(ts: m.TaskState) -> list[_AttemptRow]:
     """(retry_id, status, exit_code, node, end_time_s, failure_reason) of every attempt,
     oldest first."""
-    rows = [(a.retry_id, a.status.value, a.exit_code, a.node, a.end_time_s, a.failure_reason)
-            for a in ts.history]
-    rows.append((ts.retry_id, ts.status.value, ts.exit_code, ts.node, ts.end_time_s,
-                 ts.failure_reason))
+    rows = [
+        (a.retry_id, a.status.value, a.exit_code, a.node, a.end_time_s, a.failure_reason)
+        for a in ts.history
+    ]
+    rows.append(
+        (ts.retry_id, ts.status.value, ts.exit_code, ts.node, ts.end_time_s, ts.failure_reason)
+    )
     return rows
 
 
-def _bar(task: str, attempt: _AttemptRow, queued_s: float, run_dir: Path,
-         now_s: float) -> AttemptBar:
+def _bar(
+    task: str, attempt: _AttemptRow, queued_s: float, run_dir: Path, now_s: float
+) -> AttemptBar:
     """The attempt's bar; its reason is the store's (as every view says it, e.g. "Lead task
     finished"), else its runner's exit message."""
     retry_id, status, exit_code, node, end_s, reason = attempt
@@ -177,8 +199,14 @@ MAX_FOUND_FILES = 64
 """Files one search returns, at most."""
 
 
-def find_files(root: Path, accept: Callable[[str], bool], *, max_depth: int = 3,
-               max_entries: int | None = None, max_found: int = MAX_FOUND_FILES) -> list[Path]:
+def find_files(
+    root: Path,
+    accept: Callable[[str], bool],
+    *,
+    max_depth: int = 3,
+    max_entries: int | None = None,
+    max_found: int = MAX_FOUND_FILES,
+) -> list[Path]:
     """Regular files under ``root`` whose name ``accept`` takes, at most ``max_depth``
     folders deep, sorted; links (to files or folders) are never followed.
 
@@ -321,8 +349,9 @@ def read_curves(path: Path) -> tuple[str, dict[str, list[tuple[float, float]]]]:
     return x_name, series
 
 
-def read_curves_and_times(path: Path) -> tuple[str, dict[str, list[tuple[float, float]]],
-                                               dict[str, list[float | None]]]:
+def read_curves_and_times(
+    path: Path,
+) -> tuple[str, dict[str, list[tuple[float, float]]], dict[str, list[float | None]]]:
     """:func:`read_curves`, and the time of each point's row by metric (Unix seconds, None
     where the row had no ``time``): the dashboard's other x axis. The times are empty when
     the x axis is ``time`` itself or no row has one."""
@@ -340,8 +369,9 @@ def read_curves_and_times(path: Path) -> tuple[str, dict[str, list[tuple[float, 
                 entry.offset, entry.series, entry.x_name = 0, {}, None
             _read_new(handle, entry, st.st_size)
             series = {k: v.points() for k, v in entry.series.items()}
-            times = {} if entry.x_name == "time" else \
-                {k: v.times() for k, v in entry.series.items()}
+            times = (
+                {} if entry.x_name == "time" else {k: v.times() for k, v in entry.series.items()}
+            )
             x_name = entry.x_name or X_AXES[0]
     if not any(t is not None for ts in times.values() for t in ts):
         times = {}
@@ -428,9 +458,15 @@ def curves(state: m.WorkflowState, run_dir: RunDir, label: str = "") -> list[dic
                 x_name, series, times = read_curves_and_times(path)
                 if series:
                     run = f"{label} {name}/{retry_id}".strip()
-                    runs.append({"run": run, "file": str(path.relative_to(output)), "x": x_name,
-                                 "series": {k: [list(p) for p in v] for k, v in series.items()},
-                                 "times": times})
+                    runs.append(
+                        {
+                            "run": run,
+                            "file": str(path.relative_to(output)),
+                            "x": x_name,
+                            "series": {k: [list(p) for p in v] for k, v in series.items()},
+                            "times": times,
+                        }
+                    )
     return runs
 
 
@@ -454,14 +490,19 @@ def usage_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         samples = attempt["samples"]
         cpus = [s.get("cpu_percent", 0.0) for s in samples]
         gpus = [g for s in samples for g in s.get("gpus", [])]
-        table.append({
-            "task": attempt["task"], "retry_id": attempt["retry_id"], "samples": len(samples),
-            "cpu_mean_percent": round(sum(cpus) / len(cpus), 1),
-            "cpu_peak_percent": max(cpus),
-            "rss_peak_bytes": max(s.get("rss_bytes", 0) for s in samples),
-            "gpu_peak_percent": max((g.get("util_percent", 0) for g in gpus), default=None),
-            "gpu_memory_peak_bytes": max((g.get("memory_used_bytes", 0) for g in gpus),
-                                         default=None),
-            "last_time_s": samples[-1]["time_s"],
-        })
+        table.append(
+            {
+                "task": attempt["task"],
+                "retry_id": attempt["retry_id"],
+                "samples": len(samples),
+                "cpu_mean_percent": round(sum(cpus) / len(cpus), 1),
+                "cpu_peak_percent": max(cpus),
+                "rss_peak_bytes": max(s.get("rss_bytes", 0) for s in samples),
+                "gpu_peak_percent": max((g.get("util_percent", 0) for g in gpus), default=None),
+                "gpu_memory_peak_bytes": max(
+                    (g.get("memory_used_bytes", 0) for g in gpus), default=None
+                ),
+                "last_time_s": samples[-1]["time_s"],
+            }
+        )
     return table

@@ -25,16 +25,31 @@ import heapq
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from trainyard.runner.report import (DETAIL_TAG, MAX_LINE_BYTES, escape_control, is_detail_line,
-                                     parse_line)
+from trainyard.runner.report import (
+    DETAIL_TAG,
+    MAX_LINE_BYTES,
+    escape_control,
+    is_detail_line,
+    parse_line,
+)
 
-__all__ = ["LogLine", "LogFile", "FLUSH", "read_merged", "tail_offset", "file_size",
-           "read_detail", "DETAIL_READ_BYTES",
-           "MAX_READ_LINE_BYTES", "BATCH_BYTES", "MIN_BATCH_BYTES"]
+__all__ = [
+    "LogLine",
+    "LogFile",
+    "FLUSH",
+    "read_merged",
+    "tail_offset",
+    "file_size",
+    "read_detail",
+    "DETAIL_READ_BYTES",
+    "MAX_READ_LINE_BYTES",
+    "BATCH_BYTES",
+    "MIN_BATCH_BYTES",
+]
 
 MAX_READ_LINE_BYTES = 4 * MAX_LINE_BYTES + 1024
 """The longest line served as it is; the time, tag and a 64 KiB piece the runner escaped."""
@@ -74,10 +89,22 @@ class LogLine:
         parts = parse_line(self.text, self.task)
         when = _iso(parts.stamp)
         if when is None:
-            return {"time": None, "task": self.task, "retry_id": self.retry_id,
-                    "line": self.text, "source": "task", "cut": False}
-        return {"time": when, "task": self.task, "retry_id": self.retry_id, "line": parts.text,
-                "source": parts.source, "cut": parts.cut}
+            return {
+                "time": None,
+                "task": self.task,
+                "retry_id": self.retry_id,
+                "line": self.text,
+                "source": "task",
+                "cut": False,
+            }
+        return {
+            "time": when,
+            "task": self.task,
+            "retry_id": self.retry_id,
+            "line": parts.text,
+            "source": parts.source,
+            "cut": parts.cut,
+        }
 
 
 @functools.lru_cache(maxsize=4096)
@@ -87,8 +114,7 @@ def _iso(stamp: str | None) -> str | None:
     if stamp is None:
         return None
     try:
-        return datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S").replace(
-            tzinfo=UTC).isoformat()
+        return datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S").replace(tzinfo=UTC).isoformat()
     except ValueError:
         return None
 
@@ -125,8 +151,12 @@ class LogFile:
             used = 0
             while self.offset < end and (not lines or used < budget_bytes):
                 raw = handle.readline(min(MAX_READ_LINE_BYTES, end - self.offset))
-                if not raw or (follow and not self.skipping and not raw.endswith(b"\n")
-                               and len(raw) < MAX_READ_LINE_BYTES):
+                if not raw or (
+                    follow
+                    and not self.skipping
+                    and not raw.endswith(b"\n")
+                    and len(raw) < MAX_READ_LINE_BYTES
+                ):
                     break  # the file is shorter than end, or a line is still being written
                 if not self.skipping:
                     self._start = self.offset
@@ -149,8 +179,9 @@ class LogFile:
             if self.hide_detail and is_detail_line(raw, self.task):
                 return None
             text = raw.removesuffix(b"\n").decode("utf-8", errors="replace")
-            return LogLine(self.task, self.retry_id, escape_control(text),
-                           (self._start, self.offset))
+            return LogLine(
+                self.task, self.retry_id, escape_control(text), (self._start, self.offset)
+            )
         self.skipping, self._skipped, self._head = True, 0, raw
         return None
 
@@ -158,12 +189,17 @@ class LogFile:
         """The start of a line too long to show, with how much of it was left out."""
         text = escape_control(self._head.decode("utf-8", errors="replace"))
         self.skipping, self._head = False, b""
-        return LogLine(self.task, self.retry_id,
-                       f"{text} [... {self._skipped} more bytes of this line not shown]",
-                       (self._start, self.offset))
+        return LogLine(
+            self.task,
+            self.retry_id,
+            f"{text} [... {self._skipped} more bytes of this line not shown]",
+            (self._start, self.offset),
+        )
 
 
-def tail_offset(path: Path, end: int, count: int, *, complete_only: bool = False) -> tuple[int, int]:
+def tail_offset(
+    path: Path, end: int, count: int, *, complete_only: bool = False
+) -> tuple[int, int]:
     """Where the last ``count`` lines before byte ``end`` of ``path`` start, found by
     reading backwards from ``end`` in blocks.
 
@@ -203,8 +239,14 @@ def tail_offset(path: Path, end: int, count: int, *, complete_only: bool = False
     return 0, seen + 1 if unfinished else seen
 
 
-def read_merged(files: Iterable[LogFile], ends: dict[Path, int], *, follow: bool,
-                skip: int = 0, batch_bytes: int = BATCH_BYTES) -> Iterator[LogLine]:
+def read_merged(
+    files: Iterable[LogFile],
+    ends: dict[Path, int],
+    *,
+    follow: bool,
+    skip: int = 0,
+    batch_bytes: int = BATCH_BYTES,
+) -> Iterator[LogLine]:
     """The lines of ``files`` from their offsets up to ``ends[path]``, merged by time (a
     file's own order is kept; equal times keep the files' order), the first ``skip`` left
     out. Reads lazily, one batch per file at a time (see the module docstring); the
@@ -248,8 +290,11 @@ def read_detail(path: Path, task: str) -> list[str]:
     except OSError:
         return []
     prefix = len(f"[{task}][{DETAIL_TAG}] ") + 20
-    return [escape_control(raw[prefix:].decode("utf-8", errors="replace"))
-            for raw in head.split(b"\n") if is_detail_line(raw, task)]
+    return [
+        escape_control(raw[prefix:].decode("utf-8", errors="replace"))
+        for raw in head.split(b"\n")
+        if is_detail_line(raw, task)
+    ]
 
 
 def file_size(path: Path) -> int:

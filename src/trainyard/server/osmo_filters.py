@@ -16,8 +16,17 @@ from typing import Any
 
 from trainyard.errors import BadArgumentError
 
-__all__ = ["TaskFilters", "PRIORITIES", "DEFAULT_PRIORITY", "ListFilters", "priority_of", "tags_of",
-           "app_of", "retag", "check_priority"]
+__all__ = [
+    "TaskFilters",
+    "PRIORITIES",
+    "DEFAULT_PRIORITY",
+    "ListFilters",
+    "priority_of",
+    "tags_of",
+    "app_of",
+    "retag",
+    "check_priority",
+]
 
 PRIORITIES: tuple[str, ...] = ("HIGH", "NORMAL", "LOW")
 """OSMO's workflow priorities, highest first."""
@@ -29,7 +38,9 @@ def check_priority(priority: str) -> str:
     """``priority`` upper-cased; BadArgumentError (HTTP 400, exit 2) naming the choices otherwise."""
     wanted = priority.upper()
     if wanted not in PRIORITIES:
-        raise BadArgumentError(f"unknown priority {priority!r}; priorities: {', '.join(PRIORITIES)}")
+        raise BadArgumentError(
+            f"unknown priority {priority!r}; priorities: {', '.join(PRIORITIES)}"
+        )
     return wanted
 
 
@@ -83,10 +94,12 @@ class ListFilters:
 
         def keep(row: dict[str, Any]) -> bool:
             source = row.get("source") or {}
-            return ((not self.tags or bool(set(self.tags) & set(tags_of(source))))
-                    and (not priorities or priority_of(source) in priorities)
-                    and (self.app is None or _app_matches(source, self.app))
-                    and not set(self.no_labels) & set(row.get("labels") or {}))
+            return (
+                (not self.tags or bool(set(self.tags) & set(tags_of(source))))
+                and (not priorities or priority_of(source) in priorities)
+                and (self.app is None or _app_matches(source, self.app))
+                and not set(self.no_labels) & set(row.get("labels") or {})
+            )
 
         return keep
 
@@ -115,11 +128,18 @@ class TaskFilters:
         started = row.get("start_time")
         started_s = datetime.fromisoformat(started).timestamp() if started else None
         after_ok = self.started_after_s is None or (
-            started_s is not None and started_s >= self.started_after_s)
+            started_s is not None and started_s >= self.started_after_s
+        )
         before_ok = self.started_before_s is None or (
-            started_s is not None and started_s < self.started_before_s)
-        return ((not self.statuses or row["status"] in self.statuses)
-                and (not self.nodes or row.get("node") in self.nodes)
-                and (not self.priorities or row.get("priority") in
-                     [check_priority(p) for p in self.priorities])
-                and after_ok and before_ok)
+            started_s is not None and started_s < self.started_before_s
+        )
+        return (
+            (not self.statuses or row["status"] in self.statuses)
+            and (not self.nodes or row.get("node") in self.nodes)
+            and (
+                not self.priorities
+                or row.get("priority") in [check_priority(p) for p in self.priorities]
+            )
+            and after_ok
+            and before_ok
+        )

@@ -43,9 +43,20 @@ from trainyard import errors
 from trainyard.errors import ServerError, TrainyardError
 from trainyard.store.lock import FileLock, flock_within, holder
 
-__all__ = ["ServerInfo", "read_info", "is_alive", "start_background", "start", "stop",
-           "ensure_running", "find_running", "claimed_url", "lock_path", "take_home_lock",
-           "record_failure"]
+__all__ = [
+    "ServerInfo",
+    "read_info",
+    "is_alive",
+    "start_background",
+    "start",
+    "stop",
+    "ensure_running",
+    "find_running",
+    "claimed_url",
+    "lock_path",
+    "take_home_lock",
+    "record_failure",
+]
 
 START_TIMEOUT_S = 30.0
 """How long the CLI waits for a server it started (or that is starting) to listen."""
@@ -147,7 +158,9 @@ def is_alive(info: ServerInfo, timeout_s: float = 2.0) -> bool:
     try:
         # plain http to our own server: no TLS, so no CA bundle to load (issue 15)
         verify = not info.url.lower().startswith("http://")
-        return httpx.get(f"{info.url}/api/health", timeout=timeout_s, verify=verify).status_code == 200
+        return (
+            httpx.get(f"{info.url}/api/health", timeout=timeout_s, verify=verify).status_code == 200
+        )
     except httpx.HTTPError:
         return False
 
@@ -192,7 +205,8 @@ def find_running(home: Path, *, wait_s: float = START_TIMEOUT_S) -> ServerInfo |
             raise ServerError(
                 f"a trainyard server (pid {note.get('pid', '?')}) holds {lock_path(home)} but "
                 f"did not say where it listens within {wait_s:.0f} s; see "
-                f"{home / 'server.log'}, or stop it with `trainyard server stop`")
+                f"{home / 'server.log'}, or stop it with `trainyard server stop`"
+            )
         time.sleep(0.1)
 
 
@@ -231,8 +245,10 @@ def _starting(home: Path, timeout_s: float = 3 * START_TIMEOUT_S) -> Iterator[No
     fd = os.open(home / "server.start.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         if not flock_within(fd, timeout_s):
-            raise ServerError(f"another trainyard command has been starting the server "
-                              f"for {timeout_s:.0f} s; see {home / 'server.log'}")
+            raise ServerError(
+                f"another trainyard command has been starting the server "
+                f"for {timeout_s:.0f} s; see {home / 'server.log'}"
+            )
         yield
     finally:
         os.close(fd)
@@ -272,8 +288,11 @@ def start_background(home: Path, host: str = "127.0.0.1", port: int = 0) -> Serv
         os.chmod(log_path, 0o600)  # the owner's only, like the rest of the home
         proc = subprocess.Popen(
             [sys.executable, "-m", "trainyard.server", "--host", host, "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env={**os.environ, "TRAINYARD_HOME": str(home)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "TRAINYARD_HOME": str(home)},
         )
     try:
         return _wait_started(home, proc)
@@ -311,8 +330,10 @@ def stop(home: Path, timeout_s: float = 15.0) -> bool:
         info_path(home).unlink(missing_ok=True)
         return False
     if note.get("host", os.uname().nodename) != os.uname().nodename:
-        raise ServerError(f"the trainyard server of {home} runs on {note['host']} (pid "
-                          f"{note['pid']}); stop it there")
+        raise ServerError(
+            f"the trainyard server of {home} runs on {note['host']} (pid "
+            f"{note['pid']}); stop it there"
+        )
     import psutil
 
     pid = int(note["pid"])

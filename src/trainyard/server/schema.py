@@ -26,9 +26,16 @@ def check_app_name(name: str) -> str:
     """
     if APP_NAME.fullmatch(name):
         return name
-    raise SpecError([SpecProblem("app name", f"{ascii(name)[:140]} is no valid app name: use "
-                                 "letters, digits, '.', '_' and '-' (at most 128, starting "
-                                 "with a letter or digit)")])
+    raise SpecError(
+        [
+            SpecProblem(
+                "app name",
+                f"{ascii(name)[:140]} is no valid app name: use "
+                "letters, digits, '.', '_' and '-' (at most 128, starting "
+                "with a letter or digit)",
+            )
+        ]
+    )
 
 
 class SpecRequest(BaseModel):

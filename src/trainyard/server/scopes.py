@@ -24,33 +24,37 @@ __all__ = ["TASK_TOKEN_ROUTES", "PUBLIC_ROUTES", "check_task_scope", "route_key"
 Route = tuple[str, str]
 """(HTTP method, path template as the app declares it)."""
 
-TASK_TOKEN_ROUTES: frozenset[Route] = frozenset({
-    ("GET", "/api/version"),
-    ("GET", "/api/whoami"),
-    ("GET", "/api/workflow"),  # lists the token's own workflow only (Service.list_workflows)
-    ("GET", "/api/workflow/{workflow_id}"),
-    ("GET", "/api/workflow/{workflow_id}/spec"),
-    ("GET", "/api/workflow/{workflow_id}/logs"),
-    ("GET", "/api/workflow/{workflow_id}/events"),
-    ("GET", "/api/workflow/{workflow_id}/metrics"),
-    ("GET", "/api/task"),  # the token's own workflow's tasks only (Service.tasks)
-    ("GET", "/api/pool"),
-    ("GET", "/api/resource"),
-    ("GET", "/"),  # the dashboard's list: the token's own workflow only
-    ("GET", "/workflows/{workflow_id}"),
-    ("GET", "/workflows/{workflow_id}/logs"),
-    ("GET", "/workflows/{workflow_id}/logs/stream"),
-    ("POST", "/logout"),
-})
+TASK_TOKEN_ROUTES: frozenset[Route] = frozenset(
+    {
+        ("GET", "/api/version"),
+        ("GET", "/api/whoami"),
+        ("GET", "/api/workflow"),  # lists the token's own workflow only (Service.list_workflows)
+        ("GET", "/api/workflow/{workflow_id}"),
+        ("GET", "/api/workflow/{workflow_id}/spec"),
+        ("GET", "/api/workflow/{workflow_id}/logs"),
+        ("GET", "/api/workflow/{workflow_id}/events"),
+        ("GET", "/api/workflow/{workflow_id}/metrics"),
+        ("GET", "/api/task"),  # the token's own workflow's tasks only (Service.tasks)
+        ("GET", "/api/pool"),
+        ("GET", "/api/resource"),
+        ("GET", "/"),  # the dashboard's list: the token's own workflow only
+        ("GET", "/workflows/{workflow_id}"),
+        ("GET", "/workflows/{workflow_id}/logs"),
+        ("GET", "/workflows/{workflow_id}/logs/stream"),
+        ("POST", "/logout"),
+    }
+)
 """The routes a task token may call (``GET`` also allows ``HEAD``)."""
 
-PUBLIC_ROUTES: frozenset[Route] = frozenset({
-    ("GET", "/api/health"),
-    ("GET", "/login"),
-    ("POST", "/login"),
-    ("GET", "/login/once"),  # a one-time code is the credential there (web.login_once)
-    ("GET", "/static"),  # the dashboard's CSS and scripts (a mount)
-})
+PUBLIC_ROUTES: frozenset[Route] = frozenset(
+    {
+        ("GET", "/api/health"),
+        ("GET", "/login"),
+        ("POST", "/login"),
+        ("GET", "/login/once"),  # a one-time code is the credential there (web.login_once)
+        ("GET", "/static"),  # the dashboard's CSS and scripts (a mount)
+    }
+)
 """Routes that need no token (a task token is not checked there)."""
 
 
@@ -74,9 +78,12 @@ def check_task_scope(user: User, request: Request) -> None:
         return
     method, template = route_key(request)
     if (method, template) not in TASK_TOKEN_ROUTES:
-        raise ForbiddenError(f"a task token (of workflow {user.workflow}) may not call "
-                             f"{method} {template}; it only reads its own workflow")
+        raise ForbiddenError(
+            f"a task token (of workflow {user.workflow}) may not call "
+            f"{method} {template}; it only reads its own workflow"
+        )
     other = request.path_params.get("workflow_id")
     if other is not None and other != user.workflow:
-        raise ForbiddenError(f"a task token of workflow {user.workflow} may not read or "
-                             f"change workflow {other}")
+        raise ForbiddenError(
+            f"a task token of workflow {user.workflow} may not read or change workflow {other}"
+        )

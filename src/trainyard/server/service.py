@@ -12,17 +12,16 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, UTC
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dataclasses import dataclass
-
 from trainyard import spec as specapi
+from trainyard.backends.served import load_pool_file
 from trainyard.engine import machine as m
 from trainyard.engine import reasons
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.status import Status, WorkflowStatus
 from trainyard.errors import (
     AuthError,
     BadArgumentError,
@@ -33,25 +32,43 @@ from trainyard.errors import (
     SpecError,
     SpecProblem,
 )
-from trainyard.backends.served import load_pool_file
 from trainyard.pools import DEFAULT_POOL, Pool
 from trainyard.server import compare
-from trainyard.server.answers import (AttemptAnswer, GroupAnswer, TaskAnswer, WorkflowAnswer,
-                                      WorkflowSummary)
+from trainyard.server.answers import (
+    AttemptAnswer,
+    GroupAnswer,
+    TaskAnswer,
+    WorkflowAnswer,
+    WorkflowSummary,
+)
 from trainyard.server.auth import User, refuse_task_token
-from trainyard.server.logs import (FLUSH, LogFile, LogLine, file_size, read_detail, read_merged,
-                                   tail_offset)
-from trainyard.server.osmo_filters import (ListFilters, TaskFilters, priority_of, retag,
-                                           tags_of)
+from trainyard.server.logs import (
+    FLUSH,
+    LogFile,
+    LogLine,
+    file_size,
+    read_detail,
+    read_merged,
+    tail_offset,
+)
+from trainyard.server.osmo_filters import ListFilters, TaskFilters, priority_of, retag, tags_of
 from trainyard.server.schema import SpecRequest
 from trainyard.spec.models import WorkflowSpec
 from trainyard.spec.tokens import substitute_tokens
+from trainyard.status import Status, WorkflowStatus
 from trainyard.store import WorkflowRecord
 
 log = logging.getLogger("trainyard.server.service")
 
-__all__ = ["SpecRequest", "LoadedSpec", "LogLine", "LogCursor", "Service", "iso",
-           "FOLLOW_BATCH_BYTES"]
+__all__ = [
+    "SpecRequest",
+    "LoadedSpec",
+    "LogLine",
+    "LogCursor",
+    "Service",
+    "iso",
+    "FOLLOW_BATCH_BYTES",
+]
 
 
 @dataclass(frozen=True)
@@ -94,8 +111,10 @@ def progress_key(state: m.WorkflowState) -> str:
     """What ``--wait`` prints progress from, as a short key: the workflow's status, each
     task's status, retry id, node and exit code, and a digest of its groups' waiting
     reasons. Two states with equal keys print alike."""
-    tasks = ",".join(f"{t.name}:{t.status.value}:{t.retry_id}:{t.node}:{t.exit_code}"
-                     for t in state.tasks.values())
+    tasks = ",".join(
+        f"{t.name}:{t.status.value}:{t.retry_id}:{t.node}:{t.exit_code}"
+        for t in state.tasks.values()
+    )
     reasons = "\n".join(g.waiting_reason or "" for g in state.groups.values())
     waits = hashlib.blake2s(reasons.encode(), digest_size=6).hexdigest() if reasons.strip() else ""
     return f"{state.status.value}|{tasks}|{waits}"
@@ -104,12 +123,17 @@ def progress_key(state: m.WorkflowState) -> str:
 class Service:
     """Operations of the API, for one engine."""
 
-    def __init__(self, engine: Engine, *, refused_pools: dict[str, str] | None = None,
-                 pools_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        refused_pools: dict[str, str] | None = None,
+        pools_file: Path | None = None,
+    ) -> None:
         """Args:
-            pools_file: the ``pools.yaml`` the engine's pools came from; given, it is read
-                again whenever its modification time changes (``refresh_pools``), so an
-                edit takes effect without a restart. None: the pools never change.
+        pools_file: the ``pools.yaml`` the engine's pools came from; given, it is read
+            again whenever its modification time changes (``refresh_pools``), so an
+            edit takes effect without a restart. None: the pools never change.
         """
         self.engine = engine
         self.refused_pools = dict(refused_pools or {})
@@ -144,8 +168,10 @@ class Service:
             try:
                 pools, refused = load_pool_file(self.pools_file)
             except ConfigError as exc:
-                self.pools_error = f"{exc}; the server keeps serving its pools " \
-                                   f"({', '.join(sorted(self.engine.pools))})"
+                self.pools_error = (
+                    f"{exc}; the server keeps serving its pools "
+                    f"({', '.join(sorted(self.engine.pools))})"
+                )
                 log.error("pools file refused: %s", self.pools_error)
                 if force:
                     raise ConfigError(self.pools_error) from None
@@ -155,9 +181,13 @@ class Service:
             return self._pools_status()
 
     def _pools_status(self) -> dict[str, Any]:
-        return {"pools": sorted(self.engine.pools), "refused": dict(self.refused_pools),
-                "kept": list(self._pools_pending), "error": self.pools_error,
-                "file": str(self.pools_file) if self.pools_file else None}
+        return {
+            "pools": sorted(self.engine.pools),
+            "refused": dict(self.refused_pools),
+            "kept": list(self._pools_pending),
+            "error": self.pools_error,
+            "file": str(self.pools_file) if self.pools_file else None,
+        }
 
     def task_token_owner(self, workflow_id: str) -> str:
         """The submitter a task token of ``workflow_id`` acts as (``TokenRegistry``'s
@@ -171,8 +201,10 @@ class Service:
         except NotFoundError:
             raise AuthError("unknown token") from None
         if WorkflowStatus(record.status).is_terminal():
-            raise AuthError(f"task token of workflow {workflow_id}: the workflow ended "
-                            f"({record.status}); task tokens expire with their workflow")
+            raise AuthError(
+                f"task token of workflow {workflow_id}: the workflow ended "
+                f"({record.status}); task tokens expire with their workflow"
+            )
         return record.submitted_by
 
     # ------------------------------------------------------------------ specs
@@ -207,8 +239,10 @@ class Service:
         """
         specapi.check_source_size(req.spec_text, req.files, file=req.spec_name)
         rendered = specapi.render(
-            req.spec_text, values=specapi.parse_set_values(req.set),
-            set_strings=specapi.parse_set_strings(req.set_string), file=req.spec_name,
+            req.spec_text,
+            values=specapi.parse_set_values(req.set),
+            set_strings=specapi.parse_set_strings(req.set_string),
+            file=req.spec_name,
         )
         chosen: list[Pool] = []
 
@@ -217,12 +251,17 @@ class Service:
             return chosen[-1]
 
         doc = specapi.parse(
-            rendered, spec_path=req.spec_name, files=req.files,
-            set_env=specapi.parse_env(req.set_env), labels=req.labels or None, pool=lookup,
+            rendered,
+            spec_path=req.spec_name,
+            files=req.files,
+            set_env=specapi.parse_env(req.set_env),
+            labels=req.labels or None,
+            pool=lookup,
             user=user.name if user is not None else None,
         )
-        pool = chosen[-1] if chosen else self.pool(req.pool or doc.workflow.pool
-                                                   or req.default_pool)
+        pool = (
+            chosen[-1] if chosen else self.pool(req.pool or doc.workflow.pool or req.default_pool)
+        )
         return LoadedSpec(doc.workflow, rendered, pool, tuple(doc.warnings))
 
     def _check_other_workflows(self, workflow: WorkflowSpec, user: User) -> None:
@@ -244,8 +283,9 @@ class Service:
                 try:
                     self._readable(other, user)
                 except NotFoundError:
-                    raise NotFoundError(f"{where}: no workflow {other}; check the id with "
-                                        "`trainyard workflow list`") from None
+                    raise NotFoundError(
+                        f"{where}: no workflow {other}; check the id with `trainyard workflow list`"
+                    ) from None
                 except ForbiddenError as exc:
                     raise ForbiddenError(f"{where}: {exc}") from None
 
@@ -260,10 +300,18 @@ class Service:
         """
         from trainyard.data.datasets import Actor, DatasetStore, parse_ref  # on use
 
-        refs = [(task.name, f"input {i}", item.dataset.name, False)
-                for task in workflow.all_tasks() for i, item in enumerate(task.inputs) if item.dataset]
-        refs += [(task.name, f"output {i}", item.dataset.name, True)
-                 for task in workflow.all_tasks() for i, item in enumerate(task.outputs) if item.dataset]
+        refs = [
+            (task.name, f"input {i}", item.dataset.name, False)
+            for task in workflow.all_tasks()
+            for i, item in enumerate(task.inputs)
+            if item.dataset
+        ]
+        refs += [
+            (task.name, f"output {i}", item.dataset.name, True)
+            for task in workflow.all_tasks()
+            for i, item in enumerate(task.outputs)
+            if item.dataset
+        ]
         if not refs or user.admin:
             return
         store = DatasetStore(actor=Actor(user.name, user.admin))
@@ -293,9 +341,13 @@ class Service:
             try:
                 self.engine.credentials.check_names(user.name, names)
             except NotFoundError as exc:
-                problems.append(SpecProblem(
-                    f"task {task.name} credentials", f"{exc}; store it with `trainyard "
-                    "credential set NAME --type GENERIC --payload KEY=VALUE`"))
+                problems.append(
+                    SpecProblem(
+                        f"task {task.name} credentials",
+                        f"{exc}; store it with `trainyard "
+                        "credential set NAME --type GENERIC --payload KEY=VALUE`",
+                    )
+                )
         if problems:
             raise SpecError(problems)
 
@@ -307,8 +359,9 @@ class Service:
 
     # ------------------------------------------------------------------ credentials
 
-    def set_credential(self, user: User, name: str, kind: str,
-                       payload: dict[str, str]) -> dict[str, Any]:
+    def set_credential(
+        self, user: User, name: str, kind: str, payload: dict[str, str]
+    ) -> dict[str, Any]:
         """Create or replace the caller's credential (``CredentialVault.set``); a task token
         may not. Returns ``{"name", "type", "keys"}``, never a value."""
         refuse_task_token(user, "set a credential")
@@ -317,8 +370,15 @@ class Service:
     def list_credentials(self, user: User) -> list[dict[str, Any]]:
         """The caller's credentials: ``[{"name", "type", "keys", "create_time"}]``."""
         rows = self.engine.credentials.list_for_user(user.name)
-        return [{"name": r["name"], "type": r["type"], "keys": r["keys"],
-                 "create_time": iso(float(r["create_time_s"]))} for r in rows]
+        return [
+            {
+                "name": r["name"],
+                "type": r["type"],
+                "keys": r["keys"],
+                "create_time": iso(float(r["create_time_s"])),
+            }
+            for r in rows
+        ]
 
     def delete_credential(self, user: User, name: str) -> dict[str, Any]:
         """Delete the caller's credential; a task token may not. Raises NotFoundError."""
@@ -338,13 +398,23 @@ class Service:
         loaded = self.validate(req, user)
         self._check_other_workflows(loaded.workflow, user)
         self._check_datasets(loaded.workflow, user)
-        record = self.engine.submit(Submission(
-            spec=loaded.workflow, spec_text=loaded.rendered_text, user=user.name,
-            pool=loaded.pool, labels=dict(loaded.workflow.labels),
-            source=_stored_source(req, loaded), reparse=_reparse_args(req),
-        ))
-        return {"id": record.id, "name": record.name, "status": record.status,
-                "warnings": loaded.warnings_json()}
+        record = self.engine.submit(
+            Submission(
+                spec=loaded.workflow,
+                spec_text=loaded.rendered_text,
+                user=user.name,
+                pool=loaded.pool,
+                labels=dict(loaded.workflow.labels),
+                source=_stored_source(req, loaded),
+                reparse=_reparse_args(req),
+            )
+        )
+        return {
+            "id": record.id,
+            "name": record.name,
+            "status": record.status,
+            "warnings": loaded.warnings_json(),
+        }
 
     def dry_run(self, req: SpecRequest, user: User) -> dict[str, Any]:
         """Validate without storing; with what the pool's backend would be handed.
@@ -356,14 +426,26 @@ class Service:
         """
         loaded = self.validate(req, user)
         self._check_other_workflows(loaded.workflow, user)
-        sub = Submission(spec=loaded.workflow, spec_text=loaded.rendered_text, user=user.name,
-                         pool=loaded.pool, labels=dict(loaded.workflow.labels))
+        sub = Submission(
+            spec=loaded.workflow,
+            spec_text=loaded.rendered_text,
+            user=user.name,
+            pool=loaded.pool,
+            labels=dict(loaded.workflow.labels),
+        )
         shown = [{"group": g, "text": text} for g, text in self.engine.preview(sub)]
-        return {"dry_run": True, "name": loaded.workflow.name, "pool": loaded.pool.name,
-                "spec": loaded.rendered_text, "backend": shown, "warnings": loaded.warnings_json()}
+        return {
+            "dry_run": True,
+            "name": loaded.workflow.name,
+            "pool": loaded.pool.name,
+            "spec": loaded.rendered_text,
+            "backend": shown,
+            "warnings": loaded.warnings_json(),
+        }
 
-    def resubmit(self, workflow_id: str, user: User, overrides: SpecRequest | None, *,
-                 dry_run: bool = False) -> dict[str, Any]:
+    def resubmit(
+        self, workflow_id: str, user: User, overrides: SpecRequest | None, *, dry_run: bool = False
+    ) -> dict[str, Any]:
         """Submit again the stored request of ``workflow_id`` (its ``--set`` values kept,
         those in ``overrides`` appended, so they win). With ``dry_run``, nothing is stored:
         the answer is ``dry_run``'s."""
@@ -396,8 +478,10 @@ class Service:
 
     def _readable(self, workflow_id: str, user: User) -> WorkflowRecord:
         if user.workflow is not None and workflow_id != user.workflow:
-            raise ForbiddenError(f"a task token of workflow {user.workflow} may not read or "
-                                 f"change workflow {workflow_id}")
+            raise ForbiddenError(
+                f"a task token of workflow {user.workflow} may not read or "
+                f"change workflow {workflow_id}"
+            )
         record = self.engine.store.get_workflow(workflow_id)
         if not user.admin and record.submitted_by != user.name:
             raise ForbiddenError(
@@ -434,12 +518,16 @@ class Service:
             workflow = None
         pool = self.engine.pools.get(record.pool)
         return compare.run_facts(
-            record, workflow, self.engine.state(workflow_id),
+            record,
+            workflow,
+            self.engine.state(workflow_id),
             lambda task, retry: self.engine.run_dir(workflow_id, task, retry),
-            pool.backend if pool is not None else "unknown")
+            pool.backend if pool is not None else "unknown",
+        )
 
-    def query(self, workflow_id: str, user: User, *, verbose: bool = False,
-              isolation: bool = False) -> WorkflowAnswer:
+    def query(
+        self, workflow_id: str, user: User, *, verbose: bool = False, isolation: bool = False
+    ) -> WorkflowAnswer:
         """The workflow in the CLI's JSON shape (``groups[].tasks[]``; ``retries`` when
         verbose; with ``isolation``, each task's ``isolation``: the detail lines of how its
         current attempt is isolated, read from the head of its task log, ``read_detail``)."""
@@ -452,12 +540,22 @@ class Service:
                     path = self.engine.run_dir(workflow_id, task["name"], task["retry_id"])
                     task["isolation"] = read_detail(path / "task.log", task["name"])
         data["priority"], data["tags"] = priority_of(record.source), tags_of(record.source)
-        _add_outputs(data, record, lambda task, retry: self.engine.run_dir(workflow_id, task, retry))
+        _add_outputs(
+            data, record, lambda task, retry: self.engine.run_dir(workflow_id, task, retry)
+        )
         return data
 
-    def query_when_changed(self, workflow_id: str, user: User, *, known: str | None,
-                           wait_s: float, verbose: bool = False, isolation: bool = False,
-                           interval_s: float = 0.25) -> tuple[WorkflowAnswer, str]:
+    def query_when_changed(
+        self,
+        workflow_id: str,
+        user: User,
+        *,
+        known: str | None,
+        wait_s: float,
+        verbose: bool = False,
+        isolation: bool = False,
+        interval_s: float = 0.25,
+    ) -> tuple[WorkflowAnswer, str]:
         """``query``, answered as soon as the workflow's progress differs from ``known`` (a
         key this method returned before), or it ended, or ``wait_s`` passed (a long poll:
         ``--wait`` sees the end as soon as the engine stores it, ``Engine.wait_for_change``,
@@ -481,15 +579,17 @@ class Service:
         self._readable(workflow_id, user)
         if known is not None and wait_s > 0 and _HELD_QUERIES.acquire(blocking=False):
             try:
-                self._hold_while_unchanged(workflow_id, known, min(wait_s, MAX_QUERY_WAIT_S),
-                                           interval_s)
+                self._hold_while_unchanged(
+                    workflow_id, known, min(wait_s, MAX_QUERY_WAIT_S), interval_s
+                )
             finally:
                 _HELD_QUERIES.release()
         data = self.query(workflow_id, user, verbose=verbose, isolation=isolation)
         return data, progress_key(self.engine.state(workflow_id))
 
-    def _hold_while_unchanged(self, workflow_id: str, known: str, wait_s: float,
-                              interval_s: float) -> None:
+    def _hold_while_unchanged(
+        self, workflow_id: str, known: str, wait_s: float, interval_s: float
+    ) -> None:
         deadline = time.monotonic() + wait_s
         while (remaining := deadline - time.monotonic()) > 0:
             seen = self.engine.changes()  # before the look: a change after it wakes the wait
@@ -498,13 +598,23 @@ class Service:
                 return
             self.engine.wait_for_change(seen, min(interval_s, remaining))
 
-    def list_workflows(self, user: User, *, statuses: list[str] | None = None, name: str | None = None,
-             labels: dict[str, str] | None = None, count: int | None = None,
-             submitted_by: str | list[str] | None = None, pool: str | list[str] | None = None,
-             offset: int = 0, oldest_first: bool = False,
-             submitted_after_s: float | None = None, submitted_before_s: float | None = None,
-             all_users: bool | None = None,
-             filters: ListFilters | None = None) -> list[WorkflowSummary]:
+    def list_workflows(
+        self,
+        user: User,
+        *,
+        statuses: list[str] | None = None,
+        name: str | None = None,
+        labels: dict[str, str] | None = None,
+        count: int | None = None,
+        submitted_by: str | list[str] | None = None,
+        pool: str | list[str] | None = None,
+        offset: int = 0,
+        oldest_first: bool = False,
+        submitted_after_s: float | None = None,
+        submitted_before_s: float | None = None,
+        all_users: bool | None = None,
+        filters: ListFilters | None = None,
+    ) -> list[WorkflowSummary]:
         """Workflows visible to ``user``, newest first (``oldest_first``: oldest first),
         skipping the first ``offset``; read through ``Store.page_workflows`` (the
         dashboard's query). A non-admin sees only their own workflows. Whose: those of
@@ -525,19 +635,29 @@ class Service:
         users = [submitted_by] if isinstance(submitted_by, str) else list(submitted_by or [])
         others = [u for u in users if u != user.name]
         if not user.admin and others:
-            raise ForbiddenError(f"only an admin may list the workflows of {others[0]}; "
-                                 f"you are {user.name}")
+            raise ForbiddenError(
+                f"only an admin may list the workflows of {others[0]}; you are {user.name}"
+            )
         if not user.admin or (not users and all_users is False):
             users = users or [user.name]
         rows, _total = self.engine.store.page_workflows(
-            statuses=statuses, name=name, labels=labels, pool=pool, offset=offset,
-            limit=count or 2**31 - 1, oldest_first=oldest_first, submitted_by=users or None,
-            submitted_after_s=submitted_after_s, submitted_before_s=submitted_before_s,
-            keep=filters.keep() if filters else None)
+            statuses=statuses,
+            name=name,
+            labels=labels,
+            pool=pool,
+            offset=offset,
+            limit=count or 2**31 - 1,
+            oldest_first=oldest_first,
+            submitted_by=users or None,
+            submitted_after_s=submitted_after_s,
+            submitted_before_s=submitted_before_s,
+            keep=filters.keep() if filters else None,
+        )
         return [_row_summary_json(row) for row in rows]
 
-    def tag(self, workflow_ids: list[str], user: User, *, add: list[str],
-            remove: list[str]) -> list[dict[str, Any]]:
+    def tag(
+        self, workflow_ids: list[str], user: User, *, add: list[str], remove: list[str]
+    ) -> list[dict[str, Any]]:
         """OSMO's ``workflow tag``: remove ``remove`` from, then add ``add`` to, each
         workflow's tags (the caller's own workflows; an admin's any). All are checked
         before any changes. Returns ``[{"id", "tags"}]``.
@@ -548,9 +668,17 @@ class Service:
         refuse_task_token(user, "tag a workflow")
         ids = [self._readable(workflow_id, user).id for workflow_id in workflow_ids]
         store = self.engine.store
-        return [{"id": workflow_id, "tags": tags_of(store.update_workflow_source(
-                    workflow_id, lambda source: retag(source, add, remove)))}
-                for workflow_id in ids]
+        return [
+            {
+                "id": workflow_id,
+                "tags": tags_of(
+                    store.update_workflow_source(
+                        workflow_id, lambda source: retag(source, add, remove)
+                    )
+                ),
+            }
+            for workflow_id in ids
+        ]
 
     def tags(self, user: User) -> list[str]:
         """Every tag on a workflow ``user`` may read (OSMO's ``workflow tag`` without
@@ -561,8 +689,9 @@ class Service:
             found.update(tags_of(row.get("source") or {}))
             return False
 
-        self.engine.store.page_workflows(limit=1, keep=collect,
-                                         submitted_by=None if user.admin else user.name)
+        self.engine.store.page_workflows(
+            limit=1, keep=collect, submitted_by=None if user.admin else user.name
+        )
         return sorted(found)
 
     def events(self, workflow_id: str, user: User) -> list[dict[str, Any]]:
@@ -588,16 +717,43 @@ class Service:
             for a in attempts:
                 run_dir = self.engine.run_dir(workflow_id, name, a.retry_id)
                 for e in read_events(run_dir / EVENTS)[0]:
-                    rows.append((e.time_s, _event_row(e.time_s, name, a.retry_id, e.kind,
-                                                      e.exit_code, _event_message(e, a))))
+                    rows.append(
+                        (
+                            e.time_s,
+                            _event_row(
+                                e.time_s,
+                                name,
+                                a.retry_id,
+                                e.kind,
+                                e.exit_code,
+                                _event_message(e, a),
+                            ),
+                        )
+                    )
                 if a.status.is_terminal() and a.end_time_s is not None:
-                    rows.append((a.end_time_s, _event_row(
-                        a.end_time_s, name, a.retry_id, a.status.value, a.exit_code,
-                        a.failure_reason)))
+                    rows.append(
+                        (
+                            a.end_time_s,
+                            _event_row(
+                                a.end_time_s,
+                                name,
+                                a.retry_id,
+                                a.status.value,
+                                a.exit_code,
+                                a.failure_reason,
+                            ),
+                        )
+                    )
         return [row for _t, row in sorted(rows, key=lambda r: r[0])]
 
-    def tasks(self, user: User, *, workflow_id: str | None = None, count: int = 20,
-              filters: TaskFilters | None = None) -> list[dict[str, Any]]:
+    def tasks(
+        self,
+        user: User,
+        *,
+        workflow_id: str | None = None,
+        count: int = 20,
+        filters: TaskFilters | None = None,
+    ) -> list[dict[str, Any]]:
         """The tasks of one workflow, or of ``user``'s latest ``count`` workflows (an
         admin's: everyone's), each ``{"workflow", "group", "name", "status", "retry_id",
         "node", "exit_code", "start_time", "end_time", "failure_reason", "pool", "user",
@@ -611,29 +767,49 @@ class Service:
         if workflow_id is not None:
             workflows = [self._readable(workflow_id, user)]
         elif filters is None:
-            workflows = [self.engine.store.get_workflow(w["id"])
-                         for w in self.list_workflows(user, count=count)]
+            workflows = [
+                self.engine.store.get_workflow(w["id"])
+                for w in self.list_workflows(user, count=count)
+            ]
         else:
-            workflows = [self.engine.store.get_workflow(w["id"]) for w in self.list_workflows(
-                user, submitted_by=filters.users or None, all_users=filters.all_users,
-                pool=filters.pools or None)]
+            workflows = [
+                self.engine.store.get_workflow(w["id"])
+                for w in self.list_workflows(
+                    user,
+                    submitted_by=filters.users or None,
+                    all_users=filters.all_users,
+                    pool=filters.pools or None,
+                )
+            ]
         rows = [row for record in workflows for row in self._task_rows(record)]
         if filters is None:
             return rows
         kept = [row for row in rows if filters.keep(row)]
-        return kept[filters.offset:filters.offset + count]
+        return kept[filters.offset : filters.offset + count]
 
     def _task_rows(self, record: WorkflowRecord) -> list[dict[str, Any]]:
         state = self.engine.state(record.id)
-        extra = {"pool": record.pool, "user": record.submitted_by,
-                 "priority": priority_of(record.source)}
-        return [{"workflow": record.id, "group": group.name, **_task_json(state.tasks[t], False),
-                 **extra} for group in state.groups.values() for t in group.tasks]
+        extra = {
+            "pool": record.pool,
+            "user": record.submitted_by,
+            "priority": priority_of(record.source),
+        }
+        return [
+            {
+                "workflow": record.id,
+                "group": group.name,
+                **_task_json(state.tasks[t], False),
+                **extra,
+            }
+            for group in state.groups.values()
+            for t in group.tasks
+        ]
 
     # ------------------------------------------------------------------ changes
 
-    def cancel(self, workflow_id: str, user: User, *, message: str | None = None,
-               force: bool = False) -> dict[str, Any]:
+    def cancel(
+        self, workflow_id: str, user: User, *, message: str | None = None, force: bool = False
+    ) -> dict[str, Any]:
         """Cancel (idempotent); returns the workflow summary with ``had_ended``: true when
         the workflow had already ended before this call (nothing was cancelled), and
         ``cancel_message``: OSMO's ``--message``, kept with the workflow (the first one
@@ -645,15 +821,23 @@ class Service:
         had_ended = WorkflowStatus(record.status).is_terminal()
         source = record.source
         if message and not had_ended and not source.get("cancel"):
-            source = self.engine.store.update_workflow_source(workflow_id, lambda old: {
-                **old, "cancel": {"message": message, "by": user.name, "force": force}})
+            source = self.engine.store.update_workflow_source(
+                workflow_id,
+                lambda old: {
+                    **old,
+                    "cancel": {"message": message, "by": user.name, "force": force},
+                },
+            )
         self.engine.cancel(workflow_id, force=force)
-        return {**_summary_json(self.engine.store.get_workflow(workflow_id)),
-                "had_ended": had_ended,
-                "cancel_message": (source.get("cancel") or {}).get("message")}
+        return {
+            **_summary_json(self.engine.store.get_workflow(workflow_id)),
+            "had_ended": had_ended,
+            "cancel_message": (source.get("cancel") or {}).get("message"),
+        }
 
-    def task_entry(self, workflow_id: str, task: str, user: User, *,
-                   retry_id: int | None = None) -> dict[str, Any]:
+    def task_entry(
+        self, workflow_id: str, task: str, user: User, *, retry_id: int | None = None
+    ) -> dict[str, Any]:
         """How to enter a running task (``workflow exec``, ``port-forward``, ``rsync``): the
         same rule as ``cancel`` (the workflow's submitter or an admin; never a task token).
 
@@ -672,19 +856,32 @@ class Service:
         state = self.engine.state(workflow_id)
         current = state.tasks.get(task)
         if current is None:
-            raise NotFoundError(f"workflow {workflow_id} has no task {task!r}; its tasks: "
-                                f"{', '.join(sorted(state.tasks))}")
+            raise NotFoundError(
+                f"workflow {workflow_id} has no task {task!r}; its tasks: "
+                f"{', '.join(sorted(state.tasks))}"
+            )
         retry = current.retry_id if retry_id is None else retry_id
         status = Status(_attempt_status(current, retry, workflow_id))
         if status is not Status.RUNNING:
-            when = "has ended" if status.is_terminal() or retry != current.retry_id else "is not running yet"
-            raise RefusedError(f"task {task} (retry {retry}) of workflow {workflow_id} {when} "
-                               f"({status.value}); only a RUNNING task can be entered")
+            when = (
+                "has ended"
+                if status.is_terminal() or retry != current.retry_id
+                else "is not running yet"
+            )
+            raise RefusedError(
+                f"task {task} (retry {retry}) of workflow {workflow_id} {when} "
+                f"({status.value}); only a RUNNING task can be entered"
+            )
         from trainyard.backends.base import TaskKey
 
         entry = self.engine.task_entry(record.pool, TaskKey(workflow_id, task, retry))
-        return {"workflow_id": workflow_id, "task": task, "retry_id": retry,
-                "status": status.value, **entry}
+        return {
+            "workflow_id": workflow_id,
+            "task": task,
+            "retry_id": retry,
+            "status": status.value,
+            **entry,
+        }
 
     def restart(self, workflow_id: str, user: User, *, pool: str | None = None) -> WorkflowSummary:
         """Run the failed groups of a failed workflow again, keeping completed ones.
@@ -699,10 +896,12 @@ class Service:
         record = self._readable(workflow_id, user)
         refuse_task_token(user, "restart a workflow")
         if pool is not None and pool != record.pool:
-            raise RefusedError(f"workflow {workflow_id} ran on pool {record.pool}; a restart "
-                               f"stays there (its completed groups' outputs are there): submit "
-                               f"it again on {pool} with `workflow submit {workflow_id} "
-                               f"--pool {pool}`")
+            raise RefusedError(
+                f"workflow {workflow_id} ran on pool {record.pool}; a restart "
+                f"stays there (its completed groups' outputs are there): submit "
+                f"it again on {pool} with `workflow submit {workflow_id} "
+                f"--pool {pool}`"
+            )
         self.engine.restart(workflow_id)
         return _summary_json(self.engine.store.get_workflow(workflow_id))
 
@@ -722,8 +921,9 @@ class Service:
         self.engine.delete(workflow_ids)
         return {"deleted": list(dict.fromkeys(workflow_ids))}
 
-    def prune(self, older_than_s: float, user: User, *, dry_run: bool = False,
-              limit: int | None = None) -> dict[str, Any]:
+    def prune(
+        self, older_than_s: float, user: User, *, dry_run: bool = False, limit: int | None = None
+    ) -> dict[str, Any]:
         """Delete the ended workflows of ``user`` (every user's, for an admin) that ended
         more than ``older_than_s`` seconds ago, oldest first, at most ``limit`` of them per
         call (each takes tens of ms: a caller asks again while ``more``); one that cannot be
@@ -735,7 +935,8 @@ class Service:
         """
         records = self.engine.store.list_workflows(
             ended_before_s=time.time() - older_than_s,
-            submitted_by=None if user.admin else user.name)
+            submitted_by=None if user.admin else user.name,
+        )
         ids = [r.id for r in reversed(records)]
         if dry_run:
             return {"deleted": ids, "kept": [], "more": False, "dry_run": True}
@@ -752,9 +953,15 @@ class Service:
 
     # ------------------------------------------------------------------ logs
 
-    def _log_files(self, workflow_id: str, task: str | None,
-                   retry_id: int | None, *, failed_only: bool = False,
-                   verbose: bool = False) -> list[LogFile]:
+    def _log_files(
+        self,
+        workflow_id: str,
+        task: str | None,
+        retry_id: int | None,
+        *,
+        failed_only: bool = False,
+        verbose: bool = False,
+    ) -> list[LogFile]:
         """The ``task.log`` of every attempt asked for, to be read from its start; with
         ``failed_only``, only of the attempts that failed (FAILED*, or RESCHEDULED: retried
         after a failure); the runner keeps a task's stdout and stderr in one stream, so
@@ -775,13 +982,28 @@ class Service:
             retries = [retry_id] if retry_id is not None else range(ts.retry_id + 1)
             if failed_only:
                 retries = [r for r in retries if r in _failed_attempts(ts)]
-            files += [LogFile(name, r, self.engine.run_dir(workflow_id, name, r) / "task.log",
-                              hide_detail=not verbose) for r in retries]
+            files += [
+                LogFile(
+                    name,
+                    r,
+                    self.engine.run_dir(workflow_id, name, r) / "task.log",
+                    hide_detail=not verbose,
+                )
+                for r in retries
+            ]
         return files
 
-    def logs(self, workflow_id: str, user: User, *, task: str | None = None,
-             retry_id: int | None = None, last_lines: int | None = None,
-             failed_only: bool = False, verbose: bool = False) -> Iterator[LogLine]:
+    def logs(
+        self,
+        workflow_id: str,
+        user: User,
+        *,
+        task: str | None = None,
+        retry_id: int | None = None,
+        last_lines: int | None = None,
+        failed_only: bool = False,
+        verbose: bool = False,
+    ) -> Iterator[LogLine]:
         """Log lines of the workflow (all tasks merged by time), or of one task/attempt;
         with ``last_lines``, only the last that many (found from the files' ends).
 
@@ -794,16 +1016,25 @@ class Service:
             ForbiddenError: another user's workflow and ``user`` is no admin.
         """
         self._readable(workflow_id, user)
-        files = self._log_files(workflow_id, task, retry_id, failed_only=failed_only,
-                                verbose=verbose)
+        files = self._log_files(
+            workflow_id, task, retry_id, failed_only=failed_only, verbose=verbose
+        )
         ends = {f.path: file_size(f.path) for f in files}
         skip = _start_at_last(files, ends, last_lines, complete_only=False)
         return read_merged(files, ends, follow=False, skip=skip)
 
-    def follow_logs(self, workflow_id: str, user: User, *, task: str | None = None,
-                    retry_id: int | None = None, last_lines: int | None = None,
-                    failed_only: bool = False, verbose: bool = False,
-                    poll_s: float = 0.2) -> Iterator[LogLine | None]:
+    def follow_logs(
+        self,
+        workflow_id: str,
+        user: User,
+        *,
+        task: str | None = None,
+        retry_id: int | None = None,
+        last_lines: int | None = None,
+        failed_only: bool = False,
+        verbose: bool = False,
+        poll_s: float = 0.2,
+    ) -> Iterator[LogLine | None]:
         """Log lines as they are written, until the workflow ends and its logs are drained
         (a blocking iterator over ``open_follow``'s cursor, for callers with a thread of
         their own; the server's routes drive the cursor from async code instead).
@@ -814,14 +1045,28 @@ class Service:
         Raises:
             NotFoundError, ForbiddenError: as ``logs``.
         """
-        cursor = self.open_follow(workflow_id, user, task=task, retry_id=retry_id,
-                                  last_lines=last_lines, failed_only=failed_only,
-                                  verbose=verbose)
+        cursor = self.open_follow(
+            workflow_id,
+            user,
+            task=task,
+            retry_id=retry_id,
+            last_lines=last_lines,
+            failed_only=failed_only,
+            verbose=verbose,
+        )
         return _follow_blocking(cursor, poll_s)
 
-    def open_follow(self, workflow_id: str, user: User, *, task: str | None = None,
-                    retry_id: int | None = None, last_lines: int | None = None,
-                    failed_only: bool = False, verbose: bool = False) -> LogCursor:
+    def open_follow(
+        self,
+        workflow_id: str,
+        user: User,
+        *,
+        task: str | None = None,
+        retry_id: int | None = None,
+        last_lines: int | None = None,
+        failed_only: bool = False,
+        verbose: bool = False,
+    ) -> LogCursor:
         """A cursor that follows the workflow's logs step by step (``LogCursor.read``): the
         lines already written first (only the last ``last_lines`` of them when given, merged
         by time), then every new line as it appears, until the workflow ended and its logs
@@ -841,8 +1086,13 @@ class Service:
         """Every pool with its backend and node count."""
         self.refresh_pools()
         return [
-            {"name": p.name, "backend": p.backend, "nodes": len(p.nodes),
-             "platforms": sorted(p.platforms), "max_retries": p.max_retries}
+            {
+                "name": p.name,
+                "backend": p.backend,
+                "nodes": len(p.nodes),
+                "platforms": sorted(p.platforms),
+                "max_retries": p.max_retries,
+            }
             for p in self.engine.pools.values()
         ]
 
@@ -873,9 +1123,16 @@ class LogCursor:
     state once, reads what the files gained since the last step, and never sleeps.
     """
 
-    def __init__(self, service: Service, workflow_id: str, task: str | None,
-                 retry_id: int | None, last_lines: int | None, failed_only: bool,
-                 verbose: bool = False) -> None:
+    def __init__(
+        self,
+        service: Service,
+        workflow_id: str,
+        task: str | None,
+        retry_id: int | None,
+        last_lines: int | None,
+        failed_only: bool,
+        verbose: bool = False,
+    ) -> None:
         self._service = service
         self._where = (workflow_id, task, retry_id, failed_only, verbose)
         self._last_lines = last_lines
@@ -922,8 +1179,12 @@ class LogCursor:
         service = self._service
         if service.engine.state(workflow_id).status.is_terminal():
             return False
-        files = [self._known.setdefault(f.path, f) for f in service._log_files(
-            workflow_id, task, retry_id, failed_only=failed_only, verbose=verbose)]
+        files = [
+            self._known.setdefault(f.path, f)
+            for f in service._log_files(
+                workflow_id, task, retry_id, failed_only=failed_only, verbose=verbose
+            )
+        ]
         ends = {f.path: file_size(f.path) for f in files}
         if _start_at_last(files, ends, self._last_lines, complete_only=True):
             for log in files:
@@ -942,8 +1203,12 @@ class LogCursor:
     def at_rest(self) -> bool:
         """Whether a shared reader may take over from here: the first pass is done, no
         pass is in progress, no long line is half skipped and the follow has not ended."""
-        return (not self._first and self._pass is None and not self.ended
-                and not any(f.skipping for f in self._known.values()))
+        return (
+            not self._first
+            and self._pass is None
+            and not self.ended
+            and not any(f.skipping for f in self._known.values())
+        )
 
     def offsets(self) -> dict[tuple[str, int], int]:
         """How far each attempt's log was read: ``{(task, retry_id): byte offset}``."""
@@ -959,16 +1224,19 @@ class LogCursor:
         on from there. Only while ``at_rest``."""
         known = self._known.get(path)
         if known is None:
-            known = self._known[path] = LogFile(task, retry_id, path,
-                                                hide_detail=not self._where[4])
+            known = self._known[path] = LogFile(
+                task, retry_id, path, hide_detail=not self._where[4]
+            )
         known.offset = offset
 
     def copy(self) -> LogCursor:
         """A new cursor of the same key at the same offsets (its first pass done)."""
         twin = LogCursor(self._service, *self._where[:3], None, self._where[3], self._where[4])
         twin._first = False
-        twin._known = {p: LogFile(f.task, f.retry_id, p, f.offset, hide_detail=f.hide_detail)
-                       for p, f in self._known.items()}
+        twin._known = {
+            p: LogFile(f.task, f.retry_id, p, f.offset, hide_detail=f.hide_detail)
+            for p, f in self._known.items()
+        }
         return twin
 
     def _start_pass(self) -> Iterator[LogLine]:
@@ -976,15 +1244,20 @@ class LogCursor:
         workflow_id, task, retry_id, failed_only, verbose = self._where
         service = self._service
         self._final = service.engine.state(workflow_id).status.is_terminal()
-        files = [self._known.setdefault(f.path, f) for f in service._log_files(
-            workflow_id, task, retry_id, failed_only=failed_only, verbose=verbose)]
+        files = [
+            self._known.setdefault(f.path, f)
+            for f in service._log_files(
+                workflow_id, task, retry_id, failed_only=failed_only, verbose=verbose
+            )
+        ]
         ends = {f.path: file_size(f.path) for f in files}
         skip = 0
         if self._first:
             skip = _start_at_last(files, ends, self._last_lines, complete_only=not self._final)
             self._first = False
-        return read_merged(files, ends, follow=not self._final, skip=skip,
-                           batch_bytes=FOLLOW_BATCH_BYTES)
+        return read_merged(
+            files, ends, follow=not self._final, skip=skip, batch_bytes=FOLLOW_BATCH_BYTES
+        )
 
 
 def _follow_blocking(cursor: LogCursor, poll_s: float) -> Iterator[LogLine | None]:
@@ -998,8 +1271,9 @@ def _follow_blocking(cursor: LogCursor, poll_s: float) -> Iterator[LogLine | Non
             time.sleep(poll_s)
 
 
-def _start_at_last(files: list[LogFile], ends: dict[Path, int], count: int | None, *,
-                   complete_only: bool) -> int:
+def _start_at_last(
+    files: list[LogFile], ends: dict[Path, int], count: int | None, *, complete_only: bool
+) -> int:
     """With ``count``: move each file's offset to where its last ``count`` lines start (read
     from its end) and return how many lines of the merge to skip so that ``count`` are left;
     0 (and offsets kept) without it."""
@@ -1007,8 +1281,9 @@ def _start_at_last(files: list[LogFile], ends: dict[Path, int], count: int | Non
         return 0
     total = 0
     for log in files:
-        log.offset, lines = tail_offset(log.path, ends[log.path], count,
-                                        complete_only=complete_only)
+        log.offset, lines = tail_offset(
+            log.path, ends[log.path], count, complete_only=complete_only
+        )
         total += lines
     return max(0, total - count)
 
@@ -1037,26 +1312,43 @@ def _check_list_filters(statuses: list[str] | None, count: int | None) -> None:
     valid = [s.value for s in WorkflowStatus]
     unknown = [s for s in statuses or [] if s not in valid]
     if unknown:
-        raise BadArgumentError(f"unknown workflow status {', '.join(map(repr, unknown))}; "
-                               f"statuses: {', '.join(valid)}")
+        raise BadArgumentError(
+            f"unknown workflow status {', '.join(map(repr, unknown))}; statuses: {', '.join(valid)}"
+        )
     if count is not None and count < 1:
         raise BadArgumentError(f"count must be at least 1, not {count}")
 
 
 def _node_json(pool: Pool, node: Any, used: dict[str, Any] | None) -> dict[str, Any]:
     used = used or {"cpu": 0.0, "gpu": 0, "memory_bytes": 0, "storage_bytes": 0}
-    capacity = {"cpu": node.cpu, "gpu": node.gpu, "memory_bytes": node.memory_bytes,
-                "storage_bytes": node.storage_bytes}
+    capacity = {
+        "cpu": node.cpu,
+        "gpu": node.gpu,
+        "memory_bytes": node.memory_bytes,
+        "storage_bytes": node.storage_bytes,
+    }
     free = {k: capacity[k] - used[k] for k in capacity}
-    return {"pool": pool.name, "node": node.name, "platform": node.platform,
-            "capacity": capacity, "used": used, "free": free, "virtual": not pool.strict}
+    return {
+        "pool": pool.name,
+        "node": node.name,
+        "platform": node.platform,
+        "capacity": capacity,
+        "used": used,
+        "free": free,
+        "virtual": not pool.strict,
+    }
 
 
 def _summary_json(record: WorkflowRecord) -> WorkflowSummary:
     return {
-        "id": record.id, "name": record.name, "status": record.status, "pool": record.pool,
-        "submitted_by": record.submitted_by, "labels": record.labels,
-        "submit_time": iso(record.submit_time_s), "end_time": iso(record.end_time_s),
+        "id": record.id,
+        "name": record.name,
+        "status": record.status,
+        "pool": record.pool,
+        "submitted_by": record.submitted_by,
+        "labels": record.labels,
+        "submit_time": iso(record.submit_time_s),
+        "end_time": iso(record.end_time_s),
     }
 
 
@@ -1065,36 +1357,69 @@ def _event_message(event: Any, attempt: m.TaskState | m.TaskAttempt) -> str | No
     a reason (a task stopped because its lead finished) says that reason, as the store does,
     not the runner's "stopped by SIGTERM"."""
     ended_s = attempt.end_time_s
-    if (event.kind == "EXITED" and attempt.failure_reason and ended_s is not None
-            and event.time_s >= ended_s):
+    if (
+        event.kind == "EXITED"
+        and attempt.failure_reason
+        and ended_s is not None
+        and event.time_s >= ended_s
+    ):
         return attempt.failure_reason
     return event.message or None
 
 
-def _event_row(time_s: float, task: str, retry_id: int, event: str, exit_code: int | None,
-               message: str | None) -> dict[str, Any]:
-    return {"time": iso(time_s), "task": task, "retry_id": retry_id, "event": event,
-            "exit_code": exit_code, "message": message}
+def _event_row(
+    time_s: float, task: str, retry_id: int, event: str, exit_code: int | None, message: str | None
+) -> dict[str, Any]:
+    return {
+        "time": iso(time_s),
+        "task": task,
+        "retry_id": retry_id,
+        "event": event,
+        "exit_code": exit_code,
+        "message": message,
+    }
 
 
 def _row_summary_json(row: dict[str, Any]) -> WorkflowSummary:
     """A ``Store.page_workflows`` row in ``_summary_json``'s shape."""
-    return {"id": row["id"], "name": row["name"], "status": row["status"], "pool": row["pool"],
-            "submitted_by": row["submitted_by"], "labels": row["labels"] or {},
-            "submit_time": iso(row["submit_time_s"]), "end_time": iso(row["end_time_s"])}
+    return {
+        "id": row["id"],
+        "name": row["name"],
+        "status": row["status"],
+        "pool": row["pool"],
+        "submitted_by": row["submitted_by"],
+        "labels": row["labels"] or {},
+        "submit_time": iso(row["submit_time_s"]),
+        "end_time": iso(row["end_time_s"]),
+    }
 
 
 def _attempt_json(a: m.TaskAttempt) -> AttemptAnswer:
-    return {"retry_id": a.retry_id, "status": a.status.value, "exit_code": a.exit_code,
-            "node": a.node, "start_time": iso(a.start_time_s), "end_time": iso(a.end_time_s),
-            "failure_reason": a.failure_reason, "log_tail": list(a.log_tail)}
+    return {
+        "retry_id": a.retry_id,
+        "status": a.status.value,
+        "exit_code": a.exit_code,
+        "node": a.node,
+        "start_time": iso(a.start_time_s),
+        "end_time": iso(a.end_time_s),
+        "failure_reason": a.failure_reason,
+        "log_tail": list(a.log_tail),
+    }
 
 
 def _task_json(t: m.TaskState, verbose: bool) -> TaskAnswer:
-    out: TaskAnswer = {"name": t.name, "status": t.status.value, "lead": t.lead, "retry_id": t.retry_id,
-           "exit_code": t.exit_code, "node": t.node, "start_time": iso(t.start_time_s),
-           "end_time": iso(t.end_time_s), "failure_reason": t.failure_reason,
-           "log_tail": list(t.log_tail)}
+    out: TaskAnswer = {
+        "name": t.name,
+        "status": t.status.value,
+        "lead": t.lead,
+        "retry_id": t.retry_id,
+        "exit_code": t.exit_code,
+        "node": t.node,
+        "start_time": iso(t.start_time_s),
+        "end_time": iso(t.end_time_s),
+        "failure_reason": t.failure_reason,
+        "log_tail": list(t.log_tail),
+    }
     if verbose:
         out["retries"] = [_attempt_json(a) for a in t.history]
     return out
@@ -1115,8 +1440,12 @@ def _stored_source(req: SpecRequest, loaded: LoadedSpec) -> dict[str, Any]:
 def _reparse_args(req: SpecRequest) -> dict[str, Any]:
     """The ``spec.reparse`` arguments that turn the stored rendered text back into the
     workflow (as ``load`` parsed it)."""
-    return {"spec_path": req.spec_name, "files": req.files,
-            "set_env": specapi.parse_env(req.set_env), "labels": req.labels or None}
+    return {
+        "spec_path": req.spec_name,
+        "files": req.files,
+        "set_env": specapi.parse_env(req.set_env),
+        "labels": req.labels or None,
+    }
 
 
 def _stored_request(record: WorkflowRecord) -> SpecRequest:
@@ -1163,19 +1492,26 @@ def _add_outputs(data: WorkflowAnswer, record: WorkflowRecord, run_dir: Any) -> 
     for group in data["groups"]:
         for task in group["tasks"]:
             task["output_dir"] = str(run_dir(task["name"], task["retry_id"]) / "output")
-            task["outputs"] = [substitute_tokens(t, tokens)
-                               for t in targets.get(task["name"], [])]
+            task["outputs"] = [substitute_tokens(t, tokens) for t in targets.get(task["name"], [])]
 
 
 def _workflow_json(record: WorkflowRecord, state: m.WorkflowState, verbose: bool) -> WorkflowAnswer:
     groups: list[GroupAnswer] = [
-        {"name": g.name, "status": g.status.value,
-         "tasks": [_task_json(state.tasks[t], verbose) for t in g.tasks]}
+        {
+            "name": g.name,
+            "status": g.status.value,
+            "tasks": [_task_json(state.tasks[t], verbose) for t in g.tasks],
+        }
         for g in state.groups.values()
     ]
     why = reasons_json(state)
-    return {**_summary_json(record), "status": state.status.value, "groups": groups,
-            "failure": why["failure"], "waiting": why["waiting"]}
+    return {
+        **_summary_json(record),
+        "status": state.status.value,
+        "groups": groups,
+        "failure": why["failure"],
+        "waiting": why["waiting"],
+    }
 
 
 def reasons_json(state: m.WorkflowState) -> dict[str, Any]:
@@ -1186,15 +1522,18 @@ def reasons_json(state: m.WorkflowState) -> dict[str, Any]:
     failure = reasons.failure_of(state)
     if failure is not None:
         failure["end_time"] = iso(failure.pop("end_time_s"))
-    waiting = [{**{k: v for k, v in w.items() if k != "since_s"}, "since": iso(w["since_s"])}
-               for w in reasons.waits_of(state)]  # ``since`` only, as documented
+    waiting = [
+        {**{k: v for k, v in w.items() if k != "since_s"}, "since": iso(w["since_s"])}
+        for w in reasons.waits_of(state)
+    ]  # ``since`` only, as documented
     return {"failure": failure, "waiting": waiting}
 
 
 def spec_error_json(exc: SpecError) -> list[dict[str, Any]]:
     """SpecError as JSON rows (for the API's 422 answer)."""
-    return [{"path": p.path, "message": p.message, "line": p.line, "file": p.file}
-            for p in exc.problems]
+    return [
+        {"path": p.path, "message": p.message, "line": p.line, "file": p.file} for p in exc.problems
+    ]
 
 
 def spec_error_from_json(rows: list[dict[str, Any]]) -> SpecError:
@@ -1209,5 +1548,7 @@ def _attempt_status(task: m.TaskState, retry_id: int, workflow_id: str) -> Statu
     for attempt in task.history:
         if attempt.retry_id == retry_id:
             return attempt.status
-    raise NotFoundError(f"task {task.name} of workflow {workflow_id} has no retry {retry_id} "
-                        f"(latest: {task.retry_id})")
+    raise NotFoundError(
+        f"task {task.name} of workflow {workflow_id} has no retry {retry_id} "
+        f"(latest: {task.retry_id})"
+    )

@@ -42,10 +42,25 @@ from trainyard.errors import TooBusyError
 from trainyard.server.logs import LogLine
 from trainyard.server.service import FOLLOW_BATCH_BYTES, LogCursor
 
-__all__ = ["READER_THREADS", "MAX_STREAMS_PER_USER", "MAX_STREAMS", "POLL_S", "MAX_POLL_S",
-           "SSE_KEEPALIVE_S", "FEED_RING_BYTES", "LogReaders", "StreamSlots", "SlotResponse",
-           "LogFeed", "LogFeeds", "follow_chunks", "iterate_in_readers", "sse_events",
-           "text_lines", "json_lines"]
+__all__ = [
+    "READER_THREADS",
+    "MAX_STREAMS_PER_USER",
+    "MAX_STREAMS",
+    "POLL_S",
+    "MAX_POLL_S",
+    "SSE_KEEPALIVE_S",
+    "FEED_RING_BYTES",
+    "LogReaders",
+    "StreamSlots",
+    "SlotResponse",
+    "LogFeed",
+    "LogFeeds",
+    "follow_chunks",
+    "iterate_in_readers",
+    "sse_events",
+    "text_lines",
+    "json_lines",
+]
 
 READER_THREADS = 2
 """Worker threads that read log files for every stream together
@@ -80,8 +95,8 @@ class LogReaders:
 
     def __init__(self, threads: int | None = None) -> None:
         """Args:
-            threads: how many; None: ``$TRAINYARD_LOG_READER_THREADS``, else
-                ``READER_THREADS``.
+        threads: how many; None: ``$TRAINYARD_LOG_READER_THREADS``, else
+            ``READER_THREADS``.
         """
         env = os.environ.get("TRAINYARD_LOG_READER_THREADS", "")
         self.threads = threads or (int(env) if env.isdigit() and int(env) > 0 else READER_THREADS)
@@ -100,8 +115,8 @@ class StreamSlots:
 
     def __init__(self, per_user: int | None = None, total: int = MAX_STREAMS) -> None:
         """Args:
-            per_user: the cap per user; None: ``$TRAINYARD_MAX_STREAMS_PER_USER``, else
-                ``MAX_STREAMS_PER_USER``.
+        per_user: the cap per user; None: ``$TRAINYARD_MAX_STREAMS_PER_USER``, else
+            ``MAX_STREAMS_PER_USER``.
         """
         env = os.environ.get("TRAINYARD_MAX_STREAMS_PER_USER", "")
         self.per_user = per_user or (int(env) if env.isdigit() else MAX_STREAMS_PER_USER)
@@ -119,11 +134,15 @@ class StreamSlots:
         with self._lock:
             mine = self._open.get(user, 0)
             if mine >= self.per_user:
-                raise TooBusyError(f"{user} has {mine} log streams open, the most one user "
-                                   "may; close one (or wait for its workflow to end)")
+                raise TooBusyError(
+                    f"{user} has {mine} log streams open, the most one user "
+                    "may; close one (or wait for its workflow to end)"
+                )
             if sum(self._open.values()) >= self.total:
-                raise TooBusyError(f"the server has {self.total} log streams open, the most "
-                                   "it serves; try again later")
+                raise TooBusyError(
+                    f"the server has {self.total} log streams open, the most "
+                    "it serves; try again later"
+                )
             self._open[user] = mine + 1
 
     def give_back(self, user: str) -> None:
@@ -145,8 +164,9 @@ class SlotResponse(StreamingResponse):
     """A ``StreamingResponse`` that gives its stream slot back however it ends (drained,
     failed, or cancelled when the client went away)."""
 
-    def __init__(self, content: AsyncIterator[str], slots: StreamSlots, user: str,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, content: AsyncIterator[str], slots: StreamSlots, user: str, **kwargs: Any
+    ) -> None:
         super().__init__(content, **kwargs)
         self._slots, self._user = slots, user
 
@@ -229,8 +249,8 @@ class LogFeed:
 
     def __init__(self, cursor: LogCursor, ring_bytes: int = FEED_RING_BYTES) -> None:
         """Args:
-            cursor: where the feed starts; a copy is taken (``LogCursor.copy``).
-            ring_bytes: the most text kept (the newest batch always is).
+        cursor: where the feed starts; a copy is taken (``LogCursor.copy``).
+        ring_bytes: the most text kept (the newest batch always is).
         """
         self.cursor = cursor.copy()
         self.ring_bytes = ring_bytes
@@ -384,16 +404,25 @@ def _unseen(batch: _Batch, cursor: LogCursor, render: Callable[[list[LogLine]], 
             cursor.advance(task, retry_id, batch.paths[(task, retry_id)], end)
     if all(start >= had.get(key, 0) for key, start in batch.starts.items()):
         return batch.render(render)  # the usual case: all of it is new, rendered once
-    fresh = [line for line in batch.lines
-             if line.span is None or line.span[0] >= had.get((line.task, line.retry_id), 0)]
+    fresh = [
+        line
+        for line in batch.lines
+        if line.span is None or line.span[0] >= had.get((line.task, line.retry_id), 0)
+    ]
     return render(fresh) if fresh else ""
 
 
-async def follow_chunks(cursor: LogCursor, render: Callable[[list[LogLine]], str],
-                        readers: LogReaders, *, keepalive: str = "",
-                        keepalive_s: float = SSE_KEEPALIVE_S, poll_s: float = POLL_S,
-                        max_poll_s: float = MAX_POLL_S,
-                        feeds: LogFeeds | None = None) -> AsyncGenerator[str]:
+async def follow_chunks(
+    cursor: LogCursor,
+    render: Callable[[list[LogLine]], str],
+    readers: LogReaders,
+    *,
+    keepalive: str = "",
+    keepalive_s: float = SSE_KEEPALIVE_S,
+    poll_s: float = POLL_S,
+    max_poll_s: float = MAX_POLL_S,
+    feeds: LogFeeds | None = None,
+) -> AsyncGenerator[str]:
     """The text of ``cursor``'s lines as they come, ``render``ed in steps of about
     ``FOLLOW_BATCH_BYTES``, until the follow ended.
 
@@ -416,8 +445,17 @@ async def follow_chunks(cursor: LogCursor, render: Callable[[list[LogLine]], str
             if joined is not None:
                 feed, seq = joined
                 try:
-                    async for chunk in _from_feed(feed, seq, cursor, render, feeds.readers,
-                                                  keepalive, keepalive_s, poll_s, max_poll_s):
+                    async for chunk in _from_feed(
+                        feed,
+                        seq,
+                        cursor,
+                        render,
+                        feeds.readers,
+                        keepalive,
+                        keepalive_s,
+                        poll_s,
+                        max_poll_s,
+                    ):
                         yield chunk
                 finally:
                     feeds.leave(feed)
@@ -443,10 +481,17 @@ async def follow_chunks(cursor: LogCursor, render: Callable[[list[LogLine]], str
             idle, joinable = True, feeds is not None
 
 
-async def _from_feed(feed: LogFeed, seq: int, cursor: LogCursor,
-                     render: Callable[[list[LogLine]], str], readers: LogReaders,
-                     keepalive: str, keepalive_s: float, poll_s: float,
-                     max_poll_s: float) -> AsyncIterator[str]:
+async def _from_feed(
+    feed: LogFeed,
+    seq: int,
+    cursor: LogCursor,
+    render: Callable[[list[LogLine]], str],
+    readers: LogReaders,
+    keepalive: str,
+    keepalive_s: float,
+    poll_s: float,
+    max_poll_s: float,
+) -> AsyncIterator[str]:
     """The batches of ``feed`` from ``seq`` on, less what ``cursor`` had; ends when the
     feed ended and was drained, or when the follower fell out of the ring."""
     quiet_since = time.monotonic()

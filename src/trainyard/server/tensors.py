@@ -99,8 +99,14 @@ def _compare_tensors(a: dict[str, Any], b: dict[str, Any], torch: Any) -> ModelC
     only_a = [name for name in a if name not in b]
     only_b = [name for name in b if name not in a]
     identical = bool(common) and not differing and not only_a and not only_b
-    return ModelComparison(identical, len(common), differing[:MAX_NAMES], len(differing),
-                           only_a[:MAX_NAMES], only_b[:MAX_NAMES])
+    return ModelComparison(
+        identical,
+        len(common),
+        differing[:MAX_NAMES],
+        len(differing),
+        only_a[:MAX_NAMES],
+        only_b[:MAX_NAMES],
+    )
 
 
 def compare_models(path_a: Path, path_b: Path) -> ModelComparison:
@@ -113,12 +119,16 @@ def compare_models(path_a: Path, path_b: Path) -> ModelComparison:
     try:
         import torch
     except ImportError:
-        return ModelComparison(None, same_bytes=identical_bytes,
-                               error="torch is not installed where the server runs")
+        return ModelComparison(
+            None, same_bytes=identical_bytes, error="torch is not installed where the server runs"
+        )
     try:
         tensors_a, tensors_b = _load_tensors(path_a, torch), _load_tensors(path_b, torch)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for a file it refuses
-        return ModelComparison(None, same_bytes=identical_bytes,
-                               error=f"cannot load as a model: {type(exc).__name__}: {str(exc)[:200]}")
+        return ModelComparison(
+            None,
+            same_bytes=identical_bytes,
+            error=f"cannot load as a model: {type(exc).__name__}: {str(exc)[:200]}",
+        )
     result = _compare_tensors(tensors_a, tensors_b, torch)
     return ModelComparison(**{**asdict(result), "same_bytes": identical_bytes})

@@ -34,18 +34,24 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
-from starlette.concurrency import run_in_threadpool
 from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
 
-from trainyard.pools import real_gpu_count
-from trainyard.status import WorkflowStatus
 from trainyard.errors import AuthError, ForbiddenError, TrainyardError
+from trainyard.pools import real_gpu_count
 from trainyard.server import dashboard
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.scopes import check_task_scope
 from trainyard.server.service import LogCursor, Service
-from trainyard.server.streams import (LogFeeds, LogReaders, SlotResponse, StreamSlots, follow_chunks,
-                                      sse_events)
+from trainyard.server.streams import (
+    LogFeeds,
+    LogReaders,
+    SlotResponse,
+    StreamSlots,
+    follow_chunks,
+    sse_events,
+)
+from trainyard.status import WorkflowStatus
 
 __all__ = ["add_dashboard", "SESSION_COOKIE", "WebSessions", "PAGE_SIZES"]
 
@@ -159,8 +165,7 @@ async def _form(request: Request) -> dict[str, str]:
             ``file:`` page), which no page of this dashboard is.
     """
     origin = request.headers.get("origin")
-    if origin and (origin == "null" or
-                   urlsplit(origin).netloc != request.headers.get("host")):
+    if origin and (origin == "null" or urlsplit(origin).netloc != request.headers.get("host")):
         raise ForbiddenError(f"a form from {origin} may not post to this dashboard")
     body = (await request.body())[:65536].decode("utf-8", errors="replace")
     return {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
@@ -176,8 +181,7 @@ def _sign(request: Request, text: str) -> str:
 
 def _check_csrf(viewer: Viewer, form: dict[str, str]) -> None:
     """A session POST must carry its CSRF token. Raises AuthError (401)."""
-    if viewer.csrf and not hmac.compare_digest(viewer.csrf.encode(),
-                                               form.get("csrf", "").encode()):
+    if viewer.csrf and not hmac.compare_digest(viewer.csrf.encode(), form.get("csrf", "").encode()):
         raise AuthError("the form's CSRF token is missing or stale: reload the page")
 
 
@@ -189,9 +193,12 @@ def _safe_next(target: str | None) -> str:
 
 
 def _templates() -> Environment:
-    env = Environment(loader=PackageLoader("trainyard.server", "templates"),
-                      autoescape=select_autoescape(["html", "svg"], default=True),
-                      trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=PackageLoader("trainyard.server", "templates"),
+        autoescape=select_autoescape(["html", "svg"], default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["when"] = _when
     env.filters["duration"] = _duration
     env.filters["size"] = _size
@@ -218,8 +225,12 @@ def _timing(state: Any, now_s: float) -> dict[str, float | None]:
     """How long the workflow queued (submit to its first task's start) and ran (from then
     to its end, or to ``now_s`` while it runs), in seconds; None for what did not happen."""
     starts = [t.start_time_s for t in state.tasks.values() if t.start_time_s is not None]
-    starts += [a.start_time_s for t in state.tasks.values() for a in t.history
-               if a.start_time_s is not None]
+    starts += [
+        a.start_time_s
+        for t in state.tasks.values()
+        for a in t.history
+        if a.start_time_s is not None
+    ]
     submit, end = state.submit_time_s, state.end_time_s
     first = min(starts) if starts else None
     queued = (first if first is not None else (end or now_s)) - submit if submit else None
@@ -273,8 +284,9 @@ def add_dashboard(app: FastAPI, service: Service) -> None:
         answer = api_error(request, exc) if api_error else Response(str(exc), 400)
         if inspect.isawaitable(answer):
             answer = await answer
-        if request.url.path.startswith("/api/") or \
-                "text/html" not in request.headers.get("accept", ""):
+        if request.url.path.startswith("/api/") or "text/html" not in request.headers.get(
+            "accept", ""
+        ):
             return answer
         return page("error.html", None, status=answer.status_code, error=str(exc))
 
@@ -286,8 +298,8 @@ def add_dashboard(app: FastAPI, service: Service) -> None:
 
 _SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' "
-                               "'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; "
-                               "form-action 'self'",
+    "'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; "
+    "form-action 'self'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
@@ -299,8 +311,15 @@ def _logged_in(request: Request, token: str, target: str) -> Response:
     redirect to ``target``."""
     sid = request.app.state.web_sessions.create(token)
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(SESSION_COOKIE, sid, max_age=SESSION_TTL_S, httponly=True,
-                        samesite="strict", secure=request.url.scheme == "https", path="/")
+    response.set_cookie(
+        SESSION_COOKIE,
+        sid,
+        max_age=SESSION_TTL_S,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
     return response
 
 
@@ -327,9 +346,14 @@ def _auth_routes(app: FastAPI, page: Any) -> None:
         target = _safe_next(next)
         token = request.app.state.web_sessions.take_code(code)
         if token is None:
-            return page("login.html", None, status=401, next=target,
-                        error="this login link was used or has expired; run `trainyard "
-                              "dashboard` for a new one, or paste a token")
+            return page(
+                "login.html",
+                None,
+                status=401,
+                next=target,
+                error="this login link was used or has expired; run `trainyard "
+                "dashboard` for a new one, or paste a token",
+            )
         return _logged_in(request, token, target)
 
     @app.post("/api/login-link")
@@ -353,7 +377,9 @@ def _auth_routes(app: FastAPI, page: Any) -> None:
         return response
 
 
-def _list_filters(status: list[str] | None, label: list[str] | None) -> tuple[list[str], dict[str, str]]:
+def _list_filters(
+    status: list[str] | None, label: list[str] | None
+) -> tuple[list[str], dict[str, str]]:
     valid = {s.value for s in WorkflowStatus}
     statuses = [s for s in status or [] if s in valid]
     labels = dict(item.split("=", 1) for item in label or [] if "=" in item)
@@ -368,7 +394,9 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
     def workflows(
         viewer: Look,
         status: Annotated[list[str] | None, Query()] = None,
-        user: str = "", pool: str = "", name: str = "",
+        user: str = "",
+        pool: str = "",
+        name: str = "",
         label: Annotated[list[str] | None, Query()] = None,
         page_no: Annotated[int, Query(alias="page", ge=1)] = 1,
         per_page: Annotated[int, Query(ge=1, le=max(PAGE_SIZES))] = 50,
@@ -379,39 +407,69 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
             rows, total = _own_row(service, viewer.user), 1
         else:
             rows, total = store.page_workflows(
-                statuses=statuses, name=name or None, labels=labels,
-                submitted_by=owner or None, pool=pool or None,
-                offset=(page_no - 1) * per_page, limit=per_page)
+                statuses=statuses,
+                name=name or None,
+                labels=labels,
+                submitted_by=owner or None,
+                pool=pool or None,
+                offset=(page_no - 1) * per_page,
+                limit=per_page,
+            )
         now_s = time.time()
         rows = [{**row, **_row_timing(service, row["id"], now_s, ended_timings)} for row in rows]
         pages = max(1, math.ceil(total / per_page))
-        query = {"status": statuses, "user": user, "pool": pool, "name": name,
-                 "label": label or [], "per_page": per_page}
-        return page("workflows.html", viewer, rows=rows, total=total, page_no=page_no,
-                    pages=pages, filters=query, pools=sorted(service.engine.pools),
-                    link=lambda n: "/?" + urlencode({**query, "page": n}, doseq=True))
+        query = {
+            "status": statuses,
+            "user": user,
+            "pool": pool,
+            "name": name,
+            "label": label or [],
+            "per_page": per_page,
+        }
+        return page(
+            "workflows.html",
+            viewer,
+            rows=rows,
+            total=total,
+            page_no=page_no,
+            pages=pages,
+            filters=query,
+            pools=sorted(service.engine.pools),
+            link=lambda n: "/?" + urlencode({**query, "page": n}, doseq=True),
+        )
 
     @app.get("/workflows/{workflow_id}", response_class=HTMLResponse)
-    def workflow(workflow_id: str, request: Request, viewer: Look, msg: str = "",
-                 sig: str = "") -> HTMLResponse:
+    def workflow(
+        workflow_id: str, request: Request, viewer: Look, msg: str = "", sig: str = ""
+    ) -> HTMLResponse:
         msg = msg if msg and hmac.compare_digest(sig, _sign(request, msg)) else ""
         data = service.query(workflow_id, viewer.user, verbose=True)
         state = service.engine.state(workflow_id)
         run_dir = _run_dir(service, workflow_id)
         bars = dashboard.timeline(state, run_dir, time.time())
         boxes = dashboard.dag_layout(state)
-        return page("workflow.html", viewer, wf=data, boxes=boxes, dag=_dag_geometry(boxes),
-                    bars=bars, gantt=_gantt(bars), msg=msg,
-                    spec=service.stored_spec(workflow_id, viewer.user),
-                    usage=dashboard.usage_summary(dashboard.usage(state, run_dir)),
-                    ended=state.status.is_terminal(), timing=_timing(state, time.time()))
+        return page(
+            "workflow.html",
+            viewer,
+            wf=data,
+            boxes=boxes,
+            dag=_dag_geometry(boxes),
+            bars=bars,
+            gantt=_gantt(bars),
+            msg=msg,
+            spec=service.stored_spec(workflow_id, viewer.user),
+            usage=dashboard.usage_summary(dashboard.usage(state, run_dir)),
+            ended=state.status.is_terminal(),
+            timing=_timing(state, time.time()),
+        )
 
     @app.post("/workflows/{workflow_id}/{action}")
     async def act(workflow_id: str, action: str, request: Request, viewer: Look) -> Response:
         _check_csrf(viewer, await _form(request))
         calls: dict[str, tuple[Callable[[str, User], object], str]] = {
             "cancel": (service.cancel, "cancel requested"),
-            "restart": (service.restart, "restarted")}
+            "restart": (service.restart, "restarted"),
+        }
         if action not in calls:
             return Response("unknown action", status_code=404)
         call, msg = calls[action]
@@ -419,8 +477,10 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
             await run_in_threadpool(call, workflow_id, viewer.user)
         except TrainyardError as exc:
             msg = f"{action} refused: {exc}"
-        return RedirectResponse(f"/workflows/{workflow_id}?" + urlencode(
-            {"msg": msg, "sig": _sign(request, msg)}), status_code=303)
+        return RedirectResponse(
+            f"/workflows/{workflow_id}?" + urlencode({"msg": msg, "sig": _sign(request, msg)}),
+            status_code=303,
+        )
 
     @app.get("/api/workflow/{workflow_id}/metrics")
     def metrics(workflow_id: str, viewer: Look) -> dict[str, Any]:
@@ -431,8 +491,10 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
         return service.diff(workflow_a, workflow_b, viewer.user)
 
     @app.get("/compare", response_class=HTMLResponse)
-    def compare(viewer: Look, id: Annotated[list[str] | None, Query()] = None  # noqa: A002
-                ) -> HTMLResponse:
+    def compare(
+        viewer: Look,
+        id: Annotated[list[str] | None, Query()] = None,  # noqa: A002
+    ) -> HTMLResponse:
         ids = [i for i in id or [] if i][:8]
         runs = []
         for wid in ids:
@@ -441,16 +503,27 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
         settings = service.settings(ids, viewer.user) if len(ids) >= 2 else []
         diff = service.diff(ids[0], ids[1], viewer.user) if len(ids) == 2 else None
         headers = [service.engine.store.get_workflow(wid) for wid in ids]
-        return page("compare.html", viewer, ids=ids, runs=runs, diff=diff, settings=settings,
-                    places=[f"{r.pool} / {_backend(service, r.pool)}" for r in headers])
+        return page(
+            "compare.html",
+            viewer,
+            ids=ids,
+            runs=runs,
+            diff=diff,
+            settings=settings,
+            places=[f"{r.pool} / {_backend(service, r.pool)}" for r in headers],
+        )
 
 
 ENDED_TIMINGS = 10_000
 """Queue and run times of ended workflows the list keeps (they no longer change)."""
 
 
-def _row_timing(service: Service, workflow_id: str, now_s: float,
-                ended: OrderedDict[str, dict[str, float | None]]) -> dict[str, float | None]:
+def _row_timing(
+    service: Service,
+    workflow_id: str,
+    now_s: float,
+    ended: OrderedDict[str, dict[str, float | None]],
+) -> dict[str, float | None]:
     """A list row's ``queued_s`` and ``ran_s`` (see ``_timing``); an ended workflow's are
     kept in ``ended`` (at most ``ENDED_TIMINGS``), so a list refresh reads the stored state
     of the running ones only."""
@@ -476,10 +549,18 @@ def _backend(service: Service, pool: str) -> str:
 def _own_row(service: Service, user: User) -> list[dict[str, Any]]:
     """The list page's one row for a task token: its own workflow."""
     record = service.engine.store.get_workflow(str(user.workflow))
-    return [{"id": record.id, "name": record.name, "status": record.status,
-             "pool": record.pool, "submitted_by": record.submitted_by,
-             "labels": record.labels, "submit_time_s": record.submit_time_s,
-             "end_time_s": record.end_time_s}]
+    return [
+        {
+            "id": record.id,
+            "name": record.name,
+            "status": record.status,
+            "pool": record.pool,
+            "submitted_by": record.submitted_by,
+            "labels": record.labels,
+            "submit_time_s": record.submit_time_s,
+            "end_time_s": record.end_time_s,
+        }
+    ]
 
 
 def _run_dir(service: Service, workflow_id: str) -> dashboard.RunDir:
@@ -493,9 +574,13 @@ def _metrics_json(service: Service, workflow_id: str, user: User) -> dict[str, A
     state = service.engine.state(workflow_id)
     run_dir = _run_dir(service, workflow_id)
     samples = dashboard.usage(state, run_dir)
-    return {"id": workflow_id, "status": data["status"],
-            "curves": dashboard.curves(state, run_dir),
-            "usage": samples, "summary": dashboard.usage_summary(samples)}
+    return {
+        "id": workflow_id,
+        "status": data["status"],
+        "curves": dashboard.curves(state, run_dir),
+        "usage": samples,
+        "summary": dashboard.usage_summary(samples),
+    }
 
 
 def _gantt(bars: list[dashboard.AttemptBar]) -> dict[str, Any]:
@@ -513,8 +598,10 @@ def _dag_geometry(boxes: list[dashboard.DagBox]) -> dict[str, Any]:
     box_w, gap_x, gap_y = 220, 60, 20
     tallest = max((len(b.tasks) for b in boxes), default=1)
     box_h = 34 + 18 * tallest
-    places = {b.name: (10 + b.column * (box_w + gap_x), 10 + b.row * (box_h + gap_y), box_h)
-              for b in boxes}
+    places = {
+        b.name: (10 + b.column * (box_w + gap_x), 10 + b.row * (box_h + gap_y), box_h)
+        for b in boxes
+    }
     width = max((x for x, _, _ in places.values()), default=0) + box_w + 20
     height = max((y for _, y, _ in places.values()), default=0) + box_h + 20
     return {"boxes": places, "width": width, "height": height, "box_width": box_w}
@@ -522,31 +609,55 @@ def _dag_geometry(boxes: list[dashboard.DagBox]) -> dict[str, Any]:
 
 def _log_routes(app: FastAPI, service: Service, page: Any) -> None:
     @app.get("/workflows/{workflow_id}/logs", response_class=HTMLResponse)
-    def logs_page(workflow_id: str, viewer: Look, task: str = "",
-                  retry_id: int | None = None) -> HTMLResponse:
+    def logs_page(
+        workflow_id: str, viewer: Look, task: str = "", retry_id: int | None = None
+    ) -> HTMLResponse:
         data = service.query(workflow_id, viewer.user)
         tasks = [t for g in data["groups"] for t in g["tasks"]]
-        return page("logs.html", viewer, wf=data, tasks=tasks, task=task, retry_id=retry_id,
-                    stream="/workflows/{}/logs/stream?{}".format(workflow_id, urlencode(
-                        {k: v for k, v in {"task": task, "retry_id": retry_id}.items()
-                         if v not in ("", None)})))
+        return page(
+            "logs.html",
+            viewer,
+            wf=data,
+            tasks=tasks,
+            task=task,
+            retry_id=retry_id,
+            stream="/workflows/{}/logs/stream?{}".format(
+                workflow_id,
+                urlencode(
+                    {
+                        k: v
+                        for k, v in {"task": task, "retry_id": retry_id}.items()
+                        if v not in ("", None)
+                    }
+                ),
+            ),
+        )
 
     @app.get("/workflows/{workflow_id}/logs/stream")
-    def logs_stream(workflow_id: str, viewer: Look, task: str | None = None,
-                    retry_id: int | None = None,
-                    lines: Annotated[int, Query(ge=1, le=100_000)] = 5000) -> Response:
-        cursor = service.open_follow(workflow_id, viewer.user, task=task or None,
-                                     retry_id=retry_id, last_lines=lines)  # 404/403 now
+    def logs_stream(
+        workflow_id: str,
+        viewer: Look,
+        task: str | None = None,
+        retry_id: int | None = None,
+        lines: Annotated[int, Query(ge=1, le=100_000)] = 5000,
+    ) -> Response:
+        cursor = service.open_follow(
+            workflow_id, viewer.user, task=task or None, retry_id=retry_id, last_lines=lines
+        )  # 404/403 now
         slots: StreamSlots = app.state.stream_slots
         slots.take(viewer.user.name)  # 429 beyond the user's cap, before the stream starts
-        return SlotResponse(_sse(cursor, app.state.log_readers, app.state.log_feeds), slots,
-                            viewer.user.name,
-                            media_type="text/event-stream",
-                            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        return SlotResponse(
+            _sse(cursor, app.state.log_readers, app.state.log_feeds),
+            slots,
+            viewer.user.name,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
 
 
-async def _sse(cursor: LogCursor, readers: LogReaders,
-               feeds: LogFeeds | None = None) -> AsyncIterator[str]:
+async def _sse(
+    cursor: LogCursor, readers: LogReaders, feeds: LogFeeds | None = None
+) -> AsyncIterator[str]:
     """Server-Sent Events: one ``data:`` JSON object per log line (``LogLine.to_json``),
     a comment every ``streams.SSE_KEEPALIVE_S`` while quiet, then ``event: end`` once the
     workflow ended and its logs are drained. Waits hold no thread
@@ -566,9 +677,14 @@ def _other_routes(app: FastAPI, service: Service, page: Any) -> None:
     @app.get("/pools", response_class=HTMLResponse)
     def pools(viewer: Look) -> HTMLResponse:
         pools = service.pools()
-        return page("pools.html", viewer, pools=pools, nodes=service.resources(),
-                    backends={p["name"]: p["backend"] for p in pools},
-                    machine_gpus=real_gpu_count())
+        return page(
+            "pools.html",
+            viewer,
+            pools=pools,
+            nodes=service.resources(),
+            backends={p["name"]: p["backend"] for p in pools},
+            machine_gpus=real_gpu_count(),
+        )
 
     @app.get("/datasets", response_class=HTMLResponse)
     def datasets(viewer: Look) -> HTMLResponse:
@@ -579,11 +695,21 @@ def _other_routes(app: FastAPI, service: Service, page: Any) -> None:
             store = DatasetStore(actor=Actor(viewer.user.name, viewer.user.admin))
             for name in store.names()[:500]:
                 info = store.info(name)
-                rows.append({"name": name, "versions": [
-                    {"version": v.version, "tags": info.tags_of(v.version), "files": len(v.files),
-                     "size_bytes": v.size_bytes, "created_s": v.created_s}
-                    for v in reversed(info.versions)]})
+                rows.append(
+                    {
+                        "name": name,
+                        "versions": [
+                            {
+                                "version": v.version,
+                                "tags": info.tags_of(v.version),
+                                "files": len(v.files),
+                                "size_bytes": v.size_bytes,
+                                "created_s": v.created_s,
+                            }
+                            for v in reversed(info.versions)
+                        ],
+                    }
+                )
         except TrainyardError as exc:
             error = str(exc)
         return page("datasets.html", viewer, datasets=rows, error=error)
-

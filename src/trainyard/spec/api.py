@@ -36,8 +36,16 @@ from trainyard.spec.size import check_spec_size, text_bytes
 from trainyard.spec.template import DEFAULT_LIMITS, RenderLimits, render
 from trainyard.spec.yamlsource import LineIndex, RepeatedKey, gc_paused, parse_yaml
 
-__all__ = ["PoolChoice", "load", "render_source", "parse", "reparse", "validate", "check_pool",
-           "json_schema"]
+__all__ = [
+    "PoolChoice",
+    "load",
+    "render_source",
+    "parse",
+    "reparse",
+    "validate",
+    "check_pool",
+    "json_schema",
+]
 
 PoolChoice = Pool | Callable[[str | None], Pool] | None
 """A pool, or a function from the spec's ``workflow.pool`` to a pool; ``None`` is the
@@ -82,10 +90,12 @@ def load(
         NotFoundError: ``pool`` is a lookup function and the pool does not exist.
     """
     path = _path_of(source, spec_path)
-    rendered = render_source(source, set_values=set_values, set_strings=set_strings,
-                             spec_path=spec_path, limits=limits)
-    return parse(rendered, spec_path=path, files=files, set_env=set_env, labels=labels, pool=pool,
-                 user=user)
+    rendered = render_source(
+        source, set_values=set_values, set_strings=set_strings, spec_path=spec_path, limits=limits
+    )
+    return parse(
+        rendered, spec_path=path, files=files, set_env=set_env, labels=labels, pool=pool, user=user
+    )
 
 
 def render_source(
@@ -105,8 +115,9 @@ def render_source(
     """
     path = _path_of(source, spec_path)
     text = source if isinstance(source, str) else _read_file(path)
-    return render(text, values=set_values, set_strings=set_strings, limits=limits,
-                  file=_display(path))
+    return render(
+        text, values=set_values, set_strings=set_strings, limits=limits, file=_display(path)
+    )
 
 
 def validate(source: str | os.PathLike[str], **options: Any) -> list[SpecProblem]:
@@ -144,8 +155,16 @@ def parse(
         SpecError: every problem found (its ``warnings`` as above); a text over
             ``MAX_SPEC_BYTES`` (one problem, nothing else checked).
     """
-    return _parse(rendered, spec_path=spec_path, files=files, set_env=set_env, labels=labels,
-                  pool=pool, pool_checks=True, user=user)
+    return _parse(
+        rendered,
+        spec_path=spec_path,
+        files=files,
+        set_env=set_env,
+        labels=labels,
+        pool=pool,
+        pool_checks=True,
+        user=user,
+    )
 
 
 def reparse(
@@ -163,14 +182,27 @@ def reparse(
     Raises:
         SpecError: the text no longer validates (every problem).
     """
-    return _parse(rendered, spec_path=spec_path, files=files, set_env=set_env, labels=labels,
-                  pool=None, pool_checks=False)
+    return _parse(
+        rendered,
+        spec_path=spec_path,
+        files=files,
+        set_env=set_env,
+        labels=labels,
+        pool=None,
+        pool_checks=False,
+    )
 
 
 def _parse(
-    rendered: str, *, spec_path: str | os.PathLike[str] | None, files: Mapping[str, str] | None,
-    set_env: Mapping[str, str] | None, labels: Mapping[str, str] | None, pool: PoolChoice,
-    pool_checks: bool, user: str | None = None,
+    rendered: str,
+    *,
+    spec_path: str | os.PathLike[str] | None,
+    files: Mapping[str, str] | None,
+    set_env: Mapping[str, str] | None,
+    labels: Mapping[str, str] | None,
+    pool: PoolChoice,
+    pool_checks: bool,
+    user: str | None = None,
 ) -> SpecDocument:
     path = Path(spec_path) if spec_path is not None else None
     file = _display(path)
@@ -202,12 +234,16 @@ def repeated_key_warning(repeat: RepeatedKey, file: str | None) -> SpecProblem:
     named). OSMO loads specs with PyYAML, which keeps the last value silently."""
     lines = f"lines {repeat.first_line} and {repeat.last_line}"
     if repeat.same_value:
-        message = (f"key {repeat.key!r} is given twice in one mapping ({lines}) with the same "
-                   "value; it is used once, as OSMO does; remove one")
+        message = (
+            f"key {repeat.key!r} is given twice in one mapping ({lines}) with the same "
+            "value; it is used once, as OSMO does; remove one"
+        )
     else:
-        message = (f"key {repeat.key!r} is given twice in one mapping ({lines}) with different "
-                   f"values; the value of line {repeat.last_line} ({_shown(repeat.used)}) is used, "
-                   "as OSMO keeps the last; remove the one you do not mean")
+        message = (
+            f"key {repeat.key!r} is given twice in one mapping ({lines}) with different "
+            f"values; the value of line {repeat.last_line} ({_shown(repeat.used)}) is used, "
+            "as OSMO keeps the last; remove the one you do not mean"
+        )
     return SpecProblem(format_path(repeat.loc), message, repeat.last_line, file)
 
 
@@ -234,15 +270,22 @@ def json_schema() -> dict[str, Any]:
     schema = SpecDocument.model_json_schema(by_alias=True, mode="validation")
     workflow = schema["$defs"]["WorkflowSpec"]
     workflow["properties"]["tasks"] = {
-        "type": "array", "items": {"$ref": "#/$defs/TaskSpec"}, "title": "Tasks",
+        "type": "array",
+        "items": {"$ref": "#/$defs/TaskSpec"},
+        "title": "Tasks",
         "description": "Tasks, each its own group; give tasks or groups, not both.",
     }
     workflow["required"] = [r for r in workflow.get("required", []) if r != "groups"]
-    return {**schema, "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "title": "trainyard / OSMO workflow spec (version 2)"}
+    return {
+        **schema,
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "trainyard / OSMO workflow spec (version 2)",
+    }
 
 
-def _path_of(source: str | os.PathLike[str], spec_path: str | os.PathLike[str] | None) -> Path | None:
+def _path_of(
+    source: str | os.PathLike[str], spec_path: str | os.PathLike[str] | None
+) -> Path | None:
     if not isinstance(source, str):
         return Path(source)
     return Path(spec_path) if spec_path is not None else None
@@ -275,11 +318,14 @@ def _with_labels(data: Any, labels: Mapping[str, str] | None) -> Any:
 
 def _layout_of(data: Any) -> Layout:
     workflow = data.get("workflow") if isinstance(data, dict) else None
-    return Layout(tasks_form=isinstance(workflow, dict) and "tasks" in workflow and "groups" not in workflow)
+    return Layout(
+        tasks_form=isinstance(workflow, dict) and "tasks" in workflow and "groups" not in workflow
+    )
 
 
 def _validate_model(
-    data: Any, layout: Layout,
+    data: Any,
+    layout: Layout,
 ) -> tuple[SpecDocument | None, list[Issue], list[ErrorDetails]]:
     """The document, or its field problems and the pydantic errors they came from."""
     if not isinstance(data, dict):
@@ -291,8 +337,13 @@ def _validate_model(
 
 
 def _check_lenient(
-    data: Any, errors: list[ErrorDetails], layout: Layout, set_env: Mapping[str, str] | None,
-    local: LocalFiles, pool: PoolChoice, user: str | None = None,
+    data: Any,
+    errors: list[ErrorDetails],
+    layout: Layout,
+    set_env: Mapping[str, str] | None,
+    local: LocalFiles,
+    pool: PoolChoice,
+    user: str | None = None,
 ) -> list[Issue]:
     """The cross-check problems of the well-formed parts of a spec with field problems
     (``partial.py``); none when the spec cannot be repaired. An unknown pool skips the pool
@@ -304,13 +355,20 @@ def _check_lenient(
         resolved: Pool | None = _resolve_pool(pool, view.doc)
     except NotFoundError:
         resolved = None
-    return view.keep(_check_document(view.doc, layout, set_env, local, resolved, view.gaps,
-                                     user=user))
+    return view.keep(
+        _check_document(view.doc, layout, set_env, local, resolved, view.gaps, user=user)
+    )
 
 
 def _check_document(
-    doc: SpecDocument, layout: Layout, set_env: Mapping[str, str] | None,
-    local: LocalFiles, pool: Pool | None, gaps: Gaps = NO_GAPS, *, user: str | None = None,
+    doc: SpecDocument,
+    layout: Layout,
+    set_env: Mapping[str, str] | None,
+    local: LocalFiles,
+    pool: Pool | None,
+    gaps: Gaps = NO_GAPS,
+    *,
+    user: str | None = None,
 ) -> list[Issue]:
     """Every cross-part problem of ``doc`` (``pool`` None: no pool checks; ``user``: whose
     data roots ``file://`` URLs are checked against)."""

@@ -89,8 +89,13 @@ def _duplicates(named: list[tuple[Loc, str]], kind: str) -> list[Issue]:
     for loc, name in named:
         key = name_key(name)
         if key in first:
-            issues.append(Issue(loc, f"{kind} name {name!r} is already used by {kind} "
-                                     f"{first[key]!r} ({_SAME_NAME}); rename one"))
+            issues.append(
+                Issue(
+                    loc,
+                    f"{kind} name {name!r} is already used by {kind} "
+                    f"{first[key]!r} ({_SAME_NAME}); rename one",
+                )
+            )
         first.setdefault(key, name)
     return issues
 
@@ -152,13 +157,19 @@ def _local_ref(ref: str | None) -> TypeGuard[str]:
     return ref is not None and ref != "" and ":" not in ref
 
 
-def check_inputs(workflow: WorkflowSpec, tasks: list[LocatedTask], gaps: Gaps = NO_GAPS) -> list[Issue]:
+def check_inputs(
+    workflow: WorkflowSpec, tasks: list[LocatedTask], gaps: Gaps = NO_GAPS
+) -> list[Issue]:
     """``task:`` inputs name an existing task of an earlier group; no cycles. An input of
     another workflow's task (``WORKFLOW_ID:TASK``) is not checked here: that workflow is not
     known to the spec layer; the engine resolves it when the task starts."""
     group_of = {name_key(t.task.name): t.group_index for t in tasks}
-    graph = _TaskGraph(group_of, _upstream_graph(workflow, group_of),
-                       [g.name for g in workflow.groups], [t.task.name for t in tasks])
+    graph = _TaskGraph(
+        group_of,
+        _upstream_graph(workflow, group_of),
+        [g.name for g in workflow.groups],
+        [t.task.name for t in tasks],
+    )
     issues = []
     for located in tasks:
         for j, inp in enumerate(located.task.inputs):
@@ -176,20 +187,28 @@ def _input_problem(here: int, target_name: str, graph: _TaskGraph) -> str | None
     target = graph.group_of.get(name_key(target_name))
     names = graph.group_names
     if target is None:
-        return (f"input task {target_name!r} does not exist; name one of the tasks: "
-                f"{_some(graph.task_names)}")
+        return (
+            f"input task {target_name!r} does not exist; name one of the tasks: "
+            f"{_some(graph.task_names)}"
+        )
     if target == here:
-        return (f"input task {target_name!r} is in this task's own group {names[here]!r}, "
-                "whose tasks start together; take inputs only from tasks of earlier groups")
+        return (
+            f"input task {target_name!r} is in this task's own group {names[here]!r}, "
+            "whose tasks start together; take inputs only from tasks of earlier groups"
+        )
     if target < here:
         return None
     cycle = _reaches(graph.upstream, target, here)
     if cycle:
         loop = " -> ".join(names[i] for i in [here, *cycle])
-        return (f"input task {target_name!r} makes a cycle of groups ({loop}); "
-                "remove one of these inputs")
-    return (f"input task {target_name!r} is in group {names[target]!r}, defined after "
-            f"{names[here]!r}; move that group before this one")
+        return (
+            f"input task {target_name!r} makes a cycle of groups ({loop}); "
+            "remove one of these inputs"
+        )
+    return (
+        f"input task {target_name!r} is in group {names[target]!r}, defined after "
+        f"{names[here]!r}; move that group before this one"
+    )
 
 
 def _token_fields(task: TaskSpec) -> Iterator[tuple[Loc, str]]:
@@ -219,11 +238,16 @@ def check_tokens(tasks: list[LocatedTask], gaps: Gaps = NO_GAPS) -> list[Issue]:
             for token in _checked_tokens(text):
                 if _unknowable(token, located, gaps, members[located.group_index]):
                     continue
-                message = _token_problem(token, located, members[located.group_index],
-                                         groups_of)
+                message = _token_problem(token, located, members[located.group_index], groups_of)
                 if message:
-                    issues.append(Issue(located.loc + field_loc, message, token.start,
-                                        warning=token.kind == "host"))
+                    issues.append(
+                        Issue(
+                            located.loc + field_loc,
+                            message,
+                            token.start,
+                            warning=token.kind == "host",
+                        )
+                    )
     return issues
 
 
@@ -244,8 +268,9 @@ def _checked_tokens(text: str) -> Iterator[Token]:
             yield Token(match.group(1), kind, arg, match.start(), match.group(0))
 
 
-def _token_problem(token: Token, located: LocatedTask, members: set[str],
-                   groups_of: dict[str, str] | None = None) -> str | None:
+def _token_problem(
+    token: Token, located: LocatedTask, members: set[str], groups_of: dict[str, str] | None = None
+) -> str | None:
     if token.kind == "host" and name_key(token.arg) not in members:
         return _host_token_problem(token, located, groups_of or {})
     if token.kind == "input":
@@ -259,11 +284,15 @@ def _host_token_problem(token: Token, located: LocatedTask, groups_of: dict[str,
     names = _some([t.name for t in located.group.tasks])
     other = groups_of.get(name_key(token.arg))
     if other is not None:
-        return (f"{token.text}: task {token.arg!r} is in group {other!r}, not in group "
-                f"{located.group.name!r} (tasks: {names}); host tokens reach tasks of the "
-                "same group only, so put both tasks in one group")
-    return (f"{token.text}: no task named {token.arg!r}; group {located.group.name!r} has "
-            f"{names}; the token stays as written and fails at run time (OSMO accepts it)")
+        return (
+            f"{token.text}: task {token.arg!r} is in group {other!r}, not in group "
+            f"{located.group.name!r} (tasks: {names}); host tokens reach tasks of the "
+            "same group only, so put both tasks in one group"
+        )
+    return (
+        f"{token.text}: no task named {token.arg!r}; group {located.group.name!r} has "
+        f"{names}; the token stays as written and fails at run time (OSMO accepts it)"
+    )
 
 
 def _input_token_problem(token: Token, task: TaskSpec) -> str | None:
@@ -276,8 +305,7 @@ def _input_token_problem(token: Token, task: TaskSpec) -> str | None:
     upstream = {name_key(i.task) for i in task.inputs if i.task}
     if name_key(token.arg) in upstream:
         return None
-    return (f"{token.text} names no task input of this task; add '- task: {token.arg}' "
-            "to its inputs")
+    return f"{token.text} names no task input of this task; add '- task: {token.arg}' to its inputs"
 
 
 def check_resource_refs(workflow: WorkflowSpec, tasks: list[LocatedTask]) -> list[Issue]:
@@ -288,9 +316,13 @@ def check_resource_refs(workflow: WorkflowSpec, tasks: list[LocatedTask]) -> lis
         name = located.task.resource
         if name in workflow.resources or name == DEFAULT_RESOURCE:
             continue
-        issues.append(Issue(located.loc + ("resource",),
-                            f"resource {name!r} is not defined (defined: {defined}); "
-                            "add it under workflow.resources or name a defined one"))
+        issues.append(
+            Issue(
+                located.loc + ("resource",),
+                f"resource {name!r} is not defined (defined: {defined}); "
+                "add it under workflow.resources or name a defined one",
+            )
+        )
     return issues
 
 
@@ -308,11 +340,15 @@ def check_topology_keys(workflow: WorkflowSpec, tasks: list[LocatedTask]) -> lis
         if first is None:
             first = (name, keys)
         elif keys != first[1]:
-            issues.append(Issue(("workflow", "resources", name, "topology"),
-                                f"topology keys {_keys(keys)} differ from {_keys(first[1])} of "
-                                f"resource {first[0]!r}; every task with topology requirements "
-                                "must use the same keys (give each the same key list, with its "
-                                "own groups)"))
+            issues.append(
+                Issue(
+                    ("workflow", "resources", name, "topology"),
+                    f"topology keys {_keys(keys)} differ from {_keys(first[1])} of "
+                    f"resource {first[0]!r}; every task with topology requirements "
+                    "must use the same keys (give each the same key list, with its "
+                    "own groups)",
+                )
+            )
     return issues
 
 
@@ -328,8 +364,12 @@ def check_file_paths(tasks: list[LocatedTask]) -> list[Issue]:
         for i, spec in enumerate(located.task.files):
             key = posixpath.normpath(spec.path)
             if key in first:
-                issues.append(Issue(located.loc + ("files", i, "path"),
-                                    f"path {spec.path!r} is already written by files[{first[key]}] "
-                                    "of this task; keep one"))
+                issues.append(
+                    Issue(
+                        located.loc + ("files", i, "path"),
+                        f"path {spec.path!r} is already written by files[{first[key]}] "
+                        "of this task; keep one",
+                    )
+                )
             first.setdefault(key, i)
     return issues

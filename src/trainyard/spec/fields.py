@@ -217,15 +217,11 @@ def split_mount(value: str) -> tuple[str, str]:
     """
     parts = value.split(":")
     if len(parts) > 2:
-        raise ValueError(
-            f"volume mount {value!r} has more than one ':'; use /src or /src:/dst"
-        )
+        raise ValueError(f"volume mount {value!r} has more than one ':'; use /src or /src:/dst")
     source, dest = parts[0], parts[-1]
     for part in (source, dest):
         if not part.startswith("/"):
-            raise ValueError(
-                f"volume mount {value!r} needs absolute paths; use /src or /src:/dst"
-            )
+            raise ValueError(f"volume mount {value!r} needs absolute paths; use /src or /src:/dst")
     return posixpath.normpath(source), posixpath.normpath(dest)
 
 
@@ -280,7 +276,9 @@ def check_file_path(value: str) -> str:
         raise ValueError(f"file path {value!r} must be absolute; write it as /{value}")
     normal = posixpath.normpath(value)
     if value.endswith("/") or normal == "/":
-        raise ValueError(f"file path {value!r} names a folder; give a file path such as /tmp/run.sh")
+        raise ValueError(
+            f"file path {value!r} names a folder; give a file path such as /tmp/run.sh"
+        )
     if normal == RESERVED_DIR or normal.startswith(RESERVED_DIR + "/"):
         raise ValueError(
             f"file path {value!r} is inside {RESERVED_DIR}, which the task runner reserves; "
@@ -288,9 +286,11 @@ def check_file_path(value: str) -> str:
         )
     for folder in KERNEL_DIRS:
         if normal == folder or normal.startswith(folder + "/"):
-            raise ValueError(f"file path {value!r} is inside {folder}, which the task's own "
-                             f"{folder} file system covers (the file would vanish); write it "
-                             "elsewhere, such as /tmp")
+            raise ValueError(
+                f"file path {value!r} is inside {folder}, which the task's own "
+                f"{folder} file system covers (the file would vanish); write it "
+                "elsewhere, such as /tmp"
+            )
     return value
 
 
@@ -313,13 +313,15 @@ def split_task_ref(value: str) -> tuple[str | None, str]:
     if ":" in task:
         raise ValueError(f"input task {value!r} has more than one ':'; {form}")
     if not _WORKFLOW_ID.match(workflow_id):
-        raise ValueError(f"input task {value!r} has an empty or invalid workflow id "
-                         f"{workflow_id!r}; {form}")
+        raise ValueError(
+            f"input task {value!r} has an empty or invalid workflow id {workflow_id!r}; {form}"
+        )
     try:
         check_name(task)
     except ValueError:
-        raise ValueError(f"input task {value!r} has an empty or invalid task name {task!r}; "
-                         f"{form}") from None
+        raise ValueError(
+            f"input task {value!r} has an empty or invalid task name {task!r}; {form}"
+        ) from None
     return workflow_id, task
 
 
@@ -389,8 +391,10 @@ def _credential_path(value: str) -> str:
             "where the credential's files are mounted"
         )
     if normal == RESERVED_DIR or normal.startswith(RESERVED_DIR + "/"):
-        raise ValueError(f"credential path {value!r} is inside {RESERVED_DIR}, which the task "
-                         "runner reserves; mount it elsewhere")
+        raise ValueError(
+            f"credential path {value!r} is inside {RESERVED_DIR}, which the task "
+            "runner reserves; mount it elsewhere"
+        )
     return value
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the CLI reads local files without the models (issue 15: a lighter start)
@@ -32,9 +31,13 @@ class LocalFiles:
         files: relative path to contents; when given, the disk is not read.
     """
 
-    def __init__(self, spec_dir: Path | None = None, files: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, spec_dir: Path | None = None, files: Mapping[str, str] | None = None
+    ) -> None:
         self._dir = spec_dir
-        self._files = None if files is None else {posixpath.normpath(k): v for k, v in files.items()}
+        self._files = (
+            None if files is None else {posixpath.normpath(k): v for k, v in files.items()}
+        )
         self._cache: dict[str, str] = {}
 
     def read(self, localpath: str) -> str:
@@ -45,15 +48,19 @@ class LocalFiles:
         """
         if localpath not in self._cache:
             key = _relative_key(localpath)
-            self._cache[localpath] = self._read_mapping(key) if self._files is not None else self._read_disk(key)
+            self._cache[localpath] = (
+                self._read_mapping(key) if self._files is not None else self._read_disk(key)
+            )
         return self._cache[localpath]
 
     def _read_mapping(self, key: str) -> str:
         assert self._files is not None
         if key not in self._files:
-            raise ValueError(f"localpath {key!r} was not sent with the spec; include it in the "
-                             "files (the trainyard CLI sends them when the spec's text names "
-                             "localpath itself, not when a template builds the word)")
+            raise ValueError(
+                f"localpath {key!r} was not sent with the spec; include it in the "
+                "files (the trainyard CLI sends them when the spec's text names "
+                "localpath itself, not when a template builds the word)"
+            )
         return self._files[key]
 
     def _read_disk(self, key: str) -> str:
@@ -62,8 +69,10 @@ class LocalFiles:
         base = self._dir.resolve()
         target = (base / key).resolve()
         if not target.is_relative_to(base):
-            raise ValueError(f"localpath {key!r} leads outside the spec's folder through a "
-                             "symbolic link; copy the file into the spec's folder")
+            raise ValueError(
+                f"localpath {key!r} leads outside the spec's folder through a "
+                "symbolic link; copy the file into the spec's folder"
+            )
         if not target.is_file():
             what = "is a folder" if target.is_dir() else "does not exist"
             raise ValueError(f"localpath {key!r} {what} in {base}; name a file next to the spec")
@@ -72,11 +81,15 @@ class LocalFiles:
 
 def _relative_key(localpath: str) -> str:
     if localpath.startswith("/") or Path(localpath).is_absolute():
-        raise ValueError(f"localpath {localpath!r} is absolute; give it relative to the spec's folder")
+        raise ValueError(
+            f"localpath {localpath!r} is absolute; give it relative to the spec's folder"
+        )
     key = posixpath.normpath(localpath)
     if key == ".." or key.startswith("../"):
-        raise ValueError(f"localpath {localpath!r} leads outside the spec's folder; "
-                         "copy the file next to the spec")
+        raise ValueError(
+            f"localpath {localpath!r} leads outside the spec's folder; "
+            "copy the file next to the spec"
+        )
     return key
 
 
@@ -84,9 +97,13 @@ def _read_text(path: Path, key: str) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise ValueError(f"localpath {key!r} is not UTF-8 text; only text files can be injected") from None
+        raise ValueError(
+            f"localpath {key!r} is not UTF-8 text; only text files can be injected"
+        ) from None
     except OSError as exc:
-        raise ValueError(f"localpath {key!r} cannot be read: {exc.strerror}; check its permissions") from None
+        raise ValueError(
+            f"localpath {key!r} cannot be read: {exc.strerror}; check its permissions"
+        ) from None
 
 
 def read_local_files(workflow: WorkflowSpec, layout: Layout, source: LocalFiles) -> list[Issue]:

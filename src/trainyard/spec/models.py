@@ -188,8 +188,10 @@ class TopologySpec(_Model):
 def _check_topology(value: list[TopologySpec] | None) -> list[TopologySpec] | None:
     keys = [t.key for t in value or []]
     for key in dict.fromkeys(k for k in keys if keys.count(k) > 1):
-        raise ValueError(f"topology key {key!r} is given {keys.count(key)} times; give each "
-                         "key once per resource spec (its group says which tasks share it)")
+        raise ValueError(
+            f"topology key {key!r} is given {keys.count(key)} times; give each "
+            "key once per resource spec (its group says which tasks share it)"
+        )
     return value
 
 
@@ -198,8 +200,10 @@ def _check_credentials(value: dict[str, str | dict[str, str]]) -> dict[str, str 
     for name, use in value.items():
         for var in use if isinstance(use, dict) else {}:
             if var in owner:
-                raise ValueError(f"environment variable {var} is set by both credentials "
-                                 f"{owner[var]!r} and {name!r}; give it one source")
+                raise ValueError(
+                    f"environment variable {var} is set by both credentials "
+                    f"{owner[var]!r} and {name!r}; give it one source"
+                )
             owner[var] = name
     return value
 
@@ -317,7 +321,9 @@ def _check_command(value: list[str]) -> list[str]:
     return value
 
 
-def _check_exit_actions(value: dict[ExitAction, frozenset[int]]) -> dict[ExitAction, frozenset[int]]:
+def _check_exit_actions(
+    value: dict[ExitAction, frozenset[int]],
+) -> dict[ExitAction, frozenset[int]]:
     seen: dict[int, ExitAction] = {}
     for action, codes in value.items():
         for other in {seen[c] for c in codes if c in seen}:
@@ -357,8 +363,16 @@ class TaskSpec(_Model):
     host_network: bool = Field(default=False, alias="hostNetwork")
 
     @field_validator(
-        "args", "environment", "credentials", "inputs", "outputs", "files",
-        "volume_mounts", "exit_actions", "checkpoint", mode="before",
+        "args",
+        "environment",
+        "credentials",
+        "inputs",
+        "outputs",
+        "files",
+        "volume_mounts",
+        "exit_actions",
+        "checkpoint",
+        mode="before",
     )
     @classmethod
     def _null_is_empty(cls, value: Any, info: Any) -> Any:
@@ -439,9 +453,9 @@ class WorkflowSpec(_Model):
 
     name: Name
     pool: str | None = None
-    labels: Annotated[
-        dict[LabelKey, LabelValue], BeforeValidator(check_labels)
-    ] = Field(default_factory=dict)
+    labels: Annotated[dict[LabelKey, LabelValue], BeforeValidator(check_labels)] = Field(
+        default_factory=dict
+    )
     timeout: Annotated[Timeout, BeforeValidator(_none_as_empty)] = Field(default_factory=Timeout)
     resources: Annotated[
         dict[str, Annotated[ResourceSpec, BeforeValidator(_none_as_empty)]],

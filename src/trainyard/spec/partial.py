@@ -66,7 +66,7 @@ class LenientView:
 
     def keep(self, issues: Iterable[Issue]) -> list[Issue]:
         """``issues`` without those at or under a stand-in (they describe the repair)."""
-        return [i for i in issues if not any(i.loc[:len(s)] == s for s in self.stand_ins)]
+        return [i for i in issues if not any(i.loc[: len(s)] == s for s in self.stand_ins)]
 
 
 def lenient_view(data: Any, errors: list[ErrorDetails], layout: Layout) -> LenientView | None:
@@ -154,7 +154,7 @@ class _Repair:
             elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
                 node = node[step]
             else:
-                return loc[:i + 1] if isinstance(node, dict | list) else loc[:i]
+                return loc[: i + 1] if isinstance(node, dict | list) else loc[:i]
         return loc
 
     def _container(self, loc: Loc) -> Any:
@@ -238,11 +238,17 @@ class _Repair:
     def _group(self, raw: Any, loc: Loc) -> dict[str, Any]:
         tasks = raw.get("tasks") if isinstance(raw, dict) else None
         if isinstance(tasks, list) and tasks:  # its fields are fine: its lead is not
-            return {**raw, "tasks": [{**t, "lead": i == 0} if isinstance(t, dict) else t
-                                     for i, t in enumerate(tasks)]}
+            return {
+                **raw,
+                "tasks": [
+                    {**t, "lead": i == 0} if isinstance(t, dict) else t for i, t in enumerate(tasks)
+                ],
+            }
         self.stand_ins.add(loc)
-        return {"name": self._name((*loc, "name"), None),
-                "tasks": [self._task(None, (*loc, "tasks", 0))]}
+        return {
+            "name": self._name((*loc, "name"), None),
+            "tasks": [self._task(None, (*loc, "tasks", 0))],
+        }
 
     def _task(self, raw: Any, loc: Loc) -> dict[str, Any]:
         self.stand_ins.add(loc)
@@ -256,12 +262,13 @@ class _Repair:
         return {"url": "file:///"}
 
 
-
 def _stand_in(value: Callable[[], Any]) -> Callable[[_Repair, Any, Loc], Any]:
     """A maker of stand-ins that are ``value()`` whatever was written."""
+
     def make(repair: _Repair, raw: Any, loc: Loc) -> Any:
         repair.stand_ins.add(loc)
         return value()
+
     return make
 
 

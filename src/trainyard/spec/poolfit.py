@@ -26,8 +26,17 @@ from trainyard.spec.fields import split_mount
 from trainyard.spec.models import ResourceSpec, WorkflowSpec
 from trainyard.spec.problems import Issue, Layout
 
-__all__ = ["ALLOWED_MOUNTS_OPTION", "allowed_mounts", "check_pool", "check_mounts", "check_fit",
-           "check_gang_size", "check_gang_total", "check_host_network", "check_data_urls"]
+__all__ = [
+    "ALLOWED_MOUNTS_OPTION",
+    "allowed_mounts",
+    "check_pool",
+    "check_mounts",
+    "check_fit",
+    "check_gang_size",
+    "check_gang_total",
+    "check_host_network",
+    "check_data_urls",
+]
 
 ALLOWED_MOUNTS_OPTION = "allowed_mounts"
 # (YAML key, attribute of both ResourceSpec and NodeSpec, how to print an amount)
@@ -39,17 +48,22 @@ _DIMENSIONS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 )
 
 
-def check_pool(workflow: WorkflowSpec, pool: Pool, layout: Layout | None = None,
-               user: str | None = None) -> list[Issue]:
+def check_pool(
+    workflow: WorkflowSpec, pool: Pool, layout: Layout | None = None, user: str | None = None
+) -> list[Issue]:
     """Every pool-dependent problem of ``workflow`` on ``pool`` when ``user`` submits it
     (None: the home's owner, whose data roots are all of ``storage``)."""
     layout = layout or Layout()
     tasks = list(located_tasks(workflow, layout))
     fit = check_fit(workflow, pool)
-    return [*check_mounts(tasks, pool), *check_data_urls(tasks, pool, user), *fit,
-            *check_gang_size(workflow, pool, layout),
-            *([] if fit else check_gang_total(workflow, pool, layout)),
-            *check_host_network(tasks, pool)]
+    return [
+        *check_mounts(tasks, pool),
+        *check_data_urls(tasks, pool, user),
+        *fit,
+        *check_gang_size(workflow, pool, layout),
+        *([] if fit else check_gang_total(workflow, pool, layout)),
+        *check_host_network(tasks, pool),
+    ]
 
 
 def check_gang_total(workflow: WorkflowSpec, pool: Pool, layout: Layout) -> list[Issue]:
@@ -64,18 +78,27 @@ def check_gang_total(workflow: WorkflowSpec, pool: Pool, layout: Layout) -> list
             asked = sum(getattr(spec, attr) or 0 for spec in specs)
             total = sum(getattr(n, attr) for n in nodes)
             if asked > total + 1e-9:
-                issues.append(Issue(layout.group_loc(index), (
-                    f"group {group.name!r} starts its {len(group.tasks)} tasks together and "
-                    f"they ask for {fmt(asked)} in total ({key}), but pool {pool.name!r} has "
-                    f"{fmt(total)} in total on the nodes they may use; ask for less per task, "
-                    "use fewer tasks, or use a bigger pool")))
+                issues.append(
+                    Issue(
+                        layout.group_loc(index),
+                        (
+                            f"group {group.name!r} starts its {len(group.tasks)} tasks together and "
+                            f"they ask for {fmt(asked)} in total ({key}), but pool {pool.name!r} has "
+                            f"{fmt(total)} in total on the nodes they may use; ask for less per task, "
+                            "use fewer tasks, or use a bigger pool"
+                        ),
+                    )
+                )
     return issues
 
 
 def _eligible(spec: ResourceSpec, pool: Pool) -> list[NodeSpec]:
     """The pool's nodes a task with ``spec`` may run on (platform, ``nodesExcluded``)."""
-    return [n for n in pool.nodes if n.name not in spec.nodes_excluded
-            and (not spec.platform or n.platform == spec.platform)]
+    return [
+        n
+        for n in pool.nodes
+        if n.name not in spec.nodes_excluded and (not spec.platform or n.platform == spec.platform)
+    ]
 
 
 def check_host_network(tasks: list[LocatedTask], pool: Pool) -> list[Issue]:
@@ -83,11 +106,16 @@ def check_host_network(tasks: list[LocatedTask], pool: Pool) -> list[Issue]:
     (``allow_host_network``); on a cluster pool tasks use their node's network anyway."""
     if pool.backend != "local" or pool.allow_host_network:
         return []
-    return [Issue(located.loc + ("hostNetwork",),
-                  f"hostNetwork: true is not allowed on pool {pool.name!r}: its tasks get a "
-                  "network namespace of their group; remove hostNetwork, or an administrator "
-                  "can set allow_host_network: true for the pool in pools.yaml")
-            for located in tasks if located.task.host_network]
+    return [
+        Issue(
+            located.loc + ("hostNetwork",),
+            f"hostNetwork: true is not allowed on pool {pool.name!r}: its tasks get a "
+            "network namespace of their group; remove hostNetwork, or an administrator "
+            "can set allow_host_network: true for the pool in pools.yaml",
+        )
+        for located in tasks
+        if located.task.host_network
+    ]
 
 
 def check_gang_size(workflow: WorkflowSpec, pool: Pool, layout: Layout) -> list[Issue]:
@@ -96,11 +124,16 @@ def check_gang_size(workflow: WorkflowSpec, pool: Pool, layout: Layout) -> list[
     if not pool.node_per_task:
         return []
     count = len(pool.nodes)
-    return [Issue(layout.group_loc(index),
-                  f"group {group.name!r} has {len(group.tasks)} tasks but pool {pool.name!r} has "
-                  f"{count} node{'s' if count != 1 else ''}, and on a {pool.backend} pool each "
-                  "task of a group runs on a node of its own; use fewer tasks or a bigger pool")
-            for index, group in enumerate(workflow.groups) if len(group.tasks) > count]
+    return [
+        Issue(
+            layout.group_loc(index),
+            f"group {group.name!r} has {len(group.tasks)} tasks but pool {pool.name!r} has "
+            f"{count} node{'s' if count != 1 else ''}, and on a {pool.backend} pool each "
+            "task of a group runs on a node of its own; use fewer tasks or a bigger pool",
+        )
+        for index, group in enumerate(workflow.groups)
+        if len(group.tasks) > count
+    ]
 
 
 def allowed_mounts(pool: Pool) -> list[str]:
@@ -122,7 +155,9 @@ def check_mounts(tasks: list[LocatedTask], pool: Pool) -> list[Issue]:
         for i, mount in enumerate(located.task.volume_mounts):
             source, _ = split_mount(mount)
             if not _is_allowed(source, allowed):
-                issues.append(Issue(located.loc + ("volumeMounts", i), _mount_message(source, pool, allowed)))
+                issues.append(
+                    Issue(located.loc + ("volumeMounts", i), _mount_message(source, pool, allowed))
+                )
     return issues
 
 
@@ -143,21 +178,27 @@ def check_data_urls(tasks: list[LocatedTask], pool: Pool, user: str | None = Non
         task = located.task
         fields = [("input", "inputs", i, item.url) for i, item in enumerate(task.inputs)]
         fields += [("output", "outputs", i, item.url) for i, item in enumerate(task.outputs)]
-        fields += [("checkpoint", "checkpoint", i, item.url)
-                   for i, item in enumerate(task.checkpoint)]
+        fields += [
+            ("checkpoint", "checkpoint", i, item.url) for i, item in enumerate(task.checkpoint)
+        ]
         for what, key, index, url in fields:
             problem = dataroots.url_problem(url, roots, home, user) if url else None
             if problem:
-                issues.append(Issue(located.loc + (key, index, "url"),
-                                    f"task {task.name!r} {what} {index}: {problem} "
-                                    f"(pool {pool.name!r})"))
+                issues.append(
+                    Issue(
+                        located.loc + (key, index, "url"),
+                        f"task {task.name!r} {what} {index}: {problem} (pool {pool.name!r})",
+                    )
+                )
     return issues
 
 
 def _mount_message(source: str, pool: Pool, allowed: list[str]) -> str:
-    return (f"volume mount source {source!r} is not allowed on pool {pool.name!r} "
-            f"(allowed: {', '.join(allowed) or 'none'}); an administrator can allow it by "
-            f"adding it to options.{ALLOWED_MOUNTS_OPTION} of the pool in pools.yaml")
+    return (
+        f"volume mount source {source!r} is not allowed on pool {pool.name!r} "
+        f"(allowed: {', '.join(allowed) or 'none'}); an administrator can allow it by "
+        f"adding it to options.{ALLOWED_MOUNTS_OPTION} of the pool in pools.yaml"
+    )
 
 
 def check_fit(workflow: WorkflowSpec, pool: Pool) -> list[Issue]:
@@ -179,21 +220,38 @@ def _fit_issues(loc: tuple[str, ...], spec: ResourceSpec, pool: Pool) -> list[Is
     if not pool.nodes:
         return [Issue(loc, f"pool {pool.name!r} has no nodes; give it nodes or use another pool")]
     if not nodes:
-        return [Issue(loc + ("nodesExcluded",), f"excludes every node of pool {pool.name!r}"
-                      f"{_on(spec)}; exclude fewer nodes")]
-    issues = [i for key, attr, fmt in _DIMENSIONS if (i := _dimension_issue(loc, spec, nodes, key, attr, fmt, pool))]
+        return [
+            Issue(
+                loc + ("nodesExcluded",),
+                f"excludes every node of pool {pool.name!r}{_on(spec)}; exclude fewer nodes",
+            )
+        ]
+    issues = [
+        i
+        for key, attr, fmt in _DIMENSIONS
+        if (i := _dimension_issue(loc, spec, nodes, key, attr, fmt, pool))
+    ]
     if not issues and not any(_holds(n, spec) for n in nodes):
-        issues.append(Issue(loc, f"no single node of pool {pool.name!r}{_on(spec)} holds all of "
-                                 "this request at once; ask for less of one resource"))
+        issues.append(
+            Issue(
+                loc,
+                f"no single node of pool {pool.name!r}{_on(spec)} holds all of "
+                "this request at once; ask for less of one resource",
+            )
+        )
     return issues
 
 
 def _platform_message(platform: str, pool: Pool) -> str:
     if not pool.platforms:
-        return (f"platform {platform!r} is not offered by pool {pool.name!r}, which declares no "
-                "platforms; remove platform or use a pool that has it")
-    return (f"platform {platform!r} is not offered by pool {pool.name!r}; valid platforms: "
-            f"{', '.join(sorted(pool.platforms))}")
+        return (
+            f"platform {platform!r} is not offered by pool {pool.name!r}, which declares no "
+            "platforms; remove platform or use a pool that has it"
+        )
+    return (
+        f"platform {platform!r} is not offered by pool {pool.name!r}; valid platforms: "
+        f"{', '.join(sorted(pool.platforms))}"
+    )
 
 
 def _on(spec: ResourceSpec) -> str:
@@ -201,16 +259,24 @@ def _on(spec: ResourceSpec) -> str:
 
 
 def _dimension_issue(
-    loc: tuple[str, ...], spec: ResourceSpec, nodes: list[NodeSpec],
-    key: str, attr: str, fmt: Callable[[Any], str], pool: Pool,
+    loc: tuple[str, ...],
+    spec: ResourceSpec,
+    nodes: list[NodeSpec],
+    key: str,
+    attr: str,
+    fmt: Callable[[Any], str],
+    pool: Pool,
 ) -> Issue | None:
     asked = getattr(spec, attr)
     largest = max(getattr(n, attr) for n in nodes)
     if asked is None or asked <= largest:
         return None
-    return Issue(loc + (key,), f"asks for {fmt(asked)} but the largest node of pool "
-                               f"{pool.name!r}{_on(spec)} has {fmt(largest)}; ask for at most "
-                               f"{fmt(largest)} or use a pool with bigger nodes")
+    return Issue(
+        loc + (key,),
+        f"asks for {fmt(asked)} but the largest node of pool "
+        f"{pool.name!r}{_on(spec)} has {fmt(largest)}; ask for at most "
+        f"{fmt(largest)} or use a pool with bigger nodes",
+    )
 
 
 def _holds(node: NodeSpec, spec: ResourceSpec) -> bool:

@@ -25,7 +25,12 @@ from trainyard.spec.models import SpecDocument
 from trainyard.spec.yamlsource import LineIndex, Loc
 
 __all__ = [
-    "Issue", "Layout", "one_line", "format_path", "issues_from_validation", "to_problems",
+    "Issue",
+    "Layout",
+    "one_line",
+    "format_path",
+    "issues_from_validation",
+    "to_problems",
     "model_at",
 ]
 
@@ -206,7 +211,9 @@ def _as_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def to_problems(issues: Iterable[Issue], lines: LineIndex | None, file: str | None) -> list[SpecProblem]:
+def to_problems(
+    issues: Iterable[Issue], lines: LineIndex | None, file: str | None
+) -> list[SpecProblem]:
     """``SpecProblem`` for each distinct issue, with its line, ordered by line."""
     seen: set[tuple[Loc, str]] = set()
     problems: list[SpecProblem] = []

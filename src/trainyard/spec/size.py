@@ -31,8 +31,13 @@ def describe_bytes(size_bytes: int) -> str:
     return f"{size_bytes / 2**20:.1f} MiB ({size_bytes:,} bytes)"
 
 
-def check_spec_size(size_bytes: int, *, what: str = "the spec", file: str | None = None,
-                    limit_bytes: int = MAX_SPEC_BYTES) -> None:
+def check_spec_size(
+    size_bytes: int,
+    *,
+    what: str = "the spec",
+    file: str | None = None,
+    limit_bytes: int = MAX_SPEC_BYTES,
+) -> None:
     """Refuse ``size_bytes`` of spec text over ``limit_bytes``.
 
     Args:
@@ -46,14 +51,17 @@ def check_spec_size(size_bytes: int, *, what: str = "the spec", file: str | None
     """
     if size_bytes <= limit_bytes:
         return
-    message = (f"{what} is {describe_bytes(size_bytes)}, over the limit of "
-               f"{describe_bytes(limit_bytes)} of spec text; make it smaller (large data "
-               "belongs in a dataset or a URL input)")
+    message = (
+        f"{what} is {describe_bytes(size_bytes)}, over the limit of "
+        f"{describe_bytes(limit_bytes)} of spec text; make it smaller (large data "
+        "belongs in a dataset or a URL input)"
+    )
     raise SpecError([SpecProblem("", message, None, file)])
 
 
-def check_source_size(text: str, files: Mapping[str, str] | None = None, *,
-                      file: str | None = None) -> None:
+def check_source_size(
+    text: str, files: Mapping[str, str] | None = None, *, file: str | None = None
+) -> None:
     """Refuse a spec as written over ``MAX_SPEC_BYTES``, or with the ``localpath`` files it
     inlines (``files``: path to contents) over it together.
 

@@ -55,11 +55,32 @@ _TAG_START = re.compile(r"\{(?=[{%#])")
 """Every place Jinja may start a tag (overlapping: ``{{{`` has two)."""
 _PLAIN_TAG = re.compile(r"\{\{[ \t]*([A-Za-z_][A-Za-z0-9_]*)[ \t]*\}\}")
 """``{{ name }}``: a variable and nothing else (no ``-`` whitespace control, no filter)."""
-_NOT_PLAIN_NAMES = frozenset({
-    "true", "false", "none", "True", "False", "None",  # Jinja's literals
-    "and", "or", "not", "in", "is", "if", "else", "elif", "for", "recursive",  # its words
-    "self", "loop", "caller", "varargs", "kwargs", "super",  # its special names
-})
+_NOT_PLAIN_NAMES = frozenset(
+    {
+        "true",
+        "false",
+        "none",
+        "True",
+        "False",
+        "None",  # Jinja's literals
+        "and",
+        "or",
+        "not",
+        "in",
+        "is",
+        "if",
+        "else",
+        "elif",
+        "for",
+        "recursive",  # its words
+        "self",
+        "loop",
+        "caller",
+        "varargs",
+        "kwargs",
+        "super",  # its special names
+    }
+)
 """Names a ``{{ name }}`` tag does not simply look up in Jinja: such a tag takes the child."""
 _PLAIN_VALUE_TYPES = (str, int, float, bool, type(None))
 """Values written without the child: their text is short or their own (a list or mapping
@@ -113,8 +134,13 @@ class RenderLimits:
         none left to add)."""
         return RenderLimits(
             time_s=self.time_s + self.time_per_mib_s * size / MiB + self.time_per_tag_s * tags,
-            memory_bytes=self.memory_bytes + self.memory_per_byte * size + self.memory_per_tag * tags,
-            time_per_mib_s=0, time_per_tag_s=0, memory_per_byte=0, memory_per_tag=0,
+            memory_bytes=self.memory_bytes
+            + self.memory_per_byte * size
+            + self.memory_per_tag * tags,
+            time_per_mib_s=0,
+            time_per_tag_s=0,
+            memory_per_byte=0,
+            memory_per_tag=0,
             output_bytes=self.output_bytes,
         )
 
@@ -147,12 +173,20 @@ def extract_default_values(text: str, *, file: str | None = None) -> dict[str, A
         data = parse_yaml(section).data
     except SpecError as exc:
         reason = exc.problems[0].message.split("; ")[0]
-        raise _spec_error(f"{reason}; default-values must be plain YAML (no template syntax)",
-                          line + (exc.problems[0].line or 1) - 1, file, "default-values") from None
+        raise _spec_error(
+            f"{reason}; default-values must be plain YAML (no template syntax)",
+            line + (exc.problems[0].line or 1) - 1,
+            file,
+            "default-values",
+        ) from None
     values = data.get("default-values") if isinstance(data, dict) else None
     if values is not None and not isinstance(values, dict):
-        raise _spec_error("must be a mapping of name: value; write one value per line",
-                          line, file, "default-values")
+        raise _spec_error(
+            "must be a mapping of name: value; write one value per line",
+            line,
+            file,
+            "default-values",
+        )
     return values or {}
 
 
@@ -219,7 +253,7 @@ def _render_plain(text: str, context: Mapping[str, Any], output_bytes: int) -> s
         value = _plain_value(context, tag.group(1))
         if value is None:
             return None
-        pieces += (text[at:tag.start()], value)
+        pieces += (text[at : tag.start()], value)
         size += tag.start() - at + len(value)
         if size > output_bytes:
             return None
@@ -282,8 +316,7 @@ def _render_in_child(text: str, context: dict[str, Any], limits: RenderLimits) -
         _child_main(text, context, limits, write_fd)
     os.close(write_fd)
     try:
-        payload = _read_until(read_fd, time.monotonic() + _backstop_s(limits),
-                              _payload_cap(limits))
+        payload = _read_until(read_fd, time.monotonic() + _backstop_s(limits), _payload_cap(limits))
     except BaseException:
         os.kill(pid, signal.SIGKILL)
         _reap(pid)
@@ -341,7 +374,9 @@ def _decode(payload: bytes, status: int) -> str:
     raise _RenderFailure(kind, message, line)
 
 
-def _child_main(text: str, context: dict[str, Any], limits: RenderLimits, fd: int) -> None:  # pragma: no cover
+def _child_main(
+    text: str, context: dict[str, Any], limits: RenderLimits, fd: int
+) -> None:  # pragma: no cover
     code = 0
     try:
         _cap_resources(limits)
@@ -405,24 +440,34 @@ def _template_line(exc: BaseException) -> int | None:
 
 def _describe(exc: _RenderFailure, limits: RenderLimits) -> str:
     if exc.kind == "time":
-        return (f"template rendering ran past its time limit of {limits.time_s:.2g} s of CPU; "
-                "make the template do less work (smaller loops)")
+        return (
+            f"template rendering ran past its time limit of {limits.time_s:.2g} s of CPU; "
+            "make the template do less work (smaller loops)"
+        )
     if exc.kind == "wall":
-        return (f"template rendering gave no answer within {_backstop_s(limits):.2g} s; "
-                "make the template do less work, or try again when the machine is less busy")
+        return (
+            f"template rendering gave no answer within {_backstop_s(limits):.2g} s; "
+            "make the template do less work, or try again when the machine is less busy"
+        )
     if exc.kind == "memory":
-        return (f"template rendering ran past its memory limit of "
-                f"{limits.memory_bytes / MiB:.0f} MiB; make the template build less text")
+        return (
+            f"template rendering ran past its memory limit of "
+            f"{limits.memory_bytes / MiB:.0f} MiB; make the template build less text"
+        )
     if exc.kind == "output":
         size = f"is {describe_bytes(int(exc.message))}" if exc.message.isdigit() else "is larger"
-        return (f"the rendered spec {size}, over the limit of "
-                f"{describe_bytes(limits.output_bytes)} of spec text; make the template "
-                "build less text")
+        return (
+            f"the rendered spec {size}, over the limit of "
+            f"{describe_bytes(limits.output_bytes)} of spec text; make the template "
+            "build less text"
+        )
     if exc.kind == "undefined":
         return _describe_undefined(exc.message)
     if exc.kind == "security":
-        return (f"template breaks the sandbox: {exc.message}; templates may not reach "
-                "Python internals, use plain values and filters")
+        return (
+            f"template breaks the sandbox: {exc.message}; templates may not reach "
+            "Python internals, use plain values and filters"
+        )
     if exc.kind == "syntax":
         return f"template syntax error: {exc.message.rstrip('.')}; fix the Jinja syntax"
     if exc.kind == "nesting":
@@ -435,10 +480,13 @@ def _describe_undefined(message: str) -> str:
     if not match:
         return f"template uses an undefined value: {message}; check the variable's fields"
     name = match.group(1)
-    return (f"template variable {name!r} is not set; set it with --set {name}=VALUE "
-            "or add it under default-values")
+    return (
+        f"template variable {name!r} is not set; set it with --set {name}=VALUE "
+        "or add it under default-values"
+    )
 
 
 def _spec_error(message: str, line: int | None, file: str | None, path: str) -> SpecError:
-    return SpecError([SpecProblem(path=path, message=" ".join(message.split()), line=line, file=file)])
-
+    return SpecError(
+        [SpecProblem(path=path, message=" ".join(message.split()), line=line, file=file)]
+    )

@@ -17,11 +17,16 @@ from dataclasses import dataclass
 
 from trainyard.spec.fields import name_key
 
-__all__ = ["Token", "TOKEN_PATTERN", "REFERENCE_TOKEN_PATTERN", "find_tokens", "substitute_tokens", "token_values"]
+__all__ = [
+    "Token",
+    "TOKEN_PATTERN",
+    "REFERENCE_TOKEN_PATTERN",
+    "find_tokens",
+    "substitute_tokens",
+    "token_values",
+]
 
-TOKEN_PATTERN = re.compile(
-    r"\{\{\s*(output|workflow_id|input:[^\s{}:]+|host:[^\s{}:]+)\s*\}\}"
-)
+TOKEN_PATTERN = re.compile(r"\{\{\s*(output|workflow_id|input:[^\s{}:]+|host:[^\s{}:]+)\s*\}\}")
 """Matches one special token; group 1 is its body (``output``, ``input:0``, ``host:master``)."""
 
 REFERENCE_TOKEN_PATTERN = re.compile(r"\{\{\s*((?:input|host):[^\s{}:]+)\s*\}\}")

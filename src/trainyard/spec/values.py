@@ -47,12 +47,17 @@ def _typed(text: str) -> Any:
 
 def _variable_name(name: str, flag: str) -> str:
     if not name.isidentifier():
-        raise _flag_error(flag, f"{name!r} is not a template variable name; use letters, "
-                                "digits and '_', not starting with a digit")
+        raise _flag_error(
+            flag,
+            f"{name!r} is not a template variable name; use letters, "
+            "digits and '_', not starting with a digit",
+        )
     return name
 
 
-def _parse(pairs: Iterable[str], flag: str, key: Callable[[str], str], value: Callable[[str], Any]) -> dict[str, Any]:
+def _parse(
+    pairs: Iterable[str], flag: str, key: Callable[[str], str], value: Callable[[str], Any]
+) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for pair in pairs:
         name, text = split_pair(pair, flag)

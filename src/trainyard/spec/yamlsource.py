@@ -20,8 +20,8 @@ import gc
 import operator
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from itertools import accumulate
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import yaml
@@ -57,8 +57,10 @@ def _ignore(*args: Any) -> None:
 def _fast_resolver(base: Any) -> Any:
     tags: dict[str, str] = {}
     scalar = yaml.ScalarNode
-    collection: dict[type, str] = {yaml.SequenceNode: "tag:yaml.org,2002:seq",
-                                   yaml.MappingNode: "tag:yaml.org,2002:map"}
+    collection: dict[type, str] = {
+        yaml.SequenceNode: "tag:yaml.org,2002:seq",
+        yaml.MappingNode: "tag:yaml.org,2002:map",
+    }
 
     def resolve(kind: type, value: Any, implicit: Any) -> str:
         if kind is not scalar:
@@ -191,7 +193,10 @@ class _Builder:
         return self._mapping(node)
 
     def _mapping(self, node: yaml.MappingNode) -> Any:
-        if any(k.tag == "tag:yaml.org,2002:merge" for k, _ in node.value) or node.tag != "tag:yaml.org,2002:map":
+        if (
+            any(k.tag == "tag:yaml.org,2002:merge" for k, _ in node.value)
+            or node.tag != "tag:yaml.org,2002:map"
+        ):
             return yaml.constructor.SafeConstructor().construct_document(node)
         result: dict[Any, Any] = {}
         for key_node, value_node in node.value:
@@ -227,8 +232,10 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _repeated_keys(root: yaml.Node | None, repeats: list[tuple[yaml.Node, yaml.Node, bool, Any]],
-                   ) -> tuple[RepeatedKey, ...]:
+def _repeated_keys(
+    root: yaml.Node | None,
+    repeats: list[tuple[yaml.Node, yaml.Node, bool, Any]],
+) -> tuple[RepeatedKey, ...]:
     """The repeats with their field paths, once each (an aliased mapping is built again
     at every alias), in text order. Paths are looked up only when there are repeats."""
     if not repeats or root is None:
@@ -254,7 +261,9 @@ def _key_paths(root: yaml.Node, wanted: set[int]) -> dict[int, Loc]:
             continue
         seen.add(id(node))
         if isinstance(node, yaml.SequenceNode):
-            stack.extend((item, (*loc, index)) for index, item in reversed(list(enumerate(node.value))))
+            stack.extend(
+                (item, (*loc, index)) for index, item in reversed(list(enumerate(node.value)))
+            )
         elif isinstance(node, yaml.MappingNode):
             for key, value in reversed(node.value):
                 segment = (*loc, _segment(key))

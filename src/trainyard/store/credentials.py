@@ -31,13 +31,22 @@ if TYPE_CHECKING:
 
     from trainyard.store.db import Store
 
-__all__ = ["CREDENTIAL_TYPES", "KEY_FILE", "CredentialRow", "CredentialVault", "check_payload", "not_found",
-           "load_key"]
+__all__ = [
+    "CREDENTIAL_TYPES",
+    "KEY_FILE",
+    "CredentialRow",
+    "CredentialVault",
+    "check_payload",
+    "not_found",
+    "load_key",
+]
 
 CREDENTIAL_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "REGISTRY": (("auth",), ("registry", "username")),
-    "DATA": (("access_key_id", "access_key", "endpoint"),
-             ("region", "override_url", "addressing_style")),
+    "DATA": (
+        ("access_key_id", "access_key", "endpoint"),
+        ("region", "override_url", "addressing_style"),
+    ),
     "GENERIC": ((), ()),
 }
 """OSMO's credential types: (required keys, optional keys); GENERIC takes any keys."""
@@ -63,26 +72,35 @@ def check_payload(name: str, kind: str, payload: dict[str, str]) -> None:
         ConfigError: a bad name, type, key or value; names the part and lists the choices.
     """
     if not _NAME.match(name):
-        raise ConfigError(f"credential name {name!r}: use letters, digits, '_', '.', '-' "
-                          "(starting with a letter or digit, at most 200)")
+        raise ConfigError(
+            f"credential name {name!r}: use letters, digits, '_', '.', '-' "
+            "(starting with a letter or digit, at most 200)"
+        )
     if kind not in CREDENTIAL_TYPES:
         raise ConfigError(f"credential type {kind!r}: one of {', '.join(CREDENTIAL_TYPES)}")
     if not payload:
-        raise ConfigError("credential payload: give at least one KEY=VALUE (--payload or "
-                          "--payload-file)")
+        raise ConfigError(
+            "credential payload: give at least one KEY=VALUE (--payload or --payload-file)"
+        )
     for key in payload:
         if not _KEY.match(key) or key in (".", ".."):  # a key is also a file name
-            raise ConfigError(f"credential payload key {key!r}: use letters, digits, '_', "
-                              "'.', '-' (not '.' or '..')")
+            raise ConfigError(
+                f"credential payload key {key!r}: use letters, digits, '_', "
+                "'.', '-' (not '.' or '..')"
+            )
     required, optional = CREDENTIAL_TYPES[kind]
     missing = [k for k in required if not payload.get(k)]
     if missing:
-        raise ConfigError(f"a {kind} credential needs payload key(s) {', '.join(missing)} "
-                          f"(required: {', '.join(required)}; optional: {', '.join(optional)})")
+        raise ConfigError(
+            f"a {kind} credential needs payload key(s) {', '.join(missing)} "
+            f"(required: {', '.join(required)}; optional: {', '.join(optional)})"
+        )
     unknown = sorted(set(payload) - set(required) - set(optional)) if required else []
     if unknown:
-        raise ConfigError(f"a {kind} credential takes no payload key(s) {', '.join(unknown)} "
-                          f"(required: {', '.join(required)}; optional: {', '.join(optional)})")
+        raise ConfigError(
+            f"a {kind} credential takes no payload key(s) {', '.join(unknown)} "
+            f"(required: {', '.join(required)}; optional: {', '.join(optional)})"
+        )
     if sum(len(k) + len(v) for k, v in payload.items()) > MAX_PAYLOAD_BYTES:
         raise ConfigError(f"credential payload: more than {MAX_PAYLOAD_BYTES} bytes")
 
@@ -110,11 +128,11 @@ def load_key(home: Path) -> bytes:
         key = path.read_bytes().strip()
         Fernet(key)
     except (OSError, ValueError) as exc:
-        raise StoreError(f"the credentials key {path} cannot be used ({exc}); restore it "
-                         "from a backup (without it the stored credentials cannot be read)"
-                         ) from exc
+        raise StoreError(
+            f"the credentials key {path} cannot be used ({exc}); restore it "
+            "from a backup (without it the stored credentials cannot be read)"
+        ) from exc
     return key
-
 
 
 class CredentialRow(TypedDict):
@@ -124,6 +142,7 @@ class CredentialRow(TypedDict):
     type: str
     keys: list[str]
     create_time_s: float  #: Unix seconds
+
 
 class CredentialVault:
     """Users' credentials in the store, encrypted with the home's key.
@@ -166,8 +185,14 @@ class CredentialVault:
         value is returned."""
         rows: list[CredentialRow] = []
         for name, kind, token, created in self.store.credential_rows(user):
-            rows.append({"name": name, "type": kind, "keys": sorted(self._open(name, token)),
-                         "create_time_s": created})
+            rows.append(
+                {
+                    "name": name,
+                    "type": kind,
+                    "keys": sorted(self._open(name, token)),
+                    "create_time_s": created,
+                }
+            )
         return rows
 
     def delete(self, user: str, name: str) -> None:
@@ -187,17 +212,21 @@ class CredentialVault:
         """``{name: (type, payload)}`` of those of ``names`` that ``user`` has, decrypted:
         for a task's launch only, never for an answer of the API."""
         wanted = set(names)
-        return {name: (kind, self._open(name, token))
-                for name, kind, token, _created in self.store.credential_rows(user)
-                if name in wanted}
+        return {
+            name: (kind, self._open(name, token))
+            for name, kind, token, _created in self.store.credential_rows(user)
+            if name in wanted
+        }
 
     def data_payloads(self, user: str) -> list[dict[str, str]]:
         """``user``'s DATA credentials' payloads, decrypted, longest ``endpoint`` first (the
         most specific wins): for the url inputs and outputs of their tasks (OSMO: "Data"
         credentials are used for the storage their endpoint names)."""
-        found = [self._open(name, token)
-                 for name, kind, token, _created in self.store.credential_rows(user)
-                 if kind == "DATA"]
+        found = [
+            self._open(name, token)
+            for name, kind, token, _created in self.store.credential_rows(user)
+            if kind == "DATA"
+        ]
         return sorted(found, key=lambda p: len(p.get("endpoint", "")), reverse=True)
 
     def registry_payloads(self, user: str) -> list[dict[str, str]]:
@@ -205,9 +234,11 @@ class CredentialVault:
         (default ``docker.io``, Docker Hub, as OSMO's): for pulling their tasks' images
         from that registry (OSMO docs, "Credentials": registry credentials are used to pull
         the images of the workflows of their owner). Never for an answer of the API."""
-        return [{"registry": "docker.io", **self._open(name, token)}
-                for name, kind, token, _created in self.store.credential_rows(user)
-                if kind == "REGISTRY"]
+        return [
+            {"registry": "docker.io", **self._open(name, token)}
+            for name, kind, token, _created in self.store.credential_rows(user)
+            if kind == "REGISTRY"
+        ]
 
     def _open(self, name: str, token: str) -> dict[str, str]:
         from cryptography.fernet import InvalidToken
@@ -215,6 +246,7 @@ class CredentialVault:
         try:
             return dict(json.loads(self._box().decrypt(token.encode())))
         except InvalidToken as exc:
-            raise StoreError(f"credential {name!r} cannot be decrypted with "
-                             f"{self.home / KEY_FILE} (the key was replaced?); set it again"
-                             ) from exc
+            raise StoreError(
+                f"credential {name!r} cannot be decrypted with "
+                f"{self.home / KEY_FILE} (the key was replaced?); set it again"
+            ) from exc

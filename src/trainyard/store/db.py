@@ -20,13 +20,13 @@ from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
-    delete,
     Float,
     Integer,
     String,
     Text,
     UniqueConstraint,
     create_engine,
+    delete,
     event,
     false,
     func,
@@ -180,11 +180,13 @@ def _damaged_message(url: str, detail: str) -> str:
     to do."""
     path = make_url(url).database or url
     moved = shlex.quote(f"{path}.damaged")
-    return (f"the store {path} is damaged (SQLite: {_one_line(detail)}); trainyard will not "
-            f"write to it. Stop the server if one runs (`trainyard server stop`), then move "
-            f"it aside (`mv {shlex.quote(path)} {moved}`, and its -wal and -shm files) so "
-            f"that the next start makes an empty store, or restore a backup; "
-            f"`sqlite3 {moved} .recover` may save its rows")
+    return (
+        f"the store {path} is damaged (SQLite: {_one_line(detail)}); trainyard will not "
+        f"write to it. Stop the server if one runs (`trainyard server stop`), then move "
+        f"it aside (`mv {shlex.quote(path)} {moved}`, and its -wal and -shm files) so "
+        f"that the next start makes an empty store, or restore a backup; "
+        f"`sqlite3 {moved} .recover` may save its rows"
+    )
 
 
 def _make_engine(url: str) -> Any:  # noqa: ANN401 - sqlalchemy's Engine
@@ -198,8 +200,9 @@ def _make_engine(url: str) -> Any:  # noqa: ANN401 - sqlalchemy's Engine
             what to install) or cannot be parsed.
     """
     try:
-        engine = create_engine(with_driver(url), future=True,
-                               pool_pre_ping=not url.startswith("sqlite"))
+        engine = create_engine(
+            with_driver(url), future=True, pool_pre_ping=not url.startswith("sqlite")
+        )
     except ImportError as exc:
         raise StoreError(f"{NO_DRIVER}: {exc}") from exc
     except SQLAlchemyError as exc:
@@ -226,8 +229,9 @@ def _to_record(row: _Workflow) -> WorkflowRecord:
 
 
 def _to_app(row: _App) -> AppRecord:
-    return AppRecord(row.name, row.version, row.owner, row.spec_text, dict(row.files or {}),
-                     row.create_time_s)
+    return AppRecord(
+        row.name, row.version, row.owner, row.spec_text, dict(row.files or {}), row.create_time_s
+    )
 
 
 class Store:
@@ -367,9 +371,18 @@ class Store:
             workflow_id, seq = self.next_workflow_id(session, name)
             status, state = make_state(workflow_id)
             row = _Workflow(
-                id=workflow_id, seq=seq, name=name, status=status, pool=pool,
-                submitted_by=submitted_by, labels=labels, submit_time_s=time.time(),
-                end_time_s=None, spec_text=spec_text, source=source, state=state,
+                id=workflow_id,
+                seq=seq,
+                name=name,
+                status=status,
+                pool=pool,
+                submitted_by=submitted_by,
+                labels=labels,
+                submit_time_s=time.time(),
+                end_time_s=None,
+                spec_text=spec_text,
+                source=source,
+                state=state,
             )
             session.add(row)
             session.flush()
@@ -442,7 +455,7 @@ class Store:
         """Those of ``workflow_ids`` that this store holds (asked 500 at a time)."""
         known: set[str] = set()
         for start in range(0, len(workflow_ids), 500):
-            chunk = workflow_ids[start:start + 500]
+            chunk = workflow_ids[start : start + 500]
             with self._tx() as session:
                 known.update(session.scalars(select(_Workflow.id).where(_Workflow.id.in_(chunk))))
         return known
@@ -484,25 +497,45 @@ class Store:
             ``([{"id", "name", "status", "pool", "submitted_by", "labels",
             "submit_time_s", "end_time_s"}], total)``.
         """
-        keys = ["id", "name", "status", "pool", "submitted_by", "labels", "submit_time_s",
-                "end_time_s"]
-        columns = [_Workflow.id, _Workflow.name, _Workflow.status, _Workflow.pool,
-                   _Workflow.submitted_by, _Workflow.labels, _Workflow.submit_time_s,
-                   _Workflow.end_time_s]
+        keys = [
+            "id",
+            "name",
+            "status",
+            "pool",
+            "submitted_by",
+            "labels",
+            "submit_time_s",
+            "end_time_s",
+        ]
+        columns = [
+            _Workflow.id,
+            _Workflow.name,
+            _Workflow.status,
+            _Workflow.pool,
+            _Workflow.submitted_by,
+            _Workflow.labels,
+            _Workflow.submit_time_s,
+            _Workflow.end_time_s,
+        ]
         if keep is not None:
             keys.append("source")
             columns.append(_Workflow.source)
-        conditions = _page_conditions(statuses=statuses, name=name, labels=labels,
-                                      submitted_by=submitted_by, pool=pool,
-                                      submitted_after_s=submitted_after_s,
-                                      submitted_before_s=submitted_before_s)
+        conditions = _page_conditions(
+            statuses=statuses,
+            name=name,
+            labels=labels,
+            submitted_by=submitted_by,
+            pool=pool,
+            submitted_after_s=submitted_after_s,
+            submitted_before_s=submitted_before_s,
+        )
         order = _Workflow.seq.asc() if oldest_first else _Workflow.seq.desc()
         rows_q = select(*columns).where(*conditions).order_by(order)
         if keep is not None:
             with self._tx() as session:
                 every = [dict(zip(keys, row, strict=True)) for row in session.execute(rows_q).all()]
             kept = [row for row in every if keep(row)]
-            page = kept[max(offset, 0):max(offset, 0) + max(limit, 1)]
+            page = kept[max(offset, 0) : max(offset, 0) + max(limit, 1)]
             return [{k: v for k, v in row.items() if k != "source"} for row in page], len(kept)
         count_q = select(func.count()).select_from(_Workflow).where(*conditions)
         with self._tx() as session:
@@ -510,8 +543,9 @@ class Store:
             rows = session.execute(rows_q.offset(max(offset, 0)).limit(max(limit, 1))).all()
         return [dict(zip(keys, row, strict=True)) for row in rows], total
 
-    def update_workflow_source(self, workflow_id: str,
-                               change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    def update_workflow_source(
+        self, workflow_id: str, change: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> dict[str, Any]:
         """Replace workflow ``workflow_id``'s ``source`` by ``change(source)`` in one
         transaction (OSMO's tags live there); the new ``source``.
 
@@ -541,8 +575,15 @@ class Store:
         with self._tx() as session:
             self._serialize_writers(session)
             latest = session.scalar(select(func.max(_App.version)).where(_App.name == name))
-            row = _App(name=name, version=(latest or 0) + 1, owner=owner, spec_text=spec_text,
-                       files=files, create_time_s=time.time(), deleted=0)
+            row = _App(
+                name=name,
+                version=(latest or 0) + 1,
+                owner=owner,
+                spec_text=spec_text,
+                files=files,
+                create_time_s=time.time(),
+                deleted=0,
+            )
             session.add(row)
             session.flush()
             return _to_app(row)
@@ -586,8 +627,9 @@ class Store:
     def app_versions(self, name: str) -> list[AppRecord]:
         """Every version of app ``name``, oldest first. Raises NotFoundError."""
         with self._tx() as session:
-            rows = session.scalars(select(_App).where(_App.name == name, _App.deleted == 0)
-                                   .order_by(_App.version)).all()
+            rows = session.scalars(
+                select(_App).where(_App.name == name, _App.deleted == 0).order_by(_App.version)
+            ).all()
             if not rows:
                 raise NotFoundError(f"no app {name!r}; `trainyard app list` shows the apps")
             return [_to_app(row) for row in rows]
@@ -600,8 +642,11 @@ class Store:
             RefusedError: an app ``new_name`` exists.
         """
         with self._tx() as session:
-            taken = session.scalar(select(func.count()).select_from(_App).where(
-                _App.name == new_name, _App.deleted == 0))
+            taken = session.scalar(
+                select(func.count())
+                .select_from(_App)
+                .where(_App.name == new_name, _App.deleted == 0)
+            )
             if taken:
                 raise RefusedError(f"an app {new_name!r} exists already; pick another name")
             rows = session.scalars(select(_App).where(_App.name == name)).all()
@@ -611,26 +656,30 @@ class Store:
                 row.name = new_name
             return sum(row.deleted == 0 for row in rows)
 
-
     # ------------------------------------------------------------------ credentials
 
     def put_credential(self, user: str, name: str, kind: str, token: str) -> None:
         """Create or replace ``user``'s credential ``name`` (``token``: the encrypted
         payload, ``store.credentials``)."""
         with self._tx() as session:
-            row = session.scalars(select(_Credential).where(
-                _Credential.user == user, _Credential.name == name)).first()
+            row = session.scalars(
+                select(_Credential).where(_Credential.user == user, _Credential.name == name)
+            ).first()
             if row is None:
-                session.add(_Credential(user=user, name=name, kind=kind, token=token,
-                                        create_time_s=time.time()))
+                session.add(
+                    _Credential(
+                        user=user, name=name, kind=kind, token=token, create_time_s=time.time()
+                    )
+                )
             else:
                 row.kind, row.token, row.create_time_s = kind, token, time.time()
 
     def credential_rows(self, user: str) -> list[tuple[str, str, str, float]]:
         """``user``'s credentials as ``(name, type, encrypted payload, create_time_s)``, by
         name."""
-        query = select(_Credential.name, _Credential.kind, _Credential.token,
-                       _Credential.create_time_s).where(_Credential.user == user)
+        query = select(
+            _Credential.name, _Credential.kind, _Credential.token, _Credential.create_time_s
+        ).where(_Credential.user == user)
         with self._tx() as session:
             rows = session.execute(query.order_by(_Credential.name)).all()
         return [(r[0], r[1], r[2], r[3]) for r in rows]
@@ -638,8 +687,11 @@ class Store:
     def delete_credential(self, user: str, name: str) -> bool:
         """Delete ``user``'s credential ``name``; returns whether it existed."""
         with self._tx() as session:
-            done = _dml(session.execute(delete(_Credential).where(
-                _Credential.user == user, _Credential.name == name)))
+            done = _dml(
+                session.execute(
+                    delete(_Credential).where(_Credential.user == user, _Credential.name == name)
+                )
+            )
             return bool(done.rowcount)
 
 
@@ -653,18 +705,25 @@ def _storable(what: str, value: str, max_chars: int | None) -> None:
     if "\x00" in value:
         raise RefusedError(f"{what} {value[:40]!r} holds a NUL character; remove it")
     if max_chars is not None and len(value) > max_chars:
-        raise RefusedError(f"{what} {value[:40]!r}... is {len(value)} characters long; "
-                           f"at most {max_chars}")
+        raise RefusedError(
+            f"{what} {value[:40]!r}... is {len(value)} characters long; at most {max_chars}"
+        )
 
 
 def _labels_match(have: dict[str, str], want: dict[str, str]) -> bool:
     return all(have.get(k) == v for k, v in want.items())
 
 
-def _page_conditions(*, statuses: list[str] | None, name: str | None,
-                     labels: dict[str, str] | None, submitted_by: str | list[str] | None,
-                     pool: str | list[str] | None, submitted_after_s: float | None,
-                     submitted_before_s: float | None) -> list[Any]:
+def _page_conditions(
+    *,
+    statuses: list[str] | None,
+    name: str | None,
+    labels: dict[str, str] | None,
+    submitted_by: str | list[str] | None,
+    pool: str | list[str] | None,
+    submitted_after_s: float | None,
+    submitted_before_s: float | None,
+) -> list[Any]:
     """The SQL conditions of ``Store.page_workflows``' column filters."""
     conditions: list[Any] = []
     if statuses:

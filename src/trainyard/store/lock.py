@@ -37,15 +37,28 @@ def make_url(url: str) -> Any:  # noqa: ANN401 - sqlalchemy's URL
 
     return parse(url)
 
-__all__ = ["FileLock", "HeldLock", "flock_within", "holder", "store_lock_path",
-           "acquire_store_lock", "PG_LOCK_KEY", "NO_DRIVER", "PgLock", "with_driver",
-           "shown_url"]
+
+__all__ = [
+    "FileLock",
+    "HeldLock",
+    "flock_within",
+    "holder",
+    "store_lock_path",
+    "acquire_store_lock",
+    "PG_LOCK_KEY",
+    "NO_DRIVER",
+    "PgLock",
+    "with_driver",
+    "shown_url",
+]
 
 PG_LOCK_KEY = 0x7472_6179  # "tray": the advisory lock key of a trainyard engine
 """The key of the PostgreSQL session advisory lock one engine holds on its store."""
 
-NO_DRIVER = ("a PostgreSQL store needs the psycopg driver: pip install 'trainyard[postgres]' "
-             "(or 'psycopg[binary]')")
+NO_DRIVER = (
+    "a PostgreSQL store needs the psycopg driver: pip install 'trainyard[postgres]' "
+    "(or 'psycopg[binary]')"
+)
 """The start of the StoreError raised when psycopg is not installed."""
 
 PG_DRIVER = "postgresql+psycopg"
@@ -58,8 +71,9 @@ def with_driver(url: str) -> str:
     ``postgres://...`` (as libpq and most hosting services write it) become
     ``postgresql+psycopg://...``; any other URL, a driver already named included, is
     returned unchanged."""
-    parsed = make_url(url.replace("postgres://", "postgresql://", 1)
-                      if url.startswith("postgres://") else url)
+    parsed = make_url(
+        url.replace("postgres://", "postgresql://", 1) if url.startswith("postgres://") else url
+    )
     if parsed.drivername != "postgresql":
         return url
     return str(parsed.set(drivername=PG_DRIVER).render_as_string(hide_password=False))
@@ -170,9 +184,11 @@ def _open_lock_file(path: Path, flags: int) -> int:
         return fd
     if fd >= 0:
         os.close(fd)
-    raise StoreError(f"lock file {path} is a symbolic link or not a regular file; a lock is "
-                     "never taken through one (it would write where the link points): remove "
-                     "it and start again")
+    raise StoreError(
+        f"lock file {path} is a symbolic link or not a regular file; a lock is "
+        "never taken through one (it would write where the link points): remove "
+        "it and start again"
+    )
 
 
 def _held_message(what: str, path: Path, note: dict[str, Any]) -> str:
@@ -180,9 +196,11 @@ def _held_message(what: str, path: Path, note: dict[str, Any]) -> str:
     who = f"pid {pid}" if pid else "another process"
     if note.get("host") and note.get("host") != socket.gethostname():
         who += f" on {note['host']}"
-    return (f"{what} is in use by another trainyard server ({who}; lock {path}); only one "
-            "engine may drive a store. Use that server (`trainyard server status`) or stop it "
-            "first (`trainyard server stop`)")
+    return (
+        f"{what} is in use by another trainyard server ({who}; lock {path}); only one "
+        "engine may drive a store. Use that server (`trainyard server status`) or stop it "
+        "first (`trainyard server stop`)"
+    )
 
 
 def holder(path: Path) -> dict[str, Any] | None:
@@ -222,16 +240,19 @@ def store_lock_path(url: str) -> Path | None:
 PG_LOCK_CHECK_S = 10.0
 """Seconds between two checks that an engine still holds its PostgreSQL lock."""
 
-_KEEPALIVE_SQL = ("SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; "
-                  "SET tcp_keepalives_count = 3")
+_KEEPALIVE_SQL = (
+    "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; SET tcp_keepalives_count = 3"
+)
 """Server-side TCP keepalives of the lock's session (PostgreSQL docs, "Connection
 Settings"): when the holder's machine vanishes without closing the connection (a node
 lost), the server drops the session, and so the lock, within about a minute instead of the
 system's default two hours, so that the replacing server can start. Ignored on a Unix
 socket."""
 
-_HELD_SQL = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-             "AND pid = pg_backend_pid() AND classid = 0 AND objid = :k AND objsubid = 1")
+_HELD_SQL = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+    "AND pid = pg_backend_pid() AND classid = 0 AND objid = :k AND objsubid = 1"
+)
 
 
 def _stop_this_process(reason: str) -> None:
@@ -252,13 +273,22 @@ class PgLock:
     ``on_lost(reason)`` is called once (default: this process stops, since another engine
     may take the store now)."""
 
-    def __init__(self, connection: Any, *, check_interval_s: float = PG_LOCK_CHECK_S,
-                 on_lost: Any = _stop_this_process) -> None:  # noqa: ANN401
+    def __init__(
+        self,
+        connection: Any,
+        *,
+        check_interval_s: float = PG_LOCK_CHECK_S,
+        on_lost: Any = _stop_this_process,
+    ) -> None:  # noqa: ANN401
         self._connection = connection
         self._use = threading.Lock()  # one thread at a time on the connection
         self._released = threading.Event()
-        self._thread = threading.Thread(target=self._watch, args=(check_interval_s, on_lost),
-                                        name="trainyard-store-lock", daemon=True)
+        self._thread = threading.Thread(
+            target=self._watch,
+            args=(check_interval_s, on_lost),
+            name="trainyard-store-lock",
+            daemon=True,
+        )
         self._thread.start()
 
     def held(self) -> bool:
@@ -292,7 +322,8 @@ _HOLDER_SQL = (
     "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
     "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = :k "
     "AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database "
-    "WHERE datname = current_database())")
+    "WHERE datname = current_database())"
+)
 """Who holds the engine lock of this database (a bigint key below 2**32 shows as classid 0,
 objid KEY, objsubid 1 in ``pg_locks``: PostgreSQL docs, "pg_locks")."""
 
@@ -309,8 +340,9 @@ def _pg_lock(url: str, **checks: Any) -> PgLock:
 
     name = f"trainyard-engine pid {os.getpid()} on {socket.gethostname()}"
     try:
-        engine = create_engine(with_driver(url), poolclass=NullPool,
-                               connect_args={"application_name": name[:63]})
+        engine = create_engine(
+            with_driver(url), poolclass=NullPool, connect_args={"application_name": name[:63]}
+        )
         conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         conn.exec_driver_sql(_KEEPALIVE_SQL)
         got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": PG_LOCK_KEY}).scalar()
@@ -321,17 +353,19 @@ def _pg_lock(url: str, **checks: Any) -> PgLock:
     except ImportError as exc:
         raise StoreError(f"{NO_DRIVER}: {exc}") from exc
     except SQLAlchemyError as exc:
-        raise StoreError(f"cannot take the engine lock of the store at {shown_url(url)}: "
-                         f"{exc}") from exc
+        raise StoreError(
+            f"cannot take the engine lock of the store at {shown_url(url)}: {exc}"
+        ) from exc
     raise EngineLockedError(
         f"the store at {shown_url(url)} is in use by another trainyard server "
         f"({who or 'unknown holder'}, PostgreSQL advisory lock {PG_LOCK_KEY}); only one "
-        "engine may drive a store. Stop that server first")
+        "engine may drive a store. Stop that server first"
+    )
 
 
-def acquire_store_lock(url: str, *, wait_s: float = 0.0,
-                       check_interval_s: float = PG_LOCK_CHECK_S,
-                       on_lost: Any = None) -> HeldLock | None:  # noqa: ANN401
+def acquire_store_lock(
+    url: str, *, wait_s: float = 0.0, check_interval_s: float = PG_LOCK_CHECK_S, on_lost: Any = None
+) -> HeldLock | None:  # noqa: ANN401
     """Take the one-engine lock of the store at ``url`` (before the engine touches it).
     A PostgreSQL lock is checked every ``check_interval_s``; once lost, ``on_lost(reason)``
     is called (default: this process stops with SIGTERM; see ``PgLock``).
@@ -353,4 +387,3 @@ def acquire_store_lock(url: str, *, wait_s: float = 0.0,
     if on_lost is None:
         return _pg_lock(url, check_interval_s=check_interval_s)
     return _pg_lock(url, check_interval_s=check_interval_s, on_lost=on_lost)
-

@@ -136,15 +136,21 @@ class _Server:
         while True:
             await asyncio.sleep(STATUS_INTERVAL_S)
             missing = ", ".join(str(r) for r in self.missing())
-            self.log(f"{len(self.writers)}/{self.num_nodes - 1} ranks connected, waiting on ranks: {missing}")
+            self.log(
+                f"{len(self.writers)}/{self.num_nodes - 1} ranks connected, waiting on ranks: {missing}"
+            )
 
 
 async def _serve(num_nodes: int, port: int, timeout_s: float, listen_host: str, log: Log) -> None:
     state = _Server(num_nodes, log)
     try:
-        server = await asyncio.start_server(state.handle, host=listen_host, port=port, reuse_address=True)
+        server = await asyncio.start_server(
+            state.handle, host=listen_host, port=port, reuse_address=True
+        )
     except OSError as exc:
-        raise BarrierFailed(f"rank 0 cannot listen on {listen_host}:{port}: {exc.strerror or exc}") from exc
+        raise BarrierFailed(
+            f"rank 0 cannot listen on {listen_host}:{port}: {exc.strerror or exc}"
+        ) from exc
     log(f"rank 0 listening on {listen_host}:{port} for {num_nodes - 1} rank(s)")
     if num_nodes == 1:
         state.done.set()
@@ -165,8 +171,11 @@ async def _serve(num_nodes: int, port: int, timeout_s: float, listen_host: str, 
 
 
 def serve_barrier(
-    num_nodes: int, port: int = DEFAULT_PORT, timeout_s: float = DEFAULT_TIMEOUT_S,
-    listen_host: str = "0.0.0.0", log: Log = _print,
+    num_nodes: int,
+    port: int = DEFAULT_PORT,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    listen_host: str = "0.0.0.0",
+    log: Log = _print,
 ) -> None:
     """Rank 0: wait for ranks 1..num_nodes-1, then release them all.
 
@@ -196,7 +205,10 @@ def _connect(host: str, port: int, deadline: float, log: Log) -> socket.socket:
 
 
 def join_barrier(
-    rank: int, host: str, port: int = DEFAULT_PORT, timeout_s: float = DEFAULT_TIMEOUT_S,
+    rank: int,
+    host: str,
+    port: int = DEFAULT_PORT,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     log: Log = _print,
 ) -> None:
     """A rank > 0: connect to rank 0 (retrying), announce ``rank``, wait for the release.
@@ -215,7 +227,9 @@ def join_barrier(
             try:
                 chunk = sock.recv(4096)
             except TimeoutError:
-                raise BarrierTimeout(f"rank {rank} was not released within {timeout_s:g} s") from None
+                raise BarrierTimeout(
+                    f"rank {rank} was not released within {timeout_s:g} s"
+                ) from None
             except OSError as exc:
                 raise BarrierFailed(f"lost the connection to rank 0: {exc}") from exc
             if not chunk:
@@ -230,8 +244,13 @@ def join_barrier(
 
 
 def run_barrier(
-    num_nodes: int, rank: int, connect: str | None = None, port: int = DEFAULT_PORT,
-    timeout_s: float = DEFAULT_TIMEOUT_S, listen_host: str = "0.0.0.0", log: Log = _print,
+    num_nodes: int,
+    rank: int,
+    connect: str | None = None,
+    port: int = DEFAULT_PORT,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    listen_host: str = "0.0.0.0",
+    log: Log = _print,
 ) -> None:
     """Block until all ``num_nodes`` ranks have arrived (rank 0 serves, the others join).
 
@@ -251,12 +270,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m trainyard.training.barrier",
         description="Synchronise the tasks of a group: all ranks are released together.",
     )
-    parser.add_argument("--num_nodes", "--num-nodes", type=int, required=True, help="number of ranks")
+    parser.add_argument(
+        "--num_nodes", "--num-nodes", type=int, required=True, help="number of ranks"
+    )
     parser.add_argument("--rank", type=int, required=True, help="this task's rank, 0..num_nodes-1")
     parser.add_argument("--connect", help="host of rank 0 (required for ranks > 0)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"rank 0's port (default {DEFAULT_PORT})")
-    parser.add_argument("--timeout-s", "--timeout_s", "--timeout", type=float, default=DEFAULT_TIMEOUT_S,
-                        help=f"give up after this many seconds (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"rank 0's port (default {DEFAULT_PORT})"
+    )
+    parser.add_argument(
+        "--timeout-s",
+        "--timeout_s",
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"give up after this many seconds (default {DEFAULT_TIMEOUT_S:g})",
+    )
     parser.add_argument("--listen-host", default="0.0.0.0", help="address rank 0 listens on")
     return parser
 
@@ -266,7 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        run_barrier(args.num_nodes, args.rank, args.connect, args.port, args.timeout_s, args.listen_host)
+        run_barrier(
+            args.num_nodes, args.rank, args.connect, args.port, args.timeout_s, args.listen_host
+        )
     except ValueError as exc:
         parser.print_usage(sys.stderr)
         print(f"error: {exc}", file=sys.stderr)

@@ -23,10 +23,10 @@ import gzip
 import importlib.util
 import pickle
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 import numpy as np
 
@@ -120,7 +120,9 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     try:
         from sklearn.datasets import load_digits as sk_load_digits
     except ImportError as exc:  # pragma: no cover - scikit-learn is a dependency of [train]
-        raise DatasetError("the digits dataset needs scikit-learn (pip install scikit-learn)") from exc
+        raise DatasetError(
+            "the digits dataset needs scikit-learn (pip install scikit-learn)"
+        ) from exc
     bunch = sk_load_digits()
     return bunch.images, bunch.target.astype(np.int64)
 
@@ -166,7 +168,9 @@ def read_idx(path: str | Path) -> np.ndarray:
         raise DatasetError(
             f"{path}: IDX body has {len(raw) - header} bytes, dimensions {dims} need {expected}"
         )
-    return np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims).astype(dtype.newbyteorder("="))
+    return (
+        np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims).astype(dtype.newbyteorder("="))
+    )
 
 
 def write_idx(path: str | Path, array: np.ndarray) -> None:
@@ -268,7 +272,9 @@ def load_cifar10(data_dir: str | Path) -> DatasetSplits:
     """
     root = Path(data_dir)
     folder = root / "cifar-10-batches-py" if (root / "cifar-10-batches-py").is_dir() else root
-    missing = [n for n in (*CIFAR10_TRAIN_BATCHES, CIFAR10_TEST_BATCH) if not (folder / n).is_file()]
+    missing = [
+        n for n in (*CIFAR10_TRAIN_BATCHES, CIFAR10_TEST_BATCH) if not (folder / n).is_file()
+    ]
     if missing:
         raise DatasetError(f"CIFAR-10 batches missing in {folder}: {', '.join(missing)}")
     train = [_read_cifar_batch(folder / n) for n in CIFAR10_TRAIN_BATCHES]

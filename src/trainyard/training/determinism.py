@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import asdict, dataclass
 from collections.abc import MutableMapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
@@ -152,7 +152,10 @@ def init_distributed(env: DistEnv, timeout_s: float = 1800.0) -> Runtime:
     try:
         if env.launched:
             dist.init_process_group(
-                backend, init_method="env://", rank=env.rank, world_size=env.world_size,
+                backend,
+                init_method="env://",
+                rank=env.rank,
+                world_size=env.world_size,
                 timeout=timeout,
             )
         else:

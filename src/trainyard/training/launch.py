@@ -29,8 +29,8 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 __all__ = ["LaunchPlan", "build_parser", "plan_from_args", "worker_env", "launch", "main"]
 
@@ -95,16 +95,32 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m trainyard.training.launch",
         description="Start one process per slot of this node with torchrun's environment.",
     )
-    parser.add_argument("--offset", type=int, required=True, help="global rank of this node's first process")
+    parser.add_argument(
+        "--offset", type=int, required=True, help="global rank of this node's first process"
+    )
     parser.add_argument("--size", type=int, required=True, help="processes on this node")
-    parser.add_argument("--world_size", "--world-size", type=int, required=True, help="processes in the job")
-    parser.add_argument("--master_addr", "--master-addr", default=os.environ.get("MASTER_ADDR", "127.0.0.1"),
-                        help="host of global rank 0 (default $MASTER_ADDR or 127.0.0.1)")
-    parser.add_argument("--master_port", "--master-port", type=int,
-                        default=int(os.environ.get("MASTER_PORT", DEFAULT_MASTER_PORT)),
-                        help=f"port of global rank 0's store (default $MASTER_PORT or {DEFAULT_MASTER_PORT})")
-    parser.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM-to-SIGKILL delay when stopping")
-    parser.add_argument("-m", "--module", action="store_true", help="run TARGET as a module (python -m)")
+    parser.add_argument(
+        "--world_size", "--world-size", type=int, required=True, help="processes in the job"
+    )
+    parser.add_argument(
+        "--master_addr",
+        "--master-addr",
+        default=os.environ.get("MASTER_ADDR", "127.0.0.1"),
+        help="host of global rank 0 (default $MASTER_ADDR or 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--master_port",
+        "--master-port",
+        type=int,
+        default=int(os.environ.get("MASTER_PORT", DEFAULT_MASTER_PORT)),
+        help=f"port of global rank 0's store (default $MASTER_PORT or {DEFAULT_MASTER_PORT})",
+    )
+    parser.add_argument(
+        "--grace-s", type=float, default=10.0, help="SIGTERM-to-SIGKILL delay when stopping"
+    )
+    parser.add_argument(
+        "-m", "--module", action="store_true", help="run TARGET as a module (python -m)"
+    )
     parser.add_argument("target", help="script, or module with -m")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the target")
     return parser
@@ -114,9 +130,13 @@ def plan_from_args(args: argparse.Namespace) -> LaunchPlan:
     """Build and check the plan. Raises ValueError on inconsistent ranks."""
     command = (sys.executable, "-m", args.target) if args.module else (sys.executable, args.target)
     plan = LaunchPlan(
-        offset=args.offset, size=args.size, world_size=args.world_size,
-        master_addr=args.master_addr, master_port=args.master_port,
-        command=(*command, *args.args), node=f"{socket.gethostname()}/offset-{args.offset}",
+        offset=args.offset,
+        size=args.size,
+        world_size=args.world_size,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        command=(*command, *args.args),
+        node=f"{socket.gethostname()}/offset-{args.offset}",
     )
     plan.check()
     return plan
@@ -145,8 +165,12 @@ def _supervise(plan: LaunchPlan, procs: Sequence[subprocess.Popen], grace_s: flo
         failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
         if failed:
             local_rank, code = failed[0]
-            print(f"[launch] rank {plan.offset + local_rank} exited with code {_exit_code(code)}; "
-                  f"stopping the other processes of this node", file=sys.stderr, flush=True)
+            print(
+                f"[launch] rank {plan.offset + local_rank} exited with code {_exit_code(code)}; "
+                f"stopping the other processes of this node",
+                file=sys.stderr,
+                flush=True,
+            )
             _stop(procs, signal.SIGTERM, grace_s)
             return _exit_code(code)
         if all(c == 0 for c in codes):
@@ -154,10 +178,14 @@ def _supervise(plan: LaunchPlan, procs: Sequence[subprocess.Popen], grace_s: flo
         time.sleep(POLL_INTERVAL_S)
 
 
-def launch(plan: LaunchPlan, grace_s: float = 10.0, base_env: Mapping[str, str] | None = None) -> int:
+def launch(
+    plan: LaunchPlan, grace_s: float = 10.0, base_env: Mapping[str, str] | None = None
+) -> int:
     """Start the plan's processes, wait for them, return the job's exit code on this node."""
     base = os.environ if base_env is None else base_env
-    procs = [subprocess.Popen(plan.command, env=worker_env(plan, i, base)) for i in range(plan.size)]
+    procs = [
+        subprocess.Popen(plan.command, env=worker_env(plan, i, base)) for i in range(plan.size)
+    ]
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:

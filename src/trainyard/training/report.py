@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, UTC
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
 __all__ = ["epoch_lines", "summary_lines", "MetricsLog", "METRICS_FILE"]
 

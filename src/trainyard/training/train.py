@@ -81,10 +81,10 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -99,7 +99,14 @@ from trainyard.training.determinism import (
     seed_everything,
     torch_version,
 )
-from trainyard.training.dist import DistEnv, NodeLayout, Runtime, init_distributed, node_layout, shutdown
+from trainyard.training.dist import (
+    DistEnv,
+    NodeLayout,
+    Runtime,
+    init_distributed,
+    node_layout,
+    shutdown,
+)
 from trainyard.training.errors import (
     DatasetError,
     DistributedSetupError,
@@ -191,28 +198,81 @@ def build_parser() -> argparse.ArgumentParser:
         description="DDP trainer with atomic snapshots and exact resume (torchrun or single process).",
     )
     add = parser.add_argument
-    add("--total_epochs", "--total-epochs", type=int, default=10, help="epochs to train (default 10)")
-    add("--batch_size", "--batch-size", type=int, default=32, help="batch size per process (default 32)")
-    add("--snapshot_path", "--snapshot-path", default=SNAPSHOT_FILENAME,
-        help="snapshot file, or a folder to hold snapshot.pth (default ./snapshot.pth)")
-    add("--save_every", "--save-every", type=int, default=1, help="snapshot every N epochs (default 1)")
-    add("--error_log", "--error-log", default=None,
-        help="on failure each failing worker writes ERROR_LOG.<rank> (OSMO reschedule sample)")
+    add(
+        "--total_epochs",
+        "--total-epochs",
+        type=int,
+        default=10,
+        help="epochs to train (default 10)",
+    )
+    add(
+        "--batch_size",
+        "--batch-size",
+        type=int,
+        default=32,
+        help="batch size per process (default 32)",
+    )
+    add(
+        "--snapshot_path",
+        "--snapshot-path",
+        default=SNAPSHOT_FILENAME,
+        help="snapshot file, or a folder to hold snapshot.pth (default ./snapshot.pth)",
+    )
+    add(
+        "--save_every",
+        "--save-every",
+        type=int,
+        default=1,
+        help="snapshot every N epochs (default 1)",
+    )
+    add(
+        "--error_log",
+        "--error-log",
+        default=None,
+        help="on failure each failing worker writes ERROR_LOG.<rank> (OSMO reschedule sample)",
+    )
     add("--lr", type=float, default=0.05, help="SGD learning rate, cosine-annealed (default 0.05)")
     add("--seed", type=int, default=0, help="seed for weights, data order and dropout (default 0)")
-    add("--target-accuracy", "--target_accuracy", type=float, default=None,
-        help="stop early once validation accuracy reaches this for --patience epochs in a row")
-    add("--patience", type=int, default=1, help="consecutive epochs at target before stopping (default 1)")
+    add(
+        "--target-accuracy",
+        "--target_accuracy",
+        type=float,
+        default=None,
+        help="stop early once validation accuracy reaches this for --patience epochs in a row",
+    )
+    add(
+        "--patience",
+        type=int,
+        default=1,
+        help="consecutive epochs at target before stopping (default 1)",
+    )
     add("--dataset", choices=sorted(DATASETS), default="digits", help="default: digits (bundled)")
-    add("--data-dir", "--data_dir", default=None, help="local copy of mnist (IDX) or cifar10 (python batches)")
+    add(
+        "--data-dir",
+        "--data_dir",
+        default=None,
+        help="local copy of mnist (IDX) or cifar10 (python batches)",
+    )
     add("--model", choices=sorted(MODELS), default="mlp", help="default: mlp")
-    add("--metrics-dir", "--metrics_dir", default=None,
-        help="folder for metrics.jsonl (default: the snapshot's folder)")
-    add("--fail-at-epoch", "--fail_at_epoch", type=int, default=None,
-        help="test hook: fail half-way through epoch K (from 1) in a run that started without a snapshot")
-    add("--deterministic", action="store_true",
+    add(
+        "--metrics-dir",
+        "--metrics_dir",
+        default=None,
+        help="folder for metrics.jsonl (default: the snapshot's folder)",
+    )
+    add(
+        "--fail-at-epoch",
+        "--fail_at_epoch",
+        type=int,
+        default=None,
+        help="test hook: fail half-way through epoch K (from 1) in a run that started without a snapshot",
+    )
+    add(
+        "--deterministic",
+        action="store_true",
         help="deterministic GPU kernels (torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG, "
-             "cuDNN without benchmarking): the same weights every run, at some speed; see docs/reproducible.md")
+        "cuDNN without benchmarking): the same weights every run, at some speed; see docs/reproducible.md",
+    )
     add("--local-rank", "--local_rank", type=int, default=None, help=argparse.SUPPRESS)
     return parser
 
@@ -233,7 +293,9 @@ def _check_fail_at_epoch(cfg_total: int, save_every: int, fail_at: int | None) -
     if fail_at is None:
         return
     if not 1 <= fail_at <= cfg_total:
-        raise ValueError(f"--fail-at-epoch must lie in [1, --total_epochs={cfg_total}], got {fail_at}")
+        raise ValueError(
+            f"--fail-at-epoch must lie in [1, --total_epochs={cfg_total}], got {fail_at}"
+        )
     if fail_at - 1 < save_every:
         raise ValueError(
             f"--fail-at-epoch {fail_at} needs a snapshot before it (epoch {fail_at - 1} or earlier) "
@@ -289,13 +351,17 @@ class Trainer:
     """One worker's share of a DDP training run. Every method that communicates is called on
     every rank in the same order."""
 
-    def __init__(self, cfg: TrainConfig, env: DistEnv, runtime: Runtime, data: DatasetSplits) -> None:
+    def __init__(
+        self, cfg: TrainConfig, env: DistEnv, runtime: Runtime, data: DatasetSplits
+    ) -> None:
         self.cfg, self.env, self.runtime, self.data = cfg, env, runtime, data
         device = runtime.device
         seed_everything(cfg.seed)  # same initial weights on every rank; snapshot RNG states too
         self.model = build_model(cfg.model, data.input_shape, data.num_classes).to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=MOMENTUM)
-        self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=cfg.total_epochs)
+        self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
+            self.optimizer, T_max=cfg.total_epochs
+        )
         self.train_x = torch.from_numpy(data.train_x).to(device)
         self.train_y = torch.from_numpy(data.train_y).to(device)
         self.val_x = torch.from_numpy(data.val_x[env.rank :: env.world_size]).to(device)
@@ -303,8 +369,11 @@ class Trainer:
         self.sampler: DistributedSampler[int] = DistributedSampler(
             # the sampler needs only len(); torch types its argument as a Dataset
             range(len(data.train_y)),  # type: ignore[arg-type]
-            num_replicas=env.world_size, rank=env.rank,
-            shuffle=True, seed=cfg.seed, drop_last=False,
+            num_replicas=env.world_size,
+            rank=env.rank,
+            shuffle=True,
+            seed=cfg.seed,
+            drop_last=False,
         )
         self.epochs_completed = 0
         self.epochs_at_target = 0
@@ -335,17 +404,25 @@ class Trainer:
     def reproducibility(self) -> Reproducibility:
         """What another run must share to end with these weights (module docstring)."""
         return Reproducibility(
-            seed=self.cfg.seed, world_size=self.env.world_size, torch_version=torch_version(),
-            deterministic=self.cfg.deterministic, backend=self.runtime.backend,
+            seed=self.cfg.seed,
+            world_size=self.env.world_size,
+            torch_version=torch_version(),
+            deterministic=self.cfg.deterministic,
+            backend=self.runtime.backend,
             device_type=self.runtime.device.type,
         )
 
     def state_config(self) -> dict[str, Any]:
         """The settings an exact resume depends on (kept in the snapshot, checked on resume)."""
         return {
-            "dataset": self.cfg.dataset, "model": self.cfg.model, "seed": self.cfg.seed,
-            "batch_size": self.cfg.batch_size, "lr": self.cfg.lr, "world_size": self.env.world_size,
-            "deterministic": self.cfg.deterministic, "torch_version": torch_version(),
+            "dataset": self.cfg.dataset,
+            "model": self.cfg.model,
+            "seed": self.cfg.seed,
+            "batch_size": self.cfg.batch_size,
+            "lr": self.cfg.lr,
+            "world_size": self.env.world_size,
+            "deterministic": self.cfg.deterministic,
+            "torch_version": torch_version(),
         }
 
     def _load_state(self, state: dict[str, Any], source: str) -> None:
@@ -365,10 +442,18 @@ class Trainer:
 
     def _warn_if_config_differs(self, saved: dict[str, Any], source: str) -> None:
         current = self.state_config()
-        changed = [f"{k} {saved[k]!r} -> {current[k]!r}" for k in current if k in saved and saved[k] != current[k]]
+        changed = [
+            f"{k} {saved[k]!r} -> {current[k]!r}"
+            for k in current
+            if k in saved and saved[k] != current[k]
+        ]
         if changed and self.env.is_main:
-            print(f"warning: resuming {source} with changed settings ({', '.join(changed)}); "
-                  "the result will differ from an uninterrupted run", file=sys.stderr, flush=True)
+            print(
+                f"warning: resuming {source} with changed settings ({', '.join(changed)}); "
+                "the result will differ from an uninterrupted run",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _local_snapshot(self) -> tuple[int, bytes | None, str]:
         """(epochs completed or -1 if none or -2 if corrupt, raw bytes, error message)."""
@@ -458,7 +543,9 @@ class Trainer:
         totals = torch.zeros(2, dtype=torch.float64, device=self.runtime.device)
         for step, index in enumerate(batches):
             if step == fail_step:
-                raise InjectedFailure(f"--fail-at-epoch {epoch + 1}: injected failure at step {step}")
+                raise InjectedFailure(
+                    f"--fail-at-epoch {epoch + 1}: injected failure at step {step}"
+                )
             index = index.to(self.runtime.device)
             inputs, labels = self.train_x[index], self.train_y[index]
             self.optimizer.zero_grad(set_to_none=True)
@@ -494,8 +581,13 @@ class Trainer:
         val_loss, val_accuracy = self.evaluate()
         self.scheduler.step()
         return EpochResult(
-            epoch=epoch + 1, train_loss=train_loss, val_loss=val_loss, val_accuracy=val_accuracy,
-            images=images, epoch_time_s=trained - started, val_time_s=time.perf_counter() - trained,
+            epoch=epoch + 1,
+            train_loss=train_loss,
+            val_loss=val_loss,
+            val_accuracy=val_accuracy,
+            images=images,
+            epoch_time_s=trained - started,
+            val_time_s=time.perf_counter() - trained,
         )
 
     def update_early_stop(self, val_accuracy: float) -> bool:
@@ -527,29 +619,52 @@ class Trainer:
                 f"continuing at epoch {first}"
             )
         self._log(
-            "start", epochs_completed=self.epochs_completed, first_epoch=first,
-            total_epochs=self.cfg.total_epochs, resumed_from=self.resumed_from,
-            snapshot_source_rank=self.snapshot_source_rank, world_size=self.env.world_size,
-            nodes=layout.nodes, workers_per_node=list(layout.workers_per_node),
-            backend=self.runtime.backend, device=str(self.runtime.device),
-            dataset=self.cfg.dataset, model=self.cfg.model,
-            train_images=len(self.data.train_y), val_images=len(self.data.val_y),
-            batch_size=self.cfg.batch_size, lr=self.cfg.lr, seed=self.cfg.seed,
-            torch_version=torch_version(), deterministic=self.cfg.deterministic,
+            "start",
+            epochs_completed=self.epochs_completed,
+            first_epoch=first,
+            total_epochs=self.cfg.total_epochs,
+            resumed_from=self.resumed_from,
+            snapshot_source_rank=self.snapshot_source_rank,
+            world_size=self.env.world_size,
+            nodes=layout.nodes,
+            workers_per_node=list(layout.workers_per_node),
+            backend=self.runtime.backend,
+            device=str(self.runtime.device),
+            dataset=self.cfg.dataset,
+            model=self.cfg.model,
+            train_images=len(self.data.train_y),
+            val_images=len(self.data.val_y),
+            batch_size=self.cfg.batch_size,
+            lr=self.cfg.lr,
+            seed=self.cfg.seed,
+            torch_version=torch_version(),
+            deterministic=self.cfg.deterministic,
         )
 
     def _report_epoch(self, result: EpochResult, saved: bool) -> None:
-        self._say(*epoch_lines(
-            result.epoch, self.cfg.total_epochs, result.epoch_time_s, result.val_loss,
-            result.val_accuracy, result.throughput_images_per_s,
-        ))
+        self._say(
+            *epoch_lines(
+                result.epoch,
+                self.cfg.total_epochs,
+                result.epoch_time_s,
+                result.val_loss,
+                result.val_accuracy,
+                result.throughput_images_per_s,
+            )
+        )
         self._log(
-            "epoch", epoch=result.epoch, total_epochs=self.cfg.total_epochs,
-            epoch_time_s=result.epoch_time_s, val_time_s=result.val_time_s,
-            train_loss=result.train_loss, val_loss=result.val_loss,
-            val_accuracy=result.val_accuracy, images=result.images,
+            "epoch",
+            epoch=result.epoch,
+            total_epochs=self.cfg.total_epochs,
+            epoch_time_s=result.epoch_time_s,
+            val_time_s=result.val_time_s,
+            train_loss=result.train_loss,
+            val_loss=result.val_loss,
+            val_accuracy=result.val_accuracy,
+            images=result.images,
             throughput_images_per_s=result.throughput_images_per_s,
-            lr=self.optimizer.param_groups[0]["lr"], snapshot_saved=saved,
+            lr=self.optimizer.param_groups[0]["lr"],
+            snapshot_saved=saved,
         )
 
     def _report_early_stop(self, result: EpochResult) -> None:
@@ -558,26 +673,42 @@ class Trainer:
             f"{self.cfg.target_accuracy:.4f} for {self.cfg.patience} consecutive epoch(s)"
         )
         self._log(
-            "early_stop", epoch=result.epoch, val_accuracy=result.val_accuracy,
-            target_accuracy=self.cfg.target_accuracy, patience=self.cfg.patience,
+            "early_stop",
+            epoch=result.epoch,
+            val_accuracy=result.val_accuracy,
+            target_accuracy=self.cfg.target_accuracy,
+            patience=self.cfg.patience,
         )
 
-    def _report_summary(self, layout: NodeLayout, results: list[EpochResult], total_time_s: float) -> None:
+    def _report_summary(
+        self, layout: NodeLayout, results: list[EpochResult], total_time_s: float
+    ) -> None:
         images = sum(r.images for r in results)
         throughput = images / total_time_s if total_time_s > 0 else 0.0
-        self._say(*summary_lines(total_time_s, throughput, layout.workers_per_node, self.runtime.accelerator))
+        self._say(
+            *summary_lines(
+                total_time_s, throughput, layout.workers_per_node, self.runtime.accelerator
+            )
+        )
         last = results[-1] if results else None
         self._log(
-            "summary", total_time_s=total_time_s, throughput_images_per_s=throughput,
-            images=images, epochs_run=len(results),
+            "summary",
+            total_time_s=total_time_s,
+            throughput_images_per_s=throughput,
+            images=images,
+            epochs_run=len(results),
             first_epoch=results[0].epoch if results else None,
-            last_epoch=last.epoch if last else None, total_epochs=self.cfg.total_epochs,
-            nodes=layout.nodes, workers_per_node=list(layout.workers_per_node),
+            last_epoch=last.epoch if last else None,
+            total_epochs=self.cfg.total_epochs,
+            nodes=layout.nodes,
+            workers_per_node=list(layout.workers_per_node),
             world_size=self.env.world_size,
             final_val_loss=last.val_loss if last else None,
             final_val_accuracy=last.val_accuracy if last else None,
-            early_stopped=self.early_stopped, seed=self.cfg.seed,
-            torch_version=torch_version(), deterministic=self.cfg.deterministic,
+            early_stopped=self.early_stopped,
+            seed=self.cfg.seed,
+            torch_version=torch_version(),
+            deterministic=self.cfg.deterministic,
         )
 
     def finished(self) -> bool:
@@ -591,9 +722,11 @@ class Trainer:
         self.ddp = DistributedDataParallel(self.model, device_ids=device_ids)
         self._announce(layout)
         if self.finished():
-            self._say(f"Nothing to do: the snapshot has {self.epochs_completed} of "
-                      f"{self.cfg.total_epochs} epochs completed"
-                      + (" and stopped early" if self.early_stopped else ""))
+            self._say(
+                f"Nothing to do: the snapshot has {self.epochs_completed} of "
+                f"{self.cfg.total_epochs} epochs completed"
+                + (" and stopped early" if self.early_stopped else "")
+            )
             return EXIT_OK
         self.settle_buckets()
         inject_at = None if resumed else self.cfg.fail_at_epoch
@@ -633,16 +766,25 @@ def _write_error_log(cfg: TrainConfig, env: DistEnv, exc: BaseException, epoch: 
         print(f"[rank {env.rank}] cannot write {path}: {write_error}", file=sys.stderr, flush=True)
 
 
-def _record_failure(cfg: TrainConfig, env: DistEnv, exc: BaseException, trainer: Trainer | None) -> None:
+def _record_failure(
+    cfg: TrainConfig, env: DistEnv, exc: BaseException, trainer: Trainer | None
+) -> None:
     epoch = trainer.epochs_completed + 1 if trainer is not None else None
-    print(f"[rank {env.rank}] training failed in epoch {epoch}: {type(exc).__name__}: {exc}",
-          file=sys.stderr, flush=True)
+    print(
+        f"[rank {env.rank}] training failed in epoch {epoch}: {type(exc).__name__}: {exc}",
+        file=sys.stderr,
+        flush=True,
+    )
     if not isinstance(exc, InjectedFailure):
         traceback.print_exception(exc, file=sys.stderr)
     _write_error_log(cfg, env, exc, epoch)
     if trainer is not None and trainer.metrics is not None:
-        trainer.metrics.write("failure", epoch=epoch, error=f"{type(exc).__name__}: {exc}",
-                              injected=isinstance(exc, InjectedFailure))
+        trainer.metrics.write(
+            "failure",
+            epoch=epoch,
+            error=f"{type(exc).__name__}: {exc}",
+            injected=isinstance(exc, InjectedFailure),
+        )
     if isinstance(exc, InjectedFailure):
         # Every rank fails at the same step: wait until all have written their error logs,
         # so the launcher's tear-down cannot kill a rank before it wrote its file.
@@ -694,7 +836,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = load_dataset(cfg.dataset, cfg.data_dir)
         trainer = Trainer(cfg, env, runtime, data)
         return trainer.run()
-    except (DatasetError, SnapshotCorruptError, SnapshotMismatchError, DistributedSetupError) as exc:
+    except (
+        DatasetError,
+        SnapshotCorruptError,
+        SnapshotMismatchError,
+        DistributedSetupError,
+    ) as exc:
         print(f"[rank {env.rank}] error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - any training error is reported the same way

@@ -11,7 +11,6 @@ import json
 from collections.abc import Iterator
 
 import pytest
-
 from osmo_lines_support import FAILING, HELLO, TEMPLATED, TERMINAL, Osmo
 
 
@@ -25,7 +24,8 @@ def osmo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Osmo]:
     home.mkdir(mode=0o700)
     (home / "pools.yaml").write_text(  # one GPU in all: gangs of it queue (priority rows)
         "pools:\n  tiny:\n    backend: local\n    nodes:\n"
-        "    - {name: tiny-0, gpu: 1, cpu: 4, memory: 8Gi, storage: 10Gi}\n")
+        "    - {name: tiny-0, gpu: 1, cpu: 4, memory: 8Gi, storage: 10Gi}\n"
+    )
     (root / "hello.yaml").write_text(HELLO)
     (root / "broken.yaml").write_text(FAILING)
     (root / "templated.yaml").write_text(TEMPLATED)
@@ -34,15 +34,27 @@ def osmo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Osmo]:
     (data / "train" / "a.txt").write_text("a\n")
     (data / "train" / "b.txt").write_text("bb\n")
     (data / "readme.md").write_text("hello\n")
-    made = Osmo(home, root, {"spec": str(root / "hello.yaml"), "url": f"file://{data}",
-                             "dir": str(root / "local"), "templated": str(root / "templated.yaml")})
+    made = Osmo(
+        home,
+        root,
+        {
+            "spec": str(root / "hello.yaml"),
+            "url": f"file://{data}",
+            "dir": str(root / "local"),
+            "templated": str(root / "templated.yaml"),
+        },
+    )
     done = made.submit("hello.yaml", "--label", "team=vision")
     failed = made.submit("broken.yaml")
     assert made.wait(done)["status"] == "COMPLETED"
     assert made.wait(failed)["status"].startswith("FAILED")
     made.ok(f"osmo app create demo-app -d 'the hello app' -f {root / 'hello.yaml'}")
-    made.values.update(done=done, failed=failed, app="demo-app",
-                       server=json.loads((home / "server.json").read_text())["url"])
+    made.values.update(
+        done=done,
+        failed=failed,
+        app="demo-app",
+        server=json.loads((home / "server.json").read_text())["url"],
+    )
     yield made
     for row in made.run("osmo workflow list -a -c 1000 -t json").json():
         if not row["status"].startswith(TERMINAL):

@@ -67,10 +67,16 @@ class Osmo:
     values: dict[str, str] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
-        env.update(TRAINYARD_HOME=str(self.home), COLUMNS="200",
-                   PATH=f"{OSMO.parent}:{env.get('PATH', '')}")
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+        }
+        env.update(
+            TRAINYARD_HOME=str(self.home),
+            COLUMNS="200",
+            PATH=f"{OSMO.parent}:{env.get('PATH', '')}",
+        )
         return env
 
     def run(self, line: str, **values: str) -> Ran:
@@ -79,8 +85,15 @@ class Osmo:
         filled = line.format(**{**self.values, **values})
         argv = shlex.split(filled)
         assert argv[0] == "osmo", line
-        done = subprocess.run([str(OSMO), *argv[1:]], env=self.env(), capture_output=True,
-                              text=True, timeout=120, stdin=subprocess.DEVNULL, check=False)
+        done = subprocess.run(
+            [str(OSMO), *argv[1:]],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
         return Ran(filled, done.returncode, done.stdout, done.stderr)
 
     def ok(self, line: str, **values: str) -> Ran:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 import typer
-
 from osmo_lines_support import Osmo, Ran
+
 from trainyard.cli.main import build_app
 
 
@@ -49,18 +49,21 @@ def submitted_id(ran: Ran) -> str:
 
 def fresh(spec: str = "hello.yaml") -> Callable[[Osmo], dict[str, str]]:
     """A setup: submit ``spec`` and wait for its end; ``{wf}`` is its id."""
+
     def setup(osmo: Osmo) -> dict[str, str]:
         workflow_id = osmo.submit(spec)
         osmo.wait(workflow_id)
         return {"wf": workflow_id}
+
     return setup
 
 
 def running(osmo: Osmo) -> dict[str, str]:
     """A setup: two workflows that run a while; ``{wf}`` and ``{wf2}``."""
     sleepy = osmo.root / "sleepy.yaml"
-    sleepy.write_text("workflow:\n  name: sleepy\n  tasks:\n  - name: s\n"
-                      "    command: [sleep, '300']\n")
+    sleepy.write_text(
+        "workflow:\n  name: sleepy\n  tasks:\n  - name: s\n    command: [sleep, '300']\n"
+    )
     return {"wf": osmo.submit("sleepy.yaml"), "wf2": osmo.submit("sleepy.yaml")}
 
 
@@ -89,9 +92,11 @@ def rsync_setup(osmo: Osmo) -> dict[str, str]:
     folder.mkdir(exist_ok=True)
     (folder / "payload.txt").write_text("uploaded by the daemon\n")
     spec = osmo.root / "waits.yaml"
-    spec.write_text("workflow:\n  name: waits\n  tasks:\n  - name: lead\n    command: [sh, -c, "
-                    "'for i in $(seq 60); do f=/osmo/run/workspace/to-upload/payload.txt; "
-                    "test -f $f && { cat $f; exit 0; }; sleep 1; done; exit 7']\n")
+    spec.write_text(
+        "workflow:\n  name: waits\n  tasks:\n  - name: lead\n    command: [sh, -c, "
+        "'for i in $(seq 60); do f=/osmo/run/workspace/to-upload/payload.txt; "
+        "test -f $f && { cat $f; exit 0; }; sleep 1; done; exit 7']\n"
+    )
     return {"rsync_spec": str(spec), "rsync_dir": str(folder)}
 
 
@@ -105,8 +110,10 @@ def check_rsync(osmo: Osmo, ran: Ran) -> None:
 
 def one_gpu_spec(osmo: Osmo, name: str, seconds: int) -> str:
     spec = osmo.root / f"{name}.yaml"
-    spec.write_text(f"workflow:\n  name: {name}\n  resources:\n    default: {{gpu: 1, cpu: 1}}\n"
-                    f"  tasks:\n  - name: t\n    command: [sleep, '{seconds}']\n")
+    spec.write_text(
+        f"workflow:\n  name: {name}\n  resources:\n    default: {{gpu: 1, cpu: 1}}\n"
+        f"  tasks:\n  - name: t\n    command: [sleep, '{seconds}']\n"
+    )
     return spec.name
 
 
@@ -115,8 +122,11 @@ def queue_behind_a_blocker(osmo: Osmo) -> dict[str, str]:
     LOW workflow queued behind it; the row queues a HIGH one after that."""
     blocker = osmo.submit(one_gpu_spec(osmo, "blocker", 600), "-p", "tiny")
     low = osmo.submit(one_gpu_spec(osmo, "lowprio", 1), "-p", "tiny", "--priority", "LOW")
-    return {"blocker": blocker, "low": low,
-            "high_spec": str(osmo.root / one_gpu_spec(osmo, "highprio", 1))}
+    return {
+        "blocker": blocker,
+        "low": low,
+        "high_spec": str(osmo.root / one_gpu_spec(osmo, "highprio", 1)),
+    }
 
 
 def check_high_first(osmo: Osmo, ran: Ran) -> None:
@@ -125,8 +135,10 @@ def check_high_first(osmo: Osmo, ran: Ran) -> None:
     osmo.ok(f"osmo workflow cancel {osmo.values['blocker']}")
     high = osmo.wait(submitted_id(ran))
     low = osmo.wait(osmo.values["low"])
-    start = {name: data["groups"][0]["tasks"][0]["start_time"]
-             for name, data in (("high", high), ("low", low))}
+    start = {
+        name: data["groups"][0]["tasks"][0]["start_time"]
+        for name, data in (("high", high), ("low", low))
+    }
     assert start["high"] < start["low"], start
 
 
@@ -208,7 +220,8 @@ def local_path_app(osmo: Osmo) -> dict[str, str]:
         (folder / "run.sh").write_text(text + "\n")
     (made / "app.yaml").write_text(
         "workflow:\n  name: lp\n  tasks:\n  - name: t\n    command: [sh, /tmp/run.sh]\n"
-        "    files:\n    - path: /tmp/run.sh\n      localpath: run.sh\n")
+        "    files:\n    - path: /tmp/run.sh\n      localpath: run.sh\n"
+    )
     osmo.ok(f"osmo app create lp-app -d 'local files' -f {made / 'app.yaml'}")
     return {"lp_app": "lp-app", "lp_dir": str(other)}
 
@@ -249,8 +262,11 @@ def check_profile(osmo: Osmo, ran: Ran) -> None:
 def check_token_set(osmo: Osmo, ran: Ran) -> None:
     token = ran.out.strip()
     listed = osmo.ok("osmo token list -t json").json()
-    assert {"name": "ci-token", "expires_at": "2099-12-31", "description": "for CI"}.items() \
-        <= next(r for r in listed if r["name"] == "ci-token").items()
+    assert {
+        "name": "ci-token",
+        "expires_at": "2099-12-31",
+        "description": "for CI",
+    }.items() <= next(r for r in listed if r["name"] == "ci-token").items()
     assert token not in json.dumps(listed)  # a token is shown once, when made
 
 
@@ -285,8 +301,10 @@ def check_upload(osmo: Osmo, ran: Ran) -> None:
 
 def check_download(osmo: Osmo, ran: Ran) -> None:
     local = Path(osmo.values["dir"])
-    assert sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()) \
-        == ["a.txt", "b.txt"]
+    assert sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()) == [
+        "a.txt",
+        "b.txt",
+    ]
 
 
 def check_data_list(osmo: Osmo, ran: Ran) -> None:
@@ -316,6 +334,7 @@ def out_has(*texts: str) -> Callable[[Osmo, Ran], None]:
     def check(_osmo: Osmo, ran: Ran) -> None:
         for text in texts:
             assert text in ran.out, (text, ran.out)
+
     return check
 
 
@@ -323,6 +342,7 @@ def json_is(test: Callable[[Osmo, object], bool]) -> Callable[[Osmo, Ran], None]
     def check(osmo: Osmo, ran: Ran) -> None:
         data = ran.json()
         assert test(osmo, data), data
+
     return check
 
 
@@ -332,53 +352,97 @@ ROWS: list[Row] = [
     # osmo workflow submit
     Row("osmo workflow submit {spec}", check_submitted),
     Row("osmo workflow submit {spec} --pool local --priority LOW", check_submit_pool_priority),
-    Row("osmo workflow submit {high_spec} -p tiny --priority HIGH", check_high_first,
-        queue_behind_a_blocker),
-    Row("osmo workflow submit {spec} -p local -t json",
-        json_is(lambda o, d: d["id"].startswith("hello-osmo-"))),
-    Row("osmo workflow submit {templated} --set workflow_name=greetings --set-string "
-        "message='Custom message!'", check_set),
-    Row("osmo workflow submit {spec} --set-env A=1 B=2 --label team=robotics",
-        lambda o, r: o.query(submitted_id(r))["labels"] == {"team": "robotics"}),
+    Row(
+        "osmo workflow submit {high_spec} -p tiny --priority HIGH",
+        check_high_first,
+        queue_behind_a_blocker,
+    ),
+    Row(
+        "osmo workflow submit {spec} -p local -t json",
+        json_is(lambda o, d: d["id"].startswith("hello-osmo-")),
+    ),
+    Row(
+        "osmo workflow submit {templated} --set workflow_name=greetings --set-string "
+        "message='Custom message!'",
+        check_set,
+    ),
+    Row(
+        "osmo workflow submit {spec} --set-env A=1 B=2 --label team=robotics",
+        lambda o, r: o.query(submitted_id(r))["labels"] == {"team": "robotics"},
+    ),
     Row("osmo workflow submit {spec} --dry-run", out_has("name: hello-osmo")),
     Row("osmo workflow submit {done}", check_submitted),
-    Row("osmo workflow submit {rsync_spec} --rsync {rsync_dir}:/osmo/run/workspace",
-        check_rsync, rsync_setup),  # a workflow id: its spec again
+    Row(
+        "osmo workflow submit {rsync_spec} --rsync {rsync_dir}:/osmo/run/workspace",
+        check_rsync,
+        rsync_setup,
+    ),  # a workflow id: its spec again
     # validate
     Row("osmo workflow validate {spec}", out_has("Workflow validation succeeded.")),
     Row("osmo workflow validate {spec} -p local --set a=1", no_check),
     # query
     Row("osmo workflow query {done}", out_has("COMPLETED", "Labels: team=vision")),
-    Row("osmo workflow query {failed} -v -t json",
-        json_is(lambda o, d: d["status"].startswith("FAILED") and "retries" in
-                d["groups"][0]["tasks"][0])),
+    Row(
+        "osmo workflow query {failed} -v -t json",
+        json_is(
+            lambda o, d: (
+                d["status"].startswith("FAILED") and "retries" in d["groups"][0]["tasks"][0]
+            )
+        ),
+    ),
     # list
     Row("osmo workflow list", check_list_default),
     Row("osmo workflow list -c 2 -f 1 -t json", check_offset),
     Row("osmo workflow list -s COMPLETED FAILED -c 100 -t json", check_statuses),
-    Row("osmo workflow list --name broken -t json",
-        json_is(lambda o, d: [w["name"] for w in d] == ["broken"])),
-    Row("osmo workflow list --submitted-after 2023-05-02 --submitted-before 2099-05-04 -a "
-        "-c 100 -t json", json_is(lambda o, d: o.values["done"] in [w["id"] for w in d])),
-    Row("osmo workflow list -u root -p local -o desc -c 100 -t json",
-        json_is(lambda o, d: all(w["submitted_by"] == "root" for w in d))),
-    Row("osmo workflow list --label team=vision -t json",  # {done}, and its resubmission
-        json_is(lambda o, d: o.values["done"] in [w["id"] for w in d]
-                and {w["labels"]["team"] for w in d} == {"vision"})),
-    Row("osmo workflow list --no-label team -c 100 -t json",
-        json_is(lambda o, d: o.values["done"] not in [w["id"] for w in d])),
-    Row("osmo workflow list --priority HIGH LOW -t json", json_is(lambda o, d: all(
-        o.query(w["id"])["priority"] in ("HIGH", "LOW") for w in d) and o.values["done"]
-        not in [w["id"] for w in d])),
+    Row(
+        "osmo workflow list --name broken -t json",
+        json_is(lambda o, d: [w["name"] for w in d] == ["broken"]),
+    ),
+    Row(
+        "osmo workflow list --submitted-after 2023-05-02 --submitted-before 2099-05-04 -a "
+        "-c 100 -t json",
+        json_is(lambda o, d: o.values["done"] in [w["id"] for w in d]),
+    ),
+    Row(
+        "osmo workflow list -u root -p local -o desc -c 100 -t json",
+        json_is(lambda o, d: all(w["submitted_by"] == "root" for w in d)),
+    ),
+    Row(
+        "osmo workflow list --label team=vision -t json",  # {done}, and its resubmission
+        json_is(
+            lambda o, d: (
+                o.values["done"] in [w["id"] for w in d]
+                and {w["labels"]["team"] for w in d} == {"vision"}
+            )
+        ),
+    ),
+    Row(
+        "osmo workflow list --no-label team -c 100 -t json",
+        json_is(lambda o, d: o.values["done"] not in [w["id"] for w in d]),
+    ),
+    Row(
+        "osmo workflow list --priority HIGH LOW -t json",
+        json_is(
+            lambda o, d: (
+                all(o.query(w["id"])["priority"] in ("HIGH", "LOW") for w in d)
+                and o.values["done"] not in [w["id"] for w in d]
+            )
+        ),
+    ),
     Row("osmo workflow list -P {app} -t json", json_is(lambda o, d: isinstance(d, list))),
     # tag
-    Row("osmo workflow tag -w {done} --add nightly experiment --remove old experiment",
-        check_tags, old_tag),
+    Row(
+        "osmo workflow tag -w {done} --add nightly experiment --remove old experiment",
+        check_tags,
+        old_tag,
+    ),
     Row("osmo workflow tag", out_has("nightly")),
     # logs, events, spec
     Row("osmo workflow logs {done}", out_has("[hello] Hello from OSMO!")),
-    Row("osmo workflow logs {failed} -t crash -r 0 -n 1", lambda o, r: len(
-        [line for line in r.out.splitlines() if "[crash]" in line]) == 1),
+    Row(
+        "osmo workflow logs {failed} -t crash -r 0 -n 1",
+        lambda o, r: len([line for line in r.out.splitlines() if "[crash]" in line]) == 1,
+    ),
     Row("osmo workflow logs {failed} --error", out_has("about to fail")),
     Row("osmo workflow events {done}", out_has("RUNNING", "COMPLETED")),
     Row("osmo workflow events {failed} --task crash --retry-id 0", out_has("crash")),
@@ -392,8 +456,10 @@ ROWS: list[Row] = [
     Row("osmo app info {app} -c 5 -o desc", out_has("demo-app", "the hello app")),
     Row("osmo app show {app}", out_has("hello-osmo")),
     Row("osmo app spec {app}:1", out_has("name: hello-osmo")),
-    Row("osmo app list -n demo -c 5 -o desc -t json",
-        json_is(lambda o, d: [a["name"] for a in d] == ["demo-app"])),
+    Row(
+        "osmo app list -n demo -c 5 -o desc -t json",
+        json_is(lambda o, d: [a["name"] for a in d] == ["demo-app"]),
+    ),
     Row("osmo app submit {app} -p local --set-env A=1", check_app_submit),
     Row("osmo app submit {lp_app} -l {lp_dir}", check_local_path, local_path_app),
     Row("osmo app rename {name} {name}-renamed -f", check_rename, new_app),
@@ -401,16 +467,22 @@ ROWS: list[Row] = [
     Row("osmo app delete {name} -f", check_delete_latest, new_app),
     Row("osmo app delete {name} --all --force", check_delete_all, new_app),
     # tasks, pools, resources
-    Row("osmo task list -s COMPLETED FAILED -w {failed} -t json",
-        json_is(lambda o, d: [(t["name"], t["status"][:6]) for t in d] == [("crash", "FAILED")])),
+    Row(
+        "osmo task list -s COMPLETED FAILED -w {failed} -t json",
+        json_is(lambda o, d: [(t["name"], t["status"][:6]) for t in d] == [("crash", "FAILED")]),
+    ),
     Row("osmo task list", out_has("")),
     Row("osmo task list -a -S -s COMPLETED", out_has("user", "pool")),
     Row("osmo pool list", out_has("local")),
-    Row("osmo pool list -p local -m free -t json",
-        json_is(lambda o, d: [p["name"] for p in d] == ["local"] and d[0]["gpu"]["free"] >= 0)),
+    Row(
+        "osmo pool list -p local -m free -t json",
+        json_is(lambda o, d: [p["name"] for p in d] == ["local"] and d[0]["gpu"]["free"] >= 0),
+    ),
     Row("osmo resource list -p local -m free", out_has("local-0")),
-    Row("osmo resource list --all -t json",
-        json_is(lambda o, d: {r["pool"] for r in d} == {"local", "tiny"})),
+    Row(
+        "osmo resource list --all -t json",
+        json_is(lambda o, d: {r["pool"] for r in d} == {"local", "tiny"}),
+    ),
     Row("osmo resource info local-0 -p local", out_has("Node local-0", "gpu")),
     # profile, version, tokens, users, login
     Row("osmo profile set pool local", check_profile),
@@ -418,34 +490,51 @@ ROWS: list[Row] = [
     Row("osmo version -t json", json_is(lambda o, d: d["server"]["url"] == o.values["server"])),
     Row("osmo token set ci-token -e 2099-12-31 -d 'for CI'", check_token_set),
     Row("osmo token list", out_has("ci-token")),
-    Row("osmo token delete gone-token", check_token_delete,
-        lambda o: o.ok("osmo token set gone-token") and {}),
+    Row(
+        "osmo token delete gone-token",
+        check_token_delete,
+        lambda o: o.ok("osmo token set gone-token") and {},
+    ),
     Row("osmo user create alice -r osmo-user", check_user_create),
     Row("osmo user list -p al -t json", json_is(lambda o, d: [u["id"] for u in d] == ["alice"])),
-    Row("osmo user update alice -a osmo-admin", lambda o, r: "osmo-admin" in
-        o.ok("osmo user get alice -t json").json()["roles"]),
-    Row("osmo user update alice --remove-roles osmo-admin", lambda o, r: o.ok(
-        "osmo user get alice -t json").json()["roles"] == ["osmo-user"]),
+    Row(
+        "osmo user update alice -a osmo-admin",
+        lambda o, r: "osmo-admin" in o.ok("osmo user get alice -t json").json()["roles"],
+    ),
+    Row(
+        "osmo user update alice --remove-roles osmo-admin",
+        lambda o, r: o.ok("osmo user get alice -t json").json()["roles"] == ["osmo-user"],
+    ),
     Row("osmo token roles ci-token", out_has("osmo-admin")),
-    Row("osmo user delete carol --force", lambda o, r: "carol" not in [
-        u["id"] for u in o.ok("osmo user list -t json").json()],
-        lambda o: o.ok("osmo user create carol") and {}),
+    Row(
+        "osmo user delete carol --force",
+        lambda o, r: "carol" not in [u["id"] for u in o.ok("osmo user list -t json").json()],
+        lambda o: o.ok("osmo user create carol") and {},
+    ),
     Row("osmo login {server} --method token --token {token}", check_login, login_setup),
     # data
-    Row("osmo data upload {url}/copy {url_path}/train/", check_upload,
-        lambda o: {"url_path": o.values["url"].removeprefix("file://")}),
+    Row(
+        "osmo data upload {url}/copy {url_path}/train/",
+        check_upload,
+        lambda o: {"url_path": o.values["url"].removeprefix("file://")},
+    ),
     Row("osmo data download {url}/train {dir}", check_download),
-    Row("osmo data download {url}/train {dir} --resume -p 2 -T 2 -b {dir}-bench.json",
-        lambda o, r: json.loads(Path(o.values["dir"] + "-bench.json").read_text())["files"]
-        == 0),  # both files there already, same sizes: none fetched again
+    Row(
+        "osmo data download {url}/train {dir} --resume -p 2 -T 2 -b {dir}-bench.json",
+        lambda o, r: json.loads(Path(o.values["dir"] + "-bench.json").read_text())["files"] == 0,
+    ),  # both files there already, same sizes: none fetched again
     Row("osmo data check {url} -a READ", out_has("READ: ok")),
     Row("osmo data list {url}", check_data_list),
-    Row("osmo data list {url} --prefix train -r -t json",
-        json_is(lambda o, d: sorted(r["path"] for r in d) == ["train/a.txt", "train/b.txt"])),
+    Row(
+        "osmo data list {url} --prefix train -r -t json",
+        json_is(lambda o, d: sorted(r["path"] for r in d) == ["train/a.txt", "train/b.txt"]),
+    ),
     Row("osmo data delete {url}/scratch -x '\\.log$'", check_data_delete, scratch),
     # global option
-    Row("osmo --log-level DEBUG workflow query {done} -t json",
-        json_is(lambda o, d: d["id"] == o.values["done"])),
+    Row(
+        "osmo --log-level DEBUG workflow query {done} -t json",
+        json_is(lambda o, d: d["id"] == o.values["done"]),
+    ),
 ]
 
 
@@ -503,8 +592,9 @@ def _osmo_table() -> list[tuple[list[str], list[str]]]:
         if line.startswith("#") or "|" not in line:
             continue
         command, flags = line.split("|", 1)
-        names = [name for token in flags.split() if token.startswith("-")
-                 for name in token.split("/")]
+        names = [
+            name for token in flags.split() if token.startswith("-") for name in token.split("/")
+        ]
         rows.append((command.split()[1:], names))
     return rows
 
@@ -523,8 +613,11 @@ def _missing() -> set[str]:
         if command is None:
             missing.add(" ".join(words))
             continue
-        taken = {opt for param in command.params
-                 for opt in [*getattr(param, "opts", []), *getattr(param, "secondary_opts", [])]}
+        taken = {
+            opt
+            for param in command.params
+            for opt in [*getattr(param, "opts", []), *getattr(param, "secondary_opts", [])]
+        }
         missing |= {f"{' '.join(words)} {flag}" for flag in flags if flag not in taken}
     return missing
 

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from local_support import isolation_available
 
 from trainyard.backends.local import LocalBackend

@@ -14,15 +14,22 @@ import psutil
 import pytest
 
 from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
-from trainyard.backends.local.container import image_present
 from trainyard.backends.local import LocalBackend, probe_isolation
+from trainyard.backends.local.container import image_present
 
 FINAL = (FactKind.EXITED, FactKind.LOST, FactKind.START_ERROR)
 
 
 def group_launches(
-    backend: LocalBackend, home: Path, workflow_id: str, tasks: dict[str, dict[str, Any]],
-    *, group: str = "g", retry_id: int = 0, barrier: bool = False, **launch_fields: Any,
+    backend: LocalBackend,
+    home: Path,
+    workflow_id: str,
+    tasks: dict[str, dict[str, Any]],
+    *,
+    group: str = "g",
+    retry_id: int = 0,
+    barrier: bool = False,
+    **launch_fields: Any,
 ) -> list[TaskLaunch]:
     """One launch per task of a gang; each task's dict holds TaskRun fields (command...)."""
     names = list(tasks)
@@ -31,16 +38,36 @@ def group_launches(
     launches = []
     for index, (name, fields) in enumerate(tasks.items()):
         run_dir = home / "runs" / workflow_id / name / str(retry_id)
-        run = {"workflow_id": workflow_id, "group": group, "task": name, "retry_id": retry_id,
-               "lead": index == 0, "lead_task": names[0], "hosts": hosts, "group_tasks": names,
-               "task_index": index, "run_dir": str(run_dir),
-               "barrier": {"enabled": barrier, "folder": str(rdv), "tasks": names}, **fields}
-        launches.append(TaskLaunch(key=TaskKey(workflow_id, name, retry_id), group=group,
-                                   node="local-0", run_dir=run_dir, run=run, **launch_fields))
+        run = {
+            "workflow_id": workflow_id,
+            "group": group,
+            "task": name,
+            "retry_id": retry_id,
+            "lead": index == 0,
+            "lead_task": names[0],
+            "hosts": hosts,
+            "group_tasks": names,
+            "task_index": index,
+            "run_dir": str(run_dir),
+            "barrier": {"enabled": barrier, "folder": str(rdv), "tasks": names},
+            **fields,
+        }
+        launches.append(
+            TaskLaunch(
+                key=TaskKey(workflow_id, name, retry_id),
+                group=group,
+                node="local-0",
+                run_dir=run_dir,
+                run=run,
+                **launch_fields,
+            )
+        )
     return launches
 
 
-def wait_final(backend: LocalBackend, keys: list[TaskKey], timeout_s: float = 60) -> dict[TaskKey, list[TaskFact]]:
+def wait_final(
+    backend: LocalBackend, keys: list[TaskKey], timeout_s: float = 60
+) -> dict[TaskKey, list[TaskFact]]:
     """Poll until every key has a final fact; returns every fact seen per key."""
     seen: dict[TaskKey, list[TaskFact]] = {k: [] for k in keys}
     deadline = time.monotonic() + timeout_s
@@ -56,8 +83,14 @@ def wait_final(backend: LocalBackend, keys: list[TaskKey], timeout_s: float = 60
 _SEEN: dict[int, list[TaskFact]] = {}
 
 
-def wait_for(backend: LocalBackend, key: TaskKey, kind: FactKind, timeout_s: float = 30,
-             *, earlier: bool = False) -> list[TaskFact]:
+def wait_for(
+    backend: LocalBackend,
+    key: TaskKey,
+    kind: FactKind,
+    timeout_s: float = 30,
+    *,
+    earlier: bool = False,
+) -> list[TaskFact]:
     """Poll until ``key`` reports ``kind``; returns the facts seen for ``key``.
     With ``earlier``, facts an earlier ``wait_for`` on this backend polled count too."""
     seen = _SEEN.setdefault(id(backend), [])
@@ -108,8 +141,26 @@ def isolation_available(sandbox: str, network: str) -> str | None:
 
 
 BUSYBOX_IMAGE = "localhost/trainyard-test-busybox:2"  # :2 adds the applets of the privileges test
-BUSYBOX_APPLETS = ("sh", "ls", "cat", "echo", "nc", "sleep", "test", "hostname", "env", "true",
-                   "grep", "id", "mount", "unshare", "touch", "chown", "mkdir", "stat")
+BUSYBOX_APPLETS = (
+    "sh",
+    "ls",
+    "cat",
+    "echo",
+    "nc",
+    "sleep",
+    "test",
+    "hostname",
+    "env",
+    "true",
+    "grep",
+    "id",
+    "mount",
+    "unshare",
+    "touch",
+    "chown",
+    "mkdir",
+    "stat",
+)
 
 
 def _static_busybox() -> str | None:
@@ -139,7 +190,11 @@ def busybox_image(folder: Path) -> str:
             link = tarfile.TarInfo(f"bin/{applet}")
             link.type, link.linkname = tarfile.SYMTYPE, "busybox"
             tar.addfile(link)
-    done = subprocess.run(["podman", "import", "--change", 'CMD ["/bin/sh"]', str(tarball),
-                           BUSYBOX_IMAGE], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["podman", "import", "--change", 'CMD ["/bin/sh"]', str(tarball), BUSYBOX_IMAGE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return BUSYBOX_IMAGE

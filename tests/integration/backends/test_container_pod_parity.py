@@ -23,17 +23,26 @@ from pathlib import Path
 
 import pytest
 from engine_run import EngineRun
-from local_support import (busybox_image, final, group_launches, isolation_available, task_log,
-                           wait_final)
+from local_support import (
+    busybox_image,
+    final,
+    group_launches,
+    isolation_available,
+    task_log,
+    wait_final,
+)
 
-from trainyard.backends.local import tracking
-from trainyard.backends.local import container, isolation
-from trainyard.backends.local.container import (container_name, image_present, inspect_image,
-                                          probe_podman, rootfs_path)
+from trainyard.backends.local import LocalBackend, container, isolation, tracking
+from trainyard.backends.local.container import (
+    container_name,
+    image_present,
+    inspect_image,
+    probe_podman,
+    rootfs_path,
+)
 from trainyard.backends.local.sandbox import overlay_supported
-from trainyard.backends.local import LocalBackend
-from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.pools import default_local_pool
+from trainyard.status import ExitCode, Status, WorkflowStatus
 
 pytestmark = pytest.mark.skipif(probe_podman() is not None, reason=f"{probe_podman()}")
 
@@ -58,8 +67,9 @@ def own_root(image: str) -> None:
         pytest.skip(f"no own root for image tasks here: {why_not}")
 
 
-def committed_image(base: str, tag: str, changes: list[str],
-                    script: str = "echo layer-two > /layer2") -> str:
+def committed_image(
+    base: str, tag: str, changes: list[str], script: str = "echo layer-two > /layer2"
+) -> str:
     """``tag``: ``base`` plus a second layer (what ``script`` does) and ``changes``
     (Dockerfile lines), made with ``podman commit`` of a container (plain podman: root, no
     user namespace, ``CAP_MKNOD`` added); made once (an earlier run's is used as it is)."""
@@ -70,14 +80,31 @@ def committed_image(base: str, tag: str, changes: list[str],
     runtime = ["--runtime", "runc"] if shutil.which("runc") else []
     changed = [arg for change in changes for arg in ("--change", change)]
     try:
-        for argv in (["podman", *runtime, "run", "--name", name, *limits, "--network", "none",
-                      "--cap-add", "MKNOD", base, "sh", "-c", script],
-                     ["podman", "commit", *changed, name, tag]):
+        for argv in (
+            [
+                "podman",
+                *runtime,
+                "run",
+                "--name",
+                name,
+                *limits,
+                "--network",
+                "none",
+                "--cap-add",
+                "MKNOD",
+                base,
+                "sh",
+                "-c",
+                script,
+            ],
+            ["podman", "commit", *changed, name, tag],
+        ):
             done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, (argv, done.stderr)
     finally:
-        subprocess.run(["podman", "rm", "--force", "--ignore", name], capture_output=True,
-                       timeout=120)
+        subprocess.run(
+            ["podman", "rm", "--force", "--ignore", name], capture_output=True, timeout=120
+        )
     return tag
 
 
@@ -171,7 +198,10 @@ echo visible=$CUDA_VISIBLE_DEVICES
 
 
 def test_an_image_task_gets_the_gpu_nodes_and_its_cuda_visible_devices(
-    home: Path, image: str, fake_gpu_nodes: Path, monkeypatch: pytest.MonkeyPatch,
+    home: Path,
+    image: str,
+    fake_gpu_nodes: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The --device wiring, through the runner and podman, with fake nodes (this machine
     has no GPU: CUDA itself is not checked, nor CDI, whose argv the unit tests check)."""
@@ -185,9 +215,13 @@ def test_an_image_task_gets_the_gpu_nodes_and_its_cuda_visible_devices(
     pool = default_local_pool().model_copy(update={"images": {"*": "podman"}})
     backend = LocalBackend(pool, home=home, sandbox="bwrap", network="netns", stop_grace_s=2.0)
     try:
-        launches = group_launches(backend, home, "wf-img-gpu", {"t": {
-            "image": image, "command": ["sh", "-c", GPU_PROBE.format(dev=fake_gpu_nodes)]}},
-            gpu_slots=[0])
+        launches = group_launches(
+            backend,
+            home,
+            "wf-img-gpu",
+            {"t": {"image": image, "command": ["sh", "-c", GPU_PROBE.format(dev=fake_gpu_nodes)]}},
+            gpu_slots=[0],
+        )
         backend.start_group(launches)
         fact = final(wait_final(backend, [launches[0].key], timeout_s=120)[launches[0].key])
     finally:
@@ -230,15 +264,23 @@ workflow:
 
 def _containers_of(names: list[str]) -> list[str]:
     """Those of ``names`` that podman still knows, as containers or in its storage."""
-    done = subprocess.run(["podman", "ps", "-a", "--external", "--format", "{{.Names}}"],
-                          capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run(
+        ["podman", "ps", "-a", "--external", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return [n for n in done.stdout.split() if n in names]
 
 
-@pytest.mark.parametrize(("action", "check"), [
-    ("RESTART", "test"),       # the same root: every marker is still there
-    ("RESCHEDULE", "test !"),  # a fresh root from the image: none is
-])
+@pytest.mark.parametrize(
+    ("action", "check"),
+    [
+        ("RESTART", "test"),  # the same root: every marker is still there
+        ("RESCHEDULE", "test !"),  # a fresh root from the image: none is
+    ],
+)
 def test_restart_keeps_the_containers_root_and_reschedule_starts_afresh(
     pods: EngineRun, image: str, action: str, check: str, own_root: None
 ) -> None:
@@ -252,6 +294,7 @@ def test_restart_keeps_the_containers_root_and_reschedule_starts_afresh(
     assert state.tasks["t"].retry_id == 1
     assert not os.path.lexists(f"/var/tmp/{mark}") and not os.path.lexists(f"/app/{mark}")
     names = [container_name(pods.engine.run_dir(wid, "t", r)) for r in (0, 1)]
+
     def left() -> list[str]:  # containers, and the folders their roots were mounted at
         return _containers_of(names) + [n for n in names if rootfs_path(n).exists()]
 
@@ -302,8 +345,9 @@ LAYERED_IMAGE = "localhost/trainyard-test-layered:1"
 @pytest.fixture(scope="module")
 def layered_image(image: str) -> str:
     """The busybox image plus a second layer and an ``ENV``."""
-    return committed_image(image, LAYERED_IMAGE, ["ENV GREETING=from-image",
-                                                  "ENV IMAGE_ONLY=image-only"])
+    return committed_image(
+        image, LAYERED_IMAGE, ["ENV GREETING=from-image", "ENV IMAGE_ONLY=image-only"]
+    )
 
 
 LAYERED_SPEC = """
@@ -333,7 +377,9 @@ def test_a_layered_image_is_stacked_with_its_env_and_the_task_env_wins(
 
 
 def test_without_an_own_root_the_container_layer_runs_and_the_log_says_so(
-    home: Path, image: str, monkeypatch: pytest.MonkeyPatch,
+    home: Path,
+    image: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Where the runner cannot mount overlayfs (a server that is not root), podman's own
     container layer is the root, as before: the task runs, and its log says RESTART does
@@ -345,16 +391,22 @@ def test_without_an_own_root_the_container_layer_runs_and_the_log_says_so(
     pool = default_local_pool().model_copy(update={"images": {"*": "podman"}})
     backend = LocalBackend(pool, home=home, sandbox="bwrap", network="netns", stop_grace_s=2.0)
     try:
-        launches = group_launches(backend, home, "wf-img-layer", {"t": {
-            "image": image, "command": ["sh", "-c", "echo x > /tmp/m && cat /tmp/m"]}})
+        launches = group_launches(
+            backend,
+            home,
+            "wf-img-layer",
+            {"t": {"image": image, "command": ["sh", "-c", "echo x > /tmp/m && cat /tmp/m"]}},
+        )
         backend.start_group(launches)
         fact = final(wait_final(backend, [launches[0].key], timeout_s=120)[launches[0].key])
     finally:
         backend.stop(list(backend._attempts))
     text = task_log(launches[0])
     assert fact.exit_code == 0 and "[t] x" in text, text
-    assert ("container root: podman's container layer, which RESTART does NOT keep (the "
-            "runner cannot mount overlayfs here (needs root))") in text
+    assert (
+        "container root: podman's container layer, which RESTART does NOT keep (the "
+        "runner cannot mount overlayfs here (needs root))"
+    ) in text
 
 
 USER_IMAGE = "localhost/trainyard-test-user:1"
@@ -388,7 +440,9 @@ def test_an_image_user_that_is_not_root_is_said_plainly(
 
 
 def test_without_an_own_root_an_image_user_that_is_not_root_fails_at_start(
-    home: Path, user_image: str, monkeypatch: pytest.MonkeyPatch,
+    home: Path,
+    user_image: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With podman's container layer podman would start it as that unmapped user (and
     fail with runc's own words); it fails at start with a line saying why instead."""
@@ -399,8 +453,12 @@ def test_without_an_own_root_an_image_user_that_is_not_root_fails_at_start(
     pool = default_local_pool().model_copy(update={"images": {"*": "podman"}})
     backend = LocalBackend(pool, home=home, sandbox="bwrap", network="netns", stop_grace_s=2.0)
     try:
-        launches = group_launches(backend, home, "wf-img-user", {"t": {
-            "image": user_image, "command": ["sh", "-c", "echo ran"]}})
+        launches = group_launches(
+            backend,
+            home,
+            "wf-img-user",
+            {"t": {"image": user_image, "command": ["sh", "-c", "echo ran"]}},
+        )
         backend.start_group(launches)
         fact = final(wait_final(backend, [launches[0].key], timeout_s=120)[launches[0].key])
     finally:
@@ -414,12 +472,15 @@ def test_without_an_own_root_an_image_user_that_is_not_root_fails_at_start(
 LINKED_TMP_IMAGE = "localhost/trainyard-test-tmplink:1"
 
 
-def test_an_image_whose_tmp_is_a_link_keeps_it(pods: EngineRun, image: str,
-                                               own_root: None) -> None:
+def test_an_image_whose_tmp_is_a_link_keeps_it(pods: EngineRun, image: str, own_root: None) -> None:
     """The runner gives the container's root its ``/tmp`` and ``/etc`` without following a
     link: an image's own ``/tmp -> /var/tmp`` is left as it is, not refused."""
-    linked = committed_image(image, LINKED_TMP_IMAGE, [],
-                             "mkdir -p /var/tmp && chmod 1777 /var/tmp && ln -s /var/tmp /tmp")
+    linked = committed_image(
+        image,
+        LINKED_TMP_IMAGE,
+        [],
+        "mkdir -p /var/tmp && chmod 1777 /var/tmp && ln -s /var/tmp /tmp",
+    )
     spec = USER_SPEC.replace("echo \"uid $(id -u)\"", "echo x > /tmp/m && cat /var/tmp/m")
     wid = pods.run(spec, image=linked)
     text = pods.log(wid, "t")
@@ -457,8 +518,12 @@ def test_with_a_lent_id_range_the_image_runs_as_its_user(
     maps its ids 1..65535 too: an image whose USER is 1000 runs as 1000, owns the image's
     files of 1000, writes its output folder (owned by that host id), and cannot write the
     root's ``/`` (a pod's rule)."""
-    made = committed_image(image, MAPPED_USER_IMAGE, ["USER 1000"], "mkdir -p /home/app && "
-                           "echo mine > /home/app/f && chown -R 1000:1000 /home/app")
+    made = committed_image(
+        image,
+        MAPPED_USER_IMAGE,
+        ["USER 1000"],
+        "mkdir -p /home/app && echo mine > /home/app/f && chown -R 1000:1000 /home/app",
+    )
     monkeypatch.setattr(container, "task_id_bases", lambda: ID_BASES)
     wid = pods.run(MAPPED_USER_SPEC, image=made)
     text = pods.log(wid, "t")

@@ -21,11 +21,17 @@ import pytest
 from test_local_egress import outside_address, serve
 
 from trainyard.backends.local import netns
-from trainyard.backends.local.router import (GROUP_IFNAME_PREFIX, GROUP_NETWORK, EgressRouter,
-                                       GroupLink, probe_router)
+from trainyard.backends.local.router import (
+    GROUP_IFNAME_PREFIX,
+    GROUP_NETWORK,
+    EgressRouter,
+    GroupLink,
+    probe_router,
+)
 
-pytestmark = pytest.mark.skipif(probe_router() is not None,
-                                reason=f"no egress router here: {probe_router()}")
+pytestmark = pytest.mark.skipif(
+    probe_router() is not None, reason=f"no egress router here: {probe_router()}"
+)
 
 CONNECT = """import socket, sys
 host, port = sys.argv[1], int(sys.argv[2])
@@ -48,8 +54,12 @@ except OSError as exc:
 
 def inside(ns_fd: int, *argv: str, timeout_s: float = 20.0) -> str:
     """Run ``argv`` in the namespace of descriptor ``ns_fd``; its stdout."""
-    done = subprocess.run(["nsenter", f"--net=/proc/{os.getpid()}/fd/{ns_fd}", "--", *argv],
-                          capture_output=True, text=True, timeout=timeout_s)
+    done = subprocess.run(
+        ["nsenter", f"--net=/proc/{os.getpid()}/fd/{ns_fd}", "--", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -83,12 +93,24 @@ class _Listener:
     """A TCP server in a group namespace on 0.0.0.0:port that answers ``secret``."""
 
     def __init__(self, ns_fd: int, secret: str) -> None:
-        code = ("import socket, sys\nsrv = socket.create_server(('0.0.0.0', 0))\n"
-                "print(srv.getsockname()[1], flush=True)\nsrv.settimeout(30)\n"
-                "while True:\n    c, _ = srv.accept(); c.sendall(sys.argv[1].encode()); c.close()\n")
-        self.proc = subprocess.Popen(["nsenter", f"--net=/proc/{os.getpid()}/fd/{ns_fd}", "--",
-                                      sys.executable, "-c", code, secret],
-                                     stdout=subprocess.PIPE, text=True)
+        code = (
+            "import socket, sys\nsrv = socket.create_server(('0.0.0.0', 0))\n"
+            "print(srv.getsockname()[1], flush=True)\nsrv.settimeout(30)\n"
+            "while True:\n    c, _ = srv.accept(); c.sendall(sys.argv[1].encode()); c.close()\n"
+        )
+        self.proc = subprocess.Popen(
+            [
+                "nsenter",
+                f"--net=/proc/{os.getpid()}/fd/{ns_fd}",
+                "--",
+                sys.executable,
+                "-c",
+                code,
+                secret,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         self.port = int(self.proc.stdout.readline())
 
@@ -98,10 +120,13 @@ class _Listener:
 
 
 def test_a_group_gets_its_own_address_and_reaches_outside(
-        groups: list[tuple[int, GroupLink]]) -> None:
+    groups: list[tuple[int, GroupLink]],
+) -> None:
     (fd_a, a), (fd_b, b) = groups
     assert a.group_address != b.group_address
-    assert all(ipaddress.IPv4Address(x) in GROUP_NETWORK for x in (a.group_address, b.group_address))
+    assert all(
+        ipaddress.IPv4Address(x) in GROUP_NETWORK for x in (a.group_address, b.group_address)
+    )
     assert f"inet {a.group_address}/31" in inside(fd_a, "ip", "-4", "-o", "addr", "show", "eth0")
     server, url = serve(outside_address())
     try:
@@ -114,7 +139,8 @@ def test_a_group_gets_its_own_address_and_reaches_outside(
 
 
 def test_one_group_cannot_reach_another_over_the_router(
-        router: EgressRouter, groups: list[tuple[int, GroupLink]]) -> None:
+    router: EgressRouter, groups: list[tuple[int, GroupLink]]
+) -> None:
     """B connects to A's address: rejected by the forward rule. With the rules flushed (the
     same router, same routes), B reaches A: the rule, not the layout, is what holds."""
     (fd_a, a), (fd_b, _b) = groups
@@ -129,8 +155,7 @@ def test_one_group_cannot_reach_another_over_the_router(
         listener.close()
 
 
-def test_a_group_cannot_reach_the_router_itself(
-        groups: list[tuple[int, GroupLink]]) -> None:
+def test_a_group_cannot_reach_the_router_itself(groups: list[tuple[int, GroupLink]]) -> None:
     """Its gateway, another group's router end and pasta's address in the router: each
     rejected (no service of the router's is reachable, an sshd say)."""
     (fd_a, a), (_fd_b, b) = groups
@@ -186,16 +211,46 @@ def test_a_group_cannot_pose_as_another(groups: list[tuple[int, GroupLink]]) -> 
     (fd_a, a), (fd_b, b) = groups
     echo, echo_port = _udp_echo(outside_address())
     port = 20000 + os.getpid() % 20000
-    waiter = subprocess.Popen(["nsenter", f"--net=/proc/{os.getpid()}/fd/{fd_b}", "--",
-                               sys.executable, "-c", UDP_WAIT, str(port), "15"],
-                              stdout=subprocess.PIPE, text=True)
+    waiter = subprocess.Popen(
+        [
+            "nsenter",
+            f"--net=/proc/{os.getpid()}/fd/{fd_b}",
+            "--",
+            sys.executable,
+            "-c",
+            UDP_WAIT,
+            str(port),
+            "15",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert waiter.stdout is not None and waiter.stdout.readline().strip() == "READY"
-        assert inside(fd_a, sys.executable, "-c", UDP_SEND, a.group_address, str(port),
-                      outside_address(), str(echo_port)).strip() == "ECHO reflected"
+        assert (
+            inside(
+                fd_a,
+                sys.executable,
+                "-c",
+                UDP_SEND,
+                a.group_address,
+                str(port),
+                outside_address(),
+                str(echo_port),
+            ).strip()
+            == "ECHO reflected"
+        )
         inside(fd_a, "ip", "addr", "add", f"{b.group_address}/32", "dev", "eth0")
-        inside(fd_a, sys.executable, "-c", UDP_SEND, b.group_address, str(port),
-               outside_address(), str(echo_port))
+        inside(
+            fd_a,
+            sys.executable,
+            "-c",
+            UDP_SEND,
+            b.group_address,
+            str(port),
+            outside_address(),
+            str(echo_port),
+        )
         assert waiter.poll() is None, "B stopped waiting before A's try: the test proves nothing"
         out, _ = waiter.communicate(timeout=30)
         assert out.strip() == "NOTHING"

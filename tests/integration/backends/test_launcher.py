@@ -27,9 +27,18 @@ def run_json(tmp_path: Path, name: str, command: list[str]) -> Path:
     run_dir = tmp_path / "runs" / name
     (run_dir / "root").mkdir(parents=True)
     path = run_dir / "run.json"
-    path.write_text(json.dumps({
-        "workflow_id": "wf", "group": "g", "task": name, "command": command,
-        "run_dir": str(run_dir), "sandbox": {"root": str(run_dir / "root")}}))
+    path.write_text(
+        json.dumps(
+            {
+                "workflow_id": "wf",
+                "group": "g",
+                "task": name,
+                "command": command,
+                "run_dir": str(run_dir),
+                "sandbox": {"root": str(run_dir / "root")},
+            }
+        )
+    )
     return path
 
 
@@ -47,8 +56,9 @@ def wait_exit(run_dir: Path, timeout_s: float = 30.0) -> int | None:
 def client(tmp_path: Path) -> LauncherClient:
     made = LauncherClient(tmp_path / "state", idle_s=30)
     yield made
-    with_pid = [p for p in psutil.process_iter(["cmdline"])
-                if made.name in (p.info["cmdline"] or [])]
+    with_pid = [
+        p for p in psutil.process_iter(["cmdline"]) if made.name in (p.info["cmdline"] or [])
+    ]
     for proc in with_pid:
         proc.kill()
 
@@ -85,8 +95,9 @@ def test_a_dead_spare_is_passed_over(client: LauncherClient, tmp_path: Path) -> 
 
 def test_a_group_keeps_one_namespace_and_groups_differ(client: LauncherClient) -> None:
     def inode(argv: list[str]) -> str:
-        done = subprocess.run([*argv, "readlink", "/proc/self/ns/net"], capture_output=True,
-                              text=True, timeout=20)
+        done = subprocess.run(
+            [*argv, "readlink", "/proc/self/ns/net"], capture_output=True, text=True, timeout=20
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 
@@ -114,8 +125,14 @@ SYSTEM_PYTHON = "/usr/bin/python3"  # one that user nobody may run (the venv's m
 @pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason=f"no {SYSTEM_PYTHON}")
 def test_another_user_is_refused(client: LauncherClient) -> None:
     launcher = client.request({"op": "ping"})["pid"]
-    asked = subprocess.run([SYSTEM_PYTHON, "-I", "-S", "-c", NOBODY_PING, client.name],
-                           user=65534, capture_output=True, text=True, timeout=30, cwd="/")
+    asked = subprocess.run(
+        [SYSTEM_PYTHON, "-I", "-S", "-c", NOBODY_PING, client.name],
+        user=65534,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+    )
     assert "only this user's processes" in asked.stdout, (asked.stdout, asked.stderr)
     assert '"pid"' not in asked.stdout
     assert client.request({"op": "ping"})["pid"] == launcher  # it still serves its own user
@@ -133,16 +150,23 @@ def test_an_idle_launcher_exits_and_a_new_one_starts(tmp_path: Path) -> None:
     try:
         psutil.Process(second).wait(timeout=60)
     except psutil.TimeoutExpired:  # seen once in a full CI-like run: say what it was doing
-        stack = subprocess.run(["cat", f"/proc/{second}/stack", f"/proc/{second}/status"],
-                               capture_output=True, text=True, check=False).stdout
+        stack = subprocess.run(
+            ["cat", f"/proc/{second}/stack", f"/proc/{second}/status"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
         os.kill(second, signal.SIGKILL)
         log = (tmp_path / "state" / "launcher.log").read_text()
-        raise AssertionError(f"launcher {second} ignored SIGTERM for 60 s\n{log}\n{stack}") from None
+        raise AssertionError(
+            f"launcher {second} ignored SIGTERM for 60 s\n{log}\n{stack}"
+        ) from None
     assert "exiting (SIGTERM)" in (tmp_path / "state" / "launcher.log").read_text()
 
 
-def test_a_released_launcher_exits_once_its_runners_end(client: LauncherClient,
-                                                        tmp_path: Path) -> None:
+def test_a_released_launcher_exits_once_its_runners_end(
+    client: LauncherClient, tmp_path: Path
+) -> None:
     path = run_json(tmp_path, "c", ["sleep", "1"])
     client.run(path, path.parent / "runner.out", path.parent, dict(os.environ), None)
     launcher = launcher_process(client.state_dir)
@@ -167,8 +191,9 @@ def test_a_hosted_runner_is_a_thread_with_the_requests_environment(
 ) -> None:
     path = run_json(tmp_path, "h", ["sh", "-c", "echo from=$FROM_TEST; echo pid=$$"])
     env = {**os.environ, "FROM_TEST": "hosted"}
-    pid, created = client.run(path, path.parent / "runner.out", path.parent, env, "wf/g",
-                              mode="thread")
+    pid, created = client.run(
+        path, path.parent / "runner.out", path.parent, env, "wf/g", mode="thread"
+    )
     assert wait_exit(path.parent) == 0
     launcher = launcher_process(client.state_dir)
     assert pid == launcher.pid  # no process of its own
@@ -185,15 +210,17 @@ def test_a_hosted_runner_stops_on_request_and_its_exit_code_is_reported(
     client: LauncherClient, tmp_path: Path
 ) -> None:
     path = run_json(tmp_path, "s", ["sh", "-c", "echo up; sleep 60"])
-    client.run(path, path.parent / "runner.out", path.parent, dict(os.environ), None,
-               mode="thread")
+    client.run(path, path.parent / "runner.out", path.parent, dict(os.environ), None, mode="thread")
     deadline = time.monotonic() + 20
     while "[s] up" not in _text(path.parent / "task.log") and time.monotonic() < deadline:
         time.sleep(0.02)
     assert client.stop_hosted(path.parent) is True
     assert wait_exit(path.parent) == 143  # SIGTERM, as a runner process reports it
-    assert not [p for p in launcher_process(client.state_dir).children(recursive=True)
-                if "sleep" in " ".join(p.cmdline())]
+    assert not [
+        p
+        for p in launcher_process(client.state_dir).children(recursive=True)
+        if "sleep" in " ".join(p.cmdline())
+    ]
 
 
 def test_a_hosted_runner_that_cannot_start_leaves_its_traceback_and_ends(
@@ -201,8 +228,7 @@ def test_a_hosted_runner_that_cannot_start_leaves_its_traceback_and_ends(
 ) -> None:
     path = run_json(tmp_path, "bad", ["true"])
     path.write_text("{not json")
-    client.run(path, path.parent / "runner.out", path.parent, dict(os.environ), None,
-               mode="thread")
+    client.run(path, path.parent / "runner.out", path.parent, dict(os.environ), None, mode="thread")
     deadline = time.monotonic() + 10
     while not (path.parent / "runner.ended").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -220,8 +246,15 @@ def test_a_hosted_runner_starts_its_command_in_the_groups_namespace(
     client: LauncherClient, tmp_path: Path
 ) -> None:
     path = run_json(tmp_path, "n", ["readlink", "/proc/self/ns/net"])
-    client.run(path, path.parent / "runner.out", path.parent, dict(os.environ), "wf/n",
-               mode="thread", network={"group": "wf/n", "forward": []})
+    client.run(
+        path,
+        path.parent / "runner.out",
+        path.parent,
+        dict(os.environ),
+        "wf/n",
+        mode="thread",
+        network={"group": "wf/n", "forward": []},
+    )
     assert wait_exit(path.parent) == 0
     net = client.network("wf/n", [])  # the namespace the run request made
     assert net.ns_path is not None

@@ -18,18 +18,24 @@ from pathlib import Path
 import psutil
 import pytest
 from local_support import (
+    final,
+    group_launches,
     isolation_available,
-    final, group_launches, processes_with, task_log, wait_final, wait_for, wait_gone,
+    processes_with,
+    task_log,
+    wait_final,
+    wait_for,
+    wait_gone,
 )
 
-from trainyard.backends.local import tracking
 from trainyard.backends.base import FactKind, TaskKey
-from trainyard.backends.local import LaunchRequest, LocalBackend, gpu_count
+from trainyard.backends.local import LaunchRequest, LocalBackend, gpu_count, tracking
 from trainyard.backends.local.launcher import address_name
 from trainyard.errors import BackendError
 
-needs_busybox = pytest.mark.skipif(shutil.which("busybox") is None,
-                                   reason="busybox (nc -l -p) not installed")
+needs_busybox = pytest.mark.skipif(
+    shutil.which("busybox") is None, reason="busybox (nc -l -p) not installed"
+)
 
 SERVER = """echo "hello from $1" > /tmp/hello.txt
 nc -w 20 -l -p {port} < /tmp/hello.txt
@@ -44,12 +50,24 @@ echo "received: $(cat /tmp/got.txt)"
 
 def nc_group(backend: LocalBackend, home: Path, workflow_id: str, port: int) -> list:
     script = lambda text: [{"path": "/tmp/run.sh", "contents": text}]  # noqa: E731
-    return group_launches(backend, home, workflow_id, {
-        "server": {"image": "busybox", "command": ["sh", "/tmp/run.sh", workflow_id],
-                   "files": script(SERVER.format(port=port))},
-        "client": {"image": "busybox", "command": ["sh", "/tmp/run.sh"],
-                   "files": script(CLIENT.format(port=port))},
-    }, barrier=True)
+    return group_launches(
+        backend,
+        home,
+        workflow_id,
+        {
+            "server": {
+                "image": "busybox",
+                "command": ["sh", "/tmp/run.sh", workflow_id],
+                "files": script(SERVER.format(port=port)),
+            },
+            "client": {
+                "image": "busybox",
+                "command": ["sh", "/tmp/run.sh"],
+                "files": script(CLIENT.format(port=port)),
+            },
+        },
+        barrier=True,
+    )
 
 
 @needs_busybox
@@ -79,9 +97,18 @@ def test_each_task_has_a_private_tmp(backend: LocalBackend, home: Path) -> None:
     launches = []
     for name in ("one", "two"):
         text = f"echo {name} > /tmp/mine.txt\nsleep 0.5\necho saw $(cat /tmp/mine.txt)\n"
-        launches += group_launches(backend, home, "wf-tmp", {name: {
-            "command": ["sh", "/tmp/run.sh"],
-            "files": [{"path": "/tmp/run.sh", "contents": text}]}}, group=name)
+        launches += group_launches(
+            backend,
+            home,
+            "wf-tmp",
+            {
+                name: {
+                    "command": ["sh", "/tmp/run.sh"],
+                    "files": [{"path": "/tmp/run.sh", "contents": text}],
+                }
+            },
+            group=name,
+        )
     for launch in launches:
         backend.start_group([launch])
     wait_final(backend, [l.key for l in launches])
@@ -93,9 +120,21 @@ def test_each_task_has_a_private_tmp(backend: LocalBackend, home: Path) -> None:
 def test_working_directory_is_root_and_files_land_at_absolute_paths(
     sandboxed: LocalBackend, home: Path
 ) -> None:
-    launches = group_launches(sandboxed, home, "wf-cwd", {"t": {
-        "command": ["sh", "-c", "pwd; cat /app/conf.txt; hostname; echo x > tmp/rel.txt; cat /tmp/rel.txt"],
-        "files": [{"path": "/app/conf.txt", "contents": "conf for {{workflow_id}}\n"}]}})
+    launches = group_launches(
+        sandboxed,
+        home,
+        "wf-cwd",
+        {
+            "t": {
+                "command": [
+                    "sh",
+                    "-c",
+                    "pwd; cat /app/conf.txt; hostname; echo x > tmp/rel.txt; cat /tmp/rel.txt",
+                ],
+                "files": [{"path": "/app/conf.txt", "contents": "conf for {{workflow_id}}\n"}],
+            }
+        },
+    )
     sandboxed.start_group(launches)
     facts = wait_final(sandboxed, [launches[0].key])
     assert final(facts[launches[0].key]).exit_code == 0
@@ -106,9 +145,17 @@ def test_working_directory_is_root_and_files_land_at_absolute_paths(
 
 def test_fallback_runs_in_the_private_root_folder(home: Path) -> None:
     backend = LocalBackend(home=home, sandbox="none", network="loopback")
-    launches = group_launches(backend, home, "wf-fb", {"t": {
-        "command": ["sh", "-c", "pwd; cat /app/conf.txt"],
-        "files": [{"path": "/app/conf.txt", "contents": "conf"}]}})
+    launches = group_launches(
+        backend,
+        home,
+        "wf-fb",
+        {
+            "t": {
+                "command": ["sh", "-c", "pwd; cat /app/conf.txt"],
+                "files": [{"path": "/app/conf.txt", "contents": "conf"}],
+            }
+        },
+    )
     backend.start_group(launches)
     wait_final(backend, [launches[0].key])
     root = launches[0].run_dir / "sandbox" / "root"
@@ -118,10 +165,21 @@ def test_fallback_runs_in_the_private_root_folder(home: Path) -> None:
 
 def test_stop_kills_the_whole_tree_without_blocking(backend: LocalBackend, home: Path) -> None:
     marker = f"sleep 7{os.getpid() % 1000:03d}"
-    script = (f"{marker} &\nsh -c '{marker} & {marker}' &\nsetsid {marker} &\n"
-              "trap '' TERM\nwhile true; do sleep 0.2; done\n")
-    launches = group_launches(backend, home, "wf-stop", {"t": {
-        "command": ["sh", "/tmp/run.sh"], "files": [{"path": "/tmp/run.sh", "contents": script}]}})
+    script = (
+        f"{marker} &\nsh -c '{marker} & {marker}' &\nsetsid {marker} &\n"
+        "trap '' TERM\nwhile true; do sleep 0.2; done\n"
+    )
+    launches = group_launches(
+        backend,
+        home,
+        "wf-stop",
+        {
+            "t": {
+                "command": ["sh", "/tmp/run.sh"],
+                "files": [{"path": "/tmp/run.sh", "contents": script}],
+            }
+        },
+    )
     backend.start_group(launches)
     key = launches[0].key
     wait_for(backend, key, FactKind.RUNNING)
@@ -140,16 +198,22 @@ def test_stop_kills_the_whole_tree_without_blocking(backend: LocalBackend, home:
 
 
 def test_recover_after_dropping_the_backend(backend: LocalBackend, home: Path) -> None:
-    launches = group_launches(backend, home, "wf-rec", {
-        "long": {"command": ["sh", "-c", "echo started; sleep 60"]},
-        "short": {"command": ["sh", "-c", "exit 3"]},
-    })
+    launches = group_launches(
+        backend,
+        home,
+        "wf-rec",
+        {
+            "long": {"command": ["sh", "-c", "echo started; sleep 60"]},
+            "short": {"command": ["sh", "-c", "exit 3"]},
+        },
+    )
     backend.start_group(launches)
     long_key, short_key = (l.key for l in launches)
     wait_for(backend, short_key, FactKind.EXITED)
     wait_for(backend, long_key, FactKind.RUNNING, earlier=True)
-    again = LocalBackend(home=home, sandbox=backend.sandbox, network=backend.network,
-                         stop_grace_s=2.0)
+    again = LocalBackend(
+        home=home, sandbox=backend.sandbox, network=backend.network, stop_grace_s=2.0
+    )
     del backend
     ghost = TaskKey("wf-rec", "never-started", 0)
     assert again.recover([long_key, short_key, ghost]) == [long_key]
@@ -164,8 +228,9 @@ def test_recover_after_dropping_the_backend(backend: LocalBackend, home: Path) -
 
 
 @pytest.mark.parametrize("outputs", [False, True], ids=["command-only", "with-output"])
-def test_killed_runner_is_lost_and_its_command_cleaned_up(backend: LocalBackend, home: Path,
-                                                          tmp_path: Path, outputs: bool) -> None:
+def test_killed_runner_is_lost_and_its_command_cleaned_up(
+    backend: LocalBackend, home: Path, tmp_path: Path, outputs: bool
+) -> None:
     """The process that runs the runner, SIGKILLed: a runner process of its own, or, for a
     sandboxed task that moves no data, the launcher whose thread hosts it (its sandboxes
     die with it)."""
@@ -212,8 +277,13 @@ def test_what_a_dead_launcher_left_in_its_session_is_killed(home: Path) -> None:
     while len(processes_with(marker)) < 3:  # sh and its two sleeps
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    attempt = tracking.Attempt(TaskKey("wf", "t", 0), home, host.pid,
-                                 psutil.Process(host.pid).create_time(), hosted="launcher")
+    attempt = tracking.Attempt(
+        TaskKey("wf", "t", 0),
+        home,
+        host.pid,
+        psutil.Process(host.pid).create_time(),
+        hosted="launcher",
+    )
     backend = LocalBackend(home=home, sandbox="none", network="loopback")
     backend._kill_leftovers([attempt])
     assert len(processes_with(marker)) == 3 and host.poll() is None  # its host lives
@@ -226,8 +296,9 @@ def test_what_a_dead_launcher_left_in_its_session_is_killed(home: Path) -> None:
 def test_no_launcher_is_a_backend_error(home: Path) -> None:
     if isolation_available("bwrap", "loopback"):
         pytest.skip("bubblewrap not available")
-    backend = LocalBackend(home=home, sandbox="bwrap", network="loopback",
-                           python="/nonexistent/python3")
+    backend = LocalBackend(
+        home=home, sandbox="bwrap", network="loopback", python="/nonexistent/python3"
+    )
     launches = group_launches(backend, home, "wf-se", {"t": {"command": ["true"]}})
     with pytest.raises(BackendError, match="launcher"):
         backend.start_group(launches)
@@ -264,10 +335,22 @@ def test_cli_reaches_the_host_server_from_a_task(
 
     threading.Thread(target=answer, daemon=True).start()
     monkeypatch.setenv("TRAINYARD_SERVER_URL", f"http://127.0.0.1:{port}")
-    launches = group_launches(backend, home, "wf-cli", {"t": {
-        "image": "busybox",
-        "command": ["sh", "-c", 'echo "url=$TRAINYARD_SERVER_URL"; '
-                                 'nc -w 5 127.0.0.1 ${TRAINYARD_SERVER_URL##*:} </dev/null']}})
+    launches = group_launches(
+        backend,
+        home,
+        "wf-cli",
+        {
+            "t": {
+                "image": "busybox",
+                "command": [
+                    "sh",
+                    "-c",
+                    'echo "url=$TRAINYARD_SERVER_URL"; '
+                    'nc -w 5 127.0.0.1 ${TRAINYARD_SERVER_URL##*:} </dev/null',
+                ],
+            }
+        },
+    )
     backend.start_group(launches)
     facts = wait_final(backend, [launches[0].key])
     server.close()
@@ -277,42 +360,82 @@ def test_cli_reaches_the_host_server_from_a_task(
 
 
 def test_gpu_slots_become_cuda_visible_devices(backend: LocalBackend, home: Path) -> None:
-    launches = group_launches(backend, home, "wf-gpu", {"t": {
-        "command": ["sh", "-c", 'echo "cvd=[$CUDA_VISIBLE_DEVICES]"']}}, gpu_slots=[0])
+    launches = group_launches(
+        backend,
+        home,
+        "wf-gpu",
+        {"t": {"command": ["sh", "-c", 'echo "cvd=[$CUDA_VISIBLE_DEVICES]"']}},
+        gpu_slots=[0],
+    )
     backend.start_group(launches)
     wait_final(backend, [launches[0].key])
     expected = "0" if gpu_count() > 0 else ""
     assert f"[t] cvd=[{expected}]" in task_log(launches[0])
 
 
-def test_data_flows_through_task_inputs_and_file_urls(backend: LocalBackend, home: Path,
-                                                     tmp_path: Path) -> None:
+def test_data_flows_through_task_inputs_and_file_urls(
+    backend: LocalBackend, home: Path, tmp_path: Path
+) -> None:
     bucket = tmp_path / "bucket"
-    first = group_launches(backend, home, "wf-data", {"a": {
-        "command": ["sh", "-c", "echo payload > {{output}}/data.txt; echo no > {{output}}/x.bin"],
-        "outputs": [{"url": f"file://{bucket}/out/", "regex": r"\.txt$"}]}}, group="a")
+    first = group_launches(
+        backend,
+        home,
+        "wf-data",
+        {
+            "a": {
+                "command": [
+                    "sh",
+                    "-c",
+                    "echo payload > {{output}}/data.txt; echo no > {{output}}/x.bin",
+                ],
+                "outputs": [{"url": f"file://{bucket}/out/", "regex": r"\.txt$"}],
+            }
+        },
+        group="a",
+    )
     backend.start_group(first)
     assert final(wait_final(backend, [first[0].key])[first[0].key]).exit_code == 0
     assert sorted(p.name for p in (bucket / "out").iterdir()) == ["data.txt"]
-    second = group_launches(backend, home, "wf-data", {"b": {
-        "command": ["sh", "-c", "cat {{input:0}}/data.txt {{input:1}}/data.txt"],
-        "inputs": [{"kind": "task", "name": "a", "source": str(first[0].run_dir / "output")},
-                   {"kind": "url", "name": "u", "source": f"file://{bucket}/out/"}]}}, group="b")
+    second = group_launches(
+        backend,
+        home,
+        "wf-data",
+        {
+            "b": {
+                "command": ["sh", "-c", "cat {{input:0}}/data.txt {{input:1}}/data.txt"],
+                "inputs": [
+                    {"kind": "task", "name": "a", "source": str(first[0].run_dir / "output")},
+                    {"kind": "url", "name": "u", "source": f"file://{bucket}/out/"},
+                ],
+            }
+        },
+        group="b",
+    )
     backend.start_group(second)
     assert final(wait_final(backend, [second[0].key])[second[0].key]).exit_code == 0
     assert task_log(second[0]).count("[b] payload") == 2
 
 
 def test_restart_in_place_keeps_the_sandbox(backend: LocalBackend, home: Path) -> None:
-    script = [{"path": "/tmp/run.sh", "contents":
-               "[ -f /tmp/state ] && echo found $(cat /tmp/state)\necho kept > /tmp/state\n"}]
-    first = group_launches(backend, home, "wf-rs", {"t": {"command": ["sh", "/tmp/run.sh"],
-                                                          "files": script}})
+    script = [
+        {
+            "path": "/tmp/run.sh",
+            "contents": "[ -f /tmp/state ] && echo found $(cat /tmp/state)\necho kept > /tmp/state\n",
+        }
+    ]
+    first = group_launches(
+        backend, home, "wf-rs", {"t": {"command": ["sh", "/tmp/run.sh"], "files": script}}
+    )
     backend.start_group(first)
     wait_final(backend, [first[0].key])
-    second = group_launches(backend, home, "wf-rs", {"t": {"command": ["sh", "/tmp/run.sh"],
-                                                           "files": script}},
-                            retry_id=1, restart_in_place=True)
+    second = group_launches(
+        backend,
+        home,
+        "wf-rs",
+        {"t": {"command": ["sh", "/tmp/run.sh"], "files": script}},
+        retry_id=1,
+        restart_in_place=True,
+    )
     backend.start_group(second)
     assert final(wait_final(backend, [second[0].key])[second[0].key]).exit_code == 0
     assert "found kept" not in task_log(first[0])
@@ -320,8 +443,15 @@ def test_restart_in_place_keeps_the_sandbox(backend: LocalBackend, home: Path) -
 
 
 def test_restart_in_place_keeps_the_output_folder(backend: LocalBackend, home: Path) -> None:
-    task = {"t": {"command": ["sh", "-c", "cat {{output}}/model.txt 2>/dev/null; "
-                                          "echo step >> {{output}}/model.txt"]}}
+    task = {
+        "t": {
+            "command": [
+                "sh",
+                "-c",
+                "cat {{output}}/model.txt 2>/dev/null; echo step >> {{output}}/model.txt",
+            ]
+        }
+    }
     first = group_launches(backend, home, "wf-ro", task)
     backend.start_group(first)
     wait_final(backend, [first[0].key])
@@ -333,30 +463,38 @@ def test_restart_in_place_keeps_the_output_folder(backend: LocalBackend, home: P
 
 
 def test_real_gpus_are_not_shared_across_virtual_nodes(
-        backend: LocalBackend, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend: LocalBackend, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(tracking, "gpu_count", lambda: 2)  # no GPU here: pretend two
     show = {"command": ["sh", "-c", 'echo "cvd=[$CUDA_VISIBLE_DEVICES]"; sleep 1']}
-    groups = [group_launches(backend, home, f"wf-gpus-{i}", {"t": show}, gpu_slots=[0])
-              for i in range(3)]
+    groups = [
+        group_launches(backend, home, f"wf-gpus-{i}", {"t": show}, gpu_slots=[0]) for i in range(3)
+    ]
     for i, launches in enumerate(groups):
         launches[0].node = f"local-{i}"  # slot 0 of three virtual nodes
         backend.start_group(launches)
     wait_final(backend, [launches[0].key for launches in groups])
     shown = [task_log(launches[0]) for launches in groups]
     assert ["[t] cvd=[0]" in shown[0], "[t] cvd=[1]" in shown[1], "[t] cvd=[]" in shown[2]] == [
-        True, True, True]  # two real GPUs, each lent once; the third task runs as CPU
+        True,
+        True,
+        True,
+    ]  # two real GPUs, each lent once; the third task runs as CPU
     assert tracking.GPUS.lent() == {}  # every lease ended with its attempt
 
 
 def test_after_dropping_the_backend_unstarted_and_gpus_are_known(
-        backend: LocalBackend, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend: LocalBackend, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(tracking, "gpu_count", lambda: 1)
-    launches = group_launches(backend, home, "wf-un", {"t": {"command": ["sleep", "60"]}},
-                              gpu_slots=[0])
+    launches = group_launches(
+        backend, home, "wf-un", {"t": {"command": ["sleep", "60"]}}, gpu_slots=[0]
+    )
     backend.start_group(launches)
     key, ghost = launches[0].key, TaskKey("wf-un", "t", 1)
-    again = LocalBackend(home=home, sandbox=backend.sandbox, network=backend.network,
-                         stop_grace_s=2.0)
+    again = LocalBackend(
+        home=home, sandbox=backend.sandbox, network=backend.network, stop_grace_s=2.0
+    )
     assert again.unstarted([key, ghost]) == [ghost]
     tracking.GPUS.give_back(tracking.Attempt(key, None))  # as if this process restarted
     assert again.recover([key]) == [key]
@@ -367,8 +505,20 @@ def test_after_dropping_the_backend_unstarted_and_gpus_are_known(
 
 
 def test_trainyard_venv_and_cli_work_inside_a_task(backend: LocalBackend, home: Path) -> None:
-    launches = group_launches(backend, home, "wf-venv", {"t": {
-        "command": ["sh", "-c", "trainyard version && python -c 'import trainyard.runner; print(\"ok\")'"]}})
+    launches = group_launches(
+        backend,
+        home,
+        "wf-venv",
+        {
+            "t": {
+                "command": [
+                    "sh",
+                    "-c",
+                    "trainyard version && python -c 'import trainyard.runner; print(\"ok\")'",
+                ]
+            }
+        },
+    )
     backend.start_group(launches)
     facts = wait_final(backend, [launches[0].key])
     assert final(facts[launches[0].key]).exit_code == 0, task_log(launches[0])
@@ -390,9 +540,15 @@ dist.destroy_process_group()
 def test_gloo_rendezvous_over_host_token(backend: LocalBackend, home: Path) -> None:
     pytest.importorskip("torch")
     files = [{"path": "/tmp/train.py", "contents": TORCH_SCRIPT}]
-    launches = group_launches(backend, home, "wf-ddp", {
-        name: {"command": ["python", "/tmp/train.py"], "files": files}
-        for name in ("master", "worker")})
+    launches = group_launches(
+        backend,
+        home,
+        "wf-ddp",
+        {
+            name: {"command": ["python", "/tmp/train.py"], "files": files}
+            for name in ("master", "worker")
+        },
+    )
     backend.start_group(launches)
     facts = wait_final(backend, [l.key for l in launches], timeout_s=120)
     logs = "\n".join(task_log(l)[-1500:] for l in launches)
@@ -429,9 +585,11 @@ def test_idle_connections_to_the_server_cost_no_launcher_thread_each(
         "first.sendall(b'ping'); print('echo', first.recv(16).decode(), flush=True)\n"
         "rest = [socket.create_connection(('127.0.0.1', port), timeout=30) for _ in range(299)]\n"
         "print('opened', 1 + len(rest), flush=True)\n"
-        "time.sleep(60)\n")
-    launches = group_launches(backend, home, "wf-conns", {"t": {
-        "command": ["python3", "-c", script]}})
+        "time.sleep(60)\n"
+    )
+    launches = group_launches(
+        backend, home, "wf-conns", {"t": {"command": ["python3", "-c", script]}}
+    )
     backend.start_group(launches)
     try:
         log = launches[0].run_dir / "task.log"
@@ -472,13 +630,15 @@ def test_a_failed_sandbox_start_says_why_and_is_tried_again(
         f"#!/bin/sh\ncase \" $* \" in *' --args '*)  # a task's start, not the backend's probe\n"
         f"  if [ ! -e {marks}/failed ]; then touch {marks}/failed\n"
         f"  echo 'fake-bwrap: refused on purpose' >&2; exit 1; fi;; esac\n"
-        f"exec {real} \"$@\"\n")
+        f"exec {real} \"$@\"\n"
+    )
     (fake_dir / "bwrap").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake_dir}:{os.environ['PATH']}")
     made = LocalBackend(home=home, sandbox="bwrap", network="netns", stop_grace_s=2.0)
     try:
-        launches = group_launches(made, home, "wf-retry", {"t": {
-            "command": ["sh", "-c", "echo started"]}})
+        launches = group_launches(
+            made, home, "wf-retry", {"t": {"command": ["sh", "-c", "echo started"]}}
+        )
         made.start_group(launches)
         fact = final(wait_final(made, [launches[0].key], timeout_s=90)[launches[0].key])
         text = task_log(launches[0])

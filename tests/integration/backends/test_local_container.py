@@ -16,14 +16,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from local_support import (BUSYBOX_IMAGE, busybox_image, final, group_launches,
-                           isolation_available, task_log, wait_final, wait_for)
+from local_support import (
+    BUSYBOX_IMAGE,
+    busybox_image,
+    final,
+    group_launches,
+    isolation_available,
+    task_log,
+    wait_final,
+    wait_for,
+)
 
 from trainyard.backends.base import FactKind
-from trainyard.backends.local.container import container_name, probe_podman, rootfs_path
 from trainyard.backends.local import LocalBackend
-from trainyard.status import ExitCode
+from trainyard.backends.local.container import container_name, probe_podman, rootfs_path
 from trainyard.pools import default_local_pool
+from trainyard.status import ExitCode
 
 IMAGE = BUSYBOX_IMAGE
 
@@ -48,22 +56,38 @@ def podman_backend(home: Path) -> Iterator[LocalBackend]:
 
 
 def containers_named(name: str) -> list[str]:
-    done = subprocess.run(["podman", "ps", "-a", "--filter", f"name={name}", "--format",
-                           "{{.Names}}"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["podman", "ps", "-a", "--filter", f"name={name}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return [line for line in done.stdout.split() if line == name]
 
 
 @needs_podman
 def test_a_task_runs_in_its_image(podman_backend: LocalBackend, home: Path, image: str) -> None:
-    script = ("test -x /bin/busybox && echo has-busybox; "
-              "test -e /usr/bin/python3 && echo has-python || echo no-python; "
-              "test -e /etc/shadow && echo has-shadow || echo no-shadow; "  # the image's /etc
-              "echo host=$(hostname) wf=$TRAINYARD_WORKFLOW_ID conf=$(cat /app/conf.txt); "
-              "echo x > /tmp/mine; echo out > $TRAINYARD_OUTPUT/o.txt; "
-              "touch /osmo/run/workspace/w && echo workspace-writable; exit 7")
-    launches = group_launches(podman_backend, home, "wf-img", {"t": {
-        "image": image, "command": ["sh", "-c", script], "environment": {"MINE": "m"},
-        "files": [{"path": "/app/conf.txt", "contents": "conf of {{workflow_id}}"}]}})
+    script = (
+        "test -x /bin/busybox && echo has-busybox; "
+        "test -e /usr/bin/python3 && echo has-python || echo no-python; "
+        "test -e /etc/shadow && echo has-shadow || echo no-shadow; "  # the image's /etc
+        "echo host=$(hostname) wf=$TRAINYARD_WORKFLOW_ID conf=$(cat /app/conf.txt); "
+        "echo x > /tmp/mine; echo out > $TRAINYARD_OUTPUT/o.txt; "
+        "touch /osmo/run/workspace/w && echo workspace-writable; exit 7"
+    )
+    launches = group_launches(
+        podman_backend,
+        home,
+        "wf-img",
+        {
+            "t": {
+                "image": image,
+                "command": ["sh", "-c", script],
+                "environment": {"MINE": "m"},
+                "files": [{"path": "/app/conf.txt", "contents": "conf of {{workflow_id}}"}],
+            }
+        },
+    )
     podman_backend.start_group(launches)
     fact = final(wait_final(podman_backend, [launches[0].key], timeout_s=120)[launches[0].key])
     text = task_log(launches[0])
@@ -85,15 +109,28 @@ def test_a_task_runs_in_its_image(podman_backend: LocalBackend, home: Path, imag
 
 @needs_podman
 def test_the_specs_environment_reaches_the_container_not_podman(
-        podman_backend: LocalBackend, home: Path, image: str) -> None:
+    podman_backend: LocalBackend, home: Path, image: str
+) -> None:
     """Spec variables that podman, conmon and runc (host programs of the host's root) obey:
     Go's ``GODEBUG=inittrace=1`` makes every Go program print ``init ...`` lines, which would
     land in the task log; ``LD_PRELOAD`` of a file that is no library makes ld.so complain.
     Both must reach only the container's command (busybox: not Go; its ld.so: none)."""
-    launches = group_launches(podman_backend, home, "wf-env", {"t": {
-        "image": image, "command": ["sh", "-c", 'echo "godebug=$GODEBUG preload=$LD_PRELOAD"'],
-        "environment": {"GODEBUG": "inittrace=1", "LD_PRELOAD": "/etc/hostname",
-                        "CONTAINERS_STORAGE_CONF": "/nonexistent/storage.conf"}}})
+    launches = group_launches(
+        podman_backend,
+        home,
+        "wf-env",
+        {
+            "t": {
+                "image": image,
+                "command": ["sh", "-c", 'echo "godebug=$GODEBUG preload=$LD_PRELOAD"'],
+                "environment": {
+                    "GODEBUG": "inittrace=1",
+                    "LD_PRELOAD": "/etc/hostname",
+                    "CONTAINERS_STORAGE_CONF": "/nonexistent/storage.conf",
+                },
+            }
+        },
+    )
     podman_backend.start_group(launches)
     fact = final(wait_final(podman_backend, [launches[0].key], timeout_s=120)[launches[0].key])
     text = task_log(launches[0])
@@ -104,15 +141,28 @@ def test_the_specs_environment_reaches_the_container_not_podman(
 
 @needs_podman
 def test_a_container_gets_its_memory_limit_from_the_spec(
-        podman_backend: LocalBackend, home: Path, image: str) -> None:
+    podman_backend: LocalBackend, home: Path, image: str
+) -> None:
     """``memory: 64Mi`` becomes podman's ``--memory`` (no swap beyond it): a 256 MiB buffer
     is killed by the kernel (137), where it ran before."""
     from trainyard.backends.base import TaskResources
 
-    launches = group_launches(podman_backend, home, "wf-mem", {"t": {
-        "image": image, "command": ["sh", "-c",
-                                    "dd if=/dev/zero of=/dev/null bs=256M count=1 && echo done"]}},
-        resources=TaskResources(memory_bytes=64 << 20))
+    launches = group_launches(
+        podman_backend,
+        home,
+        "wf-mem",
+        {
+            "t": {
+                "image": image,
+                "command": [
+                    "sh",
+                    "-c",
+                    "dd if=/dev/zero of=/dev/null bs=256M count=1 && echo done",
+                ],
+            }
+        },
+        resources=TaskResources(memory_bytes=64 << 20),
+    )
     podman_backend.start_group(launches)
     fact = final(wait_final(podman_backend, [launches[0].key], timeout_s=120)[launches[0].key])
     text = task_log(launches[0])
@@ -147,9 +197,18 @@ def test_a_containers_root_is_not_the_hosts_root(
     bubblewrap sandbox's mapping), with no capability and ``no_new_privs``: a file it makes in
     its output folder is ``nobody``'s on the host; ``mount``, ``unshare``, ``chown`` to
     another user and sysctls fail; the image's own root is still its to write."""
-    launches = group_launches(podman_backend, home, "wf-img-priv", {"t": {
-        "image": image, "command": ["sh", "/tmp/probe.sh"],
-        "files": [{"path": "/tmp/probe.sh", "contents": PRIVILEGES}]}})
+    launches = group_launches(
+        podman_backend,
+        home,
+        "wf-img-priv",
+        {
+            "t": {
+                "image": image,
+                "command": ["sh", "/tmp/probe.sh"],
+                "files": [{"path": "/tmp/probe.sh", "contents": PRIVILEGES}],
+            }
+        },
+    )
     podman_backend.start_group(launches)
     fact = final(wait_final(podman_backend, [launches[0].key], timeout_s=120)[launches[0].key])
     text = task_log(launches[0])
@@ -161,7 +220,8 @@ def test_a_containers_root_is_not_the_hosts_root(
     maps = [line.split()[1:] for line in report if line.startswith("uid_map ")]
     assert maps and maps[0][:2] == ["0", "65534"], report  # root inside is the host's nobody
     assert ["0", "0"] not in [m[:2] for m in maps] and not any(
-        int(m[1]) <= 0 < int(m[1]) + int(m[2]) for m in maps), report  # host root not mapped
+        int(m[1]) <= 0 < int(m[1]) + int(m[2]) for m in maps
+    ), report  # host root not mapped
     assert "CapEff:\t0000000000000000" in report and "CapBnd:\t0000000000000000" in report, report
     assert "NoNewPrivs:\t1" in report, report
     assert [line for line in report if line.startswith("ALLOWED")] == [], report
@@ -190,11 +250,20 @@ def test_the_group_tasks_reach_each_other_in_containers(
     podman_backend: LocalBackend, home: Path, image: str
 ) -> None:
     port = 22000 + os.getpid() % 20000
-    launches = group_launches(podman_backend, home, "wf-img-nc", {
-        "server": {"image": image, "command": ["sh", "-c", SERVER.format(port=port)]},
-        "client": {"image": image, "command": ["sh", "/tmp/run.sh"],
-                   "files": [{"path": "/tmp/run.sh", "contents": CLIENT.format(port=port)}]},
-    }, barrier=True)
+    launches = group_launches(
+        podman_backend,
+        home,
+        "wf-img-nc",
+        {
+            "server": {"image": image, "command": ["sh", "-c", SERVER.format(port=port)]},
+            "client": {
+                "image": image,
+                "command": ["sh", "/tmp/run.sh"],
+                "files": [{"path": "/tmp/run.sh", "contents": CLIENT.format(port=port)}],
+            },
+        },
+        barrier=True,
+    )
     podman_backend.start_group(launches)
     facts = wait_final(podman_backend, [l.key for l in launches], timeout_s=120)
     assert [final(facts[l.key]).exit_code for l in launches] == [0, 0], task_log(launches[1])
@@ -206,8 +275,9 @@ def test_a_missing_image_is_a_start_error_without_pulling(
     podman_backend: LocalBackend, home: Path
 ) -> None:
     missing = "localhost/trainyard-no-such-image:never"
-    launches = group_launches(podman_backend, home, "wf-img-missing", {"t": {
-        "image": missing, "command": ["true"]}})
+    launches = group_launches(
+        podman_backend, home, "wf-img-missing", {"t": {"image": missing, "command": ["true"]}}
+    )
     started = time.monotonic()
     podman_backend.start_group(launches)
     facts = wait_final(podman_backend, [launches[0].key], timeout_s=60)[launches[0].key]
@@ -222,8 +292,12 @@ def test_a_missing_image_is_a_start_error_without_pulling(
 
 @needs_podman
 def test_cancel_stops_the_container(podman_backend: LocalBackend, home: Path, image: str) -> None:
-    launches = group_launches(podman_backend, home, "wf-img-stop", {"t": {
-        "image": image, "command": ["sh", "-c", "trap '' TERM; echo up; sleep 300"]}})
+    launches = group_launches(
+        podman_backend,
+        home,
+        "wf-img-stop",
+        {"t": {"image": image, "command": ["sh", "-c", "trap '' TERM; echo up; sleep 300"]}},
+    )
     podman_backend.start_group(launches)
     key = launches[0].key
     wait_for(podman_backend, key, FactKind.RUNNING, timeout_s=60)
@@ -252,9 +326,15 @@ def test_without_podman_the_log_says_the_hosts_tools_run(home: Path) -> None:
     if why_not:
         pytest.skip(f"sandboxed isolation not available here: {why_not}")
     backend = LocalBackend(default_local_pool(), home=home, sandbox="bwrap", network="netns")
-    launches = group_launches(backend, home, "wf-img-host", {"t": {
-        "image": "nvcr.io/nvidia/pytorch:24.03-py3", "command": ["true"]}})
+    launches = group_launches(
+        backend,
+        home,
+        "wf-img-host",
+        {"t": {"image": "nvcr.io/nvidia/pytorch:24.03-py3", "command": ["true"]}},
+    )
     backend.start_group(launches)
     wait_final(backend, [launches[0].key], timeout_s=60)
-    assert ("image nvcr.io/nvidia/pytorch:24.03-py3 is NOT run: this pool runs no images"
-            in task_log(launches[0]))
+    assert (
+        "image nvcr.io/nvidia/pytorch:24.03-py3 is NOT run: this pool runs no images"
+        in task_log(launches[0])
+    )

@@ -11,22 +11,32 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from local_support import (busybox_image, final, group_launches,
-                           isolation_available, task_log, wait_final)
+from local_support import (
+    busybox_image,
+    final,
+    group_launches,
+    isolation_available,
+    task_log,
+    wait_final,
+)
 
 from trainyard.backends.base import FactKind
-from trainyard.backends.local.container import probe_podman
 from trainyard.backends.local import LocalBackend
+from trainyard.backends.local.container import probe_podman
 from trainyard.pools import default_local_pool
 
 SECRET = "podmanSecret_4a4a_value"
 FILED = "fileSecret_b7b7_value"
-SCRIPT = ("echo env=$(printf %s \"$HF_TOKEN\" | busybox sha256sum | busybox cut -c1-16); "
-          "echo file=$(busybox sha256sum < /root/.creds/token | busybox cut -c1-16); "
-          "echo mode=$(stat -c %a /root/.creds/token) owner=$(stat -c %u /root/.creds/token); "
-          "echo me=$(id -u)")
-CREDENTIALS = [{"name": "hf", "env": {"HF_TOKEN": "token"}, "values": {"token": SECRET}},
-               {"name": "gh", "path": "/root/.creds", "values": {"token": FILED}}]
+SCRIPT = (
+    "echo env=$(printf %s \"$HF_TOKEN\" | busybox sha256sum | busybox cut -c1-16); "
+    "echo file=$(busybox sha256sum < /root/.creds/token | busybox cut -c1-16); "
+    "echo mode=$(stat -c %a /root/.creds/token) owner=$(stat -c %u /root/.creds/token); "
+    "echo me=$(id -u)"
+)
+CREDENTIALS = [
+    {"name": "hf", "env": {"HF_TOKEN": "token"}, "values": {"token": SECRET}},
+    {"name": "gh", "path": "/root/.creds", "values": {"token": FILED}},
+]
 
 
 def _digest(value: str) -> str:
@@ -34,8 +44,12 @@ def _digest(value: str) -> str:
 
 
 def _grep(folder: Path, needle: str) -> list[str]:
-    done = subprocess.run(["grep", "-rl", "--binary-files=text", needle, str(folder)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["grep", "-rl", "--binary-files=text", needle, str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return done.stdout.split()
 
 
@@ -52,11 +66,16 @@ def podman_backend(home: Path) -> Iterator[LocalBackend]:
     backend.stop(list(backend._attempts))
 
 
-def test_a_podman_task_gets_both_forms(podman_backend: LocalBackend, home: Path,
-                                       tmp_path: Path) -> None:
+def test_a_podman_task_gets_both_forms(
+    podman_backend: LocalBackend, home: Path, tmp_path: Path
+) -> None:
     image = busybox_image(tmp_path)
-    launches = group_launches(podman_backend, home, "wf-cred", {"t": {
-        "image": image, "command": ["sh", "-c", SCRIPT], "credentials": CREDENTIALS}})
+    launches = group_launches(
+        podman_backend,
+        home,
+        "wf-cred",
+        {"t": {"image": image, "command": ["sh", "-c", SCRIPT], "credentials": CREDENTIALS}},
+    )
     podman_backend.start_group(launches)
     fact = final(wait_final(podman_backend, [launches[0].key], timeout_s=120)[launches[0].key])
     text = task_log(launches[0])
@@ -69,11 +88,16 @@ def test_a_podman_task_gets_both_forms(podman_backend: LocalBackend, home: Path,
 
 
 def test_the_no_sandbox_fallback_gets_both_forms(home: Path) -> None:
-    backend = LocalBackend(default_local_pool(), home=home, sandbox="none", network="loopback",
-                           stop_grace_s=2.0)
+    backend = LocalBackend(
+        default_local_pool(), home=home, sandbox="none", network="loopback", stop_grace_s=2.0
+    )
     script = SCRIPT.replace("busybox ", "")
-    launches = group_launches(backend, home, "wf-cred2", {"t": {
-        "command": ["sh", "-c", script], "credentials": CREDENTIALS}})
+    launches = group_launches(
+        backend,
+        home,
+        "wf-cred2",
+        {"t": {"command": ["sh", "-c", script], "credentials": CREDENTIALS}},
+    )
     try:
         backend.start_group(launches)
         fact = final(wait_final(backend, [launches[0].key], timeout_s=60)[launches[0].key])
@@ -82,6 +106,7 @@ def test_the_no_sandbox_fallback_gets_both_forms(home: Path) -> None:
     text = task_log(launches[0])
     assert fact.kind is FactKind.EXITED and fact.exit_code == 0, text
     assert f"env={_digest(SECRET)}" in text and f"file={_digest(FILED)}" in text, text
-    assert not Path("/root/.creds/token").exists() or \
-        Path("/root/.creds/token").read_text() != FILED  # in its private root, not the host's
+    assert (
+        not Path("/root/.creds/token").exists() or Path("/root/.creds/token").read_text() != FILED
+    )  # in its private root, not the host's
     assert _grep(home, SECRET) == [] and _grep(home, FILED) == []

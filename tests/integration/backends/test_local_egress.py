@@ -9,8 +9,8 @@ address (the interface of the default route), which a task reaches only through 
 
 from __future__ import annotations
 
-import http.server
 import contextlib
+import http.server
 import ipaddress
 import os
 import re
@@ -27,17 +27,18 @@ import psutil
 import pytest
 from local_support import final, group_launches, isolation_available, task_log, wait_final
 
-from trainyard.backends.local import launcher as launcher_mod
-from trainyard.backends.local import router as router_mod
 from trainyard.backends.base import FactKind
 from trainyard.backends.local import LocalBackend, loopback_address
+from trainyard.backends.local import launcher as launcher_mod
+from trainyard.backends.local import router as router_mod
 from trainyard.backends.local.netns import EGRESS_ADDRESS, probe_egress
 from trainyard.backends.local.router import GROUP_IFNAME_PREFIX, GROUP_NETWORK, probe_router
 from trainyard.errors import BackendError
 from trainyard.pools import default_local_pool
 
-pytestmark = pytest.mark.skipif(probe_egress() is not None,
-                                reason=f"no egress here: {probe_egress()}")
+pytestmark = pytest.mark.skipif(
+    probe_egress() is not None, reason=f"no egress here: {probe_egress()}"
+)
 
 FETCH = """import sys, urllib.request
 for url in sys.argv[1:]:
@@ -102,8 +103,11 @@ def _backend(home: Path, **pool_fields: object) -> LocalBackend:
 
 
 def fetch_task(urls: list[str], **fields: object) -> dict[str, object]:
-    return {"command": ["python3", "/tmp/fetch.py", *urls],
-            "files": [{"path": "/tmp/fetch.py", "contents": FETCH}], **fields}
+    return {
+        "command": ["python3", "/tmp/fetch.py", *urls],
+        "files": [{"path": "/tmp/fetch.py", "contents": FETCH}],
+        **fields,
+    }
 
 
 def run_one(backend: LocalBackend, home: Path, wid: str, task: dict[str, object]) -> str:
@@ -162,9 +166,15 @@ def test_the_server_url_still_reaches_the_server_with_egress(
     secret = server.RequestHandlerClass.secret  # type: ignore[attr-defined]
     monkeypatch.setenv("TRAINYARD_SERVER_URL", url.rstrip("/"))
     try:
-        text = run_one(_backend(home), home, "wf-server", {
-            "command": ["sh", "-c", 'python3 /tmp/fetch.py "$TRAINYARD_SERVER_URL/"'],
-            "files": [{"path": "/tmp/fetch.py", "contents": FETCH}]})
+        text = run_one(
+            _backend(home),
+            home,
+            "wf-server",
+            {
+                "command": ["sh", "-c", 'python3 /tmp/fetch.py "$TRAINYARD_SERVER_URL/"'],
+                "files": [{"path": "/tmp/fetch.py", "contents": FETCH}],
+            },
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -196,16 +206,32 @@ def test_one_workflow_cannot_reach_another(home: Path) -> None:
     address and the egress address: none reaches A."""
     backend = _backend(home)
     port = 20000 + os.getpid() % 20000
-    a = group_launches(backend, home, "wf-a", {"listener": {
-        "command": ["python3", "/tmp/listen.py", str(port), "25"],
-        "files": [{"path": "/tmp/listen.py", "contents": LISTEN}]}})
+    a = group_launches(
+        backend,
+        home,
+        "wf-a",
+        {
+            "listener": {
+                "command": ["python3", "/tmp/listen.py", str(port), "25"],
+                "files": [{"path": "/tmp/listen.py", "contents": LISTEN}],
+            }
+        },
+    )
     backend.start_group(a)
     time.sleep(2.0)  # A listens (B only has to fail, so a late A only makes the test weaker)
     a_host = loopback_address("wf-a", "listener")
     targets = [a_host, outside_address(), EGRESS_ADDRESS, "127.0.0.1"]
-    b = group_launches(backend, home, "wf-b", {"prober": {
-        "command": ["python3", "/tmp/connect.py", str(port), *targets],
-        "files": [{"path": "/tmp/connect.py", "contents": CONNECT}]}})
+    b = group_launches(
+        backend,
+        home,
+        "wf-b",
+        {
+            "prober": {
+                "command": ["python3", "/tmp/connect.py", str(port), *targets],
+                "files": [{"path": "/tmp/connect.py", "contents": CONNECT}],
+            }
+        },
+    )
     backend.start_group(b)
     facts = wait_final(backend, [b[0].key], timeout_s=90)
     assert final(facts[b[0].key]).exit_code == 0
@@ -247,8 +273,12 @@ def _router_veths(launcher: int) -> list[str]:
     the groups' still alive)."""
     names = []
     for path in _net_namespaces_of(launcher):
-        done = subprocess.run(["nsenter", f"--net={path}", "ip", "-o", "link", "show"],
-                              capture_output=True, text=True, timeout=20)
+        done = subprocess.run(
+            ["nsenter", f"--net={path}", "ip", "-o", "link", "show"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         names += [line.split(":")[1].strip().split("@")[0] for line in done.stdout.splitlines()]
     return [name for name in names if name.startswith(GROUP_IFNAME_PREFIX)]
 
@@ -266,8 +296,9 @@ def test_no_pasta_nor_veth_outlives_its_group(home: Path) -> None:
         assert len(_router_veths(launcher)) == 1
     wait_final(backend, [launches[0].key], timeout_s=60)
     deadline = time.monotonic() + 30  # the launcher keeps a group 5 s after its last runner
-    while time.monotonic() < deadline and (_router_veths(launcher) if routed
-                                           else _pastas_of(launcher)):
+    while time.monotonic() < deadline and (
+        _router_veths(launcher) if routed else _pastas_of(launcher)
+    ):
         time.sleep(0.2)
     if routed:
         assert _router_veths(launcher) == []
@@ -283,8 +314,9 @@ def test_one_pasta_per_launcher_not_per_group(home: Path) -> None:
     backend = _backend(home)
     keys = []
     for wid, group in (("wf-p1", "g1"), ("wf-p1", "g2"), ("wf-p2", "g1")):
-        launches = group_launches(backend, home, wid, {f"t-{group}": {"command": ["sleep", "4"]}},
-                                  group=group)
+        launches = group_launches(
+            backend, home, wid, {f"t-{group}": {"command": ["sleep", "4"]}}, group=group
+        )
         backend.start_group(launches)
         keys.append(launches[0].key)
     launcher = _launcher_pid(backend)
@@ -342,15 +374,33 @@ def test_a_group_cannot_reach_another_groups_socket(home: Path, same_workflow: b
         pytest.skip(f"no egress router here ({probe_router()})")
     backend = _backend(home)
     port = 22000 + os.getpid() % 20000
-    a = group_launches(backend, home, "wf-ra", {"listener": {
-        "command": ["python3", "/tmp/listen.py", str(port), "25"],
-        "files": [{"path": "/tmp/listen.py", "contents": ADDRESS_THEN_LISTEN}]}}, group="ga")
+    a = group_launches(
+        backend,
+        home,
+        "wf-ra",
+        {
+            "listener": {
+                "command": ["python3", "/tmp/listen.py", str(port), "25"],
+                "files": [{"path": "/tmp/listen.py", "contents": ADDRESS_THEN_LISTEN}],
+            }
+        },
+        group="ga",
+    )
     backend.start_group(a)
     a_address = _address_in_log(a[0])
     assert ipaddress.IPv4Address(a_address) in GROUP_NETWORK
-    b = group_launches(backend, home, "wf-ra" if same_workflow else "wf-rb", {"prober": {
-        "command": ["python3", "/tmp/probe.py", str(port), a_address],
-        "files": [{"path": "/tmp/probe.py", "contents": PROBE_PEERS}]}}, group="gb")
+    b = group_launches(
+        backend,
+        home,
+        "wf-ra" if same_workflow else "wf-rb",
+        {
+            "prober": {
+                "command": ["python3", "/tmp/probe.py", str(port), a_address],
+                "files": [{"path": "/tmp/probe.py", "contents": PROBE_PEERS}],
+            }
+        },
+        group="gb",
+    )
     backend.start_group(b)
     facts = wait_final(backend, [b[0].key], timeout_s=90)
     assert final(facts[b[0].key]).exit_code == 0
@@ -391,8 +441,9 @@ def test_host_network_runs_in_the_hosts_namespace_where_the_pool_allows_it(home:
 
 def test_host_network_is_refused_where_the_pool_does_not_allow_it(home: Path) -> None:
     backend = _backend(home)
-    launches = group_launches(backend, home, "wf-hostnet-no",
-                              {"t": {"command": ["true"], "host_network": True}})
+    launches = group_launches(
+        backend, home, "wf-hostnet-no", {"t": {"command": ["true"], "host_network": True}}
+    )
     with pytest.raises(BackendError, match="allow_host_network"):
         backend.start_group(launches)
     assert not (launches[0].run_dir / "events.jsonl").exists()
@@ -413,13 +464,26 @@ def test_names_resolve_in_a_task_as_on_the_host(home: Path) -> None:
 def test_group_members_reach_each_other_with_egress(home: Path) -> None:
     backend = _backend(home)
     port = 21000 + os.getpid() % 20000
-    launches = group_launches(backend, home, "wf-pair", {
-        "server": {"command": ["python3", "/tmp/listen.py", str(port), "30"],
-                   "files": [{"path": "/tmp/listen.py", "contents": LISTEN}]},
-        "client": {"command": ["sh", "-c", f"sleep 1; python3 /tmp/connect.py {port} "
-                                           "{{host:server}}"],
-                   "files": [{"path": "/tmp/connect.py", "contents": CONNECT}]},
-    }, barrier=True)
+    launches = group_launches(
+        backend,
+        home,
+        "wf-pair",
+        {
+            "server": {
+                "command": ["python3", "/tmp/listen.py", str(port), "30"],
+                "files": [{"path": "/tmp/listen.py", "contents": LISTEN}],
+            },
+            "client": {
+                "command": [
+                    "sh",
+                    "-c",
+                    f"sleep 1; python3 /tmp/connect.py {port} {{{{host:server}}}}",
+                ],
+                "files": [{"path": "/tmp/connect.py", "contents": CONNECT}],
+            },
+        },
+        barrier=True,
+    )
     backend.start_group(launches)
     facts = wait_final(backend, [l.key for l in launches], timeout_s=90)
     assert [final(facts[l.key]).exit_code for l in launches] == [0, 0]
@@ -450,12 +514,22 @@ def test_a_dual_stack_server_names_its_peer_from_the_groups_hosts_file(home: Pat
     (the host's nobody) must be able to read under the server's umask 077."""
     backend = _backend(home)
     port = 22000 + os.getpid() % 20000
-    launches = group_launches(backend, home, "wf-named", {
-        "server": {"command": ["python3", "/tmp/namer.py", str(port)],
-                   "files": [{"path": "/tmp/namer.py", "contents": DUAL_STACK_NAMER}]},
-        "client": {"command": ["sh", "-c", f"sleep 1; python3 /tmp/connect.py {port} server"],
-                   "files": [{"path": "/tmp/connect.py", "contents": CONNECT}]},
-    }, barrier=True)
+    launches = group_launches(
+        backend,
+        home,
+        "wf-named",
+        {
+            "server": {
+                "command": ["python3", "/tmp/namer.py", str(port)],
+                "files": [{"path": "/tmp/namer.py", "contents": DUAL_STACK_NAMER}],
+            },
+            "client": {
+                "command": ["sh", "-c", f"sleep 1; python3 /tmp/connect.py {port} server"],
+                "files": [{"path": "/tmp/connect.py", "contents": CONNECT}],
+            },
+        },
+        barrier=True,
+    )
     backend.start_group(launches)
     facts = wait_final(backend, [l.key for l in launches], timeout_s=90)
     assert "CONNECTED server" in task_log(launches[1]), task_log(launches[1])
@@ -470,9 +544,11 @@ def test_the_launcher_is_out_of_reach_from_a_task(home: Path) -> None:
     a task in its group's namespace cannot connect to it, egress or not."""
     backend = _backend(home)
     name = backend._launcher.name
-    code = ("import socket; s = socket.socket(socket.AF_UNIX)\n"
-            f"try: s.connect('\\0' + {name!r}); print('LAUNCHER REACHED')\n"
-            "except OSError as exc: print('NO LAUNCHER', type(exc).__name__)\n")
+    code = (
+        "import socket; s = socket.socket(socket.AF_UNIX)\n"
+        f"try: s.connect('\\0' + {name!r}); print('LAUNCHER REACHED')\n"
+        "except OSError as exc: print('NO LAUNCHER', type(exc).__name__)\n"
+    )
     text = run_one(backend, home, "wf-launcher", {"command": ["python3", "-c", code]})
     assert "NO LAUNCHER" in text and "LAUNCHER REACHED" not in text
 
@@ -485,16 +561,18 @@ def test_without_nft_each_group_gets_a_pasta_and_the_log_says_so(
     if os.geteuid() != 0:
         pytest.skip("the launcher holds namespaces as descriptors only as root")
     real_which = router_mod.shutil.which
-    monkeypatch.setattr(router_mod.shutil, "which",
-                        lambda name: None if name == "nft" else real_which(name))
+    monkeypatch.setattr(
+        router_mod.shutil, "which", lambda name: None if name == "nft" else real_which(name)
+    )
     launcher = launcher_mod._Launcher("test-no-nft", idle_s=60, group_grace_s=5)
     try:
         for key in ("wf/g1", "wf/g2"):
             launcher._network(key, [], egress=True)
         groups = [launcher.groups[k] for k in ("wf/g1", "wf/g2")]
         assert launcher.router is None
-        assert all(g.egress is not None and g.egress.poll() is None and g.link is None
-                   for g in groups)
+        assert all(
+            g.egress is not None and g.egress.poll() is None and g.link is None for g in groups
+        )
         assert len({g.egress.pid for g in groups if g.egress is not None}) == 2
     finally:
         launcher.close()

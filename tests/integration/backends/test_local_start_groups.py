@@ -12,14 +12,32 @@ from trainyard.backends.base import FactKind
 from trainyard.backends.local import LocalBackend
 
 
-def test_several_gangs_start_in_one_call_each_with_its_own_facts(backend: LocalBackend,
-                                                                 home) -> None:
-    gangs = [group_launches(backend, home, "wf-many", {f"t{i}": {
-        "command": ["sh", "-c", f"echo gang {i}; exit {i}"]}}, group=f"g{i}")
-        for i in range(6)]
-    gangs.append(group_launches(backend, home, "wf-many", {
-        "lead": {"command": ["sh", "-c", "echo lead"]},
-        "worker": {"command": ["sh", "-c", "echo worker"]}}, group="pair", barrier=True))
+def test_several_gangs_start_in_one_call_each_with_its_own_facts(
+    backend: LocalBackend, home
+) -> None:
+    gangs = [
+        group_launches(
+            backend,
+            home,
+            "wf-many",
+            {f"t{i}": {"command": ["sh", "-c", f"echo gang {i}; exit {i}"]}},
+            group=f"g{i}",
+        )
+        for i in range(6)
+    ]
+    gangs.append(
+        group_launches(
+            backend,
+            home,
+            "wf-many",
+            {
+                "lead": {"command": ["sh", "-c", "echo lead"]},
+                "worker": {"command": ["sh", "-c", "echo worker"]},
+            },
+            group="pair",
+            barrier=True,
+        )
+    )
     assert backend.start_groups(gangs) == [None] * len(gangs)
     launches = [launch for gang in gangs for launch in gang]
     facts = wait_final(backend, [launch.key for launch in launches])
@@ -34,12 +52,18 @@ def test_several_gangs_start_in_one_call_each_with_its_own_facts(backend: LocalB
     assert [final(facts[launch.key]).exit_code for launch in launches[6:]] == [0, 0]
 
 
-def test_a_refused_gang_fails_alone_and_none_of_its_tasks_runs(backend: LocalBackend,
-                                                               home) -> None:
+def test_a_refused_gang_fails_alone_and_none_of_its_tasks_runs(backend: LocalBackend, home) -> None:
     good = group_launches(backend, home, "wf-mixed", {"ok": {"command": ["true"]}}, group="a")
-    bad = group_launches(backend, home, "wf-mixed", {
-        "first": {"command": ["sh", "-c", "echo ran"]},
-        "second": {"command": ["true"], "host_network": True}}, group="b")  # not allowed here
+    bad = group_launches(
+        backend,
+        home,
+        "wf-mixed",
+        {
+            "first": {"command": ["sh", "-c", "echo ran"]},
+            "second": {"command": ["true"], "host_network": True},
+        },
+        group="b",
+    )  # not allowed here
     after = group_launches(backend, home, "wf-mixed", {"later": {"command": ["true"]}}, group="c")
     results = backend.start_groups([good, bad, after])
     assert results[0] is None and results[2] is None

@@ -85,8 +85,9 @@ class _Handler(BaseHTTPRequestHandler):
             digest = manifest["digest"] if parts[3] == "manifests" else parts[4]
             body = self._blob(digest)
             if body is not None:
-                kind = (manifest["mediaType"] if parts[3] == "manifests"
-                        else "application/octet-stream")
+                kind = (
+                    manifest["mediaType"] if parts[3] == "manifests" else "application/octet-stream"
+                )
                 self._send(body, kind, digest)
                 return
         self.send_response(404)
@@ -101,8 +102,12 @@ def registry(tmp_path: Path) -> Iterator[_Registry]:
     require_bwrap()
     source = busybox_image(tmp_path)
     layout = tmp_path / "oci"
-    done = subprocess.run(["podman", "save", "--format", "oci-dir", "-o", str(layout), source],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["podman", "save", "--format", "oci-dir", "-o", str(layout), source],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     server = _Registry(("127.0.0.1", 0), _Handler)
     server.layout, server.seen_auth = layout, []
@@ -114,8 +119,12 @@ def registry(tmp_path: Path) -> Iterator[_Registry]:
 
 
 def _grep(folder: Path, needle: str) -> list[str]:
-    done = subprocess.run(["grep", "-rl", "--binary-files=text", needle, str(folder)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["grep", "-rl", "--binary-files=text", needle, str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return done.stdout.split()
 
 
@@ -130,16 +139,22 @@ workflow:
 
 
 def test_a_missing_image_is_pulled_with_the_submitters_registry_credential(
-        registry: _Registry, tmp_path: Path) -> None:
+    registry: _Registry, tmp_path: Path
+) -> None:
     port = registry.server_address[1]
     image = f"localhost:{port}/{NAME}:1"
     assert not image_present(image)
     (tmp_path / "home").mkdir()
-    run = EngineRun(tmp_path / "home", images={"*": "podman"},
-                    insecure_registries=[f"localhost:{port}"])
+    run = EngineRun(
+        tmp_path / "home", images={"*": "podman"}, insecure_registries=[f"localhost:{port}"]
+    )
     try:
-        run.engine.credentials.set("tester", "my-registry", "REGISTRY", {
-            "registry": f"localhost:{port}", "username": USER, "auth": SECRET})
+        run.engine.credentials.set(
+            "tester",
+            "my-registry",
+            "REGISTRY",
+            {"registry": f"localhost:{port}", "username": USER, "auth": SECRET},
+        )
         wid = run.run(SPEC.format(image=image))
         task = run.engine.state(wid).tasks["t"]
         log = run.log(wid, "t")
@@ -156,15 +171,21 @@ def test_a_missing_image_is_pulled_with_the_submitters_registry_credential(
 
 
 def test_a_pull_the_registry_refuses_is_failed_image_pull_naming_the_image(
-        registry: _Registry, tmp_path: Path) -> None:
+    registry: _Registry, tmp_path: Path
+) -> None:
     port = registry.server_address[1]
     image = f"localhost:{port}/{NAME}:1"
     (tmp_path / "home").mkdir()
-    run = EngineRun(tmp_path / "home", images={"*": "podman"},
-                    insecure_registries=[f"localhost:{port}"])
+    run = EngineRun(
+        tmp_path / "home", images={"*": "podman"}, insecure_registries=[f"localhost:{port}"]
+    )
     try:
-        run.engine.credentials.set("tester", "wrong", "REGISTRY", {
-            "registry": f"localhost:{port}", "username": USER, "auth": "not-the-secret"})
+        run.engine.credentials.set(
+            "tester",
+            "wrong",
+            "REGISTRY",
+            {"registry": f"localhost:{port}", "username": USER, "auth": "not-the-secret"},
+        )
         wid = run.run(SPEC.format(image=image))
         task = run.engine.state(wid).tasks["t"]
         assert task.status is Status.FAILED_IMAGE_PULL, (task, run.log(wid, "t"))

@@ -49,9 +49,17 @@ echo done >> "$r"
 def test_a_task_has_no_privileges_over_the_host(sandboxed: LocalBackend, home: Path) -> None:
     mark = f"trainyard-priv-{uuid.uuid4().hex}"
     gpus = " ".join(sorted(glob.glob("/dev/nvidia*")))
-    launches = group_launches(sandboxed, home, "wf-priv", {"t": {
-        "command": ["sh", "/tmp/probe.sh", "{{output}}", mark, gpus, str(os.getpid())],
-        "files": [{"path": "/tmp/probe.sh", "contents": PROBE}]}})
+    launches = group_launches(
+        sandboxed,
+        home,
+        "wf-priv",
+        {
+            "t": {
+                "command": ["sh", "/tmp/probe.sh", "{{output}}", mark, gpus, str(os.getpid())],
+                "files": [{"path": "/tmp/probe.sh", "contents": PROBE}],
+            }
+        },
+    )
     host_places = [Path("/opt") / mark, Path("/usr/lib") / mark]
     try:
         sandboxed.start_group(launches)

@@ -44,14 +44,16 @@ def osmo_pools_yaml() -> str:
     """A pool like OSMO's test deployment (8 GPUs, 64 CPUs, 512Gi, 2Ti per node)."""
     nodes = "\n".join(
         f"    - {{name: {p}-0, platform: {p}, gpu: 8, cpu: 64, memory: 512Gi, storage: 2Ti}}"
-        for p in OSMO_PLATFORMS)
+        for p in OSMO_PLATFORMS
+    )
     return f"pools:\n  osmo:\n    backend: local\n    nodes:\n{nodes}\n"
 
 
 def cli_env(home: Path, **extra: str) -> dict[str, str]:
     """The environment of a CLI subprocess for ``home`` (no inherited server URL or token)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+    }
     env.update(TRAINYARD_HOME=str(home), PATH=f"{BIN}:{env.get('PATH', '')}", COLUMNS="200")
     env.update(extra)
     return env
@@ -59,8 +61,14 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
 
 def run_cli(home: Path, *args: str, timeout_s: float = 300, **env: str) -> Result:
     """``trainyard ARGS`` as a real process."""
-    done = subprocess.run([str(TRAINYARD), *args], env=cli_env(home, **env), capture_output=True,
-                          text=True, timeout=timeout_s, check=False)
+    done = subprocess.run(
+        [str(TRAINYARD), *args],
+        env=cli_env(home, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
     return Result(done.returncode, done.stdout, done.stderr)
 
 
@@ -104,8 +112,10 @@ def kill_described(procs: list[psutil.Process]) -> list[str]:
     for proc in procs:
         try:
             with proc.oneshot():
-                described.append(f"{proc.pid} (parent {proc.ppid()}, {proc.username()}): "
-                                 f"{' '.join(proc.cmdline())}")
+                described.append(
+                    f"{proc.pid} (parent {proc.ppid()}, {proc.username()}): "
+                    f"{' '.join(proc.cmdline())}"
+                )
             proc.kill()
         except psutil.Error as exc:
             described.append(f"{proc.pid}: {exc}")
@@ -155,8 +165,9 @@ class Server:
         assert got.code == 0, got.err
         return got.out
 
-    def wait(self, workflow_id: str, *, timeout_s: float = 240,
-             until: tuple[str, ...] = TERMINAL) -> dict[str, Any]:
+    def wait(
+        self, workflow_id: str, *, timeout_s: float = 240, until: tuple[str, ...] = TERMINAL
+    ) -> dict[str, Any]:
         """Poll ``workflow query ID -t json`` until its status starts with one of ``until``."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -212,11 +223,15 @@ BACKGROUND_ROWS = [
     Row("tests/exec_timeout.yaml", outcome="FAILED_EXEC_TIMEOUT"),
     Row("tests/group_actions.yaml", ("ignore_nonlead_status=true",)),
     Row("tests/group_actions.yaml", ("ignore_nonlead_status=false",), outcome="FAILED"),
-    Row("tutorials/token_example.yaml",
-        logs=("Running experiment: my-experiment", "Workflow ID: {id}")),
+    Row(
+        "tutorials/token_example.yaml",
+        logs=("Running experiment: my-experiment", "Workflow ID: {id}"),
+    ),
     Row("tutorials/parallel_tasks.yaml"),
-    Row("tutorials/serial_workflow.yaml",
-        logs=("a line: Data from task 1", "a line: Data from task 2")),
+    Row(
+        "tutorials/serial_workflow.yaml",
+        logs=("a line: Data from task 1", "a line: Data from task 2"),
+    ),
     Row("tutorials/group_tasks.yaml"),
     # The client calls `nc` once, with no retry, as the server starts listening: the spec
     # races (in OSMO too), so only the resolved address is checked here; the connection over
@@ -229,8 +244,11 @@ BACKGROUND_ROWS = [
     Row("tests/parallel_workflow_v2.yaml", logs=("[client] hello",)),
     Row("tests/parallel_workflow_leader_exits.yaml", outcome="FAILED"),
     Row("tests/exit_actions.yaml", logs=("exit code 15",)),
-    Row("scenarios/workflow_labels.yaml", ("exit_code=0", "team_yaml=research"),
-        logs=("workflow-labels scenario task",)),
+    Row(
+        "scenarios/workflow_labels.yaml",
+        ("exit_code=0", "team_yaml=research"),
+        logs=("workflow-labels scenario task",),
+    ),
     Row("scenarios/workflow_labels.yaml", ("exit_code=1",), outcome="FAILED"),
 ]
 """Rows waited on together; the quick ``--wait`` rows are tests of test_osmo_outcomes.py."""
@@ -244,10 +262,23 @@ class WaitingSubmit:
     def __init__(self, server: Server, row: Row) -> None:
         storage = data_filter_dir(server.home).as_uri()
         args = [a.format(storage=storage) for a in row.args]
-        argv = [str(TRAINYARD), "workflow", "submit", str(SPECS / row.spec),
-                *(["--set", *args] if args else []), "--wait", "-t", "json"]
-        self.proc = subprocess.Popen(argv, env=cli_env(server.home), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        argv = [
+            str(TRAINYARD),
+            "workflow",
+            "submit",
+            str(SPECS / row.spec),
+            *(["--set", *args] if args else []),
+            "--wait",
+            "-t",
+            "json",
+        ]
+        self.proc = subprocess.Popen(
+            argv,
+            env=cli_env(server.home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self._done: tuple[int, dict[str, Any], str] | None = None
 
     def result(self, timeout_s: float = 300) -> tuple[int, dict[str, Any], str]:
@@ -257,8 +288,10 @@ class WaitingSubmit:
             try:
                 final = json.loads(out)
             except json.JSONDecodeError as exc:
-                raise AssertionError(f"exit {self.proc.returncode}; stdout is not one JSON "
-                                     f"document ({exc}): {out!r} {err}") from None
+                raise AssertionError(
+                    f"exit {self.proc.returncode}; stdout is not one JSON "
+                    f"document ({exc}): {out!r} {err}"
+                ) from None
             self._done = (self.proc.returncode, final, err)
         return self._done
 

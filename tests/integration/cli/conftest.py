@@ -17,21 +17,19 @@ import signal
 from collections.abc import Iterator
 
 import pytest
-
 from cli_e2e_support import (
     BACKGROUND_ROWS,
     SPECS,
     TERMINAL,
     Server,
+    WaitingSubmit,
+    kill_described,
     osmo_pools_yaml,
     processes_of,
     run_cli,
-    WaitingSubmit,
-    kill_described,
     submit_row,
     wait_gone,
 )
-
 
 OUTCOMES = "test_osmo_outcomes.py"
 
@@ -49,8 +47,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _cancel_everything(server: Server) -> None:
-    running = [w["id"] for w in server.main("workflow", "list", "-a", "-t", "json").json()
-               if not w["status"].startswith(TERMINAL)]
+    running = [
+        w["id"]
+        for w in server.main("workflow", "list", "-a", "-t", "json").json()
+        if not w["status"].startswith(TERMINAL)
+    ]
     for workflow_id in running:
         server.main("workflow", "cancel", workflow_id)
     for workflow_id in running:

@@ -7,7 +7,6 @@ import importlib.util
 from pathlib import Path
 
 import httpx
-
 from cli_e2e_support import Server
 
 BENCH = Path(__file__).resolve().parents[3] / "bench" / "api_load.py"
@@ -23,8 +22,12 @@ def load_bench():  # noqa: ANN201 - the bench module
 def test_twenty_concurrent_submissions_are_accepted_and_complete(server: Server) -> None:
     bench = load_bench()
     count = 20
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"},
-                      timeout=120, limits=httpx.Limits(max_connections=count)) as client:
+    with httpx.Client(
+        base_url=server.url,
+        headers={"Authorization": f"Bearer {server.token}"},
+        timeout=120,
+        limits=httpx.Limits(max_connections=count),
+    ) as client:
         results = bench.submit_concurrently(client, count)
         assert [r.status_code for _, r in results] == [200] * count, [r.text for _, r in results]
         ids = {r.json()["id"] for _, r in results}

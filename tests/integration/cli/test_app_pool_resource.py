@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cli_e2e_support import OSMO_PLATFORMS, SPECS, Server
 
 # An elastic-like template: max_nodes tasks of one gang, the master hosting the rendezvous.
@@ -42,7 +41,11 @@ def test_app_create_list_show_submit_delete(server: Server, tmp_path: Path) -> N
     second = write(tmp_path / "elastic2.yaml", ELASTIC.replace("port: 29400", "port: 29500"))
     made_json = server.main("app", "create", "elastic", second, "-t", "json").json()
     assert {k: made_json[k] for k in ("name", "version", "warnings", "owner")} == {
-        "name": "elastic", "version": 2, "warnings": [], "owner": made_json["owner"]}
+        "name": "elastic",
+        "version": 2,
+        "warnings": [],
+        "owner": made_json["owner"],
+    }
 
     listed = server.main("app", "list", "-t", "json").json()
     assert [(a["name"], a["version"]) for a in listed if a["name"] == "elastic"] == [("elastic", 2)]
@@ -56,7 +59,10 @@ def test_app_create_list_show_submit_delete(server: Server, tmp_path: Path) -> N
     assert workflow_id.startswith("elastic-3-")
     data = server.query(workflow_id)
     assert [t["name"] for g in data["groups"] for t in g["tasks"]] == [
-        "master", "worker_1", "worker_2"]
+        "master",
+        "worker_1",
+        "worker_2",
+    ]
     # The lead's line only: when the lead ends, the group's other tasks are stopped, so a
     # worker may be stopped before its echo ran (OSMO's lead semantics, not a failure).
     logs = server.logs(workflow_id)
@@ -73,19 +79,37 @@ ELASTIC_SEED = SPECS / "dnn_training" / "torchrun_elastic" / "train.yaml"
 
 
 @pytest.mark.skipif(not ELASTIC_SEED.is_file(), reason=f"OSMO spec not found at {ELASTIC_SEED}")
-def test_the_seed_app_sample_elastic_torchrun_renders_max_nodes_tasks(server: Server,
-                                                                      tmp_path: Path) -> None:
+def test_the_seed_app_sample_elastic_torchrun_renders_max_nodes_tasks(
+    server: Server, tmp_path: Path
+) -> None:
     """The issue's seed: ``app submit sample-elastic-torchrun --set max_nodes=8``, dry-run."""
     storage = f"storage_url={(server.home / 'storage' / tmp_path.name / 'bucket').as_uri()}"
     unset = server.main("app", "create", "sample-elastic-torchrun", str(ELASTIC_SEED))
     assert unset.code == 2 and "'storage_url' is not set; set it with --set" in unset.err
-    made = server.main("app", "create", "sample-elastic-torchrun", str(ELASTIC_SEED),
-                       "--set", storage, "-t", "json")
+    made = server.main(
+        "app",
+        "create",
+        "sample-elastic-torchrun",
+        str(ELASTIC_SEED),
+        "--set",
+        storage,
+        "-t",
+        "json",
+    )
     assert made.json()["name"] == "sample-elastic-torchrun"
     before = server.ids()
 
-    shown = server.main("app", "submit", "sample-elastic-torchrun", "--set", "max_nodes=8",
-                        storage, "--dry-run", "-t", "json").json()
+    shown = server.main(
+        "app",
+        "submit",
+        "sample-elastic-torchrun",
+        "--set",
+        "max_nodes=8",
+        storage,
+        "--dry-run",
+        "-t",
+        "json",
+    ).json()
     assert shown["dry_run"] is True and shown["name"] == "elastic-sample"
     tasks = yaml.safe_load(shown["spec"])["workflow"]["groups"][0]["tasks"]
     assert [t["name"] for t in tasks] == ["master", *(f"worker_{i}" for i in range(1, 8))]
@@ -93,8 +117,9 @@ def test_the_seed_app_sample_elastic_torchrun_renders_max_nodes_tasks(server: Se
     run_sh = tasks[0]["files"][0]["contents"]
     assert "--nnodes 2:8" in run_sh and "--rdzv_endpoint {{host:master}}:29400" in run_sh
     assert all(t["files"][1]["localpath"] == "train.py" for t in tasks)
-    table = server.cli("app", "submit", "sample-elastic-torchrun", "--set", "max_nodes=8",
-                       storage, "--dry-run")
+    table = server.cli(
+        "app", "submit", "sample-elastic-torchrun", "--set", "max_nodes=8", storage, "--dry-run"
+    )
     assert table.code == 0 and "- name: worker_7" in table.out, table.err
     assert server.ids() == before  # nothing was submitted
     assert server.main("app", "delete", "sample-elastic-torchrun").code == 0
@@ -126,8 +151,12 @@ def test_resource_list_shapes(server: Server) -> None:
         assert all(row["free"][k] == row["capacity"][k] - row["used"][k] for k in KEYS)
     osmo = server.main("resource", "list", "--pool", "osmo", "-t", "json").json()
     assert sorted(r["platform"] for r in osmo) == sorted(OSMO_PLATFORMS)
-    assert osmo[0]["capacity"] == {"cpu": 64, "gpu": 8, "memory_bytes": 512 * 2**30,
-                                   "storage_bytes": 2 * 2**40}
+    assert osmo[0]["capacity"] == {
+        "cpu": 64,
+        "gpu": 8,
+        "memory_bytes": 512 * 2**30,
+        "storage_bytes": 2 * 2**40,
+    }
     table = server.main("resource", "list", "--pool", "osmo")
     assert table.code == 0 and "/512GiB" in table.out and "/2TiB" in table.out
     unknown = server.main("resource", "list", "--pool", "nope")

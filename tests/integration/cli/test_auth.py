@@ -8,7 +8,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from cli_e2e_support import Server
 
 SPEC = """
@@ -38,17 +37,28 @@ def users(server: Server) -> dict[str, str]:
 
 
 def submit_as(server: Server, token: str, owner: str) -> str:
-    answer = httpx.post(f"{server.url}/api/workflow", headers=bearer(token),
-                        json={"spec_text": SPEC, "set": [f"owner={owner}"]}, timeout=30)
+    answer = httpx.post(
+        f"{server.url}/api/workflow",
+        headers=bearer(token),
+        json={"spec_text": SPEC, "set": [f"owner={owner}"]},
+        timeout=30,
+    )
     assert answer.status_code == 200, answer.text
     return answer.json()["id"]
 
 
-@pytest.mark.parametrize("headers", [{}, bearer("wrong"), {"Authorization": "Basic abc"}],
-                         ids=["none", "wrong", "not-bearer"])
+@pytest.mark.parametrize(
+    "headers",
+    [{}, bearer("wrong"), {"Authorization": "Basic abc"}],
+    ids=["none", "wrong", "not-bearer"],
+)
 def test_no_or_wrong_token_is_401(server: Server, headers: dict[str, str]) -> None:
-    for method, path in (("GET", "/api/workflow"), ("GET", "/api/pool"),
-                         ("POST", "/api/workflow"), ("GET", "/api/version")):
+    for method, path in (
+        ("GET", "/api/workflow"),
+        ("GET", "/api/pool"),
+        ("POST", "/api/workflow"),
+        ("GET", "/api/version"),
+    ):
         answer = httpx.request(method, f"{server.url}{path}", headers=headers, json={}, timeout=30)
         assert answer.status_code == 401, (path, answer.text)
         assert answer.json()["kind"] == "AuthError"
@@ -64,22 +74,27 @@ def test_another_users_workflow_is_403(server: Server, users: dict[str, str]) ->
     bobs = submit_as(server, users["bob"], "bob")
     server.wait(bobs)
     carol = bearer(users["carol"])
-    for method, path in (("GET", f"/api/workflow/{bobs}"), ("GET", f"/api/workflow/{bobs}/logs"),
-                         ("POST", f"/api/workflow/{bobs}/cancel"),
-                         ("POST", f"/api/workflow/{bobs}/restart"),
-                         ("POST", f"/api/workflow/{bobs}/resubmit")):
+    for method, path in (
+        ("GET", f"/api/workflow/{bobs}"),
+        ("GET", f"/api/workflow/{bobs}/logs"),
+        ("POST", f"/api/workflow/{bobs}/cancel"),
+        ("POST", f"/api/workflow/{bobs}/restart"),
+        ("POST", f"/api/workflow/{bobs}/resubmit"),
+    ):
         answer = httpx.request(method, f"{server.url}{path}", headers=carol, timeout=30)
         assert answer.status_code == 403, (path, answer.text)
         assert "belongs to bob" in answer.json()["detail"][0]["message"]
     got = server.cli("workflow", "logs", bobs, TRAINYARD_TOKEN=users["carol"])
     assert got.code == 8 and "belongs to bob" in got.err
-    mine = httpx.get(f"{server.url}/api/workflow/{bobs}/logs", headers=bearer(users["bob"]),
-                     timeout=30)
+    mine = httpx.get(
+        f"{server.url}/api/workflow/{bobs}/logs", headers=bearer(users["bob"]), timeout=30
+    )
     assert mine.status_code == 200 and "owned by bob" in mine.text
 
 
-def test_users_list_only_their_own_and_an_admin_sees_all(server: Server,
-                                                         users: dict[str, str]) -> None:
+def test_users_list_only_their_own_and_an_admin_sees_all(
+    server: Server, users: dict[str, str]
+) -> None:
     bobs = submit_as(server, users["bob"], "bob")
     carols = submit_as(server, users["carol"], "carol")
 
@@ -96,16 +111,17 @@ def test_users_list_only_their_own_and_an_admin_sees_all(server: Server,
     assert not {bobs, carols} & mine  # without -a, as OSMO's: the caller's own
     shown = server.query(carols)
     assert shown["submitted_by"] == "carol"
-    cancel = httpx.post(f"{server.url}/api/workflow/{carols}/cancel", headers=bearer(users["admin"]),
-                        timeout=30)
+    cancel = httpx.post(
+        f"{server.url}/api/workflow/{carols}/cancel", headers=bearer(users["admin"]), timeout=30
+    )
     assert cancel.status_code == 200
     server.wait(bobs)
     server.wait(carols)
 
 
-def test_only_an_apps_owner_or_an_admin_may_change_or_delete_it(server: Server,
-                                                                 users: dict[str, str],
-                                                                 tmp_path: Path) -> None:
+def test_only_an_apps_owner_or_an_admin_may_change_or_delete_it(
+    server: Server, users: dict[str, str], tmp_path: Path
+) -> None:
     path = tmp_path / "app.yaml"
     path.write_text(SPEC)
     bob, carol = {"TRAINYARD_TOKEN": users["bob"]}, {"TRAINYARD_TOKEN": users["carol"]}

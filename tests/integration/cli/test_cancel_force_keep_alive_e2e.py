@@ -39,8 +39,14 @@ workflow:
 
 
 def _osmo(server: Server, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "osmo"), *args], env=cli_env(server.home),
-                          capture_output=True, text=True, timeout=timeout_s, check=False)
+    return subprocess.run(
+        [str(BIN / "osmo"), *args],
+        env=cli_env(server.home),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 def _log(server: Server, workflow_id: str, task: str) -> str:
@@ -92,8 +98,10 @@ workflow:
     args: ["echo up; exec sleep 600"]
 """
 
-LOSES_ITS_FIRST_SESSION = ("if [ -e /tmp/{mark} ]; then echo second-session; exit 0; fi; "
-                           "touch /tmp/{mark}; echo first-session; kill -9 $$")
+LOSES_ITS_FIRST_SESSION = (
+    "if [ -e /tmp/{mark} ]; then echo second-session; exit 0; fi; "
+    "touch /tmp/{mark}; echo first-session; kill -9 $$"
+)
 
 
 def test_exec_keep_alive_enters_again_after_a_lost_session(server: Server, tmp_path: Path) -> None:
@@ -102,17 +110,40 @@ def test_exec_keep_alive_enters_again_after_a_lost_session(server: Server, tmp_p
     workflow_id = server.submit(spec)
     server.wait_task(workflow_id, "t", "RUNNING", timeout_s=120)
     try:
-        once = _osmo(server, "workflow", "exec", workflow_id, "t", "--entry",
-                     f"sh -c '{LOSES_ITS_FIRST_SESSION.format(mark='a')}'")
+        once = _osmo(
+            server,
+            "workflow",
+            "exec",
+            workflow_id,
+            "t",
+            "--entry",
+            f"sh -c '{LOSES_ITS_FIRST_SESSION.format(mark='a')}'",
+        )
         assert "first-session" in once.stdout and once.returncode != 0, once
         assert "second-session" not in once.stdout and "Reconnecting" not in once.stderr
-        kept = _osmo(server, "workflow", "exec", workflow_id, "t", "--keep-alive", "--entry",
-                     f"sh -c '{LOSES_ITS_FIRST_SESSION.format(mark='b')}'")
+        kept = _osmo(
+            server,
+            "workflow",
+            "exec",
+            workflow_id,
+            "t",
+            "--keep-alive",
+            "--entry",
+            f"sh -c '{LOSES_ITS_FIRST_SESSION.format(mark='b')}'",
+        )
         assert kept.returncode == 0, kept
         assert kept.stdout.split() == ["first-session", "second-session"], kept
         assert "Reconnecting to the exec session..." in kept.stderr
-        ended = _osmo(server, "workflow", "exec", workflow_id, "t", "--keep-alive", "--entry",
-                      "sh -c 'exit 3'")
+        ended = _osmo(
+            server,
+            "workflow",
+            "exec",
+            workflow_id,
+            "t",
+            "--keep-alive",
+            "--entry",
+            "sh -c 'exit 3'",
+        )
         assert ended.returncode == 3 and "Reconnecting" not in ended.stderr  # its own exit
     finally:
         server.main("workflow", "cancel", workflow_id)

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import httpx
-
 from cli_e2e_support import Server
 
 FLAKY_AND_FINE = """
@@ -85,7 +84,9 @@ def test_logs_follow_by_default_error_and_retry_id(server: Server, tmp_path: Pat
 
     tasks = server.main("task", "list", flaky, "-t", "json").json()
     assert {(t["name"], t["status"], t["retry_id"]) for t in tasks} == {
-        ("flaky", "COMPLETED", 1), ("fine", "COMPLETED", 0)}
+        ("flaky", "COMPLETED", 1),
+        ("fine", "COMPLETED", 0),
+    }
     mine = server.main("task", "list", "-c", "1", "-t", "json").json()
     assert {t["workflow"] for t in mine} == {flaky}
 
@@ -117,8 +118,9 @@ def test_list_filters(server: Server, tmp_path: Path) -> None:
     assert listed("--submitted-after", since, "--order", "asc") == [first, second]
     assert listed("--submitted-after", since, "--offset", "1") == [first]
     assert listed("--submitted-before", since, "--name", "parity-failing") == []
-    me = httpx.get(f"{server.url}/api/whoami", timeout=30,
-                   headers={"Authorization": f"Bearer {server.token}"}).json()["user"]
+    me = httpx.get(
+        f"{server.url}/api/whoami", timeout=30, headers={"Authorization": f"Bearer {server.token}"}
+    ).json()["user"]
     assert listed("--user", me, "--submitted-after", since, "--pool", "local") == [second, first]
     assert listed("--user", f"not-{me}", "--submitted-after", since) == []
     assert listed("--pool", "no-such-pool") == []
@@ -126,8 +128,7 @@ def test_list_filters(server: Server, tmp_path: Path) -> None:
         server.wait(workflow_id)
 
 
-def test_wait_on_failure_names_the_task_and_its_log_command(server: Server,
-                                                           tmp_path: Path) -> None:
+def test_wait_on_failure_names_the_task_and_its_log_command(server: Server, tmp_path: Path) -> None:
     got = server.main("workflow", "submit", spec(tmp_path, FAILING, "failing"), "--wait")
     assert got.code == 1, got.err
     workflow_id = got.out.split("Workflow submitted: ")[1].split()[0]
@@ -135,8 +136,7 @@ def test_wait_on_failure_names_the_task_and_its_log_command(server: Server,
     assert f"trainyard workflow logs {workflow_id} --task boom --retry-id 0" in got.out
 
 
-def test_pools_yaml_edit_applies_without_restart_and_bad_file_keeps_pools(
-        server: Server) -> None:
+def test_pools_yaml_edit_applies_without_restart_and_bad_file_keeps_pools(server: Server) -> None:
     path = server.home / "pools.yaml"
     original = path.read_text()
 

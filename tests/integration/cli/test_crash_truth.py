@@ -18,7 +18,6 @@ from typing import Any
 
 import psutil
 import pytest
-
 from cli_e2e_support import processes_of, run_cli, wait_gone
 
 GANG = """

@@ -40,16 +40,21 @@ def _digest(value: str) -> str:
 
 
 def _grep_home(home: Path, needle: str) -> list[str]:
-    done = subprocess.run(["grep", "-rl", "--binary-files=text", needle, str(home)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["grep", "-rl", "--binary-files=text", needle, str(home)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return done.stdout.split()
 
 
 def test_set_list_delete_never_show_a_value(server: Server, tmp_path: Path) -> None:
     value_file = tmp_path / "token file"
     value_file.write_text("from-a-file-9d9d")
-    done = server.cli("credential", "set", "c1", "--type", "GENERIC",
-                      "--payload-file", f"token={value_file}")
+    done = server.cli(
+        "credential", "set", "c1", "--type", "GENERIC", "--payload-file", f"token={value_file}"
+    )
     assert done.code == 0, done.err
     listed = server.cli("credential", "list", "-t", "json").json()
     row = next(r for r in listed if r["name"] == "c1")
@@ -66,7 +71,8 @@ def test_set_list_delete_never_show_a_value(server: Server, tmp_path: Path) -> N
 
 
 def test_a_missing_credential_is_refused_at_submit_and_validate(
-        server: Server, tmp_path: Path) -> None:
+    server: Server, tmp_path: Path
+) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.replace("hf:", "nope-token:"))
     before = server.ids()
@@ -78,10 +84,15 @@ def test_a_missing_credential_is_refused_at_submit_and_validate(
 
 
 def test_a_sandboxed_task_gets_both_forms_and_no_value_leaks(
-        server: Server, tmp_path: Path) -> None:
+    server: Server, tmp_path: Path
+) -> None:
     assert server.cli("credential", "set", "hf", "--payload", f"token={SECRET}").code == 0
-    assert server.cli("credential", "set", "gh", "--type", "GENERIC",
-                      "--payload", f"token={OTHER}", "user=me").code == 0
+    assert (
+        server.cli(
+            "credential", "set", "gh", "--type", "GENERIC", "--payload", f"token={OTHER}", "user=me"
+        ).code
+        == 0
+    )
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)
     workflow_id = server.submit(spec)
@@ -90,11 +101,15 @@ def test_a_sandboxed_task_gets_both_forms_and_no_value_leaks(
     assert data["status"] == "COMPLETED", logs
     assert f"env {_digest(SECRET)}" in logs and f"file {_digest(OTHER)}" in logs
     assert "mode 600" in logs and "keys token user" in logs
-    shown = "".join([
-        logs, str(server.query(workflow_id, verbose=True)),
-        server.cli("workflow", "events", workflow_id).out,
-        server.cli("workflow", "spec", workflow_id).out,
-        run_cli(server.home, "workflow", "query", workflow_id).out])
+    shown = "".join(
+        [
+            logs,
+            str(server.query(workflow_id, verbose=True)),
+            server.cli("workflow", "events", workflow_id).out,
+            server.cli("workflow", "spec", workflow_id).out,
+            run_cli(server.home, "workflow", "query", workflow_id).out,
+        ]
+    )
     assert SECRET not in shown and OTHER not in shown
     # Nothing of the home holds a value in clear: not the store, run.json, the task's
     # root (its files removed at the end), the server's log.

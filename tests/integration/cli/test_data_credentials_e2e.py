@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from cli_e2e_support import Server
 
 pytest.importorskip("moto")
@@ -25,11 +24,21 @@ def s3() -> Iterator[MotoS3]:
         yield server
 
 
-def test_url_input_and_output_on_the_credentials_endpoint(server: Server, s3: MotoS3,
-                                                         tmp_path: Path) -> None:
-    done = server.cli("credential", "set", "team-s3", "--type", "DATA", "--payload",
-                      "access_key_id=AKIDE2E0001", f"access_key={SECRET}",
-                      "endpoint=s3://team-bucket", f"override_url={s3.endpoint_url}")
+def test_url_input_and_output_on_the_credentials_endpoint(
+    server: Server, s3: MotoS3, tmp_path: Path
+) -> None:
+    done = server.cli(
+        "credential",
+        "set",
+        "team-s3",
+        "--type",
+        "DATA",
+        "--payload",
+        "access_key_id=AKIDE2E0001",
+        f"access_key={SECRET}",
+        "endpoint=s3://team-bucket",
+        f"override_url={s3.endpoint_url}",
+    )
     assert done.code == 0, done.err
     spec = tmp_path / "spec.yaml"
     spec.write_text("""\
@@ -46,6 +55,10 @@ workflow:
     data = server.wait(workflow_id)
     assert data["status"] == "COMPLETED", server.logs(workflow_id)
     assert s3.keys("team-bucket", "out/") == [f"out/{workflow_id}/b.txt"]
-    found = subprocess.run(["grep", "-rl", "--binary-files=text", SECRET, str(server.home)],
-                           capture_output=True, text=True, check=False).stdout.split()
+    found = subprocess.run(
+        ["grep", "-rl", "--binary-files=text", SECRET, str(server.home)],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
     assert found == []

@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from cli_e2e_support import Server
 
 READER = """
@@ -69,7 +68,8 @@ def upload(server: Server, tmp_path: Path, name: str, env: dict[str, str]) -> in
 
 
 def test_another_user_reads_only_what_is_shared_and_never_writes(
-        server: Server, people: dict[str, dict[str, str]], tmp_path: Path) -> None:
+    server: Server, people: dict[str, dict[str, str]], tmp_path: Path
+) -> None:
     bob, carol = people["ds-bob"], people["ds-carol"]
     assert upload(server, tmp_path, "bobs-data", bob) == 0
     dest = tmp_path / "dest"
@@ -79,8 +79,11 @@ def test_another_user_reads_only_what_is_shared_and_never_writes(
     assert not dest.exists() or not list(dest.iterdir())
     listed = json.loads(server.cli("dataset", "list", "-t", "json", **carol).out)
     assert "bobs-data" not in [d["name"] for d in listed]
-    for args in (("dataset", "delete", "bobs-data", "--yes"), ("dataset", "tag", "bobs-data:1", "gold"),
-                 ("dataset", "share", "bobs-data", "--user", "ds-carol")):
+    for args in (
+        ("dataset", "delete", "bobs-data", "--yes"),
+        ("dataset", "tag", "bobs-data:1", "gold"),
+        ("dataset", "share", "bobs-data", "--user", "ds-carol"),
+    ):
         got = server.cli(*args, **carol)
         assert got.code == 8 and "belongs to ds-bob" in got.err, (args, got.err)
     assert upload(server, tmp_path, "bobs-data", carol) == 8
@@ -98,9 +101,9 @@ def test_another_user_reads_only_what_is_shared_and_never_writes(
     assert gone.code == 0, gone.err
 
 
-def test_a_dataset_not_shared_is_refused_at_submit(server: Server,
-                                                   people: dict[str, dict[str, str]],
-                                                   tmp_path: Path) -> None:
+def test_a_dataset_not_shared_is_refused_at_submit(
+    server: Server, people: dict[str, dict[str, str]], tmp_path: Path
+) -> None:
     bob, carol = people["ds-bob"], people["ds-carol"]
     assert upload(server, tmp_path, "bobs-private", bob) == 0
     spec = tmp_path / "reader.yaml"
@@ -108,21 +111,26 @@ def test_a_dataset_not_shared_is_refused_at_submit(server: Server,
     before = server.ids()
     refused = server.cli("workflow", "submit", str(spec), "--set", "dataset=bobs-private", **carol)
     assert refused.code == 8, refused.err
-    assert "task 't' input 0 (dataset bobs-private): dataset bobs-private belongs to ds-bob" \
+    assert (
+        "task 't' input 0 (dataset bobs-private): dataset bobs-private belongs to ds-bob"
         in refused.err
+    )
     writer = tmp_path / "writer.yaml"
     writer.write_text(WRITER)
-    refused = server.cli("workflow", "submit", str(writer), "--set", "dataset=bobs-private",
-                         **carol)
+    refused = server.cli(
+        "workflow", "submit", str(writer), "--set", "dataset=bobs-private", **carol
+    )
     assert refused.code == 8 and "only they or an admin may add a version" in refused.err
     assert server.ids() == before
-    done = server.cli("workflow", "submit", str(spec), "--set", "dataset=bobs-private", "--wait",
-                      **bob)
+    done = server.cli(
+        "workflow", "submit", str(spec), "--set", "dataset=bobs-private", "--wait", **bob
+    )
     assert done.code == 0, done.out + done.err
 
 
-def test_a_task_reads_datasets_as_its_submitter(server: Server, people: dict[str, dict[str, str]],
-                                                tmp_path: Path) -> None:
+def test_a_task_reads_datasets_as_its_submitter(
+    server: Server, people: dict[str, dict[str, str]], tmp_path: Path
+) -> None:
     """The runner checks again: a dataset made (not shared) after submit fails the input."""
     bob, carol = people["ds-bob"], people["ds-carol"]
     spec = tmp_path / "late.yaml"

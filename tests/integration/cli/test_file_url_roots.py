@@ -37,8 +37,9 @@ def stored(server: Server) -> set[str]:
     return {i for i in server.ids() if i.startswith("file-urls-")}
 
 
-def test_a_host_path_outside_the_data_roots_is_refused_at_submit(server: Server,
-                                                                 tmp_path: Path) -> None:
+def test_a_host_path_outside_the_data_roots_is_refused_at_submit(
+    server: Server, tmp_path: Path
+) -> None:
     before = stored(server)
     code, text = submit(server, tmp_path, "input_url=file:///etc/", "output_url=file:///root/x/")
     assert code == 2, text
@@ -62,16 +63,18 @@ def test_a_url_below_the_home_storage_runs(server: Server, tmp_path: Path) -> No
     root = server.home / "storage" / tmp_path.name
     (root / "in").mkdir(parents=True)
     (root / "in" / "x.txt").write_text("x\n")
-    code, text = submit(server, tmp_path, f"input_url=file://{root}/in/",
-                        f"output_url=file://{root}/out/")
+    code, text = submit(
+        server, tmp_path, f"input_url=file://{root}/in/", f"output_url=file://{root}/out/"
+    )
     assert code == 0, text
     workflow_id = text.split("Workflow submitted: ")[1].split()[0]
     assert server.wait(workflow_id)["status"] == "COMPLETED", server.logs(workflow_id)
     assert (root / "out" / "a.txt").read_text() == "hi\n"
 
 
-def test_the_system_temp_folder_is_not_a_data_root_by_default(server: Server,
-                                                              tmp_path: Path) -> None:
+def test_the_system_temp_folder_is_not_a_data_root_by_default(
+    server: Server, tmp_path: Path
+) -> None:
     """Issue 11: the default roots were ``$TRAINYARD_HOME/storage`` AND ``/tmp``, so any task
     could read and write the host's ``/tmp`` through a ``file://`` output. Now the default is
     the home's storage folder only; the error is one line naming the field and the option."""
@@ -87,8 +90,9 @@ def test_the_system_temp_folder_is_not_a_data_root_by_default(server: Server,
     assert stored(server) == before  # nothing stored
 
 
-def test_another_users_storage_is_refused_at_submit_and_validate(server: Server,
-                                                                  tmp_path: Path) -> None:
+def test_another_users_storage_is_refused_at_submit_and_validate(
+    server: Server, tmp_path: Path
+) -> None:
     """Issue 24: the submit-time check used the home owner's roots (all of ``storage``), so
     Bob's spec naming ``storage/<owner's folder>`` was accepted and his task only failed at
     run time (2010, "refused: ..."). Now submit and ``workflow validate`` refuse it as Bob,
@@ -115,6 +119,13 @@ def test_another_users_storage_is_refused_at_submit_and_validate(server: Server,
             assert "use a folder below one of them" in lines[0], text
     assert stored(server) == before  # nothing stored
     own = server.home / "storage" / "roots-bob" / tmp_path.name
-    done = server.cli("workflow", "validate", str(path), "--set", f"input_url=file://{own}/in/",
-                      f"output_url=file://{own}/out/", **bob)
+    done = server.cli(
+        "workflow",
+        "validate",
+        str(path),
+        "--set",
+        f"input_url=file://{own}/in/",
+        f"output_url=file://{own}/out/",
+        **bob,
+    )
     assert done.code == 0, done.out + done.err

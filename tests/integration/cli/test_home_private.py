@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import httpx
-
 from cli_e2e_support import TRAINYARD, Server, cli_env, processes_of, run_cli, wait_gone
 
 ECHO = """
@@ -34,8 +33,7 @@ def test_home_and_its_files_are_private_after_a_real_workflow(tmp_path: Path) ->
     try:
         assert done.code == 0, done.out + done.err
         assert stat.S_IMODE(home.stat().st_mode) == 0o700
-        named = ["store.db", "tokens.json", "token", "server.json", "server.log",
-                 "task-token.key"]
+        named = ["store.db", "tokens.json", "token", "server.json", "server.log", "task-token.key"]
         for name in named:
             if name == "store.db" and not (home / name).exists():
                 continue  # the store has another name: covered by the walk below
@@ -67,9 +65,16 @@ def _task_owned(line: str) -> bool:
 
 
 def test_concurrent_add_user_keeps_every_token(server: Server) -> None:
-    procs = [subprocess.Popen([str(TRAINYARD), "server", "add-user", f"racer{i}"],
-                              env=cli_env(server.home), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(6)]
+    procs = [
+        subprocess.Popen(
+            [str(TRAINYARD), "server", "add-user", f"racer{i}"],
+            env=cli_env(server.home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(6)
+    ]
     tokens = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
@@ -77,7 +82,8 @@ def test_concurrent_add_user_keeps_every_token(server: Server) -> None:
         tokens.append(out.strip())
     assert len(set(tokens)) == 6
     for token in tokens:
-        answer = httpx.get(f"{server.url}/api/version",
-                           headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        answer = httpx.get(
+            f"{server.url}/api/version", headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
         assert answer.status_code == 200, answer.text
     assert stat.S_IMODE((server.home / "tokens.json").stat().st_mode) == 0o600

@@ -24,9 +24,9 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-
 from cli_e2e_support import TRAINYARD, Server, cli_env
 from tar_attacks import cve_2025_4517
+
 from trainyard.tasktokens import task_token
 
 SLEEPER = """
@@ -74,9 +74,11 @@ def running(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def test_exec_runs_in_the_task_sandbox_without_privileges(server: Server, running: str) -> None:
-    script = ("cat /tmp/marker; hostname; id -u; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status; "
-              "readlink /proc/self/ns/user /proc/2/ns/user /proc/self/ns/net /proc/2/ns/net; "
-              "unshare -U true 2>/dev/null; echo unshare=$?; test -e /work; echo work=$?")
+    script = (
+        "cat /tmp/marker; hostname; id -u; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status; "
+        "readlink /proc/self/ns/user /proc/2/ns/user /proc/self/ns/net /proc/2/ns/net; "
+        "unshare -U true 2>/dev/null; echo unshare=$?; test -e /work; echo work=$?"
+    )
     done = server.cli("workflow", "exec", running, "t", "--", "sh", "-c", script)
     assert done.code == 0, done.err
     lines = done.out.splitlines()
@@ -96,17 +98,37 @@ def test_exec_exit_status_is_the_commands(server: Server, running: str) -> None:
 
 
 def test_exec_stdin_reaches_the_command(server: Server, running: str) -> None:
-    done = subprocess.run([str(TRAINYARD), "workflow", "exec", running, "t", "--", "sh", "-c",
-                           "cat > /tmp/piped; cat /tmp/piped"], input="through-stdin\n",
-                          env=cli_env(server.home), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            str(TRAINYARD),
+            "workflow",
+            "exec",
+            running,
+            "t",
+            "--",
+            "sh",
+            "-c",
+            "cat > /tmp/piped; cat /tmp/piped",
+        ],
+        input="through-stdin\n",
+        env=cli_env(server.home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (done.returncode, done.stdout) == (0, "through-stdin\n"), done.stderr
 
 
 def test_exec_with_a_terminal_gets_a_terminal_of_its_own(server: Server, running: str) -> None:
     master, slave = os.openpty()
-    proc = subprocess.Popen([str(TRAINYARD), "workflow", "exec", running, "t", "--", "sh"],
-                            stdin=slave, stdout=slave, stderr=slave, env=cli_env(server.home),
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [str(TRAINYARD), "workflow", "exec", running, "t", "--", "sh"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=cli_env(server.home),
+        start_new_session=True,
+    )
     os.close(slave)
     os.write(master, b"test -t 0 && test -t 1 && echo term=yes; echo answer=$((6*7)); exit 3\n")
     seen = b""
@@ -128,11 +150,19 @@ def test_exec_refuses_unknown_task_and_other_users(server: Server, running: str)
     assert unknown.code == 3 and "no task 'nope'" in unknown.err
     added = server.cli("server", "add-user", "verbs-mallory")
     assert added.code == 0, added.err
-    other = server.cli("workflow", "exec", running, "t", "--", "true",
-                       TRAINYARD_TOKEN=added.out.strip())
+    other = server.cli(
+        "workflow", "exec", running, "t", "--", "true", TRAINYARD_TOKEN=added.out.strip()
+    )
     assert other.code == 8 and "belongs to" in other.err
-    as_task = server.cli("workflow", "exec", running, "t", "--", "true",
-                         TRAINYARD_TOKEN=task_token(server.home, running))
+    as_task = server.cli(
+        "workflow",
+        "exec",
+        running,
+        "t",
+        "--",
+        "true",
+        TRAINYARD_TOKEN=task_token(server.home, running),
+    )
     assert as_task.code == 8 and "task token" in as_task.err
 
 
@@ -152,8 +182,16 @@ def test_rsync_both_ways_and_refuses_escapes(server: Server, running: str, tmp_p
     one = server.cli("workflow", "rsync", running, "t", "t:/tmp/marker", str(tmp_path / "m.txt"))
     assert one.code == 0 and (tmp_path / "m.txt").read_text() == "hello-from-task\n", one.err
 
-    made = server.cli("workflow", "exec", running, "t", "--", "sh", "-c",
-                      "mkdir -p /tmp/evil && echo x > /tmp/evil/f && ln -sfn /etc /tmp/evil/link")
+    made = server.cli(
+        "workflow",
+        "exec",
+        running,
+        "t",
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p /tmp/evil && echo x > /tmp/evil/f && ln -sfn /etc /tmp/evil/link",
+    )
     assert made.code == 0, made.err
     evil = server.cli("workflow", "rsync", running, "t", "t:/tmp/evil", str(tmp_path / "evil"))
     assert evil.code == 4 and "a symlink to '/etc' (absolute" in evil.err
@@ -165,7 +203,8 @@ def test_rsync_both_ways_and_refuses_escapes(server: Server, running: str, tmp_p
 
 
 def test_rsync_download_of_a_forged_archive_writes_nothing_outside(
-        server: Server, running: str, tmp_path: Path) -> None:
+    server: Server, running: str, tmp_path: Path
+) -> None:
     """The task replaces ``tar`` in its own root with one that sends CVE-2025-4517's archive
     (tarfile's ``data`` filter of this Python lets it write outside the destination)."""
     outside = tmp_path / "outside"
@@ -176,8 +215,10 @@ def test_rsync_download_of_a_forged_archive_writes_nothing_outside(
     (payload / "p.tar").write_bytes(cve_2025_4517(outside, staging).getvalue())
     up = server.cli("workflow", "rsync", running, "t", str(payload), "t:/tmp/payload")
     assert up.code == 0, up.err
-    fake = "printf '#!/bin/sh\\nexec cat /tmp/payload/p.tar\\n' > /usr/local/bin/tar && " \
-           "chmod 755 /usr/local/bin/tar && mkdir -p /tmp/any"
+    fake = (
+        "printf '#!/bin/sh\\nexec cat /tmp/payload/p.tar\\n' > /usr/local/bin/tar && "
+        "chmod 755 /usr/local/bin/tar && mkdir -p /tmp/any"
+    )
     made = server.cli("workflow", "exec", running, "t", "--", "sh", "-c", fake)
     assert made.code == 0, made.err
     try:
@@ -216,7 +257,10 @@ def _port_forward(server: Server, workflow_id: str, local: int) -> subprocess.Po
     """``trainyard workflow port-forward WORKFLOW srv --port LOCAL:8765``, running."""
     return subprocess.Popen(
         [str(TRAINYARD), "workflow", "port-forward", workflow_id, "srv", "--port", f"{local}:8765"],
-        env=cli_env(server.home), stderr=subprocess.PIPE, text=True)
+        env=cli_env(server.home),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_port_forward_reaches_a_server_in_the_task(server: Server, tmp_path: Path) -> None:
@@ -251,8 +295,12 @@ def _tgkill(pid: int, tid: int, signum: int) -> None:
         raise OSError(ctypes.get_errno(), "tgkill")
 
 
-@pytest.mark.skipif(os.uname().machine != "x86_64", reason="tgkill's syscall number is x86-64's here")
-def test_port_forward_stops_on_ctrl_c_delivered_to_another_thread(server: Server, tmp_path: Path) -> None:
+@pytest.mark.skipif(
+    os.uname().machine != "x86_64", reason="tgkill's syscall number is x86-64's here"
+)
+def test_port_forward_stops_on_ctrl_c_delivered_to_another_thread(
+    server: Server, tmp_path: Path
+) -> None:
     """CI saw a port-forward ignore SIGINT for 30 s: the kernel gave the signal to the task
     watcher's thread, and the main thread, blocked in accept(), never ran Python's handler."""
     workflow_id = _web_task(server, tmp_path)
@@ -276,10 +324,23 @@ def test_exec_never_hands_the_callers_terminal_to_the_task(server: Server, runni
     """stdout a terminal, stdin not: the command writes to a pipe the CLI relays, not to the
     caller's terminal (a task could open it through /proc/PID/fd and push input into it)."""
     master, slave = os.openpty()
-    proc = subprocess.Popen([str(TRAINYARD), "workflow", "exec", running, "t", "--", "sh", "-c",
-                             "readlink /proc/self/fd/1 /proc/self/fd/2"],
-                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
-                            env=cli_env(server.home))
+    proc = subprocess.Popen(
+        [
+            str(TRAINYARD),
+            "workflow",
+            "exec",
+            running,
+            "t",
+            "--",
+            "sh",
+            "-c",
+            "readlink /proc/self/fd/1 /proc/self/fd/2",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        env=cli_env(server.home),
+    )
     os.close(slave)
     assert proc.wait(timeout=120) == 0
     seen = b""
@@ -294,9 +355,14 @@ def test_exec_never_hands_the_callers_terminal_to_the_task(server: Server, runni
 
 
 def test_exec_ctrl_c_reaches_the_command(server: Server, running: str) -> None:
-    proc = subprocess.Popen([str(TRAINYARD), "workflow", "exec", running, "t", "--", "sleep", "300"],
-                            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=cli_env(server.home), start_new_session=True)
+    proc = subprocess.Popen(
+        [str(TRAINYARD), "workflow", "exec", running, "t", "--", "sleep", "300"],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(server.home),
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     while not _sleeping_in_task(server, running):
         assert time.monotonic() < deadline, "the exec'd sleep never started"
@@ -306,6 +372,8 @@ def test_exec_ctrl_c_reaches_the_command(server: Server, running: str) -> None:
 
 
 def _sleeping_in_task(server: Server, workflow_id: str) -> bool:
-    script = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done | grep -qx 'sleep 300 '"
+    script = (
+        "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done | grep -qx 'sleep 300 '"
+    )
     done = server.cli("workflow", "exec", workflow_id, "t", "--", "sh", "-c", script)
     return done.code == 0  # the task's own is "sleep 600"

@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import httpx
-
 from cli_e2e_support import Server
 
 SPEC = """\

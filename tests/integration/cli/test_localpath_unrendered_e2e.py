@@ -40,7 +40,8 @@ def test_a_spec_that_names_localpath_still_sends_its_file(server: Server, tmp_pa
 
 
 def test_a_template_that_builds_the_word_localpath_is_refused_and_nothing_is_stored(
-        server: Server, tmp_path: Path) -> None:
+    server: Server, tmp_path: Path
+) -> None:
     spec = _spec(tmp_path, "built", "{{ 'local' ~ 'path' }}")
     before = server.ids()
     for extra in ((), ("--dry-run",)):
@@ -56,10 +57,13 @@ def test_a_template_that_builds_the_word_localpath_is_refused_and_nothing_is_sto
 
 
 def test_a_template_error_without_localpath_is_refused_by_the_server(
-        server: Server, tmp_path: Path) -> None:
+    server: Server, tmp_path: Path
+) -> None:
     spec = tmp_path / "broken.yaml"
-    spec.write_text("workflow:\n  name: broken\n  tasks:\n  - name: t\n"
-                    "    command: ['{{ 1 | no_such_filter }}']\n")
+    spec.write_text(
+        "workflow:\n  name: broken\n  tasks:\n  - name: t\n"
+        "    command: ['{{ 1 | no_such_filter }}']\n"
+    )
     before = server.ids()
     got = server.main("workflow", "submit", str(spec))
     assert got.code == 2, (got.out, got.err)

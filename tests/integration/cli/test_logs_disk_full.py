@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from cli_e2e_support import processes_of, run_cli, wait_gone
 
 SPAM = r"""
@@ -43,8 +42,12 @@ def small_home(tmp_path: Path) -> Iterator[Path]:
         pytest.skip("mounting a 6 MiB tmpfs needs root")
     mount_point = tmp_path / "tmpfs"
     mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True, check=False)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     home = mount_point / "home"
@@ -58,13 +61,13 @@ def small_home(tmp_path: Path) -> Iterator[Path]:
         _unmount(mount_point)
 
 
-def test_a_full_disk_ends_the_task_with_2022_and_says_why(small_home: Path,
-                                                          tmp_path: Path) -> None:
+def test_a_full_disk_ends_the_task_with_2022_and_says_why(small_home: Path, tmp_path: Path) -> None:
     spec = tmp_path / "spam.yaml"
     spec.write_text(textwrap.dedent(SPAM).lstrip())
     started = time.monotonic()
-    got = run_cli(small_home, "workflow", "submit", str(spec), "--wait", "-t", "json",
-                  timeout_s=240)
+    got = run_cli(
+        small_home, "workflow", "submit", str(spec), "--wait", "-t", "json", timeout_s=240
+    )
     assert got.code == 1, got.err  # --wait: the workflow did not complete
     final = json.loads(got.out)
     (task,) = [t for g in final["groups"] for t in g["tasks"]]
@@ -76,6 +79,12 @@ def test_a_full_disk_ends_the_task_with_2022_and_says_why(small_home: Path,
     assert "[printer][trainyard] cannot write the task log " in why
     assert "No space left on device; the command was stopped" in why
     assert code.endswith("[printer][trainyard] exit code 2022")
-    rows = [json.loads(line) for line in run_cli(small_home, "workflow", "logs", final["id"],
-                                                 "--format-type", "json").out.splitlines()]
-    assert all(r["time"] is not None for r in rows), [r for r in rows if r["time"] is None][:3]  # a line torn by the full disk was ended
+    rows = [
+        json.loads(line)
+        for line in run_cli(
+            small_home, "workflow", "logs", final["id"], "--format-type", "json"
+        ).out.splitlines()
+    ]
+    assert all(r["time"] is not None for r in rows), [r for r in rows if r["time"] is None][
+        :3
+    ]  # a line torn by the full disk was ended

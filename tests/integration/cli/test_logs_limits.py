@@ -13,7 +13,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from cli_e2e_support import TRAINYARD, Server, cli_env
 
 MIB = 1 << 20
@@ -74,8 +73,9 @@ def _server_pid(server: Server) -> int:
 # ---------------------------------------------------------------------- L1
 
 
-def test_follow_of_a_forbidden_or_unknown_workflow_exits_8_or_3(server: Server,
-                                                                tmp_path: Path) -> None:
+def test_follow_of_a_forbidden_or_unknown_workflow_exits_8_or_3(
+    server: Server, tmp_path: Path
+) -> None:
     added = server.cli("server", "add-user", "mallory")
     assert added.code == 0, added.err
     mallory = added.out.strip()
@@ -95,8 +95,9 @@ def test_follow_of_a_forbidden_or_unknown_workflow_exits_8_or_3(server: Server,
 # ---------------------------------------------------------------------- L2
 
 
-def test_task_output_cannot_forge_lines_or_pass_for_the_runner(server: Server,
-                                                               tmp_path: Path) -> None:
+def test_task_output_cannot_forge_lines_or_pass_for_the_runner(
+    server: Server, tmp_path: Path
+) -> None:
     workflow_id = server.submit(_spec(tmp_path, FORGER, "forger"))
     assert server.wait(workflow_id)["status"] == "FAILED"
     shown = server.logs(workflow_id).splitlines()
@@ -104,10 +105,14 @@ def test_task_output_cannot_forge_lines_or_pass_for_the_runner(server: Server,
     assert not any("[victim]" in line[:30] for line in shown)
     assert not any(c in "".join(shown) for c in "\r\x1b")
     task_lines = [line[20:] for line in shown if not line[20:].startswith("[liar][trainyard]")]
-    assert task_lines == ["[liar] ok\\r2020/01/01 00:00:00 [victim] forged line",
-                          "[liar] \\x1b[31mred\\x1b[0m",
-                          "[liar] [trainyard] exit code 0"]
-    rows = [json.loads(line) for line in server.logs(workflow_id, "--format-type", "json").splitlines()]
+    assert task_lines == [
+        "[liar] ok\\r2020/01/01 00:00:00 [victim] forged line",
+        "[liar] \\x1b[31mred\\x1b[0m",
+        "[liar] [trainyard] exit code 0",
+    ]
+    rows = [
+        json.loads(line) for line in server.logs(workflow_id, "--format-type", "json").splitlines()
+    ]
     claims = [(r["source"], r["line"]) for r in rows if "exit code" in r["line"]]
     assert claims == [("task", "[trainyard] exit code 0"), ("runner", "[trainyard] exit code 4")]
 
@@ -126,22 +131,29 @@ def _launcher_of(server_pid: int) -> psutil.Process | None:
 
 
 def test_a_32_mib_line_is_served_in_cut_pieces_and_the_launcher_stays_small(
-        server: Server, tmp_path: Path) -> None:
+    server: Server, tmp_path: Path
+) -> None:
     warm = server.submit(_spec(tmp_path, ECHO, "quiet"))  # the launcher runs from here on
     server.wait(warm)
     launcher = _launcher_of(_server_pid(server))
     before_kib = _reset_peak(launcher.pid) if launcher is not None else 0
     workflow_id = server.submit(_spec(tmp_path, LONG_LINE, "long-line"))
     assert server.wait(workflow_id)["status"] == "COMPLETED"
-    rows = [json.loads(line) for line in
-            server.logs(workflow_id, "--task", "printer", "--format-type", "json").splitlines()]
+    rows = [
+        json.loads(line)
+        for line in server.logs(
+            workflow_id, "--task", "printer", "--format-type", "json"
+        ).splitlines()
+    ]
     pieces = [r for r in rows if r["source"] == "task"]
     assert [r["cut"] for r in pieces] == [True] * 512 + [False, False]
     assert {len(r["line"]) for r in pieces[:512]} == {64 * 1024}
     assert pieces[-2:] == [{**pieces[-2], "line": ""}, {**pieces[-1], "line": "done"}]
     if launcher is None:
-        pytest.skip("no launcher process on this machine (tasks are not started by one), so "
-                    "its memory cannot be measured; the pieces were checked above")
+        pytest.skip(
+            "no launcher process on this machine (tasks are not started by one), so "
+            "its memory cannot be measured; the pieces were checked above"
+        )
     grown_mib = (_status_kib(launcher.pid, "VmHWM") - before_kib) / 1024
     assert grown_mib < 40, f"the launcher grew by {grown_mib:.0f} MiB for a 32 MiB line"
 
@@ -157,19 +169,27 @@ def _cli_peak_mib(server: Server, *args: str) -> float:
     """Run the CLI with stdout to /dev/null; its peak RSS, read by a small parent of its own
     (``ru_maxrss`` of a child forked from this big test process would count this process's
     memory, which the child shares until it runs the CLI)."""
-    measure = ("import resource, subprocess, sys; "
-               "code = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL); "
-               "print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    done = subprocess.run([sys.executable, "-c", measure, str(TRAINYARD), *args],
-                          env=cli_env(server.home), capture_output=True, text=True,
-                          timeout=300, check=True)
+    measure = (
+        "import resource, subprocess, sys; "
+        "code = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL); "
+        "print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", measure, str(TRAINYARD), *args],
+        env=cli_env(server.home),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     code, peak_kib = map(int, done.stdout.split())
     assert code == 0, done.stderr
     return peak_kib / 1024
 
 
-def test_serving_a_48_mib_log_keeps_the_server_and_the_cli_small(server: Server,
-                                                                  tmp_path: Path) -> None:
+def test_serving_a_48_mib_log_keeps_the_server_and_the_cli_small(
+    server: Server, tmp_path: Path
+) -> None:
     workflow_id = server.submit(_spec(tmp_path, ECHO, "quiet"))
     server.wait(workflow_id)
     log = server.home / "runs" / workflow_id / "talker" / "0" / "task.log"

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from cli_e2e_support import TRAINYARD, cli_env, kill_described, processes_of, run_cli, wait_gone
 
 ECHO = """workflow:
@@ -56,12 +55,20 @@ def lock_pid(home: Path) -> int:
 
 
 def test_five_submits_at_once_start_one_server_and_run_each_workflow_once(
-        home: Path, tmp_path: Path) -> None:
+    home: Path, tmp_path: Path
+) -> None:
     spec = tmp_path / "echo.yaml"
     spec.write_text(ECHO)
-    procs = [subprocess.Popen([str(TRAINYARD), "workflow", "submit", str(spec), "--wait", "-t",
-                               "json"], env=cli_env(home), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(5)]
+    procs = [
+        subprocess.Popen(
+            [str(TRAINYARD), "workflow", "submit", str(spec), "--wait", "-t", "json"],
+            env=cli_env(home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(5)
+    ]
     results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
     for code, _out, err in results:
         assert code == 0, f"exit {code}: {err}\n{(home / 'server.log').read_text()}"
@@ -101,9 +108,13 @@ def test_a_server_that_answers_slowly_is_waited_for_never_replaced(home: Path) -
     pid = lock_pid(home)
     os.kill(pid, signal.SIGSTOP)  # it answers nothing while stopped: slower than any timeout
     try:
-        waiting = subprocess.Popen([str(TRAINYARD), "workflow", "list", "-t", "json"],
-                                   env=cli_env(home), stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
+        waiting = subprocess.Popen(
+            [str(TRAINYARD), "workflow", "list", "-t", "json"],
+            env=cli_env(home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(6)  # the old CLI started a second server after 2 s
         assert waiting.poll() is None
         assert [p.pid for p in servers_of(home)] == [pid]
@@ -117,8 +128,13 @@ def test_a_server_that_answers_slowly_is_waited_for_never_replaced(home: Path) -
 def test_a_second_server_refuses_to_start_and_names_the_holder(home: Path) -> None:
     assert run_cli(home, "server", "start").code == 0
     pid = lock_pid(home)
-    second = subprocess.run([sys.executable, "-m", "trainyard.server"], env=cli_env(home),
-                            capture_output=True, text=True, timeout=120)
+    second = subprocess.run(
+        [sys.executable, "-m", "trainyard.server"],
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert second.returncode == 4, second.stderr
     assert f"pid {pid}" in second.stderr and "trainyard server stop" in second.stderr
     assert [p.pid for p in servers_of(home)] == [pid]
@@ -146,9 +162,16 @@ def test_after_kill_9_the_next_cli_starts_one_new_server(home: Path) -> None:
     old = psutil.Process(lock_pid(home))
     old.kill()
     assert not wait_gone([old], timeout_s=10)
-    procs = [subprocess.Popen([str(TRAINYARD), "workflow", "list", "-t", "json"],
-                              env=cli_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [str(TRAINYARD), "workflow", "list", "-t", "json"],
+            env=cli_env(home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     for proc in procs:
         out, err = proc.communicate(timeout=120)
         assert (proc.returncode, out.strip()) == (0, "[]"), err

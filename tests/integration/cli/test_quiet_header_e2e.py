@@ -8,8 +8,10 @@ from pathlib import Path
 
 from cli_e2e_support import Server
 
-SPEC = ("workflow:\n  name: quiet-header\n  tasks:\n  - name: t\n    image: ubuntu:22.04\n"
-        "    command: [echo, hello-from-t]\n")
+SPEC = (
+    "workflow:\n  name: quiet-header\n  tasks:\n  - name: t\n    image: ubuntu:22.04\n"
+    "    command: [echo, hello-from-t]\n"
+)
 
 
 def _submitted(server: Server, tmp_path: Path) -> str:
@@ -21,11 +23,12 @@ def _submitted(server: Server, tmp_path: Path) -> str:
 
 
 def test_a_task_log_starts_with_one_short_line_and_verbose_shows_the_detail(
-        server: Server, tmp_path: Path) -> None:
+    server: Server, tmp_path: Path
+) -> None:
     workflow_id = _submitted(server, tmp_path)
     quiet = server.logs(workflow_id, "--no-follow")
     lines = quiet.splitlines()
-    head = lines[:next(i for i, line in enumerate(lines) if line.endswith("[t] hello-from-t"))]
+    head = lines[: next(i for i, line in enumerate(lines) if line.endswith("[t] hello-from-t"))]
     assert len(head) == 1, quiet  # the header, then the command's output
     assert "[t][trainyard] workflow " in head[0] and len(head[0]) < 250, head[0]
     assert "NOT run" not in quiet and "[detail]" not in quiet, quiet

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from cli_e2e_support import SPECS, Server
 
 pytestmark = pytest.mark.skipif(not SPECS.is_dir(), reason=f"OSMO specs not found at {SPECS}")
@@ -21,26 +20,46 @@ REJECTED = [
     ("tests/template_too_much_memory.yaml", (), r"ran past its (time|memory) limit"),
     ("tests/invalid_mount.yaml", (), r"volumeMounts\[0\]: .*'/bad_mount' is not allowed"),
     ("tests/invalid_src_dest_mount.yaml", (), r"volumeMounts\[0\]: .*more than one ':'"),
-    ("tests/bad_resource_workflow_v2.yaml", ("--set", "cpu=1000000", *OSMO),
-     r"resources\.default\.cpu: .*1000000 cores"),
-    ("tests/bad_resource_workflow_v2.yaml", ("--set", "storage=1000000Gi", *OSMO),
-     r"resources\.default\.storage: .*1000000Gi storage"),
-    ("tests/bad_resource_workflow_v2.yaml", ("--set", "memory=1000000Gi", *OSMO),
-     r"resources\.default\.memory: .*1000000Gi memory"),
-    ("tests/bad_resource_workflow_v2.yaml", ("--set", "platform=bad-platform", *OSMO),
-     r"resources\.default\.platform: .*'bad-platform'.*agx-orin-jp6, dgx-h100"),
-    ("scenarios/workflow_labels.yaml", ("--set", "nested_team=true"),
-     r"workflow\.labels\.team: .*label value must be a string"),
-    ("scenarios/workflow_labels.yaml", ("--set", "team_yaml=", "--label", "team="),
-     r"label value must be non-empty"),
+    (
+        "tests/bad_resource_workflow_v2.yaml",
+        ("--set", "cpu=1000000", *OSMO),
+        r"resources\.default\.cpu: .*1000000 cores",
+    ),
+    (
+        "tests/bad_resource_workflow_v2.yaml",
+        ("--set", "storage=1000000Gi", *OSMO),
+        r"resources\.default\.storage: .*1000000Gi storage",
+    ),
+    (
+        "tests/bad_resource_workflow_v2.yaml",
+        ("--set", "memory=1000000Gi", *OSMO),
+        r"resources\.default\.memory: .*1000000Gi memory",
+    ),
+    (
+        "tests/bad_resource_workflow_v2.yaml",
+        ("--set", "platform=bad-platform", *OSMO),
+        r"resources\.default\.platform: .*'bad-platform'.*agx-orin-jp6, dgx-h100",
+    ),
+    (
+        "scenarios/workflow_labels.yaml",
+        ("--set", "nested_team=true"),
+        r"workflow\.labels\.team: .*label value must be a string",
+    ),
+    (
+        "scenarios/workflow_labels.yaml",
+        ("--set", "team_yaml=", "--label", "team="),
+        r"label value must be non-empty",
+    ),
 ]
 LINE = re.compile(r"^\S.*?(:\d+)?: .+$")  # FILE[:LINE]: [PATH:] MESSAGE
 
 
-@pytest.mark.parametrize(("rel", "args", "pattern"), REJECTED,
-                         ids=[f"{r[0]}[{' '.join(r[1])}]" for r in REJECTED])
+@pytest.mark.parametrize(
+    ("rel", "args", "pattern"), REJECTED, ids=[f"{r[0]}[{' '.join(r[1])}]" for r in REJECTED]
+)
 def test_rejected_row_exits_non_zero_prints_each_problem_and_creates_nothing(
-        server: Server, rel: str, args: tuple[str, ...], pattern: str) -> None:
+    server: Server, rel: str, args: tuple[str, ...], pattern: str
+) -> None:
     before = server.ids()
     got = server.main("workflow", "submit", str(SPECS / rel), *args)
     assert got.code == 2, (got.out, got.err)
@@ -62,25 +81,37 @@ def test_a_rejected_submit_as_a_process_exits_2(server: Server) -> None:
 
 
 def test_the_default_of_a_rejected_spec_still_validates_on_the_osmo_pool(server: Server) -> None:
-    got = server.main("workflow", "submit", str(SPECS / "tests/bad_resource_workflow_v2.yaml"),
-                      "--pool", "osmo", "--dry-run", "-t", "json")
+    got = server.main(
+        "workflow",
+        "submit",
+        str(SPECS / "tests/bad_resource_workflow_v2.yaml"),
+        "--pool",
+        "osmo",
+        "--dry-run",
+        "-t",
+        "json",
+    )
     assert got.json()["pool"] == "osmo"
 
 
-def test_a_gang_larger_than_the_pool_is_refused_with_the_numbers(server: Server,
-                                                                 tmp_path) -> None:
+def test_a_gang_larger_than_the_pool_is_refused_with_the_numbers(server: Server, tmp_path) -> None:
     """Issue 12, H4: accepted, it would wait forever and hold the queue; refused, it says
     what it asks and what the pool has."""
-    tasks = "".join(f"    - {{name: t{i}, command: [true]{', lead: true' if i == 0 else ''}}}\n"
-                    for i in range(500))
+    tasks = "".join(
+        f"    - {{name: t{i}, command: [true]{', lead: true' if i == 0 else ''}}}\n"
+        for i in range(500)
+    )
     spec = tmp_path / "gang.yaml"
-    spec.write_text("workflow:\n  name: huge\n  resources:\n    default: {cpu: 1}\n"
-                    "  groups:\n  - name: g\n    tasks:\n" + tasks.replace("[true]", "['true']"))
+    spec.write_text(
+        "workflow:\n  name: huge\n  resources:\n    default: {cpu: 1}\n"
+        "  groups:\n  - name: g\n    tasks:\n" + tasks.replace("[true]", "['true']")
+    )
     before = server.ids()
     got = server.main("workflow", "submit", str(spec), *OSMO)
     assert got.code == 2, (got.out, got.err)
     assert got.err.splitlines() == [
         f"{spec}:6: workflow.groups[0]: group 'g' starts its 500 tasks together and they ask "
         "for 500 cores in total (cpu), but pool 'osmo' has 256 cores in total on the nodes "
-        "they may use; ask for less per task, use fewer tasks, or use a bigger pool"]
+        "they may use; ask for less per task, use fewer tasks, or use a bigger pool"
+    ]
     assert server.ids() == before

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from cli_e2e_support import Server
 
 # The lead is the second task: the default must be the group's lead, not its first task.
@@ -80,8 +79,9 @@ def test_the_workspace_exists_and_is_writable_in_every_task(server: Server, pair
         assert seen.split() == ["mine"]  # each task's own, empty at first
 
 
-def test_osmo_form_uploads_to_the_lead_of_the_first_group(server: Server, pair: str,
-                                                           tmp_path: Path) -> None:
+def test_osmo_form_uploads_to_the_lead_of_the_first_group(
+    server: Server, pair: str, tmp_path: Path
+) -> None:
     src = _tree(tmp_path / "my path")
     done = server.cli("workflow", "rsync", pair, f"{src}:/osmo/run/workspace")
     assert done.code == 0, done.err
@@ -90,8 +90,9 @@ def test_osmo_form_uploads_to_the_lead_of_the_first_group(server: Server, pair: 
     assert _in_task(server, pair, "helper", "ls /osmo/run/workspace").split() == ["mine"]
 
 
-def test_osmo_forms_with_a_task_contents_and_download(server: Server, pair: str,
-                                                      tmp_path: Path) -> None:
+def test_osmo_forms_with_a_task_contents_and_download(
+    server: Server, pair: str, tmp_path: Path
+) -> None:
     src = _tree(tmp_path / "src")
     up = server.cli("workflow", "rsync", "upload", pair, "helper", f"{src}/:/osmo/run/workspace/in")
     assert up.code == 0, up.err
@@ -99,13 +100,20 @@ def test_osmo_forms_with_a_task_contents_and_download(server: Server, pair: str,
     assert listed.split() == [".", "./a.txt", "./sub", "./sub/b.txt"]  # the contents, not src/
     into = tmp_path / "down"
     into.mkdir()
-    down = server.cli("workflow", "rsync", "download", pair, "helper",
-                      f"/osmo/run/workspace/in:{into}")
+    down = server.cli(
+        "workflow", "rsync", "download", pair, "helper", f"/osmo/run/workspace/in:{into}"
+    )
     assert down.code == 0, down.err
     assert (into / "in" / "sub" / "b.txt").read_text() == "beta\n"
     (tmp_path / "file").write_text("x")
-    not_folder = server.cli("workflow", "rsync", "download", pair, "helper",
-                            f"/osmo/run/workspace/in:{tmp_path / 'file'}")
+    not_folder = server.cli(
+        "workflow",
+        "rsync",
+        "download",
+        pair,
+        "helper",
+        f"/osmo/run/workspace/in:{tmp_path / 'file'}",
+    )
     assert not_folder.code == 2 and "must be a folder" in not_folder.err
     bad = server.cli("workflow", "rsync", pair, str(src))
     assert bad.code == 2 and "LOCAL:REMOTE" in bad.err
@@ -118,8 +126,16 @@ def test_daemon_uploads_changes_and_ends_with_the_task(server: Server, tmp_path:
     server.wait_task(workflow_id, "t", "RUNNING", timeout_s=120)
     state = tmp_path / "state"
     src = _tree(tmp_path / "code")
-    started = server.cli("workflow", "rsync", workflow_id, f"{src}:/osmo/run/workspace",
-                         "--daemon", "--poll-interval", "0.5", XDG_STATE_HOME=str(state))
+    started = server.cli(
+        "workflow",
+        "rsync",
+        workflow_id,
+        f"{src}:/osmo/run/workspace",
+        "--daemon",
+        "--poll-interval",
+        "0.5",
+        XDG_STATE_HOME=str(state),
+    )
     assert started.code == 0, started.err
     pid = int(started.out.split("PID ")[1].split()[0])
     log = state / "trainyard" / "rsync" / f"rsync_daemon_{workflow_id}_t.log"
@@ -128,10 +144,20 @@ def test_daemon_uploads_changes_and_ends_with_the_task(server: Server, tmp_path:
     try:
         _eventually(server, workflow_id, "cat /osmo/run/workspace/code/a.txt", "alpha\n")
         (src / "sub" / "new.txt").write_text("written after the start\n")
-        _eventually(server, workflow_id, "cat /osmo/run/workspace/code/sub/new.txt",
-                    "written after the start\n")
-        again = server.cli("workflow", "rsync", workflow_id, f"{src}:/osmo/run/workspace",
-                           "--daemon", XDG_STATE_HOME=str(state))
+        _eventually(
+            server,
+            workflow_id,
+            "cat /osmo/run/workspace/code/sub/new.txt",
+            "written after the start\n",
+        )
+        again = server.cli(
+            "workflow",
+            "rsync",
+            workflow_id,
+            f"{src}:/osmo/run/workspace",
+            "--daemon",
+            XDG_STATE_HOME=str(state),
+        )
         assert again.code == 4 and f"pid {pid}" in again.err
         listed = server.cli("workflow", "rsync", "status", XDG_STATE_HOME=str(state))
         assert f"{pid}  RUNNING  {workflow_id} t" in listed.out
@@ -145,8 +171,9 @@ def test_daemon_uploads_changes_and_ends_with_the_task(server: Server, tmp_path:
     assert not list(log.parent.glob("*.pid"))
 
 
-def _eventually(server: Server, workflow_id: str, script: str, expected: str,
-                timeout_s: float = 60) -> None:
+def _eventually(
+    server: Server, workflow_id: str, script: str, expected: str, timeout_s: float = 60
+) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         done = server.cli("workflow", "exec", workflow_id, "t", "--", "sh", "-c", script)
@@ -159,8 +186,15 @@ def _eventually(server: Server, workflow_id: str, script: str, expected: str,
 def test_rsync_stop_ends_a_daemon(server: Server, pair: str, tmp_path: Path) -> None:
     state = tmp_path / "state"
     src = _tree(tmp_path / "stopped")
-    started = server.cli("workflow", "rsync", pair, "helper", f"{src}:/osmo/run/workspace",
-                         "--daemon", XDG_STATE_HOME=str(state))
+    started = server.cli(
+        "workflow",
+        "rsync",
+        pair,
+        "helper",
+        f"{src}:/osmo/run/workspace",
+        "--daemon",
+        XDG_STATE_HOME=str(state),
+    )
     assert started.code == 0, started.err
     daemon = psutil.Process(int(started.out.split("PID ")[1].split()[0]))
     pid_file = state / "trainyard" / "rsync" / f"rsync_daemon_{pair}_helper.pid"

@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 import typer
-
 from cli_e2e_support import processes_of, run_cli, run_main, wait_gone
+
 from trainyard import __version__
 from trainyard.cli.main import app
 
@@ -54,11 +54,17 @@ def test_server_start_status_stop(own_home: Path) -> None:
     status = run_cli(own_home, "server", "status")
     assert (status.code, RUNNING.search(status.out).groups()) == (0, (url, pid))
     assert run_cli(own_home, "server", "status", "-t", "json").json() == {
-        "running": True, "url": url, "pid": int(pid)}
+        "running": True,
+        "url": url,
+        "pid": int(pid),
+    }
     again = run_cli(own_home, "server", "start")
     assert again.code == 0 and f"already running at {url}" in again.out
     version = run_cli(own_home, "version")
-    assert version.out.splitlines() == [f"trainyard {__version__}", f"server {__version__} at {url}"]
+    assert version.out.splitlines() == [
+        f"trainyard {__version__}",
+        f"server {__version__} at {url}",
+    ]
 
     stopped = run_cli(own_home, "server", "stop")
     assert (stopped.code, stopped.out.strip()) == (0, "trainyard server stopped")
@@ -104,8 +110,16 @@ COMMANDS = list(_command_paths(typer.main.get_command(app)))
 
 def test_every_command_is_reached() -> None:
     names = {" ".join(p) for p in COMMANDS}
-    assert {"workflow submit", "workflow logs", "workflow restart", "app submit", "pool list",
-            "resource list", "server add-user", "version"} <= names
+    assert {
+        "workflow submit",
+        "workflow logs",
+        "workflow restart",
+        "app submit",
+        "pool list",
+        "resource list",
+        "server add-user",
+        "version",
+    } <= names
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) or "trainyard" for p in COMMANDS])
@@ -116,30 +130,41 @@ def test_help_on_every_command(path: tuple[str, ...]) -> None:
 
 
 def test_show_completion_prints_a_bash_script(tmp_path: Path) -> None:
-    got = run_cli(tmp_path, "--show-completion", "bash",
-                  _TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1")
+    got = run_cli(
+        tmp_path, "--show-completion", "bash", _TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1"
+    )
     assert got.code == 0, got.err
     assert "_trainyard_completion()" in got.out
     assert "complete -o default -F _trainyard_completion trainyard" in got.out
 
 
 def test_install_completion_writes_the_script_for_the_shell(tmp_path: Path) -> None:
-    got = run_cli(tmp_path, "--install-completion", "bash", HOME=str(tmp_path),
-                  _TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1")
+    got = run_cli(
+        tmp_path,
+        "--install-completion",
+        "bash",
+        HOME=str(tmp_path),
+        _TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1",
+    )
     assert got.code == 0, got.err
     assert "_trainyard_completion" in (tmp_path / ".bash_completions" / "trainyard.sh").read_text()
     assert ".bash_completions/trainyard.sh" in (tmp_path / ".bashrc").read_text()
 
 
-@pytest.mark.parametrize(("words", "cword", "expected"), [
-    ("trainyard wor", 1, {"workflow"}),
-    ("trainyard workflow su", 2, {"submit"}),
-    ("trainyard server s", 2, {"start", "status", "stop"}),
-    ("trainyard workflow submit spec.yaml --wa", 4, {"--wait"}),
-])
-def test_completion_answers_through_the_environment(tmp_path: Path, words: str, cword: int,
-                                                    expected: set[str]) -> None:
-    got = run_cli(tmp_path, _TRAINYARD_COMPLETE="complete_bash", COMP_WORDS=words,
-                  COMP_CWORD=str(cword))
+@pytest.mark.parametrize(
+    ("words", "cword", "expected"),
+    [
+        ("trainyard wor", 1, {"workflow"}),
+        ("trainyard workflow su", 2, {"submit"}),
+        ("trainyard server s", 2, {"start", "status", "stop"}),
+        ("trainyard workflow submit spec.yaml --wa", 4, {"--wait"}),
+    ],
+)
+def test_completion_answers_through_the_environment(
+    tmp_path: Path, words: str, cword: int, expected: set[str]
+) -> None:
+    got = run_cli(
+        tmp_path, _TRAINYARD_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD=str(cword)
+    )
     assert got.code == 0, got.err
     assert set(got.out.split()) == expected

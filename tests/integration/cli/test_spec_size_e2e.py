@@ -13,7 +13,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from cli_e2e_support import processes_of, run_cli, wait_gone
 
 LIMIT = "over the limit of 4.0 MiB (4,194,304 bytes) of spec text"
@@ -47,8 +46,9 @@ def _query(home: Path, workflow_id: str) -> dict:
 
 def _wait(home: Path, workflow_id: str, timeout_s: float = 120) -> str:
     deadline = time.monotonic() + timeout_s
-    while (status := _query(home, workflow_id)["status"]) not in ("COMPLETED",) \
-            and not status.startswith("FAILED"):
+    while (status := _query(home, workflow_id)["status"]) not in (
+        "COMPLETED",
+    ) and not status.startswith("FAILED"):
         assert time.monotonic() < deadline, f"{workflow_id} still {status}"
         time.sleep(0.5)
     return status
@@ -60,8 +60,10 @@ def test_the_cli_refuses_a_big_spec_before_sending_anything(home: Path, tmp_path
     for command in ("submit", "validate", "spec"):
         got = run_cli(home, "workflow", command, str(big))
         assert (got.code, got.out) == (2, ""), got.err
-        assert got.err == (f"{big}: the spec is 5.0 MiB (5,243,044 bytes), {LIMIT}; make it "
-                           "smaller (large data belongs in a dataset or a URL input)\n")
+        assert got.err == (
+            f"{big}: the spec is 5.0 MiB (5,243,044 bytes), {LIMIT}; make it "
+            "smaller (large data belongs in a dataset or a URL input)\n"
+        )
     assert not (home / "server.json").exists()  # nothing was sent: no server was started
 
 
@@ -74,21 +76,27 @@ def test_the_server_refuses_what_grows_past_the_limit(home: Path, tmp_path: Path
     # `submit ID` sends only the new value: the server renders 5 MiB and refuses it
     grown = run_cli(home, "workflow", "submit", workflow_id, "--set", f"n={5 * 2**20}")
     assert (grown.code, grown.out) == (2, ""), grown.err
-    assert grown.err == (f"{spec}: the rendered spec is 5.0 MiB (5,243,013 bytes), {LIMIT}; "
-                         "make the template build less text\n")
+    assert grown.err == (
+        f"{spec}: the rendered spec is 5.0 MiB (5,243,013 bytes), {LIMIT}; "
+        "make the template build less text\n"
+    )
     url = json.loads((home / "server.json").read_text())["url"]
     auth = {"Authorization": f"Bearer {(home / 'token').read_text().strip()}"}
-    raw = httpx.post(f"{url}/api/workflow", headers=auth, timeout=60,
-                     json={"spec_text": "x" * (4 * 2**20 + 1)})
+    raw = httpx.post(
+        f"{url}/api/workflow", headers=auth, timeout=60, json={"spec_text": "x" * (4 * 2**20 + 1)}
+    )
     assert (raw.status_code, raw.json()["kind"]) == (422, "SpecError")
-    huge = httpx.post(f"{url}/api/workflow", headers=auth, timeout=60,
-                      content=b"{" + b" " * 30 * 2**20 + b"}")
+    huge = httpx.post(
+        f"{url}/api/workflow", headers=auth, timeout=60, content=b"{" + b" " * 30 * 2**20 + b"}"
+    )
     assert (huge.status_code, huge.json()["kind"]) == (413, "SpecError")
     listed = json.loads(run_cli(home, "workflow", "list", "-t", "json").out)
     assert [w["id"] for w in listed] == [workflow_id]  # nothing refused was stored
 
 
-def test_a_spec_is_stored_once_and_a_stopped_server_resumes_from_it(home: Path, tmp_path: Path) -> None:
+def test_a_spec_is_stored_once_and_a_stopped_server_resumes_from_it(
+    home: Path, tmp_path: Path
+) -> None:
     spec = tmp_path / "grows.yaml"
     spec.write_text(TEMPLATE)
     sent = run_cli(home, "workflow", "submit", str(spec), "--set", "nap=4", "-t", "json")
@@ -100,8 +108,9 @@ def test_a_spec_is_stored_once_and_a_stopped_server_resumes_from_it(home: Path, 
         time.sleep(0.2)
     assert run_cli(home, "server", "stop").code == 0
     with sqlite3.connect(home / "trainyard.db") as db:
-        text, source = db.execute("select spec_text, source from workflows where id = ?",
-                                  (workflow_id,)).fetchone()
+        text, source = db.execute(
+            "select spec_text, source from workflows where id = ?", (workflow_id,)
+        ).fetchone()
     assert "sleep 4; echo done xxx" in text and "spec" not in json.loads(source)
     assert source.count("echo done") == 1  # the template, kept for `submit ID --set`
     assert _wait(home, workflow_id) == "COMPLETED"  # the CLI starts a new server: it resumes

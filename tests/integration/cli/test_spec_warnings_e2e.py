@@ -38,17 +38,23 @@ def _file(tmp_path: Path, name: str, text: str) -> str:
     return str(path)
 
 
-def test_validate_and_spec_through_the_server_warn_and_strict_refuses(server: Server, tmp_path: Path) -> None:
+def test_validate_and_spec_through_the_server_warn_and_strict_refuses(
+    server: Server, tmp_path: Path
+) -> None:
     path = _file(tmp_path, "gh.yaml", COOKBOOK)
-    warning = (f"{path}:10: warning: workflow.tasks[0].files[0].path: key 'path' is given twice "
-               "in one mapping (lines 7 and 10) with the same value")
+    warning = (
+        f"{path}:10: warning: workflow.tasks[0].files[0].path: key 'path' is given twice "
+        "in one mapping (lines 7 and 10) with the same value"
+    )
     checked = server.cli("workflow", "validate", path)
     assert checked.code == 0 and checked.out == "Workflow validation succeeded.\n"
     assert checked.err.startswith(warning), checked.err
     as_json = server.cli("workflow", "validate", path, "-t", "json")
     data = json.loads(as_json.out)
     assert (as_json.code, data["valid"], data["server"]) == (0, True, server.url)
-    assert [(w["path"], w["line"]) for w in data["warnings"]] == [("workflow.tasks[0].files[0].path", 10)]
+    assert [(w["path"], w["line"]) for w in data["warnings"]] == [
+        ("workflow.tasks[0].files[0].path", 10)
+    ]
     strict = server.cli("workflow", "validate", path, "--strict", "-t", "json")
     assert strict.code == 2 and json.loads(strict.out)["valid"] is False
     assert strict.err.startswith(f"{path}:10: workflow.tasks[0].files[0].path: key 'path'")
@@ -63,7 +69,10 @@ def test_submit_warns_and_runs_what_osmo_runs(server: Server, tmp_path: Path) ->
     differs = server.cli("workflow", "submit", _file(tmp_path, "d.yaml", DIFFERENT), "-t", "json")
     answer = json.loads(differs.out)
     (warning,) = answer["warnings"]
-    assert warning["line"] == 7 and "the value of line 7 (['echo LAST value ran']) is used" in warning["message"]
+    assert (
+        warning["line"] == 7
+        and "the value of line 7 (['echo LAST value ran']) is used" in warning["message"]
+    )
     assert "warning: workflow.tasks[0].args" in differs.err
     cookbook_id = cookbook.out.split("Workflow submitted: ")[1].strip()
     assert server.wait(cookbook_id)["status"] == "COMPLETED"

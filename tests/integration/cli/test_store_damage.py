@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from cli_e2e_support import processes_of, run_cli, wait_gone
+
 from trainyard.engine.reconciler import Engine
 from trainyard.errors import StoreError
 from trainyard.store import Store
@@ -76,15 +76,19 @@ def test_submit_on_a_damaged_store_is_refused_with_what_to_do(home: Path, tmp_pa
 
 
 def test_a_store_damaged_under_a_running_server_refuses_submits_quietly(
-        home: Path, tmp_path: Path) -> None:
+    home: Path, tmp_path: Path
+) -> None:
     spec = tmp_path / "fine.yaml"
     spec.write_text(ECHO)
     for _ in range(6):
         done = run_cli(home, "workflow", "submit", str(spec), "--wait")
         assert done.code == 0, done.err
     nap = tmp_path / "nap.yaml"
-    nap.write_text(ECHO.replace("name: fine", "name: nap").replace("[echo]", "[sleep]")
-                   .replace("[hi]", '["3"]'))
+    nap.write_text(
+        ECHO.replace("name: fine", "name: nap")
+        .replace("[echo]", "[sleep]")
+        .replace("[hi]", '["3"]')
+    )
     napping = run_cli(home, "workflow", "submit", str(nap))  # its end must be saved later
     assert napping.code == 0, napping.err
     damage(home / "trainyard.db")  # the server keeps running
@@ -119,8 +123,9 @@ def test_a_store_found_damaged_refuses_every_later_transaction(tmp_path: Path) -
     assert str(refused.value) == damaged.damaged
 
 
-def test_the_engine_loop_backs_off_while_every_step_fails(tmp_path: Path,
-                                                          caplog: pytest.LogCaptureFixture) -> None:
+def test_the_engine_loop_backs_off_while_every_step_fails(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     store = Store(f"sqlite:///{tmp_path / 'store.db'}")
     engine = Engine(store, tmp_path, pools={}, poll_interval_s=0.01)
     store.damaged = "the store is damaged (test)"

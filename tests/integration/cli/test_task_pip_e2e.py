@@ -8,7 +8,6 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-
 from cli_e2e_support import Server
 
 WHEELS = Path("/opt/pypi/simple/aenum")

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from cli_e2e_support import SPECS, Server
 
 SLEEPER = """
@@ -81,8 +80,9 @@ def task_token(server: Server, workflow_id: str) -> str:
     return json.loads(path.read_text())["sandbox"]["env"]["TRAINYARD_TOKEN"]
 
 
-def test_a_task_cannot_cancel_another_users_workflow(server: Server, users: dict[str, str],
-                                                     tmp_path: Path) -> None:
+def test_a_task_cannot_cancel_another_users_workflow(
+    server: Server, users: dict[str, str], tmp_path: Path
+) -> None:
     victim = submit(server, users["tok-bob"], SLEEPER, tmp_path)
     attack = submit(server, users["tok-carol"], ATTACKER, tmp_path, f"victim={victim}")
     done = server.wait(attack)
@@ -97,7 +97,8 @@ def test_a_task_cannot_cancel_another_users_workflow(server: Server, users: dict
 
 
 def test_the_task_token_is_scoped_to_its_workflow_and_expires_with_it(
-        server: Server, users: dict[str, str], tmp_path: Path) -> None:
+    server: Server, users: dict[str, str], tmp_path: Path
+) -> None:
     bobs = submit(server, users["tok-bob"], SLEEPER, tmp_path)
     carols = submit(server, users["tok-carol"], SLEEPER, tmp_path)
     server.wait_task(carols, "t", "RUNNING")
@@ -108,17 +109,24 @@ def test_the_task_token_is_scoped_to_its_workflow_and_expires_with_it(
     assert own.status_code == 200 and own.json()["submitted_by"] == "tok-carol"
     listed = httpx.get(f"{api}/api/workflow", headers=bearer(token), timeout=30).json()
     assert [w["id"] for w in listed] == [carols]
-    for method, path in (("GET", f"/api/workflow/{bobs}"), ("POST", f"/api/workflow/{bobs}/cancel"),
-                         ("POST", f"/api/workflow/{carols}/cancel"), ("POST", "/api/workflow"),
-                         ("POST", f"/api/workflow/{carols}/resubmit"), ("DELETE", "/api/app/x")):
+    for method, path in (
+        ("GET", f"/api/workflow/{bobs}"),
+        ("POST", f"/api/workflow/{bobs}/cancel"),
+        ("POST", f"/api/workflow/{carols}/cancel"),
+        ("POST", "/api/workflow"),
+        ("POST", f"/api/workflow/{carols}/resubmit"),
+        ("DELETE", "/api/app/x"),
+    ):
         body = {"spec_text": SLEEPER} if path == "/api/workflow" else None
         answer = httpx.request(method, f"{api}{path}", headers=bearer(token), json=body, timeout=30)
         assert answer.status_code == 403, (method, path, answer.text)
     refused = server.cli("workflow", "cancel", bobs, TRAINYARD_TOKEN=token)
     assert refused.code == 8 and "task token" in refused.err, refused.err
     forged = token[:-4] + ("0000" if not token.endswith("0000") else "1111")
-    assert httpx.get(f"{api}/api/workflow/{carols}", headers=bearer(forged),
-                     timeout=30).status_code == 401
+    assert (
+        httpx.get(f"{api}/api/workflow/{carols}", headers=bearer(forged), timeout=30).status_code
+        == 401
+    )
     shown = server.main("workflow", "query", carols, "--verbose", "-t", "json")
     assert token not in shown.out
     assert stat.S_IMODE(run_json_of(server, carols).stat().st_mode) == 0o600
@@ -134,10 +142,18 @@ def test_the_task_token_is_scoped_to_its_workflow_and_expires_with_it(
 
 
 @pytest.mark.skipif(not SPECS.is_dir(), reason=f"OSMO specs not found at {SPECS}")
-def test_osmo_client_spec_works_inside_a_task_with_its_task_token(server: Server,
-                                                                 users: dict[str, str]) -> None:
-    done = server.cli("workflow", "submit", str(SPECS / "tests/osmo_client_test.yaml"), "--wait",
-                      "-t", "json", TRAINYARD_TOKEN=users["tok-bob"])
+def test_osmo_client_spec_works_inside_a_task_with_its_task_token(
+    server: Server, users: dict[str, str]
+) -> None:
+    done = server.cli(
+        "workflow",
+        "submit",
+        str(SPECS / "tests/osmo_client_test.yaml"),
+        "--wait",
+        "-t",
+        "json",
+        TRAINYARD_TOKEN=users["tok-bob"],
+    )
     final = json.loads(done.out)
     assert done.code == 0 and final["status"] == "COMPLETED", done.err
     logs = server.logs(final["id"])

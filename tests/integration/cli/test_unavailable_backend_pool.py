@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from cli_e2e_support import processes_of, run_cli, wait_gone
 
 SPEC = """workflow:
@@ -25,15 +24,15 @@ SPEC = """workflow:
 def home(tmp_path: Path) -> Iterator[Path]:
     made = tmp_path / "k8s home"
     made.mkdir()
-    (made / "pools.yaml").write_text("pools:\n  k8s:\n    backend: warp-drive\n"
-                                     "    node_count: 2\n")
+    (made / "pools.yaml").write_text("pools:\n  k8s:\n    backend: warp-drive\n    node_count: 2\n")
     yield made
     run_cli(made, "server", "stop")
     assert not wait_gone(processes_of(made), timeout_s=30)
 
 
-def test_a_pool_without_its_backend_is_refused_and_the_others_run(home: Path,
-                                                                   tmp_path: Path) -> None:
+def test_a_pool_without_its_backend_is_refused_and_the_others_run(
+    home: Path, tmp_path: Path
+) -> None:
     spec = tmp_path / "where.yaml"
     spec.write_text(SPEC)
     local = run_cli(home, "workflow", "validate", str(spec), "--pool", "k8s", "--local")
@@ -56,7 +55,8 @@ def test_a_pool_without_its_backend_is_refused_and_the_others_run(home: Path,
 
 
 def test_the_server_starts_with_a_stored_workflow_of_a_pool_now_unavailable(
-        home: Path, tmp_path: Path) -> None:
+    home: Path, tmp_path: Path
+) -> None:
     (home / "pools.yaml").write_text("pools:\n  k8s:\n    backend: local\n    node_count: 1\n")
     spec = tmp_path / "nap.yaml"
     spec.write_text(SPEC.replace("[echo]", "[sleep]").replace("[hi]", '["4"]'))

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from cli_e2e_support import Server, run_cli, wait_gone
 
 LOGS = """
@@ -107,7 +106,9 @@ def test_logs_during_and_after_a_run_by_task_and_last_lines(server: Server, tmp_
     assert server.query(workflow_id)["status"] == "RUNNING"
     assert "[talker] line 6" not in during
 
-    followed = server.logs(workflow_id, "--task", "talker")  # follows by default; returns at the end
+    followed = server.logs(
+        workflow_id, "--task", "talker"
+    )  # follows by default; returns at the end
     assert [f"line {i}" in followed for i in range(1, 7)] == [True] * 6
     assert followed.rstrip().endswith("[talker][trainyard] exit code 0")
     assert server.wait(workflow_id)["status"] == "COMPLETED"
@@ -119,15 +120,26 @@ def test_logs_during_and_after_a_run_by_task_and_last_lines(server: Server, tmp_
     last_two = server.logs(workflow_id, "-n", "2")
     assert last_two.splitlines() == after.splitlines()[-2:]
     assert server.logs(workflow_id, "--follow", "-n", "2") == last_two  # -n, then follow
-    rows = [json.loads(line) for line in server.logs(workflow_id, "--format-type", "json").splitlines()]
+    rows = [
+        json.loads(line) for line in server.logs(workflow_id, "--format-type", "json").splitlines()
+    ]
     assert len(rows) == len(after.splitlines())
     assert {"time", "task", "retry_id", "line", "source", "cut"} == set(rows[0])
-    assert {"time": rows[-1]["time"], "task": "talker", "retry_id": 0,
-            "line": "[trainyard] exit code 0", "source": "runner", "cut": False} in rows
+    assert {
+        "time": rows[-1]["time"],
+        "task": "talker",
+        "retry_id": 0,
+        "line": "[trainyard] exit code 0",
+        "source": "runner",
+        "cut": False,
+    } in rows
     assert any(r["task"] == "other" and r["line"] == "other says hi" for r in rows)
     assert all(r["time"].endswith("+00:00") for r in rows)
-    assert server.logs(workflow_id, "--task", "talker", "-n", "1").rstrip().endswith(
-        "[talker][trainyard] exit code 0")
+    assert (
+        server.logs(workflow_id, "--task", "talker", "-n", "1")
+        .rstrip()
+        .endswith("[talker][trainyard] exit code 0")
+    )
 
 
 def test_logs_after_a_failure_and_wait_exit_status(server: Server, tmp_path: Path) -> None:
@@ -164,18 +176,24 @@ def test_query_verbose_lists_retries_and_logs_pick_one(server: Server, tmp_path:
 def _task_processes(server: Server, workflow_id: str, task: str) -> list[psutil.Process]:
     """The task's runner process (none when a thread of the launcher hosts it) and every
     process with the task's identity in its environment (its command and what it started)."""
-    launch = json.loads((server.home / "runs" / workflow_id / task / "0" / "launch.json").read_text())
+    launch = json.loads(
+        (server.home / "runs" / workflow_id / task / "0" / "launch.json").read_text()
+    )
     found = [] if launch.get("hosted_by") else [psutil.Process(launch["pid"])]
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
             env = proc.environ()
             if (env.get("TRAINYARD_WORKFLOW_ID"), env.get("TRAINYARD_TASK_NAME")) == (
-                    workflow_id, task):
+                workflow_id,
+                task,
+            ):
                 found.append(proc)
     return found
 
 
-def test_cancel_stops_every_process_and_ends_failed_canceled(server: Server, tmp_path: Path) -> None:
+def test_cancel_stops_every_process_and_ends_failed_canceled(
+    server: Server, tmp_path: Path
+) -> None:
     workflow_id = server.submit(spec(tmp_path, SLEEPER))
     for task in ("lead", "worker"):
         server.wait_task(workflow_id, task, "RUNNING")
@@ -226,10 +244,13 @@ def test_submit_a_workflow_id_resubmits_its_stored_spec(server: Server, tmp_path
     assert server.wait(first)["status"] == "COMPLETED"
 
 
-def test_dry_run_prints_the_rendered_spec_and_creates_nothing(server: Server, tmp_path: Path) -> None:
+def test_dry_run_prints_the_rendered_spec_and_creates_nothing(
+    server: Server, tmp_path: Path
+) -> None:
     before = server.ids()
-    got = server.cli("workflow", "submit", spec(tmp_path, TEMPLATE), "--set", "msg=dry",
-                     "--dry-run")
+    got = server.cli(
+        "workflow", "submit", spec(tmp_path, TEMPLATE), "--set", "msg=dry", "--dry-run"
+    )
     assert got.code == 0, got.err
     assert 'args: ["message=dry"]' in got.out and 'name: "templated"' in got.out
     as_json = server.main("workflow", "submit", spec(tmp_path, TEMPLATE), "--dry-run", "-t", "json")
@@ -251,8 +272,7 @@ def test_restart_runs_the_failed_part_again(server: Server, tmp_path: Path) -> N
     assert again.code == 4 and "COMPLETED" in again.err  # a refused request, not exit 7
 
 
-@pytest.mark.parametrize("command", [("query",), ("logs",), ("cancel",), ("restart",),
-                                     ("submit",)])
+@pytest.mark.parametrize("command", [("query",), ("logs",), ("cancel",), ("restart",), ("submit",)])
 def test_unknown_workflow_id_exits_3_and_says_what_to_do(server: Server, command: tuple) -> None:
     got = server.main("workflow", *command, "nope-404")
     assert got.code == 3, got.out + got.err
@@ -280,8 +300,13 @@ def test_validate_and_spec_ask_the_configured_server(server: Server, tmp_path: P
     env = {"TRAINYARD_SERVER_URL": server.url, "TRAINYARD_TOKEN": server.token}
     path = spec(tmp_path, NEEDS_OSMO)
     got = run_cli(home, "workflow", "validate", path, "--pool", "osmo", "-t", "json", **env)
-    assert got.json() == {"valid": True, "name": "needs-osmo", "pool": "osmo",
-                          "server": server.url, "warnings": []}
+    assert got.json() == {
+        "valid": True,
+        "name": "needs-osmo",
+        "pool": "osmo",
+        "server": server.url,
+        "warnings": [],
+    }
     rendered = run_cli(home, "workflow", "spec", path, "--pool", "osmo", "--set", "msg=yo", **env)
     assert rendered.code == 0 and 'command: [echo, "yo"]' in rendered.out, rendered.err
     local = run_cli(home, "workflow", "validate", path, "--pool", "osmo", "--local", **env)
@@ -289,16 +314,24 @@ def test_validate_and_spec_ask_the_configured_server(server: Server, tmp_path: P
     assert not (home / "server.json").exists()  # nothing was started here
 
 
-def test_a_running_local_server_checks_with_the_same_messages(server: Server,
-                                                              tmp_path: Path) -> None:
+def test_a_running_local_server_checks_with_the_same_messages(
+    server: Server, tmp_path: Path
+) -> None:
     path = spec(tmp_path, NEEDS_OSMO.replace("platform: dgx-h100", "platform: nope"))
     remote = server.main("workflow", "validate", path, "--pool", "osmo")
     local = server.main("workflow", "validate", path, "--pool", "osmo", "--local")
     assert remote.code == local.code == 2
     assert remote.err == local.err
     assert remote.err.startswith(f"{path}:3: workflow.resources.default.platform: ")
-    ok = server.main("workflow", "validate", spec(tmp_path, NEEDS_OSMO, "ok.yaml"), "--pool",
-                     "osmo", "-t", "json").json()
+    ok = server.main(
+        "workflow",
+        "validate",
+        spec(tmp_path, NEEDS_OSMO, "ok.yaml"),
+        "--pool",
+        "osmo",
+        "-t",
+        "json",
+    ).json()
     assert ok["server"] == server.url
 
 

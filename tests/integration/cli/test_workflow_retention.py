@@ -11,7 +11,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from cli_e2e_support import processes_of, run_cli, wait_gone
 
 ECHO = """workflow:
@@ -51,8 +50,9 @@ def submit(home: Path, spec: Path, *args: str, **env: str) -> str:
     return got.json()["id"]
 
 
-def test_delete_and_prune_remove_rows_and_run_folders_never_uploads(home: Path,
-                                                                     tmp_path: Path) -> None:
+def test_delete_and_prune_remove_rows_and_run_folders_never_uploads(
+    home: Path, tmp_path: Path
+) -> None:
     echo, nap = tmp_path / "echo.yaml", tmp_path / "nap.yaml"
     echo.write_text(ECHO)
     bobs_echo = tmp_path / "bobs-echo.yaml"  # a dataset belongs to its creator: bob's own
@@ -89,12 +89,16 @@ def test_delete_and_prune_remove_rows_and_run_folders_never_uploads(home: Path,
     dry = run_cli(home, "workflow", "prune", "--older-than", "0", "--dry-run", "-t", "json")
     assert sorted(dry.json()["deleted"]) == sorted([*done[1:], bobs])
     assert all((runs / wid).is_dir() for wid in done[1:])
-    bob_pruned = run_cli(home, "workflow", "prune", "--older-than", "0", "-t", "json",
-                         TRAINYARD_TOKEN=bob)
+    bob_pruned = run_cli(
+        home, "workflow", "prune", "--older-than", "0", "-t", "json", TRAINYARD_TOKEN=bob
+    )
     assert bob_pruned.json() == {"deleted": [bobs], "kept": []}  # only his own
     url = json.loads((home / "server.lock").read_text())["url"]
-    batch = httpx.post(f"{url}/api/workflow/prune", json={"older_than_s": 0, "limit": 1},
-                       headers={"Authorization": f"Bearer {(home / 'token').read_text().strip()}"})
+    batch = httpx.post(
+        f"{url}/api/workflow/prune",
+        json={"older_than_s": 0, "limit": 1},
+        headers={"Authorization": f"Bearer {(home / 'token').read_text().strip()}"},
+    )
     assert batch.json() == {"deleted": [done[1]], "kept": [], "more": True}  # oldest first
     pruned = run_cli(home, "workflow", "prune", "--older-than", "0s")
     assert pruned.code == 0, pruned.err
@@ -106,8 +110,7 @@ def test_delete_and_prune_remove_rows_and_run_folders_never_uploads(home: Path,
     run_cli(home, "workflow", "cancel", running)
 
 
-def test_the_server_removes_old_run_folders_and_keeps_the_rows(home: Path,
-                                                               tmp_path: Path) -> None:
+def test_the_server_removes_old_run_folders_and_keeps_the_rows(home: Path, tmp_path: Path) -> None:
     echo = tmp_path / "echo.yaml"
     echo.write_text(ECHO)
     bad = run_cli(home, "workflow", "list", TRAINYARD_RUN_RETENTION="a week")

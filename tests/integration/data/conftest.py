@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from data_support import fast_retries
+
 from trainyard.data.testing import MotoS3, TcpProxy
 
 __all__ = ["moto_s3", "s3_env", "home", "prefix", "proxy"]

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from trainyard.data import storage
+from trainyard.runfile import TaskRun
 from trainyard.runner.main import Runner
 from trainyard.runner.report import read_events
-from trainyard.runfile import TaskRun
 
 
 def fast_retries(monkeypatch: pytest.MonkeyPatch, attempts: int = 3) -> None:
@@ -38,16 +38,22 @@ def tree(root: Path) -> dict[str, str]:
     """Relative path -> text of every file under ``root`` (``{}`` when it is missing)."""
     if not root.exists():
         return {}
-    return {p.relative_to(root).as_posix(): p.read_text(errors="replace")
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): p.read_text(errors="replace")
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def make_run(tmp_path: Path, script: str, **fields: Any) -> TaskRun:
     """A TaskRun whose ``/`` is private under ``tmp_path`` and whose command runs ``script``."""
     run_dir = tmp_path / f"run-{fields.get('task', 't1')}"
     base: dict[str, Any] = {
-        "workflow_id": "wf-data", "group": "g", "task": "t1",
-        "command": ["sh", "/tmp/run.sh"], "run_dir": str(run_dir),
+        "workflow_id": "wf-data",
+        "group": "g",
+        "task": "t1",
+        "command": ["sh", "/tmp/run.sh"],
+        "run_dir": str(run_dir),
         "sandbox": {"root": str(run_dir / "root")},
         "files": [{"path": "/tmp/run.sh", "contents": script}],
     }

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from data_support import execute, log_text, make_run, make_tree
+
 from trainyard.data import DatasetStore
 from trainyard.data.transfer import plan_uploads
 
@@ -41,23 +41,38 @@ def test_download_of_a_crafted_manifest_is_refused(home: Path, tmp_path: Path, b
     craft(home, tmp_path, bad)
     dest = tmp_path / "deep" / "er" / "dest"
     env = {**os.environ, "TRAINYARD_HOME": str(home)}
-    done = subprocess.run([str(TRAINYARD), "dataset", "download", "evil:2", str(dest), "--quiet"],
-                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [str(TRAINYARD), "dataset", "download", "evil:2", str(dest), "--quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 9, done.stdout + done.stderr
     assert repr(bad) in done.stderr and "leaves the dataset" in done.stderr, done.stderr
     assert not (tmp_path / "deep" / "escaped.txt").exists()
     assert not (tmp_path / "escaped.txt").exists()
     assert not Path(f"/tmp/trainyard-escaped-{os.getpid()}.txt").exists()
     assert not list(dest.rglob("*")) if dest.exists() else True
-    latest = subprocess.run([str(TRAINYARD), "dataset", "download", "evil:1", str(dest), "--quiet"],
-                            env=env, capture_output=True, text=True, timeout=120, check=False)
+    latest = subprocess.run(
+        [str(TRAINYARD), "dataset", "download", "evil:1", str(dest), "--quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert latest.returncode == 0, latest.stderr  # the honest version still downloads
 
 
 def test_a_task_input_of_a_crafted_manifest_fails_2010(home: Path, tmp_path: Path) -> None:
     craft(home, tmp_path, "../../escaped.txt")
-    run = make_run(tmp_path, "ls {{input:0}}\n", inputs=[
-        {"kind": "dataset", "name": "evil:2", "source": "evil:2"}])
+    run = make_run(
+        tmp_path,
+        "ls {{input:0}}\n",
+        inputs=[{"kind": "dataset", "name": "evil:2", "source": "evil:2"}],
+    )
     assert execute(run) == 2010
     assert "leaves the dataset" in log_text(run)
     assert not (tmp_path / "escaped.txt").exists()

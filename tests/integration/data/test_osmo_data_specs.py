@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from data_support import execute, log_text, make_tree, tree
+
 from trainyard import spec
 from trainyard.data.testing import MotoS3
 from trainyard.runfile import TaskRun
@@ -29,13 +29,22 @@ def _run_of(task: TaskSpec, tmp_path: Path, workflow_id: str) -> TaskRun:
     """The TaskRun the engine builds for a one-task workflow (url inputs and outputs only)."""
     run_dir = tmp_path / "runs" / task.name
     (run_dir / "root").mkdir(parents=True)  # the backend makes the private root
-    return TaskRun.model_validate({
-        "workflow_id": workflow_id, "group": task.name, "task": task.name,
-        "command": list(task.command), "args": list(task.args), "run_dir": str(run_dir),
-        "sandbox": {"root": str(run_dir / "root")},
-        "inputs": [{"kind": "url", "name": i.url, "source": i.url, "regex": i.regex} for i in task.inputs],
-        "outputs": [o.model_dump(mode="json") for o in task.outputs],
-    })
+    return TaskRun.model_validate(
+        {
+            "workflow_id": workflow_id,
+            "group": task.name,
+            "task": task.name,
+            "command": list(task.command),
+            "args": list(task.args),
+            "run_dir": str(run_dir),
+            "sandbox": {"root": str(run_dir / "root")},
+            "inputs": [
+                {"kind": "url", "name": i.url, "source": i.url, "regex": i.regex}
+                for i in task.inputs
+            ],
+            "outputs": [o.model_dump(mode="json") for o in task.outputs],
+        }
+    )
 
 
 def test_data_filter_with_a_file_storage_url(tmp_path: Path, home: Path) -> None:

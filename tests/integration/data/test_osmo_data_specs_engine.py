@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from data_support import tree
+
 from trainyard import spec
 from trainyard.data.testing import MotoS3
 from trainyard.engine.reconciler import Engine, Submission
@@ -27,9 +27,13 @@ from trainyard.store import Store
 
 SPECS = Path(__file__).resolve().parents[4] / "shared" / "osmo-specs" / "tutorials"
 
-pytestmark = [pytest.mark.skipif(not SPECS.is_dir(), reason=f"OSMO conformance specs not found at {SPECS} "
-                                 "(shared/ must sit beside the repo)"),
-              pytest.mark.timeout(180)]
+pytestmark = [
+    pytest.mark.skipif(
+        not SPECS.is_dir(),
+        reason=f"OSMO conformance specs not found at {SPECS} (shared/ must sit beside the repo)",
+    ),
+    pytest.mark.timeout(180),
+]
 
 BUCKET = "my-bucket"
 SPEC_PREFIXES = ("data/", "models/")
@@ -64,7 +68,9 @@ def engine(home: Path) -> Iterator[Engine]:
     ``$TRAINYARD_HOME`` (the ``home`` fixture's; the task runners inherit the environment,
     S3 endpoint included). ``Engine.wait`` drives its steps."""
     home.mkdir(parents=True, exist_ok=True)
-    made = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={"local": default_local_pool()})
+    made = Engine(
+        Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={"local": default_local_pool()}
+    )
     yield made
     made.close()
 
@@ -72,13 +78,16 @@ def engine(home: Path) -> Iterator[Engine]:
 def _submit(engine: Engine, name: str) -> str:
     doc = spec.load(SPECS / name)
     pool = engine.pools["local"]
-    return engine.submit(Submission(spec=doc.workflow, spec_text=(SPECS / name).read_text(),
-                                    user="conformance", pool=pool)).id
+    return engine.submit(
+        Submission(
+            spec=doc.workflow, spec_text=(SPECS / name).read_text(), user="conformance", pool=pool
+        )
+    ).id
 
 
 def _only_task(engine: Engine, workflow_id: str) -> tuple[str, TaskRun, str]:
     """(status, the attempt's TaskRun as the backend wrote it, task log) of a one-task workflow."""
-    (name, task), = engine.state(workflow_id).tasks.items()
+    ((name, task),) = engine.state(workflow_id).tasks.items()
     run_dir = engine.run_dir(workflow_id, name, 0)
     run = TaskRun.model_validate_json((run_dir / "run.json").read_text())
     log = (run_dir / "task.log").read_text(errors="replace")
@@ -86,7 +95,8 @@ def _only_task(engine: Engine, workflow_id: str) -> tuple[str, TaskRun, str]:
 
 
 def test_data_upload_then_data_download_run_as_workflows_against_loopback_s3(
-        bucket: MotoS3, engine: Engine) -> None:
+    bucket: MotoS3, engine: Engine
+) -> None:
     assert os.environ["TRAINYARD_S3_ENDPOINT_URL"] == bucket.endpoint_url
     assert bucket.endpoint_url.startswith("http://127.0.0.1:")
     assert bucket.keys(BUCKET, "models/") == []
@@ -110,8 +120,11 @@ def test_data_upload_then_data_download_run_as_workflows_against_loopback_s3(
     got = {rel: (run.input_path(0) / rel).read_bytes() for rel in tree(run.input_path(0))}
     assert got == {key.removeprefix("data/"): body for key, body in SEED.items()}
     # what the task's own `ls -la {{input:0}}/` printed, sizes included
-    listing = {line.split()[-1]: line.split() for line in log.splitlines()
-               if "[load-from-cloud] " in line and len(line.split()) >= 11}
+    listing = {
+        line.split()[-1]: line.split()
+        for line in log.splitlines()
+        if "[load-from-cloud] " in line and len(line.split()) >= 11
+    }
     assert listing["train.csv"][-5] == str(len(SEED["data/train.csv"])), listing
     assert listing["blob.bin"][-5] == "10240", listing
     assert listing["nested"][3].startswith("d"), listing  # the folder, listed by the task

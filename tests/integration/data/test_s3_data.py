@@ -7,10 +7,9 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from data_support import make_tree, run_after_puts, tree
-from trainyard.data import DatasetStore, Mover, download, list_url, load_config, upload
-from trainyard.data import storage
+
+from trainyard.data import DatasetStore, Mover, download, list_url, load_config, storage, upload
 from trainyard.data.testing import MotoS3, TcpProxy
 from trainyard.data.transfer import plan_uploads
 from trainyard.errors import DataError
@@ -31,7 +30,9 @@ def _environ() -> dict[str, str]:
     return dict(os.environ)
 
 
-def test_url_upload_list_and_download_with_regex(tmp_path: Path, prefix: str, moto_s3: MotoS3) -> None:
+def test_url_upload_list_and_download_with_regex(
+    tmp_path: Path, prefix: str, moto_s3: MotoS3
+) -> None:
     src = make_tree(tmp_path / "src", {"a.txt": "a", "b.json": "b", "sub/c.txt": "c"})
     url = f"s3://my-bucket/{prefix}/data"
     assert upload(url, [f"{src}/"], r"\.txt$").files == 2
@@ -42,7 +43,8 @@ def test_url_upload_list_and_download_with_regex(tmp_path: Path, prefix: str, mo
 
 
 def test_dataset_versions_tags_and_checked_downloads_on_s3(
-        tmp_path: Path, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRAINYARD_DATASET_URL", f"s3://my-bucket/{prefix}/datasets")
     store = DatasetStore()
     one = make_tree(tmp_path / "one", {"x.txt": "1"})
@@ -67,10 +69,13 @@ def test_conditional_create_is_exclusive_on_s3(prefix: str) -> None:
 
 
 def test_concurrent_writers_get_distinct_complete_versions(
-        tmp_path: Path, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRAINYARD_DATASET_URL", f"s3://my-bucket/{prefix}/datasets")
-    trees = {w: make_tree(tmp_path / w, {f"{w}-{i}.txt": f"{w}{i}" for i in range(6)})
-             for w in ("alpha", "beta", "gamma")}
+    trees = {
+        w: make_tree(tmp_path / w, {f"{w}-{i}.txt": f"{w}{i}" for i in range(6)})
+        for w in ("alpha", "beta", "gamma")
+    }
     barrier = threading.Barrier(len(trees))
     errors: list[BaseException] = []
 
@@ -95,8 +100,8 @@ def test_concurrent_writers_get_distinct_complete_versions(
 
 
 def test_upload_that_fails_midway_raises_and_leaves_no_version(
-        tmp_path: Path, prefix: str, proxy: TcpProxy, moto_s3: MotoS3,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, prefix: str, proxy: TcpProxy, moto_s3: MotoS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     lines: list[str] = []
     store_url = f"s3://my-bucket/{prefix}/datasets"
@@ -115,7 +120,8 @@ def test_upload_that_fails_midway_raises_and_leaves_no_version(
 
 
 def test_a_file_that_vanishes_mid_upload_fails_it_naming_the_file(
-        tmp_path: Path, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRAINYARD_DATA_WORKERS", "1")
     src = make_tree(tmp_path / "src", {f"f{i}.txt": str(i) for i in range(5)})
     monkeypatch.setenv("TRAINYARD_DATASET_URL", f"s3://my-bucket/{prefix}/datasets")
@@ -128,7 +134,8 @@ def test_a_file_that_vanishes_mid_upload_fails_it_naming_the_file(
 
 
 def test_transient_errors_are_retried_and_logged(
-        tmp_path: Path, prefix: str, proxy: TcpProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, prefix: str, proxy: TcpProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lines: list[str] = []
     monkeypatch.setenv("TRAINYARD_DATA_RETRIES", "6")
     monkeypatch.setenv("TRAINYARD_DATA_RETRY_BACKOFF_S", "0.1")  # waits 0.1+0.2+0.4+0.8 s

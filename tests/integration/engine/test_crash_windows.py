@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from trainyard.engine.reconciler import Engine
-from trainyard.status import Status, WorkflowStatus
 from trainyard.pools import Pool, default_local_pool
+from trainyard.status import Status, WorkflowStatus
 from trainyard.store import Store
 
 TIMEOUT_S = 120
@@ -170,9 +170,23 @@ def _crash(home: Path, url: str, fault: str, text: str, sandbox: str = "auto") -
     itself at ``fault`` (on PostgreSQL: with its transaction open, when the fault is in one)."""
     spec_file = home.parent / "spec.yaml"
     spec_file.write_text(text)
-    done = subprocess.run([sys.executable, "-c", DRIVER, str(home), fault, str(spec_file),
-                           str(TIMEOUT_S), sandbox, url], capture_output=True, text=True,
-                          timeout=TIMEOUT_S + 30, env=os.environ.copy())
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            DRIVER,
+            str(home),
+            fault,
+            str(spec_file),
+            str(TIMEOUT_S),
+            sandbox,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S + 30,
+        env=os.environ.copy(),
+    )
     assert done.returncode == -9, f"exit {done.returncode}: {done.stderr[-2000:]}"
     return done.stdout.split()[0]
 
@@ -185,16 +199,18 @@ class _Engine:
         self.home = home
         self.engine = Engine(Store(url), home, pools={pool.name: pool})
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self.engine.run_forever, args=(self._stop,),
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self.engine.run_forever, args=(self._stop,), daemon=True
+        )
         self._thread.start()
 
     def runs(self, wid: str, task: str) -> list[int]:
         """The retry id of every ``ran`` line in every attempt's log, in order."""
         found = []
         for log in sorted((self.home / "runs" / wid / task).glob("*/task.log")):
-            found += [int(n) for n in re.findall(rf"\[{task}\] ran (\d+)$", log.read_text(),
-                                                 re.MULTILINE)]
+            found += [
+                int(n) for n in re.findall(rf"\[{task}\] ran (\d+)$", log.read_text(), re.MULTILINE)
+            ]
         return sorted(found)
 
     def close(self) -> None:
@@ -219,7 +235,8 @@ def _resume(home: Path, url: str, after: list[_Engine], sandbox: str = "auto") -
 
 @pytest.mark.parametrize("fault", ["start-stored-not-made", "gang-half-started"])
 def test_a_gang_whose_start_was_cut_short_runs_each_task_once(
-        home: Path, store_url: str, after: list[_Engine], fault: str) -> None:
+    home: Path, store_url: str, after: list[_Engine], fault: str
+) -> None:
     wid = _crash(home, store_url, fault, GANG)
     engine = _resume(home, store_url, after)
     assert engine.engine.wait(wid, TIMEOUT_S).status == WorkflowStatus.COMPLETED
@@ -227,7 +244,8 @@ def test_a_gang_whose_start_was_cut_short_runs_each_task_once(
 
 
 def test_an_exit_read_but_not_stored_is_read_again(
-        home: Path, store_url: str, after: list[_Engine]) -> None:
+    home: Path, store_url: str, after: list[_Engine]
+) -> None:
     wid = _crash(home, store_url, "exit-read-not-stored", FAILS)
     engine = _resume(home, store_url, after)
     assert engine.engine.wait(wid, TIMEOUT_S).status == WorkflowStatus.FAILED
@@ -238,7 +256,8 @@ def test_an_exit_read_but_not_stored_is_read_again(
 
 @pytest.mark.parametrize("fault", ["retry-stored-not-started", "retry-started-not-stored"])
 def test_a_retry_cut_short_runs_once(
-        home: Path, store_url: str, after: list[_Engine], fault: str) -> None:
+    home: Path, store_url: str, after: list[_Engine], fault: str
+) -> None:
     wid = _crash(home, store_url, fault, RETRIED)
     engine = _resume(home, store_url, after)
     assert engine.engine.wait(wid, TIMEOUT_S).status == WorkflowStatus.COMPLETED
@@ -257,7 +276,8 @@ def _event_time(run_dir: Path, kind: str) -> float:
 
 
 def test_a_retry_whose_peers_were_being_stopped_waits_for_them_after_a_restart(
-        home: Path, store_url: str, after: list[_Engine]) -> None:
+    home: Path, store_url: str, after: list[_Engine]
+) -> None:
     """The worker exits 7 (RESTART): its gang is stopped and restarted in place. The engine
     stores the new attempts, then dies as it is about to stop the lead. The new engine stops
     the lead's old attempt and must not start its next one (in the same sandbox) while the

@@ -12,10 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from engine_run import EngineRun
-from trainyard.status import ExitCode, Status, WorkflowStatus
 
+from trainyard.status import ExitCode, Status, WorkflowStatus
 
 PRODUCER = """
 workflow:

@@ -16,14 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from isolation_support import require_bwrap
 
 from trainyard import spec
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.status import WorkflowStatus
 from trainyard.pools import Pool, default_local_pool
 from trainyard.runner.report import FACTS_SOCKET_ENV
+from trainyard.status import WorkflowStatus
 from trainyard.store import Store
 
 TICK_S = 300.0
@@ -46,12 +45,14 @@ workflow:
 def engine(tmp_path: Path, store_url: str) -> Iterator[tuple[Engine, Pool]]:
     require_bwrap()
     base = default_local_pool()
-    pool = Pool(name=base.name, nodes=base.nodes,  # the outputs' folder is a data root
-                options={**base.options, "sandbox": "bwrap", "allowed_data_roots": [str(tmp_path)]})
+    pool = Pool(
+        name=base.name,
+        nodes=base.nodes,  # the outputs' folder is a data root
+        options={**base.options, "sandbox": "bwrap", "allowed_data_roots": [str(tmp_path)]},
+    )
     home = tmp_path / "home"
     home.mkdir()
-    made = Engine(Store(store_url), home, pools={pool.name: pool},
-                  poll_interval_s=TICK_S)
+    made = Engine(Store(store_url), home, pools={pool.name: pool}, poll_interval_s=TICK_S)
     stop = threading.Event()
     thread = threading.Thread(target=made.run_forever, args=(stop,), daemon=True)
     thread.start()
@@ -65,19 +66,21 @@ def engine(tmp_path: Path, store_url: str) -> Iterator[tuple[Engine, Pool]]:
 
 @pytest.mark.parametrize("kind", ["hosted", "forked"])
 def test_a_workflow_ends_at_its_runners_events_not_at_the_tick(
-    engine: tuple[Engine, Pool], tmp_path: Path, kind: str,
+    engine: tuple[Engine, Pool],
+    tmp_path: Path,
+    kind: str,
 ) -> None:
     made, pool = engine
     dest = tmp_path / "dest"
     doc = spec.load(SPEC, set_values={"kind": kind, "dest": str(dest)}, pool=pool)
     started = time.monotonic()
-    wid = made.submit(Submission(spec=doc.workflow, spec_text=SPEC, user="tester",
-                                 pool=pool)).id
+    wid = made.submit(Submission(spec=doc.workflow, spec_text=SPEC, user="tester", pool=pool)).id
     while not made.state(wid).status.is_terminal():
         sockets = list((made.home / "local").glob("facts-*.sock"))
         assert sockets or time.monotonic() - started < 10, (
             f"no facts socket under {made.home / 'local'} (a path over 107 bytes cannot be "
-            "one: run the tests with a shorter temporary folder)")
+            "one: run the tests with a shorter temporary folder)"
+        )
         assert time.monotonic() - started < LIMIT_S, made.state(wid)
         time.sleep(0.05)
     assert made.state(wid).status is WorkflowStatus.COMPLETED

@@ -13,8 +13,8 @@ import pytest
 
 from trainyard import spec
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.pools import default_local_pool
+from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.store import Store
 
 GANG = """

@@ -20,9 +20,9 @@ import pytest
 from trainyard import spec
 from trainyard.backends.local import probe_isolation
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.errors import BackendError
 from trainyard.pools import default_local_pool
+from trainyard.status import ExitCode, Status, WorkflowStatus
 from trainyard.store import Store
 
 PROMPT_S = 60.0
@@ -68,17 +68,18 @@ class _Run:
     def __init__(self, home: Path, data_root: Path, url: str) -> None:
         base = default_local_pool()  # + a data root for the file:// bucket of FORKED
         self.pool = base.model_copy(update={"options": {"allowed_data_roots": [str(data_root)]}})
-        self.engine = Engine(Store(url), home,
-                             pools={self.pool.name: self.pool})
+        self.engine = Engine(Store(url), home, pools={self.pool.name: self.pool})
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self.engine.run_forever, args=(self._stop,),
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self.engine.run_forever, args=(self._stop,), daemon=True
+        )
         self._thread.start()
 
     def submit(self, text: str, **values: object) -> str:
         doc = spec.load(text, set_values=values, pool=self.pool)
-        return self.engine.submit(Submission(spec=doc.workflow, spec_text=text, user="tester",
-                                             pool=self.pool)).id
+        return self.engine.submit(
+            Submission(spec=doc.workflow, spec_text=text, user="tester", pool=self.pool)
+        ).id
 
     def wait_running(self, wid: str, timeout_s: float = PROMPT_S) -> None:
         deadline = time.monotonic() + timeout_s
@@ -128,10 +129,12 @@ def _kill(pid: int) -> None:
     proc.wait(timeout=10)
 
 
-@pytest.mark.skipif(_bwrap_missing() is not None, reason=f"hosted runners need bubblewrap: "
-                                                         f"{_bwrap_missing()}")
+@pytest.mark.skipif(
+    _bwrap_missing() is not None, reason=f"hosted runners need bubblewrap: {_bwrap_missing()}"
+)
 def test_a_hosted_task_fails_at_once_with_a_clear_reason_and_a_new_launcher_starts(
-        run: _Run) -> None:
+    run: _Run,
+) -> None:
     marker = f"sleep 3{os.getpid() % 1000:03d}"
     wid = run.submit(HOSTED, marker=marker)
     run.wait_running(wid)
@@ -146,8 +149,10 @@ def test_a_hosted_task_fails_at_once_with_a_clear_reason_and_a_new_launcher_star
     run.engine.wait(wid, timeout_s=PROMPT_S)
     assert time.monotonic() - killed_at < PROMPT_S
     task = run.engine.state(wid).tasks["t"]
-    assert (task.status, task.exit_code) == (Status.FAILED_BACKEND_ERROR,
-                                             int(ExitCode.BACKEND_ERROR))
+    assert (task.status, task.exit_code) == (
+        Status.FAILED_BACKEND_ERROR,
+        int(ExitCode.BACKEND_ERROR),
+    )
     assert task.failure_reason and f"launcher (pid {launch['pid']})" in task.failure_reason
     assert "died" in task.failure_reason
     log = (run.engine.run_dir(wid, "t", 0) / "task.log").read_text()
@@ -160,8 +165,9 @@ def test_a_hosted_task_fails_at_once_with_a_clear_reason_and_a_new_launcher_star
     assert run.launch(quick)["pid"] != launch["pid"]  # hosted by a new launcher
 
 
-def test_a_task_with_its_own_runner_process_outlives_the_launcher(run: _Run,
-                                                                  tmp_path: Path) -> None:
+def test_a_task_with_its_own_runner_process_outlives_the_launcher(
+    run: _Run, tmp_path: Path
+) -> None:
     bucket = (tmp_path / "bucket").as_uri() + "/"
     wid = run.submit(FORKED, bucket=bucket)
     run.wait_running(wid)

@@ -35,11 +35,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from isolation_support import EngineRun, require_bwrap
 
-from trainyard.backends.local import sandbox
-from trainyard.backends.local import layers
+from trainyard.backends.local import layers, sandbox
 from trainyard.status import WorkflowStatus
 
 SPEC = """
@@ -99,10 +97,21 @@ echo "configured=yes" >> /etc/{pkg}.conf
 ldconfig
 """
 
-HOST_FILES = ("/var/lib/dpkg/status", "/var/log/dpkg.log", "/etc/ld.so.cache",
-              "/var/log/apt/history.log", "/var/log/apt/term.log")
-HOST_FOLDERS = ("/etc/apt/sources.list.d", "/etc/ld.so.conf.d", "/var/lib/apt/lists",
-                "/var/cache/apt/archives", "/var/log/apt", "/etc")
+HOST_FILES = (
+    "/var/lib/dpkg/status",
+    "/var/log/dpkg.log",
+    "/etc/ld.so.cache",
+    "/var/log/apt/history.log",
+    "/var/log/apt/term.log",
+)
+HOST_FOLDERS = (
+    "/etc/apt/sources.list.d",
+    "/etc/ld.so.conf.d",
+    "/var/lib/apt/lists",
+    "/var/cache/apt/archives",
+    "/var/log/apt",
+    "/etc",
+)
 
 
 def _build_repo(folder: Path, pkg: str, postinst: str | None = None) -> None:
@@ -121,12 +130,16 @@ def _build_repo(folder: Path, pkg: str, postinst: str | None = None) -> None:
     (src / "DEBIAN/postinst").chmod(0o755)
     folder.mkdir()
     deb = folder / f"{pkg}_1.0_all.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(src), str(deb)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["dpkg-deb", "--root-owner-group", "--build", str(src), str(deb)],
+        check=True,
+        capture_output=True,
+    )
     data = deb.read_bytes()
     (folder / "Packages").write_text(
         control + f"Filename: ./{deb.name}\nSize: {len(data)}\n"
-        f"SHA256: {hashlib.sha256(data).hexdigest()}\n\n")
+        f"SHA256: {hashlib.sha256(data).hexdigest()}\n\n"
+    )
 
 
 def _host_state(pkg: str) -> dict[str, str]:
@@ -139,8 +152,9 @@ def _host_state(pkg: str) -> dict[str, str]:
     for name in HOST_FOLDERS:
         path = Path(name)
         entries = os.listdir(path) if path.is_dir() else ["-"]
-        state[name] = " ".join(sorted(e for e in entries
-                                      if pkg in e or not e.startswith("trainyard-")))
+        state[name] = " ".join(
+            sorted(e for e in entries if pkg in e or not e.startswith("trainyard-"))
+        )
     return state
 
 
@@ -160,8 +174,9 @@ def run(tmp_path: Path, repo: Path) -> Iterator[EngineRun]:
     if sandbox.probe_remap() is not None:
         pytest.skip(f"no uid remap here: {sandbox.probe_remap()}")
     if sandbox.skeleton_base() is None:
-        pytest.skip(f"{sandbox.SKELETON_BASE} cannot hold the skeleton layer here "
-                    "(not a tmpfs of root's)")
+        pytest.skip(
+            f"{sandbox.SKELETON_BASE} cannot hold the skeleton layer here (not a tmpfs of root's)"
+        )
     repo.mkdir()
     home = tmp_path / "home dir"
     home.mkdir()
@@ -170,12 +185,18 @@ def run(tmp_path: Path, repo: Path) -> Iterator[EngineRun]:
     made.close()
 
 
-@pytest.mark.parametrize(("action", "after"), [
-    ("RESTART", "installed"),   # the same root: the package is still there
-    ("RESCHEDULE", "absent"),   # a fresh root: it is not
-])
+@pytest.mark.parametrize(
+    ("action", "after"),
+    [
+        ("RESTART", "installed"),  # the same root: the package is still there
+        ("RESCHEDULE", "absent"),  # a fresh root: it is not
+    ],
+)
 def test_apt_get_installs_a_package_into_the_private_root_only(
-    run: EngineRun, repo: Path, action: str, after: str,
+    run: EngineRun,
+    repo: Path,
+    action: str,
+    after: str,
 ) -> None:
     pkg = f"trainyard-tiny-{uuid.uuid4().hex[:10]}"
     _build_repo(repo / pkg, pkg)
@@ -196,7 +217,8 @@ def test_apt_get_installs_a_package_into_the_private_root_only(
     # apt's folders and logs start empty and the task's (the host's have entries and lines)
     assert (first / "r0-fresh").read_text() == (
         "/var/log/apt 0:755 0\n/var/lib/apt/lists/partial 0:700 0\n"
-        "/var/cache/apt/archives/partial 0:700 0\ndpkg.log 0:644 0\n"), log
+        "/var/cache/apt/archives/partial 0:700 0\ndpkg.log 0:644 0\n"
+    ), log
     assert (first / "r0-status").read_text() == "Status: install ok installed\n", log
     assert (first / "r0-file").read_text() == "installed\n", log
     assert (first / "r0-conf").read_text() == "shipped=yes\nconfigured=yes\n", log  # postinst
@@ -260,8 +282,15 @@ groupadd --system {name}
 useradd --system -g {name} {name}
 """
 
-ACCOUNT_FILES = ("/etc/passwd", "/etc/group", "/etc/shadow", "/etc/gshadow", "/etc/subuid",
-                 "/etc/subgid", "/etc/.pwd.lock")
+ACCOUNT_FILES = (
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/subuid",
+    "/etc/subgid",
+    "/etc/.pwd.lock",
+)
 
 
 def _accounts_state() -> dict[str, tuple[str, int, int]]:
@@ -271,8 +300,11 @@ def _accounts_state() -> dict[str, tuple[str, int, int]]:
         path = Path(name)
         if path.exists():
             info = path.stat()
-            state[name] = (hashlib.sha256(path.read_bytes()).hexdigest(), info.st_mtime_ns,
-                           info.st_mode)
+            state[name] = (
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                info.st_mtime_ns,
+                info.st_mode,
+            )
     return state
 
 
@@ -281,12 +313,18 @@ def _password_fields(text: str) -> set[str]:
     return {line.split(":")[1] for line in text.splitlines() if line.count(":") >= 1}
 
 
-@pytest.mark.parametrize(("action", "after"), [
-    ("RESTART", "present"),     # the same root: the user added by the postinst is still there
-    ("RESCHEDULE", "absent"),   # a fresh root: it is not
-])
+@pytest.mark.parametrize(
+    ("action", "after"),
+    [
+        ("RESTART", "present"),  # the same root: the user added by the postinst is still there
+        ("RESCHEDULE", "absent"),  # a fresh root: it is not
+    ],
+)
 def test_a_postinst_that_adds_a_system_group_and_user_installs(
-    run: EngineRun, repo: Path, action: str, after: str,
+    run: EngineRun,
+    repo: Path,
+    action: str,
+    after: str,
 ) -> None:
     pkg = f"trainyard-tiny-{uuid.uuid4().hex[:10]}"
     name = f"ty{uuid.uuid4().hex[:10]}"
@@ -301,8 +339,10 @@ def test_a_postinst_that_adds_a_system_group_and_user_installs(
     assert user == f"{name}:{group_id}", log  # the user's primary group is the new group
     assert (first / "r0-shadow-lines").read_text() == "/etc/shadow:1\n/etc/gshadow:1\n", log
     owners = (first / "r0-owners").read_text().splitlines()  # the task's root's, host modes
-    assert owners == [f"/etc/{n} 0:0 {oct(os.stat(f'/etc/{n}').st_mode & 0o777)[2:]}"
-                      for n in ("passwd", "group", "shadow", "gshadow")], log
+    assert owners == [
+        f"/etc/{n} 0:0 {oct(os.stat(f'/etc/{n}').st_mode & 0o777)[2:]}"
+        for n in ("passwd", "group", "shadow", "gshadow")
+    ], log
     secrets = (first / "r0-secrets").read_text()
     assert "$" not in secrets  # no hash of the host's, ever
     assert _password_fields(secrets) <= {"*", "!"}, secrets
@@ -341,10 +381,13 @@ workflow:
 
 @pytest.mark.parametrize("layer", ["fresh layer", "per task"])
 def test_a_task_adds_users_in_its_own_root_and_never_sees_a_host_hash(
-    run: EngineRun, layer: str, monkeypatch: pytest.MonkeyPatch,
+    run: EngineRun,
+    layer: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if layer == "per task":  # no skeleton base: the runner writes them (make_fresh)
         from trainyard.backends.local import isolation
+
         monkeypatch.setattr(isolation, "skeleton_base", lambda: None)
     name = f"al{uuid.uuid4().hex[:8]}"
     before = _accounts_state()

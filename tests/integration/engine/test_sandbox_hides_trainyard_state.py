@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from isolation_support import EngineRun, require_bwrap
 
 import trainyard

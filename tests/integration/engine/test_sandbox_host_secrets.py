@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from isolation_support import EngineRun, require_bwrap
 
 from trainyard.status import WorkflowStatus
@@ -60,7 +59,8 @@ def run(tmp_path: Path) -> Iterator[EngineRun]:
 
 
 def test_a_task_reads_no_host_secret_but_is_root_writes_and_uploads(
-    run: EngineRun, tmp_path: Path,
+    run: EngineRun,
+    tmp_path: Path,
 ) -> None:
     mark = f"trainyard-secret-{uuid.uuid4().hex}"
     planted = Path(f"/etc/{mark}-secret")
@@ -70,12 +70,14 @@ def test_a_task_reads_no_host_secret_but_is_root_writes_and_uploads(
     elsewhere.write_text(f"{mark}-elsewhere\n")
     elsewhere.chmod(0o600)
     from trainyard.backends.local import sandbox
+
     scan = getattr(sandbox, "_scan_secrets", None)
     if scan is not None:
         scan.cache_clear()  # the engine's backend runs in this process: see the planted file
     # /etc/shadow and /etc/gshadow: a remapped task reads its own copies, scrubbed (below)
     secrets = {Path("/etc/munge/munge.key"): b"", planted: b"", elsewhere: b""}
     from trainyard.backends.local.sandbox import probe_remap
+
     if probe_remap() is not None:  # the deny list only: /var/tmp is not covered
         del secrets[elsewhere]
     for path in list(secrets):

@@ -14,11 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from isolation_support import EngineRun, require_bwrap
 
-from trainyard.status import Status
 from trainyard.linux.cgroups import CgroupUnavailable, cgroup_root
+from trainyard.status import Status
 
 GREEDY = """
 workflow:

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from isolation_support import EngineRun, require_bwrap
 
 from trainyard.status import WorkflowStatus
@@ -68,12 +67,18 @@ def _on_host(mark: str) -> list[str]:
     return [p for p in (os.path.join(f, mark) for f in HOST_PLACES) if os.path.lexists(p)]
 
 
-@pytest.mark.parametrize(("action", "check", "retries"), [
-    ("RESTART", "test", 1),       # the same layer: every marker is still there
-    ("RESCHEDULE", "test !", 1),  # a fresh layer: none is
-])
+@pytest.mark.parametrize(
+    ("action", "check", "retries"),
+    [
+        ("RESTART", "test", 1),  # the same layer: every marker is still there
+        ("RESCHEDULE", "test !", 1),  # a fresh layer: none is
+    ],
+)
 def test_writes_under_root_are_private_and_kept_only_by_restart(
-    run: EngineRun, action: str, check: str, retries: int,
+    run: EngineRun,
+    action: str,
+    check: str,
+    retries: int,
 ) -> None:
     mark = f"trainyard-mark-{uuid.uuid4().hex}"
     try:
@@ -87,8 +92,11 @@ def test_writes_under_root_are_private_and_kept_only_by_restart(
         assert "Read-only file system" not in logs
         if action == "RESCHEDULE":  # the first attempt's layer is its own, left in its folder
             layers = first / "sandbox" / "overlay"
-            assert [p.relative_to(layers).parts[-2:] for p in layers.rglob(mark)
-                    if p.parent.name == "tmp"] == [("tmp", mark)]
+            assert [
+                p.relative_to(layers).parts[-2:]
+                for p in layers.rglob(mark)
+                if p.parent.name == "tmp"
+            ] == [("tmp", mark)]
     finally:
         for path in _on_host(mark):
             os.remove(path)

@@ -24,11 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from isolation_support import EngineRun, require_bwrap
 
-from trainyard.backends.local import sandbox
-from trainyard.backends.local import hostscan
+from trainyard.backends.local import hostscan, sandbox
 from trainyard.status import WorkflowStatus
 
 SPEC = """
@@ -75,10 +73,12 @@ def run(tmp_path: Path) -> Iterator[EngineRun]:
 def test_a_task_edits_usr_and_dpkg_state_in_place_but_reads_no_secret(run: EngineRun) -> None:
     mark = f"trainyard-edit-{uuid.uuid4().hex[:12]}"
     secret = f"root-only-{uuid.uuid4().hex}"
-    planted = {Path(f"/usr/share/{mark}-open"): ("original\n", 0o644),
-               Path(f"/usr/share/{mark}-secret"): (secret + "\n", 0o600),
-               Path(f"/etc/{mark}-secret"): (secret + "\n", 0o600),
-               Path(f"/etc/{mark}-open"): ("original\n", 0o644)}
+    planted = {
+        Path(f"/usr/share/{mark}-open"): ("original\n", 0o644),
+        Path(f"/usr/share/{mark}-secret"): (secret + "\n", 0o600),
+        Path(f"/etc/{mark}-secret"): (secret + "\n", 0o600),
+        Path(f"/etc/{mark}-open"): ("original\n", 0o644),
+    }
     status = Path("/var/lib/dpkg/status")
     status_before = _digest(status) if status.exists() else None
     try:

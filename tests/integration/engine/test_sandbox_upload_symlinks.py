@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from isolation_support import EngineRun, require_bwrap
 
 from trainyard.status import WorkflowStatus
@@ -72,7 +71,8 @@ def _stored_files(top: Path) -> dict[str, bytes]:
 
 
 def test_uploads_never_follow_a_link_out_of_the_output_folder(
-    run: EngineRun, tmp_path: Path,
+    run: EngineRun,
+    tmp_path: Path,
 ) -> None:
     secret_dir = tmp_path / "secret"
     secret_dir.mkdir()
@@ -82,8 +82,9 @@ def test_uploads_never_follow_a_link_out_of_the_output_folder(
     dest = tmp_path / "dest"
     mark = uuid.uuid4().hex[:8]
 
-    wid = run.run(SPEC, secret=str(secret_dir / "key"), secret_dir=str(secret_dir),
-                  dest=str(dest), mark=mark)
+    wid = run.run(
+        SPEC, secret=str(secret_dir / "key"), secret_dir=str(secret_dir), dest=str(dest), mark=mark
+    )
 
     log = run.log(wid, "t")
     assert run.engine.state(wid).status is WorkflowStatus.COMPLETED, log

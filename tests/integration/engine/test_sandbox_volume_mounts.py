@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from isolation_support import EngineRun, require_bwrap
 
 from trainyard.status import ExitCode, Status, WorkflowStatus
@@ -55,14 +54,13 @@ def test_an_allowed_mount_is_there_and_writable(run: EngineRun, allowed: Path) -
     assert (source / "out.txt").read_text() == "from-task\n"
 
 
-def test_a_mount_that_cannot_be_made_fails_the_task_at_start(
-    run: EngineRun, allowed: Path
-) -> None:
+def test_a_mount_that_cannot_be_made_fails_the_task_at_start(run: EngineRun, allowed: Path) -> None:
     missing = allowed / "not made"
     wid = run.run(SPEC, source=str(missing))
     task = run.engine.state(wid).tasks["t"]
     assert task.status is Status.FAILED_START_ERROR, run.log(wid, "t")
     assert task.exit_code == int(ExitCode.START_ERROR) == 3003
     assert f"volume mount {missing}:/mnt/shared: host folder {missing} does not exist" in (
-        run.log(wid, "t"))
+        run.log(wid, "t")
+    )
     assert "[t] " not in run.log(wid, "t")  # the command never ran

@@ -43,11 +43,17 @@ class Live:
 
     def __init__(self, home: Path, env: dict[str, str] | None = None) -> None:
         self.home = home
-        full = {k: v for k, v in os.environ.items()
-                if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
+        full = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+        }
         full.update(TRAINYARD_HOME=str(home), **(env or {}))
-        self.proc = subprocess.Popen([sys.executable, "-m", "trainyard.server", "--port", "0"],
-                                     env=full, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "trainyard.server", "--port", "0"],
+            env=full,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 60
         while not (home / "server.json").exists():
             assert self.proc.poll() is None, "the server exited at start"
@@ -60,22 +66,40 @@ class Live:
         """A new user's token (the server reads tokens.json again when it changed)."""
         return TokenRegistry(self.home).add(name)
 
-    def cli(self, *args: str, token: str | None = None,
-            timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, token: str | None = None, timeout_s: float = 120
+    ) -> subprocess.CompletedProcess[str]:
         """``trainyard ARGS`` as a real process against this server (``token``: whose)."""
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
-        env.update(TRAINYARD_HOME=str(self.home), TRAINYARD_TOKEN=token or self.token,
-                   COLUMNS="200")
-        return subprocess.run([str(Path(sys.executable).parent / "trainyard"), *args], env=env,
-                              capture_output=True, text=True, timeout=timeout_s, check=False)
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+        }
+        env.update(
+            TRAINYARD_HOME=str(self.home), TRAINYARD_TOKEN=token or self.token, COLUMNS="200"
+        )
+        return subprocess.run(
+            [str(Path(sys.executable).parent / "trainyard"), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
 
     def task_token(self, workflow_id: str) -> str:
         """The token the tasks of ``workflow_id`` are given."""
         return tasktokens.task_token(self.home, workflow_id)
 
-    def api(self, method: str, path: str, token: str | None = None, *,
-            headers: dict[str, str] | None = None, **kwargs: object) -> httpx.Response:
+    def api(
+        self,
+        method: str,
+        path: str,
+        token: str | None = None,
+        *,
+        headers: dict[str, str] | None = None,
+        **kwargs: object,
+    ) -> httpx.Response:
         """One request with ``token`` (default: the admin's) and ``headers``."""
         sent = {"Authorization": f"Bearer {token or self.token}", **(headers or {})}
         return httpx.request(method, self.url + path, timeout=60, headers=sent, **kwargs)

@@ -7,13 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-
 from conftest import Live
 
 
 def datasets_page(live: Live, token: str) -> str:
-    page = httpx.get(live.url + "/datasets", timeout=60,
-                     headers={"Authorization": f"Bearer {token}", "Accept": "text/html"})
+    page = httpx.get(
+        live.url + "/datasets",
+        timeout=60,
+        headers={"Authorization": f"Bearer {token}", "Accept": "text/html"},
+    )
     assert page.status_code == 200, page.text
     return page.text
 
@@ -22,8 +24,9 @@ def test_the_datasets_page_lists_only_what_dataset_list_shows(live: Live, tmp_pa
     bob, carol = live.add_user("ds-bob"), live.add_user("ds-carol")
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.txt").write_text("secret\n")
-    done = live.cli("dataset", "upload", "bobs-unshared", f"{tmp_path / 'src'}/", "--quiet",
-                    token=bob)
+    done = live.cli(
+        "dataset", "upload", "bobs-unshared", f"{tmp_path / 'src'}/", "--quiet", token=bob
+    )
     assert done.returncode == 0, done.stderr
     listed = live.cli("dataset", "list", token=carol)
     assert listed.returncode == 0 and "bobs-unshared" not in listed.stdout

@@ -52,8 +52,9 @@ def test_three_metrics_requests_on_a_300_mb_file_keep_the_server_small(live: Liv
     before = peak_rss_bytes(live)
     started = time.monotonic()
     with ThreadPoolExecutor(3) as pool:
-        answers = list(pool.map(lambda _: live.api("GET", f"/api/workflow/{wid}/metrics"),
-                                range(3)))
+        answers = list(
+            pool.map(lambda _: live.api("GET", f"/api/workflow/{wid}/metrics"), range(3))
+        )
     took_s = time.monotonic() - started
     grown = peak_rss_bytes(live) - before
     assert all(a.status_code == 200 for a in answers), answers[0].text

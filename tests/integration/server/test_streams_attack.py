@@ -30,8 +30,10 @@ def open_streams(live: Live, path: str, token: str, count: int) -> Iterator[list
     try:
         for _ in range(count):
             sock = socket.create_connection((where.hostname, where.port), timeout=30)
-            sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {where.netloc}\r\n"
-                         f"Authorization: Bearer {token}\r\n\r\n".encode())
+            sock.sendall(
+                f"GET {path} HTTP/1.1\r\nHost: {where.netloc}\r\n"
+                f"Authorization: Bearer {token}\r\n\r\n".encode()
+            )
             socks.append(sock)
         yield socks
     finally:
@@ -47,8 +49,10 @@ def health_s(live: Live, timeout_s: float = 10.0) -> float:
     start = time.monotonic()
     try:
         with socket.create_connection((where.hostname, where.port), timeout=timeout_s) as sock:
-            sock.sendall(f"GET /api/health HTTP/1.1\r\nHost: {where.netloc}\r\n"
-                         "Connection: close\r\n\r\n".encode())
+            sock.sendall(
+                f"GET /api/health HTTP/1.1\r\nHost: {where.netloc}\r\n"
+                "Connection: close\r\n\r\n".encode()
+            )
             answer = b""
             while chunk := sock.recv(65536):
                 answer += chunk
@@ -76,8 +80,9 @@ def timed(live: Live, path: str, seconds: float) -> list[float]:
     while time.monotonic() < deadline:
         start = time.monotonic()
         try:
-            answer = httpx.get(live.url + path, timeout=10,
-                               headers={"Authorization": f"Bearer {live.token}"})
+            answer = httpx.get(
+                live.url + path, timeout=10, headers={"Authorization": f"Bearer {live.token}"}
+            )
             assert answer.status_code == 200, answer.text
         except httpx.TimeoutException:
             pass
@@ -128,8 +133,12 @@ def test_streams_past_the_per_user_cap_are_refused_with_429(tmp_path: Path) -> N
             assert page.status_code == 429, page.text
         deadline = time.monotonic() + 10  # the closed streams give their slots back
         while True:
-            with httpx.stream("GET", capped.url + path, timeout=30, headers={
-                    "Authorization": f"Bearer {capped.token}"}) as again:
+            with httpx.stream(
+                "GET",
+                capped.url + path,
+                timeout=30,
+                headers={"Authorization": f"Bearer {capped.token}"},
+            ) as again:
                 if again.status_code == 200:
                     break
             assert time.monotonic() < deadline, "the closed streams kept their slots"
@@ -170,8 +179,9 @@ def test_many_followers_each_get_every_line_once_and_a_slow_one_holds_nobody(liv
     async def everyone() -> tuple[list[list[str]], list[str]]:
         others_done = asyncio.Event()
         timeout = httpx.Timeout(300, connect=30)
-        async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(
-                max_connections=followers + 1)) as client:
+        async with httpx.AsyncClient(
+            timeout=timeout, limits=httpx.Limits(max_connections=followers + 1)
+        ) as client:
             slow = asyncio.ensure_future(follow(client, others_done))
             got = await asyncio.gather(*(follow(client, None) for _ in range(followers)))
             others_done.set()

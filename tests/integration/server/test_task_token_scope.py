@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import QUIET, Live
 from starlette.routing import Mount
 
-from conftest import QUIET, Live
 from trainyard.backends.fake import FakeBackend, Outcome
 from trainyard.engine.reconciler import Engine
 from trainyard.pools import default_local_pool
@@ -39,9 +39,12 @@ OWN = {"workflow_id", "workflow_a", "workflow_b"}  # filled with the token's own
 def every_route(tmp_path: Path) -> set[tuple[str, str]]:
     """(method, path template) of every route the server's app declares (built here the
     way ``python -m trainyard.server`` builds it, over an empty store)."""
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
-                    pools={"local": default_local_pool()},
-                    backend_factory=lambda p, h: FakeBackend(lambda launch: Outcome(0)))
+    engine = Engine(
+        Store(f"sqlite:///{tmp_path / 'db'}"),
+        tmp_path,
+        pools={"local": default_local_pool()},
+        backend_factory=lambda p, h: FakeBackend(lambda launch: Outcome(0)),
+    )
     app = create_app(Service(engine), TokenRegistry(tmp_path), run_engine=False)
     found = set()
     for route in app.routes:
@@ -56,8 +59,7 @@ def every_route(tmp_path: Path) -> set[tuple[str, str]]:
 
 def fill(template: str, workflow_id: str) -> str:
     """The template's path with ``workflow_id`` and harmless values for the others."""
-    return re.sub(r"\{(\w+)\}", lambda m: workflow_id if m[1] in OWN else ARGS[m[1]],
-                  template)
+    return re.sub(r"\{(\w+)\}", lambda m: workflow_id if m[1] in OWN else ARGS[m[1]], template)
 
 
 @pytest.fixture(scope="module")
@@ -67,18 +69,19 @@ def running(live: Live) -> str:
     return wid
 
 
-def test_a_task_token_cannot_prune_its_submitters_ended_workflows(live: Live,
-                                                                  running: str) -> None:
+def test_a_task_token_cannot_prune_its_submitters_ended_workflows(live: Live, running: str) -> None:
     ended = live.submit(DONE)
     assert live.wait_ended(ended) == "COMPLETED"
-    answer = live.api("POST", "/api/workflow/prune", live.task_token(running),
-                      json={"older_than_s": 0})
+    answer = live.api(
+        "POST", "/api/workflow/prune", live.task_token(running), json={"older_than_s": 0}
+    )
     assert answer.status_code == 403, answer.text
     assert live.api("GET", f"/api/workflow/{ended}").status_code == 200  # still there
 
 
-def test_every_route_off_the_list_refuses_a_task_token(live: Live, running: str,
-                                                       tmp_path: Path) -> None:
+def test_every_route_off_the_list_refuses_a_task_token(
+    live: Live, running: str, tmp_path: Path
+) -> None:
     routes = every_route(tmp_path)
     assert TASK_TOKEN_ROUTES <= routes and PUBLIC_ROUTES <= routes  # no stale entry
     token = live.task_token(running)
@@ -97,15 +100,22 @@ def test_routes_on_the_list_answer_for_the_own_workflow_only(live: Live, running
             continue
         theirs = live.api(method, fill(template, other), token)
         assert theirs.status_code == 403, (method, template, theirs.text)
-        with httpx.stream(method, live.url + fill(template, running), timeout=30,
-                          headers={"Authorization": f"Bearer {token}"}) as own:
+        with httpx.stream(
+            method,
+            live.url + fill(template, running),
+            timeout=30,
+            headers={"Authorization": f"Bearer {token}"},
+        ) as own:
             assert own.status_code == 200, (method, template)
 
 
 def test_the_dashboard_lists_only_the_task_tokens_own_workflow(live: Live, running: str) -> None:
     other = live.submit(QUIET)
-    page = httpx.get(live.url + "/", timeout=30, headers={
-            "Authorization": f"Bearer {live.task_token(running)}", "Accept": "text/html"})
+    page = httpx.get(
+        live.url + "/",
+        timeout=30,
+        headers={"Authorization": f"Bearer {live.task_token(running)}", "Accept": "text/html"},
+    )
     assert page.status_code == 200, page.text
     assert f"/workflows/{running}" in page.text and f"/workflows/{other}" not in page.text
     mine = httpx.get(live.url + "/", timeout=30, headers={"Authorization": f"Bearer {live.token}"})

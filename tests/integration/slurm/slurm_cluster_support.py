@@ -34,7 +34,9 @@ def why_no_cluster() -> str | None:
     conf = cluster_pool().options.get("slurm_conf")
     env = {**os.environ, **({"SLURM_CONF": conf} if conf else {})}
     try:
-        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=env, timeout=20)
+        ping = subprocess.run(
+            ["scontrol", "ping"], capture_output=True, text=True, env=env, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"scontrol ping failed: {exc}"
     if "UP" not in ping.stdout:
@@ -48,22 +50,35 @@ class EngineRunner:
     def __init__(self, home: Path, pool: Pool) -> None:
         self.home = home
         self.pool = pool
-        self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home,
-                             pools={pool.name: pool}, poll_interval_s=0.05)
+        self.engine = Engine(
+            Store(f"sqlite:///{home / 'db.sqlite'}"),
+            home,
+            pools={pool.name: pool},
+            poll_interval_s=0.05,
+        )
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self.engine.run_forever, args=(self._stop,),
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self.engine.run_forever, args=(self._stop,), daemon=True
+        )
         self._thread.start()
         self.submitted: list[str] = []
 
-    def submit_spec(self, path: Path, sets: tuple[str, ...] = (), *, pool: Pool | None = None) -> str:
+    def submit_spec(
+        self, path: Path, sets: tuple[str, ...] = (), *, pool: Pool | None = None
+    ) -> str:
         """Load a spec (``--set`` style args) and submit it; returns the workflow id."""
         use = pool or self.pool
         self.engine.pools.setdefault(use.name, use)
         doc = spec.load(path, set_values=spec.parse_set_values(list(sets)), pool=use)
-        record = self.engine.submit(Submission(spec=doc.workflow, spec_text=path.read_text(),
-                                               user="tester", pool=use,
-                                               labels=dict(doc.workflow.labels)))
+        record = self.engine.submit(
+            Submission(
+                spec=doc.workflow,
+                spec_text=path.read_text(),
+                user="tester",
+                pool=use,
+                labels=dict(doc.workflow.labels),
+            )
+        )
         self.submitted.append(record.id)
         return record.id
 

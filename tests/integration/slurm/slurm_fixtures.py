@@ -54,22 +54,28 @@ def slurm_pool() -> Pool:
 
 
 @pytest.fixture(scope="session")
-def slurm_engine(slurm_pool: Pool, runner_home: Path, data_root: Path,
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRunner]:
+def slurm_engine(
+    slurm_pool: Pool, runner_home: Path, data_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EngineRunner]:
     """An engine driving the Slurm pool from a background thread, home under a temp folder;
     its pool lists ``data_root``."""
-    runner = EngineRunner(tmp_path_factory.mktemp("slurm-home"), _with_data_root(slurm_pool, data_root))
+    runner = EngineRunner(
+        tmp_path_factory.mktemp("slurm-home"), _with_data_root(slurm_pool, data_root)
+    )
     yield runner
     runner.close()
 
 
 @pytest.fixture(scope="session")
-def local_engine(runner_home: Path, data_root: Path,
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRunner]:
+def local_engine(
+    runner_home: Path, data_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EngineRunner]:
     """The same on the local backend, for side-by-side outcomes."""
     from trainyard.pools import default_local_pool
 
-    runner = EngineRunner(tmp_path_factory.mktemp("local-home"), _with_data_root(default_local_pool(), data_root))
+    runner = EngineRunner(
+        tmp_path_factory.mktemp("local-home"), _with_data_root(default_local_pool(), data_root)
+    )
     yield runner
     runner.close()
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 from slurm_cluster_support import SPECS, EngineRunner
 
-from trainyard.status import WorkflowStatus
 from trainyard.errors import SpecError
+from trainyard.status import WorkflowStatus
 
 pytest_plugins = ["slurm_fixtures"]
 
@@ -54,48 +54,123 @@ class Row:
 
 
 ROWS = [  # short rows first: the long ones then do not hold the queue
-    Row("hello_world", "tutorials/hello_world.yaml", (), "COMPLETED",
-        (("hello", "Hello from OSMO!"),)),
-    Row("template_hello_world", "tutorials/template_hello_world.yaml",
-        ("workflow_name=greetings", "message=Custom message!"), "COMPLETED",
-        (("hello", "Custom message!"),)),
-    Row("token_example", "tutorials/token_example.yaml", (), "COMPLETED",
-        (("experiment", "Running experiment: my-experiment"),
-         ("experiment", "Workflow ID: my-experiment-"))),
-    Row("parallel_tasks", "tutorials/parallel_tasks.yaml", (), "COMPLETED",
-        tuple((t, f"Hello from {t}") for t in ("task-a", "task-b", "task-c"))),
-    Row("serial_workflow", "tutorials/serial_workflow.yaml", (), "COMPLETED",
-        (("task3", "a line: Data from task 2"),)),
+    Row(
+        "hello_world",
+        "tutorials/hello_world.yaml",
+        (),
+        "COMPLETED",
+        (("hello", "Hello from OSMO!"),),
+    ),
+    Row(
+        "template_hello_world",
+        "tutorials/template_hello_world.yaml",
+        ("workflow_name=greetings", "message=Custom message!"),
+        "COMPLETED",
+        (("hello", "Custom message!"),),
+    ),
+    Row(
+        "token_example",
+        "tutorials/token_example.yaml",
+        (),
+        "COMPLETED",
+        (
+            ("experiment", "Running experiment: my-experiment"),
+            ("experiment", "Workflow ID: my-experiment-"),
+        ),
+    ),
+    Row(
+        "parallel_tasks",
+        "tutorials/parallel_tasks.yaml",
+        (),
+        "COMPLETED",
+        tuple((t, f"Hello from {t}") for t in ("task-a", "task-b", "task-c")),
+    ),
+    Row(
+        "serial_workflow",
+        "tutorials/serial_workflow.yaml",
+        (),
+        "COMPLETED",
+        (("task3", "a line: Data from task 2"),),
+    ),
     Row("serial_workflow_vars", "tests/serial_workflow.yaml", (), "COMPLETED"),
-    Row("parallel_workflow_v2", "tests/parallel_workflow_v2.yaml", (), "COMPLETED",
-        (("client", "hello"),), port=24831),
+    Row(
+        "parallel_workflow_v2",
+        "tests/parallel_workflow_v2.yaml",
+        (),
+        "COMPLETED",
+        (("client", "hello"),),
+        port=24831,
+    ),
     # The client connects once, without retrying, as soon as the barrier lets it: whether the
     # server listens by then is a race on any backend, so the row checks the address it was
     # given (a node's NodeAddr); test_slurm_jobs.py checks a retrying client gets the reply.
-    Row("group_tasks_communication", "tutorials/group_tasks_communication.yaml", (), "COMPLETED",
-        (("client", "Calling server at 127.0.0."),), port=24831),
+    Row(
+        "group_tasks_communication",
+        "tutorials/group_tasks_communication.yaml",
+        (),
+        "COMPLETED",
+        (("client", "Calling server at 127.0.0."),),
+        port=24831,
+    ),
     # (train-model-b, not the lead, is often stopped before its command runs: the lead ends
     # first, on any backend)
-    Row("combination_workflow_simple", "tutorials/combination_workflow_simple.yaml", (),
-        "COMPLETED", (("train-model-a", "sample_10,value_10"),)),
-    Row("resources_basic", "tutorials/resources_basic.yaml", (), "COMPLETED",
-        (("my-task", "Using default resources"),)),
-    Row("data_filter", "tutorials/data_filter.yaml", ("storage_url={storage}",), "COMPLETED",
-        (("selective-download", "keep.txt"),)),
-    Row("osmo_client_test", "tests/osmo_client_test.yaml", (), "COMPLETED",
-        (("task1", "Running osmo version"), ("task1", "trainyard "))),
-    Row("workflow_labels_ok", "scenarios/workflow_labels.yaml", ("exit_code=0",), "COMPLETED",
-        (("labels", "workflow-labels scenario task"),)),
+    Row(
+        "combination_workflow_simple",
+        "tutorials/combination_workflow_simple.yaml",
+        (),
+        "COMPLETED",
+        (("train-model-a", "sample_10,value_10"),),
+    ),
+    Row(
+        "resources_basic",
+        "tutorials/resources_basic.yaml",
+        (),
+        "COMPLETED",
+        (("my-task", "Using default resources"),),
+    ),
+    Row(
+        "data_filter",
+        "tutorials/data_filter.yaml",
+        ("storage_url={storage}",),
+        "COMPLETED",
+        (("selective-download", "keep.txt"),),
+    ),
+    Row(
+        "osmo_client_test",
+        "tests/osmo_client_test.yaml",
+        (),
+        "COMPLETED",
+        (("task1", "Running osmo version"), ("task1", "trainyard ")),
+    ),
+    Row(
+        "workflow_labels_ok",
+        "scenarios/workflow_labels.yaml",
+        ("exit_code=0",),
+        "COMPLETED",
+        (("labels", "workflow-labels scenario task"),),
+    ),
     Row("workflow_labels_fail", "scenarios/workflow_labels.yaml", ("exit_code=1",), "FAILED"),
-    Row("parallel_workflow_leader_exits", "tests/parallel_workflow_leader_exits.yaml", (), "FAILED"),
+    Row(
+        "parallel_workflow_leader_exits", "tests/parallel_workflow_leader_exits.yaml", (), "FAILED"
+    ),
     Row("exit_actions_complete", "tests/exit_actions.yaml", (), "COMPLETED", (("test", "hello"),)),
     Row("exit_actions_fail", "tests/exit_actions.yaml", ("code=1",), "FAILED"),
-    Row("group_actions_fail", "tests/group_actions.yaml", ("ignore_nonlead_status=false",), "FAILED"),
-    Row("group_actions_ignore", "tests/group_actions.yaml", ("ignore_nonlead_status=true",),
-        "COMPLETED"),
-    Row("combination_workflow_complex", "tutorials/combination_workflow_complex.yaml", (),
-        "COMPLETED", (("combine", "=== UPPERCASE VERSION ==="), ("combine", "CHERRY"),
-                      ("combine", "3\tcherry"))),
+    Row(
+        "group_actions_fail", "tests/group_actions.yaml", ("ignore_nonlead_status=false",), "FAILED"
+    ),
+    Row(
+        "group_actions_ignore",
+        "tests/group_actions.yaml",
+        ("ignore_nonlead_status=true",),
+        "COMPLETED",
+    ),
+    Row(
+        "combination_workflow_complex",
+        "tutorials/combination_workflow_complex.yaml",
+        (),
+        "COMPLETED",
+        (("combine", "=== UPPERCASE VERSION ==="), ("combine", "CHERRY"), ("combine", "3\tcherry")),
+    ),
     Row("exec_timeout", "tests/exec_timeout.yaml", (), "TIMEOUT"),
 ]
 
@@ -131,8 +206,9 @@ def _after(runner: EngineRunner, first: Future[str], path: Path, sets: tuple[str
 
 
 @pytest.fixture(scope="module")
-def submitted(slurm_engine: EngineRunner, local_engine: EngineRunner,
-              storage: Path) -> Iterator[Submitted]:
+def submitted(
+    slurm_engine: EngineRunner, local_engine: EngineRunner, storage: Path
+) -> Iterator[Submitted]:
     """Every row submitted to both engines; on Slurm, a row whose port an earlier row
     listens on is submitted by a helper thread once that row has ended."""
     out: Submitted = {}
@@ -142,8 +218,11 @@ def submitted(slurm_engine: EngineRunner, local_engine: EngineRunner,
             path = SPECS / row.spec
             sets = tuple(value.format(storage=storage.as_uri()) for value in row.sets)
             first = on_port.get(row.port) if row.port else None
-            slurm_id = (turns.submit(_after, slurm_engine, first, path, sets) if first
-                        else _done(slurm_engine.submit_spec(path, sets)))
+            slurm_id = (
+                turns.submit(_after, slurm_engine, first, path, sets)
+                if first
+                else _done(slurm_engine.submit_spec(path, sets))
+            )
             if row.port:
                 on_port[row.port] = slurm_id
             out[row.id] = (slurm_id, local_engine.submit_spec(path, sets))
@@ -152,9 +231,9 @@ def submitted(slurm_engine: EngineRunner, local_engine: EngineRunner,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
-def test_row_reaches_the_same_outcome_as_locally(row: Row, submitted: Submitted,
-                                                 slurm_engine: EngineRunner,
-                                                 local_engine: EngineRunner) -> None:
+def test_row_reaches_the_same_outcome_as_locally(
+    row: Row, submitted: Submitted, slurm_engine: EngineRunner, local_engine: EngineRunner
+) -> None:
     slurm_id, local_id = submitted[row.id][0].result(), submitted[row.id][1]
     slurm_record = slurm_engine.wait(slurm_id, timeout_s=600)
     local_record = local_engine.wait(local_id, timeout_s=600)
@@ -168,8 +247,9 @@ def test_row_reaches_the_same_outcome_as_locally(row: Row, submitted: Submitted,
 
 
 @pytest.mark.slow
-def test_data_filter_takes_only_the_matching_inputs(submitted: Submitted,
-                                                    slurm_engine: EngineRunner) -> None:
+def test_data_filter_takes_only_the_matching_inputs(
+    submitted: Submitted, slurm_engine: EngineRunner
+) -> None:
     slurm_id = submitted["data_filter"][0].result()
     slurm_engine.wait(slurm_id, timeout_s=600)
     log = slurm_engine.log(slurm_id, "selective-download")
@@ -178,8 +258,7 @@ def test_data_filter_takes_only_the_matching_inputs(submitted: Submitted,
 
 
 @pytest.mark.slow
-def test_labels_are_stored_and_filterable(submitted: Submitted,
-                                          slurm_engine: EngineRunner) -> None:
+def test_labels_are_stored_and_filterable(submitted: Submitted, slurm_engine: EngineRunner) -> None:
     ids = {submitted[r][0].result() for r in ("workflow_labels_ok", "workflow_labels_fail")}
     for workflow_id in ids:
         slurm_engine.wait(workflow_id, timeout_s=600)
@@ -189,8 +268,9 @@ def test_labels_are_stored_and_filterable(submitted: Submitted,
 
 
 @pytest.mark.slow
-def test_the_lead_ending_stops_the_sleeping_client(submitted: Submitted,
-                                                   slurm_engine: EngineRunner) -> None:
+def test_the_lead_ending_stops_the_sleeping_client(
+    submitted: Submitted, slurm_engine: EngineRunner
+) -> None:
     slurm_id = submitted["parallel_workflow_v2"][0].result()
     slurm_engine.wait(slurm_id, timeout_s=600)
     tasks = slurm_engine.state(slurm_id).tasks.values()

@@ -41,13 +41,18 @@ def _digest(value: str) -> str:
 
 
 def _grep(folder: Path, needle: str) -> list[str]:
-    done = subprocess.run(["grep", "-rl", "--binary-files=text", needle, str(folder)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["grep", "-rl", "--binary-files=text", needle, str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return done.stdout.split()
 
 
-def test_slurm_task_gets_credentials_and_keeps_none(slurm_engine: EngineRunner,
-                                                    tmp_path: Path) -> None:
+def test_slurm_task_gets_credentials_and_keeps_none(
+    slurm_engine: EngineRunner, tmp_path: Path
+) -> None:
     vault = slurm_engine.engine.credentials
     vault.set("tester", "hf", "GENERIC", {"token": SECRET})
     vault.set("tester", "gh", "GENERIC", {"token": FILED})
@@ -66,7 +71,8 @@ PENDING = "slurmPending_4b4b_value"
 
 
 def test_a_job_cancelled_while_pending_leaves_no_credential_value_in_run_json(
-        slurm_pool, tmp_path: Path) -> None:
+    slurm_pool, tmp_path: Path
+) -> None:
     """Issue 25: the runner takes the values out of run.json when it starts; a job
     cancelled before it starts (held here by ``--begin=now+1hour``) never runs it, and the
     run folder is kept: the backend takes them out at the cancel."""
@@ -74,9 +80,15 @@ def test_a_job_cancelled_while_pending_leaves_no_credential_value_in_run_json(
 
     from trainyard.pools import Pool
 
-    held = slurm_pool.model_copy(update={"name": "slurm-held", "options": {
-        **slurm_pool.options, "sbatch_args": [*slurm_pool.options.get("sbatch_args", []),
-                                              "--begin=now+1hour"]}})
+    held = slurm_pool.model_copy(
+        update={
+            "name": "slurm-held",
+            "options": {
+                **slurm_pool.options,
+                "sbatch_args": [*slurm_pool.options.get("sbatch_args", []), "--begin=now+1hour"],
+            },
+        }
+    )
     assert isinstance(held, Pool)
     (tmp_path / "home").mkdir()
     runner = EngineRunner(tmp_path / "home", held)

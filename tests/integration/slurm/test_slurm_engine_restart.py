@@ -16,8 +16,8 @@ from trainyard import spec
 from trainyard.backends.slurm import SlurmBackend
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.status import Status
 from trainyard.pools import Pool
+from trainyard.status import Status
 from trainyard.store import Store
 
 pytest_plugins = ["slurm_fixtures"]
@@ -55,10 +55,17 @@ class DyingSlurm(SlurmCommands):
 
 def _engine(home: Path, pool: Pool, dying: str | None = None) -> Engine:
     conf = pool.options.get("slurm_conf")
-    factory = None if dying is None else (
-        lambda p, h: SlurmBackend(p, h, commands=DyingSlurm(conf, dying)))
-    return Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={pool.name: pool},
-                  backend_factory=factory)
+    factory = (
+        None
+        if dying is None
+        else (lambda p, h: SlurmBackend(p, h, commands=DyingSlurm(conf, dying)))
+    )
+    return Engine(
+        Store(f"sqlite:///{home / 'db.sqlite'}"),
+        home,
+        pools={pool.name: pool},
+        backend_factory=factory,
+    )
 
 
 def _die_while_starting(home: Path, pool: Pool, when: str) -> str:
@@ -66,8 +73,9 @@ def _die_while_starting(home: Path, pool: Pool, when: str) -> str:
     path.write_text(SPEC.format(name=f"restart-{when}"))
     doc = spec.load(path, pool=pool)
     engine = _engine(home, pool, when)
-    wid = engine.submit(Submission(spec=doc.workflow, spec_text=path.read_text(), user="t",
-                                   pool=pool)).id
+    wid = engine.submit(
+        Submission(spec=doc.workflow, spec_text=path.read_text(), user="t", pool=pool)
+    ).id
     with pytest.raises(Crash):
         for _ in range(100):
             engine.step()
@@ -82,13 +90,15 @@ def _finished(home: Path, pool: Pool, wid: str) -> Engine:
     engine = _engine(home, pool)
     record = engine.wait(wid, timeout_s=120)
     assert record.status == "COMPLETED", engine.state(wid)
-    assert all((t.status, t.retry_id) == (Status.COMPLETED, 0)
-               for t in engine.state(wid).tasks.values())
+    assert all(
+        (t.status, t.retry_id) == (Status.COMPLETED, 0) for t in engine.state(wid).tasks.values()
+    )
     return engine
 
 
 def test_a_gang_never_submitted_is_started_by_the_next_engine(
-        slurm_pool: Pool, runner_home: Path, tmp_path: Path) -> None:
+    slurm_pool: Pool, runner_home: Path, tmp_path: Path
+) -> None:
     wid = _die_while_starting(tmp_path, slurm_pool, "before")
     for record in (tmp_path / "slurm" / "attempts" / wid).rglob("*.json"):
         assert json.loads(record.read_text())["job_id"] is None  # written before sbatch
@@ -99,7 +109,8 @@ def test_a_gang_never_submitted_is_started_by_the_next_engine(
 
 
 def test_a_gang_submitted_before_the_death_is_adopted_not_submitted_again(
-        slurm_pool: Pool, runner_home: Path, tmp_path: Path) -> None:
+    slurm_pool: Pool, runner_home: Path, tmp_path: Path
+) -> None:
     wid = _die_while_starting(tmp_path, slurm_pool, "after")
     (job,) = _jobs_of(slurm_pool, wid)
     engine = _finished(tmp_path, slurm_pool, wid)
@@ -109,13 +120,26 @@ def test_a_gang_submitted_before_the_death_is_adopted_not_submitted_again(
     assert "other ran" in (engine.run_dir(wid, "other", 0) / "task.log").read_text()
 
 
-def test_squeue_finds_a_job_by_name_and_awkward_working_directory(slurm_pool: Pool,
-                                                                  weird_home: Path) -> None:
+def test_squeue_finds_a_job_by_name_and_awkward_working_directory(
+    slurm_pool: Pool, weird_home: Path
+) -> None:
     conf = slurm_pool.options.get("slurm_conf")
     env = {**os.environ, **({"SLURM_CONF": str(conf)} if conf else {})}
     name = f"trainyard:lookup-{os.getpid()}:g"
     job = subprocess.run(
-        ["sbatch", "--parsable", f"--job-name={name}", f"--chdir={weird_home}",
-         f"--partition={slurm_pool.options['partition']}", "--output=/dev/null", "--wrap=true"],
-        capture_output=True, text=True, env=env, timeout=30, check=True).stdout.strip()
+        [
+            "sbatch",
+            "--parsable",
+            f"--job-name={name}",
+            f"--chdir={weird_home}",
+            f"--partition={slurm_pool.options['partition']}",
+            "--output=/dev/null",
+            "--wrap=true",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
     assert SlurmCommands(conf).jobs_named(name) == {job: str(weird_home)}

@@ -23,8 +23,8 @@ from trainyard.cli.rsync_copy import _copy_in, _copy_out
 from trainyard.cli.task_entry import command_argv as _command_argv
 from trainyard.cli.task_entry import command_env as _command_env
 from trainyard.cli.workflow_interactive import _serve_forward
-from trainyard.status import Status
 from trainyard.errors import RefusedError
+from trainyard.status import Status
 
 pytest_plugins = ["slurm_fixtures"]
 
@@ -69,11 +69,18 @@ def test_exec_runs_beside_the_task_in_its_job(slurm_engine: EngineRunner, tmp_pa
     try:
         entry = _entry(slurm_engine, TaskKey(wid, "t", 0))
         assert entry["backend"] == "slurm" and entry["job_id"] and entry["node"]
-        argv = _command_argv(entry, ["sh", "-c", 'echo "$SLURM_JOB_ID $SLURMD_NODENAME"; exit 5'],
-                             False)
+        argv = _command_argv(
+            entry, ["sh", "-c", 'echo "$SLURM_JOB_ID $SLURMD_NODENAME"; exit 5'], False
+        )
         assert argv[:2] == ["srun", "--overlap"]
-        done = subprocess.run(argv, env=_command_env(entry), capture_output=True, text=True,
-                              timeout=120, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            argv,
+            env=_command_env(entry),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
         assert done.returncode == 5, done.stderr
         assert done.stdout.split() == [entry["job_id"], entry["node"]]
         _rsync_both_ways(entry, tmp_path)
@@ -101,7 +108,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_port_forward_reaches_a_server_in_the_task(slurm_engine: EngineRunner, tmp_path: Path) -> None:
+def test_port_forward_reaches_a_server_in_the_task(
+    slurm_engine: EngineRunner, tmp_path: Path
+) -> None:
     spec = tmp_path / "web.yaml"
     spec.write_text(WEB)
     remote = _free_port()

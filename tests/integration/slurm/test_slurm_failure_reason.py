@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from slurm_cluster_support import EngineRunner
 
-from trainyard.status import Status, WorkflowStatus
 from trainyard.pools import Pool
 from trainyard.server.service import _task_json
+from trainyard.status import Status, WorkflowStatus
 
 pytest_plugins = ["slurm_fixtures"]
 
@@ -38,8 +38,9 @@ def refused_engine(slurm_pool: Pool, runner_home: Path, tmp_path: Path) -> Itera
     runner.close()
 
 
-def test_sbatch_refusing_the_job_is_the_tasks_failure_reason(refused_engine: EngineRunner,
-                                                             tmp_path: Path) -> None:
+def test_sbatch_refusing_the_job_is_the_tasks_failure_reason(
+    refused_engine: EngineRunner, tmp_path: Path
+) -> None:
     spec = tmp_path / "refused.yaml"
     spec.write_text(SPEC)
     wid = refused_engine.submit_spec(spec)

@@ -13,8 +13,8 @@ import psutil
 import pytest
 from slurm_cluster_support import EngineRunner
 
-from trainyard.status import Status
 from trainyard.pools import Pool
+from trainyard.status import Status
 
 pytest_plugins = ["slurm_fixtures"]
 
@@ -69,9 +69,12 @@ def _talk_spec(tmp_path: Path, port: int, server_cpu: int, client_cpu: int) -> P
     return path
 
 
-@pytest.mark.parametrize(("server_cpu", "client_cpu"), [(1, 1), (2, 1)], ids=["homogeneous", "heterogeneous"])
+@pytest.mark.parametrize(
+    ("server_cpu", "client_cpu"), [(1, 1), (2, 1)], ids=["homogeneous", "heterogeneous"]
+)
 def test_host_token_reaches_the_task_on_the_other_node(
-        slurm_engine: EngineRunner, tmp_path: Path, server_cpu: int, client_cpu: int) -> None:
+    slurm_engine: EngineRunner, tmp_path: Path, server_cpu: int, client_cpu: int
+) -> None:
     wid = slurm_engine.submit_spec(_talk_spec(tmp_path, 24900 + server_cpu, server_cpu, client_cpu))
     assert slurm_engine.wait(wid, 180).status == "COMPLETED", slurm_engine.state(wid)
     server_log, client_log = slurm_engine.log(wid, "server"), slurm_engine.log(wid, "client")
@@ -85,8 +88,10 @@ def test_awkward_home_paths_survive_sbatch_and_srun(slurm_pool: Pool, weird_home
     runner = EngineRunner(weird_home, slurm_pool)
     try:
         hello = weird_home / "hello world.yaml"  # the repo's own, so it runs without ../shared
-        hello.write_text("workflow:\n  name: hello-osmo\n  tasks:\n  - name: hello\n"
-                         "    image: ubuntu:24.04\n    command: [echo]\n    args: [Hello from OSMO!]\n")
+        hello.write_text(
+            "workflow:\n  name: hello-osmo\n  tasks:\n  - name: hello\n"
+            "    image: ubuntu:24.04\n    command: [echo]\n    args: [Hello from OSMO!]\n"
+        )
         wid = runner.submit_spec(hello)
         assert runner.wait(wid, 120).status == "COMPLETED"
         assert "Hello from OSMO!" in runner.log(wid, "hello")
@@ -100,8 +105,12 @@ def test_awkward_home_paths_survive_sbatch_and_srun(slurm_pool: Pool, weird_home
 def _sleeper_spec(tmp_path: Path, name: str, marker: str) -> Path:
     path = tmp_path / f"{name}.yaml"
     task = "    - name: {t}\n      command: [sh, -c, 'sleep 300 # {m}']\n"
-    path.write_text(f"workflow:\n  name: {name}\n  groups:\n  - name: g\n    tasks:\n"
-                    + task.format(t="a", m=marker) + "      lead: true\n" + task.format(t="b", m=marker))
+    path.write_text(
+        f"workflow:\n  name: {name}\n  groups:\n  - name: g\n    tasks:\n"
+        + task.format(t="a", m=marker)
+        + "      lead: true\n"
+        + task.format(t="b", m=marker)
+    )
     return path
 
 
@@ -124,12 +133,14 @@ def _processes_with(marker: str) -> list[psutil.Process]:
 
 def _squeue(pool: Pool, *args: str) -> str:
     env = {**os.environ, "SLURM_CONF": str(pool.options["slurm_conf"])}
-    return subprocess.run(["squeue", "--noheader", *args], capture_output=True, text=True,
-                          env=env, timeout=20).stdout
+    return subprocess.run(
+        ["squeue", "--noheader", *args], capture_output=True, text=True, env=env, timeout=20
+    ).stdout
 
 
-def test_cancel_ends_the_job_and_every_process(slurm_engine: EngineRunner, slurm_pool: Pool,
-                                               tmp_path: Path) -> None:
+def test_cancel_ends_the_job_and_every_process(
+    slurm_engine: EngineRunner, slurm_pool: Pool, tmp_path: Path
+) -> None:
     marker = f"trainyard-cancel-{os.getpid()}-{time.time_ns()}"
     wid = slurm_engine.submit_spec(_sleeper_spec(tmp_path, "sleepers", marker))
     _wait_running(slurm_engine, wid)
@@ -140,7 +151,9 @@ def test_cancel_ends_the_job_and_every_process(slurm_engine: EngineRunner, slurm
     while _processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _processes_with(marker) == []
-    assert "trainyard:sleepers" not in _squeue(slurm_pool, "--states=RUNNING,PENDING", "--format=%j")
+    assert "trainyard:sleepers" not in _squeue(
+        slurm_pool, "--states=RUNNING,PENDING", "--format=%j"
+    )
 
 
 def _runner_of(run_json: str) -> psutil.Process:
@@ -152,11 +165,14 @@ def _runner_of(run_json: str) -> psutil.Process:
 
 
 def test_a_killed_lead_runner_is_a_backend_error_and_ends_the_gang(
-        slurm_engine: EngineRunner, tmp_path: Path) -> None:
+    slurm_engine: EngineRunner, tmp_path: Path
+) -> None:
     marker = f"trainyard-kill-{os.getpid()}-{time.time_ns()}"
     wid = slurm_engine.submit_spec(_sleeper_spec(tmp_path, "victims", marker))
     _wait_running(slurm_engine, wid)
-    _runner_of(str(slurm_engine.engine.run_dir(wid, "a", 0) / "run.json")).send_signal(signal.SIGKILL)
+    _runner_of(str(slurm_engine.engine.run_dir(wid, "a", 0) / "run.json")).send_signal(
+        signal.SIGKILL
+    )
     assert slurm_engine.wait(wid, 60).status == "FAILED"
     assert slurm_engine.state(wid).tasks["a"].status is Status.FAILED_BACKEND_ERROR
     # The killed runner's command is an orphan that proctrack/linuxproc (the test cluster's
@@ -167,24 +183,46 @@ def test_a_killed_lead_runner_is_a_backend_error_and_ends_the_gang(
 
 
 def test_a_gang_held_in_slurms_queue_reaches_its_queue_timeout(
-        slurm_engine: EngineRunner, slurm_pool: Pool, tmp_path: Path) -> None:
+    slurm_engine: EngineRunner, slurm_pool: Pool, tmp_path: Path
+) -> None:
     env = {**os.environ, "SLURM_CONF": str(slurm_pool.options["slurm_conf"])}
     hold = subprocess.run(
         # all of both nodes' memory (--mem=0): the partition oversubscribes cores, not memory
-        ["sbatch", "--parsable", "--mem=0", "--nodes=2", f"--partition={slurm_pool.options['partition']}",
-         "--job-name=trainyard-test-hold", "--output=/dev/null", "--wrap=sleep 300"],
-        capture_output=True, text=True, env=env, timeout=30, check=True).stdout.strip()
+        [
+            "sbatch",
+            "--parsable",
+            "--mem=0",
+            "--nodes=2",
+            f"--partition={slurm_pool.options['partition']}",
+            "--job-name=trainyard-test-hold",
+            "--output=/dev/null",
+            "--wrap=sleep 300",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
     try:
-        deadline = time.monotonic() + 120  # both nodes taken (once other jobs left) before trainyard asks
+        deadline = (
+            time.monotonic() + 120
+        )  # both nodes taken (once other jobs left) before trainyard asks
         while "RUNNING" not in _squeue(slurm_pool, f"--jobs={hold}", "--format=%T"):
             assert time.monotonic() < deadline, "the holding job never started"
             time.sleep(0.2)
         path = _sleeper_spec(tmp_path, "queued", f"never-{time.time_ns()}")
-        path.write_text(path.read_text().replace("workflow:\n", "workflow:\n  timeout:\n    queue_timeout: 4s\n", 1))
+        path.write_text(
+            path.read_text().replace(
+                "workflow:\n", "workflow:\n  timeout:\n    queue_timeout: 4s\n", 1
+            )
+        )
         wid = slurm_engine.submit_spec(path)
         record = slurm_engine.wait(wid, 60)
         assert record.status == "FAILED_QUEUE_TIMEOUT", slurm_engine.state(wid)
-        assert {t.status for t in slurm_engine.state(wid).tasks.values()} == {Status.FAILED_QUEUE_TIMEOUT}
+        assert {t.status for t in slurm_engine.state(wid).tasks.values()} == {
+            Status.FAILED_QUEUE_TIMEOUT
+        }
         deadline = time.monotonic() + 30  # its pending job is cancelled, not left in the queue
         while "trainyard:queued" in _squeue(slurm_pool, "--format=%j"):
             assert time.monotonic() < deadline, _squeue(slurm_pool, "--format=%j %T")

@@ -21,16 +21,28 @@ EXAMPLE = REPO / "examples" / "torchrun_multinode" / "train.yaml"
 
 
 def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
-    env.update(TRAINYARD_HOME=str(home), SLURM_CONF=str(SLURM_DIR / "slurm.conf"),
-               PATH=f"{TRAINYARD.parent}:{env.get('PATH', '')}", COLUMNS="200")
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+    }
+    env.update(
+        TRAINYARD_HOME=str(home),
+        SLURM_CONF=str(SLURM_DIR / "slurm.conf"),
+        PATH=f"{TRAINYARD.parent}:{env.get('PATH', '')}",
+        COLUMNS="200",
+    )
     return env
 
 
 def _cli(home: Path, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(TRAINYARD), *args], env=_env(home), capture_output=True,
-                          text=True, timeout=timeout_s, check=False, cwd=REPO)
+    return subprocess.run(
+        [str(TRAINYARD), *args],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+        cwd=REPO,
+    )
 
 
 def test_rehearsal_pool_runs_the_torchrun_example_from_the_cli(tmp_path: Path) -> None:
@@ -38,9 +50,14 @@ def test_rehearsal_pool_runs_the_torchrun_example_from_the_cli(tmp_path: Path) -
     if why:
         pytest.skip(why)
     home = tmp_path / "home"
-    started = subprocess.run(["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "start"],
-                             env=_env(home), capture_output=True, text=True, timeout=300,
-                             check=False)
+    started = subprocess.run(
+        ["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "start"],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert started.returncode == 0, started.stderr
     pools = yaml.safe_load((home / "pools.yaml").read_text())["pools"]
     assert set(pools) == {"slurm-local", "slurm-rehearsal"}
@@ -49,11 +66,22 @@ def test_rehearsal_pool_runs_the_torchrun_example_from_the_cli(tmp_path: Path) -
     try:
         refused = _cli(home, "workflow", "submit", str(EXAMPLE), "--pool", "slurm-local")
         assert refused.returncode == 2 and "asks for 2 GPUs" in refused.stderr, refused.stderr
-        ran = _cli(home, "workflow", "submit", str(EXAMPLE), "--pool", "slurm-rehearsal",
-                   "--set", "n_epochs=1", "--wait")
+        ran = _cli(
+            home,
+            "workflow",
+            "submit",
+            str(EXAMPLE),
+            "--pool",
+            "slurm-rehearsal",
+            "--set",
+            "n_epochs=1",
+            "--wait",
+        )
         assert ran.returncode == 0, ran.stdout + ran.stderr
-        assert "training/master RUNNING on ty-node1" in ran.stdout or \
-            "training/master RUNNING on ty-node2" in ran.stdout, ran.stdout
+        assert (
+            "training/master RUNNING on ty-node1" in ran.stdout
+            or "training/master RUNNING on ty-node2" in ran.stdout
+        ), ran.stdout
         workflow_id = ran.stdout.split("Workflow submitted: ")[1].split()[0]
         log = _cli(home, "workflow", "logs", workflow_id, "--task", "master").stdout
         assert "--nproc_per_node 2" in log and "Epoch 1/1 completed" in log, log[-2000:]

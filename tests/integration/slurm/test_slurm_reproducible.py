@@ -40,16 +40,28 @@ pytestmark = [pytest.mark.slow]
 
 
 def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
-    env.update(TRAINYARD_HOME=str(home), SLURM_CONF=str(SLURM_DIR / "slurm.conf"),
-               PATH=f"{TRAINYARD.parent}:{env.get('PATH', '')}", COLUMNS="200")
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+    }
+    env.update(
+        TRAINYARD_HOME=str(home),
+        SLURM_CONF=str(SLURM_DIR / "slurm.conf"),
+        PATH=f"{TRAINYARD.parent}:{env.get('PATH', '')}",
+        COLUMNS="200",
+    )
     return env
 
 
 def _cli(home: Path, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(TRAINYARD), *args], env=_env(home), capture_output=True,
-                          text=True, timeout=timeout_s, check=False, cwd=REPO)
+    return subprocess.run(
+        [str(TRAINYARD), *args],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+        cwd=REPO,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +72,14 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if why:
         pytest.skip(why)
     home = tmp_path_factory.mktemp("reproducible") / "home"
-    started = subprocess.run(["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "start"],
-                             env=_env(home), capture_output=True, text=True, timeout=300,
-                             check=False)
+    started = subprocess.run(
+        ["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "start"],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert started.returncode == 0, started.stderr
     yield home
     _cli(home, "server", "stop", timeout_s=120)
@@ -75,10 +92,27 @@ def _workflow_id(stdout: str) -> str:
 @pytest.fixture(scope="module")
 def runs(home: Path) -> dict[str, str]:
     """Run the three workflows of ``RUNS`` at once, each to COMPLETED; name -> workflow id."""
-    procs = {name: subprocess.Popen(
-        [str(TRAINYARD), "workflow", "submit", str(EXAMPLE), "--pool", pool, "--wait",
-         "--set", *sets], env=_env(home), cwd=REPO, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for name, (pool, sets) in RUNS.items()}
+    procs = {
+        name: subprocess.Popen(
+            [
+                str(TRAINYARD),
+                "workflow",
+                "submit",
+                str(EXAMPLE),
+                "--pool",
+                pool,
+                "--wait",
+                "--set",
+                *sets,
+            ],
+            env=_env(home),
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for name, (pool, sets) in RUNS.items()
+    }
     deadline = time.monotonic() + WAIT_S
     outputs = {}
     try:
@@ -127,14 +161,20 @@ def test_local_pool_and_slurm_train_the_same_model(home: Path, runs: dict[str, s
     assert (record["seed"], record["world_size"], record["deterministic"]) == (0, 2, False)
     data = _diff(home, runs["local"], runs["slurm"])
     assert data["models_identical"] is True, data["models"]
-    assert _differences(data) == {"pool": ("local", SLURM_POOL), "backend": ("local", "slurm"),
-                                  "set.master_port": (29471, 29472)}
+    assert _differences(data) == {
+        "pool": ("local", SLURM_POOL),
+        "backend": ("local", "slurm"),
+        "set.master_port": (29471, 29472),
+    }
     accuracy = [r for r in data["metrics"] if r["name"] == "final_val_accuracy"]
     assert accuracy and all(r["same"] for r in accuracy), accuracy
 
 
 def test_another_batch_size_trains_another_model(home: Path, runs: dict[str, str]) -> None:
-    first, other = _model(_snapshot(home, runs["local"])), _model(_snapshot(home, runs["local_batch_64"]))
+    first, other = (
+        _model(_snapshot(home, runs["local"])),
+        _model(_snapshot(home, runs["local_batch_64"])),
+    )
     assert first.keys() == other.keys()
     assert not all(torch.equal(first[name], other[name]) for name in first)
     data = _diff(home, runs["local"], runs["local_batch_64"])

@@ -31,8 +31,7 @@ workflow:
 @pytest.fixture
 def later_engine(slurm_pool: Pool, runner_home: Path, tmp_path: Path) -> Iterator[EngineRunner]:
     """An engine on a copy of the cluster's pool whose jobs may begin only in an hour."""
-    options = {**slurm_pool.options, "sbatch_args": ["--begin=now+3600"],
-               "status_interval_s": 0.2}
+    options = {**slurm_pool.options, "sbatch_args": ["--begin=now+3600"], "status_interval_s": 0.2}
     pool = slurm_pool.model_copy(update={"name": "slurm-later", "options": options})
     home = tmp_path / "home"
     home.mkdir()
@@ -41,8 +40,9 @@ def later_engine(slurm_pool: Pool, runner_home: Path, tmp_path: Path) -> Iterato
     runner.close()
 
 
-def test_a_pending_jobs_reason_is_its_groups_waiting_reason(later_engine: EngineRunner,
-                                                            tmp_path: Path) -> None:
+def test_a_pending_jobs_reason_is_its_groups_waiting_reason(
+    later_engine: EngineRunner, tmp_path: Path
+) -> None:
     spec = tmp_path / "queued.yaml"
     spec.write_text(SPEC)
     wid = later_engine.submit_spec(spec)

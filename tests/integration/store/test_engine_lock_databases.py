@@ -30,8 +30,9 @@ time.sleep(300)
 
 def _hold(url: str) -> tuple[subprocess.Popen[str], int]:
     """A process holding the engine lock of ``url``, and the pid of a program it started."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, url], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     line = proc.stdout.readline()  # type: ignore[union-attr]
     assert line, proc.stderr.read()  # type: ignore[union-attr]
     return proc, int(line)
@@ -58,7 +59,8 @@ def test_the_lock_is_held_for_life_named_and_freed_by_kill_9(store_url: str) -> 
 
 
 def test_engines_on_two_databases_of_one_server_do_not_block_each_other(
-        postgres_server: str) -> None:
+    postgres_server: str,
+) -> None:
     from pg_support import fresh_database
 
     for first in fresh_database(postgres_server):
@@ -80,19 +82,25 @@ def _end_sessions_of_this_process(admin: str, database: str) -> int:
     engine = create_engine(admin, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
-            return int(conn.execute(text(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = :db AND application_name = :app"),
-                {"db": database, "app": f"trainyard-engine pid {os.getpid()} on "
-                                        f"{socket.gethostname()}"[:63]}).scalar())
+            return int(
+                conn.execute(
+                    text(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE datname = :db AND application_name = :app"
+                    ),
+                    {
+                        "db": database,
+                        "app": f"trainyard-engine pid {os.getpid()} on {socket.gethostname()}"[:63],
+                    },
+                ).scalar()
+            )
     finally:
         engine.dispose()
 
 
 def test_a_lost_postgresql_lock_is_noticed_and_reported(postgres_server: str) -> None:
-    from sqlalchemy.engine import make_url
-
     from pg_support import fresh_database
+    from sqlalchemy.engine import make_url
 
     for url in fresh_database(postgres_server):
         lost = threading.Event()

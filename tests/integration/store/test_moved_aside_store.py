@@ -15,20 +15,20 @@ import pytest
 from trainyard.backends.fake import FakeBackend
 from trainyard.engine.homestore import IDENTITY_FILE, bind_home
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.status import WorkflowStatus
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import WorkflowSpec
+from trainyard.status import WorkflowStatus
 from trainyard.store import Store
 from trainyard.tasktokens import task_token, token_workflow
 
 POOL = Pool(name="local", nodes=[NodeSpec(name="n0", gpu=8)])
-SPEC = WorkflowSpec.model_validate({"name": "train", "tasks": [{"name": "t",
-                                                                 "command": ["true"]}]})
+SPEC = WorkflowSpec.model_validate({"name": "train", "tasks": [{"name": "t", "command": ["true"]}]})
 
 
 def _run(home: Path, url: str, user: str) -> tuple[Engine, str]:
-    engine = Engine(Store(url), home, pools={"local": POOL},
-                    backend_factory=lambda p, h: FakeBackend())
+    engine = Engine(
+        Store(url), home, pools={"local": POOL}, backend_factory=lambda p, h: FakeBackend()
+    )
     wid = engine.submit(Submission(spec=SPEC, spec_text="", user=user, pool=POOL)).id
     assert engine.wait(wid, timeout_s=10).status == WorkflowStatus.COMPLETED
     return engine, wid
@@ -52,7 +52,8 @@ def new_store(request: pytest.FixtureRequest, store_url: str) -> Iterator[str]:
 
 
 def test_an_old_token_and_run_folder_never_reach_the_new_stores_same_id(
-        tmp_path: Path, store_url: str, request: pytest.FixtureRequest) -> None:
+    tmp_path: Path, store_url: str, request: pytest.FixtureRequest
+) -> None:
     home = tmp_path / "home"
     old_engine, old_id = _run(home, store_url, "alice")
     old_token = task_token(home, old_id)
@@ -68,19 +69,22 @@ def test_an_old_token_and_run_folder_never_reach_the_new_stores_same_id(
     assert task_token(home, new_id) != old_token
     assert not (home / "runs" / new_id / "t" / "0" / "output" / "from-alice").exists()
     (aside,) = home.glob("runs.before-*")
-    assert (aside / old_id / "t" / "0" / "output" / "from-alice").read_text() == \
-        "alice's output"  # moved aside, never deleted
+    assert (
+        aside / old_id / "t" / "0" / "output" / "from-alice"
+    ).read_text() == "alice's output"  # moved aside, never deleted
     new_engine.close()
 
-    again = Engine(Store(replacement), home, pools={"local": POOL},
-                   backend_factory=lambda p, h: FakeBackend())  # a plain restart
+    again = Engine(
+        Store(replacement), home, pools={"local": POOL}, backend_factory=lambda p, h: FakeBackend()
+    )  # a plain restart
     assert token_workflow(home, task_token(home, new_id)) == new_id
     assert list(home.glob("runs.before-*")) == [aside]
     again.close()
 
 
 def test_a_restart_on_the_same_store_keeps_tokens_and_run_folders(
-        tmp_path: Path, store_url: str) -> None:
+    tmp_path: Path, store_url: str
+) -> None:
     home = tmp_path / "home"
     engine, wid = _run(home, store_url, "alice")
     token = task_token(home, wid)
@@ -92,12 +96,20 @@ def test_a_restart_on_the_same_store_keeps_tokens_and_run_folders(
 
 @pytest.mark.parametrize("known", [True, False])
 def test_a_home_made_before_the_record_judges_by_its_run_folders(
-        tmp_path: Path, store_url: str, known: bool) -> None:
+    tmp_path: Path, store_url: str, known: bool
+) -> None:
     home = tmp_path / "home"
     store = Store(store_url)
     if known:
-        store.create_workflow(name="train", pool="local", submitted_by="alice", labels={},
-                              spec_text="", source={}, make_state=lambda w: ("PENDING", {}))
+        store.create_workflow(
+            name="train",
+            pool="local",
+            submitted_by="alice",
+            labels={},
+            spec_text="",
+            source={},
+            make_state=lambda w: ("PENDING", {}),
+        )
     (home / "runs" / "train-1").mkdir(parents=True)
     token = task_token(home, "train-1")
     assert not (home / IDENTITY_FILE).exists()

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from sqlalchemy import create_engine, text
-
 from pg_support import fresh_database
+from sqlalchemy import create_engine, text
 
 BIN = Path(sys.executable).parent
 SPEC = r"""workflow:
@@ -42,17 +41,26 @@ SPEC = r"""workflow:
 
 
 def _env(home: Path, url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
-    env.update(TRAINYARD_HOME=str(home), TRAINYARD_DATABASE_URL=url,
-               PATH=f"{BIN}:{env.get('PATH', '')}")
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+    }
+    env.update(
+        TRAINYARD_HOME=str(home), TRAINYARD_DATABASE_URL=url, PATH=f"{BIN}:{env.get('PATH', '')}"
+    )
     return env
 
 
-def _cli(home: Path, url: str, *args: str,
-         timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "trainyard"), *args], env=_env(home, url), text=True,
-                          capture_output=True, timeout=timeout_s, check=False)
+def _cli(
+    home: Path, url: str, *args: str, timeout_s: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "trainyard"), *args],
+        env=_env(home, url),
+        text=True,
+        capture_output=True,
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -74,15 +82,17 @@ def _tables(url: str) -> set[str]:
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
     try:
         with engine.connect() as conn:
-            rows = conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = "
-                                     "'public'")).all()
+            rows = conn.execute(
+                text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            ).all()
             return {r[0] for r in rows}
     finally:
         engine.dispose()
 
 
 def test_a_fresh_database_gets_its_schema_and_a_workflow_completes(
-        home: Path, database: str, tmp_path: Path) -> None:
+    home: Path, database: str, tmp_path: Path
+) -> None:
     assert _tables(database) == set()
     spec = tmp_path / "team.yaml"
     spec.write_text(SPEC)
@@ -105,16 +115,22 @@ def test_a_fresh_database_gets_its_schema_and_a_workflow_completes(
 
 
 def test_a_second_server_on_the_same_database_is_refused_and_names_the_holder(
-        home: Path, database: str, tmp_path: Path) -> None:
+    home: Path, database: str, tmp_path: Path
+) -> None:
     started = _cli(home, database, "server", "start")
     assert started.returncode == 0, started.stderr
     holder = json.loads((home / "server.lock").read_text())["pid"]
     other = tmp_path / "another home"
     other.mkdir()
     began = time.monotonic()
-    second = subprocess.run([sys.executable, "-m", "trainyard.server"],
-                            env=_env(other, database), text=True, capture_output=True,
-                            timeout=120, check=False)
+    second = subprocess.run(
+        [sys.executable, "-m", "trainyard.server"],
+        env=_env(other, database),
+        text=True,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     assert second.returncode == 4, second.stderr
     assert f"pid {holder}" in second.stderr and "advisory lock" in second.stderr
     assert time.monotonic() - began < 60
@@ -126,13 +142,18 @@ def test_a_server_whose_store_lock_is_cut_stops(home: Path, database: str) -> No
     started = _cli(home, database, "server", "start")
     assert started.returncode == 0, started.stderr
     pid = json.loads((home / "server.lock").read_text())["pid"]
-    engine = create_engine(database.replace("postgresql://", "postgresql+psycopg://", 1),
-                           isolation_level="AUTOCOMMIT")
+    engine = create_engine(
+        database.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT"
+    )
     try:
         with engine.connect() as conn:
-            ended = conn.execute(text(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
-                "application_name LIKE :app"), {"app": f"trainyard-engine pid {pid} %"}).scalar()
+            ended = conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                    "application_name LIKE :app"
+                ),
+                {"app": f"trainyard-engine pid {pid} %"},
+            ).scalar()
     finally:
         engine.dispose()
     assert ended == 1

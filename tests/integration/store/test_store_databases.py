@@ -15,22 +15,42 @@ from trainyard.store import Store
 from trainyard.store.lock import with_driver
 
 
-def _create(store: Store, name: str = "train", *, user: str = "alice",
-            labels: dict[str, str] | None = None, pool: str = "local") -> str:
+def _create(
+    store: Store,
+    name: str = "train",
+    *,
+    user: str = "alice",
+    labels: dict[str, str] | None = None,
+    pool: str = "local",
+) -> str:
     record = store.create_workflow(
-        name=name, pool=pool, submitted_by=user, labels=labels or {}, spec_text="spec: é ✓",
-        source={"file": "train.yaml"}, make_state=lambda wid: ("PENDING", {"id": wid, "n": 1}))
+        name=name,
+        pool=pool,
+        submitted_by=user,
+        labels=labels or {},
+        spec_text="spec: é ✓",
+        source={"file": "train.yaml"},
+        make_state=lambda wid: ("PENDING", {"id": wid, "n": 1}),
+    )
     return record.id
 
 
 def test_a_workflow_round_trips_with_its_state_text_and_times(store_url: str) -> None:
     store = Store(store_url)
-    state: dict[str, Any] = {"tasks": [{"name": "t", "exit_code": None, "note": "naïve ✓"}],
-                             "big": list(range(2000)), "float": 0.1 + 0.2}
+    state: dict[str, Any] = {
+        "tasks": [{"name": "t", "exit_code": None, "note": "naïve ✓"}],
+        "big": list(range(2000)),
+        "float": 0.1 + 0.2,
+    }
     record = store.create_workflow(
-        name="train", pool="local", submitted_by="alice", labels={"team": "vision"},
-        spec_text="workflow:\n  name: train  # ünïcode\n", source={"file": "a b.yaml"},
-        make_state=lambda wid: ("PENDING", {**state, "id": wid}))
+        name="train",
+        pool="local",
+        submitted_by="alice",
+        labels={"team": "vision"},
+        spec_text="workflow:\n  name: train  # ünïcode\n",
+        source={"file": "a b.yaml"},
+        make_state=lambda wid: ("PENDING", {**state, "id": wid}),
+    )
     again = Store(store_url).get_workflow(record.id)  # a second engine object: from the db
     assert again == record
     assert again.state == {**state, "id": "train-1"}
@@ -54,8 +74,15 @@ def test_a_refused_state_stores_nothing(store_url: str) -> None:
         raise ValueError("bad spec")
 
     with pytest.raises(ValueError, match="bad spec"):
-        store.create_workflow(name="x", pool="p", submitted_by="u", labels={}, spec_text="",
-                              source={}, make_state=refuse)
+        store.create_workflow(
+            name="x",
+            pool="p",
+            submitted_by="u",
+            labels={},
+            spec_text="",
+            source={},
+            make_state=refuse,
+        )
     assert store.list_workflows() == [] and store.peek_workflow_id("x") == "x-1"
 
 
@@ -64,8 +91,9 @@ def test_filters_pages_and_label_queries_agree(store_url: str) -> None:
     first = _create(store, "train", labels={"team": "vision", "run": "1"})
     second = _create(store, "eval", user="bob", labels={"team": "nlp"}, pool="slurm")
     third = _create(store, "train", labels={"team": "vision", "run": "2"})
-    store.save_states({first: ("COMPLETED", 100.0, {"done": True}),
-                       second: ("FAILED", 200.0, {"done": True})})
+    store.save_states(
+        {first: ("COMPLETED", 100.0, {"done": True}), second: ("FAILED", 200.0, {"done": True})}
+    )
     assert [r.id for r in store.list_workflows(statuses=["PENDING"])] == [third]
     assert [r.id for r in store.list_workflows(name="rai")] == [third, first]
     assert [r.id for r in store.list_workflows(labels={"team": "vision", "run": "1"})] == [first]
@@ -129,18 +157,23 @@ def test_creates_at_once_from_many_connections_never_share_a_number(store_url: s
     for thread in threads:
         thread.join(timeout=120)
     assert errors == []
-    assert sorted(ids, key=lambda i: int(i.rsplit("-", 1)[1])) == [f"race-{n}"
-                                                                   for n in range(1, 33)]
+    assert sorted(ids, key=lambda i: int(i.rsplit("-", 1)[1])) == [
+        f"race-{n}" for n in range(1, 33)
+    ]
     rows, total = stores[0].page_workflows(limit=100, oldest_first=True)
     assert total == 32 and len({r["id"] for r in rows}) == 32
     assert stores[0].get_app("race").version == 32
 
 
 def test_postgresql_urls_without_a_driver_get_psycopg() -> None:
-    assert with_driver("postgresql://u:p%40ss@db:5432/ty") == \
-        "postgresql+psycopg://u:p%40ss@db:5432/ty"
-    assert with_driver("postgres://u@db/ty?sslmode=require") == \
-        "postgresql+psycopg://u@db/ty?sslmode=require"
+    assert (
+        with_driver("postgresql://u:p%40ss@db:5432/ty")
+        == "postgresql+psycopg://u:p%40ss@db:5432/ty"
+    )
+    assert (
+        with_driver("postgres://u@db/ty?sslmode=require")
+        == "postgresql+psycopg://u@db/ty?sslmode=require"
+    )
     assert with_driver("postgresql+psycopg://u@db/ty") == "postgresql+psycopg://u@db/ty"
     assert with_driver("sqlite:////x/y.db") == "sqlite:////x/y.db"
 
@@ -161,8 +194,9 @@ def test_an_unreachable_postgresql_is_a_store_error_without_the_password() -> No
     assert "s3cret" not in str(caught.value)
 
 
-def test_a_store_keeps_its_identity_and_a_new_store_gets_another(store_url: str,
-                                                                  tmp_path: Path) -> None:
+def test_a_store_keeps_its_identity_and_a_new_store_gets_another(
+    store_url: str, tmp_path: Path
+) -> None:
     first = Store(store_url)
     assert len(first.identity) == 32 and Store(store_url).identity == first.identity
     assert Store(f"sqlite:///{tmp_path / 'other.db'}").identity != first.identity
@@ -175,13 +209,17 @@ def test_known_workflow_ids_answers_for_many_at_once(store_url: str) -> None:
     assert store.known_workflow_ids(asked) == made
 
 
-@pytest.mark.parametrize(("name", "spec", "why"), [
-    ("a" * 201, "t", "201 characters long"),
-    ("a\x00b", "t", "NUL"),
-    ("ok", "spec\x00", "NUL"),
-])
+@pytest.mark.parametrize(
+    ("name", "spec", "why"),
+    [
+        ("a" * 201, "t", "201 characters long"),
+        ("a\x00b", "t", "NUL"),
+        ("ok", "spec\x00", "NUL"),
+    ],
+)
 def test_app_texts_one_database_would_not_store_are_refused_alike(
-        store_url: str, name: str, spec: str, why: str) -> None:
+    store_url: str, name: str, spec: str, why: str
+) -> None:
     """PostgreSQL refuses NUL in text and values longer than a String(200) column (a
     StoreError, exit 6, as for a damaged store); SQLite stored them. Both refuse now."""
     store = Store(store_url)

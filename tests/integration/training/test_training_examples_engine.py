@@ -19,9 +19,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from training_integration_support import (EXAMPLES, EngineRun, free_port, kill, metrics, task_processes,
-                                          wait_until)
-from training_integration_support import runner  # noqa: F401 (a fixture)
+from training_integration_support import (
+    EXAMPLES,
+    EngineRun,
+    free_port,
+    kill,
+    metrics,
+    runner,  # noqa: F401 (a fixture)
+    task_processes,
+    wait_until,
+)
 
 from trainyard.data.datasets import DatasetStore
 
@@ -37,7 +44,10 @@ def _statuses(runner: EngineRun, workflow_id: str) -> dict[str, tuple[str, int |
 
 
 def _history(runner: EngineRun, workflow_id: str, task: str) -> list[tuple[int, str, int | None]]:
-    return [(a.retry_id, a.status.value, a.exit_code) for a in runner.state(workflow_id).tasks[task].history]
+    return [
+        (a.retry_id, a.status.value, a.exit_code)
+        for a in runner.state(workflow_id).tasks[task].history
+    ]
 
 
 def _continuing_at(log: str) -> int:
@@ -48,15 +58,27 @@ def _continuing_at(log: str) -> int:
 
 def test_elastic_training_goes_on_when_a_worker_is_killed(runner: EngineRun) -> None:
     epochs = 30
-    wid = runner.submit(ELASTIC, {"n_gpus_per_node": 1, "min_nodes": 1, "max_nodes": 2, "n_epochs": epochs,
-                                  "last_call_timeout_s": 2, "master_port": free_port(),
-                                  "output_dataset": "elastic-test-model"})
+    wid = runner.submit(
+        ELASTIC,
+        {
+            "n_gpus_per_node": 1,
+            "min_nodes": 1,
+            "max_nodes": 2,
+            "n_epochs": epochs,
+            "last_call_timeout_s": 2,
+            "master_port": free_port(),
+            "output_dataset": "elastic-test-model",
+        },
+    )
     runner.start()
 
     # Global rank 0 prints the epoch lines; kill the worker's whole command (shell, torchrun,
     # trainer) once two epochs are done with both nodes, leaving its task runner to report it.
-    wait_until(lambda: any("Epoch 2/" in runner.log(wid, t) for t in ("master", "worker_1")), 120,
-               "epoch 2 of the two-node run")
+    wait_until(
+        lambda: any("Epoch 2/" in runner.log(wid, t) for t in ("master", "worker_1")),
+        120,
+        "epoch 2 of the two-node run",
+    )
     victims = task_processes(wid, "worker_1")
     assert any("torchrun" in " ".join(p.cmdline()) for p in victims), [p.cmdline() for p in victims]
     kill(victims)
@@ -75,12 +97,17 @@ def test_elastic_training_goes_on_when_a_worker_is_killed(runner: EngineRun) -> 
     records = metrics(output)
     starts = [r for r in records if r["event"] == "start"]
     assert starts[-1]["world_size"] == 1 and starts[-1]["first_epoch"] == resumed_at, starts
-    assert any(r["event"] == "failure" and not r["injected"] for r in records), "the master's worker saw the loss"
+    assert any(r["event"] == "failure" and not r["injected"] for r in records), (
+        "the master's worker saw the loss"
+    )
     summary = records[-1]
-    assert summary["event"] == "summary" and summary["nodes"] == 1 and summary["last_epoch"] == epochs, summary
+    assert (
+        summary["event"] == "summary" and summary["nodes"] == 1 and summary["last_epoch"] == epochs
+    ), summary
     assert summary["final_val_accuracy"] > 0.9, summary
-    assert [r["epoch"] for r in records if r["event"] == "epoch"][-(epochs - resumed_at + 1):] == list(
-        range(resumed_at, epochs + 1))
+    assert [r["epoch"] for r in records if r["event"] == "epoch"][
+        -(epochs - resumed_at + 1) :
+    ] == list(range(resumed_at, epochs + 1))
 
     # the lead's output: the final snapshot, stored as a version of the output dataset
     assert torch.load(output / "snapshot.pth", weights_only=True)["epochs_completed"] == epochs
@@ -92,9 +119,17 @@ def test_elastic_training_goes_on_when_a_worker_is_killed(runner: EngineRun) -> 
 def test_reschedule_resumes_from_the_uploaded_snapshot(runner: EngineRun, tmp_path: Path) -> None:
     epochs, fail_at = 6, 4
     upload = runner.home / "storage" / "tester" / "upload"  # below the submitter's data root
-    wid = runner.submit(RESCHEDULE, {"n_gpus_per_node": 1, "n_nodes": 2, "n_epochs": epochs,
-                                     "fail_at_epoch": fail_at, "master_port": free_port(),
-                                     "upload_location": upload.as_uri()})
+    wid = runner.submit(
+        RESCHEDULE,
+        {
+            "n_gpus_per_node": 1,
+            "n_nodes": 2,
+            "n_epochs": epochs,
+            "fail_at_epoch": fail_at,
+            "master_port": free_port(),
+            "upload_location": upload.as_uri(),
+        },
+    )
     # Nothing is at the upload location before the first run: its url input is an empty
     # folder, as OSMO's sample expects.
     assert not upload.exists()
@@ -103,7 +138,10 @@ def test_reschedule_resumes_from_the_uploaded_snapshot(runner: EngineRun, tmp_pa
     statuses = _statuses(runner, wid)
     assert statuses["master"] == ("COMPLETED", 0, 1), statuses
     # the worker ends by itself (0) or is stopped by the lead's end (no exit code of its own)
-    assert statuses["worker_1"][0::2] == ("COMPLETED", 1) and statuses["worker_1"][1] in (0, None), statuses
+    assert statuses["worker_1"][0::2] == ("COMPLETED", 1) and statuses["worker_1"][1] in (
+        0,
+        None,
+    ), statuses
     # retry 0 ended RESCHEDULED: each task exited 3 (RESCHEDULE), or was stopped by the
     # group's reschedule when the other one got there first
     for task in ("master", "worker_1"):
@@ -124,8 +162,14 @@ def test_reschedule_resumes_from_the_uploaded_snapshot(runner: EngineRun, tmp_pa
     output = runner.run_dir(wid, "master", 1) / "output" / "models"
     records = metrics(output)
     start = [r for r in records if r["event"] == "start"][-1]
-    assert start["first_epoch"] == fail_at and start["epochs_completed"] == fail_at - 1 and start["world_size"] == 2
-    assert [r["epoch"] for r in records if r["event"] == "epoch"] == list(range(fail_at, epochs + 1))
+    assert (
+        start["first_epoch"] == fail_at
+        and start["epochs_completed"] == fail_at - 1
+        and start["world_size"] == 2
+    )
+    assert [r["epoch"] for r in records if r["event"] == "epoch"] == list(
+        range(fail_at, epochs + 1)
+    )
     summary = records[-1]
     assert summary["event"] == "summary" and summary["final_val_accuracy"] > 0.9, summary
 

@@ -20,8 +20,14 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from training_integration_support import BIN, EXAMPLES, EngineRun, free_port, metrics
-from training_integration_support import runner  # noqa: F401 (a fixture)
+from training_integration_support import (
+    BIN,
+    EXAMPLES,
+    EngineRun,
+    free_port,
+    metrics,
+    runner,  # noqa: F401 (a fixture)
+)
 
 from trainyard.data.datasets import DatasetStore
 from trainyard.data.transfer import file_digest, plan_uploads, split_digest
@@ -34,9 +40,11 @@ HETEROGENEOUS = EXAMPLES / "heterogeneous" / "train.yaml"
 PYTORCH_DIST = EXAMPLES / "pytorch_dist" / "train.yaml"
 DEMO = REPO / "scripts" / "demo.sh"
 
-EPOCH_LINES = re.compile(r"Epoch (\d+)/(\d+) completed in [\d.]+ seconds\n"
-                         r"Validation Loss: ([\d.]+), Validation Accuracy: ([\d.]+)\n"
-                         r"Epoch Throughput: [\d.]+ images/second\n")
+EPOCH_LINES = re.compile(
+    r"Epoch (\d+)/(\d+) completed in [\d.]+ seconds\n"
+    r"Validation Loss: ([\d.]+), Validation Accuracy: ([\d.]+)\n"
+    r"Epoch Throughput: [\d.]+ images/second\n"
+)
 LOG_PREFIX = re.compile(r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \[[^\]]+\] ?", re.M)
 
 
@@ -60,7 +68,9 @@ def _epochs_in_log(log: str) -> list[tuple[int, int, float]]:
 
 
 def _summary_block(log: str) -> str:
-    found = re.search(r"\n\nTraining Summary:\n(.*?Training completed successfully\.)", _command_output(log), re.S)
+    found = re.search(
+        r"\n\nTraining Summary:\n(.*?Training completed successfully\.)", _command_output(log), re.S
+    )
     assert found, log[-3000:]
     return found.group(1)
 
@@ -84,7 +94,8 @@ def _demo_submission() -> tuple[list[str], Path, dict[str, Any]]:
 
 
 def test_multinode_example_as_the_demo_submits_it_reaches_095_and_stores_the_snapshot(
-        runner: EngineRun, tmp_path: Path) -> None:
+    runner: EngineRun, tmp_path: Path
+) -> None:
     """The spec and --set values of scripts/demo.sh (OSMO's two-node tutorial, 2 nodes x 2
     processes, the default 10 epochs): per-epoch lines and the Training Summary in the lead's
     log, the same figures in metrics.jsonl, and the lead's models folder stored as version 2
@@ -107,17 +118,23 @@ def test_multinode_example_as_the_demo_submits_it_reaches_095_and_stores_the_sna
     statuses = _statuses(runner, wid)
     assert statuses["master"] == ("COMPLETED", 0, 0), statuses
     # the worker ends by itself (0) or is stopped once the lead has ended (no code of its own)
-    assert statuses["worker"][0::2] == ("COMPLETED", 0) and statuses["worker"][1] in (0, None), statuses
+    assert statuses["worker"][0::2] == ("COMPLETED", 0) and statuses["worker"][1] in (0, None), (
+        statuses
+    )
 
     # global rank 0 (on the master) prints each epoch's three lines, as the Slurm seed does
     log = runner.log(wid, "master")
     reported = _epochs_in_log(log)
-    assert [(e, t) for e, t, _ in reported] == [(e, epochs) for e in range(1, epochs + 1)], log[-3000:]
+    assert [(e, t) for e, t, _ in reported] == [(e, epochs) for e in range(1, epochs + 1)], log[
+        -3000:
+    ]
     summary_text = _summary_block(log)
     assert re.search(r"^Total training time: [\d.]+ seconds$", summary_text, re.M), summary_text
     assert re.search(r"^Throughput: [\d.]+ images/second$", summary_text, re.M), summary_text
-    assert ("Number of nodes: 2\nNumber of processes per node: 2\nTotal processes used: 4\n"
-            "Training completed successfully.") in summary_text
+    assert (
+        "Number of nodes: 2\nNumber of processes per node: 2\nTotal processes used: 4\n"
+        "Training completed successfully."
+    ) in summary_text
     assert "Epoch 1/" not in runner.log(wid, "worker"), "only global rank 0 reports"
 
     # the same figures as JSON lines in the lead's {{output}}/models
@@ -125,14 +142,18 @@ def test_multinode_example_as_the_demo_submits_it_reaches_095_and_stores_the_sna
     records = metrics(output)
     start = records[0]
     assert start["event"] == "start" and start["world_size"] == 4 and start["nodes"] == 2, start
-    assert start["backend"] == "gloo" and start["dataset"] == "digits" and start["first_epoch"] == 1, start
+    assert (
+        start["backend"] == "gloo" and start["dataset"] == "digits" and start["first_epoch"] == 1
+    ), start
     assert start["epochs_completed"] == 0 and start["resumed_from"] is None, start
     epoch_records = [r for r in records if r["event"] == "epoch"]
     assert [r["epoch"] for r in epoch_records] == list(range(1, epochs + 1))
     assert [round(r["val_accuracy"], 4) for r in epoch_records] == [a for _, _, a in reported]
     summary = records[-1]
     assert summary["event"] == "summary", records[-3:]
-    assert (summary["nodes"], summary["world_size"], summary["last_epoch"]) == (2, 4, epochs), summary
+    assert (summary["nodes"], summary["world_size"], summary["last_epoch"]) == (2, 4, epochs), (
+        summary
+    )
     assert summary["final_val_accuracy"] >= 0.95, summary
     assert summary["final_val_accuracy"] == epoch_records[-1]["val_accuracy"]
 
@@ -167,9 +188,14 @@ def test_demo_script_submits_the_two_by_two_multinode_spec(tmp_path: Path) -> No
     assert "--wait" in args and "--logs" in args  # live progress and the per-epoch lines
     spec_args = [a for a in args if a not in ("--wait", "--logs")]
 
-    done = subprocess.run([str(BIN / "trainyard"), "workflow", "spec", *spec_args], cwd=REPO,
-                          capture_output=True, text=True, timeout=120,
-                          env={"PATH": f"{BIN}:/usr/bin:/bin", "TRAINYARD_HOME": str(tmp_path / "home")})
+    done = subprocess.run(
+        [str(BIN / "trainyard"), "workflow", "spec", *spec_args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": f"{BIN}:/usr/bin:/bin", "TRAINYARD_HOME": str(tmp_path / "home")},
+    )
     assert done.returncode == 0, done.stderr
     rendered: dict[str, Any] = yaml.safe_load(done.stdout)
     (group,) = rendered["workflow"]["groups"]
@@ -188,19 +214,33 @@ def test_demo_script_submits_the_two_by_two_multinode_spec(tmp_path: Path) -> No
 # ---------------------------------------------------------------- heterogeneous, pytorch_dist
 
 
-def test_heterogeneous_example_trains_a_world_of_three_over_2_and_1_processes(runner: EngineRun) -> None:
+def test_heterogeneous_example_trains_a_world_of_three_over_2_and_1_processes(
+    runner: EngineRun,
+) -> None:
     epochs = 3
-    wid = runner.submit(HETEROGENEOUS, {"n_epochs": epochs, "master_port": free_port(),
-                                        "output_dataset": "heterogeneous-test-model"})
+    wid = runner.submit(
+        HETEROGENEOUS,
+        {
+            "n_epochs": epochs,
+            "master_port": free_port(),
+            "output_dataset": "heterogeneous-test-model",
+        },
+    )
     assert runner.wait(wid) == "COMPLETED", runner.logs(wid)
     statuses = _statuses(runner, wid)
     assert statuses["master"] == ("COMPLETED", 0, 0), statuses
-    assert statuses["worker"][0::2] == ("COMPLETED", 0) and statuses["worker"][1] in (0, None), statuses
+    assert statuses["worker"][0::2] == ("COMPLETED", 0) and statuses["worker"][1] in (0, None), (
+        statuses
+    )
 
     log = runner.log(wid, "master")
-    assert [(e, t) for e, t, _ in _epochs_in_log(log)] == [(e, epochs) for e in range(1, epochs + 1)], log[-3000:]
-    assert ("Number of nodes: 2\nNumber of processes per node: 2, 1\nTotal processes used: 3\n"
-            "Training completed successfully.") in _summary_block(log)
+    assert [(e, t) for e, t, _ in _epochs_in_log(log)] == [
+        (e, epochs) for e in range(1, epochs + 1)
+    ], log[-3000:]
+    assert (
+        "Number of nodes: 2\nNumber of processes per node: 2, 1\nTotal processes used: 3\n"
+        "Training completed successfully."
+    ) in _summary_block(log)
 
     output = runner.run_dir(wid, "master") / "output" / "models"
     records = metrics(output)
@@ -218,22 +258,48 @@ def test_pytorch_dist_example_trains_with_the_launcher_on_two_nodes(runner: Engi
     """No torchrun: each task's launcher starts its processes with RANK = offset + local
     rank; the defaults' 2 nodes x 2 processes (ranks 0-1 on the master, 2-3 on the worker)."""
     epochs = 3
-    wid = runner.submit(PYTORCH_DIST, {"n_epochs": epochs, "master_port": free_port(),
-                                       "output_dataset": "pytorch-dist-test-model"})
+    wid = runner.submit(
+        PYTORCH_DIST,
+        {
+            "n_epochs": epochs,
+            "master_port": free_port(),
+            "output_dataset": "pytorch-dist-test-model",
+        },
+    )
     assert runner.wait(wid) == "COMPLETED", runner.logs(wid)
     statuses = _statuses(runner, wid)
     assert statuses["master"] == ("COMPLETED", 0, 0), statuses
-    assert statuses["worker_1"][0::2] == ("COMPLETED", 0) and statuses["worker_1"][1] in (0, None), statuses
+    assert statuses["worker_1"][0::2] == ("COMPLETED", 0) and statuses["worker_1"][1] in (
+        0,
+        None,
+    ), statuses
 
     log, worker_log = runner.log(wid, "master"), runner.log(wid, "worker_1")
     # the scripts' `set -x` echoes what each task ran
-    assert "python -m trainyard.training.launch --offset 0 --size 2 --world_size 4" in log, log[-3000:]
-    assert "python -m trainyard.training.launch --offset 2 --size 2 --world_size 4" in worker_log, worker_log[-3000:]
+    assert "python -m trainyard.training.launch --offset 0 --size 2 --world_size 4" in log, log[
+        -3000:
+    ]
+    assert "python -m trainyard.training.launch --offset 2 --size 2 --world_size 4" in worker_log, (
+        worker_log[-3000:]
+    )
     assert "torchrun" not in log + worker_log
-    assert [(e, t) for e, t, _ in _epochs_in_log(log)] == [(e, epochs) for e in range(1, epochs + 1)], log[-3000:]
-    assert "Number of nodes: 2\nNumber of processes per node: 2\nTotal processes used: 4\n" in _summary_block(log)
+    assert [(e, t) for e, t, _ in _epochs_in_log(log)] == [
+        (e, epochs) for e in range(1, epochs + 1)
+    ], log[-3000:]
+    assert (
+        "Number of nodes: 2\nNumber of processes per node: 2\nTotal processes used: 4\n"
+        in _summary_block(log)
+    )
     records = metrics(runner.run_dir(wid, "master") / "output" / "models")
     start, summary = records[0], records[-1]
-    assert start["event"] == "start" and start["world_size"] == 4 and start["workers_per_node"] == [2, 2], start
-    assert summary["event"] == "summary" and summary["last_epoch"] == epochs and summary["world_size"] == 4, summary
+    assert (
+        start["event"] == "start"
+        and start["world_size"] == 4
+        and start["workers_per_node"] == [2, 2]
+    ), start
+    assert (
+        summary["event"] == "summary"
+        and summary["last_epoch"] == epochs
+        and summary["world_size"] == 4
+    ), summary
     assert [v.version for v in _store(runner).info("pytorch-dist-test-model").versions] == [1]

@@ -15,8 +15,16 @@ from training_integration_support import wait_until
 
 
 def trainer_argv(tmp_path: Path, epochs: int, *more: str) -> list[str]:
-    return [sys.executable, "-m", "trainyard.training.train", "--total_epochs", str(epochs),
-            "--snapshot_path", str(tmp_path / "snap") + "/", *more]
+    return [
+        sys.executable,
+        "-m",
+        "trainyard.training.train",
+        "--total_epochs",
+        str(epochs),
+        "--snapshot_path",
+        str(tmp_path / "snap") + "/",
+        *more,
+    ]
 
 
 @contextlib.contextmanager
@@ -26,8 +34,11 @@ def training_past_its_first_epoch(tmp_path: Path) -> Iterator[subprocess.Popen[b
     with open(tmp_path / "stdout.txt", "wb") as out, open(tmp_path / "stderr.txt", "wb") as err:
         proc = subprocess.Popen(trainer_argv(tmp_path, 500), stdout=out, stderr=err)
     try:
-        wait_until(lambda: "Epoch 1/500 completed" in (tmp_path / "stdout.txt").read_text(), 120,
-                   "the first epoch")
+        wait_until(
+            lambda: "Epoch 1/500 completed" in (tmp_path / "stdout.txt").read_text(),
+            120,
+            "the first epoch",
+        )
         yield proc
     finally:
         proc.kill()
@@ -38,12 +49,16 @@ def test_sigusr1_prints_every_threads_stack_and_training_goes_on(tmp_path: Path)
     log = tmp_path / "stderr.txt"
     with training_past_its_first_epoch(tmp_path) as proc:
         proc.send_signal(signal.SIGUSR1)
-        text = wait_until(lambda: "Current thread" in log.read_text() and log.read_text(), 30,
-                          "the stack dump")
+        text = wait_until(
+            lambda: "Current thread" in log.read_text() and log.read_text(), 30, "the stack dump"
+        )
         assert 'File "' in text and "train.py" in text, text
         epochs = (tmp_path / "stdout.txt").read_text().count("completed in")
-        wait_until(lambda: (tmp_path / "stdout.txt").read_text().count("completed in") > epochs + 1, 60,
-                   "more epochs after the dump")
+        wait_until(
+            lambda: (tmp_path / "stdout.txt").read_text().count("completed in") > epochs + 1,
+            60,
+            "more epochs after the dump",
+        )
         assert proc.poll() is None, "the trainer stopped after the dump"
 
 
@@ -61,6 +76,7 @@ def test_a_finished_worker_flushes_its_output_and_exits_with_its_code(tmp_path: 
     done = subprocess.run(trainer_argv(tmp_path, 1), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().endswith("Training completed successfully."), done.stdout[-2000:]
-    again = subprocess.run(trainer_argv(tmp_path, 1, "--batch_size", "0"),
-                           capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        trainer_argv(tmp_path, 1, "--batch_size", "0"), capture_output=True, text=True, timeout=300
+    )
     assert again.returncode == 2, again.stderr  # a usage error still ends with its own code

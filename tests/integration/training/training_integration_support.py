@@ -13,11 +13,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping, Sequence
 
 import psutil
 import pytest
@@ -26,9 +25,22 @@ BIN = Path(sys.executable).parent
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 TIMEOUT_S = 180
 
-__all__ = ["BIN", "EXAMPLES", "free_port", "Node", "run_nodes", "torchrun_cmd", "metrics",
-           "task_scripts", "run_task_scripts", "EngineRun", "runner", "task_processes", "kill",
-           "wait_until"]
+__all__ = [
+    "BIN",
+    "EXAMPLES",
+    "free_port",
+    "Node",
+    "run_nodes",
+    "torchrun_cmd",
+    "metrics",
+    "task_scripts",
+    "run_task_scripts",
+    "EngineRun",
+    "runner",
+    "task_processes",
+    "kill",
+    "wait_until",
+]
 
 
 def free_port() -> int:
@@ -53,18 +65,29 @@ class Node:
     output: str
 
 
-def run_nodes(commands: Sequence[Sequence[str]], cwd: Path | None = None,
-              env: Mapping[str, str] | None = None) -> list[Node]:
+def run_nodes(
+    commands: Sequence[Sequence[str]], cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> list[Node]:
     """Start all commands at once (a gang), wait for all. Each node's output goes to a file,
     so a node that nobody reads yet never blocks on a full pipe. On timeout every trainer
     prints its threads' stacks (SIGUSR1, see ``trainyard.training.train``), every process
     group is killed, and the AssertionError carries each node's output tail with the stacks."""
     with tempfile.TemporaryDirectory(prefix="nodes-") as folder:
-        files = [open(Path(folder) / f"node{i}.txt", "w+", encoding="utf-8", errors="replace")  # noqa: SIM115
-                 for i in range(len(commands))]
-        procs = [subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
-                                  env=_env(env), start_new_session=True)
-                 for cmd, out in zip(commands, files, strict=False)]
+        files = [
+            open(Path(folder) / f"node{i}.txt", "w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+            for i in range(len(commands))
+        ]
+        procs = [
+            subprocess.Popen(
+                list(cmd),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=_env(env),
+                start_new_session=True,
+            )
+            for cmd, out in zip(commands, files, strict=False)
+        ]
         try:
             deadline = time.monotonic() + TIMEOUT_S
             hung = not all(_ended_by(p, deadline) for p in procs)
@@ -81,9 +104,13 @@ def run_nodes(commands: Sequence[Sequence[str]], cwd: Path | None = None,
             outputs.append(out.read())
             out.close()
     if hung:
-        tails = "\n".join(f"== node {i} (exit {p.returncode}), last 6000 characters\n{text[-6000:]}"
-                          for i, (p, text) in enumerate(zip(procs, outputs, strict=False)))
-        raise AssertionError(f"the nodes did not finish in {TIMEOUT_S} s; their stacks and output:\n{tails}")
+        tails = "\n".join(
+            f"== node {i} (exit {p.returncode}), last 6000 characters\n{text[-6000:]}"
+            for i, (p, text) in enumerate(zip(procs, outputs, strict=False))
+        )
+        raise AssertionError(
+            f"the nodes did not finish in {TIMEOUT_S} s; their stacks and output:\n{tails}"
+        )
     return [Node(p.returncode, out) for p, out in zip(procs, outputs, strict=False)]
 
 
@@ -113,11 +140,26 @@ def _dump_trainer_stacks(procs: Sequence[subprocess.Popen[bytes]]) -> None:
     time.sleep(2)
 
 
-def torchrun_cmd(node_rank: int, nnodes: int, nproc: int, port: int, train_args: Sequence[str]) -> list[str]:
+def torchrun_cmd(
+    node_rank: int, nnodes: int, nproc: int, port: int, train_args: Sequence[str]
+) -> list[str]:
     """``torchrun`` for one stand-in node of a static rendezvous at 127.0.0.1:port."""
-    return [str(BIN / "torchrun"), "--nnodes", str(nnodes), "--nproc_per_node", str(nproc),
-            "--node_rank", str(node_rank), "--master_addr", "127.0.0.1", "--master_port", str(port),
-            "-m", "trainyard.training.train", *train_args]
+    return [
+        str(BIN / "torchrun"),
+        "--nnodes",
+        str(nnodes),
+        "--nproc_per_node",
+        str(nproc),
+        "--node_rank",
+        str(node_rank),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(port),
+        "-m",
+        "trainyard.training.train",
+        *train_args,
+    ]
 
 
 def metrics(folder: Path) -> list[dict[str, Any]]:
@@ -133,8 +175,12 @@ def task_scripts(spec: Path, set_values: Mapping[str, Any]) -> dict[str, str]:
     return {task.name: task.files[0].contents for task in doc.workflow.all_tasks()}
 
 
-def run_task_scripts(scripts: Mapping[str, str], sandbox: Path, inputs: Mapping[str, Path] | None = None,
-                     workflow_id: str = "wf-test") -> dict[str, Node]:
+def run_task_scripts(
+    scripts: Mapping[str, str],
+    sandbox: Path,
+    inputs: Mapping[str, Path] | None = None,
+    workflow_id: str = "wf-test",
+) -> dict[str, Node]:
     """Run each task's script with bash as a task runner would: tokens resolved
     (``{{host:*}}`` -> 127.0.0.1, ``{{output}}`` and ``/tmp`` private to the task), all tasks
     started together. Returns each task's exit code and output."""
@@ -144,8 +190,11 @@ def run_task_scripts(scripts: Mapping[str, str], sandbox: Path, inputs: Mapping[
     for name, script in scripts.items():
         root = sandbox / name
         (root / "tmp").mkdir(parents=True, exist_ok=True)
-        values = {"output": str(root / "output"), "workflow_id": workflow_id,
-                  **{f"host:{task}": "127.0.0.1" for task in scripts}}
+        values = {
+            "output": str(root / "output"),
+            "workflow_id": workflow_id,
+            **{f"host:{task}": "127.0.0.1" for task in scripts},
+        }
         if inputs and name in inputs:
             values["input:0"] = str(inputs[name])
         text = substitute_tokens(script.replace("/tmp/", f"{root}/tmp/"), values)
@@ -169,14 +218,18 @@ class EngineRun:
 
         self.home = home
         self.pool = default_local_pool()
-        self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={self.pool.name: self.pool})
+        self.engine = Engine(
+            Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={self.pool.name: self.pool}
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.submitted: list[str] = []
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self.engine.run_forever, args=(self._stop,), daemon=True)
+            self._thread = threading.Thread(
+                target=self.engine.run_forever, args=(self._stop,), daemon=True
+            )
             self._thread.start()
 
     def submit(self, path: Path, values: Mapping[str, Any]) -> str:
@@ -185,8 +238,9 @@ class EngineRun:
         from trainyard.engine.reconciler import Submission
 
         doc = spec.load(path, set_values=dict(values), pool=self.pool)
-        record = self.engine.submit(Submission(spec=doc.workflow, spec_text=path.read_text(),
-                                               user="tester", pool=self.pool))
+        record = self.engine.submit(
+            Submission(spec=doc.workflow, spec_text=path.read_text(), user="tester", pool=self.pool)
+        )
         self.submitted.append(record.id)
         return record.id
 
@@ -208,15 +262,20 @@ class EngineRun:
     def logs(self, workflow_id: str) -> str:
         """Every attempt's task log, for assertion messages (the tail matters most)."""
         paths = sorted((self.home / "runs" / workflow_id).glob("*/*/task.log"))
-        return "\n".join(f"== {p.parent.parent.name} retry {p.parent.name}\n{p.read_text(errors='replace')[-4000:]}"
-                         for p in paths)
+        return "\n".join(
+            f"== {p.parent.parent.name} retry {p.parent.name}\n{p.read_text(errors='replace')[-4000:]}"
+            for p in paths
+        )
 
     def close(self) -> None:
         for workflow_id in self.submitted:
             self.engine.cancel(workflow_id)
         deadline = time.monotonic() + 30
-        while self.submitted and time.monotonic() < deadline and any(
-                not self.state(w).status.is_terminal() for w in self.submitted):
+        while (
+            self.submitted
+            and time.monotonic() < deadline
+            and any(not self.state(w).status.is_terminal() for w in self.submitted)
+        ):
             time.sleep(0.2)
         self._stop.set()
         if self._thread is not None:
@@ -233,7 +292,10 @@ def task_processes(workflow_id: str, task: str) -> list[psutil.Process]:
             env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
             continue
-        if env.get("TRAINYARD_WORKFLOW_ID") == workflow_id and env.get("TRAINYARD_TASK_NAME") == task:
+        if (
+            env.get("TRAINYARD_WORKFLOW_ID") == workflow_id
+            and env.get("TRAINYARD_TASK_NAME") == task
+        ):
             found.append(proc)
     return found
 

@@ -18,7 +18,8 @@ DRIVER = "/usr/bin/chromedriver"
 NEEDS_CHROMIUM = pytest.mark.skipif(
     not (Path(CHROMIUM).exists() and Path(DRIVER).exists()),
     reason="needs Debian's chromium and chromium-driver "
-           "(apt-get install chromium chromium-driver; .ci/run does)")
+    "(apt-get install chromium chromium-driver; .ci/run does)",
+)
 
 selenium = pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[dev]')")
 
@@ -27,8 +28,12 @@ from selenium.webdriver.chrome.service import Service as DriverService  # noqa: 
 
 
 @contextlib.contextmanager
-def headless_chromium(tmp_path: Path, *, window: str, page_load_timeout_s: float,
-                      ) -> Iterator[webdriver.Chrome]:
+def headless_chromium(
+    tmp_path: Path,
+    *,
+    window: str,
+    page_load_timeout_s: float,
+) -> Iterator[webdriver.Chrome]:
     """A headless Chromium with a profile of its own under ``tmp_path``, quit on exit.
 
     Args:
@@ -39,10 +44,18 @@ def headless_chromium(tmp_path: Path, *, window: str, page_load_timeout_s: float
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     width, height = window.split("x")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", f"--window-size={width},{height}",
-                 f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--window-size={width},{height}",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=DriverService(DRIVER), options=options)
     driver.set_page_load_timeout(page_load_timeout_s)

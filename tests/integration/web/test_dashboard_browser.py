@@ -15,10 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from web_live_server import SPEC, LiveServer, server  # noqa: F401 - the fixture
-
 from browser_support import NEEDS_CHROMIUM, headless_chromium, screenshot_folder
-
+from web_live_server import SPEC, LiveServer, server  # noqa: F401 - the fixture
 
 pytestmark = [
     NEEDS_CHROMIUM,
@@ -49,13 +47,17 @@ def _text(driver: webdriver.Chrome, css: str) -> str:
 
 def _no_browser_errors(driver: webdriver.Chrome) -> None:
     """No JavaScript error and no CSP violation was logged by the page."""
-    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"
-              and "/login - Failed to load resource" not in e["message"]]  # the wrong token
+    severe = [
+        e
+        for e in driver.get_log("browser")
+        if e["level"] == "SEVERE" and "/login - Failed to load resource" not in e["message"]
+    ]  # the wrong token
     assert not severe, severe
 
 
 def test_login_watch_a_run_follow_its_log_and_see_its_curves(
-        server: LiveServer, browser: webdriver.Chrome, tmp_path: Path) -> None:
+    server: LiveServer, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
     shots = screenshot_folder(tmp_path)
     wait = WebDriverWait(browser, 120, poll_frequency=0.2)
 
@@ -69,8 +71,9 @@ def test_login_watch_a_run_follow_its_log_and_see_its_curves(
     browser.find_element(By.ID, "login").click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "table.list"))
 
-    answer = server.api("POST", "/api/workflow", json={"spec_text": SPEC,
-                                                         "labels": {"demo": "browser"}})
+    answer = server.api(
+        "POST", "/api/workflow", json={"spec_text": SPEC, "labels": {"demo": "browser"}}
+    )
     assert answer.status_code == 200, answer.text
     wid = answer.json()["id"]
 
@@ -78,16 +81,16 @@ def test_login_watch_a_run_follow_its_log_and_see_its_curves(
     browser.get(f"{server.url}/workflows/{wid}/logs?task=fit")
     wait.until(lambda d: "epoch 1 loss" in _text(d, "#log"))
     assert _text(browser, "#log-state") == "following"
-    assert server.api("GET", f"/api/workflow/{wid}").json()["status"] in (
-        "RUNNING", "INITIALIZING")
+    assert server.api("GET", f"/api/workflow/{wid}").json()["status"] in ("RUNNING", "INITIALIZING")
     assert browser.find_elements(By.CSS_SELECTOR, "#log b") == []  # task text stays text
     assert "starting <b>not bold</b>" in _text(browser, "#log")
     wait.until(lambda d: _text(d, "#log-state") == "ended")
     assert "done" in _text(browser, "#log")
     browser.find_element(By.ID, "log-search").send_keys("epoch 3")
     wait.until(lambda d: _text(d, "#log-count").startswith("1 of "))
-    visible = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#log .line")
-               if e.is_displayed()]
+    visible = [
+        e.text for e in browser.find_elements(By.CSS_SELECTOR, "#log .line") if e.is_displayed()
+    ]
     assert len(visible) == 1 and "epoch 3 loss 0.667" in visible[0]
     browser.save_screenshot(str(shots / "logs.png"))
 
@@ -153,13 +156,20 @@ DEMO = Path(__file__).resolve().parents[3] / "examples" / "torchrun_multinode" /
 
 @pytest.mark.slow
 def test_the_demo_trainer_run_shows_its_curves_and_logs(
-        server: LiveServer, browser: webdriver.Chrome, tmp_path: Path) -> None:
+    server: LiveServer, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
     """OSMO's two-node torchrun demo (one process per node, 2 epochs): the trainer's own
     metrics.jsonl gives the loss, accuracy and images/s curves."""
     pytest.importorskip("torch", reason="the demo trains with torch (pip install -e '.[train]')")
-    answer = server.api("POST", "/api/workflow", json={
-        "spec_text": DEMO.read_text(), "spec_name": str(DEMO),
-        "set": ["n_gpus_per_node=1", "n_epochs=2"]})
+    answer = server.api(
+        "POST",
+        "/api/workflow",
+        json={
+            "spec_text": DEMO.read_text(),
+            "spec_name": str(DEMO),
+            "set": ["n_gpus_per_node=1", "n_epochs=2"],
+        },
+    )
     assert answer.status_code == 200, answer.text
     wid = answer.json()["id"]
     wait = WebDriverWait(browser, 300, poll_frequency=0.5)

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_support import NEEDS_CHROMIUM, headless_chromium, screenshot_folder
 from web_live_server import LiveServer, server  # noqa: F401 - the fixture
 
-from browser_support import NEEDS_CHROMIUM, headless_chromium, screenshot_folder
 from trainyard.pools import real_gpu_count
 
 pytestmark = [NEEDS_CHROMIUM, pytest.mark.timeout(420)]
@@ -108,16 +108,22 @@ def _submit(server: LiveServer, spec: str, **body: Any) -> str:
 
 
 def _charts(browser: webdriver.Chrome, section: str) -> dict[str, WebElement]:
-    return {f.find_element(By.TAG_NAME, "figcaption").text: f
-            for f in browser.find_elements(By.CSS_SELECTOR, f"{section} figure.chart")}
+    return {
+        f.find_element(By.TAG_NAME, "figcaption").text: f
+        for f in browser.find_elements(By.CSS_SELECTOR, f"{section} figure.chart")
+    }
 
 
 def _curve_charts(browser: webdriver.Chrome) -> dict[str, WebElement]:
     return _charts(browser, ".curves")
 
 
-def _hovered(browser: webdriver.Chrome, over: str, read: list[str], section: str = ".curves",
-             ) -> dict[str, tuple[str, str]] | None:
+def _hovered(
+    browser: webdriver.Chrome,
+    over: str,
+    read: list[str],
+    section: str = ".curves",
+) -> dict[str, tuple[str, str]] | None:
     """The mouse over chart ``over`` near its right end, then the (x, first run's y) legend
     values of the charts ``read``; None while one shows no value yet (a refresh redrew it).
     In one step, for ``WebDriverWait.until``."""
@@ -137,15 +143,21 @@ def _hovered(browser: webdriver.Chrome, over: str, read: list[str], section: str
 def _legend(chart: WebElement) -> list[tuple[str, str]]:
     """(label, value) of each legend row of a chart: the x series first."""
     rows = chart.find_elements(By.CSS_SELECTOR, ".u-legend .u-series")
-    return [(r.find_element(By.CSS_SELECTOR, ".u-label").text,
-             r.find_element(By.CSS_SELECTOR, ".u-value").text) for r in rows]
+    return [
+        (
+            r.find_element(By.CSS_SELECTOR, ".u-label").text,
+            r.find_element(By.CSS_SELECTOR, ".u-value").text,
+        )
+        for r in rows
+    ]
 
 
 def _hover_right_end(browser: webdriver.Chrome, chart: WebElement) -> None:
     """The mouse over the chart's plot, near its right edge (the last points)."""
     over = chart.find_element(By.CSS_SELECTOR, ".u-over")
     ActionChains(browser).move_to_element_with_offset(
-        over, over.size["width"] // 2 - 2, 0).perform()
+        over, over.size["width"] // 2 - 2, 0
+    ).perform()
 
 
 def _no_other_time_format(text: str) -> None:
@@ -157,23 +169,29 @@ def _no_other_time_format(text: str) -> None:
 
 
 def test_charts_follow_the_data_and_times_have_one_format(
-        server: LiveServer, browser: webdriver.Chrome, tmp_path: Path) -> None:
+    server: LiveServer, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
     shots = screenshot_folder(tmp_path)
     wid = _submit(server, STEPS)
     _log_in(server, browser)
-    wait = WebDriverWait(browser, 120, poll_frequency=0.2,
-                         ignored_exceptions=(StaleElementReferenceException,))
+    wait = WebDriverWait(
+        browser, 120, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)
+    )
     browser.get(f"{server.url}/workflows/{wid}")
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".curves figure.chart canvas")) >= 3)
 
     # Defaults: loss, accuracy, throughput; the constant `images` and `lr` are offered only.
     assert set(_curve_charts(browser)) == {"loss", "accuracy", "throughput_images_per_s"}
-    offered = {e.get_attribute("value"): e for e in
-               browser.find_elements(By.CSS_SELECTOR, "#chart-picker input[name=metric]")}
+    offered = {
+        e.get_attribute("value"): e
+        for e in browser.find_elements(By.CSS_SELECTOR, "#chart-picker input[name=metric]")
+    }
     assert {"loss", "accuracy", "throughput_images_per_s", "lr", "images"} <= set(offered)
     assert not offered["images"].is_selected() and not offered["lr"].is_selected()
-    assert "constant" in browser.find_element(
-        By.CSS_SELECTOR, "#chart-picker label[data-metric=images]").text
+    assert (
+        "constant"
+        in browser.find_element(By.CSS_SELECTOR, "#chart-picker label[data-metric=images]").text
+    )
 
     # The x axis is the data's: `step`.
     for chart in _curve_charts(browser).values():
@@ -186,16 +204,19 @@ def test_charts_follow_the_data_and_times_have_one_format(
     assert float(loss_raw) == pytest.approx(4.0 / (int(loss_x) / 10), rel=0.01)
 
     # Smoothing (EMA): the same point now reads above the raw value (loss falls).
-    browser.execute_script("const s = document.getElementById('chart-smooth'); s.value = '0.9';"
-                           "s.dispatchEvent(new Event('input', {bubbles: true}));")
+    browser.execute_script(
+        "const s = document.getElementById('chart-smooth'); s.value = '0.9';"
+        "s.dispatchEvent(new Event('input', {bubbles: true}));"
+    )
     wait.until(lambda d: d.find_element(By.ID, "chart-smooth-value").text == "0.90")
     smoothed = wait.until(lambda d: _hovered(d, "loss", ["loss"]))["loss"]
     assert smoothed[0] == loss_x and float(smoothed[1]) > float(loss_raw) * 1.5
 
     # Log scale, and the picker: `lr` added, `accuracy` taken away; kept across refreshes.
     browser.find_element(By.ID, "chart-log").click()
-    wait.until(lambda d: all(f.get_attribute("data-scale") == "log"
-                             for f in _curve_charts(d).values()))
+    wait.until(
+        lambda d: all(f.get_attribute("data-scale") == "log" for f in _curve_charts(d).values())
+    )
     browser.find_element(By.CSS_SELECTOR, "#chart-picker input[value=lr]").click()
     browser.find_element(By.CSS_SELECTOR, "#chart-picker input[value=accuracy]").click()
     wait.until(lambda d: set(_curve_charts(d)) == {"loss", "lr", "throughput_images_per_s"})
@@ -215,15 +236,20 @@ def test_charts_follow_the_data_and_times_have_one_format(
     browser.save_screenshot(str(shots / "charts-time.png"))
 
     # Utilisation charts have a time axis: the legend shows the one time format.
-    hovered = wait.until(lambda d: _hovered(d, "CPU % (100 = one core)", ["CPU % (100 = one core)"],
-                                            section=".usage"))
+    hovered = wait.until(
+        lambda d: _hovered(
+            d, "CPU % (100 = one core)", ["CPU % (100 = one core)"], section=".usage"
+        )
+    )
     assert TIME.fullmatch(hovered["CPU % (100 = one core)"][0]), hovered
     cpu = _charts(browser, ".usage")["CPU % (100 = one core)"]
     assert _legend(cpu)[0][0] == "time (UTC)"
 
     # Elapsed time while it runs, and the page's times in one format.
-    assert browser.find_element(By.XPATH, "//dt[following-sibling::dd[1][@id='wf-ran']]"
-                                ).text == "Running for"
+    assert (
+        browser.find_element(By.XPATH, "//dt[following-sibling::dd[1][@id='wf-ran']]").text
+        == "Running for"
+    )
     first = browser.find_element(By.ID, "wf-ran").text
     assert ELAPSED.fullmatch(first), first
     wait.until(lambda d: d.find_element(By.ID, "wf-ran").text != first)
@@ -239,32 +265,44 @@ def test_charts_follow_the_data_and_times_have_one_format(
     assert ELAPSED.fullmatch(cells[heads.index("Queued")].text)
     ran = cells[heads.index("Ran")].text
     assert ELAPSED.fullmatch(ran), ran
-    wait.until(lambda d: d.find_element(By.XPATH, f"//tr[td/a[text()='{wid}']]").find_elements(
-        By.TAG_NAME, "td")[heads.index("Ran")].text != ran)
+    wait.until(
+        lambda d: (
+            d.find_element(By.XPATH, f"//tr[td/a[text()='{wid}']]")
+            .find_elements(By.TAG_NAME, "td")[heads.index("Ran")]
+            .text
+            != ran
+        )
+    )
     _no_other_time_format(browser.find_element(By.TAG_NAME, "main").text)
     browser.save_screenshot(str(shots / "workflows.png"))
 
     # The log: each line starts with the same format.
     browser.get(f"{server.url}/workflows/{wid}/logs?task=fit")
     wait.until(lambda d: "metrics written" in d.find_element(By.ID, "log").text)
-    line = next(e.text for e in browser.find_elements(By.CSS_SELECTOR, "#log .line")
-                if "metrics written" in e.text)
+    line = next(
+        e.text
+        for e in browser.find_elements(By.CSS_SELECTOR, "#log .line")
+        if "metrics written" in e.text
+    )
     assert TIME.match(line) and line[19:20] == " ", line
     _no_other_time_format(browser.find_element(By.TAG_NAME, "main").text)
     browser.save_screenshot(str(shots / "logs.png"))
 
 
 def test_compare_shows_how_the_runs_settings_differ(
-        server: LiveServer, browser: webdriver.Chrome, tmp_path: Path) -> None:
+    server: LiveServer, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
     first = _submit(server, TUNED, labels={"team": "vision"})
     second = _submit(server, TUNED, set=["lr=0.2"], labels={"team": "vision", "try": "2"})
     third = _submit(server, TUNED, set=["lr=0.4", "batch=128"], labels={"team": "speech"})
     for wid in (first, second, third):
         WebDriverWait(server, 120, poll_frequency=0.5).until(
-            lambda s, w=wid: s.api("GET", f"/api/workflow/{w}").json()["status"] == "COMPLETED")
+            lambda s, w=wid: s.api("GET", f"/api/workflow/{w}").json()["status"] == "COMPLETED"
+        )
     _log_in(server, browser)
-    wait = WebDriverWait(browser, 60, poll_frequency=0.2,
-                         ignored_exceptions=(StaleElementReferenceException,))
+    wait = WebDriverWait(
+        browser, 60, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)
+    )
 
     # Two runs: the same differing settings as `trainyard workflow diff A B`.
     browser.get(f"{server.url}/compare?id={first}&id={second}")
@@ -273,8 +311,10 @@ def test_compare_shows_how_the_runs_settings_differ(
     assert rows["set.lr"] == ["0.1", "0.2"]
     assert rows["label.try"] == ["-", "2"]
     assert "label.team" not in rows and "set.batch" not in rows
-    expected = {d["field"] for d in server.api(
-        "GET", f"/api/workflow/{first}/diff/{second}").json()["differences"]}
+    expected = {
+        d["field"]
+        for d in server.api("GET", f"/api/workflow/{first}/diff/{second}").json()["differences"]
+    }
     assert set(rows) - {"pool / backend"} == expected
 
     # Three runs: one column per run; curves by step.
@@ -297,8 +337,11 @@ def test_compare_shows_how_the_runs_settings_differ(
     browser.get(server.url + "/pools")
     wait.until(lambda d: d.find_elements(By.ID, "resources"))
     assert "None" not in browser.find_element(By.TAG_NAME, "main").text
-    local = [r for r in browser.find_elements(By.CSS_SELECTOR, "#resources tbody tr")
-             if r.find_element(By.TAG_NAME, "td").text == "local"]
+    local = [
+        r
+        for r in browser.find_elements(By.CSS_SELECTOR, "#resources tbody tr")
+        if r.find_element(By.TAG_NAME, "td").text == "local"
+    ]
     assert local
     for row in local:
         gpu = row.find_element(By.CSS_SELECTOR, "td.gpu").text

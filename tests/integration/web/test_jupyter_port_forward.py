@@ -29,9 +29,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from web_live_server import LiveServer, server  # noqa: F401 - the fixture
-
 from browser_support import NEEDS_CHROMIUM, headless_chromium, screenshot_folder
+from web_live_server import LiveServer, server  # noqa: F401 - the fixture
 
 TRAINYARD = Path(sys.executable).parent / "trainyard"
 JUPYTER = Path(sys.executable).parent / "jupyter"
@@ -40,12 +39,16 @@ TASK_PORT = 6060  # the cookbook's
 
 pytestmark = [
     NEEDS_CHROMIUM,
-    pytest.mark.skipif(shutil.which("bwrap") is None,
-                       reason="needs bubblewrap, the local backend's sandbox (apt-get install "
-                              "bubblewrap; .ci/run does)"),
-    pytest.mark.skipif(not JUPYTER.exists(),
-                       reason="needs JupyterLab in trainyard's environment, where a local "
-                              "task finds it (pip install -e '.[dev]')"),
+    pytest.mark.skipif(
+        shutil.which("bwrap") is None,
+        reason="needs bubblewrap, the local backend's sandbox (apt-get install "
+        "bubblewrap; .ci/run does)",
+    ),
+    pytest.mark.skipif(
+        not JUPYTER.exists(),
+        reason="needs JupyterLab in trainyard's environment, where a local "
+        "task finds it (pip install -e '.[dev]')",
+    ),
     pytest.mark.timeout(540),
 ]
 
@@ -63,8 +66,9 @@ def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
 
 
 def _cli_env(live: LiveServer) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+    }
     env.update(TRAINYARD_HOME=str(live.home), COLUMNS="200")
     return env
 
@@ -84,13 +88,25 @@ def _jupyter_token(live: LiveServer, wid: str, timeout_s: float = 240) -> str:
     """The token JupyterLab printed in the task's log (it is up once it printed it)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        logs = subprocess.run([str(TRAINYARD), "workflow", "logs", wid, "--no-follow"],
-                              env=_cli_env(live), capture_output=True, text=True, timeout=120)
+        logs = subprocess.run(
+            [str(TRAINYARD), "workflow", "logs", wid, "--no-follow"],
+            env=_cli_env(live),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if found := re.search(r"/lab\?token=([0-9a-f]+)", logs.stdout):
             return found.group(1)
-        assert _task_status(live, wid) in ("PENDING", "WAITING", "SCHEDULING", "INITIALIZING",
-                                           "RUNNING"), logs.stdout[-3000:]
-        assert time.monotonic() < deadline, f"JupyterLab never printed its URL:\n{logs.stdout[-3000:]}"
+        assert _task_status(live, wid) in (
+            "PENDING",
+            "WAITING",
+            "SCHEDULING",
+            "INITIALIZING",
+            "RUNNING",
+        ), logs.stdout[-3000:]
+        assert time.monotonic() < deadline, (
+            f"JupyterLab never printed its URL:\n{logs.stdout[-3000:]}"
+        )
         time.sleep(1)
 
 
@@ -112,28 +128,42 @@ def _run_a_cell(browser: webdriver.Chrome, wait: WebDriverWait) -> None:
     """A new notebook from the launcher, one cell run: its kernel (ipykernel) runs in the
     task's sandbox, and JupyterLab talks to it over the task's own loopback. Each step waits
     for what the page shows (the kernel idle, the text typed) before the next."""
-    card = wait.until(lambda d: d.find_elements(
-        By.CSS_SELECTOR, '.jp-LauncherCard[data-category="Notebook"]'),
-        message="no Notebook card in the launcher")
+    card = wait.until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, '.jp-LauncherCard[data-category="Notebook"]'),
+        message="no Notebook card in the launcher",
+    )
     card[0].click()
-    wait.until(lambda d: d.find_elements(
-        By.CSS_SELECTOR, '.jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status="idle"]'),
-        message="the notebook's kernel never became idle")
-    editor = wait.until(lambda d: d.find_elements(
-        By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell .cm-content"), message="no cell editor")[0]
+    wait.until(
+        lambda d: d.find_elements(
+            By.CSS_SELECTOR, '.jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status="idle"]'
+        ),
+        message="the notebook's kernel never became idle",
+    )
+    editor = wait.until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell .cm-content"),
+        message="no cell editor",
+    )[0]
     editor.click()
     ActionChains(browser).send_keys(CELL).perform()
     wait.until(lambda d: "gethostname()" in editor.text, message="the cell's text was not typed")
     ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
-    outputs = wait.until(lambda d: [e.text for e in d.find_elements(
-        By.CSS_SELECTOR, ".jp-OutputArea-output") if e.text.strip()], message="the cell gave no output")
+    outputs = wait.until(
+        lambda d: [
+            e.text
+            for e in d.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output")
+            if e.text.strip()
+        ],
+        message="the cell gave no output",
+    )
     assert outputs[0].strip() == "42 notebook", outputs  # the task's host name: its kernel
 
 
 def test_jupyter_cookbook_page_through_port_forward(
-        server: LiveServer, browser: webdriver.Chrome, tmp_path: Path) -> None:  # noqa: F811
-    answer = server.api("POST", "/api/workflow", json={"spec_text": SPEC.read_text(),
-                                                       "spec_name": str(SPEC)})
+    server: LiveServer, browser: webdriver.Chrome, tmp_path: Path
+) -> None:  # noqa: F811
+    answer = server.api(
+        "POST", "/api/workflow", json={"spec_text": SPEC.read_text(), "spec_name": str(SPEC)}
+    )
     assert answer.status_code == 200, answer.text
     wid = answer.json()["id"]
     token = _jupyter_token(server, wid)
@@ -141,8 +171,19 @@ def test_jupyter_cookbook_page_through_port_forward(
 
     local = _free_port()
     forward = subprocess.Popen(
-        [str(TRAINYARD), "workflow", "port-forward", wid, "notebook", "--port",
-         f"{local}:{TASK_PORT}"], env=_cli_env(server), stderr=subprocess.PIPE, text=True)
+        [
+            str(TRAINYARD),
+            "workflow",
+            "port-forward",
+            wid,
+            "notebook",
+            "--port",
+            f"{local}:{TASK_PORT}",
+        ],
+        env=_cli_env(server),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://127.0.0.1:{local}"
     try:
         # Without the token: JupyterLab's own login page, through the forward.
@@ -150,15 +191,17 @@ def test_jupyter_cookbook_page_through_port_forward(
         assert first.status_code == 200 and "/login" in str(first.url), first.url
         shots = screenshot_folder(tmp_path)
         browser.get(base + "/")
-        WebDriverWait(browser, 120).until(lambda d: d.find_elements(By.ID, "password_input"),
-                                          message="no JupyterLab login page")
+        WebDriverWait(browser, 120).until(
+            lambda d: d.find_elements(By.ID, "password_input"), message="no JupyterLab login page"
+        )
         browser.save_screenshot(str(shots / "jupyter-login.png"))
 
         # With it: the JupyterLab application, its launcher drawn by its JavaScript.
         browser.get(f"{base}/lab?token={token}")
         WebDriverWait(browser, 240, poll_frequency=0.5).until(
             lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-Launcher"),
-            message="JupyterLab's launcher was never drawn")
+            message="JupyterLab's launcher was never drawn",
+        )
         assert browser.title.endswith("JupyterLab"), browser.title
         assert browser.find_elements(By.CSS_SELECTOR, "#jp-main-dock-panel")
         try:

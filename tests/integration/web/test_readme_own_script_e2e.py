@@ -20,13 +20,28 @@ TRAINYARD = Path(sys.executable).parent / "trainyard"
 
 def test_the_readme_own_script_example_runs_as_printed(server: LiveServer) -> None:
     pytest.importorskip("torch", reason="the example trains with torch (make demo installs it)")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+    }
     env.update(TRAINYARD_HOME=str(server.home), NO_COLOR="1")
     got = subprocess.run(
-        [str(TRAINYARD), "workflow", "submit", "examples/own_script/spec.yaml", "--set",
-         "steps=100", "--wait", "--logs"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=280, check=False)
+        [
+            str(TRAINYARD),
+            "workflow",
+            "submit",
+            "examples/own_script/spec.yaml",
+            "--set",
+            "steps=100",
+            "--wait",
+            "--logs",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
     assert got.returncode == 0, got.stdout + got.stderr
     assert "step 100 loss" in got.stdout and "step 150" not in got.stdout
     model = server.home / "runs" / "my-training-1" / "train" / "0" / "output" / "model" / "model.pt"

@@ -17,9 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
-from web_live_server import LiveServer, server  # noqa: F401 - the fixture
-
 from browser_support import NEEDS_CHROMIUM, headless_chromium, screenshot_folder
+from web_live_server import LiveServer, server  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -64,11 +63,18 @@ workflow:
 
 
 def _cli(live: LiveServer, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+    }
     env.update(TRAINYARD_HOME=str(live.home), NO_COLOR="1", COLUMNS="200")
-    return subprocess.run([str(TRAINYARD), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout_s, check=False)
+    return subprocess.run(
+        [str(TRAINYARD), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 def _submit(live: LiveServer, spec: str) -> str:
@@ -98,14 +104,16 @@ def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
 
 
 def test_a_failed_workflow_says_which_task_its_exit_code_why_and_its_last_lines(
-        server: LiveServer, tmp_path: Path) -> None:
+    server: LiveServer, tmp_path: Path
+) -> None:
     spec = tmp_path / "oops.yaml"
     spec.write_text(FAILING)
     waited = _cli(server, "workflow", "submit", str(spec), "--wait")
     assert waited.returncode == 1, waited.stderr
     workflow_id = re.search(r"Workflow submitted: (\S+)", waited.stdout).group(1)
-    assert "Task prepare retry 0 FAILED (exit code 3): the command exited with code 3" \
-        in waited.stdout
+    assert (
+        "Task prepare retry 0 FAILED (exit code 3): the command exited with code 3" in waited.stdout
+    )
     assert "| oops: data missing" in waited.stdout
     assert "| filler 12" in waited.stdout and "| filler 2\n" not in waited.stdout  # bounded
 
@@ -117,8 +125,10 @@ def test_a_failed_workflow_says_which_task_its_exit_code_why_and_its_last_lines(
 
     shown = _cli(server, "workflow", "query", workflow_id)
     assert shown.returncode == 0, shown.stderr
-    assert "Failed: task prepare retry 0 FAILED (exit code 3): the command exited with code 3" \
+    assert (
+        "Failed: task prepare retry 0 FAILED (exit code 3): the command exited with code 3"
         in shown.stdout
+    )
     assert "| oops: data missing" in shown.stdout
 
 
@@ -130,20 +140,27 @@ def _log_in(live: LiveServer, browser: webdriver.Chrome, page: str) -> None:
 
 @NEEDS_CHROMIUM
 def test_a_waiting_group_says_what_it_needs_what_is_free_and_what_it_waits_behind(
-        server: LiveServer, browser: webdriver.Chrome, tmp_path: Path) -> None:
+    server: LiveServer, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
     hog = _submit(server, HOG)
     _wait(server, hog, lambda d: d["status"] == "RUNNING")
     first = _submit(server, WANTS_4.format(name="queued"))
     mine = _submit(server, WANTS_4.format(name="mine"))
-    data = _wait(server, mine, lambda d: d["waiting"] and
-                 d["waiting"][0]["reason"] != "waiting for the scheduler", timeout_s=30)
+    data = _wait(
+        server,
+        mine,
+        lambda d: d["waiting"] and d["waiting"][0]["reason"] != "waiting for the scheduler",
+        timeout_s=30,
+    )
     assert data["status"] == "PENDING"
     assert data["waiting"][0]["reason"] == (
-        f"needs 4 GPUs on pool local: 0 of 32 free; held by {hog}; behind {first} "
-        "(2nd in queue)")
+        f"needs 4 GPUs on pool local: 0 of 32 free; held by {hog}; behind {first} (2nd in queue)"
+    )
     shown = _cli(server, "workflow", "query", mine)
-    assert f"Waiting: group train SCHEDULING: needs 4 GPUs on pool local: 0 of 32 free; " \
-           f"held by {hog}" in shown.stdout
+    assert (
+        f"Waiting: group train SCHEDULING: needs 4 GPUs on pool local: 0 of 32 free; "
+        f"held by {hog}" in shown.stdout
+    )
     _log_in(server, browser, f"/workflows/{mine}")
     WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.ID, "wf-waiting"))
     box = browser.find_element(By.ID, "wf-waiting")
@@ -157,7 +174,8 @@ def test_a_waiting_group_says_what_it_needs_what_is_free_and_what_it_waits_behin
 
 @NEEDS_CHROMIUM
 def test_the_dashboard_command_logs_a_browser_in_and_the_page_says_why_it_failed(
-        server: LiveServer, browser: webdriver.Chrome, tmp_path: Path) -> None:
+    server: LiveServer, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
     workflow_id = _submit(server, FAILING)
     _wait(server, workflow_id, lambda d: d["status"] == "FAILED")
     got = _cli(server, "dashboard", workflow_id, "--no-open")
@@ -170,16 +188,16 @@ def test_the_dashboard_command_logs_a_browser_in_and_the_page_says_why_it_failed
     assert f"/workflows/{workflow_id}" in browser.current_url
     assert browser.find_element(By.ID, "wf-failure-task").text == "prepare"
     assert browser.find_element(By.ID, "wf-failure-exit").text == "3"
-    assert browser.find_element(By.ID, "wf-failure-reason").text == \
-        "the command exited with code 3"
+    assert browser.find_element(By.ID, "wf-failure-reason").text == "the command exited with code 3"
     assert browser.find_element(By.ID, "wf-failure-tail").text.endswith("oops: data missing")
     browser.save_screenshot(str(screenshot_folder(tmp_path) / "why-failed.png"))
     # The box is at the top: above the groups and the timeline.
     top = browser.find_element(By.ID, "wf-failure").location["y"]
     assert top < browser.find_element(By.CSS_SELECTOR, "svg.dag").location["y"]
     # One time format (UTC, seconds), queue and run time apart.
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC",
-                        browser.find_element(By.ID, "wf-submitted").text)
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", browser.find_element(By.ID, "wf-submitted").text
+    )
     assert re.fullmatch(r"\d+s", browser.find_element(By.ID, "wf-queued").text)
     assert re.fullmatch(r"\d+s", browser.find_element(By.ID, "wf-ran").text)
     # The pools page: no Python None, the local pool's capacity marked virtual.
@@ -198,8 +216,12 @@ def test_the_dashboard_command_logs_a_browser_in_and_the_page_says_why_it_failed
 def test_a_login_link_needs_a_bearer_token(server: LiveServer) -> None:
     got = httpx.post(server.url + "/api/login-link", timeout=30)
     assert got.status_code == 401
-    assert httpx.get(server.url + "/login/once?code=made-up", timeout=30,
-                     follow_redirects=False).status_code == 401
+    assert (
+        httpx.get(
+            server.url + "/login/once?code=made-up", timeout=30, follow_redirects=False
+        ).status_code
+        == 401
+    )
 
 
 def test_the_server_keeps_its_port_across_a_restart(tmp_path: Path) -> None:

@@ -18,11 +18,13 @@ TRAINYARD = Path(sys.executable).parent / "trainyard"
 
 
 def _cli(live: LiveServer, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+    }
     env.update(TRAINYARD_HOME=str(live.home), COLUMNS="200")
-    return subprocess.run([str(TRAINYARD), *args], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [str(TRAINYARD), *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def _wait_end(live: LiveServer, wid: str, timeout_s: float = 180) -> str:
@@ -46,7 +48,12 @@ def test_workflow_metrics_table_and_json(server: LiveServer) -> None:  # noqa: F
     assert summary["rss_peak_bytes"] > 1_000_000
     [curve] = data["curves"]
     assert curve["file"] == "metrics.jsonl" and [p[0] for p in curve["series"]["loss"]] == [
-        1.0, 2.0, 3.0, 4.0, 5.0]
+        1.0,
+        2.0,
+        3.0,
+        4.0,
+        5.0,
+    ]
     assert curve["x"] == "epoch"  # the data's x axis (issue 28)
     table = _cli(server, "workflow", "metrics", wid)
     assert table.returncode == 0, table.stderr
@@ -57,13 +64,16 @@ def test_workflow_metrics_table_and_json(server: LiveServer) -> None:  # noqa: F
 
 def test_log_stream_delivers_a_line_within_half_a_second(server: LiveServer) -> None:  # noqa: F811
     """The task prints a wall-clock stamp; the SSE reader compares it with its own clock."""
-    spec = SPEC.replace('print(f"epoch {epoch} loss {loss:.3f}", flush=True)',
-                        'print(f"stamp {time.time():.3f}", flush=True)')
+    spec = SPEC.replace(
+        'print(f"epoch {epoch} loss {loss:.3f}", flush=True)',
+        'print(f"stamp {time.time():.3f}", flush=True)',
+    )
     wid = server.api("POST", "/api/workflow", json={"spec_text": spec}).json()["id"]
     delays = []
     cookies = httpx.post(server.url + "/login", data={"token": server.token}).cookies
-    with httpx.stream("GET", f"{server.url}/workflows/{wid}/logs/stream?task=fit",
-                      cookies=cookies, timeout=180) as answer:
+    with httpx.stream(
+        "GET", f"{server.url}/workflows/{wid}/logs/stream?task=fit", cookies=cookies, timeout=180
+    ) as answer:
         for raw in answer.iter_lines():
             if raw.startswith("data: {\"") and "stamp " in raw:
                 stamp = float(json.loads(raw[6:])["line"].split()[-1])

@@ -46,11 +46,17 @@ workflow:
 class LiveServer:
     def __init__(self, home: Path) -> None:
         self.home = home
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+        }
         env.update(TRAINYARD_HOME=str(home), TRAINYARD_USAGE_INTERVAL_S="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "trainyard.server", "--port", "0"],
-                                     env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "trainyard.server", "--port", "0"],
+            env=env,
+            start_new_session=True,
+        )
         deadline = time.time() + 60
         while not (home / "server.json").exists():
             assert self.proc.poll() is None, "the server exited at start"
@@ -60,8 +66,13 @@ class LiveServer:
         self.token = (home / "token").read_text().strip()
 
     def api(self, method: str, path: str, **kwargs: object) -> httpx.Response:
-        return httpx.request(method, self.url + path, timeout=30,
-                             headers={"Authorization": f"Bearer {self.token}"}, **kwargs)
+        return httpx.request(
+            method,
+            self.url + path,
+            timeout=30,
+            headers={"Authorization": f"Bearer {self.token}"},
+            **kwargs,
+        )
 
     def stop(self) -> None:
         os.killpg(self.proc.pid, signal.SIGTERM)

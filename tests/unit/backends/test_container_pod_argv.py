@@ -10,14 +10,24 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends.base import TaskKey, TaskLaunch
-from trainyard.backends.local import container
-from trainyard.backends.local.container import (ContainerPlan, cdi_gpu_names, container_mounts,
-                                          container_userns, gpu_devices, image_info,
-                                          image_links,
-                                          podman_argv, root_overlay, rootfs_path,
-                                          task_id_bases, user_host_ids, user_ids, user_note,
-                                          why_no_own_root)
-from trainyard.backends.local import Isolation, LocalBackend
+from trainyard.backends.local import Isolation, LocalBackend, container
+from trainyard.backends.local.container import (
+    ContainerPlan,
+    cdi_gpu_names,
+    container_mounts,
+    container_userns,
+    gpu_devices,
+    image_info,
+    image_links,
+    podman_argv,
+    root_overlay,
+    rootfs_path,
+    task_id_bases,
+    user_host_ids,
+    user_ids,
+    user_note,
+    why_no_own_root,
+)
 from trainyard.backends.local.netns import GroupNetwork
 from trainyard.errors import BackendError
 from trainyard.pools import Pool, default_local_pool
@@ -27,8 +37,14 @@ ISO = Isolation(bwrap=True, netns=True)
 
 
 def plan(tmp_path: Path, **fields: object) -> ContainerPlan:
-    return ContainerPlan(image="localhost/bb:1", name="trainyard-x", hostname="t",
-                         network="ns:/proc/7/fd/9", root_dir=tmp_path / "root", **fields)
+    return ContainerPlan(
+        image="localhost/bb:1",
+        name="trainyard-x",
+        hostname="t",
+        network="ns:/proc/7/fd/9",
+        root_dir=tmp_path / "root",
+        **fields,
+    )
 
 
 def _after(argv: list[str], flag: str) -> list[str]:
@@ -37,16 +53,27 @@ def _after(argv: list[str], flag: str) -> list[str]:
 
 def launch(tmp_path: Path, **run: object) -> TaskLaunch:
     run_dir = tmp_path / "runs" / "wf" / "t" / "0"
-    body = {"workflow_id": "wf", "group": "g", "task": "t", "command": ["sh", "-c", "true"],
-            "run_dir": str(run_dir), "hosts": {"t": "127.1.2.3"},
-            "image": "localhost/trainyard-surely-absent:0", **run}
+    body = {
+        "workflow_id": "wf",
+        "group": "g",
+        "task": "t",
+        "command": ["sh", "-c", "true"],
+        "run_dir": str(run_dir),
+        "hosts": {"t": "127.1.2.3"},
+        "image": "localhost/trainyard-surely-absent:0",
+        **run,
+    }
     return TaskLaunch(TaskKey("wf", "t", 0), "g", "local-0", run_dir, body)
 
 
 def podman_backend(tmp_path: Path, allowed: list[str]) -> LocalBackend:
     base = default_local_pool()
-    pool = Pool(name=base.name, nodes=base.nodes, images={"*": "podman"},
-                options={**base.options, "allowed_mounts": allowed})
+    pool = Pool(
+        name=base.name,
+        nodes=base.nodes,
+        images={"*": "podman"},
+        options={**base.options, "allowed_mounts": allowed},
+    )
     return LocalBackend(pool, home=tmp_path / "home")
 
 
@@ -61,8 +88,11 @@ def _podman_installed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_volumes_are_bound_at_their_place_and_mapped_by_the_runner(tmp_path: Path) -> None:
     shared = tmp_path / "shared data"
-    made = plan(tmp_path, volumes=((str(shared / "a"), "/mnt/a"), (str(shared), "/mnt")),
-                files=("/mnt/a/conf.txt", "/app/x"))
+    made = plan(
+        tmp_path,
+        volumes=((str(shared / "a"), "/mnt/a"), (str(shared), "/mnt")),
+        files=("/mnt/a/conf.txt", "/app/x"),
+    )
     volumes = _after(podman_argv(made), "--volume")
     assert volumes[-2:] == [f"{shared}:/mnt:rw", f"{shared}/a:/mnt/a:rw"]  # parents first
     assert not any(v.startswith(f"{tmp_path}/root/mnt") for v in volumes)  # a file under a
@@ -73,8 +103,9 @@ def test_volumes_are_bound_at_their_place_and_mapped_by_the_runner(tmp_path: Pat
 def test_an_image_task_gets_its_allowed_volumes_checked_and_mapped(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     backend = podman_backend(tmp_path, [str(shared)])
-    req = backend.build_task_request(launch(tmp_path, volume_mounts=[f"{shared}/team:/mnt/team"]),
-                                ISO, NET)
+    req = backend.build_task_request(
+        launch(tmp_path, volume_mounts=[f"{shared}/team:/mnt/team"]), ISO, NET
+    )
     sandbox = req.run.sandbox
     assert f"{shared}/team:/mnt/team:rw" in _after(sandbox.command_prefix, "--volume")
     # the runner checks it exists (3003 otherwise) and idmaps it for the container's root
@@ -94,13 +125,21 @@ def test_the_pool_rules_apply_to_image_tasks_as_to_sandboxed_ones(
 def test_a_volume_onto_a_system_folder_is_refused_for_image_tasks(tmp_path: Path) -> None:
     backend = podman_backend(tmp_path, [str(tmp_path)])
     with pytest.raises(BackendError, match="cannot mount onto /proc"):
-        backend.build_task_request(launch(tmp_path, volume_mounts=[f"{tmp_path}:/proc/x"]), ISO, NET)
+        backend.build_task_request(
+            launch(tmp_path, volume_mounts=[f"{tmp_path}:/proc/x"]), ISO, NET
+        )
 
 
 # ---------------------------------------------------------------- GPUs
 
-NODES = ("/dev/dri", "/dev/nvidia-caps", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1",
-         "/dev/nvidiactl")
+NODES = (
+    "/dev/dri",
+    "/dev/nvidia-caps",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia0",
+    "/dev/nvidia1",
+    "/dev/nvidiactl",
+)
 CDI_SPEC = """cdiVersion: 0.5.0
 kind: nvidia.com/gpu
 devices:
@@ -133,7 +172,9 @@ def test_with_a_cdi_spec_each_lent_gpu_is_a_cdi_device_counted_from_0(tmp_path: 
     names = cdi_gpu_names((cdi, tmp_path / "absent"))
     assert names == {"0", "1", "all"}
     assert gpu_devices((1, 0), nodes=NODES, cdi_names=names) == (
-        ("nvidia.com/gpu=0", "nvidia.com/gpu=1"), "0,1")
+        ("nvidia.com/gpu=0", "nvidia.com/gpu=1"),
+        "0,1",
+    )
     # a lent GPU the spec does not name: the nodes, as without a spec
     assert gpu_devices((2,), nodes=NODES, cdi_names=names) == (NODES, "2")
 
@@ -156,10 +197,18 @@ def test_an_image_task_gets_its_lent_gpus(tmp_path: Path, monkeypatch: pytest.Mo
 
 # ---------------------------------------------------------------- the container's own root
 
-INSPECTED = {"Id": "abc", "Config": {"Env": ["PATH=/opt/bin:/bin", "LANG=C"]},
-             "GraphDriver": {"Name": "overlay", "Data": {
-                 "UpperDir": "/s/overlay/top/diff", "LowerDir": "/s/overlay/mid/diff:/s/overlay/base/diff",
-                 "WorkDir": "/s/overlay/top/work"}}}
+INSPECTED = {
+    "Id": "abc",
+    "Config": {"Env": ["PATH=/opt/bin:/bin", "LANG=C"]},
+    "GraphDriver": {
+        "Name": "overlay",
+        "Data": {
+            "UpperDir": "/s/overlay/top/diff",
+            "LowerDir": "/s/overlay/mid/diff:/s/overlay/base/diff",
+            "WorkDir": "/s/overlay/top/work",
+        },
+    },
+}
 
 
 def test_the_image_layers_and_env_are_read_from_podman_inspect() -> None:
@@ -177,22 +226,32 @@ def test_the_image_layers_and_env_are_read_from_podman_inspect() -> None:
 
 def test_a_container_with_its_own_root_runs_it_with_the_images_env(tmp_path: Path) -> None:
     info = image_info(INSPECTED)
-    made = plan(tmp_path, rootfs=rootfs_path("trainyard-x"), image_env=info.env,
-                files=("/app/conf.txt", "/tmp/run.sh"), writable=(str(tmp_path / "out"),))
+    made = plan(
+        tmp_path,
+        rootfs=rootfs_path("trainyard-x"),
+        image_env=info.env,
+        files=("/app/conf.txt", "/tmp/run.sh"),
+        writable=(str(tmp_path / "out"),),
+    )
     argv = podman_argv(made)
     assert argv[-2:] == ["--rootfs", "/run/trainyard/rootfs/trainyard-x"]
     assert "localhost/bb:1" not in argv  # the image's layers are mounted by the runner
     assert _after(argv, "--env") == []  # the image's ENV goes in the runner's env file
     assert _after(argv, "--volume") == [  # /tmp and the files live in its root
         f"{tmp_path}/root/osmo/run/workspace:/osmo/run/workspace:rw",
-        f"{tmp_path}/out:{tmp_path}/out:rw"]
+        f"{tmp_path}/out:{tmp_path}/out:rw",
+    ]
     assert container_mounts(made) == {
         "/": "/run/trainyard/rootfs/trainyard-x",
         "/osmo/run/workspace": f"{tmp_path}/root/osmo/run/workspace",
-        f"{tmp_path}/out": f"{tmp_path}/out"}
+        f"{tmp_path}/out": f"{tmp_path}/out",
+    }
     assert container_userns(made).own[1:] == [
-        f"{tmp_path}/root/osmo/run/workspace", "/run/trainyard/rootfs/trainyard-x", "/run/trainyard/rootfs/trainyard-x/tmp",
-        "/run/trainyard/rootfs/trainyard-x/etc"]
+        f"{tmp_path}/root/osmo/run/workspace",
+        "/run/trainyard/rootfs/trainyard-x",
+        "/run/trainyard/rootfs/trainyard-x/tmp",
+        "/run/trainyard/rootfs/trainyard-x/etc",
+    ]
     layer = root_overlay(made, info, tmp_path / "run" / "sandbox" / "overlay" / "image")
     assert (layer.lower, layer.lower_below) == (info.layers[0], list(info.layers[1:]))
     assert layer.target == "/run/trainyard/rootfs/trainyard-x"
@@ -203,17 +262,29 @@ def test_a_container_with_its_own_root_runs_it_with_the_images_env(tmp_path: Pat
 def test_where_no_own_root_can_be_made_the_log_says_restart_does_not_keep_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(container, "inspect_image",
-                        lambda image: image_info({**INSPECTED, "GraphDriver": {"Name": "vfs"}}))
+    monkeypatch.setattr(
+        container,
+        "inspect_image",
+        lambda image: image_info({**INSPECTED, "GraphDriver": {"Name": "vfs"}}),
+    )
     req = podman_backend(tmp_path, []).build_task_request(launch(tmp_path), ISO, NET)
     assert req.run.sandbox.command_prefix[-1] == "localhost/trainyard-surely-absent:0"
     assert req.run.sandbox.overlays == [] and req.run.sandbox.start_error is None
     assert "podman's container layer, which RESTART does NOT keep" in req.run.sandbox.description
 
 
-@pytest.mark.parametrize(("user", "root"), [("", True), ("root", True), ("0:0", True),
-                                            ("root:0", True), ("1000", False),
-                                            ("0:1000", False), ("app", False)])
+@pytest.mark.parametrize(
+    ("user", "root"),
+    [
+        ("", True),
+        ("root", True),
+        ("0:0", True),
+        ("root:0", True),
+        ("1000", False),
+        ("0:1000", False),
+        ("app", False),
+    ],
+)
 def test_only_a_root_user_is_mapped(user: str, root: bool) -> None:
     info = image_info({**INSPECTED, "Config": {"User": user}})
     assert info.user == user and info.runs_as_root is root
@@ -229,12 +300,21 @@ def test_a_link_of_the_image_at_tmp_or_etc_is_not_given_to_the_task(tmp_path: Pa
     base.mkdir()
     (base / "tmp").symlink_to("var/tmp")
     (base / "etc").symlink_to("somewhere")  # hidden by the top layer's folder
-    info = image_info({"Id": "x", "GraphDriver": {"Name": "overlay", "Data": {
-        "UpperDir": str(top), "LowerDir": str(base)}}})
+    info = image_info(
+        {
+            "Id": "x",
+            "GraphDriver": {
+                "Name": "overlay",
+                "Data": {"UpperDir": str(top), "LowerDir": str(base)},
+            },
+        }
+    )
     assert image_links(info) == {"tmp"}
     made = plan(tmp_path, rootfs=rootfs_path("trainyard-x"))
     assert container_userns(made, image_links(info)).own[2:] == [
-        "/run/trainyard/rootfs/trainyard-x", "/run/trainyard/rootfs/trainyard-x/etc"]
+        "/run/trainyard/rootfs/trainyard-x",
+        "/run/trainyard/rootfs/trainyard-x/etc",
+    ]
 
 
 # ---------------------------------------------------------------- more ids (issue 11 item 4)
@@ -250,8 +330,7 @@ def test_a_trainyard_range_of_subuid_and_subgid_maps_the_containers_other_ids(
     assert task_id_bases(subuid, tmp_path / "absent") is None
     subgid.write_text("trainyard:400000:100\n")  # too few ids
     assert task_id_bases(subuid, subgid) is None
-    made = plan(tmp_path, rootfs=rootfs_path("trainyard-x"), id_bases=(300000, 400000),
-                user="app")
+    made = plan(tmp_path, rootfs=rootfs_path("trainyard-x"), id_bases=(300000, 400000), user="app")
     argv = podman_argv(made)
     assert _after(argv, "--uidmap") == ["0:65534:1", "1:300000:65535"]
     assert _after(argv, "--gidmap") == ["0:65534:1", "1:400000:65535"]
@@ -267,8 +346,9 @@ def test_the_image_user_is_read_from_its_passwd_and_group(tmp_path: Path) -> Non
     (top / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\napp:x:1001:1002::/h:/bin/sh\n")
     (base / "etc" / "passwd").write_text("app:x:5:5::/h:/bin/sh\n")  # hidden by the top layer
     (base / "etc" / "group").write_text("staff:x:50:\n")
-    layers = {"GraphDriver": {"Name": "overlay", "Data": {"UpperDir": str(top),
-                                                          "LowerDir": str(base)}}}
+    layers = {
+        "GraphDriver": {"Name": "overlay", "Data": {"UpperDir": str(top), "LowerDir": str(base)}}
+    }
 
     def ids(user: str) -> tuple[int, int] | None:
         return user_ids(image_info({"Id": "x", "Config": {"User": user}, **layers}))

@@ -9,8 +9,15 @@ import ipaddress
 import pytest
 
 from trainyard.backends.local import router as router_mod
-from trainyard.backends.local.router import (GROUP_IFNAME_PREFIX, GROUP_NETWORK, ROUTER_IFNAME, RULES,
-                                       SLOT_COUNT, probe_router, slot_addresses)
+from trainyard.backends.local.router import (
+    GROUP_IFNAME_PREFIX,
+    GROUP_NETWORK,
+    ROUTER_IFNAME,
+    RULES,
+    SLOT_COUNT,
+    probe_router,
+    slot_addresses,
+)
 
 
 def _chain(name: str) -> list[str]:
@@ -22,10 +29,15 @@ def test_forwarding_goes_from_a_group_to_pasta_only() -> None:
     forward = _chain("forward")
     assert "policy drop;" in forward[0]
     assert f'iifname "{GROUP_IFNAME_PREFIX}*" oifname "{ROUTER_IFNAME}" accept' in forward
-    assert (f'iifname "{ROUTER_IFNAME}" oifname "{GROUP_IFNAME_PREFIX}*" '
-            "ct state established,related accept") in forward
-    assert not any("accept" in rule for rule in forward
-                   if f'oifname "{GROUP_IFNAME_PREFIX}*"' in rule and "established" not in rule)
+    assert (
+        f'iifname "{ROUTER_IFNAME}" oifname "{GROUP_IFNAME_PREFIX}*" '
+        "ct state established,related accept"
+    ) in forward
+    assert not any(
+        "accept" in rule
+        for rule in forward
+        if f'oifname "{GROUP_IFNAME_PREFIX}*"' in rule and "established" not in rule
+    )
 
 
 def test_nothing_from_a_group_reaches_the_router_itself() -> None:
@@ -35,7 +47,9 @@ def test_nothing_from_a_group_reaches_the_router_itself() -> None:
 
 
 def test_no_posing_and_masquerade_only_towards_pasta() -> None:
-    assert f'iifname "{GROUP_IFNAME_PREFIX}*" fib saddr . iif oif missing drop' in _chain("prerouting")
+    assert f'iifname "{GROUP_IFNAME_PREFIX}*" fib saddr . iif oif missing drop' in _chain(
+        "prerouting"
+    )
     assert _chain("postrouting")[1:] == [f'oifname "{ROUTER_IFNAME}" masquerade']
 
 

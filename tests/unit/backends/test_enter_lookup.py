@@ -37,7 +37,16 @@ def test_the_entering_program_wants_pid_created_and_a_command() -> None:
     assert main(["1", "2.0"]) == 2
     assert main(["1", "2.0", "--", "true"][:3]) == 2
     assert enter_argv(12, 3.5, ["ls", "-l"], tty=True, python="py") == [
-        "py", "-m", "trainyard.backends.local.enter", "12", "3.5", "--tty", "--", "ls", "-l"]
+        "py",
+        "-m",
+        "trainyard.backends.local.enter",
+        "12",
+        "3.5",
+        "--tty",
+        "--",
+        "ls",
+        "-l",
+    ]
 
 
 def test_a_process_that_is_not_the_recorded_one_is_not_entered() -> None:

@@ -11,11 +11,16 @@ import pytest
 from trainyard.backends.images import busybox_applets, image_name, runtime_for, runtime_path
 
 
-@pytest.mark.parametrize(("image", "name"), [
-    ("busybox", "busybox"), ("alpine:3.18", "alpine"),
-    ("docker.io/library/alpine:3.18", "alpine"), ("nvcr.io/nvidia/pytorch:24.03-py3", "pytorch"),
-    ("localhost:5000/tools/busybox@sha256:abc", "busybox"),
-])
+@pytest.mark.parametrize(
+    ("image", "name"),
+    [
+        ("busybox", "busybox"),
+        ("alpine:3.18", "alpine"),
+        ("docker.io/library/alpine:3.18", "alpine"),
+        ("nvcr.io/nvidia/pytorch:24.03-py3", "pytorch"),
+        ("localhost:5000/tools/busybox@sha256:abc", "busybox"),
+    ],
+)
 def test_image_name(image: str, name: str) -> None:
     assert image_name(image) == name
 
@@ -37,9 +42,11 @@ def test_busybox_applets_and_nslookup_shim(tmp_path: Path) -> None:
     folder = busybox_applets(tmp_path)
     assert folder is not None and busybox_applets(tmp_path) == folder
     assert (folder / "sh").exists() and (folder / "nc").exists()
-    done = subprocess.run([str(folder / "nslookup"), "127.4.5.6"], capture_output=True,
-                          text=True, timeout=10)
+    done = subprocess.run(
+        [str(folder / "nslookup"), "127.4.5.6"], capture_output=True, text=True, timeout=10
+    )
     assert done.returncode == 0 and "Address: 127.4.5.6" in done.stdout
-    done = subprocess.run([str(folder / "nslookup"), "localhost"], capture_output=True,
-                          text=True, timeout=10)
+    done = subprocess.run(
+        [str(folder / "nslookup"), "localhost"], capture_output=True, text=True, timeout=10
+    )
     assert done.returncode == 0 and "Address: 127.0.0.1" in done.stdout

@@ -13,8 +13,9 @@ from trainyard.backends.local import launcher as launcher_mod
 
 def _group(idle_for_s: float) -> launcher_mod._Group:
     fd = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    return launcher_mod._Group(os.getpid(), time.time(), False, ns_fd=fd,
-                               idle_since=time.monotonic() - idle_for_s)
+    return launcher_mod._Group(
+        os.getpid(), time.time(), False, ns_fd=fd, idle_since=time.monotonic() - idle_for_s
+    )
 
 
 def test_a_group_no_runner_joined_yet_outlives_the_grace() -> None:

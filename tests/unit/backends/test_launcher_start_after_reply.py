@@ -18,8 +18,16 @@ def request(tmp_path: Path) -> dict[str, object]:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "run.json").write_text("{not json")  # the thread ends at once, reporting it
-    return {"op": "run", "run_json": str(run_dir / "run.json"), "out": str(run_dir / "runner.out"),
-            "cwd": str(run_dir), "env": {}, "group": None, "mode": "thread", "network": None}
+    return {
+        "op": "run",
+        "run_json": str(run_dir / "run.json"),
+        "out": str(run_dir / "runner.out"),
+        "cwd": str(run_dir),
+        "env": {},
+        "group": None,
+        "mode": "thread",
+        "network": None,
+    }
 
 
 def test_the_thread_starts_after_the_reply(tmp_path: Path) -> None:
@@ -37,8 +45,9 @@ def test_the_thread_starts_after_the_reply(tmp_path: Path) -> None:
         launcher.close()
 
 
-def test_a_thread_that_cannot_start_ends_visibly(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_thread_that_cannot_start_ends_visibly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def refuse(self: HostedRunner) -> None:
         raise RuntimeError("can't start new thread")
 

@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends import get_backend
+from trainyard.backends.base import TaskKey, TaskLaunch
+from trainyard.backends.local import Isolation, LocalBackend, loopback_address, tracking
 from trainyard.backends.local import backend as local_mod
 from trainyard.backends.local import probe as local_probe
 from trainyard.backends.local import request as local_request
-from trainyard.backends.local import tracking
-from trainyard.backends.base import TaskKey, TaskLaunch
-from trainyard.backends.local import Isolation, LocalBackend, loopback_address
 from trainyard.backends.local.netns import GroupNetwork
 from trainyard.backends.local.sandbox import SandboxPlan, bwrap_argv, needs_bind
 from trainyard.errors import BackendError, ConfigError
@@ -24,8 +23,15 @@ from trainyard.pools import Pool, default_local_pool
 
 def launch(tmp_path: Path, **run: object) -> TaskLaunch:
     run_dir = tmp_path / "runs" / "wf" / "t" / "0"
-    body = {"workflow_id": "wf", "group": "g", "task": "t", "command": ["sh", "-c", "true"],
-            "run_dir": str(run_dir), "hosts": {"t": "127.1.2.3", "u": "127.1.2.4"}, **run}
+    body = {
+        "workflow_id": "wf",
+        "group": "g",
+        "task": "t",
+        "command": ["sh", "-c", "true"],
+        "run_dir": str(run_dir),
+        "hosts": {"t": "127.1.2.3", "u": "127.1.2.4"},
+        **run,
+    }
     return TaskLaunch(TaskKey("wf", "t", 0), "g", "local-0", run_dir, body, gpu_slots=[1, 3])
 
 
@@ -40,8 +46,9 @@ def test_a_hosted_runner_joins_the_group_namespace_in_the_launcher_instead_of_ns
     monkeypatch.setattr(local_request, "holds_namespaces", lambda: as_root)
     backend = LocalBackend(home=tmp_path / "home")
     iso = Isolation(bwrap=True, netns=True)
-    net = GroupNetwork(keeper_pid=7, ns_pid=7, ns_created=0.0, user_ns=False,
-                       ns_path="/proc/7/fd/9")
+    net = GroupNetwork(
+        keeper_pid=7, ns_pid=7, ns_created=0.0, user_ns=False, ns_path="/proc/7/fd/9"
+    )
     plain, with_data = launch(tmp_path), launch(tmp_path, outputs=[{"url": "file:///o/"}])
     assert local_request.joins_in_launcher(plain, iso) is as_root
     assert not local_request.joins_in_launcher(with_data, iso)
@@ -65,17 +72,25 @@ def test_sandboxed_command_joins_the_group_namespace_then_bwrap(tmp_path: Path) 
     argv = req.run.sandbox.command_prefix  # the runner stays outside; the command goes in
     assert argv[:6] == ["nsenter", "--target=42", "--net", "--user", "--preserve-credentials", "--"]
     assert argv[6] == "bwrap" and argv[7:10] == ["--bind", str(req.root_dir), "/"]
-    tail = argv[argv.index("--chdir"):]
+    tail = argv[argv.index("--chdir") :]
     assert tail == ["--chdir", "/", "--"] and "--die-with-parent" in argv
-    assert ["--hostname", "t"] == argv[argv.index("--hostname"):argv.index("--hostname") + 2]
+    assert ["--hostname", "t"] == argv[argv.index("--hostname") : argv.index("--hostname") + 2]
     assert {"--unshare-pid", "--unshare-ipc", "--unshare-uts"} <= set(argv)
     assert ("/tmp", "/tmp") not in pairs(argv, "--bind") + pairs(argv, "--ro-bind")
     binds = pairs(argv, "--bind") + pairs(argv, "--ro-bind")
     output = os.path.realpath(req.run.output_path)
     assert (output, output) in pairs(argv, "--bind")  # its own output, never its run folder
     assert not [b for b in binds if b[1] in (os.path.realpath(req.run_dir), str(tmp_path))]
-    assert argv[argv.index("--unshare-user"):argv.index("--unshare-user") + 8] == [
-        "--unshare-user", "--uid", "0", "--gid", "0", "--disable-userns", "--cap-drop", "ALL"]
+    assert argv[argv.index("--unshare-user") : argv.index("--unshare-user") + 8] == [
+        "--unshare-user",
+        "--uid",
+        "0",
+        "--gid",
+        "0",
+        "--disable-userns",
+        "--cap-drop",
+        "ALL",
+    ]
     assert req.run.sandbox.root is None
     assert req.hosts_text is not None and "127.1.2.4\tu" in req.hosts_text
     sandbox = req.run.sandbox
@@ -106,8 +121,11 @@ def test_fallback_request_is_the_bare_runner_with_a_private_root(tmp_path: Path)
 def test_environment_gpus_and_interfaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = LocalBackend(home=tmp_path / "home")
     monkeypatch.delenv("TRAINYARD_SERVER_URL", raising=False)
-    req = backend.build_task_request(launch(tmp_path, environment={"NCCL_SOCKET_IFNAME": "eth9"}),
-                                Isolation(bwrap=False, netns=True), gpus=(1,))
+    req = backend.build_task_request(
+        launch(tmp_path, environment={"NCCL_SOCKET_IFNAME": "eth9"}),
+        Isolation(bwrap=False, netns=True),
+        gpus=(1,),
+    )
     env = req.run.sandbox.env
     assert env["CUDA_VISIBLE_DEVICES"] == "1"  # the real GPUs lent, not the slot numbers
     assert env["GLOO_SOCKET_IFNAME"] == "lo" and "NCCL_SOCKET_IFNAME" not in env
@@ -120,7 +138,8 @@ def _attempt(task: str) -> tracking.Attempt:
 
 
 def test_real_gpus_are_lent_exclusively_across_virtual_nodes(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(tracking, "gpu_count", lambda: 3)
     leases = local_mod.GpuLeases()
     # slot 0 of local-0 and slot 0 of local-1: two tasks, two different devices
@@ -153,7 +172,9 @@ def test_server_url_comes_from_server_json_and_its_port_is_forwarded(
     monkeypatch.delenv("TRAINYARD_SERVER_URL", raising=False)
     home = tmp_path / "home"
     home.mkdir()
-    (home / "server.json").write_text('{"pid": 1, "url": "http://127.0.0.1:8123", "create_time_s": 0}')
+    (home / "server.json").write_text(
+        '{"pid": 1, "url": "http://127.0.0.1:8123", "create_time_s": 0}'
+    )
     backend = LocalBackend(home=home, forward_ports=[9000])
     req = backend.build_task_request(launch(tmp_path), Isolation(bwrap=False, netns=False))
     assert req.run.sandbox.env["TRAINYARD_SERVER_URL"] == "http://127.0.0.1:8123"
@@ -167,7 +188,9 @@ def test_busybox_image_puts_applets_first(tmp_path: Path) -> None:
     req = backend.build_task_request(launch(tmp_path, image="alpine:3.18"), Isolation(False, False))
     (folder,) = req.run.sandbox.path_prepend
     assert os.path.realpath(Path(folder) / "nc") == os.path.realpath(shutil.which("busybox"))
-    ubuntu = backend.build_task_request(launch(tmp_path, image="ubuntu:22.04"), Isolation(False, False))
+    ubuntu = backend.build_task_request(
+        launch(tmp_path, image="ubuntu:22.04"), Isolation(False, False)
+    )
     assert ubuntu.run.sandbox.path_prepend == []
 
 
@@ -189,8 +212,12 @@ def test_needs_bind_for_hidden_or_read_only_paths() -> None:
 
 
 def test_bwrap_binds_parents_first_and_never_tmp_itself(tmp_path: Path) -> None:
-    plan = SandboxPlan(root_dir=tmp_path / "root", hostname="h",
-                       writable=("/tmp/a/b", "/tmp"), readonly=("/tmp/a",))
+    plan = SandboxPlan(
+        root_dir=tmp_path / "root",
+        hostname="h",
+        writable=("/tmp/a/b", "/tmp"),
+        readonly=("/tmp/a",),
+    )
     argv = bwrap_argv(plan)
     binds = [argv[i + 1] for i, a in enumerate(argv) if a in ("--bind", "--ro-bind")]
     extra = [b for b in binds[1:] if b.startswith("/tmp")]  # binds[0]: the root

@@ -24,8 +24,12 @@ class StubLauncher:
 
     def run_many(self, runs: list[dict[str, Any]], env: dict[str, str]) -> list[Any]:
         self.requests.append([Path(r["cwd"]).parent.name for r in runs])
-        return [BackendError("launcher: no") if Path(r["cwd"]).parent.name == self.refused
-                else (4242, 1.5, True) for r in runs]
+        return [
+            BackendError("launcher: no")
+            if Path(r["cwd"]).parent.name == self.refused
+            else (4242, 1.5, True)
+            for r in runs
+        ]
 
     def release(self) -> None:
         pass
@@ -33,9 +37,17 @@ class StubLauncher:
 
 def launch(home: Path, group: str, task: str, tasks: list[str]) -> TaskLaunch:
     run_dir = home / "runs" / "wf" / task / "0"
-    run = {"workflow_id": "wf", "group": group, "task": task, "command": ["true"],
-           "run_dir": str(run_dir), "group_tasks": tasks, "task_index": tasks.index(task),
-           "lead_task": tasks[0], "hosts": {}}
+    run = {
+        "workflow_id": "wf",
+        "group": group,
+        "task": task,
+        "command": ["true"],
+        "run_dir": str(run_dir),
+        "group_tasks": tasks,
+        "task_index": tasks.index(task),
+        "lead_task": tasks[0],
+        "hosts": {},
+    }
     return TaskLaunch(key=TaskKey("wf", task, 0), group=group, node="n", run_dir=run_dir, run=run)
 
 
@@ -45,13 +57,18 @@ def test_a_task_the_launcher_refused_fails_its_gang_only(tmp_path: Path) -> None
     backend._launcher = stub  # type: ignore[assignment]
     stopped: list[TaskKey] = []
     backend.stop = stopped.extend  # type: ignore[method-assign]
-    pair = [launch(tmp_path, "g", "lead", ["lead", "worker"]),
-            launch(tmp_path, "g", "worker", ["lead", "worker"])]
+    pair = [
+        launch(tmp_path, "g", "lead", ["lead", "worker"]),
+        launch(tmp_path, "g", "worker", ["lead", "worker"]),
+    ]
     alone = [launch(tmp_path, "h", "alone", ["alone"])]
     results = backend.start_groups([pair, alone])
     assert isinstance(results[0], BackendError) and "launcher: no" in str(results[0])
     assert results[1] is None
     assert stopped == [pair[0].key]  # the lead had started: stopped with its gang
     assert backend._attempts[alone[0].key].pid == 4242
-    assert sorted(name for request in stub.requests for name in request) == ["alone", "lead",
-                                                                            "worker"]
+    assert sorted(name for request in stub.requests for name in request) == [
+        "alone",
+        "lead",
+        "worker",
+    ]

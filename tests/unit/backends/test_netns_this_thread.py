@@ -10,8 +10,9 @@ import pytest
 
 from trainyard.backends.local import netns
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="making a network namespace needs root (CAP_SYS_ADMIN)")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="making a network namespace needs root (CAP_SYS_ADMIN)"
+)
 
 
 def _mine() -> int:

@@ -10,22 +10,26 @@ from pathlib import Path
 import pytest
 
 from trainyard import spec
-from trainyard.backends.local import backend as local_mod
-from trainyard.backends.local import request as local_request
 from trainyard.backends.base import TaskKey, TaskLaunch
-from trainyard.backends.local.container import (ContainerPlan, container_mounts, container_name,
-                                          podman_argv, probe_podman)
 from trainyard.backends.images import image_note, runtime_for
 from trainyard.backends.local import Isolation, LocalBackend
-from trainyard.backends.local.sandbox import hosts_file_text
+from trainyard.backends.local import backend as local_mod
+from trainyard.backends.local import request as local_request
+from trainyard.backends.local.container import (
+    ContainerPlan,
+    container_mounts,
+    container_name,
+    podman_argv,
+    probe_podman,
+)
 from trainyard.backends.local.netns import EGRESS_ADDRESS, GroupNetwork, pasta_argv
-from trainyard.status import ExitCode
+from trainyard.backends.local.sandbox import hosts_file_text
 from trainyard.errors import ConfigError
 from trainyard.pools import Pool, default_local_pool, load_pools
+from trainyard.runfile import TaskRun
 from trainyard.runner.main import Runner
 from trainyard.runner.report import read_events
-from trainyard.runfile import TaskRun
-
+from trainyard.status import ExitCode
 
 # ---------------------------------------------------------------- pasta
 
@@ -41,7 +45,11 @@ def test_pasta_forwards_no_port_either_way_and_maps_no_gateway(as_root: bool) ->
     assert argv[-2:] == ["--netns", "/proc/self/fd/5"]
     assert ("--runas" in argv) is as_root
     assert pasta_argv("/proc/self/fd/5", as_root=False, userns="/proc/self/fd/6")[-4:] == [
-        "--userns", "/proc/self/fd/6", "--netns", "/proc/self/fd/5"]
+        "--userns",
+        "/proc/self/fd/6",
+        "--netns",
+        "/proc/self/fd/5",
+    ]
 
 
 # ---------------------------------------------------------------- pools and the spec check
@@ -51,8 +59,9 @@ def test_pool_settings_and_the_images_shorthand(tmp_path: Path) -> None:
     pool = default_local_pool()
     assert pool.egress is True and pool.allow_host_network is False
     path = tmp_path / "pools.yaml"
-    path.write_text("pools:\n  iso:\n    images: podman\n    egress: false\n"
-                    "    allow_host_network: true\n")
+    path.write_text(
+        "pools:\n  iso:\n    images: podman\n    egress: false\n    allow_host_network: true\n"
+    )
     iso = load_pools(path)["iso"]
     assert iso.images == {"*": "podman"} and not iso.egress and iso.allow_host_network
     assert runtime_for("nvcr.io/nvidia/pytorch:24.03-py3", iso.images) == "podman"
@@ -85,10 +94,16 @@ def test_host_network_is_refused_at_submission_where_the_pool_does_not_allow_it(
 
 
 def plan(tmp_path: Path, **fields: object) -> ContainerPlan:
-    body: dict = {"image": "localhost/bb:1", "name": "trainyard-x", "hostname": "t",
-                  "network": "ns:/proc/7/fd/9", "root_dir": tmp_path / "root",
-                  "hosts_file": tmp_path / "hosts", "files": ("/app/conf.txt", "/tmp/run.sh"),
-                  "writable": (str(tmp_path / "out"),)}
+    body: dict = {
+        "image": "localhost/bb:1",
+        "name": "trainyard-x",
+        "hostname": "t",
+        "network": "ns:/proc/7/fd/9",
+        "root_dir": tmp_path / "root",
+        "hosts_file": tmp_path / "hosts",
+        "files": ("/app/conf.txt", "/tmp/run.sh"),
+        "writable": (str(tmp_path / "out"),),
+    }
     return ContainerPlan(**{**body, **fields})
 
 
@@ -107,31 +122,48 @@ def test_podman_never_pulls_and_joins_the_group_namespace(tmp_path: Path) -> Non
         f"{tmp_path}/root/tmp:/tmp:rw",
         f"{tmp_path}/root/osmo/run/workspace:/osmo/run/workspace:rw",
         f"{tmp_path}/root/app/conf.txt:/app/conf.txt:rw",
-        f"{tmp_path}/out:{tmp_path}/out:rw", f"{tmp_path}/hosts:/etc/hosts:ro"]
-    assert container_mounts(plan(tmp_path)) == {"/": f"{tmp_path}/root",
-                                                f"{tmp_path}/out": f"{tmp_path}/out"}
-    assert container_name(tmp_path) == container_name(tmp_path / ".") != container_name(tmp_path / "x")
+        f"{tmp_path}/out:{tmp_path}/out:rw",
+        f"{tmp_path}/hosts:/etc/hosts:ro",
+    ]
+    assert container_mounts(plan(tmp_path)) == {
+        "/": f"{tmp_path}/root",
+        f"{tmp_path}/out": f"{tmp_path}/out",
+    }
+    assert (
+        container_name(tmp_path) == container_name(tmp_path / ".") != container_name(tmp_path / "x")
+    )
 
 
 def test_image_note_says_plainly_what_runs_instead() -> None:
     assert image_note(None, "host") == ""
     assert image_note("ubuntu:22.04", "podman") == ""
     assert "is NOT run: this pool runs no images" in image_note("ubuntu:22.04", "host")
-    assert "podman is not installed" in image_note("ubuntu:22.04", "podman",
-                                                   "podman is not installed")
+    assert "podman is not installed" in image_note(
+        "ubuntu:22.04", "podman", "podman is not installed"
+    )
 
 
 # ---------------------------------------------------------------- runner hooks
 
 
 def test_the_runner_hands_the_environment_to_podman_in_a_file_only(tmp_path: Path) -> None:
-    run = TaskRun.model_validate({
-        "workflow_id": "wf", "group": "g", "task": "t", "command": ["sh", "-c", "true"],
-        "run_dir": str(tmp_path / "run"),
-        "environment": {"SECRET": "s3cr3t", "LD_PRELOAD": "/tmp/evil.so", "PATH": "/evil"},
-        "sandbox": {"command_prefix": ["podman", "run", "IMG"], "env_flag": "--env-file",
-                    "env_defaults": {"PATH": "/image/bin", "LANG": "C", "SECRET": "image's"},
-                    "mounts": {"/": str(tmp_path / "root")}, "env": {"TOKEN": "t0k"}}})
+    run = TaskRun.model_validate(
+        {
+            "workflow_id": "wf",
+            "group": "g",
+            "task": "t",
+            "command": ["sh", "-c", "true"],
+            "run_dir": str(tmp_path / "run"),
+            "environment": {"SECRET": "s3cr3t", "LD_PRELOAD": "/tmp/evil.so", "PATH": "/evil"},
+            "sandbox": {
+                "command_prefix": ["podman", "run", "IMG"],
+                "env_flag": "--env-file",
+                "env_defaults": {"PATH": "/image/bin", "LANG": "C", "SECRET": "image's"},
+                "mounts": {"/": str(tmp_path / "root")},
+                "env": {"TOKEN": "t0k"},
+            },
+        }
+    )
     runner = Runner(run, base_env={"PATH": "/usr/bin:/bin", "HOME": "/root"})
     env, visible = runner.environment()
     start = runner.host_start(runner.argv(visible), env, visible)
@@ -149,11 +181,17 @@ def test_the_runner_hands_the_environment_to_podman_in_a_file_only(tmp_path: Pat
 
 def test_a_start_error_runs_nothing_and_reports_3003(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    run = TaskRun.model_validate({
-        "workflow_id": "wf", "group": "g", "task": "t", "command": ["touch", str(marker)],
-        "run_dir": str(tmp_path / "run"),
-        "barrier": {"enabled": True, "folder": str(tmp_path / "b"), "tasks": ["t", "u"]},
-        "sandbox": {"root": str(tmp_path / "root"), "start_error": "image 'x' is not present"}})
+    run = TaskRun.model_validate(
+        {
+            "workflow_id": "wf",
+            "group": "g",
+            "task": "t",
+            "command": ["touch", str(marker)],
+            "run_dir": str(tmp_path / "run"),
+            "barrier": {"enabled": True, "folder": str(tmp_path / "b"), "tasks": ["t", "u"]},
+            "sandbox": {"root": str(tmp_path / "root"), "start_error": "image 'x' is not present"},
+        }
+    )
     assert Runner(run).execute() == ExitCode.START_ERROR
     assert not marker.exists()
     events, _ = read_events(tmp_path / "run" / "events.jsonl")
@@ -166,8 +204,15 @@ def test_a_start_error_runs_nothing_and_reports_3003(tmp_path: Path) -> None:
 
 def launch(tmp_path: Path, **run: object) -> TaskLaunch:
     run_dir = tmp_path / "runs" / "wf" / "t" / "0"
-    body = {"workflow_id": "wf", "group": "g", "task": "t", "command": ["sh", "-c", "true"],
-            "run_dir": str(run_dir), "hosts": {"t": "127.1.2.3"}, **run}
+    body = {
+        "workflow_id": "wf",
+        "group": "g",
+        "task": "t",
+        "command": ["sh", "-c", "true"],
+        "run_dir": str(run_dir),
+        "hosts": {"t": "127.1.2.3"},
+        **run,
+    }
     return TaskLaunch(TaskKey("wf", "t", 0), "g", "local-0", run_dir, body)
 
 
@@ -203,8 +248,9 @@ def test_an_image_of_a_podman_pool_is_a_container_request(tmp_path: Path) -> Non
 
 def test_a_pool_without_podman_says_the_hosts_tools_run(tmp_path: Path) -> None:
     backend = LocalBackend(default_local_pool(), home=tmp_path / "home")
-    req = backend.build_task_request(launch(tmp_path, image="ubuntu:22.04"),
-                                Isolation(bwrap=True, netns=True), NET)
+    req = backend.build_task_request(
+        launch(tmp_path, image="ubuntu:22.04"), Isolation(bwrap=True, netns=True), NET
+    )
     assert req.run.sandbox.command_prefix[0] == "nsenter"
     assert "image ubuntu:22.04 is NOT run" in req.run.sandbox.description
     assert local_mod.loopback_address("wf", "t") in req.run.sandbox.description
@@ -214,12 +260,15 @@ def test_the_log_header_is_one_short_line_of_node_isolation_and_image(tmp_path: 
     """Issue 28: the header says node, isolation and what runs in a few words; the long
     description (and its capital NOT) is the detail that ``logs --verbose`` shows."""
     backend = LocalBackend(default_local_pool(), home=tmp_path / "home")
-    req = backend.build_task_request(launch(tmp_path, image="ubuntu:22.04"),
-                                     Isolation(bwrap=True, netns=True), NET)
+    req = backend.build_task_request(
+        launch(tmp_path, image="ubuntu:22.04"), Isolation(bwrap=True, netns=True), NET
+    )
     summary = req.run.sandbox.summary
     node = launch(tmp_path).node
-    assert summary == (f"{node}, bubblewrap sandbox, host tools (image ubuntu:22.04 not run: "
-                       "no image runtime on this pool)"), summary
+    assert summary == (
+        f"{node}, bubblewrap sandbox, host tools (image ubuntu:22.04 not run: "
+        "no image runtime on this pool)"
+    ), summary
     plain = backend.build_task_request(launch(tmp_path), Isolation(bwrap=False, netns=False), None)
     assert plain.run.sandbox.summary == f"{node}, no sandbox, host tools"
 
@@ -232,10 +281,15 @@ def test_where_pasta_cannot_attach_the_log_says_no_egress(
     req = backend.build_task_request(launch(tmp_path), Isolation(bwrap=True, netns=True), NET)
     assert "no egress (pasta is not installed)" in req.run.sandbox.description
     assert not backend._egress_on()
-    off = LocalBackend(default_local_pool().model_copy(update={"egress": False}),
-                       home=tmp_path / "home")
-    assert "no egress (pool egress: false)" in off.build_task_request(
-        launch(tmp_path), Isolation(bwrap=True, netns=True), NET).run.sandbox.description
+    off = LocalBackend(
+        default_local_pool().model_copy(update={"egress": False}), home=tmp_path / "home"
+    )
+    assert (
+        "no egress (pool egress: false)"
+        in off.build_task_request(
+            launch(tmp_path), Isolation(bwrap=True, netns=True), NET
+        ).run.sandbox.description
+    )
 
 
 def test_the_log_says_whether_egress_goes_through_the_router(
@@ -244,15 +298,20 @@ def test_the_log_says_whether_egress_goes_through_the_router(
     monkeypatch.setattr(local_request, "why_no_egress", lambda: None)
     backend = LocalBackend(default_local_pool(), home=tmp_path / "home")
     monkeypatch.setattr(local_request, "probe_router", lambda: None)
-    text = backend.build_task_request(launch(tmp_path), Isolation(bwrap=True, netns=True),
-                                 NET).run.sandbox.description
+    text = backend.build_task_request(
+        launch(tmp_path), Isolation(bwrap=True, netns=True), NET
+    ).run.sandbox.description
     assert "egress through pasta behind the launcher's egress router" in text
-    monkeypatch.setattr(local_request, "probe_router",
-                        lambda: "nft is not installed (Debian package nftables)")
-    text = backend.build_task_request(launch(tmp_path), Isolation(bwrap=True, netns=True),
-                                 NET).run.sandbox.description
-    assert ("egress through pasta of its own (no egress router: nft is not installed "
-            "(Debian package nftables))") in text
+    monkeypatch.setattr(
+        local_request, "probe_router", lambda: "nft is not installed (Debian package nftables)"
+    )
+    text = backend.build_task_request(
+        launch(tmp_path), Isolation(bwrap=True, netns=True), NET
+    ).run.sandbox.description
+    assert (
+        "egress through pasta of its own (no egress router: nft is not installed "
+        "(Debian package nftables))"
+    ) in text
 
 
 def test_pasta_names_its_interface_for_the_router() -> None:
@@ -264,7 +323,13 @@ def test_pasta_names_its_interface_for_the_router() -> None:
 def test_the_hosts_file_names_each_ipv4_address_also_in_its_mapped_form() -> None:
     """A dual-stack server sees an IPv4 peer as ::ffff:a.b.c.d; glibc's files source names it
     only from a line in that form (else it asks DNS: issue 15's stalls)."""
-    lines = hosts_file_text({"master": "10.0.0.2", "worker": "10.0.0.3", "v6": "fd00::5"}).splitlines()
-    for address, name in [("10.0.0.2", "master"), ("10.0.0.3", "worker"), ("127.0.0.1", "localhost")]:
+    lines = hosts_file_text(
+        {"master": "10.0.0.2", "worker": "10.0.0.3", "v6": "fd00::5"}
+    ).splitlines()
+    for address, name in [
+        ("10.0.0.2", "master"),
+        ("10.0.0.3", "worker"),
+        ("127.0.0.1", "localhost"),
+    ]:
         assert f"{address}\t{name}" in lines and f"::ffff:{address}\t{name}" in lines
     assert "fd00::5\tv6" in lines and not any(line.startswith("::ffff:fd00") for line in lines)

@@ -10,8 +10,13 @@ import os
 from pathlib import Path
 
 from trainyard.backends.local.container import ContainerPlan, podman_argv
-from trainyard.backends.local.sandbox import (OSMO_WORKSPACE, SandboxPlan, bwrap_argv, clear_links,
-                                        task_owned)
+from trainyard.backends.local.sandbox import (
+    OSMO_WORKSPACE,
+    SandboxPlan,
+    bwrap_argv,
+    clear_links,
+    task_owned,
+)
 
 
 def test_bwrap_makes_the_workspace_and_the_runner_gives_it_to_the_task(tmp_path: Path) -> None:

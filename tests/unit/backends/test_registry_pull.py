@@ -20,15 +20,18 @@ NVCR = {"registry": "nvcr.io", "username": "$oauthtoken", "auth": SECRET}
 HUB = {"registry": "https://index.docker.io/v1/", "username": "me", "auth": "hubToken_2e2e"}
 
 
-@pytest.mark.parametrize(("image", "registry"), [
-    ("nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io"),
-    ("ubuntu:22.04", "docker.io"),
-    ("library/ubuntu", "docker.io"),
-    ("docker.io/library/alpine:3.18", "docker.io"),
-    ("localhost:5000/x/y:1", "localhost:5000"),
-    ("localhost/trainyard-test:1", "localhost"),
-    ("Registry.Example.com:8443/a@sha256:" + "0" * 64, "registry.example.com:8443"),
-])
+@pytest.mark.parametrize(
+    ("image", "registry"),
+    [
+        ("nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io"),
+        ("ubuntu:22.04", "docker.io"),
+        ("library/ubuntu", "docker.io"),
+        ("docker.io/library/alpine:3.18", "docker.io"),
+        ("localhost:5000/x/y:1", "localhost:5000"),
+        ("localhost/trainyard-test:1", "localhost"),
+        ("Registry.Example.com:8443/a@sha256:" + "0" * 64, "registry.example.com:8443"),
+    ],
+)
 def test_the_registry_of_an_image_follows_dockers_rule(image: str, registry: str) -> None:
     assert image_registry(image) == registry
 
@@ -78,21 +81,24 @@ def test_pull_hands_podman_a_0600_auth_file_it_then_removes(tmp_path: Path) -> N
     assert "--tls-verify=false" not in argv
     assert (seen / "mode").read_text().strip() == "600"
     assert json.loads((seen / "auth.json").read_text()) == json.loads(
-        auth_json("nvcr.io/x", [NVCR]))
+        auth_json("nvcr.io/x", [NVCR])
+    )
     for name in ("argv", "env"):
         assert SECRET not in (seen / name).read_text()
-        assert base64.b64encode(f"$oauthtoken:{SECRET}".encode()).decode() not in (
-            seen / name).read_text()
+        assert (
+            base64.b64encode(f"$oauthtoken:{SECRET}".encode()).decode()
+            not in (seen / name).read_text()
+        )
     assert not (folder / AUTH_FILE).exists()
     assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
 
 
 def test_a_failed_pull_says_podmans_words_without_the_value_and_removes_the_file(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     podman, _seen = _fake_podman(tmp_path, code=125)
     folder = tmp_path / "run"
-    why = pull_image("localhost:5000/x:1", [NVCR], folder, podman=str(podman),
-                     tls_verify=False)
+    why = pull_image("localhost:5000/x:1", [NVCR], folder, podman=str(podman), tls_verify=False)
     assert why is not None and "unauthorized" in why and SECRET not in why
     assert "--tls-verify=false" in (_seen / "argv").read_text()
     assert not (folder / AUTH_FILE).exists()

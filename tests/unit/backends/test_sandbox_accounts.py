@@ -14,27 +14,38 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainyard.backends.local import layers
-from trainyard.backends.local.sandbox import (IDMAPPED, PWD_LOCK, SandboxPlan, account_entries,
-                                       fresh_layer, fresh_paths, scrub_passwords)
+from trainyard.backends.local.sandbox import (
+    IDMAPPED,
+    PWD_LOCK,
+    SandboxPlan,
+    account_entries,
+    fresh_layer,
+    fresh_paths,
+    scrub_passwords,
+)
 
 TASK_UID = 65534
 
-SHADOW = ("root:$y$j9T$salt$hash:19500:0:99999:7:::\n"
-          "daemon:*:19500:0:99999:7:::\n"
-          "locked:!$6$salt$hash:19500:0:99999:7:::\n"
-          "nopass::19500:0:99999:7:::\n"
-          "# a comment\n"
-          "\n"
-          "short:$1$x$y\n")
+SHADOW = (
+    "root:$y$j9T$salt$hash:19500:0:99999:7:::\n"
+    "daemon:*:19500:0:99999:7:::\n"
+    "locked:!$6$salt$hash:19500:0:99999:7:::\n"
+    "nopass::19500:0:99999:7:::\n"
+    "# a comment\n"
+    "\n"
+    "short:$1$x$y\n"
+)
 GSHADOW = "root:*::\nadm:$6$s$h:alice:bob,carol\nsudo:!::alice\n"
 
 
 def test_every_password_field_is_replaced_and_nothing_else() -> None:
-    assert scrub_passwords(SHADOW) == ("root:*:19500:0:99999:7:::\n"
-                                       "daemon:*:19500:0:99999:7:::\n"
-                                       "locked:!:19500:0:99999:7:::\n"
-                                       "nopass:*:19500:0:99999:7:::\n"
-                                       "short:*\n")
+    assert scrub_passwords(SHADOW) == (
+        "root:*:19500:0:99999:7:::\n"
+        "daemon:*:19500:0:99999:7:::\n"
+        "locked:!:19500:0:99999:7:::\n"
+        "nopass:*:19500:0:99999:7:::\n"
+        "short:*\n"
+    )
     assert scrub_passwords(GSHADOW) == "root:*::\nadm:*:alice:bob,carol\nsudo:!::alice\n"
     assert scrub_passwords("") == ""
 
@@ -52,11 +63,15 @@ def test_no_password_field_survives_any_text(text: str) -> None:
 def _host(tmp_path: Path) -> Path:
     root = tmp_path / "host"
     (root / "etc").mkdir(parents=True)
-    files = {"passwd": ("root:x:0:0:root:/root:/bin/bash\n", 0o644),
-             "passwd-": ("root:x:0:0:root:/root:/bin/sh\n", 0o644),
-             "group": ("root:x:0:\n", 0o644),
-             "shadow": (SHADOW, 0o640), "shadow-": (SHADOW, 0o600),
-             "gshadow": (GSHADOW, 0o640), "subuid": ("", 0o644)}
+    files = {
+        "passwd": ("root:x:0:0:root:/root:/bin/bash\n", 0o644),
+        "passwd-": ("root:x:0:0:root:/root:/bin/sh\n", 0o644),
+        "group": ("root:x:0:\n", 0o644),
+        "shadow": (SHADOW, 0o640),
+        "shadow-": (SHADOW, 0o600),
+        "gshadow": (GSHADOW, 0o640),
+        "subuid": ("", 0o644),
+    }
     for name, (text, mode) in files.items():
         (root / "etc" / name).write_text(text)
         (root / "etc" / name).chmod(mode)
@@ -75,8 +90,10 @@ def _fresh_scans() -> None:
 def test_the_account_files_are_copied_with_the_hosts_modes_secrets_scrubbed(
     tmp_path: Path,
 ) -> None:
-    entries = {rel: (is_dir, mode, text)
-               for rel, is_dir, mode, text in account_entries(str(_host(tmp_path)))}
+    entries = {
+        rel: (is_dir, mode, text)
+        for rel, is_dir, mode, text in account_entries(str(_host(tmp_path)))
+    }
     assert entries == {
         "etc/passwd": (False, 0o644, "root:x:0:0:root:/root:/bin/bash\n"),
         "etc/passwd-": (False, 0o644, "root:x:0:0:root:/root:/bin/sh\n"),
@@ -108,9 +125,15 @@ def test_a_host_without_account_files_gives_none_not_even_the_lock(tmp_path: Pat
 
 def _plan(host_root: Path, tmp_path: Path, skeleton_dir: Path | None) -> SandboxPlan:
     run = tmp_path / "run" / "sandbox"
-    return SandboxPlan(root_dir=run / "root", hostname="t", host_root=host_root,
-                       overlay_dir=run / "overlay", idmapped=IDMAPPED, host_uid=TASK_UID,
-                       skeleton_dir=skeleton_dir)
+    return SandboxPlan(
+        root_dir=run / "root",
+        hostname="t",
+        host_root=host_root,
+        overlay_dir=run / "overlay",
+        idmapped=IDMAPPED,
+        host_uid=TASK_UID,
+        skeleton_dir=skeleton_dir,
+    )
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the layer's files are chowned to the task's uid")

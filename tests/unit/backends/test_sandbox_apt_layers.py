@@ -13,15 +13,23 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.backends.local import sandbox
-from trainyard.backends.local import hostscan
-from trainyard.backends.local import layers
-from trainyard.backends.local.sandbox import (IDMAPPED, OPAQUE_XATTR, SandboxPlan, fresh_layer,
-                                       fresh_paths, idmapped_covers, overlays, skeleton_base,
-                                       system_skeleton)
+from trainyard.backends.local import hostscan, layers, sandbox
+from trainyard.backends.local.sandbox import (
+    IDMAPPED,
+    OPAQUE_XATTR,
+    SandboxPlan,
+    fresh_layer,
+    fresh_paths,
+    idmapped_covers,
+    overlays,
+    skeleton_base,
+    system_skeleton,
+)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fake host's files must be "
-                                "root's and the skeleton's folders another uid's (chown)")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="the fake host's files must be root's and the skeleton's folders another uid's (chown)",
+)
 
 TASK_UID = 65534
 
@@ -36,9 +44,17 @@ def _fresh_scans() -> None:
 def host(tmp_path: Path) -> Path:
     """A fake host ``/`` with apt's and dpkg's folders and some of ``/etc``'s kinds."""
     root = tmp_path / "host"
-    for folder in ("usr/bin", "etc/ld.so.conf.d", "etc/apt/apt.conf.d", "etc/munge/inner",
-                   "var/lib/dpkg", "var/lib/apt/lists", "var/cache/apt/archives",
-                   "var/lib/pkg/deep/deeper", "var/log/apt"):
+    for folder in (
+        "usr/bin",
+        "etc/ld.so.conf.d",
+        "etc/apt/apt.conf.d",
+        "etc/munge/inner",
+        "var/lib/dpkg",
+        "var/lib/apt/lists",
+        "var/cache/apt/archives",
+        "var/lib/pkg/deep/deeper",
+        "var/log/apt",
+    ):
         (root / folder).mkdir(parents=True)
     (root / "etc/munge").chmod(0o700)
     (root / "etc/listonly").mkdir(mode=0o711)
@@ -57,9 +73,14 @@ def host(tmp_path: Path) -> Path:
 def plan(tmp_path: Path, **fields: object) -> SandboxPlan:
     run = tmp_path / "run" / "sandbox"
     fields.setdefault("skeleton_dir", tmp_path / "skeletons")
-    return SandboxPlan(root_dir=run / "root", hostname="t", host_root=host(tmp_path),
-                       overlay_dir=run / "overlay", idmapped=IDMAPPED,
-                       **fields)  # type: ignore[arg-type]
+    return SandboxPlan(
+        root_dir=run / "root",
+        hostname="t",
+        host_root=host(tmp_path),
+        overlay_dir=run / "overlay",
+        idmapped=IDMAPPED,
+        **fields,
+    )  # type: ignore[arg-type]
 
 
 def _tree(top: Path) -> dict[str, tuple[int, int, int]]:
@@ -69,7 +90,10 @@ def _tree(top: Path) -> dict[str, tuple[int, int, int]]:
         for name in dirs:
             info = os.lstat(Path(folder) / name)
             found[os.path.relpath(Path(folder) / name, top)] = (
-                info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode))
+                info.st_uid,
+                info.st_gid,
+                stat.S_IMODE(info.st_mode),
+            )
     return found
 
 
@@ -83,10 +107,16 @@ def test_the_skeleton_gives_open_folders_only_never_closed_ones_nor_files(
     assert tree["etc"] == (TASK_UID, TASK_UID, 0o755)
     assert tree["etc/ld.so.conf.d"] == tree["etc/apt/apt.conf.d"] == (TASK_UID, TASK_UID, 0o755)
     assert tree["var/lib"] == tree["var/lib/pkg"] == (TASK_UID, TASK_UID, 0o755)
-    for closed in ("etc/munge", "etc/munge/inner", "etc/listonly", "etc/shadow",
-                   "var/lib/pkg/deep",  # deeper than SKELETON's 2 levels of /var
-                   "var/log/apt",       # FRESH: the task's own, empty, not the host's
-                   "usr", "usr/bin"):   # not in SKELETON (idmapped)
+    for closed in (
+        "etc/munge",
+        "etc/munge/inner",
+        "etc/listonly",
+        "etc/shadow",
+        "var/lib/pkg/deep",  # deeper than SKELETON's 2 levels of /var
+        "var/log/apt",  # FRESH: the task's own, empty, not the host's
+        "usr",
+        "usr/bin",
+    ):  # not in SKELETON (idmapped)
         assert closed not in tree, closed
     again = system_skeleton(made.skeleton_dir, made.host_root, TASK_UID)  # type: ignore[arg-type]
     assert again == layer and len(list(layer.parent.iterdir())) == 1  # made once per content
@@ -102,10 +132,16 @@ def test_the_skeleton_is_stacked_over_the_root_layer_of_a_remapped_task_only(
     assert skeleton.parent == fresh.parent == remapped.skeleton_dir
     assert fresh.name.startswith("fresh-")
     assert [o.lower_above for o in overlays(remapped)[1:]] == [  # idmapped: the fresh layer's
-        [] if rel == "usr" or rel == "var/lib/dpkg" else [str(fresh / rel)] for rel in IDMAPPED]
-    plain = SandboxPlan(root_dir=remapped.root_dir, hostname="t", host_root=remapped.host_root,
-                        overlay_dir=remapped.overlay_dir, idmapped=IDMAPPED,
-                        skeleton_dir=remapped.skeleton_dir)
+        [] if rel == "usr" or rel == "var/lib/dpkg" else [str(fresh / rel)] for rel in IDMAPPED
+    ]
+    plain = SandboxPlan(
+        root_dir=remapped.root_dir,
+        hostname="t",
+        host_root=remapped.host_root,
+        overlay_dir=remapped.overlay_dir,
+        idmapped=IDMAPPED,
+        skeleton_dir=remapped.skeleton_dir,
+    )
     assert overlays(plain)[0].lower_above == []  # uid 0 inside is the host's: nothing to give
 
 
@@ -121,8 +157,11 @@ def test_fresh_paths_lie_in_the_layer_that_shows_them_and_are_not_covered(
         (str(mnt / "var/cache/apt"), "archives/partial"): (True, 0o700, ""),
         (str(mnt / "var"), "log/apt"): (True, 0o755, ""),
         (str(mnt / "var"), "log/dpkg.log"): (False, 0o644, ""),
-        (str(mnt / "etc"), "apt/apt.conf.d/99trainyard-sandbox"):
-            (False, 0o644, 'APT::Sandbox::User "root";\n'),
+        (str(mnt / "etc"), "apt/apt.conf.d/99trainyard-sandbox"): (
+            False,
+            0o644,
+            'APT::Sandbox::User "root";\n',
+        ),
         (str(mnt / "etc"), "shadow"): (False, 0o600, "root:*\n"),  # account_entries
         (str(mnt / "etc"), ".pwd.lock"): (False, 0o600, ""),
     }
@@ -130,9 +169,18 @@ def test_fresh_paths_lie_in_the_layer_that_shows_them_and_are_not_covered(
     assert "/var/lib/apt/lists/partial" not in covers  # replaced by the task's own
     assert "/var/cache/apt/archives/partial" not in covers
     assert covers["/var/lib/apt/lists/secret"] is False  # root's, closed: still covered
-    assert fresh_paths(SandboxPlan(root_dir=made.root_dir, hostname="t",
-                                   host_root=made.host_root, overlay_dir=made.overlay_dir,
-                                   idmapped=IDMAPPED)) == []  # no remap: none
+    assert (
+        fresh_paths(
+            SandboxPlan(
+                root_dir=made.root_dir,
+                hostname="t",
+                host_root=made.host_root,
+                overlay_dir=made.overlay_dir,
+                idmapped=IDMAPPED,
+            )
+        )
+        == []
+    )  # no remap: none
 
 
 def _layer_tree(top: Path) -> dict[str, tuple[bool, int, int, int, bool, str]]:
@@ -144,9 +192,13 @@ def _layer_tree(top: Path) -> dict[str, tuple[bool, int, int, int, bool, str]]:
             info = os.lstat(path)
             is_dir = stat.S_ISDIR(info.st_mode)
             found[os.path.relpath(path, top)] = (
-                is_dir, info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode),
+                is_dir,
+                info.st_uid,
+                info.st_gid,
+                stat.S_IMODE(info.st_mode),
                 OPAQUE_XATTR in os.listxattr(path, follow_symlinks=False),
-                "" if is_dir else path.read_text())
+                "" if is_dir else path.read_text(),
+            )
     return found
 
 
@@ -167,8 +219,13 @@ def test_the_fresh_layer_holds_apts_fresh_entries_opaque_and_the_tasks_once(
         "etc": (True, *root, 0o755, False, ""),
         "etc/apt": (True, *root, 0o755, False, ""),
         "etc/apt/apt.conf.d": (True, *root, 0o755, False, ""),
-        "etc/apt/apt.conf.d/99trainyard-sandbox":
-            (False, *task, 0o644, False, 'APT::Sandbox::User "root";\n'),
+        "etc/apt/apt.conf.d/99trainyard-sandbox": (
+            False,
+            *task,
+            0o644,
+            False,
+            'APT::Sandbox::User "root";\n',
+        ),
         "etc/shadow": (False, *task, 0o600, False, "root:*\n"),  # scrubbed, the task's
         "etc/.pwd.lock": (False, *task, 0o600, False, ""),
         "var": (True, *root, 0o755, False, ""),
@@ -205,7 +262,8 @@ def test_the_fresh_layer_leaves_out_what_the_host_has_no_parent_for(tmp_path: Pa
 
 
 def test_without_a_fresh_layer_the_runner_makes_the_fresh_entries_per_task(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     def refused(*_args: object, **_kwargs: object) -> None:
         raise OSError(95, "Operation not supported")  # a file system without trusted xattrs

@@ -10,10 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.backends.local import sandbox
-from trainyard.backends.local import hostscan
-from trainyard.backends.local.sandbox import (IDMAPPED, SandboxPlan, bwrap_argv, clear_links,
-                                       idmapped_covers, overlays)
+from trainyard.backends.local import hostscan, sandbox
+from trainyard.backends.local.sandbox import (
+    IDMAPPED,
+    SandboxPlan,
+    bwrap_argv,
+    clear_links,
+    idmapped_covers,
+    overlays,
+)
 from trainyard.linux.safefs import _id_map
 
 
@@ -42,9 +47,14 @@ def host(tmp_path: Path) -> Path:
 
 def plan(tmp_path: Path, **fields: object) -> SandboxPlan:
     run = tmp_path / "run" / "sandbox"
-    return SandboxPlan(root_dir=run / "root", hostname="t", host_root=host(tmp_path),
-                       overlay_dir=run / "overlay", idmapped=IDMAPPED,
-                       **fields)  # type: ignore[arg-type]
+    return SandboxPlan(
+        root_dir=run / "root",
+        hostname="t",
+        host_root=host(tmp_path),
+        overlay_dir=run / "overlay",
+        idmapped=IDMAPPED,
+        **fields,
+    )  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the fake host's files must be root's")
@@ -55,20 +65,31 @@ def test_usr_and_dpkg_state_get_an_idmapped_layer_over_the_root_layer(tmp_path: 
     mnt = made.overlay_dir / "rootfs" / "mnt"  # type: ignore[operator]
     assert [(o.lower, o.target, o.idmap_uid, o.idmap_gid) for o in idmapped] == [
         (f"{made.host_root}/usr", str(mnt / "usr"), 65534, 65534),
-        (f"{made.host_root}/var/lib/dpkg", str(mnt / "var/lib/dpkg"), 65534, 65534)]
+        (f"{made.host_root}/var/lib/dpkg", str(mnt / "var/lib/dpkg"), 65534, 65534),
+    ]
     assert all(Path(o.upper).parent.parent == made.overlay_dir / "idmapped" for o in idmapped)
-    assert idmapped_covers(made) == (("/usr/local/etc/token", False), ("/usr/share/listed", True),
-                                     ("/usr/share/private", True))
+    assert idmapped_covers(made) == (
+        ("/usr/local/etc/token", False),
+        ("/usr/share/listed", True),
+        ("/usr/share/private", True),
+    )
     argv = bwrap_argv(made)
-    assert ("--ro-bind", "/dev/null", "/usr/local/etc/token") in zip(argv, argv[1:], argv[2:], strict=False)
+    assert ("--ro-bind", "/dev/null", "/usr/local/etc/token") in zip(
+        argv, argv[1:], argv[2:], strict=False
+    )
     assert ("--tmpfs", "/usr/share/private") in zip(argv, argv[1:], strict=False)
     assert "/etc/ssl/key" not in argv  # /etc is not idmapped: the remap alone keeps it
 
 
 def test_nothing_is_idmapped_without_the_uid_remap_or_the_layers(tmp_path: Path) -> None:
     assert [o.idmap_uid for o in overlays(plan(tmp_path))] == [None]
-    no_layers = SandboxPlan(root_dir=tmp_path / "r", hostname="t", host_root=tmp_path / "run",
-                            host_uid=65534, idmapped=IDMAPPED)
+    no_layers = SandboxPlan(
+        root_dir=tmp_path / "r",
+        hostname="t",
+        host_root=tmp_path / "run",
+        host_uid=65534,
+        idmapped=IDMAPPED,
+    )
     assert overlays(no_layers) == [] and idmapped_covers(no_layers) == ()
     assert not {"etc", "var", "var/cache", "var/lib"} & set(IDMAPPED)
 
@@ -87,7 +108,11 @@ def test_a_link_the_task_left_at_a_cover_is_removed_from_its_idmapped_layer(
 
 def test_the_layer_map_swaps_root_and_nobody_and_keeps_every_other_id() -> None:
     assert _id_map(65534, keep_others=False) == "0 65534 1\n"
-    lines = [tuple(map(int, line.split())) for line in _id_map(65534, keep_others=True).split("\n") if line]
+    lines = [
+        tuple(map(int, line.split()))
+        for line in _id_map(65534, keep_others=True).split("\n")
+        if line
+    ]
     assert lines[:2] == [(0, 65534, 1), (65534, 0, 1)]
     assert sum(n for _a, _b, n in lines) == (1 << 32) - 1  # every id but -1, once
     assert all(a == b for a, b, _n in lines[2:])

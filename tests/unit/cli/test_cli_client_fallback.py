@@ -64,8 +64,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _hold(home: Path, url: str) -> FileLock:
     lock = FileLock.acquire(lock_path(home), what="the test home")
-    lock.note({"pid": os.getpid(), "host": os.uname().nodename, "url": url,
-               "create_time_s": 0.0})  # a start time no check would accept
+    lock.note(
+        {"pid": os.getpid(), "host": os.uname().nodename, "url": url, "create_time_s": 0.0}
+    )  # a start time no check would accept
     return lock
 
 
@@ -81,7 +82,8 @@ def _recording_ensure_running(monkeypatch: pytest.MonkeyPatch, url: str) -> list
 
 
 def test_the_note_is_used_without_the_full_check_when_it_answers(
-        home: Path, live_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    home: Path, live_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     asked = _recording_ensure_running(monkeypatch, "http://127.0.0.1:9")
     lock = _hold(home, live_url)
     try:
@@ -94,7 +96,8 @@ def test_the_note_is_used_without_the_full_check_when_it_answers(
 
 
 def test_a_first_request_that_cannot_connect_is_sent_again_to_the_checked_server(
-        home: Path, live_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    home: Path, live_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     asked = _recording_ensure_running(monkeypatch, live_url)
     lock = _hold(home, _closed_port_url())  # what a pid reused since its server died says
     try:
@@ -106,14 +109,17 @@ def test_a_first_request_that_cannot_connect_is_sent_again_to_the_checked_server
 
 
 def test_the_checked_server_not_answering_either_is_the_error_of_before(
-        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dead = _closed_port_url()
     asked = _recording_ensure_running(monkeypatch, dead)
     lock = _hold(home, dead)
     try:
         client = Client(home)
-        with pytest.raises(ServerError, match=f"cannot reach the trainyard server at {dead}.*"
-                                              "trainyard server start"):
+        with pytest.raises(
+            ServerError,
+            match=f"cannot reach the trainyard server at {dead}.*trainyard server start",
+        ):
             client.json("GET", "/api/health")
     finally:
         lock.release()
@@ -121,7 +127,8 @@ def test_the_checked_server_not_answering_either_is_the_error_of_before(
 
 
 def test_after_an_answer_a_lost_server_is_reported_not_looked_for_again(
-        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     asked = _recording_ensure_running(monkeypatch, "http://127.0.0.1:9")
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
     url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -161,6 +168,7 @@ from trainyard.cli.main import main
 status = main(["workflow", "submit", {str(example)!r}, "--set", "n_gpus_per_node=1", "--dry-run"])
 print(status, at_connect, "psutil" in sys.modules)
 """
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
     assert done.stdout.split() == ["7", "[False]", "True"], done.stdout + done.stderr

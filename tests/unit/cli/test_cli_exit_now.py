@@ -15,12 +15,18 @@ from trainyard.cli.main import main
 
 
 def _cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "trainyard.cli.main", *args], capture_output=True,
-                          text=True, env={**os.environ, "TRAINYARD_HOME": str(home)}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "trainyard.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRAINYARD_HOME": str(home)},
+        timeout=120,
+    )
 
 
-def test_piped_output_is_complete_and_the_status_is_zero(tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_piped_output_is_complete_and_the_status_is_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     done = _cli("workflow", "schema", home=tmp_path)
     assert done.returncode == 0, done.stderr
     assert main(["workflow", "schema"]) == 0  # in process: returns, does not exit

@@ -42,12 +42,19 @@ def _probe(home: Path) -> dict[str, object]:
     module from source makes objects of its own, before the module's code runs)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for _run in range(2):
-        done = subprocess.run([sys.executable, "-c", PROBE, str(EXAMPLE), str(home)],
-                              capture_output=True, text=True, check=True, env=env)
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE, str(EXAMPLE), str(home)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        )
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def test_no_collection_while_importing_and_building_and_few_before_the_request(tmp_path: Path) -> None:
+def test_no_collection_while_importing_and_building_and_few_before_the_request(
+    tmp_path: Path,
+) -> None:
     seen = _probe(tmp_path)
     assert seen["status"] == 7
     assert seen["typer_at_import"] is False  # imported by main(), in its pause
@@ -74,10 +81,12 @@ def test_collector_paused_restores_the_state_it_found() -> None:
 
 
 def test_the_console_script_freezes_what_its_start_made() -> None:
-    code = ("import gc\n"
-            "from trainyard.cli.main import collector_paused\n"
-            "with collector_paused(freeze=True):\n"
-            "    kept = [[i] for i in range(1000)]\n"
-            "print(gc.isenabled(), gc.get_freeze_count() >= 1000)")
+    code = (
+        "import gc\n"
+        "from trainyard.cli.main import collector_paused\n"
+        "with collector_paused(freeze=True):\n"
+        "    kept = [[i] for i in range(1000)]\n"
+        "print(gc.isenabled(), gc.get_freeze_count() >= 1000)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["True", "True"]

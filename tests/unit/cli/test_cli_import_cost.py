@@ -14,17 +14,40 @@ import sys
 from pathlib import Path
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "torchrun_multinode" / "train.yaml"
-HEAVY = ("fsspec", "trainyard.data.urls", "trainyard.data.transfer", "trainyard.spec.models",
-         "trainyard.engine.reconciler", "trainyard.store.db", "fastapi", "sqlalchemy", "torch",
-         "trainyard.pools", "httpx._main", "trio")
+HEAVY = (
+    "fsspec",
+    "trainyard.data.urls",
+    "trainyard.data.transfer",
+    "trainyard.spec.models",
+    "trainyard.engine.reconciler",
+    "trainyard.store.db",
+    "fastapi",
+    "sqlalchemy",
+    "torch",
+    "trainyard.pools",
+    "httpx._main",
+    "trio",
+)
 
 
-SUBMIT_HEAVY = ("pydantic", "pydantic_core", "typer._adapters", "trainyard.server.schema",
-                "rich", "rich.console", "jinja2", "psutil", "yaml", "trainyard.spec.template")
+SUBMIT_HEAVY = (
+    "pydantic",
+    "pydantic_core",
+    "typer._adapters",
+    "trainyard.server.schema",
+    "rich",
+    "rich.console",
+    "jinja2",
+    "psutil",
+    "yaml",
+    "trainyard.spec.template",
+)
 """Not loaded by ``workflow submit`` of a plain spec without ``localpath`` (its body sent;
 psutil: only if the local server's address must be checked, ``test_cli_client_fallback.py``)."""
-OTHER_GROUPS = tuple(f"trainyard.cli.{name}" for name in ("task", "app", "pool", "resource",
-                                                           "server", "dataset", "data"))
+OTHER_GROUPS = tuple(
+    f"trainyard.cli.{name}"
+    for name in ("task", "app", "pool", "resource", "server", "dataset", "data")
+)
 
 
 def _loaded_after(code: str) -> set[str]:
@@ -39,7 +62,8 @@ def test_starting_the_cli_and_building_a_submit_request_loads_no_heavy_layer() -
         "from pathlib import Path\n"
         "from trainyard.cli.request import spec_request\n"
         f"spec_request(Path({str(EXAMPLE)!r}),"
-        " set_values=['n_gpus_per_node=1'], set_strings=[], set_env=[])")
+        " set_values=['n_gpus_per_node=1'], set_strings=[], set_env=[])"
+    )
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
 
@@ -56,7 +80,8 @@ def test_a_client_and_its_first_request_load_no_heavy_layer(tmp_path: Path) -> N
         "try:\n"
         "    client.json('GET', '/api/health')\n"
         "except ServerError:\n"
-        "    pass")
+        "    pass"
+    )
     assert "httpcore" in loaded  # the request was made through httpx
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
@@ -65,55 +90,66 @@ def test_the_data_commands_still_load_the_data_layer_when_run(tmp_path: Path) ->
     (tmp_path / "a.txt").write_text("a")
     loaded = _loaded_after(
         "from trainyard.cli.main import main\n"
-        f"assert main(['data', 'list', {str(tmp_path)!r}]) == 0")
+        f"assert main(['data', 'list', {str(tmp_path)!r}]) == 0"
+    )
     assert "trainyard.data.urls" in loaded and "fsspec" in loaded
 
 
 def _submit(tmp_path: Path, *args: str) -> str:
     """``main(["workflow", "submit", ...])`` against a port where nothing listens: the spec
     is read, rendered and its request built and sent (exit 7: nothing answered)."""
-    return (f"import os\n"
-            f"os.environ['TRAINYARD_HOME'] = {str(tmp_path)!r}\n"
-            "os.environ['TRAINYARD_SERVER_URL'] = 'http://127.0.0.1:9'\n"
-            "from trainyard.cli.main import main\n"
-            f"assert main(['workflow', 'submit', {str(EXAMPLE)!r}, '--set', "
-            f"'n_gpus_per_node=1', {', '.join(map(repr, args))}]) == 7\n")
+    return (
+        f"import os\n"
+        f"os.environ['TRAINYARD_HOME'] = {str(tmp_path)!r}\n"
+        "os.environ['TRAINYARD_SERVER_URL'] = 'http://127.0.0.1:9'\n"
+        "from trainyard.cli.main import main\n"
+        f"assert main(['workflow', 'submit', {str(EXAMPLE)!r}, '--set', "
+        f"'n_gpus_per_node=1', {', '.join(map(repr, args))}]) == 7\n"
+    )
 
 
 def test_workflow_submit_loads_its_group_only_and_no_pydantic_rich_or_jinja(tmp_path: Path) -> None:
     loaded = _loaded_after(_submit(tmp_path, "--dry-run"))
     assert {"trainyard.cli.workflow", "trainyard.cli.request", "httpcore"} <= loaded
-    assert not loaded & set(SUBMIT_HEAVY + OTHER_GROUPS + HEAVY), \
-        sorted(loaded & set(SUBMIT_HEAVY + OTHER_GROUPS + HEAVY))
+    assert not loaded & set(SUBMIT_HEAVY + OTHER_GROUPS + HEAVY), sorted(
+        loaded & set(SUBMIT_HEAVY + OTHER_GROUPS + HEAVY)
+    )
 
 
 def test_workflow_submit_wait_loads_no_more_before_its_request(tmp_path: Path) -> None:
     loaded = _loaded_after(_submit(tmp_path, "--wait", "--format", "json"))
-    assert not loaded & set(SUBMIT_HEAVY + OTHER_GROUPS + HEAVY), \
-        sorted(loaded & set(SUBMIT_HEAVY + OTHER_GROUPS + HEAVY))
+    assert not loaded & set(SUBMIT_HEAVY + OTHER_GROUPS + HEAVY), sorted(
+        loaded & set(SUBMIT_HEAVY + OTHER_GROUPS + HEAVY)
+    )
 
 
 def test_a_spec_with_a_filter_still_renders_with_jinja(tmp_path: Path) -> None:
     """(With a ``localpath`` file: a spec without one is not rendered by the CLI at all.)"""
     (tmp_path / "worker.sh").write_text("echo worker\n")
     spec = tmp_path / "filter.yaml"
-    spec.write_text(EXAMPLE.read_text().replace("{{ output_dataset }}", "{{ output_dataset|lower }}")
-                    .replace("      - path: /tmp/worker.sh\n        contents: |",
-                             "      - path: /tmp/worker2.sh\n        localpath: worker.sh\n"
-                             "      - path: /tmp/worker.sh\n        contents: |"))
+    spec.write_text(
+        EXAMPLE.read_text()
+        .replace("{{ output_dataset }}", "{{ output_dataset|lower }}")
+        .replace(
+            "      - path: /tmp/worker.sh\n        contents: |",
+            "      - path: /tmp/worker2.sh\n        localpath: worker.sh\n"
+            "      - path: /tmp/worker.sh\n        contents: |",
+        )
+    )
     assert "localpath" in spec.read_text()
     loaded = _loaded_after(
         "from pathlib import Path\n"
         "from trainyard.cli.request import spec_request\n"
-        f"spec_request(Path({str(spec)!r}), set_values=[], set_strings=[], set_env=[])")
+        f"spec_request(Path({str(spec)!r}), set_values=[], set_strings=[], set_env=[])"
+    )
     assert "jinja2" in loaded
 
 
 def test_help_and_an_unknown_command_load_every_group() -> None:
     for argv in (["--help"], ["no-such-command"]):
         loaded = _loaded_after(
-            "from trainyard.cli.main import main\n"
-            f"assert main({argv!r}) in (0, 2)")
+            f"from trainyard.cli.main import main\nassert main({argv!r}) in (0, 2)"
+        )
         assert set(OTHER_GROUPS) | {"trainyard.cli.workflow"} <= loaded, argv
 
 
@@ -125,5 +161,6 @@ def test_rich_is_imported_at_the_first_print_and_a_progress_bar_gets_a_real_cons
         "from trainyard.cli import output\n"
         "output.console.print('[dim]x[/dim]')\n"
         "assert isinstance(output.rich_console(output.err_console), Console)\n"
-        "assert output.rich_console(output.err_console) is output.rich_console(output.err_console)")
+        "assert output.rich_console(output.err_console) is output.rich_console(output.err_console)"
+    )
     assert "rich.console" in loaded

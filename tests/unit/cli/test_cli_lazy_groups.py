@@ -9,36 +9,41 @@ import subprocess
 import sys
 
 import pytest
-
 import typer
 
 from trainyard.cli import workflow
 from trainyard.cli.main import SUBAPPS, app, build_app, command_for, groups_for, main
 
 
-@pytest.mark.parametrize(("argv", "groups"), [
-    (["workflow", "submit", "x.yaml"], ("workflow",)),
-    (["dataset", "list"], ("dataset",)),
-    (["data"], ("data",)),
-    ([], SUBAPPS),
-    (["--help"], SUBAPPS),
-    (["--show-completion", "bash"], SUBAPPS),
-    (["version"], SUBAPPS),
-    (["no-such-group", "workflow"], SUBAPPS),
-    (["Workflow"], SUBAPPS),
-])
+@pytest.mark.parametrize(
+    ("argv", "groups"),
+    [
+        (["workflow", "submit", "x.yaml"], ("workflow",)),
+        (["dataset", "list"], ("dataset",)),
+        (["data"], ("data",)),
+        ([], SUBAPPS),
+        (["--help"], SUBAPPS),
+        (["--show-completion", "bash"], SUBAPPS),
+        (["version"], SUBAPPS),
+        (["no-such-group", "workflow"], SUBAPPS),
+        (["Workflow"], SUBAPPS),
+    ],
+)
 def test_groups_for_a_command_line(argv: list[str], groups: tuple[str, ...]) -> None:
     assert groups_for(argv) == groups
 
 
-@pytest.mark.parametrize(("argv", "command"), [
-    (["workflow", "submit", "x.yaml"], "submit"),
-    (["server", "add-user", "bob"], "add-user"),
-    (["workflow"], None),
-    (["workflow", "--help"], None),
-    (["version", "x"], None),
-    ([], None),
-])
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["workflow", "submit", "x.yaml"], "submit"),
+        (["server", "add-user", "bob"], "add-user"),
+        (["workflow"], None),
+        (["workflow", "--help"], None),
+        (["version", "x"], None),
+        ([], None),
+    ],
+)
 def test_command_for_a_command_line(argv: list[str], command: str | None) -> None:
     assert command_for(argv) == command
 
@@ -89,10 +94,19 @@ def test_a_group_named_alone_shows_its_commands(capsys: pytest.CaptureFixture[st
 
 
 def _complete(words: str) -> list[str]:
-    env = {**os.environ, "_TRAINYARD_COMPLETE": "complete_bash", "COMP_WORDS": words,
-           "COMP_CWORD": str(len(words.split()) - 1)}
-    done = subprocess.run([sys.executable, "-m", "trainyard.cli.main"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "_TRAINYARD_COMPLETE": "complete_bash",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(len(words.split()) - 1),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "trainyard.cli.main"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
 

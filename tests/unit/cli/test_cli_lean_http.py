@@ -18,8 +18,9 @@ def _run(code: str) -> dict[str, object]:
 
 def test_preload_skips_httpx_cli_and_trio_and_both_import_afterwards() -> None:
     if importlib.util.find_spec("trio") is None:
-        pytest.skip("trio is not installed here (it comes with selenium, a dev dependency): "
-                    "nothing to skip")
+        pytest.skip(
+            "trio is not installed here (it comes with selenium, a dev dependency): nothing to skip"
+        )
     result = _run(
         "import json, sys\n"
         "from trainyard.cli.lean_http import preload_httpx\n"
@@ -29,9 +30,14 @@ def test_preload_skips_httpx_cli_and_trio_and_both_import_afterwards() -> None:
         "httpcore_trio = sync.trio is not None\n"
         "import trio\n"
         "print(json.dumps({'before': before, 'httpcore_trio': httpcore_trio,"
-        " 'trio_later': trio.__name__}))")
-    assert result["before"] == {"httpx": True, "httpcore": True, "httpx._main": False,
-                                "trio": False}
+        " 'trio_later': trio.__name__}))"
+    )
+    assert result["before"] == {
+        "httpx": True,
+        "httpcore": True,
+        "httpx._main": False,
+        "trio": False,
+    }
     assert result["httpcore_trio"] is False
     assert result["trio_later"] == "trio"
 
@@ -44,6 +50,7 @@ def test_a_process_that_has_httpx_already_is_left_as_it_is() -> None:
         "from trainyard.cli.lean_http import preload_httpx\n"
         "preload_httpx()\n"
         "print(json.dumps({'had_main': had_main, 'has_main': 'httpx._main' in sys.modules,"
-        " 'httpcore': 'httpcore' in sys.modules}))")
+        " 'httpcore': 'httpcore' in sys.modules}))"
+    )
     assert result["has_main"] == result["had_main"]
     assert result["httpcore"] is False  # not imported by preload_httpx in such a process

@@ -32,8 +32,13 @@ def _samples(annotation: Any) -> list[Any]:
         return [True, False, "true", "no"]
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         members = list(annotation)
-        return [*members, *[m.value for m in members], *[str(m.value).upper() for m in members],
-                "nope", ""]
+        return [
+            *members,
+            *[m.value for m in members],
+            *[str(m.value).upper() for m in members],
+            "nope",
+            "",
+        ]
     return [STRINGS, (), ("a",), "not-a-list", ("a", 1)]
 
 

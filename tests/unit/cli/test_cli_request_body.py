@@ -26,22 +26,49 @@ def test_the_body_has_exactly_the_server_models_fields_and_defaults() -> None:
 
 
 @settings(deadline=None)  # a loaded machine must not fail it on time
-@given(spec_text=_text, spec_name=_text, files=st.dictionaries(_text, _text, max_size=3),
-       set_=_pairs, set_string=_pairs, set_env=_pairs, pool=st.none() | _text,
-       labels=st.dictionaries(_text, _text, max_size=3))
+@given(
+    spec_text=_text,
+    spec_name=_text,
+    files=st.dictionaries(_text, _text, max_size=3),
+    set_=_pairs,
+    set_string=_pairs,
+    set_env=_pairs,
+    pool=st.none() | _text,
+    labels=st.dictionaries(_text, _text, max_size=3),
+)
 def test_the_server_model_reads_every_body_unchanged(
-        spec_text: str, spec_name: str, files: dict[str, str], set_: list[str],
-        set_string: list[str], set_env: list[str], pool: str | None,
-        labels: dict[str, str]) -> None:
-    body = SpecBody(spec_text=spec_text, spec_name=spec_name, files=files, set=set_,
-                    set_string=set_string, set_env=set_env, pool=pool, labels=labels)
+    spec_text: str,
+    spec_name: str,
+    files: dict[str, str],
+    set_: list[str],
+    set_string: list[str],
+    set_env: list[str],
+    pool: str | None,
+    labels: dict[str, str],
+) -> None:
+    body = SpecBody(
+        spec_text=spec_text,
+        spec_name=spec_name,
+        files=files,
+        set=set_,
+        set_string=set_string,
+        set_env=set_env,
+        pool=pool,
+        labels=labels,
+    )
     sent = json.loads(json.dumps(body.to_json()))  # what goes over the wire
     assert SpecRequest.model_validate(sent).model_dump() == body.to_json()
 
 
 def test_the_body_of_the_example_spec_is_accepted_with_its_values() -> None:
-    body = spec_request(EXAMPLE, set_values=["n_gpus_per_node=1"], set_strings=[], set_env=[],
-                        pool="local", labels={"team": "a"})
+    body = spec_request(
+        EXAMPLE,
+        set_values=["n_gpus_per_node=1"],
+        set_strings=[],
+        set_env=[],
+        pool="local",
+        labels={"team": "a"},
+    )
     model = SpecRequest.model_validate(json.loads(json.dumps(body.to_json())))
     assert model.spec_text == EXAMPLE.read_text()
     assert (model.set, model.pool, model.labels) == (["n_gpus_per_node=1"], "local", {"team": "a"})

@@ -14,8 +14,10 @@ import pytest
 from trainyard.cli.request import may_name_localpath, spec_request
 from trainyard.errors import SpecError
 
-SPEC = ("workflow:\n  name: w\n  tasks:\n  - name: t\n    command: ['{{ cmd }}']\n"
-        "    files:\n    - path: /tmp/a\n      KEY: a.txt\n")
+SPEC = (
+    "workflow:\n  name: w\n  tasks:\n  - name: t\n    command: ['{{ cmd }}']\n"
+    "    files:\n    - path: /tmp/a\n      KEY: a.txt\n"
+)
 
 
 def _write(tmp_path: Path, key: str, command: str = "{{ cmd }}") -> Path:
@@ -33,15 +35,20 @@ def test_the_word_decides() -> None:
 
 
 def test_a_spec_naming_localpath_is_rendered_and_its_file_sent(tmp_path: Path) -> None:
-    body = spec_request(_write(tmp_path, "localpath"), set_values=["cmd=echo"],
-                        set_strings=[], set_env=[])
+    body = spec_request(
+        _write(tmp_path, "localpath"), set_values=["cmd=echo"], set_strings=[], set_env=[]
+    )
     assert body.files == {"a.txt": "A"}
 
 
 def test_a_spec_naming_localpath_with_a_template_error_is_refused_here(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="no_such_filter"):
-        spec_request(_write(tmp_path, "localpath", "{{ 1 | no_such_filter }}"),
-                     set_values=[], set_strings=[], set_env=[])
+        spec_request(
+            _write(tmp_path, "localpath", "{{ 1 | no_such_filter }}"),
+            set_values=[],
+            set_strings=[],
+            set_env=[],
+        )
 
 
 def test_a_spec_without_the_word_is_sent_unrendered_with_no_files(tmp_path: Path) -> None:
@@ -61,13 +68,15 @@ def test_a_spec_over_the_size_limit_is_still_refused_here(tmp_path: Path) -> Non
 
 def test_building_the_request_of_a_spec_without_the_word_loads_no_yaml(tmp_path: Path) -> None:
     spec = _write(tmp_path, "contents")
-    probe = ("import json, sys\nfrom pathlib import Path\n"
-             "from trainyard.cli.request import spec_request\n"
-             f"spec_request(Path({str(spec)!r}), set_values=['cmd=echo'], set_strings=[],"
-             " set_env=[], labels={'a': 'b'})\n"
-             "print(json.dumps(sorted(sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=True)
+    probe = (
+        "import json, sys\nfrom pathlib import Path\n"
+        "from trainyard.cli.request import spec_request\n"
+        f"spec_request(Path({str(spec)!r}), set_values=['cmd=echo'], set_strings=[],"
+        " set_env=[], labels={'a': 'b'})\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     loaded = set(json.loads(done.stdout.splitlines()[-1]))
-    assert not loaded & {"yaml", "trainyard.spec.template", "jinja2"}, \
-        sorted(loaded & {"yaml", "trainyard.spec.template", "jinja2"})
+    assert not loaded & {"yaml", "trainyard.spec.template", "jinja2"}, sorted(
+        loaded & {"yaml", "trainyard.spec.template", "jinja2"}
+    )

@@ -44,21 +44,30 @@ def _view() -> Console:
     return Console(file=io.StringIO())
 
 
-def test_long_poll_server_is_asked_with_the_last_key_and_never_slept_on(sleeps: list[float]) -> None:
+def test_long_poll_server_is_asked_with_the_last_key_and_never_slept_on(
+    sleeps: list[float],
+) -> None:
     client = _Client(["PENDING", "RUNNING", "COMPLETED"], long_polls=True)
     data = workflow_ops.wait_for(client, "wf-1", logs=False, view=_view())  # type: ignore[arg-type]
     assert data["status"] == "COMPLETED"
     assert client.params == [
         {"verbose": True},
         {"verbose": True, "known": "key-1", "wait_s": workflow_ops.LONG_POLL_S},
-        {"verbose": True, "known": "key-2", "wait_s": workflow_ops.LONG_POLL_S}]
+        {"verbose": True, "known": "key-2", "wait_s": workflow_ops.LONG_POLL_S},
+    ]
     assert sleeps == []
 
 
 def test_server_without_long_polls_is_polled_with_growing_intervals(sleeps: list[float]) -> None:
     client = _Client(["PENDING", "RUNNING", "RUNNING", "COMPLETED"], long_polls=False)
-    data = workflow_ops.wait_for(client, "wf-1", logs=False, poll_s=0.25, max_poll_s=0.5,  # type: ignore[arg-type]
-                                 view=_view())
+    data = workflow_ops.wait_for(
+        client,
+        "wf-1",
+        logs=False,
+        poll_s=0.25,
+        max_poll_s=0.5,  # type: ignore[arg-type]
+        view=_view(),
+    )
     assert data["status"] == "COMPLETED"
     assert client.params == [{"verbose": True}] * 4
     assert sleeps == [0.25, 0.375, 0.5]
@@ -73,8 +82,16 @@ class _BusyServer(_Client):
         return _Answer(status, "same-key" if status != "COMPLETED" else "end-key")
 
 
-def test_a_server_answering_unchanged_at_once_is_not_asked_in_a_busy_loop(sleeps: list[float]) -> None:
+def test_a_server_answering_unchanged_at_once_is_not_asked_in_a_busy_loop(
+    sleeps: list[float],
+) -> None:
     client = _BusyServer(["RUNNING", "RUNNING", "RUNNING", "COMPLETED"], long_polls=True)
-    workflow_ops.wait_for(client, "wf-1", logs=False, poll_s=0.25, max_poll_s=0.5,  # type: ignore[arg-type]
-                          view=_view())
+    workflow_ops.wait_for(
+        client,
+        "wf-1",
+        logs=False,
+        poll_s=0.25,
+        max_poll_s=0.5,  # type: ignore[arg-type]
+        view=_view(),
+    )
     assert sleeps == [0.25, 0.375]

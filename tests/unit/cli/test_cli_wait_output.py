@@ -18,11 +18,20 @@ from trainyard.cli import workflow_ops
 LEAD_ENDED = "Lead task finished"
 
 
-def _task(name: str, status: str, lead: bool, exit_code: int | None,
-          reason: str | None = None) -> dict[str, Any]:
-    return {"name": name, "status": status, "lead": lead, "retry_id": 0, "node": "local-0",
-            "exit_code": exit_code, "failure_reason": reason, "output_dir": "/out",
-            "outputs": ["dataset demo-out"] if lead else []}
+def _task(
+    name: str, status: str, lead: bool, exit_code: int | None, reason: str | None = None
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "status": status,
+        "lead": lead,
+        "retry_id": 0,
+        "node": "local-0",
+        "exit_code": exit_code,
+        "failure_reason": reason,
+        "output_dir": "/out",
+        "outputs": ["dataset demo-out"] if lead else [],
+    }
 
 
 def _answer(status: str, tasks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -30,9 +39,16 @@ def _answer(status: str, tasks: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 ANSWERS = [
-    _answer("RUNNING", [_task("lead", "RUNNING", True, None), _task("worker", "RUNNING", False, None)]),
-    _answer("COMPLETED", [_task("lead", "COMPLETED", True, 0),
-                          _task("worker", "COMPLETED", False, None, LEAD_ENDED)]),
+    _answer(
+        "RUNNING", [_task("lead", "RUNNING", True, None), _task("worker", "RUNNING", False, None)]
+    ),
+    _answer(
+        "COMPLETED",
+        [
+            _task("lead", "COMPLETED", True, 0),
+            _task("worker", "COMPLETED", False, None, LEAD_ENDED),
+        ],
+    ),
 ]
 
 
@@ -85,8 +101,11 @@ def test_status_lines_have_the_log_lines_clock_and_the_elapsed_time(printed: lis
 
 
 def test_the_final_status_comes_after_the_last_log_lines(printed: list[str]) -> None:
-    upload = next(i for i, line in enumerate(printed) if "uploaded to dataset demo-out" in line
-                  and "[lead][trainyard]" in line)
+    upload = next(
+        i
+        for i, line in enumerate(printed)
+        if "uploaded to dataset demo-out" in line and "[lead][trainyard]" in line
+    )
     final = next(i for i, line in enumerate(printed) if "workflow COMPLETED" in line)
     assert upload < final, printed
 

@@ -55,11 +55,19 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_validate_succeeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec_file = write(tmp_path / "hello.yaml", HELLO)
-    assert run(capsys, "workflow", "validate", str(spec_file)) == (0, "Workflow validation succeeded.\n", "")
+    assert run(capsys, "workflow", "validate", str(spec_file)) == (
+        0,
+        "Workflow validation succeeded.\n",
+        "",
+    )
 
 
-def test_validate_prints_every_problem_once_to_stderr_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec_file = write(tmp_path / "bad spec.yaml", """
+def test_validate_prints_every_problem_once_to_stderr_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec_file = write(
+        tmp_path / "bad spec.yaml",
+        """
         workflow:
           name: w
           tasks:
@@ -68,7 +76,8 @@ def test_validate_prints_every_problem_once_to_stderr_and_exits_2(tmp_path: Path
             volumeMounts: [/data]
           - name: T
             command: [x]
-    """)
+    """,
+    )
     code, out, err = run(capsys, "workflow", "validate", str(spec_file))
     assert (code, out) == (2, "")
     lines = err.splitlines()  # a broken field does not hide the cross checks of the rest
@@ -92,21 +101,36 @@ def _cross_check_lines(spec_file: Path) -> list[str]:
     ]
 
 
-def test_several_pairs_may_follow_one_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_several_pairs_may_follow_one_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec_file = write(tmp_path / "hello.yaml", HELLO)
-    code, out, err = run(capsys, "workflow", "spec", str(spec_file), "--set", "name=greetings", "msg=Custom message!",
-                         "--set-string", "n=1")
+    code, out, err = run(
+        capsys,
+        "workflow",
+        "spec",
+        str(spec_file),
+        "--set",
+        "name=greetings",
+        "msg=Custom message!",
+        "--set-string",
+        "n=1",
+    )
     assert code == 0, err
     assert "name: greetings" in out and "[echo, 'Custom message!', '{{output}}']" in out
 
 
 def test_set_string_wins_over_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec_file = write(tmp_path / "hello.yaml", HELLO)
-    code, out, _ = run(capsys, "workflow", "spec", str(spec_file), "--set", "msg=typed", "--set-string", "msg=0010")
+    code, out, _ = run(
+        capsys, "workflow", "spec", str(spec_file), "--set", "msg=typed", "--set-string", "msg=0010"
+    )
     assert code == 0 and "'0010'" in out
 
 
-def test_spec_prints_the_rendered_text_with_tokens(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_spec_prints_the_rendered_text_with_tokens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec_file = write(tmp_path / "hello.yaml", HELLO)
     code, out, err = run(capsys, "workflow", "spec", str(spec_file))
     assert (code, err) == (0, "")
@@ -124,35 +148,51 @@ def test_an_unset_variable_is_named(tmp_path: Path, capsys: pytest.CaptureFixtur
     spec_file = write(tmp_path / "s.yaml", "workflow:\n  name: {{ missing }}\n")
     code, _, err = run(capsys, "workflow", "validate", str(spec_file))
     assert code == 2
-    assert err == (f"{spec_file}:2: template variable 'missing' is not set; set it with --set missing=VALUE "
-                   "or add it under default-values\n")
+    assert err == (
+        f"{spec_file}:2: template variable 'missing' is not set; set it with --set missing=VALUE "
+        "or add it under default-values\n"
+    )
 
 
-def test_labels_from_the_command_line_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_labels_from_the_command_line_are_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec_file = write(tmp_path / "hello.yaml", HELLO)
-    code, _, err = run(capsys, "workflow", "validate", str(spec_file), "--label", "team=", "tier=gold")
+    code, _, err = run(
+        capsys, "workflow", "validate", str(spec_file), "--label", "team=", "tier=gold"
+    )
     assert code == 2 and "workflow.labels.team: a label value must be non-empty" in err
     assert run(capsys, "workflow", "validate", str(spec_file), "--label", "team=ml")[0] == 0
 
 
-def test_pools_come_from_the_pools_file(tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pools_come_from_the_pools_file(
+    tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     home.mkdir()
-    write(home / "pools.yaml", """
+    write(
+        home / "pools.yaml",
+        """
         pools:
           gpu:
             node_count: 2
             node: {platform: dgx-h100, gpu: 8}
             options: {allowed_mounts: [/dev/shm]}
-    """)
-    spec_file = write(tmp_path / "s.yaml", """
+    """,
+    )
+    spec_file = write(
+        tmp_path / "s.yaml",
+        """
         workflow:
           name: w
           resources: {default: {gpu: 8, platform: dgx-h100}}
           tasks: [{name: t, command: [x], volumeMounts: [/dev/shm]}]
-    """)
+    """,
+    )
     assert run(capsys, "workflow", "validate", str(spec_file), "--pool", "gpu")[0] == 0
     code, _, err = run(capsys, "workflow", "validate", str(spec_file))
-    assert code == 2 and "not offered by pool 'local'" in err and "not allowed on pool 'local'" in err
+    assert (
+        code == 2 and "not offered by pool 'local'" in err and "not allowed on pool 'local'" in err
+    )
     spec_file.write_text(spec_file.read_text().replace("name: w", "name: w\n  pool: gpu"))
     assert run(capsys, "workflow", "validate", str(spec_file))[0] == 0
 
@@ -181,15 +221,35 @@ def test_schema_is_json_with_yaml_keys(capsys: pytest.CaptureFixture[str]) -> No
     assert code == 0 and "exitActions" in schema["$defs"]["TaskSpec"]["properties"]
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    (["--set", "a=1", "b=2"], ["--set", "a=1", "--set", "b=2"]),
-    (["s.yaml", "--set", "a=1", "b=2", "--set-string", "c=3", "d=4", "--pool", "p"],
-     ["s.yaml", "--set", "a=1", "--set", "b=2", "--set-string", "c=3", "--set-string", "d=4", "--pool", "p"]),
-    (["--set", "a=1", "spec.yaml"], ["--set", "a=1", "spec.yaml"]),
-    (["--set", "a=1", "spec.yaml", "b=2"], ["--set", "a=1", "spec.yaml", "b=2"]),
-    (["--pool", "x=y"], ["--pool", "x=y"]),
-    (["--label", "t=", "--set-env", "A=1", "B=2"], ["--label", "t=", "--set-env", "A=1", "--set-env", "B=2"]),
-])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--set", "a=1", "b=2"], ["--set", "a=1", "--set", "b=2"]),
+        (
+            ["s.yaml", "--set", "a=1", "b=2", "--set-string", "c=3", "d=4", "--pool", "p"],
+            [
+                "s.yaml",
+                "--set",
+                "a=1",
+                "--set",
+                "b=2",
+                "--set-string",
+                "c=3",
+                "--set-string",
+                "d=4",
+                "--pool",
+                "p",
+            ],
+        ),
+        (["--set", "a=1", "spec.yaml"], ["--set", "a=1", "spec.yaml"]),
+        (["--set", "a=1", "spec.yaml", "b=2"], ["--set", "a=1", "spec.yaml", "b=2"]),
+        (["--pool", "x=y"], ["--pool", "x=y"]),
+        (
+            ["--label", "t=", "--set-env", "A=1", "B=2"],
+            ["--label", "t=", "--set-env", "A=1", "--set-env", "B=2"],
+        ),
+    ],
+)
 def test_multi_value_flags_are_expanded(argv: list[str], expected: list[str]) -> None:
     assert expand_multi_value_flags(argv) == expected
 
@@ -207,49 +267,77 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def test_validate_with_no_server_checks_here_and_starts_none(tmp_path: Path, home: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_with_no_server_checks_here_and_starts_none(
+    tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec_file = write(tmp_path / "hello.yaml", HELLO)
     code, out, err = run(capsys, "workflow", "validate", str(spec_file), "-t", "json")
     assert (code, err) == (0, "")
-    assert json.loads(out) == {"valid": True, "name": "hello", "pool": "local", "server": None,
-                               "warnings": []}
+    assert json.loads(out) == {
+        "valid": True,
+        "name": "hello",
+        "pool": "local",
+        "server": None,
+        "warnings": [],
+    }
     assert run(capsys, "workflow", "spec", str(spec_file))[0] == 0
     assert not (home / "server.json").exists()
 
 
-def test_validate_json_lists_the_problems_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec_file = write(tmp_path / "s.yaml", "workflow:\n  name: w\n  tasks:\n  - name: t\n    command: []\n")
+def test_validate_json_lists_the_problems_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec_file = write(
+        tmp_path / "s.yaml", "workflow:\n  name: w\n  tasks:\n  - name: t\n    command: []\n"
+    )
     code, out, err = run(capsys, "workflow", "validate", str(spec_file), "-t", "json")
     assert code == 2
     data = json.loads(out)
     assert data["valid"] is False
     assert [(p["path"], p["line"], p["file"]) for p in data["problems"]] == [
-        ("workflow.tasks[0].command", 5, str(spec_file))]
+        ("workflow.tasks[0].command", 5, str(spec_file))
+    ]
     assert "command is empty" in err  # people still read the problem on stderr
 
 
-def test_submit_of_a_missing_file_says_so_without_a_server(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_submit_of_a_missing_file_says_so_without_a_server(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = run(capsys, "workflow", "submit", "typo.yaml")
     assert (code, out) == (2, "")
-    assert err == ("typo.yaml: no such spec file; check the path (to submit a workflow again, "
-                   "give its id: NAME-N)\n")
+    assert err == (
+        "typo.yaml: no such spec file; check the path (to submit a workflow again, "
+        "give its id: NAME-N)\n"
+    )
     assert not (home / "server.json").exists()
 
 
-@pytest.mark.parametrize(("text", "is_id"), [
-    ("hello-osmo-3", True), ("a-1", True), ("nope-404", True), ("typo.yaml", False),
-    ("dir/spec-1", False), ("hello", False), ("hello-", False), ("-1", False),
-])
+@pytest.mark.parametrize(
+    ("text", "is_id"),
+    [
+        ("hello-osmo-3", True),
+        ("a-1", True),
+        ("nope-404", True),
+        ("typo.yaml", False),
+        ("dir/spec-1", False),
+        ("hello", False),
+        ("hello-", False),
+        ("-1", False),
+    ],
+)
 def test_what_looks_like_a_workflow_id(text: str, is_id: bool) -> None:
     assert looks_like_workflow_id(text) is is_id
 
 
-def test_list_refuses_an_unknown_status_naming_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
+def test_list_refuses_an_unknown_status_naming_the_valid_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     code, out, err = run(capsys, "workflow", "list", "--status", "BOGUS")
     assert (code, out) == (2, "")
-    assert "unknown workflow status 'BOGUS'; statuses: PENDING, WAITING, RUNNING, COMPLETED, " \
-           "FAILED," in flat(err)
+    assert (
+        "unknown workflow status 'BOGUS'; statuses: PENDING, WAITING, RUNNING, COMPLETED, "
+        "FAILED," in flat(err)
+    )
 
 
 @pytest.mark.parametrize("count", ["0", "-2"])
@@ -272,8 +360,13 @@ def test_the_main_help_has_the_exit_code_table(capsys: pytest.CaptureFixture[str
 
 def test_the_exit_code_table_matches_the_error_classes() -> None:
     table = dict(EXIT_CODES)
-    for cls, word in ((SpecError, "spec"), (NotFoundError, "not found"), (RefusedError, "refused"),
-                      (ServerError, "server"), (ForbiddenError, "403")):
+    for cls, word in (
+        (SpecError, "spec"),
+        (NotFoundError, "not found"),
+        (RefusedError, "refused"),
+        (ServerError, "server"),
+        (ForbiddenError, "403"),
+    ):
         assert word in table[cls.exit_code]
 
 
@@ -281,26 +374,62 @@ def _answer(status: int, body: object) -> httpx.Response:
     return httpx.Response(status, json=body, request=httpx.Request("GET", "http://x/api"))
 
 
-@pytest.mark.parametrize(("status", "body", "cls", "message"), [
-    (409, {"kind": "RefusedError", "detail": [{"message": "workflow w-1 is RUNNING"}]},
-     RefusedError, "workflow w-1 is RUNNING"),
-    (409, {"detail": [{"message": "busy"}]}, RefusedError, "busy"),
-    (400, {"kind": "ConfigError", "detail": [{"message": "pool p: bad"}]}, ConfigError,
-     "pool p: bad"),
-    (400, {"detail": [{"message": "refused"}]}, BadArgumentError, "refused"),
-    (400, {"kind": "BadArgumentError", "detail": [{"message": "expires at 'x'"}]},
-     BadArgumentError, "expires at 'x'"),
-    (429, {"detail": [{"message": "too many"}]}, TooBusyError, "too many"),
-    (404, {"kind": "NotFoundError", "detail": [{"message": "no w-1"}]}, NotFoundError, "no w-1"),
-    (403, {"kind": "ForbiddenError", "detail": [{"message": "not yours"}]}, ForbiddenError,
-     "not yours"),
-    (422, {"detail": [{"type": "greater_than_equal", "loc": ["query", "lines"],
-                       "msg": "Input should be greater than or equal to 1"}]},
-     BadArgumentError, "lines: Input should be greater than or equal to 1"),
-    (500, {"detail": "boom"}, ServerError, "boom"),
-])
-def test_server_errors_come_back_as_their_class(status: int, body: object, cls: type,
-                                                message: str) -> None:
+@pytest.mark.parametrize(
+    ("status", "body", "cls", "message"),
+    [
+        (
+            409,
+            {"kind": "RefusedError", "detail": [{"message": "workflow w-1 is RUNNING"}]},
+            RefusedError,
+            "workflow w-1 is RUNNING",
+        ),
+        (409, {"detail": [{"message": "busy"}]}, RefusedError, "busy"),
+        (
+            400,
+            {"kind": "ConfigError", "detail": [{"message": "pool p: bad"}]},
+            ConfigError,
+            "pool p: bad",
+        ),
+        (400, {"detail": [{"message": "refused"}]}, BadArgumentError, "refused"),
+        (
+            400,
+            {"kind": "BadArgumentError", "detail": [{"message": "expires at 'x'"}]},
+            BadArgumentError,
+            "expires at 'x'",
+        ),
+        (429, {"detail": [{"message": "too many"}]}, TooBusyError, "too many"),
+        (
+            404,
+            {"kind": "NotFoundError", "detail": [{"message": "no w-1"}]},
+            NotFoundError,
+            "no w-1",
+        ),
+        (
+            403,
+            {"kind": "ForbiddenError", "detail": [{"message": "not yours"}]},
+            ForbiddenError,
+            "not yours",
+        ),
+        (
+            422,
+            {
+                "detail": [
+                    {
+                        "type": "greater_than_equal",
+                        "loc": ["query", "lines"],
+                        "msg": "Input should be greater than or equal to 1",
+                    }
+                ]
+            },
+            BadArgumentError,
+            "lines: Input should be greater than or equal to 1",
+        ),
+        (500, {"detail": "boom"}, ServerError, "boom"),
+    ],
+)
+def test_server_errors_come_back_as_their_class(
+    status: int, body: object, cls: type, message: str
+) -> None:
     with pytest.raises(TrainyardError) as caught:
         _raise_for(_answer(status, body))
     assert type(caught.value) is cls and str(caught.value) == message
@@ -330,17 +459,43 @@ def test_a_server_spec_error_keeps_every_problem() -> None:
     assert [str(p) for p in caught.value.problems] == ["s.yaml:2: workflow.name: bad"]
 
 
-def test_query_shows_each_failure_reason_under_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+def test_query_shows_each_failure_reason_under_the_table(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from trainyard.cli.workflow_ops import _query_table
 
-    task = {"name": "t", "lead": False, "status": "FAILED_BACKEND_ERROR", "retry_id": 1,
-            "exit_code": 3001, "node": "n", "start_time": None, "end_time": None,
-            "failure_reason": "sbatch exited 1: sbatch: error: invalid partition [x]",
-            "retries": [{"retry_id": 0, "status": "RESCHEDULED", "exit_code": 3,
-                         "node": "n", "start_time": None, "end_time": None,
-                         "failure_reason": None}]}
-    _query_table({"id": "w-1", "name": "w", "status": "FAILED", "submitted_by": "me",
-                  "submit_time": "now", "groups": [{"name": "g", "tasks": [task]}]})
+    task = {
+        "name": "t",
+        "lead": False,
+        "status": "FAILED_BACKEND_ERROR",
+        "retry_id": 1,
+        "exit_code": 3001,
+        "node": "n",
+        "start_time": None,
+        "end_time": None,
+        "failure_reason": "sbatch exited 1: sbatch: error: invalid partition [x]",
+        "retries": [
+            {
+                "retry_id": 0,
+                "status": "RESCHEDULED",
+                "exit_code": 3,
+                "node": "n",
+                "start_time": None,
+                "end_time": None,
+                "failure_reason": None,
+            }
+        ],
+    }
+    _query_table(
+        {
+            "id": "w-1",
+            "name": "w",
+            "status": "FAILED",
+            "submitted_by": "me",
+            "submit_time": "now",
+            "groups": [{"name": "g", "tasks": [task]}],
+        }
+    )
     out = capsys.readouterr().out
     assert "t retry 1 failed: sbatch exited 1: sbatch: error: invalid partition [x]" in out
     assert "retry 0 failed" not in out

@@ -16,14 +16,33 @@ from trainyard.cli.main import main
 ANSWER: dict[str, Any] = {
     "a": {"id": "train-1", "status": "COMPLETED", "pool": "local", "backend": "local"},
     "b": {"id": "train-2", "status": "COMPLETED", "pool": "slurm-rehearsal", "backend": "slurm"},
-    "differences": [{"field": "pool", "a": "local", "b": "slurm-rehearsal"},
-                    {"field": "backend", "a": "local", "b": "slurm"},
-                    {"field": "set.batch_size", "a": 32, "b": 64}],
-    "metrics": [{"file": "master: models/metrics.jsonl", "name": "final_val_accuracy",
-                 "a": 0.9722, "b": 0.9611, "same": False}],
-    "models": [{"file": "master: models/snapshot.pth", "identical": False, "tensors": 4,
-                "differing": ["net.0.weight"], "differing_count": 1, "only_in_a": [],
-                "only_in_b": [], "same_bytes": False, "error": ""}],
+    "differences": [
+        {"field": "pool", "a": "local", "b": "slurm-rehearsal"},
+        {"field": "backend", "a": "local", "b": "slurm"},
+        {"field": "set.batch_size", "a": 32, "b": 64},
+    ],
+    "metrics": [
+        {
+            "file": "master: models/metrics.jsonl",
+            "name": "final_val_accuracy",
+            "a": 0.9722,
+            "b": 0.9611,
+            "same": False,
+        }
+    ],
+    "models": [
+        {
+            "file": "master: models/snapshot.pth",
+            "identical": False,
+            "tensors": 4,
+            "differing": ["net.0.weight"],
+            "differing_count": 1,
+            "only_in_a": [],
+            "only_in_b": [],
+            "same_bytes": False,
+            "error": "",
+        }
+    ],
     "models_identical": False,
 }
 
@@ -52,7 +71,8 @@ def test_json_is_the_servers_answer(flag: list[str], capsys: pytest.CaptureFixtu
 
 
 def test_tables_show_where_what_differs_the_models_and_the_metrics(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert main(["workflow", "diff", "train-1", "train-2"]) == 0
     out = capsys.readouterr().out
     assert "local / local" in out and "slurm-rehearsal / slurm" in out

@@ -21,8 +21,13 @@ GROUPS = {
 
 def _help(*args: str) -> list[str]:
     env = {**os.environ, "COLUMNS": "100", "TERM": "dumb", "NO_COLOR": "1"}
-    got = subprocess.run([sys.executable, "-c", "from trainyard.cli.main import main; main()",
-                          *args], capture_output=True, text=True, env=env, timeout=120)
+    got = subprocess.run(
+        [sys.executable, "-c", "from trainyard.cli.main import main; main()", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert got.returncode == 0, got.stderr
     return got.stdout.splitlines()
 
@@ -46,8 +51,9 @@ def test_each_verb_has_one_line_in_its_group_in_osmos_order(lines: list[str]) ->
             rows = [line for line in lines if re.match(rf"│ {re.escape(verb)} ", line)]
             assert len(rows) == 1, (verb, text)
             order.append(verb)
-    positions = [text.index(f"─ {item} ─") if item in GROUPS else
-                 text.index(f"│ {item} ") for item in order]
+    positions = [
+        text.index(f"─ {item} ─") if item in GROUPS else text.index(f"│ {item} ") for item in order
+    ]
     assert positions == sorted(positions), order
 
 

@@ -26,14 +26,17 @@ def test_task_side_is_named_by_the_task_prefix() -> None:
     assert split_task_path("train", "train:/tmp/out/", "out") == ("out", "/tmp/out", False)
 
 
-@pytest.mark.parametrize(("src", "dst"), [
-    ("a", "b"),  # neither side is the task's
-    ("train:/a", "train:/b"),  # both
-    ("train:relative", "b"),  # not absolute
-    ("train:/tmp/../etc", "b"),  # '..'
-    ("train:/", "b"),  # the whole root
-    ("other:/a", "b"),  # another task's name
-])
+@pytest.mark.parametrize(
+    ("src", "dst"),
+    [
+        ("a", "b"),  # neither side is the task's
+        ("train:/a", "train:/b"),  # both
+        ("train:relative", "b"),  # not absolute
+        ("train:/tmp/../etc", "b"),  # '..'
+        ("train:/", "b"),  # the whole root
+        ("other:/a", "b"),  # another task's name
+    ],
+)
 def test_task_paths_that_escape_or_are_ambiguous_are_refused(src: str, dst: str) -> None:
     with pytest.raises(typer.BadParameter):
         split_task_path("train", src, dst)
@@ -43,4 +46,10 @@ def test_nothing_after_double_dash_is_expanded() -> None:
     argv = ["workflow", "exec", "w-1", "t", "--", "env", "--set", "a=1", "b=2"]
     assert expand_multi_value_flags(argv) == argv
     assert expand_multi_value_flags(["--set", "a=1", "b=2", "--", "x=1"]) == [
-        "--set", "a=1", "--set", "b=2", "--", "x=1"]
+        "--set",
+        "a=1",
+        "--set",
+        "b=2",
+        "--",
+        "x=1",
+    ]

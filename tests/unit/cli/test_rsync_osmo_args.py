@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import typer
 
-from trainyard.cli.rsync_daemon import log_path, snapshot
 from trainyard.cli.rsync_copy import RsyncRequest, parse_rsync_args
+from trainyard.cli.rsync_daemon import log_path, snapshot
 
 
 def test_osmo_form_uploads_to_the_default_task_and_the_folder_lands_inside() -> None:
@@ -44,23 +44,27 @@ def test_trainyards_form_is_kept_and_its_destination_is_the_copy() -> None:
     assert (out.into_task, out.destination()) == (False, "./out")
 
 
-@pytest.mark.parametrize("args", [
-    ["wf-1"],  # no paths
-    ["wf-1", "./no-colon"],
-    ["wf-1", "./x:relative"],  # the task's path must be absolute
-    ["wf-1", "./x:/tmp/../etc"],
-    ["wf-1", "./x:/"],
-    ["download", "wf-1", "/a"],
-    ["upload", "wf-1", "t", "x", "./x:/w"],  # too many
-    ["wf-1", "t", "a", "b"],  # trainyard's form without the task's side
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["wf-1"],  # no paths
+        ["wf-1", "./no-colon"],
+        ["wf-1", "./x:relative"],  # the task's path must be absolute
+        ["wf-1", "./x:/tmp/../etc"],
+        ["wf-1", "./x:/"],
+        ["download", "wf-1", "/a"],
+        ["upload", "wf-1", "t", "x", "./x:/w"],  # too many
+        ["wf-1", "t", "a", "b"],  # trainyard's form without the task's side
+    ],
+)
 def test_other_forms_are_refused_with_what_is_expected(args: list[str]) -> None:
     with pytest.raises(typer.BadParameter):
         parse_rsync_args(args)
 
 
-def test_the_daemon_log_lives_in_the_users_state_folder(monkeypatch: pytest.MonkeyPatch,
-                                                        tmp_path: Path) -> None:
+def test_the_daemon_log_lives_in_the_users_state_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     assert log_path("wf-1", "t") == tmp_path / "trainyard" / "rsync" / "rsync_daemon_wf-1_t.log"
     monkeypatch.delenv("XDG_STATE_HOME")

@@ -14,7 +14,7 @@ def test_an_upload_stream_keeps_to_its_rate_and_loses_nothing() -> None:
     data = bytes(range(256)) * 1000  # 256,000 bytes: at least 0.256 s at 1 MB/s
     started = time.monotonic()
     for start in range(0, len(data), 10_000):
-        assert throttled.write(data[start:start + 10_000]) == len(data[start:start + 10_000])
+        assert throttled.write(data[start : start + 10_000]) == len(data[start : start + 10_000])
     assert time.monotonic() - started >= 0.25
     assert sink.getvalue() == data
 

@@ -12,12 +12,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from tar_attacks import archive as _archive
 from tar_attacks import cve_2025_4517 as _cve_2025_4517
 from tar_attacks import file as _file
 from tar_attacks import folder as _dir
 from tar_attacks import link as _link
+
 from trainyard.cli.safe_untar import UnsafeArchive, extract, place
 
 
@@ -43,26 +43,39 @@ def test_the_cve_poc_is_refused_and_writes_nothing_outside(tmp_path: Path) -> No
     assert list(outside.iterdir()) == []
 
 
-@pytest.mark.parametrize(("members", "words"), [
-    ([_file("/etc/evil")], "absolute"),
-    ([_file("../evil")], "'..'"),
-    ([_file("a/../../evil")], "'..'"),
-    ([_link("l", "/etc")], "absolute"),
-    ([_link("l", "../outside")], "outside"),
-    ([_dir("s"), _link("s/l", "../../outside")], "outside"),
-    ([_link("s", "."), _link("l", "s/..")], "outside"),  # lexically inside, really not
-    ([_link("l", "s/.."), _link("s", ".")], "outside"),  # the same, the link made first
-    ([_link("s", "."), _link("t", "s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/"
-                                  "s/s/s/s/s/s/s/s/s/s/s/s/s/s")], "more than 40"),
-    ([_link("h", "/etc/passwd", tarfile.LNKTYPE)], "absolute"),
-    ([_link("h", "missing", tarfile.LNKTYPE)], "hard link"),
-    ([_dir("d"), _link("h", "d", tarfile.LNKTYPE)], "hard link"),
-    ([_dir("sub"), _link("l", "sub"), _file("l/through")], "symlink"),
-    ([_link("l", "elsewhere"), _file("l/through")], "symlink"),
-    ([_dir("d"), _file("d")], "folder"),
-])
-def test_refused_members(tmp_path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]],
-                         words: str) -> None:
+@pytest.mark.parametrize(
+    ("members", "words"),
+    [
+        ([_file("/etc/evil")], "absolute"),
+        ([_file("../evil")], "'..'"),
+        ([_file("a/../../evil")], "'..'"),
+        ([_link("l", "/etc")], "absolute"),
+        ([_link("l", "../outside")], "outside"),
+        ([_dir("s"), _link("s/l", "../../outside")], "outside"),
+        ([_link("s", "."), _link("l", "s/..")], "outside"),  # lexically inside, really not
+        ([_link("l", "s/.."), _link("s", ".")], "outside"),  # the same, the link made first
+        (
+            [
+                _link("s", "."),
+                _link(
+                    "t",
+                    "s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/"
+                    "s/s/s/s/s/s/s/s/s/s/s/s/s/s",
+                ),
+            ],
+            "more than 40",
+        ),
+        ([_link("h", "/etc/passwd", tarfile.LNKTYPE)], "absolute"),
+        ([_link("h", "missing", tarfile.LNKTYPE)], "hard link"),
+        ([_dir("d"), _link("h", "d", tarfile.LNKTYPE)], "hard link"),
+        ([_dir("sub"), _link("l", "sub"), _file("l/through")], "symlink"),
+        ([_link("l", "elsewhere"), _file("l/through")], "symlink"),
+        ([_dir("d"), _file("d")], "folder"),
+    ],
+)
+def test_refused_members(
+    tmp_path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]], words: str
+) -> None:
     dest = tmp_path / "dest"
     dest.mkdir()
     with pytest.raises(UnsafeArchive, match=words.replace("(", r"\(")):
@@ -83,12 +96,20 @@ def test_devices_and_fifos_are_refused(tmp_path: Path, kind: bytes) -> None:
 def test_a_tree_unpacks_with_its_links_inside_and_safe_modes(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     dest.mkdir()
-    count = extract(_archive(
-        _dir("./"), _dir("./sub"), _file("./sub/run.sh", b"#!/bin/sh\n", 0o4777),
-        _file("./top.txt", b"one\n"), _file("./top.txt", b"two\n"),  # a later one replaces
-        _link("./latest", "sub/run.sh"), _link("./sub/up", "../top.txt"),
-        _link("./hard", "sub/run.sh", tarfile.LNKTYPE), _link("./dangling", "nowhere/x"),
-    ), dest)
+    count = extract(
+        _archive(
+            _dir("./"),
+            _dir("./sub"),
+            _file("./sub/run.sh", b"#!/bin/sh\n", 0o4777),
+            _file("./top.txt", b"one\n"),
+            _file("./top.txt", b"two\n"),  # a later one replaces
+            _link("./latest", "sub/run.sh"),
+            _link("./sub/up", "../top.txt"),
+            _link("./hard", "sub/run.sh", tarfile.LNKTYPE),
+            _link("./dangling", "nowhere/x"),
+        ),
+        dest,
+    )
     assert count == 8
     assert (dest / "top.txt").read_text() == "two\n"
     assert (dest / "latest").read_text() == "#!/bin/sh\n"

@@ -12,8 +12,13 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private ``TRAINYARD_HOME``, no inherited data settings, fast retries."""
     path = tmp_path / "home"
     monkeypatch.setenv("TRAINYARD_HOME", str(path))
-    for name in ("TRAINYARD_DATASET_URL", "TRAINYARD_S3_ENDPOINT_URL", "TRAINYARD_DATA_WORKERS",
-                 "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+    for name in (
+        "TRAINYARD_DATASET_URL",
+        "TRAINYARD_S3_ENDPOINT_URL",
+        "TRAINYARD_DATA_WORKERS",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TRAINYARD_DATA_RETRIES", "3")
     monkeypatch.setenv("TRAINYARD_DATA_RETRY_BACKOFF_S", "0.01")

@@ -16,5 +16,8 @@ def write_tree(root: Path, files: dict[str, str]) -> Path:
 
 def read_tree(root: Path) -> dict[str, str]:
     """Relative path -> text of every file under ``root``."""
-    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }

@@ -8,10 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from data_unit_support import read_tree, write_tree
-from trainyard.data import Mover, download
-from trainyard.data import checkpoints
+
+from trainyard.data import Mover, checkpoints, download
 from trainyard.data.checkpoints import CheckpointWriter
 from trainyard.errors import DataError
 
@@ -31,9 +30,14 @@ def test_rounds_upload_what_changed_and_commit_a_manifest(tmp_path: Path) -> Non
     assert _rounds(remote) == ["2.json"]  # older manifests are dropped once published
     manifest = json.loads((remote / ".trainyard" / "rounds" / "2.json").read_text())
     assert [(f["path"], f["size"], f["round"]) for f in manifest["files"]] == [
-        ("model.pt", 3, 2), ("opt.pt", 2, 1)]
-    assert read_tree(remote) == {"model.pt": "m2!", "opt.pt": "o1", ".trainyard/rounds/2.json":
-                                 (remote / ".trainyard/rounds/2.json").read_text()}
+        ("model.pt", 3, 2),
+        ("opt.pt", 2, 1),
+    ]
+    assert read_tree(remote) == {
+        "model.pt": "m2!",
+        "opt.pt": "o1",
+        ".trainyard/rounds/2.json": (remote / ".trainyard/rounds/2.json").read_text(),
+    }
 
 
 def test_a_deleted_local_file_leaves_the_set(tmp_path: Path) -> None:
@@ -49,7 +53,8 @@ def test_a_deleted_local_file_leaves_the_set(tmp_path: Path) -> None:
 
 
 def test_a_round_that_fails_before_its_commit_does_not_exist(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     src = write_tree(tmp_path / "ckpt", {"a.pt": "a1", "b.pt": "b1"})
     remote = tmp_path / "remote"
     writer, state = CheckpointWriter(remote.as_uri(), Mover()), {}
@@ -63,7 +68,8 @@ def test_a_round_that_fails_before_its_commit_does_not_exist(
 
 
 def test_a_publish_that_dies_midway_still_reads_back_the_committed_round(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     src = write_tree(tmp_path / "ckpt", {"a.pt": "a1", "b.pt": "b1"})
     remote = tmp_path / "remote"
     writer, state = CheckpointWriter(remote.as_uri(), Mover()), {}
@@ -86,7 +92,9 @@ def test_a_publish_that_dies_midway_still_reads_back_the_committed_round(
     monkeypatch.undo()
     assert writer.upload_round(src, None, state) == 1  # b.pt is sent again
     assert {k: v for k, v in read_tree(remote).items() if not k.startswith(".")} == {
-        "a.pt": "a2", "b.pt": "b2"}
+        "a.pt": "a2",
+        "b.pt": "b2",
+    }
 
 
 def test_a_rescheduled_writer_continues_the_numbering(tmp_path: Path) -> None:
@@ -140,7 +148,8 @@ def _raise(exc: BaseException):  # type: ignore[no-untyped-def]
 
 
 def test_a_reader_whose_listed_round_was_pruned_meanwhile_lists_again(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     src, remote = tmp_path / "ckpt", tmp_path / "remote"
     writer, state = CheckpointWriter(remote.as_uri(), Mover()), {}
     write_tree(src, {"model.pt": "r1"})
@@ -159,7 +168,8 @@ def test_a_reader_whose_listed_round_was_pruned_meanwhile_lists_again(
 
 
 def test_a_failing_input_names_the_url_not_the_checkpoint_folder(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 25: the first read of a download (its checkpoint rounds) failing is said with
     the URL the user wrote, never trainyard's ``.trainyard/rounds`` inside it."""
     from fsspec.implementations.local import LocalFileSystem

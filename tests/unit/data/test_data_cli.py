@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from data_unit_support import read_tree, write_tree
+
 from trainyard.cli.main import main
 
 
@@ -41,7 +41,8 @@ def test_dataset_commands_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_dataset_errors_print_once_with_their_exit_code(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _out, err = _run(capsys, "dataset", "download", "nope:3", str(tmp_path / "o"), "-q")
     assert code == 3 and err.count("error:") == 1 and "nope" in err
     code, _out, err = _run(capsys, "dataset", "upload", "x", str(tmp_path / "absent"), "-q")

@@ -94,10 +94,15 @@ def _stored(home: Path, name: str, rel: str) -> Path:
 
 
 @settings(max_examples=60, deadline=None)
-@given(count=st.integers(0, 2000), chunk=st.integers(1, 17), most=st.integers(1, 300),
-       takers=st.integers(1, 4))
-def test_the_queue_hands_out_every_index_once_in_chunks(count: int, chunk: int, most: int,
-                                                         takers: int) -> None:
+@given(
+    count=st.integers(0, 2000),
+    chunk=st.integers(1, 17),
+    most=st.integers(1, 300),
+    takers=st.integers(1, 4),
+)
+def test_the_queue_hands_out_every_index_once_in_chunks(
+    count: int, chunk: int, most: int, takers: int
+) -> None:
     queue = copyworker.ChunkQueue(list(range(0, 2 * count, 2)), chunk, most)
     taken: list[list[int]] = []
 
@@ -133,14 +138,21 @@ def test_a_stopped_queue_hands_out_nothing() -> None:
 
 _TREES = st.dictionaries(
     st.text(st.sampled_from("abc019 _-é"), min_size=1, max_size=5).map(lambda s: f"x/{s}"),
-    st.binary(max_size=3000), min_size=4, max_size=30)
+    st.binary(max_size=3000),
+    min_size=4,
+    max_size=30,
+)
 
 
-@settings(max_examples=12, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(tree=_TREES)
 def test_shared_with_a_worker_gives_what_this_process_alone_gives(
-        tmp_path_factory: pytest.TempPathFactory, tree: dict[str, bytes]) -> None:
+    tmp_path_factory: pytest.TempPathFactory, tree: dict[str, bytes]
+) -> None:
     root = tmp_path_factory.mktemp("tree")
     for rel, data in tree.items():
         (root / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -151,8 +163,9 @@ def test_shared_with_a_worker_gives_what_this_process_alone_gives(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(copyworker, "MIN_FILES", 10**9)  # this process alone
         alone = DatasetStore((root / "alone").as_uri(), Mover()).upload("ds", files)
-    assert [(f.path, f.size, f.digest) for f in version.files] == \
-        [(f.path, f.size, f.digest) for f in alone.files]
+    assert [(f.path, f.size, f.digest) for f in version.files] == [
+        (f.path, f.size, f.digest) for f in alone.files
+    ]
     _, stats = shared.download("ds", root / "back")
     assert _read(root / "back") == tree and stats.files == len(tree)
     assert stats.bytes == sum(map(len, tree.values()))
@@ -160,7 +173,8 @@ def test_shared_with_a_worker_gives_what_this_process_alone_gives(
 
 
 def test_the_worker_really_copies_and_reports_sizes_and_digests(
-        tmp_path: Path, worker_takes_all: None, spawned: list[object]) -> None:
+    tmp_path: Path, worker_takes_all: None, spawned: list[object]
+) -> None:
     tree = _tree(tmp_path / "src", 30)
     logs: list[str] = []
     store = DatasetStore(None, Mover(log=logs.append))
@@ -174,7 +188,8 @@ def test_the_worker_really_copies_and_reports_sizes_and_digests(
 
 
 def test_no_worker_for_one_cpu_few_files_or_one_data_worker(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spawned: list[object]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spawned: list[object]
+) -> None:
     _tree(tmp_path / "src", 10)
     files = plan_uploads([f"{tmp_path / 'src'}/"], None)
     monkeypatch.setattr(copyworker, "usable_cpus", lambda: 1)
@@ -200,8 +215,7 @@ def test_pays_needs_two_cpus_of_this_process_affinity(monkeypatch: pytest.Monkey
     assert copyworker.pays(copyworker.MIN_FILES) and not copyworker.pays(copyworker.MIN_FILES - 1)
 
 
-def test_confined_files_are_never_sent_to_the_worker(tmp_path: Path,
-                                                     spawned: list[object]) -> None:
+def test_confined_files_are_never_sent_to_the_worker(tmp_path: Path, spawned: list[object]) -> None:
     """A task's folder (checkpoints, outputs) is read only through safefs in this process."""
     tree = _tree(tmp_path / "ckpt", 12)
     outside = tmp_path / "secret"
@@ -212,8 +226,9 @@ def test_confined_files_are_never_sent_to_the_worker(tmp_path: Path,
     assert spawned == []
     assert set(writer.entries) == set(tree)
     action = Mover().upload_action(Mover().location(tmp_path / "x"), digest=True)
-    job = FileJob("a", str(tmp_path / "ckpt" / "d0/f000.bin"), str(tmp_path / "x" / "a"), 1,
-                  confined=True)
+    job = FileJob(
+        "a", str(tmp_path / "ckpt" / "d0/f000.bin"), str(tmp_path / "x" / "a"), 1, confined=True
+    )
     assert not action.offload.sends(job)  # type: ignore[attr-defined]
 
 
@@ -221,7 +236,8 @@ def test_confined_files_are_never_sent_to_the_worker(tmp_path: Path,
 
 
 def test_a_file_that_vanishes_fails_as_it_does_in_this_process(
-        tmp_path: Path, home: Path, worker_takes_all: None) -> None:
+    tmp_path: Path, home: Path, worker_takes_all: None
+) -> None:
     _tree(tmp_path / "src", 12)
     files = plan_uploads([f"{tmp_path / 'src'}/"], None)
     (tmp_path / "src" / "d1" / "f004.bin").unlink()  # after the listing
@@ -233,7 +249,8 @@ def test_a_file_that_vanishes_fails_as_it_does_in_this_process(
 
 
 def test_a_stored_file_that_vanishes_fails_the_download_and_leaves_no_partial(
-        tmp_path: Path, home: Path, worker_takes_all: None) -> None:
+    tmp_path: Path, home: Path, worker_takes_all: None
+) -> None:
     _tree(tmp_path / "src", 12)
     store = DatasetStore()
     store.upload("ds", plan_uploads([f"{tmp_path / 'src'}/"], None))
@@ -245,7 +262,8 @@ def test_a_stored_file_that_vanishes_fails_the_download_and_leaves_no_partial(
 
 
 def test_a_symlink_planted_at_a_download_target_is_replaced_not_followed(
-        tmp_path: Path, worker_takes_all: None, spawned: list[object]) -> None:
+    tmp_path: Path, worker_takes_all: None, spawned: list[object]
+) -> None:
     tree = _tree(tmp_path / "src", 12)
     store = DatasetStore()
     store.upload("ds", plan_uploads([f"{tmp_path / 'src'}/"], None))
@@ -261,7 +279,8 @@ def test_a_symlink_planted_at_a_download_target_is_replaced_not_followed(
 
 
 def test_a_symlink_planted_in_the_store_fails_the_digest_and_writes_nothing(
-        tmp_path: Path, home: Path, worker_takes_all: None) -> None:
+    tmp_path: Path, home: Path, worker_takes_all: None
+) -> None:
     _tree(tmp_path / "src", 12)
     store = DatasetStore()
     store.upload("ds", plan_uploads([f"{tmp_path / 'src'}/"], None))
@@ -278,7 +297,8 @@ def test_a_symlink_planted_in_the_store_fails_the_digest_and_writes_nothing(
 
 
 def test_a_symlink_planted_in_an_upload_source_is_copied_as_this_process_copies_it(
-        tmp_path: Path, worker_takes_all: None) -> None:
+    tmp_path: Path, worker_takes_all: None
+) -> None:
     """A user's own ``dataset upload`` follows links (``cp -rL``); the manifest records the
     bytes copied, with their size."""
     _tree(tmp_path / "src", 12)
@@ -325,7 +345,8 @@ def _worker_blocked_on(fifo: Path) -> int:
 
 
 def test_a_worker_killed_mid_file_loses_nothing_and_leaves_no_partial(
-        tmp_path: Path, home: Path, worker_takes_all: None, spawned: list[object]) -> None:
+    tmp_path: Path, home: Path, worker_takes_all: None, spawned: list[object]
+) -> None:
     tree = _tree(tmp_path / "src", 20)
     store = DatasetStore()
     store.upload("ds", plan_uploads([f"{tmp_path / 'src'}/"], None))
@@ -355,7 +376,8 @@ def test_a_worker_killed_mid_file_loses_nothing_and_leaves_no_partial(
 
 
 def test_a_worker_killed_mid_upload_loses_nothing(
-        tmp_path: Path, worker_takes_all: None, spawned: list[object]) -> None:
+    tmp_path: Path, worker_takes_all: None, spawned: list[object]
+) -> None:
     tree = _tree(tmp_path / "src", 20)
     files = plan_uploads([f"{tmp_path / 'src'}/"], None)
     fifo = tmp_path / "src" / "d2" / "f011.bin"
@@ -384,8 +406,12 @@ def test_a_worker_killed_mid_upload_loses_nothing(
 
 
 def test_a_hung_worker_is_killed_and_its_chunk_done_here(
-        tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, worker_takes_all: None,
-        spawned: list[object]) -> None:
+    tmp_path: Path,
+    home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    worker_takes_all: None,
+    spawned: list[object],
+) -> None:
     monkeypatch.setattr(copyworker, "STALL_S", 2.0)  # what is tested: the stall limit itself
     tree = _tree(tmp_path / "src", 20)
     store = DatasetStore()
@@ -400,8 +426,8 @@ def test_a_hung_worker_is_killed_and_its_chunk_done_here(
 
 
 def test_a_failure_here_kills_the_worker_at_once(
-        tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch,
-        spawned: list[object]) -> None:
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, spawned: list[object]
+) -> None:
     """A file this process must do (a large one) fails for good: the transfer stops and the
     worker does not outlive it."""
     monkeypatch.setattr(copyworker, "MAX_FILE_BYTES", 3005)
@@ -416,7 +442,8 @@ def test_a_failure_here_kills_the_worker_at_once(
 
 
 def test_a_worker_that_cannot_start_leaves_the_work_here(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker_takes_all: None) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker_takes_all: None
+) -> None:
     monkeypatch.setattr(copyworker.sys, "executable", str(tmp_path / "no-python"))
     tree = _tree(tmp_path / "src", 12)
     logs: list[str] = []
@@ -427,8 +454,9 @@ def test_a_worker_that_cannot_start_leaves_the_work_here(
     assert [line for line in logs if "copy helper process lost (FileNotFoundError" in line]
 
 
-@pytest.mark.parametrize("answer", [b"not a frame", b"x\nabc", b"3\nab", b"4\n1\0ab",
-                                    b"0\n", b"6\n3\0ab\0x"])
+@pytest.mark.parametrize(
+    "answer", [b"not a frame", b"x\nabc", b"3\nab", b"4\n1\0ab", b"0\n", b"6\n3\0ab\0x"]
+)
 def test_an_answer_that_is_not_one_loses_the_worker(answer: bytes) -> None:
     with pytest.raises(copyworker.WorkerLost):
         copyworker._parse(answer, 2)
@@ -457,10 +485,13 @@ def test_an_answer_is_read_whole_across_reads() -> None:
 def test_the_worker_loop_reports_each_file_and_goes_on(tmp_path: Path) -> None:
     (tmp_path / "a").write_bytes(b"abc")
     odd = tmp_path / "new\nline \udcff"  # any byte but NUL is a path byte
-    orders = [copyworker.CopyOrder(str(tmp_path / "a"), str(odd), None, "sha256"),
-              copyworker.CopyOrder(str(tmp_path / "missing"), str(tmp_path / "c"),
-                                   str(tmp_path / "c.partial"), "sha256"),
-              copyworker.CopyOrder(str(tmp_path / "a"), str(tmp_path / "d"), None, "md5")]
+    orders = [
+        copyworker.CopyOrder(str(tmp_path / "a"), str(odd), None, "sha256"),
+        copyworker.CopyOrder(
+            str(tmp_path / "missing"), str(tmp_path / "c"), str(tmp_path / "c.partial"), "sha256"
+        ),
+        copyworker.CopyOrder(str(tmp_path / "a"), str(tmp_path / "d"), None, "md5"),
+    ]
     chunk = localcopy.frame([field for order in orders for field in order.wire()])
     stream = io.BytesIO(chunk + chunk)
     out: list[bytes] = []
@@ -468,7 +499,8 @@ def test_the_worker_loop_reports_each_file_and_goes_on(tmp_path: Path) -> None:
     assert len(out) == 2 and out[0] == out[1]  # the loop goes on: the second chunk alike
     ok, missing, unknown = copyworker._parse(out[0], 3)
     assert ok == copyworker.Copied(
-        3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    )
     assert isinstance(missing, str) and missing.startswith("FileNotFoundError")
     assert isinstance(unknown, str) and "md5" in unknown
     assert odd.read_bytes() == b"abc"
@@ -480,8 +512,9 @@ def test_a_stopped_worker_is_not_left_behind(tmp_path: Path) -> None:
     procs: list[object] = []
     queue = copyworker.ChunkQueue([0], 1, 1)
     (tmp_path / "a").write_bytes(b"x")
-    order = copyworker.CopyOrder(str(tmp_path / "a"), str(tmp_path / "b"),
-                                 str(tmp_path / "b.partial"), "sha256")
+    order = copyworker.CopyOrder(
+        str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "b.partial"), "sha256"
+    )
     started = threading.Event()
 
     def spawn(stderr: object) -> object:
@@ -494,8 +527,11 @@ def test_a_stopped_worker_is_not_left_behind(tmp_path: Path) -> None:
     real = copyworker._spawn
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(copyworker, "_spawn", spawn)
-        helper = copyworker.Helper(lambda _l: None).start().feed(
-            queue, lambda _i: order, lambda _i, _a: None)
+        helper = (
+            copyworker.Helper(lambda _l: None)
+            .start()
+            .feed(queue, lambda _i: order, lambda _i, _a: None)
+        )
         assert started.wait(_WAIT_S)
         helper.abort()
     assert procs[0].returncode == -signal.SIGKILL  # type: ignore[attr-defined]
@@ -503,7 +539,8 @@ def test_a_stopped_worker_is_not_left_behind(tmp_path: Path) -> None:
 
 
 def test_a_worker_started_early_ends_when_its_transfer_is_refused(
-        tmp_path: Path, spawned: list[object]) -> None:
+    tmp_path: Path, spawned: list[object]
+) -> None:
     """The worker starts while the jobs are built; a download refused then (a crafted path)
     does not leave it behind."""
     from trainyard.data.storage import RemoteFile
@@ -512,14 +549,19 @@ def test_a_worker_started_early_ends_when_its_transfer_is_refused(
     files = [RemoteFile(str(tmp_path / f"f{i}"), f"f{i}", 10) for i in range(8)]
     files.append(RemoteFile(str(tmp_path / "x"), "../outside", 10))
     with pytest.raises(DataError, match="refused to download '../outside'"):
-        mover.download_files(files, mover.location(tmp_path), tmp_path / "back",
-                             {f.rel: "blake3:" + "0" * 64 for f in files})
+        mover.download_files(
+            files,
+            mover.location(tmp_path),
+            tmp_path / "back",
+            {f.rel: "blake3:" + "0" * 64 for f in files},
+        )
     assert len(spawned) == 1 and spawned[0].poll() is not None  # type: ignore[attr-defined]
     assert not [t for t in threading.enumerate() if t.name == "trainyard-copy-helper"]
 
 
 def test_a_failure_while_taking_the_answers_redoes_the_whole_chunk_here(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker_takes_all: None) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker_takes_all: None
+) -> None:
     """An error in this process's handling of an answer (here: the first accepted file of a
     download) loses the worker, never a file: its whole chunk is done here."""
     tree = _tree(tmp_path / "src", 12)

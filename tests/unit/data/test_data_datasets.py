@@ -6,10 +6,9 @@ import multiprocessing
 from pathlib import Path
 
 import pytest
-
 from data_unit_support import read_tree, write_tree
-from trainyard.data import DatasetStore, parse_ref
-from trainyard.data import storage
+
+from trainyard.data import DatasetStore, parse_ref, storage
 from trainyard.data.transfer import fast_digest_algo, plan_uploads
 from trainyard.errors import DataError, NotFoundError
 
@@ -42,7 +41,8 @@ def test_manifest_lists_size_and_sha256(tmp_path: Path) -> None:
 
 
 def test_a_version_written_with_sha256_still_downloads_and_is_checked(
-        tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import trainyard.data.datasets as datasets_module
 
     monkeypatch.setattr(datasets_module, "fast_digest_algo", lambda: "sha256")  # as before blake3
@@ -50,7 +50,9 @@ def test_a_version_written_with_sha256_still_downloads_and_is_checked(
     _upload(store, "old", write_tree(tmp_path / "a", {"x.txt": "abc"}))
     (entry,) = store.resolve("old").files
     assert (entry.sha256, entry.blake3) == (
-        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", None)
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+        None,
+    )
     store.download("old", tmp_path / "out")
     assert (tmp_path / "out" / "x.txt").read_text() == "abc"
     next((home / "datasets" / "old" / "data").rglob("x.txt")).write_text("abd")
@@ -90,8 +92,11 @@ def test_unknown_names_versions_and_paths_are_not_found(tmp_path: Path) -> None:
 
 def test_download_path_and_regex_select_inside_the_dataset(tmp_path: Path) -> None:
     store = DatasetStore()
-    _upload(store, "ds", write_tree(tmp_path / "a", {"m/w.pt": "w", "m/o.pt": "o", "m/l.txt": "l",
-                                                      "r.txt": "r"}))
+    _upload(
+        store,
+        "ds",
+        write_tree(tmp_path / "a", {"m/w.pt": "w", "m/o.pt": "o", "m/l.txt": "l", "r.txt": "r"}),
+    )
     _version, stats = store.download("ds", tmp_path / "out", path="m", regex=r"\.pt$")
     assert stats.files == 2 and read_tree(tmp_path / "out") == {"o.pt": "o", "w.pt": "w"}
     store.download("ds", tmp_path / "one", path="r.txt")
@@ -113,7 +118,8 @@ def test_deleted_version_disappears_and_its_number_is_not_reused(tmp_path: Path)
 
 
 def test_failed_upload_leaves_no_version_and_no_files(
-        tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRAINYARD_DATA_WORKERS", "1")
     root = write_tree(tmp_path / "a", {f"f{i}.txt": str(i) for i in range(5)})
     files = plan_uploads([f"{root}/"], None)
@@ -149,12 +155,16 @@ def _writer(url: str, name: str, root: str, barrier: object) -> None:
     DatasetStore(url).upload("shared", plan_uploads([f"{root}/"], None))
 
 
-def test_concurrent_writer_processes_get_distinct_whole_versions(tmp_path: Path, home: Path) -> None:
+def test_concurrent_writer_processes_get_distinct_whole_versions(
+    tmp_path: Path, home: Path
+) -> None:
     url = (home / "datasets").as_uri()
     roots = {w: write_tree(tmp_path / w, {f"{w}-{i}.txt": w for i in range(8)}) for w in "abcd"}
     context = multiprocessing.get_context("fork")
     barrier = context.Barrier(len(roots))
-    procs = [context.Process(target=_writer, args=(url, w, str(r), barrier)) for w, r in roots.items()]
+    procs = [
+        context.Process(target=_writer, args=(url, w, str(r), barrier)) for w, r in roots.items()
+    ]
     for proc in procs:
         proc.start()
     for proc in procs:

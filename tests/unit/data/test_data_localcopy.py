@@ -17,8 +17,8 @@ from pathlib import Path
 
 import blake3
 import pytest
-
 from data_unit_support import write_tree
+
 from trainyard.data import DatasetStore, Mover, localcopy, storage
 from trainyard.data.transfer import SMALL_FILE_BYTES, FileJob, plan_uploads
 from trainyard.errors import DataError
@@ -44,7 +44,8 @@ SIZES = [0, 1, 3 * 1024, 3 * 1024 + 1, 2 * CHUNK - 1, 2 * CHUNK, 2 * CHUNK + 1, 
 @pytest.mark.parametrize("algo", ["blake3", "sha256"])
 @pytest.mark.parametrize("atomic", [True, False])
 def test_digest_is_of_the_bytes_written_on_both_ways(
-        tmp_path: Path, small_thresholds: None, algo: str, atomic: bool) -> None:
+    tmp_path: Path, small_thresholds: None, algo: str, atomic: bool
+) -> None:
     for size in SIZES:
         source = tmp_path / f"src-{size}"
         source.write_bytes(os.urandom(size))
@@ -53,14 +54,14 @@ def test_digest_is_of_the_bytes_written_on_both_ways(
         got = storage.copy_hashing(source, target, None, algo, atomic=atomic).digest
         written = target.read_bytes()
         assert written == source.read_bytes() and got == _want(algo, written), size
-        localcopy.copy_file(str(source), str(target) + ".again", hashlib.sha256(),
-                            progress.append)
+        localcopy.copy_file(str(source), str(target) + ".again", hashlib.sha256(), progress.append)
         assert sum(progress) == size
     assert not [p for p in (tmp_path / "out").rglob("*") if storage.PARTIAL_MARK in p.name]
 
 
 def test_kernel_copy_refused_falls_back_to_the_buffered_copy(
-        tmp_path: Path, small_thresholds: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, small_thresholds: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     refused: list[int] = []
 
     def no_kernel_copy(*args: object) -> int:
@@ -77,7 +78,8 @@ def test_kernel_copy_refused_falls_back_to_the_buffered_copy(
 
 
 def test_kernel_copy_failing_midway_fails_the_copy_and_leaves_nothing(
-        tmp_path: Path, small_thresholds: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, small_thresholds: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = os.copy_file_range
 
     def failing_later(fd_in: int, fd_out: int, count: int, offset_src: int, offset_dst: int) -> int:
@@ -95,7 +97,8 @@ def test_kernel_copy_failing_midway_fails_the_copy_and_leaves_nothing(
 
 @pytest.mark.parametrize("size", [8 * 1024, 5 * CHUNK])
 def test_a_source_that_changes_while_copied_fails_and_leaves_nothing(
-        tmp_path: Path, small_thresholds: None, size: int) -> None:
+    tmp_path: Path, small_thresholds: None, size: int
+) -> None:
     source = tmp_path / "src"
     source.write_bytes(os.urandom(size))
 
@@ -105,8 +108,9 @@ def test_a_source_that_changes_while_copied_fails_and_leaves_nothing(
 
     for atomic in (True, False):
         with pytest.raises(localcopy.SourceChanged, match="changed while it was copied"):
-            storage.copy_hashing(source, tmp_path / "out" / "copy", storage_callback(grow),
-                                 "blake3", atomic=atomic)
+            storage.copy_hashing(
+                source, tmp_path / "out" / "copy", storage_callback(grow), "blake3", atomic=atomic
+            )
         assert list((tmp_path / "out").iterdir()) == []
 
 
@@ -119,8 +123,9 @@ def storage_callback(call: object) -> object:
     return Callback()
 
 
-def test_an_upload_of_a_changing_file_fails_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      small_thresholds: None) -> None:
+def test_an_upload_of_a_changing_file_fails_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_thresholds: None
+) -> None:
     src = write_tree(tmp_path / "src", {"a.txt": "a" * 10_000})
     real = localcopy._copy
 
@@ -137,12 +142,14 @@ def test_an_upload_of_a_changing_file_fails_naming_it(tmp_path: Path, monkeypatc
 
 
 def test_dataset_upload_writes_in_place_and_download_stays_atomic(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     src = write_tree(tmp_path / "src", {f"d/f{i}.txt": str(i) * (i + 1) for i in range(6)})
     real, temps = localcopy.copy_file, []
 
-    def spy(source: str, target: str, hasher: object, progress: object = None,
-            temp: str | None = None) -> int:
+    def spy(
+        source: str, target: str, hasher: object, progress: object = None, temp: str | None = None
+    ) -> int:
         temps.append(temp)
         return real(source, target, hasher, progress, temp)  # type: ignore[arg-type]
 
@@ -157,7 +164,8 @@ def test_dataset_upload_writes_in_place_and_download_stays_atomic(
 
 
 def test_a_failed_job_stops_the_workers_and_names_its_file(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRAINYARD_DATA_WORKERS", "2")
     started: list[str] = []
     lock = threading.Lock()
@@ -188,7 +196,8 @@ def test_listing_finds_what_rglob_found(tmp_path: Path) -> None:
 
 
 def test_local_small_files_run_in_one_thread_larger_ones_one_per_cpu(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     mover = Mover()
     local, remote = mover.location(tmp_path.as_uri()), mover.location("memory://bucket/x")

@@ -21,20 +21,32 @@ def test_defaults_put_datasets_under_the_home(home: Path) -> None:
 
 def test_environment_wins_over_the_settings_file(tmp_path: Path) -> None:
     path = tmp_path / "data.yaml"
-    path.write_text("dataset_url: s3://from-file/ds\nworkers: 2\nretries: 7\n"
-                    "storage_options: {s3: {region_name: eu-west-1}}\n")
-    config = load_config(env={"TRAINYARD_DATASET_URL": "s3://from-env/ds",
-                              "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:1"}, path=path)
+    path.write_text(
+        "dataset_url: s3://from-file/ds\nworkers: 2\nretries: 7\n"
+        "storage_options: {s3: {region_name: eu-west-1}}\n"
+    )
+    config = load_config(
+        env={
+            "TRAINYARD_DATASET_URL": "s3://from-env/ds",
+            "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:1",
+        },
+        path=path,
+    )
     assert config.dataset_url == "s3://from-env/ds"
     assert (config.workers, config.retries) == (2, 7)
     assert config.s3_endpoint_url == "http://127.0.0.1:1"
     assert config.storage_options == {"s3": {"region_name": "eu-west-1"}}
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("workers: many\n", "workers"), ("retries: 0\n", "retries"), ("colour: blue\n", "colour"),
-    ("- a list\n", "mapping"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("workers: many\n", "workers"),
+        ("retries: 0\n", "retries"),
+        ("colour: blue\n", "colour"),
+        ("- a list\n", "mapping"),
+    ],
+)
 def test_bad_settings_are_refused_naming_the_key(tmp_path: Path, text: str, needle: str) -> None:
     path = tmp_path / "data.yaml"
     path.write_text(text)
@@ -43,8 +55,10 @@ def test_bad_settings_are_refused_naming_the_key(tmp_path: Path, text: str, need
 
 
 def test_scrub_masks_userinfo_query_secrets_and_credential_values() -> None:
-    text = ("https://bob:pw1234@host/x?X-Amz-Signature=abc123&part=1 failed; "
-            "key AKIAEXAMPLEKEY; s3://bucket/a")
+    text = (
+        "https://bob:pw1234@host/x?X-Amz-Signature=abc123&part=1 failed; "
+        "key AKIAEXAMPLEKEY; s3://bucket/a"
+    )
     out = scrub(text, secrets=["AKIAEXAMPLEKEY"])
     assert "pw1234" not in out and "bob" not in out and "abc123" not in out
     assert "AKIAEXAMPLEKEY" not in out
@@ -52,23 +66,37 @@ def test_scrub_masks_userinfo_query_secrets_and_credential_values() -> None:
 
 
 def test_secret_values_come_from_env_and_storage_options() -> None:
-    found = secret_values({"AWS_SECRET_ACCESS_KEY": "envsecret", "HOME": "/root"},
-                          {"s3": {"secret": "optsecret", "region_name": "us-east-1"}})
+    found = secret_values(
+        {"AWS_SECRET_ACCESS_KEY": "envsecret", "HOME": "/root"},
+        {"s3": {"secret": "optsecret", "region_name": "us-east-1"}},
+    )
     assert set(found) == {"envsecret", "optsecret"}
 
 
-@pytest.mark.parametrize("exc", [
-    ConnectionResetError(), TimeoutError(), ChecksumMismatch("x"),
-    OSError(errno.ECONNREFUSED, "refused"), OSError(errno.EIO, "SlowDown: reduce your rate"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ConnectionResetError(),
+        TimeoutError(),
+        ChecksumMismatch("x"),
+        OSError(errno.ECONNREFUSED, "refused"),
+        OSError(errno.EIO, "SlowDown: reduce your rate"),
+    ],
+)
 def test_transient_errors(exc: BaseException) -> None:
     assert is_transient(exc)
 
 
-@pytest.mark.parametrize("exc", [
-    FileNotFoundError("x"), PermissionError("x"), FileExistsError("x"), ValueError("x"),
-    OSError(errno.EIO, "AccessDenied"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        FileNotFoundError("x"),
+        PermissionError("x"),
+        FileExistsError("x"),
+        ValueError("x"),
+        OSError(errno.EIO, "AccessDenied"),
+    ],
+)
 def test_permanent_errors(exc: BaseException) -> None:
     assert not is_transient(exc)
 
@@ -82,7 +110,9 @@ def test_with_retry_retries_transient_errors_with_backoff_and_logs() -> None:
             raise ConnectionResetError("reset by peer")
         return "ok"
 
-    assert with_retry(flaky, "f.txt", RetryPolicy(attempts=4, backoff_s=0.001), lines.append) == "ok"
+    assert (
+        with_retry(flaky, "f.txt", RetryPolicy(attempts=4, backoff_s=0.001), lines.append) == "ok"
+    )
     assert len(calls) == 3 and len(lines) == 2
     assert "f.txt" in lines[0] and "attempt 1 of 4" in lines[0] and "reset by peer" in lines[0]
 

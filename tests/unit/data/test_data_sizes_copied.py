@@ -16,8 +16,8 @@ from pathlib import Path
 
 import blake3
 import pytest
-
 from data_unit_support import write_tree
+
 from trainyard.data import DatasetStore, Mover, checkpoints
 from trainyard.data.checkpoints import CheckpointWriter
 from trainyard.data.transfer import LocalFile, plan_uploads
@@ -37,7 +37,8 @@ def _store_urls(tmp_path: Path) -> list[str]:
 
 @pytest.mark.parametrize("where", ["file", "memory"])
 def test_a_dataset_file_grown_after_the_listing_is_recorded_as_copied(
-        tmp_path: Path, where: str) -> None:
+    tmp_path: Path, where: str
+) -> None:
     root = write_tree(tmp_path / "src", {"log.txt": "old", "same.txt": "same"})
     files = plan_uploads([f"{root}/"], None)
     assert [f.size for f in files] == [3, 4]
@@ -56,7 +57,8 @@ def test_a_dataset_file_grown_after_the_listing_is_recorded_as_copied(
 
 @pytest.mark.parametrize("where", ["file", "memory"])
 def test_a_checkpoint_file_grown_after_the_listing_is_recorded_as_copied(
-        tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     src = write_tree(tmp_path / "ckpt", {"train.log": "step 1\n"})
     real = checkpoints.local_files
 

@@ -22,10 +22,12 @@ from trainyard.data.transfer import _joiner, plan_uploads
 from trainyard.errors import DataError
 
 _SEGMENT = st.text(st.sampled_from("abcXYZ019 _-.é'"), min_size=1, max_size=6).filter(
-    lambda s: s not in (".", ".."))
+    lambda s: s not in (".", "..")
+)
 _REL = st.lists(_SEGMENT, min_size=1, max_size=3).map("/".join)
 _TREE = st.dictionaries(_REL, st.binary(max_size=2500), min_size=1, max_size=25).filter(
-    lambda tree: not any(a != b and b.startswith(a + "/") for a in tree for b in tree))
+    lambda tree: not any(a != b and b.startswith(a + "/") for a in tree for b in tree)
+)
 """Relative path -> bytes; no path is another one's folder. Sizes around the 1 KiB test
 buffer: empty, one read, several reads."""
 
@@ -73,7 +75,8 @@ def test_a_download_target_is_the_file_path_arithmetic_named(rel: str) -> None:
 
 @pytest.mark.parametrize(("actual", "stated"), [(20, 10), (20, 30), (0, 5), (5000, 100)])
 def test_a_size_that_changed_since_the_fstat_is_copied_to_the_end(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, actual: int, stated: int) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, actual: int, stated: int
+) -> None:
     monkeypatch.setattr(localcopy, "BUFFER_BYTES", 1024)
     data = os.urandom(actual)
     (tmp_path / "src").write_bytes(data)
@@ -113,6 +116,7 @@ def test_a_failed_download_names_both_ends_as_before(tmp_path: Path, home: Path)
     stored.write_bytes(b"abd")  # damaged in the store: every attempt fails the check
     with pytest.raises(DataError) as failed:
         store.download("ds", tmp_path / "back")
-    assert f"sub/x.bin (file://{stored} -> {tmp_path / 'back' / 'sub' / 'x.bin'})" \
-        in str(failed.value)
+    assert f"sub/x.bin (file://{stored} -> {tmp_path / 'back' / 'sub' / 'x.bin'})" in str(
+        failed.value
+    )
     assert not (tmp_path / "back" / "sub" / "x.bin").exists()

@@ -6,10 +6,9 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from data_unit_support import read_tree, write_tree
-from trainyard.data import Mover, download, list_url, upload
-from trainyard.data import storage
+
+from trainyard.data import Mover, download, list_url, storage, upload
 from trainyard.data.transfer import plan_uploads
 from trainyard.errors import DataError
 
@@ -66,7 +65,12 @@ def test_upload_download_round_trip_with_regex_and_throughput_line(tmp_path: Pat
     url = (tmp_path / "remote").as_uri()
     stats = upload(url, [f"{tmp_path / 'src'}/"], r"\.txt$", mover)
     assert (stats.files, stats.bytes) == (2, 5001)
-    assert (progress.advanced, progress.files, progress.total, progress.finished) == (5001, 2, 5001, 1)
+    assert (progress.advanced, progress.files, progress.total, progress.finished) == (
+        5001,
+        2,
+        5001,
+        1,
+    )
     assert lines[-1].startswith("uploaded 2 file(s), 4.9 KiB in ") and "/s) to file://" in lines[-1]
     assert [f.rel for f in list_url(url)] == ["a.txt", "deep/c.txt"]
     assert download(url, tmp_path / "back", "deep", mover) == 1
@@ -80,8 +84,14 @@ def test_a_single_file_url_downloads_by_its_name(tmp_path: Path) -> None:
 
 
 def test_listings_hide_partial_files_and_metadata(tmp_path: Path) -> None:
-    write_tree(tmp_path / "remote", {"a.txt": "a", f"b.txt{storage.PARTIAL_MARK}1234": "half",
-                                     ".trainyard/rounds/x.json": "{}"})
+    write_tree(
+        tmp_path / "remote",
+        {
+            "a.txt": "a",
+            f"b.txt{storage.PARTIAL_MARK}1234": "half",
+            ".trainyard/rounds/x.json": "{}",
+        },
+    )
     assert [f.rel for f in list_url(tmp_path / "remote")] == ["a.txt"]
 
 
@@ -91,7 +101,8 @@ def test_missing_url_is_a_data_error_naming_it(tmp_path: Path) -> None:
 
 
 def test_failed_file_names_the_file_and_cause_and_leaves_no_partial(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRAINYARD_DATA_WORKERS", "1")
     src = write_tree(tmp_path / "src", {f"f{i}.txt": str(i) for i in range(4)})
     real = storage.put_file

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from trainyard.engine.machine import Action, Event, Submitted, WorkflowState
-from trainyard.engine.rules import transition
 from trainyard.engine.plan import build_state
+from trainyard.engine.rules import transition
 from trainyard.spec.models import (
     ExitAction,
     GroupSpec,

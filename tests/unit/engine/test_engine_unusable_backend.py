@@ -10,10 +10,10 @@ from pathlib import Path
 
 from trainyard.backends.base import Backend
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.status import Status
 from trainyard.errors import ConfigError
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import WorkflowSpec
+from trainyard.status import Status
 from trainyard.store import Store
 
 POOL = Pool(name="broken", nodes=[NodeSpec(name="n0", gpu=8)])
@@ -25,9 +25,15 @@ def refuse(pool: Pool, home: Path) -> Backend:
 
 
 def test_a_backend_that_cannot_be_made_fails_the_workflow_with_the_reason(
-        tmp_path: Path, store_url: str) -> None:
-    engine = Engine(Store(store_url), tmp_path,
-                    pools={"broken": POOL}, backend_factory=refuse, poll_interval_s=0.02)
+    tmp_path: Path, store_url: str
+) -> None:
+    engine = Engine(
+        Store(store_url),
+        tmp_path,
+        pools={"broken": POOL},
+        backend_factory=refuse,
+        poll_interval_s=0.02,
+    )
     stop = threading.Event()
     loop = threading.Thread(target=engine.run_forever, args=(stop,), daemon=True)
     loop.start()

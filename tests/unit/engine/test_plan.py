@@ -6,9 +6,9 @@ import pytest
 from machine_support import group, solo, task, workflow
 
 from trainyard.engine.plan import build_state, group_upstreams, topological_groups
-from trainyard.status import Status, WorkflowStatus
 from trainyard.errors import SpecError
 from trainyard.spec.models import ExitAction, TaskInput
+from trainyard.status import Status, WorkflowStatus
 
 
 def test_task_inputs_make_edges_between_groups() -> None:
@@ -73,12 +73,17 @@ def test_build_state_holds_groups_tasks_flags_and_timeouts() -> None:
     assert list(state.groups) == ["train", "eval"]
     train = state.groups["train"]
     assert (train.tasks, train.upstream, train.ignore_nonlead_status) == (
-        ["master", "worker"], frozenset(), False
+        ["master", "worker"],
+        frozenset(),
+        False,
     )
     assert state.groups["eval"].upstream == frozenset({"train"})
     master = state.tasks["master"]
     assert (master.group, master.lead, master.status, master.retry_id) == (
-        "train", True, Status.PENDING, 0
+        "train",
+        True,
+        Status.PENDING,
+        0,
     )
     assert master.exit_actions == {ExitAction.RESCHEDULE: frozenset({42, 43})}
     assert state.tasks["worker"].lead is False

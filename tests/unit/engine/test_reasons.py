@@ -10,19 +10,19 @@ from machine_support import fold, group, solo, submitted, task, workflow
 
 from trainyard.engine import reasons
 from trainyard.engine.machine import (
-    WorkflowState,
     GroupPlaced,
     GroupWaiting,
     TaskExited,
     TaskRunning,
     Tick,
+    WorkflowState,
 )
 from trainyard.engine.scheduler import REASONS_FOR_FIRST, Request, Scheduler
 from trainyard.engine.serialize import state_from_dict, state_to_dict
-from trainyard.status import Status
 from trainyard.pools import NodeSpec, Pool
 from trainyard.runner.report import RUNNER_TAG, format_line
 from trainyard.spec.models import WorkflowSpec
+from trainyard.status import Status
 
 
 def _running(spec: WorkflowSpec) -> WorkflowState:
@@ -37,7 +37,9 @@ def _running(spec: WorkflowSpec) -> WorkflowState:
 
 def test_a_failed_command_keeps_its_code_reason_and_log_tail_and_they_survive_the_store() -> None:
     state = _running(workflow(solo("train")))
-    state, _ = fold(state, TaskExited(4.0, "train", 0, 1, "", log_tail=("loading", "oops: data missing")))
+    state, _ = fold(
+        state, TaskExited(4.0, "train", 0, 1, "", log_tail=("loading", "oops: data missing"))
+    )
     failure = reasons.failure_of(state)
     assert failure is not None
     assert failure["task"] == "train" and failure["exit_code"] == 1
@@ -118,8 +120,10 @@ def test_scheduler_says_what_a_gang_needs_what_is_free_who_holds_it_and_its_plac
     sched.enqueue(("mine-1", "g"), {"a": Request(gpu=4)})
     assert sched.place_ready() == []
     why = sched.waiting_reasons()
-    assert why[("mine-1", "g")] == ("needs 4 GPUs on pool local: 0 of 32 free; held by "
-                                    "gpu-hog-1; behind gpu-hog-2 (2nd in queue)")
+    assert why[("mine-1", "g")] == (
+        "needs 4 GPUs on pool local: 0 of 32 free; held by "
+        "gpu-hog-1; behind gpu-hog-2 (2nd in queue)"
+    )
     assert why[("gpu-hog-2", "g")].startswith("needs 2 GPUs on pool local: 0 of 32 free")
 
 
@@ -177,7 +181,9 @@ def test_a_placed_group_whose_backend_queue_holds_it_keeps_that_reason_until_it_
     state, _ = fold(state, GroupWaiting(3.0, "train", why))
     assert state.groups["train"].waiting_reason == why
     waits = reasons.waits_of(state)
-    assert [(w["group"], w["status"], w["reason"]) for w in waits] == [("train", "INITIALIZING", why)]
+    assert [(w["group"], w["status"], w["reason"]) for w in waits] == [
+        ("train", "INITIALIZING", why)
+    ]
     state, _ = fold(state, TaskRunning(4.0, "train", 0))
     assert state.groups["train"].waiting_reason is None and reasons.waits_of(state) == []
 
@@ -191,8 +197,14 @@ def test_a_placed_gang_the_clusters_scheduler_cannot_place_shows_its_words() -> 
     assert state.groups["g"].status is Status.INITIALIZING
     why = "task master: Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu"
     state, _ = fold(state, GroupWaiting(3.0, "g", why))
-    assert reasons.waits_of(state) == [{"group": "g", "status": "INITIALIZING", "reason": why,
-                                        "since_s": state.groups["g"].scheduling_since_s}]
+    assert reasons.waits_of(state) == [
+        {
+            "group": "g",
+            "status": "INITIALIZING",
+            "reason": why,
+            "since_s": state.groups["g"].scheduling_since_s,
+        }
+    ]
     assert state_from_dict(state_to_dict(state)).groups["g"].waiting_reason == why
     cleared, _ = fold(state, GroupWaiting(4.0, "g", ""))
     assert reasons.waits_of(cleared) == []  # the cluster placed it: nothing to say

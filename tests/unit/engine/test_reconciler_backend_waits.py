@@ -37,11 +37,13 @@ class _Queued(FakeBackend):
 
 
 def test_the_backends_reason_becomes_the_groups_until_a_task_starts(
-        tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(steploop, "WAIT_REASONS_INTERVAL_S", 0.0)
     backend = _Queued()
-    engine = Engine(Store(store_url), tmp_path, pools={"local": POOL},
-                    backend_factory=lambda p, h: backend)
+    engine = Engine(
+        Store(store_url), tmp_path, pools={"local": POOL}, backend_factory=lambda p, h: backend
+    )
     spec = WorkflowSpec.model_validate({"name": "q", "tasks": [{"name": "t", "command": ["true"]}]})
     wid = engine.submit(Submission(spec=spec, spec_text="", user="alice", pool=POOL)).id
     for _ in range(3):

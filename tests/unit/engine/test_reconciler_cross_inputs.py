@@ -40,7 +40,10 @@ def _why_unavailable(backend: FakeBackend) -> str | None:
 
 
 def _consumer(ref: str) -> dict:
-    return {"name": "consumer", "tasks": [{"name": "read", "command": ["x"], "inputs": [{"task": ref}]}]}
+    return {
+        "name": "consumer",
+        "tasks": [{"name": "read", "command": ["x"], "inputs": [{"task": ref}]}],
+    }
 
 
 def _producer_fails_first(launch: TaskLaunch) -> Outcome:
@@ -50,15 +53,21 @@ def _producer_fails_first(launch: TaskLaunch) -> Outcome:
 def test_the_last_attempt_of_a_completed_task_is_read(tmp_path: Path, store_url: str) -> None:
     backend = FakeBackend(_producer_fails_first)
     engine = _engine(tmp_path, store_url, backend)
-    producer = _run(engine, {"name": "producer", "tasks": [
-        {"name": "Make", "command": ["x"], "exitActions": {"RESCHEDULE": "3"}}]})
+    producer = _run(
+        engine,
+        {
+            "name": "producer",
+            "tasks": [{"name": "Make", "command": ["x"], "exitActions": {"RESCHEDULE": "3"}}],
+        },
+    )
     _run(engine, _consumer(f"{producer}:make"))  # names match as task names do
     assert _source_of_read(backend) == str(tmp_path / "runs" / producer / "Make" / "1" / "output")
     assert _why_unavailable(backend) is None
 
 
 def test_a_failed_task_is_handed_over_as_unavailable_with_the_reason(
-        tmp_path: Path, store_url: str) -> None:
+    tmp_path: Path, store_url: str
+) -> None:
     backend = FakeBackend(lambda launch: Outcome(3 if launch.key.task == "make" else 0))
     engine = _engine(tmp_path, store_url, backend)
     producer = _run(engine, {"name": "producer", "tasks": [{"name": "make", "command": ["x"]}]})
@@ -68,7 +77,8 @@ def test_a_failed_task_is_handed_over_as_unavailable_with_the_reason(
 
 
 def test_an_unknown_workflow_or_task_never_breaks_the_engine(
-        tmp_path: Path, store_url: str) -> None:
+    tmp_path: Path, store_url: str
+) -> None:
     backend = FakeBackend()
     engine = _engine(tmp_path, store_url, backend)
     producer = _run(engine, {"name": "producer", "tasks": [{"name": "make", "command": ["x"]}]})

@@ -10,10 +10,10 @@ from pathlib import Path
 from trainyard.backends.base import TaskLaunch
 from trainyard.backends.fake import FakeBackend
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.status import Status, WorkflowStatus
 from trainyard.errors import BackendError
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import WorkflowSpec
+from trainyard.status import Status, WorkflowStatus
 from trainyard.store import Store
 
 POOL = Pool(name="local", nodes=[NodeSpec(name="n0", cpu=1000)])
@@ -79,7 +79,8 @@ def test_a_refused_gang_among_several_fails_alone(tmp_path: Path, store_url: str
     assert tasks["t2"].status is Status.FAILED_BACKEND_ERROR
     assert tasks["t2"].failure_reason == "refused t2"
     assert {n: tasks[n].status for n in ("t0", "t1", "t3")} == dict.fromkeys(
-        ("t0", "t1", "t3"), Status.COMPLETED)
+        ("t0", "t1", "t3"), Status.COMPLETED
+    )
     log = (engine.run_dir(wid, "t2", 0) / "task.log").read_text()
     assert "the fake backend could not start the task: refused t2" in log
 
@@ -87,16 +88,28 @@ def test_a_refused_gang_among_several_fails_alone(tmp_path: Path, store_url: str
 def test_a_lone_start_uses_start_group(tmp_path: Path, store_url: str) -> None:
     backend = BatchingBackend()
     engine = _engine(tmp_path, store_url, backend)
-    wid = _submit(engine, {"name": "chain", "groups": [
-        {"name": "a", "tasks": [{"name": "a", "command": ["true"], "lead": True}]},
-        {"name": "b", "tasks": [{"name": "b", "command": ["true"], "lead": True,
-                                 "inputs": [{"task": "a"}]}]}]})
+    wid = _submit(
+        engine,
+        {
+            "name": "chain",
+            "groups": [
+                {"name": "a", "tasks": [{"name": "a", "command": ["true"], "lead": True}]},
+                {
+                    "name": "b",
+                    "tasks": [
+                        {"name": "b", "command": ["true"], "lead": True, "inputs": [{"task": "a"}]}
+                    ],
+                },
+            ],
+        },
+    )
     assert engine.wait(wid, timeout_s=10).status == WorkflowStatus.COMPLETED
     assert backend.singles == [["a"], ["b"]] and backend.batches == []
 
 
 def test_a_backend_without_the_hook_gets_one_start_group_per_gang(
-        tmp_path: Path, store_url: str) -> None:
+    tmp_path: Path, store_url: str
+) -> None:
     backend = FakeBackend(refuse_start=lambda launches: launches[0].key.task == "t1")
     engine = _engine(tmp_path, store_url, backend)
     wid = _submit(engine, {"name": "plain", "tasks": _tasks(3)})

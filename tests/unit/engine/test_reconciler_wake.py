@@ -17,9 +17,9 @@ import pytest
 
 from trainyard.backends.fake import FakeBackend, Outcome
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.status import Status
 from trainyard.pools import NodeSpec, Pool
 from trainyard.spec.models import WorkflowSpec
+from trainyard.status import Status
 from trainyard.store import Store
 
 TICK_S = 60.0
@@ -48,12 +48,17 @@ class Loop:
     """An engine whose ``run_forever`` runs in a thread with a ``TICK_S`` tick."""
 
     def __init__(self, tmp_path: Path, store_url: str, backend: FakeBackend) -> None:
-        self.engine = Engine(Store(store_url), tmp_path,
-                             pools={"local": POOL}, backend_factory=lambda p, h: backend,
-                             poll_interval_s=TICK_S)
+        self.engine = Engine(
+            Store(store_url),
+            tmp_path,
+            pools={"local": POOL},
+            backend_factory=lambda p, h: backend,
+            poll_interval_s=TICK_S,
+        )
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.engine.run_forever, args=(self.stop,),
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.engine.run_forever, args=(self.stop,), daemon=True
+        )
         self.thread.start()
 
     def submit(self) -> str:
@@ -116,9 +121,13 @@ def test_a_backends_notification_makes_the_next_step(make_loop) -> None:
 
 
 def test_stop_is_seen_within_the_tick_also_when_woken_often(tmp_path: Path, store_url: str) -> None:
-    engine = Engine(Store(store_url), tmp_path,
-                    pools={"local": POOL}, backend_factory=lambda p, h: FakeBackend(),
-                    poll_interval_s=0.05)
+    engine = Engine(
+        Store(store_url),
+        tmp_path,
+        pools={"local": POOL},
+        backend_factory=lambda p, h: FakeBackend(),
+        poll_interval_s=0.05,
+    )
     stop = threading.Event()
     thread = threading.Thread(target=engine.run_forever, args=(stop,), daemon=True)
     thread.start()
@@ -131,15 +140,25 @@ def test_stop_is_seen_within_the_tick_also_when_woken_often(tmp_path: Path, stor
 
 
 def test_wait_for_change_returns_when_states_are_stored_or_after_its_timeout(
-        tmp_path: Path, store_url: str) -> None:
-    engine = Engine(Store(store_url), tmp_path,
-                    pools={"local": POOL}, backend_factory=lambda p, h: FakeBackend())
+    tmp_path: Path, store_url: str
+) -> None:
+    engine = Engine(
+        Store(store_url),
+        tmp_path,
+        pools={"local": POOL},
+        backend_factory=lambda p, h: FakeBackend(),
+    )
     seen = engine.changes()
     started = time.monotonic()
     assert engine.wait_for_change(seen, 0.2) is False
     assert time.monotonic() - started >= 0.19
-    timer = threading.Timer(0.1, lambda: engine.submit(
-        Submission(spec=SPEC, spec_text="", user="u", pool=POOL)) and engine.step())
+    timer = threading.Timer(
+        0.1,
+        lambda: (
+            engine.submit(Submission(spec=SPEC, spec_text="", user="u", pool=POOL))
+            and engine.step()
+        ),
+    )
     timer.start()
     started = time.monotonic()
     assert engine.wait_for_change(seen, TICK_S) is True

@@ -45,15 +45,21 @@ from trainyard.engine.rules import (
     check_move,
     transition,
 )
-from trainyard.status import Status
 from trainyard.spec.models import ExitAction, GroupSpec, WorkflowSpec
+from trainyard.status import Status
 
 S = Status
 STARTED = (S.INITIALIZING, S.RUNNING)
 CODES = [0, 0, 1, 2, 3, 3, 2024, 3001, 3004]
 #: Event kinds with their weights (cancel and start failures rare, so runs get far).
-KINDS = (["placed"] * 8 + ["init"] * 4 + ["running"] * 12 + ["exited"] * 12 + ["tick"] * 10
-         + ["lost", "start_failed", "submitted", "submitted"])
+KINDS = (
+    ["placed"] * 8
+    + ["init"] * 4
+    + ["running"] * 12
+    + ["exited"] * 12
+    + ["tick"] * 10
+    + ["lost", "start_failed", "submitted", "submitted"]
+)
 
 # --------------------------------------------------------------------------- strategies
 
@@ -81,8 +87,12 @@ def _group(draw: st.DrawFn, g: int) -> GroupSpec:
     lead = draw(st.integers(0, n_tasks - 1))
     upstream = draw(st.sets(st.integers(0, g - 1), max_size=2)) if g else set()
     tasks = [
-        task(f"g{g}t{i}", lead=i == lead, inputs=[f"g{u}t0" for u in upstream] if i == 0 else [],
-             actions=_by_action(draw(_code_actions)))
+        task(
+            f"g{g}t{i}",
+            lead=i == lead,
+            inputs=[f"g{u}t0" for u in upstream] if i == 0 else [],
+            actions=_by_action(draw(_code_actions)),
+        )
         for i in range(n_tasks)
     ]
     return group(f"g{g}", *tasks, ignore_nonlead=draw(st.booleans()))
@@ -124,7 +134,8 @@ def _drain_events(state: WorkflowState, now: float) -> list[Event]:
     """Place every queued gang, run every started task and let it exit with 0."""
     events: list[Event] = [
         GroupPlaced(now, g.name, {t: f"n-{t}" for t in g.tasks})
-        for g in state.groups.values() if g.status is S.SCHEDULING
+        for g in state.groups.values()
+        if g.status is S.SCHEDULING
     ]
     for t in state.tasks.values():
         if t.status in STARTED:

@@ -48,7 +48,9 @@ def test_gpu_slots_are_exclusive_and_reused_after_release() -> None:
 
 
 def test_platform_and_nodes_excluded_are_respected() -> None:
-    pool = Pool(name="p", nodes=[NodeSpec(name="a", platform="x"), NodeSpec(name="b", platform="y")])
+    pool = Pool(
+        name="p", nodes=[NodeSpec(name="a", platform="x"), NodeSpec(name="b", platform="y")]
+    )
     sched = Scheduler(pool)
     sched.enqueue(("w", "g"), {"t": Request(platform="y")})
     [(_, placements)] = sched.place_ready()
@@ -133,8 +135,12 @@ def test_a_higher_priority_gang_is_placed_before_lower_ones_queued_earlier() -> 
     sched = Scheduler(_pool(n=1).model_copy(update={"backfill_age_s": 0.0}))
     sched.enqueue(("busy", "g"), {"a": Request(gpu=8)})
     assert len(sched.place_ready()) == 1  # the node is full: the next ones queue
-    for wid, priority in (("low", "LOW"), ("normal", "NORMAL"), ("high", "HIGH"),
-                          ("normal2", "NORMAL")):
+    for wid, priority in (
+        ("low", "LOW"),
+        ("normal", "NORMAL"),
+        ("high", "HIGH"),
+        ("normal2", "NORMAL"),
+    ):
         sched.enqueue((wid, "g"), {"a": Request(gpu=8)}, rank=PRIORITY_RANK[priority])
     assert sched.queued() == [("high", "g"), ("normal", "g"), ("normal2", "g"), ("low", "g")]
     sched.release(("busy", "g"))
@@ -147,11 +153,16 @@ def _naive_fit(scheduler: Scheduler, requests: dict[str, Request]) -> dict[str, 
     trial = {name: u.copy() for name, u in scheduler.usage.items()}
     used: set[str] = set()
     placements = {}
-    for task, req in sorted(requests.items(), key=lambda kv: (kv[1].gpu, kv[1].cpu,
-                                                             kv[1].memory_bytes,
-                                                             kv[1].storage_bytes), reverse=True):
-        candidates = [u for u in trial.values()
-                      if u.fits(req) and not (scheduler.pool.node_per_task and u.node.name in used)]
+    for task, req in sorted(
+        requests.items(),
+        key=lambda kv: (kv[1].gpu, kv[1].cpu, kv[1].memory_bytes, kv[1].storage_bytes),
+        reverse=True,
+    ):
+        candidates = [
+            u
+            for u in trial.values()
+            if u.fits(req) and not (scheduler.pool.node_per_task and u.node.name in used)
+        ]
         if not candidates:
             return None
         best = min(candidates, key=lambda u: (u.node.name in used, len(u.gpu_slots), u.cpu))
@@ -161,25 +172,37 @@ def _naive_fit(scheduler: Scheduler, requests: dict[str, Request]) -> dict[str, 
 
 
 @settings(max_examples=60, deadline=None)
-@given(nodes=st.lists(st.tuples(st.integers(0, 8), st.sampled_from([4.0, 16.0, 64.0])),
-                      min_size=1, max_size=8),
-       busy=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 7)), max_size=4),
-       tasks=st.lists(st.tuples(st.integers(0, 8), st.sampled_from([0.0, 1.0, 4.0, 8.0])),
-                      min_size=1, max_size=10),
-       node_per_task=st.booleans())
+@given(
+    nodes=st.lists(
+        st.tuples(st.integers(0, 8), st.sampled_from([4.0, 16.0, 64.0])), min_size=1, max_size=8
+    ),
+    busy=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 7)), max_size=4),
+    tasks=st.lists(
+        st.tuples(st.integers(0, 8), st.sampled_from([0.0, 1.0, 4.0, 8.0])), min_size=1, max_size=10
+    ),
+    node_per_task=st.booleans(),
+)
 def test_the_ordered_scan_places_as_the_minimum_over_all_nodes(
-        nodes: list[tuple[int, float]], busy: list[tuple[int, int]],
-        tasks: list[tuple[int, float]], node_per_task: bool) -> None:
-    pool = Pool(name="p", nodes=[NodeSpec(name=f"n{i}", gpu=g, cpu=c)
-                                 for i, (g, c) in enumerate(nodes)],
-                backend="slurm" if node_per_task else "local")
+    nodes: list[tuple[int, float]],
+    busy: list[tuple[int, int]],
+    tasks: list[tuple[int, float]],
+    node_per_task: bool,
+) -> None:
+    pool = Pool(
+        name="p",
+        nodes=[NodeSpec(name=f"n{i}", gpu=g, cpu=c) for i, (g, c) in enumerate(nodes)],
+        backend="slurm" if node_per_task else "local",
+    )
     scheduler = Scheduler(pool)
     for i, (node, gpus) in enumerate(busy):  # some nodes partly taken by other gangs
         if node < len(nodes) and gpus <= nodes[node][0]:
             name = f"n{node}"
             request = Request(cpu=1.0, gpu=gpus)
             if scheduler.usage[name].fits(request):
-                scheduler.restore(("other", str(i)), {"t": request},
-                                  {"t": Placement(name, scheduler.usage[name].copy().take(request))})
+                scheduler.restore(
+                    ("other", str(i)),
+                    {"t": request},
+                    {"t": Placement(name, scheduler.usage[name].copy().take(request))},
+                )
     requests = {f"t{i}": Request(cpu=c, gpu=g) for i, (g, c) in enumerate(tasks)}
     assert scheduler._fit(requests) == _naive_fit(scheduler, requests)

@@ -11,8 +11,9 @@ import pytest
 
 from trainyard.linux import safefs
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="mapping a user namespace to 65534 needs root")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="mapping a user namespace to 65534 needs root"
+)
 
 
 def _is_userns(fd: int) -> bool:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.runfile import FreshPath
 from trainyard.linux.userns import make_fresh
+from trainyard.runfile import FreshPath
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="gives files to another uid (chown)")
 
@@ -23,10 +23,21 @@ def test_what_the_host_had_is_replaced_by_the_tasks_own(tmp_path: Path) -> None:
     (tmp_path / "log/apt/term.log").write_text("host's\n")
     (tmp_path / "log/dpkg.log").write_text("host's\n")
     (tmp_path / "conf.d").mkdir()
-    make_fresh([FreshPath(base=str(tmp_path), relative="log/apt", is_dir=True),
-                FreshPath(base=str(tmp_path), relative="log/dpkg.log", is_dir=False, mode=0o644),
-                FreshPath(base=str(tmp_path), relative="conf.d/99x", is_dir=False,
-                          mode=0o644, text="A::B \"root\";\n")], UID, UID)
+    make_fresh(
+        [
+            FreshPath(base=str(tmp_path), relative="log/apt", is_dir=True),
+            FreshPath(base=str(tmp_path), relative="log/dpkg.log", is_dir=False, mode=0o644),
+            FreshPath(
+                base=str(tmp_path),
+                relative="conf.d/99x",
+                is_dir=False,
+                mode=0o644,
+                text="A::B \"root\";\n",
+            ),
+        ],
+        UID,
+        UID,
+    )
     folder = os.lstat(tmp_path / "log/apt")
     assert os.listdir(tmp_path / "log/apt") == []
     assert (folder.st_uid, folder.st_gid, stat.S_IMODE(folder.st_mode)) == (UID, UID, 0o755)
@@ -39,9 +50,14 @@ def test_an_earlier_attempts_own_is_kept_and_a_missing_parent_skipped(tmp_path: 
     (tmp_path / "apt").mkdir()
     (tmp_path / "apt/kept.log").write_text("the task's\n")
     os.chown(tmp_path / "apt/kept.log", UID, UID)
-    make_fresh([FreshPath(base=str(tmp_path), relative="apt/kept.log", is_dir=False),
-                FreshPath(base=str(tmp_path), relative="no-apt/lists/partial", is_dir=True)],
-               UID, UID)
+    make_fresh(
+        [
+            FreshPath(base=str(tmp_path), relative="apt/kept.log", is_dir=False),
+            FreshPath(base=str(tmp_path), relative="no-apt/lists/partial", is_dir=True),
+        ],
+        UID,
+        UID,
+    )
     assert (tmp_path / "apt/kept.log").read_text() == "the task's\n"
     assert not (tmp_path / "no-apt").exists()
 

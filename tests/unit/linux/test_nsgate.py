@@ -13,15 +13,16 @@ import threading
 import time
 
 import psutil
-
 import pytest
 
 from trainyard.linux import nsgate
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="joining a user namespace needs root"),
-    pytest.mark.skipif(not (shutil.which("unshare") and shutil.which("nsenter")),
-                       reason="util-linux unshare and nsenter are not installed"),
+    pytest.mark.skipif(
+        not (shutil.which("unshare") and shutil.which("nsenter")),
+        reason="util-linux unshare and nsenter are not installed",
+    ),
 ]
 
 
@@ -49,9 +50,18 @@ def _in_new_userns() -> subprocess.Popen[bytes]:
 
 
 def _limit(pid: int) -> str:
-    done = subprocess.run(["nsenter", f"--user=/proc/{pid}/ns/user", "--", "cat",
-                           "/proc/sys/user/max_user_namespaces"], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+        [
+            "nsenter",
+            f"--user=/proc/{pid}/ns/user",
+            "--",
+            "cat",
+            "/proc/sys/user/max_user_namespaces",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout.strip()
 
 
@@ -124,9 +134,16 @@ def test_the_gate_ends_with_its_launcher_while_a_forked_child_lives() -> None:
         "if child == 0:\n"
         "    os.close(1); time.sleep(30); os._exit(0)\n"
         "print(nsgate._state['proc'].pid, child, flush=True)\n"
-        "os._exit(0)\n")
-    done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, text=True, timeout=30, check=True)
+        "os._exit(0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     gate_pid, child_pid = (int(pid) for pid in done.stdout.split())
     gate = psutil.Process(gate_pid)
     try:

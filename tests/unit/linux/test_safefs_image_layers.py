@@ -40,9 +40,15 @@ def in_own_namespace(work: Callable[[], object]) -> object:
 
 
 def layer(base: Path, lowers: list[Path], idmap: int | None = 65534) -> OverlayMount:
-    return OverlayMount(lower=str(lowers[0]), lower_below=[str(p) for p in lowers[1:]],
-                        upper=str(base / "upper"), work=str(base / "work"),
-                        target=str(base / "root"), idmap_uid=idmap, idmap_gid=idmap)
+    return OverlayMount(
+        lower=str(lowers[0]),
+        lower_below=[str(p) for p in lowers[1:]],
+        upper=str(base / "upper"),
+        work=str(base / "work"),
+        target=str(base / "root"),
+        idmap_uid=idmap,
+        idmap_gid=idmap,
+    )
 
 
 def test_image_layers_are_stacked_top_first_and_idmapped(tmp_path: Path) -> None:
@@ -59,8 +65,12 @@ def test_image_layers_are_stacked_top_first_and_idmapped(tmp_path: Path) -> None
         root = Path(made.target)
         (root / "etc" / "which").write_text("written")
         seen = sorted(p.name for p in root.iterdir())
-        return (seen and (root / "only-bottom").read_text(), seen,
-                (root / "only-top").stat().st_uid, (root / "etc").stat().st_gid)
+        return (
+            seen and (root / "only-bottom").read_text(),
+            seen,
+            (root / "only-top").stat().st_uid,
+            (root / "etc").stat().st_gid,
+        )
 
     bottom_text, seen, uid, gid = in_own_namespace(look)  # type: ignore[misc]
     assert bottom_text == "bottom" and seen == ["etc", "only-bottom", "only-middle", "only-top"]

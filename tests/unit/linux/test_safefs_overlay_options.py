@@ -29,13 +29,20 @@ def options_of(target: str) -> str:
 
 @pytest.mark.parametrize("idmap", [None, 65534], ids=["plain", "idmapped"])
 def test_the_overlays_options_name_its_folders_relative_to_the_layer(
-        tmp_path: Path, idmap: int | None) -> None:
+    tmp_path: Path, idmap: int | None
+) -> None:
     lower = tmp_path / "host"
     lower.mkdir()
     (lower / "file").write_text("host")
     base = tmp_path / "sandbox" / "overlay" / "layer"
-    made = OverlayMount(lower=str(lower), upper=str(base / "upper"), work=str(base / "work"),
-                        target=str(base / "mnt"), idmap_uid=idmap, idmap_gid=idmap)
+    made = OverlayMount(
+        lower=str(lower),
+        upper=str(base / "upper"),
+        work=str(base / "work"),
+        target=str(base / "mnt"),
+        idmap_uid=idmap,
+        idmap_gid=idmap,
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
 
@@ -43,8 +50,12 @@ def test_the_overlays_options_name_its_folders_relative_to_the_layer(
         os.chdir(elsewhere)  # the thread's own working directory after the unshare too
         mount_overlays([made])
         Path(made.target, "new").write_text("task")
-        return (options_of(made.target), os.getcwd(), Path(made.target, "file").read_text(),
-                Path(made.target, "file").stat().st_uid)
+        return (
+            options_of(made.target),
+            os.getcwd(),
+            Path(made.target, "file").read_text(),
+            Path(made.target, "file").stat().st_uid,
+        )
 
     cwd = os.getcwd()
     try:

@@ -13,12 +13,14 @@ import pytest
 
 from trainyard.linux import thread_ids
 
-pytestmark = pytest.mark.skipif(not thread_ids.available(),
-                                reason="switching a thread's ids needs root on x86-64 or arm64")
+pytestmark = pytest.mark.skipif(
+    not thread_ids.available(), reason="switching a thread's ids needs root on x86-64 or arm64"
+)
 
 
 def test_a_program_started_in_the_block_runs_as_the_uid_while_other_threads_stay_root(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     seen: dict[str, object] = {}
     inside = threading.Event()
     looked = threading.Event()
@@ -28,7 +30,11 @@ def test_a_program_started_in_the_block_runs_as_the_uid_while_other_threads_stay
             seen["in_block"] = (os.getresuid(), os.getresgid(), os.getgroups())
             seen["out"] = subprocess.run(
                 ["sh", "-c", "id -u; id -g; id -G; grep -E '^Cap(Prm|Eff):' /proc/self/status"],
-                capture_output=True, text=True, cwd="/", check=True).stdout.split()
+                capture_output=True,
+                text=True,
+                cwd="/",
+                check=True,
+            ).stdout.split()
             inside.set()
             looked.wait(10)
         seen["after"] = (os.getresuid(), os.getresgid(), os.getgroups())
@@ -44,8 +50,15 @@ def test_a_program_started_in_the_block_runs_as_the_uid_while_other_threads_stay
     thread.join(10)
     assert main_ids == ((0, 0, 0), (0, 0, 0))
     assert seen["in_block"] == ((65534, 65534, 0), (65533, 65533, 0), [])
-    assert seen["out"] == ["65534", "65533", "65533", "CapPrm:", "0000000000000000",
-                           "CapEff:", "0000000000000000"]
+    assert seen["out"] == [
+        "65534",
+        "65533",
+        "65533",
+        "CapPrm:",
+        "0000000000000000",
+        "CapEff:",
+        "0000000000000000",
+    ]
     assert seen["after"] == ((0, 0, 0), (0, 0, 0), groups)
     assert (tmp_path / "f").stat().st_uid == 1234
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from trainyard.data.runnerhook import FsspecData
+from trainyard.runfile import TaskRun
 from trainyard.runner.main import Runner
 from trainyard.runner.report import read_events
-from trainyard.runfile import TaskRun
 
 MakeRun = Callable[..., TaskRun]
 
@@ -24,8 +24,11 @@ def make_run(tmp_path: Path) -> MakeRun:
     def build(script: str | None = None, **fields: Any) -> TaskRun:
         run_dir = tmp_path / f"run-{fields.get('task', 't1')}"
         base: dict[str, Any] = {
-            "workflow_id": "wf-7", "group": "g", "task": "t1",
-            "command": ["sh", "/tmp/run.sh"], "run_dir": str(run_dir),
+            "workflow_id": "wf-7",
+            "group": "g",
+            "task": "t1",
+            "command": ["sh", "/tmp/run.sh"],
+            "run_dir": str(run_dir),
             "sandbox": {"root": str(run_dir / "root")},
         }
         if script is not None:

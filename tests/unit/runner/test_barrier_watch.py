@@ -11,14 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from trainyard.runfile import Barrier
 from trainyard.runner import barrier as barrier_mod
 from trainyard.runner.barrier import mark_ready, wait_for_group
-from trainyard.runfile import Barrier
 
 
 def _barrier(folder: Path, poll_interval_s: float = 5.0, timeout_s: float = 60) -> Barrier:
-    return Barrier(enabled=True, folder=str(folder), tasks=["t1", "t2"], timeout_s=timeout_s,
-                   poll_interval_s=poll_interval_s)
+    return Barrier(
+        enabled=True,
+        folder=str(folder),
+        tasks=["t1", "t2"],
+        timeout_s=timeout_s,
+        poll_interval_s=poll_interval_s,
+    )
 
 
 def _waited_s(barrier: Barrier, mark_after_s: float) -> float:
@@ -32,7 +37,8 @@ def _waited_s(barrier: Barrier, mark_after_s: float) -> float:
 
 
 def test_the_last_mark_wakes_the_waiting_task_without_a_poll(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every poll 5 s apart: only the watch can let it pass within the second."""
     monkeypatch.setattr(barrier_mod, "FIRST_POLL_S", 5.0)
     monkeypatch.setattr(barrier_mod, "STOP_LOOK_S", 5.0)
@@ -41,7 +47,8 @@ def test_the_last_mark_wakes_the_waiting_task_without_a_poll(
 
 
 def test_without_a_watch_the_polls_still_pass_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     class NoWatch(barrier_mod._FolderWatch):
         def __init__(self, folder: Path) -> None:
             self.fd = None
@@ -67,7 +74,8 @@ def test_stop_is_seen_while_the_watch_waits(tmp_path: Path) -> None:
 
 
 def test_the_watch_descriptor_is_closed_after_the_barrier(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A launcher hosts many runners in one process: none may leave a descriptor behind.
     (Closed on a thread of its own: closing an inotify instance waits ~15 ms in the kernel.)"""
     watched: list[int] = []
@@ -109,7 +117,8 @@ def test_closing_the_watch_does_not_wait_for_the_kernel(tmp_path: Path) -> None:
 
 
 def test_the_folder_is_not_looked_at_more_often_than_the_polls(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A large gang on a shared filesystem: the watch (which sees no other node's mark) must
     not turn the growing polls into a look every ``STOP_LOOK_S``. Polls 5 ms growing 1.5x to
     0.1 s: about 11 looks in 0.5 s (every 20 ms would be about 27)."""
@@ -127,7 +136,8 @@ def test_the_folder_is_not_looked_at_more_often_than_the_polls(
 
 
 def test_the_last_task_to_arrive_makes_no_watch(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every mark already there (the last task of a gang, any one-task group): it passes
     without an inotify instance, whose making and closing (a thread, ~15 ms of the kernel's
     grace period) would be spent on nothing, once per task of a 1,000-group workflow."""
@@ -141,8 +151,13 @@ def test_the_last_task_to_arrive_makes_no_watch(
     monkeypatch.setattr(barrier_mod, "_FolderWatch", Counted)
     mark_ready(tmp_path / "rdv", "t2", 0)
     assert wait_for_group(_barrier(tmp_path / "rdv"), "t1", 0)
-    alone = Barrier(enabled=True, folder=str(tmp_path / "solo"), tasks=["only"], timeout_s=60,
-                    poll_interval_s=5.0)
+    alone = Barrier(
+        enabled=True,
+        folder=str(tmp_path / "solo"),
+        tasks=["only"],
+        timeout_s=60,
+        poll_interval_s=5.0,
+    )
     assert wait_for_group(alone, "only", 0)
     assert made == []
     assert _waited_s(_barrier(tmp_path / "rdv3"), 0.1) >= 0.09

@@ -29,7 +29,7 @@ def test_bwrap_gets_the_variables_through_an_args_descriptor(tmp_path: Path) -> 
         assert start.argv[0] == "/usr/bin/nsenter"
         at = start.argv.index("--args")
         assert start.argv[at + 1] == str(start.pass_fds[0])
-        assert start.argv[at + 2:] == ["--", "sh", "-c", "env"]
+        assert start.argv[at + 2 :] == ["--", "sh", "-c", "env"]
         args = _read_args(start.pass_fds[0])
         assert args[0] == "--clearenv"
         pairs = {args[i + 1]: args[i + 2] for i in range(1, len(args), 3)}
@@ -40,27 +40,30 @@ def test_bwrap_gets_the_variables_through_an_args_descriptor(tmp_path: Path) -> 
 
 
 def test_a_program_missing_from_the_hosts_path_is_not_looked_for_in_the_tasks(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     fake = tmp_path / "bwrap"
     fake.write_text("#!/bin/sh\n")
     fake.chmod(0o755)
     task = {"PATH": str(tmp_path)}
     with pytest.raises(FileNotFoundError):
-        host_start(["bwrap", "--"], ["true"], task, task, {"PATH": "/nonexistent"}, None,
-                   False, tmp_path)
+        host_start(
+            ["bwrap", "--"], ["true"], task, task, {"PATH": "/nonexistent"}, None, False, tmp_path
+        )
 
 
-def test_an_env_file_refuses_a_line_break_that_would_forge_another_variable(
-        tmp_path: Path) -> None:
+def test_an_env_file_refuses_a_line_break_that_would_forge_another_variable(tmp_path: Path) -> None:
     bad = {"A": "x\nLD_PRELOAD=/tmp/evil.so"}
     with pytest.raises(EnvRefused, match="A holds a line break"):
-        host_start(["podman", "run", "IMG"], ["true"], bad, bad, HOST, "--env-file", False,
-                   tmp_path)
+        host_start(
+            ["podman", "run", "IMG"], ["true"], bad, bad, HOST, "--env-file", False, tmp_path
+        )
 
 
 def test_apptainer_reads_shell_quoted_values(tmp_path: Path) -> None:
-    start = host_start(["sh", "exec", "IMG"], ["true"], TASK, TASK, HOST, "--env-file", True,
-                       tmp_path)
+    start = host_start(
+        ["sh", "exec", "IMG"], ["true"], TASK, TASK, HOST, "--env-file", True, tmp_path
+    )
     text = (tmp_path / "task.env").read_text()
     assert "SECRET='a b\tc=d'\n" in text and "PATH=" not in text
     assert start.argv[1:] == ["exec", "--env-file", str(tmp_path / "task.env"), "IMG", "true"]

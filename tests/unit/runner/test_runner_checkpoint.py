@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from runner_support import MakeRun, execute, log_text
-from trainyard.runner.checkpoint import Checkpointer
+
 from trainyard.data.runnerhook import FsspecData
 from trainyard.runfile import RunCheckpoint
+from trainyard.runner.checkpoint import Checkpointer
 
 SIZE = 8 * 1024 * 1024
 
@@ -58,8 +58,9 @@ def test_checkpointer_uploads_periodically_and_at_the_end(tmp_path: Path) -> Non
     src = tmp_path / "ckpt"
     src.mkdir()
     lines: list[str] = []
-    spec = RunCheckpoint(path=str(src), url=f"file://{tmp_path / 'remote'}", frequency_s=0.1,
-                         regex=r".*\.pth$")
+    spec = RunCheckpoint(
+        path=str(src), url=f"file://{tmp_path / 'remote'}", frequency_s=0.1, regex=r".*\.pth$"
+    )
     ckpt = Checkpointer(spec, src, FsspecData(), lines.append)
     ckpt.start()
     (src / "one.pth").write_text("1")
@@ -81,12 +82,18 @@ def test_runner_checkpoints_relative_path_while_command_runs(
     monkeypatch.setenv("REMOTE", str(remote))  # a host /tmp path in the script would be rewritten
     run = make_run(
         script="mkdir -p experiments/checkpoints\n"
-               "echo 1 > experiments/checkpoints/a.pth\n"
-               "i=0; while [ ! -f $REMOTE/a.pth ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done\n"
-               "[ -f $REMOTE/a.pth ] && echo uploaded-while-running\n"
-               "echo 2 > experiments/checkpoints/b.pth\n",
-        checkpoints=[{"path": "experiments/checkpoints", "url": f"file://{remote}",
-                      "frequency_s": 0.1, "regex": r".*\.pth"}],
+        "echo 1 > experiments/checkpoints/a.pth\n"
+        "i=0; while [ ! -f $REMOTE/a.pth ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done\n"
+        "[ -f $REMOTE/a.pth ] && echo uploaded-while-running\n"
+        "echo 2 > experiments/checkpoints/b.pth\n",
+        checkpoints=[
+            {
+                "path": "experiments/checkpoints",
+                "url": f"file://{remote}",
+                "frequency_s": 0.1,
+                "regex": r".*\.pth",
+            }
+        ],
     )
     assert execute(run) == 0
     assert "[t1] uploaded-while-running" in log_text(run)

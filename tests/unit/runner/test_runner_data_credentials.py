@@ -19,8 +19,14 @@ KEY_ID, SECRET = "AKIDDATACRED01", "dataCredSecret_9f9f"
 
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoS3]:
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                 "TRAINYARD_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "TRAINYARD_S3_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TRAINYARD_DATA_RETRIES", "1")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
@@ -30,12 +36,27 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoS3]:
 
 
 def _run(make_run: MakeRun, s3: MotoS3, with_credential: bool) -> tuple[int, object]:
-    creds = [{"endpoint": "s3://cred-bucket", "access_key_id": KEY_ID, "access_key": SECRET,
-              "region": "us-east-1", "override_url": s3.endpoint_url}] if with_credential else []
-    run = make_run(script="cp {{input:0}}/a.txt {{output}}/b.txt\n",
-                   inputs=[{"kind": "url", "name": "s3://cred-bucket/data/",
-                            "source": "s3://cred-bucket/data/"}],
-                   outputs=[{"url": "s3://cred-bucket/out/"}], data_credentials=creds)
+    creds = (
+        [
+            {
+                "endpoint": "s3://cred-bucket",
+                "access_key_id": KEY_ID,
+                "access_key": SECRET,
+                "region": "us-east-1",
+                "override_url": s3.endpoint_url,
+            }
+        ]
+        if with_credential
+        else []
+    )
+    run = make_run(
+        script="cp {{input:0}}/a.txt {{output}}/b.txt\n",
+        inputs=[
+            {"kind": "url", "name": "s3://cred-bucket/data/", "source": "s3://cred-bucket/data/"}
+        ],
+        outputs=[{"url": "s3://cred-bucket/out/"}],
+        data_credentials=creds,
+    )
     return Runner(run).execute(), run
 
 

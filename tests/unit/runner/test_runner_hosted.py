@@ -13,8 +13,9 @@ from trainyard.runner.hosted import ENDED, HostedRunner, hostable
 def test_runs_the_attempt_over_the_given_environment(make_run: MakeRun) -> None:
     run = make_run(script="echo got=$ONLY_IN_REQUEST")
     path = write_run_json(run)
-    hosted = HostedRunner(path, path.parent / "runner.out", {"ONLY_IN_REQUEST": "yes",
-                                                             "PATH": "/usr/bin:/bin"})
+    hosted = HostedRunner(
+        path, path.parent / "runner.out", {"ONLY_IN_REQUEST": "yes", "PATH": "/usr/bin:/bin"}
+    )
     hosted.start()
     hosted.join(30)
     assert not hosted.is_alive()

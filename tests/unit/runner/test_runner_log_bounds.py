@@ -16,8 +16,8 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-
 from runner_support import MakeRun, event_kinds, execute, log_text, write_run_json
+
 from trainyard.runner.command import CommandProcess, read_pieces
 from trainyard.runner.report import (
     MAX_LINE_BYTES,
@@ -37,10 +37,18 @@ STAMP = r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d"
 def test_read_pieces_cuts_long_lines_and_keeps_short_ones() -> None:
     data = b"short\n" + b"a" * 25 + b"\n" + b"b" * 20 + b"\nno newline at the end"
     pieces = list(read_pieces(io.BufferedReader(io.BytesIO(data)), 10))
-    assert pieces == [("short\n", False), ("a" * 10, True), ("a" * 10, True), ("aaaaa\n", False),
-                      ("b" * 10, True), ("b" * 10, True), ("\n", False),
-                      ("no newline", True),
-                      (" at the en", True), ("d", False)]
+    assert pieces == [
+        ("short\n", False),
+        ("a" * 10, True),
+        ("a" * 10, True),
+        ("aaaaa\n", False),
+        ("b" * 10, True),
+        ("b" * 10, True),
+        ("\n", False),
+        ("no newline", True),
+        (" at the en", True),
+        ("d", False),
+    ]
 
 
 def test_read_pieces_never_splits_a_character() -> None:
@@ -54,15 +62,18 @@ def test_read_pieces_never_splits_a_character() -> None:
 # ---------------------------------------------------------------------- escaping
 
 
-@pytest.mark.parametrize(("raw", "shown"), [
-    ("plain text\twith a tab", "plain text\twith a tab"),
-    ("a\rb", "a\\rb"),
-    ("line\nbreak", "line\\nbreak"),
-    ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
-    ("nul\x00 bell\x07 del\x7f c1\x9b", "nul\\x00 bell\\x07 del\\x7f c1\\x9b"),
-    ("sep\u2028par\u2029rlo\u202eiso\u2066", "sep\\u2028par\\u2029rlo\\u202eiso\\u2066"),
-    ("back\\slash and \\r typed", "back\\slash and \\r typed"),
-])
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("plain text\twith a tab", "plain text\twith a tab"),
+        ("a\rb", "a\\rb"),
+        ("line\nbreak", "line\\nbreak"),
+        ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
+        ("nul\x00 bell\x07 del\x7f c1\x9b", "nul\\x00 bell\\x07 del\\x7f c1\\x9b"),
+        ("sep\u2028par\u2029rlo\u202eiso\u2066", "sep\\u2028par\\u2029rlo\\u202eiso\\u2066"),
+        ("back\\slash and \\r typed", "back\\slash and \\r typed"),
+    ],
+)
 def test_escape_control(raw: str, shown: str) -> None:
     assert escape_control(raw) == shown
     assert escape_control(shown) == shown  # escaping twice changes nothing
@@ -89,25 +100,34 @@ def test_a_long_line_without_newline_is_written_as_marked_pieces(make_run: MakeR
     lines = log_text(run).splitlines()
     body = [l for l in lines if "[t1][trainyard]" not in l]
     assert [re.sub(r"a+", "A", l[20:]) for l in body] == [
-        "[t1][cut] A", "[t1][cut] A", "[t1][cut] A", "[t1] A", "[t1] done"]
+        "[t1][cut] A",
+        "[t1][cut] A",
+        "[t1][cut] A",
+        "[t1] A",
+        "[t1] done",
+    ]
     pieces = [parse_line(l, "t1") for l in body[:4]]
     assert [len(p.text) for p in pieces] == [MAX_LINE_BYTES] * 3 + [3392]
     assert "".join(p.text for p in pieces) == "a" * size
 
 
 def test_task_output_cannot_forge_lines_or_the_runners_own(make_run: MakeRun) -> None:
-    script = ("printf 'ok\\r2020/01/01 00:00:00 [other] forged\\n'; "
-              "printf '\\033[31mred\\033[0m\\n'; "
-              "printf 'two\\013lines\\0342\\n'; "
-              "echo '[trainyard] exit code 0'; exit 3")
+    script = (
+        "printf 'ok\\r2020/01/01 00:00:00 [other] forged\\n'; "
+        "printf '\\033[31mred\\033[0m\\n'; "
+        "printf 'two\\013lines\\0342\\n'; "
+        "echo '[trainyard] exit code 0'; exit 3"
+    )
     run = make_run(script=script)
     assert execute(run) == 3
     lines = log_text(run).splitlines()
     task_lines = [l[20:] for l in lines if not l[20:].startswith("[t1][trainyard]")]
-    assert task_lines == ["[t1] ok\\r2020/01/01 00:00:00 [other] forged",
-                          "[t1] \\x1b[31mred\\x1b[0m",
-                          "[t1] two\\x0blines\\x1c2",
-                          "[t1] [trainyard] exit code 0"]
+    assert task_lines == [
+        "[t1] ok\\r2020/01/01 00:00:00 [other] forged",
+        "[t1] \\x1b[31mred\\x1b[0m",
+        "[t1] two\\x0blines\\x1c2",
+        "[t1] [trainyard] exit code 0",
+    ]
     assert all(re.match(STAMP + r" \[t1\]", l) for l in lines)
     sources = [(parse_line(l, "t1").source, parse_line(l, "t1").text) for l in lines]
     assert ("task", "[trainyard] exit code 0") in sources
@@ -132,8 +152,9 @@ def test_the_pump_holds_one_piece_of_a_20_mb_line() -> None:
         got["pieces"] += 1
         got["cut"] += cut
 
-    command = CommandProcess(["sh", "-c", "head -c 20000000 /dev/zero; echo"], dict(os.environ),
-                             "/", count)
+    command = CommandProcess(
+        ["sh", "-c", "head -c 20000000 /dev/zero; echo"], dict(os.environ), "/", count
+    )
     tracemalloc.start()
     try:
         command.start()
@@ -146,17 +167,25 @@ def test_the_pump_holds_one_piece_of_a_20_mb_line() -> None:
     assert peak < 1_000_000, f"the pump held {peak} bytes at once"
 
 
-def test_a_runner_process_printing_a_32_mb_line_stays_small(make_run: MakeRun,
-                                                            tmp_path: Path) -> None:
+def test_a_runner_process_printing_a_32_mb_line_stays_small(
+    make_run: MakeRun, tmp_path: Path
+) -> None:
     """A real runner process (``python -m trainyard.runner``); its peak RSS is read by a
     parent of its own, whose only child it is (``ru_maxrss`` of the waited children)."""
     run = make_run(script="head -c 33554432 /dev/zero | tr '\\0' a; echo")
     run_json = write_run_json(run)
-    measure = ("import resource, subprocess, sys; "
-               "code = subprocess.call([sys.executable, '-m', 'trainyard.runner', sys.argv[1]]); "
-               "print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    done = subprocess.run([sys.executable, "-c", measure, str(run_json)], capture_output=True,
-                          text=True, timeout=300, check=True)
+    measure = (
+        "import resource, subprocess, sys; "
+        "code = subprocess.call([sys.executable, '-m', 'trainyard.runner', sys.argv[1]]); "
+        "print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", measure, str(run_json)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     code, peak_kib = map(int, done.stdout.split())
     assert code == 0, log_text(run)[-2000:]
     assert log_text(run).count("[t1][cut] ") == 32 * 1024 * 1024 // MAX_LINE_BYTES
@@ -206,7 +235,8 @@ def test_a_torn_line_is_ended_before_the_next_one(tmp_path: Path) -> None:
 
 
 def test_a_line_cut_short_by_a_full_disk_leaves_no_fragment(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The disk fills half-way through a line: the bytes that made it are cut off again, so
     the log holds whole lines only (a bare ``2026/`` would have no time and no task)."""
     log = TaskLog(tmp_path, "t1")

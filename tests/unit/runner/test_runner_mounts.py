@@ -13,8 +13,13 @@ def view(tmp_path: Path) -> dict[str, object]:
     and a same-path folder for outputs."""
     shared = tmp_path / "shared"
     shared.mkdir(exist_ok=True)
-    mounts = {"/": str(tmp_path / "root"), "/usr": "/usr", "/bin": "/bin", "/etc": "/etc",
-              str(shared): str(shared)}
+    mounts = {
+        "/": str(tmp_path / "root"),
+        "/usr": "/usr",
+        "/bin": "/bin",
+        "/etc": "/etc",
+        str(shared): str(shared),
+    }
     return {"root": None, "mounts": mounts, "readonly": ["/usr", "/bin", "/etc"]}
 
 
@@ -24,10 +29,13 @@ def test_files_land_under_the_view_and_the_command_reads_them(
     shared = tmp_path / "shared"
     run = make_run(
         command=["sh", "-c", f"cat {tmp_path}/root/app/conf.txt; echo out > {shared}/o.txt"],
-        files=[{"path": "/app/conf.txt", "contents": "wf={{workflow_id}}\n"},
-               {"path": "tmp/rel.txt", "contents": "relative to /\n"},
-               {"path": f"{shared}/in.txt", "contents": "same path\n"}],
-        sandbox=view(tmp_path))
+        files=[
+            {"path": "/app/conf.txt", "contents": "wf={{workflow_id}}\n"},
+            {"path": "tmp/rel.txt", "contents": "relative to /\n"},
+            {"path": f"{shared}/in.txt", "contents": "same path\n"},
+        ],
+        sandbox=view(tmp_path),
+    )
     assert execute(run) == 0
     assert (tmp_path / "root" / "app" / "conf.txt").read_text() == "wf=wf-7\n"
     assert (tmp_path / "root" / "tmp" / "rel.txt").read_text() == "relative to /\n"
@@ -37,8 +45,11 @@ def test_files_land_under_the_view_and_the_command_reads_them(
 
 
 def test_a_file_in_a_read_only_place_fails_the_task(make_run: MakeRun, tmp_path: Path) -> None:
-    run = make_run(command=["true"], sandbox=view(tmp_path),
-                   files=[{"path": "/etc/trainyard-should-not-exist", "contents": "x"}])
+    run = make_run(
+        command=["true"],
+        sandbox=view(tmp_path),
+        files=[{"path": "/etc/trainyard-should-not-exist", "contents": "x"}],
+    )
     assert execute(run) == 256
     assert not Path("/etc/trainyard-should-not-exist").exists()
     assert "read-only in the task's sandbox" in log_text(run)

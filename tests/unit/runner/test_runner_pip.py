@@ -14,10 +14,12 @@ WHEELS = Path("/opt/pypi/simple/aenum")
 
 
 def test_python_and_pip_are_the_tasks_own(make_run: MakeRun) -> None:
-    script = ('python -c "import sys, trainyard; print(\'prefix\', sys.prefix)"\n'
-              'for p in pip python trainyard osmo torchrun; do echo "$p $(command -v $p)"; done\n'
-              'python -m pip --version\n'
-              'torchrun --help > /dev/null && echo "torchrun runs"\n')
+    script = (
+        'python -c "import sys, trainyard; print(\'prefix\', sys.prefix)"\n'
+        'for p in pip python trainyard osmo torchrun; do echo "$p $(command -v $p)"; done\n'
+        'python -m pip --version\n'
+        'torchrun --help > /dev/null && echo "torchrun runs"\n'
+    )
     run = make_run(script=script)
     assert execute(run) == 0, log_text(run)
     text = log_text(run)
@@ -35,9 +37,11 @@ def test_pip_install_lands_in_the_tasks_root(make_run: MakeRun) -> None:
         import pytest
 
         pytest.skip(f"no local package index at {WHEELS}")
-    script = (f"pip install --no-index --find-links {WHEELS} aenum\n"
-              "python -c 'import aenum; print(\"from\", aenum.__file__)'\n"
-              f"python -m pip install --no-index --find-links {WHEELS} aenum\n")
+    script = (
+        f"pip install --no-index --find-links {WHEELS} aenum\n"
+        "python -c 'import aenum; print(\"from\", aenum.__file__)'\n"
+        f"python -m pip install --no-index --find-links {WHEELS} aenum\n"
+    )
     run = make_run(script=script)
     assert execute(run) == 0, log_text(run)
     text = log_text(run)

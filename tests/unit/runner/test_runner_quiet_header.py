@@ -7,13 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner_support import MakeRun, execute, log_text
+
 from trainyard.runner.report import parse_line
 from trainyard.server.logs import LogFile, read_merged
 
-LONG = ("local backend on local-0: bubblewrap sandbox (own writable /, pid/ipc/uts/user "
-        "namespaces, no capabilities, root inside is the host's nobody); network namespace of "
-        "the group, egress through pasta; address 127.0.0.5\nimage ubuntu:22.04 is NOT run: this "
-        "pool runs no images (images: podman in pools.yaml runs them); the host's tools run instead")
+LONG = (
+    "local backend on local-0: bubblewrap sandbox (own writable /, pid/ipc/uts/user "
+    "namespaces, no capabilities, root inside is the host's nobody); network namespace of "
+    "the group, egress through pasta; address 127.0.0.5\nimage ubuntu:22.04 is NOT run: this "
+    "pool runs no images (images: podman in pools.yaml runs them); the host's tools run instead"
+)
 SUMMARY = "local-0, bubblewrap sandbox, host tools (image ubuntu:22.04 not run: no image runtime on this pool)"
 
 
@@ -22,8 +25,11 @@ def _runner_lines(text: str) -> list[str]:
 
 
 def test_the_log_starts_with_one_short_header_line(make_run: MakeRun) -> None:
-    run = make_run(script="echo hi\n", image="ubuntu:22.04",
-                   sandbox={"root": None, "description": LONG, "summary": SUMMARY})
+    run = make_run(
+        script="echo hi\n",
+        image="ubuntu:22.04",
+        sandbox={"root": None, "description": LONG, "summary": SUMMARY},
+    )
     run.sandbox.root = str(Path(run.run_dir) / "root")
     assert execute(run) == 0
     text = log_text(run)
@@ -53,12 +59,16 @@ def test_a_task_cannot_print_a_detail_line(make_run: MakeRun) -> None:
 
 def test_log_readers_hide_detail_lines_unless_verbose(tmp_path: Path) -> None:
     log = tmp_path / "task.log"
-    log.write_text("2026/11/27 01:00:00 [t1][trainyard] workflow wf task t1 retry 0: local-0\n"
-                   "2026/11/27 01:00:00 [t1][detail] local backend on local-0: long words\n"
-                   "2026/11/27 01:00:01 [t1] [detail] printed by the task\n")
+    log.write_text(
+        "2026/11/27 01:00:00 [t1][trainyard] workflow wf task t1 retry 0: local-0\n"
+        "2026/11/27 01:00:00 [t1][detail] local backend on local-0: long words\n"
+        "2026/11/27 01:00:01 [t1] [detail] printed by the task\n"
+    )
     ends = {log: log.stat().st_size}
-    quiet = [line.text for line in read_merged([LogFile("t1", 0, log, hide_detail=True)],
-                                               ends, follow=False)]
+    quiet = [
+        line.text
+        for line in read_merged([LogFile("t1", 0, log, hide_detail=True)], ends, follow=False)
+    ]
     full = [line.text for line in read_merged([LogFile("t1", 0, log)], ends, follow=False)]
     assert len(quiet) == 2 and not any("long words" in t for t in quiet), quiet
     assert len(full) == 3

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from trainyard.runner.report import EventWriter, TaskLog, format_line, read_events
 
-LINE = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[(?P<tag>[^\]]+(?:\]\[trainyard)?)\] (?P<text>.*)$")
+LINE = re.compile(
+    r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[(?P<tag>[^\]]+(?:\]\[trainyard)?)\] (?P<text>.*)$"
+)
 
 
 def test_format_line_is_osmo_format_in_utc() -> None:
@@ -33,7 +35,9 @@ def test_read_events_leaves_partial_line_for_later(tmp_path: Path) -> None:
         handle.write('{"kind": "RUN')
     events, offset = read_events(tmp_path / "events.jsonl")
     assert [(e.kind, e.exit_code, e.message) for e in events] == [
-        ("INITIALIZING", None, ""), ("EXITED", 3, "m")]
+        ("INITIALIZING", None, ""),
+        ("EXITED", 3, "m"),
+    ]
     with open(tmp_path / "events.jsonl", "a") as handle:
         handle.write('NING", "time_s": 1.0}\nnot json\n')
     more, _ = read_events(tmp_path / "events.jsonl", offset)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from runner_support import MakeRun, event_kinds, execute, log_text, write_run_json
+
 from trainyard.runner.barrier import mark_ready
 
 
@@ -24,9 +24,10 @@ def test_tokens_resolve_in_args_and_files(make_run: MakeRun, tmp_path: Path) -> 
     (upstream / "data.txt").write_text("from upstream\n")
     run = make_run(
         script="echo wf={{workflow_id}}\necho host={{ host:server }}\n"
-               "cat {{input:0}}/data.txt\ncat {{input:task0}}/data.txt\n"
-               "echo done > {{output}}/result.txt\n",
-        args=["{{output}}"], hosts={"server": "127.9.8.7"},
+        "cat {{input:0}}/data.txt\ncat {{input:task0}}/data.txt\n"
+        "echo done > {{output}}/result.txt\n",
+        args=["{{output}}"],
+        hosts={"server": "127.9.8.7"},
         inputs=[{"kind": "task", "name": "task0", "source": str(upstream)}],
     )
     assert execute(run) == 0
@@ -38,7 +39,8 @@ def test_tokens_resolve_in_args_and_files(make_run: MakeRun, tmp_path: Path) -> 
 
 def test_k8s_vars_expand_from_environment_in_args_only(make_run: MakeRun) -> None:
     run = make_run(
-        command=["sh"], args=["$(FILE_PATH)", "$$(FILE_PATH)"],
+        command=["sh"],
+        args=["$(FILE_PATH)", "$$(FILE_PATH)"],
         environment={"FILE_PATH": "/tmp/run.sh"},
         files=[{"path": "/tmp/run.sh", "contents": 'echo "arg=$1 file=$(FILE_PATH)"\n'}],
     )
@@ -49,10 +51,14 @@ def test_k8s_vars_expand_from_environment_in_args_only(make_run: MakeRun) -> Non
 def test_environment_carries_distributed_identity(make_run: MakeRun) -> None:
     run = make_run(
         script="echo id=$TRAINYARD_WORKFLOW_ID/$OSMO_WORKFLOW_ID/$TRAINYARD_TASK_NAME/"
-               "$TRAINYARD_GROUP/$TRAINYARD_RETRY_ID/$TRAINYARD_TASK_INDEX\n"
-               "echo lead=$TRAINYARD_LEAD_HOST tasks=$TRAINYARD_GROUP_TASKS\n"
-               "echo out=$TRAINYARD_OUTPUT\ncommand -v python\ncommand -v trainyard\n",
-        task="w1", retry_id=2, group_tasks=["m", "w1"], task_index=1, lead_task="m",
+        "$TRAINYARD_GROUP/$TRAINYARD_RETRY_ID/$TRAINYARD_TASK_INDEX\n"
+        "echo lead=$TRAINYARD_LEAD_HOST tasks=$TRAINYARD_GROUP_TASKS\n"
+        "echo out=$TRAINYARD_OUTPUT\ncommand -v python\ncommand -v trainyard\n",
+        task="w1",
+        retry_id=2,
+        group_tasks=["m", "w1"],
+        task_index=1,
+        lead_task="m",
         hosts={"m": "127.1.1.1", "w1": "127.1.1.2"},
     )
     assert execute(run) == 0
@@ -87,11 +93,16 @@ def test_private_root_rewrites_tmp_and_cwd(make_run: MakeRun) -> None:
 
 
 def test_private_root_places_files_under_existing_host_folders_too(make_run: MakeRun) -> None:
-    run = make_run(command=["sh", "/usr/trainyard-x/run.sh"],
-                   files=[{"path": "/usr/trainyard-x/run.sh",
-                           "contents": "mkdir -p /ckpt-x && echo 1 > /ckpt-x/a.pth && echo ok\n"}],
-                   checkpoints=[{"path": "/ckpt-x", "url": "file:///dev/null/never",
-                                 "frequency_s": 60}])
+    run = make_run(
+        command=["sh", "/usr/trainyard-x/run.sh"],
+        files=[
+            {
+                "path": "/usr/trainyard-x/run.sh",
+                "contents": "mkdir -p /ckpt-x && echo 1 > /ckpt-x/a.pth && echo ok\n",
+            }
+        ],
+        checkpoints=[{"path": "/ckpt-x", "url": "file:///dev/null/never", "frequency_s": 60}],
+    )
     assert execute(run) == 0
     root = Path(str(run.sandbox.root))
     assert (root / "usr" / "trainyard-x" / "run.sh").exists()
@@ -101,9 +112,11 @@ def test_private_root_places_files_under_existing_host_folders_too(make_run: Mak
 
 def test_barrier_passes_when_all_tasks_are_ready(make_run: MakeRun, tmp_path: Path) -> None:
     folder = tmp_path / "rdv"
-    run = make_run(script="echo go\n", group_tasks=["t1", "t2"],
-                   barrier={"enabled": True, "folder": str(folder), "tasks": ["t1", "t2"],
-                            "timeout_s": 10})
+    run = make_run(
+        script="echo go\n",
+        group_tasks=["t1", "t2"],
+        barrier={"enabled": True, "folder": str(folder), "tasks": ["t1", "t2"], "timeout_s": 10},
+    )
     late = threading.Timer(0.5, mark_ready, (folder, "t2", 0))
     late.start()
     started = time.monotonic()
@@ -113,17 +126,25 @@ def test_barrier_passes_when_all_tasks_are_ready(make_run: MakeRun, tmp_path: Pa
 
 
 def test_barrier_timeout_is_2024_and_command_never_runs(make_run: MakeRun, tmp_path: Path) -> None:
-    run = make_run(script="echo ran\n", barrier={
-        "enabled": True, "folder": str(tmp_path / "rdv"), "tasks": ["t1", "t2"],
-        "timeout_s": 0.3})
+    run = make_run(
+        script="echo ran\n",
+        barrier={
+            "enabled": True,
+            "folder": str(tmp_path / "rdv"),
+            "tasks": ["t1", "t2"],
+            "timeout_s": 0.3,
+        },
+    )
     assert execute(run) == 2024
     assert "ran" not in log_text(run) and "t2" in log_text(run)
     assert event_kinds(run) == [("INITIALIZING", None), ("EXITED", 2024)]
 
 
 def test_input_copy_failure_is_2010(make_run: MakeRun, tmp_path: Path) -> None:
-    run = make_run(script="echo ran\n", inputs=[
-        {"kind": "task", "name": "t0", "source": str(tmp_path / "missing")}])
+    run = make_run(
+        script="echo ran\n",
+        inputs=[{"kind": "task", "name": "t0", "source": str(tmp_path / "missing")}],
+    )
     assert execute(run) == 2010
     assert event_kinds(run) == [("INITIALIZING", None), ("EXITED", 2010)]
 
@@ -133,11 +154,16 @@ def test_url_input_with_regex(make_run: MakeRun, tmp_path: Path) -> None:
     (src / "sub").mkdir(parents=True)
     for name in ("a.txt", "b.json", "sub/c.txt"):
         (src / name).write_text(name)
-    run = make_run(script="ls -R {{input:0}}\n", inputs=[
-        {"kind": "url", "name": "u", "source": f"file://{src}/", "regex": r".*\.txt$"}])
+    run = make_run(
+        script="ls -R {{input:0}}\n",
+        inputs=[{"kind": "url", "name": "u", "source": f"file://{src}/", "regex": r".*\.txt$"}],
+    )
     assert execute(run) == 0
-    got = sorted(p.relative_to(run.input_path(0)).as_posix()
-                 for p in run.input_path(0).rglob("*") if p.is_file())
+    got = sorted(
+        p.relative_to(run.input_path(0)).as_posix()
+        for p in run.input_path(0).rglob("*")
+        if p.is_file()
+    )
     assert got == ["a.txt", "sub/c.txt"]
 
 
@@ -147,17 +173,20 @@ def _files(folder: Path) -> list[str]:
 
 def test_outputs_upload_regex_matches_after_success(make_run: MakeRun, tmp_path: Path) -> None:
     dest = tmp_path / "bucket" / "out"
-    run = make_run(script="echo 1 > {{output}}/a.json\necho 2 > {{output}}/b.bin\n"
-                          "mkdir {{output}}/d\necho 3 > {{output}}/d/c.yaml\n",
-                   outputs=[{"url": f"file://{dest}/", "regex": r".*\.(json|yaml)$"}])
+    run = make_run(
+        script="echo 1 > {{output}}/a.json\necho 2 > {{output}}/b.bin\n"
+        "mkdir {{output}}/d\necho 3 > {{output}}/d/c.yaml\n",
+        outputs=[{"url": f"file://{dest}/", "regex": r".*\.(json|yaml)$"}],
+    )
     assert execute(run) == 0
     assert _files(dest) == ["a.json", "d/c.yaml"]
 
 
 def test_outputs_are_not_uploaded_after_failure(make_run: MakeRun, tmp_path: Path) -> None:
     dest = tmp_path / "bucket" / "out"
-    run = make_run(script="echo 1 > {{output}}/a.json\nexit 1\n",
-                   outputs=[{"url": f"file://{dest}/"}])
+    run = make_run(
+        script="echo 1 > {{output}}/a.json\nexit 1\n", outputs=[{"url": f"file://{dest}/"}]
+    )
     assert execute(run) == 1
     assert not dest.exists()
 
@@ -165,8 +194,9 @@ def test_outputs_are_not_uploaded_after_failure(make_run: MakeRun, tmp_path: Pat
 def test_output_upload_failure_is_2012(make_run: MakeRun, tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    run = make_run(script="echo 1 > {{output}}/a.json\n",
-                   outputs=[{"url": f"file://{blocker}/sub/"}])
+    run = make_run(
+        script="echo 1 > {{output}}/a.json\n", outputs=[{"url": f"file://{blocker}/sub/"}]
+    )
     assert execute(run) == 2012
     assert event_kinds(run)[-1] == ("EXITED", 2012)
 
@@ -180,11 +210,12 @@ def test_leftover_background_processes_die_with_the_command(make_run: MakeRun) -
     run = make_run(script="sleep 397 &\nsleep 397 &\necho started\n")
     assert execute(run) == 0
     time.sleep(0.2)
-    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "397"]]
+    assert not [
+        p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "397"]
+    ]
 
 
-def test_children_the_host_process_had_before_the_command_are_left_alone(
-        make_run: MakeRun) -> None:
+def test_children_the_host_process_had_before_the_command_are_left_alone(make_run: MakeRun) -> None:
     """The runner in-process (as here, in a test) kills what its command left, never the
     host's own children, such as a CLI a test started in the background."""
     bystander = subprocess.Popen(["sleep", "396"])
@@ -197,8 +228,11 @@ def test_children_the_host_process_had_before_the_command_are_left_alone(
 
 
 def _sleepers(marker: str) -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline", "status"])
-            if p.info["cmdline"] == ["sleep", marker] and p.info["status"] != psutil.STATUS_ZOMBIE]
+    return [
+        p
+        for p in psutil.process_iter(["cmdline", "status"])
+        if p.info["cmdline"] == ["sleep", marker] and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
 
 
 @pytest.mark.parametrize("trap_exit", [None, 0])
@@ -206,8 +240,9 @@ def test_sigterm_stops_the_whole_tree_and_never_reports_success(
     make_run: MakeRun, trap_exit: int | None
 ) -> None:
     trap = f"trap 'exit {trap_exit}' TERM\n" if trap_exit is not None else ""
-    run = make_run(script=trap + "sh -c 'sleep 398 & sleep 398' &\nsleep 398 &\nwait\n",
-                   stop_grace_s=1.0)
+    run = make_run(
+        script=trap + "sh -c 'sleep 398 & sleep 398' &\nsleep 398 &\nwait\n", stop_grace_s=1.0
+    )
     proc = subprocess.Popen([sys.executable, "-m", "trainyard.runner", str(write_run_json(run))])
     deadline = time.monotonic() + 10
     while len(_sleepers("398")) < 3 and time.monotonic() < deadline:
@@ -223,8 +258,11 @@ def test_sigterm_stops_the_whole_tree_and_never_reports_success(
 
 def test_module_entry_point_exit_code(make_run: MakeRun) -> None:
     run = make_run(script="exit 7\n")
-    done = subprocess.run([sys.executable, "-m", "trainyard.runner", str(write_run_json(run))],
-                          env={**os.environ}, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-m", "trainyard.runner", str(write_run_json(run))],
+        env={**os.environ},
+        timeout=30,
+    )
     assert done.returncode == 7
 
 

@@ -12,14 +12,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from runner_support import execute
+
 from trainyard.runner import usage
 from trainyard.runner.usage import UsageSampler, interval_from_env, read_usage
 
-BUSY_CHILD = ("import subprocess, sys; "
-              "subprocess.run([sys.executable, '-c', 'import time\\nend = time.time() + 30\\n"
-              "while time.time() < end: pass'])")
+BUSY_CHILD = (
+    "import subprocess, sys; "
+    "subprocess.run([sys.executable, '-c', 'import time\\nend = time.time() + 30\\n"
+    "while time.time() < end: pass'])"
+)
 
 
 def test_sampler_counts_the_busy_grandchild(tmp_path: Path) -> None:
@@ -99,8 +101,9 @@ def test_gpu_rows_follow_the_tasks_cuda_visible_devices(tmp_path: Path, monkeypa
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the launcher's, not the task's
     sampler = UsageSampler(os.getpid(), tmp_path, interval_s=60, cuda_visible_devices="1")
     row = sampler.write_sample()
-    assert row["gpus"] == [{"index": 1, "util_percent": 41, "memory_used_bytes": 2000,
-                            "memory_total_bytes": 8000}]
+    assert row["gpus"] == [
+        {"index": 1, "util_percent": 41, "memory_used_bytes": 2000, "memory_total_bytes": 8000}
+    ]
 
 
 def test_no_pynvml_means_no_gpu_rows(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
@@ -120,18 +123,23 @@ def test_a_command_ending_before_the_baseline_is_never_walked(tmp_path: Path, mo
     assert walks == [] and read_usage(tmp_path) == []
 
 
-@pytest.mark.parametrize(("script", "sampled"), [("true", False), ("sleep 1.5", True)],
-                         ids=["ends-at-once", "runs-on"])
+@pytest.mark.parametrize(
+    ("script", "sampled"), [("true", False), ("sleep 1.5", True)], ids=["ends-at-once", "runs-on"]
+)
 def test_the_runner_starts_a_sampler_only_for_a_command_still_running_after_the_baseline_delay(
-        make_run, monkeypatch, script: str, sampled: bool) -> None:  # noqa: ANN001
+    make_run, monkeypatch, script: str, sampled: bool
+) -> None:  # noqa: ANN001
     """A command that ends within the baseline delay gets no sampler thread at all (it would
     take no sample: issue 11's 1,000 tasks of `true`); one that runs on is sampled from its
     baseline at that delay, one line per interval, as before."""
     monkeypatch.setenv("TRAINYARD_USAGE_INTERVAL_S", "0.4")
     started: list[float] = []
     real_start = UsageSampler.start
-    monkeypatch.setattr(UsageSampler, "start",
-                        lambda self: started.append(self.baseline_delay_s) or real_start(self))
+    monkeypatch.setattr(
+        UsageSampler,
+        "start",
+        lambda self: started.append(self.baseline_delay_s) or real_start(self),
+    )
     run = make_run(script)
     assert execute(run) == 0
     assert started == ([0.0] if sampled else [])

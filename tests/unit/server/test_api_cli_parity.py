@@ -33,8 +33,12 @@ default-values:
 @pytest.fixture()
 def api(tmp_path: Path) -> Iterator[tuple[TestClient, TokenRegistry]]:
     backend = FakeBackend(lambda launch: Outcome(0, polls=2))
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
-                    pools={"local": default_local_pool()}, backend_factory=lambda p, h: backend)
+    engine = Engine(
+        Store(f"sqlite:///{tmp_path / 'db'}"),
+        tmp_path,
+        pools={"local": default_local_pool()},
+        backend_factory=lambda p, h: backend,
+    )
     tokens = TokenRegistry(tmp_path)
     with TestClient(create_app(Service(engine), tokens)) as client:
         yield client, tokens
@@ -45,8 +49,9 @@ def _auth(token: str) -> dict[str, str]:
 
 
 def _submit(client: TestClient, token: str, name: str) -> str:
-    answer = client.post("/api/workflow", json={"spec_text": HELLO, "set": [f"name={name}"]},
-                         headers=_auth(token))
+    answer = client.post(
+        "/api/workflow", json={"spec_text": HELLO, "set": [f"name={name}"]}, headers=_auth(token)
+    )
     assert answer.status_code == 200, answer.text
     return answer.json()["id"]
 
@@ -81,8 +86,9 @@ def test_list_filters_user_offset_order_and_dates(api, tmp_path: Path) -> None:
     assert listed(admin, submitted_before_s=time.time() + 60) == ids[::-1]
     refused = client.get("/api/workflow", params={"user": "bob"}, headers=_auth(alice))
     assert refused.status_code == 403 and "admin" in refused.text
-    assert client.get("/api/workflow", params={"offset": -1},
-                      headers=_auth(admin)).status_code == 400
+    assert (
+        client.get("/api/workflow", params={"offset": -1}, headers=_auth(admin)).status_code == 400
+    )
 
 
 def test_cancel_says_had_ended_events_and_tasks(api, tmp_path: Path) -> None:
@@ -99,11 +105,14 @@ def test_cancel_says_had_ended_events_and_tasks(api, tmp_path: Path) -> None:
     assert [e["time"] for e in events] == sorted(e["time"] for e in events)
 
     tasks = client.get("/api/task", params={"workflow": wid}, headers=_auth(admin)).json()
-    assert [(t["workflow"], t["name"], t["status"], t["retry_id"], t["exit_code"])
-            for t in tasks] == [(wid, "hello", "COMPLETED", 0, 0)]
+    assert [
+        (t["workflow"], t["name"], t["status"], t["retry_id"], t["exit_code"]) for t in tasks
+    ] == [(wid, "hello", "COMPLETED", 0, 0)]
     assert [t["workflow"] for t in client.get("/api/task", headers=_auth(admin)).json()] == [wid]
-    assert client.get("/api/task", params={"workflow": "nope-1"},
-                      headers=_auth(admin)).status_code == 404
+    assert (
+        client.get("/api/task", params={"workflow": "nope-1"}, headers=_auth(admin)).status_code
+        == 404
+    )
 
 
 def _write_pools(path: Path, text: str) -> None:
@@ -118,14 +127,19 @@ POOL = "pools:\n  {name}:\n    backend: local\n    node_count: {nodes}\n"
 
 
 def test_pools_yaml_edits_apply_without_a_restart_and_a_bad_file_keeps_the_pools(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     from trainyard.backends.served import load_pool_file
 
     pools_file = tmp_path / "pools.yaml"
     _write_pools(pools_file, POOL.format(name="a", nodes=1))
     backend = FakeBackend(lambda launch: Outcome(0, polls=10**9))  # runs until cancelled
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
-                    pools=load_pool_file(pools_file)[0], backend_factory=lambda p, h: backend)
+    engine = Engine(
+        Store(f"sqlite:///{tmp_path / 'db'}"),
+        tmp_path,
+        pools=load_pool_file(pools_file)[0],
+        backend_factory=lambda p, h: backend,
+    )
     tokens = TokenRegistry(tmp_path)
     service = Service(engine, pools_file=pools_file)
     with TestClient(create_app(service, tokens)) as client:
@@ -145,10 +159,13 @@ def test_pools_yaml_edits_apply_without_a_restart_and_a_bad_file_keeps_the_pools
         assert refused.status_code == 400 and "pool 'a'" in refused.text, refused.text
 
         # a pool in use keeps its definition until its workflows end; an idle one changes
-        wid = client.post("/api/workflow", headers=admin, json={
-            "spec_text": HELLO, "pool": "a"}).json()["id"]
-        _write_pools(pools_file, POOL.format(name="a", nodes=3) + POOL.format(
-            name="b", nodes=2).replace("pools:\n", ""))
+        wid = client.post(
+            "/api/workflow", headers=admin, json={"spec_text": HELLO, "pool": "a"}
+        ).json()["id"]
+        _write_pools(
+            pools_file,
+            POOL.format(name="a", nodes=3) + POOL.format(name="b", nodes=2).replace("pools:\n", ""),
+        )
         answer = client.post("/api/pool/reload", headers=admin).json()
         assert answer["kept"] == ["a"] and answer["error"] is None
         nodes = {p["name"]: p["nodes"] for p in client.get("/api/pool", headers=admin).json()}

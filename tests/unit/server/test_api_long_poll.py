@@ -17,9 +17,9 @@ from fastapi.testclient import TestClient
 from trainyard.backends.fake import FakeBackend, Outcome
 from trainyard.engine.reconciler import Engine
 from trainyard.pools import default_local_pool
+from trainyard.server import service as service_module
 from trainyard.server.app import PROGRESS_HEADER, create_app
 from trainyard.server.auth import TokenRegistry
-from trainyard.server import service as service_module
 from trainyard.server.service import Service
 from trainyard.store import Store
 
@@ -39,11 +39,16 @@ default-values:
 @pytest.fixture()
 def api(tmp_path: Path) -> Iterator[TestClient]:
     def script(launch) -> Outcome:  # a workflow named "endless" never ends by itself
-        return Outcome(None) if launch.key.workflow_id.startswith("endless") else Outcome(0, polls=20)
+        return (
+            Outcome(None) if launch.key.workflow_id.startswith("endless") else Outcome(0, polls=20)
+        )
 
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
-                    pools={"local": default_local_pool()},
-                    backend_factory=lambda p, h: FakeBackend(script))
+    engine = Engine(
+        Store(f"sqlite:///{tmp_path / 'db'}"),
+        tmp_path,
+        pools={"local": default_local_pool()},
+        backend_factory=lambda p, h: FakeBackend(script),
+    )
     with TestClient(create_app(Service(engine), TokenRegistry(tmp_path))) as client:
         client.headers["Authorization"] = f"Bearer {(tmp_path / 'token').read_text().strip()}"
         yield client
@@ -82,7 +87,9 @@ def test_long_poll_answers_at_each_change_and_at_once_at_the_end(api: TestClient
 def test_long_poll_without_change_answers_after_wait_s(api: TestClient) -> None:
     wid = _submit(api, "endless")
     deadline = time.monotonic() + 60
-    while (answer := api.get(f"/api/workflow/{wid}")).json()["groups"][0]["tasks"][0]["status"] != "RUNNING":
+    while (answer := api.get(f"/api/workflow/{wid}")).json()["groups"][0]["tasks"][0][
+        "status"
+    ] != "RUNNING":
         assert time.monotonic() < deadline, answer.json()
         time.sleep(0.05)
     key = answer.headers[PROGRESS_HEADER]
@@ -102,8 +109,9 @@ def test_plain_query_is_not_held_and_unknown_workflow_is_404(api: TestClient) ->
     api.post(f"/api/workflow/{wid}/cancel")
 
 
-def test_long_polls_beyond_the_limit_are_answered_at_once(api: TestClient,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_long_polls_beyond_the_limit_are_answered_at_once(
+    api: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     full = threading.BoundedSemaphore(1)
     full.acquire()  # every hold in use
     monkeypatch.setattr(service_module, "_HELD_QUERIES", full)

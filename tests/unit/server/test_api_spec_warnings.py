@@ -28,8 +28,12 @@ REPEATED = """workflow:
 @pytest.fixture()
 def client(tmp_path: Path) -> Iterator[TestClient]:
     backend = FakeBackend(lambda launch: Outcome(0, polls=2))
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
-                    pools={"local": default_local_pool()}, backend_factory=lambda p, h: backend)
+    engine = Engine(
+        Store(f"sqlite:///{tmp_path / 'db'}"),
+        tmp_path,
+        pools={"local": default_local_pool()},
+        backend_factory=lambda p, h: backend,
+    )
     with TestClient(create_app(Service(engine), TokenRegistry(tmp_path))) as test_client:
         token = (tmp_path / "token").read_text().strip()
         test_client.headers["Authorization"] = f"Bearer {token}"
@@ -39,7 +43,10 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
 def _one_warning(rows: list[dict]) -> dict:
     (row,) = rows
     assert (row["path"], row["line"], row["file"]) == ("workflow.tasks[0].command", 6, "spec.yaml")
-    assert "(lines 5 and 6) with different values; the value of line 6 (['echo', 'bye'])" in row["message"]
+    assert (
+        "(lines 5 and 6) with different values; the value of line 6 (['echo', 'bye'])"
+        in row["message"]
+    )
     return row
 
 

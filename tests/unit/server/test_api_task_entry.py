@@ -42,15 +42,21 @@ class EnterableFake(FakeBackend):
 
 @pytest.fixture(params=[EnterableFake, FakeBackend], ids=["hook", "no-hook"])
 def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TestClient]:
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
-                    pools={"local": default_local_pool()},
-                    backend_factory=lambda p, h: request.param(lambda launch: Outcome(None)))
+    engine = Engine(
+        Store(f"sqlite:///{tmp_path / 'db'}"),
+        tmp_path,
+        pools={"local": default_local_pool()},
+        backend_factory=lambda p, h: request.param(lambda launch: Outcome(None)),
+    )
     service = Service(engine)
     tokens = TokenRegistry(tmp_path, service.task_token_owner)
     with TestClient(create_app(service, tokens)) as client:
         client.headers["Authorization"] = f"Bearer {(tmp_path / 'token').read_text().strip()}"
-        client.verbs_ctx = {"home": tmp_path, "tokens": tokens,  # type: ignore[attr-defined]
-                            "hook": request.param is EnterableFake}
+        client.verbs_ctx = {
+            "home": tmp_path,
+            "tokens": tokens,  # type: ignore[attr-defined]
+            "hook": request.param is EnterableFake,
+        }
         yield client
 
 
@@ -70,8 +76,14 @@ def test_entry_of_a_running_task(api: TestClient) -> None:
     answer = api.post(f"/api/workflow/{wid}/task/t/entry")
     if api.verbs_ctx["hook"]:  # type: ignore[attr-defined]
         assert answer.status_code == 200, answer.text
-        assert answer.json() == {"workflow_id": wid, "task": "t", "retry_id": 0,
-                                 "status": "RUNNING", "backend": "fake", "where": "t/0"}
+        assert answer.json() == {
+            "workflow_id": wid,
+            "task": "t",
+            "retry_id": 0,
+            "status": "RUNNING",
+            "backend": "fake",
+            "where": "t/0",
+        }
     else:
         assert answer.json()["kind"] == "RefusedError"
         assert "cannot enter a running task" in answer.text
@@ -90,12 +102,17 @@ def test_other_users_and_task_tokens_may_not_enter(api: TestClient) -> None:
     wid = _running(api)
     state = api.verbs_ctx  # type: ignore[attr-defined]
     other = state["tokens"].add("mallory")
-    answer = api.post(f"/api/workflow/{wid}/task/t/entry",
-                      headers={"Authorization": f"Bearer {other}"})
+    answer = api.post(
+        f"/api/workflow/{wid}/task/t/entry", headers={"Authorization": f"Bearer {other}"}
+    )
     assert answer.json()["kind"] == "ForbiddenError" and "belongs to" in answer.text, answer.text
-    as_task = api.post(f"/api/workflow/{wid}/task/t/entry",
-                       headers={"Authorization": f"Bearer {task_token(state['home'], wid)}"})
-    assert as_task.json()["kind"] == "ForbiddenError" and "a task token" in as_task.text, as_task.text
+    as_task = api.post(
+        f"/api/workflow/{wid}/task/t/entry",
+        headers={"Authorization": f"Bearer {task_token(state['home'], wid)}"},
+    )
+    assert as_task.json()["kind"] == "ForbiddenError" and "a task token" in as_task.text, (
+        as_task.text
+    )
 
 
 def test_an_ended_task_is_refused(api: TestClient) -> None:

@@ -26,8 +26,9 @@ def test_stored_encrypted_with_a_0600_key(vault: CredentialVault, tmp_path: Path
     assert (tmp_path / KEY_FILE).stat().st_mode & 0o777 == 0o600
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("db.sqlite*"))
     assert SECRET.encode() not in raw
-    rows = sqlite3.connect(tmp_path / "db.sqlite").execute(
-        "select token from credentials").fetchall()
+    rows = (
+        sqlite3.connect(tmp_path / "db.sqlite").execute("select token from credentials").fetchall()
+    )
     assert SECRET not in str(rows)
     assert vault.payloads("ann", ["hf"]) == {"hf": ("GENERIC", {"token": SECRET})}
 
@@ -52,25 +53,33 @@ def test_set_replaces_and_delete_removes(vault: CredentialVault) -> None:
         vault.delete("ann", "hf")
 
 
-@pytest.mark.parametrize(("kind", "payload", "message"), [
-    ("REGISTRY", {"registry": "nvcr.io"}, "needs payload key(s) auth"),
-    ("DATA", {"access_key_id": "a", "access_key": "b"}, "needs payload key(s) endpoint"),
-    ("DATA", {"access_key_id": "a", "access_key": "b", "endpoint": "s3://x", "colour": "red"},
-     "takes no payload key(s) colour"),
-    ("SECRET", {"a": "b"}, "one of REGISTRY, DATA, GENERIC"),
-    ("GENERIC", {}, "at least one KEY=VALUE"),
-    ("GENERIC", {"..": "x"}, "payload key '..'"),  # a key names a file of the path form
-    ("GENERIC", {"a/b": "x"}, "payload key 'a/b'"),
-])
-def test_osmo_types_and_keys(vault: CredentialVault, kind: str, payload: dict[str, str],
-                             message: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "payload", "message"),
+    [
+        ("REGISTRY", {"registry": "nvcr.io"}, "needs payload key(s) auth"),
+        ("DATA", {"access_key_id": "a", "access_key": "b"}, "needs payload key(s) endpoint"),
+        (
+            "DATA",
+            {"access_key_id": "a", "access_key": "b", "endpoint": "s3://x", "colour": "red"},
+            "takes no payload key(s) colour",
+        ),
+        ("SECRET", {"a": "b"}, "one of REGISTRY, DATA, GENERIC"),
+        ("GENERIC", {}, "at least one KEY=VALUE"),
+        ("GENERIC", {"..": "x"}, "payload key '..'"),  # a key names a file of the path form
+        ("GENERIC", {"a/b": "x"}, "payload key 'a/b'"),
+    ],
+)
+def test_osmo_types_and_keys(
+    vault: CredentialVault, kind: str, payload: dict[str, str], message: str
+) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         vault.set("ann", "c", kind, payload)
 
 
 def test_data_gets_osmos_default_region(vault: CredentialVault) -> None:
-    got = vault.set("ann", "s3", "DATA", {"access_key_id": "a", "access_key": "bbbb",
-                                         "endpoint": "s3://bucket"})
+    got = vault.set(
+        "ann", "s3", "DATA", {"access_key_id": "a", "access_key": "bbbb", "endpoint": "s3://bucket"}
+    )
     assert got["keys"] == ["access_key", "access_key_id", "endpoint", "region"]
     assert vault.payloads("ann", ["s3"])["s3"][1]["region"] == "us-east-1"
 

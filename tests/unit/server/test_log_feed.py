@@ -32,11 +32,21 @@ class Workflow:
     def __init__(self, log: Path) -> None:
         self.log = log
         self.ended = False
-        self.engine = SimpleNamespace(state=lambda _wid: SimpleNamespace(
-            status=SimpleNamespace(is_terminal=lambda: self.ended)))
+        self.engine = SimpleNamespace(
+            state=lambda _wid: SimpleNamespace(
+                status=SimpleNamespace(is_terminal=lambda: self.ended)
+            )
+        )
 
-    def _log_files(self, _wid: str, _task: Any, _retry: Any, *, failed_only: bool = False,
-                   verbose: bool = False) -> list[LogFile]:
+    def _log_files(
+        self,
+        _wid: str,
+        _task: Any,
+        _retry: Any,
+        *,
+        failed_only: bool = False,
+        verbose: bool = False,
+    ) -> list[LogFile]:
         return [LogFile("t", 0, self.log, hide_detail=not verbose)]
 
 
@@ -62,14 +72,25 @@ async def collect(chunks: Any, into: list[str]) -> None:
 async def scenario(workflow: Workflow, feeds: LogFeeds, peaks: list[int]) -> tuple[list[str], str]:
     readers = LogReaders(2)
     got: list[list[str]] = [[] for _ in range(FOLLOWERS)]
-    slow = follow_chunks(Counting(workflow, "w", None, None, None, False), text_lines,
-                         readers, feeds=feeds, poll_s=0.02, max_poll_s=0.05)
+    slow = follow_chunks(
+        Counting(workflow, "w", None, None, None, False),
+        text_lines,
+        readers,
+        feeds=feeds,
+        poll_s=0.02,
+        max_poll_s=0.05,
+    )
     slow_first = await slow.__anext__()  # it caught up once, then stops reading for a while
     async with anyio.create_task_group() as group:
         for i in range(FOLLOWERS):
             cursor = Counting(workflow, "w", None, None, None, False)
-            group.start_soon(collect, follow_chunks(cursor, text_lines, readers, feeds=feeds,
-                                                    poll_s=0.02, max_poll_s=0.05), got[i])
+            group.start_soon(
+                collect,
+                follow_chunks(
+                    cursor, text_lines, readers, feeds=feeds, poll_s=0.02, max_poll_s=0.05
+                ),
+                got[i],
+            )
         with workflow.log.open("a") as handle:
             for start in range(100, LINES, 100):
                 handle.write("".join(line(i) + "\n" for i in range(start, start + 100)))
@@ -83,7 +104,8 @@ async def scenario(workflow: Workflow, feeds: LogFeeds, peaks: list[int]) -> tup
 
 
 def test_followers_share_one_reader_get_every_line_and_a_slow_one_holds_nobody(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = tmp_path / "task.log"
     log.write_text("".join(line(i) + "\n" for i in range(100)))
     workflow = Workflow(log)

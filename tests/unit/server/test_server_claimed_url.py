@@ -27,8 +27,15 @@ def held(tmp_path: Path) -> Iterator[FileLock]:
 
 
 def _note(lock: FileLock, **fields: Any) -> None:
-    lock.note({"pid": os.getpid(), "host": os.uname().nodename, "url": URL,
-               "create_time_s": 0.0, **fields})
+    lock.note(
+        {
+            "pid": os.getpid(),
+            "host": os.uname().nodename,
+            "url": URL,
+            "create_time_s": 0.0,
+            **fields,
+        }
+    )
 
 
 def _dead_pid() -> int:
@@ -54,10 +61,12 @@ def test_no_address_from_a_holder_still_starting(tmp_path: Path, held: FileLock)
     assert claimed_url(tmp_path) is None  # the note FileLock writes: pid and host only
 
 
-@pytest.mark.parametrize("fields", [{"host": "another-host"}, {"pid": "12"}, {"pid": 0},
-                                    {"url": ""}, {"url": None}])
-def test_no_address_from_a_note_it_cannot_check(tmp_path: Path, held: FileLock,
-                                               fields: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "fields", [{"host": "another-host"}, {"pid": "12"}, {"pid": 0}, {"url": ""}, {"url": None}]
+)
+def test_no_address_from_a_note_it_cannot_check(
+    tmp_path: Path, held: FileLock, fields: dict[str, Any]
+) -> None:
     _note(held, **fields)
     assert claimed_url(tmp_path) is None
 

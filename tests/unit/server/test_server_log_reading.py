@@ -40,8 +40,12 @@ ADMIN = User("admin", admin=True)
 @pytest.fixture()
 def served(tmp_path: Path) -> Iterator[tuple[TestClient, Service, TokenRegistry]]:
     backend = FakeBackend(lambda launch: Outcome(0, polls=2))
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
-                    pools={"local": default_local_pool()}, backend_factory=lambda p, h: backend)
+    engine = Engine(
+        Store(f"sqlite:///{tmp_path / 'db'}"),
+        tmp_path,
+        pools={"local": default_local_pool()},
+        backend_factory=lambda p, h: backend,
+    )
     service = Service(engine)
     tokens = TokenRegistry(tmp_path)
     with TestClient(create_app(service, tokens)) as client:
@@ -82,8 +86,9 @@ def test_follow_of_a_forbidden_or_unknown_workflow_is_refused_before_streaming(s
         params = {"follow": follow}
         forbidden = client.get(f"/api/workflow/{wid}/logs", params=params, headers=_auth(bob))
         unknown = client.get("/api/workflow/nope-9/logs", params=params, headers=_auth(bob))
-        no_task = client.get(f"/api/workflow/{wid}/logs", params={**params, "task": "zz"},
-                             headers=_auth(alice))
+        no_task = client.get(
+            f"/api/workflow/{wid}/logs", params={**params, "task": "zz"}, headers=_auth(alice)
+        )
         assert (forbidden.status_code, forbidden.json()["kind"]) == (403, "ForbiddenError")
         assert (unknown.status_code, unknown.json()["kind"]) == (404, "NotFoundError")
         assert (no_task.status_code, no_task.json()["kind"]) == (404, "NotFoundError")
@@ -98,26 +103,39 @@ def test_last_lines_of_merged_tasks_equal_the_end_of_the_whole(served, tmp_path:
     token = (tmp_path / "token").read_text().strip()
     wid = _submit_done(client, token)
     _log(tmp_path, wid, "a").write_text("".join(_line(s, "a", f"a{s}") for s in range(0, 40, 2)))
-    _log(tmp_path, wid, "b").write_text("".join(_line(s, "b", f"b{s}") for s in range(1, 30, 2))
-                                        + "2026/01/02 03:00:59 [b] no newline yet")
+    _log(tmp_path, wid, "b").write_text(
+        "".join(_line(s, "b", f"b{s}") for s in range(1, 30, 2))
+        + "2026/01/02 03:00:59 [b] no newline yet"
+    )
     whole = client.get(f"/api/workflow/{wid}/logs", headers=_auth(token)).text.splitlines()
     assert len(whole) == 20 + 15 + 1 and whole[-1].endswith("[b] no newline yet")
     for count in (1, 3, 7, 35, 36, 100):
-        got = client.get(f"/api/workflow/{wid}/logs", params={"lines": count},
-                         headers=_auth(token)).text.splitlines()
+        got = client.get(
+            f"/api/workflow/{wid}/logs", params={"lines": count}, headers=_auth(token)
+        ).text.splitlines()
         assert got == whole[-count:], count
-    followed = client.get(f"/api/workflow/{wid}/logs", params={"lines": 3, "follow": True},
-                          headers=_auth(token)).text.splitlines()
+    followed = client.get(
+        f"/api/workflow/{wid}/logs", params={"lines": 3, "follow": True}, headers=_auth(token)
+    ).text.splitlines()
     assert followed == whole[-3:]  # the workflow ended: its last line counts, newline or not
 
 
 @settings(max_examples=200, deadline=None)
-@given(lines=st.lists(st.text(alphabet="ab\n", max_size=5).map(lambda t: t.replace("\n", "")),
-                      max_size=12),
-       newline_at_end=st.booleans(), count=st.integers(1, 15), complete_only=st.booleans())
-def test_tail_offset_agrees_with_reading_forwards(tmp_path_factory: pytest.TempPathFactory,
-                                                  lines: list[str], newline_at_end: bool,
-                                                  count: int, complete_only: bool) -> None:
+@given(
+    lines=st.lists(
+        st.text(alphabet="ab\n", max_size=5).map(lambda t: t.replace("\n", "")), max_size=12
+    ),
+    newline_at_end=st.booleans(),
+    count=st.integers(1, 15),
+    complete_only=st.booleans(),
+)
+def test_tail_offset_agrees_with_reading_forwards(
+    tmp_path_factory: pytest.TempPathFactory,
+    lines: list[str],
+    newline_at_end: bool,
+    count: int,
+    complete_only: bool,
+) -> None:
     path = tmp_path_factory.mktemp("tail") / "task.log"
     data = "\n".join(lines) + ("\n" if newline_at_end and lines else "")
     path.write_text(data)
@@ -130,7 +148,7 @@ def test_tail_offset_agrees_with_reading_forwards(tmp_path_factory: pytest.TempP
     assert found == min(count, len(every))
     rest = data.encode()[offset:].decode()
     expected = every[-count:] if every else []
-    assert rest.split("\n")[:len(expected)] == expected
+    assert rest.split("\n")[: len(expected)] == expected
 
 
 # ---------------------------------------------------------------------- bounded memory
@@ -171,8 +189,10 @@ def test_a_line_too_long_to_serve_is_shown_shortened(served, tmp_path: Path) -> 
     shown = "y" * (MAX_READ_LINE_BYTES - 24)
     left_out = 3_000_024 - MAX_READ_LINE_BYTES
     assert [l.text[20:] for l in lines] == [
-        "[a] before", f"[a] {shown} [... {left_out} more bytes of this line not shown]",
-        "[a] after"]
+        "[a] before",
+        f"[a] {shown} [... {left_out} more bytes of this line not shown]",
+        "[a] after",
+    ]
     _, peak = _consume_peak(service.logs(wid, ADMIN))
     assert peak < 2 * MAX_READ_LINE_BYTES + 1_500_000, peak
     assert [l.text[20:] for l in service.logs(wid, ADMIN, last_lines=1)] == ["[a] after"]
@@ -191,21 +211,29 @@ def test_lines_are_escaped_and_runner_lines_marked_when_served(served, tmp_path:
         b"2026/01/02 03:00:03 [a] [trainyard] exit code 0\n"
         b"2026/01/02 03:00:04 [a][cut] aaaa\n"
         b"2026/01/02 03:00:04 [a] bb\n"
-        b"2026/01/02 03:00:05 [a][trainyard] exit code 1\n")
+        b"2026/01/02 03:00:05 [a][trainyard] exit code 1\n"
+    )
     text = client.get(f"/api/workflow/{wid}/logs", params={"task": "a"}, headers=_auth(token)).text
     assert text.splitlines()[:2] == [
         "2026/01/02 03:00:01 [a] ok\\r2020/01/01 00:00:00 [b] forged",
-        "2026/01/02 03:00:02 [a] \\x1b[2Jcleared"]
-    rows = [json.loads(l) for l in client.get(
-        f"/api/workflow/{wid}/logs", params={"task": "a", "format": "json"},
-        headers=_auth(token)).text.splitlines()]
+        "2026/01/02 03:00:02 [a] \\x1b[2Jcleared",
+    ]
+    rows = [
+        json.loads(l)
+        for l in client.get(
+            f"/api/workflow/{wid}/logs",
+            params={"task": "a", "format": "json"},
+            headers=_auth(token),
+        ).text.splitlines()
+    ]
     assert [(r["source"], r["cut"], r["line"]) for r in rows] == [
         ("task", False, "ok\\r2020/01/01 00:00:00 [b] forged"),
         ("task", False, "\\x1b[2Jcleared"),
         ("task", False, "[trainyard] exit code 0"),
         ("task", True, "aaaa"),
         ("task", False, "bb"),
-        ("runner", False, "[trainyard] exit code 1")]
+        ("runner", False, "[trainyard] exit code 1"),
+    ]
     assert {"time", "task", "retry_id", "line"} <= set(rows[0])
 
 
@@ -224,8 +252,7 @@ def test_follow_waits_for_a_line_to_end_and_reads_only_what_is_new(tmp_path: Pat
     assert again == ["2026/01/02 03:00:01 [a] two", "2026/01/02 03:00:02 [a] three"]
 
 
-def test_follow_of_an_ended_workflow_gives_what_is_there_and_ends(served,
-                                                                 tmp_path: Path) -> None:
+def test_follow_of_an_ended_workflow_gives_what_is_there_and_ends(served, tmp_path: Path) -> None:
     client, service, _ = served
     wid = _submit_done(client, (tmp_path / "token").read_text().strip())
     _log(tmp_path, wid, "a").write_text(_line(0, "a", "old") + "2026/01/02 03:00:01 [a] last")
@@ -233,8 +260,11 @@ def test_follow_of_an_ended_workflow_gives_what_is_there_and_ends(served,
     ended = threading.Event()
 
     def follow() -> None:
-        seen.extend(line.text[20:] for line in service.follow_logs(wid, ADMIN, task="a",
-                                                                   poll_s=0.05) if line)
+        seen.extend(
+            line.text[20:]
+            for line in service.follow_logs(wid, ADMIN, task="a", poll_s=0.05)
+            if line
+        )
         ended.set()
 
     threading.Thread(target=follow, daemon=True).start()

@@ -42,5 +42,7 @@ def test_a_socket_with_proto_0_would_not_get_it() -> None:
     sock.bind(("127.0.0.1", 0))
     sock.listen(8)
     if asyncio.run(_nodelay_of_accepted(sock)) != 0:
-        pytest.skip("this Python's asyncio sets TCP_NODELAY whatever the proto: the fix is "
-                    "then not needed, and the test above cannot fail here")
+        pytest.skip(
+            "this Python's asyncio sets TCP_NODELAY whatever the proto: the fix is "
+            "then not needed, and the test above cannot fail here"
+        )

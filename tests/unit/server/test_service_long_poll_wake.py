@@ -24,8 +24,12 @@ SOON_S = 10.0  # far below the look interval, far above a step on a loaded 2-cor
 
 
 def test_a_held_query_answers_at_the_stored_change(tmp_path: Path) -> None:
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db.sqlite'}"), tmp_path, pools={"local": POOL},
-                    backend_factory=lambda p, h: FakeBackend(lambda launch: Outcome(None)))
+    engine = Engine(
+        Store(f"sqlite:///{tmp_path / 'db.sqlite'}"),
+        tmp_path,
+        pools={"local": POOL},
+        backend_factory=lambda p, h: FakeBackend(lambda launch: Outcome(None)),
+    )
     alice = User("alice")
     wid = engine.submit(Submission(spec=SPEC, spec_text="", user=alice.name, pool=POOL)).id
     service = Service(engine)
@@ -33,8 +37,9 @@ def test_a_held_query_answers_at_the_stored_change(tmp_path: Path) -> None:
     timer = threading.Timer(0.3, engine.step)  # places and starts the task: a change
     timer.start()
     started = time.monotonic()
-    data, key = service.query_when_changed(wid, alice, known=known, wait_s=LOOK_S,
-                                           interval_s=LOOK_S)
+    data, key = service.query_when_changed(
+        wid, alice, known=known, wait_s=LOOK_S, interval_s=LOOK_S
+    )
     took_s = time.monotonic() - started
     timer.join()
     assert key != known and data["status"] != "PENDING"

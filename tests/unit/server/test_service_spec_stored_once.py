@@ -43,26 +43,37 @@ ADMIN = User("admin", True)
 def _pool() -> Pool:
     """The rehearsal pool with a data root for the spec's ``file://`` output (the default
     roots are the home's storage folder only)."""
-    return default_local_pool().model_copy(update={"options": {"allowed_data_roots": ["/srv/data"]}})
+    return default_local_pool().model_copy(
+        update={"options": {"allowed_data_roots": ["/srv/data"]}}
+    )
 
 
 def _service(tmp_path: Path, backend: FakeBackend) -> Service:
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
-                    pools={"local": _pool()}, backend_factory=lambda p, h: backend)
+    engine = Engine(
+        Store(f"sqlite:///{tmp_path / 'db'}"),
+        tmp_path,
+        pools={"local": _pool()},
+        backend_factory=lambda p, h: backend,
+    )
     return Service(engine)
 
 
 def _row_text(tmp_path: Path, workflow_id: str) -> str:
     with sqlite3.connect(tmp_path / "db") as db:
-        row = db.execute("select spec_text, source, state from workflows where id = ?",
-                         (workflow_id,)).fetchone()
+        row = db.execute(
+            "select spec_text, source, state from workflows where id = ?", (workflow_id,)
+        ).fetchone()
     return "\n".join(row)
 
 
 def test_a_spec_and_its_files_are_stored_once_and_rebuilt_exactly(tmp_path: Path) -> None:
     service = _service(tmp_path, FakeBackend(lambda launch: Outcome(0, polls=2)))
-    req = SpecRequest(spec_text=PLAIN, files={"run.sh": f"echo file-{MARK}\n"},
-                      set_env=["B=2"], labels={"team": "x"})
+    req = SpecRequest(
+        spec_text=PLAIN,
+        files={"run.sh": f"echo file-{MARK}\n"},
+        set_env=["B=2"],
+        labels={"team": "x"},
+    )
     loaded = service.load(req)
     wid = service.submit(req, ADMIN)["id"]
     stored = _row_text(tmp_path, wid)
@@ -77,7 +88,8 @@ def test_a_spec_and_its_files_are_stored_once_and_rebuilt_exactly(tmp_path: Path
 
 
 def test_a_restarted_engine_resumes_from_the_text_and_submit_id_gets_the_request_back(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     backend = FakeBackend(lambda launch: Outcome(1 if launch.key.retry_id == 0 else 0, polls=3))
     service = _service(tmp_path, backend)
     wid = service.submit(SpecRequest(spec_text=TEMPLATE, set=["msg=yo"]), ADMIN)["id"]
@@ -92,7 +104,8 @@ def test_a_restarted_engine_resumes_from_the_text_and_submit_id_gets_the_request
     assert record.source["request"]["spec_text"] == TEMPLATE  # a template is kept: --set
     resubmitted = again.resubmit(wid, ADMIN, SpecRequest(spec_text="", set=["msg=again"]))
     assert again.engine.store.get_workflow(resubmitted["id"]).spec_text == TEMPLATE.replace(
-        "{{ name }}", "tpl").replace("{{ msg }}", "again")
+        "{{ name }}", "tpl"
+    ).replace("{{ msg }}", "again")
     plain = again.submit(SpecRequest(spec_text=PLAIN, files={"run.sh": "x"}), ADMIN)["id"]
     copy = again.resubmit(plain, ADMIN, None)
     copied = again.engine.store.get_workflow(copy["id"])
@@ -103,16 +116,25 @@ def test_a_record_stored_with_its_spec_json_still_loads(tmp_path: Path) -> None:
     service = _service(tmp_path, FakeBackend())
     loaded = service.load(SpecRequest(spec_text=PLAIN, files={"run.sh": "x"}))
     record = service.engine.store.create_workflow(
-        name="old", pool="local", submitted_by="admin", labels={}, spec_text="not parsed",
+        name="old",
+        pool="local",
+        submitted_by="admin",
+        labels={},
+        spec_text="not parsed",
         source={"spec": loaded.workflow.model_dump(mode="json", by_alias=True)},
-        make_state=lambda wid: ("COMPLETED", {}))
+        make_state=lambda wid: ("COMPLETED", {}),
+    )
     assert _spec_from_source(record) == loaded.workflow
 
 
 def test_the_stored_spec_of_a_workflow_rendered_or_as_written(tmp_path: Path) -> None:
     service = _service(tmp_path, FakeBackend())
     plain = service.submit(SpecRequest(spec_text=PLAIN, files={"run.sh": "x"}), ADMIN)["id"]
-    assert service.stored_spec(plain, ADMIN) == service.stored_spec(plain, ADMIN, template=True) == PLAIN
+    assert (
+        service.stored_spec(plain, ADMIN)
+        == service.stored_spec(plain, ADMIN, template=True)
+        == PLAIN
+    )
     tpl = service.submit(SpecRequest(spec_text=TEMPLATE, set=["msg=yo"]), ADMIN)["id"]
     assert "command: [echo, 'yo']" in service.stored_spec(tpl, ADMIN)
     assert service.stored_spec(tpl, ADMIN, template=True) == TEMPLATE

@@ -23,8 +23,9 @@ def _adder(home: str, name: str, start: object, out: object) -> None:
 def test_processes_adding_users_at_once_lose_no_token(tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("fork")
     start, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_adder, args=(str(tmp_path), f"u{i}", start, out))
-             for i in range(6)]
+    procs = [
+        ctx.Process(target=_adder, args=(str(tmp_path), f"u{i}", start, out)) for i in range(6)
+    ]
     for proc in procs:
         proc.start()
     start.set()

@@ -42,8 +42,13 @@ class Env:
     def bearer(self, token: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {token or self.admin}"}
 
-    def submit(self, name: str = "hello", token: str | None = None, arg: str = "hi",
-               labels: dict[str, str] | None = None) -> str:
+    def submit(
+        self,
+        name: str = "hello",
+        token: str | None = None,
+        arg: str = "hi",
+        labels: dict[str, str] | None = None,
+    ) -> str:
         body = {"spec_text": SPEC.format(name=name, arg=arg, evil=EVIL), "labels": labels or {}}
         answer = self.client.post("/api/workflow", json=body, headers=self.bearer(token))
         assert answer.status_code == 200, answer.text
@@ -58,16 +63,21 @@ class Env:
         raise AssertionError(f"{wid} did not end")
 
     def login(self) -> None:
-        answer = self.client.post("/login", data={"token": self.admin, "next": "/"},
-                                  follow_redirects=False)
+        answer = self.client.post(
+            "/login", data={"token": self.admin, "next": "/"}, follow_redirects=False
+        )
         assert answer.status_code == 303
 
 
 @pytest.fixture()
 def env(tmp_path: Path) -> Iterator[Env]:
     backend = FakeBackend(lambda launch: Outcome(0, polls=2))
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
-                    pools={"local": default_local_pool()}, backend_factory=lambda p, h: backend)
+    engine = Engine(
+        Store(f"sqlite:///{tmp_path / 'db'}"),
+        tmp_path,
+        pools={"local": default_local_pool()},
+        backend_factory=lambda p, h: backend,
+    )
     tokens = TokenRegistry(tmp_path)
     with TestClient(create_app(Service(engine), tokens)) as client:
         yield Env(client, tokens, tmp_path, engine)
@@ -76,14 +86,15 @@ def env(tmp_path: Path) -> Iterator[Env]:
 def _csrf(html: str) -> str:
     marker = 'name="csrf" value="'
     start = html.index(marker) + len(marker)
-    return html[start:html.index('"', start)]
+    return html[start : html.index('"', start)]
 
 
 # ------------------------------------------------------------------ auth
 
 
-@pytest.mark.parametrize("path", ["/", "/pools", "/datasets", "/workflows/x-1",
-                                  "/workflows/x-1/logs", "/compare"])
+@pytest.mark.parametrize(
+    "path", ["/", "/pools", "/datasets", "/workflows/x-1", "/workflows/x-1/logs", "/compare"]
+)
 def test_a_page_without_session_redirects_to_login(env: Env, path: str) -> None:
     answer = env.client.get(path, follow_redirects=False)
     assert answer.status_code == 303
@@ -98,8 +109,9 @@ def test_login_with_a_wrong_token_is_refused_and_sets_no_cookie(env: Env) -> Non
 
 
 def test_login_sets_an_httponly_strict_session_and_goes_to_next(env: Env) -> None:
-    answer = env.client.post("/login", data={"token": env.admin, "next": "/pools"},
-                             follow_redirects=False)
+    answer = env.client.post(
+        "/login", data={"token": env.admin, "next": "/pools"}, follow_redirects=False
+    )
     assert answer.status_code == 303 and answer.headers["location"] == "/pools"
     cookie = answer.headers["set-cookie"].lower()
     assert "httponly" in cookie and "samesite=strict" in cookie
@@ -109,8 +121,9 @@ def test_login_sets_an_httponly_strict_session_and_goes_to_next(env: Env) -> Non
 
 @pytest.mark.parametrize("target", ["//evil.example/x", "https://evil.example/", "\\\\evil"])
 def test_login_never_redirects_off_site(env: Env, target: str) -> None:
-    answer = env.client.post("/login", data={"token": env.admin, "next": target},
-                             follow_redirects=False)
+    answer = env.client.post(
+        "/login", data={"token": env.admin, "next": target}, follow_redirects=False
+    )
     assert answer.headers["location"] == "/"
 
 
@@ -140,10 +153,16 @@ def test_cancel_with_a_session_needs_the_csrf_token(env: Env) -> None:
     wid = env.submit()
     env.wait_done(wid)
     env.login()
-    assert env.client.post(f"/workflows/{wid}/cancel", data={},
-                           follow_redirects=False).status_code == 401
-    assert env.client.post(f"/workflows/{wid}/cancel", data={"csrf": "forged"},
-                           follow_redirects=False).status_code == 401
+    assert (
+        env.client.post(f"/workflows/{wid}/cancel", data={}, follow_redirects=False).status_code
+        == 401
+    )
+    assert (
+        env.client.post(
+            f"/workflows/{wid}/cancel", data={"csrf": "forged"}, follow_redirects=False
+        ).status_code
+        == 401
+    )
     csrf = _csrf(env.client.get(f"/workflows/{wid}").text)
     answer = env.client.post(f"/workflows/{wid}/cancel", data={"csrf": csrf})
     assert answer.status_code == 200 and "workflow" in answer.text
@@ -151,8 +170,12 @@ def test_cancel_with_a_session_needs_the_csrf_token(env: Env) -> None:
 
 def test_cancel_from_the_page_cancels_a_running_workflow(tmp_path: Path) -> None:
     backend = FakeBackend(lambda launch: Outcome(0, polls=100_000))
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
-                    pools={"local": default_local_pool()}, backend_factory=lambda p, h: backend)
+    engine = Engine(
+        Store(f"sqlite:///{tmp_path / 'db'}"),
+        tmp_path,
+        pools={"local": default_local_pool()},
+        backend_factory=lambda p, h: backend,
+    )
     with TestClient(create_app(Service(engine), TokenRegistry(tmp_path))) as client:
         env = Env(client, TokenRegistry(tmp_path), tmp_path, engine)
         wid = env.submit()
@@ -167,8 +190,9 @@ def test_another_users_workflow_is_forbidden(env: Env) -> None:
     wid = env.submit()
     bob = env.tokens.add("bob")
     assert env.client.get(f"/workflows/{wid}", headers=env.bearer(bob)).status_code == 403
-    assert env.client.get(f"/api/workflow/{wid}/metrics",
-                          headers=env.bearer(bob)).status_code == 403
+    assert (
+        env.client.get(f"/api/workflow/{wid}/metrics", headers=env.bearer(bob)).status_code == 403
+    )
 
 
 # ------------------------------------------------------------------ list
@@ -194,8 +218,8 @@ def test_list_gives_queue_and_run_time_apart(env: Env) -> None:
     env.wait_done(wid)
     html = env.client.get("/", headers=env.bearer()).text
     assert ">Queued</th>" in html and ">Ran</th>" in html and "Total" not in html
-    row = html[html.index(f'value="{wid}"'):]
-    row = row[:row.index("</tr>")]
+    row = html[html.index(f'value="{wid}"') :]
+    row = row[: row.index("</tr>")]
     assert re.search(r'<td class="queued">\d+s</td>', row), row
     assert re.search(r'<td class="ran">\d+s</td>', row), row
     # Ended workflows' times are kept: the next refresh reads no stored state for them.
@@ -210,8 +234,8 @@ def test_compare_settings_table_has_a_column_per_run(env: Env) -> None:
     first, second = env.submit(arg="a", labels={"try": "1"}), env.submit(arg="b")
     env.wait_done(first), env.wait_done(second)
     html = env.client.get(f"/compare?id={first}&id={second}", headers=env.bearer()).text
-    table = html[html.index('id="diff-settings"'):]
-    table = table[:table.index("</table>")]
+    table = html[html.index('id="diff-settings"') :]
+    table = table[: table.index("</table>")]
     assert f"<th>{first}</th><th>{second}</th>" in table
     assert '<tr class="differs"><td>label.try</td><td>1</td><td>-</td></tr>' in table
 
@@ -240,8 +264,10 @@ def test_spec_and_failure_reason_are_escaped_on_the_workflow_page(env: Env) -> N
     env.wait_done(wid)
     run = env.engine.run_dir(wid, "hello", 0)
     run.mkdir(parents=True, exist_ok=True)
-    (run / "events.jsonl").write_text(json.dumps(
-        {"kind": "EXITED", "time_s": time.time(), "exit_code": 1, "message": EVIL}) + "\n")
+    (run / "events.jsonl").write_text(
+        json.dumps({"kind": "EXITED", "time_s": time.time(), "exit_code": 1, "message": EVIL})
+        + "\n"
+    )
     html = env.client.get(f"/workflows/{wid}", headers=env.bearer()).text
     assert "<script>alert" not in html and "<img src=x" not in html and "<b>bold" not in html
     assert "&lt;script&gt;alert(" in html
@@ -280,16 +306,33 @@ def test_metrics_json_has_curves_usage_and_summary(env: Env) -> None:
     env.wait_done(wid)
     run = env.engine.run_dir(wid, "hello", 0)
     (run / "output" / "models").mkdir(parents=True)
-    lines = [{"event": "start"}, {"event": "epoch", "epoch": 1, "val_loss": 2.0,
-                                   "val_accuracy": 0.5, "throughput_images_per_s": 900.0},
-             {"event": "epoch", "epoch": 2, "val_loss": 1.0, "val_accuracy": 0.8,
-              "throughput_images_per_s": 1000.0}, {"event": "summary", "epoch": 2, "x": 1}]
+    lines = [
+        {"event": "start"},
+        {
+            "event": "epoch",
+            "epoch": 1,
+            "val_loss": 2.0,
+            "val_accuracy": 0.5,
+            "throughput_images_per_s": 900.0,
+        },
+        {
+            "event": "epoch",
+            "epoch": 2,
+            "val_loss": 1.0,
+            "val_accuracy": 0.8,
+            "throughput_images_per_s": 1000.0,
+        },
+        {"event": "summary", "epoch": 2, "x": 1},
+    ]
     (run / "output" / "models" / "metrics.jsonl").write_text(
-        "\n".join(map(json.dumps, lines)) + "\n{torn")
+        "\n".join(map(json.dumps, lines)) + "\n{torn"
+    )
     (run / "usage.jsonl").write_text(
-        json.dumps({"time_s": 1.0, "cpu_percent": 50.0, "rss_bytes": 100, "processes": 1}) + "\n"
+        json.dumps({"time_s": 1.0, "cpu_percent": 50.0, "rss_bytes": 100, "processes": 1})
+        + "\n"
         + json.dumps({"time_s": 3.0, "cpu_percent": 150.0, "rss_bytes": 300, "processes": 2})
-        + "\n")
+        + "\n"
+    )
     data = env.client.get(f"/api/workflow/{wid}/metrics", headers=env.bearer()).json()
     [curve] = data["curves"]
     assert curve["run"] == "hello/0" and curve["file"] == "models/metrics.jsonl"
@@ -306,8 +349,15 @@ def test_workflow_page_shows_dag_timeline_spec_and_buttons(env: Env) -> None:
     wid = env.submit()
     env.wait_done(wid)
     html = env.client.get(f"/workflows/{wid}", headers=env.bearer()).text
-    for part in ('class="dag"', 'class="gantt"', 'id="spec"', 'id="cancel"', 'id="restart"',
-                 "hello · COMPLETED", "ph QUEUED"):
+    for part in (
+        'class="dag"',
+        'class="gantt"',
+        'id="spec"',
+        'id="cancel"',
+        'id="restart"',
+        "hello · COMPLETED",
+        "ph QUEUED",
+    ):
         assert part in html, part
 
 
@@ -320,9 +370,13 @@ def test_pools_and_datasets_pages(env: Env, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_static_vendor_files_and_licences_are_served(env: Env) -> None:
-    for path in ("/static/vendor/htmx-2.0.4/htmx.min.js", "/static/vendor/htmx-2.0.4/LICENSE",
-                 "/static/vendor/uplot-1.6.31/uPlot.iife.min.js",
-                 "/static/vendor/uplot-1.6.31/LICENSE", "/static/dashboard.js"):
+    for path in (
+        "/static/vendor/htmx-2.0.4/htmx.min.js",
+        "/static/vendor/htmx-2.0.4/LICENSE",
+        "/static/vendor/uplot-1.6.31/uPlot.iife.min.js",
+        "/static/vendor/uplot-1.6.31/LICENSE",
+        "/static/dashboard.js",
+    ):
         assert env.client.get(path).status_code == 200, path
 
 
@@ -355,8 +409,9 @@ def test_sse_of_a_quiet_task_backs_off_and_a_closed_page_ends_it() -> None:
 
         def read(self, _max_bytes: int) -> tuple[list[LogLine], bool]:
             Quiet.reads += 1
-            return ([LogLine("t", 0, "2026/01/01 00:00:00 [t] one")] if Quiet.reads == 1
-                    else []), Quiet.reads > 1
+            return (
+                [LogLine("t", 0, "2026/01/01 00:00:00 [t] one")] if Quiet.reads == 1 else []
+            ), Quiet.reads > 1
 
     chunks: list[str] = []
 
@@ -384,8 +439,12 @@ def test_restart_from_the_page_runs_a_failed_workflow_again(tmp_path: Path) -> N
         return Outcome(1 if len(launches) == 1 else 0, polls=1)
 
     backend = FakeBackend(first_fails)
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
-                    pools={"local": default_local_pool()}, backend_factory=lambda p, h: backend)
+    engine = Engine(
+        Store(f"sqlite:///{tmp_path / 'db'}"),
+        tmp_path,
+        pools={"local": default_local_pool()},
+        backend_factory=lambda p, h: backend,
+    )
     with TestClient(create_app(Service(engine), TokenRegistry(tmp_path))) as client:
         env = Env(client, TokenRegistry(tmp_path), tmp_path, engine)
         wid = env.submit()
@@ -413,9 +472,17 @@ def test_datasets_page_lists_versions_and_tags(env: Env, monkeypatch: pytest.Mon
 
 
 def test_a_form_posted_from_another_site_is_refused(env: Env) -> None:
-    answer = env.client.post("/login", data={"token": env.admin}, follow_redirects=False,
-                             headers={"Origin": "https://evil.example"})
+    answer = env.client.post(
+        "/login",
+        data={"token": env.admin},
+        follow_redirects=False,
+        headers={"Origin": "https://evil.example"},
+    )
     assert answer.status_code == 403 and SESSION_COOKIE not in answer.cookies
-    same = env.client.post("/login", data={"token": env.admin}, follow_redirects=False,
-                           headers={"Origin": "http://testserver"})
+    same = env.client.post(
+        "/login",
+        data={"token": env.admin},
+        follow_redirects=False,
+        headers={"Origin": "http://testserver"},
+    )
     assert same.status_code == 303

@@ -50,7 +50,10 @@ class Env:
         assert answer.status_code == 200, answer.text
         wid = answer.json()["id"]
         for _ in range(400):
-            if self.client.get(f"/api/workflow/{wid}", headers=self.headers).json()["status"] == "COMPLETED":
+            if (
+                self.client.get(f"/api/workflow/{wid}", headers=self.headers).json()["status"]
+                == "COMPLETED"
+            ):
                 return wid
             time.sleep(0.05)
         raise AssertionError(f"{wid} did not complete")
@@ -70,9 +73,12 @@ class Env:
 def env(tmp_path: Path) -> Iterator[Env]:
     backend = FakeBackend(lambda launch: Outcome(0, polls=1))
     other = Pool(name="cluster", backend="slurm", nodes=[NodeSpec(name="n1")])
-    engine = Engine(Store(f"sqlite:///{tmp_path / 'db'}"), tmp_path,
-                    pools={"local": default_local_pool(), "cluster": other},
-                    backend_factory=lambda p, h: backend)
+    engine = Engine(
+        Store(f"sqlite:///{tmp_path / 'db'}"),
+        tmp_path,
+        pools={"local": default_local_pool(), "cluster": other},
+        backend_factory=lambda p, h: backend,
+    )
     with TestClient(create_app(Service(engine), TokenRegistry(tmp_path))) as client:
         yield Env(client, engine, tmp_path)
 
@@ -82,9 +88,18 @@ def _snapshot(folder: Path, weights: dict[str, torch.Tensor], **extra: object) -
 
 
 def _metrics(folder: Path, accuracy: float, time_s: float) -> None:
-    rows = [{"event": "start", "seed": 0}, {"event": "epoch", "epoch": 1, "val_accuracy": 0.5},
-            {"event": "summary", "time": "2026-01-01T00:00:00", "final_val_accuracy": accuracy,
-             "total_time_s": time_s, "world_size": 2, "workers_per_node": [1, 1]}]
+    rows = [
+        {"event": "start", "seed": 0},
+        {"event": "epoch", "epoch": 1, "val_accuracy": 0.5},
+        {
+            "event": "summary",
+            "time": "2026-01-01T00:00:00",
+            "final_val_accuracy": accuracy,
+            "total_time_s": time_s,
+            "world_size": 2,
+            "workers_per_node": [1, 1],
+        },
+    ]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -97,7 +112,10 @@ def test_same_model_in_other_bytes_on_another_pool_is_identical(env: Env) -> Non
     data = env.diff(a, b)
     assert data["a"]["backend"] == "local" and data["b"]["backend"] == "slurm"
     assert {r["field"]: (r["a"], r["b"]) for r in data["differences"]} == {
-        "pool": ("local", "cluster"), "backend": ("local", "slurm"), "label.site": (None, "hpc")}
+        "pool": ("local", "cluster"),
+        "backend": ("local", "slurm"),
+        "label.site": (None, "hpc"),
+    }
     [model] = data["models"]
     assert model["file"] == "master: models/snapshot.pth"
     assert model["identical"] is True and model["tensors"] == 2 and model["same_bytes"] is False
@@ -115,8 +133,10 @@ def test_a_changed_set_value_and_changed_weights_show(env: Env) -> None:
     _snapshot(env.output(b), changed)
     data = env.diff(a, b)
     assert {r["field"]: (r["a"], r["b"]) for r in data["differences"]} == {
-        "set.batch_size": (32, 64), "set.image": ("ubuntu:24.04", "busybox"),
-        "image.master": ("ubuntu:24.04", "busybox")}
+        "set.batch_size": (32, 64),
+        "set.image": ("ubuntu:24.04", "busybox"),
+        "image.master": ("ubuntu:24.04", "busybox"),
+    }
     [model] = data["models"]
     assert model["identical"] is False and model["differing"] == ["layer.bias"]
     assert data["models_identical"] is False
@@ -127,8 +147,9 @@ def test_a_model_on_one_side_only_or_none_at_all(env: Env) -> None:
     assert env.diff(a, b)["models_identical"] is None  # nothing to compare
     _snapshot(env.output(a), WEIGHTS)
     data = env.diff(a, b)
-    assert data["models"] == [{"file": "master: models/snapshot.pth", "identical": False,
-                               "error": "only in a"}]
+    assert data["models"] == [
+        {"file": "master: models/snapshot.pth", "identical": False, "error": "only in a"}
+    ]
     assert data["models_identical"] is False
 
 

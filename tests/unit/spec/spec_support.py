@@ -64,5 +64,7 @@ def only_problem(text: str, **options: Any) -> SpecProblem:
 def osmo_pool(name: str = "osmo", per_platform: int = 2, **options: Any) -> Pool:
     """A pool like OSMO's test deployment: its four platforms, 8 GPUs, 64 CPUs, 512 GiB
     memory and 2 TiB storage per node."""
-    nodes = [NodeSpec(name=f"{p}-{i}", platform=p) for p in OSMO_PLATFORMS for i in range(per_platform)]
+    nodes = [
+        NodeSpec(name=f"{p}-{i}", platform=p) for p in OSMO_PLATFORMS for i in range(per_platform)
+    ]
     return Pool(name=name, nodes=nodes, options=options)

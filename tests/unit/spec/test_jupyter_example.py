@@ -10,8 +10,10 @@ from pathlib import Path
 from trainyard.spec.api import load
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "jupyter"
-OSMO_COMMAND = ("jupyter lab --no-browser --ip=0.0.0.0 --port=6060 "
-                "--NotebookApp.allow_remote_access=True --FileContentsManager.delete_to_trash=False")
+OSMO_COMMAND = (
+    "jupyter lab --no-browser --ip=0.0.0.0 --port=6060 "
+    "--NotebookApp.allow_remote_access=True --FileContentsManager.delete_to_trash=False"
+)
 
 
 def test_the_cookbook_spec_validates_with_osmos_shape() -> None:

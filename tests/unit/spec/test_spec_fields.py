@@ -30,20 +30,37 @@ def test_exit_code_ranges_cover_exactly_their_members(pairs: list[tuple[int, int
     assert fields.parse_exit_codes(text) == expected
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (15, {15}), ("0,1-10,16", {0, *range(1, 11), 16}), (" 3 , 5 - 6 ", {3, 5, 6}),
-    ([1, 2], {1, 2}), (frozenset({4}), {4}), ("255", {255}),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (15, {15}),
+        ("0,1-10,16", {0, *range(1, 11), 16}),
+        (" 3 , 5 - 6 ", {3, 5, 6}),
+        ([1, 2], {1, 2}),
+        (frozenset({4}), {4}),
+        ("255", {255}),
+    ],
+)
 def test_exit_codes_accept_ints_text_and_lists(value: object, expected: set[int]) -> None:
     assert fields.parse_exit_codes(value) == expected
 
 
-@pytest.mark.parametrize(("value", "reason"), [
-    ("256", "out of range"), (300, "out of range"), ("10-2", "reversed; write it as 2-10"),
-    ("1,,2", "invalid exit code ''"), ("a", "invalid exit code 'a'"), ("-1", "invalid exit code"),
-    (True, "expected exit codes"), (None, "expected exit codes"), (1.5, "expected exit codes"),
-    (["x"], "invalid exit code"), ("1-2-3", "invalid exit code"),
-])
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("256", "out of range"),
+        (300, "out of range"),
+        ("10-2", "reversed; write it as 2-10"),
+        ("1,,2", "invalid exit code ''"),
+        ("a", "invalid exit code 'a'"),
+        ("-1", "invalid exit code"),
+        (True, "expected exit codes"),
+        (None, "expected exit codes"),
+        (1.5, "expected exit codes"),
+        (["x"], "invalid exit code"),
+        ("1-2-3", "invalid exit code"),
+    ],
+)
 def test_bad_exit_codes_say_what_is_wrong(value: object, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         fields.parse_exit_codes(value)
@@ -59,7 +76,9 @@ def test_good_names(name: str) -> None:
     assert fields.check_name(name) == name
 
 
-@pytest.mark.parametrize("name", ["", "-a", "a-", "_a", "a b", "tâche", "a" * 64, "a.b", "a/b", "名前"])
+@pytest.mark.parametrize(
+    "name", ["", "-a", "a-", "_a", "a b", "tâche", "a" * 64, "a.b", "a/b", "名前"]
+)
 def test_bad_names_show_the_rule(name: str) -> None:
     with pytest.raises(ValueError, match="ASCII letters, digits"):
         fields.check_name(name)
@@ -70,7 +89,9 @@ def test_name_key_treats_case_and_dash_underscore_alike() -> None:
     assert fields.name_key("a") != fields.name_key("b")
 
 
-@pytest.mark.parametrize("key", ["team", "app.kubernetes.io/name", "example.com/a_b", "a" * 63, "x.y-z"])
+@pytest.mark.parametrize(
+    "key", ["team", "app.kubernetes.io/name", "example.com/a_b", "a" * 63, "x.y-z"]
+)
 def test_good_label_keys(key: str) -> None:
     assert fields.check_label_key(key) == key
 
@@ -81,11 +102,18 @@ def test_bad_label_keys(key: str) -> None:
         fields.check_label_key(key)
 
 
-@pytest.mark.parametrize(("value", "reason"), [
-    ({"nested": "value"}, "must be a string, got a dict"), (3, "must be a string, got a int"),
-    (True, "must be a string"), ("", "must be non-empty"), ("a b", "invalid label value"),
-    ("a" * 64, "invalid label value"), ("-x", "invalid label value"),
-])
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ({"nested": "value"}, "must be a string, got a dict"),
+        (3, "must be a string, got a int"),
+        (True, "must be a string"),
+        ("", "must be non-empty"),
+        ("a b", "invalid label value"),
+        ("a" * 64, "invalid label value"),
+        ("-x", "invalid label value"),
+    ],
+)
 def test_bad_label_values(value: object, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         fields.check_label_value(value)
@@ -100,18 +128,29 @@ def test_labels_are_limited_to_sixteen() -> None:
     assert fields.check_labels(None) == {}
 
 
-@pytest.mark.parametrize(("mount", "expected"), [
-    ("/dev/shm", ("/dev/shm", "/dev/shm")), ("/opt:/home/opt", ("/opt", "/home/opt")),
-    ("/a/../b/:/c//d", ("/b", "/c/d")), ("/with space:/x y", ("/with space", "/x y")),
-])
+@pytest.mark.parametrize(
+    ("mount", "expected"),
+    [
+        ("/dev/shm", ("/dev/shm", "/dev/shm")),
+        ("/opt:/home/opt", ("/opt", "/home/opt")),
+        ("/a/../b/:/c//d", ("/b", "/c/d")),
+        ("/with space:/x y", ("/with space", "/x y")),
+    ],
+)
 def test_mounts_split_into_source_and_destination(mount: str, expected: tuple[str, str]) -> None:
     assert fields.split_mount(mount) == expected
 
 
-@pytest.mark.parametrize(("mount", "reason"), [
-    ("/opt:/home/foo:/bad_mount", "more than one ':'"), ("opt", "absolute"),
-    ("/opt:home", "absolute"), ("", "absolute"), ("/opt:", "absolute"),
-])
+@pytest.mark.parametrize(
+    ("mount", "reason"),
+    [
+        ("/opt:/home/foo:/bad_mount", "more than one ':'"),
+        ("opt", "absolute"),
+        ("/opt:home", "absolute"),
+        ("", "absolute"),
+        ("/opt:", "absolute"),
+    ],
+)
 def test_bad_mounts(mount: str, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         fields.split_mount(mount)
@@ -150,12 +189,20 @@ def test_good_file_paths(path: str) -> None:
     assert fields.check_file_path(path) == path
 
 
-@pytest.mark.parametrize(("path", "reason"), [
-    ("tmp/run.sh", "must be absolute; write it as /tmp/run.sh"),
-    ("/trainyard/x", "reserves"), ("/trainyard", "reserves"), ("/tmp/../trainyard/x", "reserves"),
-    ("/dev/x", "inside /dev"), ("/proc/self/x", "inside /proc"), ("/sys/y", "inside /sys"),
-    ("/tmp/", "names a folder"), ("/", "names a folder"),
-])
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("tmp/run.sh", "must be absolute; write it as /tmp/run.sh"),
+        ("/trainyard/x", "reserves"),
+        ("/trainyard", "reserves"),
+        ("/tmp/../trainyard/x", "reserves"),
+        ("/dev/x", "inside /dev"),
+        ("/proc/self/x", "inside /proc"),
+        ("/sys/y", "inside /sys"),
+        ("/tmp/", "names a folder"),
+        ("/", "names a folder"),
+    ],
+)
 def test_bad_file_paths(path: str, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         fields.check_file_path(path)
@@ -163,19 +210,32 @@ def test_bad_file_paths(path: str, reason: str) -> None:
 
 # quantities and durations (trainyard.quantity)
 
+
 @given(st.integers(min_value=0, max_value=2**62))
 def test_byte_counts_in_exact_form_parse_back(count: int) -> None:
     text = format_bytes(count)
     if "." not in text:
         assert parse_quantity(text) == count
     else:
-        assert abs(parse_quantity(text) - count) / count <= Decimal("0.05")  # 0.1 of a unit, value >= 1 unit
+        assert abs(parse_quantity(text) - count) / count <= Decimal(
+            "0.05"
+        )  # 0.1 of a unit, value >= 1 unit
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("1Gi", 2**30), ("512Mi", 512 * 2**20), ("500m", Decimal("0.5")), ("2T", 2 * 10**12),
-    ("1e3", 1000), ("1.5Ki", 1536), (".5", Decimal("0.5")), (4, 4), (0.25, Decimal("0.25")),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1Gi", 2**30),
+        ("512Mi", 512 * 2**20),
+        ("500m", Decimal("0.5")),
+        ("2T", 2 * 10**12),
+        ("1e3", 1000),
+        ("1.5Ki", 1536),
+        (".5", Decimal("0.5")),
+        (4, 4),
+        (0.25, Decimal("0.25")),
+    ],
+)
 def test_quantities(text: object, value: object) -> None:
     assert parse_quantity(text) == value
 
@@ -191,8 +251,10 @@ def test_durations_round_trip(seconds: int) -> None:
     assert parse_duration_s(format_duration_s(seconds)) == seconds
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("5m", 300), ("8h", 28800), ("2d", 172800),
-                                               ("90", 90), (45, 45), ("1.5h", 5400)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30s", 30), ("5m", 300), ("8h", 28800), ("2d", 172800), ("90", 90), (45, 45), ("1.5h", 5400)],
+)
 def test_durations(text: object, seconds: float) -> None:
     assert parse_duration_s(text) == seconds
 

@@ -8,12 +8,12 @@ import copy
 
 import pytest
 import yaml
+from spec_support import strict_problems, workflow
 
 from trainyard import spec
 from trainyard.errors import NotFoundError
 from trainyard.spec.partial import lenient_view
 from trainyard.spec.problems import Layout
-from spec_support import strict_problems, workflow
 
 
 def _found(text: str, **options: object) -> dict[str, str]:
@@ -85,7 +85,10 @@ def test_a_task_that_is_not_a_mapping_may_be_what_its_group_names() -> None:
     """)
     found = _found(text)
     assert set(found) == {"workflow.groups[0].tasks[1]", "workflow.groups[1].tasks[0].command[2]"}
-    assert "{{host:server}}: no task named 'server'; group 'g2' has b" in found["workflow.groups[1].tasks[0].command[2]"]
+    assert (
+        "{{host:server}}: no task named 'server'; group 'g2' has b"
+        in found["workflow.groups[1].tasks[0].command[2]"]
+    )
 
 
 def test_repaired_inputs_turn_off_only_that_tasks_input_tokens() -> None:
@@ -164,22 +167,31 @@ def test_an_unknown_pool_with_field_errors_reports_the_field_errors() -> None:
     def lookup(name: str | None) -> object:
         raise NotFoundError(f"no pool {name}")
 
-    text = workflow("pool: nowhere\ntimeout: {queue_timeout: -1}\ntasks: [{name: a, command: [sh, -c, '{{host:x}}']}]\n")
-    assert set(_found(text, pool=lookup)) == {"workflow.timeout.queue_timeout", "workflow.tasks[0].command[2]"}
+    text = workflow(
+        "pool: nowhere\ntimeout: {queue_timeout: -1}\ntasks: [{name: a, command: [sh, -c, '{{host:x}}']}]\n"
+    )
+    assert set(_found(text, pool=lookup)) == {
+        "workflow.timeout.queue_timeout",
+        "workflow.tasks[0].command[2]",
+    }
     with pytest.raises(NotFoundError):
         spec.load(text.replace("-1", "5m"), pool=lookup)
 
 
 def test_the_parsed_spec_is_left_unchanged() -> None:
-    data = yaml.safe_load(workflow("""
+    data = yaml.safe_load(
+        workflow("""
         groups:
         - name: g
           tasks: [{name: a, lead: true, command: 5, args: [{x: 1}]}, 7]
-    """))
+    """)
+    )
     before = copy.deepcopy(data)
-    errors = [{"loc": ("workflow", "groups", 0, "tasks", 0, "command")},
-              {"loc": ("workflow", "groups", 0, "tasks", 0, "args", 0)},
-              {"loc": ("workflow", "groups", 0, "tasks", 1)}]
+    errors = [
+        {"loc": ("workflow", "groups", 0, "tasks", 0, "command")},
+        {"loc": ("workflow", "groups", 0, "tasks", 0, "args", 0)},
+        {"loc": ("workflow", "groups", 0, "tasks", 1)},
+    ]
     view = lenient_view(data, errors, Layout())  # type: ignore[arg-type]
     assert view is not None and data == before
     assert [t.name for t in view.doc.workflow.groups[0].tasks] == ["a", "<invalid name 1>"]

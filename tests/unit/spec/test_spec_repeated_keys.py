@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
+from spec_support import dedent
 
 from trainyard import spec
 from trainyard.errors import SpecError
 from trainyard.spec.yamlsource import parse_yaml
-from spec_support import dedent
 
 COOKBOOK = dedent("""
     workflow:
@@ -36,9 +37,18 @@ def test_the_cookbook_snippet_with_the_same_value_twice_runs_as_in_osmo() -> Non
     files = doc.workflow.groups[0].tasks[0].files
     assert [(f.path, f.contents) for f in files] == [("/tmp/entry.sh", "set -e\necho cloning")]
     (warning,) = doc.warnings
-    assert (warning.path, warning.line, warning.file) == ("workflow.tasks[0].files[0].path", 12, "gh.yaml")
-    assert "key 'path' is given twice in one mapping (lines 8 and 12) with the same value" in warning.message
-    assert str(warning.warning_text()).startswith("gh.yaml:12: warning: workflow.tasks[0].files[0].path: ")
+    assert (warning.path, warning.line, warning.file) == (
+        "workflow.tasks[0].files[0].path",
+        12,
+        "gh.yaml",
+    )
+    assert (
+        "key 'path' is given twice in one mapping (lines 8 and 12) with the same value"
+        in warning.message
+    )
+    assert str(warning.warning_text()).startswith(
+        "gh.yaml:12: warning: workflow.tasks[0].files[0].path: "
+    )
 
 
 def test_different_values_the_last_is_used_and_the_warning_names_it() -> None:
@@ -52,12 +62,15 @@ def test_different_values_the_last_is_used_and_the_warning_names_it() -> None:
     assert "the value of line 12 ('/tmp/other.sh') is used" in warning.message
 
 
-@pytest.mark.parametrize("text", [
-    COOKBOOK,
-    COOKBOOK.replace("      path: /tmp/entry.sh\n", "      path: /tmp/other.sh\n"),
-    "a: 1\nb: {x: [1, 2], x: [3]}\na: 2\nc: &k {y: 1, y: 2}\nd: *k\n",
-    "a: {b: 1, b: 1, b: 2}\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        COOKBOOK,
+        COOKBOOK.replace("      path: /tmp/entry.sh\n", "      path: /tmp/other.sh\n"),
+        "a: 1\nb: {x: [1, 2], x: [3]}\na: 2\nc: &k {y: 1, y: 2}\nd: *k\n",
+        "a: {b: 1, b: 1, b: 2}\n",
+    ],
+)
 def test_the_data_is_what_pyyaml_builds(text: str) -> None:
     """The last value wins exactly as in OSMO's loader (PyYAML's safe_load)."""
     assert parse_yaml(text).data == yaml.safe_load(text)
@@ -67,7 +80,10 @@ def test_three_times_and_nested_repeats_are_each_reported_once_in_line_order() -
     text = "a: {b: 1, b: 1, b: 2}\nc: &k {y: 1, y: 2}\nd: *k\ne: *k\n"
     repeated = parse_yaml(text).repeated
     assert [(r.loc, r.first_line, r.last_line, r.same_value) for r in repeated] == [
-        (("a", "b"), 1, 1, True), (("a", "b"), 1, 1, False), (("c", "y"), 2, 2, False)]
+        (("a", "b"), 1, 1, True),
+        (("a", "b"), 1, 1, False),
+        (("c", "y"), 2, 2, False),
+    ]
 
 
 def test_a_value_problem_under_a_repeated_key_points_at_the_used_line() -> None:
@@ -95,7 +111,10 @@ def test_keys_equal_across_types_collide_as_in_pyyaml() -> None:
     text = "a: {1: x, true: y, 1.0: z}\n"
     parsed = parse_yaml(text)
     assert parsed.data == yaml.safe_load(text) == {"a": {1: "z"}}
-    assert [(r.key, r.same_value, r.used) for r in parsed.repeated] == [("true", False, "y"), ("1.0", False, "z")]
+    assert [(r.key, r.same_value, r.used) for r in parsed.repeated] == [
+        ("true", False, "y"),
+        ("1.0", False, "z"),
+    ]
 
 
 _KEYS = st.sampled_from(["a", "b", "path", "1", "true"])
@@ -103,7 +122,9 @@ _VALUES = st.one_of(st.integers(-3, 3), st.sampled_from(["x", "'y'", "[1, 2]", "
 
 
 @given(st.lists(st.tuples(_KEYS, _VALUES), min_size=1, max_size=8))
-def test_any_repeats_build_what_pyyaml_builds_and_each_is_reported(pairs: list[tuple[str, object]]) -> None:
+def test_any_repeats_build_what_pyyaml_builds_and_each_is_reported(
+    pairs: list[tuple[str, object]],
+) -> None:
     text = "".join(f"{key}: {value}\n" for key, value in pairs)
     parsed = parse_yaml(text)
     assert parsed.data == yaml.safe_load(text)

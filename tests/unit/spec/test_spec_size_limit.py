@@ -31,12 +31,16 @@ def test_the_limit_is_4_mib() -> None:
     assert MAX_SPEC_BYTES == spec.MAX_SPEC_BYTES == 4 * 2**20
 
 
-def test_a_spec_at_the_limit_loads_one_byte_more_is_refused_naming_size_and_limit(tmp_path: Path) -> None:
+def test_a_spec_at_the_limit_loads_one_byte_more_is_refused_naming_size_and_limit(
+    tmp_path: Path,
+) -> None:
     assert spec.load(sized(MAX_SPEC_BYTES)).workflow.name == "big"
     message = refusal(spec.load, sized(MAX_SPEC_BYTES + 1))
-    assert message == ("spec: the spec is 4.0 MiB (4,194,305 bytes), over the limit of 4.0 MiB "
-                       "(4,194,304 bytes) of spec text; make it smaller (large data belongs in a "
-                       "dataset or a URL input)")
+    assert message == (
+        "spec: the spec is 4.0 MiB (4,194,305 bytes), over the limit of 4.0 MiB "
+        "(4,194,304 bytes) of spec text; make it smaller (large data belongs in a "
+        "dataset or a URL input)"
+    )
 
 
 def test_a_file_over_the_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
@@ -68,14 +72,20 @@ def test_the_rendered_text_is_checked_by_parse() -> None:
 
 def test_the_spec_with_its_localpath_files_is_checked_together() -> None:
     spec.check_source_size("a" * 1000, {"f": "b" * (MAX_SPEC_BYTES - 1000)})
-    message = refusal(spec.check_source_size, "a" * 1000, {"f": "b" * MAX_SPEC_BYTES}, file="s.yaml")
-    assert message.startswith("s.yaml: the spec with its localpath files is 4.0 MiB (4,195,304 bytes)")
+    message = refusal(
+        spec.check_source_size, "a" * 1000, {"f": "b" * MAX_SPEC_BYTES}, file="s.yaml"
+    )
+    assert message.startswith(
+        "s.yaml: the spec with its localpath files is 4.0 MiB (4,195,304 bytes)"
+    )
 
 
 def test_special_tokens_put_back_after_rendering_count_too() -> None:
-    template = ("workflow:\n  name: big\n  tasks:\n  - name: t\n    command: [echo]\n"
-                "    args: ['{% for i in range(n) %}{% for j in range(n) %}{{output}}{% endfor %}"
-                "{% endfor %}']\n")
+    template = (
+        "workflow:\n  name: big\n  tasks:\n  - name: t\n    command: [echo]\n"
+        "    args: ['{% for i in range(n) %}{% for j in range(n) %}{{output}}{% endfor %}"
+        "{% endfor %}']\n"
+    )
     assert spec.render(template, values={"n": 3}).count("{{output}}") == 9
     message = refusal(spec.render, template, values={"n": 1024})  # 3 MiB before, 10 MiB after
     assert "the rendered spec is 10.0 MiB" in message and "over the limit of 4.0 MiB" in message

@@ -8,11 +8,11 @@ starts, only if that task COMPLETED.
 from __future__ import annotations
 
 import pytest
+from spec_support import only_problem, workflow
 
 from trainyard import spec
 from trainyard.engine.plan import build_state, group_upstreams
 from trainyard.spec.fields import split_task_ref
-from spec_support import only_problem, workflow
 
 CONSUMER = workflow("""
     tasks:
@@ -37,18 +37,26 @@ def test_an_only_cross_workflow_input_leaves_the_group_free_to_start() -> None:
     assert group_upstreams(doc.workflow) == {"r": frozenset()}
 
 
-@pytest.mark.parametrize(("ref", "reason"), [
-    (":make", "has an empty or invalid workflow id ''"),
-    ("producer-1:", "has an empty or invalid task name ''"),
-    ("a:b:c", "has more than one ':'"),
-    ("pro ducer-1:make", "has an empty or invalid workflow id 'pro ducer-1'"),
-    ("-producer:make", "has an empty or invalid workflow id '-producer'"),
-    ("producer-1:ma ke", "has an empty or invalid task name 'ma ke'"),
-])
+@pytest.mark.parametrize(
+    ("ref", "reason"),
+    [
+        (":make", "has an empty or invalid workflow id ''"),
+        ("producer-1:", "has an empty or invalid task name ''"),
+        ("a:b:c", "has more than one ':'"),
+        ("pro ducer-1:make", "has an empty or invalid workflow id 'pro ducer-1'"),
+        ("-producer:make", "has an empty or invalid workflow id '-producer'"),
+        ("producer-1:ma ke", "has an empty or invalid task name 'ma ke'"),
+    ],
+)
 def test_a_malformed_cross_workflow_input_is_refused(ref: str, reason: str) -> None:
-    problem = only_problem(workflow(f"tasks: [{{name: r, command: [x], inputs: [{{task: '{ref}'}}]}}]\n"))
+    problem = only_problem(
+        workflow(f"tasks: [{{name: r, command: [x], inputs: [{{task: '{ref}'}}]}}]\n")
+    )
     assert problem.path == "workflow.tasks[0].inputs[0].task"
-    assert reason in problem.message and "use WORKFLOW_ID:TASK such as producer-1:make" in problem.message
+    assert (
+        reason in problem.message
+        and "use WORKFLOW_ID:TASK such as producer-1:make" in problem.message
+    )
     assert problem.line == 3
 
 

@@ -11,10 +11,10 @@ import threading
 import time
 
 import pytest
+from spec_support import dedent
 
 from trainyard.errors import SpecError
 from trainyard.spec import DEFAULT_LIMITS, RenderLimits, extract_default_values, render
-from spec_support import dedent
 
 
 def render_error(text: str, **options: object) -> str:
@@ -53,10 +53,21 @@ def test_rendered_text_keeps_the_default_values_section_and_trailing_newline() -
     assert "default-values:\n  name: from-defaults" in out
 
 
-@pytest.mark.parametrize("token", [
-    "{{output}}", "{{ output }}", "{{input:0}}", "{{ input:12 }}", "{{input:task-a}}",
-    "{{workflow_id}}", "{{ workflow_id }}", "{{host:master}}", "{{ host:worker_1 }}", "{{  host:x  }}",
-])
+@pytest.mark.parametrize(
+    "token",
+    [
+        "{{output}}",
+        "{{ output }}",
+        "{{input:0}}",
+        "{{ input:12 }}",
+        "{{input:task-a}}",
+        "{{workflow_id}}",
+        "{{ workflow_id }}",
+        "{{host:master}}",
+        "{{ host:worker_1 }}",
+        "{{  host:x  }}",
+    ],
+)
 def test_special_tokens_pass_through_untouched(token: str) -> None:
     text = f"a: \"{token}/x {{{{ v }}}} {token}\"\n"
     assert render(text, values={"v": "V"}) == f"a: \"{token}/x V {token}\"\n"
@@ -73,7 +84,10 @@ def test_tokens_inside_loops_conditions_and_raw_blocks_survive() -> None:
         {% endfor %}{% if true %}{{output}}{% endif %}
         {% raw %}{{output}} {{ not_a_var }}{% endraw %}
     """)
-    assert render(text) == "- {{host:master}} 0\n- {{host:master}} 1\n{{output}}\n{{output}} {{ not_a_var }}\n"
+    assert (
+        render(text)
+        == "- {{host:master}} 0\n- {{host:master}} 1\n{{output}}\n{{output}} {{ not_a_var }}\n"
+    )
 
 
 def test_host_tokens_assembled_by_the_template_come_out_whole() -> None:
@@ -83,8 +97,10 @@ def test_host_tokens_assembled_by_the_template_come_out_whole() -> None:
 
 def test_unset_variable_is_named_with_its_line_and_how_to_set_it() -> None:
     message = render_error("a: 1\nb: {{ storage_url }}/x\n", file="spec.yaml")
-    assert message == ("spec.yaml:2: template variable 'storage_url' is not set; set it with "
-                       "--set storage_url=VALUE or add it under default-values")
+    assert message == (
+        "spec.yaml:2: template variable 'storage_url' is not set; set it with "
+        "--set storage_url=VALUE or add it under default-values"
+    )
 
 
 def test_undefined_attribute_is_reported() -> None:
@@ -98,8 +114,10 @@ def test_syntax_error_has_its_line() -> None:
     assert message.endswith("; fix the Jinja syntax")
 
 
-@pytest.mark.parametrize("expr", ["''.__class__", "().__class__.__bases__", "cycler.__init__.__globals__",
-                                  "self.__init__"])
+@pytest.mark.parametrize(
+    "expr",
+    ["''.__class__", "().__class__.__bases__", "cycler.__init__.__globals__", "self.__init__"],
+)
 def test_sandbox_refuses_python_internals(expr: str) -> None:
     message = render_error(f"a: {{{{ {expr} }}}}\n")
     assert "breaks the sandbox" in message or "undefined value" in message
@@ -118,11 +136,14 @@ def test_a_cpu_bomb_is_stopped_at_the_time_limit_and_the_caller_goes_on() -> Non
     assert render("a: {{ 1 + 1 }}\n") == "a: 2\n"
 
 
-@pytest.mark.parametrize("bomb", [
-    "{{ 'a' * 1000000000 }}",
-    "{% set ns = namespace(x='ab') %}{% for i in range(60) %}{% set ns.x = ns.x + ns.x %}{% endfor %}{{ ns.x|length }}",
-    "{{ range(100000)|list * 2000 }}",
-])
+@pytest.mark.parametrize(
+    "bomb",
+    [
+        "{{ 'a' * 1000000000 }}",
+        "{% set ns = namespace(x='ab') %}{% for i in range(60) %}{% set ns.x = ns.x + ns.x %}{% endfor %}{{ ns.x|length }}",
+        "{{ range(100000)|list * 2000 }}",
+    ],
+)
 def test_a_memory_bomb_is_stopped_at_the_memory_limit(bomb: str) -> None:
     message = render_error(bomb, limits=RenderLimits(time_s=5, memory_bytes=64 * 2**20))
     assert "ran past its memory limit of 64 MiB" in message
@@ -156,8 +177,11 @@ def test_too_many_nested_loops_are_refused_clearly() -> None:
 
 def test_unicode_and_huge_values_render_intact() -> None:
     big = "x" * 2_000_000
-    out = render("a: '{{ v }}'\nb: {{ w }}\n", values={"v": "naïve 🚂 ✓", "w": big},
-                 limits=RenderLimits(time_s=10))
+    out = render(
+        "a: '{{ v }}'\nb: {{ w }}\n",
+        values={"v": "naïve 🚂 ✓", "w": big},
+        limits=RenderLimits(time_s=10),
+    )
     assert out == f"a: 'naïve 🚂 ✓'\nb: {big}\n"
 
 
@@ -187,10 +211,16 @@ def test_default_values_section_ends_at_the_next_top_level_key() -> None:
     assert extract_default_values(text) == {"a": 1}
 
 
-@pytest.mark.parametrize(("text", "reason"), [
-    ("a: 1\ndefault-values:\n  x: {% if y %}1{% endif %}\n", "default-values must be plain YAML"),
-    ("default-values: [1, 2]\n", "must be a mapping"),
-])
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (
+            "a: 1\ndefault-values:\n  x: {% if y %}1{% endif %}\n",
+            "default-values must be plain YAML",
+        ),
+        ("default-values: [1, 2]\n", "must be a mapping"),
+    ],
+)
 def test_bad_default_values_are_refused_with_their_line(text: str, reason: str) -> None:
     message = render_error(text, file="s.yaml")
     assert reason in message
@@ -206,7 +236,10 @@ def test_text_without_template_syntax_is_returned_as_is() -> None:
 def test_a_long_template_gets_time_and_memory_for_its_length() -> None:
     limits = RenderLimits(time_s=0.5, memory_bytes=100 * 2**20)
     grown = limits.for_template(8 * 2**20, 1000)
-    assert (grown.time_s, grown.memory_bytes) == (5.0, 100 * 2**20 + 16 * 8 * 2**20 + 1000 * 16 * 1024)
+    assert (grown.time_s, grown.memory_bytes) == (
+        5.0,
+        100 * 2**20 + 16 * 8 * 2**20 + 1000 * 16 * 1024,
+    )
     assert grown.for_template(2**20, 10) == grown
     # ~11 KiB per tag to compile: 8000 tags need ~85 MiB, far above a 10 MiB base bound.
     # (A filter, so that Jinja renders it: plain ``{{ image }}`` tags need no Jinja.)
@@ -227,13 +260,18 @@ def test_without_the_allowance_a_long_template_hits_the_memory_bound() -> None:
         except SpecError as exc:
             print(exc)
     """)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
     assert "ran past its memory limit of 10 MiB" in result.stdout, result.stderr
 
 
 def test_multi_line_jinja_messages_become_one_line() -> None:
     message = render_error("{% for x in y %}\nabc\n")
-    assert "\n" not in message and "Jinja was looking for the following tags: 'endfor' or 'else'" in message
+    assert (
+        "\n" not in message
+        and "Jinja was looking for the following tags: 'endfor' or 'else'" in message
+    )
     assert ".;" not in message
 
 
@@ -243,8 +281,10 @@ def test_rendering_works_from_several_threads_at_once() -> None:
     def work(i: int) -> None:
         results.append(render("a: {{ v }}\n", values={"v": i}))
         try:
-            render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
-                   limits=RenderLimits(time_s=0.2))
+            render(
+                "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+                limits=RenderLimits(time_s=0.2),
+            )
         except SpecError as exc:
             results.append(str(exc))
 

@@ -12,9 +12,14 @@ def test_find_tokens_reports_kind_argument_position_and_text() -> None:
     text = "cp {{input:0}}/a {{ output }}/b; ping {{host:Master}} {{workflow_id}} {{input:prep}}"
     found = list(find_tokens(text))
     assert [(t.kind, t.arg) for t in found] == [
-        ("input", "0"), ("output", ""), ("host", "Master"), ("workflow_id", ""), ("input", "prep")]
+        ("input", "0"),
+        ("output", ""),
+        ("host", "Master"),
+        ("workflow_id", ""),
+        ("input", "prep"),
+    ]
     assert found[1].text == "{{ output }}"
-    assert text[found[2].start:].startswith("{{host:Master}}")
+    assert text[found[2].start :].startswith("{{host:Master}}")
 
 
 def test_things_that_are_not_tokens_are_not_found() -> None:
@@ -43,7 +48,10 @@ def test_text_without_tokens_is_returned_as_is() -> None:
     assert substitute_tokens(text, {"output": "/o"}) is text
 
 
-@given(st.text(alphabet=st.characters(blacklist_characters="{}"), max_size=40), st.text(min_size=1, max_size=20))
+@given(
+    st.text(alphabet=st.characters(blacklist_characters="{}"), max_size=40),
+    st.text(min_size=1, max_size=20),
+)
 def test_substitution_is_idempotent_once_values_are_plain(prefix: str, value: str) -> None:
     value = value.replace("{", "(").replace("}", ")")
     once = substitute_tokens(prefix + "{{output}}" + prefix, {"output": value})
@@ -52,10 +60,21 @@ def test_substitution_is_idempotent_once_values_are_plain(prefix: str, value: st
 
 
 def test_token_values_maps_indexes_task_names_hosts_and_ids() -> None:
-    values = token_values(["prep", None], input_dirs=["/in/0", "/in/1"], output_dir="/out",
-                          workflow_id="wf-7", hosts={"master": "10.0.0.1"})
-    assert values == {"input:0": "/in/0", "input:1": "/in/1", "input:prep": "/in/0",
-                      "output": "/out", "workflow_id": "wf-7", "host:master": "10.0.0.1"}
+    values = token_values(
+        ["prep", None],
+        input_dirs=["/in/0", "/in/1"],
+        output_dir="/out",
+        workflow_id="wf-7",
+        hosts={"master": "10.0.0.1"},
+    )
+    assert values == {
+        "input:0": "/in/0",
+        "input:1": "/in/1",
+        "input:prep": "/in/0",
+        "output": "/out",
+        "workflow_id": "wf-7",
+        "host:master": "10.0.0.1",
+    }
     text = "{{input:prep}} {{input:1}} {{output}} {{workflow_id}} {{host:master}}"
     assert substitute_tokens(text, values) == "/in/0 /in/1 /out wf-7 10.0.0.1"
 

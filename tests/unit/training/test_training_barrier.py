@@ -10,7 +10,13 @@ import time
 import pytest
 from training_support import free_port
 
-from trainyard.training.barrier import EXIT_FAILED, EXIT_TIMEOUT, EXIT_USAGE, join_barrier, run_barrier
+from trainyard.training.barrier import (
+    EXIT_FAILED,
+    EXIT_TIMEOUT,
+    EXIT_USAGE,
+    join_barrier,
+    run_barrier,
+)
 from trainyard.training.errors import BarrierFailed, BarrierTimeout
 
 
@@ -39,7 +45,11 @@ def _start(*ranks: Rank, pause_s: float = 0.0) -> None:
 
 def test_ranks_are_held_until_the_last_arrives_then_released_together() -> None:
     port = free_port()
-    early = [Rank(4, 1, port), Rank(4, 0, port), Rank(4, 3, port)]  # a worker may start before rank 0
+    early = [
+        Rank(4, 1, port),
+        Rank(4, 0, port),
+        Rank(4, 3, port),
+    ]  # a worker may start before rank 0
     _start(*early, pause_s=0.2)
     time.sleep(1.0)
     assert all(r.is_alive() for r in early), "nobody may pass before rank 2 arrives"
@@ -73,17 +83,22 @@ def test_a_rank_outside_the_range_fails_everyone() -> None:
     server, good = Rank(3, 0, port), Rank(3, 1, port)
     _start(server, good, pause_s=0.2)
     with pytest.raises(BarrierFailed, match=r"rank 5 connected, outside of the range \[1, 2\]"):
-        join_barrier(5, "127.0.0.1", port, 10.0, log=lambda _m: None)  # e.g. a task told --num_nodes 6
+        join_barrier(
+            5, "127.0.0.1", port, 10.0, log=lambda _m: None
+        )  # e.g. a task told --num_nodes 6
     server.join(10), good.join(10)
     assert isinstance(server.error, BarrierFailed) and isinstance(good.error, BarrierFailed)
 
 
-@pytest.mark.parametrize("num_nodes, rank, connect, message", [
-    (3, 3, "h", r"--rank 3 is out of range: it must lie in \[0, 2\]"),
-    (3, -1, "h", "out of range"),
-    (3, 1, None, "needs --connect"),
-    (0, 0, None, "--num_nodes must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "num_nodes, rank, connect, message",
+    [
+        (3, 3, "h", r"--rank 3 is out of range: it must lie in \[0, 2\]"),
+        (3, -1, "h", "out of range"),
+        (3, 1, None, "needs --connect"),
+        (0, 0, None, "--num_nodes must be at least 1"),
+    ],
+)
 def test_bad_arguments_are_refused_before_any_network(num_nodes, rank, connect, message) -> None:
     with pytest.raises(ValueError, match=message):
         run_barrier(num_nodes, rank, connect, 1, 1.0)
@@ -117,14 +132,20 @@ def test_a_worker_that_leaves_may_come_back() -> None:
 
 
 def _cli(*args: str, timeout: float = 30) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "trainyard.training.barrier", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainyard.training.barrier", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_the_command_line_tool_releases_and_reports_exit_codes() -> None:
     port = str(free_port())
-    procs = [_cli("--num_nodes", "3", "--rank", str(r), "--connect", "127.0.0.1", "--port", port)
-             for r in (1, 0, 2)]
+    procs = [
+        _cli("--num_nodes", "3", "--rank", str(r), "--connect", "127.0.0.1", "--port", port)
+        for r in (1, 0, 2)
+    ]
     outs = [p.communicate(timeout=30) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outs
     assert all("all 3 ranks arrived, released" in out for out, _ in outs)

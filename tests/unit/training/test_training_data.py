@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 from training_support import metrics, run_trainer, write_cifar10, write_mnist
 
-from trainyard.training.data import load_cifar10, load_dataset, load_digits, load_mnist, read_idx, write_idx
+from trainyard.training.data import (
+    load_cifar10,
+    load_dataset,
+    load_digits,
+    load_mnist,
+    read_idx,
+    write_idx,
+)
 from trainyard.training.errors import DatasetError
 
 
@@ -23,7 +30,9 @@ def _unstandardise(splits, raw_train: np.ndarray, scale: float) -> tuple[float, 
 def test_digits_has_a_fixed_split_of_1437_and_360() -> None:
     first, second = load_digits(), load_digits()
     assert first.train_x.shape == (1437, 1, 8, 8) and first.val_x.shape == (360, 1, 8, 8)
-    assert np.array_equal(first.val_y, second.val_y) and np.array_equal(first.train_x, second.train_x)
+    assert np.array_equal(first.val_y, second.val_y) and np.array_equal(
+        first.train_x, second.train_x
+    )
     assert set(np.unique(first.val_y)) == set(range(10)) == set(np.unique(first.train_y))
     assert first.train_x.dtype == np.float32 and first.train_y.dtype == np.int64
     assert abs(first.train_x.mean()) < 1e-5 and abs(first.train_x.std() - 1) < 1e-4
@@ -35,7 +44,9 @@ def test_digits_are_scikit_learns_digits() -> None:
     bunch, ours = sk_digits(), load_digits()
     order = np.random.RandomState(0).permutation(len(bunch.target))
     train, val = order[360:], order[:360]
-    assert np.array_equal(ours.val_y, bunch.target[val]) and np.array_equal(ours.train_y, bunch.target[train])
+    assert np.array_equal(ours.val_y, bunch.target[val]) and np.array_equal(
+        ours.train_y, bunch.target[train]
+    )
     mean, std = _unstandardise(ours, bunch.images[train], 16.0)
     assert np.allclose((ours.val_x[:, 0] * std + mean) * 16.0, bunch.images[val], atol=1e-4)
 
@@ -68,7 +79,9 @@ def test_mnist_errors_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="train-images-idx3-ubyte"):
         load_mnist(tmp_path)
     write_mnist(tmp_path, n_train=10, n_val=10)
-    (tmp_path / "train-labels-idx1-ubyte").write_bytes(b"\x00\x00\x08\x01\x00\x00\x00\x0b" + bytes(11))
+    (tmp_path / "train-labels-idx1-ubyte").write_bytes(
+        b"\x00\x00\x08\x01\x00\x00\x00\x0b" + bytes(11)
+    )
     with pytest.raises(DatasetError, match="do not match"):
         load_mnist(tmp_path)
     (tmp_path / "t10k-images-idx3-ubyte").write_bytes(b"PK\x03\x04junk")
@@ -89,7 +102,9 @@ def test_cifar10_from_python_batches(tmp_path: Path, nested: bool) -> None:
     splits = load_cifar10(tmp_path)
     assert splits.train_x.shape == (30, 3, 32, 32) and splits.val_x.shape == (7, 3, 32, 32)
     train_raw = np.concatenate([batches[f"data_batch_{i}"][b"data"] for i in range(1, 6)])
-    assert splits.train_y.tolist() == sum((batches[f"data_batch_{i}"][b"labels"] for i in range(1, 6)), [])
+    assert splits.train_y.tolist() == sum(
+        (batches[f"data_batch_{i}"][b"labels"] for i in range(1, 6)), []
+    )
     mean, std = _unstandardise(splits, train_raw, 255.0)
     test = batches["test_batch"][b"data"]
     restored = (splits.val_x * std + mean) * 255.0
@@ -134,13 +149,34 @@ def test_load_dataset_checks_its_arguments(tmp_path: Path) -> None:
 def test_the_trainer_runs_on_generated_files(tmp_path: Path, dataset: str, model: str) -> None:
     data = tmp_path / "data"
     write_mnist(data, n_train=48, n_val=16) if dataset == "mnist" else write_cifar10(data)
-    code, out = run_trainer("--dataset", dataset, "--data-dir", str(data), "--model", model,
-                            "--total_epochs", "1", "--batch_size", "8", "--snapshot_path", str(tmp_path / "s.pth"))
+    code, out = run_trainer(
+        "--dataset",
+        dataset,
+        "--data-dir",
+        str(data),
+        "--model",
+        model,
+        "--total_epochs",
+        "1",
+        "--batch_size",
+        "8",
+        "--snapshot_path",
+        str(tmp_path / "s.pth"),
+    )
     assert code == 0 and "Epoch 1/1 completed" in out
     start = metrics(tmp_path)[0]
-    assert start["dataset"] == dataset and start["train_images"] == (48 if dataset == "mnist" else 40)
+    assert start["dataset"] == dataset and start["train_images"] == (
+        48 if dataset == "mnist" else 40
+    )
 
 
 def test_a_missing_dataset_exits_2(tmp_path: Path, capsys) -> None:
-    code, _ = run_trainer("--dataset", "mnist", "--data-dir", str(tmp_path), "--snapshot_path", str(tmp_path / "s.pth"))
+    code, _ = run_trainer(
+        "--dataset",
+        "mnist",
+        "--data-dir",
+        str(tmp_path),
+        "--snapshot_path",
+        str(tmp_path / "s.pth"),
+    )
     assert code == 2 and "train-images-idx3-ubyte" in capsys.readouterr().err

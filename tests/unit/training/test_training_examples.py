@@ -29,7 +29,13 @@ def _scripts(doc) -> dict[str, str]:
 
 def test_every_example_has_a_spec_and_a_readme() -> None:
     folders = {p.parent.name for p in SPECS}
-    assert folders == {"torchrun_multinode", "torchrun_elastic", "torchrun_reschedule", "pytorch_dist", "heterogeneous"}
+    assert folders == {
+        "torchrun_multinode",
+        "torchrun_elastic",
+        "torchrun_reschedule",
+        "pytorch_dist",
+        "heterogeneous",
+    }
     for folder in folders:
         assert len((EXAMPLES / folder / "README.md").read_text().split()) > 60
 
@@ -49,8 +55,10 @@ def test_defaults_validate_and_fit_a_64_cpu_512_gib_node(spec: Path) -> None:
 
 @pytest.mark.parametrize("n_nodes, n_gpus", [(2, 2), (4, 2), (3, 8)])
 def test_template_scales_to_n_nodes(n_nodes: int, n_gpus: int) -> None:
-    doc = load(EXAMPLES / "torchrun_multinode" / "train_template.yaml",
-               set_values={"n_nodes": n_nodes, "n_gpus_per_node": n_gpus})
+    doc = load(
+        EXAMPLES / "torchrun_multinode" / "train_template.yaml",
+        set_values={"n_nodes": n_nodes, "n_gpus_per_node": n_gpus},
+    )
     scripts = _scripts(doc)
     assert list(scripts) == ["master"] + [f"worker_{i}" for i in range(1, n_nodes)]
     for rank, script in enumerate(scripts.values()):
@@ -61,10 +69,15 @@ def test_template_scales_to_n_nodes(n_nodes: int, n_gpus: int) -> None:
 
 
 def test_template_barrier_is_optional_and_ranked_like_torchrun() -> None:
-    doc = load(EXAMPLES / "torchrun_multinode" / "train_template.yaml", set_values={"use_barrier": True, "n_nodes": 3})
+    doc = load(
+        EXAMPLES / "torchrun_multinode" / "train_template.yaml",
+        set_values={"use_barrier": True, "n_nodes": 3},
+    )
     for rank, script in enumerate(_scripts(doc).values()):
-        barrier = script.index("python -m trainyard.training.barrier --num_nodes 3 --connect {{host:master}} "
-                               f"--rank {rank}")
+        barrier = script.index(
+            "python -m trainyard.training.barrier --num_nodes 3 --connect {{host:master}} "
+            f"--rank {rank}"
+        )
         assert barrier < script.index("torchrun")
 
 
@@ -78,10 +91,19 @@ def test_two_node_spec_is_osmos_master_and_worker() -> None:
 
 def test_elastic_uses_a_c10d_rendezvous_on_the_master() -> None:
     script = _scripts(load(EXAMPLES / "torchrun_elastic" / "train.yaml"))["worker_1"]
-    for part in ("--nnodes 1:2", "--max_restarts 3", "--rdzv_id {{workflow_id}}", "--rdzv_backend c10d",
-                 "--rdzv_endpoint {{host:master}}:29400", "--rdzv_conf is_host=0,"):
+    for part in (
+        "--nnodes 1:2",
+        "--max_restarts 3",
+        "--rdzv_id {{workflow_id}}",
+        "--rdzv_backend c10d",
+        "--rdzv_endpoint {{host:master}}:29400",
+        "--rdzv_conf is_host=0,",
+    ):
         assert part in script
-    assert "--rdzv_conf is_host=1," in _scripts(load(EXAMPLES / "torchrun_elastic" / "train.yaml"))["master"]
+    assert (
+        "--rdzv_conf is_host=1,"
+        in _scripts(load(EXAMPLES / "torchrun_elastic" / "train.yaml"))["master"]
+    )
 
 
 def test_reschedule_has_no_default_upload_location() -> None:
@@ -92,7 +114,9 @@ def test_reschedule_has_no_default_upload_location() -> None:
 
 
 def test_reschedule_maps_the_code_and_injects_one_failure() -> None:
-    doc = load(EXAMPLES / "torchrun_reschedule" / "train.yaml", set_values=REQUIRED["torchrun_reschedule"])
+    doc = load(
+        EXAMPLES / "torchrun_reschedule" / "train.yaml", set_values=REQUIRED["torchrun_reschedule"]
+    )
     group = doc.workflow.groups[0]
     assert group.ignore_nonlead_status is False
     assert all(t.action_for(3).value == "RESCHEDULE" for t in group.tasks)
@@ -103,16 +127,27 @@ def test_reschedule_maps_the_code_and_injects_one_failure() -> None:
     assert "--error_log /tmp/training_errors.log --fail-at-epoch 5" in script
     assert "--snapshot_path /tmp/models/snapshot.pth --metrics-dir {{output}}/models" in script
     assert not re.search(r"^set -\w*e", script, re.M) and "exit 3" in script
-    off = _scripts(load(EXAMPLES / "torchrun_reschedule" / "train.yaml",
-                        set_values={**REQUIRED["torchrun_reschedule"], "fail_at_epoch": 0}))
+    off = _scripts(
+        load(
+            EXAMPLES / "torchrun_reschedule" / "train.yaml",
+            set_values={**REQUIRED["torchrun_reschedule"], "fail_at_epoch": 0},
+        )
+    )
     assert "--fail-at-epoch" not in off["master"]
 
 
 def test_pytorch_dist_gives_each_node_its_ranks() -> None:
-    doc = load(EXAMPLES / "pytorch_dist" / "train.yaml", set_values={"n_nodes": 3, "n_gpus_per_node": 4})
-    offsets = [int(re.search(r"--offset (\d+) --size 4", s).group(1)) for s in _scripts(doc).values()]
+    doc = load(
+        EXAMPLES / "pytorch_dist" / "train.yaml", set_values={"n_nodes": 3, "n_gpus_per_node": 4}
+    )
+    offsets = [
+        int(re.search(r"--offset (\d+) --size 4", s).group(1)) for s in _scripts(doc).values()
+    ]
     assert offsets == [0, 4, 8]
-    assert all("--world_size 12" in s and "--master_addr {{host:master}}" in s for s in _scripts(doc).values())
+    assert all(
+        "--world_size 12" in s and "--master_addr {{host:master}}" in s
+        for s in _scripts(doc).values()
+    )
 
 
 def test_heterogeneous_nodes_have_2_and_1_processes() -> None:

@@ -38,14 +38,18 @@ def test_summary_block_on_gpus_matches_the_seed() -> None:
 
 def test_summary_on_cpus_counts_processes_and_lists_uneven_nodes() -> None:
     lines = summary_lines(1.0, 2.0, [2, 1], "process")
-    assert lines[4:7] == ["Number of nodes: 2", "Number of processes per node: 2, 1", "Total processes used: 3"]
+    assert lines[4:7] == [
+        "Number of nodes: 2",
+        "Number of processes per node: 2, 1",
+        "Total processes used: 3",
+    ]
 
 
 def test_a_run_prints_three_seed_lines_per_epoch_and_the_summary(tmp_path: Path) -> None:
     code, out = run_trainer("--total_epochs", "3", "--snapshot_path", str(tmp_path / "s.pth"))
     assert code == 0
     lines = out.splitlines()
-    body, summary = lines[: lines.index("")], lines[lines.index(""):]
+    body, summary = lines[: lines.index("")], lines[lines.index("") :]
     assert len(body) == 9
     for i in range(3):
         match = EPOCH.match(body[3 * i])
@@ -55,7 +59,11 @@ def test_a_run_prints_three_seed_lines_per_epoch_and_the_summary(tmp_path: Path)
     assert summary[1] == "Training Summary:" and summary[-1] == "Training completed successfully."
     assert re.match(r"^Total training time: \d+\.\d{3} seconds$", summary[2])
     assert re.match(r"^Throughput: \d+\.\d{3} images/second$", summary[3])
-    assert summary[4:7] == ["Number of nodes: 1", "Number of processes per node: 1", "Total processes used: 1"]
+    assert summary[4:7] == [
+        "Number of nodes: 1",
+        "Number of processes per node: 1",
+        "Total processes used: 1",
+    ]
 
 
 def test_metrics_carry_the_printed_figures(tmp_path: Path) -> None:
@@ -63,13 +71,20 @@ def test_metrics_carry_the_printed_figures(tmp_path: Path) -> None:
     records = metrics(tmp_path)
     assert [r["event"] for r in records] == ["start", "epoch", "epoch", "summary"]
     epoch = records[2]
-    assert f"Validation Loss: {epoch['val_loss']:.4f}, Validation Accuracy: {epoch['val_accuracy']:.4f}" in out
+    assert (
+        f"Validation Loss: {epoch['val_loss']:.4f}, Validation Accuracy: {epoch['val_accuracy']:.4f}"
+        in out
+    )
     assert f"Epoch 2/2 completed in {epoch['epoch_time_s']:.3f} seconds" in out
     assert epoch["images"] == 1437 and epoch["snapshot_saved"] is True
     assert abs(epoch["throughput_images_per_s"] - epoch["images"] / epoch["epoch_time_s"]) < 1e-6
     summary = records[-1]
     assert f"Throughput: {summary['throughput_images_per_s']:.3f} images/second" in out
-    assert summary["images"] == 2 * 1437 and summary["nodes"] == 1 and summary["workers_per_node"] == [1]
+    assert (
+        summary["images"] == 2 * 1437
+        and summary["nodes"] == 1
+        and summary["workers_per_node"] == [1]
+    )
     assert summary["final_val_accuracy"] == epoch["val_accuracy"]
 
 

@@ -72,8 +72,13 @@ def test_the_snapshot_records_what_reproducing_it_needs(tmp_path: Path) -> None:
     state = load_snapshot(_train(tmp_path, "--seed", "7"))
     assert state is not None
     assert state["reproducibility"] == {
-        "seed": 7, "world_size": 1, "torch_version": torch.__version__, "deterministic": False,
-        "backend": "gloo", "device_type": "cpu"}
+        "seed": 7,
+        "world_size": 1,
+        "torch_version": torch.__version__,
+        "deterministic": False,
+        "backend": "gloo",
+        "device_type": "cpu",
+    }
 
 
 def test_metrics_record_seed_world_size_torch_version_and_mode(tmp_path: Path) -> None:
@@ -81,12 +86,17 @@ def test_metrics_record_seed_world_size_torch_version_and_mode(tmp_path: Path) -
     records = {r["event"]: r for r in metrics(tmp_path)}
     for event in ("start", "summary"):
         row = records[event]
-        assert (row["seed"], row["world_size"], row["torch_version"], row["deterministic"]) == \
-            (3, 1, torch.__version__, False), row
+        assert (row["seed"], row["world_size"], row["torch_version"], row["deterministic"]) == (
+            3,
+            1,
+            torch.__version__,
+            False,
+        ), row
 
 
-def test_deterministic_mode_is_switched_on_and_recorded(tmp_path: Path, torch_determinism: None,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_deterministic_mode_is_switched_on_and_recorded(
+    tmp_path: Path, torch_determinism: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     plain = _train(tmp_path / "plain")
     assert not torch.are_deterministic_algorithms_enabled()
@@ -96,14 +106,19 @@ def test_deterministic_mode_is_switched_on_and_recorded(tmp_path: Path, torch_de
     assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
     state = load_snapshot(strict)
     assert state is not None and state["reproducibility"]["deterministic"] is True
-    assert [r["deterministic"] for r in metrics(tmp_path / "strict")
-            if r["event"] in ("start", "summary")] == [True, True]
+    assert [
+        r["deterministic"]
+        for r in metrics(tmp_path / "strict")
+        if r["event"] in ("start", "summary")
+    ] == [True, True]
     # On CPUs the kernels were deterministic already: the same weights, only the record differs.
     assert _same_tensors(load_weights(plain), load_weights(strict))
     assert _sha256(plain) != _sha256(strict)
 
 
-def test_enable_deterministic_keeps_a_workspace_setting_of_the_user(torch_determinism: None) -> None:
+def test_enable_deterministic_keeps_a_workspace_setting_of_the_user(
+    torch_determinism: None,
+) -> None:
     environ = {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}
     enable_deterministic(environ)
     assert environ == {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}
@@ -111,8 +126,13 @@ def test_enable_deterministic_keeps_a_workspace_setting_of_the_user(torch_determ
 
 
 def _state(value: float) -> dict[str, object]:
-    return {"epochs_completed": 1, "model": {"w": torch.full((3, 2), value)}, "optimizer": {},
-            "scheduler": {}, "rng": {"torch": torch.arange(4)}}
+    return {
+        "epochs_completed": 1,
+        "model": {"w": torch.full((3, 2), value)},
+        "optimizer": {},
+        "scheduler": {},
+        "rng": {"torch": torch.arange(4)},
+    }
 
 
 def test_the_same_state_gives_the_same_bytes_whatever_the_file_is_called(tmp_path: Path) -> None:
@@ -134,11 +154,16 @@ def test_shared_or_separate_objects_of_equal_value_give_the_same_bytes() -> None
     file), must still give the same bytes."""
     key = "".join(["l", "r"])  # a str object of its own, not the interned literal
     shared_group = {"lr": 0.1, "momentum": 0.9}
-    shared = {**_state(1.0), "optimizer": {"param_groups": [shared_group, shared_group]},
-              "config": {key: 0.1}}
-    separate = {**_state(1.0), "config": {"lr": 0.1},
-                "optimizer": {"param_groups": [{"lr": 0.1, "momentum": 0.9},
-                                               {"lr": 0.1, "momentum": 0.9}]}}
+    shared = {
+        **_state(1.0),
+        "optimizer": {"param_groups": [shared_group, shared_group]},
+        "config": {key: 0.1},
+    }
+    separate = {
+        **_state(1.0),
+        "config": {"lr": 0.1},
+        "optimizer": {"param_groups": [{"lr": 0.1, "momentum": 0.9}, {"lr": 0.1, "momentum": 0.9}]},
+    }
     assert encode_snapshot(shared) == encode_snapshot(separate)
 
 
@@ -159,9 +184,23 @@ def test_deterministic_gpu_runs_write_the_same_snapshot(tmp_path: Path) -> None:
     for name in ("a", "b"):
         snapshot = tmp_path / name / "snapshot.pth"
         done = subprocess.run(
-            [sys.executable, "-m", "trainyard.training.train", "--total_epochs", EPOCHS,
-             "--model", "cnn", "--deterministic", "--snapshot_path", str(snapshot)],
-            capture_output=True, text=True, timeout=300, check=False)
+            [
+                sys.executable,
+                "-m",
+                "trainyard.training.train",
+                "--total_epochs",
+                EPOCHS,
+                "--model",
+                "cnn",
+                "--deterministic",
+                "--snapshot_path",
+                str(snapshot),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         snapshots.append(snapshot)
     state = load_snapshot(snapshots[0])

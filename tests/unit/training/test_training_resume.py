@@ -14,8 +14,11 @@ EPOCHS = "5"
 
 
 def _epochs(records: list[dict]) -> dict[int, tuple[float, float, float]]:
-    return {r["epoch"]: (r["train_loss"], r["val_loss"], r["val_accuracy"])
-            for r in records if r["event"] == "epoch"}
+    return {
+        r["epoch"]: (r["train_loss"], r["val_loss"], r["val_accuracy"])
+        for r in records
+        if r["event"] == "epoch"
+    }
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +33,18 @@ def uninterrupted(tmp_path_factory) -> Path:
 def test_resume_after_a_failure_equals_an_uninterrupted_run(
     tmp_path: Path, uninterrupted: Path, fail_at: int, save_every: int, resumes_at: int
 ) -> None:
-    args = ["--total_epochs", EPOCHS, "--snapshot_path", str(tmp_path / "snapshot.pth"),
-            "--save_every", str(save_every), "--fail-at-epoch", str(fail_at),
-            "--error_log", str(tmp_path / "errors.log")]
+    args = [
+        "--total_epochs",
+        EPOCHS,
+        "--snapshot_path",
+        str(tmp_path / "snapshot.pth"),
+        "--save_every",
+        str(save_every),
+        "--fail-at-epoch",
+        str(fail_at),
+        "--error_log",
+        str(tmp_path / "errors.log"),
+    ]
     code, out = run_trainer(*args)
     assert code == 1
     assert (tmp_path / "errors.log.0").read_text().count("InjectedFailure") >= 1
@@ -48,7 +60,10 @@ def test_resume_after_a_failure_equals_an_uninterrupted_run(
     assert [r["event"] for r in records].count("failure") == 1
     starts = [r for r in records if r["event"] == "start"]
     assert [s["first_epoch"] for s in starts] == [1, resumes_at]
-    reference, resumed = load_weights(uninterrupted / "snapshot.pth"), load_weights(tmp_path / "snapshot.pth")
+    reference, resumed = (
+        load_weights(uninterrupted / "snapshot.pth"),
+        load_weights(tmp_path / "snapshot.pth"),
+    )
     assert all(torch.equal(reference[k], resumed[k]) for k in reference), "weights differ bitwise"
     # and the whole snapshot, RNG states included, is byte for byte the uninterrupted run's
     # (issue 29: a plain checksum compares two runs)
@@ -68,35 +83,46 @@ def test_a_finished_snapshot_means_nothing_to_do(tmp_path: Path, uninterrupted: 
 
 def test_more_epochs_continue_a_finished_run(tmp_path: Path, uninterrupted: Path) -> None:
     (tmp_path / "snapshot.pth").write_bytes((uninterrupted / "snapshot.pth").read_bytes())
-    code, out = run_trainer("--total_epochs", "6", "--snapshot_path", str(tmp_path / "snapshot.pth"))
+    code, out = run_trainer(
+        "--total_epochs", "6", "--snapshot_path", str(tmp_path / "snapshot.pth")
+    )
     assert code == 0
     assert "continuing at epoch 6" in out and "Epoch 6/6 completed" in out
 
 
-def test_a_corrupt_snapshot_stops_the_run_and_is_left_alone(tmp_path: Path, uninterrupted: Path, capsys) -> None:
+def test_a_corrupt_snapshot_stops_the_run_and_is_left_alone(
+    tmp_path: Path, uninterrupted: Path, capsys
+) -> None:
     damaged = (uninterrupted / "snapshot.pth").read_bytes()[:-200]
     (tmp_path / "snapshot.pth").write_bytes(damaged)
-    code, out = run_trainer("--total_epochs", EPOCHS, "--snapshot_path", str(tmp_path / "snapshot.pth"))
+    code, out = run_trainer(
+        "--total_epochs", EPOCHS, "--snapshot_path", str(tmp_path / "snapshot.pth")
+    )
     assert code == 2
     assert "not a complete snapshot" in capsys.readouterr().err
     assert "Epoch " not in out
     assert (tmp_path / "snapshot.pth").read_bytes() == damaged
 
 
-def test_a_snapshot_of_another_model_is_refused(tmp_path: Path, uninterrupted: Path, capsys) -> None:
+def test_a_snapshot_of_another_model_is_refused(
+    tmp_path: Path, uninterrupted: Path, capsys
+) -> None:
     (tmp_path / "snapshot.pth").write_bytes((uninterrupted / "snapshot.pth").read_bytes())
     code, _ = run_trainer("--model", "cnn", "--snapshot_path", str(tmp_path / "snapshot.pth"))
     assert code == 2
     assert "does not fit --model cnn" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--fail-at-epoch", "1"], "needs a snapshot before it"),
-    (["--fail-at-epoch", "3", "--save_every", "3"], "needs a snapshot before it"),
-    (["--fail-at-epoch", "11"], "must lie in [1, --total_epochs=10]"),
-    (["--batch_size", "0"], "--batch_size must be at least 1"),
-    (["--target-accuracy", "1.5"], "--target-accuracy must lie in (0, 1]"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--fail-at-epoch", "1"], "needs a snapshot before it"),
+        (["--fail-at-epoch", "3", "--save_every", "3"], "needs a snapshot before it"),
+        (["--fail-at-epoch", "11"], "must lie in [1, --total_epochs=10]"),
+        (["--batch_size", "0"], "--batch_size must be at least 1"),
+        (["--target-accuracy", "1.5"], "--target-accuracy must lie in (0, 1]"),
+    ],
+)
 def test_bad_flags_exit_2_with_a_clear_error(tmp_path: Path, capsys, argv, message) -> None:
     code, _ = run_trainer("--snapshot_path", str(tmp_path / "s.pth"), *argv)
     assert code == 2
@@ -107,15 +133,30 @@ def test_bad_flags_exit_2_with_a_clear_error(tmp_path: Path, capsys, argv, messa
 def test_early_stop_after_patience_epochs_at_target(tmp_path: Path, uninterrupted: Path) -> None:
     accuracy = {e: v[2] for e, v in _epochs(metrics(uninterrupted)).items()}
     target, patience = 0.965, 2
-    expected = next(e for e in range(patience, 6) if all(accuracy[e - i] >= target for i in range(patience)))
+    expected = next(
+        e for e in range(patience, 6) if all(accuracy[e - i] >= target for i in range(patience))
+    )
     assert expected < 5, "the test needs a run that reaches the target early"
-    args = ["--total_epochs", EPOCHS, "--snapshot_path", str(tmp_path / "snapshot.pth"),
-            "--target-accuracy", str(target), "--patience", str(patience), "--save_every", "3"]
+    args = [
+        "--total_epochs",
+        EPOCHS,
+        "--snapshot_path",
+        str(tmp_path / "snapshot.pth"),
+        "--target-accuracy",
+        str(target),
+        "--patience",
+        str(patience),
+        "--save_every",
+        "3",
+    ]
     code, out = run_trainer(*args)
     assert code == 0
     assert f"Epoch {expected}/{EPOCHS} completed" in out
     assert f"Epoch {expected + 1}/{EPOCHS}" not in out
-    assert f"Early stopping: validation accuracy {accuracy[expected]:.4f} >= 0.9650 for 2 consecutive" in out
+    assert (
+        f"Early stopping: validation accuracy {accuracy[expected]:.4f} >= 0.9650 for 2 consecutive"
+        in out
+    )
     records = metrics(tmp_path)
     assert [r["epoch"] for r in records if r["event"] == "early_stop"] == [expected]
     assert records[-1]["event"] == "summary" and records[-1]["early_stopped"] is True
@@ -127,8 +168,16 @@ def test_early_stop_after_patience_epochs_at_target(tmp_path: Path, uninterrupte
 
 
 def test_patience_counter_resets_below_target(tmp_path: Path, uninterrupted: Path) -> None:
-    code, out = run_trainer("--total_epochs", "3", "--snapshot_path", str(tmp_path / "s.pth"),
-                            "--target-accuracy", "0.9999", "--patience", "1")
+    code, out = run_trainer(
+        "--total_epochs",
+        "3",
+        "--snapshot_path",
+        str(tmp_path / "s.pth"),
+        "--target-accuracy",
+        "0.9999",
+        "--patience",
+        "1",
+    )
     assert code == 0 and "Early stopping" not in out
     assert load_snapshot(tmp_path / "s.pth")["early_stop"]["epochs_at_target"] == 0
 
@@ -138,15 +187,29 @@ def test_snapshot_path_may_name_a_folder_and_metrics_follow_it(tmp_path: Path) -
     assert code == 0
     assert (tmp_path / "snapshot.pth").is_file() and (tmp_path / "metrics.jsonl").is_file()
     other = tmp_path / "elsewhere"
-    code, _ = run_trainer("--total_epochs", "2", "--snapshot_path", str(tmp_path / "snapshot.pth"),
-                          "--metrics-dir", str(other))
+    code, _ = run_trainer(
+        "--total_epochs",
+        "2",
+        "--snapshot_path",
+        str(tmp_path / "snapshot.pth"),
+        "--metrics-dir",
+        str(other),
+    )
     assert code == 0 and [r["first_epoch"] for r in metrics(other) if r["event"] == "start"] == [2]
 
 
 def test_the_snapshot_holds_the_whole_training_state(tmp_path: Path) -> None:
     run_trainer("--total_epochs", "2", "--snapshot_path", str(tmp_path / "snapshot.pth"))
     state = load_snapshot(tmp_path / "snapshot.pth")
-    assert {"model", "optimizer", "scheduler", "rng", "epochs_completed", "sampler_epoch", "early_stop"} <= set(state)
+    assert {
+        "model",
+        "optimizer",
+        "scheduler",
+        "rng",
+        "epochs_completed",
+        "sampler_epoch",
+        "early_stop",
+    } <= set(state)
     assert state["optimizer"]["state"], "momentum buffers are saved"
     assert state["scheduler"]["last_epoch"] == 2 and state["sampler_epoch"] == 2
     assert set(state["rng"]) >= {"python", "numpy", "torch"}
@@ -155,6 +218,8 @@ def test_the_snapshot_holds_the_whole_training_state(tmp_path: Path) -> None:
 
 def test_resuming_with_other_settings_warns(tmp_path: Path, uninterrupted: Path, capsys) -> None:
     (tmp_path / "snapshot.pth").write_bytes((uninterrupted / "snapshot.pth").read_bytes())
-    code, _ = run_trainer("--total_epochs", "6", "--seed", "7", "--snapshot_path", str(tmp_path / "snapshot.pth"))
+    code, _ = run_trainer(
+        "--total_epochs", "6", "--seed", "7", "--snapshot_path", str(tmp_path / "snapshot.pth")
+    )
     assert code == 0
     assert "changed settings (seed 0 -> 7)" in capsys.readouterr().err

@@ -19,7 +19,10 @@ def _state(epochs: int = 3, fill: float = 0.25) -> dict:
     return {
         "epochs_completed": epochs,
         "model": model,
-        "optimizer": {"state": {0: {"momentum_buffer": torch.ones(3)}}, "param_groups": [{"lr": 0.1}]},
+        "optimizer": {
+            "state": {0: {"momentum_buffer": torch.ones(3)}},
+            "param_groups": [{"lr": 0.1}],
+        },
         "scheduler": {"last_epoch": epochs},
         "rng": snap.capture_rng_state(),
     }
@@ -40,7 +43,9 @@ def test_missing_snapshot_is_none(tmp_path: Path) -> None:
     assert snap.load_snapshot(tmp_path / "absent.pth") is None
 
 
-def test_a_crash_while_writing_leaves_the_old_snapshot_and_no_temp_file(tmp_path: Path, monkeypatch) -> None:
+def test_a_crash_while_writing_leaves_the_old_snapshot_and_no_temp_file(
+    tmp_path: Path, monkeypatch
+) -> None:
     path = tmp_path / "snapshot.pth"
     snap.save_snapshot(path, _state(epochs=2))
     newer = snap.encode_snapshot(_state(epochs=5))

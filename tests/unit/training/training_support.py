@@ -45,8 +45,9 @@ def load_weights(snapshot: Path) -> dict[str, torch.Tensor]:
     return torch.load(snapshot, weights_only=True)["model"]
 
 
-def write_mnist(folder: Path, n_train: int = 64, n_val: int = 32, gz: bool = False,
-                seed: int = 0) -> dict[str, np.ndarray]:
+def write_mnist(
+    folder: Path, n_train: int = 64, n_val: int = 32, gz: bool = False, seed: int = 0
+) -> dict[str, np.ndarray]:
     """Write the four MNIST IDX files (28x28 uint8 images, labels 0..9) into ``folder``."""
     rng = np.random.RandomState(seed)
     arrays = {
@@ -61,7 +62,9 @@ def write_mnist(folder: Path, n_train: int = 64, n_val: int = 32, gz: bool = Fal
     return arrays
 
 
-def write_cifar10(folder: Path, per_batch: int = 8, n_test: int = 10, seed: int = 0) -> dict[str, Any]:
+def write_cifar10(
+    folder: Path, per_batch: int = 8, n_test: int = 10, seed: int = 0
+) -> dict[str, Any]:
     """Write CIFAR-10's python batches (``data_batch_1..5``, ``test_batch``) as the original
     files are laid out: pickled dicts with bytes keys, ``data`` (N, 3072) uint8, ``labels``."""
     rng = np.random.RandomState(seed)

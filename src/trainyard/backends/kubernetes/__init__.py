@@ -16,5 +16,13 @@ from trainyard.backends.kubernetes.manifests import KubernetesRequest, build_req
 from trainyard.backends.kubernetes.options import KubernetesOptions, parse_options
 from trainyard.backends.kubernetes.states import PodView, view_of
 
-__all__ = ["KubernetesBackend", "create", "KubernetesRequest", "build_request",
-           "KubernetesOptions", "parse_options", "PodView", "view_of"]
+__all__ = [
+    "KubernetesBackend",
+    "create",
+    "KubernetesRequest",
+    "build_request",
+    "KubernetesOptions",
+    "parse_options",
+    "PodView",
+    "view_of",
+]

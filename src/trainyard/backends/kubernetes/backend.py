@@ -50,13 +50,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLaunch, server_url_for_tasks
-from trainyard.backends.base import task_api_env
+from trainyard.backends.base import (
+    Backend,
+    FactKind,
+    TaskFact,
+    TaskKey,
+    TaskLaunch,
+    server_url_for_tasks,
+    task_api_env,
+)
 from trainyard.backends.kubernetes import names
 from trainyard.backends.kubernetes.client import AlreadyExists, KubeApi, NotFound
-from trainyard.backends.kubernetes.manifests import (ANNOTATIONS, TASK_CONTAINER,
-                                                     KubernetesRequest, build_request,
-                                                     run_secret, with_owner)
+from trainyard.backends.kubernetes.manifests import (
+    ANNOTATIONS,
+    TASK_CONTAINER,
+    KubernetesRequest,
+    build_request,
+    run_secret,
+    with_owner,
+)
 from trainyard.backends.kubernetes.options import KubernetesOptions, parse_options
 from trainyard.backends.kubernetes.states import view_of
 from trainyard.errors import BackendError, ConfigError, RefusedError
@@ -108,7 +120,7 @@ class _LogFollower:
         if response is not None:
             try:
                 response.close()
-            except Exception:  # noqa: BLE001: closing a broken stream: nothing to do
+            except Exception:  # noqa: BLE001 (closing a broken stream: nothing to do)
                 pass
 
     def _opened(self, response: Any) -> None:
@@ -134,8 +146,9 @@ class _LogFollower:
                 self.complete = not self._stopped
         except (BackendError, OSError) as exc:
             if not self._stopped:
-                log.info("kubernetes backend: following the log of pod %s stopped: %s",
-                         self.pod, exc)
+                log.info(
+                    "kubernetes backend: following the log of pod %s stopped: %s", self.pod, exc
+                )
         finally:
             self.finished.set()
 
@@ -251,8 +264,9 @@ class KubernetesBackend(Backend[KubernetesRequest]):
 
     def build_request(self, launches: list[TaskLaunch]) -> KubernetesRequest:
         """The manifests of one gang start (no side effects, no cluster)."""
-        return build_request(launches, self.pool, self.options, self.home,
-                             server_url=self._server_url())
+        return build_request(
+            launches, self.pool, self.options, self.home, server_url=self._server_url()
+        )
 
     def _api_env(self, workflow_id: str) -> dict[str, str]:
         """``TRAINYARD_SERVER_URL`` and the task token for a task of ``workflow_id``: the
@@ -260,8 +274,10 @@ class KubernetesBackend(Backend[KubernetesRequest]):
         ``base.task_api_env``'s (empty when no server is known)."""
         if not self.options.server_url:
             return task_api_env(self.home, workflow_id)
-        return {"TRAINYARD_SERVER_URL": self.options.server_url,
-                "TRAINYARD_TOKEN": task_token(self.home, workflow_id)}
+        return {
+            "TRAINYARD_SERVER_URL": self.options.server_url,
+            "TRAINYARD_TOKEN": task_token(self.home, workflow_id),
+        }
 
     def _server_url(self) -> str | None:
         """The server's URL as pods reach it: the pool's ``server_url``, else the server's."""
@@ -279,21 +295,32 @@ class KubernetesBackend(Backend[KubernetesRequest]):
         launches = request.launches
         api = self._cluster()
         uid = self._owner_uid(api, request)
-        owned = [with_owner(o, request.owner["metadata"]["name"], uid)
-                 for o in [request.service] + ([request.podgroup] if request.podgroup else [])
-                 + request.pull_secrets]
+        owned = [
+            with_owner(o, request.owner["metadata"]["name"], uid)
+            for o in [request.service]
+            + ([request.podgroup] if request.podgroup else [])
+            + request.pull_secrets
+        ]
         for obj in owned:
             _create_once(api, obj)
-        start = names.podgroup_name(launches[0].key.workflow_id, launches[0].group,
-                                    max(launch.key.retry_id for launch in launches))
+        start = names.podgroup_name(
+            launches[0].key.workflow_id,
+            launches[0].group,
+            max(launch.key.retry_id for launch in launches),
+        )
         for launch, pod in zip(request.launches, request.pods, strict=True):
             run = request.runs[launch.key]
             run.sandbox.env.update(self._api_env(run.workflow_id))
             owner = request.owner["metadata"]["name"]
             _create_once(api, with_owner(run_secret(launch, run, self.options), owner, uid))
             self._create_pod(api, with_owner(pod, owner, uid), launch.key, start)
-        log.info("group %s of %s: %d pod(s) in namespace %s", launches[0].group,
-                 launches[0].key.workflow_id, len(launches), self.options.namespace)
+        log.info(
+            "group %s of %s: %d pod(s) in namespace %s",
+            launches[0].group,
+            launches[0].key.workflow_id,
+            len(launches),
+            self.options.namespace,
+        )
 
     def poll(self) -> list[TaskFact]:
         """Facts since the last call, each once (see module docstring)."""
@@ -368,8 +395,9 @@ class KubernetesBackend(Backend[KubernetesRequest]):
         except BackendError as exc:
             log.warning("kubernetes backend: cannot tell which attempts exist: %s", exc)
             return []
-        return [k for k in keys if self._pod_of(k) not in pods
-                and self._pod_of(k) not in self._attempts]
+        return [
+            k for k in keys if self._pod_of(k) not in pods and self._pod_of(k) not in self._attempts
+        ]
 
     def entry(self, key: TaskKey) -> dict[str, Any]:
         """How to run a command beside the running attempt ``key`` (``workflow exec``,
@@ -383,10 +411,15 @@ class KubernetesBackend(Backend[KubernetesRequest]):
         attempt = self._attempts.get(self._pod_of(key))
         if attempt is None or attempt.done or not attempt.started:
             raise RefusedError(f"task {key.task} (retry {key.retry_id}) has no running pod")
-        return {"backend": "kubernetes", "namespace": self.options.namespace,
-                "pod": attempt.pod, "container": TASK_CONTAINER,
-                "kubeconfig": self.options.kubeconfig, "context": self.options.context,
-                "python": f"{self.options.runner_path}/venv/bin/python"}
+        return {
+            "backend": "kubernetes",
+            "namespace": self.options.namespace,
+            "pod": attempt.pod,
+            "container": TASK_CONTAINER,
+            "kubeconfig": self.options.kubeconfig,
+            "context": self.options.context,
+            "python": f"{self.options.runner_path}/venv/bin/python",
+        }
 
     def notify_facts(self, wake: Callable[[], None]) -> bool:
         """Call ``wake()`` after each pod event of the watch. Returns True."""
@@ -474,7 +507,10 @@ class KubernetesBackend(Backend[KubernetesRequest]):
             selector = f"{names.WORKFLOW_LABEL}={names.label_value(workflow_id)}"
             items, _ = api.list_pods(selector)
             for pod in items:
-                if pod["metadata"].get("annotations", {}).get(ANNOTATIONS["workflow"]) == workflow_id:
+                if (
+                    pod["metadata"].get("annotations", {}).get(ANNOTATIONS["workflow"])
+                    == workflow_id
+                ):
                     found[pod["metadata"]["name"]] = pod
         return found
 
@@ -500,8 +536,10 @@ class KubernetesBackend(Backend[KubernetesRequest]):
             attempt.started = True
             self._follow_log(attempt)
             stamp = time.time()
-            facts += [TaskFact(attempt.key, FactKind.INITIALIZING, stamp),
-                      TaskFact(attempt.key, FactKind.RUNNING, stamp)]
+            facts += [
+                TaskFact(attempt.key, FactKind.INITIALIZING, stamp),
+                TaskFact(attempt.key, FactKind.RUNNING, stamp),
+            ]
         if view.waiting != attempt.waiting:
             attempt.waiting = view.waiting
             if view.waiting:
@@ -509,8 +547,9 @@ class KubernetesBackend(Backend[KubernetesRequest]):
         if view.ending is not None:
             attempt.done = True
             self._keep_log(attempt)
-            facts.append(TaskFact(attempt.key, view.ending, time.time(), view.exit_code,
-                                  view.message))
+            facts.append(
+                TaskFact(attempt.key, view.ending, time.time(), view.exit_code, view.message)
+            )
         return facts
 
     def _log_path(self, key: TaskKey) -> Path:
@@ -521,8 +560,9 @@ class KubernetesBackend(Backend[KubernetesRequest]):
         (``_LogFollower``). Not with a ``runs_claim`` (the runner writes the file there)."""
         if self.options.runs_claim or self._api is None or attempt.pod in self._followers:
             return
-        self._followers[attempt.pod] = _LogFollower(self._api, attempt.pod,
-                                                    self._log_path(attempt.key), LOG_LIMIT_BYTES)
+        self._followers[attempt.pod] = _LogFollower(
+            self._api, attempt.pod, self._log_path(attempt.key), LOG_LIMIT_BYTES
+        )
 
     def _keep_log(self, attempt: _Attempt) -> None:
         """The ended pod's whole log (the task log ``podmain`` copied to its stdout) in the
@@ -561,11 +601,21 @@ class KubernetesBackend(Backend[KubernetesRequest]):
         attempt.done = True
         self._drop_follower(attempt.pod)
         if attempt.stopping:
-            return [TaskFact(attempt.key, FactKind.EXITED, time.time(), STOPPED_EXIT_CODE,
-                             "stopped: its pod was deleted")]
+            return [
+                TaskFact(
+                    attempt.key,
+                    FactKind.EXITED,
+                    time.time(),
+                    STOPPED_EXIT_CODE,
+                    "stopped: its pod was deleted",
+                )
+            ]
         view = view_of(None)
-        return [TaskFact(attempt.key, FactKind.LOST, time.time(), None,
-                         f"pod {attempt.pod}: {view.message}")]
+        return [
+            TaskFact(
+                attempt.key, FactKind.LOST, time.time(), None, f"pod {attempt.pod}: {view.message}"
+            )
+        ]
 
     def _drop_follower(self, pod: str) -> None:
         """Stop following the log of a pod that is gone (what was copied stays)."""
@@ -592,22 +642,28 @@ class KubernetesBackend(Backend[KubernetesRequest]):
         return facts
 
     def _end_gang(self, start: str, live: list[_Attempt]) -> list[TaskFact]:
-        message = (f"gang {start}: not all its pods ran within gang_timeout_s="
-                   f"{self.options.gang_timeout_s:g} s; deleted so that it holds nothing")
+        message = (
+            f"gang {start}: not all its pods ran within gang_timeout_s="
+            f"{self.options.gang_timeout_s:g} s; deleted so that it holds nothing"
+        )
         log.warning("kubernetes backend: %s", message)
         facts = []
         for attempt in live:
             attempt.done = True
             self._drop_follower(attempt.pod)
             self._delete_pod(attempt.pod, grace_s=0)
-            facts.append(TaskFact(attempt.key, FactKind.EXITED, time.time(),
-                                  int(ExitCode.START_TIMEOUT), message))
+            facts.append(
+                TaskFact(
+                    attempt.key, FactKind.EXITED, time.time(), int(ExitCode.START_TIMEOUT), message
+                )
+            )
         return facts
 
     def _delete_pod(self, name: str, grace_s: int | None = None) -> None:
         try:
-            self._cluster().delete("Pod", name, self.options.stop_grace_s
-                                   if grace_s is None else grace_s)
+            self._cluster().delete(
+                "Pod", name, self.options.stop_grace_s if grace_s is None else grace_s
+            )
         except (BackendError, NotFound) as exc:
             log.warning("kubernetes backend: cannot delete pod %s: %s", name, exc)
 

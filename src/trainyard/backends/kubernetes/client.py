@@ -24,8 +24,7 @@ __all__ = ["KubeApi", "AlreadyExists", "NotFound", "WatchExpired"]
 LOG_CHUNK_BYTES = 64 * 1024
 """The most bytes one read of a followed pod log returns (less as soon as some came)."""
 
-_PLURALS = {"ConfigMap": "config_map", "Service": "service", "Secret": "secret",
-            "Pod": "pod"}
+_PLURALS = {"ConfigMap": "config_map", "Service": "service", "Secret": "secret", "Pod": "pod"}
 """Built-in kinds -> the CoreV1Api method suffix."""
 
 
@@ -69,21 +68,31 @@ class KubeApi:
         try:
             from kubernetes import client, config
         except ImportError as exc:
-            raise ConfigError("the kubernetes backend needs the kubernetes client: "
-                              "pip install 'trainyard[kubernetes]'") from exc
+            raise ConfigError(
+                "the kubernetes backend needs the kubernetes client: "
+                "pip install 'trainyard[kubernetes]'"
+            ) from exc
         self.namespace = options.namespace
         configuration = client.Configuration()
-        kubeconfig = options.kubeconfig or os.environ.get("KUBECONFIG") or str(
-            Path.home() / ".kube" / "config")
+        kubeconfig = (
+            options.kubeconfig
+            or os.environ.get("KUBECONFIG")
+            or str(Path.home() / ".kube" / "config")
+        )
         try:
             if Path(kubeconfig.split(os.pathsep)[0]).exists():
-                config.load_kube_config(config_file=kubeconfig, context=options.context,
-                                        client_configuration=configuration)
+                config.load_kube_config(
+                    config_file=kubeconfig,
+                    context=options.context,
+                    client_configuration=configuration,
+                )
             else:
                 config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException as exc:
-            raise ConfigError(f"kubernetes backend: no cluster configured ({exc}); set "
-                              "options.kubeconfig or KUBECONFIG") from exc
+            raise ConfigError(
+                f"kubernetes backend: no cluster configured ({exc}); set "
+                "options.kubeconfig or KUBECONFIG"
+            ) from exc
         self._api_client = client.ApiClient(configuration)
         self.core = client.CoreV1Api(self._api_client)
         self.custom = client.CustomObjectsApi(self._api_client)
@@ -103,8 +112,11 @@ class KubeApi:
         try:
             if kind == "PodGroup":
                 group, version, plural = self._custom(obj["apiVersion"])
-                return _json(self.custom.create_namespaced_custom_object(
-                    group, version, self.namespace, plural, obj, _preload_content=False))
+                return _json(
+                    self.custom.create_namespaced_custom_object(
+                        group, version, self.namespace, plural, obj, _preload_content=False
+                    )
+                )
             method = getattr(self.core, f"create_namespaced_{_PLURALS[kind]}")
             return _json(method(self.namespace, obj, _preload_content=False))
         except (self._exception, OSError) as exc:
@@ -115,24 +127,29 @@ class KubeApi:
     def read_config_map(self, name: str) -> dict[str, Any]:
         """The ConfigMap ``name``. Raises NotFound, BackendError."""
         try:
-            return _json(self.core.read_namespaced_config_map(name, self.namespace,
-                                                              _preload_content=False))
+            return _json(
+                self.core.read_namespaced_config_map(name, self.namespace, _preload_content=False)
+            )
         except (self._exception, OSError) as exc:
             raise _translate(exc, f"read ConfigMap {name}") from exc
 
     def list_pods(self, selector: str) -> tuple[list[dict[str, Any]], str]:
         """(pods matching the label ``selector``, the list's resourceVersion)."""
         try:
-            body = _json(self.core.list_namespaced_pod(self.namespace, label_selector=selector,
-                                                       _preload_content=False))
+            body = _json(
+                self.core.list_namespaced_pod(
+                    self.namespace, label_selector=selector, _preload_content=False
+                )
+            )
         except (self._exception, OSError) as exc:
             raise _translate(exc, f"list pods {selector}") from exc
         except Exception as exc:
             raise BackendError(f"kubernetes API: list pods: {exc}") from exc
         return list(body.get("items") or []), str(body["metadata"].get("resourceVersion", ""))
 
-    def watch_pods(self, selector: str, resource_version: str,
-                   timeout_s: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    def watch_pods(
+        self, selector: str, resource_version: str, timeout_s: int
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
         """(event type, pod) from a watch of the pods matching ``selector`` since
         ``resource_version``; ends after ``timeout_s`` (the server closes the watch).
 
@@ -144,12 +161,15 @@ class KubeApi:
 
         stream = watch.Watch()
         try:
-            for event in stream.stream(self.core.list_namespaced_pod, self.namespace,
-                                       label_selector=selector,
-                                       resource_version=resource_version,
-                                       timeout_seconds=timeout_s,
-                                       _request_timeout=(10, timeout_s + 10),
-                                       allow_watch_bookmarks=False):
+            for event in stream.stream(
+                self.core.list_namespaced_pod,
+                self.namespace,
+                label_selector=selector,
+                resource_version=resource_version,
+                timeout_seconds=timeout_s,
+                _request_timeout=(10, timeout_s + 10),
+                allow_watch_bookmarks=False,
+            ):
                 raw = event.get("raw_object") or {}
                 if event.get("type") == "ERROR":
                     raise _translate(_StatusError(raw), "watch pods")
@@ -164,23 +184,28 @@ class KubeApi:
         ``limitBytes``). Raises NotFound, BackendError."""
         try:
             response = self.core.read_namespaced_pod_log(
-                name, self.namespace, container=container, limit_bytes=limit_bytes,
-                _preload_content=False)
+                name,
+                self.namespace,
+                container=container,
+                limit_bytes=limit_bytes,
+                _preload_content=False,
+            )
         except (self._exception, OSError) as exc:
             raise _translate(exc, f"log of pod {name}") from exc
         # _preload_content=False answers urllib3's response, not the str the client's types say
         return bytes(response.data).decode("utf-8", errors="replace")  # type: ignore[attr-defined]
 
-    def follow_pod_log(self, name: str, container: str,
-                       opened: Callable[[Any], None] = lambda _r: None) -> Iterator[bytes]:
+    def follow_pod_log(
+        self, name: str, container: str, opened: Callable[[Any], None] = lambda _r: None
+    ) -> Iterator[bytes]:
         """A container's log from its start, as it is written (the API's pod log with
         ``follow=true``), in chunks; ends when the container ends. ``opened(response)`` gets
         the HTTP response first, so another thread can ``close()`` it to stop the reading.
         Raises NotFound, BackendError (also from the iteration: a broken stream)."""
         try:
             response = self.core.read_namespaced_pod_log(
-                name, self.namespace, container=container, follow=True,
-                _preload_content=False)
+                name, self.namespace, container=container, follow=True, _preload_content=False
+            )
         except Exception as exc:  # ApiException, urllib3's connection errors
             raise _translate(exc, f"log of pod {name}") from exc
         opened(response)
@@ -192,8 +217,9 @@ class KubeApi:
         finally:
             response.release_conn()  # type: ignore[attr-defined]
 
-    def delete(self, kind: str, name: str, grace_s: int | None = None,
-               api_version: str = "v1") -> None:
+    def delete(
+        self, kind: str, name: str, grace_s: int | None = None, api_version: str = "v1"
+    ) -> None:
         """Delete an object (children with it: ``propagationPolicy: Background``).
         Idempotent: a missing object is not an error."""
         body: dict[str, object] = {"propagationPolicy": "Background"}
@@ -203,10 +229,15 @@ class KubeApi:
             if kind == "PodGroup":
                 group, version, plural = self._custom(api_version)
                 # the client sends a dict body as it is (its types ask a V1DeleteOptions)
-                self.custom.delete_namespaced_custom_object(group, version, self.namespace,
-                                                            plural, name,
-                                                            body=body,  # type: ignore[arg-type]
-                                                            _preload_content=False)
+                self.custom.delete_namespaced_custom_object(
+                    group,
+                    version,
+                    self.namespace,
+                    plural,
+                    name,
+                    body=body,  # type: ignore[arg-type]
+                    _preload_content=False,
+                )
                 return
             method = getattr(self.core, f"delete_namespaced_{_PLURALS[kind]}")
             method(name, self.namespace, body=body, _preload_content=False)

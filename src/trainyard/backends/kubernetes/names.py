@@ -19,10 +19,24 @@ from __future__ import annotations
 import hashlib
 import re
 
-__all__ = ["dns_label", "label_value", "LABEL_LIMIT", "MANAGED_BY", "WORKFLOW_LABEL",
-           "GROUP_LABEL", "TASK_LABEL", "RETRY_LABEL", "START_LABEL", "NAME_ANNOTATION",
-           "owner_name", "service_name", "pod_name", "hostname", "podgroup_name",
-           "workflow_labels"]
+__all__ = [
+    "dns_label",
+    "label_value",
+    "LABEL_LIMIT",
+    "MANAGED_BY",
+    "WORKFLOW_LABEL",
+    "GROUP_LABEL",
+    "TASK_LABEL",
+    "RETRY_LABEL",
+    "START_LABEL",
+    "NAME_ANNOTATION",
+    "owner_name",
+    "service_name",
+    "pod_name",
+    "hostname",
+    "podgroup_name",
+    "workflow_labels",
+]
 
 LABEL_LIMIT = 63
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -56,7 +70,7 @@ def dns_label(*parts: str, limit: int = LABEL_LIMIT, letter_first: bool = False)
         clean = f"x-{clean}".rstrip("-")
     if clean == raw.lower() and len(clean) <= limit and clean:
         return clean
-    head = clean[:limit - 9].rstrip("-")
+    head = clean[: limit - 9].rstrip("-")
     return f"{head}-{_digest(*parts)}" if head else f"x{_digest(*parts)}"
 
 
@@ -66,7 +80,7 @@ def label_value(value: str) -> str:
     clean = _BAD_LABEL.sub("_", value).strip("-_.")
     if clean == value and len(clean) <= LABEL_LIMIT:
         return clean
-    head = clean[:LABEL_LIMIT - 9].rstrip("-_.")
+    head = clean[: LABEL_LIMIT - 9].rstrip("-_.")
     return f"{head}-{_digest(value)}" if head else _digest(value)
 
 

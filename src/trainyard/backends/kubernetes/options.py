@@ -26,8 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from trainyard.backends.base import parse_pool_options
 
-__all__ = ["KubernetesOptions", "PlatformOptions", "ClaimMount", "Scheduler", "parse_options",
-           "SCHEDULER_NAMES"]
+__all__ = [
+    "KubernetesOptions",
+    "PlatformOptions",
+    "ClaimMount",
+    "Scheduler",
+    "parse_options",
+    "SCHEDULER_NAMES",
+]
 
 Scheduler = Literal["kai", "volcano", "coscheduling", "none"]
 
@@ -43,8 +49,13 @@ DnsLabel = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[
 """A DNS-1123 label (namespaces, claim names): Kubernetes "Object Names and IDs"."""
 
 
-_ALL_REQUESTS: tuple[Literal["cpu", "memory", "gpu", "storage"], ...] = ("cpu", "memory", "gpu",
-                                                                   "storage")
+_ALL_REQUESTS: tuple[Literal["cpu", "memory", "gpu", "storage"], ...] = (
+    "cpu",
+    "memory",
+    "gpu",
+    "storage",
+)
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -144,7 +155,8 @@ class KubernetesOptions(_Model):
     affinity: dict[str, Any] | None = None
     platforms: dict[str, PlatformOptions] = Field(default_factory=dict)
     requests: list[Literal["cpu", "memory", "gpu", "storage"]] = Field(
-        default_factory=lambda: list(_ALL_REQUESTS))
+        default_factory=lambda: list(_ALL_REQUESTS)
+    )
     shm_size: str | None = None
     allow_privileged: bool = False
     claims: list[ClaimMount] = Field(default_factory=list)

@@ -36,12 +36,17 @@ def termination_message(run_dir: Path, code: int) -> str:
     when the runner wrote none."""
     events, _ = read_events(run_dir / EVENTS, 0)
     last = next((e for e in reversed(events) if e.kind == "EXITED"), None)
-    record = {"kind": "EXITED", "time_s": last.time_s if last else 0.0,
-              "exit_code": last.exit_code if last and last.exit_code is not None else code,
-              "message": last.message if last else ""}
+    record = {
+        "kind": "EXITED",
+        "time_s": last.time_s if last else 0.0,
+        "exit_code": last.exit_code if last and last.exit_code is not None else code,
+        "message": last.message if last else "",
+    }
     text = json.dumps(record)
     while len(text.encode()) > MESSAGE_LIMIT_BYTES and len(str(record["message"])) > 3:
-        record["message"] = "..." + str(record["message"])[len(text.encode()) - MESSAGE_LIMIT_BYTES + 3:]
+        record["message"] = (
+            "..." + str(record["message"])[len(text.encode()) - MESSAGE_LIMIT_BYTES + 3 :]
+        )
         text = json.dumps(record)
     return text
 
@@ -71,13 +76,15 @@ def copy_log(path: Path, out: TextIO, done: threading.Event, interval_s: float =
 
 def main(argv: list[str] | None = None) -> int:
     """Run the attempt, write the termination message, return the runner's code."""
-    from trainyard.runner.main import main as run
     from trainyard.runfile import load_run
+    from trainyard.runner.main import main as run
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (1, 2):
-        print("usage: python -m trainyard.backends.kubernetes.podmain RUN_JSON "
-              "[TERMINATION_LOG]", file=sys.stderr)
+        print(
+            "usage: python -m trainyard.backends.kubernetes.podmain RUN_JSON [TERMINATION_LOG]",
+            file=sys.stderr,
+        )
         return 2
     run_dir = Path(load_run(Path(args[0])).run_dir)
     done = threading.Event()

@@ -38,8 +38,15 @@ from trainyard.status import ExitCode
 
 __all__ = ["PodView", "view_of", "IMAGE_FAILURES", "POD_REASONS", "unschedulable_reason"]
 
-IMAGE_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName",
-                            "ErrImageNeverPull", "RegistryUnavailable"})
+IMAGE_FAILURES = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "RegistryUnavailable",
+    }
+)
 """Waiting reasons of a container whose image cannot be had (kubelet's images package)."""
 
 POD_REASONS: dict[str, tuple[FactKind, int | None]] = {
@@ -82,10 +89,14 @@ def _task_status(pod: dict[str, Any], container: str) -> dict[str, Any]:
 def _waiting_image_failure(pod: dict[str, Any]) -> str:
     """``reason: message`` of a container (init or task) that cannot get its image."""
     status = pod.get("status") or {}
-    for entry in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+    for entry in (status.get("initContainerStatuses") or []) + (
+        status.get("containerStatuses") or []
+    ):
         waiting = (entry.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in IMAGE_FAILURES:
-            return f"{entry.get('name')}: {waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+            return f"{entry.get('name')}: {waiting['reason']}: {waiting.get('message', '')}".rstrip(
+                ": "
+            )
     return ""
 
 
@@ -121,8 +132,12 @@ def _with_pod_reason(view: PodView, status: dict[str, Any]) -> PodView:
     if not reason:
         return view
     note = f"pod {reason}: {status.get('message', '')}".rstrip(": ")
-    return PodView(view.started, view.ending, view.exit_code,
-                   f"{view.message}; {note}" if view.message else note)
+    return PodView(
+        view.started,
+        view.ending,
+        view.exit_code,
+        f"{view.message}; {note}" if view.message else note,
+    )
 
 
 def view_of(pod: dict[str, Any] | None, container: str = "task") -> PodView:
@@ -133,8 +148,10 @@ def view_of(pod: dict[str, Any] | None, container: str = "task") -> PodView:
         container: the task container's name.
     """
     if pod is None:
-        return PodView(ending=FactKind.LOST, message="the pod is gone (deleted, or its node "
-                                                     "was lost and the pod collected)")
+        return PodView(
+            ending=FactKind.LOST,
+            message="the pod is gone (deleted, or its node was lost and the pod collected)",
+        )
     status = pod.get("status") or {}
     state = _task_status(pod, container).get("state") or {}
     if state.get("terminated"):

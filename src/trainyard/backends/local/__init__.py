@@ -14,13 +14,29 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from trainyard.backends.local.backend import (GpuLeases, GroupRequest, Isolation,
-                                                  LaunchRequest, LocalBackend, create,
-                                                  gpu_count, loopback_address,
-                                                  probe_isolation)
+    from trainyard.backends.local.backend import (
+        GpuLeases,
+        GroupRequest,
+        Isolation,
+        LaunchRequest,
+        LocalBackend,
+        create,
+        gpu_count,
+        loopback_address,
+        probe_isolation,
+    )
 
-__all__ = ["LocalBackend", "Isolation", "LaunchRequest", "GroupRequest", "GpuLeases",
-           "probe_isolation", "loopback_address", "gpu_count", "create"]
+__all__ = [
+    "LocalBackend",
+    "Isolation",
+    "LaunchRequest",
+    "GroupRequest",
+    "GpuLeases",
+    "probe_isolation",
+    "loopback_address",
+    "gpu_count",
+    "create",
+]
 
 
 def __getattr__(name: str) -> Any:

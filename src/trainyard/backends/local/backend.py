@@ -41,8 +41,17 @@ DEFAULT_PIDS_MAX = 4096
 runs as the host's nobody, so without a group of its own one task could take that uid's whole
 process count from all others."""
 
-__all__ = ["LocalBackend", "Isolation", "LaunchRequest", "GroupRequest", "GpuLeases",
-           "probe_isolation", "loopback_address", "gpu_count", "create"]
+__all__ = [
+    "LocalBackend",
+    "Isolation",
+    "LaunchRequest",
+    "GroupRequest",
+    "GpuLeases",
+    "probe_isolation",
+    "loopback_address",
+    "gpu_count",
+    "create",
+]
 
 log = logging.getLogger("trainyard.backends.local")
 
@@ -63,10 +72,18 @@ class LocalBackend(StartPreparer, Backend[GroupRequest]):
 
     name = "local"
 
-    def __init__(self, pool: Pool | None = None, home: Path | None = None, *,
-                 state_dir: Path | None = None, sandbox: str | None = None,
-                 network: str | None = None, forward_ports: list[int] | None = None,
-                 stop_grace_s: float | None = None, python: str | None = None) -> None:
+    def __init__(
+        self,
+        pool: Pool | None = None,
+        home: Path | None = None,
+        *,
+        state_dir: Path | None = None,
+        sandbox: str | None = None,
+        network: str | None = None,
+        forward_ports: list[int] | None = None,
+        stop_grace_s: float | None = None,
+        python: str | None = None,
+    ) -> None:
         options: dict[str, Any] = dict(pool.options) if pool else {}
         self.sandbox = _choice("sandbox", sandbox or options.get("sandbox", "auto"), SANDBOXES)
         self.network = _choice("network", network or options.get("network", "auto"), NETWORKS)
@@ -88,7 +105,8 @@ class LocalBackend(StartPreparer, Backend[GroupRequest]):
         self.limits = bool(options.get("limits", True))
         self.pids_max = int(options.get("pids_max", DEFAULT_PIDS_MAX))
         self.insecure_registries: tuple[str, ...] = tuple(
-            registry_host(str(r)) for r in options.get("insecure_registries", []))
+            registry_host(str(r)) for r in options.get("insecure_registries", [])
+        )
         """Registries pulled from without TLS verification (podman's ``--tls-verify=false``):
         the pool option ``insecure_registries`` (``host:port`` each), as registries.conf's
         ``insecure = true``."""
@@ -248,8 +266,9 @@ class LocalBackend(StartPreparer, Backend[GroupRequest]):
             self.state_dir.mkdir(parents=True, exist_ok=True)
             self._facts_socket = FactsSocket(path, wake)
         except OSError as exc:
-            log.info("runners' events are read at the engine's tick: no socket at %s (%s)",
-                     path, exc)
+            log.info(
+                "runners' events are read at the engine's tick: no socket at %s (%s)", path, exc
+            )
             return False
         return True
 
@@ -296,12 +315,18 @@ class LocalBackend(StartPreparer, Backend[GroupRequest]):
         with self._lock:
             attempt = self._attempts.get(key) or self._load(key)
         if attempt is None or attempt.run_dir is None or attempt.pid is None:
-            raise RefusedError(f"task {key.task} (retry {key.retry_id}) has no running "
-                               "process on this machine")
+            raise RefusedError(
+                f"task {key.task} (retry {key.retry_id}) has no running process on this machine"
+            )
         init = find_sandbox_init(attempt.pid, attempt.created, attempt.run_dir)
-        return {"backend": "local", "machine": machine_id(), "pid": init.pid,
-                "created": init.create_time(), "address": self.host_of(key, ""),
-                "run_dir": str(attempt.run_dir)}
+        return {
+            "backend": "local",
+            "machine": machine_id(),
+            "pid": init.pid,
+            "created": init.create_time(),
+            "address": self.host_of(key, ""),
+            "run_dir": str(attempt.run_dir),
+        }
 
     def unstarted(self, keys: list[TaskKey]) -> list[TaskKey]:
         """Those of ``keys`` this machine surely never started: no index entry (it is written
@@ -322,8 +347,9 @@ class LocalBackend(StartPreparer, Backend[GroupRequest]):
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:
     """``value`` if it is one of ``choices``, else ConfigError naming the option."""
     if value not in choices:
-        raise ConfigError(f"local backend option {name}: expected one of "
-                          f"{', '.join(choices)}, got {value!r}")
+        raise ConfigError(
+            f"local backend option {name}: expected one of {', '.join(choices)}, got {value!r}"
+        )
     return value
 
 

@@ -107,20 +107,51 @@ from typing import Any
 
 import yaml
 
+from trainyard.backends.images import image_registry
+from trainyard.backends.local.sandbox import OSMO_WORKSPACE, gpu_device_nodes
 from trainyard.linux.safefs import MAPPED_OTHER_IDS
 from trainyard.runfile import OverlayMount, TaskLimits, UserNamespace
 
-from trainyard.backends.images import image_registry
-from trainyard.backends.local.sandbox import OSMO_WORKSPACE, gpu_device_nodes
-
-__all__ = ["AUTH_FILE", "PULL_TIMEOUT_S", "auth_json", "pull_image", "pull_failed_message",
-           "ContainerPlan", "podman_argv", "container_mounts", "container_name",
-           "probe_podman", "image_present", "missing_image_message", "remove_containers",
-           "RUNTIME", "TASK_HOST_ID", "container_userns", "containers_conf", "seccomp_profile",
-           "no_nested_userns", "gpu_devices", "cdi_gpu_names", "CDI_DIRS", "CDI_GPU_KIND",
-           "ImageInfo", "image_info", "inspect_image", "why_no_own_root", "root_overlay",
-           "prepare_rootfs", "rootfs_path", "root_note", "ROOTFS_PARENT", "user_note",
-           "image_links", "task_id_bases", "user_ids", "user_host_ids", "ID_RANGE_OWNER"]
+__all__ = [
+    "AUTH_FILE",
+    "PULL_TIMEOUT_S",
+    "auth_json",
+    "pull_image",
+    "pull_failed_message",
+    "ContainerPlan",
+    "podman_argv",
+    "container_mounts",
+    "container_name",
+    "probe_podman",
+    "image_present",
+    "missing_image_message",
+    "remove_containers",
+    "RUNTIME",
+    "TASK_HOST_ID",
+    "container_userns",
+    "containers_conf",
+    "seccomp_profile",
+    "no_nested_userns",
+    "gpu_devices",
+    "cdi_gpu_names",
+    "CDI_DIRS",
+    "CDI_GPU_KIND",
+    "ImageInfo",
+    "image_info",
+    "inspect_image",
+    "why_no_own_root",
+    "root_overlay",
+    "prepare_rootfs",
+    "rootfs_path",
+    "root_note",
+    "ROOTFS_PARENT",
+    "user_note",
+    "image_links",
+    "task_id_bases",
+    "user_ids",
+    "user_host_ids",
+    "ID_RANGE_OWNER",
+]
 
 log = logging.getLogger("trainyard.backends.local")
 
@@ -210,8 +241,10 @@ def _limit_args(plan: ContainerPlan) -> list[str]:
 
 def _ulimit_args() -> list[str]:
     args = []
-    for name, which, ceiling in (("nofile", resource.RLIMIT_NOFILE, None),
-                                 ("nproc", resource.RLIMIT_NPROC, _NPROC_CEILING)):
+    for name, which, ceiling in (
+        ("nofile", resource.RLIMIT_NOFILE, None),
+        ("nproc", resource.RLIMIT_NPROC, _NPROC_CEILING),
+    ):
         soft, hard = resource.getrlimit(which)
         hard = hard if hard != resource.RLIM_INFINITY else (ceiling or 1 << 20)
         hard = min(hard, ceiling) if ceiling else hard
@@ -228,8 +261,12 @@ def _privilege_args(plan: ContainerPlan | None = None) -> list[str]:
     maps = ["--uidmap", ids, "--gidmap", ids]
     if plan is not None and plan.id_bases is not None:
         uid_base, gid_base = plan.id_bases
-        maps += ["--uidmap", f"1:{uid_base}:{MAPPED_OTHER_IDS}",
-                 "--gidmap", f"1:{gid_base}:{MAPPED_OTHER_IDS}"]
+        maps += [
+            "--uidmap",
+            f"1:{uid_base}:{MAPPED_OTHER_IDS}",
+            "--gidmap",
+            f"1:{gid_base}:{MAPPED_OTHER_IDS}",
+        ]
     return [*maps, "--cap-drop", "all", "--security-opt", "no-new-privileges"]
 
 
@@ -267,11 +304,29 @@ def podman_argv(plan: ContainerPlan, podman: str = "podman") -> list[str]:
         argv = ["env", f"CONTAINERS_CONF={plan.conf}", *argv]
     if shutil.which("runc"):
         argv += ["--runtime", "runc"]
-    argv += ["run", "--rm", "--pull", "never", "--name", plan.name,
-             "--label", "trainyard=task", "--network", plan.network,
-             "--hostname", plan.hostname, "--log-driver", "none", "--workdir", "/",
-             *_privilege_args(plan), *_seccomp_args(plan), *_ulimit_args(), *_limit_args(plan),
-             *_bind_args(plan)]
+    argv += [
+        "run",
+        "--rm",
+        "--pull",
+        "never",
+        "--name",
+        plan.name,
+        "--label",
+        "trainyard=task",
+        "--network",
+        plan.network,
+        "--hostname",
+        plan.hostname,
+        "--log-driver",
+        "none",
+        "--workdir",
+        "/",
+        *_privilege_args(plan),
+        *_seccomp_args(plan),
+        *_ulimit_args(),
+        *_limit_args(plan),
+        *_bind_args(plan),
+    ]
     for device in plan.devices:
         argv += ["--device", device]
     if plan.user:
@@ -301,13 +356,17 @@ def cdi_gpu_names(dirs: tuple[Path, ...] = CDI_DIRS) -> frozenset[str]:
             except (OSError, yaml.YAMLError, UnicodeDecodeError):
                 continue
             if isinstance(doc, dict) and doc.get("kind") == CDI_GPU_KIND:
-                names.update(str(d.get("name")) for d in doc.get("devices") or []
-                             if isinstance(d, dict) and d.get("name") is not None)
+                names.update(
+                    str(d.get("name"))
+                    for d in doc.get("devices") or []
+                    if isinstance(d, dict) and d.get("name") is not None
+                )
     return frozenset(names)
 
 
-def gpu_devices(gpus: Iterable[int], nodes: Iterable[str] | None = None,
-                cdi_names: Iterable[str] | None = None) -> tuple[tuple[str, ...], str]:
+def gpu_devices(
+    gpus: Iterable[int], nodes: Iterable[str] | None = None, cdi_names: Iterable[str] | None = None
+) -> tuple[tuple[str, ...], str]:
     """The ``--device`` values and the ``CUDA_VISIBLE_DEVICES`` of a container lent ``gpus``
     (machine-wide indices, ``local.GpuLeases``); see the module docstring.
 
@@ -324,8 +383,10 @@ def gpu_devices(gpus: Iterable[int], nodes: Iterable[str] | None = None,
         return (), ""
     named = cdi_gpu_names() if cdi_names is None else frozenset(cdi_names)
     if all(str(g) in named for g in lent):
-        return (tuple(f"{CDI_GPU_KIND}={g}" for g in lent),
-                ",".join(str(i) for i in range(len(lent))))
+        return (
+            tuple(f"{CDI_GPU_KIND}={g}" for g in lent),
+            ",".join(str(i) for i in range(len(lent))),
+        )
     found = gpu_device_nodes() if nodes is None else tuple(nodes)
     return tuple(found), ",".join(str(g) for g in lent)
 
@@ -366,8 +427,11 @@ def no_nested_userns(profile: dict[str, Any]) -> dict[str, Any]:
         arg = {"index": 0, "value": _CLONE_NEWUSER, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"}
         return {"names": ["unshare", "clone"], "action": action, "args": [arg], **extra}
 
-    syscalls += [masked("SCMP_ACT_ALLOW", 0), masked("SCMP_ACT_ERRNO", _CLONE_NEWUSER, errnoRet=_EPERM),
-                 {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": _ENOSYS}]
+    syscalls += [
+        masked("SCMP_ACT_ALLOW", 0),
+        masked("SCMP_ACT_ERRNO", _CLONE_NEWUSER, errnoRet=_EPERM),
+        {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": _ENOSYS},
+    ]
     return {**profile, "syscalls": syscalls}
 
 
@@ -397,8 +461,9 @@ _ROOT_OWNED = ("tmp", "etc")
 """Folders of a container's own root given to its root (made if missing) before the start."""
 
 
-def container_userns(plan: ContainerPlan, links: Iterable[str] = (),
-                     data_ids: tuple[int, int] | None = None) -> UserNamespace:
+def container_userns(
+    plan: ContainerPlan, links: Iterable[str] = (), data_ids: tuple[int, int] | None = None
+) -> UserNamespace:
     """What the runner gives the container's root before the start: its root folder (the
     files' parents), ``/tmp`` (1777) and ``/osmo/run/workspace`` (was the host root's, so
     not writable to the task), with ``rootfs`` also its ``/etc`` (podman makes
@@ -411,11 +476,16 @@ def container_userns(plan: ContainerPlan, links: Iterable[str] = (),
     own = [str(plan.root_dir), str(plan.root_dir / "tmp"), workspace]
     if plan.rootfs is not None:
         mine = [d for d in _ROOT_OWNED if d not in set(links)]
-        own = [str(plan.root_dir), workspace, str(plan.rootfs),
-               *(str(plan.rootfs / d) for d in mine)]
+        own = [
+            str(plan.root_dir),
+            workspace,
+            str(plan.rootfs),
+            *(str(plan.rootfs / d) for d in mine),
+        ]
     data_uid, data_gid = data_ids if data_ids is not None else (None, None)
-    return UserNamespace(host_uid=TASK_HOST_ID, host_gid=TASK_HOST_ID, own=own,
-                         data_uid=data_uid, data_gid=data_gid)
+    return UserNamespace(
+        host_uid=TASK_HOST_ID, host_gid=TASK_HOST_ID, own=own, data_uid=data_uid, data_gid=data_gid
+    )
 
 
 def image_links(info: ImageInfo, names: Iterable[str] = _ROOT_OWNED) -> set[str]:
@@ -492,8 +562,12 @@ def inspect_image(image: str, podman: str = "podman") -> ImageInfo | None:
     """``image`` as podman's local storage has it (``podman image inspect``; never pulls),
     or None when it is not there (or podman cannot say)."""
     try:
-        done = subprocess.run([podman, "image", "inspect", image], capture_output=True,
-                              text=True, timeout=_QUERY_TIMEOUT_S)
+        done = subprocess.run(
+            [podman, "image", "inspect", image],
+            capture_output=True,
+            text=True,
+            timeout=_QUERY_TIMEOUT_S,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:
@@ -522,11 +596,18 @@ def root_overlay(plan: ContainerPlan, info: ImageInfo, layer_dir: Path) -> Overl
     """The container's own root for the runner to mount at ``plan.rootfs``: the image's
     layers, idmapped, under ``layer_dir/upper`` (see the module docstring)."""
     assert plan.rootfs is not None and info.layers
-    return OverlayMount(lower=info.layers[0], lower_below=list(info.layers[1:]),
-                        upper=str(layer_dir / "upper"), work=str(layer_dir / "work"),
-                        target=str(plan.rootfs), idmap_uid=TASK_HOST_ID, idmap_gid=TASK_HOST_ID,
-                        nodev=True, idmap_uid_base=plan.id_bases[0] if plan.id_bases else None,
-                        idmap_gid_base=plan.id_bases[1] if plan.id_bases else None)
+    return OverlayMount(
+        lower=info.layers[0],
+        lower_below=list(info.layers[1:]),
+        upper=str(layer_dir / "upper"),
+        work=str(layer_dir / "work"),
+        target=str(plan.rootfs),
+        idmap_uid=TASK_HOST_ID,
+        idmap_gid=TASK_HOST_ID,
+        nodev=True,
+        idmap_uid_base=plan.id_bases[0] if plan.id_bases else None,
+        idmap_gid_base=plan.id_bases[1] if plan.id_bases else None,
+    )
 
 
 def prepare_rootfs(plan: ContainerPlan, layer: OverlayMount) -> None:
@@ -549,10 +630,11 @@ def rootfs_path(name: str) -> Path:
 def root_note(why_not: str | None) -> str:
     """The task log's line on the container's root (``why_no_own_root``)."""
     if why_not is None:
-        return ("container root: its own writable root (the image's layers under a layer of "
-                "this attempt's: RESTART keeps it, RESCHEDULE starts afresh)")
-    return (f"container root: podman's container layer, which RESTART does NOT keep "
-            f"({why_not})")
+        return (
+            "container root: its own writable root (the image's layers under a layer of "
+            "this attempt's: RESTART keeps it, RESCHEDULE starts afresh)"
+        )
+    return f"container root: podman's container layer, which RESTART does NOT keep ({why_not})"
 
 
 ID_RANGE_OWNER = "trainyard"
@@ -577,8 +659,9 @@ def _range_start(path: Path, owner: str) -> int | None:
     return None
 
 
-def task_id_bases(subuid: Path = SUBUID, subgid: Path = SUBGID,
-                  owner: str = ID_RANGE_OWNER) -> tuple[int, int] | None:
+def task_id_bases(
+    subuid: Path = SUBUID, subgid: Path = SUBGID, owner: str = ID_RANGE_OWNER
+) -> tuple[int, int] | None:
     """The host uid and gid of a container's id 1 (``ID_RANGE_OWNER``'s ranges), or None
     where the host lends no such range (then only the container's root is mapped)."""
     uid, gid = _range_start(subuid, owner), _range_start(subgid, owner)
@@ -630,12 +713,15 @@ def user_ids(info: ImageInfo) -> tuple[int, int] | None:
 
 def user_host_ids(ids: tuple[int, int], bases: tuple[int, int]) -> tuple[int, int]:
     """The host uid and gid of the container's ``ids`` (0: ``TASK_HOST_ID``)."""
-    return tuple(TASK_HOST_ID if i == 0 else base + i - 1  # type: ignore[return-value]
-                 for i, base in zip(ids, bases, strict=True))
+    return tuple(
+        TASK_HOST_ID if i == 0 else base + i - 1  # type: ignore[return-value]
+        for i, base in zip(ids, bases, strict=True)
+    )
 
 
-def user_note(image: str, info: ImageInfo, own_root: bool,
-              mapped: bool = False) -> tuple[str, str | None]:
+def user_note(
+    image: str, info: ImageInfo, own_root: bool, mapped: bool = False
+) -> tuple[str, str | None]:
     """What becomes of an image whose ``USER`` is not root: with ``mapped`` (its own root
     and ``task_id_bases``) it runs as that user, nothing to say; else only uid 0 is mapped:
     with its own root the command runs as root anyway (a line for the task log); with
@@ -648,13 +734,17 @@ def user_note(image: str, info: ImageInfo, own_root: bool,
     if info.runs_as_root or mapped:
         return "", None
     if own_root:
-        return (f"image USER {info.user!r} is not used: the command runs as root inside (uid "
-                f"0, the host's nobody, is the only id mapped: no {ID_RANGE_OWNER} range in "
-                f"{SUBUID} and {SUBGID}, or the user is not found in the image)"), None
-    return "", (f"image {image!r} runs as USER {info.user!r}, but uid 0 is the only id mapped "
-                "in its container here and, without a root of its own, podman would start it "
-                "as that user: use an image that runs as root, or a pool whose server runs as "
-                "root with podman's overlay storage (docs/security.md, Images)")
+        return (
+            f"image USER {info.user!r} is not used: the command runs as root inside (uid "
+            f"0, the host's nobody, is the only id mapped: no {ID_RANGE_OWNER} range in "
+            f"{SUBUID} and {SUBGID}, or the user is not found in the image)"
+        ), None
+    return "", (
+        f"image {image!r} runs as USER {info.user!r}, but uid 0 is the only id mapped "
+        "in its container here and, without a root of its own, podman would start it "
+        "as that user: use an image that runs as root, or a pool whose server runs as "
+        "root with podman's overlay storage (docs/security.md, Images)"
+    )
 
 
 def probe_podman(podman: str = "podman") -> str | None:
@@ -667,8 +757,9 @@ def probe_podman(podman: str = "podman") -> str | None:
 def image_present(image: str, podman: str = "podman") -> bool:
     """Whether ``image`` is in podman's local storage (``podman image exists``; never pulls)."""
     try:
-        done = subprocess.run([podman, "image", "exists", image], capture_output=True,
-                              timeout=_QUERY_TIMEOUT_S)
+        done = subprocess.run(
+            [podman, "image", "exists", image], capture_output=True, timeout=_QUERY_TIMEOUT_S
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -676,11 +767,13 @@ def image_present(image: str, podman: str = "podman") -> bool:
 
 def missing_image_message(image: str) -> str:
     """The task log's line for an image that is not present locally."""
-    return (f"image {image!r} is not present in podman's local storage and is pulled here "
-            f"only with a registry credential of yours for {image_registry(image)} (trainyard "
-            f"credential set NAME --type REGISTRY --payload registry={image_registry(image)} "
-            f"username=USER auth=TOKEN), or build or load it first (podman build, podman "
-            f"load), then restart the workflow")
+    return (
+        f"image {image!r} is not present in podman's local storage and is pulled here "
+        f"only with a registry credential of yours for {image_registry(image)} (trainyard "
+        f"credential set NAME --type REGISTRY --payload registry={image_registry(image)} "
+        f"username=USER auth=TOKEN), or build or load it first (podman build, podman "
+        f"load), then restart the workflow"
+    )
 
 
 AUTH_FILE = "registry-auth.json"
@@ -731,9 +824,15 @@ def _masked(text: str, payloads: list[dict[str, str]]) -> str:
     return text
 
 
-def pull_image(image: str, payloads: list[dict[str, str]], folder: Path, *,
-               podman: str = "podman", tls_verify: bool = True,
-               timeout_s: float = PULL_TIMEOUT_S) -> str | None:
+def pull_image(
+    image: str,
+    payloads: list[dict[str, str]],
+    folder: Path,
+    *,
+    podman: str = "podman",
+    tls_verify: bool = True,
+    timeout_s: float = PULL_TIMEOUT_S,
+) -> str | None:
     """Pull ``image`` with the first of ``payloads`` (REGISTRY credentials for its
     registry): ``podman pull --authfile folder/AUTH_FILE IMAGE``, the file 0600 and removed
     when the pull ends, whatever its outcome (the values never on podman's command line,
@@ -753,8 +852,13 @@ def pull_image(image: str, payloads: list[dict[str, str]], folder: Path, *,
     argv = [podman, "pull", "--quiet", "--authfile", str(path)]
     argv += [] if tls_verify else ["--tls-verify=false"]
     try:
-        done = subprocess.run([*argv, image], capture_output=True, text=True,
-                              timeout=timeout_s, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [*argv, image],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         return f"podman pull took more than {timeout_s:g} s"
     except OSError as exc:
@@ -770,13 +874,16 @@ def pull_image(image: str, payloads: list[dict[str, str]], folder: Path, *,
 def pull_failed_message(image: str, why: str) -> str:
     """The task log's line for an image that a pull with the submitter's registry
     credential could not fetch."""
-    return (f"image {image!r} could not be pulled with your registry credential for "
-            f"{image_registry(image)}: {why}; check the image's name and the credential "
-            f"(trainyard credential list), then restart the workflow")
+    return (
+        f"image {image!r} could not be pulled with your registry credential for "
+        f"{image_registry(image)}: {why}; check the image's name and the credential "
+        f"(trainyard credential list), then restart the workflow"
+    )
 
 
-def remove_containers(names: Iterable[str], podman: str = "podman",
-                      background: bool = True) -> None:
+def remove_containers(
+    names: Iterable[str], podman: str = "podman", background: bool = True
+) -> None:
     """Remove these containers with whatever still runs in them (``podman rm -f``);
     names that no longer exist are ignored. In a background thread unless asked."""
     wanted = sorted(set(names))
@@ -786,8 +893,12 @@ def remove_containers(names: Iterable[str], podman: str = "podman",
     def work() -> None:
         for _ in range(_REMOVE_TRIES):
             try:
-                done = subprocess.run([podman, "rm", "--force", "--ignore", "--time", "0",
-                                       *wanted], capture_output=True, text=True, timeout=120)
+                done = subprocess.run(
+                    [podman, "rm", "--force", "--ignore", "--time", "0", *wanted],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
             except (OSError, subprocess.TimeoutExpired) as exc:
                 log.warning("could not remove containers %s: %s", ", ".join(wanted), exc)
                 return

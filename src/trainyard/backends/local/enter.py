@@ -41,13 +41,27 @@ import psutil
 from trainyard.errors import RefusedError
 from trainyard.linux.libc import libc as c_library
 
-__all__ = ["machine_id", "relay", "find_sandbox_init", "enter_argv", "connect_inside", "main", "NAMESPACES"]
+__all__ = [
+    "machine_id",
+    "relay",
+    "find_sandbox_init",
+    "enter_argv",
+    "connect_inside",
+    "main",
+    "NAMESPACES",
+]
 
 NAMESPACES = ("ipc", "uts", "net", "pid", "mnt", "user")
 """The namespaces entered, in order: the user namespace last (a caller with privileges on the
 host enters the others with them)."""
-_CLONE = {"ipc": 0x08000000, "uts": 0x04000000, "net": 0x40000000, "pid": 0x20000000,
-          "mnt": 0x00020000, "user": 0x10000000}
+_CLONE = {
+    "ipc": 0x08000000,
+    "uts": 0x04000000,
+    "net": 0x40000000,
+    "pid": 0x20000000,
+    "mnt": 0x00020000,
+    "user": 0x10000000,
+}
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
@@ -96,18 +110,29 @@ def find_sandbox_init(runner_pid: int, runner_created: float, run_dir: Path) -> 
                 return proc
         except (psutil.Error, OSError):
             continue
-    raise RefusedError("no bubblewrap sandbox runs for this task (its pool runs tasks without "
-                       "one, in a container, or its command has not started or has ended); "
-                       "exec, port-forward and rsync need the local bubblewrap sandbox")
+    raise RefusedError(
+        "no bubblewrap sandbox runs for this task (its pool runs tasks without "
+        "one, in a container, or its command has not started or has ended); "
+        "exec, port-forward and rsync need the local bubblewrap sandbox"
+    )
 
 
-def enter_argv(pid: int, created: float, command: list[str], *, tty: bool = False,
-               python: str = sys.executable) -> list[str]:
+def enter_argv(
+    pid: int, created: float, command: list[str], *, tty: bool = False, python: str = sys.executable
+) -> list[str]:
     """The host command that runs ``command`` inside the namespaces of process ``pid``
     (created at ``created``, Unix seconds); with ``tty``, the command's stdin is made its
     controlling terminal (give it a pty's slave)."""
-    return [python, "-m", "trainyard.backends.local.enter", str(pid), repr(created),
-            *(["--tty"] if tty else []), "--", *command]
+    return [
+        python,
+        "-m",
+        "trainyard.backends.local.enter",
+        str(pid),
+        repr(created),
+        *(["--tty"] if tty else []),
+        "--",
+        *command,
+    ]
 
 
 def connect_inside(pid: int, address: str, port: int, timeout_s: float = 10.0) -> socket.socket:
@@ -166,8 +191,9 @@ def _check(result: int, what: str) -> None:
 def _open_target(pid: int, created: float) -> tuple[dict[str, int], int]:
     """Descriptors of the namespaces and root of ``pid``, opened while it is surely the
     recorded process (pids are reused)."""
-    fds = {name: os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)
-           for name in NAMESPACES}
+    fds = {
+        name: os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC) for name in NAMESPACES
+    }
     root = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     if abs(psutil.Process(pid).create_time() - created) > 0.01:
         for fd in (*fds.values(), root):
@@ -196,7 +222,9 @@ def _drop_privileges() -> None:
         try:
             setter(0)
         except OSError as exc:
-            raise OSError(exc.errno, f"{name}(0) in the task's user namespace: {exc.strerror}") from None
+            raise OSError(
+                exc.errno, f"{name}(0) in the task's user namespace: {exc.strerror}"
+            ) from None
     for cap in range(_CAP_LAST + 1):
         libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the kernel's last: fine
     libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
@@ -231,10 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     command's exit status (128+N for a signal, as a shell does)."""
     args = sys.argv[1:] if argv is None else argv
     if "--" not in args or len(args) < 4:
-        sys.stderr.write("usage: python -m trainyard.backends.local.enter PID CREATED [--tty] -- CMD...\n")
+        sys.stderr.write(
+            "usage: python -m trainyard.backends.local.enter PID CREATED [--tty] -- CMD...\n"
+        )
         return 2
     split = args.index("--")
-    head, command = args[:split], args[split + 1:]
+    head, command = args[:split], args[split + 1 :]
     pid, created, tty = int(head[0]), float(head[1]), "--tty" in head[2:]
     try:
         fds, root = _open_target(pid, created)

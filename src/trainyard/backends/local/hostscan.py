@@ -11,7 +11,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from trainyard.backends.local.sandboxplan import SECRET_SCAN, _SCAN_LOCK
+from trainyard.backends.local.sandboxplan import _SCAN_LOCK, SECRET_SCAN
 
 __all__ = ["secret_covers"]
 
@@ -21,8 +21,9 @@ def _scan_root_only(host_root: str, rel: str) -> tuple[tuple[str, bool], ...]:
     return tuple(_covers_below(host_root, os.path.join(host_root, rel), _root_only, None))
 
 
-def _covers_below(host_root: str, top: str, hidden: Callable[[str], bool],
-                  depth: int | None) -> list[tuple[str, bool]]:
+def _covers_below(
+    host_root: str, top: str, hidden: Callable[[str], bool], depth: int | None
+) -> list[tuple[str, bool]]:
     """Each file or folder below ``top`` for which ``hidden(path)`` holds, as (path inside the
     sandbox, is a folder); a hidden folder's contents are not listed again, and folders
     ``depth`` levels below ``top`` are not entered (None: all the way)."""
@@ -37,8 +38,11 @@ def _covers_below(host_root: str, top: str, hidden: Callable[[str], bool],
             elif depth is None or level + 1 < depth:
                 keep.append(name)
         dirs[:] = keep
-        found += [("/" + os.path.relpath(os.path.join(current, n), host_root), False)
-                  for n in sorted(names) if hidden(os.path.join(current, n))]
+        found += [
+            ("/" + os.path.relpath(os.path.join(current, n), host_root), False)
+            for n in sorted(names)
+            if hidden(os.path.join(current, n))
+        ]
     return found
 
 

@@ -9,33 +9,51 @@ namespace) from the backend's settings and the task's ``LaunchRequest``. The gro
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import os
+import sys
+import sysconfig
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-import functools
-import logging
-import sys
-import sysconfig
 from typing import Any, ClassVar, Protocol
 
 import trainyard
 from trainyard.backends.base import TaskKey
 from trainyard.backends.images import image_registry
-
 from trainyard.backends.local import container
 from trainyard.backends.local.netns import GroupNetwork
-from trainyard.backends.local.sandbox import (IDMAPPED, TASK_HOST_UID, SandboxPlan, bwrap_argv,
-                                              bwrap_end, fresh_paths, hosts_file_text,
-                                              needs_bind, overlay_supported, overlays,
-                                              probe_remap, sandbox_mounts, skeleton_base,
-                                              task_owned)
+from trainyard.backends.local.sandbox import (
+    IDMAPPED,
+    TASK_HOST_UID,
+    SandboxPlan,
+    bwrap_argv,
+    bwrap_end,
+    fresh_paths,
+    hosts_file_text,
+    needs_bind,
+    overlay_supported,
+    overlays,
+    probe_remap,
+    sandbox_mounts,
+    skeleton_base,
+    task_owned,
+)
 from trainyard.runfile import TaskRun, UserNamespace
 
 log = logging.getLogger("trainyard.backends.local")
 
-__all__ = ["LaunchRequest", "Settings", "Sandboxing", "Strategy", "NoSandbox", "Bubblewrap",
-           "Podman", "strategy_for"]
+__all__ = [
+    "LaunchRequest",
+    "Settings",
+    "Sandboxing",
+    "Strategy",
+    "NoSandbox",
+    "Bubblewrap",
+    "Podman",
+    "strategy_for",
+]
 
 
 @dataclass
@@ -84,11 +102,16 @@ class Settings(Protocol):
 def _runner_paths() -> tuple[str, ...]:
     """Folders the interpreter and its imports live in (not the engine's script folder): the
     command sees them read-only (``python``, ``torchrun`` of the venv)."""
-    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-             str(Path(trainyard.__file__).resolve().parent.parent)}
+    paths = {
+        sys.prefix,
+        sys.base_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        str(Path(trainyard.__file__).resolve().parent.parent),
+    }
     paths.update(sysconfig.get_paths().values())
-    paths.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                 if os.path.isabs(p))  # a worktree's src (not sys.path: it holds the cwd)
+    paths.update(
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p)
+    )  # a worktree's src (not sys.path: it holds the cwd)
     return tuple(sorted(p for p in paths if os.path.exists(p)))
 
 
@@ -104,14 +127,15 @@ def _shown_runner_binds(home: Path) -> tuple[str, ...]:
     and runs are never shown to a task, whatever the import path says). Asked once per
     home (it was ~18 ``realpath`` calls per task start)."""
     real_home = os.path.realpath(home)
-    return tuple(p for p in _runner_binds()
-                 if not _inside(real_home, os.path.realpath(p)) and os.path.realpath(p) != "/")
+    return tuple(
+        p
+        for p in _runner_binds()
+        if not _inside(real_home, os.path.realpath(p)) and os.path.realpath(p) != "/"
+    )
 
 
 def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
 
 
 @dataclass
@@ -138,8 +162,15 @@ class Strategy(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def sandbox(self, backend: Settings, request: LaunchRequest, *, remap: bool,
-                net: GroupNetwork | None, gpus: tuple[int, ...]) -> Sandboxing:
+    def sandbox(
+        self,
+        backend: Settings,
+        request: LaunchRequest,
+        *,
+        remap: bool,
+        net: GroupNetwork | None,
+        gpus: tuple[int, ...],
+    ) -> Sandboxing:
         """The task's sandbox settings. ``request.run.sandbox`` already holds the backend's
         part (``path_prepend``, ``env``, ``limits``, ``description``).
 
@@ -160,8 +191,15 @@ class NoSandbox(Strategy):
 
     name = "none"
 
-    def sandbox(self, backend: Settings, request: LaunchRequest, *, remap: bool,
-                net: GroupNetwork | None, gpus: tuple[int, ...]) -> Sandboxing:
+    def sandbox(
+        self,
+        backend: Settings,
+        request: LaunchRequest,
+        *,
+        remap: bool,
+        net: GroupNetwork | None,
+        gpus: tuple[int, ...],
+    ) -> Sandboxing:
         return Sandboxing({"root": str(request.root_dir)})
 
 
@@ -171,20 +209,37 @@ class Bubblewrap(Strategy):
 
     name = "bwrap"
 
-    def sandbox(self, backend: Settings, request: LaunchRequest, *, remap: bool,
-                net: GroupNetwork | None, gpus: tuple[int, ...]) -> Sandboxing:
+    def sandbox(
+        self,
+        backend: Settings,
+        request: LaunchRequest,
+        *,
+        remap: bool,
+        net: GroupNetwork | None,
+        gpus: tuple[int, ...],
+    ) -> Sandboxing:
         plan = self.plan(backend, request, remap)
         prefix = bwrap_argv(plan)
         mounts, readonly = sandbox_mounts(plan)
         userns = None
         if plan.host_uid is not None:
             own, below = task_owned(plan)
-            userns = UserNamespace(host_uid=plan.host_uid, host_gid=plan.host_uid, own=own,
-                                   own_dirs_below=below, fresh=fresh_paths(plan),
-                                   args_at=bwrap_end(prefix))
-        settings = {"command_prefix": prefix, "mounts": mounts, "readonly": readonly,
-                    "overlays": overlays(plan), "userns": userns,
-                    "volumes": {inside: host for host, inside in plan.volumes}}
+            userns = UserNamespace(
+                host_uid=plan.host_uid,
+                host_gid=plan.host_uid,
+                own=own,
+                own_dirs_below=below,
+                fresh=fresh_paths(plan),
+                args_at=bwrap_end(prefix),
+            )
+        settings = {
+            "command_prefix": prefix,
+            "mounts": mounts,
+            "readonly": readonly,
+            "overlays": overlays(plan),
+            "userns": userns,
+            "volumes": {inside: host for host, inside in plan.volumes},
+        }
         return Sandboxing(settings, hosts_file_text(request.run.hosts), plan)
 
     @staticmethod
@@ -198,16 +253,19 @@ class Bubblewrap(Strategy):
         writable = [str(run.output_path), *(str(run.input_path(i)) for i in range(len(run.inputs)))]
         readonly = run.sandbox.path_prepend  # inputs need none: the runner copies them in
         return SandboxPlan(
-            root_dir=request.root_dir, hostname=run.task,
+            root_dir=request.root_dir,
+            hostname=run.task,
             hosts_file=request.run_dir / "sandbox" / "hosts",
             writable=tuple(p for p in writable if needs_bind(p, True)),
-            readonly=_shown_runner_binds(backend.home) + tuple(
-                p for p in readonly if os.path.exists(p) and needs_bind(p, False)),
+            readonly=_shown_runner_binds(backend.home)
+            + tuple(p for p in readonly if os.path.exists(p) and needs_bind(p, False)),
             overlay_dir=request.run_dir / "sandbox" / "overlay" if overlay_supported() else None,
-            volumes=backend.volumes(run), hidden=(str(backend.home),),
+            volumes=backend.volumes(run),
+            hidden=(str(backend.home),),
             host_uid=TASK_HOST_UID if remap and probe_remap() is None else None,
             idmapped=IDMAPPED,
-            skeleton_dir=skeleton_base() if overlay_supported() else None)
+            skeleton_dir=skeleton_base() if overlay_supported() else None,
+        )
 
 
 class Podman(Strategy):
@@ -217,8 +275,15 @@ class Podman(Strategy):
 
     name = "podman"
 
-    def sandbox(self, backend: Settings, request: LaunchRequest, *, remap: bool,
-                net: GroupNetwork | None, gpus: tuple[int, ...]) -> Sandboxing:
+    def sandbox(
+        self,
+        backend: Settings,
+        request: LaunchRequest,
+        *,
+        remap: bool,
+        net: GroupNetwork | None,
+        gpus: tuple[int, ...],
+    ) -> Sandboxing:
         run = request.run
         assert run.image is not None
         network = "host"
@@ -234,16 +299,23 @@ class Podman(Strategy):
         no_root = container.why_no_own_root(info, overlay_supported()) if info else None
         own_root = info is not None and no_root is None
         plan = container.ContainerPlan(
-            image=run.image, name=name, hostname=run.task, network=network,
-            root_dir=request.root_dir, hosts_file=request.run_dir / "sandbox" / "hosts",
+            image=run.image,
+            name=name,
+            hostname=run.task,
+            network=network,
+            root_dir=request.root_dir,
+            hosts_file=request.run_dir / "sandbox" / "hosts",
             files=tuple(f.path if f.path.startswith("/") else f"/{f.path}" for f in run.files),
             writable=tuple(str(d) for d in request.writable_dirs if Path(d) != request.run_dir),
-            volumes=backend.volumes(run), devices=devices,
+            volumes=backend.volumes(run),
+            devices=devices,
             rootfs=container.rootfs_path(name) if own_root else None,
             image_env=info.env if info is not None and own_root else (),
             id_bases=container.task_id_bases() if own_root else None,
             conf=container.containers_conf(backend.state_dir),
-            seccomp=container.seccomp_profile(backend.state_dir), limits=run.sandbox.limits)
+            seccomp=container.seccomp_profile(backend.state_dir),
+            limits=run.sandbox.limits,
+        )
         settings: dict[str, Any] = {
             "limits": None,  # podman's flags set them (its OCI runtime's own group)
             "env": {**run.sandbox.env, "CUDA_VISIBLE_DEVICES": visible},  # CDI: from 0 inside
@@ -252,11 +324,14 @@ class Podman(Strategy):
             "userns": container.container_userns(plan),
             "volumes": {inside: host for host, inside in plan.volumes},
             "env_flag": "--env-file",
-            "env_defaults": dict(v.partition("=")[::2] for v in plan.image_env)}
+            "env_defaults": dict(v.partition("=")[::2] for v in plan.image_env),
+        }
         if info is None:
-            settings["start_error"] = (container.pull_failed_message(run.image, pull_error)
-                                       if pull_error else
-                                       container.missing_image_message(run.image))
+            settings["start_error"] = (
+                container.pull_failed_message(run.image, pull_error)
+                if pull_error
+                else container.missing_image_message(run.image)
+            )
             settings["missing_image"] = run.image
         else:
             settings.update(self._own_root(request, plan, info, no_root))
@@ -270,14 +345,22 @@ class Podman(Strategy):
         image = request.run.image
         assert image is not None
         tls_verify = image_registry(image) not in backend.insecure_registries
-        log.info("task %s: pulling image %s with a registry credential of its submitter",
-                 request.key.task, image)
-        return container.pull_image(image, request.registry_credentials, request.run_dir,
-                                    tls_verify=tls_verify)
+        log.info(
+            "task %s: pulling image %s with a registry credential of its submitter",
+            request.key.task,
+            image,
+        )
+        return container.pull_image(
+            image, request.registry_credentials, request.run_dir, tls_verify=tls_verify
+        )
 
     @staticmethod
-    def _own_root(request: LaunchRequest, plan: container.ContainerPlan,
-                  info: container.ImageInfo, why_not: str | None) -> dict[str, Any]:
+    def _own_root(
+        request: LaunchRequest,
+        plan: container.ContainerPlan,
+        info: container.ImageInfo,
+        why_not: str | None,
+    ) -> dict[str, Any]:
         """The container's own root for the runner to mount (``container.root_overlay``;
         RESTART keeps ``<run_dir>/sandbox``, this layer with it) or why not, and what becomes
         of an image ``USER`` that is not root: said in the task log (or a start error)."""
@@ -289,18 +372,21 @@ class Podman(Strategy):
             settings["command_prefix"] = container.podman_argv(plan)
             data_ids = container.user_host_ids(ids, bases)
         if plan.rootfs is not None:
-            layer = container.root_overlay(plan, info,
-                                           request.run_dir / "sandbox" / "overlay" / "image")
+            layer = container.root_overlay(
+                plan, info, request.run_dir / "sandbox" / "overlay" / "image"
+            )
             container.prepare_rootfs(plan, layer)
             settings["overlays"] = [layer]
-            settings["userns"] = container.container_userns(plan, container.image_links(info),
-                                                            data_ids)
-        note, settings["start_error"] = container.user_note(plan.image, info,
-                                                            plan.rootfs is not None,
-                                                            mapped=data_ids is not None)
+            settings["userns"] = container.container_userns(
+                plan, container.image_links(info), data_ids
+            )
+        note, settings["start_error"] = container.user_note(
+            plan.image, info, plan.rootfs is not None, mapped=data_ids is not None
+        )
         lines = (container.root_note(why_not), note)
         settings["description"] = request.run.sandbox.description + "".join(
-            f"\n{line}" for line in lines if line)
+            f"\n{line}" for line in lines if line
+        )
         return settings
 
 

@@ -150,8 +150,13 @@ class LauncherClient:
         idle_s: how long a launcher with no request and no child lives on.
     """
 
-    def __init__(self, state_dir: Path, python: str = sys.executable, idle_s: float = 300.0,
-                 start_timeout_s: float = 20.0) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        python: str = sys.executable,
+        idle_s: float = 300.0,
+        start_timeout_s: float = 20.0,
+    ) -> None:
         self.state_dir = Path(state_dir)
         self.python = python
         self.idle_s = idle_s
@@ -159,9 +164,16 @@ class LauncherClient:
         self.name = address_name(self.state_dir, python)
         self._lock = threading.Lock()
 
-    def run(self, run_json: Path, out: Path, cwd: Path, env: dict[str, str],
-            group: str | None, mode: str = "process",
-            network: dict[str, Any] | None = None) -> tuple[int, float]:
+    def run(
+        self,
+        run_json: Path,
+        out: Path,
+        cwd: Path,
+        env: dict[str, str],
+        group: str | None,
+        mode: str = "process",
+        network: dict[str, Any] | None = None,
+    ) -> tuple[int, float]:
         """Start a runner for ``run_json``: a forked process, or (``mode="thread"``) a thread
         of the launcher. Returns (pid, create time) of the process that runs it.
 
@@ -173,13 +185,23 @@ class LauncherClient:
         Raises:
             BackendError: no launcher answers, or it could not start the runner.
         """
-        reply = self.request({"op": "run", "run_json": str(run_json), "out": str(out),
-                              "cwd": str(cwd), "env": env, "group": group, "mode": mode,
-                              "network": network})
+        reply = self.request(
+            {
+                "op": "run",
+                "run_json": str(run_json),
+                "out": str(out),
+                "cwd": str(cwd),
+                "env": env,
+                "group": group,
+                "mode": mode,
+                "network": network,
+            }
+        )
         return int(reply["pid"]), float(reply["created"])
 
-    def run_many(self, runs: list[dict[str, Any]],
-                 env: dict[str, str]) -> list[tuple[int, float, bool] | BackendError]:
+    def run_many(
+        self, runs: list[dict[str, Any]], env: dict[str, str]
+    ) -> list[tuple[int, float, bool] | BackendError]:
         """Start several runners with one request (``run_many``, see the module docstring).
 
         Args:
@@ -198,15 +220,22 @@ class LauncherClient:
         Raises:
             BackendError: no launcher answers (none of them started).
         """
-        message = {"op": "run_many", "env": env,
-                   "runs": [{k: (str(v) if isinstance(v, Path) else v) for k, v in run.items()}
-                            for run in runs]}
+        message = {
+            "op": "run_many",
+            "env": env,
+            "runs": [
+                {k: (str(v) if isinstance(v, Path) else v) for k, v in run.items()} for run in runs
+            ],
+        }
         results = self.request(message)["results"]
         if len(results) != len(runs):
             raise BackendError(f"launcher: {len(results)} replies to {len(runs)} starts")
-        return [BackendError(f"launcher: {r['error']}") if "error" in r
-                else (int(r["pid"]), float(r["created"]), bool(r.get("recorded")))
-                for r in results]
+        return [
+            BackendError(f"launcher: {r['error']}")
+            if "error" in r
+            else (int(r["pid"]), float(r["created"]), bool(r.get("recorded")))
+            for r in results
+        ]
 
     def stop_hosted(self, run_dir: Path, name: str | None = None, force: bool = False) -> bool:
         """Stop the hosted runner of ``run_dir`` (starts no launcher).
@@ -234,11 +263,16 @@ class LauncherClient:
         Raises:
             BackendError: no launcher answers, or the namespace could not be made.
         """
-        reply = self.request({"op": "network", "group": group, "forward": forward,
-                              "egress": egress})
-        return netns.GroupNetwork(int(reply["launcher_pid"]), int(reply["ns_pid"]),
-                                  float(reply["ns_created"]), bool(reply["user_ns"]),
-                                  reply.get("ns_path"))
+        reply = self.request(
+            {"op": "network", "group": group, "forward": forward, "egress": egress}
+        )
+        return netns.GroupNetwork(
+            int(reply["launcher_pid"]),
+            int(reply["ns_pid"]),
+            float(reply["ns_created"]),
+            bool(reply["user_ns"]),
+            reply.get("ns_path"),
+        )
 
     def release(self) -> None:
         """Ask a running launcher to exit as soon as no runner of it is left (starts none)."""
@@ -263,8 +297,9 @@ class LauncherClient:
             sock.sendall(json.dumps(message).encode() + b"\n")
             reply = _read_line(sock)
         if not reply:
-            raise _NoReply(f"the launcher {self.name} closed without a reply "
-                           f"(see {self.state_dir / LOG})")
+            raise _NoReply(
+                f"the launcher {self.name} closed without a reply (see {self.state_dir / LOG})"
+            )
         data = json.loads(reply)
         if "error" in data:
             raise BackendError(f"launcher: {data['error']}")
@@ -277,12 +312,24 @@ class LauncherClient:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if self._answers():
                 return
-            argv = [self.python, "-m", "trainyard.backends.local.launcher", self.name,
-                    "--idle-s", str(self.idle_s)]
+            argv = [
+                self.python,
+                "-m",
+                "trainyard.backends.local.launcher",
+                self.name,
+                "--idle-s",
+                str(self.idle_s),
+            ]
             try:
                 with open(self.state_dir / LOG, "ab") as log:
-                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                            stderr=log, start_new_session=True, close_fds=True)
+                    proc = subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=log,
+                        start_new_session=True,
+                        close_fds=True,
+                    )
             except OSError as exc:
                 raise BackendError(f"could not start the launcher ({self.python}): {exc}") from exc
             deadline = time.monotonic() + self.start_timeout_s
@@ -368,13 +415,19 @@ class _Group:
 
     def reply(self) -> dict[str, Any]:
         path = f"/proc/{os.getpid()}/fd/{self.ns_fd}" if self.ns_fd is not None else None
-        return {"launcher_pid": os.getpid(), "ns_pid": self.ns_pid,
-                "ns_created": self.ns_created, "user_ns": self.user_ns, "ns_path": path}
+        return {
+            "launcher_pid": os.getpid(),
+            "ns_pid": self.ns_pid,
+            "ns_created": self.ns_created,
+            "user_ns": self.user_ns,
+            "ns_path": path,
+        }
 
 
 class _Launcher:
-    def __init__(self, name: str, idle_s: float, group_grace_s: float,
-                 spare_count: int = 2) -> None:
+    def __init__(
+        self, name: str, idle_s: float, group_grace_s: float, spare_count: int = 2
+    ) -> None:
         self.name = name
         self.idle_s = idle_s
         self.group_grace_s = group_grace_s
@@ -494,13 +547,19 @@ class _Launcher:
             return {"running": hosted is not None and hosted.is_alive()}
         self.released = False  # an engine uses it again
         if op == "network":
-            return self._network(str(request["group"]), [int(p) for p in request["forward"]],
-                                 bool(request.get("egress", True)))
+            return self._network(
+                str(request["group"]),
+                [int(p) for p in request["forward"]],
+                bool(request.get("egress", True)),
+            )
         if op == "run":
             return self._run(request)
         if op == "run_many":
-            return {"results": [self._run_one_of(run, request.get("env", {}))
-                                for run in request["runs"]]}
+            return {
+                "results": [
+                    self._run_one_of(run, request.get("env", {})) for run in request["runs"]
+                ]
+            }
         raise ValueError(f"unknown op {op!r}")
 
     def _run_one_of(self, run: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
@@ -511,19 +570,24 @@ class _Launcher:
         except Exception as exc:  # noqa: BLE001 - one bad start must not stop the others
             return {"error": f"{type(exc).__name__}: {exc}"}
         if run.get("launch_json"):
-            reply["recorded"] = _record(Path(run["launch_json"]),
-                                        {**run.get("launch", {}), **reply})
+            reply["recorded"] = _record(
+                Path(run["launch_json"]), {**run.get("launch", {}), **reply}
+            )
         return reply
 
-    def _network(self, key: str, ports: list[int], egress: bool = True,
-                 wait: bool = True) -> dict[str, Any]:
+    def _network(
+        self, key: str, ports: list[int], egress: bool = True, wait: bool = True
+    ) -> dict[str, Any]:
         """The group's namespace, made if none is alive; with ``egress``, pasta attached. With
         ``wait`` the reply comes once egress works; otherwise the group's ``egress_ready`` is
         set when it does (the main loop reads pasta's ready line), so a hosted runner's
         thread waits, not this loop (pasta takes ~70 ms of wall time to start)."""
         group = self.groups.get(key)
-        if (group is not None and group.ns_fd is None
-                and proctree.same_process(group.ns_pid, group.ns_created) is None):
+        if (
+            group is not None
+            and group.ns_fd is None
+            and proctree.same_process(group.ns_pid, group.ns_created) is None
+        ):
             self._drop_group(key)
             group = None
         if group is None:
@@ -549,8 +613,10 @@ class _Launcher:
         try:
             group.link, group.router = router.attach(group.ns_fd), router
         except OSError as exc:
-            _say(f"launcher: group {key}: no veth to the egress router ({exc}); "
-                 "a pasta of its own instead")
+            _say(
+                f"launcher: group {key}: no veth to the egress router ({exc}); "
+                "a pasta of its own instead"
+            )
             return False
         group.egress_ready.set()
         return True
@@ -560,8 +626,10 @@ class _Launcher:
         it) when first needed and again if its pasta died; None, said once in the log, where
         it cannot be had."""
         if self.router is not None and not self.router.alive():
-            _say(f"launcher: the egress router's pasta exited ({self.router.pasta.returncode}); "
-                 "new groups get a new router")
+            _say(
+                f"launcher: the egress router's pasta exited ({self.router.pasta.returncode}); "
+                "new groups get a new router"
+            )
             self.router.close()
             self.router = None
         if self.router is None and self.router_why_not is None:
@@ -583,8 +651,10 @@ class _Launcher:
             return
         try:
             group.egress = netns.start_egress(
-                ns_fd=group.ns_fd, ns_pid=None if group.ns_fd is not None else group.ns_pid,
-                wait=False)
+                ns_fd=group.ns_fd,
+                ns_pid=None if group.ns_fd is not None else group.ns_pid,
+                wait=False,
+            )
         except BackendError:
             self._drop_group(key)
             raise
@@ -666,16 +736,25 @@ class _Launcher:
         ns_path, entry = None, None
         if request.get("network"):
             network = request["network"]
-            ns_path = self._network(str(network["group"]), [int(p) for p in network["forward"]],
-                                    bool(network.get("egress", True)), wait=False)["ns_path"]
+            ns_path = self._network(
+                str(network["group"]),
+                [int(p) for p in network["forward"]],
+                bool(network.get("egress", True)),
+                wait=False,
+            )["ns_path"]
             if ns_path is None:
-                raise ValueError("only a namespace held as a descriptor (as root) is joined "
-                                 "by a hosted runner")
+                raise ValueError(
+                    "only a namespace held as a descriptor (as root) is joined by a hosted runner"
+                )
             entry = self.groups[str(network["group"])]
-        join = (functools.partial(_join_when_ready, ns_path, entry)
-                if ns_path is not None and entry is not None else None)
-        hosted = HostedRunner(Path(request["run_json"]), Path(request["out"]), request["env"],
-                              first=join)
+        join = (
+            functools.partial(_join_when_ready, ns_path, entry)
+            if ns_path is not None and entry is not None
+            else None
+        )
+        hosted = HostedRunner(
+            Path(request["run_json"]), Path(request["out"]), request["env"], first=join
+        )
         key = str(hosted.run_dir)
         if key in self.hosted:
             raise ValueError(f"a runner for {key} already runs")
@@ -802,8 +881,9 @@ class _Launcher:
             return
         self._next_expiry = now + _EXPIRY_PERIOD_S
         for key, group in list(self.groups.items()):
-            grace = self.group_grace_s if group.joined else max(self.group_grace_s,
-                                                                 UNJOINED_GRACE_S)
+            grace = (
+                self.group_grace_s if group.joined else max(self.group_grace_s, UNJOINED_GRACE_S)
+            )
             if not group.runners and now - group.idle_since > grace:
                 self._drop_group(key)
 
@@ -874,7 +954,7 @@ def _read_all(fd: int) -> bytes:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _open_fds() -> list[int]:

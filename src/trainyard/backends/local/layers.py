@@ -17,13 +17,32 @@ from pathlib import Path
 
 from trainyard.backends.local.accounts import _FreshItem, account_entries
 from trainyard.backends.local.hostscan import _scan_root_only, secret_covers
-from trainyard.backends.local.sandboxplan import (FRESH, IDMAPPED, ROOT_LAYER, SKELETON,
-                                                  SandboxPlan, _FRESH_NAMES, _SCAN_LOCK, _layer,
-                                                  _layer_dir, _overlaid, _under)
+from trainyard.backends.local.sandboxplan import (
+    _FRESH_NAMES,
+    _SCAN_LOCK,
+    FRESH,
+    IDMAPPED,
+    ROOT_LAYER,
+    SKELETON,
+    SandboxPlan,
+    _layer,
+    _layer_dir,
+    _overlaid,
+    _under,
+)
 from trainyard.runfile import FreshPath, OverlayMount
 
-__all__ = ["OPAQUE_XATTR", "SKELETON_BASE", "fresh_layer", "fresh_paths", "idmapped_covers",
-           "overlays", "skeleton_base", "system_skeleton", "warm_host_scans"]
+__all__ = [
+    "OPAQUE_XATTR",
+    "SKELETON_BASE",
+    "fresh_layer",
+    "fresh_paths",
+    "idmapped_covers",
+    "overlays",
+    "skeleton_base",
+    "system_skeleton",
+    "warm_host_scans",
+]
 
 
 def overlays(plan: SandboxPlan) -> list[OverlayMount]:
@@ -33,15 +52,20 @@ def overlays(plan: SandboxPlan) -> list[OverlayMount]:
     layers = sorted({_layer(plan, name) for name in _overlaid(plan)})
     skeleton = _skeleton(plan)
     fresh = _fresh(plan)
-    mounts = [OverlayMount(lower=str(plan.host_root if layer == ROOT_LAYER else plan.host_root / layer),
-                           upper=str(plan.overlay_dir / layer / "upper"),
-                           work=str(plan.overlay_dir / layer / "work"),
-                           target=str(plan.overlay_dir / layer / "mnt"),
-                           lower_above=[*_skeleton_above(skeleton, layer),
-                                        *_skeleton_above(fresh, layer)])
-              for layer in layers]
-    idmapped = [_idmapped_layer(plan, rel).model_copy(
-        update={"lower_above": _skeleton_above(fresh, rel)}) for rel in _idmapped(plan)]
+    mounts = [
+        OverlayMount(
+            lower=str(plan.host_root if layer == ROOT_LAYER else plan.host_root / layer),
+            upper=str(plan.overlay_dir / layer / "upper"),
+            work=str(plan.overlay_dir / layer / "work"),
+            target=str(plan.overlay_dir / layer / "mnt"),
+            lower_above=[*_skeleton_above(skeleton, layer), *_skeleton_above(fresh, layer)],
+        )
+        for layer in layers
+    ]
+    idmapped = [
+        _idmapped_layer(plan, rel).model_copy(update={"lower_above": _skeleton_above(fresh, rel)})
+        for rel in _idmapped(plan)
+    ]
     return mounts + idmapped  # on top of those
 
 
@@ -56,8 +80,7 @@ def _fresh(plan: SandboxPlan) -> Path | None:
     """The ``fresh_layer`` of ``plan`` (built on first use), or None."""
     if plan.host_uid is None or plan.overlay_dir is None or plan.skeleton_dir is None:
         return None
-    return fresh_layer(plan.skeleton_dir, plan.host_root, plan.host_uid,
-                       tuple(_idmapped(plan)))
+    return fresh_layer(plan.skeleton_dir, plan.host_root, plan.host_uid, tuple(_idmapped(plan)))
 
 
 def _skeleton_above(skeleton: Path | None, layer: str) -> list[str]:
@@ -115,8 +138,12 @@ def skeleton_base(base: Path = SKELETON_BASE, host_root: Path = Path("/")) -> Pa
         other_fs = info.st_dev != os.stat(host_root).st_dev
     except OSError:
         return None
-    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid()
-            or info.st_mode & 0o077 or not other_fs):
+    if (
+        not stat.S_ISDIR(info.st_mode)
+        or info.st_uid != os.geteuid()
+        or info.st_mode & 0o077
+        or not other_fs
+    ):
         return None
     return base
 
@@ -126,8 +153,9 @@ def _skeleton_digest(dirs: tuple[tuple[str, int], ...], uid: int) -> str:
     return hashlib.sha256(repr((uid, dirs)).encode()).hexdigest()[:20]
 
 
-def _build_skeleton(skeleton_dir: Path, final: Path,
-                    dirs: tuple[tuple[str, int], ...], uid: int) -> None:
+def _build_skeleton(
+    skeleton_dir: Path, final: Path, dirs: tuple[tuple[str, int], ...], uid: int
+) -> None:
     skeleton_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     temporary = Path(tempfile.mkdtemp(prefix=".building-", dir=skeleton_dir))
     try:
@@ -160,8 +188,9 @@ def _skeleton_dirs(host_root: str) -> tuple[tuple[str, int], ...]:
             for name in sorted(dirs):
                 child = os.path.join(current, name)
                 if _gives(child) and os.path.relpath(child, host_root) not in _FRESH_NAMES:
-                    found.append((os.path.relpath(child, host_root),
-                                  stat.S_IMODE(os.lstat(child).st_mode)))
+                    found.append(
+                        (os.path.relpath(child, host_root), stat.S_IMODE(os.lstat(child).st_mode))
+                    )
                     if depth is None or level + 1 < depth:
                         keep.append(name)
             dirs[:] = keep
@@ -174,8 +203,7 @@ def _gives(path: str) -> bool:
         info = os.lstat(path)
     except OSError:
         return False
-    return (stat.S_ISDIR(info.st_mode) and info.st_uid == 0
-            and info.st_mode & 0o005 == 0o005)
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == 0 and info.st_mode & 0o005 == 0o005
 
 
 @dataclass(frozen=True)
@@ -198,8 +226,9 @@ docs, filesystems/overlayfs "whiteouts and opaque directories"); honoured in a l
 too."""
 
 
-def fresh_layer(skeleton_dir: Path, host_root: Path, uid: int,
-                idmapped: tuple[str, ...] = ()) -> Path | None:
+def fresh_layer(
+    skeleton_dir: Path, host_root: Path, uid: int, idmapped: tuple[str, ...] = ()
+) -> Path | None:
     """A read-only overlay layer holding the ``FRESH`` entries (and ``account_entries``) of
     the host's ``/`` as a remapped task gets them (owned by ``uid``, with ``FRESH``'s mode
     and text; a folder marked opaque, ``OPAQUE_XATTR``: the host's entries below it are
@@ -241,8 +270,7 @@ def _fresh_digest(entries: tuple[_FreshEntry, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _fresh_entries(host_root: str, uid: int,
-                   idmapped: tuple[str, ...]) -> tuple[_FreshEntry, ...]:
+def _fresh_entries(host_root: str, uid: int, idmapped: tuple[str, ...]) -> tuple[_FreshEntry, ...]:
     """The entries of ``fresh_layer``, parents before children."""
     found: dict[str, _FreshEntry] = {}
     for rel, is_dir, mode, text in _fresh_items(host_root):
@@ -255,8 +283,9 @@ def _fresh_entries(host_root: str, uid: int,
     return tuple(found.values())
 
 
-def _host_parents(host_root: str, rel: str, uid: int,
-                  idmapped: tuple[str, ...]) -> list[_FreshEntry] | None:
+def _host_parents(
+    host_root: str, rel: str, uid: int, idmapped: tuple[str, ...]
+) -> list[_FreshEntry] | None:
     """The parent folders of ``rel`` as the host has them, top first; None when one is
     missing, a link or not a folder."""
     parts = rel.split("/")[:-1]
@@ -319,7 +348,7 @@ def fresh_paths(plan: SandboxPlan) -> list[FreshPath]:
             continue
         layer = next((r for r in idmapped if _under(rel, r)), None)
         if layer is not None:
-            base, below = _idmapped_layer(plan, layer).target, rel[len(layer) + 1:]
+            base, below = _idmapped_layer(plan, layer).target, rel[len(layer) + 1 :]
         elif rel.split("/")[0] in overlaid:
             top, _, below = rel.partition("/")
             base = str(_layer_dir(plan, top, "mnt"))
@@ -358,15 +387,19 @@ def _idmapped(plan: SandboxPlan) -> list[str]:
 
 
 @functools.lru_cache(maxsize=16)  # asked ~8 times per task start, a realpath per folder
-def _idmapped_on_host(host_root: str, idmapped: tuple[str, ...],
-                      overlaid: frozenset[str]) -> tuple[str, ...]:
+def _idmapped_on_host(
+    host_root: str, idmapped: tuple[str, ...], overlaid: frozenset[str]
+) -> tuple[str, ...]:
     """Of ``idmapped``, the folders below an ``overlaid`` system folder that the host has as
     real folders (not symlinks), looked at once per process like ``_system_tops``."""
     found = []
     for rel in idmapped:
         host = os.path.join(host_root, rel)
-        if (rel.split("/")[0] in overlaid and os.path.isdir(host)
-                and os.path.realpath(host) == os.path.normpath(host)):
+        if (
+            rel.split("/")[0] in overlaid
+            and os.path.isdir(host)
+            and os.path.realpath(host) == os.path.normpath(host)
+        ):
             found.append(rel)
     return tuple(found)
 
@@ -374,8 +407,14 @@ def _idmapped_on_host(host_root: str, idmapped: tuple[str, ...],
 def _idmapped_layer(plan: SandboxPlan, rel: str) -> OverlayMount:
     assert plan.overlay_dir is not None and plan.host_uid is not None
     lower, upper, work, target = _idmapped_layer_paths(plan, rel)
-    return OverlayMount(lower=lower, upper=upper, work=work, target=target,
-                        idmap_uid=plan.host_uid, idmap_gid=plan.host_uid)
+    return OverlayMount(
+        lower=lower,
+        upper=upper,
+        work=work,
+        target=target,
+        idmap_uid=plan.host_uid,
+        idmap_gid=plan.host_uid,
+    )
 
 
 @functools.lru_cache(maxsize=64)  # asked ~8 times per task start and folder
@@ -385,8 +424,12 @@ def _idmapped_layer_paths(plan: SandboxPlan, rel: str) -> tuple[str, str, str, s
     top, _, rest = rel.partition("/")
     base = plan.overlay_dir / "idmapped" / rel.replace("/", "-")
     target = _layer_dir(plan, top, "mnt") / rest if rest else _layer_dir(plan, top, "mnt")
-    return (os.path.join(str(plan.host_root), rel), str(base / "upper"), str(base / "work"),
-            str(target))
+    return (
+        os.path.join(str(plan.host_root), rel),
+        str(base / "upper"),
+        str(base / "work"),
+        str(target),
+    )
 
 
 def idmapped_covers(plan: SandboxPlan) -> tuple[tuple[str, bool], ...]:

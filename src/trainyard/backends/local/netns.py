@@ -72,11 +72,26 @@ from trainyard.errors import BackendError
 from trainyard.linux import proctree
 from trainyard.linux.libc import libc as c_library
 
-__all__ = ["GroupNetwork", "ensure_group_network", "probe_netns", "namespace_fd",
-           "on_own_thread", "on_this_thread", "join_namespace", "hold_namespace", "bridge", "main",
-           "pasta_argv", "start_egress",
-           "wait_egress", "stop_egress", "probe_egress", "probe_egress_attach",
-           "EGRESS_ADDRESS", "EGRESS_GATEWAY"]
+__all__ = [
+    "GroupNetwork",
+    "ensure_group_network",
+    "probe_netns",
+    "namespace_fd",
+    "on_own_thread",
+    "on_this_thread",
+    "join_namespace",
+    "hold_namespace",
+    "bridge",
+    "main",
+    "pasta_argv",
+    "start_egress",
+    "wait_egress",
+    "stop_egress",
+    "probe_egress",
+    "probe_egress_attach",
+    "EGRESS_ADDRESS",
+    "EGRESS_GATEWAY",
+]
 
 T = TypeVar("T")
 
@@ -126,20 +141,31 @@ class GroupNetwork:
 def _read_info(group_dir: Path) -> GroupNetwork | None:
     try:
         data = json.loads((group_dir / INFO).read_text())
-        return GroupNetwork(int(data["keeper_pid"]), int(data["ns_pid"]),
-                            float(data["ns_created"]), bool(data["user_ns"]))
+        return GroupNetwork(
+            int(data["keeper_pid"]),
+            int(data["ns_pid"]),
+            float(data["ns_created"]),
+            bool(data["user_ns"]),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _start_keeper(group_dir: Path, forward_ports: Sequence[int], python: str,
-                  idle_s: float) -> subprocess.Popen[bytes]:
+def _start_keeper(
+    group_dir: Path, forward_ports: Sequence[int], python: str, idle_s: float
+) -> subprocess.Popen[bytes]:
     argv = [python, "-m", "trainyard.backends.local.netns", str(group_dir), "--idle-s", str(idle_s)]
     for port in forward_ports:
         argv += ["--forward", str(port)]
     with open(group_dir / "keeper.log", "ab") as log:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, close_fds=True)
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
 
 
 def ensure_group_network(
@@ -225,7 +251,9 @@ def _unshare_network() -> bool:
 
 def _loopback_up() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        flags = struct.unpack(_IFREQ, fcntl.ioctl(sock, _SIOCGIFFLAGS, struct.pack(_IFREQ, b"lo", 0)))[1]
+        flags = struct.unpack(
+            _IFREQ, fcntl.ioctl(sock, _SIOCGIFFLAGS, struct.pack(_IFREQ, b"lo", 0))
+        )[1]
         fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
 
 
@@ -253,6 +281,7 @@ def namespace_fd(ports: Sequence[int]) -> tuple[int, list[socket.socket]]:
     Raises:
         OSError: not permitted (not root) or the kernel refused.
     """
+
     def work() -> tuple[int, list[socket.socket]]:
         libc = c_library()
         _check(libc.unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
@@ -309,8 +338,10 @@ def on_this_thread(work: Callable[[], T]) -> T:
         libc = c_library()
         if libc.setns(home, _CLONE_NEWNET) != 0:
             code = ctypes.get_errno()
-            sys.stderr.write(f"trainyard: cannot move thread back to its network namespace "
-                             f"({os.strerror(code)}); exiting\n")
+            sys.stderr.write(
+                f"trainyard: cannot move thread back to its network namespace "
+                f"({os.strerror(code)}); exiting\n"
+            )
             sys.stderr.flush()
             os._exit(70)
         os.close(home)
@@ -367,8 +398,14 @@ def probe_egress(pasta: str = "pasta") -> str | None:
     return None
 
 
-def pasta_argv(target: str, *, as_root: bool, userns: str | None = None,
-               pasta: str = "pasta", ifname: str | None = None) -> list[str]:
+def pasta_argv(
+    target: str,
+    *,
+    as_root: bool,
+    userns: str | None = None,
+    pasta: str = "pasta",
+    ifname: str | None = None,
+) -> list[str]:
     """The command that attaches pasta to a namespace (see module docstring, "Egress").
 
     Args:
@@ -389,9 +426,27 @@ def pasta_argv(target: str, *, as_root: bool, userns: str | None = None,
     argv = ["setpriv", "--pdeathsig", "KILL", "--", pasta, "-f", "-q"]
     if as_root:
         argv += ["--runas", "0"]
-    argv += ["-4", "--config-net", "-t", "none", "-u", "none", "-T", "none", "-U", "none",
-             "--no-map-gw", "-a", EGRESS_ADDRESS, "-n", str(EGRESS_PREFIX_LEN),
-             "-g", EGRESS_GATEWAY, "-P", "/dev/stdout"]
+    argv += [
+        "-4",
+        "--config-net",
+        "-t",
+        "none",
+        "-u",
+        "none",
+        "-T",
+        "none",
+        "-U",
+        "none",
+        "--no-map-gw",
+        "-a",
+        EGRESS_ADDRESS,
+        "-n",
+        str(EGRESS_PREFIX_LEN),
+        "-g",
+        EGRESS_GATEWAY,
+        "-P",
+        "/dev/stdout",
+    ]
     if ifname is not None:
         argv += ["-I", ifname]
     if userns is not None:
@@ -399,9 +454,14 @@ def pasta_argv(target: str, *, as_root: bool, userns: str | None = None,
     return [*argv, "--netns", target]
 
 
-def start_egress(*, ns_fd: int | None = None, ns_pid: int | None = None,
-                 timeout_s: float = EGRESS_READY_TIMEOUT_S,
-                 wait: bool = True, ifname: str | None = None) -> subprocess.Popen[bytes]:
+def start_egress(
+    *,
+    ns_fd: int | None = None,
+    ns_pid: int | None = None,
+    timeout_s: float = EGRESS_READY_TIMEOUT_S,
+    wait: bool = True,
+    ifname: str | None = None,
+) -> subprocess.Popen[bytes]:
     """Attach pasta to the namespace held by descriptor ``ns_fd`` (as root) or by process
     ``ns_pid`` (its user and network namespaces); with ``wait``, return once it has
     configured it (else the caller calls ``wait_egress``, or reads pasta's stdout: one line
@@ -418,14 +478,25 @@ def start_egress(*, ns_fd: int | None = None, ns_pid: int | None = None,
     opened: list[int] = []
     try:
         if ns_fd is None:
-            opened = [os.open(f"/proc/{ns_pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
-                      for kind in ("net", "user")]
+            opened = [
+                os.open(f"/proc/{ns_pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+                for kind in ("net", "user")
+            ]
         fds = (ns_fd,) if ns_fd is not None else tuple(opened)
-        argv = pasta_argv(f"/proc/self/fd/{fds[0]}", as_root=os.geteuid() == 0,
-                          userns=f"/proc/self/fd/{fds[1]}" if len(fds) > 1 else None,
-                          ifname=ifname)
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, close_fds=True, pass_fds=fds)
+        argv = pasta_argv(
+            f"/proc/self/fd/{fds[0]}",
+            as_root=os.geteuid() == 0,
+            userns=f"/proc/self/fd/{fds[1]}" if len(fds) > 1 else None,
+            ifname=ifname,
+        )
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            close_fds=True,
+            pass_fds=fds,
+        )
     except OSError as exc:
         raise BackendError(f"could not start pasta: {exc}") from exc
     finally:
@@ -474,8 +545,10 @@ def wait_egress(proc: subprocess.Popen[bytes], timeout_s: float = EGRESS_READY_T
     proc.wait()
     why = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
     stop_egress(proc)
-    raise BackendError(f"pasta could not give the group's namespace egress: "
-                       f"{why or f'not ready in {timeout_s:.0f} s'}")
+    raise BackendError(
+        f"pasta could not give the group's namespace egress: "
+        f"{why or f'not ready in {timeout_s:.0f} s'}"
+    )
 
 
 def stop_egress(proc: subprocess.Popen[bytes]) -> None:
@@ -543,7 +616,8 @@ async def _bridge(fd: int, port: int) -> None:
         return
     try:
         out_reader, out_writer = await asyncio.wait_for(
-            asyncio.open_connection("127.0.0.1", port), RELAY_CONNECT_TIMEOUT_S)
+            asyncio.open_connection("127.0.0.1", port), RELAY_CONNECT_TIMEOUT_S
+        )
     except (TimeoutError, OSError):
         in_writer.close()
         return
@@ -600,8 +674,12 @@ def _serve(channel: socket.socket, ns_pid: int, group_dir: Path, idle_s: float) 
 
 
 def _write_info(group_dir: Path, ns_pid: int, user_ns: bool) -> None:
-    data = {"keeper_pid": os.getpid(), "ns_pid": ns_pid,
-            "ns_created": proctree.create_time(ns_pid), "user_ns": user_ns}
+    data = {
+        "keeper_pid": os.getpid(),
+        "ns_pid": ns_pid,
+        "ns_created": proctree.create_time(ns_pid),
+        "user_ns": user_ns,
+    }
     partial = group_dir / f".{INFO}.{os.getpid()}"
     partial.write_text(json.dumps(data))
     partial.replace(group_dir / INFO)

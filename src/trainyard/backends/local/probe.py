@@ -51,7 +51,9 @@ def _want(choice: str, name: str, why_not: str | None) -> bool:
     if why_not is None:
         return choice != "none" and choice != "loopback"
     if choice in ("bwrap", "netns"):
-        raise BackendError(f"local backend: {name} {choice!r} was asked for but fails here: {why_not}")
+        raise BackendError(
+            f"local backend: {name} {choice!r} was asked for but fails here: {why_not}"
+        )
     return False
 
 
@@ -63,16 +65,21 @@ def _probe(sandbox: str, network: str, python: str) -> Isolation:
     if use_net and use_bwrap and _combined_fails(python):
         use_bwrap = _want(sandbox, "sandbox", "bubblewrap fails inside a network namespace")
     if not use_bwrap and sandbox == "auto":
-        warn_once(f"local backend: no bubblewrap sandbox ({why_bwrap or 'fails'}); tasks share "
-                   "the host's /, their /tmp and file paths are rewritten to a private folder")
+        warn_once(
+            f"local backend: no bubblewrap sandbox ({why_bwrap or 'fails'}); tasks share "
+            "the host's /, their /tmp and file paths are rewritten to a private folder"
+        )
     if not use_net and network == "auto":
-        warn_once(f"local backend: no network namespaces ({why_net}); tasks use 127/8 "
-                   "addresses on the host's loopback and ports bound on 0.0.0.0 can collide")
+        warn_once(
+            f"local backend: no network namespaces ({why_net}); tasks use 127/8 "
+            "addresses on the host's loopback and ports bound on 0.0.0.0 can collide"
+        )
     return Isolation(bwrap=use_bwrap, netns=use_net)
 
 
-def probe_isolation(sandbox: str = "auto", network: str = "auto",
-                    python: str = sys.executable) -> Isolation:
+def probe_isolation(
+    sandbox: str = "auto", network: str = "auto", python: str = sys.executable
+) -> Isolation:
     """What isolation works here (probed once per process and settings; warns once).
 
     Raises:
@@ -93,8 +100,9 @@ def _combined_fails(python: str) -> bool:
         try:
             return probe_bwrap(net.join_argv()[:-1]) is not None
         finally:
-            proctree.send([p for p in (_proc(net.keeper_pid), _proc(net.ns_pid)) if p],
-                          signal.SIGKILL)
+            proctree.send(
+                [p for p in (_proc(net.keeper_pid), _proc(net.ns_pid)) if p], signal.SIGKILL
+            )
 
 
 def _proc(pid: int) -> psutil.Process | None:

@@ -29,8 +29,14 @@ from trainyard.runner.hosted import DATA_FIELDS, hostable
 from trainyard.spec.fields import split_mount
 from trainyard.spec.poolfit import ALLOWED_MOUNTS_OPTION
 
-__all__ = ["GroupRequest", "RequestBuilder", "group_key", "holds_namespaces", "joins_in_launcher",
-           "loopback_address"]
+__all__ = [
+    "GroupRequest",
+    "RequestBuilder",
+    "group_key",
+    "holds_namespaces",
+    "joins_in_launcher",
+    "loopback_address",
+]
 
 
 @dataclass(frozen=True)
@@ -73,8 +79,10 @@ def why_no_egress() -> str | None:
     process; warns once), or None."""
     why_not = probe_egress_attach()
     if why_not is not None:
-        warn_once(f"local backend: no egress for tasks ({why_not}); they reach only their "
-                   "group and the forwarded ports")
+        warn_once(
+            f"local backend: no egress for tasks ({why_not}); they reach only their "
+            "group and the forwarded ports"
+        )
     return why_not
 
 
@@ -120,14 +128,25 @@ class RequestBuilder:
             return f"{head}: podman container of image {launch.run.get('image')}"
         request = self.build_task_request(launch, iso, with_token=False)
         run = request.run
-        return "\n".join([
-            head, f"$ {shlex.join(request.argv)}",
-            f"# the command runs under: {shlex.join(run.sandbox.command_prefix) or '(nothing)'}",
-            f"# {request.run_dir / 'run.json'}:", run.model_dump_json(indent=2)])
+        return "\n".join(
+            [
+                head,
+                f"$ {shlex.join(request.argv)}",
+                f"# the command runs under: {shlex.join(run.sandbox.command_prefix) or '(nothing)'}",
+                f"# {request.run_dir / 'run.json'}:",
+                run.model_dump_json(indent=2),
+            ]
+        )
 
-    def build_task_request(self, launch: TaskLaunch, iso: Isolation,
-                           net: GroupNetwork | None = None, gpus: tuple[int, ...] = (), *,
-                           with_token: bool = True) -> LaunchRequest:
+    def build_task_request(
+        self,
+        launch: TaskLaunch,
+        iso: Isolation,
+        net: GroupNetwork | None = None,
+        gpus: tuple[int, ...] = (),
+        *,
+        with_token: bool = True,
+    ) -> LaunchRequest:
         """Turn one launch into the command line and runner input (no side effects but
         the probes, which are cached).
 
@@ -143,17 +162,25 @@ class RequestBuilder:
         run.sandbox = SandboxSettings(
             path_prepend=runtime_path(runtime, self.state_dir),
             env=self._task_env(run, iso, gpus, with_token),
-            description=self._describe(launch, iso, image_note(
-                run.image, runtime, None if podman else self._why_no_podman())),
-            summary=self._summarize(launch, iso, image_summary(
-                run.image, runtime, None if podman else self._why_no_podman())),
-            limits=self.task_limits(launch))
+            description=self._describe(
+                launch,
+                iso,
+                image_note(run.image, runtime, None if podman else self._why_no_podman()),
+            ),
+            summary=self._summarize(
+                launch,
+                iso,
+                image_summary(run.image, runtime, None if podman else self._why_no_podman()),
+            ),
+            limits=self.task_limits(launch),
+        )
         request = LaunchRequest(launch.key, run_dir, [], run, run_dir / "sandbox" / "root")
         request.registry_credentials = launch.registry_credentials
         request.writable_dirs = self._writable_dirs(run)
         remap = not (net is not None and net.user_ns and not run.host_network)
         box = strategy_for(podman, iso.bwrap).sandbox(
-            self, request, remap=remap, net=net if iso.netns else None, gpus=gpus)
+            self, request, remap=remap, net=net if iso.netns else None, gpus=gpus
+        )
         request.hosts_text, request.plan = box.hosts_text, box.plan
         run.sandbox = run.sandbox.model_copy(update=box.settings)
         if not box.network_by_path:
@@ -161,8 +188,9 @@ class RequestBuilder:
         request.argv = [self.python, "-m", "trainyard.runner", str(run_dir / "run.json")]
         return request
 
-    def _join_network(self, request: LaunchRequest, iso: Isolation,
-                      net: GroupNetwork | None) -> None:
+    def _join_network(
+        self, request: LaunchRequest, iso: Isolation, net: GroupNetwork | None
+    ) -> None:
         """How the task gets into its group's network namespace: none for
         ``hostNetwork``; a hosted runner's thread moved there by the launcher (as root);
         else ``nsenter`` put before the sandbox prefix."""
@@ -177,18 +205,23 @@ class RequestBuilder:
             run.sandbox.command_prefix = prefix
             if run.sandbox.userns is not None:
                 run.sandbox.userns = run.sandbox.userns.model_copy(
-                    update={"args_at": bwrap_end(prefix)})
+                    update={"args_at": bwrap_end(prefix)}
+                )
 
     def task_limits(self, launch: TaskLaunch) -> TaskLimits | None:
         """The task's limits from its spec's resources (memory, cpu: a pod's requests as
         limits) and the pool's ``pids_max``; None where the pool says ``limits: false``."""
         if not self.limits:
             return None
-        return TaskLimits(memory_bytes=launch.resources.memory_bytes, cpu=launch.resources.cpu,
-                          pids_max=self.pids_max)
+        return TaskLimits(
+            memory_bytes=launch.resources.memory_bytes,
+            cpu=launch.resources.cpu,
+            pids_max=self.pids_max,
+        )
 
-    def _task_env(self, run: TaskRun, iso: Isolation, gpus: tuple[int, ...],
-                  with_token: bool = True) -> dict[str, str]:
+    def _task_env(
+        self, run: TaskRun, iso: Isolation, gpus: tuple[int, ...], with_token: bool = True
+    ) -> dict[str, str]:
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
         if with_token:
             env.update(task_api_env(self.home, run.workflow_id))  # URL and a task token
@@ -202,25 +235,41 @@ class RequestBuilder:
         """The task log's one-line header: node, isolation, what runs (``_describe`` says
         it all, in the detail lines)."""
         runtime = runtime_for(launch.run.get("image"), self.images)
-        fs = ("podman container" if self._podman_for(runtime) else
-              "bubblewrap sandbox" if iso.bwrap else "no sandbox")
+        fs = (
+            "podman container"
+            if self._podman_for(runtime)
+            else "bubblewrap sandbox"
+            if iso.bwrap
+            else "no sandbox"
+        )
         return f"{launch.node}, {fs}, {image}"
 
     def _describe(self, launch: TaskLaunch, iso: Isolation, image: str = "") -> str:
         runtime = runtime_for(launch.run.get("image"), self.images)
         if self._podman_for(runtime):
-            nested = ("" if container.PODMAN_SECCOMP.is_file() else
-                      f"; nested user namespaces allowed: no {container.PODMAN_SECCOMP} to "
-                      "build a seccomp profile from")
-            fs = (f"podman container of image {launch.run.get('image')} (root inside is the "
-                  f"host's nobody, no capabilities{nested})")
+            nested = (
+                ""
+                if container.PODMAN_SECCOMP.is_file()
+                else f"; nested user namespaces allowed: no {container.PODMAN_SECCOMP} to "
+                "build a seccomp profile from"
+            )
+            fs = (
+                f"podman container of image {launch.run.get('image')} (root inside is the "
+                f"host's nobody, no capabilities{nested})"
+            )
         else:
             why_not = probe_remap() if iso.bwrap else None
-            uid = ("root inside is the host's nobody" if why_not is None
-                   else f"root inside is the host's root, secrets covered; no uid remap: {why_not}")
-            fs = ("bubblewrap sandbox (own writable /, pid/ipc/uts/user namespaces, no "
-                  f"capabilities, {uid})" if iso.bwrap
-                  else "no sandbox (/tmp and file paths rewritten to a private folder)")
+            uid = (
+                "root inside is the host's nobody"
+                if why_not is None
+                else f"root inside is the host's root, secrets covered; no uid remap: {why_not}"
+            )
+            fs = (
+                "bubblewrap sandbox (own writable /, pid/ipc/uts/user namespaces, no "
+                f"capabilities, {uid})"
+                if iso.bwrap
+                else "no sandbox (/tmp and file paths rewritten to a private folder)"
+            )
         if launch.run.get("host_network"):
             netw = "the host's network (hostNetwork: true)"
         elif iso.netns:
@@ -244,8 +293,10 @@ class RequestBuilder:
             return f"no egress ({why_not})"
         no_router = probe_router()
         if no_router is None:
-            return ("egress through pasta behind the launcher's egress router (a veth to it, "
-                    "no route to other groups)")
+            return (
+                "egress through pasta behind the launcher's egress router (a veth to it, "
+                "no route to other groups)"
+            )
         return f"egress through pasta of its own (no egress router: {no_router})"
 
     def _check_host_network(self, launches: list[TaskLaunch]) -> None:
@@ -253,17 +304,24 @@ class RequestBuilder:
         (the submission check refuses it first; this guards specs stored before)."""
         asked = [launch.key.task for launch in launches if launch.run.get("host_network")]
         if asked and not self.allow_host_network:
-            raise BackendError(f"task(s) {', '.join(asked)} ask hostNetwork: true, which this "
-                               "pool does not allow (allow_host_network: true in pools.yaml)")
+            raise BackendError(
+                f"task(s) {', '.join(asked)} ask hostNetwork: true, which this "
+                "pool does not allow (allow_host_network: true in pools.yaml)"
+            )
 
     def _needs_group_network(self, launches: list[TaskLaunch], iso: Isolation) -> bool:
         """Whether some task joins the group's namespace by its path (``nsenter``, podman's
         ``--network ns:``) rather than in the launcher or not at all (``hostNetwork``)."""
         if not iso.netns:
             return False
-        return any(not launch.run.get("host_network") and (
-            self._podman_for(runtime_for(launch.run.get("image"), self.images))
-            or not joins_in_launcher(launch, iso)) for launch in launches)
+        return any(
+            not launch.run.get("host_network")
+            and (
+                self._podman_for(runtime_for(launch.run.get("image"), self.images))
+                or not joins_in_launcher(launch, iso)
+            )
+            for launch in launches
+        )
 
     def _why_no_podman(self) -> str | None:
         return container.probe_podman()
@@ -293,11 +351,15 @@ class RequestBuilder:
             host, inside = split_mount(value)
             allowed = self.allowed_mounts
             if allowed is not None and not any(is_within(host, a) for a in allowed):
-                raise BackendError(f"volume mount {value!r}: {host} is not in the pool's "
-                                   f"options.{ALLOWED_MOUNTS_OPTION} ({', '.join(allowed) or 'none'})")
+                raise BackendError(
+                    f"volume mount {value!r}: {host} is not in the pool's "
+                    f"options.{ALLOWED_MOUNTS_OPTION} ({', '.join(allowed) or 'none'})"
+                )
             if inside == "/" or any(is_within(inside, f"/{t}") for t in ("proc", "dev", "sys")):
-                raise BackendError(f"volume mount {value!r}: cannot mount onto {inside}; "
-                                   "choose a path such as /mnt/NAME")
+                raise BackendError(
+                    f"volume mount {value!r}: cannot mount onto {inside}; "
+                    "choose a path such as /mnt/NAME"
+                )
             found.append((host, inside))
         return tuple(found)
 
@@ -314,5 +376,4 @@ class RequestBuilder:
         return sorted(set(ports))
 
     def _group_network(self, launch: TaskLaunch) -> GroupNetwork:
-        return self._launcher.network(group_key(launch), self._forwarded_ports(),
-                                      self._egress_on())
+        return self._launcher.network(group_key(launch), self._forwarded_ports(), self._egress_on())

@@ -63,8 +63,17 @@ from trainyard.backends.local import netns
 from trainyard.backends.local.rtnl import Netlink
 from trainyard.errors import BackendError
 
-__all__ = ["EgressRouter", "GroupLink", "probe_router", "slot_addresses", "RULES", "GROUP_NETWORK",
-           "ROUTER_IFNAME", "GROUP_IFNAME", "GROUP_IFNAME_PREFIX"]
+__all__ = [
+    "EgressRouter",
+    "GroupLink",
+    "probe_router",
+    "slot_addresses",
+    "RULES",
+    "GROUP_NETWORK",
+    "ROUTER_IFNAME",
+    "GROUP_IFNAME",
+    "GROUP_IFNAME_PREFIX",
+]
 
 ROUTER_IFNAME = "tyup"
 """pasta's interface in the router namespace."""
@@ -102,8 +111,11 @@ table inet trainyard_egress {{
 """
 """The router namespace's nftables rules (see the module docstring)."""
 
-_SYSCTLS = {"net/ipv4/ip_forward": "1", "net/ipv6/conf/all/disable_ipv6": "1",
-            "net/ipv6/conf/default/disable_ipv6": "1"}
+_SYSCTLS = {
+    "net/ipv4/ip_forward": "1",
+    "net/ipv6/conf/all/disable_ipv6": "1",
+    "net/ipv6/conf/default/disable_ipv6": "1",
+}
 
 
 def probe_router() -> str | None:
@@ -191,8 +203,14 @@ class EgressRouter:
                 continue
             index = ROUTER_FIRST_INDEX + slot
             try:
-                self.netlink.add_veth(f"{GROUP_IFNAME_PREFIX}{slot}", index, GROUP_IFNAME,
-                                      GROUP_INDEX, group_ns_fd, VETH_MTU)
+                self.netlink.add_veth(
+                    f"{GROUP_IFNAME_PREFIX}{slot}",
+                    index,
+                    GROUP_IFNAME,
+                    GROUP_INDEX,
+                    group_ns_fd,
+                    VETH_MTU,
+                )
             except OSError as exc:
                 if exc.errno in (errno.EEXIST, errno.EBUSY):  # still being torn down
                     continue
@@ -241,13 +259,19 @@ def _load_rules() -> None:
         OSError: nft failed (its message is quoted).
     """
     try:
-        done = subprocess.run(["nft", "-f", "-"], input=RULES.encode(), capture_output=True,
-                              timeout=NFT_TIMEOUT_S)
+        done = subprocess.run(
+            ["nft", "-f", "-"], input=RULES.encode(), capture_output=True, timeout=NFT_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired as exc:
-        raise OSError(errno.ETIMEDOUT, f"nft did not load the rules in {NFT_TIMEOUT_S:.0f} s") from exc
+        raise OSError(
+            errno.ETIMEDOUT, f"nft did not load the rules in {NFT_TIMEOUT_S:.0f} s"
+        ) from exc
     if done.returncode != 0:
-        raise OSError(errno.EINVAL, f"nft refused the egress router's rules: "
-                                    f"{done.stderr.decode(errors='replace').strip()}")
+        raise OSError(
+            errno.EINVAL,
+            f"nft refused the egress router's rules: "
+            f"{done.stderr.decode(errors='replace').strip()}",
+        )
 
 
 def _configure_group(group_ns_fd: int, link: GroupLink) -> None:

@@ -63,8 +63,9 @@ class Netlink:
     """
 
     def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                                  _NETLINK_ROUTE)
+        self.sock = socket.socket(
+            socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, _NETLINK_ROUTE
+        )
         self.sock.bind((0, 0))
         self.sock.settimeout(REPLY_TIMEOUT_S)  # the kernel always answers; never hang on it
         self._seq = itertools.count(1)
@@ -73,8 +74,9 @@ class Netlink:
         """Close the socket. Idempotent."""
         self.sock.close()
 
-    def add_veth(self, name: str, index: int, peer_name: str, peer_index: int, peer_ns_fd: int,
-                 mtu: int) -> None:
+    def add_veth(
+        self, name: str, index: int, peer_name: str, peer_index: int, peer_ns_fd: int, mtu: int
+    ) -> None:
         """A veth pair: ``name`` (ifindex ``index``, up) in this socket's namespace,
         ``peer_name`` (``peer_index``, down: a veth end cannot come up before its peer is
         linked to it, ``veth_open`` says ENOTCONN; ``set_up`` it from its namespace) in the
@@ -83,12 +85,21 @@ class Netlink:
         Raises:
             OSError: e.g. EEXIST or EBUSY when the name or an index is taken.
         """
-        peer = _ifinfo(peer_index) + _attr(_IFLA_IFNAME, _name(peer_name)) \
-            + _attr(_IFLA_NET_NS_FD, struct.pack("=I", peer_ns_fd)) \
+        peer = (
+            _ifinfo(peer_index)
+            + _attr(_IFLA_IFNAME, _name(peer_name))
+            + _attr(_IFLA_NET_NS_FD, struct.pack("=I", peer_ns_fd))
             + _attr(_IFLA_MTU, struct.pack("=I", mtu))
-        info = _attr(_IFLA_INFO_KIND, b"veth") + _attr(_IFLA_INFO_DATA, _attr(_VETH_INFO_PEER, peer))
-        body = _ifinfo(index, up=True) + _attr(_IFLA_IFNAME, _name(name)) \
-            + _attr(_IFLA_MTU, struct.pack("=I", mtu)) + _attr(_IFLA_LINKINFO, info)
+        )
+        info = _attr(_IFLA_INFO_KIND, b"veth") + _attr(
+            _IFLA_INFO_DATA, _attr(_VETH_INFO_PEER, peer)
+        )
+        body = (
+            _ifinfo(index, up=True)
+            + _attr(_IFLA_IFNAME, _name(name))
+            + _attr(_IFLA_MTU, struct.pack("=I", mtu))
+            + _attr(_IFLA_LINKINFO, info)
+        )
         self._request(_RTM_NEWLINK, _NLM_F_CREATE | _NLM_F_EXCL, body)
 
     def set_up(self, index: int) -> None:
@@ -106,22 +117,37 @@ class Netlink:
     def add_address(self, index: int, address: str, prefix_len: int) -> None:
         """``address/prefix_len`` on interface ``index`` (the connected route comes with it)."""
         packed = ipaddress.IPv4Address(address).packed
-        body = _IFADDRMSG.pack(socket.AF_INET, prefix_len, 0, _RT_SCOPE_UNIVERSE, index) \
-            + _attr(_IFA_LOCAL, packed) + _attr(_IFA_ADDRESS, packed)
+        body = (
+            _IFADDRMSG.pack(socket.AF_INET, prefix_len, 0, _RT_SCOPE_UNIVERSE, index)
+            + _attr(_IFA_LOCAL, packed)
+            + _attr(_IFA_ADDRESS, packed)
+        )
         self._request(_RTM_NEWADDR, _NLM_F_CREATE | _NLM_F_EXCL, body)
 
     def add_default_route(self, gateway: str, index: int) -> None:
         """The IPv4 default route via ``gateway`` out of interface ``index``."""
-        body = _RTMSG.pack(socket.AF_INET, 0, 0, 0, _RT_TABLE_MAIN, _RTPROT_BOOT,
-                           _RT_SCOPE_UNIVERSE, _RTN_UNICAST, 0) \
-            + _attr(_RTA_GATEWAY, ipaddress.IPv4Address(gateway).packed) \
+        body = (
+            _RTMSG.pack(
+                socket.AF_INET,
+                0,
+                0,
+                0,
+                _RT_TABLE_MAIN,
+                _RTPROT_BOOT,
+                _RT_SCOPE_UNIVERSE,
+                _RTN_UNICAST,
+                0,
+            )
+            + _attr(_RTA_GATEWAY, ipaddress.IPv4Address(gateway).packed)
             + _attr(_RTA_OIF, struct.pack("=i", index))
+        )
         self._request(_RTM_NEWROUTE, _NLM_F_CREATE | _NLM_F_EXCL, body)
 
     def _request(self, kind: int, flags: int, body: bytes) -> None:
         seq = next(self._seq)
-        header = _NLMSGHDR.pack(_NLMSGHDR.size + len(body), kind,
-                                _NLM_F_REQUEST | _NLM_F_ACK | flags, seq, 0)
+        header = _NLMSGHDR.pack(
+            _NLMSGHDR.size + len(body), kind, _NLM_F_REQUEST | _NLM_F_ACK | flags, seq, 0
+        )
         self.sock.send(header + body)
         while True:
             reply = self.sock.recv(65536)

@@ -16,25 +16,82 @@ from pathlib import Path
 
 from trainyard.backends.local.accounts import account_entries, scrub_passwords
 from trainyard.backends.local.hostscan import _cover_args, _secret_args, secret_covers
-from trainyard.backends.local.layers import (OPAQUE_XATTR, SKELETON_BASE, _idmapped,
-                                             _idmapped_layer, fresh_layer, fresh_paths,
-                                             idmapped_covers, overlays, skeleton_base,
-                                             system_skeleton, warm_host_scans)
-from trainyard.backends.local.sandboxplan import (ACCOUNTS, FRESH, GPU_DEVICES, IDMAPPED,
-                                                  OSMO_WORKSPACE, PRIVATE_DIRS, PRIVILEGE_ARGS,
-                                                  PWD_LOCK, READ_ONLY_TOP, REMAP_ARGS, SKELETON,
-                                                  SYSTEM_TOP, SandboxPlan, TASK_HOST_UID,
-                                                  _HANDLED_APART, _PRIVATE_TOP, _has_symlink,
-                                                  _layer_dir, _overlaid, _system_tops, _top, _under,
-                                                  needs_bind)
+from trainyard.backends.local.layers import (
+    OPAQUE_XATTR,
+    SKELETON_BASE,
+    _idmapped,
+    _idmapped_layer,
+    fresh_layer,
+    fresh_paths,
+    idmapped_covers,
+    overlays,
+    skeleton_base,
+    system_skeleton,
+    warm_host_scans,
+)
+from trainyard.backends.local.sandboxplan import (
+    _HANDLED_APART,
+    _PRIVATE_TOP,
+    ACCOUNTS,
+    FRESH,
+    GPU_DEVICES,
+    IDMAPPED,
+    OSMO_WORKSPACE,
+    PRIVATE_DIRS,
+    PRIVILEGE_ARGS,
+    PWD_LOCK,
+    READ_ONLY_TOP,
+    REMAP_ARGS,
+    SKELETON,
+    SYSTEM_TOP,
+    TASK_HOST_UID,
+    SandboxPlan,
+    _has_symlink,
+    _layer_dir,
+    _overlaid,
+    _system_tops,
+    _top,
+    _under,
+    needs_bind,
+)
 
-__all__ = ["SandboxPlan", "bwrap_argv", "sandbox_mounts", "needs_bind", "probe_bwrap",
-           "READ_ONLY_TOP", "SYSTEM_TOP", "PRIVILEGE_ARGS", "hosts_file_text", "overlays",
-           "clear_links", "overlay_supported", "secret_covers", "REMAP_ARGS", "TASK_HOST_UID",
-           "bwrap_end", "task_owned", "probe_remap", "OSMO_WORKSPACE", "IDMAPPED",
-           "idmapped_covers", "warm_host_scans", "FRESH", "SKELETON", "system_skeleton",
-           "fresh_paths", "skeleton_base", "SKELETON_BASE", "fresh_layer", "OPAQUE_XATTR",
-           "ACCOUNTS", "PWD_LOCK", "account_entries", "scrub_passwords", "gpu_device_nodes"]
+__all__ = [
+    "SandboxPlan",
+    "bwrap_argv",
+    "sandbox_mounts",
+    "needs_bind",
+    "probe_bwrap",
+    "READ_ONLY_TOP",
+    "SYSTEM_TOP",
+    "PRIVILEGE_ARGS",
+    "hosts_file_text",
+    "overlays",
+    "clear_links",
+    "overlay_supported",
+    "secret_covers",
+    "REMAP_ARGS",
+    "TASK_HOST_UID",
+    "bwrap_end",
+    "task_owned",
+    "probe_remap",
+    "OSMO_WORKSPACE",
+    "IDMAPPED",
+    "idmapped_covers",
+    "warm_host_scans",
+    "FRESH",
+    "SKELETON",
+    "system_skeleton",
+    "fresh_paths",
+    "skeleton_base",
+    "SKELETON_BASE",
+    "fresh_layer",
+    "OPAQUE_XATTR",
+    "ACCOUNTS",
+    "PWD_LOCK",
+    "account_entries",
+    "scrub_passwords",
+    "gpu_device_nodes",
+]
 
 
 def _top_level_args(plan: SandboxPlan) -> list[str]:
@@ -138,8 +195,14 @@ def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap") -> list[str]:
     if plan.hosts_file is not None:
         args += ["--ro-bind", str(plan.hosts_file), "/etc/hosts"]
     privileges = PRIVILEGE_ARGS if plan.host_uid is None else REMAP_ARGS
-    args += [*privileges, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-             "--hostname", plan.hostname]
+    args += [
+        *privileges,
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--hostname",
+        plan.hostname,
+    ]
     return [*args, "--die-with-parent", "--chdir", "/", "--"]
 
 
@@ -175,8 +238,11 @@ def task_owned(plan: SandboxPlan) -> tuple[list[str], list[str]]:
     layer and of each idmapped layer) and those whose every folder below it also gives
     (``/usr/local``, only where ``/usr`` is not idmapped: an idmapped ``/usr`` already shows
     root's folders as the task's, and giving each folder would copy every one of them up)."""
-    own = [str(plan.root_dir), str(plan.root_dir / "tmp"),
-           *(str(plan.root_dir / d.lstrip("/")) for d in PRIVATE_DIRS)]
+    own = [
+        str(plan.root_dir),
+        str(plan.root_dir / "tmp"),
+        *(str(plan.root_dir / d.lstrip("/")) for d in PRIVATE_DIRS),
+    ]
     below: list[str] = []
     idmapped = _idmapped(plan)
     for name in sorted(_overlaid(plan)):
@@ -188,16 +254,22 @@ def task_owned(plan: SandboxPlan) -> tuple[list[str], list[str]]:
             own.append(os.path.join(view, "local"))
             below.append(os.path.join(view, "local"))
     # an idmapped layer's top folder is its upper folder (made by the runner as root)
-    own += [layer.target for layer in map(functools.partial(_idmapped_layer, plan), _idmapped(plan))
-            if layer.target not in own]
+    own += [
+        layer.target
+        for layer in map(functools.partial(_idmapped_layer, plan), _idmapped(plan))
+        if layer.target not in own
+    ]
     return own, below
 
 
 def _covered(plan: SandboxPlan) -> list[str]:
     """The ``hidden`` folders that a shown system folder holds (those to cover)."""
     shown = {e.name for e in _system_tops(plan.host_root) if e.link is None and not e.empty}
-    return [real for real in (os.path.realpath(p) for p in plan.hidden)
-            if _top(real) in shown and len(Path(real).parts) > 2]
+    return [
+        real
+        for real in (os.path.realpath(p) for p in plan.hidden)
+        if _top(real) in shown and len(Path(real).parts) > 2
+    ]
 
 
 def clear_links(plan: SandboxPlan) -> list[str]:
@@ -209,8 +281,9 @@ def clear_links(plan: SandboxPlan) -> list[str]:
     Returns:
         the paths inside the sandbox that were removed.
     """
-    if not os.path.lexists(plan.root_dir) and (plan.overlay_dir is None
-                                               or not os.path.lexists(plan.overlay_dir)):
+    if not os.path.lexists(plan.root_dir) and (
+        plan.overlay_dir is None or not os.path.lexists(plan.overlay_dir)
+    ):
         return []  # a fresh sandbox (not a RESTART in place): nothing a task left
     removed: list[str] = []
     overlaid = _overlaid(plan)
@@ -228,7 +301,7 @@ def clear_links(plan: SandboxPlan) -> list[str]:
         base = plan.root_dir
         own = next((f for f in sorted(idmapped, key=len, reverse=True) if _under(path, f)), None)
         if own is not None:
-            base, parts = idmapped[own], Path(path).parts[len(Path(own).parts):]
+            base, parts = idmapped[own], Path(path).parts[len(Path(own).parts) :]
         elif parts and parts[0] in overlaid and plan.overlay_dir is not None:
             base, parts = _layer_dir(plan, parts[0], "upper"), parts[1:]
         gone = _clear_on_the_way(base, parts, last_may_be_file=path in files)
@@ -243,8 +316,9 @@ def _clear_on_the_way(base: Path, parts: tuple[str, ...], last_may_be_file: bool
     for index, part in enumerate(parts):
         place = place / part
         is_last = index == len(parts) - 1
-        if place.is_symlink() or (place.exists() and not place.is_dir()
-                                  and not (is_last and last_may_be_file)):
+        if place.is_symlink() or (
+            place.exists() and not place.is_dir() and not (is_last and last_may_be_file)
+        ):
             place.unlink()
             return place
         if not place.exists():
@@ -289,7 +363,7 @@ def _add_link(mounts: dict[str, str], readonly: set[str], link: str, target: str
     resolved = os.path.normpath(os.path.join("/", target))
     top = f"/{_top(resolved)}"
     if top in mounts:
-        rest = resolved[len(top):].lstrip("/")
+        rest = resolved[len(top) :].lstrip("/")
         mounts[link] = f"{mounts[top].rstrip('/')}/{rest}" if rest else mounts[top]
         if top in readonly:
             readonly.add(link)
@@ -326,8 +400,11 @@ def hosts_file_text(hosts: dict[str, str]) -> str:
     Returns:
         The file's text, one ``ADDRESS<TAB>NAME`` line per address.
     """
-    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback",
-             "::ffff:127.0.0.1\tlocalhost"]
+    lines = [
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+        "::ffff:127.0.0.1\tlocalhost",
+    ]
     for name, address in sorted(hosts.items()):
         lines.append(f"{address}\t{name}")
         if ":" not in address:
@@ -342,13 +419,28 @@ def probe_remap(bwrap: str = "bwrap") -> str | None:
     ``TASK_HOST_UID``) once per process. Returns None if it works, else why not."""
     if os.geteuid() != 0:
         return "the server does not run as root (bwrap maps uid 0 to its own user)"
-    from trainyard.runfile import UserNamespace
     from trainyard.linux.userns import Handshake
+    from trainyard.runfile import UserNamespace
 
-    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *REMAP_ARGS,
-            "--unshare-pid", "--", "sh", "-c", "id -u; cat /proc/self/uid_map"]
-    shake = Handshake(UserNamespace(host_uid=TASK_HOST_UID, host_gid=TASK_HOST_UID,
-                                    args_at=argv.index("--")))
+    argv = [
+        bwrap,
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        *REMAP_ARGS,
+        "--unshare-pid",
+        "--",
+        "sh",
+        "-c",
+        "id -u; cat /proc/self/uid_map",
+    ]
+    shake = Handshake(
+        UserNamespace(host_uid=TASK_HOST_UID, host_gid=TASK_HOST_UID, args_at=argv.index("--"))
+    )
     try:
         proc = shake.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as exc:
@@ -375,9 +467,24 @@ def probe_bwrap(prefix: list[str] | None = None, bwrap: str = "bwrap") -> str | 
     Returns None if bubblewrap works here, else why not."""
     if shutil.which(bwrap) is None:
         return f"{bwrap} is not installed"
-    argv = [*(prefix or []), bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev",
-            "--proc", "/proc", *PRIVILEGE_ARGS, "--unshare-pid", "--unshare-ipc",
-            "--unshare-uts", "--", "true"]
+    argv = [
+        *(prefix or []),
+        bwrap,
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev-bind",
+        "/dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        *PRIVILEGE_ARGS,
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--",
+        "true",
+    ]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=15)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -11,23 +11,59 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+__all__ = [
+    "ACCOUNTS",
+    "APT_SANDBOX_CONF",
+    "FRESH",
+    "GPU_DEVICES",
+    "IDMAPPED",
+    "OSMO_WORKSPACE",
+    "PRIVATE_DIRS",
+    "PRIVILEGE_ARGS",
+    "PWD_LOCK",
+    "READ_ONLY_TOP",
+    "REMAP_ARGS",
+    "ROOT_LAYER",
+    "SECRET_SCAN",
+    "SKELETON",
+    "SYSTEM_TOP",
+    "SandboxPlan",
+    "TASK_HOST_UID",
+    "needs_bind",
+]
 
-__all__ = ["ACCOUNTS", "APT_SANDBOX_CONF", "FRESH", "GPU_DEVICES", "IDMAPPED", "OSMO_WORKSPACE",
-           "PRIVATE_DIRS", "PRIVILEGE_ARGS", "PWD_LOCK", "READ_ONLY_TOP", "REMAP_ARGS",
-           "ROOT_LAYER", "SECRET_SCAN", "SKELETON", "SYSTEM_TOP", "SandboxPlan", "TASK_HOST_UID",
-           "needs_bind"]
 
-
-SYSTEM_TOP = frozenset({
-    "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "boot", "opt", "var",
-    "snap", "nix",
-})
+SYSTEM_TOP = frozenset(
+    {
+        "usr",
+        "bin",
+        "sbin",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "etc",
+        "boot",
+        "opt",
+        "var",
+        "snap",
+        "nix",
+    }
+)
 """Top-level host folders a task sees (with a private writable layer, or read-only); it sees
 no other host folder."""
 READ_ONLY_TOP = SYSTEM_TOP  # the name before the private writable layers came
 
-PRIVILEGE_ARGS = ("--unshare-user", "--uid", "0", "--gid", "0", "--disable-userns",
-                  "--cap-drop", "ALL")
+PRIVILEGE_ARGS = (
+    "--unshare-user",
+    "--uid",
+    "0",
+    "--gid",
+    "0",
+    "--disable-userns",
+    "--cap-drop",
+    "ALL",
+)
 """Root inside a user namespace of its own, no capabilities, no nested user namespaces."""
 
 REMAP_ARGS = ("--unshare-user", "--uid", "0", "--gid", "0", "--cap-drop", "ALL")
@@ -70,12 +106,14 @@ APT_SANDBOX_CONF = 'APT::Sandbox::User "root";\n'
 """apt's setting in a task's ``/etc/apt/apt.conf.d``: apt drops to its ``_apt`` user to
 download (``setuid``), which a task without capabilities cannot; a pod's root can."""
 
-FRESH = (("var/lib/apt/lists/partial", True, 0o700, ""),
-         ("var/lib/apt/lists/auxfiles", True, 0o755, ""),
-         ("var/cache/apt/archives/partial", True, 0o700, ""),
-         ("var/log/apt", True, 0o755, ""),
-         ("var/log/dpkg.log", False, 0o644, ""),
-         ("etc/apt/apt.conf.d/99trainyard-sandbox", False, 0o644, APT_SANDBOX_CONF))
+FRESH = (
+    ("var/lib/apt/lists/partial", True, 0o700, ""),
+    ("var/lib/apt/lists/auxfiles", True, 0o755, ""),
+    ("var/cache/apt/archives/partial", True, 0o700, ""),
+    ("var/log/apt", True, 0o755, ""),
+    ("var/log/dpkg.log", False, 0o644, ""),
+    ("etc/apt/apt.conf.d/99trainyard-sandbox", False, 0o644, APT_SANDBOX_CONF),
+)
 """(path relative to the host's ``/``, is a folder, mode, text) a remapped task gets empty
 and as its own, in its private layers, instead of the host's (``fresh_paths``): apt's
 download folders (the host's are ``_apt``'s, which the task's root may neither write nor
@@ -87,11 +125,18 @@ the parent folder exists (a host with apt); not covered by ``idmapped_covers``. 
 
 _FRESH_NAMES = frozenset(rel for rel, *_rest in FRESH)
 
-_ACCOUNT_FILES = (("etc/passwd", False), ("etc/group", False), ("etc/shadow", True),
-                  ("etc/gshadow", True), ("etc/subuid", False), ("etc/subgid", False))
+_ACCOUNT_FILES = (
+    ("etc/passwd", False),
+    ("etc/group", False),
+    ("etc/shadow", True),
+    ("etc/gshadow", True),
+    ("etc/subuid", False),
+    ("etc/subgid", False),
+)
 
-ACCOUNTS = tuple(item for rel, scrub in _ACCOUNT_FILES for item in ((rel, scrub),
-                                                                    (f"{rel}-", scrub)))
+ACCOUNTS = tuple(
+    item for rel, scrub in _ACCOUNT_FILES for item in ((rel, scrub), (f"{rel}-", scrub))
+)
 """(path relative to the host's ``/``, scrubbed) of the account files, and their backups
 (``/etc/passwd-``), a remapped task gets as its own copies, with the host's mode
 (``account_entries``): ``groupadd``, ``useradd`` and ``adduser`` (maintainer scripts:
@@ -214,8 +259,11 @@ def _overlaid(plan: SandboxPlan) -> frozenset[str]:
     if plan.overlay_dir is None:
         return frozenset()
     own = {_top(os.path.realpath(plan.root_dir)), _top(os.path.realpath(plan.overlay_dir))}
-    return frozenset(e.name for e in _system_tops(plan.host_root)
-                     if e.link is None and e.name not in own and not e.empty)
+    return frozenset(
+        e.name
+        for e in _system_tops(plan.host_root)
+        if e.link is None and e.name not in own and not e.empty
+    )
 
 
 ROOT_LAYER = "rootfs"

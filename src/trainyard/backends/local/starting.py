@@ -60,8 +60,11 @@ class Sender:
         self._launcher = launcher
         self._env = env
         self._queue: queue.SimpleQueue[list[Start] | None] = queue.SimpleQueue()
-        self._thread = (threading.Thread(target=self._loop, name="local-starts", daemon=True)
-                        if threaded else None)
+        self._thread = (
+            threading.Thread(target=self._loop, name="local-starts", daemon=True)
+            if threaded
+            else None
+        )
 
     def __enter__(self) -> Sender:
         if self._thread is not None:
@@ -98,8 +101,11 @@ class Sender:
         try:
             results = self._launcher.run_many([s.message for s in starts], self._env)
         except Exception as exc:  # noqa: BLE001 - every start must get an answer
-            error = exc if isinstance(exc, BackendError) else BackendError(
-                f"{type(exc).__name__}: {exc}")
+            error = (
+                exc
+                if isinstance(exc, BackendError)
+                else BackendError(f"{type(exc).__name__}: {exc}")
+            )
             results = [error] * len(starts)
         for start, result in zip(starts, results, strict=True):
             start.result = result
@@ -118,8 +124,7 @@ class StartPreparer(AttemptTracker, RequestBuilder):
         when a task joins it by path, then each task's ``_prepare_start``. Nothing is lent
         if one task cannot be prepared."""
         self._check_host_network(launches)
-        net = (self._group_network(launches[0])
-               if self._needs_group_network(launches, iso) else None)
+        net = self._group_network(launches[0]) if self._needs_group_network(launches, iso) else None
         starts: list[Start] = []
         try:
             for launch in launches:
@@ -130,8 +135,7 @@ class StartPreparer(AttemptTracker, RequestBuilder):
             raise
         return starts
 
-    def _prepare_start(self, launch: TaskLaunch, iso: Isolation,
-                       net: GroupNetwork | None) -> Start:
+    def _prepare_start(self, launch: TaskLaunch, iso: Isolation, net: GroupNetwork | None) -> Start:
         """One task's start up to the launcher: its files taken over (RESTART), real GPUs
         lent, its request built, the index entry written (first: write-ahead), its folders
         and ``run.json`` made. The GPUs are given back if it cannot be prepared."""
@@ -148,25 +152,48 @@ class StartPreparer(AttemptTracker, RequestBuilder):
             raise
         mode = "thread" if request.hosted else "process"
         attempt.hosted = self._launcher.name if request.hosted else None
-        attempt.container = (container.container_name(request.run_dir)
-                             if request.run.sandbox.env_flag else None)
-        network = ({"group": group_key(launch), "forward": self._forwarded_ports(),
-                    "egress": self._egress_on()} if request.joins_group_network else None)
+        attempt.container = (
+            container.container_name(request.run_dir) if request.run.sandbox.env_flag else None
+        )
+        network = (
+            {
+                "group": group_key(launch),
+                "forward": self._forwarded_ports(),
+                "egress": self._egress_on(),
+            }
+            if request.joins_group_network
+            else None
+        )
         message = {
-            "run_json": str(request.run_dir / "run.json"), "out": str(request.run_dir / RUNNER_OUT),
-            "cwd": str(request.run_dir), "group": group_key(launch), "mode": mode,
-            "network": network, "launch_json": str(request.run_dir / LAUNCH),
-            "launch": {"argv": request.argv, "group": launch.group, "gpus": list(attempt.gpus),
-                       "hosted_by": attempt.hosted, "container": attempt.container}}
+            "run_json": str(request.run_dir / "run.json"),
+            "out": str(request.run_dir / RUNNER_OUT),
+            "cwd": str(request.run_dir),
+            "group": group_key(launch),
+            "mode": mode,
+            "network": network,
+            "launch_json": str(request.run_dir / LAUNCH),
+            "launch": {
+                "argv": request.argv,
+                "group": launch.group,
+                "gpus": list(attempt.gpus),
+                "hosted_by": attempt.hosted,
+                "container": attempt.container,
+            },
+        }
         return Start(launch, attempt, message)
 
     def _record(self, start: Start) -> BackendError | None:
         """Write the attempt's ``launch.json`` where the launcher could not; a start that
         cannot be recorded fails its gang (it would be lost to an engine restart)."""
         try:
-            write_json(Path(start.message["launch_json"]),
-                        {**start.message["launch"], "pid": start.attempt.pid,
-                         "created": start.attempt.created})
+            write_json(
+                Path(start.message["launch_json"]),
+                {
+                    **start.message["launch"],
+                    "pid": start.attempt.pid,
+                    "created": start.attempt.created,
+                },
+            )
         except OSError as exc:
             return BackendError(f"task {start.launch.key.task}: cannot record its start: {exc}")
         return None
@@ -179,8 +206,12 @@ class StartPreparer(AttemptTracker, RequestBuilder):
         (request.run_dir / ENDED).unlink(missing_ok=True)
         if request.plan is not None:
             for path in clear_links(request.plan):
-                log.warning("task %s: removed %s, a link or file the task left where its "
-                            "sandbox mounts a folder", request.key.task, path)
+                log.warning(
+                    "task %s: removed %s, a link or file the task left where its "
+                    "sandbox mounts a folder",
+                    request.key.task,
+                    path,
+                )
         tmp = request.root_dir / "tmp"
         tmp.mkdir(parents=True, exist_ok=True)
         tmp.chmod(0o1777)

@@ -24,8 +24,19 @@ from trainyard.pools import real_gpu_count
 from trainyard.runner.hosted import ENDED
 from trainyard.runner.report import EVENTS, read_events
 
-__all__ = ["ADOPTED", "ALIVE_CHECK_S", "Attempt", "AttemptTracker", "GPUS", "GpuLeases", "LAUNCH",
-           "RUNNER_OUT", "gpu_count", "has_exit", "runner_lives"]
+__all__ = [
+    "ADOPTED",
+    "ALIVE_CHECK_S",
+    "Attempt",
+    "AttemptTracker",
+    "GPUS",
+    "GpuLeases",
+    "LAUNCH",
+    "RUNNER_OUT",
+    "gpu_count",
+    "has_exit",
+    "runner_lives",
+]
 
 log = logging.getLogger("trainyard.backends.local")
 
@@ -86,7 +97,7 @@ class GpuLeases:
         with self._lock:
             self._prune()
             free = [d for d in range(gpu_count()) if d not in self._holders]
-            lent = tuple(free[:max(count, 0)])
+            lent = tuple(free[: max(count, 0)])
             self._holders.update(dict.fromkeys(lent, attempt))
             return lent
 
@@ -108,8 +119,11 @@ class GpuLeases:
             return {gpu: a.key for gpu, a in sorted(self._holders.items())}
 
     def _prune(self) -> None:
-        gone = [g for g, a in self._holders.items()
-                if a.done or (a.pid is not None and not runner_lives(a))]
+        gone = [
+            g
+            for g, a in self._holders.items()
+            if a.done or (a.pid is not None and not runner_lives(a))
+        ]
         for gpu in gone:
             del self._holders[gpu]
 
@@ -151,8 +165,13 @@ class AttemptTracker:
         gpus = GPUS.lend(attempt, len(launch.gpu_slots))
         real = gpu_count()
         if real and len(gpus) < len(launch.gpu_slots):
-            log.warning("task %s: %d GPU slots but %d of this machine's %d GPUs free; the rest "
-                        "run as CPU", launch.key.task, len(launch.gpu_slots), len(gpus), real)
+            log.warning(
+                "task %s: %d GPU slots but %d of this machine's %d GPUs free; the rest run as CPU",
+                launch.key.task,
+                len(launch.gpu_slots),
+                len(gpus),
+                real,
+            )
         return gpus
 
     def _adopt_files(self, key: TaskKey, run_dir: Path) -> None:
@@ -184,9 +203,15 @@ class AttemptTracker:
             return None
         try:
             launch = json.loads((run_dir / LAUNCH).read_text())
-            return Attempt(key, run_dir, int(launch["pid"]), float(launch["created"]),
-                            gpus=tuple(int(g) for g in launch.get("gpus", ())),
-                            hosted=launch.get("hosted_by"), container=launch.get("container"))
+            return Attempt(
+                key,
+                run_dir,
+                int(launch["pid"]),
+                float(launch["created"]),
+                gpus=tuple(int(g) for g in launch.get("gpus", ())),
+                hosted=launch.get("hosted_by"),
+                container=launch.get("container"),
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return Attempt(key, run_dir)
 
@@ -218,16 +243,24 @@ class AttemptTracker:
 
     def _vanished(self, attempt: Attempt) -> TaskFact:
         if attempt.run_dir is None:
-            return TaskFact(attempt.key, FactKind.LOST, time.time(), None,
-                            "no record of this attempt on this machine")
+            return TaskFact(
+                attempt.key,
+                FactKind.LOST,
+                time.time(),
+                None,
+                "no record of this attempt on this machine",
+            )
         last = tail(attempt.run_dir / RUNNER_OUT)
         kind = FactKind.LOST if attempt.reported else FactKind.START_ERROR
         message = "the task runner ended without reporting an exit"
         if attempt.hosted and proctree.same_process(attempt.pid or 0, attempt.created) is None:
-            message = (f"the launcher (pid {attempt.pid}) that ran the task runner as a thread "
-                       "died, and the task's sandbox with it")
-        return TaskFact(attempt.key, kind, time.time(), None,
-                        f"{message}: {last}" if last else message)
+            message = (
+                f"the launcher (pid {attempt.pid}) that ran the task runner as a thread "
+                "died, and the task's sandbox with it"
+            )
+        return TaskFact(
+            attempt.key, kind, time.time(), None, f"{message}: {last}" if last else message
+        )
 
     def _members(self, attempt: Attempt) -> list[psutil.Process]:
         if attempt.pid is None:
@@ -245,21 +278,27 @@ class AttemptTracker:
         the process table for all of them). A hosted runner's sandbox ends with its thread;
         but when the launcher died, what is left of its session goes too (a sandbox it was
         starting as it died may not have asked for ``--die-with-parent`` yet)."""
-        leaders = {a.pid: a.created for a in attempts if a.pid is not None and (
-            not a.hosted or proctree.same_process(a.pid, a.created) is None)}
+        leaders = {
+            a.pid: a.created
+            for a in attempts
+            if a.pid is not None
+            and (not a.hosted or proctree.same_process(a.pid, a.created) is None)
+        }
         proctree.send(proctree.leftovers(leaders), signal.SIGKILL)
 
     def _ensure_stopper(self) -> None:
         if self._stopper is None or not self._stopper.is_alive():
-            self._stopper = threading.Thread(target=self._stop_loop, name="local-stopper",
-                                             daemon=True)
+            self._stopper = threading.Thread(
+                target=self._stop_loop, name="local-stopper", daemon=True
+            )
             self._stopper.start()
 
     def _stop_loop(self) -> None:
         while True:
             with self._lock:
-                pending = [a for a in self._attempts.values()
-                           if a.stopping and not a.stopped and a.pid]
+                pending = [
+                    a for a in self._attempts.values() if a.stopping and not a.stopped and a.pid
+                ]
             busy = [a for a in pending if self._advance_stop(a)]
             self._wake.wait(0.1 if busy else 1.0)
             self._wake.clear()

@@ -12,5 +12,14 @@ from trainyard.backends.slurm.options import SlurmOptions, parse_options
 from trainyard.backends.slurm.script import SlurmBatchRequest, SrunStep, build_request
 from trainyard.backends.slurm.states import SLURM_STATES, fact_for_state
 
-__all__ = ["SlurmBackend", "create", "SlurmOptions", "parse_options", "SlurmBatchRequest",
-           "SrunStep", "build_request", "SLURM_STATES", "fact_for_state"]
+__all__ = [
+    "SlurmBackend",
+    "create",
+    "SlurmOptions",
+    "parse_options",
+    "SlurmBatchRequest",
+    "SrunStep",
+    "build_request",
+    "SLURM_STATES",
+    "fact_for_state",
+]

@@ -40,8 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from trainyard.backends.attempts import AttemptIndex, tail, write_private
-from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey, TaskLaunch
-from trainyard.backends.base import server_url_for_tasks, task_api_env
+from trainyard.backends.base import (
+    Backend,
+    FactKind,
+    TaskFact,
+    TaskKey,
+    TaskLaunch,
+    server_url_for_tasks,
+    task_api_env,
+)
 from trainyard.backends.images import runtime_for, runtime_path
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.slurm.options import SlurmOptions, parse_options
@@ -97,8 +104,14 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
 
     name = "slurm"
 
-    def __init__(self, pool: Pool, home: Path | None = None, *,
-                 commands: SlurmCommands | None = None, python: str | None = None) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        home: Path | None = None,
+        *,
+        commands: SlurmCommands | None = None,
+        python: str | None = None,
+    ) -> None:
         self.pool = pool
         self.options: SlurmOptions = parse_options(pool.name, dict(pool.options))
         self.home = Path(home) if home else trainyard_home()
@@ -121,10 +134,17 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
         try:
             prepend = {launch.key: self._path_prepend(launch) for launch in launches}
         except OSError as exc:
-            raise BackendError(f"slurm backend could not prepare group {launches[0].group!r}: "
-                               f"{exc}") from exc
-        return build_request(launches, self.options, self.home, self.python, prepend,
-                             server_url=server_url_for_tasks(self.home))
+            raise BackendError(
+                f"slurm backend could not prepare group {launches[0].group!r}: {exc}"
+            ) from exc
+        return build_request(
+            launches,
+            self.options,
+            self.home,
+            self.python,
+            prepend,
+            server_url=server_url_for_tasks(self.home),
+        )
 
     # ------------------------------------------------------------------ Backend API
 
@@ -141,11 +161,13 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
             attempts = self._announce(request)
             self._write(request)
         except (OSError, subprocess.SubprocessError) as exc:
-            raise BackendError(f"slurm backend could not write the job of group "
-                               f"{launches[0].group!r}: {exc}") from exc
+            raise BackendError(
+                f"slurm backend could not write the job of group {launches[0].group!r}: {exc}"
+            ) from exc
         job_id = self.commands.submit(request.sbatch_argv)
-        log.info("group %s of %s: Slurm job %s", launches[0].group,
-                 launches[0].key.workflow_id, job_id)
+        log.info(
+            "group %s of %s: Slurm job %s", launches[0].group, launches[0].key.workflow_id, job_id
+        )
         for attempt in attempts:
             attempt.job_id = job_id
             self._remember(attempt)
@@ -205,8 +227,13 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
         node = self.commands.step_nodes(attempt.job_id).get(key.task)
         if not node:
             raise RefusedError(f"task {key.task}: job {attempt.job_id} runs no step of it now")
-        return {"backend": "slurm", "job_id": attempt.job_id, "node": node,
-                "slurm_conf": self.commands.env.get("SLURM_CONF"), "python": self.python}
+        return {
+            "backend": "slurm",
+            "job_id": attempt.job_id,
+            "node": node,
+            "slurm_conf": self.commands.env.get("SLURM_CONF"),
+            "python": self.python,
+        }
 
     def close(self) -> None:
         """Nothing to release: Slurm holds the jobs."""
@@ -227,8 +254,9 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
         except BackendError as exc:
             log.warning("slurm backend: cannot ask squeue while recovering: %s", exc)
             return [a.key for a in attempts if a.job_id]
-        return [a.key for a in attempts
-                if a.job_id and is_alive(states.get(a.job_id, (UNKNOWN, ""))[0])]
+        return [
+            a.key for a in attempts if a.job_id and is_alive(states.get(a.job_id, (UNKNOWN, ""))[0])
+        ]
 
     def unstarted(self, keys: list[TaskKey]) -> list[TaskKey]:
         """Those of ``keys`` surely never submitted (see the module docstring), so starting
@@ -282,9 +310,16 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
         """Write each attempt's index record, without a job id, before anything is submitted
         (``unstarted``: no record means never submitted). Returns the attempts."""
         submit_by = time.time() + self.commands.timeout_s + SUBMIT_MARGIN_S
-        attempts = [_Attempt(launch.key, Path(launch.run_dir), job_name=request.job_name,
-                             job_dir=request.job_dir, submit_by=submit_by)
-                    for launch in request.launches]
+        attempts = [
+            _Attempt(
+                launch.key,
+                Path(launch.run_dir),
+                job_name=request.job_name,
+                job_dir=request.job_dir,
+                submit_by=submit_by,
+            )
+            for launch in request.launches
+        ]
         for attempt in attempts:
             self._save(attempt)
         return attempts
@@ -307,8 +342,9 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
         found: list[Path] = []
         for retry in range(key.retry_id - 1, -1, -1):
             earlier = self._load(TaskKey(key.workflow_id, key.task, retry))
-            found.append(earlier.run_dir if earlier and earlier.run_dir
-                         else run_dir.parent / str(retry))
+            found.append(
+                earlier.run_dir if earlier and earlier.run_dir else run_dir.parent / str(retry)
+            )
         return found
 
     def _remember(self, attempt: _Attempt) -> _Attempt:
@@ -321,11 +357,16 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
         """Write the attempt's index record (nothing for one without a run folder)."""
         if attempt.run_dir is None:
             return
-        self.index.write(attempt.key, {
-            "run_dir": str(attempt.run_dir), "job_id": attempt.job_id,
-            "job_name": attempt.job_name,
-            "job_dir": str(attempt.job_dir) if attempt.job_dir else None,
-            "submit_by": attempt.submit_by})
+        self.index.write(
+            attempt.key,
+            {
+                "run_dir": str(attempt.run_dir),
+                "job_id": attempt.job_id,
+                "job_name": attempt.job_name,
+                "job_dir": str(attempt.job_dir) if attempt.job_dir else None,
+                "submit_by": attempt.submit_by,
+            },
+        )
 
     def _find(self, key: TaskKey) -> _Attempt | None:
         """The attempt, from memory or from the index (started by an earlier object)."""
@@ -343,9 +384,14 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
             return None
         try:
             job_id, job_dir = record.get("job_id"), record.get("job_dir")
-            return _Attempt(key, Path(record["run_dir"]), str(job_id) if job_id else None,
-                            record.get("job_name"), Path(job_dir) if job_dir else None,
-                            float(record.get("submit_by") or 0.0))
+            return _Attempt(
+                key,
+                Path(record["run_dir"]),
+                str(job_id) if job_id else None,
+                record.get("job_name"),
+                Path(job_dir) if job_dir else None,
+                float(record.get("submit_by") or 0.0),
+            )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -355,8 +401,11 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
         if attempt.run_dir is None:
             return []
         events, attempt.offset = read_events(attempt.run_dir / EVENTS, attempt.offset)
-        facts = [TaskFact(attempt.key, FactKind(e.kind), e.time_s, e.exit_code, e.message)
-                 for e in events if e.kind in _KNOWN_FACTS]
+        facts = [
+            TaskFact(attempt.key, FactKind(e.kind), e.time_s, e.exit_code, e.message)
+            for e in events
+            if e.kind in _KNOWN_FACTS
+        ]
         attempt.reported = attempt.reported or bool(facts)
         if any(f.kind in _ENDING for f in facts):
             attempt.done = True
@@ -378,8 +427,12 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
             facts += self._ending_fact(attempt, states, steps)
         return facts
 
-    def _ending_fact(self, attempt: _Attempt, states: dict[str, tuple[str, str]],
-               steps: dict[str, dict[str, str]]) -> list[TaskFact]:
+    def _ending_fact(
+        self,
+        attempt: _Attempt,
+        states: dict[str, tuple[str, str]],
+        steps: dict[str, dict[str, str]],
+    ) -> list[TaskFact]:
         """The attempt's ending fact, once its job or step is gone for ``lost_grace_s``."""
         if attempt.job_id is None:
             if time.time() < attempt.submit_by:  # a dead engine's sbatch may still answer
@@ -393,8 +446,9 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
             attempt.stop_pending = False
         step_gone = state == "RUNNING" and attempt.reported and attempt.key.task not in job_steps
         if step_gone:
-            return self._after_grace(attempt, "FAILED",
-                                     f"Slurm job {attempt.job_id} runs but the task's step ended")
+            return self._after_grace(
+                attempt, "FAILED", f"Slurm job {attempt.job_id} runs but the task's step ended"
+            )
         if is_alive(state):
             attempt.gone_since = None
             return []
@@ -411,7 +465,9 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
         late = self._read(attempt)
         if attempt.done:
             return late
-        return late + [self._gone(attempt, state, f"the task runner never reported its exit: {why}")]
+        return late + [
+            self._gone(attempt, state, f"the task runner never reported its exit: {why}")
+        ]
 
     def _gone(self, attempt: _Attempt, state: str, message: str) -> TaskFact:
         attempt.done = True
@@ -476,7 +532,7 @@ def _ran(run_dir: Path | None) -> bool:
 
 def _job_of_output(job_dir: Path) -> str | None:
     """The job id in ``<job_dir>/slurm-<id>.out`` (written by Slurm once the job starts)."""
-    ids = [p.name[len("slurm-"):-len(".out")] for p in job_dir.glob("slurm-*.out")]
+    ids = [p.name[len("slurm-") : -len(".out")] for p in job_dir.glob("slurm-*.out")]
     return max((j for j in ids if j.isdigit()), key=int, default=None)
 
 
@@ -493,5 +549,8 @@ def _scrub(attempt: _Attempt) -> None:
     version whole (the file is replaced); a stopped one then fails with OSMO's "Could not
     find the credential", which the stop's status hides."""
     if attempt.run_dir is not None and scrub_credentials(attempt.run_dir / "run.json"):
-        log.info("slurm backend: %s: credential values taken out of its run.json "
-                 "(its runner never read them)", attempt.key)
+        log.info(
+            "slurm backend: %s: credential values taken out of its run.json "
+            "(its runner never read them)",
+            attempt.key,
+        )

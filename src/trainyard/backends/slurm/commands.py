@@ -17,8 +17,15 @@ from collections.abc import Iterable
 
 from trainyard.errors import BackendError
 
-__all__ = ["SlurmCommands", "parse_sbatch", "parse_squeue", "parse_steps", "parse_sacct",
-           "parse_workdirs", "base_job_id"]
+__all__ = [
+    "SlurmCommands",
+    "parse_sbatch",
+    "parse_squeue",
+    "parse_steps",
+    "parse_sacct",
+    "parse_workdirs",
+    "base_job_id",
+]
 
 
 def base_job_id(job_id: str) -> str:
@@ -92,13 +99,20 @@ class SlurmCommands:
 
     def _run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, env=self.env,
-                                  timeout=self.timeout_s, stdin=subprocess.DEVNULL)
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                env=self.env,
+                timeout=self.timeout_s,
+                stdin=subprocess.DEVNULL,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BackendError(f"{argv[0]} failed: {exc}") from exc
         if check and done.returncode != 0:
-            raise BackendError(f"{argv[0]} exited {done.returncode}: "
-                               f"{(done.stderr or done.stdout).strip()}")
+            raise BackendError(
+                f"{argv[0]} exited {done.returncode}: {(done.stderr or done.stdout).strip()}"
+            )
         return done
 
     def submit(self, argv: list[str]) -> str:
@@ -109,8 +123,10 @@ class SlurmCommands:
         ids = sorted(set(job_ids))
         if not ids:
             return ""
-        done = self._run(["squeue", "--noheader", *extra, f"--jobs={','.join(ids)}",
-                          f"--format={fmt}"], check=False)
+        done = self._run(
+            ["squeue", "--noheader", *extra, f"--jobs={','.join(ids)}", f"--format={fmt}"],
+            check=False,
+        )
         if done.returncode != 0 and "Invalid job id" not in done.stderr:
             raise BackendError(f"squeue exited {done.returncode}: {done.stderr.strip()}")
         return done.stdout
@@ -127,8 +143,14 @@ class SlurmCommands:
 
     def sacct_states(self, job_ids: Iterable[str]) -> dict[str, str]:
         """{job id: state} from sacct; empty when accounting is off or sacct fails."""
-        argv = ["sacct", "--noheader", "--parsable2", "--allocations",
-                f"--jobs={','.join(sorted(job_ids))}", "--format=JobID,State"]
+        argv = [
+            "sacct",
+            "--noheader",
+            "--parsable2",
+            "--allocations",
+            f"--jobs={','.join(sorted(job_ids))}",
+            "--format=JobID,State",
+        ]
         try:
             done = self._run(argv, check=False)
         except BackendError:
@@ -138,8 +160,9 @@ class SlurmCommands:
     def jobs_named(self, name: str) -> dict[str, str]:
         """{job id: working directory} of the jobs squeue knows (any state) named ``name``.
         Raises BackendError when squeue fails."""
-        done = self._run(["squeue", "--noheader", "--states=all", f"--name={name}",
-                          "--format=%i|%Z"])
+        done = self._run(
+            ["squeue", "--noheader", "--states=all", f"--name={name}", "--format=%i|%Z"]
+        )
         return parse_workdirs(done.stdout)
 
     def steps(self, job_ids: Iterable[str]) -> dict[str, dict[str, str]]:
@@ -160,7 +183,9 @@ class SlurmCommands:
         """``scancel TARGET`` (a job, or ``JOB.STEP``): SIGTERM now, SIGKILL after the
         cluster's KillWait (scancel(1)). A target that already ended is not an error."""
         done = self._run(["scancel", target], check=False)
-        if done.returncode != 0 and "already completing or completed" not in done.stderr \
-                and "Invalid job id" not in done.stderr:
-            raise BackendError(f"scancel {target} exited {done.returncode}: "
-                               f"{done.stderr.strip()}")
+        if (
+            done.returncode != 0
+            and "already completing or completed" not in done.stderr
+            and "Invalid job id" not in done.stderr
+        ):
+            raise BackendError(f"scancel {target} exited {done.returncode}: {done.stderr.strip()}")

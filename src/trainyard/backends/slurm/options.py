@@ -34,6 +34,7 @@ Word = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:+@=-]+$")]
 
 _ALL_REQUESTS: tuple[Literal["cpu", "memory", "gpu"], ...] = ("cpu", "memory", "gpu")
 
+
 class SlurmOptions(BaseModel):
     """A Slurm pool's options; every field is optional.
 
@@ -78,7 +79,8 @@ class SlurmOptions(BaseModel):
     python: str | None = None
     slurm_conf: str | None = None
     requests: list[Literal["cpu", "memory", "gpu"]] = Field(
-        default_factory=lambda: list(_ALL_REQUESTS))
+        default_factory=lambda: list(_ALL_REQUESTS)
+    )
     mixed_resources: Literal["hetjob", "max"] = "hetjob"
     time_margin_s: float = Field(default=600.0, ge=0)
     status_interval_s: float = Field(default=1.0, gt=0)

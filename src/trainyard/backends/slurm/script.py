@@ -39,8 +39,15 @@ from trainyard.backends.base import TaskKey, TaskLaunch, TaskResources
 from trainyard.backends.slurm.options import SlurmOptions
 from trainyard.runfile import SandboxSettings, TaskRun
 
-__all__ = ["SlurmBatchRequest", "SrunStep", "build_request", "job_dir_of", "HOSTS_ENV",
-           "RUNNER_OUT", "SCRIPT_NAME"]
+__all__ = [
+    "SlurmBatchRequest",
+    "SrunStep",
+    "build_request",
+    "job_dir_of",
+    "HOSTS_ENV",
+    "RUNNER_OUT",
+    "SCRIPT_NAME",
+]
 
 HOSTS_ENV = "TRAINYARD_HOSTS"
 RUNNER_OUT = "runner.out"
@@ -141,9 +148,12 @@ def _resource_flags(res: TaskResources, options: SlurmOptions) -> list[str]:
 
 def _largest(launches: list[TaskLaunch]) -> TaskResources:
     res = [launch.resources for launch in launches]
-    return TaskResources(cpu=max(r.cpu for r in res), gpu=max(r.gpu for r in res),
-                         memory_bytes=max(r.memory_bytes for r in res),
-                         storage_bytes=max(r.storage_bytes for r in res))
+    return TaskResources(
+        cpu=max(r.cpu for r in res),
+        gpu=max(r.gpu for r in res),
+        memory_bytes=max(r.memory_bytes for r in res),
+        storage_bytes=max(r.storage_bytes for r in res),
+    )
 
 
 def is_heterogeneous(launches: list[TaskLaunch], options: SlurmOptions) -> bool:
@@ -162,8 +172,11 @@ def _time_flag(launches: list[TaskLaunch], options: SlurmOptions) -> list[str]:
 
 def _job_flags(launches: list[TaskLaunch], options: SlurmOptions, job_name: str) -> list[str]:
     flags = [f"--job-name={job_name}", "--no-requeue"]
-    flags += [f"--{name}={value}" for name in ("partition", "account", "qos")
-              if (value := getattr(options, name))]
+    flags += [
+        f"--{name}={value}"
+        for name in ("partition", "account", "qos")
+        if (value := getattr(options, name))
+    ]
     return flags + _time_flag(launches, options)
 
 
@@ -174,11 +187,16 @@ def _header(launches: list[TaskLaunch], options: SlurmOptions, job_name: str) ->
         for index, launch in enumerate(launches):
             if index:
                 lines.append("#SBATCH hetjob")
-            lines += [f"#SBATCH {f}" for f in ["--nodes=1", "--ntasks=1",
-                                               *_resource_flags(launch.resources, options)]]
+            lines += [
+                f"#SBATCH {f}"
+                for f in ["--nodes=1", "--ntasks=1", *_resource_flags(launch.resources, options)]
+            ]
         return lines
-    flags = [f"--nodes={len(launches)}", "--ntasks-per-node=1",
-             *_resource_flags(_largest(launches), options)]
+    flags = [
+        f"--nodes={len(launches)}",
+        "--ntasks-per-node=1",
+        *_resource_flags(_largest(launches), options),
+    ]
     return lines + [f"#SBATCH {flag}" for flag in flags]
 
 
@@ -188,17 +206,22 @@ def _header(launches: list[TaskLaunch], options: SlurmOptions, job_name: str) ->
 def _describe(request: SlurmBatchRequest) -> str:
     first = request.launches[0]
     tasks = ", ".join(launch.key.task for launch in request.launches)
-    return (f"# trainyard: workflow {first.key.workflow_id}, group {first.group}: "
-            f"one srun step per task ({tasks})")
+    return (
+        f"# trainyard: workflow {first.key.workflow_id}, group {first.group}: "
+        f"one srun step per task ({tasks})"
+    )
 
 
 def _node_lines(request: SlurmBatchRequest) -> list[str]:
     """Fill TY_NODE and TY_ADDR, export the hosts JSON."""
     count = len(request.steps)
     if request.heterogeneous:
-        lines = [f"for ty_g in $(seq 0 {count - 1}); do",
-                 '  ty_var="SLURM_JOB_NODELIST_HET_GROUP_$ty_g"',
-                 '  TY_NODE+=("$(ty_first_node "${!ty_var}")")', "done"]
+        lines = [
+            f"for ty_g in $(seq 0 {count - 1}); do",
+            '  ty_var="SLURM_JOB_NODELIST_HET_GROUP_$ty_g"',
+            '  TY_NODE+=("$(ty_first_node "${!ty_var}")")',
+            "done",
+        ]
     else:
         lines = ['mapfile -t TY_NODE < <(scontrol show hostnames "$SLURM_JOB_NODELIST")']
     names = " ".join(shlex.quote(step.key.task) for step in request.steps)
@@ -210,23 +233,42 @@ def _pattern_safe(path: Path) -> str:
     return str(path).replace("%", "%%")
 
 
-def _srun_argv(launch: TaskLaunch, index: int, hetjob: bool, options: SlurmOptions,
-               python: str) -> list[str]:
-    place = [f"--het-group={index}"] if hetjob else ["--nodes=1", "--ntasks=1", f"--relative={index}"]
+def _srun_argv(
+    launch: TaskLaunch, index: int, hetjob: bool, options: SlurmOptions, python: str
+) -> list[str]:
+    place = (
+        [f"--het-group={index}"] if hetjob else ["--nodes=1", "--ntasks=1", f"--relative={index}"]
+    )
     run_dir = Path(launch.run_dir)
-    argv = ["srun", *place, f"--job-name={launch.key.task}", "--kill-on-bad-exit=0",
-            f"--output={_pattern_safe(run_dir / RUNNER_OUT)}", "--open-mode=append"]
-    argv += [f for f in _resource_flags(launch.resources, options)
-             if f.startswith("--cpus-per-task")]
-    return argv + list(options.srun_args) + [python, "-m", "trainyard.runner",
-                                             str(run_dir / "run.json")]
+    argv = [
+        "srun",
+        *place,
+        f"--job-name={launch.key.task}",
+        "--kill-on-bad-exit=0",
+        f"--output={_pattern_safe(run_dir / RUNNER_OUT)}",
+        "--open-mode=append",
+    ]
+    argv += [
+        f for f in _resource_flags(launch.resources, options) if f.startswith("--cpus-per-task")
+    ]
+    return (
+        argv
+        + list(options.srun_args)
+        + [python, "-m", "trainyard.runner", str(run_dir / "run.json")]
+    )
 
 
 def job_dir_of(launches: list[TaskLaunch], home: Path) -> Path:
     """``<home>/runs/<workflow>/_slurm/<group>/<first task>.<retry>``: unique per start."""
     first = launches[0]
-    return (home / "runs" / first.key.workflow_id / "_slurm" / first.group
-            / f"{first.key.task}.{first.key.retry_id}")
+    return (
+        home
+        / "runs"
+        / first.key.workflow_id
+        / "_slurm"
+        / first.group
+        / f"{first.key.task}.{first.key.retry_id}"
+    )
 
 
 def _job_name(launches: list[TaskLaunch]) -> str:
@@ -235,9 +277,14 @@ def _job_name(launches: list[TaskLaunch]) -> str:
 
 
 def _sbatch_argv(job_dir: Path, options: SlurmOptions) -> list[str]:
-    return ["sbatch", "--parsable", f"--chdir={job_dir}",
-            f"--output={_pattern_safe(job_dir)}/slurm-%j.out", *options.sbatch_args,
-            str(job_dir / SCRIPT_NAME)]
+    return [
+        "sbatch",
+        "--parsable",
+        f"--chdir={job_dir}",
+        f"--output={_pattern_safe(job_dir)}/slurm-%j.out",
+        *options.sbatch_args,
+        str(job_dir / SCRIPT_NAME),
+    ]
 
 
 # --------------------------------------------------------------------------- runner input
@@ -255,12 +302,24 @@ def _container_prefix(run: TaskRun, options: SlurmOptions, home: Path) -> list[s
     (``SandboxSettings.env_flag``), never apptainer's own environment."""
     if options.container is None or not run.image:
         return []
-    return [options.container, "exec", "--cleanenv", *options.container_args,
-            "--bind", str(home / "runs"), _image_ref(run.image, options)]
+    return [
+        options.container,
+        "exec",
+        "--cleanenv",
+        *options.container_args,
+        "--bind",
+        str(home / "runs"),
+        _image_ref(run.image, options),
+    ]
 
 
-def _task_run(launch: TaskLaunch, options: SlurmOptions, home: Path,
-              path_prepend: list[str], server_url: str | None) -> TaskRun:
+def _task_run(
+    launch: TaskLaunch,
+    options: SlurmOptions,
+    home: Path,
+    path_prepend: list[str],
+    server_url: str | None,
+) -> TaskRun:
     run = TaskRun.model_validate(launch.run)
     run.hosts_env = HOSTS_ENV
     prefix = _container_prefix(run, options, home)
@@ -269,18 +328,28 @@ def _task_run(launch: TaskLaunch, options: SlurmOptions, home: Path,
         root=str(Path(launch.run_dir) / "sandbox" / "root"),
         path_prepend=[] if prefix else path_prepend,
         command_prefix=prefix,
-        env_flag="--env-file" if prefix else None, env_file_shell=True,
+        env_flag="--env-file" if prefix else None,
+        env_file_shell=True,
         env={"TRAINYARD_SERVER_URL": server_url} if server_url else {},
-        description=(f"slurm backend: one srun step of the group's job on a node Slurm picked; "
-                     f"/tmp and file paths rewritten to a private folder; {where}"),
+        description=(
+            f"slurm backend: one srun step of the group's job on a node Slurm picked; "
+            f"/tmp and file paths rewritten to a private folder; {where}"
+        ),
         summary="slurm srun step on a node Slurm picked, private /tmp folder, "
-                + (f"{options.container} image {run.image}" if prefix else "the node's tools"))
+        + (f"{options.container} image {run.image}" if prefix else "the node's tools"),
+    )
     return run
 
 
-def build_request(launches: list[TaskLaunch], options: SlurmOptions, home: Path, python: str,
-                  path_prepend: dict[TaskKey, list[str]] | None = None, *,
-                  server_url: str | None = None) -> SlurmBatchRequest:
+def build_request(
+    launches: list[TaskLaunch],
+    options: SlurmOptions,
+    home: Path,
+    python: str,
+    path_prepend: dict[TaskKey, list[str]] | None = None,
+    *,
+    server_url: str | None = None,
+) -> SlurmBatchRequest:
     """The batch request for one gang start (no side effects).
 
     Args:
@@ -302,11 +371,18 @@ def build_request(launches: list[TaskLaunch], options: SlurmOptions, home: Path,
     job_name = _job_name(launches)
     prepend = path_prepend or {}
     return SlurmBatchRequest(
-        job_name=job_name, job_dir=job_dir, sbatch_argv=_sbatch_argv(job_dir, options),
+        job_name=job_name,
+        job_dir=job_dir,
+        sbatch_argv=_sbatch_argv(job_dir, options),
         header=_header(launches, options, job_name),
-        steps=[SrunStep(launch.key, _srun_argv(launch, i, hetjob, options, python))
-               for i, launch in enumerate(launches)],
-        runs={launch.key: _task_run(launch, options, home, prepend.get(launch.key, []),
-                                    server_url)
-              for launch in launches},
-        launches=list(launches), heterogeneous=hetjob)
+        steps=[
+            SrunStep(launch.key, _srun_argv(launch, i, hetjob, options, python))
+            for i, launch in enumerate(launches)
+        ],
+        runs={
+            launch.key: _task_run(launch, options, home, prepend.get(launch.key, []), server_url)
+            for launch in launches
+        },
+        launches=list(launches),
+        heterogeneous=hetjob,
+    )

@@ -14,8 +14,14 @@ from __future__ import annotations
 
 from trainyard.backends.base import FactKind
 
-__all__ = ["SLURM_STATES", "UNKNOWN", "PENDING_REASONS", "fact_for_state", "is_alive",
-           "pending_reason"]
+__all__ = [
+    "SLURM_STATES",
+    "UNKNOWN",
+    "PENDING_REASONS",
+    "fact_for_state",
+    "is_alive",
+    "pending_reason",
+]
 
 UNKNOWN = "UNKNOWN"
 """What trainyard calls a job that neither squeue nor sacct knows (any more)."""

@@ -23,9 +23,15 @@ from kubernetes import client as k8s
 from kubernetes import config
 
 NAMESPACE = "trainyard"
-RESOURCES = ("v1/pods", "v1/services", "v1/secrets", "v1/configmaps",
-             "scheduling.run.ai/v2alpha2/podgroups", "scheduling.volcano.sh/v1beta1/podgroups",
-             "scheduling.x-k8s.io/v1alpha1/podgroups")
+RESOURCES = (
+    "v1/pods",
+    "v1/services",
+    "v1/secrets",
+    "v1/configmaps",
+    "scheduling.run.ai/v2alpha2/podgroups",
+    "scheduling.volcano.sh/v1beta1/podgroups",
+    "scheduling.x-k8s.io/v1alpha1/podgroups",
+)
 
 
 class UidEmulator(kmock.KubernetesEmulator):
@@ -69,10 +75,12 @@ class EmulatorClient:
     def objects(self, kind: str) -> list[dict[str, Any]]:
         """Every stored object of a built-in kind (``pods``, ``services``, ``secrets``,
         ``configmaps``) in the namespace, as JSON."""
-        lister = {"pods": self.core.list_namespaced_pod,
-                  "services": self.core.list_namespaced_service,
-                  "secrets": self.core.list_namespaced_secret,
-                  "configmaps": self.core.list_namespaced_config_map}[kind]
+        lister = {
+            "pods": self.core.list_namespaced_pod,
+            "services": self.core.list_namespaced_service,
+            "secrets": self.core.list_namespaced_secret,
+            "configmaps": self.core.list_namespaced_config_map,
+        }[kind]
         data = json.loads(lister(NAMESPACE, _preload_content=False).data)
         return list(data.get("items") or [])
 
@@ -80,15 +88,21 @@ class EmulatorClient:
         return next((p for p in self.objects("pods") if p["metadata"]["name"] == name), None)
 
     def pods_of(self, workflow_id: str) -> list[dict[str, Any]]:
-        return [p for p in self.objects("pods")
-                if p["metadata"].get("annotations", {}).get("trainyard.io/workflow-id") == workflow_id]
+        return [
+            p
+            for p in self.objects("pods")
+            if p["metadata"].get("annotations", {}).get("trainyard.io/workflow-id") == workflow_id
+        ]
 
     def left_of(self, workflow_id: str) -> list[str]:
         """``kind/name`` of every object labelled with the workflow (nothing left behind)."""
         left = []
         for kind in ("pods", "services", "secrets", "configmaps"):
-            left += [f"{kind}/{o['metadata']['name']}" for o in self.objects(kind)
-                     if o["metadata"].get("labels", {}).get("trainyard.io/workflow") == workflow_id]
+            left += [
+                f"{kind}/{o['metadata']['name']}"
+                for o in self.objects(kind)
+                if o["metadata"].get("labels", {}).get("trainyard.io/workflow") == workflow_id
+            ]
         return left
 
     # ------------------------------------------------------------------ controllers
@@ -98,9 +112,11 @@ class EmulatorClient:
         Returns how many were deleted."""
         uids = {o["metadata"].get("uid") for kind in ("configmaps",) for o in self.objects(kind)}
         deleted = 0
-        for kind, delete in (("pods", self.core.delete_namespaced_pod),
-                             ("services", self.core.delete_namespaced_service),
-                             ("secrets", self.core.delete_namespaced_secret)):
+        for kind, delete in (
+            ("pods", self.core.delete_namespaced_pod),
+            ("services", self.core.delete_namespaced_service),
+            ("secrets", self.core.delete_namespaced_secret),
+        ):
             for obj in self.objects(kind):
                 owners = obj["metadata"].get("ownerReferences") or []
                 if owners and not any(o["uid"] in uids for o in owners):
@@ -120,12 +136,20 @@ class Emulator(EmulatorClient):
         self._handler, self._server = self._call(self._start())
         self.url = str(self._server.url).rstrip("/")
         kubeconfig = folder / "kubeconfig"
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
-            "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
-            "users": [{"name": "tester", "user": {"token": "test-token"}}],
-            "contexts": [{"name": "emulator", "context": {"cluster": "emulator",
-                                                          "user": "tester"}}]}))
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "emulator",
+                    "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
+                    "users": [{"name": "tester", "user": {"token": "test-token"}}],
+                    "contexts": [
+                        {"name": "emulator", "context": {"cluster": "emulator", "user": "tester"}}
+                    ],
+                }
+            )
+        )
         super().__init__(kubeconfig)
 
     def set_log(self, pod: str, text: str) -> None:
@@ -136,6 +160,7 @@ class Emulator(EmulatorClient):
         """The task container's log of ``pod`` (the emulator has no containers: a reaction
         answers the log subresource): a request gets what was written so far, a ``follow``
         one then each later ``write`` until the container ends (``end_log``)."""
+
         async def made() -> LogFeed:
             return self._handler.log_of(pod)
 
@@ -253,47 +278,119 @@ class Kubelet:
         self.api.patch_namespaced_pod(name, NAMESPACE, {"status": status})
 
     def run(self, name: str) -> None:
-        self._status(name, {"phase": "Running", "containerStatuses": [
-            {"name": "task", "ready": True, "restartCount": 0, "image": "i", "imageID": "",
-             "state": {"running": {"startedAt": "2026-11-26T00:00:00Z"}}}]})
+        self._status(
+            name,
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "task",
+                        "ready": True,
+                        "restartCount": 0,
+                        "image": "i",
+                        "imageID": "",
+                        "state": {"running": {"startedAt": "2026-11-26T00:00:00Z"}},
+                    }
+                ],
+            },
+        )
 
-    def exit(self, name: str, code: int, message: str = "", *, report: bool = True,
-             reason: str = "Completed") -> None:
+    def exit(
+        self,
+        name: str,
+        code: int,
+        message: str = "",
+        *,
+        report: bool = True,
+        reason: str = "Completed",
+    ) -> None:
         """The task container ends with ``code``; with ``report``, the runner's termination
         message (what podmain writes) carries it."""
         terminated: dict[str, Any] = {"exitCode": min(code, 255), "reason": reason}
         if report:
-            terminated["message"] = json.dumps({"kind": "EXITED", "time_s": 1.0,
-                                                "exit_code": code, "message": message})
+            terminated["message"] = json.dumps(
+                {"kind": "EXITED", "time_s": 1.0, "exit_code": code, "message": message}
+            )
         self._end_log(name)
-        self._status(name, {"phase": "Succeeded" if code == 0 else "Failed",
-                            "containerStatuses": [{"name": "task", "ready": False,
-                                                   "restartCount": 0, "image": "i",
-                                                   "imageID": "",
-                                                   "state": {"terminated": terminated}}]})
+        self._status(
+            name,
+            {
+                "phase": "Succeeded" if code == 0 else "Failed",
+                "containerStatuses": [
+                    {
+                        "name": "task",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": "i",
+                        "imageID": "",
+                        "state": {"terminated": terminated},
+                    }
+                ],
+            },
+        )
 
     def image_pull_error(self, name: str) -> None:
-        self._status(name, {"phase": "Pending", "containerStatuses": [
-            {"name": "task", "ready": False, "restartCount": 0, "image": "i", "imageID": "",
-             "state": {"waiting": {"reason": "ImagePullBackOff",
-                                   "message": "Back-off pulling image \"nope:1\""}}}]})
+        self._status(
+            name,
+            {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {
+                        "name": "task",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": "i",
+                        "imageID": "",
+                        "state": {
+                            "waiting": {
+                                "reason": "ImagePullBackOff",
+                                "message": "Back-off pulling image \"nope:1\"",
+                            }
+                        },
+                    }
+                ],
+            },
+        )
 
     def evict(self, name: str, *, ran: bool = True) -> None:
         """Node-pressure eviction: the pod Failed with reason Evicted; with ``ran``, its task
         container was stopped with SIGTERM and the runner reported 143 (stopped)."""
-        status: dict[str, Any] = {"phase": "Failed", "reason": "Evicted",
-                                  "message": "The node was low on resource: memory."}
+        status: dict[str, Any] = {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": "The node was low on resource: memory.",
+        }
         if ran:
-            report = json.dumps({"kind": "EXITED", "time_s": 1.0, "exit_code": 143,
-                                 "message": "stopped by SIGTERM"})
-            status["containerStatuses"] = [{"name": "task", "ready": False, "restartCount": 0,
-                                            "image": "i", "imageID": "", "state": {"terminated": {
-                                                "exitCode": 143, "reason": "Error",
-                                                "message": report}}}]
+            report = json.dumps(
+                {"kind": "EXITED", "time_s": 1.0, "exit_code": 143, "message": "stopped by SIGTERM"}
+            )
+            status["containerStatuses"] = [
+                {
+                    "name": "task",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": "i",
+                    "imageID": "",
+                    "state": {
+                        "terminated": {"exitCode": 143, "reason": "Error", "message": report}
+                    },
+                }
+            ]
         self._end_log(name)
         self._status(name, status)
 
     def unschedulable(self, name: str, message: str) -> None:
-        self._status(name, {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-             "message": message}]})
+        self._status(
+            name,
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                    }
+                ],
+            },
+        )

@@ -26,27 +26,56 @@ SCHEMA_VERSIONS = ("1.35.0", "1.36.0", "1.37.0")
 installed kubernetes-validate ships, newest three; see ``schema_versions``)."""
 
 
-def launches(tasks: dict[str, TaskResources], *, workflow_id: str = "train-multi-gpu-1",
-             group: str = "training", retry_id: int = 0, exec_timeout_s: float | None = None,
-             image: str | None = "nvcr.io/nvidia/pytorch:24.03-py3", node: str = "gpu-node-1",
-             **run_fields: Any) -> list[TaskLaunch]:
+def launches(
+    tasks: dict[str, TaskResources],
+    *,
+    workflow_id: str = "train-multi-gpu-1",
+    group: str = "training",
+    retry_id: int = 0,
+    exec_timeout_s: float | None = None,
+    image: str | None = "nvcr.io/nvidia/pytorch:24.03-py3",
+    node: str = "gpu-node-1",
+    **run_fields: Any,
+) -> list[TaskLaunch]:
     """One launch per task of a gang, run folders under ``HOME/runs``."""
     names = list(tasks)
     out = []
     for index, (name, res) in enumerate(tasks.items()):
         run_dir = HOME / "runs" / workflow_id / name / str(retry_id)
         run: dict[str, Any] = {
-            "workflow_id": workflow_id, "group": group, "task": name, "retry_id": retry_id,
-            "lead": index == 0, "lead_task": names[0], "image": image,
-            "command": ["bash", "/tmp/run.sh"], "hosts": {n: n for n in names},
-            "files": [{"path": "/tmp/run.sh", "contents": "set -ex\necho {{host:%s}}\n" % names[0]}],
-            "group_tasks": names, "task_index": index, "run_dir": str(run_dir),
-            "barrier": {"enabled": len(names) > 1, "tasks": names,
-                        "folder": str(HOME / "runs" / workflow_id / "_barrier" / group / "0")},
-            **run_fields}
-        out.append(TaskLaunch(key=TaskKey(workflow_id, name, retry_id), group=group,
-                              node=node, run_dir=run_dir, run=run, resources=res,
-                              exec_timeout_s=exec_timeout_s))
+            "workflow_id": workflow_id,
+            "group": group,
+            "task": name,
+            "retry_id": retry_id,
+            "lead": index == 0,
+            "lead_task": names[0],
+            "image": image,
+            "command": ["bash", "/tmp/run.sh"],
+            "hosts": {n: n for n in names},
+            "files": [
+                {"path": "/tmp/run.sh", "contents": "set -ex\necho {{host:%s}}\n" % names[0]}
+            ],
+            "group_tasks": names,
+            "task_index": index,
+            "run_dir": str(run_dir),
+            "barrier": {
+                "enabled": len(names) > 1,
+                "tasks": names,
+                "folder": str(HOME / "runs" / workflow_id / "_barrier" / group / "0"),
+            },
+            **run_fields,
+        }
+        out.append(
+            TaskLaunch(
+                key=TaskKey(workflow_id, name, retry_id),
+                group=group,
+                node=node,
+                run_dir=run_dir,
+                run=run,
+                resources=res,
+                exec_timeout_s=exec_timeout_s,
+            )
+        )
     return out
 
 
@@ -90,8 +119,10 @@ def validate_strict(objects: list[dict[str, Any]]) -> int:
             try:
                 kv.validate(obj, version, strict=True)
             except kv.ValidationError as exc:
-                raise AssertionError(f"{obj['kind']} {obj['metadata']['name']} is not valid "
-                                     f"for Kubernetes {version}: {exc}") from exc
+                raise AssertionError(
+                    f"{obj['kind']} {obj['metadata']['name']} is not valid "
+                    f"for Kubernetes {version}: {exc}"
+                ) from exc
     return len(built_in)
 
 
@@ -105,8 +136,7 @@ def served(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     from trainyard.server.__main__ import build_app
 
     monkeypatch.setenv("TRAINYARD_HOME", str(home))
-    for name in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN", "TRAINYARD_DATABASE_URL",
-                 "KUBECONFIG"):
+    for name in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN", "TRAINYARD_DATABASE_URL", "KUBECONFIG"):
         monkeypatch.delenv(name, raising=False)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

@@ -23,9 +23,13 @@ WID = "train-1"
 
 
 def _backend(emulator: Emulator, home: Path, **options: Any) -> KubernetesBackend:
-    settings = {"namespace": NAMESPACE, "kubeconfig": str(emulator.kubeconfig),
-                "lost_grace_s": 0.2, "server_url": "http://trainyard.trainyard.svc:8000",
-                **options}
+    settings = {
+        "namespace": NAMESPACE,
+        "kubeconfig": str(emulator.kubeconfig),
+        "lost_grace_s": 0.2,
+        "server_url": "http://trainyard.trainyard.svc:8000",
+        **options,
+    }
     return KubernetesBackend(pool(settings), home)
 
 
@@ -40,8 +44,9 @@ def _gang(**fields: Any) -> list[Any]:
     return launches({"master": RES, "worker": RES}, workflow_id=WID, **fields)
 
 
-def _facts_until(backend: KubernetesBackend, done: Callable[[list[TaskFact]], bool],
-                 timeout_s: float = 10) -> list[TaskFact]:
+def _facts_until(
+    backend: KubernetesBackend, done: Callable[[list[TaskFact]], bool], timeout_s: float = 10
+) -> list[TaskFact]:
     """Poll until ``done(all facts so far)``; fails with what came after ``timeout_s``."""
     facts: list[TaskFact] = []
     deadline = time.monotonic() + timeout_s
@@ -53,8 +58,15 @@ def _facts_until(backend: KubernetesBackend, done: Callable[[list[TaskFact]], bo
 
 
 def _ending(facts: list[TaskFact], task: str) -> TaskFact | None:
-    return next((f for f in facts if f.key.task == task
-                 and f.kind in (FactKind.EXITED, FactKind.LOST, FactKind.START_ERROR)), None)
+    return next(
+        (
+            f
+            for f in facts
+            if f.key.task == task
+            and f.kind in (FactKind.EXITED, FactKind.LOST, FactKind.START_ERROR)
+        ),
+        None,
+    )
 
 
 def _pod(task: str, retry: int = 0) -> str:
@@ -62,13 +74,15 @@ def _pod(task: str, retry: int = 0) -> str:
 
 
 def test_start_makes_owned_objects_and_the_run_secret_carries_the_token(
-        backend: KubernetesBackend, emulator: Emulator) -> None:
+    backend: KubernetesBackend, emulator: Emulator
+) -> None:
     backend.start_group(_gang())
     owner = next(c for c in emulator.objects("configmaps") if c["metadata"]["name"] == f"ty-{WID}")
     uid = owner["metadata"]["uid"]
     made = [o for kind in ("pods", "services", "secrets") for o in emulator.objects(kind)]
     assert sorted(o["metadata"]["name"] for o in made) == sorted(
-        [_pod("master"), _pod("worker")] * 2 + [f"ty-{WID}-training"])
+        [_pod("master"), _pod("worker")] * 2 + [f"ty-{WID}-training"]
+    )
     assert all(o["metadata"]["ownerReferences"][0]["uid"] == uid for o in made)
     secret = next(s for s in emulator.objects("secrets") if s["metadata"]["name"] == _pod("master"))
     run = json.loads(secret["stringData"]["run.json"])
@@ -85,19 +99,26 @@ def test_pod_lifecycle_becomes_facts(backend: KubernetesBackend, emulator: Emula
     kubelet.run(_pod("worker"))
     facts = _facts_until(backend, lambda f: len(f) >= 4)
     assert sorted((f.key.task, f.kind) for f in facts) == [
-        ("master", FactKind.INITIALIZING), ("master", FactKind.RUNNING),
-        ("worker", FactKind.INITIALIZING), ("worker", FactKind.RUNNING)]
+        ("master", FactKind.INITIALIZING),
+        ("master", FactKind.RUNNING),
+        ("worker", FactKind.INITIALIZING),
+        ("worker", FactKind.RUNNING),
+    ]
     emulator.set_log(_pod("master"), "2026/11/26 00:00:00 [master] hello\n")
     kubelet.exit(_pod("master"), 0)
     kubelet.exit(_pod("worker"), 2010, "input 0: no such dataset")
     facts = _facts_until(backend, lambda f: len(f) >= 2)
     log = backend.home / "runs" / WID / "master" / "0" / "task.log"
     assert log.read_text() == "2026/11/26 00:00:00 [master] hello\n"  # workflow logs reads it
-    assert _ending(facts, "master") == TaskFact(TaskKey(WID, "master", 0), FactKind.EXITED,
-                                                _ending(facts, "master").time_s, 0, "")
+    assert _ending(facts, "master") == TaskFact(
+        TaskKey(WID, "master", 0), FactKind.EXITED, _ending(facts, "master").time_s, 0, ""
+    )
     worker = _ending(facts, "worker")
     assert (worker.kind, worker.exit_code, worker.message) == (
-        FactKind.EXITED, 2010, "input 0: no such dataset")
+        FactKind.EXITED,
+        2010,
+        "input 0: no such dataset",
+    )
     time.sleep(0.1)
     assert backend.poll() == []  # each fact once
 
@@ -114,7 +135,10 @@ def test_image_pull_error_eviction_and_oom(backend: KubernetesBackend, emulator:
     assert _ending(facts, "a").kind is FactKind.START_ERROR
     assert "ImagePullBackOff" in _ending(facts, "a").message
     assert (_ending(facts, "b").kind, _ending(facts, "b").exit_code) == (FactKind.EXITED, 3004)
-    assert (_ending(facts, "c").exit_code, "OOMKilled" in _ending(facts, "c").message) == (137, True)
+    assert (_ending(facts, "c").exit_code, "OOMKilled" in _ending(facts, "c").message) == (
+        137,
+        True,
+    )
 
 
 def test_pod_deleted_by_someone_is_lost(backend: KubernetesBackend, emulator: Emulator) -> None:
@@ -126,15 +150,18 @@ def test_pod_deleted_by_someone_is_lost(backend: KubernetesBackend, emulator: Em
     assert "gone" in _ending(facts, "master").message
 
 
-def test_stop_deletes_the_pod_and_reports_a_stopped_exit(backend: KubernetesBackend,
-                                                         emulator: Emulator) -> None:
+def test_stop_deletes_the_pod_and_reports_a_stopped_exit(
+    backend: KubernetesBackend, emulator: Emulator
+) -> None:
     backend.start_group(_gang())
     Kubelet(emulator).run(_pod("master"))
     backend.stop([TaskKey(WID, "master", 0)])
     backend.stop([TaskKey(WID, "master", 0)])  # idempotent
     facts = _facts_until(backend, lambda f: _ending(f, "master") is not None)
     assert (_ending(facts, "master").kind, _ending(facts, "master").exit_code) == (
-        FactKind.EXITED, 143)
+        FactKind.EXITED,
+        143,
+    )
     assert emulator.pod(_pod("master")) is None and emulator.pod(_pod("worker")) is not None
 
 
@@ -144,15 +171,18 @@ def test_gang_not_all_running_in_time_is_deleted_whole(emulator: Emulator, tmp_p
         backend.start_group(_gang())
         Kubelet(emulator).run(_pod("master"))  # the worker never gets a node
         facts = _facts_until(backend, lambda f: all(_ending(f, t) for t in ("master", "worker")))
-        assert {(_ending(facts, t).kind, _ending(facts, t).exit_code)
-                for t in ("master", "worker")} == {(FactKind.EXITED, 3005)}  # START_TIMEOUT
+        assert {
+            (_ending(facts, t).kind, _ending(facts, t).exit_code) for t in ("master", "worker")
+        } == {(FactKind.EXITED, 3005)}  # START_TIMEOUT
         assert "gang_timeout_s" in _ending(facts, "worker").message
         assert emulator.pods_of(WID) == []
     finally:
         backend.close()
 
 
-def test_unschedulable_is_the_waiting_reason(backend: KubernetesBackend, emulator: Emulator) -> None:
+def test_unschedulable_is_the_waiting_reason(
+    backend: KubernetesBackend, emulator: Emulator
+) -> None:
     backend.start_group(_gang())
     Kubelet(emulator).unschedulable(_pod("master"), "0/4 nodes: 4 Insufficient nvidia.com/gpu")
     deadline = time.monotonic() + 10
@@ -163,7 +193,8 @@ def test_unschedulable_is_the_waiting_reason(backend: KubernetesBackend, emulato
 
 
 def test_a_new_backend_recovers_running_attempts_and_starts_nothing_twice(
-        emulator: Emulator, tmp_path: Path) -> None:
+    emulator: Emulator, tmp_path: Path
+) -> None:
     first = _backend(emulator, tmp_path)
     first.start_group(_gang())
     Kubelet(emulator).run(_pod("master"))
@@ -183,8 +214,9 @@ def test_a_new_backend_recovers_running_attempts_and_starts_nothing_twice(
         second.close()
 
 
-def test_forget_deletes_the_owner_and_the_collector_the_rest(backend: KubernetesBackend,
-                                                             emulator: Emulator) -> None:
+def test_forget_deletes_the_owner_and_the_collector_the_rest(
+    backend: KubernetesBackend, emulator: Emulator
+) -> None:
     backend.start_group(_gang())
     assert len(emulator.left_of(WID)) == 6
     backend.forget(WID)
@@ -198,8 +230,9 @@ def test_dry_run_needs_no_cluster(tmp_path: Path) -> None:
     backend.close()
 
 
-def test_entry_names_the_running_pod_for_kubectl_exec(backend: KubernetesBackend,
-                                                      emulator: Emulator) -> None:
+def test_entry_names_the_running_pod_for_kubectl_exec(
+    backend: KubernetesBackend, emulator: Emulator
+) -> None:
     from trainyard.cli.task_entry import command_argv as _command_argv
     from trainyard.errors import RefusedError
 
@@ -211,8 +244,19 @@ def test_entry_names_the_running_pod_for_kubectl_exec(backend: KubernetesBackend
     _facts_until(backend, lambda f: any(x.kind is FactKind.RUNNING for x in f))
     entry = backend.entry(key)
     assert _command_argv(entry, ["nvidia-smi"], tty=False) == [
-        "kubectl", "--kubeconfig", str(emulator.kubeconfig), "-n", NAMESPACE, "exec", "-i",
-        _pod("master"), "-c", "task", "--", "nvidia-smi"]
+        "kubectl",
+        "--kubeconfig",
+        str(emulator.kubeconfig),
+        "-n",
+        NAMESPACE,
+        "exec",
+        "-i",
+        _pod("master"),
+        "-c",
+        "task",
+        "--",
+        "nvidia-smi",
+    ]
     assert entry["python"] == "/opt/trainyard/venv/bin/python"  # port-forward's relay runs it
 
 
@@ -235,7 +279,8 @@ def test_an_unreachable_api_loses_no_attempt(emulator: Emulator, tmp_path: Path)
 
 
 def test_no_cluster_configured_fails_the_start_as_a_backend_error(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from trainyard.errors import BackendError
 
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not inside a pod either
@@ -245,14 +290,18 @@ def test_no_cluster_configured_fails_the_start_as_a_backend_error(
     backend.close()
 
 
-def test_a_refused_object_is_a_backend_error_naming_it(backend: KubernetesBackend,
-                                                       emulator: Emulator) -> None:
+def test_a_refused_object_is_a_backend_error_naming_it(
+    backend: KubernetesBackend, emulator: Emulator
+) -> None:
     from trainyard.backends.kubernetes.client import AlreadyExists
     from trainyard.errors import BackendError
 
     api = backend._cluster()
-    config_map = {"apiVersion": "v1", "kind": "ConfigMap",
-                  "metadata": {"name": "x", "namespace": NAMESPACE}}
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "x", "namespace": NAMESPACE},
+    }
     api.create(config_map)
     with pytest.raises(AlreadyExists, match="create ConfigMap x"):
         api.create(config_map)
@@ -260,8 +309,9 @@ def test_a_refused_object_is_a_backend_error_naming_it(backend: KubernetesBacken
         api.read_config_map("nope")
 
 
-def _until(check: Callable[[], bool], backend: KubernetesBackend,
-           timeout_s: float = 10) -> list[TaskFact]:
+def _until(
+    check: Callable[[], bool], backend: KubernetesBackend, timeout_s: float = 10
+) -> list[TaskFact]:
     """Poll the backend until ``check()``; returns the facts seen meanwhile."""
     facts: list[TaskFact] = []
     deadline = time.monotonic() + timeout_s
@@ -273,7 +323,8 @@ def _until(check: Callable[[], bool], backend: KubernetesBackend,
 
 
 def test_a_running_pods_log_reaches_the_run_folder_as_it_is_written(
-        backend: KubernetesBackend, emulator: Emulator) -> None:
+    backend: KubernetesBackend, emulator: Emulator
+) -> None:
     """Issue 26: ``workflow logs -f`` and the dashboard follow the attempt's ``task.log``
     here; on Kubernetes the backend follows the pod's log through the API while it runs."""
     feed = emulator.feed_log(_pod("master"))
@@ -292,8 +343,9 @@ def test_a_running_pods_log_reaches_the_run_folder_as_it_is_written(
     assert log.read_text() == first + second  # each line once, the end read nothing twice
 
 
-def test_a_followed_log_is_bounded(backend: KubernetesBackend, emulator: Emulator,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_followed_log_is_bounded(
+    backend: KubernetesBackend, emulator: Emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from trainyard.backends.kubernetes import backend as module
 
     monkeypatch.setattr(module, "LOG_LIMIT_BYTES", 40)

@@ -16,7 +16,6 @@ import pytest
 import yaml
 from k8s_support import check_golden, cli, served, validate_strict
 
-
 REPO = Path(__file__).resolve().parents[4]
 SPEC = REPO / "examples" / "torchrun_multinode" / "train.yaml"
 
@@ -32,7 +31,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def test_dry_run_prints_valid_manifests_of_the_seed_spec(
-        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = cli(capsys, "workflow", "submit", str(SPEC), "--pool", "k8s", "--dry-run")
     check_golden("cli_dry_run.txt", out.replace(str(home), "$TRAINYARD_HOME"))
     manifests = out.split("# ==== group training on pool k8s\n", 1)[1]

@@ -22,7 +22,6 @@ import yaml
 from k8s_emulator import NAMESPACE, Emulator, Kubelet
 from k8s_support import cli, served
 
-
 REPO = Path(__file__).resolve().parents[4]
 SPEC = REPO / "examples" / "torchrun_multinode" / "train.yaml"
 TIMEOUT_S = 30
@@ -35,8 +34,11 @@ def home(tmp_path: Path, emulator: Emulator, monkeypatch: pytest.MonkeyPatch) ->
     home = tmp_path / "home"
     home.mkdir()
     pools = yaml.safe_load((REPO / "examples" / "kubernetes" / "pools.yaml").read_text())
-    pools["pools"]["k8s"]["options"] = {"namespace": NAMESPACE, "lost_grace_s": 0.2,
-                                        "kubeconfig": str(emulator.kubeconfig)}
+    pools["pools"]["k8s"]["options"] = {
+        "namespace": NAMESPACE,
+        "lost_grace_s": 0.2,
+        "kubeconfig": str(emulator.kubeconfig),
+    }
     (home / "pools.yaml").write_text(yaml.safe_dump(pools))
     with served(home, monkeypatch):
         yield home
@@ -63,30 +65,41 @@ def _query_until(capsys: pytest.CaptureFixture[str], wid: str, done: Any) -> dic
 
 
 def test_query_shows_the_schedulers_unschedulable_message(
-        home: Path, emulator: Emulator, capsys: pytest.CaptureFixture[str]) -> None:
+    home: Path, emulator: Emulator, capsys: pytest.CaptureFixture[str]
+) -> None:
     wid, pods = _submit(capsys, emulator)
     Kubelet(emulator).unschedulable(pods[1], WHY)
     data = _query_until(capsys, wid, lambda d: bool(d["waiting"]))
-    assert data["waiting"] == [{"group": "training", "status": "INITIALIZING",
-                                "reason": f"task worker: Unschedulable: {WHY}",
-                                "since": data["waiting"][0]["since"]}]
+    assert data["waiting"] == [
+        {
+            "group": "training",
+            "status": "INITIALIZING",
+            "reason": f"task worker: Unschedulable: {WHY}",
+            "since": data["waiting"][0]["since"],
+        }
+    ]
     text = cli(capsys, "workflow", "query", wid)
-    assert f"Waiting: group training INITIALIZING: task worker: Unschedulable: {WHY}" in \
-        " ".join(text.split())
+    assert f"Waiting: group training INITIALIZING: task worker: Unschedulable: {WHY}" in " ".join(
+        text.split()
+    )
     cli(capsys, "workflow", "cancel", wid)
 
 
 def test_logs_follow_shows_a_running_pods_lines_as_they_come(
-        home: Path, emulator: Emulator, capsys: pytest.CaptureFixture[str]) -> None:
+    home: Path, emulator: Emulator, capsys: pytest.CaptureFixture[str]
+) -> None:
     wid, pods = _submit(capsys, emulator)
     kubelet = Kubelet(emulator)
     for pod in pods:
         kubelet.run(pod)
     _query_until(capsys, wid, lambda d: d["status"] == "RUNNING")
     follow = subprocess.Popen(
-        [sys.executable, "-m", "trainyard.cli.main", "workflow", "logs", wid, "--task",
-         "master"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ))
+        [sys.executable, "-m", "trainyard.cli.main", "workflow", "logs", wid, "--task", "master"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
     lines: queue.Queue[str] = queue.Queue()
     assert follow.stdout is not None
     reader = threading.Thread(target=lambda: [lines.put(x) for x in follow.stdout], daemon=True)

@@ -52,24 +52,40 @@ TIMEOUT_S = 30
 class EngineOnK8s:
     """The engine on a Kubernetes pool pointed at the emulator, stepped by a thread."""
 
-    def __init__(self, home: Path, emulator: Emulator, *, options: dict[str, Any] | None = None,
-                 **pool_fields: Any) -> None:
+    def __init__(
+        self,
+        home: Path,
+        emulator: Emulator,
+        *,
+        options: dict[str, Any] | None = None,
+        **pool_fields: Any,
+    ) -> None:
         self.home = home
         home.mkdir(exist_ok=True)
-        self.pool = pool({"namespace": NAMESPACE, "kubeconfig": str(emulator.kubeconfig),
-                          "lost_grace_s": 0.2, "runs_claim": "trainyard-runs",
-                          **(options or {})}, **pool_fields)
-        self.engine = Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home,
-                             pools={self.pool.name: self.pool})
+        self.pool = pool(
+            {
+                "namespace": NAMESPACE,
+                "kubeconfig": str(emulator.kubeconfig),
+                "lost_grace_s": 0.2,
+                "runs_claim": "trainyard-runs",
+                **(options or {}),
+            },
+            **pool_fields,
+        )
+        self.engine = Engine(
+            Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={self.pool.name: self.pool}
+        )
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self.engine.run_forever, args=(self._stop,),
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self.engine.run_forever, args=(self._stop,), daemon=True
+        )
         self._thread.start()
 
     def submit(self, text: str) -> str:
         doc = spec.load(text, pool=self.pool)
-        return self.engine.submit(Submission(spec=doc.workflow, spec_text=text,
-                                             user="tester", pool=self.pool)).id
+        return self.engine.submit(
+            Submission(spec=doc.workflow, spec_text=text, user="tester", pool=self.pool)
+        ).id
 
     def status(self, wid: str) -> str:
         return str(self.engine.wait(wid, TIMEOUT_S).status)
@@ -120,8 +136,9 @@ def test_seed_two_node_spec_completes(run: EngineOnK8s, emulator: Emulator) -> N
     _delete_leaves_nothing(run, emulator, wid)
 
 
-def test_dag_starts_the_downstream_group_after_its_input(run: EngineOnK8s,
-                                                         emulator: Emulator) -> None:
+def test_dag_starts_the_downstream_group_after_its_input(
+    run: EngineOnK8s, emulator: Emulator
+) -> None:
     wid = run.submit(DAG)
     [fetch] = _pods(emulator, wid, 1)
     time.sleep(0.5)
@@ -167,8 +184,9 @@ def _delete_leaves_nothing(run: EngineOnK8s, emulator: Emulator, wid: str) -> No
     assert emulator.left_of(wid) == []
 
 
-def test_engine_restart_recovers_and_starts_nothing_twice(emulator: Emulator,
-                                                          tmp_path: Path) -> None:
+def test_engine_restart_recovers_and_starts_nothing_twice(
+    emulator: Emulator, tmp_path: Path
+) -> None:
     first = EngineOnK8s(tmp_path / "home", emulator)
     wid = first.submit(SEED)
     names = [p["metadata"]["name"] for p in _pods(emulator, wid, 2)]
@@ -198,8 +216,9 @@ def _waiting(run: EngineOnK8s, wid: str, done: Any) -> list[dict[str, Any]]:
     return waits
 
 
-def test_an_unschedulable_pod_is_the_groups_waiting_reason(run: EngineOnK8s,
-                                                           emulator: Emulator) -> None:
+def test_an_unschedulable_pod_is_the_groups_waiting_reason(
+    run: EngineOnK8s, emulator: Emulator
+) -> None:
     wid = run.submit(SEED)
     names = [p["metadata"]["name"] for p in _pods(emulator, wid, 2)]
     why = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
@@ -218,13 +237,18 @@ def test_an_unschedulable_pod_is_the_groups_waiting_reason(run: EngineOnK8s,
 
 
 def test_a_gang_past_its_timeout_is_deleted_and_retried_by_the_pools_exit_action(
-        emulator: Emulator, tmp_path: Path) -> None:
+    emulator: Emulator, tmp_path: Path
+) -> None:
     """Issue 26: ``scheduler: none``, one pod of the gang never runs; after
     ``gang_timeout_s`` both pods are deleted (3005) and the pool's ``default_exit_actions``
     (``RESCHEDULE: 3001,3005``, OSMO's rule) starts the whole gang again: it completes."""
-    run = EngineOnK8s(tmp_path / "home", emulator, options={"scheduler": "none",
-                                                            "gang_timeout_s": 3},
-                      default_exit_actions={"RESCHEDULE": "3001,3005"}, max_retries=1)
+    run = EngineOnK8s(
+        tmp_path / "home",
+        emulator,
+        options={"scheduler": "none", "gang_timeout_s": 3},
+        default_exit_actions={"RESCHEDULE": "3001,3005"},
+        max_retries=1,
+    )
     try:
         wid = run.submit(SEED)
         first = [p["metadata"]["name"] for p in _pods(emulator, wid, 2)]
@@ -233,8 +257,9 @@ def test_a_gang_past_its_timeout_is_deleted_and_retried_by_the_pools_exit_action
         running: set[str] = set()
         deadline = time.monotonic() + TIMEOUT_S
         while True:  # each pod of the new start runs as soon as it is there
-            assert time.monotonic() < deadline, [p["metadata"]["name"]
-                                                 for p in emulator.pods_of(wid)]
+            assert time.monotonic() < deadline, [
+                p["metadata"]["name"] for p in emulator.pods_of(wid)
+            ]
             tasks = run.engine.state(wid).tasks
             current = {f"ty-{wid}-{t}-{tasks[t].retry_id}" for t in ("master", "worker")}
             if all(tasks[t].retry_id > 0 for t in ("master", "worker")) and current <= running:
@@ -254,17 +279,22 @@ def test_a_gang_past_its_timeout_is_deleted_and_retried_by_the_pools_exit_action
 
 
 def test_the_submitters_registry_credential_becomes_the_pods_pull_secret(
-        run: EngineOnK8s, emulator: Emulator) -> None:
+    run: EngineOnK8s, emulator: Emulator
+) -> None:
     """Issue 26: ``trainyard credential set ngc --type REGISTRY`` -> a dockerconfigjson Secret
     in the namespace, owned by the workflow (deleted with it), in the pods' imagePullSecrets
     (the seed's image is on nvcr.io)."""
-    run.engine.credentials.set("tester", "ngc", "REGISTRY",
-                               {"registry": "nvcr.io", "username": "$oauthtoken",
-                                "auth": "ngc-api-key"})
+    run.engine.credentials.set(
+        "tester",
+        "ngc",
+        "REGISTRY",
+        {"registry": "nvcr.io", "username": "$oauthtoken", "auth": "ngc-api-key"},
+    )
     wid = run.submit(SEED)
     pods = _pods(emulator, wid, 2)
-    [secret] = [s for s in emulator.objects("secrets")
-                if s.get("type") == "kubernetes.io/dockerconfigjson"]
+    [secret] = [
+        s for s in emulator.objects("secrets") if s.get("type") == "kubernetes.io/dockerconfigjson"
+    ]
     assert secret["metadata"]["ownerReferences"][0]["name"] == f"ty-{wid}"
     name = secret["metadata"]["name"]
     assert all({"name": name} in p["spec"]["imagePullSecrets"] for p in pods)

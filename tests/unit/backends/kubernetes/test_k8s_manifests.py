@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from k8s_support import GiB, HOME, check_golden, launches, pool, validate_strict
+from k8s_support import HOME, GiB, check_golden, launches, pool, validate_strict
 
 from trainyard.backends.base import TaskResources
 from trainyard.backends.kubernetes import build_request, parse_options
@@ -17,16 +17,27 @@ from trainyard.errors import BackendError, ConfigError
 from trainyard.runfile import TaskRun
 
 SEED = TaskResources(cpu=4, gpu=2, memory_bytes=8 * GiB, storage_bytes=10 * GiB)
-PLATFORM = {"dgx-h100": {"node_selector": {"nvidia.com/gpu.product": "H100"},
-                         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
-                                          "effect": "NoSchedule"}]}}
+PLATFORM = {
+    "dgx-h100": {
+        "node_selector": {"nvidia.com/gpu.product": "H100"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    }
+}
 
 
-def _request(options: dict[str, Any] | None = None, tasks: dict[str, TaskResources] | None = None,
-             pool_fields: dict[str, Any] | None = None, **launch_fields: Any) -> KubernetesRequest:
+def _request(
+    options: dict[str, Any] | None = None,
+    tasks: dict[str, TaskResources] | None = None,
+    pool_fields: dict[str, Any] | None = None,
+    **launch_fields: Any,
+) -> KubernetesRequest:
     the_pool = pool(options, **(pool_fields or {}))
-    return build_request(launches(tasks or {"master": SEED, "worker": SEED}, **launch_fields),
-                         the_pool, parse_options("k8s", dict(the_pool.options)), HOME)
+    return build_request(
+        launches(tasks or {"master": SEED, "worker": SEED}, **launch_fields),
+        the_pool,
+        parse_options("k8s", dict(the_pool.options)),
+        HOME,
+    )
 
 
 def _pod(request: KubernetesRequest, index: int = 0) -> dict[str, Any]:
@@ -34,9 +45,17 @@ def _pod(request: KubernetesRequest, index: int = 0) -> dict[str, Any]:
 
 
 def test_seed_two_node_gang_golden_and_valid() -> None:
-    request = _request({"namespace": "trainyard", "runner_image": "reg/trainyard-runner:0.1.0",
-                        "scheduler": "kai", "queue": "team-a", "shm_size": "16Gi",
-                        "platforms": PLATFORM}, exec_timeout_s=3600)
+    request = _request(
+        {
+            "namespace": "trainyard",
+            "runner_image": "reg/trainyard-runner:0.1.0",
+            "scheduler": "kai",
+            "queue": "team-a",
+            "shm_size": "16Gi",
+            "platforms": PLATFORM,
+        },
+        exec_timeout_s=3600,
+    )
     check_golden("seed_kai.yaml", request.render())
     assert validate_strict(request.objects()) == 6  # ConfigMap, Service, 2 Secrets, 2 Pods
 
@@ -51,11 +70,11 @@ def test_every_scheduler_gives_valid_manifests(scheduler: str) -> None:
 def test_owner_references_on_everything_but_the_owner_pass_the_schema() -> None:
     request = _request()
     owner = request.owner["metadata"]["name"]
-    owned = [with_owner(o, owner, "0d4a6c2e-1111-4222-8333-444455556666")
-             for o in request.objects()[1:]]
+    owned = [
+        with_owner(o, owner, "0d4a6c2e-1111-4222-8333-444455556666") for o in request.objects()[1:]
+    ]
     validate_strict([request.owner, *owned])
-    assert all(o["metadata"]["ownerReferences"][0]["name"] == "ty-train-multi-gpu-1"
-               for o in owned)
+    assert all(o["metadata"]["ownerReferences"][0]["name"] == "ty-train-multi-gpu-1" for o in owned)
     assert "ownerReferences" not in request.service["metadata"]  # the input is not changed
 
 
@@ -74,7 +93,9 @@ def test_headless_service_and_pod_dns_names() -> None:
     assert service["spec"]["publishNotReadyAddresses"] is True
     pod = _pod(request)
     assert pod["spec"]["hostname"] == "master"
-    assert pod["spec"]["subdomain"] == service["metadata"]["name"] == "ty-train-multi-gpu-1-training"
+    assert (
+        pod["spec"]["subdomain"] == service["metadata"]["name"] == "ty-train-multi-gpu-1-training"
+    )
     assert set(service["spec"]["selector"].items()) <= set(pod["metadata"]["labels"].items())
     run = request.runs[request.launches[1].key]
     assert run.hosts["master"] == "master.ty-train-multi-gpu-1-training.ml.svc.corp.local"
@@ -82,8 +103,9 @@ def test_headless_service_and_pod_dns_names() -> None:
 
 def test_long_and_odd_names_fit_dns_and_stay_distinct() -> None:
     long_id = "a-very-long-workflow-name-that-keeps-going-and-going-12345"
-    request = _request(tasks={"Task_A": SEED, "task-a": SEED}, workflow_id=long_id,
-                       group="Group.With.Dots")
+    request = _request(
+        tasks={"Task_A": SEED, "task-a": SEED}, workflow_id=long_id, group="Group.With.Dots"
+    )
     names = [p["metadata"]["name"] for p in request.pods]
     hosts = [p["spec"]["hostname"] for p in request.pods]
     for name in names + hosts + [request.service["metadata"]["name"]]:
@@ -93,11 +115,17 @@ def test_long_and_odd_names_fit_dns_and_stay_distinct() -> None:
 
 
 def test_resources_are_requests_and_equal_limits() -> None:
-    request = _request(tasks={"a": TaskResources(cpu=0.5, gpu=1, memory_bytes=1536 * 1024**2,
-                                                 storage_bytes=3 * GiB)})
+    request = _request(
+        tasks={
+            "a": TaskResources(cpu=0.5, gpu=1, memory_bytes=1536 * 1024**2, storage_bytes=3 * GiB)
+        }
+    )
     resources = _pod(request)["spec"]["containers"][0]["resources"]
-    assert resources["requests"] == resources["limits"] == {
-        "cpu": "500m", "memory": "1536Mi", "nvidia.com/gpu": "1", "ephemeral-storage": "3Gi"}
+    assert (
+        resources["requests"]
+        == resources["limits"]
+        == {"cpu": "500m", "memory": "1536Mi", "nvidia.com/gpu": "1", "ephemeral-storage": "3Gi"}
+    )
 
 
 def test_requests_option_drops_what_the_cluster_is_not_asked() -> None:
@@ -106,8 +134,9 @@ def test_requests_option_drops_what_the_cluster_is_not_asked() -> None:
 
 
 def test_platform_placement_merges_over_the_pools() -> None:
-    request = _request({"node_selector": {"pool": "gpu"}, "platforms": PLATFORM,
-                        "affinity": {"nodeAffinity": {}}})
+    request = _request(
+        {"node_selector": {"pool": "gpu"}, "platforms": PLATFORM, "affinity": {"nodeAffinity": {}}}
+    )
     spec = _pod(request)["spec"]
     assert spec["nodeSelector"] == {"pool": "gpu", "nvidia.com/gpu.product": "H100"}
     assert spec["tolerations"][0]["key"] == "nvidia.com/gpu"
@@ -124,11 +153,22 @@ def test_shm_is_a_memory_emptydir_at_dev_shm() -> None:
 def test_runner_copied_by_an_init_container_and_run_by_the_task_image() -> None:
     spec = _pod(_request({"runner_image": "r:1", "runner_path": "/opt/ty"}))["spec"]
     init, task = spec["initContainers"][0], spec["containers"][0]
-    assert init["image"] == "r:1" and init["command"] == ["cp", "-a", "/opt/ty/.", "/trainyard-runner/"]
+    assert init["image"] == "r:1" and init["command"] == [
+        "cp",
+        "-a",
+        "/opt/ty/.",
+        "/trainyard-runner/",
+    ]
     assert task["image"] == "nvcr.io/nvidia/pytorch:24.03-py3"
-    assert task["command"] == ["/opt/ty/venv/bin/python", "-m",
-                               "trainyard.backends.kubernetes.podmain", "/etc/trainyard/run.json"]
-    assert {"name": "trainyard-runner", "mountPath": "/opt/ty", "readOnly": True} in task["volumeMounts"]
+    assert task["command"] == [
+        "/opt/ty/venv/bin/python",
+        "-m",
+        "trainyard.backends.kubernetes.podmain",
+        "/etc/trainyard/run.json",
+    ]
+    assert {"name": "trainyard-runner", "mountPath": "/opt/ty", "readOnly": True} in task[
+        "volumeMounts"
+    ]
 
 
 def test_run_json_secret_holds_the_runner_input() -> None:
@@ -153,12 +193,17 @@ def test_runs_claim_is_mounted_at_the_homes_runs_and_keeps_the_barrier() -> None
     assert {"name": "runs", "mountPath": str(HOME / "runs")} in mounts
 
 
-@pytest.mark.parametrize(("scheduler", "label", "annotation"), [
-    ("kai", "kai.scheduler/queue", "pod-group-name"),
-    ("volcano", None, "scheduling.k8s.io/group-name"),
-    ("coscheduling", "scheduling.x-k8s.io/pod-group", None)])
-def test_gang_scheduler_podgroup_and_pod_marks(scheduler: str, label: str | None,
-                                               annotation: str | None) -> None:
+@pytest.mark.parametrize(
+    ("scheduler", "label", "annotation"),
+    [
+        ("kai", "kai.scheduler/queue", "pod-group-name"),
+        ("volcano", None, "scheduling.k8s.io/group-name"),
+        ("coscheduling", "scheduling.x-k8s.io/pod-group", None),
+    ],
+)
+def test_gang_scheduler_podgroup_and_pod_marks(
+    scheduler: str, label: str | None, annotation: str | None
+) -> None:
     request = _request({"scheduler": scheduler, "queue": "q"}, retry_id=2)
     group = request.podgroup
     assert group is not None and group["spec"]["minMember"] == 2
@@ -227,7 +272,9 @@ NGC = {"registry": "nvcr.io", "username": "$oauthtoken", "auth": "ngc-api-key"}
 registry=nvcr.io username='$oauthtoken' auth=...`` stores it (OSMO's example)."""
 
 
-def _with_registries(credentials: list[dict[str, str]], images: list[str | None]) -> KubernetesRequest:
+def _with_registries(
+    credentials: list[dict[str, str]], images: list[str | None]
+) -> KubernetesRequest:
     ls = launches({"master": SEED, "worker": SEED})
     for launch, image in zip(ls, images, strict=True):
         launch.run["image"] = image
@@ -241,21 +288,31 @@ def test_a_registry_credential_is_a_dockerconfigjson_secret_for_the_pods_on_it()
     becomes a Secret of type kubernetes.io/dockerconfigjson in the workflow's namespace,
     named in that pod's imagePullSecrets (after the pool's own); a pod whose image is on
     another registry gets none of it."""
-    request = _with_registries([NGC, {"registry": "ghcr.io", "auth": "dXNlcjpwdw=="}],
-                               ["nvcr.io/nvidia/pytorch:24.03-py3", "busybox:1.36"])
+    request = _with_registries(
+        [NGC, {"registry": "ghcr.io", "auth": "dXNlcjpwdw=="}],
+        ["nvcr.io/nvidia/pytorch:24.03-py3", "busybox:1.36"],
+    )
     check_golden("seed_registry.yaml", request.render())
     [secret] = request.pull_secrets
     assert secret["type"] == "kubernetes.io/dockerconfigjson"
     assert secret["metadata"]["namespace"] == request.namespace
     config = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
-    assert config == {"auths": {"nvcr.io": {
-        "username": "$oauthtoken", "password": "ngc-api-key",
-        "auth": base64.b64encode(b"$oauthtoken:ngc-api-key").decode()}}}
+    assert config == {
+        "auths": {
+            "nvcr.io": {
+                "username": "$oauthtoken",
+                "password": "ngc-api-key",
+                "auth": base64.b64encode(b"$oauthtoken:ngc-api-key").decode(),
+            }
+        }
+    }
     name = secret["metadata"]["name"]
     assert _pod(request, 0)["spec"]["imagePullSecrets"] == [{"name": "site-wide"}, {"name": name}]
     assert _pod(request, 1)["spec"]["imagePullSecrets"] == [{"name": "site-wide"}]
     assert validate_strict(request.objects()) == 6 + 1
-    owned = with_owner(secret, request.owner["metadata"]["name"], "0d4a6c2e-1111-4222-8333-444455556666")
+    owned = with_owner(
+        secret, request.owner["metadata"]["name"], "0d4a6c2e-1111-4222-8333-444455556666"
+    )
     validate_strict([owned])  # deleted with the workflow's owner ConfigMap
 
 

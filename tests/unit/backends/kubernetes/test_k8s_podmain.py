@@ -17,21 +17,32 @@ from trainyard.backends.base import TaskResources
 from trainyard.backends.kubernetes import build_request, parse_options
 
 
-def _run(tmp_path: Path, command: list[str], **fields: object) -> tuple[int, dict[str, object], str]:
-    gang = launches({"master": TaskResources(), "worker": TaskResources()}, image=None,
-                    **fields)
+def _run(
+    tmp_path: Path, command: list[str], **fields: object
+) -> tuple[int, dict[str, object], str]:
+    gang = launches({"master": TaskResources(), "worker": TaskResources()}, image=None, **fields)
     for launch in gang:  # run folders under tmp_path: the pod's emptyDir
         run_dir = tmp_path / launch.key.task
-        launch.run.update(run_dir=str(run_dir), output_dir=str(run_dir / "output"),
-                          command=command, files=[])
+        launch.run.update(
+            run_dir=str(run_dir), output_dir=str(run_dir / "output"), command=command, files=[]
+        )
     the_pool = pool({"namespace": "ml"})
     request = build_request(gang[1:], the_pool, parse_options("k8s", the_pool.options), tmp_path)
     run_json = tmp_path / "run.json"
     run_json.write_text(request.secrets[0]["stringData"]["run.json"])
     termination = tmp_path / "termination-log"
-    done = subprocess.run([sys.executable, "-m", "trainyard.backends.kubernetes.podmain",
-                           str(run_json), str(termination)], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainyard.backends.kubernetes.podmain",
+            str(run_json),
+            str(termination),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     log = (tmp_path / "worker" / "task.log").read_text()
     assert done.stdout == log  # the container's log is the task log, whole
     return done.returncode, json.loads(termination.read_text()), log
@@ -45,7 +56,16 @@ def test_the_command_runs_and_its_exit_is_the_termination_message(tmp_path: Path
 
 
 def test_a_service_exit_code_survives_in_the_message(tmp_path: Path) -> None:
-    code, message, _ = _run(tmp_path, ["true"],
-                            inputs=[{"kind": "task", "name": "fetch", "source": "/nowhere",
-                                     "unavailable": "task fetch did not complete"}])
+    code, message, _ = _run(
+        tmp_path,
+        ["true"],
+        inputs=[
+            {
+                "kind": "task",
+                "name": "fetch",
+                "source": "/nowhere",
+                "unavailable": "task fetch did not complete",
+            }
+        ],
+    )
     assert message["exit_code"] == 2010 and code == 255  # a process exit code stops at 255

@@ -25,9 +25,11 @@ from trainyard.store import Store
 
 pytestmark = [
     pytest.mark.kubernetes_cluster,
-    pytest.mark.skipif(not os.environ.get("KUBECONFIG"),
-                       reason="no KUBECONFIG: these run against a real cluster (kind: see "
-                              "docs/kubernetes.md, 'Tests')"),
+    pytest.mark.skipif(
+        not os.environ.get("KUBECONFIG"),
+        reason="no KUBECONFIG: these run against a real cluster (kind: see "
+        "docs/kubernetes.md, 'Tests')",
+    ),
 ]
 TIMEOUT_S = 600
 RENDEZVOUS = """workflow:
@@ -49,13 +51,15 @@ RENDEZVOUS = """workflow:
 
 @pytest.fixture
 def engine(tmp_path: Path) -> Iterator[tuple[Engine, object]]:
-    options = {"namespace": os.environ.get("TRAINYARD_TEST_NAMESPACE", "default"),
-               "runner_image": os.environ.get("TRAINYARD_TEST_RUNNER_IMAGE",
-                                              "trainyard-runner:0.1.0"),
-               "requests": ["cpu", "memory"]}
+    options = {
+        "namespace": os.environ.get("TRAINYARD_TEST_NAMESPACE", "default"),
+        "runner_image": os.environ.get("TRAINYARD_TEST_RUNNER_IMAGE", "trainyard-runner:0.1.0"),
+        "requests": ["cpu", "memory"],
+    }
     the_pool = pool(options)
-    made = Engine(Store(f"sqlite:///{tmp_path / 'db.sqlite'}"), tmp_path,
-                  pools={the_pool.name: the_pool})
+    made = Engine(
+        Store(f"sqlite:///{tmp_path / 'db.sqlite'}"), tmp_path, pools={the_pool.name: the_pool}
+    )
     stop = threading.Event()
     thread = threading.Thread(target=made.run_forever, args=(stop,), daemon=True)
     thread.start()
@@ -78,8 +82,9 @@ def _left(the_pool: object, wid: str) -> list[dict[str, object]]:
 def test_two_tasks_meet_at_host_master_and_nothing_is_left(engine: tuple[Engine, object]) -> None:
     run, the_pool = engine
     doc = spec.load(RENDEZVOUS, pool=the_pool)  # type: ignore[arg-type]
-    wid = run.submit(Submission(spec=doc.workflow, spec_text=RENDEZVOUS, user="tester",
-                                pool=the_pool)).id  # type: ignore[arg-type]
+    wid = run.submit(
+        Submission(spec=doc.workflow, spec_text=RENDEZVOUS, user="tester", pool=the_pool)
+    ).id  # type: ignore[arg-type]
     assert str(run.wait(wid, TIMEOUT_S).status) == "COMPLETED"
     run.delete([wid])  # `workflow delete`: the backend deletes the workflow's ConfigMap
     deadline = time.monotonic() + 120

@@ -11,15 +11,24 @@ from trainyard.backends.kubernetes.podmain import MESSAGE_LIMIT_BYTES, terminati
 from trainyard.backends.kubernetes.states import view_of
 
 
-def _pod(phase: str = "Pending", state: dict[str, Any] | None = None, *,
-         reason: str | None = None, init_waiting: str | None = None,
-         conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _pod(
+    phase: str = "Pending",
+    state: dict[str, Any] | None = None,
+    *,
+    reason: str | None = None,
+    init_waiting: str | None = None,
+    conditions: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     status: dict[str, Any] = {"phase": phase}
     if state is not None:
         status["containerStatuses"] = [{"name": "task", "state": state}]
     if init_waiting:
-        status["initContainerStatuses"] = [{"name": "trainyard-runner", "state": {
-            "waiting": {"reason": init_waiting, "message": "pull access denied"}}}]
+        status["initContainerStatuses"] = [
+            {
+                "name": "trainyard-runner",
+                "state": {"waiting": {"reason": init_waiting, "message": "pull access denied"}},
+            }
+        ]
     if reason:
         status["reason"], status["message"] = reason, f"{reason} by the test"
     if conditions:
@@ -38,8 +47,9 @@ def test_running_container_is_started() -> None:
 
 
 def test_termination_message_gives_the_runners_code_and_message() -> None:
-    message = json.dumps({"kind": "EXITED", "time_s": 1.0, "exit_code": 2010,
-                          "message": "input 0 failed"})
+    message = json.dumps(
+        {"kind": "EXITED", "time_s": 1.0, "exit_code": 2010, "message": "input 0 failed"}
+    )
     view = view_of(_pod("Failed", {"terminated": {"exitCode": 255, "message": message}}))
     assert (view.ending, view.exit_code, view.message) == (FactKind.EXITED, 2010, "input 0 failed")
 
@@ -51,8 +61,10 @@ def test_oom_killed_without_message_is_its_exit_code_and_reason() -> None:
 
 
 def test_image_pull_failure_of_task_or_init_container_is_a_start_error() -> None:
-    for pod in (_pod("Pending", {"waiting": {"reason": "ImagePullBackOff", "message": "x"}}),
-                _pod("Pending", init_waiting="ErrImagePull")):
+    for pod in (
+        _pod("Pending", {"waiting": {"reason": "ImagePullBackOff", "message": "x"}}),
+        _pod("Pending", init_waiting="ErrImagePull"),
+    ):
         view = view_of(pod)
         assert view.ending is FactKind.START_ERROR and "image pull failed" in view.message
 
@@ -64,8 +76,9 @@ def test_evicted_pod_exits_with_osmos_evicted_code() -> None:
 
 def test_evicted_while_running_is_the_runners_stopped_exit_named_evicted() -> None:
     report = json.dumps({"kind": "EXITED", "exit_code": 143, "message": "stopped by SIGTERM"})
-    view = view_of(_pod("Failed", {"terminated": {"exitCode": 143, "message": report}},
-                        reason="Evicted"))
+    view = view_of(
+        _pod("Failed", {"terminated": {"exitCode": 143, "message": report}}, reason="Evicted")
+    )
     assert (view.ending, view.exit_code) == (FactKind.EXITED, 143)
     assert view.message == "stopped by SIGTERM; pod Evicted: Evicted by the test"
 
@@ -80,9 +93,18 @@ def test_gone_pod_is_lost() -> None:
 
 
 def test_unschedulable_is_a_waiting_reason_not_a_fact() -> None:
-    view = view_of(_pod(conditions=[{"type": "PodScheduled", "status": "False",
-                                     "reason": "Unschedulable",
-                                     "message": "0/3 nodes: 3 Insufficient nvidia.com/gpu"}]))
+    view = view_of(
+        _pod(
+            conditions=[
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes: 3 Insufficient nvidia.com/gpu",
+                }
+            ]
+        )
+    )
     assert view.ending is None and "Insufficient nvidia.com/gpu" in view.waiting
 
 

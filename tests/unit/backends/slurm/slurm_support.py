@@ -17,22 +17,46 @@ WEIRD_HOME = Path("/shared/it's a \"weird\" home $HOME %j")
 WEIRD_PYTHON = "/opt/try yard/bin/python"
 
 
-def launches(home: Path, tasks: dict[str, TaskResources], *, workflow_id: str = "train-1",
-             group: str = "training", retry_id: int = 0, exec_timeout_s: float | None = None,
-             image: str | None = None) -> list[TaskLaunch]:
+def launches(
+    home: Path,
+    tasks: dict[str, TaskResources],
+    *,
+    workflow_id: str = "train-1",
+    group: str = "training",
+    retry_id: int = 0,
+    exec_timeout_s: float | None = None,
+    image: str | None = None,
+) -> list[TaskLaunch]:
     """One launch per task of a gang, run folders under ``home/runs``."""
     names = list(tasks)
     out = []
     for index, (name, res) in enumerate(tasks.items()):
         run_dir = home / "runs" / workflow_id / name / str(retry_id)
         run: dict[str, Any] = {
-            "workflow_id": workflow_id, "group": group, "task": name, "retry_id": retry_id,
-            "lead": index == 0, "lead_task": names[0], "image": image,
-            "command": ["sh", "-c", "echo hi"], "hosts": {n: "placeholder" for n in names},
-            "group_tasks": names, "task_index": index, "run_dir": str(run_dir)}
-        out.append(TaskLaunch(key=TaskKey(workflow_id, name, retry_id), group=group,
-                              node=f"ty-node{index + 1}", run_dir=run_dir, run=run,
-                              resources=res, exec_timeout_s=exec_timeout_s))
+            "workflow_id": workflow_id,
+            "group": group,
+            "task": name,
+            "retry_id": retry_id,
+            "lead": index == 0,
+            "lead_task": names[0],
+            "image": image,
+            "command": ["sh", "-c", "echo hi"],
+            "hosts": {n: "placeholder" for n in names},
+            "group_tasks": names,
+            "task_index": index,
+            "run_dir": str(run_dir),
+        }
+        out.append(
+            TaskLaunch(
+                key=TaskKey(workflow_id, name, retry_id),
+                group=group,
+                node=f"ty-node{index + 1}",
+                run_dir=run_dir,
+                run=run,
+                resources=res,
+                exec_timeout_s=exec_timeout_s,
+            )
+        )
     return out
 
 
@@ -107,8 +131,9 @@ class FakeSlurm(SlurmCommands):
 def _job_name(script: Path) -> str:
     """``--job-name`` of a batch script's ``#SBATCH`` lines."""
     prefix = "#SBATCH --job-name="
-    return next(line[len(prefix):] for line in script.read_text().splitlines()
-                if line.startswith(prefix))
+    return next(
+        line[len(prefix) :] for line in script.read_text().splitlines() if line.startswith(prefix)
+    )
 
 
 def _chdir(argv: list[str]) -> str:

@@ -14,9 +14,12 @@ from trainyard.errors import BackendError
 from trainyard.pools import NodeSpec, Pool
 from trainyard.runner.report import EventWriter
 
-POOL = Pool(name="slurm-pool", backend="slurm",
-            nodes=[NodeSpec(name="ty-node1"), NodeSpec(name="ty-node2", hostname="gpu-b02")],
-            options={"partition": "batch", "lost_grace_s": 0, "status_interval_s": 1e-9})
+POOL = Pool(
+    name="slurm-pool",
+    backend="slurm",
+    nodes=[NodeSpec(name="ty-node1"), NodeSpec(name="ty-node2", hostname="gpu-b02")],
+    options={"partition": "batch", "lost_grace_s": 0, "status_interval_s": 1e-9},
+)
 TWO = {"master": TaskResources(cpu=1), "worker": TaskResources(cpu=1)}
 
 
@@ -31,7 +34,9 @@ def backend(tmp_path: Path, fake: FakeSlurm) -> SlurmBackend:
 
 
 def _emit(backend: SlurmBackend, key: TaskKey, kind: str, code: int | None = None) -> None:
-    EventWriter(backend.home / "runs" / key.workflow_id / key.task / str(key.retry_id)).emit(kind, code)
+    EventWriter(backend.home / "runs" / key.workflow_id / key.task / str(key.retry_id)).emit(
+        kind, code
+    )
 
 
 def _kinds(facts: list) -> list[tuple[str, FactKind]]:
@@ -47,8 +52,9 @@ def _running(backend: SlurmBackend, fake: FakeSlurm, *steps: str) -> list:
     return group
 
 
-def test_start_writes_run_json_and_script_then_submits_once(backend: SlurmBackend,
-                                                            fake: FakeSlurm) -> None:
+def test_start_writes_run_json_and_script_then_submits_once(
+    backend: SlurmBackend, fake: FakeSlurm
+) -> None:
     group = launches(backend.home, TWO)
     backend.start_group(group)
     request = backend.build_request(group)
@@ -76,15 +82,19 @@ def test_events_become_facts_once_each(backend: SlurmBackend, fake: FakeSlurm) -
     group = _running(backend, fake, "master", "worker")
     _emit(backend, group[0].key, "INITIALIZING")
     _emit(backend, group[0].key, "RUNNING")
-    assert _kinds(backend.poll()) == [("master", FactKind.INITIALIZING), ("master", FactKind.RUNNING)]
+    assert _kinds(backend.poll()) == [
+        ("master", FactKind.INITIALIZING),
+        ("master", FactKind.RUNNING),
+    ]
     _emit(backend, group[0].key, "EXITED", 0)
     facts = backend.poll()
     assert _kinds(facts) == [("master", FactKind.EXITED)] and facts[0].exit_code == 0
     assert backend.poll() == []
 
 
-def test_job_that_ended_without_the_runner_reporting_is_lost(backend: SlurmBackend,
-                                                              fake: FakeSlurm) -> None:
+def test_job_that_ended_without_the_runner_reporting_is_lost(
+    backend: SlurmBackend, fake: FakeSlurm
+) -> None:
     group = launches(backend.home, TWO)
     backend.start_group(group)
     fake.states["100"] = ("NODE_FAIL", "None")
@@ -106,8 +116,9 @@ def test_job_forgotten_by_slurm_is_lost(backend: SlurmBackend, fake: FakeSlurm) 
     assert _kinds(backend.poll()) == [("a", FactKind.LOST)]
 
 
-def test_step_gone_while_job_runs_is_lost_but_not_before_it_started(backend: SlurmBackend,
-                                                                    fake: FakeSlurm) -> None:
+def test_step_gone_while_job_runs_is_lost_but_not_before_it_started(
+    backend: SlurmBackend, fake: FakeSlurm
+) -> None:
     group = _running(backend, fake, "master")
     _emit(backend, group[0].key, "INITIALIZING")
     assert _kinds(backend.poll()) == [("master", FactKind.INITIALIZING)]
@@ -126,8 +137,9 @@ def test_exit_written_during_the_grace_period_wins(tmp_path: Path, fake: FakeSlu
     assert _kinds(backend.poll()) == [("a", FactKind.EXITED)]
 
 
-def test_squeue_failure_reports_nothing_and_raises_nothing(backend: SlurmBackend,
-                                                           fake: FakeSlurm) -> None:
+def test_squeue_failure_reports_nothing_and_raises_nothing(
+    backend: SlurmBackend, fake: FakeSlurm
+) -> None:
     backend.start_group(launches(backend.home, TWO))
     fake.squeue_down = True
     assert backend.poll() == []
@@ -142,7 +154,9 @@ def test_squeue_is_asked_at_most_every_status_interval(tmp_path: Path, fake: Fak
     assert [c[0] for c in fake.calls].count("squeue") == 1
 
 
-def test_stopping_every_live_attempt_cancels_the_job(backend: SlurmBackend, fake: FakeSlurm) -> None:
+def test_stopping_every_live_attempt_cancels_the_job(
+    backend: SlurmBackend, fake: FakeSlurm
+) -> None:
     group = launches(backend.home, TWO)
     backend.start_group(group)
     backend.stop([launch.key for launch in group])
@@ -150,15 +164,17 @@ def test_stopping_every_live_attempt_cancels_the_job(backend: SlurmBackend, fake
     assert fake.cancelled() == ["100", "100"]
 
 
-def test_stopping_part_of_a_job_cancels_those_steps_only(backend: SlurmBackend,
-                                                         fake: FakeSlurm) -> None:
+def test_stopping_part_of_a_job_cancels_those_steps_only(
+    backend: SlurmBackend, fake: FakeSlurm
+) -> None:
     group = _running(backend, fake, "master", "worker")
     backend.stop([group[1].key])
     assert fake.cancelled() == ["100.1"]
 
 
-def test_stopping_a_step_that_has_not_started_cancels_it_when_it_shows(backend: SlurmBackend,
-                                                                       fake: FakeSlurm) -> None:
+def test_stopping_a_step_that_has_not_started_cancels_it_when_it_shows(
+    backend: SlurmBackend, fake: FakeSlurm
+) -> None:
     group = _running(backend, fake, "master")
     backend.stop([group[1].key])
     assert fake.cancelled() == []
@@ -167,8 +183,9 @@ def test_stopping_a_step_that_has_not_started_cancels_it_when_it_shows(backend: 
     assert fake.cancelled() == ["100.1"]
 
 
-def test_a_new_backend_recovers_attempts_from_the_index(backend: SlurmBackend, fake: FakeSlurm,
-                                                        tmp_path: Path) -> None:
+def test_a_new_backend_recovers_attempts_from_the_index(
+    backend: SlurmBackend, fake: FakeSlurm, tmp_path: Path
+) -> None:
     group = launches(tmp_path, TWO)
     backend.start_group(group)
     fake.states["100"] = ("RUNNING", "None")
@@ -177,13 +194,17 @@ def test_a_new_backend_recovers_attempts_from_the_index(backend: SlurmBackend, f
     assert again.recover([group[0].key, unknown]) == [group[0].key]
     _emit(again, group[0].key, "INITIALIZING")
     fake.step_names["100"] = {"master": "100.0", "worker": "100.1"}
-    assert sorted(_kinds(again.poll())) == [("ghost", FactKind.LOST), ("master", FactKind.INITIALIZING)]
+    assert sorted(_kinds(again.poll())) == [
+        ("ghost", FactKind.LOST),
+        ("master", FactKind.INITIALIZING),
+    ]
     again.stop([group[1].key])
     assert fake.cancelled() == ["100.1"]
 
 
-def test_restart_in_place_moves_the_earlier_sandbox_and_output(backend: SlurmBackend,
-                                                               tmp_path: Path) -> None:
+def test_restart_in_place_moves_the_earlier_sandbox_and_output(
+    backend: SlurmBackend, tmp_path: Path
+) -> None:
     first = launches(tmp_path, {"a": TaskResources()})
     backend.start_group(first)
     (first[0].run_dir / "sandbox" / "root" / "kept.txt").write_text("state")
@@ -198,7 +219,8 @@ def test_restart_in_place_moves_the_earlier_sandbox_and_output(backend: SlurmBac
 
 
 def test_restart_in_place_takes_each_folder_from_the_latest_attempt_that_has_it(
-        backend: SlurmBackend, tmp_path: Path) -> None:
+    backend: SlurmBackend, tmp_path: Path
+) -> None:
     first = launches(tmp_path, {"a": TaskResources()})
     backend.start_group(first)
     (first[0].run_dir / "output").mkdir()
@@ -214,8 +236,9 @@ def test_restart_in_place_takes_each_folder_from_the_latest_attempt_that_has_it(
     assert (third[0].run_dir / "sandbox" / "root" / "from-1.txt").read_text() == "1"
 
 
-def test_a_start_made_again_keeps_the_files_it_already_took_over(backend: SlurmBackend,
-                                                                 tmp_path: Path) -> None:
+def test_a_start_made_again_keeps_the_files_it_already_took_over(
+    backend: SlurmBackend, tmp_path: Path
+) -> None:
     first = launches(tmp_path, {"a": TaskResources()})
     backend.start_group(first)
     (first[0].run_dir / "output").mkdir()
@@ -240,21 +263,26 @@ DATA_SECRET = "dataScrub_7a7a_value"
 
 def _with_credentials(group: list) -> list:
     for launch in group:
-        launch.run["credentials"] = [{"name": "hf", "env": {"HF_TOKEN": "token"},
-                                      "values": {"token": SECRET}}]
-        launch.run["data_credentials"] = [{"endpoint": "s3://b", "access_key_id": "AKIDXX",
-                                           "access_key": DATA_SECRET}]
+        launch.run["credentials"] = [
+            {"name": "hf", "env": {"HF_TOKEN": "token"}, "values": {"token": SECRET}}
+        ]
+        launch.run["data_credentials"] = [
+            {"endpoint": "s3://b", "access_key_id": "AKIDXX", "access_key": DATA_SECRET}
+        ]
     return group
 
 
 def _holds_secret(group: list) -> list[str]:
-    return [launch.key.task for launch in group
-            if SECRET in (text := (launch.run_dir / "run.json").read_text())
-            or DATA_SECRET in text]
+    return [
+        launch.key.task
+        for launch in group
+        if SECRET in (text := (launch.run_dir / "run.json").read_text()) or DATA_SECRET in text
+    ]
 
 
 def test_stopping_an_attempt_before_its_runner_read_run_json_scrubs_its_credentials(
-        backend: SlurmBackend, fake: FakeSlurm) -> None:
+    backend: SlurmBackend, fake: FakeSlurm
+) -> None:
     """Issue 25: a job cancelled while pending never runs the runner, which is what takes
     the values out of run.json (0600 but on shared storage, kept): stop takes them out."""
     group = _with_credentials(launches(backend.home, TWO))
@@ -268,7 +296,8 @@ def test_stopping_an_attempt_before_its_runner_read_run_json_scrubs_its_credenti
 
 
 def test_an_attempt_whose_job_ended_without_its_runner_keeps_no_credential(
-        backend: SlurmBackend, fake: FakeSlurm) -> None:
+    backend: SlurmBackend, fake: FakeSlurm
+) -> None:
     group = _with_credentials(launches(backend.home, TWO))
     backend.start_group(group)
     fake.states["100"] = ("CANCELLED", "None")  # e.g. scancel by an admin, while pending

@@ -90,8 +90,9 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return out
 
 
-def test_cli_dry_run_prints_the_sbatch_commands_and_scripts(home: Path, tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_dry_run_prints_the_sbatch_commands_and_scripts(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = tmp_path / "train.yaml"
     spec.write_text(SPEC)
     out = _cli(capsys, "workflow", "submit", str(spec), "--pool", "slurm-local", "--dry-run")

@@ -13,14 +13,17 @@ from slurm_support import Crash, FakeSlurm
 from trainyard import spec
 from trainyard.backends.slurm import SlurmBackend
 from trainyard.engine.reconciler import Engine, Submission
-from trainyard.status import Status
 from trainyard.pools import NodeSpec, Pool
 from trainyard.runner.report import EventWriter
+from trainyard.status import Status
 from trainyard.store import Store
 
-POOL = Pool(name="slurm-pool", backend="slurm",
-            nodes=[NodeSpec(name="ty-node1"), NodeSpec(name="ty-node2")],
-            options={"lost_grace_s": 0, "status_interval_s": 1e-9})
+POOL = Pool(
+    name="slurm-pool",
+    backend="slurm",
+    nodes=[NodeSpec(name="ty-node1"), NodeSpec(name="ty-node2")],
+    options={"lost_grace_s": 0, "status_interval_s": 1e-9},
+)
 SPEC = """workflow:
   name: pair
   groups:
@@ -33,9 +36,14 @@ TASKS = ("lead", "other")
 
 
 def _engine(home: Path, fake: FakeSlurm) -> Engine:
-    return Engine(Store(f"sqlite:///{home / 'db.sqlite'}"), home, pools={POOL.name: POOL},
-                  backend_factory=lambda pool, h: SlurmBackend(pool, h, commands=fake,
-                                                                python="/usr/bin/python3"))
+    return Engine(
+        Store(f"sqlite:///{home / 'db.sqlite'}"),
+        home,
+        pools={POOL.name: POOL},
+        backend_factory=lambda pool, h: SlurmBackend(
+            pool, h, commands=fake, python="/usr/bin/python3"
+        ),
+    )
 
 
 def _crash_while_starting(home: Path, fake: FakeSlurm, when: str) -> str:

@@ -19,15 +19,24 @@ from trainyard.runfile import TaskRun
 
 GiB = 1024**3
 EVEN = TaskResources(cpu=2, gpu=1, memory_bytes=4 * GiB)
-FULL_OPTIONS = SlurmOptions(partition="batch", account="ml-team", qos="high",
-                            sbatch_args=["--exclusive", "--comment=a b"],
-                            srun_args=["--mpi=none"])
+FULL_OPTIONS = SlurmOptions(
+    partition="batch",
+    account="ml-team",
+    qos="high",
+    sbatch_args=["--exclusive", "--comment=a b"],
+    srun_args=["--mpi=none"],
+)
 
 
-def _request(tasks: dict[str, TaskResources], options: SlurmOptions | None = None,
-             home: Path = WEIRD_HOME, **fields: object) -> SlurmBatchRequest:
-    return build_request(launches(home, tasks, **fields), options or SlurmOptions(), home,
-                         WEIRD_PYTHON)
+def _request(
+    tasks: dict[str, TaskResources],
+    options: SlurmOptions | None = None,
+    home: Path = WEIRD_HOME,
+    **fields: object,
+) -> SlurmBatchRequest:
+    return build_request(
+        launches(home, tasks, **fields), options or SlurmOptions(), home, WEIRD_PYTHON
+    )
 
 
 def test_homogeneous_gang_golden() -> None:
@@ -37,8 +46,9 @@ def test_homogeneous_gang_golden() -> None:
 
 def test_heterogeneous_gang_golden() -> None:
     small = TaskResources(cpu=0.5, memory_bytes=1000)
-    request = _request({"server": EVEN, "client": small, "probe": TaskResources()},
-                       exec_timeout_s=90)
+    request = _request(
+        {"server": EVEN, "client": small, "probe": TaskResources()}, exec_timeout_s=90
+    )
     assert request.heterogeneous
     check_golden("heterogeneous.txt", request.render())
 
@@ -51,14 +61,20 @@ def test_mixed_resources_max_gives_every_node_the_largest_request() -> None:
     small = TaskResources(cpu=1, memory_bytes=GiB)
     request = _request({"a": EVEN, "b": small}, SlurmOptions(mixed_resources="max"))
     assert not request.heterogeneous
-    assert request.header[-5:] == ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
-                                   "#SBATCH --cpus-per-task=2", "#SBATCH --mem=4096M",
-                                   "#SBATCH --gres=gpu:1"]
+    assert request.header[-5:] == [
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --cpus-per-task=2",
+        "#SBATCH --mem=4096M",
+        "#SBATCH --gres=gpu:1",
+    ]
 
 
 def test_requests_option_drops_resources_slurm_is_not_asked_for() -> None:
-    request = _request({"a": EVEN, "b": TaskResources(cpu=2, gpu=8, memory_bytes=4 * GiB)},
-                       SlurmOptions(requests=["memory"]))
+    request = _request(
+        {"a": EVEN, "b": TaskResources(cpu=2, gpu=8, memory_bytes=4 * GiB)},
+        SlurmOptions(requests=["memory"]),
+    )
     assert not request.heterogeneous
     assert [h for h in request.header if "cpus" in h or "gres" in h] == []
     assert "#SBATCH --mem=4096M" in request.header
@@ -93,8 +109,9 @@ def test_tasks_get_the_server_url_when_there_is_one() -> None:
     launched = launches(WEIRD_HOME, {"a": TaskResources()})
     plain = build_request(launched, SlurmOptions(), WEIRD_HOME, WEIRD_PYTHON)
     assert next(iter(plain.runs.values())).sandbox.env == {}
-    served = build_request(launched, SlurmOptions(), WEIRD_HOME, WEIRD_PYTHON,
-                           server_url="http://head:8765")
+    served = build_request(
+        launched, SlurmOptions(), WEIRD_HOME, WEIRD_PYTHON, server_url="http://head:8765"
+    )
     env = next(iter(served.runs.values())).sandbox.env
     assert env == {"TRAINYARD_SERVER_URL": "http://head:8765"}
 
@@ -103,8 +120,14 @@ def test_container_runtime_prefixes_the_command_with_apptainer_exec() -> None:
     options = SlurmOptions(container="apptainer", container_args=["--nv"])
     run = next(iter(_request({"a": TaskResources()}, options, image="ubuntu:22.04").runs.values()))
     assert run.sandbox.command_prefix == [
-        "apptainer", "exec", "--cleanenv", "--nv", "--bind", f"{WEIRD_HOME}/runs",
-        "docker://ubuntu:22.04"]
+        "apptainer",
+        "exec",
+        "--cleanenv",
+        "--nv",
+        "--bind",
+        f"{WEIRD_HOME}/runs",
+        "docker://ubuntu:22.04",
+    ]
     # the task's variables reach the container in an env file, not apptainer's environment
     assert (run.sandbox.env_flag, run.sandbox.env_file_shell) == ("--env-file", True)
     sif = next(iter(_request({"a": TaskResources()}, options, image="/img/u.sif").runs.values()))
@@ -126,11 +149,14 @@ case "$1 $2" in
 esac
 """
 
-FAKE_SRUN = """#!/usr/bin/env python3
+FAKE_SRUN = (
+    """#!/usr/bin/env python3
 import json, os, sys
 with open(os.environ["RECORD"], "a") as out:
     out.write(json.dumps({"argv": ["srun", *sys.argv[1:]], "hosts": os.environ.get("%s")}) + "\\n")
-""" % HOSTS_ENV
+"""
+    % HOSTS_ENV
+)
 
 
 def _run_script(request: SlurmBatchRequest, tmp_path: Path, env: dict[str, str]) -> list[dict]:
@@ -142,7 +168,12 @@ def _run_script(request: SlurmBatchRequest, tmp_path: Path, env: dict[str, str])
     script = tmp_path / "job.sbatch"
     script.write_text(request.script)
     record = tmp_path / "record.jsonl"
-    full_env = {**os.environ, **env, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RECORD": str(record)}
+    full_env = {
+        **os.environ,
+        **env,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "RECORD": str(record),
+    }
     subprocess.run(["bash", str(script)], env=full_env, check=True, timeout=30)
     return [json.loads(line) for line in record.read_text().splitlines()]
 
@@ -153,22 +184,36 @@ def test_bash_runs_each_srun_step_with_exact_arguments_and_the_hosts(tmp_path: P
     calls = _run_script(request, tmp_path, {"SLURM_JOB_NODELIST": "node1,node2"})
     assert sorted(c["argv"] for c in calls) == sorted(step.argv for step in request.steps)
     assert {json.dumps(json.loads(c["hosts"]), sort_keys=True) for c in calls} == {
-        json.dumps({"master": "10.0.0.1", "worker": "10.0.0.2"}, sort_keys=True)}
+        json.dumps({"master": "10.0.0.1", "worker": "10.0.0.2"}, sort_keys=True)
+    }
 
 
 def test_bash_maps_heterogeneous_components_to_their_nodes(tmp_path: Path) -> None:
     request = _request({"a": EVEN, "b": TaskResources(cpu=1)})
-    env = {"SLURM_JOB_NODELIST_HET_GROUP_0": "node7", "SLURM_JOB_NODELIST_HET_GROUP_1": "node3",
-           "SLURM_JOB_NODELIST": "node7"}
+    env = {
+        "SLURM_JOB_NODELIST_HET_GROUP_0": "node7",
+        "SLURM_JOB_NODELIST_HET_GROUP_1": "node3",
+        "SLURM_JOB_NODELIST": "node7",
+    }
     calls = _run_script(request, tmp_path, env)
     assert json.loads(calls[0]["hosts"]) == {"a": "10.0.0.7", "b": "10.0.0.3"}
     assert sorted(c["argv"][1] for c in calls) == ["--het-group=0", "--het-group=1"]
 
 
 def test_the_runner_merges_the_hosts_variable_over_its_hosts() -> None:
-    run = TaskRun(workflow_id="w", group="g", task="a", command=["true"], run_dir="/r",
-                  hosts={"a": "placeholder", "b": "placeholder"}, hosts_env=HOSTS_ENV)
-    assert run.runtime_hosts({HOSTS_ENV: '{"a": "10.0.0.1"}'}) == {"a": "10.0.0.1", "b": "placeholder"}
+    run = TaskRun(
+        workflow_id="w",
+        group="g",
+        task="a",
+        command=["true"],
+        run_dir="/r",
+        hosts={"a": "placeholder", "b": "placeholder"},
+        hosts_env=HOSTS_ENV,
+    )
+    assert run.runtime_hosts({HOSTS_ENV: '{"a": "10.0.0.1"}'}) == {
+        "a": "10.0.0.1",
+        "b": "placeholder",
+    }
     assert run.runtime_hosts({HOSTS_ENV: "not json"}) == run.hosts
     assert run.runtime_hosts({}) == run.hosts
 

@@ -16,13 +16,18 @@ from trainyard.backends.base import TaskResources
 from trainyard.backends.slurm import SlurmBackend
 from trainyard.pools import NodeSpec, Pool
 
-POOL = Pool(name="slurm-pool", backend="slurm", nodes=[NodeSpec(name="n1"), NodeSpec(name="n2")],
-            options={"partition": "batch"})
+POOL = Pool(
+    name="slurm-pool",
+    backend="slurm",
+    nodes=[NodeSpec(name="n1"), NodeSpec(name="n2")],
+    options={"partition": "batch"},
+)
 TWO = {"master": TaskResources(cpu=1), "worker": TaskResources(cpu=1)}
 
 
-def test_tasks_get_a_task_token_in_a_private_run_json(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tasks_get_a_task_token_in_a_private_run_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRAINYARD_SERVER_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("TRAINYARD_TOKEN", "the-admins-own-token")
     backend = SlurmBackend(POOL, tmp_path, commands=FakeSlurm(), python="/usr/bin/python3")

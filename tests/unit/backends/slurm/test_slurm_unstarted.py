@@ -14,9 +14,12 @@ from trainyard.backends.base import FactKind, TaskKey, TaskLaunch, TaskResources
 from trainyard.backends.slurm import SlurmBackend
 from trainyard.pools import NodeSpec, Pool
 
-POOL = Pool(name="slurm-pool", backend="slurm",
-            nodes=[NodeSpec(name="ty-node1"), NodeSpec(name="ty-node2")],
-            options={"lost_grace_s": 0, "status_interval_s": 1e-9})
+POOL = Pool(
+    name="slurm-pool",
+    backend="slurm",
+    nodes=[NodeSpec(name="ty-node1"), NodeSpec(name="ty-node2")],
+    options={"lost_grace_s": 0, "status_interval_s": 1e-9},
+)
 TWO = {"master": TaskResources(cpu=1), "worker": TaskResources(cpu=1)}
 
 
@@ -56,7 +59,8 @@ def _age_records(backend: SlurmBackend, keys: list[TaskKey]) -> None:
 
 
 def test_attempts_without_a_record_are_unstarted_and_submitted_ones_are_not(
-        tmp_path: Path, fake: FakeSlurm) -> None:
+    tmp_path: Path, fake: FakeSlurm
+) -> None:
     group = launches(tmp_path, TWO)
     _backend(tmp_path, fake).start_group(group)
     never = TaskKey("train-1", "other", 0)
@@ -69,11 +73,14 @@ def test_the_record_is_written_before_sbatch_runs(tmp_path: Path, fake: FakeSlur
     group = _crashed_start(tmp_path, fake, "before")
     record = _record(_backend(tmp_path, fake), group[0].key)
     assert record["job_id"] is None and record["job_name"] == "trainyard:train-1:training"
-    assert record["job_dir"] == str(tmp_path / "runs" / "train-1" / "_slurm" / "training" / "master.0")
+    assert record["job_dir"] == str(
+        tmp_path / "runs" / "train-1" / "_slurm" / "training" / "master.0"
+    )
 
 
-def test_a_crash_before_sbatch_is_unstarted_once_sbatch_time_is_up(tmp_path: Path,
-                                                                   fake: FakeSlurm) -> None:
+def test_a_crash_before_sbatch_is_unstarted_once_sbatch_time_is_up(
+    tmp_path: Path, fake: FakeSlurm
+) -> None:
     group = _crashed_start(tmp_path, fake, "before")
     again = _backend(tmp_path, fake)
     assert again.unstarted(_keys(group)) == []  # a dead engine's sbatch may still submit
@@ -83,8 +90,9 @@ def test_a_crash_before_sbatch_is_unstarted_once_sbatch_time_is_up(tmp_path: Pat
     assert again.recover(_keys(group)) == _keys(group)  # job 100, pending
 
 
-def test_a_crash_after_sbatch_finds_the_job_by_name_and_folder(tmp_path: Path,
-                                                               fake: FakeSlurm) -> None:
+def test_a_crash_after_sbatch_finds_the_job_by_name_and_folder(
+    tmp_path: Path, fake: FakeSlurm
+) -> None:
     fake.named["99"] = ("trainyard:train-1:training", "/elsewhere")  # same name, other job
     fake.states["99"] = ("RUNNING", "None")
     group = _crashed_start(tmp_path, fake, "after")
@@ -115,8 +123,9 @@ def test_a_runner_trace_counts_as_started(tmp_path: Path, fake: FakeSlurm) -> No
     assert again.unstarted(_keys(group)) == [group[0].key]
 
 
-def test_when_squeue_cannot_be_asked_nothing_counts_as_unstarted(tmp_path: Path,
-                                                                 fake: FakeSlurm) -> None:
+def test_when_squeue_cannot_be_asked_nothing_counts_as_unstarted(
+    tmp_path: Path, fake: FakeSlurm
+) -> None:
     group = _crashed_start(tmp_path, fake, "before")
     again = _backend(tmp_path, fake)
     _age_records(again, _keys(group))
@@ -126,7 +135,8 @@ def test_when_squeue_cannot_be_asked_nothing_counts_as_unstarted(tmp_path: Path,
 
 
 def test_an_adopted_attempt_without_a_job_id_is_lost_only_after_sbatch_time(
-        tmp_path: Path, fake: FakeSlurm) -> None:
+    tmp_path: Path, fake: FakeSlurm
+) -> None:
     group = _crashed_start(tmp_path, fake, "before")
     again = _backend(tmp_path, fake)
     assert again.recover(_keys(group)) == []
@@ -135,16 +145,21 @@ def test_an_adopted_attempt_without_a_job_id_is_lost_only_after_sbatch_time(
     later = _backend(tmp_path, fake)
     later.recover(_keys(group))
     assert sorted((f.key.task, f.kind) for f in later.poll()) == [
-        ("master", FactKind.LOST), ("worker", FactKind.LOST)]
+        ("master", FactKind.LOST),
+        ("worker", FactKind.LOST),
+    ]
 
 
-def test_an_adopted_attempt_whose_job_shows_up_later_is_followed(tmp_path: Path,
-                                                                 fake: FakeSlurm) -> None:
+def test_an_adopted_attempt_whose_job_shows_up_later_is_followed(
+    tmp_path: Path, fake: FakeSlurm
+) -> None:
     group = _crashed_start(tmp_path, fake, "after")
     again = _backend(tmp_path, fake)
     fake.states["100"] = ("COMPLETED", "None")
     again.recover(_keys(group))
     facts = again.poll()  # the job is found by name; it ended without events: LOST
     assert sorted((f.key.task, f.kind) for f in facts) == [
-        ("master", FactKind.LOST), ("worker", FactKind.LOST)]
+        ("master", FactKind.LOST),
+        ("worker", FactKind.LOST),
+    ]
     assert "Slurm job 100 COMPLETED" in facts[0].message

@@ -13,8 +13,12 @@ from trainyard.backends.slurm import SlurmBackend
 from trainyard.backends.slurm.states import pending_reason
 from trainyard.pools import NodeSpec, Pool
 
-POOL = Pool(name="slurm-pool", backend="slurm", nodes=[NodeSpec(name="ty-node1")],
-            options={"partition": "batch", "lost_grace_s": 0, "status_interval_s": 1e-9})
+POOL = Pool(
+    name="slurm-pool",
+    backend="slurm",
+    nodes=[NodeSpec(name="ty-node1")],
+    options={"partition": "batch", "lost_grace_s": 0, "status_interval_s": 1e-9},
+)
 
 
 @pytest.fixture
@@ -27,20 +31,24 @@ def backend(tmp_path: Path, fake: FakeSlurm) -> SlurmBackend:
     return SlurmBackend(POOL, tmp_path, commands=fake, python="/usr/bin/python3")
 
 
-@pytest.mark.parametrize(("reason", "words"), [
-    ("Resources", "waits for resources"),
-    ("Priority", "higher priority"),
-    ("ReqNodeNotAvail", "not available"),
-    ("QOSMaxJobsPerUserLimit", "per user"),
-    ("SomethingNew", "SomethingNew"),
-])
+@pytest.mark.parametrize(
+    ("reason", "words"),
+    [
+        ("Resources", "waits for resources"),
+        ("Priority", "higher priority"),
+        ("ReqNodeNotAvail", "not available"),
+        ("QOSMaxJobsPerUserLimit", "per user"),
+        ("SomethingNew", "SomethingNew"),
+    ],
+)
 def test_each_reason_is_said_in_slurms_word_and_plain_words(reason: str, words: str) -> None:
     text = pending_reason("100", reason)
     assert text.startswith(f"Slurm job 100 is PENDING ({reason})") and words in text, text
 
 
 def test_a_pending_job_gives_its_tasks_a_waiting_reason_until_it_runs(
-        backend: SlurmBackend, fake: FakeSlurm) -> None:
+    backend: SlurmBackend, fake: FakeSlurm
+) -> None:
     group = launches(backend.home, {"t": TaskResources(cpu=1)})
     backend.start_group(group)
     key = group[0].key
