@@ -129,11 +129,6 @@ def _task_key(group: GroupAnswer, task: TaskAnswer) -> str:
     return task["name"] if group["name"] == task["name"] else f"{group['name']}/{task['name']}"
 
 
-LEAD_FINISHED = "Lead task finished"
-"""The engine's reason for a task stopped because its group's lead ended (``engine.rules``:
-the CLI does not import the engine)."""
-
-
 def _exit_text(attempt: AttemptAnswer) -> tuple[str, str | None]:
     """`` (exit N)``, or for an ended attempt without an exit code why it has none; and
     the reason still to show after it (None: said already)."""
@@ -141,9 +136,7 @@ def _exit_text(attempt: AttemptAnswer) -> tuple[str, str | None]:
     why = reason[0] if reason else None
     if attempt.get("exit_code") is not None:
         return f" (exit {attempt['exit_code']})", why
-    if why == LEAD_FINISHED:
-        return " (no exit code: stopped when the lead task finished)", None
-    if attempt.get("status") == "COMPLETED":
+    if attempt.get("status") == "COMPLETED":  # a sibling stopped by its lead: OSMO's reason
         return " (no exit code)", why
     return "", why
 

@@ -30,7 +30,7 @@ def test_every_view_says_lead_task_finished(server: Server, tmp_path: Path) -> N
     waited = server.cli("workflow", "submit", str(spec), "--wait")
     assert waited.code == 0, waited.out + waited.err
     workflow_id = next(w for w in server.ids() if w.startswith("lead-fin-"))
-    assert re.search(rf"g/side COMPLETED on \S+: {REASON}", waited.out), waited.out
+    assert re.search(rf"g/side COMPLETED on \S+ \(no exit code\): {REASON}", waited.out), waited.out
 
     tasks = {t["name"]: t for g in server.query(workflow_id)["groups"] for t in g["tasks"]}
     assert (tasks["side"]["status"], tasks["side"]["failure_reason"]) == ("COMPLETED", REASON)
