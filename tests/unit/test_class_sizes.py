@@ -20,7 +20,10 @@ MAX_LINES = 800
 KNOWN_CLASSES = {"backends/local/launcher.py:_Launcher": 29}
 """Classes over ``MAX_METHODS`` not split yet, with the most methods each may have."""
 
-KNOWN_MODULES = {"backends/local/launcher.py": 950, "backends/local/container.py": 812}
+KNOWN_MODULES = {
+    "backends/local/launcher.py": 1031,  # 950 before ruff format wrapped its lines
+    "backends/local/container.py": 923,  # 812 before ruff format
+}
 """Modules over ``MAX_LINES`` not split yet, with the most lines each may have."""
 
 
