@@ -47,7 +47,9 @@ def test_a_pending_jobs_reason_is_its_groups_waiting_reason(
     spec.write_text(SPEC)
     wid = later_engine.submit_spec(spec)
     deadline = time.monotonic() + 60
-    while not (later_engine.state(wid).groups["t"].waiting_reason or "").startswith("Slurm"):
+    while not (later_engine.state(wid).groups["t"].waiting_reason or "").startswith(
+        "task t: Slurm job"
+    ):
         assert time.monotonic() < deadline, later_engine.state(wid).groups["t"]
         time.sleep(0.2)
     state = later_engine.state(wid)
