@@ -21,7 +21,7 @@ KNOWN_CLASSES = {"backends/local/launcher.py:_Launcher": 29}
 """Classes over ``MAX_METHODS`` not split yet, with the most methods each may have."""
 
 KNOWN_MODULES = {
-    "backends/local/launcher.py": 1031,  # 950 before ruff format wrapped its lines
+    "backends/local/launcher.py": 1041,  # 950 before ruff format; +10: SIGTERM as a flag
     "backends/local/container.py": 923,  # 812 before ruff format
 }
 """Modules over ``MAX_LINES`` not split yet, with the most lines each may have."""

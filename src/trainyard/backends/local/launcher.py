@@ -479,6 +479,8 @@ class _Launcher:
         return len(self.spares) < self.spare_count
 
     def _done(self) -> bool:
+        if _TERMINATED.is_set():
+            return True
         if self.released and not self.runners:
             return True
         idle = time.monotonic() - self.last_request > self.idle_s
@@ -992,7 +994,9 @@ def serve(name: str, idle_s: float = 300.0, group_grace_s: float = 5.0) -> int:
         raise
     finally:
         launcher.close()
-        why = why or ("released" if launcher.released else "idle")
+        why = why or (
+            "SIGTERM" if _TERMINATED.is_set() else "released" if launcher.released else "idle"
+        )
         _say(f"launcher {name}: exiting ({why})")
     return 0
 
@@ -1007,8 +1011,14 @@ def _raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
+_TERMINATED = threading.Event()
+"""Set by SIGTERM; the loop ends at its next turn (at most ~0.05 s). Raising SystemExit in the
+handler was lost when the signal landed inside logging's lock release, where Python ignores
+exceptions: the launcher then ran on until idle (CI: 'ignored SIGTERM for 60 s')."""
+
+
 def _on_sigterm(signum: int, _frame: object) -> None:
-    raise SystemExit("SIGTERM")
+    _TERMINATED.set()
 
 
 def _say(line: str) -> None:
