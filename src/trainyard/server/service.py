@@ -1175,16 +1175,9 @@ class LogCursor:
         be merged to count them (some would be skipped)."""
         if not self._first:
             return self.at_rest()
-        workflow_id, task, retry_id, failed_only, verbose = self._where
-        service = self._service
-        if service.engine.state(workflow_id).status.is_terminal():
+        if self._service.engine.state(self._where[0]).status.is_terminal():
             return False
-        files = [
-            self._known.setdefault(f.path, f)
-            for f in service._log_files(
-                workflow_id, task, retry_id, failed_only=failed_only, verbose=verbose
-            )
-        ]
+        files = self._files()
         ends = {f.path: file_size(f.path) for f in files}
         if _start_at_last(files, ends, self._last_lines, complete_only=True):
             for log in files:
@@ -1239,17 +1232,20 @@ class LogCursor:
         }
         return twin
 
-    def _start_pass(self) -> Iterator[LogLine]:
-        """The lines the files gained since the last pass, up to their sizes now."""
+    def _files(self) -> list[LogFile]:
+        """The followed attempts' logs now, each at the offset this cursor reached."""
         workflow_id, task, retry_id, failed_only, verbose = self._where
-        service = self._service
-        self._final = service.engine.state(workflow_id).status.is_terminal()
-        files = [
+        return [
             self._known.setdefault(f.path, f)
-            for f in service._log_files(
+            for f in self._service._log_files(
                 workflow_id, task, retry_id, failed_only=failed_only, verbose=verbose
             )
         ]
+
+    def _start_pass(self) -> Iterator[LogLine]:
+        """The lines the files gained since the last pass, up to their sizes now."""
+        self._final = self._service.engine.state(self._where[0]).status.is_terminal()
+        files = self._files()
         ends = {f.path: file_size(f.path) for f in files}
         skip = 0
         if self._first:
