@@ -16,12 +16,13 @@ PY=$VENV/bin/python
 TORCH=torch==2.13.0
 LOCK=requirements/demo.lock
 # pip installs without compiling (compiling all of torch is ~75 s of CPU here, most of it for
-# modules nothing imports); compiled() then writes the .pyc of what the server, the CLI and
+# modules nothing imports); installed_and_compiled() then writes the .pyc of what the server, the CLI and
 # the demo's tasks import, by importing it. Those must exist before the first use: left to it,
 # the first server start compiled fastapi, pydantic, sqlalchemy... past its 30 s start limit
 # on a loaded machine, and sandboxed tasks, which cannot write into the venv, would compile
 # torch at every import.
-PIP=("$PY" -m pip install --quiet --disable-pip-version-check --no-input --no-compile)
+# pip itself runs with bytecode caching on, whatever the caller set: its own modules compile once.
+PIP=(env -u PYTHONDONTWRITEBYTECODE "$PY" -m pip install --quiet --disable-pip-version-check --no-input --no-compile)
 
 quiet() {  # run a command; drop pip's notes about the machine's missing extra index folders
   "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
@@ -65,27 +66,64 @@ together() {  # torch and the pinned packages at once (two pip processes, distin
   return "$failed"
 }
 
-editable() {  # trainyard itself (its build needs the setuptools the lock brought), then a check
+editable() {  # trainyard itself (its build needs the setuptools the lock brought)
   "${PIP[@]}" --no-deps --no-build-isolation -e .
+}
+
+checked() {  # every requirement met, else pip resolves trainyard[train] (torch is in already)
   "$PY" -m pip check --disable-pip-version-check >/dev/null || {
     echo "   (some dependency is missing or outdated: pip resolves trainyard[train])"
     "${PIP[@]}" -e '.[train]'
   }
 }
 
-WARM="trainyard.cli.main trainyard.cli.workflow trainyard.cli.dataset trainyard.server.app
-trainyard.server.service trainyard.server.web trainyard.engine.reconciler trainyard.backends.local
-trainyard.runner.main uvicorn torch torch.distributed.run trainyard.training.train"
-# What compiled() imports; a name that no longer imports is passed over.
+venv() {  # a venv with a current pip, without ensurepip (which compiles all of its bundled pip:
+  # ~9 s here). The bundled pip runs from its wheel (pip.pypa.io, "Installation") to install
+  # pip >= 25.1, whose index scan takes half the CPU of 23.x over the lock's 49 packages; offline,
+  # the bundled wheel itself. Should any of that fail: the standard venv.
+  "$PYTHON" -m venv --without-pip "$VENV"
+  local wheel
+  wheel=$("$PY" -c 'import ensurepip, pathlib
+print(next(pathlib.Path(ensurepip.__file__).parent.glob("_bundled/pip-*.whl")))' 2>/dev/null) && {
+    env -u PYTHONDONTWRITEBYTECODE "$PY" "$wheel/pip" install --quiet --disable-pip-version-check \
+      --no-input --no-compile --no-deps 'pip>=25.1' 2>/dev/null ||
+      env -u PYTHONDONTWRITEBYTECODE "$PY" "$wheel/pip" install --quiet \
+        --disable-pip-version-check --no-input --no-compile --no-index --no-deps "$wheel" 2>/dev/null
+  } || "$PYTHON" -m venv --clear "$VENV"
+}
 
-compiled() {  # .pyc of trainyard's src/ (all cores) and of what WARM imports (by importing it)
-  "$PY" -m compileall -q -j 0 src >/dev/null || true
+# What the demo's tasks import, by module (a name that no longer imports is passed over):
+# torch's optimizers import torch._dynamo (sympy and ~1,000 modules) at their first use; with
+# no .pyc, each of the demo's four training processes compiled them (~8 s of CPU apiece,
+# half the demo's time on 2 cores), since a sandboxed task cannot write into the venv.
+WARM_TORCH="torch torch._dynamo torch.distributed.run torch.nn.parallel"
+# What the server and the CLI import.
+WARM_SERVE="uvicorn fastapi sqlalchemy pydantic typer rich httpx jinja2"
+WARM_OURS="trainyard.cli.main trainyard.cli.workflow trainyard.cli.dataset trainyard.server.app
+trainyard.server.service trainyard.server.web trainyard.engine.reconciler trainyard.backends.local
+trainyard.runner.main"
+
+warm() {  # write the .pyc of the named modules and what they import, by importing them
   env -u PYTHONDONTWRITEBYTECODE "$PY" -c 'import importlib, sys
 for name in sys.argv[1:]:
     try:
         importlib.import_module(name)
     except ImportError:
-        pass' $WARM
+        pass' "$@"
+}
+
+ours() {  # trainyard itself, checked, and the .pyc of its src/ (all cores) and of the server
+  editable
+  checked
+  "$PY" -m compileall -q -j 0 src >/dev/null || true
+  warm $WARM_SERVE $WARM_OURS
+}
+
+installed_and_compiled() {  # ours() on one core while torch's modules compile on the other
+  warm $WARM_TORCH & local torch=$!
+  ours
+  wait "$torch" || true
+  warm trainyard.training.train
 }
 
 if [ "$what" = lock ]; then
@@ -104,16 +142,14 @@ for r in sorted(rows, key=lambda r: r["metadata"]["name"].lower()):
   exit 0
 fi
 if [ ! -x "$PY" ]; then
-  step "[1/4] .venv: a virtual environment of $("$PYTHON" -V 2>&1) ($PYTHON)" "$PYTHON" -m venv "$VENV"
+  step "[1/3] .venv: a virtual environment of $("$PYTHON" -V 2>&1) ($PYTHON)" venv
 fi
 case $what in
   demo)
-    step "[2/4] torch 2.13.0, CPU build (~200 MB, never a CUDA build), and at once what trainyard needs ($LOCK): fastapi, uvicorn, sqlalchemy, pydantic, typer, rich, httpx, fsspec, jinja2; numpy, scikit-learn (train extra)" \
+    step "[2/3] torch 2.13.0, CPU build (~200 MB, never a CUDA build), and at once what trainyard needs ($LOCK: fastapi, uvicorn, sqlalchemy, pydantic, typer, rich, httpx, fsspec, jinja2; numpy, scikit-learn)" \
       together
-    step "[3/4] trainyard itself (editable: src/ is what runs), with its commands trainyard and osmo" \
-      editable
-    step "[4/4] compiling what the server, the CLI and the demo's tasks import (.pyc), so that they start fast" \
-      compiled
+    step "[3/3] trainyard itself (editable: src/ is what runs; commands trainyard and osmo), and the .pyc of what the server, the CLI and the demo's tasks import, so that they start fast" \
+      installed_and_compiled
     ;;
   test)
     step "test tools: pytest, hypothesis, pytest-timeout (dev); s3fs, moto (test-s3); selenium, jupyterlab (test-web)" \
