@@ -125,7 +125,7 @@ def test_a_workflow_behind_another_job_says_why_and_starts_when_it_ends(
     spec = tmp_path / "behind.yaml"
     spec.write_text(SPEC)
     waiting = subprocess.Popen(
-        [str(TRAINYARD), "workflow", "submit", str(spec), "--wait"],
+        [str(TRAINYARD), "workflow", "submit", str(spec), "--pool", "slurm-behind", "--wait"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -137,7 +137,7 @@ def test_a_workflow_behind_another_job_says_why_and_starts_when_it_ends(
         while not (listed := json.loads(_cli(home, "workflow", "list", "-t", "json").stdout)):
             assert time.monotonic() < deadline and waiting.poll() is None, "no workflow"
             time.sleep(0.2)
-        wid = listed[0]["id"] if "id" in listed[0] else listed[0]["name"]
+        wid = listed[0]["id"]
         while True:
             data = _query(home, wid)
             reasons = [w["reason"] for w in data.get("waiting") or []]
@@ -146,7 +146,8 @@ def test_a_workflow_behind_another_job_says_why_and_starts_when_it_ends(
             assert time.monotonic() < deadline, data
             time.sleep(0.5)
         (reason,) = reasons
-        assert data["status"] == "PENDING", data
+        task = data["groups"][0]["tasks"][0]
+        assert task["status"] not in ("RUNNING", "COMPLETED"), data  # it has not started
         assert "is PENDING (Resources): it waits for resources" in reason, reason
         assert reason.endswith("on ty-node1"), reason
         shown = _cli(home, "workflow", "query", wid).stdout
@@ -157,5 +158,7 @@ def test_a_workflow_behind_another_job_says_why_and_starts_when_it_ends(
     out, _ = waiting.communicate(timeout=300)
     assert waiting.returncode == 0, out
     assert "group t " in out and behind in out and "(Resources)" in out, out
-    assert "started-at-last" in out and "workflow COMPLETED" in out, out
+    assert "workflow COMPLETED" in out, out
+    logs = _cli(home, "workflow", "logs", wid, "--no-follow").stdout
+    assert "[t] started-at-last" in logs, logs
     assert _query(home, wid)["waiting"] == []
