@@ -1,18 +1,11 @@
 """Utilisation sampling: the runner writes ``<run_dir>/usage.jsonl`` while the command runs.
 
-Every ``interval_s`` (default 2 s, ``TRAINYARD_USAGE_INTERVAL_S``; 0 turns sampling off) one
-JSON line is appended and flushed::
-
-    {"time_s": 1700000000.0, "cpu_percent": 187.5, "rss_bytes": 123456789, "processes": 5,
-     "gpus": [{"index": 0, "util_percent": 93, "memory_used_bytes": ..., "memory_total_bytes": ...}]}
-
-``cpu_percent`` and ``rss_bytes`` sum the command's process and all its descendants (psutil;
-100 = one core busy). ``gpus`` is present only when ``nvidia-ml-py`` (module ``pynvml``) is
-installed and NVML starts: the devices of the task's ``CUDA_VISIBLE_DEVICES`` (all when
-unset). The server reads the file for the dashboard and ``trainyard workflow metrics``.
-
-Cost: one process-tree walk per interval (measured in docs/benchmarks.md, well under 1% of a
-core per task at 2 s).
+Every ``interval_s`` (default 2 s, ``TRAINYARD_USAGE_INTERVAL_S``; 0 turns it off) one line is
+appended and flushed: ``{"time_s", "cpu_percent", "rss_bytes", "processes", "gpus": [{"index",
+"util_percent", "memory_used_bytes", "memory_total_bytes"}]}``. ``cpu_percent`` (100 = one core)
+and ``rss_bytes`` sum the command's process tree (psutil). ``gpus`` only where ``pynvml``
+(``nvidia-ml-py``) is installed and NVML starts: the task's ``CUDA_VISIBLE_DEVICES`` (all when
+unset). Read by the dashboard and ``trainyard workflow metrics``; cost: docs/benchmarks.md.
 """
 
 from __future__ import annotations
