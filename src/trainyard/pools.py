@@ -153,7 +153,7 @@ class Pool(BaseModel):
     @property
     def node_per_task(self) -> bool:
         """Whether each task of a group needs a node of its own: on Slurm a group is one job
-        that allocates one node per task (issue 7), so a gang never shares a node there."""
+        that allocates one node per task, so a gang never shares a node there."""
         return self.backend == "slurm"
 
     @property

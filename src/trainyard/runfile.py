@@ -284,7 +284,7 @@ class SandboxSettings(_Model):
             spec's.
         description: how the task is isolated, in full (one or more lines): kept in the
             task log as ``[task][detail]`` lines, shown by ``workflow logs --verbose`` and
-            ``workflow query --verbose`` (issue 28: quiet headers).
+            ``workflow query --verbose``.
         summary: the same in one short line (node, isolation, image), the task log's header
             (e.g. ``local-0, bubblewrap sandbox, host tools``); "": the description's first
             line is the header.

@@ -167,7 +167,7 @@ def runtime_path(runtime: str, state_dir: Path) -> list[str]:
 
 
 def image_summary(image: str | None, runtime: str, why_no_podman: str | None = None) -> str:
-    """What runs, in a few words for the task log's one-line header (issue 28): ``image X``
+    """What runs, in a few words for the task log's one-line header: ``image X``
     when podman runs it, else ``host tools`` and, given an image, why it is not run (the
     full words are ``image_note``'s, in the header's detail).
 

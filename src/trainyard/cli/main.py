@@ -375,7 +375,7 @@ def _run(argv: Sequence[str], *, freeze: bool = False, prog_name: str = "trainya
 def exit_now(status: int) -> NoReturn:
     """End the process with ``status`` once the command is done: stdout, stderr and logging
     flushed, then ``os._exit`` without the interpreter's teardown of every loaded module
-    (80-250 ms on a loaded 2-core machine, after ``--wait`` already saw the end; issue 15).
+    (slow on a loaded machine, after ``--wait`` already saw the end).
     Only ``main()`` as the console script calls it; in-process callers get the status."""
     import logging
     import os

@@ -58,7 +58,7 @@ def _tasks(workflow: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def localpaths(rendered: str) -> list[str]:
     """Every ``files[].localpath`` of a rendered spec, in order, without repeats."""
-    import yaml  # only for a spec that may name localpath files (issue 15: ~8-10 ms)
+    import yaml  # only for a spec that may name localpath files
 
     loader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml, as the server's
     try:

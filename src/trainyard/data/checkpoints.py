@@ -92,7 +92,7 @@ def _rounds(mover: Mover, loc: Location) -> list[int]:
                 raise
             raise type(exc)(exc.errno, exc.strerror) from exc
 
-    # Named by the URL the user wrote, not by the checkpoint folder inside it (issue 25):
+    # Named by the URL the user wrote, not by the checkpoint folder inside it:
     # this is the first read of every download.
     return mover.storage_call(f"reading {loc.show()}", listing)
 

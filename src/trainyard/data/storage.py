@@ -252,7 +252,7 @@ def copy_hashing(
 ) -> Hashed:
     """Copy a local file to a local ``target`` and return the hex digest (``algo``, see
     ``new_hasher``) and the count of the bytes written, computed while copying: each byte is
-    read once (issue 11: hashing after the copy read everything twice). How (a reused buffer for small
+    read once (hashing after the copy would read everything twice). How (a reused buffer for small
     files, a kernel copy overlapped with hashing for large ones): ``localcopy``. Copies in
     several threads run in parallel (hashing and file I/O release the GIL).
 

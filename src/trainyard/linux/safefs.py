@@ -230,8 +230,8 @@ layers' user namespace."""
 def layer_userns_fds() -> set[int]:
     """The descriptors of the idmapped layers' user namespaces this process holds: a
     launcher's spare runner keeps them open (``backends.local.launcher``), so a forked runner
-    uses the launcher's namespace instead of forking a child to make its own (~8 ms on the
-    start of a task with an output, issue 15)."""
+    uses the launcher's namespace instead of forking a child to make its own (on the start of
+    a task with an output)."""
     return {fd for _pid, fd, _dev, _ino in _LAYER_USERNS.values()}
 
 

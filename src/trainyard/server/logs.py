@@ -118,7 +118,7 @@ class LogFile:
     path: Path
     offset: int = 0
     hide_detail: bool = False
-    """Leave out the runner's ``[task][detail]`` lines (isolation detail: issue 28)."""
+    """Leave out the runner's ``[task][detail]`` lines (the isolation detail)."""
     skipping: bool = False
     """In the middle of a line too long to show: the rest up to its newline is skipped."""
     _skipped: int = field(default=0, repr=False)

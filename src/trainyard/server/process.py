@@ -144,7 +144,7 @@ def is_alive(info: ServerInfo, timeout_s: float = 2.0) -> bool:
     except psutil.Error:
         return False
     try:
-        # plain http to our own server: no TLS, so no CA bundle to load (issue 15)
+        # plain http to our own server: no TLS, so no CA bundle to load
         verify = not info.url.lower().startswith("http://")
         return (
             httpx.get(f"{info.url}/api/health", timeout=timeout_s, verify=verify).status_code == 200
@@ -205,7 +205,7 @@ def claimed_url(home: Path) -> str | None:
     dead pid: ``ensure_running`` then decides, as before). Never blocks, never raises.
 
     Unlike ``find_running`` it does not check that the pid is still the process that wrote
-    the note (psutil's start time, ~5 ms of the CLI's start: issue 15). A note can be left
+    the note (psutil's start time: an import the CLI's start avoids). A note can be left
     by a dead server only for the instant between its successor taking the lock and
     rewriting the note; its pid would then have to be alive again as another process. A
     URL from here is for a first request that falls back to ``ensure_running`` when it

@@ -69,7 +69,7 @@ POLL_S = 0.2
 they stay quiet, and drops back at the next line."""
 MAX_POLL_S = 0.4
 """The longest wait between two looks: a line reaches the page within about this (the
-dashboard's target is 0.5 s, docs/benchmarks.md "Log follow")."""
+dashboard's target is 0.5 s, docs/benchmarks.md "Dashboard: list page, log follow")."""
 MAX_STEP_PAUSE_S = 0.05
 """The longest pause of a reader thread after a step (see ``_step``)."""
 SSE_KEEPALIVE_S = 15.0

@@ -289,7 +289,7 @@ def on_this_thread(work: Callable[[], T]) -> T:
     busy threaded process (the launcher, whose hosted runners are threads) this is
     ``on_own_thread`` without a thread's start and join, each of which waits for the GIL
     (up to a switch interval, 5 ms, while other threads run Python): per group start, on the
-    launcher's one serial loop (issue 11, throughput). Needs CAP_SYS_ADMIN (root), as making
+    launcher's one serial loop. Needs CAP_SYS_ADMIN (root), as making
     or joining a namespace does.
 
     Returns:
