@@ -250,12 +250,12 @@ def read_usage(run_dir: Path, max_rows: int = 5000) -> list[dict[str, Any]]:
     """The samples of one attempt, oldest first (a torn last line waits until complete); at
     most the last ``max_rows`` (about 2.8 h at 2 s).
 
-    Bounded in time and memory whatever the file's size (the dashboard polls it): what was read is cached by file (path and inode) with the
-    offset it reached, so a call reads only what the file gained since, at most
-    ``USAGE_READ_BYTES`` (a file that grew more is read from that far before its end; the
-    older rows are skipped). A shorter file, or another file at the path, is read again from
-    its start; a line over ``MAX_USAGE_LINE_BYTES`` is skipped; a link or a file that is not
-    regular gives no rows.
+    Bounded in time and memory whatever the file's size (the dashboard polls it): what was read
+    is cached by file (path and inode) with the offset it reached, so a call reads only what the
+    file gained since, at most ``USAGE_READ_BYTES`` (a file that grew more is read from that far
+    before its end; the older rows are skipped). A shorter file, or another file at the path, is
+    read again from its start; a line over ``MAX_USAGE_LINE_BYTES`` is skipped; a link or a file
+    that is not regular gives no rows.
     """
     path = Path(run_dir) / USAGE
     try:

@@ -1,16 +1,11 @@
 """Exactly one engine per store: an exclusive lock held for the engine's whole life.
 
-- A store in a file (SQLite): ``fcntl.flock`` on ``<database file>.lock`` beside it.
-- A PostgreSQL store: a session advisory lock (``pg_try_advisory_lock``) on a connection kept
-  open for the engine's life; its ``application_name`` names the holder's pid and host.
-
-The operating system (or the database) drops the lock when its process dies, ``kill -9``
-included, so a stale lock never needs cleaning by hand. The holder writes a small JSON note
-into a lock file (``{"pid", ...}``) so that whoever finds it held can say who holds it;
-the note is only trusted while the lock is held (``holder``).
-
-``FileLock`` is also what the server takes on ``$TRAINYARD_HOME/server.lock`` (one server
-per home: ``server.process``).
+A store in a file (SQLite): ``fcntl.flock`` on ``<database file>.lock`` beside it. A PostgreSQL
+store: a session advisory lock (``pg_try_advisory_lock``) on a connection kept open, its
+``application_name`` naming the holder's pid and host. The OS (or the database) drops the lock
+when its process dies, ``kill -9`` included. The holder writes a JSON note (``{"pid", ...}``)
+into the lock file, trusted only while the lock is held (``holder``). ``FileLock`` is also the
+server's lock on ``$TRAINYARD_HOME/server.lock`` (``server.process``).
 """
 
 from __future__ import annotations

@@ -3,11 +3,8 @@ line, against the server of a home of its own (``conftest.osmo``)."""
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

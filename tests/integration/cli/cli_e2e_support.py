@@ -8,7 +8,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -17,7 +16,6 @@ from typing import Any
 
 import psutil
 import pytest
-
 from cli_process import BIN, TERMINAL, Result, cli_env
 
 from trainyard.cli.main import main

@@ -6,9 +6,7 @@ The cluster is never stopped or restarted here: on a cluster already up,
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

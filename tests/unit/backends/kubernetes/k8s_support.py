@@ -4,12 +4,7 @@ strict mode: an unknown field is an error) for several Kubernetes minor versions
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from served_cli import cli, served
 from slurm_support import check_golden
 
