@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,3 +44,21 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
     env.update(TRAINYARD_HOME=str(home), PATH=f"{BIN}:{env.get('PATH', '')}", COLUMNS="200")
     env.update(extra)
     return env
+
+
+def wait_for_status(
+    query: Callable[[], dict[str, Any]],
+    workflow_id: str,
+    *,
+    timeout_s: float,
+    until: tuple[str, ...] = TERMINAL,
+) -> dict[str, Any]:
+    """Call ``query`` (the workflow's ``query -t json``) every 0.5 s until its status starts
+    with one of ``until``; that answer. Fails, naming the status, after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        data = query()
+        if data["status"].startswith(until):
+            return data
+        assert time.monotonic() < deadline, f"{workflow_id} still {data['status']}"
+        time.sleep(0.5)

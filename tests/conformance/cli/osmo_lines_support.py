@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cli_process import BIN, TERMINAL, Result, cli_env
+from cli_process import BIN, Result, cli_env, wait_for_status
 
 OSMO = BIN / "osmo"
 """The ``osmo`` console script of this environment (argv[0] ends in ``osmo``)."""
@@ -87,10 +86,4 @@ class Osmo:
 
     def wait(self, workflow_id: str, timeout_s: float = 120) -> dict[str, Any]:
         """Poll until the workflow ended; its query."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            data = self.query(workflow_id)
-            if data["status"].startswith(TERMINAL):
-                return data
-            assert time.monotonic() < deadline, f"{workflow_id} still {data['status']}"
-            time.sleep(0.5)
+        return wait_for_status(lambda: self.query(workflow_id), workflow_id, timeout_s=timeout_s)

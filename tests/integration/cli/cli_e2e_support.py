@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
-from cli_process import BIN, TERMINAL, Result, cli_env
+from cli_process import BIN, TERMINAL, Result, cli_env, wait_for_status
 
 from trainyard.cli.main import main
 
@@ -144,13 +144,9 @@ class Server:
         self, workflow_id: str, *, timeout_s: float = 240, until: tuple[str, ...] = TERMINAL
     ) -> dict[str, Any]:
         """Poll ``workflow query ID -t json`` until its status starts with one of ``until``."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            data = self.query(workflow_id)
-            if data["status"].startswith(until):
-                return data
-            assert time.monotonic() < deadline, f"{workflow_id} still {data['status']}"
-            time.sleep(0.5)
+        return wait_for_status(
+            lambda: self.query(workflow_id), workflow_id, timeout_s=timeout_s, until=until
+        )
 
     def wait_task(self, workflow_id: str, task: str, status: str, timeout_s: float = 60) -> None:
         """Poll until ``task`` of the workflow has ``status``."""
