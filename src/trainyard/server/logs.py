@@ -206,7 +206,7 @@ def tail_offset(
             a last line without newline.
         hide_task: the task whose ``[task][detail]`` lines a reader hides (``LogFile``'s
             ``hide_detail``): they do not count toward ``count`` (``logs -n N`` shows N
-            lines: issue 28). None: every line counts.
+            lines). None: every line counts.
 
     Returns:
         ``(offset, lines)``: the byte offset where they start and how many lines (at most
