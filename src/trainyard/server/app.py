@@ -54,6 +54,22 @@ import trainyard
 from trainyard.engine import retention
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
 from trainyard.server.access_routes import add_access_routes
+from trainyard.server.answers import (
+    CancelAnswer,
+    CredentialAnswer,
+    DeleteAnswer,
+    DeletedAnswer,
+    EventAnswer,
+    PoolAnswer,
+    PoolReloadAnswer,
+    PruneAnswer,
+    ResourceAnswer,
+    TagAnswer,
+    TaskRowAnswer,
+    ValidateAnswer,
+    VersionAnswer,
+    WhoamiAnswer,
+)
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
 from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
 from trainyard.server.osmo_filters import ListFilters, TaskFilters
@@ -222,17 +238,17 @@ def _routes(app: FastAPI, service: Service) -> None:
         """The API's OpenAPI schema, for a user's token (no unauthenticated /docs)."""
         return app.openapi()
 
-    @app.get("/api/version")
-    def version(_u: Caller) -> dict[str, str]:
+    @app.get("/api/version", response_model=None)
+    def version(_u: Caller) -> VersionAnswer:
         return {"version": trainyard.__version__}
 
-    @app.get("/api/whoami")
-    def whoami(u: Caller) -> dict[str, Any]:
+    @app.get("/api/whoami", response_model=None)
+    def whoami(u: Caller) -> WhoamiAnswer:
         """Who the token is: ``{"user", "admin", "workflow"}`` (``workflow``: a task token's)."""
         return {"user": u.name, "admin": u.admin, "workflow": u.workflow}
 
-    @app.post("/api/workflow/validate")
-    def validate(req: SpecRequest, u: Caller) -> dict[str, Any]:
+    @app.post("/api/workflow/validate", response_model=None)
+    def validate(req: SpecRequest, u: Caller) -> ValidateAnswer:
         loaded = service.validate(req, u)
         return {
             "valid": True,
@@ -309,8 +325,8 @@ def _routes(app: FastAPI, service: Service) -> None:
         """OSMO's ``workflow tag`` without ``-w``: the tags in use."""
         return service.tags(u)
 
-    @app.post("/api/tag")
-    def tag(req: TagRequest, u: Caller) -> list[dict[str, Any]]:
+    @app.post("/api/tag", response_model=None)
+    def tag(req: TagRequest, u: Caller) -> list[TagAnswer]:
         """OSMO's ``workflow tag -w ID... --add T... --remove T...``."""
         return service.tag(req.workflows, u, add=req.add, remove=req.remove)
 
@@ -380,11 +396,11 @@ def _routes(app: FastAPI, service: Service) -> None:
             media_type=media,
         )
 
-    @app.get("/api/workflow/{workflow_id}/events")
-    def events(workflow_id: str, u: Caller) -> list[dict[str, Any]]:
+    @app.get("/api/workflow/{workflow_id}/events", response_model=None)
+    def events(workflow_id: str, u: Caller) -> list[EventAnswer]:
         return service.events(workflow_id, u)
 
-    @app.get("/api/task")
+    @app.get("/api/task", response_model=None)
     def tasks(
         u: Caller,
         workflow: str | None = None,
@@ -399,7 +415,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         started_before_s: float | None = None,
         priority: Annotated[list[str] | None, Query()] = None,
         offset: Annotated[int, Query(ge=0)] = 0,
-    ) -> list[dict[str, Any]]:
+    ) -> list[TaskRowAnswer]:
         """Tasks; with ``osmo``, OSMO's ``task list`` filters and ``count`` tasks."""
         filters = (
             TaskFilters(
@@ -418,10 +434,10 @@ def _routes(app: FastAPI, service: Service) -> None:
         )
         return service.tasks(u, workflow_id=workflow, count=count, filters=filters)
 
-    @app.post("/api/workflow/{workflow_id}/cancel")
+    @app.post("/api/workflow/{workflow_id}/cancel", response_model=None)
     def cancel(
         workflow_id: str, u: Caller, message: str | None = None, force: bool = False
-    ) -> dict[str, Any]:
+    ) -> CancelAnswer:
         return service.cancel(workflow_id, u, message=message, force=force)
 
     @app.post("/api/workflow/{workflow_id}/task/{task}/entry")
@@ -431,40 +447,40 @@ def _routes(app: FastAPI, service: Service) -> None:
         """How the CLI enters a running task (``workflow exec|port-forward|rsync``)."""
         return service.task_entry(workflow_id, task, u, retry_id=retry_id)
 
-    @app.post("/api/workflow/delete")
-    def delete(req: DeleteRequest, u: Caller) -> dict[str, Any]:
+    @app.post("/api/workflow/delete", response_model=None)
+    def delete(req: DeleteRequest, u: Caller) -> DeleteAnswer:
         return service.delete(req.ids, u)
 
-    @app.post("/api/workflow/prune")
-    def prune(req: PruneRequest, u: Caller) -> dict[str, Any]:
+    @app.post("/api/workflow/prune", response_model=None)
+    def prune(req: PruneRequest, u: Caller) -> PruneAnswer:
         return service.prune(req.older_than_s, u, dry_run=req.dry_run, limit=req.limit)
 
     @app.post("/api/workflow/{workflow_id}/restart")
     def restart(workflow_id: str, u: Caller, pool: str | None = None) -> Mapping[str, Any]:
         return service.restart(workflow_id, u, pool=pool)
 
-    @app.post("/api/credentials/{name}")
-    def set_credential(name: str, req: CredentialRequest, u: Caller) -> dict[str, Any]:
+    @app.post("/api/credentials/{name}", response_model=None)
+    def set_credential(name: str, req: CredentialRequest, u: Caller) -> CredentialAnswer:
         return service.set_credential(u, name, req.type, req.payload)
 
-    @app.get("/api/credentials")
-    def list_credentials(u: Caller) -> list[dict[str, Any]]:
+    @app.get("/api/credentials", response_model=None)
+    def list_credentials(u: Caller) -> list[CredentialAnswer]:
         return service.list_credentials(u)
 
-    @app.delete("/api/credentials/{name}")
-    def delete_credential(name: str, u: Caller) -> dict[str, Any]:
+    @app.delete("/api/credentials/{name}", response_model=None)
+    def delete_credential(name: str, u: Caller) -> DeletedAnswer:
         return service.delete_credential(u, name)
 
-    @app.get("/api/pool")
-    def pools(_u: Caller) -> list[dict[str, Any]]:
+    @app.get("/api/pool", response_model=None)
+    def pools(_u: Caller) -> list[PoolAnswer]:
         return service.pools()
 
-    @app.post("/api/pool/reload")
-    def reload_pools(_u: Caller) -> dict[str, Any]:
+    @app.post("/api/pool/reload", response_model=None)
+    def reload_pools(_u: Caller) -> PoolReloadAnswer:
         return service.refresh_pools(force=True)
 
-    @app.get("/api/resource")
-    def resources(_u: Caller, pool: str | None = None) -> list[dict[str, Any]]:
+    @app.get("/api/resource", response_model=None)
+    def resources(_u: Caller, pool: str | None = None) -> list[ResourceAnswer]:
         return service.resources(pool)
 
 

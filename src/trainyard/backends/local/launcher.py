@@ -246,12 +246,7 @@ class LauncherClient:
         results = cast(RunManyReply, self.request(RunMany(env=env, runs=runs)))["results"]
         if len(results) != len(runs):
             raise BackendError(f"launcher: {len(results)} replies to {len(runs)} starts")
-        return [
-            BackendError(f"launcher: {r['error']}")
-            if "error" in r
-            else (int(r["pid"]), float(r["created"]), bool(r.get("recorded")))
-            for r in cast(list[RunReply], results)
-        ]
+        return [_started_or_error(r) for r in results]
 
     def stop_hosted(self, run_dir: Path, name: str | None = None, force: bool = False) -> bool:
         """Stop the hosted runner of ``run_dir`` (starts no launcher).
@@ -367,6 +362,14 @@ class LauncherClient:
             return True
         except (OSError, BackendError, ValueError):
             return False
+
+
+def _started_or_error(reply: RunReply | ErrorReply) -> tuple[int, float, bool] | BackendError:
+    """One start's answer in a ``run_many`` reply: (pid, create time, recorded), or why not."""
+    if "error" in reply:
+        return BackendError(f"launcher: {cast(ErrorReply, reply)['error']}")
+    started = cast(RunReply, reply)
+    return int(started["pid"]), float(started["created"]), bool(started.get("recorded"))
 
 
 class _NoReply(BackendError):

@@ -11,6 +11,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from trainyard.backends.attempts import write_json
 from trainyard.backends.base import TaskLaunch
@@ -150,7 +151,7 @@ class StartPreparer(AttemptTracker, RequestBuilder):
         except BaseException:
             GPUS.give_back(attempt)
             raise
-        mode = "thread" if request.hosted else "process"
+        mode: Literal["process", "thread"] = "thread" if request.hosted else "process"
         attempt.hosted = self._launcher.name if request.hosted else None
         attempt.container = (
             container.container_name(request.run_dir) if request.run.sandbox.env_flag else None
