@@ -1056,7 +1056,7 @@ def restart(
     """Run a failed workflow's failed groups again, keeping its completed ones. A running
     or COMPLETED workflow is refused (exit 4)."""
     client = Client()
-    data = client.json(
+    data: WorkflowSummary = client.json(
         "POST", f"/api/workflow/{workflow_id}/restart", params={"pool": pool} if pool else {}
     )
     if not wait:
@@ -1093,8 +1093,9 @@ def tag(
             raise typer.BadParameter(
                 "--add and --remove need --workflow", param_hint="'--workflow'"
             )
+        in_use: list[str] = client.json("GET", "/api/tag")
         emit(
-            client.json("GET", "/api/tag"),
+            in_use,
             fmt,
             lambda tags: typer.echo("\n".join(tags) if tags else "No tags"),
         )

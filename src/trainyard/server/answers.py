@@ -301,3 +301,75 @@ class UserDeletedAnswer(TypedDict):
 
     id: str
     deleted_tokens: int
+
+
+class AppAnswer(TypedDict):
+    """An app version (``GET /api/app``, ``/api/app/{name}[/versions]``, ``POST
+    /api/app/{name}``): ``spec`` with ``GET /api/app/{name}``, the spec's ``warnings``
+    when a version is made."""
+
+    name: str
+    version: int
+    owner: str
+    description: str
+    create_time: str | None
+    spec: NotRequired[str]
+    warnings: NotRequired[list[dict[str, Any]]]
+
+
+class AppRenamedAnswer(TypedDict):
+    """``POST /api/app/{name}/rename``: the new name and how many versions it covers."""
+
+    name: str
+    renamed_versions: int
+
+
+class AppDeletedAnswer(TypedDict):
+    """``DELETE /api/app/{name}``: the version deleted (None: every one) and how many."""
+
+    name: str
+    version: int | None
+    deleted_versions: int
+
+
+class TaskEntryAnswer(TypedDict):
+    """``POST /api/workflow/{id}/task/{task}/entry``: how to enter a running attempt, with
+    its backend's fields (``Backend.entry``): local ``machine`` (boot id), ``pid`` and
+    ``created`` of its sandbox's init, ``address``, ``run_dir``; Slurm ``job_id``,
+    ``node``, ``slurm_conf``; Kubernetes ``namespace``, ``pod``, ``container``,
+    ``kubeconfig``, ``context``; Slurm and Kubernetes ``python`` (the runner's)."""
+
+    workflow_id: str
+    task: str
+    retry_id: int
+    status: str
+    backend: str
+    machine: NotRequired[str]
+    pid: NotRequired[int]
+    created: NotRequired[float]
+    address: NotRequired[str]
+    run_dir: NotRequired[str]
+    job_id: NotRequired[str]
+    node: NotRequired[str]
+    slurm_conf: NotRequired[str | None]
+    namespace: NotRequired[str]
+    pod: NotRequired[str]
+    container: NotRequired[str]
+    kubeconfig: NotRequired[str | None]
+    context: NotRequired[str | None]
+    python: NotRequired[str]
+
+
+class HealthAnswer(TypedDict):
+    """``GET /api/health`` (no token): ``ok`` and the server's version."""
+
+    status: str
+    version: str
+
+
+class LoginLinkAnswer(TypedDict):
+    """``POST /api/login-link``: a one-time login path (relative to the server's address)
+    and how long it is valid (seconds, as a string)."""
+
+    path: str
+    expires_in_s: str

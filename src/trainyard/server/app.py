@@ -55,20 +55,26 @@ from trainyard.engine import retention
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
 from trainyard.server.access_routes import add_access_routes
 from trainyard.server.answers import (
+    AppAnswer,
+    AppDeletedAnswer,
+    AppRenamedAnswer,
     CancelAnswer,
     CredentialAnswer,
     DeleteAnswer,
     DeletedAnswer,
     EventAnswer,
+    HealthAnswer,
     PoolAnswer,
     PoolReloadAnswer,
     PruneAnswer,
     ResourceAnswer,
     TagAnswer,
+    TaskEntryAnswer,
     TaskRowAnswer,
     ValidateAnswer,
     VersionAnswer,
     WhoamiAnswer,
+    WorkflowSummary,
 )
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
 from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
@@ -228,8 +234,8 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
 
 
 def _routes(app: FastAPI, service: Service) -> None:
-    @app.get("/api/health")
-    async def health() -> dict[str, str]:
+    @app.get("/api/health", response_model=None)
+    async def health() -> HealthAnswer:
         """Answered on the event loop itself: no worker thread, no lock, no store."""
         return {"status": "ok", "version": trainyard.__version__}
 
@@ -440,10 +446,10 @@ def _routes(app: FastAPI, service: Service) -> None:
     ) -> CancelAnswer:
         return service.cancel(workflow_id, u, message=message, force=force)
 
-    @app.post("/api/workflow/{workflow_id}/task/{task}/entry")
+    @app.post("/api/workflow/{workflow_id}/task/{task}/entry", response_model=None)
     def task_entry(
         workflow_id: str, task: str, u: Caller, retry_id: int | None = None
-    ) -> dict[str, Any]:
+    ) -> TaskEntryAnswer:
         """How the CLI enters a running task (``workflow exec|port-forward|rsync``)."""
         return service.task_entry(workflow_id, task, u, retry_id=retry_id)
 
@@ -455,8 +461,8 @@ def _routes(app: FastAPI, service: Service) -> None:
     def prune(req: PruneRequest, u: Caller) -> PruneAnswer:
         return service.prune(req.older_than_s, u, dry_run=req.dry_run, limit=req.limit)
 
-    @app.post("/api/workflow/{workflow_id}/restart")
-    def restart(workflow_id: str, u: Caller, pool: str | None = None) -> Mapping[str, Any]:
+    @app.post("/api/workflow/{workflow_id}/restart", response_model=None)
+    def restart(workflow_id: str, u: Caller, pool: str | None = None) -> WorkflowSummary:
         return service.restart(workflow_id, u, pool=pool)
 
     @app.post("/api/credentials/{name}", response_model=None)
@@ -490,8 +496,8 @@ DESCRIPTION_KEY = "../trainyard:description"
 ``..``), so the store keeps its shape. (Not a NUL: PostgreSQL's JSON stores none.)"""
 
 
-def _app_json(a: AppRecord, *, spec: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _app_json(a: AppRecord, *, spec: bool = False) -> AppAnswer:
+    out: AppAnswer = {
         "name": a.name,
         "version": a.version,
         "owner": a.owner,
@@ -511,8 +517,8 @@ def _spec_files(a: AppRecord) -> dict[str, str]:
 def _app_routes(app: FastAPI, service: Service) -> None:
     store = service.engine.store
 
-    @app.post("/api/app/{name}")
-    def create(name: str, req: AppRequest, u: Caller, update: bool = False) -> dict[str, Any]:
+    @app.post("/api/app/{name}", response_model=None)
+    def create(name: str, req: AppRequest, u: Caller, update: bool = False) -> AppAnswer:
         """A new version of app ``name`` (``update``: the app must exist, OSMO's ``app
         update``); the description is the given one, else the latest version's."""
         refuse_task_token(u, "create an app")
@@ -540,13 +546,13 @@ def _app_routes(app: FastAPI, service: Service) -> None:
         )
         return {**_app_json(rec), "warnings": loaded.warnings_json()}
 
-    @app.get("/api/app")
+    @app.get("/api/app", response_model=None)
     def list_apps(
         u: Caller,
         name: str | None = None,
         user: Annotated[list[str] | None, Query()] = None,
         all_users: bool = True,
-    ) -> list[dict[str, Any]]:
+    ) -> list[AppAnswer]:
         """The latest version of every app, by name; ``name``: names containing it;
         ``user``: apps of these owners; without ``all_users``, the caller's own."""
         owners = set(user or ([] if all_users else [u.name]))
@@ -556,17 +562,17 @@ def _app_routes(app: FastAPI, service: Service) -> None:
             if (not name or name in a.name) and (not owners or a.owner in owners)
         ]
 
-    @app.get("/api/app/{name}")
-    def show(name: str, _u: Caller, version: int | None = None) -> dict[str, Any]:
+    @app.get("/api/app/{name}", response_model=None)
+    def show(name: str, _u: Caller, version: int | None = None) -> AppAnswer:
         return _app_json(store.get_app(name, version), spec=True)
 
-    @app.get("/api/app/{name}/versions")
-    def versions(name: str, _u: Caller) -> list[dict[str, Any]]:
+    @app.get("/api/app/{name}/versions", response_model=None)
+    def versions(name: str, _u: Caller) -> list[AppAnswer]:
         """Every version of the app, oldest first (OSMO's ``app info``)."""
         return [_app_json(a) for a in store.app_versions(name)]
 
-    @app.post("/api/app/{name}/rename")
-    def rename(name: str, req: RenameRequest, u: Caller) -> dict[str, Any]:
+    @app.post("/api/app/{name}/rename", response_model=None)
+    def rename(name: str, req: RenameRequest, u: Caller) -> AppRenamedAnswer:
         refuse_task_token(u, "rename an app")
         check_app_name(req.new_name)
         _app_owner(store, name, u, "rename")
@@ -591,8 +597,8 @@ def _app_routes(app: FastAPI, service: Service) -> None:
         )
         return service.dry_run(full, u) if dry_run else service.submit(full, u)
 
-    @app.delete("/api/app/{name}")
-    def delete(name: str, u: Caller, version: int | None = None) -> dict[str, Any]:
+    @app.delete("/api/app/{name}", response_model=None)
+    def delete(name: str, u: Caller, version: int | None = None) -> AppDeletedAnswer:
         """Delete every version of the app, or with ``version`` that one only."""
         refuse_task_token(u, "delete an app")
         _app_owner(store, name, u, "delete")

@@ -50,6 +50,7 @@ from trainyard.server.answers import (
     ResourceAnswer,
     TagAnswer,
     TaskAnswer,
+    TaskEntryAnswer,
     TaskRowAnswer,
     WorkflowAnswer,
     WorkflowSummary,
@@ -848,7 +849,7 @@ class Service:
 
     def task_entry(
         self, workflow_id: str, task: str, user: User, *, retry_id: int | None = None
-    ) -> dict[str, Any]:
+    ) -> TaskEntryAnswer:
         """How to enter a running task (``workflow exec``, ``port-forward``, ``rsync``): the
         same rule as ``cancel`` (the workflow's submitter or an admin; never a task token).
 
@@ -886,13 +887,11 @@ class Service:
         from trainyard.backends.base import TaskKey
 
         entry = self.engine.task_entry(record.pool, TaskKey(workflow_id, task, retry))
-        return {
-            "workflow_id": workflow_id,
-            "task": task,
-            "retry_id": retry,
-            "status": status.value,
-            **entry,
-        }
+        return cast(
+            TaskEntryAnswer,
+            {"workflow_id": workflow_id, "task": task, "retry_id": retry, "status": status.value}
+            | entry,
+        )
 
     def restart(self, workflow_id: str, user: User, *, pool: str | None = None) -> WorkflowSummary:
         """Run the failed groups of a failed workflow again, keeping completed ones.

@@ -83,6 +83,8 @@ def test_each_answer_the_cli_reads_has_its_typed_shape(api: tuple[TestClient, di
     assert_shape(answer(client, "POST", "/api/pool/reload", auth), answers.PoolReloadAnswer)
     assert_shape(answer(client, "GET", "/api/whoami", auth), answers.WhoamiAnswer)
     assert_shape(answer(client, "GET", "/api/version", auth), answers.VersionAnswer)
+    assert_shape(answer(client, "GET", "/api/health", {}), answers.HealthAnswer)
+    assert_shape(answer(client, "POST", "/api/login-link", auth), answers.LoginLinkAnswer)
     checked = answer(client, "POST", "/api/workflow/validate", auth, json={"spec_text": HELLO})
     assert_shape(checked, answers.ValidateAnswer)
     tagged = answer(client, "POST", "/api/tag", auth, json={"workflows": [wid], "add": ["x"]})
@@ -116,3 +118,15 @@ def test_each_token_and_user_answer_has_its_typed_shape(api: tuple[TestClient, d
     changed = answer(client, "PATCH", "/api/user/ana", auth, json={"add": ["osmo-admin"]})
     assert_shape(changed, answers.UserInfoAnswer)
     assert_shape(answer(client, "DELETE", "/api/user/ana", auth), answers.UserDeletedAnswer)
+
+
+def test_each_app_answer_has_its_typed_shape(api: tuple[TestClient, dict]) -> None:
+    client, auth = api
+    made = answer(client, "POST", "/api/app/greeter", auth, json={"spec_text": HELLO})
+    assert_shape(made, answers.AppAnswer)
+    assert_shape(answer(client, "GET", "/api/app", auth)[0], answers.AppAnswer)
+    assert_shape(answer(client, "GET", "/api/app/greeter", auth), answers.AppAnswer)
+    assert_shape(answer(client, "GET", "/api/app/greeter/versions", auth)[0], answers.AppAnswer)
+    renamed = answer(client, "POST", "/api/app/greeter/rename", auth, json={"new_name": "hi"})
+    assert_shape(renamed, answers.AppRenamedAnswer)
+    assert_shape(answer(client, "DELETE", "/api/app/hi", auth), answers.AppDeletedAnswer)
