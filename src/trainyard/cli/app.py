@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import typer
@@ -41,6 +41,9 @@ from trainyard.cli.workflow_ops import (
     profile_pool,
 )
 from trainyard.spec.values import parse_labels
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import AppAnswer, AppDeletedAnswer, AppRenamedAnswer
 
 __all__ = ["app", "split_version"]
 
@@ -102,9 +105,9 @@ def _store_version(
     description: str | None,
     *,
     update: bool,
-) -> dict[str, Any]:
+) -> AppAnswer:
     req = spec_request(path, set_values=set_values, set_strings=set_strings, set_env=[])
-    data = Client().json(
+    data: AppAnswer = Client().json(
         "POST",
         f"/api/app/{_in_path(name)}",
         params={"update": update} if update else {},
@@ -176,7 +179,7 @@ def update(
     )
 
 
-def _list_table(rows: list[dict[str, Any]]) -> None:
+def _list_table(rows: list[AppAnswer]) -> None:
     table(
         ["name", "version", "owner", "created", "description"],
         [
@@ -221,7 +224,7 @@ def list_apps(
         params["name"] = name
     if user:
         params["user"] = list(user)
-    rows = Client().json("GET", "/api/app", params=params)
+    rows: list[AppAnswer] = Client().json("GET", "/api/app", params=params)
     rows = sorted(rows, key=lambda a: a.get("create_time") or "")[-count:]
     if order == "desc":
         rows.reverse()
@@ -244,18 +247,19 @@ def info(
     if order not in ("asc", "desc"):
         raise typer.BadParameter(f"{order!r} is not one of 'asc', 'desc'", param_hint="'--order'")
     base, version = split_version(name, None)
-    rows = Client().json("GET", f"/api/app/{_in_path(base)}/versions")
+    rows: list[AppAnswer] = Client().json("GET", f"/api/app/{_in_path(base)}/versions")
     rows = [r for r in rows if version in (None, r["version"])][-count:]
     if order == "desc":
         rows.reverse()
     emit(rows, fmt, _list_table)
 
 
-def _spec_of(name: str, version: int | None) -> dict[str, Any]:
+def _spec_of(name: str, version: int | None) -> AppAnswer:
     base, version = split_version(name, version)
-    return Client().json(
+    found: AppAnswer = Client().json(
         "GET", f"/api/app/{_in_path(base)}", params={"version": version} if version else {}
     )
+    return found
 
 
 @app.command()
@@ -356,10 +360,11 @@ def delete(
 
     base, version = split_version(name, None)
     if version is None and not all_versions and by_program(True, False):
-        version = Client().json("GET", f"/api/app/{_in_path(base)}")["version"]
+        latest: AppAnswer = Client().json("GET", f"/api/app/{_in_path(base)}")
+        version = latest["version"]
     which = f"app {base} version {version}" if version else f"every version of app {base}"
     _confirm(f"Delete {which}?", force)
-    data = Client().json(
+    data: AppDeletedAnswer = Client().json(
         "DELETE", f"/api/app/{_in_path(base)}", params={"version": version} if version else {}
     )
     emit(
@@ -383,7 +388,7 @@ def rename(
     """Rename an app, every version of it (its owner or an admin only). A taken name is
     refused (exit 4)."""
     _confirm(f"Rename app {original_name} to {new_name}?", force)
-    data = Client().json(
+    data: AppRenamedAnswer = Client().json(
         "POST", f"/api/app/{_in_path(original_name)}/rename", json={"new_name": new_name}
     )
     console.print(f"App {original_name} renamed to {data['name']}", markup=False)

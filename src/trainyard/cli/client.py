@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainyard.cli.lean_http import preload_httpx
 
@@ -44,6 +44,9 @@ from trainyard.errors import (  # noqa: E402
 from trainyard.home import trainyard_home  # noqa: E402
 from trainyard.server.auth import read_client_token, read_login  # noqa: E402
 from trainyard.server.process import claimed_url, ensure_running, find_running  # noqa: E402
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import HealthAnswer
 
 __all__ = ["Client", "server_version", "running_server_client"]
 
@@ -144,8 +147,8 @@ def server_version(home: Path | None = None) -> tuple[str, str] | None:
             return None
         url = info.url
     try:
-        answer = httpx.get(f"{url}/api/health", timeout=2.0)
-        return url, str(answer.json()["version"])
+        health: HealthAnswer = httpx.get(f"{url}/api/health", timeout=2.0).json()
+        return url, str(health["version"])
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return None
 

@@ -9,12 +9,16 @@ A value never comes back: ``list`` shows names, types and key names only. Values
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, console, emit, table
 from trainyard.errors import BadArgumentError
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import CredentialAnswer, DeletedAnswer
 
 __all__ = ["app", "parse_payload"]
 
@@ -105,7 +109,9 @@ def set_credential(
     if bool(payload) == bool(payload_file):
         raise BadArgumentError("give one of --payload KEY=VALUE ... or --payload-file KEY=PATH ...")
     values = parse_payload(payload or [], payload_file or [])
-    data = Client().json("POST", f"/api/credentials/{name}", json={"type": kind, "payload": values})
+    data: CredentialAnswer = Client().json(
+        "POST", f"/api/credentials/{name}", json={"type": kind, "payload": values}
+    )
     emit(
         data,
         _format(ctx, fmt),
@@ -116,13 +122,13 @@ def set_credential(
 @app.command("list")
 def list_credentials(ctx: typer.Context, fmt: Format = FormatOption) -> None:
     """List your credentials (names, types and keys; never a value)."""
-    data = Client().json("GET", "/api/credentials")
+    data: list[CredentialAnswer] = Client().json("GET", "/api/credentials")
     emit(
         data,
         _format(ctx, fmt),
         lambda rows: table(
             ["name", "type", "keys", "created"],
-            [[r["name"], r["type"], ",".join(r["keys"]), r["create_time"]] for r in rows],
+            [[r["name"], r["type"], ",".join(r["keys"]), r.get("create_time")] for r in rows],
         ),
     )
 
@@ -134,7 +140,7 @@ def delete_credential(
     fmt: Format = FormatOption,
 ) -> None:
     """Delete a credential."""
-    data = Client().json("DELETE", f"/api/credentials/{name}")
+    data: DeletedAnswer = Client().json("DELETE", f"/api/credentials/{name}")
     emit(
         data,
         _format(ctx, fmt),

@@ -8,7 +8,12 @@ only). The CLI starts the local server first when none runs, as every command do
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import LoginLinkAnswer
 
 __all__ = ["dashboard"]
 
@@ -27,7 +32,7 @@ def dashboard(
 
     client = Client()
     target = f"/workflows/{workflow_id}" if workflow_id else "/"
-    link = client.json("POST", "/api/login-link", params={"next": target})
+    link: LoginLinkAnswer = client.json("POST", "/api/login-link", params={"next": target})
     url = client.url.rstrip("/") + link["path"]
     console.print(f"Dashboard: {client.url.rstrip('/')}{target}", markup=False, highlight=False)
     console.print(

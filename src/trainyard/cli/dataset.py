@@ -25,6 +25,7 @@ from trainyard.errors import DataError
 if TYPE_CHECKING:
     from trainyard.data.datasets import Actor, DatasetInfo, DatasetStore, DatasetVersion
     from trainyard.data.transfer import Mover
+    from trainyard.server.answers import WhoamiAnswer
 
 # The data layer is imported when a dataset command runs, not when the command line starts
 # (``trainyard workflow submit`` never needs fsspec).
@@ -58,7 +59,7 @@ def _actor() -> Actor | None:
     client = running_server_client()
     if client is None:
         return None
-    who = client.json("GET", "/api/whoami")
+    who: WhoamiAnswer = client.json("GET", "/api/whoami")
     return Actor(str(who["user"]), bool(who["admin"]))
 
 

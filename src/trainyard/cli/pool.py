@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -10,16 +10,21 @@ from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, console, emit, err_console, table
 from trainyard.errors import NotFoundError
 
+if TYPE_CHECKING:
+    from trainyard.server.answers import PoolAnswer, PoolReloadAnswer, ResourceAnswer
+
 app = typer.Typer(no_args_is_help=True, help="Pools workflows run on.")
 
 
 def _gpu_totals(client: Client) -> dict[str, dict[str, float]]:
     """Per pool: its nodes' GPUs, ``capacity``, ``used`` and ``free`` (OSMO's totals)."""
     totals: dict[str, dict[str, float]] = {}
-    for node in client.json("GET", "/api/resource"):
+    nodes: list[ResourceAnswer] = client.json("GET", "/api/resource")
+    for node in nodes:
         pool = totals.setdefault(node["pool"], {"capacity": 0, "used": 0, "free": 0})
-        for key in pool:
-            pool[key] += node[key]["gpu"]
+        pool["capacity"] += node["capacity"]["gpu"]
+        pool["used"] += node["used"]["gpu"]
+        pool["free"] += node["free"]["gpu"]
     return totals
 
 
@@ -39,16 +44,16 @@ def list_pools(
     if mode not in ("used", "free"):
         raise typer.BadParameter(f"{mode!r} is not one of 'free', 'used'", param_hint="'--mode'")
     client = Client()
-    data = client.json("GET", "/api/pool")
-    unknown = sorted(set(pool or []) - {p["name"] for p in data})
+    pools: list[PoolAnswer] = client.json("GET", "/api/pool")
+    unknown = sorted(set(pool or []) - {p["name"] for p in pools})
     if unknown:
         raise NotFoundError(
-            f"unknown pool {unknown[0]!r}; pools: {', '.join(sorted(p['name'] for p in data))}"
+            f"unknown pool {unknown[0]!r}; pools: {', '.join(sorted(p['name'] for p in pools))}"
         )
     totals = _gpu_totals(client)
     data = [
         {**p, "gpu": totals.get(p["name"], {"capacity": 0, "used": 0, "free": 0})}
-        for p in data
+        for p in pools
         if not pool or p["name"] in pool
     ]
     emit(
@@ -72,7 +77,7 @@ def list_pools(
     )
 
 
-def _print_reload(data: dict[str, Any]) -> None:
+def _print_reload(data: PoolReloadAnswer) -> None:
     console.print(f"Pools read from {data['file']}: {', '.join(data['pools'])}", markup=False)
     for _name, reason in sorted(data["refused"].items()):
         err_console.print(f"not served: {reason}", markup=False)
@@ -90,4 +95,5 @@ def reload_pools(fmt: Format = FormatOption) -> None:
     whole (exit 4, one line saying why) and the server keeps its pools. A pool that
     workflows use keeps its old definition until they end. JSON: {"pools", "refused",
     "kept", "error", "file"}."""
-    emit(Client().json("POST", "/api/pool/reload"), fmt, _print_reload)
+    reloaded: PoolReloadAnswer = Client().json("POST", "/api/pool/reload")
+    emit(reloaded, fmt, _print_reload)

@@ -11,13 +11,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from trainyard.cli.output import Format, FormatOption, emit, table
 from trainyard.errors import ConfigError, NotFoundError
 from trainyard.home import trainyard_home
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import PoolAnswer, WhoamiAnswer
 
 __all__ = ["app", "default_pool", "load_profile", "SETTINGS"]
 
@@ -68,7 +71,8 @@ def _check_pool(pool: str) -> None:
     """Raise NotFoundError (exit 3) naming the pools when the server has no ``pool``."""
     from trainyard.cli.client import Client
 
-    names = [p["name"] for p in Client().json("GET", "/api/pool")]
+    pools: list[PoolAnswer] = Client().json("GET", "/api/pool")
+    names = [p["name"] for p in pools]
     if pool not in names:
         raise NotFoundError(f"unknown pool {pool!r}; pools: {', '.join(sorted(names))}")
 
@@ -101,7 +105,7 @@ def list_settings(fmt: Format = FormatOption) -> None:
     {"user", "admin", "pool"} (pool null when none is set)."""
     from trainyard.cli.client import Client
 
-    who = Client().json("GET", "/api/whoami")
+    who: WhoamiAnswer = Client().json("GET", "/api/whoami")
     data = {"user": who["user"], "admin": who["admin"], "pool": default_pool()}
     emit(
         data,

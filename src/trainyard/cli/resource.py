@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -10,10 +11,13 @@ from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, console, emit, human_bytes, table
 from trainyard.errors import NotFoundError
 
+if TYPE_CHECKING:
+    from trainyard.server.answers import ResourceAnswer
+
 app = typer.Typer(no_args_is_help=True, help="Nodes: capacity, used and free.")
 
 
-def _cell(row: dict, key: str, mode: str = "used") -> str:
+def _cell(row: Mapping[str, Any], key: str, mode: str = "used") -> str:
     if mode == "free":
         return _value(row["free"][key], key)
     return f"{_value(row['used'][key], key)}/{_value(row['capacity'][key], key)}"
@@ -33,12 +37,15 @@ def _pools(pool: list[str], all_pools: bool) -> list[str]:
     return [chosen] if chosen else []
 
 
-def _rows(pool: list[str], platform: list[str]) -> list[dict[str, Any]]:
+def _rows(pool: list[str], platform: list[str]) -> list[ResourceAnswer]:
     client = Client()
-    rows: list[dict[str, Any]] = []
+    rows: list[ResourceAnswer] = []
     names: list[str | None] = [*pool] or [None]
     for name in names:
-        rows += client.json("GET", "/api/resource", params={"pool": name} if name else {})
+        got: list[ResourceAnswer] = client.json(
+            "GET", "/api/resource", params={"pool": name} if name else {}
+        )
+        rows += got
     return [r for r in rows if not platform or r["platform"] in platform]
 
 
@@ -96,7 +103,7 @@ def info(
     emit(rows, fmt, _info_table)
 
 
-def _info_table(rows: list[dict[str, Any]]) -> None:
+def _info_table(rows: list[ResourceAnswer]) -> None:
     for row in rows:
         console.print(
             f"Node {row['node']} (pool {row['pool']}, platform "
@@ -108,18 +115,23 @@ def _info_table(rows: list[dict[str, Any]]) -> None:
             [
                 [
                     key.removesuffix("_bytes"),
-                    *(_value(row[part][key], key) for part in ("capacity", "used", "free")),
+                    *(_value(part[key], key) for part in _parts(row)),
                 ]
                 for key in ("cpu", "gpu", "memory_bytes", "storage_bytes")
             ],
         )
 
 
+def _parts(row: ResourceAnswer) -> tuple[Mapping[str, Any], ...]:
+    """A node's capacity, used and free, in that order."""
+    return (row["capacity"], row["used"], row["free"])
+
+
 def _value(value: float, key: str) -> str:
     return human_bytes(value) if key.endswith("_bytes") else f"{value:g}"
 
 
-def _table(rows: list[dict], mode: str = "used") -> None:
+def _table(rows: list[ResourceAnswer], mode: str = "used") -> None:
     """One table per pool (its name above it), each node marked virtual or real."""
     for pool in dict.fromkeys(r["pool"] for r in rows):
         table(

@@ -20,6 +20,8 @@ from trainyard.errors import RefusedError
 if TYPE_CHECKING:
     import tarfile
 
+    from trainyard.server.answers import TaskEntryAnswer
+
 __all__ = ["split_task_path", "RsyncRequest", "parse_rsync_args", "copy_once", "Throttled"]
 
 
@@ -132,7 +134,7 @@ def _split_pair(text: str, into_task: bool) -> tuple[str, str]:
 
 
 def copy_once(
-    request: RsyncRequest, entry: dict[str, Any], rate_bytes_per_s: int | None = None
+    request: RsyncRequest, entry: TaskEntryAnswer, rate_bytes_per_s: int | None = None
 ) -> None:
     """Make one copy of ``request`` through the task's ``entry``; an upload at most
     ``rate_bytes_per_s`` (OSMO's ``--upload-rate-limit``; None: as fast as it goes).
@@ -156,7 +158,7 @@ def copy_once(
         _copy_out(entry, request.inside, Path(request.destination()))
 
 
-def _in_task(entry: dict[str, Any], command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+def _in_task(entry: TaskEntryAnswer, command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command_argv(entry, command, False), env=command_env(entry), **kwargs)
 
 
@@ -191,7 +193,7 @@ class Throttled:
 
 
 def _copy_in(
-    entry: dict[str, Any], local: Path, inside: str, rate_bytes_per_s: int | None = None
+    entry: TaskEntryAnswer, local: Path, inside: str, rate_bytes_per_s: int | None = None
 ) -> None:
     import tarfile  # here, not at the CLI's start
 
@@ -214,7 +216,7 @@ def _copy_in(
     _check_copy(proc.wait(), f"unpacking into {inside} in the task")
 
 
-def _copy_out(entry: dict[str, Any], inside: str, local: Path) -> None:
+def _copy_out(entry: TaskEntryAnswer, inside: str, local: Path) -> None:
     """Unpack into a temporary folder beside ``local`` first: a refused archive leaves
     nothing half-made at ``local``."""
     import tempfile

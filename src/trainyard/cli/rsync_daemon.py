@@ -24,12 +24,16 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from trainyard.cli.rsync_copy import RsyncRequest, copy_once
 from trainyard.cli.task_entry import task_entry
 from trainyard.errors import NotFoundError, RefusedError, TrainyardError
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import WorkflowAnswer
 
 __all__ = ["state_dir", "log_path", "start", "status", "stop", "snapshot", "main"]
 
@@ -272,7 +276,8 @@ def _wait_started(request: RsyncRequest, stop_now: threading.Event, poll_interva
     while not stop_now.is_set():
         if _task_runs(request):
             return True
-        status = Client().json("GET", f"/api/workflow/{request.workflow_id}")["status"]
+        query: WorkflowAnswer = Client().json("GET", f"/api/workflow/{request.workflow_id}")
+        status = query["status"]
         if status.startswith(("COMPLETED", "FAILED")):
             return False
         stop_now.wait(poll_interval_s)

@@ -12,10 +12,14 @@ counterpart (refused with exit 2, saying so).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from trainyard.home import trainyard_home
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import WhoamiAnswer
 
 __all__ = ["login", "logout"]
 
@@ -91,7 +95,7 @@ def login(
             param_hint=f"'{given[0]}'",
         )
     secret = _token_of(token, token_file)
-    who = Client(url=url.rstrip("/"), token=secret).json("GET", "/api/whoami")
+    who: WhoamiAnswer = Client(url=url.rstrip("/"), token=secret).json("GET", "/api/whoami")
     write_login(trainyard_home(), url.rstrip("/"), secret)
     typer.echo(f"Logged in to {url.rstrip('/')} as {who['user']}")
 

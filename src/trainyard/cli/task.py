@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
 from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, emit, short_time, table
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import TaskRowAnswer
 
 __all__ = ["app", "ACTIVE"]
 
@@ -53,10 +57,10 @@ def _params(
     return {k: v for k, v in params.items() if v is not None}
 
 
-def _summary(rows: list[dict[str, Any]], by_workflow: bool) -> list[dict[str, Any]]:
+def _summary(rows: list[TaskRowAnswer], by_workflow: bool) -> list[dict[str, Any]]:
     """OSMO's ``-S`` (tasks per user and pool) or ``-W`` (per workflow): counts."""
     keys = ("user", "workflow", "pool", "priority") if by_workflow else ("user", "pool", "priority")
-    counts = Counter(tuple(row.get(k) for k in keys) for row in rows)
+    counts = Counter(tuple(cast(Mapping[str, Any], row).get(k) for k in keys) for row in rows)
     return [
         {**dict(zip(keys, key, strict=True)), "tasks": n}
         for key, n in sorted(counts.items(), key=str)
@@ -133,7 +137,7 @@ def list_tasks(
             "WORKFLOW_ID and --workflow-id disagree", param_hint="'--workflow-id'"
         )
     statuses = list(status or by_program(list(ACTIVE), []))
-    rows = Client().json(
+    rows: list[TaskRowAnswer] = Client().json(
         "GET",
         "/api/task",
         params=_params(

@@ -5,21 +5,24 @@ backend's ``backends.local.enter``; ``srun --overlap`` on Slurm; ``kubectl exec`
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from trainyard.cli.client import Client
 from trainyard.errors import RefusedError
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import TaskEntryAnswer
 
 __all__ = ["task_entry", "command_argv", "command_env"]
 
 
 def task_entry(
     workflow_id: str, task: str, retry_id: int | None, timeout_s: float = 60.0
-) -> dict[str, Any]:
+) -> TaskEntryAnswer:
     """The server's ``entry`` of the running task, checked to be enterable from here;
     ``timeout_s``: how long to wait for the server's answer (OSMO's connect timeout)."""
     params = {} if retry_id is None else {"retry_id": retry_id}
-    entry = Client(timeout_s=timeout_s).json(
+    entry: TaskEntryAnswer = Client(timeout_s=timeout_s).json(
         "POST", f"/api/workflow/{workflow_id}/task/{task}/entry", params=params
     )
     if entry.get("backend") == "local":
@@ -34,7 +37,7 @@ def task_entry(
     return entry
 
 
-def command_argv(entry: dict[str, Any], command: list[str], tty: bool) -> list[str]:
+def command_argv(entry: TaskEntryAnswer, command: list[str], tty: bool) -> list[str]:
     """The host command that runs ``command`` in the task."""
     if entry["backend"] == "slurm":
         return [
@@ -54,7 +57,7 @@ def command_argv(entry: dict[str, Any], command: list[str], tty: bool) -> list[s
     return enter_argv(int(entry["pid"]), float(entry["created"]), command, tty=tty)
 
 
-def _kubectl_exec(entry: dict[str, Any], command: list[str], tty: bool) -> list[str]:
+def _kubectl_exec(entry: TaskEntryAnswer, command: list[str], tty: bool) -> list[str]:
     """``kubectl exec`` into the task container of a Kubernetes attempt (the API's exec),
     with the pool's kubeconfig and context where it names them."""
     where = [
@@ -77,7 +80,7 @@ def _kubectl_exec(entry: dict[str, Any], command: list[str], tty: bool) -> list[
     ]
 
 
-def command_env(entry: dict[str, Any]) -> dict[str, str] | None:
+def command_env(entry: TaskEntryAnswer) -> dict[str, str] | None:
     """The environment of the host command: the pool's ``SLURM_CONF`` for srun."""
     if entry["backend"] == "slurm" and entry.get("slurm_conf"):
         return {**os.environ, "SLURM_CONF": str(entry["slurm_conf"])}

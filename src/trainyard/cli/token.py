@@ -6,12 +6,20 @@ An admin manages another user's tokens with ``-u USER``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, emit, table
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import (
+        NewTokenAnswer,
+        TokenAnswer,
+        TokenDeletedAnswer,
+        TokenRolesAnswer,
+    )
 
 __all__ = ["app"]
 
@@ -51,7 +59,7 @@ def set_token(
         "user": user,
         "roles": list(roles or []),
     }
-    data = Client().json("POST", "/api/token", json=body)
+    data: NewTokenAnswer = Client().json("POST", "/api/token", json=body)
     emit(data, fmt, lambda d: typer.echo(d["token"]))
 
 
@@ -59,7 +67,9 @@ def set_token(
 def list_tokens(user: str | None = UserOpt, fmt: Format = FormatOption) -> None:
     """List your tokens (never the tokens themselves). JSON: a list of {"user", "name",
     "admin", "description", "expires_at"}."""
-    data = Client().json("GET", "/api/token", params={"user": user} if user else {})
+    data: list[TokenAnswer] = Client().json(
+        "GET", "/api/token", params={"user": user} if user else {}
+    )
     emit(
         data,
         fmt,
@@ -84,12 +94,14 @@ def delete_token(
     name: str = typer.Argument(..., metavar="NAME"), user: str | None = UserOpt
 ) -> None:
     """Delete your token NAME (it stops working at once)."""
-    Client().json("DELETE", f"/api/token/{name}", params={"user": user} if user else {})
+    _: TokenDeletedAnswer = Client().json(
+        "DELETE", f"/api/token/{name}", params={"user": user} if user else {}
+    )
     typer.echo(f"Token {name} deleted")
 
 
 @app.command("roles")
 def roles(name: str = typer.Argument(..., metavar="NAME"), fmt: Format = FormatOption) -> None:
     """The roles of your token NAME. JSON: {"name", "roles"}."""
-    data = Client().json("GET", f"/api/token/{name}/roles")
+    data: TokenRolesAnswer = Client().json("GET", f"/api/token/{name}/roles")
     emit(data, fmt, lambda d: typer.echo(", ".join(d["roles"])))

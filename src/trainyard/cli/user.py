@@ -7,12 +7,20 @@ named ``default``, printed once. OSMO's roles map onto trainyard's two kinds of 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, emit, table
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import (
+        NewUserAnswer,
+        UserAnswer,
+        UserDeletedAnswer,
+        UserInfoAnswer,
+    )
 
 __all__ = ["app"]
 
@@ -34,7 +42,7 @@ def list_users(
     params: dict[str, Any] = {"count": count, "role": list(roles or [])}
     if id_prefix:
         params["id_prefix"] = id_prefix
-    data = Client().json("GET", "/api/user", params=params)
+    data: list[UserAnswer] = Client().json("GET", "/api/user", params=params)
     emit(
         data,
         fmt,
@@ -52,7 +60,9 @@ def create_user(
 ) -> None:
     """Create a user (admins only) and print their first token (once). JSON: {"id",
     "roles", "token"}."""
-    data = Client().json("POST", "/api/user", json={"user": user_id, "roles": list(roles or [])})
+    data: NewUserAnswer = Client().json(
+        "POST", "/api/user", json={"user": user_id, "roles": list(roles or [])}
+    )
     emit(
         data,
         fmt,
@@ -65,7 +75,7 @@ def create_user(
 UserArg = typer.Argument(..., metavar="USER_ID")
 
 
-def _show(data: dict[str, Any]) -> None:
+def _show(data: UserInfoAnswer) -> None:
     typer.echo(f"{data['id']}: {', '.join(data['roles'])} ({data['tokens']} token(s))")
 
 
@@ -73,7 +83,8 @@ def _show(data: dict[str, Any]) -> None:
 def get_user(user_id: str = UserArg, fmt: Format = FormatOption) -> None:
     """Show a user's roles (yours, or anyone's for an admin). JSON: {"id", "roles",
     "tokens"}."""
-    emit(Client().json("GET", f"/api/user/{user_id}"), fmt, _show)
+    data: UserInfoAnswer = Client().json("GET", f"/api/user/{user_id}")
+    emit(data, fmt, _show)
 
 
 @app.command("update")
@@ -85,7 +96,7 @@ def update_user(
 ) -> None:
     """Change a user's roles (admins only): osmo-admin makes an admin, removing it an
     ordinary user. JSON as `user get`."""
-    data = Client().json(
+    data: UserInfoAnswer = Client().json(
         "PATCH",
         f"/api/user/{user_id}",
         json={"add": list(add_roles or []), "remove": list(remove_roles or [])},
@@ -102,5 +113,5 @@ def delete_user(
 
     if not force and sys.stdin.isatty() and not typer.confirm(f"Delete user {user_id}?"):
         raise typer.Exit(1)
-    data = Client().json("DELETE", f"/api/user/{user_id}")
+    data: UserDeletedAnswer = Client().json("DELETE", f"/api/user/{user_id}")
     typer.echo(f"User {data['id']} deleted ({data['deleted_tokens']} token(s))")

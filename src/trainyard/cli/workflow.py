@@ -25,6 +25,7 @@ from trainyard.errors import SpecError, SpecProblem
 
 if TYPE_CHECKING:  # pools (its models, psutil: ~30 ms) only for a check here
     from trainyard.pools import Pool
+    from trainyard.server.answers import ValidateAnswer
 
 __all__ = ["app", "SpecOptions"]
 
@@ -255,7 +256,7 @@ def _validate(
         options = SpecOptions.parse(set_, set_string, set_env, label, pool)
         return _validate_locally(path, options)
     req = _server_request(path, set_, set_string, set_env, label, pool)
-    answer = client.json("POST", "/api/workflow/validate", json=req.to_json())
+    answer: ValidateAnswer = client.json("POST", "/api/workflow/validate", json=req.to_json())
     return {**answer, "server": client.url, "warnings": answer.get("warnings", [])}
 
 

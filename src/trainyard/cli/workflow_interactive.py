@@ -31,7 +31,7 @@ from trainyard.cli.task_entry import command_argv, command_env, task_entry
 from trainyard.errors import NotFoundError, RefusedError, TrainyardError
 
 if TYPE_CHECKING:
-    from trainyard.server.answers import WorkflowAnswer
+    from trainyard.server.answers import TaskEntryAnswer, WorkflowAnswer
 
 __all__ = ["register", "exec_command", "port_forward", "rsync", "parse_port", "start_upload_daemon"]
 
@@ -378,7 +378,7 @@ ACCEPT_WAKE_S = 0.5
 Python runs the handler (KeyboardInterrupt) only when the main thread comes back."""
 
 
-def _serve_forward(listener: socket.socket, entry: dict[str, Any], remote: int) -> None:
+def _serve_forward(listener: socket.socket, entry: TaskEntryAnswer, remote: int) -> None:
     listener.settimeout(ACCEPT_WAKE_S)
     while True:
         try:
@@ -391,7 +391,7 @@ def _serve_forward(listener: socket.socket, entry: dict[str, Any], remote: int) 
         threading.Thread(target=_forward_one, args=(conn, entry, remote), daemon=True).start()
 
 
-def _forward_one(conn: socket.socket, entry: dict[str, Any], remote: int) -> None:
+def _forward_one(conn: socket.socket, entry: TaskEntryAnswer, remote: int) -> None:
     if entry["backend"] in ("slurm", "kubernetes"):  # a relay beside the task, over exec
         _forward_through_srun(conn, entry, remote)
         return
@@ -423,7 +423,7 @@ while data := s.recv(65536):
 connection to the node's 127.0.0.1:PORT, relayed to srun's stdin and stdout."""
 
 
-def _forward_through_srun(conn: socket.socket, entry: dict[str, Any], remote: int) -> None:
+def _forward_through_srun(conn: socket.socket, entry: TaskEntryAnswer, remote: int) -> None:
     """One forwarded connection to a Slurm task: a relay beside the task on its node, its
     stdin and stdout carried by ``srun --overlap``."""
     python = str(entry.get("python") or "python3")  # the runner's interpreter on the nodes
@@ -457,7 +457,7 @@ def _forward_through_srun(conn: socket.socket, entry: dict[str, Any], remote: in
         proc.wait()
 
 
-def _local_alive(entry: dict[str, Any]) -> Callable[[], bool]:
+def _local_alive(entry: TaskEntryAnswer) -> Callable[[], bool]:
     """Whether the local task's sandbox still lives (its init process, by create time)."""
     from trainyard.linux.proctree import same_process
 

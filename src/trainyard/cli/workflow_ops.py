@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import UTC
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, NotRequired, TypedDict, cast
 
 import typer
 
@@ -44,7 +44,13 @@ if TYPE_CHECKING:  # rich is imported when the first progress line is printed (c
 
     from trainyard.server.answers import (
         AttemptAnswer,
+        CancelAnswer,
+        DeleteAnswer,
+        EventAnswer,
         GroupAnswer,
+        KeptAnswer,
+        PruneAnswer,
+        TagAnswer,
         TaskAnswer,
         WorkflowAnswer,
         WorkflowSummary,
@@ -636,8 +642,8 @@ def query(
 
 
 def _events_of(
-    rows: list[dict[str, Any]], task: str | None, retry_id: int | None
-) -> list[dict[str, Any]]:
+    rows: list[EventAnswer], task: str | None, retry_id: int | None
+) -> list[EventAnswer]:
     """OSMO's ``events --task --retry-id``: the events of one task, of ``retry_id`` or
     else of its latest attempt; every event without ``task``."""
     if task is None:
@@ -663,7 +669,7 @@ def events(
     As in OSMO, -t is --task here: the format is --format-type."""
     if retry_id is not None and task is None:
         raise typer.BadParameter("--retry-id goes with --task", param_hint="'--retry-id'")
-    rows = Client().json("GET", f"/api/workflow/{workflow_id}/events")
+    rows: list[EventAnswer] = Client().json("GET", f"/api/workflow/{workflow_id}/events")
     data = _events_of(rows, task, retry_id)
     if task is not None and not data and not any(e["task"] == task for e in rows):
         raise NotFoundError(f"workflow {workflow_id} has no task {task!r} with events")
@@ -959,29 +965,41 @@ def _inside(workflow_id: str, token: str | None) -> bool:
 
 def _cancel_one(
     client: Client, workflow_id: str, message: str | None, force: bool
-) -> tuple[dict[str, Any], int]:
+) -> tuple[CancelAnswer | CancelFailed, int]:
     """Cancel one workflow: (its row, its exit status: 0 cancelled, 4 it had ended, an
     error's code)."""
     params: dict[str, Any] = {"force": force} if force else {}
     if message:
         params["message"] = message
     try:
-        data = client.json("POST", f"/api/workflow/{workflow_id}/cancel", params=params)
+        data: CancelAnswer = client.json(
+            "POST", f"/api/workflow/{workflow_id}/cancel", params=params
+        )
     except TrainyardError as exc:
         return {"id": workflow_id, "error": str(exc)}, exc.exit_code
-    return data, RefusedError.exit_code if data.get("had_ended") else 0
+    return data, RefusedError.exit_code if data["had_ended"] else 0
 
 
-def _print_cancel(data: dict[str, Any]) -> None:
+class CancelFailed(TypedDict):
+    """A workflow the CLI could not cancel, and why (beside the server's ``CancelAnswer``)."""
+
+    id: str
+    error: str
+
+
+def _print_cancel(data: CancelAnswer | CancelFailed) -> None:
     if "error" in data:
-        err_console.print(f"error: workflow {data['id']}: {data['error']}", markup=False)
-    elif data.get("had_ended"):
+        failed = cast("CancelFailed", data)
+        err_console.print(f"error: workflow {failed['id']}: {failed['error']}", markup=False)
+        return
+    done = cast("CancelAnswer", data)
+    if done["had_ended"]:
         err_console.print(
-            f"Workflow {data['id']} had already ended: {data['status']}; nothing to cancel",
+            f"Workflow {done['id']} had already ended: {done['status']}; nothing to cancel",
             markup=False,
         )
     else:
-        console.print(f"Workflow {data['id']} cancel requested: {data['status']}", markup=False)
+        console.print(f"Workflow {done['id']} cancel requested: {done['status']}", markup=False)
 
 
 def cancel(
@@ -1038,7 +1056,7 @@ def restart(
     """Run a failed workflow's failed groups again, keeping its completed ones. A running
     or COMPLETED workflow is refused (exit 4)."""
     client = Client()
-    data = client.json(
+    data: WorkflowSummary = client.json(
         "POST", f"/api/workflow/{workflow_id}/restart", params={"pool": pool} if pool else {}
     )
     if not wait:
@@ -1075,13 +1093,14 @@ def tag(
             raise typer.BadParameter(
                 "--add and --remove need --workflow", param_hint="'--workflow'"
             )
+        in_use: list[str] = client.json("GET", "/api/tag")
         emit(
-            client.json("GET", "/api/tag"),
+            in_use,
             fmt,
             lambda tags: typer.echo("\n".join(tags) if tags else "No tags"),
         )
         return
-    data = client.json(
+    data: list[TagAnswer] = client.json(
         "POST",
         "/api/tag",
         json={"workflows": _flat(workflows), "add": _flat(add), "remove": _flat(remove)},
@@ -1105,7 +1124,7 @@ def delete(
     {{output}} folders); never what they uploaded (datasets, output URLs). All or none: a
     running workflow is refused (exit 4: cancel it first), another user's too (exit 8)
     unless you are an admin. JSON: {"deleted": [ids]}."""
-    data = Client().json("POST", "/api/workflow/delete", json={"ids": workflow_ids})
+    data: DeleteAnswer = Client().json("POST", "/api/workflow/delete", json={"ids": workflow_ids})
     emit(data, fmt, lambda d: _print_lines(f"Workflow {w} deleted" for w in d["deleted"]))
 
 
@@ -1116,6 +1135,15 @@ def _duration_s(value: str) -> float:
         return parse_duration_s(value)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+
+
+class PruneTotal(TypedDict):
+    """What ``workflow prune`` did over its requests (``PruneAnswer``s): ids deleted (with
+    ``dry_run``: that would be) and those left, each once."""
+
+    deleted: list[str]
+    kept: list[KeptAnswer]
+    dry_run: NotRequired[bool]
 
 
 def prune(
@@ -1133,9 +1161,9 @@ def prune(
     "kept": [{"id", "reason"}]} ("dry_run": true with --dry-run)."""
     body = {"older_than_s": _duration_s(older_than), "dry_run": dry_run}
     client = Client()
-    data: dict[str, Any] = {"deleted": [], "kept": []}
+    data: PruneTotal = {"deleted": [], "kept": []}
     while True:  # the server deletes a bounded batch per request
-        answer = client.json("POST", "/api/workflow/prune", json=body)
+        answer: PruneAnswer = client.json("POST", "/api/workflow/prune", json=body)
         data["deleted"] += answer["deleted"]
         data["kept"] += answer["kept"]
         if not answer.get("more") or not answer["deleted"]:
@@ -1144,7 +1172,7 @@ def prune(
     if dry_run:
         data["dry_run"] = True
 
-    def show(d: dict[str, Any]) -> None:
+    def show(d: PruneTotal) -> None:
         verb = "would be deleted" if d.get("dry_run") else "deleted"
         for workflow_id in d["deleted"]:
             console.print(f"Workflow {workflow_id} {verb}")

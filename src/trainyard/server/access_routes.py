@@ -10,12 +10,22 @@ user: ``osmo-admin`` (or ``admin``) makes an admin, any other role an ordinary u
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, cast
 
 from fastapi import Depends, FastAPI, Query, Request
 from pydantic import BaseModel, Field
 
 from trainyard.errors import BadArgumentError, ForbiddenError, NotFoundError, RefusedError
+from trainyard.server.answers import (
+    NewTokenAnswer,
+    NewUserAnswer,
+    TokenAnswer,
+    TokenDeletedAnswer,
+    TokenRolesAnswer,
+    UserAnswer,
+    UserDeletedAnswer,
+    UserInfoAnswer,
+)
 from trainyard.server.auth import TokenInfo, TokenRegistry, User, refuse_task_token
 from trainyard.server.scopes import check_task_scope
 
@@ -84,12 +94,12 @@ def _check_date(value: str | None) -> str | None:
 def add_access_routes(app: FastAPI, tokens: TokenRegistry) -> None:
     """``/api/token`` (GET list, POST set, DELETE /{name}) and ``/api/user`` (GET, POST)."""
 
-    @app.get("/api/token")
-    def list_tokens(u: Caller, user: str | None = None) -> list[dict[str, Any]]:
-        return tokens.tokens(_for_user(u, user, "list the tokens"))
+    @app.get("/api/token", response_model=None)
+    def list_tokens(u: Caller, user: str | None = None) -> list[TokenAnswer]:
+        return cast(list[TokenAnswer], tokens.tokens(_for_user(u, user, "list the tokens")))
 
-    @app.post("/api/token")
-    def set_token(req: TokenRequest, u: Caller) -> dict[str, Any]:
+    @app.post("/api/token", response_model=None)
+    def set_token(req: TokenRequest, u: Caller) -> NewTokenAnswer:
         owner = _for_user(u, req.user, "make the tokens")
         info = TokenInfo(req.name, req.description, _check_date(req.expires_at))
         token = tokens.add(
@@ -103,28 +113,28 @@ def add_access_routes(app: FastAPI, tokens: TokenRegistry) -> None:
             "description": info.description,
         }
 
-    @app.delete("/api/token/{name}")
-    def delete_token(name: str, u: Caller, user: str | None = None) -> dict[str, Any]:
+    @app.delete("/api/token/{name}", response_model=None)
+    def delete_token(name: str, u: Caller, user: str | None = None) -> TokenDeletedAnswer:
         owner = _for_user(u, user, "delete the tokens")
         tokens.delete(owner, name)
         return {"user": owner, "name": name, "deleted": True}
 
     add_user_admin_routes(app, tokens)
 
-    @app.get("/api/user")
+    @app.get("/api/user", response_model=None)
     def list_users(
         u: Caller,
         id_prefix: str | None = None,
         role: Annotated[list[str] | None, Query()] = None,
         count: int = 100,
-    ) -> list[dict[str, Any]]:
+    ) -> list[UserAnswer]:
         refuse_task_token(u, "list users")
         rows = [r for r in tokens.users() if not id_prefix or str(r["id"]).startswith(id_prefix)]
         rows = [r for r in rows if not role or _has_role(r["roles"], role)]
-        return rows[: max(count, 1)]
+        return cast(list[UserAnswer], rows[: max(count, 1)])
 
-    @app.post("/api/user")
-    def create_user(req: UserRequest, u: Caller) -> dict[str, Any]:
+    @app.post("/api/user", response_model=None)
+    def create_user(req: UserRequest, u: Caller) -> NewUserAnswer:
         refuse_task_token(u, "create users")
         if not u.admin:
             raise ForbiddenError(f"only an admin may create users; you are {u.name}")
@@ -146,23 +156,24 @@ class RolesRequest(BaseModel):
     remove: list[str] = []
 
 
-def _user_row(tokens: TokenRegistry, user: str) -> dict[str, Any]:
+def _user_row(tokens: TokenRegistry, user: str) -> UserInfoAnswer:
     row = next((r for r in tokens.users() if r["id"] == user), None)
     if row is None:
         raise NotFoundError(f"no user {user}; `user list` shows them")
-    return {**row, "tokens": len(tokens.tokens(user))}
+    found = cast(UserAnswer, row)
+    return {"id": found["id"], "roles": found["roles"], "tokens": len(tokens.tokens(user))}
 
 
 def add_user_admin_routes(app: FastAPI, tokens: TokenRegistry) -> None:
     """``/api/user/{id}`` (GET, PATCH roles, DELETE) and ``/api/token/{name}/roles``."""
 
-    @app.get("/api/user/{user}")
-    def get_user(user: str, u: Caller) -> dict[str, Any]:
+    @app.get("/api/user/{user}", response_model=None)
+    def get_user(user: str, u: Caller) -> UserInfoAnswer:
         _for_user(u, user, "read the roles")
         return _user_row(tokens, user)
 
-    @app.patch("/api/user/{user}")
-    def update_user(user: str, req: RolesRequest, u: Caller) -> dict[str, Any]:
+    @app.patch("/api/user/{user}", response_model=None)
+    def update_user(user: str, req: RolesRequest, u: Caller) -> UserInfoAnswer:
         if not u.admin:
             raise ForbiddenError(f"only an admin may change roles; you are {u.name}")
         admin = "osmo-admin" in _user_row(tokens, user)["roles"]
@@ -173,16 +184,16 @@ def add_user_admin_routes(app: FastAPI, tokens: TokenRegistry) -> None:
         tokens.set_admin(user, admin)
         return _user_row(tokens, user)
 
-    @app.delete("/api/user/{user}")
-    def delete_user(user: str, u: Caller) -> dict[str, Any]:
+    @app.delete("/api/user/{user}", response_model=None)
+    def delete_user(user: str, u: Caller) -> UserDeletedAnswer:
         if not u.admin:
             raise ForbiddenError(f"only an admin may delete users; you are {u.name}")
         if user == u.name:
             raise RefusedError("you may not delete yourself")
         return {"id": user, "deleted_tokens": tokens.remove_user(user)}
 
-    @app.get("/api/token/{name}/roles")
-    def token_roles(name: str, u: Caller) -> dict[str, Any]:
+    @app.get("/api/token/{name}/roles", response_model=None)
+    def token_roles(name: str, u: Caller) -> TokenRolesAnswer:
         row = next((r for r in tokens.tokens(u.name) if r["name"] == name), None)
         if row is None:
             raise NotFoundError(f"you have no token named {name!r}")

@@ -28,6 +28,28 @@ import trainyard
 from trainyard.engine import retention
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
 from trainyard.server.access_routes import add_access_routes
+from trainyard.server.answers import (
+    AppAnswer,
+    AppDeletedAnswer,
+    AppRenamedAnswer,
+    CancelAnswer,
+    CredentialAnswer,
+    DeleteAnswer,
+    DeletedAnswer,
+    EventAnswer,
+    HealthAnswer,
+    PoolAnswer,
+    PoolReloadAnswer,
+    PruneAnswer,
+    ResourceAnswer,
+    TagAnswer,
+    TaskEntryAnswer,
+    TaskRowAnswer,
+    ValidateAnswer,
+    VersionAnswer,
+    WhoamiAnswer,
+    WorkflowSummary,
+)
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
 from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
 from trainyard.server.osmo_filters import ListFilters, TaskFilters
@@ -186,8 +208,8 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
 
 
 def _routes(app: FastAPI, service: Service) -> None:
-    @app.get("/api/health")
-    async def health() -> dict[str, str]:
+    @app.get("/api/health", response_model=None)
+    async def health() -> HealthAnswer:
         """Answered on the event loop itself: no worker thread, no lock, no store."""
         return {"status": "ok", "version": trainyard.__version__}
 
@@ -196,17 +218,17 @@ def _routes(app: FastAPI, service: Service) -> None:
         """The API's OpenAPI schema, for a user's token (no unauthenticated /docs)."""
         return app.openapi()
 
-    @app.get("/api/version")
-    def version(_u: Caller) -> dict[str, str]:
+    @app.get("/api/version", response_model=None)
+    def version(_u: Caller) -> VersionAnswer:
         return {"version": trainyard.__version__}
 
-    @app.get("/api/whoami")
-    def whoami(u: Caller) -> dict[str, Any]:
+    @app.get("/api/whoami", response_model=None)
+    def whoami(u: Caller) -> WhoamiAnswer:
         """Who the token is: ``{"user", "admin", "workflow"}`` (``workflow``: a task token's)."""
         return {"user": u.name, "admin": u.admin, "workflow": u.workflow}
 
-    @app.post("/api/workflow/validate")
-    def validate(req: SpecRequest, u: Caller) -> dict[str, Any]:
+    @app.post("/api/workflow/validate", response_model=None)
+    def validate(req: SpecRequest, u: Caller) -> ValidateAnswer:
         loaded = service.validate(req, u)
         return {
             "valid": True,
@@ -283,8 +305,8 @@ def _routes(app: FastAPI, service: Service) -> None:
         """OSMO's ``workflow tag`` without ``-w``: the tags in use."""
         return service.tags(u)
 
-    @app.post("/api/tag")
-    def tag(req: TagRequest, u: Caller) -> list[dict[str, Any]]:
+    @app.post("/api/tag", response_model=None)
+    def tag(req: TagRequest, u: Caller) -> list[TagAnswer]:
         """OSMO's ``workflow tag -w ID... --add T... --remove T...``."""
         return service.tag(req.workflows, u, add=req.add, remove=req.remove)
 
@@ -354,11 +376,11 @@ def _routes(app: FastAPI, service: Service) -> None:
             media_type=media,
         )
 
-    @app.get("/api/workflow/{workflow_id}/events")
-    def events(workflow_id: str, u: Caller) -> list[dict[str, Any]]:
+    @app.get("/api/workflow/{workflow_id}/events", response_model=None)
+    def events(workflow_id: str, u: Caller) -> list[EventAnswer]:
         return service.events(workflow_id, u)
 
-    @app.get("/api/task")
+    @app.get("/api/task", response_model=None)
     def tasks(
         u: Caller,
         workflow: str | None = None,
@@ -373,7 +395,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         started_before_s: float | None = None,
         priority: Annotated[list[str] | None, Query()] = None,
         offset: Annotated[int, Query(ge=0)] = 0,
-    ) -> list[dict[str, Any]]:
+    ) -> list[TaskRowAnswer]:
         """Tasks; with ``osmo``, OSMO's ``task list`` filters and ``count`` tasks."""
         filters = (
             TaskFilters(
@@ -392,53 +414,53 @@ def _routes(app: FastAPI, service: Service) -> None:
         )
         return service.tasks(u, workflow_id=workflow, count=count, filters=filters)
 
-    @app.post("/api/workflow/{workflow_id}/cancel")
+    @app.post("/api/workflow/{workflow_id}/cancel", response_model=None)
     def cancel(
         workflow_id: str, u: Caller, message: str | None = None, force: bool = False
-    ) -> dict[str, Any]:
+    ) -> CancelAnswer:
         return service.cancel(workflow_id, u, message=message, force=force)
 
-    @app.post("/api/workflow/{workflow_id}/task/{task}/entry")
+    @app.post("/api/workflow/{workflow_id}/task/{task}/entry", response_model=None)
     def task_entry(
         workflow_id: str, task: str, u: Caller, retry_id: int | None = None
-    ) -> dict[str, Any]:
+    ) -> TaskEntryAnswer:
         """How the CLI enters a running task (``workflow exec|port-forward|rsync``)."""
         return service.task_entry(workflow_id, task, u, retry_id=retry_id)
 
-    @app.post("/api/workflow/delete")
-    def delete(req: DeleteRequest, u: Caller) -> dict[str, Any]:
+    @app.post("/api/workflow/delete", response_model=None)
+    def delete(req: DeleteRequest, u: Caller) -> DeleteAnswer:
         return service.delete(req.ids, u)
 
-    @app.post("/api/workflow/prune")
-    def prune(req: PruneRequest, u: Caller) -> dict[str, Any]:
+    @app.post("/api/workflow/prune", response_model=None)
+    def prune(req: PruneRequest, u: Caller) -> PruneAnswer:
         return service.prune(req.older_than_s, u, dry_run=req.dry_run, limit=req.limit)
 
-    @app.post("/api/workflow/{workflow_id}/restart")
-    def restart(workflow_id: str, u: Caller, pool: str | None = None) -> Mapping[str, Any]:
+    @app.post("/api/workflow/{workflow_id}/restart", response_model=None)
+    def restart(workflow_id: str, u: Caller, pool: str | None = None) -> WorkflowSummary:
         return service.restart(workflow_id, u, pool=pool)
 
-    @app.post("/api/credentials/{name}")
-    def set_credential(name: str, req: CredentialRequest, u: Caller) -> dict[str, Any]:
+    @app.post("/api/credentials/{name}", response_model=None)
+    def set_credential(name: str, req: CredentialRequest, u: Caller) -> CredentialAnswer:
         return service.set_credential(u, name, req.type, req.payload)
 
-    @app.get("/api/credentials")
-    def list_credentials(u: Caller) -> list[dict[str, Any]]:
+    @app.get("/api/credentials", response_model=None)
+    def list_credentials(u: Caller) -> list[CredentialAnswer]:
         return service.list_credentials(u)
 
-    @app.delete("/api/credentials/{name}")
-    def delete_credential(name: str, u: Caller) -> dict[str, Any]:
+    @app.delete("/api/credentials/{name}", response_model=None)
+    def delete_credential(name: str, u: Caller) -> DeletedAnswer:
         return service.delete_credential(u, name)
 
-    @app.get("/api/pool")
-    def pools(_u: Caller) -> list[dict[str, Any]]:
+    @app.get("/api/pool", response_model=None)
+    def pools(_u: Caller) -> list[PoolAnswer]:
         return service.pools()
 
-    @app.post("/api/pool/reload")
-    def reload_pools(_u: Caller) -> dict[str, Any]:
+    @app.post("/api/pool/reload", response_model=None)
+    def reload_pools(_u: Caller) -> PoolReloadAnswer:
         return service.refresh_pools(force=True)
 
-    @app.get("/api/resource")
-    def resources(_u: Caller, pool: str | None = None) -> list[dict[str, Any]]:
+    @app.get("/api/resource", response_model=None)
+    def resources(_u: Caller, pool: str | None = None) -> list[ResourceAnswer]:
         return service.resources(pool)
 
 
@@ -448,8 +470,8 @@ DESCRIPTION_KEY = "../trainyard:description"
 ``..``), so the store keeps its shape. (Not a NUL: PostgreSQL's JSON stores none.)"""
 
 
-def _app_json(a: AppRecord, *, spec: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _app_json(a: AppRecord, *, spec: bool = False) -> AppAnswer:
+    out: AppAnswer = {
         "name": a.name,
         "version": a.version,
         "owner": a.owner,
@@ -469,8 +491,8 @@ def _spec_files(a: AppRecord) -> dict[str, str]:
 def _app_routes(app: FastAPI, service: Service) -> None:
     store = service.engine.store
 
-    @app.post("/api/app/{name}")
-    def create(name: str, req: AppRequest, u: Caller, update: bool = False) -> dict[str, Any]:
+    @app.post("/api/app/{name}", response_model=None)
+    def create(name: str, req: AppRequest, u: Caller, update: bool = False) -> AppAnswer:
         """A new version of app ``name`` (``update``: the app must exist, OSMO's ``app
         update``); the description is the given one, else the latest version's."""
         refuse_task_token(u, "create an app")
@@ -498,13 +520,13 @@ def _app_routes(app: FastAPI, service: Service) -> None:
         )
         return {**_app_json(rec), "warnings": loaded.warnings_json()}
 
-    @app.get("/api/app")
+    @app.get("/api/app", response_model=None)
     def list_apps(
         u: Caller,
         name: str | None = None,
         user: Annotated[list[str] | None, Query()] = None,
         all_users: bool = True,
-    ) -> list[dict[str, Any]]:
+    ) -> list[AppAnswer]:
         """The latest version of every app, by name; ``name``: names containing it;
         ``user``: apps of these owners; without ``all_users``, the caller's own."""
         owners = set(user or ([] if all_users else [u.name]))
@@ -514,17 +536,17 @@ def _app_routes(app: FastAPI, service: Service) -> None:
             if (not name or name in a.name) and (not owners or a.owner in owners)
         ]
 
-    @app.get("/api/app/{name}")
-    def show(name: str, _u: Caller, version: int | None = None) -> dict[str, Any]:
+    @app.get("/api/app/{name}", response_model=None)
+    def show(name: str, _u: Caller, version: int | None = None) -> AppAnswer:
         return _app_json(store.get_app(name, version), spec=True)
 
-    @app.get("/api/app/{name}/versions")
-    def versions(name: str, _u: Caller) -> list[dict[str, Any]]:
+    @app.get("/api/app/{name}/versions", response_model=None)
+    def versions(name: str, _u: Caller) -> list[AppAnswer]:
         """Every version of the app, oldest first (OSMO's ``app info``)."""
         return [_app_json(a) for a in store.app_versions(name)]
 
-    @app.post("/api/app/{name}/rename")
-    def rename(name: str, req: RenameRequest, u: Caller) -> dict[str, Any]:
+    @app.post("/api/app/{name}/rename", response_model=None)
+    def rename(name: str, req: RenameRequest, u: Caller) -> AppRenamedAnswer:
         refuse_task_token(u, "rename an app")
         check_app_name(req.new_name)
         _app_owner(store, name, u, "rename")
@@ -549,8 +571,8 @@ def _app_routes(app: FastAPI, service: Service) -> None:
         )
         return service.dry_run(full, u) if dry_run else service.submit(full, u)
 
-    @app.delete("/api/app/{name}")
-    def delete(name: str, u: Caller, version: int | None = None) -> dict[str, Any]:
+    @app.delete("/api/app/{name}", response_model=None)
+    def delete(name: str, u: Caller, version: int | None = None) -> AppDeletedAnswer:
         """Delete every version of the app, or with ``version`` that one only."""
         refuse_task_token(u, "delete an app")
         _app_owner(store, name, u, "delete")

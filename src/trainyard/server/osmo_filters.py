@@ -10,7 +10,7 @@ workflows holding any of the tags, ``--priority`` any of the priorities, ``--app
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,7 +121,7 @@ class TaskFilters:
     priorities: list[str] = field(default_factory=list)
     offset: int = 0
 
-    def keep(self, row: dict[str, Any]) -> bool:
+    def keep(self, row: Mapping[str, Any]) -> bool:
         """Whether a task row (``Service.tasks``' shape) passes every filter."""
         from datetime import datetime
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from trainyard import spec as specapi
 from trainyard.backends.served import load_pool_file
@@ -35,9 +35,23 @@ from trainyard.errors import (
 from trainyard.pools import DEFAULT_POOL, Pool
 from trainyard.server import compare
 from trainyard.server.answers import (
+    AmountsAnswer,
     AttemptAnswer,
+    CancelAnswer,
+    CredentialAnswer,
+    DeleteAnswer,
+    DeletedAnswer,
+    EventAnswer,
     GroupAnswer,
+    KeptAnswer,
+    PoolAnswer,
+    PoolReloadAnswer,
+    PruneAnswer,
+    ResourceAnswer,
+    TagAnswer,
     TaskAnswer,
+    TaskEntryAnswer,
+    TaskRowAnswer,
     WorkflowAnswer,
     WorkflowSummary,
 )
@@ -145,7 +159,7 @@ class Service:
         self.pools_error: str | None = None
         """Why the last read of ``pools_file`` was refused (the pools in use were kept)."""
 
-    def refresh_pools(self, *, force: bool = False) -> dict[str, Any]:
+    def refresh_pools(self, *, force: bool = False) -> PoolReloadAnswer:
         """Read ``pools_file`` again when its modification time changed (or ``force``), or
         when an earlier edit waits for a busy pool; serve what it defines
         (``Engine.replace_pools``). A file that does not load is refused whole: the pools
@@ -180,7 +194,7 @@ class Service:
             self.refused_pools, self.pools_error = refused, None
             return self._pools_status()
 
-    def _pools_status(self) -> dict[str, Any]:
+    def _pools_status(self) -> PoolReloadAnswer:
         return {
             "pools": sorted(self.engine.pools),
             "refused": dict(self.refused_pools),
@@ -361,13 +375,13 @@ class Service:
 
     def set_credential(
         self, user: User, name: str, kind: str, payload: dict[str, str]
-    ) -> dict[str, Any]:
+    ) -> CredentialAnswer:
         """Create or replace the caller's credential (``CredentialVault.set``); a task token
         may not. Returns ``{"name", "type", "keys"}``, never a value."""
         refuse_task_token(user, "set a credential")
-        return self.engine.credentials.set(user.name, name, kind, payload)
+        return cast(CredentialAnswer, self.engine.credentials.set(user.name, name, kind, payload))
 
-    def list_credentials(self, user: User) -> list[dict[str, Any]]:
+    def list_credentials(self, user: User) -> list[CredentialAnswer]:
         """The caller's credentials: ``[{"name", "type", "keys", "create_time"}]``."""
         rows = self.engine.credentials.list_for_user(user.name)
         return [
@@ -380,7 +394,7 @@ class Service:
             for r in rows
         ]
 
-    def delete_credential(self, user: User, name: str) -> dict[str, Any]:
+    def delete_credential(self, user: User, name: str) -> DeletedAnswer:
         """Delete the caller's credential; a task token may not. Raises NotFoundError."""
         refuse_task_token(user, "delete a credential")
         self.engine.credentials.delete(user.name, name)
@@ -657,7 +671,7 @@ class Service:
 
     def tag(
         self, workflow_ids: list[str], user: User, *, add: list[str], remove: list[str]
-    ) -> list[dict[str, Any]]:
+    ) -> list[TagAnswer]:
         """OSMO's ``workflow tag``: remove ``remove`` from, then add ``add`` to, each
         workflow's tags (the caller's own workflows; an admin's any). All are checked
         before any changes. Returns ``[{"id", "tags"}]``.
@@ -694,7 +708,7 @@ class Service:
         )
         return sorted(found)
 
-    def events(self, workflow_id: str, user: User) -> list[dict[str, Any]]:
+    def events(self, workflow_id: str, user: User) -> list[EventAnswer]:
         """The transitions of every task attempt, oldest first: the runner's events from
         each attempt's ``events.jsonl`` (INITIALIZING, RUNNING, EXITED with its exit code
         and message) and the attempt's end status as the engine recorded it (COMPLETED,
@@ -711,7 +725,7 @@ class Service:
 
         self._readable(workflow_id, user)
         state = self.engine.state(workflow_id)
-        rows: list[tuple[float, dict[str, Any]]] = []
+        rows: list[tuple[float, EventAnswer]] = []
         for name, ts in state.tasks.items():
             attempts: list[m.TaskState | m.TaskAttempt] = [*ts.history, ts]
             for a in attempts:
@@ -753,7 +767,7 @@ class Service:
         workflow_id: str | None = None,
         count: int = 20,
         filters: TaskFilters | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[TaskRowAnswer]:
         """The tasks of one workflow, or of ``user``'s latest ``count`` workflows (an
         admin's: everyone's), each ``{"workflow", "group", "name", "status", "retry_id",
         "node", "exit_code", "start_time", "end_time", "failure_reason", "pool", "user",
@@ -787,19 +801,17 @@ class Service:
         kept = [row for row in rows if filters.keep(row)]
         return kept[filters.offset : filters.offset + count]
 
-    def _task_rows(self, record: WorkflowRecord) -> list[dict[str, Any]]:
+    def _task_rows(self, record: WorkflowRecord) -> list[TaskRowAnswer]:
         state = self.engine.state(record.id)
-        extra = {
-            "pool": record.pool,
-            "user": record.submitted_by,
-            "priority": priority_of(record.source),
-        }
+        priority = priority_of(record.source)
         return [
             {
                 "workflow": record.id,
                 "group": group.name,
                 **_task_json(state.tasks[t], False),
-                **extra,
+                "pool": record.pool,
+                "user": record.submitted_by,
+                "priority": priority,
             }
             for group in state.groups.values()
             for t in group.tasks
@@ -809,7 +821,7 @@ class Service:
 
     def cancel(
         self, workflow_id: str, user: User, *, message: str | None = None, force: bool = False
-    ) -> dict[str, Any]:
+    ) -> CancelAnswer:
         """Cancel (idempotent); returns the workflow summary with ``had_ended``: true when
         the workflow had already ended before this call (nothing was cancelled), and
         ``cancel_message``: OSMO's ``--message``, kept with the workflow (the first one
@@ -837,7 +849,7 @@ class Service:
 
     def task_entry(
         self, workflow_id: str, task: str, user: User, *, retry_id: int | None = None
-    ) -> dict[str, Any]:
+    ) -> TaskEntryAnswer:
         """How to enter a running task (``workflow exec``, ``port-forward``, ``rsync``): the
         same rule as ``cancel`` (the workflow's submitter or an admin; never a task token).
 
@@ -875,13 +887,11 @@ class Service:
         from trainyard.backends.base import TaskKey
 
         entry = self.engine.task_entry(record.pool, TaskKey(workflow_id, task, retry))
-        return {
-            "workflow_id": workflow_id,
-            "task": task,
-            "retry_id": retry,
-            "status": status.value,
-            **entry,
-        }
+        return cast(
+            TaskEntryAnswer,
+            {"workflow_id": workflow_id, "task": task, "retry_id": retry, "status": status.value}
+            | entry,
+        )
 
     def restart(self, workflow_id: str, user: User, *, pool: str | None = None) -> WorkflowSummary:
         """Run the failed groups of a failed workflow again, keeping completed ones.
@@ -905,7 +915,7 @@ class Service:
         self.engine.restart(workflow_id)
         return _summary_json(self.engine.store.get_workflow(workflow_id))
 
-    def delete(self, workflow_ids: list[str], user: User) -> dict[str, Any]:
+    def delete(self, workflow_ids: list[str], user: User) -> DeleteAnswer:
         """Delete ended workflows (rows and run folders; never their uploads), all or none.
         The same rule as ``cancel``: each must be ``user``'s, unless an admin.
 
@@ -923,7 +933,7 @@ class Service:
 
     def prune(
         self, older_than_s: float, user: User, *, dry_run: bool = False, limit: int | None = None
-    ) -> dict[str, Any]:
+    ) -> PruneAnswer:
         """Delete the ended workflows of ``user`` (every user's, for an admin) that ended
         more than ``older_than_s`` seconds ago, oldest first, at most ``limit`` of them per
         call (each takes tens of ms: a caller asks again while ``more``); one that cannot be
@@ -942,7 +952,8 @@ class Service:
             return {"deleted": ids, "kept": [], "more": False, "dry_run": True}
         more = limit is not None and len(ids) > limit
         ids = ids[:limit] if limit is not None else ids
-        deleted, kept = [], []
+        deleted: list[str] = []
+        kept: list[KeptAnswer] = []
         for workflow_id in ids:
             try:
                 self.engine.delete([workflow_id])
@@ -1082,7 +1093,7 @@ class Service:
 
     # ------------------------------------------------------------------ pools
 
-    def pools(self) -> list[dict[str, Any]]:
+    def pools(self) -> list[PoolAnswer]:
         """Every pool with its backend and node count."""
         self.refresh_pools()
         return [
@@ -1096,7 +1107,7 @@ class Service:
             for p in self.engine.pools.values()
         ]
 
-    def resources(self, pool: str | None = None) -> list[dict[str, Any]]:
+    def resources(self, pool: str | None = None) -> list[ResourceAnswer]:
         """Every node (of ``pool`` when given) with capacity, used and free (cpu, gpu,
         memory_bytes, storage_bytes), and ``virtual``: true when the capacity is declared,
         not measured (a pool without ``strict: true``, such as the rehearsal pool ``local``,
@@ -1319,21 +1330,31 @@ def _check_list_filters(statuses: list[str] | None, count: int | None) -> None:
         raise BadArgumentError(f"count must be at least 1, not {count}")
 
 
-def _node_json(pool: Pool, node: Any, used: dict[str, Any] | None) -> dict[str, Any]:
-    used = used or {"cpu": 0.0, "gpu": 0, "memory_bytes": 0, "storage_bytes": 0}
-    capacity = {
+def _node_json(pool: Pool, node: Any, used: dict[str, Any] | None) -> ResourceAnswer:
+    held: AmountsAnswer = {
+        "cpu": (used or {}).get("cpu", 0.0),
+        "gpu": (used or {}).get("gpu", 0),
+        "memory_bytes": (used or {}).get("memory_bytes", 0),
+        "storage_bytes": (used or {}).get("storage_bytes", 0),
+    }
+    capacity: AmountsAnswer = {
         "cpu": node.cpu,
         "gpu": node.gpu,
         "memory_bytes": node.memory_bytes,
         "storage_bytes": node.storage_bytes,
     }
-    free = {k: capacity[k] - used[k] for k in capacity}
+    free: AmountsAnswer = {
+        "cpu": capacity["cpu"] - held["cpu"],
+        "gpu": capacity["gpu"] - held["gpu"],
+        "memory_bytes": capacity["memory_bytes"] - held["memory_bytes"],
+        "storage_bytes": capacity["storage_bytes"] - held["storage_bytes"],
+    }
     return {
         "pool": pool.name,
         "node": node.name,
         "platform": node.platform,
         "capacity": capacity,
-        "used": used,
+        "used": held,
         "free": free,
         "virtual": not pool.strict,
     }
@@ -1369,7 +1390,7 @@ def _event_message(event: Any, attempt: m.TaskState | m.TaskAttempt) -> str | No
 
 def _event_row(
     time_s: float, task: str, retry_id: int, event: str, exit_code: int | None, message: str | None
-) -> dict[str, Any]:
+) -> EventAnswer:
     return {
         "time": iso(time_s),
         "task": task,

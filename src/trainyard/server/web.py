@@ -33,6 +33,7 @@ from starlette.concurrency import run_in_threadpool
 from trainyard.errors import AuthError, ForbiddenError, TrainyardError
 from trainyard.pools import real_gpu_count
 from trainyard.server import dashboard
+from trainyard.server.answers import LoginLinkAnswer
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.scopes import check_task_scope
 from trainyard.server.service import LogCursor, Service
@@ -349,8 +350,8 @@ def _auth_routes(app: FastAPI, page: Any) -> None:
             )
         return _logged_in(request, token, target)
 
-    @app.post("/api/login-link")
-    def login_link(request: Request, viewer: Look, next: str = "/") -> dict[str, str]:  # noqa: A002
+    @app.post("/api/login-link", response_model=None)
+    def login_link(request: Request, viewer: Look, next: str = "/") -> LoginLinkAnswer:  # noqa: A002
         """A one-time link that logs a browser in as the caller: ``{"path", "expires_in_s"}``
         (``path`` is relative to the server's address). Asked with a bearer token."""
         header = request.headers.get("authorization", "")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ import psutil
 import pytest
 
 from trainyard.backends.local.launcher import LauncherClient, address_name
+from trainyard.backends.local.messages import Ping
 from trainyard.errors import BackendError
 from trainyard.runner.report import read_events
 
@@ -74,11 +76,11 @@ def test_runs_a_task_in_its_own_session_with_the_given_environment(
     launcher = launcher_process(client.state_dir)
     assert pid != launcher.pid and abs(created - time.time()) < 120
     again = LauncherClient(client.state_dir)  # a second client finds the same launcher
-    assert again.request({"op": "ping"})["pid"] == launcher.pid
+    assert again.request(Ping())["pid"] == launcher.pid
 
 
 def test_a_dead_spare_is_passed_over(client: LauncherClient, tmp_path: Path) -> None:
-    client.request({"op": "ping"})
+    client.request(Ping())
     launcher = launcher_process(client.state_dir)
     deadline = time.monotonic() + 10
     while len(launcher.children()) < 2 and time.monotonic() < deadline:
@@ -107,6 +109,37 @@ def test_a_group_keeps_one_namespace_and_groups_differ(client: LauncherClient) -
     assert len({inode(first.join_argv()), other, os.readlink("/proc/self/ns/net")}) == 3
 
 
+def ask(name: str, line: bytes) -> dict[str, object]:
+    """Send one raw request line to the launcher ``name``; its JSON reply."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect("\0" + name)
+        sock.sendall(line + b"\n")
+        return dict(json.loads(sock.makefile("rb").readline()))
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (b'{"op": "reboot"}', "op"),
+        (b'{"op": "stop"}', "run_dir: Field required"),
+        (b'{"op": "network", "group": "wf/a", "forward": ["http"]}', "forward.0"),
+        (b'{"op": "ping", "as_root": true}', "as_root: Extra inputs are not permitted"),
+        (b'{"op": "run_many", "runs": [{"out": "x", "cwd": "/"}]}', "run_json: Field required"),
+        (b"not json", "malformed launcher request"),
+    ],
+)
+def test_a_malformed_request_is_refused_naming_the_field(
+    client: LauncherClient, line: bytes, said: str
+) -> None:
+    launcher = client.request(Ping())["pid"]
+    reply = ask(client.name, line)
+    assert set(reply) == {"error"}, reply
+    assert "MalformedRequest: malformed launcher request" in str(reply["error"]), reply
+    assert said in str(reply["error"]), reply
+    assert client.request(Ping())["pid"] == launcher  # it goes on serving
+
+
 NOBODY_PING = """
 import socket, sys
 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -124,7 +157,7 @@ SYSTEM_PYTHON = "/usr/bin/python3"  # one that user nobody may run (the venv's m
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
 @pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason=f"no {SYSTEM_PYTHON}")
 def test_another_user_is_refused(client: LauncherClient) -> None:
-    launcher = client.request({"op": "ping"})["pid"]
+    launcher = client.request(Ping())["pid"]
     asked = subprocess.run(
         [SYSTEM_PYTHON, "-I", "-S", "-c", NOBODY_PING, client.name],
         user=65534,
@@ -135,16 +168,16 @@ def test_another_user_is_refused(client: LauncherClient) -> None:
     )
     assert "only this user's processes" in asked.stdout, (asked.stdout, asked.stderr)
     assert '"pid"' not in asked.stdout
-    assert client.request({"op": "ping"})["pid"] == launcher  # it still serves its own user
+    assert client.request(Ping())["pid"] == launcher  # it still serves its own user
 
 
 def test_an_idle_launcher_exits_and_a_new_one_starts(tmp_path: Path) -> None:
     client = LauncherClient(tmp_path / "state", idle_s=0.3)
-    first = client.request({"op": "ping"})["pid"]
+    first = client.request(Ping())["pid"]
     psutil.Process(first).wait(timeout=20)
     assert "exiting (idle)" in (tmp_path / "state" / "launcher.log").read_text()
     # the next one idles longer: it must still be there for the SIGTERM on a loaded machine
-    second = LauncherClient(tmp_path / "state", idle_s=60).request({"op": "ping"})["pid"]
+    second = LauncherClient(tmp_path / "state", idle_s=60).request(Ping())["pid"]
     assert second != first
     os.kill(second, signal.SIGTERM)
     try:
@@ -183,7 +216,7 @@ def test_a_released_launcher_exits_once_its_runners_end(
 def test_an_interpreter_that_does_not_exist_is_a_backend_error(tmp_path: Path) -> None:
     client = LauncherClient(tmp_path / "state", python=str(tmp_path / "no-python"))
     with pytest.raises(BackendError, match="could not start the launcher"):
-        client.request({"op": "ping"})
+        client.request(Ping())
 
 
 def test_a_hosted_runner_is_a_thread_with_the_requests_environment(
@@ -234,7 +267,7 @@ def test_a_hosted_runner_that_cannot_start_leaves_its_traceback_and_ends(
         time.sleep(0.02)
     assert "ValidationError" in (path.parent / "runner.out").read_text()
     assert read_events(path.parent / "events.jsonl")[0] == []
-    assert client.request({"op": "ping"})["pid"] == launcher_process(client.state_dir).pid
+    assert client.request(Ping())["pid"] == launcher_process(client.state_dir).pid
 
 
 def _text(path: Path) -> str:

@@ -31,6 +31,7 @@ from trainyard.backends.base import FactKind
 from trainyard.backends.local import LocalBackend, loopback_address
 from trainyard.backends.local import launcher as launcher_mod
 from trainyard.backends.local import router as router_mod
+from trainyard.backends.local.messages import Ping
 from trainyard.backends.local.netns import EGRESS_ADDRESS, probe_egress
 from trainyard.backends.local.router import GROUP_IFNAME_PREFIX, GROUP_NETWORK, probe_router
 from trainyard.errors import BackendError
@@ -254,7 +255,7 @@ def _pastas_of(launcher_pid: int) -> list[psutil.Process]:
 
 
 def _launcher_pid(backend: LocalBackend) -> int:
-    return int(backend._launcher.request({"op": "ping"})["pid"])
+    return int(backend._launcher.request(Ping())["pid"])
 
 
 def _net_namespaces_of(pid: int) -> set[str]:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from trainyard.backends.local import launcher as launcher_mod
+from trainyard.backends.local.messages import LauncherRequest, parse_request
 
 
 def run(tmp_path: Path, name: str, launch_json: str | None = None) -> dict[str, object]:
@@ -27,16 +28,23 @@ def run(tmp_path: Path, name: str, launch_json: str | None = None) -> dict[str, 
     }
 
 
+def parsed(message: dict[str, object]) -> LauncherRequest:
+    """The request as the launcher reads it off its socket."""
+    return parse_request(json.dumps(message))
+
+
 def test_each_start_is_answered_and_recorded_on_its_own(tmp_path: Path) -> None:
     launcher = launcher_mod._Launcher("test-run-many", idle_s=1, group_grace_s=1)
     try:
         twice = run(tmp_path, "a", launch_json=str(tmp_path / "a-again.json"))
         reply = launcher._handle(
-            {
-                "op": "run_many",
-                "env": {"FROM": "batch"},
-                "runs": [run(tmp_path, "a"), twice, run(tmp_path, "b")],
-            }
+            parsed(
+                {
+                    "op": "run_many",
+                    "env": {"FROM": "batch"},
+                    "runs": [run(tmp_path, "a"), twice, run(tmp_path, "b")],
+                }
+            )
         )
         first, again, second = reply["results"]
         assert first["pid"] == os.getpid() and first["recorded"] is True
@@ -64,7 +72,7 @@ def test_a_start_that_cannot_be_recorded_says_so(tmp_path: Path) -> None:
     try:
         missing = str(tmp_path / "no such folder" / "launch.json")
         reply = launcher._handle(
-            {"op": "run_many", "env": {}, "runs": [run(tmp_path, "c", launch_json=missing)]}
+            parsed({"op": "run_many", "env": {}, "runs": [run(tmp_path, "c", launch_json=missing)]})
         )
         assert reply["results"][0]["recorded"] is False  # the backend writes it itself
         launcher._start_hosted()

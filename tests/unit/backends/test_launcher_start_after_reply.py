@@ -6,28 +6,34 @@ A thread that cannot start still ends visibly: its traceback in its ``out`` file
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from trainyard.backends.local import launcher as launcher_mod
+from trainyard.backends.local.messages import LauncherRequest, parse_request
 from trainyard.runner.hosted import ENDED, HostedRunner
 
 
-def request(tmp_path: Path) -> dict[str, object]:
+def request(tmp_path: Path) -> LauncherRequest:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "run.json").write_text("{not json")  # the thread ends at once, reporting it
-    return {
-        "op": "run",
-        "run_json": str(run_dir / "run.json"),
-        "out": str(run_dir / "runner.out"),
-        "cwd": str(run_dir),
-        "env": {},
-        "group": None,
-        "mode": "thread",
-        "network": None,
-    }
+    return parse_request(
+        json.dumps(
+            {
+                "op": "run",
+                "run_json": str(run_dir / "run.json"),
+                "out": str(run_dir / "runner.out"),
+                "cwd": str(run_dir),
+                "env": {},
+                "group": None,
+                "mode": "thread",
+                "network": None,
+            }
+        )
+    )
 
 
 def test_the_thread_starts_after_the_reply(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.local import LocalBackend
+from trainyard.backends.local.messages import RunSpec
 from trainyard.errors import BackendError
 
 
@@ -22,11 +23,11 @@ class StubLauncher:
         self.refused = refused
         self.requests: list[list[str]] = []
 
-    def run_many(self, runs: list[dict[str, Any]], env: dict[str, str]) -> list[Any]:
-        self.requests.append([Path(r["cwd"]).parent.name for r in runs])
+    def run_many(self, runs: list[RunSpec], env: dict[str, str]) -> list[Any]:
+        self.requests.append([Path(r.cwd).parent.name for r in runs])
         return [
             BackendError("launcher: no")
-            if Path(r["cwd"]).parent.name == self.refused
+            if Path(r.cwd).parent.name == self.refused
             else (4242, 1.5, True)
             for r in runs
         ]

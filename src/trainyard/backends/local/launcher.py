@@ -13,7 +13,9 @@ Protocol: a Unix stream socket in Linux's abstract namespace (no path length lim
 left on disk), named after the backend folder and a fingerprint of the code; the launcher
 answers only processes of its own user (``SO_PEERCRED``), and a task in its group's network
 namespace cannot see it (abstract sockets belong to a network namespace). One JSON request
-line per connection, one JSON reply line (``{"error": "..."}`` on failure):
+line per connection, one JSON reply line (``{"error": "..."}`` on failure; a request that is
+none of these, e.g. an unknown ``op`` or a field missing, gets one naming the field). Their
+types, shared by both ends: ``backends.local.messages``.
 
 - ``{"op": "ping"}`` -> ``{"pid": int}``
 - ``{"op": "release"}`` -> ``{"pid": int}``: exit as soon as no runner is left (the engine
@@ -100,10 +102,30 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import trainyard
 from trainyard.backends.local import netns
+from trainyard.backends.local.messages import (
+    ErrorReply,
+    LauncherRequest,
+    Network,
+    NetworkReply,
+    NetworkSpec,
+    PidReply,
+    Ping,
+    Release,
+    Run,
+    RunMany,
+    RunManyReply,
+    RunReply,
+    RunSpec,
+    StartReply,
+    Stop,
+    StopReply,
+    parse_request,
+    parse_run,
+)
 from trainyard.backends.local.router import EgressRouter, GroupLink, probe_router
 from trainyard.errors import BackendError
 from trainyard.linux import nsgate, proctree, safefs
@@ -171,45 +193,46 @@ class LauncherClient:
         cwd: Path,
         env: dict[str, str],
         group: str | None,
-        mode: str = "process",
-        network: dict[str, Any] | None = None,
+        mode: Literal["process", "thread"] = "process",
+        network: NetworkSpec | None = None,
     ) -> tuple[int, float]:
         """Start a runner for ``run_json``: a forked process, or (``mode="thread"``) a thread
         of the launcher. Returns (pid, create time) of the process that runs it.
 
         Args:
-            network: ``{"group": KEY, "forward": [port, ...]}``: (thread only, as root) the
+            network: the group's namespace: (thread only, as root) the
                 thread joins that group's namespace, made as by ``network`` if need be, so
                 the command starts in it with no ``nsenter`` and no request of its own.
 
         Raises:
             BackendError: no launcher answers, or it could not start the runner.
         """
-        reply = self.request(
-            {
-                "op": "run",
-                "run_json": str(run_json),
-                "out": str(out),
-                "cwd": str(cwd),
-                "env": env,
-                "group": group,
-                "mode": mode,
-                "network": network,
-            }
+        reply = cast(
+            StartReply,
+            self.request(
+                Run(
+                    run_json=str(run_json),
+                    out=str(out),
+                    cwd=str(cwd),
+                    env=env,
+                    group=group,
+                    mode=mode,
+                    network=network,
+                )
+            ),
         )
         return int(reply["pid"]), float(reply["created"])
 
     def run_many(
-        self, runs: list[dict[str, Any]], env: dict[str, str]
+        self, runs: list[RunSpec], env: dict[str, str]
     ) -> list[tuple[int, float, bool] | BackendError]:
         """Start several runners with one request (``run_many``, see the module docstring).
 
         Args:
-            runs: one dict per runner with ``run``'s arguments by name (``run_json``,
-                ``out``, ``cwd``, ``group``, ``mode``, ``network``; ``env`` optional), and
-                optionally ``launch_json`` (a path) and ``launch`` (a dict): the launcher
-                writes ``launch`` with the start's ``pid`` and ``created`` there before
-                it replies (``_record``).
+            runs: one start per runner (``run``'s arguments; ``env`` optional), with
+                optionally ``launch_json`` (a path) and ``launch``: the launcher writes
+                ``launch`` with the start's ``pid`` and ``created`` there before it
+                replies (``_record``).
             env: the environment of every run that names none.
 
         Returns:
@@ -220,22 +243,10 @@ class LauncherClient:
         Raises:
             BackendError: no launcher answers (none of them started).
         """
-        message = {
-            "op": "run_many",
-            "env": env,
-            "runs": [
-                {k: (str(v) if isinstance(v, Path) else v) for k, v in run.items()} for run in runs
-            ],
-        }
-        results = self.request(message)["results"]
+        results = cast(RunManyReply, self.request(RunMany(env=env, runs=runs)))["results"]
         if len(results) != len(runs):
             raise BackendError(f"launcher: {len(results)} replies to {len(runs)} starts")
-        return [
-            BackendError(f"launcher: {r['error']}")
-            if "error" in r
-            else (int(r["pid"]), float(r["created"]), bool(r.get("recorded")))
-            for r in results
-        ]
+        return [_started_or_error(r) for r in results]
 
     def stop_hosted(self, run_dir: Path, name: str | None = None, force: bool = False) -> bool:
         """Stop the hosted runner of ``run_dir`` (starts no launcher).
@@ -251,7 +262,7 @@ class LauncherClient:
             nothing it hosted is left).
         """
         try:
-            reply = self._send({"op": "stop", "run_dir": str(run_dir), "force": force}, name)
+            reply = cast(StopReply, self._send(Stop(run_dir=str(run_dir), force=force), name))
             return bool(reply.get("running"))
         except (OSError, BackendError, ValueError):
             return False
@@ -263,8 +274,8 @@ class LauncherClient:
         Raises:
             BackendError: no launcher answers, or the namespace could not be made.
         """
-        reply = self.request(
-            {"op": "network", "group": group, "forward": forward, "egress": egress}
+        reply = cast(
+            NetworkReply, self.request(Network(group=group, forward=forward, egress=egress))
         )
         return netns.GroupNetwork(
             int(reply["launcher_pid"]),
@@ -277,12 +288,13 @@ class LauncherClient:
     def release(self) -> None:
         """Ask a running launcher to exit as soon as no runner of it is left (starts none)."""
         try:
-            self._send({"op": "release"})
+            self._send(Release())
         except (OSError, BackendError, ValueError):
             pass
 
-    def request(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Send one request, starting a launcher first when none answers."""
+    def request(self, message: LauncherRequest) -> dict[str, Any]:
+        """Send one request, starting a launcher first when none answers. Returns the
+        launcher's reply (the TypedDict of ``messages`` that answers ``message``'s op)."""
         try:
             return self._send(message)
         except (ConnectionRefusedError, FileNotFoundError, ConnectionResetError, _NoReply):
@@ -290,11 +302,11 @@ class LauncherClient:
             self._start()
             return self._send(message)
 
-    def _send(self, message: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    def _send(self, message: LauncherRequest, name: str | None = None) -> dict[str, Any]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(30.0)
             sock.connect(_abstract(name or self.name))
-            sock.sendall(json.dumps(message).encode() + b"\n")
+            sock.sendall(message.model_dump_json().encode() + b"\n")
             reply = _read_line(sock)
         if not reply:
             raise _NoReply(
@@ -346,10 +358,18 @@ class LauncherClient:
 
     def _answers(self) -> bool:
         try:
-            self._send({"op": "ping"})
+            self._send(Ping())
             return True
         except (OSError, BackendError, ValueError):
             return False
+
+
+def _started_or_error(reply: RunReply | ErrorReply) -> tuple[int, float, bool] | BackendError:
+    """One start's answer in a ``run_many`` reply: (pid, create time, recorded), or why not."""
+    if "error" in reply:
+        return BackendError(f"launcher: {cast(ErrorReply, reply)['error']}")
+    started = cast(RunReply, reply)
+    return int(started["pid"]), float(started["created"]), bool(started.get("recorded"))
 
 
 class _NoReply(BackendError):
@@ -413,7 +433,7 @@ class _Group:
     egress_ready: threading.Event = field(default_factory=threading.Event)
     egress_error: str | None = None
 
-    def reply(self) -> dict[str, Any]:
+    def reply(self) -> NetworkReply:
         path = f"/proc/{os.getpid()}/fd/{self.ns_fd}" if self.ns_fd is not None else None
         return {
             "launcher_pid": os.getpid(),
@@ -508,8 +528,7 @@ class _Launcher:
             try:
                 if _peer_uid(conn) != os.getuid():
                     raise PermissionError("only this user's processes may use the launcher")
-                request = json.loads(_read_line(conn))
-                reply = self._handle(request)
+                reply: object = self._handle(parse_request(_read_line(conn)))
             except Exception as exc:  # every request gets an answer
                 reply = {"error": f"{type(exc).__name__}: {exc}"}
             with contextlib.suppress(OSError):
@@ -535,55 +554,45 @@ class _Launcher:
                 self.hosted.pop(str(hosted.run_dir), None)
                 self._left(str(hosted.run_dir))
 
-    def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        op = request.get("op")
-        if op == "ping":
+    def _handle(
+        self, request: LauncherRequest
+    ) -> PidReply | StopReply | NetworkReply | StartReply | RunManyReply:
+        """The reply to one request (parsed: ``messages.parse_request``)."""
+        if isinstance(request, Ping):
             return {"pid": os.getpid()}
-        if op == "release":
+        if isinstance(request, Release):
             self.released = True
             return {"pid": os.getpid()}
-        if op == "stop":
-            hosted = self.hosted.get(str(request["run_dir"]))
+        if isinstance(request, Stop):
+            hosted = self.hosted.get(request.run_dir)
             if hosted is not None:
-                hosted.stop(force=bool(request.get("force")))
+                hosted.stop(force=request.force)
             return {"running": hosted is not None and hosted.is_alive()}
         self.released = False  # an engine uses it again
-        if op == "network":
-            return self._network(
-                str(request["group"]),
-                [int(p) for p in request["forward"]],
-                bool(request.get("egress", True)),
-            )
-        if op == "run":
+        if isinstance(request, Network):
+            return self._network(request)
+        if isinstance(request, Run):
             return self._run(request)
-        if op == "run_many":
-            return {
-                "results": [
-                    self._run_one_of(run, request.get("env", {})) for run in request["runs"]
-                ]
-            }
-        raise ValueError(f"unknown op {op!r}")
+        return {"results": [self._run_one_of(run, request.env) for run in request.runs]}
 
-    def _run_one_of(self, run: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    def _run_one_of(self, run: RunSpec, env: dict[str, str]) -> RunReply | ErrorReply:
         """One start of a ``run_many`` request: its reply, or its own error. With
         ``launch_json``, the start is recorded there first (``_record``)."""
         try:
-            reply = self._run({"env": env, **run})
+            started = self._run(run if run.env is not None else run.model_copy(update={"env": env}))
         except Exception as exc:  # noqa: BLE001 - one bad start must not stop the others
             return {"error": f"{type(exc).__name__}: {exc}"}
-        if run.get("launch_json"):
-            reply["recorded"] = _record(
-                Path(run["launch_json"]), {**run.get("launch", {}), **reply}
-            )
+        reply: RunReply = {"pid": started["pid"], "created": started["created"]}
+        if run.launch_json:
+            reply["recorded"] = _record(Path(run.launch_json), {**run.launch, **started})
         return reply
 
-    def _network(
-        self, key: str, ports: list[int], egress: bool = True, wait: bool = True
-    ) -> dict[str, Any]:
+    def _network(self, spec: NetworkSpec, wait: bool = True) -> NetworkReply:
         """The group's namespace, made if none is alive; with ``egress``, pasta attached. With
         ``wait`` the reply comes once egress works; otherwise the group's ``egress_ready`` is
         set when it does (the main loop reads pasta's ready line), so a hosted runner's
         thread waits, not this loop (pasta takes ~70 ms of wall time to start)."""
+        key, ports, egress = spec.group, spec.forward, spec.egress
         group = self.groups.get(key)
         if (
             group is not None
@@ -713,13 +722,13 @@ class _Launcher:
         self.selector.register(mine, selectors.EVENT_READ, ("channel", None))
         return group
 
-    def _run(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _run(self, run: RunSpec) -> StartReply:
         """Hand the job to a spare (forked earlier, waiting on a pipe) or fork one now; or,
         for ``mode: thread``, to a thread of this process."""
-        group = request.get("group")
-        if request.get("mode", "process") == "thread":
-            return self._host(request, group)
-        job = json.dumps(request).encode()
+        group = run.group
+        if run.mode == "thread":
+            return self._host(run, group)
+        job = run.model_dump_json(exclude={"op"}).encode()  # a RunSpec, also for a Run
         while True:
             if not self.spares:
                 self._add_spare()
@@ -734,29 +743,21 @@ class _Launcher:
         self._joined(spare.pid, group)
         return {"pid": spare.pid, "created": spare.created}
 
-    def _host(self, request: dict[str, Any], group: str | None) -> dict[str, Any]:
+    def _host(self, run: RunSpec, group: str | None) -> StartReply:
         ns_path, entry = None, None
-        if request.get("network"):
-            network = request["network"]
-            ns_path = self._network(
-                str(network["group"]),
-                [int(p) for p in network["forward"]],
-                bool(network.get("egress", True)),
-                wait=False,
-            )["ns_path"]
+        if run.network is not None:
+            ns_path = self._network(run.network, wait=False)["ns_path"]
             if ns_path is None:
                 raise ValueError(
                     "only a namespace held as a descriptor (as root) is joined by a hosted runner"
                 )
-            entry = self.groups[str(network["group"])]
+            entry = self.groups[run.network.group]
         join = (
             functools.partial(_join_when_ready, ns_path, entry)
             if ns_path is not None and entry is not None
             else None
         )
-        hosted = HostedRunner(
-            Path(request["run_json"]), Path(request["out"]), request["env"], first=join
-        )
+        hosted = HostedRunner(Path(run.run_json), Path(run.out), run.env or {}, first=join)
         key = str(hosted.run_dir)
         if key in self.hosted:
             raise ValueError(f"a runner for {key} already runs")
@@ -789,7 +790,7 @@ class _Launcher:
                 job = _read_all(job_r)
                 if not job:  # the launcher closed without a job for it
                     os._exit(0)
-                code = self._become_runner(json.loads(job))
+                code = self._become_runner(parse_run(job))
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
             except BaseException:  # noqa: BLE001 - whatever happens, the child must exit here
@@ -803,21 +804,21 @@ class _Launcher:
         self.children.add(pid)
         self.spares.append(_Spare(pid, proctree.create_time(pid) or time.time(), job_w))
 
-    def _become_runner(self, request: dict[str, Any]) -> int:
+    def _become_runner(self, run: RunSpec) -> int:
         os.setsid()
-        out = os.open(request["out"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        out = os.open(run.out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out, 1)
         os.dup2(out, 2)
         self._forget_in_child(keep=set())
-        os.chdir(request["cwd"])
+        os.chdir(run.cwd)
         os.environ.clear()
-        os.environ.update(request["env"])
-        sys.argv = ["python -m trainyard.runner", request["run_json"]]
+        os.environ.update(run.env or {})
+        sys.argv = ["python -m trainyard.runner", run.run_json]
         from trainyard.runner.main import main as runner_main
 
-        return runner_main([request["run_json"]])
+        return runner_main([run.run_json])
 
     def _forget_in_child(self, keep: set[int]) -> None:
         """In a forked child: default signal handlers, and no descriptor of the launcher's
@@ -910,7 +911,7 @@ class _Launcher:
                 os.kill(group.ns_pid, signal.SIGKILL)
 
 
-def _record(path: Path, data: dict[str, Any]) -> bool:
+def _record(path: Path, data: dict[str, object]) -> bool:
     """Write a start's record (the attempt's ``launch.json``: what the backend sent in
     ``launch``, with the ``pid`` and ``created`` of the process that runs it) as the
     backend would, 0600, whole or not at all. Returns False, said in the log, when it

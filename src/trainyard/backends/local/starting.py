@@ -11,13 +11,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 from trainyard.backends.attempts import write_json
 from trainyard.backends.base import TaskLaunch
 from trainyard.backends.local import container
 from trainyard.backends.local.isolation import LaunchRequest
 from trainyard.backends.local.launcher import LauncherClient
+from trainyard.backends.local.messages import NetworkSpec, RunSpec
 from trainyard.backends.local.netns import GroupNetwork
 from trainyard.backends.local.probe import Isolation
 from trainyard.backends.local.request import RequestBuilder, group_key
@@ -41,7 +42,7 @@ class Start:
 
     launch: TaskLaunch
     attempt: Attempt
-    message: dict[str, Any]
+    message: RunSpec
     result: tuple[int, float, bool] | BackendError | None = None
 
 
@@ -150,36 +151,36 @@ class StartPreparer(AttemptTracker, RequestBuilder):
         except BaseException:
             GPUS.give_back(attempt)
             raise
-        mode = "thread" if request.hosted else "process"
+        mode: Literal["process", "thread"] = "thread" if request.hosted else "process"
         attempt.hosted = self._launcher.name if request.hosted else None
         attempt.container = (
             container.container_name(request.run_dir) if request.run.sandbox.env_flag else None
         )
         network = (
-            {
-                "group": group_key(launch),
-                "forward": self._forwarded_ports(),
-                "egress": self._egress_on(),
-            }
+            NetworkSpec(
+                group=group_key(launch),
+                forward=self._forwarded_ports(),
+                egress=self._egress_on(),
+            )
             if request.joins_group_network
             else None
         )
-        message = {
-            "run_json": str(request.run_dir / "run.json"),
-            "out": str(request.run_dir / RUNNER_OUT),
-            "cwd": str(request.run_dir),
-            "group": group_key(launch),
-            "mode": mode,
-            "network": network,
-            "launch_json": str(request.run_dir / LAUNCH),
-            "launch": {
+        message = RunSpec(
+            run_json=str(request.run_dir / "run.json"),
+            out=str(request.run_dir / RUNNER_OUT),
+            cwd=str(request.run_dir),
+            group=group_key(launch),
+            mode=mode,
+            network=network,
+            launch_json=str(request.run_dir / LAUNCH),
+            launch={
                 "argv": request.argv,
                 "group": launch.group,
                 "gpus": list(attempt.gpus),
                 "hosted_by": attempt.hosted,
                 "container": attempt.container,
             },
-        }
+        )
         return Start(launch, attempt, message)
 
     def _record(self, start: Start) -> BackendError | None:
@@ -187,9 +188,9 @@ class StartPreparer(AttemptTracker, RequestBuilder):
         cannot be recorded fails its gang (it would be lost to an engine restart)."""
         try:
             write_json(
-                Path(start.message["launch_json"]),
+                Path(str(start.message.launch_json)),
                 {
-                    **start.message["launch"],
+                    **start.message.launch,
                     "pid": start.attempt.pid,
                     "created": start.attempt.created,
                 },
