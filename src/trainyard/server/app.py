@@ -7,7 +7,7 @@ Errors answer ``{"detail": [{"message": ..., "path", "line", "file"}], "kind": .
 SpecError also ``"warnings"``, rows of the same shape) with a
 status code per error class (SpecError 422, NotFoundError 404, AuthError 401,
 ForbiddenError 403, any other refusal 400; a request body over ``bodylimit.MAX_BODY_BYTES``
-413 with ``kind`` SpecError); ``kind`` is the error's class name in
+413 with ``kind`` SpecError: FastAPI's ``max_body_size``); ``kind`` is the error's class name in
 ``trainyard.errors``, from which the CLI rebuilds the same error, so an error has the same
 exit code whether it was raised on this machine or by the server.
 
@@ -49,13 +49,14 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, Field
+from starlette.types import ASGIApp
 
 import trainyard
 from trainyard.engine import retention
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, TrainyardError
 from trainyard.server.access_routes import add_access_routes
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
-from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
+from trainyard.server.bodylimit import MAX_BODY_BYTES, DeclaredTooLarge, on_body_too_large
 from trainyard.server.osmo_filters import ListFilters, TaskFilters
 from trainyard.server.schema import check_app_name
 from trainyard.server.scopes import check_task_scope
@@ -135,6 +136,14 @@ class PruneRequest(BaseModel):
     """At most this many per request (the answer's ``more`` says whether to ask again)."""
 
 
+class _API(FastAPI):
+    """FastAPI with ``bodylimit.DeclaredTooLarge`` outside its middleware (outside its body
+    limit, which answers a declared over-size body in plain text)."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return DeclaredTooLarge(super().build_middleware_stack())
+
+
 def _error_response(exc: TrainyardError) -> JSONResponse:
     body: dict[str, Any] = {"kind": type(exc).__name__}
     if isinstance(exc, SpecError):
@@ -184,13 +193,15 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
             thread.join(timeout=10)
         service.engine.close()
 
-    app = FastAPI(
+    app = _API(
         title="trainyard",
         version=trainyard.__version__,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        max_body_size=MAX_BODY_BYTES,
+        exception_handlers={413: on_body_too_large},
     )  # behind a token below
     app.state.tokens = tokens
     app.state.log_readers = LogReaders()
@@ -200,9 +211,6 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
     @app.exception_handler(TrainyardError)
     async def _on_error(_request: Request, exc: TrainyardError) -> JSONResponse:
         return _error_response(exc)
-
-    app.add_middleware(BodyLimit)
-    app.add_exception_handler(BodyTooLarge, on_body_too_large)
 
     _routes(app, service)
     _app_routes(app, service)
