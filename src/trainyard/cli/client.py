@@ -19,13 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trainyard.cli.lean_http import preload_httpx
+import httpx
 
-preload_httpx()  # before any httpx import: without httpx's own CLI and trio (issue 15)
-
-import httpx  # noqa: E402
-
-from trainyard.errors import (  # noqa: E402
+from trainyard.errors import (
     AuthError,
     BackendError,
     BadArgumentError,
@@ -41,9 +37,9 @@ from trainyard.errors import (  # noqa: E402
     TooBusyError,
     TrainyardError,
 )
-from trainyard.home import trainyard_home  # noqa: E402
-from trainyard.server.auth import read_client_token, read_login  # noqa: E402
-from trainyard.server.process import claimed_url, ensure_running, find_running  # noqa: E402
+from trainyard.home import trainyard_home
+from trainyard.server.auth import read_client_token, read_login
+from trainyard.server.process import claimed_url, ensure_running, find_running
 
 __all__ = ["Client", "server_version", "running_server_client"]
 

@@ -15,7 +15,6 @@ group its command line names first (``trainyard workflow submit ...`` imports
 command it names next (typer builds no other); with every group and command when it names
 none (``trainyard --help``, shell completion, an unknown command: each lists every one).
 ``app`` (every group) is built on first access, for tests and tools that inspect the tree.
-Values of the simple types are converted without pydantic (``cli.lean_typer``).
 
 ``main()`` imports typer and the group, and builds the command, with the cyclic garbage
 collector paused (``collector_paused``): those imports make tens of thousands of objects that
@@ -372,10 +371,7 @@ def _run(argv: Sequence[str], *, freeze: bool = False, prog_name: str = "trainya
     with collector_paused(freeze=freeze):  # typer and the group's imports (httpx...)
         import typer
 
-        from trainyard.cli.lean_typer import use_plain_conversion
-
         command = typer.main.get_command(build_app(groups_for(args), command_for(args)))
-        use_plain_conversion(command)  # str, bool, list[str] and choices: without pydantic
     try:
         command.main(args=args, prog_name=prog_name, standalone_mode=True)
     except TrainyardError as exc:
