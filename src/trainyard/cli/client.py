@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpcore  # noqa: F401  # httpx imports it at the first Client: now, in main's GC pause
 import httpx
 
 from trainyard.errors import (
