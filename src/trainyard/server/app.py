@@ -5,11 +5,11 @@ task token only the routes of ``scopes.TASK_TOKEN_ROUTES`` (403 otherwise). The 
 schema is at ``/api/openapi.json``, behind a token. Errors answer ``{"detail": [{"message",
 "path", "line", "file"}], "kind": ...}`` with a status code per error class (SpecError 422,
 NotFoundError 404, AuthError 401, ForbiddenError 403, other refusals 400, a body over
-``bodylimit.MAX_BODY_BYTES`` 413: FastAPI's ``max_body_size``); ``kind`` names the class in ``trainyard.errors`` so the CLI
-raises the same error (same exit code). Spec warnings, the log stream (``format=json``,
-``lines``, ``follow``; 429 beyond ``streams.MAX_STREAMS_PER_USER``), the long poll
-(``X-Trainyard-Progress``, ``known``, ``wait_s`` ≤ 10) and delete/prune: docs/reference.md,
-"REST API".
+``bodylimit.MAX_BODY_BYTES`` 413: FastAPI's ``max_body_size``); ``kind`` names the class in
+``trainyard.errors`` so the CLI raises the same error (same exit code). Spec warnings, the
+log stream (``format=json``, ``lines``, ``follow``; 429 beyond
+``streams.MAX_STREAMS_PER_USER``), the long poll (``X-Trainyard-Progress``, ``known``,
+``wait_s`` ≤ 10) and delete/prune: docs/reference.md, "REST API".
 """
 
 from __future__ import annotations
