@@ -1,14 +1,22 @@
-"""Benchmark: the CLI's start and submit request, two source trees side by side (issue 15).
+"""Benchmark: the CLI's start and submit request, two source trees side by side.
 
-Run: ``.venv/bin/python bench/cli_start.py [--runs N] [--server-side] TREE_SRC [TREE_SRC ...]``,
-e.g. ``bench/cli_start.py /work/main/src src`` (each a folder put first on ``PYTHONPATH``).
+Run: ``.venv/bin/python bench/cli_start.py [--runs N] [--server-side] [--command ARGS]
+TREE_SRC [TREE_SRC ...]``, e.g. ``bench/cli_start.py /work/main/src src`` (each a folder put
+first on ``PYTHONPATH``).
 
 What: ``trainyard workflow submit examples/torchrun_multinode/train.yaml --set
-n_gpus_per_node=1 --dry-run`` (start, import, spec, the request answered, exit), against one
+n_gpus_per_node=1 --dry-run`` (start, import, spec, the request answered, exit), or the
+command line ``--command`` names (split as a shell would: ``--command=--help``,
+``--command "workflow list"``), against one
 warm server in a temporary ``TRAINYARD_HOME`` (started with the first tree's code, so the
 server's own part is the same for every tree), the trees alternating (the order flips each
 round) after one warm-up run each (byte code written). Prints the best and the median wall
 time and CPU time (user + system of the CLI process) of each tree, and the load average.
+
+``--importtime``: also, per tree, the sum of the import times that ``python -X importtime``
+reports for the same command (``PYTHONPROFILEIMPORTTIME=1``; each module's own time, the
+``self`` column) and how many modules it imported: less distorted by a loaded machine than
+the wall time, though not free of it.
 
 ``--server-side``: instead, the server's own time for the same request (``POST /api/workflow``
 with the example's body, dry run and submit), in one process per tree through FastAPI's
@@ -23,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -35,12 +44,12 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "torchrun_multinode
 COMMAND = ["workflow", "submit", str(EXAMPLE), "--set", "n_gpus_per_node=1", "--dry-run"]
 
 
-def timed_run(src: str, env: dict[str, str]) -> tuple[float, float]:
-    """One CLI run with ``src`` first on PYTHONPATH: (wall s, CPU s)."""
+def timed_run(src: str, env: dict[str, str], command: list[str]) -> tuple[float, float]:
+    """One CLI run of ``command`` with ``src`` first on PYTHONPATH: (wall s, CPU s)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(
-        [str(BIN / "trainyard"), *COMMAND],
+        [str(BIN / "trainyard"), *command],
         env={**env, "PYTHONPATH": src},
         check=True,
         stdout=subprocess.DEVNULL,
@@ -48,6 +57,25 @@ def timed_run(src: str, env: dict[str, str]) -> tuple[float, float]:
     wall_s = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall_s, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def import_time(src: str, env: dict[str, str], command: list[str]) -> tuple[float, int]:
+    """One CLI run of ``command`` under ``-X importtime``: (sum of the modules' own import
+    times in s, number of modules imported)."""
+    done = subprocess.run(
+        [str(BIN / "trainyard"), *command],
+        env={**env, "PYTHONPATH": src, "PYTHONPROFILEIMPORTTIME": "1"},
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    self_us = [
+        int(line.split(":", 1)[1].split("|")[0])
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "self [us]" not in line
+    ]
+    return sum(self_us) / 1e6, len(self_us)
 
 
 def order(trees: list[str], round_index: int) -> list[str]:
@@ -120,7 +148,18 @@ def main() -> None:
         action="store_true",
         help="time the server's handling of the request instead",
     )
+    parser.add_argument(
+        "--command",
+        default=shlex.join(COMMAND),
+        help="the CLI's arguments to time, as one shell-quoted string (default: the dry run)",
+    )
+    parser.add_argument(
+        "--importtime",
+        action="store_true",
+        help="also the sum of -X importtime's own times per tree (median of the runs)",
+    )
     args = parser.parse_args()
+    command = shlex.split(args.command)
     trees = [str(Path(t).resolve()) for t in args.trees]
     if args.server_side:
         server_side(trees, args.runs)
@@ -137,21 +176,30 @@ def main() -> None:
         )
         try:
             for src in trees:  # warm-up: byte code, the server's first render
-                timed_run(src, env)
+                timed_run(src, env, command)
             results: dict[str, list[tuple[float, float]]] = {t: [] for t in trees}
+            imports: dict[str, list[tuple[float, int]]] = {t: [] for t in trees}
             for index in range(args.runs):
                 for src in order(trees, index):
-                    results[src].append(timed_run(src, env))
+                    results[src].append(timed_run(src, env, command))
+                    if args.importtime:
+                        imports[src].append(import_time(src, env, command))
         finally:
             subprocess.run(
                 [str(BIN / "trainyard"), "server", "stop"], env=env, stdout=subprocess.DEVNULL
             )
     print(
-        f"{' '.join(COMMAND)}: best of {args.runs}, load average "
+        f"{shlex.join(command)}: best of {args.runs}, load average "
         f"{os.getloadavg()[0]:.1f} at the end"
     )
     for src, runs in results.items():
         print(f"  {src}: {summary(runs)}")
+        if imports[src]:
+            totals = [total for total, _count in imports[src]]
+            print(
+                f"    -X importtime: {statistics.median(totals):.3f} s summed (best "
+                f"{min(totals):.3f}), {imports[src][-1][1]} modules"
+            )
 
 
 if __name__ == "__main__":

@@ -19,13 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainyard.cli.lean_http import preload_httpx
+import httpcore  # noqa: F401  # httpx imports it at the first Client: now, in main's GC pause
+import httpx
 
-preload_httpx()  # before any httpx import: without httpx's own CLI and trio
-
-import httpx  # noqa: E402
-
-from trainyard.errors import (  # noqa: E402
+from trainyard.errors import (
     AuthError,
     BackendError,
     BadArgumentError,
@@ -41,9 +38,9 @@ from trainyard.errors import (  # noqa: E402
     TooBusyError,
     TrainyardError,
 )
-from trainyard.home import trainyard_home  # noqa: E402
-from trainyard.server.auth import read_client_token, read_login  # noqa: E402
-from trainyard.server.process import claimed_url, ensure_running, find_running  # noqa: E402
+from trainyard.home import trainyard_home
+from trainyard.server.auth import read_client_token, read_login
+from trainyard.server.process import claimed_url, ensure_running, find_running
 
 if TYPE_CHECKING:
     from trainyard.server.answers import HealthAnswer

@@ -358,10 +358,7 @@ def _run(argv: Sequence[str], *, freeze: bool = False, prog_name: str = "trainya
     with collector_paused(freeze=freeze):  # typer and the group's imports (httpx...)
         import typer
 
-        from trainyard.cli.lean_typer import use_plain_conversion
-
         command = typer.main.get_command(build_app(groups_for(args), command_for(args)))
-        use_plain_conversion(command)  # str, bool, list[str] and choices: without pydantic
     try:
         command.main(args=args, prog_name=prog_name, standalone_mode=True)
     except TrainyardError as exc:

@@ -5,11 +5,11 @@ task token only the routes of ``scopes.TASK_TOKEN_ROUTES`` (403 otherwise). The 
 schema is at ``/api/openapi.json``, behind a token. Errors answer ``{"detail": [{"message",
 "path", "line", "file"}], "kind": ...}`` with a status code per error class (SpecError 422,
 NotFoundError 404, AuthError 401, ForbiddenError 403, other refusals 400, a body over
-``bodylimit.MAX_BODY_BYTES`` 413); ``kind`` names the class in ``trainyard.errors`` so the CLI
-raises the same error (same exit code). Spec warnings, the log stream (``format=json``,
-``lines``, ``follow``; 429 beyond ``streams.MAX_STREAMS_PER_USER``), the long poll
-(``X-Trainyard-Progress``, ``known``, ``wait_s`` ≤ 10) and delete/prune: docs/reference.md,
-"REST API".
+``bodylimit.MAX_BODY_BYTES`` 413: FastAPI's ``max_body_size``); ``kind`` names the class in
+``trainyard.errors`` so the CLI raises the same error (same exit code). Spec warnings, the
+log stream (``format=json``, ``lines``, ``follow``; 429 beyond
+``streams.MAX_STREAMS_PER_USER``), the long poll (``X-Trainyard-Progress``, ``known``,
+``wait_s`` ≤ 10) and delete/prune: docs/reference.md, "REST API".
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, Field
+from starlette.types import ASGIApp
 
 import trainyard
 from trainyard.engine import retention
@@ -51,7 +52,7 @@ from trainyard.server.answers import (
     WorkflowSummary,
 )
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
-from trainyard.server.bodylimit import BodyLimit, BodyTooLarge, on_body_too_large
+from trainyard.server.bodylimit import MAX_BODY_BYTES, DeclaredTooLarge, on_body_too_large
 from trainyard.server.osmo_filters import ListFilters, TaskFilters
 from trainyard.server.schema import check_app_name
 from trainyard.server.scopes import check_task_scope
@@ -131,6 +132,14 @@ class PruneRequest(BaseModel):
     """At most this many per request (the answer's ``more`` says whether to ask again)."""
 
 
+class _API(FastAPI):
+    """FastAPI with ``bodylimit.DeclaredTooLarge`` outside its middleware (outside its body
+    limit, which answers a declared over-size body in plain text)."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return DeclaredTooLarge(super().build_middleware_stack())
+
+
 def _error_response(exc: TrainyardError) -> JSONResponse:
     body: dict[str, Any] = {"kind": type(exc).__name__}
     if isinstance(exc, SpecError):
@@ -180,13 +189,15 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
             thread.join(timeout=10)
         service.engine.close()
 
-    app = FastAPI(
+    app = _API(
         title="trainyard",
         version=trainyard.__version__,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        max_body_size=MAX_BODY_BYTES,
+        exception_handlers={413: on_body_too_large},
     )  # behind a token below
     app.state.tokens = tokens
     app.state.log_readers = LogReaders()
@@ -196,9 +207,6 @@ def create_app(service: Service, tokens: TokenRegistry, *, run_engine: bool = Tr
     @app.exception_handler(TrainyardError)
     async def _on_error(_request: Request, exc: TrainyardError) -> JSONResponse:
         return _error_response(exc)
-
-    app.add_middleware(BodyLimit)
-    app.add_exception_handler(BodyTooLarge, on_body_too_large)
 
     _routes(app, service)
     _app_routes(app, service)

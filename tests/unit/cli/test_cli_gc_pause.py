@@ -59,9 +59,9 @@ def test_no_collection_while_importing_and_building_and_few_before_the_request(
     assert seen["status"] == 7
     assert seen["typer_at_import"] is False  # imported by main(), in its pause
     # importing typer and the workflow group (httpx, the spec layer) and building the
-    # command: none; what runs after (click's parse, the spec read and rendered) makes a
-    # few young-generation ones at most (there were ~60 before, 5 of them of generation 1)
-    assert len(seen["at_connect"]) == 1 and seen["at_connect"][0] <= 12, seen
+    # command: none; what runs after (click's parse, where typer 0.29 imports pydantic for
+    # its first conversion, ~25; the spec read) fewer than the ~60 made without the pause
+    assert len(seen["at_connect"]) == 1 and seen["at_connect"][0] < 60, seen
     assert seen["enabled"] is True
     assert seen["frozen"] == 0  # main(argv) called in-process freezes nothing
 

@@ -89,3 +89,7 @@ def test_a_body_without_a_length_is_counted_as_it_arrives(client: TestClient) ->
     )
     assert (answer.status_code, answer.json()["kind"]) == (413, "SpecError")
     assert answer.json()["detail"][0]["message"].startswith("the request is more than ")
+
+
+def test_the_body_is_counted_by_fastapis_own_limit(client: TestClient) -> None:
+    assert client.app.max_body_size == MAX_BODY_BYTES  # type: ignore[attr-defined]
