@@ -20,7 +20,7 @@ MAX_LINES = 800
 
 KNOWN_CLASSES = {
     "backends/kubernetes/backend.py:KubernetesBackend": 32,
-    "backends/slurm/backend.py:SlurmBackend": 29,
+    "backends/slurm/backend.py:SlurmBackend": 30,  # 29 until main added one (pending reason)
     "backends/local/launcher.py:_Launcher": 29,
 }
 """Classes over ``MAX_METHODS`` not split yet, with the most methods each may have."""
