@@ -1,7 +1,8 @@
-"""No class does everything, in the packages split so far (``SCOPE``: the engine and the local
-backend): at most ``MAX_METHODS`` methods in one class body and at most ``MAX_LINES`` lines in
-one module, but for the ones named in ``KNOWN_*`` (not split yet), which may not grow. An ast
-walk; ``scripts/house_numbers.py`` prints the numbers of the whole package.
+"""No class does everything, in the packages held so far (``SCOPE``: the engine, the runner,
+every backend and the data layer): at most ``MAX_METHODS`` methods in one class body and at
+most ``MAX_LINES`` lines in one module, but for the ones named in ``KNOWN_*`` (not split yet),
+which may not grow. An ast walk; ``scripts/house_numbers.py`` prints the numbers of the whole
+package.
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ from pathlib import Path
 import trainyard
 
 MAX_METHODS = 25
-"""Methods one class body may define (issue 27: "no class over ~25 methods")."""
+"""Methods one class body may define."""
 
 MAX_LINES = 800
 """Lines one module may have."""
 
-KNOWN_CLASSES = {"backends/local/launcher.py:_Launcher": 29}
+KNOWN_CLASSES = {
+    "backends/kubernetes/backend.py:KubernetesBackend": 32,
+    "backends/slurm/backend.py:SlurmBackend": 30,  # 29 until main added one (pending reason)
+    "backends/local/launcher.py:_Launcher": 29,
+}
 """Classes over ``MAX_METHODS`` not split yet, with the most methods each may have."""
 
 KNOWN_MODULES = {
@@ -55,9 +60,8 @@ def too_long(root: Path) -> list[str]:
 
 
 PACKAGE = Path(trainyard.__file__).parent
-SCOPE = ("engine", "backends/local")
-"""Folders of the package held to the bounds (those split so far); names stay relative to
-the package."""
+SCOPE = ("engine/", "runner/", "backends/", "data/")
+"""Folders of the package held to the bounds; names stay relative to the package."""
 
 
 def test_no_class_has_more_methods_than_its_bound() -> None:

@@ -1,42 +1,9 @@
 """Datasets (OSMO docs, "Working with Data" / ``osmo dataset``): named sets of files with
 numbered versions and tags, kept under one store URL (``DataConfig.dataset_url``: by default
 ``file://$TRAINYARD_HOME/datasets``, or a bucket such as ``s3://team-bucket/datasets``).
-
-Layout below the store URL::
-
-    <name>/data/<upload-id>/<rel>      the files of one upload (written first)
-    <name>/versions/<n>.json           version n's manifest: files with size and sha256
-    <name>/versions/<n>.deleted        tombstone: version n was deleted; n is never reused
-    <name>/tags/<tag>.json             {"version": n}
-    <name>/owner.json                  {"owner": user, "readers": [user, ...]}
-
-Ownership (issue 11): a dataset belongs to the user who created it (``owner.json``, created
-with the first version by an exclusive create). When the store acts for a user
-(``DatasetStore(actor=...)``: the CLI as the server's user of its token, the task runner as
-the workflow's submitter), only the owner or an admin may add versions, tag, delete or
-share; others may read (list, info, download, use as a task input) only when the owner
-shared it with them (``share``: a user name, or ``*`` for every user). Refusals are
-``ForbiddenError`` (HTTP 403, exit 8). A dataset made before ownership existed has no
-``owner.json`` and stays open to all until an admin or anyone shares it (which claims it).
-A store without an actor (``actor=None``: the library used directly on files one can
-write anyway) checks nothing.
-
-Rules:
-    * A version exists exactly when its manifest does. An upload writes every file under a
-      fresh ``<upload-id>`` (time + random: no two uploads share one; on ``file://`` in place,
-      without temporary names, as no reader looks there before the manifest), then creates
-      ``versions/<n>.json`` last, with an exclusive create (``storage.create_exclusive``:
-      a hard link on ``file://``, ``If-None-Match: *`` on S3), n = 1 + the highest number seen.
-      When another writer took n first, the next number is tried. So two concurrent uploads of
-      one dataset get two distinct versions, each with only its own files, and a failed upload
-      leaves no version (its files are removed where possible; leftovers are unreferenced).
-    * ``latest`` is not stored: it is the highest complete version. Other tags are files that
-      name a version; a tag is moved by writing it again (last writer wins).
-    * Downloads check every file's size and digest against the manifest: BLAKE3 for versions
-      written with the ``blake3`` package installed (a dependency; several times faster than
-      sha256, as strong), sha256 for older ones. Hashing happens while copying.
-    * Deleting a version removes its manifest first (the version is gone at once), then its
-      files and the tags naming it; its number stays taken.
+``DatasetStore`` reads and writes them; who may do what is ``data.datasetaccess``. A version
+exists exactly when its manifest does (created last, exclusively); downloads check every
+file's size and digest. Layout and rules: docs/data.md "The dataset store".
 """
 
 from __future__ import annotations
@@ -44,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import posixpath
-import re
 import time
 import uuid
 from collections.abc import Callable
@@ -55,6 +21,14 @@ from typing import Any
 from pydantic import BaseModel, ValidationError, model_validator
 
 from trainyard.data import storage
+from trainyard.data.datasetaccess import (
+    EVERYONE,
+    Actor,
+    DatasetAccess,
+    check_name,
+    read_if_there,
+    valid_name,
+)
 from trainyard.data.storage import Location, RemoteFile
 from trainyard.data.transfer import (
     LocalFile,
@@ -65,7 +39,7 @@ from trainyard.data.transfer import (
     split_digest,
 )
 from trainyard.data.transfer import _joiner as joiner
-from trainyard.errors import DataError, ForbiddenError, NotFoundError
+from trainyard.errors import DataError, NotFoundError
 
 __all__ = [
     "Actor",
@@ -79,18 +53,8 @@ __all__ = [
 ]
 
 LATEST = "latest"
-EVERYONE = "*"
 
 
-@dataclass(frozen=True)
-class Actor:
-    """Who the store acts for: a user name, and whether an admin (may do anything)."""
-
-    name: str
-    admin: bool = False
-
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _MAX_COMMIT_TRIES = 100
 
 
@@ -168,17 +132,6 @@ def check_inside(version: DatasetVersion) -> DatasetVersion:
     return version
 
 
-def check_name(name: str, what: str = "dataset name") -> str:
-    """``name`` if valid: letters, digits, ``.``, ``_``, ``-``, at most 128, not starting
-    with punctuation. Raises DataError naming the rule."""
-    if not _NAME.match(name):
-        raise DataError(
-            f"bad {what} {name!r}: use letters, digits, '.', '_', '-' "
-            "(at most 128, starting with a letter or digit)"
-        )
-    return name
-
-
 def check_tag(tag: str) -> str:
     """A tag a user may set: a valid name, not all digits (those are versions), not ``latest``."""
     check_name(tag, "tag")
@@ -227,75 +180,15 @@ class DatasetStore:
         self.url = url or self.mover.config.dataset_url
         self.loc: Location = self.mover.location(self.url)
         self.actor = actor
+        self.access = DatasetAccess(self.loc, self.mover, actor)
+        """Who owns and may read each dataset (``data.datasetaccess``)."""
 
     # ------------------------------------------------------------------ ownership
-
-    def owner(self, name: str) -> dict[str, Any] | None:
-        """``{"owner", "readers"}`` of ``name``, None when it has no owner (made before
-        ownership existed, or not created yet). Raises DataError."""
-        raw = self._read_if_there(
-            f"reading the owner of {name}", self.loc.join(check_name(name), "owner.json")
-        )
-        if raw is None:
-            return None
-        try:
-            data = json.loads(raw)
-            return {
-                "owner": str(data["owner"]),
-                "readers": [str(r) for r in data.get("readers", [])],
-            }
-        except (ValueError, KeyError, TypeError) as exc:
-            raise DataError(f"{self.loc.show(f'{name}/owner.json')}: malformed: {exc}") from exc
-
-    def _free_for(self, acl: dict[str, Any] | None) -> bool:
-        actor = self.actor
-        return actor is None or actor.admin or acl is None or acl["owner"] == actor.name
-
-    def _check_read(self, name: str) -> None:
-        acl = self.owner(name)
-        if self._free_for(acl):
-            return
-        assert acl is not None and self.actor is not None  # not free: both are set
-        if EVERYONE in acl["readers"] or self.actor.name in acl["readers"]:
-            return
-        raise ForbiddenError(
-            f"dataset {name} belongs to {acl['owner']} and is not shared with "
-            f"{self.actor.name}; its owner can run `trainyard dataset share {name} "
-            f"--user {self.actor.name}`"
-        )
-
-    def _check_write(self, name: str, action: str) -> None:
-        acl = self.owner(name)
-        if self._free_for(acl):
-            return
-        assert acl is not None
-        raise ForbiddenError(
-            f"dataset {name} belongs to {acl['owner']}; only they or an admin may {action} it"
-        )
 
     def check_may_write(self, name: str) -> None:
         """Raise ForbiddenError unless the actor may add versions to ``name`` (its owner, an
         admin, or nobody owns it yet)."""
-        self._check_write(check_name(name), "add a version to")
-
-    def _claim(self, name: str) -> None:
-        """Make the actor the owner of a new dataset (exclusive create: the first creator
-        wins; a second one is then checked like anyone else)."""
-        if self.actor is None or self.owner(name) is not None:
-            return
-        self._write_owner(name, {"owner": self.actor.name, "readers": []}, exclusive=True)
-
-    def _write_owner(self, name: str, acl: dict[str, Any], *, exclusive: bool = False) -> None:
-        path = self.loc.join(name, "owner.json")
-        data = json.dumps(acl).encode()
-        if exclusive:
-            self.mover.storage_call(
-                f"claiming {name}", lambda: storage.create_exclusive(self.loc, path, data)
-            )
-        else:
-            self.mover.storage_call(
-                f"sharing {name}", lambda: storage.write_bytes(self.loc, path, data)
-            )
+        self.access.check_write(check_name(name), "add a version to")
 
     def share(self, name: str, user: str, *, remove: bool = False) -> dict[str, Any]:
         """Let ``user`` (or ``EVERYONE``) read ``name``, or stop that with ``remove``.
@@ -306,26 +199,14 @@ class DatasetStore:
         """
         if not self.versions(name):
             raise NotFoundError(f"no dataset {name!r} in {self.loc.show()}")
-        self._check_write(name, "share")
-        acl = self.owner(name) or {"owner": self.actor.name if self.actor else user, "readers": []}
-        readers = [r for r in acl["readers"] if r != user]
-        acl["readers"] = readers if remove else [*readers, user]
-        self._write_owner(name, acl)
-        return acl
+        return self.access.share(name, user, remove=remove)
 
     # ------------------------------------------------------------------ reading
 
     def names(self) -> list[str]:
         """Datasets with at least one complete version, sorted. Raises DataError."""
-        found = [n for n in self._children("") if _NAME.match(n) and self._numbers(n, ".json")]
-        return [n for n in found if self._readable(n)]
-
-    def _readable(self, name: str) -> bool:
-        try:
-            self._check_read(name)
-        except ForbiddenError:
-            return False
-        return True
+        found = [n for n in self._children("") if valid_name(n) and self._numbers(n, ".json")]
+        return [n for n in found if self.access.readable(n)]
 
     def versions(self, name: str) -> list[DatasetVersion]:
         """Complete versions of ``name``, oldest first (empty if none). Raises DataError."""
@@ -342,7 +223,7 @@ class DatasetStore:
         versions = self.versions(name)
         if not versions:
             raise NotFoundError(f"no dataset {name!r} in {self.loc.show()}")
-        self._check_read(name)
+        self.access.check_read(name)
         known = {v.version for v in versions}
         tags = {t: v for t, v in self._tags(name).items() if v in known}
         tags[LATEST] = versions[-1].version
@@ -380,9 +261,9 @@ class DatasetStore:
         check_name(name)
         if tag is not None:
             check_tag(tag)
-        self._check_write(name, "add a version to")
-        self._claim(name)
-        self._check_write(name, "add a version to")  # another creator may have won
+        self.access.check_write(name, "add a version to")
+        self.access.claim(name)
+        self.access.check_write(name, "add a version to")  # another creator may have won
         upload_id = f"{int(time.time())}-{uuid.uuid4().hex[:12]}"
         stage = self.loc.child(f"{name}/data/{upload_id}")
         try:
@@ -439,7 +320,7 @@ class DatasetStore:
         """
         check_tag(tag)
         version = self.resolve(f"{name}:{selector}")
-        self._check_write(name, "tag")
+        self.access.check_write(name, "tag")
         path = self.loc.join(name, "tags", f"{tag}.json")
         data = json.dumps({"version": version.version}).encode()
         self.mover.storage_call(
@@ -457,7 +338,7 @@ class DatasetStore:
             NotFoundError: no such dataset or version. DataError: the store failed.
         """
         info = self.info(name)
-        self._check_write(name, "delete")
+        self.access.check_write(name, "delete")
         doomed = [self.resolve(f"{name}:{selector}")] if selector else info.versions
         for version in doomed:
             self._delete_version(version, info)
@@ -499,21 +380,15 @@ class DatasetStore:
         return theirs is not None and theirs.upload_id == version.upload_id
 
     def _read_if_there(self, what: str, path: str) -> bytes | None:
-        """The bytes of ``path`` in the store, None when it does not exist. Raises DataError
-        (``what`` names the read in its message) for any other failure."""
-        try:
-            return self.mover.storage_call(what, lambda: storage.read_bytes(self.loc, path))
-        except DataError as exc:
-            if isinstance(exc.__cause__, FileNotFoundError):
-                return None
-            raise
+        """The bytes of ``path`` in the store, None when it does not exist (``read_if_there``)."""
+        return read_if_there(self.mover, self.loc, what, path)
 
     def _manifest_path(self, name: str, number: int) -> str:
         return self.loc.join(name, "versions", f"{number}.json")
 
     def _manifest(self, name: str, number: int) -> DatasetVersion | None:
         path = self._manifest_path(name, number)
-        raw = self._read_if_there(f"reading {name} version {number}", path)
+        raw = read_if_there(self.mover, self.loc, f"reading {name} version {number}", path)
         if raw is None:
             return None
         try:

@@ -165,8 +165,8 @@ def test_the_runner_hands_the_environment_to_podman_in_a_file_only(tmp_path: Pat
         }
     )
     runner = Runner(run, base_env={"PATH": "/usr/bin:/bin", "HOME": "/root"})
-    env, visible = runner.environment()
-    start = runner.host_start(runner.argv(visible), env, visible)
+    env, visible = runner.command.environment()
+    start = runner.command.host_start(runner.command.argv(visible), env, visible)
     env_file = tmp_path / "run" / "task.env"
     assert start.argv[0].startswith("/") and start.argv[0].endswith("/podman")
     assert start.argv[1:] == ["run", "--env-file", str(env_file), "IMG", "sh", "-c", "true"]
@@ -176,7 +176,7 @@ def test_the_runner_hands_the_environment_to_podman_in_a_file_only(tmp_path: Pat
     assert "LD_PRELOAD=/tmp/evil.so" in lines  # for the container, not for podman
     assert "PATH=/image/bin" in lines and not any(l.startswith("PATH=/evil") for l in lines)
     assert env_file.stat().st_mode & 0o077 == 0
-    assert runner.unstartable(["no-such-program"], env) is None  # the runtime looks it up
+    assert runner.command.unstartable(["no-such-program"], env) is None  # the runtime looks it up
 
 
 def test_a_start_error_runs_nothing_and_reports_3003(tmp_path: Path) -> None:
