@@ -1,21 +1,11 @@
 """Reading task logs for the API with bounded memory: from file offsets, lazily, merged by time.
 
-What it holds at once, whatever the size of the logs: for each attempt's ``task.log`` a batch
-of lines of at most ``BATCH_BYTES`` divided among the files (at least ``MIN_BATCH_BYTES``
-each) plus one line, and a line is at most ``MAX_READ_LINE_BYTES``. A file is open only while
-a batch is read, so a workflow of thousands of attempts needs no more than one descriptor.
-
-- ``-n N`` (``last_lines``) finds where each file's last N lines start by reading it backwards
-  from its end in blocks (``tail_offset``), never from the start.
-- A line longer than ``MAX_READ_LINE_BYTES`` (the runner never writes one: it cuts at 64 KiB
-  of output, at most 4 times that once escaped; a file written by something else may have
-  one) is shown up to there, followed by ``[... N more bytes of this line not shown]``; the
-  reader skips the rest without holding it.
-- Control characters are escaped again as lines are read (``escape_control``, which leaves
-  the runner's own escapes as they are), so a log written by an older runner cannot forge
-  lines either.
-- Follow mode reads only complete lines (a line still being written waits for its newline),
-  and remembers each file's offset between polls.
+At once it holds, whatever the logs' size, per attempt's ``task.log`` a batch of at most
+``BATCH_BYTES`` shared among the files (at least ``MIN_BATCH_BYTES`` each) plus one line of at
+most ``MAX_READ_LINE_BYTES`` (longer: cut, ``[... N more bytes of this line not shown]``); a file
+is open only while a batch is read. ``last_lines`` finds the last N lines by reading backwards
+(``tail_offset``). Control characters are escaped again (``escape_control``). Follow mode reads
+only complete lines and keeps each file's offset between polls. docs/logs.md, "Limits".
 """
 
 from __future__ import annotations
@@ -128,7 +118,7 @@ class LogFile:
     path: Path
     offset: int = 0
     hide_detail: bool = False
-    """Leave out the runner's ``[task][detail]`` lines (isolation detail: issue 28)."""
+    """Leave out the runner's ``[task][detail]`` lines (the isolation detail)."""
     skipping: bool = False
     """In the middle of a line too long to show: the rest up to its newline is skipped."""
     _skipped: int = field(default=0, repr=False)
@@ -198,7 +188,12 @@ class LogFile:
 
 
 def tail_offset(
-    path: Path, end: int, count: int, *, complete_only: bool = False
+    path: Path,
+    end: int,
+    count: int,
+    *,
+    complete_only: bool = False,
+    hide_task: str | None = None,
 ) -> tuple[int, int]:
     """Where the last ``count`` lines before byte ``end`` of ``path`` start, found by
     reading backwards from ``end`` in blocks.
@@ -209,10 +204,13 @@ def tail_offset(
         count: how many lines.
         complete_only: bytes after the last newline are no line (follow mode), instead of
             a last line without newline.
+        hide_task: the task whose ``[task][detail]`` lines a reader hides (``LogFile``'s
+            ``hide_detail``): they do not count toward ``count`` (``logs -n N`` shows N
+            lines). None: every line counts.
 
     Returns:
         ``(offset, lines)``: the byte offset where they start and how many lines (at most
-        ``count``) lie between it and ``end``.
+        ``count``, hidden ones not counted) lie between it and ``end``.
     """
     if end <= 0 or count <= 0:
         return end, 0
@@ -221,22 +219,62 @@ def tail_offset(
     except FileNotFoundError:
         return end, 0
     with handle:
-        pos, seen, wanted, unfinished = end, 0, None, False
+        return _TailScan(handle, end, count, complete_only, hide_task).run()
+
+
+class _TailScan:
+    """The backward scan of ``tail_offset``: counts the lines that start after each
+    newline found, from the end of the file to its start."""
+
+    def __init__(
+        self, handle: Any, end: int, count: int, complete_only: bool, hide_task: str | None
+    ) -> None:
+        self.handle, self.end, self.count = handle, end, count
+        self.complete_only, self.hide_task = complete_only, hide_task
+        self.head_bytes = 20 + len(f"[{hide_task}][{DETAIL_TAG}] ".encode()) if hide_task else 0
+        self.shown = 0
+
+    def run(self) -> tuple[int, int]:
+        """``(offset, lines)`` as ``tail_offset`` returns them."""
+        pos, past_last_end = self.end, None
         while pos > 0:
             start = max(0, pos - TAIL_BLOCK_BYTES)
-            handle.seek(start)
-            block = handle.read(pos - start)
-            if wanted is None:
-                ends_line = block.endswith(b"\n")
-                wanted = count + 1 if ends_line or complete_only else count
-                unfinished = not ends_line and not complete_only
+            self.handle.seek(start)
+            block = self.handle.read(pos - start)
             index = len(block)
+            if past_last_end is None:
+                # a last line without newline is a line unless only complete lines count
+                past_last_end = not block.endswith(b"\n") and not self.complete_only
             while (index := block.rfind(b"\n", 0, index)) >= 0:
-                seen += 1
-                if seen == wanted:
-                    return start + index + 1, count
+                if not past_last_end:
+                    past_last_end = True  # the newline that ends the last line
+                elif self._counts(block, start, start + index + 1):
+                    return start + index + 1, self.count
             pos = start
-    return 0, seen + 1 if unfinished else seen
+        if past_last_end:
+            self._counts(b"", 0, 0)  # the file's first line
+        return 0, self.shown
+
+    def _counts(self, block: bytes, block_start: int, line_start: int) -> bool:
+        """Count the line starting at ``line_start`` if it is shown; whether ``count``
+        lines are now counted."""
+        if self.hide_task is not None:
+            head = self._head(block, block_start, line_start)
+            if is_detail_line(head, self.hide_task):
+                return False
+        self.shown += 1
+        return self.shown == self.count
+
+    def _head(self, block: bytes, block_start: int, line_start: int) -> bytes:
+        """The first bytes of the line at ``line_start`` (enough to tell a detail line),
+        from ``block`` when it holds them, else read from the file."""
+        offset = line_start - block_start
+        if 0 <= offset and offset + self.head_bytes <= len(block):
+            head = block[offset : offset + self.head_bytes]
+        else:
+            self.handle.seek(line_start)
+            head = self.handle.read(min(self.head_bytes, max(0, self.end - line_start)))
+        return head.split(b"\n", 1)[0]
 
 
 def read_merged(
