@@ -1,8 +1,9 @@
 """Carrying out the state machine's actions: queue a gang, start it on its backend (a retry
 held until its stopped earlier attempts ended), stop attempts, release placements.
 
-Each start or stop that fails becomes an event (``GroupStartFailed``) for the next round of
-the step; see docs/engine.md.
+``ActionRunner`` works on the shared ``EngineCore``; it owns the attempts being stopped and
+the retry starts held back for them. Each start that fails becomes an event
+(``GroupStartFailed``) for the next round of the step; see docs/engine.md.
 """
 
 from __future__ import annotations
@@ -27,44 +28,67 @@ __all__ = ["ActionRunner"]
 log = logging.getLogger("trainyard.engine")
 
 
-class ActionRunner(EngineCore):
-    """Carries out ``machine.Action``s on schedulers and backends (callers hold the lock)."""
+class ActionRunner:
+    """Carries out ``machine.Action``s on the schedulers and backends of ``core`` (callers
+    hold ``core.lock``). What the other phases use of it: ``carry_out``, ``start_deferred``
+    and ``note_ended`` (the step loop), ``enqueue``, ``start_when_ready`` and
+    ``note_stopping`` (recovery), ``kill`` and ``upstream_output`` (the facade)."""
 
-    def _carry_out(self, actions: list[tuple[str, m.Action]]) -> dict[str, list[m.Event]]:
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        self._stopping: set[TaskKey] = set()  # stops sent, no ending fact seen yet
+        self._ended_now: set[TaskKey] = set()  # ending facts of the step under way
+        self._deferred: list[DeferredStart] = []  # retry starts held for stopping attempts
+
+    def carry_out(self, actions: list[tuple[str, m.Action]]) -> dict[str, list[m.Event]]:
         """Carry out ``actions`` in order; a run of consecutive starts goes to the backends
-        together (``_start_many``), every other action after the starts before it."""
+        together (``_start_many``), every other action after the starts before it. Returns
+        the events they yield (a start that failed), by workflow."""
         follow_up: dict[str, list[m.Event]] = {}
         starts: list[tuple[str, m.StartTasks]] = []
         for wid, action in actions:
             if isinstance(action, m.StartTasks):
                 starts.append((wid, action))
                 continue
-            self._add_events(follow_up, self._start_many(starts))
+            _add_events(follow_up, self._start_many(starts))
             starts = []
-            self._add_events(follow_up, [(wid, self._carry_out_action(wid, action))])
-        self._add_events(follow_up, self._start_many(starts))
+            _add_events(follow_up, [(wid, self._carry_out_one(wid, action))])
+        _add_events(follow_up, self._start_many(starts))
         return follow_up
 
-    @staticmethod
-    def _add_events(
-        into: dict[str, list[m.Event]], events: list[tuple[str, m.Event | None]]
-    ) -> None:
-        for wid, event in events:
-            if event is not None:
-                into.setdefault(wid, []).append(event)
+    def note_ended(self, keys: set[TaskKey]) -> None:
+        """The attempts whose ending facts the step under way applies: no longer stopping,
+        and not to be marked stopping by a stop of this step."""
+        self._ended_now = keys
+        self._stopping -= keys
+
+    def note_stopping(self, keys: list[TaskKey]) -> None:
+        """Stops were sent for ``keys`` (recovery); a retry of theirs waits until they end."""
+        self._stopping.update(keys)
+
+    def kill(self, wid: str) -> None:
+        """Stop at once (``Backend.kill``) the attempts of the workflow still stopping."""
+        keys = [k for k in self._stopping if k.workflow_id == wid]
+        if not keys:
+            return
+        try:
+            backend = self.core.backend_of(wid)
+        except (BackendError, ConfigError):
+            return
+        backend.kill(keys)
 
     def _start_many(
         self,
         starts: list[tuple[str, m.StartTasks]],
     ) -> list[tuple[str, m.Event | None]]:
-        """Start these gangs (retries held back as ``_carry_out_action`` holds them), one
+        """Start these gangs (retries held back as ``start_when_ready`` holds them), one
         ``start_group`` each, in order (not batched: docs/engine.md "Starts one gang at a
         time"). Each gang's outcome is what ``_start`` would give it: None, or
         GroupStartFailed."""
         ready: list[tuple[str, m.StartTasks]] = []
         for wid, action in starts:
             if self._earlier_stopping(wid, action):
-                self._carry_out_action(wid, action)  # held back (a DeferredStart)
+                self.start_when_ready(wid, action)  # held back (a DeferredStart)
             else:
                 ready.append((wid, action))
         by_backend: dict[int, list[tuple[int, Backend[Any], list[TaskLaunch]]]] = {}
@@ -81,40 +105,48 @@ class ActionRunner(EngineCore):
                 outcome[index] = self._start_failed(wid, action, backend, launches, error)
         return [(wid, outcome.get(index)) for index, (wid, _action) in enumerate(ready)]
 
-    def _carry_out_action(self, wid: str, action: m.Action) -> m.Event | None:
+    def _carry_out_one(self, wid: str, action: m.Action) -> m.Event | None:
+        """Carry out one action; returns the event it yields (a start that failed)."""
         if isinstance(action, m.RequestPlacement):
-            self._enqueue(wid, action.group)
+            self.enqueue(wid, action.group)
         elif isinstance(action, m.StartTasks):
-            waiting = self._earlier_stopping(wid, action)
-            if waiting:
-                self._deferred.append(
-                    DeferredStart(wid, action, waiting, time.monotonic() + RETRY_START_WAIT_S)
-                )
-                return None
-            return self._start(wid, action)
+            return self.start_when_ready(wid, action)
         elif isinstance(action, m.StopTasks):
             for task, retry_id in action.tasks if action.reason else ():
-                self._task_log(
+                self.core.task_log(
                     TaskKey(wid, task, retry_id), f"{action.reason}: the task is stopped"
                 )
             self._stop(wid, action.tasks)
         elif isinstance(action, m.ReleaseGroup):
-            self._scheduler_of(wid).release((wid, action.group))
+            self.core.scheduler_of(wid).release((wid, action.group))
         return None
 
-    def _enqueue(self, wid: str, group: str) -> None:
+    def enqueue(self, wid: str, group: str) -> None:
         """Queue the gang; its age (for backfill) counts from when it went SCHEDULING, also
         across an engine restart."""
-        live = self._live.get(wid)
+        live = self.core.live.get(wid)
         if live is not None:
             since_s = live.state.groups[group].scheduling_since_s
             waited_s = max(0.0, time.time() - since_s) if since_s is not None else 0.0
-            self._scheduler_of(wid).enqueue(
+            self.core.scheduler_of(wid).enqueue(
                 (wid, group),
-                self._requests(live, group),
+                self.core.requests(live, group),
                 now_s=time.monotonic() - waited_s,
                 rank=live.rank,
             )
+
+    def start_when_ready(
+        self, wid: str, action: m.StartTasks, only: frozenset[TaskKey] | None = None
+    ) -> m.Event | None:
+        """Start ``action``'s attempts (``only`` those keys, when given) now, or hold the
+        start back (``start_deferred`` makes it) while earlier attempts of its tasks are
+        being stopped. Returns GroupStartFailed when the backend refuses, else None."""
+        waiting = self._earlier_stopping(wid, action)
+        if waiting:
+            deadline = time.monotonic() + RETRY_START_WAIT_S
+            self._deferred.append(DeferredStart(wid, action, waiting, deadline, only))
+            return None
+        return self._start(wid, action, only)
 
     def _start(
         self, wid: str, action: m.StartTasks, only: frozenset[TaskKey] | None = None
@@ -142,28 +174,29 @@ class ActionRunner(EngineCore):
         """The backend and the launches of ``action``'s start (``only`` those keys, when
         given); None for a workflow no longer driven, GroupStartFailed when its pool has no
         usable backend."""
-        live = self._live.get(wid)
+        core = self.core
+        live = core.live.get(wid)
         if live is None:
             return None
         try:
-            backend = self._backend_of(wid)
+            backend = core.backend_of(wid)
         except (BackendError, ConfigError) as exc:  # e.g. a pool option its backend refuses
-            reason = f"the pool {self._pool_of(wid).name!r} has no usable backend: {exc}"
+            reason = f"the pool {core.pool_of(wid).name!r} has no usable backend: {exc}"
             log.warning("workflow %s group %s did not start: %s", wid, action.group, reason)
             return m.GroupStartFailed(time.time(), action.group, reason, backend_error=True)
-        placements = self._scheduler_of(wid).placement_of((wid, action.group))
+        placements = core.scheduler_of(wid).placement_of((wid, action.group))
         ctx = LaunchContext(
-            home=self.home,
+            home=core.home,
             workflow_id=wid,
             spec=live.spec,
             state=live.state,
             placements=placements,
             backend=backend,
-            pool=self._pool_of(wid),
-            upstream_output=self._upstream_output,
+            pool=core.pool_of(wid),
+            upstream_output=self.upstream_output,
             user=live.user,
             credentials=self._credentials_of(live.user, live.spec, action.group),
-            data_credentials=self.credentials.data_payloads(live.user) if live.user else [],
+            data_credentials=core.credentials.data_payloads(live.user) if live.user else [],
             registry_credentials=self._registry_credentials_of(live.user, live.spec, action.group),
         )
         launches = build_launches(ctx, action)
@@ -179,7 +212,7 @@ class ActionRunner(EngineCore):
         images = [t.image for g in spec.groups if g.name == group for t in g.tasks if t.image]
         if not images or user is None:
             return []
-        return self.credentials.registry_payloads(user)
+        return self.core.credentials.registry_payloads(user)
 
     def _credentials_of(
         self, user: str | None, spec: WorkflowSpec, group: str
@@ -190,7 +223,7 @@ class ActionRunner(EngineCore):
         names = [n for g in spec.groups if g.name == group for t in g.tasks for n in t.credentials]
         if not names or user is None:
             return {}
-        return self.credentials.payloads(user, names)
+        return self.core.credentials.payloads(user, names)
 
     def _start_failed(
         self,
@@ -206,15 +239,16 @@ class ActionRunner(EngineCore):
             return None
         log.warning("workflow %s group %s did not start: %s", wid, action.group, error)
         for launch in launches:
-            self._task_log(
+            self.core.task_log(
                 launch.key, f"the {backend.name} backend could not start the task: {error}"
             )
         return m.GroupStartFailed(time.time(), action.group, str(error), backend_error=True)
 
     def _stop(self, wid: str, tasks: tuple[tuple[str, int], ...]) -> None:
+        """Stop these attempts of the workflow; they count as stopping until they end."""
         keys = [TaskKey(wid, task, retry) for task, retry in tasks]
         try:
-            backend = self._backend_of(wid)
+            backend = self.core.backend_of(wid)
         except (BackendError, ConfigError):
             return  # no backend could be made, so none of these ever started
         self._stopping.update(k for k in keys if k not in self._ended_now)
@@ -229,7 +263,7 @@ class ActionRunner(EngineCore):
             if k.workflow_id == wid and k.task in newest and k.retry_id < newest[k.task]
         }
 
-    def _start_deferred(self) -> list[tuple[str, m.Event]]:
+    def start_deferred(self) -> list[tuple[str, m.Event]]:
         """Make the held retry starts whose stopped attempts have ended (or waited too long);
         returns the events of those the backend refused."""
         now, events, held = time.monotonic(), [], []
@@ -247,7 +281,7 @@ class ActionRunner(EngineCore):
                     len(item.waiting),
                     RETRY_START_WAIT_S,
                 )
-            live = self._live.get(item.workflow_id)
+            live = self.core.live.get(item.workflow_id)
             keys = (
                 item.only
                 if item.only is not None
@@ -260,7 +294,7 @@ class ActionRunner(EngineCore):
         self._deferred = held
         return events
 
-    def _upstream_output(self, ref: str, current_wid: str) -> Path:
+    def upstream_output(self, ref: str, current_wid: str) -> Path:
         """Output folder of the completed attempt of a task (``TASK`` or ``WORKFLOW_ID:TASK``).
 
         A task of this workflow has COMPLETED when its downstream starts (the DAG says so).
@@ -272,14 +306,15 @@ class ActionRunner(EngineCore):
             InputUnavailable: the other workflow or task is gone, or it did not COMPLETE; the
                 task's input then fails with exit code 2010 and the reason in its log.
         """
+        core = self.core
         wid, _, task = ref.rpartition(":")
         if not wid or wid == current_wid:
-            state = self.state(current_wid)
+            state = core.state(current_wid)
             if task not in state.tasks:
                 raise NotFoundError(f"workflow {current_wid} has no task {task!r}")
-            return self.run_dir(current_wid, task, state.tasks[task].retry_id) / "output"
+            return core.run_dir(current_wid, task, state.tasks[task].retry_id) / "output"
         try:
-            state = self.state(wid)
+            state = core.state(wid)
         except NotFoundError:
             raise InputUnavailable(f"no workflow {wid}") from None
         found = next((t for t in state.tasks.values() if name_key(t.name) == name_key(task)), None)
@@ -289,7 +324,14 @@ class ActionRunner(EngineCore):
             raise InputUnavailable(
                 f"task {found.name} of workflow {wid} is {found.status.value}, not COMPLETED"
             )
-        return self.run_dir(wid, found.name, found.retry_id) / "output"
+        return core.run_dir(wid, found.name, found.retry_id) / "output"
+
+
+def _add_events(into: dict[str, list[m.Event]], events: list[tuple[str, m.Event | None]]) -> None:
+    """Append each event that is not None to its workflow's list in ``into``."""
+    for wid, event in events:
+        if event is not None:
+            into.setdefault(wid, []).append(event)
 
 
 def _start_groups(

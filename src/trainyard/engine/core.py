@@ -1,8 +1,7 @@
-"""The state every phase of the engine shares, and the plumbing: which pool, scheduler and
-backend serve a workflow, where an attempt's run folder is, one line in a task log.
-
-``EngineCore`` is the base of the engine's phase classes (``actions.ActionRunner``,
-``recovery.Recovery``, ``steploop.StepLoop``, ``reconciler.Engine``); see docs/engine.md.
+"""The state every phase of the engine shares (one ``EngineCore``, held by reference by the
+action runner, the recovery, the step loop and the ``Engine`` facade), and the plumbing: which
+pool, scheduler and backend serve a workflow, where an attempt's run folder is, one line in a
+task log. See docs/engine.md.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from typing import Any
 from trainyard.backends.base import Backend, TaskFact, TaskKey
 from trainyard.backends.served import load_usable_pools
 from trainyard.engine import machine as m
-from trainyard.engine.live import DeferredStart, LiveWorkflow, UnstartedStart
+from trainyard.engine.live import LiveWorkflow
 from trainyard.engine.scheduler import Request, Scheduler, request_of
 from trainyard.engine.serialize import state_from_dict
 from trainyard.pools import Pool
@@ -32,7 +31,9 @@ log = logging.getLogger("trainyard.engine")
 
 class EngineCore:
     """The engine's shared state (see ``reconciler.Engine`` for the arguments) and its
-    plumbing. Not used alone: ``Engine`` adds the phases and the lock discipline."""
+    plumbing. Its fields are read and changed by every phase, under ``lock`` (the public
+    methods of ``Engine`` and ``StepLoop.step`` take it; the phases' methods expect it held).
+    """
 
     def __init__(
         self,
@@ -50,30 +51,24 @@ class EngineCore:
         """Users' credentials (``store.credentials``): handed to their tasks at launch."""
         self.pools = pools if pools is not None else load_usable_pools()
         self.poll_interval_s = poll_interval_s
-        self._spec_loader = spec_loader
-        self._backend_factory = backend_factory
-        self._lock = threading.RLock()
-        self._live: dict[str, LiveWorkflow] = {}
-        self._pool_name: dict[str, str] = {}
-        self._schedulers: dict[str, Scheduler] = {}
-        self._backends: dict[str, Backend[Any]] = {}
-        self._dirty: set[str] = set()
-        self._pending: dict[str, list[m.Event]] = {}  # accepted, handled by the next step
-        self._unstarted: list[UnstartedStart] = []  # found by _resume, started by the next step
-        self._stopping: set[TaskKey] = set()  # stops sent, no ending fact seen yet
-        self._ended_now: set[TaskKey] = set()  # ending facts of the step under way
-        self._deferred: list[DeferredStart] = []
-        self._running_loop = False  # True while run_forever drives the steps
-        self._wake = threading.Event()  # set by submit and by backends' fact notifications
-        self._changed = threading.Condition()
-        self._changes = 0  # how many times _store_changed_states stored changed states
-        self._reasons_due_s = 0.0  # time.monotonic() of the next _note_waiting
+        self.spec_loader = spec_loader
+        self.backend_factory = backend_factory
+        self.lock = threading.RLock()
+        self.live: dict[str, LiveWorkflow] = {}
+        """The workflows driven now (until their state is stored as ended), by id."""
+        self.pool_name: dict[str, str] = {}
+        self.schedulers: dict[str, Scheduler] = {}
+        self.backends: dict[str, Backend[Any]] = {}
+        self.pending: dict[str, list[m.Event]] = {}
+        """Events accepted between steps (a submit), handled by the next step."""
+        self.woken = threading.Event()
+        """Set by ``wake`` (a submit, a backend's fact notification); cleared by the loop."""
 
     def state(self, workflow_id: str) -> m.WorkflowState:
         """The current state (live or stored). Raises NotFoundError."""
-        with self._lock:
-            if workflow_id in self._live:
-                return self._live[workflow_id].state
+        with self.lock:
+            if workflow_id in self.live:
+                return self.live[workflow_id].state
         return state_from_dict(self.store.get_workflow(workflow_id).state)
 
     def run_dir(self, workflow_id: str, task: str, retry_id: int) -> Path:
@@ -84,53 +79,57 @@ class EngineCore:
         """Ask ``run_forever`` for a step now rather than at its next tick (a submit, a
         backend's new fact). Returns at once; wake-ups before the step are one step, and a
         loop backing off after failed steps is not hurried."""
-        self._wake.set()
+        self.woken.set()
 
-    def _track(self, wid: str, live: LiveWorkflow) -> None:
+    def track(self, wid: str, live: LiveWorkflow) -> None:
         """Drive ``wid`` from now on (until its state is stored as ended)."""
-        self._live[wid] = live
-        self._pool_name[wid] = live.pool
+        self.live[wid] = live
+        self.pool_name[wid] = live.pool
 
-    def _pool_of(self, wid: str) -> Pool:
+    def post(self, wid: str, event: m.Event) -> None:
+        """Hand ``event`` to the next step (before the backends' facts of that step)."""
+        self.pending.setdefault(wid, []).append(event)
+
+    def pool_of(self, wid: str) -> Pool:
         """The pool a driven workflow runs on (KeyError for one not driven)."""
-        return self.pools[self._pool_name[wid]]
+        return self.pools[self.pool_name[wid]]
 
-    def _scheduler_of(self, wid: str) -> Scheduler:
+    def scheduler_of(self, wid: str) -> Scheduler:
         """The scheduler of the workflow's pool, made on first use."""
-        pool = self._pool_of(wid)
-        if pool.name not in self._schedulers:
-            self._schedulers[pool.name] = Scheduler(pool)
-        return self._schedulers[pool.name]
+        pool = self.pool_of(wid)
+        if pool.name not in self.schedulers:
+            self.schedulers[pool.name] = Scheduler(pool)
+        return self.schedulers[pool.name]
 
-    def _backend_of(self, wid: str) -> Backend[Any]:
-        """The backend of the workflow's pool (``_pool_backend``)."""
-        return self._pool_backend(self._pool_name[wid])
+    def backend_of(self, wid: str) -> Backend[Any]:
+        """The backend of the workflow's pool (``pool_backend``)."""
+        return self.pool_backend(self.pool_name[wid])
 
-    def _pool_backend(self, pool: str) -> Backend[Any]:
+    def pool_backend(self, pool: str) -> Backend[Any]:
         """The pool's backend, made on first use and asked to wake the engine on new facts.
 
         Raises:
             BackendError, ConfigError: the backend cannot be made (e.g. an option it refuses).
         """
-        if pool not in self._backends:
-            backend = self._backend_factory(self.pools[pool], self.home)
+        if pool not in self.backends:
+            backend = self.backend_factory(self.pools[pool], self.home)
             backend.notify_facts(self.wake)  # facts as they happen, where it can
-            self._backends[pool] = backend
-        return self._backends[pool]
+            self.backends[pool] = backend
+        return self.backends[pool]
 
-    def _poll(self) -> list[TaskFact]:
+    def poll(self) -> list[TaskFact]:
         """New facts of every backend made so far, in the order each reported them."""
         facts: list[TaskFact] = []
-        for backend in list(self._backends.values()):
+        for backend in list(self.backends.values()):
             facts += backend.poll()
         return facts
 
-    def _requests(self, live: LiveWorkflow, group: str) -> dict[str, Request]:
+    def requests(self, live: LiveWorkflow, group: str) -> dict[str, Request]:
         """What each task of the workflow's ``group`` asks of a node, by task name."""
         spec_group = next(g for g in live.spec.groups if g.name == group)
         return {t.name: request_of(live.spec.resource_of(t)) for t in spec_group.tasks}
 
-    def _task_log(self, key: TaskKey, text: str) -> None:
+    def task_log(self, key: TaskKey, text: str) -> None:
         """Append one trainyard line to the attempt's task log (best effort: a log that
         cannot be written is reported in server.log, the reason stays in the store)."""
         try:

@@ -1,14 +1,16 @@
 """The engine's API facade: ``Engine`` drives every unfinished workflow of one store, and
 ``Submission`` is a validated workflow ready to be stored and run.
 
-The engine is split by phase: ``steploop`` (the step and its loop), ``actions`` (carrying out
-the state machine's actions on backends), ``recovery`` (after a restart), ``core`` (shared
-state and plumbing). How they fit together: docs/engine.md.
+``Engine`` holds the engine's phases, separate objects sharing one ``core.EngineCore``:
+``actions.ActionRunner`` (carrying out the state machine's actions on backends),
+``recovery.Recovery`` (after a restart), ``steploop.StepLoop`` (the step and its loop). How
+they fit together: docs/engine.md.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,14 +21,16 @@ from trainyard import backends
 from trainyard.backends.base import Backend, TaskKey
 from trainyard.engine import homestore, retention
 from trainyard.engine import machine as m
+from trainyard.engine.actions import ActionRunner
+from trainyard.engine.core import EngineCore
 from trainyard.engine.launch import LaunchContext, build_launches
 from trainyard.engine.live import LiveWorkflow, rank_of
 from trainyard.engine.plan import build_state, default_exit_actions_of
-from trainyard.engine.recovery import ended_attempts
+from trainyard.engine.recovery import Recovery
 from trainyard.engine.scheduler import Placement, Scheduler, request_of
 from trainyard.engine.serialize import state_from_dict, state_to_dict
 from trainyard.engine.steploop import StepLoop
-from trainyard.errors import BackendError, ConfigError, RefusedError
+from trainyard.errors import RefusedError
 from trainyard.pools import Pool
 from trainyard.spec.api import reparse
 from trainyard.spec.models import WorkflowSpec
@@ -58,7 +62,7 @@ class Submission:
     reparse: dict[str, Any] | None = None
 
 
-class Engine(StepLoop):
+class Engine:
     """Drives every unfinished workflow of one store.
 
     Args:
@@ -72,6 +76,9 @@ class Engine(StepLoop):
 
     Thread safety: public methods take one lock; ``run_forever`` calls ``step`` in a loop.
     On construction it resumes the store's unfinished workflows (``recovery``).
+
+    Its phases (docs/engine.md): ``core`` (the shared state), ``actions``, ``recovery``,
+    ``loop``.
     """
 
     def __init__(
@@ -84,7 +91,7 @@ class Engine(StepLoop):
         backend_factory: Callable[[Pool, Path], Backend[Any]] | None = None,
         poll_interval_s: float = 0.05,
     ) -> None:
-        super().__init__(
+        self.core = EngineCore(
             store,
             home,
             pools=pools,
@@ -92,8 +99,55 @@ class Engine(StepLoop):
             backend_factory=backend_factory or _default_backend,
             poll_interval_s=poll_interval_s,
         )
+        self.store = store
+        self.home = home
+        self.credentials = self.core.credentials
+        """Users' credentials (``store.credentials``): handed to their tasks at launch."""
+        self.actions = ActionRunner(self.core)
+        self.recovery = Recovery(self.core, self.actions)
+        self.loop = StepLoop(self.core, self.actions, self.recovery)
         homestore.bind_home(home, store)  # before anything of the home is used
-        self._resume()
+        self.recovery.resume()
+
+    @property
+    def pools(self) -> dict[str, Pool]:
+        """The pools served, by name (``replace_pools`` changes them)."""
+        return self.core.pools
+
+    def state(self, workflow_id: str) -> m.WorkflowState:
+        """The current state (live or stored). Raises NotFoundError."""
+        return self.core.state(workflow_id)
+
+    def run_dir(self, workflow_id: str, task: str, retry_id: int) -> Path:
+        """Folder of one task attempt (its log, events and sandbox state)."""
+        return self.core.run_dir(workflow_id, task, retry_id)
+
+    def wake(self) -> None:
+        """Ask ``run_forever`` for a step now (``EngineCore.wake``). Returns at once."""
+        self.core.wake()
+
+    def step(self) -> None:
+        """One pass of the loop (``StepLoop.step``)."""
+        self.loop.step()
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """Step until ``stop`` is set (``StepLoop.run_forever``)."""
+        self.loop.run_forever(stop)
+
+    def wait(self, workflow_id: str, timeout_s: float | None = None) -> WorkflowRecord:
+        """Block until the workflow is finished; returns the stored record. Raises
+        TimeoutError after ``timeout_s`` (``StepLoop.wait``)."""
+        return self.loop.wait(workflow_id, timeout_s)
+
+    def changes(self) -> int:
+        """A counter that grows each time changed workflow states are stored; pass it to
+        ``wait_for_change``."""
+        return self.loop.changes()
+
+    def wait_for_change(self, seen: int, timeout_s: float) -> bool:
+        """Block until states were stored after ``changes()`` returned ``seen``, or
+        ``timeout_s`` passed. Returns whether they were."""
+        return self.loop.wait_for_change(seen, timeout_s)
 
     def submit(self, sub: Submission) -> WorkflowRecord:
         """Store a workflow; the loop's next ``step`` starts it (so a submit answers at once,
@@ -105,7 +159,7 @@ class Engine(StepLoop):
                 cannot be packed onto the nodes together): it would wait forever.
         """
         self.pools.setdefault(sub.pool.name, sub.pool)
-        self._refuse_unplaceable(sub)
+        _refuse_unplaceable(sub)
 
         def make_state(workflow_id: str) -> tuple[str, dict[str, Any]]:
             state = build_state(
@@ -118,7 +172,7 @@ class Engine(StepLoop):
             return state.status.value, state_to_dict(state)
 
         source = {**sub.source, **_spec_source(sub)}
-        with self._lock:
+        with self.core.lock:
             record = self.store.create_workflow(
                 name=sub.spec.name,
                 pool=sub.pool.name,
@@ -128,7 +182,7 @@ class Engine(StepLoop):
                 source=source,
                 make_state=make_state,
             )
-            self._track(
+            self.core.track(
                 record.id,
                 LiveWorkflow(
                     state_from_dict(record.state),
@@ -138,24 +192,9 @@ class Engine(StepLoop):
                     rank_of(source),
                 ),
             )
-            self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
+            self.core.post(record.id, m.Submitted(time.time()))
         self.wake()
         return record
-
-    def _refuse_unplaceable(self, sub: Submission) -> None:
-        """RefusedError for a gang that the scheduler could not place on the empty pool
-        (``spec.poolfit`` already refused one that asks more than a node, or than the pool in
-        total; this is the rest: tasks that fit one by one but cannot be packed together)."""
-        scheduler = Scheduler(sub.pool)
-        for group in sub.spec.groups:
-            requests = {t.name: request_of(sub.spec.resource_of(t)) for t in group.tasks}
-            if not scheduler.fits_empty(requests):
-                raise RefusedError(
-                    f"group {group.name!r}: its {len(group.tasks)} tasks start together but "
-                    f"cannot be placed together on pool {sub.pool.name!r} even when it is "
-                    f"empty ({len(sub.pool.nodes)} nodes); ask for less per task or use fewer "
-                    "tasks"
-                )
 
     def preview(self, sub: Submission) -> list[tuple[str, str]]:
         """What submitting ``sub`` now would hand its pool's backend, for ``--dry-run``: per
@@ -163,7 +202,9 @@ class Engine(StepLoop):
         (``dry_run(launches)``: the sbatch command and script on Slurm). Every task is on the
         first node it could get; ids and paths are those the next submission would get.
         Stores nothing, starts nothing. A group whose rendering is empty is left out."""
-        backend = self._backends.get(sub.pool.name) or self._backend_factory(sub.pool, self.home)
+        backend = self.core.backends.get(sub.pool.name) or self.core.backend_factory(
+            sub.pool, self.home
+        )
         wid = self.store.peek_workflow_id(sub.spec.name)
         state = build_state(
             wid,
@@ -185,22 +226,13 @@ class Engine(StepLoop):
                 },
                 backend=backend,
                 pool=sub.pool,
-                upstream_output=self._preview_output(wid),
+                upstream_output=_preview_output(self.home, wid, self.actions.upstream_output),
             )
             action = m.StartTasks(group.name, tuple((n, 0) for n in names))
             text = backend.dry_run(build_launches(ctx, action))
             if text:
                 previews.append((group.name, text))
         return previews
-
-    def _preview_output(self, wid: str) -> Callable[[str, str], Path]:
-        def output(ref: str, current: str) -> Path:
-            upstream, _, task = ref.rpartition(":")
-            if upstream and upstream != wid:
-                return self._upstream_output(ref, current)
-            return self.home / "runs" / wid / task / "0" / "output"
-
-        return output
 
     def cancel(self, workflow_id: str, *, force: bool = False) -> None:
         """Cancel a workflow: every process stopped, status FAILED_CANCELED. Idempotent;
@@ -210,26 +242,15 @@ class Engine(StepLoop):
         task group pods in the cluster"): its attempts are stopped with no grace period
         (``Backend.kill``), those of an earlier cancel too. Raises NotFoundError for an
         unknown id."""
-        with self._lock:
-            if workflow_id in self._live:
-                self.step()
-            if workflow_id not in self._live:
+        with self.core.lock:
+            if workflow_id in self.core.live:
+                self.loop.step()
+            if workflow_id not in self.core.live:
                 self.store.get_workflow(workflow_id)  # raises NotFoundError
                 return
-            self._apply_until_settled({workflow_id: [m.CancelRequested(time.time())]})
+            self.loop.apply_until_settled({workflow_id: [m.CancelRequested(time.time())]})
             if force:
-                self._kill(workflow_id)
-
-    def _kill(self, workflow_id: str) -> None:
-        """Stop at once (``Backend.kill``) the attempts of the workflow still stopping."""
-        keys = [k for k in self._stopping if k.workflow_id == workflow_id]
-        if not keys:
-            return
-        try:
-            backend = self._backend_of(workflow_id)
-        except (BackendError, ConfigError):
-            return
-        backend.kill(keys)
+                self.actions.kill(workflow_id)
 
     def restart(self, workflow_id: str) -> None:
         """Run a failed workflow's groups that did not complete again (new retry ids), keeping
@@ -239,10 +260,10 @@ class Engine(StepLoop):
             NotFoundError: unknown workflow.
             RefusedError: it is still running, or it COMPLETED (nothing to restart).
         """
-        with self._lock:
+        with self.core.lock:
             record = self.store.get_workflow(workflow_id)
             state = state_from_dict(record.state)
-            if workflow_id in self._live or not state.status.is_terminal():
+            if workflow_id in self.core.live or not state.status.is_terminal():
                 raise RefusedError(
                     f"workflow {workflow_id} is {state.status}; only a finished, "
                     "failed workflow can be restarted"
@@ -252,17 +273,17 @@ class Engine(StepLoop):
                     f"workflow {workflow_id} COMPLETED; submit it again instead "
                     f"(`trainyard workflow submit {workflow_id}`)"
                 )
-            self._track(
+            self.core.track(
                 workflow_id,
                 LiveWorkflow(
                     state,
-                    self._spec_loader(record),
+                    self.core.spec_loader(record),
                     record.pool,
                     record.submitted_by,
                     rank_of(record.source),
                 ),
             )
-            self._apply_until_settled({workflow_id: [m.Restarted(time.time())]})
+            self.loop.apply_until_settled({workflow_id: [m.Restarted(time.time())]})
 
     def delete(self, workflow_ids: list[str], *, keep_records: bool = False) -> None:
         """Delete ended workflows: their store rows (unless ``keep_records``) and their run
@@ -276,9 +297,9 @@ class Engine(StepLoop):
                 (it is stopped now; delete again once it is gone), or a file system is
                 mounted in its run folder.
         """
-        with self._lock:
+        with self.core.lock:
             records = [self.store.get_workflow(wid) for wid in dict.fromkeys(workflow_ids)]
-            running = [r for r in records if r.id in self._live or r.end_time_s is None]
+            running = [r for r in records if r.id in self.core.live or r.end_time_s is None]
             if running:
                 r = running[0]
                 raise RefusedError(
@@ -304,23 +325,12 @@ class Engine(StepLoop):
         (``Backend.forget``)."""
         for record in records:
             if record.pool in self.pools:
-                self._pool_backend(record.pool).forget(record.id)
+                self.core.pool_backend(record.pool).forget(record.id)
 
     def _refuse_if_still_running(self, records: list[WorkflowRecord]) -> None:
         """Stop the attempts of these ended workflows that the backend still finds alive
-        (as ``_stop_leftovers`` does), and refuse while there are any."""
-        by_pool: dict[str, list[TaskKey]] = {}
-        for record in records:
-            keys = ended_attempts(record.id, state_from_dict(record.state))
-            if keys and record.pool in self.pools:
-                by_pool.setdefault(record.pool, []).extend(keys)
-        alive: list[TaskKey] = []
-        for pool, keys in by_pool.items():
-            backend = self._pool_backend(pool)
-            found = backend.recover(keys)
-            if found:
-                backend.stop(found)
-                alive += found
+        (``Recovery.stop_alive``, as after a restart), and refuse while there are any."""
+        alive = self.recovery.stop_alive(records)
         if alive:
             raise RefusedError(
                 "attempts of ended workflows still run and are being stopped now: "
@@ -330,8 +340,8 @@ class Engine(StepLoop):
 
     def usage(self, pool_name: str) -> dict[str, dict[str, Any]]:
         """What placed tasks use of each node of a pool: cpu, gpu, memory_bytes, storage_bytes."""
-        with self._lock:
-            scheduler = self._schedulers.get(pool_name)
+        with self.core.lock:
+            scheduler = self.core.schedulers.get(pool_name)
             if scheduler is None:
                 return {}
             return {
@@ -351,7 +361,7 @@ class Engine(StepLoop):
         Raises:
             RefusedError: the pool's backend cannot enter a task, or refuses (see the hook).
         """
-        backend = self._backends.get(pool)  # a running task's pool has one; none is made here
+        backend = self.core.backends.get(pool)  # a running task's pool has one; none is made here
         if backend is None:
             raise RefusedError(f"the engine runs nothing on pool {pool} now")
         return dict(backend.entry(key))
@@ -362,7 +372,7 @@ class Engine(StepLoop):
         Raises:
             SpecError: the stored spec no longer parses.
         """
-        return self._spec_loader(record)
+        return self.core.spec_loader(record)
 
     def replace_pools(self, pools: dict[str, Pool]) -> list[str]:
         """Serve ``pools`` from now on (``pools.yaml`` was edited), without a restart.
@@ -376,8 +386,8 @@ class Engine(StepLoop):
         Returns:
             The names of the pools kept as they were because workflows use them.
         """
-        with self._lock:
-            busy = {self._pool_name[wid] for wid in self._live}
+        with self.core.lock:
+            busy = {self.core.pool_name[wid] for wid in self.core.live}
             result, kept = dict(pools), []
             for name, old in self.pools.items():
                 if pools.get(name) == old:
@@ -386,21 +396,52 @@ class Engine(StepLoop):
                     result[name] = old
                     kept.append(name)
                     continue
-                self._schedulers.pop(name, None)
-                backend = self._backends.pop(name, None)
+                self.core.schedulers.pop(name, None)
+                backend = self.core.backends.pop(name, None)
                 if backend is not None:
                     backend.close()
-            self.pools = result
+            self.core.pools = result
             return sorted(kept)
 
     def close(self) -> None:
         """Close and forget backends (their tasks keep running; a new Engine recovers them)."""
-        for backend in self._backends.values():
+        for backend in self.core.backends.values():
             try:
                 backend.close()
             except Exception:  # noqa: BLE001 - closing one must not keep the others open
                 log.exception("closing backend %s", backend.name)
-        self._backends.clear()
+        self.core.backends.clear()
+
+
+def _refuse_unplaceable(sub: Submission) -> None:
+    """RefusedError for a gang that the scheduler could not place on the empty pool
+    (``spec.poolfit`` already refused one that asks more than a node, or than the pool in
+    total; this is the rest: tasks that fit one by one but cannot be packed together)."""
+    scheduler = Scheduler(sub.pool)
+    for group in sub.spec.groups:
+        requests = {t.name: request_of(sub.spec.resource_of(t)) for t in group.tasks}
+        if not scheduler.fits_empty(requests):
+            raise RefusedError(
+                f"group {group.name!r}: its {len(group.tasks)} tasks start together but "
+                f"cannot be placed together on pool {sub.pool.name!r} even when it is "
+                f"empty ({len(sub.pool.nodes)} nodes); ask for less per task or use fewer "
+                "tasks"
+            )
+
+
+def _preview_output(
+    home: Path, wid: str, upstream_output: Callable[[str, str], Path]
+) -> Callable[[str, str], Path]:
+    """``upstream_output`` for a preview of workflow ``wid``: its own tasks' outputs are
+    where its first attempts will write them (under ``home``)."""
+
+    def output(ref: str, current: str) -> Path:
+        upstream, _, task = ref.rpartition(":")
+        if upstream and upstream != wid:
+            return upstream_output(ref, current)
+        return home / "runs" / wid / task / "0" / "output"
+
+    return output
 
 
 def _default_backend(pool: Pool, home: Path) -> Backend[Any]:

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from trainyard.backends.base import Backend, TaskKey
 from trainyard.engine import machine as m
 from trainyard.engine import rules
-from trainyard.engine.actions import ActionRunner
+from trainyard.engine.core import EngineCore
 from trainyard.engine.live import (
-    RETRY_START_WAIT_S,
-    DeferredStart,
     LiveWorkflow,
     UnstartedStart,
     rank_of,
@@ -29,7 +27,7 @@ from trainyard.spec.models import ExitAction
 from trainyard.status import Status, WorkflowStatus
 from trainyard.store import WorkflowRecord
 
-__all__ = ["LEFTOVER_WINDOW_S", "Recovery", "ended_attempts"]
+__all__ = ["LEFTOVER_WINDOW_S", "Recovery", "Starter", "ended_attempts"]
 
 log = logging.getLogger("trainyard.engine")
 
@@ -37,32 +35,53 @@ LEFTOVER_WINDOW_S = 7 * 24 * 3600.0
 """How far back a restarted engine looks for ended workflows whose attempts may still run."""
 
 
-class Recovery(ActionRunner):
-    """Resumes the store's unfinished workflows (``_resume``, called once by ``Engine``)
-    and makes the starts the killed engine stored but never made (``_start_unstarted``,
-    called by each step)."""
+class Starter(Protocol):
+    """What recovery needs of the action runner (``actions.ActionRunner``)."""
 
-    def _resume(self) -> None:
+    def enqueue(self, wid: str, group: str) -> None:
+        """Queue the gang ``group`` of ``wid`` for placement."""
+
+    def start_when_ready(
+        self, wid: str, action: m.StartTasks, only: frozenset[TaskKey] | None = None
+    ) -> m.Event | None:
+        """Start ``action`` (``only`` those keys), or hold it while earlier attempts stop."""
+
+    def note_stopping(self, keys: list[TaskKey]) -> None:
+        """Stops were sent for ``keys``; retries of theirs wait until they end."""
+
+
+class Recovery:
+    """Resumes the store's unfinished workflows into ``core`` (``resume``, called once by
+    ``Engine``) and makes the starts the killed engine stored but never made
+    (``start_unstarted``, called by each step)."""
+
+    def __init__(self, core: EngineCore, starter: Starter) -> None:
+        self.core = core
+        self.starter = starter
+        self._unstarted: list[UnstartedStart] = []  # found by resume, started by the next step
+
+    def resume(self) -> None:
         """Drive the store's unfinished workflows again (module docstring), oldest first."""
+        core = self.core
         queued: list[tuple[float, int, int, str, str]] = []
-        records = list(reversed(self.store.list_workflows(active_only=True)))  # seq ascending
+        records = list(reversed(core.store.list_workflows(active_only=True)))  # seq ascending
         for order, record in enumerate(records):
-            if record.pool not in self.pools:
+            if record.pool not in core.pools:
                 log.error("workflow %s names unknown pool %s; left as is", record.id, record.pool)
                 continue
             state = state_from_dict(record.state)
-            self._track(
+            core.track(
                 record.id,
                 LiveWorkflow(
                     state,
-                    self._spec_loader(record),
+                    core.spec_loader(record),
                     record.pool,
                     record.submitted_by,
                     rank_of(record.source),
                 ),
             )
             if state.status is WorkflowStatus.PENDING:  # Submitted may never have been applied
-                self._pending.setdefault(record.id, []).append(m.Submitted(time.time()))
+                core.post(record.id, m.Submitted(time.time()))
             queued += [
                 (g.scheduling_since_s or 0.0, order, index, record.id, g.name)
                 for index, g in enumerate(state.groups.values())
@@ -70,40 +89,50 @@ class Recovery(ActionRunner):
             ]
             self._restore(record.id, state)
         for *_order, wid, group in sorted(queued):
-            self._enqueue(wid, group)
+            self.starter.enqueue(wid, group)
         self._stop_leftovers(records)
 
     def _stop_leftovers(self, active: list[WorkflowRecord]) -> None:
         """Stop every attempt that the store holds as ended but the backend finds alive (the
         killed engine stored the end, then died before its stop reached the backend)."""
-        ended = self.store.list_workflows(ended_since_s=time.time() - LEFTOVER_WINDOW_S)
+        ended = self.core.store.list_workflows(ended_since_s=time.time() - LEFTOVER_WINDOW_S)
+        alive = self.stop_alive([*active, *ended])
+        if alive:
+            log.warning(
+                "stopping %d attempt(s) that had ended but still ran: %s",
+                len(alive),
+                ", ".join(f"{k.workflow_id}/{k.task}/{k.retry_id}" for k in alive),
+            )
+            self.starter.note_stopping(alive)  # a retry of theirs waits until they ended
+
+    def stop_alive(self, records: list[WorkflowRecord]) -> list[TaskKey]:
+        """Stop the ended attempts (``ended_attempts``) of ``records`` that their pool's
+        backend still finds alive (``Backend.recover``). Returns those, pool by pool."""
         by_pool: dict[str, list[TaskKey]] = {}
-        for record in [*active, *ended]:
+        for record in records:
             keys = ended_attempts(record.id, state_from_dict(record.state))
-            if keys and record.pool in self.pools:
+            if keys and record.pool in self.core.pools:
                 by_pool.setdefault(record.pool, []).extend(keys)
+        alive: list[TaskKey] = []
         for pool, keys in by_pool.items():
-            backend = self._pool_backend(pool)
-            alive = backend.recover(keys)
-            if alive:
-                log.warning(
-                    "stopping %d attempt(s) that had ended but still ran: %s",
-                    len(alive),
-                    ", ".join(f"{k.workflow_id}/{k.task}/{k.retry_id}" for k in alive),
-                )
-                backend.stop(alive)
-                self._stopping.update(alive)  # a retry of theirs waits until they ended
+            backend = self.core.pool_backend(pool)
+            found = backend.recover(keys)
+            if found:
+                backend.stop(found)
+                alive += found
+        return alive
 
     def _restore(self, wid: str, state: m.WorkflowState) -> None:
         """Give a resumed workflow's running groups their placements back and sort their
         current attempts into started (``recover``) and never started (``_unstarted``)."""
-        live = self._live[wid]
-        scheduler = self._scheduler_of(wid)
+        core = self.core
+        live = core.live[wid]
+        scheduler = core.scheduler_of(wid)
         keys = []
         for group in state.groups.values():
             if group.status in (Status.INITIALIZING, Status.RUNNING):
-                placements = _placements_of(state, group, self.pools[live.pool])
-                scheduler.restore((wid, group.name), self._requests(live, group.name), placements)
+                placements = _placements_of(state, group, core.pools[live.pool])
+                scheduler.restore((wid, group.name), core.requests(live, group.name), placements)
                 keys += [
                     TaskKey(wid, t, state.tasks[t].retry_id)
                     for t in group.tasks
@@ -111,34 +140,24 @@ class Recovery(ActionRunner):
                 ]
         if not keys:
             return
-        backend = self._backend_of(wid)
+        backend = core.backend_of(wid)
         fresh = _unstarted_keys(backend, keys)
         if len(fresh) < len(keys):
             backend.recover([k for k in keys if k not in fresh])
         self._unstarted += _unstarted_starts(state, fresh)
 
-    def _start_unstarted(self) -> list[tuple[str, m.Event]]:
-        """Make the starts ``_resume`` found stored but never made; returns the events of
+    def start_unstarted(self) -> list[tuple[str, m.Event]]:
+        """Make the starts ``resume`` found stored but never made; returns the events of
         those the backend refused. A retry whose earlier attempts are still being stopped
-        (``_stop_leftovers``) is held until they ended, as ``_carry_out_action`` holds one."""
+        (``_stop_leftovers``) is held until they ended (``Starter.start_when_ready``)."""
         events = []
         todo, self._unstarted = self._unstarted, []
         for item in todo:
-            live = self._live.get(item.workflow_id)
+            live = self.core.live.get(item.workflow_id)
             keys = frozenset(k for k in item.keys if live and still_to_start(live.state, k))
-            waiting = self._earlier_stopping(item.workflow_id, item.action) if keys else set()
-            if waiting:
-                self._deferred.append(
-                    DeferredStart(
-                        item.workflow_id,
-                        item.action,
-                        waiting,
-                        time.monotonic() + RETRY_START_WAIT_S,
-                        keys,
-                    )
-                )
+            if not keys:
                 continue
-            event = self._start(item.workflow_id, item.action, only=keys) if keys else None
+            event = self.starter.start_when_ready(item.workflow_id, item.action, only=keys)
             if event is not None:
                 events.append((item.workflow_id, event))
         return events

@@ -10,21 +10,28 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from trainyard.backends.base import Backend, FactKind, TaskFact, TaskKey
 from trainyard.backends.facts import ENDING as _ENDING
 from trainyard.engine import machine as m
 from trainyard.engine import rules
+from trainyard.engine.core import EngineCore
 from trainyard.engine.live import fact_to_event
 from trainyard.engine.reasons import read_log_tail
-from trainyard.engine.recovery import Recovery
 from trainyard.engine.serialize import state_to_dict
 from trainyard.runner.report import LOG
 from trainyard.status import Status
 from trainyard.store import WorkflowRecord
 
-__all__ = ["FAILED_STEP_MAX_DELAY_S", "STEP_REST_RATIO", "StepLoop", "WAIT_REASONS_INTERVAL_S"]
+__all__ = [
+    "FAILED_STEP_MAX_DELAY_S",
+    "STEP_REST_RATIO",
+    "Actions",
+    "StepLoop",
+    "UnstartedStarts",
+    "WAIT_REASONS_INTERVAL_S",
+]
 
 log = logging.getLogger("trainyard.engine")
 
@@ -39,36 +46,67 @@ STEP_REST_RATIO = 1.0
 """The engine rests this many times a step's duration before the next (``_pause_after_step``)."""
 
 
-class StepLoop(Recovery):
-    """Steps the engine: ``step`` once, ``run_forever`` in a loop, ``wait`` for one workflow."""
+class Actions(Protocol):
+    """What the step loop needs of the action runner (``actions.ActionRunner``)."""
+
+    def carry_out(self, actions: list[tuple[str, m.Action]]) -> dict[str, list[m.Event]]:
+        """Carry out ``actions`` in order; returns the events they yield, by workflow."""
+
+    def start_deferred(self) -> list[tuple[str, m.Event]]:
+        """Make the held retry starts now due; returns the events of those refused."""
+
+    def note_ended(self, keys: set[TaskKey]) -> None:
+        """``keys`` ended in the step under way (their stops are done)."""
+
+
+class UnstartedStarts(Protocol):
+    """What the step loop needs of recovery (``recovery.Recovery``)."""
+
+    def start_unstarted(self) -> list[tuple[str, m.Event]]:
+        """Make the starts a killed engine stored but never made; returns refusals."""
+
+
+class StepLoop:
+    """Steps the engine of ``core``: ``step`` once, ``run_forever`` in a loop, ``wait`` for
+    one workflow. It owns which states changed and the counter of stored changes."""
+
+    def __init__(self, core: EngineCore, actions: Actions, unstarted: UnstartedStarts) -> None:
+        self.core = core
+        self.actions = actions
+        self.unstarted = unstarted
+        self._dirty: set[str] = set()  # workflows whose state changed since it was stored
+        self._running_loop = False  # True while run_forever drives the steps
+        self._changed = threading.Condition()
+        self._changes = 0  # how many times _store_changed_states stored changed states
+        self._reasons_due_s = 0.0  # time.monotonic() of the next _note_waiting
 
     def step(self) -> None:
         """One pass of the loop (see the module docstring)."""
-        with self._lock:
-            events: dict[str, list[m.Event]] = {wid: [] for wid in self._live}
-            for wid, pending in self._pending.items():
+        core = self.core
+        with core.lock:
+            events: dict[str, list[m.Event]] = {wid: [] for wid in core.live}
+            for wid, pending in core.pending.items():
                 events.setdefault(wid, []).extend(pending)
-            self._pending.clear()
-            facts = _in_time_order(self._poll())
-            self._ended_now = {f.key for f in facts if f.kind in _ENDING}
-            self._stopping -= self._ended_now
+            core.pending.clear()
+            facts = _in_time_order(core.poll())
+            self.actions.note_ended({f.key for f in facts if f.kind in _ENDING})
             for fact in facts:
                 if fact.key.workflow_id in events:
                     self._log_backend_reason(fact)
                     events[fact.key.workflow_id].append(self._event_of(fact))
-            for wid, event in self._start_deferred():
+            for wid, event in self.actions.start_deferred():
                 events.setdefault(wid, []).append(event)
             now = time.time()
             for wid in events:
                 events[wid].append(m.Tick(now))
-            self._apply_until_settled(events)
+            self.apply_until_settled(events)
             # After the facts: an attempt whose gang ended while no engine ran (a peer's exit
             # read just now) is not started at all.
             refused: dict[str, list[m.Event]] = {}
-            for wid, event in self._start_unstarted():
+            for wid, event in self.unstarted.start_unstarted():
                 refused.setdefault(wid, []).append(event)
             if refused:
-                self._apply_until_settled(refused)
+                self.apply_until_settled(refused)
 
     def _event_of(self, fact: TaskFact) -> m.Event:
         """``fact`` as an event, with the attempt's log tail (``task.log`` in its run folder)
@@ -76,11 +114,11 @@ class StepLoop(Recovery):
         gang or cancelled: its exit changes nothing, and a cancel of thousands of tasks
         must not read thousands of logs)."""
         key = fact.key
-        live = self._live.get(key.workflow_id)
+        live = self.core.live.get(key.workflow_id)
         task = live.state.tasks.get(key.task) if live is not None else None
         if task is None or task.retry_id != key.retry_id or task.status.is_terminal():
             return fact_to_event(fact)
-        path = self.run_dir(key.workflow_id, key.task, key.retry_id) / LOG
+        path = self.core.run_dir(key.workflow_id, key.task, key.retry_id) / LOG
         return fact_to_event(fact, lambda: read_log_tail(path, key.task))
 
     def _log_backend_reason(self, fact: TaskFact) -> None:
@@ -89,13 +127,13 @@ class StepLoop(Recovery):
         end the current attempt (a stopped or stale one is not reported as failed)."""
         if fact.kind not in (FactKind.LOST, FactKind.START_ERROR) or not fact.message:
             return
-        live = self._live.get(fact.key.workflow_id)
+        live = self.core.live.get(fact.key.workflow_id)
         task = live.state.tasks.get(fact.key.task) if live else None
         if task is None or task.retry_id != fact.key.retry_id or task.status.is_terminal():
             return
-        self._task_log(
+        self.core.task_log(
             fact.key,
-            f"the {self._backend_of(fact.key.workflow_id).name} backend "
+            f"the {self.core.backend_of(fact.key.workflow_id).name} backend "
             f"reports the task {fact.kind.value}: {fact.message}",
         )
 
@@ -104,14 +142,14 @@ class StepLoop(Recovery):
         or by this call when none runs). Returns the stored record."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            with self._lock:
-                if workflow_id not in self._live:
-                    return self.store.get_workflow(workflow_id)
+            with self.core.lock:
+                if workflow_id not in self.core.live:
+                    return self.core.store.get_workflow(workflow_id)
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"workflow {workflow_id} still running after {timeout_s} s")
             if not self._running_loop:
                 self.step()
-            time.sleep(self.poll_interval_s)
+            time.sleep(self.core.poll_interval_s)
 
     def run_forever(self, stop: threading.Event) -> None:
         """Call ``step`` until ``stop`` is set: at once when woken (``wake``: a submit, a
@@ -123,7 +161,7 @@ class StepLoop(Recovery):
         failures = 0
         try:
             while not stop.is_set():
-                self._wake.clear()  # a wake-up from now on makes the next step
+                self.core.woken.clear()  # a wake-up from now on makes the next step
                 started = time.monotonic()
                 try:
                     self.step()
@@ -134,7 +172,7 @@ class StepLoop(Recovery):
                 if failures == 0:
                     self._pause_after_step(stop, time.monotonic() - started)
                 self._pause(
-                    stop, _step_delay_s(self.poll_interval_s, failures), wakeable=failures == 0
+                    stop, _step_delay_s(self.core.poll_interval_s, failures), wakeable=failures == 0
                 )
         finally:
             self._running_loop = False
@@ -144,7 +182,7 @@ class StepLoop(Recovery):
         wake-up may start the next one: under a stream of facts (hundreds of tasks ending a
         second) the wake-ups of that time become one step, and stepping takes at most about
         half a core, while a single fact still waits no more than one step's duration."""
-        rest_s = min(step_s * STEP_REST_RATIO, self.poll_interval_s)
+        rest_s = min(step_s * STEP_REST_RATIO, self.core.poll_interval_s)
         if rest_s > 0:
             stop.wait(rest_s)
 
@@ -155,9 +193,9 @@ class StepLoop(Recovery):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            slice_s = min(remaining, self.poll_interval_s)
+            slice_s = min(remaining, self.core.poll_interval_s)
             if wakeable:
-                if self._wake.wait(slice_s):
+                if self.core.woken.wait(slice_s):
                     return
             else:
                 stop.wait(slice_s)
@@ -174,15 +212,16 @@ class StepLoop(Recovery):
         with self._changed:
             return self._changed.wait_for(lambda: self._changes != seen, timeout=timeout_s)
 
-    def _apply_until_settled(self, events: dict[str, list[m.Event]]) -> None:
+    def apply_until_settled(self, events: dict[str, list[m.Event]]) -> None:
         """Apply events and place gangs, store, act; again until nothing more happens (a
-        RequestPlacement carried out is placed in the next round, not the next step)."""
+        RequestPlacement carried out is placed in the next round, not the next step).
+        The caller holds ``core.lock``."""
         while True:
             actions = self._apply_events(events) + self._place_ready()
             self._store_changed_states()
             if not actions:
                 return
-            events = self._carry_out(actions)
+            events = self.actions.carry_out(actions)
 
     def _apply_events(self, events: dict[str, list[m.Event]]) -> list[tuple[str, m.Action]]:
         """Apply each workflow's events in order; returns the actions they asked for."""
@@ -195,7 +234,7 @@ class StepLoop(Recovery):
     def _apply_event(self, wid: str, event: m.Event) -> list[tuple[str, m.Action]]:
         """Feed one event to the state machine (``rules.transition``); a changed state is
         marked to be stored. Returns its actions; none for a workflow no longer driven."""
-        live = self._live.get(wid)
+        live = self.core.live.get(wid)
         if live is None:
             return []
         new_state, actions = rules.transition(live.state, event)
@@ -207,7 +246,7 @@ class StepLoop(Recovery):
     def _place_ready(self) -> list[tuple[str, m.Action]]:
         """Place the queued gangs that fit now (``GroupPlaced``); returns their actions."""
         actions: list[tuple[str, m.Action]] = []
-        for scheduler in self._schedulers.values():
+        for scheduler in self.core.schedulers.values():
             for (wid, group), placements in scheduler.place_ready():
                 nodes = {task: p.node for task, p in placements.items()}
                 slots = {task: p.gpu_slots for task, p in placements.items()}
@@ -224,11 +263,11 @@ class StepLoop(Recovery):
         self._reasons_due_s = now + WAIT_REASONS_INTERVAL_S
         wall = time.time()
         self._note_backend_waiting(wall)
-        for scheduler in self._schedulers.values():
+        for scheduler in self.core.schedulers.values():
             if not scheduler.queued():
                 continue
             for (wid, group), reason in scheduler.waiting_reasons().items():
-                live = self._live.get(wid)
+                live = self.core.live.get(wid)
                 state = live.state.groups.get(group) if live is not None else None
                 if state is None or state.waiting_reason == reason:
                     continue
@@ -240,7 +279,7 @@ class StepLoop(Recovery):
         """Each placed gang none of whose tasks started gets its backend's words for why
         (``Backend.waiting_reason`` of its tasks: the first task that has some, named),
         or "" once there are none (``GroupWaiting``; stored only when it changed)."""
-        for wid, live in list(self._live.items()):
+        for wid, live in list(self.core.live.items()):
             waiting = [
                 g
                 for g in live.state.groups.values()
@@ -249,7 +288,7 @@ class StepLoop(Recovery):
             ]
             if not waiting:
                 continue
-            backend = self._backend_of(wid)
+            backend = self.core.backend_of(wid)
             for group in waiting:
                 reason = _backend_reason(backend, wid, group, live.state)
                 if reason != (group.waiting_reason or ""):
@@ -262,13 +301,13 @@ class StepLoop(Recovery):
             return
         updates = {}
         for wid in self._dirty:
-            st = self._live[wid].state
+            st = self.core.live[wid].state
             updates[wid] = (st.status.value, st.end_time_s, state_to_dict(st))
-        self.store.save_states(updates)
+        self.core.store.save_states(updates)
         self._dirty.clear()
         for wid, (_status, end_time_s, _state) in updates.items():
             if end_time_s is not None:  # finished: no longer driven
-                del self._live[wid]
+                del self.core.live[wid]
         with self._changed:
             self._changes += 1
             self._changed.notify_all()

@@ -91,7 +91,7 @@ class _Run:
         return json.loads((self.engine.run_dir(wid, "t", 0) / "launch.json").read_text())
 
     def close(self) -> None:
-        for wid in list(self.engine._live):
+        for wid in list(self.engine.core.live):
             self.engine.cancel(wid)
         self._stop.set()
         self._thread.join(timeout=10)

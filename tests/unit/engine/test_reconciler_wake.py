@@ -106,7 +106,7 @@ def test_a_backends_notification_makes_the_next_step(make_loop) -> None:
     assert backend.wakes == []  # the hook is given once the pool's backend is made
     wid = loop.submit()
     loop.until(lambda: len(backend.launches) == 1)
-    assert backend.wakes == [loop.engine.wake]
+    assert backend.wakes == [loop.engine.core.wake]  # what Engine.wake calls
     task = lambda: loop.engine.state(wid).tasks["t"].status  # noqa: E731
     # Each poll of the fake moves the task on (INITIALIZING and RUNNING, then EXITED 0), and
     # only a step polls: every notification must move it, until it COMPLETED. (A submit made
