@@ -6,7 +6,6 @@ Modules:
     storage      URL -> fsspec filesystem; atomic put/get, exclusive create, listings
     transfer     ``Mover``: parallel, retried, logged file transfers; regex selection
     localcopy    one local file copied while the bytes written are hashed (file:// datasets)
-    copypool     many small local files copied and hashed by a process pool
     urls         upload / download / list a URL
     datasets     ``DatasetStore``: named datasets, numbered versions, tags, manifests
     checkpoints  checkpoint rounds that readers see whole or not at all

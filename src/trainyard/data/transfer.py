@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 from fsspec.callbacks import Callback
 
-from trainyard.data import copypool, storage
+from trainyard.data import storage
 from trainyard.data.config import DataConfig, load_config
 from trainyard.data.progress import NullProgress, TransferProgress
 from trainyard.data.retry import ChecksumMismatch, RetryPolicy, with_retry
@@ -308,34 +308,6 @@ JobAction = Callable[[FileJob, Callback], "str | Moved | None"]
 """Moves one file; returns its digest (or None), or ``Moved`` when it counted the bytes."""
 
 
-@dataclass(frozen=True)
-class Offload:
-    """How an action's local copies may be done by a pool of processes (``copypool``).
-
-    ``sends(job)``: whether the job may be sent at all (not for a confined source, a remote
-    end, no digest to take: the action does those itself). ``order(job)``: the
-    ``CopyOrder`` that copies a sendable ``job`` exactly as the action would (same source,
-    target and temp rule). ``accept(job, copied)``: what the action would have returned for
-    that copy, or None when the copy is not acceptable (a digest other than the one
-    expected): the job is then done by the action, with its retries.
-    """
-
-    sends: Callable[[FileJob], bool]
-    order: Callable[[FileJob], copypool.CopyOrder]
-    accept: Callable[[FileJob, copypool.Copied], str | Moved | None]
-
-
-class _OffloadableAction:
-    """A job action with an ``Offload`` (``Mover._execute`` looks for ``offload``)."""
-
-    def __init__(self, action: JobAction, offload: Offload) -> None:
-        self.action = action
-        self.offload = offload
-
-    def __call__(self, job: FileJob, callback: Callback) -> str | Moved | None:
-        return self.action(job, callback)
-
-
 class Mover:
     """Runs file jobs in parallel with retries, progress and a throughput log line.
 
@@ -393,9 +365,7 @@ class Mover:
         CPU (local copies are bound by the CPU and the disk, not by latency), and one in all
         when the files average under ``SMALL_FILE_BYTES``: their cost is per-file work that
         holds the GIL, which two threads only fight over (measured on 5,000 files of 16 KiB:
-        99 us per file in one thread, 142 us in two; docs/benchmarks-history.md). Such a transfer
-        sends its files to a pool of processes instead where that pays (``copypool``: an
-        action with an ``Offload``, ``DataConfig.workers`` >= 2, enough files, two CPUs).
+        99 us per file in one thread, 142 us in two; docs/benchmarks-history.md).
 
         Raises:
             DataError: a job failed for good: names its file, both ends and the cause.
@@ -428,14 +398,6 @@ class Mover:
         not one future per file: with many small files the pool's per-job bookkeeping and
         hand-offs cost more than the copies). After a failure no job starts; the first
         error is raised."""
-        offload: Offload | None = getattr(action, "offload", None)
-        if (
-            workers <= 1
-            and offload is not None
-            and self.config.workers >= 2
-            and copypool.pays(len(jobs))
-        ):
-            return self._execute_shared(jobs, action, offload)
         if len(jobs) <= 1 or workers <= 1:
             return [(job, self._one(job, action)) for job in jobs]
         digests: list[str | Moved | None] = [None] * len(jobs)
@@ -460,49 +422,6 @@ class Mover:
                 stop.set()
                 raise _first_error(failed)
         return list(zip(jobs, digests, strict=True))
-
-    def _execute_shared(
-        self, jobs: Sequence[FileJob], action: JobAction, offload: Offload
-    ) -> list[tuple[FileJob, str | Moved | None]]:
-        """Send the jobs that may be sent to a pool of processes (``copypool``) while this
-        thread does the others; files the pool failed, copied unacceptably, or lost (a dead
-        worker) are done here afterwards with the action's retries. A job that fails for good
-        here cancels the chunks not started and raises."""
-        results: list[str | Moved | None] = [None] * len(jobs)
-        limit, sends = copypool.MAX_FILE_BYTES, offload.sends
-        sent = [i for i, job in enumerate(jobs) if job.size < limit and sends(job)]
-        if not copypool.pays(len(sent)):
-            return [(job, self._one(job, action)) for job in jobs]
-        redo: list[int] = []
-
-        def on_answer(index: int, answer: copypool.Copied | str) -> None:
-            job = jobs[index]
-            got = offload.accept(job, answer) if isinstance(answer, copypool.Copied) else None
-            if got is None or not isinstance(answer, copypool.Copied):
-                redo.append(index)
-                return
-            results[index] = got
-            self.progress.advance(answer.size)
-            self.progress.file_done(job.rel)
-
-        try:
-            pool = copypool.start_pool(min(self.config.workers, copypool.usable_cpus()))
-        except OSError as exc:
-            self.log(f"copy helper process lost ({type(exc).__name__}: {exc}): done here")
-            return [(job, self._one(job, action)) for job in jobs]
-        with pool:
-            try:
-                for index in sorted(set(range(len(jobs))).difference(sent)):
-                    results[index] = self._one(jobs[index], action)
-                lost = copypool.copy_orders(
-                    pool, sent, lambda i: offload.order(jobs[i]), on_answer, self.log
-                )
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
-        for index in sorted(redo + lost):
-            results[index] = self._one(jobs[index], action)
-        return list(zip(jobs, results, strict=True))
 
     def _one(self, job: FileJob, action: JobAction) -> str | Moved | None:
         callback = _BytesCallback(self.progress)
@@ -532,16 +451,6 @@ class Mover:
 
         hashed_copy = digest and loc.is_local  # asked once, not per file
 
-        def sends(job: FileJob) -> bool:
-            return hashed_copy and not job.confined  # a confined file: only safefs opens it
-
-        def order(job: FileJob) -> copypool.CopyOrder:
-            temp = None if staged else storage.local_partial(job.target)
-            return copypool.CopyOrder(job.source, job.target, temp, algo)
-
-        def accept(job: FileJob, copied: copypool.Copied) -> Moved:
-            return Moved(tag_digest(algo, copied.digest), copied.size)
-
         def action(job: FileJob, callback: Callback) -> Moved:
             if not job.confined:
                 return send(job.source, job, callback)
@@ -563,7 +472,7 @@ class Mover:
                 raise _ChangedWhileSending(f"{local} changed while it was uploaded")
             return Moved(tag_digest(algo, value), hashed)
 
-        return _OffloadableAction(action, Offload(sends, order, accept))
+        return action
 
     def download_action(self, loc: Location) -> JobAction:
         """A job action that downloads ``job.source`` from ``loc`` to ``job.target`` (local),
@@ -571,21 +480,6 @@ class Mover:
         ``blake3:HEX``; a mismatch removes the file and is retried)."""
 
         local = loc.is_local  # asked once, not per file
-
-        def sends(job: FileJob) -> bool:
-            return local and job.sha256 is not None
-
-        def order(job: FileJob) -> copypool.CopyOrder:
-            algo, _want = split_digest(str(job.sha256))
-            return copypool.CopyOrder(
-                job.source, job.target, storage.local_partial(job.target), algo
-            )
-
-        def accept(job: FileJob, copied: copypool.Copied) -> str | None:
-            if split_digest(str(job.sha256))[1] == copied.digest:
-                return job.sha256
-            Path(job.target).unlink(missing_ok=True)  # not what the manifest says: redone
-            return None
 
         def action(job: FileJob, callback: Callback) -> str | None:
             if job.sha256 is None:
@@ -602,7 +496,7 @@ class Mover:
                 raise ChecksumMismatch(f"{algo} {got[:12]}... is not the expected {want[:12]}...")
             return job.sha256
 
-        return _OffloadableAction(action, Offload(sends, order, accept))
+        return action
 
     # ------------------------------------------------------------------ plain transfers
 
