@@ -20,8 +20,7 @@ Every run starts from a synced disk (``os.sync()``, untimed) with a warm page ca
 source, the same for cp and for trainyard; the methods run interleaved, ``--repeat`` rounds.
 It reports each method's best time and two ratios to cp: best to best, and the median of the
 per-round ratios (both guard against other load on a shared machine), and the CPU time each
-method used (user + system, all its threads and its copy helper process, a waited-for child
-(``trainyard.data.copyworker``); ``cp``'s as a child process), median of rounds,
+method used (user + system, all its threads; ``cp``'s as a child process), median of rounds,
 and its ratio to cp's: on a machine whose CPUs are busy with other work the wall-time ratio
 tends to the CPU-time ratio, so the CPU column is the figure that load does not move much.
 It prints a Markdown table with MiB/s and the ratios to cp (goal: at least 0.8 for url

@@ -1,13 +1,23 @@
-"""``workflow rsync``'s copies: its forms parsed into an ``RsyncRequest``, and one copy made
-through tar in the task (on Slurm: on its node), unpacking refused for members that would
-land outside the destination. Nothing is deleted in the destination."""
+"""``workflow rsync``'s copies: its forms parsed into an ``RsyncRequest``, and one copy made.
+
+An upload runs real rsync (delta transfer) with the task's exec as its remote shell
+(``rsync_rsh``; as ``kubectl exec`` is used with ``rsync --rsh``) where rsync >= 3.4.0 is
+here (``$TRAINYARD_RSYNC``, default ``rsync`` on PATH; empty: never) and in the task
+(``$TRAINYARD_RSYNC_PATH``, default ``rsync``); else, and for every download, through tar in
+the task, unpacking refused for members that would land outside the destination. Nothing is
+deleted in the destination. Design: docs/interactive.md."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any, cast
@@ -22,7 +32,22 @@ if TYPE_CHECKING:
 
     from trainyard.server.answers import TaskEntryAnswer
 
-__all__ = ["split_task_path", "RsyncRequest", "parse_rsync_args", "copy_once", "Throttled"]
+__all__ = [
+    "split_task_path",
+    "RsyncRequest",
+    "parse_rsync_args",
+    "copy_once",
+    "local_rsync",
+    "Throttled",
+    "MIN_RSYNC_VERSION",
+]
+
+MIN_RSYNC_VERSION = (3, 4, 0)
+"""The oldest local rsync used: 3.4.0 fixed the flaws by which a malicious remote end reads
+or writes this machine's files (CVE-2024-12084 to -12088)."""
+_NO_RSYNC_IN_TASK = 99
+"""The exit status of the task's check when it has no rsync (``_prepare_rsync``)."""
+Report = Callable[[str], object]
 
 
 def _task_path(inside: str, shown: str) -> str:
@@ -134,17 +159,31 @@ def _split_pair(text: str, into_task: bool) -> tuple[str, str]:
 
 
 def copy_once(
-    request: RsyncRequest, entry: TaskEntryAnswer, rate_bytes_per_s: int | None = None
+    request: RsyncRequest,
+    entry: TaskEntryAnswer,
+    rate_bytes_per_s: int | None = None,
+    report: Report | None = None,
 ) -> None:
     """Make one copy of ``request`` through the task's ``entry``; an upload at most
     ``rate_bytes_per_s`` (OSMO's ``--upload-rate-limit``; None: as fast as it goes).
+    ``report``: given how the copy was made (rsync's ``--stats``, or that tar made it).
 
     Raises:
         typer.BadParameter: the local source is missing.
         RefusedError: the copy failed or what the task sent was refused.
     """
     if request.into_task:
-        _copy_in(entry, Path(request.local), request.destination(), rate_bytes_per_s)
+        local = Path(request.local)
+        if not local.exists():
+            raise typer.BadParameter(f"{local}: no such file or folder", param_hint="SRC")
+        program = local_rsync()
+        if program and _rsync_in(
+            entry, program, local, request.destination(), rate_bytes_per_s, report
+        ):
+            return
+        _copy_in(entry, local, request.destination(), rate_bytes_per_s)
+        if report is not None:
+            report(f"copied {local} through tar (no rsync >= 3.4.0 here or in the task)")
     else:
         if (
             not request.copy_is_target
@@ -156,6 +195,91 @@ def copy_once(
                 param_hint="REMOTE:LOCAL",
             )
         _copy_out(entry, request.inside, Path(request.destination()))
+        if report is not None:
+            report(f"copied {request.inside} through tar (downloads are checked as tar unpacks)")
+
+
+def local_rsync() -> str | None:
+    """The rsync program to use here: ``$TRAINYARD_RSYNC`` (empty: none), else ``rsync`` on
+    PATH; None when missing or older than ``MIN_RSYNC_VERSION``."""
+    name = os.environ.get("TRAINYARD_RSYNC", "rsync")
+    program = shutil.which(name) if name else None
+    if program is None:
+        return None
+    try:
+        said = subprocess.run(
+            [program, "--version"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"version (\d+)\.(\d+)\.(\d+)", said)
+    if not found or tuple(map(int, found.groups())) < MIN_RSYNC_VERSION:
+        return None
+    return program
+
+
+def _rsync_in(
+    entry: TaskEntryAnswer,
+    program: str,
+    local: Path,
+    inside: str,
+    rate_bytes_per_s: int | None,
+    report: Report | None,
+) -> bool:
+    """Upload ``local`` to ``inside`` (the copy becomes ``inside``) with rsync, the task's
+    exec as its remote shell. Returns False, having copied nothing, when the task has no
+    rsync. The remote paths travel inside rsync's protocol (``--protect-args``), never
+    through a shell; the task's rsync runs in the task, with its rights only.
+
+    Raises:
+        RefusedError: rsync failed.
+    """
+    remote_program = os.environ.get("TRAINYARD_RSYNC_PATH") or "rsync"
+    folder = inside if local.is_dir() else str(PurePosixPath(inside).parent)
+    if not _prepare_rsync(entry, remote_program, folder):
+        return False
+    rsh = " ".join(shlex.quote(part) for part in (sys.executable, "-m", "trainyard.cli.rsync_rsh"))
+    argv = [
+        program,
+        "--recursive",
+        "--links",
+        "--perms",
+        "--times",
+        "--protect-args",
+        "--blocking-io",
+        f"--rsh={rsh}",
+        f"--rsync-path={remote_program}",
+        *([f"--bwlimit={max(1, rate_bytes_per_s // 1024)}"] if rate_bytes_per_s else []),
+        *(["--stats"] if report is not None else []),
+        "--",
+        f"{local}/" if local.is_dir() else str(local),
+        f"task:{inside}/" if local.is_dir() else f"task:{inside}",
+    ]
+    from trainyard.cli.rsync_rsh import ENTRY_ENV
+
+    done = subprocess.run(
+        argv,
+        env={**os.environ, ENTRY_ENV: json.dumps(entry)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    _check_copy(done.returncode, f"rsync into {inside} in the task")
+    if report is not None:
+        report(done.stdout.strip())
+    return True
+
+
+def _prepare_rsync(entry: TaskEntryAnswer, remote_program: str, folder: str) -> bool:
+    """In the task: whether ``remote_program`` is there, and if so make ``folder``.
+    Raises RefusedError when the folder cannot be made."""
+    script = f'command -v -- "$1" >/dev/null 2>&1 || exit {_NO_RSYNC_IN_TASK}; mkdir -p -- "$2"'
+    code = _in_task(entry, ["sh", "-c", script, "sh", remote_program, folder]).wait()
+    if code == _NO_RSYNC_IN_TASK:
+        return False
+    _check_copy(code, f"making {folder} in the task")
+    return True
 
 
 def _in_task(entry: TaskEntryAnswer, command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
@@ -197,8 +321,6 @@ def _copy_in(
 ) -> None:
     import tarfile  # here, not at the CLI's start
 
-    if not local.exists():
-        raise typer.BadParameter(f"{local}: no such file or folder", param_hint="SRC")
     where = inside if local.is_dir() else str(PurePosixPath(inside).parent)
     script = 'mkdir -p -- "$1" && exec tar -x --no-same-owner -f - -C "$1"'
     proc = _in_task(entry, ["sh", "-c", script, "sh", where], stdin=subprocess.PIPE)

@@ -5,8 +5,9 @@ process and prints its pid and its log,
 ``$XDG_STATE_HOME/trainyard/rsync/rsync_daemon_<workflow>_<task>.log`` (default
 ``~/.local/state``). The daemon uploads once at start, then looks at the local path every
 ``poll_interval_s`` seconds (file sizes and modification times) and uploads again after a
-change (the whole path, through the same tar copy as a single ``rsync``; nothing is deleted
-in the task, as in OSMO). It ends by itself once the task no longer runs (the server refuses
+change (through the same copy as a single ``rsync``: rsync's delta transfer where rsync is
+installed here and in the task, else the whole path by tar; nothing is deleted in the task,
+as in OSMO). It ends by itself once the task no longer runs (the server refuses
 its entry), on SIGTERM (``rsync stop``), or after a failed upload that the task's end does
 not explain (logged). Its pid file sits beside the log: ``rsync status`` lists the daemons,
 ``rsync stop [WORKFLOW_ID]`` stops them.
@@ -199,7 +200,8 @@ class _Stop(Exception):
 
 def _upload(request: RsyncRequest, rate_bytes_per_s: int | None = None) -> None:
     assert request.task is not None
-    copy_once(request, task_entry(request.workflow_id, request.task, None), rate_bytes_per_s)
+    entry = task_entry(request.workflow_id, request.task, None)
+    copy_once(request, entry, rate_bytes_per_s, log.debug)
 
 
 def _due(

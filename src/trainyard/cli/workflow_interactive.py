@@ -558,7 +558,12 @@ def rsync(
         bool, typer.Option("--no-progress", help="Print nothing about the copy.")
     ] = False,
     verbose: Annotated[
-        bool, typer.Option("--verbose", help="Daemon: debug lines in its log too.")
+        bool,
+        typer.Option(
+            "--verbose",
+            help="How the copy was made (rsync's --stats, or tar); daemon: debug lines in "
+            "its log too.",
+        ),
     ] = False,
     task: Annotated[
         str | None,
@@ -599,9 +604,10 @@ def rsync(
     rsync's rule: LOCAL lands inside REMOTE under its own name, its contents do with a
     trailing '/'; /osmo/run/workspace exists in every task). trainyard's form: 'rsync ID
     TASK SRC DST' with TASK:/path on the task's side, either way; DST becomes the copy.
-    Copies run through tar in the task (on Slurm: on its node); what comes out is unpacked
-    refusing members that would land outside the destination. Nothing is deleted in the
-    destination. '--daemon' keeps uploading changes (log under
+    Uploads run real rsync (delta transfer) over the task's exec where rsync >= 3.4.0 is
+    here and in the task; else, and downloads always, through tar in the task (on Slurm: on
+    its node), what comes out unpacked refusing members that would land outside the
+    destination. Nothing is deleted in the destination. '--daemon' keeps uploading changes (log under
     $XDG_STATE_HOME/trainyard/rsync); 'rsync status' lists daemons, 'rsync stop [ID]' stops
     them. Same rule as cancel."""
     if args and args[0] in ("status", "stop"):
@@ -631,6 +637,7 @@ def rsync(
         request,
         task_entry(request.workflow_id, request.task, retry_id, timeout_s),
         upload_rate_limit,
+        (lambda text: typer.echo(text, err=True)) if verbose else None,
     )
     if no_progress:
         return

@@ -1,32 +1,15 @@
-"""Copying one local file while hashing the bytes written (issue 11: datasets at the speed of
-``cp -r``, checked). ``storage.copy_hashing`` is the caller; this module knows file
-descriptors, not URLs, algorithms or temp names.
+"""One local file copied while the bytes written are hashed (``storage.copy_hashing`` is the
+caller; this module knows file descriptors, not URLs or algorithms).
 
-Two ways, chosen by size (numbers measured on the 2-CPU dev VM, docs/benchmarks-history.md):
+* Below ``PIPELINE_MIN_BYTES``: read, hash and write through one reused per-thread buffer of
+  ``BUFFER_BYTES``.
+* From ``PIPELINE_MIN_BYTES`` up: the kernel copies ``PIPELINE_CHUNK_BYTES`` at a time
+  (``os.copy_file_range``, as GNU ``cp`` does) while one helper thread hashes the chunks
+  written (a read-only ``mmap`` of the target), up to ``PIPELINE_DEPTH`` behind; where the
+  kernel refuses (``EXDEV``, ``EINVAL``, ``ENOSYS``, ``EOPNOTSUPP``) the buffered way is used.
 
-* below ``PIPELINE_MIN_BYTES``: read into one reused per-thread buffer of ``BUFFER_BYTES``
-  (small enough to stay in the CPU's L2 cache), hash it, write it. Few system calls per file
-  (open, fstat, read, write, fstat, close; the read that would only confirm the end is
-  skipped when the bytes expected are in), no per-file allocation: what bounds a dataset of
-  many small files is per-file cost, not bytes.
-* from ``PIPELINE_MIN_BYTES`` up: the kernel copies ``PIPELINE_CHUNK_BYTES`` at a time
-  (``os.copy_file_range``, as GNU ``cp`` does: no copy through user space) while a helper
-  thread hashes the previous chunk where it was written (a read-only ``mmap`` of the target:
-  the page cache the copy just filled, so the digest is of the bytes written), up to
-  ``PIPELINE_DEPTH`` chunks behind. The copy and the hash overlap; hashing releases the GIL.
-  Where the kernel refuses the copy (another filesystem, an old kernel: ``EXDEV``,
-  ``EINVAL``, ``ENOSYS``, ``EOPNOTSUPP``) the buffered way is used.
-
-A copy checks that the source did not change while it was read (size and mtime of the open
-file before and after, and the count of bytes copied): ``SourceChanged`` otherwise.
-
-The mapping of the target is read only after its bytes were written, and only those bytes, so
-it cannot fault on a file that is shorter than mapped unless another process of the same user
-truncates the freshly created file meanwhile (which could as well kill the process).
-
-The copy helper process (``copyworker``) runs this module by its file path in a fresh
-interpreter and copies with ``copy_file`` too (``serve``, at the end): so the module imports
-only the standard library, and that lazily where it can.
+A source that changes while it is read (size, mtime, bytes copied) raises ``SourceChanged``.
+Design and measurements: docs/data.md, docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -37,27 +20,20 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
 
-TYPE_CHECKING = False  # typing's, without importing typing: the copy helper starts 7 ms sooner
-if TYPE_CHECKING:  # concurrent.futures is imported where used (8 ms more)
-    from concurrent.futures import Future
-    from typing import Protocol
 
-    class Hasher(Protocol):
-        """What ``hashlib`` and ``blake3`` objects offer: ``update`` with any bytes-like
-        object (``hexdigest`` is the caller's)."""
+class Hasher(Protocol):
+    """What ``hashlib`` and ``blake3`` objects offer: ``update`` with any bytes-like object
+    (``hexdigest`` is the caller's)."""
 
-        def update(self, data: bytes | bytearray | memoryview | mmap.mmap, /) -> object: ...
+    def update(self, data: bytes | bytearray | memoryview | mmap.mmap, /) -> object: ...
 
 
 __all__ = [
     "SourceChanged",
     "copy_file",
-    "copy_order",
-    "frame",
-    "unframe",
-    "serve",
-    "serve_stdio",
     "BUFFER_BYTES",
     "PIPELINE_MIN_BYTES",
     "PIPELINE_CHUNK_BYTES",
@@ -233,8 +209,6 @@ def _copy_pipelined(fd_in: int, fd_out: int, hasher: Hasher, progress: Progress 
     in order (one helper), up to ``PIPELINE_DEPTH`` chunks behind: on a busy machine either
     thread may wait for a CPU, and a deeper queue keeps the other one working meanwhile.
     Raises _NoKernelCopy when the kernel refuses the first chunk."""
-    from concurrent.futures import ThreadPoolExecutor
-
     copied = 0
     pending: deque[Future[None]] = deque()
     with ThreadPoolExecutor(1, "trainyard-hash") as helper:
@@ -276,90 +250,3 @@ def _hash_written(fd: int, offset: int, length: int, hasher: Hasher) -> None:
     through a read-only mapping: the page cache, no copy."""
     with mmap.mmap(fd, length, prot=mmap.PROT_READ, offset=offset) as mapped:
         hasher.update(mapped)
-
-
-# ---------------------------------------------------------------------------- copy helper
-# The side of ``copyworker`` that runs in the helper process: this module is loaded there by
-# its file path under ``python -I -S`` (no trainyard package, no site), so the helper copies
-# with this very ``copy_file``, under the same rules as the parent's own copies.
-#
-# Wire format (both ways, no JSON: a path may hold any byte but NUL, and ``json`` would add
-# 3 ms to the helper's start): a frame is ``b"<length>\n"`` and that many bytes of fields
-# joined by NUL. An order is 4 fields (source, target, temp or empty, algo); an answer is 2
-# (size, hex digest) or (empty, ``ErrorName: message``).
-
-
-def frame(fields: list[bytes]) -> bytes:
-    """The frame of ``fields`` (none may hold a NUL)."""
-    payload = b"\0".join(fields)
-    return b"%d\n" % len(payload) + payload
-
-
-def unframe(payload: bytes, width: int) -> list[list[bytes]]:
-    """The records of ``width`` fields in a frame's payload. Raises ValueError."""
-    fields = payload.split(b"\0") if payload else []
-    if len(fields) % width:
-        raise ValueError(f"{len(fields)} fields are not records of {width}")
-    return [fields[i : i + width] for i in range(0, len(fields), width)]
-
-
-def _hasher_class(algo: str) -> Callable[[], Hasher]:
-    if algo == "sha256":
-        import hashlib
-
-        return hashlib.sha256
-    if algo == "blake3":
-        import blake3  # the parent adds the folder it imports blake3 from to the path
-
-        return blake3.blake3  # type: ignore[no-any-return]
-    raise ValueError(f"unknown digest algorithm {algo!r}")
-
-
-def copy_order(order: list[bytes], hashers: dict[str, Callable[[], Hasher]]) -> list[bytes]:
-    """Copy one file as ``order`` (source, target, temp or empty, algo) says: ``copy_file``
-    with its temp rule. Returns the answer: (size, hex digest), or (empty, ``ErrorName:
-    message``) when it failed (``copy_file`` removed what it wrote). Never raises for a
-    file's own failure."""
-    source, target, temp, algo_bytes = order
-    try:
-        algo = algo_bytes.decode()
-        make = hashers.get(algo) or hashers.setdefault(algo, _hasher_class(algo))
-        hasher = make()
-        size = copy_file(
-            os.fsdecode(source),
-            os.fsdecode(target),
-            hasher,
-            None,
-            os.fsdecode(temp) if temp else None,
-        )
-        return [b"%d" % size, hasher.hexdigest().encode()]  # type: ignore[attr-defined]
-    except Exception as exc:  # noqa: BLE001 - reported to the parent, which redoes the file
-        text = f"{type(exc).__name__}: {exc}".encode(errors="replace")
-        return [b"", text.replace(b"\0", b" ")]
-
-
-def serve(
-    read_line: Callable[[], bytes], read: Callable[[int], bytes], write: Callable[[bytes], object]
-) -> None:
-    """The helper's loop: each frame read is a chunk of orders; the answer is one frame of
-    their answers, in order. Ends at the end of input."""
-    hashers: dict[str, Callable[[], Hasher]] = {}
-    while header := read_line():
-        payload = read(int(header))
-        answers: list[bytes] = []
-        for order in unframe(payload, 4):
-            answers += copy_order(order, hashers)
-        write(frame(answers))
-
-
-def serve_stdio() -> None:
-    """``serve`` on standard input and output (the helper's entry point)."""
-    import sys
-
-    stdin, out = sys.stdin.buffer, sys.stdout.buffer
-
-    def write(data: bytes) -> None:
-        out.write(data)
-        out.flush()
-
-    serve(stdin.readline, stdin.read, write)

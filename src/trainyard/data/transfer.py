@@ -13,7 +13,6 @@ folder (or URL) being transferred, with ``/`` separators.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import operator
@@ -21,7 +20,7 @@ import os
 import posixpath
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any, NamedTuple
 
 from fsspec.callbacks import Callback
 
-from trainyard.data import copyworker, storage
+from trainyard.data import storage
 from trainyard.data.config import DataConfig, load_config
 from trainyard.data.progress import NullProgress, TransferProgress
 from trainyard.data.retry import ChecksumMismatch, RetryPolicy, with_retry
@@ -309,34 +308,6 @@ JobAction = Callable[[FileJob, Callback], "str | Moved | None"]
 """Moves one file; returns its digest (or None), or ``Moved`` when it counted the bytes."""
 
 
-@dataclass(frozen=True)
-class Offload:
-    """How an action's local copies may be done by a copy helper process (``copyworker``).
-
-    ``sends(job)``: whether the job may be sent at all (not for a confined source, a remote
-    end, no digest to take: the action does those itself). ``order(job)``: the
-    ``CopyOrder`` that copies a sendable ``job`` exactly as the action would (same source,
-    target and temp rule). ``accept(job, copied)``: what the action would have returned for
-    that copy, or None when the copy is not acceptable (a digest other than the one
-    expected): the job is then done by the action, with its retries.
-    """
-
-    sends: Callable[[FileJob], bool]
-    order: Callable[[FileJob], copyworker.CopyOrder]
-    accept: Callable[[FileJob, copyworker.Copied], str | Moved | None]
-
-
-class _OffloadableAction:
-    """A job action with an ``Offload`` (``Mover._execute`` looks for ``offload``)."""
-
-    def __init__(self, action: JobAction, offload: Offload) -> None:
-        self.action = action
-        self.offload = offload
-
-    def __call__(self, job: FileJob, callback: Callback) -> str | Moved | None:
-        return self.action(job, callback)
-
-
 class Mover:
     """Runs file jobs in parallel with retries, progress and a throughput log line.
 
@@ -386,7 +357,6 @@ class Mover:
         action: JobAction,
         label: str,
         loc: Location | None = None,
-        helper: copyworker.Helper | None = None,
     ) -> TransferStats:
         """Run ``action`` on every job; each returns an optional digest, or ``Moved``
         (digest and the size of the bytes moved, recorded in ``TransferStats.sizes``).
@@ -395,11 +365,7 @@ class Mover:
         CPU (local copies are bound by the CPU and the disk, not by latency), and one in all
         when the files average under ``SMALL_FILE_BYTES``: their cost is per-file work that
         holds the GIL, which two threads only fight over (measured on 5,000 files of 16 KiB:
-        99 us per file in one thread, 142 us in two; docs/benchmarks-history.md). Such a transfer
-        shares its files with a copy helper process instead where that pays
-        (``copyworker``: an action with an ``Offload``, ``DataConfig.workers`` >= 2, enough
-        files, two CPUs). ``helper``: a copy helper already started for this transfer
-        (``early_helper``); used or ended here.
+        99 us per file in one thread, 142 us in two; docs/benchmarks-history.md).
 
         Raises:
             DataError: a job failed for good: names its file, both ends and the cause.
@@ -408,28 +374,12 @@ class Mover:
         started = time.perf_counter()
         self.progress.start(label, len(jobs), sum(j.size for j in jobs))
         try:
-            for job, result in self._execute(jobs, action, self._workers(loc, jobs), helper):
+            for job, result in self._execute(jobs, action, self._workers(loc, jobs)):
                 _record(stats, job, result)
         finally:
-            if helper is not None and not helper.fed:
-                helper.abort()  # started early, not used after all
             self.progress.finish()
         stats.seconds = time.perf_counter() - started
         return stats
-
-    def early_helper(
-        self, loc: Location, count: int, total_bytes: int, sending: bool
-    ) -> copyworker.Helper | None:
-        """A copy helper started now, when ``run`` will share these files with one: a
-        ``file://`` transfer with digests (``sending``) of enough small files, two CPUs,
-        ``DataConfig.workers`` >= 2. Its start then overlaps building the jobs."""
-        if (
-            not (sending and loc.is_local and self.config.workers >= 2)
-            or total_bytes >= SMALL_FILE_BYTES * count
-            or not copyworker.pays(count)
-        ):
-            return None
-        return copyworker.Helper(self.log).start()
 
     def _workers(self, loc: Location | None, jobs: Sequence[FileJob]) -> int:
         if loc is None or not loc.is_local:
@@ -443,20 +393,11 @@ class Mover:
         jobs: Sequence[FileJob],
         action: JobAction,
         workers: int,
-        helper: copyworker.Helper | None = None,
     ) -> Iterable[tuple[FileJob, str | Moved | None]]:
         """Each worker thread takes the next job until none is left (one task per worker,
         not one future per file: with many small files the pool's per-job bookkeeping and
         hand-offs cost more than the copies). After a failure no job starts; the first
         error is raised."""
-        offload: Offload | None = getattr(action, "offload", None)
-        if (
-            workers <= 1
-            and offload is not None
-            and self.config.workers >= 2
-            and copyworker.pays(len(jobs))
-        ):
-            return self._execute_shared(jobs, action, offload, helper)
         if len(jobs) <= 1 or workers <= 1:
             return [(job, self._one(job, action)) for job in jobs]
         digests: list[str | Moved | None] = [None] * len(jobs)
@@ -481,53 +422,6 @@ class Mover:
                 stop.set()
                 raise _first_error(failed)
         return list(zip(jobs, digests, strict=True))
-
-    def _execute_shared(
-        self,
-        jobs: Sequence[FileJob],
-        action: JobAction,
-        offload: Offload,
-        helper: copyworker.Helper | None,
-    ) -> list[tuple[FileJob, str | Moved | None]]:
-        """Share the jobs with a copy helper process (``copyworker``): this thread does the
-        jobs that cannot be sent, then takes chunks from the queue the helper takes from;
-        files the helper failed, copied unacceptably, or lost (a dead or hung worker) are
-        done here afterwards with the action's retries. A job that fails for good here
-        kills the helper and raises at once."""
-        results: list[str | Moved | None] = [None] * len(jobs)
-        limit, sends = copyworker.MAX_FILE_BYTES, offload.sends
-        sent = [i for i, job in enumerate(jobs) if job.size < limit and sends(job)]
-        if not copyworker.pays(len(sent)):
-            return [(job, self._one(job, action)) for job in jobs]
-        redo: list[int] = []
-
-        def on_answer(index: int, answer: copyworker.Copied | str) -> None:
-            job = jobs[index]
-            got = offload.accept(job, answer) if isinstance(answer, copyworker.Copied) else None
-            if got is None or not isinstance(answer, copyworker.Copied):
-                redo.append(index)
-                return
-            results[index] = got
-            self.progress.advance(answer.size)
-            self.progress.file_done(job.rel)
-
-        queue = copyworker.ChunkQueue(sent)
-        helper = (helper or copyworker.Helper(self.log).start()).feed(
-            queue, lambda i: offload.order(jobs[i]), on_answer
-        )
-        try:
-            for index in sorted(set(range(len(jobs))).difference(sent)):
-                results[index] = self._one(jobs[index], action)
-            while (chunk := queue.take()) is not None:
-                for index in chunk:
-                    results[index] = self._one(jobs[index], action)
-            helper.join()
-            for index in sorted(redo + helper.lost):
-                results[index] = self._one(jobs[index], action)
-        except BaseException:
-            helper.abort()
-            raise
-        return list(zip(jobs, results, strict=True))
 
     def _one(self, job: FileJob, action: JobAction) -> str | Moved | None:
         callback = _BytesCallback(self.progress)
@@ -557,16 +451,6 @@ class Mover:
 
         hashed_copy = digest and loc.is_local  # asked once, not per file
 
-        def sends(job: FileJob) -> bool:
-            return hashed_copy and not job.confined  # a confined file: only safefs opens it
-
-        def order(job: FileJob) -> copyworker.CopyOrder:
-            temp = None if staged else storage.local_partial(job.target)
-            return copyworker.CopyOrder(job.source, job.target, temp, algo)
-
-        def accept(job: FileJob, copied: copyworker.Copied) -> Moved:
-            return Moved(tag_digest(algo, copied.digest), copied.size)
-
         def action(job: FileJob, callback: Callback) -> Moved:
             if not job.confined:
                 return send(job.source, job, callback)
@@ -588,7 +472,7 @@ class Mover:
                 raise _ChangedWhileSending(f"{local} changed while it was uploaded")
             return Moved(tag_digest(algo, value), hashed)
 
-        return _OffloadableAction(action, Offload(sends, order, accept))
+        return action
 
     def download_action(self, loc: Location) -> JobAction:
         """A job action that downloads ``job.source`` from ``loc`` to ``job.target`` (local),
@@ -596,21 +480,6 @@ class Mover:
         ``blake3:HEX``; a mismatch removes the file and is retried)."""
 
         local = loc.is_local  # asked once, not per file
-
-        def sends(job: FileJob) -> bool:
-            return local and job.sha256 is not None
-
-        def order(job: FileJob) -> copyworker.CopyOrder:
-            algo, _want = split_digest(str(job.sha256))
-            return copyworker.CopyOrder(
-                job.source, job.target, storage.local_partial(job.target), algo
-            )
-
-        def accept(job: FileJob, copied: copyworker.Copied) -> str | None:
-            if split_digest(str(job.sha256))[1] == copied.digest:
-                return job.sha256
-            Path(job.target).unlink(missing_ok=True)  # not what the manifest says: redone
-            return None
 
         def action(job: FileJob, callback: Callback) -> str | None:
             if job.sha256 is None:
@@ -627,7 +496,7 @@ class Mover:
                 raise ChecksumMismatch(f"{algo} {got[:12]}... is not the expected {want[:12]}...")
             return job.sha256
 
-        return _OffloadableAction(action, Offload(sends, order, accept))
+        return action
 
     # ------------------------------------------------------------------ plain transfers
 
@@ -646,26 +515,19 @@ class Mover:
         Raises:
             DataError: a file failed for good.
         """
-        helper = self.early_helper(
-            loc,
-            len(files),
-            sum(f.size for f in files),
-            digest and not any(f.confined for f in files),
-        )
-        with _ended_on_error(helper):
-            join, url = _joiner(loc.root), loc.url.rstrip("/")
-            jobs = [
-                FileJob(
-                    f.rel,
-                    str(f.path),
-                    join(f.rel),
-                    f.size,
-                    where=f"{f.path} -> {url}/{f.rel}",
-                    confined=f.confined,
-                )
-                for f in files
-            ]
-        stats = self.run(jobs, self.upload_action(loc, digest, algo, staged), "upload", loc, helper)
+        join, url = _joiner(loc.root), loc.url.rstrip("/")
+        jobs = [
+            FileJob(
+                f.rel,
+                str(f.path),
+                join(f.rel),
+                f.size,
+                where=f"{f.path} -> {url}/{f.rel}",
+                confined=f.confined,
+            )
+            for f in files
+        ]
+        stats = self.run(jobs, self.upload_action(loc, digest, algo, staged), "upload", loc)
         self.log(stats.summary(verb, f"to {loc.show()}"))
         return stats
 
@@ -683,40 +545,25 @@ class Mover:
             DataError: a file failed for good.
         """
         digests = digests or {}
-        helper = self.early_helper(
-            loc, len(files), sum(f.size for f in files), len(digests) >= len(files)
-        )
-        with _ended_on_error(helper):
-            for f in files:
-                _check_target(dest, f.rel)
-            join = _joiner(str(dest))  # strings, not Path objects: per-file cost matters
-            url = _file_url if loc.is_local else loc.fs.unstrip_protocol
-            jobs = [
-                FileJob(
-                    f.rel,
-                    f.path,
-                    target,
-                    f.size,
-                    digests.get(f.rel),
-                    where=f"{url(f.path)} -> {target}",
-                )
-                for f in files
-                for target in (join(f.rel),)
-            ]
-        stats = self.run(jobs, self.download_action(loc), "download", loc, helper)
+        for f in files:
+            _check_target(dest, f.rel)
+        join = _joiner(str(dest))  # strings, not Path objects: per-file cost matters
+        url = _file_url if loc.is_local else loc.fs.unstrip_protocol
+        jobs = [
+            FileJob(
+                f.rel,
+                f.path,
+                target,
+                f.size,
+                digests.get(f.rel),
+                where=f"{url(f.path)} -> {target}",
+            )
+            for f in files
+            for target in (join(f.rel),)
+        ]
+        stats = self.run(jobs, self.download_action(loc), "download", loc)
         self.log(stats.summary("downloaded", f"from {loc.show()}"))
         return stats
-
-
-@contextlib.contextmanager
-def _ended_on_error(helper: copyworker.Helper | None) -> Iterator[None]:
-    """End an early-started copy helper when preparing its transfer fails."""
-    try:
-        yield
-    except BaseException:
-        if helper is not None:
-            helper.abort()
-        raise
 
 
 def _record(stats: TransferStats, job: FileJob, result: str | Moved | None) -> None:
