@@ -1,5 +1,5 @@
-"""No class does everything, in the packages split so far (``SCOPE``: the engine and the local
-backend): at most ``MAX_METHODS`` methods in one class body and at most ``MAX_LINES`` lines in
+"""No class does everything, in the packages split so far (``SCOPE``: the engine, the local
+backend and the server): at most ``MAX_METHODS`` methods in one class body and at most ``MAX_LINES`` lines in
 one module, but for the ones named in ``KNOWN_*`` (not split yet), which may not grow. An ast
 walk; ``scripts/house_numbers.py`` prints the numbers of the whole package.
 """
@@ -17,6 +17,8 @@ MAX_METHODS = 25
 MAX_LINES = 800
 """Lines one module may have."""
 
+# server/ has no known exception (server/service.py:Service had 41 methods in 1,550 lines
+# before it was split by subject).
 KNOWN_CLASSES = {"backends/local/launcher.py:_Launcher": 29}
 """Classes over ``MAX_METHODS`` not split yet, with the most methods each may have."""
 
@@ -55,7 +57,7 @@ def too_long(root: Path) -> list[str]:
 
 
 PACKAGE = Path(trainyard.__file__).parent
-SCOPE = ("engine", "backends/local")
+SCOPE = ("engine", "backends/local", "server")
 """Folders of the package held to the bounds (those split so far); names stay relative to
 the package."""
 

@@ -3,7 +3,7 @@
 Every body the API takes is a spec request (spec text, its ``localpath`` files, options),
 so the cap follows ``spec.MAX_SPEC_BYTES``: ``MAX_BODY_BYTES`` leaves room for the worst JSON
 escaping of a spec under the limit (6 bytes for ``\\u0001``), so it never refuses one that
-the exact check after parsing (``Service.load``) would accept. A body over the cap answers
+the exact check after parsing (``Submissions.load``) would accept. A body over the cap answers
 HTTP 413 with the API's spec-refusal shape (``kind: SpecError``), so the CLI exits 2. A
 declared ``Content-Length`` is refused at once; a body sent without one is counted as it
 arrives and refused when it passes the cap.

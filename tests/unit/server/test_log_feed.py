@@ -17,8 +17,8 @@ import pytest
 
 from trainyard.server import streams
 from trainyard.server.logs import LogFile
-from trainyard.server.service import FOLLOW_BATCH_BYTES, LogCursor
 from trainyard.server.streams import LogFeeds, LogReaders, follow_chunks, text_lines
+from trainyard.server.workflow_logs import FOLLOW_BATCH_BYTES, LogCursor
 
 LINES = 3000
 FOLLOWERS = 40
