@@ -100,17 +100,21 @@ def test_a_restarted_engine_resumes_from_the_text_and_submit_id_gets_the_request
     service.engine.close()
     again = _service(tmp_path, backend)  # the same backend: its tasks "kept running"
     assert again.engine.wait(wid, 10).status == "FAILED"
-    again.restart(wid, ADMIN)  # an ended workflow's spec is rebuilt from its text too
+    again.control.restart(wid, ADMIN)  # an ended workflow's spec is rebuilt from its text too
     assert again.engine.wait(wid, 10).status == "COMPLETED"
     assert [launch.run["command"] for launch in backend.launches][-1][:2] == ["echo", "yo"]
     record = again.engine.store.get_workflow(wid)
     assert record.source["request"]["spec_text"] == TEMPLATE  # a template is kept: --set
-    resubmitted = again.resubmit(wid, ADMIN, SpecRequest(spec_text="", set=["msg=again"]))
+    resubmitted = again.submissions.resubmit(
+        wid, ADMIN, SpecRequest(spec_text="", set=["msg=again"])
+    )
     assert again.engine.store.get_workflow(resubmitted["id"]).spec_text == TEMPLATE.replace(
         "{{ name }}", "tpl"
     ).replace("{{ msg }}", "again")
-    plain = again.submit(SpecRequest(spec_text=PLAIN, files={"run.sh": "x"}), ADMIN)["id"]
-    copy = again.resubmit(plain, ADMIN, None)
+    plain = again.submissions.submit(SpecRequest(spec_text=PLAIN, files={"run.sh": "x"}), ADMIN)[
+        "id"
+    ]
+    copy = again.submissions.resubmit(plain, ADMIN, None)
     copied = again.engine.store.get_workflow(copy["id"])
     assert copied.spec_text == PLAIN and copied.source["reparse"]["files"] == {"run.sh": "x"}
 
