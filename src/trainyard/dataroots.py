@@ -1,24 +1,13 @@
-"""Which host folders ``file://`` URLs of a workflow may read and write (issue 11).
+"""Which host folders ``file://`` URLs of a workflow may read and write.
 
-A task's ``url:`` inputs, outputs and checkpoints move data as the server's user, so a
-``file://`` URL (or a plain path) is limited to the pool's data roots: the pool option
-``allowed_data_roots`` (a list of host folders, shared by the pool's users; ``[]`` turns
-``file://`` off), by default a folder of each user's own: ``$TRAINYARD_HOME/storage/<user>``
-(the home's owner, who runs the server, has all of ``$TRAINYARD_HOME/storage``), so one
-user's task neither reads nor overwrites what another user's wrote there. The system temp folder is
-not a default root: any task
-could otherwise read and write the host's ``/tmp`` (other users' files, sockets, other
-tools' state) through a ``file://`` input or output; a pool that wants it lists it. A path is
-allowed when it is one of the roots or below one,
-after symlinks are resolved (``os.path.realpath``, on the path and on the roots), and never
-inside ``$TRAINYARD_HOME`` (tokens, store, other runs) unless a root that is itself inside
-the home contains it (``$TRAINYARD_HOME/storage`` is). Other schemes (``s3://``, ...) are
-not host paths and pass.
-
-The rule is checked twice, both times with the submitter's roots: at submit and ``workflow
-validate`` (``spec.poolfit.check_data_urls``, one line per URL naming the task, the field and
-the roots) and by the runner before it moves a byte (``TaskRun.data_roots``: a symlink may
-change between submit and run).
+A ``file://`` URL (or a plain path) of a task's inputs, outputs and checkpoints must be one of
+the pool's data roots or below it, after symlinks are resolved (``os.path.realpath``), and
+never inside ``$TRAINYARD_HOME`` unless a root inside the home contains it. The roots: the pool
+option ``allowed_data_roots`` (``[]`` turns ``file://`` off), by default
+``$TRAINYARD_HOME/storage/<user>`` (the home's owner has all of ``storage``); the system temp
+folder is not a default. Other schemes pass. Checked at submit and ``workflow validate``
+(``spec.poolfit.check_data_urls``) and by the runner before it moves a byte
+(``TaskRun.data_roots``). Why: docs/security.md, "`file://` URLs".
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
-"""trainyard's error hierarchy. Every error the CLI prints is one of these.
+"""trainyard's error hierarchy. Every error the CLI prints is one of these; the class alone sets
+the exit code (docs/reference.md, "Exit codes"):
 
-    TrainyardError                  exit code 1 unless a subclass says otherwise
-    ├── SpecError                   a spec is refused: a list of SpecProblem (exit 2)
-    ├── BadArgumentError            a bad argument or option value, found by the CLI or
-    │                               the server: a usage error (HTTP 400, exit 2)
-    ├── NotFoundError               unknown workflow, task, pool, app, dataset (exit 3)
-    ├── ConfigError                 bad pool or server configuration (exit 4)
-    ├── RefusedError                a request that the object's state forbids, e.g. restart
-    │                               of a RUNNING or COMPLETED workflow (HTTP 409, exit 4)
-    │   ├── EngineLockedError       a second server on a store (or home) another server
-    │   │                           holds the lock of (exit 4)
-    │   └── TooBusyError            too many streams open for one user now (HTTP 429, exit 4)
-    ├── BackendError                a backend could not do what was asked (exit 5)
-    ├── StoreError                  the store refused or failed a transaction (exit 6)
-    ├── ServerError                 the server is unreachable or answered an error (exit 7)
-    │   └── AuthError               missing or wrong token (HTTP 401, exit 8)
-    │       └── ForbiddenError      not your workflow, not an admin (HTTP 403, exit 8)
-    └── DataError                   a transfer to or from storage failed (exit 9)
-
+    TrainyardError              1 unless a subclass says otherwise
+    ├── SpecError               a spec is refused, a list of SpecProblem (HTTP 422, exit 2)
+    ├── BadArgumentError        a bad argument or option value: usage error (HTTP 400, exit 2)
+    ├── NotFoundError           unknown workflow, task, pool, app, dataset (HTTP 404, exit 3)
+    ├── ConfigError             bad pool or server configuration (exit 4)
+    ├── RefusedError            the object's state forbids it (HTTP 409, exit 4);
+    │                           EngineLockedError (exit 4), TooBusyError (HTTP 429, exit 4)
+    ├── BackendError (exit 5), StoreError (exit 6), DataError (a transfer failed, exit 9)
+    └── ServerError             unreachable or an error answer (exit 7); AuthError (HTTP 401,
+                                exit 8) and under it ForbiddenError (HTTP 403, exit 8)
 Backends and clients translate library errors at their edge with ``raise ... from exc``.
 """
 
@@ -103,8 +96,7 @@ class SpecError(TrainyardError):
 class BadArgumentError(TrainyardError):
     """A request's argument or option value is invalid (an unknown status or priority, a
     count below 1, a malformed ``KEY=VALUE``): a usage error, exit 2 wherever it is found,
-    as click's own usage errors (issue 24: the same refusal exited 2 when the CLI found it
-    and 4 when the server did)."""
+    as click's own usage errors, whether the CLI or the server found it."""
 
     exit_code = 2
     http_status = 400

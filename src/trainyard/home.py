@@ -1,8 +1,8 @@
 """Where trainyard keeps its state (``$TRAINYARD_HOME``).
 
 A module of its own, importing nothing but the standard library, so the command line finds
-its home without importing ``trainyard.pools`` (pydantic and the pool models: about 0.1 s of
-``workflow submit``'s start on a loaded 2-core machine; issue 15). ``trainyard.pools``
+its home without importing ``trainyard.pools`` (pydantic and the pool models, a
+noticeable part of ``workflow submit``'s start). ``trainyard.pools``
 re-exports ``trainyard_home`` for the code that already imports it from there.
 """
 

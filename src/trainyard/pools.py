@@ -1,36 +1,13 @@
 """Pools: named sets of nodes a workflow runs on, read from ``$TRAINYARD_HOME/pools.yaml``.
 
 A pool names its backend (``local``, ``slurm``, ``kubernetes``), its nodes with their
-capacity, and settings (retry cap, backend options). The default pool ``local`` is a
-*rehearsal* pool: virtual nodes sharing this machine that declare enough to hold OSMO's
-training examples unchanged (per node 8 GPU slots, 64 CPUs, 512 GiB memory, 2 TiB storage).
-A pool with ``strict: true`` declares real capacity instead. A strict local pool is one node
-(``node_count`` defaults to 1; more are refused) whose cpu, gpu, memory and storage are
-measured here (``machine_capacity``), replacing any written in the file, so a spec asking
-more than this machine has is refused at submission by the pool-fit check
-(``spec.poolfit``). A strict cluster pool (Slurm, Kubernetes) keeps the capacity its file
-declares for each node (``scripts/slurm-cluster.sh`` writes what ``slurmd -C`` reports).
-
-File format (YAML)::
-
-    pools:
-      my-pool:
-        backend: local            # local | slurm | kubernetes
-        strict: false
-        max_retries: 3            # per task, RESCHEDULE and RESTART together
-        backfill_age_s: 300       # how long a waiting gang lets smaller ones pass (0: never)
-        nodes:                    # or node_count + node (one template for all; default 4)
-          - {name: n0, cpu: 64, gpu: 8, memory: 512Gi, storage: 2Ti, platform: dgx-h100}
-        options: {partition: batch, account: ml}   # backend-specific
-        images: {busybox: busybox}                 # image -> local runtime (local backend)
-        egress: true              # tasks reach hosts outside (local backend: pasta)
-        allow_host_network: false # may a task ask hostNetwork: true (local backend)
-
-``images`` may also be one runtime for every image (``images: podman``: each task with an
-``image`` runs in it as a podman container, see ``backends.images``). ``egress: false``
-leaves a group's network namespace with loopback only (its tasks still reach each other).
-``allow_host_network: true`` lets a task's ``hostNetwork: true`` run it in the host's network
-namespace; without it such a spec is refused at submission (``spec.poolfit``).
+capacity, and settings (retry cap, backfill age, backend options, images, egress,
+``allow_host_network``). The default pool ``local`` is a *rehearsal* pool: virtual nodes on
+this machine that declare enough for OSMO's training examples (per node 8 GPU slots, 64 CPUs,
+512 GiB memory, 2 TiB storage). ``strict: true`` declares real capacity: a strict local pool
+is one node measured here (``machine_capacity``), a strict cluster pool keeps what its file
+declares; a spec asking more is refused at submission (``spec.poolfit``). This module only
+parses. File format and every key: docs/pools.md.
 """
 
 from __future__ import annotations
@@ -176,7 +153,7 @@ class Pool(BaseModel):
     @property
     def node_per_task(self) -> bool:
         """Whether each task of a group needs a node of its own: on Slurm a group is one job
-        that allocates one node per task (issue 7), so a gang never shares a node there."""
+        that allocates one node per task, so a gang never shares a node there."""
         return self.backend == "slurm"
 
     @property

@@ -1,21 +1,12 @@
 """The task runner's input: ``TaskRun``, the JSON a backend hands to ``python -m trainyard.runner``.
 
-The engine builds one ``TaskRun`` per task attempt from the spec (``TaskSpec``) and the plan;
-the backend may then fill the ``sandbox`` part (how it isolates the task) and write the JSON
-to ``<run_dir>/run.json``. Nothing here names a backend: the same JSON runs everywhere.
-
-Paths are absolute paths as the runner sees them. On the local backend with bubblewrap they
-are host paths bound at the same place inside the sandbox; without bubblewrap they are plain
-host paths (``sandbox.root`` is then set, see ``SandboxSettings``).
-
-Engine fills: workflow_id, group, task, retry_id, lead, lead_task, image, host_network (the
-spec's ``hostNetwork``), privileged, command, args,
-environment, volume_mounts (the spec's ``volumeMounts``, ``/src`` or ``/src:/dst``), files
-(contents already read from ``localpath``), inputs (``source``: the
-upstream output folder for ``task:`` inputs), outputs, checkpoints, hosts (``Backend.host_of`` of
-every task of the group;
-a backend that learns hosts only at run time also sets ``hosts_env``, see ``runtime_hosts``),
-group_tasks, task_index, barrier, run_dir (output_dir and input dirs default under it).
+The engine builds one ``TaskRun`` per task attempt from the spec and the plan; the backend may
+fill the ``sandbox`` part (``SandboxSettings``) and writes it to ``<run_dir>/run.json``.
+Nothing here names a backend: the same JSON runs everywhere. Paths are absolute, as the runner
+sees them (host paths bound at the same place under bubblewrap). ``hosts`` holds
+``Backend.host_of`` of every task of the group; a backend that learns hosts only at run time
+also sets ``hosts_env`` (``runtime_hosts``). Which fields the engine fills:
+docs/architecture.md, "The runner's input".
 """
 
 from __future__ import annotations
@@ -293,7 +284,7 @@ class SandboxSettings(_Model):
             spec's.
         description: how the task is isolated, in full (one or more lines): kept in the
             task log as ``[task][detail]`` lines, shown by ``workflow logs --verbose`` and
-            ``workflow query --verbose`` (issue 28: quiet headers).
+            ``workflow query --verbose``.
         summary: the same in one short line (node, isolation, image), the task log's header
             (e.g. ``local-0, bubblewrap sandbox, host tools``); "": the description's first
             line is the header.

@@ -251,7 +251,7 @@ def server_url_for_tasks(home: Path) -> str | None:
     url = os.environ.get("TRAINYARD_SERVER_URL")
     if url:
         return url
-    for name in ("server.json", "server.lock"):  # the lock's note holds it too (issue 12)
+    for name in ("server.json", "server.lock"):  # the lock's note holds it too
         try:
             return str(json.loads((home / name).read_text())["url"])
         except (OSError, ValueError, KeyError, TypeError):

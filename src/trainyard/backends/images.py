@@ -1,24 +1,13 @@
 """Container images on the local backend: which local *runtime* stands in for a task's image.
 
-A task's ``image`` is recorded, and mapped to a runtime:
-
-- ``podman``: the image itself, as an OCI container (``backends.local.container``) where podman is
-  installed; where it is not, the host's tools run instead and the task log says so
-  (``image_note``);
-
-- ``host``: the host's own tools (the default for every image, e.g. ``ubuntu:22.04``);
-- ``busybox``: a folder of busybox applet symlinks, so ``sh``, ``nc -l -p PORT``, ``wget`` are
-  busybox's, as in a ``busybox`` or ``alpine`` image. Its ``nslookup`` answers from
-  ``/etc/hosts`` and for IP addresses first, then asks the DNS servers of ``/etc/resolv.conf``
-  (reached through the group's egress, see ``backends.local.netns``);
-- an absolute folder path: that folder.
-
-All but ``podman`` are folders put first on the task's PATH, and the task log says that the
-host's tools run instead of the image (``image_note``).
-
-The pool's ``images`` map (``{pattern: runtime}``, fnmatch patterns matched against the whole
-image and against its bare name, ``alpine`` for ``docker.io/library/alpine:3.18``) is asked
-first; then, when busybox is installed, ``busybox*`` and ``alpine*`` map to ``busybox``.
+A task's ``image`` is recorded and mapped to a runtime: ``podman`` (the image itself as an OCI
+container, ``backends.local.container``, where podman is installed), ``host`` (the host's own
+tools; the default), ``busybox`` (a folder of busybox applet symlinks, as in a ``busybox`` or
+``alpine`` image) or an absolute folder path. All but ``podman`` are folders put first on the
+task's PATH, and the task log says the host's tools run instead (``image_note``). The pool's
+``images`` map (``{pattern: runtime}``, fnmatch against the whole image and its bare name) is
+asked first; then, when busybox is installed, ``busybox*`` and ``alpine*`` map to ``busybox``.
+Details: docs/local-backend.md, "Images and runtimes".
 """
 
 from __future__ import annotations
@@ -178,7 +167,7 @@ def runtime_path(runtime: str, state_dir: Path) -> list[str]:
 
 
 def image_summary(image: str | None, runtime: str, why_no_podman: str | None = None) -> str:
-    """What runs, in a few words for the task log's one-line header (issue 28): ``image X``
+    """What runs, in a few words for the task log's one-line header: ``image X``
     when podman runs it, else ``host tools`` and, given an image, why it is not run (the
     full words are ``image_note``'s, in the header's detail).
 

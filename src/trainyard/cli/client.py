@@ -7,7 +7,7 @@ names the error's class (``kind``); the client raises that same class, so an err
 with the same code whether it was raised here or on the server.
 
 The local server's address is taken from its lock's note with only a cheap check
-(``server.process.claimed_url``: no psutil, ~5 ms of the CLI's start, issue 15); a request
+(``server.process.claimed_url``: no psutil import on the CLI's start); a request
 that cannot connect to it asks ``ensure_running`` (the full check, which may start a server)
 and is sent once more, to the address that gives.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 from trainyard.cli.lean_http import preload_httpx
 
-preload_httpx()  # before any httpx import: without httpx's own CLI and trio (issue 15)
+preload_httpx()  # before any httpx import: without httpx's own CLI and trio
 
 import httpx  # noqa: E402
 
@@ -173,7 +173,7 @@ def _logged_in_url(home: Path) -> str | None:
 def tls_verify(url: str) -> bool:
     """httpx's ``verify`` for ``url``: True (the CA bundle checks the server) for https,
     False for plain http, where no TLS is spoken and loading the CA bundle only costs the
-    CLI's start 20-70 ms (issue 15)."""
+    CLI's start time."""
     return not url.lower().startswith("http://")
 
 

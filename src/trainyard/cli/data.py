@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from trainyard.data.transfer import Mover
 
 # The data layer (fsspec and its protocols) is imported by the commands that use it, not when
-# the command line starts: ``trainyard workflow submit`` never needs it (issue 15).
+# the command line starts: ``trainyard workflow submit`` never needs it.
 
 __all__ = ["app", "mover_with_progress", "RegexOpt", "QuietOpt"]
 

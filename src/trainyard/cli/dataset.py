@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from trainyard.data.transfer import Mover
 
 # The data layer is imported when a dataset command runs, not when the command line starts
-# (``trainyard workflow submit`` never needs fsspec; issue 15).
+# (``trainyard workflow submit`` never needs fsspec).
 
 __all__ = ["app"]
 

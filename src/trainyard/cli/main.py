@@ -1,27 +1,13 @@
 """The ``trainyard`` command: one typer app, one sub-app per command group.
 
-``main()`` is the entry point (console script ``trainyard``). It is the one place that prints
-errors: every ``TrainyardError`` a command raises is printed once to stderr and turned into
-its ``exit_code``; usage errors are printed by click with its code (2). ``EXIT_CODES`` is the
-table of those codes, shown by ``trainyard --help``; errors the server raises come back as
-the same classes (``cli.client``), so they exit with the same codes.
-
-Adding a command group: write ``cli/<group>.py`` with a ``typer.Typer`` named ``app`` and
-add ``"<group>"`` to ``SUBAPPS``.
-
-Command groups are imported only when needed (issue 15): ``main()`` builds the app with the one
-group its command line names first (``trainyard workflow submit ...`` imports
-``cli.workflow`` and nothing of ``dataset``, ``pool``, ...), and of that group only the
-command it names next (typer builds no other); with every group and command when it names
-none (``trainyard --help``, shell completion, an unknown command: each lists every one).
-``app`` (every group) is built on first access, for tests and tools that inspect the tree.
-Values of the simple types are converted without pydantic (``cli.lean_typer``).
-
-``main()`` imports typer and the group, and builds the command, with the cyclic garbage
-collector paused (``collector_paused``): those imports make tens of thousands of objects that
-live as long as the process, and collecting them again and again (~60 collections) cost the
-start ~8 ms of ~110 (issue 15). The console script then freezes them (``gc.freeze``), so no
-later collection walks them either. This module itself imports no typer for that reason.
+``main()`` is the entry point (console script ``trainyard``) and the one place that prints
+errors: every ``TrainyardError`` is printed once to stderr and turned into its ``exit_code``;
+usage errors exit 2 (click). ``EXIT_CODES`` is the table shown by ``trainyard --help``; errors
+the server raises come back as the same classes (``cli.client``), so exit with the same codes.
+Adding a command group: write ``cli/<group>.py`` with a ``typer.Typer`` named ``app`` and add
+``"<group>"`` to ``SUBAPPS``. Groups and commands are imported only when their command line
+names them; ``app`` (every group) is built on first access. Start-up details:
+docs/architecture.md, "The CLI's start".
 """
 
 from __future__ import annotations
@@ -389,7 +375,7 @@ def _run(argv: Sequence[str], *, freeze: bool = False, prog_name: str = "trainya
 def exit_now(status: int) -> NoReturn:
     """End the process with ``status`` once the command is done: stdout, stderr and logging
     flushed, then ``os._exit`` without the interpreter's teardown of every loaded module
-    (80-250 ms on a loaded 2-core machine, after ``--wait`` already saw the end; issue 15).
+    (slow on a loaded machine, after ``--wait`` already saw the end).
     Only ``main()`` as the console script calls it; in-process callers get the status."""
     import logging
     import os

@@ -1,7 +1,7 @@
 """How the CLI prints: tables for people (rich), ``-t/--format-type json`` for scripts.
 
 rich is imported when something is first printed through ``console`` or ``err_console`` (or
-a ``table``), not when a command starts: it costs the start about 13 ms (issue 15), and a
+a ``table``), not when a command starts: it costs the start time, and a
 plain line needs none of it (``typer.echo``). A line of plain text (or with only ``[dim]``
 markup) printed into a pipe or a file, where rich writes no styles, is written without
 rich at all (``_LazyConsole.print``): ``submit --wait`` printed its first progress line,

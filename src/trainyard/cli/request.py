@@ -1,17 +1,12 @@
 """Building the server request for a spec file: the text, its ``localpath`` files inlined.
 
 The CLI renders the spec locally only to find which ``localpath`` files it names; it reads
-them under the spec's folder with the spec layer's rules (no escape by ``..`` or symlink),
-and the server renders and validates the spec again, as OSMO does. A spec whose text does
-not contain the word ``localpath`` at all is sent without that render (issue 15: PyYAML's
-import and the render, ~12 ms of the CLI's start): it has no files to send, and a template
-that builds the word (``{{ 'local' ~ 'path' }}``) is refused by the server, whose render
-names a file that was not sent (``spec.localfiles``), with nothing stored.
-
-The body is a plain dataclass (``SpecBody``), not the server's pydantic model: importing
-pydantic and building the model cost the CLI's start about 55 ms (issue 15). The server's
-``server.schema.SpecRequest`` stays the contract; a unit test checks that it reads every
-body built here unchanged (``tests/unit/cli/test_cli_request_body.py``).
+them under the spec's folder with the spec layer's rules (no escape by ``..`` or symlink), and
+the server renders and validates the spec again, as OSMO does. A spec whose text lacks the
+word ``localpath`` is sent without that render; a template that builds the word is refused by
+the server (``spec.localfiles``: a file not sent), with nothing stored. The body is a plain
+dataclass (``SpecBody``); the server's ``server.schema.SpecRequest`` stays the contract and
+``tests/unit/cli/test_cli_request_body.py`` checks that it reads every body built here.
 """
 
 from __future__ import annotations
@@ -63,7 +58,7 @@ def _tasks(workflow: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def localpaths(rendered: str) -> list[str]:
     """Every ``files[].localpath`` of a rendered spec, in order, without repeats."""
-    import yaml  # only for a spec that may name localpath files (issue 15: ~8-10 ms)
+    import yaml  # only for a spec that may name localpath files
 
     loader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml, as the server's
     try:

@@ -23,7 +23,7 @@ from trainyard.cli.output import Format, FormatOption, emit, print_spec_warnings
 from trainyard.cli.request import SpecBody, spec_request
 from trainyard.errors import SpecError, SpecProblem
 
-if TYPE_CHECKING:  # pools (its models, psutil: ~30 ms) only for a check here (issue 15)
+if TYPE_CHECKING:  # pools (its models, psutil: ~30 ms) only for a check here
     from trainyard.pools import Pool
 
 __all__ = ["app", "SpecOptions"]
@@ -377,7 +377,7 @@ VERBS: dict[str, dict[str, str]] = {
 """``workflow --help``: the verbs in groups, OSMO's order inside each (``osmo workflow``'s,
 shared/osmo-cli.txt: submit, restart, validate, logs, events, cancel, query, list, tag, exec,
 spec, port-forward, rsync), trainyard's own beside their kin; one short line each, the
-details in each verb's own ``--help`` (issue 28: the list was 129 lines)."""
+details in each verb's own ``--help``."""
 
 
 def _group_verbs(typer_app: typer.Typer) -> None:

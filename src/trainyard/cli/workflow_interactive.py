@@ -1,17 +1,12 @@
 """``trainyard workflow exec|port-forward|rsync``: OSMO's interactive verbs.
 
-Design (README "Interactive verbs"): the CLI asks the server ``POST
-/api/workflow/ID/task/TASK/entry`` (the rule of ``cancel``: the submitter or an admin, never
-a task token; the task must be RUNNING, else exit 4; an unknown task exits 3). For a local
-task the server's backend answers where the task's sandbox is (``LocalBackend.entry``: the
-pid of its bwrap init process and the task's address) and the CLI enters it itself
-(``backends.local.enter``), on the same machine only: the answer carries the server's boot id and
-the CLI refuses when it differs (a remote server's tasks run on its machine, not here). The
-server is the gate of trainyard's rule; the entering itself needs the OS privileges the
-local backend runs with (root here), so a person who could already ``nsenter`` as root is
-not stopped by it, and one who could not cannot do it through trainyard either. For a Slurm
-task the answer names the job, and the CLI runs ``srun --overlap --jobid JOB`` on the node
-of the task.
+The CLI asks ``POST /api/workflow/ID/task/TASK/entry`` (the submitter or an admin, never a task
+token; the task must be RUNNING, else exit 4; an unknown task exits 3). For a local task the
+answer names the task's sandbox init pid and address (``LocalBackend.entry``) and the CLI enters
+it itself (``backends.local.enter``), only on the server's machine (same boot id, else
+refused). For a Slurm task the answer names the job and the CLI runs ``srun --overlap --jobid
+JOB`` on the task's node. Who may enter and why: docs/security.md, "Entering a running task";
+usage: docs/interactive.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The data layer: URLs and datasets through fsspec (``file://`` by default, ``s3://`` and
-anything else fsspec knows by URL). See ../shared/DESIGN.md.
+anything else fsspec knows by URL). See ../shared/DESIGN.md and docs/data.md.
 
-Modules:
-    config       settings (``TRAINYARD_DATASET_URL``, ``TRAINYARD_S3_ENDPOINT_URL``, ...)
-    storage      URL -> fsspec filesystem; atomic put/get, exclusive create, listings
-    transfer     ``Mover``: parallel, retried, logged file transfers; regex selection
-    localcopy    one local file copied while the bytes written are hashed (file:// datasets)
-    urls         upload / download / list a URL
-    datasets     ``DatasetStore``: named datasets, numbered versions, tags, manifests
-    checkpoints  checkpoint rounds that readers see whole or not at all
-    runnerhook   the runner's ``DataHook`` protocol and the plain one (files, fsspec URLs)
-    hook         the data layer's hook for the runner (``runner_hook``)
-    scrub        credentials out of every message (``trainyard.data.scrub.scrub``)
-    testing      a loopback S3 server (moto) for tests
+Modules: ``config`` (settings), ``storage`` (URL -> fsspec; atomic put/get, exclusive create,
+listings), ``transfer`` (``Mover``: parallel, retried, logged transfers), ``localcopy``
+(hashed local copies), ``urls`` (upload/download/list), ``datasets`` (``DatasetStore``:
+versions, tags, manifests), ``checkpoints`` (whole rounds), ``runnerhook`` and ``hook`` (the
+runner's ``DataHook``), ``scrub`` (credentials out of messages), ``testing`` (moto S3).
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """Checkpoints (OSMO docs, "Checkpointing"): a task folder uploaded to a URL every
 ``frequency`` and once more at the end, in rounds that readers see whole or not at all.
 
-Layout below the checkpoint URL::
-
-    <url>/<rel>                               the files, plainly (what any tool sees)
-    <url>/.trainyard/rounds/<n>.json          round n's manifest: every file of the set with
-                                              size, sha256 and the round that uploaded it
-    <url>/.trainyard/staging/<n>/<rel>        files uploaded in round n, until published
-
-The rule. A round (1) uploads the files that changed to ``staging/<n>/``, (2) writes
-``rounds/<n>.json`` with an exclusive create: this is the commit point, before it the round
-does not exist, (3) publishes: moves each staged file onto ``<url>/<rel>`` (a rename on
-``file://``, copy+delete on S3: each object whole), (4) removes older manifests and the
-staging folders. A publish that fails leaves its staging folder, and the files of that round
-are uploaded again in the next one.
-
-Readers (``read_checkpoint``, used by every ``url:`` download of trainyard) take the newest
-manifest and fetch each file from ``<url>/<rel>``, checking its sha256; on a mismatch (a
-newer round is publishing, or a writer died mid-publish) they take ``staging/<round>/<rel>``;
-if that is gone too, they start over from the newest manifest (a few times). So a reader gets
-exactly the set of one committed round, never a mix, and never a file being written.
-Tools that ignore ``.trainyard/`` still see whole files (never a partial one), though
-possibly from two adjacent rounds while a publish runs.
+Below the URL: the files at ``<url>/<rel>``, round n's manifest (size, sha256, round of each
+file) at ``<url>/.trainyard/rounds/<n>.json``, staged files at
+``<url>/.trainyard/staging/<n>/<rel>``. A round uploads what changed to staging, commits by
+creating its manifest exclusively, publishes (rename, or copy+delete on S3), then removes older
+manifests and staging folders. Readers (``read_checkpoint``, every ``url:`` download) take the
+newest manifest and check each file's sha256, falling back to staging, then starting over: they
+get exactly one committed round, never a mix. The rule step by step: docs/data.md,
+"Checkpoint rounds".
 """
 
 from __future__ import annotations
@@ -105,7 +92,7 @@ def _rounds(mover: Mover, loc: Location) -> list[int]:
                 raise
             raise type(exc)(exc.errno, exc.strerror) from exc
 
-    # Named by the URL the user wrote, not by the checkpoint folder inside it (issue 25):
+    # Named by the URL the user wrote, not by the checkpoint folder inside it:
     # this is the first read of every download.
     return mover.storage_call(f"reading {loc.show()}", listing)
 

@@ -1,19 +1,12 @@
 """Data settings: where datasets live, how to reach S3, how hard to retry.
 
-Read from the environment, over an optional ``$TRAINYARD_HOME/data.yaml`` with the same keys
-in lower case without the prefix (``dataset_url``, ``s3_endpoint_url``, ``retries``,
-``retry_backoff_s``, ``workers``, and ``storage_options``: per-protocol fsspec options such
-as ``{s3: {region_name: eu-west-1}}``). The environment wins over the file.
-
-    TRAINYARD_DATASET_URL         dataset store root (default ``file://$TRAINYARD_HOME/datasets``)
-    TRAINYARD_S3_ENDPOINT_URL     S3-compatible endpoint (MinIO, Ceph, moto); else AWS's.
-                                  ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` also work.
-    TRAINYARD_DATA_RETRIES        attempts per file for transient errors (default 5)
-    TRAINYARD_DATA_RETRY_BACKOFF_S  first pause between attempts, doubled each time (0.5)
-    TRAINYARD_DATA_WORKERS        files moved at once (default 8)
-
-Credentials are never settings here: S3 takes the standard ``AWS_ACCESS_KEY_ID``,
-``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_PROFILE`` chain through botocore.
+From the environment, over an optional ``$TRAINYARD_HOME/data.yaml`` (same keys in lower case
+without the prefix, plus ``storage_options``: per-protocol fsspec options); the environment wins.
+``TRAINYARD_DATASET_URL`` (default ``file://$TRAINYARD_HOME/datasets``),
+``TRAINYARD_S3_ENDPOINT_URL`` (also ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``; else AWS's),
+``TRAINYARD_DATA_RETRIES`` (attempts per file, 5), ``TRAINYARD_DATA_RETRY_BACKOFF_S`` (first
+pause, doubled each time, 0.5), ``TRAINYARD_DATA_WORKERS`` (files at once, 8). Credentials are
+never settings here: S3 takes botocore's standard ``AWS_*`` chain. docs/data.md, "Settings".
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """The fsspec edge: a URL becomes a ``Location`` (filesystem + root path), and the few
 operations the data layer needs, each with one atomicity rule.
 
-Protocols: ``file://`` (and plain paths) always; ``s3://`` through s3fs (endpoint from
-``DataConfig.s3_endpoint_url``, credentials from the standard AWS variables); any other
-protocol fsspec knows, when its package is installed (``gs://`` gcsfs, ``az://`` adlfs, ...).
-
-Atomicity (what a reader can rely on):
-    * ``put_file``/``write_bytes``: on object stores (s3, gs, az, memory) a PUT is atomic per
-      object, so the object is written in place; elsewhere (``file://``, sftp, ...) the bytes go
-      to ``<name>.trainyard-partial-<random>`` beside the target and are renamed onto it.
-    * ``get_file``: the local file is written under a partial name and renamed, so a local
-      reader never sees half a file either.
-    * ``create_exclusive``: whole content, only if the path does not exist: a hard link of a
-      finished temp file on ``file://``; ``If-None-Match: *`` (a conditional PUT) on S3. Where
-      neither exists the fallback (check, write, read back) can lose a race; see the function.
-    * Listings skip partial files and the reserved ``.trainyard/`` folder under the root.
+Protocols: ``file://`` and plain paths; ``s3://`` through s3fs (``DataConfig.s3_endpoint_url``,
+the standard AWS variables); any other fsspec protocol whose package is installed.
+``put_file``/``write_bytes``: in place on object stores (a PUT is atomic per object), else via
+``<name>.trainyard-partial-<random>`` and a rename; ``get_file``: partial name and rename;
+``create_exclusive``: whole content only if absent (a hard link on ``file://``,
+``If-None-Match: *`` on S3; elsewhere a fallback that can lose a race). Listings skip partial
+files and ``.trainyard/``. docs/data.md, "Atomicity rules".
 """
 
 from __future__ import annotations
@@ -259,7 +252,7 @@ def copy_hashing(
 ) -> Hashed:
     """Copy a local file to a local ``target`` and return the hex digest (``algo``, see
     ``new_hasher``) and the count of the bytes written, computed while copying: each byte is
-    read once (issue 11: hashing after the copy read everything twice). How (a reused buffer for small
+    read once (hashing after the copy would read everything twice). How (a reused buffer for small
     files, a kernel copy overlapped with hashing for large ones): ``localcopy``. Copies in
     several threads run in parallel (hashing and file I/O release the GIL).
 

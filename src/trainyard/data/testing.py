@@ -1,19 +1,9 @@
 """Test helpers shipped with the data layer: a real S3-compatible server on loopback (moto's
-``ThreadedMotoServer``, pure Python, from the ``dev`` extra) and a TCP proxy that can cut
-connections, for failure tests.
+``ThreadedMotoServer``, from the ``dev`` extra) and a TCP proxy that can cut connections.
 
-A pytest fixture for any test folder::
-
-    from trainyard.data.testing import MotoS3
-
-    @pytest.fixture
-    def s3(monkeypatch):
-        with MotoS3(buckets=["my-bucket"]) as server:
-            for key, value in server.env().items():
-                monkeypatch.setenv(key, value)
-            yield server
-
-``tests/integration/data/conftest.py`` has ready ones (``moto_s3``, ``s3_env``).
+``with MotoS3(buckets=["my-bucket"]) as server:`` then set ``server.env()`` in the test's
+environment (``monkeypatch.setenv``); ``tests/integration/data/conftest.py`` has ready
+fixtures (``moto_s3``, ``s3_env``).
 """
 
 from __future__ import annotations

@@ -260,7 +260,7 @@ class _Described:
 
 class Moved(NamedTuple):
     """What a job action moved, where it counted it: the digest (``tag_digest`` form, None
-    when none was asked) and the size in bytes of the very bytes sent (issue 11: a file may
+    when none was asked) and the size in bytes of the very bytes sent (a file may
     change between its listing and its copy; a manifest records what was copied)."""
 
     digest: str | None

@@ -1,23 +1,14 @@
 """A small helper process that sets ``user.max_user_namespaces`` to 0 in a task's user
 namespace (``linux.userns``: no nested user namespaces), for a threaded process that hosts
-runners (the local backend's launcher).
-
-Why: that sysctl belongs to the user namespace of the process that opens it, and only a
-single-threaded process may ``setns(2)`` into a user namespace, so each task needed a child:
-``nsenter --user=... -- sh -c 'echo 0 > ...'`` is two ``exec``s per task (~2 ms of CPU on the
-2-core VM, most of it the dynamic loader's start-up: its CPU-feature probing, ``cpuid``, traps
-to the hypervisor), and a ``fork`` of the launcher itself (~40 MB) costs as much. The gate is a
-bare interpreter (``python -S -E``, a few MB), started once per launcher from its main thread
-(so it holds no task's namespaces); per task it forks a child that joins the task's user
-namespace and writes the file: no ``exec``, a small address space to copy.
+runners (the local backend's launcher): only a single-threaded process may ``setns(2)`` into a
+user namespace. A bare interpreter (``python -S -E``) started once per launcher forks, per
+task, a child that joins the namespace and writes the file.
 
 Protocol: a ``SOCK_SEQPACKET`` socket pair; the caller sends the pid (4 bytes) of a process in
-the task's user namespace (bwrap's child, held by ``--userns-block-fd`` while this runs), the
-gate answers 4 bytes: 0, or the errno (or -signal) its child ended with. One request at a
-time (a lock). The gate exits when the socket closes (its launcher ended).
-
-Where there is no gate (not started, another process than the one that started it, or it
-died), ``forbid_nested`` returns False and the caller does it the old way.
+the task's user namespace, the gate answers 4 bytes: 0, or the errno (or -signal) its child
+ended with. One request at a time. The gate exits when the socket closes. Where there is no
+gate, ``forbid_nested`` returns False and the caller uses ``nsenter``. Why a gate:
+docs/local-backend.md, "The namespace gate".
 """
 
 from __future__ import annotations

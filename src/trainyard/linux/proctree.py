@@ -72,7 +72,7 @@ def session_members(sid: int, not_before: float = 0.0) -> list[psutil.Process]:
 
 def _parent_and_session(pid: int) -> tuple[int, int] | None:
     """(parent pid, session id) from ``/proc/PID/stat``, or None when the process is gone."""
-    try:  # os.open/os.read, not open(): a scan reads every process's stat (issue 3)
+    try:  # os.open/os.read, not open(): a scan reads every process's stat
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None

@@ -1,25 +1,14 @@
 """File system steps the runner does for a sandboxed task from outside its sandbox, safely.
 
-- ``write_inside``: write a file into a folder the task controls (its sandbox root, an
-  overlay's merged view, its output folder) without following any symlink below that folder.
-  The task may have left symlinks there in an earlier attempt (RESTART keeps its root):
-  ``ln -s /etc /app`` then ``files: [{path: /app/x}]`` must not write the host's ``/etc/x``.
-  Each component is opened with ``O_NOFOLLOW`` relative to the folder before it (``openat``
-  with directory descriptors), so a symlink anywhere on the way is refused, never followed,
-  and a folder swapped for a symlink between two steps is refused too.
-- ``mount_overlays``: move the calling thread into a mount namespace of its own and mount
-  the task's private writable layers (``OverlayMount``) there. Mount namespaces belong to a
-  thread (``unshare(2)`` with ``CLONE_NEWNS`` implies ``CLONE_FS``, allowed in a threaded
-  process); the processes it starts, and threads it starts after, inherit it; the host's
-  mount table never sees the overlays, and they go away with the last process using them.
-- ``files_inside`` and ``open_no_links``: read a folder the task controls (its
-  ``{{output}}``, a checkpoint folder) for an upload without following a symlink out of it.
-  A link whose target, resolved from where it lies, is a regular file inside the folder is
-  listed under its own name (``latest.pt -> model-100.pt`` uploads ``latest.pt`` with that
-  content); a link that leads outside the folder, to a folder, or nowhere is skipped, with a
-  line for the log. Files are listed by their real path and opened component by component
-  with ``O_NOFOLLOW`` from ``/``, so a component swapped for a link after the listing (the
-  task still runs during checkpoints) is refused, never followed.
+- ``write_inside``: write a file into a folder the task controls without following any
+  symlink below it (each component opened ``O_NOFOLLOW`` with ``openat``): a link left by an
+  earlier attempt, or one swapped in between two steps, is refused, never followed.
+- ``mount_overlays``: move the calling thread into a mount namespace of its own and mount the
+  task's private writable layers (``OverlayMount``) there; the host's mount table never sees them.
+- ``files_inside``/``open_no_links``: list and open a folder the task controls for an upload;
+  a link to a regular file inside the folder is listed under its own name, any other link is
+  skipped with a log line; opening is ``O_NOFOLLOW`` component by component.
+Why each step: docs/security.md, "Steps outside the sandbox (safefs.py)".
 """
 
 from __future__ import annotations
@@ -241,8 +230,8 @@ layers' user namespace."""
 def layer_userns_fds() -> set[int]:
     """The descriptors of the idmapped layers' user namespaces this process holds: a
     launcher's spare runner keeps them open (``backends.local.launcher``), so a forked runner
-    uses the launcher's namespace instead of forking a child to make its own (~8 ms on the
-    start of a task with an output, issue 15)."""
+    uses the launcher's namespace instead of forking a child to make its own (on the start of
+    a task with an output)."""
     return {fd for _pid, fd, _dev, _ino in _LAYER_USERNS.values()}
 
 

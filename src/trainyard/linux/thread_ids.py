@@ -1,21 +1,13 @@
 """Start a program as another uid from one thread of a threaded process, without a helper
 program and without forking (``as_ids``).
 
-The runner starts bwrap as the task's host uid (``linux.userns``). ``subprocess.Popen``'s
-``user``/``group`` make CPython fork instead of ``vfork`` (~2.5 ms of CPU per task in the
-launcher), and ``nsenter --setuid`` is one more ``exec`` per task (~1 ms of CPU with its
-dynamic loading). Linux keeps credentials per thread (credentials(7), "the POSIX threads
-... require that credentials are shared by all of the threads in a process", which glibc's
-wrappers emulate by signalling every thread; the system calls themselves change only the
-caller's): so the calling thread switches its own ids with the raw system calls, starts the
-program (``vfork`` copies the thread's credentials into the child, and ``execve`` sets the
-saved ids to the effective ones), and switches back. The saved uid stays 0 meanwhile, so the
-way back needs no capability (setresuid(2): "an unprivileged process may change its real,
-effective and saved UID each to one of: the current real UID, the current effective UID or
-the current saved set-user-ID"), and the permitted capabilities stay (capabilities(7),
-"Effect of user ID changes on capabilities": they are cleared only when all three ids become
-nonzero); only the effective set goes while the effective uid is not 0 and comes back with it.
-Other threads keep running as root throughout.
+Linux keeps credentials per thread (the raw system calls change only the caller's; glibc's
+wrappers signal every thread): the calling thread switches its own ids, starts the program
+(``vfork`` copies the thread's credentials, ``execve`` sets the saved ids to the effective
+ones) and switches back. The saved uid stays 0 meanwhile, so the way back needs no capability
+and the permitted capabilities stay; other threads keep running as root. Sources:
+credentials(7), setresuid(2), capabilities(7) "Effect of user ID changes on capabilities".
+Why not ``Popen(user=)`` or ``nsenter``: docs/local-backend.md, "Switching ids per thread".
 """
 
 from __future__ import annotations

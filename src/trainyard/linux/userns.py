@@ -1,29 +1,13 @@
 """The task's user namespace, set up by the runner (``UserNamespace``): uid 0 inside is an
-unprivileged host uid, so files of the host's root that others may not read (``/etc/shadow``,
-a Slurm cluster's ``munge.key``) stay unreadable to the task, as in a pod.
+unprivileged host uid (``HOST_UID``), so files of the host's root that others may not read
+(``/etc/shadow``, a Slurm cluster's ``munge.key``) stay unreadable to the task, as in a pod.
 
-bubblewrap maps the task's uid 0 to its caller's uid, and may only map that one itself; its
-bind sources need the host's root (``$TRAINYARD_HOME`` is 0700). So, as a rootless runtime
-does with ``newuidmap`` (bwrap's ``--userns-block-fd``):
-- ``Handshake.popen``: bwrap starts as ``HOST_UID`` (no capability on the host): the
-  starting thread switches its own ids for the start (``thread_ids``), or ``nsenter
-  --setuid --setgid`` does;
-- ``insert_fds``: the runner adds ``--info-fd N --userns-block-fd M`` to the bwrap prefix;
-- ``Handshake.finish``: once bwrap's child exists (its pid on the info pipe), the runner
-  writes its ``uid_map`` and ``gid_map`` (``0 HOST_UID 1``: bwrap is uid 0 there, with the
-  namespace's capabilities; ``HOST_ROOT_AS 0 1``: the host's root files are mapped, so those
-  capabilities reach the bind sources while bwrap sets up its mounts), sets the namespace's
-  ``user.max_user_namespaces`` to 0 (no nested user namespaces: bwrap's
-  ``--disable-userns`` does not combine with ``--userns-block-fd``) and lets the child go on;
-- bwrap's ``--cap-drop ALL`` (``sandbox.REMAP_ARGS``) leaves the command uid 0 of the
-  namespace, i.e. ``HOST_UID`` of the host, without any capability (bounding set too;
-  bwrap sets ``no_new_privs``);
-- ``give_to_task``: before that, the folders the task writes (its root, private folders,
-  the tops of its private layers' views, its output and input folders) are given to
-  ``HOST_UID``, following no symlink;
-- ``make_fresh``: the folders and files it gets empty and as its own instead of the host's
-  (apt's download folders and logs, its sandbox setting, its own account files with the
-  shadow files scrubbed: ``sandbox.fresh_paths``), where the backend has no fresh layer.
+As a rootless runtime does with ``newuidmap`` (bwrap's ``--userns-block-fd``): bwrap starts as
+``HOST_UID`` (``Handshake.popen``), the runner adds ``--info-fd``/``--userns-block-fd``
+(``insert_fds``), then writes the child's ``uid_map``/``gid_map`` and sets
+``user.max_user_namespaces`` to 0 (``Handshake.finish``). ``give_to_task`` gives the folders
+the task writes to ``HOST_UID`` (following no symlink); ``make_fresh`` the ones it gets empty.
+The steps and why: docs/security.md, "The task's user namespace".
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 Each task writes ``<folder>/<task>.ready`` (atomically: a temporary name, then a rename) and
 polls the folder until every task of the group has a ready mark (soon at first, then less
 often: ``FIRST_POLL_S``). Where Linux's inotify watches the folder, a mark renamed into it
-wakes the waiting tasks at once (``_FolderWatch``, issue 15: the first task of a gang used to
-see the last one's mark up to a growing poll interval late, 3-6 ms), and the polls stay as
+wakes the waiting tasks at once (``_FolderWatch``: not a growing poll interval late), and the polls stay as
 the fallback (a mark written on another node of a shared filesystem makes no local event), as
 often as before (a large gang on a shared filesystem is not looked at more often).
 The folder is on a

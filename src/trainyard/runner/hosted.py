@@ -1,21 +1,13 @@
 """A task runner hosted as a thread of a long-lived process (the local backend's launcher)
-instead of a process of its own.
+instead of a process of its own (a forked runner costs several times its CPU).
 
-Why: on a 2-core machine a forked runner costs ~10 ms of CPU per task (copying the page
-tables of a 35 MB interpreter, copy-on-write faults as Python touches its objects, tearing
-the address space down at exit), about 40% of a sandboxed task that runs ``true``; a thread
-of the launcher runs the same steps in ~2.5 ms (``docs/benchmarks-history.md``, engine section).
-
-When a backend may host a runner this way (``hostable``): the command runs in a bubblewrap
-sandbox, whose PID namespace ends every process of the task when the sandbox's first process
-ends, and that process dies with the thread that started it (``--die-with-parent``); and the
-task moves no data, because the data layer reads credentials from the process environment
-(botocore does), which for a thread is the launcher's, not the engine's of this request.
-
-What the thread leaves for its backend in the run folder: the same ``events.jsonl`` and
-``task.log`` as a runner process, anything the runner could not catch (a malformed
-``run.json``) in ``runner.out``, and ``runner.ended`` (``ENDED``) once the thread is done:
-the backend's sign that the runner is gone, as a process's exit is for a runner process.
+A backend may host a runner this way (``hostable``) only when the command runs in a bubblewrap
+sandbox (whose processes all end with its first one, which dies with the thread:
+``--die-with-parent``) and the task moves no data (the data layer reads credentials from the
+process environment, which for a thread is the launcher's). The thread leaves in the run folder
+the same ``events.jsonl`` and ``task.log`` as a runner process, anything uncaught in
+``runner.out``, and ``runner.ended`` (``ENDED``) once done: the backend's sign that the runner
+is gone. Why and what it saves: docs/local-backend.md, "Runners as threads".
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """The task's own Python environment: ``pip install`` works in a task and lands in its layer.
 
-trainyard's virtual environment is shown to a sandboxed task read-only (its interpreter,
-``torch``, the ``trainyard``/``osmo`` CLI). So that ``pip install x`` and ``python -m pip
-install x`` work as in an OSMO container, the runner makes, inside the task's private root,
-a small virtual environment of the task's own (``TASK_VENV``, ``/trainyard/venv``) whose
-``site-packages`` adds trainyard's through a ``.pth`` line (``site.addsitedir``, so that
-editable installs resolve too). Its ``bin`` comes first on the task's PATH:
-
-- ``python``, ``python3``, ``pythonX.Y``: the same interpreter, with this environment as its
-  prefix: what the task installs goes to ``/trainyard/venv/lib/pythonX.Y/site-packages``, in
-  the task's root (gone with the attempt, kept by RESTART as the root is) and is imported
-  before trainyard's; what trainyard's holds already counts as installed (pip: "Requirement
-  already satisfied"), and an upgrade installs beside it (pip leaves what is "outside
-  environment" alone).
-- ``pip``, ``pip3``, ``pipX.Y``, ``torchrun``: trainyard's, run by this interpreter (so
-  ``torchrun``'s workers see what the task installed).
-- ``trainyard``, ``osmo`` and every other program stay those of trainyard's ``bin`` (next on
-  PATH), untouched by what the task installs.
-
-Nothing here follows a symlink the task made (``safefs``): a RESTART's root is the task's.
+Inside the task's private root the runner makes a small virtual environment (``TASK_VENV``,
+``/trainyard/venv``) whose ``site-packages`` adds trainyard's (read-only) through a ``.pth``
+line; its ``bin`` comes first on PATH. ``python``/``python3``/``pythonX.Y`` are the same
+interpreter with this prefix (what the task installs is imported first; what trainyard's holds
+counts as installed); ``pip``, ``pipX.Y``, ``torchrun`` are trainyard's, run by it;
+``trainyard``, ``osmo`` and every other program stay trainyard's. Nothing here follows a
+symlink the task made (``safefs``). Details: docs/local-backend.md, "The task's Python".
 """
 
 from __future__ import annotations

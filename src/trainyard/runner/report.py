@@ -1,43 +1,14 @@
 r"""What the runner writes for the world to read: ``events.jsonl`` and ``task.log``.
 
-``<run_dir>/events.jsonl``: one JSON object per line, appended and flushed as it happens::
-
-    {"kind": "INITIALIZING" | "RUNNING" | "EXITED", "time_s": 1700000000.0,
-     "exit_code": null | int, "message": ""}
-
-``<run_dir>/task.log``: the command's stdout and stderr, line by line, in OSMO's log format
-``YYYY/MM/DD HH:MM:SS [task] text`` (UTC). The file belongs to one attempt (run_dir is per
-retry id) and its first runner line names the retry id. What the tag says, and what task
-output can never produce (it always follows ``[task]`` and a space):
-
-- ``[task] text``: a line the command printed;
-- ``[task][cut] text``: the first 64 KiB (``MAX_LINE_BYTES``) of a longer line the command
-  printed; the next ``[task]`` line of this attempt continues it (a line of 200 KiB is three
-  ``[cut]`` pieces and a last plain one). Nothing is dropped, and the runner never holds more
-  than one piece;
-- ``[task][trainyard] text``: a line of the runner's own (``exit code N``, errors);
-- ``[task][detail] text``: the runner's detail of how the task is isolated (the backend's
-  ``SandboxSettings.description``), written after the one-line header; log readers leave
-  these lines out unless asked (``workflow logs --verbose``, issue 28).
-
-Control characters in a line are escaped (``escape_control``): a carriage return is written
-as the two characters ``\r``, a newline inside a runner message as ``\n``, an escape
-(ANSI colour) as ``\x1b``; tabs are kept. So no output can start a line of its own, move the
-cursor back over the time and tag, or colour a terminal. A backslash is kept as it is.
-
-Disk full: a log line that cannot be written (``OSError``, e.g. ENOSPC) is reported once to
-``on_failure`` and the log then drops the command's output; the runner stops the command and
-ends the attempt with ``LOG_FAILED_EXIT_CODE``. The runner keeps ``RESERVE_BYTES`` of disk
-(``reserve_space``) that it gives back just before its last lines and EXITED event, so that
-they still fit on a full disk.
-
-Backends read events with ``read_events`` so that every backend parses them the same way;
-the server reads task logs with ``parse_line``.
-
-Wake-up (issue 15): when the runner's environment names a Unix datagram socket in
-``FACTS_SOCKET_ENV`` (the local backend's, ``backends.local``), each event written is followed
-by one datagram to it, so the engine reads the new fact at once instead of at its next tick.
-Best effort: the file is the record; a socket that is gone or full changes nothing.
+``<run_dir>/events.jsonl``: one JSON object per line, appended and flushed as it happens:
+``{"kind": "INITIALIZING" | "RUNNING" | "EXITED", "time_s": float, "exit_code": null | int,
+"message": str}``; backends read it with ``read_events``. ``<run_dir>/task.log``: one attempt's
+output in OSMO's log format ``YYYY/MM/DD HH:MM:SS [task] text`` (UTC), tags ``[task]``,
+``[task][cut]`` (pieces of ``MAX_LINE_BYTES``), ``[task][trainyard]``, ``[task][detail]``;
+control characters escaped (``escape_control``); the server reads it with ``parse_line``. A log
+write that fails (ENOSPC) ends the attempt with ``LOG_FAILED_EXIT_CODE`` (``RESERVE_BYTES``
+keep room for the last lines). With ``FACTS_SOCKET_ENV`` set, each event is also a datagram
+(best effort). Tags, escapes and disk-full rules: docs/logs.md, "The runner's files".
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Utilisation sampling: the runner writes ``<run_dir>/usage.jsonl`` while the command runs.
 
-Every ``interval_s`` (default 2 s, ``TRAINYARD_USAGE_INTERVAL_S``; 0 turns sampling off) one
-JSON line is appended and flushed::
-
-    {"time_s": 1700000000.0, "cpu_percent": 187.5, "rss_bytes": 123456789, "processes": 5,
-     "gpus": [{"index": 0, "util_percent": 93, "memory_used_bytes": ..., "memory_total_bytes": ...}]}
-
-``cpu_percent`` and ``rss_bytes`` sum the command's process and all its descendants (psutil;
-100 = one core busy). ``gpus`` is present only when ``nvidia-ml-py`` (module ``pynvml``) is
-installed and NVML starts: the devices of the task's ``CUDA_VISIBLE_DEVICES`` (all when
-unset). The server reads the file for the dashboard and ``trainyard workflow metrics``.
-
-Cost: one process-tree walk per interval (measured in docs/benchmarks.md, well under 1% of a
-core per task at 2 s).
+Every ``interval_s`` (default 2 s, ``TRAINYARD_USAGE_INTERVAL_S``; 0 turns it off) one line is
+appended and flushed: ``{"time_s", "cpu_percent", "rss_bytes", "processes", "gpus": [{"index",
+"util_percent", "memory_used_bytes", "memory_total_bytes"}]}``. ``cpu_percent`` (100 = one core)
+and ``rss_bytes`` sum the command's process tree (psutil). ``gpus`` only where ``pynvml``
+(``nvidia-ml-py``) is installed and NVML starts: the task's ``CUDA_VISIBLE_DEVICES`` (all when
+unset). Read by the dashboard and ``trainyard workflow metrics``; cost: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -257,13 +250,12 @@ def read_usage(run_dir: Path, max_rows: int = 5000) -> list[dict[str, Any]]:
     """The samples of one attempt, oldest first (a torn last line waits until complete); at
     most the last ``max_rows`` (about 2.8 h at 2 s).
 
-    Bounded in time and memory whatever the file's size (issue 24: the server read it whole
-    on every dashboard poll): what was read is cached by file (path and inode) with the
-    offset it reached, so a call reads only what the file gained since, at most
-    ``USAGE_READ_BYTES`` (a file that grew more is read from that far before its end; the
-    older rows are skipped). A shorter file, or another file at the path, is read again from
-    its start; a line over ``MAX_USAGE_LINE_BYTES`` is skipped; a link or a file that is not
-    regular gives no rows.
+    Bounded in time and memory whatever the file's size (the dashboard polls it): what was read
+    is cached by file (path and inode) with the offset it reached, so a call reads only what the
+    file gained since, at most ``USAGE_READ_BYTES`` (a file that grew more is read from that far
+    before its end; the older rows are skipped). A shorter file, or another file at the path, is
+    read again from its start; a line over ``MAX_USAGE_LINE_BYTES`` is skipped; a link or a file
+    that is not regular gives no rows.
     """
     path = Path(run_dir) / USAGE
     try:

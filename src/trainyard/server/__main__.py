@@ -113,7 +113,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     ``TCP_NODELAY`` only on accepted sockets whose proto says TCP. Without it every answer
     on a kept-alive connection after the first waited ~40 ms (Nagle's algorithm holding the
     body until the client's delayed ACK of the headers): each ``--wait`` long poll, each
-    query (issue 15).
+    query.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)

@@ -2,40 +2,14 @@
 
 Every route but ``/api/health`` needs ``Authorization: Bearer TOKEN`` (401 otherwise); a
 task token only the routes of ``scopes.TASK_TOKEN_ROUTES`` (403 otherwise). The OpenAPI
-schema is at ``/api/openapi.json``, behind a token (no ``/docs``, ``/redoc``).
-Errors answer ``{"detail": [{"message": ..., "path", "line", "file"}], "kind": ...}`` (a
-SpecError also ``"warnings"``, rows of the same shape) with a
-status code per error class (SpecError 422, NotFoundError 404, AuthError 401,
-ForbiddenError 403, any other refusal 400; a request body over ``bodylimit.MAX_BODY_BYTES``
-413 with ``kind`` SpecError); ``kind`` is the error's class name in
-``trainyard.errors``, from which the CLI rebuilds the same error, so an error has the same
-exit code whether it was raised on this machine or by the server.
-
-Spec warnings (accepted, e.g. a key given twice in one mapping: the last value is used, as
-in OSMO) come as ``"warnings": [{"path", "message", "line", "file"}]`` in the answers of
-validate, submit (and ``dry_run``), resubmit and app create; ``POST /api/workflow/spec``
-answers the rendered text, or with ``format=json`` ``{"spec", "warnings"}``; ``GET
-/api/workflow/{id}/spec`` the stored rendered text of a workflow (``template=true``: the
-spec as written).
-
-``GET /api/workflow/{id}/logs`` answers ``text/plain`` in OSMO's line format, or with
-``format=json`` JSON Lines (``application/x-ndjson``): one ``{"time", "task", "retry_id",
-"line", "source", "cut"}`` object per log line. ``lines=N`` keeps the last N lines; with
-``follow`` it keeps the last N already written, then streams new ones until the workflow
-ends. Always streamed from the files (``trainyard.server.logs``: bounded memory), in chunks
-of about ``LOG_CHUNK_BYTES``; who may read it and whether the workflow and task exist are
-checked before the answer starts (403, 404), never in the middle of a stream. A follow
-holds no thread while it waits (``trainyard.server.streams``) and counts against its user's
-open streams (429 beyond ``streams.MAX_STREAMS_PER_USER``).
-
-``GET /api/workflow/{id}`` answers the header ``X-Trainyard-Progress`` (a key of the
-statuses shown); with ``known=KEY&wait_s=S`` it is a long poll: it answers as soon as the
-workflow's progress differs from ``KEY`` or it ended, else after ``S`` seconds (at most 10).
-
-``POST /api/workflow/delete`` (``{"ids"}``) and ``POST /api/workflow/prune``
-(``{"older_than_s", "dry_run", "limit"}``, answering ``more`` while others are left) remove
-ended workflows: rows and run folders
-(``engine.retention``). With the engine, the app also runs the run-folder retention sweep.
+schema is at ``/api/openapi.json``, behind a token. Errors answer ``{"detail": [{"message",
+"path", "line", "file"}], "kind": ...}`` with a status code per error class (SpecError 422,
+NotFoundError 404, AuthError 401, ForbiddenError 403, other refusals 400, a body over
+``bodylimit.MAX_BODY_BYTES`` 413); ``kind`` names the class in ``trainyard.errors`` so the CLI
+raises the same error (same exit code). Spec warnings, the log stream (``format=json``,
+``lines``, ``follow``; 429 beyond ``streams.MAX_STREAMS_PER_USER``), the long poll
+(``X-Trainyard-Progress``, ``known``, ``wait_s`` ≤ 10) and delete/prune: docs/reference.md,
+"REST API".
 """
 
 from __future__ import annotations

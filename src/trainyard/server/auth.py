@@ -1,20 +1,13 @@
 """Tokens and users of the server.
 
-At first start the server creates ``$TRAINYARD_HOME/tokens.json`` (mode 0600): a map from
-token to ``{"user": ..., "admin": bool}`` holding one admin token for the user who started it,
-also written alone to ``$TRAINYARD_HOME/token`` (mode 0600) where the CLI finds it. An admin
-adds users with ``trainyard server add-user USER``, which writes the file; a running server
-reads it again when it changed, so new tokens work at once. Tokens are compared in constant
-time.
-
-Writes are serialized across processes (an exclusive ``flock`` on ``tokens.lock``) and each
-reads the file again under the lock before it adds its token, then replaces the file
-atomically (written to a temporary file, then renamed): six ``server add-user`` at once all
-keep their tokens (issue 12, M5).
-
-A task token (``trainyard.tasktokens``) is accepted too: it acts as the submitter of its
-one workflow (``User.workflow``), never as an admin, and only while that workflow has not
-ended (401 after).
+``$TRAINYARD_HOME/tokens.json`` (mode 0600) maps token to ``{"user": ..., "admin": bool}``;
+at first start it holds one admin token for the user who started the server, also written to
+``$TRAINYARD_HOME/token`` (0600) for the CLI. ``trainyard server add-user USER`` adds one;
+a running server reads the file again when it changed. Tokens are compared in constant time.
+Writes are serialized across processes (``flock`` on ``tokens.lock``), re-read under the lock
+and replaced atomically, so concurrent ``add-user`` runs all keep their tokens. A task token
+(``trainyard.tasktokens``) acts as the submitter of its one workflow (``User.workflow``),
+never as an admin, and only until that workflow ends (401 after).
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """Two workflows side by side (``trainyard workflow diff A B``, the dashboard's ``/compare``).
 
-What a user moving a job from one backend to another needs to see: the settings that differ
-(template values after ``default-values`` and ``--set``/``--set-string``, labels, pool,
-backend, each task's image), the final metrics of each ``metrics.jsonl`` side by side (its
-``summary`` line, else its last line), and whether the models the tasks saved are the same
-model, tensor by tensor (:mod:`trainyard.server.tensors`).
-
-:func:`run_facts` reads one workflow (its record, parsed spec, state and run folders);
-:func:`diff_runs` compares two :class:`RunFacts` and is pure apart from reading the model
-files it pairs. Outputs are found in each task's current attempt's ``{{output}}`` folder:
-``metrics.jsonl`` files and model files (``*.pth``, ``*.pt``) at most three folders deep,
-paired between the workflows by task name and path; a file reached through a link out of
-the output folder is left out (tasks write those folders, the server reads them).
+What differs (template values after ``default-values`` and ``--set``, labels, pool, backend,
+each task's image), the final metrics of each ``metrics.jsonl`` (its ``summary`` line, else
+its last), and whether the saved models are the same tensor by tensor
+(:mod:`trainyard.server.tensors`). :func:`run_facts` reads one workflow; :func:`diff_runs`
+compares two :class:`RunFacts`, reading only the model files it pairs: ``*.pth``/``*.pt`` and
+``metrics.jsonl`` at most three folders deep in each task's current ``{{output}}``, paired by
+task and path; a file reached through a link out of the output folder is left out.
 """
 
 from __future__ import annotations

@@ -193,8 +193,8 @@ def timeline(state: m.WorkflowState, run_dir: RunDir, now_s: float) -> list[Atte
 
 
 MAX_SCAN_ENTRIES = 20_000
-"""Folder entries one search of a task's output looks at, at most (issue 24: a task can make
-a million folders, and the search ran on every poll of the workflow page)."""
+"""Folder entries one search of a task's output looks at, at most (a task can make a
+million folders, and the search runs on every poll of the workflow page)."""
 MAX_FOUND_FILES = 64
 """Files one search returns, at most."""
 
@@ -324,13 +324,12 @@ def read_metrics(path: Path) -> dict[str, list[tuple[float, float]]]:
     (booleans and ``total_epochs``/``time`` are not). Other lines are skipped, and so are
     lines over ``MAX_METRIC_LINE_BYTES``.
 
-    Bounded in time and memory whatever the file's size (issue 24: a 1 GB file took the
-    server to 2.2 GB): what was read is cached by file (path and inode) with the offset it
-    reached; a call reads only what the file gained since, at most
-    ``METRICS_READ_BYTES`` (a file that grew more is read from that far before its end:
-    the older part is skipped, as the last rows matter most). A file shorter than the
-    offset, or another file at the path, is read again from its start. Not a regular file
-    (a FIFO, a link): no series.
+    Bounded in time and memory whatever the file's size: what was read is cached by file (path
+    and inode) with the offset it reached; a call reads only what the file gained since, at most
+    ``METRICS_READ_BYTES`` (a file that grew more is read from that far before its end: the
+    older part is skipped, as the last rows matter most). A file shorter than the offset, or
+    another file at the path, is read again from its start. Not a regular file (a FIFO, a link):
+    no series.
     """
     return read_curves(path)[1]
 

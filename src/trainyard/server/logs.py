@@ -1,21 +1,11 @@
 """Reading task logs for the API with bounded memory: from file offsets, lazily, merged by time.
 
-What it holds at once, whatever the size of the logs: for each attempt's ``task.log`` a batch
-of lines of at most ``BATCH_BYTES`` divided among the files (at least ``MIN_BATCH_BYTES``
-each) plus one line, and a line is at most ``MAX_READ_LINE_BYTES``. A file is open only while
-a batch is read, so a workflow of thousands of attempts needs no more than one descriptor.
-
-- ``-n N`` (``last_lines``) finds where each file's last N lines start by reading it backwards
-  from its end in blocks (``tail_offset``), never from the start.
-- A line longer than ``MAX_READ_LINE_BYTES`` (the runner never writes one: it cuts at 64 KiB
-  of output, at most 4 times that once escaped; a file written by something else may have
-  one) is shown up to there, followed by ``[... N more bytes of this line not shown]``; the
-  reader skips the rest without holding it.
-- Control characters are escaped again as lines are read (``escape_control``, which leaves
-  the runner's own escapes as they are), so a log written by an older runner cannot forge
-  lines either.
-- Follow mode reads only complete lines (a line still being written waits for its newline),
-  and remembers each file's offset between polls.
+At once it holds, whatever the logs' size, per attempt's ``task.log`` a batch of at most
+``BATCH_BYTES`` shared among the files (at least ``MIN_BATCH_BYTES`` each) plus one line of at
+most ``MAX_READ_LINE_BYTES`` (longer: cut, ``[... N more bytes of this line not shown]``); a file
+is open only while a batch is read. ``last_lines`` finds the last N lines by reading backwards
+(``tail_offset``). Control characters are escaped again (``escape_control``). Follow mode reads
+only complete lines and keeps each file's offset between polls. docs/logs.md, "Limits".
 """
 
 from __future__ import annotations
@@ -128,7 +118,7 @@ class LogFile:
     path: Path
     offset: int = 0
     hide_detail: bool = False
-    """Leave out the runner's ``[task][detail]`` lines (isolation detail: issue 28)."""
+    """Leave out the runner's ``[task][detail]`` lines (the isolation detail)."""
     skipping: bool = False
     """In the middle of a line too long to show: the rest up to its newline is skipped."""
     _skipped: int = field(default=0, repr=False)

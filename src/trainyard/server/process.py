@@ -1,26 +1,14 @@
 """Starting, finding and stopping the local server process.
 
-One server per ``$TRAINYARD_HOME``, and one engine per store: the server holds an exclusive
-lock on ``$TRAINYARD_HOME/server.lock`` (and its store's lock, ``store.lock``) for its whole
-life, taken before it touches anything. The lock is the truth about whether a server runs:
-the operating system drops it when the server dies (``kill -9`` too). Its note (the JSON in
-the lock file) says ``{"pid", "host", "url", "create_time_s"}``; the server also writes
-``$TRAINYARD_HOME/server.json`` (``{"pid", "url", "create_time_s"}``) once it listens, for
-tools that read it.
-
-The CLI (``ensure_running``) never starts a server while one holds the lock, however slowly
-it answers: it uses the holder's address. It starts one only when the lock is free, and
-CLIs started at once decide that one at a time (``server.start.lock``), so five of them
-start exactly one server. ``python -m trainyard.server`` runs one in the foreground; a
-second one refuses to start (exit 4, ``EngineLockedError``) and names the holder's pid.
-A server that fails to start writes why in ``server.failed`` (``{"pid", "kind",
-"message"}``), and the CLI that started it raises that same error (a damaged store: exit 6).
-
-A CLI command's first request goes to ``claimed_url`` (the holder's address, its pid alive)
-without asking psutil whether that pid is still the process that wrote the note: importing
-psutil cost the CLI's start ~5 ms (issue 15). Only if that request cannot connect does the
-CLI ask ``ensure_running``, which checks the pid's start time, and send it again
-(``cli.client.Client``). psutil is imported by the functions that use it.
+One server per ``$TRAINYARD_HOME``, one engine per store: the server holds an exclusive lock
+on ``$TRAINYARD_HOME/server.lock`` (and ``store.lock``) for its whole life; the OS drops it when
+the server dies. The lock's note is ``{"pid", "host", "url", "create_time_s"}``;
+``server.json`` (``{"pid", "url", "create_time_s"}``) appears once it listens. ``ensure_running``
+uses the holder's address, else starts exactly one server (``server.start.lock``); a second
+``python -m trainyard.server`` exits 4 (``EngineLockedError``). A server that fails to start
+writes ``server.failed`` (``{"pid", "kind", "message"}``) and the CLI raises that error.
+``claimed_url`` trusts the note without psutil; a failed connect falls back to
+``ensure_running``. Details: docs/architecture.md, "The server process".
 """
 
 from __future__ import annotations
@@ -156,7 +144,7 @@ def is_alive(info: ServerInfo, timeout_s: float = 2.0) -> bool:
     except psutil.Error:
         return False
     try:
-        # plain http to our own server: no TLS, so no CA bundle to load (issue 15)
+        # plain http to our own server: no TLS, so no CA bundle to load
         verify = not info.url.lower().startswith("http://")
         return (
             httpx.get(f"{info.url}/api/health", timeout=timeout_s, verify=verify).status_code == 200
@@ -217,7 +205,7 @@ def claimed_url(home: Path) -> str | None:
     dead pid: ``ensure_running`` then decides, as before). Never blocks, never raises.
 
     Unlike ``find_running`` it does not check that the pid is still the process that wrote
-    the note (psutil's start time, ~5 ms of the CLI's start: issue 15). A note can be left
+    the note (psutil's start time: an import the CLI's start avoids). A note can be left
     by a dead server only for the instant between its successor taking the lock and
     rewriting the note; its pid would then have to be alive again as another process. A
     URL from here is for a first request that falls back to ``ensure_running`` when it

@@ -1,4 +1,4 @@
-"""What a task token may call: an explicit allow-list of the server's routes (issue 24).
+"""What a task token may call: an explicit allow-list of the server's routes.
 
 A task token (``trainyard.tasktokens``) acts as its workflow's submitter, but only to read
 that one workflow: its record, spec, logs, events, metrics and tasks, the server's version

@@ -1,24 +1,14 @@
 """Long-lived answers (log follow, the dashboard's SSE log stream) that hold no thread while
 they wait.
 
-Each stream is an async generator on the server's event loop. It reads its files in short
-steps in a worker thread of the log readers' own pool (``LogReaders``: at most
-``READER_THREADS`` at once, apart from the worker pool of the synchronous routes, so that
-readers never starve submits or queries), and waits between steps with ``anyio.sleep``:
-a follower of a quiet task costs a coroutine and a socket, not a thread (issue 24: 45
-followers of a quiet task used to take every worker thread and hang ``/api/health``).
-
-Followers of the same lines (one workflow, task, attempt) share one reader (``LogFeed``):
-once a follower has read what was there when it came (its last N lines, privately), it
-joins the feed, which reads what the files gain once for all of them into a bounded ring of
-batches, each rendered once per format; a follower that falls out of the ring (a slow
-client) goes back to reading for itself from where it was, so it neither loses a line nor
-holds the others (issue 24: 200 followers each reading the same growing file kept
-``/api/health`` over 1 s).
-
+Each stream is an async generator on the server's event loop that reads its files in short
+steps in the log readers' own thread pool (``LogReaders``: at most ``READER_THREADS``, apart
+from the synchronous routes' workers) and waits with ``anyio.sleep``. Followers of the same
+lines share one reader (``LogFeed``: a bounded ring of batches, each rendered once per format);
+a follower that falls out of the ring reads for itself from where it was, losing no line.
 Open streams are counted per user and in all (``StreamSlots``); beyond
-``MAX_STREAMS_PER_USER`` (or ``MAX_STREAMS``) a new one is refused with 429
-(``TooBusyError``) before its answer starts.
+``MAX_STREAMS_PER_USER`` (or ``MAX_STREAMS``) a new one is refused with 429 (``TooBusyError``)
+before its answer starts. Why: docs/logs.md, "Followers".
 """
 
 from __future__ import annotations
@@ -79,7 +69,7 @@ POLL_S = 0.2
 they stay quiet, and drops back at the next line."""
 MAX_POLL_S = 0.4
 """The longest wait between two looks: a line reaches the page within about this (the
-dashboard's target is 0.5 s, docs/benchmarks.md "Log follow")."""
+dashboard's target is 0.5 s, docs/benchmarks.md "Dashboard: list page, log follow")."""
 MAX_STEP_PAUSE_S = 0.05
 """The longest pause of a reader thread after a step (see ``_step``)."""
 SSE_KEEPALIVE_S = 15.0

@@ -1,19 +1,12 @@
 """The web dashboard: server-rendered pages (Jinja2) over the service, at ``/``.
 
-Auth is the API's: a page accepts ``Authorization: Bearer TOKEN``, or a cookie session
-made by the login page (``POST /login`` with the token). The session cookie is HttpOnly and
-SameSite=Strict and holds only a random session id; the server keeps the token behind it in
-memory (a server restart asks to log in again) and authenticates it on every request, so a
-token removed from ``tokens.json`` ends its sessions. A page without a valid session
-redirects to ``/login``. Every POST made with a session carries the session's CSRF token
-(a hidden form field), compared in constant time; SameSite=Strict is the second fence.
-
-Pages: ``/`` workflows (filters and paging), ``/workflows/ID`` (DAG, timeline, curves,
-utilisation, spec, cancel/restart), ``/workflows/ID/logs`` (live, SSE from
-``/workflows/ID/logs/stream``), ``/compare?id=A&id=B`` (curves overlaid; for two workflows
-also what differs, final metrics side by side and whether their models are identical),
-``/pools``, ``/datasets``. JSON for scripts and the CLI: ``GET /api/workflow/ID/metrics``,
-``GET /api/workflow/A/diff/B`` (``trainyard workflow diff``, see ``compare.diff_runs``).
+Auth is the API's: ``Authorization: Bearer TOKEN``, or a session cookie made by ``POST /login``
+(HttpOnly, SameSite=Strict, a random id; the token behind it stays in memory and is checked on
+every request). Without a valid session a page redirects to ``/login``. Every POST with a
+session carries its CSRF token (hidden field, compared in constant time). Pages: ``/``,
+``/workflows/ID``, ``/workflows/ID/logs`` (SSE from ``.../logs/stream``), ``/compare?id=A&id=B``,
+``/pools``, ``/datasets``; JSON: ``GET /api/workflow/ID/metrics``, ``GET
+/api/workflow/A/diff/B`` (``compare.diff_runs``). docs/dashboard.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
-"""The workflow language: OSMO workflow specs from text to a validated ``SpecDocument``.
-
-Typical use::
-
-    from trainyard import spec
+"""The workflow language: OSMO workflow specs from text to a validated ``SpecDocument``::
 
     doc = spec.load(Path("train.yaml"), set_values=spec.parse_set_values(["n_nodes=4"]))
-    for group in doc.workflow.groups: ...
-
     text = spec.render(Path("train.yaml").read_text(), values={"n_nodes": 4})  # tokens kept
     spec.substitute_tokens(text, {"output": "/run/out"})                      # at run time
 
 Every refusal is a ``trainyard.errors.SpecError`` listing each ``SpecProblem`` (field path,
-rendered line, file). See ../shared/DESIGN.md ("spec/").
-
-Names are imported on first use, so that ``trainyard.spec.tokens`` (which the task runner
-imports) does not pull in Jinja and pydantic.
+rendered line, file). See ../shared/DESIGN.md ("spec/"). Names are imported on first use, so
+``trainyard.spec.tokens`` (which the task runner imports) does not pull in Jinja and pydantic.
 """
 
 from __future__ import annotations

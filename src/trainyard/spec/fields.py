@@ -304,7 +304,7 @@ def split_task_ref(value: str) -> tuple[str | None, str]:
     Raises:
         ValueError: more than one ``:``, or an empty or malformed workflow id or task name.
 
-    Source: OSMO docs, "Inputs and outputs" (``task:``); issue 6 (``WORKFLOW_ID:TASK``).
+    Source: OSMO docs, "Inputs and outputs" (``task:``; ``WORKFLOW_ID:TASK`` is trainyard's).
     """
     if ":" not in value:
         return None, value

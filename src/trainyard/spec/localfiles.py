@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the CLI reads local files without the models (issue 15: a lighter start)
+if TYPE_CHECKING:  # the CLI reads local files without the models (a lighter start)
     from trainyard.spec.models import WorkflowSpec
     from trainyard.spec.problems import Issue, Layout
 

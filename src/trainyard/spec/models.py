@@ -1,26 +1,14 @@
 """Typed model of an OSMO workflow spec (version 2), field for field.
 
-The YAML keys are OSMO's (``ignoreNonleadStatus``, ``exitActions``, ``volumeMounts``,
-``nodesExcluded``); the Python attributes are snake_case with the YAML key as alias.
-Every model forbids unknown keys, so a typo is an error that names the field.
-
-Normalised forms (so that the engine never parses text again):
-
-- ``WorkflowSpec.groups`` is always filled: a spec with top-level ``tasks`` gets one group
-  per task, named after the task, whose lead is that task (OSMO: "each task is its own group").
-- ``TaskSpec.exit_actions`` maps an action to the *set of exit codes* it covers.
-- ``Timeout`` holds seconds (``exec_timeout_s``, ``queue_timeout_s``).
-- ``ResourceSpec`` holds ``cpu`` in cores (float), ``gpu`` as a count, and
-  ``memory_bytes`` / ``storage_bytes`` as integers.
-
-The models check every rule that concerns one field or one object (syntax of names,
-quantities, durations, exit codes, labels, mounts, file paths; one lead per group; one kind
-per input). Rules that relate several parts of a spec (unique names, input order, tokens,
-resource references, pool fit) live in ``trainyard.spec.checks`` and ``trainyard.spec.poolfit``.
-A dumped model (``model_dump(by_alias=True)``) validates again to an equal model.
-
-Source: OSMO docs, "Workflow specification" (workflow, groups, tasks, resources, timeouts,
-exit actions, inputs/outputs, files, checkpoint).
+YAML keys are OSMO's (``exitActions``, ``volumeMounts``, ...); attributes are snake_case with
+the key as alias; unknown keys are refused, naming the field. Normalised forms:
+``WorkflowSpec.groups`` is always filled (top-level ``tasks``: one group per task, OSMO's
+rule); ``TaskSpec.exit_actions`` maps an action to a set of exit codes; ``Timeout`` in seconds
+(``exec_timeout_s``, ``queue_timeout_s``); ``ResourceSpec`` with ``cpu`` in cores (float),
+``gpu`` a count, ``memory_bytes``/``storage_bytes``. Rules of one field or object live here;
+cross-part rules in ``spec.checks`` and ``spec.poolfit``. A dumped model
+(``model_dump(by_alias=True)``) validates again to an equal model.
+Source: OSMO docs, "Workflow specification".
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
 """A lenient view of a spec whose fields are not all well formed, for the cross checks.
 
-Issue 2: ``validate`` prints every error. Field errors stop the models from building a
-``SpecDocument``, and the cross checks (``checks.py``, ``localfiles.py``, ``poolfit.py``) take
-one. So that a bad ``exec_timeout`` does not hide an unknown ``{{host:nobody}}``, this module
-repairs a copy of the parsed YAML until the models accept it, with neutral values where the
-errors were, and says what it could not keep (:class:`LenientView`):
-
-- an optional field, an unknown field, or an entry of a plain mapping (``environment``,
-  ``labels``, ``credentials``, ``exitActions``, ``default-values``) is removed: its default
-  asks for nothing; a ``resources`` entry becomes an empty request, so references to it
-  still resolve;
-- a required ``name`` gets a stand-in during validation and its text back afterwards (so
-  references to a badly named task resolve); a required ``command`` becomes ``[true]``;
-- a list item (a group, task, input, output, file, checkpoint, mount, command or args
-  item) becomes a stand-in of its kind, so that its siblings keep their indices (which
-  the checks report); a ``task:`` input keeps its task name;
-- a group whose lead is wrong gets its first task as lead (no check reads ``lead``);
-- anything else is removed with the nearest optional part that holds it.
-
-The checks then run on the repaired document; their problems at or under a stand-in are
-dropped, and :class:`~trainyard.spec.checks.Gaps` turns off those that depend on what was
-removed (input tokens of a task whose inputs were repaired, ``resource`` references when
-``resources`` is gone, references to task names when a task entry is not a mapping). Only
-the first validation's field errors are reported (the caller's): model rules that pydantic
-runs once an object's fields are well formed (one lead per group, one kind per input) may
-show up only after those fields are fixed. A spec whose ``workflow`` section is missing or
-not a mapping, that gives both ``tasks`` and ``groups``, or whose ``tasks``/``groups`` is
-not a non-empty list gets no view (only its field errors).
+So that ``validate`` prints every error (a bad ``exec_timeout`` must not hide an unknown
+``{{host:nobody}}``), this module repairs a copy of the parsed YAML until the models accept it,
+with neutral values or stand-ins where the errors were, and says what it could not keep
+(:class:`LenientView`). The checks then run on the repaired document; their problems at or
+under a stand-in are dropped and :class:`~trainyard.spec.checks.Gaps` turns off those that
+depend on what was removed. A spec whose ``workflow`` section is missing or not a mapping,
+that gives both ``tasks`` and ``groups``, or whose ``tasks``/``groups`` is not a non-empty
+list gets no view. The repair rules: docs/reference.md, "Validation: the lenient view".
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ def check_pool(
 def check_gang_total(workflow: WorkflowSpec, pool: Pool, layout: Layout) -> list[Issue]:
     """A group's tasks start together (a gang), so together they must fit the pool: per
     resource, what the group's tasks ask in total is at most what the nodes they may run on
-    have in total (issue 12, H4: a gang that can never fit is refused, not queued forever)."""
+    have in total (a gang that can never fit is refused, not queued forever)."""
     issues = []
     for index, group in enumerate(workflow.groups):
         specs = [workflow.resource_of(t) for t in group.tasks]

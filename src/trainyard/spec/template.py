@@ -1,22 +1,12 @@
 """Render a spec's Jinja template, bounded in time and memory.
 
-Templates are user code. They are rendered in Jinja's ``SandboxedEnvironment`` with
-``StrictUndefined`` (an unset variable is an error naming it), in a forked child process
-whose address space is capped (``RLIMIT_AS``) and whose CPU time is capped (an
-``ITIMER_PROF`` timer ends it; the parent also kills it at a wall-clock backstop), so a
-hostile template cannot hang or exhaust the caller; its output is bounded like any spec text
-(``size.MAX_SPEC_BYTES``, checked in the child and again while reading it). Special tokens are
-swapped for inert placeholders before rendering and put back after, so they pass through
-untouched whatever the template does around them.
-
-A template whose only syntax is ``{{ name }}`` of scalar values it is given (the usual spec:
-no filter, call, block or comment) is rendered without Jinja and without the child: each tag
-becomes ``str(value)``, which is what Jinja writes for it here (no autoescape, no finalize),
-in linear time with the same output bound (``_render_plain``; issue 15: Jinja's import and
-the child cost the CLI's start 10-40 ms). Any other template takes the bounded child.
-
-Sources: OSMO docs, "Templates and special tokens" (default-values, ``--set``, tokens);
-OSMO service defaults for template rendering (0.5 s, 100 MiB).
+Templates are user code: rendered in Jinja's ``SandboxedEnvironment`` with ``StrictUndefined``
+(an unset variable is an error naming it) in a forked child with capped address space
+(``RLIMIT_AS``) and CPU time (``ITIMER_PROF``; a wall-clock backstop kills it), output bounded
+by ``size.MAX_SPEC_BYTES``. Special tokens pass through untouched (inert placeholders). A
+template whose only syntax is ``{{ name }}`` of scalar values is rendered without Jinja or the
+child (``_render_plain``: ``str(value)``, same output and bound). Sources: OSMO docs,
+"Templates and special tokens"; OSMO service defaults for rendering (0.5 s, 100 MiB).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def split_pair(pair: str, flag: str) -> tuple[str, str]:
 def _typed(text: str) -> Any:
     if text == "":
         return ""
-    import yaml  # on first use: the CLI's start needs no YAML for --label (issue 15)
+    import yaml  # on first use: the CLI's start needs no YAML for --label
 
     try:
         value = yaml.safe_load(text)

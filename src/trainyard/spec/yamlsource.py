@@ -1,17 +1,12 @@
 """Parse rendered spec YAML, and map field paths back to lines of that text.
 
-The text is composed once into PyYAML nodes with libyaml (``CSafeLoader``) where PyYAML
-has it; plain Python values are built from the nodes by a small constructor (strings, lists
-and mappings directly, other scalars through PyYAML's safe constructors), and the nodes are
-kept so that a problem's field path finds its line without parsing again.
-
-Guards: nesting deeper than ``MAX_DEPTH`` is refused before libyaml sees it (its recursive
-composer can overflow the C stack), and aliases may not expand the document past one value per
-character of text (no "billion laughs").
-
-A key repeated in one mapping is accepted as OSMO accepts it: OSMO loads specs with PyYAML,
-which keeps the last value silently, so the last value wins here too; each repeat is kept
-as a ``RepeatedKey`` (both lines, whether the values differ) for the caller to warn about.
+Composed once into PyYAML nodes with libyaml (``CSafeLoader``) where available; plain values
+are built from the nodes by a small constructor, and the nodes are kept so a problem's field
+path finds its line without parsing again. Guards: nesting deeper than ``MAX_DEPTH`` is refused
+before libyaml sees it (its recursive composer can overflow the C stack), and aliases may not
+expand past one value per character of text (no "billion laughs"). A key repeated in one
+mapping is accepted as OSMO (PyYAML) accepts it: the last value wins; each repeat is kept as a
+``RepeatedKey`` (both lines, whether the values differ) for the caller to warn about.
 """
 
 from __future__ import annotations

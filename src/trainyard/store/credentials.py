@@ -1,19 +1,12 @@
 """Credentials: a user's named secrets (OSMO's ``osmo credential``), encrypted at rest.
 
-Each user keeps their own credentials under a name; a task of theirs gets those its spec
-names (``credentials:``), as environment variables or as files (``runner``). A credential has
-OSMO's type and payload keys (OSMO docs, CLI reference "osmo credential set"):
-
-    REGISTRY  auth required; registry, username optional
-    DATA      access_key_id, access_key, endpoint required; region (default us-east-1),
-              override_url, addressing_style optional
-    GENERIC   any keys
-
-The payload is stored encrypted with the server's key (``cryptography``'s Fernet: AES-128-CBC
-and HMAC-SHA256), a file of its own in the home (``credentials.key``, created 0600 on first
-use), so a copy of the store alone (or a PostgreSQL dump) reveals no secret. Only names, types
-and key names are ever returned by ``list``; values leave this module only through
-``payloads`` (for a task's launch).
+A task gets the credentials of its submitter that its spec names (``credentials:``), as
+environment variables or files. Types and payload keys (OSMO docs, CLI reference "osmo
+credential set"): REGISTRY (auth; registry, username optional), DATA (access_key_id,
+access_key, endpoint; region default us-east-1, override_url, addressing_style optional),
+GENERIC (any keys). Payloads are encrypted with the server's key (Fernet: AES-128-CBC and
+HMAC-SHA256; ``credentials.key``, 0600), so a copy of the store reveals no secret. ``list``
+returns only names, types and key names; values leave only through ``payloads`` (a launch).
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Exactly one engine per store: an exclusive lock held for the engine's whole life.
 
-- A store in a file (SQLite): ``fcntl.flock`` on ``<database file>.lock`` beside it.
-- A PostgreSQL store: a session advisory lock (``pg_try_advisory_lock``) on a connection kept
-  open for the engine's life; its ``application_name`` names the holder's pid and host.
-
-The operating system (or the database) drops the lock when its process dies, ``kill -9``
-included, so a stale lock never needs cleaning by hand. The holder writes a small JSON note
-into a lock file (``{"pid", ...}``) so that whoever finds it held can say who holds it;
-the note is only trusted while the lock is held (``holder``).
-
-``FileLock`` is also what the server takes on ``$TRAINYARD_HOME/server.lock`` (one server
-per home: ``server.process``).
+A store in a file (SQLite): ``fcntl.flock`` on ``<database file>.lock`` beside it. A PostgreSQL
+store: a session advisory lock (``pg_try_advisory_lock``) on a connection kept open, its
+``application_name`` naming the holder's pid and host. The OS (or the database) drops the lock
+when its process dies, ``kill -9`` included. The holder writes a JSON note (``{"pid", ...}``)
+into the lock file, trusted only while the lock is held (``holder``). ``FileLock`` is also the
+server's lock on ``$TRAINYARD_HOME/server.lock`` (``server.process``).
 """
 
 from __future__ import annotations
@@ -32,7 +27,7 @@ from trainyard.errors import EngineLockedError, StoreError
 
 def make_url(url: str) -> Any:  # noqa: ANN401 - sqlalchemy's URL
     """``sqlalchemy.engine.make_url``, imported when first used: the CLI looks for the
-    server's lock on every start and must not pay for SQLAlchemy there (issue 15)."""
+    server's lock on every start and must not pay for SQLAlchemy there."""
     from sqlalchemy.engine import make_url as parse
 
     return parse(url)
@@ -139,8 +134,8 @@ class FileLock:
 
         Raises:
             EngineLockedError: another process holds it; the message names its pid.
-            StoreError: ``path`` is a symbolic link or not a regular file (issue 24: a link
-                planted there made the holder truncate and write the file it points to).
+            StoreError: ``path`` is a symbolic link or not a regular file (a link
+                planted there would make the holder truncate the file it points to).
         """
         fd = _open_lock_file(path, os.O_RDWR | os.O_CREAT)
         if not flock_within(fd, wait_s):
@@ -224,8 +219,8 @@ def holder(path: Path) -> dict[str, Any] | None:
 
 def store_lock_path(url: str) -> Path | None:
     """``<database file>.lock`` beside the database file with its symbolic links resolved
-    (issue 24: a store reached through a linked path got a lock of its own, so two engines
-    drove one store); None for other URLs (and for an in-memory SQLite database, private to
+    (a store reached through a linked path must not get a lock of its own, or two engines
+    would drive one store); None for other URLs (and for an in-memory SQLite database, private to
     its process anyway)."""
     parsed = make_url(url)
     if not parsed.drivername.startswith("sqlite"):

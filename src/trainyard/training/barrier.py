@@ -1,22 +1,13 @@
-"""A start barrier for the tasks of a group: ``python -m trainyard.training.barrier``.
+"""A start barrier for the tasks of a group: ``python -m trainyard.training.barrier``, as OSMO's
+``osmo_barrier.py`` (cookbook/dnn_training/torchrun_multinode):
+``--num_nodes N --rank R --connect HOST [--port P] [--timeout-s S]``.
 
-Does what OSMO's ``osmo_barrier.py`` does (cookbook/dnn_training/torchrun_multinode)::
-
-    python -m trainyard.training.barrier --num_nodes N --rank R --connect HOST [--port P]
-
-Rank 0 listens on ``--port`` (default 12344, as OSMO's); every other rank connects to
-``--connect`` (retrying until rank 0 is up) and sends its rank as one line. When ranks
-1..N-1 have all connected, rank 0 answers ``OK`` to all of them at once and everyone exits 0:
-the ranks are released together. A duplicate rank, or a rank outside [1, N-1], fails the
-barrier for everyone (rank 0 answers ``FAILED: <reason>``). A rank that disconnects before the
-release is forgotten, so it may reconnect (a restarted task).
-
-Unlike OSMO's script it has a timeout (``--timeout-s``, default 600): rank 0 gives up when
-not every rank arrived in time, a rank gives up when it cannot reach rank 0 or is not
-released in time.
-
-Exit codes: 0 released, 1 failed (duplicate / out-of-range rank, rank 0 reported a failure,
-port in use), 2 bad arguments, 3 timeout.
+Rank 0 listens on ``--port`` (default 12344, as OSMO's); every other rank connects (retrying)
+and sends its rank as one line. When ranks 1..N-1 are all in, rank 0 answers ``OK`` to all at
+once. A duplicate or out-of-range rank fails everyone (``FAILED: <reason>``); a rank that
+disconnects before the release is forgotten (it may reconnect). Unlike OSMO's, a timeout
+(``--timeout-s``, default 600). Exit codes: 0 released, 1 failed (bad rank, rank 0 reported a
+failure, port in use), 2 bad arguments, 3 timeout.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Datasets the trainer reads, all from local files (nothing is downloaded).
 
-- ``digits``: scikit-learn's bundled handwritten digits (1,797 grey 8x8 images, 10 classes),
-  split once and for all into 1,437 training and 360 validation images by a fixed permutation.
-- ``mnist``: the four IDX files of MNIST (``train-images-idx3-ubyte`` ...), plain or ``.gz``,
-  in ``--data-dir`` or in its ``MNIST/raw`` folder (torchvision's layout); the official
-  10,000 test images are the validation set.
-- ``cifar10``: CIFAR-10's "python version" batches (``data_batch_1`` .. ``data_batch_5`` and
-  ``test_batch``) in ``--data-dir`` or in its ``cifar-10-batches-py`` folder; ``test_batch``
-  is the validation set. The batches are pickles: they are read with an unpickler that only
-  accepts the few numpy names those files use, so a hostile file cannot run code.
-
-Every loader returns a :class:`DatasetSplits` of float32 images in NCHW layout, standardised
-with the training set's mean and standard deviation, and int64 labels.
-
-Sources: Y. LeCun, "THE MNIST DATABASE" (IDX format); A. Krizhevsky, "The CIFAR-10 dataset"
-(python version); scikit-learn ``load_digits``.
+``digits``: scikit-learn's bundled 8x8 digits (1,797 images), split by a fixed permutation
+into 1,437 training and 360 validation images. ``mnist``: the four IDX files (plain or
+``.gz``) in ``--data-dir`` or its ``MNIST/raw``; the 10,000 test images validate.
+``cifar10``: the "python version" batches in ``--data-dir`` or its ``cifar-10-batches-py``,
+read with an unpickler that accepts only the numpy names they use (a hostile file cannot run
+code). Every loader returns :class:`DatasetSplits`: float32 NCHW images standardised with the
+training set's mean and deviation, int64 labels. Sources: Y. LeCun, "THE MNIST DATABASE";
+A. Krizhevsky, "The CIFAR-10 dataset"; scikit-learn ``load_digits``.
 """
 
 from __future__ import annotations

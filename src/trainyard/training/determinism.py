@@ -1,36 +1,14 @@
 """What makes a training run reproducible: seeding every generator, GPU determinism, and the
 record a snapshot and ``metrics.jsonl`` keep of both.
 
-Two runs of the trainer with the same flags, the same data, the same world size and the same
-torch build end with bit-identical weights on CPUs (gloo) whichever backend started them (the
-local pool, Slurm, Kubernetes): every random draw comes from ``--seed`` (weights, data order,
-dropout; Python's ``random`` and numpy's global generator too, so that the RNG states a
-snapshot keeps are the same as well), and gloo's all-reduce adds in a fixed order once DDP's
-buckets are settled (``Trainer.settle_buckets``).
-
-On GPUs that is not enough: cuBLAS picks reduction strategies per stream, cuDNN benchmarks
-and picks convolution algorithms by timing, and some CUDA kernels (``index_add_``,
-``scatter_add_``, the backward of ``gather``/embedding bags) accumulate with atomics in an
-order that changes from run to run. ``--deterministic`` (:func:`enable_deterministic`) turns
-all of that off:
-
-- ``torch.use_deterministic_algorithms(True)``: deterministic kernels where torch has them; an
-  op without one raises ``RuntimeError`` rather than silently differ;
-- ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (set before CUDA starts, unless the user set it): a fixed
-  cuBLAS workspace per stream, as CUDA >= 10.2 needs for deterministic GEMMs;
-- ``torch.backends.cudnn.deterministic = True`` and ``benchmark = False``: the same cuDNN
-  algorithm every run, not the fastest one timed at start.
-
-Cost (docs/reproducible.md): GPU steps get slower where a nondeterministic kernel was the fast
-one (cuDNN convolutions no longer picked by timing, scatter/index reductions without atomics;
-PyTorch's docs say only "often slower", by how much depends on the model), cuBLAS holds
-8 buffers of 4 MiB of workspace per stream (about 24 MiB more than its default), and a model using
-an op without a deterministic
-kernel fails at that op. On CPUs the flag changes nothing in the results (the CPU kernels the
-trainer uses are already deterministic); it is recorded all the same.
-
-Source: PyTorch docs, "Reproducibility" (notes/randomness) and
-``torch.use_deterministic_algorithms``; NVIDIA cuBLAS docs, "Results reproducibility".
+Same flags, data, world size and torch build give bit-identical weights on CPUs (gloo) on any
+backend: every random draw comes from ``--seed`` and gloo's all-reduce adds in a fixed order
+once DDP's buckets are settled (``Trainer.settle_buckets``). On GPUs ``--deterministic``
+(:func:`enable_deterministic`) also sets ``torch.use_deterministic_algorithms(True)`` (an op
+without a deterministic kernel raises ``RuntimeError``), ``CUBLAS_WORKSPACE_CONFIG=:4096:8``
+unless set, and cuDNN ``deterministic``/no ``benchmark``. Source: PyTorch docs,
+"Reproducibility"; NVIDIA cuBLAS docs, "Results reproducibility". Why and what it costs:
+docs/reproducible.md, "Determinism on GPUs".
 """
 
 from __future__ import annotations

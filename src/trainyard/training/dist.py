@@ -1,17 +1,12 @@
 """The distributed environment a training process runs in.
 
-torchrun (and :mod:`trainyard.training.launch`) describe each worker with environment
-variables: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``
-(the node's rank), ``GROUP_WORLD_SIZE`` (node count), ``MASTER_ADDR``/``MASTER_PORT`` (the
-store; torchrun sets them for the c10d rendezvous too). Without them the process is a world
-of one. The backend is chosen here, not by the user: ``nccl`` when CUDA is usable, ``gloo``
-otherwise; a world of one gets an in-memory store so that every code path (DDP, all-reduce,
-barrier) is the same as in a real job.
-
-Nothing here assumes a rank keeps its number across restarts: torchrun's elastic agent may
-renumber workers, and callers must derive everything from the values of the current attempt.
-
-Source: PyTorch docs, "torchrun (Elastic Launch)", environment variables.
+torchrun (and :mod:`trainyard.training.launch`) describe each worker with ``RANK``,
+``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` (the node's rank),
+``GROUP_WORLD_SIZE`` (node count), ``MASTER_ADDR``/``MASTER_PORT``; without them the process is
+a world of one (an in-memory store, so DDP, all-reduce and barrier run the same code). The
+backend is ``nccl`` when CUDA is usable, else ``gloo``. Nothing assumes a rank keeps its number
+across restarts (torchrun's elastic agent may renumber workers). Source: PyTorch docs,
+"torchrun (Elastic Launch)", environment variables.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
-"""Errors of the training kit, one class per failure.
-
-::
+"""Errors of the training kit, one class per failure (the kit imports nothing else of
+trainyard, so it keeps its own hierarchy rather than ``trainyard.errors``)::
 
     TrainingKitError
     ├── DatasetError            a dataset is missing, unreadable or malformed
-    ├── SnapshotError           a snapshot cannot be written or read
-    │   ├── SnapshotCorruptError    a snapshot file exists but is not a complete snapshot
-    │   └── SnapshotMismatchError   a sound snapshot of another model or optimizer
+    ├── SnapshotError           a snapshot cannot be written or read; SnapshotCorruptError (not
+    │                           a complete snapshot), SnapshotMismatchError (another model's)
     ├── DistributedSetupError   torchrun's environment is inconsistent
     ├── InjectedFailure         ``--fail-at-epoch`` fired (tests and reschedule demos)
-    └── BarrierError            the barrier tool could not release its ranks
-        ├── BarrierFailed           a duplicate or out-of-range rank, or a peer reported failure
-        └── BarrierTimeout          not every rank arrived within the timeout
-
-The kit imports nothing else of trainyard, so it keeps its own hierarchy rather than
-``trainyard.errors``.
+    └── BarrierError            the barrier could not release its ranks; BarrierFailed (bad
+                                rank, a peer failed), BarrierTimeout (not every rank came)
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """A minimal launcher: one process per slot of this node, without torchrun.
 
-::
-
-    python -m trainyard.training.launch --offset 2 --size 2 --world_size 4 \\
-        --master_addr HOST --master_port 29400 -m trainyard.training.train --total_epochs 10
-
-starts ``--size`` processes with global ranks ``offset .. offset+size-1`` of a job of
-``--world_size`` processes, each with the environment torchrun would give it (``RANK``,
-``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) and
-``TRAINYARD_NODE`` naming this node for the trainer's node count. Global rank 0 (on the node
-with ``--offset 0``) hosts the process group's store at ``MASTER_ADDR:MASTER_PORT``.
-
-With ``-m`` the target is a module run as ``python -m TARGET``, else a script run as
-``python TARGET``; the arguments after the target go to it unchanged.
-
-If one process fails the launcher stops the others (SIGTERM, then SIGKILL after
-``--grace-s``) and exits with the first failing exit code; SIGTERM or SIGINT sent to the
-launcher is passed on to its processes. It exits 0 when all processes exit 0, 2 on bad
-arguments.
+``python -m trainyard.training.launch --offset 2 --size 2 --world_size 4 --master_addr HOST
+--master_port 29400 -m trainyard.training.train ...`` starts ``--size`` processes with global
+ranks ``offset .. offset+size-1`` of ``--world_size``, each with torchrun's environment
+(``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
+``MASTER_PORT``) and ``TRAINYARD_NODE``; global rank 0 hosts the store. ``-m TARGET`` runs a
+module, else a script; later arguments pass unchanged. One failing process stops the others
+(SIGTERM, SIGKILL after ``--grace-s``); SIGTERM/SIGINT are passed on. Exit: 0 all exited 0,
+the first failing code otherwise, 2 bad arguments.
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """What the trainer reports: the console lines and the JSON lines of ``metrics.jsonl``.
 
-The console lines are exactly those of the Slurm multi-node seed (Olivia's ``train_ddp.py``)::
-
-    Epoch 95/100 completed in 0.771 seconds
-    Validation Loss: 1.1998, Validation Accuracy: 0.7101
-    Epoch Throughput: 63787.926 images/second
-
-    Training Summary:
-    Total training time: 77.784 seconds
-    Throughput: 63190.172 images/second
-    Number of nodes: 2
-    Number of GPUs per node: 4
-    Total GPUs used: 8
-    Training completed successfully.
-
-On CPUs the two last counts read ``Number of processes per node`` and ``Total processes
-used``; a heterogeneous job lists each node's count (``2, 1``).
-
-``metrics.jsonl`` holds one JSON object per line, each with ``event`` (``start``, ``epoch``,
-``early_stop``, ``failure``, ``summary``) and ``time`` (UTC, ISO 8601); see
-:mod:`trainyard.training.train` for the fields of each event. It is appended to, so a
-rescheduled run adds its lines after the failed run's.
+The console lines are exactly those of the Slurm multi-node seed (``Epoch 95/100 completed in
+0.771 seconds``, ``Validation Loss: ...``, ``Training Summary:`` ...; the full text in
+docs/training.md, "Console lines"). ``metrics.jsonl`` holds one JSON object per line with
+``event`` (``start``, ``epoch``, ``early_stop``, ``failure``, ``summary``) and ``time`` (UTC,
+ISO 8601); appended, so a rescheduled run adds its lines after the failed run's. Fields of
+each event: docs/training.md.
 """
 
 from __future__ import annotations

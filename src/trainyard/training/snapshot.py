@@ -1,26 +1,12 @@
 """Snapshots: the whole training state, written atomically and verified when read.
 
-A snapshot is a ``torch.save`` file of a dict. Besides the caller's keys (model, optimizer,
-LR scheduler, epochs completed, RNG states, ...) it holds ``format`` and ``sha256``, a digest
-of every tensor and value in the dict. Guarantees:
-
-- **Atomic**: :func:`save_snapshot` writes a temporary file in the snapshot's own folder,
-  flushes and ``fsync``\\ s it, then ``os.replace``\\ s it over the snapshot and syncs the folder.
-  A crash leaves either the old snapshot or the new one, never a mix; a temporary file is
-  never read because readers only open the snapshot's own name.
-- **Verified**: :func:`load_snapshot` refuses (``SnapshotCorruptError``) a file that is
-  truncated, is not a torch file, lacks a required key, or whose digest does not match
-  (a flipped byte in tensor data is not caught by ``torch.load`` itself).
-- **Safe to read**: files are loaded with ``weights_only=True``, so a snapshot from elsewhere
-  (an uploaded checkpoint) cannot run code. RNG states are stored as tensors and plain
-  Python values for that reason.
-- **Same state, same bytes**: the file holds no time, host, path or random id (torch's zip
-  entries carry a fixed 1980 date, its ``serialization_id`` is derived from the records'
-  CRCs, and the archive is named ``archive`` whatever the file is called) and its pickle
-  depends on values only (:func:`canonical`), so two runs that end in the same state, a
-  resumed one included, write byte-identical snapshots and a plain checksum
-  (``sha256sum``) compares them. The trainer seeds every generator whose state it keeps
-  (:func:`trainyard.training.determinism.seed_everything`) for that reason.
+A snapshot is a ``torch.save`` file of a dict: the caller's keys plus ``format`` and
+``sha256`` (a digest of every tensor and value). :func:`save_snapshot` is atomic (temporary
+file, ``fsync``, ``os.replace``, folder synced). :func:`load_snapshot` loads with
+``weights_only=True`` and raises ``SnapshotCorruptError`` for a truncated or foreign file, a
+missing key or a digest mismatch. Same state, same bytes: no time, host, path or random id,
+pickle by value (:func:`canonical`), so ``sha256sum`` compares two runs. Why each holds:
+docs/training.md, "Snapshots".
 """
 
 from __future__ import annotations

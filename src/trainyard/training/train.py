@@ -1,73 +1,15 @@
 """A DDP trainer for OSMO-style workflows: ``python -m trainyard.training.train`` or
 ``torchrun ... -m trainyard.training.train``.
 
-It reads torchrun's environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ...; see
-:mod:`trainyard.training.dist`), uses ``nccl`` on GPUs and ``gloo`` on CPUs, and runs as a
-world of one without torchrun. Its flags are those of OSMO's torchrun samples
+Reads torchrun's environment (:mod:`trainyard.training.dist`); ``nccl`` on GPUs, ``gloo`` on
+CPUs, a world of one without torchrun. Flags are those of OSMO's torchrun samples
 (``--total_epochs``, ``--batch_size``, ``--snapshot_path``, ``--save_every``, ``--error_log``)
-plus the Slurm seed's early stop (``--target-accuracy``, ``--patience``) and a few more;
-every flag also accepts the other spelling (``--total-epochs``, ``--target_accuracy``).
-
-Reproducibility
-    The same flags, data, world size and torch build give bit-identical weights, and the
-    same snapshot bytes, on every backend (:mod:`trainyard.training.determinism`; on GPUs
-    with ``--deterministic``). The snapshot's ``reproducibility`` key and the ``start`` and
-    ``summary`` lines of metrics.jsonl record seed, world size, torch version and whether
-    deterministic mode was on.
-
-Resume contract
-    The snapshot holds the number of epochs *completed*; a restarted run continues at the
-    first epoch not completed (OSMO's sample re-runs the last saved epoch; this one does not)
-    and ends with the same weights and metrics as an uninterrupted run with the same seed and
-    world size. That holds because nothing random is carried from epoch to epoch: the data
-    order of epoch ``e`` comes from ``DistributedSampler(seed).set_epoch(e)`` and dropout from
-    ``torch.manual_seed(hash(seed, e, rank))`` at the start of the epoch; model, optimizer,
-    LR scheduler, early-stop counter and RNG states travel in the snapshot.
-
-Elastic safety
-    No state depends on a rank keeping its number. At start every worker checks its node's
-    snapshot; the newest one (most epochs completed, lowest rank on ties) is broadcast from
-    its holder to every worker, so all load the same state even when nodes keep separate
-    disks (as OSMO tasks do). Each node's local rank 0 writes the snapshot to its node's
-    ``--snapshot_path`` after saving epochs, so whichever node ends up as global rank 0
-    after a renumbering, every node holds the newest state.
-
-Failures
-    On an error each failing worker writes ``<error_log>.<global rank>`` (the traceback) and
-    the process exits 1; OSMO's reschedule sample looks for those files. ``--fail-at-epoch K``
-    raises such an error half-way through epoch K (counted from 1) in a run that started
-    without a snapshot, so the rescheduled run, which resumes from the snapshot, completes.
-
-A hung job
-    ``kill -USR1 <pid>`` makes a worker print every thread's Python stack to its stderr and
-    go on (``faulthandler.register``): where a rank waits (a collective, a snapshot write, the
-    data loader) without a debugger. torchrun's own process is not the worker: signal the
-    processes it started. A worker that crashes (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL:
-    a C++ ``std::terminate`` in a library) prints them too (``faulthandler.enable``).
-
-Exit
-    Run as a program (``python -m trainyard.training.train``, as torchrun starts it), a worker
-    flushes its output and ends with ``os._exit`` once ``main`` returned (its process group
-    destroyed, snapshot and metrics written): the interpreter's teardown, where gloo's worker
-    threads and C++ static destructors may still run, is skipped. A CI run saw a rank of a
-    job that had completed abort there ("terminate called without an active exception",
-    SIGABRT), which made torchrun report the finished job as failed (pytorch/pytorch#179291
-    describes the same teardown race).
-
-Exit codes: 0 done (also: the snapshot says training is already complete), 1 training
-failed, 2 bad arguments, dataset, environment or corrupt snapshot.
-
-metrics.jsonl (in ``--metrics-dir``, default the snapshot's folder; written by global rank 0)
-    ``start``: epochs_completed, first_epoch, total_epochs, resumed_from, snapshot_source_rank,
-    world_size, nodes, workers_per_node, backend, device, dataset, model, train_images,
-    val_images, batch_size, lr, seed, torch_version, deterministic.
-    ``epoch``: epoch, total_epochs, epoch_time_s, val_time_s, train_loss, val_loss,
-    val_accuracy, images, throughput_images_per_s, lr, snapshot_saved.
-    ``early_stop``: epoch, val_accuracy, target_accuracy, patience.
-    ``failure``: epoch, error, injected.
-    ``summary``: total_time_s, throughput_images_per_s, images, epochs_run, first_epoch,
-    last_epoch, total_epochs, nodes, workers_per_node, world_size, final_val_loss,
-    final_val_accuracy, early_stopped, seed, torch_version, deterministic.
+plus ``--target-accuracy``, ``--patience`` and a few more; each also takes the other spelling.
+A restarted run continues at the first epoch not completed and ends bit-identical to an
+uninterrupted one. Exit codes: 0 done (or already complete), 1 training failed, 2 bad
+arguments, dataset, environment or corrupt snapshot. On failure each failing worker writes
+``<error_log>.<global rank>``. Resume, elastic and exit contracts and the metrics.jsonl
+fields: docs/training.md.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from osmo_lines_support import FAILING, HELLO, TEMPLATED, TERMINAL, Osmo
+from cli_process import TERMINAL
+from osmo_lines_support import FAILING, HELLO, TEMPLATED, Osmo
 
 
 @pytest.fixture(scope="module")

@@ -3,17 +3,15 @@ line, against the server of a home of its own (``conftest.osmo``)."""
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-OSMO = Path(sys.executable).parent / "osmo"
+from cli_process import BIN, Result, cli_env, wait_for_status
+
+OSMO = BIN / "osmo"
 """The ``osmo`` console script of this environment (argv[0] ends in ``osmo``)."""
 
 HELLO = """workflow:
@@ -40,21 +38,8 @@ default-values:
   message: hi
 """
 
-TERMINAL = ("COMPLETED", "FAILED")
-
-
-@dataclass(frozen=True)
-class Ran:
-    """One ``osmo`` run: its command line, exit status and output."""
-
-    line: str
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        assert self.code == 0, f"{self.line}: exit {self.code}: {self.err}"
-        return json.loads(self.out)
+Ran = Result
+"""One ``osmo`` run: its command line (``line``), exit status and output."""
 
 
 @dataclass
@@ -67,17 +52,7 @@ class Osmo:
     values: dict[str, str] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
-        }
-        env.update(
-            TRAINYARD_HOME=str(self.home),
-            COLUMNS="200",
-            PATH=f"{OSMO.parent}:{env.get('PATH', '')}",
-        )
-        return env
+        return cli_env(self.home)
 
     def run(self, line: str, **values: str) -> Ran:
         """Run ``line`` (an OSMO command line, ``{name}`` filled from ``values`` and the
@@ -94,7 +69,7 @@ class Osmo:
             stdin=subprocess.DEVNULL,
             check=False,
         )
-        return Ran(filled, done.returncode, done.stdout, done.stderr)
+        return Ran(done.returncode, done.stdout, done.stderr, line=filled)
 
     def ok(self, line: str, **values: str) -> Ran:
         ran = self.run(line, **values)
@@ -111,10 +86,4 @@ class Osmo:
 
     def wait(self, workflow_id: str, timeout_s: float = 120) -> dict[str, Any]:
         """Poll until the workflow ended; its query."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            data = self.query(workflow_id)
-            if data["status"].startswith(TERMINAL):
-                return data
-            assert time.monotonic() < deadline, f"{workflow_id} still {data['status']}"
-            time.sleep(0.5)
+        return wait_for_status(lambda: self.query(workflow_id), workflow_id, timeout_s=timeout_s)

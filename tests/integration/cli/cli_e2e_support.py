@@ -8,7 +8,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -17,27 +16,13 @@ from typing import Any
 
 import psutil
 import pytest
+from cli_process import BIN, TERMINAL, Result, cli_env, wait_for_status
 
 from trainyard.cli.main import main
 
-BIN = Path(sys.executable).parent
 TRAINYARD = BIN / "trainyard"
 SPECS = (Path(__file__).resolve().parents[3] / ".." / "shared" / "osmo-specs").resolve()
 OSMO_PLATFORMS = ("ovx-a40", "ovx-l40", "dgx-h100", "agx-orin-jp6")
-TERMINAL = ("COMPLETED", "FAILED")
-
-
-@dataclass(frozen=True)
-class Result:
-    """What one CLI run gave."""
-
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        assert self.code == 0, f"exit {self.code}: {self.err}"
-        return json.loads(self.out)
 
 
 def osmo_pools_yaml() -> str:
@@ -47,16 +32,6 @@ def osmo_pools_yaml() -> str:
         for p in OSMO_PLATFORMS
     )
     return f"pools:\n  osmo:\n    backend: local\n    nodes:\n{nodes}\n"
-
-
-def cli_env(home: Path, **extra: str) -> dict[str, str]:
-    """The environment of a CLI subprocess for ``home`` (no inherited server URL or token)."""
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
-    }
-    env.update(TRAINYARD_HOME=str(home), PATH=f"{BIN}:{env.get('PATH', '')}", COLUMNS="200")
-    env.update(extra)
-    return env
 
 
 def run_cli(home: Path, *args: str, timeout_s: float = 300, **env: str) -> Result:
@@ -169,13 +144,9 @@ class Server:
         self, workflow_id: str, *, timeout_s: float = 240, until: tuple[str, ...] = TERMINAL
     ) -> dict[str, Any]:
         """Poll ``workflow query ID -t json`` until its status starts with one of ``until``."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            data = self.query(workflow_id)
-            if data["status"].startswith(until):
-                return data
-            assert time.monotonic() < deadline, f"{workflow_id} still {data['status']}"
-            time.sleep(0.5)
+        return wait_for_status(
+            lambda: self.query(workflow_id), workflow_id, timeout_s=timeout_s, until=until
+        )
 
     def wait_task(self, workflow_id: str, task: str, status: str, timeout_s: float = 60) -> None:
         """Poll until ``task`` of the workflow has ``status``."""

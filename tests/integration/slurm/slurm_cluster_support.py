@@ -1,10 +1,12 @@
-"""Helpers for Slurm integration tests: finding the test cluster, an engine in a thread."""
+"""Helpers for Slurm integration tests: finding the test cluster, the CLI against it, an engine
+in a thread."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -18,6 +20,49 @@ SLURM_DIR = Path(os.environ.get("TRAINYARD_SLURM_DIR", "/tmp/trainyard-slurm"))
 POOL_NAME = "slurm-local"
 SPECS = (Path(__file__).resolve().parents[3] / ".." / "shared" / "osmo-specs").resolve()
 REPO = Path(__file__).resolve().parents[3]
+TRAINYARD = Path(sys.executable).parent / "trainyard"
+
+
+def cli_env(home: Path) -> dict[str, str]:
+    """The environment of a ``trainyard`` CLI on ``home`` that reaches the test cluster: no
+    server address or token of the caller's, the cluster's ``SLURM_CONF``, wide output."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
+    }
+    env.update(
+        TRAINYARD_HOME=str(home),
+        SLURM_CONF=str(SLURM_DIR / "slurm.conf"),
+        PATH=f"{TRAINYARD.parent}:{env.get('PATH', '')}",
+        COLUMNS="200",
+    )
+    return env
+
+
+def run_cli(home: Path, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    """``trainyard ARGS`` on ``home`` from the repository's root, its output captured."""
+    return subprocess.run(
+        [str(TRAINYARD), *args],
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+        cwd=REPO,
+    )
+
+
+def register_pools(home: Path) -> None:
+    """``scripts/slurm-cluster.sh start`` with ``home``: on a cluster already up it only writes
+    the cluster's pools (``slurm-local``, ``slurm-rehearsal``) into ``home``; never restarts it."""
+    started = subprocess.run(
+        ["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "start"],
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert started.returncode == 0, started.stderr
 
 
 def cluster_pool() -> Pool:

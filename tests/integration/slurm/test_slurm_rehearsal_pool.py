@@ -1,48 +1,23 @@
 """``scripts/slurm-cluster.sh start`` registers the rehearsal pool ``slurm-rehearsal``, and
 OSMO's two-node torchrun example (2 GPUs x 4 cores per task) runs on it from the CLI, on the
-real test cluster, while ``slurm-local`` (real capacity: 0 GPUs, 2 cores) still refuses it
-(issue 13). The cluster is never stopped or restarted here: on a cluster already up,
+real test cluster, while ``slurm-local`` (real capacity: 0 GPUs, 2 cores) still refuses it.
+The cluster is never stopped or restarted here: on a cluster already up,
 ``start`` only registers the pools, in a temporary ``TRAINYARD_HOME``."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from slurm_cluster_support import SLURM_DIR, why_no_cluster
+from slurm_cluster_support import REPO, register_pools, run_cli, why_no_cluster
 
-REPO = Path(__file__).resolve().parents[3]
-TRAINYARD = Path(sys.executable).parent / "trainyard"
 EXAMPLE = REPO / "examples" / "torchrun_multinode" / "train.yaml"
 
 
-def _env(home: Path) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
-    }
-    env.update(
-        TRAINYARD_HOME=str(home),
-        SLURM_CONF=str(SLURM_DIR / "slurm.conf"),
-        PATH=f"{TRAINYARD.parent}:{env.get('PATH', '')}",
-        COLUMNS="200",
-    )
-    return env
-
-
 def _cli(home: Path, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(TRAINYARD), *args],
-        env=_env(home),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-        cwd=REPO,
-    )
+    return run_cli(home, *args, timeout_s=timeout_s)
 
 
 def test_rehearsal_pool_runs_the_torchrun_example_from_the_cli(tmp_path: Path) -> None:
@@ -50,15 +25,7 @@ def test_rehearsal_pool_runs_the_torchrun_example_from_the_cli(tmp_path: Path) -
     if why:
         pytest.skip(why)
     home = tmp_path / "home"
-    started = subprocess.run(
-        ["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "start"],
-        env=_env(home),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert started.returncode == 0, started.stderr
+    register_pools(home)
     pools = yaml.safe_load((home / "pools.yaml").read_text())["pools"]
     assert set(pools) == {"slurm-local", "slurm-rehearsal"}
     assert pools["slurm-rehearsal"]["options"]["requests"] == []

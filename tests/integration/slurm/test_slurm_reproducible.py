@@ -1,4 +1,4 @@
-"""Same spec, same model (issue 29): OSMO's two-node torchrun example with one training
+"""Same spec, same model: OSMO's two-node torchrun example with one training
 process per node (``--set n_gpus_per_node=1``), run from the CLI on the local pool and on the
 Slurm test cluster's rehearsal pool (``scripts/slurm-cluster.sh``), ends with the same model,
 every tensor ``torch.equal``, and byte-identical snapshots (one sha256); ``trainyard workflow
@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from slurm_cluster_support import SLURM_DIR, why_no_cluster
+from slurm_cluster_support import REPO, TRAINYARD, cli_env, register_pools, run_cli, why_no_cluster
 
-REPO = Path(__file__).resolve().parents[3]
-TRAINYARD = Path(sys.executable).parent / "trainyard"
 EXAMPLE = REPO / "examples" / "torchrun_multinode" / "train.yaml"
 SLURM_POOL = "slurm-rehearsal"  # GPU slots the cluster's CPU nodes run as processes
 RUNS = {  # name -> (pool, --set values)
@@ -39,31 +35,6 @@ WAIT_S = 480  # all three together; ~75 s on a quiet 2-core machine, and within 
 pytestmark = [pytest.mark.slow]
 
 
-def _env(home: Path) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("TRAINYARD_SERVER_URL", "TRAINYARD_TOKEN")
-    }
-    env.update(
-        TRAINYARD_HOME=str(home),
-        SLURM_CONF=str(SLURM_DIR / "slurm.conf"),
-        PATH=f"{TRAINYARD.parent}:{env.get('PATH', '')}",
-        COLUMNS="200",
-    )
-    return env
-
-
-def _cli(home: Path, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(TRAINYARD), *args],
-        env=_env(home),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-        cwd=REPO,
-    )
-
-
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A TRAINYARD_HOME with the cluster's pools registered (``start`` on a running cluster
@@ -72,17 +43,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if why:
         pytest.skip(why)
     home = tmp_path_factory.mktemp("reproducible") / "home"
-    started = subprocess.run(
-        ["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "start"],
-        env=_env(home),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert started.returncode == 0, started.stderr
+    register_pools(home)
     yield home
-    _cli(home, "server", "stop", timeout_s=120)
+    run_cli(home, "server", "stop", timeout_s=120)
 
 
 def _workflow_id(stdout: str) -> str:
@@ -105,7 +68,7 @@ def runs(home: Path) -> dict[str, str]:
                 "--set",
                 *sets,
             ],
-            env=_env(home),
+            env=cli_env(home),
             cwd=REPO,
             text=True,
             stdout=subprocess.PIPE,
@@ -140,7 +103,7 @@ def _model(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _diff(home: Path, a: str, b: str) -> dict:
-    answer = _cli(home, "workflow", "diff", a, b, "-t", "json")
+    answer = run_cli(home, "workflow", "diff", a, b, "-t", "json")
     assert answer.returncode == 0, answer.stderr
     return json.loads(answer.stdout)
 

@@ -2,44 +2,13 @@
 ``--dry-run`` prints exactly what would be created, golden files pin it, and tests validate
 every built-in object against Kubernetes' own OpenAPI schemas.
 
-The mapping (docs/kubernetes.md has it with the seed's two-node example):
-
-- **owner**: one ConfigMap per workflow (``ty-<workflow>``). Every other object carries an
-  ownerReference to it once sent (``with_owner``: it needs the ConfigMap's uid), so deleting
-  it deletes everything of the workflow (Kubernetes docs, "Garbage Collection"). Every object
-  also carries the workflow's labels (``names.workflow_labels``).
-- **Service**: one headless Service per group (``clusterIP: None``, selecting the group's
-  pods, ``publishNotReadyAddresses`` so names resolve while pods start). Each pod sets
-  ``hostname`` (its task) and ``subdomain`` (the Service), so ``{{host:TASK}}`` is
-  ``<task>.<service>.<namespace>.svc.<cluster domain>`` (Kubernetes docs, "DNS for Services
-  and Pods", "A/AAAA records" of pods with hostname and subdomain); the runner's input holds
-  them (``TaskRun.hosts``).
-- **Pod**: one per task attempt, ``restartPolicy: Never`` (a retry is a new attempt: the
-  engine's). An init container (the pool's ``runner_image``) copies trainyard's runner into an
-  emptyDir; the task's own image runs it at the same path as a wrapper
-  (``python -m trainyard.backends.kubernetes.podmain /etc/trainyard/run.json``), which runs the
-  command and writes the runner's EXITED event as the container's termination message.
-- **Secret**: one per attempt, named as its pod, holding ``run.json`` (the runner's input:
-  environment, files, the task token), mounted read-only at ``/etc/trainyard``.
-- **image pull Secret**: per workflow and registry, the submitter's REGISTRY credential for
-  the registry of a task's image (``images.image_registry``) as a Secret of type
-  ``kubernetes.io/dockerconfigjson`` (what ``kubectl create secret docker-registry`` makes;
-  Kubernetes docs, "Pull an Image from a Private Registry"), named in that pod's
-  ``imagePullSecrets`` after the pool's ``image_pull_secrets``; owned like everything else.
-- **resources**: cpu, memory, ``nvidia.com/gpu``, ephemeral-storage as requests and equal
-  limits (Guaranteed QoS; Kubernetes docs, "Resource Management for Pods and Containers";
-  an extended resource must have requests equal to limits).
-- **placement**: the pool's ``node_selector``/``tolerations``/``affinity`` with the placed
-  node's platform's over them (``options.platforms``).
-- ``/dev/shm``: an emptyDir of ``medium: Memory`` (NCCL needs more than the runtime's 64 MiB).
-- ``hostNetwork`` only where the pool allows it (``allow_host_network``), ``privileged`` only
-  where its options do (``allow_privileged``); else BackendError.
-- **gang**: per start of a gang, a PodGroup of the pool's scheduler (``kai``: KAI's
-  ``scheduling.run.ai/v2alpha2`` with the ``pod-group-name`` annotation; ``volcano``:
-  ``scheduling.volcano.sh/v1beta1`` with ``scheduling.k8s.io/group-name``; ``coscheduling``:
-  scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1`` with the ``scheduling.x-k8s.io/pod-group``
-  label), ``minMember`` the number of pods; ``none``: no PodGroup, the runner's barrier (with
-  a ``runs_claim``) and the backend's ``gang_timeout_s`` hold the gang.
+Per workflow an owner ConfigMap ``ty-<workflow>`` (every other object has an ownerReference to
+it: Kubernetes docs, "Garbage Collection"); per group a headless Service; per task attempt a
+Pod (``restartPolicy: Never``) and a Secret holding ``run.json``; per registry an image pull
+Secret; per gang start a PodGroup of the pool's scheduler (``kai``, ``volcano``,
+``coscheduling``; ``none``: the runner's barrier). Requests equal limits (Guaranteed QoS).
+``hostNetwork``/``privileged`` where the pool does not allow them: BackendError.
+The mapping object by object, with its Kubernetes doc sections: docs/kubernetes.md.
 """
 
 from __future__ import annotations

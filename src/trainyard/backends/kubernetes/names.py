@@ -1,17 +1,12 @@
-"""Names and labels of the objects trainyard makes in a cluster.
+"""Names and labels of the objects trainyard makes in a cluster. Pure functions.
 
-Rules (Kubernetes docs, "Object Names and IDs" and "Labels and Selectors"):
-
-- a DNS-1123 label: at most 63 characters of ``[a-z0-9-]``, starting and ending with an
-  alphanumeric; pods' ``hostname`` and ``subdomain``, namespaces;
-- a DNS-1035 label (Services): the same, starting with a letter;
-- a label value: at most 63 characters of ``[A-Za-z0-9._-]``, starting and ending with an
-  alphanumeric, or empty.
-
-Every name here is built from trainyard's own names (workflow id, group, task, retry id). One
-that had to be changed to fit (a character replaced, or cut to 63) gets 8 hex digits of the
-SHA-256 of the original parts, so two different originals never share a name: ``a_b`` and
-``a-b`` as task names give two hostnames. Pure functions.
+Rules (Kubernetes docs, "Object Names and IDs", "Labels and Selectors"): a DNS-1123 label
+(pods' ``hostname``/``subdomain``, namespaces) is at most 63 characters of ``[a-z0-9-]``,
+alphanumeric at both ends; a DNS-1035 label (Services) also starts with a letter; a label
+value is at most 63 characters of ``[A-Za-z0-9._-]``, alphanumeric at both ends, or empty.
+Every name is built from trainyard's own (workflow id, group, task, retry id); one changed to
+fit (a character replaced, or cut to 63) gets 8 hex digits of the SHA-256 of the original
+parts, so two originals never share a name (``a_b`` and ``a-b`` give two hostnames).
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """The Kubernetes backend's pool options (``pools.yaml``: ``options:`` of a ``backend:
-kubernetes`` pool). ``examples/kubernetes/pools.yaml`` is a commented example; every option
-is explained in docs/kubernetes.md.
-
-Example::
-
-    k8s:
-      backend: kubernetes
-      nodes: [{name: gpu-a, cpu: 64, gpu: 8, memory: 512Gi, platform: dgx-h100}, ...]
-      options:
-        namespace: trainyard
-        runner_image: registry.example.com/trainyard-runner:0.1.0
-        scheduler: kai            # kai | volcano | coscheduling | none
-        queue: default-queue      # KAI / Volcano queue
-        platforms:
-          dgx-h100:
-            node_selector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}
-            tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+kubernetes`` pool): ``namespace``, ``runner_image``, ``scheduler`` (``kai`` | ``volcano`` |
+``coscheduling`` | ``none``), ``queue``, ``platforms`` (``node_selector``, ``tolerations``,
+``affinity`` per platform) and the rest. ``examples/kubernetes/pools.yaml`` is a commented
+example; every option is explained in docs/kubernetes.md.
 """
 
 from __future__ import annotations

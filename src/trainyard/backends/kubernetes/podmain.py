@@ -2,15 +2,12 @@
 pod's task container runs (the task's image, trainyard's runner copied in by the init
 container).
 
-It runs the task runner (``trainyard.runner.main``) on ``RUN_JSON``, copying the task log
-(``<run_dir>/task.log``) to its stdout as it grows (the container's log: ``kubectl logs``,
-and what the backend copies into the server's run folder when the attempt ends), then writes
-the runner's
-EXITED event (one JSON line: kind, time_s, exit_code, message) to the container's termination
-message file (default ``/dev/termination-log``; Kubernetes docs, "Customizing the termination
-message"): the kubelet puts it in the pod's status, where the backend's watch reads the exact
-exit code (a service code such as 2010 does not fit a process exit code) and why. The message
-is cut to fit the kubelet's 4096 bytes. Exits with the runner's code (at most 255).
+It runs the task runner on ``RUN_JSON``, copying ``<run_dir>/task.log`` to its stdout as it
+grows (``kubectl logs``), then writes the runner's EXITED event (one JSON line: kind, time_s,
+exit_code, message; cut to the kubelet's 4096 bytes) to the termination message file (default
+``/dev/termination-log``; Kubernetes docs, "Customizing the termination message"), where the
+backend reads the exact exit code (service codes such as 2010 exceed 255). Exits with the
+runner's code (at most 255).
 """
 
 from __future__ import annotations

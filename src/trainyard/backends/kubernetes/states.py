@@ -1,30 +1,13 @@
 """The one table from what a Pod shows to backend facts (STYLE.md #4), and the function that
-reads a Pod (its API JSON) with it. Pure.
+reads a Pod (its API JSON) with it. Pure; a pod never becomes a status (the engine decides).
 
-Sources: Kubernetes docs, "Pod Lifecycle" (phases, container states, reasons), "Node-pressure
-Eviction" and "API-initiated Eviction" (``status.reason: Evicted``), "Pod Garbage Collection"
-(``DisruptionTarget`` condition with ``DeletionByPodGC`` after a node is lost), kubelet's
-image pull reasons (``ErrImagePull``, ``ImagePullBackOff``, ``InvalidImageName``,
-``ErrImageNeverPull``).
-
-A pod never becomes a status: the engine decides (../shared/DESIGN.md). What is read here:
-
-- the task container **running**: the runner started (INITIALIZING) and, as the watch cannot
-  see the runner's barrier, RUNNING with it (a gang's time at the barrier shows as RUNNING);
-- the task container **terminated**: EXITED with the runner's exit code and message, from
-  the termination message ``podmain`` writes (the runner's EXITED event: service codes such
-  as 2010 survive, which a process exit code, at most 255, cannot carry); without one, the
-  container's own exit code, with its reason (``OOMKilled``: the whole runner was killed for
-  memory; ``Error``);
-- a container **waiting** with an image reason of ``IMAGE_FAILURES``: START_ERROR (the image
-  cannot be pulled: nothing ran);
-- the pod **Evicted** (``status.reason``) while its task container ran: the kubelet stopped
-  the container (SIGTERM), so the runner's own report (143, stopped) is the exit, the
-  eviction named in its message; exit actions on 143 (``RESCHEDULE: [143]``) apply. Evicted
-  before the container ran: EXITED with OSMO's service code 3004 (FAILED_EVICTED);
-- ``DeadlineExceeded`` (``activeDeadlineSeconds``, the backstop of the exec timeout): LOST;
-- the pod **gone** (deleted by someone, its node lost and the pod collected) or Failed
-  without a terminated task container: LOST.
+Task container running: INITIALIZING and RUNNING; terminated: EXITED with the runner's code
+from ``podmain``'s termination message (else the container's code and reason); waiting with
+an image reason of ``IMAGE_FAILURES``: START_ERROR; Evicted before the container ran: EXITED
+3004 (FAILED_EVICTED); ``DeadlineExceeded``, gone, or Failed without a terminated container:
+LOST. Sources: Kubernetes docs, "Pod Lifecycle", "Node-pressure Eviction", "API-initiated
+Eviction", "Pod Garbage Collection"; kubelet's image pull reasons. Each row explained:
+docs/kubernetes.md, "Pod states as facts (states.py)".
 """
 
 from __future__ import annotations

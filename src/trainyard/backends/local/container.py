@@ -1,91 +1,14 @@
 """Task images as OCI containers (podman) on the local backend.
 
 Where the pool maps an image to the ``podman`` runtime (``images: podman`` in pools.yaml, see
-``backends.images``) and podman is installed, the task's command runs in that image: the
-runner stays on the host (same barrier, same files, same environment and tokens, same exit
-code) and puts ``podman run ... IMAGE`` before the command, as it puts ``bwrap ... --`` there
-otherwise (``SandboxSettings.command_prefix``).
-
-What the container gets (``podman_argv``):
-- the group's network namespace (``--network ns:PATH``; ``host`` for ``hostNetwork: true``
-  or without namespaces), so ``{{host:TASK}}`` and the forwarded server port work as in the
-  bubblewrap sandbox; the task's name as host name and the group's ``/etc/hosts``;
-- the task's own ``/tmp`` (``<run_dir>/sandbox/root/tmp``, kept over RESTART), each of its
-  ``files`` (written by the runner under ``<run_dir>/sandbox/root``, bound one by one so the
-  image's own folders stay visible), its output, input and barrier folders at their host
-  paths (the tokens name those);
-- the GPUs lent to it (``gpu_devices``): where a CDI spec of ``nvidia.com/gpu`` names every
-  one of them (``/etc/cdi``, ``/var/run/cdi``: ``nvidia-ctk cdi generate``), ``--device
-  nvidia.com/gpu=N`` each, which also brings the host driver's libraries, and
-  ``CUDA_VISIBLE_DEVICES`` counts them from 0 (only they are in the container); otherwise
-  ``--device`` for each of the host's ``/dev/nvidia*``, ``/dev/nvidia-caps`` and
-  ``/dev/dri`` (``sandbox.GPU_DEVICES``, as the bubblewrap sandbox binds them) and
-  ``CUDA_VISIBLE_DEVICES`` names the lent GPUs by their host index, as for a bubblewrap
-  task; the image must then bring the driver's user-space libraries itself. A task lent no
-  GPU gets no GPU device;
-- its environment in an env file (``--env-file``, written and inserted by the runner, see
-  ``SandboxSettings.env_flag``): values never appear on a command line nor in podman's own
-  environment; ``PATH`` stays the image's;
-- ``--pull never``: ``podman run`` pulls nothing (no registry may be reachable). An image
-  that is not in podman's local storage is pulled at the start only with a REGISTRY
-  credential of the submitter for the image's registry (OSMO's registry credentials,
-  ``pull_image``: ``podman pull --authfile`` with a 0600 ``auth.json`` in the attempt's run
-  folder, removed after the pull; never a value on a command line, in a log or a run
-  file); without one, or when that pull fails, the task fails at start with
-  FAILED_IMAGE_PULL (``missing_image_message``, ``pull_failed_message``);
-- a writable root of its own that RESTART keeps (``root_overlay``), as a bubblewrap task's:
-  where the runner can mount overlayfs (as root) and podman stores images with its
-  ``overlay`` driver, the image's layers (``inspect_image``: podman's own folders, top
-  first) are the read-only lower layers, each attached idmapped (the image's root files are
-  the container's root's, as podman's own idmapped layers show them), under an upper folder
-  in the attempt's run folder (``<run_dir>/sandbox/overlay/image/upper``, moved into the
-  next attempt by RESTART as the rest of ``sandbox/``; RESCHEDULE starts from an empty one).
-  Mounted ``nodev``: a device node the image carries cannot be opened (podman's own layers
-  here can: no ``storage.conf`` asks ``nodev``). The runner mounts it in its own mount
-  namespace at ``ROOTFS_PARENT/<name>`` (the OCI runtime reaches the root by its path as the
-  container's root, the host's ``nobody``, which may not pass through the 0700
-  ``$TRAINYARD_HOME``; on the host that folder stays empty) and podman runs ``--rootfs`` it:
-  no container layer in podman's storage, nothing left there when the container is removed.
-  The image's ``ENV`` is passed (``--env NAME=VALUE``, before the task's own); its
-  ``ENTRYPOINT`` is not used (the task's command runs as a pod's ``command`` would); its
-  ``USER`` only where the host lends a range for the container's other ids
-  (``task_id_bases``: ``--uidmap 1:START:65535``, the layers idmapped to match, ``--user``,
-  the output and input folders given to that user), else the command runs as root and the
-  task log says so (``user_note``). ``/tmp`` and the files are then in that root;
-  ``/osmo/run/workspace`` is still bound. Elsewhere podman's own container layer is the
-  root, which RESTART does not keep, and the task log says why (``root_note``);
-- ``--rm`` and a name derived from the run folder (``container_name``), so the backend can
-  remove what a killed runner left (``remove_containers``): podman's container does not die
-  with the ``podman run`` process that the runner stops;
-- resource limits no higher than the runner's own (``_ulimit_args``): podman's defaults are
-  higher, which a host without CAP_SYS_RESOURCE refuses;
-- the OCI runtime ``runc`` where installed: Debian 12's crun refuses hosts with cgroup v1 and
-  v2 controllers mounted together ("cgroups in hybrid mode not supported");
-- no privileges over the host, as in the bubblewrap sandbox (``_privilege_args``): a user
-  namespace whose only uid and gid, 0, are the host's ``nobody`` (``TASK_HOST_ID``, the
-  same id as a bubblewrap task's root), so the host's root is not mapped at all
-  (``--uidmap 0:65534:1``; ``--userns=auto`` needs ``/etc/subuid`` ranges for the
-  ``containers`` user, which a host need not have, and podman 4.3's idmapped overlay
-  refuses a map of more than one range: "creating overlay mount ... no such file or
-  directory"); every capability dropped (``--cap-drop all``: the command cannot change its
-  uid anyway) and ``no_new_privs`` set (``--security-opt no-new-privileges``). podman shows
-  the image's files of its root as the container root's (idmapped layers), so the image's
-  own ``/`` stays writable to it; files of the image's other users show as unmapped
-  (``nobody``, read-only to the task), and an image whose ``USER`` is not root cannot run.
-  The runner gives the container's root the folders it binds (its ``/tmp``, output and
-  input folders, its files) before the start (``container_userns``: a
-  ``runfile.UserNamespace`` without ``args_at``). ``/proc/sys`` and ``/sys`` are
-  read-only (podman's defaults for a container without ``--privileged``);
-- podman runs with ``CONTAINERS_CONF`` naming trainyard's ``containers.conf``
-  (``containers_conf``: no ``default_sysctls``): the group's network namespace belongs to
-  the host's user namespace, so the container's root may not write the
-  ``net.ipv4.ping_group_range`` that podman sets by default, and the start would fail;
-- no nested user namespace (``seccomp_profile``): podman's own seccomp profile
-  (``/usr/share/containers/seccomp.json``) with ``unshare``/``clone`` refused (EPERM) when
-  they ask ``CLONE_NEWUSER`` and ``clone3`` answered ENOSYS (its flags cannot be seen by
-  seccomp; the C library falls back to ``clone``), as bubblewrap's tasks get no further user
-  namespace (``user.max_user_namespaces`` 0 there). Where podman's profile is missing,
-  podman's built-in one is used (which allows them) and the task log says so.
+``backends.images``) and podman is installed, the runner stays on the host and puts
+``podman run ... IMAGE`` before the task's command (``podman_argv``), as it puts
+``bwrap ... --`` there otherwise (``SandboxSettings.command_prefix``). ``--pull never``: an
+image missing from podman's storage is pulled at start only with the submitter's REGISTRY
+credential (``pull_image``), else the task fails with FAILED_IMAGE_PULL. No privileges over
+the host: uid 0 in the container is the host's ``nobody``, every capability dropped,
+``no-new-privileges``, no nested user namespace (``seccomp_profile``).
+What the container gets, flag by flag: docs/local-backend.md, "Containers (podman)".
 """
 
 from __future__ import annotations

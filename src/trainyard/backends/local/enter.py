@@ -1,28 +1,13 @@
 """Entering a running local task (``workflow exec``, ``port-forward``, ``rsync``).
 
-A local task's command runs under bubblewrap (``backends.local.sandbox``) in its group's network
-namespace (``backends.local.netns``). Its sandbox's init process (bwrap's PID 1 of the task's PID
-namespace, ``find_sandbox_init``) holds every namespace the command lives in: user (uid 0
-inside, no capabilities for the task), mount (the task's ``/`` with its overlay and its
-``/tmp``), PID, IPC, UTS and network.
-
-``python -m trainyard.backends.local.enter PID CREATED -- CMD...`` (``enter_argv``) runs CMD in
-them: opened before anything moves (``/proc/PID/ns/*``, ``/proc/PID/root``), checked to be
-the same process (its create time), then ``setns`` into each namespace (the user namespace
-last, as nsenter does for a privileged caller), ``chroot`` into the task's root, fork (the
-PID namespace applies to children), and in the child every capability dropped (bounding
-set, inheritable, ambient; ``no_new_privs``) BEFORE anything of the task's file system is
-executed: setns into a user namespace grants every capability in it, and a binary the task
-replaced in its own ``/usr`` must not run with them. The command thus has no more privilege
-than the task: same user namespace, uid 0 inside, no capabilities. Its environment is
-minimal (``PATH``, ``HOME=/root``, ``TERM``, ``LANG``).
-
-``connect_inside(pid, address, port)`` opens a TCP connection from inside the task's network
-namespace, the reverse direction of the launcher's ``forward_ports`` relay: a thread joins
-the namespace (``netns.join_namespace``; namespaces are per thread), makes the socket there
-and leaves; the socket stays in that namespace and is used from any thread.
-
-All of this needs the privileges to ``setns`` (root, as the local backend runs here).
+``python -m trainyard.backends.local.enter PID CREATED -- CMD...`` (``enter_argv``) runs CMD
+in every namespace of the task's sandbox init (``find_sandbox_init``): opened first, checked to
+be the same process (its create time), ``setns`` into each (user last), ``chroot``, fork, and
+every capability dropped (``no_new_privs``) before anything of the task's file system runs.
+The command has no more privilege than the task; its environment is minimal (``PATH``,
+``HOME=/root``, ``TERM``, ``LANG``). ``connect_inside(pid, address, port)`` opens a TCP
+connection from inside the task's network namespace. Needs the privileges to ``setns``
+(root). Why in this order: docs/security.md, "Entering a running task".
 """
 
 from __future__ import annotations

@@ -1,46 +1,14 @@
 """Per-group network namespaces for the local backend.
 
-Why: tasks of one gang must reach each other (``{{host:TASK}}``), and two workflows running at
-once must be able to bind the same port (torchrun's 29400) without colliding. So every group
-gets its own network namespace with only a loopback interface: its tasks reach each other on
-127/8 addresses (Linux routes all of 127/8 to ``lo``), and nothing binds in another group's
-namespace.
-
-How: a small *keeper* process (``python -m trainyard.backends.local.netns GROUP_DIR``) forks a child
-that unshares a network namespace (``CLONE_NEWNET`` as root; ``CLONE_NEWUSER|CLONE_NEWNET``
-otherwise, mapping the user to root inside, as ``unshare -Urn`` does), brings ``lo`` up and
-holds it. Tasks join it with ``nsenter --target PID --net [--user --preserve-credentials]``.
-The keeper writes ``GROUP_DIR/netns.json`` ({"keeper_pid", "ns_pid", "ns_created", "user_ns"})
-once the namespace is ready.
-
-Host services: the trainyard CLI inside a task must reach the server on the host's loopback,
-which a fresh namespace cannot see. For each ``--forward PORT`` the child listens on
-127.0.0.1:PORT inside the namespace and hands every accepted connection (``SCM_RIGHTS`` over a
-socketpair, which crosses namespaces) to the keeper, which still lives in the host's
-namespace, connects to 127.0.0.1:PORT there and copies bytes both ways.
-
-Egress (``start_egress``): a group's namespace reaches hosts outside through ``pasta`` (Debian
-``passt``). As root with ``nft``, the launcher attaches one pasta to its egress router's
-namespace and gives each group a veth to it (``backends.local.router``); otherwise, and as
-described here, each group gets a pasta of its own, a user-mode network stack attached to
-the namespace: it adds an ``eth0`` with
-``EGRESS_ADDRESS`` and a default route, and turns the namespace's TCP, UDP and ICMP echo
-flows into sockets of its own in the host's namespace. What it is told, and why:
-``-t none -u none`` (no host port is forwarded into the namespace: nothing outside reaches a
-task), ``-T none -U none`` (no namespace port reaches the host's loopback: the trainyard
-server and the launcher stay out of reach, except the ports forwarded above on purpose),
-``--no-map-gw`` (the gateway address is not the host's loopback either), an address of its
-own (``EGRESS_ADDRESS``, not the host's, so the host's own addresses stay reachable like any
-other host), ``-f`` (it stays a child of the process that holds the namespace, which kills it
-when the group ends) under ``setpriv --pdeathsig KILL`` (it dies with that process too),
-``-4`` (IPv4 only: IPv6 set-up was a third of pasta's start-up CPU, see docs/benchmarks-history.md).
-DNS: the task's ``/etc/resolv.conf`` is the host's and its servers are reached through pasta
-like any other host, so names resolve as on the host, unless the host's resolver listens on
-its own loopback (systemd-resolved's 127.0.0.53), which a namespace cannot reach.
-
-Lifetime: the keeper exits (and the namespace goes) once no process has been in the namespace
-for ``--idle-s`` seconds and ``GROUP_DIR/lease`` (touched by the backend before it starts tasks)
-is at least that old. It needs no engine: tasks and their namespace survive an engine restart.
+Every group gets its own network namespace with only ``lo``, so a gang's tasks reach each
+other on 127/8 and two workflows can bind the same port. A *keeper*
+(``python -m trainyard.backends.local.netns GROUP_DIR``) forks a child that unshares the
+namespace (with a user namespace when not root) and holds it; tasks join it with ``nsenter``.
+``GROUP_DIR/netns.json`` ({"keeper_pid", "ns_pid", "ns_created", "user_ns"}) appears once it
+is ready. ``--forward PORT`` brings the host's 127.0.0.1:PORT into the namespace; egress goes
+through pasta (``start_egress``, ``pasta_argv``). The keeper exits once the namespace has been
+empty for ``--idle-s`` seconds and ``GROUP_DIR/lease`` is at least that old.
+Why, pasta's flags and DNS: docs/local-backend.md, "Group network namespaces".
 """
 
 from __future__ import annotations
@@ -321,7 +289,7 @@ def on_this_thread(work: Callable[[], T]) -> T:
     busy threaded process (the launcher, whose hosted runners are threads) this is
     ``on_own_thread`` without a thread's start and join, each of which waits for the GIL
     (up to a switch interval, 5 ms, while other threads run Python): per group start, on the
-    launcher's one serial loop (issue 11, throughput). Needs CAP_SYS_ADMIN (root), as making
+    launcher's one serial loop. Needs CAP_SYS_ADMIN (root), as making
     or joining a namespace does.
 
     Returns:

@@ -1,51 +1,13 @@
 """The launcher's egress router: one pasta for all the groups of a launcher.
 
-Why: a pasta per group costs ~10-15 ms of CPU and 70-110 ms of wall time per group
-(docs/benchmarks-history.md, "Egress"), which made one-task groups 3-5x slower with egress than
-without. Here pasta is started once, attached to a *router* network namespace that the
-launcher holds; each group's namespace gets a veth pair to it, which costs only the pair, two
-addresses and a route (four rtnetlink requests, ``backends.local.rtnl``).
-
-Layout::
-
-    group namespace                 router namespace (held by the launcher)
-    eth0 100.64.X.Y+1/31  <-veth->  tygN 100.64.X.Y/31
-    default via 100.64.X.Y          tyup 10.0.2.100/24 (pasta's tap), default via 10.0.2.2
-    (IPv6 off on eth0)              forwarding on, nftables (RULES), IPv6 off
-
-Rules (``RULES``, loaded once with ``nft -f -`` when the router is made; by interface name
-prefix, so no rule per group):
-
-- forward: a group interface (``tyg*``) may send to pasta's interface (``tyup``) only;
-  replies come back (conntrack ``established,related``); anything else, group to group
-  included (two workflows, and two groups of one workflow, never meet), is rejected.
-- input: nothing from a group reaches the router itself (its addresses on every interface,
-  pasta's included): rejected.
-- prerouting: a packet from a group whose source address does not route back through the
-  interface it came in on is dropped (``fib saddr . iif``: reverse-path filter), so a group
-  cannot pose as another.
-- postrouting: what leaves through ``tyup`` is masqueraded to pasta's address.
-
-pasta keeps every protection it had per group (``netns.pasta_argv``): no port in
-(``-t none -u none``), no namespace port to the host's loopback (``-T none -U none``), no
-gateway mapped to the host (``--no-map-gw``), an address of its own, IPv4 only, dies with the
-launcher (``setpriv --pdeathsig KILL``, started from the launcher's main thread).
-
-Addresses: group slot N (0 <= N < 32768) is the /31 ``GROUP_NETWORK[2N], [2N+1]``; the router
-end is ``tyg<N>`` with ifindex ``ROUTER_FIRST_INDEX + N``, the group end ``eth0`` with ifindex
-2 (a fresh namespace has only ``lo``, 1). Slots go round the ring, so a slot whose link the
-kernel has not yet removed (a namespace is torn down in a work queue) is skipped, not reused.
-``GROUP_NETWORK`` is RFC 6598's shared space (100.64.0.0/10): inside a group, hosts in
-100.64.0.0/16 other than the router are unreachable (they would be another group's).
-
-Lifetime: a group's veth goes with its namespace (the launcher closes its descriptor when it
-drops the group; the kernel then removes both ends);
-the router and its pasta go with the launcher (``close``, or the kernel when it dies: the
-router namespace lives only by the launcher's descriptor). A new launcher makes a new router.
-
-Needs root (CAP_NET_ADMIN over both namespaces) and ``nft`` (Debian ``nftables``); where
-either is missing the launcher gives each group a pasta of its own instead (``probe_router``
-says why), never a router without its rules.
+pasta is started once, attached to a *router* network namespace that the launcher holds; each
+group's namespace gets a veth pair to it (``tyg<N>`` on the router, ``eth0`` in the group, a
+/31 of ``GROUP_NETWORK``). ``RULES`` (nftables, loaded once) let a group reach pasta's
+interface only: no group-to-group traffic, nothing to the router itself, reverse-path
+filtered, masqueraded on the way out. A group's veth goes with its namespace; router and pasta
+go with the launcher. Needs root (CAP_NET_ADMIN) and ``nft``; where either is missing the
+launcher gives each group a pasta of its own (``probe_router`` says why), never a router
+without its rules. Layout, rules and addresses: docs/local-backend.md, "Egress router".
 """
 
 from __future__ import annotations

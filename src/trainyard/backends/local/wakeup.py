@@ -1,4 +1,4 @@
-"""The socket through which task runners wake the engine when they write an event (issue 15).
+"""The socket through which task runners wake the engine when they write an event.
 
 The local backend reads facts from each attempt's ``events.jsonl`` at every engine step (a
 tick of ``Engine.poll_interval_s``, 50 ms). To read a start or an exit as it happens, the

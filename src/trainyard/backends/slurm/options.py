@@ -1,21 +1,10 @@
 """The Slurm backend's pool options (``pools.yaml``: ``options:`` of a ``backend: slurm`` pool).
 
-Example::
-
-    slurm-pool:
-      backend: slurm
-      nodes: [{name: gpu-a01, cpu: 64, gpu: 8, memory: 512Gi}, ...]
-      options:
-        partition: batch          # sbatch --partition
-        account: ml               # sbatch --account
-        qos: normal               # sbatch --qos
-        container: apptainer      # run each task's image with `apptainer exec IMAGE`
-        container_args: [--nv]    # put after `apptainer exec`
-        sbatch_args: [--exclusive, --constraint=h100]   # extra sbatch flags, as given
-        srun_args: [--mpi=none]   # extra flags of every srun step
-        requests: [cpu, memory, gpu]                    # resources Slurm is asked for
-        python: /shared/trainyard/.venv/bin/python      # trainyard's python on the nodes
-        slurm_conf: /etc/slurm/slurm.conf               # SLURM_CONF for every Slurm command
+``partition``, ``account``, ``qos`` (sbatch's flags), ``container`` (``apptainer``: each task's
+image runs with ``apptainer exec IMAGE``) and ``container_args``, ``sbatch_args`` and
+``srun_args`` (extra flags, as given), ``requests`` (resources Slurm is asked for),
+``python`` (trainyard's interpreter on the nodes), ``slurm_conf`` (``SLURM_CONF`` for every
+Slurm command). An example: docs/pools.md, "Slurm pool options, an example".
 """
 
 from __future__ import annotations

@@ -2,29 +2,13 @@
 steps, built apart from sending them (STYLE.md #3) so ``--dry-run`` prints exactly what would
 be submitted and golden files pin it.
 
-Shape of the job (sbatch(1), srun(1)):
-
-- one job per gang, one node per task, so Slurm starts the whole gang or nothing. Tasks that
-  ask for the same resources: ``--nodes=N --ntasks-per-node=1`` plus the per-task resources;
-  tasks that differ: a heterogeneous job, one component (``#SBATCH hetjob``) per task, or
-  with ``mixed_resources: max`` one job whose nodes each get the largest request;
-- resources: ``cpu`` -> ``--cpus-per-task`` (rounded up), ``memory`` -> ``--mem`` (MiB,
-  rounded up), ``gpu`` -> ``--gres=gpu:N``; the exec timeout plus ``time_margin_s`` ->
-  ``--time`` (minutes, rounded up); ``--no-requeue`` (a requeued job would run attempts
-  twice); partition, account and qos from the pool;
-- the script learns the nodes Slurm gave each task (``scontrol show hostnames``), maps each
-  node to its address (``NodeAddr``, slurm.conf(5)) and exports ``TRAINYARD_HOSTS``, the JSON
-  object ``{task: address}`` the runner reads through ``TaskRun.hosts_env`` for
-  ``{{host:TASK}}``;
-- one background ``srun`` step per task on its own node (``--relative=I`` or
-  ``--het-group=I``), named after the task, ``--kill-on-bad-exit=0`` (a task's exit is the
-  engine's business, not Slurm's), its output in ``<run_dir>/runner.out``, running
-  ``PYTHON -m trainyard.runner <run_dir>/run.json``; then ``wait``;
-- the job's own output goes to ``<job_dir>/slurm-<jobid>.out``.
-
-Paths reach the script shell-quoted (``shlex.quote``) and sbatch/srun file names with ``%``
-doubled (filename patterns, sbatch(1) "filename pattern"); paths never go on ``#SBATCH`` lines,
-which sbatch does not parse as a shell would: they go on sbatch's command line.
+One job per gang, one node per task (a heterogeneous job where tasks differ, or with
+``mixed_resources: max`` the largest request on each node); ``cpu`` -> ``--cpus-per-task``,
+``memory`` -> ``--mem`` (MiB), ``gpu`` -> ``--gres=gpu:N``, exec timeout + ``time_margin_s`` ->
+``--time`` (minutes), all rounded up; ``--no-requeue``. The script exports ``TRAINYARD_HOSTS``
+(``{task: NodeAddr}``) and runs one ``srun`` step per task. Paths are shell-quoted, ``%``
+doubled in file names, never on ``#SBATCH`` lines. Sources: sbatch(1), srun(1), slurm.conf(5).
+The job's shape in full: docs/pools.md, "Slurm: the batch job".
 """
 
 from __future__ import annotations

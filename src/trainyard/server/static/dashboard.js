@@ -4,7 +4,7 @@
 
 const PREFERRED = ["val_loss", "train_loss", "loss", "val_accuracy", "accuracy",
                    "throughput_images_per_s", "images_per_s"];
-// Charted unless the user picks otherwise: losses, accuracies, throughputs (issue 28).
+// Charted unless the user picks otherwise: losses, accuracies, throughputs.
 const DEFAULT_METRIC = /loss|acc|throughput|per_s$/i;
 const DEFAULT_COUNT = 3;  // charts shown when no metric has such a name
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",

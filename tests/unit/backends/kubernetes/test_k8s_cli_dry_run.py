@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from k8s_support import check_golden, cli, served, validate_strict
+from k8s_support import check_golden, validate_strict
+from served_cli import cli, served
 
 REPO = Path(__file__).resolve().parents[4]
 SPEC = REPO / "examples" / "torchrun_multinode" / "train.yaml"

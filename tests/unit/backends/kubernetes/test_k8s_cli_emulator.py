@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from k8s_emulator import NAMESPACE, Emulator, Kubelet
-from k8s_support import cli, served
+from served_cli import cli, served
 
 REPO = Path(__file__).resolve().parents[4]
 SPEC = REPO / "examples" / "torchrun_multinode" / "train.yaml"
