@@ -107,7 +107,7 @@ def test_logs_of_a_two_node_group_hold_both_tasks(
     )
     texts = [
         line.text
-        for line in Service(slurm_engine.engine).logs(workflow_id, User("admin", admin=True))
+        for line in Service(slurm_engine.engine).logs.read(workflow_id, User("admin", admin=True))
     ]
     assert any(re.search(r" \[lead\] lead on ty-node\d$", t) for t in texts), texts
     assert any(re.search(r" \[other\] other on ty-node\d$", t) for t in texts), texts
