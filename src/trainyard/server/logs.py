@@ -188,7 +188,12 @@ class LogFile:
 
 
 def tail_offset(
-    path: Path, end: int, count: int, *, complete_only: bool = False
+    path: Path,
+    end: int,
+    count: int,
+    *,
+    complete_only: bool = False,
+    hide_task: str | None = None,
 ) -> tuple[int, int]:
     """Where the last ``count`` lines before byte ``end`` of ``path`` start, found by
     reading backwards from ``end`` in blocks.
@@ -199,10 +204,13 @@ def tail_offset(
         count: how many lines.
         complete_only: bytes after the last newline are no line (follow mode), instead of
             a last line without newline.
+        hide_task: the task whose ``[task][detail]`` lines a reader hides (``LogFile``'s
+            ``hide_detail``): they do not count toward ``count`` (``logs -n N`` shows N
+            lines). None: every line counts.
 
     Returns:
         ``(offset, lines)``: the byte offset where they start and how many lines (at most
-        ``count``) lie between it and ``end``.
+        ``count``, hidden ones not counted) lie between it and ``end``.
     """
     if end <= 0 or count <= 0:
         return end, 0
@@ -211,22 +219,62 @@ def tail_offset(
     except FileNotFoundError:
         return end, 0
     with handle:
-        pos, seen, wanted, unfinished = end, 0, None, False
+        return _TailScan(handle, end, count, complete_only, hide_task).run()
+
+
+class _TailScan:
+    """The backward scan of ``tail_offset``: counts the lines that start after each
+    newline found, from the end of the file to its start."""
+
+    def __init__(
+        self, handle: Any, end: int, count: int, complete_only: bool, hide_task: str | None
+    ) -> None:
+        self.handle, self.end, self.count = handle, end, count
+        self.complete_only, self.hide_task = complete_only, hide_task
+        self.head_bytes = 20 + len(f"[{hide_task}][{DETAIL_TAG}] ".encode()) if hide_task else 0
+        self.shown = 0
+
+    def run(self) -> tuple[int, int]:
+        """``(offset, lines)`` as ``tail_offset`` returns them."""
+        pos, past_last_end = self.end, None
         while pos > 0:
             start = max(0, pos - TAIL_BLOCK_BYTES)
-            handle.seek(start)
-            block = handle.read(pos - start)
-            if wanted is None:
-                ends_line = block.endswith(b"\n")
-                wanted = count + 1 if ends_line or complete_only else count
-                unfinished = not ends_line and not complete_only
+            self.handle.seek(start)
+            block = self.handle.read(pos - start)
             index = len(block)
+            if past_last_end is None:
+                # a last line without newline is a line unless only complete lines count
+                past_last_end = not block.endswith(b"\n") and not self.complete_only
             while (index := block.rfind(b"\n", 0, index)) >= 0:
-                seen += 1
-                if seen == wanted:
-                    return start + index + 1, count
+                if not past_last_end:
+                    past_last_end = True  # the newline that ends the last line
+                elif self._counts(block, start, start + index + 1):
+                    return start + index + 1, self.count
             pos = start
-    return 0, seen + 1 if unfinished else seen
+        if past_last_end:
+            self._counts(b"", 0, 0)  # the file's first line
+        return 0, self.shown
+
+    def _counts(self, block: bytes, block_start: int, line_start: int) -> bool:
+        """Count the line starting at ``line_start`` if it is shown; whether ``count``
+        lines are now counted."""
+        if self.hide_task is not None:
+            head = self._head(block, block_start, line_start)
+            if is_detail_line(head, self.hide_task):
+                return False
+        self.shown += 1
+        return self.shown == self.count
+
+    def _head(self, block: bytes, block_start: int, line_start: int) -> bytes:
+        """The first bytes of the line at ``line_start`` (enough to tell a detail line),
+        from ``block`` when it holds them, else read from the file."""
+        offset = line_start - block_start
+        if 0 <= offset and offset + self.head_bytes <= len(block):
+            head = block[offset : offset + self.head_bytes]
+        else:
+            self.handle.seek(line_start)
+            head = self.handle.read(min(self.head_bytes, max(0, self.end - line_start)))
+        return head.split(b"\n", 1)[0]
 
 
 def read_merged(

@@ -623,6 +623,7 @@ def _log_routes(app: FastAPI, service: Service, page: Any) -> None:
                         for k, v in {"task": task, "retry_id": retry_id}.items()
                         if v not in ("", None)
                     }
+                    | {"verbose": "true"}  # the page hides the detail lines unless asked
                 ),
             ),
         )
@@ -634,9 +635,15 @@ def _log_routes(app: FastAPI, service: Service, page: Any) -> None:
         task: str | None = None,
         retry_id: int | None = None,
         lines: Annotated[int, Query(ge=1, le=100_000)] = 5000,
+        verbose: bool = False,
     ) -> Response:
         cursor = service.logs.open_follow(
-            workflow_id, viewer.user, task=task or None, retry_id=retry_id, last_lines=lines
+            workflow_id,
+            viewer.user,
+            task=task or None,
+            retry_id=retry_id,
+            last_lines=lines,
+            verbose=verbose,
         )  # 404/403 now
         slots: StreamSlots = app.state.stream_slots
         slots.take(viewer.user.name)  # 429 beyond the user's cap, before the stream starts

@@ -317,14 +317,18 @@ def _start_at_last(
     files: list[LogFile], ends: dict[Path, int], count: int | None, *, complete_only: bool
 ) -> int:
     """With ``count``: move each file's offset to where its last ``count`` lines start (read
-    from its end) and return how many lines of the merge to skip so that ``count`` are left;
-    0 (and offsets kept) without it."""
+    from its end; lines the file hides do not count) and return how many lines of the merge
+    to skip so that ``count`` are left; 0 (and offsets kept) without it."""
     if not count:
         return 0
     total = 0
     for log in files:
         log.offset, lines = tail_offset(
-            log.path, ends[log.path], count, complete_only=complete_only
+            log.path,
+            ends[log.path],
+            count,
+            complete_only=complete_only,
+            hide_task=log.task if log.hide_detail else None,
         )
         total += lines
     return max(0, total - count)

@@ -45,3 +45,19 @@ def test_query_verbose_shows_how_each_task_is_isolated(server: Server, tmp_path:
     text = server.main("workflow", "query", workflow_id, "--verbose")
     assert text.code == 0, text.err
     assert "Isolation of t retry 0:" in text.out and task["isolation"][0][:40] in text.out
+
+
+def test_logs_n_counts_the_lines_it_shows(server: Server, tmp_path: Path) -> None:
+    """``logs -n N`` shows N lines (the hidden detail lines do not count); with
+    ``--verbose`` the detail lines are shown and count."""
+    workflow_id = _submitted(server, tmp_path)
+    quiet = server.logs(workflow_id, "--no-follow").splitlines()
+    loud = server.logs(workflow_id, "--no-follow", "--verbose").splitlines()
+    assert len(loud) > len(quiet) >= 2, (quiet, loud)
+    for count in range(1, len(quiet) + 1):
+        shown = server.logs(workflow_id, "--no-follow", "-n", str(count)).splitlines()
+        assert shown == quiet[-count:], (count, shown)
+    everything = server.logs(workflow_id, "--no-follow", "-n", str(len(loud))).splitlines()
+    assert everything == quiet
+    last = server.logs(workflow_id, "--no-follow", "--verbose", "-n", str(len(loud) - 1))
+    assert last.splitlines() == loud[1:]

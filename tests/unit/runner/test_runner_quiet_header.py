@@ -9,7 +9,7 @@ from pathlib import Path
 from runner_support import MakeRun, execute, log_text
 
 from trainyard.runner.report import parse_line
-from trainyard.server.logs import LogFile, read_merged
+from trainyard.server.logs import LogFile, read_merged, tail_offset
 
 LONG = (
     "local backend on local-0: bubblewrap sandbox (own writable /, pid/ipc/uts/user "
@@ -72,3 +72,28 @@ def test_log_readers_hide_detail_lines_unless_verbose(tmp_path: Path) -> None:
     full = [line.text for line in read_merged([LogFile("t1", 0, log)], ends, follow=False)]
     assert len(quiet) == 2 and not any("long words" in t for t in quiet), quiet
     assert len(full) == 3
+
+
+def test_the_last_lines_count_only_the_lines_shown(tmp_path: Path) -> None:
+    """``logs -n N`` without ``--verbose``: the hidden detail lines do not count toward N,
+    also across the backward reader's blocks."""
+    log = tmp_path / "task.log"
+    head = "2026/11/27 01:00:00 [t1][trainyard] workflow wf task t1 retry 0: local-0\n"
+    detail = "".join(
+        f"2026/11/27 01:00:00 [t1][detail] detail {i} {'x' * 3000}\n" for i in range(40)
+    )
+    body = "".join(f"2026/11/27 01:00:01 [t1] out {i}\n" for i in range(3))
+    log.write_text(head + detail + body)
+    end = log.stat().st_size
+    for count in (1, 3, 4, 10):
+        offset, lines = tail_offset(log, end, count, hide_task="t1")
+        shown = [
+            line.text
+            for line in read_merged(
+                [LogFile("t1", 0, log, offset=offset, hide_detail=True)], {log: end}, follow=False
+            )
+        ]
+        assert lines == len(shown) == min(count, 4), (count, lines, shown)
+        assert shown[-1].endswith("out 2")
+    offset, lines = tail_offset(log, end, 4)
+    assert lines == 4 and "out 0" in log.read_bytes()[offset:].decode().splitlines()[-3]

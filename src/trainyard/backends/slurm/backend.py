@@ -411,6 +411,20 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
             attempt.done = True
         return facts
 
+    def _behind(self, job_id: str, reason: str) -> list[str]:
+        """The running jobs a job pending for ``Resources`` waits behind, in words (none for
+        another reason, or when squeue cannot say: the reason is shown without them)."""
+        if reason.split(",")[0].strip() != "Resources":
+            return []
+        try:
+            holders = self.commands.holders(job_id)
+        except BackendError as exc:
+            log.warning(
+                "slurm backend: cannot ask squeue what job %s waits behind: %s", job_id, exc
+            )
+            return []
+        return [f"Slurm job {h.job_id} '{h.name}' of {h.user} on {h.nodes}" for h in holders]
+
     def _check_jobs(self, live: list[_Attempt]) -> list[TaskFact]:
         try:
             for attempt in live:
@@ -439,7 +453,11 @@ class SlurmBackend(Backend[SlurmBatchRequest]):
                 return []
             return [self._gone(attempt, UNKNOWN, "no record of this attempt's Slurm job")]
         state, reason = states.get(attempt.job_id, (UNKNOWN, ""))
-        attempt.waiting = pending_reason(attempt.job_id, reason) if state == "PENDING" else ""
+        attempt.waiting = (
+            pending_reason(attempt.job_id, reason, self._behind(attempt.job_id, reason))
+            if state == "PENDING"
+            else ""
+        )
         job_steps = steps.get(attempt.job_id, {})
         if attempt.stop_pending and attempt.key.task in job_steps:
             self._cancel(job_steps[attempt.key.task])

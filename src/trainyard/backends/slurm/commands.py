@@ -12,8 +12,10 @@ working directory, sbatch's ``--chdir``) to tell jobs of the same name apart.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from trainyard.errors import BackendError
 
@@ -25,6 +27,9 @@ __all__ = [
     "parse_sacct",
     "parse_workdirs",
     "base_job_id",
+    "expand_hostlist",
+    "parse_holders",
+    "Holder",
 ]
 
 
@@ -83,6 +88,57 @@ def parse_workdirs(stdout: str) -> dict[str, str]:
         if sep and job_id.strip():
             dirs.setdefault(base_job_id(job_id.strip()), workdir)
     return dirs
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A running Slurm job on nodes that a pending job may use: what it waits behind."""
+
+    job_id: str
+    name: str
+    user: str
+    nodes: str
+    """Its node list as squeue prints it (``ty-node[1-2]``)."""
+
+
+_RANGE = re.compile(r"^(?P<head>[^\[\]]*)\[(?P<body>[^\[\]]+)\](?P<tail>[^\[\]]*)$")
+
+
+def expand_hostlist(hostlist: str) -> set[str]:
+    """Slurm's compressed node list as names: ``ty-node[1-2,5],gpu3`` -> ``{ty-node1,
+    ty-node2, ty-node5, gpu3}`` (ranges keep their zero padding: ``n[01-02]`` -> ``n01,
+    n02``); a part in another shape is taken as a name. Source: hostlist syntax, slurm.conf(5)
+    "NodeName"."""
+    names: set[str] = set()
+    for part in re.split(r",(?![^\[]*\])", hostlist.strip()):
+        found = _RANGE.match(part)
+        if not found:
+            names.update([part] if part else [])
+            continue
+        for piece in found["body"].split(","):
+            low, _, high = piece.partition("-")
+            numbers = [low] if not high else _span(low, high)
+            names.update(f"{found['head']}{n}{found['tail']}" for n in numbers)
+    return names
+
+
+def _span(low: str, high: str) -> list[str]:
+    if not (low.isdigit() and high.isdigit()) or int(high) - int(low) > 100_000:
+        return [f"{low}-{high}"]
+    return [str(n).zfill(len(low)) for n in range(int(low), int(high) + 1)]
+
+
+def parse_holders(stdout: str, wanted: set[str] | None) -> list[Holder]:
+    """``%i|%j|%u|%N`` lines of running jobs -> the jobs on any of the nodes ``wanted``
+    (None: every job), in squeue's order."""
+    holders = []
+    for line in stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 4 or not parts[0]:
+            continue
+        if wanted is None or expand_hostlist(parts[3]) & wanted:
+            holders.append(Holder(base_job_id(parts[0]), parts[1], parts[2], parts[3]))
+    return holders
 
 
 class SlurmCommands:
@@ -156,6 +212,26 @@ class SlurmCommands:
         except BackendError:
             return {}
         return parse_sacct(done.stdout) if done.returncode == 0 else {}
+
+    def holders(self, job_id: str) -> list[Holder]:
+        """The running jobs that the pending job ``job_id`` waits behind: those of its
+        partition on the nodes it asked for (squeue ``%n``), or on any node of the partition
+        when it asked for none. Raises BackendError when squeue fails."""
+        asked = self._squeue([job_id], [], "%P|%n").strip().splitlines()
+        if not asked:
+            return []
+        partition, _, nodes = asked[0].partition("|")
+        running = self._run(
+            [
+                "squeue",
+                "--noheader",
+                "--states=RUNNING",
+                f"--partition={partition.strip()}",
+                "--format=%i|%j|%u|%N",
+            ]
+        ).stdout
+        wanted = expand_hostlist(nodes) if nodes.strip() and nodes.strip() != "(null)" else None
+        return [h for h in parse_holders(running, wanted) if h.job_id != job_id]
 
     def jobs_named(self, name: str) -> dict[str, str]:
         """{job id: working directory} of the jobs squeue knows (any state) named ``name``.

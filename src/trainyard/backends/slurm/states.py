@@ -12,6 +12,8 @@ attempt without an EXITED event gets. A state missing from the table (a newer Sl
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from trainyard.backends.base import FactKind
 
 __all__ = [
@@ -98,12 +100,29 @@ PENDING_REASONS: dict[str, str] = {
 reason not here is shown in Slurm's word only."""
 
 
-def pending_reason(job_id: str, reason: str) -> str:
+BEHIND_SHOWN = 3
+"""How many of the jobs a pending job waits behind its reason names (then ``and N more``)."""
+
+
+def pending_reason(job_id: str, reason: str, behind: Sequence[str] = ()) -> str:
     """One line for the waiting reason of a gang whose Slurm job is PENDING.
+
+    Args:
+        job_id: the pending job.
+        reason: squeue's ``%r``.
+        behind: the running jobs it waits behind, each in words (``Slurm job 6 'hog' of
+            alice on ty-node1``); the first ``BEHIND_SHOWN`` are named.
 
     >>> pending_reason("7", "Priority")
     "Slurm job 7 is PENDING (Priority): jobs of higher priority are ahead of it in the partition's queue"
+    >>> pending_reason("7", "Resources", ["Slurm job 6 'hog' of bob on n1"]).split("; ")[1]
+    "behind Slurm job 6 'hog' of bob on n1"
     """
     words = PENDING_REASONS.get(reason.split(",")[0].strip())
     plain = f": {words}" if words else ""
-    return f"Slurm job {job_id} is PENDING ({reason or 'no reason given'}){plain}"
+    line = f"Slurm job {job_id} is PENDING ({reason or 'no reason given'}){plain}"
+    if behind:
+        more = len(behind) - BEHIND_SHOWN
+        line += "; behind " + ", ".join(behind[:BEHIND_SHOWN])
+        line += f" and {more} more" if more > 0 else ""
+    return line

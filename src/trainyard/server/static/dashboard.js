@@ -12,7 +12,50 @@ const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"
 
 // What the chart controls say; kept across refreshes (null: the defaults).
 const view = { chosen: null, smooth: 0, log: false, x: "data", plots: [], part: "",
-               curvesKey: null, usageKey: null };
+               curvesKey: null, usageKey: null, saved: null };
+
+// The chart choices are kept in the browser (localStorage) across page loads, one set for
+// every workflow and /compare: a user's way of looking at curves (log scale, smoothing, time
+// axis) is a habit, and runs of one trainer share their metric names, so a choice made on
+// one run applies to the next run at once (per workflow, each new run would start from the
+// defaults again). Metrics a page does not have are ignored there; none left: the defaults.
+const CHART_CHOICES = "trainyard.charts";
+const LOG_DETAIL = "trainyard.logs.detail";
+
+function stored(key) {
+  try { return window.localStorage.getItem(key); } catch (e) { return null; }
+}
+
+function store(key, value) {
+  try { window.localStorage.setItem(key, value); } catch (e) { /* storage off: not kept */ }
+}
+
+function loadChartChoices() {
+  let saved = null;
+  try { saved = JSON.parse(stored(CHART_CHOICES) || "null"); } catch (e) { saved = null; }
+  if (!saved || typeof saved !== "object") return;
+  if (Array.isArray(saved.chosen)) view.saved = saved.chosen.map(String);
+  const smoothing = Number(saved.smooth);
+  if (smoothing >= 0 && smoothing <= 0.99) view.smooth = smoothing;
+  view.log = saved.log === true;
+  if (saved.x === "time" || saved.x === "data") view.x = saved.x;
+}
+
+// Save the controls; the picker keeps the saved metrics this page does not show (`names`).
+function saveChartChoices(names) {
+  const here = new Set(names);
+  const elsewhere = (view.saved || []).filter((n) => !here.has(n));
+  const chosen = view.chosen ? [...elsewhere, ...view.chosen] : view.saved;
+  view.saved = chosen;
+  store(CHART_CHOICES, JSON.stringify({ chosen, smooth: view.smooth, log: view.log, x: view.x }));
+}
+
+// The saved picker's metrics among `names` (null: none saved, or none of them here).
+function savedChoice(names) {
+  if (!view.saved) return null;
+  const chosen = names.filter((n) => view.saved.includes(n));
+  return chosen.length ? new Set(chosen) : null;
+}
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -122,6 +165,7 @@ function defaultChoice(names, constant) {
 
 // The controls above the curves: which metrics, smoothing, log scale.
 function controls(parent, names, constant, chosen, redraw, runs) {
+  const changed = () => { saveChartChoices(names); redraw(); };
   const bar = el("div", "chart-controls");
   bar.id = "chart-controls";
   const picker = el("fieldset", "chart-picker");
@@ -134,7 +178,7 @@ function controls(parent, names, constant, chosen, redraw, runs) {
     Object.assign(box, { type: "checkbox", name: "metric", value: name, checked: chosen.has(name) });
     box.addEventListener("change", () => {
       view.chosen = new Set([...picker.querySelectorAll("input:checked")].map((i) => i.value));
-      redraw();
+      changed();
     });
     label.append(box, ` ${name}`);
     if (constant.has(name)) label.appendChild(el("small", "constant", " (constant)"));
@@ -149,13 +193,13 @@ function controls(parent, names, constant, chosen, redraw, runs) {
   slider.addEventListener("input", () => {
     view.smooth = Number(slider.value);
     shown.textContent = view.smooth.toFixed(2);
-    redraw();
+    changed();
   });
   smoothing.append(slider, " ", shown);
   const log = el("label", "log-scale");
   const logBox = el("input");
   Object.assign(logBox, { type: "checkbox", id: "chart-log", checked: view.log });
-  logBox.addEventListener("change", () => { view.log = logBox.checked; redraw(); });
+  logBox.addEventListener("change", () => { view.log = logBox.checked; changed(); });
   log.append(logBox, " log scale");
   bar.append(picker, smoothing, log);
   if (hasTimes(runs)) {  // the rows carry a time too: step (or epoch) or time, as the user likes
@@ -169,7 +213,7 @@ function controls(parent, names, constant, chosen, redraw, runs) {
       option.selected = view.x === value;
       select.appendChild(option);
     }
-    select.addEventListener("change", () => { view.x = select.value; redraw(); });
+    select.addEventListener("change", () => { view.x = select.value; changed(); });
     axis.appendChild(select);
     bar.appendChild(axis);
   }
@@ -199,7 +243,7 @@ function drawCurves(parent, allRuns, redraw) {
   if (!allRuns.length) return;
   const runs = view.x === "time" ? onTime(allRuns) : allRuns;
   const { table, names, constant } = metricTable(runs);
-  const chosen = view.chosen || defaultChoice(names, constant);
+  const chosen = view.chosen || savedChoice(names) || defaultChoice(names, constant);
   const section = el("div", "charts curves");
   section.appendChild(el("h3", null, "Training curves"));
   parent.appendChild(section);
@@ -280,26 +324,42 @@ function followLogs(pre) {
   const count = document.getElementById("log-count");
   const state = document.getElementById("log-state");
   const tail = document.getElementById("log-tail");
-  let total = 0;
+  // The runner's isolation detail lines: hidden unless asked (as `workflow logs` without
+  // --verbose); the choice is kept in the browser across page loads.
+  const detail = document.getElementById("log-detail");
+  detail.checked = stored(LOG_DETAIL) === "1";
+  const listed = (node) => detail.checked || !node.classList.contains("detail");
   const matches = (node) => !search.value ||
     node.textContent.toLowerCase().includes(search.value.toLowerCase());
+  let total = 0;
+  const counted = () => {
+    count.textContent = search.value ? count.textContent : `${total} lines`;
+  };
   const recount = () => {
     let shown = 0;
-    for (const node of pre.children) { node.hidden = !matches(node); shown += node.hidden ? 0 : 1; }
+    total = 0;
+    for (const node of pre.children) {
+      const on = listed(node);
+      node.hidden = !on || !matches(node);
+      total += on ? 1 : 0;
+      shown += node.hidden ? 0 : 1;
+    }
     count.textContent = search.value ? `${shown} of ${total} lines` : `${total} lines`;
   };
   search.addEventListener("input", recount);
+  detail.addEventListener("change", () => { store(LOG_DETAIL, detail.checked ? "1" : "0"); recount(); });
   const source = new EventSource(pre.dataset.stream);
   source.onopen = () => { state.textContent = "following"; };
   source.onmessage = (event) => {
     const line = JSON.parse(event.data);
     const when = line.time ? Date.parse(line.time) : NaN;
     const time = Number.isNaN(when) ? "" : utc(when / 1000);
-    const node = el("span", "line", `${time} [${line.task}#${line.retry_id}] ${line.line}\n`);
-    node.hidden = !matches(node);
+    const node = el("span", line.source === "detail" ? "line detail" : "line",
+                    `${time} [${line.task}#${line.retry_id}] ${line.line}\n`);
+    node.hidden = !listed(node) || !matches(node);
     pre.appendChild(node);
-    total += 1;
-    count.textContent = search.value ? count.textContent : `${total} lines`;
+    total += listed(node) ? 1 : 0;
+    counted();
     if (tail.checked) pre.scrollTop = pre.scrollHeight;
   };
   source.addEventListener("end", () => {
@@ -324,6 +384,7 @@ document.addEventListener("submit", (event) => {
 });
 
 document.addEventListener("DOMContentLoaded", () => {
+  loadChartChoices();
   const charts = document.getElementById("charts");
   if (charts && charts.dataset.metricsUrl) followCharts(charts);
   if (charts && charts.dataset.runs) {

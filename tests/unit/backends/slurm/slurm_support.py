@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trainyard.backends.base import TaskKey, TaskLaunch, TaskResources
-from trainyard.backends.slurm.commands import SlurmCommands
+from trainyard.backends.slurm.commands import Holder, SlurmCommands
 from trainyard.errors import BackendError
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -87,6 +87,7 @@ class FakeSlurm(SlurmCommands):
     crash: str | None = None
     next_id: int = 100
     named: dict[str, tuple[str, str]] = field(default_factory=dict)  # job -> (name, workdir)
+    holding: list[Holder] = field(default_factory=list)  # running jobs pending ones wait behind
 
     def __post_init__(self) -> None:
         super().__init__(None)
@@ -120,6 +121,12 @@ class FakeSlurm(SlurmCommands):
     def steps(self, job_ids: Any) -> dict[str, dict[str, str]]:
         self.calls.append(("steps", *sorted(job_ids)))
         return {j: self.step_names[j] for j in job_ids if j in self.step_names}
+
+    def holders(self, job_id: str) -> list[Holder]:
+        self.calls.append(("holders", job_id))
+        if self.squeue_down:
+            raise BackendError("squeue exited 1: Unable to contact slurm controller")
+        return list(self.holding)
 
     def cancel(self, target: str) -> None:
         self.calls.append(("scancel", target))

@@ -10,6 +10,7 @@ from slurm_support import FakeSlurm, launches
 
 from trainyard.backends.base import TaskResources
 from trainyard.backends.slurm import SlurmBackend
+from trainyard.backends.slurm.commands import Holder, expand_hostlist, parse_holders
 from trainyard.backends.slurm.states import pending_reason
 from trainyard.pools import NodeSpec, Pool
 
@@ -60,3 +61,34 @@ def test_a_pending_job_gives_its_tasks_a_waiting_reason_until_it_runs(
     fake.step_names["100"] = {"t": "100.0"}
     backend.poll()
     assert backend.waiting_reason(key) == ""
+
+
+def test_a_job_waiting_for_resources_names_the_jobs_it_waits_behind(
+    backend: SlurmBackend, fake: FakeSlurm
+) -> None:
+    group = launches(backend.home, {"t": TaskResources(cpu=1)})
+    backend.start_group(group)
+    key = group[0].key
+    fake.holding = [Holder("7", "gpu-hog", "bob", "ty-node1")]
+    fake.states["100"] = ("PENDING", "Resources")
+    backend.poll()
+    why = backend.waiting_reason(key)
+    assert why.startswith("Slurm job 100 is PENDING (Resources): it waits for resources"), why
+    assert why.endswith("; behind Slurm job 7 'gpu-hog' of bob on ty-node1"), why
+    fake.states["100"] = ("PENDING", "BeginTime")  # another reason: nobody to wait behind
+    backend.poll()
+    assert "behind" not in backend.waiting_reason(key)
+    fake.states["100"], fake.squeue_down = ("PENDING", "Resources"), False
+    fake.holding = [Holder(str(j), "j", "u", "n1") for j in range(5)]
+    backend.poll()
+    assert backend.waiting_reason(key).endswith("Slurm job 2 'j' of u on n1 and 2 more")
+
+
+def test_hostlists_and_running_jobs_are_read_from_squeues_words() -> None:
+    assert expand_hostlist("ty-node[1-2,5],gpu3") == {"ty-node1", "ty-node2", "ty-node5", "gpu3"}
+    assert expand_hostlist("n[08-10]") == {"n08", "n09", "n10"}
+    assert expand_hostlist("") == set()
+    running = "7|hog|bob|ty-node[1-2]\n8|small|ann|ty-node2\n\n9|far|cy|other1\n"
+    assert [h.job_id for h in parse_holders(running, {"ty-node1"})] == ["7"]
+    assert [h.job_id for h in parse_holders(running, None)] == ["7", "8", "9"]
+    assert parse_holders(running, {"ty-node2"})[1] == Holder("8", "small", "ann", "ty-node2")
