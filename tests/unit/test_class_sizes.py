@@ -1,5 +1,5 @@
 """No class does everything, in the packages held so far (``SCOPE``: the engine, the runner,
-every backend and the data layer): at most ``MAX_METHODS`` methods in one class, in the engine
+every backend, the data layer and the server): at most ``MAX_METHODS`` methods in one class, in the engine
 its inherited ones included (``INHERITED``: bases found in the package, followed through
 ``from trainyard.X import Y``), so a chain of mixins sharing one object counts as the one class
 it is; and at most ``MAX_LINES`` lines in one module, but for the ones named in ``KNOWN_*`` (not
@@ -20,6 +20,8 @@ MAX_METHODS = 25
 MAX_LINES = 800
 """Lines one module may have."""
 
+# server/ has no known exception (server/service.py:Service had 41 methods in 1,550 lines
+# before it was split by subject).
 KNOWN_CLASSES = {
     "backends/kubernetes/backend.py:KubernetesBackend": 32,
     "backends/slurm/backend.py:SlurmBackend": 30,  # 29 until main added one (pending reason)
@@ -113,7 +115,7 @@ def too_long(root: Path) -> list[str]:
 
 
 PACKAGE = Path(trainyard.__file__).parent
-SCOPE = ("engine/", "runner/", "backends/", "data/")
+SCOPE = ("engine/", "runner/", "backends/", "data/", "server/")
 """Folders of the package held to the bounds; names stay relative to the package."""
 
 INHERITED = ("engine/",)

@@ -53,10 +53,12 @@ from trainyard.server.answers import (
 )
 from trainyard.server.auth import TokenRegistry, User, refuse_task_token
 from trainyard.server.bodylimit import MAX_BODY_BYTES, DeclaredTooLarge, on_body_too_large
+from trainyard.server.logs import LogLine
 from trainyard.server.osmo_filters import ListFilters, TaskFilters
-from trainyard.server.schema import check_app_name
+from trainyard.server.schema import SpecRequest, check_app_name
 from trainyard.server.scopes import check_task_scope
-from trainyard.server.service import LogLine, Service, SpecRequest, iso, spec_error_json
+from trainyard.server.service import Service
+from trainyard.server.shapes import iso, spec_error_json
 from trainyard.server.streams import (
     LogFeeds,
     LogReaders,
@@ -237,7 +239,7 @@ def _routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/workflow/validate", response_model=None)
     def validate(req: SpecRequest, u: Caller) -> ValidateAnswer:
-        loaded = service.validate(req, u)
+        loaded = service.submissions.validate(req, u)
         return {
             "valid": True,
             "name": loaded.workflow.name,
@@ -251,7 +253,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         _u: Caller,
         fmt: Annotated[Literal["text", "json"], Query(alias="format")] = "text",
     ) -> PlainTextResponse | dict[str, Any]:
-        loaded = service.load(req)
+        loaded = service.submissions.load(req)
         if fmt == "json":
             return {"spec": loaded.rendered_text, "warnings": loaded.warnings_json()}
         return PlainTextResponse(loaded.rendered_text)
@@ -260,14 +262,14 @@ def _routes(app: FastAPI, service: Service) -> None:
     def submit(req: SpecRequest, u: Caller, dry_run: bool = False) -> dict[str, Any]:
         req = req.model_copy(update={"app": None})  # only app submit names its app
         if dry_run:
-            return service.dry_run(req, u)
-        return service.submit(req, u)
+            return service.submissions.dry_run(req, u)
+        return service.submissions.submit(req, u)
 
     @app.post("/api/workflow/{workflow_id}/resubmit")
     def resubmit(
         workflow_id: str, u: Caller, req: SpecRequest | None = None, dry_run: bool = False
     ) -> dict[str, Any]:
-        return service.resubmit(workflow_id, u, req, dry_run=dry_run)
+        return service.submissions.resubmit(workflow_id, u, req, dry_run=dry_run)
 
     @app.get("/api/workflow")
     def list_workflows(
@@ -292,7 +294,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         filters = ListFilters(
             tags=tag or [], priorities=priority or [], app=app_name, no_labels=no_label or []
         )
-        return service.list_workflows(
+        return service.reads.list_workflows(
             u,
             statuses=status,
             name=name,
@@ -311,12 +313,12 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/api/tag")
     def tags(u: Caller) -> list[str]:
         """OSMO's ``workflow tag`` without ``-w``: the tags in use."""
-        return service.tags(u)
+        return service.reads.tags(u)
 
     @app.post("/api/tag", response_model=None)
     def tag(req: TagRequest, u: Caller) -> list[TagAnswer]:
         """OSMO's ``workflow tag -w ID... --add T... --remove T...``."""
-        return service.tag(req.workflows, u, add=req.add, remove=req.remove)
+        return service.control.tag(req.workflows, u, add=req.add, remove=req.remove)
 
     @app.get("/api/workflow/{workflow_id}")
     def query(
@@ -328,7 +330,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         known: str | None = None,
         isolation: bool = False,
     ) -> Mapping[str, Any]:  # answers.WorkflowAnswer
-        data, key = service.query_when_changed(
+        data, key = service.reads.query_when_changed(
             workflow_id, u, known=known, wait_s=wait_s, verbose=verbose, isolation=isolation
         )
         response.headers[PROGRESS_HEADER] = key
@@ -336,7 +338,7 @@ def _routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/api/workflow/{workflow_id}/spec", response_class=PlainTextResponse)
     def stored_spec(workflow_id: str, u: Caller, template: bool = False) -> str:
-        return service.stored_spec(workflow_id, u, template=template)
+        return service.submissions.stored_spec(workflow_id, u, template=template)
 
     @app.get("/api/workflow/{workflow_id}/logs")
     def logs(
@@ -353,7 +355,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         media = "application/x-ndjson" if fmt == "json" else "text/plain"
         readers: LogReaders = app.state.log_readers
         if not follow:
-            stream = service.logs(
+            stream = service.logs.read(
                 workflow_id,
                 u,
                 task=task,
@@ -365,7 +367,7 @@ def _routes(app: FastAPI, service: Service) -> None:
             return StreamingResponse(
                 iterate_in_readers(_log_chunks(stream, fmt), readers), media_type=media
             )
-        cursor = service.open_follow(
+        cursor = service.logs.open_follow(
             workflow_id,
             u,
             task=task,
@@ -386,7 +388,7 @@ def _routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/api/workflow/{workflow_id}/events", response_model=None)
     def events(workflow_id: str, u: Caller) -> list[EventAnswer]:
-        return service.events(workflow_id, u)
+        return service.reads.events(workflow_id, u)
 
     @app.get("/api/task", response_model=None)
     def tasks(
@@ -420,56 +422,56 @@ def _routes(app: FastAPI, service: Service) -> None:
             if osmo
             else None
         )
-        return service.tasks(u, workflow_id=workflow, count=count, filters=filters)
+        return service.reads.tasks(u, workflow_id=workflow, count=count, filters=filters)
 
     @app.post("/api/workflow/{workflow_id}/cancel", response_model=None)
     def cancel(
         workflow_id: str, u: Caller, message: str | None = None, force: bool = False
     ) -> CancelAnswer:
-        return service.cancel(workflow_id, u, message=message, force=force)
+        return service.control.cancel(workflow_id, u, message=message, force=force)
 
     @app.post("/api/workflow/{workflow_id}/task/{task}/entry", response_model=None)
     def task_entry(
         workflow_id: str, task: str, u: Caller, retry_id: int | None = None
     ) -> TaskEntryAnswer:
         """How the CLI enters a running task (``workflow exec|port-forward|rsync``)."""
-        return service.task_entry(workflow_id, task, u, retry_id=retry_id)
+        return service.control.task_entry(workflow_id, task, u, retry_id=retry_id)
 
     @app.post("/api/workflow/delete", response_model=None)
     def delete(req: DeleteRequest, u: Caller) -> DeleteAnswer:
-        return service.delete(req.ids, u)
+        return service.control.delete(req.ids, u)
 
     @app.post("/api/workflow/prune", response_model=None)
     def prune(req: PruneRequest, u: Caller) -> PruneAnswer:
-        return service.prune(req.older_than_s, u, dry_run=req.dry_run, limit=req.limit)
+        return service.control.prune(req.older_than_s, u, dry_run=req.dry_run, limit=req.limit)
 
     @app.post("/api/workflow/{workflow_id}/restart", response_model=None)
     def restart(workflow_id: str, u: Caller, pool: str | None = None) -> WorkflowSummary:
-        return service.restart(workflow_id, u, pool=pool)
+        return service.control.restart(workflow_id, u, pool=pool)
 
     @app.post("/api/credentials/{name}", response_model=None)
     def set_credential(name: str, req: CredentialRequest, u: Caller) -> CredentialAnswer:
-        return service.set_credential(u, name, req.type, req.payload)
+        return service.credentials.save(u, name, req.type, req.payload)
 
     @app.get("/api/credentials", response_model=None)
     def list_credentials(u: Caller) -> list[CredentialAnswer]:
-        return service.list_credentials(u)
+        return service.credentials.list_for(u)
 
     @app.delete("/api/credentials/{name}", response_model=None)
     def delete_credential(name: str, u: Caller) -> DeletedAnswer:
-        return service.delete_credential(u, name)
+        return service.credentials.delete(u, name)
 
     @app.get("/api/pool", response_model=None)
     def pools(_u: Caller) -> list[PoolAnswer]:
-        return service.pools()
+        return service.pools.summaries()
 
     @app.post("/api/pool/reload", response_model=None)
     def reload_pools(_u: Caller) -> PoolReloadAnswer:
-        return service.refresh_pools(force=True)
+        return service.pools.refresh(force=True)
 
     @app.get("/api/resource", response_model=None)
     def resources(_u: Caller, pool: str | None = None) -> list[ResourceAnswer]:
-        return service.resources(pool)
+        return service.pools.resources(pool)
 
 
 DESCRIPTION_KEY = "../trainyard:description"
@@ -509,7 +511,7 @@ def _app_routes(app: FastAPI, service: Service) -> None:
         latest = _latest_app(store, name)
         if update and latest is None:
             store.get_app(name)  # raises NotFoundError, naming the command that lists them
-        loaded = service.load(
+        loaded = service.submissions.load(
             SpecRequest(
                 spec_text=req.spec_text,
                 files=req.files,
@@ -577,7 +579,9 @@ def _app_routes(app: FastAPI, service: Service) -> None:
                 "app": f"{a.name}:{a.version}",
             }
         )
-        return service.dry_run(full, u) if dry_run else service.submit(full, u)
+        return (
+            service.submissions.dry_run(full, u) if dry_run else service.submissions.submit(full, u)
+        )
 
     @app.delete("/api/app/{name}", response_model=None)
     def delete(name: str, u: Caller, version: int | None = None) -> AppDeletedAnswer:

@@ -122,7 +122,7 @@ class TaskFilters:
     offset: int = 0
 
     def keep(self, row: Mapping[str, Any]) -> bool:
-        """Whether a task row (``Service.tasks``' shape) passes every filter."""
+        """Whether a task row (``WorkflowReads.tasks``' shape) passes every filter."""
         from datetime import datetime
 
         started = row.get("start_time")

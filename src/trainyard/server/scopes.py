@@ -28,13 +28,16 @@ TASK_TOKEN_ROUTES: frozenset[Route] = frozenset(
     {
         ("GET", "/api/version"),
         ("GET", "/api/whoami"),
-        ("GET", "/api/workflow"),  # lists the token's own workflow only (Service.list_workflows)
+        (
+            "GET",
+            "/api/workflow",
+        ),  # lists the token's own workflow only (WorkflowReads.list_workflows)
         ("GET", "/api/workflow/{workflow_id}"),
         ("GET", "/api/workflow/{workflow_id}/spec"),
         ("GET", "/api/workflow/{workflow_id}/logs"),
         ("GET", "/api/workflow/{workflow_id}/events"),
         ("GET", "/api/workflow/{workflow_id}/metrics"),
-        ("GET", "/api/task"),  # the token's own workflow's tasks only (Service.tasks)
+        ("GET", "/api/task"),  # the token's own workflow's tasks only (WorkflowReads.tasks)
         ("GET", "/api/pool"),
         ("GET", "/api/resource"),
         ("GET", "/"),  # the dashboard's list: the token's own workflow only

@@ -30,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from trainyard.errors import TooBusyError
 from trainyard.server.logs import LogLine
-from trainyard.server.service import FOLLOW_BATCH_BYTES, LogCursor
+from trainyard.server.workflow_logs import FOLLOW_BATCH_BYTES, LogCursor
 
 __all__ = [
     "READER_THREADS",

@@ -36,7 +36,7 @@ from trainyard.server import dashboard
 from trainyard.server.answers import LoginLinkAnswer
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.scopes import check_task_scope
-from trainyard.server.service import LogCursor, Service
+from trainyard.server.service import Service
 from trainyard.server.streams import (
     LogFeeds,
     LogReaders,
@@ -45,6 +45,7 @@ from trainyard.server.streams import (
     follow_chunks,
     sse_events,
 )
+from trainyard.server.workflow_logs import LogCursor
 from trainyard.status import WorkflowStatus
 
 __all__ = ["add_dashboard", "SESSION_COOKIE", "WebSessions", "PAGE_SIZES"]
@@ -437,7 +438,7 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
         workflow_id: str, request: Request, viewer: Look, msg: str = "", sig: str = ""
     ) -> HTMLResponse:
         msg = msg if msg and hmac.compare_digest(sig, _sign(request, msg)) else ""
-        data = service.query(workflow_id, viewer.user, verbose=True)
+        data = service.reads.query(workflow_id, viewer.user, verbose=True)
         state = service.engine.state(workflow_id)
         run_dir = _run_dir(service, workflow_id)
         bars = dashboard.timeline(state, run_dir, time.time())
@@ -451,7 +452,7 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
             bars=bars,
             gantt=_gantt(bars),
             msg=msg,
-            spec=service.stored_spec(workflow_id, viewer.user),
+            spec=service.submissions.stored_spec(workflow_id, viewer.user),
             usage=dashboard.usage_summary(dashboard.usage(state, run_dir)),
             ended=state.status.is_terminal(),
             timing=_timing(state, time.time()),
@@ -461,8 +462,8 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
     async def act(workflow_id: str, action: str, request: Request, viewer: Look) -> Response:
         _check_csrf(viewer, await _form(request))
         calls: dict[str, tuple[Callable[[str, User], object], str]] = {
-            "cancel": (service.cancel, "cancel requested"),
-            "restart": (service.restart, "restarted"),
+            "cancel": (service.control.cancel, "cancel requested"),
+            "restart": (service.control.restart, "restarted"),
         }
         if action not in calls:
             return Response("unknown action", status_code=404)
@@ -482,7 +483,7 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
 
     @app.get("/api/workflow/{workflow_a}/diff/{workflow_b}")
     def diff(workflow_a: str, workflow_b: str, viewer: Look) -> dict[str, Any]:
-        return service.diff(workflow_a, workflow_b, viewer.user)
+        return service.reads.diff(workflow_a, workflow_b, viewer.user)
 
     @app.get("/compare", response_class=HTMLResponse)
     def compare(
@@ -492,10 +493,10 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
         ids = [i for i in id or [] if i][:8]
         runs = []
         for wid in ids:
-            service.query(wid, viewer.user)  # read permission
+            service.reads.query(wid, viewer.user)  # read permission
             runs += dashboard.curves(service.engine.state(wid), _run_dir(service, wid), wid)
-        settings = service.settings(ids, viewer.user) if len(ids) >= 2 else []
-        diff = service.diff(ids[0], ids[1], viewer.user) if len(ids) == 2 else None
+        settings = service.reads.settings(ids, viewer.user) if len(ids) >= 2 else []
+        diff = service.reads.diff(ids[0], ids[1], viewer.user) if len(ids) == 2 else None
         headers = [service.engine.store.get_workflow(wid) for wid in ids]
         return page(
             "compare.html",
@@ -564,7 +565,7 @@ def _run_dir(service: Service, workflow_id: str) -> dashboard.RunDir:
 def _metrics_json(service: Service, workflow_id: str, user: User) -> dict[str, Any]:
     """``{"id", "status", "curves": [...], "usage": [...], "summary": [...]}`` (see
     ``dashboard.curves``, ``dashboard.usage``, ``dashboard.usage_summary``)."""
-    data = service.query(workflow_id, user)  # read permission
+    data = service.reads.query(workflow_id, user)  # read permission
     state = service.engine.state(workflow_id)
     run_dir = _run_dir(service, workflow_id)
     samples = dashboard.usage(state, run_dir)
@@ -606,7 +607,7 @@ def _log_routes(app: FastAPI, service: Service, page: Any) -> None:
     def logs_page(
         workflow_id: str, viewer: Look, task: str = "", retry_id: int | None = None
     ) -> HTMLResponse:
-        data = service.query(workflow_id, viewer.user)
+        data = service.reads.query(workflow_id, viewer.user)
         tasks = [t for g in data["groups"] for t in g["tasks"]]
         return page(
             "logs.html",
@@ -637,7 +638,7 @@ def _log_routes(app: FastAPI, service: Service, page: Any) -> None:
         lines: Annotated[int, Query(ge=1, le=100_000)] = 5000,
         verbose: bool = False,
     ) -> Response:
-        cursor = service.open_follow(
+        cursor = service.logs.open_follow(
             workflow_id,
             viewer.user,
             task=task or None,
@@ -677,12 +678,12 @@ async def _sse(
 def _other_routes(app: FastAPI, service: Service, page: Any) -> None:
     @app.get("/pools", response_class=HTMLResponse)
     def pools(viewer: Look) -> HTMLResponse:
-        pools = service.pools()
+        pools = service.pools.summaries()
         return page(
             "pools.html",
             viewer,
             pools=pools,
-            nodes=service.resources(),
+            nodes=service.pools.resources(),
             backends={p["name"]: p["backend"] for p in pools},
             machine_gpus=real_gpu_count(),
         )

@@ -12,7 +12,7 @@ import pytest
 from slurm_cluster_support import EngineRunner
 
 from trainyard.pools import Pool
-from trainyard.server.service import _task_json
+from trainyard.server.shapes import task_json
 from trainyard.status import Status, WorkflowStatus
 
 pytest_plugins = ["slurm_fixtures"]
@@ -53,4 +53,4 @@ def test_sbatch_refusing_the_job_is_the_tasks_failure_reason(
     log = refused_engine.log(wid, "t")
     assert "[t][trainyard] the slurm backend could not start the task: " in log
     assert all(line in log for line in task.failure_reason.splitlines())
-    assert _task_json(task, verbose=False)["failure_reason"] == task.failure_reason
+    assert task_json(task, verbose=False)["failure_reason"] == task.failure_reason

@@ -1,5 +1,5 @@
 """On the Slurm test cluster: a RESTART exit action re-runs the task with its files kept
-(sandbox and ``{{output}}``), and ``workflow logs`` (the server's ``Service.logs``, what the
+(sandbox and ``{{output}}``), and ``workflow logs`` (the server's ``WorkflowLogs.read``, what the
 CLI prints) returns every attempt's lines in OSMO's line format."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_workflow_logs_return_every_attempt_in_osmo_format(
     slurm_engine: EngineRunner, restarted: str
 ) -> None:
     service = Service(slurm_engine.engine)
-    lines = list(service.logs(restarted, User("admin", admin=True)))
+    lines = list(service.logs.read(restarted, User("admin", admin=True)))
     assert lines, "no log lines"
     matches = [OSMO_LINE.match(line.text) for line in lines]
     assert all(matches), [line.text for line, m in zip(lines, matches, strict=False) if not m]
@@ -82,7 +82,9 @@ def test_workflow_logs_return_every_attempt_in_osmo_format(
     assert any(t.endswith("[again] first attempt asks for a restart") for t in by_attempt[0])
     assert any(t.endswith("[again] found output: from attempt one") for t in by_attempt[1])
     last = list(
-        service.logs(restarted, User("admin", admin=True), task="again", retry_id=1, last_lines=2)
+        service.logs.read(
+            restarted, User("admin", admin=True), task="again", retry_id=1, last_lines=2
+        )
     )
     assert len(last) == 2 and all(line.retry_id == 1 for line in last)
 
@@ -105,7 +107,7 @@ def test_logs_of_a_two_node_group_hold_both_tasks(
     )
     texts = [
         line.text
-        for line in Service(slurm_engine.engine).logs(workflow_id, User("admin", admin=True))
+        for line in Service(slurm_engine.engine).logs.read(workflow_id, User("admin", admin=True))
     ]
     assert any(re.search(r" \[lead\] lead on ty-node\d$", t) for t in texts), texts
     assert any(re.search(r" \[other\] other on ty-node\d$", t) for t in texts), texts

@@ -163,7 +163,7 @@ def test_log_tail_keeps_the_commands_last_lines_not_the_runners(tmp_path: Path) 
 
 
 def test_a_new_waiting_reason_changes_the_long_poll_key() -> None:
-    from trainyard.server.service import progress_key
+    from trainyard.server.workflow_reads import progress_key
 
     state = submitted(workflow(solo("train")))
     before = progress_key(state)

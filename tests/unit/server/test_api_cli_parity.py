@@ -154,7 +154,7 @@ def test_pools_yaml_edits_apply_without_a_restart_and_a_bad_file_keeps_the_pools
 
         _write_pools(pools_file, "pools:\n  a: {backend: local, nodes: [{name: x, gpu: lots}]}\n")
         assert sorted(names()) == ["a", "b", "local"]  # refused whole: the old pools stay
-        assert "pool 'a'" in service.pools_error and "keeps serving" in service.pools_error
+        assert "pool 'a'" in service.pools.error and "keeps serving" in service.pools.error
         refused = client.post("/api/pool/reload", headers=admin)
         assert refused.status_code == 400 and "pool 'a'" in refused.text, refused.text
 

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from trainyard.backends.fake import FakeBackend, Outcome
 from trainyard.engine.reconciler import Engine
 from trainyard.pools import default_local_pool
-from trainyard.server import service as service_module
+from trainyard.server import workflow_reads
 from trainyard.server.app import PROGRESS_HEADER, create_app
 from trainyard.server.auth import TokenRegistry
 from trainyard.server.service import Service
@@ -114,7 +114,7 @@ def test_long_polls_beyond_the_limit_are_answered_at_once(
 ) -> None:
     full = threading.BoundedSemaphore(1)
     full.acquire()  # every hold in use
-    monkeypatch.setattr(service_module, "_HELD_QUERIES", full)
+    monkeypatch.setattr(workflow_reads, "_HELD_QUERIES", full)
     wid = _submit(api, "endless")
     key = api.get(f"/api/workflow/{wid}").headers[PROGRESS_HEADER]
     started = time.monotonic()

@@ -17,8 +17,8 @@ import pytest
 
 from trainyard.server import streams
 from trainyard.server.logs import LogFile
-from trainyard.server.service import FOLLOW_BATCH_BYTES, LogCursor
 from trainyard.server.streams import LogFeeds, LogReaders, follow_chunks, text_lines
+from trainyard.server.workflow_logs import FOLLOW_BATCH_BYTES, LogCursor
 
 LINES = 3000
 FOLLOWERS = 40
@@ -26,7 +26,7 @@ RING_BYTES = 8 * 1024
 
 
 class Workflow:
-    """What a ``LogCursor`` asks its service: the attempt's log file, and whether the
+    """What a ``LogCursor`` asks its ``WorkflowLogs``: the attempt's log file, and whether the
     workflow ended."""
 
     def __init__(self, log: Path) -> None:
@@ -38,7 +38,7 @@ class Workflow:
             )
         )
 
-    def _log_files(
+    def files(
         self,
         _wid: str,
         _task: Any,

@@ -173,9 +173,9 @@ def test_reading_a_big_log_holds_a_bounded_batch(served, tmp_path: Path) -> None
         for _ in range(40):
             handle.write(line * 5000)  # 40 x 500 KB: 20 MB
     assert _log(tmp_path, wid, "a").stat().st_size == 19_000_000
-    every, peak = _consume_peak(service.logs(wid, ADMIN))
+    every, peak = _consume_peak(service.logs.read(wid, ADMIN))
     assert every == 200_000 and peak < 8_000_000, peak  # 2.7 MB seen; the whole is 19 MB
-    last, peak = _consume_peak(service.logs(wid, ADMIN, last_lines=2))
+    last, peak = _consume_peak(service.logs.read(wid, ADMIN, last_lines=2))
     assert last == 2 and peak < 400_000, peak
 
 
@@ -185,7 +185,7 @@ def test_a_line_too_long_to_serve_is_shown_shortened(served, tmp_path: Path) -> 
     wid = _submit_done(client, token)
     huge = "2026/01/02 03:00:01 [a] " + "y" * 3_000_000 + "\n"  # not written by this runner
     _log(tmp_path, wid, "a").write_text(_line(0, "a", "before") + huge + _line(2, "a", "after"))
-    lines = list(service.logs(wid, ADMIN))
+    lines = list(service.logs.read(wid, ADMIN))
     shown = "y" * (MAX_READ_LINE_BYTES - 24)
     left_out = 3_000_024 - MAX_READ_LINE_BYTES
     assert [l.text[20:] for l in lines] == [
@@ -193,9 +193,9 @@ def test_a_line_too_long_to_serve_is_shown_shortened(served, tmp_path: Path) -> 
         f"[a] {shown} [... {left_out} more bytes of this line not shown]",
         "[a] after",
     ]
-    _, peak = _consume_peak(service.logs(wid, ADMIN))
+    _, peak = _consume_peak(service.logs.read(wid, ADMIN))
     assert peak < 2 * MAX_READ_LINE_BYTES + 1_500_000, peak
-    assert [l.text[20:] for l in service.logs(wid, ADMIN, last_lines=1)] == ["[a] after"]
+    assert [l.text[20:] for l in service.logs.read(wid, ADMIN, last_lines=1)] == ["[a] after"]
 
 
 # ---------------------------------------------------------------------- L2 when read
@@ -262,7 +262,7 @@ def test_follow_of_an_ended_workflow_gives_what_is_there_and_ends(served, tmp_pa
     def follow() -> None:
         seen.extend(
             line.text[20:]
-            for line in service.follow_logs(wid, ADMIN, task="a", poll_s=0.05)
+            for line in service.logs.follow(wid, ADMIN, task="a", poll_s=0.05)
             if line
         )
         ended.set()

@@ -1,4 +1,4 @@
-"""A held long poll (``Service.query_when_changed``) answers when the engine stores a change,
+"""A held long poll (``WorkflowReads.query_when_changed``) answers when the engine stores a change,
 not at its own look interval (issue 15): the look interval is 60 s here and no engine loop
 runs (steps are made by hand), so an answer within seconds came from
 ``Engine.wait_for_change``. Fake backend, real SQLite store."""
@@ -13,7 +13,8 @@ from trainyard.backends.fake import FakeBackend, Outcome
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.pools import NodeSpec, Pool
 from trainyard.server.auth import User
-from trainyard.server.service import Service, progress_key
+from trainyard.server.service import Service
+from trainyard.server.workflow_reads import progress_key
 from trainyard.spec.models import WorkflowSpec
 from trainyard.store import Store
 
@@ -37,7 +38,7 @@ def test_a_held_query_answers_at_the_stored_change(tmp_path: Path) -> None:
     timer = threading.Timer(0.3, engine.step)  # places and starts the task: a change
     timer.start()
     started = time.monotonic()
-    data, key = service.query_when_changed(
+    data, key = service.reads.query_when_changed(
         wid, alice, known=known, wait_s=LOOK_S, interval_s=LOOK_S
     )
     took_s = time.monotonic() - started

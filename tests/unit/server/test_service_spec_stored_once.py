@@ -12,7 +12,8 @@ from trainyard.backends.fake import FakeBackend, Outcome
 from trainyard.engine.reconciler import Engine, _spec_from_source
 from trainyard.pools import Pool, default_local_pool
 from trainyard.server.auth import User
-from trainyard.server.service import Service, SpecRequest
+from trainyard.server.schema import SpecRequest
+from trainyard.server.service import Service
 from trainyard.store import Store
 
 MARK = "only-once-7d1f"
@@ -74,8 +75,8 @@ def test_a_spec_and_its_files_are_stored_once_and_rebuilt_exactly(tmp_path: Path
         set_env=["B=2"],
         labels={"team": "x"},
     )
-    loaded = service.load(req)
-    wid = service.submit(req, ADMIN)["id"]
+    loaded = service.submissions.load(req)
+    wid = service.submissions.submit(req, ADMIN)["id"]
     stored = _row_text(tmp_path, wid)
     assert stored.count(MARK) == 1 + 1  # the spec text once, the file once
     assert stored.count(f"file-{MARK}") == 1
@@ -84,7 +85,9 @@ def test_a_spec_and_its_files_are_stored_once_and_rebuilt_exactly(tmp_path: Path
     rebuilt = _spec_from_source(record)
     assert rebuilt == loaded.workflow  # files read in, --set-env and labels applied
     assert rebuilt.groups[0].tasks[0].environment == {"B": "2"}
-    assert service.query(wid, ADMIN)["groups"][0]["tasks"][0]["outputs"] == ["file:///srv/data/out"]
+    assert service.reads.query(wid, ADMIN)["groups"][0]["tasks"][0]["outputs"] == [
+        "file:///srv/data/out"
+    ]
 
 
 def test_a_restarted_engine_resumes_from_the_text_and_submit_id_gets_the_request_back(
@@ -92,29 +95,33 @@ def test_a_restarted_engine_resumes_from_the_text_and_submit_id_gets_the_request
 ) -> None:
     backend = FakeBackend(lambda launch: Outcome(1 if launch.key.retry_id == 0 else 0, polls=3))
     service = _service(tmp_path, backend)
-    wid = service.submit(SpecRequest(spec_text=TEMPLATE, set=["msg=yo"]), ADMIN)["id"]
+    wid = service.submissions.submit(SpecRequest(spec_text=TEMPLATE, set=["msg=yo"]), ADMIN)["id"]
     service.engine.step()
     service.engine.close()
     again = _service(tmp_path, backend)  # the same backend: its tasks "kept running"
     assert again.engine.wait(wid, 10).status == "FAILED"
-    again.restart(wid, ADMIN)  # an ended workflow's spec is rebuilt from its text too
+    again.control.restart(wid, ADMIN)  # an ended workflow's spec is rebuilt from its text too
     assert again.engine.wait(wid, 10).status == "COMPLETED"
     assert [launch.run["command"] for launch in backend.launches][-1][:2] == ["echo", "yo"]
     record = again.engine.store.get_workflow(wid)
     assert record.source["request"]["spec_text"] == TEMPLATE  # a template is kept: --set
-    resubmitted = again.resubmit(wid, ADMIN, SpecRequest(spec_text="", set=["msg=again"]))
+    resubmitted = again.submissions.resubmit(
+        wid, ADMIN, SpecRequest(spec_text="", set=["msg=again"])
+    )
     assert again.engine.store.get_workflow(resubmitted["id"]).spec_text == TEMPLATE.replace(
         "{{ name }}", "tpl"
     ).replace("{{ msg }}", "again")
-    plain = again.submit(SpecRequest(spec_text=PLAIN, files={"run.sh": "x"}), ADMIN)["id"]
-    copy = again.resubmit(plain, ADMIN, None)
+    plain = again.submissions.submit(SpecRequest(spec_text=PLAIN, files={"run.sh": "x"}), ADMIN)[
+        "id"
+    ]
+    copy = again.submissions.resubmit(plain, ADMIN, None)
     copied = again.engine.store.get_workflow(copy["id"])
     assert copied.spec_text == PLAIN and copied.source["reparse"]["files"] == {"run.sh": "x"}
 
 
 def test_a_record_stored_with_its_spec_json_still_loads(tmp_path: Path) -> None:
     service = _service(tmp_path, FakeBackend())
-    loaded = service.load(SpecRequest(spec_text=PLAIN, files={"run.sh": "x"}))
+    loaded = service.submissions.load(SpecRequest(spec_text=PLAIN, files={"run.sh": "x"}))
     record = service.engine.store.create_workflow(
         name="old",
         pool="local",
@@ -129,12 +136,14 @@ def test_a_record_stored_with_its_spec_json_still_loads(tmp_path: Path) -> None:
 
 def test_the_stored_spec_of_a_workflow_rendered_or_as_written(tmp_path: Path) -> None:
     service = _service(tmp_path, FakeBackend())
-    plain = service.submit(SpecRequest(spec_text=PLAIN, files={"run.sh": "x"}), ADMIN)["id"]
+    plain = service.submissions.submit(SpecRequest(spec_text=PLAIN, files={"run.sh": "x"}), ADMIN)[
+        "id"
+    ]
     assert (
-        service.stored_spec(plain, ADMIN)
-        == service.stored_spec(plain, ADMIN, template=True)
+        service.submissions.stored_spec(plain, ADMIN)
+        == service.submissions.stored_spec(plain, ADMIN, template=True)
         == PLAIN
     )
-    tpl = service.submit(SpecRequest(spec_text=TEMPLATE, set=["msg=yo"]), ADMIN)["id"]
-    assert "command: [echo, 'yo']" in service.stored_spec(tpl, ADMIN)
-    assert service.stored_spec(tpl, ADMIN, template=True) == TEMPLATE
+    tpl = service.submissions.submit(SpecRequest(spec_text=TEMPLATE, set=["msg=yo"]), ADMIN)["id"]
+    assert "command: [echo, 'yo']" in service.submissions.stored_spec(tpl, ADMIN)
+    assert service.submissions.stored_spec(tpl, ADMIN, template=True) == TEMPLATE

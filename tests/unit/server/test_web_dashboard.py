@@ -399,7 +399,7 @@ def test_log_stream_of_another_users_workflow_is_refused_before_streaming(env: E
 def test_sse_of_a_quiet_task_backs_off_and_a_closed_page_ends_it() -> None:
     import asyncio
 
-    from trainyard.server.service import LogLine
+    from trainyard.server.logs import LogLine
     from trainyard.server.streams import LogReaders
     from trainyard.server.web import _sse
 

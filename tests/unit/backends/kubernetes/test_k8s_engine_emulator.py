@@ -207,7 +207,7 @@ def test_engine_restart_recovers_and_starts_nothing_twice(
 def _waiting(run: EngineOnK8s, wid: str, done: Any) -> list[dict[str, Any]]:
     """The workflow's waits as the server answers them (``reasons_json``: query, --wait,
     ``-t json`` and the dashboard) once ``done(waits)``; fails after TIMEOUT_S."""
-    from trainyard.server.service import reasons_json
+    from trainyard.server.shapes import reasons_json
 
     deadline = time.monotonic() + TIMEOUT_S
     while not done(waits := reasons_json(run.engine.state(wid))["waiting"]):
