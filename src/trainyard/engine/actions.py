@@ -39,6 +39,9 @@ class ActionRunner:
         self._stopping: set[TaskKey] = set()  # stops sent, no ending fact seen yet
         self._ended_now: set[TaskKey] = set()  # ending facts of the step under way
         self._deferred: list[DeferredStart] = []  # retry starts held for stopping attempts
+        # Each submitter's DATA credentials, read once per ``carry_out`` (None outside one):
+        # a query and a decryption per gang made a step of 1,000 one-task gangs ~14 ms a gang.
+        self._data_credentials_read: dict[str, list[dict[str, str]]] | None = None
 
     def carry_out(self, actions: list[tuple[str, m.Action]]) -> dict[str, list[m.Event]]:
         """Carry out ``actions`` in order; a run of consecutive starts goes to the backends
@@ -46,14 +49,18 @@ class ActionRunner:
         the events they yield (a start that failed), by workflow."""
         follow_up: dict[str, list[m.Event]] = {}
         starts: list[tuple[str, m.StartTasks]] = []
-        for wid, action in actions:
-            if isinstance(action, m.StartTasks):
-                starts.append((wid, action))
-                continue
+        self._data_credentials_read = {}
+        try:
+            for wid, action in actions:
+                if isinstance(action, m.StartTasks):
+                    starts.append((wid, action))
+                    continue
+                _add_events(follow_up, self._start_many(starts))
+                starts = []
+                _add_events(follow_up, [(wid, self._carry_out_one(wid, action))])
             _add_events(follow_up, self._start_many(starts))
-            starts = []
-            _add_events(follow_up, [(wid, self._carry_out_one(wid, action))])
-        _add_events(follow_up, self._start_many(starts))
+        finally:
+            self._data_credentials_read = None
         return follow_up
 
     def note_ended(self, keys: set[TaskKey]) -> None:
@@ -196,13 +203,25 @@ class ActionRunner:
             upstream_output=self.upstream_output,
             user=live.user,
             credentials=self._credentials_of(live.user, live.spec, action.group),
-            data_credentials=core.credentials.data_payloads(live.user) if live.user else [],
+            data_credentials=self._data_credentials_of(live.user),
             registry_credentials=self._registry_credentials_of(live.user, live.spec, action.group),
         )
         launches = build_launches(ctx, action)
         if only is not None:
             launches = [launch for launch in launches if launch.key in only]
         return backend, launches
+
+    def _data_credentials_of(self, user: str | None) -> list[dict[str, str]]:
+        """The submitter's DATA credentials (``CredentialVault.data_payloads``), read once
+        per ``carry_out`` and user."""
+        if not user:
+            return []
+        read = self._data_credentials_read
+        if read is None:
+            return self.core.credentials.data_payloads(user)
+        if user not in read:
+            read[user] = self.core.credentials.data_payloads(user)
+        return read[user]
 
     def _registry_credentials_of(
         self, user: str | None, spec: WorkflowSpec, group: str

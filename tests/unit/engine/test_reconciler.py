@@ -690,3 +690,29 @@ def test_a_gang_keeps_its_queue_age_across_a_restart(tmp_path: Path, store_url: 
     again.step()
     again.step()
     assert again.state(small).status is WorkflowStatus.PENDING  # held behind "big"
+
+
+def test_gangs_started_in_one_step_read_their_submitters_data_credentials_once(
+    tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The submitter's DATA credentials are read (one query, one decryption each) once per
+    step's starts, not once per gang: 1,000 one-task gangs made as many queries."""
+    backend = FakeBackend()
+    engine = _engine(tmp_path, store_url, backend)
+    engine.core.credentials.set(
+        "alice", "store", "DATA", {"access_key_id": "k", "access_key": "s", "endpoint": "s3://b"}
+    )
+    store = engine.core.credentials.store
+    reads: list[str] = []
+    real_rows = store.credential_rows
+
+    def counted(user: str):  # type: ignore[no-untyped-def]
+        reads.append(user)
+        return real_rows(user)
+
+    monkeypatch.setattr(store, "credential_rows", counted)
+    spec = _spec({"name": "many", "tasks": [_task(f"t{i}") for i in range(5)]})
+    wid = _submit(engine, spec)
+    assert engine.wait(wid, timeout_s=10).status == WorkflowStatus.COMPLETED
+    assert len(backend.launches) == 5
+    assert reads == ["alice"]
