@@ -4,7 +4,8 @@ Run: ``.venv/bin/python bench/spec_render.py [--repeat R] [--sizes 10 100 1000 4
 
 For each N it times ``trainyard.spec.load`` (render in the sandboxed child, parse, every
 check, localpath files read) and, on the same rendered text, a bare ``yaml.safe_load``
-(pure-Python PyYAML, the usual baseline) and ``yaml.load(..., CSafeLoader)`` (libyaml).
+(pure-Python PyYAML, the usual baseline) and ``yaml.load(..., CSafeLoader)`` (libyaml), on a
+pool of ``--pool-nodes`` nodes (default: the largest N; each task asks a node's 8 GPUs).
 It prints a Markdown table; the best of R runs is reported for each, as wall time and as
 CPU time (this process plus the render child), the latter being steadier on a shared
 machine. The goal: cost linear in N, N=1,000 under 0.3 s. Not a test: numbers depend on
@@ -25,6 +26,8 @@ from pathlib import Path
 import yaml
 
 from trainyard import spec
+from trainyard.home import trainyard_home
+from trainyard.pools import NodeSpec, Pool
 
 TEMPLATE = (
     Path(__file__).resolve().parents[1]
@@ -60,16 +63,18 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def measure(n: int, repeat: int) -> dict[str, tuple[float, float]]:
-    """(wall, CPU) seconds for load, render alone, and the two YAML baselines at ``n`` nodes."""
-    values = {"n_nodes": n, "storage_url": "file:///srv/x"}
+def measure(n: int, repeat: int, pool: Pool) -> dict[str, tuple[float, float]]:
+    """(wall, CPU) seconds for load (``pool``'s checks included: the gang fit, data roots),
+    render alone, and the two YAML baselines at ``n`` nodes."""
+    storage = f"file://{trainyard_home() / 'storage' / 'bench'}"  # inside the data roots
+    values = {"n_nodes": n, "storage_url": storage}
     text = TEMPLATE.read_text()
     rendered = spec.render(text, values=values)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    doc = spec.load(TEMPLATE, set_values=values)
+    doc = spec.load(TEMPLATE, set_values=values, pool=pool)
     assert len(doc.workflow.all_tasks()) == n
     return {
-        "load": best_of(repeat, lambda: spec.load(TEMPLATE, set_values=values)),
+        "load": best_of(repeat, lambda: spec.load(TEMPLATE, set_values=values, pool=pool)),
         "render": best_of(repeat, lambda: spec.render(text, values=values)),
         "safe_load": best_of(max(1, repeat // 2), lambda: yaml.safe_load(rendered)),
         "c_load": best_of(repeat, lambda: yaml.load(rendered, Loader=loader)),
@@ -85,7 +90,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument(
+        "--pool-nodes",
+        type=int,
+        default=None,
+        help="load against a local pool of this many nodes (default: the largest N), its "
+        "checks included: the gang fit of N tasks of 8 GPUs on these nodes",
+    )
     args = parser.parse_args()
+    count = args.pool_nodes or max(args.sizes)
+    pool = Pool(name="bench", nodes=[NodeSpec(name=f"n{i}") for i in range(count)])
     if not TEMPLATE.exists():
         print(
             f"missing {TEMPLATE}: the OSMO specs (shared/) must sit beside the repo",
@@ -102,7 +116,7 @@ def main() -> int:
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.sizes:
-        r = measure(n, args.repeat)
+        r = measure(n, args.repeat, pool)
         load, safe, c_load = r["load"][0], r["safe_load"][0], r["c_load"][0]
         print(
             f"| {n:,} | {r['bytes'][0] / 2**20:.2f} MiB | {_ms(load)} | {_ms(r['load'][1])} "

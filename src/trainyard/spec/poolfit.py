@@ -73,7 +73,7 @@ def check_gang_total(workflow: WorkflowSpec, pool: Pool, layout: Layout) -> list
     issues = []
     for index, group in enumerate(workflow.groups):
         specs = [workflow.resource_of(t) for t in group.tasks]
-        nodes = {n.name: n for spec in specs for n in _eligible(spec, pool)}.values()
+        nodes = _eligible_to_any(specs, pool)
         for key, attr, fmt in _DIMENSIONS:
             asked = sum(getattr(spec, attr) or 0 for spec in specs)
             total = sum(getattr(n, attr) for n in nodes)
@@ -90,6 +90,15 @@ def check_gang_total(workflow: WorkflowSpec, pool: Pool, layout: Layout) -> list
                     )
                 )
     return issues
+
+
+def _eligible_to_any(specs: list[ResourceSpec], pool: Pool) -> list[NodeSpec]:
+    """The pool's nodes at least one of ``specs`` may run on, each once: one pass over the
+    nodes per distinct (platform, ``nodesExcluded``) among ``specs`` (an N-node template's
+    tasks share one), not one per task (1,000 tasks on 1,000 nodes: 0.35 s)."""
+    kinds = {(spec.platform, frozenset(spec.nodes_excluded)): spec for spec in specs}
+    found = {n.name: n for spec in kinds.values() for n in _eligible(spec, pool)}
+    return list(found.values())
 
 
 def _eligible(spec: ResourceSpec, pool: Pool) -> list[NodeSpec]:

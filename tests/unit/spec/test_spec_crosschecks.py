@@ -445,6 +445,29 @@ def test_a_gang_asking_more_than_the_pool_holds_in_total_is_refused_with_the_num
     )
 
 
+def test_a_gangs_total_counts_every_node_one_of_its_tasks_may_use() -> None:
+    """Tasks of one gang that exclude different nodes may use, together, the union of their
+    nodes: 200 cores on 4 x 64 fit although each kind of task may use only 192."""
+    nodes = [NodeSpec(name=f"n{i}", cpu=64) for i in range(4)]
+    tasks = "".join(
+        f"  - {{name: t{i}, command: [x], resource: {'left' if i % 2 else 'right'}"
+        f"{', lead: true' if i == 0 else ''}}}\n"
+        for i in range(200)
+    )
+    resources = (
+        "resources:\n  left: {cpu: 1, nodesExcluded: [n0]}\n"
+        "  right: {cpu: 1, nodesExcluded: [n1]}\n"
+    )
+    text = workflow(resources + "groups:\n- name: mixed\n  tasks:\n" + tasks)
+    assert spec.load(text, pool=Pool(name="p", nodes=nodes))
+    alone = tasks.replace("resource: right", "resource: left")
+    problem = only_problem(
+        workflow(resources + "groups:\n- name: mixed\n  tasks:\n" + alone),
+        pool=Pool(name="p", nodes=nodes),
+    )
+    assert "ask for 200 cores in total (cpu), but pool 'p' has 192 cores" in problem.message
+
+
 def test_a_host_token_naming_no_task_is_a_warning_with_the_groups_tasks() -> None:
     """Issue 25: OSMO accepts it (the token stays as written and fails at run time); the
     hint names the group's tasks rather than asking to put both in one group."""
