@@ -17,27 +17,13 @@ PACKAGE = Path(trainyard.__file__).parent
 MAX_LINES = 15
 ISSUE_REF = re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE)
 
-KNOWN_EXCEPTIONS: frozenset[str] = frozenset(
-    {
-        # Being split by other helpers at the same time, who own their docstrings; removed from
-        # this list once those branches are merged.
-        "runner/main.py",
-        "backends/kubernetes/backend.py",
-        "backends/slurm/backend.py",
-        "backends/local/launcher.py",
-        "data/datasets.py",
-        "data/copyworker.py",
-        "data/localcopy.py",
-        "cli/workflow_ops.py",
-    }
-)
+KNOWN_EXCEPTIONS: frozenset[str] = frozenset()
+"""Files excused from the rule (none now: every module keeps it)."""
 
 
 def _excepted(relative: str) -> bool:
-    """True for a file another branch owns (``KNOWN_EXCEPTIONS``, ``engine/``, ``cli/rsync_*``)."""
-    if relative in KNOWN_EXCEPTIONS or relative.startswith("engine/"):
-        return True
-    return relative.startswith("cli/rsync_")
+    """True for a file in ``KNOWN_EXCEPTIONS``."""
+    return relative in KNOWN_EXCEPTIONS
 
 
 def _sources() -> list[tuple[str, Path]]:

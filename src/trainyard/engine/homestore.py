@@ -1,22 +1,11 @@
-"""A home serves one store at a time: what the home keeps for a store's workflows is bound to
-that store's identity (``Store.identity``), so that nothing of an old store's workflows
-reaches a new store's workflows that get the same ids.
+"""A home serves one store at a time: what the home keeps for a store's workflows (task-token
+key, run folders) is bound to that store's identity (``Store.identity``), so that nothing of
+an old store's workflows reaches a new store's workflows that get the same ids.
 
-A store's workflow ids (OSMO's ``NAME-N``) count from 1 per store. After the README's
-recovery ("move the damaged store aside"), or with ``TRAINYARD_DATABASE_URL`` pointed at a
-new database, a new store gives ``train-1`` again. Two things in the home are keyed by
-workflow id alone and would cross over to the new ``train-1``, whoever submits it (issue 24):
+``bind_home`` runs when an engine starts: on another store it rotates the task-token key and
+moves the old ``runs`` folder aside whole (``runs.before-<id>``; nothing is deleted).
 
-- task tokens (``tyt1.train-1.MAC``): the MAC's key is the home's;
-- run folders (``$TRAINYARD_HOME/runs/train-1``: logs, private root, ``{{output}}``).
-
-``bind_home`` runs when an engine starts, before it stores or starts anything. The home
-records which store it serves in ``store-identity``. On another store it rotates the
-task-token key (every old task token is refused) and moves the old ``runs`` folder aside,
-whole, to ``runs.before-<new identity's first 12 hex>`` (nothing is deleted: the old
-outputs and logs stay readable by the home's owner). A home without the record (made before
-it existed) counts as serving this store when every run folder it holds is one of this
-store's workflows.
+Design: docs/engine.md, "Module: `src/trainyard/engine/homestore.py`".
 """
 
 from __future__ import annotations

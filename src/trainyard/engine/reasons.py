@@ -1,4 +1,4 @@
-"""Why a workflow failed and why its groups wait, as data (issue 28).
+"""Why a workflow failed and why its groups wait, as data.
 
 The state machine keeps each failed attempt's ``failure_reason`` (the runner's or backend's
 words, else ``exit_reason`` of its exit code) and ``log_tail`` (its last lines, read by the

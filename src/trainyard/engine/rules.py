@@ -442,7 +442,7 @@ def _unreleased(step: _Step, task: TaskState) -> bool:
     """Whether ``task``'s attempt ends before its gang's barrier released: the group has a
     barrier and more than one task, the task never reported RUNNING, and no task of the group
     runs (RUNNING is reported only past the barrier, and a start of part of a gang has none).
-    Its peers would wait at the barrier for a task that never comes (issue 12, M1), so the
+    Its peers would wait at the barrier for a task that never comes, so the
     gang ends with it whatever ``ignoreNonleadStatus`` says, or is retried with it whole
     (a pool's exit action for a service code such as 3005, the gang's start timeout)."""
     group = step.state.groups[task.group]
@@ -545,8 +545,8 @@ def _on_group_start_failed(step: _Step, event: GroupStartFailed) -> None:
 
 def _on_group_waiting(step: _Step, event: GroupWaiting) -> None:
     """The scheduler says why a SCHEDULING gang is not placed, or the backend's own
-    scheduler why a placed gang's tasks do not start yet (a Kubernetes pod Unschedulable,
-    issue 26; the group is INITIALIZING and no task of it started): kept as its
+    scheduler why a placed gang's tasks do not start yet (a Kubernetes pod Unschedulable;
+    the group is INITIALIZING and no task of it started): kept as its
     ``waiting_reason``; an empty reason clears it (the same reason again changes nothing,
     so nothing is stored). Ignored for a group in any other state (running or ended)."""
     group = step.group(event.group)

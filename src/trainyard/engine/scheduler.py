@@ -1,25 +1,12 @@
-"""Gang scheduler: places a whole group on a pool's nodes at once, or not at all.
+"""Gang scheduler: places a whole group on a pool's nodes at once, or not at all (OSMO docs,
+"Groups": a group's tasks are scheduled together).
 
-Rules (OSMO docs, "Groups": a group's tasks are scheduled together):
-- A group is placed only when ALL its tasks fit at once, each task on one node, counting per
-  node cpu, gpu, memory and storage, the task's ``platform`` and ``nodesExcluded``.
-- Groups wait in one queue per pool in submission order. Backfill with an age bound (issue
-  12, H4): a gang that does not fit now lets the gangs behind it that do fit start first, for
-  at most ``Pool.backfill_age_s`` (default 300 s) after it was queued; a gang that has waited
-  longer holds every gang behind it until it fits, so a large gang is never starved by small
-  ones, and a small one is never held by a large one for longer than that bound plus what
-  runs now. (A gang that can never fit the empty pool is refused at submit,
-  ``spec.poolfit.check_gang_total``; ``queue_timeout`` still ends any gang that waits too long.)
-  The age counts from when the gang went SCHEDULING (the reconciler passes it on, also after
-  an engine restart).
-- OSMO's workflow priorities (``workflow submit --priority HIGH|NORMAL|LOW``): a HIGH gang
-  is placed before the NORMAL ones queued before it, a NORMAL one before LOW ones; within a
-  priority, submission order. (OSMO also preempts LOW workflows for higher ones; trainyard
-  does not: a running gang is never stopped for another.)
-- GPU slots are numbered per node and handed out exclusively (lowest free first).
-- Tasks of one gang spread over distinct nodes where they can (like pods of a multi-node job);
-  on a pool whose backend gives each task a node of its own (``Pool.node_per_task``: Slurm)
-  they must, or the gang waits.
+Each task on one node, counting per node cpu, gpu, memory, storage, ``platform`` and
+``nodesExcluded``; one queue per pool in priority, then submission order, with backfill
+bounded by ``Pool.backfill_age_s``; GPU slots handed out exclusively, lowest free first;
+a gang's tasks spread over distinct nodes where they can (must, on ``node_per_task`` pools).
+
+Design: docs/engine.md, "Module: `src/trainyard/engine/scheduler.py`".
 """
 
 from __future__ import annotations

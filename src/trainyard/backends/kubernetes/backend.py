@@ -1,43 +1,12 @@
 """``KubernetesBackend``: starts a gang as pods, reports facts from a watch, stops attempts.
 
-Start (``start_group``): ``build_request`` (pure, ``manifests.py``) -> the task token into each
-runner input -> the workflow's owner ConfigMap (made once; its uid read back) -> the group's
-headless Service and this start's PodGroup (each made once; 409 is fine) -> per attempt its
-Secret then its Pod, each with an ownerReference to the ConfigMap. A Pod that already exists
-(409: an engine restarted in the middle of a start) is adopted, never made twice.
+``start_group`` makes the workflow's owner ConfigMap, the group's headless Service and
+PodGroup, then per attempt a Secret and a Pod (a Pod that exists already is adopted: never
+made twice). ``poll`` turns each live attempt's pod state into facts (``states.view_of``);
+a pod gone without an ending is LOST after ``lost_grace_s``; while the API cannot be
+reached no attempt is judged gone. ``waiting_reason`` gives an Unschedulable pod's message.
 
-Facts: one watch per backend object over the namespace's trainyard pods (label
-``app.kubernetes.io/managed-by=trainyard``) keeps each pod's latest state; it lists first,
-then watches from the list's resourceVersion, and lists again after an expired or broken
-watch (pods missing from a new list are gone). ``poll`` reads each live attempt's pod with
-``states.view_of`` (the one table from pod states to facts): INITIALIZING and RUNNING once
-its task container runs, then its ending fact. A pod that is gone without an ending
-(deleted by someone, its node lost and the pod collected) is LOST after ``lost_grace_s``;
-one this backend stopped reports EXITED 143 as a runner stopped by SIGTERM does. While the
-API cannot be reached (the list fails, the watch broke) a missing pod proves nothing: no
-attempt is judged gone until a list works again.
-``notify_facts(wake)`` makes the watch call ``wake()`` after each event. When an attempt
-ends, its pod's log (the task log, which ``podmain`` copies to the container's stdout) is
-copied into the attempt's run folder here (``task.log``), so ``workflow logs`` shows it: while
-its pod runs, a follower thread reads it with the API's ``follow`` and appends it to that file
-as it comes (``workflow logs -f`` and the dashboard follow the file), bounded by
-``LOG_LIMIT_BYTES``; at the end only what the follower missed is read.
-
-Gang: with ``scheduler: none`` the default scheduler may start part of a gang. A start
-whose pods are not all running ``gang_timeout_s`` after it was sent is deleted whole and its
-attempts exit with OSMO's START_TIMEOUT code 3005 (what the engine then does is its rule:
-today FAILED_START_TIMEOUT): a half-started gang never holds GPUs. A gang scheduler admits the
-PodGroup's pods together instead.
-
-Stop: delete the pod with ``terminationGracePeriodSeconds = stop_grace_s`` (SIGTERM to the
-runner, which stops the command and reports 143; SIGKILL after the grace). Idempotent.
-
-Recovery (a new engine, the same cluster): ``recover`` lists the workflow's pods; those of
-the given attempts that exist and have not ended are alive and adopted. ``unstarted``: an
-attempt with no pod was never created (the API server creates a pod whole or not at all).
-
-``forget(workflow_id)`` deletes the workflow's owner ConfigMap: the garbage collector
-deletes everything it owns (pods, Secrets, Services, PodGroups).
+Design: docs/kubernetes.md, "Module: `src/trainyard/backends/kubernetes/backend.py`".
 """
 
 from __future__ import annotations

@@ -1,83 +1,12 @@
 """The local backend's launcher: one long-lived process per backend folder that forks task
 runners and holds the groups' network namespaces (a small node agent, as a kubelet is).
 
-Why: a task runner started as a fresh interpreter spends ~230 ms (on a 2-core VM) importing
-pydantic and trainyard before it does anything, and a network namespace kept by its own
-interpreter costs as much again per group. The launcher imports the runner and the data layer
-once; every task is then a ``fork()`` of it, made ahead of need (``spare_count`` spares wait on
-a pipe for their job, so a start request is answered in about a millisecond), and, as root,
-every group namespace is a file descriptor the launcher holds (no process at all). Issue 3's
-throughput goal (100 tasks/s on 2 cores) is out of reach any other way.
+Protocol: a Unix stream socket in Linux's abstract namespace, answering only processes of
+its own user (``SO_PEERCRED``); one JSON request line per connection, one JSON reply line
+(``{"error": "..."}`` on failure). Message types, shared by both ends:
+``backends.local.messages``. The launcher exits after ``idle_s`` without work, or on SIGTERM.
 
-Protocol: a Unix stream socket in Linux's abstract namespace (no path length limit, nothing
-left on disk), named after the backend folder and a fingerprint of the code; the launcher
-answers only processes of its own user (``SO_PEERCRED``), and a task in its group's network
-namespace cannot see it (abstract sockets belong to a network namespace). One JSON request
-line per connection, one JSON reply line (``{"error": "..."}`` on failure; a request that is
-none of these, e.g. an unknown ``op`` or a field missing, gets one naming the field). Their
-types, shared by both ends: ``backends.local.messages``.
-
-- ``{"op": "ping"}`` -> ``{"pid": int}``
-- ``{"op": "release"}`` -> ``{"pid": int}``: exit as soon as no runner is left (the engine
-  that used it closed); a request after it still gets an answer
-- ``{"op": "network", "group": KEY, "forward": [port, ...], "egress": bool}`` -> the group's
-  namespace, made if none is alive (with ``egress``, the default, a veth to the launcher's
-  egress router, or a pasta of its own where there is none; see "Egress" below):
-  ``{"launcher_pid", "ns_pid", "ns_created", "user_ns", "ns_path"}``
-  (``ns_path``: ``/proc/PID/fd/N`` when the launcher holds it as a descriptor)
-- ``{"op": "run", "run_json": PATH, "out": PATH, "cwd": PATH, "env": {...},
-  "group": KEY | null, "mode": "process" | "thread"}`` -> ``{"pid": int, "created": float}``:
-  ``process`` (the default): a forked runner (its own session, stdout and stderr appended to
-  ``out``, the environment replaced by ``env``); ``thread``: a runner hosted by a thread of
-  the launcher (``trainyard.runner.hosted``; ``pid`` and ``created`` are the launcher's);
-  with ``"network": {"group": KEY, "forward": [...], "egress": bool}`` (as root) the thread first joins that
-  group's namespace, made as for ``network``
-- ``{"op": "stop", "run_dir": PATH, "force": bool}`` -> ``{"running": bool}``: stop (``force``:
-  its command SIGKILLed at once) the hosted runner of
-  that run folder (as SIGTERM stops a runner process); ``running``: its thread still runs
-- ``{"op": "run_many", "env": {...}, "runs": [RUN, ...]}`` -> ``{"results": [REPLY, ...]}``:
-  several ``run`` requests in one (each ``RUN`` as above without ``op``; one without ``env``
-  gets the shared ``env``), handled in order, each on its own: ``REPLY`` is that start's
-  ``{"pid", "created", "recorded"}`` or ``{"error": "..."}``, so one bad task does not stop
-  the others. A ``RUN`` with ``"launch_json": PATH, "launch": {...}`` is recorded there (the
-  dict with ``pid`` and ``created``) before the reply goes out; ``recorded`` says whether.
-  The local backend sends the starts of many groups this way while it prepares the next
-  ones (``LocalBackend.start_groups``): the engine no longer waits for one reply per task.
-
-The fingerprint hashes the interpreter and trainyard's source files, so code that changed
-(an upgrade, a developer's edit) gets a new launcher and never runs in an old one.
-
-Lifetimes: runner processes are the launcher's children until they exit (it reaps them, and
-only the children it forked: a hosted runner's thread waits for its own command) but lead
-their own sessions, so nothing of such a task dies with the launcher. A hosted runner is part
-of the launcher: if the launcher dies, its sandboxes die with it (their backend reports the
-tasks LOST), which is why only sandboxed tasks are hosted. A group's namespace is held while a
-runner of that group lives, and ``group_grace_s`` after the last one ends (a rescheduled task
-joins the same namespace); a namespace outlives the launcher only while tasks are in it. The
-launcher exits after ``idle_s`` with no request and no runner; its log is
-``<state_dir>/launcher.log``.
-
-Namespaces: as root, a short-lived thread unshares a network namespace and the launcher keeps
-its descriptor (``netns.namespace_fd``); tasks join it with ``nsenter --net=/proc/PID/fd/N``.
-Otherwise a user namespace is needed too, which only a single-threaded process may make, so
-a forked child makes and holds it (``netns.hold_namespace``) and tasks join it by pid.
-Egress: unless the request says ``"egress": false``, a new namespace gets a veth pair to the
-launcher's egress router (``backends.local.router``: one router namespace, one pasta and one
-nftables rule set per launcher, made at the first group that asks for egress, a child of the
-launcher that dies with it); the veth goes with the group's namespace. Where the router
-cannot be made (not root, no ``nft``: ``router.probe_router``; its pasta or rules failed),
-the launcher says so in its log once and falls back to a pasta per group
-(``netns.start_egress``), killed when the group is dropped; never to a router without rules.
-
-Ports: for each forwarded port a listener on 127.0.0.1:PORT inside the namespace (the
-launcher's own socket as root; the holder child's otherwise, which hands each connection up
-with ``SCM_RIGHTS``); the launcher connects to the same port on the host's loopback and copies
-bytes both ways (``netns.bridge``).
-
-Fork safety: the launcher forks from its main thread while byte-copying threads may run;
-those threads hold no Python-level lock that the child needs (CPython re-initialises its own
-locks after ``fork``), and the child replaces its environment, descriptors and signal
-handlers before running the runner.
+Design: docs/local-backend.md, "Module: `src/trainyard/backends/local/launcher.py`".
 """
 
 from __future__ import annotations
@@ -827,7 +756,7 @@ class _Launcher:
         no task's command gets them)."""
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        keep = keep | safefs.layer_userns_fds()  # the runner's overlays use them (issue 15)
+        keep = keep | safefs.layer_userns_fds()  # the runner's overlays use them
         for fd in _open_fds():
             if fd > 2 and fd not in keep:
                 with contextlib.suppress(OSError):

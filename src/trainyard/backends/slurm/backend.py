@@ -1,32 +1,12 @@
 """``SlurmBackend``: starts a gang as one Slurm job, reports facts, stops attempts.
 
-Start: ``build_request`` (pure, ``script.py``) -> an index record per attempt,
-``<home>/slurm/attempts/<workflow>/<task>/<retry>.json`` (run folder, job name, job folder,
-no job id yet), written BEFORE anything is submitted -> each ``run.json`` and the batch script
-under the run folders (on the shared filesystem) -> ``sbatch`` (``commands.py``) -> the job id
-into the record, so that a new backend object (engine restart) finds the attempt again.
+Start: an index record per attempt (``<home>/slurm/attempts/<workflow>/<task>/<retry>.json``)
+is written before ``sbatch``, so an engine restart finds every attempt again; the job id is
+added once known. ``poll`` tails each attempt's ``events.jsonl`` and asks squeue (at most every
+``status_interval_s``) about jobs that have not reported their exit; ``waiting_reason`` gives
+squeue's pending reason in words (sbatch(1), squeue(1) "JOB REASON CODES").
 
-Never started (``unstarted``, after an engine restart): an attempt with no record was surely
-never submitted. One whose record has no job id (the engine died around sbatch) is looked up:
-a job of its name whose working directory is its job folder (squeue ``%Z``; sbatch runs with
-``--chdir=<job folder>``), else Slurm's output file ``<job folder>/slurm-<id>.out`` (written
-once the job starts); found, its id is recorded. Not found, no runner trace in its run folder
-and sbatch's time is up: Slurm never had it, or dropped it before it ran anything.
-
-RESTART (``restart_in_place``): the new attempt takes over the task's files from the latest
-earlier attempt: its sandbox (``/tmp`` and file paths) and its ``{{output}}`` folder.
-
-Facts: ``poll`` tails each attempt's ``<run_dir>/events.jsonl`` (the runner's) on every call
-and asks squeue at most every ``status_interval_s`` about the jobs of attempts that have not
-reported their exit. An attempt is over without an EXITED event when its job left the alive
-states, or its job runs but its srun step is gone after the attempt started; after
-``lost_grace_s`` (and one more read of its events) it gets the fact of ``states.SLURM_STATES``
-for the job's state (LOST for anything unknown).
-
-Stop: all live attempts of a job -> ``scancel JOB``; some of them -> ``scancel JOB.STEP`` for
-each one's step (found by name in ``squeue --steps``); a step not started yet is cancelled as
-soon as it shows. scancel sends SIGTERM (the runner stops its command and reports its exit),
-then SIGKILL after the cluster's KillWait.
+Design: docs/pools.md, "Module: `src/trainyard/backends/slurm/backend.py`".
 """
 
 from __future__ import annotations
