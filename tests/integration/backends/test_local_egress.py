@@ -31,7 +31,7 @@ from trainyard.backends.base import FactKind
 from trainyard.backends.local import LocalBackend, loopback_address
 from trainyard.backends.local import launcher as launcher_mod
 from trainyard.backends.local import router as router_mod
-from trainyard.backends.local.messages import Ping
+from trainyard.backends.local.messages import NetworkSpec, Ping
 from trainyard.backends.local.netns import EGRESS_ADDRESS, probe_egress
 from trainyard.backends.local.router import GROUP_IFNAME_PREFIX, GROUP_NETWORK, probe_router
 from trainyard.errors import BackendError
@@ -568,7 +568,7 @@ def test_without_nft_each_group_gets_a_pasta_and_the_log_says_so(
     launcher = launcher_mod._Launcher("test-no-nft", idle_s=60, group_grace_s=5)
     try:
         for key in ("wf/g1", "wf/g2"):
-            launcher._network(key, [], egress=True)
+            launcher._network(NetworkSpec(group=key, forward=[], egress=True))
         groups = [launcher.groups[k] for k in ("wf/g1", "wf/g2")]
         assert launcher.router is None
         assert all(
