@@ -133,7 +133,7 @@ def test_the_engine_loop_backs_off_while_every_step_fails(
     def failing_step() -> None:
         store.list_workflows()  # raises StoreError: the store is refused now
 
-    engine.step = failing_step  # type: ignore[method-assign]
+    engine.loop.step = failing_step  # type: ignore[method-assign]  # what run_forever calls
     stop = threading.Event()
     with caplog.at_level(logging.INFO, logger="trainyard.engine"):
         thread = threading.Thread(target=engine.run_forever, args=(stop,))

@@ -1,6 +1,7 @@
-"""``trainyard workflow submit --wait`` into a pipe, a real process against the real server
-(issue 15, fifth pass): its progress and final lines are written without rich (never
-imported: its 13-18 ms of CPU competed with the gang's start), and read as before."""
+"""``trainyard workflow submit --wait`` into a pipe, a real process against the real server:
+its progress and final lines are plain text (no terminal control sequences, no rich markup),
+and read as before. (Plain typer imports rich whenever it is installed, for its help and
+errors; the CLI no longer hides it, so only the output is held plain here.)"""
 
 from __future__ import annotations
 
@@ -15,9 +16,7 @@ SPEC = "workflow:\n  name: plain-wait\n  tasks:\n  - name: t\n    command: [echo
 
 
 @pytest.mark.parametrize("fmt", ["table", "json"])
-def test_wait_into_a_pipe_prints_progress_without_importing_rich(
-    server: Server, tmp_path: Path, fmt: str
-) -> None:
+def test_wait_into_a_pipe_prints_plain_progress(server: Server, tmp_path: Path, fmt: str) -> None:
     spec = tmp_path / "plain.yaml"
     spec.write_text(SPEC)
     got = server.cli(
@@ -27,15 +26,13 @@ def test_wait_into_a_pipe_prints_progress_without_importing_rich(
         "--wait",
         "-t",
         fmt,
-        PYTHONPROFILEIMPORTTIME="1",
         FORCE_COLOR="",
         TTY_COMPATIBLE="",
     )
     assert got.code == 0, got.err
-    imports = [line for line in got.err.splitlines() if line.startswith("import time:")]
-    assert imports and not [line for line in imports if " rich" in line], "rich imported"
     shown = got.err if fmt == "json" else got.out
-    lines = [line for line in shown.splitlines() if not line.startswith("import time:")]
+    assert "\x1b[" not in shown and "\r" not in shown, shown  # no colours, no live redraws
+    lines = shown.splitlines()
     # the node is the session pool's: whichever default pool earlier tests of the session left
     assert any(re.search(r"\bt COMPLETED on \S+ \(exit 0\)$", line) for line in lines), lines
     assert any(
