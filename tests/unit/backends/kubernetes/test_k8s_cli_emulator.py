@@ -110,7 +110,7 @@ def test_logs_follow_shows_a_running_pods_lines_as_they_come(
         assert emulator.pod(pods[0])["status"]["phase"] == "Running"  # the line came live
         emulator.set_log(pods[0], "2026/11/27 00:00:09 [master] epoch 2 loss 0.4\n")
         assert lines.get(timeout=TIMEOUT_S) == "2026/11/27 00:00:09 [master] epoch 2 loss 0.4\n"
-        for pod in pods:
+        for pod in reversed(pods):  # the lead last: its end stops (deletes) the others' pods
             kubelet.exit(pod, 0)
         assert follow.wait(TIMEOUT_S) == 0  # the workflow ended: so does the follow
         reader.join(TIMEOUT_S)
