@@ -1,6 +1,8 @@
 """The Slurm backend: each gang is one Slurm job, each task one ``srun`` step running the
-task runner (see ``backend.py`` for the lifecycle, ``script.py`` for the job's shape,
-``states.py`` for the state table, ``options.py`` for the pool options).
+task runner. ``backend.py`` holds the ``Backend`` hooks; ``script.py`` the job's shape,
+``jobfiles.py`` its files, ``attempts.py`` the attempts' records, ``watch.py`` the facts,
+``cancelling.py`` stopping, ``states.py`` the state table, ``options.py`` the pool options
+(docs/pools.md, "Module: `src/trainyard/backends/slurm/backend.py`").
 
 The registry (``trainyard.backends.BACKENDS``) names ``trainyard.backends.slurm:create``.
 """
