@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import typer
 
@@ -39,7 +39,9 @@ if TYPE_CHECKING:  # rich is imported when the first progress line is printed (c
 
     from trainyard.server.answers import (
         AttemptAnswer,
+        DryRunAnswer,
         GroupAnswer,
+        SubmitAnswer,
         TaskAnswer,
         WorkflowAnswer,
     )
@@ -442,6 +444,7 @@ def submit(
         labels=label or [],
     )
     client = Client()
+    result: SubmitAnswer | DryRunAnswer
     if req is None:
         overrides = SpecBody(
             spec_text="",
@@ -492,7 +495,7 @@ def profile_pool() -> str | None:
 
 def after_submit(
     client: Client,
-    result: dict[str, Any],
+    result: SubmitAnswer | DryRunAnswer,
     fmt: Format,
     *,
     dry_run: bool,
@@ -507,6 +510,7 @@ def after_submit(
     if dry_run:
         emit(result, fmt, print_dry_run)
         return
+    result = cast("SubmitAnswer", result)  # not a dry run: the server made the workflow
     if not wait:
         emit(result, fmt, lambda d: typer.echo(f"Workflow submitted: {d['id']}"))
     elif fmt.human:
@@ -519,7 +523,7 @@ def after_submit(
         finish_wait(client, result["id"], fmt, logs=logs)
 
 
-def print_dry_run(data: dict[str, Any]) -> None:
+def print_dry_run(data: DryRunAnswer) -> None:
     """The rendered spec, then what the backend would be handed (Slurm: each group's sbatch
     command and script)."""
     typer.echo(data["spec"])
