@@ -38,7 +38,6 @@ from trainyard.errors import (
     TrainyardError,
 )
 from trainyard.home import trainyard_home
-from trainyard.server.auth import read_client_token, read_login
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -209,6 +208,8 @@ def running_server_client(home: Path | None = None) -> Client | None:
 
 def _logged_in_url(home: Path) -> str | None:
     """The server of ``login URL`` (``$TRAINYARD_HOME/login.json``), else None."""
+    from trainyard.server.auth import read_login  # hmac, secrets: not on --help's path
+
     login = read_login(home)
     return login["url"].rstrip("/") if login else None
 
@@ -238,7 +239,11 @@ class Client:
         claimed = None if url or self._from_env else claimed_url(self.home)
         self._unchecked = claimed is not None  # the lock note's address, its pid unchecked
         self.url = url or claimed or ensure_running(self.home).url
-        self.token = token if token is not None else read_client_token(self.home)
+        if token is None:
+            from trainyard.server.auth import read_client_token
+
+            token = read_client_token(self.home)
+        self.token = token
         self._timeout_s = timeout_s
         self._http = self._http_client()
 

@@ -2,7 +2,8 @@
 
 The admin token of the server's owner is written at first start to ``$TRAINYARD_HOME/token``
 (readable only by its owner); ``add-user`` creates tokens for other users.
-``trainyard.server.process`` (httpx with it) is imported by the commands that use it.
+``trainyard.server.process`` (httpx with it) and ``server.auth`` are imported by the commands
+that use them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import typer
 from trainyard.cli.output import Format, FormatOption, console, emit
 from trainyard.errors import ServerError
 from trainyard.home import trainyard_home
-from trainyard.server.auth import TokenRegistry
 
 app = typer.Typer(no_args_is_help=True, help="Start, stop and inspect the trainyard server.")
 
@@ -82,5 +82,7 @@ def add_user(
     ),
 ) -> None:
     """Create a token for USER (run on the server's machine, as its owner); prints it."""
+    from trainyard.server.auth import TokenRegistry
+
     token = TokenRegistry(trainyard_home()).add(user, admin=admin)
     typer.echo(token)
