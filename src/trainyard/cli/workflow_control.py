@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     )
 
 
-__all__ = ["cancel", "restart", "tag", "delete", "prune"]
+__all__ = ["register", "cancel", "restart", "tag", "delete", "prune"]
 
 
 def _cancel_one(
@@ -254,6 +254,16 @@ def prune(
         console.print(f"{len(d['deleted'])} workflow(s) {verb}")
 
     emit(data, fmt, show)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``cancel``, ``restart``, ``tag``, ``delete`` and ``prune`` to the ``workflow``
+    sub-app."""
+    app.command()(cancel)
+    app.command()(restart)
+    app.command()(tag)
+    app.command()(delete)
+    app.command()(prune)
 
 
 def _echo_lines(lines: Iterable[str]) -> None:

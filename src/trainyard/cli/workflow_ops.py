@@ -1,6 +1,6 @@
-"""``trainyard workflow submit`` and its ``--wait``, and what the other workflow commands
-share; ``register`` adds those of ``workflow_query`` (query, events, list, logs) and
-``workflow_control`` (cancel, restart, tag, delete, prune).
+"""``trainyard workflow submit`` and its ``--wait``, and what the other commands that talk to
+the server share (``workflow_query``: query, events, list, logs; ``workflow_control``:
+cancel, restart, tag, delete, prune).
 
 Exit codes: 0 success; for ``submit --wait``, 0 only when the workflow COMPLETED, 1 when it
 ended otherwise (FAILED*, timeouts, cancelled); trainyard errors use their own codes (the
@@ -533,18 +533,5 @@ def print_dry_run(data: DryRunAnswer) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add these commands and those of ``workflow_query`` and ``workflow_control`` to the
-    ``workflow`` sub-app, in this order."""
-    from trainyard.cli.workflow_control import cancel, delete, prune, restart, tag
-    from trainyard.cli.workflow_query import events, list_workflows, logs, query
-
+    """Add ``submit`` to the ``workflow`` sub-app."""
     app.command()(submit)
-    app.command()(query)
-    app.command("list")(list_workflows)
-    app.command()(logs)
-    app.command()(cancel)
-    app.command()(events)
-    app.command()(restart)
-    app.command()(tag)
-    app.command()(delete)
-    app.command()(prune)

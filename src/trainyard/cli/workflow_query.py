@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     )
 
 
-__all__ = ["query", "events", "list_workflows", "logs"]
+__all__ = ["register", "query", "events", "list_workflows", "logs"]
 
 
 def _query_table(data: WorkflowAnswer) -> None:
@@ -467,3 +467,11 @@ def logs(
     except KeyboardInterrupt:
         err_console.print(f"Stopped following; workflow {workflow_id} goes on.", markup=False)
         raise typer.Exit(130) from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``query``, ``list``, ``logs`` and ``events`` to the ``workflow`` sub-app."""
+    app.command()(query)
+    app.command("list")(list_workflows)
+    app.command()(logs)
+    app.command()(events)
