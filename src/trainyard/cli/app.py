@@ -43,7 +43,13 @@ from trainyard.cli.workflow_ops import (
 from trainyard.spec.values import parse_labels
 
 if TYPE_CHECKING:
-    from trainyard.server.answers import AppAnswer, AppDeletedAnswer, AppRenamedAnswer
+    from trainyard.server.answers import (
+        AppAnswer,
+        AppDeletedAnswer,
+        AppRenamedAnswer,
+        DryRunAnswer,
+        SubmitAnswer,
+    )
 
 __all__ = ["app", "split_version"]
 
@@ -331,7 +337,7 @@ def submit(
     params: dict[str, object] = {"dry_run": dry_run}
     if version:
         params["version"] = version
-    data = client.json(
+    data: SubmitAnswer | DryRunAnswer = client.json(
         "POST", f"/api/app/{_in_path(base)}/submit", params=params, json=req.to_json()
     )
     after_submit(client, data, fmt, dry_run=dry_run, wait=wait, rsync=rsync)

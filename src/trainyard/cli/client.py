@@ -9,7 +9,9 @@ with the same code whether it was raised here or on the server.
 The local server's address is taken from its lock's note with only a cheap check
 (``server.process.claimed_url``: no psutil import on the CLI's start); a request
 that cannot connect to it asks ``ensure_running`` (the full check, which may start a server)
-and is sent once more, to the address that gives.
+and is sent once more, to the address that gives. httpx (with httpcore, and trio where the
+dev extra installed it: ~0.25 s) is imported by the first ``Client`` or ``server_version``,
+not by importing this module: ``--help`` and a usage error send no request.
 """
 
 from __future__ import annotations
@@ -18,9 +20,6 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import httpcore  # noqa: F401  # httpx imports it at the first Client: now, in main's GC pause
-import httpx
 
 from trainyard.errors import (
     AuthError,
@@ -39,11 +38,14 @@ from trainyard.errors import (
     TrainyardError,
 )
 from trainyard.home import trainyard_home
-from trainyard.server.auth import read_client_token, read_login
-from trainyard.server.process import claimed_url, ensure_running, find_running
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
+    import httpx
+
     from trainyard.server.answers import HealthAnswer
+    from trainyard.server.process import ServerInfo
 
 __all__ = ["Client", "server_version", "running_server_client"]
 
@@ -77,6 +79,45 @@ _BY_STATUS: dict[int, type[TrainyardError]] = {
 """Without a known ``kind``: 400 and 422 (FastAPI's check of a query parameter) are bad
 arguments (exit 2, as click's usage errors), 409/429 refusals (exit 4), anything else a
 server failure."""
+
+
+def _httpx() -> ModuleType:
+    """httpx, imported on first use in a pause of the garbage collector (``cli.main``'s
+    ``collector_paused``: its objects live as long as the process), httpcore with it
+    (httpx would import it at its first ``Client``)."""
+    from trainyard.cli.main import collector_paused
+
+    with collector_paused():
+        import httpcore  # noqa: F401
+        import httpx
+    return httpx
+
+
+def _process() -> ModuleType:
+    """``trainyard.server.process`` (it imports httpx), imported on first use as ``_httpx``."""
+    _httpx()
+    from trainyard.server import process
+
+    return process
+
+
+def claimed_url(home: Path) -> str | None:
+    """``trainyard.server.process.claimed_url``: the local server's address from its lock
+    note (cheap checks only), else None."""
+    return _process().claimed_url(home)  # type: ignore[no-any-return]
+
+
+def ensure_running(home: Path) -> ServerInfo:
+    """``trainyard.server.process.ensure_running``: the local server, started if none runs."""
+    return _process().ensure_running(home)  # type: ignore[no-any-return]
+
+
+def find_running(home: Path, wait_s: float | None = None) -> ServerInfo | None:
+    """``trainyard.server.process.find_running``: the local server if one runs, else None."""
+    process = _process()
+    if wait_s is None:
+        return process.find_running(home)  # type: ignore[no-any-return]
+    return process.find_running(home, wait_s=wait_s)  # type: ignore[no-any-return]
 
 
 def _error_class(status: int, kind: object) -> type[TrainyardError]:
@@ -143,6 +184,7 @@ def server_version(home: Path | None = None) -> tuple[str, str] | None:
         if info is None:
             return None
         url = info.url
+    httpx = _httpx()
     try:
         health: HealthAnswer = httpx.get(f"{url}/api/health", timeout=2.0).json()
         return url, str(health["version"])
@@ -166,6 +208,8 @@ def running_server_client(home: Path | None = None) -> Client | None:
 
 def _logged_in_url(home: Path) -> str | None:
     """The server of ``login URL`` (``$TRAINYARD_HOME/login.json``), else None."""
+    from trainyard.server.auth import read_login  # hmac, secrets: not on --help's path
+
     login = read_login(home)
     return login["url"].rstrip("/") if login else None
 
@@ -195,13 +239,17 @@ class Client:
         claimed = None if url or self._from_env else claimed_url(self.home)
         self._unchecked = claimed is not None  # the lock note's address, its pid unchecked
         self.url = url or claimed or ensure_running(self.home).url
-        self.token = token if token is not None else read_client_token(self.home)
+        if token is None:
+            from trainyard.server.auth import read_client_token
+
+            token = read_client_token(self.home)
+        self.token = token
         self._timeout_s = timeout_s
         self._http = self._http_client()
 
     def _http_client(self) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        return httpx.Client(
+        return _httpx().Client(
             base_url=self.url, headers=headers, timeout=self._timeout_s, verify=tls_verify(self.url)
         )
 
@@ -224,6 +272,8 @@ class Client:
         request, if it could not connect to an unchecked address (``claimed_url``), is sent
         once more after the full check (it never reached a server: a submit is not made
         twice); once a server answered, none is sent again."""
+        import httpx  # loaded by __init__: a lookup
+
         try:
             response = self._send(method, path, kwargs, last=False)
         except httpx.ConnectError as exc:
@@ -239,6 +289,8 @@ class Client:
     ) -> httpx.Response:
         """Send; transport errors become ServerError, but for a ConnectError when not
         ``last`` (``request`` may send it again)."""
+        import httpx  # loaded by __init__: a lookup
+
         try:
             return self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
@@ -265,6 +317,8 @@ class Client:
 
     def stream_lines(self, path: str, **params: Any) -> Iterator[str]:
         """Lines of a streamed text answer, as they arrive."""
+        import httpx  # loaded by __init__: a lookup
+
         self._check_server()  # a stream is not sent again: its address is checked first
         try:
             with self._http.stream("GET", path, params=params, timeout=None) as response:
@@ -279,6 +333,8 @@ class Client:
         """The text of an answer in pieces as they arrive (nothing held but a piece; an
         error answer raises before the first piece). With ``follow``, no read timeout: a
         followed log may be quiet for long."""
+        import httpx  # loaded by __init__: a lookup
+
         self._check_server()  # a stream is not sent again: its address is checked first
         timeout = None if params.get("follow") else httpx.USE_CLIENT_DEFAULT
         try:

@@ -2,6 +2,8 @@
 
 The admin token of the server's owner is written at first start to ``$TRAINYARD_HOME/token``
 (readable only by its owner); ``add-user`` creates tokens for other users.
+``trainyard.server.process`` (httpx with it) and ``server.auth`` are imported by the commands
+that use them.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ import typer
 from trainyard.cli.output import Format, FormatOption, console, emit
 from trainyard.errors import ServerError
 from trainyard.home import trainyard_home
-from trainyard.server import process
-from trainyard.server.auth import TokenRegistry
 
 app = typer.Typer(no_args_is_help=True, help="Start, stop and inspect the trainyard server.")
 
@@ -25,6 +25,8 @@ def start(
     port: int = typer.Option(0, "--port", help="port (0: any free port)"),
 ) -> None:
     """Start the server in the background (state in $TRAINYARD_HOME)."""
+    from trainyard.server import process
+
     home = trainyard_home()
     info, started = process.start(home, host=host, port=port)
     if not started:
@@ -39,6 +41,8 @@ def start(
 def stop() -> None:
     """Stop the server holding this home's lock (even if server.json was removed). Running
     tasks keep running; a new server resumes them."""
+    from trainyard.server import process
+
     if process.stop(trainyard_home()):
         console.print("trainyard server stopped")
     else:
@@ -51,6 +55,8 @@ def status(fmt: Format = FormatOption) -> None:
 
     JSON: {"running": bool, "url": str or null, "pid": int or null}, printed in both cases.
     """
+    from trainyard.server import process
+
     info = process.find_running(trainyard_home())
     if fmt is Format.json:
         emit(
@@ -76,5 +82,7 @@ def add_user(
     ),
 ) -> None:
     """Create a token for USER (run on the server's machine, as its owner); prints it."""
+    from trainyard.server.auth import TokenRegistry
+
     token = TokenRegistry(trainyard_home()).add(user, admin=admin)
     typer.echo(token)

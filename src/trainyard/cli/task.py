@@ -35,7 +35,8 @@ def _params(
     offset: int,
     priority: list[str],
 ) -> dict[str, Any]:
-    from trainyard.cli.workflow_ops import _iso_time_s, checked_priority
+    from trainyard.cli.workflow_ops import checked_priority
+    from trainyard.cli.workflow_query import _iso_time_s
 
     if user and all_users:
         raise typer.BadParameter("give --user or --all-users, not both", param_hint="'--all-users'")

@@ -404,9 +404,18 @@ def _group_verbs(typer_app: typer.Typer) -> None:
 
 
 def _register_server_commands() -> None:
-    from trainyard.cli import workflow_diff, workflow_interactive, workflow_metrics, workflow_ops
+    from trainyard.cli import (
+        workflow_control,
+        workflow_diff,
+        workflow_interactive,
+        workflow_metrics,
+        workflow_ops,
+        workflow_query,
+    )
 
     workflow_ops.register(app)
+    workflow_query.register(app)
+    workflow_control.register(app)
     workflow_metrics.register(app)
     workflow_diff.register(app)
     workflow_interactive.register(app)

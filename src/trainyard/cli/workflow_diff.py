@@ -9,12 +9,15 @@ the server's answer as it is.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from trainyard.cli.client import Client
 from trainyard.cli.output import Format, emit, table
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import DiffAnswer
 
 __all__ = ["register", "diff", "FormatTypeOption"]
 
@@ -39,7 +42,7 @@ def diff(
     output folders, paired by task and path) are identical, tensor by tensor (not by file
     bytes). `-t json` gives {"a", "b", "differences", "metrics", "models",
     "models_identical"}."""
-    data = Client().json("GET", f"/api/workflow/{workflow_a}/diff/{workflow_b}")
+    data: DiffAnswer = Client().json("GET", f"/api/workflow/{workflow_a}/diff/{workflow_b}")
     emit(data, fmt, _tables)
 
 
@@ -51,7 +54,7 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def _tables(data: dict[str, Any]) -> None:
+def _tables(data: DiffAnswer) -> None:
     a, b = data["a"], data["b"]
     rows = [["pool / backend", f"{a['pool']} / {a['backend']}", f"{b['pool']} / {b['backend']}"]]
     rows += [
@@ -74,7 +77,7 @@ def _tables(data: dict[str, Any]) -> None:
     typer.echo(f"models: {_VERDICT[data['models_identical']]}")
 
 
-def _models(data: dict[str, Any]) -> None:
+def _models(data: DiffAnswer) -> None:
     if not data["models"]:
         typer.echo("no model files (*.pth, *.pt) in the tasks' output folders")
         return
@@ -84,7 +87,7 @@ def _models(data: dict[str, Any]) -> None:
             _VERDICT[r["identical"]] + (f" ({r['error']})" if r.get("error") else ""),
             r.get("tensors", "-"),
             ", ".join(r.get("differing") or []) or "-",
-            {True: "yes", False: "no"}.get(r.get("same_bytes"), "-"),
+            {True: "yes", False: "no", None: "-"}[r.get("same_bytes")],
         ]
         for r in data["models"]
     ]

@@ -9,12 +9,15 @@ output folder (docs/dashboard.md).
 from __future__ import annotations
 
 from datetime import UTC
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from trainyard.cli.client import Client
 from trainyard.cli.output import Format, FormatOption, emit, human_bytes, short_time, table
+
+if TYPE_CHECKING:
+    from trainyard.server.answers import MetricsAnswer
 
 __all__ = ["register", "metrics"]
 
@@ -34,11 +37,11 @@ def metrics(
     """Per task attempt: CPU (mean, peak; 100% = one core), peak memory and GPU use sampled by
     the runner every 2 s; then each run's training curve (epochs, last values). ``-t json``
     gives every sample and every point."""
-    data = Client().json("GET", f"/api/workflow/{workflow_id}/metrics")
+    data: MetricsAnswer = Client().json("GET", f"/api/workflow/{workflow_id}/metrics")
     emit(data, fmt, _tables)
 
 
-def _tables(data: dict[str, Any]) -> None:
+def _tables(data: MetricsAnswer) -> None:
     usage = [
         [
             r["task"],

@@ -373,3 +373,100 @@ class LoginLinkAnswer(TypedDict):
 
     path: str
     expires_in_s: str
+
+
+class SubmitAnswer(TypedDict):
+    """``POST /api/workflow`` (and ``/resubmit``, ``/api/app/NAME/submit``) without
+    ``dry_run``: the new workflow's id, name and status, and the spec's warnings."""
+
+    id: str
+    name: str
+    status: str  #: a ``WorkflowStatus`` value
+    warnings: list[dict[str, Any]]  #: ``SpecProblem.to_json`` rows
+
+
+class BackendShown(TypedDict):
+    """What a pool's backend would be handed for one group (Slurm: its sbatch command and
+    script), in a dry run."""
+
+    group: str
+    text: str
+
+
+class DryRunAnswer(TypedDict):
+    """The same routes with ``dry_run=true``: nothing stored; the rendered spec and what the
+    backend would be handed (empty for backends without such a rendering)."""
+
+    dry_run: bool  #: always true
+    name: str
+    pool: str
+    spec: str  #: the rendered spec's text
+    backend: list[BackendShown]
+    warnings: list[dict[str, Any]]
+
+
+class RunHeader(TypedDict):
+    """One side of a diff: where the workflow ran."""
+
+    id: str
+    status: str
+    pool: str
+    backend: str
+
+
+class DiffSetting(TypedDict):
+    """A setting that differs: ``pool``, ``backend``, ``set.NAME``, ``label.KEY`` or
+    ``image.TASK``; a value missing on one side is None."""
+
+    field: str
+    a: Any
+    b: Any
+
+
+class DiffMetric(TypedDict):
+    """A final metric of one ``metrics.jsonl``, both sides (None where missing)."""
+
+    file: str
+    name: str
+    a: Any
+    b: Any
+    same: bool
+
+
+class DiffModel(TypedDict):
+    """A model file paired by task and path; ``error`` alone when on one side only or not
+    comparable (``compare.ModelComparison.to_json`` gives the rest)."""
+
+    file: str
+    identical: bool | None
+    tensors: NotRequired[int]
+    differing: NotRequired[list[str]]
+    differing_count: NotRequired[int]
+    only_in_a: NotRequired[list[str]]
+    only_in_b: NotRequired[list[str]]
+    same_bytes: NotRequired[bool | None]
+    error: NotRequired[str]  #: empty when compared
+
+
+class DiffAnswer(TypedDict):
+    """``GET /api/workflow/A/diff/B`` (``workflow diff``): ``models_identical`` is None when
+    there are no models or one could not be compared and none differs."""
+
+    a: RunHeader
+    b: RunHeader
+    differences: list[DiffSetting]
+    metrics: list[DiffMetric]
+    models: list[DiffModel]
+    models_identical: bool | None
+
+
+class MetricsAnswer(TypedDict):
+    """``GET /api/workflow/ID/metrics`` (``workflow metrics``): the metric curves
+    (``dashboard.curves``), usage samples per attempt (``dashboard.usage``) and their
+    summary (``dashboard.usage_summary``)."""
+
+    id: str
+    status: str
+    curves: list[dict[str, Any]]
+    usage: list[dict[str, Any]]
+    summary: list[dict[str, Any]]

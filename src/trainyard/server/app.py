@@ -37,12 +37,14 @@ from trainyard.server.answers import (
     CredentialAnswer,
     DeleteAnswer,
     DeletedAnswer,
+    DryRunAnswer,
     EventAnswer,
     HealthAnswer,
     PoolAnswer,
     PoolReloadAnswer,
     PruneAnswer,
     ResourceAnswer,
+    SubmitAnswer,
     TagAnswer,
     TaskEntryAnswer,
     TaskRowAnswer,
@@ -258,17 +260,17 @@ def _routes(app: FastAPI, service: Service) -> None:
             return {"spec": loaded.rendered_text, "warnings": loaded.warnings_json()}
         return PlainTextResponse(loaded.rendered_text)
 
-    @app.post("/api/workflow")
-    def submit(req: SpecRequest, u: Caller, dry_run: bool = False) -> dict[str, Any]:
+    @app.post("/api/workflow", response_model=None)
+    def submit(req: SpecRequest, u: Caller, dry_run: bool = False) -> SubmitAnswer | DryRunAnswer:
         req = req.model_copy(update={"app": None})  # only app submit names its app
         if dry_run:
             return service.submissions.dry_run(req, u)
         return service.submissions.submit(req, u)
 
-    @app.post("/api/workflow/{workflow_id}/resubmit")
+    @app.post("/api/workflow/{workflow_id}/resubmit", response_model=None)
     def resubmit(
         workflow_id: str, u: Caller, req: SpecRequest | None = None, dry_run: bool = False
-    ) -> dict[str, Any]:
+    ) -> SubmitAnswer | DryRunAnswer:
         return service.submissions.resubmit(workflow_id, u, req, dry_run=dry_run)
 
     @app.get("/api/workflow")
@@ -563,10 +565,10 @@ def _app_routes(app: FastAPI, service: Service) -> None:
         store.get_app(name)
         return {"name": req.new_name, "renamed_versions": store.rename_app(name, req.new_name)}
 
-    @app.post("/api/app/{name}/submit")
+    @app.post("/api/app/{name}/submit", response_model=None)
     def submit_app(
         name: str, req: SpecRequest, u: Caller, version: int | None = None, dry_run: bool = False
-    ) -> dict[str, Any]:
+    ) -> SubmitAnswer | DryRunAnswer:
         """Submit an app version; ``files`` in the request (``app submit --local-path``)
         replace the stored copies of those ``localpath`` files."""
         refuse_task_token(u, "submit a workflow")

@@ -15,11 +15,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from trainyard import spec as specapi
 from trainyard.engine import machine as m
 from trainyard.errors import SpecError
+from trainyard.server.answers import DiffAnswer, DiffMetric, DiffModel, DiffSetting, RunHeader
 from trainyard.server.dashboard import find_files, metrics_files
 from trainyard.server.tensors import compare_models
 from trainyard.spec.models import WorkflowSpec
@@ -70,7 +71,7 @@ class RunFacts:
     metrics: dict[str, dict[str, Any]]
     models: dict[str, Path]
 
-    def header(self) -> dict[str, Any]:
+    def header(self) -> RunHeader:
         return {"id": self.id, "status": self.status, "pool": self.pool, "backend": self.backend}
 
 
@@ -209,15 +210,15 @@ def settings_table(runs: list[RunFacts]) -> list[dict[str, Any]]:
     )
 
 
-def _settings(a: RunFacts, b: RunFacts) -> list[dict[str, Any]]:
+def _settings(a: RunFacts, b: RunFacts) -> list[DiffSetting]:
     return [
         {"field": row["field"], "a": row["values"][0], "b": row["values"][1]}
         for row in settings_table([a, b])
     ]
 
 
-def _metric_rows(a: RunFacts, b: RunFacts) -> list[dict[str, Any]]:
-    rows = []
+def _metric_rows(a: RunFacts, b: RunFacts) -> list[DiffMetric]:
+    rows: list[DiffMetric] = []
     for file in list(a.metrics) + [f for f in b.metrics if f not in a.metrics]:
         ma, mb = a.metrics.get(file, {}), b.metrics.get(file, {})
         for name in list(ma) + [k for k in mb if k not in ma]:
@@ -233,18 +234,19 @@ def _metric_rows(a: RunFacts, b: RunFacts) -> list[dict[str, Any]]:
     return rows
 
 
-def _model_rows(a: RunFacts, b: RunFacts) -> list[dict[str, Any]]:
-    rows = []
+def _model_rows(a: RunFacts, b: RunFacts) -> list[DiffModel]:
+    rows: list[DiffModel] = []
     for file in list(a.models) + [f for f in b.models if f not in a.models]:
         if file not in a.models or file not in b.models:
             where = "b" if file in b.models else "a"
             rows.append({"file": file, "identical": False, "error": f"only in {where}"})
             continue
-        rows.append({"file": file, **compare_models(a.models[file], b.models[file]).to_json()})
+        compared = compare_models(a.models[file], b.models[file]).to_json()
+        rows.append(cast("DiffModel", {"file": file, **compared}))
     return rows
 
 
-def _all_identical(rows: list[dict[str, Any]]) -> bool | None:
+def _all_identical(rows: list[DiffModel]) -> bool | None:
     """True: models on both sides, all identical; False: one differs or is on one side only;
     None: no models, or one could not be compared and none differs."""
     if not rows or any(r["identical"] is False for r in rows):
@@ -252,7 +254,7 @@ def _all_identical(rows: list[dict[str, Any]]) -> bool | None:
     return None if any(r["identical"] is None for r in rows) else True
 
 
-def diff_runs(a: RunFacts, b: RunFacts) -> dict[str, Any]:
+def diff_runs(a: RunFacts, b: RunFacts) -> DiffAnswer:
     """The comparison as JSON: ``{"a": {id, status, pool, backend}, "b": {...},
     "differences": [{"field", "a", "b"}], "metrics": [{"file", "name", "a", "b", "same"}],
     "models": [{"file", "identical", "tensors", "differing", "differing_count", "only_in_a",

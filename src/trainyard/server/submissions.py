@@ -11,6 +11,7 @@ from trainyard import spec as specapi
 from trainyard.engine.reconciler import Engine, Submission
 from trainyard.errors import ForbiddenError, NotFoundError, SpecError, SpecProblem
 from trainyard.pools import Pool
+from trainyard.server.answers import BackendShown, DryRunAnswer, SubmitAnswer
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.ownership import readable
 from trainyard.server.schema import SpecRequest
@@ -175,7 +176,7 @@ class Submissions:
         self.check_credentials(loaded.workflow, user)
         return loaded
 
-    def submit(self, req: SpecRequest, user: User) -> dict[str, Any]:
+    def submit(self, req: SpecRequest, user: User) -> SubmitAnswer:
         """Validate and start a workflow. Returns ``{"id", "name", "status", "warnings"}``
         (the spec's warnings, ``LoadedSpec.warnings_json``).
 
@@ -205,7 +206,7 @@ class Submissions:
             "warnings": loaded.warnings_json(),
         }
 
-    def dry_run(self, req: SpecRequest, user: User) -> dict[str, Any]:
+    def dry_run(self, req: SpecRequest, user: User) -> DryRunAnswer:
         """Validate without storing; with what the pool's backend would be handed.
 
         Returns:
@@ -222,7 +223,9 @@ class Submissions:
             pool=loaded.pool,
             labels=dict(loaded.workflow.labels),
         )
-        shown = [{"group": g, "text": text} for g, text in self.engine.preview(sub)]
+        shown: list[BackendShown] = [
+            {"group": g, "text": text} for g, text in self.engine.preview(sub)
+        ]
         return {
             "dry_run": True,
             "name": loaded.workflow.name,
@@ -234,7 +237,7 @@ class Submissions:
 
     def resubmit(
         self, workflow_id: str, user: User, overrides: SpecRequest | None, *, dry_run: bool = False
-    ) -> dict[str, Any]:
+    ) -> SubmitAnswer | DryRunAnswer:
         """Submit again the stored request of ``workflow_id`` (its ``--set`` values kept,
         those in ``overrides`` appended, so they win). With ``dry_run``, nothing is stored:
         the answer is ``dry_run``'s."""

@@ -33,7 +33,7 @@ from starlette.concurrency import run_in_threadpool
 from trainyard.errors import AuthError, ForbiddenError, TrainyardError
 from trainyard.pools import real_gpu_count
 from trainyard.server import dashboard
-from trainyard.server.answers import LoginLinkAnswer
+from trainyard.server.answers import DiffAnswer, LoginLinkAnswer, MetricsAnswer
 from trainyard.server.auth import User, refuse_task_token
 from trainyard.server.scopes import check_task_scope
 from trainyard.server.service import Service
@@ -477,12 +477,12 @@ def _workflow_routes(app: FastAPI, service: Service, page: Any) -> None:
             status_code=303,
         )
 
-    @app.get("/api/workflow/{workflow_id}/metrics")
-    def metrics(workflow_id: str, viewer: Look) -> dict[str, Any]:
+    @app.get("/api/workflow/{workflow_id}/metrics", response_model=None)
+    def metrics(workflow_id: str, viewer: Look) -> MetricsAnswer:
         return _metrics_json(service, workflow_id, viewer.user)
 
-    @app.get("/api/workflow/{workflow_a}/diff/{workflow_b}")
-    def diff(workflow_a: str, workflow_b: str, viewer: Look) -> dict[str, Any]:
+    @app.get("/api/workflow/{workflow_a}/diff/{workflow_b}", response_model=None)
+    def diff(workflow_a: str, workflow_b: str, viewer: Look) -> DiffAnswer:
         return service.reads.diff(workflow_a, workflow_b, viewer.user)
 
     @app.get("/compare", response_class=HTMLResponse)
@@ -562,7 +562,7 @@ def _run_dir(service: Service, workflow_id: str) -> dashboard.RunDir:
     return lambda task, retry: service.engine.run_dir(workflow_id, task, retry)
 
 
-def _metrics_json(service: Service, workflow_id: str, user: User) -> dict[str, Any]:
+def _metrics_json(service: Service, workflow_id: str, user: User) -> MetricsAnswer:
     """``{"id", "status", "curves": [...], "usage": [...], "summary": [...]}`` (see
     ``dashboard.curves``, ``dashboard.usage``, ``dashboard.usage_summary``)."""
     data = service.reads.query(workflow_id, user)  # read permission

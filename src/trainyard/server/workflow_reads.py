@@ -13,7 +13,13 @@ from trainyard.engine import machine as m
 from trainyard.engine.reconciler import Engine
 from trainyard.errors import BadArgumentError, ForbiddenError, SpecError
 from trainyard.server import compare
-from trainyard.server.answers import EventAnswer, TaskRowAnswer, WorkflowAnswer, WorkflowSummary
+from trainyard.server.answers import (
+    DiffAnswer,
+    EventAnswer,
+    TaskRowAnswer,
+    WorkflowAnswer,
+    WorkflowSummary,
+)
 from trainyard.server.auth import User
 from trainyard.server.logs import read_detail
 from trainyard.server.osmo_filters import ListFilters, TaskFilters, priority_of, tags_of
@@ -313,7 +319,7 @@ class WorkflowReads:
                     )
         return [row for _t, row in sorted(rows, key=lambda r: r[0])]
 
-    def diff(self, workflow_a: str, workflow_b: str, user: User) -> dict[str, Any]:
+    def diff(self, workflow_a: str, workflow_b: str, user: User) -> DiffAnswer:
         """Two workflows side by side (``trainyard workflow diff A B``): the settings that
         differ, final metrics, and whether their saved models are identical tensor by tensor
         (``compare.diff_runs`` gives the shape). Reads model files: may take a while.

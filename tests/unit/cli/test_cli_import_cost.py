@@ -148,6 +148,19 @@ def test_help_and_an_unknown_command_load_every_group() -> None:
         assert set(OTHER_GROUPS) | {"trainyard.cli.workflow"} <= loaded, argv
 
 
+def test_help_and_a_usage_error_import_no_http_client() -> None:
+    """They send no request: httpx (its command line, rich and pygments with it), httpcore
+    (trio where installed) and the server's process helpers are imported by the first
+    request (``cli.client._httpx``), not by importing the groups."""
+    for argv in (["--help"], ["workflow", "list", "--no-such-flag"], ["server", "--help"]):
+        loaded = _loaded_after(
+            f"from trainyard.cli.main import main\nassert main({argv!r}) in (0, 2)"
+        )
+        assert "trainyard.cli.client" in loaded or argv[0] == "server", argv
+        heavy = {"httpx", "httpcore", "trio", "trainyard.server.process", "trainyard.server.auth"}
+        assert not loaded & heavy, (argv, sorted(loaded & heavy))
+
+
 def test_rich_is_imported_at_the_first_print_and_a_progress_bar_gets_a_real_console() -> None:
     loaded = _loaded_after("import trainyard.cli.output")
     assert "rich" not in loaded and "rich.console" not in loaded

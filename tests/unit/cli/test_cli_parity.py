@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from trainyard.cli import workflow_ops
+from trainyard.cli import workflow_control, workflow_ops, workflow_query
 from trainyard.cli.main import main
 from trainyard.errors import NotFoundError
 
@@ -46,7 +46,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def use(monkeypatch: pytest.MonkeyPatch, client: FakeClient) -> FakeClient:
-    monkeypatch.setattr(workflow_ops, "Client", lambda: client)
+    for module in (workflow_ops, workflow_query, workflow_control):
+        monkeypatch.setattr(module, "Client", lambda: client)
     return client
 
 

@@ -462,7 +462,7 @@ def test_a_server_spec_error_keeps_every_problem() -> None:
 def test_query_shows_each_failure_reason_under_the_table(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from trainyard.cli.workflow_ops import _query_table
+    from trainyard.cli.workflow_query import _query_table
 
     task = {
         "name": "t",

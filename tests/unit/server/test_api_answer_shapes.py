@@ -130,3 +130,53 @@ def test_each_app_answer_has_its_typed_shape(api: tuple[TestClient, dict]) -> No
     renamed = answer(client, "POST", "/api/app/greeter/rename", auth, json={"new_name": "hi"})
     assert_shape(renamed, answers.AppRenamedAnswer)
     assert_shape(answer(client, "DELETE", "/api/app/hi", auth), answers.AppDeletedAnswer)
+
+
+def _done(client: TestClient, auth: dict[str, str], workflow_id: str) -> None:
+    for _ in range(400):
+        if answer(client, "GET", f"/api/workflow/{workflow_id}", auth)["status"] == "COMPLETED":
+            return
+    raise AssertionError(f"{workflow_id} did not complete")
+
+
+def test_each_submit_diff_and_metrics_answer_has_its_typed_shape(
+    api: tuple[TestClient, dict],
+) -> None:
+    client, auth = api
+    body = {"spec_text": HELLO}
+    made = answer(client, "POST", "/api/workflow", auth, json=body)
+    assert_shape(made, answers.SubmitAnswer)
+    dry = answer(client, "POST", "/api/workflow", auth, json=body, params={"dry_run": True})
+    assert_shape(dry, answers.DryRunAnswer)
+    for row in dry["backend"]:
+        assert_shape(row, answers.BackendShown)
+    wid = made["id"]
+    _done(client, auth, wid)
+    again = answer(client, "POST", f"/api/workflow/{wid}/resubmit", auth)
+    assert_shape(again, answers.SubmitAnswer)
+    dry_again = answer(
+        client, "POST", f"/api/workflow/{wid}/resubmit", auth, params={"dry_run": True}
+    )
+    assert_shape(dry_again, answers.DryRunAnswer)
+    answer(client, "POST", "/api/app/greeter", auth, json=body)
+    from_app = answer(client, "POST", "/api/app/greeter/submit", auth, json={"spec_text": ""})
+    assert_shape(from_app, answers.SubmitAnswer)
+    dry_app = answer(
+        client,
+        "POST",
+        "/api/app/greeter/submit",
+        auth,
+        json={"spec_text": ""},
+        params={"dry_run": True},
+    )
+    assert_shape(dry_app, answers.DryRunAnswer)
+    _done(client, auth, again["id"])
+    diff = answer(client, "GET", f"/api/workflow/{wid}/diff/{again['id']}", auth)
+    assert_shape(diff, answers.DiffAnswer)
+    for row in diff["differences"]:
+        assert_shape(row, answers.DiffSetting)
+    for row in diff["metrics"]:
+        assert_shape(row, answers.DiffMetric)
+    for row in diff["models"]:
+        assert_shape(row, answers.DiffModel)
+    assert_shape(answer(client, "GET", f"/api/workflow/{wid}/metrics", auth), answers.MetricsAnswer)
