@@ -283,6 +283,7 @@ def _prepare_rsync(entry: TaskEntryAnswer, remote_program: str, folder: str) -> 
 
 
 def _in_task(entry: TaskEntryAnswer, command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    # not byte_stream: srun --unbuffered gives a pty, and tar refuses to write to a terminal
     return subprocess.Popen(command_argv(entry, command, False), env=command_env(entry), **kwargs)
 
 

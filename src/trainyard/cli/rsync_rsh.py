@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
         print(f"rsync_rsh: needs ${ENTRY_ENV} and HOST COMMAND...", file=sys.stderr)
         return 2
     entry = json.loads(entry_text)
-    command = command_argv(entry, argv[1:], False)
+    command = command_argv(entry, argv[1:], False, byte_stream=True)
     os.execvpe(command[0], command, command_env(entry) or dict(os.environ))
 
 

@@ -37,12 +37,20 @@ def task_entry(
     return entry
 
 
-def command_argv(entry: TaskEntryAnswer, command: list[str], tty: bool) -> list[str]:
-    """The host command that runs ``command`` in the task."""
+def command_argv(
+    entry: TaskEntryAnswer, command: list[str], tty: bool, *, byte_stream: bool = False
+) -> list[str]:
+    """The host command that runs ``command`` in the task; ``tty``: with a terminal.
+    ``byte_stream``: its output is a protocol (rsync, a forwarded connection), passed on as
+    written: on Slurm ``srun --unbuffered``, for slurmstepd otherwise holds a task's output
+    until a newline (srun(1) ``-u``) and a peer waiting on a partial line waits for ever.
+    ``-u`` gives the command a raw pty for its output: bytes pass unchanged, but a program
+    that refuses a terminal (tar's archive) must not take it."""
     if entry["backend"] == "slurm":
         return [
             "srun",
             "--overlap",
+            *(["--unbuffered"] if byte_stream and not tty else []),
             f"--jobid={entry['job_id']}",
             "--nodes=1",
             "--ntasks=1",

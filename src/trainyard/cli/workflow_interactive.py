@@ -427,7 +427,7 @@ def _forward_through_srun(conn: socket.socket, entry: TaskEntryAnswer, remote: i
     """One forwarded connection to a Slurm task: a relay beside the task on its node, its
     stdin and stdout carried by ``srun --overlap``."""
     python = str(entry.get("python") or "python3")  # the runner's interpreter on the nodes
-    argv = command_argv(entry, [python, "-c", SRUN_RELAY, str(remote)], False)
+    argv = command_argv(entry, [python, "-c", SRUN_RELAY, str(remote)], False, byte_stream=True)
     proc = subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=command_env(entry)
     )

@@ -8,6 +8,8 @@ and is tested on the local backend (tests/integration/cli/test_interactive_verbs
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 import subprocess
 import sys
@@ -16,10 +18,11 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from slurm_cluster_support import EngineRunner
 
 from trainyard.backends.base import TaskKey
-from trainyard.cli.rsync_copy import _copy_in, _copy_out
+from trainyard.cli.rsync_copy import _copy_in, _copy_out, copy_once, local_rsync, parse_rsync_args
 from trainyard.cli.task_entry import command_argv as _command_argv
 from trainyard.cli.task_entry import command_env as _command_env
 from trainyard.cli.workflow_interactive import _serve_forward
@@ -49,6 +52,29 @@ def _entry(runner: EngineRunner, key: TaskKey, timeout_s: float = 120) -> dict:
                 pass
         assert time.monotonic() < deadline, runner.state(key.workflow_id).tasks[key.task]
         time.sleep(1)
+
+
+def _rsync_delta_through_srun(entry: dict, tmp_path: Path) -> None:
+    """Real rsync with ``rsync_rsh`` as its remote shell: ``srun --overlap ... rsync --server``
+    on the task's node; a second upload after a one-byte change moves a delta."""
+    if local_rsync() is None:  # .ci/run installs it
+        pytest.skip("no rsync >= 3.4.0 here: exec and the tar copy were checked, not rsync's delta")
+    size = 4 * 1024 * 1024
+    (tmp_path / "big").mkdir()
+    data = bytearray(os.urandom(size))
+    (tmp_path / "big" / "weights.bin").write_bytes(data)
+    inside = tmp_path / "on-node-rsync"
+    request = parse_rsync_args(["wf", "t", f"{tmp_path}/big:{inside}"])
+    said: list[str] = []
+    copy_once(request, entry, report=said.append)  # type: ignore[arg-type]
+    data[size // 2] ^= 0xFF
+    (tmp_path / "big" / "weights.bin").write_bytes(data)
+    copy_once(request, entry, report=said.append)  # type: ignore[arg-type]
+    literal = [re.search(r"Literal data: ([\d,.]+) bytes", text) for text in said]
+    assert all(literal), said
+    sizes = [int(found.group(1).replace(",", "").replace(".", "")) for found in literal if found]
+    assert sizes[0] >= size and sizes[1] < size // 50, said
+    assert (inside / "big" / "weights.bin").read_bytes() == bytes(data)
 
 
 def _rsync_both_ways(entry: dict, tmp_path: Path) -> None:
@@ -84,6 +110,7 @@ def test_exec_runs_beside_the_task_in_its_job(slurm_engine: EngineRunner, tmp_pa
         assert done.returncode == 5, done.stderr
         assert done.stdout.split() == [entry["job_id"], entry["node"]]
         _rsync_both_ways(entry, tmp_path)
+        _rsync_delta_through_srun(entry, tmp_path)
     finally:
         slurm_engine.engine.cancel(wid)
         slurm_engine.wait(wid, timeout_s=120)
@@ -131,6 +158,61 @@ def test_port_forward_reaches_a_server_in_the_task(
             assert time.monotonic() < deadline, "the task's server never answered"
             time.sleep(1)
         assert answer.text == "from-slurm-task\n"
+    finally:
+        listener.close()
+        slurm_engine.engine.cancel(wid)
+        slurm_engine.wait(wid, timeout_s=120)
+
+
+PROMPT = """
+workflow:
+  name: slurm-prompt
+  tasks:
+  - name: srv
+    command: [{{python}}, -c]
+    args:
+    - |
+      import socket
+      server = socket.create_server(("127.0.0.1", {{port}}))
+      while True:
+          conn, _ = server.accept()
+          conn.sendall(b"ready> ")
+          conn.sendall(conn.recv(100).upper())
+          conn.close()
+default-values:
+  port: 8766
+  python: python3
+"""
+
+
+def test_port_forward_carries_a_partial_line_at_once(
+    slurm_engine: EngineRunner, tmp_path: Path
+) -> None:
+    """A protocol that writes a prompt without a newline and waits (a REPL, ssh, rsync, a
+    websocket frame): slurmstepd holds a task's output until a newline unless srun runs
+    ``--unbuffered`` (srun(1)), so without it the client waits for ever."""
+    spec = tmp_path / "prompt.yaml"
+    spec.write_text(PROMPT)
+    remote = _free_port()
+    wid = slurm_engine.submit_spec(spec, (f"port={remote}", f"python={sys.executable}"))
+    listener = socket.create_server(("127.0.0.1", 0))
+    try:
+        entry = _entry(slurm_engine, TaskKey(wid, "srv", 0))
+        threading.Thread(target=_serve_forward, args=(listener, entry, remote), daemon=True).start()
+        deadline = time.monotonic() + 90
+        while True:  # the task's server may not listen yet: the relay then closes at once
+            with socket.create_connection(listener.getsockname(), timeout=30) as conn:
+                try:
+                    prompt = conn.recv(100)
+                except TimeoutError:
+                    prompt = b"(nothing within 30 s)"
+                if prompt:
+                    assert prompt == b"ready> "
+                    conn.sendall(b"hello")
+                    assert conn.recv(100) == b"HELLO"
+                    break
+            assert time.monotonic() < deadline, "the task's server never answered"
+            time.sleep(1)
     finally:
         listener.close()
         slurm_engine.engine.cancel(wid)

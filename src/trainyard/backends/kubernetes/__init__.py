@@ -1,8 +1,10 @@
 """The Kubernetes backend: one Pod per task attempt, one headless Service per group, a
 PodGroup per gang start for the pool's gang scheduler, everything of a workflow owned by one
 ConfigMap (see ``manifests.py`` for the mapping, ``backend.py`` for the lifecycle,
-``states.py`` for the table from pod states to facts, ``options.py`` for the pool options,
-``client.py`` for the API edge, ``podmain.py`` for what the task container runs).
+``watch.py`` for the pod watch, ``judge.py`` for pods' states as attempts' facts,
+``logs.py`` for the pods' logs here, ``states.py`` for the table from pod states to facts,
+``options.py`` for the pool options, ``client.py`` for the API edge, ``podmain.py`` for what
+the task container runs).
 
 The registry (``trainyard.backends.BACKENDS``) names ``trainyard.backends.kubernetes:create``.
 The ``kubernetes`` client library (extra ``kubernetes``) is imported only when a pool's backend

@@ -346,9 +346,9 @@ def test_a_running_pods_log_reaches_the_run_folder_as_it_is_written(
 def test_a_followed_log_is_bounded(
     backend: KubernetesBackend, emulator: Emulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trainyard.backends.kubernetes import backend as module
+    from trainyard.backends.kubernetes import logs
 
-    monkeypatch.setattr(module, "LOG_LIMIT_BYTES", 40)
+    monkeypatch.setattr(logs, "LOG_LIMIT_BYTES", 40)
     feed = emulator.feed_log(_pod("master"))
     backend.start_group(_gang())
     Kubelet(emulator).run(_pod("master"))
