@@ -15,7 +15,7 @@ import pytest
 
 from trainyard.backends.base import FactKind, TaskFact, TaskKey, TaskLaunch
 from trainyard.backends.local import LocalBackend, probe_isolation
-from trainyard.backends.local.container import image_present
+from trainyard.backends.local.container_image import image_present
 
 FINAL = (FactKind.EXITED, FactKind.LOST, FactKind.START_ERROR)
 

@@ -32,14 +32,9 @@ from local_support import (
     wait_final,
 )
 
-from trainyard.backends.local import LocalBackend, container, isolation, tracking
-from trainyard.backends.local.container import (
-    container_name,
-    image_present,
-    inspect_image,
-    probe_podman,
-    rootfs_path,
-)
+from trainyard.backends.local import LocalBackend, container, container_image, isolation, tracking
+from trainyard.backends.local.container import container_name, probe_podman, rootfs_path
+from trainyard.backends.local.container_image import image_present, inspect_image
 from trainyard.backends.local.sandbox import overlay_supported
 from trainyard.pools import default_local_pool
 from trainyard.status import ExitCode, Status, WorkflowStatus
@@ -56,7 +51,7 @@ def why_no_own_root(image: str) -> str | None:
     """Why this machine cannot give an image task its own root (None: it can)."""
     info = inspect_image(image)
     assert info is not None, f"{image} is not in podman's storage"
-    return container.why_no_own_root(info, overlay_supported())
+    return container_image.why_no_own_root(info, overlay_supported())
 
 
 @pytest.fixture
@@ -524,7 +519,7 @@ def test_with_a_lent_id_range_the_image_runs_as_its_user(
         ["USER 1000"],
         "mkdir -p /home/app && echo mine > /home/app/f && chown -R 1000:1000 /home/app",
     )
-    monkeypatch.setattr(container, "task_id_bases", lambda: ID_BASES)
+    monkeypatch.setattr(container_image, "task_id_bases", lambda: ID_BASES)
     wid = pods.run(MAPPED_USER_SPEC, image=made)
     text = pods.log(wid, "t")
     assert pods.engine.state(wid).status is WorkflowStatus.COMPLETED, text

@@ -568,9 +568,9 @@ def test_without_nft_each_group_gets_a_pasta_and_the_log_says_so(
     launcher = launcher_mod._Launcher("test-no-nft", idle_s=60, group_grace_s=5)
     try:
         for key in ("wf/g1", "wf/g2"):
-            launcher._network(NetworkSpec(group=key, forward=[], egress=True))
-        groups = [launcher.groups[k] for k in ("wf/g1", "wf/g2")]
-        assert launcher.router is None
+            launcher.networks.network(NetworkSpec(group=key, forward=[], egress=True))
+        groups = [launcher.networks.groups[k] for k in ("wf/g1", "wf/g2")]
+        assert launcher.networks.router is None
         assert all(
             g.egress is not None and g.egress.poll() is None and g.link is None for g in groups
         )

@@ -23,7 +23,8 @@ import pytest
 from engine_run import EngineRun, require_bwrap
 from local_support import busybox_image
 
-from trainyard.backends.local.container import image_present, probe_podman
+from trainyard.backends.local.container import probe_podman
+from trainyard.backends.local.container_image import image_present
 from trainyard.status import Status
 
 USER = "puller"

@@ -10,18 +10,20 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends.base import TaskKey, TaskLaunch
-from trainyard.backends.local import Isolation, LocalBackend, container
+from trainyard.backends.local import Isolation, LocalBackend, container, container_image
 from trainyard.backends.local.container import (
     ContainerPlan,
     cdi_gpu_names,
     container_mounts,
     container_userns,
     gpu_devices,
+    podman_argv,
+    rootfs_path,
+)
+from trainyard.backends.local.container_image import (
     image_info,
     image_links,
-    podman_argv,
     root_overlay,
-    rootfs_path,
     task_id_bases,
     user_host_ids,
     user_ids,
@@ -263,7 +265,7 @@ def test_where_no_own_root_can_be_made_the_log_says_restart_does_not_keep_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        container,
+        container_image,
         "inspect_image",
         lambda image: image_info({**INSPECTED, "GraphDriver": {"Name": "vfs"}}),
     )

@@ -9,11 +9,12 @@ import os
 import time
 
 from trainyard.backends.local import launcher as launcher_mod
+from trainyard.backends.local.launcher_groups import UNJOINED_GRACE_S, GroupNamespace
 
 
-def _group(idle_for_s: float) -> launcher_mod._Group:
+def _group(idle_for_s: float) -> GroupNamespace:
     fd = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    return launcher_mod._Group(
+    return GroupNamespace(
         os.getpid(), time.time(), False, ns_fd=fd, idle_since=time.monotonic() - idle_for_s
     )
 
@@ -21,17 +22,17 @@ def _group(idle_for_s: float) -> launcher_mod._Group:
 def test_a_group_no_runner_joined_yet_outlives_the_grace() -> None:
     launcher = launcher_mod._Launcher("test-group-grace", idle_s=1, group_grace_s=5)
     try:
-        launcher.groups["waiting"] = _group(idle_for_s=10)
-        launcher.groups["done"] = _group(idle_for_s=10)
+        launcher.networks.groups["waiting"] = _group(idle_for_s=10)
+        launcher.networks.groups["done"] = _group(idle_for_s=10)
         launcher._joined(1234, "done")
         launcher._left(1234)
-        launcher.groups["done"].idle_since -= 10
-        launcher._next_expiry = 0.0
-        launcher._expire_groups()
-        assert "waiting" in launcher.groups and "done" not in launcher.groups
-        launcher.groups["waiting"].idle_since -= launcher_mod.UNJOINED_GRACE_S
-        launcher._next_expiry = 0.0
-        launcher._expire_groups()
-        assert "waiting" not in launcher.groups
+        launcher.networks.groups["done"].idle_since -= 10
+        launcher.networks._next_expiry = 0.0
+        launcher.networks.expire()
+        assert "waiting" in launcher.networks.groups and "done" not in launcher.networks.groups
+        launcher.networks.groups["waiting"].idle_since -= UNJOINED_GRACE_S
+        launcher.networks._next_expiry = 0.0
+        launcher.networks.expire()
+        assert "waiting" not in launcher.networks.groups
     finally:
         launcher.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends.images import image_registry, registry_credentials_for
-from trainyard.backends.local.container import AUTH_FILE, auth_json, pull_image
+from trainyard.backends.local.image_pull import AUTH_FILE, auth_json, pull_image
 
 SECRET = "regSecret_1d1d_value"
 NVCR = {"registry": "nvcr.io", "username": "$oauthtoken", "auth": SECRET}

@@ -62,13 +62,13 @@ def test_a_launchers_spare_keeps_the_namespace_and_makes_none() -> None:
     """Issue 15: a forked runner (a spare of the launcher, which closes every descriptor it
     does not know) used to fork a child to make its own namespace, ~8 ms on the start of
     the gang's task with an output. It now keeps the launcher's and makes none."""
-    from trainyard.backends.local.launcher import _Launcher
+    from trainyard.backends.local.launcher_process import forget_in_child
 
     made = safefs._layer_userns(65534, 65534)
     assert made in safefs.layer_userns_fds()
 
     def body() -> int:
-        _Launcher._forget_in_child(object.__new__(_Launcher), keep=set())
+        forget_in_child(keep=set())
 
         def no_new_namespace(*_args: object, **_kwargs: object) -> int:
             raise AssertionError("made a namespace again")

@@ -1,7 +1,8 @@
 """The local backend: every task is a task runner on this machine, its command sandboxed.
 
 ``backend`` (``LocalBackend``), ``isolation`` (bubblewrap, podman, none), ``sandbox`` (bwrap
-plans), ``container`` (podman), ``launcher`` (forks or hosts runners), ``netns``, ``router``
+plans), ``container``, ``container_image`` and ``image_pull`` (podman), ``launcher``,
+``launcher_groups`` and ``launcher_process`` (forks or hosts runners), ``netns``, ``router``
 and ``rtnl`` (group networks, egress), ``wakeup`` (runners' event socket), ``enter``
 (``workflow exec``). Names are imported on first use, so that the helper processes
 (``python -m trainyard.backends.local.X``) do not load the whole backend. See

@@ -1,14 +1,14 @@
-"""Task images as OCI containers (podman) on the local backend.
+"""Task images as OCI containers (podman) on the local backend: the run.
 
 Where the pool maps an image to the ``podman`` runtime (``images: podman`` in pools.yaml, see
 ``backends.images``) and podman is installed, the runner stays on the host and puts
 ``podman run ... IMAGE`` before the task's command (``podman_argv``), as it puts
-``bwrap ... --`` there otherwise (``SandboxSettings.command_prefix``). ``--pull never``: an
-image missing from podman's storage is pulled at start only with the submitter's REGISTRY
-credential (``pull_image``), else the task fails with FAILED_IMAGE_PULL. No privileges over
+``bwrap ... --`` there otherwise (``SandboxSettings.command_prefix``). No privileges over
 the host: uid 0 in the container is the host's ``nobody``, every capability dropped,
-``no-new-privileges``, no nested user namespace (``seccomp_profile``).
-What the container gets, flag by flag: docs/local-backend.md, "Containers (podman)".
+``no-new-privileges``, no nested user namespace (``seccomp_profile``). The image and the
+container's own root: ``container_image``; a pull with the submitter's credential:
+``image_pull``. What the container gets, flag by flag: docs/local-backend.md,
+"Containers (podman)".
 """
 
 from __future__ import annotations
@@ -30,27 +30,20 @@ from typing import Any
 
 import yaml
 
-from trainyard.backends.images import image_registry
 from trainyard.backends.local.sandbox import OSMO_WORKSPACE, gpu_device_nodes
 from trainyard.linux.safefs import MAPPED_OTHER_IDS
-from trainyard.runfile import OverlayMount, TaskLimits, UserNamespace
+from trainyard.runfile import TaskLimits, UserNamespace
 
 __all__ = [
-    "AUTH_FILE",
-    "PULL_TIMEOUT_S",
-    "auth_json",
-    "pull_image",
-    "pull_failed_message",
     "ContainerPlan",
     "podman_argv",
     "container_mounts",
     "container_name",
     "probe_podman",
-    "image_present",
-    "missing_image_message",
     "remove_containers",
     "RUNTIME",
     "TASK_HOST_ID",
+    "ROOT_OWNED",
     "container_userns",
     "containers_conf",
     "seccomp_profile",
@@ -59,21 +52,8 @@ __all__ = [
     "cdi_gpu_names",
     "CDI_DIRS",
     "CDI_GPU_KIND",
-    "ImageInfo",
-    "image_info",
-    "inspect_image",
-    "why_no_own_root",
-    "root_overlay",
-    "prepare_rootfs",
     "rootfs_path",
-    "root_note",
     "ROOTFS_PARENT",
-    "user_note",
-    "image_links",
-    "task_id_bases",
-    "user_ids",
-    "user_host_ids",
-    "ID_RANGE_OWNER",
 ]
 
 log = logging.getLogger("trainyard.backends.local")
@@ -82,7 +62,6 @@ RUNTIME = "podman"
 """The ``images`` runtime name that asks for a container."""
 _NPROC_CEILING = 32768
 """podman 4.3 lowers its own RLIMIT_NPROC to this, and its container may not exceed it."""
-_QUERY_TIMEOUT_S = 30.0
 TASK_HOST_ID = 65534
 """The host uid and gid of the container's root: ``nobody``, as ``sandbox.TASK_HOST_UID``."""
 _REMOVE_TRIES = 5
@@ -380,7 +359,7 @@ def _write_once(path: Path, text: str) -> Path:
     return path
 
 
-_ROOT_OWNED = ("tmp", "etc")
+ROOT_OWNED = ("tmp", "etc")
 """Folders of a container's own root given to its root (made if missing) before the start."""
 
 
@@ -391,14 +370,14 @@ def container_userns(
     files' parents), ``/tmp`` (1777) and ``/osmo/run/workspace`` (was the host root's, so
     not writable to the task), with ``rootfs`` also its ``/etc`` (podman makes
     its ``/etc/hosts``... mount points there as the container's root) unless the image has
-    them as symlinks (``links``, ``image_links``: the runner never follows one); the output
-    and input folders are given without being named (``runfile.UserNamespace``), to
-    ``data_ids`` (host uid, gid: the image's ``USER``, ``user_host_ids``) where given. No
-    ``args_at``: podman maps the ids."""
+    them as symlinks (``links``, ``container_image.image_links``: the runner never follows
+    one); the output and input folders are given without being named
+    (``runfile.UserNamespace``), to ``data_ids`` (host uid, gid: the image's ``USER``,
+    ``container_image.user_host_ids``) where given. No ``args_at``: podman maps the ids."""
     workspace = str(plan.root_dir) + OSMO_WORKSPACE  # bound; the task cannot change its way
     own = [str(plan.root_dir), str(plan.root_dir / "tmp"), workspace]
     if plan.rootfs is not None:
-        mine = [d for d in _ROOT_OWNED if d not in set(links)]
+        mine = [d for d in ROOT_OWNED if d not in set(links)]
         own = [
             str(plan.root_dir),
             workspace,
@@ -409,20 +388,6 @@ def container_userns(
     return UserNamespace(
         host_uid=TASK_HOST_ID, host_gid=TASK_HOST_ID, own=own, data_uid=data_uid, data_gid=data_gid
     )
-
-
-def image_links(info: ImageInfo, names: Iterable[str] = _ROOT_OWNED) -> set[str]:
-    """Which top-level ``names`` the image has as symlinks (``/tmp -> /var/tmp``): as the
-    top-most layer holding the name has it."""
-    found = set()
-    for name in names:
-        for layer in info.layers:
-            path = os.path.join(layer, name)
-            if os.path.lexists(path):
-                if os.path.islink(path):
-                    found.add(name)
-                break
-    return found
 
 
 def container_mounts(plan: ContainerPlan) -> dict[str, str]:
@@ -439,110 +404,8 @@ def container_mounts(plan: ContainerPlan) -> dict[str, str]:
 
 
 ROOTFS_PARENT = Path("/run/trainyard/rootfs")
-"""Where the runner mounts the containers' own roots, each in its mount namespace (see the
-module docstring); made 0711, the folders in it stay empty on the host."""
-
-
-@dataclass(frozen=True)
-class ImageInfo:
-    """What ``inspect_image`` found of a local image.
-
-    Attributes:
-        id: podman's image id.
-        layers: its layer folders in podman's storage, top first; empty unless podman's
-            storage driver is ``overlay``.
-        env: its ``ENV``, as ``NAME=VALUE``.
-        user: its ``USER`` (``""``: root).
-    """
-
-    id: str
-    layers: tuple[str, ...] = ()
-    env: tuple[str, ...] = ()
-    user: str = ""
-
-    @property
-    def runs_as_root(self) -> bool:
-        """Whether its ``USER`` is root (user and group ``""``, ``root`` or ``0``): the only
-        id a container's user namespace maps here (``_privilege_args``)."""
-        return all(part in ("", "root", "0") for part in self.user.split(":", 1))
-
-
-def image_info(doc: dict[str, Any]) -> ImageInfo:
-    """An ``ImageInfo`` from one object of ``podman image inspect``'s JSON."""
-    driver = doc.get("GraphDriver") or {}
-    data = driver.get("Data") or {}
-    layers: tuple[str, ...] = ()
-    if driver.get("Name") == "overlay" and data.get("UpperDir"):
-        below = [p for p in str(data.get("LowerDir") or "").split(":") if p]
-        layers = (str(data["UpperDir"]), *below)
-    config = doc.get("Config") or {}
-    env = tuple(str(v) for v in config.get("Env") or ())
-    user = str(config.get("User") or doc.get("User") or "")
-    return ImageInfo(id=str(doc.get("Id", "")), layers=layers, env=env, user=user)
-
-
-def inspect_image(image: str, podman: str = "podman") -> ImageInfo | None:
-    """``image`` as podman's local storage has it (``podman image inspect``; never pulls),
-    or None when it is not there (or podman cannot say)."""
-    try:
-        done = subprocess.run(
-            [podman, "image", "inspect", image],
-            capture_output=True,
-            text=True,
-            timeout=_QUERY_TIMEOUT_S,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    try:
-        return image_info(json.loads(done.stdout)[0])
-    except (ValueError, IndexError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def why_no_own_root(info: ImageInfo, overlay_ok: bool) -> str | None:
-    """None when an image task can get a root of its own (``root_overlay``), else why not.
-
-    Args:
-        info: the image (``inspect_image``).
-        overlay_ok: whether the runner can mount overlayfs here (``sandbox.overlay_supported``).
-    """
-    if not overlay_ok:
-        return "the runner cannot mount overlayfs here (needs root)"
-    if not info.layers:
-        return "podman's storage driver is not overlay, so its layers cannot be stacked"
-    return None
-
-
-def root_overlay(plan: ContainerPlan, info: ImageInfo, layer_dir: Path) -> OverlayMount:
-    """The container's own root for the runner to mount at ``plan.rootfs``: the image's
-    layers, idmapped, under ``layer_dir/upper`` (see the module docstring)."""
-    assert plan.rootfs is not None and info.layers
-    return OverlayMount(
-        lower=info.layers[0],
-        lower_below=list(info.layers[1:]),
-        upper=str(layer_dir / "upper"),
-        work=str(layer_dir / "work"),
-        target=str(plan.rootfs),
-        idmap_uid=TASK_HOST_ID,
-        idmap_gid=TASK_HOST_ID,
-        nodev=True,
-        idmap_uid_base=plan.id_bases[0] if plan.id_bases else None,
-        idmap_gid_base=plan.id_bases[1] if plan.id_bases else None,
-    )
-
-
-def prepare_rootfs(plan: ContainerPlan, layer: OverlayMount) -> None:
-    """Make ``ROOTFS_PARENT`` (0711: the container's root passes, nobody lists it) and the
-    upper folder (0755: the mode of the container's ``/``). Raises OSError."""
-    assert plan.rootfs is not None
-    for folder in (plan.rootfs.parent.parent, plan.rootfs.parent):
-        folder.mkdir(mode=0o711, parents=True, exist_ok=True)
-        folder.chmod(0o711)
-    upper = Path(layer.upper)
-    upper.mkdir(mode=0o755, parents=True, exist_ok=True)
-    upper.chmod(0o755)
+"""Where the runner mounts the containers' own roots (``container_image.root_overlay``), each
+in its mount namespace; made 0711, the folders in it stay empty on the host."""
 
 
 def rootfs_path(name: str) -> Path:
@@ -550,258 +413,11 @@ def rootfs_path(name: str) -> Path:
     return ROOTFS_PARENT / name
 
 
-def root_note(why_not: str | None) -> str:
-    """The task log's line on the container's root (``why_no_own_root``)."""
-    if why_not is None:
-        return (
-            "container root: its own writable root (the image's layers under a layer of "
-            "this attempt's: RESTART keeps it, RESCHEDULE starts afresh)"
-        )
-    return f"container root: podman's container layer, which RESTART does NOT keep ({why_not})"
-
-
-ID_RANGE_OWNER = "trainyard"
-"""The ``/etc/subuid`` and ``/etc/subgid`` entry (``trainyard:START:COUNT``, COUNT at least
-65535) whose host ids a container's ids 1..65535 are, where it has its own root."""
-SUBUID, SUBGID = Path("/etc/subuid"), Path("/etc/subgid")
-
-
-def _range_start(path: Path, owner: str) -> int | None:
-    """START of the first ``owner:START:COUNT`` line of ``path`` with COUNT >= 65535 and
-    START above the ids a container's root may be (65535), else None."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.strip().split(":")
-        if len(parts) == 3 and parts[0] == owner and parts[1].isdigit() and parts[2].isdigit():
-            start, count = int(parts[1]), int(parts[2])
-            if count >= MAPPED_OTHER_IDS and start > MAPPED_OTHER_IDS:
-                return start
-    return None
-
-
-def task_id_bases(
-    subuid: Path = SUBUID, subgid: Path = SUBGID, owner: str = ID_RANGE_OWNER
-) -> tuple[int, int] | None:
-    """The host uid and gid of a container's id 1 (``ID_RANGE_OWNER``'s ranges), or None
-    where the host lends no such range (then only the container's root is mapped)."""
-    uid, gid = _range_start(subuid, owner), _range_start(subgid, owner)
-    return None if uid is None or gid is None else (uid, gid)
-
-
-def _image_file(info: ImageInfo, relative: str) -> str:
-    """The text of the file ``relative`` in the image (its top-most layer that has the
-    name; a link or anything but a regular file there: ""), or ""."""
-    for layer in info.layers:
-        path = os.path.join(layer, relative)
-        if os.path.lexists(path):
-            if os.path.islink(path) or not os.path.isfile(path):
-                return ""
-            try:
-                return Path(path).read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                return ""
-    return ""
-
-
-def _lookup(text: str, name: str, field_index: int) -> int | None:
-    """Field ``field_index`` of the ``/etc/passwd``-like line whose first field is ``name``."""
-    for line in text.splitlines():
-        fields = line.split(":")
-        if len(fields) > field_index and fields[0] == name and fields[field_index].isdigit():
-            return int(fields[field_index])
-    return None
-
-
-def user_ids(info: ImageInfo) -> tuple[int, int] | None:
-    """The image's ``USER`` as (uid, gid) inside the container: numbers as given, names
-    from its ``/etc/passwd`` and ``/etc/group``; without a group, a name's passwd group,
-    and 0 for a number (as podman, for an id its ``/etc/passwd`` does not list). None when
-    a name is not found or an id is above 65535 (not mapped)."""
-    user, _, group = info.user.partition(":")
-    passwd = "" if user.isdigit() else _image_file(info, "etc/passwd")
-    uid = int(user) if user.isdigit() else _lookup(passwd, user, 2)
-    if group.isdigit():
-        gid: int | None = int(group)
-    elif group:
-        gid = _lookup(_image_file(info, "etc/group"), group, 2)
-    else:
-        gid = 0 if user.isdigit() else _lookup(passwd, user, 3)
-    if uid is None or gid is None or max(uid, gid) > MAPPED_OTHER_IDS:
-        return None
-    return uid, gid
-
-
-def user_host_ids(ids: tuple[int, int], bases: tuple[int, int]) -> tuple[int, int]:
-    """The host uid and gid of the container's ``ids`` (0: ``TASK_HOST_ID``)."""
-    return tuple(
-        TASK_HOST_ID if i == 0 else base + i - 1  # type: ignore[return-value]
-        for i, base in zip(ids, bases, strict=True)
-    )
-
-
-def user_note(
-    image: str, info: ImageInfo, own_root: bool, mapped: bool = False
-) -> tuple[str, str | None]:
-    """What becomes of an image whose ``USER`` is not root: with ``mapped`` (its own root
-    and ``task_id_bases``) it runs as that user, nothing to say; else only uid 0 is mapped:
-    with its own root the command runs as root anyway (a line for the task log); with
-    podman's container layer it cannot start (a start error). ``("", None)`` for a root
-    image.
-
-    Returns:
-        (a line for the task log, or ""; a start error, or None).
-    """
-    if info.runs_as_root or mapped:
-        return "", None
-    if own_root:
-        return (
-            f"image USER {info.user!r} is not used: the command runs as root inside (uid "
-            f"0, the host's nobody, is the only id mapped: no {ID_RANGE_OWNER} range in "
-            f"{SUBUID} and {SUBGID}, or the user is not found in the image)"
-        ), None
-    return "", (
-        f"image {image!r} runs as USER {info.user!r}, but uid 0 is the only id mapped "
-        "in its container here and, without a root of its own, podman would start it "
-        "as that user: use an image that runs as root, or a pool whose server runs as "
-        "root with podman's overlay storage (docs/security.md, Images)"
-    )
-
-
 def probe_podman(podman: str = "podman") -> str | None:
     """None when podman is installed, else why not."""
     if shutil.which(podman) is None:
         return f"{podman} is not installed (Debian package podman)"
     return None
-
-
-def image_present(image: str, podman: str = "podman") -> bool:
-    """Whether ``image`` is in podman's local storage (``podman image exists``; never pulls)."""
-    try:
-        done = subprocess.run(
-            [podman, "image", "exists", image], capture_output=True, timeout=_QUERY_TIMEOUT_S
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
-
-
-def missing_image_message(image: str) -> str:
-    """The task log's line for an image that is not present locally."""
-    return (
-        f"image {image!r} is not present in podman's local storage and is pulled here "
-        f"only with a registry credential of yours for {image_registry(image)} (trainyard "
-        f"credential set NAME --type REGISTRY --payload registry={image_registry(image)} "
-        f"username=USER auth=TOKEN), or build or load it first (podman build, podman "
-        f"load), then restart the workflow"
-    )
-
-
-AUTH_FILE = "registry-auth.json"
-"""The auth file of a pull (``pull_image``), in the attempt's run folder, for the pull only."""
-PULL_TIMEOUT_S = 600.0
-"""The longest a pull may take before the task fails at start (FAILED_IMAGE_PULL)."""
-
-
-def _basic(payload: dict[str, str]) -> str:
-    """docker's ``auth`` value, base64 of ``user:password``: OSMO's ``username`` and
-    ``auth`` (the password or token); without ``username``, ``auth`` is taken as that value
-    already (as in a docker ``config.json``)."""
-    import base64
-
-    if payload.get("username"):
-        return base64.b64encode(f"{payload['username']}:{payload['auth']}".encode()).decode()
-    return payload["auth"]
-
-
-def auth_json(image: str, payloads: list[dict[str, str]]) -> str:
-    """The ``containers-auth.json`` (``{"auths": {REGISTRY: {"auth": ...}}}``) that gives
-    podman the first of ``payloads`` for ``image``'s registry (``images.image_registry``).
-
-    Raises:
-        ValueError: ``payloads`` is empty.
-    """
-    if not payloads:
-        raise ValueError("no registry credential")
-    return json.dumps({"auths": {image_registry(image): {"auth": _basic(payloads[0])}}})
-
-
-def _write_auth(folder: Path, text: str) -> Path:
-    """``folder/AUTH_FILE``, created 0600 (an old one removed first: never followed)."""
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = folder / AUTH_FILE
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
-    return path
-
-
-def _masked(text: str, payloads: list[dict[str, str]]) -> str:
-    for payload in payloads:
-        for value in (payload.get("auth", ""), _basic(payload) if payload.get("auth") else ""):
-            if len(value) >= 4:
-                text = text.replace(value, "***")
-    return text
-
-
-def pull_image(
-    image: str,
-    payloads: list[dict[str, str]],
-    folder: Path,
-    *,
-    podman: str = "podman",
-    tls_verify: bool = True,
-    timeout_s: float = PULL_TIMEOUT_S,
-) -> str | None:
-    """Pull ``image`` with the first of ``payloads`` (REGISTRY credentials for its
-    registry): ``podman pull --authfile folder/AUTH_FILE IMAGE``, the file 0600 and removed
-    when the pull ends, whatever its outcome (the values never on podman's command line,
-    which every user of the machine can read, nor in its environment).
-
-    Args:
-        folder: the attempt's private run folder (made 0700 if need be).
-        tls_verify: False for a registry of the pool's ``insecure_registries`` (plain
-            HTTP or an unverified certificate: podman's ``--tls-verify=false``).
-        timeout_s: the longest the pull may take, seconds.
-
-    Returns:
-        None when pulled, else why not: one line, podman's own words, with no credential
-        value in it.
-    """
-    path = _write_auth(folder, auth_json(image, payloads))
-    argv = [podman, "pull", "--quiet", "--authfile", str(path)]
-    argv += [] if tls_verify else ["--tls-verify=false"]
-    try:
-        done = subprocess.run(
-            [*argv, image],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        return f"podman pull took more than {timeout_s:g} s"
-    except OSError as exc:
-        return f"podman pull could not run: {exc.strerror}"
-    finally:
-        path.unlink(missing_ok=True)
-    if done.returncode == 0:
-        return None
-    last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-    return _masked(last, payloads)
-
-
-def pull_failed_message(image: str, why: str) -> str:
-    """The task log's line for an image that a pull with the submitter's registry
-    credential could not fetch."""
-    return (
-        f"image {image!r} could not be pulled with your registry credential for "
-        f"{image_registry(image)}: {why}; check the image's name and the credential "
-        f"(trainyard credential list), then restart the workflow"
-    )
 
 
 def remove_containers(

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol
 import trainyard
 from trainyard.backends.base import TaskKey
 from trainyard.backends.images import image_registry
-from trainyard.backends.local import container
+from trainyard.backends.local import container, container_image, image_pull
 from trainyard.backends.local.netns import GroupNetwork
 from trainyard.backends.local.sandbox import (
     IDMAPPED,
@@ -71,7 +71,7 @@ class LaunchRequest:
             namespace (made if need be, as root) instead of an ``nsenter`` prefix.
         registry_credentials: the submitter's REGISTRY credentials for the image's
             registry (``TaskLaunch.registry_credentials``): a podman task's missing image
-            is pulled with them (``container.pull_image``); never in ``run``.
+            is pulled with them (``image_pull.pull_image``); never in ``run``.
     """
 
     key: TaskKey
@@ -291,12 +291,12 @@ class Podman(Strategy):
             network = f"ns:{net.ns_path or f'/proc/{net.ns_pid}/ns/net'}"
         devices, visible = container.gpu_devices(gpus)
         name = container.container_name(request.run_dir)
-        info = container.inspect_image(run.image)
+        info = container_image.inspect_image(run.image)
         pull_error = None
         if info is None and request.registry_credentials:
             pull_error = self._pull(backend, request)
-            info = None if pull_error else container.inspect_image(run.image)
-        no_root = container.why_no_own_root(info, overlay_supported()) if info else None
+            info = None if pull_error else container_image.inspect_image(run.image)
+        no_root = container_image.why_no_own_root(info, overlay_supported()) if info else None
         own_root = info is not None and no_root is None
         plan = container.ContainerPlan(
             image=run.image,
@@ -311,7 +311,7 @@ class Podman(Strategy):
             devices=devices,
             rootfs=container.rootfs_path(name) if own_root else None,
             image_env=info.env if info is not None and own_root else (),
-            id_bases=container.task_id_bases() if own_root else None,
+            id_bases=container_image.task_id_bases() if own_root else None,
             conf=container.containers_conf(backend.state_dir),
             seccomp=container.seccomp_profile(backend.state_dir),
             limits=run.sandbox.limits,
@@ -328,9 +328,9 @@ class Podman(Strategy):
         }
         if info is None:
             settings["start_error"] = (
-                container.pull_failed_message(run.image, pull_error)
+                image_pull.pull_failed_message(run.image, pull_error)
                 if pull_error
-                else container.missing_image_message(run.image)
+                else image_pull.missing_image_message(run.image)
             )
             settings["missing_image"] = run.image
         else:
@@ -340,8 +340,8 @@ class Podman(Strategy):
     @staticmethod
     def _pull(backend: Settings, request: LaunchRequest) -> str | None:
         """Pull the task's missing image with the submitter's registry credential (at the
-        start, in this thread: the gang waits for it, at most ``PULL_TIMEOUT_S``); None when
-        pulled, else why not."""
+        start, in this thread: the gang waits for it, at most ``image_pull.PULL_TIMEOUT_S``);
+        None when pulled, else why not."""
         image = request.run.image
         assert image is not None
         tls_verify = image_registry(image) not in backend.insecure_registries
@@ -350,7 +350,7 @@ class Podman(Strategy):
             request.key.task,
             image,
         )
-        return container.pull_image(
+        return image_pull.pull_image(
             image, request.registry_credentials, request.run_dir, tls_verify=tls_verify
         )
 
@@ -358,32 +358,33 @@ class Podman(Strategy):
     def _own_root(
         request: LaunchRequest,
         plan: container.ContainerPlan,
-        info: container.ImageInfo,
+        info: container_image.ImageInfo,
         why_not: str | None,
     ) -> dict[str, Any]:
-        """The container's own root for the runner to mount (``container.root_overlay``;
-        RESTART keeps ``<run_dir>/sandbox``, this layer with it) or why not, and what becomes
-        of an image ``USER`` that is not root: said in the task log (or a start error)."""
+        """The container's own root for the runner to mount
+        (``container_image.root_overlay``; RESTART keeps ``<run_dir>/sandbox``, this layer
+        with it) or why not, and what becomes of an image ``USER`` that is not root: said in
+        the task log (or a start error)."""
         settings: dict[str, Any] = {}
-        ids = None if info.runs_as_root or plan.id_bases is None else container.user_ids(info)
+        ids = None if info.runs_as_root or plan.id_bases is None else container_image.user_ids(info)
         data_ids = None
         if ids is not None and (bases := plan.id_bases) is not None:  # the image's USER, mapped
             plan = dataclasses.replace(plan, user=info.user)
             settings["command_prefix"] = container.podman_argv(plan)
-            data_ids = container.user_host_ids(ids, bases)
+            data_ids = container_image.user_host_ids(ids, bases)
         if plan.rootfs is not None:
-            layer = container.root_overlay(
+            layer = container_image.root_overlay(
                 plan, info, request.run_dir / "sandbox" / "overlay" / "image"
             )
-            container.prepare_rootfs(plan, layer)
+            container_image.prepare_rootfs(plan, layer)
             settings["overlays"] = [layer]
             settings["userns"] = container.container_userns(
-                plan, container.image_links(info), data_ids
+                plan, container_image.image_links(info), data_ids
             )
-        note, settings["start_error"] = container.user_note(
+        note, settings["start_error"] = container_image.user_note(
             plan.image, info, plan.rootfs is not None, mapped=data_ids is not None
         )
-        lines = (container.root_note(why_not), note)
+        lines = (container_image.root_note(why_not), note)
         settings["description"] = request.run.sandbox.description + "".join(
             f"\n{line}" for line in lines if line
         )

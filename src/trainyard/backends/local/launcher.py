@@ -5,6 +5,8 @@ Protocol: a Unix stream socket in Linux's abstract namespace, answering only pro
 its own user (``SO_PEERCRED``); one JSON request line per connection, one JSON reply line
 (``{"error": "..."}`` on failure). Message types, shared by both ends:
 ``backends.local.messages``. The launcher exits after ``idle_s`` without work, or on SIGTERM.
+Here: the client (backend side) and the request loop; the groups' namespaces:
+``launcher_groups``; its spares, runner processes and log: ``launcher_process``.
 
 Design: docs/local-backend.md, "Module: `src/trainyard/backends/local/launcher.py`".
 """
@@ -14,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import functools
 import gc
 import hashlib
 import json
@@ -29,12 +30,13 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
 import trainyard
 from trainyard.backends.local import netns
+from trainyard.backends.local.launcher_groups import GroupNetworks
+from trainyard.backends.local.launcher_process import Children, say
 from trainyard.backends.local.messages import (
     ErrorReply,
     LauncherRequest,
@@ -53,24 +55,15 @@ from trainyard.backends.local.messages import (
     Stop,
     StopReply,
     parse_request,
-    parse_run,
 )
-from trainyard.backends.local.router import EgressRouter, GroupLink, probe_router
 from trainyard.errors import BackendError
-from trainyard.linux import nsgate, proctree, safefs
+from trainyard.linux import nsgate, proctree
 from trainyard.runner.hosted import ENDED, HostedRunner
 
 __all__ = ["LauncherClient", "address_name", "fingerprint", "serve", "main"]
 
-UNJOINED_GRACE_S = 120.0
-"""How long a group namespace asked for (``network``) waits for its first runner. The
-backend asks for it, then prepares the attempt and starts its runner: on a loaded machine
-(load ~12 on 2 cores) that took over ``group_grace_s`` (5 s), the group was dropped first
-and the runner's ``nsenter --net=/proc/PID/fd/N`` found no descriptor (exit 126)."""
-
 LOG = "launcher.log"
 _READ_LIMIT = 1 << 20
-_EXPIRY_PERIOD_S = 0.1
 
 
 # ---------------------------------------------------------------------- fingerprint
@@ -337,64 +330,25 @@ def _read_line(sock: socket.socket) -> bytes:
 # ---------------------------------------------------------------------- launcher (server side)
 
 
-@dataclass
-class _Group:
-    """A group's namespace and the runners of that group alive now.
-
-    As root the namespace is an open descriptor of the launcher's (``ns_fd``) and its port
-    listeners are the launcher's sockets; otherwise a forked child holds it (``ns_pid``,
-    it needs a user namespace, which only a single-threaded process may make) and passes
-    connections up ``channel``.
-    """
-
-    ns_pid: int
-    ns_created: float
-    user_ns: bool
-    ns_fd: int | None = None
-    channel: socket.socket | None = None
-    listeners: list[socket.socket] = field(default_factory=list)
-    runners: set[int | str] = field(default_factory=set)
-    joined: bool = False  # a runner has joined it (before: the start is still on its way)
-    idle_since: float = field(default_factory=time.monotonic)
-    egress: subprocess.Popen[bytes] | None = None  # pasta, ended with the group
-    link: GroupLink | None = None  # its veth to the egress router, instead of a pasta
-    router: EgressRouter | None = None  # the router that ``link`` goes to
-    egress_ready: threading.Event = field(default_factory=threading.Event)
-    egress_error: str | None = None
-
-    def reply(self) -> NetworkReply:
-        path = f"/proc/{os.getpid()}/fd/{self.ns_fd}" if self.ns_fd is not None else None
-        return {
-            "launcher_pid": os.getpid(),
-            "ns_pid": self.ns_pid,
-            "ns_created": self.ns_created,
-            "user_ns": self.user_ns,
-            "ns_path": path,
-        }
-
-
 class _Launcher:
+    """The launcher's state and its request loop: runners started (forked by a spare of
+    ``children``, or hosted by a thread), by group; the groups' namespaces (``networks``)."""
+
     def __init__(
         self, name: str, idle_s: float, group_grace_s: float, spare_count: int = 2
     ) -> None:
         self.name = name
         self.idle_s = idle_s
-        self.group_grace_s = group_grace_s
-        self.groups: dict[str, _Group] = {}
         self.runners: dict[int | str, str | None] = {}  # pid or hosted run folder -> group
         self.hosted: dict[str, HostedRunner] = {}
         self.to_start: list[HostedRunner] = []  # hosted runners to start once replied
-        self.children: set[int] = set()  # every process forked and not yet reaped
+        self.children = Children(spare_count)
         self.selector = selectors.DefaultSelector()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.last_request = time.monotonic()
         self.created = proctree.create_time(os.getpid()) or time.time()
-        self.spares: list[_Spare] = []
+        self.networks = GroupNetworks(self.selector, self.children, self.created, group_grace_s)
         self.released = False
-        self.spare_count = spare_count
-        self._next_expiry = 0.0
-        self.router: EgressRouter | None = None
-        self.router_why_not: str | None = None  # set once the router could not be had
 
     # -------------------------------------------------------------- main loop
 
@@ -409,23 +363,22 @@ class _Launcher:
         return True
 
     def loop(self) -> None:
+        """Serve requests and relay ports until SIGTERM, release or idle (``_done``)."""
         while not self._done():
-            ready = self.selector.select(timeout=0.0 if self._short_of_spares() else 0.05)
+            short = self.children.short_of_spares()
+            ready = self.selector.select(timeout=0.0 if short else 0.05)
             for key, _mask in ready:
                 if key.fileobj is self.listener:
                     self._accept()
                 elif key.data[0] == "egress":
-                    self._finish_egress(self.groups.get(key.data[1]))
+                    self.networks.finish_egress(self.networks.groups.get(key.data[1]))
                 else:
-                    self._relay(key.data, key.fileobj)  # type: ignore[arg-type]
-            if not ready and self._short_of_spares():
-                self._add_spare()  # only when no request waits: spares are made off the path
+                    self.networks.relay(key.data, key.fileobj)  # type: ignore[arg-type]
+            if not ready and self.children.short_of_spares():
+                self.children.add_spare()  # only when no request waits: off the path
             self._reap()
             self._reap_hosted()
-            self._expire_groups()
-
-    def _short_of_spares(self) -> bool:
-        return len(self.spares) < self.spare_count
+            self.networks.expire()
 
     def _done(self) -> bool:
         if _TERMINATED.is_set():
@@ -433,19 +386,14 @@ class _Launcher:
         if self.released and not self.runners:
             return True
         idle = time.monotonic() - self.last_request > self.idle_s
-        return idle and not self.runners and not self.groups
+        return idle and not self.runners and not self.networks.groups
 
     def close(self) -> None:
-        for spare in self.spares:  # EOF: each spare exits unused
-            os.close(spare.job_fd)
-        self.spares.clear()
+        """Let the spares exit unused, stop listening, drop every group's namespace."""
+        self.children.close()
         self.selector.close()
         self.listener.close()
-        for group in list(self.groups):
-            self._drop_group(group)
-        if self.router is not None:
-            self.router.close()
-            self.router = None
+        self.networks.close()
 
     # -------------------------------------------------------------- requests
 
@@ -499,7 +447,7 @@ class _Launcher:
             return {"running": hosted is not None and hosted.is_alive()}
         self.released = False  # an engine uses it again
         if isinstance(request, Network):
-            return self._network(request)
+            return self.networks.network(request)
         if isinstance(request, Run):
             return self._run(request)
         return {"results": [self._run_one_of(run, request.env) for run in request.runs]}
@@ -516,176 +464,18 @@ class _Launcher:
             reply["recorded"] = _record(Path(run.launch_json), {**run.launch, **started})
         return reply
 
-    def _network(self, spec: NetworkSpec, wait: bool = True) -> NetworkReply:
-        """The group's namespace, made if none is alive; with ``egress``, pasta attached. With
-        ``wait`` the reply comes once egress works; otherwise the group's ``egress_ready`` is
-        set when it does (the main loop reads pasta's ready line), so a hosted runner's
-        thread waits, not this loop (pasta takes ~70 ms of wall time to start)."""
-        key, ports, egress = spec.group, spec.forward, spec.egress
-        group = self.groups.get(key)
-        if (
-            group is not None
-            and group.ns_fd is None
-            and proctree.same_process(group.ns_pid, group.ns_created) is None
-        ):
-            self._drop_group(key)
-            group = None
-        if group is None:
-            group = self.groups[key] = self._make_namespace(ports)
-            if not (egress and self._route(key, group)):
-                self._start_egress(key, group, egress)
-        if wait and not group.egress_ready.is_set():
-            self._finish_egress(group, block=True)
-        if wait and group.egress_error:
-            error = group.egress_error
-            self._drop_group(key)
-            raise BackendError(error)
-        group.idle_since = time.monotonic()
-        return group.reply()
-
-    def _route(self, key: str, group: _Group) -> bool:
-        """Give a new group egress through the launcher's router (made at the first call).
-        Returns False where there is no router (``_egress_router``) or attaching failed (said
-        in the log): the caller gives the group a pasta of its own."""
-        router = self._egress_router()  # says once in the log why there is none
-        if router is None or group.ns_fd is None:
-            return False
-        try:
-            group.link, group.router = router.attach(group.ns_fd), router
-        except OSError as exc:
-            _say(
-                f"launcher: group {key}: no veth to the egress router ({exc}); "
-                "a pasta of its own instead"
-            )
-            return False
-        group.egress_ready.set()
-        return True
-
-    def _egress_router(self) -> EgressRouter | None:
-        """The launcher's egress router, made (on this, the main, thread: its pasta dies with
-        it) when first needed and again if its pasta died; None, said once in the log, where
-        it cannot be had."""
-        if self.router is not None and not self.router.alive():
-            _say(
-                f"launcher: the egress router's pasta exited ({self.router.pasta.returncode}); "
-                "new groups get a new router"
-            )
-            self.router.close()
-            self.router = None
-        if self.router is None and self.router_why_not is None:
-            why_not = probe_router()
-            try:
-                if why_not is None:
-                    self.router = EgressRouter.make()
-                    _say(f"launcher: egress router ready (one pasta, pid {self.router.pasta.pid})")
-            except BackendError as exc:
-                why_not = str(exc)
-            if why_not is not None:
-                self.router_why_not = why_not
-                _say(f"launcher: no egress router ({why_not}); each group gets a pasta of its own")
-        return self.router
-
-    def _start_egress(self, key: str, group: _Group, egress: bool) -> None:
-        if not egress:
-            group.egress_ready.set()
-            return
-        try:
-            group.egress = netns.start_egress(
-                ns_fd=group.ns_fd,
-                ns_pid=None if group.ns_fd is not None else group.ns_pid,
-                wait=False,
-            )
-        except BackendError:
-            self._drop_group(key)
-            raise
-        assert group.egress.stdout is not None
-        self.selector.register(group.egress.stdout, selectors.EVENT_READ, ("egress", key))
-
-    def _finish_egress(self, group: _Group | None, block: bool = False) -> None:
-        """pasta's ready line (or its end) arrived: record it and wake the group's waiters."""
-        if group is None or group.egress is None or group.egress_ready.is_set():
-            return
-        stdout = group.egress.stdout
-        with contextlib.suppress(KeyError, ValueError):
-            if stdout is not None:
-                self.selector.unregister(stdout)
-        try:
-            netns.wait_egress(group.egress, netns.EGRESS_READY_TIMEOUT_S if block else 0.0)
-        except BackendError as exc:
-            group.egress_error = str(exc)
-        group.egress_ready.set()
-
-    def _make_namespace(self, ports: list[int]) -> _Group:
-        if os.geteuid() == 0:
-            fd, listeners = netns.namespace_fd(ports)
-            group = _Group(os.getpid(), self.created, False, ns_fd=fd, listeners=listeners)
-            for sock, port in zip(listeners, ports, strict=True):
-                sock.setblocking(False)
-                self.selector.register(sock, selectors.EVENT_READ, ("listen", port))
-            return group
-        return self._fork_namespace(ports)
-
-    def _fork_namespace(self, ports: list[int]) -> _Group:
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        ready_r, ready_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the namespace child (never returns)
-            try:
-                self._forget_in_child(keep={theirs.fileno(), ready_w})
-                netns.hold_namespace(theirs, ready_w, ports)
-            finally:
-                os._exit(1)
-        self.children.add(pid)
-        theirs.close()
-        os.close(ready_w)
-        ready = os.read(ready_r, 1)
-        os.close(ready_r)
-        if not ready:
-            mine.close()
-            self.children.discard(pid)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-            raise BackendError("could not make a network namespace (see the launcher log)")
-        created = proctree.create_time(pid) or time.time()
-        group = _Group(pid, created, ready == b"U", channel=mine)
-        self.selector.register(mine, selectors.EVENT_READ, ("channel", None))
-        return group
-
     def _run(self, run: RunSpec) -> StartReply:
         """Hand the job to a spare (forked earlier, waiting on a pipe) or fork one now; or,
         for ``mode: thread``, to a thread of this process."""
-        group = run.group
         if run.mode == "thread":
-            return self._host(run, group)
+            return self._host(run, run.group)
         job = run.model_dump_json(exclude={"op"}).encode()  # a RunSpec, also for a Run
-        while True:
-            if not self.spares:
-                self._add_spare()
-            spare = self.spares.pop(0)
-            try:
-                _write_all(spare.job_fd, job)
-                break
-            except BrokenPipeError:  # that spare died; take the next
-                continue
-            finally:
-                os.close(spare.job_fd)
-        self._joined(spare.pid, group)
-        return {"pid": spare.pid, "created": spare.created}
+        pid, created = self.children.hand_job(job)
+        self._joined(pid, run.group)
+        return {"pid": pid, "created": created}
 
     def _host(self, run: RunSpec, group: str | None) -> StartReply:
-        ns_path, entry = None, None
-        if run.network is not None:
-            ns_path = self._network(run.network, wait=False)["ns_path"]
-            if ns_path is None:
-                raise ValueError(
-                    "only a namespace held as a descriptor (as root) is joined by a hosted runner"
-                )
-            entry = self.groups[run.network.group]
-        join = (
-            functools.partial(_join_when_ready, ns_path, entry)
-            if ns_path is not None and entry is not None
-            else None
-        )
+        join = self.networks.hosted_join(run.network)
         hosted = HostedRunner(Path(run.run_json), Path(run.out), run.env or {}, first=join)
         key = str(hosted.run_dir)
         if key in self.hosted:
@@ -695,149 +485,23 @@ class _Launcher:
         self._joined(key, group)
         return {"pid": os.getpid(), "created": self.created}
 
+    # -------------------------------------------------------------- runners
+
     def _joined(self, runner: int | str, group: str | None) -> None:
         self.runners[runner] = group
-        if group is not None and group in self.groups:
-            self.groups[group].runners.add(runner)
-            self.groups[group].joined = True
+        self.networks.joined(runner, group)
 
     def _left(self, runner: int | str) -> None:
-        group = self.runners.pop(runner, None)
-        if group is not None and group in self.groups:
-            entry = self.groups[group]
-            entry.runners.discard(runner)
-            if not entry.runners:
-                entry.idle_since = time.monotonic()
-
-    def _add_spare(self) -> None:
-        job_r, job_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # a spare, then the runner (never returns)
-            code = 1
-            try:
-                self._forget_in_child(keep={job_r})
-                job = _read_all(job_r)
-                if not job:  # the launcher closed without a job for it
-                    os._exit(0)
-                code = self._become_runner(parse_run(job))
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:  # noqa: BLE001 - whatever happens, the child must exit here
-                traceback.print_exc()
-            finally:
-                with contextlib.suppress(Exception):
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                os._exit(code)
-        os.close(job_r)
-        self.children.add(pid)
-        self.spares.append(_Spare(pid, proctree.create_time(pid) or time.time(), job_w))
-
-    def _become_runner(self, run: RunSpec) -> int:
-        os.setsid()
-        out = os.open(run.out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        self._forget_in_child(keep=set())
-        os.chdir(run.cwd)
-        os.environ.clear()
-        os.environ.update(run.env or {})
-        sys.argv = ["python -m trainyard.runner", run.run_json]
-        from trainyard.runner.main import main as runner_main
-
-        return runner_main([run.run_json])
-
-    def _forget_in_child(self, keep: set[int]) -> None:
-        """In a forked child: default signal handlers, and no descriptor of the launcher's
-        (listener, channels, client sockets) left open except ``keep``, 0-2 and the
-        idmapped layers' user namespaces (``safefs.layer_userns_fds``: close-on-exec, so
-        no task's command gets them)."""
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        keep = keep | safefs.layer_userns_fds()  # the runner's overlays use them
-        for fd in _open_fds():
-            if fd > 2 and fd not in keep:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-
-    # -------------------------------------------------------------- ports
-
-    def _relay(self, what: tuple[str, int | None], sock: socket.socket) -> None:
-        """A connection to a forwarded port inside a namespace: bridge it to the host's."""
-        if what[0] == "listen":
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return
-            conn.setblocking(True)
-            fd, port = conn.detach(), int(what[1] or 0)
-        else:
-            try:
-                msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 1)
-            except OSError:
-                msg, fds = b"", []
-            if not msg:  # the namespace child is gone
-                self.selector.unregister(sock)
-                return
-            fd, port = fds[0], struct.unpack("!H", msg)[0]
-        netns.bridge(fd, port)
-
-    # -------------------------------------------------------------- children
+        self.networks.left(runner, self.runners.pop(runner, None))
 
     def _reap(self) -> None:
-        """Reap the processes this launcher forked, and only those: ``waitpid(-1)`` would
-        take the commands of hosted runners from under their threads' own ``wait``."""
-        for pid in list(self.children):
-            try:
-                done, _status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid
-            if done == 0:
-                continue
-            self.children.discard(pid)
-            for spare in [spare for spare in self.spares if spare.pid == pid]:
-                os.close(spare.job_fd)
-                self.spares.remove(spare)
+        for pid in self.children.reap():
             self._left(pid)
 
     def _reap_hosted(self) -> None:
         for key in [k for k, hosted in self.hosted.items() if not hosted.is_alive()]:
             del self.hosted[key]
             self._left(key)
-
-    def _expire_groups(self) -> None:
-        now = time.monotonic()
-        if now < self._next_expiry:  # a pass looks at every group: not on every request
-            return
-        self._next_expiry = now + _EXPIRY_PERIOD_S
-        for key, group in list(self.groups.items()):
-            grace = (
-                self.group_grace_s if group.joined else max(self.group_grace_s, UNJOINED_GRACE_S)
-            )
-            if not group.runners and now - group.idle_since > grace:
-                self._drop_group(key)
-
-    def _drop_group(self, key: str) -> None:
-        group = self.groups.pop(key)
-        for sock in [*group.listeners, *([group.channel] if group.channel else [])]:
-            with contextlib.suppress(KeyError, ValueError):
-                self.selector.unregister(sock)
-            sock.close()  # a namespace child exits when its channel closes
-        if group.egress is not None:
-            if group.egress.stdout is not None:
-                with contextlib.suppress(KeyError, ValueError):
-                    self.selector.unregister(group.egress.stdout)
-            netns.stop_egress(group.egress)
-        group.egress_ready.set()  # a runner still waiting gives up
-        if group.link is not None and group.router is not None:
-            group.router.detach(group.link)  # the veth goes with the namespace, closed next
-        if group.ns_fd is not None:
-            os.close(group.ns_fd)
-        elif group.ns_pid != os.getpid():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(group.ns_pid, signal.SIGKILL)
 
 
 def _record(path: Path, data: dict[str, object]) -> bool:
@@ -852,48 +516,9 @@ def _record(path: Path, data: dict[str, object]) -> bool:
             handle.write(json.dumps(data))
         partial.replace(path)
     except OSError as exc:
-        _say(f"launcher: could not record the start in {path}: {exc}")
+        say(f"launcher: could not record the start in {path}: {exc}")
         return False
     return True
-
-
-def _join_when_ready(ns_path: str, group: _Group) -> None:
-    """A hosted runner's first step: join the group's namespace, then wait until its egress
-    works (or is known to have failed, which ends the attempt)."""
-    netns.join_namespace(ns_path)
-    if not group.egress_ready.wait(netns.EGRESS_READY_TIMEOUT_S + 5.0):
-        raise BackendError("the group's egress (pasta) did not get ready")
-    if group.egress_error:
-        raise BackendError(group.egress_error)
-
-
-@dataclass
-class _Spare:
-    """A forked child waiting for its job on ``job_fd``'s pipe (EOF: exit unused)."""
-
-    pid: int
-    created: float
-    job_fd: int
-
-
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _open_fds() -> list[int]:
-    try:
-        return [int(name) for name in os.listdir("/proc/self/fd")]
-    except OSError:
-        return list(range(3, 256))
 
 
 def serve(name: str, idle_s: float = 300.0, group_grace_s: float = 5.0) -> int:
@@ -908,14 +533,14 @@ def serve(name: str, idle_s: float = 300.0, group_grace_s: float = 5.0) -> int:
     if os.geteuid() == 0:  # hosted runners' user namespaces: no exec per task (linux.nsgate)
         why_not = nsgate.start()
         if why_not is not None:
-            _say(f"launcher: {why_not}; each task's user namespace is set up with nsenter")
+            say(f"launcher: {why_not}; each task's user namespace is set up with nsenter")
 
     launcher = _Launcher(name, idle_s, group_grace_s)
     if not launcher.bind():
-        _say(f"launcher {name}: another launcher holds the name; exiting")
+        say(f"launcher {name}: another launcher holds the name; exiting")
         return 3
     signal.signal(signal.SIGTERM, _on_sigterm)
-    _say(f"launcher {name}: serving (pid {os.getpid()})")
+    say(f"launcher {name}: serving (pid {os.getpid()})")
     why = ""
     try:
         launcher.loop()
@@ -927,7 +552,7 @@ def serve(name: str, idle_s: float = 300.0, group_grace_s: float = 5.0) -> int:
         why = why or (
             "SIGTERM" if _TERMINATED.is_set() else "released" if launcher.released else "idle"
         )
-        _say(f"launcher {name}: exiting ({why})")
+        say(f"launcher {name}: exiting ({why})")
     return 0
 
 
@@ -949,12 +574,6 @@ exceptions: the launcher then ran on until idle (CI: 'ignored SIGTERM for 60 s')
 
 def _on_sigterm(signum: int, _frame: object) -> None:
     _TERMINATED.set()
-
-
-def _say(line: str) -> None:
-    stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime())
-    sys.stderr.write(f"{stamp} {line}\n")
-    sys.stderr.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
