@@ -4,7 +4,7 @@ test. Needs root, podman and an image in podman's local storage.
 Starts image tasks running ``true`` one after another through a real ``LocalBackend`` (its
 runner, podman) and times each from ``start_group`` to its exit fact; alternates rounds with
 the container's own root (the image's layers under a layer of the attempt's, mounted by the
-runner: ``backends.local.container.root_overlay``) and with podman's own container layer (the
+runner: ``backends.local.container_image.root_overlay``) and with podman's own container layer (the
 runner told it cannot mount overlayfs), so both see the same load. Prints the median of each
 round. Homes are made under a temporary folder and removed.
 
