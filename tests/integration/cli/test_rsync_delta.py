@@ -37,6 +37,13 @@ def task(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
     server.main("workflow", "cancel", workflow_id)
 
 
+def _later_mtime(path: Path) -> None:
+    """Move ``path``'s mtime 10 s on: a rewrite of the same size within the second of the
+    first upload looks unchanged to rsync's quick check (size and mtime), which skips it."""
+    stat = path.stat()
+    os.utime(path, (stat.st_atime, stat.st_mtime + 10))
+
+
 def _literal_bytes(err: str) -> int:
     found = re.search(r"Literal data: ([\d,.]+) bytes", err)
     assert found, err
@@ -61,6 +68,7 @@ def test_a_second_upload_after_a_one_byte_change_moves_only_a_delta(
     assert _literal_bytes(first.err) >= SIZE  # all of it, the first time
     data[SIZE // 2] ^= 0xFF
     (src / "weights.bin").write_bytes(data)
+    _later_mtime(src / "weights.bin")  # rsync's quick check: same size and second = unchanged
     second = server.cli("workflow", "rsync", task, f"{src}:/osmo/run/workspace", "--verbose")
     assert second.code == 0, second.err
     assert _literal_bytes(second.err) < SIZE // 50  # a block or two, not 4 MiB

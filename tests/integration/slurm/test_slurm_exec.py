@@ -54,6 +54,13 @@ def _entry(runner: EngineRunner, key: TaskKey, timeout_s: float = 120) -> dict:
         time.sleep(1)
 
 
+def _later_mtime(path: Path) -> None:
+    """Move ``path``'s mtime 10 s on: a rewrite of the same size within the second of the
+    first upload looks unchanged to rsync's quick check (size and mtime), which skips it."""
+    stat = path.stat()
+    os.utime(path, (stat.st_atime, stat.st_mtime + 10))
+
+
 def _rsync_delta_through_srun(entry: dict, tmp_path: Path) -> None:
     """Real rsync with ``rsync_rsh`` as its remote shell: ``srun --overlap ... rsync --server``
     on the task's node; a second upload after a one-byte change moves a delta."""
@@ -69,6 +76,7 @@ def _rsync_delta_through_srun(entry: dict, tmp_path: Path) -> None:
     copy_once(request, entry, report=said.append)  # type: ignore[arg-type]
     data[size // 2] ^= 0xFF
     (tmp_path / "big" / "weights.bin").write_bytes(data)
+    _later_mtime(tmp_path / "big" / "weights.bin")  # else rsync may see it unchanged
     copy_once(request, entry, report=said.append)  # type: ignore[arg-type]
     literal = [re.search(r"Literal data: ([\d,.]+) bytes", text) for text in said]
     assert all(literal), said
