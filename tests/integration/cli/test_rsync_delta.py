@@ -7,13 +7,13 @@ task keeps the tar copy. Real CLI, real server, a real task in the bubblewrap sa
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cli_e2e_support import Server
+from rsync_stats import later_mtime, literal_bytes
 
 pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed")
 
@@ -37,19 +37,6 @@ def task(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
     server.main("workflow", "cancel", workflow_id)
 
 
-def _later_mtime(path: Path) -> None:
-    """Move ``path``'s mtime 10 s on: a rewrite of the same size within the second of the
-    first upload looks unchanged to rsync's quick check (size and mtime), which skips it."""
-    stat = path.stat()
-    os.utime(path, (stat.st_atime, stat.st_mtime + 10))
-
-
-def _literal_bytes(err: str) -> int:
-    found = re.search(r"Literal data: ([\d,.]+) bytes", err)
-    assert found, err
-    return int(found.group(1).replace(",", "").replace(".", ""))
-
-
 def _in_task(server: Server, workflow_id: str, script: str) -> str:
     done = server.cli("workflow", "exec", workflow_id, "t", "--", "sh", "-c", script)
     assert done.code == 0, done.err
@@ -65,13 +52,13 @@ def test_a_second_upload_after_a_one_byte_change_moves_only_a_delta(
     (src / "weights.bin").write_bytes(data)
     first = server.cli("workflow", "rsync", task, f"{src}:/osmo/run/workspace", "--verbose")
     assert first.code == 0, first.err
-    assert _literal_bytes(first.err) >= SIZE  # all of it, the first time
+    assert literal_bytes(first.err) >= SIZE  # all of it, the first time
     data[SIZE // 2] ^= 0xFF
     (src / "weights.bin").write_bytes(data)
-    _later_mtime(src / "weights.bin")  # rsync's quick check: same size and second = unchanged
+    later_mtime(src / "weights.bin")  # rsync's quick check: same size and second = unchanged
     second = server.cli("workflow", "rsync", task, f"{src}:/osmo/run/workspace", "--verbose")
     assert second.code == 0, second.err
-    assert _literal_bytes(second.err) < SIZE // 50  # a block or two, not 4 MiB
+    assert literal_bytes(second.err) < SIZE // 50  # a block or two, not 4 MiB
     digest = _in_task(server, task, "sha256sum /osmo/run/workspace/code/weights.bin")
     import hashlib
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import stat
 from pathlib import Path
 
 import pytest
+from rsync_stats import later_mtime, literal_bytes
 
 from trainyard.cli.rsync_copy import copy_once, local_rsync, parse_rsync_args
 from trainyard.server.answers import TaskEntryAnswer
@@ -69,19 +69,6 @@ def _upload(entry: TaskEntryAnswer, src: Path, dst: Path) -> str:
     return "\n".join(said)
 
 
-def _later_mtime(path: Path) -> None:
-    """Move ``path``'s mtime 10 s on: a rewrite of the same size within the second of the
-    first upload looks unchanged to rsync's quick check (size and mtime), which skips it."""
-    stat = path.stat()
-    os.utime(path, (stat.st_atime, stat.st_mtime + 10))
-
-
-def _literal_bytes(stats: str) -> int:
-    found = re.search(r"Literal data: ([\d,.]+) bytes", stats)
-    assert found, stats
-    return int(found.group(1).replace(",", "").replace(".", ""))
-
-
 def test_an_upload_goes_through_kubectl_exec_and_a_second_one_moves_a_delta(
     kubernetes_entry: TaskEntryAnswer, tmp_path: Path
 ) -> None:
@@ -91,12 +78,12 @@ def test_an_upload_goes_through_kubectl_exec_and_a_second_one_moves_a_delta(
     (src / "weights.bin").write_bytes(data)
     pod_side = tmp_path / "pod-workspace"
     first = _upload(kubernetes_entry, src, pod_side)
-    assert _literal_bytes(first) >= SIZE
+    assert literal_bytes(first) >= SIZE
     data[SIZE // 3] ^= 0xFF
     (src / "weights.bin").write_bytes(data)
-    _later_mtime(src / "weights.bin")  # rsync's quick check: same size and second = unchanged
+    later_mtime(src / "weights.bin")  # rsync's quick check: same size and second = unchanged
     second = _upload(kubernetes_entry, src, pod_side)
-    assert _literal_bytes(second) < SIZE // 50  # a block or two, not 4 MiB
+    assert literal_bytes(second) < SIZE // 50  # a block or two, not 4 MiB
     copied = (pod_side / "code" / "weights.bin").read_bytes()
     assert hashlib.sha256(copied).hexdigest() == hashlib.sha256(data).hexdigest()
     calls = (tmp_path / "kubectl.log").read_text().splitlines()

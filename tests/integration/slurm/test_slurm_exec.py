@@ -9,7 +9,6 @@ and is tested on the local backend (tests/integration/cli/test_interactive_verbs
 from __future__ import annotations
 
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from rsync_stats import later_mtime, literal_bytes
 from slurm_cluster_support import EngineRunner
 
 from trainyard.backends.base import TaskKey
@@ -54,13 +54,6 @@ def _entry(runner: EngineRunner, key: TaskKey, timeout_s: float = 120) -> dict:
         time.sleep(1)
 
 
-def _later_mtime(path: Path) -> None:
-    """Move ``path``'s mtime 10 s on: a rewrite of the same size within the second of the
-    first upload looks unchanged to rsync's quick check (size and mtime), which skips it."""
-    stat = path.stat()
-    os.utime(path, (stat.st_atime, stat.st_mtime + 10))
-
-
 def _rsync_delta_through_srun(entry: dict, tmp_path: Path) -> None:
     """Real rsync with ``rsync_rsh`` as its remote shell: ``srun --overlap ... rsync --server``
     on the task's node; a second upload after a one-byte change moves a delta."""
@@ -76,11 +69,9 @@ def _rsync_delta_through_srun(entry: dict, tmp_path: Path) -> None:
     copy_once(request, entry, report=said.append)  # type: ignore[arg-type]
     data[size // 2] ^= 0xFF
     (tmp_path / "big" / "weights.bin").write_bytes(data)
-    _later_mtime(tmp_path / "big" / "weights.bin")  # else rsync may see it unchanged
+    later_mtime(tmp_path / "big" / "weights.bin")  # else rsync may see it unchanged
     copy_once(request, entry, report=said.append)  # type: ignore[arg-type]
-    literal = [re.search(r"Literal data: ([\d,.]+) bytes", text) for text in said]
-    assert all(literal), said
-    sizes = [int(found.group(1).replace(",", "").replace(".", "")) for found in literal if found]
+    sizes = [literal_bytes(text) for text in said]
     assert sizes[0] >= size and sizes[1] < size // 50, said
     assert (inside / "big" / "weights.bin").read_bytes() == bytes(data)
 
