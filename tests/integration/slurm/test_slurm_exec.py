@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -134,18 +136,30 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_port_forward_reaches_a_server_in_the_task(
-    slurm_engine: EngineRunner, tmp_path: Path
-) -> None:
-    spec = tmp_path / "web.yaml"
-    spec.write_text(WEB)
+@contextmanager
+def _forwarded(slurm_engine: EngineRunner, spec: Path) -> Iterator[tuple[str, int]]:
+    """Run ``spec``'s task ``srv`` (a server on ``{{port}}``) and forward a local port to it
+    as ``workflow port-forward`` does; yields the local (host, port). Cancels at the end."""
     remote = _free_port()
     wid = slurm_engine.submit_spec(spec, (f"port={remote}", f"python={sys.executable}"))
     listener = socket.create_server(("127.0.0.1", 0))
     try:
         entry = _entry(slurm_engine, TaskKey(wid, "srv", 0))
         threading.Thread(target=_serve_forward, args=(listener, entry, remote), daemon=True).start()
-        url = f"http://127.0.0.1:{listener.getsockname()[1]}/index.txt"
+        yield listener.getsockname()
+    finally:
+        listener.close()
+        slurm_engine.engine.cancel(wid)
+        slurm_engine.wait(wid, timeout_s=120)
+
+
+def test_port_forward_reaches_a_server_in_the_task(
+    slurm_engine: EngineRunner, tmp_path: Path
+) -> None:
+    spec = tmp_path / "web.yaml"
+    spec.write_text(WEB)
+    with _forwarded(slurm_engine, spec) as (host, port):
+        url = f"http://{host}:{port}/index.txt"
         deadline = time.monotonic() + 90
         while True:  # the server in the task may not listen yet: a relay then finds nothing
             try:
@@ -157,10 +171,6 @@ def test_port_forward_reaches_a_server_in_the_task(
             assert time.monotonic() < deadline, "the task's server never answered"
             time.sleep(1)
         assert answer.text == "from-slurm-task\n"
-    finally:
-        listener.close()
-        slurm_engine.engine.cancel(wid)
-        slurm_engine.wait(wid, timeout_s=120)
 
 
 PROMPT = """
@@ -192,15 +202,10 @@ def test_port_forward_carries_a_partial_line_at_once(
     ``--unbuffered`` (srun(1)), so without it the client waits for ever."""
     spec = tmp_path / "prompt.yaml"
     spec.write_text(PROMPT)
-    remote = _free_port()
-    wid = slurm_engine.submit_spec(spec, (f"port={remote}", f"python={sys.executable}"))
-    listener = socket.create_server(("127.0.0.1", 0))
-    try:
-        entry = _entry(slurm_engine, TaskKey(wid, "srv", 0))
-        threading.Thread(target=_serve_forward, args=(listener, entry, remote), daemon=True).start()
+    with _forwarded(slurm_engine, spec) as local:
         deadline = time.monotonic() + 90
         while True:  # the task's server may not listen yet: the relay then closes at once
-            with socket.create_connection(listener.getsockname(), timeout=30) as conn:
+            with socket.create_connection(local, timeout=30) as conn:
                 try:
                     prompt = conn.recv(100)
                 except TimeoutError:
@@ -212,7 +217,3 @@ def test_port_forward_carries_a_partial_line_at_once(
                     break
             assert time.monotonic() < deadline, "the task's server never answered"
             time.sleep(1)
-    finally:
-        listener.close()
-        slurm_engine.engine.cancel(wid)
-        slurm_engine.wait(wid, timeout_s=120)
